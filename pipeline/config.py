@@ -1,0 +1,86 @@
+"""Settings: every path the pipeline reads or writes, from flags or environment.
+
+Environment: DOCSVAULT_SOURCES (default ./sources.yaml), DOCSVAULT_DATA (default ./data: clones, warehouse, caches),
+DOCSVAULT_VAULT (default ./vault), DOCSVAULT_EVALS (default ./evals), DOCSVAULT_MODEL (embedding model spec,
+default the bundled all-MiniLM-L6-v2), DAGSTER_HOME (default <data>/dagster).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things live. All paths absolute."""
+
+    sources_file: Path
+    data_dir: Path
+    vault_dir: Path
+    evals_dir: Path
+    model: str = DEFAULT_MODEL
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> "Settings":
+        """Read paths from the environment; keyword overrides (not None) win. Relative paths resolve against cwd."""
+        env = os.environ
+        values: dict[str, object] = {
+            "sources_file": Path(env.get("DOCSVAULT_SOURCES", "sources.yaml")),
+            "data_dir": Path(env.get("DOCSVAULT_DATA", "data")),
+            "vault_dir": Path(env.get("DOCSVAULT_VAULT", "vault")),
+            "evals_dir": Path(env.get("DOCSVAULT_EVALS", "evals")),
+            "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        for key in ("sources_file", "data_dir", "vault_dir", "evals_dir"):
+            values[key] = Path(values[key]).expanduser().resolve()  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+    def with_(self, **changes: object) -> "Settings":
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    # ---- derived locations (one place for every path) ----
+    @property
+    def raw_dir(self) -> Path:
+        """<data>/raw/<source>/: clones and downloaded pages."""
+        return self.data_dir / "raw"
+
+    @property
+    def notes_dir(self) -> Path:
+        """<data>/notes/<source>.jsonl: normalized notes, one JSON object per line."""
+        return self.data_dir / "notes"
+
+    @property
+    def chunks_dir(self) -> Path:
+        """<data>/chunks/<source>.jsonl: chunks of the vault notes."""
+        return self.data_dir / "chunks"
+
+    @property
+    def graph_dir(self) -> Path:
+        """<data>/graph/: links.graphml and links.json."""
+        return self.data_dir / "graph"
+
+    @property
+    def cache_dir(self) -> Path:
+        """<data>/cache/: embedding cache keyed by model id + chunk text hash."""
+        return self.data_dir / "cache"
+
+    @property
+    def state_dir(self) -> Path:
+        """<data>/state/: per-source build state (last fetch, counters, status)."""
+        return self.data_dir / "state"
+
+    @property
+    def warehouse_path(self) -> Path:
+        """<data>/warehouse.duckdb: the one DuckDB file search reads."""
+        return self.data_dir / "warehouse.duckdb"
+
+    @property
+    def dagster_home(self) -> Path:
+        """DAGSTER_HOME if set, else <data>/dagster."""
+        home = os.environ.get("DAGSTER_HOME")
+        return Path(home).resolve() if home else self.data_dir / "dagster"

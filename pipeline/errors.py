@@ -1,0 +1,43 @@
+"""Named errors of the library core.
+
+Every message says what went wrong, where (file/line/source/URL) and what to do. The shells translate them:
+the CLI prints one line and exits 1, the MCP server returns a tool error, Dagster fails the step.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+
+class SourceConfigError(PipelineError):
+    """sources.yaml is missing, unreadable or invalid (the message names file, source, key and what is allowed)."""
+
+
+class FetchError(PipelineError):
+    """A source could not be fetched (the message names source, URL and cause)."""
+
+
+class NoteError(PipelineError):
+    """One file could not be turned into a note (the message names source and path); the rest of the source builds."""
+
+
+class WarehouseNotBuiltError(PipelineError):
+    """The warehouse file does not exist yet or holds no index: run `docsvault build` first."""
+
+
+class WarehouseCorruptError(PipelineError):
+    """The warehouse file cannot be opened or has another schema version; it is rebuilt by the next build."""
+
+
+class EmbeddingError(PipelineError):
+    """The embedding model could not be loaded or returned vectors of the wrong shape."""
+
+
+class EvalFileError(PipelineError):
+    """An eval cases file is missing or malformed (the message names file and case)."""
+
+
+class BuildLockedError(PipelineError):
+    """Another build holds the warehouse lock (the message names its pid and start time)."""

@@ -1,0 +1,188 @@
+"""The nouns passed between stages: frozen records, no behaviour beyond derived fields.
+
+IDs are stable: a note's id derives from (source, source_path); a chunk's id from (note id, heading path, ordinal).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SourceKind = Literal["git", "llms_txt", "html", "local"]
+DocFormat = Literal["obsidian", "markdown", "mdx", "docbuilder", "jekyll", "html"]
+
+
+def stable_id(*parts: str, length: int = 16) -> str:
+    """Hex id (``length`` chars) of sha1 over the parts joined by NUL; stable across runs and machines."""
+    return hashlib.sha1("\x00".join(parts).encode("utf-8")).hexdigest()[:length]
+
+
+def text_hash(text: str) -> str:
+    """sha256 hex of the UTF-8 text: the content key of caches."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Source:
+    """One block of sources.yaml, validated (see pipeline.sources)."""
+
+    name: str
+    kind: SourceKind
+    url: str | None = None
+    ref: str | None = None
+    paths: tuple[str, ...] = ()
+    path: tuple[Path, ...] = ()          # local roots, absolute (kind: local)
+    format: DocFormat | None = None      # None: guessed per file
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    site_url: str | None = None
+    language: str | None = None          # e.g. "en", "ja"; None: detected per chunk
+    embedding: str | None = None         # model spec for this source; None: the default model
+    token_env: str | None = None         # name of an env var holding a token for private git repos
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """A fetched file: where it lives on disk and what it is called in its source."""
+
+    source: str
+    source_path: str                      # posix path in the repository or site, e.g. "en/Home.md"
+    path: Path                            # absolute path on disk
+    url: str | None = None                # page URL when known
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch produced for one source."""
+
+    source: str
+    strategy: str                         # "git", "local", "llms_txt", "html"
+    revision: str | None                  # git commit id, or a content hash of the listing
+    files: tuple[RawFile, ...]
+    changed: bool                         # False when nothing moved upstream since the last fetch
+    stats: dict[str, Any] = field(default_factory=dict)   # requests, bytes, seconds, warnings
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Note:
+    """A normalized note, as written to (and read back from) the vault.
+
+    ``rel_path`` is the note's path inside ``vault/<source>/`` (posix, ends in ``.md``); ``frontmatter`` holds every
+    key (the page's own keys merged with title/source/source_path/url/...), JSON-safe values only (dates as ISO
+    strings); ``body`` is the Markdown after the frontmatter, LF line endings.
+    """
+
+    source: str
+    source_path: str
+    rel_path: str
+    title: str
+    frontmatter: dict[str, Any]
+    body: str
+
+    @property
+    def note_id(self) -> str:
+        return stable_id(self.source, self.source_path)
+
+    @property
+    def vault_path(self) -> str:
+        """Path relative to the vault root: ``<source>/<rel_path>``."""
+        return f"{self.source}/{self.rel_path}"
+
+    @property
+    def url(self) -> str | None:
+        value = self.frontmatter.get("url")
+        return str(value) if value else None
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        value = self.frontmatter.get("aliases") or ()
+        if isinstance(value, str):
+            value = [value]
+        return tuple(str(v) for v in value if v)
+
+    @property
+    def description(self) -> str:
+        value = self.frontmatter.get("description") or ""
+        return str(value) if not isinstance(value, (list, dict)) else ""
+
+
+@dataclass(frozen=True)
+class WikiLink:
+    """One ``[[target#heading|alias]]`` (or ``![[...]]`` embed, or a converted Markdown link) found in a note."""
+
+    target: str                           # link path as written, without heading/block; "" for a self-link
+    heading: str | None = None            # "#Heading" part (without '#'), None when absent
+    block: str | None = None              # "#^block" id (without '#^'), None when absent
+    alias: str | None = None
+    embed: bool = False
+    kind: Literal["wikilink", "markdown"] = "wikilink"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A resolved (or dangling) link between notes, counted."""
+
+    src: str                              # note id
+    dst: str | None                       # note id, None when unresolved
+    target: str                           # the link text as written
+    kind: str                             # "wikilink" | "embed" | "markdown"
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A heading section (or a piece of one) of a note.
+
+    ``text`` is the chunk's body text as in the note; ``breadcrumb`` is ``Title > H2 > H3``; what gets embedded and
+    BM25-indexed is ``embed_text`` (breadcrumb, blank line, text). Sizes are in the embedding model's tokens.
+    """
+
+    chunk_id: str
+    note_id: str
+    source: str
+    ordinal: int                          # position in the note, 0-based
+    heading_path: tuple[str, ...]         # headings above the chunk, outermost first (title not included)
+    breadcrumb: str
+    text: str
+
+    @property
+    def heading(self) -> str:
+        return self.heading_path[-1] if self.heading_path else ""
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.breadcrumb}\n\n{self.text}" if self.text else self.breadcrumb
+
+    @property
+    def text_hash(self) -> str:
+        return text_hash(self.embed_text)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a chunk of a note, with its fused score (higher is better)."""
+
+    rank: int
+    source: str
+    source_path: str
+    vault_path: str
+    title: str
+    heading: str
+    score: float
+    snippet: str
+    chunk_id: str = ""
+    note_id: str = ""
+    lanes: dict[str, int] = field(default_factory=dict)   # lane -> page rank in that lane (1-based)
+
+
+@dataclass(frozen=True)
+class EvalCase:
+    id: str
+    corpus: str                           # = source name
+    query: str
+    expected: tuple[str, ...]             # source_paths; a hit when any appears
+    kind: str = "unknown"
+    file: str = ""

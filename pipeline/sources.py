@@ -1,0 +1,143 @@
+"""sources.yaml: load and validate once, with errors that name the file, the source, the key and what is allowed.
+
+Shape::
+
+    sources:
+      - name: obsidian-help      # unique; [a-z0-9][a-z0-9._-]* ; the vault folder and the --source filter
+        kind: git                # git | llms_txt | html | local
+        url: https://github.com/obsidianmd/obsidian-help.git
+        ref: master              # branch, tag or commit (default: the remote's HEAD)
+        paths: [en]              # sparse-checkout folders
+        format: obsidian         # obsidian | markdown | mdx | docbuilder | jekyll | html (guessed when omitted)
+        include: ["**/*.md"]     # optional globs; exclude: [...] too
+      - name: docsvault-guide
+        kind: local
+        path: docs               # relative to sources.yaml; may be a list of roots
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+
+from pipeline.errors import SourceConfigError
+from pipeline.models import DocFormat, Source, SourceKind
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+KINDS: tuple[str, ...] = get_args(SourceKind)
+FORMATS: tuple[str, ...] = get_args(DocFormat)
+ALLOWED_KEYS = {
+    "name", "kind", "url", "ref", "paths", "path", "format", "include", "exclude", "site_url", "language",
+    "embedding", "token_env",
+}
+REQUIRED_BY_KIND = {"git": ("url",), "llms_txt": ("url",), "html": ("url",), "local": ("path",)}
+
+
+def _str_list(value: Any, where: str, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SourceConfigError(f"{where}: '{key}' must be a string or a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def parse_source(block: Any, base_dir: Path, where: str) -> Source:
+    """Validate one sources.yaml block. ``where`` prefixes messages (file and block position)."""
+    if not isinstance(block, dict):
+        raise SourceConfigError(f"{where}: each source must be a mapping with at least 'name' and 'kind'")
+    name = block.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise SourceConfigError(
+            f"{where}: 'name' must match {NAME_RE.pattern} (lower-case letters, digits, '.', '_', '-'; "
+            f"it becomes a folder name), got {name!r}"
+        )
+    where = f"{where} (source '{name}')"
+    unknown = sorted(set(block) - ALLOWED_KEYS)
+    if unknown:
+        raise SourceConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(ALLOWED_KEYS)}")
+    kind = block.get("kind")
+    if kind not in KINDS:
+        raise SourceConfigError(f"{where}: 'kind' must be one of {list(KINDS)}, got {kind!r}")
+    for key in REQUIRED_BY_KIND[kind]:
+        if not block.get(key):
+            raise SourceConfigError(f"{where}: kind '{kind}' needs '{key}'")
+    fmt = block.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise SourceConfigError(f"{where}: 'format' must be one of {list(FORMATS)}, got {fmt!r}")
+    for key in ("url", "ref", "site_url", "language", "embedding", "token_env"):
+        if block.get(key) is not None and not isinstance(block[key], str):
+            raise SourceConfigError(f"{where}: '{key}' must be a string, got {block[key]!r}")
+    url = block.get("url")
+    if url and kind != "local" and not re.match(r"^(https?|file|ssh|git)://|^[\w.-]+@[\w.-]+:", url):
+        raise SourceConfigError(f"{where}: 'url' must be an http(s)://, file://, ssh:// or git@host: URL, got {url!r}")
+    paths = _str_list(block.get("paths"), where, "paths")
+    for p in paths:
+        if p.startswith("/") or ".." in Path(p).parts:
+            raise SourceConfigError(f"{where}: 'paths' entries are folders inside the repository, got {p!r}")
+    roots: tuple[Path, ...] = ()
+    if kind == "local":
+        roots = tuple((base_dir / p).resolve() for p in _str_list(block.get("path"), where, "path"))
+    return Source(
+        name=name,
+        kind=kind,
+        url=url,
+        ref=block.get("ref"),
+        paths=paths,
+        path=roots,
+        format=fmt,
+        include=_str_list(block.get("include"), where, "include"),
+        exclude=_str_list(block.get("exclude"), where, "exclude"),
+        site_url=block.get("site_url"),
+        language=block.get("language"),
+        embedding=block.get("embedding"),
+        token_env=block.get("token_env"),
+    )
+
+
+def load_sources(path: Path) -> list[Source]:
+    """Read and validate sources.yaml.
+
+    Raises:
+        SourceConfigError: file missing or unreadable, YAML invalid (with line), a block invalid (with source and key),
+            or a duplicate name.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SourceConfigError(
+            f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
+        )
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise SourceConfigError(f"{path}:{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceConfigError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
+        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
+    sources: list[Source] = []
+    seen: set[str] = set()
+    for i, block in enumerate(data["sources"], start=1):
+        source = parse_source(block, path.parent, f"{path}: sources[{i}]")
+        if source.name in seen:
+            raise SourceConfigError(f"{path}: sources[{i}]: duplicate source name '{source.name}'; names must be unique")
+        seen.add(source.name)
+        sources.append(source)
+    return sources
+
+
+def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:
+    """Filter by name; an unknown name raises with the list of known ones."""
+    if not names:
+        return sources
+    known = {s.name for s in sources}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SourceConfigError(f"unknown source(s) {missing}; known sources: {sorted(known)}")
+    return [s for s in sources if s.name in names]
