@@ -1,0 +1,107 @@
+"""Files that carry one stage's output to the next: JSON Lines of notes and chunks, per-source state.
+
+Every write is atomic (temp file in the same folder + os.replace), so a killed build leaves the previous file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.models import Chunk, Note
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write bytes to ``path`` through a temp file in the same folder and os.replace (crash-safe)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
+    """Write records as JSON Lines atomically; returns the number of records."""
+    lines = [json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records]
+    write_atomic(path, ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8"))
+    return len(lines)
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def notes_path(settings: Settings, source: str) -> Path:
+    return settings.notes_dir / f"{source}.jsonl"
+
+
+def chunks_path(settings: Settings, source: str) -> Path:
+    return settings.chunks_dir / f"{source}.jsonl"
+
+
+def save_notes(settings: Settings, source: str, notes: Iterable[Note]) -> int:
+    return write_jsonl(
+        notes_path(settings, source),
+        (
+            {"source": n.source, "source_path": n.source_path, "rel_path": n.rel_path, "title": n.title,
+             "frontmatter": n.frontmatter, "body": n.body}
+            for n in notes
+        ),
+    )
+
+
+def load_notes(settings: Settings, source: str) -> list[Note]:
+    path = notes_path(settings, source)
+    return [Note(**r) for r in read_jsonl(path)] if path.exists() else []
+
+
+def save_chunks(settings: Settings, source: str, chunks: Iterable[Chunk]) -> int:
+    return write_jsonl(
+        chunks_path(settings, source),
+        (
+            {"chunk_id": c.chunk_id, "note_id": c.note_id, "source": c.source, "ordinal": c.ordinal,
+             "heading_path": list(c.heading_path), "breadcrumb": c.breadcrumb, "text": c.text}
+            for c in chunks
+        ),
+    )
+
+
+def load_chunks(settings: Settings, source: str) -> list[Chunk]:
+    path = chunks_path(settings, source)
+    if not path.exists():
+        return []
+    return [Chunk(**{**r, "heading_path": tuple(r["heading_path"])}) for r in read_jsonl(path)]
+
+
+def state_path(settings: Settings, source: str) -> Path:
+    return settings.state_dir / f"{source}.json"
+
+
+def load_state(settings: Settings, source: str) -> dict[str, Any]:
+    path = state_path(settings, source)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def update_state(settings: Settings, source: str, **values: Any) -> dict[str, Any]:
+    """Merge values into <data>/state/<source>.json (last build per source: status, counts, times)."""
+    state = load_state(settings, source)
+    state.update(values)
+    write_atomic(state_path(settings, source), json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True).encode())
+    return state

@@ -1,0 +1,189 @@
+"""Assets: one chain per source (raw_docs -> notes -> vault -> chunks -> embeddings), then the shared stages
+(link_graph, warehouse, search_index, retrieval_eval) over every source's last good copy.
+
+Each source has its own assets, so a failing source fails only its own chain (and can be re-run alone), while
+``dagster asset materialize --select '*'`` needs no partition argument.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from pipeline import build
+from pipeline.defs.resources import DocsvaultResource
+from pipeline.models import Source
+
+SHARED_GROUP = "warehouse"
+
+
+def source_slug(name: str) -> str:
+    """Source name -> asset-key part (Dagster keys allow [A-Za-z0-9_])."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def key(stage: str, source: Source | None = None) -> dg.AssetKey:
+    return dg.AssetKey([stage, source_slug(source.name)] if source else [stage])
+
+
+def _md_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> dg.MetadataValue:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def _result(meta: dict[str, Any], **extra: Any) -> dg.MaterializeResult:
+    clean: dict[str, Any] = {}
+    for k, v in {**meta, **extra}.items():
+        if isinstance(v, (bool, int, float, str, dg.MetadataValue)):
+            clean[k] = v
+        elif isinstance(v, (list, dict)):
+            clean[k] = dg.MetadataValue.json(v)
+    return dg.MaterializeResult(metadata=clean)
+
+
+def source_assets(source: Source) -> list[dg.AssetsDefinition]:
+    """The per-source chain for one source of sources.yaml."""
+    tags = {"source": source.name}
+
+    @dg.asset(key=key("raw_docs", source), group_name="fetch", kinds={source.kind if source.kind != "local" else "python"},
+              tags=tags, description=f"Fetched files of source '{source.name}' ({source.kind}).")
+    def raw_docs(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        meta = build.fetch_stage(docsvault.settings(), source)
+        context.log.info(f"{source.name}: {meta['files']} files via {meta['strategy']} (changed={meta['changed']})")
+        return _result(meta)
+
+    @dg.asset(key=key("notes", source), deps=[raw_docs], group_name="normalize", kinds={"markdown"}, tags=tags,
+              description=f"Normalized Markdown notes of '{source.name}' with merged frontmatter.")
+    def notes(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        meta = build.normalize_stage(docsvault.settings(), source)
+        for line in meta["error_lines"]:
+            context.log.warning(line)
+        return _result(meta)
+
+    @dg.asset(key=key("vault", source), deps=[notes], group_name="vault", kinds={"obsidian"}, tags=tags,
+              description=f"Obsidian notes of '{source.name}' under vault/{source.name}/ (written only when changed).")
+    def vault(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        meta = build.vault_stage(docsvault.settings(), source)
+        return _result(meta, vault_dir=dg.MetadataValue.path(meta["vault_dir"]))
+
+    @dg.asset(key=key("chunks", source), deps=[vault], group_name="index", kinds={"python"}, tags=tags,
+              description=f"Heading chunks of '{source.name}' with breadcrumbs, within the model's token window.")
+    def chunks(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        embedder = docsvault.embedder()
+        meta = build.chunk_stage(docsvault.settings(), source, embedder.count_tokens, embedder.max_tokens)
+        return _result(meta)
+
+    @dg.asset(key=key("embeddings", source), deps=[chunks], group_name="index", kinds={"pytorch"}, tags=tags,
+              description=f"Chunk embeddings of '{source.name}' (cached by model id + chunk text hash).")
+    def embeddings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        last = [0.0]
+        started = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] >= 10 or done == total:
+                last[0] = now
+                rate = done / max(now - started, 1e-9)
+                context.log.info(f"{source.name}: embedded {done}/{total} chunks ({rate:.1f}/s)")
+
+        meta = build.embed_stage(docsvault.settings(), source, docsvault.embedder(), progress=progress)
+        context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
+        return _result(meta)
+
+    @dg.asset_check(asset=raw_docs, blocking=True, description="The fetch produced at least one file.")
+    def has_files(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
+        from pipeline.artifacts import load_state
+
+        n = int(load_state(docsvault.settings(), source.name).get("files", 0))
+        return dg.AssetCheckResult(passed=n > 0, metadata={"files": n})
+
+    @dg.asset_check(asset=vault, blocking=True, description="Every note's frontmatter parses and has source_path.")
+    def frontmatter_valid(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
+        import yaml
+
+        root = docsvault.settings().vault_dir / source.name
+        bad: list[str] = []
+        n = 0
+        for path in sorted(root.rglob("*.md")):
+            n += 1
+            text = path.read_text(encoding="utf-8")
+            try:
+                fm = yaml.safe_load(text.split("---\n", 2)[1]) if text.startswith("---\n") else None
+            except yaml.YAMLError:
+                fm = None
+            if not isinstance(fm, dict) or not fm.get("source_path"):
+                bad.append(str(path.relative_to(root)))
+        return dg.AssetCheckResult(passed=not bad, metadata={"notes": n, "invalid": len(bad), "first_invalid": bad[:10]})
+
+    return [raw_docs, notes, vault, chunks, embeddings, has_files, frontmatter_valid]
+
+
+def shared_assets(sources: Sequence[Source]) -> list[Any]:
+    """Stages over all sources: graph, warehouse, search index, eval."""
+    vault_keys = [key("vault", s) for s in sources]
+    embedding_keys = [key("embeddings", s) for s in sources]
+
+    @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="graph", kinds={"networkx"},
+              description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
+    def link_graph(docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        meta = build.graph_stage(docsvault.settings(), sources)
+        return _result(meta, graphml=dg.MetadataValue.path(meta["graphml"]))
+
+    @dg.asset(key=key("warehouse"), deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP, kinds={"duckdb"},
+              description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published atomically.")
+    def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        meta = build.warehouse_stage(docsvault.settings(), sources, docsvault.embedder())
+        context.log.info(f"warehouse: {meta['notes']} notes, {meta['chunks']} chunks -> {meta['path']}")
+        return _result(meta, path=dg.MetadataValue.path(meta["path"]))
+
+    @dg.asset(key=key("search_index"), deps=[warehouse], group_name=SHARED_GROUP, kinds={"duckdb"},
+              description="Serving check of the search indexes: HNSW used by the vector lane, a sample hybrid query.")
+    def search_index(docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        from pipeline.defs.resources import cached_embedder
+
+        meta = build.search_index_stage(docsvault.settings(), embedder_factory=cached_embedder)
+        return _result(meta)
+
+    @dg.asset_check(asset=search_index, blocking=True, description="The vector lane's plan uses the HNSW index.")
+    def hnsw_index_used(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
+        from pipeline.warehouse import connect, explain_vector_search, list_models
+
+        con = connect(docsvault.settings().warehouse_path, read_only=True)
+        try:
+            plans = {m["model_id"]: explain_vector_search(con, m["table_name"], m["dim"]) for m in list_models(con)}
+        finally:
+            con.close()
+        ok = bool(plans) and all("HNSW_INDEX_SCAN" in p for p in plans.values())
+        return dg.AssetCheckResult(passed=ok, metadata={"models": list(plans)})
+
+    @dg.asset(key=key("retrieval_eval"), deps=[search_index], group_name="eval", kinds={"python"},
+              description="hit@1, hit@3, MRR@10, nDCG@10 of the eval cases (DOCSVAULT_EVALS), overall/per source/kind.")
+    def retrieval_eval(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        from pipeline.defs.resources import cached_embedder
+
+        report = build.eval_stage(docsvault.settings(), sources, embedder_factory=cached_embedder)
+        overall = report["overall"]
+        meta: dict[str, Any] = {"n": int(overall.get("n", 0))}
+        for metric in ("hit@1", "hit@3", "mrr@10", "ndcg@10"):
+            if metric in overall:
+                meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
+        for name, row in sorted(report.get("by_source", {}).items()):
+            for metric in ("hit@3", "mrr@10"):
+                if metric in row:
+                    meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
+        rows = [[name, r.get("n", 0), *(f"{r.get(m, 0):.3f}" for m in ("hit@1", "hit@3", "mrr@10", "ndcg@10"))]
+                for name, r in sorted(report.get("by_source", {}).items())]
+        meta["by_source"] = _md_table(rows, ["source", "n", "hit@1", "hit@3", "MRR@10", "nDCG@10"])
+        context.log.info(f"eval: {overall}")
+        return dg.MaterializeResult(metadata=meta)
+
+    return [link_graph, warehouse, search_index, hnsw_index_used, retrieval_eval]
+
+
+SHARED_STAGES = ("link_graph", "warehouse", "search_index", "retrieval_eval")
+PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")

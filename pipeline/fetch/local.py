@@ -1,0 +1,101 @@
+"""Local folders (e.g. an Obsidian vault): list files in place, never copy or modify anything.
+
+Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
+symlinked folders, and symlinks that resolve outside the root. ``revision`` is a sha256 over the sorted
+``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from pipeline.config import Settings
+from pipeline.errors import FetchError
+from pipeline.fetch import now_iso, read_state, select_paths, write_state
+from pipeline.models import FetchResult, RawFile, Source
+
+
+def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
+    """Posix relative path -> absolute path of every regular file under root (dot entries skipped)."""
+    found: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            path = here / name
+            if path.is_symlink():
+                try:
+                    target = path.resolve(strict=True)
+                    target.relative_to(root)
+                except (OSError, ValueError):
+                    warnings.append(f"source '{source}': skipped symlink leaving the root: {path}")
+                    continue
+                if not target.is_file():
+                    continue
+            elif not path.is_file():
+                continue
+            found[path.relative_to(root).as_posix()] = path
+    return found
+
+
+def fetch_local(source: Source, settings: Settings) -> FetchResult:
+    """List a local source's files (see module doc and :func:`pipeline.fetch.fetch_source`).
+
+    Raises:
+        FetchError: a root is missing or not a folder, two roots share a folder name, or nothing is selected.
+    """
+    started = time.monotonic()
+    if not source.path:
+        raise FetchError(f"source '{source.name}': kind local needs 'path' (one or more folders)")
+    roots = sorted(Path(p) for p in source.path)
+    multi = len(roots) > 1
+    names = [r.name for r in roots]
+    if multi and len(set(names)) != len(names):
+        raise FetchError(
+            f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
+            "source paths would collide — split them into separate sources"
+        )
+    warnings: list[str] = []
+    listing: dict[str, Path] = {}
+    for root in roots:
+        if not root.is_dir():
+            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
+                             "fix 'path' in sources.yaml")
+        prefix = root.name
+        root = root.resolve()
+        for rel, path in _walk_root(root, warnings, source.name).items():
+            listing[f"{prefix}/{rel}" if multi else rel] = path
+    selected = select_paths(source, listing)
+    if not selected:
+        raise FetchError(
+            f"source '{source.name}': no files match under {', '.join(str(r) for r in roots)} "
+            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown'}, exclude={list(source.exclude)})"
+        )
+    digest = hashlib.sha256()
+    total = 0
+    files: list[RawFile] = []
+    for sp in selected:
+        st = listing[sp].stat()
+        total += st.st_size
+        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode("utf-8"))
+        files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
+    revision = digest.hexdigest()
+    previous = read_state(source, settings)
+    changed = previous is None or previous.get("revision") != revision
+    result = FetchResult(
+        source=source.name,
+        strategy="local",
+        revision=revision,
+        files=tuple(files),
+        changed=changed,
+        stats={"requests": 0, "bytes": total if changed else 0,
+               "seconds": round(time.monotonic() - started, 3), "files": len(files)},
+        warnings=tuple(warnings),
+    )
+    write_state(source, settings, result, now_iso(), {"roots": [str(r) for r in roots]})
+    return result

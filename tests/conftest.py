@@ -1,0 +1,74 @@
+"""Shared fixtures: paths to ../shared (read-only real corpora), a tiny local source, isolated settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("DOCSVAULT_SHARED", REPO.parent / "shared")).resolve()
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared; skips the test when the shared folder is not beside the checkout."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not available (set DOCSVAULT_SHARED)")
+    return path
+
+
+TINY_NOTES = {
+    "Home.md": "---\ntitle: Home\ntags: [start]\n---\n# Home\n\nWelcome. See [[Install guide]] and [[Ducks]].\n",
+    "Install guide.md": (
+        "# Install guide\n\nHow to install the tool on your computer.\n\n## Linux\n\nRun the package manager "
+        "to install it.\n\n## Windows\n\nDownload the installer and run it.\n"
+    ),
+    "Ducks.md": "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n",
+    "sub/Parquet files.md": (
+        "# Parquet files\n\nRead a parquet file with `read_parquet`. Columnar storage is fast.\n\n"
+        "```python\n# not a heading\nimport duckdb\n```\n"
+    ),
+    "ja/検索.md": "# 検索\n\nベクトル検索とキーワード検索を組み合わせて、関係のあるページを見つけます。\n",
+    ".obsidian/app.json": "{}",
+}
+
+
+@pytest.fixture
+def tiny_vault(tmp_path: Path) -> Path:
+    """A small Obsidian vault on disk (with a .obsidian folder that must be skipped)."""
+    root = tmp_path / "tinyvault"
+    for rel, text in TINY_NOTES.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Environment for a build of the tiny vault with the fake hash embedder, everything under tmp_path."""
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(
+        f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n", encoding="utf-8"
+    )
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "tiny.yaml").write_text(
+        "corpus: tiny\ncases:\n"
+        "  - id: t1\n    query: install the tool on windows\n    expected: ['Install guide.md']\n    kind: keyword\n"
+        "  - id: t2\n    query: water bird in the pond\n    expected: ['Ducks.md']\n    kind: paraphrase\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DOCSVAULT_SOURCES", str(sources))
+    monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "vault"))
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
+    monkeypatch.setenv("DOCSVAULT_MODEL", "hash")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    return tmp_path
