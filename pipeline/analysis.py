@@ -18,22 +18,26 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
-__all__ = ["Analyzer", "field_text", "is_japanese", "STOPWORDS_EN"]
+__all__ = ["STOPWORDS_EN", "Analyzer", "field_text", "is_japanese"]
 
 # Lucene's English stop set (the one bm25s ships as STOPWORDS_EN): small enough not to eat technical words such as
 # "where", "from", "select", "case".
-STOPWORDS_EN: frozenset[str] = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
-    "this to was will with".split()
+_STOPWORDS_TEXT = (
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
+    "these they this to was will with "
 )
+STOPWORDS_EN: frozenset[str] = frozenset(_STOPWORDS_TEXT.split())
 
 # Japanese: hiragana, katakana (+ ー, ヵヶ), CJK ideographs (incl. ext. A, compatibility), 々〆.
 _JA_CHARS = "\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006"
 _JA_RUN = re.compile(f"[{_JA_CHARS}]+")
-_KANJI_OR_KATAKANA_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005]{2,}|[\u30a1-\u30fa\u30fc]{2,}")
+_KANJI_OR_KATAKANA_RUN = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005]{2,}|[\u30a1-\u30fa\u30fc]{2,}"
+)
 _JA_CHAR = re.compile(f"[{_JA_CHARS}]")
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 
@@ -44,7 +48,9 @@ _DOTTED = re.compile(r"\.|::")
 # Digits stay attached to the letters before them (v2, utf8, HTTP2). Only applied to ASCII parts.
 _CAMEL = re.compile(r"[A-Z]+\d*(?=[A-Z][a-z])|[A-Z]?[a-z]+\d*|[A-Z]+\d*|\d+")
 
-_JA_DROP_POS = frozenset({"助詞", "助動詞", "補助記号", "記号", "空白", "代名詞", "連体詞", "接続詞", "感動詞"})
+_JA_DROP_POS = frozenset(
+    {"助詞", "助動詞", "補助記号", "記号", "空白", "代名詞", "連体詞", "接続詞", "感動詞"}
+)
 _JA_STOP_LEMMAS = frozenset({"為る", "居る", "有る", "在る", "成る", "出来る"})
 
 # SudachiPy rejects input over 49,149 bytes; Japanese runs are batched below this many characters (≤ 3 bytes each).
@@ -136,7 +142,10 @@ class Analyzer:
     def _identifier(self, word: str) -> list[str]:
         """``read_csv`` -> [read_csv, read, csv]; ``Installing`` -> [instal]; ``the`` -> []."""
         pieces = [
-            p for chunk in word.split("_") if chunk for p in (_CAMEL.findall(chunk) if chunk.isascii() else [chunk])
+            p
+            for chunk in word.split("_")
+            if chunk
+            for p in (_CAMEL.findall(chunk) if chunk.isascii() else [chunk])
         ]
         lower = word.lower()
         if len(pieces) <= 1:

@@ -21,7 +21,7 @@ from pipeline.models import Chunk, Note
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Bm25Index", "chunk_token_lists", "build_chunk_index"]
+__all__ = ["Bm25Index", "build_chunk_index", "chunk_token_lists"]
 
 _ARRAYS = ("data", "indices", "indptr")
 
@@ -58,7 +58,7 @@ class Bm25Index:
     @classmethod
     def build(
         cls, doc_ids: Sequence[str], token_lists: Sequence[list[str]], k1: float = 1.5, b: float = 0.75
-    ) -> "Bm25Index":
+    ) -> Bm25Index:
         """Index documents given as token lists.
 
         Args:
@@ -139,7 +139,7 @@ class Bm25Index:
         return blobs
 
     @classmethod
-    def from_blobs(cls, blobs: Mapping[str, bytes]) -> "Bm25Index":
+    def from_blobs(cls, blobs: Mapping[str, bytes]) -> Bm25Index:
         """Rebuild an index from :meth:`to_blobs` output (no re-indexing).
 
         Raises:

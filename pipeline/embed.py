@@ -24,14 +24,14 @@ from pipeline.models import Chunk, text_hash
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EmbedResult",
     "Embedder",
-    "SentenceTransformerEmbedder",
+    "EmbeddingCache",
     "HashEmbedder",
+    "SentenceTransformerEmbedder",
+    "embed_chunks",
     "load_embedder",
     "model_slug",
-    "EmbeddingCache",
-    "EmbedResult",
-    "embed_chunks",
 ]
 
 
@@ -98,8 +98,8 @@ class SentenceTransformerEmbedder:
     latency p95 grows 5-10x.
 
     Args:
-        spec: model name or path; ``"all-MiniLM-L6-v2"`` (or ``"sentence-transformers/all-MiniLM-L6-v2"``) means
-            the bundled model.
+        spec: model name or path; ``"all-MiniLM-L6-v2"`` (or ``"sentence-transformers/all-MiniLM-L6-v2"``, the
+            model id stored in the warehouse) means the bundled model.
         batch_size: texts per forward pass (texts are sorted by length first, so batches pad little).
 
     Raises:
@@ -139,7 +139,7 @@ class SentenceTransformerEmbedder:
                 from sentence_transformers import SentenceTransformer
 
                 self._model = SentenceTransformer(path, device="cpu")
-            except Exception as exc:  # noqa: BLE001 - any load failure is a model problem for the user
+            except Exception as exc:
                 raise EmbeddingError(
                     f"cannot load embedding model {self.spec!r} ({path}): {exc}. Without internet use the bundled "
                     f"{DEFAULT_MODEL!r} or a local model directory (DOCSVAULT_MODEL / the source's `embedding`)"
@@ -268,7 +268,7 @@ def load_embedder(spec: str) -> Embedder:
     """Embedder for a model spec.
 
     Args:
-        spec: ``"hash"`` / ``"hash:<dim>"`` (test fake), else a sentence-transformers model name or local path
+        spec: ``"hash"`` / ``"hash:<dim>"`` (test fake; its model id ``"hash-<dim>"`` is accepted too), else a sentence-transformers model name or local path
             (``"all-MiniLM-L6-v2"``: the bundled offline copy).
 
     Returns:
@@ -280,8 +280,8 @@ def load_embedder(spec: str) -> Embedder:
     spec = (spec or "").strip()
     if not spec:
         raise EmbeddingError("empty embedding model spec: set DOCSVAULT_MODEL or the source's `embedding`")
-    if spec == "hash" or spec.startswith("hash:"):
-        _, _, dim = spec.partition(":")
+    if spec == "hash" or spec.startswith(("hash:", "hash-")):
+        dim = spec[5:]
         try:
             return HashEmbedder(int(dim) if dim else 384)
         except ValueError as exc:

@@ -41,3 +41,7 @@ class EvalFileError(PipelineError):
 
 class BuildLockedError(PipelineError):
     """Another build holds the warehouse lock (the message names its pid and start time)."""
+
+
+class UnknownSourceError(PipelineError):
+    """A search or eval named a source that is not in the warehouse (the message lists the known sources)."""

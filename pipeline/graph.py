@@ -23,8 +23,9 @@ import re
 import tempfile
 import unicodedata
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import networkx as nx
@@ -33,21 +34,20 @@ from markdown_it import MarkdownIt
 from .models import Edge, Note, WikiLink
 
 __all__ = [
-    "parse_links",
-    "LinkResolver",
+    "ATTACHMENT_EXTENSIONS",
     "LinkGraph",
+    "LinkResolver",
     "build_graph",
     "export_graph",
-    "ATTACHMENT_EXTENSIONS",
+    "parse_links",
 ]
 
-ATTACHMENT_EXTENSIONS: frozenset[str] = frozenset(
-    """
-    png jpg jpeg gif bmp svg webp avif heic tif tiff ico
-    mp3 wav m4a ogg flac 3gp webm mp4 ogv mov mkv avi
-    pdf canvas base json csv tsv txt zip gz tar xml yaml yml html htm js css py ipynb docx xlsx pptx epub
-    """.split()
+_ATTACHMENTS_TEXT = (
+    "png jpg jpeg gif bmp svg webp avif heic tif tiff ico mp3 wav m4a ogg flac 3gp webm mp4 ogv mov mkv "
+    "avi pdf canvas base json csv tsv txt zip gz tar xml yaml yml html htm js css py ipynb docx xlsx "
+    "pptx epub "
 )
+ATTACHMENT_EXTENSIONS: frozenset[str] = frozenset(_ATTACHMENTS_TEXT.split())
 
 _MD = MarkdownIt("commonmark").enable("table")
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
@@ -123,7 +123,7 @@ def _parse_md_link(dest: str) -> WikiLink | None:
     if dest.startswith("<") and dest.endswith(">"):
         dest = dest[1:-1]
     dest = dest.strip()
-    if not dest or dest.startswith("#") or _SCHEME.match(dest) or dest.startswith("//"):
+    if not dest or dest.startswith(("#", "//")) or _SCHEME.match(dest):
         return None
     path, _, fragment = dest.partition("#")
     path = path.split("?", 1)[0]
@@ -192,9 +192,9 @@ class LinkResolver:
         aliases: vault path -> frontmatter aliases of that note.
     """
 
-    def __init__(self, paths: Iterable[str], aliases: Mapping[str, Sequence[str]] = {}) -> None:  # noqa: B006
+    def __init__(self, paths: Iterable[str], aliases: Mapping[str, Sequence[str]] = {}) -> None:
         self.paths: list[str] = sorted({unicodedata.normalize("NFC", p) for p in paths})
-        self._exact: dict[str, list[str]] = defaultdict(list)    # key of full path without .md -> paths
+        self._exact: dict[str, list[str]] = defaultdict(list)  # key of full path without .md -> paths
         self._by_name: dict[str, list[str]] = defaultdict(list)  # key of basename without .md -> paths
         for p in self.paths:
             stem = _strip_md(p)
@@ -219,7 +219,8 @@ class LinkResolver:
         Args:
             target: link target as written, without ``#heading``/``|alias`` (``.md`` optional).
             from_path: vault path of the linking note.
-            kind: "markdown" first tries the target relative to the linking note's folder.
+            kind: "markdown" first tries the target relative to the linking note's folder (so does a target
+                starting with ``./`` or ``../``).
 
         Returns:
             A vault path from ``paths``, or None.
@@ -234,7 +235,7 @@ class LinkResolver:
 
         # (1) exact paths
         tries: list[str] = []
-        if kind == "markdown" and not stem.startswith("/"):
+        if (kind == "markdown" and not stem.startswith("/")) or stem.startswith(("./", "../")):
             tries.append(posixpath.normpath(posixpath.join(from_dir, stem)))
         rooted = stem.lstrip("/")
         tries += [posixpath.normpath(f"{source}/{rooted}"), posixpath.normpath(rooted)]
@@ -363,7 +364,12 @@ def build_graph(notes: Sequence[Note]) -> LinkGraph:
             kind="|".join(sorted(pair_kinds[(src, dst)])),
             headings="|".join(sorted(pair_headings[(src, dst)])),
         )
-    pagerank = nx.pagerank(g, weight="count") if g.number_of_nodes() else {}
+    pagerank: dict[str, float] = {}
+    if g.number_of_nodes():
+        try:
+            pagerank = nx.pagerank(g, weight="count")
+        except nx.PowerIterationFailedConvergence:
+            pagerank = nx.pagerank(g, weight="count", max_iter=1000, tol=1e-4)
     for node in g.nodes:
         g.nodes[node]["in_degree"] = int(g.in_degree(node))
         g.nodes[node]["pagerank"] = round(float(pagerank.get(node, 0.0)), 10)
@@ -414,7 +420,8 @@ def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
     data = {
         "nodes": [{"id": node, **g.nodes[node]} for node in g.nodes],
         "edges": [
-            {"src": e.src, "dst": e.dst, "target": e.target, "kind": e.kind, "count": e.count} for e in lg.edges
+            {"src": e.src, "dst": e.dst, "target": e.target, "kind": e.kind, "count": e.count}
+            for e in lg.edges
         ],
         "unresolved": [{"path": p, "target": t} for p, t in lg.unresolved],
         "attachments": lg.attachments,
@@ -422,6 +429,8 @@ def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
     json_path = out_dir / "links.json"
     _atomic_write(
         json_path,
-        lambda p: p.write_text(json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8"),
+        lambda p: p.write_text(
+            json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8"
+        ),
     )
     return {"graphml": graphml, "json": json_path}

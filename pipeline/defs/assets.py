@@ -5,7 +5,6 @@ Each source has its own assets, so a failing source fails only its own chain (an
 ``dagster asset materialize --select '*'`` needs no partition argument.
 """
 
-from __future__ import annotations
 
 import re
 import time

@@ -18,8 +18,9 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pipeline.config import Settings
 from pipeline.errors import FetchError
@@ -32,8 +33,8 @@ GLOB_CHARS = frozenset("*?[")
 __all__ = [
     "DEFAULT_INCLUDE",
     "fetch_source",
-    "load_fetch_result",
     "glob_to_regex",
+    "load_fetch_result",
     "path_matches",
     "select_paths",
     "source_dir",
@@ -111,7 +112,7 @@ def load_fetch_result(source: Source, settings: Settings) -> FetchResult | None:
 
 def now_iso() -> str:
     """Current UTC time, ISO 8601 with seconds and a ``Z``-free ``+00:00`` offset."""
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
 def read_state(source: Source, settings: Settings) -> dict[str, Any] | None:

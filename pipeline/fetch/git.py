@@ -61,7 +61,7 @@ class _GitRunner:
                     f"source '{source.name}': environment variable {source.token_env} (token_env) is not set or "
                     f"empty; export it with a token that can read {redact_url(self.url)}"
                 )
-            basic = base64.b64encode(f"x-access-token:{token}".encode("utf-8")).decode("ascii")
+            basic = base64.b64encode(f"x-access-token:{token}".encode()).decode("ascii")
             self.secrets = [token, basic]
             self.env.update({
                 "GIT_CONFIG_COUNT": "1",

@@ -82,7 +82,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     for sp in selected:
         st = listing[sp].stat()
         total += st.st_size
-        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode("utf-8"))
+        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
     revision = digest.hexdigest()
     previous = read_state(source, settings)

@@ -1,0 +1,350 @@
+"""Hybrid search over the warehouse: BM25 and vector lanes rank chunks, pages are fused with RRF.
+
+Each lane ranks chunks (BM25 via the in-memory ``Bm25Index``; vectors via each model table's HNSW index), then
+ranks pages (notes) by ``best chunk score + 0.1 x second-best chunk score``. Pages are fused with Reciprocal Rank
+Fusion (RRF: Cormack, Clarke & Büttcher, SIGIR 2009): ``score(page) = sum over lanes of w_lane / (k_rrf + rank)``,
+k_rrf = 60. Every page contributes at most two chunks (its best across lanes) to the results.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple, Self
+
+import numpy as np
+
+from pipeline import warehouse as wh
+from pipeline.analysis import STOPWORDS_EN, Analyzer
+from pipeline.bm25 import Bm25Index
+from pipeline.embed import Embedder, load_embedder
+from pipeline.errors import UnknownSourceError
+from pipeline.models import Hit
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LANES", "Searcher", "make_snippet", "page_ranking"]
+
+LANES: tuple[str, ...] = ("bm25", "vector")
+SNIPPET_CHARS = 240
+
+
+class _Page(NamedTuple):
+    note_id: str
+    score: float
+    chunks: list[str]            # chunk ids of this page in the lane, best first
+
+
+def page_ranking(chunk_hits: Sequence[tuple[str, float]], note_of: Callable[[str], str],
+                 second_weight: float = 0.1) -> list[_Page]:
+    """Rank pages from a lane's chunk ranking.
+
+    Args:
+        chunk_hits: ``[(chunk_id, score)]`` best first, higher score is better.
+        note_of: chunk id -> note id.
+        second_weight: weight of a page's second-best chunk score (0.1 measured best).
+
+    Returns:
+        Pages best first: score = best chunk score + second_weight x second-best; ties keep first-seen order.
+    """
+    pages: dict[str, list[tuple[str, float]]] = {}
+    for chunk_id, score in chunk_hits:
+        pages.setdefault(note_of(chunk_id), []).append((chunk_id, score))
+    ranked = []
+    for order, (note_id, hits) in enumerate(pages.items()):
+        hits.sort(key=lambda h: -h[1])
+        score = hits[0][1] + (second_weight * hits[1][1] if len(hits) > 1 else 0.0)
+        ranked.append((-score, order, _Page(note_id, score, [h[0] for h in hits])))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [r[2] for r in ranked]
+
+
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def make_snippet(text: str, query: str, extra_terms: Sequence[str] = (), width: int = SNIPPET_CHARS) -> str:
+    """The chunk text, whitespace collapsed, cut to about ``width`` chars around the first query-term match.
+
+    Terms are the query's words (stopwords and 1-letter words dropped) and ``extra_terms`` (e.g. analyzer stems);
+    Latin terms match at a word start, CJK terms anywhere. Cut ends are marked with ``…``. No match: the start.
+    """
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    terms = {w.casefold() for w in re.findall(r"\w+", query)} | {t.casefold() for t in extra_terms}
+    terms = {t for t in terms if t and t not in STOPWORDS_EN and (len(t) >= 2 or _CJK.search(t))}
+    pos = None
+    if terms:
+        parts = [re.escape(t) if _CJK.search(t) else r"\b" + re.escape(t) for t in sorted(terms, key=len, reverse=True)]
+        m = re.search("|".join(parts), flat, flags=re.IGNORECASE)
+        pos = m.start() if m else None
+    start = 0 if pos is None else max(0, pos - width // 3)
+    end = min(len(flat), start + width)
+    start = max(0, end - width)
+    if start > 0:
+        space = flat.find(" ", start, min(start + 20, pos if pos is not None else start + 20))
+        if space != -1:
+            start = space + 1
+    if end < len(flat):
+        space = flat.rfind(" ", max(start, end - 20), end)
+        if space != -1:
+            end = space
+    return ("…" if start > 0 else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")
+
+
+class Searcher:
+    """Hybrid (BM25 + vector) page search over one warehouse file, opened read-only once.
+
+    Loads the BM25 index and the chunk -> note/source directory once; embedding models load lazily on the first
+    query that needs them (one per vector table; the query is embedded once per model). Thread-safe (one lock).
+
+    Args:
+        warehouse_path: the warehouse file.
+        embedder_factory: model id -> Embedder (default :func:`pipeline.embed.load_embedder`).
+        analyzer: BM25 analyzer; must be the one the index was built with (default ``Analyzer()``).
+        weights: lane -> RRF weight (default 1.0 each).
+        k_rrf: RRF constant (60).
+        lane_depth: chunks each lane ranks before page grouping (200).
+        second_weight: weight of a page's second-best chunk in its lane score (0.1).
+        chunks_per_page: result chunks per page (2).
+
+    Raises:
+        WarehouseNotBuiltError, WarehouseCorruptError: see :func:`pipeline.warehouse.connect`.
+    """
+
+    def __init__(
+        self,
+        warehouse_path: Path,
+        embedder_factory: Callable[[str], Embedder] = load_embedder,
+        *,
+        analyzer: Analyzer | None = None,
+        weights: dict[str, float] | None = None,
+        k_rrf: float = 60.0,
+        lane_depth: int = 200,
+        second_weight: float = 0.1,
+        chunks_per_page: int = 2,
+        max_vector_fetch: int = 1000,
+    ) -> None:
+        self.path = Path(warehouse_path)
+        self._factory = embedder_factory
+        self.analyzer = analyzer or Analyzer()
+        self.weights = {lane: 1.0 for lane in LANES} | dict(weights or {})
+        self.k_rrf = k_rrf
+        self.lane_depth = lane_depth
+        self.second_weight = second_weight
+        self.chunks_per_page = chunks_per_page
+        self.max_vector_fetch = max_vector_fetch
+        self._lock = threading.RLock()
+        self._con = wh.connect(self.path, read_only=True)
+        try:
+            keys = wh.load_chunk_keys(self._con).to_pydict()
+            self._note_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["note_id"]))
+            self._source_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["source"]))
+            notes = wh.load_note_keys(self._con).to_pydict()
+            self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
+            self.sources: list[str] = wh.list_sources(self._con)
+            blobs = wh.load_bm25_blobs(self._con)
+            self._bm25: Bm25Index | None = Bm25Index.from_blobs(blobs) if blobs else None
+            if self._bm25 is not None:
+                self._bm25_sources = np.array([self._source_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
+            self.models = wh.list_models(self._con)
+            self._model_sources = {
+                m["table_name"]: wh.model_source_counts(self._con, m["table_name"]) for m in self.models
+            }
+        except Exception:
+            self._con.close()
+            raise
+        self._masks: dict[frozenset[str], np.ndarray] = {}
+        self._embedders: dict[str, Embedder] = {}
+
+    # ---- lifecycle ----
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def embedder(self, model_id: str) -> Embedder:
+        """The query embedder of a vector table (created on first use)."""
+        if model_id not in self._embedders:
+            self._embedders[model_id] = self._factory(model_id)
+        return self._embedders[model_id]
+
+    # ---- lanes ----
+    def _resolve_sources(self, source: str | Sequence[str] | None) -> frozenset[str] | None:
+        if source is None:
+            return None
+        wanted = {source} if isinstance(source, str) else set(source)
+        if not wanted:
+            return None
+        unknown = sorted(wanted - set(self.sources))
+        if unknown:
+            raise UnknownSourceError(
+                f"unknown source {', '.join(map(repr, unknown))}; the warehouse {self.path} has: "
+                f"{', '.join(self.sources) or '(none)'}"
+            )
+        return frozenset(wanted)
+
+    def _bm25_lane(self, query: str, sources: frozenset[str] | None) -> list[tuple[str, float]]:
+        if self._bm25 is None or not len(self._bm25):
+            return []
+        mask = None
+        if sources is not None:
+            mask = self._masks.get(sources)
+            if mask is None:
+                mask = np.isin(self._bm25_sources, list(sources))
+                self._masks[sources] = mask
+        return self._bm25.search(self.analyzer.tokens(query), self.lane_depth, mask)
+
+    def _vector_lane(self, query: str, sources: frozenset[str] | None) -> list[_Page]:
+        per_model: list[list[_Page]] = []
+        for model in self.models:
+            counts = self._model_sources[model["table_name"]]
+            n_total = sum(counts.values())
+            n_in = n_total if sources is None else sum(counts.get(s, 0) for s in sources)
+            if n_in == 0:
+                continue
+            # a WHERE filter applies after the k-NN step: over-fetch in proportion to the filtered-out rows
+            fetch = min(n_total, max(self.lane_depth, min(self.max_vector_fetch,
+                                                           math.ceil(self.lane_depth * n_total / n_in))))
+            qvec = self.embedder(model["model_id"]).embed_query(query)
+            rows = wh.vector_search(self._con, model["table_name"], qvec, fetch, dim=model["dim"])
+            hits = [(cid, 1.0 - d) for cid, d in rows
+                    if sources is None or self._source_of.get(cid) in sources][: self.lane_depth]
+            per_model.append(page_ranking(hits, self._note_of.__getitem__, self.second_weight))
+        if len(per_model) == 1:
+            return per_model[0]
+        # several models: scores are not comparable across models, so interleave by rank
+        best: dict[str, tuple[int, float, _Page]] = {}
+        for pages in per_model:
+            for rank, page in enumerate(pages):
+                prev = best.get(page.note_id)
+                if prev is None or (rank, -page.score) < (prev[0], -prev[1]):
+                    best[page.note_id] = (rank, page.score, page)
+        return [v[2] for v in sorted(best.values(), key=lambda v: (v[0], -v[1]))]
+
+    def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str]
+               ) -> tuple[list[tuple[str, float, dict[str, int]]], dict[str, dict[str, int]]]:
+        """Fused pages ``[(note_id, score, {lane: page rank})]`` and per-lane chunk ranks ``{lane: {chunk: rank}}``."""
+        unknown = [lane for lane in lanes if lane not in LANES]
+        if unknown or not lanes:
+            raise ValueError(f"unknown lanes {unknown or list(lanes)}; use some of {list(LANES)}")
+        sources = self._resolve_sources(source)
+        lane_pages: dict[str, list[_Page]] = {}
+        if "bm25" in lanes:
+            hits = self._bm25_lane(query, sources)
+            lane_pages["bm25"] = page_ranking(hits, self._note_of.__getitem__, self.second_weight)
+        if "vector" in lanes:
+            lane_pages["vector"] = self._vector_lane(query, sources)
+        fused: dict[str, float] = {}
+        ranks: dict[str, dict[str, int]] = {}
+        chunk_ranks: dict[str, dict[str, int]] = {}
+        for lane, pages in lane_pages.items():
+            w = self.weights.get(lane, 1.0)
+            chunk_ranks[lane] = {}
+            for rank, page in enumerate(pages, start=1):
+                fused[page.note_id] = fused.get(page.note_id, 0.0) + w / (self.k_rrf + rank)
+                ranks.setdefault(page.note_id, {})[lane] = rank
+            # chunk rank inside the lane: pages in order, chunks best first within the page
+            n = 0
+            for page in pages:
+                for cid in page.chunks:
+                    n += 1
+                    chunk_ranks[lane][cid] = n
+        ordered = sorted(fused.items(), key=lambda kv: (-kv[1], min(ranks[kv[0]].values()), kv[0]))
+        return [(nid, score, ranks[nid]) for nid, score in ordered], chunk_ranks
+
+    # ---- API ----
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        source: str | Sequence[str] | None = None,
+        lanes: Sequence[str] = LANES,
+    ) -> list[Hit]:
+        """Search chunks, grouped by page.
+
+        Args:
+            query: free text (any language the analyzer handles); empty/whitespace -> [].
+            k: at most this many hits (k >= 1); a page gives at most ``chunks_per_page`` of them.
+            source: restrict to one source name or several; None: all.
+            lanes: any of ``"bm25"``, ``"vector"``.
+
+        Returns:
+            Hits in fused page order (``Hit.score`` = the page's RRF score, higher is better; ``Hit.rank`` =
+            position in the list, 1-based; ``Hit.lanes`` = lane -> the page's rank in that lane).
+
+        Raises:
+            UnknownSourceError: a source is not in the warehouse (the message lists the known ones).
+            ValueError: k < 1 or an unknown lane.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if not query or not query.strip():
+            return []
+        with self._lock:
+            pages, chunk_ranks = self._fused(query, source, lanes)
+            # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
+            by_note: dict[str, dict[str, float]] = {}
+            for lane, cr in chunk_ranks.items():
+                w = self.weights.get(lane, 1.0)
+                for cid, r in cr.items():
+                    scores = by_note.setdefault(self._note_of[cid], {})
+                    scores[cid] = scores.get(cid, 0.0) + w / (self.k_rrf + r)
+            chosen: list[tuple[str, float, dict[str, int], str]] = []
+            for note_id, score, ranks in pages:
+                if len(chosen) >= k:
+                    break
+                best = sorted(by_note[note_id].items(), key=lambda kv: (-kv[1], kv[0]))[: self.chunks_per_page]
+                for cid, _ in best:
+                    chosen.append((note_id, score, ranks, cid))
+            chosen = chosen[:k]
+            rows = wh.fetch_chunks(self._con, [c[3] for c in chosen])
+        terms = self.analyzer.tokens(query)
+        hits = []
+        for i, (note_id, score, ranks, cid) in enumerate(chosen, start=1):
+            row = rows.get(cid)
+            if row is None:
+                continue
+            hits.append(
+                Hit(
+                    rank=i,
+                    source=row["source"],
+                    source_path=row["source_path"],
+                    vault_path=row["vault_path"],
+                    title=row["title"] or "",
+                    heading=row["heading"] or "",
+                    score=float(score),
+                    snippet=make_snippet(row["text"] or row["breadcrumb"] or "", query, terms),
+                    chunk_id=cid,
+                    note_id=note_id,
+                    lanes=dict(ranks),
+                )
+            )
+        return hits
+
+    def rank_pages(
+        self,
+        query: str,
+        source: str | Sequence[str] | None = None,
+        lanes: Sequence[str] = LANES,
+        depth: int = 10,
+    ) -> list[tuple[str, str, float]]:
+        """Fused page ranking for evaluation: ``[(note_id, source_path, score)]`` best first, at most ``depth``.
+
+        Raises:
+            UnknownSourceError, ValueError: as :meth:`search`.
+        """
+        if not query or not query.strip():
+            return []
+        with self._lock:
+            pages, _ = self._fused(query, source, lanes)
+        return [(nid, self._note_path.get(nid, ""), score) for nid, score, _ in pages[:depth]]

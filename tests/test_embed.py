@@ -1,0 +1,176 @@
+"""Embedders and the embedding cache (HashEmbedder; one integration test with the bundled MiniLM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.embed import (
+    EmbeddingCache,
+    HashEmbedder,
+    SentenceTransformerEmbedder,
+    embed_chunks,
+    load_embedder,
+    model_slug,
+)
+from pipeline.errors import EmbeddingError
+from pipeline.models import Chunk
+
+
+def _chunk(i: int, text: str) -> Chunk:
+    return Chunk(chunk_id=f"c{i}", note_id="n", source="s", ordinal=i, heading_path=("H",), breadcrumb="T > H",
+                 text=text)
+
+
+CHUNKS = [_chunk(i, f"chunk number {i} about topic {i % 3}") for i in range(10)]
+
+
+class Calls:
+    def __init__(self, inner: HashEmbedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.max_tokens = inner.max_tokens
+        self.batches: list[int] = []
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def embed_documents(self, texts):
+        self.batches.append(len(texts))
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+def test_hash_embedder_is_deterministic_and_normalised():
+    e = HashEmbedder(64)
+    a = e.embed_documents(["alpha beta", "gamma", ""])
+    assert a.shape == (3, 64) and a.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(a[0], HashEmbedder(64).embed_query("Alpha BETA"))
+    assert e.model_id == "hash-64"
+    assert e.count_tokens("a b  c") == 3
+
+
+def test_load_embedder_specs():
+    assert load_embedder("hash").dim == 384
+    assert load_embedder("hash:16").model_id == "hash-16"
+    assert load_embedder("hash-16").dim == 16
+    st = load_embedder("all-MiniLM-L6-v2")
+    assert isinstance(st, SentenceTransformerEmbedder)
+    assert st.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert st._model is None  # constructing is cheap: nothing loaded yet
+    with pytest.raises(EmbeddingError, match="hash:<dim>"):
+        load_embedder("hash:x")
+    with pytest.raises(EmbeddingError):
+        load_embedder("  ")
+
+
+def test_model_slug():
+    assert model_slug("sentence-transformers/all-MiniLM-L6-v2") == "sentence_transformers_all_minilm_l6_v2"
+    assert len(model_slug("x" * 100)) == 60
+
+
+def test_cache_hit_on_second_call(tmp_path: Path):
+    e = Calls(HashEmbedder(32))
+    cache = EmbeddingCache(tmp_path, e.model_id)
+    first = embed_chunks(CHUNKS, e, cache, batch_size=4)
+    assert (first.n_embedded, first.n_cached) == (10, 0)
+    assert first.chunk_ids == [c.chunk_id for c in CHUNKS]
+    assert first.vectors.shape == (10, 32) and first.vectors.dtype == np.float32
+    # a fresh cache object reads the shards from disk
+    second = embed_chunks(CHUNKS, e, EmbeddingCache(tmp_path, e.model_id), batch_size=4)
+    assert (second.n_embedded, second.n_cached) == (0, 10)
+    np.testing.assert_array_equal(first.vectors, second.vectors)
+    assert e.batches == [4, 4, 2]
+
+
+def test_one_changed_chunk_is_the_only_one_embedded(tmp_path: Path):
+    e = HashEmbedder(32)
+    embed_chunks(CHUNKS, e, EmbeddingCache(tmp_path, e.model_id))
+    changed = list(CHUNKS)
+    changed[3] = _chunk(3, "completely new text")
+    res = embed_chunks(changed, e, EmbeddingCache(tmp_path, e.model_id))
+    assert (res.n_embedded, res.n_cached) == (1, 9)
+    np.testing.assert_array_equal(res.vectors[3], e.embed_documents([changed[3].embed_text])[0])
+
+
+def test_vectors_follow_chunk_order_and_duplicates_embed_once(tmp_path: Path):
+    e = Calls(HashEmbedder(16))
+    chunks = [_chunk(0, "same"), _chunk(1, "other words here"), _chunk(2, "same")]
+    res = embed_chunks(chunks, e, None)
+    assert res.n_embedded == 2 and sum(e.batches) == 2
+    np.testing.assert_array_equal(res.vectors[0], res.vectors[2])
+    np.testing.assert_array_equal(res.vectors[1], e.inner.embed_documents([chunks[1].embed_text])[0])
+
+
+def test_one_shard_written_per_batch_with_progress(tmp_path: Path):
+    e = HashEmbedder(8)
+    cache = EmbeddingCache(tmp_path, e.model_id)
+    seen: list[tuple[int, int]] = []
+    embed_chunks(CHUNKS, e, cache, batch_size=3, progress=lambda d, t: seen.append((d, t)))
+    assert [p.name for p in cache.shards()] == ["shard-0.npz", "shard-1.npz", "shard-2.npz", "shard-3.npz"]
+    assert cache.dir == tmp_path / "hash_8"
+    assert seen == [(0, 10), (3, 10), (6, 10), (9, 10), (10, 10)]
+    assert not [p for p in cache.dir.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_crash_after_some_batches_keeps_finished_ones(tmp_path: Path):
+    class Dies(Calls):
+        def embed_documents(self, texts):
+            if len(self.batches) == 2:
+                raise KeyboardInterrupt  # stands in for a kill mid-run
+            return super().embed_documents(texts)
+
+    e = Dies(HashEmbedder(8))
+    with pytest.raises(KeyboardInterrupt):
+        embed_chunks(CHUNKS, e, EmbeddingCache(tmp_path, e.model_id), batch_size=4)
+    res = embed_chunks(CHUNKS, HashEmbedder(8), EmbeddingCache(tmp_path, e.model_id), batch_size=4)
+    assert (res.n_embedded, res.n_cached) == (2, 8)
+
+
+def test_unreadable_shard_is_ignored(tmp_path: Path, caplog):
+    e = HashEmbedder(8)
+    cache = EmbeddingCache(tmp_path, e.model_id)
+    embed_chunks(CHUNKS[:4], e, cache)
+    (cache.dir / "shard-7.npz").write_bytes(b"not a zip file")
+    res = embed_chunks(CHUNKS[:4], e, EmbeddingCache(tmp_path, e.model_id))
+    assert (res.n_embedded, res.n_cached) == (0, 4)
+    assert "ignoring unreadable shard" in caplog.text
+
+
+def test_compact_merges_when_more_than_20_shards(tmp_path: Path):
+    e = HashEmbedder(8)
+    cache = EmbeddingCache(tmp_path, e.model_id)
+    for i in range(21):
+        cache.put_many([f"h{i}"], e.embed_documents([f"text {i}"]))
+    assert len(cache.shards()) == 21
+    assert cache.compact() is True
+    assert len(cache.shards()) == 1
+    fresh = EmbeddingCache(tmp_path, e.model_id)
+    got = fresh.get_many([f"h{i}" for i in range(21)] + ["absent"])
+    assert len(got) == 21
+    np.testing.assert_array_equal(got["h5"], e.embed_documents(["text 5"])[0])
+    assert fresh.compact() is False
+
+
+def test_cache_of_another_model_is_refused(tmp_path: Path):
+    with pytest.raises(EmbeddingError, match="hash-8"):
+        embed_chunks(CHUNKS, HashEmbedder(8), EmbeddingCache(tmp_path, "hash-16"))
+
+
+@pytest.mark.integration
+def test_bundled_minilm():
+    e = load_embedder("all-MiniLM-L6-v2")
+    assert e.count_tokens("hello world") == 4
+    assert e.max_tokens == 256
+    vecs = e.embed_documents(["a short text", "a much longer text " * 20, "hello world"])
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
+    q = e.embed_query("hello world")
+    assert e.dim == 384 and q.shape == (384,)
+    np.testing.assert_allclose(q, vecs[2], atol=1e-5)  # order restored after length sorting

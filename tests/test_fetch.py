@@ -1,0 +1,291 @@
+"""Fetch: git (local bare repos over file://, EC-22), local folders, globs, state on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import git
+import pytest
+
+from pipeline.config import Settings
+from pipeline.errors import FetchError
+from pipeline.fetch import fetch_source, load_fetch_result, path_matches, select_paths
+from pipeline.models import Source
+
+TOOLS = Path("/work/shared/tools/make-git-mirrors")
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                    vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals")
+
+
+def _commit(work: git.Repo, files: dict[str, str], message: str) -> str:
+    for rel, text in files.items():
+        path = Path(work.working_tree_dir) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    work.index.add(list(files))
+    actor = git.Actor("t", "t@localhost")
+    return work.index.commit(message, author=actor, committer=actor).hexsha
+
+
+@pytest.fixture()
+def remote(tmp_path: Path):
+    """(bare repo path, working repo): README.md, docs/a.md, docs/ja/b.md, src/x.py on branch main."""
+    work = git.Repo.init(tmp_path / "work", initial_branch="main")
+    _commit(work, {"README.md": "# R\n", "docs/a.md": "# A\n", "docs/ja/b.md": "# B\n", "src/x.py": "x = 1\n"},
+            "init")
+    bare = tmp_path / "remote.git"
+    git.Repo.clone_from(work.working_tree_dir, bare, bare=True)
+    with git.Repo(bare).config_writer() as cw:
+        cw.set_value("uploadpack", "allowFilter", "true")
+        cw.set_value("uploadpack", "allowAnySHA1InWant", "true")
+    work.create_remote("origin", str(bare))
+    return bare, work
+
+
+def _git_source(bare: Path, **kw) -> Source:
+    return Source(**{"name": "demo", "kind": "git", "url": f"file://{bare}", "ref": "main", "paths": ("docs",), **kw})
+
+
+@pytest.mark.parametrize("paths", [("docs",), ("docs/**/*.md",)])
+def test_ec22_sparse_paths_and_patterns(tmp_path, remote, paths):
+    bare, work = remote
+    settings = _settings(tmp_path)
+    result = fetch_source(_git_source(bare, paths=paths), settings)
+    assert [f.source_path for f in result.files] == ["docs/a.md", "docs/ja/b.md"]
+    assert result.strategy == "git"
+    assert result.revision == work.head.commit.hexsha
+    assert result.changed is True
+    assert all(f.path.is_file() and f.source == "demo" for f in result.files)
+    assert result.files[0].path == settings.raw_dir / "demo" / "repo" / "docs" / "a.md"
+    assert set(result.stats) >= {"requests", "bytes", "seconds", "files"}
+    assert result.stats["files"] == 2
+    assert not (settings.raw_dir / "demo" / "repo" / "src" / "x.py").exists()
+
+
+def test_second_fetch_unchanged_then_new_commit(tmp_path, remote):
+    bare, work = remote
+    settings = _settings(tmp_path)
+    source = _git_source(bare)
+    first = fetch_source(source, settings)
+    again = fetch_source(source, settings)
+    assert again.changed is False
+    assert again.revision == first.revision
+    assert again.stats["requests"] == 1 and again.stats["bytes"] == 0
+    assert [f.source_path for f in again.files] == ["docs/a.md", "docs/ja/b.md"]
+
+    new = _commit(work, {"docs/c.md": "# C\n"}, "add c")
+    work.remote("origin").push("main")
+    third = fetch_source(source, settings)
+    assert third.changed is True
+    assert third.revision == new
+    assert [f.source_path for f in third.files] == ["docs/a.md", "docs/c.md", "docs/ja/b.md"]
+    assert (settings.raw_dir / "demo" / "repo" / "docs" / "c.md").read_text() == "# C\n"
+
+
+def test_fetch_json_and_load_fetch_result(tmp_path, remote):
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    source = _git_source(bare)
+    assert load_fetch_result(source, settings) is None
+    result = fetch_source(source, settings)
+    state = json.loads((settings.raw_dir / "demo" / "fetch.json").read_text())
+    assert state["revision"] == result.revision
+    assert state["strategy"] == "git"
+    assert state["file_count"] == 2
+    assert state["fetched_at"].endswith("+00:00")
+    loaded = load_fetch_result(source, settings)
+    assert loaded is not None
+    assert loaded.files == result.files and loaded.revision == result.revision and loaded.changed is False
+
+
+def test_commit_id_ref(tmp_path, remote):
+    bare, work = remote
+    first = work.head.commit.hexsha
+    _commit(work, {"docs/later.md": "# L\n"}, "later")
+    work.remote("origin").push("main")
+    settings = _settings(tmp_path)
+    source = _git_source(bare, ref=first)
+    result = fetch_source(source, settings)
+    assert result.revision == first
+    assert [f.source_path for f in result.files] == ["docs/a.md", "docs/ja/b.md"]
+    again = fetch_source(source, settings)
+    assert again.changed is False and again.stats["requests"] == 0
+
+
+def test_tag_ref(tmp_path, remote):
+    bare, work = remote
+    work.create_tag("v1", message="v1")
+    work.remote("origin").push("v1")
+    settings = _settings(tmp_path)
+    source = _git_source(bare, ref="v1")
+    result = fetch_source(source, settings)
+    assert result.revision == work.head.commit.hexsha
+    assert fetch_source(source, settings).changed is False
+
+
+def test_dead_url_raises_and_keeps_old_checkout(tmp_path, remote):
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    source = _git_source(bare)
+    fetch_source(source, settings)
+    moved = bare.with_name("gone.git")
+    bare.rename(moved)
+    with pytest.raises(FetchError) as exc:
+        fetch_source(source, settings)
+    msg = str(exc.value)
+    assert msg.startswith(f"source 'demo': cannot fetch file://{bare}: ")
+    assert "\n" not in msg and "Traceback" not in msg and "stderr" not in msg
+    assert (settings.raw_dir / "demo" / "repo" / "docs" / "a.md").read_text() == "# A\n"
+    loaded = load_fetch_result(source, settings)
+    assert loaded is not None and len(loaded.files) == 2
+
+
+def test_fresh_clone_failure_names_source_and_url(tmp_path):
+    settings = _settings(tmp_path)
+    source = Source(name="nope", kind="git", url=f"file://{tmp_path}/missing.git", paths=("docs",))
+    with pytest.raises(FetchError, match=rf"^source 'nope': cannot fetch file://{tmp_path}/missing.git: "):
+        fetch_source(source, settings)
+    assert not (settings.raw_dir / "nope" / "repo").exists()
+    assert [p.name for p in (settings.raw_dir / "nope").iterdir()] == []
+
+
+def test_zero_matching_files_raises(tmp_path, remote):
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    for paths in (("nothing-here",), ("docs/*.rst",)):
+        with pytest.raises(FetchError, match="no files match"):
+            fetch_source(_git_source(bare, name="empty", paths=paths), settings)
+    assert not (settings.raw_dir / "empty" / "repo").exists()
+
+
+def test_include_exclude_on_git(tmp_path, remote):
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    result = fetch_source(_git_source(bare, paths=(), exclude=("docs/ja",)), settings)
+    assert [f.source_path for f in result.files] == ["README.md", "docs/a.md"]
+    result = fetch_source(_git_source(bare, name="py", paths=(), include=("src/*.py",)), settings)
+    assert [f.source_path for f in result.files] == ["src/x.py"]
+
+
+def test_token_never_in_config_or_errors(tmp_path, remote, monkeypatch):
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    monkeypatch.setenv("DEMO_TOKEN", "s3cr3t-token-value")
+    source = _git_source(bare, token_env="DEMO_TOKEN")
+    fetch_source(source, settings)
+    config = (settings.raw_dir / "demo" / "repo" / ".git" / "config").read_text()
+    assert "s3cr3t" not in config
+    assert "s3cr3t" not in (settings.raw_dir / "demo" / "fetch.json").read_text()
+    bad = _git_source(bare, name="bad", url="https://user:s3cr3t-token-value@127.0.0.1:9/x.git",
+                      token_env="DEMO_TOKEN")
+    with pytest.raises(FetchError) as exc:
+        fetch_source(bad, settings)
+    assert "s3cr3t" not in str(exc.value)
+    monkeypatch.delenv("DEMO_TOKEN")
+    with pytest.raises(FetchError, match="DEMO_TOKEN"):
+        fetch_source(source, settings)
+
+
+def test_unimplemented_kinds(tmp_path):
+    for kind in ("llms_txt", "html"):
+        with pytest.raises(FetchError, match="not implemented yet"):
+            fetch_source(Source(name="w", kind=kind, url="https://example.invalid/"), _settings(tmp_path))
+
+
+# ---- local ----
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_local_skips_dot_folders_and_files(tmp_path):
+    vault = tmp_path / "Vault"
+    _tree(vault, {"Home.md": "# H\n", "sub/Note.md": "n\n", ".obsidian/app.md": "x", ".trash/old.md": "x",
+                  ".hidden.md": "x", "sub/.git/x.md": "x", "img.png": "p", "sub/page.mdx": "m"})
+    source = Source(name="notes", kind="local", path=(vault,))
+    before = sorted(p.relative_to(vault).as_posix() for p in vault.rglob("*"))
+    result = fetch_source(source, _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["Home.md", "sub/Note.md", "sub/page.mdx"]
+    assert result.files[0].path == vault / "Home.md"
+    assert result.strategy == "local" and result.changed is True
+    assert sorted(p.relative_to(vault).as_posix() for p in vault.rglob("*")) == before
+
+
+def test_local_multi_root_prefix_and_change_detection(tmp_path):
+    a, b = tmp_path / "alpha", tmp_path / "beta"
+    _tree(a, {"x.md": "1"})
+    _tree(b, {"y/z.md": "2"})
+    settings = _settings(tmp_path)
+    source = Source(name="two", kind="local", path=(b, a))
+    first = fetch_source(source, settings)
+    assert [f.source_path for f in first.files] == ["alpha/x.md", "beta/y/z.md"]
+    second = fetch_source(source, settings)
+    assert second.changed is False and second.revision == first.revision
+    (a / "x.md").write_text("changed size")
+    third = fetch_source(source, settings)
+    assert third.changed is True and third.revision != first.revision
+    assert load_fetch_result(source, settings).revision == third.revision
+
+
+def test_local_include_exclude(tmp_path):
+    root = tmp_path / "docs"
+    _tree(root, {"a.md": "", "drafts/b.md": "", "c.txt": "", "deep/er/d.md": ""})
+    settings = _settings(tmp_path)
+    result = fetch_source(Source(name="l", kind="local", path=(root,), exclude=("drafts",)), settings)
+    assert [f.source_path for f in result.files] == ["a.md", "deep/er/d.md"]
+    result = fetch_source(Source(name="l", kind="local", path=(root,), include=("**/*.txt", "deep/**")), settings)
+    assert [f.source_path for f in result.files] == ["c.txt", "deep/er/d.md"]
+
+
+def test_local_symlink_leaving_root_skipped(tmp_path):
+    root = tmp_path / "docs"
+    _tree(root, {"a.md": "a", "inner.md": "i"})
+    (tmp_path / "secret.md").write_text("s")
+    os.symlink(tmp_path / "secret.md", root / "leak.md")
+    os.symlink(root / "inner.md", root / "alias.md")
+    result = fetch_source(Source(name="l", kind="local", path=(root,)), _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["a.md", "alias.md", "inner.md"]
+    assert any("leak.md" in w for w in result.warnings)
+
+
+def test_local_missing_root(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FetchError, match=rf"source 'l': local path {missing} does not exist"):
+        fetch_source(Source(name="l", kind="local", path=(missing,)), _settings(tmp_path))
+
+
+def test_glob_semantics():
+    assert path_matches("docs/a.md", ["*.md"])
+    assert path_matches("docs/a.md", ["docs/**/*.md"])
+    assert path_matches("docs/x/y/b.md", ["docs/**/*.md"])
+    assert not path_matches("src/a.md", ["docs/**/*.md"])
+    assert not path_matches("docs/x/b.md", ["docs/*.md"])
+    assert path_matches("docs/v3/api-ref/x.mdx", ["api-ref"])
+    assert path_matches("a/b.md", ["a/b.[mM]d"])
+    src = Source(name="s", kind="local")
+    assert select_paths(src, ["b.mdx", "a.md", "c.markdown", "d.txt", "a.md"]) == ["a.md", "b.mdx", "c.markdown"]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not TOOLS.exists() or shutil.which("git") is None, reason="mirror tool not available")
+def test_integration_obsidian_help_mirror(tmp_path):
+    out = subprocess.run([str(TOOLS), str(tmp_path / "mirrors"), "obsidian-help"], check=True,
+                         capture_output=True, text=True).stdout
+    assert "obsidian-help" in out
+    source = Source(name="obsidian-help", kind="git", url=f"file://{tmp_path}/mirrors/obsidian-help.git",
+                    ref="main", paths=("en",), format="obsidian")
+    settings = _settings(tmp_path)
+    result = fetch_source(source, settings)
+    assert len(result.files) == 173
+    assert "en/Linking notes and files/Internal links.md" in [f.source_path for f in result.files]
+    assert fetch_source(source, settings).changed is False

@@ -1,0 +1,104 @@
+"""Frontmatter: split (BOM, CRLF, dates), decode, render round-trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.errors import NoteError
+from pipeline.frontmatter import canonical_body, decode_bytes, json_safe, render_note, split_frontmatter
+
+
+def test_split_basic():
+    fm, body = split_frontmatter("---\ntitle: Guide\ntags:\n  - a\n---\n# Start\nline one\n", "x.md")
+    assert fm == {"title": "Guide", "tags": ["a"]}
+    assert body == "# Start\nline one\n"
+
+
+def test_ec12_crlf_bytes_identical_to_lf():
+    crlf = b"---\r\ntitle: Guide\r\ntags:\r\n  - a\r\n---\r\n# Start\r\nline one\r\n"
+    lf = crlf.replace(b"\r\n", b"\n")
+    got = split_frontmatter(decode_bytes(crlf, "x.md"), "x.md")
+    assert got == ({"title": "Guide", "tags": ["a"]}, "# Start\nline one\n")
+    assert got == split_frontmatter(decode_bytes(lf, "x.md"), "x.md")
+    assert "\r" not in json.dumps(got)
+
+
+def test_bom_is_dropped():
+    data = "\ufeff---\ntitle: T\n---\nbody\n".encode("utf-8")
+    assert split_frontmatter(decode_bytes(data, "x"), "x") == ({"title": "T"}, "body\n")
+    assert split_frontmatter("\ufeff---\ntitle: T\n---\nbody\n", "x") == ({"title": "T"}, "body\n")
+
+
+def test_ec12_negative_not_frontmatter():
+    text = "---title: x\nbody\n"
+    assert split_frontmatter(text, "x") == ({}, text)
+
+
+def test_no_frontmatter_and_empty_block():
+    assert split_frontmatter("# Hi\n", "x") == ({}, "# Hi\n")
+    assert split_frontmatter("---\n---\nbody\n", "x") == ({}, "body\n")
+
+
+def test_dots_closer():
+    assert split_frontmatter("---\na: 1\n...\nbody\n", "x") == ({"a": 1}, "body\n")
+
+
+def test_ec11_dates_become_iso_strings():
+    text = "---\ncreated: 2026-04-05\nupdated: 2026-04-06T09:30:00\ndue: \"2026-05-01\"\n---\n# Note\n"
+    fm, _ = split_frontmatter(text, "x.md")
+    assert fm == {"created": "2026-04-05", "updated": "2026-04-06T09:30:00", "due": "2026-05-01"}
+    assert json.loads(json.dumps(fm)) == fm
+
+
+def test_json_safe_nested():
+    import datetime as dt
+
+    value = {"a": [dt.date(2026, 1, 2), {"b": dt.datetime(2026, 1, 2, 3, 4, 5)}], 1: float("nan"), "s": {3}}
+    assert json_safe(value) == {"a": ["2026-01-02", {"b": "2026-01-02T03:04:05"}], "1": "nan", "s": [3]}
+
+
+def test_invalid_yaml_names_file_and_line():
+    with pytest.raises(NoteError) as exc:
+        split_frontmatter("---\ntitle: ok\nbad: [unclosed\n---\nbody\n", "source 'x': a.md")
+    msg = str(exc.value)
+    assert msg.startswith("source 'x': a.md: line ")
+    assert "invalid YAML" in msg
+
+
+def test_non_mapping_frontmatter():
+    with pytest.raises(NoteError, match="mapping"):
+        split_frontmatter("---\n- a\n- b\n---\nbody\n", "a.md")
+
+
+def test_unclosed_frontmatter():
+    with pytest.raises(NoteError, match="never closed"):
+        split_frontmatter("---\ntitle: x\nbody\n", "a.md")
+
+
+def test_unsafe_yaml_tag_rejected():
+    with pytest.raises(NoteError):
+        split_frontmatter("---\nx: !!python/object/apply:os.system ['echo hi']\n---\n", "a.md")
+
+
+def test_decode_invalid_utf8_and_binary():
+    with pytest.raises(NoteError, match="not valid UTF-8"):
+        decode_bytes(b"ok \xff\xfe", "source 'x': a.md")
+    with pytest.raises(NoteError, match="binary"):
+        decode_bytes(b"PNG\x00\x01", "source 'x': a.png")
+
+
+def test_render_exact():
+    text = render_note({"title": "Grüße", "tags": ["a", "b"], "n": 1}, "# Hi\n\nText")
+    assert text == "---\ntitle: Grüße\ntags:\n- a\n- b\nn: 1\n---\n\n# Hi\n\nText\n"
+
+
+@pytest.mark.parametrize("fm, body", [
+    ({"title": "T", "created": "2026-04-05", "hash": "1e5", "empty": None, "nested": {"k": [1, "x: y"]}}, "b\n"),
+    ({"title": "Long " * 100, "multi": "line1\nline2"}, "\n\nbody with trailing\n\n\n"),
+    ({}, "just body\n"),
+    ({"title": "yes", "flag": "true", "on": "on"}, ""),
+])
+def test_render_round_trips(fm, body):
+    assert split_frontmatter(render_note(fm, body), "x") == (fm, canonical_body(body))

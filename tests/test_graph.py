@@ -1,0 +1,234 @@
+"""Tests of pipeline.graph: link parsing (EC-05, EC-07), resolution (EC-08), graph building and export."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from pathlib import Path
+
+import networkx as nx
+import pytest
+import yaml
+
+from pipeline.graph import LinkResolver, build_graph, export_graph, parse_links
+from pipeline.models import Note, WikiLink
+
+CORPUS = Path("/work/shared/corpora/obsidian-help")
+
+
+def note(path: str, body: str, source: str = "v", **frontmatter: object) -> Note:
+    title = path.rsplit("/", 1)[-1].removesuffix(".md")
+    return Note(source, path, path, title, dict(frontmatter), body)
+
+
+# ---- parsing ------------------------------------------------------------------------------------------------
+EC05 = (
+    "| Page | Why |\n"
+    "| --- | --- |\n"
+    "| [[Setup Guide#Install steps\\|Install]] | first |\n"
+    "| [[Setup Guide#Install steps|Install]] | also seen in the wild |\n"
+    "See [[Setup Guide#Install steps|Install]] and [[#Local heading]].\n"
+)
+
+
+def test_ec05_escaped_pipe_in_tables() -> None:
+    links = parse_links(EC05)
+    expected = WikiLink(target="Setup Guide", heading="Install steps", alias="Install")
+    assert links == [expected, expected, expected, WikiLink(target="", heading="Local heading")]
+    assert not any("\\" in (part or "") for link in links for part in (link.target, link.heading, link.alias))
+
+
+def test_ec05_graph_one_edge_no_phantom_node() -> None:
+    lg = build_graph([note("index.md", EC05), note("Setup Guide.md", "Steps.\n\n## Install steps\n")])
+    index_id, guide_id = note("index.md", "").note_id, note("Setup Guide.md", "").note_id
+    assert sorted(lg.graph.nodes) == sorted([index_id, guide_id])
+    assert list(lg.graph.edges) == [(index_id, guide_id)]
+    assert lg.graph.edges[index_id, guide_id]["count"] == 3
+    assert lg.graph.edges[index_id, guide_id]["headings"] == "Install steps"
+    assert lg.unresolved == []
+
+
+EC07 = (
+    "Real link: [[Shell Basics]]\n"
+    "Inline example: `[[Note|Alias]]`\n"
+    "```bash\n"
+    'if [[ -f "$cfg" ]]; then echo ok; fi\n'
+    "```\n"
+    "~~~toml\n"
+    "[[tool.entries]]\n"
+    'name = "x"\n'
+    "~~~\n"
+    "````md\n"
+    "```\n"
+    "[[Nested Example]]\n"
+    "```\n"
+    "````\n"
+)
+
+
+def test_ec07_links_in_code_ignored() -> None:
+    assert parse_links(EC07) == [WikiLink(target="Shell Basics")]
+
+
+def test_ec07_graph_has_no_phantom_targets() -> None:
+    lg = build_graph([note("shell-tips.md", EC07)])
+    assert lg.unresolved == [("v/shell-tips.md", "Shell Basics")]
+    assert [e.target for e in lg.edges] == ["Shell Basics"]
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        ("``[[a]] ` `` then [[b]]", ["b"]),  # double-backtick span containing a single backtick
+        ("    [[indented code]]\n\n[[c]]", ["c"]),
+        ("> ```\n> [[quoted code]]\n> ```\n[[d]]", ["d"]),
+        ("- item\n\n  ```\n  [[list code]]\n  ```\n- [[e]]", ["e"]),
+        ("unclosed `[[f]] tick", ["f"]),
+        ("```\n[[unclosed fence]]\n", []),
+    ],
+)
+def test_code_masking_variants(markdown: str, expected: list[str]) -> None:
+    assert [link.target for link in parse_links(markdown)] == expected
+
+
+def test_link_forms() -> None:
+    md = (
+        "![[Diagram.png|300]] ![[Other note#Part]] [[Page#^abc123]] [[Page#Head#Sub]] [[folder/Page.md|x]]\n"
+        "[rel](../x/My%20Note.md#Some%20Head) [angle](<a b.md>) [web](https://example.org/a.md) "
+        "[mail](mailto:a@b.md) ![img](pic.md) [anchor](#local) [png](pic.png) [q](Note.md?raw=1)\n"
+    )
+    assert parse_links(md) == [
+        WikiLink(target="Diagram.png", alias="300", embed=True),
+        WikiLink(target="Other note", heading="Part", embed=True),
+        WikiLink(target="Page", block="abc123"),
+        WikiLink(target="Page", heading="Head#Sub"),
+        WikiLink(target="folder/Page.md", alias="x"),
+        WikiLink(target="../x/My Note.md", heading="Some Head", kind="markdown"),
+        WikiLink(target="a b.md", kind="markdown"),
+        WikiLink(target="Note.md", kind="markdown"),
+    ]
+
+
+# ---- resolution -----------------------------------------------------------------------------------------------
+EC08_FILES = [
+    "api/Install.md",
+    "guides/Install.md",
+    "api/v2/Install.md",
+    "howto/deep/page.md",
+    "guides/page.md",
+    "top.md",
+]
+
+
+@pytest.mark.parametrize("order", [EC08_FILES, list(reversed(EC08_FILES)), sorted(EC08_FILES)])
+def test_ec08_resolution(order: list[str]) -> None:
+    r = LinkResolver([f"v/{p}" for p in order])
+    assert r.resolve("Install", "v/guides/page.md") == "v/guides/Install.md"  # own folder
+    assert r.resolve("install", "v/howto/deep/page.md") == "v/api/Install.md"  # shortest path (14 < 17 chars)
+    assert r.resolve("INSTALL", "v/top.md") == "v/api/Install.md"
+    assert r.resolve("guides/Install", "v/top.md") == "v/guides/Install.md"
+    assert r.resolve("api/v2/Install", "v/top.md") == "v/api/v2/Install.md"
+    assert r.resolve("Missing", "v/top.md") is None
+
+
+def test_ec08_graph_dangling_not_bound() -> None:
+    notes = [note(p, "") for p in EC08_FILES if p != "top.md"]
+    notes.append(note("top.md", "[[INSTALL]] [[guides/Install]] [[api/v2/Install]] [[Nowhere]]"))
+    lg = build_graph(notes)
+    top = note("top.md", "").note_id
+    dsts = sorted(lg.graph.nodes[d]["path"] for _, d in lg.graph.out_edges(top))
+    assert dsts == ["v/api/Install.md", "v/api/v2/Install.md", "v/guides/Install.md"]
+    assert lg.unresolved == [("v/top.md", "Nowhere")]
+    assert next(e for e in lg.edges if e.dst is None).target == "Nowhere"
+
+
+def test_resolution_details() -> None:
+    paths = ["a/Notes/Café.md", "a/Home.md", "a/sub/home.md", "a/x/Page.md", "b/Page.md", "b/Home.md"]
+    r = LinkResolver(
+        [unicodedata.normalize("NFD", p) if "Café" in p else p for p in paths],
+        {"a/x/Page.md": ["Start here"]},
+    )
+    assert r.resolve("Home.md", "a/sub/page.md") == "a/Home.md"  # exact path in own source vault wins
+    assert (
+        r.resolve("home", "a/sub/other.md") == "a/Home.md"
+    )  # exact path (case-insensitive) before own folder
+    assert r.resolve("Page", "a/Home.md") == "a/x/Page.md"  # same source folder preferred
+    assert r.resolve("Page", "b/Home.md") == "b/Page.md"
+    assert r.resolve(unicodedata.normalize("NFC", "Café"), "a/Home.md") == "a/Notes/Café.md"  # NFC vs NFD
+    assert r.resolve("start HERE", "a/Home.md") == "a/x/Page.md"  # alias
+    assert r.resolve("../x/Page.md", "a/sub/home.md", kind="markdown") == "a/x/Page.md"
+    assert r.resolve("../x/Page", "a/sub/home.md") == "a/x/Page.md"
+    assert r.resolve("tes/Café", "a/Home.md") is None  # suffix match is component-wise
+    assert r.resolve("image.png", "a/Home.md") is None
+    assert LinkResolver.is_attachment("image.png") and LinkResolver.is_attachment("Board.canvas")
+    assert not LinkResolver.is_attachment("Obsidian 1.0")
+
+
+def test_self_links_and_attachments() -> None:
+    notes = [
+        note("A.md", "[[#Top]] [[A]] [[A#Top]] ![[pic.png]] ![[doc.pdf#page=2]] [[B]] ![[B]]"),
+        note("B.md", ""),
+    ]
+    lg = build_graph(notes)
+    a, b = notes[0].note_id, notes[1].note_id
+    assert list(lg.graph.edges(data=True)) == [(a, b, {"count": 2, "kind": "embed|wikilink", "headings": ""})]
+    assert lg.attachments == 2
+    assert lg.unresolved == []
+    assert sorted((e.kind, e.count) for e in lg.edges) == [("embed", 1), ("wikilink", 1)]
+    assert lg.graph.nodes[b]["in_degree"] == 1 and lg.graph.nodes[a]["in_degree"] == 0
+    assert lg.graph.nodes[b]["pagerank"] > lg.graph.nodes[a]["pagerank"]
+
+
+# ---- export ---------------------------------------------------------------------------------------------------
+def test_export_round_trip(tmp_path: Path) -> None:
+    notes = [
+        note("A.md", "[[B]] [[B#H1]] [[C|c]] [[Gone]]"),
+        note("B.md", "[[A]] ![[C]]"),
+        note("C.md", "[x](A.md)"),
+    ]
+    lg = build_graph(notes)
+    paths = export_graph(lg, tmp_path / "graph")
+    assert sorted(p.name for p in (tmp_path / "graph").iterdir()) == ["links.graphml", "links.json"]
+    back = nx.read_graphml(paths["graphml"])
+    assert back.number_of_nodes() == 3 and back.number_of_edges() == lg.graph.number_of_edges() == 5
+    a, b = notes[0].note_id, notes[1].note_id
+    assert back.edges[a, b]["count"] == 2 and back.edges[a, b]["headings"] == "H1"
+    assert back.nodes[b]["path"] == "v/B.md" and back.nodes[b]["in_degree"] == 1
+    data = json.loads(paths["json"].read_text("utf-8"))
+    assert [n["id"] for n in data["nodes"]] == sorted(n.note_id for n in notes)
+    assert data["unresolved"] == [{"path": "v/A.md", "target": "Gone"}]
+    assert len(data["edges"]) == 6  # A->B, A->C, B->A, B->C (embed), C->A (markdown) + dangling A->Gone
+    first = paths["json"].read_bytes()
+    export_graph(build_graph(list(reversed(notes))), tmp_path / "graph")
+    assert paths["json"].read_bytes() == first  # deterministic
+
+
+# ---- real corpus ----------------------------------------------------------------------------------------------
+def _load_obsidian_help() -> list[Note]:
+    notes = []
+    for f in sorted((CORPUS / "en").rglob("*.md")):
+        text = f.read_text("utf-8").replace("\r\n", "\n")
+        m = re.match(r"---\n(.*?\n)?---\n", text, re.DOTALL)
+        fm = (yaml.safe_load(m.group(1) or "") or {}) if m else {}
+        rel = f.relative_to(CORPUS).as_posix()
+        notes.append(Note("obsidian-help", rel, rel, f.stem, fm, text[m.end() :] if m else text))
+    return notes
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not CORPUS.exists(), reason="corpus not available")
+def test_obsidian_help_links_resolve(tmp_path: Path) -> None:
+    notes = _load_obsidian_help()
+    lg = build_graph(notes)
+    resolved = sum(e.count for e in lg.edges if e.dst is not None)
+    dangling = sum(e.count for e in lg.edges if e.dst is None)
+    ratio = resolved / (resolved + dangling)
+    print(
+        f"\nobsidian-help: {len(notes)} notes, {lg.graph.number_of_edges()} edges, links to notes resolved "
+        f"{resolved}/{resolved + dangling} ({ratio:.2%}), attachments {lg.attachments}, unresolved {lg.unresolved}"
+    )
+    assert ratio >= 0.995
+    paths = export_graph(lg, tmp_path)
+    back = nx.read_graphml(paths["graphml"])
+    assert (back.number_of_nodes(), back.number_of_edges()) == (len(notes), lg.graph.number_of_edges())

@@ -1,0 +1,523 @@
+"""Normalize: exact in -> out pairs per format, frontmatter merge, links, code protection, rel_paths."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipeline.models import RawFile, Source, text_hash
+from pipeline.normalize import (
+    assign_rel_paths,
+    clean_body,
+    guess_format,
+    normalize_source,
+    rel_path_for,
+    split_code,
+)
+
+FETCHED = "2026-01-02T03:04:05+00:00"
+CORPORA = Path("/work/shared/corpora")
+
+
+def _norm(tmp_path: Path, files: dict[str, str | bytes], **source_kw):
+    """Write files under tmp_path/src and normalize them as one source ("demo" unless given)."""
+    root = tmp_path / "src"
+    raws = []
+    for sp, content in files.items():
+        path = root / sp
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        raws.append(RawFile(source=source_kw.get("name", "demo"), source_path=sp, path=path))
+    source = Source(**{"name": "demo", "kind": "local", **source_kw})
+    return normalize_source(source, raws, FETCHED)
+
+
+def _body(tmp_path: Path, fmt: str, text: str, **kw) -> str:
+    result = _norm(tmp_path, {"page.md": text}, format=fmt, **kw)
+    assert result.errors == []
+    return result.notes[0].body
+
+
+# ---- frontmatter / metadata ----
+
+def test_frontmatter_merge_and_keys(tmp_path):
+    text = "---\ntitle: Guide\naliases: [G]\ndescription: About it\ntags: [a]\ncustom: 1\n---\n# Heading\n\nBody.\n"
+    result = _norm(tmp_path, {"docs/guide.md": text}, format="markdown", site_url="https://ex.org/docs/",
+                   paths=("docs",))
+    note = result.notes[0]
+    assert note.title == "Guide"
+    assert note.rel_path == "docs/guide.md"
+    assert note.body == "# Heading\n\nBody.\n"
+    assert note.frontmatter == {
+        "title": "Guide", "aliases": ["G"], "description": "About it", "tags": ["a"], "custom": 1,
+        "source": "demo", "source_path": "docs/guide.md", "url": "https://ex.org/docs/guide",
+        "content_hash": text_hash("# Heading\n\nBody.\n"), "fetched_at": FETCHED,
+    }
+    assert next(iter(note.frontmatter)) == "title"
+
+
+def test_title_fallbacks_and_no_url_without_site(tmp_path):
+    result = _norm(tmp_path, {"a/First.md": "Intro\n\n# The H1\n", "b/Stem name.mdx": "no heading\n"},
+                   format="markdown")
+    assert [n.title for n in result.notes] == ["The H1", "Stem name"]
+    assert all("url" not in n.frontmatter for n in result.notes)
+    assert [n.rel_path for n in result.notes] == ["a/First.md", "b/Stem name.md"]
+
+
+def test_index_page_url(tmp_path):
+    result = _norm(tmp_path, {"docs/v3/index.mdx": "# Home\n", "docs/v3/guide/index.mdx": "# G\n"},
+                   format="mdx", site_url="https://docs.ex.io/v3", paths=("docs/v3",))
+    assert [n.frontmatter["url"] for n in result.notes] == ["https://docs.ex.io/v3/guide/",
+                                                            "https://docs.ex.io/v3/"]
+
+
+def test_ec12_crlf_bytes_same_note_as_lf(tmp_path):
+    crlf = b"---\r\ntitle: Guide\r\ntags:\r\n  - a\r\n---\r\n# Start\r\nline one\r\n"
+    a = _norm(tmp_path / "a", {"n.md": crlf}, format="obsidian").notes[0]
+    b = _norm(tmp_path / "b", {"n.md": crlf.replace(b"\r\n", b"\n")}, format="obsidian").notes[0]
+    assert a.frontmatter["tags"] == ["a"] and a.title == "Guide"
+    assert a.body == "# Start\nline one\n"
+    assert (a.frontmatter, a.body) == (b.frontmatter, b.body)
+    assert "\r" not in repr(a)
+
+
+def test_ec11_dates_in_note_frontmatter(tmp_path):
+    text = "---\ncreated: 2026-04-05\nupdated: 2026-04-06T09:30:00\ndue: \"2026-05-01\"\n---\n# Note\n"
+    fm = _norm(tmp_path, {"n.md": text}, format="obsidian").notes[0].frontmatter
+    assert (fm["created"], fm["updated"], fm["due"]) == ("2026-04-05", "2026-04-06T09:30:00", "2026-05-01")
+
+
+def test_errors_skip_file_and_keep_others(tmp_path):
+    result = _norm(tmp_path, {
+        "bad-utf8.md": b"\xff\xfe bad",
+        "bin.md": b"\x89PNG\x00\x00",
+        "bad-yaml.md": "---\ntitle: [x\n---\nbody\n",
+        "good.md": "# Good\n",
+    }, format="markdown")
+    assert [n.source_path for n in result.notes] == ["good.md"]
+    assert len(result.errors) == 3
+    assert result.errors[0].startswith("source 'demo': bad-utf8.md: not valid UTF-8")
+    assert result.errors[1].startswith("source 'demo': bad-yaml.md: line ")
+    assert result.errors[2].startswith("source 'demo': bin.md: binary file")
+
+
+def test_guess_format():
+    assert guess_format("a.mdx", {}, "") == "mdx"
+    assert guess_format("a.md", {"layout": "docu"}, "") == "jekyll"
+    assert guess_format("a.md", {}, "see {% link x.md %}") == "jekyll"
+    assert guess_format("a.md", {}, "<!--Copyright 2025 HF-->\n# x") == "docbuilder"
+    assert guess_format("a.md", {}, "[[autodoc]] X") == "docbuilder"
+    assert guess_format("a.md", {}, "# plain") == "markdown"
+
+
+def test_deterministic_order(tmp_path):
+    files = {"b.md": "# B\n", "a/z.md": "# Z\n", "a.md": "# A\n"}
+    r1 = _norm(tmp_path / "1", files, format="markdown")
+    r2 = _norm(tmp_path / "2", dict(reversed(list(files.items()))), format="markdown")
+    assert [n.source_path for n in r1.notes] == ["a.md", "a/z.md", "b.md"]
+    assert [(n.rel_path, n.body) for n in r1.notes] == [(n.rel_path, n.body) for n in r2.notes]
+
+
+# ---- obsidian ----
+
+def test_obsidian_body_kept(tmp_path):
+    text = ("# Note\n\nSee [[Other#Head|alias]] and ![[img.png]].\n\n> [!tip] Title\n> text\n\n"
+            "[md](Other.md)\n")
+    assert _body(tmp_path, "obsidian", text) == text
+
+
+# ---- mdx ----
+
+MDX_IN = '''import { HELM } from "/snippets/helm.mdx"
+import {
+  A,
+  B,
+} from "./x"
+export const meta = {
+  a: 1,
+}
+
+## Install {/*install*/}
+
+<Note>
+Use **uv**.
+</Note>
+
+<Tip>Short tip.</Tip>
+
+<Tabs>
+  <Tab title="uv">
+
+    {/* pmd-metadata: notest */}
+    ```bash
+    import this
+    export X=1
+    ```
+  </Tab>
+  <Tab title="pip">
+    Run `<Note>` here.
+  </Tab>
+</Tabs>
+
+## Next {#next-steps}
+
+<CardGroup cols={2}>
+  <Card title="Flows" icon="x" href="https://ex.org/flows">
+    Learn flows.
+  </Card>
+</CardGroup>
+
+<DeepDive>
+
+#### Why?
+
+Do not <CodeStep step={1}>mutate</CodeStep> state.
+
+</DeepDive>
+
+<Steps>
+  <Step title="Login">
+    Log in.
+  </Step>
+</Steps>
+
+<Accordion title="More">
+Hidden text.
+</Accordion>
+
+<Intro>
+Intro text.
+</Intro>
+
+<HELM />
+<img src="https://ex.org/a.png" alt="A" style={{margin: 0}} />
+'''
+
+MDX_OUT = '''## Install
+
+> [!note]
+> Use **uv**.
+
+> [!tip]
+> Short tip.
+
+### uv
+
+```bash
+import this
+export X=1
+```
+
+### pip
+
+Run `<Note>` here.
+
+## Next
+
+[Flows](https://ex.org/flows)
+
+Learn flows.
+
+> [!example]
+> #### Why?
+>
+> Do not mutate state.
+
+### Login
+
+Log in.
+
+### More
+
+Hidden text.
+
+> [!abstract]
+> Intro text.
+
+![A](https://ex.org/a.png)
+'''
+
+
+def test_mdx_exact(tmp_path):
+    assert _body(tmp_path, "mdx", MDX_IN) == MDX_OUT
+
+
+def test_mdx_no_import_export_outside_fences(tmp_path):
+    body = _body(tmp_path, "mdx", MDX_IN)
+    for is_code, chunk in split_code(body):
+        if not is_code:
+            assert not re.search(r"^(import|export)\s", chunk, re.MULTILINE)
+
+
+def test_mdx_other_callouts_and_sandpack(tmp_path):
+    text = ("<Warning>\nW\n</Warning>\n\n<Info>\nI\n</Info>\n\n<Check>\nC\n</Check>\n\n<Pitfall>\nP\n</Pitfall>\n\n"
+            "<Danger>\nD\n</Danger>\n\n<Callout>\nX\n</Callout>\n\n<Sandpack>\n\n```js src/App.js\n"
+            "export default function App() { return <Note />; }\n```\n\n</Sandpack>\n")
+    assert _body(tmp_path, "mdx", text) == (
+        "> [!warning]\n> W\n\n> [!info]\n> I\n\n> [!success]\n> C\n\n> [!warning]\n> P\n\n> [!danger]\n> D\n\n"
+        "> [!note]\n> X\n\n```js src/App.js\nexport default function App() { return <Note />; }\n```\n"
+    )
+
+
+# ---- jekyll ----
+
+JEKYLL_IN = '''See [`PIVOT`]({% link docs/stable/pivot.md %}#pivot-syntax) and [post]({% post_url 2024-02-13-announcing-duckdb-0100 %}).
+Version {{ site.current_duckdb_version }} of {{ page.title }}.
+`try_cast(x)`{:.language-sql .highlight} works.
+{: .note }
+{% include iframe.html src="https://shell.duckdb.org" %}
+
+> Warning Be careful.
+
+{% raw %}
+```go
+x := "{{ site.keep }}" // {% link keep.md %}
+```
+{% endraw %}
+'''
+
+JEKYLL_OUT = '''See [[demo/docs/stable/pivot#Simplified PIVOT Syntax|`PIVOT`]] and [post](https://duckdb.org/2024/02/13/announcing-duckdb-0100.html).
+Version  of Guide.
+`try_cast(x)` works.
+
+> [!warning]
+> Be careful.
+
+```go
+x := "{{ site.keep }}" // {% link keep.md %}
+```
+'''
+
+
+def test_jekyll_exact(tmp_path):
+    result = _norm(tmp_path, {
+        "docs/stable/guide.md": "---\ntitle: Guide\nlayout: docu\n---\n" + JEKYLL_IN,
+        "docs/stable/pivot.md": "---\ntitle: PIVOT\n---\n## Simplified PIVOT Syntax {#pivot-syntax}\n",
+    }, format="jekyll", site_url="https://duckdb.org/docs/stable/", paths=("docs/stable",))
+    assert result.errors == []
+    guide = result.notes[0]
+    assert guide.body == JEKYLL_OUT
+    assert guide.frontmatter["layout"] == "docu"
+    assert result.notes[1].body == "## Simplified PIVOT Syntax\n"
+
+
+# ---- docbuilder ----
+
+DOCBUILDER_IN = '''<!--Copyright 2025 The HuggingFace Team. All rights reserved.
+
+Licensed under the Apache License.
+-->
+
+[[open-in-colab]]
+
+# Loading
+
+## Inference[[python-inference]]
+
+[[autodoc]] ConfigMixin
+	- load_config
+	- from_config
+
+Use [`~DiffusionPipeline.from_pretrained`] or [`DiffusionPipeline`].
+
+<Tip warning={true}>
+
+Careful.
+
+</Tip>
+
+<Tip>
+
+Hint.
+
+</Tip>
+
+<hfoptions id="install">
+<hfoption id="PyPI">
+
+```bash
+pip install x
+```
+
+</hfoption>
+<hfoption id="source">
+
+Build it.
+
+</hfoption>
+</hfoptions>
+'''
+
+DOCBUILDER_OUT = '''# Loading
+
+## Inference
+
+API reference: `ConfigMixin`
+
+- `load_config`
+- `from_config`
+
+Use `from_pretrained` or `DiffusionPipeline`.
+
+> [!warning]
+> Careful.
+
+> [!tip]
+> Hint.
+
+### PyPI
+
+```bash
+pip install x
+```
+
+### source
+
+Build it.
+'''
+
+
+def test_docbuilder_exact(tmp_path):
+    result = _norm(tmp_path, {"loading.md": DOCBUILDER_IN}, format="docbuilder")
+    assert result.notes[0].body == DOCBUILDER_OUT
+    assert result.notes[0].title == "Loading"
+
+
+# ---- code is never rewritten ----
+
+CODE_BODY = '''Text [a](b.md) `[x](b.md)` `{% link b.md %}`
+
+```python
+import os
+[y](b.md) {% raw %} {/* c */} <Note>x</Note> [[autodoc]] X
+```
+
+~~~~
+```
+<Tip>inner</Tip> {{ site.x }}
+```
+~~~~
+
+````md
+```
+export A=1
+```
+````
+'''
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "mdx", "jekyll", "docbuilder"])
+def test_fences_and_inline_code_untouched(tmp_path, fmt):
+    result = _norm(tmp_path, {"a.md": CODE_BODY, "b.md": "# B\n"}, format=fmt)
+    body = result.notes[0].body
+    assert body.startswith("Text [[demo/b|a]] `[x](b.md)` `{% link b.md %}`\n")
+    assert body.endswith(CODE_BODY.split("\n", 1)[1])
+
+
+# ---- links ----
+
+def test_links_to_wikilinks(tmp_path):
+    files = {
+        "docs/guide/start.md": (
+            "[rel](../api/ref.md#the-ref) [noext](../api/ref) [dot](./other) [mdx](sub/deep.mdx)\n"
+            "[abs](/docs/api/ref) [site](https://ex.org/docs/api/ref#x) [folder](../api/)\n"
+            "[ext](https://other.org/x) [mail](mailto:a@b.c) [frag](#local) ![img](../api/ref.md)\n"
+            "[missing](/docs/none) [missing-rel](none.md)\n\n"
+            "| Page | Why |\n| --- | --- |\n| [Ref](../api/ref.md#the-ref) | first |\n"
+        ),
+        "docs/guide/other.md": "# Other\n",
+        "docs/guide/sub/deep.mdx": "# Deep\n",
+        "docs/api/ref.md": "# Ref\n\n## The Ref\n",
+        "docs/api/index.md": "# API\n",
+    }
+    result = _norm(tmp_path, files, format="markdown", site_url="https://ex.org/docs", paths=("docs",))
+    start = next(n for n in result.notes if n.source_path == "docs/guide/start.md")
+    assert start.body == (
+        "[[demo/docs/api/ref#The Ref|rel]] [[demo/docs/api/ref|noext]] [[demo/docs/guide/other|dot]] "
+        "[[demo/docs/guide/sub/deep|mdx]]\n"
+        "[[demo/docs/api/ref|abs]] [[demo/docs/api/ref#x|site]] [[demo/docs/api/index|folder]]\n"
+        "[ext](https://other.org/x) [mail](mailto:a@b.c) [frag](#local) ![img](../api/ref.md)\n"
+        "[missing](https://ex.org/docs/none) [missing-rel](https://ex.org/docs/guide/none.md)\n\n"
+        "| Page | Why |\n| --- | --- |\n| [[demo/docs/api/ref#The Ref\\|Ref]] | first |\n"
+    )
+
+
+def test_unresolvable_links_kept_without_site_url(tmp_path):
+    body = _body(tmp_path, "markdown", "[a](/x/y) [b](../up.md) [c](nope.md)\n")
+    assert body == "[a](/x/y) [b](../up.md) [c](nope.md)\n"
+
+
+def test_site_absolute_suffix_match(tmp_path):
+    result = _norm(tmp_path, {"src/content/learn/a.md": "[b](/learn/b) [r](/reference/b)\n",
+                              "src/content/learn/b.md": "# B\n", "src/content/reference/b.md": "# RB\n"},
+                   format="mdx")
+    assert result.notes[0].body == "[[demo/src/content/learn/b|b]] [[demo/src/content/reference/b|r]]\n"
+
+
+# ---- rel paths ----
+
+def test_rel_path_sanitizing():
+    assert rel_path_for("docs/a.mdx") == "docs/a.md"
+    assert rel_path_for("docs/a.markdown") == "docs/a.md"
+    assert rel_path_for('we*ird/na:me|x?"<>#^[1].md') == "we-ird/na-me-x-------1-.md"
+    assert rel_path_for("dots./trail .md") == "dots/trail.md"
+    assert rel_path_for("a/.../b.md") == "a/_/b.md"
+    assert rel_path_for("tab\there.md") == "tab-here.md"
+    assert rel_path_for("CON.md") == "CON_.md"
+    assert rel_path_for("cafe\u0301.md") == "caf\u00e9.md"
+
+
+def test_rel_path_collisions():
+    got = assign_rel_paths(["a/x.mdx", "a/x.md", "a/X.md", "a/x?.md", "a/x*.md"])
+    assert got == {"a/X.md": "a/X.md", "a/x*.md": "a/x-.md", "a/x.md": "a/x (2).md", "a/x.mdx": "a/x (3).md",
+                   "a/x?.md": "a/x- (2).md"}
+
+
+def test_clean_body_passthrough_markdown():
+    assert clean_body("markdown", "# T\n{% x %}\n", {}) == "# T\n{% x %}\n"
+
+
+# ---- real corpora ----
+
+def _corpus(name: str, root: str, fmt: str, **kw):
+    base = CORPORA / name
+    files = [RawFile(name, p.relative_to(base).as_posix(), p)
+             for p in sorted((base / root).rglob("*")) if p.is_file() and p.suffix in (".md", ".mdx")]
+    return normalize_source(Source(name=name, kind="git", url="file:///x", format=fmt, paths=(root,), **kw),
+                            files, FETCHED)
+
+
+def _prose_lines(body: str):
+    for is_code, chunk in split_code(body):
+        if not is_code:
+            yield from chunk.split("\n")
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not CORPORA.exists(), reason="corpora not available")
+@pytest.mark.parametrize("name, root, fmt, count", [
+    ("obsidian-help", "en", "obsidian", 173),
+    ("duckdb", "docs/stable", "jekyll", 378),
+    ("prefect", "docs/v3", "mdx", 781),
+    ("diffusers", "docs/source/en", "docbuilder", 377),
+    ("ja-react", "src/content", "mdx", 222),
+])
+def test_integration_real_corpora(name, root, fmt, count):
+    result = _corpus(name, root, fmt)
+    assert result.errors == []
+    assert len(result.notes) == count
+    assert len({n.rel_path.casefold() for n in result.notes}) == count
+    for note in result.notes:
+        assert "\r" not in note.body and note.title
+        lines = list(_prose_lines(note.body))
+        if fmt == "mdx":
+            assert not any(re.match(r"^(import|export)\s", ln) for ln in lines), note.source_path
+            assert not any("{/*" in ln for ln in lines), note.source_path
+        if fmt == "jekyll":
+            assert not any("{%" in ln for ln in lines), note.source_path
+        if fmt == "docbuilder":
+            assert "<!--Copyright" not in note.body and "[[autodoc]]" not in note.body
+    if fmt != "obsidian":
+        assert sum(n.body.count(f"[[{name}/") for n in result.notes) > 100

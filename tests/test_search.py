@@ -1,0 +1,168 @@
+"""Hybrid search on a toy warehouse (HashEmbedder vectors + the real Analyzer for BM25)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import warehouse as wh
+from pipeline.analysis import Analyzer
+from pipeline.bm25 import build_chunk_index
+from pipeline.embed import HashEmbedder, embed_chunks
+from pipeline.errors import UnknownSourceError
+from pipeline.models import Chunk, Note
+from pipeline.search import Searcher, make_snippet, page_ranking
+
+PAGES = {
+    ("guide", "install.md", "Installation"): [
+        "Install docsvault with pip install docsvault.",
+        "Upgrading an existing installation: run pip install with the upgrade flag.",
+    ],
+    ("guide", "search.md", "Searching"): [
+        "Hybrid search combines BM25 keyword search and vector search.",
+        "Filters restrict a search to one source.",
+        "Snippets show the search terms in context.",
+    ],
+    ("guide", "graph.md", "Link graph"): ["The link graph counts wikilinks between notes and finds dangling links."],
+    ("api", "connect.md", "connect"): ["connect opens the warehouse file read only."],
+    ("api", "publish.md", "publish"): ["publish writes a new warehouse file and swaps it in atomically."],
+    ("ja", "vector.md", "ベクトル検索"): ["ベクトル検索は埋め込みの類似度で文書を探します。"],
+}
+
+
+def _build(path: Path) -> None:
+    notes, chunks = [], []
+    for (source, rel, title), texts in PAGES.items():
+        note = Note(source, rel, rel, title, {"title": title}, "\n\n".join(texts))
+        notes.append(note)
+        for i, text in enumerate(texts):
+            chunks.append(Chunk(f"{note.note_id}-{i}", note.note_id, source, i, (f"Part {i}",),
+                                f"{title} > Part {i}", text))
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    bm25 = build_chunk_index(chunks, notes, Analyzer())
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={embedder.model_id: (res.chunk_ids,
+                                                                                                res.vectors)},
+                                      bm25_blobs=bm25.to_blobs()))
+
+
+class CountingFactory:
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.queries = 0
+
+    def __call__(self, model_id: str):
+        self.created.append(model_id)
+        outer = self
+        inner = HashEmbedder(int(model_id.split("-")[1]))
+
+        class Counting(HashEmbedder):
+            def embed_query(self, text):
+                outer.queries += 1
+                return inner.embed_query(text)
+
+        return Counting(inner.dim)
+
+
+@pytest.fixture(scope="module")
+def searcher(tmp_path_factory):
+    path = tmp_path_factory.mktemp("search") / "warehouse.duckdb"
+    _build(path)
+    factory = CountingFactory()
+    s = Searcher(path, embedder_factory=factory)
+    s.factory = factory  # type: ignore[attr-defined]
+    yield s
+    s.close()
+
+
+def test_known_ranking(searcher: Searcher):
+    hits = searcher.search("pip upgrade flag", k=10)
+    assert [h.source_path for h in hits][:2] == ["install.md", "install.md"]
+    assert hits[0].title == "Installation" and hits[0].lanes == {"bm25": 1, "vector": 1}
+    assert hits[0].score == pytest.approx(2 / 61)
+    assert hits[0].heading == "Part 1"  # the upgrade chunk matches best
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    assert hits[0].vault_path == "guide/install.md" and hits[0].source == "guide"
+
+
+def test_at_most_two_chunks_per_page(searcher: Searcher):
+    hits = searcher.search("search", k=10)
+    paths = [h.source_path for h in hits]
+    assert paths[:2] == ["search.md", "search.md"]
+    assert paths.count("search.md") == 2
+    assert len({h.chunk_id for h in hits}) == len(hits)
+
+
+def test_k_truncates_hits(searcher: Searcher):
+    assert len(searcher.search("search", k=1)) == 1
+    with pytest.raises(ValueError):
+        searcher.search("search", k=0)
+
+
+def test_source_filter(searcher: Searcher):
+    hits = searcher.search("warehouse file", k=10, source="api")
+    assert {h.source for h in hits} == {"api"}
+    assert {h.source_path for h in hits} == {"connect.md", "publish.md"}
+    both = searcher.search("warehouse file search", k=10, source=["api", "guide"])
+    assert {h.source for h in both} <= {"api", "guide"}
+    guide = searcher.search("warehouse file search", k=10, source="guide")
+    assert guide and {h.source for h in guide} == {"guide"}
+
+
+def test_unknown_source_names_known_ones(searcher: Searcher):
+    with pytest.raises(UnknownSourceError, match="'nope'.*api, guide, ja"):
+        searcher.search("anything", source="nope")
+
+
+def test_empty_query(searcher: Searcher):
+    assert searcher.search("") == []
+    assert searcher.search("   \n") == []
+    assert searcher.rank_pages("  ") == []
+
+
+def test_single_lanes(searcher: Searcher):
+    bm25 = searcher.search("dangling wikilinks", lanes=("bm25",))
+    assert bm25[0].source_path == "graph.md" and set(bm25[0].lanes) == {"bm25"}
+    assert bm25[0].score == pytest.approx(1 / 61)
+    vec = searcher.search("dangling wikilinks", lanes=("vector",))
+    assert vec[0].source_path == "graph.md" and set(vec[0].lanes) == {"vector"}
+    with pytest.raises(ValueError, match="unknown lanes"):
+        searcher.search("x", lanes=("fts",))
+
+
+def test_japanese_query(searcher: Searcher):
+    hits = searcher.search("ベクトル検索", lanes=("bm25",))
+    assert [h.source_path for h in hits] == ["vector.md"]
+
+
+def test_rank_pages(searcher: Searcher):
+    pages = searcher.rank_pages("pip install upgrade", source="guide", depth=2)
+    assert len(pages) <= 2
+    assert pages[0][1] == "install.md" and pages[0][2] == pytest.approx(2 / 61)
+
+
+def test_query_embedded_once_per_model(searcher: Searcher):
+    factory = searcher.factory  # type: ignore[attr-defined]
+    before = factory.queries
+    searcher.search("publish atomically")
+    assert factory.queries == before + 1
+    assert factory.created == ["hash-64"]  # one embedder for the one model table, created once
+
+
+def test_page_ranking_best_plus_tenth_of_second():
+    note_of = {"a1": "A", "a2": "A", "b1": "B", "c1": "C"}.__getitem__
+    pages = page_ranking([("b1", 1.0), ("a1", 0.95), ("a2", 0.6), ("c1", 0.2)], note_of)
+    assert [(p.note_id, round(p.score, 6), p.chunks) for p in pages] == [
+        ("A", 1.01, ["a1", "a2"]), ("B", 1.0, ["b1"]), ("C", 0.2, ["c1"])]
+
+
+def test_make_snippet():
+    text = ("intro words " * 40) + "the Configuration of things " + ("tail words " * 40)
+    snip = make_snippet(text, "configure the app", extra_terms=["configur"])
+    assert "Configuration" in snip and snip.startswith("…") and snip.endswith("…")
+    assert len(snip) <= 242
+    assert make_snippet("short\ntext", "x") == "short text"
+    assert make_snippet("a " * 300, "zzz").startswith("a a")
+    ja = "前置き" * 100 + "ベクトル検索の説明" + "後書き" * 100
+    assert "ベクトル検索" in make_snippet(ja, "ベクトル検索")

@@ -1,0 +1,125 @@
+"""Vault: idempotent atomic writes, removal, traversal refusal, read-back round trip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pipeline.errors import NoteError
+from pipeline.models import Note, RawFile, Source
+from pipeline.normalize import normalize_source
+from pipeline.vault import VaultResult, read_notes, write_source
+
+
+def _note(rel: str, body: str = "# T\n\nText.\n", source: str = "demo", **fm) -> Note:
+    sp = rel
+    front = {"title": rel.rsplit("/", 1)[-1][:-3], "source": source, "source_path": sp,
+             "created": "2026-04-05", **fm}
+    return Note(source=source, source_path=sp, rel_path=rel, title=front["title"], frontmatter=front, body=body)
+
+
+def test_write_then_idempotent_rewrite(tmp_path):
+    notes = [_note("a.md"), _note("sub/b.md", "Body ü\n")]
+    first = write_source(tmp_path, "demo", notes)
+    assert first == VaultResult(["a.md", "sub/b.md"], [], [])
+    path = tmp_path / "demo" / "sub" / "b.md"
+    assert path.read_text(encoding="utf-8") == (
+        "---\ntitle: b\nsource: demo\nsource_path: sub/b.md\ncreated: '2026-04-05'\n---\n\nBody ü\n"
+    )
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    second = write_source(tmp_path, "demo", notes)
+    assert second == VaultResult([], ["a.md", "sub/b.md"], [])
+    assert path.stat().st_mtime_ns == 1_000_000_000
+    changed = [_note("a.md", "# T\n\nNew.\n"), notes[1]]
+    assert write_source(tmp_path, "demo", changed) == VaultResult(["a.md"], ["sub/b.md"], [])
+    assert path.stat().st_mtime_ns == 1_000_000_000
+    assert not [p for p in (tmp_path / "demo").rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_removal_of_stale_notes_and_empty_folders(tmp_path):
+    write_source(tmp_path, "demo", [_note("a.md"), _note("old/deep/gone.md")])
+    (tmp_path / "demo" / ".obsidian").mkdir()
+    (tmp_path / "demo" / ".obsidian" / "keep.md").write_text("x")
+    (tmp_path / "demo" / "image.png").write_bytes(b"png")
+    result = write_source(tmp_path, "demo", [_note("a.md")])
+    assert result == VaultResult([], ["a.md"], ["old/deep/gone.md"])
+    assert not (tmp_path / "demo" / "old").exists()
+    assert (tmp_path / "demo" / ".obsidian" / "keep.md").exists()
+    assert (tmp_path / "demo" / "image.png").exists()
+
+
+def test_other_sources_untouched(tmp_path):
+    write_source(tmp_path, "other", [_note("x.md", source="other")])
+    (tmp_path / "README.md").write_text("vault readme")
+    write_source(tmp_path, "demo", [_note("a.md")])
+    write_source(tmp_path, "demo", [])
+    assert (tmp_path / "other" / "x.md").exists()
+    assert (tmp_path / "README.md").read_text() == "vault readme"
+    assert not (tmp_path / "demo" / "a.md").exists()
+
+
+@pytest.mark.parametrize("rel", ["../escape.md", "/etc/passwd.md", "a/../../x.md", "sub\\..\\..\\x.md", "", "a.txt"])
+def test_traversal_refused(tmp_path, rel):
+    bad = Note(source="demo", source_path="x", rel_path=rel, title="x", frontmatter={}, body="")
+    with pytest.raises(NoteError):
+        write_source(tmp_path / "vault", "demo", [_note("ok.md"), bad])
+    assert not (tmp_path / "escape.md").exists()
+    assert not (tmp_path / "vault" / "demo" / "ok.md").exists()
+
+
+def test_symlinked_folder_escape_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "vault" / "demo").mkdir(parents=True)
+    os.symlink(outside, tmp_path / "vault" / "demo" / "link")
+    with pytest.raises(NoteError, match="outside"):
+        write_source(tmp_path / "vault", "demo", [_note("link/x.md")])
+    assert list(outside.iterdir()) == []
+
+
+def test_bad_source_name_and_foreign_note(tmp_path):
+    with pytest.raises(NoteError):
+        write_source(tmp_path, "../x", [])
+    with pytest.raises(NoteError, match="belongs to source"):
+        write_source(tmp_path, "demo", [_note("a.md", source="other")])
+    with pytest.raises(NoteError, match="share"):
+        write_source(tmp_path, "demo", [_note("a.md"), _note("a.md")])
+
+
+def test_read_notes_round_trip(tmp_path):
+    src = tmp_path / "src"
+    files = {
+        "docs/guide.md": "---\ntitle: Guide\ncreated: 2026-04-05\ntags: [a, b]\n---\n# Guide\n\nSee [x](other.md).\n",
+        "docs/other.mdx": "<Note>\nHi\n</Note>\n",
+        "docs/日本語.md": "# 見出し\n\n本文。\n",
+    }
+    raws = []
+    for sp, text in files.items():
+        (src / sp).parent.mkdir(parents=True, exist_ok=True)
+        (src / sp).write_text(text, encoding="utf-8")
+        raws.append(RawFile("demo", sp, src / sp))
+    notes = normalize_source(Source(name="demo", kind="local", format="mdx"), raws, "2026-01-01T00:00:00+00:00").notes
+    vault = tmp_path / "vault"
+    write_source(vault, "demo", notes)
+    write_source(vault, "b-src", [_note("z.md", source="b-src")])
+    (vault / "README.md").write_text("top-level readme")
+    (vault / "empty").mkdir()
+    (vault / ".obsidian").mkdir()
+    (vault / ".obsidian" / "x.md").write_text("# not a note")
+    back = read_notes(vault)
+    assert [(n.source, n.rel_path) for n in back] == [
+        ("b-src", "z.md"), ("demo", "docs/guide.md"), ("demo", "docs/other.md"), ("demo", "docs/日本語.md")]
+    assert back[1:] == notes
+    assert read_notes(vault, ["demo"]) == notes
+    assert read_notes(vault, ["missing"]) == []
+
+
+def test_read_notes_fallbacks(tmp_path):
+    (tmp_path / "s" / "sub").mkdir(parents=True)
+    (tmp_path / "s" / "sub" / "Plain.md").write_text("just text\n")
+    (tmp_path / "s" / ".trash").mkdir()
+    (tmp_path / "s" / ".trash" / "old.md").write_text("x")
+    (note,) = read_notes(tmp_path)
+    assert (note.source, note.source_path, note.rel_path, note.title, note.frontmatter, note.body) == (
+        "s", "sub/Plain.md", "sub/Plain.md", "Plain", {}, "just text\n")

@@ -1,0 +1,258 @@
+"""The DuckDB warehouse: publish/swap, reopen read-only, HNSW == brute force, EC-19 WAL replay."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from pipeline import warehouse as wh
+from pipeline.bm25 import Bm25Index
+from pipeline.errors import EmbeddingError, WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.models import Chunk, Edge, Note
+
+N_CHUNKS = 300
+DIM = 384
+MODEL = "hash-384"
+
+
+def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def toy_data(n_notes: int = 30, tag: str = "") -> tuple[wh.WarehouseData, np.ndarray]:
+    notes = [
+        Note("docs", f"p{i}.md", f"p{i}.md", f"Page {i}{tag}",
+             {"title": f"Page {i}", "aliases": [f"alias{i}"], "tags": ["t", f"n{i}"], "description": f"d{i}",
+              "url": f"https://x/p{i}"}, f"body {i}")
+        for i in range(n_notes)
+    ]
+    chunks = [
+        Chunk(f"c{j:03d}", notes[j % n_notes].note_id, "docs", j // n_notes, (f"H{j}",), f"Page > H{j}", f"text {j}")
+        for j in range(N_CHUNKS)
+    ]
+    edges = [Edge(notes[0].note_id, notes[1].note_id, "p1", "wikilink", 2), Edge(notes[1].note_id, None, "gone", "wikilink")]
+    vecs = _unit(np.random.default_rng(7), N_CHUNKS, DIM)
+    bm25 = Bm25Index.build([c.chunk_id for c in chunks], [c.text.split() for c in chunks])
+    data = wh.WarehouseData(
+        notes=notes,
+        note_metrics={notes[1].note_id: (1, 0.25)},
+        chunks=chunks,
+        edges=edges,
+        vectors={MODEL: ([c.chunk_id for c in chunks], vecs)},
+        bm25_blobs=bm25.to_blobs(),
+        run_info={"sources": "docs"},
+    )
+    return data, vecs
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, np.ndarray, dict]:
+    path = tmp_path_factory.mktemp("wh") / "warehouse.duckdb"
+    data, vecs = toy_data()
+    counts = wh.publish(path, data)
+    return path, vecs, counts
+
+
+def test_publish_counts_and_tables(built):
+    path, _, counts = built
+    assert {k: counts[k] for k in ("notes", "chunks", "links", "models", "vectors", "bm25_blobs")} == {
+        "notes": 30, "chunks": 300, "links": 2, "models": 1, "vectors": 300, "bm25_blobs": 6}
+    assert not list(path.parent.glob("*.tmp-*"))
+    con = wh.connect(path)
+    try:
+        st = wh.stats(con)
+        assert st["notes"] == 30 and st["chunks"] == 300 and st["dangling_links"] == 1
+        assert st["sources"] == {"docs": {"notes": 30, "chunks": 300}}
+        assert st["meta"]["schema_version"] == wh.SCHEMA_VERSION and st["meta"]["sources"] == "docs"
+        assert wh.list_models(con) == [{"model_id": MODEL, "table_name": "vec_hash_384", "dim": 384, "n": 300}]
+        assert wh.list_sources(con) == ["docs"]
+        note = wh.note_by_vault_path(con, "docs/p1.md")
+        assert note is not None
+        assert (note["title"], note["aliases"], note["tags"], note["in_degree"], note["pagerank"]) == (
+            "Page 1", ["alias1"], ["t", "n1"], 1, 0.25)
+        assert note["frontmatter"]["url"] == "https://x/p1" and note["url"] == "https://x/p1"
+        assert wh.note_by_vault_path(con, "docs/nope.md") is None
+        got = wh.fetch_chunks(con, ["c001", "c031", "missing"])
+        assert set(got) == {"c001", "c031"}
+        assert got["c031"]["text"] == "text 31" and got["c031"]["source_path"] == "p1.md"
+        assert got["c031"]["vault_path"] == "docs/p1.md" and got["c031"]["ordinal"] == 1
+        blobs = wh.load_bm25_blobs(con)
+        assert Bm25Index.from_blobs(blobs).search(["31"], k=3)[0][0] == "c031"
+        assert wh.load_chunk_keys(con).num_rows == 300
+        assert wh.model_source_counts(con, "vec_hash_384") == {"docs": 300}
+    finally:
+        con.close()
+
+
+def test_read_only(built):
+    con = wh.connect(built[0])
+    try:
+        with pytest.raises(duckdb.Error):
+            con.execute("DELETE FROM notes")
+    finally:
+        con.close()
+
+
+def test_hnsw_top10_equals_brute_force(built):
+    path, vecs, _ = built
+    con = wh.connect(path)
+    try:
+        rng = np.random.default_rng(11)
+        for q in list(_unit(rng, 8, DIM)) + [vecs[5], vecs[123]]:
+            approx = wh.vector_search(con, "vec_hash_384", q, 10)
+            exact = wh.brute_force_search(con, "vec_hash_384", q, 10)
+            assert [c for c, _ in approx] == [c for c, _ in exact]
+            np.testing.assert_allclose([d for _, d in approx], [d for _, d in exact], atol=1e-5)
+            expected = [f"c{i:03d}" for i in np.argsort(-(vecs @ q), kind="stable")[:10]]
+            assert [c for c, _ in exact] == expected
+        assert wh.vector_search(con, "vec_hash_384", vecs[5], 1) == [("c005", pytest.approx(0.0, abs=1e-5))]
+    finally:
+        con.close()
+
+
+def test_explain_uses_hnsw_index(built):
+    con = wh.connect(built[0])
+    try:
+        plan = wh.explain_vector_search(con, "vec_hash_384", built[1][0], 10)
+        assert "HNSW_INDEX_SCAN" in plan
+        assert "HNSW_INDEX_SCAN" in wh.explain_vector_search(con, "vec_hash_384")
+    finally:
+        con.close()
+
+
+def test_query_vector_of_wrong_dim(built):
+    con = wh.connect(built[0])
+    try:
+        with pytest.raises(EmbeddingError, match="3 dims"):
+            wh.vector_search(con, "vec_hash_384", np.ones(3, np.float32), 5)
+        with pytest.raises(ValueError):
+            wh.vector_search(con, "notes; DROP TABLE notes", np.ones(384, np.float32), 5)
+    finally:
+        con.close()
+
+
+def test_missing_file(tmp_path: Path):
+    with pytest.raises(WarehouseNotBuiltError, match="docsvault build"):
+        wh.connect(tmp_path / "nope.duckdb")
+
+
+def test_garbage_and_wrong_schema(tmp_path: Path):
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(WarehouseCorruptError, match="docsvault build"):
+        wh.connect(junk)
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', '0')")
+    con.close()
+    with pytest.raises(WarehouseCorruptError, match="schema version 0"):
+        wh.connect(other)
+    bare = tmp_path / "bare.duckdb"
+    duckdb.connect(str(bare)).close()
+    with pytest.raises(WarehouseCorruptError, match="not a docsvault warehouse"):
+        wh.connect(bare)
+
+
+def test_publish_over_open_reader(tmp_path: Path):
+    path = tmp_path / "w.duckdb"
+    wh.publish(path, toy_data(30)[0])
+    reader = wh.connect(path)
+    try:
+        new, _ = toy_data(20, tag=" v2")
+        wh.publish(path, new)
+        # the old reader still answers from the file it opened
+        assert reader.execute("SELECT count(*) FROM notes").fetchone() == (30,)
+        assert wh.vector_search(reader, "vec_hash_384", np.eye(384, dtype=np.float32)[0], 3)
+        fresh = wh.connect(path)
+        try:
+            assert fresh.execute("SELECT count(*) FROM notes").fetchone() == (20,)
+            assert wh.note_by_vault_path(fresh, "docs/p1.md")["title"] == "Page 1 v2"
+        finally:
+            fresh.close()
+    finally:
+        reader.close()
+
+
+def test_failed_publish_keeps_old_file(tmp_path: Path, monkeypatch):
+    path = tmp_path / "w.duckdb"
+    wh.publish(path, toy_data(30)[0])
+
+    def boom(edges):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(wh, "_links_table", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        wh.publish(path, toy_data(20)[0])
+    assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"]
+    con = wh.connect(path)
+    try:
+        assert con.execute("SELECT count(*) FROM notes").fetchone() == (30,)
+    finally:
+        con.close()
+
+
+def test_bad_vectors_are_refused(tmp_path: Path):
+    data, vecs = toy_data()
+    ids = [c.chunk_id for c in data.chunks]
+    bad_shape = wh.WarehouseData(notes=data.notes, chunks=data.chunks, vectors={MODEL: (ids[:-1], vecs)})
+    with pytest.raises(EmbeddingError, match="299 chunk ids but vectors of shape"):
+        wh.publish(tmp_path / "w.duckdb", bad_shape)
+    unknown = wh.WarehouseData(notes=data.notes, chunks=data.chunks[:10], vectors={MODEL: (ids, vecs)})
+    with pytest.raises(EmbeddingError, match="not in the build"):
+        wh.publish(tmp_path / "w.duckdb", unknown)
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+_EC19_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    import duckdb, duckdb_ext
+    path, checkpoint_schema = sys.argv[1], sys.argv[2] == "1"
+    con = duckdb.connect(path)
+    duckdb_ext.init(con)
+    con.execute("LOAD vss")
+    con.execute("SET hnsw_enable_experimental_persistence = true")
+    con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [sys.argv[3]])
+    con.execute("CREATE TABLE models (model_id VARCHAR, table_name VARCHAR, dim INTEGER, n BIGINT)")
+    con.execute("INSERT INTO models VALUES ('toy', 'vec_toy', 4, 3)")
+    con.execute("CREATE TABLE vec_toy (chunk_id VARCHAR, emb FLOAT[4])")
+    con.execute("CREATE INDEX vec_toy_hnsw ON vec_toy USING HNSW (emb) WITH (metric = 'cosine')")
+    if checkpoint_schema:
+        con.execute("CHECKPOINT")
+    con.execute("INSERT INTO vec_toy VALUES ('c1', [1, 0, 0, 0]), ('c2', [0, 1, 0, 0]), ('c3', [0.6, 0.8, 0, 0])")
+    os._exit(0)  # no CHECKPOINT, no close: the inserts live only in the WAL
+    """
+)
+
+
+@pytest.mark.parametrize("checkpoint_schema", [True, False], ids=["inserts-in-wal", "all-in-wal"])
+def test_ec19_wal_with_hnsw_replays(tmp_path: Path, checkpoint_schema: bool):
+    path = tmp_path / "crashed.duckdb"
+    subprocess.run(
+        [sys.executable, "-c", _EC19_WRITER, str(path), "1" if checkpoint_schema else "0", wh.SCHEMA_VERSION],
+        check=True, timeout=60,
+    )
+    assert Path(f"{path}.wal").exists()
+    ro = wh.connect(path, read_only=True)
+    try:
+        assert ro.execute("SELECT count(*) FROM vec_toy").fetchone() == (3,)
+    finally:
+        ro.close()
+    con = wh.connect(path, read_only=False)
+    try:
+        assert con.execute("SELECT count(*) FROM vec_toy").fetchone() == (3,)
+        con.execute("DELETE FROM vec_toy WHERE chunk_id = 'c2'")
+        hits = wh.vector_search(con, "vec_toy", np.array([0, 1, 0, 0], np.float32), 3)
+        assert [c for c, _ in hits] == ["c3", "c1"]
+        assert [d for _, d in hits] == pytest.approx([0.2, 1.0], abs=1e-6)
+    finally:
+        con.close()
