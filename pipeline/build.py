@@ -226,7 +226,7 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
     try:
         counts = stats(con)
         models = list_models(con)
-        plans = {m["model_id"]: explain_vector_search(con, m["table_name"], m["dim"]) for m in models}
+        plans = {m["model_id"]: explain_vector_search(con, m["table_name"]) for m in models}
     finally:
         con.close()
     searcher = Searcher(settings.warehouse_path, **({"embedder_factory": embedder_factory} if embedder_factory else {}))

@@ -111,6 +111,8 @@ class Searcher:
         lane_depth: chunks each lane ranks before page grouping (200).
         second_weight: weight of a page's second-best chunk in its lane score (0.1).
         chunks_per_page: result chunks per page (2).
+        max_vector_fetch: cap of the HNSW over-fetch when a source filter applies (the filter runs after k-NN, so
+            a lane fetches ``lane_depth x rows / rows in the wanted sources``, at most this many).
 
     Raises:
         WarehouseNotBuiltError, WarehouseCorruptError: see :func:`pipeline.warehouse.connect`.

@@ -57,6 +57,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+VOLATILE_KEYS = ("fetched_at",)
+
+
+def _same_content(old: bytes, new: bytes, where: str) -> bool:
+    """True when two renderings differ only in volatile keys (``fetched_at``): the note is not rewritten then."""
+    try:
+        old_fm, old_body = split_frontmatter(decode_bytes(old, where), where)
+        new_fm, new_body = split_frontmatter(decode_bytes(new, where), where)
+    except NoteError:
+        return False
+    strip = lambda fm: {k: v for k, v in fm.items() if k not in VOLATILE_KEYS}  # noqa: E731
+    return old_body == new_body and strip(old_fm) == strip(new_fm)
+
+
 def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultResult:
     """Make ``vault_dir/<source>/`` hold exactly these notes.
 
@@ -66,7 +80,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultRe
         notes: the source's notes; each is written to ``<source>/<rel_path>`` as ``render_note(frontmatter, body)``.
 
     Returns:
-        VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, file not touched), removed
+        VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in ``fetched_at``: file not touched), removed
         (``.md`` files under the folder that are not in ``notes``; folders left empty are removed too).
 
     Raises:
@@ -89,9 +103,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultRe
     unchanged: list[str] = []
     for rel, (path, data) in sorted(targets.items()):
         try:
-            same = path.is_file() and not path.is_symlink() and path.read_bytes() == data
+            old = path.read_bytes() if path.is_file() and not path.is_symlink() else None
         except OSError:
-            same = False
+            old = None
+        same = old is not None and (old == data or _same_content(old, data, str(path)))
         if same:
             unchanged.append(rel)
             continue

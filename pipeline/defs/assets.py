@@ -154,7 +154,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
 
         con = connect(docsvault.settings().warehouse_path, read_only=True)
         try:
-            plans = {m["model_id"]: explain_vector_search(con, m["table_name"], m["dim"]) for m in list_models(con)}
+            plans = {m["model_id"]: explain_vector_search(con, m["table_name"]) for m in list_models(con)}
         finally:
             con.close()
         ok = bool(plans) and all("HNSW_INDEX_SCAN" in p for p in plans.values())

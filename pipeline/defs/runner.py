@@ -60,7 +60,7 @@ def ensure_instance(settings: Settings) -> Path:
 def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for event in result.get_asset_materialization_events():
-        mat = event.asset_materialization
+        mat = event.materialization
         out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
     return out
 
