@@ -137,7 +137,9 @@ class SentenceTransformerEmbedder:
             path = self._path()
             try:
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
 
+                hf_logging.disable_progress_bar()      # no "Loading weights" bar on the CLI's stderr
                 self._model = SentenceTransformer(path, device="cpu")
             except Exception as exc:
                 raise EmbeddingError(

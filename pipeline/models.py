@@ -40,7 +40,12 @@ class Source:
     site_url: str | None = None
     language: str | None = None          # e.g. "en", "ja"; None: detected per chunk
     embedding: str | None = None         # model spec for this source; None: the default model
-    token_env: str | None = None         # name of an env var holding a token for private git repos
+    token_env: str | None = None         # name of an env var holding a token for private git repos / HTTP sites
+    strategies: tuple[str, ...] = ()     # fetch strategies tried in order (e.g. llms_txt, html); () = (kind,)
+    sitemap: str | None = None           # html: "auto" (<start dir>/sitemap.xml) or a sitemap URL; None: links only
+    rate_limit: float | None = None      # seconds between two requests to one host; None: the default (1.0)
+    max_pages: int | None = None         # page cap per fetch (llms_txt / html); None: the default (1000)
+    allowed_hosts: tuple[str, ...] = ()  # extra hosts (host or host:port) whose pages may be fetched
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class RawFile:
     source_path: str                      # posix path in the repository or site, e.g. "en/Home.md"
     path: Path                            # absolute path on disk
     url: str | None = None                # page URL when known
+    meta: dict[str, Any] = field(default_factory=dict, hash=False)   # extra frontmatter from the fetcher
+                                                                      # (e.g. llms_section, llms_optional)
 
 
 @dataclass(frozen=True)

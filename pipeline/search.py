@@ -148,6 +148,10 @@ class Searcher:
             self._source_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["source"]))
             notes = wh.load_note_keys(self._con).to_pydict()
             self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
+            self._note_source: dict[str, str] = dict(zip(notes["note_id"], notes["source"]))
+            self._tags: dict[str, tuple[str, ...]] = {
+                nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()
+            }
             self.sources: list[str] = wh.list_sources(self._con)
             blobs = wh.load_bm25_blobs(self._con)
             self._bm25: Bm25Index | None = Bm25Index.from_blobs(blobs) if blobs else None
@@ -195,7 +199,22 @@ class Searcher:
             )
         return frozenset(wanted)
 
-    def _bm25_lane(self, query: str, sources: frozenset[str] | None) -> list[tuple[str, float]]:
+    def _notes_with_tags(self, tags: str | Sequence[str] | None, sources: frozenset[str] | None
+                         ) -> frozenset[str] | None:
+        """Notes carrying any of the tags (``#`` optional, case-insensitive; ``a`` also matches nested ``a/b``)."""
+        if tags is None:
+            return None
+        wanted = {t.strip().lstrip("#").casefold() for t in ([tags] if isinstance(tags, str) else tags)} - {""}
+        if not wanted:
+            return None
+        return frozenset(
+            nid for nid, note_tags in self._tags.items()
+            if (sources is None or self._note_source.get(nid) in sources)
+            and any(nt == t or nt.startswith(t + "/") for nt in note_tags for t in wanted)
+        )
+
+    def _bm25_lane(self, query: str, sources: frozenset[str] | None,
+                   notes: frozenset[str] | None = None) -> list[tuple[str, float]]:
         if self._bm25 is None or not len(self._bm25):
             return []
         mask = None
@@ -204,14 +223,21 @@ class Searcher:
             if mask is None:
                 mask = np.isin(self._bm25_sources, list(sources))
                 self._masks[sources] = mask
+        if notes is not None:
+            doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
+            note_mask = np.isin(doc_notes, list(notes))
+            mask = note_mask if mask is None else (mask & note_mask)
         return self._bm25.search(self.analyzer.tokens(query), self.lane_depth, mask)
 
-    def _vector_lane(self, query: str, sources: frozenset[str] | None) -> list[_Page]:
+    def _vector_lane(self, query: str, sources: frozenset[str] | None,
+                     notes: frozenset[str] | None = None) -> list[_Page]:
         per_model: list[list[_Page]] = []
         for model in self.models:
             counts = self._model_sources[model["table_name"]]
             n_total = sum(counts.values())
             n_in = n_total if sources is None else sum(counts.get(s, 0) for s in sources)
+            if notes is not None:   # tag filter: the share of chunks in the tagged notes
+                n_in = min(n_in, sum(1 for c in self._note_of.values() if c in notes))
             if n_in == 0:
                 continue
             # a WHERE filter applies after the k-NN step: over-fetch in proportion to the filtered-out rows
@@ -220,7 +246,8 @@ class Searcher:
             qvec = self.embedder(model["model_id"]).embed_query(query)
             rows = wh.vector_search(self._con, model["table_name"], qvec, fetch, dim=model["dim"])
             hits = [(cid, 1.0 - d) for cid, d in rows
-                    if sources is None or self._source_of.get(cid) in sources][: self.lane_depth]
+                    if (sources is None or self._source_of.get(cid) in sources)
+                    and (notes is None or self._note_of.get(cid) in notes)][: self.lane_depth]
             per_model.append(page_ranking(hits, self._note_of.__getitem__, self.second_weight))
         if len(per_model) == 1:
             return per_model[0]
@@ -233,19 +260,23 @@ class Searcher:
                     best[page.note_id] = (rank, page.score, page)
         return [v[2] for v in sorted(best.values(), key=lambda v: (v[0], -v[1]))]
 
-    def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str]
+    def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
+               tags: str | Sequence[str] | None = None,
                ) -> tuple[list[tuple[str, float, dict[str, int]]], dict[str, dict[str, int]]]:
         """Fused pages ``[(note_id, score, {lane: page rank})]`` and per-lane chunk ranks ``{lane: {chunk: rank}}``."""
         unknown = [lane for lane in lanes if lane not in LANES]
         if unknown or not lanes:
             raise ValueError(f"unknown lanes {unknown or list(lanes)}; use some of {list(LANES)}")
         sources = self._resolve_sources(source)
+        notes = self._notes_with_tags(tags, sources)
+        if notes is not None and not notes:
+            return [], {}
         lane_pages: dict[str, list[_Page]] = {}
         if "bm25" in lanes:
-            hits = self._bm25_lane(query, sources)
+            hits = self._bm25_lane(query, sources, notes)
             lane_pages["bm25"] = page_ranking(hits, self._note_of.__getitem__, self.second_weight)
         if "vector" in lanes:
-            lane_pages["vector"] = self._vector_lane(query, sources)
+            lane_pages["vector"] = self._vector_lane(query, sources, notes)
         fused: dict[str, float] = {}
         ranks: dict[str, dict[str, int]] = {}
         chunk_ranks: dict[str, dict[str, int]] = {}
@@ -271,6 +302,7 @@ class Searcher:
         k: int = 10,
         source: str | Sequence[str] | None = None,
         lanes: Sequence[str] = LANES,
+        tags: str | Sequence[str] | None = None,
     ) -> list[Hit]:
         """Search chunks, grouped by page.
 
@@ -279,6 +311,8 @@ class Searcher:
             k: at most this many hits (k >= 1); a page gives at most ``chunks_per_page`` of them.
             source: restrict to one source name or several; None: all.
             lanes: any of ``"bm25"``, ``"vector"``.
+            tags: only notes whose frontmatter ``tags`` include one of these (``#`` optional, case-insensitive;
+                ``a`` matches nested ``a/b``); None: no tag filter. No tagged note: [].
 
         Returns:
             Hits in fused page order (``Hit.score`` = the page's RRF score, higher is better; ``Hit.rank`` =
@@ -293,7 +327,7 @@ class Searcher:
         if not query or not query.strip():
             return []
         with self._lock:
-            pages, chunk_ranks = self._fused(query, source, lanes)
+            pages, chunk_ranks = self._fused(query, source, lanes, tags)
             # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
             by_note: dict[str, dict[str, float]] = {}
             for lane, cr in chunk_ranks.items():
@@ -339,6 +373,7 @@ class Searcher:
         source: str | Sequence[str] | None = None,
         lanes: Sequence[str] = LANES,
         depth: int = 10,
+        tags: str | Sequence[str] | None = None,
     ) -> list[tuple[str, str, float]]:
         """Fused page ranking for evaluation: ``[(note_id, source_path, score)]`` best first, at most ``depth``.
 
@@ -348,5 +383,5 @@ class Searcher:
         if not query or not query.strip():
             return []
         with self._lock:
-            pages, _ = self._fused(query, source, lanes)
+            pages, _ = self._fused(query, source, lanes, tags)
         return [(nid, self._note_path.get(nid, ""), score) for nid, score, _ in pages[:depth]]

@@ -46,6 +46,9 @@ __all__ = [
     "load_note_keys",
     "model_source_counts",
     "note_by_vault_path",
+    "note_hashes",
+    "note_tags",
+    "notes_by_source_path",
     "publish",
     "stats",
     "vector_search",
@@ -557,3 +560,24 @@ def note_by_vault_path(con: duckdb.DuckDBPyConnection, vault_path: str) -> dict[
     if isinstance(note.get("frontmatter"), str):
         note["frontmatter"] = json.loads(note["frontmatter"])
     return note
+
+
+def note_tags(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
+    """Every note's frontmatter tags: note_id -> tags as written (without a leading ``#``); notes without tags absent."""
+    rows = con.execute("SELECT note_id, tags FROM notes WHERE len(coalesce(tags, [])) > 0").fetchall()
+    return {r[0]: tuple(str(t).lstrip("#") for t in r[1] if t) for r in rows}
+
+
+def note_hashes(con: duckdb.DuckDBPyConnection, sources: Sequence[str] | None = None) -> dict[str, str]:
+    """vault_path -> content_hash of the notes (of ``sources`` only, when given): to tell what a rebuild changed."""
+    rows = con.execute("SELECT source, vault_path, content_hash FROM notes").fetchall()
+    wanted = set(sources) if sources is not None else None
+    return {r[1]: r[2] or "" for r in rows if wanted is None or r[0] in wanted}
+
+
+def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> list[dict[str, str]]:
+    """Notes whose ``source_path`` is this path, any source: ``[{"source", "source_path", "vault_path"}]``."""
+    rows = con.execute(
+        "SELECT source, source_path, vault_path FROM notes WHERE source_path = ? ORDER BY source", [source_path]
+    ).fetchall()
+    return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]

@@ -7,6 +7,7 @@ stages, over every source's last good copy. Both runs show in the Dagster UI.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,12 +77,18 @@ def _failures(result: dg.ExecuteInProcessResult) -> dict[str, str]:
             # the user error's own message, not Dagster's wrapper line
             if err and err.cause is not None:
                 msg = err.cause.message.strip()
-            failures[event.step_key] = msg.splitlines()[0] if msg else "failed"
+            first = msg.splitlines()[0] if msg else "failed"
+            failures[event.step_key] = re.sub(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): ", "", first)
     return failures
 
 
-def run_build(settings: Settings, source_names: Sequence[str] | None = None) -> BuildReport:
-    """Materialize the chains of the selected sources (default: all), then the shared stages."""
+def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL"
+              ) -> BuildReport:
+    """Materialize the chains of the selected sources (default: all), then the shared stages.
+
+    ``log_level`` is the level of Dagster's console logger (the full event log is always kept in DAGSTER_HOME and
+    shown by the UI); the CLI passes INFO with --verbose.
+    """
     from pipeline.definitions import build_definitions
 
     ensure_instance(settings)
@@ -91,7 +98,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None) -> 
     instance = dg.DagsterInstance.get()
 
     per_source = [dg.AssetKey([stage, source_slug(s.name)]) for s in sources for stage in PER_SOURCE_STAGES]
-    r1 = job.execute_in_process(instance=instance, asset_selection=per_source, raise_on_error=False,
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    r1 = job.execute_in_process(instance=instance, asset_selection=per_source, raise_on_error=False, run_config=run_config,
                                 tags={"docsvault/run": "sources"})
     failures = _failures(r1)
     meta = _metadata(r1)
@@ -109,7 +117,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None) -> 
         statuses.append(st)
 
     shared = [dg.AssetKey([stage]) for stage in SHARED_STAGES]
-    r2 = job.execute_in_process(instance=instance, asset_selection=shared, raise_on_error=False,
+    r2 = job.execute_in_process(instance=instance, asset_selection=shared, raise_on_error=False, run_config=run_config,
                                 tags={"docsvault/run": "shared"})
     f2 = _failures(r2)
     shared_error = "; ".join(f"{k}: {v}" for k, v in f2.items())
