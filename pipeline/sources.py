@@ -13,11 +13,23 @@ Shape::
       - name: docsvault-guide
         kind: local
         path: docs               # relative to sources.yaml; may be a list of roots
+      - name: some-site
+        kind: llms_txt           # url: the llms.txt (or llms-full.txt) URL
+        url: https://docs.example.org/llms.txt
+        strategies: [llms_txt, html]   # fallback chain, tried in order (llms_txt / html only)
+        sitemap: auto            # html: true/"auto" = <start folder>/sitemap.xml, or a sitemap URL
+        rate_limit: 1.0          # seconds between requests to one host (0 on loopback tests)
+        max_pages: 1000          # page cap per fetch
+        allowed_hosts: [raw.githubusercontent.com]   # other hosts whose pages may be fetched
+
+``site_url`` defaults, for llms_txt and html sources, to the folder of ``url`` (so absolute links into the same site
+become vault links).
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urljoin
 from pathlib import Path
 from typing import Any, get_args
 
@@ -31,8 +43,10 @@ KINDS: tuple[str, ...] = get_args(SourceKind)
 FORMATS: tuple[str, ...] = get_args(DocFormat)
 ALLOWED_KEYS = {
     "name", "kind", "url", "ref", "paths", "path", "format", "include", "exclude", "site_url", "language",
-    "embedding", "token_env",
+    "embedding", "token_env", "strategies", "sitemap", "rate_limit", "max_pages", "allowed_hosts",
 }
+HTTP_KINDS = ("llms_txt", "html")
+HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(?::\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::\d{1,5})?$")
 REQUIRED_BY_KIND = {"git": ("url",), "llms_txt": ("url",), "html": ("url",), "local": ("path",)}
 
 
@@ -79,6 +93,41 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     for p in paths:
         if p.startswith("/") or ".." in Path(p).parts:
             raise SourceConfigError(f"{where}: 'paths' entries are folders inside the repository, got {p!r}")
+    strategies = _str_list(block.get("strategies"), where, "strategies")
+    if strategies:
+        if kind not in HTTP_KINDS:
+            raise SourceConfigError(f"{where}: 'strategies' applies to kinds {list(HTTP_KINDS)} only, not '{kind}'")
+        bad = [s for s in strategies if s not in HTTP_KINDS]
+        if bad or len(set(strategies)) != len(strategies):
+            raise SourceConfigError(
+                f"{where}: 'strategies' must list distinct entries of {list(HTTP_KINDS)} in the order to try, "
+                f"got {list(strategies)}"
+            )
+    sitemap = block.get("sitemap")
+    if sitemap is True:
+        sitemap = "auto"
+    elif sitemap is False:
+        sitemap = None
+    if sitemap is not None and (not isinstance(sitemap, str) or not (
+            sitemap == "auto" or re.match(r"^https?://", sitemap))):
+        raise SourceConfigError(f"{where}: 'sitemap' must be true, 'auto' or an http(s):// URL, got {sitemap!r}")
+    rate_limit = block.get("rate_limit")
+    if rate_limit is not None and (isinstance(rate_limit, bool) or not isinstance(rate_limit, (int, float))
+                                   or rate_limit < 0):
+        raise SourceConfigError(f"{where}: 'rate_limit' must be a number of seconds >= 0, got {rate_limit!r}")
+    max_pages = block.get("max_pages")
+    if max_pages is not None and (isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1):
+        raise SourceConfigError(f"{where}: 'max_pages' must be an integer >= 1, got {max_pages!r}")
+    allowed_hosts = _str_list(block.get("allowed_hosts"), where, "allowed_hosts")
+    for host in allowed_hosts:
+        if not HOST_RE.match(host):
+            raise SourceConfigError(
+                f"{where}: 'allowed_hosts' entries are host names (optionally host:port), got {host!r}")
+    if kind in HTTP_KINDS and url and not re.match(r"^https?://", url):
+        raise SourceConfigError(f"{where}: kind '{kind}' needs an http(s):// 'url', got {url!r}")
+    site_url = block.get("site_url")
+    if site_url is None and kind in HTTP_KINDS and url:
+        site_url = urljoin(url, "./")
     roots: tuple[Path, ...] = ()
     if kind == "local":
         roots = tuple((base_dir / p).resolve() for p in _str_list(block.get("path"), where, "path"))
@@ -92,10 +141,15 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         format=fmt,
         include=_str_list(block.get("include"), where, "include"),
         exclude=_str_list(block.get("exclude"), where, "exclude"),
-        site_url=block.get("site_url"),
+        site_url=site_url,
         language=block.get("language"),
         embedding=block.get("embedding"),
         token_env=block.get("token_env"),
+        strategies=strategies,
+        sitemap=sitemap,
+        rate_limit=float(rate_limit) if rate_limit is not None else None,
+        max_pages=max_pages,
+        allowed_hosts=tuple(h.lower() for h in allowed_hosts),
     )
 
 

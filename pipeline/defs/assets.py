@@ -73,7 +73,7 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
     @dg.asset(key=key("chunks", source), deps=[vault], group_name="index", kinds={"python"}, tags=tags,
               description=f"Heading chunks of '{source.name}' with breadcrumbs, within the model's token window.")
     def chunks(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        embedder = docsvault.embedder()
+        embedder = docsvault.embedder(source)
         meta = build.chunk_stage(docsvault.settings(), source, embedder.count_tokens, embedder.max_tokens)
         return _result(meta)
 
@@ -90,7 +90,7 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
                 rate = done / max(now - started, 1e-9)
                 context.log.info(f"{source.name}: embedded {done}/{total} chunks ({rate:.1f}/s)")
 
-        meta = build.embed_stage(docsvault.settings(), source, docsvault.embedder(), progress=progress)
+        meta = build.embed_stage(docsvault.settings(), source, docsvault.embedder(source), progress=progress)
         context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
         return _result(meta)
 
@@ -136,7 +136,9 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
     @dg.asset(key=key("warehouse"), deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP, kinds={"duckdb"},
               description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published atomically.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        meta = build.warehouse_stage(docsvault.settings(), sources, docsvault.embedder())
+        from pipeline.defs.resources import cached_embedder
+
+        meta = build.warehouse_stage(docsvault.settings(), sources, embedder_factory=cached_embedder)
         context.log.info(f"warehouse: {meta['notes']} notes, {meta['chunks']} chunks -> {meta['path']}")
         return _result(meta, path=dg.MetadataValue.path(meta["path"]))
 

@@ -9,6 +9,7 @@ from typing import Any
 import dagster as dg
 
 from pipeline.config import Settings
+from pipeline.models import Source
 
 
 @functools.lru_cache(maxsize=4)
@@ -27,6 +28,7 @@ class DocsvaultResource(dg.ConfigurableResource):
     vault_dir: str
     evals_dir: str
     model: str
+    multilingual_model: str
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "DocsvaultResource":
@@ -36,6 +38,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             vault_dir=str(settings.vault_dir),
             evals_dir=str(settings.evals_dir),
             model=settings.model,
+            multilingual_model=settings.multilingual_model,
         )
 
     def settings(self) -> Settings:
@@ -45,7 +48,9 @@ class DocsvaultResource(dg.ConfigurableResource):
             vault_dir=Path(self.vault_dir),
             evals_dir=Path(self.evals_dir),
             model=self.model,
+            multilingual_model=self.multilingual_model,
         )
 
-    def embedder(self) -> Any:
-        return cached_embedder(self.model)
+    def embedder(self, source: Source) -> Any:
+        """The embedder of a source (its `embedding:`, or the default for its language), one per process."""
+        return cached_embedder(self.settings().model_for(source))

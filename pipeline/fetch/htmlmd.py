@@ -1,0 +1,345 @@
+"""HTML page -> Markdown: main content only, code verbatim, links absolute (markdownify + BeautifulSoup/lxml).
+
+1. Parse (lxml). ``<base href>`` (the first with an href, resolved against the page URL) is the base for relative
+   links; ``<link rel=canonical>`` and every ``<a href>`` of the *whole* page (navigation included: that is where a
+   crawler finds the other pages) are collected first.
+2. Main content: the semantic container that holds the page's first ``<h1>`` — ``<article>``, ``<main>``,
+   ``[role=main]``, then common content ids/classes — else trafilatura's extraction (fallback for pages without such
+   markup). Inside it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks
+   (``¶``) and "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``).
+   Why not trafilatura or readability for every page: compared on the real txtai (MkDocs Material) and jekyllrb
+   pages, readability-lxml 0.9 dropped tables (txtai ``pipeline/text/summary``'s notebook table) and on jekyll's
+   ``configuration/options`` kept one table without the H1 or prose; trafilatura 2.3 kept the text but rewrites the
+   tree into its own elements: ``language-*`` / ``highlighttable`` classes are gone (no fence languages, line numbers
+   mixed into code) and inline ``<code>`` became fenced blocks. Documentation generators mark their content well,
+   so the container rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
+3. Fix-ups before conversion: a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding ``<li>``
+   (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and ``span.linenos`` go;
+   each ``<pre>`` gets the language of the nearest self/ancestor/child class among ``language-*``, ``lang-*``,
+   ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
+   base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are; without any URL, unchanged: EC-04).
+4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth); ``<pre>`` becomes a fence (longer than any
+   backtick run inside) holding the code text verbatim: no escapes, whitespace kept.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urldefrag, urljoin, urlsplit
+
+from bs4 import BeautifulSoup, NavigableString, Tag
+from markdownify import MarkdownConverter
+
+__all__ = ["HtmlDoc", "html_to_markdown", "code_language"]
+
+CONTENT_SELECTORS = (
+    "article", "main", "[role=main]", "#content", ".content", "#main-content", ".main-content", ".md-content",
+    ".rst-content", ".document", ".markdown-body", ".post-content", ".page-content", ".docs-content",
+)
+DROP_TAGS = ("script", "style", "noscript", "template", "nav", "aside", "footer", "form", "button", "input",
+             "select", "textarea", "iframe", "dialog", "label", "svg")
+DROP_ROLES = {"navigation", "search", "banner", "contentinfo", "complementary", "menu", "menubar", "dialog"}
+_DROP_WORD = re.compile(
+    r"^(?:.*[-_])?(?:sidebar|sidenav|toc|breadcrumbs?|headerlink|header-link|anchorjs-link|skip-link|search(?:box)?"
+    r"|navbar|nav|menu|footer|edit(?:-page|-link|-this-page)?|improve|feedback|pagination|cookie(?:-banner)?"
+    r"|source-file|announce|banner|share|social)(?:[-_].*)?$"
+)
+_KEEP_WORD = re.compile(r"highlight|language-|lang-|code|admonition|table")
+_LANG_CLASS = re.compile(r"^(?:language|lang|highlight|sourceCode)-([A-Za-z0-9_+#.-]+)$")
+_NO_LANG = {"default", "none", "text", "plain", "plaintext", "nohighlight", "source", "notranslate", "txt"}
+
+
+@dataclass(frozen=True)
+class HtmlDoc:
+    """A converted page. ``links`` are absolute, fragment-free, in document order, deduplicated (whole page)."""
+
+    title: str
+    markdown: str                 # starts with "# <title>" when the page has a title; LF, one final newline
+    canonical: str | None         # absolute canonical URL, if declared
+    links: tuple[str, ...]
+    base_url: str | None          # the URL relative references were resolved against
+    extractor: str                # "container" or "trafilatura"
+
+
+def _classes(el: Tag) -> list[str]:
+    value = el.get("class") or []
+    return list(value) if isinstance(value, list) else str(value).split()
+
+
+def code_language(pre: Tag) -> str:
+    """Language of a ``<pre>`` block (EC-02): nearest class among ``language-*``, ``lang-*``, ``highlight-*``,
+    ``sourceCode-*`` or ``brush: x`` on the ``<code>`` child, the ``<pre>`` itself, then up to 4 ancestors;
+    "" when none (never guessed)."""
+    chain: list[Tag] = []
+    code = pre.find("code")
+    if isinstance(code, Tag):
+        chain.append(code)
+    chain.append(pre)
+    parent = pre.parent
+    for _ in range(4):
+        if not isinstance(parent, Tag):
+            break
+        chain.append(parent)
+        parent = parent.parent
+    for el in chain:
+        classes = _classes(el)
+        for i, cls in enumerate(classes):
+            m = _LANG_CLASS.match(cls)
+            if m and m.group(1).lower() not in _NO_LANG:
+                return m.group(1).lower()
+            if cls.rstrip(":").lower() == "brush" and i + 1 < len(classes):
+                lang = classes[i + 1].rstrip(";").lower()
+                if lang and lang not in _NO_LANG:
+                    return lang
+        data = el.get("data-lang") or el.get("data-language")
+        if isinstance(data, str) and data.strip() and data.strip().lower() not in _NO_LANG:
+            return data.strip().lower()
+    return ""
+
+
+class _Converter(MarkdownConverter):
+    """markdownify with verbatim fenced code."""
+
+    def convert_pre(self, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
+        code = el.get_text()
+        code = code.replace("\r\n", "\n").strip("\n")
+        if not code.strip():
+            return ""
+        lang = el.get("data-dv-lang") or ""
+        longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
+        fence = "`" * max(3, longest + 1)
+        return f"\n\n{fence}{lang}\n{code}\n{fence}\n\n"
+
+
+def _is_in_pre(el: Tag) -> bool:
+    return any(p.name == "pre" for p in el.parents if isinstance(p, Tag))
+
+
+def _should_drop(el: Tag) -> bool:
+    if el.name in DROP_TAGS:
+        return True
+    role = el.get("role")
+    if isinstance(role, str) and role.lower() in DROP_ROLES:
+        return True
+    if el.name == "a" and set(_classes(el)) & {"headerlink", "header-link", "anchor", "anchorjs-link",
+                                                  "heading-anchor", "hash-link"}:
+        return True
+    words = _classes(el) + ([str(el.get("id"))] if el.get("id") else [])
+    for w in words:
+        wl = w.lower()
+        if _DROP_WORD.match(wl) and not _KEEP_WORD.search(wl):
+            return True
+    return False
+
+
+def _strip_boilerplate(root: Tag) -> None:
+    for el in list(root.find_all(True)):
+        if el.decomposed or not isinstance(el, Tag) or el.name in ("pre", "code", "table", "h1"):
+            continue
+        if el.name in ("header",) and el.find("h1") is None:
+            el.decompose()
+            continue
+        if _is_in_pre(el):
+            continue
+        if _should_drop(el) and el.find("h1") is None:
+            el.decompose()
+
+
+def _pick_container(soup: BeautifulSoup) -> Tag | None:
+    body = soup.body or soup
+    h1 = body.find("h1")
+    for selector in CONTENT_SELECTORS:
+        found = [el for el in body.select(selector) if isinstance(el, Tag)]
+        if not found:
+            continue
+        if h1 is not None:
+            holding = [el for el in found if h1 in el.descendants]
+            if holding:
+                # innermost container holding the h1
+                return min(holding, key=lambda el: len(list(el.descendants)))
+        elif len(found) == 1:
+            return found[0]
+    return None
+
+
+def _fix_nested_lists(root: Tag, soup: BeautifulSoup) -> None:
+    """EC-01: a list directly inside a list moves into the preceding <li> (or a new one)."""
+    for lst in list(root.find_all(["ul", "ol"])):
+        parent = lst.parent
+        if not isinstance(parent, Tag) or parent.name not in ("ul", "ol"):
+            continue
+        prev = lst.find_previous_sibling()
+        if isinstance(prev, Tag) and prev.name == "li":
+            prev.append(lst.extract())
+        else:
+            li = soup.new_tag("li")
+            lst.replace_with(li)
+            li.append(lst)
+
+
+def _fix_code(root: Tag, soup: BeautifulSoup) -> None:
+    for table in list(root.select("table.highlighttable")):
+        code_cell = table.select_one("td.code") or table.find_all("td")[-1:] and table.find_all("td")[-1]
+        pre = code_cell.find("pre") if isinstance(code_cell, Tag) else None
+        if isinstance(pre, Tag):
+            lang = code_language(pre) or code_language_from(table)
+            pre = pre.extract()
+            if lang:
+                pre["data-dv-lang"] = lang
+            table.replace_with(pre)
+    for span in list(root.select("span.linenos, span.lineno, td.linenos, .gutter")):
+        span.decompose()
+    for pre in root.find_all("pre"):
+        if not pre.get("data-dv-lang"):
+            lang = code_language(pre)
+            if lang:
+                pre["data-dv-lang"] = lang
+
+
+def code_language_from(el: Tag) -> str:
+    """Language from the classes of ``el`` and its ancestors (used for a highlighttable's wrapper)."""
+    probe = BeautifulSoup("<pre></pre>", "lxml").pre
+    assert probe is not None
+    node: Tag | None = el
+    for _ in range(4):
+        if not isinstance(node, Tag):
+            break
+        for cls in _classes(node):
+            m = _LANG_CLASS.match(cls)
+            if m and m.group(1).lower() not in _NO_LANG:
+                return m.group(1).lower()
+        node = node.parent
+    return ""
+
+
+def _absolute(value: str, base: str | None) -> str:
+    v = value.strip()
+    if not base or not v or v.startswith("#"):
+        return v
+    scheme = urlsplit(v).scheme.lower()
+    if scheme and scheme not in ("http", "https"):
+        return v                                   # mailto:, tel:, data:, javascript: ... untouched
+    return urljoin(base, v)
+
+
+def _absolutize(root: Tag, base: str | None) -> None:
+    for a in root.find_all("a"):
+        href = a.get("href")
+        if isinstance(href, str):
+            if href.strip().lower().startswith("javascript:"):
+                del a["href"]
+            else:
+                a["href"] = _absolute(href, base)
+    for img in root.find_all("img"):
+        src = img.get("src")
+        if isinstance(src, str):
+            img["src"] = _absolute(src, base)
+
+
+def _tidy(md: str) -> str:
+    out: list[str] = []
+    in_fence: str | None = None
+    blank = 0
+    for line in md.replace("\r\n", "\n").split("\n"):
+        stripped = line.strip()
+        m = re.match(r"^(`{3,}|~{3,})", stripped)
+        if in_fence is None and m:
+            in_fence = m.group(1)
+        elif in_fence is not None and stripped.startswith(in_fence) and set(stripped) == {in_fence[0]}:
+            in_fence = None
+            out.append(line)
+            blank = 0
+            continue
+        if in_fence is None:
+            line = line.rstrip()
+            if not line:
+                blank += 1
+                if blank > 1:
+                    continue
+            else:
+                blank = 0
+        out.append(line)
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
+    """Convert one HTML page to Markdown (see module doc).
+
+    Args:
+        html: the page (bytes are decoded by lxml using the declared charset).
+        url: the page URL, for ``<base href>`` resolution and absolute links; None leaves relative refs as they are.
+
+    Returns:
+        HtmlDoc; ``markdown`` starts with the page's H1 (``# <title>`` is prepended when the content has none but the
+        page has a ``<title>``).
+    """
+    soup = BeautifulSoup(html, "lxml")
+    base = url
+    base_tag = soup.find("base", href=True)
+    if isinstance(base_tag, Tag):
+        href = str(base_tag["href"]).strip()
+        base = urljoin(url, href) if url else (href if urlsplit(href).scheme in ("http", "https") else None)
+    canonical = None
+    for link in soup.find_all("link", href=True):
+        rel = link.get("rel") or []
+        rels = rel if isinstance(rel, list) else str(rel).split()
+        if "canonical" in [r.lower() for r in rels]:
+            canonical = urldefrag(_absolute(str(link["href"]), base or url))[0] or None
+            break
+    links: list[str] = []
+    seen: set[str] = set()
+    if base:
+        for a in soup.find_all("a", href=True):
+            target = urldefrag(_absolute(str(a["href"]), base))[0]
+            if target and urlsplit(target).scheme in ("http", "https") and target not in seen:
+                seen.add(target)
+                links.append(target)
+    page_title = soup.title.get_text(" ", strip=True) if soup.title else ""
+
+    container = _pick_container(soup)
+    extractor = "container"
+    if container is None:
+        extractor = "trafilatura"
+        container = _trafilatura_main(soup, str(soup), url)
+        soup_for_tags = BeautifulSoup("", "lxml")
+    else:
+        soup_for_tags = soup
+    for el in container.find_all(["script", "style", "noscript", "template"]):
+        el.decompose()
+    _strip_boilerplate(container)
+    _fix_nested_lists(container, soup_for_tags)
+    _fix_code(container, soup_for_tags)
+    _absolutize(container, base)
+    h1 = container.find("h1")
+    title = h1.get_text(" ", strip=True) if isinstance(h1, Tag) else page_title
+    if isinstance(h1, Tag):
+        # nothing before the page's H1 (breadcrumbs, version badges, "edit" links that survived)
+        for prev in list(h1.find_all_previous()):
+            if prev is container or container not in prev.parents:
+                continue
+            if h1 not in prev.descendants:
+                prev.decompose()
+        for text in list(h1.find_all_previous(string=True)):
+            if isinstance(text, NavigableString) and container in text.parents and h1 not in text.parents:
+                text.extract()
+    md = _Converter(heading_style="ATX", bullets="*+-", strip=["span"] if False else None,
+                    escape_underscores=True, escape_asterisks=True).convert_soup(container)
+    md = _tidy(md)
+    if not isinstance(h1, Tag) and title:
+        md = f"# {title}\n\n{md}"
+    return HtmlDoc(title=title, markdown=md, canonical=canonical, links=tuple(links), base_url=base,
+                   extractor=extractor)
+
+
+def _trafilatura_main(soup: BeautifulSoup, html: str, url: str | None) -> Tag:
+    """Main content by trafilatura (pages without semantic containers); the whole body when it finds nothing."""
+    import trafilatura
+
+    extracted = trafilatura.extract(html, url=url, output_format="html", include_tables=True, include_links=True,
+                                    include_images=True, include_formatting=True, favor_recall=True)
+    if extracted:
+        tree = BeautifulSoup(extracted, "lxml")
+        if tree.body is not None:
+            return tree.body
+    return soup.body or soup
