@@ -1,25 +1,32 @@
 """`docsvault` command line: a thin shell over the library core.
 
-Search and eval never import Dagster (fast cold start); `build` runs the assets through Dagster.
-Errors are one line on stderr with exit code 1; JSON goes to stdout.
+Search, read and eval never import Dagster (fast cold start); `build` runs the assets through Dagster; `mcp` imports
+the MCP SDK only when it runs. Errors are one line on stderr with exit code 1; JSON goes to stdout.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy and torch share 2 cores: avoid busy-wait (p95 5-8x)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import typer  # noqa: E402
+import typer
 
-from pipeline.config import Settings  # noqa: E402
-from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.config import Settings
+from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pipeline.models import Hit
+    from pipeline.search import Searcher
 
 app = typer.Typer(
     name="docsvault",
@@ -27,15 +34,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-sources_app = typer.Typer(help="Check and list the sources of sources.yaml.", no_args_is_help=True)
+sources_app = typer.Typer(help="Check and list the sources of sources.yaml.", no_args_is_help=True,
+                          rich_markup_mode=None)
 app.add_typer(sources_app, name="sources")
 
 _state: dict[str, Settings] = {}
 
+#: keys of one ``search --json`` hit, in order (stable; ``--explain`` adds ``lanes`` and ``explain``)
+HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet")
+#: keys of one ``search --files --json`` row
+FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
+
 
 def fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    """Print ``error: <message>`` (first line only) on stderr and exit 1."""
+    line = " ".join(str(message).split("\n")[0].split()) or "failed"
+    typer.echo(f"error: {line}", err=True)
     raise typer.Exit(1)
 
 
@@ -43,19 +59,39 @@ def settings() -> Settings:
     return _state["settings"]
 
 
+def _color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
 @app.callback()
 def main_options(
-    sources: Annotated[Optional[Path], typer.Option("--sources", help="sources.yaml [env DOCSVAULT_SOURCES]")] = None,
-    data: Annotated[Optional[Path], typer.Option("--data", help="data dir [env DOCSVAULT_DATA, ./data]")] = None,
-    vault: Annotated[Optional[Path], typer.Option("--vault", help="vault dir [env DOCSVAULT_VAULT, ./vault]")] = None,
+    sources: Annotated[Path | None, typer.Option("--sources", metavar="FILE", help="sources.yaml [env DOCSVAULT_SOURCES]")] = None,
+    data: Annotated[Path | None, typer.Option("--data", metavar="DIR", help="data dir [env DOCSVAULT_DATA, ./data]")] = None,
+    vault: Annotated[Path | None, typer.Option("--vault", metavar="DIR", help="vault dir [env DOCSVAULT_VAULT, ./vault]")] = None,
 ) -> None:
     """Paths come from these flags, else the environment, else the defaults."""
     _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault)
 
 
+def _export_env(s: Settings) -> dict[str, str]:
+    """The environment a child process (build, webserver) needs to see the same paths as this command."""
+    env = dict(os.environ)
+    env.update({
+        "DOCSVAULT_SOURCES": str(s.sources_file), "DOCSVAULT_DATA": str(s.data_dir),
+        "DOCSVAULT_VAULT": str(s.vault_dir), "DOCSVAULT_EVALS": str(s.evals_dir), "DOCSVAULT_MODEL": s.model,
+        "DAGSTER_HOME": str(s.dagster_home),
+    })
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# build
+
+
 @app.command()
 def build(
-    source: Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Only these sources (repeatable).")] = None,
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster)."""
     from pipeline.sources import load_sources, select_sources
@@ -65,7 +101,7 @@ def build(
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
         from pipeline.defs.runner import run_build
 
-        report = run_build(s, source)
+        report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL")
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -88,7 +124,7 @@ def build(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),
                 nd=ev.get("ndcg_at_10", 0)))
     else:
-        typer.echo(f"shared stages FAILED: {report.shared_error}", err=True)
+        typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     failed = [st.name for st in report.sources if not st.ok]
     if failed:
         typer.echo(f"error: {len(failed)} source(s) failed: {', '.join(failed)} (their last good copy still serves)",
@@ -97,85 +133,374 @@ def build(
         raise typer.Exit(1)
 
 
-@app.command()
-def search(
-    query: Annotated[str, typer.Argument(help="What you are looking for, in any words (English or Japanese).")],
-    k: Annotated[int, typer.Option("-k", min=1, max=100, help="Number of results.")] = 10,
-    source: Annotated[Optional[list[str]], typer.Option("--source", "-s", help="Only these sources.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON list of hits on stdout.")] = False,
-) -> None:
-    """Hybrid search (BM25 + vector, RRF k=60, at most 2 chunks per note)."""
-    from pipeline.search import Searcher
+# ---------------------------------------------------------------------------------------------------------------
+# search
+
+
+def query_terms(query: str, analyzer_tokens: Sequence[str] = ()) -> list[str]:
+    """Terms to highlight: the query's words (2+ letters, English stopwords dropped) and its Japanese analyzer terms."""
+    from pipeline.analysis import STOPWORDS_EN
+
+    cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+    terms = {w.casefold() for w in re.findall(r"\w+", query) if not cjk.search(w)}
+    terms |= {t.casefold() for t in analyzer_tokens if cjk.search(t) and len(t) >= 2}
+    terms = {t for t in terms if t not in STOPWORDS_EN and len(t) >= 2}
+    return sorted(terms, key=lambda t: (-len(t), t))
+
+
+def term_pattern(terms: list[str]) -> re.Pattern[str] | None:
+    """A regex matching any term: Latin terms at a word start (the rest of the word too), CJK terms anywhere."""
+    if not terms:
+        return None
+    cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+    parts = [re.escape(t) if cjk.search(t) else r"\b" + re.escape(t) + r"\w*" for t in terms]
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+def highlight(text: str, pattern: re.Pattern[str] | None, color: bool) -> str:
+    """Wrap matches in bold yellow ANSI codes when ``color``; the text unchanged otherwise."""
+    if not color or pattern is None:
+        return text
+    return pattern.sub(lambda m: f"\x1b[1;33m{m.group(0)}\x1b[0m", text)
+
+
+def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | int]]:
+    """Per lane: the page's rank in that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``."""
+    out: dict[str, dict[str, float | int]] = {}
+    for lane, rank in sorted(hit.lanes.items()):
+        w = float(searcher.weights.get(lane, 1.0))
+        out[lane] = {"rank": int(rank), "weight": w, "score": round(w / (searcher.k_rrf + rank), 6)}
+    return out
+
+
+def _explain_line(hit: Hit, searcher: Searcher) -> str:
+    from pipeline.search import LANES
+
+    parts = explain_parts(hit, searcher)
+    k = f"{searcher.k_rrf:g}"
+    shown = []
+    for lane in list(LANES) + sorted(set(parts) - set(LANES)):
+        p = parts.get(lane)
+        if p is None:
+            shown.append(f"{lane} -")
+            continue
+        w = "" if p["weight"] == 1.0 else f"{p['weight']:g}x"
+        shown.append(f"{lane} #{p['rank']} ({w}1/({k}+{p['rank']})={p['score']:.4f})")
+    return "explain: " + " + ".join(shown) + f" = {hit.score:.4f}"
+
+
+def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool) -> list[str]:
+    """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context."""
+    from pipeline.reader import resolve_note_path
 
     try:
-        searcher = Searcher(settings().warehouse_path)
-        hits = searcher.search(query, k=k, source=source or None)
+        path, _ = resolve_note_path(settings().vault_dir, hit.vault_path)
+        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    except (PipelineError, OSError) as exc:
+        return [f"(cannot show context: {str(exc).splitlines()[0]})"]
+    heading_re = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
+    start = 0
+    if lines and lines[0].strip() == "---":                    # skip frontmatter
+        for i in range(1, len(lines)):
+            if lines[i].strip() in ("---", "..."):
+                start = i + 1
+                break
+    if hit.heading:
+        want = " ".join(re.sub(r"[*_`\[\]]", "", hit.heading).split()).casefold()
+        for i in range(start, len(lines)):
+            m = heading_re.match(lines[i])
+            if m and " ".join(re.sub(r"[*_`\[\]]", "", m.group(2)).split()).casefold() == want:
+                start = i
+                break
+    # like grep from the hit's heading on: the first matching lines (a chunk may span sub-sections)
+    matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
+    if not matches:
+        matches = [next((i for i in range(start, len(lines)) if lines[i].strip()), start)]
+    shown: list[int] = []
+    for i in matches:
+        for j in range(max(0, i - n), min(len(lines), i + n + 1)):
+            if j not in shown:
+                shown.append(j)
+    shown.sort()
+    out: list[str] = []
+    for idx, j in enumerate(shown):
+        if idx and j != shown[idx - 1] + 1:
+            out.append("--")
+        text = lines[j] if len(lines[j]) <= 200 else lines[j][:199] + "…"
+        mark = ":" if j in matches else "-"
+        out.append(f"{j + 1}{mark}{highlight(text, pattern, color)}")
+    return out
+
+
+def _open_searcher() -> Searcher:
+    from pipeline.search import Searcher
+
+    return Searcher(settings().warehouse_path)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="What you are looking for, in any words (English or Japanese).")],
+    k: Annotated[int, typer.Option("-k", metavar="N", min=1, max=100, help="Number of results.")] = 10,
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Only notes with one of these frontmatter tags (repeatable; '#' optional; 'a' matches 'a/b').")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON list of hits on stdout (keys in README).")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Show each lane's page rank and the RRF parts of every score.")] = False,
+    files: Annotated[bool, typer.Option("--files", "-l", help="Note paths and scores only, one line per note.")] = False,
+    context: Annotated[int | None, typer.Option("--context", "-C", metavar="N", min=0, max=20, help="Show N lines of the note around each hit's matching lines, like grep -C.")] = None,
+) -> None:
+    """Hybrid search (BM25 + vector, RRF k=60, at most 2 chunks per note)."""
+    try:
+        searcher = _open_searcher()
+        try:
+            hits = searcher.search(query, k=k, source=source or None, tags=tag or None)
+            tokens = searcher.analyzer.tokens(query) if not as_json and not files else []
+        finally:
+            searcher.close()
     except PipelineError as exc:
         fail(str(exc))
         return
+    if files:
+        seen: dict[str, Hit] = {}
+        for h in hits:
+            seen.setdefault(h.vault_path, h)
+        rows = list(seen.values())
+        if as_json:
+            typer.echo(json.dumps([{**{key: getattr(h, key) for key in FILE_KEYS}, "rank": i}
+                                   for i, h in enumerate(rows, start=1)], ensure_ascii=False, indent=2))
+        else:
+            for h in rows:
+                typer.echo(f"{h.vault_path}\t{h.score:.4f}")
+        return
     if as_json:
-        keys = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet")
-        typer.echo(json.dumps([{key: getattr(h, key) for key in keys} for h in hits], ensure_ascii=False, indent=2))
+        out = []
+        for h in hits:
+            row: dict[str, Any] = {key: getattr(h, key) for key in HIT_KEYS}
+            if explain:
+                row["lanes"] = dict(h.lanes)
+                row["explain"] = explain_parts(h, searcher)
+            out.append(row)
+        typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
     if not hits:
         typer.echo("no results")
         return
+    color = _color()
+    pattern = term_pattern(query_terms(query, tokens))
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {h.score:.4f}  {where}")
-        typer.echo(f"    {h.snippet}")
+        if context is not None:
+            for line in _context_lines(h, context, pattern, color):
+                typer.echo(f"    {line}")
+        else:
+            typer.echo(f"    {highlight(h.snippet, pattern, color)}")
+        if explain:
+            typer.echo(f"    {_explain_line(h, searcher)}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# embed, read
+
+
+@app.command()
+def embed(
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="Text to embed as a query.")],
+    as_json: Annotated[bool, typer.Option("--json", help='{"model", "dim", "norm", "vector"} on stdout.')] = False,
+) -> None:
+    """Print the query vector of TEXT with the configured model (DOCSVAULT_MODEL), for debugging."""
+    import numpy as np
+
+    from pipeline.embed import load_embedder
+
+    try:
+        vec = np.asarray(load_embedder(settings().model).embed_query(text), dtype=np.float32).reshape(-1)
+    except PipelineError as exc:
+        fail(str(exc))
+        return
+    norm = float(np.linalg.norm(vec))
+    if as_json:
+        typer.echo(json.dumps({"model": settings().model, "dim": int(vec.shape[0]), "norm": round(norm, 6),
+                               "vector": [round(float(x), 6) for x in vec]}))
+        return
+    typer.echo(f"model {settings().model}, dim {vec.shape[0]}, norm {norm:.6f}")
+    typer.echo(" ".join(f"{x:.6f}" for x in vec))
+
+
+@app.command()
+def read(
+    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md') or its source path.")],
+    page: Annotated[int, typer.Option("--page", "-p", metavar="N", min=1, help="Page number (pages are ~1,000 characters).")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter).")] = False,
+) -> None:
+    """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
+    from pipeline.reader import find_note, read_note
+
+    s = settings()
+    try:
+        pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
+    except (PipelineError, ValueError) as exc:
+        fail(str(exc))
+        return
+    if as_json:
+        typer.echo(json.dumps(pg.to_dict(), ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"{pg.path} — {pg.title} (page {pg.page}/{pg.pages})")
+    typer.echo("")
+    typer.echo(pg.text.rstrip("\n"))
+    if pg.next_page:
+        typer.echo("")
+        typer.echo(f"-- page {pg.page} of {pg.pages}; next: docsvault read '{pg.path}' --page {pg.next_page}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# eval
+
+
+def parse_lanes(spec: str) -> dict[str, list[str]]:
+    """``"bm25,vector,hybrid"`` -> ``{"bm25": ["bm25"], "vector": ["vector"], "hybrid": [every lane]}``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the available ones).
+    """
+    from pipeline.search import LANES
+
+    out: dict[str, list[str]] = {}
+    for name in (n.strip() for n in spec.split(",")):
+        if not name:
+            continue
+        if name == "hybrid":
+            out[name] = list(LANES)
+        elif name in LANES:
+            out[name] = [name]
+        else:
+            raise ValueError(f"unknown lane {name!r} in --lanes; available: {', '.join([*LANES, 'hybrid'])}")
+    if not out:
+        raise ValueError(f"--lanes is empty; available: {', '.join([*LANES, 'hybrid'])}")
+    return out
 
 
 @app.command("eval")
 def eval_(
-    files: Annotated[Optional[list[Path]], typer.Argument(help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
+    files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
+    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, vector, hybrid (both fused).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Metrics as JSON on stdout.")] = False,
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse."""
     from pipeline.build import eval_files
-    from pipeline.evaluate import format_report, load_cases, run_eval
-    from pipeline.search import Searcher
+    from pipeline.evaluate import METRICS, format_report, load_cases, run_eval
 
     try:
+        setups = parse_lanes(lanes) if lanes is not None else None
         paths = list(files or []) or eval_files(settings())
         if not paths:
             fail("no eval files: pass FILE... or create evals/ (format: see README)")
         cases = load_cases(paths)
-        report = run_eval(Searcher(settings().warehouse_path), cases)
+        searcher = _open_searcher()
+        try:
+            if setups is None:
+                reports = {"": run_eval(searcher, cases)}
+            else:
+                reports = {name: run_eval(searcher, cases, lanes=ls) for name, ls in setups.items()}
+        finally:
+            searcher.close()
+    except (PipelineError, ValueError) as exc:
+        fail(str(exc))
+        return
+
+    def public(report: dict[str, Any]) -> dict[str, Any]:
+        out = {k: report[k] for k in ("overall", "by_source", "by_kind") if k in report}
+        if report.get("skipped"):
+            out["skipped"] = report["skipped"]
+        return out
+
+    if setups is None:
+        report = reports[""]
+        typer.echo(json.dumps(public(report), ensure_ascii=False, indent=2) if as_json else format_report(report))
+        return
+    if as_json:
+        typer.echo(json.dumps({name: public(r) for name, r in reports.items()}, ensure_ascii=False, indent=2))
+        return
+    header = f"{'lanes':<10}{'source':<24}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
+    typer.echo(header)
+    typer.echo("-" * len(header))
+    for name, r in reports.items():
+        rows = [("overall", r["overall"]), *r["by_source"].items()]
+        for src, agg in rows:
+            typer.echo(f"{name:<10}{src[:24]:<24}{int(agg['n']):>5}" + "".join(f"{agg[m]:>10.3f}" for m in METRICS))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# status, sources
+
+
+def status_data(s: Settings) -> dict[str, Any]:
+    """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
+    from pipeline.artifacts import load_state
+    from pipeline.sources import load_sources
+
+    sources = load_sources(s.sources_file)
+    counts: dict[str, Any] = {}
+    warehouse: dict[str, Any] = {"path": str(s.warehouse_path), "built": False}
+    if s.warehouse_path.exists():
+        from pipeline import warehouse as wh
+
+        con = wh.connect(s.warehouse_path, read_only=True)
+        try:
+            st = wh.stats(con)
+        finally:
+            con.close()
+        counts = st["sources"]
+        warehouse.update({
+            "built": True, "bytes": s.warehouse_path.stat().st_size, "built_at": st["meta"].get("built_at", ""),
+            "notes": int(st["notes"]), "chunks": int(st["chunks"]), "links": int(st["links"]),
+            "dangling_links": int(st["dangling_links"]),
+            "models": [{"model_id": m["model_id"], "dim": m["dim"], "vectors": m["n"]} for m in st["models"]],
+        })
+    rows = []
+    for src in sources:
+        state = load_state(s, src.name)
+        c = counts.get(src.name, {})
+        rows.append({
+            "name": src.name, "kind": src.kind, "notes": int(c.get("notes", 0)), "chunks": int(c.get("chunks", 0)),
+            "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
+            "fetch_error": state.get("fetch_error"),
+        })
+    return {
+        "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
+        "vault": str(s.vault_dir), "data": str(s.data_dir), "dagster_home": str(s.dagster_home),
+    }
+
+
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="Status as JSON on stdout.")] = False,
+) -> None:
+    """Sources (notes, chunks, last fetch), the warehouse (path, size, counts, models) and the model in use."""
+    try:
+        data = status_data(settings())
     except PipelineError as exc:
         fail(str(exc))
         return
     if as_json:
-        out = {k: report[k] for k in ("overall", "by_source", "by_kind") if k in report}
-        if report.get("skipped"):
-            out["skipped"] = report["skipped"]
-        typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
-    else:
-        typer.echo(format_report(report))
-
-
-@app.command()
-def status() -> None:
-    """Sources, their last build, and the warehouse (path, size, counts)."""
-    from pipeline.artifacts import load_state
-    from pipeline.sources import load_sources
-
-    s = settings()
-    try:
-        sources = load_sources(s.sources_file)
-    except PipelineError as exc:
-        fail(str(exc))
+        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
         return
-    typer.echo(f"sources: {s.sources_file}")
-    for src in sources:
-        st = load_state(s, src.name)
-        typer.echo(f"  {src.name:24} {src.kind:8} fetch={st.get('fetch_status', 'never')} "
-                   f"files={st.get('files', '-')} chunks={st.get('chunks', '-')} last={st.get('fetched_at', '-')}")
-    wh = s.warehouse_path
-    if wh.exists():
-        typer.echo(f"warehouse: {wh} ({wh.stat().st_size / 1e6:.1f} MB), model {s.model}")
+    typer.echo(f"sources: {data['sources_file']}")
+    typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7}  {'fetch':7} last fetch")
+    for r in data["sources"]:
+        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7}  {r['fetch_status']:7} "
+                   f"{r['last_fetch'] or '-'}")
+    w = data["warehouse"]
+    if w["built"]:
+        typer.echo(f"warehouse: {w['path']} ({w['bytes'] / 1e6:.1f} MB), built {w['built_at'] or '?'}: "
+                   f"{w['notes']} notes, {w['chunks']} chunks, {w['links']} links ({w['dangling_links']} dangling)")
+        for m in w["models"]:
+            typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
     else:
-        typer.echo(f"warehouse: {wh} (not built yet: run `docsvault build`)")
+        typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
+    typer.echo(f"model: {data['model']}")
+    typer.echo(f"vault: {data['vault']}")
+    typer.echo(f"dagster home: {data['dagster_home']}")
 
 
 @sources_app.command("validate")
@@ -193,7 +518,7 @@ def sources_validate() -> None:
 
 @sources_app.command("list")
 def sources_list() -> None:
-    """List the sources of sources.yaml."""
+    """List the sources of sources.yaml (name, kind, format, where)."""
     from pipeline.sources import load_sources
 
     try:
@@ -206,6 +531,44 @@ def sources_list() -> None:
         typer.echo(f"{src.name:24} {src.kind:8} {src.format or 'auto':10} {where}")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# mcp, ui
+
+
+@app.command()
+def mcp(
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")] = False,
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port for --http.")] = 8765,
+) -> None:
+    """Serve the MCP tools search, read, status and refresh (stdio by default; logs go to stderr)."""
+    from pipeline.mcp_server import serve
+
+    try:
+        serve(settings(), transport="streamable-http" if http else "stdio", port=port)
+    except PipelineError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port of the Dagster UI on 127.0.0.1.")] = 3000,
+) -> None:
+    """Start the Dagster UI (dagster-webserver) on 127.0.0.1 with this command's paths."""
+    s = settings()
+    exe = Path(sys.executable).with_name("dagster-webserver")
+    cmd = str(exe) if exe.exists() else shutil.which("dagster-webserver")
+    if not cmd:
+        fail("dagster-webserver not found; run `make install` (it comes with the dagster-webserver package)")
+        return
+    home = s.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    project_cfg = Path(__file__).resolve().parents[1] / "dagster.yaml"
+    if not (home / "dagster.yaml").exists() and project_cfg.is_file():
+        shutil.copyfile(project_cfg, home / "dagster.yaml")
+    typer.echo(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home})", err=True)
+    os.execve(cmd, [cmd, "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)], _export_env(s))
+
+
 def main() -> None:
     """Console-script entry point."""
     try:
@@ -213,6 +576,9 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except PipelineError as exc:          # a user error a command did not catch: still one line
+        typer.echo(f"error: {' '.join(str(exc).splitlines()[0].split())}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import dagster as dg
 
 from pipeline.config import Settings
 from pipeline.defs.assets import shared_assets, source_assets, source_slug
-from pipeline.defs.automation import daily_refresh, refresh_all_job
+from pipeline.defs.automation import daily_refresh, refresh_all_job, upstream_change_sensor
 from pipeline.defs.resources import DocsvaultResource
 from pipeline.errors import SourceConfigError
 from pipeline.sources import load_sources
@@ -39,6 +39,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         asset_checks=[a for a in assets if isinstance(a, dg.AssetChecksDefinition)],
         jobs=[refresh_all_job],
         schedules=[daily_refresh],
+        sensors=[upstream_change_sensor(sources, settings)],
         resources={"docsvault": DocsvaultResource.from_settings(settings)},
         executor=dg.in_process_executor,
     )

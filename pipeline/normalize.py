@@ -971,6 +971,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) 
         title = _title(p.frontmatter, body, sp)
         fm: dict[str, Any] = {"title": title}
         fm.update({k: v for k, v in p.frontmatter.items() if k not in OWN_KEYS})
+        fm.update({k: v for k, v in p.raw.meta.items() if k not in OWN_KEYS and k not in p.frontmatter})
         fm["source"] = source.name
         fm["source_path"] = sp
         if url:

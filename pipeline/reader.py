@@ -31,6 +31,7 @@ __all__ = [
     "NotePage",
     "PathRefusedError",
     "excerpt",
+    "find_note",
     "locate",
     "note_body",
     "page_of",
@@ -326,3 +327,35 @@ def note_body(vault_dir: Path, note: str) -> tuple[str, str]:
     """``(vault_path, body)`` of a note, validated like :func:`read_note` (same errors)."""
     vault_path, _, body = _load(vault_dir, note)
     return vault_path, body
+
+
+def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) -> str:
+    """The vault path to read for ``note``: ``note`` itself when it is a note in the vault, else (with a warehouse)
+    the one note whose ``source_path`` is ``note``.
+
+    Raises:
+        PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then.
+        NoteNotFoundError: no such note (or several sources have that source path: the message lists their vault
+            paths).
+    """
+    try:
+        resolve_note_path(vault_dir, note)
+        return note
+    except NoteNotFoundError:
+        if warehouse_path is None or not Path(warehouse_path).exists():
+            raise
+        from pipeline import warehouse as wh
+
+        con = wh.connect(Path(warehouse_path), read_only=True)
+        try:
+            found = wh.notes_by_source_path(con, note)
+        finally:
+            con.close()
+        if len(found) == 1:
+            return found[0]["vault_path"]
+        if len(found) > 1:
+            raise NoteNotFoundError(
+                f"{note!r} is a source path in several sources; give one of the vault paths: "
+                + ", ".join(f["vault_path"] for f in found)
+            ) from None
+        raise

@@ -29,9 +29,9 @@ become vault links).
 from __future__ import annotations
 
 import re
-from urllib.parse import urljoin
 from pathlib import Path
 from typing import Any, get_args
+from urllib.parse import urljoin
 
 import yaml
 

@@ -1,24 +1,83 @@
-"""The CLI as users meet it: help for every command, one-line errors, JSON output."""
+"""The CLI as users meet it: help for every command (and in the README), one-line errors, exact output."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from pipeline.cli import app, highlight, query_terms, term_pattern
 
 runner = CliRunner()
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.parametrize("cmd", [[], ["build"], ["search"], ["eval"], ["status"], ["sources"],
-                                 ["sources", "validate"], ["sources", "list"]])
+def _commands() -> list[tuple[list[str], Any]]:
+    """Every leaf command of the app as (path, click command)."""
+    out: list[tuple[list[str], Any]] = []
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        if hasattr(cmd, "commands"):   # a group (typer vendors click: no isinstance check)
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+        else:
+            out.append((path, cmd))
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+COMMANDS = [path for path, _ in _commands()]
+
+
+def test_the_command_set() -> None:
+    assert sorted(" ".join(p) for p in COMMANDS) == [
+        "build", "embed", "eval", "mcp", "read", "search", "sources list", "sources validate", "status", "ui",
+    ]
+
+
+@pytest.mark.parametrize("cmd", [[], ["sources"], *COMMANDS], ids=lambda c: " ".join(c) or "docsvault")
 def test_help_exists(cmd: list[str]) -> None:
     result = runner.invoke(app, [*cmd, "--help"])
     assert result.exit_code == 0
     assert "Usage" in result.output
+
+
+@pytest.mark.parametrize("path, cmd", [pytest.param(p, c, id=" ".join(p)) for p, c in _commands()])
+def test_every_command_and_option_is_in_the_readme(path: list[str], cmd: Any) -> None:
+    """Like sqlite-utils' test_docs: a command or option missing from the README fails the build."""
+    readme = README.read_text(encoding="utf-8")
+    assert f"docsvault {' '.join(path)}" in readme
+    for param in cmd.params:
+        for opt in getattr(param, "opts", []):
+            if opt.startswith("--") and opt != "--help":
+                assert re.search(rf"docsvault {' '.join(path)}\b[^\n]*{re.escape(opt)}\b", readme), \
+                    f"`docsvault {' '.join(path)} {opt}` is not on a README line of that command"
+
+
+def test_cli_import_loads_neither_dagster_nor_mcp() -> None:
+    code = "import sys\nimport pipeline.cli\nprint([m for m in ('dagster', 'mcp') if m in sys.modules])\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_highlight_terms_only_when_colored() -> None:
+    pattern = term_pattern(query_terms("install the tool on Windows"))
+    text = "How to install the tool on your computer; installing on windows"
+    assert highlight(text, pattern, color=False) == text
+    assert highlight(text, pattern, color=True) == (
+        "How to \x1b[1;33minstall\x1b[0m the \x1b[1;33mtool\x1b[0m on your computer; "
+        "\x1b[1;33minstalling\x1b[0m on \x1b[1;33mwindows\x1b[0m"
+    )
+    assert query_terms("スプレッド構文で state を更新", ["スプレッド", "構文", "で", "state", "更新"]) == [
+        "state", "スプレッド", "更新", "構文"]
 
 
 def test_search_without_warehouse_says_build_first(tmp_path: Path) -> None:
@@ -56,3 +115,97 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     result = runner.invoke(app, ["search", "ducks", "--source", "nope"])
     assert result.exit_code == 1
     assert "tiny" in result.output           # names the known sources
+
+
+def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
+    result = runner.invoke(app, ["read", "../sources.yaml"])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "error: refused '../sources.yaml': the path leaves the vault; give a note's vault path as search returns "
+        "it, e.g. 'source/folder/Note.md'"
+    ]
+    result = runner.invoke(app, ["read", "tiny/Ducks.md"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: no note 'tiny/Ducks.md' in the vault ")
+    assert len(result.output.splitlines()) == 1
+
+
+def test_human_outputs_after_a_build(tiny_env: Path) -> None:
+    assert runner.invoke(app, ["build"]).exit_code == 0
+
+    def run(*args: str, code: int = 0) -> str:
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, result.output
+        assert "Traceback" not in result.output
+        return result.output
+
+    assert run("search", "install the tool on windows", "-k", "3", "--explain") == (
+        " 1. 0.0328  tiny/Install guide.md\n"
+        "    How to install the tool on your computer. ## Linux Run the package manager to install it. ## Windows "
+        "Download the installer and run it.\n"
+        "    explain: bm25 #1 (1/(60+1)=0.0164) + vector #1 (1/(60+1)=0.0164) = 0.0328\n"
+        " 2. 0.0323  tiny/Home.md\n"
+        "    Welcome. See [[Install guide]] and [[Ducks]].\n"
+        "    explain: bm25 #2 (1/(60+2)=0.0161) + vector #2 (1/(60+2)=0.0161) = 0.0323\n"
+        " 3. 0.0159  tiny/Ducks.md\n"
+        "    Ducks swim in the pond and eat bread. A duck is a water bird.\n"
+        "    explain: bm25 - + vector #3 (1/(60+3)=0.0159) = 0.0159\n"
+    )
+    assert run("search", "install windows", "--files", "-k", "2") == (
+        "tiny/Install guide.md\t0.0328\ntiny/Home.md\t0.0323\n")
+    rows = json.loads(run("search", "install windows", "--files", "--json", "-k", "1"))
+    assert rows == [{"rank": 1, "source": "tiny", "source_path": "Install guide.md",
+                     "vault_path": "tiny/Install guide.md", "title": "Install guide", "score": rows[0]["score"]}]
+    # grep-like context: line numbers of the vault file (frontmatter included), ':' matches, '-' context
+    assert run("search", "install windows", "-k", "1", "--context", "1") == (
+        " 1. 0.0328  tiny/Install guide.md\n"
+        "    8-\n    9:# Install guide\n    10-\n    11:How to install the tool on your computer.\n    12-\n"
+        "    --\n    14-\n    15:Run the package manager to install it.\n    16-\n"
+    )
+    assert run("search", "welcome", "--tag", "#start") == (
+        " 1. 0.0328  tiny/Home.md\n    Welcome. See [[Install guide]] and [[Ducks]].\n")
+    assert run("search", "ducks", "--tag", "no-such-tag") == "no results\n"
+    hit = json.loads(run("search", "parquet", "-k", "1", "--json", "--explain"))[0]
+    assert hit["vault_path"] == "tiny/sub/Parquet files.md"
+    assert hit["lanes"] == {"bm25": 1, "vector": 1}
+    assert hit["explain"] == {"bm25": {"rank": 1, "weight": 1.0, "score": 0.016393},
+                              "vector": {"rank": 1, "weight": 1.0, "score": 0.016393}}
+    assert run("search", "ベクトル検索", "-k", "1").splitlines()[0] == " 1. 0.0320  tiny/ja/検索.md"
+
+    assert run("read", "tiny/Install guide.md") == (
+        "tiny/Install guide.md — Install guide (page 1/1)\n\n# Install guide\n\nHow to install the tool on your "
+        "computer.\n\n## Linux\n\nRun the package manager to install it.\n\n## Windows\n\nDownload the "
+        "installer and run it.\n"
+    )
+    page = json.loads(run("read", "Ducks.md", "--json"))          # a source path resolves through the warehouse
+    assert (page["path"], page["page"], page["pages"], page["next_page"]) == ("tiny/Ducks.md", 1, 1, None)
+    assert page["frontmatter"]["source_path"] == "Ducks.md"
+    assert run("read", "tiny/Ducks.md", "--page", "2", code=1) == (
+        "error: page 2 is out of range: tiny/Ducks.md has 1 page(s) of ~1000 chars\n")
+
+    assert run("eval", "--lanes", "bm25,hybrid") == (
+        "lanes     source                      n     hit@1     hit@3    mrr@10   ndcg@10\n"
+        + "-" * 79 + "\n"
+        "bm25      overall                     2     1.000     1.000     1.000     1.000\n"
+        "bm25      tiny                        2     1.000     1.000     1.000     1.000\n"
+        "hybrid    overall                     2     1.000     1.000     1.000     1.000\n"
+        "hybrid    tiny                        2     1.000     1.000     1.000     1.000\n"
+    )
+    assert set(json.loads(run("eval", "--lanes", "vector", "--json"))) == {"vector"}
+    assert run("eval", "--lanes", "graph", code=1) == (
+        "error: unknown lane 'graph' in --lanes; available: bm25, vector, hybrid\n")
+
+    vec = json.loads(run("embed", "hello", "--json"))
+    assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)
+
+    status = json.loads(run("status", "--json"))
+    assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "fetch_status": "ok",
+                                  "last_fetch": status["sources"][0]["last_fetch"], "fetch_error": None}]
+    assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
+    assert status["model"] == "hash"
+    lines = run("status").splitlines()
+    assert lines[1:3] == [
+        "  name                     kind      notes  chunks  fetch   last fetch",
+        f"  tiny                     local         5       5  ok      {status['sources'][0]['last_fetch']}",
+    ]
+    assert lines[3].startswith("warehouse: ") and lines[3].endswith(": 5 notes, 5 chunks, 2 links (0 dangling)")

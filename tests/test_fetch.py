@@ -193,10 +193,11 @@ def test_token_never_in_config_or_errors(tmp_path, remote, monkeypatch):
         fetch_source(source, settings)
 
 
-def test_unimplemented_kinds(tmp_path):
+def test_http_kinds_unreachable_name_source_and_url(tmp_path):
     for kind in ("llms_txt", "html"):
-        with pytest.raises(FetchError, match="not implemented yet"):
-            fetch_source(Source(name="w", kind=kind, url="https://example.invalid/"), _settings(tmp_path))
+        source = Source(name="w", kind=kind, url="http://127.0.0.1:9/docs/", rate_limit=0)
+        with pytest.raises(FetchError, match=r"^source 'w': cannot fetch .*http://127\.0\.0\.1:9/docs/"):
+            fetch_source(source, _settings(tmp_path))
 
 
 # ---- local ----

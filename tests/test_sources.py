@@ -66,3 +66,42 @@ def test_select_unknown_lists_known(tmp_path: Path) -> None:
     p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n")
     with pytest.raises(SourceConfigError, match=r"unknown source\(s\) \['b'\]; known sources: \['a'\]"):
         select_sources(load_sources(p), ["b"])
+
+
+def test_http_keys_parse_with_defaults(tmp_path: Path) -> None:
+    p = write(tmp_path, """
+sources:
+  - name: site
+    kind: llms_txt
+    url: https://docs.example.org/v2/llms.txt
+    strategies: [llms_txt, html]
+    sitemap: true
+    rate_limit: 0
+    max_pages: 50
+    allowed_hosts: [raw.githubusercontent.com, "127.0.0.1:8000"]
+  - name: plain
+    kind: html
+    url: https://docs.example.org/guide/
+""")
+    a, b = load_sources(p)
+    assert (a.strategies, a.sitemap, a.rate_limit, a.max_pages, a.allowed_hosts, a.site_url) == (
+        ("llms_txt", "html"), "auto", 0.0, 50, ("raw.githubusercontent.com", "127.0.0.1:8000"),
+        "https://docs.example.org/v2/")
+    assert (b.strategies, b.sitemap, b.rate_limit, b.max_pages, b.allowed_hosts, b.site_url) == (
+        (), None, None, None, (), "https://docs.example.org/guide/")
+
+
+@pytest.mark.parametrize("block, expected", [
+    ("kind: git\n    url: https://a\n    strategies: [html]", "'strategies' applies to kinds ['llms_txt', 'html'] only"),
+    ("kind: html\n    url: https://a\n    strategies: [html, git]", "'strategies' must list distinct entries of"),
+    ("kind: html\n    url: https://a\n    sitemap: 3", "'sitemap' must be true, 'auto' or an http(s):// URL, got 3"),
+    ("kind: html\n    url: https://a\n    rate_limit: -1", "'rate_limit' must be a number of seconds >= 0"),
+    ("kind: html\n    url: https://a\n    max_pages: 0", "'max_pages' must be an integer >= 1, got 0"),
+    ("kind: html\n    url: https://a\n    allowed_hosts: ['http://x/']", "'allowed_hosts' entries are host names"),
+    ("kind: html\n    url: file:///etc", "kind 'html' needs an http(s):// 'url'"),
+])
+def test_invalid_http_keys(tmp_path: Path, block: str, expected: str) -> None:
+    p = write(tmp_path, "sources:\n  - name: x\n    " + block + "\n")
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert "sources[1] (source 'x'): " + expected in str(err.value)

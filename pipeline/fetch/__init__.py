@@ -19,8 +19,10 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from pipeline.config import Settings
 from pipeline.errors import FetchError
@@ -38,6 +40,7 @@ __all__ = [
     "path_matches",
     "select_paths",
     "source_dir",
+    "strategy_url",
 ]
 
 
@@ -47,7 +50,11 @@ def source_dir(source: Source, settings: Settings) -> Path:
 
 
 def fetch_source(source: Source, settings: Settings) -> FetchResult:
-    """Fetch one source into ``<raw>/<name>/`` (git) or list it in place (local).
+    """Fetch one source into ``<raw>/<name>/`` (git clone, downloaded pages) or list it in place (local).
+
+    Strategies: ``source.strategies`` (a fallback chain such as ``[llms_txt, html]``) are tried in order, else the
+    source's ``kind``; the first that succeeds wins and is ``FetchResult.strategy``; the failures before it become
+    warnings. URLs per strategy: see :func:`strategy_url`.
 
     Args:
         source: a validated source block.
@@ -55,24 +62,68 @@ def fetch_source(source: Source, settings: Settings) -> FetchResult:
 
     Returns:
         FetchResult with ``files`` sorted by ``source_path``, ``changed`` False when nothing moved upstream since the
-        last recorded fetch, and ``stats`` with keys ``requests`` (network round trips), ``bytes`` (bytes of the
-        selected files when changed, else 0), ``seconds`` (wall time) and ``files`` (count).
+        last recorded fetch, and ``stats`` with keys ``requests`` (network round trips), ``bytes`` (bytes
+        downloaded; git/local: bytes of the selected files when changed, else 0), ``seconds`` (wall time),
+        ``files`` (count) and, for llms_txt/html, ``pages``, ``not_modified`` and ``warnings`` (count).
 
     Raises:
-        FetchError: the source cannot be fetched (one line naming source, URL/path and cause), selects zero files,
-            or its kind is not implemented yet. The previous checkout and ``fetch.json`` are left untouched.
+        FetchError: the source cannot be fetched (one line naming source, URL/path and cause; with a chain, every
+            strategy's cause), or selects zero files. The previous copy and ``fetch.json`` are left untouched.
     """
-    if source.kind == "git":
+    chain = source.strategies or (source.kind,)
+    failures: list[str] = []
+    for strategy in chain:
+        try:
+            result = _fetch_with(strategy, source, settings)
+        except FetchError as exc:
+            if len(chain) == 1:
+                raise
+            failures.append(f"{strategy}: {exc}")
+            continue
+        if failures:
+            notes = tuple(f"source '{source.name}': strategy {f} (fell back to {strategy})" for f in failures)
+            stats = {**result.stats, "warnings": int(result.stats.get("warnings", 0)) + len(notes),
+                     "fallbacks": len(notes)}
+            result = replace(result, warnings=notes + result.warnings, stats=stats)
+        return result
+    raise FetchError(f"source '{source.name}': every strategy failed: " + " | ".join(failures))
+
+
+def strategy_url(source: Source, strategy: str) -> str | None:
+    """The URL a strategy starts from: llms_txt -> ``url`` when it names a ``.txt`` file, else ``<url folder>/llms.txt``;
+    html -> ``url``, or the folder of an ``llms.txt`` / ``llms-full.txt`` URL; git -> ``url``."""
+    url = source.url
+    if not url:
+        return None
+    path = urlsplit(url).path
+    if strategy == "llms_txt":
+        if path.lower().endswith(".txt"):
+            return url
+        last = path.rsplit("/", 1)[-1]
+        return urljoin(url if url.endswith("/") or "." in last else url + "/", "llms.txt")
+    if strategy == "html":
+        return urljoin(url, "./") if path.lower().endswith((".txt",)) else url
+    return url
+
+
+def _fetch_with(strategy: str, source: Source, settings: Settings) -> FetchResult:
+    if strategy == "git":
         from pipeline.fetch.git import fetch_git
 
         return fetch_git(source, settings)
-    if source.kind == "local":
+    if strategy == "local":
         from pipeline.fetch.local import fetch_local
 
         return fetch_local(source, settings)
-    raise FetchError(
-        f"source '{source.name}': kind '{source.kind}' is not implemented yet; use kind git or local for now"
-    )
+    if strategy == "llms_txt":
+        from pipeline.fetch.llms_txt import fetch_llms_txt
+
+        return fetch_llms_txt(source, settings, url=strategy_url(source, "llms_txt"))
+    if strategy == "html":
+        from pipeline.fetch.html import fetch_html
+
+        return fetch_html(source, settings, start_url=strategy_url(source, "html"))
+    raise FetchError(f"source '{source.name}': unknown fetch strategy '{strategy}'; use git, local, llms_txt or html")
 
 
 def load_fetch_result(source: Source, settings: Settings) -> FetchResult | None:
@@ -89,7 +140,7 @@ def load_fetch_result(source: Source, settings: Settings) -> FetchResult | None:
     for entry in state["files"]:
         try:
             raw = RawFile(source=source.name, source_path=str(entry["source_path"]), path=Path(entry["path"]),
-                          url=entry.get("url"))
+                          url=entry.get("url"), meta=dict(entry.get("meta") or {}))
         except (KeyError, TypeError):
             return None
         if raw.path.is_file():
@@ -139,7 +190,8 @@ def write_state(source: Source, settings: Settings, result: FetchResult, fetched
         "stats": result.stats,
         "warnings": list(result.warnings),
         **(extra or {}),
-        "files": [{"source_path": f.source_path, "path": str(f.path), "url": f.url} for f in result.files],
+        "files": [{"source_path": f.source_path, "path": str(f.path), "url": f.url, **({"meta": f.meta} if f.meta else {})}
+                  for f in result.files],
     }
     atomic_write_text(folder / STATE_FILE, json.dumps(state, ensure_ascii=False, indent=1) + "\n")
 

@@ -31,7 +31,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdownify import MarkdownConverter
 
-__all__ = ["HtmlDoc", "html_to_markdown", "code_language"]
+__all__ = ["HtmlDoc", "code_language", "html_to_markdown"]
 
 CONTENT_SELECTORS = (
     "article", "main", "[role=main]", "#content", ".content", "#main-content", ".main-content", ".md-content",
@@ -60,6 +60,7 @@ class HtmlDoc:
     links: tuple[str, ...]
     base_url: str | None          # the URL relative references were resolved against
     extractor: str                # "container" or "trafilatura"
+    refresh: str | None = None    # absolute target of a <meta http-equiv=refresh> redirect stub, if any
 
 
 def _classes(el: Tag) -> list[str]:
@@ -146,19 +147,27 @@ def _strip_boilerplate(root: Tag) -> None:
             el.decompose()
 
 
+def _h1s(root: Tag) -> list[Tag]:
+    return [h for h in root.find_all("h1") if h.get_text(strip=True)]
+
+
+def _contains(el: Tag, node: Tag) -> bool:
+    return any(p is el for p in node.parents)
+
+
 def _pick_container(soup: BeautifulSoup) -> Tag | None:
+    """The innermost semantic container holding a non-empty <h1> (selectors tried in order); with no such h1
+    anywhere, the only match of a selector; else None."""
     body = soup.body or soup
-    h1 = body.find("h1")
+    h1s = _h1s(body)
     for selector in CONTENT_SELECTORS:
         found = [el for el in body.select(selector) if isinstance(el, Tag)]
         if not found:
             continue
-        if h1 is not None:
-            holding = [el for el in found if h1 in el.descendants]
-            if holding:
-                # innermost container holding the h1
-                return min(holding, key=lambda el: len(list(el.descendants)))
-        elif len(found) == 1:
+        holding = [el for el in found if any(_contains(el, h) for h in h1s)]
+        if holding:
+            return min(holding, key=lambda el: sum(1 for _ in el.descendants))
+        if not h1s and len(found) == 1:
             return found[0]
     return None
 
@@ -180,7 +189,8 @@ def _fix_nested_lists(root: Tag, soup: BeautifulSoup) -> None:
 
 def _fix_code(root: Tag, soup: BeautifulSoup) -> None:
     for table in list(root.select("table.highlighttable")):
-        code_cell = table.select_one("td.code") or table.find_all("td")[-1:] and table.find_all("td")[-1]
+        cells = table.find_all("td")
+        code_cell = table.select_one("td.code") or (cells[-1] if cells else None)
         pre = code_cell.find("pre") if isinstance(code_cell, Tag) else None
         if isinstance(pre, Tag):
             lang = code_language(pre) or code_language_from(table)
@@ -199,8 +209,6 @@ def _fix_code(root: Tag, soup: BeautifulSoup) -> None:
 
 def code_language_from(el: Tag) -> str:
     """Language from the classes of ``el`` and its ancestors (used for a highlighttable's wrapper)."""
-    probe = BeautifulSoup("<pre></pre>", "lxml").pre
-    assert probe is not None
     node: Tag | None = el
     for _ in range(4):
         if not isinstance(node, Tag):
@@ -296,6 +304,13 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
                 seen.add(target)
                 links.append(target)
     page_title = soup.title.get_text(" ", strip=True) if soup.title else ""
+    refresh = None
+    for meta in soup.find_all("meta"):
+        if str(meta.get("http-equiv", "")).lower() == "refresh":
+            m = re.search(r"url\s*=\s*['\"]?([^'\";]+)", str(meta.get("content", "")), re.IGNORECASE)
+            if m:
+                refresh = urldefrag(_absolute(m.group(1), base or url))[0] or None
+            break
 
     container = _pick_container(soup)
     extractor = "container"
@@ -311,25 +326,27 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     _fix_nested_lists(container, soup_for_tags)
     _fix_code(container, soup_for_tags)
     _absolutize(container, base)
-    h1 = container.find("h1")
-    title = h1.get_text(" ", strip=True) if isinstance(h1, Tag) else page_title
+    for empty in [h for h in container.find_all("h1") if not h.get_text(strip=True)]:
+        empty.decompose()
+    found_h1 = _h1s(container)
+    h1 = found_h1[0] if found_h1 else None
+    title = h1.get_text(" ", strip=True) if h1 is not None else page_title
     if isinstance(h1, Tag):
         # nothing before the page's H1 (breadcrumbs, version badges, "edit" links that survived)
         for prev in list(h1.find_all_previous()):
-            if prev is container or container not in prev.parents:
+            if prev.decomposed or prev is container or container not in prev.parents:
                 continue
             if h1 not in prev.descendants:
                 prev.decompose()
         for text in list(h1.find_all_previous(string=True)):
             if isinstance(text, NavigableString) and container in text.parents and h1 not in text.parents:
                 text.extract()
-    md = _Converter(heading_style="ATX", bullets="*+-", strip=["span"] if False else None,
-                    escape_underscores=True, escape_asterisks=True).convert_soup(container)
+    md = _Converter(heading_style="ATX", bullets="*+-", escape_underscores=True, escape_asterisks=True).convert_soup(container)
     md = _tidy(md)
     if not isinstance(h1, Tag) and title:
         md = f"# {title}\n\n{md}"
     return HtmlDoc(title=title, markdown=md, canonical=canonical, links=tuple(links), base_url=base,
-                   extractor=extractor)
+                   extractor=extractor, refresh=refresh)
 
 
 def _trafilatura_main(soup: BeautifulSoup, html: str, url: str | None) -> Tag:

@@ -132,6 +132,8 @@ class HttpClient:
         self._secrets: tuple[str, ...] = ()
         self._token: str | None = None
         self._robots: dict[str, urllib.robotparser.RobotFileParser | None] = {}
+        # host -> {"etag", "last_modified", "text"}: robots.txt copies kept by the caller for conditional GETs
+        self.robots_cache: dict[str, dict[str, str | None]] = {}
         if self.token_env:
             token = os.environ.get(self.token_env, "")
             if not token:
@@ -144,7 +146,7 @@ class HttpClient:
     def close(self) -> None:
         self._session.close()
 
-    def __enter__(self) -> "HttpClient":
+    def __enter__(self) -> HttpClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -178,19 +180,25 @@ class HttpClient:
     # ---- robots.txt
     def robots_allows(self, url: str) -> bool:
         """robots.txt of the URL's origin allows ``docsvault`` to fetch it (fetched once per host; a missing
-        robots.txt (4xx) allows everything; an unreachable one (5xx/network) disallows, as RFC 9309 asks)."""
+        robots.txt (4xx) allows everything; a 5xx disallows, as RFC 9309 asks; a network error leaves the verdict to
+        the page request, which then reports the real cause)."""
         host = host_of(url)
         if host not in self._robots:
             parts = urlsplit(url)
             robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
             rp: urllib.robotparser.RobotFileParser | None = urllib.robotparser.RobotFileParser()
+            cached = self.robots_cache.get(host) or {}
             try:
-                resp = self.get(robots_url, accept="text/plain")
+                resp = self.get(robots_url, accept="text/plain", etag=cached.get("etag"),
+                                last_modified=cached.get("last_modified"))
                 assert rp is not None
-                rp.parse(resp.text().splitlines())
+                text = str(cached.get("text") or "") if resp.not_modified else resp.text()
+                if not resp.not_modified:
+                    self.robots_cache[host] = {"etag": resp.etag, "last_modified": resp.last_modified, "text": text}
+                rp.parse(text.splitlines())
             except PageError as exc:
-                if exc.status is not None and 400 <= exc.status < 500:
-                    rp = None                    # no robots.txt: everything allowed
+                if exc.status is None or 400 <= exc.status < 500:
+                    rp = None                    # no robots.txt (or host unreachable: the page fetch reports it)
                 else:
                     rp = urllib.robotparser.RobotFileParser()
                     rp.disallow_all = True
@@ -200,16 +208,19 @@ class HttpClient:
 
     # ---- GET
     def get(self, url: str, *, etag: str | None = None, last_modified: str | None = None,
-            accept: str | None = None) -> Response:
+            accept: str | None = None, follow: Callable[[str], bool] | None = None) -> Response:
         """GET ``url`` following up to ``max_redirects`` redirects, each hop re-checked with :meth:`allows`.
 
         Args:
             url: absolute http(s) URL.
             etag, last_modified: validators of the copy we hold (conditional GET).
             accept: ``Accept`` header value.
+            follow: called with each redirect target; False stops there and returns the 3xx response (empty body,
+                ``final_url`` = the target) — a crawler uses it to skip pages it already has.
 
         Returns:
-            Response with status 200 (body read, at most ``max_bytes``) or 304 (empty body).
+            Response with status 200 (body read, at most ``max_bytes``), 304 (empty body), or a 3xx when ``follow``
+            declined the redirect.
 
         Raises:
             PageError: not http(s) / host not allowed (also after a redirect), 4xx/5xx after retries (``status`` set),
@@ -232,7 +243,11 @@ class HttpClient:
             resp = self._send(current, headers)
             if resp.status_code in (301, 302, 303, 307, 308) and resp.headers.get("Location"):
                 resp.close()
-                current = urljoin(current, resp.headers["Location"])
+                target = urljoin(current, resp.headers["Location"])
+                if follow is not None and not follow(target):
+                    return Response(url=url, final_url=target, status=resp.status_code, body=b"",
+                                    content_type="", etag=None, last_modified=None)
+                current = target
                 continue
             return self._read(url, current, resp)
         raise self._error(url, f"more than {self.policy.max_redirects} redirects")
@@ -247,7 +262,7 @@ class HttpClient:
                                          timeout=(self.policy.connect_timeout, self.policy.read_timeout))
             except requests.RequestException as exc:
                 cause = f"{exc.__class__.__name__}: {_short(exc)}"
-                if attempt < self.policy.retries:
+                if attempt < min(self.policy.retries, 1):     # network errors: one retry, then report
                     attempt += 1
                     self.stats["retries"] += 1
                     self.sleep(self.policy.backoff * 2 ** (attempt - 1))
@@ -266,8 +281,8 @@ class HttpClient:
         try:
             status = resp.status_code
             ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            common = dict(url=url, final_url=final, status=status, content_type=ctype,
-                          etag=resp.headers.get("ETag"), last_modified=resp.headers.get("Last-Modified"))
+            common = {"url": url, "final_url": final, "status": status, "content_type": ctype,
+                      "etag": resp.headers.get("ETag"), "last_modified": resp.headers.get("Last-Modified")}
             if status == 304:
                 self.stats["not_modified"] += 1
                 return Response(body=b"", **common)  # type: ignore[arg-type]

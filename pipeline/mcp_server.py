@@ -1,0 +1,319 @@
+"""`docsvault mcp`: the vault and its hybrid search as MCP tools (mcp 2.x ``MCPServer``; stdio, or streamable HTTP
+bound to 127.0.0.1).
+
+Tools: ``search``, ``read``, ``status``, ``refresh``. Every output is bounded (hit text, page size, list lengths);
+every failure a user or agent can cause comes back as a tool error with one clear message. On stdio, stdout is the
+protocol channel: the SDK diverts fd 1 to stderr while it serves, and all logging goes to stderr.
+
+The logic lives in :class:`VaultService` (no MCP import; callable from tests); :func:`create_server` wraps it.
+
+Warehouse swaps: a build publishes a new warehouse file with ``os.replace``. The service checks the file's identity
+(inode, mtime, size) before every search and opens a new :class:`~pipeline.search.Searcher` when it changed, so
+results switch to the new build at once; the embedding model is loaded once per process and shared by the
+searchers.
+
+``refresh`` runs ``docsvault build --source NAME…`` as a subprocess rather than ``run_build`` in this process:
+the build imports Dagster and can print to stdout (the protocol channel) — a child with captured output cannot
+corrupt the protocol; a child can be stopped when it exceeds the time bound (a thread cannot); and the build's
+memory (model, Dagster) is released when it ends. The cost is the child's start-up (a few seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.errors import PipelineError
+from pipeline.reader import excerpt, find_note, locate, note_body, page_of, paginate, read_note
+
+log = logging.getLogger("docsvault.mcp")
+
+MAX_K = 20                 # hits per search call
+HIT_TEXT_CHARS = 600       # text per hit
+LIST_CAP = 50              # paths listed per change kind in a refresh report
+OUTPUT_TAIL_CHARS = 2000   # build output returned by refresh
+DEFAULT_REFRESH_TIMEOUT = 600.0
+
+INSTRUCTIONS = (
+    "docsvault: local documentation and Obsidian notes with hybrid search. Call `search` with a question or keywords; "
+    "each hit has `path` and a `continue_with` read call that opens the note at the hit. Call `read(path, page)` to "
+    "read a note in ~1,000-character pages. `status` lists the sources; `refresh` rebuilds local sources after notes "
+    "were written."
+)
+
+
+class ToolFailure(Exception):
+    """A failure to report to the client as a tool error (message only, no traceback)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_embedder(model_id: str) -> Any:
+    from pipeline.embed import load_embedder
+
+    return load_embedder(model_id)
+
+
+def _read_call(path: str, page: int) -> str:
+    return f'read(path="{path}", page={page})'
+
+
+class VaultService:
+    """What the MCP tools do, without the MCP layer.
+
+    Args:
+        settings: paths and model.
+        embedder_factory: model id -> Embedder (default: load once per process and share).
+        refresh_timeout: seconds a refresh may run before it is stopped (default env DOCSVAULT_REFRESH_TIMEOUT or
+            600).
+    """
+
+    def __init__(self, settings: Settings, embedder_factory: Any = None, refresh_timeout: float | None = None) -> None:
+        self.settings = settings
+        self._factory = embedder_factory or _shared_embedder
+        env_timeout = os.environ.get("DOCSVAULT_REFRESH_TIMEOUT")
+        self.refresh_timeout = float(refresh_timeout or (env_timeout and float(env_timeout)) or DEFAULT_REFRESH_TIMEOUT)
+        self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._searcher: Any = None
+        self._identity: tuple[int, int, int] | None = None
+
+    # ---- searcher (reopened when a build swapped the file) ----
+    def searcher(self) -> Any:
+        """The Searcher over the current warehouse file (a new one after each publish)."""
+        from pipeline.search import Searcher
+
+        path = self.settings.warehouse_path
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise ToolFailure(f"no warehouse at {path}: run `docsvault build` first (or the refresh tool)") from None
+        ident = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if self._searcher is None or ident != self._identity:
+                # the old Searcher is not closed here: a search in another thread may still use it; it closes when
+                # the last reference goes
+                self._searcher = Searcher(path, embedder_factory=self._factory)
+                self._identity = ident
+                log.info("opened warehouse %s (%d sources)", path, len(self._searcher.sources))
+            return self._searcher
+
+    # ---- tools ----
+    def search(self, query: str, k: int = 8, source: str | None = None, tag: str | None = None) -> dict[str, Any]:
+        """Hits with path, title, heading, score, bounded text and the read call that continues at the hit."""
+        if not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
+        if not query or not query.strip():
+            raise ToolFailure("query is empty: pass words or a question")
+        hits = self.searcher().search(query[:2000], k=k, source=source or None, tags=tag or None)
+        out = []
+        for h in hits:
+            text, page = h.snippet, 1
+            try:
+                _, body = note_body(self.settings.vault_dir, h.vault_path)
+                offset = locate(body, h.heading, h.snippet)
+                text = excerpt(body, offset, HIT_TEXT_CHARS)
+                page = page_of(paginate(body), offset)
+            except (PipelineError, OSError) as exc:
+                log.warning("hit %s: cannot open the vault note (%s)", h.vault_path, exc)
+            out.append({
+                "rank": h.rank, "path": h.vault_path, "source": h.source, "source_path": h.source_path,
+                "title": h.title, "heading": h.heading, "score": round(float(h.score), 6), "text": text,
+                "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
+            })
+        return {"query": query[:200], "hits": out}
+
+    def read(self, path: str, page: int = 1) -> dict[str, Any]:
+        """One ~1,000-char page of a vault note, with page/pages and the call for the next page."""
+        s = self.settings
+        try:
+            pg = read_note(s.vault_dir, find_note(s.vault_dir, path, s.warehouse_path), page)
+        except ValueError as exc:
+            raise ToolFailure(str(exc)) from None
+        out = pg.to_dict()
+        out["next"] = _read_call(pg.path, pg.next_page) if pg.next_page else None
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """Sources with note/chunk counts and last fetch, the warehouse, the model."""
+        from pipeline.cli import status_data
+
+        data = status_data(self.settings)
+        data["sources"] = data["sources"][:100]
+        return data
+
+    def refresh(self, source: str | None = None) -> dict[str, Any]:
+        """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed."""
+        from pipeline.sources import load_sources
+
+        sources = load_sources(self.settings.sources_file)
+        local = [s.name for s in sources if s.kind == "local"]
+        if source:
+            known = {s.name: s for s in sources}
+            if source not in known:
+                raise ToolFailure(f"unknown source {source!r}; sources: {', '.join(sorted(known)) or '(none)'}")
+            if known[source].kind != "local":
+                raise ToolFailure(
+                    f"source {source!r} is kind {known[source].kind}: refresh rebuilds local sources only "
+                    f"({', '.join(local) or 'none'}); run `docsvault build --source {source}` in a terminal"
+                )
+            names = [source]
+        else:
+            names = local
+            if not names:
+                raise ToolFailure("no local sources in sources.yaml: nothing to refresh")
+        if not self._refresh_lock.acquire(blocking=False):
+            raise ToolFailure("a refresh is already running; call refresh again when it has finished")
+        try:
+            return self._refresh(names)
+        finally:
+            self._refresh_lock.release()
+
+    def _note_hashes(self, names: list[str]) -> dict[str, str]:
+        from pipeline import warehouse as wh
+
+        if not self.settings.warehouse_path.exists():
+            return {}
+        con = wh.connect(self.settings.warehouse_path, read_only=True)
+        try:
+            return wh.note_hashes(con, names)
+        finally:
+            con.close()
+
+    def _refresh(self, names: list[str]) -> dict[str, Any]:
+        from pipeline.cli import _export_env
+
+        before = self._note_hashes(names)
+        cmd = [sys.executable, "-m", "pipeline.cli", "build"]
+        for n in names:
+            cmd += ["--source", n]
+        started = time.monotonic()
+        log.info("refresh: %s", " ".join(cmd[2:]))
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=_export_env(self.settings), start_new_session=True, text=True,
+                                encoding="utf-8", errors="replace")
+        try:
+            output, _ = proc.communicate(timeout=self.refresh_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+            raise ToolFailure(
+                f"refresh of {', '.join(names)} took longer than {self.refresh_timeout:g} s and was stopped; the "
+                f"previous index still serves. Run `docsvault build --source {names[0]}` in a terminal"
+            ) from None
+        seconds = round(time.monotonic() - started, 1)
+        after = self._note_hashes(names)
+        tail = output[-OUTPUT_TAIL_CHARS:]
+        if proc.returncode != 0:
+            errors = [ln for ln in output.splitlines() if ln.startswith("error:")]
+            raise ToolFailure(
+                f"refresh of {', '.join(names)} failed (exit {proc.returncode}): "
+                + ("; ".join(errors)[:1000] or tail[-500:])
+            )
+        added = sorted(set(after) - set(before))
+        removed = sorted(set(before) - set(after))
+        changed = sorted(p for p in set(after) & set(before) if after[p] != before[p])
+        return {
+            "sources": names, "seconds": seconds, "notes": len(after),
+            "counts": {"added": len(added), "changed": len(changed), "removed": len(removed)},
+            "added": added[:LIST_CAP], "changed": changed[:LIST_CAP], "removed": removed[:LIST_CAP],
+            "truncated": any(len(x) > LIST_CAP for x in (added, changed, removed)),
+            "build_output": tail,
+        }
+
+
+def create_server(settings: Settings, service: VaultService | None = None) -> Any:
+    """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import ToolAnnotations
+
+    from pipeline import __version__
+
+    svc = service or VaultService(settings)
+    server = MCPServer(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    def guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ToolFailure, PipelineError) as exc:
+            raise ToolError(" ".join(str(exc).split("\n")[0].split())) from None
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.tool(
+        name="search",
+        description=(
+            "Search the local docs and notes (hybrid keyword + vector search). Returns up to k hits (1-20), best "
+            "first, each with the note `path`, `title`, `heading`, `score`, up to 600 characters of `text` from "
+            "the hit, and `continue_with`: the exact read call that opens the note at the hit. Optional `source` "
+            "(a source name from status) and `tag` (a frontmatter tag) narrow the search."
+        ),
+        annotations=read_only,
+    )
+    def search(query: str, k: int = 8, source: str | None = None, tag: str | None = None) -> dict[str, Any]:
+        return guarded(svc.search, query, k, source, tag)
+
+    @server.tool(
+        name="read",
+        description=(
+            "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'), "
+            "one page of about 1,000 characters at a time. Returns `text`, `page`, `pages`, `title`, frontmatter "
+            "on page 1, and `next`: the call for the next page (null on the last page). Only Markdown notes "
+            "inside the vault can be read."
+        ),
+        annotations=read_only,
+    )
+    def read(path: str, page: int = 1) -> dict[str, Any]:
+        return guarded(svc.read, path, page)
+
+    @server.tool(
+        name="status",
+        description=(
+            "Show what is indexed: every source with its kind, note and chunk counts and last fetch; the "
+            "warehouse (path, size, build time, counts) and the embedding model. Use source names from here "
+            "as the `source` of search and refresh."
+        ),
+        annotations=read_only,
+    )
+    def status() -> dict[str, Any]:
+        return guarded(svc.status)
+
+    @server.tool(
+        name="refresh",
+        description=(
+            "Rebuild local sources (all local sources, or the one named) so notes just written to their folders "
+            "become searchable. Takes seconds to minutes (stopped after a time limit); returns the vault paths "
+            "of notes added, changed and removed. Git and web sources are not refreshed here."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                    open_world_hint=False),
+    )
+    def refresh(source: str | None = None) -> dict[str, Any]:
+        return guarded(svc.refresh, source)
+
+    return server
+
+
+def serve(settings: Settings, transport: str = "stdio", port: int = 8765) -> None:
+    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP on 127.0.0.1:port)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s")
+    server = create_server(settings)
+    if transport == "stdio":
+        server.run("stdio")
+    elif transport == "streamable-http":
+        log.info("serving MCP over streamable HTTP on http://127.0.0.1:%d/mcp", port)
+        server.run("streamable-http", host="127.0.0.1", port=port)
+    else:
+        raise ValueError(f"unknown transport {transport!r}; use stdio or streamable-http")

@@ -1,0 +1,206 @@
+"""HTML -> Markdown (EC-01, EC-02, EC-04, main content) and the html crawler (scope, robots, canonical, cap,
+conditional GET, isolation); integration: the real txtai (MkDocs Material) and jekyllrb sites on loopback."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from pipeline.config import Settings
+from pipeline.errors import FetchError
+from pipeline.fetch import fetch_source, load_fetch_result
+from pipeline.fetch.htmlmd import html_to_markdown
+from pipeline.models import Source
+from pipeline.normalize import normalize_source
+from tests.conftest import shared_path
+from tests.loopback import serve
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                    vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals")
+
+
+# ---- conversion
+
+def test_ec01_stray_nested_list_moves_into_previous_item():
+    html = "<ul><li>Install</li><li>Configure</li><ul><li>env vars</li><li>config file</li></ul><li>Run</li></ul>"
+    md = html_to_markdown(f"<html><body><main><h1>T</h1>{html}</main></body></html>").markdown
+    assert md == "# T\n\n* Install\n* Configure\n  + env vars\n  + config file\n* Run\n"
+    tokens = MarkdownIt().parse(md)
+    outer = [t for t in tokens if t.type == "list_item_open" and t.level == 1]
+    inner = [t for t in tokens if t.type == "list_item_open" and t.level == 3]
+    assert (len(outer), len(inner)) == (3, 2)
+
+
+def test_ec02_language_from_wrapper_code_verbatim_links_kept():
+    html = ('<main><h1>T</h1><div class="language-bash highlight"><pre><span></span><code><span class="gp">$ </span>'
+            'pip<span class="w"> </span>install<span class="w"> </span>my_pkg[extra]\n'
+            '<span class="c1"># __init__ *not* emphasis</span></code></pre></div>\n'
+            '<p>See <a href="/docs/setup.html">setup</a>.</p>\n<pre class="brush: js">let a = 1;</pre>'
+            '<pre>no language</pre></main>')
+    md = html_to_markdown(html).markdown
+    assert md == ("# T\n\n```bash\n$ pip install my_pkg[extra]\n# __init__ *not* emphasis\n```\n\n"
+                  "See [setup](/docs/setup.html).\n\n```js\nlet a = 1;\n```\n\n```\nno language\n```\n")
+
+
+def test_ec04_base_href_and_page_url():
+    html = ('<html><head><base href="../assets/"></head><body><main><h1>T</h1><p>'
+            '<a href="intro.html">Intro</a> <img src="chart.png" alt="Chart"> <a href="#usage">Usage</a> '
+            '<a href="https://other.example.net/x">Ext</a> <a href="mailto:a@example.invalid">Mail</a></p></main>'
+            '</body></html>')
+    md = html_to_markdown(html, "https://docs.example.org/v2/guide/start.html").markdown
+    assert "[Intro](https://docs.example.org/v2/assets/intro.html)" in md
+    assert "![Chart](https://docs.example.org/v2/assets/chart.png)" in md
+    assert "[Usage](#usage)" in md and "[Ext](https://other.example.net/x)" in md
+    assert "[Mail](mailto:a@example.invalid)" in md
+    bare = html_to_markdown(html.replace('<base href="../assets/">', "")).markdown
+    assert "[Intro](intro.html)" in bare and "![Chart](chart.png)" in bare
+
+
+def test_main_content_drops_navigation_and_permalinks():
+    html = ("<html><head><title>Site - Page</title></head><body><header><a href='/'>Home</a></header>"
+            "<nav><ul><li><a href='/a/'>Menu A</a></li></ul></nav><div class='md-sidebar'>Side</div>"
+            "<form role='search'><input placeholder='Search'></form>"
+            "<article><a class='md-content__button' href='/edit'>Edit</a><h1 id='p'>Page<a class='headerlink' "
+            "href='#p'>¶</a></h1><p>Body text.</p><div class='toc'>On this page</div>"
+            "<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table></article>"
+            "<footer>Copyright</footer></body></html>")
+    doc = html_to_markdown(html, "http://h/x/")
+    assert doc.markdown == "# Page\n\nBody text.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n"
+    assert doc.title == "Page" and doc.extractor == "container"
+    assert doc.links == ("http://h/", "http://h/a/", "http://h/edit")
+
+
+def test_highlighttable_keeps_code_without_line_numbers():
+    html = ('<main><h1>T</h1><div class="language-python highlight"><table class="highlighttable"><tr>'
+            '<td class="linenos"><div class="linenodiv"><pre><span class="normal">1</span>\n'
+            '<span class="normal">2</span></pre></div></td><td class="code"><div><pre><span></span><code>'
+            'def f(a_b):\n    return a_b\n</code></pre></div></td></tr></table></div></main>')
+    assert html_to_markdown(html).markdown == "# T\n\n```python\ndef f(a_b):\n    return a_b\n```\n"
+
+
+def test_title_prepended_when_no_h1_and_fence_longer_than_backticks():
+    md = html_to_markdown("<html><head><title>Doc</title></head><body><main><p>x</p><pre>a ``` b</pre>"
+                          "</main></body></html>").markdown
+    assert md == "# Doc\n\nx\n\n````\na ``` b\n````\n"
+
+
+# ---- crawler on a tiny loopback site
+
+PAGES = {
+    "docs/index.html": "<nav><a href='guide/'>Guide</a> <a href='api.html'>API</a> <a href='/outside/'>Out</a>"
+                       "<a href='private/x.html'>P</a><a href='logo.png'>img</a><a href='guide/?q=1'>q</a></nav>"
+                       "<main><h1>Home</h1><p>Welcome, see <a href='guide/#setup'>the guide</a>.</p></main>",
+    "docs/guide/index.html": "<main><h1>Guide</h1><h2 id='setup'>Setup</h2><p>Run <a href='../api.html'>api</a>"
+                             "</p></main>",
+    "docs/api.html": "<main><h1>API</h1><p>Calls.</p><a href='copy.html'>copy</a></main>",
+    "docs/copy.html": "<head><link rel='canonical' href='api.html'></head><main><h1>API</h1><p>Calls.</p></main>",
+    "docs/private/x.html": "<main><h1>Private</h1></main>",
+    "outside/index.html": "<main><h1>Outside</h1></main>",
+    "robots.txt": "User-agent: *\nDisallow: /docs/private/\n",
+}
+
+
+def _site(root: Path) -> Path:
+    for rel, text in PAGES.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text if rel.endswith(".txt") else f"<html>{text}</html>", encoding="utf-8")
+    return root
+
+
+def test_crawl_scope_robots_canonical_and_incremental(tmp_path):
+    site = _site(tmp_path / "site")
+    settings = _settings(tmp_path)
+    with serve(site) as (base, requests):
+        source = Source(name="mini", kind="html", url=f"{base}/docs/", rate_limit=0)
+        first = fetch_source(source, settings)
+        assert [f.source_path for f in first.files] == ["docs/api.md", "docs/guide/index.md", "docs/index.md"]
+        assert [f.url for f in first.files] == [f"{base}/docs/api.html", f"{base}/docs/guide/", f"{base}/docs/"]
+        assert first.strategy == "html" and first.changed
+        assert any("disallowed by robots.txt" in w for w in first.warnings)
+        assert "/outside/" not in requests and "/docs/logo.png" not in requests
+        assert first.files[0].path.read_text() == "# API\n\nCalls.\n\n[copy](" + base + "/docs/copy.html)\n"
+        assert first.stats["pages"] == 3 and first.stats["bytes"] > 0
+        requests.clear()
+        again = fetch_source(source, settings)
+        assert again.changed is False and again.stats["bytes"] == 0 and again.stats["not_modified"] >= 3
+        assert again.revision == first.revision and [f.source_path for f in again.files] == [
+            "docs/api.md", "docs/guide/index.md", "docs/index.md"]
+        capped = fetch_source(Source(name="cap", kind="html", url=f"{base}/docs/", rate_limit=0, max_pages=1),
+                              settings)
+        assert len(capped.files) == 1 and any("max_pages=1" in w for w in capped.warnings)
+    notes = normalize_source(source, first.files, "2026-01-01T00:00:00+00:00").notes
+    home = next(n for n in notes if n.source_path == "docs/index.md")
+    assert home.body.startswith("# Home\n")
+
+
+def test_dead_start_page_fails_and_keeps_last_good_copy(tmp_path):
+    site = _site(tmp_path / "site")
+    settings = _settings(tmp_path)
+    with serve(site) as (base, _):
+        source = Source(name="mini", kind="html", url=f"{base}/docs/", rate_limit=0)
+        first = fetch_source(source, settings)
+        shutil.rmtree(site / "docs")
+        with pytest.raises(FetchError, match=rf"^source 'mini': cannot fetch start page {base}/docs/: HTTP 404"):
+            fetch_source(source, settings)
+    kept = load_fetch_result(source, settings)
+    assert kept is not None and kept.files == first.files and all(f.path.is_file() for f in kept.files)
+
+
+# ---- integration: the real built sites
+
+@pytest.mark.integration
+def test_txtai_site_scraped(tmp_path):
+    root = shared_path("corpora", "html-txtai")
+    settings = _settings(tmp_path)
+    with serve(root) as (base, _):
+        source = Source(name="txtai", kind="html", url=f"{base}/", rate_limit=0, site_url=f"{base}/")
+        result = fetch_source(source, settings)
+        second = fetch_source(source, settings)
+    assert second.stats["bytes"] == 0 and second.changed is False
+    notes = normalize_source(source, result.files, "2026-01-01T00:00:00+00:00").notes
+    assert len(notes) >= 75
+    for note in notes:
+        first = note.body.lstrip().splitlines()[0]
+        assert first.startswith("# "), (note.source_path, first)
+    by_path = {n.source_path: n for n in notes}
+    raw = {f.source_path: f.path.read_text() for f in result.files}
+    summary = raw["pipeline/text/summary/index.md"]
+    assert "### `__init__(path=None, quantize=False, gpu=True, batch=64, **kwargs)`" in summary
+    blocks = re.findall(r"```[a-z]*\n(.*?)\n```", summary, re.DOTALL)
+    listing = next(b for b in blocks if b.startswith("def __init__(self, path=None"))
+    assert not re.search(r"^\s*\d+\s*$", listing, re.MULTILINE)          # no line-number column
+    ann = raw["embeddings/configuration/ann/index.md"]
+    assert "```\nhnsw:\n    efconstruction:  ef_construction param for init_index (int) - defaults to 200\n" in ann
+    assert "\\_" not in "".join(re.findall(r"```.*?```", ann, re.DOTALL))
+    for text in raw.values():
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"(?ms)^(`{3,}).*?^\1", "", text))
+        for target in re.findall(r"\]\(([^)\s]+)", prose):
+            assert target.startswith(("http://", "https://", "#", "mailto:")), target
+    assert "[[txtai/" in by_path["pipeline/text/summary/index.md"].body     # own-site links became vault links
+
+
+@pytest.mark.integration
+def test_jekyllrb_site_scraped(tmp_path):
+    root = shared_path("corpora", "html-jekyllrb")
+    with serve(root) as (base, _):
+        source = Source(name="jekyll", kind="html", url=f"{base}/docs/", rate_limit=0)
+        result = fetch_source(source, _settings(tmp_path))
+    raw = {f.source_path: f.path.read_text() for f in result.files}
+    assert len(raw) >= 50 and all(p.startswith("docs/") for p in raw)
+    assert raw["docs/configuration/options/index.md"].startswith("# Configuration Options\n\nThe tables below")
+
+
+def test_pages_without_containers_use_trafilatura():
+    text = "Plain pages without semantic markup still carry real content worth keeping in the vault. " * 3
+    html = (f"<html><head><title>Plain</title></head><body><div class='menu'><a href='/'>Home</a></div>"
+            f"<div><p>{text}</p></div></body></html>")
+    doc = html_to_markdown(html, "http://h/p.html")
+    assert doc.extractor == "trafilatura"
+    assert doc.markdown.startswith("# Plain\n\nPlain pages without semantic markup")

@@ -1,0 +1,142 @@
+"""The MCP server over stdio, driven by the mcp package's own client: tools, search -> read, traversal refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from pipeline.config import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "TOPSECRET-42"
+
+
+def _payload(result: Any) -> dict[str, Any]:
+    """The tool's JSON result (structured content, else the text block)."""
+    if result.structured_content is not None:
+        data = result.structured_content
+        return data.get("result", data) if set(data) == {"result"} else data
+    return json.loads(result.content[0].text)
+
+
+def _text(result: Any) -> str:
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+@pytest.fixture
+def built_env(tiny_env: Path) -> Path:
+    from pipeline.defs.runner import run_build
+
+    report = run_build(Settings.from_env())
+    assert report.ok, (report.sources, report.shared_error)
+    # EC-21 bait: secrets outside the vault, symlinks pointing at them from inside
+    (tiny_env / "secret.txt").write_text(SECRET, encoding="utf-8")
+    (tiny_env / "outside").mkdir()
+    (tiny_env / "outside" / "secret.md").write_text(SECRET, encoding="utf-8")
+    vault = tiny_env / "vault" / "tiny"
+    (vault / "link.md").symlink_to(tiny_env / "secret.txt")
+    (vault / "link2.md").symlink_to(tiny_env / "outside" / "secret.md")
+    (vault / "outdir").symlink_to(tiny_env / "outside", target_is_directory=True)
+    return tiny_env
+
+
+TRAVERSALS = [
+    "../secret.txt", "/etc/hostname", "..%2Fsecret.txt", "tiny/link.md", "%2e%2e/secret.txt",
+    "%2E%2E%2Fsecret.txt", "tiny/../../secret.txt", "tiny/../../../etc/passwd", "..\\secret.txt",
+    "tiny/%2e%2e/%2e%2e/secret.txt", "%252e%252e%252fsecret.txt", "~/secret.md", "C:/Windows/win.ini",
+    "../sources.yaml", "tiny/.obsidian/app.json", "tiny/outdir/secret.md", "tiny/link2.md", "../vault/tiny/Ducks.md",
+    "../outside/secret.md", "tiny/Ducks.md\x00.txt",
+]
+
+
+def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None:
+    assert len(TRAVERSALS) == 20
+    env = {k: os.environ[k] for k in ("DOCSVAULT_SOURCES", "DOCSVAULT_DATA", "DOCSVAULT_VAULT", "DOCSVAULT_EVALS",
+                                      "DOCSVAULT_MODEL", "DAGSTER_HOME")}
+    env |= {"OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "pipeline.cli", "mcp"], env=env, cwd=str(REPO))
+    (built_env / "vault" / "tiny" / "absolute.md").write_text("x", encoding="utf-8")
+    absolute = str(built_env / "vault" / "tiny" / "Ducks.md")       # a real note, but absolute: refused too
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        with open(built_env / "server-stderr.log", "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    init = await session.initialize()
+                    out["server"] = init.server_info.name
+                    tools = await session.list_tools()
+                    out["tools"] = {t.name: t for t in tools.tools}
+                    out["search"] = await session.call_tool("search", {"query": "water bird in the pond", "k": 3})
+                    hit = _payload(out["search"])["hits"][0]
+                    out["read"] = await session.call_tool("read", hit["read"])
+                    out["read_src"] = await session.call_tool("read", {"path": "Ducks.md"})   # a source path
+                    out["tagged"] = await session.call_tool("search", {"query": "welcome", "tag": "start"})
+                    out["bad_source"] = await session.call_tool("search", {"query": "ducks", "source": "nope"})
+                    out["bad_k"] = await session.call_tool("search", {"query": "ducks", "k": 500})
+                    out["status"] = await session.call_tool("status", {})
+                    out["refused"] = [await session.call_tool("read", {"path": p}) for p in [*TRAVERSALS, absolute]]
+                    out["page_oob"] = await session.call_tool("read", {"path": "tiny/Ducks.md", "page": 9})
+        return out
+
+    out = anyio.run(scenario)
+    assert out["server"] == "docsvault"
+    assert set(out["tools"]) == {"search", "read", "status", "refresh"}
+    for tool in out["tools"].values():
+        assert tool.description and len(tool.description) > 80          # a sentence an agent can act on
+
+    found = _payload(out["search"])
+    assert not out["search"].is_error
+    first = found["hits"][0]
+    assert first["path"] == "tiny/Ducks.md" and first["source_path"] == "Ducks.md" and first["title"] == "Ducks"
+    assert set(first) == {"rank", "path", "source", "source_path", "title", "heading", "score", "text", "read",
+                          "continue_with"}
+    assert first["read"] == {"path": "tiny/Ducks.md", "page": 1}
+    assert first["continue_with"] == 'read(path="tiny/Ducks.md", page=1)'
+    assert "water bird" in first["text"] and len(first["text"]) <= 601
+    assert len(found["hits"]) <= 3
+
+    page = _payload(out["read"])
+    assert page["path"] == "tiny/Ducks.md" and page["page"] == 1 and page["pages"] == 1 and page["next"] is None
+    assert page["text"] == "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n"
+    assert _payload(out["read_src"])["path"] == "tiny/Ducks.md"
+
+    assert [h["path"] for h in _payload(out["tagged"])["hits"]] == ["tiny/Home.md"]
+    assert out["bad_source"].is_error and "tiny" in _text(out["bad_source"])
+    assert out["bad_k"].is_error
+    status = _payload(out["status"])
+    assert status["sources"][0]["name"] == "tiny" and status["sources"][0]["notes"] == 5
+    assert status["warehouse"]["built"] is True
+
+    assert len(out["refused"]) == 21
+    for path, result in zip([*TRAVERSALS, "absolute"], out["refused"]):
+        assert result.is_error, path
+        assert SECRET not in _text(result), path
+        assert "refused" in _text(result), (path, _text(result))
+    assert out["page_oob"].is_error and "1 page" in _text(out["page_oob"])
+
+
+def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    settings = Settings.from_env()
+    svc = VaultService(settings)
+    assert [h["path"] for h in svc.search("heron", k=3)["hits"]][:1] != ["tiny/Heron.md"]
+    (built_env / "tinyvault" / "Heron.md").write_text("# Heron\n\nA heron stands still in shallow water.\n",
+                                                     encoding="utf-8")
+    (built_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack loudly.\n", encoding="utf-8")
+    report = svc.refresh("tiny")
+    assert report["sources"] == ["tiny"]
+    assert report["counts"] == {"added": 1, "changed": 1, "removed": 0}
+    assert report["added"] == ["tiny/Heron.md"] and report["changed"] == ["tiny/Ducks.md"]
+    assert svc.search("heron shallow water", k=3)["hits"][0]["path"] == "tiny/Heron.md"   # searchable at once
+    with pytest.raises(ToolFailure, match="unknown source 'nope'; sources: tiny"):
+        svc.refresh("nope")

@@ -1,0 +1,140 @@
+"""Safe note reading (EC-21): traversal refused, Markdown only, bounded pages that reassemble the note."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.reader import (
+    PAGE_CHARS,
+    NoteNotFoundError,
+    PathRefusedError,
+    excerpt,
+    locate,
+    page_of,
+    paginate,
+    read_note,
+    resolve_note_path,
+)
+
+SECRET = "TOPSECRET-42"
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Path:
+    """EC-21's layout: V/a.md, secret.txt beside V/, V/link.md -> ../secret.txt, V/big.md of 2 MB."""
+    v = tmp_path / "V"
+    (v / "src" / "sub").mkdir(parents=True)
+    (v / "src" / ".obsidian").mkdir()
+    (tmp_path / "secret.txt").write_text(SECRET, encoding="utf-8")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.md").write_text(SECRET, encoding="utf-8")
+    (v / "a.md").write_text("---\ntitle: A note\ncreated: 2026-04-05\n---\n# A\n\nHello.\n", encoding="utf-8")
+    (v / "src" / "sub" / "b.md").write_text("# B\n\nInside.\n", encoding="utf-8")
+    (v / "src" / ".obsidian" / "x.md").write_text("hidden", encoding="utf-8")
+    (v / "src" / "notes.txt").write_text("not markdown", encoding="utf-8")
+    (v / "link.md").symlink_to(tmp_path / "secret.txt")
+    (v / "link2.md").symlink_to(tmp_path / "outside" / "secret.md")
+    (v / "outdir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (v / "inner.md").symlink_to(v / "a.md")                       # a symlink that stays inside is fine
+    (v / "big.md").write_text(("word " * 199 + "end.\n\n") * 2000, encoding="utf-8")   # ~2 MB
+    return v
+
+
+REFUSED = [
+    "../secret.txt", "/etc/hostname", "..%2Fsecret.txt", "link.md", "%2e%2e/secret.txt", "%2E%2E%2Fsecret.txt",
+    "src/../../secret.txt", "src/../../../etc/passwd", "..\\secret.txt", "src/%2e%2e/%2e%2e/secret.txt",
+    "%252e%252e/secret.txt", "~/secret.md", "C:/Windows/win.ini", "src/notes.txt", "src/.obsidian/x.md",
+    "outdir/secret.md", "link2.md", "../V/a.md", "a.md\x00.txt", "", "   ", ".", "..",
+]
+
+
+@pytest.mark.parametrize("note", REFUSED)
+def test_traversal_and_non_notes_are_refused(vault: Path, note: str) -> None:
+    with pytest.raises(PathRefusedError) as info:
+        read_note(vault, note)
+    assert SECRET not in str(info.value)
+    assert "refused" in str(info.value)
+
+
+def test_absolute_path_to_a_real_note_is_refused(vault: Path) -> None:
+    with pytest.raises(PathRefusedError, match="absolute paths are not accepted"):
+        resolve_note_path(vault, str(vault / "a.md"))
+
+
+@pytest.mark.parametrize("note, expected", [("a.md", "a.md"), ("sub/../a.md", "a.md"), ("./a.md", "a.md"),
+                                            ("src/sub/b.md", "src/sub/b.md"), ("inner.md", "inner.md")])
+def test_paths_inside_the_vault_are_read(vault: Path, note: str, expected: str) -> None:
+    page = read_note(vault, note)
+    assert page.path == expected
+    assert page.pages == 1
+
+
+def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:
+    with pytest.raises(NoteNotFoundError, match="no note 'src/nope.md'.*search"):
+        read_note(vault, "src/nope.md")
+
+
+def test_page_one_has_title_and_json_safe_frontmatter(vault: Path) -> None:
+    page = read_note(vault, "a.md")
+    assert page.to_dict() == {
+        "path": "a.md", "title": "A note", "page": 1, "pages": 1, "next_page": None, "total_chars": 12,
+        "text": "# A\n\nHello.\n", "frontmatter": {"title": "A note", "created": "2026-04-05"},   # EC-11
+    }
+
+
+def test_big_note_is_paged_never_returned_whole(vault: Path) -> None:
+    first = read_note(vault, "big.md")
+    assert first.total_chars == 2_002_000
+    assert len(first.text) <= PAGE_CHARS
+    assert first.pages >= 2000
+    assert first.next_page == 2
+    last = read_note(vault, "big.md", first.pages)
+    assert last.next_page is None and last.text.endswith("end.\n\n")
+    with pytest.raises(ValueError, match=f"page {first.pages + 1} is out of range: big.md has {first.pages} page"):
+        read_note(vault, "big.md", first.pages + 1)
+
+
+def test_pages_cut_at_paragraphs_then_lines_then_words() -> None:
+    text = "a" * 600 + "\n\n" + "b" * 600
+    assert paginate(text, 1000) == [0, 602]
+    text = "a" * 600 + "\n" + "b" * 600
+    assert paginate(text, 1000) == [0, 601]
+    text = ("word " * 300).strip()
+    starts = paginate(text, 1000)
+    assert len(starts) == 2 and text[starts[1] - 1] == " "   # cut after a space, never inside a word
+    assert paginate("x" * 2500, 1000) == [0, 1000, 2000]      # no boundary: hard cuts
+    assert paginate("", 1000) == [0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab \n。x"), max_size=5000), st.integers(min_value=10, max_value=1200))
+def test_pages_reassemble_the_text_and_are_bounded(text: str, size: int) -> None:
+    starts = paginate(text, size)
+    bounds = [*starts, len(text)]
+    pieces = [text[bounds[i]:bounds[i + 1]] for i in range(len(starts))]
+    assert "".join(pieces) == text
+    assert all(0 < len(p) <= size for p in pieces) or text == ""
+    assert all(page_of(starts, s) == i for i, s in enumerate(starts, start=1))
+
+
+def test_locate_and_excerpt() -> None:
+    body = "# T\n\nIntro.\n\n## Setup\n\nFirst run the installer.\n\n## Usage\n\nCall it.\n"
+    assert locate(body, "Setup") == body.index("## Setup")
+    assert locate(body, "Setup", "…run the installer.") == body.index("run the installer")
+    assert locate(body, "Nope") == 0
+    assert excerpt("one two three four", 0, 10) == "one two…"
+    assert excerpt("short", 0, 10) == "short"
+
+
+def test_reader_is_core_no_shell_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport pipeline.reader\n"
+            "print([m for m in ('dagster', 'typer', 'click', 'mcp', 'duckdb') if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,140 @@
+"""The upstream-change sensor (evaluated with dg.build_sensor_context) and the daily schedule in the Definitions."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import dagster as dg
+import git
+import pytest
+
+from pipeline.config import Settings
+from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES
+from pipeline.defs.automation import upstream_change_sensor
+from pipeline.fetch import fetch_source
+from pipeline.fetch.watch import check_upstream
+from pipeline.models import Source
+
+TOOLS = Path("/work/shared/tools/make-git-mirrors")
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                    vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals")
+
+
+def _commit(work: git.Repo, files: dict[str, str], message: str) -> str:
+    for rel, text in files.items():
+        path = Path(work.working_tree_dir) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    work.index.add(list(files))
+    actor = git.Actor("t", "t@localhost")
+    return work.index.commit(message, author=actor, committer=actor).hexsha
+
+
+def _evaluate(sensor: dg.SensorDefinition, cursor: str | None = None) -> dg.SensorResult:
+    context = dg.build_sensor_context(cursor=cursor)
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    return result
+
+
+def _expected_keys(slug: str) -> set[dg.AssetKey]:
+    return {dg.AssetKey([s, slug]) for s in PER_SOURCE_STAGES} | {dg.AssetKey([s]) for s in SHARED_STAGES}
+
+
+@pytest.fixture()
+def two_sources(tmp_path):
+    work = git.Repo.init(tmp_path / "work", initial_branch="main")
+    _commit(work, {"docs/a.md": "# A\n"}, "init")
+    bare = tmp_path / "remote.git"
+    git.Repo.clone_from(work.working_tree_dir, bare, bare=True)
+    with git.Repo(bare).config_writer() as cw:
+        cw.set_value("uploadpack", "allowFilter", "true")
+    work.create_remote("origin", str(bare))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "n.md").write_text("# N\n")
+    sources = [Source(name="repo-docs", kind="git", url=f"file://{bare}", ref="main", paths=("docs",)),
+               Source(name="notes", kind="local", path=(notes,))]
+    settings = _settings(tmp_path)
+    for s in sources:
+        fetch_source(s, settings)
+    return work, sources, settings, notes
+
+
+def test_sensor_requests_only_the_changed_source(two_sources):
+    work, sources, settings, notes = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    quiet = _evaluate(sensor)
+    assert quiet.run_requests == []
+    new = _commit(work, {"docs/b.md": "# B\n"}, "add b")
+    work.remote("origin").push("main")
+    result = _evaluate(sensor, quiet.cursor)
+    assert len(result.run_requests) == 1
+    request = result.run_requests[0]
+    assert request.run_key == f"repo_docs:{new}"
+    assert set(request.asset_selection) == _expected_keys("repo_docs")
+    assert request.tags["docsvault/source"] == "repo-docs"
+    # same upstream version again: not requested twice; after the fetch: quiet
+    assert _evaluate(sensor, result.cursor).run_requests == []
+    fetch_source(sources[0], settings)
+    assert _evaluate(sensor).run_requests == []
+    # a local change is seen too
+    (notes / "n.md").write_text("# N changed\n")
+    local = _evaluate(sensor)
+    assert [r.tags["docsvault/source"] for r in local.run_requests] == ["notes"]
+
+
+def test_unreachable_source_is_logged_not_requested(two_sources, tmp_path):
+    _, sources, settings, _ = two_sources
+    gone = Path(sources[0].url.removeprefix("file://"))
+    gone.rename(tmp_path / "moved.git")
+    check = check_upstream(sources[0], settings)
+    assert check.changed is False and check.error and "cannot fetch" in check.error
+    assert _evaluate(upstream_change_sensor(sources, settings)).run_requests == []
+
+
+def test_never_fetched_counts_as_changed(tmp_path):
+    source = Source(name="fresh", kind="local", path=(tmp_path,))
+    assert check_upstream(source, _settings(tmp_path)).changed is True
+
+
+def test_definitions_register_sensor_and_schedule(tmp_path, tiny_env):
+    from pipeline.definitions import build_definitions
+
+    defs = build_definitions(Settings.from_env())
+    sensor = defs.resolve_sensor_def("upstream_change")
+    schedule = defs.resolve_schedule_def("daily_refresh")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert schedule.cron_schedule == "0 4 * * *"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not TOOLS.exists() or shutil.which("git") is None, reason="mirror tool not available")
+def test_sensor_on_a_real_mirror_that_gained_a_commit(tmp_path):
+    subprocess.run([str(TOOLS), str(tmp_path / "mirrors"), "obsidian-help"], check=True, capture_output=True)
+    bare = tmp_path / "mirrors" / "obsidian-help.git"
+    mirror = Source(name="obsidian-help", kind="git", url=f"file://{bare}", ref="main", paths=("en",),
+                    format="obsidian")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.md").write_text("# X\n")
+    sources = [mirror, Source(name="other", kind="local", path=(other,))]
+    settings = _settings(tmp_path)
+    first = {s.name: fetch_source(s, settings) for s in sources}
+    sensor = upstream_change_sensor(sources, settings)
+    assert _evaluate(sensor).run_requests == []
+    clone = git.Repo.clone_from(str(bare), tmp_path / "clone")
+    new = _commit(clone, {"en/Home.md": "# Home\n\nchanged upstream\n"}, "edit home")
+    clone.remote("origin").push("main")
+    result = _evaluate(sensor)
+    assert [(r.run_key, set(r.asset_selection)) for r in result.run_requests] == [
+        (f"obsidian_help:{new}", _expected_keys("obsidian_help"))]
+    # only that source re-fetches
+    again = {s.name: fetch_source(s, settings) for s in sources}
+    assert again["obsidian-help"].changed is True and again["other"].changed is False
+    assert again["obsidian-help"].revision == new != first["obsidian-help"].revision

@@ -1,0 +1,103 @@
+"""The Dagster UI's GraphQL API, served by `dagster-webserver` on loopback after a build: every asset, their
+groups and kinds, asset checks, and the latest `retrieval_eval` materialization with float metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import Settings
+
+ASSETS_QUERY = """
+{ assetNodes { assetKey { path } groupName kinds description
+               assetChecksOrError { ... on AssetChecks { checks { name blocking } } } } }
+"""
+EVAL_QUERY = """
+{ assetOrError(assetKey: {path: ["retrieval_eval"]}) {
+    ... on Asset { assetMaterializations(limit: 1) { runId timestamp
+        metadataEntries { __typename label ... on FloatMetadataEntry { floatValue } ... on IntMetadataEntry { intValue } }
+    } } } }
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _graphql(port: int, query: str) -> dict[str, Any]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        body = json.loads(resp.read())
+    assert "errors" not in body, body.get("errors")
+    return body["data"]
+
+
+@pytest.mark.integration   # ~25 s: a build, then a webserver start
+def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None:
+    from pipeline.defs.runner import run_build
+
+    settings = Settings.from_env()
+    report = run_build(settings)
+    assert report.ok, (report.sources, report.shared_error)
+    port = _free_port()
+    exe = Path(sys.executable).with_name("dagster-webserver")
+    log = open(tiny_env / "webserver.log", "wb")
+    proc = subprocess.Popen(
+        [str(exe), "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,                                  # setsid: its own process group
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert proc.poll() is None, (tiny_env / "webserver.log").read_text(errors="replace")[-2000:]
+                assert time.monotonic() < deadline, "webserver did not start within 90 s"
+                time.sleep(0.5)
+
+        nodes = _graphql(port, ASSETS_QUERY)["assetNodes"]
+        by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
+        assert set(by_key) == {
+            "raw_docs/tiny", "notes/tiny", "vault/tiny", "chunks/tiny", "embeddings/tiny",
+            "link_graph", "warehouse", "search_index", "retrieval_eval",
+        }
+        assert by_key["warehouse"]["groupName"] == "warehouse" and by_key["warehouse"]["kinds"] == ["duckdb"]
+        assert by_key["link_graph"]["kinds"] == ["networkx"]
+        assert all(n["description"] for n in nodes)
+        checks = {c["name"]: c["blocking"] for n in nodes for c in n["assetChecksOrError"].get("checks", [])}
+        assert checks.get("frontmatter_valid") is True and checks.get("hnsw_index_used") is True
+
+        (mat,) = _graphql(port, EVAL_QUERY)["assetOrError"]["assetMaterializations"]
+        entries = {e["label"]: e for e in mat["metadataEntries"]}
+        assert entries["n"]["intValue"] == 2
+        for metric in ("hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10"):
+            assert entries[metric]["__typename"] == "FloatMetadataEntry", entries[metric]
+            assert 0.0 <= entries[metric]["floatValue"] <= 1.0
+        assert entries["tiny/hit_at_3"]["__typename"] == "FloatMetadataEntry"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
