@@ -166,6 +166,17 @@ class Bm25Index:
         return cls(retriever, doc_ids)
 
 
+def page_labels(note: Note) -> list[str]:
+    """The note's frontmatter ``keywords`` and ``tags`` as strings (either may be a string or a list)."""
+    labels: list[str] = []
+    for key in ("keywords", "tags"):
+        value = note.frontmatter.get(key) or []
+        for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+            if isinstance(v, (str, int, float)) and str(v).strip():
+                labels.append(str(v).lstrip("#"))
+    return labels
+
+
 def chunk_token_lists(chunks: Sequence[Chunk], notes: Sequence[Note], analyzer: Analyzer) -> list[list[str]]:
     """BM25 token list of every chunk with its page's fields weighted (``analysis.field_text``).
 
@@ -181,9 +192,8 @@ def chunk_token_lists(chunks: Sequence[Chunk], notes: Sequence[Note], analyzer: 
         if note is None:
             out.append(field_text("", (), "", c.breadcrumb, c.text, analyzer=analyzer))
         else:
-            out.append(
-                field_text(note.title, note.aliases, note.description, c.breadcrumb, c.text, analyzer=analyzer)
-            )
+            out.append(field_text(note.title, note.aliases, note.description, c.breadcrumb, c.text,
+                                  keywords=page_labels(note), analyzer=analyzer))
     return out
 
 

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LANES", "Searcher", "make_snippet", "page_ranking"]
 
-LANES: tuple[str, ...] = ("bm25", "vector")
+LANES: tuple[str, ...] = ("bm25", "vector", "graph")
+DEFAULT_LANES: tuple[str, ...] = ("bm25", "vector")
 SNIPPET_CHARS = 240
 
 
@@ -130,6 +131,8 @@ class Searcher:
         second_weight: float = 0.1,
         chunks_per_page: int = 2,
         max_vector_fetch: int = 1000,
+        graph_seeds: int = 10,
+        default_lanes: Sequence[str] = DEFAULT_LANES,
     ) -> None:
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
@@ -140,12 +143,20 @@ class Searcher:
         self.second_weight = second_weight
         self.chunks_per_page = chunks_per_page
         self.max_vector_fetch = max_vector_fetch
+        self.graph_seeds = graph_seeds
+        self.default_lanes = tuple(default_lanes)
         self._lock = threading.RLock()
         self._con = wh.connect(self.path, read_only=True)
         try:
             keys = wh.load_chunk_keys(self._con).to_pydict()
             self._note_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["note_id"]))
             self._source_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["source"]))
+            first: dict[str, tuple[int, str]] = {}
+            for cid, nid, ordinal in zip(keys["chunk_id"], keys["note_id"], keys["ordinal"]):
+                if nid not in first or ordinal < first[nid][0]:
+                    first[nid] = (ordinal, cid)
+            self._first_chunk: dict[str, str] = {nid: cid for nid, (_, cid) in first.items()}
+            self._load_graph()
             notes = wh.load_note_keys(self._con).to_pydict()
             self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
             self._note_source: dict[str, str] = dict(zip(notes["note_id"], notes["source"]))
@@ -166,6 +177,26 @@ class Searcher:
             raise
         self._masks: dict[frozenset[str], np.ndarray] = {}
         self._embedders: dict[str, Embedder] = {}
+
+    def _load_graph(self) -> None:
+        """Neighbours of every note (out- and in-links, weighted by link count) and the notes that are never results
+        (index / map-of-content notes marked ``docsvault: index`` in their frontmatter)."""
+        import json
+
+        links, notes = wh.load_graph(self._con)
+        nbrs: dict[str, dict[str, float]] = {}
+        for src, dst, count in zip(*(links.column(c).to_pylist() for c in ("src", "dst", "count"))):
+            nbrs.setdefault(src, {})[dst] = nbrs.get(src, {}).get(dst, 0.0) + float(count)
+            nbrs.setdefault(dst, {})[src] = nbrs.get(dst, {}).get(src, 0.0) + 0.5 * float(count)   # backlink
+        self._neighbours = nbrs
+        self._pagerank = dict(zip(notes.column("note_id").to_pylist(), notes.column("pagerank").to_pylist()))
+        self._not_results: set[str] = set()
+        for nid, fm in zip(notes.column("note_id").to_pylist(), notes.column("frontmatter").to_pylist()):
+            try:
+                if fm and json.loads(fm).get("docsvault") == "index":
+                    self._not_results.add(nid)
+            except (ValueError, AttributeError):
+                pass
 
     # ---- lifecycle ----
     def close(self) -> None:
@@ -260,6 +291,31 @@ class Searcher:
                     best[page.note_id] = (rank, page.score, page)
         return [v[2] for v in sorted(best.values(), key=lambda v: (v[0], -v[1]))]
 
+    def _graph_lane(self, seeds: Sequence[tuple[str, float]], sources: frozenset[str] | None,
+                    notes: frozenset[str] | None) -> list[_Page]:
+        """One hop along wikilinks from the seed pages (the other lanes' fused top ``graph_seeds``).
+
+        A page's graph score = sum over linking seeds of seed score x link weight / total link weight of the seed
+        (out-links count x1, backlinks x0.5), so a seed's mass is shared among its neighbours; seeds reach each
+        other too (agreement between seeds counts). Index notes are never results.
+        """
+        scores: dict[str, float] = {}
+        for seed, seed_score in seeds[: self.graph_seeds]:
+            nb = self._neighbours.get(seed)
+            if not nb:
+                continue
+            total = sum(nb.values())
+            for other, w in nb.items():
+                if other in self._not_results:
+                    continue
+                if sources is not None and self._note_source.get(other) not in sources:
+                    continue
+                if notes is not None and other not in notes:
+                    continue
+                scores[other] = scores.get(other, 0.0) + seed_score * w / total
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -self._pagerank.get(kv[0], 0.0), kv[0]))
+        return [_Page(nid, sc, []) for nid, sc in ranked]
+
     def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
                tags: str | Sequence[str] | None = None,
                ) -> tuple[list[tuple[str, float, dict[str, int]]], dict[str, dict[str, int]]]:
@@ -277,6 +333,15 @@ class Searcher:
             lane_pages["bm25"] = page_ranking(hits, self._note_of.__getitem__, self.second_weight)
         if "vector" in lanes:
             lane_pages["vector"] = self._vector_lane(query, sources, notes)
+        for lane in list(lane_pages):
+            lane_pages[lane] = [p for p in lane_pages[lane] if p.note_id not in self._not_results]
+        if "graph" in lanes:
+            seeds: dict[str, float] = {}
+            for lane, pages in lane_pages.items():
+                for rank, page in enumerate(pages, start=1):
+                    seeds[page.note_id] = seeds.get(page.note_id, 0.0) + 1.0 / (self.k_rrf + rank)
+            ordered_seeds = sorted(seeds.items(), key=lambda kv: -kv[1])
+            lane_pages["graph"] = self._graph_lane(ordered_seeds, sources, notes)
         fused: dict[str, float] = {}
         ranks: dict[str, dict[str, int]] = {}
         chunk_ranks: dict[str, dict[str, int]] = {}
@@ -301,7 +366,7 @@ class Searcher:
         query: str,
         k: int = 10,
         source: str | Sequence[str] | None = None,
-        lanes: Sequence[str] = LANES,
+        lanes: Sequence[str] | None = None,
         tags: str | Sequence[str] | None = None,
     ) -> list[Hit]:
         """Search chunks, grouped by page.
@@ -326,6 +391,7 @@ class Searcher:
             raise ValueError(f"k must be >= 1, got {k}")
         if not query or not query.strip():
             return []
+        lanes = self.default_lanes if lanes is None else lanes
         with self._lock:
             pages, chunk_ranks = self._fused(query, source, lanes, tags)
             # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
@@ -339,7 +405,8 @@ class Searcher:
             for note_id, score, ranks in pages:
                 if len(chosen) >= k:
                     break
-                best = sorted(by_note[note_id].items(), key=lambda kv: (-kv[1], kv[0]))[: self.chunks_per_page]
+                found = by_note.get(note_id) or {self._first_chunk[note_id]: 0.0}   # graph-only page: its first chunk
+                best = sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))[: self.chunks_per_page]
                 for cid, _ in best:
                     chosen.append((note_id, score, ranks, cid))
             chosen = chosen[:k]
@@ -371,7 +438,7 @@ class Searcher:
         self,
         query: str,
         source: str | Sequence[str] | None = None,
-        lanes: Sequence[str] = LANES,
+        lanes: Sequence[str] | None = None,
         depth: int = 10,
         tags: str | Sequence[str] | None = None,
     ) -> list[tuple[str, str, float]]:
@@ -382,6 +449,7 @@ class Searcher:
         """
         if not query or not query.strip():
             return []
+        lanes = self.default_lanes if lanes is None else lanes
         with self._lock:
             pages, _ = self._fused(query, source, lanes, tags)
         return [(nid, self._note_path.get(nid, ""), score) for nid, score, _ in pages[:depth]]

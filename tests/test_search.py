@@ -166,3 +166,53 @@ def test_make_snippet():
     assert make_snippet("a " * 300, "zzz").startswith("a a")
     ja = "前置き" * 100 + "ベクトル検索の説明" + "後書き" * 100
     assert "ベクトル検索" in make_snippet(ja, "ベクトル検索")
+
+
+def _graph_warehouse(path: Path) -> None:
+    """hub.md links to a.md and b.md; a.md links to b.md; index.md (docsvault: index) links to all."""
+    from pipeline.models import Edge
+
+    specs = {
+        "hub.md": ("Hub", "The hub talks about otters and rivers.", {}),
+        "a.md": ("Alpha", "Alpha covers beavers building dams.", {}),
+        "b.md": ("Beta", "Beta is about something unrelated: tea ceremonies.", {}),
+        "index.md": ("Index", "Index of otters beavers tea.", {"docsvault": "index"}),
+        "kw.md": ("Gamma", "Plain text without the label.", {"keywords": ["zeppelin"], "tags": ["#airship"]}),
+    }
+    notes, chunks = [], []
+    for rel, (title, text, extra) in specs.items():
+        note = Note("g", rel, rel, title, {"title": title, **extra}, text)
+        notes.append(note)
+        chunks.append(Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (), title, text))
+    nid = {n.rel_path: n.note_id for n in notes}
+    edges = [Edge(nid["hub.md"], nid["a.md"], "Alpha", "wikilink"), Edge(nid["hub.md"], nid["b.md"], "Beta", "wikilink"),
+             Edge(nid["a.md"], nid["b.md"], "Beta", "wikilink")]
+    edges += [Edge(nid["index.md"], nid[r], r, "wikilink") for r in ("hub.md", "a.md", "b.md")]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges,
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+
+
+def test_graph_lane_expands_one_hop_and_skips_index_notes(tmp_path: Path):
+    path = tmp_path / "g.duckdb"
+    _graph_warehouse(path)
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:
+        default = [h.source_path for h in s.search("otters rivers", k=10)]
+        assert "index.md" not in default                      # index notes are never results
+        assert default[0] == "hub.md"
+        with_graph = s.search("otters rivers", k=10, lanes=("bm25", "graph"))
+        paths = [h.source_path for h in with_graph]
+        assert set(paths) == {"hub.md", "a.md", "b.md"}      # the seed and its one-hop neighbours, no index note
+        beta = next(h for h in with_graph if h.source_path == "b.md")
+        assert set(beta.lanes) == {"graph"}                   # reached only through the graph lane
+        assert beta.snippet.startswith("Beta is about")       # a graph-only page shows its first chunk
+
+
+def test_keywords_and_tags_are_bm25_fields(tmp_path: Path):
+    path = tmp_path / "g.duckdb"
+    _graph_warehouse(path)
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:
+        assert [h.source_path for h in s.search("zeppelin", k=3, lanes=("bm25",))] == ["kw.md"]
+        assert [h.source_path for h in s.search("airship", k=3, lanes=("bm25",))] == ["kw.md"]
