@@ -202,7 +202,7 @@ def _strip_frontmatter(body: str) -> str:
 def _blocks(text: str) -> list[_Block]:
     """Top-level blocks of ``text`` with trimmed char spans; non-blank lines no token covers become prose."""
     line_starts = [0]
-    for m in re.finditer("\n", text):
+    for m in re.finditer(r"\r\n?|\n", text):  # line breaks as markdown-it counts them
         line_starts.append(m.end())
     n_lines = len(line_starts)
 

@@ -1,13 +1,19 @@
 """YAML frontmatter: decode bytes, split ``---`` blocks off a note, render a note back.
 
-Only ``yaml.safe_load`` / ``yaml.safe_dump`` are used (never a full loader). Values are made JSON-safe on the way in:
-dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes ``str``.
+Only the safe YAML loader / ``yaml.safe_dump`` are used (never a full loader). Values are made JSON-safe on the way
+in: dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes ``str``.
+
+Hostile frontmatter is bounded and refused with a :class:`NoteError` naming file and line: a block larger than
+:data:`MAX_FRONTMATTER_CHARS`, more than :data:`MAX_ALIASES` alias references (``*x``: "billion laughs" bombs),
+nesting deeper than :data:`MAX_DEPTH`, more than :data:`MAX_NODES` values once aliases are expanded, and duplicate
+keys in one mapping (YAML forbids them; PyYAML would silently keep the last).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from typing import Any
 
 import yaml
@@ -16,6 +22,64 @@ from pipeline.errors import NoteError
 
 _BOM = "\ufeff"
 _CLOSERS = ("---", "...")
+_YAML_BREAKS = re.compile("[\x85\u2028\u2029\ufeff]")
+MAX_FRONTMATTER_CHARS = 256 * 1024
+MAX_ALIASES = 100
+MAX_DEPTH = 50
+MAX_NODES = 100_000
+
+
+class _Limits(ValueError):
+    """A frontmatter value exceeds a bound (message says which)."""
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys, too many aliases and too deep nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} alias references (*name) at line {mark.line + 1}")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    key = (key_node.tag, key_node.value)
+                    if key in seen:
+                        raise yaml.MarkedYAMLError(problem=f"duplicate key {key_node.value!r}",
+                                                   problem_mark=key_node.start_mark)
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` with the bounds of this module (duplicate keys, aliases, depth).
+
+    Raises:
+        yaml.YAMLError: invalid or hostile YAML.
+    """
+    loader = _SafeLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def decode_bytes(data: bytes, where: str) -> str:
@@ -50,12 +114,22 @@ def normalize_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: Any, _budget: list[int] | None = None, _depth: int = 0) -> Any:
     """Recursively turn YAML values into JSON-safe ones.
 
     dict keys become ``str``; ``datetime``/``date``/``time`` become ISO strings; tuples/sets become lists;
     NaN/inf and any other non-JSON type become ``str``.
+
+    Raises:
+        ValueError: more than :data:`MAX_NODES` values (aliases expanded) or nesting deeper than :data:`MAX_DEPTH`.
     """
+    if _budget is None:
+        _budget = [MAX_NODES]
+    _budget[0] -= 1
+    if _budget[0] < 0:
+        raise _Limits(f"more than {MAX_NODES} values (an alias bomb?)")
+    if _depth > MAX_DEPTH:
+        raise _Limits(f"nested deeper than {MAX_DEPTH} levels")
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -63,12 +137,12 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
     if isinstance(value, dict):
-        return {str(k) if not isinstance(k, (_dt.date, _dt.time)) else k.isoformat(): json_safe(v)
+        return {str(k) if not isinstance(k, (_dt.date, _dt.time)) else k.isoformat(): json_safe(v, _budget, _depth + 1)
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        return [json_safe(v, _budget, _depth + 1) for v in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((json_safe(v) for v in value), key=str)
+        return sorted((json_safe(v, _budget, _depth + 1) for v in value), key=str)
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
@@ -105,12 +179,21 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         raise NoteError(f"{where}: line 1: frontmatter opened with '---' is never closed; add a closing '---' line")
     raw = "\n".join(lines[1:end])
     body = "\n".join(lines[end + 1:]).lstrip("\n")
+    if len(raw) > MAX_FRONTMATTER_CHARS:
+        raise NoteError(f"{where}: line 2: frontmatter is {len(raw)} characters, above the limit of "
+                        f"{MAX_FRONTMATTER_CHARS}; move the data out of the frontmatter")
     try:
-        data = yaml.safe_load(raw) if raw.strip() else None
+        data = safe_load(raw) if raw.strip() else None
+        if isinstance(data, dict):
+            data = json_safe(data)
+    except RecursionError:
+        raise NoteError(f"{where}: line 2: invalid YAML frontmatter: nested too deeply") from None
+    except _Limits as exc:
+        raise NoteError(f"{where}: line 2: frontmatter refused: {exc}; simplify it") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 2}" if mark is not None else "line 2"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
         raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
     if data is None:
         return {}, body
@@ -118,7 +201,7 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         raise NoteError(
             f"{where}: line 2: frontmatter must be a YAML mapping (key: value lines), got {type(data).__name__}"
         )
-    return json_safe(data), body
+    return data, body
 
 
 def render_note(frontmatter: dict[str, Any], body: str) -> str:
@@ -129,9 +212,11 @@ def render_note(frontmatter: dict[str, Any], body: str) -> str:
     """
     dumped = ""
     if frontmatter:
-        dumped = yaml.safe_dump(
-            json_safe(frontmatter), allow_unicode=True, sort_keys=False, default_flow_style=False, width=10**9
-        )
+        data = json_safe(frontmatter)
+        dumped = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, default_flow_style=False, width=10**9)
+        if _YAML_BREAKS.search(dumped):     # YAML folds these as line breaks: write them escaped instead
+            dumped = yaml.safe_dump(data, allow_unicode=False, sort_keys=False, default_flow_style=False,
+                                    width=10**9)
     text = canonical_body(body)
     return f"---\n{dumped}---\n\n{text}" if text else f"---\n{dumped}---\n"
 

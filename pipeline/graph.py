@@ -155,7 +155,7 @@ def parse_links(markdown: str) -> list[WikiLink]:
     Returns:
         One WikiLink per occurrence (duplicates kept).
     """
-    text = _mask_code(markdown)
+    text = _mask_code(re.sub(r"\r\n?", "\n", markdown))   # line breaks as markdown-it counts them
     found: list[tuple[int, WikiLink]] = []
     for m in _WIKILINK.finditer(text):
         link = _parse_wikilink(m.group(2), embed=bool(m.group(1)))

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import posixpath
 import re
+import stat
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
+from pipeline.config import Settings
 from pipeline.errors import NoteError
 from pipeline.frontmatter import canonical_body, decode_bytes, split_frontmatter
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
@@ -33,11 +36,22 @@ MARKDOWN_EXTS = (".md", ".mdx", ".markdown", ".html", ".htm", ".txt")
 OWN_KEYS = ("title", "source", "source_path", "url", "content_hash", "fetched_at")
 
 
+class DanglingLink(NamedTuple):
+    """An internal link (relative, site-absolute or to the source's ``site_url`` host) whose page is not in the
+    source: it stays a Markdown link (to the site when the URL is known) and is reported."""
+
+    source_path: str       # the linking page
+    target: str            # the link target as written
+    url: str | None        # what the link was rewritten to (None: kept as written)
+
+
 class NormalizeResult(NamedTuple):
-    """Notes of one source (sorted by source_path) and one error line per skipped file."""
+    """Notes of one source (sorted by source_path), one error line per skipped file, and the dangling internal
+    links (sorted by source_path, then order of appearance)."""
 
     notes: list[Note]
     errors: list[str]      # "source 'x': path: reason"
+    dangling: tuple[DanglingLink, ...] = ()
 
 
 # =====================================================================================================================
@@ -258,15 +272,26 @@ class _Tag:
     end: int                      # offset just after '>' in the joined text
 
 
+MAX_TAG_CHARS = 8_000
+"""A JSX tag (``<Name attrs…>``) longer than this is not a tag: bounds the scan on hostile input."""
+
+
 def _parse_tag(text: str, start: int) -> _Tag | None:
     """Parse a tag starting at ``text[start] == '<'`` (attributes may span lines; quotes and {braces} skipped)."""
+    return _scan_tag(text, start)[0]
+
+
+def _scan_tag(text: str, start: int) -> tuple[_Tag | None, int]:
+    """(tag or None, offset where the scan stopped). A failed scan stops at the end of the text, a blank line or a
+    ``<`` outside quotes and braces, or after :data:`MAX_TAG_CHARS`."""
     m = _TAG_START.match(text, start)
     if not m:
-        return None
+        return None, start + 1
     i = m.end()
     depth = 0
     quote = ""
-    while i < len(text):
+    stop = min(len(text), start + MAX_TAG_CHARS)
+    while i < stop:
         c = text[i]
         if quote:
             if c == quote:
@@ -289,11 +314,11 @@ def _parse_tag(text: str, start: int) -> _Tag | None:
             for am in _ATTR.finditer(raw.rstrip().rstrip("/")):
                 value = next((g for g in am.groups()[1:] if g is not None), "true")
                 attrs[am.group(1)] = value
-            return _Tag(m.group(2), attrs, self_closing, m.group(1) == "/", i + 1)
+            return _Tag(m.group(2), attrs, self_closing, m.group(1) == "/", i + 1), i + 1
         elif c == "<" or (c == "\n" and text[i + 1:i + 2] == "\n"):
-            return None
+            return None, i
         i += 1
-    return None
+    return None, i
 
 
 @dataclass
@@ -492,10 +517,12 @@ def render_components(text: str, dialect: _Dialect, level: int = 1) -> str:
             out.append(text[pos:m.end()])
             pos = m.end()
             continue
-        tag = _parse_tag(text, m.start())
+        tag, stop = _scan_tag(text, m.start())
         if tag is None:
-            out.append(text[pos:m.end()])
-            pos = m.end()
+            # a long failed scan (unbalanced quote or brace): its span is text, so hostile input stays linear
+            end = stop if stop - m.start() > 1000 else m.end()
+            out.append(text[pos:end])
+            pos = end
             continue
         prefix = text[pos:m.start()]
         out.append(prefix)
@@ -542,7 +569,27 @@ def render_components(text: str, dialect: _Dialect, level: int = 1) -> str:
 # Per-format cleaning
 # =====================================================================================================================
 
-_JSX_COMMENT = re.compile(r"[ \t]*\{/\*.*?\*/\}", re.DOTALL)
+def _drop_delimited(text: str, opener: str, closer: str, eat_blanks_before: bool = False) -> str:
+    """Remove every ``opener … closer`` span (shortest, may span lines), like ``re.sub(opener.*?closer)`` with DOTALL
+    but linear: once no closer follows, no later opener can match either."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        i = text.find(opener, pos)
+        if i < 0:
+            break
+        j = text.find(closer, i + len(opener))
+        if j < 0:
+            break
+        before = text[pos:i]
+        out.append(before.rstrip(" \t") if eat_blanks_before else before)
+        pos = j + len(closer)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _drop_jsx_comments(text: str) -> str:
+    return _drop_delimited(text, "{/*", "*/}", eat_blanks_before=True)
 _HEADING_ID = re.compile(r"^( {0,3}#{1,6}[ \t].*?)[ \t]*\{#[^}\s]+\}[ \t]*$", re.MULTILINE)
 
 
@@ -553,10 +600,13 @@ def _mdx(body: str) -> str:
         if is_code or not re.search(r"^(?:import|export)\s", chunk, re.MULTILINE):
             parts.append(chunk)
         else:
-            parts.append("\n".join(_strip_imports(chunk.split("\n"))))
+            kept = "\n".join(_strip_imports(chunk.split("\n")))
+            if chunk.endswith("\n") and not kept.endswith("\n"):
+                kept += "\n"                   # a fence after the chunk must stay at the start of a line
+            parts.append(kept)
     body = "".join(parts)
     # 2. JSX comments and heading ids (prose only)
-    body = map_prose(body, lambda t: _HEADING_ID.sub(r"\1", _JSX_COMMENT.sub("", t)))
+    body = map_prose(body, lambda t: _HEADING_ID.sub(r"\1", _drop_jsx_comments(t)))
     # 3. components
     body = render_components(body, _Dialect(_is_mdx_component, True), 1)
     # 4. lines made of nothing but a JSX expression like {' '}
@@ -566,8 +616,7 @@ def _mdx(body: str) -> str:
 
 _LIQUID_LINK = re.compile(r"\{%-?\s*link\s+(\S+?)\s*-?%\}")
 _LIQUID_POST = re.compile(r"\{%-?\s*post_url\s+(\d{4})-(\d{2})-(\d{2})-(\S+?)\s*-?%\}")
-_LIQUID_TAG = re.compile(r"\{%-?.*?-?%\}", re.DOTALL)
-_LIQUID_VAR = re.compile(r"\{\{-?\s*(?:site|page|layout|include)\.[\w.]+(?:\s*\|[^}]*)?\s*-?\}\}")
+_LIQUID_VAR = re.compile(r"\{\{-?\s*(?:site|page|layout|include)\.[\w.]+(?:\s*\|[^}\n]{0,500})?\s*-?\}\}")
 _KRAMDOWN_LINE = re.compile(r"^[ \t]*\{:(?:\s*[.#][^}]*|\s*[\w-]+=[^}]*|:[^}]*|\s*toc\s*)\}[ \t]*\n?", re.MULTILINE)
 _KRAMDOWN_SPAN = re.compile(r"\{:\s*[.#][\w.# -]*\}|\{:\s*[\w-]+=\"[^\"]*\"[^}]*\}")
 _JEKYLL_CALLOUT = re.compile(r"^> (Warning|Tip|Note|Bestpractice|Deprecated|Important|Caution) (?=\S)", re.MULTILINE)
@@ -576,14 +625,28 @@ _JEKYLL_KINDS = {"Warning": ("warning", ""), "Tip": ("tip", ""), "Note": ("note"
                  "Important": ("important", ""), "Caution": ("warning", "")}
 
 
+_HTML_ANCHOR = re.compile(r"""<a\s+href=(?:"([^"\n<>]*)"|'([^'\n<>]*)')[^>\n]{0,200}>([^\n]{0,500}?)</a>""",
+                          re.IGNORECASE)
+
+
+def _anchor_to_markdown(m: re.Match[str]) -> str:
+    """``<a href="x">text</a>`` -> ``[text](x)`` (inner tags dropped), so site links in HTML become wikilinks too."""
+    href = m.group(1) if m.group(1) is not None else m.group(2)
+    text = re.sub(r"<[^>]*>", "", m.group(3)).replace("[", "(").replace("]", ")").strip()
+    if not href or any(c in href for c in " ()"):
+        return m.group(0)
+    return f"[{text}]({href})"
+
+
 def _jekyll(body: str, frontmatter: dict[str, Any]) -> str:
     title = str(frontmatter.get("title", "")) if frontmatter.get("title") is not None else ""
 
     def fix(text: str) -> str:
         text = _LIQUID_LINK.sub(lambda m: "/" + m.group(1).lstrip("/"), text)
+        text = _HTML_ANCHOR.sub(_anchor_to_markdown, text)
         text = _LIQUID_POST.sub(lambda m: f"/{m.group(1)}/{m.group(2)}/{m.group(3)}/{m.group(4)}.html", text)
         text = re.sub(r"^[ \t]*\{%-?.*?-?%\}[ \t]*\n", "", text, flags=re.MULTILINE)
-        text = _LIQUID_TAG.sub("", text)
+        text = _drop_delimited(text, "{%", "%}")
         text = re.sub(r"\{\{-?\s*page\.title\s*-?\}\}", lambda m: title, text)
         text = _LIQUID_VAR.sub("", text)
         text = _KRAMDOWN_LINE.sub("", text)
@@ -663,6 +726,7 @@ class _LinkIndex:
     headings: dict[str, dict[str, str]]             # source_path -> slug -> heading text
     stems: dict[str, list[str]] = field(default_factory=dict)      # link key -> source_paths
     suffixes: dict[str, list[str]] = field(default_factory=dict)   # trailing components of a key -> source_paths
+    site: dict[str, list[str]] = field(default_factory=dict)       # site path key (see site_path) -> source_paths
 
     def __post_init__(self) -> None:
         for sp in sorted(self.rel_paths):
@@ -671,6 +735,34 @@ class _LinkIndex:
                 parts = key.split("/")
                 for i in range(1, len(parts)):
                     self.suffixes.setdefault("/".join(parts[i:]), []).append(sp)
+            for key in _stem_keys(site_path(self.source, sp)):
+                self.site.setdefault(key.casefold(), []).append(sp)
+
+    def site_match(self, path: str) -> str | None:
+        """Longest path-suffix match of a site-absolute URL path against the pages' site paths.
+
+        ``path`` (e.g. ``/docs/diffusers/using-diffusers/loading``) is cut into ``head + rest`` with ``rest`` as long
+        as possible such that ``rest`` is a page's site path (its path under the sparse folder, extension optional,
+        ``index`` optional) and ``head`` is a leading part of the ``site_url`` path, version components
+        (``main``, ``stable``, ``v1.2``, ``0.31.0``…) ignored on both sides (so ``/docs/x`` and ``/docs/preview/x``
+        match a ``…/docs/stable`` site, and links into other sites on the same host do not).
+        Case-insensitive; None when nothing matches.
+        """
+        parts = [p for p in path.strip("/").split("/") if p not in ("", ".")]
+        if ".." in parts:
+            return None
+        base = [p.casefold() for p in urlsplit(self.source.site_url or "").path.strip("/").split("/")
+                if p and not _VERSION.match(p)]
+        for i in range(len(parts) + 1):
+            head = [p.casefold() for p in parts[:i] if not _VERSION.match(p)]
+            if head != base[: len(head)]:
+                break
+            rest = "/".join(parts[i:])
+            for key in _stem_keys(rest):
+                hits = self.site.get(key.casefold())
+                if hits:
+                    return hits[0]
+        return None
 
     def exact(self, path: str) -> str | None:
         """The source path a repository path names (with or without extension, or as a folder with an index)."""
@@ -693,6 +785,10 @@ class _LinkIndex:
             return direct
         best = {sp for key in _stem_keys(path) for sp in self.suffixes.get(key, ())}
         return min(best, key=lambda sp: (len(sp), sp)) if best else None
+
+
+_VERSION = re.compile(r"^(?:main|master|stable|latest|preview|nightly|next|dev|v?\d+(?:\.(?:\d+|x))*)$",
+                      re.IGNORECASE)
 
 
 def _stem_keys(path: str) -> list[str]:
@@ -733,7 +829,16 @@ def _site_origin(site_url: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
 
 
-def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | None, in_table: bool) -> str:
+_PAGE_EXT = re.compile(r"\.(?:md|mdx|markdown|html?|txt)$|(?:^|/)[^./]*$|/$", re.IGNORECASE)
+
+
+def _is_page_path(path: str) -> bool:
+    """True when a link path names a page (no extension, a Markdown/HTML one, or a folder), not a file download."""
+    return bool(_PAGE_EXT.search(path)) or not path
+
+
+def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | None, in_table: bool,
+                  dangling: list[DanglingLink] | None = None) -> str:
     text = m.group("text")
     target = m.group("target").strip()
     if target.startswith("<") and target.endswith(">"):
@@ -760,7 +865,9 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
         if not path.startswith("../") and path != "..":
             resolved = index.exact(path)
     else:
-        resolved = index.suffix(path)
+        resolved = index.site_match(path) if index.source.site_url else None
+        if resolved is None:
+            resolved = index.suffix(path)
     if resolved is not None:
         return _wikilink(index, resolved, fragment, text, in_table)
     # unresolvable internal link: point at the site when known
@@ -768,15 +875,24 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
     if kind == "absolute" and origin and target.startswith("/") and not target.startswith("//"):
         new = origin + target
     elif kind == "relative" and page_url:
-        new = urljoin(page_url, target)
+        try:
+            new = urljoin(page_url, target)
+        except ValueError:
+            new = None
+    if dangling is not None and _is_page_path(parts.path):
+        dangling.append(DanglingLink(sp, target, new))
     if new is None:
         return m.group(0)
     title = m.group("title") or ""
     return f"[{text}]({new}{title})"
 
 
-def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None) -> str:
-    """Rewrite internal Markdown links of one note (prose only) to wikilinks; ``\\|`` alias pipes in table rows."""
+def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None,
+                  dangling: list[DanglingLink] | None = None) -> str:
+    """Rewrite internal Markdown links of one note (prose only) to wikilinks; ``\\|`` alias pipes in table rows.
+
+    Internal links whose page is not in the source are appended to ``dangling`` (when given).
+    """
 
     def fix(text: str) -> str:
         lines = text.split("\n")
@@ -788,7 +904,7 @@ def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None) -
                     table[j] = True
                     j += 1
         return "\n".join(
-            _LINK.sub(lambda m, t=table[i]: _convert_link(m, index, sp, page_url, t), line) if "](" in line else line
+            _LINK.sub(lambda m, t=table[i]: _convert_link(m, index, sp, page_url, t, dangling), line) if "](" in line else line
             for i, line in enumerate(lines)
         )
 
@@ -799,16 +915,28 @@ def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None) -
 # Paths, format, URL, title
 # =====================================================================================================================
 
-_ILLEGAL = re.compile(r'[*"\\<>:|?#^\[\]\x00-\x1f\x7f]')
+_ILLEGAL = re.compile(r'[*"\\<>:|?#^\[\]\x00-\x1f\x7f\u2215\u2044\u29f8\uff0f\uff3c\u2216\ufe68\u0338\u2060\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]')
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+MAX_COMPONENT_BYTES = 200
+"""A vault path component (folder or file name, ``.md`` included) is at most this many UTF-8 bytes; longer ones
+are cut and get an 8-hex hash of the full name so different long names stay different (file systems allow 255)."""
+MAX_DEPTH = 32
 
 
-def _clean_component(part: str) -> str:
-    part = _ILLEGAL.sub("-", part).rstrip(" .")
+def _clean_component(part: str, suffix: str = "") -> str:
+    part = _ILLEGAL.sub("-", part).strip(" ").rstrip(" .")
+    part = re.sub(r"^\.+", lambda m: "_" * len(m.group()), part)      # no hidden (dot) files or folders
     if not part:
-        return "_"
+        part = "_"
     if part.split(".")[0].upper() in _RESERVED:
         part = f"{part}_"
+    if len((part + suffix).encode("utf-8")) > MAX_COMPONENT_BYTES:
+        import hashlib
+
+        tag = "-" + hashlib.sha1(part.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        budget = MAX_COMPONENT_BYTES - len((tag + suffix).encode("utf-8"))
+        cut = part.encode("utf-8", "surrogatepass")[:budget].decode("utf-8", "ignore").rstrip(" .")
+        part = cut + tag
     return part
 
 
@@ -817,11 +945,16 @@ def rel_path_for(source_path: str) -> str:
 
     Extension replaced by ``.md`` (``.md``/``.mdx``/``.markdown``/``.html``/``.htm``/``.txt``; other names get
     ``.md`` appended), NFC-normalized, every component made legal on Windows/macOS/Linux and for Obsidian links
-    (``* " \\ < > : | ? # ^ [ ]`` and control characters -> ``-``, trailing dots/spaces dropped, empty -> ``_``).
+    (``* " \\ < > : | ? # ^ [ ]``, control and invisible format characters and look-alikes of ``/`` and ``\\`` ->
+    ``-``, trailing dots/spaces dropped, leading dots -> ``_``, ``..`` and empty -> ``_``, Windows device names get
+    ``_``, components cut to :data:`MAX_COMPONENT_BYTES` with a hash, at most :data:`MAX_DEPTH` folders). The result
+    is always a relative path that stays inside the source folder.
     """
-    sp = unicodedata.normalize("NFC", source_path).strip("/")
+    sp = unicodedata.normalize("NFC", source_path).replace("\\", "/").strip("/")
     parts = [p for p in sp.split("/") if p not in ("", ".")]
     parts = [p if p != ".." else "_" for p in parts] or ["_"]
+    if len(parts) > MAX_DEPTH + 1:
+        parts = parts[:MAX_DEPTH] + ["-".join(parts[MAX_DEPTH:])]
     name = parts[-1]
     lower = name.lower()
     stem = name
@@ -829,7 +962,7 @@ def rel_path_for(source_path: str) -> str:
         if lower.endswith(ext) and len(name) > len(ext):
             stem = name[: -len(ext)]
             break
-    cleaned = [_clean_component(p) for p in parts[:-1]] + [_clean_component(stem)]
+    cleaned = [_clean_component(p) for p in parts[:-1]] + [_clean_component(stem, ".md")]
     return "/".join(cleaned) + ".md"
 
 
@@ -861,17 +994,22 @@ def guess_format(source_path: str, frontmatter: dict[str, Any], body: str) -> Do
     return "markdown"
 
 
+def site_path(source: Source, source_path: str) -> str:
+    """A page's path on its site: the source path relative to the sparse folder (``paths``) that holds it."""
+    path = source_path
+    for root in sorted((p.strip("/") for p in source.paths if p and not any(c in p for c in "*?[")),
+                       key=len, reverse=True):
+        if root and path.startswith(root + "/"):
+            return path[len(root) + 1:]
+    return path
+
+
 def page_url(source: Source, source_path: str) -> str | None:
     """``site_url`` + the page path without extension (relative to the sparse folder that holds it; ``…/index``
     maps to the folder URL), or None without ``site_url``."""
     if not source.site_url:
         return None
-    path = source_path
-    for root in sorted((p.strip("/") for p in source.paths if p and not any(c in p for c in "*?[")),
-                       key=len, reverse=True):
-        if root and path.startswith(root + "/"):
-            path = path[len(root) + 1:]
-            break
+    path = site_path(source, source_path)
     key = _stem_keys(path)
     stem = key[0]
     if len(key) > 1 and stem.lower().endswith(("index", "_index")):
@@ -921,12 +1059,101 @@ class _Parsed:
     headings: dict[str, str]       # slug / explicit anchor id -> heading text (from the uncleaned body)
 
 
+MAX_FILE_BYTES = 4 * 1024 * 1024
+"""Files larger than this (bytes) are skipped with an error line: no real docs page comes close, and every later
+stage (link conversion, chunking, embedding) stays bounded. Decided for issue 8 (a 50 MB note is reported, not
+cut, so a truncated page never silently enters the vault)."""
+MAX_CANVAS_NODES = 10_000
+
+
+def canvas_to_markdown(text: str, where: str) -> str:
+    """Body of a note made from an Obsidian ``.canvas`` file (JSON Canvas 1.0).
+
+    Nodes in reading order (top to bottom, then left to right): ``text`` cards give their Markdown, ``file`` cards a
+    link ``[[path]]`` to the note they place (``![[file]]`` for attachments, ``#subpath`` kept), ``link`` cards their
+    URL as ``<url>``, ``group`` cards their label as a ``## heading``.
+
+    Raises:
+        NoteError: not JSON, or not a JSON Canvas object (``{"nodes": [...]}``).
+    """
+    import json
+
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except (ValueError, RecursionError) as exc:
+        raise NoteError(f"{where}: not a valid .canvas file (JSON: {exc}); fix or exclude it") from None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes", []), list):
+        raise NoteError(f"{where}: not a JSON Canvas file (expected an object with a 'nodes' list)")
+    nodes = [n for n in data.get("nodes", []) if isinstance(n, dict)][:MAX_CANVAS_NODES]
+
+    def num(value: Any) -> float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+    parts: list[str] = []
+    for node in sorted(nodes, key=lambda n: (num(n.get("y")), num(n.get("x")), str(n.get("id", "")))):
+        kind = node.get("type")
+        if kind == "text" and isinstance(node.get("text"), str) and node["text"].strip():
+            parts.append(normalize_newlines_text(node["text"]).strip("\n"))
+        elif kind == "file" and isinstance(node.get("file"), str) and node["file"].strip():
+            target = re.sub(r"[\[\]|\n]", " ", node["file"]).strip()
+            is_md = target.lower().endswith(".md")
+            sub = node.get("subpath") if isinstance(node.get("subpath"), str) else ""
+            sub = re.sub(r"[\[\]|\n]", " ", sub).strip()
+            if is_md:
+                parts.append(f"[[{target[:-3]}{sub}]]")
+            else:
+                parts.append(f"![[{target}{sub}]]")
+        elif kind == "link" and isinstance(node.get("url"), str) and re.match(r"^https?://\S+$", node["url"]):
+            parts.append(f"<{node['url']}>")
+        elif kind == "group" and isinstance(node.get("label"), str) and node["label"].strip():
+            parts.append("## " + " ".join(node["label"].split()))
+    return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def normalize_newlines_text(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def normalize_text(source: Source, raw: RawFile, text: str) -> _Parsed:
     """Split and clean one file's text (no link conversion). Raises NoteError for invalid frontmatter."""
     where = f"source '{source.name}': {raw.source_path}"
+    if raw.source_path.lower().endswith(".canvas"):
+        body = canvas_to_markdown(text, where)
+        return _Parsed(raw, "obsidian", {}, body, collect_headings(body))
     fm, body = split_frontmatter(text, where)
     fmt: DocFormat = source.format or guess_format(raw.source_path, fm, body)
     return _Parsed(raw, fmt, fm, clean_body(fmt, body, fm), collect_headings(body))
+
+
+FIRST_KEYS = ("title", "aliases", "description", "tags", "source", "source_path", "url", "content_hash",
+              "fetched_at")
+"""Frontmatter keys docsvault writes first, in this order; the page's own keys follow in their order, then keys from
+the fetcher (``RawFile.meta``). ``aliases``/``description``/``tags`` appear only when the page has them."""
+
+
+def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], title: str, url: str | None,
+                      body: str, fetched_at: str) -> dict[str, Any]:
+    """The note's frontmatter: :data:`FIRST_KEYS` first, then the page's own keys, then fetcher keys (never lost;
+    the page's ``title``/``source``/``source_path``/``url``/``content_hash``/``fetched_at`` are replaced)."""
+    fm: dict[str, Any] = {"title": title}
+    for key in ("aliases", "description", "tags"):
+        if key in page_fm:
+            fm[key] = page_fm[key]
+    fm["source"] = source.name
+    fm["source_path"] = raw.source_path
+    if url:
+        fm["url"] = url
+    elif page_fm.get("url") is not None:
+        fm["url"] = page_fm["url"]
+    fm["content_hash"] = text_hash(body)
+    fm["fetched_at"] = fetched_at
+    for key, value in page_fm.items():
+        if key not in fm and key not in OWN_KEYS:
+            fm[key] = value
+    for key, value in raw.meta.items():
+        if key not in fm and key not in OWN_KEYS and key not in page_fm:
+            fm[key] = value
+    return fm
 
 
 def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) -> NormalizeResult:
@@ -934,12 +1161,15 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) 
 
     Args:
         source: the source block (format, site_url, name).
-        files: its fetched files (any order; duplicates by source_path keep the first).
+        files: its fetched files (any order; duplicates by source_path keep the first). ``.canvas`` files become
+            notes of their cards (:func:`canvas_to_markdown`).
         fetched_at: ISO UTC timestamp written into every note's frontmatter.
 
     Returns:
         NormalizeResult: notes sorted by source_path; errors holds one line ``source 'x': path: reason`` per file
-        that was skipped (unreadable, invalid UTF-8, binary, invalid YAML frontmatter). Output is deterministic.
+        that was skipped (unreadable, empty or blank, larger than :data:`MAX_FILE_BYTES`, invalid UTF-8, binary,
+        invalid or hostile YAML frontmatter, invalid canvas; a frontmatter-only file is a note, not an error); dangling lists internal links whose page is not in the source. Output is
+        deterministic. Never raises for a bad file: every per-file failure becomes an error line.
     """
     unique: dict[str, RawFile] = {}
     for f in sorted(files, key=lambda f: f.source_path):
@@ -948,38 +1178,87 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) 
     parsed: list[_Parsed] = []
     errors: list[str] = []
     for sp, raw in unique.items():
-        where = f"source '{source.name}': {sp}"
+        where = f"source '{source.name}': {sp!r}" if _needs_quoting(sp) else f"source '{source.name}': {sp}"
         try:
+            st = raw.path.stat()
+            size = st.st_size
+            if not stat.S_ISREG(st.st_mode):
+                errors.append(f"{where}: not a regular file (a device, pipe or folder); exclude it")
+                continue
+            if size > MAX_FILE_BYTES:
+                errors.append(f"{where}: file is {size / 2**20:.1f} MiB, above the {MAX_FILE_BYTES // 2**20} MiB "
+                              "limit for one note; split it or exclude it from the source")
+                continue
             data = raw.path.read_bytes()
-            parsed.append(normalize_text(source, raw, decode_bytes(data, where)))
+            text = decode_bytes(data, where)
+            if not text.strip():
+                errors.append(f"{where}: empty file (no text); add content or exclude it")
+                continue
+            parsed.append(normalize_text(source, raw, text))
         except NoteError as exc:
             errors.append(str(exc))
         except OSError as exc:
             errors.append(f"{where}: cannot read {raw.path}: {exc.strerror or exc}")
+        except RecursionError:
+            errors.append(f"{where}: too deeply nested to normalize; simplify or exclude the file")
     ok = {p.raw.source_path: rel_paths[p.raw.source_path] for p in parsed}
     index = _LinkIndex(source, ok, {p.raw.source_path: p.headings for p in parsed})
     notes: list[Note] = []
+    dangling: list[DanglingLink] = []
     for p in parsed:
         sp = p.raw.source_path
         url = p.raw.url or page_url(source, sp)
         body = p.body
-        if p.fmt != "obsidian":
-            body = convert_links(body, index, sp, url)
-            body = _tidy(body)
-        else:
-            body = canonical_body(body)
+        try:
+            if p.fmt != "obsidian":
+                found: list[DanglingLink] = []
+                body = convert_links(body, index, sp, url, found)
+                body = _tidy(body)
+                dangling.extend(found)
+            else:
+                body = canonical_body(body)
+        except RecursionError:
+            errors.append(f"source '{source.name}': {sp}: too deeply nested to normalize; simplify or exclude it")
+            continue
         title = _title(p.frontmatter, body, sp)
-        fm: dict[str, Any] = {"title": title}
-        fm.update({k: v for k, v in p.frontmatter.items() if k not in OWN_KEYS})
-        fm.update({k: v for k, v in p.raw.meta.items() if k not in OWN_KEYS and k not in p.frontmatter})
-        fm["source"] = source.name
-        fm["source_path"] = sp
-        if url:
-            fm["url"] = url
-        elif p.frontmatter.get("url") is not None:
-            fm["url"] = p.frontmatter["url"]
-        fm["content_hash"] = text_hash(body)
-        fm["fetched_at"] = fetched_at
+        fm = build_frontmatter(source, p.raw, p.frontmatter, title, url, body, fetched_at)
         notes.append(Note(source=source.name, source_path=sp, rel_path=rel_paths[sp], title=title,
                           frontmatter=fm, body=body))
-    return NormalizeResult(notes, errors)
+    return NormalizeResult(notes, errors, tuple(dangling))
+
+
+def _needs_quoting(text: str) -> bool:
+    return any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text)
+
+
+def write_report(settings: Settings, source: str, result: NormalizeResult) -> dict[str, Path]:
+    """Write the per-source normalize report, each file atomically (temp + rename).
+
+    Files: ``<data>/state/<source>.errors.txt`` (one line per skipped file: ``source 'x': path: reason``; empty
+    when none) and ``<data>/graph/dangling-<source>.json`` (``[{"source_path", "target", "url"}, ...]``: internal
+    links whose page does not exist in the source, kept as Markdown links to the site).
+
+    Returns:
+        {"errors": path, "dangling": path}.
+    """
+    import json
+    import os
+    import tempfile
+
+    def atomic(path: Path, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    errors_path = settings.state_dir / f"{source}.errors.txt"
+    dangling_path = settings.graph_dir / f"dangling-{source}.json"
+    errors_path.parent.mkdir(parents=True, exist_ok=True)
+    dangling_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic(errors_path, "".join(line.replace("\n", "\\n") + "\n" for line in result.errors))
+    atomic(dangling_path, json.dumps([d._asdict() for d in result.dangling], ensure_ascii=False, indent=1) + "\n")
+    return {"errors": errors_path, "dangling": dangling_path}

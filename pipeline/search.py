@@ -336,8 +336,16 @@ class Searcher:
         for lane in list(lane_pages):
             lane_pages[lane] = [p for p in lane_pages[lane] if p.note_id not in self._not_results]
         if "graph" in lanes:
+            # seeds: the other requested lanes fused; the graph lane alone takes them from the default lanes
+            seed_lanes = dict(lane_pages)
+            if not seed_lanes:
+                if "bm25" in self.default_lanes:
+                    seed_lanes["bm25"] = page_ranking(self._bm25_lane(query, sources, notes), self._note_of.__getitem__,
+                                                      self.second_weight)
+                if "vector" in self.default_lanes:
+                    seed_lanes["vector"] = self._vector_lane(query, sources, notes)
             seeds: dict[str, float] = {}
-            for lane, pages in lane_pages.items():
+            for lane, pages in seed_lanes.items():
                 for rank, page in enumerate(pages, start=1):
                     seeds[page.note_id] = seeds.get(page.note_id, 0.0) + 1.0 / (self.k_rrf + rank)
             ordered_seeds = sorted(seeds.items(), key=lambda kv: -kv[1])

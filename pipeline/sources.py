@@ -39,6 +39,16 @@ from pipeline.errors import SourceConfigError
 from pipeline.models import DocFormat, Source, SourceKind
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_RESERVED_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+
+
+def valid_name(name: object) -> bool:
+    """True when ``name`` can be a source name: it becomes the folder ``vault/<name>/`` and file names under the data
+    dir, so it must match :data:`NAME_RE` (ASCII lower-case letters, digits, ``.``, ``_``, ``-``; no ``/``, ``\\``,
+    ``..``, drive letters, NUL, spaces or look-alike characters), must not end with ``.`` and must not be a Windows
+    device name (``con``, ``nul``, ``com1``… also with an extension)."""
+    return (isinstance(name, str) and bool(NAME_RE.match(name)) and not name.endswith(".")
+            and name.split(".")[0] not in _RESERVED_NAMES)
 KINDS: tuple[str, ...] = get_args(SourceKind)
 FORMATS: tuple[str, ...] = get_args(DocFormat)
 ALLOWED_KEYS = {
@@ -65,10 +75,10 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     if not isinstance(block, dict):
         raise SourceConfigError(f"{where}: each source must be a mapping with at least 'name' and 'kind'")
     name = block.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not valid_name(name):
         raise SourceConfigError(
             f"{where}: 'name' must match {NAME_RE.pattern} (lower-case letters, digits, '.', '_', '-'; "
-            f"it becomes a folder name), got {name!r}"
+            f"it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got {name!r}"
         )
     where = f"{where} (source '{name}')"
     unknown = sorted(set(block) - ALLOWED_KEYS)

@@ -3,11 +3,17 @@
 Writes are atomic (temp file in the same folder + ``os.replace``) and happen only when the bytes differ, so unchanged
 notes keep their mtime (Obsidian and file watchers see no churn). Notes that left the source are removed, together
 with folders they leave empty. Each source owns exactly its folder: nothing outside ``vault/<source>/`` is touched.
+
+Each source folder also gets one index note, ``_index.md`` (a map of content: its top-level sections and the notes
+in them; see :func:`index_note`). Its frontmatter carries ``docsvault: index`` (:data:`INDEX_KEY` /
+:data:`INDEX_VALUE`); :func:`read_notes` skips it, so it is for people browsing the vault in Obsidian and never
+reaches the graph, the chunks, search or the eval.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
@@ -19,11 +25,79 @@ from pipeline.models import Note
 
 
 class VaultResult(NamedTuple):
-    """rel_paths (posix, inside ``vault/<source>/``) written, left as they were, and removed; each sorted."""
+    """rel_paths (posix, inside ``vault/<source>/``) of notes written, left as they were, and removed; each sorted.
+    ``index`` is the rel_path of the source's index note (not counted in the lists), None when not written."""
 
     written: list[str]
     unchanged: list[str]
     removed: list[str]
+    index: str | None = None
+
+
+INDEX_KEY = "docsvault"
+INDEX_VALUE = "index"
+INDEX_NAME = "_index.md"
+
+
+def _link(note: Note) -> str:
+    target = f"{note.source}/{note.rel_path[:-3]}"
+    alias = re.sub(r"[\[\]|#^\n]", " ", note.title)
+    alias = " ".join(alias.split())
+    return f"[[{target}|{alias}]]" if alias else f"[[{target}]]"
+
+
+def index_note(source: str, notes: Sequence[Note], rel_path: str = INDEX_NAME) -> Note:
+    """The source's map of content: its top-level sections (first folders below the folder all notes share) as
+    ``## headings``, each with links to the section's landing note (``index``/``README``/same-name note) and the
+    notes directly in it, then one line per sub-folder linking its landing note; notes at the top are listed first.
+
+    Returns:
+        A Note with frontmatter ``{title: "<source> index", docsvault: index, source: <source>, source_path:
+        <rel_path>}`` and a body of
+        ``[[<source>/<path>|Title]]`` links, deterministic (sorted by path).
+    """
+    by_rel = sorted(notes, key=lambda n: n.rel_path)
+    folders = [PurePosixPath(n.rel_path).parent.parts for n in by_rel]
+    common: tuple[str, ...] = ()
+    if folders:
+        common = folders[0]
+        for parts in folders[1:]:
+            k = 0
+            while k < min(len(common), len(parts)) and common[k] == parts[k]:
+                k += 1
+            common = common[:k]
+    top: list[Note] = []
+    sections: dict[str, list[Note]] = {}
+    for n in by_rel:
+        parts = PurePosixPath(n.rel_path).parts[len(common):]
+        if len(parts) == 1:
+            top.append(n)
+        else:
+            sections.setdefault(parts[0], []).append(n)
+    lines = [f"# {source}", "", f"Map of content of the source `{source}`: {len(notes)} notes."]
+    if top:
+        lines += [""] + [f"- {_link(n)}" for n in top]
+    for name, members in sections.items():
+        depth = len(common) + 1
+        landing = {"index", "readme", "_index", name.casefold()}
+        direct = [n for n in members if len(PurePosixPath(n.rel_path).parts) == depth + 1]
+        lead = [n for n in direct if PurePosixPath(n.rel_path).stem.casefold() in landing]
+        subs: dict[str, list[Note]] = {}
+        for n in members:
+            parts = PurePosixPath(n.rel_path).parts
+            if len(parts) > depth + 1:
+                subs.setdefault(parts[depth], []).append(n)
+        lines += ["", f"## {' '.join(name.split())}", ""]
+        lines += [f"- {_link(n)}" for n in lead + [n for n in direct if n not in lead]]
+        for sub, sub_notes in subs.items():
+            sub_landing = [n for n in sub_notes if len(PurePosixPath(n.rel_path).parts) == depth + 2
+                           and PurePosixPath(n.rel_path).stem.casefold() in {"index", "readme", "_index",
+                                                                              sub.casefold()}]
+            label = f"{sub}/ ({len(sub_notes)} notes)"
+            lines.append(f"- {_link(sub_landing[0])} — {label}" if sub_landing else f"- {label}")
+    fm = {"title": f"{source} index", INDEX_KEY: INDEX_VALUE, "source": source, "source_path": rel_path}
+    return Note(source=source, source_path=rel_path, rel_path=rel_path, title=fm["title"], frontmatter=fm,
+                body="\n".join(lines) + "\n")
 
 
 def _safe_target(root: Path, rel_path: str, source: str) -> Path:
@@ -40,6 +114,14 @@ def _safe_target(root: Path, rel_path: str, source: str) -> Path:
         raise NoteError(f"source '{source}': note path {rel_path!r} resolves outside vault/{source}/ "
                         "(a symlink?); remove the link") from None
     return target
+
+
+def _ordered(fm: dict) -> dict:
+    """The frontmatter with docsvault's keys first in their fixed order (``pipeline.normalize.FIRST_KEYS``), then the
+    others as given (JSON Lines between stages may have sorted them)."""
+    from pipeline.normalize import FIRST_KEYS
+
+    return {**{k: fm[k] for k in FIRST_KEYS if k in fm}, **{k: v for k, v in fm.items() if k not in FIRST_KEYS}}
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -71,13 +153,15 @@ def _same_content(old: bytes, new: bytes, where: str) -> bool:
     return old_body == new_body and strip(old_fm) == strip(new_fm)
 
 
-def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultResult:
+def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True) -> VaultResult:
     """Make ``vault_dir/<source>/`` hold exactly these notes.
 
     Args:
         vault_dir: the vault root.
         source: the source name (its folder).
         notes: the source's notes; each is written to ``<source>/<rel_path>`` as ``render_note(frontmatter, body)``.
+        index: also write the index note (:func:`index_note`) as ``_index.md`` (``_index (2).md``… when a note
+            already has that path); False removes it with the other files that are not notes.
 
     Returns:
         VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in ``fetched_at``: file not touched), removed
@@ -87,8 +171,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultRe
         NoteError: a note belongs to another source, two notes share a rel_path, or a rel_path would resolve outside
             ``vault_dir/<source>/`` (checked for every note before anything is written).
     """
-    if not source or "/" in source or "\\" in source or source in (".", "..") or source.startswith("."):
-        raise NoteError(f"source name {source!r} cannot be a vault folder")
+    from pipeline.sources import valid_name
+
+    if not valid_name(source):
+        raise NoteError(f"source name {source!r} cannot be a vault folder (see pipeline.sources.valid_name)")
     vault_dir = Path(vault_dir)
     root = vault_dir / source
     targets: dict[str, tuple[Path, bytes]] = {}
@@ -98,7 +184,15 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultRe
         if note.rel_path in targets:
             raise NoteError(f"source '{source}': two notes share the vault path {note.rel_path!r}")
         targets[note.rel_path] = (_safe_target(root, note.rel_path, source),
-                                  render_note(note.frontmatter, note.body).encode("utf-8"))
+                                  render_note(_ordered(note.frontmatter), note.body).encode("utf-8"))
+    index_rel = None
+    if index and notes:
+        taken = {rel.casefold() for rel in targets}
+        index_rel, n = INDEX_NAME, 2
+        while index_rel.casefold() in taken:
+            index_rel, n = f"{INDEX_NAME[:-3]} ({n}).md", n + 1
+        idx = index_note(source, notes, index_rel)
+        targets[index_rel] = (_safe_target(root, index_rel, source), render_note(idx.frontmatter, idx.body).encode())
     written: list[str] = []
     unchanged: list[str] = []
     for rel, (path, data) in sorted(targets.items()):
@@ -114,6 +208,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultRe
             path.unlink()
         _atomic_write(path, data)
         written.append(rel)
+    if index_rel is not None:
+        for bucket in (written, unchanged):
+            if index_rel in bucket:
+                bucket.remove(index_rel)
     removed: list[str] = []
     if root.is_dir():
         keep = set(targets)
@@ -132,7 +230,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note]) -> VaultRe
                 folder.rmdir()          # only succeeds when empty
             except OSError:
                 pass
-    return VaultResult(written, unchanged, removed)
+    return VaultResult(written, unchanged, removed, index_rel)
 
 
 def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[Note]:
@@ -175,6 +273,8 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
             except OSError as exc:
                 raise NoteError(f"{where}: cannot read: {exc.strerror or exc}") from None
             fm, body = split_frontmatter(decode_bytes(data, where), where)
+            if fm.get(INDEX_KEY) == INDEX_VALUE:
+                continue                # the generated map of content is not a note of the source
             title = fm.get("title")
             stem = rel.rsplit("/", 1)[-1][:-3]
             notes.append(Note(

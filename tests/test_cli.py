@@ -192,8 +192,8 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
         "hybrid    tiny                        2     1.000     1.000     1.000     1.000\n"
     )
     assert set(json.loads(run("eval", "--lanes", "vector", "--json"))) == {"vector"}
-    assert run("eval", "--lanes", "graph", code=1) == (
-        "error: unknown lane 'graph' in --lanes; available: bm25, vector, hybrid\n")
+    assert run("eval", "--lanes", "colbert", code=1) == (
+        "error: unknown lane 'colbert' in --lanes; available: bm25, vector, graph, hybrid, hybrid+graph\n")
 
     vec = json.loads(run("embed", "hello", "--json"))
     assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)

@@ -102,3 +102,37 @@ def test_render_exact():
 ])
 def test_render_round_trips(fm, body):
     assert split_frontmatter(render_note(fm, body), "x") == (fm, canonical_body(body))
+
+
+# ---- hostile frontmatter (issue 8): refused with the file and line named, bounded in time and memory ----
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+@pytest.mark.parametrize("yaml_text, message", [
+    ("title: a\ntitle: b\n", "line 3: invalid YAML frontmatter: duplicate key 'title'"),
+    ("a:\n  x: 1\n  x: 2\n", "line 4: invalid YAML frontmatter: duplicate key 'x'"),
+    (BOMB, "frontmatter refused: more than 100000 values (an alias bomb?)"),
+    ("a: &a x\nb: [" + ", ".join(["*a"] * 101) + "]\n", "invalid YAML frontmatter: more than 100 alias references"),
+    ("a: " + "[" * 60 + "]" * 60 + "\n", "invalid YAML frontmatter: nested deeper than 50 levels"),
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "invalid YAML frontmatter: nested"),
+    ("a:\n\t- b\n", "line 3: invalid YAML frontmatter"),
+    ("x: [unclosed\n", "invalid YAML frontmatter"),
+    ("k: " + "v" * (256 * 1024) + "\n", "line 2: frontmatter is 262147 characters, above the limit"),
+])
+def test_hostile_frontmatter_refused(yaml_text, message):
+    with pytest.raises(NoteError) as info:
+        split_frontmatter(f"---\n{yaml_text}---\nbody\n", "source 's': bad.md")
+    assert str(info.value).startswith("source 's': bad.md: ") and message in str(info.value)
+
+
+def test_aliases_within_bounds_still_work():
+    fm, _ = split_frontmatter("---\nbase: &b {k: 1}\nx: *b\ny: *b\n<<: *b\n---\n", "x")
+    assert fm == {"base": {"k": 1}, "x": {"k": 1}, "y": {"k": 1}, "k": 1}
+
+
+def test_alias_expansion_budget():
+    wide = "a: &a [" + ", ".join(["x"] * 5000) + "]\nb: [" + ", ".join(["*a"] * 30) + "]\n"
+    with pytest.raises(NoteError, match="more than 100000 values"):
+        split_frontmatter(f"---\n{wide}---\n", "x")

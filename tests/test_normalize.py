@@ -521,3 +521,107 @@ def test_integration_real_corpora(name, root, fmt, count):
             assert "<!--Copyright" not in note.body and "[[autodoc]]" not in note.body
     if fmt != "obsidian":
         assert sum(n.body.count(f"[[{name}/") for n in result.notes) > 100
+
+
+# ---- issue 4: key order, site links, dangling report, canvas ----
+
+def test_frontmatter_key_order(tmp_path):
+    text = "---\ncustom: 1\ntags: [a]\ntitle: T\nurl: old\ndate: 2026-04-05\naliases: [x]\n---\nBody.\n"
+    (note,) = _norm(tmp_path, {"p.md": text}, format="markdown", site_url="https://ex.org").notes
+    assert list(note.frontmatter) == ["title", "aliases", "tags", "source", "source_path", "url", "content_hash",
+                                      "fetched_at", "custom", "date"]
+    assert note.frontmatter["date"] == "2026-04-05" and note.frontmatter["url"] == "https://ex.org/p"
+
+
+def test_site_links_by_longest_suffix_and_dangling_report(tmp_path):
+    files = {
+        "docs/source/en/api/flux.md": "# Flux\n",
+        "docs/source/en/index.md": (
+            "[a](https://hf.co/docs/diffusers/main/en/api/flux) [b](https://hf.co/docs/diffusers/api/flux#x) "
+            "[c](https://hf.co/docs/diffusers/v0.31.0/en/api/flux) [d](https://hf.co/docs/transformers/main/en/index) "
+            "[e](/docs/diffusers/main/en/api/gone) [f](gone.md) [g](https://hf.co/docs/diffusers/main/en/logo.png) "
+            "[h](https://hf.co/docs/diffusers/main/en)\n"),
+    }
+    result = _norm(tmp_path, files, format="markdown", site_url="https://hf.co/docs/diffusers/main/en",
+                   paths=("docs/source/en",))
+    index = next(n for n in result.notes if n.source_path.endswith("index.md"))
+    assert index.body == (
+        "[[demo/docs/source/en/api/flux|a]] [[demo/docs/source/en/api/flux#x|b]] [[demo/docs/source/en/api/flux|c]] "
+        "[d](https://hf.co/docs/transformers/main/en/index) [e](https://hf.co/docs/diffusers/main/en/api/gone) "
+        "[f](https://hf.co/docs/diffusers/main/en/gone.md) [g](https://hf.co/docs/diffusers/main/en/logo.png) "
+        "[[demo/docs/source/en/index|h]]\n")
+    assert [(d.target, d.url) for d in result.dangling] == [
+        ("https://hf.co/docs/transformers/main/en/index", None),
+        ("/docs/diffusers/main/en/api/gone", "https://hf.co/docs/diffusers/main/en/api/gone"),
+        ("gone.md", "https://hf.co/docs/diffusers/main/en/gone.md"),
+    ]
+    assert {d.source_path for d in result.dangling} == {"docs/source/en/index.md"}
+
+
+def test_write_report_files(tmp_path):
+    from pipeline.config import Settings
+    from pipeline.normalize import write_report
+
+    result = _norm(tmp_path, {"a.md": "[x](/nope)\n", "b.md": b"\xff\xfe bad", "c.md": b""},
+                   format="markdown", site_url="https://ex.org")
+    settings = Settings(tmp_path / "s.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    paths = write_report(settings, "demo", result)
+    assert paths["errors"] == tmp_path / "data" / "state" / "demo.errors.txt"
+    assert paths["errors"].read_text().splitlines() == [
+        "source 'demo': b.md: not valid UTF-8 (byte 0: invalid start byte); re-save the file as UTF-8",
+        "source 'demo': c.md: empty file (no text); add content or exclude it",
+    ]
+    import json
+    assert json.loads((tmp_path / "data" / "graph" / "dangling-demo.json").read_text()) == [
+        {"source_path": "a.md", "target": "/nope", "url": "https://ex.org/nope"}]
+
+
+def test_canvas_becomes_note_of_cards(tmp_path):
+    import json as _json
+    canvas = {"nodes": [
+        {"id": "2", "type": "file", "file": "notes/Plan.md", "x": 300, "y": 0},
+        {"id": "1", "type": "text", "text": "# Board\r\nIdeas", "x": 0, "y": 0},
+        {"id": "3", "type": "file", "file": "img/a.png", "x": 0, "y": 100},
+        {"id": "4", "type": "link", "url": "https://ex.org", "x": 0, "y": 200},
+        {"id": "5", "type": "group", "label": "Later", "x": 0, "y": 300},
+        {"id": "6", "type": "file", "file": "notes/Plan.md", "subpath": "#Step", "x": 0, "y": 400},
+    ], "edges": []}
+    result = _norm(tmp_path, {"Board.canvas": _json.dumps(canvas), "bad.canvas": "{nope"})
+    (note,) = result.notes
+    assert (note.rel_path, note.title) == ("Board.canvas.md", "Board")
+    assert note.body == "# Board\nIdeas\n\n[[notes/Plan]]\n\n![[img/a.png]]\n\n<https://ex.org>\n\n## Later\n\n" \
+                        "[[notes/Plan#Step]]\n"
+    assert len(result.errors) == 1 and result.errors[0].startswith("source 'demo': bad.canvas: not a valid .canvas")
+
+
+def test_oversized_file_is_reported_not_read(tmp_path, monkeypatch):
+    import pipeline.normalize as nz
+
+    monkeypatch.setattr(nz, "MAX_FILE_BYTES", 100)
+    result = _norm(tmp_path, {"big.md": "x" * 101, "ok.md": "fine\n"})
+    assert [n.source_path for n in result.notes] == ["ok.md"]
+    assert result.errors == ["source 'demo': big.md: file is 0.0 MiB, above the 0 MiB limit for one note; "
+                             "split it or exclude it from the source"]
+
+
+@pytest.mark.parametrize("sp, expected", [
+    ("../../etc/passwd", "_/_/etc/passwd.md"),
+    ("/abs/x.md", "abs/x.md"),
+    ("a\\..\\..\\b.md", "a/_/_/b.md"),
+    ("C:/win.md", "C-/win.md"),
+    ("x\x00y.md", "x-y.md"),
+    (".hidden/.x.md", "_hidden/_x.md"),
+    ("a\u2215b\uff0fc.md", "a-b-c.md"),
+    ("trail. . ./x.md", "trail/x.md"),
+    ("%2e%2e%2fx.md", "%2e%2e%2fx.md"),
+    ("ctl\x1b[31m\n.md", "ctl--31m-.md"),
+])
+def test_rel_path_hostile(sp, expected):
+    assert rel_path_for(sp) == expected
+
+
+def test_rel_path_long_names_are_cut_with_hash():
+    a, b = rel_path_for("d" * 300 + "/" + "é" * 300 + "a.md"), rel_path_for("d" * 300 + "/" + "é" * 300 + "b.md")
+    assert a != b
+    assert all(len(part.encode()) <= 200 for part in a.split("/")) and a.endswith(".md")
+    assert len(rel_path_for("/".join(["x"] * 100) + ".md").split("/")) == 33

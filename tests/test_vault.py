@@ -22,17 +22,17 @@ def _note(rel: str, body: str = "# T\n\nText.\n", source: str = "demo", **fm) ->
 def test_write_then_idempotent_rewrite(tmp_path):
     notes = [_note("a.md"), _note("sub/b.md", "Body ü\n")]
     first = write_source(tmp_path, "demo", notes)
-    assert first == VaultResult(["a.md", "sub/b.md"], [], [])
+    assert first == VaultResult(["a.md", "sub/b.md"], [], [], "_index.md")
     path = tmp_path / "demo" / "sub" / "b.md"
     assert path.read_text(encoding="utf-8") == (
         "---\ntitle: b\nsource: demo\nsource_path: sub/b.md\ncreated: '2026-04-05'\n---\n\nBody ü\n"
     )
     os.utime(path, ns=(1_000_000_000, 1_000_000_000))
     second = write_source(tmp_path, "demo", notes)
-    assert second == VaultResult([], ["a.md", "sub/b.md"], [])
+    assert second == VaultResult([], ["a.md", "sub/b.md"], [], "_index.md")
     assert path.stat().st_mtime_ns == 1_000_000_000
     changed = [_note("a.md", "# T\n\nNew.\n"), notes[1]]
-    assert write_source(tmp_path, "demo", changed) == VaultResult(["a.md"], ["sub/b.md"], [])
+    assert write_source(tmp_path, "demo", changed) == VaultResult(["a.md"], ["sub/b.md"], [], "_index.md")
     assert path.stat().st_mtime_ns == 1_000_000_000
     assert not [p for p in (tmp_path / "demo").rglob("*") if p.name.endswith(".tmp")]
 
@@ -43,7 +43,7 @@ def test_removal_of_stale_notes_and_empty_folders(tmp_path):
     (tmp_path / "demo" / ".obsidian" / "keep.md").write_text("x")
     (tmp_path / "demo" / "image.png").write_bytes(b"png")
     result = write_source(tmp_path, "demo", [_note("a.md")])
-    assert result == VaultResult([], ["a.md"], ["old/deep/gone.md"])
+    assert result == VaultResult([], ["a.md"], ["old/deep/gone.md"], "_index.md")
     assert not (tmp_path / "demo" / "old").exists()
     assert (tmp_path / "demo" / ".obsidian" / "keep.md").exists()
     assert (tmp_path / "demo" / "image.png").exists()
@@ -123,3 +123,42 @@ def test_read_notes_fallbacks(tmp_path):
     (note,) = read_notes(tmp_path)
     assert (note.source, note.source_path, note.rel_path, note.title, note.frontmatter, note.body) == (
         "s", "sub/Plain.md", "sub/Plain.md", "Plain", {}, "just text\n")
+
+
+# ---- index note (map of content) ----
+
+def test_index_note_maps_top_level_sections_and_is_not_read_back(tmp_path):
+    notes = [_note("docs/Home.md"), _note("docs/guide/index.md"), _note("docs/guide/Install.md"),
+             _note("docs/guide/deep/x.md"), _note("docs/api/api.md"), _note("docs/api/v2/index.md")]
+    result = write_source(tmp_path, "demo", notes)
+    assert result.index == "_index.md" and "_index.md" not in result.written
+    text = (tmp_path / "demo" / "_index.md").read_text(encoding="utf-8")
+    assert text == (
+        "---\ntitle: demo index\ndocsvault: index\nsource: demo\nsource_path: _index.md\n---\n\n"
+        "# demo\n\nMap of content of the source `demo`: 6 notes.\n\n- [[demo/docs/Home|Home]]\n\n"
+        "## api\n\n- [[demo/docs/api/api|api]]\n- [[demo/docs/api/v2/index|index]] — v2/ (1 notes)\n\n"
+        "## guide\n\n- [[demo/docs/guide/index|index]]\n- [[demo/docs/guide/Install|Install]]\n- deep/ (1 notes)\n"
+    )
+    assert [n.rel_path for n in read_notes(tmp_path)] == sorted(n.rel_path for n in notes)
+    # a note already called _index.md keeps its path; the map moves aside
+    again = write_source(tmp_path, "demo", [*notes, _note("_index.md")])
+    assert again.index == "_index (2).md" and "_index.md" in again.written
+    assert write_source(tmp_path, "demo", [*notes, _note("_index.md")]).written == []
+
+
+def test_deleting_a_page_removes_exactly_its_note(tmp_path):
+    notes = [_note("a.md"), _note("sub/b.md"), _note("sub/c.md")]
+    write_source(tmp_path, "demo", notes)
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "demo").rglob("*.md")}
+    result = write_source(tmp_path, "demo", [notes[0], notes[2]])
+    assert (result.written, result.removed) == ([], ["sub/b.md"])
+    left = {p: p.stat().st_mtime_ns for p in (tmp_path / "demo").rglob("*.md")}
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in left) == ["demo/_index.md", "demo/a.md", "demo/sub/c.md"]
+    assert all(left[p] == mtimes[p] for p in left if p.name != "_index.md")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", "C:", ".", "..", "x\x00", "con", "nul.txt", "abc.", "A", ""])
+def test_source_names_that_cannot_be_folders(tmp_path, name):
+    with pytest.raises(NoteError):
+        write_source(tmp_path / "vault", name, [])
+    assert not (tmp_path / "vault").exists() or list((tmp_path / "vault").iterdir()) == []

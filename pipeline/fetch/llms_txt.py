@@ -83,6 +83,16 @@ class LlmsTxt:
         return tuple(link for s in self.sections for link in s.links)
 
 
+def _join(base_url: str | None, url: str) -> str | None:
+    """``urljoin`` that returns None for a URL Python cannot parse (e.g. ``http://[bad``): such links are skipped."""
+    try:
+        joined = urljoin(base_url or "", url)
+        urlsplit(joined)
+    except ValueError:
+        return None
+    return joined
+
+
 def parse_llms_txt(text: str, base_url: str | None = None) -> LlmsTxt:
     """Parse an llms.txt (see module doc).
 
@@ -124,22 +134,29 @@ def parse_llms_txt(text: str, base_url: str | None = None) -> LlmsTxt:
             elif line.strip() or details:
                 details.append(line)
                 for m in _INLINE_LINK.finditer(line):      # links in the prose are pages too (not optional)
-                    prose_links.append(LlmsLink(name=m.group("name").strip(), url=urljoin(base_url or "", m.group("url")),
-                                                notes=line.strip(), section="", optional=False))
+                    joined = _join(base_url, m.group("url"))
+                    if joined is not None:
+                        prose_links.append(LlmsLink(name=m.group("name").strip(), url=joined,
+                                                    notes=line.strip(), section="", optional=False))
             continue
         name, optional = current[0], current[0].strip().lower() == "optional"
         item = _LINK_ITEM.match(line)
         if item:
             url = item.group("url").strip("<>")
-            current[1].append(LlmsLink(name=item.group("name").strip() or url.rstrip("/").rsplit("/", 1)[-1],
-                                       url=urljoin(base_url or "", url),
-                                       notes=(item.group("notes") or "").strip(), section=name, optional=optional))
+            joined = _join(base_url, url)
+            if joined is not None:
+                current[1].append(LlmsLink(name=item.group("name").strip() or url.rstrip("/").rsplit("/", 1)[-1],
+                                           url=joined,
+                                           notes=(item.group("notes") or "").strip(), section=name,
+                                           optional=optional))
         elif re.match(r"^\s*[-*+]\s", line):
             # tolerated variant: a list item whose link is not first ("- DuckDB has a [mechanism](url) ...")
             for m in _INLINE_LINK.finditer(line):
-                current[1].append(LlmsLink(name=m.group("name").strip(), url=urljoin(base_url or "", m.group("url")),
-                                           notes=line.strip().lstrip("-*+ ").strip(), section=name,
-                                           optional=optional))
+                joined = _join(base_url, m.group("url"))
+                if joined is not None:
+                    current[1].append(LlmsLink(name=m.group("name").strip(), url=joined,
+                                               notes=line.strip().lstrip("-*+ ").strip(), section=name,
+                                               optional=optional))
     if current is not None:
         sections.append(_section(*current))
     if prose_links:
@@ -193,7 +210,7 @@ def split_llms_full(text: str, base_url: str | None = None) -> list[FullPage]:
             j += 1
         m = re.match(r"^\s*Source:\s*(\S+)\s*$", block[j]) if j < len(block) else None
         if m:
-            url = urljoin(base_url or "", m.group(1))
+            url = _join(base_url, m.group(1))
             del block[j]
         sp = url_source_path(url) if url and urlsplit(url).path.strip("/") else f"{_slug(title)}.md"
         base, n = sp, 2

@@ -1,7 +1,9 @@
 """Local folders (e.g. an Obsidian vault): list files in place, never copy or modify anything.
 
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
-symlinked folders, and symlinks that resolve outside the root. ``revision`` is a sha256 over the sorted
+symlinked folders, and — each with a warning naming the file — symlinks that resolve outside the root, symlink loops,
+dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
+Names with control characters are listed (the vault path is sanitized by the normalizer). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
 """
 
@@ -18,26 +20,53 @@ from pipeline.fetch import now_iso, read_state, select_paths, write_state
 from pipeline.models import FetchResult, RawFile, Source
 
 
+def _show(path: object) -> str:
+    """A path for a message: as is when printable, else quoted with escapes (control characters cannot forge lines)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
     """Posix relative path -> absolute path of every regular file under root (dot entries skipped)."""
     found: dict[str, Path] = {}
+    def utf8(name: str, path: Path) -> bool:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            warnings.append(f"source '{source}': skipped a name that is not valid UTF-8: {ascii(str(path))}")
+            return False
+        return True
+
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
+                             and utf8(d, here / d))
         for name in sorted(filenames):
-            if name.startswith("."):
+            if name.startswith(".") or not utf8(name, here / name):
                 continue
             path = here / name
-            if path.is_symlink():
-                try:
-                    target = path.resolve(strict=True)
-                    target.relative_to(root)
-                except (OSError, ValueError):
-                    warnings.append(f"source '{source}': skipped symlink leaving the root: {path}")
+            try:
+                if path.is_symlink():
+                    try:
+                        target = path.resolve(strict=True)
+                    except RuntimeError:          # Python 3.11: "Symlink loop"
+                        warnings.append(f"source '{source}': skipped symlink loop: {_show(path)}")
+                        continue
+                    except OSError:
+                        warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {_show(path)}")
+                        continue
+                    try:
+                        target.relative_to(root)
+                    except ValueError:
+                        warnings.append(f"source '{source}': skipped symlink leaving the root: {_show(path)}")
+                        continue
+                    if not target.is_file():
+                        continue
+                elif not path.is_file():
+                    warnings.append(f"source '{source}': skipped {_show(path)}: not a regular file")
                     continue
-                if not target.is_file():
-                    continue
-            elif not path.is_file():
+            except OSError as exc:
+                warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
                 continue
             found[path.relative_to(root).as_posix()] = path
     return found
@@ -80,7 +109,11 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     total = 0
     files: list[RawFile] = []
     for sp in selected:
-        st = listing[sp].stat()
+        try:
+            st = listing[sp].stat()
+        except OSError as exc:
+            warnings.append(f"source '{source.name}': skipped {_show(sp)}: {exc.strerror or exc}")
+            continue
         total += st.st_size
         digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
