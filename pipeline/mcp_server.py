@@ -100,7 +100,7 @@ class VaultService:
             if self._searcher is None or ident != self._identity:
                 # the old Searcher is not closed here: a search in another thread may still use it; it closes when
                 # the last reference goes
-                self._searcher = Searcher(path, embedder_factory=self._factory)
+                self._searcher = Searcher(path, embedder_factory=self._factory, query_threads=1)
                 self._identity = ident
                 log.info("opened warehouse %s (%d sources)", path, len(self._searcher.sources))
             return self._searcher
