@@ -3,29 +3,176 @@
 These are what the Dagster assets (``pipeline/defs``) call; they hold the I/O between stages so asset bodies stay a
 line or two and the chain can also run (and be tested) without Dagster. Every function returns a plain dict of
 JSON-safe metadata (counts, paths, timings).
+
+Change-only work. Every stage records, in ``<data>/state/<source>.json``, a key of its inputs (content hashes of
+the previous stage's output, the source's configuration and a hash of the code that shapes its output) and skips
+when the key is unchanged and its output is still there (``"skipped": True`` in the metadata):
+
+* normalize: the fetch revision (git commit / listing hash) + the fetched file list + source config + code;
+* vault: the notes file's hash + code, and the vault folder's listing (a hand-deleted or edited vault file is
+  rewritten);
+* chunk: the vault folder's listing + model + code; when it must run, notes whose content hash is unchanged reuse
+  their previous chunks (``<data>/chunks/<source>.notes.json`` maps note id -> content hash), so only edited notes
+  are re-chunked;
+* embed: the embedding cache (model id + chunk text hash) means only new texts are embedded; texts missing from
+  the cache are first looked up in the warehouse (which keeps every vector with its chunk's text hash), so a
+  deleted or moved cache is re-seeded instead of re-embedded;
+* graph: the listings of every built source's vault folder;
+* warehouse: a key of all of the above; unchanged -> nothing is published. Otherwise BM25 tokens come from a token
+  cache keyed by text hash (``<data>/cache/bm25/``) and :func:`pipeline.warehouse.publish` updates a copy of the
+  current file incrementally (vectors of changed chunks go to a small delta table, the HNSW index is not rebuilt)
+  before swapping it in, or writes a new file when that is not possible (first build, new schema, model change).
+* search_index / eval: re-run only when the warehouse changed (or the eval files did).
+
+Every write is atomic and every key is recorded after its output is written, so a build killed at any moment
+(SIGKILL) redoes at most the interrupted stage next time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pipeline import artifacts
 from pipeline.config import Settings
-from pipeline.errors import FetchError, PipelineError
-from pipeline.models import Chunk, Note, Source
+from pipeline.errors import FetchError, PipelineError, WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.lock import build_lock
+from pipeline.models import Chunk, Note, Source, text_hash
 
 log = logging.getLogger("docsvault")
 
 Progress = Callable[[int, int], None]
 
+#: Extra progress listeners (the CLI's progress bar): called as ``hook(stage, source, done, total)``.
+PROGRESS_HOOKS: list[Callable[[str, str, int, int], None]] = []
+
+#: Seconds a stage waits for the build lock held by another process (the CLI's own build already holds it).
+STAGE_LOCK_WAIT = float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))
+
+SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name cannot start with a dot)
+
+_PKG = Path(__file__).resolve().parent
+_CODE = {
+    "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py"),
+    "vault": ("vault.py", "frontmatter.py"),
+    "chunk": ("chunk.py", "models.py", "vault.py"),
+    "graph": ("graph.py", "vault.py"),
+    "bm25": ("analysis.py",),
+    "warehouse": ("warehouse.py", "bm25.py", "analysis.py", "graph.py", "build.py"),
+}
+
 
 def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _digest(*parts: Any) -> str:
+    """sha256 hex of the parts as canonical JSON."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=None)
+def code_version(stage: str) -> str:
+    """Hash of the source files whose code shapes a stage's output (+ the package version): a code change redoes
+    the stage. Unknown stage: the package version only."""
+    from pipeline import __version__
+
+    h = hashlib.sha256(__version__.encode())
+    for rel in _CODE.get(stage, ()):
+        try:
+            h.update(rel.encode() + b"\0" + (_PKG / rel).read_bytes())
+        except OSError:
+            h.update(rel.encode() + b"\0missing")
+    return h.hexdigest()[:16]
+
+
+def _file_sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _source_config(source: Source) -> str:
+    data = asdict(source)
+    data.pop("token_env", None)
+    return _digest(data)
+
+
+def vault_listing(settings: Settings, source: str) -> str:
+    """Signature of ``vault/<source>/``: sha over the sorted (path, size, mtime_ns) of its ``.md`` files ("" when
+    the folder does not exist). The vault stage writes a file only when its bytes change, so this moves only when
+    a note changed (or someone edited the vault by hand)."""
+    root = settings.vault_dir / source
+    if not root.is_dir():
+        return ""
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if name.endswith(".md"):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                rows.append((os.path.relpath(p, root), st.st_size, st.st_mtime_ns))
+    rows.sort()
+    return _digest(rows)
+
+
+def _notify(stage: str, source: str, done: int, total: int) -> None:
+    for hook in list(PROGRESS_HOOKS):
+        try:
+            hook(stage, source, done, total)
+        except Exception:  # noqa: BLE001 - a display problem never fails a build
+            log.debug("progress hook failed", exc_info=True)
+
+
+def _locked(settings: Settings) -> Any:
+    return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT)
+
+
+def cleanup_leftovers(settings: Settings) -> list[str]:
+    """Remove temp files a killed build left in the data dir (call only while holding the build lock).
+
+    Returns:
+        The removed paths.
+    """
+    removed: list[str] = []
+    data = settings.data_dir
+    if not data.is_dir():
+        return removed
+    patterns = [(data, f"{settings.warehouse_path.name}.tmp-*")]
+    for sub in (settings.notes_dir, settings.chunks_dir, settings.state_dir, settings.graph_dir):
+        patterns.append((sub, ".*.tmp"))
+    cache = settings.cache_dir
+    if cache.is_dir():
+        for d in cache.iterdir():
+            if d.is_dir():
+                patterns.append((d, ".shard-tmp-*"))
+                patterns.append((d, ".*.tmp"))
+    for folder, pattern in patterns:
+        if not folder.is_dir():
+            continue
+        for p in folder.glob(pattern):
+            try:
+                p.unlink()
+                removed.append(str(p))
+            except OSError:
+                pass
+    if removed:
+        log.info("removed %d temp files left by an interrupted build", len(removed))
+    return removed
 
 
 # ---------------------------------------------------------------- per source
@@ -33,17 +180,19 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
     """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
     from pipeline.fetch import fetch_source
 
-    started = time.perf_counter()
-    try:
-        result = fetch_source(source, settings)
-    except FetchError as exc:
-        artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc), failed_at=_now())
-        raise
-    seconds = round(time.perf_counter() - started, 3)
-    artifacts.update_state(
-        settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
-        strategy=result.strategy, fetched_at=_now(), files=len(result.files),
-    )
+    with _locked(settings):
+        started = time.perf_counter()
+        try:
+            result = fetch_source(source, settings)
+        except FetchError as exc:
+            artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc),
+                                   failed_at=_now())
+            raise
+        seconds = round(time.perf_counter() - started, 3)
+        artifacts.update_state(
+            settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
+            strategy=result.strategy, fetched_at=_now(), files=len(result.files),
+        )
     return {
         "strategy": result.strategy,
         "revision": result.revision or "",
@@ -60,67 +209,199 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
 
 
 def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
-    """Normalize the fetched files of one source into <data>/notes/<source>.jsonl (per-file errors are reported)."""
+    """Normalize the fetched files of one source into <data>/notes/<source>.jsonl (per-file errors are reported).
+
+    Skipped (``skipped: True``) when the fetch revision, the fetched file list, the source's configuration and the
+    normalizer code are those of the last run and its notes file exists.
+    """
     from pipeline.fetch import load_fetch_result
     from pipeline.normalize import normalize_source
 
-    fetched = load_fetch_result(source, settings)
-    if fetched is None:
-        raise FetchError(f"source '{source.name}': nothing fetched yet; its fetch must succeed once first")
-    state = artifacts.load_state(settings, source.name)
-    result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now())
-    if not result.notes and fetched.files:
-        raise PipelineError(
-            f"source '{source.name}': none of its {len(fetched.files)} files could be normalized; "
-            f"first error: {result.errors[0] if result.errors else 'unknown'}"
-        )
-    artifacts.save_notes(settings, source.name, result.notes)
-    return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50]}
+    with _locked(settings):
+        fetched = load_fetch_result(source, settings)
+        if fetched is None:
+            raise FetchError(f"source '{source.name}': nothing fetched yet; its fetch must succeed once first")
+        state = artifacts.load_state(settings, source.name)
+        key = _digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
+                      _source_config(source), code_version("normalize"))
+        path = artifacts.notes_path(settings, source.name)
+        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path):
+            return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
+                    "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
+        started = time.perf_counter()
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now())
+        if not result.notes and fetched.files:
+            raise PipelineError(
+                f"source '{source.name}': none of its {len(fetched.files)} files could be normalized; "
+                f"first error: {result.errors[0] if result.errors else 'unknown'}"
+            )
+        artifacts.save_notes(settings, source.name, result.notes)
+        artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=_file_sha(path),
+                               notes=len(result.notes), normalize_errors=len(result.errors),
+                               normalize_error_lines=list(result.errors[:50]))
+    return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
+            "skipped": False, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
-    """Write the source's notes to vault/<source>/ (only changed files; removed pages removed)."""
+    """Write the source's notes to vault/<source>/ (only changed files; removed pages removed).
+
+    Skipped when the notes file and the vault folder's listing are those recorded after the last write.
+    """
     from pipeline.vault import write_source
 
-    notes = artifacts.load_notes(settings, source.name)
-    result = write_source(settings.vault_dir, source.name, notes)
+    with _locked(settings):
+        state = artifacts.load_state(settings, source.name)
+        key = _digest(state.get("notes_sha"), code_version("vault"))
+        vault_dir = str(settings.vault_dir / source.name)
+        if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
+                and state.get("vault_listing"):
+            return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
+                    "removed": 0, "vault_dir": vault_dir, "skipped": True}
+        notes = artifacts.load_notes(settings, source.name)
+        result = write_source(settings.vault_dir, source.name, notes)
+        artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
+                               vault_listing=vault_listing(settings, source.name))
     return {
         "notes": len(notes),
         "written": len(result.written),
         "unchanged": len(result.unchanged),
         "removed": len(result.removed),
-        "vault_dir": str(settings.vault_dir / source.name),
+        "vault_dir": vault_dir,
+        "skipped": False,
     }
 
 
-def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str], int], max_tokens: int) -> dict[str, Any]:
-    """Chunk the source's vault notes into <data>/chunks/<source>.jsonl."""
+def _note_hash(note: Note) -> str:
+    return _digest(note.source_path, note.rel_path, note.title, note.frontmatter, note.body)
+
+
+def _chunk_index_path(settings: Settings, source: str) -> Path:
+    return settings.chunks_dir / f"{source}.notes.json"
+
+
+def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str], int], max_tokens: int
+                ) -> dict[str, Any]:
+    """Chunk the source's vault notes into <data>/chunks/<source>.jsonl.
+
+    Skipped when the vault folder's listing, the model and the chunker code are unchanged; otherwise only notes
+    whose content hash changed are chunked again (``rechunked`` counts them), the others keep their chunks.
+    ``count_tokens`` is called only for notes that are chunked again (so a skipped stage never loads a tokenizer).
+    """
     from pipeline.chunk import chunk_note
     from pipeline.vault import read_notes
 
-    notes = read_notes(settings.vault_dir, [source.name])
-    chunks: list[Chunk] = []
-    for note in notes:
-        chunks.extend(chunk_note(note, count_tokens=count_tokens, max_tokens=max_tokens))
-    artifacts.save_chunks(settings, source.name, chunks)
-    return {"notes": len(notes), "chunks": len(chunks)}
+    with _locked(settings):
+        state = artifacts.load_state(settings, source.name)
+        config = _digest(settings.model_for(source), int(max_tokens), code_version("chunk"))
+        listing = vault_listing(settings, source.name)
+        path = artifacts.chunks_path(settings, source.name)
+        key = _digest(listing, config)
+        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path):
+            return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
+                    "rechunked": 0, "skipped": True}
+        notes = read_notes(settings.vault_dir, [source.name])
+        index_path = _chunk_index_path(settings, source.name)
+        previous: dict[str, str] = {}
+        old_chunks: dict[str, list[Chunk]] = {}
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            if index.get("config") == config and path.is_file():
+                previous = dict(index.get("notes") or {})
+                for c in artifacts.load_chunks(settings, source.name):
+                    old_chunks.setdefault(c.note_id, []).append(c)
+        except (OSError, ValueError, TypeError, KeyError):
+            previous = {}
+        chunks: list[Chunk] = []
+        hashes: dict[str, str] = {}
+        rechunked = 0
+        for note in notes:
+            h = _note_hash(note)
+            hashes[note.note_id] = h
+            if previous.get(note.note_id) == h and note.note_id in old_chunks:
+                chunks.extend(sorted(old_chunks[note.note_id], key=lambda c: c.ordinal))
+                continue
+            if previous.get(note.note_id) == h and not old_chunks.get(note.note_id) and note.note_id in previous:
+                continue     # the note had no chunks last time (empty note)
+            rechunked += 1
+            chunks.extend(chunk_note(note, count_tokens=count_tokens, max_tokens=max_tokens))
+        artifacts.save_chunks(settings, source.name, chunks)
+        artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
+        artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=_file_sha(path), chunks=len(chunks),
+                               chunk_notes=len(notes))
+    return {"notes": len(notes), "chunks": len(chunks), "rechunked": rechunked, "skipped": False}
+
+
+def _seed_from_warehouse(settings: Settings, model_id: str, hashes: Sequence[str]) -> dict[str, Any]:
+    """Vectors of ``model_id`` for these text hashes stored in the current warehouse ({} when none/unreadable)."""
+    if not hashes or not settings.warehouse_path.exists():
+        return {}
+    from pipeline.warehouse import connect, vectors_by_text_hash
+
+    try:
+        con = connect(settings.warehouse_path, read_only=True)
+    except (WarehouseCorruptError, WarehouseNotBuiltError, Exception):  # noqa: BLE001 - only a cache miss
+        return {}
+    try:
+        return vectors_by_text_hash(con, model_id, hashes)
+    except Exception:  # noqa: BLE001
+        log.debug("cannot read vectors from the warehouse", exc_info=True)
+        return {}
+    finally:
+        con.close()
 
 
 def embed_stage(settings: Settings, source: Source, embedder: Any, progress: Progress | None = None) -> dict[str, Any]:
-    """Embed the source's chunks through the content-hash cache; ``embedded`` counts new model calls."""
+    """Embed the source's chunks through the content-hash cache; ``embedded`` counts new model calls.
+
+    Texts missing from the cache are first taken from the current warehouse (``seeded``). When the source's model
+    differs from the one of its last build, every chunk is embedded with the new model and ``model_changed`` says
+    ``"old -> new"`` (the vectors of two models never mix: each model has its own cache and vector table).
+    """
+    import numpy as np
+
     from pipeline.embed import EmbeddingCache, embed_chunks
 
-    chunks = artifacts.load_chunks(settings, source.name)
-    cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
-    started = time.perf_counter()
-    result = embed_chunks(chunks, embedder, cache, progress=progress)
-    seconds = time.perf_counter() - started
-    artifacts.update_state(settings, source.name, embedded=result.n_embedded, chunks=len(chunks))
+    with _locked(settings):
+        chunks = artifacts.load_chunks(settings, source.name)
+        state = artifacts.load_state(settings, source.name)
+        model_id = embedder.model_id
+        previous_model = state.get("model")
+        model_changed = f"{previous_model} -> {model_id}" if previous_model and previous_model != model_id else ""
+        if model_changed:
+            log.warning("source '%s': embedding model changed (%s): re-embedding all %d chunks", source.name,
+                        model_changed, len(chunks))
+        cache = EmbeddingCache(settings.cache_dir, model_id)
+        hashes = sorted({text_hash(c.embed_text) for c in chunks})
+        have = cache.get_many(hashes)
+        missing = [h for h in hashes if h not in have]
+        seeded = 0
+        if missing:
+            found = _seed_from_warehouse(settings, model_id, missing)
+            if found:
+                hs = sorted(found)
+                cache.put_many(hs, np.stack([found[h] for h in hs]))
+                seeded = len(hs)
+                log.info("source '%s': %d vectors taken from the warehouse into the embedding cache", source.name,
+                         seeded)
+
+        def both(done: int, total: int) -> None:
+            if progress is not None:
+                progress(done, total)
+            _notify("embed", source.name, done, total)
+
+        started = time.perf_counter()
+        result = embed_chunks(chunks, embedder, cache, progress=both)
+        seconds = time.perf_counter() - started
+        artifacts.update_state(settings, source.name, embedded=result.n_embedded, chunks=len(chunks), model=model_id,
+                               embed_key=_digest(state.get("chunks_sha"), model_id))
     return {
-        "model": embedder.model_id,
+        "model": model_id,
+        "model_changed": model_changed,
         "chunks": len(chunks),
         "embedded": result.n_embedded,
         "cached": result.n_cached,
+        "seeded": seeded,
         "seconds": round(seconds, 3),
         "chunks_per_s": round(result.n_embedded / seconds, 2) if result.n_embedded and seconds > 0 else 0.0,
     }
@@ -132,108 +413,291 @@ def built_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
     return [s.name for s in sources if (settings.vault_dir / s.name).is_dir()]
 
 
+def _shared_state(settings: Settings) -> dict[str, Any]:
+    return artifacts.load_state(settings, SHARED_STATE)
+
+
+def _graph_key(settings: Settings, names: Sequence[str]) -> str:
+    return _digest([(n, vault_listing(settings, n)) for n in names], code_version("graph"))
+
+
 def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]:
-    """Link graph over every built source's vault notes -> <data>/graph/links.graphml and links.json."""
+    """Link graph over every built source's vault notes -> <data>/graph/links.graphml and links.json.
+
+    Skipped when no vault folder changed since the last export (the metadata is the last run's).
+    """
     from pipeline.graph import build_graph, export_graph
     from pipeline.vault import read_notes
 
-    notes = read_notes(settings.vault_dir, built_sources(settings, sources))
-    lg = build_graph(notes)
-    paths = export_graph(lg, settings.graph_dir)
-    resolved = sum(e.count for e in lg.edges if e.dst is not None)
-    dangling = sum(e.count for e in lg.edges if e.dst is None)
-    return {
-        "nodes": lg.graph.number_of_nodes(),
-        "edges": lg.graph.number_of_edges(),
-        "links_resolved": resolved,
-        "links_dangling": dangling,
-        "attachments": lg.attachments,
-        "graphml": str(paths["graphml"]),
-        "json": str(paths["json"]),
-    }
+    with _locked(settings):
+        names = built_sources(settings, sources)
+        key = _graph_key(settings, names)
+        shared = _shared_state(settings)
+        last = shared.get("graph") or {}
+        paths = {"graphml": settings.graph_dir / "links.graphml", "json": settings.graph_dir / "links.json"}
+        if last.get("key") == key and all(p.is_file() for p in paths.values()) \
+                and last.get("json_sha") == _file_sha(paths["json"]):
+            return {**last.get("meta", {}), "skipped": True}
+        notes = read_notes(settings.vault_dir, names)
+        lg = build_graph(notes)
+        paths = export_graph(lg, settings.graph_dir)
+        meta = {
+            "nodes": lg.graph.number_of_nodes(),
+            "edges": lg.graph.number_of_edges(),
+            "links_resolved": sum(e.count for e in lg.edges if e.dst is not None),
+            "links_dangling": sum(e.count for e in lg.edges if e.dst is None),
+            "attachments": lg.attachments,
+            "graphml": str(paths["graphml"]),
+            "json": str(paths["json"]),
+        }
+        artifacts.update_state(settings, SHARED_STATE,
+                               graph={"key": key, "json_sha": _file_sha(Path(paths["json"])), "meta": meta})
+    return {**meta, "skipped": False}
+
+
+def _graph_from_export(settings: Settings, key: str) -> tuple[list[Any], dict[str, tuple[int, float]]] | None:
+    """(edges, note metrics) from links.json when it was exported for exactly this vault state, else None."""
+    from pipeline.models import Edge
+
+    last = _shared_state(settings).get("graph") or {}
+    path = settings.graph_dir / "links.json"
+    if last.get("key") != key or last.get("json_sha") != _file_sha(path):
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        edges = [Edge(src=e["src"], dst=e["dst"], target=e["target"], kind=e["kind"], count=int(e["count"]))
+                 for e in data["edges"]]
+        metrics = {n["id"]: (int(n.get("in_degree", 0)), float(n.get("pagerank", 0.0))) for n in data["nodes"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return edges, metrics
+
+
+class TokenCache:
+    """Analyzer tokens of texts, keyed by text hash, in ``<cache_dir>/bm25/tokens-<code version>.json``.
+
+    Re-analysing every chunk (Sudachi for Japanese) is the slowest part of a BM25 rebuild; with this cache a
+    rebuild analyses only new texts. :meth:`save` keeps only the entries used by the current build.
+    """
+
+    SEP = "\x1f"
+
+    def __init__(self, cache_dir: Path, version: str) -> None:
+        self.path = Path(cache_dir) / "bm25" / f"tokens-{version}.json"
+        self.hits = 0
+        self.misses = 0
+        self._used: dict[str, str] = {}
+        try:
+            self._data: dict[str, str] = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(self._data, dict):
+                self._data = {}
+        except (OSError, ValueError):
+            self._data = {}
+        self._loaded = len(self._data)
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()[:24]
+
+    def get(self, text: str, compute: Callable[[str], list[str]]) -> list[str]:
+        k = self.key(text)
+        joined = self._used.get(k)
+        if joined is None:
+            joined = self._data.get(k)
+            if joined is None:
+                self.misses += 1
+                joined = self.SEP.join(compute(text))
+            else:
+                self.hits += 1
+            self._used[k] = joined
+        return joined.split(self.SEP) if joined else []
+
+    def save(self) -> None:
+        if self.misses == 0 and len(self._used) == self._loaded:
+            return
+        for old in self.path.parent.glob("tokens-*.json") if self.path.parent.is_dir() else ():
+            if old != self.path:
+                old.unlink(missing_ok=True)
+        artifacts.write_atomic(self.path, json.dumps(self._used, ensure_ascii=False).encode("utf-8"))
+
+
+def caching_analyzer(cache: TokenCache) -> Any:
+    """An ``Analyzer`` whose ``tokens`` go through ``cache`` (same tokens as a plain Analyzer)."""
+    from pipeline.analysis import Analyzer
+
+    class _CachingAnalyzer(Analyzer):
+        def tokens(self, text: str) -> list[str]:
+            if not text:
+                return super().tokens(text)
+            return cache.get(text, super().tokens)
+
+    return _CachingAnalyzer()
+
+
+def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, Source]) -> str:
+    from pipeline.warehouse import SCHEMA_VERSION
+
+    parts = []
+    for name in names:
+        st = artifacts.load_state(settings, name)
+        parts.append((name, vault_listing(settings, name), _file_sha(artifacts.chunks_path(settings, name)),
+                      settings.model_for(by_name[name]), st.get("model"), st.get("embed_key")))
+    return _digest(SCHEMA_VERSION, code_version("warehouse"), parts)
+
+
+def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
+    """(meta of the current warehouse, problem) — problem is "" when it opens fine, else why it must be rebuilt."""
+    from pipeline.warehouse import connect
+
+    path = settings.warehouse_path
+    if not path.exists():
+        return {}, ""
+    try:
+        con = connect(path, read_only=True)
+    except (WarehouseCorruptError, WarehouseNotBuiltError) as exc:
+        return {}, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure to open means: rebuild
+        return {}, f"cannot open {path}: {exc}"
+    try:
+        return dict(con.execute("SELECT key, value FROM meta").fetchall()), ""
+    except Exception as exc:  # noqa: BLE001
+        return {}, f"cannot read {path}: {exc}"
+    finally:
+        con.close()
 
 
 def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
                     ) -> dict[str, Any]:
     """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
-    file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable."""
+    file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable.
+
+    Nothing is written when no input changed since the warehouse was published (``skipped``). A warehouse file
+    that is corrupt or of another schema version is reported (``rebuilt_because``, a warning in the log) and
+    rebuilt from the vault and the caches, never used.
+    """
     import numpy as np
 
-    from pipeline.analysis import Analyzer
     from pipeline.bm25 import build_chunk_index
     from pipeline.embed import EmbeddingCache
     from pipeline.graph import build_graph
-    from pipeline.models import text_hash
     from pipeline.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
-    names = built_sources(settings, sources)
-    by_name = {s.name: s for s in sources}
-    notes = read_notes(settings.vault_dir, names)
-    note_ids = {n.note_id for n in notes}
-    lg = build_graph(notes)
-    metrics = {
-        nid: (int(attrs.get("in_degree", 0)), float(attrs.get("pagerank", 0.0)))
-        for nid, attrs in lg.graph.nodes(data=True)
-    }
-    chunks: list[Chunk] = []
-    vectors: dict[str, tuple[list[str], Any]] = {}
-    missing = 0
-    for name in names:
-        source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
-        chunks.extend(source_chunks)
-        embedder = embedder_factory(settings.model_for(by_name[name]))
-        found = EmbeddingCache(settings.cache_dir, embedder.model_id).get_many(
-            [text_hash(c.embed_text) for c in source_chunks])
-        ids, vecs = vectors.setdefault(embedder.model_id, ([], []))
-        for c in source_chunks:
-            vec = found.get(text_hash(c.embed_text))
-            if vec is None:
-                missing += 1
-            else:
-                ids.append(c.chunk_id)
-                vecs.append(vec)
-    arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1)) for m, (ids, vecs) in vectors.items()
-              if ids}
-    bm25 = build_chunk_index(chunks, notes, Analyzer())
-    data = WarehouseData(
-        notes=notes,
-        note_metrics=metrics,
-        chunks=chunks,
-        edges=lg.edges,
-        vectors=arrays,
-        bm25_blobs=bm25.to_blobs(),
-        run_info={"built_at": _now(), "sources": ",".join(names)},
-    )
-    stats = publish(settings.warehouse_path, data)
-    return {
-        "sources": names,
-        "models": sorted(arrays),
-        "notes": len(notes),
-        "chunks": len(chunks),
-        "vectors": sum(len(ids) for ids, _ in arrays.values()),
-        "missing_vectors": missing,
-        "links": len(lg.edges),
-        "path": str(settings.warehouse_path),
-        "size_mb": round(settings.warehouse_path.stat().st_size / 1e6, 2),
-        **{k: v for k, v in stats.items() if isinstance(v, (int, float, str))},
-    }
+    with _locked(settings):
+        started = time.perf_counter()
+        names = built_sources(settings, sources)
+        by_name = {s.name: s for s in sources}
+        key = _warehouse_key(settings, names, by_name)
+        meta, problem = _current_warehouse(settings)
+        if problem:
+            log.warning("warehouse %s cannot be used (%s): rebuilding it from the vault and the caches",
+                        settings.warehouse_path, problem)
+        elif meta.get("input_key") == key:
+            last = _shared_state(settings).get("warehouse") or {}
+            if last.get("input_key") == key:
+                return {**last.get("meta", {}), "skipped": True, "mode": "unchanged", "rebuilt_because": "",
+                        "seconds": round(time.perf_counter() - started, 3)}
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        notes = read_notes(settings.vault_dir, names)
+        note_ids = {n.note_id for n in notes}
+        timings["read_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        graph_key = _graph_key(settings, names)
+        exported = _graph_from_export(settings, graph_key)
+        if exported is not None:
+            edges, metrics = exported
+        else:
+            lg = build_graph(notes)
+            edges = lg.edges
+            metrics = {nid: (int(a.get("in_degree", 0)), float(a.get("pagerank", 0.0)))
+                       for nid, a in lg.graph.nodes(data=True)}
+        timings["graph_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        chunks: list[Chunk] = []
+        vectors: dict[str, tuple[list[str], Any]] = {}
+        missing = 0
+        for name in names:
+            source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
+            chunks.extend(source_chunks)
+            model_id = embedder_factory(settings.model_for(by_name[name])).model_id
+            found = EmbeddingCache(settings.cache_dir, model_id).get_many([c.text_hash for c in source_chunks])
+            ids, vecs = vectors.setdefault(model_id, ([], []))
+            for c in source_chunks:
+                vec = found.get(c.text_hash)
+                if vec is None:
+                    missing += 1
+                else:
+                    ids.append(c.chunk_id)
+                    vecs.append(vec)
+        arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
+                  for m, (ids, vecs) in vectors.items() if ids}
+        timings["vectors_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        tokens = TokenCache(settings.cache_dir, code_version("bm25"))
+        bm25 = build_chunk_index(chunks, notes, caching_analyzer(tokens))
+        tokens.save()
+        timings["bm25_s"] = time.perf_counter() - t
+        data = WarehouseData(
+            notes=notes,
+            note_metrics=metrics,
+            chunks=chunks,
+            edges=edges,
+            vectors=arrays,
+            bm25_blobs=bm25.to_blobs(),
+            run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key},
+        )
+        t = time.perf_counter()
+        stats = publish(settings.warehouse_path, data, incremental=not problem)
+        timings["publish_s"] = time.perf_counter() - t
+        out = {
+            "sources": names,
+            "models": sorted(arrays),
+            "notes": len(notes),
+            "chunks": len(chunks),
+            "vectors": sum(len(ids) for ids, _ in arrays.values()),
+            "missing_vectors": missing,
+            "links": len(edges),
+            "path": str(settings.warehouse_path),
+            "size_mb": round(settings.warehouse_path.stat().st_size / 1e6, 2),
+            "tokens_cached": tokens.hits,
+            "tokens_analysed": tokens.misses,
+            "rebuilt_because": problem,
+            **{k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
+            **{k: round(v, 3) for k, v in timings.items()},
+        }
+        artifacts.update_state(settings, SHARED_STATE, warehouse={"input_key": key, "meta": out})
+    return {**out, "skipped": False, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def eval_files(settings: Settings) -> list[Path]:
     """The eval files named by DOCSVAULT_EVALS (a file or folder; several separated by the OS path separator)."""
-    import os
-
     raw = os.environ.get("DOCSVAULT_EVALS")
     paths = [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else [settings.evals_dir]
     return [p for p in paths if p.exists()]
 
 
+def _warehouse_version(settings: Settings) -> str:
+    """Identity of the published warehouse file (inode, size, mtime): changes whenever a build publishes."""
+    try:
+        st = settings.warehouse_path.stat()
+    except OSError:
+        return ""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """Open the published warehouse as search does and run one sample query per lane: proves the indexes serve."""
+    """Open the published warehouse as search does and run one sample query per lane: proves the indexes serve.
+
+    Skipped when the warehouse file is the one checked last time.
+    """
     from pipeline.search import Searcher
     from pipeline.warehouse import connect, explain_vector_search, list_models, stats
 
+    version = _warehouse_version(settings)
+    last = _shared_state(settings).get("search_index") or {}
+    if version and last.get("version") == version:
+        return {**last.get("meta", {}), "skipped": True}
     con = connect(settings.warehouse_path, read_only=True)
     try:
         counts = stats(con)
@@ -250,33 +714,57 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
         close = getattr(searcher, "close", None)
         if close:
             close()
-    return {
+    meta = {
         **{k: v for k, v in counts.items() if isinstance(v, (int, float, str))},
         "models": [m["model_id"] for m in models],
         "hnsw_index_scan": all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else False,
         "sample_query_ms": round(seconds * 1000, 1),
         "sample_hits": [f"{h.vault_path} > {h.heading}" for h in hits],
     }
+    with _locked(settings):
+        artifacts.update_state(settings, SHARED_STATE, search_index={"version": version, "meta": meta})
+    return {**meta, "skipped": False}
 
 
 def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any] | None = None
                ) -> dict[str, Any]:
-    """Run the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source; returns the report."""
+    """Run the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source; returns the report.
+
+    Skipped (the last report, ``skipped: True``) when neither the warehouse file nor the eval files changed.
+    """
     from pipeline.evaluate import load_cases, run_eval
     from pipeline.search import Searcher
 
     files = eval_files(settings)
+    names = sorted(built_sources(settings, sources))
+    listing = []
+    for f in files:
+        for p in sorted(f.rglob("*")) if f.is_dir() else [f]:
+            if p.is_file():
+                st = p.stat()
+                listing.append((str(p), st.st_size, st.st_mtime_ns))
+    key = _digest(_warehouse_version(settings), listing, names)
+    last = _shared_state(settings).get("eval") or {}
+    if last.get("key") == key and isinstance(last.get("report"), dict):
+        return {**last["report"], "skipped": True}
     cases = load_cases(files) if files else []
-    names = set(built_sources(settings, sources))
-    cases = [c for c in cases if c.corpus in names]
+    cases = [c for c in cases if c.corpus in set(names)]
     if not cases:
-        return {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "files": [str(f) for f in files]}
-    searcher = Searcher(settings.warehouse_path, **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+        report: dict[str, Any] = {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "files": [str(f) for f in files]}
+    else:
+        searcher = Searcher(settings.warehouse_path,
+                            **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+        try:
+            report = run_eval(searcher, cases)
+        finally:
+            close = getattr(searcher, "close", None)
+            if close:
+                close()
+        report["files"] = [str(f) for f in files]
     try:
-        report = run_eval(searcher, cases)
-    finally:
-        close = getattr(searcher, "close", None)
-        if close:
-            close()
-    report["files"] = [str(f) for f in files]
+        json.dumps(report)
+        with _locked(settings):
+            artifacts.update_state(settings, SHARED_STATE, eval={"key": key, "report": report})
+    except (TypeError, ValueError):
+        pass
     return report

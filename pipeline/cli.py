@@ -92,16 +92,26 @@ def _export_env(s: Settings) -> dict[str, str]:
 def build(
     source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
 ) -> None:
-    """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster)."""
+    """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
+
+    Only what changed is redone: unchanged sources skip normalize/vault/chunk, only new chunk texts are embedded,
+    and the warehouse is updated incrementally (or not at all when nothing changed).
+    """
+    import time as _time
+
     from pipeline.sources import load_sources, select_sources
 
     s = settings()
+    started = _time.perf_counter()
+    bar = _BuildProgress(enabled=not verbose and sys.stderr.isatty())
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
         from pipeline.defs.runner import run_build
 
-        report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL")
+        with bar:
+            report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait, progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -109,28 +119,90 @@ def build(
     for st in report.sources:
         vault_meta = st.metadata.get("vault", {})
         emb = st.metadata.get("embeddings", {})
-        detail = f"failed at {st.failed_stage}: {st.error}" if not st.ok else (
-            f"{vault_meta.get('written', 0)} written, {vault_meta.get('removed', 0)} removed")
+        chunk_meta = st.metadata.get("chunks", {})
+        if not st.ok:
+            detail = f"failed at {st.failed_stage}: {st.error}"
+        elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
+            detail = "unchanged"
+        else:
+            detail = f"{vault_meta.get('written', 0)} written, {vault_meta.get('removed', 0)} removed"
+            if chunk_meta.get("rechunked"):
+                detail += f", {chunk_meta['rechunked']} notes re-chunked"
+        if emb.get("embedded"):
+            rate = emb.get("chunks_per_s") or 0
+            detail += f", {emb['embedded']} embedded at {rate:g}/s"
         typer.echo(
             f"{st.name:24} {'ok' if st.ok else 'FAILED':8} {vault_meta.get('notes', '-'):>6} "
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
+        if emb.get("model_changed"):
+            typer.echo(f"  {st.name}: embedding model changed ({emb['model_changed']}): every chunk re-embedded; "
+                       "search uses the new vectors only")
     wh = report.shared_metadata.get("warehouse", {})
     ev = report.shared_metadata.get("retrieval_eval", {})
     if report.shared_ok:
-        typer.echo(f"warehouse: {wh.get('notes', 0)} notes, {wh.get('chunks', 0)} chunks -> {wh.get('path', '')}")
+        if wh.get("skipped"):
+            how = "unchanged, not republished"
+        elif wh.get("mode") == "incremental":
+            how = (f"updated incrementally: {wh.get('changed_chunks', 0)} chunks changed, "
+                   f"{wh.get('removed_chunks', 0)} removed")
+        else:
+            how = "written in full" + (f" ({wh['reason']})" if wh.get("reason") not in (None, "", "requested") else "")
+        typer.echo(f"warehouse: {wh.get('notes', 0)} notes, {wh.get('chunks', 0)} chunks -> {wh.get('path', '')} "
+                   f"({how})")
+        if wh.get("rebuilt_because"):
+            typer.echo(f"  the previous warehouse could not be used and was rebuilt: {wh['rebuilt_because']}")
         if ev.get("n"):
             typer.echo("eval: n={n} hit@1={h1:.3f} hit@3={h3:.3f} MRR@10={mrr:.3f} nDCG@10={nd:.3f}".format(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),
                 nd=ev.get("ndcg_at_10", 0)))
     else:
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
+    typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
     failed = [st.name for st in report.sources if not st.ok]
     if failed:
         typer.echo(f"error: {len(failed)} source(s) failed: {', '.join(failed)} (their last good copy still serves)",
                    err=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+class _BuildProgress:
+    """A rich progress bar on stderr for long build stages (embedding N chunks); silent when not a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+        self._tasks: dict[tuple[str, str], Any] = {}
+
+    def __enter__(self) -> "_BuildProgress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                                      console=Console(stderr=True), transient=False)
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def update(self, stage: str, source: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        import time
+
+        key = (stage, source)
+        if key not in self._tasks:
+            self._tasks[key] = (self._progress.add_task(f"{stage} {source}", total=total, rate=""),
+                                time.perf_counter())
+        task, t0 = self._tasks[key]
+        elapsed = time.perf_counter() - t0
+        rate = f"{done / elapsed:.1f} chunks/s" if done and elapsed > 0 else ""
+        self._progress.update(task, completed=done, total=total, rate=rate)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -174,12 +246,11 @@ def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | i
 
 
 def _explain_line(hit: Hit, searcher: Searcher) -> str:
-    from pipeline.search import LANES
-
     parts = explain_parts(hit, searcher)
     k = f"{searcher.k_rrf:g}"
     shown = []
-    for lane in list(LANES) + sorted(set(parts) - set(LANES)):
+    lanes = list(searcher.default_lanes)
+    for lane in lanes + sorted(set(parts) - set(lanes)):
         p = parts.get(lane)
         if p is None:
             shown.append(f"{lane} -")
@@ -235,7 +306,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 def _open_searcher() -> Searcher:
     from pipeline.search import Searcher
 
-    return Searcher(settings().warehouse_path)
+    return Searcher(settings().warehouse_path, query_threads=1)
 
 
 @app.command()
@@ -363,27 +434,29 @@ def parse_lanes(spec: str) -> dict[str, list[str]]:
     Raises:
         ValueError: an unknown name (the message lists the available ones).
     """
-    from pipeline.search import LANES
+    from pipeline.search import DEFAULT_LANES, LANES
 
     out: dict[str, list[str]] = {}
     for name in (n.strip() for n in spec.split(",")):
         if not name:
             continue
         if name == "hybrid":
-            out[name] = list(LANES)
+            out[name] = list(DEFAULT_LANES)
+        elif name == "hybrid+graph":
+            out[name] = [*DEFAULT_LANES, "graph"]
         elif name in LANES:
             out[name] = [name]
         else:
-            raise ValueError(f"unknown lane {name!r} in --lanes; available: {', '.join([*LANES, 'hybrid'])}")
+            raise ValueError(f"unknown lane {name!r} in --lanes; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
     if not out:
-        raise ValueError(f"--lanes is empty; available: {', '.join([*LANES, 'hybrid'])}")
+        raise ValueError(f"--lanes is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
     return out
 
 
 @app.command("eval")
 def eval_(
     files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
-    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, vector, hybrid (both fused).")] = None,
+    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, vector, graph, hybrid (bm25+vector fused), hybrid+graph.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Metrics as JSON on stdout.")] = False,
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse."""

@@ -222,9 +222,12 @@ _EC19_WRITER = textwrap.dedent(
     con.execute("SET hnsw_enable_experimental_persistence = true")
     con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [sys.argv[3]])
-    con.execute("CREATE TABLE models (model_id VARCHAR, table_name VARCHAR, dim INTEGER, n BIGINT)")
-    con.execute("INSERT INTO models VALUES ('toy', 'vec_toy', 4, 3)")
+    con.execute("CREATE TABLE models (model_id VARCHAR, table_name VARCHAR, dim INTEGER, n BIGINT, n_base BIGINT, "
+                "n_dead BIGINT, n_delta BIGINT)")
+    con.execute("INSERT INTO models VALUES ('toy', 'vec_toy', 4, 3, 3, 0, 0)")
+    con.execute("CREATE TABLE vec_dead (table_name VARCHAR, chunk_id VARCHAR)")
     con.execute("CREATE TABLE vec_toy (chunk_id VARCHAR, emb FLOAT[4])")
+    con.execute("CREATE TABLE vec_toy_delta (chunk_id VARCHAR, emb FLOAT[4])")
     con.execute("CREATE INDEX vec_toy_hnsw ON vec_toy USING HNSW (emb) WITH (metric = 'cosine')")
     if checkpoint_schema:
         con.execute("CHECKPOINT")
@@ -256,3 +259,92 @@ def test_ec19_wal_with_hnsw_replays(tmp_path: Path, checkpoint_schema: bool):
         assert [d for _, d in hits] == pytest.approx([0.2, 1.0], abs=1e-6)
     finally:
         con.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# incremental publish: delta + dead tables, same answers as a full publish
+
+
+def _changed_data(data: wh.WarehouseData, vecs: np.ndarray, n_changed: int = 5) -> tuple[wh.WarehouseData, dict]:
+    rng = np.random.default_rng(11)
+    chunks = list(data.chunks)
+    vec_of = {c.chunk_id: v for c, v in zip(chunks, vecs)}
+    removed = {c.chunk_id for c in chunks[:n_changed]}
+    chunks = [c for c in chunks if c.chunk_id not in removed]
+    for i in range(n_changed):                     # edited texts -> new vectors
+        c = chunks[10 + i]
+        chunks[10 + i] = Chunk(c.chunk_id, c.note_id, c.source, c.ordinal, c.heading_path, c.breadcrumb, f"edited {i}")
+        vec_of[c.chunk_id] = _unit(rng, 1, DIM)[0]
+    for i in range(n_changed):                     # new chunks
+        c = Chunk(f"n{i:03d}", data.notes[i % len(data.notes)].note_id, "docs", 99, ("New",), "Page > New", f"new text {i}")
+        chunks.append(c)
+        vec_of[c.chunk_id] = _unit(rng, 1, DIM)[0]
+    ids = [c.chunk_id for c in chunks]
+    bm25 = Bm25Index.build(ids, [c.text.split() for c in chunks])
+    new = wh.WarehouseData(notes=data.notes, note_metrics=data.note_metrics, chunks=chunks, edges=data.edges[:1],
+                           vectors={MODEL: (ids, np.stack([vec_of[i] for i in ids]))}, bm25_blobs=bm25.to_blobs(),
+                           run_info={"sources": "docs"})
+    return new, vec_of
+
+
+def test_incremental_publish_answers_like_a_full_publish(tmp_path: Path):
+    data, vecs = toy_data()
+    inc, full = tmp_path / "inc.duckdb", tmp_path / "full.duckdb"
+    assert wh.publish(inc, data)["mode"] == "full"
+    new, vec_of = _changed_data(data, vecs)
+    inode = inc.stat().st_ino
+    st = wh.publish(inc, new, incremental=True)
+    assert st["mode"] == "incremental" and st["reason"] == ""
+    assert (st["changed_chunks"], st["removed_chunks"], st["vectors_added"], st["vectors_removed"]) == (10, 5, 10, 10)
+    assert inc.stat().st_ino != inode and not list(tmp_path.glob("inc.duckdb.tmp-*"))   # swapped, not edited
+    wh.publish(full, new)
+    a, b = wh.connect(inc), wh.connect(full)
+    try:
+        sa, sb = wh.stats(a), wh.stats(b)
+        assert {k: sa[k] for k in ("notes", "chunks", "links", "sources")} == \
+               {k: sb[k] for k in ("notes", "chunks", "links", "sources")}
+        (ma,), (mb,) = wh.list_models(a), wh.list_models(b)
+        assert ma["n"] == mb["n"] == len(new.chunks)
+        assert a.execute("SELECT n_base, n_dead, n_delta FROM models").fetchone() == (N_CHUNKS, 10, 10)
+        assert wh.model_source_counts(a, ma["table_name"]) == wh.model_source_counts(b, mb["table_name"])
+        assert a.execute("SELECT text FROM chunks WHERE chunk_id = ?", [new.chunks[10].chunk_id]).fetchone() == ("edited 0",)
+        rng = np.random.default_rng(3)
+        for q in [*_unit(rng, 8, DIM), vec_of["n000"], vec_of[new.chunks[10].chunk_id]]:
+            exact = wh.brute_force_search(b, mb["table_name"], q, 10)
+            assert wh.brute_force_search(a, ma["table_name"], q, 10) == exact
+            got = wh.vector_search(a, ma["table_name"], q, 10)
+            assert [c for c, _ in got] == [c for c, _ in exact]
+        gone = {c.chunk_id for c in data.chunks[:5]}
+        assert not gone & {c for c, _ in wh.brute_force_search(a, ma["table_name"], vecs[0], 1000)}
+        assert wh.vectors_by_text_hash(a, MODEL, [new.chunks[10].text_hash]).keys() == {new.chunks[10].text_hash}
+        assert "HNSW_INDEX_SCAN" in wh.explain_vector_search(a, ma["table_name"])
+    finally:
+        a.close()
+        b.close()
+
+
+def test_incremental_falls_back_to_full_when_the_delta_is_too_large(tmp_path: Path):
+    data, vecs = toy_data()
+    path = tmp_path / "w.duckdb"
+    wh.publish(path, data)
+    new, _ = _changed_data(data, vecs, n_changed=90)          # 270 vectors outside the index > max(10%, 200)
+    st = wh.publish(path, new, incremental=True)
+    assert st["mode"] == "full" and "outside the HNSW index" in st["reason"]
+    con = wh.connect(path)
+    try:
+        assert con.execute("SELECT n_dead, n_delta FROM models").fetchone() == (0, 0)
+    finally:
+        con.close()
+
+
+def test_incremental_needs_a_current_file_of_this_schema(tmp_path: Path):
+    data, _ = toy_data()
+    path = tmp_path / "w.duckdb"
+    assert wh.publish(path, data, incremental=True)["reason"] == "no warehouse yet"
+    con = wh.connect(path, read_only=False)
+    con.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    con.execute("CHECKPOINT")
+    con.close()
+    st = wh.publish(path, data, incremental=True)
+    assert st["mode"] == "full" and "schema version 0" in st["reason"]
+    wh.connect(path).close()

@@ -2,13 +2,17 @@
 
 Run 1 materializes the per-source chains (a failed source skips only its own downstream assets); run 2 the shared
 stages, over every source's last good copy. Both runs show in the Dagster UI.
+
+One writer: the whole build holds ``<data>/build.lock`` (``pipeline.lock``); a second build waits up to ``wait``
+seconds, then refuses with the holder's pid and start time. A lock left by a killed build is taken over, and the
+temp files it left are removed before anything else runs.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,13 +86,36 @@ def _failures(result: dg.ExecuteInProcessResult) -> dict[str, str]:
     return failures
 
 
-def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL"
-              ) -> BuildReport:
+def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
+              *, wait: float = 0.0, progress: Callable[[str, str, int, int], None] | None = None) -> BuildReport:
     """Materialize the chains of the selected sources (default: all), then the shared stages.
 
-    ``log_level`` is the level of Dagster's console logger (the full event log is always kept in DAGSTER_HOME and
-    shown by the UI); the CLI passes INFO with --verbose.
+    Args:
+        settings: paths and models.
+        source_names: only these sources (default: all of sources.yaml).
+        log_level: level of Dagster's console logger (the full event log is always kept in DAGSTER_HOME and shown
+            by the UI); the CLI passes INFO with --verbose.
+        wait: seconds to wait for another build holding the lock (0: refuse at once).
+        progress: called as ``progress(stage, source, done, total)`` while long stages run (embedding).
+
+    Raises:
+        BuildLockedError: another build holds the lock (its pid and start time are in the message).
     """
+    from pipeline import build
+    from pipeline.lock import build_lock
+
+    with build_lock(settings.data_dir, wait=wait):
+        build.cleanup_leftovers(settings)
+        if progress is not None:
+            build.PROGRESS_HOOKS.append(progress)
+        try:
+            return _run(settings, source_names, log_level)
+        finally:
+            if progress is not None:
+                build.PROGRESS_HOOKS.remove(progress)
+
+
+def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str) -> BuildReport:
     from pipeline.definitions import build_definitions
 
     ensure_instance(settings)

@@ -2,7 +2,7 @@
 
 - Only ``http``/``https`` URLs; every request (and every redirect hop, followed by hand) must pass the client's
   ``allow`` check (scheme + host), so a redirect cannot lead the crawler off the allowed hosts.
-- Timeouts (connect, read), retries with exponential backoff on 429/5xx and connection errors (``Retry-After``
+- Timeouts (connect, read, and a total time per response body), retries with exponential backoff on 429/5xx and connection errors (``Retry-After``
   honoured up to 30 s), a per-host minimum interval between requests (``rate_limit`` seconds, 0 on loopback tests),
   a size cap per response (streamed, aborted past the cap), a ``User-Agent`` naming docsvault.
 - Conditional GET: pass the stored ``etag`` / ``last_modified``; a 304 comes back as ``Response.not_modified``.
@@ -40,7 +40,8 @@ class HttpPolicy:
     read_timeout: float = 30.0
     retries: int = 3                  # extra attempts after the first, on 429/5xx/connection errors
     backoff: float = 0.5              # first retry waits backoff, then 2x, 4x ...
-    max_bytes: int = 10_000_000       # per response body
+    max_bytes: int = 10_000_000       # per response body, after decompression (gzip/deflate bombs stop here too)
+    max_seconds: float = 120.0        # wall time to read one response body (a slow drip cannot hold a fetch forever)
     rate_limit: float = 1.0           # min interval between two requests to one host
     max_redirects: int = 5
 
@@ -295,12 +296,17 @@ class HttpClient:
                 raise self._error(url, f"response of {declared} bytes is larger than the cap of {cap} bytes")
             chunks: list[bytes] = []
             size = 0
+            deadline = time.monotonic() + self.policy.max_seconds
             try:
-                for chunk in resp.iter_content(65536):
+                for chunk in resp.iter_content(65536):   # decoded (decompressed) bytes: the cap holds after gunzip
                     size += len(chunk)
                     self.stats["bytes"] += len(chunk)
                     if size > cap:
-                        raise self._error(url, f"response larger than the cap of {cap} bytes")
+                        self.stats["capped"] = self.stats.get("capped", 0) + 1
+                        raise self._error(url, f"response larger than the cap of {cap} bytes (stopped reading)")
+                    if time.monotonic() > deadline:
+                        raise self._error(url, f"response took longer than {self.policy.max_seconds:g} s to read "
+                                               "(stopped reading)", transient=True)
                     chunks.append(chunk)
             except requests.RequestException as exc:
                 raise self._error(url, f"{exc.__class__.__name__}: {_short(exc)}", transient=True) from None

@@ -1,0 +1,235 @@
+"""Change-only builds (issue 6, acceptance 2): behaviour, never timings.
+
+The chain runs through the stage functions of ``pipeline.build`` (what the Dagster assets call) on the tiny local
+vault with the fake ``hash`` embedder: a no-op rebuild embeds nothing and writes nothing; an edit embeds exactly the
+changed chunks; a deleted page leaves nothing behind; switching the model re-embeds everything and search uses the
+new vectors only; EC-17 (a stale keyword index after incremental ingest) does not happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline import artifacts
+from pipeline import build as b
+from pipeline import warehouse as wh
+from pipeline.config import Settings
+from pipeline.embed import load_embedder
+from pipeline.search import Searcher
+from pipeline.sources import load_sources
+
+
+def run_chain(settings: Settings) -> dict[str, Any]:
+    """Every stage once, in the order of `docsvault build`; returns stage -> metadata (per-source stages of the
+    single source 'tiny')."""
+    sources = load_sources(settings.sources_file)
+    out: dict[str, Any] = {}
+    for s in sources:
+        e = load_embedder(settings.model_for(s))
+        out["fetch"] = b.fetch_stage(settings, s)
+        out["normalize"] = b.normalize_stage(settings, s)
+        out["vault"] = b.vault_stage(settings, s)
+        out["chunk"] = b.chunk_stage(settings, s, e.count_tokens, e.max_tokens)
+        out["embed"] = b.embed_stage(settings, s, e)
+    out["graph"] = b.graph_stage(settings, sources)
+    out["warehouse"] = b.warehouse_stage(settings, sources, load_embedder)
+    return out
+
+
+def vault_files(settings: Settings) -> dict[str, tuple[int, int]]:
+    root = settings.vault_dir
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_ino) for p in sorted(root.rglob("*.md"))}
+
+
+def live_vector_ids(settings: Settings) -> dict[str, set[str]]:
+    con = wh.connect(settings.warehouse_path)
+    try:
+        out = {}
+        for m in wh.list_models(con):
+            rows = wh.brute_force_search(con, m["table_name"], np.eye(1, m["dim"], dtype=np.float32)[0], 10_000)
+            out[m["model_id"]] = {cid for cid, _ in rows}
+        return out
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def settings(tiny_env: Path) -> Settings:
+    return Settings.from_env()
+
+
+def test_noop_rebuild_embeds_nothing_writes_nothing(settings: Settings) -> None:
+    first = run_chain(settings)
+    assert first["embed"]["embedded"] > 0 and first["warehouse"]["mode"] == "full"
+    before = vault_files(settings)
+    inode = settings.warehouse_path.stat().st_ino
+    chunks_mtime = artifacts.chunks_path(settings, "tiny").stat().st_mtime_ns
+
+    again = run_chain(settings)
+    assert again["embed"]["embedded"] == 0
+    assert again["vault"]["written"] == 0 and again["vault"]["skipped"] is True
+    assert again["normalize"]["skipped"] and again["chunk"]["skipped"] and again["graph"]["skipped"]
+    assert again["warehouse"]["skipped"] is True
+    assert vault_files(settings) == before                       # no vault file touched
+    assert settings.warehouse_path.stat().st_ino == inode        # nothing published
+    assert artifacts.chunks_path(settings, "tiny").stat().st_mtime_ns == chunks_mtime
+
+
+def test_touched_but_unchanged_file_reembeds_nothing(settings: Settings, tiny_env: Path) -> None:
+    run_chain(settings)
+    note = tiny_env / "tinyvault" / "Ducks.md"
+    os.utime(note, ns=(note.stat().st_atime_ns, note.stat().st_mtime_ns + 5_000_000_000))
+    again = run_chain(settings)
+    assert again["normalize"]["skipped"] is False                # the listing moved: normalize ran ...
+    assert again["vault"]["written"] == 0                        # ... but nothing changed downstream
+    assert again["embed"]["embedded"] == 0
+    assert again["chunk"].get("rechunked", 0) == 0
+
+
+def test_edit_embeds_exactly_the_changed_chunks(settings: Settings, tiny_env: Path) -> None:
+    run_chain(settings)
+    old_chunks = {c.chunk_id: c.text_hash for c in artifacts.load_chunks(settings, "tiny")}
+    guide = tiny_env / "tinyvault" / "Install guide.md"
+    guide.write_text(guide.read_text().replace("Download the installer and run it.",
+                                               "Download the MSI package from the vendor and double-click it."))
+    again = run_chain(settings)
+    new_chunks = {c.chunk_id: c.text_hash for c in artifacts.load_chunks(settings, "tiny")}
+    changed = {cid for cid, h in new_chunks.items() if old_chunks.get(cid) != h}
+    assert len(changed) == 1                                     # the Windows section only
+    assert again["embed"]["embedded"] == 1
+    assert again["chunk"]["rechunked"] == 1                      # only the edited note was chunked again
+    assert again["vault"]["written"] == 1
+    wm = again["warehouse"]
+    assert wm["mode"] == "incremental" and wm["changed_chunks"] == 1 and wm["vectors_added"] == 1
+    assert wm["vectors_removed"] == 1
+    (cid,) = changed
+    assert live_vector_ids(settings)["hash-384"] == set(new_chunks)
+    with Searcher(settings.warehouse_path) as s:
+        hits = s.search("MSI package vendor double-click", k=3)
+        assert hits[0].chunk_id == cid and "MSI package" in hits[0].snippet
+        assert s.search("MSI package vendor double-click", k=3, lanes=("vector",))[0].chunk_id == cid
+        assert s.search("MSI package vendor", k=3, lanes=("bm25",))[0].chunk_id == cid
+
+
+def test_deleted_page_leaves_nothing(settings: Settings, tiny_env: Path) -> None:
+    run_chain(settings)
+    con = wh.connect(settings.warehouse_path)
+    (ducks_id,) = con.execute("SELECT note_id FROM notes WHERE source_path = 'Ducks.md'").fetchone()
+    ducks_chunks = {r[0] for r in con.execute("SELECT chunk_id FROM chunks WHERE note_id = ?", [ducks_id]).fetchall()}
+    con.close()
+    assert ducks_chunks
+
+    (tiny_env / "tinyvault" / "Ducks.md").unlink()
+    again = run_chain(settings)
+    assert again["vault"]["removed"] == 1
+    assert not (settings.vault_dir / "tiny" / "Ducks.md").exists()
+    con = wh.connect(settings.warehouse_path)
+    try:
+        assert con.execute("SELECT count(*) FROM notes WHERE note_id = ?", [ducks_id]).fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM chunks WHERE note_id = ?", [ducks_id]).fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM links WHERE dst = ? OR src = ?", [ducks_id, ducks_id]).fetchone() == (0,)
+    finally:
+        con.close()
+    assert not ducks_chunks & set().union(*live_vector_ids(settings).values())
+    graph = json.loads((settings.graph_dir / "links.json").read_text())
+    assert ducks_id not in {n["id"] for n in graph["nodes"]}
+    assert all(e["dst"] != ducks_id and e["src"] != ducks_id for e in graph["edges"])
+    assert "Ducks" not in (settings.graph_dir / "links.graphml").read_text()
+    with Searcher(settings.warehouse_path) as s:
+        for lanes in (("bm25",), ("vector",), ("bm25", "vector")):
+            assert all(h.note_id != ducks_id for h in s.search("ducks swim in the pond water bird", k=10, lanes=lanes))
+
+
+def test_switching_model_reembeds_everything_and_search_uses_new_vectors_only(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_chain(settings)
+    n_texts = len({c.text_hash for c in artifacts.load_chunks(settings, "tiny")})
+    monkeypatch.setenv("DOCSVAULT_MODEL", "hash:64")
+    switched = Settings.from_env()
+    again = run_chain(switched)
+    assert again["embed"]["embedded"] == n_texts
+    assert again["embed"]["model_changed"] == "hash-384 -> hash-64"
+    assert again["warehouse"]["mode"] == "full" and "models changed" in again["warehouse"]["reason"]
+    assert again["warehouse"]["models"] == ["hash-64"]
+    con = wh.connect(switched.warehouse_path)
+    try:
+        assert [m["model_id"] for m in wh.list_models(con)] == ["hash-64"]
+        assert [m["dim"] for m in wh.list_models(con)] == [64]
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        assert not any("384" in t for t in tables)
+    finally:
+        con.close()
+    used: list[str] = []
+
+    def factory(model_id: str) -> Any:
+        used.append(model_id)
+        return load_embedder(model_id)
+
+    with Searcher(switched.warehouse_path, embedder_factory=factory) as s:
+        assert s.search("water bird", k=3, lanes=("vector",))
+    assert used == ["hash-64"]
+
+
+def test_lost_cache_is_seeded_from_the_warehouse(settings: Settings) -> None:
+    import shutil
+
+    run_chain(settings)
+    shutil.rmtree(settings.cache_dir / "hash_384")
+    for f in settings.state_dir.glob("*.json"):
+        f.unlink()                                              # and every stage's memory of the last build
+    again = run_chain(settings)
+    assert again["embed"]["embedded"] == 0 and again["embed"]["seeded"] > 0
+
+
+@pytest.mark.parametrize("damage", ["garbage", "old-schema", "truncated"])
+def test_corrupt_or_old_warehouse_is_reported_and_rebuilt(settings: Settings, damage: str) -> None:
+    run_chain(settings)
+    path = settings.warehouse_path
+    if damage == "garbage":
+        path.write_bytes(b"this is not a duckdb file" * 100)
+    elif damage == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
+    else:
+        con = wh.connect(path, read_only=False)
+        con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        con.execute("CHECKPOINT")
+        con.close()
+    again = run_chain(settings)
+    wm = again["warehouse"]
+    assert wm["rebuilt_because"] and wm["mode"] == "full"
+    if damage == "old-schema":
+        assert "schema version 1" in wm["rebuilt_because"]
+    assert again["embed"]["embedded"] == 0                       # rebuilt from the caches, nothing re-embedded
+    con = wh.connect(path)
+    try:
+        assert wh.stats(con)["chunks"] == wm["chunks"] > 0
+    finally:
+        con.close()
+
+
+def test_ec17_keyword_index_follows_incremental_changes(settings: Settings, tiny_env: Path) -> None:
+    vault = tiny_env / "tinyvault"
+    (vault / "c1.md").write_text("# C1\n\nduck pond notes\n")
+    (vault / "c2.md").write_text("# C2\n\ncat care\n")
+    run_chain(settings)
+    (vault / "c3.md").write_text("# C3\n\notter habitat\n")
+    (vault / "c2.md").write_text("# C2\n\ndog care\n")
+    (vault / "c1.md").unlink()
+    again = run_chain(settings)
+    assert again["warehouse"]["mode"] == "incremental"
+    with Searcher(settings.warehouse_path) as s:
+        def bm25(q: str) -> list[str]:
+            return [h.source_path for h in s.search(q, k=5, lanes=("bm25",))]
+
+        assert bm25("otter") == ["c3.md"]
+        assert bm25("dog") == ["c2.md"]
+        assert bm25("cat") == []
+        assert "c1.md" not in bm25("duck pond")
+        assert all(h.source_path != "c1.md" for h in s.search("duck pond notes", k=10))
