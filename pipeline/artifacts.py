@@ -33,7 +33,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
     """Write records as JSON Lines atomically; returns the number of records."""
-    lines = [json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records]
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]   # key order kept (frontmatter order matters)
     write_atomic(path, ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8"))
     return len(lines)
 

@@ -215,7 +215,7 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
     normalizer code are those of the last run and its notes file exists.
     """
     from pipeline.fetch import load_fetch_result
-    from pipeline.normalize import normalize_source
+    from pipeline.normalize import normalize_source, write_report
 
     with _locked(settings):
         fetched = load_fetch_result(source, settings)
@@ -236,11 +236,14 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
                 f"first error: {result.errors[0] if result.errors else 'unknown'}"
             )
         artifacts.save_notes(settings, source.name, result.notes)
+        report = write_report(settings, source.name, result)   # every skipped file, every dangling link
         artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=_file_sha(path),
                                notes=len(result.notes), normalize_errors=len(result.errors),
-                               normalize_error_lines=list(result.errors[:50]))
+                               normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
     return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
-            "skipped": False, "seconds": round(time.perf_counter() - started, 3)}
+            "dangling": len(result.dangling), "errors_file": str(report["errors"]),
+            "dangling_file": str(report["dangling"]), "skipped": False,
+            "seconds": round(time.perf_counter() - started, 3)}
 
 
 def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
