@@ -212,3 +212,33 @@ def test_hostile_rel_path_in_a_note_is_refused_before_any_write(tmp_path):
             write_source(tmp_path / "vault", "demo", [ok, Note("demo", "x", rel, "x", {}, "x\n")])
     assert not (tmp_path / "vault" / "demo" / "ok.md").exists()
     assert _snapshot(tmp_path) <= {"vault", "vault/demo"}
+
+
+def test_hostile_source_through_the_cli_build(tmp_path, hostile_tree, monkeypatch):
+    """The same hostile tree through `docsvault build` (Dagster, fake embedder): exit 0, no traceback on stdout or
+    stderr, every bad file in the errors file, the good notes searchable."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    root, expected = hostile_tree
+    (tmp_path / "sources.yaml").write_text(
+        f"sources:\n  - name: hostile\n    kind: local\n    path: {root}\n    format: mdx\n", encoding="utf-8")
+    for key, value in {"DOCSVAULT_SOURCES": tmp_path / "sources.yaml", "DOCSVAULT_DATA": tmp_path / "data",
+                       "DOCSVAULT_VAULT": tmp_path / "vault", "DOCSVAULT_EVALS": tmp_path / "noevals",
+                       "DOCSVAULT_MODEL": "hash", "DOCSVAULT_MULTILINGUAL_MODEL": "hash",
+                       "DAGSTER_HOME": tmp_path / "dagster"}.items():
+        monkeypatch.setenv(key, str(value))
+    runner = CliRunner()
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    errors = (tmp_path / "data" / "state" / "hostile.errors.txt").read_text(encoding="utf-8").splitlines()
+    assert len(errors) == sum(1 for reason in expected.values() if reason)
+    good = sorted(sp for sp, reason in expected.items() if reason is None)
+    found = runner.invoke(app, ["search", "--json", "-k", "50", "--source", "hostile", "note"])
+    assert found.exit_code == 0 and "Traceback" not in found.output
+    assert _json.loads(found.output)                          # the good notes are searchable
+    assert len(list((tmp_path / "vault" / "hostile").rglob("*.md"))) == len(good) + 1     # + the index note
