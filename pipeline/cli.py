@@ -135,6 +135,12 @@ def build(
             f"{st.name:24} {'ok' if st.ok else 'FAILED':8} {vault_meta.get('notes', '-'):>6} "
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
+        notes_meta = st.metadata.get("notes", {})
+        if notes_meta.get("errors"):
+            where = notes_meta.get("errors_file") or "the Dagster UI"
+            typer.echo(f"  {st.name}: {notes_meta['errors']} file(s) skipped, each with its reason in {where}")
+            for line in (notes_meta.get("error_lines") or [])[:3]:
+                typer.echo(f"    {line}")
         if emb.get("model_changed"):
             typer.echo(f"  {st.name}: embedding model changed ({emb['model_changed']}): every chunk re-embedded; "
                        "search uses the new vectors only")
@@ -161,7 +167,7 @@ def build(
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
     failed = [st.name for st in report.sources if not st.ok]
     if failed:
-        typer.echo(f"error: {len(failed)} source(s) failed: {', '.join(failed)} (their last good copy still serves)",
+        typer.echo(f"error: {len(failed)} source(s) failed: {', '.join(failed)} (a failed source's last good copy, if it has one, keeps serving search)",
                    err=True)
     if not report.ok:
         raise typer.Exit(1)

@@ -195,6 +195,8 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         line = f"line {mark.line + 2}" if mark is not None else "line 2"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
         raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
+    except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
+        raise NoteError(f"{where}: line 2: invalid value in frontmatter: {exc}; quote the value") from None
     if data is None:
         return {}, body
     if not isinstance(data, dict):

@@ -34,6 +34,26 @@ DEFAULT_LANES: tuple[str, ...] = ("bm25", "vector")
 SNIPPET_CHARS = 240
 
 
+MIN_LANE_PAGES = 30          # a lane widens its chunk fetch until it covers this many distinct pages ...
+MAX_LANE_FETCH = 4000        # ... or has fetched this many chunks
+PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses the best two)
+
+
+def _diverse(hits: Sequence[tuple[str, float]], note_of: dict[str, str], depth: int) -> list[tuple[str, float]]:
+    """At most PER_PAGE_IN_LANE chunks per page, then the first ``depth``: a page with thousands of chunks cannot
+    push every other page out of a lane."""
+    seen: dict[str, int] = {}
+    out: list[tuple[str, float]] = []
+    for cid, score in hits:
+        n = seen.get(note_of[cid], 0)
+        if n < PER_PAGE_IN_LANE:
+            seen[note_of[cid]] = n + 1
+            out.append((cid, score))
+            if len(out) >= depth:
+                break
+    return out
+
+
 class _Page(NamedTuple):
     note_id: str
     score: float
@@ -275,7 +295,13 @@ class Searcher:
             doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
             note_mask = np.isin(doc_notes, list(notes))
             mask = note_mask if mask is None else (mask & note_mask)
-        return self._bm25.search(self.analyzer.tokens(query), self.lane_depth, mask)
+        tokens = self.analyzer.tokens(query)
+        depth = self.lane_depth
+        while True:
+            hits = self._bm25.search(tokens, depth, mask)
+            if len({self._note_of[c] for c, _ in hits}) >= MIN_LANE_PAGES or len(hits) < depth or depth >= MAX_LANE_FETCH:
+                return _diverse(hits, self._note_of, self.lane_depth)
+            depth = min(depth * 4, MAX_LANE_FETCH)
 
     def _vector_lane(self, query: str, sources: frozenset[str] | None,
                      notes: frozenset[str] | None = None) -> list[_Page]:
@@ -292,11 +318,18 @@ class Searcher:
             fetch = min(n_total, max(self.lane_depth, min(self.max_vector_fetch,
                                                            math.ceil(self.lane_depth * n_total / n_in))))
             qvec = self.embedder(model["model_id"]).embed_query(query)
-            rows = wh.vector_search(self._con, model["table_name"], qvec, fetch, dim=model["dim"])
-            hits = [(cid, 1.0 - d) for cid, d in rows
-                    if (sources is None or self._source_of.get(cid) in sources)
-                    and (notes is None or self._note_of.get(cid) in notes)][: self.lane_depth]
-            per_model.append(page_ranking(hits, self._note_of.__getitem__, self.second_weight))
+            while True:
+                rows = wh.vector_search(self._con, model["table_name"], qvec, fetch, dim=model["dim"])
+                kept = [(cid, 1.0 - d) for cid, d in rows
+                        if (sources is None or self._source_of.get(cid) in sources)
+                        and (notes is None or self._note_of.get(cid) in notes)]
+                # one note with thousands of chunks must not fill the lane: widen until enough distinct pages
+                if (len({self._note_of[c] for c, _ in kept}) >= MIN_LANE_PAGES or fetch >= n_total
+                        or fetch >= MAX_LANE_FETCH):
+                    break
+                fetch = min(n_total, fetch * 4, MAX_LANE_FETCH)
+            per_model.append(page_ranking(_diverse(kept, self._note_of, self.lane_depth), self._note_of.__getitem__,
+                                          self.second_weight))
         if len(per_model) == 1:
             return per_model[0]
         # several models: scores are not comparable across models, so interleave by rank

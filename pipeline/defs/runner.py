@@ -81,7 +81,7 @@ def _failures(result: dg.ExecuteInProcessResult) -> dict[str, str]:
             # the user error's own message, not Dagster's wrapper line
             if err and err.cause is not None:
                 msg = err.cause.message.strip()
-            first = msg.splitlines()[0] if msg else "failed"
+            first = " ".join(line.strip() for line in msg.splitlines() if line.strip())[:500] if msg else "failed"
             failures[event.step_key] = re.sub(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): ", "", first)
     return failures
 
