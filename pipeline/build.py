@@ -175,6 +175,27 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
     return removed
 
 
+def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
+    """Refuse a vault or data dir inside a local source's folder (or a folder inside them): each build would read
+    its own output back as notes (vault/x/x/x/...).
+
+    Raises:
+        SourceConfigError: naming the source, its folder and the overlapping output folder.
+    """
+    from pipeline.errors import SourceConfigError
+
+    outputs = {"vault": settings.vault_dir.resolve(), "data": settings.data_dir.resolve()}
+    for source in sources:
+        for root in source.path:
+            root = root.resolve()
+            for what, out in outputs.items():
+                if out == root or root in out.parents or out in root.parents:
+                    raise SourceConfigError(
+                        f"{settings.sources_file}: source '{source.name}': its folder {root} overlaps the {what} "
+                        f"dir {out}; put the {what} dir (--{what} / DOCSVAULT_{what.upper()}) outside the source"
+                    )
+
+
 # ---------------------------------------------------------------- per source
 def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
     """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""

@@ -617,11 +617,19 @@ def sources_list() -> None:
 @app.command()
 def mcp(
     http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")] = False,
-    port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port for --http.")] = 8765,
+    port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535, help="Port for --http.")] = 8765,
 ) -> None:
     """Serve the MCP tools search, read, status and refresh (stdio by default; logs go to stderr)."""
     from pipeline.mcp_server import serve
 
+    if http:
+        import socket
+
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as exc:
+                fail(f"cannot serve MCP on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port")
     try:
         serve(settings(), transport="streamable-http" if http else "stdio", port=port)
     except PipelineError as exc:
@@ -630,7 +638,8 @@ def mcp(
 
 @app.command()
 def ui(
-    port: Annotated[int, typer.Option("--port", metavar="PORT", help="Port of the Dagster UI on 127.0.0.1.")] = 3000,
+    port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535,
+                                      help="Port of the Dagster UI on 127.0.0.1.")] = 3000,
 ) -> None:
     """Start the Dagster UI (dagster-webserver) on 127.0.0.1 with this command's paths."""
     s = settings()

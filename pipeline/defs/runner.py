@@ -18,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipeline import build
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, source_slug
 from pipeline.sources import load_sources, select_sources
@@ -120,6 +121,7 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
 
     ensure_instance(settings)
     sources = select_sources(load_sources(settings.sources_file), list(source_names or []))
+    build.check_layout(settings, load_sources(settings.sources_file))
     defs = build_definitions(settings)
     job = defs.resolve_implicit_global_asset_job_def()
     instance = dg.DagsterInstance.get()
