@@ -1242,18 +1242,11 @@ def write_report(settings: Settings, source: str, result: NormalizeResult) -> di
         {"errors": path, "dangling": path}.
     """
     import json
-    import os
-    import tempfile
+
+    from pipeline.artifacts import write_atomic
 
     def atomic(path: Path, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, text.encode("utf-8", errors="backslashreplace"))
 
     errors_path = settings.state_dir / f"{source}.errors.txt"
     dangling_path = settings.graph_dir / f"dangling-{source}.json"

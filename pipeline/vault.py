@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
+from pipeline.artifacts import write_atomic
 from pipeline.errors import NoteError
 from pipeline.frontmatter import decode_bytes, render_note, split_frontmatter
 from pipeline.models import Note
@@ -125,18 +125,7 @@ def _ordered(fm: dict) -> dict:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, data)
 
 
 VOLATILE_KEYS = ("fetched_at",)
@@ -149,7 +138,7 @@ def _same_content(old: bytes, new: bytes, where: str) -> bool:
         new_fm, new_body = split_frontmatter(decode_bytes(new, where), where)
     except NoteError:
         return False
-    strip = lambda fm: {k: v for k, v in fm.items() if k not in VOLATILE_KEYS}  # noqa: E731
+    strip = lambda fm: {k: v for k, v in fm.items() if k not in VOLATILE_KEYS}
     return old_body == new_body and strip(old_fm) == strip(new_fm)
 
 

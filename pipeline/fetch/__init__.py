@@ -15,9 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -198,17 +196,9 @@ def write_state(source: Source, settings: Settings, result: FetchResult, fetched
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write text (UTF-8) through a temp file in the same folder and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from pipeline.artifacts import write_atomic
+
+    write_atomic(path, text.encode("utf-8"))
 
 
 def is_glob(pattern: str) -> bool:
