@@ -47,7 +47,7 @@ def test_dead_source_fails_alone_and_incremental_build_downloads_nothing(tmp_pat
     assert state["stats"]["bytes"] == 0 and state["stats"]["not_modified"] == 2 and state["stats"]["seconds"] < 2
     vault_web = tmp_path / "vault" / "web"
     before = {p.relative_to(vault_web).as_posix(): p.read_bytes() for p in vault_web.rglob("*.md")}
-    assert sorted(before) == ["docs/guide/index.md", "docs/index.md"]
+    assert sorted(before) == ["_index.md", "docs/guide/index.md", "docs/index.md"]     # + the source's index note
 
     # the server is gone: 'web' fails alone, the others build, exit code 1, the old copy still serves
     (second / "Second.md").write_text("# Second\n\nTeapots and kettles.\n", encoding="utf-8")
