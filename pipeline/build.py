@@ -571,7 +571,7 @@ def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, 
 
 def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
     """(meta of the current warehouse, problem) — problem is "" when it opens fine, else why it must be rebuilt."""
-    from pipeline.warehouse import connect
+    from pipeline.warehouse import connect, read_meta
 
     path = settings.warehouse_path
     if not path.exists():
@@ -583,7 +583,7 @@ def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
     except Exception as exc:  # noqa: BLE001 - any failure to open means: rebuild
         return {}, f"cannot open {path}: {exc}"
     try:
-        return dict(con.execute("SELECT key, value FROM meta").fetchall()), ""
+        return read_meta(con), ""
     except Exception as exc:  # noqa: BLE001
         return {}, f"cannot read {path}: {exc}"
     finally:

@@ -767,6 +767,11 @@ def load_note_keys(con: duckdb.DuckDBPyConnection) -> pa.Table:
     return con.execute("SELECT note_id, source, source_path, vault_path, title FROM notes ORDER BY note_id").fetch_arrow_table()
 
 
+def read_meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The ``meta`` table as a dict (schema version, build time, input key, ...)."""
+    return dict(con.execute("SELECT key, value FROM meta").fetchall())
+
+
 def load_graph(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, pa.Table]:
     """Resolved links ``(src, dst, count)`` between distinct notes, and per note ``(note_id, in_degree, pagerank,
     frontmatter)`` (Arrow tables) - what the graph lane of search needs."""
