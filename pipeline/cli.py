@@ -46,6 +46,8 @@ _state: dict[str, Settings] = {}
 HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet")
 #: keys of one ``search --files --json`` row
 FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
+#: what search says when nothing matched (the MCP search tool's ``message`` says the same)
+NO_RESULTS = "No results"
 
 
 def fail(message: str) -> None:
@@ -93,6 +95,7 @@ def build(
     source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
     wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
 
@@ -105,7 +108,7 @@ def build(
 
     s = settings()
     started = _time.perf_counter()
-    bar = _BuildProgress(enabled=not verbose and sys.stderr.isatty())
+    bar = _BuildProgress(enabled=not verbose and not as_json and sys.stderr.isatty())
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
         from pipeline.defs.runner import run_build
@@ -114,6 +117,13 @@ def build(
             report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait, progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
+        return
+    if as_json:
+        out = build_outcome(report)
+        out["seconds"] = round(_time.perf_counter() - started, 1)
+        typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        if not report.ok:
+            raise typer.Exit(1)
         return
     typer.echo(f"{'source':24} {'status':8} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
     for st in report.sources:
@@ -135,6 +145,8 @@ def build(
             f"{st.name:24} {'ok' if st.ok else 'FAILED':8} {vault_meta.get('notes', '-'):>6} "
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
+        if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
+            typer.echo(f"warning: {_no_notes_line(st)}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or "the Dagster UI"
@@ -171,6 +183,47 @@ def build(
                    err=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _no_notes_line(st: Any) -> str:
+    """The fetch's "source X has no notes: ..." warning of an empty source (or a short one)."""
+    lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
+    return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
+
+
+def build_outcome(report: Any) -> dict[str, Any]:
+    """A build report as JSON-safe data (``build --json``; the MCP ``refresh`` tool reads it).
+
+    Returns:
+        ``{"ok", "sources": [{"name", "status" (built | unchanged | failed), "notes", "chunks", "embedded",
+        "skipped_files", "warning", "failed_stage", "error"}], "shared": {"ok", "error", "warehouse", "eval"}}``;
+        counts are None when the stage did not run, ``warning`` is the "has no notes" line of an empty source.
+    """
+    rows = []
+    for st in report.sources:
+        vault_meta = st.metadata.get("vault", {})
+        chunk_meta = st.metadata.get("chunks", {})
+        emb = st.metadata.get("embeddings", {})
+        status = "failed" if not st.ok else (
+            "unchanged" if vault_meta.get("skipped") and chunk_meta.get("skipped") else "built")
+        empty = st.ok and st.metadata.get("raw_docs", {}).get("files") == 0
+        rows.append({
+            "name": st.name, "status": status, "notes": vault_meta.get("notes"), "chunks": emb.get("chunks"),
+            "embedded": emb.get("embedded"), "skipped_files": int(st.metadata.get("notes", {}).get("errors") or 0),
+            "warning": _no_notes_line(st) if empty else None,
+            "failed_stage": st.failed_stage or None, "error": st.error or None,
+        })
+    wh = report.shared_metadata.get("warehouse", {})
+    ev = report.shared_metadata.get("retrieval_eval", {})
+    warehouse = None
+    if wh:
+        mode = "unchanged" if wh.get("skipped") else ("incremental" if wh.get("mode") == "incremental" else "full")
+        warehouse = {"notes": int(wh.get("notes", 0)), "chunks": int(wh.get("chunks", 0)), "path": wh.get("path"),
+                     "mode": mode}
+    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
+    return {"ok": report.ok, "sources": rows,
+            "shared": {"ok": report.shared_ok, "error": report.shared_error or None, "warehouse": warehouse,
+                       "eval": evals}}
 
 
 class _BuildProgress:
@@ -360,7 +413,7 @@ def search(
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
     if not hits:
-        typer.echo("no results")
+        typer.echo(NO_RESULTS)
         return
     color = _color()
     pattern = term_pattern(query_terms(query, tokens))
@@ -459,6 +512,16 @@ def parse_lanes(spec: str) -> dict[str, list[str]]:
     return out
 
 
+def _no_eval_files(s: Settings) -> str:
+    """The error when no eval file exists: names the folder(s) looked in (DOCSVAULT_EVALS or ./evals)."""
+    raw = os.environ.get("DOCSVAULT_EVALS")
+    if raw:
+        looked = ", ".join(str(Path(p).resolve()) for p in raw.split(os.pathsep) if p)
+        return f"no eval files at {looked} (DOCSVAULT_EVALS); pass FILE..., or create it or fix DOCSVAULT_EVALS " \
+               "(format: see README)"
+    return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
+
+
 @app.command("eval")
 def eval_(
     files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
@@ -473,8 +536,10 @@ def eval_(
         setups = parse_lanes(lanes) if lanes is not None else None
         paths = list(files or []) or eval_files(settings())
         if not paths:
-            fail("no eval files: pass FILE... or create evals/ (format: see README)")
+            fail(_no_eval_files(settings()))
         cases = load_cases(paths)
+        if not cases:
+            fail(f"no eval cases in {', '.join(str(p) for p in paths)}; add *.yaml case files (format: see README)")
         searcher = _open_searcher()
         try:
             if setups is None:
@@ -513,6 +578,20 @@ def eval_(
 # status, sources
 
 
+def errors_file(s: Settings, source: str) -> Path:
+    """``<data>/state/<source>.errors.txt``: one line per file the last normalize skipped, with its reason."""
+    return s.state_dir / f"{source}.errors.txt"
+
+
+def _skipped_files(s: Settings, source: str) -> int:
+    """Files the source's last normalize skipped (malformed notes, undecodable files): lines of its errors file."""
+    try:
+        with errors_file(s, source).open(encoding="utf-8", errors="replace") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return 0
+
+
 def status_data(s: Settings) -> dict[str, Any]:
     """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
     from pipeline.artifacts import load_state
@@ -542,6 +621,7 @@ def status_data(s: Settings) -> dict[str, Any]:
         c = counts.get(src.name, {})
         rows.append({
             "name": src.name, "kind": src.kind, "notes": int(c.get("notes", 0)), "chunks": int(c.get("chunks", 0)),
+            "skipped": _skipped_files(s, src.name),
             "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
             "fetch_error": state.get("fetch_error"),
         })
@@ -565,10 +645,16 @@ def status(
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
         return
     typer.echo(f"sources: {data['sources_file']}")
-    typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7}  {'fetch':7} last fetch")
+    typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
     for r in data["sources"]:
-        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7}  {r['fetch_status']:7} "
-                   f"{r['last_fetch'] or '-'}")
+        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped']:>7}  "
+                   f"{r['fetch_status']:7} {r['last_fetch'] or '-'}")
+    for r in data["sources"]:
+        if r["skipped"]:
+            typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
+                       f"{errors_file(settings(), r['name'])}")
+        if r["fetch_status"] == "failed" and r["fetch_error"]:
+            typer.echo(f"  {r['name']}: last fetch failed (its last good copy serves search): {r['fetch_error']}")
     w = data["warehouse"]
     if w["built"]:
         typer.echo(f"warehouse: {w['path']} ({w['bytes'] / 1e6:.1f} MB), built {w['built_at'] or '?'}: "
@@ -584,15 +670,23 @@ def status(
 
 @sources_app.command("validate")
 def sources_validate() -> None:
-    """Validate sources.yaml; errors name the source, the key and what is allowed."""
-    from pipeline.sources import load_sources
+    """Validate sources.yaml; errors name the source, the key and what is allowed. Local folders must exist."""
+    from pipeline.build import check_layout
+    from pipeline.sources import check_local_paths, load_sources
 
+    s = settings()
     try:
-        n = len(load_sources(settings().sources_file))
+        sources = load_sources(s.sources_file)
+        check_layout(s, sources)
     except PipelineError as exc:
         fail(str(exc))
         return
-    typer.echo(f"{settings().sources_file}: {n} source(s), valid")
+    problems = check_local_paths(sources, s.sources_file)
+    for line in problems:
+        typer.echo(f"error: {line}", err=True)
+    if problems:
+        raise typer.Exit(1)
+    typer.echo(f"{s.sources_file}: {len(sources)} source(s), valid")
 
 
 @sources_app.command("list")

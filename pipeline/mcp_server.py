@@ -128,6 +128,10 @@ class VaultService:
                 "title": h.title, "heading": h.heading, "score": round(float(h.score), 6), "text": text,
                 "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
             })
+        if not out:
+            from pipeline.cli import NO_RESULTS     # the same words as `docsvault search`
+
+            return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         return {"query": query[:200], "hits": out}
 
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
@@ -150,7 +154,16 @@ class VaultService:
         return data
 
     def refresh(self, source: str | None = None) -> dict[str, Any]:
-        """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed."""
+        """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed.
+
+        Returns ``outcomes`` (per source: ``status`` built | unchanged | failed, with ``failed_stage`` and the
+        ``error`` line) and ``shared`` (the shared stages: ``ok``, ``error``, ``warehouse``, ``eval``); ``ok`` is
+        False when a source or a shared stage failed. A failed source keeps serving its last good copy.
+
+        Raises:
+            ToolFailure: unknown or non-local source, a refresh already running, the time bound exceeded, the build
+                could not start, or every source failed (each source's error line in the message).
+        """
         from pipeline.sources import load_sources
 
         sources = load_sources(self.settings.sources_file)
@@ -188,19 +201,21 @@ class VaultService:
             con.close()
 
     def _refresh(self, names: list[str]) -> dict[str, Any]:
+        import json
+
         from pipeline.cli import _export_env
 
         before = self._note_hashes(names)
-        cmd = [sys.executable, "-m", "pipeline.cli", "build"]
+        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json"]
         for n in names:
             cmd += ["--source", n]
         started = time.monotonic()
         log.info("refresh: %s", " ".join(cmd[2:]))
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=_export_env(self.settings), start_new_session=True, text=True,
                                 encoding="utf-8", errors="replace")
         try:
-            output, _ = proc.communicate(timeout=self.refresh_timeout)
+            output, errout = proc.communicate(timeout=self.refresh_timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -213,19 +228,31 @@ class VaultService:
                 f"previous index still serves. Run `docsvault build --source {names[0]}` in a terminal"
             ) from None
         seconds = round(time.monotonic() - started, 1)
-        after = self._note_hashes(names)
-        tail = output[-OUTPUT_TAIL_CHARS:]
-        if proc.returncode != 0:
-            errors = [ln for ln in output.splitlines() if ln.startswith("error:")]
+        tail = errout[-OUTPUT_TAIL_CHARS:]
+        try:
+            outcome = json.loads(output)
+            outcomes, shared = list(outcome["sources"]), dict(outcome["shared"])
+        except (ValueError, KeyError, TypeError):      # the build did not start (lock, config): its error lines
+            errors = [ln for ln in (errout + output).splitlines() if ln.startswith("error:")]
             raise ToolFailure(
                 f"refresh of {', '.join(names)} failed (exit {proc.returncode}): "
                 + ("; ".join(errors)[:1000] or tail[-500:])
+            ) from None
+        if outcomes and all(o.get("status") == "failed" for o in outcomes):
+            raise ToolFailure(
+                "refresh failed: " + "; ".join(f"{o.get('name')}: failed at {o.get('failed_stage')}: {o.get('error')}"
+                                               for o in outcomes)[:1000]
+                + "; the last good copy keeps serving search"
             )
+        after = self._note_hashes(names)
         added = sorted(set(after) - set(before))
         removed = sorted(set(before) - set(after))
         changed = sorted(p for p in set(after) & set(before) if after[p] != before[p])
         return {
-            "sources": names, "seconds": seconds, "notes": len(after),
+            "sources": names, "ok": bool(outcome.get("ok")), "seconds": seconds, "notes": len(after),
+            "outcomes": [{k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage",
+                                                "error")} for o in outcomes],
+            "shared": shared,
             "counts": {"added": len(added), "changed": len(changed), "removed": len(removed)},
             "added": added[:LIST_CAP], "changed": changed[:LIST_CAP], "removed": removed[:LIST_CAP],
             "truncated": any(len(x) > LIST_CAP for x in (added, changed, removed)),
@@ -294,8 +321,9 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         name="refresh",
         description=(
             "Rebuild local sources (all local sources, or the one named) so notes just written to their folders "
-            "become searchable. Takes seconds to minutes (stopped after a time limit); returns the vault paths "
-            "of notes added, changed and removed. Git and web sources are not refreshed here."
+            "become searchable. Takes seconds to minutes (stopped after a time limit); returns every source's "
+            "outcome (built, unchanged or failed with its error), the shared stages, and the vault paths of notes "
+            "added, changed and removed. Git and web sources are not refreshed here."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                     open_world_hint=False),

@@ -196,6 +196,35 @@ def load_sources(path: Path) -> list[Source]:
     return sources
 
 
+def check_local_paths(sources: list[Source], sources_file: Path) -> list[str]:
+    """Problems with the folders of local sources, one line each (``docsvault sources validate``).
+
+    Not part of :func:`load_sources`: at build time a missing folder fails only its own source (which keeps its
+    last good copy), while validate reports it up front.
+
+    Returns:
+        ``"<file>: sources[i] (source 'x'): 'path' <folder> does not exist; ..."`` (or ``is not a folder``, ``cannot
+        be read``) per bad root, in file order; empty when every root is a readable folder.
+    """
+    problems: list[str] = []
+    for i, source in enumerate(sources, start=1):
+        where = f"{sources_file}: sources[{i}] (source '{source.name}')"
+        for root in source.path if source.kind == "local" else ():
+            if not root.exists():
+                problem = "does not exist"
+            elif not root.is_dir():
+                problem = "is not a folder"
+            else:
+                try:
+                    next(iter(root.iterdir()), None)
+                    continue
+                except OSError as exc:
+                    problem = f"cannot be read ({exc.strerror or exc})"
+            problems.append(f"{where}: 'path' {root} {problem}; create the folder or fix 'path' "
+                            f"(relative to {sources_file.parent})")
+    return problems
+
+
 def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:
     """Filter by name; an unknown name raises with the list of known ones."""
     if not names:

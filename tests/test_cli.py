@@ -97,6 +97,44 @@ def test_bad_sources_file_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_sources_validate_checks_local_folders(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "file.md").write_text("# f\n", encoding="utf-8")
+    p = tmp_path / "sources.yaml"
+    p.write_text("sources:\n  - name: ok\n    kind: local\n    path: notes\n  - name: gone\n    kind: local\n"
+                 "    path: [notes, missing]\n  - name: afile\n    kind: local\n    path: file.md\n", encoding="utf-8")
+    result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
+                                 "sources", "validate"])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {p}: sources[2] (source 'gone'): 'path' {tmp_path / 'missing'} does not exist; create the folder "
+        f"or fix 'path' (relative to {tmp_path})",
+        f"error: {p}: sources[3] (source 'afile'): 'path' {tmp_path / 'file.md'} is not a folder; create the folder "
+        f"or fix 'path' (relative to {tmp_path})",
+    ]
+    p.write_text("sources:\n  - name: ok\n    kind: local\n    path: notes\n", encoding="utf-8")
+    result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
+                                 "sources", "validate"])
+    assert (result.exit_code, result.output) == (0, f"{p}: 1 source(s), valid\n")
+
+
+def test_eval_without_cases_names_the_folder_it_looked_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOCSVAULT_EVALS", raising=False)
+    result = runner.invoke(app, ["eval"])
+    assert (result.exit_code, result.output) == (1, f"error: no eval files at {tmp_path / 'evals'}; pass FILE..., "
+                                                    "create that folder (format: see README) or set DOCSVAULT_EVALS\n")
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(tmp_path / "my-evals"))
+    result = runner.invoke(app, ["eval"])
+    assert (result.exit_code, result.output) == (1, f"error: no eval files at {tmp_path / 'my-evals'} (DOCSVAULT_EVALS); "
+                                                    "pass FILE..., or create it or fix DOCSVAULT_EVALS (format: see README)\n")
+    (tmp_path / "my-evals").mkdir()
+    result = runner.invoke(app, ["eval"])
+    assert (result.exit_code, result.output) == (
+        1, f"error: no eval cases in {tmp_path / 'my-evals'}; add *.yaml case files (format: see README)\n")
+
+
 def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0, result.output
@@ -164,7 +202,7 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     )
     assert run("search", "welcome", "--tag", "#start") == (
         " 1. 0.0328  tiny/Home.md\n    Welcome. See [[Install guide]] and [[Ducks]].\n")
-    assert run("search", "ducks", "--tag", "no-such-tag") == "no results\n"
+    assert run("search", "ducks", "--tag", "no-such-tag") == "No results\n"
     hit = json.loads(run("search", "parquet", "-k", "1", "--json", "--explain"))[0]
     assert hit["vault_path"] == "tiny/sub/Parquet files.md"
     assert hit["lanes"] == {"bm25": 1, "vector": 1}
@@ -199,13 +237,14 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)
 
     status = json.loads(run("status", "--json"))
-    assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "fetch_status": "ok",
-                                  "last_fetch": status["sources"][0]["last_fetch"], "fetch_error": None}]
+    assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped": 0,
+                                  "fetch_status": "ok", "last_fetch": status["sources"][0]["last_fetch"],
+                                  "fetch_error": None}]
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
     assert status["model"] == "hash"
     lines = run("status").splitlines()
     assert lines[1:3] == [
-        "  name                     kind      notes  chunks  fetch   last fetch",
-        f"  tiny                     local         5       5  ok      {status['sources'][0]['last_fetch']}",
+        "  name                     kind      notes  chunks skipped  fetch   last fetch",
+        f"  tiny                     local         5       5       0  ok      {status['sources'][0]['last_fetch']}",
     ]
     assert lines[3].startswith("warehouse: ") and lines[3].endswith(": 5 notes, 5 chunks, 2 links (0 dangling)")

@@ -265,6 +265,45 @@ def test_local_missing_root(tmp_path):
         fetch_source(Source(name="l", kind="local", path=(missing,)), _settings(tmp_path))
 
 
+def test_local_folder_without_notes_is_an_empty_source(tmp_path):
+    root = tmp_path / "Vault"
+    _tree(root, {".obsidian/app.json": "{}", "img.png": "p"})
+    settings = _settings(tmp_path)
+    source = Source(name="l", kind="local", path=(root,))
+    result = fetch_source(source, settings)
+    assert result.files == () and result.changed is True
+    assert result.warnings == (
+        f"source 'l' has no notes: no files match under {root} (include=default *.md/*.mdx/*.markdown, exclude=[])",)
+    loaded = load_fetch_result(source, settings)
+    assert loaded is not None and loaded.files == () and loaded.revision == result.revision
+
+
+def test_local_unreadable_root_is_an_error_not_an_empty_source(tmp_path, monkeypatch):
+    root = tmp_path / "docs"
+    _tree(root, {"a.md": "a", "sub/b.md": "b"})
+    settings = _settings(tmp_path)
+    source = Source(name="l", kind="local", path=(root,))
+    fetch_source(source, settings)
+    real_scandir = os.scandir
+
+    def scandir(path=".", *args):
+        if Path(path) in (root, root / "sub"):     # tests run as root: chmod cannot make a folder unreadable
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path, *args)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(FetchError) as exc:
+        fetch_source(source, settings)
+    assert str(exc.value) == (f"source 'l': cannot read local path {root}: Permission denied; check the folder's "
+                              "permissions (or that its drive is mounted)")
+    assert [f.source_path for f in load_fetch_result(source, settings).files] == ["a.md", "sub/b.md"]
+    monkeypatch.setattr(os, "scandir", lambda path=".", *a: scandir(path, *a) if Path(path) != root
+                        else real_scandir(path, *a))
+    result = fetch_source(source, settings)        # an unreadable subfolder: skipped with a warning
+    assert [f.source_path for f in result.files] == ["a.md"]
+    assert result.warnings == (f"source 'l': skipped unreadable folder {root / 'sub'}: Permission denied",)
+
+
 def test_glob_semantics():
     assert path_matches("docs/a.md", ["*.md"])
     assert path_matches("docs/a.md", ["docs/**/*.md"])

@@ -94,12 +94,13 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
         context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
         return _result(meta)
 
-    @dg.asset_check(asset=raw_docs, blocking=True, description="The fetch produced at least one file.")
+    @dg.asset_check(asset=raw_docs, blocking=True,
+                    description="The fetch produced at least one file (a local folder may be empty).")
     def has_files(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
         from pipeline.artifacts import load_state
 
         n = int(load_state(docsvault.settings(), source.name).get("files", 0))
-        return dg.AssetCheckResult(passed=n > 0, metadata={"files": n})
+        return dg.AssetCheckResult(passed=n > 0 or source.kind == "local", metadata={"files": n})
 
     @dg.asset_check(asset=vault, blocking=True, description="Every note's frontmatter parses and has source_path.")
     def frontmatter_valid(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
@@ -150,17 +151,19 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         meta = build.search_index_stage(docsvault.settings(), embedder_factory=cached_embedder)
         return _result(meta)
 
-    @dg.asset_check(asset=search_index, blocking=True, description="The vector lane's plan uses the HNSW index.")
+    @dg.asset_check(asset=search_index, blocking=True,
+                    description="The vector lane's plan uses the HNSW index (vacuous when no source has a chunk).")
     def hnsw_index_used(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        from pipeline.warehouse import connect, explain_vector_search, list_models
+        from pipeline.warehouse import connect, explain_vector_search, list_models, stats
 
         con = connect(docsvault.settings().warehouse_path, read_only=True)
         try:
             plans = {m["model_id"]: explain_vector_search(con, m["table_name"]) for m in list_models(con)}
+            chunks = int(stats(con)["chunks"])
         finally:
             con.close()
-        ok = bool(plans) and all("HNSW_INDEX_SCAN" in p for p in plans.values())
-        return dg.AssetCheckResult(passed=ok, metadata={"models": list(plans)})
+        ok = all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else chunks == 0
+        return dg.AssetCheckResult(passed=ok, metadata={"models": list(plans), "chunks": chunks})
 
     @dg.asset(key=key("retrieval_eval"), deps=[search_index], group_name="eval", kinds={"python"},
               description="hit@1, hit@3, MRR@10, nDCG@10 of the eval cases (DOCSVAULT_EVALS), overall/per source/kind.")

@@ -66,7 +66,8 @@ def fetch_source(source: Source, settings: Settings) -> FetchResult:
 
     Raises:
         FetchError: the source cannot be fetched (one line naming source, URL/path and cause; with a chain, every
-            strategy's cause), or selects zero files. The previous copy and ``fetch.json`` are left untouched.
+            strategy's cause), or selects zero files (git, llms_txt, html: probably a config error; a local folder
+            with no notes is an empty source instead). The previous copy and ``fetch.json`` are left untouched.
     """
     chain = source.strategies or (source.kind,)
     failures: list[str] = []

@@ -5,6 +5,9 @@ symlinked folders, and — each with a warning naming the file — symlinks that
 dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
 Names with control characters are listed (the vault path is sanitized by the normalizer). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
+
+Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
+``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays.
 """
 
 from __future__ import annotations
@@ -27,8 +30,21 @@ def _show(path: object) -> str:
 
 
 def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
-    """Posix relative path -> absolute path of every regular file under root (dot entries skipped)."""
+    """Posix relative path -> absolute path of every regular file under root (dot entries skipped).
+
+    Raises:
+        FetchError: the root itself cannot be listed (an unreadable folder is not an empty one: its last good copy
+            must stay). An unreadable subfolder is skipped with a warning.
+    """
     found: dict[str, Path] = {}
+
+    def unreadable(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else root
+        if where == root:
+            raise FetchError(f"source '{source}': cannot read local path {_show(root)}: {exc.strerror or exc}; "
+                             "check the folder's permissions (or that its drive is mounted)")
+        warnings.append(f"source '{source}': skipped unreadable folder {_show(where)}: {exc.strerror or exc}")
+
     def utf8(name: str, path: Path) -> bool:
         try:
             name.encode("utf-8")
@@ -37,7 +53,7 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
             return False
         return True
 
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=False):
         here = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
                              and utf8(d, here / d))
@@ -75,8 +91,12 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.fetch.fetch_source`).
 
+    A folder that selects no file is an empty source (``files`` empty, a ``has no notes`` warning): its notes
+    leave the vault and the index. A missing or unreadable root is an error instead, so a folder that is
+    unmounted for a while keeps serving its last good copy.
+
     Raises:
-        FetchError: a root is missing or not a folder, two roots share a folder name, or nothing is selected.
+        FetchError: a root is missing, not a folder or unreadable, or two roots share a folder name.
     """
     started = time.monotonic()
     if not source.path:
@@ -100,9 +120,9 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         for rel, path in _walk_root(root, warnings, source.name).items():
             listing[f"{prefix}/{rel}" if multi else rel] = path
     selected = select_paths(source, listing)
-    if not selected:
-        raise FetchError(
-            f"source '{source.name}': no files match under {', '.join(str(r) for r in roots)} "
+    if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
+        warnings.append(
+            f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
             f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown'}, exclude={list(source.exclude)})"
         )
     digest = hashlib.sha256()

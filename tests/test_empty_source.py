@@ -1,0 +1,105 @@
+"""An emptied local source builds as an empty source; a missing folder is an error that keeps the last good copy;
+skipped files show in status; MCP refresh reports every source's outcome."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import Settings
+
+runner = CliRunner()
+
+
+def _run(*args: str, code: int = 0) -> tuple[str, str]:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result.stdout, result.stderr
+
+
+def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny_env: Path) -> None:
+    folder = tiny_env / "tinyvault"
+    (folder / "Blank.md").write_text("", encoding="utf-8")          # an empty file: skipped, with its reason
+    _run("build")
+    row = json.loads(_run("status", "--json")[0])["sources"][0]
+    assert (row["notes"], row["skipped"], row["fetch_status"]) == (5, 1, "ok")
+    errors = tiny_env / "data" / "state" / "tiny.errors.txt"
+    lines = _run("status")[0].splitlines()
+    assert lines[1:4] == [
+        "  name                     kind      notes  chunks skipped  fetch   last fetch",
+        f"  tiny                     local         5       5       1  ok      {row['last_fetch']}",
+        f"  tiny: 1 file(s) skipped, each with its reason in {errors}",
+    ]
+
+    # a missing folder (unmounted drive, renamed folder): an error, the last good copy keeps serving
+    moved = tiny_env / "moved"
+    folder.rename(moved)
+    out, _ = _run("build", code=1)
+    assert (f"tiny                     FAILED        -       -         -  failed at raw_docs: source 'tiny': local "
+            f"path {folder} does not exist or is not a folder; fix 'path' in sources.yaml") in out.splitlines()
+    assert _run("search", "water bird in the pond", "--files", "-k", "1")[0].startswith("tiny/Ducks.md\t")
+    row = json.loads(_run("status", "--json")[0])["sources"][0]
+    assert (row["notes"], row["fetch_status"]) == (5, "failed")
+    assert row["fetch_error"].startswith(f"source 'tiny': local path {folder} does not exist")
+
+    # the folder back, every note deleted: an empty source, exit 0, one warning
+    moved.rename(folder)
+    for note in folder.rglob("*.md"):
+        note.unlink()
+    out, err = _run("build")
+    assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
+                   "(include=default *.md/*.mdx/*.markdown, exclude=[])\n")
+    assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
+    assert out.splitlines()[2].startswith("warehouse: 0 notes, 0 chunks -> ")
+    assert _run("search", "ducks")[0] == "No results\n"
+    from pipeline.mcp_server import VaultService
+
+    assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
+    assert list((tiny_env / "vault").rglob("*.md")) == []
+    row = json.loads(_run("status", "--json")[0])["sources"][0]
+    assert (row["notes"], row["chunks"], row["skipped"], row["fetch_status"]) == (0, 0, 0, "ok")
+
+
+def test_refresh_without_source_reports_every_outcome(tiny_env: Path, tmp_path: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    other = tmp_path / "othervault"
+    other.mkdir()
+    (other / "Heron.md").write_text("# Heron\n\nA heron stands still in shallow water.\n", encoding="utf-8")
+    sources = tiny_env / "sources.yaml"
+    sources.write_text(sources.read_text(encoding="utf-8")
+                       + f"  - name: other\n    kind: local\n    path: {other}\n", encoding="utf-8")
+    svc = VaultService(Settings.from_env())
+    first = svc.refresh()
+    assert first["ok"] is True
+    assert [(o["name"], o["status"]) for o in first["outcomes"]] == [("tiny", "built"), ("other", "built")]
+    assert first["shared"]["ok"] is True and first["shared"]["warehouse"]["notes"] == 5 + 1
+
+    (other / "Heron.md").unlink()
+    other.rmdir()
+    (tiny_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack loudly.\n", encoding="utf-8")
+    report = svc.refresh()
+    assert report["ok"] is False
+    assert report["outcomes"] == [
+        {"name": "tiny", "status": "built", "notes": 5, "skipped_files": 0, "warning": None, "failed_stage": None,
+         "error": None},
+        {"name": "other", "status": "failed", "notes": None, "skipped_files": 0, "warning": None,
+         "failed_stage": "raw_docs",
+         "error": f"source 'other': local path {other} does not exist or is not a folder; fix 'path' in sources.yaml"},
+    ]
+    assert report["shared"]["ok"] is True and report["shared"]["error"] is None
+    assert report["changed"] == ["tiny/Ducks.md"]
+    assert [h["path"] for h in svc.search("heron shallow water", k=1)["hits"]] == ["other/Heron.md"]  # last copy
+
+    try:
+        svc.refresh("other")
+    except ToolFailure as exc:
+        assert str(exc) == (f"refresh failed: other: failed at raw_docs: source 'other': local path {other} does "
+                            "not exist or is not a folder; fix 'path' in sources.yaml; the last good copy keeps "
+                            "serving search")
+    else:
+        raise AssertionError("refresh of a failing source alone must be a tool error")
