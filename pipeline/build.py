@@ -752,12 +752,32 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
 
 def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any] | None = None
                ) -> dict[str, Any]:
-    """Run the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source; returns the report.
+    """Run the ablation over the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source: each
+    lane alone (bm25, vector, and graph when the warehouse has resolved links) and ``hybrid`` (the default fusion),
+    scored overall (pooled), per source and per kind; the run's rows are appended to the eval history
+    (``<data>/eval_runs.duckdb``, :func:`pipeline.warehouse.append_eval_runs`: a file of its own, so it survives
+    every warehouse publish).
 
-    Skipped (the last report, ``skipped: True``) when neither the warehouse file nor the eval files changed.
+    Skipped (the last report, ``skipped: True``, nothing appended) when neither the warehouse file nor the eval
+    files changed.
+
+    Returns:
+        The hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
+        :func:`pipeline.evaluate.run_eval`) plus ``setups`` (set-up -> ``{lanes, overall, by_source, by_kind}``),
+        ``config`` (``k_rrf``, ``weights``, ``models``), ``run_id``, ``run_at``, ``warehouse_built_at``, ``files``,
+        ``history`` (the history file), ``history_rows`` (rows appended), ``skipped``. No scored case:
+        ``overall = {"n": 0}`` and empty ``setups``.
     """
-    from pipeline.evaluate import load_cases, run_eval
-    from pipeline.search import Searcher
+    from pipeline.evaluate import (
+        HYBRID,
+        ablation_setups,
+        eval_history_path,
+        history_rows,
+        load_cases,
+        run_ablation,
+    )
+    from pipeline.search import LANES, Searcher
+    from pipeline.warehouse import append_eval_runs, connect, load_graph, read_meta
 
     files = eval_files(settings)
     names = sorted(built_sources(settings, sources))
@@ -767,28 +787,44 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             if p.is_file():
                 st = p.stat()
                 listing.append((str(p), st.st_size, st.st_mtime_ns))
-    key = _digest(_warehouse_version(settings), listing, names)
+    key = _digest("ablation-1", _warehouse_version(settings), listing, names)
     last = _shared_state(settings).get("eval") or {}
     if last.get("key") == key and isinstance(last.get("report"), dict):
-        return {**last["report"], "skipped": True}
+        return {**last["report"], "skipped": True, "history_rows": 0}
+    history = eval_history_path(settings.data_dir)
     cases = load_cases(files) if files else []
     cases = [c for c in cases if c.corpus in set(names)]
-    if not cases:
-        report: dict[str, Any] = {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "files": [str(f) for f in files]}
-    else:
+    report: dict[str, Any] = {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "setups": {},
+                              "files": [str(f) for f in files], "history": str(history), "history_rows": 0}
+    rows: list[dict[str, Any]] = []
+    if cases:
+        con = connect(settings.warehouse_path, read_only=True)
+        try:
+            meta = read_meta(con)
+            has_graph = load_graph(con)[0].num_rows > 0
+        finally:
+            con.close()
         searcher = Searcher(settings.warehouse_path,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
         try:
-            report = run_eval(searcher, cases)
+            reports = run_ablation(searcher, cases, ablation_setups(graph=has_graph))
+            config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
+                      "models": [m["model_id"] for m in searcher.models]}
         finally:
-            close = getattr(searcher, "close", None)
-            if close:
-                close()
-        report["files"] = [str(f) for f in files]
-    try:
-        json.dumps(report)
-        with _locked(settings):
-            artifacts.update_state(settings, SHARED_STATE, eval={"key": key, "report": report})
-    except (TypeError, ValueError):
-        pass
-    return report
+            searcher.close()
+        run_at = _now()
+        run_id = _digest(run_at, key)[:16]
+        hybrid = {k: v for k, v in reports[HYBRID].items() if k != "skipped"}   # cases are of built sources only
+        report.update(hybrid)
+        report.update({
+            "setups": {name: {k: r[k] for k in ("lanes", "overall", "by_source", "by_kind")} for name, r in reports.items()},
+            "config": config, "run_id": run_id, "run_at": run_at, "warehouse_built_at": meta.get("built_at", ""),
+        })
+        rows = history_rows(reports, run_id=run_id, run_at=run_at, built_at=meta.get("built_at", ""),
+                            warehouse_key=meta.get("input_key", ""), cases_key=_digest(listing)[:16], config=config)
+    with _locked(settings):
+        if rows:
+            append_eval_runs(history, rows)
+            report["history_rows"] = len(rows)
+        artifacts.update_state(settings, SHARED_STATE, eval={"key": key, "report": report})
+    return {**report, "skipped": False}

@@ -527,11 +527,30 @@ def eval_(
     files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
     lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, vector, graph, hybrid (bm25+vector fused), hybrid+graph.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Metrics as JSON on stdout.")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Show the last 20 runs recorded by the build (pooled MRR@10 per set-up) instead of evaluating.")] = False,
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse."""
     from pipeline.build import eval_files
-    from pipeline.evaluate import METRICS, format_report, load_cases, run_eval
+    from pipeline.evaluate import (
+        eval_history_path,
+        format_ablation,
+        format_history,
+        format_report,
+        load_cases,
+        run_ablation,
+        run_eval,
+    )
 
+    if history:
+        from pipeline.warehouse import read_eval_runs
+
+        try:
+            rows = read_eval_runs(eval_history_path(settings().data_dir), last=20)
+        except PipelineError as exc:
+            fail(str(exc))
+            return
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2) if as_json else format_history(rows))
+        return
     try:
         setups = parse_lanes(lanes) if lanes is not None else None
         paths = list(files or []) or eval_files(settings())
@@ -545,7 +564,7 @@ def eval_(
             if setups is None:
                 reports = {"": run_eval(searcher, cases)}
             else:
-                reports = {name: run_eval(searcher, cases, lanes=ls) for name, ls in setups.items()}
+                reports = run_ablation(searcher, cases, setups)
         finally:
             searcher.close()
     except (PipelineError, ValueError) as exc:
@@ -565,13 +584,7 @@ def eval_(
     if as_json:
         typer.echo(json.dumps({name: public(r) for name, r in reports.items()}, ensure_ascii=False, indent=2))
         return
-    header = f"{'lanes':<10}{'source':<24}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
-    typer.echo(header)
-    typer.echo("-" * len(header))
-    for name, r in reports.items():
-        rows = [("overall", r["overall"]), *r["by_source"].items()]
-        for src, agg in rows:
-            typer.echo(f"{name:<10}{src[:24]:<24}{int(agg['n']):>5}" + "".join(f"{agg[m]:>10.3f}" for m in METRICS))
+    typer.echo(format_ablation(reports))
 
 
 # ---------------------------------------------------------------------------------------------------------------

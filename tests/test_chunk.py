@@ -130,6 +130,17 @@ def test_ec15_japanese_chunks() -> None:
     assert rebuilt == EC15
 
 
+def test_ec15_expected_chunks() -> None:
+    sentence = "設定ファイルを編集します。"                                   # 13 chars
+    tail = "詳細は v1.2.3 と docs.example.org を参照してください！次へ進みます？"
+    chunks = chunk_note(mk("## 設定\n" + EC15, title="J"), count_tokens=len, max_tokens=120)
+    # embed text = "J > 設定\n\n" (8 chars) + text: 8 sentences = 112 <= 120, 9 would be 125; each next chunk repeats
+    # the previous one's last 2 sentences (26 chars <= the 32-char overlap), so chunk k holds sentences 6k .. 6k+7
+    assert [c.text for c in chunks] == [sentence * 8] * 6 + [sentence * 4 + tail]
+    assert [c.embed_text for c in chunks] == ["J > 設定\n\n" + c.text for c in chunks]
+    assert {(c.heading_path, c.breadcrumb) for c in chunks} == {(("設定",), "J > 設定")}
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

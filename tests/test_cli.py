@@ -221,13 +221,19 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     assert run("read", "tiny/Ducks.md", "--page", "2", code=1) == (
         "error: page 2 is out of range: tiny/Ducks.md has 1 page(s) of ~1000 chars\n")
 
-    assert run("eval", "--lanes", "bm25,hybrid") == (
-        "lanes     source                      n     hit@1     hit@3    mrr@10   ndcg@10\n"
-        + "-" * 79 + "\n"
-        "bm25      overall                     2     1.000     1.000     1.000     1.000\n"
-        "bm25      tiny                        2     1.000     1.000     1.000     1.000\n"
-        "hybrid    overall                     2     1.000     1.000     1.000     1.000\n"
-        "hybrid    tiny                        2     1.000     1.000     1.000     1.000\n"
+    assert run("eval", "--lanes", "bm25,hybrid") == (            # the table of evaluate.format_ablation
+        "group                   setup             n     hit@1     hit@3    mrr@10   ndcg@10\n"
+        + "-" * 83 + "\n"
+        "overall                 bm25              2     1.000     1.000     1.000     1.000\n"
+        "                        hybrid            2     1.000     1.000     1.000     1.000\n"
+        "source: tiny            bm25              2     1.000     1.000     1.000     1.000\n"
+        "                        hybrid            2     1.000     1.000     1.000     1.000\n"
+        "kind: keyword           bm25              1     1.000     1.000     1.000     1.000\n"
+        "                        hybrid            1     1.000     1.000     1.000     1.000\n"
+        "kind: paraphrase        bm25              1     1.000     1.000     1.000     1.000\n"
+        "                        hybrid            1     1.000     1.000     1.000     1.000\n"
+        "\n"
+        "pooled MRR@10: hybrid 1.000 vs best single lane bm25 1.000 (+0.000)\n"
     )
     assert set(json.loads(run("eval", "--lanes", "vector", "--json"))) == {"vector"}
     assert run("eval", "--lanes", "colbert", code=1) == (

@@ -64,3 +64,103 @@ def test_failing_source_fails_alone(tiny_env: Path, tmp_path: Path) -> None:
     assert status["dead"].failed_stage == "raw_docs"
     assert "dead" in status["dead"].error and "nowhere.git" in status["dead"].error
     assert report.shared_ok and not report.ok
+
+
+def _check_results(result: dg.ExecuteInProcessResult) -> dict[str, tuple[bool, str, dict]]:
+    """check name -> (passed, severity, metadata) of the run's asset check evaluations."""
+    out = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            ev = event.event_specific_data
+            out[ev.check_name] = (ev.passed, ev.severity.value,
+                                  {k: getattr(v, "value", v) for k, v in ev.metadata.items()})
+    return out
+
+
+def _materialize_shared(settings: Settings) -> dg.ExecuteInProcessResult:
+    defs = build_definitions(settings)
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(asset_selection=[dg.AssetKey([s]) for s in
+                                                   ("link_graph", "warehouse", "search_index", "retrieval_eval")],
+                                  instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+
+
+def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Path) -> None:
+    from pipeline.defs.runner import run_build
+    from pipeline.evaluate import eval_history_path
+    from pipeline.warehouse import read_eval_runs
+
+    settings = Settings.from_env()
+    report = run_build(settings)
+    assert report.ok, (report.sources, report.shared_error)
+    ev = report.shared_metadata["retrieval_eval"]
+    assert (ev["n"], ev["mrr_at_10"], ev["hit_at_3"], ev["history_rows"]) == (2, 1.0, 1.0, 16)
+    assert {k: ev[k] for k in ev if k.endswith("pooled_mrr_at_10")} == {
+        "bm25/pooled_mrr_at_10": 1.0, "vector/pooled_mrr_at_10": 1.0, "graph/pooled_mrr_at_10": 0.4167,
+        "hybrid/pooled_mrr_at_10": 1.0}
+    assert ev["best_single_lane"] == "bm25"
+    assert ev["ablation"].splitlines()[:3] == [
+        "| group | setup | n | hit@1 | hit@3 | mrr@10 | ndcg@10 |", "|---|---|---|---|---|---|---|",
+        "| overall | bm25 | 2 | 1.000 | 1.000 | 1.000 | 1.000 |"]
+    assert ev["config"] == {"k_rrf": 60.0, "weights": {"bm25": 1.0, "vector": 1.0, "graph": 1.0}, "models": ["hash-384"]}
+
+    history = eval_history_path(settings.data_dir)
+    rows = read_eval_runs(history)
+    # 4 set-ups x (overall, source tiny, kind keyword, kind paraphrase)
+    assert len(rows) == 16 and len({r["run_id"] for r in rows}) == 1
+    assert {(r["setup"], r["lanes"]) for r in rows} == {
+        ("bm25", "bm25"), ("vector", "vector"), ("graph", "graph"), ("hybrid", "bm25+vector")}
+    assert {(r["group_kind"], r["group_name"]) for r in rows} == {
+        ("overall", "overall"), ("source", "tiny"), ("kind", "keyword"), ("kind", "paraphrase")}
+    first = rows[0]
+    assert (first["k_rrf"], first["models"], first["weights"]) == (
+        60.0, "hash-384", '{"bm25": 1.0, "graph": 1.0, "vector": 1.0}')
+    assert first["warehouse_built_at"] and first["warehouse_key"] and first["cases_key"]
+
+    # nothing changed: the eval is skipped and appends nothing
+    ev = run_build(settings).shared_metadata["retrieval_eval"]
+    assert (ev["skipped"], ev["history_rows"], ev["mrr_at_10"]) == (True, 0, 1.0)
+    assert len(read_eval_runs(history)) == 16
+
+    # a full rebuild of the warehouse (a new file replaces it) keeps the history and adds the new run's rows
+    settings.warehouse_path.unlink()
+    again = run_build(settings)
+    assert again.ok, again.shared_error
+    rows = read_eval_runs(history)
+    assert len(rows) == 32 and len({r["run_id"] for r in rows}) == 2
+    assert len(read_eval_runs(history, last=1)) == 16
+    assert not list(settings.data_dir.glob("eval_runs.duckdb.tmp-*"))
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    shown = CliRunner().invoke(app, ["eval", "--history"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[1].split() == ["run", "at", "(UTC)", "warehouse", "built", "at", "n", "bm25", "vector", "graph",
+                                "hybrid"]
+    assert [line.split()[2:] for line in lines[3:]] == [["2", "1.000", "1.000", "0.417", "1.000"]] * 2
+
+    # the asset checks: floors met, hybrid ties the best single lane (passes), both on the tiny fixture
+    checks = _check_results(_materialize_shared(settings))
+    assert checks["eval_floors"][0] is True
+    assert checks["eval_floors"][2]["mrr_at_10"] == 1.0 and checks["eval_floors"][2]["floor_mrr_at_10"] == 0.70
+    assert checks["hybrid_beats_single_lanes"][:2] == (True, "WARN")
+    assert checks["hybrid_beats_single_lanes"][2]["best_single_lane"] == "bm25"
+
+
+def test_eval_checks_pass_with_a_note_without_eval_files(tiny_env: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(tiny_env / "no-evals-here"))
+    from pipeline.defs.runner import run_build
+
+    settings = Settings.from_env()
+    report = run_build(settings)
+    assert report.ok, report.shared_error
+    ev = report.shared_metadata["retrieval_eval"]
+    assert (ev["n"], ev["history_rows"]) == (0, 0)
+    checks = _check_results(_materialize_shared(settings))
+    for name in ("eval_floors", "hybrid_beats_single_lanes"):
+        passed, _, meta = checks[name]
+        assert passed is True
+        assert meta["note"].startswith("no eval case of a built source was scored, nothing to check")
+    assert not (settings.data_dir / "eval_runs.duckdb").exists()

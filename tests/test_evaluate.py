@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from pipeline.errors import EvalFileError
+from pipeline.errors import EvalFileError, PipelineError
 from pipeline.evaluate import (
+    DEFAULT_FLOORS,
+    CheckOutcome,
+    ablation_setups,
+    best_single_lane,
     case_metrics,
+    check_floors,
+    check_fusion_gain,
     first_rank,
+    floors_from_env,
+    format_ablation,
+    format_history,
     format_report,
+    history_rows,
     hit_at,
     load_cases,
     ndcg_at,
     reciprocal_rank,
+    run_ablation,
     run_eval,
 )
 from pipeline.models import EvalCase
@@ -158,3 +170,161 @@ def test_run_eval_report():
     text = format_report(report)
     assert "overall" in text and "kind: paraphrase" in text and "c3" in text and "skipped (1" in text
     assert "0.444" in text  # MRR overall
+
+
+# ---- ablation, history, checks ------------------------------------------------------------------------------------
+class LaneSearcher:
+    """Rankings that depend on the lanes: bm25 and vector each miss something, their fusion finds all three."""
+
+    sources: ClassVar[list[str]] = ["docs", "other"]
+    RANKS: ClassVar[dict[tuple[str, ...], dict[str, list[str]]]] = {
+        ("bm25",): {"q1": ["a.md", "b.md"], "q2": ["x.md", "y.md", "b.md"], "q3": []},
+        ("vector",): {"q1": ["b.md", "a.md"], "q2": ["b.md"], "q3": ["z.md"]},
+        ("bm25", "vector"): {"q1": ["a.md", "b.md"], "q2": ["b.md", "x.md"], "q3": ["z.md"]},
+    }
+
+    def rank_pages(self, query, source=None, lanes=("bm25", "vector"), depth=10):
+        return [(f"id-{p}", p, 1.0) for p in self.RANKS[tuple(lanes)][query]]
+
+
+ABLATION_CASES = [
+    EvalCase("c1", "docs", "q1", ("a.md",), "keyword"),
+    EvalCase("c2", "docs", "q2", ("b.md",), "paraphrase"),
+    EvalCase("c3", "other", "q3", ("z.md",), "paraphrase"),
+]
+
+
+@pytest.fixture
+def ablation() -> dict:
+    return run_ablation(LaneSearcher(), ABLATION_CASES,
+                        {"bm25": ["bm25"], "vector": ["vector"], "hybrid": ["bm25", "vector"]})
+
+
+def test_ablation_setups():
+    assert ablation_setups() == {"bm25": ["bm25"], "vector": ["vector"], "graph": ["graph"],
+                                 "hybrid": ["bm25", "vector"]}
+    assert list(ablation_setups(graph=False)) == ["bm25", "vector", "hybrid"]
+
+
+def test_format_ablation_text_exact(ablation):
+    # by hand: bm25 finds c1 at 1, c2 at 3, c3 not at all; vector c1 at 2, c2 and c3 at 1; hybrid all at 1
+    assert format_ablation(ablation) == (
+        "group                   setup             n     hit@1     hit@3    mrr@10   ndcg@10\n"
+        "-----------------------------------------------------------------------------------\n"
+        "overall                 bm25              3     0.333     0.667     0.444     0.500\n"
+        "                        vector            3     0.667     1.000     0.833     0.877\n"
+        "                        hybrid            3     1.000     1.000     1.000     1.000\n"
+        "source: docs            bm25              2     0.500     1.000     0.667     0.750\n"
+        "                        vector            2     0.500     1.000     0.750     0.816\n"
+        "                        hybrid            2     1.000     1.000     1.000     1.000\n"
+        "source: other           bm25              1     0.000     0.000     0.000     0.000\n"
+        "                        vector            1     1.000     1.000     1.000     1.000\n"
+        "                        hybrid            1     1.000     1.000     1.000     1.000\n"
+        "kind: keyword           bm25              1     1.000     1.000     1.000     1.000\n"
+        "                        vector            1     0.000     1.000     0.500     0.631\n"
+        "                        hybrid            1     1.000     1.000     1.000     1.000\n"
+        "kind: paraphrase        bm25              2     0.000     0.500     0.167     0.250\n"
+        "                        vector            2     1.000     1.000     1.000     1.000\n"
+        "                        hybrid            2     1.000     1.000     1.000     1.000\n"
+        "\n"
+        "pooled MRR@10: hybrid 1.000 vs best single lane vector 0.833 (+0.167)"
+    )
+
+
+def test_format_ablation_markdown_exact(ablation):
+    two = {k: ablation[k] for k in ("bm25", "hybrid")}
+    two = {k: {**r, "by_source": {}, "by_kind": {"keyword": r["by_kind"]["keyword"]}} for k, r in two.items()}
+    assert format_ablation(two, markdown=True) == (
+        "| group | setup | n | hit@1 | hit@3 | mrr@10 | ndcg@10 |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| overall | bm25 | 3 | 0.333 | 0.667 | 0.444 | 0.500 |\n"
+        "| overall | hybrid | 3 | 1.000 | 1.000 | 1.000 | 1.000 |\n"
+        "| kind: keyword | bm25 | 1 | 1.000 | 1.000 | 1.000 | 1.000 |\n"
+        "| kind: keyword | hybrid | 1 | 1.000 | 1.000 | 1.000 | 1.000 |\n"
+        "\n"
+        "pooled MRR@10: hybrid 1.000 vs best single lane bm25 0.444 (+0.556)"
+    )
+    assert best_single_lane(ablation) == ("vector", round(2.5 / 3, 4))
+    assert best_single_lane({"hybrid": ablation["hybrid"]}) is None
+
+
+def test_history_rows_and_format_history(ablation):
+    config = {"k_rrf": 60, "weights": {"vector": 1.0, "bm25": 1.5}, "models": ["m1", "m2"]}
+    rows = history_rows(ablation, run_id="r1", run_at="2026-01-01T10:00:00+00:00",
+                        built_at="2026-01-01T09:59:00+00:00", warehouse_key="wk", cases_key="ck", config=config)
+    assert len(rows) == 15                       # 3 set-ups x (overall, 2 sources, 2 kinds)
+    assert rows[0] == {
+        "run_id": "r1", "run_at": "2026-01-01T10:00:00+00:00", "warehouse_built_at": "2026-01-01T09:59:00+00:00",
+        "warehouse_key": "wk", "cases_key": "ck", "setup": "bm25", "lanes": "bm25", "group_kind": "overall",
+        "group_name": "overall", "n": 3, "hit_at_1": 0.3333, "hit_at_3": 0.6667, "mrr_at_10": 0.4444,
+        "ndcg_at_10": 0.5, "k_rrf": 60.0, "weights": '{"bm25": 1.5, "vector": 1.0}', "models": "m1,m2",
+    }
+    assert [(r["setup"], r["lanes"], r["group_kind"], r["group_name"]) for r in rows[2:4]] == [
+        ("hybrid", "bm25+vector", "overall", "overall"), ("bm25", "bm25", "source", "docs")]
+    later = [{**r, "run_id": "r2", "run_at": "2026-01-02T10:00:00+00:00", "mrr_at_10": 0.5}
+             for r in rows if r["setup"] != "vector"]
+    assert format_history(rows + later) == (
+        "pooled mrr@10 per set-up\n"
+        "run at (UTC)               warehouse built at             n          bm25        vector        hybrid\n"
+        + "-" * 101 + "\n"
+        "2026-01-01T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.444         0.833         1.000\n"
+        "2026-01-02T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.500             -         0.500"
+    )
+    assert format_history([]).startswith("no eval runs recorded yet")
+
+
+def test_history_store_appends_atomically_and_reads_back(tmp_path: Path, ablation):
+    from pipeline.warehouse import EVAL_RUN_COLUMNS, append_eval_runs, read_eval_runs
+
+    path = tmp_path / "eval_runs.duckdb"
+    assert read_eval_runs(path) == []
+    one = history_rows(ablation, run_id="r1", run_at="2026-01-01T10:00:00+00:00")
+    two = history_rows(ablation, run_id="r2", run_at="2026-01-02T10:00:00+00:00")
+    (tmp_path / "eval_runs.duckdb.tmp-999").write_bytes(b"left by a killed writer")
+    assert append_eval_runs(path, one) == 15
+    assert append_eval_runs(path, two) == 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_runs.duckdb"]
+    back = read_eval_runs(path)
+    assert [r["run_id"] for r in back] == ["r1"] * 15 + ["r2"] * 15
+    assert back[:15] == [{c: r.get(c) for c in EVAL_RUN_COLUMNS} for r in one]
+    assert [r["run_id"] for r in read_eval_runs(path, last=1)] == ["r2"] * 15
+    path.write_bytes(b"not a duckdb file" * 100)        # damaged: moved aside, a new history starts
+    assert append_eval_runs(path, one) == 15
+    assert len(list(tmp_path.glob("eval_runs.duckdb.corrupt-*"))) == 1
+
+
+def test_check_floors(ablation):
+    stage = {**ablation["hybrid"], "setups": ablation}
+    ok = check_floors(stage, {"mrr@10": 0.7, "hit@3": 0.8})
+    assert ok == CheckOutcome(True, {"n": 3, "mrr_at_10": 1.0, "floor_mrr_at_10": 0.7, "hit_at_3": 1.0,
+                                     "floor_hit_at_3": 0.8})
+    low = check_floors({**ablation["bm25"]}, DEFAULT_FLOORS)
+    assert low.passed is False
+    assert low.metadata["below"] == "mrr@10 0.444 < 0.700, hit@3 0.667 < 0.800"
+    for empty in (None, {}, {"overall": {"n": 0}, "files": []}):
+        outcome = check_floors(empty, DEFAULT_FLOORS)
+        assert outcome.passed is True
+        assert outcome.metadata == {"note": "no eval case of a built source was scored, nothing to check "
+                                            "(eval files: none found; set DOCSVAULT_EVALS)"}
+
+
+def test_check_fusion_gain(ablation):
+    stage = {**ablation["hybrid"], "setups": ablation}
+    assert check_fusion_gain(stage) == CheckOutcome(True, {
+        "hybrid_mrr_at_10": 1.0, "best_single_lane": "vector", "best_single_lane_mrr_at_10": 0.8333, "gain": 0.1667})
+    worse = {**stage, "setups": {**ablation, "hybrid": ablation["bm25"]}}
+    outcome = check_fusion_gain(worse)
+    assert outcome.passed is False and outcome.metadata["gain"] == round(0.4444 - 0.8333, 4)
+    tie = {**stage, "setups": {**ablation, "hybrid": ablation["vector"]}}
+    assert check_fusion_gain(tie).passed is True
+    assert check_fusion_gain({**stage, "setups": {}}) == CheckOutcome(
+        True, {"note": "no hybrid and single-lane set-ups to compare"})
+
+
+def test_floors_from_env():
+    assert floors_from_env({}) == {"mrr@10": 0.70, "hit@3": 0.80}
+    assert floors_from_env({"DOCSVAULT_EVAL_MIN_MRR": "0.5", "DOCSVAULT_EVAL_MIN_HIT3": " "}) == {
+        "mrr@10": 0.5, "hit@3": 0.80}
+    for bad in ("high", "1.5"):
+        with pytest.raises(PipelineError, match=f"DOCSVAULT_EVAL_MIN_MRR='{bad}': the mrr@10 floor must be a number"):
+            floors_from_env({"DOCSVAULT_EVAL_MIN_MRR": bad})

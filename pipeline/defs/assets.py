@@ -166,27 +166,58 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         return dg.AssetCheckResult(passed=ok, metadata={"models": list(plans), "chunks": chunks})
 
     @dg.asset(key=key("retrieval_eval"), deps=[search_index], group_name="eval", kinds={"python"},
-              description="hit@1, hit@3, MRR@10, nDCG@10 of the eval cases (DOCSVAULT_EVALS), overall/per source/kind.")
+              description="Ablation (each lane alone and hybrid) of the eval cases (DOCSVAULT_EVALS): hit@1, hit@3, "
+                          "MRR@10, nDCG@10 overall/per source/kind; each run appended to <data>/eval_runs.duckdb.")
     def retrieval_eval(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         from pipeline.defs.resources import cached_embedder
+        from pipeline.evaluate import METRICS, best_single_lane, format_ablation
 
         report = build.eval_stage(docsvault.settings(), sources, embedder_factory=cached_embedder)
-        overall = report["overall"]
-        meta: dict[str, Any] = {"n": int(overall.get("n", 0))}
-        for metric in ("hit@1", "hit@3", "mrr@10", "ndcg@10"):
+        overall, setups = report["overall"], report.get("setups") or {}
+        meta: dict[str, Any] = {"n": int(overall.get("n", 0)), "skipped": bool(report.get("skipped")),
+                                "history": dg.MetadataValue.path(report["history"]),
+                                "history_rows": int(report.get("history_rows", 0))}
+        for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
             if metric in overall:
                 meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
         for name, row in sorted(report.get("by_source", {}).items()):
             for metric in ("hit@3", "mrr@10"):
-                if metric in row:
-                    meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
-        rows = [[name, r.get("n", 0), *(f"{r.get(m, 0):.3f}" for m in ("hit@1", "hit@3", "mrr@10", "ndcg@10"))]
-                for name, r in sorted(report.get("by_source", {}).items())]
-        meta["by_source"] = _md_table(rows, ["source", "n", "hit@1", "hit@3", "MRR@10", "nDCG@10"])
-        context.log.info(f"eval: {overall}")
+                meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
+        for name, r in setups.items():
+            if r["overall"].get("n"):
+                meta[f"{name}/pooled_mrr_at_10"] = dg.MetadataValue.float(float(r["overall"]["mrr@10"]))
+        best = best_single_lane(setups)
+        if best is not None:
+            meta["best_single_lane"] = best[0]
+        if setups:
+            meta["ablation"] = dg.MetadataValue.md(format_ablation(setups, markdown=True))
+            meta["config"] = dg.MetadataValue.json(report.get("config", {}))
+        context.log.info(f"eval (hybrid): {overall}")
         return dg.MaterializeResult(metadata=meta)
 
-    return [link_graph, warehouse, search_index, hnsw_index_used, retrieval_eval]
+    def _last_eval(docsvault: DocsvaultResource) -> dict[str, Any]:
+        from pipeline.artifacts import load_state
+
+        return (load_state(docsvault.settings(), build.SHARED_STATE).get("eval") or {}).get("report") or {}
+
+    @dg.asset_check(asset=retrieval_eval, description="Hybrid pooled MRR@10 and hit@3 at or above their floors "
+                    "(DOCSVAULT_EVAL_MIN_MRR, DOCSVAULT_EVAL_MIN_HIT3); passes with a note when no case was scored.")
+    def eval_floors(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
+        from pipeline.evaluate import check_floors, floors_from_env
+
+        outcome = check_floors(_last_eval(docsvault), floors_from_env())
+        return dg.AssetCheckResult(passed=outcome.passed, metadata=outcome.metadata)
+
+    @dg.asset_check(asset=retrieval_eval, description="Hybrid pooled MRR@10 at or above the best single lane's.")
+    def hybrid_beats_single_lanes(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
+        from pipeline.evaluate import check_fusion_gain
+
+        outcome = check_fusion_gain(_last_eval(docsvault))
+        return dg.AssetCheckResult(passed=outcome.passed, metadata=outcome.metadata,
+                                   severity=dg.AssetCheckSeverity.WARN)
+
+    return [link_graph, warehouse, search_index, hnsw_index_used, retrieval_eval, eval_floors,
+            hybrid_beats_single_lanes]
 
 
 SHARED_STAGES = ("link_graph", "warehouse", "search_index", "retrieval_eval")
