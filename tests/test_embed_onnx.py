@@ -1,0 +1,146 @@
+"""The ONNX Runtime MiniLM: same vectors and token counts as torch, a torch-free query path, a self-healing cache.
+
+One module-scoped export (fp32, then int8 quantized from it) into a temp dir: ~10 s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from pipeline.embed import HashEmbedder, SentenceTransformerEmbedder, load_embedder
+from pipeline.errors import EmbeddingError
+from pipeline.onnx_embed import MINILM_ID, MINILM_INT8_ID, OnnxEmbedder, export_minilm
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = [
+    "How do I read a Parquet file?",
+    "DuckDB can query CSV files directly with read_csv_auto.",
+    "Obsidian stores notes as plain Markdown files in a vault folder.",
+    "Überprüfe die Konfiguration — café naïve 東京 🚀",
+    "x",
+    " ".join(["long text with many words about flows, tasks and deployments"] * 60),   # > 256 tokens: truncated
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("onnx")
+    export_minilm("fp32", d)
+    export_minilm("int8", d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def torch_vecs() -> np.ndarray:
+    return SentenceTransformerEmbedder().embed_documents(SENTENCES)
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1)
+
+
+def test_fp32_matches_torch(cache: Path, torch_vecs: np.ndarray):
+    e = OnnxEmbedder("fp32", cache, export=False)
+    vecs = e.embed_documents(SENTENCES)
+    assert vecs.shape == (len(SENTENCES), 384) and vecs.dtype == np.float32
+    assert _cos(vecs, torch_vecs).min() >= 0.9999
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
+    for i, s in enumerate(SENTENCES[:3]):                       # query path: same vector as the document path
+        assert _cos(e.embed_query(s), torch_vecs[i]) >= 0.9999
+
+
+def test_int8_close_to_torch(cache: Path, torch_vecs: np.ndarray):
+    vecs = OnnxEmbedder("int8", cache, export=False).embed_documents(SENTENCES)
+    cos = _cos(vecs, torch_vecs)
+    assert cos.min() >= 0.97 and cos.mean() >= 0.98
+
+
+def test_batching_does_not_change_vectors(cache: Path):
+    e = OnnxEmbedder("fp32", cache, export=False, batch_size=2)
+    together = e.embed_documents(SENTENCES)
+    alone = np.stack([e.embed_query(s) for s in SENTENCES])
+    assert _cos(together, alone).min() >= 0.9999
+
+
+def test_count_tokens_equals_hf_tokenizer(cache: Path):
+    st = SentenceTransformerEmbedder()
+    e = OnnxEmbedder("fp32", cache, export=False)
+    for s in [*SENTENCES, "", "  spaces  ", "a\u00a0b\tc\n\nd"]:
+        assert e.count_tokens(s) == st.count_tokens(s), s
+    assert e.count_tokens(SENTENCES[-1]) > e.max_tokens == st.max_tokens == 256
+
+
+def test_model_ids_differ_between_numeric_variants(monkeypatch: pytest.MonkeyPatch):
+    fp32, int8 = load_embedder("all-MiniLM-L6-v2"), load_embedder("minilm-int8")
+    assert isinstance(fp32, OnnxEmbedder) and isinstance(int8, OnnxEmbedder)
+    assert fp32.model_id == MINILM_ID == SentenceTransformerEmbedder().model_id   # same numbers as torch
+    assert int8.model_id == MINILM_INT8_ID != MINILM_ID
+    assert load_embedder(MINILM_INT8_ID).model_id == MINILM_INT8_ID
+    assert load_embedder(MINILM_ID).model_id == MINILM_ID
+    assert fp32._sessions == {} and fp32._tok is None                              # constructing loads nothing
+    monkeypatch.setenv("DOCSVAULT_EMBED_BACKEND", "torch")
+    assert isinstance(load_embedder("all-MiniLM-L6-v2"), SentenceTransformerEmbedder)
+    assert isinstance(load_embedder("minilm-int8"), OnnxEmbedder)                  # no torch twin
+
+
+def test_query_path_imports_no_torch(cache: Path):
+    code = (
+        "import sys, json\n"
+        "from pipeline.embed import load_embedder\n"
+        f"e = load_embedder({MINILM_ID!r})\n"
+        "v = e.embed_query('how do I read a parquet file')\n"
+        "print(json.dumps({'mods': [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules],"
+        " 'cls': type(e).__name__, 'norm': float((v * v).sum())}))\n"
+    )
+    env = {**os.environ, "DOCSVAULT_ONNX_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("DOCSVAULT_EMBED_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"mods": [], "cls": "OnnxEmbedder", "norm": pytest.approx(1.0, abs=1e-5)}
+
+
+def test_corrupt_model_is_exported_again(cache: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
+    model = tmp_path / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "model.onnx"
+    size = model.stat().st_size
+    model.write_bytes(b"\0" * size)                    # same size: passes the cheap check, ONNX Runtime refuses it
+    with caplog.at_level(logging.WARNING, logger="pipeline.onnx_embed"):
+        vec = OnnxEmbedder("int8", tmp_path).embed_query("hello world")
+    assert "corrupt" in caplog.text
+    assert np.linalg.norm(vec) == pytest.approx(1.0, abs=1e-5)
+    assert model.read_bytes()[:4] != b"\0\0\0\0"
+
+
+def test_truncated_model_with_export_off_says_how_to_fix(cache: Path, tmp_path: Path):
+    shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
+    model = tmp_path / "sentence_transformers_all_minilm_l6_v2" / "model.onnx"
+    model.write_bytes(model.read_bytes()[:1000])
+    with pytest.raises(EmbeddingError, match=r"no usable ONNX model .*export_minilm\('fp32'\)"):
+        OnnxEmbedder("fp32", tmp_path, export=False).embed_query("x")
+
+
+def test_missing_model_falls_back_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    fake = HashEmbedder(384)
+    e = OnnxEmbedder("fp32", tmp_path, export=False, fallback=lambda: fake)
+    with caplog.at_level(logging.WARNING, logger="pipeline.onnx_embed"):
+        np.testing.assert_array_equal(e.embed_query("alpha"), fake.embed_query("alpha"))
+        np.testing.assert_array_equal(e.embed_documents(["a", "b"]), fake.embed_documents(["a", "b"]))
+    assert caplog.text.count("using the torch model") == 1
+    assert not (tmp_path / "sentence_transformers_all_minilm_l6_v2" / "model.onnx").exists()
+
+
+def test_meta_records_the_variant(cache: Path):
+    meta = json.loads((cache / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "meta.json").read_text())
+    assert meta["variant"] == "int8" and meta["model_id"] == MINILM_INT8_ID
+    assert meta["bytes"] == (cache / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "model.onnx").stat().st_size
