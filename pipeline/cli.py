@@ -380,6 +380,8 @@ def search(
     context: Annotated[int | None, typer.Option("--context", "-C", metavar="N", min=0, max=20, help="Show N lines of the note around each hit's matching lines, like grep -C.")] = None,
 ) -> None:
     """Hybrid search (BM25 + vector, RRF k=60, at most 2 chunks per note)."""
+    if not query.strip():
+        fail("query is empty: pass words or a question")
     try:
         searcher = _open_searcher()
         try:
@@ -464,11 +466,14 @@ def read(
     as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter).")] = False,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
-    from pipeline.reader import find_note, read_note
+    from pipeline.reader import NoteNotFoundError, find_note, read_note
 
     s = settings()
     try:
         pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
+    except NoteNotFoundError as exc:
+        fail(skipped_reason(s, note) or str(exc))
+        return
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
@@ -605,6 +610,28 @@ def _skipped_files(s: Settings, source: str) -> int:
         return 0
 
 
+def skipped_reason(s: Settings, note: str) -> str | None:
+    """Why the last build skipped ``note`` (a vault path ``source/path.md`` or a source path), from the sources'
+    errors files; None when no build skipped it. Used when a note cannot be read."""
+    if not s.state_dir.is_dir():
+        return None
+    note = note.strip().strip("/")
+    for path in sorted(s.state_dir.glob("*.errors.txt")):
+        source = path.name[: -len(".errors.txt")]
+        wanted = {note, note[len(source) + 1:] if note.startswith(source + "/") else note}
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            prefix = f"source '{source}': "
+            for sp in wanted:
+                if line.startswith(f"{prefix}{sp}: "):
+                    return (f"{source}/{sp} is not in the vault: the last build skipped it "
+                            f"({line[len(prefix) + len(sp) + 2:]})")
+    return None
+
+
 def status_data(s: Settings) -> dict[str, Any]:
     """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
     from pipeline.artifacts import load_state
@@ -667,7 +694,8 @@ def status(
             typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
                        f"{errors_file(settings(), r['name'])}")
         if r["fetch_status"] == "failed" and r["fetch_error"]:
-            typer.echo(f"  {r['name']}: last fetch failed (its last good copy serves search): {r['fetch_error']}")
+            kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
+            typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
     w = data["warehouse"]
     if w["built"]:
         typer.echo(f"warehouse: {w['path']} ({w['bytes'] / 1e6:.1f} MB), built {w['built_at'] or '?'}: "

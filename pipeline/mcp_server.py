@@ -136,9 +136,15 @@ class VaultService:
 
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
         """One ~1,000-char page of a vault note, with page/pages and the call for the next page."""
+        from pipeline.reader import NoteNotFoundError
+
         s = self.settings
         try:
             pg = read_note(s.vault_dir, find_note(s.vault_dir, path, s.warehouse_path), page)
+        except NoteNotFoundError as exc:
+            from pipeline.cli import skipped_reason
+
+            raise ToolFailure(skipped_reason(s, path) or str(exc)) from None
         except ValueError as exc:
             raise ToolFailure(str(exc)) from None
         out = pg.to_dict()

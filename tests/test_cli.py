@@ -87,6 +87,12 @@ def test_search_without_warehouse_says_build_first(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_empty_query_is_an_error_as_in_mcp(tmp_path: Path) -> None:
+    for query in ("", "   "):
+        result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
+        assert (result.exit_code, result.output) == (1, "error: query is empty: pass words or a question\n")
+
+
 def test_bad_sources_file_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "sources.yaml"
     bad.write_text("sources:\n  - name: x\n    kind: ftp\n    url: https://x\n", encoding="utf-8")

@@ -35,6 +35,19 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
         f"  tiny: 1 file(s) skipped, each with its reason in {errors}",
     ]
 
+    skipped = ("error: tiny/Blank.md is not in the vault: the last build skipped it (empty file (no text); add "
+               "content or exclude it)\n")
+    assert runner.invoke(app, ["read", "Blank.md"]).output == skipped           # a source path, or a vault path
+    assert runner.invoke(app, ["read", "tiny/Blank.md"]).output == skipped
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    try:
+        VaultService(Settings.from_env()).read("tiny/Blank.md")
+    except ToolFailure as exc:
+        assert str(exc) == skipped[len("error: "):-1]
+    else:
+        raise AssertionError("reading a skipped note must be a tool error")
+
     # a missing folder (unmounted drive, renamed folder): an error, the last good copy keeps serving
     moved = tiny_env / "moved"
     folder.rename(moved)
@@ -45,6 +58,8 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     row = json.loads(_run("status", "--json")[0])["sources"][0]
     assert (row["notes"], row["fetch_status"]) == (5, "failed")
     assert row["fetch_error"].startswith(f"source 'tiny': local path {folder} does not exist")
+    assert f"  tiny: last fetch failed: {row['fetch_error']}; its last good copy (5 notes) still serves search" \
+        in _run("status")[0].splitlines()
 
     # the folder back, every note deleted: an empty source, exit 0, one warning
     moved.rename(folder)
@@ -56,8 +71,6 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
     assert out.splitlines()[2].startswith("warehouse: 0 notes, 0 chunks -> ")
     assert _run("search", "ducks")[0] == "No results\n"
-    from pipeline.mcp_server import VaultService
-
     assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
     assert list((tiny_env / "vault").rglob("*.md")) == []
     row = json.loads(_run("status", "--json")[0])["sources"][0]
