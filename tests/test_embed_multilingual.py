@@ -26,6 +26,13 @@ from pipeline.embed import (
 )
 from pipeline.errors import EmbeddingError
 
+
+@pytest.fixture(autouse=True)
+def _torch_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the torch path and the C engine (ONNX: tests/test_embed_onnx.py); no ONNX export."""
+    monkeypatch.setenv("DOCSVAULT_EMBED_BACKEND", "torch")
+
+
 SHARED = Path("/work/shared")
 
 

