@@ -63,7 +63,8 @@ def test_load_embedder_specs():
     st = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
     assert st.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert st._model is None  # constructing is cheap: nothing loaded yet
-    assert load_embedder("all-MiniLM-L6-v2").model_id == st.model_id   # ONNX or torch: same model id
+    assert load_embedder("sentence-transformers/all-MiniLM-L6-v2").model_id == st.model_id   # ONNX or torch
+    assert load_embedder("all-MiniLM-L6-v2").model_id == "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"
     with pytest.raises(EmbeddingError, match="hash:<dim>"):
         load_embedder("hash:x")
     with pytest.raises(EmbeddingError):

@@ -82,15 +82,18 @@ def test_count_tokens_equals_hf_tokenizer(cache: Path):
 
 
 def test_model_ids_differ_between_numeric_variants(monkeypatch: pytest.MonkeyPatch):
-    fp32, int8 = load_embedder("all-MiniLM-L6-v2"), load_embedder("minilm-int8")
+    fp32, int8 = load_embedder("minilm-fp32"), load_embedder("minilm-int8")
     assert isinstance(fp32, OnnxEmbedder) and isinstance(int8, OnnxEmbedder)
     assert fp32.model_id == MINILM_ID == SentenceTransformerEmbedder().model_id   # same numbers as torch
     assert int8.model_id == MINILM_INT8_ID != MINILM_ID
+    assert load_embedder("all-MiniLM-L6-v2").model_id == MINILM_INT8_ID            # the default spec: int8
     assert load_embedder(MINILM_INT8_ID).model_id == MINILM_INT8_ID
     assert load_embedder(MINILM_ID).model_id == MINILM_ID
     assert fp32._sessions == {} and fp32._tok is None                              # constructing loads nothing
     monkeypatch.setenv("DOCSVAULT_EMBED_BACKEND", "torch")
-    assert isinstance(load_embedder("all-MiniLM-L6-v2"), SentenceTransformerEmbedder)
+    for spec in ("all-MiniLM-L6-v2", "minilm-fp32", MINILM_ID):
+        e = load_embedder(spec)
+        assert isinstance(e, SentenceTransformerEmbedder) and e.model_id == MINILM_ID
     assert isinstance(load_embedder("minilm-int8"), OnnxEmbedder)                  # no torch twin
 
 
