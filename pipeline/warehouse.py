@@ -705,6 +705,23 @@ def brute_force_search(
     return [(r[0], float(r[1])) for r in rows[: int(k)]]
 
 
+def load_live_vectors(con: duckdb.DuckDBPyConnection, table: str) -> tuple[list[str], np.ndarray]:
+    """All live vectors of a model (base rows not marked dead, plus the delta rows), for an exact in-memory scan.
+
+    Returns:
+        ``(chunk_ids, vectors)``: ids in row order and float32 (n, dim), L2-normalised as stored. Memory: n x dim x 4
+        bytes (30k chunks x 384-d = 46 MB).
+    """
+    dim = _table_dim(con, table)
+    tbl = con.execute(f"SELECT chunk_id, emb FROM {_live_sql(table)} ORDER BY chunk_id").fetch_arrow_table()
+    ids = tbl.column("chunk_id").to_pylist()
+    emb = tbl.column("emb").combine_chunks()
+    if len(ids) == 0:
+        return [], np.zeros((0, dim), dtype=np.float32)
+    flat = emb.flatten().to_numpy(zero_copy_only=False)      # FixedSizeList -> its values, offsets respected
+    return ids, np.ascontiguousarray(flat, dtype=np.float32).reshape(len(ids), dim)
+
+
 def vectors_by_text_hash(con: duckdb.DuckDBPyConnection, model_id: str, hashes: Sequence[str]
                          ) -> dict[str, np.ndarray]:
     """Stored vectors of a model for chunk text hashes (the warehouse doubles as an embedding cache).

@@ -214,7 +214,7 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     assert hit["lanes"] == {"bm25": 1, "vector": 1}
     assert hit["explain"] == {"bm25": {"rank": 1, "weight": 1.0, "score": 0.016393},
                               "vector": {"rank": 1, "weight": 1.0, "score": 0.016393}}
-    assert run("search", "ベクトル検索", "-k", "1").splitlines()[0] == " 1. 0.0320  tiny/ja/検索.md"
+    assert run("search", "ベクトル検索", "-k", "1").splitlines()[0] == " 1. 0.0328  tiny/ja/検索.md"
 
     assert run("read", "tiny/Install guide.md") == (
         "tiny/Install guide.md — Install guide (page 1/1)\n\n# Install guide\n\nHow to install the tool on your "

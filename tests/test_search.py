@@ -216,3 +216,32 @@ def test_keywords_and_tags_are_bm25_fields(tmp_path: Path):
     with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:
         assert [h.source_path for h in s.search("zeppelin", k=3, lanes=("bm25",))] == ["kw.md"]
         assert [h.source_path for h in s.search("airship", k=3, lanes=("bm25",))] == ["kw.md"]
+
+
+def test_exact_vector_lane_equals_brute_force_and_hnsw_path(tmp_path: Path):
+    """The in-memory exact scan (default below EXACT_MAX_ROWS) ranks chunks exactly as the warehouse's brute-force
+    scan, with the source filter applied before ranking; the HNSW path (exact_max_rows=0) finds the same pages on a
+    toy corpus."""
+    import numpy as np
+
+    path = tmp_path / "warehouse.duckdb"
+    _build(path)
+    factory = CountingFactory()
+    with Searcher(path, embedder_factory=factory) as exact, \
+            Searcher(path, embedder_factory=factory, exact_max_rows=0) as hnsw:
+        table = exact.models[0]["table_name"]
+        for query in ("warehouse file", "search filters", "ベクトル検索"):
+            q = factory(exact.models[0]["model_id"]).embed_query(query)
+            kept = exact._exact_knn(table, q, None, None)
+            con = wh.connect(path, read_only=True)
+            try:
+                brute = wh.brute_force_search(con, table, q, 100)
+            finally:
+                con.close()
+            assert [c for c, _ in kept] == [c for c, _ in brute]
+            assert np.allclose([s for _, s in kept], [1.0 - d for _, d in brute], atol=1e-5)
+            only_api = exact._exact_knn(table, q, frozenset({"api"}), None)
+            assert [c for c, _ in only_api] == [c for c, _ in brute if exact._source_of[c] == "api"]
+            for source in (None, "guide"):   # same pages (tied scores of the toy vectors may order differently)
+                assert ({p for p, *_ in exact.rank_pages(query, source=source, lanes=["vector"])}
+                        == {p for p, *_ in hnsw.rank_pages(query, source=source, lanes=["vector"])})
