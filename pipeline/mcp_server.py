@@ -83,7 +83,7 @@ class VaultService:
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._searcher: Any = None
-        self._identity: tuple[int, int, int] | None = None
+        self._identity: tuple[int, int, int, int | None] | None = None
 
     # ---- searcher (reopened when a build swapped the file) ----
     def searcher(self) -> Any:
@@ -95,12 +95,17 @@ class VaultService:
             st = path.stat()
         except FileNotFoundError:
             raise ToolFailure(f"no warehouse at {path}: run `docsvault build` first (or the refresh tool)") from None
-        ident = (st.st_ino, st.st_mtime_ns, st.st_size)
+        try:    # an edited synonyms file takes effect at the next search, as in the CLI
+            syn = self.settings.synonyms_file.stat().st_mtime_ns
+        except OSError:
+            syn = None
+        ident = (st.st_ino, st.st_mtime_ns, st.st_size, syn)
         with self._lock:
             if self._searcher is None or ident != self._identity:
                 # the old Searcher is not closed here: a search in another thread may still use it; it closes when
                 # the last reference goes
-                self._searcher = Searcher(path, embedder_factory=self._factory, query_threads=1)
+                self._searcher = Searcher(path, embedder_factory=self._factory, query_threads=1,
+                                          synonyms=self.settings.synonyms_file)
                 self._identity = ident
                 log.info("opened warehouse %s (%d sources)", path, len(self._searcher.sources))
             return self._searcher

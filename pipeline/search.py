@@ -26,6 +26,7 @@ from pipeline.bm25 import Bm25Index
 from pipeline.embed import Embedder, load_embedder
 from pipeline.errors import UnknownSourceError
 from pipeline.models import Hit
+from pipeline.synonyms import Synonyms, load_synonyms
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,11 @@ class Searcher:
             a lane fetches ``lane_depth x rows / rows in the wanted sources``, at most this many).
         exact_max_rows: a model with at most this many vectors is searched exactly in memory instead of through
             HNSW (default ``EXACT_MAX_ROWS``, env ``DOCSVAULT_EXACT_MAX_ROWS``; 0 = always HNSW).
+        synonyms: BM25 query expansion (:mod:`pipeline.synonyms`), or the path of a synonyms file (missing = none).
 
     Raises:
         WarehouseNotBuiltError, WarehouseCorruptError: see :func:`pipeline.warehouse.connect`.
+        SynonymsError: the synonyms file is malformed.
     """
 
     def __init__(
@@ -175,6 +178,7 @@ class Searcher:
         chunks_per_page: int = 2,
         max_vector_fetch: int = 1000,
         exact_max_rows: int = EXACT_MAX_ROWS,
+        synonyms: Synonyms | Path | None = None,
         graph_seeds: int = 10,
         default_lanes: Sequence[str] = DEFAULT_LANES,
         query_threads: int | None = None,
@@ -189,6 +193,8 @@ class Searcher:
         self.chunks_per_page = chunks_per_page
         self.max_vector_fetch = max_vector_fetch
         self.exact_max_rows = exact_max_rows
+        self.synonyms = (load_synonyms(synonyms, self.analyzer.tokens) if isinstance(synonyms, Path)
+                         else synonyms or Synonyms())
         self.graph_seeds = graph_seeds
         self.default_lanes = tuple(default_lanes)
         self.query_threads = query_threads
@@ -309,7 +315,7 @@ class Searcher:
             doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
             note_mask = np.isin(doc_notes, list(notes))
             mask = note_mask if mask is None else (mask & note_mask)
-        tokens = self.analyzer.tokens(query)
+        tokens = self.synonyms.expand(self.analyzer.tokens(query))
         depth = self.lane_depth
         while True:
             hits = self._bm25.search(tokens, depth, mask)
@@ -538,7 +544,7 @@ class Searcher:
                     chosen.append((note_id, score, ranks, cid))
             chosen = chosen[:k]
             rows = wh.fetch_chunks(self._con, [c[3] for c in chosen])
-        terms = self.analyzer.tokens(query)
+        terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
         hits = []
         for i, (note_id, score, ranks, cid) in enumerate(chosen, start=1):
             row = rows.get(cid)
