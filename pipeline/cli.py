@@ -364,9 +364,18 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 
 
 def _open_searcher() -> Searcher:
+    from pipeline.errors import WarehouseNotBuiltError
+    from pipeline.lock import running_build
     from pipeline.search import Searcher
 
-    return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file)
+    try:
+        return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file)
+    except WarehouseNotBuiltError as exc:
+        running = running_build(settings().data_dir)
+        if running:
+            raise WarehouseNotBuiltError(f"no warehouse at {settings().warehouse_path} yet: the first build is "
+                                         f"running ({running}); search works when it has finished") from exc
+        raise
 
 
 @app.command()

@@ -209,3 +209,17 @@ def build_lock(data_dir: Path, wait: float = 0.0) -> Iterator[BuildLock]:
         yield lock
     finally:
         lock.release()
+
+
+def running_build(data_dir: Path) -> str | None:
+    """``"pid N on HOST, started at T"`` when a live build holds ``<data_dir>/build.lock``, else None.
+
+    Best effort, for messages (a reader never waits for the lock): the holder's pid must be alive on this host.
+    """
+    import socket
+
+    info = lock_holder(Path(data_dir) / LOCK_NAME)
+    pid = info.get("pid")
+    if not isinstance(pid, int) or info.get("host") not in (None, socket.gethostname()) or not pid_alive(pid):
+        return None
+    return _describe(info)

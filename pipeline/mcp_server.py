@@ -94,6 +94,12 @@ class VaultService:
         try:
             st = path.stat()
         except FileNotFoundError:
+            from pipeline.lock import running_build
+
+            running = running_build(self.settings.data_dir)
+            if running:
+                raise ToolFailure(f"no warehouse at {path} yet: the first build is running ({running}); "
+                                  f"search works when it has finished") from None
             raise ToolFailure(f"no warehouse at {path}: run `docsvault build` first (or the refresh tool)") from None
         try:    # an edited synonyms file takes effect at the next search, as in the CLI
             syn = self.settings.synonyms_file.stat().st_mtime_ns

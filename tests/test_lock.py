@@ -107,3 +107,24 @@ def test_run_build_refuses_while_another_build_runs(tiny_env: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_search_before_the_first_build_finishes_says_it_is_running(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.lock import running_build
+
+    data = tmp_path / "data"
+    data.mkdir()
+    assert running_build(data) is None
+    with build_lock(data):
+        running = running_build(data)
+        assert running is not None and running.startswith(f"pid {os.getpid()} on ")
+        result = CliRunner().invoke(app, ["--data", str(data), "search", "anything"])
+    assert result.exit_code == 1
+    assert result.output == (f"error: no warehouse at {data / 'warehouse.duckdb'} yet: the first build is running "
+                             f"({running}); search works when it has finished\n")
+    assert running_build(data) is None
+    result = CliRunner().invoke(app, ["--data", str(data), "search", "anything"])
+    assert result.output == f"error: no warehouse at {data / 'warehouse.duckdb'}: run `docsvault build` first\n"
