@@ -551,6 +551,7 @@ def eval_(
         format_ablation,
         format_history,
         format_report,
+        format_unreachable,
         load_cases,
         run_ablation,
         run_eval,
@@ -588,8 +589,9 @@ def eval_(
 
     def public(report: dict[str, Any]) -> dict[str, Any]:
         out = {k: report[k] for k in ("overall", "by_source", "by_kind") if k in report}
-        if report.get("skipped"):
-            out["skipped"] = report["skipped"]
+        for key in ("skipped", "unreachable"):
+            if report.get(key):
+                out[key] = report[key]
         return out
 
     if setups is None:
@@ -600,6 +602,9 @@ def eval_(
         typer.echo(json.dumps({name: public(r) for name, r in reports.items()}, ensure_ascii=False, indent=2))
         return
     typer.echo(format_ablation(reports))
+    extra = format_unreachable(next(iter(reports.values()), {}))
+    if extra:
+        typer.echo("\n".join(extra))
 
 
 # ---------------------------------------------------------------------------------------------------------------

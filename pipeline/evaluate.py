@@ -217,17 +217,24 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     Returns:
         ``{"overall": {"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}, "by_source": {source: {...}},
         "by_kind": {kind: {...}}, "cases": [{"id", "query", "corpus", "kind", "rank", "top", **metrics}],
-        "skipped": [{"id", "corpus", "reason"}], "lanes": [...]}``; ``rank`` is the first expected page's rank
-        (None beyond 10), ``top`` the first 3 source paths.
+        "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id", "corpus", "expected"}], "lanes": [...]}``;
+        ``rank`` is the first expected page's rank (None beyond 10), ``top`` the first 3 source paths;
+        ``unreachable`` lists scored cases none of whose expected pages is in the warehouse (only when the searcher
+        has ``page_paths(source) -> set of source paths``).
     """
     known = set(searcher.sources)
     per_case: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
+    unreachable: list[dict[str, Any]] = []
+    page_paths = getattr(searcher, "page_paths", None)
     for case in cases:
         if case.corpus not in known:
             skipped.append({"id": case.id, "corpus": case.corpus,
                             "reason": f"source {case.corpus!r} is not in the warehouse"})
             continue
+        if page_paths is not None and not set(case.expected) & page_paths(case.corpus):
+            # still scored (a miss), but named: a typo in the case or a page the build skipped can never be found
+            unreachable.append({"id": case.id, "corpus": case.corpus, "expected": list(case.expected)})
         ranked = [path for _, path, _ in searcher.rank_pages(case.query, source=case.corpus, lanes=lanes,
                                                              depth=DEPTH)]
         metrics = case_metrics(ranked, case.expected)
@@ -247,6 +254,7 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         "by_kind": {k: _aggregate(v) for k, v in sorted(by_kind.items())},
         "cases": per_case,
         "skipped": skipped,
+        "unreachable": unreachable,
     }
 
 
@@ -273,11 +281,24 @@ def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
                 rank = "-" if c["rank"] is None else str(c["rank"])
                 lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
                 lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
+    lines.extend(format_unreachable(report))
     if report.get("skipped"):
         lines += ["", f"skipped ({len(report['skipped'])}, source not in the warehouse):"]
         for s in report["skipped"]:
             lines.append(f"  {s['id']:<22} {s['corpus']}")
     return "\n".join(lines)
+
+
+def format_unreachable(report: Mapping[str, Any]) -> list[str]:
+    """Lines naming the cases whose expected pages are not in the warehouse ([] when none)."""
+    rows = report.get("unreachable") or []
+    if not rows:
+        return []
+    lines = ["", f"expected page not in the warehouse ({len(rows)}; scored as misses: fix the path in the case, or "
+                 f"see the source's skipped files in `docsvault status`):"]
+    for r in rows:
+        lines.append(f"  {r['id']:<22} {r['corpus']}: {' | '.join(r['expected'])}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -567,6 +567,10 @@ class Searcher:
             )
         return hits
 
+    def page_paths(self, source: str) -> set[str]:
+        """Source paths of the pages (notes) of one source in the warehouse; empty for an unknown source."""
+        return {path for nid, path in self._note_path.items() if self._note_source.get(nid) == source}
+
     def rank_pages(
         self,
         query: str,

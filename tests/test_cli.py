@@ -156,6 +156,17 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     report = json.loads(result.output)
     assert report["overall"]["n"] == 2
     assert set(report["overall"]) == {"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}
+    assert "unreachable" not in report
+    typo = tiny_env / "typo.yaml"
+    typo.write_text("corpus: tiny\ncases:\n  - id: bad1\n    query: ducks\n    expected: ['Duck.md']\n",
+                    encoding="utf-8")
+    result = runner.invoke(app, ["eval", str(typo)])
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith(
+        "\nexpected page not in the warehouse (1; scored as misses: fix the path in the case, or see the source's "
+        "skipped files in `docsvault status`):\n  bad1                   tiny: Duck.md\n")
+    assert json.loads(runner.invoke(app, ["eval", str(typo), "--json"]).output)["unreachable"] == [
+        {"id": "bad1", "corpus": "tiny", "expected": ["Duck.md"]}]
     result = runner.invoke(app, ["search", "ducks", "--source", "nope"])
     assert result.exit_code == 1
     assert "tiny" in result.output           # names the known sources
