@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,18 @@ def _npy(array: np.ndarray) -> bytes:
 
 def _from_npy(blob: bytes) -> np.ndarray:
     return np.load(io.BytesIO(blob), allow_pickle=False)
+
+
+def _pack(data: bytes) -> bytes:
+    """zlib (level 1: ~2x smaller, ~40 ms to unpack the whole index of 30k chunks)."""
+    return zlib.compress(data, 1)
+
+
+def _unpack(blob: bytes) -> bytes:
+    """A blob of :meth:`Bm25Index.to_blobs`: zlib data (first byte 0x78), or raw bytes as written before (``.npy``
+    starts with 0x93, JSON with ``{``/``[``)."""
+    blob = bytes(blob)
+    return zlib.decompress(blob) if blob[:1] == b"\x78" else blob
 
 
 class Bm25Index:
@@ -129,12 +142,14 @@ class Bm25Index:
 
     # ---- persistence ----
     def to_blobs(self) -> dict[str, bytes]:
-        """Serialize: ``.npy`` bytes of the sparse score matrix, JSON of vocabulary, ids and parameters."""
+        """Serialize: ``.npy`` bytes of the sparse score matrix, JSON of vocabulary and ids (each zlib-compressed:
+        the index is rewritten by every warehouse update, half the bytes is half the file growth) and JSON of the
+        parameters."""
         s = self._bm25.scores
         params = {"k1": self._bm25.k1, "b": self._bm25.b, "method": self._bm25.method, "num_docs": int(s["num_docs"])}
-        blobs = {name: _npy(s[name]) for name in _ARRAYS}
-        blobs["vocab"] = json.dumps(self._vocab, ensure_ascii=False).encode("utf-8")
-        blobs["doc_ids"] = json.dumps(self.doc_ids).encode("utf-8")
+        blobs = {name: _pack(_npy(s[name])) for name in _ARRAYS}
+        blobs["vocab"] = _pack(json.dumps(self._vocab, ensure_ascii=False).encode("utf-8"))
+        blobs["doc_ids"] = _pack(json.dumps(self.doc_ids).encode("utf-8"))
         blobs["params"] = json.dumps(params).encode("utf-8")
         return blobs
 
@@ -146,16 +161,16 @@ class Bm25Index:
             WarehouseCorruptError: a blob is missing or unreadable.
         """
         try:
-            params: dict[str, Any] = json.loads(blobs["params"])
+            params: dict[str, Any] = json.loads(_unpack(blobs["params"]))
             retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
-            scores = {name: _from_npy(blobs[name]) for name in _ARRAYS}
+            scores = {name: _from_npy(_unpack(blobs[name])) for name in _ARRAYS}
             scores["num_docs"] = int(params["num_docs"])
             retriever.scores = scores
-            retriever.vocab_dict = {str(k): int(v) for k, v in json.loads(blobs["vocab"]).items()}
+            retriever.vocab_dict = {str(k): int(v) for k, v in json.loads(_unpack(blobs["vocab"])).items()}
             retriever.unique_token_ids_set = set(retriever.vocab_dict.values())
             retriever.nonoccurrence_array = None
-            doc_ids = json.loads(blobs["doc_ids"])
-        except (KeyError, ValueError, TypeError) as exc:
+            doc_ids = json.loads(_unpack(blobs["doc_ids"]))
+        except (KeyError, ValueError, TypeError, zlib.error) as exc:
             raise WarehouseCorruptError(
                 f"the BM25 index in the warehouse is unreadable ({exc!r}); run `docsvault build` to rebuild it"
             ) from exc

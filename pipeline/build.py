@@ -196,6 +196,54 @@ def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
                     )
 
 
+class JsonCache:
+    """key -> JSON value in one file; :meth:`save` keeps only the entries read or written since it was opened
+    (written atomically, and only when they differ from what was loaded). For per-file parse results that a
+    rebuild reuses for unchanged inputs; the file name carries the code version of what produced the values."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.hits = 0
+        self.misses = 0
+        self._used: dict[str, Any] = {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self._data: dict[str, Any] = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            self._data = {}
+
+    def get(self, key: str) -> Any:
+        value = self._used.get(key, self._data.get(key))
+        if value is not None:
+            self.hits += 1
+            self._used[key] = value
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.misses += 1
+        self._used[key] = value
+
+    def save(self, stale: Sequence[Path] = ()) -> None:
+        """Write the used entries (when changed) and remove ``stale`` files (older versions of this cache)."""
+        if self.misses or len(self._used) != len(self._data):
+            artifacts.write_atomic(self.path, json.dumps(self._used, ensure_ascii=False,
+                                                         separators=(",", ":")).encode("utf-8"))
+        for old in stale:
+            if old != self.path:
+                old.unlink(missing_ok=True)
+
+
+def _versioned_cache(settings: Settings, kind: str, name: str, stage: str) -> tuple[JsonCache, list[Path]]:
+    """(``<cache>/<kind>/<name>.<code version of stage>.json``, the same cache's files of other code versions)."""
+    import re
+
+    folder = settings.cache_dir / kind
+    cache = JsonCache(folder / f"{name}.{code_version(stage)}.json")
+    pattern = re.compile(rf"^{re.escape(name)}\.[0-9a-f]{{16}}\.json$")
+    stale = [p for p in folder.iterdir() if pattern.match(p.name)] if folder.is_dir() else []
+    return cache, stale
+
+
 # ---------------------------------------------------------------- per source
 def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
     """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
@@ -250,18 +298,21 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
             return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
                     "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
         started = time.perf_counter()
-        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now())
+        cache, stale = _versioned_cache(settings, "normalize", source.name, "normalize")
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(), cache=cache)
         if not result.notes and fetched.files:
             raise PipelineError(
                 f"source '{source.name}': none of its {len(fetched.files)} files could be normalized; "
                 f"first error: {result.errors[0] if result.errors else 'unknown'}"
             )
         artifacts.save_notes(settings, source.name, result.notes)
+        cache.save(stale)
         report = write_report(settings, source.name, result)   # every skipped file, every dangling link
         artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=_file_sha(path),
                                notes=len(result.notes), normalize_errors=len(result.errors),
                                normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
     return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
+            "parsed": cache.misses, "parse_cached": cache.hits,
             "dangling": len(result.dangling), "errors_file": str(report["errors"]),
             "dangling_file": str(report["dangling"]), "skipped": False,
             "seconds": round(time.perf_counter() - started, 3)}
@@ -294,6 +345,44 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         "vault_dir": vault_dir,
         "skipped": False,
     }
+
+
+def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
+    """Every ``.md`` file under ``vault/<source>/`` has frontmatter that parses and carries ``source_path``.
+
+    Returns ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid`` (up to 10 rel paths). The
+    result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
+    """
+    from pipeline.errors import NoteError
+    from pipeline.vault import parse_note
+
+    root = settings.vault_dir / source.name
+    files = sorted(root.rglob("*.md")) if root.is_dir() else []
+    rows = []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            rows.append((str(path.relative_to(root)), -1, -1))
+        else:
+            rows.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
+    key = _digest(rows, code_version("vault"))
+    last = artifacts.load_state(settings, source.name).get("frontmatter_check") or {}
+    if last.get("key") == key:
+        return {**last.get("result", {}), "cached": True}
+    bad: list[str] = []
+    for path in files:
+        rel = str(path.relative_to(root))
+        try:
+            fm, _ = parse_note(path.read_bytes(), rel)
+        except (OSError, NoteError):
+            fm = None
+        if not isinstance(fm, dict) or not fm.get("source_path"):
+            bad.append(rel)
+    result = {"notes": len(files), "invalid": len(bad), "first_invalid": bad[:10]}
+    with _locked(settings):
+        artifacts.update_state(settings, source.name, frontmatter_check={"key": key, "result": result})
+    return {**result, "cached": False}
 
 
 def _note_hash(note: Note) -> str:
@@ -445,12 +534,27 @@ def _graph_key(settings: Settings, names: Sequence[str]) -> str:
     return _digest([(n, vault_listing(settings, n)) for n in names], code_version("graph"))
 
 
+def _build_graph(settings: Settings, notes: Sequence[Note]) -> Any:
+    """``graph.build_graph`` with the links of unchanged note bodies taken from ``<cache>/graph/links-<code>.json``."""
+    from pipeline.graph import LinksCache, build_graph
+
+    folder = settings.cache_dir / "graph"
+    path = folder / f"links-{code_version('graph')}.json"
+    cache = LinksCache(path)
+    lg = build_graph(notes, parse=cache.parse)
+    cache.save()
+    for old in folder.glob("links-*.json") if cache.misses and folder.is_dir() else ():
+        if old != path:
+            old.unlink(missing_ok=True)
+    return lg
+
+
 def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]:
     """Link graph over every built source's vault notes -> <data>/graph/links.graphml and links.json.
 
     Skipped when no vault folder changed since the last export (the metadata is the last run's).
     """
-    from pipeline.graph import build_graph, export_graph
+    from pipeline.graph import export_graph
     from pipeline.vault import read_notes
 
     with _locked(settings):
@@ -463,7 +567,7 @@ def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
                 and last.get("json_sha") == _file_sha(paths["json"]):
             return {**last.get("meta", {}), "skipped": True}
         notes = read_notes(settings.vault_dir, names)
-        lg = build_graph(notes)
+        lg = _build_graph(settings, notes)
         paths = export_graph(lg, settings.graph_dir)
         meta = {
             "nodes": lg.graph.number_of_nodes(),
@@ -603,7 +707,6 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
 
     from pipeline.bm25 import build_chunk_index
     from pipeline.embed import EmbeddingCache
-    from pipeline.graph import build_graph
     from pipeline.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
@@ -632,7 +735,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         if exported is not None:
             edges, metrics = exported
         else:
-            lg = build_graph(notes)
+            lg = _build_graph(settings, notes)
             edges = lg.edges
             metrics = {nid: (int(a.get("in_degree", 0)), float(a.get("pagerank", 0.0)))
                        for nid, a in lg.graph.nodes(data=True)}

@@ -37,6 +37,7 @@ __all__ = [
     "ATTACHMENT_EXTENSIONS",
     "LinkGraph",
     "LinkResolver",
+    "LinksCache",
     "build_graph",
     "export_graph",
     "parse_links",
@@ -295,7 +296,53 @@ class LinkGraph(NamedTuple):
     attachments: int
 
 
-def build_graph(notes: Sequence[Note]) -> LinkGraph:
+class LinksCache:
+    """:func:`parse_links` results keyed by the sha1 of the note body, kept in one JSON file between builds.
+
+    Parsing (markdown-it, for the code masking) is most of the graph's cost; a rebuild parses only the bodies that
+    changed. :meth:`save` keeps only the entries used since the cache was opened and writes only when they changed.
+    Pass :meth:`parse` to :func:`build_graph`.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.hits = 0
+        self.misses = 0
+        self._used: dict[str, list[list]] = {}
+        self._data: dict[str, list[list]] = {}
+        if self.path is not None:
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                self._data = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self._data = {}
+
+    def parse(self, markdown: str) -> list[WikiLink]:
+        """``parse_links(markdown)``, from the cache when this body was parsed before."""
+        import hashlib
+
+        key = hashlib.sha1(markdown.encode("utf-8")).hexdigest()
+        rows = self._used.get(key)
+        if rows is None:
+            rows = self._data.get(key)
+            if rows is None:
+                self.misses += 1
+                rows = [[ln.target, ln.heading, ln.block, ln.alias, ln.embed, ln.kind] for ln in parse_links(markdown)]
+            else:
+                self.hits += 1
+            self._used[key] = rows
+        return [WikiLink(target=r[0], heading=r[1], block=r[2], alias=r[3], embed=bool(r[4]), kind=r[5])
+                for r in rows]
+
+    def save(self) -> None:
+        """Write the entries used since opening (atomically) unless they are exactly the ones loaded."""
+        if self.path is None or (self.misses == 0 and len(self._used) == len(self._data)):
+            return
+        payload = json.dumps(self._used, ensure_ascii=False, separators=(",", ":"))
+        _atomic_write(self.path, lambda p: p.write_text(payload, "utf-8"))
+
+
+def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = parse_links) -> LinkGraph:
     """Parse and resolve every note's links into a LinkGraph.
 
     Self-links (``[[#Heading]]``) and links from a note to itself make no edge. An edge between two notes carries
@@ -305,6 +352,7 @@ def build_graph(notes: Sequence[Note]) -> LinkGraph:
 
     Args:
         notes: the vault's notes (any sources).
+        parse: the link parser (:func:`parse_links`, or a cache's :meth:`LinksCache.parse`).
 
     Returns:
         LinkGraph.
@@ -325,7 +373,7 @@ def build_graph(notes: Sequence[Note]) -> LinkGraph:
 
     for path, note in by_path.items():
         src = note.note_id
-        for link in parse_links(note.body):
+        for link in parse(note.body):
             if not link.target:
                 continue  # self-link
             kind = "embed" if link.embed else link.kind

@@ -17,6 +17,8 @@ first (:func:`split_code`) and only the prose in between is transformed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import re
 import stat
@@ -1156,7 +1158,27 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
     return fm
 
 
-def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) -> NormalizeResult:
+def _parse_cached(source: Source, raw: RawFile, text: str, cache: Any) -> _Parsed:
+    """:func:`normalize_text` through ``cache`` (``get(key)`` / ``cache[key] = value``; JSON-safe values), keyed by
+    the format, the source path and the text: what the result depends on. Failures are never cached."""
+    if cache is None:
+        return normalize_text(source, raw, text)
+    key = hashlib.sha1(json.dumps([source.format or "", raw.source_path, text], ensure_ascii=False)
+                       .encode("utf-8", "surrogatepass")).hexdigest()
+    hit = cache.get(key)
+    if hit is not None:
+        try:
+            fmt, fm, body, headings = hit
+            return _Parsed(raw, fmt, fm, body, headings)
+        except (TypeError, ValueError):
+            pass
+    p = normalize_text(source, raw, text)
+    cache[key] = [p.fmt, p.frontmatter, p.body, p.headings]
+    return p
+
+
+def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, cache: Any = None
+                     ) -> NormalizeResult:
     """Turn the fetched files of one source into Notes.
 
     Args:
@@ -1164,6 +1186,9 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) 
         files: its fetched files (any order; duplicates by source_path keep the first). ``.canvas`` files become
             notes of their cards (:func:`canvas_to_markdown`).
         fetched_at: ISO UTC timestamp written into every note's frontmatter.
+        cache: optional store of per-file parse results (``get(key)`` and item assignment, JSON-safe values, e.g. a
+            dict loaded from disk) so a rebuild re-parses only changed files; the output is the same with or
+            without it.
 
     Returns:
         NormalizeResult: notes sorted by source_path; errors holds one line ``source 'x': path: reason`` per file
@@ -1194,7 +1219,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str) 
             if not text.strip():
                 errors.append(f"{where}: empty file (no text); add content or exclude it")
                 continue
-            parsed.append(normalize_text(source, raw, text))
+            parsed.append(_parse_cached(source, raw, text, cache))
         except NoteError as exc:
             errors.append(str(exc))
         except OSError as exc:

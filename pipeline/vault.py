@@ -12,6 +12,8 @@ reaches the graph, the chunks, search or the eval.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -129,10 +131,30 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 VOLATILE_KEYS = ("fetched_at",)
+_VOLATILE_PREFIXES = tuple(f"{k}:".encode() for k in VOLATILE_KEYS)
+
+
+def _without_volatile(data: bytes) -> bytes | None:
+    """The bytes with the top-level ``fetched_at:`` lines of the leading frontmatter block dropped (None: no block)."""
+    if not data.startswith(b"---\n"):
+        return None
+    end = data.find(b"\n---\n", 3)
+    if end < 0:
+        return None
+    lines = data[4:end + 1].split(b"\n")
+    kept = [ln for ln in lines if not ln.startswith(_VOLATILE_PREFIXES)]
+    return data[:4] + b"\n".join(kept) + data[end + 1:]
 
 
 def _same_content(old: bytes, new: bytes, where: str) -> bool:
-    """True when two renderings differ only in volatile keys (``fetched_at``): the note is not rewritten then."""
+    """True when two renderings differ only in volatile keys (``fetched_at``): the note is not rewritten then.
+
+    Fast path: equal bytes once the volatile lines of both frontmatter blocks are dropped (no YAML parsing: a
+    rebuild of a source whose fetch time moved compares all its notes); otherwise both are parsed and compared.
+    """
+    a, b = _without_volatile(old), _without_volatile(new)
+    if a is not None and a == b:
+        return True
     try:
         old_fm, old_body = split_frontmatter(decode_bytes(old, where), where)
         new_fm, new_body = split_frontmatter(decode_bytes(new, where), where)
@@ -222,6 +244,24 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     return VaultResult(written, unchanged, removed, index_rel)
 
 
+@functools.lru_cache(maxsize=20_000)
+def _parse_cached(data: bytes) -> tuple[str, str]:
+    fm, body = split_frontmatter(decode_bytes(data, ""), "")
+    return json.dumps(fm, ensure_ascii=False), body
+
+
+def parse_note(data: bytes, where: str) -> tuple[dict, str]:
+    """``split_frontmatter(decode_bytes(data))``, memoized by the file's bytes: the stages of one build (chunk,
+    graph, warehouse) read the same vault files, and YAML parsing is most of reading them. The frontmatter is
+    JSON-safe, so each call returns a fresh copy via JSON."""
+    try:
+        fm_json, body = _parse_cached(data)
+    except NoteError:
+        split_frontmatter(decode_bytes(data, where), where)     # the same error, naming the file
+        raise
+    return json.loads(fm_json), body
+
+
 def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[Note]:
     """Read the vault back into Notes.
 
@@ -261,7 +301,7 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
                 data = path.read_bytes()
             except OSError as exc:
                 raise NoteError(f"{where}: cannot read: {exc.strerror or exc}") from None
-            fm, body = split_frontmatter(decode_bytes(data, where), where)
+            fm, body = parse_note(data, where)
             if fm.get(INDEX_KEY) == INDEX_VALUE:
                 continue                # the generated map of content is not a note of the source
             title = fm.get("title")

@@ -337,10 +337,17 @@ def _delete_ids(con: duckdb.DuckDBPyConnection, table: str, ids: Sequence[str], 
         con.unregister("_ids_in")
 
 
-def _write_common(con: duckdb.DuckDBPyConnection, data: WarehouseData, meta: Mapping[str, str]) -> None:
+def _write_common(con: duckdb.DuckDBPyConnection, data: WarehouseData, meta: Mapping[str, str],
+                  notes: Sequence[dict[str, Any]] | None = None, links: bool = True) -> None:
+    """Insert meta, notes (all, or only these rows of ``_notes_table``), links (unless ``links`` is False), BM25."""
     _insert(con, "meta", pa.table({"key": list(meta), "value": [str(v) for v in meta.values()]}))
-    _insert(con, "notes", _notes_table(data.notes, data.note_metrics))
-    _insert(con, "links", _links_table(data.edges))
+    if notes is None:
+        _insert(con, "notes", _notes_table(data.notes, data.note_metrics))
+    elif notes:
+        table = _notes_table(data.notes[:0], {})
+        _insert(con, "notes", pa.Table.from_pylist(list(notes), schema=table.schema))
+    if links:
+        _insert(con, "links", _links_table(data.edges))
     if data.bm25_blobs:
         blobs = data.bm25_blobs
         _insert(con, "bm25_index", pa.table({"name": list(blobs), "data": pa.array(list(blobs.values()), pa.binary())}))
@@ -465,14 +472,32 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
                            "add": table.take(pa.array(rows, pa.int64())), "n_base": len(base),
                            "n_dead": n_dead, "n_delta": n_delta}
 
+        # notes and links: only rows that differ (a rewrite would leave the old blocks unused in the file)
+        notes_new = _notes_table(data.notes, data.note_metrics)
+        note_rows = {r["note_id"]: r for r in notes_new.to_pylist()}
+        notes_sql = f"SELECT {', '.join(notes_new.column_names)} FROM notes"
+        notes_old = {r["note_id"]: r for r in con.execute(notes_sql).fetch_arrow_table().to_pylist()}
+        notes_changed = [nid for nid, r in note_rows.items() if notes_old.get(nid) != r]
+        notes_removed = [nid for nid in notes_old if nid not in note_rows]
+        links_new = _links_table(data.edges)
+        links_old = con.execute(f"SELECT {', '.join(links_new.column_names)} FROM links").fetch_arrow_table()
+        links_same = Counter(tuple(r.values()) for r in links_old.to_pylist()) == \
+            Counter(tuple(r.values()) for r in links_new.to_pylist())
+
         con.execute("BEGIN TRANSACTION")
         _delete_ids(con, "chunks", removed + changed)
         _insert(con, "chunks", _chunks_table([new_chunks[cid] for cid in changed]))
-        for table in ("meta", "notes", "links", "bm25_index"):
+        for table in ("meta", "bm25_index", *(() if links_same else ("links",))):
             con.execute(f"DELETE FROM {table}")
+        if notes_changed or notes_removed:
+            con.register("_notes_out", pa.table({"note_id": pa.array(notes_changed + notes_removed, pa.string())}))
+            try:
+                con.execute("DELETE FROM notes WHERE note_id IN (SELECT note_id FROM _notes_out)")
+            finally:
+                con.unregister("_notes_out")
         meta = {**meta, "full_built_at": old_meta.get("full_built_at", ""), "full_bytes": str(full_bytes or size),
                 "updates": str(int(old_meta.get("updates") or 0) + 1)}
-        _write_common(con, data, meta)
+        _write_common(con, data, meta, notes=[note_rows[nid] for nid in notes_changed], links=not links_same)
         n_vectors = added = dropped = 0
         for name, plan in plans.items():
             _delete_ids(con, f"{name}_delta", plan["from_delta"])
@@ -497,7 +522,8 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
             leftover.unlink(missing_ok=True)
         raise
     return {"vectors": n_vectors, "changed_chunks": len(changed), "removed_chunks": len(removed),
-            "vectors_added": added, "vectors_removed": dropped}
+            "vectors_added": added, "vectors_removed": dropped, "notes_rewritten": len(notes_changed),
+            "links_rewritten": int(not links_same)}
 
 
 def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_delta: float = 0.1

@@ -232,3 +232,28 @@ def test_obsidian_help_links_resolve(tmp_path: Path) -> None:
     paths = export_graph(lg, tmp_path)
     back = nx.read_graphml(paths["graphml"])
     assert (back.number_of_nodes(), back.number_of_edges()) == (len(notes), lg.graph.number_of_edges())
+
+
+def test_links_cache_gives_the_same_graph_and_parses_only_changed_bodies(tmp_path: Path) -> None:
+    from pipeline.graph import LinksCache
+
+    notes = [note("a.md", "See [[b#Top|B]] and ![[c]].\n\n```\n[[not a link]]\n```\n"),
+             note("b.md", "Back to [a](a.md) and `[[code]]`.\n", aliases=["Bee"]),
+             note("c.md", "[[Bee]] [[missing]] [[pic.png]]\n")]
+    plain = build_graph(notes)
+    path = tmp_path / "links.json"
+    first = LinksCache(path)
+    cached = build_graph(notes, parse=first.parse)
+    first.save()
+    assert (first.hits, first.misses) == (0, 3)
+    again = LinksCache(path)
+    edited = [*notes[:2], note("c.md", "[[a]]\n")]
+    build_graph(notes, parse=again.parse)
+    rebuilt = build_graph(edited, parse=again.parse)
+    assert (again.hits, again.misses) == (3, 1)           # 3 bodies from the file, only the edited one parsed
+    assert cached.edges == plain.edges and cached.unresolved == plain.unresolved
+    assert cached.attachments == plain.attachments
+    assert dict(cached.graph.nodes(data=True)) == dict(plain.graph.nodes(data=True))
+    assert sorted(cached.graph.edges(data=True)) == sorted(plain.graph.edges(data=True))
+    assert rebuilt.edges == build_graph(edited).edges
+    assert [parse_links(n.body) for n in notes] == [LinksCache(path).parse(n.body) for n in notes]

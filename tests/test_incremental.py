@@ -233,3 +233,89 @@ def test_ec17_keyword_index_follows_incremental_changes(settings: Settings, tiny
         assert bm25("cat") == []
         assert "c1.md" not in bm25("duck pond")
         assert all(h.source_path != "c1.md" for h in s.search("duck pond notes", k=10))
+
+
+# run in a child process: the chain up to embedding, with batches of 2 texts and an embedder that SIGKILLs its own
+# process when asked for its third batch (two batches = 4 vectors are in the cache by then)
+_KILLED_EMBED = r"""
+import functools, os, signal, sys
+sys.path.insert(0, {repo!r})
+from pipeline import build as b, embed
+from pipeline.config import Settings
+from pipeline.embed import load_embedder
+from pipeline.sources import load_sources
+
+embed.embed_chunks = functools.partial(embed.embed_chunks, batch_size=2)
+settings = Settings.from_env()
+source = load_sources(settings.sources_file)[0]
+inner = load_embedder(settings.model_for(source))
+
+class Killing:
+    calls = 0
+    def __getattr__(self, name):
+        return getattr(inner, name)
+    def embed_documents(self, texts):
+        Killing.calls += 1
+        if Killing.calls == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return inner.embed_documents(texts)
+
+for stage in (b.fetch_stage, b.normalize_stage, b.vault_stage):
+    stage(settings, source)
+b.chunk_stage(settings, source, inner.count_tokens, inner.max_tokens)
+b.embed_stage(settings, source, Killing())
+"""
+
+
+def test_sigkill_during_embedding_then_rerun_embeds_only_what_was_not_stored(settings: Settings) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from pipeline.embed import EmbeddingCache
+
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-c", _KILLED_EMBED.format(repo=repo)], env=dict(os.environ),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    model_id = load_embedder(settings.model).model_id
+    hashes = sorted({c.text_hash for c in artifacts.load_chunks(settings, "tiny")})
+    stored = EmbeddingCache(settings.cache_dir, model_id).get_many(hashes)
+    assert len(stored) == 4 < len(hashes)                     # two batches of 2 were stored before the kill
+
+    again = run_chain(settings)
+    assert again["embed"]["embedded"] == len(hashes) - 4      # exactly the texts that were not stored
+    assert again["embed"]["cached"] == 4
+    assert again["warehouse"]["vectors"] == len(artifacts.load_chunks(settings, "tiny"))
+    assert again["warehouse"]["missing_vectors"] == 0
+
+
+def test_normalize_cache_gives_the_same_notes_and_parses_only_changed_files(settings: Settings,
+                                                                             tiny_env: Path) -> None:
+    from pipeline.fetch import load_fetch_result
+    from pipeline.normalize import normalize_source
+
+    first = run_chain(settings)
+    assert first["normalize"]["parsed"] > 0 and first["normalize"]["parse_cached"] == 0
+    source = load_sources(settings.sources_file)[0]
+    edited = tiny_env / "tinyvault" / "Install guide.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
+    again = run_chain(settings)
+    assert again["normalize"]["parsed"] == 1                       # only the edited file was parsed again
+    assert again["normalize"]["parse_cached"] == first["normalize"]["parsed"] - 1
+    files = load_fetch_result(source, settings).files
+    plain = normalize_source(source, files, fetched_at="2026-01-01T00:00:00+00:00")
+    cached = normalize_source(source, files, fetched_at="2026-01-01T00:00:00+00:00", cache={})
+    assert plain == cached
+
+
+def test_frontmatter_check_is_reused_until_a_vault_file_changes(settings: Settings, tiny_env: Path) -> None:
+    run_chain(settings)
+    source = load_sources(settings.sources_file)[0]
+    first = b.frontmatter_check(settings, source)
+    assert first["invalid"] == 0 and first["notes"] > 0 and first["cached"] is False
+    assert b.frontmatter_check(settings, source) == {**first, "cached": True}
+    bad = settings.vault_dir / "tiny" / "Ducks.md"
+    bad.write_text("no frontmatter here\n", encoding="utf-8")
+    third = b.frontmatter_check(settings, source)
+    assert third["cached"] is False and third["invalid"] == 1 and third["first_invalid"] == ["Ducks.md"]

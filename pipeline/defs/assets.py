@@ -104,21 +104,10 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
 
     @dg.asset_check(asset=vault, blocking=True, description="Every note's frontmatter parses and has source_path.")
     def frontmatter_valid(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        import yaml
-
-        root = docsvault.settings().vault_dir / source.name
-        bad: list[str] = []
-        n = 0
-        for path in sorted(root.rglob("*.md")):
-            n += 1
-            text = path.read_text(encoding="utf-8")
-            try:
-                fm = yaml.safe_load(text.split("---\n", 2)[1]) if text.startswith("---\n") else None
-            except yaml.YAMLError:
-                fm = None
-            if not isinstance(fm, dict) or not fm.get("source_path"):
-                bad.append(str(path.relative_to(root)))
-        return dg.AssetCheckResult(passed=not bad, metadata={"notes": n, "invalid": len(bad), "first_invalid": bad[:10]})
+        res = build.frontmatter_check(docsvault.settings(), source)
+        return dg.AssetCheckResult(passed=not res["invalid"], metadata={
+            "notes": res["notes"], "invalid": res["invalid"], "first_invalid": res["first_invalid"],
+            "cached": res["cached"]})
 
     return [raw_docs, notes, vault, chunks, embeddings, has_files, frontmatter_valid]
 
