@@ -861,8 +861,8 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     (``<data>/eval_runs.duckdb``, :func:`pipeline.warehouse.append_eval_runs`: a file of its own, so it survives
     every warehouse publish).
 
-    Skipped (the last report, ``skipped: True``, nothing appended) when neither the warehouse file nor the eval
-    files changed.
+    Skipped (the last report, ``skipped: True``, nothing appended) when neither the warehouse file, the eval
+    files nor the synonyms file changed. Searches use the synonyms file, as the CLI and MCP do.
 
     Returns:
         The hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
@@ -890,7 +890,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             if p.is_file():
                 st = p.stat()
                 listing.append((str(p), st.st_size, st.st_mtime_ns))
-    key = _digest("ablation-1", _warehouse_version(settings), listing, names)
+    syn = settings.synonyms_file
+    key = _digest("ablation-1", _warehouse_version(settings), listing, names,
+                  _file_sha(syn) if syn.is_file() else None)
     last = _shared_state(settings).get("eval") or {}
     if last.get("key") == key and isinstance(last.get("report"), dict):
         return {**last["report"], "skipped": True, "history_rows": 0}
@@ -907,7 +909,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             has_graph = load_graph(con)[0].num_rows > 0
         finally:
             con.close()
-        searcher = Searcher(settings.warehouse_path,
+        searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
         try:
             reports = run_ablation(searcher, cases, ablation_setups(graph=has_graph))

@@ -29,6 +29,7 @@ class DocsvaultResource(dg.ConfigurableResource):
     evals_dir: str
     model: str
     multilingual_model: str
+    synonyms_file: str = ""          # "" = synonyms.yaml next to the sources file
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "DocsvaultResource":
@@ -39,6 +40,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             evals_dir=str(settings.evals_dir),
             model=settings.model,
             multilingual_model=settings.multilingual_model,
+            synonyms_file=str(settings.synonyms_file),
         )
 
     def settings(self) -> Settings:
@@ -49,6 +51,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             evals_dir=Path(self.evals_dir),
             model=self.model,
             multilingual_model=self.multilingual_model,
+            synonyms=Path(self.synonyms_file) if self.synonyms_file else None,
         )
 
     def embedder(self, source: Source) -> Any:
