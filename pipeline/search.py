@@ -45,6 +45,7 @@ PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses 
 #: after k-NN). Measured on the five bench corpora (bench/run.py): HNSW 7-80 ms depending on the over-fetch a
 #: source filter needs, recall@10 0.95. Memory: rows x dim x 4 bytes (100k x 384-d = 154 MB).
 EXACT_MAX_ROWS = int(os.environ.get("DOCSVAULT_EXACT_MAX_ROWS", "100000"))
+QUERY_CACHE = 512            # query vectors remembered per Searcher (FIFO)
 
 
 def _diverse(hits: Sequence[tuple[str, float]], note_of: dict[str, str], depth: int) -> list[tuple[str, float]]:
@@ -231,6 +232,7 @@ class Searcher:
         self._masks: dict[frozenset[str], np.ndarray] = {}
         self._embedders: dict[str, Embedder] = {}
         self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._flat_rows: dict[tuple[str, frozenset[str]], np.ndarray] = {}
 
     def _load_graph(self) -> None:
@@ -271,6 +273,18 @@ class Searcher:
                 _set_torch_threads(self.query_threads)
             self._embedders[model_id] = self._factory(model_id)
         return self._embedders[model_id]
+
+    def _query_vector(self, model_id: str, query: str) -> np.ndarray:
+        """The query's vector for a model, remembered for the last QUERY_CACHE queries (an eval ablation or an
+        agent repeating a search embeds each query once)."""
+        key = (model_id, query)
+        vec = self._qcache.get(key)
+        if vec is None:
+            vec = self.embedder(model_id).embed_query(query)
+            if len(self._qcache) >= QUERY_CACHE:
+                self._qcache.pop(next(iter(self._qcache)))
+            self._qcache[key] = vec
+        return vec
 
     # ---- lanes ----
     def _resolve_sources(self, source: str | Sequence[str] | None) -> frozenset[str] | None:
@@ -375,7 +389,7 @@ class Searcher:
                 n_in = min(n_in, sum(1 for c in self._note_of.values() if c in notes))
             if n_in == 0:
                 continue
-            qvec = self.embedder(model["model_id"]).embed_query(query)
+            qvec = self._query_vector(model["model_id"], query)
             if n_total <= self.exact_max_rows:
                 kept = self._exact_knn(model["table_name"], qvec, sources, notes)
             else:

@@ -148,6 +148,9 @@ def test_query_embedded_once_per_model(searcher: Searcher):
     searcher.search("publish atomically")
     assert factory.queries == before + 1
     assert factory.created == ["hash-64"]  # one embedder for the one model table, created once
+    searcher.search("publish atomically", lanes=["vector"])          # a repeated query: its vector is remembered
+    searcher.rank_pages("publish atomically")
+    assert factory.queries == before + 1
 
 
 def test_page_ranking_best_plus_tenth_of_second():
