@@ -63,6 +63,44 @@ def _diverse(hits: Sequence[tuple[str, float]], note_of: dict[str, str], depth: 
     return out
 
 
+def top_per_page(scores: np.ndarray, page_of: np.ndarray, depth: int, per_page: int = PER_PAGE_IN_LANE,
+                 candidates: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the best ``depth`` scores with at most ``per_page`` per page, best first (ties: lower position).
+
+    Unlike fetching a fixed number of top chunks and capping pages afterwards, no page can crowd the others out,
+    however many of its chunks score high (one 4,000-chunk note used to fill a whole lane).
+
+    Args:
+        scores: float (n,), higher is better.
+        page_of: int (n,), a page number per position.
+        depth: at most this many positions.
+        per_page: at most this many positions of one page.
+        candidates: positions to consider (default: all).
+
+    Returns:
+        int64 positions, best first.
+    """
+    cand = np.arange(len(scores)) if candidates is None else np.asarray(candidates, dtype=np.int64)
+    if not len(cand) or depth < 1:
+        return np.zeros(0, dtype=np.int64)
+    # cheap first try: the top few hundred, enough unless some page holds most of them
+    m = min(len(cand), max(4 * depth, 64))
+    while True:
+        top = cand if m >= len(cand) else cand[np.argpartition(-scores[cand], m - 1)[:m]]
+        order = top[np.lexsort((top, -scores[top]))]
+        pages = page_of[order]
+        perm = np.argsort(pages, kind="stable")                  # grouped by page, best first inside a group
+        grouped = pages[perm]
+        starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+        within = np.arange(len(grouped)) - np.repeat(starts, np.diff(np.r_[starts, len(grouped)]))
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[perm] = within
+        kept = order[rank < per_page]
+        if len(kept) >= depth or m >= len(cand):
+            return kept[:depth]
+        m = len(cand)                                            # a crowded top: rank everything once
+
+
 class _Page(NamedTuple):
     note_id: str
     score: float
@@ -220,8 +258,13 @@ class Searcher:
             self.sources: list[str] = wh.list_sources(self._con)
             blobs = wh.load_bm25_blobs(self._con)
             self._bm25: Bm25Index | None = Bm25Index.from_blobs(blobs) if blobs else None
+            self._page_no: dict[str, int] = {}           # note id -> a page number for top_per_page
+            for nid in self._note_of.values():
+                self._page_no.setdefault(nid, len(self._page_no))
             if self._bm25 is not None:
                 self._bm25_sources = np.array([self._source_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
+                self._bm25_page = np.array([self._page_no.get(self._note_of.get(c, ""), -1)
+                                            for c in self._bm25.doc_ids], dtype=np.int64)
             self.models = wh.list_models(self._con)
             self._model_sources = {
                 m["table_name"]: wh.model_source_counts(self._con, m["table_name"]) for m in self.models
@@ -231,7 +274,7 @@ class Searcher:
             raise
         self._masks: dict[frozenset[str], np.ndarray] = {}
         self._embedders: dict[str, Embedder] = {}
-        self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._flat_rows: dict[tuple[str, frozenset[str]], np.ndarray] = {}
 
@@ -330,29 +373,32 @@ class Searcher:
             note_mask = np.isin(doc_notes, list(notes))
             mask = note_mask if mask is None else (mask & note_mask)
         tokens = self.synonyms.expand(self.analyzer.tokens(query))
-        depth = self.lane_depth
-        while True:
-            hits = self._bm25.search(tokens, depth, mask)
-            if len({self._note_of[c] for c, _ in hits}) >= MIN_LANE_PAGES or len(hits) < depth or depth >= MAX_LANE_FETCH:
-                return _diverse(hits, self._note_of, self.lane_depth)
-            depth = min(depth * 4, MAX_LANE_FETCH)
+        scores = self._bm25.scores(tokens)
+        if mask is not None:
+            scores = np.where(mask, scores, 0.0)
+        positive = np.flatnonzero(scores > 0)
+        top = top_per_page(scores, self._bm25_page, self.lane_depth, candidates=positive)
+        ids = self._bm25.doc_ids
+        return [(ids[i], float(scores[i])) for i in top]
 
-    def _flat(self, table: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _flat(self, table: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The exact-scan index of a vector table, loaded on first use: (chunk ids (n,) object, float32 (n, dim)
-        L2-normalised vectors, source of each row (n,) object)."""
+        L2-normalised vectors, source of each row (n,) object, page number of each row (n,) int64)."""
         flat = self._flat_cache.get(table)
         if flat is None:
             ids, vecs = wh.load_live_vectors(self._con, table)
             id_arr = np.array(ids, dtype=object)
             srcs = np.array([self._source_of.get(c, "") for c in ids], dtype=object)
-            flat = self._flat_cache[table] = (id_arr, vecs, srcs)
+            pages = np.array([self._page_no.get(self._note_of.get(c, ""), -1) for c in ids], dtype=np.int64)
+            flat = self._flat_cache[table] = (id_arr, vecs, srcs, pages)
         return flat
 
     def _exact_knn(self, table: str, qvec: np.ndarray, sources: frozenset[str] | None,
                    notes: frozenset[str] | None) -> list[tuple[str, float]]:
-        """Chunks of the wanted sources/notes by cosine similarity, best first, widened like the HNSW path: the
-        first ``lane_depth`` x 4^i until MIN_LANE_PAGES distinct pages or MAX_LANE_FETCH chunks. Exact (recall 1)."""
-        ids, vecs, srcs = self._flat(table)
+        """The ``lane_depth`` chunks of the wanted sources/notes most similar to the query (cosine), best first, at
+        most PER_PAGE_IN_LANE per page (:func:`top_per_page`). Exact (recall 1); rows are in chunk id order, so ties
+        go to the lower chunk id."""
+        ids, vecs, srcs, pages = self._flat(table)
         rows: np.ndarray | None = None
         if sources is not None:
             key = (table, sources)
@@ -363,20 +409,16 @@ class Searcher:
             sel = rows if rows is not None else np.arange(len(ids))
             keep = np.array([self._note_of.get(c, "") in notes for c in ids[sel]], dtype=bool)
             rows = sel[keep]
-        sub = vecs if rows is None else vecs[rows]
-        sub_ids = ids if rows is None else ids[rows]
-        if not len(sub_ids):
+        if rows is not None and not len(rows):
             return []
-        sims = sub @ np.asarray(qvec, dtype=np.float32).reshape(-1)
-        fetch = min(len(sims), self.lane_depth)
-        while True:
-            top = np.argpartition(-sims, fetch - 1)[:fetch] if fetch < len(sims) else np.arange(len(sims))
-            top = top[np.lexsort((sub_ids[top].astype(str), -sims[top]))]      # best first, ties by chunk id
-            kept = [(str(sub_ids[i]), float(sims[i])) for i in top]
-            if (len({self._note_of[c] for c, _ in kept}) >= MIN_LANE_PAGES or fetch >= len(sims)
-                    or fetch >= MAX_LANE_FETCH):
-                return kept
-            fetch = min(len(sims), fetch * 4, MAX_LANE_FETCH)
+        sims = np.full(len(ids), -np.inf, dtype=np.float32)
+        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+        if rows is None:
+            sims = vecs @ q
+        else:
+            sims[rows] = vecs[rows] @ q
+        top = top_per_page(sims, pages, self.lane_depth, candidates=rows)
+        return [(str(ids[i]), float(sims[i])) for i in top]
 
     def _vector_lane(self, query: str, sources: frozenset[str] | None,
                      notes: frozenset[str] | None = None) -> list[_Page]:

@@ -248,3 +248,38 @@ def test_exact_vector_lane_equals_brute_force_and_hnsw_path(tmp_path: Path):
             for source in (None, "guide"):   # same pages (tied scores of the toy vectors may order differently)
                 assert ({p for p, *_ in exact.rank_pages(query, source=source, lanes=["vector"])}
                         == {p for p, *_ in hnsw.rank_pages(query, source=source, lanes=["vector"])})
+
+
+def test_one_huge_page_cannot_crowd_the_others_out_of_a_lane(tmp_path: Path):
+    """A 4,100-chunk page (more than the old 4,000-chunk fetch cap) matching the query everywhere still leaves room for every other matching page in both
+    lanes (at most PER_PAGE_IN_LANE chunks per page, however many score high)."""
+    import numpy as np
+
+    from pipeline.search import PER_PAGE_IN_LANE, top_per_page
+
+    notes, chunks = [], []
+    pages = {"huge.md": [f"platypus section {i} platypus platypus" for i in range(4100)],
+             "a.md": ["a platypus lives here"], "b.md": ["one platypus"], "c.md": ["platypus facts"]}
+    for rel, texts in pages.items():
+        note = Note("zoo", rel, rel, rel[:-3], {"title": rel[:-3]}, "\n\n".join(texts))
+        notes.append(note)
+        chunks += [Chunk(f"{note.note_id}-{i:04d}", note.note_id, "zoo", i, (f"S{i}",), f"{rel} > S{i}", t)
+                   for i, t in enumerate(texts)]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={embedder.model_id: (res.chunk_ids,
+                                                                                                res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    with Searcher(path, embedder_factory=CountingFactory(), lane_depth=20) as s:
+        for lane in ("bm25", "vector"):
+            assert {p for _, p, _ in s.rank_pages("platypus", lanes=[lane])} == set(pages), lane
+        hits = s.search("platypus", k=10)
+        assert [h.source_path for h in hits].count("huge.md") == 2
+        assert {h.source_path for h in hits} == set(pages)
+    # the helper itself: 3 per page, depth 5, ties by position
+    scores = np.array([9, 8, 7, 6, 5, 4, 1], dtype=np.float32)
+    page_of = np.array([0, 0, 0, 0, 1, 2, 1])
+    assert top_per_page(scores, page_of, 5, per_page=3).tolist() == [0, 1, 2, 4, 5]
+    assert top_per_page(scores, page_of, 10, per_page=1, candidates=np.array([1, 4, 6])).tolist() == [1, 4]
+    assert PER_PAGE_IN_LANE == 5
