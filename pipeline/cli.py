@@ -395,7 +395,9 @@ def search(
     try:
         searcher = _open_searcher()
         try:
-            hits = searcher.search(query, k=k, source=source or None, tags=tag or None)
+            # --files: k notes (a note gives up to chunks_per_page hits)
+            hits = searcher.search(query, k=k * searcher.chunks_per_page if files else k, source=source or None,
+                                   tags=tag or None)
             tokens = searcher.analyzer.tokens(query) if not as_json and not files else []
         finally:
             searcher.close()
@@ -406,7 +408,7 @@ def search(
         seen: dict[str, Hit] = {}
         for h in hits:
             seen.setdefault(h.vault_path, h)
-        rows = list(seen.values())
+        rows = list(seen.values())[:k]
         if as_json:
             typer.echo(json.dumps([{**{key: getattr(h, key) for key in FILE_KEYS}, "rank": i}
                                    for i, h in enumerate(rows, start=1)], ensure_ascii=False, indent=2))
