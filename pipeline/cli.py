@@ -82,8 +82,12 @@ def _export_env(s: Settings) -> dict[str, str]:
     env.update({
         "DOCSVAULT_SOURCES": str(s.sources_file), "DOCSVAULT_DATA": str(s.data_dir),
         "DOCSVAULT_VAULT": str(s.vault_dir), "DOCSVAULT_EVALS": str(s.evals_dir), "DOCSVAULT_MODEL": s.model,
-        "DAGSTER_HOME": str(s.dagster_home), "DOCSVAULT_SYNONYMS": str(s.synonyms_file),
+        "DAGSTER_HOME": str(s.dagster_home),
     })
+    if s.synonyms_required:     # only an explicit path: the default location stays optional in the child too
+        env["DOCSVAULT_SYNONYMS"] = str(s.synonyms_file)
+    else:
+        env.pop("DOCSVAULT_SYNONYMS", None)
     return env
 
 
@@ -367,7 +371,9 @@ def _open_searcher() -> Searcher:
     from pipeline.errors import WarehouseNotBuiltError
     from pipeline.lock import running_build
     from pipeline.search import Searcher
+    from pipeline.synonyms import check_synonyms_file
 
+    check_synonyms_file(settings().synonyms_file, settings().synonyms_required)
     try:
         return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file)
     except WarehouseNotBuiltError as exc:

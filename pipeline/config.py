@@ -74,6 +74,12 @@ class Settings:
         return self.synonyms or self.sources_file.parent / "synonyms.yaml"
 
     @property
+    def synonyms_required(self) -> bool:
+        """True when the synonyms file was named with --synonyms / DOCSVAULT_SYNONYMS: then a missing file is an
+        error (``pipeline.synonyms.check_synonyms_file``), while the default location stays optional."""
+        return self.synonyms is not None
+
+    @property
     def raw_dir(self) -> Path:
         """<data>/raw/<source>/: clones and downloaded pages."""
         return self.data_dir / "raw"

@@ -24,6 +24,7 @@ import yaml
 
 from pipeline.errors import EvalFileError, PipelineError
 from pipeline.models import EvalCase
+from pipeline.yamlload import DuplicateKeyError, safe_load
 
 __all__ = [
     "DEFAULT_FLOORS",
@@ -85,11 +86,16 @@ def _case_files(paths: Sequence[Path]) -> list[Path]:
 
 def _load_file(path: Path) -> list[EvalCase]:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise EvalFileError(f"{path}: cannot read eval cases ({exc})") from exc
+    except DuplicateKeyError as exc:
+        raise EvalFileError(f"{path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise EvalFileError(f"{path}: invalid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        what = ", ".join(p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+        raise EvalFileError(f"{path}: invalid YAML{line}: {what or str(exc).splitlines()[0]}") from exc
     if doc is None:
         return []
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):

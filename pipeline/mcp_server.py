@@ -89,7 +89,12 @@ class VaultService:
     def searcher(self) -> Any:
         """The Searcher over the current warehouse file (a new one after each publish)."""
         from pipeline.search import Searcher
+        from pipeline.synonyms import SynonymsError, check_synonyms_file
 
+        try:
+            check_synonyms_file(self.settings.synonyms_file, self.settings.synonyms_required)
+        except SynonymsError as exc:
+            raise ToolFailure(str(exc)) from None
         path = self.settings.warehouse_path
         try:
             st = path.stat()

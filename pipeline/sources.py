@@ -37,6 +37,7 @@ import yaml
 
 from pipeline.errors import SourceConfigError
 from pipeline.models import DocFormat, Source, SourceKind
+from pipeline.yamlload import DuplicateKeyError, safe_load
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _RESERVED_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
@@ -167,8 +168,8 @@ def load_sources(path: Path) -> list[Source]:
     """Read and validate sources.yaml.
 
     Raises:
-        SourceConfigError: file missing or unreadable, YAML invalid (with line), a block invalid (with source and key),
-            or a duplicate name.
+        SourceConfigError: file missing or unreadable, YAML invalid (with line), a duplicate key in a mapping (with
+            both lines), a block invalid (with source and key), or a duplicate name.
     """
     path = Path(path)
     if not path.is_file():
@@ -176,7 +177,9 @@ def load_sources(path: Path) -> list[Source]:
             f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
         )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:
+        raise SourceConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -29,8 +29,9 @@ from typing import Any
 import yaml
 
 from pipeline.errors import SynonymsError
+from pipeline.yamlload import DuplicateKeyError, safe_load
 
-__all__ = ["SynonymsError", "Synonyms", "load_synonyms"]
+__all__ = ["Synonyms", "SynonymsError", "check_synonyms_file", "load_synonyms"]
 
 MAX_FILE_BYTES = 1_000_000
 
@@ -130,16 +131,35 @@ def _shape(value: Any) -> str:
     return f"{type(value).__name__} {text[:60]}{'…' if len(text) > 60 else ''}"
 
 
-def load_synonyms(path: Path | None, analyze: Callable[[str], list[str]]) -> Synonyms:
-    """Read a synonyms file; a missing file (or ``None``) means no synonyms.
+def check_synonyms_file(path: Path | None, required: bool) -> None:
+    """Refuse a missing synonyms file that the user named explicitly.
+
+    Args:
+        path: the synonyms file (``Settings.synonyms_file``).
+        required: True when the path was given with ``--synonyms`` / ``DOCSVAULT_SYNONYMS``
+            (``Settings.synonyms_required``); the default location next to sources.yaml stays optional.
+
+    Raises:
+        SynonymsError: ``synonyms file <path> not found (--synonyms / DOCSVAULT_SYNONYMS): fix the path or unset it``.
+    """
+    if required and path is not None and not path.exists():
+        raise SynonymsError(f"synonyms file {path} not found (--synonyms / DOCSVAULT_SYNONYMS): "
+                            f"fix the path or unset it")
+
+
+def load_synonyms(path: Path | None, analyze: Callable[[str], list[str]], required: bool = False) -> Synonyms:
+    """Read a synonyms file; a missing file (or ``None``) means no synonyms unless ``required``.
 
     Args:
         path: the YAML file.
         analyze: the BM25 analyzer's ``tokens`` (phrases are analysed like queries).
+        required: the path was given explicitly, so a missing file is an error (:func:`check_synonyms_file`).
 
     Raises:
-        SynonymsError: unreadable, too large (> 1 MB), not YAML (with the line), or of the wrong shape.
+        SynonymsError: missing while required, unreadable, too large (> 1 MB), not YAML (with the line), a duplicate
+            key (with both lines), or of the wrong shape.
     """
+    check_synonyms_file(path, required)
     if path is None or not path.exists():
         return Synonyms(path=None)
     try:
@@ -152,7 +172,9 @@ def load_synonyms(path: Path | None, analyze: Callable[[str], list[str]]) -> Syn
         raise SynonymsError(f"{path}: cannot read it ({exc.strerror or exc}); fix its permissions or "
                             f"set DOCSVAULT_SYNONYMS to another file") from exc
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
+    except DuplicateKeyError as exc:
+        raise SynonymsError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -328,3 +328,18 @@ def test_floors_from_env():
     for bad in ("high", "1.5"):
         with pytest.raises(PipelineError, match=f"DOCSVAULT_EVAL_MIN_MRR='{bad}': the mrr@10 floor must be a number"):
             floors_from_env({"DOCSVAULT_EVAL_MIN_MRR": bad})
+
+
+def test_load_cases_yaml_error_names_the_line(tmp_path: Path):
+    path = _write(tmp_path / "broken.yaml", 'corpus: d\ncases:\n  - id: "a\n    query: q\n')
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value) == (f"{path}: invalid YAML at line 5: while scanning a quoted scalar, "
+                              f"found unexpected end of stream")
+
+
+def test_load_cases_duplicate_key_names_both_lines(tmp_path: Path):
+    path = _write(tmp_path / "dup.yaml", "corpus: d\ncases:\n  - id: a\n    query: q\n    query: r\n    expected: [x]\n")
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value) == f"{path}: duplicate key 'query' at line 5 (first at line 4); keep one"

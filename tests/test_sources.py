@@ -105,3 +105,37 @@ def test_invalid_http_keys(tmp_path: Path, block: str, expected: str) -> None:
     with pytest.raises(SourceConfigError) as err:
         load_sources(p)
     assert "sources[1] (source 'x'): " + expected in str(err.value)
+
+
+# ---- duplicate keys (YAML forbids them; PyYAML would keep the last silently) ----
+
+def test_duplicate_top_level_sources_key_names_both_lines(tmp_path: Path) -> None:
+    p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n"
+                        "sources:\n  - name: b\n    kind: local\n    path: e\n")
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: duplicate key 'sources' at line 5 (first at line 1); keep one"
+
+
+def test_duplicate_key_inside_a_source_block(tmp_path: Path) -> None:
+    p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n    path: e\n")
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: duplicate key 'path' at line 5 (first at line 4); keep one"
+
+
+def test_same_key_in_two_blocks_is_fine(tmp_path: Path) -> None:
+    p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n  - name: b\n    kind: local\n    path: e\n")
+    assert [s.name for s in load_sources(p)] == ["a", "b"]
+
+
+def test_cli_sources_validate_reports_a_duplicate_key_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n"
+                        "sources:\n  - name: b\n    kind: local\n    path: e\n")
+    result = CliRunner().invoke(app, ["--sources", str(p), "sources", "validate"])
+    assert (result.exit_code, result.output) == (
+        1, f"error: {p}: duplicate key 'sources' at line 5 (first at line 1); keep one\n")

@@ -84,3 +84,81 @@ def test_cli_reports_a_malformed_synonyms_file_in_one_line(tmp_path: Path) -> No
     assert result.exit_code == 1
     assert result.output == (f"error: {bad}: groups entry 1 must be a list of at least two phrases, "
                              f"got list ['only-one']\n")
+
+
+def test_duplicate_key_names_both_lines(tmp_path: Path) -> None:
+    with pytest.raises(SynonymsError) as err:
+        _load(tmp_path, "groups:\n  - [a, b]\nexpand:\n  k8s: [kubernetes]\n  k8s: [kube]\n")
+    assert str(err.value) == (f"{tmp_path / 'synonyms.yaml'}: duplicate key 'k8s' at line 5 (first at line 4); "
+                              f"keep one")
+
+
+def test_required_missing_file_is_an_error(tmp_path: Path) -> None:
+    from pipeline.synonyms import check_synonyms_file
+
+    missing = tmp_path / "nonexist.yaml"
+    message = f"synonyms file {missing} not found (--synonyms / DOCSVAULT_SYNONYMS): fix the path or unset it"
+    with pytest.raises(SynonymsError) as err:
+        load_synonyms(missing, AN.tokens, required=True)
+    assert str(err.value) == message
+    with pytest.raises(SynonymsError) as err:
+        check_synonyms_file(missing, True)
+    assert str(err.value) == message
+    check_synonyms_file(missing, False)                 # the default location stays optional
+    assert not load_synonyms(missing, AN.tokens)
+
+
+def test_settings_require_only_an_explicit_synonyms_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.config import Settings
+
+    monkeypatch.delenv("DOCSVAULT_SYNONYMS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert not Settings.from_env().synonyms_required
+    assert Settings.from_env(synonyms=Path("x.yaml")).synonyms_required
+    monkeypatch.setenv("DOCSVAULT_SYNONYMS", "y.yaml")
+    assert Settings.from_env().synonyms_required
+
+
+@pytest.mark.parametrize("via", ["flag", "env"])
+def test_cli_explicit_missing_synonyms_file_fails_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             via: str) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOCSVAULT_SYNONYMS", raising=False)
+    args = ["--data", str(tmp_path / "d"), "search", "x"]
+    if via == "flag":
+        args = ["--synonyms", "nonexist.yaml", *args]
+    else:
+        monkeypatch.setenv("DOCSVAULT_SYNONYMS", "nonexist.yaml")
+    result = CliRunner().invoke(app, args)
+    missing = tmp_path.resolve() / "nonexist.yaml"
+    expected = (f"error: synonyms file {missing} not found (--synonyms / DOCSVAULT_SYNONYMS): "
+                f"fix the path or unset it\n")
+    assert (result.exit_code, result.output) == (1, expected)
+
+
+def test_cli_default_synonyms_location_stays_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOCSVAULT_SYNONYMS", raising=False)
+    result = CliRunner().invoke(app, ["--data", str(tmp_path / "d"), "search", "x"])
+    assert result.exit_code == 1 and "synonyms file" not in result.output     # fails on the missing warehouse only
+    assert result.output.startswith("error: no warehouse at ")
+
+
+def test_mcp_searcher_refuses_an_explicit_missing_synonyms_file(tmp_path: Path) -> None:
+    from pipeline.config import Settings
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    missing = tmp_path / "nonexist.yaml"
+    svc = VaultService(Settings.from_env(data_dir=tmp_path / "d", synonyms=missing))
+    with pytest.raises(ToolFailure) as err:
+        svc.searcher()
+    assert str(err.value) == (f"synonyms file {missing} not found (--synonyms / DOCSVAULT_SYNONYMS): "
+                              f"fix the path or unset it")
