@@ -277,6 +277,35 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
     }
 
 
+KEPT_SUFFIX = "; its last good version stays in the vault and search until the file is fixed"
+
+
+def _keep_last_good(settings: Settings, source: Source, files: Sequence[Any], result: Any) -> tuple[Any, list[str]]:
+    """A file that normalized before and fails now (broken frontmatter, bad encoding, emptied...) keeps its last
+    good note: one typo must not silently delete a page from the vault, the graph and search. Its error line says
+    so (``KEPT_SUFFIX``). A file removed from the source is not in ``files`` and goes away as usual.
+
+    Returns:
+        ``(result with the kept notes added, sorted by source_path; kept source paths)``.
+    """
+    failed = {f.source_path for f in files} - {n.source_path for n in result.notes}
+    if not failed:
+        return result, []
+    previous = {n.source_path: n for n in artifacts.load_notes(settings, source.name) if n.source_path in failed}
+    if not previous:
+        return result, []
+    kept = sorted(previous)
+    notes = sorted([*result.notes, *previous.values()], key=lambda n: n.source_path)
+    errors = []
+    for line in result.errors:
+        if any(f": {sp}:" in line or f": {sp!r}:" in line for sp in kept):
+            line += KEPT_SUFFIX
+        errors.append(line)
+    log.warning("source '%s': %d file(s) failed to normalize; serving their last good version: %s",
+                source.name, len(kept), ", ".join(kept[:5]) + (" …" if len(kept) > 5 else ""))
+    return result._replace(notes=notes, errors=errors), kept
+
+
 def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
     """Normalize the fetched files of one source into <data>/notes/<source>.jsonl (per-file errors are reported).
 
@@ -300,6 +329,7 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
         started = time.perf_counter()
         cache, stale = _versioned_cache(settings, "normalize", source.name, "normalize")
         result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(), cache=cache)
+        result, kept = _keep_last_good(settings, source, fetched.files, result)
         if not result.notes and fetched.files:
             raise PipelineError(
                 f"source '{source.name}': none of its {len(fetched.files)} files could be normalized; "
@@ -312,7 +342,7 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
                                notes=len(result.notes), normalize_errors=len(result.errors),
                                normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
     return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
-            "parsed": cache.misses, "parse_cached": cache.hits,
+            "kept_last_good": kept, "parsed": cache.misses, "parse_cached": cache.hits,
             "dangling": len(result.dangling), "errors_file": str(report["errors"]),
             "dangling_file": str(report["dangling"]), "skipped": False,
             "seconds": round(time.perf_counter() - started, 3)}

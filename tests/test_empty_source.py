@@ -116,3 +116,28 @@ def test_refresh_without_source_reports_every_outcome(tiny_env: Path, tmp_path: 
                             "serving search")
     else:
         raise AssertionError("refresh of a failing source alone must be a tool error")
+
+
+def test_a_note_that_breaks_keeps_its_last_good_version(tiny_env: Path) -> None:
+    """One frontmatter typo must not delete a page: the last good note stays in vault and search, the error says
+    so; fixing the file updates the note; deleting the file removes it."""
+    runner = CliRunner()
+    home = tiny_env / "tinyvault" / "Home.md"
+    assert runner.invoke(app, ["build"]).exit_code == 0
+    home.write_text("---\ntitle: Home\ntags: [start\n---\n# Home\n\nWelcome back.\n", encoding="utf-8")
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert "its last good version stays in the vault and search until the file is fixed" in result.output
+    vault_home = tiny_env / "vault" / "tiny" / "Home.md"
+    assert "Welcome. See [[Install guide]]" in vault_home.read_text(encoding="utf-8")
+    files = runner.invoke(app, ["search", "welcome", "--files", "-k", "1"]).output
+    assert files.startswith("tiny/Home.md\t")
+    errors = (tiny_env / "data" / "state" / "tiny.errors.txt").read_text(encoding="utf-8")
+    assert "Home.md: line 3: invalid YAML frontmatter" in errors and "last good version" in errors
+
+    home.write_text("---\ntitle: Home\n---\n# Home\n\nWelcome back.\n", encoding="utf-8")
+    assert runner.invoke(app, ["build"]).exit_code == 0
+    assert "Welcome back." in vault_home.read_text(encoding="utf-8")
+    home.unlink()
+    assert runner.invoke(app, ["build"]).exit_code == 0
+    assert not vault_home.exists()
