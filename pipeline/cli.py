@@ -456,24 +456,32 @@ def search(
 @app.command()
 def embed(
     text: Annotated[str, typer.Argument(metavar="TEXT", help="Text to embed as a query.")],
+    source: Annotated[str | None, typer.Option("--source", metavar="NAME", help="Use this source's model (its `embedding:` or `language:`) instead of DOCSVAULT_MODEL.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='{"model", "dim", "norm", "vector"} on stdout.')] = False,
 ) -> None:
-    """Print the query vector of TEXT with the configured model (DOCSVAULT_MODEL), for debugging."""
+    """Print the query vector of TEXT with the configured model (DOCSVAULT_MODEL, or a source's), for debugging."""
     import numpy as np
 
     from pipeline.embed import load_embedder
 
+    if not text.strip():
+        fail("text is empty: pass words or a question")
     try:
-        vec = np.asarray(load_embedder(settings().model).embed_query(text), dtype=np.float32).reshape(-1)
+        spec = settings().model
+        if source is not None:
+            from pipeline.sources import load_sources, select_sources
+
+            spec = settings().model_for(select_sources(load_sources(settings().sources_file), [source])[0])
+        vec = np.asarray(load_embedder(spec).embed_query(text), dtype=np.float32).reshape(-1)
     except PipelineError as exc:
         fail(str(exc))
         return
     norm = float(np.linalg.norm(vec))
     if as_json:
-        typer.echo(json.dumps({"model": settings().model, "dim": int(vec.shape[0]), "norm": round(norm, 6),
+        typer.echo(json.dumps({"model": spec, "dim": int(vec.shape[0]), "norm": round(norm, 6),
                                "vector": [round(float(x), 6) for x in vec]}))
         return
-    typer.echo(f"model {settings().model}, dim {vec.shape[0]}, norm {norm:.6f}")
+    typer.echo(f"model {spec}, dim {vec.shape[0]}, norm {norm:.6f}")
     typer.echo(" ".join(f"{x:.6f}" for x in vec))
 
 
