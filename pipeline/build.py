@@ -175,6 +175,65 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
     return removed
 
 
+def _generated_vault_folder(folder: Path) -> bool:
+    """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
+    name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``)."""
+    from pipeline.errors import NoteError
+    from pipeline.vault import INDEX_KEY, INDEX_VALUE, parse_note
+
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for path in sorted(folder.glob("_index*.md")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            fm, _ = parse_note(path.read_bytes(), str(path))
+        except (OSError, NoteError):
+            continue
+        if isinstance(fm, dict) and fm.get(INDEX_KEY) == INDEX_VALUE and fm.get("source") == folder.name:
+            return True
+    return False
+
+
+def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
+    """Remove what earlier builds wrote for sources that are no longer in sources.yaml (call only while holding
+    the build lock): the vault folder ``vault/<name>/`` — only one docsvault generated (its index note carries
+    ``docsvault: index``; any other folder is left alone) — and the per-source files under the data dir (state,
+    skip report, notes, chunks, dangling links, fetched copy). The caches (embeddings, parse, BM25 tokens) stay:
+    they are keyed by content and help if the source comes back.
+
+    Returns:
+        One line per removed vault folder: ``removed vault/<name>/: source '<name>' is no longer in sources.yaml``.
+    """
+    import shutil
+
+    keep = {s.name for s in sources}
+    lines: list[str] = []
+    vault = settings.vault_dir
+    if vault.is_dir():
+        for folder in sorted(vault.iterdir()):
+            if folder.name.startswith(".") or folder.name in keep or not _generated_vault_folder(folder):
+                continue
+            shutil.rmtree(folder)
+            lines.append(f"removed vault/{folder.name}/: source '{folder.name}' is no longer in sources.yaml")
+            log.warning("%s", lines[-1])
+    state_dir = settings.state_dir
+    dropped = sorted(p.name[:-5] for p in state_dir.glob("*.json")
+                     if not p.name.startswith(".") and p.name[:-5] not in keep) if state_dir.is_dir() else []
+    for name in dropped:
+        for path in (state_dir / f"{name}.errors.txt", artifacts.notes_path(settings, name),
+                     artifacts.chunks_path(settings, name), _chunk_index_path(settings, name),
+                     settings.graph_dir / f"dangling-{name}.json"):
+            path.unlink(missing_ok=True)
+        raw = settings.raw_dir / name
+        if raw.is_symlink():
+            raw.unlink()
+        elif raw.is_dir():
+            shutil.rmtree(raw, ignore_errors=True)
+        artifacts.state_path(settings, name).unlink(missing_ok=True)     # last: a killed build redoes the rest
+    return lines
+
+
 def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
     """Refuse a vault or data dir inside a local source's folder (or a folder inside them): each build would read
     its own output back as notes (vault/x/x/x/...).

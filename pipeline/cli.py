@@ -130,6 +130,8 @@ def build(
         if not report.ok:
             raise typer.Exit(1)
         return
+    for line in report.removed:
+        typer.echo(line)
     typer.echo(f"{'source':24} {'status':8} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
     for st in report.sources:
         vault_meta = st.metadata.get("vault", {})
@@ -226,7 +228,7 @@ def build_outcome(report: Any) -> dict[str, Any]:
         warehouse = {"notes": int(wh.get("notes", 0)), "chunks": int(wh.get("chunks", 0)), "path": wh.get("path"),
                      "mode": mode}
     evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
-    return {"ok": report.ok, "sources": rows,
+    return {"ok": report.ok, "sources": rows, "removed": list(getattr(report, "removed", [])),
             "shared": {"ok": report.shared_ok, "error": report.shared_error or None, "warehouse": warehouse,
                        "eval": evals}}
 
@@ -694,7 +696,7 @@ def status_data(s: Settings) -> dict[str, Any]:
             "name": src.name, "kind": src.kind, "notes": int(c.get("notes", 0)), "chunks": int(c.get("chunks", 0)),
             "skipped": _skipped_files(s, src.name),
             "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
-            "fetch_error": state.get("fetch_error"),
+            "fetch_error": state.get("fetch_error"), "last_error": state.get("last_error"),
         })
     return {
         "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
@@ -727,6 +729,9 @@ def status(
         if r["fetch_status"] == "failed" and r["fetch_error"]:
             kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
             typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
+        err = r["last_error"]
+        if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
+            typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
     w = data["warehouse"]
     if w["built"]:
         typer.echo(f"warehouse: {w['path']} ({w['bytes'] / 1e6:.1f} MB), built {w['built_at'] or '?'}: "

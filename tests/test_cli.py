@@ -258,11 +258,15 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
 
     vec = json.loads(run("embed", "hello", "--json"))
     assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)
+    assert json.loads(run("embed", "hello", "--source", "tiny", "--json"))["model"] == "hash"
+    assert run("embed", "hello", "--source", "nope", code=1) == (
+        "error: unknown source(s) ['nope']; known sources: ['tiny']\n")
+    assert run("embed", "  ", code=1) == "error: text is empty: pass words or a question\n"
 
     status = json.loads(run("status", "--json"))
     assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped": 0,
                                   "fetch_status": "ok", "last_fetch": status["sources"][0]["last_fetch"],
-                                  "fetch_error": None}]
+                                  "fetch_error": None, "last_error": None}]
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
     assert status["model"] == "hash"
     lines = run("status").splitlines()

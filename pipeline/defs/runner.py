@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipeline import build
+from pipeline import artifacts, build
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, source_slug
 from pipeline.sources import load_sources, select_sources
@@ -45,6 +45,7 @@ class BuildReport:
     shared_ok: bool
     shared_error: str = ""
     shared_metadata: dict = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)   # "removed vault/<name>/: ..." of sources dropped from sources.yaml
 
     @property
     def ok(self) -> bool:
@@ -120,8 +121,10 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
     from pipeline.definitions import build_definitions
 
     ensure_instance(settings)
-    sources = select_sources(load_sources(settings.sources_file), list(source_names or []))
-    build.check_layout(settings, load_sources(settings.sources_file))
+    all_sources = load_sources(settings.sources_file)
+    sources = select_sources(all_sources, list(source_names or []))
+    build.check_layout(settings, all_sources)
+    removed = build.remove_dropped_sources(settings, all_sources)
     defs = build_definitions(settings)
     job = defs.resolve_implicit_global_asset_job_def()
     instance = dg.DagsterInstance.get()
@@ -143,6 +146,10 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
                 st.ok, st.failed_stage, st.error = False, stage, failures[step]
         if st.ok and not st.metadata.get("embeddings"):
             st.ok, st.failed_stage, st.error = False, "checks", "a blocking asset check failed (see the Dagster UI)"
+        # shown by `status` until a build of the source succeeds
+        last_error = None if st.ok else {"stage": st.failed_stage, "error": st.error, "at": build._now()}
+        if last_error is not None or artifacts.load_state(settings, s.name).get("last_error") is not None:
+            artifacts.update_state(settings, s.name, last_error=last_error)
         statuses.append(st)
 
     shared = [dg.AssetKey([stage]) for stage in SHARED_STAGES]
@@ -151,4 +158,4 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
     f2 = _failures(r2)
     shared_error = "; ".join(f"{k}: {v}" for k, v in f2.items())
     return BuildReport(sources=statuses, shared_ok=r2.success and not f2, shared_error=shared_error,
-                       shared_metadata=_metadata(r2))
+                       shared_metadata=_metadata(r2), removed=removed)

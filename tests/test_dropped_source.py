@@ -1,0 +1,85 @@
+"""A source removed from sources.yaml loses its generated vault folder and data files; a source's last build
+failure stays visible in `status` until a build of it succeeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+
+runner = CliRunner()
+
+
+def _run(*args: str, code: int = 0) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.iterdir())
+
+
+def test_renamed_source_loses_its_generated_folder_only(tiny_env: Path) -> None:
+    _run("build")
+    vault, data = tiny_env / "vault", tiny_env / "data"
+    assert (vault / "tiny" / "Ducks.md").is_file()
+    # folders docsvault did not generate: no index note / an index note without the marker / another source's
+    (vault / "mine").mkdir()
+    (vault / "mine" / "x.md").write_text("# mine\n", encoding="utf-8")
+    (vault / "handmade").mkdir()
+    (vault / "handmade" / "_index.md").write_text("---\ntitle: my index\nsource: handmade\n---\n# x\n")
+    (vault / "copy").mkdir()
+    (vault / "copy" / "_index.md").write_bytes((vault / "tiny" / "_index.md").read_bytes())   # source: tiny
+    assert "Ducks swim" in _run("read", "tiny/Ducks.md")
+
+    sources = tiny_env / "sources.yaml"
+    sources.write_text(sources.read_text().replace("name: tiny", "name: tiny2"), encoding="utf-8")
+    out = _run("build")
+    assert out.splitlines()[0] == "removed vault/tiny/: source 'tiny' is no longer in sources.yaml"
+    assert out.count("removed vault/") == 1
+    assert _files(vault) == ["copy", "handmade", "mine", "tiny2"]
+    assert (vault / "mine" / "x.md").is_file() and (vault / "handmade" / "_index.md").is_file()
+    assert (vault / "tiny2" / "Ducks.md").is_file()
+    assert _files(data / "state") == [".shared.json", "tiny2.errors.txt", "tiny2.json"]
+    assert _files(data / "notes") == ["tiny2.jsonl"]
+    assert _files(data / "chunks") == ["tiny2.jsonl", "tiny2.notes.json"]
+    assert _files(data / "raw") == ["tiny2"]
+    assert sorted(p.name for p in (data / "graph").glob("dangling-*")) == ["dangling-tiny2.json"]
+    assert list((data / "cache").rglob("shard-*.npz"))          # the embedding cache stays
+
+    result = runner.invoke(app, ["read", "tiny/Ducks.md"])
+    assert result.exit_code == 1
+    assert result.output == (f"error: no note 'tiny/Ducks.md' in the vault {vault.resolve()}; use a vault_path "
+                             "from search results (`docsvault search ...` / the search tool)\n")
+    assert [r["name"] for r in json.loads(_run("status", "--json"))["sources"]] == ["tiny2"]
+
+    again = json.loads(_run("build", "--json"))
+    assert again["removed"] == [] and again["sources"][0]["status"] == "unchanged"
+    assert _files(vault) == ["copy", "handmade", "mine", "tiny2"]
+
+
+def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) -> None:
+    sources = tiny_env / "sources.yaml"
+    good = sources.read_text()
+    sources.write_text(good + "    embedding: nope-model\n", encoding="utf-8")
+    report = json.loads(_run("build", "--json", code=1))
+    src = report["sources"][0]
+    assert (src["status"], src["failed_stage"]) == ("failed", "chunks")
+    assert src["error"].startswith("cannot load embedding model 'nope-model'")
+
+    row = json.loads(_run("status", "--json"))["sources"][0]
+    assert (row["fetch_status"], row["fetch_error"]) == ("ok", None)
+    err = row["last_error"]
+    assert err == {"stage": "chunks", "error": src["error"], "at": err["at"]} and err["at"]
+    text = _run("status").splitlines()
+    assert f"  tiny: last build failed at chunks ({err['at']}): {src['error']}" in text
+
+    sources.write_text(good, encoding="utf-8")
+    assert json.loads(_run("build", "--json"))["sources"][0]["status"] == "built"
+    row = json.loads(_run("status", "--json"))["sources"][0]
+    assert row["last_error"] is None
+    assert not [ln for ln in _run("status").splitlines() if "last build failed" in ln]
