@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import NoteError
+from pipeline.yamlload import UniqueKeySafeLoader, load_with
 
 _BOM = "\ufeff"
 _CLOSERS = ("---", "...")
@@ -33,8 +34,9 @@ class _Limits(ValueError):
     """A frontmatter value exceeds a bound (message says which)."""
 
 
-class _SafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses duplicate keys, too many aliases and too deep nesting."""
+class _SafeLoader(UniqueKeySafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys (:class:`pipeline.yamlload.UniqueKeySafeLoader`), too many
+    aliases and too deep nesting."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -56,18 +58,6 @@ class _SafeLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                    key = (key_node.tag, key_node.value)
-                    if key in seen:
-                        raise yaml.MarkedYAMLError(problem=f"duplicate key {key_node.value!r}",
-                                                   problem_mark=key_node.start_mark)
-                    seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
 
 def safe_load(text: str) -> Any:
     """``yaml.safe_load`` with the bounds of this module (duplicate keys, aliases, depth).
@@ -75,11 +65,7 @@ def safe_load(text: str) -> Any:
     Raises:
         yaml.YAMLError: invalid or hostile YAML.
     """
-    loader = _SafeLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+    return load_with(_SafeLoader, text)
 
 
 def decode_bytes(data: bytes, where: str) -> str:

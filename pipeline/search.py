@@ -436,8 +436,7 @@ class Searcher:
                 kept = self._exact_knn(model["table_name"], qvec, sources, notes)
             else:
                 kept = self._hnsw_knn(model["table_name"], model["dim"], qvec, n_total, n_in, sources, notes)
-            per_model.append(page_ranking(_diverse(kept, self._note_of, self.lane_depth), self._note_of.__getitem__,
-                                          self.second_weight))
+            per_model.append(page_ranking(kept, self._note_of.__getitem__, self.second_weight))
         if len(per_model) == 1:
             return per_model[0]
         # several models: scores are not comparable across models, so interleave by rank
@@ -453,7 +452,7 @@ class Searcher:
                   sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[tuple[str, float]]:
         """Chunks by cosine similarity through the table's HNSW index (approximate), best first. A WHERE filter
         applies after the k-NN step, so this over-fetches in proportion to the filtered-out rows, then widens until
-        MIN_LANE_PAGES distinct pages."""
+        MIN_LANE_PAGES distinct pages; at most PER_PAGE_IN_LANE chunks per page, ``lane_depth`` in all."""
         fetch = min(n_total, max(self.lane_depth, min(self.max_vector_fetch,
                                                        math.ceil(self.lane_depth * n_total / n_in))))
         while True:
@@ -464,7 +463,7 @@ class Searcher:
             # one note with thousands of chunks must not fill the lane: widen until enough distinct pages
             if (len({self._note_of[c] for c, _ in kept}) >= MIN_LANE_PAGES or fetch >= n_total
                     or fetch >= MAX_LANE_FETCH):
-                return kept
+                return _diverse(kept, self._note_of, self.lane_depth)
             fetch = min(n_total, fetch * 4, MAX_LANE_FETCH)
 
     def _graph_lane(self, seeds: Sequence[tuple[str, float]], sources: frozenset[str] | None,

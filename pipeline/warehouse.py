@@ -353,6 +353,12 @@ def _write_common(con: duckdb.DuckDBPyConnection, data: WarehouseData, meta: Map
         _insert(con, "bm25_index", pa.table({"name": list(blobs), "data": pa.array(list(blobs.values()), pa.binary())}))
 
 
+def _remove_temp(tmp: Path) -> None:
+    """Delete an unpublished warehouse file and its WAL (a failed or abandoned publish)."""
+    for leftover in (tmp, Path(f"{tmp}.wal")):
+        leftover.unlink(missing_ok=True)
+
+
 def _swap(tmp: Path, path: Path) -> None:
     # a WAL left by an earlier crashed writer of the old file must not be replayed onto the new one
     Path(f"{path}.wal").unlink(missing_ok=True)
@@ -400,8 +406,7 @@ def _publish_full(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mappin
         _swap(tmp, path)
     except BaseException:
         con.close()
-        for leftover in (tmp, Path(f"{tmp}.wal")):
-            leftover.unlink(missing_ok=True)
+        _remove_temp(tmp)
         raise
     return {"vectors": n_vectors, "changed_chunks": len(data.chunks), "removed_chunks": 0,
             "vectors_added": n_vectors, "vectors_removed": 0}
@@ -518,8 +523,7 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
         _swap(tmp, path)
     except BaseException:
         con.close()
-        for leftover in (tmp, Path(f"{tmp}.wal")):
-            leftover.unlink(missing_ok=True)
+        _remove_temp(tmp)
         raise
     return {"vectors": n_vectors, "changed_chunks": len(changed), "removed_chunks": len(removed),
             "vectors_added": added, "vectors_removed": dropped, "notes_rewritten": len(notes_changed),
@@ -593,8 +597,7 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
             mode, reason = "incremental", ""
         except _NotIncremental as why:
             reason = str(why)
-            for leftover in (tmp, Path(f"{tmp}.wal")):
-                leftover.unlink(missing_ok=True)
+            _remove_temp(tmp)
             log.info("warehouse %s: full publish (%s)", path, reason)
         except duckdb.Error as exc:
             reason = f"incremental update failed: {exc}"

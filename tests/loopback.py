@@ -23,6 +23,25 @@ class QuietStaticHandler(http.server.SimpleHTTPRequestHandler):
         super().do_GET()
 
 
+class ScriptedHandler(http.server.BaseHTTPRequestHandler):
+    """Base of hand-written test servers: no request logging, and ``_send`` for a whole response."""
+
+    content_type = "text/plain"     # default Content-Type of ``_send``
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes = b"", ctype: str | None = None, **headers: str) -> None:
+        """Status, Content-Type, Content-Length, ``headers`` (``ETag`` or ``Last_Modified`` style keys) and body."""
+        self.send_response(status)
+        self.send_header("Content-Type", ctype or self.content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k.replace("_", "-"), v)
+        self.end_headers()
+        self.wfile.write(body)
+
+
 @contextlib.contextmanager
 def serve(directory: Path | None = None, handler: type[http.server.BaseHTTPRequestHandler] | None = None
           ) -> Iterator[tuple[str, list[str]]]:

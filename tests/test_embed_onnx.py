@@ -97,6 +97,14 @@ def test_model_ids_differ_between_numeric_variants(monkeypatch: pytest.MonkeyPat
     assert isinstance(load_embedder("minilm-int8"), OnnxEmbedder)                  # no torch twin
 
 
+def _run_fresh(code: str, cache: Path) -> dict:
+    """Run ``code`` in a fresh interpreter with this ONNX cache (default backend); its last stdout line as JSON."""
+    env = {**os.environ, "DOCSVAULT_ONNX_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("DOCSVAULT_EMBED_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_query_path_imports_no_torch(cache: Path):
     code = (
         "import sys, json\n"
@@ -106,10 +114,7 @@ def test_query_path_imports_no_torch(cache: Path):
         "print(json.dumps({'mods': [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules],"
         " 'cls': type(e).__name__, 'norm': float((v * v).sum())}))\n"
     )
-    env = {**os.environ, "DOCSVAULT_ONNX_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
-    env.pop("DOCSVAULT_EMBED_BACKEND", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _run_fresh(code, cache)
     assert got == {"mods": [], "cls": "OnnxEmbedder", "norm": pytest.approx(1.0, abs=1e-5)}
 
 
@@ -206,10 +211,7 @@ def test_e5_query_path_imports_no_torch(e5_cache: Path):
         "print(json.dumps({'mods': [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules],"
         " 'norm': float((v * v).sum())}))\n"
     )
-    env = {**os.environ, "DOCSVAULT_ONNX_CACHE": str(e5_cache), "PYTHONPATH": str(ROOT)}
-    env.pop("DOCSVAULT_EMBED_BACKEND", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _run_fresh(code, e5_cache)
     assert got == {"mods": [], "norm": pytest.approx(1.0, abs=1e-5)}
 
 

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import http.server
-
 import pytest
 
 from pipeline.fetch.http import USER_AGENT, HttpClient, HttpPolicy, PageError, host_of, redact
-from tests.loopback import serve
+from tests.loopback import ScriptedHandler, serve
 
 FAST = HttpPolicy(rate_limit=0, backoff=0, retries=2, max_bytes=1000)
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(ScriptedHandler):
     hits: dict[str, int] = {}
     seen_headers: list[dict[str, str]] = []
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _send(self, status: int, body: bytes = b"", ctype: str = "text/plain", **headers: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers.items():
-            self.send_header(k.replace("_", "-"), v)
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:
         n = Handler.hits[self.path] = Handler.hits.get(self.path, 0) + 1

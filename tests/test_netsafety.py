@@ -15,7 +15,7 @@ from pipeline.config import Settings
 from pipeline.fetch import fetch_source
 from pipeline.fetch.http import HttpClient, HttpPolicy, PageError
 from pipeline.models import Source
-from tests.loopback import serve
+from tests.loopback import ScriptedHandler, serve
 
 GB = 1 << 30
 
@@ -25,23 +25,12 @@ def _settings(tmp_path: Path) -> Settings:
                     vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals")
 
 
-class Hostile(http.server.BaseHTTPRequestHandler):
+class Hostile(ScriptedHandler):
     """The llms.txt site: one good page, links elsewhere, a cross-host redirect and an endless body."""
 
+    content_type = "text/markdown"
     other = ""                     # base URL of the other server (set by the test)
     sent: dict[str, int] = {}      # path -> body bytes written before the client hung up
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def _send(self, status: int, body: bytes = b"", ctype: str = "text/markdown", **headers: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers.items():
-            self.send_header(k.replace("_", "-"), v)
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
         self.server.requests.append(self.path)  # type: ignore[attr-defined]
