@@ -301,7 +301,7 @@ def build_ja_react(workdir: Path, name: str, pages: int = 0) -> Path:
 
 def bench_retrieval(names: list[str], workdir: Path, pages: int = 0) -> None:
     from pipeline.evaluate import load_cases, run_eval
-    from pipeline.search import Searcher
+    from pipeline.search import DEFAULT_LANES, Searcher
 
     cases = [c for c in load_cases([SHARED / "evals" / "ja-react.yaml"])]
     kinds = sorted({c.kind for c in cases})
@@ -309,7 +309,7 @@ def bench_retrieval(names: list[str], workdir: Path, pages: int = 0) -> None:
     for name in names:
         path = build_ja_react(workdir, name, pages)
         with Searcher(path) as searcher:
-            for lanes in (("vector",), ("bm25", "vector")):
+            for lanes in (("vector",), DEFAULT_LANES):
                 report = run_eval(searcher, cases, lanes=lanes)
                 label = "vector" if lanes == ("vector",) else "hybrid"
                 cells = [report["by_kind"].get(k, {}) for k in kinds] + [report["overall"]]

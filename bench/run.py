@@ -211,7 +211,7 @@ def main() -> None:
     from pipeline.bm25 import Bm25Index, chunk_token_lists
     from pipeline.config import Settings
     from pipeline.evaluate import load_cases, run_eval
-    from pipeline.search import Searcher
+    from pipeline.search import DEFAULT_LANES, Searcher
     from pipeline.vault import read_notes
     from pipeline import artifacts
 
@@ -224,7 +224,7 @@ def main() -> None:
     for q in queries:                                   # warm: models loaded, caches filled
         searcher.search(q, k=10)
     lat: dict[str, list[float]] = {}
-    for lanes, name in ((("bm25", "vector"), "hybrid"), (("bm25",), "BM25"), (("vector",), "vector")):
+    for lanes, name in ((DEFAULT_LANES, "hybrid"), (("bm25",), "BM25"), (("vector",), "vector")):
         ts = []
         for q in queries:
             t = time.perf_counter()

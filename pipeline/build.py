@@ -794,7 +794,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     """
     import numpy as np
 
-    from pipeline.bm25 import build_chunk_index
+    from pipeline.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
     from pipeline.embed import EmbeddingCache
     from pipeline.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
@@ -851,7 +851,10 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         timings["vectors_s"] = time.perf_counter() - t
         t = time.perf_counter()
         tokens = TokenCache(settings.cache_dir, code_version("bm25"))
-        bm25 = build_chunk_index(chunks, notes, caching_analyzer(tokens))
+        analyzer = caching_analyzer(tokens)
+        bm25 = build_chunk_index(chunks, notes, analyzer)
+        bm25_blobs = bm25.to_blobs()
+        bm25_blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
         tokens.save()
         timings["bm25_s"] = time.perf_counter() - t
         data = WarehouseData(
@@ -860,7 +863,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             chunks=chunks,
             edges=edges,
             vectors=arrays,
-            bm25_blobs=bm25.to_blobs(),
+            bm25_blobs=bm25_blobs,
             run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key},
         )
         t = time.perf_counter()

@@ -397,7 +397,7 @@ def search(
     files: Annotated[bool, typer.Option("--files", "-l", help="Note paths and scores only, one line per note.")] = False,
     context: Annotated[int | None, typer.Option("--context", "-C", metavar="N", min=0, max=20, help="Show N lines of the note around each hit's matching lines, like grep -C.")] = None,
 ) -> None:
-    """Hybrid search (BM25 + vector, RRF k=60, at most 2 chunks per note)."""
+    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60, at most 2 chunks per note)."""
     if not query.strip():
         fail("query is empty: pass words or a question")
     try:
@@ -521,7 +521,7 @@ def read(
 
 
 def parse_lanes(spec: str) -> dict[str, list[str]]:
-    """``"bm25,vector,hybrid"`` -> ``{"bm25": ["bm25"], "vector": ["vector"], "hybrid": [every lane]}``.
+    """``"bm25,vector,hybrid"`` -> ``{"bm25": ["bm25"], "vector": ["vector"], "hybrid": [the default lanes]}``.
 
     Raises:
         ValueError: an unknown name (the message lists the available ones).
@@ -558,7 +558,7 @@ def _no_eval_files(s: Settings) -> str:
 @app.command("eval")
 def eval_(
     files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
-    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, vector, graph, hybrid (bm25+vector fused), hybrid+graph.")] = None,
+    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, bm25_page, vector, graph, hybrid (bm25+bm25_page+vector fused), hybrid+graph.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Metrics as JSON on stdout.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Show the last 20 runs recorded by the build (pooled MRR@10 per set-up) instead of evaluating.")] = False,
 ) -> None:

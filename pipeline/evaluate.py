@@ -64,7 +64,7 @@ class PageRanker(Protocol):
     sources: list[str]
 
     def rank_pages(
-        self, query: str, source: str | Sequence[str] | None = None, lanes: Sequence[str] = ..., depth: int = 10
+        self, query: str, source: str | Sequence[str] | None = None, lanes: Sequence[str] | None = ..., depth: int = 10
     ) -> list[tuple[str, str, float]]: ...
 
 
@@ -214,9 +214,10 @@ def _aggregate(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 # run
 
 
-def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] = ("bm25", "vector")
+def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] | None = None
              ) -> dict[str, Any]:
-    """Run every case through ``searcher.rank_pages(query, source=case.corpus, lanes, depth=10)``.
+    """Run every case through ``searcher.rank_pages(query, source=case.corpus, lanes, depth=10)``; ``lanes`` None
+    means the searcher's default fusion (``Searcher.default_lanes``).
 
     Cases whose corpus is not a source of the warehouse are listed under ``"skipped"`` and not scored.
 
@@ -254,7 +255,7 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         by_source.setdefault(row["corpus"], []).append(row)
         by_kind.setdefault(row["kind"], []).append(row)
     return {
-        "lanes": list(lanes),
+        "lanes": list(lanes if lanes is not None else getattr(searcher, "default_lanes", ())),
         "overall": _aggregate(per_case),
         "by_source": {k: _aggregate(v) for k, v in sorted(by_source.items())},
         "by_kind": {k: _aggregate(v) for k, v in sorted(by_kind.items())},
@@ -320,11 +321,12 @@ def ablation_setups(graph: bool = True) -> dict[str, list[str]]:
         graph: include the graph lane alone (only meaningful when the warehouse has resolved links).
 
     Returns:
-        ``{"bm25": ["bm25"], "vector": ["vector"], ("graph": ["graph"],) "hybrid": [default lanes]}``, in that order.
+        ``{"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"], ("graph": ["graph"],)
+        "hybrid": [default lanes]}``, in that order.
     """
     from pipeline.search import DEFAULT_LANES
 
-    setups: dict[str, list[str]] = {"bm25": ["bm25"], "vector": ["vector"]}
+    setups: dict[str, list[str]] = {"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"]}
     if graph:
         setups["graph"] = ["graph"]
     setups[HYBRID] = list(DEFAULT_LANES)

@@ -1,0 +1,77 @@
+"""Fusion sweep: pooled and per-source MRR@10 of the hybrid search for a grid of fusion settings, on a built
+warehouse and eval cases. Every row is the same warehouse and the same cases, one setting changed, so the rows
+compare; the first row is the default.
+
+    python bench/fusion.py --data /tmp/bench-data                         # ../shared/evals
+    python bench/fusion.py --data data --evals evals/ --grid page_vector  # one grid
+
+Grids: ``page_vector`` (weight of the page-vector cosine in the vector lane), ``page_lane`` (RRF weight of the
+``bm25_page`` lane), ``k`` (RRF k). Query vectors are embedded once and reused by every row. Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("DOCSVAULT_SHARED", REPO.parent / "shared")).resolve()
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+GRIDS: dict[str, list[tuple[str, dict]]] = {
+    "page_vector": [(f"page_vector_weight={w:g}", {"page_vector_weight": w}) for w in (0.0, 0.3, 0.5, 0.75, 1.5)],
+    "page_lane": [("without bm25_page", {"lanes": ("bm25", "vector")})]
+    + [(f"bm25_page weight={w:g}", {"weights": {"bm25_page": w}}) for w in (0.25, 1.0)],
+    "k": [(f"k_rrf={k:g}", {"k_rrf": k}) for k in (20.0, 40.0, 100.0)],
+}
+
+
+def main() -> None:
+    from pipeline.embed import load_embedder
+    from pipeline.evaluate import load_cases, run_eval
+    from pipeline.search import Searcher
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, required=True, help="data dir of a build (its warehouse.duckdb)")
+    ap.add_argument("--evals", type=Path, nargs="+", default=[SHARED / "evals"])
+    ap.add_argument("--grid", choices=sorted(GRIDS), nargs="*", default=sorted(GRIDS))
+    args = ap.parse_args()
+    cases = load_cases(args.evals)
+    embedders: dict[str, object] = {}
+
+    def factory(model_id: str):          # one embedder per model for every searcher (query vectors cached there)
+        if model_id not in embedders:
+            inner = load_embedder(model_id)
+            memo: dict[str, object] = {}
+
+            class Memo:
+                model_id, dim = inner.model_id, inner.dim
+
+                def embed_query(self, q: str):
+                    if q not in memo:
+                        memo[q] = inner.embed_query(q)
+                    return memo[q]
+
+            embedders[model_id] = Memo()
+        return embedders[model_id]
+
+    rows = [("default", {})] + [r for g in args.grid for r in GRIDS[g]]
+    sources: list[str] = []
+    print(f"{len(cases)} cases, warehouse {args.data / 'warehouse.duckdb'}")
+    for name, kw in rows:
+        lanes = kw.pop("lanes", None)
+        with Searcher(args.data / "warehouse.duckdb", embedder_factory=factory, **kw) as searcher:
+            report = run_eval(searcher, cases, lanes=lanes)
+        o = report["overall"]
+        if not sources:
+            sources = list(report["by_source"])
+            print(f"{'setting':28} {'hit@1':>6} {'hit@3':>6} {'MRR':>6}  " + " ".join(f"{s[:12]:>12}" for s in sources))
+        per = " ".join(f"{report['by_source'].get(s, {}).get('mrr@10', float('nan')):>12.3f}" for s in sources)
+        print(f"{name:28} {o['hit@1']:>6.3f} {o['hit@3']:>6.3f} {o['mrr@10']:>6.3f}  {per}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

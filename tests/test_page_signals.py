@@ -1,0 +1,122 @@
+"""Page-level signals: the ``bm25_page`` lane (BM25 over whole pages) and the page vector in the vector lane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import warehouse as wh
+from pipeline.analysis import Analyzer
+from pipeline.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index, page_token_lists, split_blobs
+from pipeline.models import Chunk, Note
+from pipeline.search import DEFAULT_LANES, DEFAULT_WEIGHTS, Searcher
+
+
+def _notes_and_chunks(pages: dict[str, list[str]], source: str = "zoo") -> tuple[list[Note], list[Chunk]]:
+    notes, chunks = [], []
+    for rel, texts in pages.items():
+        note = Note(source, rel, rel, rel[:-3], {"title": rel[:-3]}, "\n\n".join(texts))
+        notes.append(note)
+        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, source, i, (f"S{i}",), f"{rel[:-3]} > S{i}", t)
+                   for i, t in enumerate(texts)]
+    return notes, chunks
+
+
+def test_page_token_lists_are_fields_twice_then_every_chunk_in_order():
+    notes, chunks = _notes_and_chunks({"Otters.md": ["otters swim", "otters eat fish"], "Empty.md": []})
+    ids, lists = page_token_lists(list(reversed(chunks)), notes, Analyzer())
+    assert ids == [notes[0].note_id]                   # a page without chunks is not indexed
+    assert lists == [["otter", "otter", "otter", "swim", "otter", "eat", "fish"]]
+
+
+def test_split_blobs_separates_the_page_index():
+    assert split_blobs({"data": b"1", "page.data": b"2", "page.vocab": b"3"}) == (
+        {"data": b"1"}, {"data": b"2", "vocab": b"3"})
+    assert split_blobs({"data": b"1"}) == ({"data": b"1"}, {})
+
+
+class _Fixed:
+    """Query embedder returning one fixed vector (the tests place chunk vectors by hand)."""
+
+    def __init__(self, model_id: str, query: np.ndarray) -> None:
+        self.model_id, self.dim, self._q = model_id, len(query), query
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._q
+
+
+def _unit(*xs: float) -> list[float]:
+    v = np.asarray(xs, dtype=np.float32)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+@pytest.fixture()
+def page_warehouse(tmp_path: Path) -> Path:
+    """Page A: one chunk very close to the query and one unrelated; page B: two chunks fairly close. By best chunk A
+    wins (0.95 vs 0.85 + 0.1 x 0.6); by page vector B (0.834 vs 0.672). Words: "alpha" and "beta" are in different
+    chunks of A; B has "alpha" twice in one chunk."""
+    notes, chunks = _notes_and_chunks({"A.md": ["alpha one", "beta two"], "B.md": ["alpha alpha three", "four"]})
+    vectors = np.array([_unit(0.95, 0.312, 0), _unit(0, 0, 1), _unit(0.85, 0.527, 0), _unit(0.6, 0, 0.8)],
+                       dtype=np.float32)
+    analyzer = Analyzer()
+    blobs = build_chunk_index(chunks, notes, analyzer).to_blobs()
+    blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, bm25_blobs=blobs,
+                                      vectors={"fixed-3": ([c.chunk_id for c in chunks], vectors)}))
+    return path
+
+
+def _factory(model_id: str) -> _Fixed:
+    return _Fixed(model_id, np.array([1, 0, 0], dtype=np.float32))
+
+
+def test_page_vector_reorders_the_vector_lane(page_warehouse: Path):
+    def pages(**kw: object) -> list[str]:
+        with Searcher(page_warehouse, embedder_factory=_factory, **kw) as s:  # type: ignore[arg-type]
+            return [(p, round(sc, 3)) for _, p, sc in s.rank_pages("anything", lanes=["vector"])]
+
+    # chunks only: best + 0.1 x second
+    assert [p for p, _ in pages(page_vector_weight=0.0)] == ["A.md", "B.md"]
+    assert [p for p, _ in pages()] == ["B.md", "A.md"]
+    with Searcher(page_warehouse, embedder_factory=_factory, page_vector_weight=0.0) as s:
+        lane = s._vector_lane("anything", None)
+    assert [(s._note_path[p.note_id], round(p.score, 3)) for p in lane] == [("A.md", 0.95), ("B.md", 0.91)]
+    with Searcher(page_warehouse, embedder_factory=_factory) as s:       # default weight 1.0
+        lane = s._vector_lane("anything", None)
+    assert [(s._note_path[p.note_id], round(p.score, 3)) for p in lane] == [("B.md", 1.744), ("A.md", 1.622)]
+    # a page no top chunk reached comes in by its page vector, with its best two chunks scored exactly ...
+    with Searcher(page_warehouse, embedder_factory=_factory, lane_depth=1) as s:
+        lane = s._vector_lane("anything", None)
+    assert [(s._note_path[p.note_id], round(p.score, 3)) for p in lane] == [("B.md", 1.744), ("A.md", 1.622)]
+    assert lane[0].chunks == [lane[0].note_id + "-0"]
+    # ... or, through HNSW (no chunk scores for it), with the lowest page score the lane has
+    with Searcher(page_warehouse, embedder_factory=_factory, lane_depth=1, exact_max_rows=0) as s:
+        lane = s._vector_lane("anything", None)
+    assert [(s._note_path[p.note_id], round(p.score, 3)) for p in lane] == [("B.md", 1.784), ("A.md", 1.622)]
+    with Searcher(page_warehouse, embedder_factory=_factory, lane_depth=1, page_vector_weight=0.0) as s:
+        assert [s._note_path[p.note_id] for p in s._vector_lane("anything", None)] == ["A.md"]
+
+
+def test_bm25_page_lane_scores_words_spread_over_a_page(page_warehouse: Path):
+    with Searcher(page_warehouse, embedder_factory=_factory) as s:
+        assert [p for _, p, _ in s.rank_pages("alpha beta", lanes=["bm25_page"])] == ["A.md", "B.md"]
+        assert [p for _, p, _ in s.rank_pages("beta", lanes=["bm25_page"])] == ["A.md"]
+        assert s.rank_pages("gamma", lanes=["bm25_page"]) == []
+        hit = s.search("alpha beta", k=1)[0]
+        assert hit.lanes.keys() == {"bm25", "bm25_page", "vector"}
+    assert DEFAULT_LANES == ("bm25", "bm25_page", "vector")
+    assert DEFAULT_WEIGHTS["bm25_page"] == 0.5
+
+
+def test_a_warehouse_without_a_page_index_still_searches(tmp_path: Path):
+    """Built before page indexes (or by hand with the chunk index only): the page lane is empty, nothing fails."""
+    notes, chunks = _notes_and_chunks({"A.md": ["alpha one"]})
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks,
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    with Searcher(path, embedder_factory=_factory) as s:
+        assert s.rank_pages("alpha", lanes=["bm25_page"]) == []
+        assert [h.source_path for h in s.search("alpha")] == ["A.md"]
