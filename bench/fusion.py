@@ -6,7 +6,9 @@ compare; the first row is the default.
     python bench/fusion.py --data data --evals evals/ --grid page_vector  # one grid
 
 Grids: ``page_vector`` (weight of the page-vector cosine in the vector lane), ``page_lane`` (RRF weight of the
-``bm25_page`` lane), ``k`` (RRF k). Query vectors are embedded once and reused by every row. Not part of `make test`.
+``bm25_page`` lane), ``k`` (RRF k), ``lanes`` (each lane alone). Query vectors are embedded once and reused by
+every row. ``--unscoped`` searches every case over all sources (as a user does by default) instead of within its
+own; a hit must still be the case's page in the case's source. Not part of `make test`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,26 @@ GRIDS: dict[str, list[tuple[str, dict]]] = {
     "page_lane": [("without bm25_page", {"lanes": ("bm25", "vector")})]
     + [(f"bm25_page weight={w:g}", {"weights": {"bm25_page": w}}) for w in (0.25, 1.0)],
     "k": [(f"k_rrf={k:g}", {"k_rrf": k}) for k in (20.0, 40.0, 100.0)],
+    "lanes": [(f"{lane} alone", {"lanes": (lane,)}) for lane in ("bm25", "bm25_page", "vector")],
 }
+
+
+class Unscoped:
+    """A searcher whose eval searches go over all sources; pages of other sources than the case's are renamed
+    ``<source>:<path>`` so that they never count as hits."""
+
+    def __init__(self, searcher) -> None:
+        self.s = searcher
+        self.sources = searcher.sources
+        self.default_lanes = searcher.default_lanes
+
+    def page_paths(self, source: str) -> set[str]:
+        return self.s.page_paths(source)
+
+    def rank_pages(self, query, source=None, lanes=None, depth=10):
+        rows = self.s.rank_pages(query, None, lanes=lanes, depth=depth)
+        return [(n, p if self.s._note_source.get(n) == source else f"{self.s._note_source.get(n)}:{p}", sc)
+                for n, p, sc in rows]
 
 
 def main() -> None:
@@ -38,6 +59,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="data dir of a build (its warehouse.duckdb)")
     ap.add_argument("--evals", type=Path, nargs="+", default=[SHARED / "evals"])
     ap.add_argument("--grid", choices=sorted(GRIDS), nargs="*", default=sorted(GRIDS))
+    ap.add_argument("--unscoped", action="store_true", help="search each case over all sources")
     args = ap.parse_args()
     cases = load_cases(args.evals)
     embedders: dict[str, object] = {}
@@ -60,11 +82,12 @@ def main() -> None:
 
     rows = [("default", {})] + [r for g in args.grid for r in GRIDS[g]]
     sources: list[str] = []
-    print(f"{len(cases)} cases, warehouse {args.data / 'warehouse.duckdb'}")
+    print(f"{len(cases)} cases, warehouse {args.data / 'warehouse.duckdb'}"
+          + (", each searched over all sources" if args.unscoped else ""))
     for name, kw in rows:
         lanes = kw.pop("lanes", None)
         with Searcher(args.data / "warehouse.duckdb", embedder_factory=factory, **kw) as searcher:
-            report = run_eval(searcher, cases, lanes=lanes)
+            report = run_eval(Unscoped(searcher) if args.unscoped else searcher, cases, lanes=lanes)
         o = report["overall"]
         if not sources:
             sources = list(report["by_source"])

@@ -52,6 +52,9 @@ DEFAULT_WEIGHTS: dict[str, float] = {"bm25": 1.0, "bm25_page": 0.5, "vector": 1.
 #: from 0.75 on; 1.0 from its middle).
 PAGE_VECTOR_WEIGHT = 1.0
 CENTROID_PAGES = 50          # pages the page-vector cosine alone brings into the vector lane
+BACKGROUND_ROWS = 2048       # chunk vectors per model that a query's cosines are standardised against
+MIN_BACKGROUND_SD = 0.02     # floor of that standard deviation: a model with a few near-identical chunks cannot
+                             # turn a tiny cosine difference into a huge z-score
 SNIPPET_CHARS = 240
 
 
@@ -310,7 +313,8 @@ class Searcher:
         self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._flat_rows: dict[tuple[str, frozenset[str]], np.ndarray] = {}
-        self._centroids: dict[str, tuple[np.ndarray, np.ndarray, list[np.ndarray]]] = {}
+        self._centroids: dict[str, _PageVectors] = {}
+        self._bg: dict[str, np.ndarray] = {}
 
     def _load_graph(self) -> None:
         """Neighbours of every note (out- and in-links, weighted by link count) and the notes that are never results
@@ -497,6 +501,22 @@ class Searcher:
         out.sort(key=lambda t: (-t[0], t[1]))
         return [_Page(p.note_id, score, p.chunks) for score, _, p in out]
 
+    def _background(self, table: str) -> np.ndarray:
+        """A fixed sample of a model's chunk vectors (at most BACKGROUND_ROWS, evenly spaced in chunk id order),
+        float32 (m, dim): the background a query's cosines are standardised against when several models' pages
+        merge (:meth:`_vector_lane`)."""
+        bg = self._bg.get(table)
+        if bg is None:
+            if table in self._flat_cache or self._exact(table):
+                vecs = self._flat(table)[1]
+            else:
+                vecs = wh.load_live_vectors(self._con, table)[1]
+            step = max(1, len(vecs) // BACKGROUND_ROWS)
+            bg = self._bg[table] = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
+            if not len(bg):
+                bg = self._bg[table] = np.zeros((1, vecs.shape[1]), dtype=np.float32)
+        return bg
+
     def _exact(self, table: str) -> bool:
         """Whether a model's vectors are searched exactly in memory (at most ``exact_max_rows`` of them)."""
         return sum(self._model_sources.get(table, {}).values()) <= self.exact_max_rows
@@ -542,7 +562,7 @@ class Searcher:
 
     def _vector_lane(self, query: str, sources: frozenset[str] | None,
                      notes: frozenset[str] | None = None) -> list[_Page]:
-        per_model: list[list[_Page]] = []
+        per_model: list[tuple[tuple[str, np.ndarray], list[_Page]]] = []
         for model in self.models:
             counts = self._model_sources[model["table_name"]]
             n_total = sum(counts.values())
@@ -559,17 +579,25 @@ class Searcher:
             pages = page_ranking(kept, self._note_of.__getitem__, self.second_weight)
             if self.page_vector_weight:
                 pages = self._with_page_vectors(model["table_name"], qvec, pages, sources, notes)
-            per_model.append(pages)
+            per_model.append(((model["table_name"], qvec), pages))
         if len(per_model) == 1:
-            return per_model[0]
-        # several models: scores are not comparable across models, so interleave by rank
-        best: dict[str, tuple[int, float, _Page]] = {}
-        for pages in per_model:
-            for rank, page in enumerate(pages):
-                prev = best.get(page.note_id)
-                if prev is None or (rank, -page.score) < (prev[0], -prev[1]):
-                    best[page.note_id] = (rank, page.score, page)
-        return [v[2] for v in sorted(best.values(), key=lambda v: (v[0], -v[1]))]
+            return per_model[0][1]
+        # several models: cosines of different models are not comparable (e5's sit in 0.7-0.9 for anything, MiniLM's
+        # near 0 for unrelated text), and interleaving by rank gave every model's best page a top rank however poor
+        # (an English query put a Japanese page at vector rank 1). So each model's page scores are standardised
+        # against that model's background for this query: the mean and standard deviation of the query's cosine to
+        # a fixed sample of the model's chunks (z-score normalisation for result merging: Montague & Aslam, CIKM
+        # 2001). Scale: a page score sums about (1 + second_weight + page_vector_weight) cosines.
+        scale = 1.0 + self.second_weight + self.page_vector_weight
+        merged: dict[str, _Page] = {}
+        for (table, qvec), pages in per_model:
+            sims = self._background(table) @ np.asarray(qvec, dtype=np.float32).reshape(-1)
+            mu, sd = float(sims.mean()), max(float(sims.std()), MIN_BACKGROUND_SD)
+            for page in pages:
+                z = (page.score - scale * mu) / (scale * sd)
+                if page.note_id not in merged or z > merged[page.note_id].score:
+                    merged[page.note_id] = _Page(page.note_id, z, page.chunks)
+        return sorted(merged.values(), key=lambda p: -p.score)
 
     def _hnsw_knn(self, table: str, dim: int, qvec: np.ndarray, n_total: int, n_in: int,
                   sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[tuple[str, float]]:

@@ -120,3 +120,27 @@ def test_a_warehouse_without_a_page_index_still_searches(tmp_path: Path):
     with Searcher(path, embedder_factory=_factory) as s:
         assert s.rank_pages("alpha", lanes=["bm25_page"]) == []
         assert [h.source_path for h in s.search("alpha")] == ["A.md"]
+
+
+def test_pages_of_several_models_merge_by_standardised_score(tmp_path: Path):
+    """Two sources, two models. The query matches one English page; the Japanese model's cosines are high and flat
+    for everything (as e5's are for unrelated text). Interleaving by rank used to give the Japanese model's best page
+    vector rank 1 or 2; standardised against each model's background it ranks below the matching English page."""
+    en_notes, en_chunks = _notes_and_chunks({"P1.md": ["p one"], "P2.md": ["p two"], "P3.md": ["p three"],
+                                              "P4.md": ["p four"]}, source="en")
+    ja_notes, ja_chunks = _notes_and_chunks({"J1.md": ["j one"], "J2.md": ["j two"]}, source="ja")
+    en_vecs = np.array([_unit(1, 0, 0), _unit(0, 1, 0), _unit(0, 0, 1), _unit(0, 1, 1)], dtype=np.float32)
+    ja_vecs = np.array([_unit(0.8, 0.6, 0), _unit(0.6, 0.8, 0)], dtype=np.float32)
+    notes, chunks = en_notes + ja_notes, en_chunks + ja_chunks
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(
+        notes=notes, chunks=chunks, bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
+        vectors={"a-3": ([c.chunk_id for c in en_chunks], en_vecs), "b-3": ([c.chunk_id for c in ja_chunks], ja_vecs)}))
+    queries = {"a-3": np.array(_unit(1, 0, 0), dtype=np.float32), "b-3": np.array(_unit(1, 1, 0), dtype=np.float32)}
+    with Searcher(path, embedder_factory=lambda m: _Fixed(m, queries[m])) as s:
+        lane = s._vector_lane("anything", None)
+        order = [s._note_path[p.note_id] for p in lane]
+        assert order[0] == "P1.md" and set(order[1:4]) == {"P2.md", "P3.md", "P4.md"}   # P2-P4 tie at cosine 0
+        assert order[4:] == ["J1.md", "J2.md"]
+        # scoped to one source, one model: its own order, raw scores
+        assert [s._note_path[p.note_id] for p in s._vector_lane("anything", frozenset({"ja"}))] == ["J1.md", "J2.md"]
