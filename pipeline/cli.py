@@ -22,7 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import typer
 
 from pipeline.config import Settings
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, UnknownSourceError
 
 if TYPE_CHECKING:
     from pipeline.models import Hit
@@ -328,28 +328,25 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
 
 def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool) -> list[str]:
     """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context."""
-    from pipeline.reader import resolve_note_path
+    from pipeline.reader import locate, resolve_note_path
 
     try:
         path, _ = resolve_note_path(settings().vault_dir, hit.vault_path)
         lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     except (PipelineError, OSError) as exc:
         return [f"(cannot show context: {str(exc).splitlines()[0]})"]
-    heading_re = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
     start = 0
     if lines and lines[0].strip() == "---":                    # skip frontmatter
         for i in range(1, len(lines)):
             if lines[i].strip() in ("---", "..."):
                 start = i + 1
                 break
-    if hit.heading:
-        want = " ".join(re.sub(r"[*_`\[\]]", "", hit.heading).split()).casefold()
-        for i in range(start, len(lines)):
-            m = heading_re.match(lines[i])
-            if m and " ".join(re.sub(r"[*_`\[\]]", "", m.group(2)).split()).casefold() == want:
-                start = i
-                break
-    # like grep from the hit's heading on: the first matching lines (a chunk may span sub-sections)
+    # where the hit's chunk is: its snippet's opening words after its heading, else the heading (as MCP's search),
+    # so two chunks of one long section show their own lines
+    text = "\n".join(lines)
+    body_at = len("\n".join(lines[:start])) + (1 if start else 0)
+    start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.snippet))
+    # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
     if not matches:
         matches = [next((i for i in range(start, len(lines)) if lines[i].strip()), start)]
@@ -404,8 +401,14 @@ def search(
         searcher = _open_searcher()
         try:
             # --files: k notes (a note gives up to chunks_per_page hits)
-            hits = searcher.search(query, k=k * searcher.chunks_per_page if files else k, source=source or None,
-                                   tags=tag or None)
+            try:
+                hits = searcher.search(query, k=k * searcher.chunks_per_page if files else k,
+                                       source=source or None, tags=tag or None)
+            except UnknownSourceError as exc:
+                from pipeline.sources import unbuilt_sources_message
+
+                why = unbuilt_sources_message(settings().sources_file, list(source or []), searcher.sources)
+                raise UnknownSourceError(why) if why else exc from None
             tokens = searcher.analyzer.tokens(query) if not as_json and not files else []
         finally:
             searcher.close()

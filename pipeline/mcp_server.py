@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, UnknownSourceError
 from pipeline.reader import excerpt, find_note, locate, note_body, page_of, paginate, read_note
 
 log = logging.getLogger("docsvault.mcp")
@@ -128,7 +128,14 @@ class VaultService:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
         if not query or not query.strip():
             raise ToolFailure("query is empty: pass words or a question")
-        hits = self.searcher().search(query[:2000], k=k, source=source or None, tags=tag or None)
+        searcher = self.searcher()
+        try:
+            hits = searcher.search(query[:2000], k=k, source=source or None, tags=tag or None)
+        except UnknownSourceError as exc:
+            from pipeline.sources import unbuilt_sources_message
+
+            why = unbuilt_sources_message(self.settings.sources_file, [source] if source else [], searcher.sources)
+            raise ToolFailure(why or str(exc)) from None
         out = []
         for h in hits:
             text, page = h.snippet, 1

@@ -237,3 +237,30 @@ def select_sources(sources: list[Source], names: list[str] | None) -> list[Sourc
     if missing:
         raise SourceConfigError(f"unknown source(s) {missing}; known sources: {sorted(known)}")
     return [s for s in sources if s.name in names]
+
+
+def unbuilt_sources_message(sources_file: Path, wanted: list[str], built: list[str]) -> str | None:
+    """Why a search cannot scope to sources that are configured but have no notes in the warehouse.
+
+    Args:
+        sources_file: sources.yaml.
+        wanted: the source names asked for.
+        built: the sources of the warehouse.
+
+    Returns:
+        A one-line message when every name missing from the warehouse is in ``sources_file`` (never built yet, an
+        empty folder, or a failing first build); None when some name is not configured at all (or the file cannot
+        be read), so the caller keeps its "unknown source" error.
+    """
+    missing = [n for n in wanted if n not in built]
+    if not missing:
+        return None
+    try:
+        configured = {s.name for s in load_sources(sources_file)}
+    except SourceConfigError:
+        return None
+    if not set(missing) <= configured:
+        return None
+    names = ", ".join(map(repr, missing))
+    return (f"source {names} is in {sources_file.name} but has no notes in the warehouse (not built yet, empty, or "
+            f"its build failed): see `docsvault status`; built sources: {', '.join(built) or '(none)'}")

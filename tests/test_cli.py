@@ -170,6 +170,16 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     result = runner.invoke(app, ["search", "ducks", "--source", "nope"])
     assert result.exit_code == 1
     assert "tiny" in result.output           # names the known sources
+    # configured in sources.yaml but not in the warehouse (never built, empty, failed): said so, not "unknown"
+    (tiny_env / "empty").mkdir()
+    with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
+        f.write(f"  - name: later\n    kind: local\n    path: {tiny_env / 'empty'}\n    format: obsidian\n")
+    result = runner.invoke(app, ["search", "ducks", "--source", "later"])
+    assert (result.exit_code, result.output) == (1, (
+        "error: source 'later' is in sources.yaml but has no notes in the warehouse (not built yet, empty, or its "
+        "build failed): see `docsvault status`; built sources: tiny\n"))
+    result = runner.invoke(app, ["search", "ducks", "--source", "later", "--source", "nope"])
+    assert result.output.startswith("error: unknown source 'later', 'nope'; the warehouse ")
 
 
 def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
@@ -216,8 +226,8 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     # grep-like context: line numbers of the vault file (frontmatter included), ':' matches, '-' context
     assert run("search", "install windows", "-k", "1", "--context", "1") == (
         " 1. 0.0410  tiny/Install guide.md\n"
-        "    8-\n    9:# Install guide\n    10-\n    11:How to install the tool on your computer.\n    12-\n"
-        "    --\n    14-\n    15:Run the package manager to install it.\n    16-\n"
+        "    10-\n    11:How to install the tool on your computer.\n    12-\n"
+        "    --\n    14-\n    15:Run the package manager to install it.\n    16-\n    17:## Windows\n    18-\n"
     )
     assert run("search", "welcome", "--tag", "#start") == (
         " 1. 0.0410  tiny/Home.md\n    Welcome. See [[Install guide]] and [[Ducks]].\n")
@@ -278,3 +288,28 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
         f"  tiny                     local         5       5       0  ok      {status['sources'][0]['last_fetch']}",
     ]
     assert lines[3].startswith("warehouse: ") and lines[3].endswith(": 5 notes, 5 chunks, 2 links (0 dangling)")
+
+
+def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two chunks of one long section show their own lines (found by the snippet), not both the section's first."""
+    from pipeline.cli import _context_lines, _state, term_pattern
+    from pipeline.config import Settings
+    from pipeline.models import Hit
+
+    vault = tmp_path / "vault"
+    (vault / "s").mkdir(parents=True)
+    lines = ["---", "title: Long", "---", "# Long", "", "## Sec", "", "alpha starts here.", ""]
+    lines += [f"filler line {i}." for i in range(40)] + ["", "Later alpha text of the second chunk.", "end."]
+    (vault / "s" / "Long.md").write_text("\n".join(lines), encoding="utf-8")
+    monkeypatch.setitem(_state, "settings", Settings.from_env(vault_dir=vault))
+
+    def hit(snippet: str) -> Hit:
+        return Hit(rank=1, source="s", source_path="Long.md", vault_path="s/Long.md", title="Long", heading="Sec",
+                   score=1.0, snippet=snippet)
+
+    pattern = term_pattern(["alpha"])
+    assert _context_lines(hit("alpha starts here. filler line 0."), 0, pattern, False) == [
+        "8:alpha starts here.", "--", "51:Later alpha text of the second chunk."]
+    assert _context_lines(hit("Later alpha text of the second chunk. end."), 0, pattern, False) == [
+        "51:Later alpha text of the second chunk."]
+    assert _context_lines(hit("words that are nowhere"), 0, pattern, False)[0] == "8:alpha starts here."

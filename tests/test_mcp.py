@@ -140,3 +140,17 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     assert svc.search("heron shallow water", k=3)["hits"][0]["path"] == "tiny/Heron.md"   # searchable at once
     with pytest.raises(ToolFailure, match="unknown source 'nope'; sources: tiny"):
         svc.refresh("nope")
+
+
+def test_search_names_a_configured_source_without_notes(built_env: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    settings = Settings.from_env()
+    (built_env / "empty").mkdir()
+    with settings.sources_file.open("a", encoding="utf-8") as f:
+        f.write(f"  - name: later\n    kind: local\n    path: {built_env / 'empty'}\n    format: obsidian\n")
+    svc = VaultService(settings)
+    with pytest.raises(ToolFailure, match=r"^source 'later' is in sources.yaml but has no notes in the warehouse "):
+        svc.search("ducks", source="later")
+    with pytest.raises(ToolFailure, match=r"^unknown source 'nope'; the warehouse "):
+        svc.search("ducks", source="nope")
