@@ -7,7 +7,9 @@ Text is NFKC-normalised (full-width ASCII -> ASCII, half-width katakana -> full-
   auxiliary verbs (助動詞), symbols (補助記号, 記号), whitespace (空白) and a few function words (pronouns 代名詞,
   adnominals 連体詞, conjunctions 接続詞, interjections 感動詞, and the light verbs する/いる/ある/なる/できる) are
   dropped. Optionally (``ja_bigrams``) character bigrams of kanji and katakana runs are added.
-- Everything else is tokenised as Latin-script words: lowercased; identifiers are kept whole *and* split
+- Everything else is tokenised as Latin-script words: accents folded (``naïve résumé`` -> ``naive resume``: a
+  Latin letter whose compatibility decomposition starts with an ASCII letter becomes that letter; only outside
+  Japanese runs, so dakuten are never touched), lowercased; identifiers are kept whole *and* split
   (``read_csv_auto`` -> ``read_csv_auto, read, csv, auto``; ``useState`` -> ``usestate, use, state``;
   ``pd.read_csv`` -> ``pd.read_csv, pd, read_csv, read, csv``); the whole identifier is not stemmed, plain words and
   identifier parts are Snowball-stemmed (PyStemmer) and English stopwords (the Lucene list that bm25s uses) dropped.
@@ -47,6 +49,21 @@ _DOTTED = re.compile(r"\.|::")
 # camelCase / PascalCase / acronym boundaries inside one identifier part: HTTPServer -> HTTP, Server.
 # Digits stay attached to the letters before them (v2, utf8, HTTP2). Only applied to ASCII parts.
 _CAMEL = re.compile(r"[A-Z]+\d*(?=[A-Z][a-z])|[A-Z]?[a-z]+\d*|[A-Z]+\d*|\d+")
+
+
+def _latin_fold_table() -> dict[int, str]:
+    """Latin-1 Supplement, Latin Extended-A/B and Latin Extended Additional letters -> their ASCII base letter
+    (é -> e, Ł stays: no decomposition; ß, æ, ø stay)."""
+    table: dict[int, str] = {}
+    for lo, hi in ((0x00C0, 0x024F), (0x1E00, 0x1EFF)):
+        for cp in range(lo, hi + 1):
+            base = unicodedata.normalize("NFKD", chr(cp))[:1]
+            if base.isascii() and base.isalpha() and base != chr(cp):
+                table[cp] = base
+    return table
+
+
+_LATIN_FOLD = _latin_fold_table()
 
 _JA_DROP_POS = frozenset(
     {"助詞", "助動詞", "補助記号", "記号", "空白", "代名詞", "連体詞", "接続詞", "感動詞"}
@@ -128,6 +145,7 @@ class Analyzer:
     # ---- Latin ----
     def _latin(self, text: str) -> list[str]:
         out: list[str] = []
+        text = text.translate(_LATIN_FOLD)
         for m in _COMPOUND.finditer(text):
             word = m.group()
             if _DOTTED.search(word):

@@ -397,6 +397,15 @@ def search(
     """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60, at most 2 chunks per note)."""
     if not query.strip():
         fail("query is empty: pass words or a question")
+    if context is not None and (as_json or files):
+        fail(f"--context shows note lines under each hit; it does not combine with {'--json' if as_json else '--files'}"
+             " (hits in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)")
+    if explain and files:
+        fail("--explain explains each hit's score; it does not combine with --files (drop --files to see it)")
+    if tag is not None and any(not t.strip().lstrip("#") for t in tag):
+        fail("--tag is empty: pass a frontmatter tag, e.g. --tag journal")
+    if source is not None and any(not s.strip() for s in source):
+        fail("--source is empty: pass a source name (`docsvault sources list`)")
     try:
         searcher = _open_searcher()
         try:

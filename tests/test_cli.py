@@ -313,3 +313,19 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
     assert _context_lines(hit("Later alpha text of the second chunk. end."), 0, pattern, False) == [
         "51:Later alpha text of the second chunk."]
     assert _context_lines(hit("words that are nowhere"), 0, pattern, False)[0] == "8:alpha starts here."
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--json", "-C", "2"], "error: --context shows note lines under each hit; it does not combine with --json (hits "
+     "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n"),
+    (["--files", "-C", "0"], "error: --context shows note lines under each hit; it does not combine with --files (hits "
+     "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n"),
+    (["--files", "--explain"], "error: --explain explains each hit's score; it does not combine with --files (drop "
+     "--files to see it)\n"),
+    (["--tag", ""], "error: --tag is empty: pass a frontmatter tag, e.g. --tag journal\n"),
+    (["--tag", "#"], "error: --tag is empty: pass a frontmatter tag, e.g. --tag journal\n"),
+    (["--source", " "], "error: --source is empty: pass a source name (`docsvault sources list`)\n"),
+])
+def test_search_options_that_do_not_combine_are_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", "ducks", *args])
+    assert (result.exit_code, result.output) == (1, message)
