@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--evals", type=Path, nargs="+", default=[SHARED / "evals"])
     ap.add_argument("--grid", choices=sorted(GRIDS), nargs="*", default=sorted(GRIDS))
     ap.add_argument("--unscoped", action="store_true", help="search each case over all sources")
+    ap.add_argument("--by", choices=("source", "kind"), default="source", help="MRR columns per source or per kind")
     args = ap.parse_args()
     cases = load_cases(args.evals)
     embedders: dict[str, object] = {}
@@ -90,9 +91,9 @@ def main() -> None:
             report = run_eval(Unscoped(searcher) if args.unscoped else searcher, cases, lanes=lanes)
         o = report["overall"]
         if not sources:
-            sources = list(report["by_source"])
+            sources = list(report[f"by_{args.by}"])
             print(f"{'setting':28} {'hit@1':>6} {'hit@3':>6} {'MRR':>6}  " + " ".join(f"{s[:12]:>12}" for s in sources))
-        per = " ".join(f"{report['by_source'].get(s, {}).get('mrr@10', float('nan')):>12.3f}" for s in sources)
+        per = " ".join(f"{report[f'by_{args.by}'].get(s, {}).get('mrr@10', float('nan')):>12.3f}" for s in sources)
         print(f"{name:28} {o['hit@1']:>6.3f} {o['hit@3']:>6.3f} {o['mrr@10']:>6.3f}  {per}", flush=True)
 
 

@@ -74,6 +74,7 @@ __all__ = [
     "UsemEmbedder",
     "dequantize_q4_0",
     "embed_chunks",
+    "english_only",
     "load_embedder",
     "model_slug",
     "read_e5_q4",
@@ -109,6 +110,13 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query. Returns float32 (dim,), L2-normalised."""
         ...
+
+
+def english_only(model_id: str) -> bool:
+    """Whether a model reads only English: the sentence-transformers ``all-*`` models (the bundled MiniLM in every
+    variant). Unknown models count as multilingual (never skipped)."""
+    name = model_id.split("@", 1)[0]
+    return name.startswith("sentence-transformers/all-") or name.startswith("all-")
 
 
 def model_slug(model_id: str) -> str:

