@@ -61,6 +61,9 @@ def main() -> None:
     ap.add_argument("--grid", choices=sorted(GRIDS), nargs="*", default=sorted(GRIDS))
     ap.add_argument("--unscoped", action="store_true", help="search each case over all sources")
     ap.add_argument("--by", choices=("source", "kind"), default="source", help="MRR columns per source or per kind")
+    ap.add_argument("--foreign", metavar="SOURCE",
+                    help="also count, per setting, the cases of the other sources whose unscoped top 3 (vector lane "
+                         "and hybrid) holds a page of SOURCE (e.g. a Japanese source for English questions)")
     args = ap.parse_args()
     cases = load_cases(args.evals)
     embedders: dict[str, object] = {}
@@ -90,11 +93,24 @@ def main() -> None:
         with Searcher(args.data / "warehouse.duckdb", embedder_factory=factory, **kw) as searcher:
             report = run_eval(Unscoped(searcher) if args.unscoped else searcher, cases, lanes=lanes)
         o = report["overall"]
+        if args.foreign:
+            with Searcher(args.data / "warehouse.duckdb", embedder_factory=factory, **kw) as searcher:
+                others = [c for c in cases if c.corpus != args.foreign]
+                counts = {}
+                for lane_set in (("vector",), None):
+                    counts["vector" if lane_set else "hybrid"] = sum(
+                        any(searcher._note_source.get(n) == args.foreign
+                            for n, _, _ in searcher.rank_pages(c.query, None, lanes=lane_set, depth=3))
+                        for c in others)
+            foreign = (f"  {args.foreign} page in the top 3 of other sources' cases: vector {counts['vector']}, "
+                       f"hybrid {counts['hybrid']} of {len(others)}")
+        else:
+            foreign = ""
         if not sources:
             sources = list(report[f"by_{args.by}"])
             print(f"{'setting':28} {'hit@1':>6} {'hit@3':>6} {'MRR':>6}  " + " ".join(f"{s[:12]:>12}" for s in sources))
         per = " ".join(f"{report[f'by_{args.by}'].get(s, {}).get('mrr@10', float('nan')):>12.3f}" for s in sources)
-        print(f"{name:28} {o['hit@1']:>6.3f} {o['hit@3']:>6.3f} {o['mrr@10']:>6.3f}  {per}", flush=True)
+        print(f"{name:28} {o['hit@1']:>6.3f} {o['hit@3']:>6.3f} {o['mrr@10']:>6.3f}  {per}{foreign}", flush=True)
 
 
 if __name__ == "__main__":

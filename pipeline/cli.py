@@ -156,10 +156,13 @@ def build(
             typer.echo(f"warning: {_no_notes_line(st)}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
-            where = notes_meta.get("errors_file") or "the Dagster UI"
+            where = notes_meta.get("errors_file") or str(errors_file(settings(), st.name))
             typer.echo(f"  {st.name}: {notes_meta['errors']} file(s) skipped, each with its reason in {where}")
-            for line in (notes_meta.get("error_lines") or [])[:3]:
+            shown = (notes_meta.get("error_lines") or [])[:3]
+            for line in shown:
                 typer.echo(f"    {line}")
+            if shown and int(notes_meta["errors"]) > len(shown):
+                typer.echo(f"    … and {int(notes_meta['errors']) - len(shown)} more (see {where})")
         if emb.get("model_changed"):
             typer.echo(f"  {st.name}: embedding model changed ({emb['model_changed']}): every chunk re-embedded; "
                        "search uses the new vectors only")
@@ -348,10 +351,10 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.snippet))
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
-    if not matches:
-        matches = [next((i for i in range(start, len(lines)) if lines[i].strip()), start)]
+    # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match
+    around = matches or [next((i for i in range(start, len(lines)) if lines[i].strip()), start)]
     shown: list[int] = []
-    for i in matches:
+    for i in around:
         for j in range(max(0, i - n), min(len(lines), i + n + 1)):
             if j not in shown:
                 shown.append(j)
@@ -398,8 +401,10 @@ def search(
     if not query.strip():
         fail("query is empty: pass words or a question")
     if context is not None and (as_json or files):
-        fail(f"--context shows note lines under each hit; it does not combine with {'--json' if as_json else '--files'}"
-             " (hits in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)")
+        if as_json:
+            fail("--context shows note lines under each hit; it does not combine with --json (hits in JSON carry "
+                 "`vault_path` and `heading`: read the lines with `docsvault read`)")
+        fail("--context shows note lines under each hit; it does not combine with --files (one line per note)")
     if explain and files:
         fail("--explain explains each hit's score; it does not combine with --files (drop --files to see it)")
     if tag is not None and any(not t.strip().lstrip("#") for t in tag):
@@ -581,6 +586,7 @@ def eval_(
         format_ablation,
         format_history,
         format_report,
+        format_skipped,
         format_unreachable,
         load_cases,
         run_ablation,
@@ -611,8 +617,14 @@ def eval_(
                 reports = {"": run_eval(searcher, cases)}
             else:
                 reports = run_ablation(searcher, cases, setups)
+            built = list(searcher.sources)
         finally:
             searcher.close()
+        first = next(iter(reports.values()))
+        if not first["overall"].get("n") and first.get("skipped"):
+            unknown = sorted({r["corpus"] for r in first["skipped"]})
+            fail(f"no case could be scored: no source of the warehouse is named {', '.join(map(repr, unknown))} "
+                 f"(a typo in `corpus:`, or a source not built yet); built sources: {', '.join(built) or '(none)'}")
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
@@ -632,7 +644,8 @@ def eval_(
         typer.echo(json.dumps({name: public(r) for name, r in reports.items()}, ensure_ascii=False, indent=2))
         return
     typer.echo(format_ablation(reports))
-    extra = format_unreachable(next(iter(reports.values()), {}))
+    first = next(iter(reports.values()), {})
+    extra = format_unreachable(first) + format_skipped(first)
     if extra:
         typer.echo("\n".join(extra))
 

@@ -289,11 +289,19 @@ def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
                 lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
                 lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
     lines.extend(format_unreachable(report))
-    if report.get("skipped"):
-        lines += ["", f"skipped ({len(report['skipped'])}, source not in the warehouse):"]
-        for s in report["skipped"]:
-            lines.append(f"  {s['id']:<22} {s['corpus']}")
+    lines.extend(format_skipped(report))
     return "\n".join(lines)
+
+
+def format_skipped(report: Mapping[str, Any]) -> list[str]:
+    """Lines naming the cases not scored because their corpus is not a source of the warehouse ([] when none)."""
+    rows = report.get("skipped") or []
+    if not rows:
+        return []
+    lines = ["", f"skipped ({len(rows)}, source not in the warehouse: a typo in `corpus:`, or a source not built):"]
+    for r in rows:
+        lines.append(f"  {r['id']:<22} {r['corpus']}")
+    return lines
 
 
 def format_unreachable(report: Mapping[str, Any]) -> list[str]:

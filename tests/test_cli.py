@@ -170,6 +170,18 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     result = runner.invoke(app, ["search", "ducks", "--source", "nope"])
     assert result.exit_code == 1
     assert "tiny" in result.output           # names the known sources
+    # eval cases of a corpus the warehouse does not have: named in every output; none scorable at all: an error
+    other = tiny_env / "other.yaml"
+    other.write_text("corpus: nope\ncases:\n  - id: n1\n    query: ducks\n    expected: ['Ducks.md']\n",
+                     encoding="utf-8")
+    result = runner.invoke(app, ["eval", str(other)])
+    assert (result.exit_code, result.output) == (1, (
+        "error: no case could be scored: no source of the warehouse is named 'nope' (a typo in `corpus:`, or a "
+        "source not built yet); built sources: tiny\n"))
+    result = runner.invoke(app, ["eval", str(other), str(tiny_env / "evals"), "--lanes", "bm25"])
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith("\nskipped (1, source not in the warehouse: a typo in `corpus:`, or a source not "
+                                  "built):\n  n1                     nope\n")
     # configured in sources.yaml but not in the warehouse (never built, empty, failed): said so, not "unknown"
     (tiny_env / "empty").mkdir()
     with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
@@ -313,13 +325,16 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
     assert _context_lines(hit("Later alpha text of the second chunk. end."), 0, pattern, False) == [
         "51:Later alpha text of the second chunk."]
     assert _context_lines(hit("words that are nowhere"), 0, pattern, False)[0] == "8:alpha starts here."
+    # no line matches the query (a hit by meaning alone): its first line is context ('-'), not a match (':')
+    assert _context_lines(hit("Later alpha text of the second chunk. end."), 0, term_pattern(["zebra"]), False) == [
+        "51-Later alpha text of the second chunk."]
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--json", "-C", "2"], "error: --context shows note lines under each hit; it does not combine with --json (hits "
      "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n"),
-    (["--files", "-C", "0"], "error: --context shows note lines under each hit; it does not combine with --files (hits "
-     "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n"),
+    (["--files", "-C", "0"], "error: --context shows note lines under each hit; it does not combine with --files (one "
+     "line per note)\n"),
     (["--files", "--explain"], "error: --explain explains each hit's score; it does not combine with --files (drop "
      "--files to see it)\n"),
     (["--tag", ""], "error: --tag is empty: pass a frontmatter tag, e.g. --tag journal\n"),

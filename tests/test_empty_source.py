@@ -141,3 +141,15 @@ def test_a_note_that_breaks_keeps_its_last_good_version(tiny_env: Path) -> None:
     home.unlink()
     assert runner.invoke(app, ["build"]).exit_code == 0
     assert not vault_home.exists()
+
+
+def test_build_lists_three_skipped_files_and_says_how_many_more(tiny_env: Path) -> None:
+    folder = tiny_env / "tinyvault"
+    for name in ("A", "B", "C", "D"):
+        (folder / f"Blank {name}.md").write_text("", encoding="utf-8")
+    out, _ = _run("build")
+    errors = tiny_env / "data" / "state" / "tiny.errors.txt"
+    lines = out.splitlines()
+    at = lines.index(f"  tiny: 4 file(s) skipped, each with its reason in {errors}")
+    assert len([line for line in lines[at + 1:at + 4] if line.startswith("    ")]) == 3
+    assert lines[at + 4] == f"    … and 1 more (see {errors})"
