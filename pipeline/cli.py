@@ -854,15 +854,29 @@ def ui(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Every error is one line on stderr with exit code 1 (README "Commands"), option
+    and argument errors too (Click's own handling prints the usage block and exits 2)."""
     try:
-        app()
+        rv = app(standalone_mode=False)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except PipelineError as exc:          # a user error a command did not catch: still one line
         typer.echo(f"error: {' '.join(str(exc).splitlines()[0].split())}", err=True)
         sys.exit(1)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(1)
+    except typer.TyperException as exc:                     # Click's usage and parameter errors (typer vendors Click)
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:   # `docsvault` alone: the help
+            typer.echo(ctx.get_help())
+            sys.exit(0)
+        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        typer.echo(f"error: {' '.join(message.split())}{where}", err=True)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

@@ -344,3 +344,23 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
 def test_search_options_that_do_not_combine_are_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", "ducks", *args])
     assert (result.exit_code, result.output) == (1, message)
+
+
+def test_the_console_script_gives_option_errors_in_one_line_with_exit_1(tmp_path: Path) -> None:
+    """Through ``main`` (the `docsvault` script), not CliRunner: Click's usage block and exit code 2 become the
+    README's one line on stderr with exit code 1; `docsvault` alone prints the help and exits 0."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> tuple[int, str, str]:
+        p = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+        return p.returncode, p.stdout, p.stderr
+
+    assert run("--data", str(tmp_path), "search", "x", "-k", "0") == (
+        1, "", "error: Invalid value for '-k': Input should be greater than or equal to 1 "
+               "(see `python -m pipeline.cli search --help`)\n")
+    assert run("search", "x", "--bogus") == (
+        1, "", "error: No such option: --bogus (see `python -m pipeline.cli search --help`)\n")
+    code, out, err = run()
+    assert (code, err) == (0, "") and out.startswith("Usage: python -m pipeline.cli [OPTIONS] COMMAND [ARGS]...")
