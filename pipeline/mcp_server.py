@@ -122,19 +122,23 @@ class VaultService:
             return self._searcher
 
     # ---- tools ----
-    def search(self, query: str, k: int = 8, source: str | None = None, tag: str | None = None) -> dict[str, Any]:
-        """Hits with path, title, heading, score, bounded text and the read call that continues at the hit."""
+    def search(self, query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None
+               ) -> dict[str, Any]:
+        """Hits with path, title, heading, score, bounded text and the read call that continues at the hit.
+        ``source``: one source name or several (a list); empty means all."""
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
         if not query or not query.strip():
             raise ToolFailure("query is empty: pass words or a question")
         searcher = self.searcher()
         try:
-            hits = searcher.search(query[:2000], k=k, source=source or None, tags=tag or None)
+            wanted = [source] if isinstance(source, str) else list(source or [])
+            wanted = [w for w in wanted if w]
+            hits = searcher.search(query[:2000], k=k, source=wanted or None, tags=tag or None)
         except UnknownSourceError as exc:
             from pipeline.sources import unbuilt_sources_message
 
-            why = unbuilt_sources_message(self.settings.sources_file, [source] if source else [], searcher.sources)
+            why = unbuilt_sources_message(self.settings.sources_file, wanted, searcher.sources)
             raise ToolFailure(why or str(exc)) from None
         out = []
         for h in hits:
@@ -314,11 +318,12 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "Search the local docs and notes (hybrid keyword + vector search). Returns up to k hits (1-20), best "
             "first, each with the note `path`, `title`, `heading`, `score`, up to 600 characters of `text` from "
             "the hit, and `continue_with`: the exact read call that opens the note at the hit. Optional `source` "
-            "(a source name from status) and `tag` (a frontmatter tag) narrow the search."
+            "(a source name from status, or a list of them) and `tag` (a frontmatter tag) narrow the search."
         ),
         annotations=read_only,
     )
-    def search(query: str, k: int = 8, source: str | None = None, tag: str | None = None) -> dict[str, Any]:
+    def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None
+               ) -> dict[str, Any]:
         return guarded(svc.search, query, k, source, tag)
 
     @server.tool(

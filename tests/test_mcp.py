@@ -81,6 +81,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
                     out["read_src"] = await session.call_tool("read", {"path": "Ducks.md"})   # a source path
                     out["tagged"] = await session.call_tool("search", {"query": "welcome", "tag": "start"})
                     out["bad_source"] = await session.call_tool("search", {"query": "ducks", "source": "nope"})
+                    out["list_source"] = await session.call_tool("search", {"query": "ducks", "source": ["tiny"]})
                     out["bad_k"] = await session.call_tool("search", {"query": "ducks", "k": 500})
                     out["status"] = await session.call_tool("status", {})
                     out["refused"] = [await session.call_tool("read", {"path": p}) for p in [*TRAVERSALS, absolute]]
@@ -111,6 +112,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
 
     assert [h["path"] for h in _payload(out["tagged"])["hits"]] == ["tiny/Home.md"]
     assert out["bad_source"].is_error and "tiny" in _text(out["bad_source"])
+    assert not out["list_source"].is_error and _payload(out["list_source"])["hits"][0]["source"] == "tiny"
     assert out["bad_k"].is_error
     status = _payload(out["status"])
     assert status["sources"][0]["name"] == "tiny" and status["sources"][0]["notes"] == 5
@@ -154,3 +156,15 @@ def test_search_names_a_configured_source_without_notes(built_env: Path) -> None
         svc.search("ducks", source="later")
     with pytest.raises(ToolFailure, match=r"^unknown source 'nope'; the warehouse "):
         svc.search("ducks", source="nope")
+
+
+def test_search_takes_one_source_or_several(built_env: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    svc = VaultService(Settings.from_env())
+    one = svc.search("ducks", source="tiny")["hits"]
+    assert one and {h["source"] for h in one} == {"tiny"}
+    assert svc.search("ducks", source=["tiny"])["hits"] == one
+    assert svc.search("ducks", source=[])["hits"] == svc.search("ducks")["hits"]
+    with pytest.raises(ToolFailure, match=r"^unknown source 'nope'; the warehouse "):
+        svc.search("ducks", source=["tiny", "nope"])
