@@ -128,6 +128,7 @@ class _PageVectors(NamedTuple):
     rows: list[np.ndarray]       # per page: its chunks' row positions in the model's vectors
     position: dict[str, int]     # note id -> index in note_ids
     source: np.ndarray           # (p,) object, each page's source
+    background: np.ndarray       # float32 (m, dim): at most BACKGROUND_ROWS chunk vectors, evenly spaced
 
 
 class _Page(NamedTuple):
@@ -314,7 +315,6 @@ class Searcher:
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._flat_rows: dict[tuple[str, frozenset[str]], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
-        self._bg: dict[str, np.ndarray] = {}
 
     def _load_graph(self) -> None:
         """Neighbours of every note (out- and in-links, weighted by link count) and the notes that are never results
@@ -439,11 +439,12 @@ class Searcher:
         return [_Page(index.doc_ids[i], float(scores[i]), []) for i in order]
 
     def _page_vectors(self, table: str) -> _PageVectors:
-        """Page vectors of a model, computed on first use from its live chunk vectors (the exact-scan copy when the
-        model is searched exactly; otherwise read once and dropped). Memory: pages x dim x 4 bytes."""
+        """Page vectors and the background sample of a model, computed on first use from its live chunk vectors (the
+        exact-scan copy when the model is searched exactly; otherwise read once and dropped). Memory: pages x dim x 4
+        bytes, plus BACKGROUND_ROWS x dim x 4."""
         got = self._centroids.get(table)
         if got is None:
-            if table in self._flat_cache or self._exact(table):
+            if self._exact(table):
                 ids, vecs, _, _ = self._flat(table)
             else:
                 ids, vecs = wh.load_live_vectors(self._con, table)
@@ -458,10 +459,13 @@ class Searcher:
             cent /= np.where(norms > 0, norms, 1.0)
             order = np.argsort(inv, kind="stable")
             bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+            step = max(1, len(vecs) // BACKGROUND_ROWS)
+            background = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
             got = self._centroids[table] = _PageVectors(
                 note_ids=uniq, vectors=cent, rows=[order[bounds[i]:bounds[i + 1]] for i in range(len(uniq))],
                 position={str(n): i for i, n in enumerate(uniq)},
-                source=np.array([self._note_source.get(n, "") for n in uniq], dtype=object))
+                source=np.array([self._note_source.get(n, "") for n in uniq], dtype=object),
+                background=background if len(background) else np.zeros((1, vecs.shape[1]), dtype=np.float32))
         return got
 
     def _with_page_vectors(self, table: str, qvec: np.ndarray, pages: list[_Page],
@@ -484,11 +488,11 @@ class Searcher:
         extra = [str(pv.note_ids[i]) for i in cand[np.argsort(-sims[cand], kind="stable")[:CENTROID_PAGES]]]
         extra = [nid for nid in extra if nid not in scored]
         if extra:
-            exact = table in self._flat_cache
+            exact = self._exact(table)
+            ids, vecs, _, _ = self._flat(table) if exact else (None, None, None, None)
             floor = min((p.score for p in pages), default=0.0)
             for nid in extra:
                 if exact:
-                    ids, vecs, _, _ = self._flat_cache[table]
                     r = pv.rows[pv.position[nid]]
                     cs = vecs[r] @ q
                     top = np.argsort(-cs, kind="stable")[:2]
@@ -500,22 +504,6 @@ class Searcher:
                for i, (nid, p) in enumerate(scored.items()) if nid in pv.position]
         out.sort(key=lambda t: (-t[0], t[1]))
         return [_Page(p.note_id, score, p.chunks) for score, _, p in out]
-
-    def _background(self, table: str) -> np.ndarray:
-        """A fixed sample of a model's chunk vectors (at most BACKGROUND_ROWS, evenly spaced in chunk id order),
-        float32 (m, dim): the background a query's cosines are standardised against when several models' pages
-        merge (:meth:`_vector_lane`)."""
-        bg = self._bg.get(table)
-        if bg is None:
-            if table in self._flat_cache or self._exact(table):
-                vecs = self._flat(table)[1]
-            else:
-                vecs = wh.load_live_vectors(self._con, table)[1]
-            step = max(1, len(vecs) // BACKGROUND_ROWS)
-            bg = self._bg[table] = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
-            if not len(bg):
-                bg = self._bg[table] = np.zeros((1, vecs.shape[1]), dtype=np.float32)
-        return bg
 
     def _exact(self, table: str) -> bool:
         """Whether a model's vectors are searched exactly in memory (at most ``exact_max_rows`` of them)."""
@@ -599,7 +587,7 @@ class Searcher:
         scale = 1.0 + self.second_weight + self.page_vector_weight
         merged: dict[str, _Page] = {}
         for (table, qvec), pages in per_model:
-            sims = self._background(table) @ np.asarray(qvec, dtype=np.float32).reshape(-1)
+            sims = self._page_vectors(table).background @ np.asarray(qvec, dtype=np.float32).reshape(-1)
             mu, sd = float(sims.mean()), max(float(sims.std()), MIN_BACKGROUND_SD)
             for page in pages:
                 z = (page.score - scale * mu) / (scale * sd)
@@ -650,6 +638,15 @@ class Searcher:
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -self._pagerank.get(kv[0], 0.0), kv[0]))
         return [_Page(nid, sc, []) for nid, sc in ranked]
 
+    def _ranked_lane(self, lane: str, query: str, sources: frozenset[str] | None,
+                     notes: frozenset[str] | None) -> list[_Page]:
+        """The pages of one ranking lane (``bm25``, ``bm25_page`` or ``vector``), best first."""
+        if lane == "bm25":
+            return page_ranking(self._bm25_lane(query, sources, notes), self._note_of.__getitem__, self.second_weight)
+        if lane == "bm25_page":
+            return self._bm25_page_lane(query, sources, notes)
+        return self._vector_lane(query, sources, notes)
+
     def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
                tags: str | Sequence[str] | None = None,
                ) -> tuple[list[tuple[str, float, dict[str, int]]], dict[str, dict[str, int]]]:
@@ -661,27 +658,14 @@ class Searcher:
         notes = self._notes_with_tags(tags, sources)
         if notes is not None and not notes:
             return [], {}
-        lane_pages: dict[str, list[_Page]] = {}
-        if "bm25" in lanes:
-            hits = self._bm25_lane(query, sources, notes)
-            lane_pages["bm25"] = page_ranking(hits, self._note_of.__getitem__, self.second_weight)
-        if "bm25_page" in lanes:
-            lane_pages["bm25_page"] = self._bm25_page_lane(query, sources, notes)
-        if "vector" in lanes:
-            lane_pages["vector"] = self._vector_lane(query, sources, notes)
+        lane_pages = {lane: self._ranked_lane(lane, query, sources, notes) for lane in LANES
+                      if lane in lanes and lane != "graph"}
         for lane in list(lane_pages):
             lane_pages[lane] = [p for p in lane_pages[lane] if p.note_id not in self._not_results]
         if "graph" in lanes:
             # seeds: the other requested lanes fused; the graph lane alone takes them from the default lanes
-            seed_lanes = dict(lane_pages)
-            if not seed_lanes:
-                if "bm25" in self.default_lanes:
-                    seed_lanes["bm25"] = page_ranking(self._bm25_lane(query, sources, notes), self._note_of.__getitem__,
-                                                      self.second_weight)
-                if "bm25_page" in self.default_lanes:
-                    seed_lanes["bm25_page"] = self._bm25_page_lane(query, sources, notes)
-                if "vector" in self.default_lanes:
-                    seed_lanes["vector"] = self._vector_lane(query, sources, notes)
+            seed_lanes = dict(lane_pages) or {lane: self._ranked_lane(lane, query, sources, notes)
+                                              for lane in self.default_lanes if lane != "graph"}
             seeds: dict[str, float] = {}
             for lane, pages in seed_lanes.items():
                 for rank, page in enumerate(pages, start=1):
