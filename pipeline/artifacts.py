@@ -74,7 +74,8 @@ def save_chunks(settings: Settings, source: str, chunks: Iterable[Chunk]) -> int
         chunks_path(settings, source),
         (
             {"chunk_id": c.chunk_id, "note_id": c.note_id, "source": c.source, "ordinal": c.ordinal,
-             "heading_path": list(c.heading_path), "breadcrumb": c.breadcrumb, "text": c.text}
+             "heading_path": list(c.heading_path), "breadcrumb": c.breadcrumb, "text": c.text,
+             "language": c.language}
             for c in chunks
         ),
     )

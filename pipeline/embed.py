@@ -694,7 +694,7 @@ class E5Embedder:
     #: at most this many passages (and torch not loaded yet) run on the query path's ONNX session: loading the
     #: torch model costs ~3 s, which dominated a rebuild after a few edited pages; the vectors agree with torch's
     #: (cosine >= 0.9999), so both backends share the model id
-    SMALL_BATCH = 64
+    SMALL_BATCH = 32     # below embed_chunks' batch of 64: a whole build loads torch on its first batch
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed passages (``"passage: "`` prefix); float32 (n, 384), L2-normalised, in input order. Runs on

@@ -154,6 +154,7 @@ class Chunk:
     heading_path: tuple[str, ...]         # headings above the chunk, outermost first (title not included)
     breadcrumb: str
     text: str
+    language: str = ""                    # the note's language (pipeline.language): decides its embedding model
 
     @property
     def heading(self) -> str:

