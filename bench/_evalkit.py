@@ -71,7 +71,7 @@ def product_grid(**axes: Sequence[Any]) -> Grid:
 
 def _setting(raw: Any, where: str) -> Setting:
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: a setting must be a mapping of Searcher overrides, got {raw!r}")
+        raise TypeError(f"{where}: a setting must be a mapping of Searcher overrides, got {raw!r}")
     out = dict(raw)
     if isinstance(out.get("lanes"), list):
         out["lanes"] = tuple(out["lanes"])

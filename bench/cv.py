@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _evalkit import (  # noqa: E402
+from _evalkit import (
     FUSION_GRIDS,
     METRIC_KEYS,
     SHARED,
@@ -266,10 +266,10 @@ def format_cv(res: Mapping[str, Any], scope: str) -> str:
     oof = "out-of-fold"
     lw = max(32, *(len(n) + 13 for n in names))
     lines = [
-        f"{scope}: {res['n']} cases, {res['k']} folds stratified by corpus x kind (seed {res['seed']}), "
-        f"{len(names)} settings; each fold's setting = best mean {res['chosen_on']} on the other "
-        f"{res['k'] - 1} folds; "
-        f"95% intervals: paired bootstrap of {sel} minus the default's ({res['resamples']:,} resamples)",
+        (f"{scope}: {res['n']} cases, {res['k']} folds stratified by corpus x kind (seed {res['seed']}), "
+         f"{len(names)} settings; each fold's setting = best mean {res['chosen_on']} on the other "
+         f"{res['k'] - 1} folds; "
+         f"95% intervals: paired bootstrap of {sel} minus the default's ({res['resamples']:,} resamples)"),
         "folds: " + "; ".join(f"{r['fold']} (n={r['n']}) {r['chosen']} {r['train']:.3f}->{r['held']:.3f}"
                               for r in res["folds"]),
         "",
@@ -383,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise ValueError("give --data DIR (a built data dir) or --load-cases FILE")
         else:
             per_case = _per_case(args, scopes)
-    except (ValueError, OSError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
         raise SystemExit(f"error: {exc}") from None
     if args.save_cases:
         args.save_cases.write_text(json.dumps(per_case, ensure_ascii=False, default=list), encoding="utf-8")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _evalkit import FUSION_GRIDS, SHARED, cached_embedder_factory, evaluate_setting, open_searcher  # noqa: E402
+from _evalkit import FUSION_GRIDS, SHARED, cached_embedder_factory, evaluate_setting, open_searcher
 
 GRIDS = FUSION_GRIDS
 

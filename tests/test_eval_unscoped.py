@@ -95,12 +95,12 @@ def test_both_side_by_side_text(two_sources: Path) -> None:
     assert out.splitlines()[:6] == [
         "lanes: bm25, bm25_page, vector",
         "s = scoped: each case searched within its own source (as `search --source <corpus>`)",
-        "u = unscoped: each case searched over all sources (as `search` by default); a page of another source "
-        "is a miss",
+        ("u = unscoped: each case searched over all sources (as `search` by default); a page of another source "
+         "is a miss"),
         f"{'':<24}{'n':>5}    hit@1 s    hit@1 u    hit@3 s    hit@3 u   mrr@10 s   mrr@10 u  ndcg@10 s  ndcg@10 u",
         "-" * 117,
-        f"{'overall':<24}{2:>5}      1.000      0.500      1.000      1.000      1.000      0.750      1.000"
-        "      0.816",
+        (f"{'overall':<24}{2:>5}      1.000      0.500      1.000      1.000      1.000      0.750      1.000"
+         "      0.816"),
     ]
     assert out.endswith(
         "kind: paraphrase            1      1.000      0.000      1.000      1.000      1.000      0.500      1.000"
