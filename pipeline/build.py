@@ -1013,7 +1013,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
                ) -> dict[str, Any]:
     """Run the ablation over the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source: each
     lane alone (bm25, vector, and graph when the warehouse has resolved links) and ``hybrid`` (the default fusion),
-    scored overall (pooled), per source and per kind; the run's rows are appended to the eval history
+    each case searched within its corpus, plus ``hybrid unscoped`` (the default fusion with every case searched over
+    all sources, as users search; a page of another source is a miss), scored overall (pooled), per source and per
+    kind; the run's rows (every set-up, ``hybrid unscoped`` included) are appended to the eval history
     (``<data>/eval_runs.duckdb``, :func:`pipeline.warehouse.append_eval_runs`: a file of its own, so it survives
     every warehouse publish).
 
@@ -1022,18 +1024,22 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
 
     Returns:
         The hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
-        :func:`pipeline.evaluate.run_eval`) plus ``setups`` (set-up -> ``{lanes, overall, by_source, by_kind}``),
+        :func:`pipeline.evaluate.run_eval`) plus ``setups`` (set-up -> ``{lanes, scope, overall, by_source,
+        by_kind}``; the scoped ablation, then ``hybrid unscoped`` with ``scope: "unscoped"``), ``unscoped`` (the
+        ``hybrid unscoped`` report: ``overall``, ``by_source``, ``by_kind``, ``cases``),
         ``config`` (``k_rrf``, ``weights``, ``models``), ``run_id``, ``run_at``, ``warehouse_built_at``, ``files``,
         ``history`` (the history file), ``history_rows`` (rows appended), ``skipped``. No scored case:
         ``overall = {"n": 0}`` and empty ``setups``.
     """
     from pipeline.evaluate import (
         HYBRID,
+        UNSCOPED_SETUP,
         ablation_setups,
         eval_history_path,
         history_rows,
         load_cases,
         run_ablation,
+        run_eval,
     )
     from pipeline.search import LANES, Searcher
     from pipeline.warehouse import append_eval_runs, connect, load_graph, read_meta
@@ -1047,7 +1053,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
                 st = p.stat()
                 listing.append((str(p), st.st_size, st.st_mtime_ns))
     syn = settings.synonyms_file
-    key = _digest("ablation-1", _warehouse_version(settings), listing, names,
+    key = _digest("ablation-2", _warehouse_version(settings), listing, names,
                   _file_sha(syn) if syn.is_file() else None)
     last = _shared_state(settings).get("eval") or {}
     if last.get("key") == key and isinstance(last.get("report"), dict):
@@ -1068,7 +1074,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
         try:
-            reports = run_ablation(searcher, cases, ablation_setups(graph=has_graph))
+            setups = ablation_setups(graph=has_graph)
+            reports = run_ablation(searcher, cases, setups)
+            reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
             config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
                       "models": [m["model_id"] for m in searcher.models]}
         finally:
@@ -1078,7 +1086,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         hybrid = {k: v for k, v in reports[HYBRID].items() if k != "skipped"}   # cases are of built sources only
         report.update(hybrid)
         report.update({
-            "setups": {name: {k: r[k] for k in ("lanes", "overall", "by_source", "by_kind")} for name, r in reports.items()},
+            "setups": {name: {k: r[k] for k in ("lanes", "scope", "overall", "by_source", "by_kind")}
+                       for name, r in reports.items()},
+            "unscoped": {k: v for k, v in reports[UNSCOPED_SETUP].items() if k != "skipped"},
             "config": config, "run_id": run_id, "run_at": run_at, "warehouse_built_at": meta.get("built_at", ""),
         })
         rows = history_rows(reports, run_id=run_id, run_at=run_at, built_at=meta.get("built_at", ""),

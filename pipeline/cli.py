@@ -578,14 +578,19 @@ def eval_(
     lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, bm25_page, vector, graph, hybrid (bm25+bm25_page+vector fused), hybrid+graph.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Metrics as JSON on stdout.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Show the last 20 runs recorded by the build (pooled MRR@10 per set-up) instead of evaluating.")] = False,
+    unscoped: Annotated[bool, typer.Option("--unscoped", help="Search each case over all sources (as `search` does by default) instead of within its corpus; a page of another source is a miss.")] = False,
+    both: Annotated[bool, typer.Option("--both", help="Scoped and unscoped side by side (JSON: {\"scoped\": ..., \"unscoped\": ...}).")] = False,
 ) -> None:
-    """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse."""
+    """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse (each case searched within its
+    corpus; --unscoped over all sources; --both side by side)."""
     from pipeline.build import eval_files
     from pipeline.evaluate import (
+        SCOPE_NOTE,
         eval_history_path,
         format_ablation,
         format_history,
         format_report,
+        format_scopes,
         format_skipped,
         format_unreachable,
         load_cases,
@@ -603,6 +608,9 @@ def eval_(
             return
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2) if as_json else format_history(rows))
         return
+    if unscoped and both:
+        fail("--unscoped and --both exclude each other: --both already includes the unscoped figures")
+    scopes = ["scoped", "unscoped"] if both else ["unscoped"] if unscoped else ["scoped"]
     try:
         setups = parse_lanes(lanes) if lanes is not None else None
         paths = list(files or []) or eval_files(settings())
@@ -613,13 +621,16 @@ def eval_(
             fail(f"no eval cases in {', '.join(str(p) for p in paths)}; add *.yaml case files (format: see README)")
         searcher = _open_searcher()
         try:
-            if setups is None:
-                reports = {"": run_eval(searcher, cases)}
-            else:
-                reports = run_ablation(searcher, cases, setups)
+            by_scope: dict[str, dict[str, dict[str, Any]]] = {}
+            for scope in scopes:
+                if setups is None:
+                    by_scope[scope] = {"": run_eval(searcher, cases, scope=scope)}
+                else:
+                    by_scope[scope] = run_ablation(searcher, cases, setups, scope=scope)
             built = list(searcher.sources)
         finally:
             searcher.close()
+        reports = by_scope[scopes[0]]
         first = next(iter(reports.values()))
         if not first["overall"].get("n") and first.get("skipped"):
             unknown = sorted({r["corpus"] for r in first["skipped"]})
@@ -630,20 +641,28 @@ def eval_(
         return
 
     def public(report: dict[str, Any]) -> dict[str, Any]:
-        out = {k: report[k] for k in ("overall", "by_source", "by_kind") if k in report}
+        out = {k: report[k] for k in ("scope", "overall", "by_source", "by_kind") if k in report}
         for key in ("skipped", "unreachable"):
             if report.get(key):
                 out[key] = report[key]
         return out
 
-    if setups is None:
-        report = reports[""]
-        typer.echo(json.dumps(public(report), ensure_ascii=False, indent=2) if as_json else format_report(report))
-        return
     if as_json:
-        typer.echo(json.dumps({name: public(r) for name, r in reports.items()}, ensure_ascii=False, indent=2))
+        shown = {scope: public(r[""]) if setups is None else {name: public(x) for name, x in r.items()}
+                 for scope, r in by_scope.items()}
+        typer.echo(json.dumps(shown if both else shown[scopes[0]], ensure_ascii=False, indent=2))
         return
-    typer.echo(format_ablation(reports))
+    if setups is None:
+        if both:
+            typer.echo(format_scopes({scope: r[""] for scope, r in by_scope.items()}))
+        else:
+            typer.echo(format_report(reports[""]))
+        return
+    if both or unscoped:
+        blocks = [f"{SCOPE_NOTE[scope]}\n{format_ablation(r)}" for scope, r in by_scope.items()]
+        typer.echo("\n\n".join(blocks))
+    else:
+        typer.echo(format_ablation(reports))
     first = next(iter(reports.values()), {})
     extra = format_unreachable(first) + format_skipped(first)
     if extra:

@@ -4,6 +4,10 @@ Metrics (binary relevance; a page is relevant when its ``source_path`` is one of
 hit@1 / hit@3 (a relevant page in the top 1 / 3), MRR@10 (1 / rank of the first relevant page, 0 beyond 10) and
 nDCG@10 (DCG = sum of 1 / log2(rank + 1) over relevant ranks <= 10; ideal DCG over min(len(expected), 10) pages).
 
+Scope: ``scoped`` searches each case within its corpus (``--source``), ``unscoped`` over every source of the
+warehouse, as a user searches by default; there a hit must be one of the case's pages *in the case's source* (a page
+of another source never counts, even with the same path). :func:`format_scopes` shows both side by side.
+
 Ablation: :func:`run_ablation` scores several lane set-ups on the same cases (by default each lane alone and
 ``hybrid``, the default fusion); :func:`format_ablation` renders them as one table (text for the CLI, Markdown for
 the Dagster asset); :func:`history_rows` flattens a run into the rows of the eval history
@@ -32,6 +36,9 @@ __all__ = [
     "FLOOR_ENV",
     "HYBRID",
     "METRICS",
+    "SCOPES",
+    "SCOPE_NOTE",
+    "UNSCOPED_SETUP",
     "CheckOutcome",
     "ablation_rows",
     "ablation_setups",
@@ -45,6 +52,7 @@ __all__ = [
     "format_ablation",
     "format_history",
     "format_report",
+    "format_scopes",
     "history_rows",
     "hit_at",
     "load_cases",
@@ -56,6 +64,9 @@ __all__ = [
 
 DEPTH = 10
 METRICS: tuple[str, ...] = ("hit@1", "hit@3", "mrr@10", "ndcg@10")
+SCOPES: tuple[str, ...] = ("scoped", "unscoped")
+#: The set-up name of the default fusion searched unscoped, beside the (scoped) ablation set-ups of the eval stage.
+UNSCOPED_SETUP = "hybrid unscoped"
 
 
 class PageRanker(Protocol):
@@ -66,6 +77,8 @@ class PageRanker(Protocol):
     def rank_pages(
         self, query: str, source: str | Sequence[str] | None = None, lanes: Sequence[str] | None = ..., depth: int = 10
     ) -> list[tuple[str, str, float]]: ...
+
+    # unscoped runs also need ``note_source(note_id) -> source name`` (``Searcher.note_source``)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -214,21 +227,31 @@ def _aggregate(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 # run
 
 
-def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] | None = None
-             ) -> dict[str, Any]:
+def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] | None = None,
+             scope: str = "scoped") -> dict[str, Any]:
     """Run every case through ``searcher.rank_pages(query, source=case.corpus, lanes, depth=10)``; ``lanes`` None
     means the searcher's default fusion (``Searcher.default_lanes``).
+
+    ``scope="unscoped"`` searches every case over all sources (``source=None``) and counts a page as a hit only
+    when it is one of the case's ``expected`` paths in the case's corpus (``searcher.note_source(note_id)``); a
+    page of another source is a miss and shows in ``top`` as ``<source>:<path>``.
 
     Cases whose corpus is not a source of the warehouse are listed under ``"skipped"`` and not scored.
 
     Returns:
         ``{"overall": {"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}, "by_source": {source: {...}},
         "by_kind": {kind: {...}}, "cases": [{"id", "query", "corpus", "kind", "rank", "top", **metrics}],
-        "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id", "corpus", "expected"}], "lanes": [...]}``;
+        "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id", "corpus", "expected"}], "lanes": [...],
+        "scope": "scoped" | "unscoped"}``;
         ``rank`` is the first expected page's rank (None beyond 10), ``top`` the first 3 source paths;
         ``unreachable`` lists scored cases none of whose expected pages is in the warehouse (only when the searcher
         has ``page_paths(source) -> set of source paths``).
+
+    Raises:
+        ValueError: ``scope`` is not one of :data:`SCOPES`.
     """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown eval scope {scope!r}; one of {', '.join(SCOPES)}")
     known = set(searcher.sources)
     per_case: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
@@ -242,12 +265,20 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         if page_paths is not None and not set(case.expected) & page_paths(case.corpus):
             # still scored (a miss), but named: a typo in the case or a page the build skipped can never be found
             unreachable.append({"id": case.id, "corpus": case.corpus, "expected": list(case.expected)})
-        ranked = [path for _, path, _ in searcher.rank_pages(case.query, source=case.corpus, lanes=lanes,
-                                                             depth=DEPTH)]
-        metrics = case_metrics(ranked, case.expected)
+        if scope == "scoped":
+            ranked = [path for _, path, _ in searcher.rank_pages(case.query, source=case.corpus, lanes=lanes,
+                                                                 depth=DEPTH)]
+            expected: Sequence[Any] = case.expected
+            top = ranked[:3]
+        else:
+            rows = searcher.rank_pages(case.query, source=None, lanes=lanes, depth=DEPTH)
+            ranked = [(searcher.note_source(nid), path) for nid, path, _ in rows]  # type: ignore[attr-defined]
+            expected = [(case.corpus, e) for e in case.expected]
+            top = [path if src == case.corpus else f"{src}:{path}" for src, path in ranked[:3]]
+        metrics = case_metrics(ranked, expected)
         per_case.append({
             "id": case.id, "query": case.query, "corpus": case.corpus, "kind": case.kind,
-            "rank": first_rank(ranked[:DEPTH], case.expected), "top": ranked[:3], **metrics,
+            "rank": first_rank(ranked[:DEPTH], expected), "top": top, **metrics,
         })
     by_source: dict[str, list[dict[str, Any]]] = {}
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -262,13 +293,17 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         "cases": per_case,
         "skipped": skipped,
         "unreachable": unreachable,
+        "scope": scope,
     }
 
 
 def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
     """A plain-text table of a :func:`run_eval` report (overall, per source, per kind, misses, skipped)."""
     header = f"{'':<24}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
-    lines = [f"lanes: {', '.join(report.get('lanes', []))}", header, "-" * len(header)]
+    lines = [f"lanes: {', '.join(report.get('lanes', []))}"]
+    if report.get("scope") == "unscoped":
+        lines.append(SCOPE_NOTE["unscoped"])
+    lines += [header, "-" * len(header)]
 
     def row(name: str, agg: dict[str, float]) -> str:
         return f"{name[:24]:<24}{int(agg['n']):>5}" + "".join(f"{agg[m]:>10.3f}" for m in METRICS)
@@ -290,6 +325,54 @@ def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
                 lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
     lines.extend(format_unreachable(report))
     lines.extend(format_skipped(report))
+    return "\n".join(lines)
+
+
+SCOPE_NOTE: dict[str, str] = {
+    "scoped": "scoped: each case searched within its own source (as `search --source <corpus>`)",
+    "unscoped": "unscoped: each case searched over all sources (as `search` by default); "
+                "a page of another source is a miss",
+}
+
+
+def format_scopes(reports: Mapping[str, Mapping[str, Any]], show_misses: bool = True) -> str:
+    """Scoped and unscoped reports of the same cases side by side: per group (overall, per source, per kind) ``n``
+    and each metric as a ``scoped`` and an ``unscoped`` column (``s`` / ``u``), then each scope's misses.
+
+    Args:
+        reports: ``{"scoped": report, "unscoped": report}`` as :func:`run_eval` returns them.
+    """
+    s_rep, u_rep = reports["scoped"], reports["unscoped"]
+    cols = [(m, sc) for m in METRICS for sc in ("s", "u")]
+    header = f"{'':<24}{'n':>5}" + "".join(f"{f'{m} {sc}':>11}" for m, sc in cols)
+    lines = [f"lanes: {', '.join(s_rep.get('lanes', []))}",
+             f"s = {SCOPE_NOTE['scoped']}", f"u = {SCOPE_NOTE['unscoped']}", header, "-" * len(header)]
+
+    def row(name: str, s_agg: Mapping[str, float] | None, u_agg: Mapping[str, float] | None) -> str:
+        n = int((s_agg or u_agg or {"n": 0})["n"])
+        cells = []
+        for m, sc in cols:
+            agg = s_agg if sc == "s" else u_agg
+            cells.append(f"{agg[m]:>11.3f}" if agg else f"{'-':>11}")
+        return f"{name[:24]:<24}{n:>5}" + "".join(cells)
+
+    lines.append(row("overall", s_rep["overall"], u_rep["overall"]))
+    for key, prefix in (("by_source", ""), ("by_kind", "kind: ")):
+        names = list(dict.fromkeys([*s_rep.get(key, {}), *u_rep.get(key, {})]))
+        if names:
+            lines.append("")
+            lines.extend(row(f"{prefix}{name}", s_rep[key].get(name), u_rep[key].get(name)) for name in names)
+    if show_misses:
+        for scope, rep in (("scoped", s_rep), ("unscoped", u_rep)):
+            misses = [c for c in rep["cases"] if c["rank"] is None or c["rank"] > 3]
+            if misses:
+                lines += ["", f"not in top 3, {scope} ({len(misses)}):"]
+                for c in misses:
+                    rank = "-" if c["rank"] is None else str(c["rank"])
+                    lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
+                    lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
+    lines.extend(format_unreachable(s_rep))
+    lines.extend(format_skipped(s_rep))
     return "\n".join(lines)
 
 
@@ -341,10 +424,10 @@ def ablation_setups(graph: bool = True) -> dict[str, list[str]]:
     return setups
 
 
-def run_ablation(searcher: PageRanker, cases: Sequence[EvalCase], setups: Mapping[str, Sequence[str]]
-                 ) -> dict[str, dict[str, Any]]:
-    """One :func:`run_eval` report per set-up (``name -> lanes``), in the order of ``setups``."""
-    return {name: run_eval(searcher, cases, lanes=lanes) for name, lanes in setups.items()}
+def run_ablation(searcher: PageRanker, cases: Sequence[EvalCase], setups: Mapping[str, Sequence[str]],
+                 scope: str = "scoped") -> dict[str, dict[str, Any]]:
+    """One :func:`run_eval` report per set-up (``name -> lanes``), in the order of ``setups``, all in ``scope``."""
+    return {name: run_eval(searcher, cases, lanes=lanes, scope=scope) for name, lanes in setups.items()}
 
 
 def _groups(report: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, float]]]:
@@ -371,12 +454,13 @@ def ablation_rows(reports: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, s
     return rows
 
 
-def best_single_lane(reports: Mapping[str, Mapping[str, Any]], metric: str = "mrr@10") -> tuple[str, float] | None:
-    """The single-lane set-up (``lanes`` of length 1) with the best pooled ``metric``; first one wins a tie.
-    None when no single-lane set-up scored a case."""
+def best_single_lane(reports: Mapping[str, Mapping[str, Any]], metric: str = "mrr@10", scope: str = "scoped"
+                     ) -> tuple[str, float] | None:
+    """The single-lane set-up (``lanes`` of length 1) of ``scope`` (a report without ``scope`` is scoped) with the
+    best pooled ``metric``; first one wins a tie. None when no such set-up scored a case."""
     best: tuple[str, float] | None = None
     for name, report in reports.items():
-        if len(report.get("lanes", ())) != 1 or not report["overall"].get("n"):
+        if len(report.get("lanes", ())) != 1 or not report["overall"].get("n") or _scope(report) != scope:
             continue
         value = float(report["overall"][metric])
         if best is None or value > best[1]:
@@ -384,16 +468,22 @@ def best_single_lane(reports: Mapping[str, Mapping[str, Any]], metric: str = "mr
     return best
 
 
+def _scope(report: Mapping[str, Any]) -> str:
+    return str(report.get("scope") or "scoped")
+
+
 def _fusion_lines(reports: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    best = best_single_lane(reports)
-    if best is None:
-        return []
+    """Each fused set-up against the best single lane of the same scope."""
     lines = []
-    for name, report in reports.items():
-        if len(report.get("lanes", ())) > 1 and report["overall"].get("n"):
-            mrr = float(report["overall"]["mrr@10"])
-            lines.append(f"pooled MRR@10: {name} {mrr:.3f} vs best single lane {best[0]} {best[1]:.3f} "
-                         f"({mrr - best[1]:+.3f})")
+    for scope in SCOPES:
+        best = best_single_lane(reports, scope=scope)
+        if best is None:
+            continue
+        for name, report in reports.items():
+            if len(report.get("lanes", ())) > 1 and report["overall"].get("n") and _scope(report) == scope:
+                mrr = float(report["overall"]["mrr@10"])
+                lines.append(f"pooled MRR@10: {name} {mrr:.3f} vs best single lane {best[0]} {best[1]:.3f} "
+                             f"({mrr - best[1]:+.3f})")
     return lines
 
 
@@ -418,11 +508,13 @@ def format_ablation(reports: Mapping[str, Mapping[str, Any]], markdown: bool = F
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
         return "\n".join(lines + ([""] + summary if summary else []))
-    widths = (24, 14, 5, *(10,) * len(METRICS))
+    setup_w = max([14, *(len(name) + 1 for name in reports)])
+    widths = (24, setup_w, 5, *(10,) * len(METRICS))
 
     def line(row: Sequence[str]) -> str:
         first, setup, *nums = row
-        return f"{first[:23]:<24}{setup[:13]:<14}" + "".join(f"{v:>{w}}" for v, w in zip(nums, widths[2:]))
+        return (f"{first[:23]:<24}{setup[:setup_w - 1]:<{setup_w}}"
+                + "".join(f"{v:>{w}}" for v, w in zip(nums, widths[2:])))
 
     lines = [line(header), "-" * sum(widths)]
     lines += [line(row) for row in cells]
@@ -489,10 +581,12 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
         setups.setdefault(r["setup"], None)
     if not runs:
         return "no eval runs recorded yet (the retrieval_eval asset records one per build that changes the warehouse)"
-    head = f"{'run at (UTC)':<27}{'warehouse built at':<27}{'n':>5}" + "".join(f"{s[:13]:>14}" for s in setups)
+    width = {s: max(14, len(s) + 1) for s in setups}
+    head = f"{'run at (UTC)':<27}{'warehouse built at':<27}{'n':>5}" + "".join(f"{s:>{width[s]}}" for s in setups)
     lines = [f"pooled {metric} per set-up", head, "-" * len(head)]
     for run in runs.values():
-        vals = "".join(f"{run['values'][s]:>14.3f}" if s in run["values"] else f"{'-':>14}" for s in setups)
+        vals = "".join(f"{run['values'][s]:>{width[s]}.3f}" if s in run["values"] else f"{'-':>{width[s]}}"
+                       for s in setups)
         lines.append(f"{run['run_at'][:26]:<27}{run['built_at'][:26]:<27}{int(run['n']):>5}" + vals)
     return "\n".join(lines)
 

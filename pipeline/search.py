@@ -844,6 +844,10 @@ class Searcher:
         """Source paths of the pages (notes) of one source in the warehouse; empty for an unknown source."""
         return {path for nid, path in self._note_path.items() if self._note_source.get(nid) == source}
 
+    def note_source(self, note_id: str) -> str:
+        """The source of a note id as :meth:`rank_pages` returns it; ``""`` for an unknown id."""
+        return self._note_source.get(note_id, "")
+
     def rank_pages(
         self,
         query: str,

@@ -94,11 +94,11 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
     report = run_build(settings)
     assert report.ok, (report.sources, report.shared_error)
     ev = report.shared_metadata["retrieval_eval"]
-    assert (ev["n"], ev["mrr_at_10"], ev["hit_at_3"], ev["history_rows"]) == (2, 1.0, 1.0, 20)
+    assert (ev["n"], ev["mrr_at_10"], ev["hit_at_3"], ev["history_rows"]) == (2, 1.0, 1.0, 24)
     assert {k: ev[k] for k in ev if k.endswith("pooled_mrr_at_10")} == {
         "bm25/pooled_mrr_at_10": 1.0, "bm25_page/pooled_mrr_at_10": 1.0, "vector/pooled_mrr_at_10": 1.0,
         "graph/pooled_mrr_at_10": 0.4167,
-        "hybrid/pooled_mrr_at_10": 1.0}
+        "hybrid/pooled_mrr_at_10": 1.0, "hybrid unscoped/pooled_mrr_at_10": 1.0}
     assert ev["best_single_lane"] == "bm25"
     assert ev["ablation"].splitlines()[:3] == [
         "| group | setup | n | hit@1 | hit@3 | mrr@10 | ndcg@10 |", "|---|---|---|---|---|---|---|",
@@ -108,11 +108,11 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
 
     history = eval_history_path(settings.data_dir)
     rows = read_eval_runs(history)
-    # 5 set-ups x (overall, source tiny, kind keyword, kind paraphrase)
-    assert len(rows) == 20 and len({r["run_id"] for r in rows}) == 1
+    # 6 set-ups (the 5 scoped ones and hybrid unscoped) x (overall, source tiny, kind keyword, kind paraphrase)
+    assert len(rows) == 24 and len({r["run_id"] for r in rows}) == 1
     assert {(r["setup"], r["lanes"]) for r in rows} == {
         ("bm25", "bm25"), ("bm25_page", "bm25_page"), ("vector", "vector"), ("graph", "graph"),
-        ("hybrid", "bm25+bm25_page+vector")}
+        ("hybrid", "bm25+bm25_page+vector"), ("hybrid unscoped", "bm25+bm25_page+vector")}
     assert {(r["group_kind"], r["group_name"]) for r in rows} == {
         ("overall", "overall"), ("source", "tiny"), ("kind", "keyword"), ("kind", "paraphrase")}
     first = rows[0]
@@ -123,15 +123,15 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
     # nothing changed: the eval is skipped and appends nothing
     ev = run_build(settings).shared_metadata["retrieval_eval"]
     assert (ev["skipped"], ev["history_rows"], ev["mrr_at_10"]) == (True, 0, 1.0)
-    assert len(read_eval_runs(history)) == 20
+    assert len(read_eval_runs(history)) == 24
 
     # a full rebuild of the warehouse (a new file replaces it) keeps the history and adds the new run's rows
     settings.warehouse_path.unlink()
     again = run_build(settings)
     assert again.ok, again.shared_error
     rows = read_eval_runs(history)
-    assert len(rows) == 40 and len({r["run_id"] for r in rows}) == 2
-    assert len(read_eval_runs(history, last=1)) == 20
+    assert len(rows) == 48 and len({r["run_id"] for r in rows}) == 2
+    assert len(read_eval_runs(history, last=1)) == 24
     assert not list(settings.data_dir.glob("eval_runs.duckdb.tmp-*"))
     from typer.testing import CliRunner
 
@@ -141,8 +141,8 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
     assert shown.exit_code == 0, shown.output
     lines = shown.output.splitlines()
     assert lines[1].split() == ["run", "at", "(UTC)", "warehouse", "built", "at", "n", "bm25", "bm25_page", "vector",
-                                "graph", "hybrid"]
-    assert [line.split()[2:] for line in lines[3:]] == [["2", "1.000", "1.000", "1.000", "0.417", "1.000"]] * 2
+                                "graph", "hybrid", "hybrid", "unscoped"]
+    assert [line.split()[2:] for line in lines[3:]] == [["2", "1.000", "1.000", "1.000", "0.417", "1.000", "1.000"]] * 2
 
     # the asset checks: floors met, hybrid ties the best single lane (passes), both on the tiny fixture
     checks = _check_results(_materialize_shared(settings))

@@ -133,7 +133,7 @@ def test_duplicate_ids_and_missing_path(tmp_path: Path):
 
 def test_real_eval_files_load():
     cases = load_cases([Path("/work/shared/evals")])
-    assert len(cases) == 126
+    assert len(cases) == 417
     assert {c.corpus for c in cases} == {"obsidian-help", "duckdb", "prefect", "diffusers", "ja-react"}
 
 
