@@ -1074,7 +1074,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
         try:
-            setups = ablation_setups(graph=has_graph)
+            setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
             reports = run_ablation(searcher, cases, setups)
             reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
             config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},

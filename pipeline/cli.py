@@ -575,7 +575,7 @@ def _no_eval_files(s: Settings) -> str:
 @app.command("eval")
 def eval_(
     files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
-    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, bm25_page, vector, graph, hybrid (bm25+bm25_page+vector fused), hybrid+graph.")] = None,
+    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Compare lane set-ups, comma-separated: bm25, bm25_page, vector, crosslingual, graph, hybrid (the default lanes fused), hybrid+graph.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Metrics as JSON on stdout.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Show the last 20 runs recorded by the build (pooled MRR@10 per set-up) instead of evaluating.")] = False,
     unscoped: Annotated[bool, typer.Option("--unscoped", help="Search each case over all sources (as `search` does by default) instead of within its corpus; a page of another source is a miss.")] = False,

@@ -405,22 +405,25 @@ def format_unreachable(report: Mapping[str, Any]) -> list[str]:
 HYBRID = "hybrid"
 
 
-def ablation_setups(graph: bool = True) -> dict[str, list[str]]:
-    """The set-ups the eval asset compares: each lane alone, then ``hybrid`` (the search default fusion).
+def ablation_setups(graph: bool = True, lanes: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """The set-ups the eval asset compares: each lane of the default fusion alone, then ``hybrid`` (that fusion).
 
     Args:
         graph: include the graph lane alone (only meaningful when the warehouse has resolved links).
+        lanes: the fused lanes (a searcher's ``default_lanes``: without ``crosslingual`` when the warehouse has no
+            cross-lingual model); None: ``pipeline.search.DEFAULT_LANES``.
 
     Returns:
-        ``{"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"], ("graph": ["graph"],)
-        "hybrid": [default lanes]}``, in that order.
+        ``{"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"], ("crosslingual": [...],)
+        ("graph": ["graph"],) "hybrid": [lanes]}``, in that order.
     """
     from pipeline.search import DEFAULT_LANES
 
-    setups: dict[str, list[str]] = {"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"]}
+    fused = list(DEFAULT_LANES if lanes is None else lanes)
+    setups: dict[str, list[str]] = {lane: [lane] for lane in fused}
     if graph:
         setups["graph"] = ["graph"]
-    setups[HYBRID] = list(DEFAULT_LANES)
+    setups[HYBRID] = fused
     return setups
 
 

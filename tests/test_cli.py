@@ -217,40 +217,40 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
         return result.output
 
     assert run("search", "install the tool on windows", "-k", "3", "--explain") == (
-        " 1. 0.0410  tiny/Install guide.md\n"
+        " 1. 0.1190  tiny/Install guide.md\n"
         "    How to install the tool on your computer. ## Linux Run the package manager to install it. ## Windows "
         "Download the installer and run it.\n"
-        "    explain: bm25 #1 (1/(60+1)=0.0164) + bm25_page #1 (0.5x1/(60+1)=0.0082) + vector #1 (1/(60+1)=0.0164)"
-        " = 0.0410\n"
-        " 2. 0.0403  tiny/Home.md\n"
+        "    explain: bm25 #1 (1/(20+1)=0.0476) + bm25_page #1 (0.5x1/(20+1)=0.0238) + vector #1 (1/(20+1)=0.0476)"
+        " = 0.1190\n"
+        " 2. 0.1136  tiny/Home.md\n"
         "    Welcome. See [[Install guide]] and [[Ducks]].\n"
-        "    explain: bm25 #2 (1/(60+2)=0.0161) + bm25_page #2 (0.5x1/(60+2)=0.0081) + vector #2 (1/(60+2)=0.0161)"
-        " = 0.0403\n"
-        " 3. 0.0159  tiny/Ducks.md\n"
+        "    explain: bm25 #2 (1/(20+2)=0.0455) + bm25_page #2 (0.5x1/(20+2)=0.0227) + vector #2 (1/(20+2)=0.0455)"
+        " = 0.1136\n"
+        " 3. 0.0435  tiny/Ducks.md\n"
         "    Ducks swim in the pond and eat bread. A duck is a water bird.\n"
-        "    explain: bm25 - + bm25_page - + vector #3 (1/(60+3)=0.0159) = 0.0159\n"
+        "    explain: bm25 - + bm25_page - + vector #3 (1/(20+3)=0.0435) = 0.0435\n"
     )
     assert run("search", "install windows", "--files", "-k", "2") == (
-        "tiny/Install guide.md\t0.0410\ntiny/Home.md\t0.0403\n")
+        "tiny/Install guide.md\t0.1190\ntiny/Home.md\t0.1136\n")
     rows = json.loads(run("search", "install windows", "--files", "--json", "-k", "1"))
     assert rows == [{"rank": 1, "source": "tiny", "source_path": "Install guide.md",
                      "vault_path": "tiny/Install guide.md", "title": "Install guide", "score": rows[0]["score"]}]
     # grep-like context: line numbers of the vault file (frontmatter included), ':' matches, '-' context
     assert run("search", "install windows", "-k", "1", "--context", "1") == (
-        " 1. 0.0410  tiny/Install guide.md\n"
+        " 1. 0.1190  tiny/Install guide.md\n"
         "    10-\n    11:How to install the tool on your computer.\n    12-\n"
         "    --\n    14-\n    15:Run the package manager to install it.\n    16-\n    17:## Windows\n    18-\n"
     )
     assert run("search", "welcome", "--tag", "#start") == (
-        " 1. 0.0410  tiny/Home.md\n    Welcome. See [[Install guide]] and [[Ducks]].\n")
+        " 1. 0.1190  tiny/Home.md\n    Welcome. See [[Install guide]] and [[Ducks]].\n")
     assert run("search", "ducks", "--tag", "no-such-tag") == "No results\n"
     hit = json.loads(run("search", "parquet", "-k", "1", "--json", "--explain"))[0]
     assert hit["vault_path"] == "tiny/sub/Parquet files.md"
     assert hit["lanes"] == {"bm25": 1, "bm25_page": 1, "vector": 1}
-    assert hit["explain"] == {"bm25": {"rank": 1, "weight": 1.0, "score": 0.016393},
-                              "bm25_page": {"rank": 1, "weight": 0.5, "score": 0.008197},
-                              "vector": {"rank": 1, "weight": 1.0, "score": 0.016393}}
-    assert run("search", "ベクトル検索", "-k", "1").splitlines()[0] == " 1. 0.0410  tiny/ja/検索.md"
+    assert hit["explain"] == {"bm25": {"rank": 1, "weight": 1.0, "score": 0.047619},
+                              "bm25_page": {"rank": 1, "weight": 0.5, "score": 0.02381},
+                              "vector": {"rank": 1, "weight": 1.0, "score": 0.047619}}
+    assert run("search", "ベクトル検索", "-k", "1").splitlines()[0] == " 1. 0.1190  tiny/ja/検索.md"
 
     assert run("read", "tiny/Install guide.md") == (
         "tiny/Install guide.md — Install guide (page 1/1)\n\n# Install guide\n\nHow to install the tool on your "
@@ -279,7 +279,7 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     )
     assert set(json.loads(run("eval", "--lanes", "vector", "--json"))) == {"vector"}
     assert run("eval", "--lanes", "colbert", code=1) == (
-        "error: unknown lane 'colbert' in --lanes; available: bm25, bm25_page, vector, graph, hybrid, hybrid+graph\n")
+        "error: unknown lane 'colbert' in --lanes; available: bm25, bm25_page, vector, crosslingual, graph, hybrid, hybrid+graph\n")
 
     vec = json.loads(run("embed", "hello", "--json"))
     assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)

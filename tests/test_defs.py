@@ -103,7 +103,8 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
     assert ev["ablation"].splitlines()[:3] == [
         "| group | setup | n | hit@1 | hit@3 | mrr@10 | ndcg@10 |", "|---|---|---|---|---|---|---|",
         "| overall | bm25 | 2 | 1.000 | 1.000 | 1.000 | 1.000 |"]
-    assert ev["config"] == {"k_rrf": 60.0, "weights": {"bm25": 1.0, "bm25_page": 0.5, "vector": 1.0, "graph": 1.0},
+    assert ev["config"] == {"k_rrf": 20.0, "weights": {"bm25": 1.0, "bm25_page": 0.5, "vector": 1.0, "crosslingual": 1.0,
+                                                     "graph": 1.0},
                             "models": ["hash-384"]}
 
     history = eval_history_path(settings.data_dir)
@@ -117,7 +118,7 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
         ("overall", "overall"), ("source", "tiny"), ("kind", "keyword"), ("kind", "paraphrase")}
     first = rows[0]
     assert (first["k_rrf"], first["models"], first["weights"]) == (
-        60.0, "hash-384", '{"bm25": 1.0, "bm25_page": 0.5, "graph": 1.0, "vector": 1.0}')
+        20.0, "hash-384", '{"bm25": 1.0, "bm25_page": 0.5, "crosslingual": 1.0, "graph": 1.0, "vector": 1.0}')
     assert first["warehouse_built_at"] and first["warehouse_key"] and first["cases_key"]
 
     # nothing changed: the eval is skipped and appends nothing

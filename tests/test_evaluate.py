@@ -202,8 +202,10 @@ def ablation() -> dict:
 
 def test_ablation_setups():
     assert ablation_setups() == {"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"],
-                                 "graph": ["graph"], "hybrid": ["bm25", "bm25_page", "vector"]}
-    assert list(ablation_setups(graph=False)) == ["bm25", "bm25_page", "vector", "hybrid"]
+                                 "crosslingual": ["crosslingual"], "graph": ["graph"],
+                                 "hybrid": ["bm25", "bm25_page", "vector", "crosslingual"]}
+    assert list(ablation_setups(graph=False, lanes=["bm25", "bm25_page", "vector"])) == [
+        "bm25", "bm25_page", "vector", "hybrid"]
 
 
 def test_format_ablation_text_exact(ablation):

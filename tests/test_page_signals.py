@@ -107,7 +107,7 @@ def test_bm25_page_lane_scores_words_spread_over_a_page(page_warehouse: Path):
         assert s.rank_pages("gamma", lanes=["bm25_page"]) == []
         hit = s.search("alpha beta", k=1)[0]
         assert hit.lanes.keys() == {"bm25", "bm25_page", "vector"}
-    assert DEFAULT_LANES == ("bm25", "bm25_page", "vector")
+    assert DEFAULT_LANES == ("bm25", "bm25_page", "vector", "crosslingual")
     assert DEFAULT_WEIGHTS["bm25_page"] == 0.5
 
 
@@ -170,10 +170,26 @@ def test_a_japanese_query_skips_an_english_only_model_when_another_is_searched(t
 
         return Recording(model_id, np.array(_unit(1, 1, 0), dtype=np.float32))
 
-    with Searcher(path, embedder_factory=factory) as s:
+    with Searcher(path, embedder_factory=factory, translator=None) as s:   # no dictionary: MiniLM is not asked
         assert [s._note_path[p.note_id] for p in s._vector_lane("検索の使い方", None)] == ["J1.md"]
         assert asked == [e5]
         assert {s._note_path[p.note_id] for p in s._vector_lane("how to search", None)} == {"P1.md", "J1.md"}
         assert sorted(asked) == sorted([e5, minilm, e5])
         # scoped to the English source, MiniLM is the only model: still asked
         assert [s._note_path[p.note_id] for p in s._vector_lane("検索", frozenset({"en"}))] == ["P1.md"]
+
+    class Texts(_Fixed):
+        def embed_query(self, text: str) -> np.ndarray:
+            asked.append(f"{self.model_id}: {text}")
+            return super().embed_query(text)
+
+    class Dictionary:
+        def translate(self, query: str) -> str | None:
+            return "search usage" if query == "検索の使い方" else None
+
+    asked.clear()
+    with Searcher(path, embedder_factory=lambda m: Texts(m, np.array(_unit(1, 1, 0), dtype=np.float32)),
+                  translator=Dictionary()) as s:                        # type: ignore[arg-type]
+        # with a translation, the English-only model embeds the English words instead of being skipped
+        assert {s._note_path[p.note_id] for p in s._vector_lane("検索の使い方", None)} == {"P1.md", "J1.md"}
+        assert sorted(asked) == sorted([f"{minilm}: search usage", f"{e5}: 検索の使い方"])

@@ -80,7 +80,7 @@ def test_known_ranking(searcher: Searcher):
     hits = searcher.search("pip upgrade flag", k=10)
     assert [h.source_path for h in hits][:2] == ["install.md", "install.md"]
     assert hits[0].title == "Installation" and hits[0].lanes == {"bm25": 1, "vector": 1}
-    assert hits[0].score == pytest.approx(2 / 61)
+    assert hits[0].score == pytest.approx(2 / 21)
     assert hits[0].heading == "Part 1"  # the upgrade chunk matches best
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
     assert hits[0].vault_path == "guide/install.md" and hits[0].source == "guide"
@@ -124,7 +124,7 @@ def test_empty_query(searcher: Searcher):
 def test_single_lanes(searcher: Searcher):
     bm25 = searcher.search("dangling wikilinks", lanes=("bm25",))
     assert bm25[0].source_path == "graph.md" and set(bm25[0].lanes) == {"bm25"}
-    assert bm25[0].score == pytest.approx(1 / 61)
+    assert bm25[0].score == pytest.approx(1 / 21)
     vec = searcher.search("dangling wikilinks", lanes=("vector",))
     assert vec[0].source_path == "graph.md" and set(vec[0].lanes) == {"vector"}
     with pytest.raises(ValueError, match="unknown lanes"):
@@ -146,7 +146,7 @@ def test_japanese_query(searcher: Searcher):
 def test_rank_pages(searcher: Searcher):
     pages = searcher.rank_pages("pip install upgrade", source="guide", depth=2)
     assert len(pages) <= 2
-    assert pages[0][1] == "install.md" and pages[0][2] == pytest.approx(2 / 61)
+    assert pages[0][1] == "install.md" and pages[0][2] == pytest.approx(2 / 21)
 
 
 def test_query_embedded_once_per_model(searcher: Searcher):
