@@ -43,7 +43,9 @@ app.add_typer(sources_app, name="sources")
 _state: dict[str, Settings] = {}
 
 #: keys of one ``search --json`` hit, in order (stable; ``--explain`` adds ``lanes`` and ``explain``)
-HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet")
+HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet", "context")
+#: outlinks / backlinks listed per ``search --json`` hit
+SEARCH_LINKS_CAP = 5
 #: keys of one ``search --files --json`` row
 FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
 #: what search says when nothing matched (the MCP search tool's ``message`` says the same)
@@ -369,7 +371,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     return out
 
 
-def _open_searcher() -> Searcher:
+def _open_searcher(**kwargs: Any) -> Searcher:
     from pipeline.errors import WarehouseNotBuiltError
     from pipeline.lock import running_build
     from pipeline.search import Searcher
@@ -377,7 +379,7 @@ def _open_searcher() -> Searcher:
 
     check_synonyms_file(settings().synonyms_file, settings().synonyms_required)
     try:
-        return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file)
+        return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file, **kwargs)
     except WarehouseNotBuiltError as exc:
         running = running_build(settings().data_dir)
         if running:
@@ -386,18 +388,40 @@ def _open_searcher() -> Searcher:
         raise
 
 
+def search_lanes(spec: str | None) -> list[str] | None:
+    """``--lanes`` of search: ``"bm25,vector,graph"`` -> those lanes (``hybrid`` = the default lanes); None: the
+    default lanes.
+
+    Raises:
+        ValueError: an unknown lane or an empty list (the message lists the available ones).
+    """
+    if spec is None:
+        return None
+    lanes: list[str] = []
+    for names in parse_lanes(spec).values():
+        lanes += [n for n in names if n not in lanes]
+    return lanes
+
+
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(metavar="QUERY", help="What you are looking for, in any words (English or Japanese).")],
-    k: Annotated[int, typer.Option("-k", metavar="N", min=1, max=100, help="Number of results.")] = 10,
+    query: Annotated[str, typer.Argument(metavar="QUERY", help='What you are looking for, in any words (English or Japanese). Syntax: "exact phrase", -word, A OR B, source:NAME, tag:TAG, path:PREFIX (see README).')],
+    k: Annotated[int, typer.Option("-k", metavar="N", min=1, max=100, help="Number of notes.")] = 10,
     source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Only notes with one of these frontmatter tags (repeatable; '#' optional; 'a' matches 'a/b').")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Only notes with one of these tags, frontmatter or inline #tag (repeatable; '#' optional; 'a' matches 'a/b').")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON list of hits on stdout (keys in README).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show each lane's page rank and the RRF parts of every score.")] = False,
     files: Annotated[bool, typer.Option("--files", "-l", help="Note paths and scores only, one line per note.")] = False,
     context: Annotated[int | None, typer.Option("--context", "-C", metavar="N", min=0, max=20, help="Show N lines of the note around each hit's matching lines, like grep -C.")] = None,
+    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Lanes to fuse, comma-separated: bm25, bm25_page, vector, graph, hybrid (the default: bm25+bm25_page+vector).")] = None,
+    usage_boost: Annotated[bool, typer.Option("--usage-boost", help="Boost notes you read recently and often (local usage log; also DOCSVAULT_USAGE_BOOST=1).")] = False,
 ) -> None:
-    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60, at most 2 chunks per note)."""
+    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60), one result per note.
+
+    Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
+    """
+    from pipeline.query import parse_query
+
     if not query.strip():
         fail("query is empty: pass words or a question")
     if context is not None and (as_json or files):
@@ -408,64 +432,102 @@ def search(
     if explain and files:
         fail("--explain explains each hit's score; it does not combine with --files (drop --files to see it)")
     if tag is not None and any(not t.strip().lstrip("#") for t in tag):
-        fail("--tag is empty: pass a frontmatter tag, e.g. --tag journal")
+        fail("--tag is empty: pass a tag, e.g. --tag journal")
     if source is not None and any(not s.strip() for s in source):
         fail("--source is empty: pass a source name (`docsvault sources list`)")
     try:
-        searcher = _open_searcher()
+        parsed = parse_query(query)
+        lane_list = search_lanes(lanes)
+    except (PipelineError, ValueError) as exc:
+        fail(str(exc))
+        return
+    sources = [*(source or []), *parsed.sources]
+    tags = [*(tag or []), *parsed.tags]
+    filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
+    try:
+        boost = {}
+        if usage_boost or _usage_boost_on():
+            from pipeline.usage import boosts, load
+
+            boost = boosts(load(settings().data_dir))
+        searcher = _open_searcher(usage_boost=boost)
         try:
-            # --files: k notes (a note gives up to chunks_per_page hits)
             try:
-                hits = searcher.search(query, k=k * searcher.chunks_per_page if files else k,
-                                       source=source or None, tags=tag or None)
+                hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,
+                                       lanes=lane_list, filters=filters)
             except UnknownSourceError as exc:
                 from pipeline.sources import unbuilt_sources_message
 
-                why = unbuilt_sources_message(settings().sources_file, list(source or []), searcher.sources)
+                why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
                 raise UnknownSourceError(why) if why else exc from None
-            tokens = searcher.analyzer.tokens(query) if not as_json and not files else []
+            tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
         finally:
             searcher.close()
+        links = {}
+        if as_json and not files and hits:
+            from pipeline.neighbours import links_for_paths
+
+            links = links_for_paths(settings().warehouse_path, [h.vault_path for h in hits], cap=SEARCH_LINKS_CAP)
     except PipelineError as exc:
         fail(str(exc))
         return
+    except ValueError as exc:       # an unknown lane
+        fail(str(exc))
+        return
     if files:
-        seen: dict[str, Hit] = {}
-        for h in hits:
-            seen.setdefault(h.vault_path, h)
-        rows = list(seen.values())[:k]
+        rows = list({h.vault_path: h for h in reversed(hits)}.values())[::-1][:k]
         if as_json:
             typer.echo(json.dumps([{**{key: getattr(h, key) for key in FILE_KEYS}, "rank": i}
                                    for i, h in enumerate(rows, start=1)], ensure_ascii=False, indent=2))
         else:
             for h in rows:
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
+        if not rows:
+            raise typer.Exit(1)
         return
     if as_json:
         out = []
         for h in hits:
             row: dict[str, Any] = {key: getattr(h, key) for key in HIT_KEYS}
+            nb = links.get(h.vault_path, {})
+            row["outlinks"] = nb.get("outlinks", [])
+            row["backlinks"] = nb.get("backlinks", [])
             if explain:
                 row["lanes"] = dict(h.lanes)
                 row["explain"] = explain_parts(h, searcher)
             out.append(row)
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        if not hits:
+            raise typer.Exit(1)
         return
     if not hits:
         typer.echo(NO_RESULTS)
-        return
+        raise typer.Exit(1)
     color = _color()
-    pattern = term_pattern(query_terms(query, tokens))
+    pattern = term_pattern(query_terms(parsed.text, tokens))
+    shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {h.score:.4f}  {where}")
         if context is not None:
-            for line in _context_lines(h, context, pattern, color):
-                typer.echo(f"    {line}")
+            lines = _context_lines(h, context, pattern, color)
+            key = (h.vault_path, hash(tuple(lines)))
+            if key in shown:
+                typer.echo("    (same lines as above)")
+            else:
+                shown.add(key)
+                for line in lines:
+                    typer.echo(f"    {line}")
         else:
             typer.echo(f"    {highlight(h.snippet, pattern, color)}")
         if explain:
             typer.echo(f"    {_explain_line(h, searcher)}")
+
+
+def _usage_boost_on() -> bool:
+    from pipeline.usage import boost_enabled
+
+    return boost_enabled()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -522,8 +584,12 @@ def read(
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
+    from pipeline.usage import record
+
+    record(s.data_dir, pg.path)
+    links = note_links(s, pg.path)
     if as_json:
-        typer.echo(json.dumps(pg.to_dict(), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps({**pg.to_dict(), **links}, ensure_ascii=False, indent=2))
         return
     typer.echo(f"{pg.path} — {pg.title} (page {pg.page}/{pg.pages})")
     typer.echo("")
@@ -531,6 +597,28 @@ def read(
     if pg.next_page:
         typer.echo("")
         typer.echo(f"-- page {pg.page} of {pg.pages}; next: docsvault read '{pg.path}' --page {pg.next_page}")
+    if pg.page == 1 and (links["outlinks"] or links["backlinks"]):
+        typer.echo("")
+        for key, arrow in (("outlinks", "links to"), ("backlinks", "linked from")):
+            if links[key]:
+                more = links[f"{key}_total"] - len(links[key])
+                typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})" for r in links[key])
+                           + (f"; … {more} more" if more > 0 else ""))
+
+
+def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
+    """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
+    "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
+    warehouse."""
+    from pipeline.neighbours import links_for_paths
+
+    empty: dict[str, Any] = {"outlinks": [], "backlinks": [], "outlinks_total": 0, "backlinks_total": 0}
+    if not s.warehouse_path.exists():
+        return empty
+    try:
+        return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
+    except PipelineError:
+        return empty
 
 
 # ---------------------------------------------------------------------------------------------------------------
