@@ -350,7 +350,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     # so two chunks of one long section show their own lines
     text = "\n".join(lines)
     body_at = len("\n".join(lines[:start])) + (1 if start else 0)
-    start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.snippet))
+    start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet))
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
     # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match
@@ -619,6 +619,100 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
     except PipelineError:
         return empty
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# capture
+
+
+def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
+    """Vault paths of the top ``k`` notes a search for a captured note finds; [] without a warehouse (or when the
+    search fails: a capture never fails because of it)."""
+    from pipeline.capture import related_for
+
+    if not s.warehouse_path.exists():
+        return []
+    try:
+        searcher = _open_searcher()
+    except PipelineError:
+        return []
+    try:
+        return related_for(searcher, title, text, k)
+    except (PipelineError, ValueError):
+        return []
+    finally:
+        searcher.close()
+
+
+@app.command()
+def capture(
+    text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", metavar="FILE", help="Read the text from FILE ('-' = stdin).")] = None,
+    title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line).")] = None,
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title); never overwrites.")] = None,
+    source: Annotated[str | None, typer.Option("--source", "-s", metavar="NAME", help="The local source to write into [env DOCSVAULT_CAPTURE_SOURCE].")] = None,
+    agent: Annotated[str, typer.Option("--agent", metavar="NAME", help="Who wrote it (model or agent), for the frontmatter.")] = "docsvault capture",
+    correlation_id: Annotated[str | None, typer.Option("--correlation-id", metavar="ID", help="Ties the note to a conversation or run (default: a new id).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Frontmatter tags (repeatable).")] = None,
+    no_build: Annotated[bool, typer.Option("--no-build", help="Only write the note; do not build its source.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="What was written as JSON on stdout.")] = False,
+) -> None:
+    """Write a note into the local capture source (frontmatter: created, agent, status raw, correlation id, related
+    notes found by search), then build that source so the note is searchable at once."""
+    from pipeline.capture import capture_source, title_of, write_capture
+    from pipeline.sources import load_sources
+
+    s = settings()
+    if text is not None and file is not None:
+        fail("give the text as an argument or with --file, not both")
+    try:
+        if file is not None:
+            body = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        elif text is not None:
+            body = text
+        elif not sys.stdin.isatty():
+            body = sys.stdin.read()
+        else:
+            fail("nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin")
+            return
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}")
+        return
+    try:
+        src = capture_source(load_sources(s.sources_file), source)
+        the_title = " ".join((title or title_of(body)).split())
+        related = capture_related(s, the_title, body) if body.strip() else []
+        note = write_capture(src, body, title=the_title, name=name, agent=agent, correlation_id=correlation_id,
+                             related=related, tags=tag or ())
+    except PipelineError as exc:
+        fail(str(exc))
+        return
+    built: dict[str, Any] | None = None
+    if not no_build:
+        from pipeline.defs.runner import run_build
+
+        try:
+            report = run_build(s, [src.name])
+            out = build_outcome(report)
+            built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
+        except PipelineError as exc:
+            built = {"ok": False, "error": " ".join(str(exc).split())}
+    if as_json:
+        typer.echo(json.dumps({"path": str(note.path), "vault_path": note.vault_path, "source": note.source,
+                               "correlation_id": note.correlation_id, "related": list(note.related),
+                               "build": built}, ensure_ascii=False, indent=2))
+    else:
+        typer.echo(f"captured {note.path} ({note.vault_path}, correlation id {note.correlation_id})")
+        if note.related:
+            typer.echo(f"  related: {', '.join(note.related)}")
+        if built is not None:
+            if built["ok"]:
+                typer.echo(f"  searchable now: source {src.name} rebuilt")
+            else:
+                why = built.get("error") or ((built.get("source") or {}).get("error")) or "see `docsvault status`"
+                typer.echo(f"error: the note is saved but the build of {src.name} failed: {why}", err=True)
+    if built is not None and not built["ok"]:
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -775,6 +775,7 @@ class Searcher:
                     note_id=note_id,
                     lanes=dict(ranks),
                     context=make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else "",
+                    chunk_text=row["text"] or "",
                 )
             )
         return hits

@@ -43,16 +43,16 @@ def clean_text(markdown: str) -> str:
     `` `inline code` `` (its inner whitespace collapsed too)."""
     codes: list[str] = []
 
-    def keep(code: str) -> str:
+    def keep(code: str, pad: str = " ") -> str:
         code = " ".join(code.split())
         if not code:
-            return " "
+            return pad
         codes.append(f"`{code}`")
-        return f" \x00{len(codes) - 1}\x00 "
+        return f"{pad}\x00{len(codes) - 1}\x00{pad}"
 
     text = markdown.replace("\r\n", "\n")
     text = _FENCE.sub(lambda m: keep(m.group(2)), text)
-    text = _INLINE_CODE.sub(lambda m: keep(m.group(2)), text)
+    text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
     text = _COMMENT.sub(" ", text)
     text = _HTML_BLOCK_DROP.sub(" ", text)
     text = _IMAGE.sub(" ", text)
@@ -138,6 +138,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
             best = space if space != -1 else end
         end = best
     body = text[start:end].strip()
+    if body.count("`") % 2:                          # cut inside a code span: close it
+        body = body + "`" if end < len(text) else "`" + body
     return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
 

@@ -90,7 +90,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
 
     out = anyio.run(scenario)
     assert out["server"] == "docsvault"
-    assert set(out["tools"]) == {"search", "read", "status", "refresh"}
+    assert set(out["tools"]) == {"search", "read", "related", "status", "refresh", "save_note"}
     for tool in out["tools"].values():
         assert tool.description and len(tool.description) > 80          # a sentence an agent can act on
 
