@@ -39,7 +39,8 @@ COMMANDS = [path for path, _ in _commands()]
 
 def test_the_command_set() -> None:
     assert sorted(" ".join(p) for p in COMMANDS) == [
-        "build", "embed", "eval", "mcp", "read", "search", "sources list", "sources validate", "status", "ui",
+        "build", "capture", "embed", "eval", "mcp", "read", "search", "sources list", "sources validate", "status",
+        "ui",
     ]
 
 
