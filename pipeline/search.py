@@ -201,6 +201,8 @@ class Searcher:
             ``context``; 2 or more: that many hits per note, no context).
         usage_boost: vault path -> score added to a page's fused score before the final ordering (the opt-in
             usage signal, :func:`pipeline.usage.boosts`); None or empty: no boost (the ranking is unchanged).
+        usage_window: the boost reorders only the first this many fused pages (10): usage breaks near-ties among
+            relevant pages and never lifts a page from further down.
         query_threads: torch threads for query embedding in this process (None: leave torch's default; the CLI and
             the MCP server pass 1, see :func:`_set_torch_threads`).
         max_vector_fetch: cap of the HNSW over-fetch when a source filter applies (the filter runs after k-NN, so
@@ -233,6 +235,7 @@ class Searcher:
         default_lanes: Sequence[str] = DEFAULT_LANES,
         query_threads: int | None = None,
         usage_boost: Mapping[str, float] | None = None,
+        usage_window: int = 10,
     ) -> None:
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
@@ -244,6 +247,7 @@ class Searcher:
         self.page_vector_weight = page_vector_weight
         self.chunks_per_page = chunks_per_page
         self.usage_boost = dict(usage_boost or {})
+        self.usage_window = usage_window
         self.max_vector_fetch = max_vector_fetch
         self.exact_max_rows = exact_max_rows
         self.synonyms = (load_synonyms(synonyms, self.analyzer.tokens) if isinstance(synonyms, Path)
@@ -781,13 +785,15 @@ class Searcher:
         return hits
 
     def _boosted(self, pages: list[tuple[str, float, dict[str, int]]]) -> list[tuple[str, float, dict[str, int]]]:
-        """Fused pages with their usage boost added (``usage_boost``), re-sorted (stable: equal scores keep the
-        fused order). No boost: ``pages`` itself."""
+        """Fused pages with their usage boost added (``usage_boost``) to the first ``usage_window`` of them, which
+        are re-sorted (stable: equal scores keep the fused order); a page below that window is never lifted. No
+        boost: ``pages`` itself."""
         if not self.usage_boost:
             return pages
+        window = max(0, self.usage_window)
         boosted = [(nid, score + self.usage_boost.get(self._vault_path.get(nid, ""), 0.0), ranks)
-                   for nid, score, ranks in pages]
-        return sorted(boosted, key=lambda p: -p[1])
+                   for nid, score, ranks in pages[:window]]
+        return sorted(boosted, key=lambda p: -p[1]) + pages[window:]
 
     def _filtered(self, pages: list[tuple[str, float, dict[str, int]]], filters: ParsedQuery, k: int
                   ) -> list[tuple[str, float, dict[str, int]]]:

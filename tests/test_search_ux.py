@@ -215,8 +215,8 @@ def test_usage_log_and_boost_tiers(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert json.loads((tmp_path / "usage.json").read_text())["version"] == 1
     b = usage.boosts(log, now=now)
     assert set(b) == {"s/b.md", "s/c.md"}                                   # a.md is cold: no boost
-    assert b["s/b.md"] == pytest.approx(0.5 / 61)                           # hot, 4 reads: full
-    assert b["s/c.md"] == pytest.approx(0.5 / 61 * 0.5 * 0.43067655807339306)   # warm, 1 read
+    assert b["s/b.md"] == pytest.approx(0.2 / 61)                           # hot, 4 reads: full
+    assert b["s/c.md"] == pytest.approx(0.2 / 61 * 0.5 * 0.43067655807339306)   # warm, 1 read
     monkeypatch.setenv("DOCSVAULT_USAGE_LOG", "0")
     assert not usage.record(tmp_path, "s/d.md")
     assert "s/d.md" not in usage.load(tmp_path)

@@ -75,7 +75,7 @@ def test_search_ux_end_to_end(ux_env: Path, monkeypatch: pytest.MonkeyPatch) -> 
     boosted = json.loads(run("search", "ducks", "--json", "-k", "10", "--usage-boost"))
     by_path = {h["vault_path"]: h["score"] for h in plain}
     after = {h["vault_path"]: h["score"] for h in boosted}
-    assert after["tiny/Home.md"] == pytest.approx(by_path["tiny/Home.md"] + 0.5 / 61 * 0.430676558, abs=1e-6)
+    assert after["tiny/Home.md"] == pytest.approx(by_path["tiny/Home.md"] + 0.2 / 61 * 0.430676558, abs=1e-6)
     assert after["tiny/Ducks.md"] == pytest.approx(by_path["tiny/Ducks.md"])
 
     # capture: into the inbox source, searchable at once, never overwriting, unsafe names refused
