@@ -130,6 +130,38 @@ def vault_listing(settings: Settings, source: str) -> str:
     return _digest(rows)
 
 
+#: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their
+#: normalize, vault and chunk stages run although their inputs are unchanged, every chunk is embedded again (the
+#: embedding cache is written, not read) and the warehouse is written in full. ``docsvault build --force`` sets it.
+FORCE_ENV = "DOCSVAULT_FORCE"
+
+
+def forced(source: str | None = None) -> bool:
+    """Whether ``source`` (None: any source, i.e. the shared stages) is forced by ``DOCSVAULT_FORCE``."""
+    raw = os.environ.get(FORCE_ENV, "").strip()
+    if not raw or raw.lower() in ("0", "false", "no", "off"):
+        return False
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    return source is None or bool(names & {"*", "1", "true", "yes", "on", source})
+
+
+class _WriteOnlyCache:
+    """An embedding cache that finds nothing and stores what is embedded (a forced re-embed refreshes the cache)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.model_id = cache.model_id
+
+    def get_many(self, hashes: Sequence[str]) -> dict[str, Any]:
+        return {}
+
+    def put_many(self, hashes: Sequence[str], vectors: Any) -> None:
+        self.cache.put_many(hashes, vectors)
+
+    def compact(self) -> None:
+        self.cache.compact()
+
+
 def _notify(stage: str, source: str, done: int, total: int) -> None:
     for hook in list(PROGRESS_HOOKS):
         try:
@@ -382,7 +414,8 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
         key = _digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
                       _source_config(source), code_version("normalize"))
         path = artifacts.notes_path(settings, source.name)
-        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path):
+        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path) \
+                and not forced(source.name):
             return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
                     "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
         started = time.perf_counter()
@@ -419,7 +452,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         key = _digest(state.get("notes_sha"), code_version("vault"))
         vault_dir = str(settings.vault_dir / source.name)
         if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
-                and state.get("vault_listing"):
+                and state.get("vault_listing") and not forced(source.name):
             return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
                     "removed": 0, "vault_dir": vault_dir, "skipped": True}
         notes = artifacts.load_notes(settings, source.name)
@@ -499,7 +532,8 @@ def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str]
         listing = vault_listing(settings, source.name)
         path = artifacts.chunks_path(settings, source.name)
         key = _digest(listing, config)
-        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path):
+        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path) \
+                and not forced(source.name):
             return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
                     "rechunked": 0, "skipped": True}
         notes = read_notes(settings.vault_dir, [source.name])
@@ -578,6 +612,8 @@ def embed_stage(settings: Settings, source: Source, embedder: Any, progress: Pro
         have = cache.get_many(hashes)
         missing = [h for h in hashes if h not in have]
         seeded = 0
+        if forced(source.name):         # --force: embed every chunk again, refreshing the cache
+            cache, missing = _WriteOnlyCache(cache), []
         if missing:
             found = _seed_from_warehouse(settings, model_id, missing)
             if found:
@@ -808,7 +844,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         if problem:
             log.warning("warehouse %s cannot be used (%s): rebuilding it from the vault and the caches",
                         settings.warehouse_path, problem)
-        elif meta.get("input_key") == key:
+        elif meta.get("input_key") == key and not forced():
             last = _shared_state(settings).get("warehouse") or {}
             if last.get("input_key") == key:
                 return {**last.get("meta", {}), "skipped": True, "mode": "unchanged", "rebuilt_because": "",
@@ -867,7 +903,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key},
         )
         t = time.perf_counter()
-        stats = publish(settings.warehouse_path, data, incremental=not problem)
+        stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
         timings["publish_s"] = time.perf_counter() - t
         out = {
             "sources": names,

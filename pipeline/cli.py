@@ -103,6 +103,7 @@ def build(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
     wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
 
@@ -120,8 +121,21 @@ def build(
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
         from pipeline.defs.runner import run_build
 
-        with bar:
-            report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait, progress=bar.update)
+        from pipeline.build import FORCE_ENV
+
+        before = os.environ.get(FORCE_ENV)
+        if force:
+            os.environ[FORCE_ENV] = ",".join(source) if source else "*"
+        try:
+            with bar:
+                report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
+                                   progress=bar.update)
+        finally:
+            if force:
+                if before is None:
+                    os.environ.pop(FORCE_ENV, None)
+                else:
+                    os.environ[FORCE_ENV] = before
     except PipelineError as exc:
         fail(str(exc))
         return

@@ -267,8 +267,10 @@ class VaultService:
         data["sources"] = data["sources"][:100]
         return data
 
-    def refresh(self, source: str | None = None) -> dict[str, Any]:
+    def refresh(self, source: str | None = None, full: bool = False) -> dict[str, Any]:
         """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed.
+        ``full``: from scratch (``docsvault build --force``: every chunk embedded again, the warehouse written in
+        full).
 
         Returns ``outcomes`` (per source: ``status`` built | unchanged | failed, with ``failed_stage`` and the
         ``error`` line) and ``shared`` (the shared stages: ``ok``, ``error``, ``warehouse``, ``eval``); ``ok`` is
@@ -299,7 +301,7 @@ class VaultService:
         if not self._refresh_lock.acquire(blocking=False):
             raise ToolFailure("a refresh is already running; call refresh again when it has finished")
         try:
-            return self._refresh(names)
+            return self._refresh(names, full=bool(full))
         finally:
             self._refresh_lock.release()
 
@@ -314,13 +316,13 @@ class VaultService:
         finally:
             con.close()
 
-    def _refresh(self, names: list[str]) -> dict[str, Any]:
+    def _refresh(self, names: list[str], full: bool = False) -> dict[str, Any]:
         import json
 
         from pipeline.cli import _export_env
 
         before = self._note_hashes(names)
-        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json"]
+        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else [])]
         for n in names:
             cmd += ["--source", n]
         started = time.monotonic()
@@ -471,13 +473,14 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "Rebuild local sources (all local sources, or the one named) so notes just written to their folders "
             "become searchable. Takes seconds to minutes (stopped after a time limit); returns every source's "
             "outcome (built, unchanged or failed with its error), the shared stages, and the vault paths of notes "
-            "added, changed and removed. Git and web sources are not refreshed here."
+            "added, changed and removed. `full=true` rebuilds them from scratch (every chunk embedded again, the "
+            "index written in full). Git and web sources are not refreshed here."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                     open_world_hint=False),
     )
-    def refresh(source: str | None = None) -> dict[str, Any]:
-        return guarded(svc.refresh, source)
+    def refresh(source: str | None = None, full: bool = False) -> dict[str, Any]:
+        return guarded(svc.refresh, source, full)
 
     return server
 

@@ -296,3 +296,14 @@ def test_capture_source_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(CaptureError, match="unknown capture source 'nope'"):
         capture_source(sources, "nope")
     assert os.environ["DOCSVAULT_CAPTURE_SOURCE"] == "inbox"
+
+
+def test_force_env_names_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.build import forced
+
+    monkeypatch.delenv("DOCSVAULT_FORCE", raising=False)
+    assert not forced("a") and not forced()
+    monkeypatch.setenv("DOCSVAULT_FORCE", "a,b")
+    assert forced("a") and forced("b") and not forced("c") and forced()
+    monkeypatch.setenv("DOCSVAULT_FORCE", "*")
+    assert forced("zzz")

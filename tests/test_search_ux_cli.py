@@ -119,3 +119,14 @@ def test_mcp_service_syntax_links_related(ux_env: Path, monkeypatch: pytest.Monk
         svc.save_note("text")
     with pytest.raises(ToolFailure, match="unsafe note name"):
         svc.save_note("text", name="a/b", source="inbox")
+
+
+def test_build_force_redoes_a_source_from_scratch(ux_env: Path) -> None:
+    again = json.loads(run("build", "--json", "--source", "inbox"))
+    inbox = next(r for r in again["sources"] if r["name"] == "inbox")
+    assert (inbox["status"], inbox["embedded"], again["shared"]["warehouse"]["mode"]) == ("unchanged", 0, "unchanged")
+    forced = json.loads(run("build", "--json", "--source", "inbox", "--force"))
+    inbox = next(r for r in forced["sources"] if r["name"] == "inbox")
+    assert inbox["status"] == "built" and inbox["embedded"] == inbox["chunks"] == 1
+    assert forced["shared"]["warehouse"]["mode"] == "full"
+    assert "DOCSVAULT_FORCE" not in __import__("os").environ
