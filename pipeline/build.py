@@ -162,6 +162,24 @@ class _WriteOnlyCache:
         self.cache.compact()
 
 
+class _CountingCache:
+    """A normalize parse cache that reports each lookup (one per parsed file) as progress."""
+
+    def __init__(self, cache: Any, on_lookup: Callable[[int], None]) -> None:
+        self.cache = cache
+        self.on_lookup = on_lookup
+        self.n = 0
+
+    def get(self, key: str) -> Any:
+        self.n += 1
+        if self.n % 25 == 0:
+            self.on_lookup(self.n)
+        return self.cache.get(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.cache[key] = value
+
+
 def _notify(stage: str, source: str, done: int, total: int) -> None:
     for hook in list(PROGRESS_HOOKS):
         try:
@@ -342,13 +360,16 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
 
     with _locked(settings):
         started = time.perf_counter()
+        _notify("fetch", source.name, 0, 0)            # total unknown: a running line until it ends
         try:
             result = fetch_source(source, settings)
         except FetchError as exc:
+            _notify("fetch", source.name, 1, 1)
             artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc),
                                    failed_at=_now())
             raise
         seconds = round(time.perf_counter() - started, 3)
+        _notify("fetch", source.name, max(1, len(result.files)), max(1, len(result.files)))
         artifacts.update_state(
             settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
             strategy=result.strategy, fetched_at=_now(), files=len(result.files),
@@ -420,7 +441,12 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
                     "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
         started = time.perf_counter()
         cache, stale = _versioned_cache(settings, "normalize", source.name, "normalize")
-        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(), cache=cache)
+        n_files = len(fetched.files)
+        _notify("normalize", source.name, 0, n_files)
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(),
+                                  cache=_CountingCache(cache, lambda n: _notify("normalize", source.name,
+                                                                                min(n, n_files), n_files)))
+        _notify("normalize", source.name, n_files, n_files)
         result, kept = _keep_last_good(settings, source, fetched.files, result)
         if not result.notes and fetched.files:
             raise PipelineError(
@@ -551,7 +577,10 @@ def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str]
         chunks: list[Chunk] = []
         hashes: dict[str, str] = {}
         rechunked = 0
-        for note in notes:
+        _notify("chunk", source.name, 0, len(notes))
+        for i, note in enumerate(notes, start=1):
+            if i % 50 == 0:
+                _notify("chunk", source.name, i, len(notes))
             h = _note_hash(note)
             hashes[note.note_id] = h
             if previous.get(note.note_id) == h and note.note_id in old_chunks:
@@ -561,6 +590,7 @@ def chunk_stage(settings: Settings, source: Source, count_tokens: Callable[[str]
                 continue     # the note had no chunks last time (empty note)
             rechunked += 1
             chunks.extend(chunk_note(note, count_tokens=count_tokens, max_tokens=max_tokens))
+        _notify("chunk", source.name, len(notes), len(notes))
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
         artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=_file_sha(path), chunks=len(chunks),
@@ -851,8 +881,10 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                         "seconds": round(time.perf_counter() - started, 3)}
         timings: dict[str, float] = {}
         t = time.perf_counter()
+        _notify("warehouse", "all", 0, 5)
         notes = read_notes(settings.vault_dir, names)
         note_ids = {n.note_id for n in notes}
+        _notify("warehouse", "all", 1, 5)
         timings["read_s"] = time.perf_counter() - t
         t = time.perf_counter()
         graph_key = _graph_key(settings, names)
@@ -865,6 +897,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             metrics = {nid: (int(a.get("in_degree", 0)), float(a.get("pagerank", 0.0)))
                        for nid, a in lg.graph.nodes(data=True)}
         timings["graph_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
         vectors: dict[str, tuple[list[str], Any]] = {}
@@ -885,6 +918,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
                   for m, (ids, vecs) in vectors.items() if ids}
         timings["vectors_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
         tokens = TokenCache(settings.cache_dir, code_version("bm25"))
         analyzer = caching_analyzer(tokens)
@@ -893,6 +927,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         bm25_blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
         tokens.save()
         timings["bm25_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 4, 5)
         data = WarehouseData(
             notes=notes,
             note_metrics=metrics,
@@ -905,6 +940,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         t = time.perf_counter()
         stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
         timings["publish_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 5, 5)
         out = {
             "sources": names,
             "models": sorted(arrays),

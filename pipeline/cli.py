@@ -104,6 +104,7 @@ def build(
     wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
 
@@ -116,7 +117,7 @@ def build(
 
     s = settings()
     started = _time.perf_counter()
-    bar = _BuildProgress(enabled=not verbose and not as_json and sys.stderr.isatty())
+    bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
         from pipeline.defs.runner import run_build
@@ -253,41 +254,75 @@ def build_outcome(report: Any) -> dict[str, Any]:
 
 
 class _BuildProgress:
-    """A rich progress bar on stderr for long build stages (embedding N chunks); silent when not a terminal."""
+    """Build progress on stderr: a rich bar per stage and source (rate, ETA) on a terminal, else a plain line every
+    ~10 s (:class:`pipeline.progress.PlainProgress`); nothing when ``mode`` is ``"off"`` (``--quiet``).
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    Args:
+        mode: ``"bar"``, ``"lines"`` or ``"off"``.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
         self._progress: Any = None
+        self._plain: Any = None
         self._tasks: dict[tuple[str, str], Any] = {}
 
     def __enter__(self) -> "_BuildProgress":
-        if self.enabled:
+        if self.mode == "bar":
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                                       console=Console(stderr=True), transient=False)
             self._progress.start()
+        elif self.mode == "lines":
+            from pipeline.progress import PlainProgress
+
+            interval = float(os.environ.get("DOCSVAULT_PROGRESS_INTERVAL", "10") or 10)
+            self._plain = PlainProgress(sys.stderr, interval=interval).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+        if self._plain is not None:
+            self._plain.__exit__()
 
     def update(self, stage: str, source: str, done: int, total: int) -> None:
+        if self._plain is not None:
+            self._plain.update(stage, source, done, total)
+            return
         if self._progress is None:
             return
         import time
 
+        from pipeline.progress import UNITS
+
         key = (stage, source)
         if key not in self._tasks:
-            self._tasks[key] = (self._progress.add_task(f"{stage} {source}", total=total, rate=""),
+            self._tasks[key] = (self._progress.add_task(f"{stage:9} {source}", total=total or None, rate=""),
                                 time.perf_counter())
         task, t0 = self._tasks[key]
         elapsed = time.perf_counter() - t0
-        rate = f"{done / elapsed:.1f} chunks/s" if done and elapsed > 0 else ""
-        self._progress.update(task, completed=done, total=total, rate=rate)
+        rate = f"{done / elapsed:.1f} {UNITS.get(stage, '')}/s" if done and elapsed > 0 and total else ""
+        if total and done >= total:
+            rate = ""
+        self._progress.update(task, completed=done, total=total or None, rate=rate)
+
+
+def progress_mode(quiet: bool, verbose: bool = False) -> str:
+    """``off`` with --quiet (or --verbose, whose Dagster log says the same), ``bar`` on a terminal, else ``lines``."""
+    if quiet or verbose:
+        return "off"
+    return "bar" if sys.stderr.isatty() else "lines"
 
 
 # ---------------------------------------------------------------------------------------------------------------

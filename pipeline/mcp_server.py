@@ -372,6 +372,7 @@ class VaultService:
             "counts": {"added": len(added), "changed": len(changed), "removed": len(removed)},
             "added": added[:LIST_CAP], "changed": changed[:LIST_CAP], "removed": removed[:LIST_CAP],
             "truncated": any(len(x) > LIST_CAP for x in (added, changed, removed)),
+            "progress": [ln[len("progress: "):] for ln in errout.splitlines() if ln.startswith("progress: ")][-20:],
             "build_output": tail,
         }
 

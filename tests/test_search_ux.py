@@ -307,3 +307,38 @@ def test_force_env_names_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     assert forced("a") and forced("b") and not forced("c") and forced()
     monkeypatch.setenv("DOCSVAULT_FORCE", "*")
     assert forced("zzz")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# progress
+
+
+def test_plain_progress_lines_every_interval() -> None:
+    import io
+
+    from pipeline.progress import PlainProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    p = PlainProgress(out, interval=10, clock=lambda: now[0], timer=False)
+    p.update("fetch", "docs", 0, 0)
+    now[0] = 5.0
+    p.tick()                                           # under 10 s since the last line: nothing
+    now[0] = 12.0
+    p.tick()                                           # a clone that reports nothing still shows it is alive
+    p.update("fetch", "docs", 3, 3)                    # a reported task that ends gets a line
+    p.update("embed", "docs", 0, 1000)
+    now[0] = 20.0
+    p.update("embed", "docs", 400, 1000)               # 8 s after the last line: nothing yet
+    now[0] = 22.0
+    p.update("embed", "docs", 500, 1000)
+    now[0] = 30.0
+    p.update("embed", "docs", 1000, 1000)
+    p.update("chunk", "docs", 0, 10)
+    p.update("chunk", "docs", 10, 10)                  # never reported: no "done" line either
+    assert out.getvalue().splitlines() == [
+        "progress: fetch docs running for 12 s",
+        "progress: fetch docs done: 3 files in 12 s",
+        "progress: embed docs 500/1,000 chunks (50%), 50.0/s, ETA 10 s",
+        "progress: embed docs done: 1,000 chunks in 18 s",
+    ]

@@ -130,3 +130,15 @@ def test_build_force_redoes_a_source_from_scratch(ux_env: Path) -> None:
     assert inbox["status"] == "built" and inbox["embedded"] == inbox["chunks"] == 1
     assert forced["shared"]["warehouse"]["mode"] == "full"
     assert "DOCSVAULT_FORCE" not in __import__("os").environ
+
+
+def test_build_progress_lines_when_not_a_terminal_and_quiet(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "0")
+    result = CliRunner().invoke(app, ["build", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("progress: ")]
+    stages = {ln.split()[1] for ln in lines}
+    assert {"fetch", "normalize", "chunk", "embed", "warehouse"} <= stages, lines
+    assert json.loads(result.stdout)["ok"] is True                 # stdout stays JSON
+    quiet = CliRunner().invoke(app, ["build", "--json", "--quiet", "--force"])
+    assert quiet.exit_code == 0 and "progress: " not in quiet.stderr
