@@ -71,4 +71,5 @@ def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
     monkeypatch.setenv("DOCSVAULT_MODEL", "hash")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "3600")   # no progress lines in outputs tests compare exactly
     return tmp_path
