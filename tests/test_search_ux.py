@@ -342,3 +342,41 @@ def test_plain_progress_lines_every_interval() -> None:
         "progress: embed docs 500/1,000 chunks (50%), 50.0/s, ETA 10 s",
         "progress: embed docs done: 1,000 chunks in 18 s",
     ]
+
+
+def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.config import Settings
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (tmp_path / "sources.yaml").write_text(f"sources:\n  - name: inbox\n    kind: local\n    path: {inbox}\n",
+                                           encoding="utf-8")
+    settings = Settings.from_env(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                 vault_dir=tmp_path / "vault")
+    svc = VaultService(settings)
+    calls: list[tuple[str | None, bool]] = []
+
+    def fake_refresh(source: str | None = None, full: bool = False) -> dict:
+        calls.append((source, full))
+        return {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0},
+                "added": ["inbox/Learned.md"]}
+
+    monkeypatch.setattr(svc, "refresh", fake_refresh)
+    monkeypatch.setenv("DOCSVAULT_CAPTURE_SOURCE", "inbox")
+    out = svc.save_note("# Learned\n\nA fact.", agent="agent-7", correlation_id="run-1", tags=["til"])
+    assert out == {"path": "inbox/Learned.md", "source": "inbox", "file": str(inbox / "Learned.md"),
+                   "correlation_id": "run-1", "related": [], "searchable": True,
+                   "refresh": {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0}}}
+    assert calls == [("inbox", False)]
+    assert "agent: agent-7\nstatus: raw\ncorrelation_id: run-1\n" in (inbox / "Learned.md").read_text("utf-8")
+    with pytest.raises(ToolFailure, match="already exists"):
+        svc.save_note("# Learned\n\nother")
+
+    def failing(source: str | None = None, full: bool = False) -> dict:
+        raise ToolFailure("refresh of inbox failed (exit 1): error: boom")
+
+    monkeypatch.setattr(svc, "refresh", failing)
+    kept = svc.save_note("second", name="Second")
+    assert kept["searchable"] is False and kept["error"].startswith("the note is saved but the rebuild failed")
+    assert (inbox / "Second.md").exists()
