@@ -105,6 +105,8 @@ class PlainProgress:
         line = f"{stage} {source} {t.done:,}/{t.total:,} {unit} ({100 * t.done // t.total}%)"
         if t.done and elapsed >= 1:
             line += f", {rate:.1f}/s, ETA {format_seconds((t.total - t.done) / rate)}"
+        else:
+            line += f", running for {format_seconds(elapsed)}"
         return line
 
     def update(self, stage: str, source: str, done: int, total: int) -> None:
