@@ -47,8 +47,8 @@ def main() -> None:
     rnd = random.Random(args.seed)
     with Searcher(wpath, query_threads=1) as s:
         base = run_eval(s, cases)
-        vault_of = {(s._note_source[n], p): s._vault_path[n] for n, p in s._note_path.items()}   # noqa: SLF001
-        all_notes = sorted(s._vault_path.values())                                              # noqa: SLF001
+        vault_of = {(s._note_source[n], p): s._vault_path[n] for n, p in s._note_path.items()}
+        all_notes = sorted(s._vault_path.values())
     scored = [c for c in cases if any((c.corpus, e) in vault_of for e in c.expected)]
     seen = {c.id for c in rnd.sample(scored, len(scored) // 2)}
     relevant = {vault_of[(c.corpus, e)]: {"reads": 1, "last": now - 2 * 86400}

@@ -24,8 +24,16 @@ import yaml
 from pipeline.errors import PipelineError
 from pipeline.models import Source
 
-__all__ = ["CaptureError", "Captured", "MAX_NAME_CHARS", "MAX_TEXT_CHARS", "capture_source", "check_name",
-           "name_from_title", "write_capture"]
+__all__ = [
+    "MAX_NAME_CHARS",
+    "MAX_TEXT_CHARS",
+    "CaptureError",
+    "Captured",
+    "capture_source",
+    "check_name",
+    "name_from_title",
+    "write_capture",
+]
 
 MAX_NAME_CHARS = 120           # file name length without ``.md``
 MAX_TEXT_CHARS = 1_000_000     # a captured note's text (chars)

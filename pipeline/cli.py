@@ -120,9 +120,8 @@ def build(
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
-        from pipeline.defs.runner import run_build
-
         from pipeline.build import FORCE_ENV
+        from pipeline.defs.runner import run_build
 
         before = os.environ.get(FORCE_ENV)
         if force:

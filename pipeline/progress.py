@@ -29,7 +29,7 @@ UNITS = {"fetch": "files", "normalize": "files", "chunk": "notes", "embed": "chu
 
 def format_seconds(seconds: float) -> str:
     """``"42 s"``, ``"3 min 10 s"``, ``"1 h 5 min"``."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     if s < 3600:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -271,7 +270,6 @@ class Searcher:
             self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
             self._note_source: dict[str, str] = dict(zip(notes["note_id"], notes["source"]))
             self._vault_path: dict[str, str] = dict(zip(notes["note_id"], notes["vault_path"]))
-            self._title: dict[str, str] = dict(zip(notes["note_id"], notes["title"]))
             self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
             self._tags: dict[str, tuple[str, ...]] = {
                 nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()

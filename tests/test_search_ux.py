@@ -17,7 +17,14 @@ from pipeline import usage
 from pipeline import warehouse as wh
 from pipeline.analysis import Analyzer
 from pipeline.bm25 import build_chunk_index
-from pipeline.capture import CaptureError, capture_source, check_name, name_from_title, title_of, write_capture
+from pipeline.capture import (
+    CaptureError,
+    capture_source,
+    check_name,
+    name_from_title,
+    title_of,
+    write_capture,
+)
 from pipeline.embed import HashEmbedder, embed_chunks
 from pipeline.models import Chunk, Edge, Note, Source
 from pipeline.neighbours import links_of, related

@@ -113,7 +113,7 @@ def test_mcp_service_syntax_links_related(ux_env: Path, monkeypatch: pytest.Monk
     assert [r["path"] for r in page["outlinks"]] == ["tiny/Ducks.md", "tiny/Install guide.md"]
     rel = svc.related("tiny/Ducks.md")
     assert rel["path"] == "tiny/Ducks.md"
-    assert [(r["path"], r["hops"]) for r in rel["related"]][0] == ("tiny/Home.md", 1)
+    assert (rel["related"][0]["path"], rel["related"][0]["hops"]) == ("tiny/Home.md", 1)
     assert ("tiny/Install guide.md", 2) in [(r["path"], r["hops"]) for r in rel["related"]]
     with pytest.raises(ToolFailure, match="no capture source"):
         svc.save_note("text")
