@@ -46,8 +46,9 @@ DEFAULT_REFRESH_TIMEOUT = 600.0
 INSTRUCTIONS = (
     "docsvault: local documentation and Obsidian notes with hybrid search. Call `search` with a question or keywords; "
     "each hit has `path` and a `continue_with` read call that opens the note at the hit. Call `read(path, page)` to "
-    "read a note in ~1,000-character pages (with its outlinks and backlinks); `related` walks the link graph. `status` lists the sources; `refresh` rebuilds local sources after notes "
-    "were written."
+    "read a note in ~1,000-character pages (with its outlinks and backlinks); `related` walks the link graph; "
+    "`save_note` saves what you learned as a note. `status` lists the sources; `refresh` rebuilds local sources "
+    "after notes were written."
 )
 
 
