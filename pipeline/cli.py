@@ -523,7 +523,10 @@ def search(
         fail(str(exc))
         return
     if files:
-        rows = list({h.vault_path: h for h in reversed(hits)}.values())[::-1][:k]
+        seen: dict[str, Hit] = {}
+        for h in hits:
+            seen.setdefault(h.vault_path, h)
+        rows = list(seen.values())[:k]
         if as_json:
             typer.echo(json.dumps([{**{key: getattr(h, key) for key in FILE_KEYS}, "rank": i}
                                    for i, h in enumerate(rows, start=1)], ensure_ascii=False, indent=2))
