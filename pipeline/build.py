@@ -131,6 +131,56 @@ def vault_listing(settings: Settings, source: str) -> str:
     return _digest(rows)
 
 
+#: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their
+#: normalize, vault and chunk stages run although their inputs are unchanged, every chunk is embedded again (the
+#: embedding cache is written, not read) and the warehouse is written in full. ``docsvault build --force`` sets it.
+FORCE_ENV = "DOCSVAULT_FORCE"
+
+
+def forced(source: str | None = None) -> bool:
+    """Whether ``source`` (None: any source, i.e. the shared stages) is forced by ``DOCSVAULT_FORCE``."""
+    raw = os.environ.get(FORCE_ENV, "").strip()
+    if not raw or raw.lower() in ("0", "false", "no", "off"):
+        return False
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    return source is None or bool(names & {"*", "1", "true", "yes", "on", source})
+
+
+class _WriteOnlyCache:
+    """An embedding cache that finds nothing and stores what is embedded (a forced re-embed refreshes the cache)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.model_id = cache.model_id
+
+    def get_many(self, hashes: Sequence[str]) -> dict[str, Any]:
+        return {}
+
+    def put_many(self, hashes: Sequence[str], vectors: Any) -> None:
+        self.cache.put_many(hashes, vectors)
+
+    def compact(self) -> None:
+        self.cache.compact()
+
+
+class _CountingCache:
+    """A normalize parse cache that reports each lookup (one per parsed file) as progress."""
+
+    def __init__(self, cache: Any, on_lookup: Callable[[int], None]) -> None:
+        self.cache = cache
+        self.on_lookup = on_lookup
+        self.n = 0
+
+    def get(self, key: str) -> Any:
+        self.n += 1
+        if self.n % 25 == 0:
+            self.on_lookup(self.n)
+        return self.cache.get(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.cache[key] = value
+
+
 def _notify(stage: str, source: str, done: int, total: int) -> None:
     for hook in list(PROGRESS_HOOKS):
         try:
@@ -311,13 +361,16 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
 
     with _locked(settings):
         started = time.perf_counter()
+        _notify("fetch", source.name, 0, 0)            # total unknown: a running line until it ends
         try:
             result = fetch_source(source, settings)
         except FetchError as exc:
+            _notify("fetch", source.name, 1, 1)
             artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc),
                                    failed_at=_now())
             raise
         seconds = round(time.perf_counter() - started, 3)
+        _notify("fetch", source.name, max(1, len(result.files)), max(1, len(result.files)))
         artifacts.update_state(
             settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
             strategy=result.strategy, fetched_at=_now(), files=len(result.files),
@@ -383,12 +436,18 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
         key = _digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
                       _source_config(source), code_version("normalize"))
         path = artifacts.notes_path(settings, source.name)
-        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path):
+        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path) \
+                and not forced(source.name):
             return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
                     "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
         started = time.perf_counter()
         cache, stale = _versioned_cache(settings, "normalize", source.name, "normalize")
-        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(), cache=cache)
+        n_files = len(fetched.files)
+        _notify("normalize", source.name, 0, n_files)
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(),
+                                  cache=_CountingCache(cache, lambda n: _notify("normalize", source.name,
+                                                                                min(n, n_files), n_files)))
+        _notify("normalize", source.name, n_files, n_files)
         result, kept = _keep_last_good(settings, source, fetched.files, result)
         if not result.notes and fetched.files:
             raise PipelineError(
@@ -420,7 +479,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         key = _digest(state.get("notes_sha"), code_version("vault"))
         vault_dir = str(settings.vault_dir / source.name)
         if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
-                and state.get("vault_listing"):
+                and state.get("vault_listing") and not forced(source.name):
             return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
                     "removed": 0, "vault_dir": vault_dir, "skipped": True}
         notes = artifacts.load_notes(settings, source.name)
@@ -505,7 +564,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         listing = vault_listing(settings, source.name)
         path = artifacts.chunks_path(settings, source.name)
         key = _digest(listing, config)
-        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path):
+        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path) \
+                and not forced(source.name):
             return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
                     "rechunked": 0, "skipped": True, "languages": dict(state.get("languages") or {}),
                     "language_warning": str(state.get("language_warning") or "")}
@@ -525,7 +585,10 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         hashes: dict[str, str] = {}
         detected: dict[str, str] = {}
         rechunked = 0
-        for note in notes:
+        _notify("chunk", source.name, 0, len(notes))
+        for i, note in enumerate(notes, start=1):
+            if i % 50 == 0:
+                _notify("chunk", source.name, i, len(notes))
             h = _note_hash(note)
             hashes[note.note_id] = h
             if previous.get(note.note_id) == h and note.note_id in old_chunks:
@@ -551,6 +614,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                        f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
                        f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")
             log.warning(warning)
+        _notify("chunk", source.name, len(notes), len(notes))
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
         artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=_file_sha(path), chunks=len(chunks),
@@ -625,6 +689,8 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             hashes = sorted({text_hash(c.embed_text) for c in group})
             have = cache.get_many(hashes)
             missing = [h for h in hashes if h not in have]
+            if forced(source.name):         # --force: embed every chunk again, refreshing the cache
+                cache, missing = _WriteOnlyCache(cache), []
             if missing:
                 found = _seed_from_warehouse(settings, embedder.model_id, missing)
                 if found:
@@ -869,15 +935,17 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         if problem:
             log.warning("warehouse %s cannot be used (%s): rebuilding it from the vault and the caches",
                         settings.warehouse_path, problem)
-        elif meta.get("input_key") == key:
+        elif meta.get("input_key") == key and not forced():
             last = _shared_state(settings).get("warehouse") or {}
             if last.get("input_key") == key:
                 return {**last.get("meta", {}), "skipped": True, "mode": "unchanged", "rebuilt_because": "",
                         "seconds": round(time.perf_counter() - started, 3)}
         timings: dict[str, float] = {}
         t = time.perf_counter()
+        _notify("warehouse", "all", 0, 5)
         notes = read_notes(settings.vault_dir, names)
         note_ids = {n.note_id for n in notes}
+        _notify("warehouse", "all", 1, 5)
         timings["read_s"] = time.perf_counter() - t
         t = time.perf_counter()
         graph_key = _graph_key(settings, names)
@@ -890,6 +958,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             metrics = {nid: (int(a.get("in_degree", 0)), float(a.get("pagerank", 0.0)))
                        for nid, a in lg.graph.nodes(data=True)}
         timings["graph_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
         vectors: dict[str, tuple[list[str], Any]] = {}
@@ -911,6 +980,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
                   for m, (ids, vecs) in vectors.items() if ids}
         timings["vectors_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
         tokens = TokenCache(settings.cache_dir, code_version("bm25"))
         analyzer = caching_analyzer(tokens)
@@ -919,6 +989,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         bm25_blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
         tokens.save()
         timings["bm25_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 4, 5)
         data = WarehouseData(
             notes=notes,
             note_metrics=metrics,
@@ -931,8 +1002,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                                              if settings.crosslingual else "")},
         )
         t = time.perf_counter()
-        stats = publish(settings.warehouse_path, data, incremental=not problem)
+        stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
         timings["publish_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 5, 5)
         out = {
             "sources": names,
             "models": sorted(arrays),

@@ -43,7 +43,9 @@ app.add_typer(sources_app, name="sources")
 _state: dict[str, Settings] = {}
 
 #: keys of one ``search --json`` hit, in order (stable; ``--explain`` adds ``lanes`` and ``explain``)
-HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet")
+HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet", "context")
+#: outlinks / backlinks listed per ``search --json`` hit
+SEARCH_LINKS_CAP = 5
 #: keys of one ``search --files --json`` row
 FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
 #: what search says when nothing matched (the MCP search tool's ``message`` says the same)
@@ -101,6 +103,8 @@ def build(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
     wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
 
@@ -113,13 +117,25 @@ def build(
 
     s = settings()
     started = _time.perf_counter()
-    bar = _BuildProgress(enabled=not verbose and not as_json and sys.stderr.isatty())
+    bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
+        from pipeline.build import FORCE_ENV
         from pipeline.defs.runner import run_build
 
-        with bar:
-            report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait, progress=bar.update)
+        before = os.environ.get(FORCE_ENV)
+        if force:
+            os.environ[FORCE_ENV] = ",".join(source) if source else "*"
+        try:
+            with bar:
+                report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
+                                   progress=bar.update)
+        finally:
+            if force:
+                if before is None:
+                    os.environ.pop(FORCE_ENV, None)
+                else:
+                    os.environ[FORCE_ENV] = before
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -237,41 +253,75 @@ def build_outcome(report: Any) -> dict[str, Any]:
 
 
 class _BuildProgress:
-    """A rich progress bar on stderr for long build stages (embedding N chunks); silent when not a terminal."""
+    """Build progress on stderr: a rich bar per stage and source (rate, ETA) on a terminal, else a plain line every
+    ~10 s (:class:`pipeline.progress.PlainProgress`); nothing when ``mode`` is ``"off"`` (``--quiet``).
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    Args:
+        mode: ``"bar"``, ``"lines"`` or ``"off"``.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
         self._progress: Any = None
+        self._plain: Any = None
         self._tasks: dict[tuple[str, str], Any] = {}
 
     def __enter__(self) -> "_BuildProgress":
-        if self.enabled:
+        if self.mode == "bar":
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                                       console=Console(stderr=True), transient=False)
             self._progress.start()
+        elif self.mode == "lines":
+            from pipeline.progress import PlainProgress
+
+            interval = float(os.environ.get("DOCSVAULT_PROGRESS_INTERVAL", "10") or 10)
+            self._plain = PlainProgress(sys.stderr, interval=interval).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+        if self._plain is not None:
+            self._plain.__exit__()
 
     def update(self, stage: str, source: str, done: int, total: int) -> None:
+        if self._plain is not None:
+            self._plain.update(stage, source, done, total)
+            return
         if self._progress is None:
             return
         import time
 
+        from pipeline.progress import UNITS
+
         key = (stage, source)
         if key not in self._tasks:
-            self._tasks[key] = (self._progress.add_task(f"{stage} {source}", total=total, rate=""),
+            self._tasks[key] = (self._progress.add_task(f"{stage:9} {source}", total=total or None, rate=""),
                                 time.perf_counter())
         task, t0 = self._tasks[key]
         elapsed = time.perf_counter() - t0
-        rate = f"{done / elapsed:.1f} chunks/s" if done and elapsed > 0 else ""
-        self._progress.update(task, completed=done, total=total, rate=rate)
+        rate = f"{done / elapsed:.1f} {UNITS.get(stage, '')}/s" if done and elapsed > 0 and total else ""
+        if total and done >= total:
+            rate = ""
+        self._progress.update(task, completed=done, total=total or None, rate=rate)
+
+
+def progress_mode(quiet: bool, verbose: bool = False) -> str:
+    """``off`` with --quiet (or --verbose, whose Dagster log says the same), ``bar`` on a terminal, else ``lines``."""
+    if quiet or verbose:
+        return "off"
+    return "bar" if sys.stderr.isatty() else "lines"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -348,7 +398,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     # so two chunks of one long section show their own lines
     text = "\n".join(lines)
     body_at = len("\n".join(lines[:start])) + (1 if start else 0)
-    start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.snippet))
+    start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet))
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
     # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match
@@ -369,7 +419,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     return out
 
 
-def _open_searcher() -> Searcher:
+def _open_searcher(**kwargs: Any) -> Searcher:
     from pipeline.errors import WarehouseNotBuiltError
     from pipeline.lock import running_build
     from pipeline.search import Searcher
@@ -377,7 +427,7 @@ def _open_searcher() -> Searcher:
 
     check_synonyms_file(settings().synonyms_file, settings().synonyms_required)
     try:
-        return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file)
+        return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file, **kwargs)
     except WarehouseNotBuiltError as exc:
         running = running_build(settings().data_dir)
         if running:
@@ -386,18 +436,40 @@ def _open_searcher() -> Searcher:
         raise
 
 
+def search_lanes(spec: str | None) -> list[str] | None:
+    """``--lanes`` of search: ``"bm25,vector,graph"`` -> those lanes (``hybrid`` = the default lanes); None: the
+    default lanes.
+
+    Raises:
+        ValueError: an unknown lane or an empty list (the message lists the available ones).
+    """
+    if spec is None:
+        return None
+    lanes: list[str] = []
+    for names in parse_lanes(spec).values():
+        lanes += [n for n in names if n not in lanes]
+    return lanes
+
+
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(metavar="QUERY", help="What you are looking for, in any words (English or Japanese).")],
-    k: Annotated[int, typer.Option("-k", metavar="N", min=1, max=100, help="Number of results.")] = 10,
+    query: Annotated[str, typer.Argument(metavar="QUERY", help='What you are looking for, in any words (English or Japanese). Syntax: "exact phrase", -word, A OR B, source:NAME, tag:TAG, path:PREFIX (see README).')],
+    k: Annotated[int, typer.Option("-k", metavar="N", min=1, max=100, help="Number of notes.")] = 10,
     source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Only notes with one of these frontmatter tags (repeatable; '#' optional; 'a' matches 'a/b').")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Only notes with one of these tags, frontmatter or inline #tag (repeatable; '#' optional; 'a' matches 'a/b').")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON list of hits on stdout (keys in README).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show each lane's page rank and the RRF parts of every score.")] = False,
     files: Annotated[bool, typer.Option("--files", "-l", help="Note paths and scores only, one line per note.")] = False,
     context: Annotated[int | None, typer.Option("--context", "-C", metavar="N", min=0, max=20, help="Show N lines of the note around each hit's matching lines, like grep -C.")] = None,
+    lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Lanes to fuse, comma-separated: bm25, bm25_page, vector, graph, hybrid (the default: bm25+bm25_page+vector).")] = None,
+    usage_boost: Annotated[bool, typer.Option("--usage-boost", help="Boost notes you read recently and often (local usage log; also DOCSVAULT_USAGE_BOOST=1).")] = False,
 ) -> None:
-    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60, at most 2 chunks per note)."""
+    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60), one result per note.
+
+    Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
+    """
+    from pipeline.query import parse_query
+
     if not query.strip():
         fail("query is empty: pass words or a question")
     if context is not None and (as_json or files):
@@ -408,25 +480,46 @@ def search(
     if explain and files:
         fail("--explain explains each hit's score; it does not combine with --files (drop --files to see it)")
     if tag is not None and any(not t.strip().lstrip("#") for t in tag):
-        fail("--tag is empty: pass a frontmatter tag, e.g. --tag journal")
+        fail("--tag is empty: pass a tag, e.g. --tag journal")
     if source is not None and any(not s.strip() for s in source):
         fail("--source is empty: pass a source name (`docsvault sources list`)")
     try:
-        searcher = _open_searcher()
+        parsed = parse_query(query)
+        lane_list = search_lanes(lanes)
+    except (PipelineError, ValueError) as exc:
+        fail(str(exc))
+        return
+    sources = [*(source or []), *parsed.sources]
+    tags = [*(tag or []), *parsed.tags]
+    filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
+    try:
+        boost = {}
+        if usage_boost or _usage_boost_on():
+            from pipeline.usage import boosts, load
+
+            boost = boosts(load(settings().data_dir))
+        searcher = _open_searcher(usage_boost=boost)
         try:
-            # --files: k notes (a note gives up to chunks_per_page hits)
             try:
-                hits = searcher.search(query, k=k * searcher.chunks_per_page if files else k,
-                                       source=source or None, tags=tag or None)
+                hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,
+                                       lanes=lane_list, filters=filters)
             except UnknownSourceError as exc:
                 from pipeline.sources import unbuilt_sources_message
 
-                why = unbuilt_sources_message(settings().sources_file, list(source or []), searcher.sources)
+                why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
                 raise UnknownSourceError(why) if why else exc from None
-            tokens = searcher.analyzer.tokens(query) if not as_json and not files else []
+            tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
         finally:
             searcher.close()
+        links = {}
+        if as_json and not files and hits:
+            from pipeline.neighbours import links_for_paths
+
+            links = links_for_paths(settings().warehouse_path, [h.vault_path for h in hits], cap=SEARCH_LINKS_CAP)
     except PipelineError as exc:
+        fail(str(exc))
+        return
+    except ValueError as exc:       # an unknown lane
         fail(str(exc))
         return
     if files:
@@ -440,32 +533,52 @@ def search(
         else:
             for h in rows:
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
+        if not rows:
+            raise typer.Exit(1)
         return
     if as_json:
         out = []
         for h in hits:
             row: dict[str, Any] = {key: getattr(h, key) for key in HIT_KEYS}
+            nb = links.get(h.vault_path, {})
+            row["outlinks"] = nb.get("outlinks", [])
+            row["backlinks"] = nb.get("backlinks", [])
             if explain:
                 row["lanes"] = dict(h.lanes)
                 row["explain"] = explain_parts(h, searcher)
             out.append(row)
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        if not hits:
+            raise typer.Exit(1)
         return
     if not hits:
         typer.echo(NO_RESULTS)
-        return
+        raise typer.Exit(1)
     color = _color()
-    pattern = term_pattern(query_terms(query, tokens))
+    pattern = term_pattern(query_terms(parsed.text, tokens))
+    shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {h.score:.4f}  {where}")
         if context is not None:
-            for line in _context_lines(h, context, pattern, color):
-                typer.echo(f"    {line}")
+            lines = _context_lines(h, context, pattern, color)
+            key = (h.vault_path, hash(tuple(lines)))
+            if key in shown:
+                typer.echo("    (same lines as above)")
+            else:
+                shown.add(key)
+                for line in lines:
+                    typer.echo(f"    {line}")
         else:
             typer.echo(f"    {highlight(h.snippet, pattern, color)}")
         if explain:
             typer.echo(f"    {_explain_line(h, searcher)}")
+
+
+def _usage_boost_on() -> bool:
+    from pipeline.usage import boost_enabled
+
+    return boost_enabled()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -522,8 +635,12 @@ def read(
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
+    from pipeline.usage import record
+
+    record(s.data_dir, pg.path)
+    links = note_links(s, pg.path)
     if as_json:
-        typer.echo(json.dumps(pg.to_dict(), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps({**pg.to_dict(), **links}, ensure_ascii=False, indent=2))
         return
     typer.echo(f"{pg.path} — {pg.title} (page {pg.page}/{pg.pages})")
     typer.echo("")
@@ -531,6 +648,122 @@ def read(
     if pg.next_page:
         typer.echo("")
         typer.echo(f"-- page {pg.page} of {pg.pages}; next: docsvault read '{pg.path}' --page {pg.next_page}")
+    if pg.page == 1 and (links["outlinks"] or links["backlinks"]):
+        typer.echo("")
+        for key, arrow in (("outlinks", "links to"), ("backlinks", "linked from")):
+            if links[key]:
+                more = links[f"{key}_total"] - len(links[key])
+                typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})" for r in links[key])
+                           + (f"; … {more} more" if more > 0 else ""))
+
+
+def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
+    """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
+    "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
+    warehouse."""
+    from pipeline.neighbours import links_for_paths
+
+    empty: dict[str, Any] = {"outlinks": [], "backlinks": [], "outlinks_total": 0, "backlinks_total": 0}
+    if not s.warehouse_path.exists():
+        return empty
+    try:
+        return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
+    except PipelineError:
+        return empty
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# capture
+
+
+def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
+    """Vault paths of the top ``k`` notes a search for a captured note finds; [] without a warehouse (or when the
+    search fails: a capture never fails because of it)."""
+    from pipeline.capture import related_for
+
+    if not s.warehouse_path.exists():
+        return []
+    try:
+        searcher = _open_searcher()
+    except PipelineError:
+        return []
+    try:
+        return related_for(searcher, title, text, k)
+    except (PipelineError, ValueError):
+        return []
+    finally:
+        searcher.close()
+
+
+@app.command()
+def capture(
+    text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", metavar="FILE", help="Read the text from FILE ('-' = stdin).")] = None,
+    title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line).")] = None,
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title); never overwrites.")] = None,
+    source: Annotated[str | None, typer.Option("--source", "-s", metavar="NAME", help="The local source to write into [env DOCSVAULT_CAPTURE_SOURCE].")] = None,
+    agent: Annotated[str, typer.Option("--agent", metavar="NAME", help="Who wrote it (model or agent), for the frontmatter.")] = "docsvault capture",
+    correlation_id: Annotated[str | None, typer.Option("--correlation-id", metavar="ID", help="Ties the note to a conversation or run (default: a new id).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Frontmatter tags (repeatable).")] = None,
+    no_build: Annotated[bool, typer.Option("--no-build", help="Only write the note; do not build its source.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="What was written as JSON on stdout.")] = False,
+) -> None:
+    """Write a note into the local capture source (frontmatter: created, agent, status raw, correlation id, related
+    notes found by search), then build that source so the note is searchable at once."""
+    from pipeline.capture import capture_source, title_of, write_capture
+    from pipeline.sources import load_sources
+
+    s = settings()
+    if text is not None and file is not None:
+        fail("give the text as an argument or with --file, not both")
+    try:
+        if file is not None:
+            body = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        elif text is not None:
+            body = text
+        elif not sys.stdin.isatty():
+            body = sys.stdin.read()
+        else:
+            fail("nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin")
+            return
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}")
+        return
+    try:
+        src = capture_source(load_sources(s.sources_file), source)
+        the_title = " ".join((title or title_of(body)).split())
+        related = capture_related(s, the_title, body) if body.strip() else []
+        note = write_capture(src, body, title=the_title, name=name, agent=agent, correlation_id=correlation_id,
+                             related=related, tags=tag or ())
+    except PipelineError as exc:
+        fail(str(exc))
+        return
+    built: dict[str, Any] | None = None
+    if not no_build:
+        from pipeline.defs.runner import run_build
+
+        try:
+            report = run_build(s, [src.name])
+            out = build_outcome(report)
+            built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
+        except PipelineError as exc:
+            built = {"ok": False, "error": " ".join(str(exc).split())}
+    if as_json:
+        typer.echo(json.dumps({"path": str(note.path), "vault_path": note.vault_path, "source": note.source,
+                               "correlation_id": note.correlation_id, "related": list(note.related),
+                               "build": built}, ensure_ascii=False, indent=2))
+    else:
+        typer.echo(f"captured {note.path} ({note.vault_path}, correlation id {note.correlation_id})")
+        if note.related:
+            typer.echo(f"  related: {', '.join(note.related)}")
+        if built is not None:
+            if built["ok"]:
+                typer.echo(f"  searchable now: source {src.name} rebuilt")
+            else:
+                why = built.get("error") or ((built.get("source") or {}).get("error")) or "see `docsvault status`"
+                typer.echo(f"error: the note is saved but the build of {src.name} failed: {why}", err=True)
+    if built is not None and not built["ok"]:
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

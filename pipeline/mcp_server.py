@@ -32,12 +32,13 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.errors import PipelineError, UnknownSourceError
-from pipeline.reader import excerpt, find_note, locate, note_body, page_of, paginate, read_note
+from pipeline.reader import find_note, locate, note_body, page_of, paginate, read_note
 
 log = logging.getLogger("docsvault.mcp")
 
 MAX_K = 20                 # hits per search call
 HIT_TEXT_CHARS = 600       # text per hit
+HIT_LINKS_CAP = 5          # outlinks / backlinks per hit
 LIST_CAP = 50              # paths listed per change kind in a refresh report
 OUTPUT_TAIL_CHARS = 2000   # build output returned by refresh
 DEFAULT_REFRESH_TIMEOUT = 600.0
@@ -45,8 +46,9 @@ DEFAULT_REFRESH_TIMEOUT = 600.0
 INSTRUCTIONS = (
     "docsvault: local documentation and Obsidian notes with hybrid search. Call `search` with a question or keywords; "
     "each hit has `path` and a `continue_with` read call that opens the note at the hit. Call `read(path, page)` to "
-    "read a note in ~1,000-character pages. `status` lists the sources; `refresh` rebuilds local sources after notes "
-    "were written."
+    "read a note in ~1,000-character pages (with its outlinks and backlinks); `related` walks the link graph; "
+    "`save_note` saves what you learned as a note. `status` lists the sources; `refresh` rebuilds local sources "
+    "after notes were written."
 )
 
 
@@ -122,37 +124,61 @@ class VaultService:
             return self._searcher
 
     # ---- tools ----
-    def search(self, query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None
-               ) -> dict[str, Any]:
-        """Hits with path, title, heading, score, bounded text and the read call that continues at the hit.
-        ``source``: one source name or several (a list); empty means all."""
+    def search(self, query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None,
+               lanes: str | list[str] | None = None) -> dict[str, Any]:
+        """Hits (one per note) with path, title, heading, score, clean bounded text, the note's links and the read
+        call that continues at the hit. ``query`` takes the query syntax of :mod:`pipeline.query`; ``source``: one
+        source name or several (a list), empty means all; ``lanes``: lane names (a list or comma-separated)."""
+        from pipeline.cli import search_lanes
+        from pipeline.neighbours import links_for_paths
+        from pipeline.query import parse_query
+        from pipeline.snippet import make_snippet
+
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
         if not query or not query.strip():
             raise ToolFailure("query is empty: pass words or a question")
-        searcher = self.searcher()
         try:
-            wanted = [source] if isinstance(source, str) else list(source or [])
-            wanted = [w for w in wanted if w]
-            hits = searcher.search(query[:2000], k=k, source=wanted or None, tags=tag or None)
+            parsed = parse_query(query[:2000])
+            lane_list = search_lanes(",".join(lanes) if isinstance(lanes, list) else lanes) if lanes else None
+        except (PipelineError, ValueError) as exc:
+            raise ToolFailure(str(exc)) from None
+        searcher = self.searcher()
+        wanted = [source] if isinstance(source, str) else list(source or [])
+        wanted = [w for w in wanted if w] + list(parsed.sources)
+        tags = ([tag] if tag else []) + list(parsed.tags)
+        filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
+        try:
+            from pipeline.usage import boost_enabled, boosts, load
+
+            searcher.usage_boost = boosts(load(self.settings.data_dir)) if boost_enabled() else {}
+            hits = searcher.search(parsed.text, k=k, source=wanted or None, tags=tags or None, lanes=lane_list,
+                                   filters=filters)
         except UnknownSourceError as exc:
             from pipeline.sources import unbuilt_sources_message
 
             why = unbuilt_sources_message(self.settings.sources_file, wanted, searcher.sources)
             raise ToolFailure(why or str(exc)) from None
+        except ValueError as exc:
+            raise ToolFailure(str(exc)) from None
+        try:
+            links = links_for_paths(self.settings.warehouse_path, [h.vault_path for h in hits], cap=HIT_LINKS_CAP)
+        except PipelineError:
+            links = {}
         out = []
         for h in hits:
-            text, page = h.snippet, 1
+            text = make_snippet(h.chunk_text or h.snippet, parsed.text, width=HIT_TEXT_CHARS)
+            page = 1
             try:
                 _, body = note_body(self.settings.vault_dir, h.vault_path)
-                offset = locate(body, h.heading, h.snippet)
-                text = excerpt(body, offset, HIT_TEXT_CHARS)
-                page = page_of(paginate(body), offset)
+                page = page_of(paginate(body), locate(body, h.heading, h.chunk_text or h.snippet))
             except (PipelineError, OSError) as exc:
                 log.warning("hit %s: cannot open the vault note (%s)", h.vault_path, exc)
+            nb = links.get(h.vault_path, {})
             out.append({
                 "rank": h.rank, "path": h.vault_path, "source": h.source, "source_path": h.source_path,
                 "title": h.title, "heading": h.heading, "score": round(float(h.score), 6), "text": text,
+                "context": h.context, "outlinks": nb.get("outlinks", []), "backlinks": nb.get("backlinks", []),
                 "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
             })
         if not out:
@@ -162,8 +188,11 @@ class VaultService:
         return {"query": query[:200], "hits": out}
 
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
-        """One ~1,000-char page of a vault note, with page/pages and the call for the next page."""
+        """One ~1,000-char page of a vault note, with page/pages, its outlinks and backlinks and the call for the
+        next page. Records the read in the local usage log (:mod:`pipeline.usage`)."""
+        from pipeline.cli import note_links
         from pipeline.reader import NoteNotFoundError
+        from pipeline.usage import record
 
         s = self.settings
         try:
@@ -174,8 +203,61 @@ class VaultService:
             raise ToolFailure(skipped_reason(s, path) or str(exc)) from None
         except ValueError as exc:
             raise ToolFailure(str(exc)) from None
+        record(s.data_dir, pg.path)
         out = pg.to_dict()
+        out.update(note_links(s, pg.path))
         out["next"] = _read_call(pg.path, pg.next_page) if pg.next_page else None
+        return out
+
+    def related(self, path: str, k: int = 10) -> dict[str, Any]:
+        """Notes linked to ``path`` (one and two hops), ranked by link weight and vector similarity
+        (:func:`pipeline.neighbours.related`)."""
+        from pipeline.neighbours import related
+
+        if not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
+        s = self.settings
+        if not s.warehouse_path.exists():
+            raise ToolFailure(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
+        note = find_note(s.vault_dir, path, s.warehouse_path)
+        rows = related(s.warehouse_path, note, k)
+        return {"path": note, "related": rows,
+                **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
+
+    def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
+                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None
+                  ) -> dict[str, Any]:
+        """Write a note into the local capture source (:mod:`pipeline.capture`), then rebuild that source (as
+        ``refresh``) so it is searchable at once. The note is kept even when the rebuild fails (``searchable``
+        false, ``error`` says why).
+
+        Raises:
+            ToolFailure: no/unknown/non-local capture source, empty or too long text, unsafe or taken name.
+        """
+        from pipeline.capture import capture_source, title_of, write_capture
+        from pipeline.cli import capture_related
+        from pipeline.sources import load_sources
+
+        s = self.settings
+        if not isinstance(text, str) or not text.strip():
+            raise ToolFailure("nothing to save: `text` is empty")
+        try:
+            src = capture_source(load_sources(s.sources_file), source)
+            the_title = " ".join((title or title_of(text)).split())
+            related = capture_related(s, the_title, text)
+            note = write_capture(src, text, title=the_title, name=name, agent=str(agent or "mcp agent")[:100],
+                                 correlation_id=correlation_id, related=related, tags=tags or ())
+        except PipelineError as exc:
+            raise ToolFailure(str(exc)) from None
+        out: dict[str, Any] = {"path": note.vault_path, "source": note.source, "file": str(note.path),
+                               "correlation_id": note.correlation_id, "related": list(note.related)}
+        try:
+            result = self.refresh(src.name)
+            out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
+            out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
+        except ToolFailure as exc:
+            out["searchable"] = False
+            out["error"] = f"the note is saved but the rebuild failed: {exc}"
         return out
 
     def status(self) -> dict[str, Any]:
@@ -186,8 +268,10 @@ class VaultService:
         data["sources"] = data["sources"][:100]
         return data
 
-    def refresh(self, source: str | None = None) -> dict[str, Any]:
+    def refresh(self, source: str | None = None, full: bool = False) -> dict[str, Any]:
         """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed.
+        ``full``: from scratch (``docsvault build --force``: every chunk embedded again, the warehouse written in
+        full).
 
         Returns ``outcomes`` (per source: ``status`` built | unchanged | failed, with ``failed_stage`` and the
         ``error`` line) and ``shared`` (the shared stages: ``ok``, ``error``, ``warehouse``, ``eval``); ``ok`` is
@@ -218,7 +302,7 @@ class VaultService:
         if not self._refresh_lock.acquire(blocking=False):
             raise ToolFailure("a refresh is already running; call refresh again when it has finished")
         try:
-            return self._refresh(names)
+            return self._refresh(names, full=bool(full))
         finally:
             self._refresh_lock.release()
 
@@ -233,13 +317,13 @@ class VaultService:
         finally:
             con.close()
 
-    def _refresh(self, names: list[str]) -> dict[str, Any]:
+    def _refresh(self, names: list[str], full: bool = False) -> dict[str, Any]:
         import json
 
         from pipeline.cli import _export_env
 
         before = self._note_hashes(names)
-        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json"]
+        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else [])]
         for n in names:
             cmd += ["--source", n]
         started = time.monotonic()
@@ -289,6 +373,7 @@ class VaultService:
             "counts": {"added": len(added), "changed": len(changed), "removed": len(removed)},
             "added": added[:LIST_CAP], "changed": changed[:LIST_CAP], "removed": removed[:LIST_CAP],
             "truncated": any(len(x) > LIST_CAP for x in (added, changed, removed)),
+            "progress": [ln[len("progress: "):] for ln in errout.splitlines() if ln.startswith("progress: ")][-20:],
             "build_output": tail,
         }
 
@@ -317,14 +402,17 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         description=(
             "Search the local docs and notes (hybrid keyword + vector search). Returns up to k hits (1-20), best "
             "first, each with the note `path`, `title`, `heading`, `score`, up to 600 characters of `text` from "
-            "the hit, and `continue_with`: the exact read call that opens the note at the hit. Optional `source` "
-            "(a source name from status, or a list of them) and `tag` (a frontmatter tag) narrow the search."
+            "the hit, the note's `outlinks`/`backlinks`, and `continue_with`: the exact read call that opens the note "
+            "at the hit. One hit per note. Query syntax: \"exact phrase\" (required), -word (excluded), "
+            "\"a b\" OR \"c d\", source:NAME, tag:TAG, path:PREFIX. Optional `source` (a source name from status, "
+            "or a list of them), `tag` (frontmatter or inline #tag) and `lanes` (any of bm25, bm25_page, vector, "
+            "graph, hybrid) narrow the search."
         ),
         annotations=read_only,
     )
-    def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None
-               ) -> dict[str, Any]:
-        return guarded(svc.search, query, k, source, tag)
+    def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None,
+               lanes: list[str] | None = None) -> dict[str, Any]:
+        return guarded(svc.search, query, k, source, tag, lanes)
 
     @server.tool(
         name="read",
@@ -338,6 +426,36 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
     )
     def read(path: str, page: int = 1) -> dict[str, Any]:
         return guarded(svc.read, path, page)
+
+    @server.tool(
+        name="related",
+        description=(
+            "Notes related to a note through the link graph (its outlinks, backlinks and their neighbours), ranked "
+            "by link weight and vector similarity. Give the note's `path` (as search returns it); returns up to k "
+            "(1-20) rows with `path`, `title`, `score`, `hops`, `link_weight`, `similarity`."
+        ),
+        annotations=read_only,
+    )
+    def related(path: str, k: int = 10) -> dict[str, Any]:
+        return guarded(svc.related, path, k)
+
+    @server.tool(
+        name="save_note",
+        description=(
+            "Save what you learned as a new Markdown note in the local capture source (DOCSVAULT_CAPTURE_SOURCE, or "
+            "`source`), with frontmatter (created, agent, status: raw, correlation_id, related: the top notes a "
+            "search for it finds), then rebuild that source so the note is searchable at once (seconds to minutes). "
+            "`name` is a file name without .md (default: from the title or first heading); an existing note is "
+            "never overwritten. Returns the note's `path` (for read/search), `correlation_id`, `related`, "
+            "`searchable`."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=False),
+    )
+    def save_note(text: str, title: str | None = None, name: str | None = None, source: str | None = None,
+                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None
+                  ) -> dict[str, Any]:
+        return guarded(svc.save_note, text, title, name, source, agent, correlation_id, tags)
 
     @server.tool(
         name="status",
@@ -357,13 +475,14 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "Rebuild local sources (all local sources, or the one named) so notes just written to their folders "
             "become searchable. Takes seconds to minutes (stopped after a time limit); returns every source's "
             "outcome (built, unchanged or failed with its error), the shared stages, and the vault paths of notes "
-            "added, changed and removed. Git and web sources are not refreshed here."
+            "added, changed and removed. `full=true` rebuilds them from scratch (every chunk embedded again, the "
+            "index written in full). Git and web sources are not refreshed here."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                     open_world_hint=False),
     )
-    def refresh(source: str | None = None) -> dict[str, Any]:
-        return guarded(svc.refresh, source)
+    def refresh(source: str | None = None, full: bool = False) -> dict[str, Any]:
+        return guarded(svc.refresh, source, full)
 
     return server
 

@@ -184,6 +184,8 @@ class Hit:
     chunk_id: str = ""
     note_id: str = ""
     lanes: dict[str, int] = field(default_factory=dict)   # lane -> page rank in that lane (1-based)
+    context: str = ""                                     # snippet of the note's second-best chunk ("" if none)
+    chunk_text: str = ""                                  # the hit chunk's Markdown (to place the hit in its note)
 
 
 @dataclass(frozen=True)

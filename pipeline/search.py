@@ -29,20 +29,20 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, Self
 
 import numpy as np
 
 from pipeline import warehouse as wh
-from pipeline.analysis import STOPWORDS_EN, Analyzer, is_japanese
+from pipeline.analysis import Analyzer, is_japanese
 from pipeline.bm25 import Bm25Index, split_blobs
 from pipeline.embed import Embedder, english_only, load_embedder
 from pipeline.errors import UnknownSourceError
 from pipeline.models import Hit
+from pipeline.query import ParsedQuery
 from pipeline.synonyms import Synonyms, load_synonyms
 from pipeline.translate import Translator
 
@@ -174,37 +174,12 @@ def page_ranking(chunk_hits: Sequence[tuple[str, float]], note_of: Callable[[str
     return [r[2] for r in ranked]
 
 
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-
-
 def make_snippet(text: str, query: str, extra_terms: Sequence[str] = (), width: int = SNIPPET_CHARS) -> str:
-    """The chunk text, whitespace collapsed, cut to about ``width`` chars around the first query-term match.
+    """The chunk's Markdown as clean one-line text, cut to about ``width`` chars around the first query-term match
+    at sentence/word boundaries (:func:`pipeline.snippet.make_snippet`). Cut ends are marked with ``…``."""
+    from pipeline.snippet import make_snippet as clean_snippet
 
-    Terms are the query's words (stopwords and 1-letter words dropped) and ``extra_terms`` (e.g. analyzer stems);
-    Latin terms match at a word start, CJK terms anywhere. Cut ends are marked with ``…``. No match: the start.
-    """
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    terms = {w.casefold() for w in re.findall(r"\w+", query)} | {t.casefold() for t in extra_terms}
-    terms = {t for t in terms if t and t not in STOPWORDS_EN and (len(t) >= 2 or _CJK.search(t))}
-    pos = None
-    if terms:
-        parts = [re.escape(t) if _CJK.search(t) else r"\b" + re.escape(t) for t in sorted(terms, key=len, reverse=True)]
-        m = re.search("|".join(parts), flat, flags=re.IGNORECASE)
-        pos = m.start() if m else None
-    start = 0 if pos is None else max(0, pos - width // 3)
-    end = min(len(flat), start + width)
-    start = max(0, end - width)
-    if start > 0:
-        space = flat.find(" ", start, min(start + 20, pos if pos is not None else start + 20))
-        if space != -1:
-            start = space + 1
-    if end < len(flat):
-        space = flat.rfind(" ", max(start, end - 20), end)
-        if space != -1:
-            end = space
-    return ("…" if start > 0 else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")
+    return clean_snippet(text, query, extra_terms, width)
 
 
 def _set_torch_threads(n: int) -> None:
@@ -237,7 +212,12 @@ class Searcher:
         lane_depth: chunks each lane ranks before page grouping (200).
         second_weight: weight of a page's second-best chunk in its lane score (0.1).
         page_vector_weight: weight of the page-vector cosine in the vector lane's page score (``PAGE_VECTOR_WEIGHT``).
-        chunks_per_page: result chunks per page (2).
+        chunks_per_page: result hits per page (1: one hit per note, its second-best chunk as the hit's
+            ``context``; 2 or more: that many hits per note, no context).
+        usage_boost: vault path -> score added to a page's fused score before the final ordering (the opt-in
+            usage signal, :func:`pipeline.usage.boosts`); None or empty: no boost (the ranking is unchanged).
+        usage_window: the boost reorders only the first this many fused pages (10): usage breaks near-ties among
+            relevant pages and never lifts a page from further down.
         query_threads: torch threads for query embedding in this process (None: leave torch's default; the CLI and
             the MCP server pass 1, see :func:`_set_torch_threads`).
         max_vector_fetch: cap of the HNSW over-fetch when a source filter applies (the filter runs after k-NN, so
@@ -262,7 +242,7 @@ class Searcher:
         lane_depth: int = 200,
         second_weight: float = 0.1,
         page_vector_weight: float = PAGE_VECTOR_WEIGHT,
-        chunks_per_page: int = 2,
+        chunks_per_page: int = 1,
         max_vector_fetch: int = 1000,
         exact_max_rows: int = EXACT_MAX_ROWS,
         synonyms: Synonyms | Path | None = None,
@@ -271,6 +251,8 @@ class Searcher:
         query_threads: int | None = None,
         translator: "Translator | None | bool" = True,
         translate_bm25: bool = True,
+        usage_boost: Mapping[str, float] | None = None,
+        usage_window: int = 10,
     ) -> None:
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
@@ -281,6 +263,8 @@ class Searcher:
         self.second_weight = second_weight
         self.page_vector_weight = page_vector_weight
         self.chunks_per_page = chunks_per_page
+        self.usage_boost = dict(usage_boost or {})
+        self.usage_window = usage_window
         self.max_vector_fetch = max_vector_fetch
         self.exact_max_rows = exact_max_rows
         self.synonyms = (load_synonyms(synonyms, self.analyzer.tokens) if isinstance(synonyms, Path)
@@ -307,6 +291,8 @@ class Searcher:
             notes = wh.load_note_keys(self._con).to_pydict()
             self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
             self._note_source: dict[str, str] = dict(zip(notes["note_id"], notes["source"]))
+            self._vault_path: dict[str, str] = dict(zip(notes["note_id"], notes["vault_path"]))
+            self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
             self._tags: dict[str, tuple[str, ...]] = {
                 nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()
             }
@@ -435,16 +421,27 @@ class Searcher:
 
     def _notes_with_tags(self, tags: str | Sequence[str] | None, sources: frozenset[str] | None
                          ) -> frozenset[str] | None:
-        """Notes carrying any of the tags (``#`` optional, case-insensitive; ``a`` also matches nested ``a/b``)."""
+        """Notes carrying any of the tags, in their frontmatter or inline (``#tag`` in the body; ``#`` optional,
+        case-insensitive; ``a`` also matches nested ``a/b``)."""
+        from pipeline.tags import normalise_tag, tag_matches
+
         if tags is None:
             return None
-        wanted = {t.strip().lstrip("#").casefold() for t in ([tags] if isinstance(tags, str) else tags)} - {""}
+        wanted = {normalise_tag(t) for t in ([tags] if isinstance(tags, str) else tags)} - {""}
         if not wanted:
             return None
+        if self._inline_tags is None:       # inline #tags: read once per Searcher, on the first tag filter
+            from pipeline.tags import inline_tags
+
+            found: dict[str, set[str]] = {}
+            for nid, text in wh.chunk_texts_with_tags(self._con):
+                found.setdefault(nid, set()).update(inline_tags(text or ""))
+            self._inline_tags = found
+        tagged = set(self._tags) | set(self._inline_tags)
         return frozenset(
-            nid for nid, note_tags in self._tags.items()
+            nid for nid in tagged
             if (sources is None or self._note_source.get(nid) in sources)
-            and any(nt == t or nt.startswith(t + "/") for nt in note_tags for t in wanted)
+            and tag_matches((*self._tags.get(nid, ()), *self._inline_tags.get(nid, ())), wanted)
         )
 
     def _bm25_lane(self, query: str, sources: frozenset[str] | None,
@@ -778,20 +775,26 @@ class Searcher:
         source: str | Sequence[str] | None = None,
         lanes: Sequence[str] | None = None,
         tags: str | Sequence[str] | None = None,
+        filters: ParsedQuery | None = None,
     ) -> list[Hit]:
-        """Search chunks, grouped by page.
+        """Search notes: one hit per note (its best chunk), in fused page order.
 
         Args:
             query: free text (any language the analyzer handles); empty/whitespace -> [].
-            k: at most this many hits (k >= 1); a page gives at most ``chunks_per_page`` of them.
+            k: at most this many notes (k >= 1); with ``chunks_per_page`` > 1 a note gives up to that many hits
+                and k counts hits.
             source: restrict to one source name or several; None: all.
             lanes: any of ``LANES`` (default ``DEFAULT_LANES``: bm25, bm25_page, vector).
-            tags: only notes whose frontmatter ``tags`` include one of these (``#`` optional, case-insensitive;
-                ``a`` matches nested ``a/b``); None: no tag filter. No tagged note: [].
+            tags: only notes with one of these tags, frontmatter or inline ``#tag`` (``#`` optional,
+                case-insensitive; ``a`` matches nested ``a/b``); None: no tag filter. No tagged note: [].
+            filters: the required/excluded words and ``path:`` filters of a parsed query
+                (:func:`pipeline.query.parse_query`; its ``sources``/``tags`` are the caller's to pass as
+                ``source``/``tags``); None: none.
 
         Returns:
-            Hits in fused page order (``Hit.score`` = the page's RRF score, higher is better; ``Hit.rank`` =
-            position in the list, 1-based; ``Hit.lanes`` = lane -> the page's rank in that lane).
+            Hits in fused page order (``Hit.score`` = the page's RRF score plus its usage boost, higher is better;
+            ``Hit.rank`` = position in the list, 1-based; ``Hit.lanes`` = lane -> the page's rank in that lane;
+            ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk).
 
         Raises:
             UnknownSourceError: a source is not in the warehouse (the message lists the known ones).
@@ -802,8 +805,12 @@ class Searcher:
         if not query or not query.strip():
             return []
         lanes = self.default_lanes if lanes is None else lanes
+        per_note = max(1, self.chunks_per_page)
         with self._lock:
             pages, chunk_ranks = self._fused(query, source, lanes, tags)
+            pages = self._boosted(pages)
+            if filters is not None:
+                pages = self._filtered(pages, filters, k)
             # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
             by_note: dict[str, dict[str, float]] = {}
             for lane, cr in chunk_ranks.items():
@@ -811,25 +818,29 @@ class Searcher:
                 for cid, r in cr.items():
                     scores = by_note.setdefault(self._note_of[cid], {})
                     scores[cid] = scores.get(cid, 0.0) + w / (self.k_rrf + r)
-            chosen: list[tuple[str, float, dict[str, int], str]] = []
+            # (note, score, ranks, hit chunk, context chunk or "")
+            chosen: list[tuple[str, float, dict[str, int], str, str]] = []
             for note_id, score, ranks in pages:
                 if len(chosen) >= k:
                     break
                 found = by_note.get(note_id) or {self._first_chunk[note_id]: 0.0}   # graph-only page: its first chunk
-                best = sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))[: self.chunks_per_page]
-                for cid, _ in best:
-                    chosen.append((note_id, score, ranks, cid))
+                best = [cid for cid, _ in sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))[: max(2, per_note)]]
+                if per_note == 1:
+                    chosen.append((note_id, score, ranks, best[0], best[1] if len(best) > 1 else ""))
+                else:
+                    chosen.extend((note_id, score, ranks, cid, "") for cid in best[:per_note])
             chosen = chosen[:k]
-            rows = wh.fetch_chunks(self._con, [c[3] for c in chosen])
+            rows = wh.fetch_chunks(self._con, [c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
         terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
         hits = []
-        for i, (note_id, score, ranks, cid) in enumerate(chosen, start=1):
+        for note_id, score, ranks, cid, context_cid in chosen:
             row = rows.get(cid)
             if row is None:
                 continue
+            ctx = rows.get(context_cid) if context_cid else None
             hits.append(
                 Hit(
-                    rank=i,
+                    rank=len(hits) + 1,
                     source=row["source"],
                     source_path=row["source_path"],
                     vault_path=row["vault_path"],
@@ -840,9 +851,40 @@ class Searcher:
                     chunk_id=cid,
                     note_id=note_id,
                     lanes=dict(ranks),
+                    context=make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else "",
+                    chunk_text=row["text"] or "",
                 )
             )
         return hits
+
+    def _boosted(self, pages: list[tuple[str, float, dict[str, int]]]) -> list[tuple[str, float, dict[str, int]]]:
+        """Fused pages with their usage boost added (``usage_boost``) to the first ``usage_window`` of them, which
+        are re-sorted (stable: equal scores keep the fused order); a page below that window is never lifted. No
+        boost: ``pages`` itself."""
+        if not self.usage_boost:
+            return pages
+        window = max(0, self.usage_window)
+        boosted = [(nid, score + self.usage_boost.get(self._vault_path.get(nid, ""), 0.0), ranks)
+                   for nid, score, ranks in pages[:window]]
+        return sorted(boosted, key=lambda p: -p[1]) + pages[window:]
+
+    def _filtered(self, pages: list[tuple[str, float, dict[str, int]]], filters: ParsedQuery, k: int
+                  ) -> list[tuple[str, float, dict[str, int]]]:
+        """The first ``k`` pages (in order) that pass the query's ``path:`` filters and required/excluded words
+        (checked on the note's clean text, fetched in batches of 64)."""
+        from pipeline.snippet import clean_text
+
+        kept: list[tuple[str, float, dict[str, int]]] = []
+        for i in range(0, len(pages), 64):
+            batch = [p for p in pages[i:i + 64]
+                     if filters.keeps_path(self._vault_path.get(p[0], ""), self._note_path.get(p[0], ""))]
+            if filters.filters_text and batch:
+                texts = wh.note_texts(self._con, [p[0] for p in batch])
+                batch = [p for p in batch if filters.keeps_text(clean_text(texts.get(p[0], "")))]
+            kept.extend(batch)
+            if len(kept) >= k:
+                break
+        return kept[:k]
 
     def page_paths(self, source: str) -> set[str]:
         """Source paths of the pages (notes) of one source in the warehouse; empty for an unknown source."""
@@ -870,4 +912,5 @@ class Searcher:
         lanes = self.default_lanes if lanes is None else lanes
         with self._lock:
             pages, _ = self._fused(query, source, lanes, tags)
+            pages = self._boosted(pages)
         return [(nid, self._note_path.get(nid, ""), score) for nid, score, _ in pages[:depth]]

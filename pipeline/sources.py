@@ -235,7 +235,8 @@ def select_sources(sources: list[Source], names: list[str] | None) -> list[Sourc
     known = {s.name for s in sources}
     missing = [n for n in names if n not in known]
     if missing:
-        raise SourceConfigError(f"unknown source(s) {missing}; known sources: {sorted(known)}")
+        raise SourceConfigError(f"unknown source(s) {', '.join(map(repr, missing))}; known sources: "
+                                f"{', '.join(sorted(known)) or '(none)'}")
     return [s for s in sources if s.name in names]
 
 

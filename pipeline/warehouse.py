@@ -926,6 +926,66 @@ def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> li
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
 
+
+# ---- search UX helpers (neighbours, query filters, inline tags; issue 17) ----
+__all__ += ["chunk_texts_with_tags", "note_links", "note_texts", "note_vectors"]
+
+
+def note_links(con: duckdb.DuckDBPyConnection, note_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A note's resolved links to other notes: ``(outlinks, backlinks)``, each ``[{"note_id", "path" (vault path),
+    "title", "count" (links between the two notes)}]``, most links first, then by path."""
+    def rows(sql: str) -> list[dict[str, Any]]:
+        return [{"note_id": r[0], "path": r[1], "title": r[2] or "", "count": int(r[3])}
+                for r in con.execute(sql, [note_id]).fetchall()]
+
+    out = rows("SELECT n.note_id, n.vault_path, n.title, sum(l.count) AS c FROM links l JOIN notes n "
+               "ON n.note_id = l.dst WHERE l.src = ? AND l.dst <> l.src GROUP BY ALL ORDER BY c DESC, n.vault_path")
+    back = rows("SELECT n.note_id, n.vault_path, n.title, sum(l.count) AS c FROM links l JOIN notes n "
+                "ON n.note_id = l.src WHERE l.dst = ? AND l.dst <> l.src GROUP BY ALL ORDER BY c DESC, n.vault_path")
+    return out, back
+
+
+def note_texts(con: duckdb.DuckDBPyConnection, note_ids: Sequence[str]) -> dict[str, str]:
+    """note_id -> the note's title and its chunks' text in order (joined by blank lines); unknown ids absent."""
+    if not note_ids:
+        return {}
+    rows = con.execute(
+        "SELECT n.note_id, any_value(n.title), string_agg(c.text, chr(10) || chr(10) ORDER BY c.ordinal) "
+        "FROM notes n LEFT JOIN chunks c USING (note_id) "
+        "WHERE list_contains(string_split(?, chr(31)), n.note_id) GROUP BY n.note_id",
+        ["\x1f".join(note_ids)],
+    ).fetchall()
+    return {r[0]: f"{r[1] or ''}\n\n{r[2] or ''}" for r in rows}
+
+
+def chunk_texts_with_tags(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """``[(note_id, chunk text)]`` of the chunks that may hold an inline ``#tag`` (a ``#`` after whitespace or at
+    the start, followed by a non-space); the caller parses them (:func:`pipeline.tags.inline_tags`)."""
+    return [(r[0], r[1]) for r in con.execute(
+        "SELECT note_id, text FROM chunks WHERE regexp_matches(text, '(^|\\s)#[^\\s#]')").fetchall()]
+
+
+def note_vectors(con: duckdb.DuckDBPyConnection, table: str, note_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """note_id -> float32 (dim,): the L2-normalised mean of the note's live chunk vectors in a model's table
+    (notes without vectors there are absent)."""
+    dim = _table_dim(con, table)
+    if not note_ids:
+        return {}
+    tbl = con.execute(
+        f"SELECT c.note_id, v.emb FROM {_live_sql(table)} v JOIN chunks c USING (chunk_id) "
+        "WHERE list_contains(string_split(?, chr(31)), c.note_id)", ["\x1f".join(note_ids)]).fetch_arrow_table()
+    ids = tbl.column("note_id").to_pylist()
+    if not ids:
+        return {}
+    flat = tbl.column("emb").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    vecs = np.ascontiguousarray(flat, dtype=np.float32).reshape(len(ids), dim)
+    out: dict[str, np.ndarray] = {}
+    for nid in dict.fromkeys(ids):
+        mean = vecs[[i for i, x in enumerate(ids) if x == nid]].mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        out[nid] = mean / norm if norm > 0 else mean
+    return out
+
 # ---------------------------------------------------------------------------------------------------------------
 # eval history (its own small file, <data>/eval_runs.duckdb)
 #

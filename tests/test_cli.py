@@ -39,7 +39,8 @@ COMMANDS = [path for path, _ in _commands()]
 
 def test_the_command_set() -> None:
     assert sorted(" ".join(p) for p in COMMANDS) == [
-        "build", "embed", "eval", "mcp", "read", "search", "sources list", "sources validate", "status", "ui",
+        "build", "capture", "embed", "eval", "mcp", "read", "search", "sources list", "sources validate", "status",
+        "ui",
     ]
 
 
@@ -149,7 +150,8 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     assert result.exit_code == 0, result.output
     hits = json.loads(result.output)
     assert hits[0]["source_path"] == "Ducks.md"
-    assert set(hits[0]) == {"rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet"}
+    assert set(hits[0]) == {"rank", "source", "source_path", "vault_path", "title", "heading", "score", "snippet",
+                            "context", "outlinks", "backlinks"}
     assert hits[0]["vault_path"] == "tiny/Ducks.md"
     result = runner.invoke(app, ["eval", str(tiny_env / "evals"), "--json"])
     assert result.exit_code == 0, result.output
@@ -218,12 +220,12 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
 
     assert run("search", "install the tool on windows", "-k", "3", "--explain") == (
         " 1. 0.1190  tiny/Install guide.md\n"
-        "    How to install the tool on your computer. ## Linux Run the package manager to install it. ## Windows "
+        "    How to install the tool on your computer. Linux Run the package manager to install it. Windows "
         "Download the installer and run it.\n"
         "    explain: bm25 #1 (1/(20+1)=0.0476) + bm25_page #1 (0.5x1/(20+1)=0.0238) + vector #1 (1/(20+1)=0.0476)"
         " = 0.1190\n"
         " 2. 0.1136  tiny/Home.md\n"
-        "    Welcome. See [[Install guide]] and [[Ducks]].\n"
+        "    Welcome. See Install guide and Ducks.\n"
         "    explain: bm25 #2 (1/(20+2)=0.0455) + bm25_page #2 (0.5x1/(20+2)=0.0227) + vector #2 (1/(20+2)=0.0455)"
         " = 0.1136\n"
         " 3. 0.0435  tiny/Ducks.md\n"
@@ -242,8 +244,8 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
         "    --\n    14-\n    15:Run the package manager to install it.\n    16-\n    17:## Windows\n    18-\n"
     )
     assert run("search", "welcome", "--tag", "#start") == (
-        " 1. 0.1190  tiny/Home.md\n    Welcome. See [[Install guide]] and [[Ducks]].\n")
-    assert run("search", "ducks", "--tag", "no-such-tag") == "No results\n"
+        " 1. 0.1190  tiny/Home.md\n    Welcome. See Install guide and Ducks.\n")
+    assert run("search", "ducks", "--tag", "no-such-tag", code=1) == "No results\n"   # exit 1 as grep
     hit = json.loads(run("search", "parquet", "-k", "1", "--json", "--explain"))[0]
     assert hit["vault_path"] == "tiny/sub/Parquet files.md"
     assert hit["lanes"] == {"bm25": 1, "bm25_page": 1, "vector": 1}
@@ -255,7 +257,7 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     assert run("read", "tiny/Install guide.md") == (
         "tiny/Install guide.md — Install guide (page 1/1)\n\n# Install guide\n\nHow to install the tool on your "
         "computer.\n\n## Linux\n\nRun the package manager to install it.\n\n## Windows\n\nDownload the "
-        "installer and run it.\n"
+        "installer and run it.\n\n-- linked from: Home (tiny/Home.md)\n"
     )
     page = json.loads(run("read", "Ducks.md", "--json"))          # a source path resolves through the warehouse
     assert (page["path"], page["page"], page["pages"], page["next_page"]) == ("tiny/Ducks.md", 1, 1, None)
@@ -285,7 +287,7 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)
     assert json.loads(run("embed", "hello", "--source", "tiny", "--json"))["model"] == "hash"
     assert run("embed", "hello", "--source", "nope", code=1) == (
-        "error: unknown source(s) ['nope']; known sources: ['tiny']\n")
+        "error: unknown source(s) 'nope'; known sources: tiny\n")
     assert run("embed", "  ", code=1) == "error: text is empty: pass words or a question\n"
 
     status = json.loads(run("status", "--json"))
@@ -337,9 +339,11 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
      "line per note)\n"),
     (["--files", "--explain"], "error: --explain explains each hit's score; it does not combine with --files (drop "
      "--files to see it)\n"),
-    (["--tag", ""], "error: --tag is empty: pass a frontmatter tag, e.g. --tag journal\n"),
-    (["--tag", "#"], "error: --tag is empty: pass a frontmatter tag, e.g. --tag journal\n"),
+    (["--tag", ""], "error: --tag is empty: pass a tag, e.g. --tag journal\n"),
+    (["--tag", "#"], "error: --tag is empty: pass a tag, e.g. --tag journal\n"),
     (["--source", " "], "error: --source is empty: pass a source name (`docsvault sources list`)\n"),
+    (["--lanes", "bm25,nope"], "error: unknown lane 'nope' in --lanes; available: bm25, bm25_page, vector, graph, "
+     "hybrid, hybrid+graph\n"),
 ])
 def test_search_options_that_do_not_combine_are_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", "ducks", *args])

@@ -70,7 +70,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
                    "(include=default *.md/*.mdx/*.markdown, exclude=[])\n")
     assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
     assert out.splitlines()[2].startswith("warehouse: 0 notes, 0 chunks -> ")
-    assert _run("search", "ducks")[0] == "No results\n"
+    assert _run("search", "ducks", code=1)[0] == "No results\n"     # exit 1 as grep
     assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
     assert list((tiny_env / "vault").rglob("*.md")) == []
     row = json.loads(_run("status", "--json")[0])["sources"][0]

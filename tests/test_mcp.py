@@ -90,7 +90,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
 
     out = anyio.run(scenario)
     assert out["server"] == "docsvault"
-    assert set(out["tools"]) == {"search", "read", "status", "refresh"}
+    assert set(out["tools"]) == {"search", "read", "related", "status", "refresh", "save_note"}
     for tool in out["tools"].values():
         assert tool.description and len(tool.description) > 80          # a sentence an agent can act on
 
@@ -99,7 +99,8 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     first = found["hits"][0]
     assert first["path"] == "tiny/Ducks.md" and first["source_path"] == "Ducks.md" and first["title"] == "Ducks"
     assert set(first) == {"rank", "path", "source", "source_path", "title", "heading", "score", "text", "read",
-                          "continue_with"}
+                          "continue_with", "context", "outlinks", "backlinks"}
+    assert first["backlinks"] == [{"path": "tiny/Home.md", "title": "Home", "links": 1}]
     assert first["read"] == {"path": "tiny/Ducks.md", "page": 1}
     assert first["continue_with"] == 'read(path="tiny/Ducks.md", page=1)'
     assert "water bird" in first["text"] and len(first["text"]) <= 601
@@ -108,6 +109,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     page = _payload(out["read"])
     assert page["path"] == "tiny/Ducks.md" and page["page"] == 1 and page["pages"] == 1 and page["next"] is None
     assert page["text"] == "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n"
+    assert page["backlinks"] == [{"path": "tiny/Home.md", "title": "Home", "links": 1}] and page["outlinks"] == []
     assert _payload(out["read_src"])["path"] == "tiny/Ducks.md"
 
     assert [h["path"] for h in _payload(out["tagged"])["hits"]] == ["tiny/Home.md"]

@@ -78,7 +78,9 @@ def searcher(tmp_path_factory):
 
 def test_known_ranking(searcher: Searcher):
     hits = searcher.search("pip upgrade flag", k=10)
-    assert [h.source_path for h in hits][:2] == ["install.md", "install.md"]
+    assert [h.source_path for h in hits][:1] == ["install.md"]
+    assert [h.source_path for h in hits].count("install.md") == 1      # one hit per note
+    assert hits[0].context == "Install docsvault with pip install docsvault."   # its second chunk
     assert hits[0].title == "Installation" and hits[0].lanes == {"bm25": 1, "vector": 1}
     assert hits[0].score == pytest.approx(2 / 21)
     assert hits[0].heading == "Part 1"  # the upgrade chunk matches best
@@ -86,12 +88,24 @@ def test_known_ranking(searcher: Searcher):
     assert hits[0].vault_path == "guide/install.md" and hits[0].source == "guide"
 
 
-def test_at_most_two_chunks_per_page(searcher: Searcher):
+def test_one_hit_per_note_so_k_counts_notes(searcher: Searcher):
     hits = searcher.search("search", k=10)
+    paths = [h.source_path for h in hits]
+    assert paths[0] == "search.md" and len(paths) == len(set(paths))
+    assert len(searcher.search("search", k=3)) == 3
+    assert hits[0].context and hits[0].context != hits[0].snippet
+
+
+def test_at_most_two_chunks_per_page_when_asked(tmp_path_factory):
+    path = tmp_path_factory.mktemp("search2") / "warehouse.duckdb"
+    _build(path)
+    with Searcher(path, embedder_factory=CountingFactory(), chunks_per_page=2) as s:
+        hits = s.search("search", k=10)
     paths = [h.source_path for h in hits]
     assert paths[:2] == ["search.md", "search.md"]
     assert paths.count("search.md") == 2
     assert len({h.chunk_id for h in hits}) == len(hits)
+    assert all(h.context == "" for h in hits)
 
 
 def test_k_truncates_hits(searcher: Searcher):
@@ -282,7 +296,7 @@ def test_one_huge_page_cannot_crowd_the_others_out_of_a_lane(tmp_path: Path):
         for lane in ("bm25", "vector"):
             assert {p for _, p, _ in s.rank_pages("platypus", lanes=[lane])} == set(pages), lane
         hits = s.search("platypus", k=10)
-        assert [h.source_path for h in hits].count("huge.md") == 2
+        assert [h.source_path for h in hits].count("huge.md") == 1      # one hit per note
         assert {h.source_path for h in hits} == set(pages)
     # the helper itself: 3 per page, depth 5, ties by position
     scores = np.array([9, 8, 7, 6, 5, 4, 1], dtype=np.float32)

@@ -1,0 +1,41 @@
+"""Obsidian tags: frontmatter ``tags`` and inline ``#tags`` in the body, and the ``--tag`` match rule.
+
+An inline tag (as Obsidian reads it) is ``#`` at the start of a line or after whitespace, followed by letters of any
+script, digits, ``_``, ``-`` or ``/`` (nested tags ``#a/b``), with at least one character that is not a digit
+(``#1`` is not a tag). Headings (``# Title``: a space after ``#``), URL fragments (``page#part``), ``#`` inside
+fenced or inline code are not tags.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = ["inline_tags", "normalise_tag", "tag_matches"]
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
+_INLINE_CODE = re.compile(r"(`+).+?\1", re.DOTALL)
+_TAG = re.compile(r"(?<!\S)#([\w/-]+)")
+
+
+def normalise_tag(tag: str) -> str:
+    """A tag as compared: ``#`` and surrounding ``/`` stripped, casefolded (``#Journal/`` -> ``journal``)."""
+    return tag.strip().lstrip("#").strip("/").casefold()
+
+
+def inline_tags(markdown: str) -> set[str]:
+    """The inline ``#tags`` of a Markdown body, normalised (:func:`normalise_tag`)."""
+    text = _INLINE_CODE.sub(" ", _FENCE.sub(" ", markdown))
+    out = set()
+    for m in _TAG.finditer(text):
+        tag = normalise_tag(m.group(1))
+        if tag and not tag.replace("/", "").isdigit() and not tag.startswith("-"):
+            out.add(tag)
+    return out
+
+
+def tag_matches(note_tags: Iterable[str], wanted: Iterable[str]) -> bool:
+    """Whether a note with (normalised) ``note_tags`` carries one of ``wanted``: equal, or a nested tag under it
+    (``a`` matches ``a/b``)."""
+    want = [normalise_tag(t) for t in wanted]
+    return any(nt == t or nt.startswith(t + "/") for nt in note_tags for t in want if t)

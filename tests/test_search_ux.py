@@ -1,0 +1,389 @@
+"""Search UX (issue 17): clean snippets, query syntax, inline tags, one hit per note, neighbours, usage, capture.
+
+Unit tests on a toy warehouse (HashEmbedder vectors, the real Analyzer); the CLI/MCP end to end in
+tests/test_search_ux_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pipeline import usage
+from pipeline import warehouse as wh
+from pipeline.analysis import Analyzer
+from pipeline.bm25 import build_chunk_index
+from pipeline.capture import (
+    CaptureError,
+    capture_source,
+    check_name,
+    name_from_title,
+    title_of,
+    write_capture,
+)
+from pipeline.embed import HashEmbedder, embed_chunks
+from pipeline.models import Chunk, Edge, Note, Source
+from pipeline.neighbours import links_of, related
+from pipeline.query import QuerySyntaxError, parse_query, text_contains
+from pipeline.search import Searcher
+from pipeline.snippet import clean_text, cut_around, make_snippet
+from pipeline.tags import inline_tags, tag_matches
+
+# ---------------------------------------------------------------------------------------------------------------
+# snippets
+
+
+def test_clean_text_drops_markup_and_keeps_code_as_code() -> None:
+    md = (
+        "> [!abstract] Summary\n> Obsidian stores notes as **Markdown** files.\n\n"
+        "```sql\nSELECT *\nFROM t;\n```\n"
+        '<img src="https://ev/images/docs/x.jpg" alt="pic" width=3> See [the docs](https://x.y/z(a)) and '
+        "[[Internal links#Heading|links]] or [[Canvas]]. ![[img.png]] ![alt](u.png)\n"
+        "## Next\n- item *one*\n1. `inline` code\n<!-- hidden -->\n"
+    )
+    assert clean_text(md) == ("Summary Obsidian stores notes as Markdown files. `SELECT * FROM t;` See the docs and "
+                              "links or Canvas. Next item one `inline` code")
+
+
+def test_clean_text_html_attributes_never_leak() -> None:
+    out = clean_text('<p align="center"><a href="/a?b=1"><img alt="x" src="ev/images/docs/a.jpg"/></a>Text</p>')
+    assert out == "Text"
+
+
+def test_cut_around_starts_at_the_sentence_and_ends_on_a_boundary() -> None:
+    text = "word " * 60 + "Parquet files are columnar. They are fast to scan and compress well. " + "tail " * 60
+    snip = cut_around(text, text.index("Parquet"), 120)
+    assert snip.startswith("…") and snip.endswith("…") and len(snip) <= 122
+    assert " Parquet files are columnar." in snip or snip.startswith("…Parquet") or "word Parquet" in snip
+    assert not snip[1:-1].startswith(" ") and "wor…" not in snip
+    sentence = "First sentence here. " * 3 + "Second has the parquet word in it. " + "x " * 200
+    s2 = cut_around(sentence, sentence.index("parquet"), 100)
+    assert s2.startswith("…Second has the parquet word")
+
+
+def test_make_snippet_short_text_is_clean_and_whole() -> None:
+    assert make_snippet("# Title\n\nSome **bold** [link](http://x)", "bold") == "Title Some bold link"
+    ja = "前置き" * 100 + "ベクトル検索の説明。" + "後書き" * 100
+    assert "ベクトル検索" in make_snippet(ja, "ベクトル検索")
+
+
+def test_cut_inside_a_code_span_closes_it() -> None:
+    text = "Intro text here. " + "`" + "code " * 80 + "`" + " after"
+    snip = cut_around(text, 0, 60)
+    assert snip.count("`") % 2 == 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# query syntax
+
+
+def test_parse_query_phrases_exclusions_or_and_filters() -> None:
+    q = parse_query('sync "end to end" -mobile -"dark mode" tag:#howto source:docs path:"en/Linking notes"')
+    assert (q.text, q.required, q.excluded) == ("sync end to end", (("end to end",),), ("mobile", "dark mode"))
+    assert (q.sources, q.tags, q.paths) == (("docs",), ("howto",), ("en/Linking notes",))
+    q = parse_query('"a b" OR "c d" x')
+    assert (q.text, q.required) == ("a b c d x", (("a b", "c d"),))
+    assert parse_query("a OR b").required == ()                 # bare words are never required
+    assert parse_query("built-in http://x.y/#z C:").text == "built-in http://x.y/#z C:"
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ('sync "abc', 'unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote'),
+    ("ducks tag:", "empty filter tag: in the query: give a value, e.g. tag:journal"),
+    ("source: ducks", "empty filter source: in the query: give a value, e.g. source:duckdb"),
+    ("ducks OR", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
+    ("OR ducks", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
+    ('x ""', 'empty phrase "" in the query: put words between the quotes'),
+    ("-ducks tag:x", "nothing to search for: the query has only exclusions or filters; add words, e.g. "
+                     "`sync -mobile tag:howto`"),
+])
+def test_bad_query_syntax_is_one_line(query: str, message: str) -> None:
+    with pytest.raises(QuerySyntaxError) as err:
+        parse_query(query)
+    assert str(err.value) == message
+
+
+def test_text_matching_is_word_bounded_for_latin_and_substring_for_cjk() -> None:
+    assert text_contains("the category list", "category") and not text_contains("the category list", "cat")
+    assert text_contains("朝ご飯を食べた", "ご飯")
+    q = parse_query('"parquet file" -csv')
+    assert q.keeps_text("Read a Parquet  file quickly") and not q.keeps_text("parquet file or CSV")
+    p = parse_query("x path:guide/ path:*/api/*.md")
+    assert p.keeps_path("guide/install.md") and p.keeps_path("src/api/connect.md") and not p.keeps_path("api/x.md")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tags
+
+
+def test_inline_tags_as_obsidian_reads_them() -> None:
+    body = ("# Heading\nToday #日記 and #project/alpha, #Mixed-Case.\n"
+            "see page#anchor, #123 is not a tag, `#code` neither\n```\n#include <x>\n```\n")
+    assert inline_tags(body) == {"日記", "project/alpha", "mixed-case"}
+    assert tag_matches({"project/alpha"}, ["#project"]) and tag_matches({"日記"}, ["日記"])
+    assert not tag_matches({"projects"}, ["project"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a toy warehouse with links and inline tags
+
+SPECS = {
+    "hub.md": ("Hub", ["The hub talks about otters and rivers.", "Rivers flow to the sea; otters swim there."], {}),
+    "a.md": ("Alpha", ["Alpha covers beavers building dams in rivers.", "Dams hold water."], {}),
+    "b.md": ("Beta", ["Beta is about tea ceremonies. #日記 #project/alpha"], {}),
+    "c.md": ("Gamma", ["Gamma: rivers in the mobile app, end to end."], {"tags": ["travel"]}),
+    "guide/d.md": ("Delta", ["Delta explains rivers and otters end to end."], {}),
+}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ux") / "warehouse.duckdb"
+    notes, chunks = [], []
+    for rel, (title, texts, extra) in SPECS.items():
+        note = Note("g", rel, rel, title, {"title": title, **extra}, "\n\n".join(texts))
+        notes.append(note)
+        for i, text in enumerate(texts):
+            chunks.append(Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (), title, text))
+    nid = {n.rel_path: n.note_id for n in notes}
+    edges = [Edge(nid["hub.md"], nid["a.md"], "Alpha", "wikilink", 2), Edge(nid["hub.md"], nid["b.md"], "Beta", "wikilink"),
+             Edge(nid["a.md"], nid["c.md"], "Gamma", "wikilink"), Edge(nid["guide/d.md"], nid["hub.md"], "Hub", "wikilink")]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges,
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    return path
+
+
+def _searcher(path: Path, **kw: object) -> Searcher:
+    return Searcher(path, embedder_factory=lambda m: HashEmbedder(64), **kw)  # type: ignore[arg-type]
+
+
+def test_one_hit_per_note_with_the_second_chunk_as_context(toy: Path) -> None:
+    with _searcher(toy) as s:
+        hits = s.search("otters rivers", k=3)
+    assert len(hits) == 3 and len({h.vault_path for h in hits}) == 3
+    hub = next(h for h in hits if h.vault_path == "g/hub.md")
+    assert {hub.snippet, hub.context} == {"The hub talks about otters and rivers.",
+                                          "Rivers flow to the sea; otters swim there."}
+
+
+def test_query_filters_in_search(toy: Path) -> None:
+    with _searcher(toy) as s:
+        def paths(q: str) -> list[str]:
+            p = parse_query(q)
+            return [h.vault_path for h in s.search(p.text, k=10, tags=list(p.tags) or None, filters=p)]
+
+        assert paths('rivers "end to end"') == ["g/c.md", "g/guide/d.md"] or \
+            sorted(paths('rivers "end to end"')) == ["g/c.md", "g/guide/d.md"]
+        assert sorted(paths('rivers "end to end" -mobile')) == ["g/guide/d.md"]
+        assert paths("rivers path:g/guide/") == ["g/guide/d.md"]
+        assert sorted(paths('"tea ceremonies" OR "beavers building"')) == ["g/a.md", "g/b.md"]
+        assert paths("ceremonies tag:日記") == ["g/b.md"]                   # inline #tag
+        assert paths("tea tag:project") == ["g/b.md"]                       # nested inline #project/alpha
+        assert paths("rivers tag:travel") == ["g/c.md"]                     # frontmatter tag still works
+        assert paths('"no such phrase anywhere" rivers') == []
+
+
+def test_lanes_pass_through(toy: Path) -> None:
+    with _searcher(toy) as s:
+        hits = s.search("beavers", k=5, lanes=["bm25"])
+    assert [h.vault_path for h in hits] == ["g/a.md"]
+    assert hits[0].lanes == {"bm25": 1}
+
+
+def test_usage_boost_off_changes_nothing_and_on_lifts_a_used_note(toy: Path) -> None:
+    with _searcher(toy) as s:
+        plain = s.rank_pages("rivers otters", depth=5)
+    with _searcher(toy, usage_boost={}) as s:
+        assert s.rank_pages("rivers otters", depth=5) == plain
+    last = plain[-1]
+    last_path = {v: k for k, v in {"g/" + r: r for r in SPECS}.items()}[last[1]]
+    with _searcher(toy, usage_boost={last_path: 1.0}) as s:
+        boosted = s.rank_pages("rivers otters", depth=5)
+        assert boosted[0][1] == last[1] and boosted[0][2] == pytest.approx(last[2] + 1.0)
+        assert s.search("rivers otters", k=1)[0].vault_path == last_path
+
+
+def test_usage_log_and_boost_tiers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = 1_800_000_000.0
+    day = 86400.0
+    assert usage.record(tmp_path, "s/a.md", now=now - 40 * day)
+    for _ in range(4):
+        usage.record(tmp_path, "s/b.md", now=now - 1 * day)
+    usage.record(tmp_path, "s/c.md", now=now - 10 * day)
+    log = usage.load(tmp_path)
+    assert log["s/b.md"] == {"reads": 4.0, "last": now - day}
+    assert json.loads((tmp_path / "usage.json").read_text())["version"] == 1
+    b = usage.boosts(log, now=now)
+    assert set(b) == {"s/b.md", "s/c.md"}                                   # a.md is cold: no boost
+    assert b["s/b.md"] == pytest.approx(0.2 / 61)                           # hot, 4 reads: full
+    assert b["s/c.md"] == pytest.approx(0.2 / 61 * 0.5 * 0.43067655807339306)   # warm, 1 read
+    monkeypatch.setenv("DOCSVAULT_USAGE_LOG", "0")
+    assert not usage.record(tmp_path, "s/d.md")
+    assert "s/d.md" not in usage.load(tmp_path)
+    (tmp_path / "usage.json").write_text("not json")
+    assert usage.load(tmp_path) == {}                                       # a broken log never breaks search
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# neighbours
+
+
+def test_links_of_a_note(toy: Path) -> None:
+    con = wh.connect(toy, read_only=True)
+    try:
+        got = links_of(con, "g/hub.md", cap=1)
+        none = links_of(con, "g/missing.md")
+    finally:
+        con.close()
+    assert got == {"outlinks": [{"path": "g/a.md", "title": "Alpha", "links": 2}],
+                   "backlinks": [{"path": "g/guide/d.md", "title": "Delta", "links": 1}],
+                   "outlinks_total": 2, "backlinks_total": 1}
+    assert none["outlinks"] == [] and none["backlinks_total"] == 0
+
+
+def test_related_ranks_one_and_two_hop_neighbours(toy: Path) -> None:
+    rows = related(toy, "g/hub.md", k=10)
+    assert [(r["path"], r["hops"]) for r in rows if r["hops"] == 2] == [("g/c.md", 2)]
+    assert {r["path"] for r in rows} == {"g/a.md", "g/b.md", "g/guide/d.md", "g/c.md"}
+    assert rows == sorted(rows, key=lambda r: (-r["score"], r["path"]))
+    a = next(r for r in rows if r["path"] == "g/a.md")
+    assert a["link_weight"] == round(2 / 3.5, 4)                    # 2 outlinks of 2 + 1 + 0.5 backlink
+    with pytest.raises(Exception, match="no note 'g/nope.md' in the warehouse"):
+        related(toy, "g/nope.md")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# capture
+
+
+def _local(root: Path, name: str = "inbox") -> Source:
+    return Source(name=name, kind="local", path=(root,))
+
+
+def test_write_capture_frontmatter_and_safety(tmp_path: Path) -> None:
+    root = tmp_path / "inbox"
+    root.mkdir()
+    src = _local(root)
+    got = write_capture(src, "# What I learned\n\nDuckDB reads parquet.\n", agent="claude-x", correlation_id="c1",
+                        related=["docs/a.md"], tags=["#til"], now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert got.path == root / "What I learned.md" and got.vault_path == "inbox/What I learned.md"
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: What I learned\ncreated: '2026-01-02T03:04:05Z'\nagent: claude-x\nstatus: raw\n"
+        "correlation_id: c1\nrelated:\n- docs/a.md\ntags:\n- til\n---\n\n# What I learned\n\nDuckDB reads parquet.\n")
+    with pytest.raises(CaptureError, match="already exists"):
+        write_capture(src, "# What I learned\nagain")
+    assert "again" not in got.path.read_text(encoding="utf-8")           # never overwritten
+    for bad in ("../escape", "a/b", "..", ".hidden", "con:x", "a\\b", "x" * 200):
+        with pytest.raises(CaptureError):
+            write_capture(src, "text", name=bad)
+    assert sorted(p.name for p in root.iterdir()) == ["What I learned.md"]
+    assert not (tmp_path / "escape.md").exists()
+    with pytest.raises(CaptureError, match="nothing to capture"):
+        write_capture(src, "   ")
+    assert name_from_title("a/b: c?") == "a-b- c" and check_name("Note.md") == "Note"
+    assert title_of("first line\n# Real title") == "Real title"
+
+
+def test_capture_source_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = [_local(tmp_path, "inbox"), Source(name="web", kind="git", url="https://x/y.git")]
+    monkeypatch.delenv("DOCSVAULT_CAPTURE_SOURCE", raising=False)
+    with pytest.raises(CaptureError, match="no capture source: set DOCSVAULT_CAPTURE_SOURCE"):
+        capture_source(sources)
+    monkeypatch.setenv("DOCSVAULT_CAPTURE_SOURCE", "inbox")
+    assert capture_source(sources).name == "inbox"
+    with pytest.raises(CaptureError, match="is kind git"):
+        capture_source(sources, "web")
+    with pytest.raises(CaptureError, match="unknown capture source 'nope'"):
+        capture_source(sources, "nope")
+    assert os.environ["DOCSVAULT_CAPTURE_SOURCE"] == "inbox"
+
+
+def test_force_env_names_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.build import forced
+
+    monkeypatch.delenv("DOCSVAULT_FORCE", raising=False)
+    assert not forced("a") and not forced()
+    monkeypatch.setenv("DOCSVAULT_FORCE", "a,b")
+    assert forced("a") and forced("b") and not forced("c") and forced()
+    monkeypatch.setenv("DOCSVAULT_FORCE", "*")
+    assert forced("zzz")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# progress
+
+
+def test_plain_progress_lines_every_interval() -> None:
+    import io
+
+    from pipeline.progress import PlainProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    p = PlainProgress(out, interval=10, clock=lambda: now[0], timer=False)
+    p.update("fetch", "docs", 0, 0)
+    now[0] = 5.0
+    p.tick()                                           # under 10 s since the last line: nothing
+    now[0] = 12.0
+    p.tick()                                           # a clone that reports nothing still shows it is alive
+    p.update("fetch", "docs", 3, 3)                    # a reported task that ends gets a line
+    p.update("embed", "docs", 0, 1000)
+    now[0] = 20.0
+    p.update("embed", "docs", 400, 1000)               # 8 s after the last line: nothing yet
+    now[0] = 22.0
+    p.update("embed", "docs", 500, 1000)
+    now[0] = 30.0
+    p.update("embed", "docs", 1000, 1000)
+    p.update("chunk", "docs", 0, 10)
+    p.update("chunk", "docs", 10, 10)                  # never reported: no "done" line either
+    assert out.getvalue().splitlines() == [
+        "progress: fetch docs running for 12 s",
+        "progress: fetch docs done: 3 files in 12 s",
+        "progress: embed docs 500/1,000 chunks (50%), 50.0/s, ETA 10 s",
+        "progress: embed docs done: 1,000 chunks in 18 s",
+    ]
+
+
+def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.config import Settings
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (tmp_path / "sources.yaml").write_text(f"sources:\n  - name: inbox\n    kind: local\n    path: {inbox}\n",
+                                           encoding="utf-8")
+    settings = Settings.from_env(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                 vault_dir=tmp_path / "vault")
+    svc = VaultService(settings)
+    calls: list[tuple[str | None, bool]] = []
+
+    def fake_refresh(source: str | None = None, full: bool = False) -> dict:
+        calls.append((source, full))
+        return {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0},
+                "added": ["inbox/Learned.md"]}
+
+    monkeypatch.setattr(svc, "refresh", fake_refresh)
+    monkeypatch.setenv("DOCSVAULT_CAPTURE_SOURCE", "inbox")
+    out = svc.save_note("# Learned\n\nA fact.", agent="agent-7", correlation_id="run-1", tags=["til"])
+    assert out == {"path": "inbox/Learned.md", "source": "inbox", "file": str(inbox / "Learned.md"),
+                   "correlation_id": "run-1", "related": [], "searchable": True,
+                   "refresh": {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0}}}
+    assert calls == [("inbox", False)]
+    assert "agent: agent-7\nstatus: raw\ncorrelation_id: run-1\n" in (inbox / "Learned.md").read_text("utf-8")
+    with pytest.raises(ToolFailure, match="already exists"):
+        svc.save_note("# Learned\n\nother")
+
+    def failing(source: str | None = None, full: bool = False) -> dict:
+        raise ToolFailure("refresh of inbox failed (exit 1): error: boom")
+
+    monkeypatch.setattr(svc, "refresh", failing)
+    kept = svc.save_note("second", name="Second")
+    assert kept["searchable"] is False and kept["error"].startswith("the note is saved but the rebuild failed")
+    assert (inbox / "Second.md").exists()
