@@ -1,7 +1,7 @@
 """Local folders (e.g. an Obsidian vault): list files in place, never copy or modify anything.
 
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
-symlinked folders, and — each with a warning naming the file — symlinks that resolve outside the root, symlink loops,
+and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
 dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
 Names with control characters are listed (the vault path is sanitized by the normalizer). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
@@ -55,6 +55,10 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=False):
         here = Path(dirpath)
+        for d in dirnames:
+            if not d.startswith(".") and (here / d).is_symlink():
+                warnings.append(f"source '{source}': skipped symlinked folder {_show(here / d)}: its files are not "
+                                "read (move the folder into the source, or add its target as another path)")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
                              and utf8(d, here / d))
         for name in sorted(filenames):
