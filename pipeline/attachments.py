@@ -85,6 +85,7 @@ def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: 
     """Source path (posix, NFC) -> file, for every file with a :data:`COPY_EXTENSIONS` extension under the roots
     (dot entries skipped; symlinks to files inside the root followed, other symlinks skipped with a reason)."""
     found: dict[str, Path] = {}
+    report = source.kind != "local"         # a local fetch already reports every symlink it skips
     for prefix, root in roots:
         real_root = root.resolve()
         for dirpath, dirnames, filenames in os.walk(root):
@@ -95,8 +96,9 @@ def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: 
                     continue
                 if (here / d).is_symlink():
                     rel = prefix + (here / d).relative_to(root).as_posix()
-                    skipped.append(f"source '{source.name}': {rel}/: a symlinked folder; its files are not copied "
-                                   "(link the files, or move the folder into the source)")
+                    if report:
+                        skipped.append(f"source '{source.name}': {rel}/: a symlinked folder; its files are not "
+                                       "copied (link the files, or move the folder into the source)")
                     continue
                 keep.append(d)
             dirnames[:] = keep
@@ -110,8 +112,9 @@ def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: 
                         target = path.resolve(strict=True)
                         target.relative_to(real_root)
                     except (OSError, RuntimeError, ValueError):
-                        skipped.append(f"source '{source.name}': {sp}: a symlink that is dangling or leaves the "
-                                       "source; not copied")
+                        if report:
+                            skipped.append(f"source '{source.name}': {sp}: a symlink that is dangling or leaves "
+                                           "the source; not copied")
                         continue
                 found[sp] = path
     return found

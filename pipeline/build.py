@@ -62,7 +62,7 @@ SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name canno
 
 _PKG = Path(__file__).resolve().parent
 _CODE = {
-    "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py"),
+    "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py", "htmlblocks.py"),
     "vault": ("vault.py", "frontmatter.py", "ownership.py", "attachments.py"),
     "chunk": ("chunk.py", "models.py", "vault.py"),
     "graph": ("graph.py", "vault.py"),

@@ -67,7 +67,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
         note.unlink()
     out, err = _run("build")
     assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
-                   "(include=default *.md/*.mdx/*.markdown, exclude=[])\n")
+                   "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
     assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
     assert out.splitlines()[2].startswith("warehouse: 0 notes, 0 chunks -> ")
     assert _run("search", "ducks")[0] == "No results\n"

@@ -152,7 +152,7 @@ def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list
 def _no_files_error(runner: _GitRunner, source: Source) -> FetchError:
     return runner.error(
         f"no files match paths={list(source.paths) or ['.']} "
-        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown'} exclude={list(source.exclude)} "
+        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)} "
         "(check the folder names in 'paths' against the repository)"
     )
 

@@ -127,7 +127,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(
             f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
-            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown'}, exclude={list(source.exclude)})"
+            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'}, exclude={list(source.exclude)})"
         )
     digest = hashlib.sha256()
     total = 0
