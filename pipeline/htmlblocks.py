@@ -21,6 +21,7 @@ Escaped tags (``\\<div\\>``) are text and stay.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 BLOCK_TAGS = frozenset(
     "address article aside blockquote center details dialog dd div dl dt fieldset figcaption figure footer form h1 "
@@ -66,10 +67,96 @@ def _block_end(lines: list[str], start: int) -> int:
     return len(lines) - 1
 
 
+MAX_TABLE_CELLS = 20_000
+
+
+def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
+    """A GFM table for an HTML ``<table>`` (a BeautifulSoup Tag); ``cell_markdown(cell) -> str`` renders a cell.
+
+    Rows in reading order: ``<thead>`` rows, body rows, then ``<tfoot>`` rows (a footer is the last rows of the
+    table, wherever the HTML puts it). Header row: the ``<thead>`` rows, else the leading rows made only of
+    ``<th>`` cells; several header rows are merged per column (``Size`` over ``min``/``max`` -> ``Size min``,
+    ``Size max``); without any, the header row is empty (data is never promoted to a header). ``rowspan``
+    repeats the cell's text in each row it covers, ``colspan`` leaves the covered cells empty (a merged header
+    repeats); ``|`` in a cell is escaped, line breaks become ``<br>``. A ``<caption>`` becomes a paragraph before
+    the table; ``<colgroup>`` is ignored. Nested tables are rendered as text of their cell.
+    """
+    from bs4 import Tag
+
+    def rows_of(section: Any) -> list[Any]:
+        return [tr for tr in section.find_all("tr") if tr.find_parent("table") is table]
+
+    head = [tr for sec in table.find_all("thead") if sec.find_parent("table") is table for tr in rows_of(sec)]
+    foot = [tr for sec in table.find_all("tfoot") if sec.find_parent("table") is table for tr in rows_of(sec)]
+    body = [tr for tr in rows_of(table) if tr not in head and tr not in foot]
+    if not head:
+        while body and all(c.name == "th" for c in body[0].find_all(["td", "th"], recursive=False)) \
+                and body[0].find_all(["td", "th"], recursive=False):
+            head.append(body.pop(0))
+    grid: list[list[str | None]] = []
+    pending: dict[int, tuple[int, str]] = {}          # column -> (rows left, text) of a rowspan
+    cells_seen = 0
+    for tr in [*head, *body, *foot]:
+        row: list[str | None] = []
+        col = 0
+
+        def fill_pending() -> None:
+            nonlocal col
+            while col in pending:
+                left, text = pending[col]
+                row.append(text)
+                if left <= 1:
+                    del pending[col]
+                else:
+                    pending[col] = (left - 1, text)
+                col += 1
+
+        for cell in tr.find_all(["td", "th"], recursive=False):
+            fill_pending()
+            cells_seen += 1
+            if cells_seen > MAX_TABLE_CELLS:
+                break
+            text = cell_markdown(cell)
+            text = re.sub(r"\s*\n+\s*", "<br>", text.strip())
+            text = re.sub(r"(?<!\\)\|", r"\\|", text)
+            try:
+                span_c = max(1, min(100, int(str(cell.get("colspan", "1")).strip() or 1)))
+                span_r = max(1, min(1000, int(str(cell.get("rowspan", "1")).strip() or 1)))
+            except ValueError:
+                span_c, span_r = 1, 1
+            for k in range(span_c):
+                value = text if k == 0 or tr in head else ""
+                row.append(value)
+                if span_r > 1:
+                    pending[col] = (span_r - 1, value)
+                col += 1
+        fill_pending()
+        grid.append(row)
+    width = max((len(r) for r in grid), default=0)
+    if width == 0:
+        return ""
+    norm = [[c or "" for c in r] + [""] * (width - len(r)) for r in grid]
+    header = [""] * width
+    for r in norm[:len(head)]:
+        header = [(h + " " + c).strip() if c and c != h else h for h, c in zip(header, r)]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---"] * width) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in norm[len(head):]]
+    caption = table.find("caption")
+    cap = cell_markdown(caption).strip() if isinstance(caption, Tag) else ""
+    return (f"{cap}\n\n" if cap else "") + "\n".join(lines)
+
+
 def _to_markdown(html: str) -> str:
     from bs4 import BeautifulSoup
 
     from pipeline.fetch.htmlmd import _Converter, _fix_code
+
+    class Converter(_Converter):
+        def convert_table(self, el: Any, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
+            def cell(c: Any) -> str:
+                return self.convert_soup(BeautifulSoup(c.decode_contents(), "html.parser"))
+
+            return "\n\n" + html_table_to_gfm(el, cell) + "\n\n"
 
     html = _JSX_STYLE.sub("", html)
     html = _JSX_EXPR_ATTR.sub("", html).replace("className=", "class=").replace("{' '}", " ")
@@ -88,8 +175,8 @@ def _to_markdown(html: str) -> str:
     for el in soup.select("a.headerlink, .headerlink"):
         el.decompose()
     _fix_code(soup, soup)
-    md = _Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
-                    escape_misc=False).convert_soup(soup)
+    md = Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
+                   escape_misc=False).convert_soup(soup)
     md = re.sub(r"[ \t]+\n", "\n", md)
     md = re.sub(r"\n{3,}", "\n\n", md)
     return md.strip("\n")

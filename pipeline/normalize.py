@@ -642,6 +642,7 @@ def _anchor_to_markdown(m: re.Match[str]) -> str:
     return f"[{text}]({href})"
 
 
+_PRE_SPLIT = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL | re.IGNORECASE)
 _SITE_VAR = re.compile(r"\{\{-?\s*site\.([\w.]+)(?:\s*\|[^}\n]{0,500})?\s*-?\}\}")
 
 
@@ -685,7 +686,8 @@ def _jekyll(body: str, frontmatter: dict[str, Any], site: dict[str, Any] | None 
 
     def fix(text: str) -> str:
         text = _LIQUID_LINK.sub(lambda m: "/" + m.group(1).lstrip("/"), text)
-        text = _HTML_ANCHOR.sub(_anchor_to_markdown, text)
+        text = "".join(part if part.lower().startswith("<pre") else _HTML_ANCHOR.sub(_anchor_to_markdown, part)
+                       for part in _PRE_SPLIT.split(text))     # links inside highlighted code stay code
         text = _LIQUID_POST.sub(lambda m: f"/{m.group(1)}/{m.group(2)}/{m.group(3)}/{m.group(4)}.html", text)
         text = re.sub(r"^[ \t]*\{%-?.*?-?%\}[ \t]*\n", "", text, flags=re.MULTILINE)
         text = _drop_delimited(text, "{%", "%}")
@@ -929,6 +931,39 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
         return m.group(0)
     title = m.group("title") or ""
     return f"[{text}]({new}{title})"
+
+
+def _table_rows(lines: list[str]) -> list[bool]:
+    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row, the rows up to a blank line)."""
+    table = [False] * len(lines)
+    for i in range(1, len(lines)):
+        if _TABLE_DELIM.match(lines[i]) and "|" in lines[i - 1] and "-" in lines[i]:
+            j = i - 1
+            while j < len(lines) and lines[j].strip():
+                table[j] = True
+                j += 1
+    return table
+
+
+_WIKI_IN_ROW = re.compile(r"(!?\[\[)([^\[\]\n]*?)(\]\])")
+
+
+def escape_table_wikilinks(body: str) -> str:
+    """``[[target|alias]]`` inside a GFM table row -> ``[[target\\|alias]]`` (prose only): an unescaped pipe ends
+    the cell, so Obsidian shows a broken row. Pipes already escaped stay as they are."""
+
+    def fix(text: str) -> str:
+        if "[[" not in text or "|" not in text:
+            return text
+        lines = text.split("\n")
+        rows = _table_rows(lines)
+        for i, line in enumerate(lines):
+            if rows[i] and "[[" in line:
+                lines[i] = _WIKI_IN_ROW.sub(lambda m: m.group(1) + re.sub(r"(?<!\\)\|", r"\\|", m.group(2))
+                                            + m.group(3), line)
+        return "\n".join(lines)
+
+    return map_prose(body, fix)
 
 
 def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None,
@@ -1291,7 +1326,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
                 body = _tidy(body)
                 dangling.extend(found)
             else:
-                body = canonical_body(body)
+                body = canonical_body(escape_table_wikilinks(body))
         except RecursionError:
             errors.append(f"source '{source.name}': {sp}: too deeply nested to normalize; simplify or exclude it")
             continue

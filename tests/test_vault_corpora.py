@@ -47,4 +47,4 @@ def test_no_span_div_liquid_or_mdx_left_outside_code(name: str) -> None:
         api = next(n for n in result.notes if n.source_path.endswith("clients/c/api.md"))
         assert "```c\nduckdb_instance_cache duckdb_create_instance_cache();\n" in api.body
         ref = next(n for n in result.notes if n.source_path.endswith("clients/python/reference/index.md"))
-        assert "class duckdb.BinaryValue" in ref.body and "Bases: " in ref.body
+        assert "*class* duckdb.BinaryValue" in ref.body and "Bases: " in ref.body
