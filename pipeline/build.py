@@ -63,7 +63,7 @@ SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name canno
 _PKG = Path(__file__).resolve().parent
 _CODE = {
     "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py", "htmlblocks.py"),
-    "vault": ("vault.py", "frontmatter.py", "ownership.py", "attachments.py"),
+    "vault": ("vault.py", "frontmatter.py", "ownership.py", "attachments.py", "vaultlinks.py"),
     "chunk": ("chunk.py", "models.py", "vault.py"),
     "graph": ("graph.py", "vault.py"),
     "bm25": ("analysis.py",),
@@ -443,15 +443,20 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
     ``kept_files`` (up to 50), ``conflicts`` (``"<rel> -> <copy>"`` lines: edited generated files moved aside),
     ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
     ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
-    (attachment links whose file is not in the source).
+    (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
+    because their name is also a note elsewhere in the vault, see :mod:`pipeline.vaultlinks`).
     """
     from pipeline.attachments import plan_attachments
     from pipeline.fetch import read_state
     from pipeline.vault import write_source
+    from pipeline.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
 
     with _locked(settings):
         state = artifacts.load_state(settings, source.name)
         notes = artifacts.load_notes(settings, source.name)
+        others = other_note_names(settings.vault_dir, source.name)
+        shared_names = ambiguous_names(notes, others)
+        notes, qualified = qualify_ambiguous_links(source.name, notes, others)
         plan = plan_attachments(source, notes, settings.raw_dir)
         fetch_state = read_state(source, settings) or {}
         symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
@@ -463,7 +468,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
                 att_rows.append((rel, str(path), st.st_size, st.st_mtime_ns))
             except OSError:
                 att_rows.append((rel, str(path), -1, -1))
-        key = _digest(state.get("notes_sha"), code_version("vault"), att_rows)
+        key = _digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
         vault_dir = str(settings.vault_dir / source.name)
         if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
                 and state.get("vault_listing"):
@@ -472,7 +477,8 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
                     "kept": len(state.get("vault_kept") or []), "kept_files": list(state.get("vault_kept") or [])[:50],
                     "attachments": len(att_rows), "attachments_written": 0, "attachment_bytes": plan.bytes,
                     "attachments_skipped": len(skip_lines), "attachment_skip_lines": skip_lines[:50],
-                    "unresolved_embeds": len(plan.unresolved), "vault_dir": vault_dir, "skipped": True}
+                    "unresolved_embeds": len(plan.unresolved), "qualified_links": qualified,
+                    "vault_dir": vault_dir, "skipped": True}
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
         conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
         if skip_lines:
@@ -502,6 +508,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         "attachments_skipped": len(skip_lines),
         "attachment_skip_lines": skip_lines[:50],
         "unresolved_embeds": len(plan.unresolved),
+        "qualified_links": qualified,
         "vault_dir": vault_dir,
         "skipped": False,
     }
