@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,7 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
         commit, selected, requests, mode = _clone(runner, source, repo_dir)
         moved = True
 
-    files = tuple(RawFile(source=source.name, source_path=p, path=repo_dir / p)
+    files = tuple(RawFile(source=source.name, source_path=unicodedata.normalize("NFC", p), path=repo_dir / p)
                   for p in selected if (repo_dir / p).is_file())
     if not files:
         raise _no_files_error(runner, source)

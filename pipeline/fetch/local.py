@@ -3,7 +3,8 @@
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
 and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
 dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
-Names with control characters are listed (the vault path is sanitized by the normalizer). ``revision`` is a sha256 over the sorted
+Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
+(macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
 
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import unicodedata
 from pathlib import Path
 
 from pipeline.config import Settings
@@ -88,7 +90,12 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
             except OSError as exc:
                 warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
                 continue
-            found[path.relative_to(root).as_posix()] = path
+            rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())     # macOS writes NFD names
+            if rel in found:
+                warnings.append(f"source '{source}': skipped {_show(path)}: its name is another file's name in "
+                                "another Unicode normalization (NFC/NFD); rename one of them")
+                continue
+            found[rel] = path
     return found
 
 
@@ -119,7 +126,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         if not root.is_dir():
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
                              "fix 'path' in sources.yaml")
-        prefix = root.name
+        prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
         for rel, path in _walk_root(root, warnings, source.name).items():
             listing[f"{prefix}/{rel}" if multi else rel] = path
