@@ -517,7 +517,7 @@ def render_components(text: str, dialect: _Dialect, level: int = 1) -> str:
             out.append(text[pos:m.end()])
             pos = m.end()
             continue
-        if (before_char.isascii() and before_char.isalnum()) or before_char in "`\\":
+        if (before_char.isascii() and before_char.isalpha()) or before_char in "`\\_":     # List<T>, not 2<MathI>
             out.append(text[pos:m.end()])
             pos = m.end()
             continue
@@ -857,7 +857,9 @@ def _stem_keys(path: str) -> list[str]:
 def _wikilink(index: _LinkIndex, sp: str, fragment: str, text: str, in_table: bool) -> str:
     rel = index.rel_paths[sp]
     target = f"{index.source.name}/{rel.removesuffix('.md')}"
-    if fragment:
+    if fragment and re.fullmatch(r"\^[A-Za-z0-9-]+", unquote(fragment)):
+        target += "#" + unquote(fragment)               # a block reference stays one: [[note#^id]]
+    elif fragment:
         heading = index.headings.get(sp, {}).get(fragment) or index.headings.get(sp, {}).get(unquote(fragment))
         target += "#" + (heading if heading else _heading_display(unquote(fragment)))
     alias = re.sub(r"\s+", " ", text).strip()

@@ -1,8 +1,10 @@
 """Vault stage: write a source's Notes to ``vault/<source>/`` and read the vault back.
 
-Writes are atomic (temp file in the same folder + ``os.replace``) and happen only when the bytes differ, so unchanged
-notes keep their mtime (Obsidian and file watchers see no churn). Notes that left the source are removed, together
-with folders they leave empty. Each source owns exactly its folder: nothing outside ``vault/<source>/`` is touched.
+Writes are atomic (temp file in the same folder + ``os.replace``, the umask's mode) and happen only when the bytes
+differ, so unchanged notes keep their mtime (Obsidian and file watchers see no churn). Notes that left the source are
+removed, together with folders they leave empty. Each source owns exactly the files it wrote in its folder
+(:mod:`pipeline.ownership`): a file the user put there is kept, a generated file the user edited is moved to
+``<name> (edited).md`` before it is replaced; nothing outside ``vault/<source>/`` is touched.
 
 Each source folder also gets one index note, ``_index.md`` (a map of content: its top-level sections and the notes
 in them; see :func:`index_note`). Its frontmatter carries ``docsvault: index`` (:data:`INDEX_KEY` /

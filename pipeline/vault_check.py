@@ -32,7 +32,7 @@ MARKUP_PATTERNS: dict[str, re.Pattern[str]] = {
     "span": re.compile(r"(?<!\\)</?span\b[^>\n]*>", re.IGNORECASE),
     "div": re.compile(r"(?<!\\)</?div\b[^>\n]*>", re.IGNORECASE),
     "liquid": re.compile(r"\{\{[^{}\n]{0,300}\}\}|\{%[^\n]{0,300}?%\}"),
-    "mdx": re.compile(r"(?:(?<![A-Za-z0-9_`\\])<|(?<!\\)</)[A-Z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)*(?:\s[^<>\n]{0,300})?/?>"),
+    "mdx": re.compile(r"(?:(?<![A-Za-z_`\\])<|(?<!\\)</)[A-Z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)*(?:\s[^<>\n]{0,300})?/?>"),
 }
 """Markup that must not be left in a note outside code: kind -> pattern."""
 

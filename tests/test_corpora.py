@@ -65,6 +65,8 @@ def built(tmp_path_factory):
     settings = Settings(base / "sources.yaml", base / "data", base / "vault", base / "evals")
     sources = load_sources(settings.sources_file)
     results = {s.name: _run(settings, s) for s in sources}
+    for s in sources:       # bare links made ambiguous by a later source's notes are qualified at the next build
+        build.vault_stage(settings, s)
     graph = build.graph_stage(settings, sources)
     return base, settings, sources, results, graph
 

@@ -49,6 +49,7 @@ SPHINX = ('<dl class="py class">\n<dt class="sig sig-object py" id="duckdb.Binar
     # MDX components right after Japanese text (ja-react's <CodeStep>, <MathI>): their text
     ("mdx", "唯一のプロパティである<CodeStep step={2}>`current`</CodeStep>に、<MathI>x</MathI>です。\n",
      "唯一のプロパティである`current`に、xです。\n"),
+    ("mdx", "y = 2<MathI>x</MathI> but `List<T>` and List<T> stay.\n", "y = 2x but `List<T>` and List<T> stay.\n"),
 ])
 def test_markup_becomes_markdown(fmt: str, text: str, expected: str) -> None:
     out = clean_body(fmt, text, {})
@@ -106,3 +107,15 @@ def test_html_table_without_header_cells_keeps_data_out_of_the_header() -> None:
         "|  |  |\n| --- | --- |\n| a | b |\n| c |  |\n")
     assert clean_body("markdown", "<table><tr><th>H1</th><th>H2</th></tr><tr><td>a</td></tr></table>\n", {}) == (
         "| H1 | H2 |\n| --- | --- |\n| a |  |\n")
+
+
+def test_markdown_block_reference_stays_a_block_reference(tmp_path) -> None:
+    from pipeline.models import RawFile, Source
+    from pipeline.normalize import normalize_source
+
+    (tmp_path / "a.md").write_text("# A\n\nSee [that paragraph](b.md#^p1) and [the part](b.md#part).\n")
+    (tmp_path / "b.md").write_text("# B\n\n## Part\n\nA paragraph. ^p1\n")
+    result = normalize_source(Source(name="s", kind="local", format="markdown"),
+                              [RawFile("s", "a.md", tmp_path / "a.md"), RawFile("s", "b.md", tmp_path / "b.md")],
+                              "2026-01-01T00:00:00+00:00")
+    assert result.notes[0].body == "# A\n\nSee [[s/b#^p1|that paragraph]] and [[s/b#Part|the part]].\n"
