@@ -203,7 +203,13 @@ def _remove_generated(folder: Path) -> list[str]:
 
     from pipeline.vault import write_source
 
-    result = write_source(folder.parent, folder.name, [], index=False)
+    from pipeline.errors import NoteError
+
+    try:
+        result = write_source(folder.parent, folder.name, [], index=False)
+    except (NoteError, OSError) as exc:         # not a name docsvault could have written: leave it all
+        log.warning("vault/%s/ kept: %s", folder.name, exc)
+        return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
     if not result.kept:
         shutil.rmtree(folder, ignore_errors=True)
     return list(result.kept)

@@ -134,3 +134,38 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def test_check_vault_command(tmp_path: Path, personal: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.setattr(attachments, "MAX_FILE_BYTES", 1000)
+    settings = _settings(tmp_path, personal)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    build.vault_stage(settings, source)
+    (settings.vault_dir / "me" / "mine.md").write_text("<div>my html</div>\n", encoding="utf-8")
+    args = ["--sources", str(settings.sources_file), "--data", str(settings.data_dir), "--vault",
+            str(settings.vault_dir)]
+    result = CliRunner().invoke(app, [*args, "check-vault"])
+    assert result.exit_code == 1
+    mode = f"{0o666 & ~_umask():04o}"
+    assert result.output.splitlines() == [
+        f"vault: {settings.vault_dir} (notes should have mode {mode})",
+        "  source                    notes attach. unresolved  markup  mode  yours edited",
+        "  me                            2       6          1       0     0      1      0",
+        "  me: embed of a file in the source that does not resolve: me/notes/A.md: attachments/big.mp4",
+        "  me: 2 embed(s) of files that are not in the source either (nothing to copy)",
+        "problems found (see above)",
+    ]
+    data = json.loads(CliRunner().invoke(app, [*args, "check-vault", "--json"]).output)
+    assert (data["ok"], data["sources"][0]["user_files"]) == (False, 1)
+    status = json.loads(CliRunner().invoke(app, [*args, "status", "--json"]).output)
+    assert status["sources"][0]["vault_files"] == [
+        "me: 1 file(s) in vault/me/ that docsvault did not write are kept (never changed or removed by a build): "
+        "mine.md"]
