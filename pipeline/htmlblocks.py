@@ -76,9 +76,10 @@ def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
     Rows in reading order: ``<thead>`` rows, body rows, then ``<tfoot>`` rows (a footer is the last rows of the
     table, wherever the HTML puts it). Header row: the ``<thead>`` rows, else the leading rows made only of
     ``<th>`` cells; several header rows are merged per column (``Size`` over ``min``/``max`` -> ``Size min``,
-    ``Size max``); without any, the header row is empty (data is never promoted to a header). ``rowspan``
-    repeats the cell's text in each row it covers, ``colspan`` leaves the covered cells empty (a merged header
-    repeats); ``|`` in a cell is escaped, line breaks become ``<br>``. A ``<caption>`` becomes a paragraph before
+    ``Size max``); a table without any ``<th>`` takes its first row as the header (as markdownify did before 1.0
+    and docx exports expect), a table with ``<th>`` elsewhere gets an empty header row. ``rowspan`` repeats the
+    cell's text in each row it covers, within its row group (``rowspan="0"``: to the group's end, as browsers do),
+    ``colspan`` leaves the covered cells empty (a merged header repeats); ``|`` in a cell is escaped, line breaks become ``<br>``. A ``<caption>`` becomes a paragraph before
     the table; ``<colgroup>`` is ignored. Nested tables are rendered as text of their cell.
     """
     from bs4 import Tag
@@ -93,10 +94,18 @@ def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
         while body and all(c.name == "th" for c in body[0].find_all(["td", "th"], recursive=False)) \
                 and body[0].find_all(["td", "th"], recursive=False):
             head.append(body.pop(0))
+    if not head and len(body) > 1 and table.find("th") is None:
+        head.append(body.pop(0))          # no header cell anywhere: the first row is the header (as in docx exports)
     grid: list[list[str | None]] = []
     pending: dict[int, tuple[int, str]] = {}          # column -> (rows left, text) of a rowspan
     cells_seen = 0
+    group_of = {id(tr): g for g, rows in enumerate((head, body, foot)) for tr in rows}
+    left_in_group = {id(tr): len(rows) - k for rows in (head, body, foot) for k, tr in enumerate(rows)}
+    group = -1
     for tr in [*head, *body, *foot]:
+        if group_of[id(tr)] != group:
+            group = group_of[id(tr)]
+            pending = {}                  # a rowspan ends with its row group (thead, tbody, tfoot)
         row: list[str | None] = []
         col = 0
 
@@ -121,7 +130,8 @@ def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
             text = re.sub(r"(?<!\\)\|", r"\\|", text)
             try:
                 span_c = max(1, min(100, int(str(cell.get("colspan", "1")).strip() or 1)))
-                span_r = max(1, min(1000, int(str(cell.get("rowspan", "1")).strip() or 1)))
+                span_r = int(str(cell.get("rowspan", "1")).strip() or 1)
+                span_r = left_in_group[id(tr)] if span_r == 0 else max(1, min(1000, span_r))   # 0: to the group's end
             except ValueError:
                 span_c, span_r = 1, 1
             for k in range(span_c):

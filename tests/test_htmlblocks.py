@@ -102,11 +102,42 @@ def test_html_table_becomes_a_gfm_table_with_the_right_header() -> None:
         "| VARCHAR | 1 | [two](x.md)<br>lines |\n| Total | 3 |  |\n")
 
 
-def test_html_table_without_header_cells_keeps_data_out_of_the_header() -> None:
-    assert clean_body("markdown", "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td></tr></table>\n", {}) == (
-        "|  |  |\n| --- | --- |\n| a | b |\n| c |  |\n")
+def test_html_table_header_rows() -> None:
+    # no <th> anywhere: the first row is the header (microsoft/markitdown#1086: docx tables came out with an
+    # empty header row and the real one in the body after markdownify 1.0)
+    assert clean_body("markdown", "<table><tr><td>Product</td><td>Price</td></tr><tr><td>Apple</td></tr></table>\n",
+                      {}) == "| Product | Price |\n| --- | --- |\n| Apple |  |\n"
     assert clean_body("markdown", "<table><tr><th>H1</th><th>H2</th></tr><tr><td>a</td></tr></table>\n", {}) == (
         "| H1 | H2 |\n| --- | --- |\n| a |  |\n")
+    # <th> only further down: the header row stays empty rather than take data
+    assert clean_body("markdown", "<table><tr><td>a</td><td>b</td></tr><tr><th>c</th><td>d</td></tr></table>\n",
+                      {}) == "|  |  |\n| --- | --- |\n| a | b |\n| c | d |\n"
+
+
+@pytest.mark.parametrize("html, expected", [
+    # matthewwithanm/python-markdownify#121 (rowspan): the row below keeps its columns
+    ('<table><tr><th>Month</th><th>Savings</th><th>Savings for holiday!</th></tr><tr><td>January</td><td>$100</td>'
+     '<td rowspan="2">$50</td></tr><tr><td>February</td><td>$80</td></tr></table>',
+     "| Month | Savings | Savings for holiday! |\n| --- | --- | --- |\n| January | $100 | $50 |\n"
+     "| February | $80 | $50 |\n"),
+    # matthewwithanm/python-markdownify#49: paragraphs inside cells and a colspan must not break the rows
+    ('<table><thead><tr><th><p>Heading 1</p></th><th><p>Heading 2</p></th><th><p>Heading 3</p></th></tr></thead>'
+     '<tbody><tr><td><div><p>\n\t\tThis is some text for the first column.\n\t    </p></div></td><td colspan=2>'
+     '<div><p>This is the rest of the columns.</p></div></td></tr></tbody></table>',
+     "| Heading 1 | Heading 2 | Heading 3 |\n| --- | --- | --- |\n| This is some text for the first column. | "
+     "This is the rest of the columns. |  |\n"),
+    # Alir3z4/html2text#367: a colspan in the header
+    ('<table><tr><th colspan="2">A</th><th>B</th></tr><tr><td>1</td><td>2</td><td>3</td></tr></table>',
+     "| A | A | B |\n| --- | --- | --- |\n| 1 | 2 | 3 |\n"),
+    # microsoft/markitdown#2522: rowspan="0" reaches the end of its row group and never leaks into the footer
+    ('<table><thead><tr><th>Region</th><th>Product</th><th>Units</th></tr></thead><tbody><tr><td rowspan="0">EU'
+     '</td><td>Cable</td><td>12</td></tr><tr><td>Hub</td><td>7</td></tr></tbody><tfoot><tr><td>Total</td>'
+     '<td>19</td></tr></tfoot></table>',
+     "| Region | Product | Units |\n| --- | --- | --- |\n| EU | Cable | 12 |\n| EU | Hub | 7 |\n"
+     "| Total | 19 |  |\n"),
+])
+def test_html_tables_from_converter_bug_reports(html: str, expected: str) -> None:
+    assert clean_body("markdown", html + "\n", {}) == expected
 
 
 def test_markdown_block_reference_stays_a_block_reference(tmp_path) -> None:
