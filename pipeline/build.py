@@ -521,7 +521,8 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
 
 
 def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
-    """Every ``.md`` file under ``vault/<source>/`` has frontmatter that parses and carries ``source_path``.
+    """Every generated ``.md`` file under ``vault/<source>/`` (those in its manifest; all of them in a folder
+    without one) has frontmatter that parses and carries ``source_path``.
 
     Returns ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid`` (up to 10 rel paths). The
     result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
@@ -529,8 +530,13 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
     from pipeline.errors import NoteError
     from pipeline.vault import parse_note
 
+    from pipeline.ownership import load_manifest
+
     root = settings.vault_dir / source.name
     files = sorted(root.rglob("*.md")) if root.is_dir() else []
+    owned = load_manifest(root) if root.is_dir() else None
+    if owned is not None:           # the user's own files there are not generated notes (pipeline.ownership)
+        files = [p for p in files if p.relative_to(root).as_posix() in owned]
     rows = []
     for path in files:
         try:

@@ -161,3 +161,6 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
         "tiny: 2 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
         "build): Ducks (edited).md, Inbox.md"]
     assert json.loads(manifest_path(root).read_text())["source"] == "tiny"
+    # the user's note has no frontmatter: it is not a generated note, so the frontmatter check does not fail on it
+    assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
+        == (0, 6)
