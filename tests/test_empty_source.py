@@ -69,7 +69,9 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
                    "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
     assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
-    assert out.splitlines()[2].startswith("warehouse: 0 notes, 0 chunks -> ")
+    assert out.splitlines()[2] == ("  tiny: removed (their pages left the source): Ducks.md, Home.md, Install guide.md, "
+                                   "_index.md, ja/検索.md and 1 more")
+    assert out.splitlines()[3].startswith("warehouse: 0 notes, 0 chunks -> ")
     assert _run("search", "ducks")[0] == "No results\n"
     assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
     assert list((tiny_env / "vault").rglob("*.md")) == []
