@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,28 @@ from pipeline.config import Settings
 from pipeline.models import Chunk, Note
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def file_mode() -> int:
+    """The mode a new file gets under the process umask (0o644 under umask 0o022): ``0o666 & ~umask``.
+
+    ``tempfile.mkstemp`` creates its files 0o600; an atomic writer must set this mode before the rename so that
+    Obsidian Sync, git, backup tools and other users see the files as they would any file the user wrote.
+    """
+    with _UMASK_LOCK:                  # reading the umask means setting it: keep the window closed to threads
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to ``path`` through a temp file in the same folder and os.replace (crash-safe)."""
+    """Write bytes to ``path`` through a temp file in the same folder and os.replace (crash-safe); the file gets
+    the umask's mode (:func:`file_mode`, 0o644 under umask 0o022), not mkstemp's 0o600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

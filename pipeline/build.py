@@ -63,8 +63,8 @@ SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name canno
 
 _PKG = Path(__file__).resolve().parent
 _CODE = {
-    "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py"),
-    "vault": ("vault.py", "frontmatter.py"),
+    "normalize": ("normalize.py", "frontmatter.py", "models.py", "fetch/htmlmd.py", "fetch/pages.py", "htmlblocks.py"),
+    "vault": ("vault.py", "frontmatter.py", "ownership.py", "attachments.py", "vaultlinks.py"),
     "chunk": ("chunk.py", "models.py", "vault.py", "language.py"),
     "graph": ("graph.py", "vault.py"),
     "bm25": ("analysis.py",),
@@ -246,10 +246,31 @@ def _generated_vault_folder(folder: Path) -> bool:
     return False
 
 
+def _remove_generated(folder: Path) -> list[str]:
+    """Remove what the build wrote in a dropped source's vault folder (files as it wrote them, per the folder's
+    manifest) and the folder itself when nothing else is left; returns the rel paths of the files kept (the
+    user's own, or generated files edited since)."""
+    import shutil
+
+    from pipeline.vault import write_source
+
+    from pipeline.errors import NoteError
+
+    try:
+        result = write_source(folder.parent, folder.name, [], index=False)
+    except (NoteError, OSError) as exc:         # not a name docsvault could have written: leave it all
+        log.warning("vault/%s/ kept: %s", folder.name, exc)
+        return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    if not result.kept:
+        shutil.rmtree(folder, ignore_errors=True)
+    return list(result.kept)
+
+
 def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
     """Remove what earlier builds wrote for sources that are no longer in sources.yaml (call only while holding
     the build lock): the vault folder ``vault/<name>/`` — only one docsvault generated (its index note carries
-    ``docsvault: index``; any other folder is left alone) — and the per-source files under the data dir (state,
+    ``docsvault: index``; any other folder is left alone), and in it only the files the build wrote and nobody
+    edited since (the others are kept and named in the line) — and the per-source files under the data dir (state,
     skip report, notes, chunks, dangling links, fetched copy). The caches (embeddings, parse, BM25 tokens) stay:
     they are keyed by content and help if the source comes back.
 
@@ -265,14 +286,19 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> lis
         for folder in sorted(vault.iterdir()):
             if folder.name.startswith(".") or folder.name in keep or not _generated_vault_folder(folder):
                 continue
-            shutil.rmtree(folder)
-            lines.append(f"removed vault/{folder.name}/: source '{folder.name}' is no longer in sources.yaml")
+            kept = _remove_generated(folder)
+            line = f"removed vault/{folder.name}/: source '{folder.name}' is no longer in sources.yaml"
+            if kept:
+                shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+                line += (f" (kept {len(kept)} file(s) docsvault did not write, or that were edited since: {shown})")
+            lines.append(line)
             log.warning("%s", lines[-1])
     state_dir = settings.state_dir
     dropped = sorted(p.name[:-5] for p in state_dir.glob("*.json")
                      if not p.name.startswith(".") and p.name[:-5] not in keep) if state_dir.is_dir() else []
     for name in dropped:
-        for path in (state_dir / f"{name}.errors.txt", artifacts.notes_path(settings, name),
+        for path in (state_dir / f"{name}.errors.txt", vault_skipped_path(settings, name),
+                     artifacts.notes_path(settings, name),
                      artifacts.chunks_path(settings, name), _chunk_index_path(settings, name),
                      settings.graph_dir / f"dangling-{name}.json"):
             path.unlink(missing_ok=True)
@@ -467,37 +493,96 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
-    """Write the source's notes to vault/<source>/ (only changed files; removed pages removed).
+def vault_skipped_path(settings: Settings, source: str) -> Path:
+    """``<data>/state/<source>.vault-skipped.txt``: one line per attachment (or symlink) the last vault stage did
+    not copy, with the reason (no file when there was none)."""
+    return settings.state_dir / f"{source}.vault-skipped.txt"
 
-    Skipped when the notes file and the vault folder's listing are those recorded after the last write.
+
+def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
+    """Write the source's notes and the attachments they use to vault/<source>/ (only changed files; removed pages
+    removed), keeping every file the user wrote there (see :func:`pipeline.vault.write_source`).
+
+    Skipped when the notes file, the attachments to copy (path, size, mtime) and the vault folder's listing are
+    those recorded after the last write. Metadata: ``notes``, ``written``, ``unchanged``, ``removed`` (counts),
+    ``removed_files`` (up to 50 rel paths), ``kept`` (files in the folder the build did not write) and
+    ``kept_files`` (up to 50), ``conflicts`` (``"<rel> -> <copy>"`` lines: edited generated files moved aside),
+    ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
+    ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
+    (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
+    because their name is also a note elsewhere in the vault, see :mod:`pipeline.vaultlinks`).
     """
+    from pipeline.attachments import plan_attachments
+    from pipeline.fetch import read_state
     from pipeline.vault import write_source
+    from pipeline.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
 
     with _locked(settings):
         state = artifacts.load_state(settings, source.name)
-        key = _digest(state.get("notes_sha"), code_version("vault"))
+        notes = artifacts.load_notes(settings, source.name)
+        others = other_note_names(settings.vault_dir, source.name)
+        shared_names = ambiguous_names(notes, others)
+        notes, qualified = qualify_ambiguous_links(source.name, notes, others)
+        plan = plan_attachments(source, notes, settings.raw_dir)
+        fetch_state = read_state(source, settings) or {}
+        symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
+        skip_lines = [*plan.skipped, *symlinks]
+        att_rows = []
+        for rel, path in sorted(plan.files.items()):
+            try:
+                st = path.stat()
+                att_rows.append((rel, str(path), st.st_size, st.st_mtime_ns))
+            except OSError:
+                att_rows.append((rel, str(path), -1, -1))
+        key = _digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
         vault_dir = str(settings.vault_dir / source.name)
         if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
                 and state.get("vault_listing") and not forced(source.name):
             return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
-                    "removed": 0, "vault_dir": vault_dir, "skipped": True}
-        notes = artifacts.load_notes(settings, source.name)
-        result = write_source(settings.vault_dir, source.name, notes)
+                    "removed": 0, "removed_files": [], "conflicts": [],
+                    "kept": len(state.get("vault_kept") or []), "kept_files": list(state.get("vault_kept") or [])[:50],
+                    "attachments": len(att_rows), "attachments_written": 0, "attachment_bytes": plan.bytes,
+                    "attachments_skipped": len(skip_lines), "attachment_skip_lines": skip_lines[:50],
+                    "unresolved_embeds": len(plan.unresolved), "qualified_links": qualified,
+                    "vault_dir": vault_dir, "skipped": True}
+        result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
+        conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
+        if skip_lines:
+            artifacts.write_atomic(vault_skipped_path(settings, source.name),
+                                   "".join(line.replace("\n", "\\n") + "\n" for line in skip_lines).encode("utf-8"))
+        else:
+            vault_skipped_path(settings, source.name).unlink(missing_ok=True)
         artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
-                               vault_listing=vault_listing(settings, source.name))
+                               vault_listing=vault_listing(settings, source.name), vault_kept=result.kept,
+                               vault_conflicts=conflicts, vault_attachments=result.attachments,
+                               vault_attachments_skipped=len(skip_lines))
+    for line in conflicts:
+        log.warning("source '%s': vault/%s/%s was edited since the build wrote it; your version is kept as %s",
+                    source.name, source.name, *line.split(" -> ", 1))
     return {
         "notes": len(notes),
         "written": len(result.written),
         "unchanged": len(result.unchanged),
         "removed": len(result.removed),
+        "removed_files": result.removed[:50],
+        "kept": len(result.kept),
+        "kept_files": result.kept[:50],
+        "conflicts": conflicts,
+        "attachments": result.attachments,
+        "attachments_written": len(result.attachments_written),
+        "attachment_bytes": plan.bytes,
+        "attachments_skipped": len(skip_lines),
+        "attachment_skip_lines": skip_lines[:50],
+        "unresolved_embeds": len(plan.unresolved),
+        "qualified_links": qualified,
         "vault_dir": vault_dir,
         "skipped": False,
     }
 
 
 def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
-    """Every ``.md`` file under ``vault/<source>/`` has frontmatter that parses and carries ``source_path``.
+    """Every generated ``.md`` file under ``vault/<source>/`` (those in its manifest; all of them in a folder
+    without one) has frontmatter that parses and carries ``source_path``.
 
     Returns ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid`` (up to 10 rel paths). The
     result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
@@ -505,8 +590,13 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
     from pipeline.errors import NoteError
     from pipeline.vault import parse_note
 
+    from pipeline.ownership import load_manifest
+
     root = settings.vault_dir / source.name
     files = sorted(root.rglob("*.md")) if root.is_dir() else []
+    owned = load_manifest(root) if root.is_dir() else None
+    if owned is not None:           # the user's own files there are not generated notes (pipeline.ownership)
+        files = [p for p in files if p.relative_to(root).as_posix() in owned]
     rows = []
     for path in files:
         try:

@@ -179,6 +179,8 @@ def build(
                 typer.echo(f"    {line}")
             if shown and int(notes_meta["errors"]) > len(shown):
                 typer.echo(f"    … and {int(notes_meta['errors']) - len(shown)} more (see {where})")
+        for line in vault_lines(st.name, vault_meta):
+            typer.echo(f"  {line}")
         if emb.get("model_changed"):
             typer.echo(f"  {st.name}: embedding model changed ({emb['model_changed']}): every chunk re-embedded; "
                        "search uses the new vectors only")
@@ -209,6 +211,30 @@ def build(
                    err=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
+    """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
+    kept, notes removed, attachments not copied (see ``pipeline.build.vault_stage``)."""
+    lines = [f"{name}: vault/{name}/{a} was edited since the build wrote it: your version is kept as "
+             f"vault/{name}/{b}" for a, b in (c.split(" -> ", 1) for c in meta.get("conflicts") or [])]
+    if meta.get("kept") and not meta.get("skipped"):
+        shown = meta.get("kept_files") or []
+        more = f" and {meta['kept'] - len(shown[:5])} more" if meta["kept"] > len(shown[:5]) else ""
+        lines.append(f"{name}: kept {meta['kept']} file(s) in vault/{name}/ that docsvault did not write: "
+                     f"{', '.join(shown[:5])}{more}")
+    if meta.get("removed_files"):
+        shown = meta["removed_files"][:5]
+        more = f" and {meta['removed'] - len(shown)} more" if meta.get("removed", 0) > len(shown) else ""
+        lines.append(f"{name}: removed (their pages left the source): {', '.join(shown)}{more}")
+    if meta.get("attachments_written"):
+        lines.append(f"{name}: {meta['attachments_written']} attachment(s) copied "
+                     f"({meta.get('attachments', 0)} in the vault, {meta.get('attachment_bytes', 0) / 1e6:.1f} MB)")
+    if meta.get("attachments_skipped") and not meta.get("skipped"):
+        lines.append(f"{name}: {meta['attachments_skipped']} attachment(s)/link(s) not copied, each with its reason "
+                     f"in <data>/state/{name}.vault-skipped.txt")
+        lines += [f"  {ln}" for ln in (meta.get("attachment_skip_lines") or [])[:3]]
+    return lines
 
 
 def _no_notes_line(st: Any) -> str:
@@ -946,6 +972,7 @@ def status_data(s: Settings) -> dict[str, Any]:
     """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
     from pipeline.artifacts import load_state
     from pipeline.sources import load_sources
+    from pipeline.vault_check import user_files_lines
 
     sources = load_sources(s.sources_file)
     counts: dict[str, Any] = {}
@@ -974,6 +1001,7 @@ def status_data(s: Settings) -> dict[str, Any]:
             "skipped": _skipped_files(s, src.name),
             "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
             "fetch_error": state.get("fetch_error"), "last_error": state.get("last_error"),
+            "vault_files": user_files_lines(s, src),
         })
     return {
         "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
@@ -1003,6 +1031,8 @@ def status(
         if r["skipped"]:
             typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
                        f"{errors_file(settings(), r['name'])}")
+        for line in r.get("vault_files") or []:
+            typer.echo(f"  {line}")
         if r["fetch_status"] == "failed" and r["fetch_error"]:
             kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
             typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
@@ -1020,6 +1050,27 @@ def status(
     typer.echo(f"model: {data['model']}")
     typer.echo(f"vault: {data['vault']}")
     typer.echo(f"dagster home: {data['dagster_home']}")
+
+
+@app.command("check-vault")
+def check_vault_cmd(
+    source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout (keys in README).")] = False,
+) -> None:
+    """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
+    modes, your own files in the source folders. Exit 1 when a problem is found."""
+    from pipeline.sources import load_sources, select_sources
+    from pipeline.vault_check import check_vault, format_report
+
+    s = settings()
+    try:
+        report = check_vault(s, select_sources(load_sources(s.sources_file), source))
+    except PipelineError as exc:
+        fail(str(exc))
+        return
+    typer.echo(json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(format_report(report)))
+    if not report["ok"]:
+        raise typer.Exit(1)
 
 
 @sources_app.command("validate")

@@ -430,6 +430,9 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from pipeline.artifacts import file_mode
+
+    os.fchmod(fd, file_mode())          # the umask's mode (0o644 under 0o022), not mkstemp's 0o600
     os.close(fd)
     try:
         write(Path(tmp))

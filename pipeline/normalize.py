@@ -25,7 +25,7 @@ import stat
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -206,7 +206,9 @@ def slugify(text: str) -> str:
 
 
 def _heading_display(text: str) -> str:
-    """Heading text as used in a ``[[note#Heading]]`` link: characters Obsidian cannot link replaced."""
+    """Heading text as used in a ``[[note#Heading]]`` link: HTML/JSX tags dropped (the note's heading loses them
+    too, see :mod:`pipeline.htmlblocks`), characters Obsidian cannot link replaced."""
+    text = re.sub(r"</?[A-Za-z][\w.:-]*(?:\s[^<>\n]*)?/?>", "", text)
     text = re.sub(r"[\[\]|#^]", " ", text)
     return re.sub(r"\s+", " ", text).strip()
 
@@ -515,7 +517,7 @@ def render_components(text: str, dialect: _Dialect, level: int = 1) -> str:
             out.append(text[pos:m.end()])
             pos = m.end()
             continue
-        if before_char.isalnum() or before_char in "`\\":
+        if (before_char.isascii() and before_char.isalpha()) or before_char in "`\\_":     # List<T>, not 2<MathI>
             out.append(text[pos:m.end()])
             pos = m.end()
             continue
@@ -640,17 +642,59 @@ def _anchor_to_markdown(m: re.Match[str]) -> str:
     return f"[{text}]({href})"
 
 
-def _jekyll(body: str, frontmatter: dict[str, Any]) -> str:
+_PRE_SPLIT = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL | re.IGNORECASE)
+_SITE_VAR = re.compile(r"\{\{-?\s*site\.([\w.]+)(?:\s*\|[^}\n]{0,500})?\s*-?\}\}")
+
+
+def _site_value(site: dict[str, Any] | None, dotted: str) -> str | None:
+    """``site.a.b`` from the source's ``_config.yml`` as text (scalars only), None when absent."""
+    value: Any = site or {}
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return None
+
+
+def site_config(files: Sequence[RawFile]) -> dict[str, Any]:
+    """The Jekyll ``_config.yml`` at the root of a source's tree (the folder a file's ``source_path`` is relative
+    to: a git checkout's root, a local folder), as a dict; {} when there is none or it does not parse."""
+    import yaml
+
+    for f in files[:1]:
+        depth = len(PurePosixPath(f.source_path).parts)
+        root = f.path.parents[depth - 1] if depth >= 1 and len(f.path.parents) >= depth else None
+        if root is None:
+            continue
+        try:
+            data = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+            return {}
+        return data if isinstance(data, dict) else {}
+    return {}
+
+
+def _jekyll(body: str, frontmatter: dict[str, Any], site: dict[str, Any] | None = None) -> str:
+    """Jekyll Markdown -> Markdown: ``{% link %}``/``{% post_url %}`` to paths, other Liquid tags dropped,
+    ``{{ page.title }}`` and ``{{ site.x }}`` (from ``site``, the source's ``_config.yml``) resolved, other Liquid
+    variables removed, kramdown attribute lists dropped, ``> Note …`` blockquotes to callouts."""
     title = str(frontmatter.get("title", "")) if frontmatter.get("title") is not None else ""
 
     def fix(text: str) -> str:
         text = _LIQUID_LINK.sub(lambda m: "/" + m.group(1).lstrip("/"), text)
-        text = _HTML_ANCHOR.sub(_anchor_to_markdown, text)
+        text = "".join(part if part.lower().startswith("<pre") else _HTML_ANCHOR.sub(_anchor_to_markdown, part)
+                       for part in _PRE_SPLIT.split(text))     # links inside highlighted code stay code
         text = _LIQUID_POST.sub(lambda m: f"/{m.group(1)}/{m.group(2)}/{m.group(3)}/{m.group(4)}.html", text)
         text = re.sub(r"^[ \t]*\{%-?.*?-?%\}[ \t]*\n", "", text, flags=re.MULTILINE)
         text = _drop_delimited(text, "{%", "%}")
         text = re.sub(r"\{\{-?\s*page\.title\s*-?\}\}", lambda m: title, text)
+        text = _SITE_VAR.sub(lambda m: _site_value(site, m.group(1)) or m.group(), text)
         text = _LIQUID_VAR.sub("", text)
+        text = _drop_delimited(text, "{{", "}}")
         text = _KRAMDOWN_LINE.sub("", text)
         text = _KRAMDOWN_SPAN.sub("", text)
         text = _HEADING_ID.sub(r"\1", text)
@@ -813,7 +857,9 @@ def _stem_keys(path: str) -> list[str]:
 def _wikilink(index: _LinkIndex, sp: str, fragment: str, text: str, in_table: bool) -> str:
     rel = index.rel_paths[sp]
     target = f"{index.source.name}/{rel.removesuffix('.md')}"
-    if fragment:
+    if fragment and re.fullmatch(r"\^[A-Za-z0-9-]+", unquote(fragment)):
+        target += "#" + unquote(fragment)               # a block reference stays one: [[note#^id]]
+    elif fragment:
         heading = index.headings.get(sp, {}).get(fragment) or index.headings.get(sp, {}).get(unquote(fragment))
         target += "#" + (heading if heading else _heading_display(unquote(fragment)))
     alias = re.sub(r"\s+", " ", text).strip()
@@ -887,6 +933,39 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
         return m.group(0)
     title = m.group("title") or ""
     return f"[{text}]({new}{title})"
+
+
+def _table_rows(lines: list[str]) -> list[bool]:
+    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row, the rows up to a blank line)."""
+    table = [False] * len(lines)
+    for i in range(1, len(lines)):
+        if _TABLE_DELIM.match(lines[i]) and "|" in lines[i - 1] and "-" in lines[i]:
+            j = i - 1
+            while j < len(lines) and lines[j].strip():
+                table[j] = True
+                j += 1
+    return table
+
+
+_WIKI_IN_ROW = re.compile(r"(!?\[\[)([^\[\]\n]*?)(\]\])")
+
+
+def escape_table_wikilinks(body: str) -> str:
+    """``[[target|alias]]`` inside a GFM table row -> ``[[target\\|alias]]`` (prose only): an unescaped pipe ends
+    the cell, so Obsidian shows a broken row. Pipes already escaped stay as they are."""
+
+    def fix(text: str) -> str:
+        if "[[" not in text or "|" not in text:
+            return text
+        lines = text.split("\n")
+        rows = _table_rows(lines)
+        for i, line in enumerate(lines):
+            if rows[i] and "[[" in line:
+                lines[i] = _WIKI_IN_ROW.sub(lambda m: m.group(1) + re.sub(r"(?<!\\)\|", r"\\|", m.group(2))
+                                            + m.group(3), line)
+        return "\n".join(lines)
+
+    return map_prose(body, fix)
 
 
 def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None,
@@ -1037,15 +1116,19 @@ def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
     return name
 
 
-def clean_body(fmt: DocFormat, body: str, frontmatter: dict[str, Any]) -> str:
-    """Format-specific cleaning of a body (LF text), links excluded; obsidian/markdown/html bodies are kept."""
+def clean_body(fmt: DocFormat, body: str, frontmatter: dict[str, Any], site: dict[str, Any] | None = None) -> str:
+    """Format-specific cleaning of a body (LF text), links excluded (mdx components, Jekyll Liquid with ``site``
+    variables from the source's ``_config.yml``, doc-builder directives), then raw HTML -> Markdown for every
+    format (:func:`pipeline.htmlblocks.convert_html`, prose only)."""
+    from pipeline.htmlblocks import convert_html
+
     if fmt == "mdx":
         body = _mdx(body)
     elif fmt == "jekyll":
-        body = _jekyll(body, frontmatter)
+        body = _jekyll(body, frontmatter, site)
     elif fmt == "docbuilder":
         body = _docbuilder(body)
-    return body
+    return map_prose(body, convert_html) if "<" in body else body
 
 
 # =====================================================================================================================
@@ -1116,15 +1199,16 @@ def normalize_newlines_text(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def normalize_text(source: Source, raw: RawFile, text: str) -> _Parsed:
-    """Split and clean one file's text (no link conversion). Raises NoteError for invalid frontmatter."""
+def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any] | None = None) -> _Parsed:
+    """Split and clean one file's text (no link conversion); ``site``: Jekyll site variables (:func:`site_config`).
+    Raises NoteError for invalid frontmatter."""
     where = f"source '{source.name}': {raw.source_path}"
     if raw.source_path.lower().endswith(".canvas"):
         body = canvas_to_markdown(text, where)
         return _Parsed(raw, "obsidian", {}, body, collect_headings(body))
     fm, body = split_frontmatter(text, where)
     fmt: DocFormat = source.format or guess_format(raw.source_path, fm, body)
-    return _Parsed(raw, fmt, fm, clean_body(fmt, body, fm), collect_headings(body))
+    return _Parsed(raw, fmt, fm, clean_body(fmt, body, fm, site), collect_headings(body))
 
 
 FIRST_KEYS = ("title", "aliases", "description", "tags", "source", "source_path", "url", "content_hash",
@@ -1158,12 +1242,14 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
     return fm
 
 
-def _parse_cached(source: Source, raw: RawFile, text: str, cache: Any) -> _Parsed:
+def _parse_cached(source: Source, raw: RawFile, text: str, cache: Any, site: dict[str, Any] | None = None
+                  ) -> _Parsed:
     """:func:`normalize_text` through ``cache`` (``get(key)`` / ``cache[key] = value``; JSON-safe values), keyed by
     the format, the source path and the text: what the result depends on. Failures are never cached."""
     if cache is None:
-        return normalize_text(source, raw, text)
-    key = hashlib.sha1(json.dumps([source.format or "", raw.source_path, text], ensure_ascii=False)
+        return normalize_text(source, raw, text, site)
+    key = hashlib.sha1(json.dumps([source.format or "", raw.source_path, text, site or {}], ensure_ascii=False,
+                                  sort_keys=True, default=str)
                        .encode("utf-8", "surrogatepass")).hexdigest()
     hit = cache.get(key)
     if hit is not None:
@@ -1172,7 +1258,7 @@ def _parse_cached(source: Source, raw: RawFile, text: str, cache: Any) -> _Parse
             return _Parsed(raw, fmt, fm, body, headings)
         except (TypeError, ValueError):
             pass
-    p = normalize_text(source, raw, text)
+    p = normalize_text(source, raw, text, site)
     cache[key] = [p.fmt, p.frontmatter, p.body, p.headings]
     return p
 
@@ -1200,6 +1286,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
     for f in sorted(files, key=lambda f: f.source_path):
         unique.setdefault(f.source_path, f)
     rel_paths = assign_rel_paths(list(unique))
+    site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
     parsed: list[_Parsed] = []
     errors: list[str] = []
     for sp, raw in unique.items():
@@ -1219,7 +1306,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
             if not text.strip():
                 errors.append(f"{where}: empty file (no text); add content or exclude it")
                 continue
-            parsed.append(_parse_cached(source, raw, text, cache))
+            parsed.append(_parse_cached(source, raw, text, cache, site))
         except NoteError as exc:
             errors.append(str(exc))
         except OSError as exc:
@@ -1241,7 +1328,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
                 body = _tidy(body)
                 dangling.extend(found)
             else:
-                body = canonical_body(body)
+                body = canonical_body(escape_table_wikilinks(body))
         except RecursionError:
             errors.append(f"source '{source.name}': {sp}: too deeply nested to normalize; simplify or exclude it")
             continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
         raise _refuse(note, "backslashes are not path separators here")
     if note.startswith(("/", "~")) or _DRIVE.match(note):
         raise _refuse(note, "absolute paths are not accepted (paths are relative to the vault)")
-    norm = posixpath.normpath(note)
+    norm = unicodedata.normalize("NFC", posixpath.normpath(note))     # vault paths are NFC; accept NFD too
     if norm == ".." or norm.startswith("../") or norm in ("", "."):
         raise _refuse(note, "the path leaves the vault")
     parts = norm.split("/")
@@ -348,7 +349,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
 
         con = wh.connect(Path(warehouse_path), read_only=True)
         try:
-            found = wh.notes_by_source_path(con, note)
+            found = wh.notes_by_source_path(con, unicodedata.normalize("NFC", note))
         finally:
             con.close()
         if len(found) == 1:

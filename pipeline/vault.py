@@ -1,8 +1,10 @@
 """Vault stage: write a source's Notes to ``vault/<source>/`` and read the vault back.
 
-Writes are atomic (temp file in the same folder + ``os.replace``) and happen only when the bytes differ, so unchanged
-notes keep their mtime (Obsidian and file watchers see no churn). Notes that left the source are removed, together
-with folders they leave empty. Each source owns exactly its folder: nothing outside ``vault/<source>/`` is touched.
+Writes are atomic (temp file in the same folder + ``os.replace``, the umask's mode) and happen only when the bytes
+differ, so unchanged notes keep their mtime (Obsidian and file watchers see no churn). Notes that left the source are
+removed, together with folders they leave empty. Each source owns exactly the files it wrote in its folder
+(:mod:`pipeline.ownership`): a file the user put there is kept, a generated file the user edited is moved to
+``<name> (edited).md`` before it is replaced; nothing outside ``vault/<source>/`` is touched.
 
 Each source folder also gets one index note, ``_index.md`` (a map of content: its top-level sections and the notes
 in them; see :func:`index_note`). Its frontmatter carries ``docsvault: index`` (:data:`INDEX_KEY` /
@@ -16,7 +18,8 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -24,16 +27,26 @@ from pipeline.artifacts import write_atomic
 from pipeline.errors import NoteError
 from pipeline.frontmatter import decode_bytes, render_note, split_frontmatter
 from pipeline.models import Note
+from pipeline.ownership import load_manifest
 
 
 class VaultResult(NamedTuple):
     """rel_paths (posix, inside ``vault/<source>/``) of notes written, left as they were, and removed; each sorted.
-    ``index`` is the rel_path of the source's index note (not counted in the lists), None when not written."""
+    ``index`` is the rel_path of the source's index note (not counted in the lists), None when not written.
+
+    ``kept``: files in the folder the build did not write (or wrote and someone edited since, whose page is gone),
+    left as they are (sorted); ``conflicts``: ``(rel_path, copy)`` for each generated file edited since the build
+    wrote it, whose edited version was moved to ``copy`` before the new version was written;
+    ``attachments_written`` / ``attachments``: attachment files copied this time / in the folder after the write."""
 
     written: list[str]
     unchanged: list[str]
     removed: list[str]
     index: str | None = None
+    kept: list[str] = []
+    conflicts: list[tuple[str, str]] = []
+    attachments_written: list[str] = []
+    attachments: int = 0
 
 
 INDEX_KEY = "docsvault"
@@ -164,8 +177,35 @@ def _same_content(old: bytes, new: bytes, where: str) -> bool:
     return old_body == new_body and strip(old_fm) == strip(new_fm)
 
 
-def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True) -> VaultResult:
-    """Make ``vault_dir/<source>/`` hold exactly these notes.
+def _copy_atomic(src: Path, path: Path) -> None:
+    """Copy a file's bytes to ``path`` through a temp file + ``os.replace``, with the umask's mode."""
+    import shutil
+    import tempfile
+
+    from pipeline.artifacts import file_mode
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True,
+                 attachments: Mapping[str, Path] | None = None) -> VaultResult:
+    """Make ``vault_dir/<source>/`` hold these notes (and attachments), never losing a file the user wrote there.
+
+    What the build wrote is recorded in the folder's manifest (:mod:`pipeline.ownership`). A file is overwritten or
+    removed only when the manifest says the build wrote exactly these bytes; a generated file edited since is
+    first moved to ``<name> (edited).<ext>`` next to it (``VaultResult.conflicts``), a file the build did not write
+    is left alone (``VaultResult.kept``).
 
     Args:
         vault_dir: the vault root.
@@ -173,15 +213,22 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         notes: the source's notes; each is written to ``<source>/<rel_path>`` as ``render_note(frontmatter, body)``.
         index: also write the index note (:func:`index_note`) as ``_index.md`` (``_index (2).md``… when a note
             already has that path); False removes it with the other files that are not notes.
+        attachments: rel_path (inside the folder, not ``.md``) -> file on disk to copy there (images, PDFs,
+            canvases the notes use; see :mod:`pipeline.attachments`); copied only when the bytes differ.
 
     Returns:
-        VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in ``fetched_at``: file not touched), removed
-        (``.md`` files under the folder that are not in ``notes``; folders left empty are removed too).
+        VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in
+        ``fetched_at``: file not touched), removed (files the build wrote, unchanged since, that are no longer
+        notes or attachments; folders left empty are removed too), kept, conflicts, attachments.
 
     Raises:
         NoteError: a note belongs to another source, two notes share a rel_path, or a rel_path would resolve outside
             ``vault_dir/<source>/`` (checked for every note before anything is written).
     """
+    import hashlib
+
+    from pipeline.ownership import audit, conflict_name, legacy_owned, load_manifest, save_manifest, sha256_file, \
+        walk_files
     from pipeline.sources import valid_name
 
     if not valid_name(source):
@@ -204,34 +251,83 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             index_rel, n = f"{INDEX_NAME[:-3]} ({n}).md", n + 1
         idx = index_note(source, notes, index_rel)
         targets[index_rel] = (_safe_target(root, index_rel, source), render_note(idx.frontmatter, idx.body).encode())
+    copies: dict[str, tuple[Path, Path, str]] = {}          # rel -> (vault path, source file, sha256)
+    for rel, src in sorted((attachments or {}).items()):
+        if rel in targets or rel.endswith(".md"):
+            continue
+        path = _safe_target(root, rel + ".md", source).with_name(PurePosixPath(rel).name)
+        digest = sha256_file(Path(src))
+        if digest is not None:
+            copies[rel] = (path, Path(src), digest)
+    new_hash = {rel: hashlib.sha256(data).hexdigest() for rel, (_, data) in targets.items()}
+    new_hash.update({rel: digest for rel, (_, _, digest) in copies.items()})
+
+    manifest = load_manifest(root)
+    owned = manifest if manifest is not None else legacy_owned(root, source)
+    before = walk_files(root)
+    # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
+    # knows them next time)
+    pending = {rel: set(hashes) for rel, hashes in owned.items()}
+    for rel, digest in new_hash.items():
+        pending.setdefault(rel, set()).add(digest)
+    if root.is_dir() or targets or copies:
+        save_manifest(root, source, pending)
+    taken = {rel.casefold() for rel in before} | {rel.casefold() for rel in new_hash}
+    final: dict[str, set[str]] = {}
     written: list[str] = []
     unchanged: list[str] = []
+    conflicts: list[tuple[str, str]] = []
+    att_written: list[str] = []
+
+    def make_room(rel: str, path: Path) -> bool:
+        """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away."""
+        if path.is_symlink():
+            path.unlink()               # the build never writes symlinks; the link's target is not touched
+            return True
+        current = sha256_file(path)
+        if current is None or current in owned.get(rel, ()):
+            return True
+        copy = conflict_name(rel, taken)
+        taken.add(copy.casefold())
+        os.replace(path, path.with_name(PurePosixPath(copy).name))
+        conflicts.append((rel, copy))
+        return True
+
     for rel, (path, data) in sorted(targets.items()):
         try:
             old = path.read_bytes() if path.is_file() and not path.is_symlink() else None
         except OSError:
             old = None
-        same = old is not None and (old == data or _same_content(old, data, str(path)))
-        if same:
+        if old is not None and (old == data or _same_content(old, data, str(path))):
             unchanged.append(rel)
+            final[rel] = {hashlib.sha256(old).hexdigest()}
             continue
-        if path.is_symlink():
-            path.unlink()
+        make_room(rel, path)
         _atomic_write(path, data)
         written.append(rel)
+        final[rel] = {new_hash[rel]}
+    for rel, (path, src, digest) in copies.items():
+        if sha256_file(path) == digest:
+            final[rel] = {digest}
+            continue
+        make_room(rel, path)
+        _copy_atomic(src, path)
+        att_written.append(rel)
+        final[rel] = {digest}
     if index_rel is not None:
         for bucket in (written, unchanged):
             if index_rel in bucket:
                 bucket.remove(index_rel)
     removed: list[str] = []
+    for rel, hashes in sorted(owned.items()):
+        if rel in final:
+            continue
+        path = root.joinpath(*PurePosixPath(rel).parts)
+        if sha256_file(path) in hashes:
+            path.unlink()
+            if rel.endswith(".md"):
+                removed.append(rel)
     if root.is_dir():
-        keep = set(targets)
-        for path in sorted(root.rglob("*.md")):
-            if path.is_file() or path.is_symlink():
-                rel = path.relative_to(root).as_posix()
-                if rel not in keep and not any(part.startswith(".") for part in PurePosixPath(rel).parts):
-                    path.unlink()
-                    removed.append(rel)
         for folder in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
                              key=lambda p: len(p.parts), reverse=True):
             rel_parts = folder.relative_to(root).parts
@@ -241,7 +337,9 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                 folder.rmdir()          # only succeeds when empty
             except OSError:
                 pass
-    return VaultResult(written, unchanged, removed, index_rel)
+        save_manifest(root, source, final)
+    kept = audit(root, source).user_files if root.is_dir() else []
+    return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies))
 
 
 @functools.lru_cache(maxsize=20_000)
@@ -268,7 +366,9 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
     Args:
         vault_dir: the vault root.
         sources: source folders to read; None reads every non-dot subfolder that holds notes. Top-level files (e.g.
-            ``vault/README.md``) are not notes.
+            ``vault/README.md``) are not notes. In a folder with a manifest (:mod:`pipeline.ownership`) only the
+            notes the build wrote are read: the user's own files there (and conflict copies) are not notes of
+            the source.
 
     Returns:
         Notes in (source, rel_path) order; ``source_path`` and ``title`` from the frontmatter, falling back to the
@@ -289,12 +389,15 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
         if not root.is_dir():
             continue
         found: list[tuple[str, Path]] = []
+        owned = load_manifest(root)     # None: a folder without a manifest (hand-made, or from older builds)
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for fn in filenames:
                 if fn.endswith(".md") and not fn.startswith("."):
                     path = Path(dirpath) / fn
-                    found.append((path.relative_to(root).as_posix(), path))
+                    rel = path.relative_to(root).as_posix()
+                    if owned is None or unicodedata.normalize("NFC", rel) in owned:
+                        found.append((rel, path))
         for rel, path in sorted(found):
             where = f"vault/{name}/{rel}"
             try:

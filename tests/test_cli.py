@@ -39,8 +39,8 @@ COMMANDS = [path for path, _ in _commands()]
 
 def test_the_command_set() -> None:
     assert sorted(" ".join(p) for p in COMMANDS) == [
-        "build", "capture", "embed", "eval", "mcp", "read", "search", "sources list", "sources validate", "status",
-        "ui",
+        "build", "capture", "check-vault", "embed", "eval", "mcp", "read", "search", "sources list",
+        "sources validate", "status", "ui",
     ]
 
 
@@ -293,7 +293,7 @@ def test_human_outputs_after_a_build(tiny_env: Path) -> None:
     status = json.loads(run("status", "--json"))
     assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped": 0,
                                   "fetch_status": "ok", "last_fetch": status["sources"][0]["last_fetch"],
-                                  "fetch_error": None, "last_error": None}]
+                                  "fetch_error": None, "last_error": None, "vault_files": []}]
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
     assert status["model"] == "hash"
     lines = run("status").splitlines()

@@ -67,9 +67,11 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
         note.unlink()
     out, err = _run("build")
     assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
-                   "(include=default *.md/*.mdx/*.markdown, exclude=[])\n")
+                   "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
     assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
-    assert out.splitlines()[2].startswith("warehouse: 0 notes, 0 chunks -> ")
+    assert out.splitlines()[2] == ("  tiny: removed (their pages left the source): Ducks.md, Home.md, Install guide.md, "
+                                   "_index.md, ja/検索.md and 1 more")
+    assert out.splitlines()[3].startswith("warehouse: 0 notes, 0 chunks -> ")
     assert _run("search", "ducks", code=1)[0] == "No results\n"     # exit 1 as grep
     assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
     assert list((tiny_env / "vault").rglob("*.md")) == []

@@ -273,7 +273,7 @@ def test_local_folder_without_notes_is_an_empty_source(tmp_path):
     result = fetch_source(source, settings)
     assert result.files == () and result.changed is True
     assert result.warnings == (
-        f"source 'l' has no notes: no files match under {root} (include=default *.md/*.mdx/*.markdown, exclude=[])",)
+        f"source 'l' has no notes: no files match under {root} (include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])",)
     loaded = load_fetch_result(source, settings)
     assert loaded is not None and loaded.files == () and loaded.revision == result.revision
 

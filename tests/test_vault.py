@@ -43,7 +43,7 @@ def test_removal_of_stale_notes_and_empty_folders(tmp_path):
     (tmp_path / "demo" / ".obsidian" / "keep.md").write_text("x")
     (tmp_path / "demo" / "image.png").write_bytes(b"png")
     result = write_source(tmp_path, "demo", [_note("a.md")])
-    assert result == VaultResult([], ["a.md"], ["old/deep/gone.md"], "_index.md")
+    assert result == VaultResult([], ["a.md"], ["old/deep/gone.md"], "_index.md", kept=["image.png"])
     assert not (tmp_path / "demo" / "old").exists()
     assert (tmp_path / "demo" / ".obsidian" / "keep.md").exists()
     assert (tmp_path / "demo" / "image.png").exists()

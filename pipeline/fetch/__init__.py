@@ -7,7 +7,7 @@ File selection (both kinds): ``include`` / ``exclude`` globs on the posix ``sour
 ``*`` and ``?`` stay within one path component, ``**`` matches any depth (``docs/**/*.md`` matches ``docs/a.md`` and
 ``docs/x/y/b.md``), a pattern without ``/`` matches the file name at any depth (``*.md``), and a pattern also matches
 every file below a folder it matches (``exclude: [api-ref]``). With no ``include`` the default is Markdown-ish files
-(``*.md``, ``*.mdx``, ``*.markdown``).
+and Obsidian canvases (``*.md``, ``*.mdx``, ``*.markdown``, ``*.canvas``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pipeline.config import Settings
 from pipeline.errors import FetchError
 from pipeline.models import FetchResult, RawFile, Source
 
-DEFAULT_INCLUDE: tuple[str, ...] = ("*.md", "*.mdx", "*.markdown")
+DEFAULT_INCLUDE: tuple[str, ...] = ("*.md", "*.mdx", "*.markdown", "*.canvas")
 STATE_FILE = "fetch.json"
 GLOB_CHARS = frozenset("*?[")
 

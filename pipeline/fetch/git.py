@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,7 @@ def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list
 def _no_files_error(runner: _GitRunner, source: Source) -> FetchError:
     return runner.error(
         f"no files match paths={list(source.paths) or ['.']} "
-        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown'} exclude={list(source.exclude)} "
+        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)} "
         "(check the folder names in 'paths' against the repository)"
     )
 
@@ -266,7 +267,7 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
         commit, selected, requests, mode = _clone(runner, source, repo_dir)
         moved = True
 
-    files = tuple(RawFile(source=source.name, source_path=p, path=repo_dir / p)
+    files = tuple(RawFile(source=source.name, source_path=unicodedata.normalize("NFC", p), path=repo_dir / p)
                   for p in selected if (repo_dir / p).is_file())
     if not files:
         raise _no_files_error(runner, source)

@@ -1,9 +1,10 @@
 """Local folders (e.g. an Obsidian vault): list files in place, never copy or modify anything.
 
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
-symlinked folders, and — each with a warning naming the file — symlinks that resolve outside the root, symlink loops,
+and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
 dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
-Names with control characters are listed (the vault path is sanitized by the normalizer). ``revision`` is a sha256 over the sorted
+Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
+(macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
 
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import unicodedata
 from pathlib import Path
 
 from pipeline.config import Settings
@@ -55,6 +57,10 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=False):
         here = Path(dirpath)
+        for d in dirnames:
+            if not d.startswith(".") and (here / d).is_symlink():
+                warnings.append(f"source '{source}': skipped symlinked folder {_show(here / d)}: its files are not "
+                                "read (move the folder into the source, or add its target as another path)")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
                              and utf8(d, here / d))
         for name in sorted(filenames):
@@ -84,7 +90,12 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
             except OSError as exc:
                 warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
                 continue
-            found[path.relative_to(root).as_posix()] = path
+            rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())     # macOS writes NFD names
+            if rel in found:
+                warnings.append(f"source '{source}': skipped {_show(path)}: its name is another file's name in "
+                                "another Unicode normalization (NFC/NFD); rename one of them")
+                continue
+            found[rel] = path
     return found
 
 
@@ -115,7 +126,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         if not root.is_dir():
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
                              "fix 'path' in sources.yaml")
-        prefix = root.name
+        prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
         for rel, path in _walk_root(root, warnings, source.name).items():
             listing[f"{prefix}/{rel}" if multi else rel] = path
@@ -123,7 +134,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(
             f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
-            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown'}, exclude={list(source.exclude)})"
+            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'}, exclude={list(source.exclude)})"
         )
     digest = hashlib.sha256()
     total = 0

@@ -1,0 +1,171 @@
+"""Issue 14: attachments the notes use are copied into the vault next to their notes; skipped files have reasons;
+``check-vault`` finds no unresolved embed of a file that exists in the source."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from pipeline import attachments, build
+from pipeline.attachments import plan_attachments
+from pipeline.config import Settings
+from pipeline.sources import load_sources
+from pipeline.vault_check import check_vault
+
+NOTE = """# A
+
+![[attachments/pic.png]]
+A diagram: ![[diagram.svg|300]]
+![photo](../img/photo%20one.jpg "title")
+See [[Board.canvas]] and [the report](../files/report.pdf).
+<img src="../img/b.gif" width="20">
+![[missing.png]]
+![[attachments/big.mp4]]
+![[attachments/out.png]]
+
+```
+![[attachments/in-code.png]]
+```
+"""
+
+
+@pytest.fixture
+def personal(tmp_path: Path) -> Path:
+    root = tmp_path / "personal"
+    files = {
+        "notes/A.md": NOTE,
+        "Board.canvas": '{"nodes": [{"id": "1", "type": "text", "text": "card text", "x": 0, "y": 0}]}',
+        "attachments/pic.png": "PNG",
+        "attachments/in-code.png": "PNG in code",
+        "attachments/unused.png": "not used",
+        "assets/diagram.svg": "<svg/>",
+        "img/photo one.jpg": "JPG",
+        "img/b.gif": "GIF",
+        "files/report.pdf": "%PDF",
+        "attachments/big.mp4": "x" * 2000,
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.png").write_text("secret")
+    (outside / "dir" / "x.png").write_text("x")
+    os.symlink(outside / "secret.png", root / "attachments" / "out.png")
+    os.symlink(outside / "dir", root / "linked")
+    return root
+
+
+def _settings(tmp_path: Path, root: Path) -> Settings:
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: me\n    kind: local\n    path: {root}\n    format: obsidian\n",
+                       encoding="utf-8")
+    return Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+
+
+def test_plan_finds_embeds_as_obsidian_does(tmp_path: Path, personal: Path) -> None:
+    settings = _settings(tmp_path, personal)
+    source = load_sources(settings.sources_file)[0]
+    from pipeline.models import Note
+
+    note = Note("me", "notes/A.md", "notes/A.md", "A", {}, NOTE)
+    plan = plan_attachments(source, [note], settings.raw_dir, max_file_bytes=1000)
+    assert sorted(plan.files) == ["Board.canvas", "assets/diagram.svg", "attachments/pic.png", "files/report.pdf",
+                                  "img/b.gif", "img/photo one.jpg"]
+    assert plan.bytes == sum(len(t) for t in ("PNG", "<svg/>", "JPG", "GIF", "%PDF")) + len(
+        (personal / "Board.canvas").read_text())
+    assert plan.skipped == [          # symlinks of a local source are reported by its fetch (below)
+        "source 'me': attachments/big.mp4: 0.0 MiB, above the 0.000953674 MiB limit for one attachment "
+        "(DOCSVAULT_ATTACHMENT_MAX_MB); not copied",
+    ]
+    assert plan.unresolved == [("notes/A.md", "attachments/out.png"), ("notes/A.md", "missing.png")]
+    capped = plan_attachments(source, [note], settings.raw_dir, max_total_bytes=10)
+    assert "attachments/pic.png" in capped.files and "img/photo one.jpg" not in capped.files
+    assert any("would exceed" in line for line in capped.skipped)
+
+
+def test_build_copies_attachments_and_check_vault_passes(tmp_path: Path, personal: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attachments, "MAX_FILE_BYTES", 1000)
+    settings = _settings(tmp_path, personal)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    meta = build.normalize_stage(settings, source)
+    assert meta["notes"] == 2                          # notes/A.md and Board.canvas (canvases are notes by default)
+    vmeta = build.vault_stage(settings, source)
+    assert (vmeta["attachments"], vmeta["attachments_written"], vmeta["attachments_skipped"]) == (6, 6, 3)
+    assert vmeta["unresolved_embeds"] == 2
+    vault = settings.vault_dir / "me"
+    assert (vault / "attachments" / "pic.png").read_text() == "PNG"
+    assert (vault / "img" / "photo one.jpg").read_text() == "JPG"
+    assert (vault / "Board.canvas").is_file() and (vault / "Board.canvas.md").is_file()
+    assert not (vault / "attachments" / "unused.png").exists()
+    assert not (vault / "attachments" / "out.png").exists()
+    assert stat.S_IMODE((vault / "attachments" / "pic.png").stat().st_mode) == 0o666 & ~_umask()
+    lines = (settings.state_dir / "me.vault-skipped.txt").read_text().splitlines()
+    assert lines == [
+        "source 'me': attachments/big.mp4: 0.0 MiB, above the 0.000953674 MiB limit for one attachment "
+        "(DOCSVAULT_ATTACHMENT_MAX_MB); not copied",
+        f"source 'me': skipped symlinked folder {personal.resolve()}/linked: its files are not read (move the "
+        "folder into the source, or add its target as another path)",
+        f"source 'me': skipped symlink leaving the root: {personal.resolve()}/attachments/out.png",
+    ]
+
+    report = check_vault(settings, [source])
+    row = report["sources"][0]
+    assert (row["notes"], row["attachments_in_vault"], row["unresolved_in_source"], row["markup"],
+            row["bad_mode"]) == (2, 6, 1, 0, 0)
+    # the one unresolved embed of a file in the source is the one above the size cap
+    assert row["examples"]["unresolved_in_source"] == ["me/notes/A.md: attachments/big.mp4"]
+    assert report["ok"] is False
+
+    # a rebuild copies nothing; an attachment changed in the source is copied again
+    assert build.vault_stage(settings, source)["skipped"] is True
+    (personal / "attachments" / "pic.png").write_text("PNG v2")
+    again = build.vault_stage(settings, source)
+    assert (again["skipped"], again["attachments_written"], again["conflicts"]) == (False, 1, [])
+    assert (vault / "attachments" / "pic.png").read_text() == "PNG v2"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_check_vault_command(tmp_path: Path, personal: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.setattr(attachments, "MAX_FILE_BYTES", 1000)
+    settings = _settings(tmp_path, personal)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    build.vault_stage(settings, source)
+    (settings.vault_dir / "me" / "mine.md").write_text("<div>my html</div>\n", encoding="utf-8")
+    args = ["--sources", str(settings.sources_file), "--data", str(settings.data_dir), "--vault",
+            str(settings.vault_dir)]
+    result = CliRunner().invoke(app, [*args, "check-vault"])
+    assert result.exit_code == 1
+    mode = f"{0o666 & ~_umask():04o}"
+    assert result.output.splitlines() == [
+        f"vault: {settings.vault_dir} (notes should have mode {mode})",
+        "  source                    notes attach. unresolved  markup  mode  yours edited",
+        "  me                            2       6          1       0     0      1      0",
+        "  me: embed of a file in the source that does not resolve: me/notes/A.md: attachments/big.mp4",
+        "  me: 2 embed(s) of files that are not in the source either (nothing to copy)",
+        "problems found (see above)",
+    ]
+    data = json.loads(CliRunner().invoke(app, [*args, "check-vault", "--json"]).output)
+    assert (data["ok"], data["sources"][0]["user_files"]) == (False, 1)
+    status = json.loads(CliRunner().invoke(app, [*args, "status", "--json"]).output)
+    assert status["sources"][0]["vault_files"] == [
+        "me: 1 file(s) in vault/me/ that docsvault did not write are kept (never changed or removed by a build): "
+        "mine.md"]

@@ -1,0 +1,37 @@
+"""Issue 14: paths are NFC everywhere (fetch, notes, vault), and `read` accepts NFC or NFD."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+from pipeline import artifacts, build
+from pipeline.config import Settings
+from pipeline.reader import read_note
+from pipeline.sources import load_sources
+
+NFC = "ガイドブック"
+NFD = unicodedata.normalize("NFD", NFC)
+
+
+def test_nfd_file_names_become_nfc_and_read_takes_both(tmp_path: Path) -> None:
+    assert NFD != NFC
+    root = tmp_path / "notes"
+    (root / f"章{NFD}").mkdir(parents=True)
+    (root / f"章{NFD}" / f"{NFD}.md").write_text("# ガイド\n\n本文です。\n", encoding="utf-8")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: ja\n    kind: local\n    path: {root}\n    format: obsidian\n",
+                       encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(sources)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    build.vault_stage(settings, source)
+    note = artifacts.load_notes(settings, "ja")[0]
+    want = f"章{NFC}/{NFC}.md"
+    assert (note.source_path, note.rel_path, note.frontmatter["source_path"]) == (want, want, want)
+    assert [p.relative_to(settings.vault_dir / "ja").as_posix() for p in (settings.vault_dir / "ja").rglob("*.md")
+            if p.name != "_index.md"] == [want]
+    for form in (f"ja/{want}", unicodedata.normalize("NFD", f"ja/{want}")):
+        page = read_note(settings.vault_dir, form)
+        assert (page.path, page.text) == (f"ja/{want}", "# ガイド\n\n本文です。\n")

@@ -1,0 +1,166 @@
+"""Issue 14: the vault is the user's too. The build owns exactly the files it wrote (manifest with content hashes);
+a file it did not write, or a generated note edited since, is never deleted or overwritten silently."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from pipeline import artifacts, build
+from pipeline.config import Settings
+from pipeline.models import Note
+from pipeline.ownership import audit, conflict_name, load_manifest, manifest_path
+from pipeline.sources import load_sources
+from pipeline.vault import read_notes, write_source
+
+
+def _note(rel: str, body: str) -> Note:
+    fm = {"title": rel[:-3], "source": "demo", "source_path": rel}
+    return Note(source="demo", source_path=rel, rel_path=rel, title=rel[:-3], frontmatter=fm, body=body)
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_edit_new_note_and_deleted_note_survive_a_rebuild(tmp_path: Path, umask022) -> None:
+    root = tmp_path / "demo"
+    first = write_source(tmp_path, "demo", [_note("a.md", "A one.\n"), _note("b.md", "B.\n"), _note("c.md", "C.\n")])
+    assert (first.written, first.kept, first.conflicts) == (["a.md", "b.md", "c.md"], [], [])
+    assert stat.S_IMODE((root / "a.md").stat().st_mode) == 0o644
+    assert stat.S_IMODE(manifest_path(root).stat().st_mode) == 0o644
+    edited_a = (root / "a.md").read_bytes() + b"\nmy line\n"
+    (root / "a.md").write_bytes(edited_a)                     # the user appends to a generated note
+    edited_b = (root / "b.md").read_bytes() + b"\nmy thoughts on b\n"
+    (root / "b.md").write_bytes(edited_b)                     # ... and to one whose page will leave the source
+    (root / "sub").mkdir()
+    (root / "sub" / "mine.md").write_text("# Mine\n\nmy own note\n", encoding="utf-8")   # a note of their own
+    (root / "pic.png").write_bytes(b"\x89PNG")
+    (root / "c.md").unlink()                                  # and deletes a generated note
+    assert audit(root, "demo")._replace(owned=[]) == ([("pic.png"), "sub/mine.md"], ["a.md", "b.md"], ["c.md"], [],
+                                                      True)
+
+    second = write_source(tmp_path, "demo", [_note("a.md", "A two.\n"), _note("c.md", "C.\n")])
+    assert second.written == ["a.md", "c.md"]
+    assert second.removed == []
+    assert second.conflicts == [("a.md", "a (edited).md")]
+    assert second.kept == ["a (edited).md", "b.md", "pic.png", "sub/mine.md"]
+    assert (root / "a (edited).md").read_bytes() == edited_a          # nothing the user wrote is lost
+    assert (root / "b.md").read_bytes() == edited_b
+    assert (root / "sub" / "mine.md").read_text(encoding="utf-8") == "# Mine\n\nmy own note\n"
+    assert (root / "a.md").read_text(encoding="utf-8").endswith("\nA two.\n")
+    assert (root / "c.md").is_file()
+    assert stat.S_IMODE((root / "a.md").stat().st_mode) == 0o644
+    # the source's notes are the generated ones; the user's files are not notes of the source
+    assert [n.rel_path for n in read_notes(tmp_path, ["demo"])] == ["a.md", "c.md"]
+    assert sorted(load_manifest(root)) == ["_index.md", "a.md", "c.md"]
+
+    # a second edit of the same note gets the next free name; an unedited removal still removes
+    (root / "a.md").write_bytes(b"rewritten by hand\n")
+    third = write_source(tmp_path, "demo", [_note("a.md", "A two.\n")])
+    assert third.conflicts == [("a.md", "a (edited 2).md")]
+    assert third.removed == ["c.md"]
+    assert (root / "a (edited 2).md").read_bytes() == b"rewritten by hand\n"
+
+
+def test_source_removed_from_config_keeps_the_users_files(tmp_path: Path) -> None:
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B.\n")])
+    (tmp_path / "demo" / "mine.md").write_text("mine\n", encoding="utf-8")
+    (tmp_path / "demo" / "b.md").write_text("edited\n", encoding="utf-8")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources: []\n", encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path, tmp_path / "evals")
+    lines = build.remove_dropped_sources(settings, [])
+    assert lines == ["removed vault/demo/: source 'demo' is no longer in sources.yaml (kept 2 file(s) docsvault "
+                     "did not write, or that were edited since: b.md, mine.md)"]
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [".docsvault", "b.md", "mine.md"]
+    write_source(tmp_path, "gone", [Note("gone", "x.md", "x.md", "x", {"source": "gone", "source_path": "x.md"},
+                                         "x\n")])
+    build.remove_dropped_sources(settings, [])
+    assert not (tmp_path / "gone").exists()                  # nothing of the user's: the folder goes
+
+
+def test_vault_without_manifest_keeps_edited_and_foreign_files(tmp_path: Path) -> None:
+    """A vault written before manifests: unedited generated notes are recognised by their content_hash."""
+    from pipeline.models import text_hash
+
+    def gen(rel: str, body: str) -> Note:
+        n = _note(rel, body)
+        return dataclasses.replace(n, frontmatter={**n.frontmatter, "content_hash": text_hash(body)})
+
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [gen("a.md", "A.\n"), gen("b.md", "B.\n"), gen("old.md", "Old.\n")])
+    manifest_path(root).unlink()
+    (root / "a.md").write_text((root / "a.md").read_text() + "my line\n", encoding="utf-8")
+    (root / "note.md").write_text("no frontmatter\n", encoding="utf-8")
+    result = write_source(tmp_path, "demo", [gen("a.md", "A.\n"), gen("b.md", "B.\n")])
+    assert result.conflicts == [("a.md", "a (edited).md")]
+    assert result.removed == ["old.md"]
+    assert result.kept == ["a (edited).md", "note.md"]
+    assert (root / "a (edited).md").read_text().endswith("A.\nmy line\n")
+
+
+def test_conflict_names() -> None:
+    assert conflict_name("x/Note.md", set()) == "x/Note (edited).md"
+    assert conflict_name("x/Note.md", {"x/note (edited).md"}) == "x/Note (edited 2).md"
+    assert conflict_name("pic.png", set()) == "pic (edited).png"
+    assert conflict_name("README", set()) == "README (edited)"
+
+
+def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Path, monkeypatch) -> None:
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n")])
+    import pipeline.ownership as own
+
+    real = own.save_manifest
+    calls = []
+
+    def crash_on_final(root, source, files):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        real(root, source, files)
+
+    monkeypatch.setattr(own, "save_manifest", crash_on_final)
+    with pytest.raises(KeyboardInterrupt):
+        write_source(tmp_path, "demo", [_note("a.md", "A2.\n")])
+    monkeypatch.setattr(own, "save_manifest", real)
+    again = write_source(tmp_path, "demo", [_note("a.md", "A3.\n")])
+    assert (again.written, again.conflicts, again.kept) == (["a.md"], [], [])
+
+
+def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path) -> None:
+    """Through the build's stages: the vault stage names the user's files and the moved edit; status lists them."""
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n",
+                       encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(sources)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    assert build.vault_stage(settings, source)["kept"] == 0
+    root = settings.vault_dir / "tiny"
+    (root / "Ducks.md").write_text((root / "Ducks.md").read_text() + "\nI saw one today.\n", encoding="utf-8")
+    (root / "Inbox.md").write_text("# Inbox\n", encoding="utf-8")
+    meta = build.vault_stage(settings, source)
+    assert (meta["written"], meta["conflicts"], meta["kept_files"]) == (
+        1, ["Ducks.md -> Ducks (edited).md"], ["Ducks (edited).md", "Inbox.md"])
+    state = artifacts.load_state(settings, "tiny")
+    assert state["vault_kept"] == ["Ducks (edited).md", "Inbox.md"]
+    assert (root / "Ducks (edited).md").read_text().endswith("I saw one today.\n")
+    from pipeline.vault_check import user_files_lines
+
+    assert user_files_lines(settings, source) == [
+        "tiny: 2 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
+        "build): Ducks (edited).md, Inbox.md"]
+    assert json.loads(manifest_path(root).read_text())["source"] == "tiny"
+    # the user's note has no frontmatter: it is not a generated note, so the frontmatter check does not fail on it
+    assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
+        == (0, 6)
