@@ -768,7 +768,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         model_ids = sorted({e.model_id for e in embedders.values()})
         previous = state.get("models") or ([state["model"]] if state.get("model") else [])
         model_changed = (f"{', '.join(previous)} -> {', '.join(model_ids)}"
-                         if previous and sorted(previous) != model_ids else "")
+                         if previous and model_ids and sorted(previous) != model_ids else "")
         if model_changed:
             log.warning("source '%s': embedding models changed (%s)", source.name, model_changed)
         todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
@@ -809,7 +809,8 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
         seconds = time.perf_counter() - started
         primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
-        artifacts.update_state(settings, source.name, embedded=n_embedded, chunks=len(chunks), models=model_ids,
+        artifacts.update_state(settings, source.name, embedded=n_embedded, chunks=len(chunks),
+                               models=model_ids or previous,
                                model=", ".join(primary),
                                embed_key=_digest(state.get("chunks_sha"), model_ids))
     return {
