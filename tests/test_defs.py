@@ -16,8 +16,8 @@ def test_definitions_load_with_expected_assets(tiny_env: Path) -> None:
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert keys == {
-        "raw_docs/tiny", "notes/tiny", "vault/tiny", "chunks/tiny", "embeddings/tiny",
-        "link_graph", "warehouse", "search_index", "retrieval_eval",
+        "tiny/raw_docs", "tiny/notes", "tiny/vault", "tiny/chunks", "tiny/embeddings",
+        "link_graph", "warehouse", "retrieval_eval",
     }
     assert defs.resolve_schedule_def("daily_refresh") is not None
 
@@ -81,7 +81,7 @@ def _materialize_shared(settings: Settings) -> dg.ExecuteInProcessResult:
     defs = build_definitions(settings)
     job = defs.resolve_implicit_global_asset_job_def()
     return job.execute_in_process(asset_selection=[dg.AssetKey([s]) for s in
-                                                   ("link_graph", "warehouse", "search_index", "retrieval_eval")],
+                                                   ("link_graph", "warehouse", "retrieval_eval")],
                                   instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
 
 
@@ -120,9 +120,9 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
         60.0, "hash-384", '{"bm25": 1.0, "bm25_page": 0.5, "graph": 1.0, "vector": 1.0}')
     assert first["warehouse_built_at"] and first["warehouse_key"] and first["cases_key"]
 
-    # nothing changed: the eval is skipped and appends nothing
+    # nothing changed: the eval is skipped, appends nothing and records no figures (its plots get no new point)
     ev = run_build(settings).shared_metadata["retrieval_eval"]
-    assert (ev["skipped"], ev["history_rows"], ev["mrr_at_10"]) == (True, 0, 1.0)
+    assert (ev["skipped"], ev["history_rows"]) == (True, 0) and "mrr_at_10" not in ev and "n" not in ev
     assert len(read_eval_runs(history)) == 20
 
     # a full rebuild of the warehouse (a new file replaces it) keeps the history and adds the new run's rows

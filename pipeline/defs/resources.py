@@ -57,3 +57,13 @@ class DocsvaultResource(dg.ConfigurableResource):
     def embedder(self, source: Source) -> Any:
         """The embedder of a source (its `embedding:`, or the default for its language), one per process."""
         return cached_embedder(self.settings().model_for(source))
+
+
+def resource_defs(settings: Settings) -> dg.Definitions:
+    return dg.Definitions(resources={"docsvault": DocsvaultResource.from_settings(settings)})
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """The ``docsvault`` resource from the environment (DOCSVAULT_*; see pipeline.config)."""
+    return resource_defs(Settings.from_env())
