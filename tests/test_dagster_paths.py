@@ -105,7 +105,7 @@ def test_docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
     assert (by_name["tiny"]["status"], by_name["remote"]["status"]) == ("unchanged", "failed")
     assert by_name["remote"]["failed_stage"] == "raw_docs" and "remote.git" in by_name["remote"]["error"]
     assert out["shared"]["ok"] is True
-    assert _searchable(dead_remote)[0] == "Pelicans.md"
+    assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
     with dg.DagsterInstance.get() as instance:
         (run,) = instance.get_runs(limit=1)
         _assert_dead_alone(_run_outcome(instance, run.run_id))
@@ -125,7 +125,7 @@ def test_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Settings) -> N
         with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=request.tags,
                             run_config=IN_PROCESS_RUN_CONFIG) as result:
             _assert_dead_alone(_run_outcome(instance, result.run_id))
-        assert _searchable(dead_remote)[0] == "Pelicans.md"
+        assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
 
         # the sensor: remote's upstream check fails (logged, not requested); tiny moved -> its chain + shared
         (Path(os.environ["DOCSVAULT_SOURCES"]).parent / "tinyvault" / "Ducks.md").write_text(
@@ -138,7 +138,7 @@ def test_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Settings) -> N
                             asset_selection=request.asset_selection, run_config=IN_PROCESS_RUN_CONFIG) as result:
             outcome = _run_outcome(instance, result.run_id)
         assert outcome["status"] == "SUCCESS" and {"tiny/vault", "warehouse"} <= outcome["materialized"]
-        assert _searchable(dead_remote)[0] == "Pelicans.md"      # the dead source's last good copy is kept
+        assert _searchable(dead_remote)[0] == "docs/Pelicans.md"      # the dead source's last good copy is kept
 
 
 def _cli_env(settings: Settings) -> dict[str, str]:
@@ -160,13 +160,13 @@ def test_dagster_cli_and_dg_launch_with_a_dead_source(dead_remote: Settings) -> 
                            "--select", "*"], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode != 0, done.stderr[-2000:]
     _assert_dead_alone(_last_run(dead_remote))
-    assert _searchable(dead_remote)[0] == "Pelicans.md"
+    assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
 
     done = subprocess.run([str(BIN / "dg"), "launch", "--assets", "*"], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode != 0, done.stderr[-2000:]
     _assert_dead_alone(_last_run(dead_remote))
-    assert _searchable(dead_remote)[0] == "Pelicans.md"
+    assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
 
 
 #: metadata a run may record only when it did that work itself
