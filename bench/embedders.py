@@ -286,8 +286,8 @@ def build_ja_react(workdir: Path, name: str, pages: int = 0) -> Path:
         ("fetch", lambda: build.fetch_stage(settings, source)),
         ("normalize", lambda: build.normalize_stage(settings, source)),
         ("vault", lambda: build.vault_stage(settings, source)),
-        ("chunk", lambda: build.chunk_stage(settings, source, embedder.count_tokens, embedder.max_tokens)),
-        ("embed", lambda: build.embed_stage(settings, source, embedder)),
+        ("chunk", lambda: build.chunk_stage(settings, source, lambda spec: embedder)),
+        ("embed", lambda: build.embed_stage(settings, source, lambda spec: embedder)),
         ("graph", lambda: build.graph_stage(settings, sources)),
         ("warehouse", lambda: build.warehouse_stage(settings, sources, load_embedder)),
     ]

@@ -36,6 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -189,8 +190,14 @@ def _notify(stage: str, source: str, done: int, total: int) -> None:
             log.debug("progress hook failed", exc_info=True)
 
 
+#: True while a per-source stage runs under an orchestrator that keeps one step per source at a time (the Dagster
+#: shell's pools): the stage then takes the build lock shared, so several sources build at once, while a
+#: ``docsvault build`` or a shared stage (exclusive) still excludes them all. Default: exclusive.
+PER_SOURCE_LOCK_SHARED: ContextVar[bool] = ContextVar("docsvault_per_source_lock_shared", default=False)
+
+
 def _locked(settings: Settings) -> Any:
-    return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT)
+    return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT, shared=PER_SOURCE_LOCK_SHARED.get())
 
 
 def cleanup_leftovers(settings: Settings) -> list[str]:

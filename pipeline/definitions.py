@@ -1,50 +1,34 @@
-"""Dagster entry point: ``dagster asset materialize -m pipeline.definitions --select '*'`` / ``dagster dev``.
+"""Dagster entry point, loaded the way ``[tool.dg]`` in pyproject.toml says: every module of ``pipeline/defs/`` is
+autoloaded (``dg check defs``, ``dg list defs``, ``dg launch --assets '*'``, ``dg dev``, and
+``dagster asset materialize -m pipeline.definitions --select '*'`` / ``dagster-webserver -m pipeline.definitions``).
 
 The sources come from DOCSVAULT_SOURCES (default ./sources.yaml); see pipeline.config for every path.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
 from pipeline.config import Settings
-from pipeline.defs.assets import shared_assets, source_assets, source_slug
-from pipeline.defs.automation import daily_refresh, refresh_all_job, upstream_change_sensor
-from pipeline.defs.resources import DocsvaultResource
-from pipeline.errors import SourceConfigError
-from pipeline.sources import load_sources
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
-    """Definitions for the sources in ``settings.sources_file``: one asset chain per source + the shared stages.
+    """The same definitions as the defs folder, for explicit settings (``docsvault build``, tests).
 
     Raises:
         SourceConfigError: sources.yaml invalid, or two source names map to the same asset key.
     """
-    sources = load_sources(settings.sources_file)
-    slugs: dict[str, str] = {}
-    for s in sources:
-        other = slugs.setdefault(source_slug(s.name), s.name)
-        if other != s.name:
-            raise SourceConfigError(
-                f"{settings.sources_file}: sources '{other}' and '{s.name}' map to the same asset key "
-                f"'{source_slug(s.name)}'; rename one"
-            )
-    assets: list = []
-    for s in sources:
-        assets.extend(source_assets(s))
-    assets.extend(shared_assets(sources))
-    return dg.Definitions(
-        assets=[a for a in assets if not isinstance(a, dg.AssetChecksDefinition)],
-        asset_checks=[a for a in assets if isinstance(a, dg.AssetChecksDefinition)],
-        jobs=[refresh_all_job],
-        schedules=[daily_refresh],
-        sensors=[upstream_change_sensor(sources, settings)],
-        resources={"docsvault": DocsvaultResource.from_settings(settings)},
-        executor=dg.in_process_executor,
-    )
+    from pipeline.defs.assets import asset_defs
+    from pipeline.defs.automation import automation_defs
+    from pipeline.defs.executor import executor_defs
+    from pipeline.defs.resources import resource_defs
+
+    return dg.Definitions.merge(asset_defs(settings), automation_defs(settings), resource_defs(settings),
+                                executor_defs())
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return build_definitions(Settings.from_env())
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)

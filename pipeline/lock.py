@@ -86,10 +86,11 @@ class BuildLock:
         BuildLockedError: another live process holds the lock after ``wait`` seconds (names its pid and start).
     """
 
-    def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2) -> None:
+    def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False) -> None:
         self.path = Path(path).resolve()
         self.wait = wait
         self.poll = poll
+        self.shared = shared and fcntl is not None     # shared needs flock; elsewhere it is exclusive
         self._fd: int | None = None
         self._pid: int | None = None
         self._depth = 0
@@ -121,10 +122,13 @@ class BuildLock:
         if fcntl is not None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
                 return False
+            if self.shared:            # several holders: the file keeps naming the last exclusive holder (if any)
+                self._fd, self._pid, self._depth = fd, os.getpid(), 1
+                return True
             previous = lock_holder(self.path)
             if previous.get("pid") and previous.get("pid") != os.getpid():
                 # the file still names a holder but nobody holds the flock: that build died (kill -9, power loss)
@@ -172,7 +176,8 @@ class BuildLock:
             fd, self._fd = self._fd, None
             _held.pop(self.path, None)
         try:
-            os.ftruncate(fd, 0)           # nobody holds it: an empty file (never a stale pid to misread)
+            if not self.shared:
+                os.ftruncate(fd, 0)       # nobody holds it: an empty file (never a stale pid to misread)
         except OSError:
             pass
         if fcntl is not None:
@@ -194,17 +199,21 @@ class BuildLock:
 
 
 @contextmanager
-def build_lock(data_dir: Path, wait: float = 0.0) -> Iterator[BuildLock]:
+def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False) -> Iterator[BuildLock]:
     """Hold ``<data_dir>/build.lock`` for the block (re-entrant in one process).
 
     Args:
         data_dir: the data dir the build writes (``Settings.data_dir``).
         wait: seconds to wait for another build; 0 refuses at once.
+        shared: take it shared (``flock`` LOCK_SH): any number of shared holders at once, none while an
+            exclusive holder (a ``docsvault build``, a shared stage) has it. The Dagster shell's per-source steps
+            take it shared so several sources build in parallel (Dagster pools keep one step per source).
+            A process that already holds the lock (either mode) re-enters it.
 
     Raises:
         BuildLockedError: another live build holds it (the message names its pid and start time).
     """
-    lock = BuildLock(Path(data_dir) / LOCK_NAME, wait=wait).acquire()
+    lock = BuildLock(Path(data_dir) / LOCK_NAME, wait=wait, shared=shared).acquire()
     try:
         yield lock
     finally:

@@ -16,8 +16,8 @@ def test_definitions_load_with_expected_assets(tiny_env: Path) -> None:
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert keys == {
-        "raw_docs/tiny", "notes/tiny", "vault/tiny", "chunks/tiny", "embeddings/tiny",
-        "link_graph", "warehouse", "search_index", "retrieval_eval",
+        "tiny/raw_docs", "tiny/notes", "tiny/vault", "tiny/chunks", "tiny/embeddings",
+        "link_graph", "warehouse", "retrieval_eval",
     }
     assert defs.resolve_schedule_def("daily_refresh") is not None
 
@@ -81,7 +81,7 @@ def _materialize_shared(settings: Settings) -> dg.ExecuteInProcessResult:
     defs = build_definitions(settings)
     job = defs.resolve_implicit_global_asset_job_def()
     return job.execute_in_process(asset_selection=[dg.AssetKey([s]) for s in
-                                                   ("link_graph", "warehouse", "search_index", "retrieval_eval")],
+                                                   ("link_graph", "warehouse", "retrieval_eval")],
                                   instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
 
 
@@ -121,9 +121,9 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
         20.0, "hash-384", '{"bm25": 1.0, "bm25_page": 0.5, "crosslingual": 1.0, "graph": 1.0, "vector": 1.0}')
     assert first["warehouse_built_at"] and first["warehouse_key"] and first["cases_key"]
 
-    # nothing changed: the eval is skipped and appends nothing
+    # nothing changed: the eval is skipped, appends nothing and records no figures (its plots get no new point)
     ev = run_build(settings).shared_metadata["retrieval_eval"]
-    assert (ev["skipped"], ev["history_rows"], ev["mrr_at_10"]) == (True, 0, 1.0)
+    assert (ev["skipped"], ev["history_rows"]) == (True, 0) and "mrr_at_10" not in ev and "n" not in ev
     assert len(read_eval_runs(history)) == 24
 
     # a full rebuild of the warehouse (a new file replaces it) keeps the history and adds the new run's rows
@@ -168,3 +168,43 @@ def test_eval_checks_pass_with_a_note_without_eval_files(tiny_env: Path, monkeyp
         assert passed is True
         assert meta["note"].startswith("no eval case of a built source was scored, nothing to check")
     assert not (settings.data_dir / "eval_runs.duckdb").exists()
+
+
+def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Path) -> None:
+    """`dg` and `dagster -m pipeline.definitions` load the autoloaded defs folder; it holds the same definitions
+    as build_definitions, on the project's executor, with versions, pools and checks on every asset."""
+    import tomllib
+
+    from pipeline.definitions import defs
+    from pipeline.defs.executor import docsvault_executor
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["tool"]["dg"]
+    assert project["project"] == {"root_module": "pipeline", "defs_module": "pipeline.defs",
+                                  "code_location_target_module": "pipeline.definitions",
+                                  "code_location_name": "docsvault"}
+    loaded = defs()
+    built = build_definitions(Settings.from_env())
+    graph = loaded.resolve_asset_graph()
+    assert graph.get_all_asset_keys() == built.resolve_asset_graph().get_all_asset_keys()
+    assert {c.to_user_string() for c in graph.asset_check_keys} == {
+        "tiny/raw_docs:succeeded", "tiny/raw_docs:has_files", "tiny/notes:succeeded", "tiny/vault:succeeded",
+        "tiny/vault:frontmatter_valid", "tiny/chunks:succeeded", "tiny/embeddings:succeeded",
+        "warehouse:hnsw_index_used", "warehouse:serves_queries", "retrieval_eval:eval_floors",
+        "retrieval_eval:hybrid_beats_single_lanes"}
+    assert loaded.executor is docsvault_executor
+    pools = {k.to_user_string(): graph.get(k).pools for k in graph.get_all_asset_keys()}
+    assert pools["tiny/embeddings"] == {"docsvault_source_tiny"} and pools["warehouse"] == {"docsvault_warehouse"}
+    assert all(graph.get(k).code_version for k in graph.get_all_asset_keys())
+    assert graph.get(dg.AssetKey(["tiny", "embeddings"])).group_name == "tiny"
+    assert {s.name for s in loaded.schedules or []} == {"daily_refresh"}
+
+
+def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path) -> None:
+    """The instance config is valid for this Dagster version: pools (one step per pool), run retries."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.run_retries_enabled and instance.run_retries_max_retries == 0
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4

@@ -128,3 +128,41 @@ def test_search_before_the_first_build_finishes_says_it_is_running(tmp_path: Pat
     assert running_build(data) is None
     result = CliRunner().invoke(app, ["--data", str(data), "search", "anything"])
     assert result.output == f"error: no warehouse at {data / 'warehouse.duckdb'}: run `docsvault build` first\n"
+
+
+SHARED_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pipeline.lock import build_lock
+    with build_lock(sys.argv[1], shared=True):
+        print("locked", flush=True)
+        time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+def test_shared_holders_coexist_and_exclude_an_exclusive_one(tmp_path: Path) -> None:
+    """Per-source steps of different sources (shared) run at once; a build or a shared stage (exclusive) waits."""
+    proc = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(tmp_path), "30"], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        with build_lock(tmp_path, shared=True) as lock:          # a second shared holder: at once
+            assert lock.held
+        with pytest.raises(BuildLockedError):
+            with build_lock(tmp_path):                           # exclusive: refused while a shared holder runs
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+    with build_lock(tmp_path) as lock:                           # the holder died: free again
+        assert lock.held
+
+
+def test_a_shared_request_reenters_a_held_exclusive_lock(tmp_path: Path) -> None:
+    """`docsvault build` holds the lock exclusively and runs every step in its own process: the per-source steps'
+    shared requests re-enter it."""
+    with build_lock(tmp_path) as outer:
+        with build_lock(tmp_path, shared=True) as inner:
+            assert inner is outer
+        assert outer.held

@@ -43,7 +43,7 @@ def _evaluate(sensor: dg.SensorDefinition, cursor: str | None = None) -> dg.Sens
 
 
 def _expected_keys(slug: str) -> set[dg.AssetKey]:
-    return {dg.AssetKey([s, slug]) for s in PER_SOURCE_STAGES} | {dg.AssetKey([s]) for s in SHARED_STAGES}
+    return {dg.AssetKey([slug, s]) for s in PER_SOURCE_STAGES} | {dg.AssetKey([s]) for s in SHARED_STAGES}
 
 
 @pytest.fixture()
@@ -79,6 +79,8 @@ def test_sensor_requests_only_the_changed_source(two_sources):
     assert request.run_key == f"repo_docs:{new}"
     assert set(request.asset_selection) == _expected_keys("repo_docs")
     assert request.tags["docsvault/source"] == "repo-docs"
+    # a failed run is retried by the daemon from its failed steps, twice at most (dagster.yaml enables run retries)
+    assert (request.tags["dagster/max_retries"], request.tags["dagster/retry_strategy"]) == ("2", "FROM_FAILURE")
     # same upstream version again: not requested twice; after the fetch: quiet
     assert _evaluate(sensor, result.cursor).run_requests == []
     fetch_source(sources[0], settings)

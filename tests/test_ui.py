@@ -77,14 +77,18 @@ def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None
         nodes = _graphql(port, ASSETS_QUERY)["assetNodes"]
         by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
         assert set(by_key) == {
-            "raw_docs/tiny", "notes/tiny", "vault/tiny", "chunks/tiny", "embeddings/tiny",
-            "link_graph", "warehouse", "search_index", "retrieval_eval",
+            "tiny/raw_docs", "tiny/notes", "tiny/vault", "tiny/chunks", "tiny/embeddings",
+            "link_graph", "warehouse", "retrieval_eval",
         }
         assert by_key["warehouse"]["groupName"] == "warehouse" and by_key["warehouse"]["kinds"] == ["duckdb"]
+        assert by_key["tiny/embeddings"]["groupName"] == "tiny" and by_key["tiny/embeddings"]["kinds"] == ["numpy"]
+        # descriptions are Markdown: a placeholder like <data> is in code spans, not lost as an HTML tag
+        assert "`<data>/eval_runs.duckdb`" in by_key["retrieval_eval"]["description"]
         assert by_key["link_graph"]["kinds"] == ["networkx"]
         assert all(n["description"] for n in nodes)
         checks = {c["name"]: c["blocking"] for n in nodes for c in n["assetChecksOrError"].get("checks", [])}
         assert checks.get("frontmatter_valid") is True and checks.get("hnsw_index_used") is True
+        assert checks.get("succeeded") is True and checks.get("serves_queries") is False
 
         (mat,) = _graphql(port, EVAL_QUERY)["assetOrError"]["assetMaterializations"]
         entries = {e["label"]: e for e in mat["metadataEntries"]}

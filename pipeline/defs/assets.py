@@ -1,85 +1,243 @@
-"""Assets: one chain per source (raw_docs -> notes -> vault -> chunks -> embeddings), then the shared stages
-(link_graph, warehouse, search_index, retrieval_eval) over every source's last good copy.
+"""Assets: per source a chain ``<source>/raw_docs -> notes -> vault -> chunks -> embeddings`` (one group per source,
+so the lineage shows one labelled box per source and collapses to one node each), then the shared stages
+``link_graph -> warehouse -> retrieval_eval`` over every source's last good copy.
 
-Each source has its own assets, so a failing source fails only its own chain (and can be re-run alone), while
-``dagster asset materialize --select '*'`` needs no partition argument.
+Every stage is written once (a factory per stage below) and instantiated per source of sources.yaml; asset bodies
+call the stage functions of :mod:`pipeline.build`.
+
+A source that fails (a :class:`~pipeline.errors.PipelineError`: unreachable, nothing parsable...) does not raise:
+its asset records what it serves now (its last good copy, ``status: failed`` and the error) with an unchanged
+data version, and its blocking ``succeeded`` check fails, so the step is red and the run fails. The project's
+executor (:mod:`pipeline.defs.executor`) lets downstream steps run on that output, so the shared stages still
+build. Any other exception (a bug) fails the step without an output and stops what depends on it.
+
+Versions: ``code_version`` is the hash of the code that shapes a stage's output (:func:`pipeline.build.code_version`),
+``data_version`` the stage's content key (fetch revision, notes/chunks file hash, vault listing, embed key,
+warehouse input key, eval key), so the UI's staleness markers follow real changes. A stage that found nothing to do
+records ``skipped: true`` and what it did now (0 embedded...), never the figures of an earlier run.
+
+Concurrency: per-source steps take the build lock shared and a per-source lock, and sit in the Dagster pool
+``docsvault_source_<source>`` (one step per source at a time); the shared stages sit in the pool
+``docsvault_warehouse`` (one writer) and take the build lock exclusively (``dagster.yaml``: ``concurrency``).
 """
 
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
 
-from pipeline import build
+from pipeline import artifacts, build
+from pipeline.config import Settings
 from pipeline.defs.resources import DocsvaultResource, cached_embedder
+from pipeline.errors import PipelineError
 from pipeline.models import Source
 
-SHARED_GROUP = "warehouse"
+PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
+SHARED_STAGES = ("link_graph", "warehouse", "retrieval_eval")
+WAREHOUSE_POOL = "docsvault_warehouse"
+SUCCEEDED = "succeeded"            # the blocking check every per-source asset evaluates on its own run
+
+#: stage -> the code whose hash is its code_version (:func:`pipeline.build.code_version`)
+CODE_OF = {"raw_docs": "fetch", "notes": "normalize", "vault": "vault", "chunks": "chunk", "embeddings": "embed",
+           "link_graph": "graph", "warehouse": "warehouse", "retrieval_eval": "eval"}
 
 
 def source_slug(name: str) -> str:
-    """Source name -> asset-key part (Dagster keys allow [A-Za-z0-9_])."""
+    """Source name -> asset-key part and group name (Dagster allows [A-Za-z0-9_])."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
-def key(stage: str, source: Source | None = None) -> dg.AssetKey:
-    return dg.AssetKey([stage, source_slug(source.name)] if source else [stage])
+def key(stage: str, source: Source | str | None = None) -> dg.AssetKey:
+    """``<source>/<stage>`` for a per-source stage (the node label is the stage, the group the source), else
+    ``<stage>``."""
+    if source is None:
+        return dg.AssetKey([stage])
+    name = source if isinstance(source, str) else source.name
+    return dg.AssetKey([source_slug(name), stage])
 
 
-def _md_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> dg.MetadataValue:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return dg.MetadataValue.md("\n".join(lines))
+def source_pool(source: Source | str) -> str:
+    return f"docsvault_source_{source_slug(source if isinstance(source, str) else source.name)}"
 
 
-def _result(meta: dict[str, Any], **extra: Any) -> dg.MaterializeResult:
+def embedding_kind(spec: str) -> str:
+    """The compute kind of a model spec as :func:`pipeline.embed.load_embedder` runs it for documents."""
+    from pipeline import embed
+
+    if spec.startswith("hash") or spec in embed.USEM_SPECS:
+        return "numpy"
+    if spec in embed.MINILM_INT8_SPECS or spec in embed.MINILM_FP32_SPECS or spec == embed.DEFAULT_MODEL:
+        return "onnx" if embed._onnx_backend() else "pytorch"   # the same switch load_embedder uses
+    return "pytorch"
+
+
+# ---------------------------------------------------------------- metadata helpers
+def _clean(meta: dict[str, Any]) -> dict[str, Any]:
     clean: dict[str, Any] = {}
-    for k, v in {**meta, **extra}.items():
+    for k, v in meta.items():
         if isinstance(v, (bool, int, float, str, dg.MetadataValue)):
             clean[k] = v
         elif isinstance(v, (list, dict)):
             clean[k] = dg.MetadataValue.json(v)
-    return dg.MaterializeResult(metadata=clean)
+    return clean
 
 
-def source_assets(source: Source) -> list[dg.AssetsDefinition]:
-    """The per-source chain for one source of sources.yaml."""
-    tags = {"source": source.name}
+def _version(value: Any) -> dg.DataVersion | None:
+    return dg.DataVersion(str(value)[:64]) if value else None
 
-    @dg.asset(key=key("raw_docs", source), group_name="fetch", kinds={source.kind if source.kind != "local" else "python"},
-              tags=tags, description=f"Fetched files of source '{source.name}' ({source.kind}).")
+
+#: stage -> its content key in ``<data>/state/<source>.json`` (what the next stage reads changed iff it changed)
+_STATE_VERSION = {"raw_docs": "revision", "notes": "notes_sha", "vault": "vault_listing", "chunks": "chunks_sha",
+                  "embeddings": "embed_key"}
+#: what each per-source stage reads; missing -> the stage has nothing to work on (its upstream never succeeded)
+_INPUT = {
+    "vault": lambda s, n: artifacts.notes_path(s, n),
+    "chunks": lambda s, n: s.vault_dir / n,
+    "embeddings": lambda s, n: artifacts.chunks_path(s, n),
+}
+_UPSTREAM = {"vault": "notes", "chunks": "vault", "embeddings": "chunks"}
+
+
+def _honest(stage: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """Drop rate figures of a run that did no such work (a rate of 0 would plot as a drop)."""
+    out = dict(meta)
+    if stage == "embeddings" and not out.get("embedded"):
+        out.pop("chunks_per_s", None)
+    return out
+
+
+def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
+                      run: Callable[[Settings], dict[str, Any]],
+                      extra_checks: Callable[[Settings, dict[str, Any]], list[dg.AssetCheckResult]] | None = None,
+                      ) -> dg.MaterializeResult:
+    """Run one per-source stage function; a PipelineError is recorded (see module doc), anything else raises."""
+    from pipeline.lock import BuildLock
+
+    settings = docsvault.settings()
+    started = time.perf_counter()
+    error = ""
+    meta: dict[str, Any] = {}
+    token = build.PER_SOURCE_LOCK_SHARED.set(True)
+    try:
+        with BuildLock(settings.data_dir / "locks" / f"{source.name}.lock", wait=build.STAGE_LOCK_WAIT):
+            upstream_input = _INPUT.get(stage)
+            if upstream_input is not None and not upstream_input(settings, source.name).exists():
+                raise PipelineError(
+                    f"source '{source.name}': {stage} has nothing to work on yet: "
+                    f"{key(_UPSTREAM[stage], source).to_user_string()} has never succeeded")
+            meta = run(settings)
+    except PipelineError as exc:
+        error = str(exc)
+        context.log.error(f"{source.name}: {stage} failed: {error}")
+    finally:
+        build.PER_SOURCE_LOCK_SHARED.reset(token)
+    state = artifacts.load_state(settings, source.name)
+    version = state.get(_STATE_VERSION[stage])
+    checks = [] if extra_checks is None else extra_checks(settings, meta)    # every declared check reports
+    if error:
+        meta = {"status": "failed", "error": error,
+                "serving": "last good copy" if version else "nothing (never built)",
+                "seconds": round(time.perf_counter() - started, 3)}
+    else:
+        meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
+    checks.append(dg.AssetCheckResult(
+        check_name=SUCCEEDED, passed=not error,
+        metadata={"error": error} if error else {"status": meta["status"]}))
+    return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
+
+
+# ---------------------------------------------------------------- per source
+def _succeeded_spec(asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(SUCCEEDED, asset=asset_key, blocking=True,
+                             description="This stage ran for this source without error (a failed fetch, or no file "
+                                         "that could be read, fails it; the last good copy keeps serving).")
+
+
+def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinition]:
+    """The chain of one source of sources.yaml: five assets in the group ``<source>``."""
+    tags = {"docsvault/source": source.name}
+    group = source_slug(source.name)
+    pool = source_pool(source)
+
+    def spec(stage: str) -> dict[str, Any]:
+        return {"key": key(stage, source), "group_name": group, "tags": tags, "pool": pool,
+                "code_version": build.code_version(CODE_OF[stage])}
+
+    raw_key = key("raw_docs", source)
+
+    @dg.asset(**spec("raw_docs"), kinds={source.kind if source.kind != "local" else "python"},
+              description=f"Fetched files of source `{source.name}` ({source.kind}).",
+              check_specs=[_succeeded_spec(raw_key), dg.AssetCheckSpec(
+                  "has_files", asset=raw_key, blocking=True,
+                  description="The fetch produced at least one file (a local folder may be empty).")])
     def raw_docs(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        meta = build.fetch_stage(docsvault.settings(), source)
-        context.log.info(f"{source.name}: {meta['files']} files via {meta['strategy']} (changed={meta['changed']})")
-        return _result(meta)
+        def run(s: Settings) -> dict[str, Any]:
+            meta = build.fetch_stage(s, source)
+            context.log.info(f"{source.name}: {meta['files']} files via {meta['strategy']} (changed={meta['changed']})")
+            return meta
 
-    @dg.asset(key=key("notes", source), deps=[raw_docs], group_name="normalize", kinds={"markdown"}, tags=tags,
-              description=f"Normalized Markdown notes of '{source.name}' with merged frontmatter.")
+        def checks(s: Settings, meta: dict[str, Any]) -> list[dg.AssetCheckResult]:
+            n = int(meta["files"] if "files" in meta else artifacts.load_state(s, source.name).get("files", 0))
+            return [dg.AssetCheckResult(check_name="has_files", passed=n > 0 or source.kind == "local",
+                                        metadata={"files": n})]
+
+        return _run_source_stage(context, docsvault, "raw_docs", source, run, checks)
+
+    notes_key = key("notes", source)
+
+    @dg.asset(**spec("notes"), deps=[raw_docs], kinds={"markdown"}, check_specs=[_succeeded_spec(notes_key)],
+              description=f"Normalized Markdown notes of `{source.name}` with merged frontmatter.")
     def notes(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        meta = build.normalize_stage(docsvault.settings(), source)
-        for line in meta["error_lines"]:
-            context.log.warning(line)
-        return _result(meta)
+        def run(s: Settings) -> dict[str, Any]:
+            meta = build.normalize_stage(s, source)
+            for line in meta["error_lines"]:
+                context.log.warning(line)
+            return meta
 
-    @dg.asset(key=key("vault", source), deps=[notes], group_name="vault", kinds={"obsidian"}, tags=tags,
-              description=f"Obsidian notes of '{source.name}' under vault/{source.name}/ (written only when changed).")
+        return _run_source_stage(context, docsvault, "notes", source, run)
+
+    vault_key = key("vault", source)
+
+    @dg.asset(**spec("vault"), deps=[notes], kinds={"obsidian"},
+              check_specs=[_succeeded_spec(vault_key), dg.AssetCheckSpec(
+                  "frontmatter_valid", asset=vault_key, blocking=True,
+                  description="Every note's frontmatter parses and has `source_path`.")],
+              description=f"Obsidian notes of `{source.name}` under `vault/{source.name}/` (written only when "
+                          "changed).")
     def vault(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        meta = build.vault_stage(docsvault.settings(), source)
-        return _result(meta, vault_dir=dg.MetadataValue.path(meta["vault_dir"]))
+        def run(s: Settings) -> dict[str, Any]:
+            meta = build.vault_stage(s, source)
+            return {**meta, "vault_dir": dg.MetadataValue.path(meta["vault_dir"])}
 
-    @dg.asset(key=key("chunks", source), deps=[vault], group_name="index", kinds={"python"}, tags=tags,
-              description=f"Heading chunks of '{source.name}' with breadcrumbs, within the model's token window.")
+        def checks(s: Settings, meta: dict[str, Any]) -> list[dg.AssetCheckResult]:
+            res = build.frontmatter_check(s, source)
+            return [dg.AssetCheckResult(check_name="frontmatter_valid", passed=not res["invalid"], metadata={
+                "notes": res["notes"], "invalid": res["invalid"], "first_invalid": res["first_invalid"]})]
+
+        return _run_source_stage(context, docsvault, "vault", source, run, checks)
+
+    chunks_key = key("chunks", source)
+
+    @dg.asset(**spec("chunks"), deps=[vault], kinds={"python"}, check_specs=[_succeeded_spec(chunks_key)],
+              description=f"Heading chunks of `{source.name}` with breadcrumbs, within the model's token window.")
     def chunks(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        meta = build.chunk_stage(docsvault.settings(), source, cached_embedder)
-        if meta.get("language_warning"):
-            context.log.warning(meta["language_warning"])
-        return _result(meta)
+        def run(s: Settings) -> dict[str, Any]:
+            meta = build.chunk_stage(s, source, cached_embedder)
+            if meta.get("language_warning"):
+                context.log.warning(meta["language_warning"])
+            return meta
 
-    @dg.asset(key=key("embeddings", source), deps=[chunks], group_name="index", kinds={"pytorch"}, tags=tags,
-              description=f"Chunk embeddings of '{source.name}' (cached by model id + chunk text hash).")
+        return _run_source_stage(context, docsvault, "chunks", source, run)
+
+    emb_key = key("embeddings", source)
+
+    @dg.asset(**spec("embeddings"), deps=[chunks], kinds={embedding_kind(settings.model_for(source))},
+              check_specs=[_succeeded_spec(emb_key)],
+              description=f"Chunk embeddings of `{source.name}` with `{settings.model_for(source)}` (cached by "
+                          "model id + chunk text hash: only new texts are embedded).")
     def embeddings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         last = [0.0]
         started = time.perf_counter()
@@ -91,124 +249,204 @@ def source_assets(source: Source) -> list[dg.AssetsDefinition]:
                 rate = done / max(now - started, 1e-9)
                 context.log.info(f"{source.name}: embedded {done}/{total} chunks ({rate:.1f}/s)")
 
-        meta = build.embed_stage(docsvault.settings(), source, cached_embedder, progress=progress)
-        context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
-        return _result(meta)
+        def run(s: Settings) -> dict[str, Any]:
+            meta = build.embed_stage(s, source, cached_embedder, progress=progress)
+            context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
+            return meta
 
-    @dg.asset_check(asset=raw_docs, blocking=True,
-                    description="The fetch produced at least one file (a local folder may be empty).")
-    def has_files(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        from pipeline.artifacts import load_state
+        return _run_source_stage(context, docsvault, "embeddings", source, run)
 
-        n = int(load_state(docsvault.settings(), source.name).get("files", 0))
-        return dg.AssetCheckResult(passed=n > 0 or source.kind == "local", metadata={"files": n})
+    return [raw_docs, notes, vault, chunks, embeddings]
 
-    @dg.asset_check(asset=vault, blocking=True, description="Every note's frontmatter parses and has source_path.")
-    def frontmatter_valid(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        res = build.frontmatter_check(docsvault.settings(), source)
-        return dg.AssetCheckResult(passed=not res["invalid"], metadata={
-            "notes": res["notes"], "invalid": res["invalid"], "first_invalid": res["first_invalid"],
-            "cached": res["cached"]})
 
-    return [raw_docs, notes, vault, chunks, embeddings, has_files, frontmatter_valid]
+# ---------------------------------------------------------------- shared stages
+def _warehouse_tables(settings: Settings) -> dict[str, Any]:
+    """``dagster/row_count`` (chunks), ``dagster/column_schema`` (the chunks table) and the row count of every
+    table, read from the published file now (empty when there is none)."""
+    from pipeline.warehouse import connect, stats
+
+    path = settings.warehouse_path
+    if not path.exists():
+        return {}
+    con = connect(path, read_only=True)
+    try:
+        counts = stats(con)
+        rel = con.table("chunks")
+        schema = dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in zip(rel.columns, rel.types)])
+        tables = {"notes": counts["notes"], "chunks": counts["chunks"], "links": counts["links"]}
+        for m in counts["models"]:
+            tables[m["table_name"]] = int(con.table(m["table_name"]).aggregate("count(*)").fetchone()[0])
+    finally:
+        con.close()
+    return {
+        "dagster/row_count": dg.MetadataValue.int(int(counts["chunks"])),
+        "dagster/column_schema": dg.MetadataValue.table_schema(schema),
+        "dagster/table_name": "chunks",
+        "table_rows": dg.MetadataValue.json(tables),
+        "per_source": dg.MetadataValue.json(counts["sources"]),
+    }
+
+
+#: warehouse metadata that describes the published file (true after a no-op too); everything else is the work
+#: of the run that published it and is recorded only by that run
+_WAREHOUSE_STATE_KEYS = ("sources", "models", "notes", "chunks", "vectors", "links", "path", "size_mb")
 
 
 def shared_assets(sources: Sequence[Source]) -> list[Any]:
-    """Stages over all sources: graph, warehouse, search index, eval."""
+    """Stages over all sources: link graph, warehouse (with its serving checks), eval (with its floors)."""
     vault_keys = [key("vault", s) for s in sources]
     embedding_keys = [key("embeddings", s) for s in sources]
 
-    @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="graph", kinds={"networkx"},
+    @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="warehouse", kinds={"networkx"},
+              pool=WAREHOUSE_POOL, code_version=build.code_version("graph"),
               description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
     def link_graph(docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        meta = build.graph_stage(docsvault.settings(), sources)
-        return _result(meta, graphml=dg.MetadataValue.path(meta["graphml"]))
+        settings = docsvault.settings()
+        meta = build.graph_stage(settings, sources)
+        shared = artifacts.load_state(settings, build.SHARED_STATE).get("graph") or {}
+        return dg.MaterializeResult(metadata=_clean({**meta, "graphml": dg.MetadataValue.path(meta["graphml"])}),
+                                    data_version=_version(shared.get("key")))
 
-    @dg.asset(key=key("warehouse"), deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP, kinds={"duckdb"},
-              description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published atomically.")
+    wh_key = key("warehouse")
+
+    @dg.asset(key=wh_key, deps=[link_graph, *embedding_keys], group_name="warehouse", kinds={"duckdb"},
+              pool=WAREHOUSE_POOL, code_version=build.code_version("warehouse"),
+              check_specs=[
+                  dg.AssetCheckSpec("hnsw_index_used", asset=wh_key, blocking=True,
+                                    description="The vector lane's plan uses the HNSW index (vacuous when no "
+                                                "source has a chunk)."),
+                  dg.AssetCheckSpec("serves_queries", asset=wh_key,
+                                    description="The published file opens as search opens it and answers a sample "
+                                                "hybrid query."),
+              ],
+              description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published "
+                          "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        from pipeline.defs.resources import cached_embedder
+        settings = docsvault.settings()
+        meta = build.warehouse_stage(settings, sources, embedder_factory=cached_embedder)
+        if meta.get("skipped"):
+            meta = {"skipped": True, "mode": "unchanged", "seconds": meta["seconds"],
+                    **{k: meta[k] for k in _WAREHOUSE_STATE_KEYS if k in meta}}
+        context.log.info(f"warehouse: {meta.get('notes')} notes, {meta.get('chunks')} chunks -> {meta.get('path')} "
+                         f"({meta.get('mode')})")
+        out = _clean({**meta, "path": dg.MetadataValue.path(meta["path"])}) if "path" in meta else _clean(meta)
+        out.update(_warehouse_tables(settings))
+        last = artifacts.load_state(settings, build.SHARED_STATE).get("warehouse") or {}
+        return dg.MaterializeResult(metadata=out, data_version=_version(last.get("input_key")),
+                                    check_results=_warehouse_checks(settings))
 
-        meta = build.warehouse_stage(docsvault.settings(), sources, embedder_factory=cached_embedder)
-        context.log.info(f"warehouse: {meta['notes']} notes, {meta['chunks']} chunks -> {meta['path']}")
-        return _result(meta, path=dg.MetadataValue.path(meta["path"]))
-
-    @dg.asset(key=key("search_index"), deps=[warehouse], group_name=SHARED_GROUP, kinds={"duckdb"},
-              description="Serving check of the search indexes: HNSW used by the vector lane, a sample hybrid query.")
-    def search_index(docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        from pipeline.defs.resources import cached_embedder
-
-        meta = build.search_index_stage(docsvault.settings(), embedder_factory=cached_embedder)
-        return _result(meta)
-
-    @dg.asset_check(asset=search_index, blocking=True,
-                    description="The vector lane's plan uses the HNSW index (vacuous when no source has a chunk).")
-    def hnsw_index_used(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        from pipeline.warehouse import connect, explain_vector_search, list_models, stats
-
-        con = connect(docsvault.settings().warehouse_path, read_only=True)
-        try:
-            plans = {m["model_id"]: explain_vector_search(con, m["table_name"]) for m in list_models(con)}
-            chunks = int(stats(con)["chunks"])
-        finally:
-            con.close()
-        ok = all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else chunks == 0
-        return dg.AssetCheckResult(passed=ok, metadata={"models": list(plans), "chunks": chunks})
-
-    @dg.asset(key=key("retrieval_eval"), deps=[search_index], group_name="eval", kinds={"python"},
-              description="Ablation (each lane alone and hybrid) of the eval cases (DOCSVAULT_EVALS): hit@1, hit@3, "
-                          "MRR@10, nDCG@10 overall/per source/kind; each run appended to <data>/eval_runs.duckdb.")
+    @dg.asset(key=key("retrieval_eval"), deps=[warehouse], group_name="eval", kinds={"python"},
+              code_version=build.code_version("eval"), pool=WAREHOUSE_POOL,
+              check_specs=[
+                  dg.AssetCheckSpec("eval_floors", asset=key("retrieval_eval"),
+                                    description="Hybrid pooled MRR@10 and hit@3 at or above their floors "
+                                                "(`DOCSVAULT_EVAL_MIN_MRR`, `DOCSVAULT_EVAL_MIN_HIT3`); passes "
+                                                "with a note when no case was scored."),
+                  dg.AssetCheckSpec("hybrid_beats_single_lanes", asset=key("retrieval_eval"),
+                                    description="Hybrid pooled MRR@10 at or above the best single lane's."),
+              ],
+              description="Ablation (each lane alone and hybrid) of the eval cases (`DOCSVAULT_EVALS`): hit@1, "
+                          "hit@3, MRR@10, nDCG@10 overall, per source and per kind; each run that scored appended "
+                          "to `<data>/eval_runs.duckdb`. Metrics are recorded only when the warehouse or the cases "
+                          "changed, so their plots get one point per real change.")
     def retrieval_eval(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        from pipeline.defs.resources import cached_embedder
-        from pipeline.evaluate import METRICS, best_single_lane, format_ablation
+        from pipeline.evaluate import check_floors, check_fusion_gain, floors_from_env
 
-        report = build.eval_stage(docsvault.settings(), sources, embedder_factory=cached_embedder)
-        overall, setups = report["overall"], report.get("setups") or {}
-        meta: dict[str, Any] = {"n": int(overall.get("n", 0)), "skipped": bool(report.get("skipped")),
-                                "history": dg.MetadataValue.path(report["history"]),
-                                "history_rows": int(report.get("history_rows", 0))}
-        for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
-            if metric in overall:
-                meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
-        for name, row in sorted(report.get("by_source", {}).items()):
-            for metric in ("hit@3", "mrr@10"):
-                meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
-        for name, r in setups.items():
-            if r["overall"].get("n"):
-                meta[f"{name}/pooled_mrr_at_10"] = dg.MetadataValue.float(float(r["overall"]["mrr@10"]))
-        best = best_single_lane(setups)
-        if best is not None:
-            meta["best_single_lane"] = best[0]
-        if setups:
-            meta["ablation"] = dg.MetadataValue.md(format_ablation(setups, markdown=True))
-            meta["config"] = dg.MetadataValue.json(report.get("config", {}))
-        context.log.info(f"eval (hybrid): {overall}")
-        return dg.MaterializeResult(metadata=meta)
+        settings = docsvault.settings()
+        report = build.eval_stage(settings, sources, embedder_factory=cached_embedder)
+        meta = eval_metadata(report)
+        context.log.info(f"eval (hybrid): {report['overall']}" + (" (unchanged, not re-run)" if report.get("skipped")
+                                                                  else ""))
+        floors = check_floors(report, floors_from_env())
+        gain = check_fusion_gain(report)
+        last = artifacts.load_state(settings, build.SHARED_STATE).get("eval") or {}
+        return dg.MaterializeResult(metadata=meta, data_version=_version(last.get("key")), check_results=[
+            dg.AssetCheckResult(check_name="eval_floors", passed=floors.passed, metadata=floors.metadata),
+            dg.AssetCheckResult(check_name="hybrid_beats_single_lanes", passed=gain.passed, metadata=gain.metadata,
+                                severity=dg.AssetCheckSeverity.WARN),
+        ])
 
-    def _last_eval(docsvault: DocsvaultResource) -> dict[str, Any]:
-        from pipeline.artifacts import load_state
-
-        return (load_state(docsvault.settings(), build.SHARED_STATE).get("eval") or {}).get("report") or {}
-
-    @dg.asset_check(asset=retrieval_eval, description="Hybrid pooled MRR@10 and hit@3 at or above their floors "
-                    "(DOCSVAULT_EVAL_MIN_MRR, DOCSVAULT_EVAL_MIN_HIT3); passes with a note when no case was scored.")
-    def eval_floors(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        from pipeline.evaluate import check_floors, floors_from_env
-
-        outcome = check_floors(_last_eval(docsvault), floors_from_env())
-        return dg.AssetCheckResult(passed=outcome.passed, metadata=outcome.metadata)
-
-    @dg.asset_check(asset=retrieval_eval, description="Hybrid pooled MRR@10 at or above the best single lane's.")
-    def hybrid_beats_single_lanes(docsvault: DocsvaultResource) -> dg.AssetCheckResult:
-        from pipeline.evaluate import check_fusion_gain
-
-        outcome = check_fusion_gain(_last_eval(docsvault))
-        return dg.AssetCheckResult(passed=outcome.passed, metadata=outcome.metadata,
-                                   severity=dg.AssetCheckSeverity.WARN)
-
-    return [link_graph, warehouse, search_index, hnsw_index_used, retrieval_eval, eval_floors,
-            hybrid_beats_single_lanes]
+    return [link_graph, warehouse, retrieval_eval]
 
 
-SHARED_STAGES = ("link_graph", "warehouse", "search_index", "retrieval_eval")
-PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
+def _warehouse_checks(settings: Settings) -> list[dg.AssetCheckResult]:
+    from pipeline.warehouse import connect, explain_vector_search, list_models, stats
+
+    if not settings.warehouse_path.exists():
+        return [dg.AssetCheckResult(check_name=n, passed=False, metadata={"error": "no warehouse file"})
+                for n in ("hnsw_index_used", "serves_queries")]
+    con = connect(settings.warehouse_path, read_only=True)
+    try:
+        plans = {m["model_id"]: explain_vector_search(con, m["table_name"]) for m in list_models(con)}
+        n_chunks = int(stats(con)["chunks"])
+    finally:
+        con.close()
+    ok = all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else n_chunks == 0
+    serving = build.search_index_stage(settings, embedder_factory=cached_embedder)
+    return [
+        dg.AssetCheckResult(check_name="hnsw_index_used", passed=ok, metadata={"models": list(plans),
+                                                                               "chunks": n_chunks}),
+        dg.AssetCheckResult(check_name="serves_queries", passed=bool(serving.get("sample_hits")) or n_chunks == 0,
+                            metadata=_clean({k: serving[k] for k in ("sample_query_ms", "sample_hits", "models")
+                                             if k in serving})),
+    ]
+
+
+def eval_metadata(report: dict[str, Any]) -> dict[str, Any]:
+    """Metadata of one ``retrieval_eval`` materialization: the figures only when the eval ran now (a skipped eval
+    records ``skipped`` and nothing to plot)."""
+    from pipeline.evaluate import METRICS, best_single_lane, format_ablation
+
+    meta: dict[str, Any] = {"skipped": bool(report.get("skipped")), "history_rows": int(report.get("history_rows", 0)),
+                            "history": dg.MetadataValue.path(report.get("history") or "")}
+    if report.get("skipped"):
+        return meta
+    overall, setups = report["overall"], report.get("setups") or {}
+    meta["n"] = int(overall.get("n", 0))
+    for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
+        if metric in overall:
+            meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
+    for name, row in sorted(report.get("by_source", {}).items()):
+        for metric in ("hit@3", "mrr@10"):
+            meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
+    for name, r in setups.items():
+        if r["overall"].get("n"):
+            meta[f"{name}/pooled_mrr_at_10"] = dg.MetadataValue.float(float(r["overall"]["mrr@10"]))
+    best = best_single_lane(setups)
+    if best is not None:
+        meta["best_single_lane"] = best[0]
+    if setups:
+        meta["ablation"] = dg.MetadataValue.md(format_ablation(setups, markdown=True))
+        meta["config"] = dg.MetadataValue.json(report.get("config", {}))
+    return meta
+
+
+def asset_defs(settings: Settings) -> dg.Definitions:
+    """Every asset of the sources in ``settings.sources_file``.
+
+    Raises:
+        SourceConfigError: sources.yaml invalid, or two source names map to the same asset key.
+    """
+    from pipeline.errors import SourceConfigError
+    from pipeline.sources import load_sources
+
+    sources = load_sources(settings.sources_file)
+    slugs: dict[str, str] = {}
+    for s in sources:
+        other = slugs.setdefault(source_slug(s.name), s.name)
+        if other != s.name:
+            raise SourceConfigError(
+                f"{settings.sources_file}: sources '{other}' and '{s.name}' map to the same asset key "
+                f"'{source_slug(s.name)}'; rename one"
+            )
+    assets: list[Any] = []
+    for s in sources:
+        assets.extend(source_assets(s, settings))
+    assets.extend(shared_assets(sources))
+    return dg.Definitions(assets=assets)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The assets of the sources in DOCSVAULT_SOURCES (default ./sources.yaml)."""
+    return asset_defs(Settings.from_env())

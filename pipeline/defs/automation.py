@@ -1,5 +1,10 @@
 """Automation: a sensor that requests runs for only the sources that moved upstream, and a daily refresh schedule
-as the fallback (it also catches pages that changed behind an unchanged llms.txt / sitemap)."""
+as the fallback (it also catches pages that changed behind an unchanged llms.txt / sitemap).
+
+A sensor-requested run that fails is retried by the daemon (run retries, ``dagster.yaml``: ``run_retries``) up to
+``SENSOR_MAX_RETRIES`` times, from the failed steps; after that the source stays failed (red) until its upstream
+moves again or someone re-executes the run.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, key, source_slug
 from pipeline.models import Source
 
-refresh_all_job = dg.define_asset_job(name="refresh_all", selection=dg.AssetSelection.all())
+refresh_all_job = dg.define_asset_job(name="refresh_all", selection=dg.AssetSelection.all(),
+                                      description="Every asset: each source's chain, then the shared stages.")
 
 daily_refresh = dg.ScheduleDefinition(
     name="daily_refresh",
@@ -23,6 +29,10 @@ daily_refresh = dg.ScheduleDefinition(
 )
 
 SENSOR_INTERVAL_S = 15 * 60
+SENSOR_MAX_RETRIES = 2
+
+#: tags of a sensor-requested run: retried from its failed steps, at most SENSOR_MAX_RETRIES times
+RETRY_TAGS = {"dagster/max_retries": str(SENSOR_MAX_RETRIES), "dagster/retry_strategy": "FROM_FAILURE"}
 
 
 def source_selection(source: Source) -> list[dg.AssetKey]:
@@ -36,14 +46,16 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
     RunRequest per changed source, selecting that source's chain plus the shared stages.
 
     ``run_key`` = ``<source>:<upstream token>``, so a version is requested once; the cursor (JSON source -> token)
-    keeps the last requested token per source. Unreachable sources are logged and skipped.
+    keeps the last requested token per source. A failed run is retried by the daemon (``RETRY_TAGS``), not
+    requested again. Unreachable sources are logged and skipped.
     """
     by_name = {s.name: s for s in sources}
 
     @dg.sensor(name=name, target=dg.AssetSelection.all(), minimum_interval_seconds=SENSOR_INTERVAL_S,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Requests a run for each source whose upstream moved (git ls-remote, conditional GET of "
-                           "llms.txt / sitemap, local listing hash); only that source's assets + the shared stages.")
+                           "llms.txt / sitemap, local listing hash); only that source's assets + the shared stages. "
+                           f"A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         from pipeline.fetch.watch import check_upstream
 
@@ -64,9 +76,23 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             requests.append(dg.RunRequest(
                 run_key=f"{source_slug(source.name)}:{check.token[:40]}",
                 asset_selection=source_selection(source),
-                tags={"docsvault/source": source.name, "docsvault/trigger": "upstream_change"},
+                tags={"docsvault/source": source.name, "docsvault/trigger": "upstream_change", **RETRY_TAGS},
             ))
             context.log.info(f"{source.name}: upstream changed ({check.detail}); requesting a run")
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 
     return _sensor
+
+
+def automation_defs(settings: Settings) -> dg.Definitions:
+    from pipeline.sources import load_sources
+
+    sources = load_sources(settings.sources_file)
+    return dg.Definitions(jobs=[refresh_all_job], schedules=[daily_refresh],
+                          sensors=[upstream_change_sensor(sources, settings)])
+
+
+@dg.definitions
+def automation() -> dg.Definitions:
+    """The refresh job, its daily schedule and the upstream-change sensor."""
+    return automation_defs(Settings.from_env())

@@ -9,7 +9,6 @@ from typing import Any
 import dagster as dg
 
 from pipeline.config import Settings
-from pipeline.models import Source
 
 
 @functools.lru_cache(maxsize=8)
@@ -33,7 +32,7 @@ class DocsvaultResource(dg.ConfigurableResource):
     synonyms_file: str = ""          # "" = synonyms.yaml next to the sources file
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "DocsvaultResource":
+    def from_settings(cls, settings: Settings) -> DocsvaultResource:
         return cls(
             sources_file=str(settings.sources_file),
             data_dir=str(settings.data_dir),
@@ -56,7 +55,3 @@ class DocsvaultResource(dg.ConfigurableResource):
             crosslingual_model=self.crosslingual_model,
             synonyms=Path(self.synonyms_file) if self.synonyms_file else None,
         )
-
-    def embedder(self, source: Source) -> Any:
-        """The embedder of a source (its `embedding:`, or the default for its language), one per process."""
-        return cached_embedder(self.settings().model_for(source))

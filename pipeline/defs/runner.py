@@ -1,7 +1,10 @@
-"""`docsvault build`: materialize every asset through Dagster, recorded in DAGSTER_HOME, one source failing alone.
+"""`docsvault build`: materialize every asset through Dagster in one run, recorded in DAGSTER_HOME, one source
+failing alone.
 
-Run 1 materializes the per-source chains (a failed source skips only its own downstream assets); run 2 the shared
-stages, over every source's last good copy. Both runs show in the Dagster UI.
+The run selects the chains of the chosen sources and the shared stages, on the in-process executor (the project's
+executor with ``in_process`` config: :mod:`pipeline.defs.executor`). A source that fails records its last good
+copy and fails its ``succeeded`` check (red in the UI); the shared stages still build over every source's last good
+copy. The run shows in the Dagster UI like any other.
 
 One writer: the whole build holds ``<data>/build.lock`` (``pipeline.lock``); a second build waits up to ``wait``
 seconds, then refuses with the holder's pid and start time. A lock left by a killed build is taken over, and the
@@ -12,15 +15,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from pipeline import artifacts, build
 from pipeline.config import Settings
-from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, source_slug
+from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
+from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
 from pipeline.sources import load_sources, select_sources
 
 INSTANCE_YAML = """\
@@ -64,15 +70,29 @@ def ensure_instance(settings: Settings) -> Path:
     return home
 
 
-def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
+def _metadata(result: Any) -> dict[str, dict]:
+    """asset key ("tiny/raw_docs", "warehouse") -> its materialization's metadata as plain values."""
     out: dict[str, dict] = {}
-    for event in result.get_asset_materialization_events():
-        mat = event.materialization
-        out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION":
+            mat = event.event_specific_data.materialization
+            out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
     return out
 
 
-def _failures(result: dg.ExecuteInProcessResult) -> dict[str, str]:
+def _failed_checks(result: Any) -> dict[str, dict[str, dict]]:
+    """asset key -> failed check name -> its metadata, for ERROR checks that failed in the run."""
+    out: dict[str, dict[str, dict]] = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            ev = event.event_specific_data
+            if not ev.passed and ev.severity.value == "ERROR":
+                out.setdefault(ev.asset_key.to_user_string(), {})[ev.check_name] = {
+                    k: getattr(v, "value", v) for k, v in ev.metadata.items()}
+    return out
+
+
+def _failures(result: Any) -> dict[str, str]:
     """step key -> first line of the error message, for failed steps."""
     failures: dict[str, str] = {}
     for event in result.all_events:
@@ -86,6 +106,42 @@ def _failures(result: dg.ExecuteInProcessResult) -> dict[str, str]:
             first = " ".join(line.strip() for line in msg.splitlines() if line.strip())[:500] if msg else "failed"
             failures[event.step_key] = re.sub(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): ", "", first)
     return failures
+
+
+_ENV = {"DOCSVAULT_SOURCES": "sources_file", "DOCSVAULT_DATA": "data_dir", "DOCSVAULT_VAULT": "vault_dir",
+        "DOCSVAULT_EVALS": "evals_dir", "DOCSVAULT_MODEL": "model", "DOCSVAULT_MULTILINGUAL_MODEL": "multilingual_model",
+        "DOCSVAULT_SYNONYMS": "synonyms"}
+
+
+@contextmanager
+def _settings_env(settings: Settings) -> Iterator[None]:
+    """The environment that makes ``Settings.from_env()`` return ``settings`` (restored afterwards): the run's job
+    is rebuilt from the environment (:func:`_global_job`), as Dagster rebuilds it in any other process."""
+    saved = {k: os.environ.get(k) for k in _ENV}
+    current = Settings.from_env()
+    try:
+        for var, attr in _ENV.items():
+            value = getattr(settings, attr)
+            if getattr(current, attr) == value:
+                continue                     # already so (keeps e.g. a DOCSVAULT_EVALS list of paths as given)
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = str(value)
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _global_job() -> dg.JobDefinition:
+    """Every asset, for the settings in the environment (reconstructable: a module-level function)."""
+    from pipeline.definitions import build_definitions
+
+    return build_definitions(Settings.from_env()).resolve_job_def("refresh_all")
 
 
 def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
@@ -118,44 +174,44 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
 
 
 def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str) -> BuildReport:
-    from pipeline.definitions import build_definitions
-
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
     build.check_layout(settings, all_sources)
     removed = build.remove_dropped_sources(settings, all_sources)
-    defs = build_definitions(settings)
-    job = defs.resolve_implicit_global_asset_job_def()
     instance = dg.DagsterInstance.get()
-
-    per_source = [dg.AssetKey([stage, source_slug(s.name)]) for s in sources for stage in PER_SOURCE_STAGES]
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
-    r1 = job.execute_in_process(instance=instance, asset_selection=per_source, raise_on_error=False, run_config=run_config,
-                                tags={"docsvault/run": "sources"})
-    failures = _failures(r1)
-    meta = _metadata(r1)
+    selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES]
+    run_config = {**IN_PROCESS_RUN_CONFIG, "loggers": {"console": {"config": {"log_level": log_level}}}}
+    with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+                                                 run_config=run_config, asset_selection=selection,
+                                                 tags={"docsvault/run": "build"}) as result:
+        failures = _failures(result)
+        meta = _metadata(result)
+        checks = _failed_checks(result)
     statuses: list[SourceStatus] = []
     for s in sources:
         st = SourceStatus(name=s.name)
-        slug = source_slug(s.name)
         for stage in PER_SOURCE_STAGES:
-            st.metadata[stage] = meta.get(f"{stage}/{slug}", {})
-            step = f"{stage}__{slug}"
-            if step in failures and st.ok:
-                st.ok, st.failed_stage, st.error = False, stage, failures[step]
-        if st.ok and not st.metadata.get("embeddings"):
-            st.ok, st.failed_stage, st.error = False, "checks", "a blocking asset check failed (see the Dagster UI)"
+            asset = key(stage, s)
+            st.metadata[stage] = meta.get(asset.to_user_string(), {})
+            failed = checks.get(asset.to_user_string(), {})
+            if not st.ok:
+                continue
+            if SUCCEEDED in failed:
+                st.ok, st.failed_stage, st.error = False, stage, str(failed[SUCCEEDED].get("error", "failed"))
+            elif asset.to_python_identifier() in failures:
+                st.ok, st.failed_stage, st.error = False, stage, failures[asset.to_python_identifier()]
+            elif failed:
+                st.ok, st.failed_stage = False, "checks"
+                st.error = f"asset check {', '.join(sorted(failed))} of {asset.to_user_string()} failed (see the Dagster UI)"
         # shown by `status` until a build of the source succeeds
         last_error = None if st.ok else {"stage": st.failed_stage, "error": st.error, "at": build._now()}
         if last_error is not None or artifacts.load_state(settings, s.name).get("last_error") is not None:
             artifacts.update_state(settings, s.name, last_error=last_error)
         statuses.append(st)
 
-    shared = [dg.AssetKey([stage]) for stage in SHARED_STAGES]
-    r2 = job.execute_in_process(instance=instance, asset_selection=shared, raise_on_error=False, run_config=run_config,
-                                tags={"docsvault/run": "shared"})
-    f2 = _failures(r2)
-    shared_error = "; ".join(f"{k}: {v}" for k, v in f2.items())
-    return BuildReport(sources=statuses, shared_ok=r2.success and not f2, shared_error=shared_error,
-                       shared_metadata=_metadata(r2), removed=removed)
+    shared_errors = [f"{stage}: {failures[stage]}" for stage in SHARED_STAGES if stage in failures]
+    shared_errors += [f"{stage}: {stage} was not built" for stage in SHARED_STAGES
+                      if stage not in meta and stage not in failures]
+    return BuildReport(sources=statuses, shared_ok=not shared_errors, shared_error="; ".join(shared_errors),
+                       shared_metadata={k: v for k, v in meta.items() if k in SHARED_STAGES}, removed=removed)

@@ -1,0 +1,62 @@
+"""The executor: Dagster's own (multiprocess by default, in-process by config) with non-blocking dependencies.
+
+A source that fails (unreachable, nothing parsable) must not stop the shared stages from building over the other
+sources and the failed source's last good copy. Each per-source asset therefore records what it serves now and
+fails its blocking ``succeeded`` check (the step turns red, the run fails); with
+``step_dependency_config.require_upstream_step_success: false`` downstream steps then run on that output instead
+of being skipped. A step that fails without an output (a bug) still stops everything downstream of it.
+
+Run config, as for ``dg.multi_or_in_process_executor``::
+
+    execution:
+      config:
+        multiprocess:          # the default: one process per step, pools decide what runs at once
+          max_concurrent: 4
+    # or
+    execution:
+      config:
+        in_process: {}         # `docsvault build` uses this
+
+``step_dependency_config`` may be given explicitly; when it is not, it is ``require_upstream_step_success: false``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+NON_BLOCKING = {"require_upstream_step_success": False}
+
+IN_PROCESS_RUN_CONFIG: dict[str, Any] = {"execution": {"config": {"in_process": {}}}}
+
+
+def _with_non_blocking(config: Any) -> dict[str, Any]:
+    mode, opts = next(iter(dict(config or {"multiprocess": {}}).items()))
+    opts = dict(opts or {})
+    opts.setdefault("step_dependency_config", dict(NON_BLOCKING))
+    return {mode: opts}
+
+
+def _requirements(config: Any) -> Any:
+    return dg.multi_or_in_process_executor.get_requirements(config)   # as Dagster's default executor
+
+
+@dg.executor(
+    name="docsvault_executor",
+    config_schema=dg.multi_or_in_process_executor.config_schema,
+    requirements=_requirements,
+)
+def docsvault_executor(init_context: dg.InitExecutorContext) -> Any:
+    """``multi_or_in_process_executor`` whose steps wait for their upstream *outputs*, not upstream success."""
+    context = init_context._replace(executor_config=_with_non_blocking(init_context.executor_config))
+    return dg.multi_or_in_process_executor.executor_creation_fn(context)  # type: ignore[misc]
+
+
+def executor_defs() -> dg.Definitions:
+    return dg.Definitions(executor=docsvault_executor)
+
+
+@dg.definitions
+def executor() -> dg.Definitions:
+    return executor_defs()

@@ -1,0 +1,216 @@
+"""Every way a Dagster user builds docsvault, with one source that cannot be fetched any more.
+
+The source ``remote`` (a git repo on file://) is built once, then its repository disappears. In each path its steps
+fail (red, the run fails) while the shared stages build over ``tiny`` and ``remote``'s last good copy, which stays
+searchable. The CLI paths (``dagster asset materialize``, ``dg launch``) run in child processes on the project's
+default (multiprocess) executor; UI "Materialize all" launches the same run of every asset as
+``dagster asset materialize --select '*'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import git
+import pytest
+
+from pipeline.config import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _commit(work: git.Repo, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = Path(work.working_tree_dir) / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    work.index.add(list(files))
+    actor = git.Actor("t", "t@localhost")
+    work.index.commit("docs", author=actor, committer=actor)
+
+
+@pytest.fixture()
+def dead_remote(tiny_env: Path) -> Settings:
+    """tiny (local) + remote (git), both built once; then remote's repository is gone."""
+    from pipeline.defs.runner import run_build
+
+    work = git.Repo.init(tiny_env / "work", initial_branch="main")
+    _commit(work, {"docs/Pelicans.md": "# Pelicans\n\nA pelican scoops fish with its throat pouch.\n"})
+    bare = tiny_env / "remote.git"
+    git.Repo.clone_from(work.working_tree_dir, bare, bare=True)
+    with git.Repo(bare).config_writer() as cw:
+        cw.set_value("uploadpack", "allowFilter", "true")
+    sources = tiny_env / "sources.yaml"
+    sources.write_text(sources.read_text() + f"  - name: remote\n    kind: git\n    url: file://{bare}\n"
+                       "    ref: main\n    paths: [docs]\n", encoding="utf-8")
+    settings = Settings.from_env()
+    report = run_build(settings)
+    assert report.ok, (report.sources, report.shared_error)
+    shutil.move(str(bare), str(tiny_env / "gone.git"))
+    return settings
+
+
+def _searchable(settings: Settings) -> list[str]:
+    from pipeline.search import Searcher
+
+    searcher = Searcher(settings.warehouse_path)
+    try:
+        return [h.source_path for h in searcher.search("pelican throat pouch", k=2)]
+    finally:
+        searcher.close()
+
+
+def _run_outcome(instance: dg.DagsterInstance, run_id: str) -> dict[str, object]:
+    """What the UI shows of a run: its status, the failed steps, the materialized assets and failed checks."""
+    run = instance.get_run_by_id(run_id)
+    failed_steps, materialized, failed_checks = set(), set(), set()
+    for rec in instance.all_logs(run_id):
+        ev = rec.dagster_event
+        if ev is None:
+            continue
+        if ev.event_type_value == "STEP_FAILURE":
+            failed_steps.add(ev.step_key)
+        elif ev.event_type_value == "ASSET_MATERIALIZATION":
+            materialized.add(ev.asset_key.to_user_string())
+        elif ev.event_type_value == "ASSET_CHECK_EVALUATION" and not ev.event_specific_data.passed:
+            failed_checks.add(f"{ev.event_specific_data.asset_key.to_user_string()}:{ev.event_specific_data.check_name}")
+    return {"status": run.status.value, "failed_steps": failed_steps, "materialized": materialized,
+            "failed_checks": failed_checks}
+
+
+def _assert_dead_alone(outcome: dict[str, object]) -> None:
+    assert outcome["status"] == "FAILURE"
+    assert outcome["failed_steps"] == {"remote__raw_docs"}
+    assert "remote/raw_docs:succeeded" in outcome["failed_checks"]
+    assert {"link_graph", "warehouse", "retrieval_eval", "tiny/embeddings"} <= outcome["materialized"]
+    assert not {c for c in outcome["failed_checks"] if not c.startswith("remote/raw_docs:")}
+
+
+def test_docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    result = CliRunner().invoke(app, ["build", "--json"])
+    assert result.exit_code == 1
+    out = json.loads(result.stdout)
+    by_name = {s["name"]: s for s in out["sources"]}
+    assert (by_name["tiny"]["status"], by_name["remote"]["status"]) == ("unchanged", "failed")
+    assert by_name["remote"]["failed_stage"] == "raw_docs" and "remote.git" in by_name["remote"]["error"]
+    assert out["shared"]["ok"] is True
+    assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
+    with dg.DagsterInstance.get() as instance:
+        (run,) = instance.get_runs(limit=1)
+        _assert_dead_alone(_run_outcome(instance, run.run_id))
+
+
+def test_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Settings) -> None:
+    from pipeline.definitions import build_definitions
+    from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
+    from pipeline.defs.runner import _global_job, _settings_env
+
+    defs = build_definitions(dead_remote)
+    with dg.DagsterInstance.get() as instance, _settings_env(dead_remote):
+        # the daily schedule: a run of the refresh_all job (every asset) on the project's executor
+        schedule = defs.resolve_schedule_def("daily_refresh")
+        (request,) = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+        assert schedule.job_name == "refresh_all"
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=request.tags,
+                            run_config=IN_PROCESS_RUN_CONFIG) as result:
+            _assert_dead_alone(_run_outcome(instance, result.run_id))
+        assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
+
+        # the sensor: remote's upstream check fails (logged, not requested); tiny moved -> its chain + shared
+        (Path(os.environ["DOCSVAULT_SOURCES"]).parent / "tinyvault" / "Ducks.md").write_text(
+            "# Ducks\n\nDucks swim and dive.\n", encoding="utf-8")
+        sensor = defs.resolve_sensor_def("upstream_change")
+        ctx = dg.build_sensor_context(instance=instance, cursor=None)
+        (request,) = sensor(ctx).run_requests
+        assert request.tags["docsvault/source"] == "tiny"
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=request.tags,
+                            asset_selection=request.asset_selection, run_config=IN_PROCESS_RUN_CONFIG) as result:
+            outcome = _run_outcome(instance, result.run_id)
+        assert outcome["status"] == "SUCCESS" and {"tiny/vault", "warehouse"} <= outcome["materialized"]
+        assert _searchable(dead_remote)[0] == "docs/Pelicans.md"      # the dead source's last good copy is kept
+
+
+def _cli_env(settings: Settings) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "VIRTUAL_ENV": str(BIN.parent),
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _last_run(settings: Settings) -> dict[str, object]:
+    with dg.DagsterInstance.get() as instance:
+        (run,) = instance.get_runs(limit=1)
+        return _run_outcome(instance, run.run_id)
+
+
+@pytest.mark.integration   # two child runs on the multiprocess executor (~1-2 min on 2 busy cores)
+def test_dagster_cli_and_dg_launch_with_a_dead_source(dead_remote: Settings) -> None:
+    shutil.copyfile(REPO / "dagster.yaml", Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml")
+    env = _cli_env(dead_remote)
+    done = subprocess.run([str(BIN / "dagster"), "asset", "materialize", "-m", "pipeline.definitions",
+                           "--select", "*"], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0, done.stderr[-2000:]
+    _assert_dead_alone(_last_run(dead_remote))
+    assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
+
+    done = subprocess.run([str(BIN / "dg"), "launch", "--assets", "*"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode != 0, done.stderr[-2000:]
+    _assert_dead_alone(_last_run(dead_remote))
+    assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
+
+
+#: metadata a run may record only when it did that work itself
+WORK_KEYS = {"warehouse": {"changed_chunks", "removed_chunks", "reason", "tokens_analysed", "tokens_cached",
+                           "publish_s", "bm25_s", "read_s", "graph_s", "vectors_s", "rebuilt_because"},
+             "tiny/embeddings": {"chunks_per_s"},
+             "retrieval_eval": {"n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10", "ablation"}}
+
+
+def _materializations(run_id: str) -> dict[str, tuple[dict, str | None]]:
+    with dg.DagsterInstance.get() as instance:
+        out = {}
+        for rec in instance.all_logs(run_id):
+            ev = rec.dagster_event
+            if ev is not None and ev.event_type_value == "ASSET_MATERIALIZATION":
+                mat = ev.event_specific_data.materialization
+                out[mat.asset_key.to_user_string()] = ({k: getattr(v, "value", v) for k, v in mat.metadata.items()},
+                                                       mat.tags.get("dagster/data_version"))
+        return out
+
+
+@pytest.mark.integration   # three child runs of `dagster asset materialize`
+def test_two_noop_materialize_runs_record_no_stale_figures(tiny_env: Path) -> None:
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = _cli_env(Settings.from_env())
+    cmd = [str(BIN / "dagster"), "asset", "materialize", "-m", "pipeline.definitions", "--select", "*",
+           "--config-json", json.dumps({"execution": {"config": {"in_process": {}}}})]
+    runs = []
+    for _ in range(3):
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with dg.DagsterInstance.get() as instance:
+            runs.append(instance.get_runs(limit=1)[0].run_id)
+    first, *noops = [_materializations(r) for r in runs]
+    assert first["tiny/embeddings"][0]["embedded"] > 0 and first["warehouse"][0]["mode"] == "full"
+    assert "mrr_at_10" in first["retrieval_eval"][0]
+    for mats in noops:
+        for asset, (meta, version) in mats.items():
+            assert version == first[asset][1], asset                       # same data version: nothing is stale
+            assert not WORK_KEYS.get(asset, set()) & set(meta), (asset, meta)
+        assert mats["tiny/embeddings"][0]["embedded"] == 0
+        assert mats["warehouse"][0]["mode"] == "unchanged" and mats["warehouse"][0]["dagster/row_count"] == \
+            first["warehouse"][0]["dagster/row_count"]
+        assert mats["retrieval_eval"][0]["skipped"] is True and mats["retrieval_eval"][0]["history_rows"] == 0
+        assert [mats[f"tiny/{stage}"][0]["status"] for stage in ("notes", "vault", "chunks")] == ["skipped"] * 3
