@@ -18,6 +18,9 @@ from pipeline.defs.resources import DocsvaultResource
 from pipeline.models import Source
 
 SHARED_GROUP = "warehouse"
+#: Dagster pool of the single-writer stages (graph, warehouse publish, search check, eval): a deployment limits it
+#: to 1 (deploy/dagster.yaml) instead of the host-local file lock.
+SHARED_POOL = "docsvault_shared"
 
 
 def source_slug(name: str) -> str:
@@ -117,13 +120,13 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
     vault_keys = [key("vault", s) for s in sources]
     embedding_keys = [key("embeddings", s) for s in sources]
 
-    @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="graph", kinds={"networkx"},
+    @dg.asset(key=key("link_graph"), pool=SHARED_POOL, deps=vault_keys, group_name="graph", kinds={"networkx"},
               description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
     def link_graph(docsvault: DocsvaultResource) -> dg.MaterializeResult:
         meta = build.graph_stage(docsvault.settings(), sources)
         return _result(meta, graphml=dg.MetadataValue.path(meta["graphml"]))
 
-    @dg.asset(key=key("warehouse"), deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP, kinds={"duckdb"},
+    @dg.asset(key=key("warehouse"), pool=SHARED_POOL, deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP, kinds={"duckdb"},
               description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published atomically.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         from pipeline.defs.resources import cached_embedder
@@ -132,7 +135,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         context.log.info(f"warehouse: {meta['notes']} notes, {meta['chunks']} chunks -> {meta['path']}")
         return _result(meta, path=dg.MetadataValue.path(meta["path"]))
 
-    @dg.asset(key=key("search_index"), deps=[warehouse], group_name=SHARED_GROUP, kinds={"duckdb"},
+    @dg.asset(key=key("search_index"), pool=SHARED_POOL, deps=[warehouse], group_name=SHARED_GROUP, kinds={"duckdb"},
               description="Serving check of the search indexes: HNSW used by the vector lane, a sample hybrid query.")
     def search_index(docsvault: DocsvaultResource) -> dg.MaterializeResult:
         from pipeline.defs.resources import cached_embedder
@@ -154,7 +157,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         ok = all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else chunks == 0
         return dg.AssetCheckResult(passed=ok, metadata={"models": list(plans), "chunks": chunks})
 
-    @dg.asset(key=key("retrieval_eval"), deps=[search_index], group_name="eval", kinds={"python"},
+    @dg.asset(key=key("retrieval_eval"), pool=SHARED_POOL, deps=[search_index], group_name="eval", kinds={"python"},
               description="Ablation (each lane alone and hybrid) of the eval cases (DOCSVAULT_EVALS): hit@1, hit@3, "
                           "MRR@10, nDCG@10 overall/per source/kind; each run appended to <data>/eval_runs.duckdb.")
     def retrieval_eval(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
