@@ -30,6 +30,7 @@ import dagster as dg
 
 from pipeline.config import Settings
 from pipeline.definitions import build_definitions
+from pipeline.errors import PipelineError
 
 os.environ.setdefault("DOCSVAULT_STAGE_LOCK", "off")
 
@@ -39,6 +40,10 @@ VISIBILITY_ENV = "DOCSVAULT_CELERY_VISIBILITY_TIMEOUT"
 DEFAULT_VISIBILITY_S = 7200
 
 
+class DeployConfigError(PipelineError):
+    """The distributed deployment's environment is incomplete or invalid (the message names the variable)."""
+
+
 def celery_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Celery settings shared by the run process (the executor) and the workers (``dagster_celery_config``).
 
@@ -46,13 +51,16 @@ def celery_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     redelivered to another worker after the visibility timeout (and at once when only a pool child died).
 
     Raises:
-        KeyError: DOCSVAULT_CELERY_BROKER is not set (the message names it).
+        DeployConfigError: DOCSVAULT_CELERY_BROKER is not set, or the visibility timeout is not a positive integer.
     """
     env = os.environ if environ is None else environ
     if not env.get(BROKER_ENV):
-        raise KeyError(f"{BROKER_ENV} is not set: give the broker URL, e.g. redis://127.0.0.1:6379/0")
+        raise DeployConfigError(f"{BROKER_ENV} is not set: give the Celery broker URL, e.g. redis://127.0.0.1:6379/0")
     broker = env[BROKER_ENV]
-    visibility = int(env.get(VISIBILITY_ENV) or DEFAULT_VISIBILITY_S)
+    raw = env.get(VISIBILITY_ENV) or str(DEFAULT_VISIBILITY_S)
+    if not raw.strip().isdigit() or int(raw) <= 0:
+        raise DeployConfigError(f"{VISIBILITY_ENV}={raw!r}: give whole seconds above the longest step, e.g. 7200")
+    visibility = int(raw)
     transport = {"visibility_timeout": visibility,
                  # sweep for abandoned tasks often enough for the timeout to hold
                  "unacked_restore_interval": max(1, min(10, visibility // 4)), "unacked_restore_throttle": 1}
