@@ -65,8 +65,7 @@ def start_servers(n: int, env: dict[str, str], token: str, stack: ExitStack, log
         args = [sys.executable, "-m", "pipeline.cli", "mcp", "--http", "--port", str(port)]
         if n > 1:
             args.append("--stateless")
-        log = open(logs / f"server-{i}.log", "wb")
-        stack.callback(log.close)
+        log = stack.enter_context(open(logs / f"server-{i}.log", "wb"))
         proc = subprocess.Popen(args, env={**os.environ, **env, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1",
                                            "HF_HUB_OFFLINE": "1", "DOCSVAULT_MCP_TOKEN": token},
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ from pathlib import Path
 def install_hooks() -> None:
     barrier = os.environ.get("DOCSVAULT_TEST_BARRIER")
     if barrier:
-        import pipeline.fetch as fetch
+        from pipeline import fetch
 
         folder, n = barrier.rsplit(":", 1)
         original_fetch = fetch.fetch_source

@@ -15,7 +15,6 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -159,7 +158,7 @@ def test_allowed_hosts_beyond_loopback() -> None:
 def test_cli_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
     port = free_port()
     out = subprocess.run([sys.executable, "-m", "pipeline.cli", "mcp", "--http", "--host", "0.0.0.0", "--port",
-                          str(port)], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=60)
+                          str(port)], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1
     assert out.stderr == (f"error: refusing to serve MCP on 0.0.0.0:{port} without a token: beyond loopback every "
                           f"request must carry a bearer token; put one in a file and pass --token-file FILE (or set "

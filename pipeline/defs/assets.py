@@ -126,7 +126,8 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         meta = build.graph_stage(docsvault.settings(), sources)
         return _result(meta, graphml=dg.MetadataValue.path(meta["graphml"]))
 
-    @dg.asset(key=key("warehouse"), pool=SHARED_POOL, deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP, kinds={"duckdb"},
+    @dg.asset(key=key("warehouse"), pool=SHARED_POOL, deps=[link_graph, *embedding_keys], group_name=SHARED_GROUP,
+              kinds={"duckdb"},
               description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published atomically.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         from pipeline.defs.resources import cached_embedder
