@@ -57,13 +57,14 @@ def build_docs(root: Path, model: str) -> dict[str, str]:
     return env
 
 
-def start_servers(n: int, env: dict[str, str], token: str, stack: ExitStack, logs: Path) -> list[str]:
-    """``n`` server processes (stateless when n > 1) on 127.0.0.1; their /mcp URLs once they listen."""
+def start_servers(n: int, env: dict[str, str], token: str, stack: ExitStack, logs: Path, stateless: bool = False
+                  ) -> list[str]:
+    """``n`` server processes (stateless when n > 1 or asked) on 127.0.0.1; their /mcp URLs once they listen."""
     urls, procs = [], []
     for i in range(n):
         port = free_port()
         args = [sys.executable, "-m", "pipeline.cli", "mcp", "--http", "--port", str(port)]
-        if n > 1:
+        if n > 1 or stateless:
             args.append("--stateless")
         log = stack.enter_context(open(logs / f"server-{i}.log", "wb"))
         proc = subprocess.Popen(args, env={**os.environ, **env, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1",
@@ -143,6 +144,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[30])
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--processes", type=int, nargs="+", default=[1])
+    ap.add_argument("--stateless", action="store_true", help="stateless servers also when --processes is 1")
     ap.add_argument("--url", help="a running server's /mcp URL (then no server is started)")
     ap.add_argument("--token-file", type=Path)
     ap.add_argument("--data", type=Path)
@@ -162,7 +164,7 @@ def main() -> None:
         else:
             token = secrets.token_hex(24)
             if args.data:
-                env = {"DOCSVAULT_DATA": str(args.data.resolve())}
+                env = {"DOCSVAULT_DATA": str(args.data.resolve()), "DOCSVAULT_MODEL": args.model}
                 if args.sources:
                     env["DOCSVAULT_SOURCES"] = str(args.sources.resolve())
                 if args.vault:
@@ -175,7 +177,7 @@ def main() -> None:
             for p in args.processes:
                 sub = tmp / f"p{p}"
                 sub.mkdir()
-                settings.append((p, start_servers(p, env, token, stack, sub)))
+                settings.append((p, start_servers(p, env, token, stack, sub, args.stateless)))
         for p, urls in settings:
             for c in args.clients:
                 asyncio.run(load(urls, token, min(c, 2), 2.0))          # warm-up: model load, first searcher
