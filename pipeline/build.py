@@ -197,6 +197,13 @@ PER_SOURCE_LOCK_SHARED: ContextVar[bool] = ContextVar("docsvault_per_source_lock
 
 
 def _locked(settings: Settings) -> Any:
+    """The stage's hold on ``<data>/build.lock`` — none when DOCSVAULT_STAGE_LOCK=off: the distributed deployment
+    (``pipeline.distributed``), where Dagster pools serialize the single-writer stages and each per-source step
+    writes only its own source's files, so no host-local lock is needed (nor visible to other hosts)."""
+    if os.environ.get("DOCSVAULT_STAGE_LOCK", "on").strip().lower() in ("off", "0", "false", "no"):
+        from contextlib import nullcontext
+
+        return nullcontext()
     return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT, shared=PER_SOURCE_LOCK_SHARED.get())
 
 

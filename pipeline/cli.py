@@ -1115,8 +1115,16 @@ def sources_list() -> None:
 
 @app.command()
 def mcp(
-    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")] = False,
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP (on 127.0.0.1 unless --host) instead of stdio.")] = False,
     port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535, help="Port for --http.")] = 8765,
+    host: Annotated[str, typer.Option("--host", metavar="ADDR", help="Address for --http; beyond loopback a token is "
+                                      "required [127.0.0.1].")] = "127.0.0.1",
+    token_file: Annotated[Path | None, typer.Option("--token-file", metavar="FILE", help="File holding the bearer token "
+                                                    "[env DOCSVAULT_MCP_TOKEN_FILE, or DOCSVAULT_MCP_TOKEN].")] = None,
+    allow_host: Annotated[list[str] | None, typer.Option("--allow-host", metavar="NAME", help="Host name clients use in "
+                                                         "the URL (repeatable; checked against Host/Origin).")] = None,
+    stateless: Annotated[bool, typer.Option("--stateless", help="No MCP sessions: any of several server processes "
+                                            "behind a load balancer can answer any call.")] = False,
 ) -> None:
     """Serve the MCP tools search, read, status and refresh (stdio by default; logs go to stderr)."""
     from pipeline.mcp_server import serve
@@ -1124,13 +1132,28 @@ def mcp(
     if http:
         import socket
 
-        with socket.socket() as probe:
+        from pipeline.mcp_http import HttpOptions, check_http_options, load_token, serve_http
+
+        try:
+            opts = HttpOptions(host=host, port=port, token=load_token(token_file), allow_hosts=tuple(allow_host or ()),
+                               stateless=stateless)
+            check_http_options(opts)
+        except PipelineError as exc:
+            fail(str(exc))
+            return
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family) as probe:
             try:
-                probe.bind(("127.0.0.1", port))
+                probe.bind((host.strip("[]"), port))
             except OSError as exc:
-                fail(f"cannot serve MCP on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port")
+                fail(f"cannot serve MCP on {host}:{port}: {exc.strerror or exc}; choose another --port (or --host)")
+        try:
+            serve_http(settings(), opts)
+        except PipelineError as exc:
+            fail(str(exc))
+        return
     try:
-        serve(settings(), transport="streamable-http" if http else "stdio", port=port)
+        serve(settings(), transport="stdio", port=port)
     except PipelineError as exc:
         fail(str(exc))
 

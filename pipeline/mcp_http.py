@@ -1,0 +1,209 @@
+"""`docsvault mcp --http`: the MCP tools over streamable HTTP, on loopback by default or as a team service.
+
+Rules (checked by :func:`check_http_options` before anything listens):
+
+* Loopback (``127.0.0.0/8``, ``::1``, ``localhost``): no token needed, as before. A token, when one is configured,
+  is required there too.
+* Any other address (``0.0.0.0``, a LAN address, ``::``): the server refuses to start without a bearer token. The
+  token comes from ``--token-file FILE``, else the file named by ``DOCSVAULT_MCP_TOKEN_FILE``, else the variable
+  ``DOCSVAULT_MCP_TOKEN``; at least :data:`MIN_TOKEN_CHARS` characters (``openssl rand -hex 32`` gives 64).
+* Every request must then carry ``Authorization: Bearer <token>``; anything else gets ``401`` (with
+  ``WWW-Authenticate: Bearer``). The comparison is constant-time (:func:`hmac.compare_digest`) and the token is
+  never logged nor echoed.
+* The Host / Origin checks against DNS rebinding stay on (the SDK's: ``421`` for a Host that is not allowed,
+  ``403`` for a foreign Origin). Allowed hosts: the loopback names, the bind address when it is a specific one,
+  this machine's host name and FQDN, and each ``--allow-host NAME`` (the name clients put in the URL, e.g. the
+  load balancer's). Origins: ``http(s)://`` + the same names.
+
+Several reader processes can serve one published warehouse: each opens it read-only and reopens it when a build
+swaps the file. ``--stateless`` answers every request on its own (no MCP session id), so a plain round-robin load
+balancer can spread one client's calls over several processes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.errors import PipelineError
+
+log = logging.getLogger("docsvault.mcp")
+
+TOKEN_ENV = "DOCSVAULT_MCP_TOKEN"
+TOKEN_FILE_ENV = "DOCSVAULT_MCP_TOKEN_FILE"
+MIN_TOKEN_CHARS = 16
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+class HttpConfigError(PipelineError):
+    """The HTTP server's options cannot be served safely (no token beyond loopback, unreadable token file...)."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (``127.0.0.0/8``, ``::1``); False for ``0.0.0.0``, ``::``
+    and every other name or address."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def load_token(token_file: Path | None = None, environ: dict[str, str] | None = None) -> str | None:
+    """The bearer token: ``token_file``, else the file named by DOCSVAULT_MCP_TOKEN_FILE, else DOCSVAULT_MCP_TOKEN;
+    None when none is set. Surrounding whitespace (a trailing newline) is stripped.
+
+    Raises:
+        HttpConfigError: the file cannot be read, or the token is empty or shorter than MIN_TOKEN_CHARS (the
+            message never contains the token).
+    """
+    env = os.environ if environ is None else environ
+    path = token_file or (Path(env[TOKEN_FILE_ENV]) if env.get(TOKEN_FILE_ENV) else None)
+    if path is not None:
+        try:
+            token = Path(path).expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HttpConfigError(f"cannot read the MCP token file {path}: {getattr(exc, 'strerror', None) or exc}; "
+                                  f"write the token (e.g. `openssl rand -hex 32`) into it") from None
+        where = f"token file {path}"
+    elif env.get(TOKEN_ENV) is not None:
+        token, where = env[TOKEN_ENV].strip(), TOKEN_ENV
+    else:
+        return None
+    if len(token) < MIN_TOKEN_CHARS:
+        raise HttpConfigError(f"the MCP token in {where} is {'empty' if not token else 'too short'}: use at least "
+                              f"{MIN_TOKEN_CHARS} characters (e.g. `openssl rand -hex 32`)")
+    return token
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How the HTTP server listens. ``token`` None = no authentication (loopback only)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = field(default=None, repr=False)
+    allow_hosts: tuple[str, ...] = ()
+    stateless: bool = False
+
+    def allowed_hosts(self) -> list[str]:
+        """Host header values accepted (``name`` and ``name:*``)."""
+        names: list[str] = list(LOOPBACK_NAMES)
+        bind = self.host.strip("[]")
+        if bind not in ("0.0.0.0", "::", "") and not is_loopback(bind):
+            names.append(f"[{bind}]" if ":" in bind else bind)
+        if not is_loopback(self.host):
+            for name in (socket.gethostname(), socket.getfqdn()):
+                if name and name not in names:
+                    names.append(name)
+        for name in self.allow_hosts:
+            name = name.strip().lower()
+            if name and name not in names:
+                names.append(name)
+        out: list[str] = []
+        for name in names:
+            out += [name, f"{name}:*"]
+        return out
+
+    def allowed_origins(self) -> list[str]:
+        """Origin header values accepted (browsers send one; other clients usually none)."""
+        return [f"{scheme}://{h}" for h in self.allowed_hosts() for scheme in ("http", "https")]
+
+
+def check_http_options(opts: HttpOptions) -> None:
+    """Refuse options that would serve without protection.
+
+    Raises:
+        HttpConfigError: a non-loopback address without a token.
+    """
+    if not is_loopback(opts.host) and not opts.token:
+        raise HttpConfigError(
+            f"refusing to serve MCP on {opts.host}:{opts.port} without a token: beyond loopback every request must "
+            f"carry a bearer token; put one in a file and pass --token-file FILE (or set {TOKEN_FILE_ENV} or "
+            f"{TOKEN_ENV}), or serve on 127.0.0.1"
+        )
+
+
+class BearerAuth:
+    """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` get 401.
+
+    Args:
+        app: the wrapped ASGI app.
+        token: the expected token (compared in constant time; never logged).
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._token = token.encode("utf-8")
+
+    def authorized(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        value = b""
+        for name, raw in headers:
+            if name.lower() == b"authorization":
+                value = raw
+                break
+        scheme, _, given = value.partition(b" ")
+        ok_scheme = scheme.lower() == b"bearer"
+        # compare_digest on every request, whatever the scheme, so the time does not tell what was wrong
+        ok_token = hmac.compare_digest(given.strip(), self._token)
+        return ok_scheme and ok_token
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and not self.authorized(scope.get("headers") or []):
+            body = b"missing or wrong bearer token\n"
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                    (b"content-length", str(len(body)).encode()),
+                                    (b"www-authenticate", b'Bearer realm="docsvault"')]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
+    """The ASGI app: the MCP server's streamable HTTP app (path ``/mcp``) with the Host/Origin checks, wrapped in
+    :class:`BearerAuth` when ``opts.token`` is set.
+
+    Raises:
+        HttpConfigError: see :func:`check_http_options`.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from pipeline.mcp_server import create_server
+
+    check_http_options(opts)
+    server = create_server(settings, service)
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                         allowed_hosts=opts.allowed_hosts(), allowed_origins=opts.allowed_origins())
+    app = server.streamable_http_app(host=opts.host, transport_security=security, stateless_http=opts.stateless)
+    return BearerAuth(app, opts.token) if opts.token else app
+
+
+def serve_http(settings: Settings, opts: HttpOptions) -> None:
+    """Serve until the process is stopped (SIGINT / SIGTERM).
+
+    Raises:
+        HttpConfigError: see :func:`check_http_options`.
+    """
+    import sys
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s")
+    app = http_app(settings, opts)
+    shown = f"[{opts.host}]" if ":" in opts.host else opts.host
+    log.info("serving MCP over streamable HTTP on http://%s:%d/mcp (%s%s)", shown, opts.port,
+             "bearer token required" if opts.token else "no token: loopback only",
+             ", stateless" if opts.stateless else "")
+    # access_log off: request lines are noise at load; headers (the token) are never logged either way
+    uvicorn.run(app, host=opts.host, port=opts.port, log_level="warning", access_log=False)

@@ -1,0 +1,236 @@
+"""The distributed deployment on real components started here: Dagster's instance in PostgreSQL, dagster-celery with a
+Redis broker and two worker processes, one shared data dir. A build of three sources runs its per-source steps on
+both workers (read from the run's event log), survives a worker SIGKILLed in the middle, and publishes the same
+warehouse (notes, chunks, vectors, eval figures) as the in-process `docsvault build`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers import postgres_server, redis_server, stop
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.integration
+
+SOURCES = {
+    "alpha": {
+        "Home.md": "# Home\n\nWelcome. See [[Install guide]] and [[Ducks]].\n",
+        "Install guide.md": "# Install guide\n\nHow to install the tool.\n\n## Linux\n\nUse the package manager.\n\n"
+                            "## Windows\n\nDownload the installer and run it.\n",
+        "Ducks.md": "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n",
+    },
+    "beta": {
+        "Parquet.md": "# Parquet files\n\nRead a parquet file with `read_parquet`. Columnar storage is fast.\n",
+        "Joins.md": "# Joins\n\nAn inner join keeps matching rows. See [[Parquet]].\n\n## Outer joins\n\nKeep all rows.\n",
+    },
+    "gamma": {
+        "Gardening.md": "# Gardening\n\nWater tomatoes in the morning. Compost feeds the soil.\n",
+        "Bees.md": "# Bees\n\nBees pollinate flowers in the [[Gardening|garden]]. Honey is stored in combs.\n",
+    },
+}
+EVALS = """\
+corpus: alpha
+cases:
+  - {id: a1, query: install the tool on windows, expected: ['Install guide.md'], kind: keyword}
+  - {id: a2, query: water bird in the pond, expected: ['Ducks.md'], kind: paraphrase}
+"""
+EVALS_GAMMA = """\
+corpus: gamma
+cases:
+  - {id: g1, query: who pollinates flowers, expected: ['Bees.md'], kind: paraphrase}
+"""
+
+
+def _corpus(root: Path) -> Path:
+    lines = ["sources:"]
+    for name, notes in SOURCES.items():
+        for rel, text in notes.items():
+            p = root / "corpus" / name / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        lines += [f"  - name: {name}", "    kind: local", f"    path: {root / 'corpus' / name}", "    format: obsidian"]
+    (root / "sources.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "evals").mkdir()
+    (root / "evals" / "alpha.yaml").write_text(EVALS, encoding="utf-8")
+    (root / "evals" / "gamma.yaml").write_text(EVALS_GAMMA, encoding="utf-8")
+    return root / "sources.yaml"
+
+
+def _base_env(root: Path, out: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCSVAULT_", "DAGSTER_"))}
+    return env | {
+        "DOCSVAULT_SOURCES": str(root / "sources.yaml"), "DOCSVAULT_DATA": str(out / "data"),
+        "DOCSVAULT_VAULT": str(out / "vault"), "DOCSVAULT_EVALS": str(root / "evals"), "DOCSVAULT_MODEL": "hash",
+        "DAGSTER_HOME": str(out / "dagster"), "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "deploy")]),
+    }
+
+
+def snapshot(data: Path) -> dict[str, Any]:
+    """What a reader sees: notes, chunks, links, every live vector (as bytes), and the eval figures."""
+    from pipeline import warehouse as wh
+
+    con = wh.connect(data / "warehouse.duckdb", read_only=True)
+    try:
+        out: dict[str, Any] = {
+            "notes": con.execute("SELECT note_id, source, source_path, vault_path, title, tags, content_hash, "
+                                 "in_degree, round(pagerank, 9) FROM notes ORDER BY note_id").fetchall(),
+            "chunks": con.execute("SELECT chunk_id, note_id, source, ordinal, heading, breadcrumb, text, text_hash "
+                                  "FROM chunks ORDER BY chunk_id").fetchall(),
+            "links": con.execute("SELECT * FROM links ORDER BY ALL").fetchall(),
+            "vectors": {},
+        }
+        for m in wh.list_models(con):
+            ids, vecs = wh.load_live_vectors(con, m["table_name"])
+            out["vectors"][m["model_id"]] = sorted(zip(ids, (v.tobytes() for v in vecs)))
+    finally:
+        con.close()
+    report = json.loads((data / "state" / ".shared.json").read_text())["eval"]["report"]
+    out["eval"] = {k: report[k] for k in ("overall", "by_source", "by_kind")}
+    out["ablation"] = {name: s["overall"] for name, s in report["setups"].items()}
+    return out
+
+
+@contextmanager
+def workers(env: dict[str, str], logs: Path, names: list[str]) -> Iterator[dict[str, subprocess.Popen]]:
+    """Solo-pool Celery workers (one task at a time each), started in their own sessions, stopped by pid."""
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name in names:
+            with open(logs / f"{name}.log", "wb") as out:
+                procs[name] = subprocess.Popen(
+                    [sys.executable, str(REPO / "tests" / "celery_worker.py"), "-A", "dagster_celery.app", "worker",
+                     "-P", "solo", "-c", "1", "-Q", "dagster", "-n", f"{name}@%h", "--loglevel", "INFO",
+                     "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                    env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True)
+        deadline = time.monotonic() + 120
+        for name, proc in procs.items():
+            while "ready." not in (logs / f"{name}.log").read_text(errors="replace"):
+                assert proc.poll() is None, (logs / f"{name}.log").read_text()
+                assert time.monotonic() < deadline, f"worker {name} not ready"
+                time.sleep(0.2)
+        yield procs
+    finally:
+        for proc in procs.values():
+            stop(proc)
+
+
+def _materialize(env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "dagster", "asset", "materialize", "-m", "pipeline.distributed",
+                                 "--select", "*"], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _run_log(env: dict[str, str]) -> list[dict[str, Any]]:
+    """Every run in the Postgres instance: status and, per step, the workers that started it and the step pids."""
+    code = r"""
+import json
+import dagster as dg
+from dagster._core.events import DagsterEventType
+instance = dg.DagsterInstance.get()
+runs = []
+for run in reversed(instance.get_runs()):
+    workers, pids, success = {}, {}, []
+    for e in instance.all_logs(run.run_id):
+        ev = e.dagster_event
+        if ev is None or not e.step_key:
+            continue
+        if ev.event_type == DagsterEventType.ENGINE_EVENT and "in celery worker" in (ev.message or ""):
+            name = ev.engine_event_data.metadata["Celery worker"].value
+            if name not in workers.setdefault(e.step_key, []):
+                workers[e.step_key].append(name)
+        if ev.event_type == DagsterEventType.STEP_START:
+            pids.setdefault(e.step_key, set()).add(ev.pid)
+        if ev.event_type == DagsterEventType.STEP_SUCCESS:
+            success.append(e.step_key)
+    runs.append({"status": run.status.value, "workers": workers, "success": success,
+                 "pids": {k: sorted(v) for k, v in pids.items()}})
+print(json.dumps(runs))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_process(tmp_path: Path) -> None:
+    _corpus(tmp_path)
+    # the reference: the default path (in-process executor, SQLite, the CLI's file lock)
+    ref_env = _base_env(tmp_path, tmp_path / "ref")
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "build"], env=ref_env, cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = snapshot(tmp_path / "ref" / "data")
+    assert [len(reference[k]) for k in ("notes", "chunks", "links")] == [7, 7, 4]
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out = tmp_path / "dist"
+    with postgres_server() as pg, redis_server(tmp_path / "redis") as rd:
+        env = _base_env(tmp_path, out) | {
+            # SQLAlchemy 2.1 defaults to psycopg 3; dagster-postgres ships psycopg2
+            "DAGSTER_PG_URL": pg.url.replace("postgresql://", "postgresql+psycopg2://"),
+            "DOCSVAULT_CELERY_BROKER": f"{rd.url}/0", "DOCSVAULT_CELERY_BACKEND": f"{rd.url}/1",
+            "DOCSVAULT_CELERY_VISIBILITY_TIMEOUT": "10",
+            "DOCSVAULT_TEST_BARRIER": f"{hooks}:2", "DOCSVAULT_TEST_PAUSE": f"{hooks}:beta",
+        }
+        (out / "dagster").mkdir(parents=True)
+        shutil.copy(REPO / "deploy" / "dagster.yaml", out / "dagster" / "dagster.yaml")
+        with workers(env, logs, ["w1", "w2"]) as procs:
+            run = _materialize(env, logs / "run1.log")
+            marker = hooks / "paused"
+            deadline = time.monotonic() + 300
+            while not marker.exists():
+                assert run.poll() is None, (logs / "run1.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the paused step never started"
+                time.sleep(0.1)
+            victim_pid = int(marker.read_text())
+            victim = next(n for n, p in procs.items() if p.pid == victim_pid)
+            # in the middle of the build: beta's embedding step is running, nothing is published yet
+            assert not (out / "data" / "warehouse.duckdb").exists()
+            os.kill(victim_pid, signal.SIGKILL)
+            procs[victim].wait(timeout=30)
+            assert run.wait(timeout=600) == 0, (logs / "run1.log").read_text()[-3000:]
+            first = snapshot(out / "data")
+            worker_pids = {n: p.pid for n, p in procs.items()}
+            # the next run (the survivor and a replacement worker) converges: nothing to redo, same warehouse
+            stat = (out / "data" / "warehouse.duckdb").stat()
+            with workers(env, logs, ["w3"]):
+                run2 = _materialize(env, logs / "run2.log")
+                assert run2.wait(timeout=600) == 0, (logs / "run2.log").read_text()[-3000:]
+            second = snapshot(out / "data")
+            assert (out / "data" / "warehouse.duckdb").stat().st_mtime_ns == stat.st_mtime_ns
+        runs = _run_log(env)
+
+    assert first == reference
+    assert second == reference
+    assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS"]
+    log1 = runs[0]
+    survivor = ({"w1", "w2"} - {victim}).pop()
+    host_of = {w: w.split("@")[0] for ws in log1["workers"].values() for w in ws}
+    per_source = {k: [host_of[w] for w in ws] for k, ws in log1["workers"].items()
+                  if k.split("__")[0] in ("raw_docs", "notes", "vault", "chunks", "embeddings")}
+    # steps of one build executed by two different worker processes
+    assert {w for ws in per_source.values() for w in ws} == {"w1", "w2"}
+    assert len({ws[0] for k, ws in per_source.items() if k.startswith("raw_docs__")}) == 2
+    # the killed step was redelivered to the surviving worker and finished there
+    assert per_source["embeddings__beta"] == [victim, survivor]
+    assert log1["pids"]["embeddings__beta"] == sorted(worker_pids.values())
+    assert "embeddings__beta" in log1["success"]
+    # every step ran in one of the two worker processes (solo pool: the worker's own pid), both took steps
+    assert {p for ps in log1["pids"].values() for p in ps} == set(worker_pids.values())
