@@ -55,3 +55,13 @@ class DocsvaultResource(dg.ConfigurableResource):
             crosslingual_model=self.crosslingual_model,
             synonyms=Path(self.synonyms_file) if self.synonyms_file else None,
         )
+
+
+def resource_defs(settings: Settings) -> dg.Definitions:
+    return dg.Definitions(resources={"docsvault": DocsvaultResource.from_settings(settings)})
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """The ``docsvault`` resource from the environment (DOCSVAULT_*; see pipeline.config)."""
+    return resource_defs(Settings.from_env())
