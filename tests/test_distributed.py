@@ -224,13 +224,13 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
     survivor = ({"w1", "w2"} - {victim}).pop()
     host_of = {w: w.split("@")[0] for ws in log1["workers"].values() for w in ws}
     per_source = {k: [host_of[w] for w in ws] for k, ws in log1["workers"].items()
-                  if k.split("__")[0] in ("raw_docs", "notes", "vault", "chunks", "embeddings")}
+                  if k.split("__")[-1] in ("raw_docs", "notes", "vault", "chunks", "embeddings")}
     # steps of one build executed by two different worker processes
     assert {w for ws in per_source.values() for w in ws} == {"w1", "w2"}
-    assert len({ws[0] for k, ws in per_source.items() if k.startswith("raw_docs__")}) == 2
+    assert len({ws[0] for k, ws in per_source.items() if k.endswith("__raw_docs")}) == 2
     # the killed step was redelivered to the surviving worker and finished there
-    assert per_source["embeddings__beta"] == [victim, survivor]
-    assert log1["pids"]["embeddings__beta"] == sorted(worker_pids.values())
-    assert "embeddings__beta" in log1["success"]
+    assert per_source["beta__embeddings"] == [victim, survivor]
+    assert log1["pids"]["beta__embeddings"] == sorted(worker_pids.values())
+    assert "beta__embeddings" in log1["success"]
     # every step ran in one of the two worker processes (solo pool: the worker's own pid), both took steps
     assert {p for ps in log1["pids"].values() for p in ps} == set(worker_pids.values())
