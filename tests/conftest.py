@@ -10,6 +10,9 @@ import pytest
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the fake embedder's tests must not load the real cross-lingual model (USE-m3) for every build; the tests of the
+# cross-lingual lane (tests/test_mixed_vault.py) name it in their Settings
+os.environ.setdefault("DOCSVAULT_CROSSLINGUAL_MODEL", "none")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DOCSVAULT_SHARED", REPO.parent / "shared")).resolve()
