@@ -103,9 +103,14 @@ def _failures(result: Any) -> dict[str, str]:
             # the user error's own message, not Dagster's wrapper line
             if err and err.cause is not None:
                 msg = err.cause.message.strip()
-            first = " ".join(line.strip() for line in msg.splitlines() if line.strip())[:500] if msg else "failed"
-            failures[event.step_key] = re.sub(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): ", "", first)
+            failures[event.step_key] = _one_line(msg)
     return failures
+
+
+def _one_line(msg: str) -> str:
+    """An error message as one line of at most 500 characters, without a leading ``SomeError: ``."""
+    first = " ".join(line.strip() for line in msg.splitlines() if line.strip())[:500] if msg.strip() else "failed"
+    return re.sub(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): ", "", first)
 
 
 _ENV = {"DOCSVAULT_SOURCES": "sources_file", "DOCSVAULT_DATA": "data_dir", "DOCSVAULT_VAULT": "vault_dir",
@@ -198,7 +203,7 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
             if not st.ok:
                 continue
             if SUCCEEDED in failed:
-                st.ok, st.failed_stage, st.error = False, stage, str(failed[SUCCEEDED].get("error", "failed"))
+                st.ok, st.failed_stage, st.error = False, stage, _one_line(str(failed[SUCCEEDED].get("error", "")))
             elif asset.to_python_identifier() in failures:
                 st.ok, st.failed_stage, st.error = False, stage, failures[asset.to_python_identifier()]
             elif failed:
