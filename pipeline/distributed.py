@@ -4,8 +4,9 @@
 Every step is a Celery task on the broker; any worker that shares the storage root (``DOCSVAULT_DATA``,
 ``DOCSVAULT_VAULT``: one mounted volume) runs it. Per-source steps read and write only their own source's files
 (``raw/<s>/``, ``notes/<s>.jsonl``, ``chunks/<s>.jsonl``, ``state/<s>.json``, ``vault/<s>/``) plus content-addressed
-cache shards that are written no-clobber, so they take no lock (``DOCSVAULT_STAGE_LOCK=off``, set here) and can be
-retried on another worker. The single-writer stages are in the Dagster pool ``docsvault_warehouse``, limited to one
+cache shards that are written no-clobber, so they take no lock (``DOCSVAULT_STAGE_LOCK=off``, set when Dagster
+loads :func:`defs`) and can be retried on another worker. The single-writer stages are in the Dagster pool
+``docsvault_warehouse``, limited to one
 step at a time by ``concurrency: pools: default_limit: 1`` in the deployment's dagster.yaml.
 
 Environment (read by the run process and by every worker: give both the same values):
@@ -31,8 +32,6 @@ import dagster as dg
 from pipeline.config import Settings
 from pipeline.definitions import build_definitions
 from pipeline.errors import PipelineError
-
-os.environ.setdefault("DOCSVAULT_STAGE_LOCK", "off")
 
 BROKER_ENV = "DOCSVAULT_CELERY_BROKER"
 BACKEND_ENV = "DOCSVAULT_CELERY_BACKEND"
@@ -96,4 +95,7 @@ def distributed_definitions(settings: Settings) -> dg.Definitions:
 
 @dg.definitions
 def defs() -> dg.Definitions:
+    # every process that loads these definitions (run process, Celery workers) runs stages without the host-local
+    # lock; set here rather than at import, so importing the module (tests, tools) changes nothing
+    os.environ.setdefault("DOCSVAULT_STAGE_LOCK", "off")
     return distributed_definitions(Settings.from_env())

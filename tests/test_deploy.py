@@ -62,6 +62,16 @@ def test_deploy_instance_yaml_limits_the_pool() -> None:
     assert conf["telemetry"] == {"enabled": False}
 
 
+def test_importing_the_distributed_entry_point_changes_no_environment() -> None:
+    import subprocess
+    import sys
+
+    code = "import os, pipeline.distributed; print(os.environ.get('DOCSVAULT_STAGE_LOCK'))"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "DOCSVAULT_STAGE_LOCK"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=REPO)
+    assert out.stdout.strip() == "None"
+
+
 def test_stage_lock_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings.from_env(data_dir=tmp_path / "data")
     lock = settings.data_dir / LOCK_NAME
