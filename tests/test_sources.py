@@ -64,7 +64,7 @@ def test_missing_file_says_what_to_do(tmp_path: Path) -> None:
 
 def test_select_unknown_lists_known(tmp_path: Path) -> None:
     p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n")
-    with pytest.raises(SourceConfigError, match=r"unknown source\(s\) \['b'\]; known sources: \['a'\]"):
+    with pytest.raises(SourceConfigError, match=r"^unknown source\(s\) 'b'; known sources: a$"):
         select_sources(load_sources(p), ["b"])
 
 
