@@ -319,3 +319,38 @@ def test_frontmatter_check_is_reused_until_a_vault_file_changes(settings: Settin
     bad.write_text("no frontmatter here\n", encoding="utf-8")
     third = b.frontmatter_check(settings, source)
     assert third["cached"] is False and third["invalid"] == 1 and third["first_invalid"] == ["Ducks.md"]
+
+
+def test_adding_and_removing_a_small_source_is_incremental(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small source added to (or dropped from) a built warehouse is published as a delta, not a full rewrite."""
+    base, extra = tmp_path / "base", tmp_path / "extra"
+    for i in range(60):
+        (base / f"Note {i:02d}.md").parent.mkdir(parents=True, exist_ok=True)
+        (base / f"Note {i:02d}.md").write_text(f"# Note {i}\n\nTopic number {i} of the base vault.\n", encoding="utf-8")
+    extra.mkdir()
+    (extra / "Pelicans.md").write_text("# Pelicans\n\nPelicans scoop fish with their pouch.\n", encoding="utf-8")
+    (extra / "Herons.md").write_text("# Herons\n\nHerons wait motionless in shallow water.\n", encoding="utf-8")
+    block = "  - name: {0}\n    kind: local\n    path: {1}\n    format: obsidian\n"
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n" + block.format("base", base), encoding="utf-8")
+    for key, value in {"DOCSVAULT_SOURCES": sources, "DOCSVAULT_DATA": tmp_path / "data",
+                       "DOCSVAULT_VAULT": tmp_path / "vault", "DOCSVAULT_EVALS": tmp_path / "evals",
+                       "DOCSVAULT_MODEL": "hash", "DOCSVAULT_MULTILINGUAL_MODEL": "hash",
+                       "DOCSVAULT_CROSSLINGUAL_MODEL": "none", "DAGSTER_HOME": tmp_path / "dagster"}.items():
+        monkeypatch.setenv(key, str(value))
+    settings = Settings.from_env()
+    assert run_chain(settings)["warehouse"]["mode"] == "full"
+    sources.write_text("sources:\n" + block.format("base", base) + block.format("extra", extra), encoding="utf-8")
+    added = run_chain(settings)["warehouse"]
+    assert (added["mode"], added["notes"]) == ("incremental", 62)
+    with Searcher(settings.warehouse_path) as s:
+        assert s.search("pelicans pouch", k=1)[0].source_path == "Pelicans.md"
+    # a fresh full publish, so the removal below is the only delta (a tiny file that grew past 1.5x its full size
+    # from two deltas in a row would be rewritten in full by that rule, a size no real warehouse stays at)
+    settings.warehouse_path.unlink()
+    assert run_chain(settings)["warehouse"]["mode"] == "full"
+    sources.write_text("sources:\n" + block.format("base", base), encoding="utf-8")
+    removed = run_chain(settings)["warehouse"]
+    assert (removed["mode"], removed["notes"]) == ("incremental", 60), removed.get("reason")
+    with Searcher(settings.warehouse_path) as s:
+        assert s.sources == ["base"]
