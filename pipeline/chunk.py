@@ -188,6 +188,27 @@ class _Atom(NamedTuple):
     #            "word", "chars" (a hard cut that fits); only "sentence" atoms are repeated as overlap
 
 
+_BLOCK_ID = re.compile(r"(?:[ \t]+|^)\^[A-Za-z0-9][A-Za-z0-9-]*[ \t]*$", re.MULTILINE)
+_FENCE_LINE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
+
+
+def strip_block_ids(markdown: str) -> str:
+    """Obsidian block ids (``Some paragraph ^quote-1``, or ``^id`` alone on the line after a block) removed outside
+    fenced code: they are link targets (``[[Note#^quote-1]]``), not words a reader searches for."""
+    if "^" not in markdown:
+        return markdown
+    out: list[str] = []
+    fence = ""
+    for line in markdown.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if m and (not fence or (m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence))):
+            fence = "" if fence else m.group(1)
+        elif not fence and "^" in line:
+            line = _BLOCK_ID.sub("", line)
+        out.append(line)
+    return "\n".join(out)
+
+
 def _strip_frontmatter(body: str) -> str:
     m = _FRONTMATTER.match(body)
     if not m:
@@ -284,7 +305,7 @@ class _Chunker:
         self.max = max_tokens
         self.overlap = overlap
         self.min = min_tokens
-        self.text = _strip_frontmatter(note.body)
+        self.text = strip_block_ids(_strip_frontmatter(note.body))
         self._bc_cache: dict[tuple[str, ...], str] = {}
 
     # -- helpers --

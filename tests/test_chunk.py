@@ -333,3 +333,16 @@ def test_obsidian_help_chunks_fit_minilm() -> None:
     )
     assert max(sizes) <= 256
     assert len({c.chunk_id for c in chunks}) == len(chunks)
+
+
+def test_block_ids_do_not_reach_chunk_text() -> None:
+    """Obsidian block ids are link targets, not words: removed from the search text, kept inside code."""
+    from pipeline.chunk import chunk_note, strip_block_ids
+    from pipeline.models import Note
+
+    body = "# Quotes\n\nStay hungry. ^quote-1\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n^table-2\n\n```\nx ^keep\n```\n"
+    assert strip_block_ids(body) == "# Quotes\n\nStay hungry.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n\n\n```\nx ^keep\n```\n"
+    assert strip_block_ids("2^10 and a^b stay") == "2^10 and a^b stay"
+    note = Note("s", "q.md", "q.md", "Quotes", {"title": "Quotes"}, body)
+    text = " ".join(c.text for c in chunk_note(note, count_tokens=len, max_tokens=400))
+    assert "^quote-1" not in text and "^table-2" not in text and "Stay hungry." in text and "x ^keep" in text
