@@ -342,8 +342,8 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
     (["--tag", ""], "error: --tag is empty: pass a tag, e.g. --tag journal\n"),
     (["--tag", "#"], "error: --tag is empty: pass a tag, e.g. --tag journal\n"),
     (["--source", " "], "error: --source is empty: pass a source name (`docsvault sources list`)\n"),
-    (["--lanes", "bm25,nope"], "error: unknown lane 'nope' in --lanes; available: bm25, bm25_page, vector, graph, "
-     "hybrid, hybrid+graph\n"),
+    (["--lanes", "bm25,nope"], "error: unknown lane 'nope' in --lanes; available: bm25, bm25_page, vector, "
+     "crosslingual, graph, hybrid, hybrid+graph\n"),
 ])
 def test_search_options_that_do_not_combine_are_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", "ducks", *args])
