@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
 
 from pipeline.config import Settings
@@ -208,3 +209,22 @@ def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path) -
         assert instance.run_retries_enabled and instance.run_retries_max_retries == 0
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_build_does_not_leave_the_warehouse_pool_taken(tiny_env: Path) -> None:
+    """A build killed while its single-writer step held the docsvault_warehouse slot: the next build releases the
+    dead run (reported failed) and builds, instead of waiting forever on 'Step blocked by limit for pool'."""
+    from pipeline.defs.runner import run_build
+
+    settings = Settings.from_env()
+    assert run_build(settings).ok
+    instance = dg.DagsterInstance.get()
+    dead = instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id="dead0000-0000-0000-0000-000000000000",
+                                          status=dg.DagsterRunStatus.STARTED, tags={"docsvault/run": "build"}))
+    claim = instance.event_log_storage.claim_concurrency_slot("docsvault_warehouse", dead.run_id, "link_graph")
+    assert claim.is_claimed
+    report = run_build(settings)
+    assert report.ok, (report.sources, report.shared_error)
+    assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert instance.event_log_storage.get_concurrency_info("docsvault_warehouse").claimed_slots == []

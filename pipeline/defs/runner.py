@@ -178,6 +178,22 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
                 build.PROGRESS_HOOKS.remove(progress)
 
 
+def _release_dead_builds(instance: dg.DagsterInstance) -> list[str]:
+    """Runs of ``docsvault build`` still marked in progress are from a build process that died (killed, power cut):
+    the caller holds the build lock, so no other build runs. Each is reported failed and its pool slots are freed,
+    or the single-writer stages of every later build would wait forever for the slot a dead step still holds
+    ("Step blocked by limit for pool docsvault_warehouse"). Returns the run ids released."""
+    released = []
+    in_progress = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.QUEUED,
+                   dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.CANCELING]
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={"docsvault/run": "build"})):
+        instance.report_run_failed(run, message="the docsvault build process of this run is gone (killed); "
+                                                "the next build released its pool slots")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    return released
+
+
 def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str) -> BuildReport:
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
@@ -185,6 +201,7 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
     build.check_layout(settings, all_sources)
     removed = build.remove_dropped_sources(settings, all_sources)
     instance = dg.DagsterInstance.get()
+    _release_dead_builds(instance)
     selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES]
     run_config = {**IN_PROCESS_RUN_CONFIG, "loggers": {"console": {"config": {"log_level": log_level}}}}
     with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
