@@ -39,6 +39,7 @@ PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
 SHARED_STAGES = ("link_graph", "warehouse", "retrieval_eval")
 WAREHOUSE_POOL = "docsvault_warehouse"
 SUCCEEDED = "succeeded"            # the blocking check every per-source asset evaluates on its own run
+FAILED_STAGES = "failed_stages"    # <data>/state/<source>.json: stage -> error of its last run (while it fails)
 
 #: stage -> the code whose hash is its code_version (:func:`pipeline.build.code_version`)
 CODE_OF = {"raw_docs": "fetch", "notes": "normalize", "vault": "vault", "chunks": "chunk", "embeddings": "embed",
@@ -123,17 +124,32 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     token = build.PER_SOURCE_LOCK_SHARED.set(True)
     try:
         with BuildLock(settings.data_dir / "locks" / f"{source.name}.lock", wait=build.STAGE_LOCK_WAIT):
+            failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
+            upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input = _INPUT.get(stage)
-            if upstream_input is not None and not upstream_input(settings, source.name).exists():
+            if upstream:
+                # keep this stage's last good output: never rebuild it from a failed upstream (a vanished local
+                # folder must not empty the vault)
+                meta = {"skipped": True, "kept": f"last good copy: {key(upstream[0], source).to_user_string()} "
+                                                  "failed"}
+            elif upstream_input is not None and not upstream_input(settings, source.name).exists():
                 raise PipelineError(
                     f"source '{source.name}': {stage} has nothing to work on yet: "
                     f"{key(_UPSTREAM[stage], source).to_user_string()} has never succeeded")
-            meta = run(settings)
+            else:
+                meta = run(settings)
     except PipelineError as exc:
         error = str(exc)
         context.log.error(f"{source.name}: {stage} failed: {error}")
     finally:
         build.PER_SOURCE_LOCK_SHARED.reset(token)
+    if not meta.get("kept"):
+        failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
+        if error:
+            failed[stage] = error
+        else:
+            failed.pop(stage, None)
+        artifacts.update_state(settings, source.name, **{FAILED_STAGES: failed})
     state = artifacts.load_state(settings, source.name)
     version = state.get(_STATE_VERSION[stage])
     checks = [] if extra_checks is None else extra_checks(settings, meta)    # every declared check reports

@@ -226,6 +226,9 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
             elif failed:
                 st.ok, st.failed_stage = False, "checks"
                 st.error = f"asset check {', '.join(sorted(failed))} of {asset.to_user_string()} failed (see the Dagster UI)"
+        if not st.ok and st.failed_stage in PER_SOURCE_STAGES:      # what did not run for the failed source
+            for stage in PER_SOURCE_STAGES[PER_SOURCE_STAGES.index(st.failed_stage):]:
+                st.metadata[stage] = {}
         # shown by `status` until a build of the source succeeds
         last_error = None if st.ok else {"stage": st.failed_stage, "error": st.error, "at": build._now()}
         if last_error is not None or artifacts.load_state(settings, s.name).get("last_error") is not None:
