@@ -1005,6 +1005,7 @@ def status_data(s: Settings) -> dict[str, Any]:
         })
     return {
         "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
+        "multilingual_model": s.multilingual_model, "crosslingual_model": s.crosslingual or "none",
         "vault": str(s.vault_dir), "data": str(s.data_dir), "dagster_home": str(s.dagster_home),
     }
 
@@ -1047,7 +1048,8 @@ def status(
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
     else:
         typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
-    typer.echo(f"model: {data['model']}")
+    typer.echo(f"models: {data['model']} (English notes), {data['multilingual_model']} (ja/zh/ko notes), "
+               f"{data['crosslingual_model']} (cross-lingual lane, every chunk)")
     typer.echo(f"vault: {data['vault']}")
     typer.echo(f"dagster home: {data['dagster_home']}")
 
