@@ -977,13 +977,7 @@ def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None,
 
     def fix(text: str) -> str:
         lines = text.split("\n")
-        table = [False] * len(lines)
-        for i in range(1, len(lines)):
-            if _TABLE_DELIM.match(lines[i]) and "|" in lines[i - 1] and "-" in lines[i]:
-                j = i - 1
-                while j < len(lines) and lines[j].strip():
-                    table[j] = True
-                    j += 1
+        table = _table_rows(lines)
         return "\n".join(
             _LINK.sub(lambda m, t=table[i]: _convert_link(m, index, sp, page_url, t, dangling), line) if "](" in line else line
             for i, line in enumerate(lines)
