@@ -228,3 +228,14 @@ def test_a_killed_build_does_not_leave_the_warehouse_pool_taken(tiny_env: Path) 
     assert report.ok, (report.sources, report.shared_error)
     assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
     assert instance.event_log_storage.get_concurrency_info("docsvault_warehouse").claimed_slots == []
+
+
+def test_stage_progress_reaches_the_run_log(tiny_env: Path) -> None:
+    """The progress the CLI draws (fetch, normalize, chunk, warehouse) is in the Dagster run's log too."""
+    from pipeline.defs.runner import run_build
+
+    assert run_build(Settings.from_env()).ok
+    instance = dg.DagsterInstance.get()
+    (run,) = instance.get_runs(limit=1)
+    messages = [e.user_message for e in instance.all_logs(run.run_id) if e.user_message]
+    assert "tiny: normalize 5/5" in messages and "tiny: chunk 5/5" in messages

@@ -110,6 +110,30 @@ def _honest(stage: str, meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+PROGRESS_LOG_SECONDS = 10.0
+
+
+def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, work: Any) -> Any:
+    """Run ``work()`` with the stage's progress (``build.PROGRESS_HOOKS``: fetch, normalize, chunk, warehouse) in the
+    run's log, a line at most every ``PROGRESS_LOG_SECONDS`` and one when a counted step ends; the embedding asset
+    logs its own (with its rate). ``source`` None: every source's lines (the shared stages)."""
+    last = [0.0]
+
+    def hook(stage: str, name: str, done: int, total: int) -> None:
+        if stage == "embed" or (source is not None and name != source):
+            return
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_LOG_SECONDS or (total and done >= total):
+            last[0] = now
+            context.log.info(f"{name}: {stage} {done}/{total}" if total else f"{name}: {stage} running")
+
+    build.PROGRESS_HOOKS.append(hook)
+    try:
+        return work()
+    finally:
+        build.PROGRESS_HOOKS.remove(hook)
+
+
 def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
                       run: Callable[[Settings], dict[str, Any]],
                       extra_checks: Callable[[Settings, dict[str, Any]], list[dg.AssetCheckResult]] | None = None,
@@ -137,7 +161,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
                     f"source '{source.name}': {stage} has nothing to work on yet: "
                     f"{key(_UPSTREAM[stage], source).to_user_string()} has never succeeded")
             else:
-                meta = run(settings)
+                meta = _with_progress_log(context, source.name, lambda: run(settings))
     except PipelineError as exc:
         error = str(exc)
         context.log.error(f"{source.name}: {stage} failed: {error}")
@@ -339,7 +363,8 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = docsvault.settings()
-        meta = build.warehouse_stage(settings, sources, embedder_factory=cached_embedder)
+        meta = _with_progress_log(context, None,
+                                  lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
         if meta.get("skipped"):
             meta = {"skipped": True, "mode": "unchanged", "seconds": meta["seconds"],
                     **{k: meta[k] for k in _WAREHOUSE_STATE_KEYS if k in meta}}
