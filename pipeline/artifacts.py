@@ -9,13 +9,12 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pipeline.config import Settings
 from pipeline.models import Chunk, Note
-
 
 _UMASK_LOCK = threading.Lock()
 
@@ -35,12 +34,17 @@ def file_mode() -> int:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write bytes to ``path`` through a temp file in the same folder and os.replace (crash-safe); the file gets
     the umask's mode (:func:`file_mode`, 0o644 under umask 0o022), not mkstemp's 0o600."""
+    write_atomic_with(path, lambda fh: fh.write(data))
+
+
+def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object]) -> None:
+    """Like :func:`write_atomic`, the bytes written by ``fill(file)`` (e.g. a copy of another file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -297,6 +297,20 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     }
 
 
+def _miss_lines(report: Mapping[str, Any], label: str) -> list[str]:
+    """The report's cases not in the top 3: a blank line, ``label (n):``, then two lines per case (rank, query;
+    its top pages); [] when there is none."""
+    misses = [c for c in report["cases"] if c["rank"] is None or c["rank"] > 3]
+    if not misses:
+        return []
+    lines = ["", f"{label} ({len(misses)}):"]
+    for c in misses:
+        rank = "-" if c["rank"] is None else str(c["rank"])
+        lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
+        lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
+    return lines
+
+
 def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
     """A plain-text table of a :func:`run_eval` report (overall, per source, per kind, misses, skipped)."""
     header = f"{'':<24}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
@@ -316,13 +330,7 @@ def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
         lines.append("")
         lines.extend(row(f"kind: {name}", agg) for name, agg in report["by_kind"].items())
     if show_misses:
-        misses = [c for c in report["cases"] if c["rank"] is None or c["rank"] > 3]
-        if misses:
-            lines += ["", f"not in top 3 ({len(misses)}):"]
-            for c in misses:
-                rank = "-" if c["rank"] is None else str(c["rank"])
-                lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
-                lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
+        lines.extend(_miss_lines(report, "not in top 3"))
     lines.extend(format_unreachable(report))
     lines.extend(format_skipped(report))
     return "\n".join(lines)
@@ -364,13 +372,7 @@ def format_scopes(reports: Mapping[str, Mapping[str, Any]], show_misses: bool = 
             lines.extend(row(f"{prefix}{name}", s_rep[key].get(name), u_rep[key].get(name)) for name in names)
     if show_misses:
         for scope, rep in (("scoped", s_rep), ("unscoped", u_rep)):
-            misses = [c for c in rep["cases"] if c["rank"] is None or c["rank"] > 3]
-            if misses:
-                lines += ["", f"not in top 3, {scope} ({len(misses)}):"]
-                for c in misses:
-                    rank = "-" if c["rank"] is None else str(c["rank"])
-                    lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
-                    lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
+            lines.extend(_miss_lines(rep, f"not in top 3, {scope}"))
     lines.extend(format_unreachable(s_rep))
     lines.extend(format_skipped(s_rep))
     return "\n".join(lines)

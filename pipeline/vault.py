@@ -180,22 +180,11 @@ def _same_content(old: bytes, new: bytes, where: str) -> bool:
 def _copy_atomic(src: Path, path: Path) -> None:
     """Copy a file's bytes to ``path`` through a temp file + ``os.replace``, with the umask's mode."""
     import shutil
-    import tempfile
 
-    from pipeline.artifacts import file_mode
+    from pipeline.artifacts import write_atomic_with
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with open(src, "rb") as inp:
+        write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
 def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True,
@@ -227,8 +216,15 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     """
     import hashlib
 
-    from pipeline.ownership import audit, conflict_name, legacy_owned, load_manifest, save_manifest, sha256_file, \
-        walk_files
+    from pipeline.ownership import (
+        audit,
+        conflict_name,
+        legacy_owned,
+        load_manifest,
+        save_manifest,
+        sha256_file,
+        walk_files,
+    )
     from pipeline.sources import valid_name
 
     if not valid_name(source):
