@@ -1,7 +1,7 @@
 """Shared machinery of the bench eval scripts (``fusion.py``, ``cv.py``): settings grids, one Searcher per setting
 with the query vectors cached across settings, per-case metrics of a setting (scoped and/or unscoped) and grid files.
 
-A *setting* is a dict of overrides of a :class:`pipeline.search.Searcher`: each key is a constructor parameter
+A *setting* is a dict of overrides of a :class:`pipeline.search.searcher.Searcher`: each key is a constructor parameter
 (``k_rrf``, ``weights`` (merged into the default weights), ``page_vector_weight``, ...), or ``lanes`` (the lanes to
 fuse, passed to ``rank_pages``), or any other attribute the Searcher has after construction (set with ``setattr``
 before the first query, so a new Searcher attribute can be swept without changing this file). ``{}`` is the default.
@@ -156,7 +156,7 @@ def cached_embedder_factory(loader: Callable[[str], Any] | None = None) -> Calla
     """An ``embedder_factory`` for every Searcher of a run: one embedder per model, each query embedded once per
     model however many settings search it."""
     if loader is None:
-        from pipeline.embed import load_embedder as loader
+        from pipeline.index.embed import load_embedder as loader
     embedders: dict[str, Any] = {}
 
     def factory(model_id: str) -> Any:
@@ -190,7 +190,7 @@ def open_searcher(warehouse: Path, setting: Mapping[str, Any], factory: Callable
     Raises:
         ValueError: a key is neither a constructor parameter, ``lanes`` nor an attribute of the Searcher.
     """
-    from pipeline.search import Searcher
+    from pipeline.search.searcher import Searcher
 
     params = set(inspect.signature(Searcher.__init__).parameters) - {"self", "warehouse_path"}
     setting = dict(setting)

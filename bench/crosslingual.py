@@ -42,14 +42,14 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     args = ap.parse_args()
 
-    from pipeline import artifacts
-    from pipeline.build import chunk_models
+    from pipeline.common import artifacts
+    from pipeline.stages import chunk_models
     from pipeline.config import Settings
-    from pipeline.embed import load_embedder
+    from pipeline.index.embed import load_embedder
     from pipeline.evaluate import load_cases
-    from pipeline.search import Searcher
-    from pipeline.sources import load_sources
-    from pipeline.translate import Translator
+    from pipeline.search.searcher import Searcher
+    from pipeline.ingest.sources import load_sources
+    from pipeline.search.translate import Translator
 
     settings = Settings.from_env(data_dir=args.data)
     by_model: dict[str, list] = {}

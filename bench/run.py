@@ -45,7 +45,7 @@ STAGES = ("fetch_stage", "normalize_stage", "vault_stage", "chunk_stage", "embed
 # runs `docsvault build` in this child process with the stage functions timed; writes the timings as JSON
 WRAPPER = r"""
 import json, sys, time
-from pipeline import build as b
+from pipeline import stages as b
 timings, metas = {}, {}
 for name in %(stages)r:
     f = getattr(b, name)
@@ -207,13 +207,13 @@ def main() -> None:
     import numpy as np
 
     from pipeline import warehouse as wh
-    from pipeline.analysis import Analyzer
-    from pipeline.bm25 import Bm25Index, chunk_token_lists
+    from pipeline.index.analysis import Analyzer
+    from pipeline.index.bm25 import Bm25Index, chunk_token_lists
     from pipeline.config import Settings
     from pipeline.evaluate import load_cases, run_eval
-    from pipeline.search import DEFAULT_LANES, Searcher
-    from pipeline.vault import read_notes
-    from pipeline import artifacts
+    from pipeline.search.searcher import DEFAULT_LANES, Searcher
+    from pipeline.ingest.vault import read_notes
+    from pipeline.common import artifacts
 
     settings = Settings.from_env()
     cases = load_cases([Path(e) for e in evals])

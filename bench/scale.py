@@ -8,7 +8,7 @@ Chunks are synthetic but shaped like the real ones: 6 chunks per note, each 80-1
 docs and README (their vocabulary and word frequencies), headings and titles likewise; 384-dim vectors clustered by
 note topic (a centroid per ~50 notes plus noise, L2-normalised), the shape of MiniLM vectors. Embedding itself is not
 measured here (bench/embedders.py does: ~150 chunks/s per core with the int8 model). Every figure comes from
-:func:`pipeline.warehouse.publish` and :class:`pipeline.search.Searcher`, as a build and the search commands use
+:func:`pipeline.warehouse.publish` and :class:`pipeline.search.searcher.Searcher`, as a build and the search commands use
 them. Memory: RSS a fresh process adds by opening the warehouse, then by 20 HNSW queries, or by loading the vectors
 into numpy and 20 exact scans (the Searcher's path up to DOCSVAULT_EXACT_MAX_ROWS rows). Not part of `make test`.
 """
@@ -118,9 +118,9 @@ def pct(values: list[float], p: int) -> float:
 
 def measure(n: int, root: Path, n_queries: int) -> dict:
     from pipeline import warehouse as wh
-    from pipeline.analysis import Analyzer
-    from pipeline.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
-    from pipeline.search import Searcher
+    from pipeline.index.analysis import Analyzer
+    from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
+    from pipeline.search.searcher import Searcher
 
     notes, chunks, vectors, centroids = synthetic(n)
     t, c = time.perf_counter(), time.process_time()

@@ -1,4 +1,4 @@
-"""What the opt-in usage boost (pipeline/usage.py) does to the eval, on a built warehouse.
+"""What the opt-in usage boost (pipeline/search/usage.py) does to the eval, on a built warehouse.
 
 Scenarios, each scored with the project eval (pooled over the given case files):
 
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from pipeline.evaluate import load_cases, run_eval
-from pipeline.search import Searcher
-from pipeline.usage import USAGE_WEIGHT, boosts
+from pipeline.search.searcher import Searcher
+from pipeline.search.usage import USAGE_WEIGHT, boosts
 
 
 def _mrr(report: dict, ids: set[str] | None = None) -> tuple[int, float, float]:

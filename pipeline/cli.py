@@ -22,11 +22,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import typer
 
 from pipeline.config import Settings
-from pipeline.errors import PipelineError, UnknownSourceError
+from pipeline.common.errors import PipelineError, UnknownSourceError
 
 if TYPE_CHECKING:
     from pipeline.models import Hit
-    from pipeline.search import Searcher
+    from pipeline.search.searcher import Searcher
 
 app = typer.Typer(
     name="docsvault",
@@ -113,14 +113,14 @@ def build(
     """
     import time as _time
 
-    from pipeline.sources import load_sources, select_sources
+    from pipeline.ingest.sources import load_sources, select_sources
 
     s = settings()
     started = _time.perf_counter()
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
-        from pipeline.build import FORCE_ENV
+        from pipeline.stages import FORCE_ENV
         from pipeline.defs.runner import run_build
 
         before = os.environ.get(FORCE_ENV)
@@ -215,7 +215,7 @@ def build(
 
 def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
-    kept, notes removed, attachments not copied (see ``pipeline.build.vault_stage``)."""
+    kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
     lines = [f"{name}: vault/{name}/{a} was edited since the build wrote it: your version is kept as "
              f"vault/{name}/{b}" for a, b in (c.split(" -> ", 1) for c in meta.get("conflicts") or [])]
     if meta.get("kept") and not meta.get("skipped"):
@@ -280,7 +280,7 @@ def build_outcome(report: Any) -> dict[str, Any]:
 
 class _BuildProgress:
     """Build progress on stderr: a rich bar per stage and source (rate, ETA) on a terminal, else a plain line every
-    ~10 s (:class:`pipeline.progress.PlainProgress`); nothing when ``mode`` is ``"off"`` (``--quiet``).
+    ~10 s (:class:`pipeline.common.progress.PlainProgress`); nothing when ``mode`` is ``"off"`` (``--quiet``).
 
     Args:
         mode: ``"bar"``, ``"lines"`` or ``"off"``.
@@ -309,7 +309,7 @@ class _BuildProgress:
                                       console=Console(stderr=True), transient=False)
             self._progress.start()
         elif self.mode == "lines":
-            from pipeline.progress import PlainProgress
+            from pipeline.common.progress import PlainProgress
 
             interval = float(os.environ.get("DOCSVAULT_PROGRESS_INTERVAL", "10") or 10)
             self._plain = PlainProgress(sys.stderr, interval=interval).__enter__()
@@ -329,7 +329,7 @@ class _BuildProgress:
             return
         import time
 
-        from pipeline.progress import UNITS
+        from pipeline.common.progress import UNITS
 
         key = (stage, source)
         if key not in self._tasks:
@@ -356,7 +356,7 @@ def progress_mode(quiet: bool, verbose: bool = False) -> str:
 
 def query_terms(query: str, analyzer_tokens: Sequence[str] = ()) -> list[str]:
     """Terms to highlight: the query's words (2+ letters, English stopwords dropped) and its Japanese analyzer terms."""
-    from pipeline.analysis import STOPWORDS_EN
+    from pipeline.index.analysis import STOPWORDS_EN
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
     terms = {w.casefold() for w in re.findall(r"\w+", query) if not cjk.search(w)}
@@ -407,7 +407,7 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
 
 def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool) -> list[str]:
     """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context."""
-    from pipeline.reader import locate, resolve_note_path
+    from pipeline.search.reader import locate, resolve_note_path
 
     try:
         path, _ = resolve_note_path(settings().vault_dir, hit.vault_path)
@@ -446,10 +446,10 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 
 
 def _open_searcher(**kwargs: Any) -> Searcher:
-    from pipeline.errors import WarehouseNotBuiltError
-    from pipeline.lock import running_build
-    from pipeline.search import Searcher
-    from pipeline.synonyms import check_synonyms_file
+    from pipeline.common.errors import WarehouseNotBuiltError
+    from pipeline.common.lock import running_build
+    from pipeline.search.searcher import Searcher
+    from pipeline.search.synonyms import check_synonyms_file
 
     check_synonyms_file(settings().synonyms_file, settings().synonyms_required)
     try:
@@ -494,7 +494,7 @@ def search(
 
     Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
     """
-    from pipeline.query import parse_query
+    from pipeline.search.query import parse_query
 
     if not query.strip():
         fail("query is empty: pass words or a question")
@@ -521,7 +521,7 @@ def search(
     try:
         boost = {}
         if usage_boost or _usage_boost_on():
-            from pipeline.usage import boosts, load
+            from pipeline.search.usage import boosts, load
 
             boost = boosts(load(settings().data_dir))
         searcher = _open_searcher(usage_boost=boost)
@@ -530,7 +530,7 @@ def search(
                 hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,
                                        lanes=lane_list, filters=filters)
             except UnknownSourceError as exc:
-                from pipeline.sources import unbuilt_sources_message
+                from pipeline.ingest.sources import unbuilt_sources_message
 
                 why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
                 raise UnknownSourceError(why) if why else exc from None
@@ -539,7 +539,7 @@ def search(
             searcher.close()
         links = {}
         if as_json and not files and hits:
-            from pipeline.neighbours import links_for_paths
+            from pipeline.search.neighbours import links_for_paths
 
             links = links_for_paths(settings().warehouse_path, [h.vault_path for h in hits], cap=SEARCH_LINKS_CAP)
     except PipelineError as exc:
@@ -602,7 +602,7 @@ def search(
 
 
 def _usage_boost_on() -> bool:
-    from pipeline.usage import boost_enabled
+    from pipeline.search.usage import boost_enabled
 
     return boost_enabled()
 
@@ -620,14 +620,14 @@ def embed(
     """Print the query vector of TEXT with the configured model (DOCSVAULT_MODEL, or a source's), for debugging."""
     import numpy as np
 
-    from pipeline.embed import load_embedder
+    from pipeline.index.embed import load_embedder
 
     if not text.strip():
         fail("text is empty: pass words or a question")
     try:
         spec = settings().model
         if source is not None:
-            from pipeline.sources import load_sources, select_sources
+            from pipeline.ingest.sources import load_sources, select_sources
 
             spec = settings().model_for(select_sources(load_sources(settings().sources_file), [source])[0])
         vec = np.asarray(load_embedder(spec).embed_query(text), dtype=np.float32).reshape(-1)
@@ -650,7 +650,7 @@ def read(
     as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter).")] = False,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
-    from pipeline.reader import NoteNotFoundError, find_note, read_note
+    from pipeline.search.reader import NoteNotFoundError, find_note, read_note
 
     s = settings()
     try:
@@ -661,7 +661,7 @@ def read(
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
-    from pipeline.usage import record
+    from pipeline.search.usage import record
 
     record(s.data_dir, pg.path)
     links = note_links(s, pg.path)
@@ -687,7 +687,7 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
     """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
     "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
     warehouse."""
-    from pipeline.neighbours import links_for_paths
+    from pipeline.search.neighbours import links_for_paths
 
     empty: dict[str, Any] = {"outlinks": [], "backlinks": [], "outlinks_total": 0, "backlinks_total": 0}
     if not s.warehouse_path.exists():
@@ -705,7 +705,7 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
 def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
     """Vault paths of the top ``k`` notes a search for a captured note finds; [] without a warehouse (or when the
     search fails: a capture never fails because of it)."""
-    from pipeline.capture import related_for
+    from pipeline.ingest.capture import related_for
 
     if not s.warehouse_path.exists():
         return []
@@ -736,8 +736,8 @@ def capture(
 ) -> None:
     """Write a note into the local capture source (frontmatter: created, agent, status raw, correlation id, related
     notes found by search), then build that source so the note is searchable at once."""
-    from pipeline.capture import capture_source, title_of, write_capture
-    from pipeline.sources import load_sources
+    from pipeline.ingest.capture import capture_source, title_of, write_capture
+    from pipeline.ingest.sources import load_sources
 
     s = settings()
     if text is not None and file is not None:
@@ -802,7 +802,7 @@ def parse_lanes(spec: str) -> dict[str, list[str]]:
     Raises:
         ValueError: an unknown name (the message lists the available ones).
     """
-    from pipeline.search import DEFAULT_LANES, LANES
+    from pipeline.search.searcher import DEFAULT_LANES, LANES
 
     out: dict[str, list[str]] = {}
     for name in (n.strip() for n in spec.split(",")):
@@ -842,7 +842,7 @@ def eval_(
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse (each case searched within its
     corpus; --unscoped over all sources; --both side by side)."""
-    from pipeline.build import eval_files
+    from pipeline.stages import eval_files
     from pipeline.evaluate import (
         SCOPE_NOTE,
         eval_history_path,
@@ -970,9 +970,9 @@ def skipped_reason(s: Settings, note: str) -> str | None:
 
 def status_data(s: Settings) -> dict[str, Any]:
     """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
-    from pipeline.artifacts import load_state
-    from pipeline.sources import load_sources
-    from pipeline.vault_check import user_files_lines
+    from pipeline.common.artifacts import load_state
+    from pipeline.ingest.sources import load_sources
+    from pipeline.ingest.vault_check import user_files_lines
 
     sources = load_sources(s.sources_file)
     counts: dict[str, Any] = {}
@@ -1061,8 +1061,8 @@ def check_vault_cmd(
 ) -> None:
     """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
     modes, your own files in the source folders. Exit 1 when a problem is found."""
-    from pipeline.sources import load_sources, select_sources
-    from pipeline.vault_check import check_vault, format_report
+    from pipeline.ingest.sources import load_sources, select_sources
+    from pipeline.ingest.vault_check import check_vault, format_report
 
     s = settings()
     try:
@@ -1078,8 +1078,8 @@ def check_vault_cmd(
 @sources_app.command("validate")
 def sources_validate() -> None:
     """Validate sources.yaml; errors name the source, the key and what is allowed. Local folders must exist."""
-    from pipeline.build import check_layout
-    from pipeline.sources import check_local_paths, load_sources
+    from pipeline.stages import check_layout
+    from pipeline.ingest.sources import check_local_paths, load_sources
 
     s = settings()
     try:
@@ -1099,7 +1099,7 @@ def sources_validate() -> None:
 @sources_app.command("list")
 def sources_list() -> None:
     """List the sources of sources.yaml (name, kind, format, where)."""
-    from pipeline.sources import load_sources
+    from pipeline.ingest.sources import load_sources
 
     try:
         sources = load_sources(settings().sources_file)

@@ -63,7 +63,7 @@ class Settings:
     def model_for(self, source: "Source", detected: str = "") -> str:
         """The embedding model spec of a note of ``source``: the source's own `embedding:`, else by its language —
         the source's `language:` when configured, else the note's ``detected`` language
-        (:func:`pipeline.language.detect_language`) — the multilingual model for a language the default English
+        (:func:`pipeline.index.language.detect_language`) — the multilingual model for a language the default English
         model cannot read (ja, zh, ko), else the default model. The one rule used by build and search."""
         if source.embedding:
             return source.embedding
@@ -88,14 +88,14 @@ class Settings:
     # ---- derived locations (one place for every path) ----
     @property
     def synonyms_file(self) -> Path:
-        """The BM25 query synonyms (``pipeline.synonyms``): DOCSVAULT_SYNONYMS, else synonyms.yaml next to the
+        """The BM25 query synonyms (``pipeline.search.synonyms``): DOCSVAULT_SYNONYMS, else synonyms.yaml next to the
         sources file (optional: a missing file means no synonyms)."""
         return self.synonyms or self.sources_file.parent / "synonyms.yaml"
 
     @property
     def synonyms_required(self) -> bool:
         """True when the synonyms file was named with --synonyms / DOCSVAULT_SYNONYMS: then a missing file is an
-        error (``pipeline.synonyms.check_synonyms_file``), while the default location stays optional."""
+        error (``pipeline.search.synonyms.check_synonyms_file``), while the default location stays optional."""
         return self.synonyms is not None
 
     @property

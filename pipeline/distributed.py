@@ -31,7 +31,7 @@ import dagster as dg
 
 from pipeline.config import Settings
 from pipeline.definitions import build_definitions
-from pipeline.errors import PipelineError
+from pipeline.common.errors import PipelineError
 
 BROKER_ENV = "DOCSVAULT_CELERY_BROKER"
 BACKEND_ENV = "DOCSVAULT_CELERY_BACKEND"

@@ -26,9 +26,9 @@ from typing import Any, NamedTuple, Protocol
 
 import yaml
 
-from pipeline.errors import EvalFileError, PipelineError
+from pipeline.common.errors import EvalFileError, PipelineError
 from pipeline.models import EvalCase
-from pipeline.yamlload import DuplicateKeyError, safe_load
+from pipeline.common.yamlload import DuplicateKeyError, safe_load
 
 __all__ = [
     "DEFAULT_FLOORS",
@@ -70,7 +70,7 @@ UNSCOPED_SETUP = "hybrid unscoped"
 
 
 class PageRanker(Protocol):
-    """What ``run_eval`` needs from a searcher (``pipeline.search.Searcher`` fits)."""
+    """What ``run_eval`` needs from a searcher (``pipeline.search.searcher.Searcher`` fits)."""
 
     sources: list[str]
 
@@ -413,13 +413,13 @@ def ablation_setups(graph: bool = True, lanes: Sequence[str] | None = None) -> d
     Args:
         graph: include the graph lane alone (only meaningful when the warehouse has resolved links).
         lanes: the fused lanes (a searcher's ``default_lanes``: without ``crosslingual`` when the warehouse has no
-            cross-lingual model); None: ``pipeline.search.DEFAULT_LANES``.
+            cross-lingual model); None: ``pipeline.search.searcher.DEFAULT_LANES``.
 
     Returns:
         ``{"bm25": ["bm25"], "bm25_page": ["bm25_page"], "vector": ["vector"], ("crosslingual": [...],)
         ("graph": ["graph"],) "hybrid": [lanes]}``, in that order.
     """
-    from pipeline.search import DEFAULT_LANES
+    from pipeline.search.searcher import DEFAULT_LANES
 
     fused = list(DEFAULT_LANES if lanes is None else lanes)
     setups: dict[str, list[str]] = {lane: [lane] for lane in fused}

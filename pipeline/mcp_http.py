@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.errors import PipelineError
+from pipeline.common.errors import PipelineError
 
 log = logging.getLogger("docsvault.mcp")
 

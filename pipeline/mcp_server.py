@@ -8,7 +8,7 @@ protocol channel: the SDK diverts fd 1 to stderr while it serves, and all loggin
 The logic lives in :class:`VaultService` (no MCP import; callable from tests); :func:`create_server` wraps it.
 
 Warehouse swaps: a build publishes a new warehouse file with ``os.replace``. The service checks the file's identity
-(inode, mtime, size) before every search and opens a new :class:`~pipeline.search.Searcher` when it changed, so
+(inode, mtime, size) before every search and opens a new :class:`~pipeline.search.searcher.Searcher` when it changed, so
 results switch to the new build at once; the embedding model is loaded once per process and shared by the
 searchers.
 
@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.errors import PipelineError, UnknownSourceError
-from pipeline.reader import find_note, locate, note_body, page_of, paginate, read_note
+from pipeline.common.errors import PipelineError, UnknownSourceError
+from pipeline.search.reader import find_note, locate, note_body, page_of, paginate, read_note
 
 log = logging.getLogger("docsvault.mcp")
 
@@ -58,7 +58,7 @@ class ToolFailure(Exception):
 
 @functools.lru_cache(maxsize=4)
 def _shared_embedder(model_id: str) -> Any:
-    from pipeline.embed import load_embedder
+    from pipeline.index.embed import load_embedder
 
     return load_embedder(model_id)
 
@@ -90,8 +90,8 @@ class VaultService:
     # ---- searcher (reopened when a build swapped the file) ----
     def searcher(self) -> Any:
         """The Searcher over the current warehouse file (a new one after each publish)."""
-        from pipeline.search import Searcher
-        from pipeline.synonyms import SynonymsError, check_synonyms_file
+        from pipeline.search.searcher import Searcher
+        from pipeline.search.synonyms import SynonymsError, check_synonyms_file
 
         try:
             check_synonyms_file(self.settings.synonyms_file, self.settings.synonyms_required)
@@ -101,7 +101,7 @@ class VaultService:
         try:
             st = path.stat()
         except FileNotFoundError:
-            from pipeline.lock import running_build
+            from pipeline.common.lock import running_build
 
             running = running_build(self.settings.data_dir)
             if running:
@@ -127,12 +127,12 @@ class VaultService:
     def search(self, query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None,
                lanes: str | list[str] | None = None) -> dict[str, Any]:
         """Hits (one per note) with path, title, heading, score, clean bounded text, the note's links and the read
-        call that continues at the hit. ``query`` takes the query syntax of :mod:`pipeline.query`; ``source``: one
+        call that continues at the hit. ``query`` takes the query syntax of :mod:`pipeline.search.query`; ``source``: one
         source name or several (a list), empty means all; ``lanes``: lane names (a list or comma-separated)."""
         from pipeline.cli import search_lanes
-        from pipeline.neighbours import links_for_paths
-        from pipeline.query import parse_query
-        from pipeline.snippet import make_snippet
+        from pipeline.search.neighbours import links_for_paths
+        from pipeline.search.query import parse_query
+        from pipeline.search.snippet import make_snippet
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
@@ -149,13 +149,13 @@ class VaultService:
         tags = ([tag] if tag else []) + list(parsed.tags)
         filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
         try:
-            from pipeline.usage import boost_enabled, boosts, load
+            from pipeline.search.usage import boost_enabled, boosts, load
 
             searcher.usage_boost = boosts(load(self.settings.data_dir)) if boost_enabled() else {}
             hits = searcher.search(parsed.text, k=k, source=wanted or None, tags=tags or None, lanes=lane_list,
                                    filters=filters)
         except UnknownSourceError as exc:
-            from pipeline.sources import unbuilt_sources_message
+            from pipeline.ingest.sources import unbuilt_sources_message
 
             why = unbuilt_sources_message(self.settings.sources_file, wanted, searcher.sources)
             raise ToolFailure(why or str(exc)) from None
@@ -189,10 +189,10 @@ class VaultService:
 
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
         """One ~1,000-char page of a vault note, with page/pages, its outlinks and backlinks and the call for the
-        next page. Records the read in the local usage log (:mod:`pipeline.usage`)."""
+        next page. Records the read in the local usage log (:mod:`pipeline.search.usage`)."""
         from pipeline.cli import note_links
-        from pipeline.reader import NoteNotFoundError
-        from pipeline.usage import record
+        from pipeline.search.reader import NoteNotFoundError
+        from pipeline.search.usage import record
 
         s = self.settings
         try:
@@ -211,8 +211,8 @@ class VaultService:
 
     def related(self, path: str, k: int = 10) -> dict[str, Any]:
         """Notes linked to ``path`` (one and two hops), ranked by link weight and vector similarity
-        (:func:`pipeline.neighbours.related`)."""
-        from pipeline.neighbours import related
+        (:func:`pipeline.search.neighbours.related`)."""
+        from pipeline.search.neighbours import related
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
@@ -227,16 +227,16 @@ class VaultService:
     def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
                   agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None
                   ) -> dict[str, Any]:
-        """Write a note into the local capture source (:mod:`pipeline.capture`), then rebuild that source (as
+        """Write a note into the local capture source (:mod:`pipeline.ingest.capture`), then rebuild that source (as
         ``refresh``) so it is searchable at once. The note is kept even when the rebuild fails (``searchable``
         false, ``error`` says why).
 
         Raises:
             ToolFailure: no/unknown/non-local capture source, empty or too long text, unsafe or taken name.
         """
-        from pipeline.capture import capture_source, title_of, write_capture
+        from pipeline.ingest.capture import capture_source, title_of, write_capture
         from pipeline.cli import capture_related
-        from pipeline.sources import load_sources
+        from pipeline.ingest.sources import load_sources
 
         s = self.settings
         if not isinstance(text, str) or not text.strip():
@@ -281,7 +281,7 @@ class VaultService:
             ToolFailure: unknown or non-local source, a refresh already running, the time bound exceeded, the build
                 could not start, or every source failed (each source's error line in the message).
         """
-        from pipeline.sources import load_sources
+        from pipeline.ingest.sources import load_sources
 
         sources = load_sources(self.settings.sources_file)
         local = [s.name for s in sources if s.kind == "local"]

@@ -26,7 +26,7 @@ def text_hash(text: str) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    """One block of sources.yaml, validated (see pipeline.sources)."""
+    """One block of sources.yaml, validated (see pipeline.ingest.sources)."""
 
     name: str
     kind: SourceKind
@@ -154,7 +154,7 @@ class Chunk:
     heading_path: tuple[str, ...]         # headings above the chunk, outermost first (title not included)
     breadcrumb: str
     text: str
-    language: str = ""                    # the note's language (pipeline.language): decides its embedding model
+    language: str = ""                    # the note's language (pipeline.index.language): decides its embedding model
 
     @property
     def heading(self) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 def install_hooks() -> None:
     barrier = os.environ.get("DOCSVAULT_TEST_BARRIER")
     if barrier:
-        from pipeline import fetch
+        from pipeline.ingest import fetch
 
         folder, n = barrier.rsplit(":", 1)
         original_fetch = fetch.fetch_source
@@ -38,7 +38,7 @@ def install_hooks() -> None:
 
     pause = os.environ.get("DOCSVAULT_TEST_PAUSE")
     if pause:
-        from pipeline import build
+        from pipeline import stages as build
 
         folder, target = pause.rsplit(":", 1)
         original_embed = build.embed_stage

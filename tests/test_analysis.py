@@ -1,10 +1,10 @@
-"""Tests of pipeline.analysis: the BM25 tokenizer (English identifiers/stemming/stopwords, Japanese via Sudachi)."""
+"""Tests of pipeline.index.analysis: the BM25 tokenizer (English identifiers/stemming/stopwords, Japanese via Sudachi)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.analysis import Analyzer, field_text, is_japanese
+from pipeline.index.analysis import Analyzer, field_text, is_japanese
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import attachments, build
-from pipeline.attachments import plan_attachments
+from pipeline.ingest import attachments
+
+from pipeline import stages as build
+from pipeline.ingest.attachments import plan_attachments
 from pipeline.config import Settings
-from pipeline.sources import load_sources
-from pipeline.vault_check import check_vault
+from pipeline.ingest.sources import load_sources
+from pipeline.ingest.vault_check import check_vault
 
 NOTE = """# A
 

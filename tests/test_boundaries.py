@@ -4,10 +4,10 @@ import subprocess
 import sys
 
 CORE = [
-    "pipeline.config", "pipeline.models", "pipeline.errors", "pipeline.sources", "pipeline.fetch", "pipeline.normalize",
-    "pipeline.frontmatter", "pipeline.vault", "pipeline.graph", "pipeline.chunk", "pipeline.analysis",
-    "pipeline.embed", "pipeline.bm25", "pipeline.warehouse", "pipeline.search", "pipeline.evaluate",
-    "pipeline.artifacts", "pipeline.build",
+    "pipeline.config", "pipeline.models", "pipeline.common.errors", "pipeline.ingest.sources", "pipeline.ingest.fetch", "pipeline.ingest.normalize",
+    "pipeline.common.frontmatter", "pipeline.ingest.vault", "pipeline.index.graph", "pipeline.index.chunk", "pipeline.index.analysis",
+    "pipeline.index.embed", "pipeline.index.bm25", "pipeline.warehouse", "pipeline.search.searcher", "pipeline.evaluate",
+    "pipeline.common.artifacts", "pipeline.stages",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Tests of pipeline.chunk: sections (EC-13, EC-14), sentence splitting (EC-15), budgets, overlap, stable ids."""
+"""Tests of pipeline.index.chunk: sections (EC-13, EC-14), sentence splitting (EC-15), budgets, overlap, stable ids."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.chunk import chunk_note, split_sentences
+from pipeline.index.chunk import chunk_note, split_sentences
 from pipeline.models import Note, stable_id
 
 CORPUS = Path("/work/shared/corpora/obsidian-help")
@@ -337,7 +337,7 @@ def test_obsidian_help_chunks_fit_minilm() -> None:
 
 def test_block_ids_do_not_reach_chunk_text() -> None:
     """Obsidian block ids are link targets, not words: removed from the search text, kept inside code."""
-    from pipeline.chunk import chunk_note, strip_block_ids
+    from pipeline.index.chunk import chunk_note, strip_block_ids
     from pipeline.models import Note
 
     body = "# Quotes\n\nStay hungry. ^quote-1\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n^table-2\n\n```\nx ^keep\n```\n"

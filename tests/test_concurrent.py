@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.search import Searcher
+from pipeline.search.searcher import Searcher
 
 OLD = "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n"
 NEW = "# Ducks\n\nDucks paint zebra stripes on their feathers before the parade.\n"

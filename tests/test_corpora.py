@@ -16,13 +16,15 @@ import networkx as nx
 import pytest
 import yaml
 
-from pipeline import artifacts, build
+from pipeline.common import artifacts
+
+from pipeline import stages as build
 from pipeline.config import Settings
-from pipeline.fetch import load_fetch_result
-from pipeline.graph import LinkResolver, build_graph, parse_links
-from pipeline.normalize import NormalizeResult, normalize_source, split_code, write_report, _protect_inline_code
-from pipeline.sources import load_sources
-from pipeline.vault import INDEX_KEY, read_notes
+from pipeline.ingest.fetch import load_fetch_result
+from pipeline.index.graph import LinkResolver, build_graph, parse_links
+from pipeline.ingest.normalize import NormalizeResult, normalize_source, split_code, write_report, _protect_inline_code
+from pipeline.ingest.sources import load_sources
+from pipeline.ingest.vault import INDEX_KEY, read_notes
 
 from .conftest import SHARED
 
@@ -242,7 +244,7 @@ def test_rebuild_writes_nothing_and_deleted_page_removes_its_note(built, tmp_pat
 def test_check_vault_is_clean_on_the_five_corpora(built):
     """Issue 14: no embed of a file in the source left unresolved, no markup outside code, notes with the umask's
     mode (the `docsvault check-vault` report)."""
-    from pipeline.vault_check import check_vault
+    from pipeline.ingest.vault_check import check_vault
 
     _, settings, sources, _, _ = built
     report = check_vault(settings, sources)

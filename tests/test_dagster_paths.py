@@ -58,7 +58,7 @@ def dead_remote(tiny_env: Path) -> Settings:
 
 
 def _searchable(settings: Settings) -> list[str]:
-    from pipeline.search import Searcher
+    from pipeline.search.searcher import Searcher
 
     searcher = Searcher(settings.warehouse_path)
     try:

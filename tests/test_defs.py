@@ -25,7 +25,7 @@ def test_definitions_load_with_expected_assets(tiny_env: Path) -> None:
 
 def test_build_end_to_end_and_noop_rebuild(tiny_env: Path) -> None:
     from pipeline.defs.runner import run_build
-    from pipeline.search import Searcher
+    from pipeline.search.searcher import Searcher
 
     settings = Settings.from_env()
     report = run_build(settings)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import build
+from pipeline import stages as build
 from pipeline.config import Settings
-from pipeline.lock import LOCK_NAME
+from pipeline.common.lock import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 

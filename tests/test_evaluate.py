@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from pipeline.errors import EvalFileError, PipelineError
+from pipeline.common.errors import EvalFileError, PipelineError
 from pipeline.evaluate import (
     DEFAULT_FLOORS,
     CheckOutcome,

@@ -12,8 +12,8 @@ import git
 import pytest
 
 from pipeline.config import Settings
-from pipeline.errors import FetchError
-from pipeline.fetch import fetch_source, load_fetch_result, path_matches, select_paths
+from pipeline.common.errors import FetchError
+from pipeline.ingest.fetch import fetch_source, load_fetch_result, path_matches, select_paths
 from pipeline.models import Source
 
 TOOLS = Path("/work/shared/tools/make-git-mirrors")

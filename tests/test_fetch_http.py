@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.fetch.http import USER_AGENT, HttpClient, HttpPolicy, PageError, host_of, redact
+from pipeline.ingest.fetch.http import USER_AGENT, HttpClient, HttpPolicy, PageError, host_of, redact
 from tests.loopback import ScriptedHandler, serve
 
 FAST = HttpPolicy(rate_limit=0, backoff=0, retries=2, max_bytes=1000)

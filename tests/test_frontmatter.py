@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pipeline.errors import NoteError
-from pipeline.frontmatter import canonical_body, decode_bytes, json_safe, render_note, split_frontmatter
+from pipeline.common.errors import NoteError
+from pipeline.common.frontmatter import canonical_body, decode_bytes, json_safe, render_note, split_frontmatter
 
 
 def test_split_basic():

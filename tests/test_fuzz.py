@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.chunk import chunk_note
-from pipeline.errors import NoteError
-from pipeline.fetch.llms_txt import LlmsTxtError, parse_llms_txt
-from pipeline.frontmatter import canonical_body, render_note, split_frontmatter
-from pipeline.graph import LinkResolver, parse_links
+from pipeline.index.chunk import chunk_note
+from pipeline.common.errors import NoteError
+from pipeline.ingest.fetch.llms_txt import LlmsTxtError, parse_llms_txt
+from pipeline.common.frontmatter import canonical_body, render_note, split_frontmatter
+from pipeline.index.graph import LinkResolver, parse_links
 from pipeline.models import Note, Source
-from pipeline.normalize import _LinkIndex, _tidy, clean_body, collect_headings, convert_links
+from pipeline.ingest.normalize import _LinkIndex, _tidy, clean_body, collect_headings, convert_links
 
 EXAMPLES = int(os.environ.get("DOCSVAULT_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,

@@ -1,4 +1,4 @@
-"""Tests of pipeline.graph: link parsing (EC-05, EC-07), resolution (EC-08), graph building and export."""
+"""Tests of pipeline.index.graph: link parsing (EC-05, EC-07), resolution (EC-08), graph building and export."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import networkx as nx
 import pytest
 import yaml
 
-from pipeline.graph import LinkResolver, build_graph, export_graph, parse_links
+from pipeline.index.graph import LinkResolver, build_graph, export_graph, parse_links
 from pipeline.models import Note, WikiLink
 
 CORPUS = Path("/work/shared/corpora/obsidian-help")
@@ -235,7 +235,7 @@ def test_obsidian_help_links_resolve(tmp_path: Path) -> None:
 
 
 def test_links_cache_gives_the_same_graph_and_parses_only_changed_bodies(tmp_path: Path) -> None:
-    from pipeline.graph import LinksCache
+    from pipeline.index.graph import LinksCache
 
     notes = [note("a.md", "See [[b#Top|B]] and ![[c]].\n\n```\n[[not a link]]\n```\n"),
              note("b.md", "Back to [a](a.md) and `[[code]]`.\n", aliases=["Bee"]),

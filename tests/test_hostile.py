@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chunk import chunk_note
+from pipeline.index.chunk import chunk_note
 from pipeline.config import Settings
-from pipeline.errors import NoteError, SourceConfigError
-from pipeline.fetch.local import fetch_local
-from pipeline.graph import build_graph
+from pipeline.common.errors import NoteError, SourceConfigError
+from pipeline.ingest.fetch.local import fetch_local
+from pipeline.index.graph import build_graph
 from pipeline.models import Note, RawFile, Source
-from pipeline.normalize import normalize_source, write_report
-from pipeline.sources import parse_source
-from pipeline.vault import read_notes, write_source
+from pipeline.ingest.normalize import normalize_source, write_report
+from pipeline.ingest.sources import parse_source
+from pipeline.ingest.vault import read_notes, write_source
 
 FETCHED = "2026-01-01T00:00:00+00:00"
 

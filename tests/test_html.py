@@ -11,11 +11,11 @@ import pytest
 from markdown_it import MarkdownIt
 
 from pipeline.config import Settings
-from pipeline.errors import FetchError
-from pipeline.fetch import fetch_source, load_fetch_result
-from pipeline.fetch.htmlmd import html_to_markdown
+from pipeline.common.errors import FetchError
+from pipeline.ingest.fetch import fetch_source, load_fetch_result
+from pipeline.ingest.fetch.htmlmd import html_to_markdown
 from pipeline.models import Source
-from pipeline.normalize import normalize_source
+from pipeline.ingest.normalize import normalize_source
 from tests.conftest import shared_path
 from tests.loopback import serve
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.normalize import clean_body
-from pipeline.vault_check import markup_residue
+from pipeline.ingest.normalize import clean_body
+from pipeline.ingest.vault_check import markup_residue
 
 ROUGE = ('<div class="language-c highlighter-rouge"><div class="highlight"><pre class="highlight"><code>'
          '<span class="kt">void</span> <a href="#f"><span class="nf">f</span></a>();\n\n'
@@ -66,7 +66,7 @@ def test_jekyll_site_variables_come_from_config() -> None:
 
 def test_site_config_is_read_from_the_source_root(tmp_path) -> None:
     from pipeline.models import RawFile, Source
-    from pipeline.normalize import normalize_source
+    from pipeline.ingest.normalize import normalize_source
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "_config.yml").write_text("current_duckdb_version: 1.4.2\n", encoding="utf-8")
@@ -142,7 +142,7 @@ def test_html_tables_from_converter_bug_reports(html: str, expected: str) -> Non
 
 def test_markdown_block_reference_stays_a_block_reference(tmp_path) -> None:
     from pipeline.models import RawFile, Source
-    from pipeline.normalize import normalize_source
+    from pipeline.ingest.normalize import normalize_source
 
     (tmp_path / "a.md").write_text("# A\n\nSee [that paragraph](b.md#^p1) and [the part](b.md#part).\n")
     (tmp_path / "b.md").write_text("# B\n\n## Part\n\nA paragraph. ^p1\n")

@@ -1,6 +1,6 @@
 """Change-only builds (issue 6, acceptance 2): behaviour, never timings.
 
-The chain runs through the stage functions of ``pipeline.build`` (what the Dagster assets call) on the tiny local
+The chain runs through the stage functions of ``pipeline.stages`` (what the Dagster assets call) on the tiny local
 vault with the fake ``hash`` embedder: a no-op rebuild embeds nothing and writes nothing; an edit embeds exactly the
 changed chunks; a deleted page leaves nothing behind; switching the model re-embeds everything and search uses the
 new vectors only; EC-17 (a stale keyword index after incremental ingest) does not happen.
@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline import artifacts
-from pipeline import build as b
+from pipeline.common import artifacts
+from pipeline import stages as b
 from pipeline import warehouse as wh
 from pipeline.config import Settings
-from pipeline.embed import load_embedder
-from pipeline.search import Searcher
-from pipeline.sources import load_sources
+from pipeline.index.embed import load_embedder
+from pipeline.search.searcher import Searcher
+from pipeline.ingest.sources import load_sources
 
 
 def run_chain(settings: Settings) -> dict[str, Any]:
@@ -240,10 +240,11 @@ def test_ec17_keyword_index_follows_incremental_changes(settings: Settings, tiny
 _KILLED_EMBED = r"""
 import functools, os, signal, sys
 sys.path.insert(0, {repo!r})
-from pipeline import build as b, embed
+from pipeline import stages as b
+from pipeline.index import embed
 from pipeline.config import Settings
-from pipeline.embed import load_embedder
-from pipeline.sources import load_sources
+from pipeline.index.embed import load_embedder
+from pipeline.ingest.sources import load_sources
 
 embed.embed_chunks = functools.partial(embed.embed_chunks, batch_size=2)
 settings = Settings.from_env()
@@ -272,7 +273,7 @@ def test_sigkill_during_embedding_then_rerun_embeds_only_what_was_not_stored(set
     import subprocess
     import sys
 
-    from pipeline.embed import EmbeddingCache
+    from pipeline.index.embed import EmbeddingCache
 
     repo = str(Path(__file__).resolve().parents[1])
     proc = subprocess.run([sys.executable, "-c", _KILLED_EMBED.format(repo=repo)], env=dict(os.environ),
@@ -292,8 +293,8 @@ def test_sigkill_during_embedding_then_rerun_embeds_only_what_was_not_stored(set
 
 def test_normalize_cache_gives_the_same_notes_and_parses_only_changed_files(settings: Settings,
                                                                              tiny_env: Path) -> None:
-    from pipeline.fetch import load_fetch_result
-    from pipeline.normalize import normalize_source
+    from pipeline.ingest.fetch import load_fetch_result
+    from pipeline.ingest.normalize import normalize_source
 
     first = run_chain(settings)
     assert first["normalize"]["parsed"] > 0 and first["normalize"]["parse_cached"] == 0

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.language import detect_language, majority_language
+from pipeline.index.language import detect_language, majority_language
 from pipeline.models import Source
-from pipeline.translate import Translator
+from pipeline.search.translate import Translator
 
 
 @pytest.mark.parametrize(("text", "language"), [
@@ -70,7 +70,7 @@ def test_translation_keeps_latin_words_and_translates_japanese() -> None:
 
 
 def test_no_dictionary_no_translation(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    import pipeline.translate as translate
+    import pipeline.search.translate as translate
 
     monkeypatch.setattr(translate, "dictionary_path", lambda: None)
     tr = translate.Translator()

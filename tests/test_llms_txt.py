@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.errors import FetchError
-from pipeline.fetch import fetch_source, load_fetch_result
-from pipeline.fetch.llms_txt import LlmsTxtError, markdown_candidates, parse_llms_txt, split_llms_full
+from pipeline.common.errors import FetchError
+from pipeline.ingest.fetch import fetch_source, load_fetch_result
+from pipeline.ingest.fetch.llms_txt import LlmsTxtError, markdown_candidates, parse_llms_txt, split_llms_full
 from pipeline.models import Source
-from pipeline.normalize import normalize_source
+from pipeline.ingest.normalize import normalize_source
 from tests.conftest import SHARED, shared_path
 from tests.loopback import serve
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import BuildLockedError
-from pipeline.lock import LOCK_NAME, BuildLock, build_lock, lock_holder
+from pipeline.common.errors import BuildLockedError
+from pipeline.common.lock import LOCK_NAME, BuildLock, build_lock, lock_holder
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from pipeline.lock import build_lock
+    from pipeline.common.lock import build_lock
     with build_lock(sys.argv[1]):
         print("locked", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -113,7 +113,7 @@ def test_search_before_the_first_build_finishes_says_it_is_running(tmp_path: Pat
     from typer.testing import CliRunner
 
     from pipeline.cli import app
-    from pipeline.lock import running_build
+    from pipeline.common.lock import running_build
 
     data = tmp_path / "data"
     data.mkdir()
@@ -133,7 +133,7 @@ def test_search_before_the_first_build_finishes_says_it_is_running(tmp_path: Pat
 SHARED_HOLDER = textwrap.dedent(
     """
     import sys, time
-    from pipeline.lock import build_lock
+    from pipeline.common.lock import build_lock
     with build_lock(sys.argv[1], shared=True):
         print("locked", flush=True)
         time.sleep(float(sys.argv[2]))

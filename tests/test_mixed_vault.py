@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import artifacts
+from pipeline.common import artifacts
 from pipeline.config import Settings
-from pipeline.search import Searcher
+from pipeline.search.searcher import Searcher
 
 pytestmark = pytest.mark.integration
 
@@ -68,9 +68,9 @@ SOURCES = {
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    from pipeline import build as b
-    from pipeline.embed import load_embedder
-    from pipeline.sources import load_sources
+    from pipeline import stages as b
+    from pipeline.index.embed import load_embedder
+    from pipeline.ingest.sources import load_sources
 
     root = tmp_path_factory.mktemp("mixed")
     lines = ["sources:"]

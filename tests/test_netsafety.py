@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.fetch import fetch_source
-from pipeline.fetch.http import HttpClient, HttpPolicy, PageError
+from pipeline.ingest.fetch import fetch_source
+from pipeline.ingest.fetch.http import HttpClient, HttpPolicy, PageError
 from pipeline.models import Source
 from tests.loopback import ScriptedHandler, serve
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import unicodedata
 from pathlib import Path
 
-from pipeline import artifacts, build
+from pipeline.common import artifacts
+
+from pipeline import stages as build
 from pipeline.config import Settings
-from pipeline.reader import read_note
-from pipeline.sources import load_sources
+from pipeline.search.reader import read_note
+from pipeline.ingest.sources import load_sources
 
 NFC = "ガイドブック"
 NFD = unicodedata.normalize("NFD", NFC)

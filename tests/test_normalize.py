@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.models import RawFile, Source, text_hash
-from pipeline.normalize import (
+from pipeline.ingest.normalize import (
     assign_rel_paths,
     clean_body,
     guess_format,
@@ -560,7 +560,7 @@ def test_site_links_by_longest_suffix_and_dangling_report(tmp_path):
 
 def test_write_report_files(tmp_path):
     from pipeline.config import Settings
-    from pipeline.normalize import write_report
+    from pipeline.ingest.normalize import write_report
 
     result = _norm(tmp_path, {"a.md": "[x](/nope)\n", "b.md": b"\xff\xfe bad", "c.md": b""},
                    format="markdown", site_url="https://ex.org")
@@ -595,7 +595,7 @@ def test_canvas_becomes_note_of_cards(tmp_path):
 
 
 def test_oversized_file_is_reported_not_read(tmp_path, monkeypatch):
-    import pipeline.normalize as nz
+    import pipeline.ingest.normalize as nz
 
     monkeypatch.setattr(nz, "MAX_FILE_BYTES", 100)
     result = _norm(tmp_path, {"big.md": "x" * 101, "ok.md": "fine\n"})

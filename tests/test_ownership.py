@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import artifacts, build
+from pipeline.common import artifacts
+
+from pipeline import stages as build
 from pipeline.config import Settings
 from pipeline.models import Note
-from pipeline.ownership import audit, conflict_name, load_manifest, manifest_path
-from pipeline.sources import load_sources
-from pipeline.vault import read_notes, write_source
+from pipeline.ingest.ownership import audit, conflict_name, load_manifest, manifest_path
+from pipeline.ingest.sources import load_sources
+from pipeline.ingest.vault import read_notes, write_source
 
 
 def _note(rel: str, body: str) -> Note:
@@ -117,7 +119,7 @@ def test_conflict_names() -> None:
 
 def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Path, monkeypatch) -> None:
     write_source(tmp_path, "demo", [_note("a.md", "A.\n")])
-    import pipeline.ownership as own
+    import pipeline.ingest.ownership as own
 
     real = own.save_manifest
     calls = []
@@ -155,7 +157,7 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
     state = artifacts.load_state(settings, "tiny")
     assert state["vault_kept"] == ["Ducks (edited).md", "Inbox.md"]
     assert (root / "Ducks (edited).md").read_text().endswith("I saw one today.\n")
-    from pipeline.vault_check import user_files_lines
+    from pipeline.ingest.vault_check import user_files_lines
 
     assert user_files_lines(settings, source) == [
         "tiny: 2 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "

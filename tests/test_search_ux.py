@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import usage
+from pipeline.search import usage
 from pipeline import warehouse as wh
-from pipeline.analysis import Analyzer
-from pipeline.bm25 import build_chunk_index
-from pipeline.capture import (
+from pipeline.index.analysis import Analyzer
+from pipeline.index.bm25 import build_chunk_index
+from pipeline.ingest.capture import (
     CaptureError,
     capture_source,
     check_name,
@@ -25,13 +25,13 @@ from pipeline.capture import (
     title_of,
     write_capture,
 )
-from pipeline.embed import HashEmbedder, embed_chunks
+from pipeline.index.embed import HashEmbedder, embed_chunks
 from pipeline.models import Chunk, Edge, Note, Source
-from pipeline.neighbours import links_of, related
-from pipeline.query import QuerySyntaxError, parse_query, text_contains
-from pipeline.search import Searcher
-from pipeline.snippet import clean_text, cut_around, make_snippet
-from pipeline.tags import inline_tags, tag_matches
+from pipeline.search.neighbours import links_of, related
+from pipeline.search.query import QuerySyntaxError, parse_query, text_contains
+from pipeline.search.searcher import Searcher
+from pipeline.search.snippet import clean_text, cut_around, make_snippet
+from pipeline.search.tags import inline_tags, tag_matches
 
 # ---------------------------------------------------------------------------------------------------------------
 # snippets
@@ -306,7 +306,7 @@ def test_capture_source_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_force_env_names_sources(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.build import forced
+    from pipeline.stages import forced
 
     monkeypatch.delenv("DOCSVAULT_FORCE", raising=False)
     assert not forced("a") and not forced()
@@ -323,7 +323,7 @@ def test_force_env_names_sources(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_plain_progress_lines_every_interval() -> None:
     import io
 
-    from pipeline.progress import PlainProgress
+    from pipeline.common.progress import PlainProgress
 
     now = [0.0]
     out = io.StringIO()

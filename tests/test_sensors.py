@@ -13,8 +13,8 @@ import pytest
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES
 from pipeline.defs.automation import upstream_change_sensor
-from pipeline.fetch import fetch_source
-from pipeline.fetch.watch import check_upstream
+from pipeline.ingest.fetch import fetch_source
+from pipeline.ingest.fetch.watch import check_upstream
 from pipeline.models import Source
 
 TOOLS = Path("/work/shared/tools/make-git-mirrors")

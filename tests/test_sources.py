@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import SourceConfigError
-from pipeline.sources import load_sources, select_sources
+from pipeline.common.errors import SourceConfigError
+from pipeline.ingest.sources import load_sources, select_sources
 
 
 def write(tmp_path: Path, text: str) -> Path:

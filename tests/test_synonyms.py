@@ -1,4 +1,4 @@
-"""Query-side synonyms for the BM25 lane (pipeline.synonyms) and their use by search, CLI and eval."""
+"""Query-side synonyms for the BM25 lane (pipeline.search.synonyms) and their use by search, CLI and eval."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis import Analyzer
-from pipeline.errors import SynonymsError
-from pipeline.synonyms import Synonyms, load_synonyms
+from pipeline.index.analysis import Analyzer
+from pipeline.common.errors import SynonymsError
+from pipeline.search.synonyms import Synonyms, load_synonyms
 
 AN = Analyzer()
 
@@ -59,7 +59,7 @@ def test_malformed_file_names_file_and_problem(tmp_path: Path, text: str, messag
 
 def test_search_uses_synonyms_in_bm25_lane(tmp_path: Path) -> None:
     from tests.test_search import _build, CountingFactory
-    from pipeline.search import Searcher
+    from pipeline.search.searcher import Searcher
 
     path = tmp_path / "warehouse.duckdb"
     _build(path)
@@ -94,7 +94,7 @@ def test_duplicate_key_names_both_lines(tmp_path: Path) -> None:
 
 
 def test_required_missing_file_is_an_error(tmp_path: Path) -> None:
-    from pipeline.synonyms import check_synonyms_file
+    from pipeline.search.synonyms import check_synonyms_file
 
     missing = tmp_path / "nonexist.yaml"
     message = f"synonyms file {missing} not found (--synonyms / DOCSVAULT_SYNONYMS): fix the path or unset it"

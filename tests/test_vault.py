@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from pipeline.errors import NoteError
+from pipeline.common.errors import NoteError
 from pipeline.models import Note, RawFile, Source
-from pipeline.normalize import normalize_source
-from pipeline.vault import VaultResult, read_notes, write_source
+from pipeline.ingest.normalize import normalize_source
+from pipeline.ingest.vault import VaultResult, read_notes, write_source
 
 
 def _note(rel: str, body: str = "# T\n\nText.\n", source: str = "demo", **fm) -> Note:

@@ -1,6 +1,6 @@
 """Issue 14 on the five shared corpora (integration): normalize leaves no source-format markup outside code.
 
-Each corpus tree is normalized in place through :func:`pipeline.normalize.normalize_source` (no fetch, no vault,
+Each corpus tree is normalized in place through :func:`pipeline.ingest.normalize.normalize_source` (no fetch, no vault,
 no embedding), with the format and site of its real source."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import collections
 import pytest
 
 from pipeline.models import RawFile, Source
-from pipeline.normalize import normalize_source
-from pipeline.vault_check import markup_residue
+from pipeline.ingest.normalize import normalize_source
+from pipeline.ingest.vault_check import markup_residue
 
 from .conftest import shared_path
 

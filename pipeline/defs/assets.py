@@ -3,15 +3,15 @@ so the lineage shows one labelled box per source and collapses to one node each)
 ``link_graph -> warehouse -> retrieval_eval`` over every source's last good copy.
 
 Every stage is written once (a factory per stage below) and instantiated per source of sources.yaml; asset bodies
-call the stage functions of :mod:`pipeline.build`.
+call the stage functions of :mod:`pipeline.stages`.
 
-A source that fails (a :class:`~pipeline.errors.PipelineError`: unreachable, nothing parsable...) does not raise:
+A source that fails (a :class:`~pipeline.common.errors.PipelineError`: unreachable, nothing parsable...) does not raise:
 its asset records what it serves now (its last good copy, ``status: failed`` and the error) with an unchanged
 data version, and its blocking ``succeeded`` check fails, so the step is red and the run fails. The project's
 executor (:mod:`pipeline.defs.executor`) lets downstream steps run on that output, so the shared stages still
 build. Any other exception (a bug) fails the step without an output and stops what depends on it.
 
-Versions: ``code_version`` is the hash of the code that shapes a stage's output (:func:`pipeline.build.code_version`),
+Versions: ``code_version`` is the hash of the code that shapes a stage's output (:func:`pipeline.stages.code_version`),
 ``data_version`` the stage's content key (fetch revision, notes/chunks file hash, vault listing, embed key,
 warehouse input key, eval key), so the UI's staleness markers follow real changes. A stage that found nothing to do
 records ``skipped: true`` and what it did now (0 embedded...), never the figures of an earlier run.
@@ -29,10 +29,12 @@ from typing import Any
 
 import dagster as dg
 
-from pipeline import artifacts, build
+from pipeline.common import artifacts
+
+from pipeline import stages as build
 from pipeline.config import Settings
 from pipeline.defs.resources import DocsvaultResource, cached_embedder
-from pipeline.errors import PipelineError
+from pipeline.common.errors import PipelineError
 from pipeline.models import Source
 
 PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
@@ -41,7 +43,7 @@ WAREHOUSE_POOL = "docsvault_warehouse"
 SUCCEEDED = "succeeded"            # the blocking check every per-source asset evaluates on its own run
 FAILED_STAGES = "failed_stages"    # <data>/state/<source>.json: stage -> error of its last run (while it fails)
 
-#: stage -> the code whose hash is its code_version (:func:`pipeline.build.code_version`)
+#: stage -> the code whose hash is its code_version (:func:`pipeline.stages.code_version`)
 CODE_OF = {"raw_docs": "fetch", "notes": "normalize", "vault": "vault", "chunks": "chunk", "embeddings": "embed",
            "link_graph": "graph", "warehouse": "warehouse", "retrieval_eval": "eval"}
 
@@ -65,8 +67,8 @@ def source_pool(source: Source | str) -> str:
 
 
 def embedding_kind(spec: str) -> str:
-    """The compute kind of a model spec as :func:`pipeline.embed.load_embedder` runs it for documents."""
-    from pipeline import embed
+    """The compute kind of a model spec as :func:`pipeline.index.embed.load_embedder` runs it for documents."""
+    from pipeline.index import embed
 
     if spec.startswith("hash") or spec in embed.USEM_SPECS:
         return "numpy"
@@ -139,7 +141,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
                       extra_checks: Callable[[Settings, dict[str, Any]], list[dg.AssetCheckResult]] | None = None,
                       ) -> dg.MaterializeResult:
     """Run one per-source stage function; a PipelineError is recorded (see module doc), anything else raises."""
-    from pipeline.lock import BuildLock
+    from pipeline.common.lock import BuildLock
 
     settings = docsvault.settings()
     started = time.perf_counter()
@@ -468,8 +470,8 @@ def asset_defs(settings: Settings) -> dg.Definitions:
     Raises:
         SourceConfigError: sources.yaml invalid, or two source names map to the same asset key.
     """
-    from pipeline.errors import SourceConfigError
-    from pipeline.sources import load_sources
+    from pipeline.common.errors import SourceConfigError
+    from pipeline.ingest.sources import load_sources
 
     sources = load_sources(settings.sources_file)
     slugs: dict[str, str] = {}

@@ -42,7 +42,7 @@ def source_selection(source: Source) -> list[dg.AssetKey]:
 
 def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Callable[[], Settings],
                            name: str = "upstream_change") -> dg.SensorDefinition:
-    """A sensor that checks each source cheaply (:func:`pipeline.fetch.watch.check_upstream`) and yields one
+    """A sensor that checks each source cheaply (:func:`pipeline.ingest.fetch.watch.check_upstream`) and yields one
     RunRequest per changed source, selecting that source's chain plus the shared stages.
 
     ``run_key`` = ``<source>:<upstream token>``, so a version is requested once; the cursor (JSON source -> token)
@@ -57,7 +57,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                            "llms.txt / sitemap, local listing hash); only that source's assets + the shared stages. "
                            f"A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        from pipeline.fetch.watch import check_upstream
+        from pipeline.ingest.fetch.watch import check_upstream
 
         current = settings() if callable(settings) else settings
         try:
@@ -85,7 +85,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
 
 
 def automation_defs(settings: Settings) -> dg.Definitions:
-    from pipeline.sources import load_sources
+    from pipeline.ingest.sources import load_sources
 
     sources = load_sources(settings.sources_file)
     return dg.Definitions(jobs=[refresh_all_job], schedules=[daily_refresh],

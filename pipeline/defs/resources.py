@@ -14,7 +14,7 @@ from pipeline.config import Settings
 @functools.lru_cache(maxsize=8)
 def cached_embedder(spec: str) -> Any:
     """One embedder per model spec per process (the model loads lazily, on first use)."""
-    from pipeline.embed import load_embedder
+    from pipeline.index.embed import load_embedder
 
     return load_embedder(spec)
 

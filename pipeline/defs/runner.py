@@ -6,7 +6,7 @@ executor with ``in_process`` config: :mod:`pipeline.defs.executor`). A source th
 copy and fails its ``succeeded`` check (red in the UI); the shared stages still build over every source's last good
 copy. The run shows in the Dagster UI like any other.
 
-One writer: the whole build holds ``<data>/build.lock`` (``pipeline.lock``); a second build waits up to ``wait``
+One writer: the whole build holds ``<data>/build.lock`` (``pipeline.common.lock``); a second build waits up to ``wait``
 seconds, then refuses with the holder's pid and start time. A lock left by a killed build is taken over, and the
 temp files it left are removed before anything else runs.
 """
@@ -23,11 +23,13 @@ from typing import Any
 
 import dagster as dg
 
-from pipeline import artifacts, build
+from pipeline.common import artifacts
+
+from pipeline import stages as build
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
-from pipeline.sources import load_sources, select_sources
+from pipeline.ingest.sources import load_sources, select_sources
 
 INSTANCE_YAML = """\
 # docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry.
@@ -164,8 +166,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     Raises:
         BuildLockedError: another build holds the lock (its pid and start time are in the message).
     """
-    from pipeline import build
-    from pipeline.lock import build_lock
+    from pipeline import stages as build
+    from pipeline.common.lock import build_lock
 
     with build_lock(settings.data_dir, wait=wait):
         build.cleanup_leftovers(settings)

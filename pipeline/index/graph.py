@@ -1,0 +1,487 @@
+"""Link graph of the vault: parse wikilinks / embeds / relative Markdown links, resolve them as Obsidian does,
+build a networkx DiGraph of notes and export it as GraphML and JSON.
+
+Resolution (``LinkResolver.resolve``), each source folder ``vault/<source>/`` being a vault of its own:
+
+1. exact path: the target (``.md`` optional) as a vault path, or as a path inside the linking note's source folder;
+   Markdown links are first tried relative to the linking note's folder;
+2. else every note whose path ends with ``/<target>`` (component-wise), best first by: same source folder, the
+   linking note's own folder (ancestors do not count), exact case, shortest path string, lexical order;
+3. else a note with a frontmatter alias equal to the target (case-insensitive), same ordering.
+
+Matching is case-insensitive and NFC/NFD-insensitive. A target whose extension is an attachment type (``.png``,
+``.pdf``, ``.canvas``, ``.base``, ...) never resolves and is counted as an attachment, not as a dangling note.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import posixpath
+import re
+import tempfile
+import unicodedata
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import unquote
+
+import networkx as nx
+from markdown_it import MarkdownIt
+
+from pipeline.models import Edge, Note, WikiLink
+
+__all__ = [
+    "ATTACHMENT_EXTENSIONS",
+    "LinkGraph",
+    "LinkResolver",
+    "LinksCache",
+    "build_graph",
+    "export_graph",
+    "parse_links",
+]
+
+_ATTACHMENTS_TEXT = (
+    "png jpg jpeg gif bmp svg webp avif heic tif tiff ico mp3 wav m4a ogg flac 3gp webm mp4 ogv mov mkv "
+    "avi pdf canvas base json csv tsv txt zip gz tar xml yaml yml html htm js css py ipynb docx xlsx "
+    "pptx epub "
+)
+ATTACHMENT_EXTENSIONS: frozenset[str] = frozenset(_ATTACHMENTS_TEXT.split())
+
+_MD = MarkdownIt("commonmark").enable("table")
+_WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
+# [text](dest "title") with one level of nested brackets in the text; dest either <...> or without spaces.
+_MD_LINK = re.compile(
+    r"(!?)\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]"
+    r"\(\s*(<[^<>\n]*>|[^\s()<>]+(?:\([^\s()]*\)[^\s()<>]*)*)(?:\s+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?\s*\)"
+)
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_BACKTICKS = re.compile(r"`+")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parsing
+# ---------------------------------------------------------------------------------------------------------------
+def _mask_code(markdown: str) -> str:
+    """``markdown`` with fenced/indented code blocks and inline code spans replaced by spaces (offsets kept)."""
+    lines = markdown.split("\n")
+    for tok in _MD.parse(markdown):
+        if tok.type in ("fence", "code_block") and tok.map:
+            start, end = tok.map
+            for i in range(start, min(end, len(lines))):
+                lines[i] = " " * len(lines[i])
+    text = "\n".join(lines)
+    chars = list(text)
+    # inline code: a run of n backticks up to the next run of exactly n, within one paragraph (no blank line)
+    para_ends = [m.start() for m in _BLANK_LINE.finditer(text)] + [len(text)]
+    runs = [m for m in _BACKTICKS.finditer(text) if not (m.start() > 0 and text[m.start() - 1] == "\\")]
+    i = 0
+    while i < len(runs):
+        opener = runs[i]
+        limit = para_ends[bisect.bisect_left(para_ends, opener.end())]
+        n = len(opener.group())
+        j = i + 1
+        while j < len(runs) and runs[j].start() < limit and len(runs[j].group()) != n:
+            j += 1
+        if j < len(runs) and runs[j].start() < limit:
+            for k in range(opener.start(), runs[j].end()):
+                if chars[k] != "\n":
+                    chars[k] = " "
+            i = j + 1
+        else:
+            i += 1
+    return "".join(chars)
+
+
+def _parse_wikilink(inner: str, embed: bool) -> WikiLink | None:
+    alias: str | None = None
+    pipe = inner.find("|")
+    if pipe >= 0:
+        alias = inner[pipe + 1 :].strip().replace("\\|", "|") or None
+        inner = inner[:pipe]
+    inner = inner.rstrip("\\")  # the backslash of a table-escaped "\|"
+    target, _, rest = inner.partition("#")
+    heading: str | None = None
+    block: str | None = None
+    if rest:
+        if rest.startswith("^"):
+            block = rest[1:].strip() or None
+        else:
+            head, _, blk = rest.partition("#^")
+            heading = head.strip() or None
+            block = blk.strip() or None
+    target = target.strip()
+    if not target and heading is None and block is None:
+        return None
+    return WikiLink(target=target, heading=heading, block=block, alias=alias, embed=embed, kind="wikilink")
+
+
+def _parse_md_link(dest: str) -> WikiLink | None:
+    if dest.startswith("<") and dest.endswith(">"):
+        dest = dest[1:-1]
+    dest = dest.strip()
+    if not dest or dest.startswith(("#", "//")) or _SCHEME.match(dest):
+        return None
+    path, _, fragment = dest.partition("#")
+    path = path.split("?", 1)[0]
+    path = unquote(path)
+    if not path.lower().endswith(".md"):
+        return None
+    heading: str | None = None
+    block: str | None = None
+    fragment = unquote(fragment).strip()
+    if fragment.startswith("^"):
+        block = fragment[1:] or None
+    elif fragment:
+        heading = fragment
+    return WikiLink(target=path, heading=heading, block=block, alias=None, embed=False, kind="markdown")
+
+
+def parse_links(markdown: str) -> list[WikiLink]:
+    """Links of a note body, in order of appearance.
+
+    Recognises ``[[target#heading|alias]]``, ``[[target#^block]]``, embeds ``![[...]]``, table-escaped pipes
+    ``[[target\\|alias]]`` and self-links ``[[#Heading]]`` (target ""), plus relative Markdown links to ``.md``
+    files (``[text](../x/Note.md#h)``, URL-decoded, kind "markdown"; http(s)/mailto/other schemes, images and
+    anchor-only links are skipped). Nothing inside fenced code (``` or ~~~, any length), indented code or inline
+    code counts.
+
+    Args:
+        markdown: a note body (Markdown, LF line endings; frontmatter already removed).
+
+    Returns:
+        One WikiLink per occurrence (duplicates kept).
+    """
+    text = _mask_code(re.sub(r"\r\n?", "\n", markdown))   # line breaks as markdown-it counts them
+    found: list[tuple[int, WikiLink]] = []
+    for m in _WIKILINK.finditer(text):
+        link = _parse_wikilink(m.group(2), embed=bool(m.group(1)))
+        if link is not None:
+            found.append((m.start(), link))
+    # blank the wikilinks so their text cannot be read as Markdown links
+    no_wiki = _WIKILINK.sub(lambda m: " " * len(m.group()), text)
+    for m in _MD_LINK.finditer(no_wiki):
+        if m.group(1):  # image
+            continue
+        link = _parse_md_link(m.group(2))
+        if link is not None:
+            found.append((m.start(), link))
+    found.sort(key=lambda item: item[0])
+    return [link for _, link in found]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# resolution
+# ---------------------------------------------------------------------------------------------------------------
+def _key(text: str) -> str:
+    return unicodedata.normalize("NFC", text).casefold()
+
+
+def _strip_md(path: str) -> str:
+    return path[:-3] if path.lower().endswith(".md") else path
+
+
+class LinkResolver:
+    """Resolves link targets to vault paths as Obsidian does (see module docstring); deterministic.
+
+    Args:
+        paths: vault paths ``<source>/<rel_path>`` (posix, ending ``.md``).
+        aliases: vault path -> frontmatter aliases of that note.
+    """
+
+    def __init__(self, paths: Iterable[str], aliases: Mapping[str, Sequence[str]] = {}) -> None:
+        self.paths: list[str] = sorted({unicodedata.normalize("NFC", p) for p in paths})
+        self._exact: dict[str, list[str]] = defaultdict(list)  # key of full path without .md -> paths
+        self._by_name: dict[str, list[str]] = defaultdict(list)  # key of basename without .md -> paths
+        for p in self.paths:
+            stem = _strip_md(p)
+            self._exact[_key(stem)].append(p)
+            self._by_name[_key(posixpath.basename(stem))].append(p)
+        self._aliases: dict[str, list[str]] = defaultdict(list)
+        for path, names in aliases.items():
+            p = unicodedata.normalize("NFC", path)
+            for name in names:
+                if name and p not in self._aliases[_key(name.strip())]:
+                    self._aliases[_key(name.strip())].append(p)
+
+    @staticmethod
+    def is_attachment(target: str) -> bool:
+        """True when ``target`` names a non-Markdown file (``.png``, ``.pdf``, ``.canvas``, ...)."""
+        m = _EXTENSION.search(target.split("#", 1)[0].strip())
+        return bool(m) and m.group(1).lower() in ATTACHMENT_EXTENSIONS
+
+    def resolve(self, target: str, from_path: str, *, kind: str = "wikilink") -> str | None:
+        """Vault path of the note ``target`` points to, or None (dangling, attachment or empty target).
+
+        Args:
+            target: link target as written, without ``#heading``/``|alias`` (``.md`` optional).
+            from_path: vault path of the linking note.
+            kind: "markdown" first tries the target relative to the linking note's folder (so does a target
+                starting with ``./`` or ``../``).
+
+        Returns:
+            A vault path from ``paths``, or None.
+        """
+        target = unicodedata.normalize("NFC", target.strip())
+        if not target or self.is_attachment(target):
+            return None
+        from_path = unicodedata.normalize("NFC", from_path)
+        source = from_path.split("/", 1)[0]
+        from_dir = posixpath.dirname(from_path)
+        stem = _strip_md(target)
+
+        # (1) exact paths
+        tries: list[str] = []
+        if (kind == "markdown" and not stem.startswith("/")) or stem.startswith(("./", "../")):
+            tries.append(posixpath.normpath(posixpath.join(from_dir, stem)))
+        rooted = stem.lstrip("/")
+        tries += [posixpath.normpath(f"{source}/{rooted}"), posixpath.normpath(rooted)]
+        for t in tries:
+            hits = self._exact.get(_key(t))
+            if hits:
+                return self._best(hits, stem, source, from_dir, exact=t)
+
+        # (2) path-suffix match, component-wise
+        parts = [p for p in rooted.split("/") if p not in ("", ".")]
+        if parts and ".." not in parts:
+            suffix = _key("/" + "/".join(parts))
+            cands = [
+                p for p in self._by_name.get(_key(parts[-1]), ()) if _key("/" + _strip_md(p)).endswith(suffix)
+            ]
+            if cands:
+                return self._best(cands, stem, source, from_dir)
+
+        # (3) aliases
+        cands = self._aliases.get(_key(target)) or self._aliases.get(_key(stem))
+        if cands:
+            return self._best(cands, stem, source, from_dir)
+        return None
+
+    @staticmethod
+    def _best(cands: Sequence[str], stem: str, source: str, from_dir: str, exact: str | None = None) -> str:
+        wanted = (exact or stem).split("/")[-1]
+
+        def rank(p: str) -> tuple[bool, bool, bool, int, str]:
+            name = posixpath.basename(_strip_md(p))
+            return (
+                p.split("/", 1)[0] != source,
+                posixpath.dirname(p) != from_dir,
+                name != wanted,
+                len(p),
+                p,
+            )
+
+        return min(cands, key=rank)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# graph
+# ---------------------------------------------------------------------------------------------------------------
+class LinkGraph(NamedTuple):
+    """The vault's link graph.
+
+    ``graph``: nodes = note ids (attrs source, path, title, in_degree, pagerank); one edge per linked pair (attrs
+    count, kind, headings). ``edges``: resolved and dangling links counted per (src, dst or target, kind).
+    ``unresolved``: sorted unique (vault_path, target) of dangling note links. ``attachments``: link occurrences
+    pointing at non-Markdown files.
+    """
+
+    graph: nx.DiGraph
+    edges: list[Edge]
+    unresolved: list[tuple[str, str]]
+    attachments: int
+
+
+class LinksCache:
+    """:func:`parse_links` results keyed by the sha1 of the note body, kept in one JSON file between builds.
+
+    Parsing (markdown-it, for the code masking) is most of the graph's cost; a rebuild parses only the bodies that
+    changed. :meth:`save` keeps only the entries used since the cache was opened and writes only when they changed.
+    Pass :meth:`parse` to :func:`build_graph`.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.hits = 0
+        self.misses = 0
+        self._used: dict[str, list[list]] = {}
+        self._data: dict[str, list[list]] = {}
+        if self.path is not None:
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                self._data = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self._data = {}
+
+    def parse(self, markdown: str) -> list[WikiLink]:
+        """``parse_links(markdown)``, from the cache when this body was parsed before."""
+        import hashlib
+
+        key = hashlib.sha1(markdown.encode("utf-8")).hexdigest()
+        rows = self._used.get(key)
+        if rows is None:
+            rows = self._data.get(key)
+            if rows is None:
+                self.misses += 1
+                rows = [[ln.target, ln.heading, ln.block, ln.alias, ln.embed, ln.kind] for ln in parse_links(markdown)]
+            else:
+                self.hits += 1
+            self._used[key] = rows
+        return [WikiLink(target=r[0], heading=r[1], block=r[2], alias=r[3], embed=bool(r[4]), kind=r[5])
+                for r in rows]
+
+    def save(self) -> None:
+        """Write the entries used since opening (atomically) unless they are exactly the ones loaded."""
+        if self.path is None or (self.misses == 0 and len(self._used) == len(self._data)):
+            return
+        payload = json.dumps(self._used, ensure_ascii=False, separators=(",", ":"))
+        _atomic_write(self.path, lambda p: p.write_text(payload, "utf-8"))
+
+
+def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = parse_links) -> LinkGraph:
+    """Parse and resolve every note's links into a LinkGraph.
+
+    Self-links (``[[#Heading]]``) and links from a note to itself make no edge. An edge between two notes carries
+    ``count`` (occurrences), ``kind`` ("wikilink", "embed", "markdown"; several joined by "|" in sorted order) and
+    ``headings`` (sorted distinct linked headings, block refs as ``^id``, joined by "|"). Node metrics:
+    ``in_degree`` (distinct linking notes) and ``pagerank`` (weight = count).
+
+    Args:
+        notes: the vault's notes (any sources).
+        parse: the link parser (:func:`parse_links`, or a cache's :meth:`LinksCache.parse`).
+
+    Returns:
+        LinkGraph.
+    """
+    by_path = {unicodedata.normalize("NFC", n.vault_path): n for n in notes}
+    resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases})
+    g = nx.DiGraph()
+    for n in sorted(notes, key=lambda n: n.note_id):
+        g.add_node(n.note_id, source=n.source, path=n.vault_path, title=n.title)
+
+    counts: dict[tuple[str, str | None, str, str], int] = defaultdict(int)  # (src, dst, target|"", kind)
+    first_target: dict[tuple[str, str, str], str] = {}
+    pair_kinds: dict[tuple[str, str], set[str]] = defaultdict(set)
+    pair_headings: dict[tuple[str, str], set[str]] = defaultdict(set)
+    pair_count: dict[tuple[str, str], int] = defaultdict(int)
+    unresolved: set[tuple[str, str]] = set()
+    attachments = 0
+
+    for path, note in by_path.items():
+        src = note.note_id
+        for link in parse(note.body):
+            if not link.target:
+                continue  # self-link
+            kind = "embed" if link.embed else link.kind
+            dst_path = resolver.resolve(link.target, path, kind=link.kind)
+            if dst_path is None:
+                if resolver.is_attachment(link.target):
+                    attachments += 1
+                else:
+                    unresolved.add((note.vault_path, link.target))
+                    counts[(src, None, link.target, kind)] += 1
+                continue
+            dst = by_path[dst_path].note_id
+            if dst == src:
+                continue
+            counts[(src, dst, "", kind)] += 1
+            first_target.setdefault((src, dst, kind), link.target)
+            pair_kinds[(src, dst)].add(kind)
+            pair_count[(src, dst)] += 1
+            if link.heading:
+                pair_headings[(src, dst)].add(link.heading)
+            if link.block:
+                pair_headings[(src, dst)].add("^" + link.block)
+
+    edges: list[Edge] = []
+    for (src, dst, target, kind), count in counts.items():
+        if dst is not None:
+            target = first_target[(src, dst, kind)]
+        edges.append(Edge(src=src, dst=dst, target=target, kind=kind, count=count))
+    edges.sort(key=lambda e: (e.src, e.dst or "", e.target if e.dst is None else "", e.kind))
+
+    for (src, dst), count in sorted(pair_count.items()):
+        g.add_edge(
+            src,
+            dst,
+            count=count,
+            kind="|".join(sorted(pair_kinds[(src, dst)])),
+            headings="|".join(sorted(pair_headings[(src, dst)])),
+        )
+    pagerank: dict[str, float] = {}
+    if g.number_of_nodes():
+        try:
+            pagerank = nx.pagerank(g, weight="count")
+        except nx.PowerIterationFailedConvergence:
+            pagerank = nx.pagerank(g, weight="count", max_iter=1000, tol=1e-4)
+    for node in g.nodes:
+        g.nodes[node]["in_degree"] = int(g.in_degree(node))
+        g.nodes[node]["pagerank"] = round(float(pagerank.get(node, 0.0)), 10)
+    return LinkGraph(graph=g, edges=edges, unresolved=sorted(unresolved), attachments=attachments)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# export
+# ---------------------------------------------------------------------------------------------------------------
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from pipeline.common.artifacts import file_mode
+
+    os.fchmod(fd, file_mode())          # the umask's mode (0o644 under 0o022), not mkstemp's 0o600
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
+    """Write ``links.graphml`` and ``links.json`` into ``out_dir`` (created), each atomically (temp + replace).
+
+    GraphML holds only str/int/float attributes and reads back with ``networkx.read_graphml``. JSON is
+    ``{"nodes": [...], "edges": [...], "unresolved": [...], "attachments": n}`` sorted by id / (src, dst, kind);
+    ``edges`` lists resolved and dangling links (``dst`` null for dangling).
+
+    Args:
+        lg: the graph from build_graph.
+        out_dir: output folder.
+
+    Returns:
+        {"graphml": path, "json": path}.
+    """
+    out_dir = Path(out_dir)
+    g = nx.DiGraph()
+    for node in sorted(lg.graph.nodes):
+        attrs = lg.graph.nodes[node]
+        g.add_node(node, **{k: v for k, v in attrs.items() if isinstance(v, (str, int, float))})
+    for src, dst in sorted(lg.graph.edges):
+        attrs = lg.graph.edges[src, dst]
+        g.add_edge(src, dst, **{k: v for k, v in attrs.items() if isinstance(v, (str, int, float))})
+
+    graphml = out_dir / "links.graphml"
+    _atomic_write(graphml, lambda p: nx.write_graphml(g, str(p)))
+
+    data = {
+        "nodes": [{"id": node, **g.nodes[node]} for node in g.nodes],
+        "edges": [
+            {"src": e.src, "dst": e.dst, "target": e.target, "kind": e.kind, "count": e.count}
+            for e in lg.edges
+        ],
+        "unresolved": [{"path": p, "target": t} for p, t in lg.unresolved],
+        "attachments": lg.attachments,
+    }
+    json_path = out_dir / "links.json"
+    _atomic_write(
+        json_path,
+        lambda p: p.write_text(
+            json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8"
+        ),
+    )
+    return {"graphml": graphml, "json": json_path}

@@ -1,0 +1,111 @@
+"""Bare wikilinks that are ambiguous in the merged vault -> path form, so Obsidian opens the note the link table
+resolved.
+
+A source's ``[[Home|Open]]`` resolves within its source (the link table does this), but in a vault that holds
+several sources (and the user's own folders) Obsidian resolves a bare name across the whole vault and may open
+another source's ``Home.md``. Such links are written qualified: ``[[<source>/<path>|Open]]`` (display text kept:
+the alias, else the name as written, ``Note > Heading`` for a heading link). Links whose name is unique in the vault
+are left as written, as are links that do not resolve within the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+import re
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.models import Note, text_hash
+
+_WIKI = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
+
+
+def _key(name: str) -> str:
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def other_note_names(vault_dir: Path, source: str) -> set[str]:
+    """Casefolded NFC names (without ``.md``) of the Markdown files in the vault outside ``vault/<source>/`` (other
+    sources and the user's own folders; dot folders skipped)."""
+    names: set[str] = set()
+    vault_dir = Path(vault_dir)
+    if not vault_dir.is_dir():
+        return names
+    for entry in sorted(vault_dir.iterdir()):
+        if entry.name.startswith(".") or entry.name == source:
+            continue
+        if entry.is_file() and entry.name.endswith(".md"):
+            names.add(_key(entry.name[:-3]))
+        elif entry.is_dir() and not entry.is_symlink():
+            for dirpath, dirnames, filenames in os.walk(entry):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                names.update(_key(f[:-3]) for f in filenames if f.endswith(".md") and not f.startswith("."))
+    return names
+
+
+def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]) -> tuple[list[Note], int]:
+    """Rewrite bare links of ``notes`` whose name is also a note name in ``others`` (see
+    :func:`other_note_names`) to path form when they resolve within the source; returns ``(notes, links
+    rewritten)``. A rewritten note's ``content_hash`` is recomputed."""
+    from pipeline.index.graph import LinkResolver
+    from pipeline.ingest.normalize import _table_rows, map_prose
+
+    paths = [n.vault_path for n in notes]
+    resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases})
+    count = 0
+    out: list[Note] = []
+    for note in notes:
+        if "[[" not in note.body:
+            out.append(note)
+            continue
+        changed = 0
+
+        def fix(text: str, note: Note = note) -> str:
+            nonlocal changed
+            lines = text.split("\n")
+            rows = _table_rows(lines) if "|" in text else [False] * len(lines)
+            for i, line in enumerate(lines):
+                if "[[" not in line:
+                    continue
+
+                def one(m: re.Match[str], in_table: bool = rows[i]) -> str:
+                    nonlocal changed
+                    inner = m.group(2)
+                    parts = re.split(r"\\?\|", inner, maxsplit=1)
+                    target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
+                    target, hash_, sub = target_sub.partition("#")
+                    target = target.strip()
+                    if not target or target.startswith(f"{source}/") or \
+                            _key(posixpath.basename(target.removesuffix(".md"))) not in others:
+                        return m.group()
+                    if LinkResolver.is_attachment(target):
+                        return m.group()
+                    resolved = resolver.resolve(target, note.vault_path)
+                    if resolved is None:
+                        return m.group()
+                    new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
+                    if alias is None and not m.group(1):
+                        alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
+                    pipe = "\\|" if in_table else "|"
+                    changed += 1
+                    return f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "") + "]]"
+
+                lines[i] = _WIKI.sub(one, line)
+            return "\n".join(lines)
+
+        body = map_prose(note.body, fix)
+        if changed:
+            count += changed
+            fm = {**note.frontmatter, "content_hash": text_hash(body)} if "content_hash" in note.frontmatter \
+                else note.frontmatter
+            note = dataclasses.replace(note, body=body, frontmatter=fm)
+        out.append(note)
+    return out, count
+
+
+def ambiguous_names(notes: Sequence[Note], others: set[str]) -> list[str]:
+    """The names of ``notes`` that are also in ``others`` (sorted): what the qualification depends on."""
+    return sorted({_key(posixpath.basename(n.rel_path)[:-3]) for n in notes} & others)

@@ -1,0 +1,246 @@
+"""Attachments: the images, audio, video, PDFs and canvases a source's notes use, found in the source's tree so
+the vault stage can copy them next to their notes (every embed of an existing file then resolves in Obsidian).
+
+Which files: the targets of embeds and links in the notes (``![[pic.png]]``, ``[[Board.canvas]]``,
+``![alt](img/pic.png)``, ``[report](files/a.pdf)``) whose extension is in :data:`COPY_EXTENSIONS`, plus every
+``.canvas`` file of the source (canvases are Obsidian documents in their own right). A target is looked up as
+Obsidian does: relative to the note (Markdown links and ``./``/``../`` wikilinks), from the source root, then as a
+path suffix / bare file name anywhere in the source (shortest path first). Each file keeps its path in the source
+(components cleaned like note paths), so relative links and Obsidian's path-suffix links keep working.
+
+Where the source tree is: a ``local`` source's folders; a ``git`` source's checkout (``<raw>/<name>/repo``, only its
+sparse ``paths``). ``llms_txt``/``html`` sources have none (their images stay remote URLs).
+
+Limits: a file above :data:`MAX_FILE_BYTES` (``DOCSVAULT_ATTACHMENT_MAX_MB``, default 50 MiB) or beyond the source's
+total :data:`MAX_TOTAL_BYTES` (``DOCSVAULT_ATTACHMENTS_MAX_MB``, default 1024 MiB) is not copied; a symlink leaving
+the source, a symlinked folder, or two files whose vault paths differ only in case are skipped too. Each skip is a
+line ``source 'x': path: reason`` in :attr:`AttachmentPlan.skipped`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import unquote
+
+from pipeline.models import Note, Source
+
+IMAGE = frozenset("png jpg jpeg gif bmp svg webp avif heic tif tiff ico".split())
+AUDIO = frozenset("mp3 wav m4a ogg flac 3gp".split())
+VIDEO = frozenset("webm mp4 ogv mov mkv avi".split())
+COPY_EXTENSIONS: frozenset[str] = IMAGE | AUDIO | VIDEO | {"pdf", "canvas"}
+"""Extensions (lower case, no dot) of the files copied into the vault when a note uses them."""
+
+MAX_FILE_BYTES = int(float(os.environ.get("DOCSVAULT_ATTACHMENT_MAX_MB", "50")) * 2**20)
+MAX_TOTAL_BYTES = int(float(os.environ.get("DOCSVAULT_ATTACHMENTS_MAX_MB", "1024")) * 2**20)
+
+_WIKI = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
+_MD = re.compile(r"(!?)\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\(\s*(<[^<>\n]*>|[^\s()<>]+(?:\([^\s()]*\)[^\s()<>]*)*)"
+                 r"(?:\s+(?:\"[^\"\n]*\"|'[^'\n]*'))?\s*\)")
+_HTML_SRC = re.compile(r"<(?:img|video|audio|source|embed)\b[^>\n]*?\bsrc=[\"']([^\"'\n]+)[\"']", re.IGNORECASE)
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+class AttachmentPlan(NamedTuple):
+    """What to copy for one source.
+
+    ``files``: vault rel_path (inside ``vault/<source>/``) -> file on disk; ``bytes``: their total size;
+    ``skipped``: one line per file not copied (``source 'x': path: reason``); ``unresolved``: ``(note rel_path,
+    target)`` of attachment links whose file is not in the source (reported, nothing to copy)."""
+
+    files: dict[str, Path]
+    bytes: int
+    skipped: list[str]
+    unresolved: list[tuple[str, str]]
+
+
+def extension(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[-1].lower() if "." in name else ""
+
+
+def source_roots(source: Source, raw_dir: Path) -> list[tuple[str, Path]]:
+    """``(prefix, folder)`` pairs whose files are the source's tree: a source path is ``prefix + rel`` (prefix ""
+    or ``"<folder name>/"`` for a local source with several folders)."""
+    if source.kind == "local":
+        roots = sorted(Path(p) for p in source.path)
+        multi = len(roots) > 1
+        return [((r.name + "/") if multi else "", r) for r in roots if r.is_dir()]
+    if source.kind == "git":
+        repo = Path(raw_dir) / source.name / "repo"
+        plain = [p.strip("/") for p in source.paths if p.strip("/") and not any(c in p for c in "*?[")]
+        if not plain or len(plain) != len(source.paths):
+            return [("", repo)] if repo.is_dir() else []
+        return [(p + "/", repo / p) for p in plain if (repo / p).is_dir()]
+    return []
+
+
+def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: list[str]
+                    ) -> dict[str, Path]:
+    """Source path (posix, NFC) -> file, for every file with a :data:`COPY_EXTENSIONS` extension under the roots
+    (dot entries skipped; symlinks to files inside the root followed, other symlinks skipped with a reason)."""
+    found: dict[str, Path] = {}
+    report = source.kind != "local"         # a local fetch already reports every symlink it skips
+    for prefix, root in roots:
+        real_root = root.resolve()
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            keep = []
+            for d in sorted(dirnames):
+                if d.startswith("."):
+                    continue
+                if (here / d).is_symlink():
+                    rel = prefix + (here / d).relative_to(root).as_posix()
+                    if report:
+                        skipped.append(f"source '{source.name}': {rel}/: a symlinked folder; its files are not "
+                                       "copied (link the files, or move the folder into the source)")
+                    continue
+                keep.append(d)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                if name.startswith(".") or extension(name) not in COPY_EXTENSIONS:
+                    continue
+                path = here / name
+                sp = unicodedata.normalize("NFC", prefix + path.relative_to(root).as_posix())
+                if path.is_symlink():
+                    try:
+                        target = path.resolve(strict=True)
+                        target.relative_to(real_root)
+                    except (OSError, RuntimeError, ValueError):
+                        if report:
+                            skipped.append(f"source '{source.name}': {sp}: a symlink that is dangling or leaves "
+                                           "the source; not copied")
+                        continue
+                found[sp] = path
+    return found
+
+
+def _targets(body: str) -> list[tuple[str, bool]]:
+    """(target path, is_markdown_link) of the links of a body outside code, URL-decoded, without #fragment."""
+    from pipeline.ingest.normalize import map_prose
+
+    out: list[tuple[str, bool]] = []
+
+    def collect(text: str) -> str:
+        for m in _WIKI.finditer(text):
+            inner = m.group(2).split("|", 1)[0].rstrip("\\")
+            out.append((inner.split("#", 1)[0].strip(), False))
+        for m in _MD.finditer(_WIKI.sub(" ", text)):
+            dest = m.group(2)
+            if dest.startswith("<") and dest.endswith(">"):
+                dest = dest[1:-1]
+            if not dest or dest.startswith("//") or _SCHEME.match(dest):
+                continue
+            out.append((unquote(dest.split("#", 1)[0].split("?", 1)[0]).strip(), True))
+        for m in _HTML_SRC.finditer(text):
+            dest = m.group(1)
+            if not dest.startswith("//") and not _SCHEME.match(dest):
+                out.append((unquote(dest.split("#", 1)[0].split("?", 1)[0]).strip(), True))
+        return text
+
+    map_prose(body, collect)
+    return [(t, md) for t, md in out if t and extension(t) in COPY_EXTENSIONS]
+
+
+class _Index:
+    def __init__(self, files: dict[str, Path]) -> None:
+        self.exact = {sp.casefold(): sp for sp in files}
+        self.by_name: dict[str, list[str]] = {}
+        for sp in sorted(files, key=lambda p: (p.count("/"), len(p), p)):
+            self.by_name.setdefault(sp.rsplit("/", 1)[-1].casefold(), []).append(sp)
+
+    def resolve(self, target: str, note_sp: str, markdown: bool) -> str | None:
+        t = unicodedata.normalize("NFC", target.replace("\\", "/"))
+        here = posixpath.dirname(note_sp)
+        tries = []
+        if markdown or t.startswith(("./", "../")):
+            tries.append(posixpath.normpath(posixpath.join(here, t)))
+        tries.append(posixpath.normpath(t.lstrip("/")))
+        for cand in tries:
+            hit = self.exact.get(cand.casefold())
+            if hit:
+                return hit
+        parts = [p for p in t.lstrip("/").split("/") if p not in ("", ".", "..")]
+        if not parts:
+            return None
+        suffix = "/" + "/".join(parts).casefold()
+        cands = [sp for sp in self.by_name.get(parts[-1].casefold(), ()) if ("/" + sp.casefold()).endswith(suffix)]
+        if not cands:
+            return None
+        same = [sp for sp in cands if posixpath.dirname(sp) == here]
+        return (same or cands)[0]
+
+
+def vault_rel_path(source_path: str) -> str:
+    """The attachment's path inside ``vault/<source>/``: its source path, NFC, each component cleaned as note paths
+    are (the name keeps its extension)."""
+    from pipeline.ingest.normalize import _clean_component
+
+    parts = [p for p in unicodedata.normalize("NFC", source_path).split("/") if p not in ("", ".", "..")]
+    return "/".join(_clean_component(p) for p in parts)
+
+
+def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
+                     max_file_bytes: int | None = None, max_total_bytes: int | None = None) -> AttachmentPlan:
+    """The attachments of one source's notes (see module doc).
+
+    Args:
+        source: the source block (kind, folders, sparse paths).
+        notes: its notes (bodies are scanned for links; ``source_path`` gives each note's folder in the source).
+        raw_dir: ``<data>/raw`` (where a git source's checkout lives).
+        max_file_bytes / max_total_bytes: limits in bytes (default :data:`MAX_FILE_BYTES` / :data:`MAX_TOTAL_BYTES`).
+
+    Returns:
+        AttachmentPlan; deterministic (files chosen in sorted source-path order).
+    """
+    per_file = MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes
+    total_cap = MAX_TOTAL_BYTES if max_total_bytes is None else max_total_bytes
+    skipped: list[str] = []
+    roots = source_roots(source, raw_dir)
+    if not roots:
+        return AttachmentPlan({}, 0, [], [])
+    candidates = list_candidates(source, roots, skipped)
+    index = _Index(candidates)
+    wanted: set[str] = {sp for sp in candidates if extension(sp) == "canvas"}
+    unresolved: list[tuple[str, str]] = []
+    for note in notes:
+        sp = unicodedata.normalize("NFC", note.source_path)
+        for target, markdown in _targets(note.body):
+            hit = index.resolve(target, sp, markdown)
+            if hit is None:
+                unresolved.append((note.rel_path, target))
+            else:
+                wanted.add(hit)
+    files: dict[str, Path] = {}
+    taken: set[str] = set()
+    total = 0
+    for sp in sorted(wanted):
+        path = candidates[sp]
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            skipped.append(f"source '{source.name}': {sp}: cannot read: {exc.strerror or exc}")
+            continue
+        if size > per_file:
+            skipped.append(f"source '{source.name}': {sp}: {size / 2**20:.1f} MiB, above the "
+                           f"{per_file / 2**20:g} MiB limit for one attachment (DOCSVAULT_ATTACHMENT_MAX_MB); "
+                           "not copied")
+            continue
+        if total + size > total_cap:
+            skipped.append(f"source '{source.name}': {sp}: the source's attachments would exceed "
+                           f"{total_cap / 2**20:g} MiB (DOCSVAULT_ATTACHMENTS_MAX_MB); not copied")
+            continue
+        rel = vault_rel_path(sp)
+        if not rel or rel.casefold() in taken or rel.lower().endswith(".md"):
+            skipped.append(f"source '{source.name}': {sp}: its vault path {rel!r} is taken by another attachment "
+                           "(names that differ only in case); not copied")
+            continue
+        taken.add(rel.casefold())
+        files[rel] = path
+        total += size
+    return AttachmentPlan(files, total, skipped, sorted(set(unresolved)))

@@ -1,0 +1,183 @@
+"""Capture: write what a person or an agent learned as a new note into a local "capture" source.
+
+The capture source is a ``local`` source of sources.yaml, named by ``--source`` / the MCP tool's ``source``, else by
+``DOCSVAULT_CAPTURE_SOURCE``. A note is written as ``<first root of the source>/<name>.md``, never anywhere else:
+the name is one file name (no ``/``, ``\\``, ``..``, leading ``.``, control or ``:*?"<>|`` characters, at most
+:data:`MAX_NAME_CHARS`), the resolved file must be inside the root, and an existing file is never overwritten (the
+file is created exclusively). Frontmatter (``created``, ``agent``, ``status: raw``, ``correlation_id``,
+``related``, ``tags``) comes first, the text as given after it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from pipeline.common.errors import PipelineError
+from pipeline.models import Source
+
+__all__ = [
+    "MAX_NAME_CHARS",
+    "MAX_TEXT_CHARS",
+    "CaptureError",
+    "Captured",
+    "capture_source",
+    "check_name",
+    "name_from_title",
+    "write_capture",
+]
+
+MAX_NAME_CHARS = 120           # file name length without ``.md``
+MAX_TEXT_CHARS = 1_000_000     # a captured note's text (chars)
+ENV_SOURCE = "DOCSVAULT_CAPTURE_SOURCE"
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f/\\:*?"<>|]')
+
+
+class CaptureError(PipelineError):
+    """A capture that cannot be written (no capture source, unsafe or taken name, empty text)."""
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A written note: ``path`` (the file), ``source``, ``vault_path`` (``<source>/<name>.md``, searchable after a
+    build of the source), ``correlation_id``, ``related`` (vault paths)."""
+
+    path: Path
+    source: str
+    vault_path: str
+    correlation_id: str
+    related: tuple[str, ...]
+
+
+def capture_source(sources: Sequence[Source], name: str | None = None) -> Source:
+    """The local source notes are captured into: ``name``, else ``$DOCSVAULT_CAPTURE_SOURCE``.
+
+    Raises:
+        CaptureError: none named, unknown, or not a ``local`` source with a folder.
+    """
+    name = name or os.environ.get(ENV_SOURCE, "").strip() or None
+    local = [s.name for s in sources if s.kind == "local"]
+    if not name:
+        raise CaptureError(f"no capture source: set {ENV_SOURCE} to a local source of sources.yaml "
+                           f"({', '.join(local) or 'none yet: add one'}) or pass --source NAME")
+    found = next((s for s in sources if s.name == name), None)
+    if found is None:
+        raise CaptureError(f"unknown capture source {name!r}; local sources: {', '.join(local) or '(none)'}")
+    if found.kind != "local" or not found.path:
+        raise CaptureError(f"capture source {name!r} is kind {found.kind}: notes are captured into a local source "
+                           f"only ({', '.join(local) or 'none in sources.yaml'})")
+    return found
+
+
+def check_name(name: str) -> str:
+    """A safe note file name (without ``.md``; a trailing ``.md`` is dropped).
+
+    Raises:
+        CaptureError: empty, too long, a path (``/``, ``\\``, ``..``), hidden (leading ``.``), or holding control or
+            ``:*?"<>|`` characters.
+    """
+    raw = name
+    name = unicodedata.normalize("NFC", name.strip())
+    if name.lower().endswith(".md"):
+        name = name[:-3].rstrip()
+    if not name:
+        raise CaptureError("the note name is empty: pass --name or a title")
+    shown = raw if len(raw) <= 80 else raw[:77] + "..."
+    if _UNSAFE.search(name) or ".." in name:
+        raise CaptureError(f"unsafe note name {shown!r}: a name is one file name, without / \\ .. : * ? \" < > | "
+                           "or control characters")
+    if name.startswith("."):
+        raise CaptureError(f"unsafe note name {shown!r}: hidden names (a leading '.') are not notes")
+    if len(name) > MAX_NAME_CHARS:
+        raise CaptureError(f"note name too long ({len(name)} chars, at most {MAX_NAME_CHARS}): pass a shorter --name")
+    return name
+
+
+def name_from_title(title: str) -> str:
+    """A file name from a title: unsafe characters become ``-``, whitespace collapses, at most MAX_NAME_CHARS."""
+    name = _UNSAFE.sub("-", unicodedata.normalize("NFC", title))
+    name = re.sub(r"\.{2,}", ".", " ".join(name.split())).strip(" .-")
+    return name[:MAX_NAME_CHARS].rstrip(" .-")
+
+
+def title_of(text: str) -> str:
+    """The first Markdown heading of ``text``, else its first non-empty line (at most 80 chars)."""
+    for line in text.splitlines():
+        m = re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
+        if m:
+            return m.group(1)[:80]
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first[:80]
+
+
+def write_capture(source: Source, text: str, *, title: str | None = None, name: str | None = None,
+                  agent: str = "docsvault capture", correlation_id: str | None = None,
+                  related: Sequence[str] = (), tags: Sequence[str] = (), now: datetime | None = None) -> Captured:
+    """Write a captured note into the source's first root.
+
+    Args:
+        source: a local source (:func:`capture_source`).
+        text: the note's Markdown (without frontmatter; a leading ``---`` block is kept as text).
+        title: the note's title (default: its first heading or line).
+        name: the file name (default: from the title; checked by :func:`check_name`).
+        agent: who wrote it (the model or agent name; ``agent`` in the frontmatter).
+        correlation_id: ties the note to a conversation/run (default: a new UUID4 hex).
+        related: vault paths of related notes (the top search hits of the text).
+        tags: frontmatter tags.
+        now: the creation time (default: now, UTC).
+
+    Returns:
+        What was written.
+
+    Raises:
+        CaptureError: empty or too long text, unsafe or taken name, or a file that would land outside the root.
+    """
+    if not text or not text.strip():
+        raise CaptureError("nothing to capture: the text is empty")
+    if len(text) > MAX_TEXT_CHARS:
+        raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a captured note")
+    title = " ".join((title or title_of(text)).split())
+    fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
+    root = source.path[0].resolve()
+    if not root.is_dir():
+        raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
+                           "sources.yaml")
+    target = (root / f"{fname}.md")
+    if not target.resolve().parent == root:
+        raise CaptureError(f"refused: {fname!r} would be written outside {root}")
+    created = (now or datetime.now(UTC)).replace(microsecond=0)
+    cid = correlation_id or uuid.uuid4().hex
+    fm: dict[str, object] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
+                             "status": "raw", "correlation_id": cid}
+    if related:
+        fm["related"] = list(related)
+    if tags:
+        fm["tags"] = [t.lstrip("#") for t in tags if t.strip("# ")]
+    head = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False, width=1000)
+    content = f"---\n{head}---\n\n{text.rstrip()}\n"
+    try:
+        with open(target, "x", encoding="utf-8", newline="\n") as fh:
+            fh.write(content)
+    except FileExistsError:
+        raise CaptureError(f"a note named {fname + '.md'!r} already exists in {root}: pass another --name "
+                           "(nothing was overwritten)") from None
+    except OSError as exc:
+        raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return Captured(path=target, source=source.name, vault_path=f"{source.name}/{fname}.md", correlation_id=cid,
+                    related=tuple(related))
+
+
+def related_for(searcher: object, title: str, text: str, k: int = 3) -> list[str]:
+    """Vault paths of the top ``k`` notes a search for the title and the text's start finds (``searcher`` a
+    :class:`pipeline.search.searcher.Searcher`); [] when nothing is found."""
+    query = f"{title} {' '.join(text.split())[:300]}".strip()
+    hits = searcher.search(query, k=k)  # type: ignore[attr-defined]
+    return [h.vault_path for h in hits]

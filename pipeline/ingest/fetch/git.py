@@ -1,0 +1,282 @@
+"""Git sources: shallow, blob-filtered, sparse clone of the configured ``paths`` (GitPython drives the git CLI).
+
+Layout: ``<raw>/<name>/repo`` (the checkout) and ``<raw>/<name>/fetch.json`` (commit, fetched_at, file list).
+
+- First run (or when url/ref/paths changed): ``clone --depth=1 --filter=blob:none --sparse --no-checkout`` into a temp
+  folder next to ``repo``, ``sparse-checkout set`` (cone mode for plain folders, ``--no-cone`` as soon as one entry
+  holds a glob character — git >= 2.37 takes a glob as a folder name in cone mode and silently checks out nothing,
+  EC-22), checkout, then swap the folder into place. A failure leaves the previous checkout untouched.
+- Later runs: ``ls-remote`` the ref; same commit as recorded -> nothing to do (``changed=False``). Otherwise
+  ``fetch --depth=1`` and, only when that succeeded and selects at least one file, ``reset --hard`` to it.
+- A 40-hex ``ref`` is a commit id: it is fetched by id (the server must allow it) and compared as is.
+- ``token_env`` names an environment variable holding a token for private https remotes. The token is passed to git
+  as an ``http.extraHeader`` through ``GIT_CONFIG_*`` environment variables of the git process only: it is never on a
+  command line, never in ``.git/config`` and never in logs; error messages have it replaced by ``***``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import time
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import git
+
+from pipeline.config import Settings
+from pipeline.common.errors import FetchError
+from pipeline.ingest.fetch import is_glob, now_iso, path_matches, read_state, select_paths, source_dir, write_state
+from pipeline.models import FetchResult, RawFile, Source
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+_USERINFO_RE = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def is_commit_id(ref: str | None) -> bool:
+    """True when ``ref`` is a full commit id (40 or 64 lower-case hex digits)."""
+    return bool(ref and COMMIT_RE.match(ref))
+
+
+def redact_url(url: str) -> str:
+    """The URL with any ``user:password@`` part replaced by ``***@``."""
+    return _USERINFO_RE.sub("***@", url)
+
+
+class _GitRunner:
+    """Runs git commands for one source with a clean, non-interactive environment and the auth header if any."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.url = source.url or ""
+        self.env: dict[str, str] = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "",
+                                    "LC_ALL": "C", "LANGUAGE": "C"}
+        self.secrets: list[str] = []
+        if source.token_env:
+            token = os.environ.get(source.token_env, "")
+            if not token:
+                raise FetchError(
+                    f"source '{source.name}': environment variable {source.token_env} (token_env) is not set or "
+                    f"empty; export it with a token that can read {redact_url(self.url)}"
+                )
+            basic = base64.b64encode(f"x-access-token:{token}".encode()).decode("ascii")
+            self.secrets = [token, basic]
+            self.env.update({
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+            })
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, "***")
+        return redact_url(text)
+
+    def error(self, cause: str) -> FetchError:
+        return FetchError(self.redact(f"source '{self.source.name}': cannot fetch {self.url}: {cause}"))
+
+    def run(self, args: list[str], cwd: Path | None = None) -> str:
+        """Run ``git <args>``; stdout (stripped). Raises FetchError with git's first stderr line as cause."""
+        try:
+            out = git.Git(str(cwd) if cwd else None).execute(
+                ["git", *args], env=self.env, strip_newline_in_stdout=True, stdout_as_string=True
+            )
+        except git.GitCommandError as exc:
+            raise self.error(_first_error_line(exc)) from None
+        except (git.GitCommandNotFound, OSError) as exc:
+            raise self.error(f"git is not available ({exc.__class__.__name__}); install git >= 2.25") from None
+        return str(out)
+
+
+def _first_error_line(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or "")
+    text = re.sub(r"^\s*stderr:\s*'", "", text)
+    lines = [ln.strip().rstrip("'").strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    for ln in lines:
+        if ln.startswith(("fatal:", "error:")):
+            return ln
+    return lines[0] if lines else f"git {exc.command[1] if len(exc.command) > 1 else ''} exited with status {exc.status}"
+
+
+def _remote_commit(runner: _GitRunner, ref: str | None) -> str:
+    """Resolve ``ref`` (default HEAD) on the remote with one ``ls-remote``; a commit id resolves to itself."""
+    if is_commit_id(ref):
+        return str(ref)
+    name = ref or "HEAD"
+    out = runner.run(["ls-remote", runner.url, name, f"{name}^{{}}"])
+    refs: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, refname = line.partition("\t")
+        if sha and refname:
+            refs[refname.strip()] = sha.strip()
+    for candidate in (name, f"{name}^{{}}", f"refs/heads/{name}", f"refs/tags/{name}^{{}}", f"refs/tags/{name}"):
+        if candidate in refs and not (candidate == name and f"{name}^{{}}" in refs):
+            return refs[candidate]
+    raise runner.error(f"ref '{name}' not found on the remote (check 'ref' in sources.yaml)")
+
+
+def _in_sparse_paths(path: str, paths: tuple[str, ...]) -> bool:
+    if not paths:
+        return True
+    for p in paths:
+        if is_glob(p):
+            if path_matches(path, [p]):
+                return True
+        else:
+            folder = p.strip("/")
+            if folder in ("", ".") or path == folder or path.startswith(folder + "/"):
+                return True
+    return False
+
+
+def _tree_files(runner: _GitRunner, repo: Path, commit: str) -> list[str]:
+    """Regular files (no symlinks/submodules) of a commit's tree, read from the tree objects (no blobs needed)."""
+    out = runner.run(["ls-tree", "-r", "-z", "--full-tree", commit], cwd=repo)
+    files: list[str] = []
+    for entry in out.split("\x00"):
+        meta, _, path = entry.partition("\t")
+        if path and meta.split(" ")[0] in ("100644", "100755"):
+            files.append(path)
+    return files
+
+
+def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
+    tree = _tree_files(runner, repo, commit)
+    return select_paths(source, [p for p in tree if _in_sparse_paths(p, source.paths)])
+
+
+def _no_files_error(runner: _GitRunner, source: Source) -> FetchError:
+    return runner.error(
+        f"no files match paths={list(source.paths) or ['.']} "
+        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)} "
+        "(check the folder names in 'paths' against the repository)"
+    )
+
+
+def _sparse_set(runner: _GitRunner, source: Source, repo: Path) -> str:
+    """Apply sparse-checkout for ``source.paths``; returns the mode used ("cone", "no-cone" or "full")."""
+    if not source.paths or any(p.strip("/") in ("", ".") for p in source.paths):
+        runner.run(["sparse-checkout", "disable"], cwd=repo)
+        return "full"
+    if any(is_glob(p) for p in source.paths):
+        patterns = [p if is_glob(p) else "/" + p.strip("/") + "/" for p in source.paths]
+        runner.run(["sparse-checkout", "set", "--no-cone", *patterns], cwd=repo)
+        return "no-cone"
+    runner.run(["sparse-checkout", "set", *[p.strip("/") for p in source.paths]], cwd=repo)
+    return "cone"
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _clone(runner: _GitRunner, source: Source, repo_dir: Path) -> tuple[str, list[str], int, str]:
+    """Fresh sparse clone into a temp folder, swapped into ``repo_dir`` when complete.
+
+    Returns (commit, selected source paths, requests made, sparse mode).
+    """
+    tmp = repo_dir.with_name(f"{repo_dir.name}.tmp-{os.getpid()}")
+    _rmtree(tmp)
+    requests = 0
+    try:
+        args = ["clone", "-q", "--depth=1", "--filter=blob:none", "--sparse", "--no-checkout"]
+        if source.ref and not is_commit_id(source.ref):
+            args += ["--branch", source.ref]
+        requests += 1
+        runner.run([*args, runner.url, str(tmp)])
+        if is_commit_id(source.ref):
+            requests += 1
+            runner.run(["fetch", "-q", "--depth=1", "--filter=blob:none", "origin", str(source.ref)], cwd=tmp)
+            commit = runner.run(["rev-parse", f"{source.ref}^{{commit}}"], cwd=tmp)
+        else:
+            commit = runner.run(["rev-parse", "HEAD^{commit}"], cwd=tmp)
+        selected = _select(runner, source, tmp, commit)
+        if not selected:
+            raise _no_files_error(runner, source)
+        mode = _sparse_set(runner, source, tmp)
+        runner.run(["checkout", "-q", "--detach", commit], cwd=tmp)
+        if not any((tmp / p).is_file() for p in selected):
+            raise runner.error("sparse checkout produced none of the selected files")
+        old = repo_dir.with_name(f"{repo_dir.name}.old-{os.getpid()}")
+        if repo_dir.exists():
+            os.replace(repo_dir, old)
+        os.replace(tmp, repo_dir)
+        _rmtree(old)
+    except BaseException:
+        _rmtree(tmp)
+        raise
+    return commit, selected, requests, mode
+
+
+def _update(runner: _GitRunner, source: Source, repo_dir: Path) -> tuple[str, list[str], int]:
+    """Fetch the ref shallowly and hard-reset to it only when the fetch succeeded and selects files."""
+    target = source.ref if source.ref else "HEAD"
+    runner.run(["fetch", "-q", "--depth=1", "--filter=blob:none", "origin", target], cwd=repo_dir)
+    commit = runner.run(["rev-parse", "FETCH_HEAD^{commit}"], cwd=repo_dir)
+    selected = _select(runner, source, repo_dir, commit)
+    if not selected:
+        raise _no_files_error(runner, source)
+    runner.run(["reset", "-q", "--hard", commit], cwd=repo_dir)
+    return commit, selected, 1
+
+
+def fetch_git(source: Source, settings: Settings) -> FetchResult:
+    """Fetch a git source (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
+
+    Raises:
+        FetchError: ``source '<name>': cannot fetch <url>: <cause>`` — one line, git's first error line as cause, the
+            token redacted; also when the sparse paths select zero files. The previous checkout is left untouched.
+    """
+    started = time.monotonic()
+    if not source.url:
+        raise FetchError(f"source '{source.name}': kind git needs 'url'")
+    runner = _GitRunner(source)
+    base = source_dir(source, settings)
+    base.mkdir(parents=True, exist_ok=True)
+    repo_dir = base / "repo"
+    state = read_state(source, settings)
+    config = {"url": redact_url(source.url), "ref": source.ref, "paths": list(source.paths)}
+    same_config = (
+        state is not None
+        and all(state.get(k) == v for k, v in config.items())
+        and (repo_dir / ".git").is_dir()
+        and isinstance(state.get("revision"), str)
+    )
+    requests = 0
+    mode = state.get("sparse_mode", "") if state else ""
+    if same_config:
+        assert state is not None
+        remote = _remote_commit(runner, source.ref)
+        requests += 0 if is_commit_id(source.ref) else 1
+        head = runner.run(["rev-parse", "HEAD"], cwd=repo_dir)
+        if remote == state["revision"] and head == remote:
+            selected = _select(runner, source, repo_dir, head)
+            if not selected:
+                raise _no_files_error(runner, source)
+            commit, moved = head, False
+        else:
+            commit, selected, n = _update(runner, source, repo_dir)
+            requests += n
+            moved = True
+    else:
+        commit, selected, requests, mode = _clone(runner, source, repo_dir)
+        moved = True
+
+    files = tuple(RawFile(source=source.name, source_path=unicodedata.normalize("NFC", p), path=repo_dir / p)
+                  for p in selected if (repo_dir / p).is_file())
+    if not files:
+        raise _no_files_error(runner, source)
+    recorded = [f.get("source_path") for f in (state or {}).get("files", [])] if state else []
+    changed = moved or [f.source_path for f in files] != recorded
+    size = sum(f.path.stat().st_size for f in files) if changed else 0
+    stats: dict[str, Any] = {"requests": requests, "bytes": size,
+                             "seconds": round(time.monotonic() - started, 3), "files": len(files)}
+    result = FetchResult(source=source.name, strategy="git", revision=commit, files=files, changed=changed,
+                         stats=stats)
+    write_state(source, settings, result, now_iso(), {**config, "commit": commit, "sparse_mode": mode})
+    return result

@@ -1,0 +1,165 @@
+"""Local folders (e.g. an Obsidian vault): list files in place, never copy or modify anything.
+
+Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
+and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
+dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
+Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
+(macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
+``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
+
+Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
+``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import unicodedata
+from pathlib import Path
+
+from pipeline.config import Settings
+from pipeline.common.errors import FetchError
+from pipeline.ingest.fetch import now_iso, read_state, select_paths, write_state
+from pipeline.models import FetchResult, RawFile, Source
+
+
+def _show(path: object) -> str:
+    """A path for a message: as is when printable, else quoted with escapes (control characters cannot forge lines)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
+    """Posix relative path -> absolute path of every regular file under root (dot entries skipped).
+
+    Raises:
+        FetchError: the root itself cannot be listed (an unreadable folder is not an empty one: its last good copy
+            must stay). An unreadable subfolder is skipped with a warning.
+    """
+    found: dict[str, Path] = {}
+
+    def unreadable(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else root
+        if where == root:
+            raise FetchError(f"source '{source}': cannot read local path {_show(root)}: {exc.strerror or exc}; "
+                             "check the folder's permissions (or that its drive is mounted)")
+        warnings.append(f"source '{source}': skipped unreadable folder {_show(where)}: {exc.strerror or exc}")
+
+    def utf8(name: str, path: Path) -> bool:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            warnings.append(f"source '{source}': skipped a name that is not valid UTF-8: {ascii(str(path))}")
+            return False
+        return True
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=False):
+        here = Path(dirpath)
+        for d in dirnames:
+            if not d.startswith(".") and (here / d).is_symlink():
+                warnings.append(f"source '{source}': skipped symlinked folder {_show(here / d)}: its files are not "
+                                "read (move the folder into the source, or add its target as another path)")
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
+                             and utf8(d, here / d))
+        for name in sorted(filenames):
+            if name.startswith(".") or not utf8(name, here / name):
+                continue
+            path = here / name
+            try:
+                if path.is_symlink():
+                    try:
+                        target = path.resolve(strict=True)
+                    except RuntimeError:          # Python 3.11: "Symlink loop"
+                        warnings.append(f"source '{source}': skipped symlink loop: {_show(path)}")
+                        continue
+                    except OSError:
+                        warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {_show(path)}")
+                        continue
+                    try:
+                        target.relative_to(root)
+                    except ValueError:
+                        warnings.append(f"source '{source}': skipped symlink leaving the root: {_show(path)}")
+                        continue
+                    if not target.is_file():
+                        continue
+                elif not path.is_file():
+                    warnings.append(f"source '{source}': skipped {_show(path)}: not a regular file")
+                    continue
+            except OSError as exc:
+                warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
+                continue
+            rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())     # macOS writes NFD names
+            if rel in found:
+                warnings.append(f"source '{source}': skipped {_show(path)}: its name is another file's name in "
+                                "another Unicode normalization (NFC/NFD); rename one of them")
+                continue
+            found[rel] = path
+    return found
+
+
+def fetch_local(source: Source, settings: Settings) -> FetchResult:
+    """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
+
+    A folder that selects no file is an empty source (``files`` empty, a ``has no notes`` warning): its notes
+    leave the vault and the index. A missing or unreadable root is an error instead, so a folder that is
+    unmounted for a while keeps serving its last good copy.
+
+    Raises:
+        FetchError: a root is missing, not a folder or unreadable, or two roots share a folder name.
+    """
+    started = time.monotonic()
+    if not source.path:
+        raise FetchError(f"source '{source.name}': kind local needs 'path' (one or more folders)")
+    roots = sorted(Path(p) for p in source.path)
+    multi = len(roots) > 1
+    names = [r.name for r in roots]
+    if multi and len(set(names)) != len(names):
+        raise FetchError(
+            f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
+            "source paths would collide — split them into separate sources"
+        )
+    warnings: list[str] = []
+    listing: dict[str, Path] = {}
+    for root in roots:
+        if not root.is_dir():
+            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
+                             "fix 'path' in sources.yaml")
+        prefix = unicodedata.normalize("NFC", root.name)
+        root = root.resolve()
+        for rel, path in _walk_root(root, warnings, source.name).items():
+            listing[f"{prefix}/{rel}" if multi else rel] = path
+    selected = select_paths(source, listing)
+    if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
+        warnings.append(
+            f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
+            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'}, exclude={list(source.exclude)})"
+        )
+    digest = hashlib.sha256()
+    total = 0
+    files: list[RawFile] = []
+    for sp in selected:
+        try:
+            st = listing[sp].stat()
+        except OSError as exc:
+            warnings.append(f"source '{source.name}': skipped {_show(sp)}: {exc.strerror or exc}")
+            continue
+        total += st.st_size
+        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+        files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
+    revision = digest.hexdigest()
+    previous = read_state(source, settings)
+    changed = previous is None or previous.get("revision") != revision
+    result = FetchResult(
+        source=source.name,
+        strategy="local",
+        revision=revision,
+        files=tuple(files),
+        changed=changed,
+        stats={"requests": 0, "bytes": total if changed else 0,
+               "seconds": round(time.monotonic() - started, 3), "files": len(files)},
+        warnings=tuple(warnings),
+    )
+    write_state(source, settings, result, now_iso(), {"roots": [str(r) for r in roots]})
+    return result

@@ -1,0 +1,116 @@
+"""Cheap upstream-change checks, one per source, for the Dagster sensor (no checkout, no page downloads).
+
+- git: one ``git ls-remote`` of the ref vs the commit recorded in ``fetch.json``.
+- llms_txt: conditional GET of the llms.txt (ETag / Last-Modified recorded by the last fetch); a 200 is compared by
+  content hash. Pages that changed behind an unchanged llms.txt are left to the daily refresh schedule.
+- html: the same on the sitemap when one is configured, else on the start page.
+- local: the listing hash (paths, sizes, mtimes) vs the recorded revision.
+
+A source never fetched counts as changed. An unreachable source is reported (``error``) and not changed: it is the
+build's job to report failures, the sensor only asks for work it can do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.config import Settings
+from pipeline.common.errors import FetchError
+from pipeline.ingest.fetch import read_state, strategy_url
+from pipeline.models import Source
+
+
+@dataclass(frozen=True)
+class UpstreamCheck:
+    """Result of one check. ``token`` identifies the upstream version seen (commit id, hash, ETag); "" if unknown."""
+
+    source: str
+    changed: bool
+    token: str
+    detail: str
+    error: str | None = None
+
+
+def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
+    """Has ``source`` moved upstream since its last recorded fetch? (see module doc; never raises FetchError)."""
+    state = read_state(source, settings)
+    if state is None:
+        return UpstreamCheck(source.name, True, "never-fetched", "never fetched")
+    try:
+        if source.kind == "git":
+            return _check_git(source, state)
+        if source.kind == "local":
+            return _check_local(source, settings, state)
+        return _check_http(source, state)
+    except FetchError as exc:
+        return UpstreamCheck(source.name, False, "", "check failed", error=str(exc))
+
+
+def _check_git(source: Source, state: dict) -> UpstreamCheck:
+    from pipeline.ingest.fetch.git import _GitRunner, _remote_commit, is_commit_id
+
+    recorded = str(state.get("revision") or "")
+    same_config = state.get("ref") == source.ref and list(state.get("paths") or []) == list(source.paths)
+    if is_commit_id(source.ref):
+        return UpstreamCheck(source.name, recorded != source.ref or not same_config, str(source.ref), "pinned commit")
+    remote = _remote_commit(_GitRunner(source), source.ref)
+    changed = remote != recorded or not same_config
+    return UpstreamCheck(source.name, changed, remote, f"remote {remote[:12]} vs recorded {recorded[:12]}")
+
+
+def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
+    import hashlib
+
+    from pipeline.ingest.fetch import select_paths
+    from pipeline.ingest.fetch.local import _walk_root
+
+    roots = sorted(source.path)
+    multi = len(roots) > 1
+    listing = {}
+    for root in roots:
+        if not root.is_dir():
+            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder")
+        for rel, path in _walk_root(root.resolve(), [], source.name).items():
+            listing[f"{root.name}/{rel}" if multi else rel] = path
+    digest = hashlib.sha256()
+    for sp in select_paths(source, listing):
+        st = listing[sp].stat()
+        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+    token = digest.hexdigest()
+    return UpstreamCheck(source.name, token != state.get("revision"), token, "listing hash")
+
+
+def _check_http(source: Source, state: dict) -> UpstreamCheck:
+    from pipeline.ingest.fetch.html import make_client
+    from pipeline.ingest.fetch.http import host_of
+    from pipeline.ingest.fetch.pages import sha256
+
+    strategy = str(state.get("strategy") or (source.strategies or (source.kind,))[0])
+    if strategy == "llms_txt":
+        entry = state.get("index") or {}
+        url = entry.get("url") or strategy_url(source, "llms_txt")
+        etag, modified, digest = entry.get("etag"), entry.get("last_modified"), entry.get("sha256")
+    else:
+        start = state.get("start_url") or strategy_url(source, "html") or ""
+        page = (state.get("pages") or {}).get(start.split("#")[0]) or {}
+        url = start
+        etag, modified, digest = page.get("etag"), page.get("last_modified"), None
+        if source.sitemap and source.sitemap != "auto":
+            url, etag, modified = source.sitemap, None, None
+        digest = page.get("sha256") if url == start else None
+    assert url
+    client = make_client(source, {host_of(url), *source.allowed_hosts})
+    try:
+        resp = client.get(url, etag=etag, last_modified=modified)
+    finally:
+        client.close()
+    if resp.not_modified:
+        return UpstreamCheck(source.name, False, etag or modified or "", f"{url}: 304 not modified")
+    if strategy == "html" and url == state.get("start_url"):
+        from pipeline.ingest.fetch.htmlmd import html_to_markdown
+
+        token = sha256(html_to_markdown(resp.body, resp.final_url).markdown.encode("utf-8"))
+    else:
+        token = sha256(resp.body)
+    changed = digest is None or token != digest
+    return UpstreamCheck(source.name, changed, token, f"{url}: content hash {'differs' if changed else 'same'}")

@@ -1,0 +1,248 @@
+"""Raw HTML left in Markdown sources -> Markdown (prose only; code is never touched).
+
+Docs written in Markdown still carry HTML: Rouge/Pygments-highlighted code (``<div class="language-c
+highlighter-rouge">…<span class="kt">``), Sphinx API dumps (``<dl class="py class"><dt>…<span class="pre">``),
+layout wrappers (``<div className="…">``, ``<div style={{…}}>`` in MDX), video embeds (``<iframe>``) and inline
+styling (``<span class="badge">Cloud</span>``). In a vault they are noise for search and break Obsidian's
+rendering of the Markdown around them. :func:`convert_html` turns them into Markdown:
+
+* an **HTML block** — a line that starts with an HTML element (``<div``, ``<dl``, ``<table``, ``<p``, ``<figure``,
+  ``<iframe``, …) up to the line where its element closes (tags counted; without a close, up to the next blank
+  line, as CommonMark ends such a block) — is converted with markdownify (the converter of the HTML fetcher, so
+  ``<pre>`` becomes a fenced block in the language of its ``language-*`` class, code text verbatim); JSX
+  attributes (``className=``, ``style={{…}}``) are dropped first; ``<iframe>``/``<video>``/``<audio>`` become a
+  link to their ``src``;
+* **inline** ``<span …>``/``</span>`` and ``<div …>``/``</div>`` tags left in a line are removed, their text kept,
+  and so are elements left empty (``<sup><a href="…"></a></sup>`` once an icon component is gone).
+
+Escaped tags (``\\<div\\>``) are text and stay.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+BLOCK_TAGS = frozenset(
+    "address article aside blockquote center details dialog dd div dl dt fieldset figcaption figure footer form h1 "
+    "h2 h3 h4 h5 h6 header hr iframe li main nav ol p picture pre section span summary table tbody td tfoot th "
+    "thead tr ul video audio font small sup sub".split()
+)
+"""Elements whose opening tag at the start of a line starts an HTML block."""
+VOID_TAGS = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+MAX_BLOCK_LINES = 5_000
+
+_TAG = re.compile(r"<(/?)([A-Za-z][\w:-]*)((?:[^<>\"'{}]|\"[^\"]*\"|'[^']*'|\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})*)>")
+_BLOCK_START = re.compile(r"^[ \t]{0,3}<([a-z][a-z0-9]*)(?=[\s>/])")
+_INLINE = re.compile(r"(?<!\\)</?(?:span|div)\b(?:[^<>\"'{}\n]|\"[^\"\n]*\"|'[^'\n]*'|\{[^{}\n]*(?:\{[^{}\n]*\}[^{}\n]*)*\})*>",
+                     re.IGNORECASE)
+_EMPTY = re.compile(r"<(a|sup|sub|small|b|i|em|strong|p)\b[^<>\n]*>[ \t]*</\1>", re.IGNORECASE)
+_JSX_STYLE = re.compile(r"\s(?:style|sx|css)=\{\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}\}")
+_JSX_EXPR_ATTR = re.compile(r"\s[A-Za-z_][\w-]*=\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
+_PLACEHOLDER = re.compile(r"\x00(\d+)\x00")
+
+
+def _block_end(lines: list[str], start: int) -> int:
+    """Index of the last line of the HTML block starting at ``lines[start]``."""
+    depth = 0
+    opened = False
+    for i in range(start, min(len(lines), start + MAX_BLOCK_LINES)):
+        if i > start and not lines[i].strip() and not opened:
+            return i - 1
+        for m in _TAG.finditer(lines[i]):
+            name = m.group(2).lower()
+            if name in VOID_TAGS or m.group(3).rstrip().endswith("/"):
+                continue
+            if m.group(1):
+                depth -= 1
+            else:
+                depth += 1
+                opened = True
+        if opened and depth <= 0:
+            return i
+    # never closed: CommonMark's rule for such blocks, up to the next blank line
+    for i in range(start + 1, len(lines)):
+        if not lines[i].strip():
+            return i - 1
+    return len(lines) - 1
+
+
+MAX_TABLE_CELLS = 20_000
+
+
+def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
+    """A GFM table for an HTML ``<table>`` (a BeautifulSoup Tag); ``cell_markdown(cell) -> str`` renders a cell.
+
+    Rows in reading order: ``<thead>`` rows, body rows, then ``<tfoot>`` rows (a footer is the last rows of the
+    table, wherever the HTML puts it). Header row: the ``<thead>`` rows, else the leading rows made only of
+    ``<th>`` cells; several header rows are merged per column (``Size`` over ``min``/``max`` -> ``Size min``,
+    ``Size max``); a table without any ``<th>`` takes its first row as the header (as markdownify did before 1.0
+    and docx exports expect), a table with ``<th>`` elsewhere gets an empty header row. ``rowspan`` repeats the
+    cell's text in each row it covers, within its row group (``rowspan="0"``: to the group's end, as browsers do),
+    ``colspan`` leaves the covered cells empty (a merged header repeats); ``|`` in a cell is escaped, line breaks become ``<br>``. A ``<caption>`` becomes a paragraph before
+    the table; ``<colgroup>`` is ignored. Nested tables are rendered as text of their cell.
+    """
+    from bs4 import Tag
+
+    def rows_of(section: Any) -> list[Any]:
+        return [tr for tr in section.find_all("tr") if tr.find_parent("table") is table]
+
+    head = [tr for sec in table.find_all("thead") if sec.find_parent("table") is table for tr in rows_of(sec)]
+    foot = [tr for sec in table.find_all("tfoot") if sec.find_parent("table") is table for tr in rows_of(sec)]
+    body = [tr for tr in rows_of(table) if tr not in head and tr not in foot]
+    if not head:
+        while body and all(c.name == "th" for c in body[0].find_all(["td", "th"], recursive=False)) \
+                and body[0].find_all(["td", "th"], recursive=False):
+            head.append(body.pop(0))
+    if not head and len(body) > 1 and table.find("th") is None:
+        head.append(body.pop(0))          # no header cell anywhere: the first row is the header (as in docx exports)
+    grid: list[list[str | None]] = []
+    pending: dict[int, tuple[int, str]] = {}          # column -> (rows left, text) of a rowspan
+    cells_seen = 0
+    group_of = {id(tr): g for g, rows in enumerate((head, body, foot)) for tr in rows}
+    left_in_group = {id(tr): len(rows) - k for rows in (head, body, foot) for k, tr in enumerate(rows)}
+    group = -1
+    for tr in [*head, *body, *foot]:
+        if group_of[id(tr)] != group:
+            group = group_of[id(tr)]
+            pending = {}                  # a rowspan ends with its row group (thead, tbody, tfoot)
+        row: list[str | None] = []
+        col = 0
+
+        def fill_pending() -> None:
+            nonlocal col
+            while col in pending:
+                left, text = pending[col]
+                row.append(text)
+                if left <= 1:
+                    del pending[col]
+                else:
+                    pending[col] = (left - 1, text)
+                col += 1
+
+        for cell in tr.find_all(["td", "th"], recursive=False):
+            fill_pending()
+            cells_seen += 1
+            if cells_seen > MAX_TABLE_CELLS:
+                break
+            text = cell_markdown(cell)
+            text = re.sub(r"\s*\n+\s*", "<br>", text.strip())
+            text = re.sub(r"(?<!\\)\|", r"\\|", text)
+            try:
+                span_c = max(1, min(100, int(str(cell.get("colspan", "1")).strip() or 1)))
+                span_r = int(str(cell.get("rowspan", "1")).strip() or 1)
+                span_r = left_in_group[id(tr)] if span_r == 0 else max(1, min(1000, span_r))   # 0: to the group's end
+            except ValueError:
+                span_c, span_r = 1, 1
+            for k in range(span_c):
+                value = text if k == 0 or tr in head else ""
+                row.append(value)
+                if span_r > 1:
+                    pending[col] = (span_r - 1, value)
+                col += 1
+        fill_pending()
+        grid.append(row)
+    width = max((len(r) for r in grid), default=0)
+    if width == 0:
+        return ""
+    norm = [[c or "" for c in r] + [""] * (width - len(r)) for r in grid]
+    header = [""] * width
+    for r in norm[:len(head)]:
+        header = [(h + " " + c).strip() if c and c != h else h for h, c in zip(header, r)]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---"] * width) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in norm[len(head):]]
+    caption = table.find("caption")
+    cap = cell_markdown(caption).strip() if isinstance(caption, Tag) else ""
+    return (f"{cap}\n\n" if cap else "") + "\n".join(lines)
+
+
+def _to_markdown(html: str) -> str:
+    from bs4 import BeautifulSoup
+
+    from pipeline.ingest.fetch.htmlmd import _Converter, _fix_code
+
+    class Converter(_Converter):
+        def convert_table(self, el: Any, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
+            def cell(c: Any) -> str:
+                return self.convert_soup(BeautifulSoup(c.decode_contents(), "html.parser"))
+
+            return "\n\n" + html_table_to_gfm(el, cell) + "\n\n"
+
+    html = _JSX_STYLE.sub("", html)
+    html = _JSX_EXPR_ATTR.sub("", html).replace("className=", "class=").replace("{' '}", " ")
+    soup = BeautifulSoup(html, "html.parser")
+    for el in soup.find_all(["script", "style", "noscript", "template", "button", "svg"]):
+        el.decompose()
+    for el in soup.find_all(["iframe", "video", "audio", "embed"]):
+        src = el.get("src") or (el.find("source") or {}).get("src") if el.name != "embed" else el.get("src")
+        label = el.get("title") or el.name
+        if isinstance(src, str) and src.strip():
+            link = soup.new_tag("a", href=src.strip())
+            link.string = str(label)
+            el.replace_with(link)
+        else:
+            el.decompose()
+    for el in soup.select("a.headerlink, .headerlink"):
+        el.decompose()
+    _fix_code(soup, soup)
+    md = Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
+                   escape_misc=False).convert_soup(soup)
+    md = re.sub(r"[ \t]+\n", "\n", md)
+    md = re.sub(r"\n{3,}", "\n\n", md)
+    return md.strip("\n")
+
+
+_PRE = re.compile(r"<pre\b.*?</pre>", re.DOTALL | re.IGNORECASE)
+
+
+def _strip_tags(line: str) -> str:
+    return _TAG.sub("", line).strip()
+
+
+def convert_html(text: str) -> str:
+    """Markdown for the HTML in a piece of prose (see module doc). Inline-code placeholders (``\\x00<n>\\x00``, see
+    :func:`pipeline.ingest.normalize.map_prose`) are kept as they are.
+
+    A block whose element holds blank lines (outside ``<pre>``) wraps Markdown (``<div className="x">``, blank line,
+    Markdown, blank line, ``</div>``): only its tags go, and what it wraps is converted in turn (dedented)."""
+    from pipeline.ingest.normalize import _dedent
+
+    if "<" not in text:
+        return text
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _BLOCK_START.match(line)
+        if not m or m.group(1) not in BLOCK_TAGS:
+            out.append(line)
+            i += 1
+            continue
+        end = _block_end(lines, i)
+        block = "\n".join(lines[i:end + 1])
+        if out and out[-1].strip():
+            out.append("")
+        if end > i and re.search(r"\n[ \t]*\n", _PRE.sub("", block)):
+            first, last = _strip_tags(lines[i]), _strip_tags(lines[end])
+            inner = convert_html(_dedent("\n".join(lines[i + 1:end])))
+            out.extend([x for x in (first, "") if first])
+            out.extend(inner.split("\n"))
+            out.extend([x for x in ("", last) if last])
+        else:
+            codes: list[str] = []
+
+            def hide(mm: re.Match[str]) -> str:
+                codes.append(mm.group())
+                return f"DVCODE{len(codes) - 1}X"
+
+            md = _to_markdown(_PLACEHOLDER.sub(hide, block))
+            md = re.sub(r"DVCODE(\d+)X", lambda mm: codes[int(mm.group(1))], md)
+            out.extend(md.split("\n") if md else [])
+        if end + 1 < len(lines) and lines[end + 1].strip():
+            out.append("")
+        i = end + 1
+    text = _INLINE.sub("", "\n".join(out))
+    for _ in range(3):              # <sup><a href="…"><Icon/></a></sup> once the component is gone
+        text = _EMPTY.sub("", text)
+    return text

@@ -1,0 +1,175 @@
+"""Which files of ``vault/<source>/`` the build owns: a manifest of the files it wrote, with their content hashes.
+
+The vault is the user's too. A build may overwrite or delete a file in a source's folder only when the build wrote
+that file and nobody changed it since; everything else there is the user's and is kept:
+
+* a file the build did not write (a note created in ``vault/<source>/``, a pasted image) is never touched, and is
+  listed (build output, ``docsvault status``, ``docsvault check-vault``);
+* a generated note (or copied attachment) edited since the build wrote it is moved to a conflict copy next to it,
+  ``<name> (edited).md`` (``(edited 2)``, ... when taken), before the build writes its new version; a generated file
+  whose page left the source but which was edited is kept where it is (and becomes the user's).
+
+The manifest is ``vault/<source>/.docsvault/manifest.json`` (a dot folder: Obsidian, ``read_notes`` and the vault
+listing ignore it), JSON ``{"version": 1, "source": name, "files": {rel_path: [sha256 hex, ...]}}``; a file is the
+build's while its bytes hash to one of its listed values (normally one; two while a write is in progress, so a
+build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
+moving or restoring the vault keeps ownership. A vault written before manifests existed (no manifest): a ``.md``
+file counts as the build's when its frontmatter says ``source: <source>`` and its ``content_hash`` matches its body
+(or it is the source's ``docsvault: index`` note); any other file is the user's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import unicodedata
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+MANIFEST_DIR = ".docsvault"
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+CONFLICT_TAG = "edited"
+
+Manifest = dict[str, set[str]]
+"""rel_path (posix, NFC, inside ``vault/<source>/``) -> the sha256 hex values that mean "as the build wrote it"."""
+
+
+def manifest_path(root: Path) -> Path:
+    """``<root>/.docsvault/manifest.json`` for a source folder ``root`` (= ``vault/<source>``)."""
+    return Path(root) / MANIFEST_DIR / MANIFEST_NAME
+
+
+def sha256_file(path: Path) -> str | None:
+    """sha256 hex of a regular file's bytes (streamed), None when it is missing, not a file or unreadable."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def load_manifest(root: Path) -> Manifest | None:
+    """The manifest of a source folder, or None when it has none (or it cannot be read: then the folder is treated
+    like one written before manifests existed, see :func:`legacy_owned`)."""
+    try:
+        data = json.loads(manifest_path(root).read_text(encoding="utf-8"))
+        files = data["files"]
+        return {unicodedata.normalize("NFC", str(rel)): {str(h) for h in (hashes if isinstance(hashes, list)
+                                                                          else [hashes])}
+                for rel, hashes in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[str]]) -> None:
+    """Write the manifest atomically (keys sorted, hash lists sorted)."""
+    from pipeline.common.artifacts import write_atomic
+
+    data = {"version": MANIFEST_VERSION, "source": source,
+            "files": {rel: sorted(files[rel]) for rel in sorted(files)}}
+    write_atomic(manifest_path(root), (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+
+
+def legacy_owned(root: Path, source: str) -> Manifest:
+    """Ownership of a source folder written before manifests: its ``.md`` files whose frontmatter has ``source:
+    <source>`` and a ``content_hash`` equal to the hash of their body (unedited generated notes), and its
+    ``docsvault: index`` note; each with its current hash."""
+    from pipeline.common.errors import NoteError
+    from pipeline.models import text_hash
+    from pipeline.ingest.vault import INDEX_KEY, INDEX_VALUE, parse_note
+
+    owned: Manifest = {}
+    for rel, path in walk_files(root).items():
+        if not rel.endswith(".md"):
+            continue
+        try:
+            data = path.read_bytes()
+            fm, body = parse_note(data, rel)
+        except (OSError, NoteError):
+            continue
+        if not isinstance(fm, dict) or fm.get("source") != source:
+            continue
+        if fm.get(INDEX_KEY) == INDEX_VALUE or fm.get("content_hash") == text_hash(body):
+            owned[rel] = {hashlib.sha256(data).hexdigest()}
+    return owned
+
+
+def walk_files(root: Path) -> dict[str, Path]:
+    """rel_path (posix, NFC) -> path of every file (and file symlink) under ``root``; dot files and dot folders
+    (``.obsidian``, ``.docsvault``, ``.trash``) skipped, symlinked folders not entered."""
+    found: dict[str, Path] = {}
+    root = Path(root)
+    if not root.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            path = here / name
+            rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())
+            found[rel] = path
+    return found
+
+
+def conflict_name(rel: str, taken: set[str]) -> str:
+    """The conflict copy's rel_path for ``rel``: ``a/Note (edited).md``, then ``(edited 2)``, ... so that its
+    casefolded form is not in ``taken`` (casefolded rel_paths already used)."""
+    folder, name = posixpath.split(rel)
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem:
+        stem, ext = name, ""
+    n = 1
+    while True:
+        tag = CONFLICT_TAG if n == 1 else f"{CONFLICT_TAG} {n}"
+        candidate = posixpath.join(folder, f"{stem} ({tag})" + (f".{ext}" if ext else ""))
+        if candidate.casefold() not in taken:
+            return candidate
+        n += 1
+
+
+class Audit(NamedTuple):
+    """The state of a source folder against its manifest, without changing anything.
+
+    ``user_files``: files the build did not write (sorted rel_paths); ``edited``: files the build wrote that were
+    changed since (the next build moves them to a conflict copy, or keeps them when their page is gone);
+    ``missing``: files the build wrote that are gone (the next build writes them again); ``owned``: files as the
+    build wrote them; ``has_manifest``: False for a folder written before manifests (ownership then by
+    :func:`legacy_owned`)."""
+
+    user_files: list[str]
+    edited: list[str]
+    missing: list[str]
+    owned: list[str]
+    has_manifest: bool
+
+
+def audit(root: Path, source: str) -> Audit:
+    """Compare ``vault/<source>/`` (``root``) with its manifest (see :class:`Audit`)."""
+    root = Path(root)
+    manifest = load_manifest(root)
+    has = manifest is not None
+    if manifest is None:
+        manifest = legacy_owned(root, source)
+    files = walk_files(root)
+    user, edited, owned = [], [], []
+    for rel, path in files.items():
+        hashes = manifest.get(rel)
+        if hashes is None:
+            user.append(rel)
+        elif sha256_file(path) in hashes:
+            owned.append(rel)
+        else:
+            edited.append(rel)
+    missing = sorted(rel for rel in manifest if rel not in files)
+    return Audit(user, edited, missing, owned, has)

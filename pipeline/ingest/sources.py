@@ -1,0 +1,267 @@
+"""sources.yaml: load and validate once, with errors that name the file, the source, the key and what is allowed.
+
+Shape::
+
+    sources:
+      - name: obsidian-help      # unique; [a-z0-9][a-z0-9._-]* ; the vault folder and the --source filter
+        kind: git                # git | llms_txt | html | local
+        url: https://github.com/obsidianmd/obsidian-help.git
+        ref: master              # branch, tag or commit (default: the remote's HEAD)
+        paths: [en]              # sparse-checkout folders
+        format: obsidian         # obsidian | markdown | mdx | docbuilder | jekyll | html (guessed when omitted)
+        include: ["**/*.md"]     # optional globs; exclude: [...] too
+      - name: docsvault-guide
+        kind: local
+        path: docs               # relative to sources.yaml; may be a list of roots
+      - name: some-site
+        kind: llms_txt           # url: the llms.txt (or llms-full.txt) URL
+        url: https://docs.example.org/llms.txt
+        strategies: [llms_txt, html]   # fallback chain, tried in order (llms_txt / html only)
+        sitemap: auto            # html: true/"auto" = <start folder>/sitemap.xml, or a sitemap URL
+        rate_limit: 1.0          # seconds between requests to one host (0 on loopback tests)
+        max_pages: 1000          # page cap per fetch
+        allowed_hosts: [raw.githubusercontent.com]   # other hosts whose pages may be fetched
+
+``site_url`` defaults, for llms_txt and html sources, to the folder of ``url`` (so absolute links into the same site
+become vault links).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, get_args
+from urllib.parse import urljoin
+
+import yaml
+
+from pipeline.common.errors import SourceConfigError
+from pipeline.models import DocFormat, Source, SourceKind
+from pipeline.common.yamlload import DuplicateKeyError, safe_load
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_RESERVED_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+
+
+def valid_name(name: object) -> bool:
+    """True when ``name`` can be a source name: it becomes the folder ``vault/<name>/`` and file names under the data
+    dir, so it must match :data:`NAME_RE` (ASCII lower-case letters, digits, ``.``, ``_``, ``-``; no ``/``, ``\\``,
+    ``..``, drive letters, NUL, spaces or look-alike characters), must not end with ``.`` and must not be a Windows
+    device name (``con``, ``nul``, ``com1``… also with an extension)."""
+    return (isinstance(name, str) and bool(NAME_RE.match(name)) and not name.endswith(".")
+            and name.split(".")[0] not in _RESERVED_NAMES)
+KINDS: tuple[str, ...] = get_args(SourceKind)
+FORMATS: tuple[str, ...] = get_args(DocFormat)
+ALLOWED_KEYS = {
+    "name", "kind", "url", "ref", "paths", "path", "format", "include", "exclude", "site_url", "language",
+    "embedding", "token_env", "strategies", "sitemap", "rate_limit", "max_pages", "allowed_hosts",
+}
+HTTP_KINDS = ("llms_txt", "html")
+HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(?::\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::\d{1,5})?$")
+REQUIRED_BY_KIND = {"git": ("url",), "llms_txt": ("url",), "html": ("url",), "local": ("path",)}
+
+
+def _str_list(value: Any, where: str, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SourceConfigError(f"{where}: '{key}' must be a string or a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def parse_source(block: Any, base_dir: Path, where: str) -> Source:
+    """Validate one sources.yaml block. ``where`` prefixes messages (file and block position)."""
+    if not isinstance(block, dict):
+        raise SourceConfigError(f"{where}: each source must be a mapping with at least 'name' and 'kind'")
+    name = block.get("name")
+    if not valid_name(name):
+        raise SourceConfigError(
+            f"{where}: 'name' must match {NAME_RE.pattern} (lower-case letters, digits, '.', '_', '-'; "
+            f"it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got {name!r}"
+        )
+    where = f"{where} (source '{name}')"
+    unknown = sorted(set(block) - ALLOWED_KEYS)
+    if unknown:
+        raise SourceConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(ALLOWED_KEYS)}")
+    kind = block.get("kind")
+    if kind not in KINDS:
+        raise SourceConfigError(f"{where}: 'kind' must be one of {list(KINDS)}, got {kind!r}")
+    for key in REQUIRED_BY_KIND[kind]:
+        if not block.get(key):
+            raise SourceConfigError(f"{where}: kind '{kind}' needs '{key}'")
+    fmt = block.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise SourceConfigError(f"{where}: 'format' must be one of {list(FORMATS)}, got {fmt!r}")
+    for key in ("url", "ref", "site_url", "language", "embedding", "token_env"):
+        if block.get(key) is not None and not isinstance(block[key], str):
+            raise SourceConfigError(f"{where}: '{key}' must be a string, got {block[key]!r}")
+    url = block.get("url")
+    if url and kind != "local" and not re.match(r"^(https?|file|ssh|git)://|^[\w.-]+@[\w.-]+:", url):
+        raise SourceConfigError(f"{where}: 'url' must be an http(s)://, file://, ssh:// or git@host: URL, got {url!r}")
+    paths = _str_list(block.get("paths"), where, "paths")
+    for p in paths:
+        if p.startswith("/") or ".." in Path(p).parts:
+            raise SourceConfigError(f"{where}: 'paths' entries are folders inside the repository, got {p!r}")
+    strategies = _str_list(block.get("strategies"), where, "strategies")
+    if strategies:
+        if kind not in HTTP_KINDS:
+            raise SourceConfigError(f"{where}: 'strategies' applies to kinds {list(HTTP_KINDS)} only, not '{kind}'")
+        bad = [s for s in strategies if s not in HTTP_KINDS]
+        if bad or len(set(strategies)) != len(strategies):
+            raise SourceConfigError(
+                f"{where}: 'strategies' must list distinct entries of {list(HTTP_KINDS)} in the order to try, "
+                f"got {list(strategies)}"
+            )
+    sitemap = block.get("sitemap")
+    if sitemap is True:
+        sitemap = "auto"
+    elif sitemap is False:
+        sitemap = None
+    if sitemap is not None and (not isinstance(sitemap, str) or not (
+            sitemap == "auto" or re.match(r"^https?://", sitemap))):
+        raise SourceConfigError(f"{where}: 'sitemap' must be true, 'auto' or an http(s):// URL, got {sitemap!r}")
+    rate_limit = block.get("rate_limit")
+    if rate_limit is not None and (isinstance(rate_limit, bool) or not isinstance(rate_limit, (int, float))
+                                   or rate_limit < 0):
+        raise SourceConfigError(f"{where}: 'rate_limit' must be a number of seconds >= 0, got {rate_limit!r}")
+    max_pages = block.get("max_pages")
+    if max_pages is not None and (isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1):
+        raise SourceConfigError(f"{where}: 'max_pages' must be an integer >= 1, got {max_pages!r}")
+    allowed_hosts = _str_list(block.get("allowed_hosts"), where, "allowed_hosts")
+    for host in allowed_hosts:
+        if not HOST_RE.match(host):
+            raise SourceConfigError(
+                f"{where}: 'allowed_hosts' entries are host names (optionally host:port), got {host!r}")
+    if kind in HTTP_KINDS and url and not re.match(r"^https?://", url):
+        raise SourceConfigError(f"{where}: kind '{kind}' needs an http(s):// 'url', got {url!r}")
+    site_url = block.get("site_url")
+    if site_url is None and kind in HTTP_KINDS and url:
+        site_url = urljoin(url, "./")
+    roots: tuple[Path, ...] = ()
+    if kind == "local":
+        roots = tuple((base_dir / p).resolve() for p in _str_list(block.get("path"), where, "path"))
+    return Source(
+        name=name,
+        kind=kind,
+        url=url,
+        ref=block.get("ref"),
+        paths=paths,
+        path=roots,
+        format=fmt,
+        include=_str_list(block.get("include"), where, "include"),
+        exclude=_str_list(block.get("exclude"), where, "exclude"),
+        site_url=site_url,
+        language=block.get("language"),
+        embedding=block.get("embedding"),
+        token_env=block.get("token_env"),
+        strategies=strategies,
+        sitemap=sitemap,
+        rate_limit=float(rate_limit) if rate_limit is not None else None,
+        max_pages=max_pages,
+        allowed_hosts=tuple(h.lower() for h in allowed_hosts),
+    )
+
+
+def load_sources(path: Path) -> list[Source]:
+    """Read and validate sources.yaml.
+
+    Raises:
+        SourceConfigError: file missing or unreadable, YAML invalid (with line), a duplicate key in a mapping (with
+            both lines), a block invalid (with source and key), or a duplicate name.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SourceConfigError(
+            f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
+        )
+    try:
+        data = safe_load(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:
+        raise SourceConfigError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise SourceConfigError(f"{path}:{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceConfigError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
+        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
+    sources: list[Source] = []
+    seen: set[str] = set()
+    for i, block in enumerate(data["sources"], start=1):
+        source = parse_source(block, path.parent, f"{path}: sources[{i}]")
+        if source.name in seen:
+            raise SourceConfigError(f"{path}: sources[{i}]: duplicate source name '{source.name}'; names must be unique")
+        seen.add(source.name)
+        sources.append(source)
+    return sources
+
+
+def check_local_paths(sources: list[Source], sources_file: Path) -> list[str]:
+    """Problems with the folders of local sources, one line each (``docsvault sources validate``).
+
+    Not part of :func:`load_sources`: at build time a missing folder fails only its own source (which keeps its
+    last good copy), while validate reports it up front.
+
+    Returns:
+        ``"<file>: sources[i] (source 'x'): 'path' <folder> does not exist; ..."`` (or ``is not a folder``, ``cannot
+        be read``) per bad root, in file order; empty when every root is a readable folder.
+    """
+    problems: list[str] = []
+    for i, source in enumerate(sources, start=1):
+        where = f"{sources_file}: sources[{i}] (source '{source.name}')"
+        for root in source.path if source.kind == "local" else ():
+            if not root.exists():
+                problem = "does not exist"
+            elif not root.is_dir():
+                problem = "is not a folder"
+            else:
+                try:
+                    next(iter(root.iterdir()), None)
+                    continue
+                except OSError as exc:
+                    problem = f"cannot be read ({exc.strerror or exc})"
+            problems.append(f"{where}: 'path' {root} {problem}; create the folder or fix 'path' "
+                            f"(relative to {sources_file.parent})")
+    return problems
+
+
+def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:
+    """Filter by name; an unknown name raises with the list of known ones."""
+    if not names:
+        return sources
+    known = {s.name for s in sources}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SourceConfigError(f"unknown source(s) {', '.join(map(repr, missing))}; known sources: "
+                                f"{', '.join(sorted(known)) or '(none)'}")
+    return [s for s in sources if s.name in names]
+
+
+def unbuilt_sources_message(sources_file: Path, wanted: list[str], built: list[str]) -> str | None:
+    """Why a search cannot scope to sources that are configured but have no notes in the warehouse.
+
+    Args:
+        sources_file: sources.yaml.
+        wanted: the source names asked for.
+        built: the sources of the warehouse.
+
+    Returns:
+        A one-line message when every name missing from the warehouse is in ``sources_file`` (never built yet, an
+        empty folder, or a failing first build); None when some name is not configured at all (or the file cannot
+        be read), so the caller keeps its "unknown source" error.
+    """
+    missing = [n for n in wanted if n not in built]
+    if not missing:
+        return None
+    try:
+        configured = {s.name for s in load_sources(sources_file)}
+    except SourceConfigError:
+        return None
+    if not set(missing) <= configured:
+        return None
+    names = ", ".join(map(repr, missing))
+    return (f"source {names} is in {sources_file.name} but has no notes in the warehouse (not built yet, empty, or "
+            f"its build failed): see `docsvault status`; built sources: {', '.join(built) or '(none)'}")

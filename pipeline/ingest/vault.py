@@ -1,0 +1,416 @@
+"""Vault stage: write a source's Notes to ``vault/<source>/`` and read the vault back.
+
+Writes are atomic (temp file in the same folder + ``os.replace``, the umask's mode) and happen only when the bytes
+differ, so unchanged notes keep their mtime (Obsidian and file watchers see no churn). Notes that left the source are
+removed, together with folders they leave empty. Each source owns exactly the files it wrote in its folder
+(:mod:`pipeline.ingest.ownership`): a file the user put there is kept, a generated file the user edited is moved to
+``<name> (edited).md`` before it is replaced; nothing outside ``vault/<source>/`` is touched.
+
+Each source folder also gets one index note, ``_index.md`` (a map of content: its top-level sections and the notes
+in them; see :func:`index_note`). Its frontmatter carries ``docsvault: index`` (:data:`INDEX_KEY` /
+:data:`INDEX_VALUE`); :func:`read_notes` skips it, so it is for people browsing the vault in Obsidian and never
+reaches the graph, the chunks, search or the eval.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import NamedTuple
+
+from pipeline.common.artifacts import write_atomic
+from pipeline.common.errors import NoteError
+from pipeline.common.frontmatter import decode_bytes, render_note, split_frontmatter
+from pipeline.models import Note
+from pipeline.ingest.ownership import load_manifest
+
+
+class VaultResult(NamedTuple):
+    """rel_paths (posix, inside ``vault/<source>/``) of notes written, left as they were, and removed; each sorted.
+    ``index`` is the rel_path of the source's index note (not counted in the lists), None when not written.
+
+    ``kept``: files in the folder the build did not write (or wrote and someone edited since, whose page is gone),
+    left as they are (sorted); ``conflicts``: ``(rel_path, copy)`` for each generated file edited since the build
+    wrote it, whose edited version was moved to ``copy`` before the new version was written;
+    ``attachments_written`` / ``attachments``: attachment files copied this time / in the folder after the write."""
+
+    written: list[str]
+    unchanged: list[str]
+    removed: list[str]
+    index: str | None = None
+    kept: list[str] = []
+    conflicts: list[tuple[str, str]] = []
+    attachments_written: list[str] = []
+    attachments: int = 0
+
+
+INDEX_KEY = "docsvault"
+INDEX_VALUE = "index"
+INDEX_NAME = "_index.md"
+
+
+def _link(note: Note) -> str:
+    target = f"{note.source}/{note.rel_path[:-3]}"
+    alias = re.sub(r"[\[\]|#^\n]", " ", note.title)
+    alias = " ".join(alias.split())
+    return f"[[{target}|{alias}]]" if alias else f"[[{target}]]"
+
+
+def index_note(source: str, notes: Sequence[Note], rel_path: str = INDEX_NAME) -> Note:
+    """The source's map of content: its top-level sections (first folders below the folder all notes share) as
+    ``## headings``, each with links to the section's landing note (``index``/``README``/same-name note) and the
+    notes directly in it, then one line per sub-folder linking its landing note; notes at the top are listed first.
+
+    Returns:
+        A Note with frontmatter ``{title: "<source> index", docsvault: index, source: <source>, source_path:
+        <rel_path>}`` and a body of
+        ``[[<source>/<path>|Title]]`` links, deterministic (sorted by path).
+    """
+    by_rel = sorted(notes, key=lambda n: n.rel_path)
+    folders = [PurePosixPath(n.rel_path).parent.parts for n in by_rel]
+    common: tuple[str, ...] = ()
+    if folders:
+        common = folders[0]
+        for parts in folders[1:]:
+            k = 0
+            while k < min(len(common), len(parts)) and common[k] == parts[k]:
+                k += 1
+            common = common[:k]
+    top: list[Note] = []
+    sections: dict[str, list[Note]] = {}
+    for n in by_rel:
+        parts = PurePosixPath(n.rel_path).parts[len(common):]
+        if len(parts) == 1:
+            top.append(n)
+        else:
+            sections.setdefault(parts[0], []).append(n)
+    lines = [f"# {source}", "", f"Map of content of the source `{source}`: {len(notes)} notes."]
+    if top:
+        lines += [""] + [f"- {_link(n)}" for n in top]
+    for name, members in sections.items():
+        depth = len(common) + 1
+        landing = {"index", "readme", "_index", name.casefold()}
+        direct = [n for n in members if len(PurePosixPath(n.rel_path).parts) == depth + 1]
+        lead = [n for n in direct if PurePosixPath(n.rel_path).stem.casefold() in landing]
+        subs: dict[str, list[Note]] = {}
+        for n in members:
+            parts = PurePosixPath(n.rel_path).parts
+            if len(parts) > depth + 1:
+                subs.setdefault(parts[depth], []).append(n)
+        lines += ["", f"## {' '.join(name.split())}", ""]
+        lines += [f"- {_link(n)}" for n in lead + [n for n in direct if n not in lead]]
+        for sub, sub_notes in subs.items():
+            sub_landing = [n for n in sub_notes if len(PurePosixPath(n.rel_path).parts) == depth + 2
+                           and PurePosixPath(n.rel_path).stem.casefold() in {"index", "readme", "_index",
+                                                                              sub.casefold()}]
+            label = f"{sub}/ ({len(sub_notes)} notes)"
+            lines.append(f"- {_link(sub_landing[0])} — {label}" if sub_landing else f"- {label}")
+    fm = {"title": f"{source} index", INDEX_KEY: INDEX_VALUE, "source": source, "source_path": rel_path}
+    return Note(source=source, source_path=rel_path, rel_path=rel_path, title=fm["title"], frontmatter=fm,
+                body="\n".join(lines) + "\n")
+
+
+def _safe_target(root: Path, rel_path: str, source: str) -> Path:
+    """``root / rel_path`` after checking it stays inside ``root`` (no absolute paths, ``..``, or symlink escapes)."""
+    pure = PurePosixPath(rel_path)
+    if (not rel_path or pure.is_absolute() or "\\" in rel_path or ".." in pure.parts or "\x00" in rel_path
+            or not rel_path.endswith(".md") or (pure.parts and pure.parts[0].endswith(":"))):
+        raise NoteError(f"source '{source}': note path {rel_path!r} would leave vault/{source}/; "
+                        "rel_paths must be relative .md paths without '..'")
+    target = root.joinpath(*pure.parts)
+    try:
+        target.resolve().relative_to(root.resolve())
+    except ValueError:
+        raise NoteError(f"source '{source}': note path {rel_path!r} resolves outside vault/{source}/ "
+                        "(a symlink?); remove the link") from None
+    return target
+
+
+def _ordered(fm: dict) -> dict:
+    """The frontmatter with docsvault's keys first in their fixed order (``pipeline.ingest.normalize.FIRST_KEYS``), then the
+    others as given (JSON Lines between stages may have sorted them)."""
+    from pipeline.ingest.normalize import FIRST_KEYS
+
+    return {**{k: fm[k] for k in FIRST_KEYS if k in fm}, **{k: v for k, v in fm.items() if k not in FIRST_KEYS}}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    write_atomic(path, data)
+
+
+VOLATILE_KEYS = ("fetched_at",)
+_VOLATILE_PREFIXES = tuple(f"{k}:".encode() for k in VOLATILE_KEYS)
+
+
+def _without_volatile(data: bytes) -> bytes | None:
+    """The bytes with the top-level ``fetched_at:`` lines of the leading frontmatter block dropped (None: no block)."""
+    if not data.startswith(b"---\n"):
+        return None
+    end = data.find(b"\n---\n", 3)
+    if end < 0:
+        return None
+    lines = data[4:end + 1].split(b"\n")
+    kept = [ln for ln in lines if not ln.startswith(_VOLATILE_PREFIXES)]
+    return data[:4] + b"\n".join(kept) + data[end + 1:]
+
+
+def _same_content(old: bytes, new: bytes, where: str) -> bool:
+    """True when two renderings differ only in volatile keys (``fetched_at``): the note is not rewritten then.
+
+    Fast path: equal bytes once the volatile lines of both frontmatter blocks are dropped (no YAML parsing: a
+    rebuild of a source whose fetch time moved compares all its notes); otherwise both are parsed and compared.
+    """
+    a, b = _without_volatile(old), _without_volatile(new)
+    if a is not None and a == b:
+        return True
+    try:
+        old_fm, old_body = split_frontmatter(decode_bytes(old, where), where)
+        new_fm, new_body = split_frontmatter(decode_bytes(new, where), where)
+    except NoteError:
+        return False
+    strip = lambda fm: {k: v for k, v in fm.items() if k not in VOLATILE_KEYS}
+    return old_body == new_body and strip(old_fm) == strip(new_fm)
+
+
+def _copy_atomic(src: Path, path: Path) -> None:
+    """Copy a file's bytes to ``path`` through a temp file + ``os.replace``, with the umask's mode."""
+    import shutil
+
+    from pipeline.common.artifacts import write_atomic_with
+
+    with open(src, "rb") as inp:
+        write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
+
+
+def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True,
+                 attachments: Mapping[str, Path] | None = None) -> VaultResult:
+    """Make ``vault_dir/<source>/`` hold these notes (and attachments), never losing a file the user wrote there.
+
+    What the build wrote is recorded in the folder's manifest (:mod:`pipeline.ingest.ownership`). A file is overwritten or
+    removed only when the manifest says the build wrote exactly these bytes; a generated file edited since is
+    first moved to ``<name> (edited).<ext>`` next to it (``VaultResult.conflicts``), a file the build did not write
+    is left alone (``VaultResult.kept``).
+
+    Args:
+        vault_dir: the vault root.
+        source: the source name (its folder).
+        notes: the source's notes; each is written to ``<source>/<rel_path>`` as ``render_note(frontmatter, body)``.
+        index: also write the index note (:func:`index_note`) as ``_index.md`` (``_index (2).md``… when a note
+            already has that path); False removes it with the other files that are not notes.
+        attachments: rel_path (inside the folder, not ``.md``) -> file on disk to copy there (images, PDFs,
+            canvases the notes use; see :mod:`pipeline.ingest.attachments`); copied only when the bytes differ.
+
+    Returns:
+        VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in
+        ``fetched_at``: file not touched), removed (files the build wrote, unchanged since, that are no longer
+        notes or attachments; folders left empty are removed too), kept, conflicts, attachments.
+
+    Raises:
+        NoteError: a note belongs to another source, two notes share a rel_path, or a rel_path would resolve outside
+            ``vault_dir/<source>/`` (checked for every note before anything is written).
+    """
+    import hashlib
+
+    from pipeline.ingest.ownership import (
+        audit,
+        conflict_name,
+        legacy_owned,
+        load_manifest,
+        save_manifest,
+        sha256_file,
+        walk_files,
+    )
+    from pipeline.ingest.sources import valid_name
+
+    if not valid_name(source):
+        raise NoteError(f"source name {source!r} cannot be a vault folder (see pipeline.ingest.sources.valid_name)")
+    vault_dir = Path(vault_dir)
+    root = vault_dir / source
+    targets: dict[str, tuple[Path, bytes]] = {}
+    for note in notes:
+        if note.source != source:
+            raise NoteError(f"source '{source}': note {note.source_path!r} belongs to source '{note.source}'")
+        if note.rel_path in targets:
+            raise NoteError(f"source '{source}': two notes share the vault path {note.rel_path!r}")
+        targets[note.rel_path] = (_safe_target(root, note.rel_path, source),
+                                  render_note(_ordered(note.frontmatter), note.body).encode("utf-8"))
+    index_rel = None
+    if index and notes:
+        taken = {rel.casefold() for rel in targets}
+        index_rel, n = INDEX_NAME, 2
+        while index_rel.casefold() in taken:
+            index_rel, n = f"{INDEX_NAME[:-3]} ({n}).md", n + 1
+        idx = index_note(source, notes, index_rel)
+        targets[index_rel] = (_safe_target(root, index_rel, source), render_note(idx.frontmatter, idx.body).encode())
+    copies: dict[str, tuple[Path, Path, str]] = {}          # rel -> (vault path, source file, sha256)
+    for rel, src in sorted((attachments or {}).items()):
+        if rel in targets or rel.endswith(".md"):
+            continue
+        path = _safe_target(root, rel + ".md", source).with_name(PurePosixPath(rel).name)
+        digest = sha256_file(Path(src))
+        if digest is not None:
+            copies[rel] = (path, Path(src), digest)
+    new_hash = {rel: hashlib.sha256(data).hexdigest() for rel, (_, data) in targets.items()}
+    new_hash.update({rel: digest for rel, (_, _, digest) in copies.items()})
+
+    manifest = load_manifest(root)
+    owned = manifest if manifest is not None else legacy_owned(root, source)
+    before = walk_files(root)
+    # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
+    # knows them next time)
+    pending = {rel: set(hashes) for rel, hashes in owned.items()}
+    for rel, digest in new_hash.items():
+        pending.setdefault(rel, set()).add(digest)
+    if root.is_dir() or targets or copies:
+        save_manifest(root, source, pending)
+    taken = {rel.casefold() for rel in before} | {rel.casefold() for rel in new_hash}
+    final: dict[str, set[str]] = {}
+    written: list[str] = []
+    unchanged: list[str] = []
+    conflicts: list[tuple[str, str]] = []
+    att_written: list[str] = []
+
+    def make_room(rel: str, path: Path) -> bool:
+        """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away."""
+        if path.is_symlink():
+            path.unlink()               # the build never writes symlinks; the link's target is not touched
+            return True
+        current = sha256_file(path)
+        if current is None or current in owned.get(rel, ()):
+            return True
+        copy = conflict_name(rel, taken)
+        taken.add(copy.casefold())
+        os.replace(path, path.with_name(PurePosixPath(copy).name))
+        conflicts.append((rel, copy))
+        return True
+
+    for rel, (path, data) in sorted(targets.items()):
+        try:
+            old = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        except OSError:
+            old = None
+        if old is not None and (old == data or _same_content(old, data, str(path))):
+            unchanged.append(rel)
+            final[rel] = {hashlib.sha256(old).hexdigest()}
+            continue
+        make_room(rel, path)
+        _atomic_write(path, data)
+        written.append(rel)
+        final[rel] = {new_hash[rel]}
+    for rel, (path, src, digest) in copies.items():
+        if sha256_file(path) == digest:
+            final[rel] = {digest}
+            continue
+        make_room(rel, path)
+        _copy_atomic(src, path)
+        att_written.append(rel)
+        final[rel] = {digest}
+    if index_rel is not None:
+        for bucket in (written, unchanged):
+            if index_rel in bucket:
+                bucket.remove(index_rel)
+    removed: list[str] = []
+    for rel, hashes in sorted(owned.items()):
+        if rel in final:
+            continue
+        path = root.joinpath(*PurePosixPath(rel).parts)
+        if sha256_file(path) in hashes:
+            path.unlink()
+            if rel.endswith(".md"):
+                removed.append(rel)
+    if root.is_dir():
+        for folder in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
+                             key=lambda p: len(p.parts), reverse=True):
+            rel_parts = folder.relative_to(root).parts
+            if any(part.startswith(".") for part in rel_parts):
+                continue
+            try:
+                folder.rmdir()          # only succeeds when empty
+            except OSError:
+                pass
+        save_manifest(root, source, final)
+    kept = audit(root, source).user_files if root.is_dir() else []
+    return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies))
+
+
+@functools.lru_cache(maxsize=20_000)
+def _parse_cached(data: bytes) -> tuple[str, str]:
+    fm, body = split_frontmatter(decode_bytes(data, ""), "")
+    return json.dumps(fm, ensure_ascii=False), body
+
+
+def parse_note(data: bytes, where: str) -> tuple[dict, str]:
+    """``split_frontmatter(decode_bytes(data))``, memoized by the file's bytes: the stages of one build (chunk,
+    graph, warehouse) read the same vault files, and YAML parsing is most of reading them. The frontmatter is
+    JSON-safe, so each call returns a fresh copy via JSON."""
+    try:
+        fm_json, body = _parse_cached(data)
+    except NoteError:
+        split_frontmatter(decode_bytes(data, where), where)     # the same error, naming the file
+        raise
+    return json.loads(fm_json), body
+
+
+def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[Note]:
+    """Read the vault back into Notes.
+
+    Args:
+        vault_dir: the vault root.
+        sources: source folders to read; None reads every non-dot subfolder that holds notes. Top-level files (e.g.
+            ``vault/README.md``) are not notes. In a folder with a manifest (:mod:`pipeline.ingest.ownership`) only the
+            notes the build wrote are read: the user's own files there (and conflict copies) are not notes of
+            the source.
+
+    Returns:
+        Notes in (source, rel_path) order; ``source_path`` and ``title`` from the frontmatter, falling back to the
+        rel_path and the file stem. Dot-folders (``.obsidian``, ``.trash``) are skipped.
+
+    Raises:
+        NoteError: a note is not valid UTF-8 or has invalid frontmatter (message names the file and line).
+    """
+    vault_dir = Path(vault_dir)
+    if sources is None:
+        names = sorted(p.name for p in vault_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if vault_dir.is_dir() else []
+    else:
+        names = sorted(set(sources))
+    notes: list[Note] = []
+    for name in names:
+        root = vault_dir / name
+        if not root.is_dir():
+            continue
+        found: list[tuple[str, Path]] = []
+        owned = load_manifest(root)     # None: a folder without a manifest (hand-made, or from older builds)
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for fn in filenames:
+                if fn.endswith(".md") and not fn.startswith("."):
+                    path = Path(dirpath) / fn
+                    rel = path.relative_to(root).as_posix()
+                    if owned is None or unicodedata.normalize("NFC", rel) in owned:
+                        found.append((rel, path))
+        for rel, path in sorted(found):
+            where = f"vault/{name}/{rel}"
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise NoteError(f"{where}: cannot read: {exc.strerror or exc}") from None
+            fm, body = parse_note(data, where)
+            if fm.get(INDEX_KEY) == INDEX_VALUE:
+                continue                # the generated map of content is not a note of the source
+            title = fm.get("title")
+            stem = rel.rsplit("/", 1)[-1][:-3]
+            notes.append(Note(
+                source=name,
+                source_path=str(fm.get("source_path") or rel),
+                rel_path=rel,
+                title=str(title) if title not in (None, "") else stem,
+                frontmatter=fm,
+                body=body,
+            ))
+    return notes

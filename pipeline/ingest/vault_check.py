@@ -1,0 +1,190 @@
+"""``docsvault check-vault``: is the built vault one Obsidian users can trust? Read-only checks per source:
+
+* ``unresolved_in_source``: embeds/links of attachment files (images, audio, video, PDF, canvas) that do not
+  resolve in the vault although the file exists in the source (target 0: the build copies them);
+  ``unresolved_elsewhere`` counts those whose file is not in the source either (nothing to copy; e.g. images the
+  upstream repository does not hold);
+* ``markup``: source-format markup left in the notes outside code (``<span>``, ``<div>``, Liquid ``{{ }}``/``{% %}``,
+  MDX/JSX components such as ``<CodeStep>``; see :func:`markup_residue`), target 0;
+* ``bad_mode``: notes whose permission bits are not what the user's umask gives a new file (0644 under 0022);
+* ``user_files`` / ``edited``: files in ``vault/<source>/`` the build did not write (kept, never changed by a
+  build) and generated files edited since the build wrote them (the next build moves the edit to
+  ``<name> (edited).md``).
+
+Embeds resolve as in Obsidian: relative to the note, from the vault root, from the source's folder, or as a path
+suffix / bare name of any file in the vault.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import stat
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.models import Source
+
+MARKUP_PATTERNS: dict[str, re.Pattern[str]] = {
+    "span": re.compile(r"(?<!\\)</?span\b[^>\n]*>", re.IGNORECASE),
+    "div": re.compile(r"(?<!\\)</?div\b[^>\n]*>", re.IGNORECASE),
+    "liquid": re.compile(r"\{\{[^{}\n]{0,300}\}\}|\{%[^\n]{0,300}?%\}"),
+    "mdx": re.compile(r"(?:(?<![A-Za-z_`\\])<|(?<!\\)</)[A-Z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)*(?:\s[^<>\n]{0,300})?/?>"),
+}
+"""Markup that must not be left in a note outside code: kind -> pattern."""
+
+
+def markup_residue(body: str) -> list[tuple[str, str]]:
+    """``(kind, text)`` of every :data:`MARKUP_PATTERNS` match in the prose of a Markdown body (fenced code and
+    inline code spans are not prose), in order of kind then position."""
+    from pipeline.ingest.normalize import _protect_inline_code, split_code
+
+    found: list[tuple[str, str]] = []
+    prose = [_protect_inline_code(chunk)[0] for is_code, chunk in split_code(body) if not is_code]
+    for kind, rx in MARKUP_PATTERNS.items():
+        for text in prose:
+            found.extend((kind, m.group()) for m in rx.finditer(text))
+    return found
+
+
+def user_files_lines(settings: Settings, source: Source) -> list[str]:
+    """Lines naming the files in ``vault/<source>/`` the build did not write, and the generated files edited since
+    the build wrote them ([] when there are none). For ``status`` and ``check-vault``."""
+    from pipeline.ingest.ownership import audit
+
+    root = settings.vault_dir / source.name
+    if not root.is_dir():
+        return []
+    a = audit(root, source.name)
+    lines = []
+    if a.user_files:
+        lines.append(f"{source.name}: {len(a.user_files)} file(s) in vault/{source.name}/ that docsvault did not "
+                     f"write are kept (never changed or removed by a build): {_names(a.user_files)}")
+    if a.edited:
+        lines.append(f"{source.name}: {len(a.edited)} generated file(s) edited since the last build: "
+                     f"{_names(a.edited)}; the next build keeps your version as '<name> (edited).md' next to it")
+    return lines
+
+
+def _names(rels: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(rels[:limit]) + (f" and {len(rels) - limit} more" if len(rels) > limit else "")
+
+
+class _VaultFiles:
+    """Every file of the vault (posix, NFC, relative to the vault root), for Obsidian-style link resolution."""
+
+    def __init__(self, vault: Path) -> None:
+        from pipeline.ingest.ownership import walk_files
+
+        self.paths = {rel.casefold(): rel for rel in walk_files(vault)}
+        self.by_name: dict[str, list[str]] = {}
+        for rel in self.paths.values():
+            self.by_name.setdefault(rel.rsplit("/", 1)[-1].casefold(), []).append(rel)
+
+    def resolves(self, target: str, note_vault_path: str, markdown: bool) -> bool:
+        t = unicodedata.normalize("NFC", target)
+        here = posixpath.dirname(note_vault_path)
+        source = note_vault_path.split("/", 1)[0]
+        tries = [posixpath.normpath(t.lstrip("/")), posixpath.normpath(f"{source}/{t.lstrip('/')}")]
+        if markdown or t.startswith(("./", "../")):
+            tries.insert(0, posixpath.normpath(posixpath.join(here, t)))
+        if any(c.casefold() in self.paths for c in tries):
+            return True
+        if markdown and not t.startswith("/"):
+            return False            # a relative Markdown link must resolve relative to its note
+        parts = [p for p in t.lstrip("/").split("/") if p not in ("", ".", "..")]
+        if not parts:
+            return False
+        suffix = "/" + "/".join(parts).casefold()
+        return any(("/" + rel.casefold()).endswith(suffix) for rel in self.by_name.get(parts[-1].casefold(), ()))
+
+
+def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]:
+    """Run the checks (module doc) over the built vault for these sources.
+
+    Returns:
+        ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
+        "unresolved_in_source", "unresolved_elsewhere", "markup", "bad_mode", "user_files", "edited",
+        "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
+        any source has unresolved embeds of files in its source, markup outside code or a note with another mode.
+        Examples are ``"<vault path>: <detail>"`` strings, at most 10 per kind.
+    """
+    from pipeline.common.artifacts import file_mode
+    from pipeline.ingest.attachments import _Index, _targets, list_candidates, source_roots
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest.ownership import audit
+    from pipeline.ingest.vault import read_notes
+
+    vault = settings.vault_dir
+    files = _VaultFiles(vault) if vault.is_dir() else None
+    want_mode = file_mode()
+    rows = []
+    for source in sources:
+        root = vault / source.name
+        row: dict[str, Any] = {"name": source.name, "notes": 0, "attachments_in_vault": 0, "unresolved_in_source": 0,
+                               "unresolved_elsewhere": 0, "markup": 0, "bad_mode": 0, "user_files": 0, "edited": 0,
+                               "examples": {"unresolved_in_source": [], "markup": [], "bad_mode": []}}
+        rows.append(row)
+        if files is None or not root.is_dir():
+            continue
+        ex = row["examples"]
+        try:
+            notes = read_notes(vault, [source.name])
+        except NoteError as exc:
+            row["error"] = str(exc)
+            continue
+        row["notes"] = len(notes)
+        index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
+        for note in notes:
+            vp = note.vault_path
+            for target, markdown in _targets(note.body):
+                if files.resolves(target, vp, markdown):
+                    continue
+                if index.resolve(target, unicodedata.normalize("NFC", note.source_path), markdown):
+                    row["unresolved_in_source"] += 1
+                    if len(ex["unresolved_in_source"]) < 10:
+                        ex["unresolved_in_source"].append(f"{vp}: {target}")
+                else:
+                    row["unresolved_elsewhere"] += 1
+            for kind, text in markup_residue(note.body):
+                row["markup"] += 1
+                if len(ex["markup"]) < 10:
+                    ex["markup"].append(f"{vp}: {kind}: {text[:80]}")
+            try:
+                mode = stat.S_IMODE((root / note.rel_path).stat().st_mode)
+            except OSError:
+                continue
+            if mode != want_mode:
+                row["bad_mode"] += 1
+                if len(ex["bad_mode"]) < 10:
+                    ex["bad_mode"].append(f"{vp}: {mode:04o}")
+        a = audit(root, source.name)
+        row["user_files"], row["edited"] = len(a.user_files), len(a.edited)
+        row["attachments_in_vault"] = sum(1 for rel in a.owned if not rel.endswith(".md"))
+    ok = all(not (r["unresolved_in_source"] or r["markup"] or r["bad_mode"] or r.get("error")) for r in rows)
+    return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
+
+
+def format_report(report: dict[str, Any]) -> list[str]:
+    """The check as text lines (one table row per source, then examples of each problem)."""
+    lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
+             f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
+             f"{'yours':>6} {'edited':>6}"]
+    for r in report["sources"]:
+        lines.append(f"  {r['name']:24} {r['notes']:>6} {r['attachments_in_vault']:>7} {r['unresolved_in_source']:>10} "
+                     f"{r['markup']:>7} {r['bad_mode']:>5} {r['user_files']:>6} {r['edited']:>6}")
+    for r in report["sources"]:
+        if r.get("error"):
+            lines.append(f"  {r['name']}: cannot read the vault: {r['error']}")
+        for kind, label in (("unresolved_in_source", "embed of a file in the source that does not resolve"),
+                            ("markup", "markup outside code"), ("bad_mode", "note mode")):
+            for e in r["examples"][kind]:
+                lines.append(f"  {r['name']}: {label}: {e}")
+        if r["unresolved_elsewhere"]:
+            lines.append(f"  {r['name']}: {r['unresolved_elsewhere']} embed(s) of files that are not in the source "
+                         "either (nothing to copy)")
+    lines.append("ok" if report["ok"] else "problems found (see above)")
+    return lines

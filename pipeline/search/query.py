@@ -1,0 +1,178 @@
+"""Query syntax of ``docsvault search`` and the MCP ``search`` tool: phrases, exclusions, OR and inline filters.
+
+========================  ==========================================================================================
+``word``                  ranked (BM25 + vectors); not required: hybrid search also finds notes without it
+``"exact phrase"``        required: the note's text contains the phrase (case-insensitive, whitespace and Markdown
+                          markup ignored); its words are ranked too
+``-word`` / ``-"phrase"`` excluded: notes containing it are dropped
+``A OR B``                one of A, B required when either is a phrase (``"a b" OR "c d"`` keeps notes with either
+                          phrase); between bare words it changes nothing (words are never required)
+``source:NAME``           only that source (repeat for several: any of them); like ``--source``
+``tag:TAG``               only notes with that tag (frontmatter or inline ``#tag``; ``a`` matches ``a/b``); like
+                          ``--tag``
+``path:PREFIX``           only notes whose vault path (or source path) starts with PREFIX; a glob (``*``, ``?``,
+                          ``[``) must match the whole vault path. Values with spaces: ``path:"My folder/"``
+========================  ==========================================================================================
+
+Filters and operators are parsed here (no SQL, no search); :class:`ParsedQuery` says what to rank and what to keep.
+Matching of required/excluded text is :meth:`ParsedQuery.keeps` on a note's plain text.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from pipeline.common.errors import PipelineError
+
+__all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "parse_query", "text_contains"]
+
+FILTER_KEYS = ("source", "tag", "path")
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_TOKEN = re.compile(r'\s*(-?)(?:(source|tag|path):)?("([^"]*)"|(\S+))?', re.IGNORECASE)
+
+
+class QuerySyntaxError(PipelineError, ValueError):
+    """A query whose syntax cannot be parsed (unclosed quote, empty filter, dangling OR, nothing to search for)."""
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A parsed query.
+
+    Attributes:
+        text: what the lanes rank: the bare words and the phrases' words, operators and filters removed.
+        required: groups of alternatives; a note is kept when, for every group, it contains one of them.
+        excluded: words/phrases a kept note must not contain.
+        sources, tags, paths: the inline filters (``source:``, ``tag:``, ``path:``), in query order.
+    """
+
+    text: str
+    required: tuple[tuple[str, ...], ...] = ()
+    excluded: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    paths: tuple[str, ...] = field(default=())
+
+    @property
+    def filters_text(self) -> bool:
+        """Whether notes must be checked against their text (a required or excluded term)."""
+        return bool(self.required or self.excluded)
+
+    def keeps_text(self, plain: str) -> bool:
+        """Whether a note whose plain text (title and body, see :func:`pipeline.search.snippet.clean_text`) is ``plain``
+        passes the required and excluded terms."""
+        folded = " ".join(plain.split()).casefold()
+        if any(text_contains(folded, term) for term in self.excluded):
+            return False
+        return all(any(text_contains(folded, alt) for alt in group) for group in self.required)
+
+    def keeps_path(self, vault_path: str, source_path: str = "") -> bool:
+        """Whether a note passes the ``path:`` filters (any of them; no filter: True)."""
+        if not self.paths:
+            return True
+        for want in self.paths:
+            if any(c in want for c in "*?["):
+                if fnmatch.fnmatchcase(vault_path, want) or fnmatch.fnmatchcase(vault_path.casefold(), want.casefold()):
+                    return True
+            elif vault_path.casefold().startswith(want.casefold()) or (
+                    source_path and source_path.casefold().startswith(want.casefold())):
+                return True
+        return False
+
+
+def text_contains(folded_text: str, term: str) -> bool:
+    """Whether casefolded, whitespace-collapsed ``folded_text`` contains ``term``: at word boundaries for Latin
+    terms (``cat`` does not match ``category``), anywhere for terms with CJK characters."""
+    t = " ".join(term.split()).casefold()
+    if not t:
+        return True
+    if _CJK.search(t):
+        return t in folded_text
+    left = r"\b" if re.match(r"\w", t) else ""
+    right = r"\b" if re.search(r"\w$", t) else ""
+    return re.search(left + re.escape(t) + right, folded_text) is not None
+
+
+def parse_query(query: str) -> ParsedQuery:
+    """Parse the query syntax (see the module docstring).
+
+    Args:
+        query: what the user typed.
+
+    Returns:
+        The parsed query; ``text`` is never empty.
+
+    Raises:
+        QuerySyntaxError: an unclosed ``"``, an empty filter (``tag:``), an ``OR`` without a term on both
+            sides, an empty phrase, or a query of only exclusions/filters (nothing to rank).
+    """
+    if query.count('"') % 2:
+        raise QuerySyntaxError('unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote')
+    items: list[tuple[str, str, bool]] = []      # (kind: word | phrase | or, value, negated)
+    sources: list[str] = []
+    tags: list[str] = []
+    paths: list[str] = []
+    pos = 0
+    n = len(query)
+    while pos < n:
+        m = _TOKEN.match(query, pos)
+        if m is None or m.end() == pos:
+            break
+        pos = m.end()
+        neg, key, inner, bare = m.group(1), m.group(2), m.group(4), m.group(5)
+        quoted = inner
+        if m.group(3) is None and not key and not neg:
+            continue                                  # trailing whitespace
+        if key:
+            value = (inner if quoted is not None else bare or "").strip()
+            if not value:
+                raise QuerySyntaxError(f"empty filter {key.lower()}: in the query: give a value, e.g. "
+                                       f"{key.lower()}:{ {'source': 'duckdb', 'tag': 'journal', 'path': 'guides/'}[key.lower()]}")
+            if neg:
+                raise QuerySyntaxError(f"-{key.lower()}: is not supported: filters keep notes; use --source/--tag "
+                                       "to choose, or -word to exclude a word")
+            {"source": sources, "tag": tags, "path": paths}[key.lower()].append(
+                value.lstrip("#") if key.lower() == "tag" else value)
+            continue
+        if quoted is not None:
+            if not inner.strip():
+                raise QuerySyntaxError('empty phrase "" in the query: put words between the quotes')
+            items.append(("phrase", " ".join(inner.split()), bool(neg)))
+            continue
+        if bare is None:                              # a lone "-"
+            continue
+        if bare == "OR" and not neg:
+            items.append(("or", "OR", False))
+            continue
+        if neg and bare:
+            items.append(("word", bare, True))
+        elif not neg:
+            items.append(("word", bare, False))
+    # OR groups
+    groups: list[list[tuple[str, str]]] = []
+    excluded: list[str] = []
+    pending_or = False
+    for i, (kind, value, negated) in enumerate(items):
+        if kind == "or":
+            if not groups or pending_or or i == len(items) - 1 or items[i + 1][0] == "or" or items[i + 1][2] \
+                    or items[i - 1][2]:
+                raise QuerySyntaxError("OR needs a word or a phrase on both sides, e.g. \"sync\" OR \"backup\"")
+            pending_or = True
+            continue
+        if negated:
+            excluded.append(value)
+            continue
+        if pending_or:
+            groups[-1].append((kind, value))
+            pending_or = False
+        else:
+            groups.append([(kind, value)])
+    required = tuple(tuple(v for _, v in g) for g in groups if any(k == "phrase" for k, _ in g))
+    text = " ".join(v for g in groups for _, v in g)
+    if not text.strip():
+        raise QuerySyntaxError("nothing to search for: the query has only exclusions or filters; add words, e.g. "
+                               "`sync -mobile tag:howto`")
+    return ParsedQuery(text=text, required=required, excluded=tuple(excluded), sources=tuple(sources),
+                       tags=tuple(tags), paths=tuple(paths))

@@ -1,0 +1,362 @@
+"""Safe reading of vault notes, in pages: the one place the CLI ``read`` and the MCP ``read`` tool open note files.
+
+A note is addressed by its vault path, ``<source>/<rel_path>`` (the ``vault_path`` of a search hit). Only Markdown
+files inside the vault are served (EC-21): ``..`` that leaves the vault, absolute paths, percent-encoded
+separators or dots (``%2e``, ``%2F``, ``%5c``, double-encoded ``%25``), backslashes, hidden folders, symlinks that
+resolve outside the vault and non-``.md`` files are refused with :class:`PathRefusedError` before any file content
+is read. ``sub/../a.md`` normalises inside the vault and is allowed.
+
+Every output is bounded: a note's body is cut into pages of about :data:`PAGE_CHARS` characters (chars, not
+tokens; cut at a paragraph, line, sentence or word boundary when one is near), frontmatter is capped at
+:data:`FRONTMATTER_CHARS`, and files larger than :data:`MAX_NOTE_BYTES` are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.common.errors import NoteError, PipelineError
+from pipeline.common.frontmatter import decode_bytes, split_frontmatter
+
+__all__ = [
+    "FRONTMATTER_CHARS",
+    "MAX_NOTE_BYTES",
+    "PAGE_CHARS",
+    "NoteNotFoundError",
+    "NotePage",
+    "PathRefusedError",
+    "excerpt",
+    "find_note",
+    "locate",
+    "note_body",
+    "page_of",
+    "paginate",
+    "read_note",
+    "resolve_note_path",
+]
+
+PAGE_CHARS = 1000                 # target page size, chars
+FRONTMATTER_CHARS = 2000          # cap of the JSON frontmatter returned with page 1
+MAX_NOTE_BYTES = 20_000_000       # bigger files are refused (no note is that big; a dump is)
+
+_ENCODED = re.compile(r"%(2e|2f|5c|25|00)", re.IGNORECASE)
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+class PathRefusedError(PipelineError):
+    """A read asked for something that is not a Markdown note inside the vault (traversal, absolute, encoded, ...)."""
+
+
+class NoteNotFoundError(PipelineError):
+    """The path is acceptable but no note exists there."""
+
+
+@dataclass(frozen=True)
+class NotePage:
+    """One page of a note.
+
+    Attributes:
+        path: the vault path (``<source>/<rel_path>``, posix).
+        title: frontmatter ``title``, else the file name without ``.md``.
+        page: 1-based page number.
+        pages: number of pages (>= 1; an empty body has one empty page).
+        text: this page's text (about ``PAGE_CHARS`` chars; pages concatenate to the body exactly).
+        start: offset of the page in the body (chars).
+        total_chars: length of the body (chars).
+        frontmatter: the note's frontmatter (JSON-safe: dates are ISO strings), on page 1 only; values are cut so
+            its JSON is at most ``FRONTMATTER_CHARS`` chars.
+    """
+
+    path: str
+    title: str
+    page: int
+    pages: int
+    text: str
+    start: int
+    total_chars: int
+    frontmatter: dict[str, Any] | None = None
+
+    @property
+    def next_page(self) -> int | None:
+        return self.page + 1 if self.page < self.pages else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict: path, title, page, pages, next_page, total_chars, text, frontmatter (page 1)."""
+        out: dict[str, Any] = {
+            "path": self.path, "title": self.title, "page": self.page, "pages": self.pages,
+            "next_page": self.next_page, "total_chars": self.total_chars, "text": self.text,
+        }
+        if self.frontmatter is not None:
+            out["frontmatter"] = self.frontmatter
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# paths
+
+
+def _refuse(note: str, why: str) -> PathRefusedError:
+    shown = note if len(note) <= 120 else note[:117] + "..."
+    return PathRefusedError(
+        f"refused {shown!r}: {why}; give a note's vault path as search returns it, e.g. 'source/folder/Note.md'"
+    )
+
+
+def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
+    """Validate a client-supplied note path and resolve it inside the vault.
+
+    Args:
+        vault_dir: the vault root.
+        note: ``<source>/<rel_path>`` (posix; ``./`` and inner ``..`` that stay inside the vault are allowed).
+
+    Returns:
+        ``(file, vault_path)``: the resolved file (symlinks followed, inside the vault) and the normalised vault path.
+
+    Raises:
+        PathRefusedError: empty, NUL, backslash, percent-encoded ``.``/``/``/``\\``/``%``, absolute or ``~`` path,
+            ``..`` leaving the vault, a hidden folder or file, not ``.md``, or a symlink resolving outside the vault.
+        NoteNotFoundError: the path is acceptable but no file exists there.
+    """
+    if not isinstance(note, str) or not note.strip():
+        raise _refuse(str(note), "empty path")
+    if "\x00" in note:
+        raise _refuse(note.replace("\x00", "\\0"), "NUL byte in path")
+    if _ENCODED.search(note):
+        raise _refuse(note, "percent-encoded path characters are not accepted")
+    if "\\" in note:
+        raise _refuse(note, "backslashes are not path separators here")
+    if note.startswith(("/", "~")) or _DRIVE.match(note):
+        raise _refuse(note, "absolute paths are not accepted (paths are relative to the vault)")
+    norm = unicodedata.normalize("NFC", posixpath.normpath(note))     # vault paths are NFC; accept NFD too
+    if norm == ".." or norm.startswith("../") or norm in ("", "."):
+        raise _refuse(note, "the path leaves the vault")
+    parts = norm.split("/")
+    if any(p.startswith(".") for p in parts):
+        raise _refuse(note, "hidden files and folders are not notes")
+    if not norm.lower().endswith(".md"):
+        raise _refuse(note, "only Markdown notes (.md) can be read")
+    root = Path(vault_dir).resolve()
+    candidate = root.joinpath(*parts)
+    try:
+        real = candidate.resolve(strict=False)
+    except (OSError, RuntimeError) as exc:          # symlink loop
+        raise _refuse(note, f"cannot resolve ({exc.__class__.__name__})") from None
+    if not real.is_relative_to(root):
+        raise _refuse(note, "it resolves outside the vault (symlink)")
+    if not real.is_file():
+        raise NoteNotFoundError(
+            f"no note {norm!r} in the vault {root}; use a vault_path from search results "
+            "(`docsvault search ...` / the search tool)"
+        )
+    return real, norm
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pages
+
+
+_BREAKS = (re.compile(r"\n\n+"), re.compile(r"\n"), re.compile(r"(?<=[.!?。！？])\s*"), re.compile(r"\s+"))
+
+
+def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
+    """Page start offsets of ``text``: pages of at most ``size`` chars, cut at a boundary when one is near.
+
+    A page ends after the last paragraph break in its second half, else the last line break, else the last sentence
+    end, else the last whitespace; with none of these (one long word, CJK without punctuation) it is cut at
+    ``size``. Pages concatenate back to ``text`` exactly.
+
+    Args:
+        text: the body.
+        size: maximum page length, chars (>= 10).
+
+    Returns:
+        Start offsets, first is 0; ``[0]`` for an empty text.
+    """
+    if size < 10:
+        raise ValueError(f"page size must be >= 10 chars, got {size}")
+    starts = [0]
+    pos = 0
+    n = len(text)
+    while n - pos > size:
+        window_end = pos + size
+        lo = pos + size // 2
+        cut = None
+        for pattern in _BREAKS:
+            last = None
+            for m in pattern.finditer(text, lo, window_end):
+                if m.end() <= window_end and m.end() > lo:
+                    last = m.end()
+            if last is not None:
+                cut = last
+                break
+        pos = cut if cut is not None else window_end
+        starts.append(pos)
+    return starts
+
+
+def page_of(starts: list[int], offset: int) -> int:
+    """1-based page number containing the body offset ``offset`` (from :func:`paginate`)."""
+    page = 1
+    for i, s in enumerate(starts, start=1):
+        if s <= offset:
+            page = i
+        else:
+            break
+    return page
+
+
+def _cap_frontmatter(fm: dict[str, Any], limit: int = FRONTMATTER_CHARS) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    used = 2
+    for k, v in fm.items():
+        item = json.dumps({k: v}, ensure_ascii=False)
+        if used + len(item) > limit:
+            text = json.dumps(v, ensure_ascii=False)
+            room = limit - used - len(k) - 10
+            if room < 20:
+                out["…"] = f"{len(fm) - len(out)} more keys cut"
+                break
+            v = text[:room] + "…"
+            item = json.dumps({k: v}, ensure_ascii=False)
+        out[k] = v
+        used += len(item)
+    return out
+
+
+def _load(vault_dir: Path, note: str) -> tuple[str, dict[str, Any], str]:
+    path, vault_path = resolve_note_path(vault_dir, note)
+    size = path.stat().st_size
+    if size > MAX_NOTE_BYTES:
+        raise _refuse(note, f"the file is {size} bytes, more than the {MAX_NOTE_BYTES}-byte cap")
+    try:
+        text = decode_bytes(path.read_bytes(), f"vault note {vault_path}")
+        fm, body = split_frontmatter(text, f"vault note {vault_path}")
+    except NoteError:
+        raise
+    except OSError as exc:
+        raise NoteNotFoundError(f"cannot read vault note {vault_path}: {exc}") from None
+    return vault_path, fm, body
+
+
+def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS) -> NotePage:
+    """Read one page of a vault note.
+
+    Args:
+        vault_dir: the vault root.
+        note: the note's vault path (see :func:`resolve_note_path`).
+        page: 1-based page number.
+        size: page size, chars.
+
+    Returns:
+        The page (its text at most ``size`` chars; frontmatter on page 1 only, capped).
+
+    Raises:
+        PathRefusedError, NoteNotFoundError: see :func:`resolve_note_path`; also a file over ``MAX_NOTE_BYTES``.
+        NoteError: the file is not UTF-8 or its frontmatter is invalid (the message names the note).
+        ValueError: ``page`` is out of range (the message gives the number of pages).
+    """
+    vault_path, fm, body = _load(vault_dir, note)
+    starts = paginate(body, size)
+    pages = len(starts)
+    if not isinstance(page, int) or page < 1 or page > pages:
+        raise ValueError(f"page {page} is out of range: {vault_path} has {pages} page(s) of ~{size} chars")
+    start = starts[page - 1]
+    end = starts[page] if page < pages else len(body)
+    title = str(fm.get("title") or posixpath.basename(vault_path)[:-3])
+    return NotePage(
+        path=vault_path, title=title, page=page, pages=pages, text=body[start:end], start=start,
+        total_chars=len(body), frontmatter=_cap_frontmatter(fm) if page == 1 else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# where a search hit sits in its note
+
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_MD_NOISE = re.compile(r"[*_`\[\]]")
+
+
+def _plain(text: str) -> str:
+    return " ".join(_MD_NOISE.sub("", text).split()).casefold()
+
+
+def locate(body: str, heading: str = "", snippet: str = "") -> int:
+    """Best-effort body offset of a search hit: its snippet's opening words after its heading, else the heading.
+
+    Args:
+        body: the note body.
+        heading: the hit's heading ("" for text before the first heading).
+        snippet: the hit's snippet (``…`` marks are ignored).
+
+    Returns:
+        Offset in ``body`` (chars); 0 when nothing is found.
+    """
+    offset = 0
+    if heading:
+        want = _plain(heading)
+        for m in _HEADING.finditer(body):
+            if _plain(m.group(2)) == want:
+                offset = m.start()
+                break
+    words = snippet.strip("…").split()[:6]
+    if len(words) >= 2:
+        pattern = r"\s+".join(re.escape(w) for w in words)
+        m = re.compile(pattern).search(body, offset)
+        if m:
+            return m.start()
+    return offset
+
+
+def excerpt(body: str, offset: int, limit: int = 600) -> str:
+    """At most ``limit`` chars of ``body`` from ``offset``, cut at whitespace, ``…`` marking a cut end."""
+    text = body[offset:offset + limit + 1]
+    if len(text) <= limit:
+        return text.strip()
+    cut = text.rfind(" ", limit // 2, limit)
+    if cut == -1:
+        cut = text.rfind("\n", limit // 2, limit)
+    return text[: cut if cut != -1 else limit].rstrip() + "…"
+
+
+def note_body(vault_dir: Path, note: str) -> tuple[str, str]:
+    """``(vault_path, body)`` of a note, validated like :func:`read_note` (same errors)."""
+    vault_path, _, body = _load(vault_dir, note)
+    return vault_path, body
+
+
+def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) -> str:
+    """The vault path to read for ``note``: ``note`` itself when it is a note in the vault, else (with a warehouse)
+    the one note whose ``source_path`` is ``note``.
+
+    Raises:
+        PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then.
+        NoteNotFoundError: no such note (or several sources have that source path: the message lists their vault
+            paths).
+    """
+    try:
+        resolve_note_path(vault_dir, note)
+        return note
+    except NoteNotFoundError:
+        if warehouse_path is None or not Path(warehouse_path).exists():
+            raise
+        from pipeline import warehouse as wh
+
+        con = wh.connect(Path(warehouse_path), read_only=True)
+        try:
+            found = wh.notes_by_source_path(con, unicodedata.normalize("NFC", note))
+        finally:
+            con.close()
+        if len(found) == 1:
+            return found[0]["vault_path"]
+        if len(found) > 1:
+            raise NoteNotFoundError(
+                f"{note!r} is a source path in several sources; give one of the vault paths: "
+                + ", ".join(f["vault_path"] for f in found)
+            ) from None
+        raise

@@ -1,0 +1,152 @@
+"""Clean, readable snippets of Markdown chunks: what a search hit shows (CLI, ``--json``, MCP ``text``).
+
+:func:`clean_text` turns a chunk's Markdown into one line of plain text: fenced and indented code becomes inline
+code (`` `SELECT 1` ``, the language tag dropped), callout markers (``> [!note] Title``) and quote markers go,
+HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), links keep their
+text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` -> ``alias``), images and embeds go, emphasis, heading and list
+markers go. :func:`cut_around` cuts such a line to about ``width`` characters around the first query match, at a
+sentence start when one is near, else at a word boundary; cut ends are marked with ``…``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = ["clean_text", "cut_around", "make_snippet", "match_position"]
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_HTML_BLOCK_DROP = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.IGNORECASE | re.DOTALL)
+_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9:-]*(?:\s+(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?/?>")
+_CALLOUT = re.compile(r"^[ \t]*(?:>[ \t]*)+\[![^\]\n]*\][+-]?[ \t]*", re.MULTILINE)
+_QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE)
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
+_LIST = re.compile(r"^[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
+_RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.MULTILINE)
+_TABLE_SEP = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$", re.MULTILINE)
+_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+_EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
+_LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
+_REF_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
+_WIKILINK = re.compile(r"\[\[([^\]|\n]+)(?:\|([^\]\n]+))?\]\]")
+_EMPHASIS = re.compile(r"(\*\*|__|~~|==)(?=\S)(.+?)(?<=\S)\1")
+_STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
+_INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
+_ENTITY = {"&nbsp;": " ", "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'"}
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
+
+
+def clean_text(markdown: str) -> str:
+    """One line of plain text from Markdown (see the module docstring); whitespace collapsed, code kept as
+    `` `inline code` `` (its inner whitespace collapsed too)."""
+    codes: list[str] = []
+
+    def keep(code: str, pad: str = " ") -> str:
+        code = " ".join(code.split())
+        if not code:
+            return pad
+        codes.append(f"`{code}`")
+        return f"{pad}\x00{len(codes) - 1}\x00{pad}"
+
+    text = markdown.replace("\r\n", "\n")
+    text = _FENCE.sub(lambda m: keep(m.group(2)), text)
+    text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
+    text = _COMMENT.sub(" ", text)
+    text = _HTML_BLOCK_DROP.sub(" ", text)
+    text = _IMAGE.sub(" ", text)
+    text = _EMBED.sub(" ", text)
+    text = _HTML_TAG.sub(" ", text)
+    text = _CALLOUT.sub("", text)
+    text = _QUOTE.sub("", text)
+    text = _TABLE_SEP.sub(" ", text)
+    text = _RULE.sub(" ", text)
+    text = _HEADING.sub("", text)
+    text = _LIST.sub("", text)
+    text = _WIKILINK.sub(lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).strip(), text)
+    text = _LINK.sub(r"\1", text)
+    text = _REF_LINK.sub(r"\1", text)
+    for _ in range(2):                               # nested: **_x_**
+        text = _EMPHASIS.sub(r"\2", text)
+        text = _STAR.sub(r"\1", text)
+    for entity, char in _ENTITY.items():
+        text = text.replace(entity, char)
+    text = text.replace("|", " | ")
+    text = " ".join(text.split())
+    text = re.sub(r"(?:\| )+\|", "|", text).strip(" |")
+    if codes:
+        text = re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], text)
+    return text
+
+
+def _terms(query: str, extra_terms: Iterable[str]) -> list[str]:
+    from pipeline.index.analysis import STOPWORDS_EN
+
+    terms = {w.casefold() for w in re.findall(r"\w+", query)} | {t.casefold() for t in extra_terms}
+    return sorted((t for t in terms if t and t not in STOPWORDS_EN and (len(t) >= 2 or _CJK.search(t))),
+                  key=lambda t: (-len(t), t))
+
+
+def match_position(text: str, query: str, extra_terms: Iterable[str] = ()) -> int | None:
+    """Offset of the first query term in ``text`` (Latin terms at a word start, CJK anywhere), or None."""
+    terms = _terms(query, extra_terms)
+    if not terms:
+        return None
+    parts = [re.escape(t) if _CJK.search(t) else r"\b" + re.escape(t) for t in terms]
+    m = re.search("|".join(parts), text, flags=re.IGNORECASE)
+    return m.start() if m else None
+
+
+def cut_around(text: str, pos: int | None, width: int) -> str:
+    """About ``width`` chars of the one-line ``text`` around offset ``pos`` (None: from the start).
+
+    The cut starts at the start of the sentence holding ``pos`` when that is within ``width // 2`` before it, else
+    about ``width // 3`` before ``pos`` at a word boundary; it ends at the last sentence end in the window's second
+    half, else at a word boundary (CJK text without spaces: at ``width``). ``…`` marks each cut end; the result is
+    at most ``width + 2`` chars.
+    """
+    if len(text) <= width:
+        return text
+    if pos is None or pos < 0:
+        start = 0
+    else:
+        start = max(0, pos - width // 3)
+        sentence = None
+        for m in _SENTENCE_END.finditer(text, max(0, pos - width // 2), pos + 1):
+            if m.end() <= pos:
+                sentence = m.end()
+        if sentence is not None:
+            start = sentence
+        elif start > 0:
+            space = text.find(" ", start, pos)
+            if space != -1:
+                start = space + 1
+    end = min(len(text), start + width)
+    start = max(0, min(start, end - width)) if end == len(text) else start
+    if start > 0 and end == len(text) and text[start - 1] != " ":
+        space = text.find(" ", start, start + 30)
+        if space != -1:
+            start = space + 1
+    if end < len(text):
+        best = None
+        for m in _SENTENCE_END.finditer(text, start + width // 2, end + 1):
+            if m.start() <= end:
+                best = m.start()
+        if best is None:
+            space = text.rfind(" ", start + width // 2, end + 1)
+            best = space if space != -1 else end
+        end = best
+    body = text[start:end].strip()
+    if body.count("`") % 2:                          # cut inside a code span: close it
+        body = body + "`" if end < len(text) else "`" + body
+    return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
+
+
+def make_snippet(text: str, query: str, extra_terms: Iterable[str] = (), width: int = 240) -> str:
+    """Clean ``text`` (:func:`clean_text`) and cut it to about ``width`` chars around the first query match
+    (:func:`cut_around`); no match: from the start."""
+    flat = clean_text(text)
+    if len(flat) <= width:
+        return flat
+    return cut_around(flat, match_position(flat, query, extra_terms), width)

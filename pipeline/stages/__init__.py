@@ -1,0 +1,114 @@
+"""One function per build stage: read the previous stage's files, run the stage, write its output, return metadata.
+
+These are what the Dagster assets (``pipeline/defs``) call; they hold the I/O between stages so asset bodies stay a
+line or two and the chain can also run (and be tested) without Dagster. Every function returns a plain dict of
+JSON-safe metadata (counts, paths, timings).
+
+Change-only work. Every stage records, in ``<data>/state/<source>.json``, a key of its inputs (content hashes of
+the previous stage's output, the source's configuration and a hash of the code that shapes its output) and skips
+when the key is unchanged and its output is still there (``"skipped": True`` in the metadata):
+
+* normalize: the fetch revision (git commit / listing hash) + the fetched file list + source config + code;
+* vault: the notes file's hash + code, and the vault folder's listing (a hand-deleted or edited vault file is
+  rewritten);
+* chunk: the vault folder's listing + model + code; when it must run, notes whose content hash is unchanged reuse
+  their previous chunks (``<data>/chunks/<source>.notes.json`` maps note id -> content hash), so only edited notes
+  are re-chunked;
+* embed: the embedding cache (model id + chunk text hash) means only new texts are embedded; texts missing from
+  the cache are first looked up in the warehouse (which keeps every vector with its chunk's text hash), so a
+  deleted or moved cache is re-seeded instead of re-embedded;
+* graph: the listings of every built source's vault folder;
+* warehouse: a key of all of the above; unchanged -> nothing is published. Otherwise BM25 tokens come from a token
+  cache keyed by text hash (``<data>/cache/bm25/``) and :func:`pipeline.warehouse.publish` updates a copy of the
+  current file incrementally (vectors of changed chunks go to a small delta table, the HNSW index is not rebuilt)
+  before swapping it in, or writes a new file when that is not possible (first build, new schema, model change).
+* search_index / eval: re-run only when the warehouse changed (or the eval files did).
+
+Every write is atomic and every key is recorded after its output is written, so a build killed at any moment
+(SIGKILL) redoes at most the interrupted stage next time.
+
+Modules (what a build runs, in order): ``base`` (code versions = cache keys, force switch, progress hooks, the
+build lock, the JSON memo cache), ``layout`` (leftovers, dropped sources), ``ingest`` (fetch -> normalize -> vault),
+``index`` (chunk, embed, graph), ``warehouse`` (BM25 tokens + publish), ``evaluate`` (search index, eval). This
+face re-exports what the shells call, ``from pipeline import stages``.
+"""
+
+from pipeline.stages.base import (
+    FORCE_ENV,
+    JsonCache,
+    PER_SOURCE_LOCK_SHARED,
+    PROGRESS_HOOKS,
+    Progress,
+    SHARED_STATE,
+    STAGE_LOCK_WAIT,
+    _locked,
+    _now,
+    code_version,
+    forced,
+    vault_listing,
+)
+from pipeline.stages.layout import (
+    check_layout,
+    cleanup_leftovers,
+    remove_dropped_sources,
+)
+from pipeline.stages.ingest import (
+    KEPT_SUFFIX,
+    fetch_stage,
+    frontmatter_check,
+    normalize_stage,
+    vault_skipped_path,
+    vault_stage,
+)
+from pipeline.stages.index import (
+    built_sources,
+    chunk_models,
+    chunk_stage,
+    embed_stage,
+    graph_stage,
+)
+from pipeline.stages.warehouse import (
+    TokenCache,
+    caching_analyzer,
+    warehouse_stage,
+)
+from pipeline.stages.evaluate import (
+    eval_files,
+    eval_stage,
+    search_index_stage,
+)
+
+__all__ = [
+    "_locked",
+    "_now",
+    "built_sources",
+    "caching_analyzer",
+    "check_layout",
+    "chunk_models",
+    "chunk_stage",
+    "cleanup_leftovers",
+    "code_version",
+    "embed_stage",
+    "eval_files",
+    "eval_stage",
+    "fetch_stage",
+    "FORCE_ENV",
+    "forced",
+    "frontmatter_check",
+    "graph_stage",
+    "JsonCache",
+    "KEPT_SUFFIX",
+    "normalize_stage",
+    "PER_SOURCE_LOCK_SHARED",
+    "Progress",
+    "PROGRESS_HOOKS",
+    "remove_dropped_sources",
+    "search_index_stage",
+    "SHARED_STATE",
+    "STAGE_LOCK_WAIT",
+    "TokenCache",
+    "vault_listing",
+    "vault_skipped_path",
+    "vault_stage",
+    "warehouse_stage",
+]

@@ -1,0 +1,228 @@
+"""What every stage shares: code versions (cache keys), the force switch, progress hooks, the build lock, the JSON memo cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import asdict
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pipeline.common import artifacts
+from pipeline.common.lock import build_lock
+from pipeline.config import Settings
+from pipeline.models import Source
+
+log = logging.getLogger("docsvault")
+
+
+Progress = Callable[[int, int], None]
+
+#: Extra progress listeners (the CLI's progress bar): called as ``hook(stage, source, done, total)``.
+PROGRESS_HOOKS: list[Callable[[str, str, int, int], None]] = []
+
+#: Seconds a stage waits for the build lock held by another process (the CLI's own build already holds it).
+STAGE_LOCK_WAIT = float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))
+
+_CJK = frozenset({"ja", "zh", "ko"})
+SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name cannot start with a dot)
+
+_PKG = Path(__file__).resolve().parent.parent   # the pipeline package: _CODE paths are relative to it
+_CODE = {
+    "normalize": ("ingest/normalize.py", "common/frontmatter.py", "models.py", "ingest/fetch/htmlmd.py",
+                  "ingest/fetch/pages.py", "ingest/htmlblocks.py"),
+    "vault": ("ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", "ingest/attachments.py",
+              "index/vaultlinks.py"),
+    "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "index/language.py"),
+    "graph": ("index/graph.py", "ingest/vault.py"),
+    "bm25": ("index/analysis.py",),
+    "warehouse": ("warehouse/schema.py", "warehouse/publish.py", "index/bm25.py", "index/analysis.py",
+                  "index/graph.py", "stages/warehouse.py", "stages/index.py"),
+}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _digest(*parts: Any) -> str:
+    """sha256 hex of the parts as canonical JSON."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=None)
+def code_version(stage: str) -> str:
+    """Hash of the source files whose code shapes a stage's output (+ the package version): a code change redoes
+    the stage. Unknown stage: the package version only."""
+    from pipeline import __version__
+
+    h = hashlib.sha256(__version__.encode())
+    for rel in _CODE.get(stage, ()):
+        try:
+            h.update(rel.encode() + b"\0" + (_PKG / rel).read_bytes())
+        except OSError:
+            h.update(rel.encode() + b"\0missing")
+    return h.hexdigest()[:16]
+
+
+def _file_sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _source_config(source: Source) -> str:
+    data = asdict(source)
+    data.pop("token_env", None)
+    return _digest(data)
+
+
+def vault_listing(settings: Settings, source: str) -> str:
+    """Signature of ``vault/<source>/``: sha over the sorted (path, size, mtime_ns) of its ``.md`` files ("" when
+    the folder does not exist). The vault stage writes a file only when its bytes change, so this moves only when
+    a note changed (or someone edited the vault by hand)."""
+    root = settings.vault_dir / source
+    if not root.is_dir():
+        return ""
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if name.endswith(".md"):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                rows.append((os.path.relpath(p, root), st.st_size, st.st_mtime_ns))
+    rows.sort()
+    return _digest(rows)
+
+
+#: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their
+#: normalize, vault and chunk stages run although their inputs are unchanged, every chunk is embedded again (the
+#: embedding cache is written, not read) and the warehouse is written in full. ``docsvault build --force`` sets it.
+FORCE_ENV = "DOCSVAULT_FORCE"
+
+
+def forced(source: str | None = None) -> bool:
+    """Whether ``source`` (None: any source, i.e. the shared stages) is forced by ``DOCSVAULT_FORCE``."""
+    raw = os.environ.get(FORCE_ENV, "").strip()
+    if not raw or raw.lower() in ("0", "false", "no", "off"):
+        return False
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    return source is None or bool(names & {"*", "1", "true", "yes", "on", source})
+
+
+class _WriteOnlyCache:
+    """An embedding cache that finds nothing and stores what is embedded (a forced re-embed refreshes the cache)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.model_id = cache.model_id
+
+    def get_many(self, hashes: Sequence[str]) -> dict[str, Any]:
+        return {}
+
+    def put_many(self, hashes: Sequence[str], vectors: Any) -> None:
+        self.cache.put_many(hashes, vectors)
+
+    def compact(self) -> None:
+        self.cache.compact()
+
+
+class _CountingCache:
+    """A normalize parse cache that reports each lookup (one per parsed file) as progress."""
+
+    def __init__(self, cache: Any, on_lookup: Callable[[int], None]) -> None:
+        self.cache = cache
+        self.on_lookup = on_lookup
+        self.n = 0
+
+    def get(self, key: str) -> Any:
+        self.n += 1
+        if self.n % 25 == 0:
+            self.on_lookup(self.n)
+        return self.cache.get(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.cache[key] = value
+
+
+def _notify(stage: str, source: str, done: int, total: int) -> None:
+    for hook in list(PROGRESS_HOOKS):
+        try:
+            hook(stage, source, done, total)
+        except Exception:  # noqa: BLE001 - a display problem never fails a build
+            log.debug("progress hook failed", exc_info=True)
+
+
+#: True while a per-source stage runs under an orchestrator that keeps one step per source at a time (the Dagster
+#: shell's pools): the stage then takes the build lock shared, so several sources build at once, while a
+#: ``docsvault build`` or a shared stage (exclusive) still excludes them all. Default: exclusive.
+PER_SOURCE_LOCK_SHARED: ContextVar[bool] = ContextVar("docsvault_per_source_lock_shared", default=False)
+
+
+def _locked(settings: Settings) -> Any:
+    """The stage's hold on ``<data>/build.lock`` — none when DOCSVAULT_STAGE_LOCK=off: the distributed deployment
+    (``pipeline.distributed``), where Dagster pools serialize the single-writer stages and each per-source step
+    writes only its own source's files, so no host-local lock is needed (nor visible to other hosts)."""
+    if os.environ.get("DOCSVAULT_STAGE_LOCK", "on").strip().lower() in ("off", "0", "false", "no"):
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT, shared=PER_SOURCE_LOCK_SHARED.get())
+
+class JsonCache:
+    """key -> JSON value in one file; :meth:`save` keeps only the entries read or written since it was opened
+    (written atomically, and only when they differ from what was loaded). For per-file parse results that a
+    rebuild reuses for unchanged inputs; the file name carries the code version of what produced the values."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.hits = 0
+        self.misses = 0
+        self._used: dict[str, Any] = {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self._data: dict[str, Any] = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            self._data = {}
+
+    def get(self, key: str) -> Any:
+        value = self._used.get(key, self._data.get(key))
+        if value is not None:
+            self.hits += 1
+            self._used[key] = value
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.misses += 1
+        self._used[key] = value
+
+    def save(self, stale: Sequence[Path] = ()) -> None:
+        """Write the used entries (when changed) and remove ``stale`` files (older versions of this cache)."""
+        if self.misses or len(self._used) != len(self._data):
+            artifacts.write_atomic(self.path, json.dumps(self._used, ensure_ascii=False,
+                                                         separators=(",", ":")).encode("utf-8"))
+        for old in stale:
+            if old != self.path:
+                old.unlink(missing_ok=True)
+
+
+def _versioned_cache(settings: Settings, kind: str, name: str, stage: str) -> tuple[JsonCache, list[Path]]:
+    """(``<cache>/<kind>/<name>.<code version of stage>.json``, the same cache's files of other code versions)."""
+    import re
+
+    folder = settings.cache_dir / kind
+    cache = JsonCache(folder / f"{name}.{code_version(stage)}.json")
+    pattern = re.compile(rf"^{re.escape(name)}\.[0-9a-f]{{16}}\.json$")
+    stale = [p for p in folder.iterdir() if pattern.match(p.name)] if folder.is_dir() else []
+    return cache, stale

@@ -1,0 +1,166 @@
+"""After the warehouse: the search index warm-up and the retrieval eval stage."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.common import artifacts
+from pipeline.config import Settings
+from pipeline.models import Source
+from pipeline.stages.base import SHARED_STATE, _digest, _file_sha, _locked, _now
+from pipeline.stages.index import _shared_state, built_sources
+
+log = logging.getLogger("docsvault")
+
+
+def eval_files(settings: Settings) -> list[Path]:
+    """The eval files named by DOCSVAULT_EVALS (a file or folder; several separated by the OS path separator)."""
+    raw = os.environ.get("DOCSVAULT_EVALS")
+    paths = [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else [settings.evals_dir]
+    return [p for p in paths if p.exists()]
+
+
+def _warehouse_version(settings: Settings) -> str:
+    """Identity of the published warehouse file (inode, size, mtime): changes whenever a build publishes."""
+    try:
+        st = settings.warehouse_path.stat()
+    except OSError:
+        return ""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Open the published warehouse as search does and run one sample query per lane: proves the indexes serve.
+
+    Skipped when the warehouse file is the one checked last time.
+    """
+    from pipeline.search.searcher import Searcher
+    from pipeline.warehouse import connect, explain_vector_search, list_models, stats
+
+    version = _warehouse_version(settings)
+    last = _shared_state(settings).get("search_index") or {}
+    if version and last.get("version") == version:
+        return {**last.get("meta", {}), "skipped": True}
+    con = connect(settings.warehouse_path, read_only=True)
+    try:
+        counts = stats(con)
+        models = list_models(con)
+        plans = {m["model_id"]: explain_vector_search(con, m["table_name"]) for m in models}
+    finally:
+        con.close()
+    searcher = Searcher(settings.warehouse_path, **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+    try:
+        started = time.perf_counter()
+        hits = searcher.search("getting started", k=3)
+        seconds = time.perf_counter() - started
+    finally:
+        close = getattr(searcher, "close", None)
+        if close:
+            close()
+    meta = {
+        **{k: v for k, v in counts.items() if isinstance(v, (int, float, str))},
+        "models": [m["model_id"] for m in models],
+        "hnsw_index_scan": all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else False,
+        "sample_query_ms": round(seconds * 1000, 1),
+        "sample_hits": [f"{h.vault_path} > {h.heading}" for h in hits],
+    }
+    with _locked(settings):
+        artifacts.update_state(settings, SHARED_STATE, search_index={"version": version, "meta": meta})
+    return {**meta, "skipped": False}
+
+
+def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any] | None = None
+               ) -> dict[str, Any]:
+    """Run the ablation over the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source: each
+    lane alone (bm25, vector, and graph when the warehouse has resolved links) and ``hybrid`` (the default fusion),
+    each case searched within its corpus, plus ``hybrid unscoped`` (the default fusion with every case searched over
+    all sources, as users search; a page of another source is a miss), scored overall (pooled), per source and per
+    kind; the run's rows (every set-up, ``hybrid unscoped`` included) are appended to the eval history
+    (``<data>/eval_runs.duckdb``, :func:`pipeline.warehouse.append_eval_runs`: a file of its own, so it survives
+    every warehouse publish).
+
+    Skipped (the last report, ``skipped: True``, nothing appended) when neither the warehouse file, the eval
+    files nor the synonyms file changed. Searches use the synonyms file, as the CLI and MCP do.
+
+    Returns:
+        The hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
+        :func:`pipeline.evaluate.run_eval`) plus ``setups`` (set-up -> ``{lanes, scope, overall, by_source,
+        by_kind}``; the scoped ablation, then ``hybrid unscoped`` with ``scope: "unscoped"``), ``unscoped`` (the
+        ``hybrid unscoped`` report: ``overall``, ``by_source``, ``by_kind``, ``cases``),
+        ``config`` (``k_rrf``, ``weights``, ``models``), ``run_id``, ``run_at``, ``warehouse_built_at``, ``files``,
+        ``history`` (the history file), ``history_rows`` (rows appended), ``skipped``. No scored case:
+        ``overall = {"n": 0}`` and empty ``setups``.
+    """
+    from pipeline.evaluate import (
+        HYBRID,
+        UNSCOPED_SETUP,
+        ablation_setups,
+        eval_history_path,
+        history_rows,
+        load_cases,
+        run_ablation,
+        run_eval,
+    )
+    from pipeline.search.searcher import LANES, Searcher
+    from pipeline.warehouse import append_eval_runs, connect, load_graph, read_meta
+
+    files = eval_files(settings)
+    names = sorted(built_sources(settings, sources))
+    listing = []
+    for f in files:
+        for p in sorted(f.rglob("*")) if f.is_dir() else [f]:
+            if p.is_file():
+                st = p.stat()
+                listing.append((str(p), st.st_size, st.st_mtime_ns))
+    syn = settings.synonyms_file
+    key = _digest("ablation-2", _warehouse_version(settings), listing, names,
+                  _file_sha(syn) if syn.is_file() else None)
+    last = _shared_state(settings).get("eval") or {}
+    if last.get("key") == key and isinstance(last.get("report"), dict):
+        return {**last["report"], "skipped": True, "history_rows": 0}
+    history = eval_history_path(settings.data_dir)
+    cases = load_cases(files) if files else []
+    cases = [c for c in cases if c.corpus in set(names)]
+    report: dict[str, Any] = {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "setups": {},
+                              "files": [str(f) for f in files], "history": str(history), "history_rows": 0}
+    rows: list[dict[str, Any]] = []
+    if cases:
+        con = connect(settings.warehouse_path, read_only=True)
+        try:
+            meta = read_meta(con)
+            has_graph = load_graph(con)[0].num_rows > 0
+        finally:
+            con.close()
+        searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
+                            **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+        try:
+            setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
+            reports = run_ablation(searcher, cases, setups)
+            reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
+            config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
+                      "models": [m["model_id"] for m in searcher.models]}
+        finally:
+            searcher.close()
+        run_at = _now()
+        run_id = _digest(run_at, key)[:16]
+        hybrid = {k: v for k, v in reports[HYBRID].items() if k != "skipped"}   # cases are of built sources only
+        report.update(hybrid)
+        report.update({
+            "setups": {name: {k: r[k] for k in ("lanes", "scope", "overall", "by_source", "by_kind")}
+                       for name, r in reports.items()},
+            "unscoped": {k: v for k, v in reports[UNSCOPED_SETUP].items() if k != "skipped"},
+            "config": config, "run_id": run_id, "run_at": run_at, "warehouse_built_at": meta.get("built_at", ""),
+        })
+        rows = history_rows(reports, run_id=run_id, run_at=run_at, built_at=meta.get("built_at", ""),
+                            warehouse_key=meta.get("input_key", ""), cases_key=_digest(listing)[:16], config=config)
+    with _locked(settings):
+        if rows:
+            append_eval_runs(history, rows)
+            report["history_rows"] = len(rows)
+        artifacts.update_state(settings, SHARED_STATE, eval={"key": key, "report": report})
+    return {**report, "skipped": False}

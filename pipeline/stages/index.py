@@ -1,0 +1,313 @@
+"""Index stages: chunk and embed (per source), the link graph (all sources)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.common import artifacts
+from pipeline.common.errors import WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.config import Settings
+from pipeline.models import Chunk, Note, Source, text_hash
+from pipeline.stages.base import (
+    _CJK,
+    SHARED_STATE,
+    Progress,
+    _digest,
+    _file_sha,
+    _locked,
+    _notify,
+    _WriteOnlyCache,
+    code_version,
+    forced,
+    vault_listing,
+)
+
+log = logging.getLogger("docsvault")
+
+
+def _note_hash(note: Note) -> str:
+    return _digest(note.source_path, note.rel_path, note.title, note.frontmatter, note.body)
+
+
+def _chunk_index_path(settings: Settings, source: str) -> Path:
+    return settings.chunks_dir / f"{source}.notes.json"
+
+
+def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any]) -> dict[str, Any]:
+    """Chunk the source's vault notes into <data>/chunks/<source>.jsonl, each note within the token window of the
+    model its language chooses (:meth:`Settings.model_for` over :func:`pipeline.index.language.detect_language`).
+
+    Skipped when the vault folder's listing, the models and the chunker code are unchanged; otherwise only notes
+    whose content hash changed are chunked again (``rechunked`` counts them), the others keep their chunks.
+    ``embedder_factory`` (model spec -> embedder) is called only when a note is chunked again (so a skipped stage
+    never loads a tokenizer). ``languages`` counts the notes per detected language; ``language_warning`` says when a
+    configured `language:` disagrees with what most notes are written in (the configured one is used).
+    """
+    from dataclasses import replace
+
+    from pipeline.index.chunk import chunk_note
+    from pipeline.index.language import detect_language, majority_language
+    from pipeline.ingest.vault import read_notes
+
+    with _locked(settings):
+        state = artifacts.load_state(settings, source.name)
+        config = _digest(settings.models_of(source), source.language, code_version("chunk"))
+        listing = vault_listing(settings, source.name)
+        path = artifacts.chunks_path(settings, source.name)
+        key = _digest(listing, config)
+        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path) \
+                and not forced(source.name):
+            return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
+                    "rechunked": 0, "skipped": True, "languages": dict(state.get("languages") or {}),
+                    "language_warning": str(state.get("language_warning") or "")}
+        notes = read_notes(settings.vault_dir, [source.name])
+        index_path = _chunk_index_path(settings, source.name)
+        previous: dict[str, str] = {}
+        old_chunks: dict[str, list[Chunk]] = {}
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            if index.get("config") == config and path.is_file():
+                previous = dict(index.get("notes") or {})
+                for c in artifacts.load_chunks(settings, source.name):
+                    old_chunks.setdefault(c.note_id, []).append(c)
+        except (OSError, ValueError, TypeError, KeyError):
+            previous = {}
+        chunks: list[Chunk] = []
+        hashes: dict[str, str] = {}
+        detected: dict[str, str] = {}
+        rechunked = 0
+        _notify("chunk", source.name, 0, len(notes))
+        for i, note in enumerate(notes, start=1):
+            if i % 50 == 0:
+                _notify("chunk", source.name, i, len(notes))
+            h = _note_hash(note)
+            hashes[note.note_id] = h
+            if previous.get(note.note_id) == h and note.note_id in old_chunks:
+                kept = sorted(old_chunks[note.note_id], key=lambda c: c.ordinal)
+                detected[note.note_id] = kept[0].language
+                chunks.extend(kept)
+                continue
+            if previous.get(note.note_id) == h and not old_chunks.get(note.note_id) and note.note_id in previous:
+                continue     # the note had no chunks last time (empty note)
+            rechunked += 1
+            language = detected[note.note_id] = detect_language(f"{note.title}\n{note.body}")
+            embedder = embedder_factory(settings.model_for(source, language))
+            chunks.extend(replace(c, language=language) for c in
+                          chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens))
+        languages: dict[str, int] = {}
+        for lang in detected.values():
+            languages[lang or "none"] = languages.get(lang or "none", 0) + 1
+        warning = ""
+        majority = majority_language(detected.values())
+        configured = (source.language or "").split("-")[0].lower()
+        if configured and majority and (configured in _CJK) != (majority in _CJK):
+            warning = (f"source '{source.name}': configured language '{source.language}' but most notes "
+                       f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
+                       f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")
+            log.warning(warning)
+        _notify("chunk", source.name, len(notes), len(notes))
+        artifacts.save_chunks(settings, source.name, chunks)
+        artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
+        artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=_file_sha(path), chunks=len(chunks),
+                               chunk_notes=len(notes), languages=languages, language_warning=warning)
+    return {"notes": len(notes), "chunks": len(chunks), "rechunked": rechunked, "skipped": False,
+            "languages": languages, "language_warning": warning}
+
+
+def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
+    """Model spec -> the chunks it embeds: each chunk by its note's language (:meth:`Settings.model_for`), and every
+    chunk again by the cross-lingual model (``Settings.crosslingual``) when that is on."""
+    out: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        out.setdefault(settings.model_for(source, c.language), []).append(c)
+    cross = settings.crosslingual
+    if cross and chunks:
+        out.setdefault(cross, [])
+        if len(out[cross]) != len(chunks):
+            out[cross] = list(chunks)
+    return out
+
+
+def _seed_from_warehouse(settings: Settings, model_id: str, hashes: Sequence[str]) -> dict[str, Any]:
+    """Vectors of ``model_id`` for these text hashes stored in the current warehouse ({} when none/unreadable)."""
+    if not hashes or not settings.warehouse_path.exists():
+        return {}
+    from pipeline.warehouse import connect, vectors_by_text_hash
+
+    try:
+        con = connect(settings.warehouse_path, read_only=True)
+    except (WarehouseCorruptError, WarehouseNotBuiltError, Exception):  # noqa: BLE001 - only a cache miss
+        return {}
+    try:
+        return vectors_by_text_hash(con, model_id, hashes)
+    except Exception:  # noqa: BLE001
+        log.debug("cannot read vectors from the warehouse", exc_info=True)
+        return {}
+    finally:
+        con.close()
+
+
+def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any],
+                progress: Progress | None = None) -> dict[str, Any]:
+    """Embed the source's chunks through the content-hash caches; ``embedded`` counts new model calls.
+
+    Each chunk is embedded by the model of its note's language, and every chunk by the cross-lingual model too
+    (:func:`chunk_models`); ``models`` maps each model id to its chunk count. Texts missing from a cache are first
+    taken from the current warehouse (``seeded``). When the source's models differ from those of its last build,
+    ``model_changed`` says ``"old -> new"`` (the vectors of two models never mix: each model has its own cache and
+    vector table). ``embedder_factory``: model spec -> embedder (loaded only when something is missing).
+    """
+    import numpy as np
+
+    from pipeline.index.embed import EmbeddingCache, embed_chunks
+
+    with _locked(settings):
+        chunks = artifacts.load_chunks(settings, source.name)
+        state = artifacts.load_state(settings, source.name)
+        groups = chunk_models(settings, source, chunks)
+        embedders = {spec: embedder_factory(spec) for spec in groups}
+        model_ids = sorted({e.model_id for e in embedders.values()})
+        previous = state.get("models") or ([state["model"]] if state.get("model") else [])
+        model_changed = (f"{', '.join(previous)} -> {', '.join(model_ids)}"
+                         if previous and model_ids and sorted(previous) != model_ids else "")
+        if model_changed:
+            log.warning("source '%s': embedding models changed (%s)", source.name, model_changed)
+        todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
+        seeded = 0
+        for spec, group in groups.items():
+            embedder = embedders[spec]
+            cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
+            hashes = sorted({text_hash(c.embed_text) for c in group})
+            have = cache.get_many(hashes)
+            missing = [h for h in hashes if h not in have]
+            if forced(source.name):         # --force: embed every chunk again, refreshing the cache
+                cache, missing = _WriteOnlyCache(cache), []
+            if missing:
+                found = _seed_from_warehouse(settings, embedder.model_id, missing)
+                if found:
+                    hs = sorted(found)
+                    cache.put_many(hs, np.stack([found[h] for h in hs]))
+                    seeded += len(hs)
+                    log.info("source '%s': %d %s vectors taken from the warehouse into the embedding cache",
+                             source.name, len(hs), embedder.model_id)
+            todo.append((embedder, cache, group))
+        done_before = [0]
+        total_missing = [0]
+
+        def both(done: int, total: int) -> None:
+            if progress is not None:
+                progress(done_before[0] + done, total_missing[0] or total)
+            _notify("embed", source.name, done_before[0] + done, total_missing[0] or total)
+
+        started = time.perf_counter()
+        n_embedded = n_cached = 0
+        per_model: dict[str, int] = {}
+        for embedder, cache, group in todo:
+            result = embed_chunks(group, embedder, cache, progress=both)
+            done_before[0] += result.n_embedded
+            n_embedded += result.n_embedded
+            n_cached += result.n_cached
+            per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
+        seconds = time.perf_counter() - started
+        primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
+        artifacts.update_state(settings, source.name, embedded=n_embedded, chunks=len(chunks),
+                               models=model_ids or previous,
+                               model=", ".join(primary),
+                               embed_key=_digest(state.get("chunks_sha"), model_ids))
+    return {
+        "model": ", ".join(primary),
+        "models": per_model,
+        "model_changed": model_changed,
+        "chunks": len(chunks),
+        "embedded": n_embedded,
+        "cached": n_cached,
+        "seeded": seeded,
+        "seconds": round(seconds, 3),
+        "chunks_per_s": round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
+    }
+
+
+# ---------------------------------------------------------------- all sources
+def built_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
+    """Sources of sources.yaml that have a vault folder (their last good copy, possibly from an earlier build)."""
+    return [s.name for s in sources if (settings.vault_dir / s.name).is_dir()]
+
+
+def _shared_state(settings: Settings) -> dict[str, Any]:
+    return artifacts.load_state(settings, SHARED_STATE)
+
+
+def _graph_key(settings: Settings, names: Sequence[str]) -> str:
+    return _digest([(n, vault_listing(settings, n)) for n in names], code_version("graph"))
+
+
+def _build_graph(settings: Settings, notes: Sequence[Note]) -> Any:
+    """``graph.build_graph`` with the links of unchanged note bodies taken from ``<cache>/graph/links-<code>.json``."""
+    from pipeline.index.graph import LinksCache, build_graph
+
+    folder = settings.cache_dir / "graph"
+    path = folder / f"links-{code_version('graph')}.json"
+    cache = LinksCache(path)
+    lg = build_graph(notes, parse=cache.parse)
+    cache.save()
+    for old in folder.glob("links-*.json") if cache.misses and folder.is_dir() else ():
+        if old != path:
+            old.unlink(missing_ok=True)
+    return lg
+
+
+def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]:
+    """Link graph over every built source's vault notes -> <data>/graph/links.graphml and links.json.
+
+    Skipped when no vault folder changed since the last export (the metadata is the last run's).
+    """
+    from pipeline.index.graph import export_graph
+    from pipeline.ingest.vault import read_notes
+
+    with _locked(settings):
+        names = built_sources(settings, sources)
+        key = _graph_key(settings, names)
+        shared = _shared_state(settings)
+        last = shared.get("graph") or {}
+        paths = {"graphml": settings.graph_dir / "links.graphml", "json": settings.graph_dir / "links.json"}
+        if last.get("key") == key and all(p.is_file() for p in paths.values()) \
+                and last.get("json_sha") == _file_sha(paths["json"]):
+            return {**last.get("meta", {}), "skipped": True}
+        notes = read_notes(settings.vault_dir, names)
+        lg = _build_graph(settings, notes)
+        paths = export_graph(lg, settings.graph_dir)
+        meta = {
+            "nodes": lg.graph.number_of_nodes(),
+            "edges": lg.graph.number_of_edges(),
+            "links_resolved": sum(e.count for e in lg.edges if e.dst is not None),
+            "links_dangling": sum(e.count for e in lg.edges if e.dst is None),
+            "attachments": lg.attachments,
+            "graphml": str(paths["graphml"]),
+            "json": str(paths["json"]),
+        }
+        artifacts.update_state(settings, SHARED_STATE,
+                               graph={"key": key, "json_sha": _file_sha(Path(paths["json"])), "meta": meta})
+    return {**meta, "skipped": False}
+
+
+def _graph_from_export(settings: Settings, key: str) -> tuple[list[Any], dict[str, tuple[int, float]]] | None:
+    """(edges, note metrics) from links.json when it was exported for exactly this vault state, else None."""
+    from pipeline.models import Edge
+
+    last = _shared_state(settings).get("graph") or {}
+    path = settings.graph_dir / "links.json"
+    if last.get("key") != key or last.get("json_sha") != _file_sha(path):
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        edges = [Edge(src=e["src"], dst=e["dst"], target=e["target"], kind=e["kind"], count=int(e["count"]))
+                 for e in data["edges"]]
+        metrics = {n["id"]: (int(n.get("in_degree", 0)), float(n.get("pagerank", 0.0))) for n in data["nodes"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return edges, metrics

@@ -1,0 +1,272 @@
+"""Per-source ingest stages: fetch -> normalize -> vault (and the frontmatter check)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.common import artifacts
+from pipeline.common.errors import FetchError, PipelineError
+from pipeline.config import Settings
+from pipeline.models import Source
+from pipeline.stages.base import (
+    _CountingCache,
+    _digest,
+    _file_sha,
+    _locked,
+    _notify,
+    _now,
+    _source_config,
+    _versioned_cache,
+    code_version,
+    forced,
+    vault_listing,
+)
+
+log = logging.getLogger("docsvault")
+
+
+# ---------------------------------------------------------------- per source
+def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
+    """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
+    from pipeline.ingest.fetch import fetch_source
+
+    with _locked(settings):
+        started = time.perf_counter()
+        _notify("fetch", source.name, 0, 0)            # total unknown: a running line until it ends
+        try:
+            result = fetch_source(source, settings)
+        except FetchError as exc:
+            _notify("fetch", source.name, 1, 1)
+            artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc),
+                                   failed_at=_now())
+            raise
+        seconds = round(time.perf_counter() - started, 3)
+        _notify("fetch", source.name, max(1, len(result.files)), max(1, len(result.files)))
+        artifacts.update_state(
+            settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
+            strategy=result.strategy, fetched_at=_now(), files=len(result.files),
+        )
+    return {
+        "strategy": result.strategy,
+        "revision": result.revision or "",
+        "changed": result.changed,
+        "files": len(result.files),
+        "requests": int(result.stats.get("requests", 0)),
+        "bytes": int(result.stats.get("bytes", 0)),
+        "seconds": seconds,
+        **{k: v for k, v in result.stats.items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("requests", "bytes", "seconds")},
+        "warnings": len(result.warnings),
+        "warning_lines": list(result.warnings[:20]),
+    }
+
+
+KEPT_SUFFIX = "; its last good version stays in the vault and search until the file is fixed"
+
+
+def _keep_last_good(settings: Settings, source: Source, files: Sequence[Any], result: Any) -> tuple[Any, list[str]]:
+    """A file that normalized before and fails now (broken frontmatter, bad encoding, emptied...) keeps its last
+    good note: one typo must not silently delete a page from the vault, the graph and search. Its error line says
+    so (``KEPT_SUFFIX``). A file removed from the source is not in ``files`` and goes away as usual.
+
+    Returns:
+        ``(result with the kept notes added, sorted by source_path; kept source paths)``.
+    """
+    failed = {f.source_path for f in files} - {n.source_path for n in result.notes}
+    if not failed:
+        return result, []
+    previous = {n.source_path: n for n in artifacts.load_notes(settings, source.name) if n.source_path in failed}
+    if not previous:
+        return result, []
+    kept = sorted(previous)
+    notes = sorted([*result.notes, *previous.values()], key=lambda n: n.source_path)
+    errors = []
+    for line in result.errors:
+        if any(f": {sp}:" in line or f": {sp!r}:" in line for sp in kept):
+            line += KEPT_SUFFIX
+        errors.append(line)
+    log.warning("source '%s': %d file(s) failed to normalize; serving their last good version: %s",
+                source.name, len(kept), ", ".join(kept[:5]) + (" …" if len(kept) > 5 else ""))
+    return result._replace(notes=notes, errors=errors), kept
+
+
+def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
+    """Normalize the fetched files of one source into <data>/notes/<source>.jsonl (per-file errors are reported).
+
+    Skipped (``skipped: True``) when the fetch revision, the fetched file list, the source's configuration and the
+    normalizer code are those of the last run and its notes file exists.
+    """
+    from pipeline.ingest.fetch import load_fetch_result
+    from pipeline.ingest.normalize import normalize_source, write_report
+
+    with _locked(settings):
+        fetched = load_fetch_result(source, settings)
+        if fetched is None:
+            raise FetchError(f"source '{source.name}': nothing fetched yet; its fetch must succeed once first")
+        state = artifacts.load_state(settings, source.name)
+        key = _digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
+                      _source_config(source), code_version("normalize"))
+        path = artifacts.notes_path(settings, source.name)
+        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path) \
+                and not forced(source.name):
+            return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
+                    "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
+        started = time.perf_counter()
+        cache, stale = _versioned_cache(settings, "normalize", source.name, "normalize")
+        n_files = len(fetched.files)
+        _notify("normalize", source.name, 0, n_files)
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(),
+                                  cache=_CountingCache(cache, lambda n: _notify("normalize", source.name,
+                                                                                min(n, n_files), n_files)))
+        _notify("normalize", source.name, n_files, n_files)
+        result, kept = _keep_last_good(settings, source, fetched.files, result)
+        if not result.notes and fetched.files:
+            raise PipelineError(
+                f"source '{source.name}': none of its {len(fetched.files)} files could be normalized; "
+                f"first error: {result.errors[0] if result.errors else 'unknown'}"
+            )
+        artifacts.save_notes(settings, source.name, result.notes)
+        cache.save(stale)
+        report = write_report(settings, source.name, result)   # every skipped file, every dangling link
+        artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=_file_sha(path),
+                               notes=len(result.notes), normalize_errors=len(result.errors),
+                               normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
+    return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
+            "kept_last_good": kept, "parsed": cache.misses, "parse_cached": cache.hits,
+            "dangling": len(result.dangling), "errors_file": str(report["errors"]),
+            "dangling_file": str(report["dangling"]), "skipped": False,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def vault_skipped_path(settings: Settings, source: str) -> Path:
+    """``<data>/state/<source>.vault-skipped.txt``: one line per attachment (or symlink) the last vault stage did
+    not copy, with the reason (no file when there was none)."""
+    return settings.state_dir / f"{source}.vault-skipped.txt"
+
+
+def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
+    """Write the source's notes and the attachments they use to vault/<source>/ (only changed files; removed pages
+    removed), keeping every file the user wrote there (see :func:`pipeline.ingest.vault.write_source`).
+
+    Skipped when the notes file, the attachments to copy (path, size, mtime) and the vault folder's listing are
+    those recorded after the last write. Metadata: ``notes``, ``written``, ``unchanged``, ``removed`` (counts),
+    ``removed_files`` (up to 50 rel paths), ``kept`` (files in the folder the build did not write) and
+    ``kept_files`` (up to 50), ``conflicts`` (``"<rel> -> <copy>"`` lines: edited generated files moved aside),
+    ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
+    ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
+    (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
+    because their name is also a note elsewhere in the vault, see :mod:`pipeline.index.vaultlinks`).
+    """
+    from pipeline.index.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
+    from pipeline.ingest.attachments import plan_attachments
+    from pipeline.ingest.fetch import read_state
+    from pipeline.ingest.vault import write_source
+
+    with _locked(settings):
+        state = artifacts.load_state(settings, source.name)
+        notes = artifacts.load_notes(settings, source.name)
+        others = other_note_names(settings.vault_dir, source.name)
+        shared_names = ambiguous_names(notes, others)
+        notes, qualified = qualify_ambiguous_links(source.name, notes, others)
+        plan = plan_attachments(source, notes, settings.raw_dir)
+        fetch_state = read_state(source, settings) or {}
+        symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
+        skip_lines = [*plan.skipped, *symlinks]
+        att_rows = []
+        for rel, path in sorted(plan.files.items()):
+            try:
+                st = path.stat()
+                att_rows.append((rel, str(path), st.st_size, st.st_mtime_ns))
+            except OSError:
+                att_rows.append((rel, str(path), -1, -1))
+        key = _digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
+        vault_dir = str(settings.vault_dir / source.name)
+        if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
+                and state.get("vault_listing") and not forced(source.name):
+            return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
+                    "removed": 0, "removed_files": [], "conflicts": [],
+                    "kept": len(state.get("vault_kept") or []), "kept_files": list(state.get("vault_kept") or [])[:50],
+                    "attachments": len(att_rows), "attachments_written": 0, "attachment_bytes": plan.bytes,
+                    "attachments_skipped": len(skip_lines), "attachment_skip_lines": skip_lines[:50],
+                    "unresolved_embeds": len(plan.unresolved), "qualified_links": qualified,
+                    "vault_dir": vault_dir, "skipped": True}
+        result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
+        conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
+        if skip_lines:
+            artifacts.write_atomic(vault_skipped_path(settings, source.name),
+                                   "".join(line.replace("\n", "\\n") + "\n" for line in skip_lines).encode("utf-8"))
+        else:
+            vault_skipped_path(settings, source.name).unlink(missing_ok=True)
+        artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
+                               vault_listing=vault_listing(settings, source.name), vault_kept=result.kept,
+                               vault_conflicts=conflicts, vault_attachments=result.attachments,
+                               vault_attachments_skipped=len(skip_lines))
+    for line in conflicts:
+        log.warning("source '%s': vault/%s/%s was edited since the build wrote it; your version is kept as %s",
+                    source.name, source.name, *line.split(" -> ", 1))
+    return {
+        "notes": len(notes),
+        "written": len(result.written),
+        "unchanged": len(result.unchanged),
+        "removed": len(result.removed),
+        "removed_files": result.removed[:50],
+        "kept": len(result.kept),
+        "kept_files": result.kept[:50],
+        "conflicts": conflicts,
+        "attachments": result.attachments,
+        "attachments_written": len(result.attachments_written),
+        "attachment_bytes": plan.bytes,
+        "attachments_skipped": len(skip_lines),
+        "attachment_skip_lines": skip_lines[:50],
+        "unresolved_embeds": len(plan.unresolved),
+        "qualified_links": qualified,
+        "vault_dir": vault_dir,
+        "skipped": False,
+    }
+
+
+def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
+    """Every generated ``.md`` file under ``vault/<source>/`` (those in its manifest; all of them in a folder
+    without one) has frontmatter that parses and carries ``source_path``.
+
+    Returns ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid`` (up to 10 rel paths). The
+    result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
+    """
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest.ownership import load_manifest
+    from pipeline.ingest.vault import parse_note
+
+    root = settings.vault_dir / source.name
+    files = sorted(root.rglob("*.md")) if root.is_dir() else []
+    owned = load_manifest(root) if root.is_dir() else None
+    if owned is not None:           # the user's own files there are not generated notes (pipeline.ingest.ownership)
+        files = [p for p in files if p.relative_to(root).as_posix() in owned]
+    rows = []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            rows.append((str(path.relative_to(root)), -1, -1))
+        else:
+            rows.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
+    key = _digest(rows, code_version("vault"))
+    last = artifacts.load_state(settings, source.name).get("frontmatter_check") or {}
+    if last.get("key") == key:
+        return {**last.get("result", {}), "cached": True}
+    bad: list[str] = []
+    for path in files:
+        rel = str(path.relative_to(root))
+        try:
+            fm, _ = parse_note(path.read_bytes(), rel)
+        except (OSError, NoteError):
+            fm = None
+        if not isinstance(fm, dict) or not fm.get("source_path"):
+            bad.append(rel)
+    result = {"notes": len(files), "invalid": len(bad), "first_invalid": bad[:10]}
+    with _locked(settings):
+        artifacts.update_state(settings, source.name, frontmatter_check={"key": key, "result": result})
+    return {**result, "cached": False}

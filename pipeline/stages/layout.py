@@ -1,0 +1,153 @@
+"""The data/vault layout around a build: leftovers of killed builds, folders of dropped sources, layout checks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.common import artifacts
+from pipeline.config import Settings
+from pipeline.models import Source
+from pipeline.stages.index import _chunk_index_path
+from pipeline.stages.ingest import vault_skipped_path
+
+log = logging.getLogger("docsvault")
+
+
+def cleanup_leftovers(settings: Settings) -> list[str]:
+    """Remove temp files a killed build left in the data dir (call only while holding the build lock).
+
+    Returns:
+        The removed paths.
+    """
+    removed: list[str] = []
+    data = settings.data_dir
+    if not data.is_dir():
+        return removed
+    patterns = [(data, f"{settings.warehouse_path.name}.tmp-*")]
+    for sub in (settings.notes_dir, settings.chunks_dir, settings.state_dir, settings.graph_dir):
+        patterns.append((sub, ".*.tmp"))
+    cache = settings.cache_dir
+    if cache.is_dir():
+        for d in cache.iterdir():
+            if d.is_dir():
+                patterns.append((d, ".shard-tmp-*"))
+                patterns.append((d, ".*.tmp"))
+    for folder, pattern in patterns:
+        if not folder.is_dir():
+            continue
+        for p in folder.glob(pattern):
+            try:
+                p.unlink()
+                removed.append(str(p))
+            except OSError:
+                pass
+    if removed:
+        log.info("removed %d temp files left by an interrupted build", len(removed))
+    return removed
+
+
+def _generated_vault_folder(folder: Path) -> bool:
+    """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
+    name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``)."""
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest.vault import INDEX_KEY, INDEX_VALUE, parse_note
+
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for path in sorted(folder.glob("_index*.md")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            fm, _ = parse_note(path.read_bytes(), str(path))
+        except (OSError, NoteError):
+            continue
+        if isinstance(fm, dict) and fm.get(INDEX_KEY) == INDEX_VALUE and fm.get("source") == folder.name:
+            return True
+    return False
+
+
+def _remove_generated(folder: Path) -> list[str]:
+    """Remove what the build wrote in a dropped source's vault folder (files as it wrote them, per the folder's
+    manifest) and the folder itself when nothing else is left; returns the rel paths of the files kept (the
+    user's own, or generated files edited since)."""
+    import shutil
+
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest.vault import write_source
+
+    try:
+        result = write_source(folder.parent, folder.name, [], index=False)
+    except (NoteError, OSError) as exc:         # not a name docsvault could have written: leave it all
+        log.warning("vault/%s/ kept: %s", folder.name, exc)
+        return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    if not result.kept:
+        shutil.rmtree(folder, ignore_errors=True)
+    return list(result.kept)
+
+
+def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
+    """Remove what earlier builds wrote for sources that are no longer in sources.yaml (call only while holding
+    the build lock): the vault folder ``vault/<name>/`` — only one docsvault generated (its index note carries
+    ``docsvault: index``; any other folder is left alone), and in it only the files the build wrote and nobody
+    edited since (the others are kept and named in the line) — and the per-source files under the data dir (state,
+    skip report, notes, chunks, dangling links, fetched copy). The caches (embeddings, parse, BM25 tokens) stay:
+    they are keyed by content and help if the source comes back.
+
+    Returns:
+        One line per removed vault folder: ``removed vault/<name>/: source '<name>' is no longer in sources.yaml``.
+    """
+    import shutil
+
+    keep = {s.name for s in sources}
+    lines: list[str] = []
+    vault = settings.vault_dir
+    if vault.is_dir():
+        for folder in sorted(vault.iterdir()):
+            if folder.name.startswith(".") or folder.name in keep or not _generated_vault_folder(folder):
+                continue
+            kept = _remove_generated(folder)
+            line = f"removed vault/{folder.name}/: source '{folder.name}' is no longer in sources.yaml"
+            if kept:
+                shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+                line += (f" (kept {len(kept)} file(s) docsvault did not write, or that were edited since: {shown})")
+            lines.append(line)
+            log.warning("%s", lines[-1])
+    state_dir = settings.state_dir
+    dropped = sorted(p.name[:-5] for p in state_dir.glob("*.json")
+                     if not p.name.startswith(".") and p.name[:-5] not in keep) if state_dir.is_dir() else []
+    for name in dropped:
+        for path in (state_dir / f"{name}.errors.txt", vault_skipped_path(settings, name),
+                     artifacts.notes_path(settings, name),
+                     artifacts.chunks_path(settings, name), _chunk_index_path(settings, name),
+                     settings.graph_dir / f"dangling-{name}.json"):
+            path.unlink(missing_ok=True)
+        raw = settings.raw_dir / name
+        if raw.is_symlink():
+            raw.unlink()
+        elif raw.is_dir():
+            shutil.rmtree(raw, ignore_errors=True)
+        artifacts.state_path(settings, name).unlink(missing_ok=True)     # last: a killed build redoes the rest
+    return lines
+
+
+def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
+    """Refuse a vault or data dir inside a local source's folder (or a folder inside them): each build would read
+    its own output back as notes (vault/x/x/x/...).
+
+    Raises:
+        SourceConfigError: naming the source, its folder and the overlapping output folder.
+    """
+    from pipeline.common.errors import SourceConfigError
+
+    outputs = {"vault": settings.vault_dir.resolve(), "data": settings.data_dir.resolve()}
+    for source in sources:
+        for root in source.path:
+            root = root.resolve()
+            for what, out in outputs.items():
+                if out == root or root in out.parents or out in root.parents:
+                    raise SourceConfigError(
+                        f"{settings.sources_file}: source '{source.name}': its folder {root} overlaps the {what} "
+                        f"dir {out}; put the {what} dir (--{what} / DOCSVAULT_{what.upper()}) outside the source"
+                    )

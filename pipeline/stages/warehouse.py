@@ -1,0 +1,246 @@
+"""The warehouse stage: BM25 tokens (cached by text hash) + notes, chunks, links and vectors published in one file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.common import artifacts
+from pipeline.common.errors import WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.config import Settings
+from pipeline.models import Chunk, Source
+from pipeline.stages.base import (
+    SHARED_STATE,
+    _digest,
+    _file_sha,
+    _locked,
+    _notify,
+    _now,
+    code_version,
+    forced,
+    vault_listing,
+)
+from pipeline.stages.index import (
+    _build_graph,
+    _graph_from_export,
+    _graph_key,
+    _shared_state,
+    built_sources,
+    chunk_models,
+)
+
+log = logging.getLogger("docsvault")
+
+
+class TokenCache:
+    """Analyzer tokens of texts, keyed by text hash, in ``<cache_dir>/bm25/tokens-<code version>.json``.
+
+    Re-analysing every chunk (Sudachi for Japanese) is the slowest part of a BM25 rebuild; with this cache a
+    rebuild analyses only new texts. :meth:`save` keeps only the entries used by the current build.
+    """
+
+    SEP = "\x1f"
+
+    def __init__(self, cache_dir: Path, version: str) -> None:
+        self.path = Path(cache_dir) / "bm25" / f"tokens-{version}.json"
+        self.hits = 0
+        self.misses = 0
+        self._used: dict[str, str] = {}
+        try:
+            self._data: dict[str, str] = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(self._data, dict):
+                self._data = {}
+        except (OSError, ValueError):
+            self._data = {}
+        self._loaded = len(self._data)
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()[:24]
+
+    def get(self, text: str, compute: Callable[[str], list[str]]) -> list[str]:
+        k = self.key(text)
+        joined = self._used.get(k)
+        if joined is None:
+            joined = self._data.get(k)
+            if joined is None:
+                self.misses += 1
+                joined = self.SEP.join(compute(text))
+            else:
+                self.hits += 1
+            self._used[k] = joined
+        return joined.split(self.SEP) if joined else []
+
+    def save(self) -> None:
+        if self.misses == 0 and len(self._used) == self._loaded:
+            return
+        for old in self.path.parent.glob("tokens-*.json") if self.path.parent.is_dir() else ():
+            if old != self.path:
+                old.unlink(missing_ok=True)
+        artifacts.write_atomic(self.path, json.dumps(self._used, ensure_ascii=False).encode("utf-8"))
+
+
+def caching_analyzer(cache: TokenCache) -> Any:
+    """An ``Analyzer`` whose ``tokens`` go through ``cache`` (same tokens as a plain Analyzer)."""
+    from pipeline.index.analysis import Analyzer
+
+    class _CachingAnalyzer(Analyzer):
+        def tokens(self, text: str) -> list[str]:
+            if not text:
+                return super().tokens(text)
+            return cache.get(text, super().tokens)
+
+    return _CachingAnalyzer()
+
+
+def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, Source]) -> str:
+    from pipeline.warehouse import SCHEMA_VERSION
+
+    parts = []
+    for name in names:
+        st = artifacts.load_state(settings, name)
+        parts.append((name, vault_listing(settings, name), _file_sha(artifacts.chunks_path(settings, name)),
+                      settings.models_of(by_name[name]), settings.crosslingual, st.get("models"),
+                      st.get("embed_key")))
+    return _digest(SCHEMA_VERSION, code_version("warehouse"), parts)
+
+
+def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
+    """(meta of the current warehouse, problem) — problem is "" when it opens fine, else why it must be rebuilt."""
+    from pipeline.warehouse import connect, read_meta
+
+    path = settings.warehouse_path
+    if not path.exists():
+        return {}, ""
+    try:
+        con = connect(path, read_only=True)
+    except (WarehouseCorruptError, WarehouseNotBuiltError) as exc:
+        return {}, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure to open means: rebuild
+        return {}, f"cannot open {path}: {exc}"
+    try:
+        return read_meta(con), ""
+    except Exception as exc:  # noqa: BLE001
+        return {}, f"cannot read {path}: {exc}"
+    finally:
+        con.close()
+
+
+def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
+                    ) -> dict[str, Any]:
+    """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
+    file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable.
+
+    Nothing is written when no input changed since the warehouse was published (``skipped``). A warehouse file
+    that is corrupt or of another schema version is reported (``rebuilt_because``, a warning in the log) and
+    rebuilt from the vault and the caches, never used.
+    """
+    import numpy as np
+
+    from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
+    from pipeline.index.embed import EmbeddingCache
+    from pipeline.ingest.vault import read_notes
+    from pipeline.warehouse import WarehouseData, publish
+
+    with _locked(settings):
+        started = time.perf_counter()
+        names = built_sources(settings, sources)
+        by_name = {s.name: s for s in sources}
+        key = _warehouse_key(settings, names, by_name)
+        meta, problem = _current_warehouse(settings)
+        if problem:
+            log.warning("warehouse %s cannot be used (%s): rebuilding it from the vault and the caches",
+                        settings.warehouse_path, problem)
+        elif meta.get("input_key") == key and not forced():
+            last = _shared_state(settings).get("warehouse") or {}
+            if last.get("input_key") == key:
+                return {**last.get("meta", {}), "skipped": True, "mode": "unchanged", "rebuilt_because": "",
+                        "seconds": round(time.perf_counter() - started, 3)}
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        _notify("warehouse", "all", 0, 5)
+        notes = read_notes(settings.vault_dir, names)
+        note_ids = {n.note_id for n in notes}
+        _notify("warehouse", "all", 1, 5)
+        timings["read_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        graph_key = _graph_key(settings, names)
+        exported = _graph_from_export(settings, graph_key)
+        if exported is not None:
+            edges, metrics = exported
+        else:
+            lg = _build_graph(settings, notes)
+            edges = lg.edges
+            metrics = {nid: (int(a.get("in_degree", 0)), float(a.get("pagerank", 0.0)))
+                       for nid, a in lg.graph.nodes(data=True)}
+        timings["graph_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 2, 5)
+        t = time.perf_counter()
+        chunks: list[Chunk] = []
+        vectors: dict[str, tuple[list[str], Any]] = {}
+        missing = 0
+        for name in names:
+            source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
+            chunks.extend(source_chunks)
+            for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
+                model_id = embedder_factory(spec).model_id
+                found = EmbeddingCache(settings.cache_dir, model_id).get_many([c.text_hash for c in group])
+                ids, vecs = vectors.setdefault(model_id, ([], []))
+                for c in group:
+                    vec = found.get(c.text_hash)
+                    if vec is None:
+                        missing += 1
+                    else:
+                        ids.append(c.chunk_id)
+                        vecs.append(vec)
+        arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
+                  for m, (ids, vecs) in vectors.items() if ids}
+        timings["vectors_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 3, 5)
+        t = time.perf_counter()
+        tokens = TokenCache(settings.cache_dir, code_version("bm25"))
+        analyzer = caching_analyzer(tokens)
+        bm25 = build_chunk_index(chunks, notes, analyzer)
+        bm25_blobs = bm25.to_blobs()
+        bm25_blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
+        tokens.save()
+        timings["bm25_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 4, 5)
+        data = WarehouseData(
+            notes=notes,
+            note_metrics=metrics,
+            chunks=chunks,
+            edges=edges,
+            vectors=arrays,
+            bm25_blobs=bm25_blobs,
+            run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key,
+                      "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
+                                             if settings.crosslingual else "")},
+        )
+        t = time.perf_counter()
+        stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
+        timings["publish_s"] = time.perf_counter() - t
+        _notify("warehouse", "all", 5, 5)
+        out = {
+            "sources": names,
+            "models": sorted(arrays),
+            "notes": len(notes),
+            "chunks": len(chunks),
+            "vectors": sum(len(ids) for ids, _ in arrays.values()),
+            "missing_vectors": missing,
+            "links": len(edges),
+            "path": str(settings.warehouse_path),
+            "size_mb": round(settings.warehouse_path.stat().st_size / 1e6, 2),
+            "tokens_cached": tokens.hits,
+            "tokens_analysed": tokens.misses,
+            "rebuilt_because": problem,
+            **{k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
+            **{k: round(v, 3) for k, v in timings.items()},
+        }
+        artifacts.update_state(settings, SHARED_STATE, warehouse={"input_key": key, "meta": out})
+    return {**out, "skipped": False, "seconds": round(time.perf_counter() - started, 3)}

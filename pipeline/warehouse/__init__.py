@@ -1,0 +1,96 @@
+"""
+One file (``Settings.warehouse_path``) holds notes, chunks, links, one vector table per embedding model with an
+HNSW index (cosine), and the serialized BM25 index. It is never modified in place: :func:`publish` writes a new file
+next to it (or, incrementally, a copy of the current one) and swaps it in with ``os.replace``, so a reader keeps
+querying the file it opened and never sees a half-built one; a failed or killed build leaves the previous file
+untouched.
+
+Incremental updates and the HNSW index. Modifying an HNSW-indexed table makes DuckDB rewrite the whole index at the
+next checkpoint without freeing the old blocks (measured: +44 MB per update on a 25k x 384 table, unbounded), and
+rebuilding the index costs ~10-25 s for 25k vectors. So a model's vectors live in three tables:
+
+* ``vec_<slug>``: the base table with the HNSW index, written only by a full publish;
+* ``vec_<slug>_delta``: vectors of chunks added or changed since (no index; scanned exactly, it stays small);
+* ``vec_dead``: ``(table_name, chunk_id)`` of base rows that were removed or replaced.
+
+The live vectors are ``base - dead + delta``; :func:`vector_search` asks the HNSW index for ``k + n_dead`` rows,
+drops dead ones and merges the exact delta scan. When delta + dead exceed ``max_delta`` of the base (or the file
+grew past 1.5x its size after the last full publish), :func:`publish` writes a fresh file instead (full rebuild).
+
+Opening (:func:`connect`) always goes ``:memory:`` -> load ``vss``/``fts`` -> ``ATTACH`` the file: a write-ahead
+log that touches an HNSW index can only be replayed once ``vss`` is loaded (EC-19, duckdb-vss#65).
+
+Modules: ``schema`` (tables, :func:`connect`), ``publish`` (writes), ``vectors`` (k-NN and vector reads),
+``queries`` (note/chunk/link reads), ``eval_runs`` (the eval history file). Import the face, ``from pipeline import
+warehouse as wh``, unless a test patches a module's private name.
+"""
+
+from pipeline.warehouse.schema import (
+    SCHEMA_VERSION,
+    WarehouseData,
+    connect,
+    vector_table_name,
+)
+from pipeline.warehouse.publish import (
+    publish,
+)
+from pipeline.warehouse.vectors import (
+    brute_force_search,
+    explain_vector_search,
+    list_models,
+    vector_search,
+    vectors_by_text_hash,
+)
+from pipeline.warehouse.queries import (
+    chunk_texts_with_tags,
+    fetch_chunks,
+    list_sources,
+    load_bm25_blobs,
+    load_chunk_keys,
+    load_note_keys,
+    model_source_counts,
+    note_by_vault_path,
+    note_hashes,
+    note_links,
+    note_tags,
+    note_texts,
+    note_vectors,
+    notes_by_source_path,
+    stats,
+)
+from pipeline.warehouse.eval_runs import (
+    EVAL_RUN_COLUMNS,
+    append_eval_runs,
+    read_eval_runs,
+)
+
+__all__ = [
+    "EVAL_RUN_COLUMNS",
+    "SCHEMA_VERSION",
+    "WarehouseData",
+    "append_eval_runs",
+    "brute_force_search",
+    "chunk_texts_with_tags",
+    "connect",
+    "explain_vector_search",
+    "fetch_chunks",
+    "list_models",
+    "list_sources",
+    "load_bm25_blobs",
+    "load_chunk_keys",
+    "load_note_keys",
+    "model_source_counts",
+    "note_by_vault_path",
+    "note_hashes",
+    "note_links",
+    "note_tags",
+    "note_texts",
+    "note_vectors",
+    "notes_by_source_path",
+    "publish",
+    "read_eval_runs",
+    "stats",
+    "vector_search",
+    "vector_table_name",
+    "vectors_by_text_hash",
+]

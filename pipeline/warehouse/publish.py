@@ -1,0 +1,440 @@
+"""Writing the warehouse: :func:`publish` (a new file, or an incremental copy) swapped in with ``os.replace``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from pipeline.common.errors import (
+    EmbeddingError,
+    PipelineError,
+)
+from pipeline.models import Chunk, Edge, Note, text_hash
+from pipeline.warehouse.schema import (
+    _SCHEMA,
+    SCHEMA_VERSION,
+    WarehouseData,
+    _attach,
+    _init,
+    vector_table_name,
+)
+
+log = logging.getLogger("pipeline.warehouse")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# publish
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> None:
+    con.register("_arrow_in", data)
+    try:
+        cols = ", ".join(data.column_names)
+        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _arrow_in")
+    finally:
+        con.unregister("_arrow_in")
+
+
+def _str_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value if v is not None]
+    return [str(value)]
+
+
+def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]) -> pa.Table:
+    ids = [n.note_id for n in notes]
+    m = [metrics.get(i, (0, 0.0)) for i in ids]
+    return pa.table(
+        {
+            "note_id": pa.array(ids, pa.string()),
+            "source": pa.array([n.source for n in notes], pa.string()),
+            "source_path": pa.array([n.source_path for n in notes], pa.string()),
+            "vault_path": pa.array([n.vault_path for n in notes], pa.string()),
+            "title": pa.array([n.title for n in notes], pa.string()),
+            "url": pa.array([n.url for n in notes], pa.string()),
+            "aliases": pa.array([list(n.aliases) for n in notes], pa.list_(pa.string())),
+            "tags": pa.array([_str_list(n.frontmatter.get("tags")) for n in notes], pa.list_(pa.string())),
+            "description": pa.array([n.description for n in notes], pa.string()),
+            "frontmatter": pa.array(
+                [json.dumps(n.frontmatter, ensure_ascii=False, default=str) for n in notes], pa.string()
+            ),
+            "content_hash": pa.array([text_hash(n.body) for n in notes], pa.string()),
+            "in_degree": pa.array([int(x[0]) for x in m], pa.int32()),
+            "pagerank": pa.array([float(x[1]) for x in m], pa.float64()),
+        }
+    )
+
+
+def _chunks_table(chunks: Sequence[Chunk]) -> pa.Table:
+    return pa.table(
+        {
+            "chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
+            "note_id": pa.array([c.note_id for c in chunks], pa.string()),
+            "source": pa.array([c.source for c in chunks], pa.string()),
+            "ordinal": pa.array([c.ordinal for c in chunks], pa.int32()),
+            "heading": pa.array([c.heading for c in chunks], pa.string()),
+            "breadcrumb": pa.array([c.breadcrumb for c in chunks], pa.string()),
+            "text": pa.array([c.text for c in chunks], pa.string()),
+            "text_hash": pa.array([c.text_hash for c in chunks], pa.string()),
+            "language": pa.array([c.language for c in chunks], pa.string()),
+        }
+    )
+
+
+def _links_table(edges: Sequence[Edge]) -> pa.Table:
+    return pa.table(
+        {
+            "src": pa.array([e.src for e in edges], pa.string()),
+            "dst": pa.array([e.dst for e in edges], pa.string()),
+            "target": pa.array([e.target for e in edges], pa.string()),
+            "kind": pa.array([e.kind for e in edges], pa.string()),
+            "count": pa.array([e.count for e in edges], pa.int32()),
+        }
+    )
+
+
+def _vectors_table(model_id: str, chunk_ids: Sequence[str], vecs: np.ndarray, known: set[str]) -> pa.Table:
+    vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+    if vecs.ndim != 2 or vecs.shape[0] != len(chunk_ids) or vecs.shape[1] < 1:
+        raise EmbeddingError(
+            f"model {model_id!r}: {len(chunk_ids)} chunk ids but vectors of shape {vecs.shape}; re-run the embed step"
+        )
+    unknown = [c for c in chunk_ids if c not in known]
+    if unknown:
+        raise EmbeddingError(
+            f"model {model_id!r}: {len(unknown)} vectors for chunks not in the build (e.g. {unknown[0]!r}); "
+            "re-run the embed step"
+        )
+    if not np.isfinite(vecs).all():
+        raise EmbeddingError(f"model {model_id!r}: vectors contain NaN/inf; re-run the embed step")
+    flat = pa.array(vecs.reshape(-1), pa.float32())
+    return pa.table(
+        {
+            "chunk_id": pa.array(list(chunk_ids), pa.string()),
+            "emb": pa.FixedSizeListArray.from_arrays(flat, vecs.shape[1]),
+        }
+    )
+
+
+class _NotIncremental(Exception):
+    """Why an incremental update is not possible (a full publish follows)."""
+
+
+def _leftovers(path: Path) -> None:
+    """Remove temp files of earlier publishes whose process is gone (a killed build)."""
+    from pipeline.common.lock import pid_alive
+
+    for p in path.parent.glob(f"{path.name}.tmp-*"):
+        m = re.match(rf"^{re.escape(path.name)}\.tmp-(\d+)", p.name)
+        if m and (int(m.group(1)) == os.getpid() or not pid_alive(int(m.group(1)))):
+            p.unlink(missing_ok=True)
+
+
+def _ids_table(ids: Sequence[str]) -> pa.Table:
+    return pa.table({"chunk_id": pa.array(list(ids), pa.string())})
+
+
+def _delete_ids(con: duckdb.DuckDBPyConnection, table: str, ids: Sequence[str], extra: str = "") -> None:
+    if not ids:
+        return
+    con.register("_ids_in", _ids_table(ids))
+    try:
+        con.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT chunk_id FROM _ids_in){extra}")
+    finally:
+        con.unregister("_ids_in")
+
+
+def _write_common(con: duckdb.DuckDBPyConnection, data: WarehouseData, meta: Mapping[str, str],
+                  notes: Sequence[dict[str, Any]] | None = None, links: bool = True) -> None:
+    """Insert meta, notes (all, or only these rows of ``_notes_table``), links (unless ``links`` is False), BM25."""
+    _insert(con, "meta", pa.table({"key": list(meta), "value": [str(v) for v in meta.values()]}))
+    if notes is None:
+        _insert(con, "notes", _notes_table(data.notes, data.note_metrics))
+    elif notes:
+        table = _notes_table(data.notes[:0], {})
+        _insert(con, "notes", pa.Table.from_pylist(list(notes), schema=table.schema))
+    if links:
+        _insert(con, "links", _links_table(data.edges))
+    if data.bm25_blobs:
+        blobs = data.bm25_blobs
+        _insert(con, "bm25_index", pa.table({"name": list(blobs), "data": pa.array(list(blobs.values()), pa.binary())}))
+
+
+def _remove_temp(tmp: Path) -> None:
+    """Delete an unpublished warehouse file and its WAL (a failed or abandoned publish)."""
+    for leftover in (tmp, Path(f"{tmp}.wal")):
+        leftover.unlink(missing_ok=True)
+
+
+def _swap(tmp: Path, path: Path) -> None:
+    # a WAL left by an earlier crashed writer of the old file must not be replayed onto the new one
+    Path(f"{path}.wal").unlink(missing_ok=True)
+    os.replace(tmp, path)
+    try:  # make the rename durable
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _publish_full(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mapping[str, pa.Table],
+                  meta: dict[str, str]) -> dict[str, int]:
+    con = duckdb.connect(str(tmp))
+    try:
+        _init(con)
+        con.execute(_SCHEMA)
+        meta = {**meta, "full_built_at": meta["built_at"], "updates": "0"}
+        _write_common(con, data, meta)
+        _insert(con, "chunks", _chunks_table(data.chunks))
+        n_vectors = 0
+        for model_id, table in vec_tables.items():
+            name = vector_table_name(model_id)
+            dim = table.schema.field("emb").type.list_size
+            con.execute(f"CREATE TABLE {name} (chunk_id VARCHAR NOT NULL, emb FLOAT[{dim}] NOT NULL)")
+            con.execute(f"CREATE TABLE {name}_delta (chunk_id VARCHAR NOT NULL, emb FLOAT[{dim}] NOT NULL)")
+            _insert(con, name, table)
+            con.execute(f"CREATE INDEX {name}_hnsw ON {name} USING HNSW (emb) WITH (metric = 'cosine')")
+            n = table.num_rows
+            _insert(
+                con,
+                "models",
+                pa.table({"model_id": [model_id], "table_name": [name], "dim": pa.array([dim], pa.int32()),
+                          "n": pa.array([n], pa.int64()), "n_base": pa.array([n], pa.int64()),
+                          "n_dead": pa.array([0], pa.int64()), "n_delta": pa.array([0], pa.int64())}),
+            )
+            n_vectors += n
+        con.execute("CHECKPOINT")
+        con.execute("INSERT INTO meta VALUES ('full_bytes', ?)", [str(tmp.stat().st_size)])
+        con.execute("CHECKPOINT")
+        con.close()
+        _swap(tmp, path)
+    except BaseException:
+        con.close()
+        _remove_temp(tmp)
+        raise
+    return {"vectors": n_vectors, "changed_chunks": len(data.chunks), "removed_chunks": 0,
+            "vectors_added": n_vectors, "vectors_removed": 0}
+
+
+def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mapping[str, pa.Table],
+                         meta: dict[str, str], max_delta: float) -> dict[str, int]:
+    import shutil
+
+    if not path.exists():
+        raise _NotIncremental("no warehouse yet")
+    if Path(f"{path}.wal").exists():
+        raise _NotIncremental("the current file has a write-ahead log of an interrupted writer")
+    shutil.copyfile(path, tmp)
+    try:
+        con = _attach(tmp, read_only=False)
+    except duckdb.Error as exc:
+        raise _NotIncremental(f"the current file cannot be opened ({exc})") from None
+    try:
+        try:
+            old_meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+        except duckdb.Error as exc:
+            raise _NotIncremental(f"the current file has no meta table ({exc})") from None
+        if old_meta.get("schema_version") != SCHEMA_VERSION:
+            raise _NotIncremental(f"schema version {old_meta.get('schema_version')} -> {SCHEMA_VERSION}")
+        full_bytes = int(old_meta.get("full_bytes") or 0)
+        size = path.stat().st_size
+        if full_bytes and size > 1.5 * full_bytes:
+            raise _NotIncremental(f"the file grew to {size} bytes from {full_bytes} after its last full build")
+        models = {r[0]: (r[1], int(r[2])) for r in
+                  con.execute("SELECT model_id, table_name, dim FROM models").fetchall()}
+        if set(models) != set(vec_tables):
+            raise _NotIncremental(f"embedding models changed: {sorted(models)} -> {sorted(vec_tables)}")
+        for model_id, table in vec_tables.items():
+            if models[model_id][1] != table.schema.field("emb").type.list_size:
+                raise _NotIncremental(f"model {model_id}: dimension changed")
+
+        old = {r[0]: tuple(r[1:]) for r in con.execute(
+            "SELECT chunk_id, note_id, source, ordinal, heading, breadcrumb, text_hash FROM chunks").fetchall()}
+        new_chunks = {c.chunk_id: c for c in data.chunks}
+        new = {cid: (c.note_id, c.source, c.ordinal, c.heading, c.breadcrumb, c.text_hash)
+               for cid, c in new_chunks.items()}
+        changed = [cid for cid, t in new.items() if old.get(cid) != t]
+        removed = [cid for cid in old if cid not in new]
+        text_changed = {cid for cid in changed if cid not in old or old[cid][5] != new[cid][5]}
+
+        plans: dict[str, dict[str, Any]] = {}
+        for model_id, table in vec_tables.items():
+            name = models[model_id][0]
+            base = {r[0] for r in con.execute(f"SELECT chunk_id FROM {name}").fetchall()}
+            dead = {r[0] for r in con.execute("SELECT chunk_id FROM vec_dead WHERE table_name = ?", [name]).fetchall()}
+            delta = {r[0] for r in con.execute(f"SELECT chunk_id FROM {name}_delta").fetchall()}
+            live = (base - dead) | delta
+            ids = table.column("chunk_id").to_pylist()
+            wanted = set(ids)
+            remove = (live - wanted) | (live & wanted & text_changed)
+            add = (wanted - live) | (wanted & text_changed)
+            from_delta = remove & delta
+            to_dead = remove - delta
+            n_dead = len(dead | to_dead)
+            n_delta = len(delta - from_delta) + len(add)
+            limit = max(max_delta * len(base), 200)
+            if n_dead + n_delta > limit:
+                raise _NotIncremental(f"model {model_id}: {n_dead + n_delta} vectors outside the HNSW index "
+                                      f"(limit {int(limit)}); rebuilding the index")
+            rows = [i for i, cid in enumerate(ids) if cid in add]
+            plans[name] = {"model_id": model_id, "from_delta": sorted(from_delta), "to_dead": sorted(to_dead),
+                           "add": table.take(pa.array(rows, pa.int64())), "n_base": len(base),
+                           "n_dead": n_dead, "n_delta": n_delta}
+
+        # notes and links: only rows that differ (a rewrite would leave the old blocks unused in the file)
+        notes_new = _notes_table(data.notes, data.note_metrics)
+        note_rows = {r["note_id"]: r for r in notes_new.to_pylist()}
+        notes_sql = f"SELECT {', '.join(notes_new.column_names)} FROM notes"
+        notes_old = {r["note_id"]: r for r in con.execute(notes_sql).fetch_arrow_table().to_pylist()}
+        notes_changed = [nid for nid, r in note_rows.items() if notes_old.get(nid) != r]
+        notes_removed = [nid for nid in notes_old if nid not in note_rows]
+        links_new = _links_table(data.edges)
+        links_old = con.execute(f"SELECT {', '.join(links_new.column_names)} FROM links").fetch_arrow_table()
+        links_same = Counter(tuple(r.values()) for r in links_old.to_pylist()) == \
+            Counter(tuple(r.values()) for r in links_new.to_pylist())
+
+        con.execute("BEGIN TRANSACTION")
+        _delete_ids(con, "chunks", removed + changed)
+        _insert(con, "chunks", _chunks_table([new_chunks[cid] for cid in changed]))
+        for table in ("meta", "bm25_index", *(() if links_same else ("links",))):
+            con.execute(f"DELETE FROM {table}")
+        if notes_changed or notes_removed:
+            con.register("_notes_out", pa.table({"note_id": pa.array(notes_changed + notes_removed, pa.string())}))
+            try:
+                con.execute("DELETE FROM notes WHERE note_id IN (SELECT note_id FROM _notes_out)")
+            finally:
+                con.unregister("_notes_out")
+        meta = {**meta, "full_built_at": old_meta.get("full_built_at", ""), "full_bytes": str(full_bytes or size),
+                "updates": str(int(old_meta.get("updates") or 0) + 1)}
+        _write_common(con, data, meta, notes=[note_rows[nid] for nid in notes_changed], links=not links_same)
+        n_vectors = added = dropped = 0
+        for name, plan in plans.items():
+            _delete_ids(con, f"{name}_delta", plan["from_delta"])
+            if plan["to_dead"]:
+                _insert(con, "vec_dead", pa.table({"table_name": pa.array([name] * len(plan["to_dead"]), pa.string()),
+                                                   "chunk_id": pa.array(plan["to_dead"], pa.string())}))
+            if plan["add"].num_rows:
+                _insert(con, f"{name}_delta", plan["add"])
+            live = plan["n_base"] - plan["n_dead"] + plan["n_delta"]
+            con.execute("UPDATE models SET n = ?, n_base = ?, n_dead = ?, n_delta = ? WHERE table_name = ?",
+                        [live, plan["n_base"], plan["n_dead"], plan["n_delta"], name])
+            n_vectors += live
+            added += plan["add"].num_rows
+            dropped += len(plan["from_delta"]) + len(plan["to_dead"])
+        con.execute("COMMIT")
+        con.execute("CHECKPOINT")
+        con.close()
+        _swap(tmp, path)
+    except BaseException:
+        con.close()
+        _remove_temp(tmp)
+        raise
+    return {"vectors": n_vectors, "changed_chunks": len(changed), "removed_chunks": len(removed),
+            "vectors_added": added, "vectors_removed": dropped, "notes_rewritten": len(notes_changed),
+            "links_rewritten": int(not links_same)}
+
+
+def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_delta: float = 0.1
+            ) -> dict[str, Any]:
+    """Write the warehouse and swap it in atomically.
+
+    Full: builds ``<path>.tmp-<pid>`` from scratch (tables loaded through Arrow, one HNSW index per vector table,
+    CHECKPOINT). Incremental (``incremental=True`` and possible): copies the current file to the temp path and
+    applies only the differences (changed/removed chunks, vectors of changed texts into the delta table, notes,
+    links, BM25 and meta replaced) — see the module doc. Either way the temp file is closed, then ``os.replace``-d
+    onto ``path``: readers that opened the old file keep working on it; if anything fails (or the process is
+    killed) the old file stays and the temp file is removed (by the next publish when killed).
+
+    An incremental update falls back to a full publish (``reason`` says why) when there is no current file, it
+    cannot be opened, has another schema version, other embedding models or dimensions, grew past 1.5x its size
+    after its last full publish, or more than ``max_delta`` of a model's vectors (at least 200) would sit outside
+    its HNSW index.
+
+    Args:
+        path: the warehouse file (its directory is created).
+        data: everything the warehouse must hold after the publish.
+        incremental: try an incremental update first.
+        max_delta: share of a model's base vectors allowed in its delta + dead tables.
+
+    Returns:
+        ``notes``, ``chunks``, ``links``, ``models``, ``vectors`` (live rows over all models), ``bm25_blobs``,
+        ``bytes`` (file size), ``ms`` (wall time), ``mode`` ("full" | "incremental"), ``reason`` (why full),
+        ``changed_chunks``, ``removed_chunks``, ``vectors_added``, ``vectors_removed``.
+
+    Raises:
+        EmbeddingError: a vector array has the wrong shape, NaNs, or ids of unknown chunks.
+        PipelineError: two notes or two chunks share an id.
+        duckdb.Error: the database write failed (disk full, ...); the old file is untouched.
+    """
+    started = time.monotonic()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    _leftovers(path)
+
+    for what, ids in (("note", [n.note_id for n in data.notes]), ("chunk", [c.chunk_id for c in data.chunks])):
+        if len(set(ids)) != len(ids):
+            dup = Counter(ids).most_common(1)[0][0]
+            raise PipelineError(f"two {what}s share the id {dup!r}; fix the duplicate before publishing")
+    known = {c.chunk_id for c in data.chunks}
+    vec_tables = {
+        model_id: _vectors_table(model_id, ids, vecs, known) for model_id, (ids, vecs) in data.vectors.items()
+    }
+    names = [vector_table_name(m) for m in vec_tables]
+    if len(set(names)) != len(names):
+        raise EmbeddingError(f"two model ids map to the same vector table: {sorted(vec_tables)}")
+
+    from pipeline import __version__
+
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "docsvault_version": __version__,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **{str(k): str(v) for k, v in data.run_info.items()
+           if k not in ("schema_version", "full_bytes", "full_built_at", "updates")},
+    }
+    mode, reason = "full", "requested"
+    result: dict[str, int] | None = None
+    if incremental:
+        try:
+            result = _publish_incremental(path, tmp, data, vec_tables, meta, max_delta)
+            mode, reason = "incremental", ""
+        except _NotIncremental as why:
+            reason = str(why)
+            _remove_temp(tmp)
+            log.info("warehouse %s: full publish (%s)", path, reason)
+        except duckdb.Error as exc:
+            reason = f"incremental update failed: {exc}"
+            log.warning("warehouse %s: %s; writing a new file", path, reason)
+    if result is None:
+        result = _publish_full(path, tmp, data, vec_tables, meta)
+    return {
+        "notes": len(data.notes),
+        "chunks": len(data.chunks),
+        "links": len(data.edges),
+        "models": len(vec_tables),
+        "bm25_blobs": len(data.bm25_blobs),
+        **result,
+        "bytes": path.stat().st_size,
+        "ms": int((time.monotonic() - started) * 1000),
+        "mode": mode,
+        "reason": reason,
+    }

@@ -1,0 +1,203 @@
+"""Read helpers over notes, chunks, links, tags and the BM25 blobs (what search, read and status ask)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from pipeline.warehouse.vectors import _live_sql, _table_dim, list_models
+
+log = logging.getLogger("pipeline.warehouse")
+
+
+def load_bm25_blobs(con: duckdb.DuckDBPyConnection) -> dict[str, bytes]:
+    """The serialized BM25 index (name -> bytes); empty when the build stored none."""
+    return {r[0]: bytes(r[1]) for r in con.execute("SELECT name, data FROM bm25_index").fetchall()}
+
+
+def load_chunk_keys(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Every chunk's ``chunk_id``, ``note_id``, ``source``, ``ordinal``, ``language`` (its note's detected language,
+    :mod:`pipeline.index.language`) as an Arrow table in chunk id order, for in-memory lookups."""
+    return con.execute(
+        "SELECT chunk_id, note_id, source, ordinal, language FROM chunks ORDER BY chunk_id").fetch_arrow_table()
+
+
+def load_note_keys(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Every note's ``note_id``, ``source``, ``source_path``, ``vault_path``, ``title`` (Arrow table)."""
+    return con.execute("SELECT note_id, source, source_path, vault_path, title FROM notes ORDER BY note_id").fetch_arrow_table()
+
+
+def read_meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The ``meta`` table as a dict (schema version, build time, input key, ...)."""
+    return dict(con.execute("SELECT key, value FROM meta").fetchall())
+
+
+def load_graph(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, pa.Table]:
+    """Resolved links ``(src, dst, count)`` between distinct notes, and per note ``(note_id, in_degree, pagerank,
+    frontmatter)`` (Arrow tables) - what the graph lane of search needs."""
+    links = con.execute(
+        "SELECT src, dst, sum(count)::INTEGER AS count FROM links WHERE dst IS NOT NULL AND dst <> src "
+        "GROUP BY src, dst ORDER BY src, dst"
+    ).fetch_arrow_table()
+    notes = con.execute(
+        "SELECT note_id, in_degree, pagerank, frontmatter FROM notes ORDER BY note_id"
+    ).fetch_arrow_table()
+    return links, notes
+
+
+def model_source_counts(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, int]:
+    """Rows of a vector table per source (to size over-fetching when a source filter applies)."""
+    _table_dim(con, table)  # validates the name
+    rows = con.execute(
+        f"SELECT c.source, count(*) FROM {_live_sql(table)} v JOIN chunks c USING (chunk_id) GROUP BY c.source"
+    ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def list_sources(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Names of the sources with notes in the warehouse, sorted."""
+    return [r[0] for r in con.execute("SELECT DISTINCT source FROM notes ORDER BY source").fetchall()]
+
+
+_CHUNK_COLS = (
+    "chunk_id", "note_id", "source", "ordinal", "heading", "breadcrumb", "text",
+    "source_path", "vault_path", "title", "url",
+)
+
+
+def fetch_chunks(con: duckdb.DuckDBPyConnection, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Chunks with their note's fields.
+
+    Returns:
+        chunk_id -> dict with keys chunk_id, note_id, source, ordinal, heading, breadcrumb, text, source_path,
+        vault_path, title, url. Unknown ids are absent.
+    """
+    if not chunk_ids:
+        return {}
+    rows = con.execute(
+        "SELECT c.chunk_id, c.note_id, c.source, c.ordinal, c.heading, c.breadcrumb, c.text, "
+        "n.source_path, n.vault_path, n.title, n.url "
+        "FROM chunks c JOIN notes n USING (note_id) WHERE list_contains(string_split(?, chr(31)), c.chunk_id)",
+        ["\x1f".join(chunk_ids)],  # one text parameter: a list parameter costs ~0.1 ms per element
+    ).fetchall()
+    return {r[0]: dict(zip(_CHUNK_COLS, r)) for r in rows}
+
+
+def stats(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Counts per table and per source, the models and the ``meta`` facts (JSON-safe dict)."""
+    out: dict[str, Any] = {
+        "meta": dict(con.execute("SELECT key, value FROM meta ORDER BY key").fetchall()),
+        "notes": con.execute("SELECT count(*) FROM notes").fetchone()[0],  # type: ignore[index]
+        "chunks": con.execute("SELECT count(*) FROM chunks").fetchone()[0],  # type: ignore[index]
+        "links": con.execute("SELECT count(*) FROM links").fetchone()[0],  # type: ignore[index]
+        "dangling_links": con.execute("SELECT count(*) FROM links WHERE dst IS NULL").fetchone()[0],  # type: ignore[index]
+    }
+    per_source = con.execute(
+        "SELECT n.source, count(DISTINCT n.note_id), count(c.chunk_id) "
+        "FROM notes n LEFT JOIN chunks c USING (note_id) GROUP BY n.source ORDER BY n.source"
+    ).fetchall()
+    out["sources"] = {r[0]: {"notes": int(r[1]), "chunks": int(r[2])} for r in per_source}
+    out["models"] = list_models(con)
+    return out
+
+
+def note_by_vault_path(con: duckdb.DuckDBPyConnection, vault_path: str) -> dict[str, Any] | None:
+    """The note stored under ``<source>/<rel_path>`` (keys: the ``notes`` columns, frontmatter parsed), or None."""
+    cur = con.execute("SELECT * FROM notes WHERE vault_path = ?", [vault_path])
+    row = cur.fetchone()
+    if row is None:
+        return None
+    cols = [d[0] for d in cur.description]
+    note = dict(zip(cols, row))
+    if isinstance(note.get("frontmatter"), str):
+        note["frontmatter"] = json.loads(note["frontmatter"])
+    return note
+
+
+def note_tags(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
+    """Every note's frontmatter tags: note_id -> tags as written (without a leading ``#``); notes without tags absent."""
+    rows = con.execute("SELECT note_id, tags FROM notes WHERE len(coalesce(tags, [])) > 0").fetchall()
+    return {r[0]: tuple(str(t).lstrip("#") for t in r[1] if t) for r in rows}
+
+
+def note_hashes(con: duckdb.DuckDBPyConnection, sources: Sequence[str] | None = None) -> dict[str, str]:
+    """vault_path -> content_hash of the notes (of ``sources`` only, when given): to tell what a rebuild changed."""
+    rows = con.execute("SELECT source, vault_path, content_hash FROM notes").fetchall()
+    wanted = set(sources) if sources is not None else None
+    return {r[1]: r[2] or "" for r in rows if wanted is None or r[0] in wanted}
+
+
+def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> list[dict[str, str]]:
+    """Notes whose ``source_path`` is this path, any source: ``[{"source", "source_path", "vault_path"}]``."""
+    rows = con.execute(
+        "SELECT source, source_path, vault_path FROM notes WHERE source_path = ? ORDER BY source", [source_path]
+    ).fetchall()
+    return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
+
+
+
+# ---- search UX helpers (neighbours, query filters, inline tags; issue 17) ----
+
+
+def note_links(con: duckdb.DuckDBPyConnection, note_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A note's resolved links to other notes: ``(outlinks, backlinks)``, each ``[{"note_id", "path" (vault path),
+    "title", "count" (links between the two notes)}]``, most links first, then by path."""
+    def rows(sql: str) -> list[dict[str, Any]]:
+        return [{"note_id": r[0], "path": r[1], "title": r[2] or "", "count": int(r[3])}
+                for r in con.execute(sql, [note_id]).fetchall()]
+
+    out = rows("SELECT n.note_id, n.vault_path, n.title, sum(l.count) AS c FROM links l JOIN notes n "
+               "ON n.note_id = l.dst WHERE l.src = ? AND l.dst <> l.src GROUP BY ALL ORDER BY c DESC, n.vault_path")
+    back = rows("SELECT n.note_id, n.vault_path, n.title, sum(l.count) AS c FROM links l JOIN notes n "
+                "ON n.note_id = l.src WHERE l.dst = ? AND l.dst <> l.src GROUP BY ALL ORDER BY c DESC, n.vault_path")
+    return out, back
+
+
+def note_texts(con: duckdb.DuckDBPyConnection, note_ids: Sequence[str]) -> dict[str, str]:
+    """note_id -> the note's title and its chunks' text in order (joined by blank lines); unknown ids absent."""
+    if not note_ids:
+        return {}
+    rows = con.execute(
+        "SELECT n.note_id, any_value(n.title), string_agg(c.text, chr(10) || chr(10) ORDER BY c.ordinal) "
+        "FROM notes n LEFT JOIN chunks c USING (note_id) "
+        "WHERE list_contains(string_split(?, chr(31)), n.note_id) GROUP BY n.note_id",
+        ["\x1f".join(note_ids)],
+    ).fetchall()
+    return {r[0]: f"{r[1] or ''}\n\n{r[2] or ''}" for r in rows}
+
+
+def chunk_texts_with_tags(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """``[(note_id, chunk text)]`` of the chunks that may hold an inline ``#tag`` (a ``#`` after whitespace or at
+    the start, followed by a non-space); the caller parses them (:func:`pipeline.search.tags.inline_tags`)."""
+    return [(r[0], r[1]) for r in con.execute(
+        "SELECT note_id, text FROM chunks WHERE regexp_matches(text, '(^|\\s)#[^\\s#]')").fetchall()]
+
+
+def note_vectors(con: duckdb.DuckDBPyConnection, table: str, note_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """note_id -> float32 (dim,): the L2-normalised mean of the note's live chunk vectors in a model's table
+    (notes without vectors there are absent)."""
+    dim = _table_dim(con, table)
+    if not note_ids:
+        return {}
+    tbl = con.execute(
+        f"SELECT c.note_id, v.emb FROM {_live_sql(table)} v JOIN chunks c USING (chunk_id) "
+        "WHERE list_contains(string_split(?, chr(31)), c.note_id)", ["\x1f".join(note_ids)]).fetch_arrow_table()
+    ids = tbl.column("note_id").to_pylist()
+    if not ids:
+        return {}
+    flat = tbl.column("emb").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    vecs = np.ascontiguousarray(flat, dtype=np.float32).reshape(len(ids), dim)
+    out: dict[str, np.ndarray] = {}
+    for nid in dict.fromkeys(ids):
+        mean = vecs[[i for i, x in enumerate(ids) if x == nid]].mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        out[nid] = mean / norm if norm > 0 else mean
+    return out
+
+# ---------------------------------------------------------------------------------------------------------------
