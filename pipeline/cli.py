@@ -21,8 +21,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.config import Settings
 from pipeline.common.errors import PipelineError, UnknownSourceError
+from pipeline.config import Settings
+from pipeline.service import (
+    NO_RESULTS,
+    capture_related,
+    child_env,
+    errors_file,
+    note_links,
+    open_searcher,
+    parse_lanes,
+    search_lanes,
+    skipped_reason,
+    status_data,
+)
 
 if TYPE_CHECKING:
     from pipeline.models import Hit
@@ -48,8 +60,6 @@ HIT_KEYS = ("rank", "source", "source_path", "vault_path", "title", "heading", "
 SEARCH_LINKS_CAP = 5
 #: keys of one ``search --files --json`` row
 FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
-#: what search says when nothing matched (the MCP search tool's ``message`` says the same)
-NO_RESULTS = "No results"
 
 
 def fail(message: str) -> None:
@@ -76,21 +86,6 @@ def main_options(
 ) -> None:
     """Paths come from these flags, else the environment, else the defaults."""
     _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault, synonyms=synonyms)
-
-
-def _export_env(s: Settings) -> dict[str, str]:
-    """The environment a child process (build, webserver) needs to see the same paths as this command."""
-    env = dict(os.environ)
-    env.update({
-        "DOCSVAULT_SOURCES": str(s.sources_file), "DOCSVAULT_DATA": str(s.data_dir),
-        "DOCSVAULT_VAULT": str(s.vault_dir), "DOCSVAULT_EVALS": str(s.evals_dir), "DOCSVAULT_MODEL": s.model,
-        "DAGSTER_HOME": str(s.dagster_home),
-    })
-    if s.synonyms_required:     # only an explicit path: the default location stays optional in the child too
-        env["DOCSVAULT_SYNONYMS"] = str(s.synonyms_file)
-    else:
-        env.pop("DOCSVAULT_SYNONYMS", None)
-    return env
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -120,8 +115,8 @@ def build(
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
-        from pipeline.stages import FORCE_ENV
         from pipeline.defs.runner import run_build
+        from pipeline.stages import FORCE_ENV
 
         before = os.environ.get(FORCE_ENV)
         if force:
@@ -445,38 +440,6 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     return out
 
 
-def _open_searcher(**kwargs: Any) -> Searcher:
-    from pipeline.common.errors import WarehouseNotBuiltError
-    from pipeline.common.lock import running_build
-    from pipeline.search.searcher import Searcher
-    from pipeline.search.synonyms import check_synonyms_file
-
-    check_synonyms_file(settings().synonyms_file, settings().synonyms_required)
-    try:
-        return Searcher(settings().warehouse_path, query_threads=1, synonyms=settings().synonyms_file, **kwargs)
-    except WarehouseNotBuiltError as exc:
-        running = running_build(settings().data_dir)
-        if running:
-            raise WarehouseNotBuiltError(f"no warehouse at {settings().warehouse_path} yet: the first build is "
-                                         f"running ({running}); search works when it has finished") from exc
-        raise
-
-
-def search_lanes(spec: str | None) -> list[str] | None:
-    """``--lanes`` of search: ``"bm25,vector,graph"`` -> those lanes (``hybrid`` = the default lanes); None: the
-    default lanes.
-
-    Raises:
-        ValueError: an unknown lane or an empty list (the message lists the available ones).
-    """
-    if spec is None:
-        return None
-    lanes: list[str] = []
-    for names in parse_lanes(spec).values():
-        lanes += [n for n in names if n not in lanes]
-    return lanes
-
-
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help='What you are looking for, in any words (English or Japanese). Syntax: "exact phrase", -word, A OR B, source:NAME, tag:TAG, path:PREFIX (see README).')],
@@ -524,7 +487,7 @@ def search(
             from pipeline.search.usage import boosts, load
 
             boost = boosts(load(settings().data_dir))
-        searcher = _open_searcher(usage_boost=boost)
+        searcher = open_searcher(settings(), usage_boost=boost)
         try:
             try:
                 hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,
@@ -683,42 +646,8 @@ def read(
                            + (f"; … {more} more" if more > 0 else ""))
 
 
-def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
-    """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
-    "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
-    warehouse."""
-    from pipeline.search.neighbours import links_for_paths
-
-    empty: dict[str, Any] = {"outlinks": [], "backlinks": [], "outlinks_total": 0, "backlinks_total": 0}
-    if not s.warehouse_path.exists():
-        return empty
-    try:
-        return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
-    except PipelineError:
-        return empty
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # capture
-
-
-def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
-    """Vault paths of the top ``k`` notes a search for a captured note finds; [] without a warehouse (or when the
-    search fails: a capture never fails because of it)."""
-    from pipeline.ingest.capture import related_for
-
-    if not s.warehouse_path.exists():
-        return []
-    try:
-        searcher = _open_searcher()
-    except PipelineError:
-        return []
-    try:
-        return related_for(searcher, title, text, k)
-    except (PipelineError, ValueError):
-        return []
-    finally:
-        searcher.close()
 
 
 @app.command()
@@ -796,31 +725,6 @@ def capture(
 # eval
 
 
-def parse_lanes(spec: str) -> dict[str, list[str]]:
-    """``"bm25,vector,hybrid"`` -> ``{"bm25": ["bm25"], "vector": ["vector"], "hybrid": [the default lanes]}``.
-
-    Raises:
-        ValueError: an unknown name (the message lists the available ones).
-    """
-    from pipeline.search.searcher import DEFAULT_LANES, LANES
-
-    out: dict[str, list[str]] = {}
-    for name in (n.strip() for n in spec.split(",")):
-        if not name:
-            continue
-        if name == "hybrid":
-            out[name] = list(DEFAULT_LANES)
-        elif name == "hybrid+graph":
-            out[name] = [*DEFAULT_LANES, "graph"]
-        elif name in LANES:
-            out[name] = [name]
-        else:
-            raise ValueError(f"unknown lane {name!r} in --lanes; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
-    if not out:
-        raise ValueError(f"--lanes is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
-    return out
-
-
 def _no_eval_files(s: Settings) -> str:
     """The error when no eval file exists: names the folder(s) looked in (DOCSVAULT_EVALS or ./evals)."""
     raw = os.environ.get("DOCSVAULT_EVALS")
@@ -842,7 +746,6 @@ def eval_(
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse (each case searched within its
     corpus; --unscoped over all sources; --both side by side)."""
-    from pipeline.stages import eval_files
     from pipeline.evaluate import (
         SCOPE_NOTE,
         eval_history_path,
@@ -856,6 +759,7 @@ def eval_(
         run_ablation,
         run_eval,
     )
+    from pipeline.stages import eval_files
 
     if history:
         from pipeline.warehouse import read_eval_runs
@@ -878,7 +782,7 @@ def eval_(
         cases = load_cases(paths)
         if not cases:
             fail(f"no eval cases in {', '.join(str(p) for p in paths)}; add *.yaml case files (format: see README)")
-        searcher = _open_searcher()
+        searcher = open_searcher(settings())
         try:
             by_scope: dict[str, dict[str, dict[str, Any]]] = {}
             for scope in scopes:
@@ -930,84 +834,6 @@ def eval_(
 
 # ---------------------------------------------------------------------------------------------------------------
 # status, sources
-
-
-def errors_file(s: Settings, source: str) -> Path:
-    """``<data>/state/<source>.errors.txt``: one line per file the last normalize skipped, with its reason."""
-    return s.state_dir / f"{source}.errors.txt"
-
-
-def _skipped_files(s: Settings, source: str) -> int:
-    """Files the source's last normalize skipped (malformed notes, undecodable files): lines of its errors file."""
-    try:
-        with errors_file(s, source).open(encoding="utf-8", errors="replace") as fh:
-            return sum(1 for line in fh if line.strip())
-    except OSError:
-        return 0
-
-
-def skipped_reason(s: Settings, note: str) -> str | None:
-    """Why the last build skipped ``note`` (a vault path ``source/path.md`` or a source path), from the sources'
-    errors files; None when no build skipped it. Used when a note cannot be read."""
-    if not s.state_dir.is_dir():
-        return None
-    note = note.strip().strip("/")
-    for path in sorted(s.state_dir.glob("*.errors.txt")):
-        source = path.name[: -len(".errors.txt")]
-        wanted = {note, note[len(source) + 1:] if note.startswith(source + "/") else note}
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            prefix = f"source '{source}': "
-            for sp in wanted:
-                if line.startswith(f"{prefix}{sp}: "):
-                    return (f"{source}/{sp} is not in the vault: the last build skipped it "
-                            f"({line[len(prefix) + len(sp) + 2:]})")
-    return None
-
-
-def status_data(s: Settings) -> dict[str, Any]:
-    """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
-    from pipeline.common.artifacts import load_state
-    from pipeline.ingest.sources import load_sources
-    from pipeline.ingest.vault_check import user_files_lines
-
-    sources = load_sources(s.sources_file)
-    counts: dict[str, Any] = {}
-    warehouse: dict[str, Any] = {"path": str(s.warehouse_path), "built": False}
-    if s.warehouse_path.exists():
-        from pipeline import warehouse as wh
-
-        con = wh.connect(s.warehouse_path, read_only=True)
-        try:
-            st = wh.stats(con)
-        finally:
-            con.close()
-        counts = st["sources"]
-        warehouse.update({
-            "built": True, "bytes": s.warehouse_path.stat().st_size, "built_at": st["meta"].get("built_at", ""),
-            "notes": int(st["notes"]), "chunks": int(st["chunks"]), "links": int(st["links"]),
-            "dangling_links": int(st["dangling_links"]),
-            "models": [{"model_id": m["model_id"], "dim": m["dim"], "vectors": m["n"]} for m in st["models"]],
-        })
-    rows = []
-    for src in sources:
-        state = load_state(s, src.name)
-        c = counts.get(src.name, {})
-        rows.append({
-            "name": src.name, "kind": src.kind, "notes": int(c.get("notes", 0)), "chunks": int(c.get("chunks", 0)),
-            "skipped": _skipped_files(s, src.name),
-            "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
-            "fetch_error": state.get("fetch_error"), "last_error": state.get("last_error"),
-            "vault_files": user_files_lines(s, src),
-        })
-    return {
-        "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
-        "multilingual_model": s.multilingual_model, "crosslingual_model": s.crosslingual or "none",
-        "vault": str(s.vault_dir), "data": str(s.data_dir), "dagster_home": str(s.dagster_home),
-    }
 
 
 @app.command()
@@ -1078,8 +904,8 @@ def check_vault_cmd(
 @sources_app.command("validate")
 def sources_validate() -> None:
     """Validate sources.yaml; errors name the source, the key and what is allowed. Local folders must exist."""
-    from pipeline.stages import check_layout
     from pipeline.ingest.sources import check_local_paths, load_sources
+    from pipeline.stages import check_layout
 
     s = settings()
     try:
@@ -1178,7 +1004,7 @@ def ui(
     if not (home / "dagster.yaml").exists() and project_cfg.is_file():
         shutil.copyfile(project_cfg, home / "dagster.yaml")
     typer.echo(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home})", err=True)
-    os.execve(cmd, [cmd, "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)], _export_env(s))
+    os.execve(cmd, [cmd, "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)], child_env(s))
 
 
 def main() -> None:

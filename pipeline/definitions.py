@@ -11,22 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipeline.config import Settings
-
-
-def build_definitions(settings: Settings) -> dg.Definitions:
-    """The same definitions as the defs folder, for explicit settings (``docsvault build``, tests).
-
-    Raises:
-        SourceConfigError: sources.yaml invalid, or two source names map to the same asset key.
-    """
-    from pipeline.defs.assets import asset_defs
-    from pipeline.defs.automation import automation_defs
-    from pipeline.defs.executor import executor_defs
-    from pipeline.defs.resources import resource_defs
-
-    return dg.Definitions.merge(asset_defs(settings), automation_defs(settings), resource_defs(settings),
-                                executor_defs())
+from pipeline.defs import build_definitions  # noqa: F401  (the entry point's API: docsvault build, tests)
 
 
 @dg.definitions

@@ -29,9 +29,9 @@ from typing import Any
 
 import dagster as dg
 
-from pipeline.config import Settings
-from pipeline.definitions import build_definitions
 from pipeline.common.errors import PipelineError
+from pipeline.config import Settings
+from pipeline.defs import build_definitions
 
 BROKER_ENV = "DOCSVAULT_CELERY_BROKER"
 BACKEND_ENV = "DOCSVAULT_CELERY_BACKEND"

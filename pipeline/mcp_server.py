@@ -30,8 +30,8 @@ import threading
 import time
 from typing import Any
 
-from pipeline.config import Settings
 from pipeline.common.errors import PipelineError, UnknownSourceError
+from pipeline.config import Settings
 from pipeline.search.reader import find_note, locate, note_body, page_of, paginate, read_note
 
 log = logging.getLogger("docsvault.mcp")
@@ -90,8 +90,8 @@ class VaultService:
     # ---- searcher (reopened when a build swapped the file) ----
     def searcher(self) -> Any:
         """The Searcher over the current warehouse file (a new one after each publish)."""
-        from pipeline.search.searcher import Searcher
         from pipeline.search.synonyms import SynonymsError, check_synonyms_file
+        from pipeline.service import open_searcher
 
         try:
             check_synonyms_file(self.settings.synonyms_file, self.settings.synonyms_required)
@@ -117,8 +117,7 @@ class VaultService:
             if self._searcher is None or ident != self._identity:
                 # the old Searcher is not closed here: a search in another thread may still use it; it closes when
                 # the last reference goes
-                self._searcher = Searcher(path, embedder_factory=self._factory, query_threads=1,
-                                          synonyms=self.settings.synonyms_file)
+                self._searcher = open_searcher(self.settings, embedder_factory=self._factory)
                 self._identity = ident
                 log.info("opened warehouse %s (%d sources)", path, len(self._searcher.sources))
             return self._searcher
@@ -129,10 +128,10 @@ class VaultService:
         """Hits (one per note) with path, title, heading, score, clean bounded text, the note's links and the read
         call that continues at the hit. ``query`` takes the query syntax of :mod:`pipeline.search.query`; ``source``: one
         source name or several (a list), empty means all; ``lanes``: lane names (a list or comma-separated)."""
-        from pipeline.cli import search_lanes
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
         from pipeline.search.snippet import make_snippet
+        from pipeline.service import search_lanes
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
@@ -182,7 +181,7 @@ class VaultService:
                 "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
             })
         if not out:
-            from pipeline.cli import NO_RESULTS     # the same words as `docsvault search`
+            from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         return {"query": query[:200], "hits": out}
@@ -190,15 +189,15 @@ class VaultService:
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
         """One ~1,000-char page of a vault note, with page/pages, its outlinks and backlinks and the call for the
         next page. Records the read in the local usage log (:mod:`pipeline.search.usage`)."""
-        from pipeline.cli import note_links
         from pipeline.search.reader import NoteNotFoundError
         from pipeline.search.usage import record
+        from pipeline.service import note_links
 
         s = self.settings
         try:
             pg = read_note(s.vault_dir, find_note(s.vault_dir, path, s.warehouse_path), page)
         except NoteNotFoundError as exc:
-            from pipeline.cli import skipped_reason
+            from pipeline.service import skipped_reason
 
             raise ToolFailure(skipped_reason(s, path) or str(exc)) from None
         except ValueError as exc:
@@ -235,8 +234,8 @@ class VaultService:
             ToolFailure: no/unknown/non-local capture source, empty or too long text, unsafe or taken name.
         """
         from pipeline.ingest.capture import capture_source, title_of, write_capture
-        from pipeline.cli import capture_related
         from pipeline.ingest.sources import load_sources
+        from pipeline.service import capture_related
 
         s = self.settings
         if not isinstance(text, str) or not text.strip():
@@ -262,7 +261,7 @@ class VaultService:
 
     def status(self) -> dict[str, Any]:
         """Sources with note/chunk counts and last fetch, the warehouse, the model."""
-        from pipeline.cli import status_data
+        from pipeline.service import status_data
 
         data = status_data(self.settings)
         data["sources"] = data["sources"][:100]
@@ -320,7 +319,7 @@ class VaultService:
     def _refresh(self, names: list[str], full: bool = False) -> dict[str, Any]:
         import json
 
-        from pipeline.cli import _export_env
+        from pipeline.service import child_env
 
         before = self._note_hashes(names)
         cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else [])]
@@ -329,7 +328,7 @@ class VaultService:
         started = time.monotonic()
         log.info("refresh: %s", " ".join(cmd[2:]))
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=_export_env(self.settings), start_new_session=True, text=True,
+                                env=child_env(self.settings), start_new_session=True, text=True,
                                 encoding="utf-8", errors="replace")
         try:
             output, errout = proc.communicate(timeout=self.refresh_timeout)

@@ -6,6 +6,7 @@ IDs are stable: a note's id derives from (source, source_path); a chunk's id fro
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -196,3 +197,15 @@ class EvalCase:
     expected: tuple[str, ...]             # source_paths; a hit when any appears
     kind: str = "unknown"
     file: str = ""
+
+
+def model_slug(model_id: str) -> str:
+    """Filesystem- and SQL-identifier-safe form of a model id: lowercase ``[a-z0-9_]``, at most 60 chars.
+
+    ``"sentence-transformers/all-MiniLM-L6-v2"`` -> ``"sentence_transformers_all_minilm_l6_v2"``; a longer id is
+    cut and suffixed with 8 hex chars of its sha1 so it stays unique.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "_", model_id.lower()).strip("_") or "model"
+    if len(slug) > 60:
+        slug = f"{slug[:51]}_{hashlib.sha1(model_id.encode('utf-8')).hexdigest()[:8]}"
+    return slug

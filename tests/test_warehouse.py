@@ -188,7 +188,9 @@ def test_failed_publish_keeps_old_file(tmp_path: Path, monkeypatch):
     def boom(edges):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(wh, "_links_table", boom)
+    from pipeline.warehouse import write as wh_write
+
+    monkeypatch.setattr(wh_write, "_links_table", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         wh.publish(path, toy_data(20)[0])
     assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"]

@@ -29,12 +29,11 @@ from typing import Any
 
 import dagster as dg
 
-from pipeline.common import artifacts
-
 from pipeline import stages as build
+from pipeline.common import artifacts
+from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
 from pipeline.defs.resources import DocsvaultResource, cached_embedder
-from pipeline.common.errors import PipelineError
 from pipeline.models import Source
 
 PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")

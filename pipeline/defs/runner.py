@@ -23,9 +23,8 @@ from typing import Any
 
 import dagster as dg
 
-from pipeline.common import artifacts
-
 from pipeline import stages as build
+from pipeline.common import artifacts
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
@@ -146,7 +145,7 @@ def _settings_env(settings: Settings) -> Iterator[None]:
 
 def _global_job() -> dg.JobDefinition:
     """Every asset, for the settings in the environment (reconstructable: a module-level function)."""
-    from pipeline.definitions import build_definitions
+    from pipeline.defs import build_definitions
 
     return build_definitions(Settings.from_env()).resolve_job_def("refresh_all")
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.config import DEFAULT_MODEL
 from pipeline.common.errors import EmbeddingError
-from pipeline.models import Chunk, text_hash
+from pipeline.models import Chunk, model_slug, text_hash
 
 log = logging.getLogger(__name__)
 
@@ -117,18 +117,6 @@ def english_only(model_id: str) -> bool:
     variant). Unknown models count as multilingual (never skipped)."""
     name = model_id.split("@", 1)[0]
     return name.startswith("sentence-transformers/all-") or name.startswith("all-")
-
-
-def model_slug(model_id: str) -> str:
-    """Filesystem- and SQL-identifier-safe form of a model id: lowercase ``[a-z0-9_]``, at most 60 chars.
-
-    ``"sentence-transformers/all-MiniLM-L6-v2"`` -> ``"sentence_transformers_all_minilm_l6_v2"``; a longer id is
-    cut and suffixed with 8 hex chars of its sha1 so it stays unique.
-    """
-    slug = re.sub(r"[^a-z0-9]+", "_", model_id.lower()).strip("_") or "model"
-    if len(slug) > 60:
-        slug = f"{slug[:51]}_{hashlib.sha1(model_id.encode('utf-8')).hexdigest()[:8]}"
-    return slug
 
 
 def _normalise(vecs: np.ndarray) -> np.ndarray:

@@ -82,7 +82,7 @@ def _bundled_dir() -> Path:
 
 
 def _model_dir(variant: str, cache_dir: Path | None) -> Path:
-    from pipeline.index.embed import model_slug
+    from pipeline.models import model_slug
 
     return (cache_dir or onnx_cache_dir()) / model_slug(VARIANTS[variant])
 
@@ -237,7 +237,7 @@ E5_VARIANT = "e5-fp32"
 
 def e5_model_dir(model_id: str, cache_dir: Path | None = None) -> Path:
     """Directory of the exported encoder of an e5 model id (``<cache>/<model slug>``)."""
-    from pipeline.index.embed import model_slug
+    from pipeline.models import model_slug
 
     return (cache_dir or onnx_cache_dir()) / model_slug(model_id)
 

@@ -1337,6 +1337,47 @@ def _needs_quoting(text: str) -> bool:
     return any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text)
 
 
+ERRORS_SUFFIX = ".errors.txt"
+
+
+def errors_file(settings: Settings, source: str) -> Path:
+    """``<data>/state/<source>.errors.txt``: one line per file the last normalize skipped, with its reason
+    (written by :func:`write_report`, read by :func:`skipped_count` and :func:`skipped_reason`)."""
+    return settings.state_dir / f"{source}{ERRORS_SUFFIX}"
+
+
+def skipped_count(settings: Settings, source: str) -> int:
+    """Files the source's last normalize skipped (malformed notes, undecodable files): lines of its errors file;
+    0 when there is none."""
+    try:
+        with errors_file(settings, source).open(encoding="utf-8", errors="replace") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return 0
+
+
+def skipped_reason(settings: Settings, note: str) -> str | None:
+    """Why the last build skipped ``note`` (a vault path ``source/path.md`` or a source path), from the sources'
+    errors files (lines ``source 'x': path: reason``); None when no build skipped it."""
+    if not settings.state_dir.is_dir():
+        return None
+    note = note.strip().strip("/")
+    for path in sorted(settings.state_dir.glob(f"*{ERRORS_SUFFIX}")):
+        source = path.name[: -len(ERRORS_SUFFIX)]
+        wanted = {note, note[len(source) + 1:] if note.startswith(source + "/") else note}
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            prefix = f"source '{source}': "
+            for sp in wanted:
+                if line.startswith(f"{prefix}{sp}: "):
+                    return (f"{source}/{sp} is not in the vault: the last build skipped it "
+                            f"({line[len(prefix) + len(sp) + 2:]})")
+    return None
+
+
 def write_report(settings: Settings, source: str, result: NormalizeResult) -> dict[str, Path]:
     """Write the per-source normalize report, each file atomically (temp + rename).
 
@@ -1354,7 +1395,7 @@ def write_report(settings: Settings, source: str, result: NormalizeResult) -> di
     def atomic(path: Path, text: str) -> None:
         write_atomic(path, text.encode("utf-8", errors="backslashreplace"))
 
-    errors_path = settings.state_dir / f"{source}.errors.txt"
+    errors_path = errors_file(settings, source)
     dangling_path = settings.graph_dir / f"dangling-{source}.json"
     errors_path.parent.mkdir(parents=True, exist_ok=True)
     dangling_path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ _CODE = {
     "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "index/language.py"),
     "graph": ("index/graph.py", "ingest/vault.py"),
     "bm25": ("index/analysis.py",),
-    "warehouse": ("warehouse/schema.py", "warehouse/publish.py", "index/bm25.py", "index/analysis.py",
+    "warehouse": ("warehouse/schema.py", "warehouse/write.py", "index/bm25.py", "index/analysis.py",
                   "index/graph.py", "stages/warehouse.py", "stages/index.py"),
 }
 

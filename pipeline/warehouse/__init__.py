@@ -20,7 +20,7 @@ grew past 1.5x its size after the last full publish), :func:`publish` writes a f
 Opening (:func:`connect`) always goes ``:memory:`` -> load ``vss``/``fts`` -> ``ATTACH`` the file: a write-ahead
 log that touches an HNSW index can only be replayed once ``vss`` is loaded (EC-19, duckdb-vss#65).
 
-Modules: ``schema`` (tables, :func:`connect`), ``publish`` (writes), ``vectors`` (k-NN and vector reads),
+Modules: ``schema`` (tables, :func:`connect`), ``write`` (:func:`publish`), ``vectors`` (k-NN and vector reads),
 ``queries`` (note/chunk/link reads), ``eval_runs`` (the eval history file). Import the face, ``from pipeline import
 warehouse as wh``, unless a test patches a module's private name.
 """
@@ -31,13 +31,14 @@ from pipeline.warehouse.schema import (
     connect,
     vector_table_name,
 )
-from pipeline.warehouse.publish import (
+from pipeline.warehouse.write import (
     publish,
 )
 from pipeline.warehouse.vectors import (
     brute_force_search,
     explain_vector_search,
     list_models,
+    load_live_vectors,
     vector_search,
     vectors_by_text_hash,
 )
@@ -47,6 +48,7 @@ from pipeline.warehouse.queries import (
     list_sources,
     load_bm25_blobs,
     load_chunk_keys,
+    load_graph,
     load_note_keys,
     model_source_counts,
     note_by_vault_path,
@@ -56,6 +58,7 @@ from pipeline.warehouse.queries import (
     note_texts,
     note_vectors,
     notes_by_source_path,
+    read_meta,
     stats,
 )
 from pipeline.warehouse.eval_runs import (
@@ -78,6 +81,8 @@ __all__ = [
     "list_sources",
     "load_bm25_blobs",
     "load_chunk_keys",
+    "load_graph",
+    "load_live_vectors",
     "load_note_keys",
     "model_source_counts",
     "note_by_vault_path",
@@ -89,6 +94,7 @@ __all__ = [
     "notes_by_source_path",
     "publish",
     "read_eval_runs",
+    "read_meta",
     "stats",
     "vector_search",
     "vector_table_name",

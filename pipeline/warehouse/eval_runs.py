@@ -14,7 +14,7 @@ import duckdb
 from pipeline.common.errors import (
     PipelineError,
 )
-from pipeline.warehouse.publish import _swap
+from pipeline.warehouse.write import _swap
 
 log = logging.getLogger("pipeline.warehouse")
 

@@ -15,7 +15,7 @@ from pipeline.common.errors import (
     WarehouseCorruptError,
     WarehouseNotBuiltError,
 )
-from pipeline.index.embed import model_slug
+from pipeline.models import model_slug
 from pipeline.models import Chunk, Edge, Note
 
 log = logging.getLogger("pipeline.warehouse")

@@ -12,25 +12,36 @@ and Obsidian canvases (``*.md``, ``*.mdx``, ``*.markdown``, ``*.canvas``).
 
 from __future__ import annotations
 
-import datetime as _dt
-import functools
-import json
-import re
-from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-from urllib.parse import urljoin, urlsplit
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
+from pipeline.config import Settings
+from pipeline.ingest.fetch.base import (
+    DEFAULT_INCLUDE,
+    GLOB_CHARS,
+    STATE_FILE,
+    atomic_write_text,
+    glob_to_regex,
+    is_glob,
+    now_iso,
+    path_matches,
+    read_state,
+    select_paths,
+    source_dir,
+    strategy_url,
+    write_state,
+)
 from pipeline.models import FetchResult, RawFile, Source
 
-DEFAULT_INCLUDE: tuple[str, ...] = ("*.md", "*.mdx", "*.markdown", "*.canvas")
-STATE_FILE = "fetch.json"
-GLOB_CHARS = frozenset("*?[")
-
 __all__ = [
+    "GLOB_CHARS",
+    "STATE_FILE",
+    "atomic_write_text",
+    "is_glob",
+    "now_iso",
+    "read_state",
+    "write_state",
     "DEFAULT_INCLUDE",
     "fetch_source",
     "glob_to_regex",
@@ -40,11 +51,6 @@ __all__ = [
     "source_dir",
     "strategy_url",
 ]
-
-
-def source_dir(source: Source, settings: Settings) -> Path:
-    """``<raw>/<name>/``: where a source's clone / downloads and its ``fetch.json`` live."""
-    return settings.raw_dir / source.name
 
 
 def fetch_source(source: Source, settings: Settings) -> FetchResult:
@@ -86,23 +92,6 @@ def fetch_source(source: Source, settings: Settings) -> FetchResult:
             result = replace(result, warnings=notes + result.warnings, stats=stats)
         return result
     raise FetchError(f"source '{source.name}': every strategy failed: " + " | ".join(failures))
-
-
-def strategy_url(source: Source, strategy: str) -> str | None:
-    """The URL a strategy starts from: llms_txt -> ``url`` when it names a ``.txt`` file, else ``<url folder>/llms.txt``;
-    html -> ``url``, or the folder of an ``llms.txt`` / ``llms-full.txt`` URL; git -> ``url``."""
-    url = source.url
-    if not url:
-        return None
-    path = urlsplit(url).path
-    if strategy == "llms_txt":
-        if path.lower().endswith(".txt"):
-            return url
-        last = path.rsplit("/", 1)[-1]
-        return urljoin(url if url.endswith("/") or "." in last else url + "/", "llms.txt")
-    if strategy == "html":
-        return urljoin(url, "./") if path.lower().endswith((".txt",)) else url
-    return url
 
 
 def _fetch_with(strategy: str, source: Source, settings: Settings) -> FetchResult:
@@ -160,100 +149,3 @@ def load_fetch_result(source: Source, settings: Settings) -> FetchResult | None:
 
 # ---- shared helpers for the strategies ----
 
-def now_iso() -> str:
-    """Current UTC time, ISO 8601 with seconds and a ``Z``-free ``+00:00`` offset."""
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
-
-
-def read_state(source: Source, settings: Settings) -> dict[str, Any] | None:
-    """The parsed ``fetch.json`` of a source, or None when missing or unreadable."""
-    path = source_dir(source, settings) / STATE_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_state(source: Source, settings: Settings, result: FetchResult, fetched_at: str,
-                extra: dict[str, Any] | None = None) -> None:
-    """Atomically write ``<raw>/<name>/fetch.json`` (temp file in the same folder + ``os.replace``)."""
-    folder = source_dir(source, settings)
-    folder.mkdir(parents=True, exist_ok=True)
-    state: dict[str, Any] = {
-        "source": source.name,
-        "strategy": result.strategy,
-        "revision": result.revision,
-        "fetched_at": fetched_at,
-        "file_count": len(result.files),
-        "stats": result.stats,
-        "warnings": list(result.warnings),
-        **(extra or {}),
-        "files": [{"source_path": f.source_path, "path": str(f.path), "url": f.url, **({"meta": f.meta} if f.meta else {})}
-                  for f in result.files],
-    }
-    atomic_write_text(folder / STATE_FILE, json.dumps(state, ensure_ascii=False, indent=1) + "\n")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text (UTF-8) through a temp file in the same folder and ``os.replace``."""
-    from pipeline.common.artifacts import write_atomic
-
-    write_atomic(path, text.encode("utf-8"))
-
-
-def is_glob(pattern: str) -> bool:
-    """True when the pattern contains a glob character (``*``, ``?`` or ``[``)."""
-    return any(c in GLOB_CHARS for c in pattern)
-
-
-@functools.lru_cache(maxsize=512)
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a gitignore-like glob (see module doc) to a regex matched against a whole posix path."""
-    pat = pattern.strip()
-    anchored = pat.startswith("/") or "/" in pat.rstrip("/")
-    pat = pat.strip("/")
-    out: list[str] = []
-    i, n = 0, len(pat)
-    while i < n:
-        c = pat[i]
-        if c == "*":
-            if pat.startswith("**", i):
-                j = i + 2
-                if j < n and pat[j] == "/":
-                    out.append("(?:.*/)?")
-                    i = j + 1
-                else:
-                    out.append(".*")
-                    i = j
-                continue
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = pat.find("]", i + 2 if pat[i + 1:i + 2] in ("!", "^") else i + 1)
-            if j == -1:
-                out.append(re.escape(c))
-            else:
-                body = pat[i + 1:j]
-                if body[:1] in ("!", "^"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    prefix = "" if anchored else "(?:.*/)?"
-    return re.compile(f"^{prefix}{''.join(out)}(?:/.*)?$", re.DOTALL)
-
-
-def path_matches(path: str, patterns: Iterable[str]) -> bool:
-    """True when the posix ``path`` matches any of the globs (see module doc)."""
-    return any(glob_to_regex(p).match(path) for p in patterns)
-
-
-def select_paths(source: Source, paths: Iterable[str]) -> list[str]:
-    """Apply ``include`` (default Markdown-ish) and ``exclude`` to posix source paths; sorted, deduplicated."""
-    include = source.include or DEFAULT_INCLUDE
-    keep = {p for p in paths if path_matches(p, include) and not path_matches(p, source.exclude)}
-    return sorted(keep)

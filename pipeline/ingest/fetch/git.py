@@ -27,9 +27,17 @@ from typing import Any
 
 import git
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
-from pipeline.ingest.fetch import is_glob, now_iso, path_matches, read_state, select_paths, source_dir, write_state
+from pipeline.config import Settings
+from pipeline.ingest.fetch.base import (
+    is_glob,
+    now_iso,
+    path_matches,
+    read_state,
+    select_paths,
+    source_dir,
+    write_state,
+)
 from pipeline.models import FetchResult, RawFile, Source
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")

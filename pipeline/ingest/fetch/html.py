@@ -24,9 +24,9 @@ from collections import deque
 from typing import Any
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
-from pipeline.ingest.fetch import now_iso, read_state, write_state
+from pipeline.config import Settings
+from pipeline.ingest.fetch.base import now_iso, read_state, write_state
 from pipeline.ingest.fetch.http import HttpClient, HttpPolicy, PageError, host_of
 from pipeline.ingest.fetch.pages import PageStage, revision_of, sha256, url_source_path
 from pipeline.models import FetchResult, RawFile, Source

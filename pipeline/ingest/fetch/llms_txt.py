@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
-from pipeline.ingest.fetch import atomic_write_text, now_iso, read_state, write_state
+from pipeline.config import Settings
+from pipeline.ingest.fetch.base import atomic_write_text, now_iso, read_state, write_state
 from pipeline.ingest.fetch.html import DEFAULT_MAX_PAGES, HTML_ACCEPT, make_client
 from pipeline.ingest.fetch.http import HttpClient, PageError, Response, host_of
 from pipeline.ingest.fetch.pages import PageStage, revision_of, sha256, url_source_path

@@ -19,9 +19,9 @@ import time
 import unicodedata
 from pathlib import Path
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
-from pipeline.ingest.fetch import now_iso, read_state, select_paths, write_state
+from pipeline.config import Settings
+from pipeline.ingest.fetch.base import now_iso, read_state, select_paths, write_state
 from pipeline.models import FetchResult, RawFile, Source
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from pipeline.config import Settings
-from pipeline.ingest.fetch import source_dir
+from pipeline.ingest.fetch.base import source_dir
 from pipeline.models import Source
 
 PAGES_DIR = "pages"

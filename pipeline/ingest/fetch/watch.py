@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
-from pipeline.ingest.fetch import read_state, strategy_url
+from pipeline.config import Settings
+from pipeline.ingest.fetch.base import read_state, strategy_url
 from pipeline.models import Source
 
 
@@ -61,7 +61,7 @@ def _check_git(source: Source, state: dict) -> UpstreamCheck:
 def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
     import hashlib
 
-    from pipeline.ingest.fetch import select_paths
+    from pipeline.ingest.fetch.base import select_paths
     from pipeline.ingest.fetch.local import _walk_root
 
     roots = sorted(source.path)

@@ -1,0 +1,189 @@
+"""What both shells answer (the CLI and the MCP server), so neither imports the other: the environment of a child
+process, opening a searcher, lanes, a note's links, related notes of a capture, why a note was skipped, status.
+
+Every function takes the :class:`~pipeline.config.Settings` it works on; none reads global state.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from pipeline.common.errors import PipelineError
+from pipeline.config import Settings
+from pipeline.ingest.normalize import errors_file, skipped_count, skipped_reason
+
+if TYPE_CHECKING:
+    from pipeline.search.searcher import Searcher
+
+__all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",
+           "search_lanes", "skipped_count", "skipped_reason", "status_data"]
+
+#: what search says when nothing matched (the CLI and the MCP search tool's ``message``)
+NO_RESULTS = "No results"
+
+
+def child_env(s: Settings) -> dict[str, str]:
+    """The environment a child process (build, webserver) needs to see the same paths as this command."""
+    env = dict(os.environ)
+    env.update({
+        "DOCSVAULT_SOURCES": str(s.sources_file), "DOCSVAULT_DATA": str(s.data_dir),
+        "DOCSVAULT_VAULT": str(s.vault_dir), "DOCSVAULT_EVALS": str(s.evals_dir), "DOCSVAULT_MODEL": s.model,
+        "DAGSTER_HOME": str(s.dagster_home),
+    })
+    if s.synonyms_required:     # only an explicit path: the default location stays optional in the child too
+        env["DOCSVAULT_SYNONYMS"] = str(s.synonyms_file)
+    else:
+        env.pop("DOCSVAULT_SYNONYMS", None)
+    return env
+
+
+
+
+def open_searcher(s: Settings, **kwargs: Any) -> Searcher:
+    """A Searcher over ``s.warehouse_path`` (one query thread, the settings' synonyms); ``kwargs`` go to Searcher.
+
+    Raises:
+        SynonymsError: the synonyms file is invalid (or missing when named explicitly).
+        WarehouseNotBuiltError: no warehouse yet (the message says when the first build is still running).
+    """
+    from pipeline.common.errors import WarehouseNotBuiltError
+    from pipeline.common.lock import running_build
+    from pipeline.search.searcher import Searcher
+    from pipeline.search.synonyms import check_synonyms_file
+
+    check_synonyms_file(s.synonyms_file, s.synonyms_required)
+    try:
+        return Searcher(s.warehouse_path, query_threads=1, synonyms=s.synonyms_file, **kwargs)
+    except WarehouseNotBuiltError as exc:
+        running = running_build(s.data_dir)
+        if running:
+            raise WarehouseNotBuiltError(f"no warehouse at {s.warehouse_path} yet: the first build is "
+                                         f"running ({running}); search works when it has finished") from exc
+        raise
+
+
+
+
+def search_lanes(spec: str | None) -> list[str] | None:
+    """``--lanes`` of search: ``"bm25,vector,graph"`` -> those lanes (``hybrid`` = the default lanes); None: the
+    default lanes.
+
+    Raises:
+        ValueError: an unknown lane or an empty list (the message lists the available ones).
+    """
+    if spec is None:
+        return None
+    lanes: list[str] = []
+    for names in parse_lanes(spec).values():
+        lanes += [n for n in names if n not in lanes]
+    return lanes
+
+
+
+
+def parse_lanes(spec: str) -> dict[str, list[str]]:
+    """``"bm25,vector,hybrid"`` -> ``{"bm25": ["bm25"], "vector": ["vector"], "hybrid": [the default lanes]}``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the available ones).
+    """
+    from pipeline.search.searcher import DEFAULT_LANES, LANES
+
+    out: dict[str, list[str]] = {}
+    for name in (n.strip() for n in spec.split(",")):
+        if not name:
+            continue
+        if name == "hybrid":
+            out[name] = list(DEFAULT_LANES)
+        elif name == "hybrid+graph":
+            out[name] = [*DEFAULT_LANES, "graph"]
+        elif name in LANES:
+            out[name] = [name]
+        else:
+            raise ValueError(f"unknown lane {name!r} in --lanes; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
+    if not out:
+        raise ValueError(f"--lanes is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
+    return out
+
+
+
+
+def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
+    """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
+    "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
+    warehouse."""
+    from pipeline.search.neighbours import links_for_paths
+
+    empty: dict[str, Any] = {"outlinks": [], "backlinks": [], "outlinks_total": 0, "backlinks_total": 0}
+    if not s.warehouse_path.exists():
+        return empty
+    try:
+        return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
+    except PipelineError:
+        return empty
+
+
+
+
+def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
+    """Vault paths of the top ``k`` notes a search for a captured note finds; [] without a warehouse (or when the
+    search fails: a capture never fails because of it)."""
+    from pipeline.ingest.capture import related_for
+
+    if not s.warehouse_path.exists():
+        return []
+    try:
+        searcher = open_searcher(s)
+    except PipelineError:
+        return []
+    try:
+        return related_for(searcher, title, text, k)
+    except (PipelineError, ValueError):
+        return []
+    finally:
+        searcher.close()
+
+
+
+
+def status_data(s: Settings) -> dict[str, Any]:
+    """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
+    from pipeline.common.artifacts import load_state
+    from pipeline.ingest.sources import load_sources
+    from pipeline.ingest.vault_check import user_files_lines
+
+    sources = load_sources(s.sources_file)
+    counts: dict[str, Any] = {}
+    warehouse: dict[str, Any] = {"path": str(s.warehouse_path), "built": False}
+    if s.warehouse_path.exists():
+        from pipeline import warehouse as wh
+
+        con = wh.connect(s.warehouse_path, read_only=True)
+        try:
+            st = wh.stats(con)
+        finally:
+            con.close()
+        counts = st["sources"]
+        warehouse.update({
+            "built": True, "bytes": s.warehouse_path.stat().st_size, "built_at": st["meta"].get("built_at", ""),
+            "notes": int(st["notes"]), "chunks": int(st["chunks"]), "links": int(st["links"]),
+            "dangling_links": int(st["dangling_links"]),
+            "models": [{"model_id": m["model_id"], "dim": m["dim"], "vectors": m["n"]} for m in st["models"]],
+        })
+    rows = []
+    for src in sources:
+        state = load_state(s, src.name)
+        c = counts.get(src.name, {})
+        rows.append({
+            "name": src.name, "kind": src.kind, "notes": int(c.get("notes", 0)), "chunks": int(c.get("chunks", 0)),
+            "skipped": skipped_count(s, src.name),
+            "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
+            "fetch_error": state.get("fetch_error"), "last_error": state.get("last_error"),
+            "vault_files": user_files_lines(s, src),
+        })
+    return {
+        "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
+        "multilingual_model": s.multilingual_model, "crosslingual_model": s.crosslingual or "none",
+        "vault": str(s.vault_dir), "data": str(s.data_dir), "dagster_home": str(s.dagster_home),
+    }
