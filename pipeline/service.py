@@ -6,11 +6,10 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from pipeline.common.errors import PipelineError
-from pipeline.config import Settings
+from pipeline.config import Settings, environ
 from pipeline.ingest.normalize import errors_file, skipped_count, skipped_reason
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ NO_RESULTS = "No results"
 
 def child_env(s: Settings) -> dict[str, str]:
     """The environment a child process (build, webserver) needs to see the same paths as this command."""
-    env = dict(os.environ)
+    env = dict(environ())
     env.update({
         "DOCSVAULT_SOURCES": str(s.sources_file), "DOCSVAULT_DATA": str(s.data_dir),
         "DOCSVAULT_VAULT": str(s.vault_dir), "DOCSVAULT_EVALS": str(s.evals_dir), "DOCSVAULT_MODEL": s.model,

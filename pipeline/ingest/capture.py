@@ -10,7 +10,6 @@ file is created exclusively). Frontmatter (``created``, ``agent``, ``status: raw
 
 from __future__ import annotations
 
-import os
 import re
 import unicodedata
 import uuid
@@ -22,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from pipeline.common.errors import PipelineError
+from pipeline.config import env_value
 from pipeline.models import Source
 
 __all__ = [
@@ -63,7 +63,7 @@ def capture_source(sources: Sequence[Source], name: str | None = None) -> Source
     Raises:
         CaptureError: none named, unknown, or not a ``local`` source with a folder.
     """
-    name = name or os.environ.get(ENV_SOURCE, "").strip() or None
+    name = name or env_value(ENV_SOURCE).strip() or None
     local = [s.name for s in sources if s.kind == "local"]
     if not name:
         raise CaptureError(f"no capture source: set {ENV_SOURCE} to a local source of sources.yaml "

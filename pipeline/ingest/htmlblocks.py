@@ -205,7 +205,7 @@ def convert_html(text: str) -> str:
 
     A block whose element holds blank lines (outside ``<pre>``) wraps Markdown (``<div className="x">``, blank line,
     Markdown, blank line, ``</div>``): only its tags go, and what it wraps is converted in turn (dedented)."""
-    from pipeline.ingest.normalize import _dedent
+    from pipeline.common.markdown import dedent as _dedent
 
     if "<" not in text:
         return text

@@ -29,9 +29,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
-from pipeline.config import Settings
 from pipeline.common.errors import NoteError
 from pipeline.common.frontmatter import canonical_body, decode_bytes, split_frontmatter
+from pipeline.common.markdown import dedent as _dedent
+from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
 MARKDOWN_EXTS = (".md", ".mdx", ".markdown", ".html", ".htm", ".txt")
@@ -377,15 +378,6 @@ def _code_ranges(text: str) -> list[tuple[int, int]]:
             ranges.append((pos, pos + len(chunk)))
         pos += len(chunk)
     return ranges
-
-
-def _dedent(text: str) -> str:
-    """Remove the common leading whitespace of the non-blank lines (tabs count as 4 spaces)."""
-    lines = text.split("\n")
-    lines = [ln.replace("\t", "    ") if ln[:1] == "\t" else ln for ln in lines]
-    indents = [len(ln) - len(ln.lstrip(" ")) for ln in lines if ln.strip()]
-    cut = min(indents) if indents else 0
-    return "\n".join(ln[cut:] if ln.strip() else "" for ln in lines)
 
 
 def _callout(kind: str, title: str, inner: str) -> str:

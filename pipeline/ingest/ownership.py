@@ -84,8 +84,8 @@ def legacy_owned(root: Path, source: str) -> Manifest:
     <source>`` and a ``content_hash`` equal to the hash of their body (unedited generated notes), and its
     ``docsvault: index`` note; each with its current hash."""
     from pipeline.common.errors import NoteError
+    from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
     from pipeline.models import text_hash
-    from pipeline.ingest.vault import INDEX_KEY, INDEX_VALUE, parse_note
 
     owned: Manifest = {}
     for rel, path in walk_files(root).items():

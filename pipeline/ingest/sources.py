@@ -36,8 +36,8 @@ from urllib.parse import urljoin
 import yaml
 
 from pipeline.common.errors import SourceConfigError
-from pipeline.models import DocFormat, Source, SourceKind
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
+from pipeline.models import DocFormat, Source, SourceKind
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _RESERVED_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}

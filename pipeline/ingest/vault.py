@@ -14,8 +14,6 @@ reaches the graph, the chunks, search or the eval.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import re
 import unicodedata
@@ -25,9 +23,16 @@ from typing import NamedTuple
 
 from pipeline.common.artifacts import write_atomic
 from pipeline.common.errors import NoteError
-from pipeline.common.frontmatter import decode_bytes, render_note, split_frontmatter
-from pipeline.models import Note
+from pipeline.common.frontmatter import (
+    INDEX_KEY,
+    INDEX_VALUE,
+    decode_bytes,
+    parse_note,
+    render_note,
+    split_frontmatter,
+)
 from pipeline.ingest.ownership import load_manifest
+from pipeline.models import Note
 
 
 class VaultResult(NamedTuple):
@@ -49,8 +54,6 @@ class VaultResult(NamedTuple):
     attachments: int = 0
 
 
-INDEX_KEY = "docsvault"
-INDEX_VALUE = "index"
 INDEX_NAME = "_index.md"
 
 
@@ -336,24 +339,6 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         save_manifest(root, source, final)
     kept = audit(root, source).user_files if root.is_dir() else []
     return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies))
-
-
-@functools.lru_cache(maxsize=20_000)
-def _parse_cached(data: bytes) -> tuple[str, str]:
-    fm, body = split_frontmatter(decode_bytes(data, ""), "")
-    return json.dumps(fm, ensure_ascii=False), body
-
-
-def parse_note(data: bytes, where: str) -> tuple[dict, str]:
-    """``split_frontmatter(decode_bytes(data))``, memoized by the file's bytes: the stages of one build (chunk,
-    graph, warehouse) read the same vault files, and YAML parsing is most of reading them. The frontmatter is
-    JSON-safe, so each call returns a fresh copy via JSON."""
-    try:
-        fm_json, body = _parse_cached(data)
-    except NoteError:
-        split_frontmatter(decode_bytes(data, where), where)     # the same error, naming the file
-        raise
-    return json.loads(fm_json), body
 
 
 def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[Note]:

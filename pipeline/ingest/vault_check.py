@@ -113,8 +113,8 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
         Examples are ``"<vault path>: <detail>"`` strings, at most 10 per kind.
     """
     from pipeline.common.artifacts import file_mode
-    from pipeline.ingest.attachments import _Index, _targets, list_candidates, source_roots
     from pipeline.common.errors import NoteError
+    from pipeline.ingest.attachments import _Index, _targets, list_candidates, source_roots
     from pipeline.ingest.ownership import audit
     from pipeline.ingest.vault import read_notes
 

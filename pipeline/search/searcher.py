@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,10 +36,11 @@ from typing import NamedTuple, Self
 import numpy as np
 
 from pipeline import warehouse as wh
+from pipeline.common.errors import UnknownSourceError
+from pipeline.config import int_env
 from pipeline.index.analysis import Analyzer, is_japanese
 from pipeline.index.bm25 import Bm25Index, split_blobs
 from pipeline.index.embed import Embedder, english_only, load_embedder
-from pipeline.common.errors import UnknownSourceError
 from pipeline.models import Hit
 from pipeline.search.query import ParsedQuery
 from pipeline.search.synonyms import Synonyms, load_synonyms
@@ -48,7 +48,7 @@ from pipeline.search.translate import Translator
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LANES", "Searcher", "make_snippet", "page_ranking"]
+__all__ = ["LANES", "Searcher", "make_snippet", "page_ranking", "rrf"]
 
 LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual", "graph")
 DEFAULT_LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual")
@@ -78,8 +78,14 @@ PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses 
 #: recall 1, the source filter applied before ranking); above it through the DuckDB HNSW index (approximate, filter
 #: after k-NN). Measured on the five bench corpora (bench/run.py): HNSW 7-80 ms depending on the over-fetch a
 #: source filter needs, recall@10 0.95. Memory: rows x dim x 4 bytes (100k x 384-d = 154 MB).
-EXACT_MAX_ROWS = int(os.environ.get("DOCSVAULT_EXACT_MAX_ROWS", "100000"))
+EXACT_MAX_ROWS = int_env("DOCSVAULT_EXACT_MAX_ROWS", 100000)
 QUERY_CACHE = 512            # query vectors remembered per Searcher (FIFO)
+
+
+def rrf(weight: float, rank: int, k: float = K_RRF) -> float:
+    """Reciprocal rank fusion: the part one lane gives an item at 1-based ``rank``, ``weight / (k + rank)``. Every
+    fusion here (pages, graph seeds, chunks, ``--explain``) uses it."""
+    return weight / (k + rank)
 
 
 def _diverse(hits: Sequence[tuple[str, float]], note_of: dict[str, str], depth: int) -> list[tuple[str, float]]:
@@ -741,7 +747,7 @@ class Searcher:
             seeds: dict[str, float] = {}
             for lane, pages in seed_lanes.items():
                 for rank, page in enumerate(pages, start=1):
-                    seeds[page.note_id] = seeds.get(page.note_id, 0.0) + self.weights.get(lane, 1.0) / (self.k_rrf + rank)
+                    seeds[page.note_id] = seeds.get(page.note_id, 0.0) + rrf(self.weights.get(lane, 1.0), rank, self.k_rrf)
             ordered_seeds = sorted(seeds.items(), key=lambda kv: -kv[1])
             lane_pages["graph"] = self._graph_lane(ordered_seeds, sources, notes)
         fused: dict[str, float] = {}
@@ -751,7 +757,7 @@ class Searcher:
             w = self.weights.get(lane, 1.0)
             chunk_ranks[lane] = {}
             for rank, page in enumerate(pages, start=1):
-                fused[page.note_id] = fused.get(page.note_id, 0.0) + w / (self.k_rrf + rank)
+                fused[page.note_id] = fused.get(page.note_id, 0.0) + rrf(w, rank, self.k_rrf)
                 ranks.setdefault(page.note_id, {})[lane] = rank
             # chunk rank inside the lane: pages in order, chunks best first within the page
             n = 0
@@ -817,7 +823,7 @@ class Searcher:
                 w = self.weights.get(lane, 1.0)
                 for cid, r in cr.items():
                     scores = by_note.setdefault(self._note_of[cid], {})
-                    scores[cid] = scores.get(cid, 0.0) + w / (self.k_rrf + r)
+                    scores[cid] = scores.get(cid, 0.0) + rrf(w, r, self.k_rrf)
             # (note, score, ranks, hit chunk, context chunk or "")
             chosen: list[tuple[str, float, dict[str, int], str, str]] = []
             for note_id, score, ranks in pages:

@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import env_flag
+
 __all__ = ["COLD_BOOST", "FULL_READS", "HOT_BOOST", "HOT_DAYS", "USAGE_WEIGHT", "WARM_BOOST", "WARM_DAYS",
            "boost_enabled", "boosts", "load", "record", "usage_path"]
 
@@ -56,12 +58,12 @@ def usage_path(data_dir: Path) -> Path:
 
 def recording_enabled() -> bool:
     """False when ``DOCSVAULT_USAGE_LOG`` is ``0``/``false``/``off``/``no``."""
-    return os.environ.get("DOCSVAULT_USAGE_LOG", "1").strip().lower() not in ("0", "false", "off", "no")
+    return env_flag("DOCSVAULT_USAGE_LOG", True)
 
 
 def boost_enabled() -> bool:
     """True when ``DOCSVAULT_USAGE_BOOST`` is ``1``/``true``/``on``/``yes``."""
-    return os.environ.get("DOCSVAULT_USAGE_BOOST", "").strip().lower() in ("1", "true", "on", "yes")
+    return env_flag("DOCSVAULT_USAGE_BOOST", False)
 
 
 def load(data_dir: Path) -> dict[str, dict[str, float]]:

@@ -35,22 +35,29 @@ face re-exports what the shells call, ``from pipeline import stages``.
 
 from pipeline.stages.base import (
     FORCE_ENV,
-    JsonCache,
     PER_SOURCE_LOCK_SHARED,
     PROGRESS_HOOKS,
-    Progress,
     SHARED_STATE,
     STAGE_LOCK_WAIT,
+    JsonCache,
+    Progress,
     _locked,
     _now,
     code_version,
     forced,
     vault_listing,
 )
-from pipeline.stages.layout import (
-    check_layout,
-    cleanup_leftovers,
-    remove_dropped_sources,
+from pipeline.stages.evaluate import (
+    eval_files,
+    eval_stage,
+    search_index_stage,
+)
+from pipeline.stages.index import (
+    built_sources,
+    chunk_models,
+    chunk_stage,
+    embed_stage,
+    graph_stage,
 )
 from pipeline.stages.ingest import (
     KEPT_SUFFIX,
@@ -60,22 +67,15 @@ from pipeline.stages.ingest import (
     vault_skipped_path,
     vault_stage,
 )
-from pipeline.stages.index import (
-    built_sources,
-    chunk_models,
-    chunk_stage,
-    embed_stage,
-    graph_stage,
+from pipeline.stages.layout import (
+    check_layout,
+    cleanup_leftovers,
+    remove_dropped_sources,
 )
 from pipeline.stages.warehouse import (
     TokenCache,
     caching_analyzer,
     warehouse_stage,
-)
-from pipeline.stages.evaluate import (
-    eval_files,
-    eval_stage,
-    search_index_stage,
 )
 
 __all__ = [

@@ -14,9 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pipeline import config
 from pipeline.common import artifacts
 from pipeline.common.lock import build_lock
-from pipeline.config import Settings
+from pipeline.config import Settings, force_spec, lock_wait_seconds, stage_lock_on
 from pipeline.models import Source
 
 log = logging.getLogger("docsvault")
@@ -28,19 +29,18 @@ Progress = Callable[[int, int], None]
 PROGRESS_HOOKS: list[Callable[[str, str, int, int], None]] = []
 
 #: Seconds a stage waits for the build lock held by another process (the CLI's own build already holds it).
-STAGE_LOCK_WAIT = float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))
+STAGE_LOCK_WAIT = lock_wait_seconds()
 
-_CJK = frozenset({"ja", "zh", "ko"})
 SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name cannot start with a dot)
 
 _PKG = Path(__file__).resolve().parent.parent   # the pipeline package: _CODE paths are relative to it
 _CODE = {
     "normalize": ("ingest/normalize.py", "common/frontmatter.py", "models.py", "ingest/fetch/htmlmd.py",
-                  "ingest/fetch/pages.py", "ingest/htmlblocks.py"),
+                  "ingest/fetch/pages.py", "ingest/htmlblocks.py", "common/markdown.py"),
     "vault": ("ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", "ingest/attachments.py",
               "index/vaultlinks.py"),
-    "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "index/language.py"),
-    "graph": ("index/graph.py", "ingest/vault.py"),
+    "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py"),
+    "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
     "warehouse": ("warehouse/schema.py", "warehouse/write.py", "index/bm25.py", "index/analysis.py",
                   "index/graph.py", "stages/warehouse.py", "stages/index.py"),
@@ -109,12 +109,12 @@ def vault_listing(settings: Settings, source: str) -> str:
 #: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their
 #: normalize, vault and chunk stages run although their inputs are unchanged, every chunk is embedded again (the
 #: embedding cache is written, not read) and the warehouse is written in full. ``docsvault build --force`` sets it.
-FORCE_ENV = "DOCSVAULT_FORCE"
+FORCE_ENV = config.FORCE_ENV
 
 
 def forced(source: str | None = None) -> bool:
     """Whether ``source`` (None: any source, i.e. the shared stages) is forced by ``DOCSVAULT_FORCE``."""
-    raw = os.environ.get(FORCE_ENV, "").strip()
+    raw = force_spec()
     if not raw or raw.lower() in ("0", "false", "no", "off"):
         return False
     names = {n.strip() for n in raw.split(",") if n.strip()}
@@ -174,7 +174,7 @@ def _locked(settings: Settings) -> Any:
     """The stage's hold on ``<data>/build.lock`` — none when DOCSVAULT_STAGE_LOCK=off: the distributed deployment
     (``pipeline.distributed``), where Dagster pools serialize the single-writer stages and each per-source step
     writes only its own source's files, so no host-local lock is needed (nor visible to other hosts)."""
-    if os.environ.get("DOCSVAULT_STAGE_LOCK", "on").strip().lower() in ("off", "0", "false", "no"):
+    if not stage_lock_on():
         from contextlib import nullcontext
 
         return nullcontext()

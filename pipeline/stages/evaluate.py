@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.common import artifacts
-from pipeline.config import Settings
+from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
 from pipeline.stages.base import SHARED_STATE, _digest, _file_sha, _locked, _now
 from pipeline.stages.index import _shared_state, built_sources
@@ -20,9 +19,7 @@ log = logging.getLogger("docsvault")
 
 def eval_files(settings: Settings) -> list[Path]:
     """The eval files named by DOCSVAULT_EVALS (a file or folder; several separated by the OS path separator)."""
-    raw = os.environ.get("DOCSVAULT_EVALS")
-    paths = [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else [settings.evals_dir]
-    return [p for p in paths if p.exists()]
+    return [p for p in eval_paths(settings) if p.exists()]
 
 
 def _warehouse_version(settings: Settings) -> str:

@@ -11,10 +11,9 @@ from typing import Any
 
 from pipeline.common import artifacts
 from pipeline.common.errors import WarehouseCorruptError, WarehouseNotBuiltError
-from pipeline.config import Settings
+from pipeline.config import MULTILINGUAL_LANGUAGES, Settings
 from pipeline.models import Chunk, Note, Source, text_hash
 from pipeline.stages.base import (
-    _CJK,
     SHARED_STATE,
     Progress,
     _digest,
@@ -105,7 +104,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         warning = ""
         majority = majority_language(detected.values())
         configured = (source.language or "").split("-")[0].lower()
-        if configured and majority and (configured in _CJK) != (majority in _CJK):
+        if configured and majority and (configured in MULTILINGUAL_LANGUAGES) != (majority in MULTILINGUAL_LANGUAGES):
             warning = (f"source '{source.name}': configured language '{source.language}' but most notes "
                        f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
                        f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")

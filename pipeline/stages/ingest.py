@@ -237,8 +237,8 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
     result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
     """
     from pipeline.common.errors import NoteError
+    from pipeline.common.frontmatter import parse_note
     from pipeline.ingest.ownership import load_manifest
-    from pipeline.ingest.vault import parse_note
 
     root = settings.vault_dir / source.name
     files = sorted(root.rglob("*.md")) if root.is_dir() else []

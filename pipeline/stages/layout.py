@@ -52,7 +52,7 @@ def _generated_vault_folder(folder: Path) -> bool:
     """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
     name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``)."""
     from pipeline.common.errors import NoteError
-    from pipeline.ingest.vault import INDEX_KEY, INDEX_VALUE, parse_note
+    from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
 
     if folder.is_symlink() or not folder.is_dir():
         return False

@@ -25,22 +25,10 @@ Modules: ``schema`` (tables, :func:`connect`), ``write`` (:func:`publish`), ``ve
 warehouse as wh``, unless a test patches a module's private name.
 """
 
-from pipeline.warehouse.schema import (
-    SCHEMA_VERSION,
-    WarehouseData,
-    connect,
-    vector_table_name,
-)
-from pipeline.warehouse.write import (
-    publish,
-)
-from pipeline.warehouse.vectors import (
-    brute_force_search,
-    explain_vector_search,
-    list_models,
-    load_live_vectors,
-    vector_search,
-    vectors_by_text_hash,
+from pipeline.warehouse.eval_runs import (
+    EVAL_RUN_COLUMNS,
+    append_eval_runs,
+    read_eval_runs,
 )
 from pipeline.warehouse.queries import (
     chunk_texts_with_tags,
@@ -61,10 +49,22 @@ from pipeline.warehouse.queries import (
     read_meta,
     stats,
 )
-from pipeline.warehouse.eval_runs import (
-    EVAL_RUN_COLUMNS,
-    append_eval_runs,
-    read_eval_runs,
+from pipeline.warehouse.schema import (
+    SCHEMA_VERSION,
+    WarehouseData,
+    connect,
+    vector_table_name,
+)
+from pipeline.warehouse.vectors import (
+    brute_force_search,
+    explain_vector_search,
+    list_models,
+    load_live_vectors,
+    vector_search,
+    vectors_by_text_hash,
+)
+from pipeline.warehouse.write import (
+    publish,
 )
 
 __all__ = [

@@ -15,8 +15,7 @@ from pipeline.common.errors import (
     WarehouseCorruptError,
     WarehouseNotBuiltError,
 )
-from pipeline.models import model_slug
-from pipeline.models import Chunk, Edge, Note
+from pipeline.models import Chunk, Edge, Note, model_slug
 
 log = logging.getLogger("pipeline.warehouse")
 

@@ -28,7 +28,7 @@ from typing import Any
 import git
 
 from pipeline.common.errors import FetchError
-from pipeline.config import Settings
+from pipeline.config import Settings, env_value
 from pipeline.ingest.fetch.base import (
     is_glob,
     now_iso,
@@ -64,7 +64,7 @@ class _GitRunner:
                                     "LC_ALL": "C", "LANGUAGE": "C"}
         self.secrets: list[str] = []
         if source.token_env:
-            token = os.environ.get(source.token_env, "")
+            token = env_value(source.token_env)
             if not token:
                 raise FetchError(
                     f"source '{source.name}': environment variable {source.token_env} (token_env) is not set or "

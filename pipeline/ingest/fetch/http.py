@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.robotparser
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from urllib.parse import urljoin, urlsplit
 import requests
 
 from pipeline.common.errors import FetchError
+from pipeline.config import env_value
 
 USER_AGENT = "docsvault/0.1 (docs-to-vault fetcher; +https://github.com/docsvault/docsvault)"
 ROBOTS_AGENT = "docsvault"
@@ -136,7 +136,7 @@ class HttpClient:
         # host -> {"etag", "last_modified", "text"}: robots.txt copies kept by the caller for conditional GETs
         self.robots_cache: dict[str, dict[str, str | None]] = {}
         if self.token_env:
-            token = os.environ.get(self.token_env, "")
+            token = env_value(self.token_env)
             if not token:
                 raise FetchError(f"source '{self.source}': environment variable {self.token_env} (token_env) is not "
                                  "set or empty; export it with a token for this site")

@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from pipeline.common.errors import FetchError
+from pipeline.common.markdown import outside_fences
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import atomic_write_text, now_iso, read_state, write_state
 from pipeline.ingest.fetch.html import DEFAULT_MAX_PAGES, HTML_ACCEPT, make_client
@@ -48,7 +49,6 @@ MD_ACCEPT = "text/markdown,text/x-markdown;q=0.9,text/plain;q=0.8,*/*;q=0.1"
 _LINK_ITEM = re.compile(r"^\s*[-*+]\s+\[(?P<name>(?:[^\[\]]|\[[^\]]*\])*)\]\((?P<url>[^)\s]+)(?:\s+\"[^\"]*\")?\)"
                         r"(?:\s*:\s*(?P<notes>.*))?\s*$")
 _INLINE_LINK = re.compile(r"(?<!!)\[(?P<name>(?:[^\[\]]|\[[^\]]*\])+)\]\((?P<url>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
 class LlmsTxtError(ValueError):
@@ -113,16 +113,7 @@ def parse_llms_txt(text: str, base_url: str | None = None) -> LlmsTxt:
     sections: list[LlmsSection] = []
     current: tuple[str, list[LlmsLink]] | None = None
     prose_links: list[LlmsLink] = []
-    in_fence: str | None = None
-    for line in lines[i:]:
-        m = _FENCE.match(line)
-        if in_fence:
-            if m and m.group(1)[0] == in_fence[0] and len(m.group(1)) >= len(in_fence):
-                in_fence = None
-            continue
-        if m:
-            in_fence = m.group(1)
-            continue
+    for _, line in outside_fences(lines[i:]):
         if re.match(r"^##\s+\S", line) and not line.startswith("###"):
             if current is not None:
                 sections.append(_section(*current))
@@ -188,16 +179,8 @@ def split_llms_full(text: str, base_url: str | None = None) -> list[FullPage]:
     duplicate paths get ``-2``, ``-3``... Text before the first H1 is dropped."""
     lines = text.replace("\r\n", "\n").split("\n")
     starts: list[int] = []
-    in_fence: str | None = None
-    for n, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if in_fence:
-            if m and m.group(1)[0] == in_fence[0] and len(m.group(1)) >= len(in_fence):
-                in_fence = None
-            continue
-        if m:
-            in_fence = m.group(1)
-        elif re.match(r"^#\s+\S", line):
+    for n, line in outside_fences(lines):
+        if re.match(r"^#\s+\S", line):
             starts.append(n)
     pages: list[FullPage] = []
     used: set[str] = set()
