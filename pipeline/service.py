@@ -6,6 +6,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from pipeline.common.errors import PipelineError
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
     from pipeline.search.searcher import Searcher
 
 __all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",
-           "search_lanes", "skipped_count", "skipped_reason", "status_data"]
+           "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
+           "SourceStatus", "WarehouseStatus", "ModelStatus"]
 
 #: what search says when nothing matched (the CLI and the MCP search tool's ``message``)
 NO_RESULTS = "No results"
@@ -146,43 +148,134 @@ def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]
 
 
 
-def status_data(s: Settings) -> dict[str, Any]:
-    """What ``status`` shows, as a JSON-safe dict (see README for the keys)."""
+def _plain(value: Any) -> Any:
+    """A record's value as JSON-ready data: records -> dicts (:meth:`as_dict`), tuples -> lists."""
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Record:
+    """``as_dict()``: the fields in declaration order (the JSON key order), nested records and tuples made plain."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SourceStatus(_Record):
+    """One source in ``status``: counts in the warehouse, files the last normalize skipped, the last fetch and
+    error (as the source's state file has them: ``last_error`` is ``{"stage", "error", "at"}`` or None), and the
+    vault files the build did not write."""
+
+    name: str
+    kind: str
+    notes: int
+    chunks: int
+    skipped: int
+    fetch_status: str
+    last_fetch: str | None
+    fetch_error: Any
+    last_error: Any
+    vault_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelStatus(_Record):
+    """One vector table: its model id, dimension and number of vectors."""
+
+    model_id: str
+    dim: int
+    vectors: int
+
+
+@dataclass(frozen=True)
+class WarehouseStatus(_Record):
+    """The warehouse file; without one (``built`` False) only ``path`` and ``built`` are reported."""
+
+    path: str
+    built: bool
+    bytes: int = 0
+    built_at: str = ""
+    notes: int = 0
+    chunks: int = 0
+    links: int = 0
+    dangling_links: int = 0
+    models: tuple[ModelStatus, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        full = super().as_dict()
+        return full if self.built else {"path": self.path, "built": False}
+
+
+@dataclass(frozen=True)
+class Status(_Record):
+    """What ``status`` shows (``docsvault status --json`` and the MCP ``status`` tool: :meth:`as_dict`, keys in
+    README)."""
+
+    sources_file: str
+    sources: tuple[SourceStatus, ...]
+    warehouse: WarehouseStatus
+    model: str
+    multilingual_model: str
+    crosslingual_model: str
+    vault: str
+    data: str
+    dagster_home: str
+
+
+def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
+    """The warehouse's status and its per-source counts (``{source: {"notes", "chunks"}}``, empty without one)."""
+    if not s.warehouse_path.exists():
+        return WarehouseStatus(path=str(s.warehouse_path), built=False), {}
+    from pipeline import warehouse as wh
+
+    con = wh.connect(s.warehouse_path, read_only=True)
+    try:
+        st = wh.stats(con)
+    finally:
+        con.close()
+    return WarehouseStatus(
+        path=str(s.warehouse_path), built=True, bytes=s.warehouse_path.stat().st_size,
+        built_at=st["meta"].get("built_at", ""), notes=int(st["notes"]), chunks=int(st["chunks"]),
+        links=int(st["links"]), dangling_links=int(st["dangling_links"]),
+        models=tuple(ModelStatus(model_id=m["model_id"], dim=m["dim"], vectors=m["n"]) for m in st["models"]),
+    ), st["sources"]
+
+
+def status_report(s: Settings) -> Status:
+    """What ``status`` shows, as a typed record.
+
+    Raises:
+        SourceConfigError: sources.yaml is invalid.
+        WarehouseCorruptError: the warehouse file cannot be read.
+    """
     from pipeline.common.artifacts import load_state
     from pipeline.ingest.sources import load_sources
     from pipeline.ingest.vault_check import user_files_lines
 
     sources = load_sources(s.sources_file)
-    counts: dict[str, Any] = {}
-    warehouse: dict[str, Any] = {"path": str(s.warehouse_path), "built": False}
-    if s.warehouse_path.exists():
-        from pipeline import warehouse as wh
-
-        con = wh.connect(s.warehouse_path, read_only=True)
-        try:
-            st = wh.stats(con)
-        finally:
-            con.close()
-        counts = st["sources"]
-        warehouse.update({
-            "built": True, "bytes": s.warehouse_path.stat().st_size, "built_at": st["meta"].get("built_at", ""),
-            "notes": int(st["notes"]), "chunks": int(st["chunks"]), "links": int(st["links"]),
-            "dangling_links": int(st["dangling_links"]),
-            "models": [{"model_id": m["model_id"], "dim": m["dim"], "vectors": m["n"]} for m in st["models"]],
-        })
+    warehouse, counts = _warehouse_status(s)
     rows = []
     for src in sources:
         state = load_state(s, src.name)
         c = counts.get(src.name, {})
-        rows.append({
-            "name": src.name, "kind": src.kind, "notes": int(c.get("notes", 0)), "chunks": int(c.get("chunks", 0)),
-            "skipped": skipped_count(s, src.name),
-            "fetch_status": state.get("fetch_status", "never"), "last_fetch": state.get("fetched_at"),
-            "fetch_error": state.get("fetch_error"), "last_error": state.get("last_error"),
-            "vault_files": user_files_lines(s, src),
-        })
-    return {
-        "sources_file": str(s.sources_file), "sources": rows, "warehouse": warehouse, "model": s.model,
-        "multilingual_model": s.multilingual_model, "crosslingual_model": s.crosslingual or "none",
-        "vault": str(s.vault_dir), "data": str(s.data_dir), "dagster_home": str(s.dagster_home),
-    }
+        rows.append(SourceStatus(
+            name=src.name, kind=src.kind, notes=int(c.get("notes", 0)), chunks=int(c.get("chunks", 0)),
+            skipped=skipped_count(s, src.name),
+            fetch_status=state.get("fetch_status", "never"), last_fetch=state.get("fetched_at"),
+            fetch_error=state.get("fetch_error"), last_error=state.get("last_error"),
+            vault_files=tuple(user_files_lines(s, src)),
+        ))
+    return Status(
+        sources_file=str(s.sources_file), sources=tuple(rows), warehouse=warehouse, model=s.model,
+        multilingual_model=s.multilingual_model, crosslingual_model=s.crosslingual or "none",
+        vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home),
+    )
+
+
+def status_data(s: Settings) -> dict[str, Any]:
+    """:func:`status_report` as the JSON-safe dict both shells print (see README for the keys)."""
+    return status_report(s).as_dict()

@@ -232,3 +232,15 @@ def test_search_path_does_not_import_dagster() -> None:
     code = "import sys\nimport pipeline.cli\nprint('dagster' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_wheel_includes_every_package() -> None:
+    """pyproject's ``[tool.setuptools.packages.find] include = ["pipeline*"]`` finds every folder of modules."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    include = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = set(find_packages(str(PKG.parent), include=include["include"]))
+    folders = {_module_of(p / "__init__.py") for p in PKG.rglob("*") if p.is_dir() and any(p.glob("*.py"))}
+    assert folders <= found

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import stages as build
-from pipeline.config import Settings
 from pipeline.common.lock import LOCK_NAME
+from pipeline.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,8 +76,8 @@ def test_stage_lock_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     settings = Settings.from_env(data_dir=tmp_path / "data")
     lock = settings.data_dir / LOCK_NAME
     monkeypatch.setenv("DOCSVAULT_STAGE_LOCK", "off")
-    with build._locked(settings):
+    with build.stage_lock(settings):
         assert not lock.exists()
     monkeypatch.delenv("DOCSVAULT_STAGE_LOCK")
-    with build._locked(settings):
+    with build.stage_lock(settings):
         assert lock.read_text(encoding="utf-8") != ""        # held: names this process

@@ -231,7 +231,7 @@ def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str)
             for stage in PER_SOURCE_STAGES[PER_SOURCE_STAGES.index(st.failed_stage):]:
                 st.metadata[stage] = {}
         # shown by `status` until a build of the source succeeds
-        last_error = None if st.ok else {"stage": st.failed_stage, "error": st.error, "at": build._now()}
+        last_error = None if st.ok else {"stage": st.failed_stage, "error": st.error, "at": build.now()}
         if last_error is not None or artifacts.load_state(settings, s.name).get("last_error") is not None:
             artifacts.update_state(settings, s.name, last_error=last_error)
         statuses.append(st)

@@ -41,10 +41,10 @@ from pipeline.stages.base import (
     STAGE_LOCK_WAIT,
     JsonCache,
     Progress,
-    _locked,
-    _now,
     code_version,
     forced,
+    now,
+    stage_lock,
     vault_listing,
 )
 from pipeline.stages.evaluate import (
@@ -79,8 +79,6 @@ from pipeline.stages.warehouse import (
 )
 
 __all__ = [
-    "_locked",
-    "_now",
     "built_sources",
     "caching_analyzer",
     "check_layout",
@@ -99,12 +97,14 @@ __all__ = [
     "JsonCache",
     "KEPT_SUFFIX",
     "normalize_stage",
+    "now",
     "PER_SOURCE_LOCK_SHARED",
     "Progress",
     "PROGRESS_HOOKS",
     "remove_dropped_sources",
     "search_index_stage",
     "SHARED_STATE",
+    "stage_lock",
     "STAGE_LOCK_WAIT",
     "TokenCache",
     "vault_listing",

@@ -47,11 +47,11 @@ _CODE = {
 }
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def _digest(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
     """sha256 hex of the parts as canonical JSON."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8")).hexdigest()
 
@@ -71,17 +71,17 @@ def code_version(stage: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _file_sha(path: Path) -> str | None:
+def file_sha(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
 
 
-def _source_config(source: Source) -> str:
+def source_config(source: Source) -> str:
     data = asdict(source)
     data.pop("token_env", None)
-    return _digest(data)
+    return digest(data)
 
 
 def vault_listing(settings: Settings, source: str) -> str:
@@ -103,7 +103,7 @@ def vault_listing(settings: Settings, source: str) -> str:
                     continue
                 rows.append((os.path.relpath(p, root), st.st_size, st.st_mtime_ns))
     rows.sort()
-    return _digest(rows)
+    return digest(rows)
 
 
 #: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their
@@ -121,7 +121,7 @@ def forced(source: str | None = None) -> bool:
     return source is None or bool(names & {"*", "1", "true", "yes", "on", source})
 
 
-class _WriteOnlyCache:
+class WriteOnlyCache:
     """An embedding cache that finds nothing and stores what is embedded (a forced re-embed refreshes the cache)."""
 
     def __init__(self, cache: Any) -> None:
@@ -138,7 +138,7 @@ class _WriteOnlyCache:
         self.cache.compact()
 
 
-class _CountingCache:
+class CountingCache:
     """A normalize parse cache that reports each lookup (one per parsed file) as progress."""
 
     def __init__(self, cache: Any, on_lookup: Callable[[int], None]) -> None:
@@ -156,7 +156,7 @@ class _CountingCache:
         self.cache[key] = value
 
 
-def _notify(stage: str, source: str, done: int, total: int) -> None:
+def notify(stage: str, source: str, done: int, total: int) -> None:
     for hook in list(PROGRESS_HOOKS):
         try:
             hook(stage, source, done, total)
@@ -170,7 +170,7 @@ def _notify(stage: str, source: str, done: int, total: int) -> None:
 PER_SOURCE_LOCK_SHARED: ContextVar[bool] = ContextVar("docsvault_per_source_lock_shared", default=False)
 
 
-def _locked(settings: Settings) -> Any:
+def stage_lock(settings: Settings) -> Any:
     """The stage's hold on ``<data>/build.lock`` — none when DOCSVAULT_STAGE_LOCK=off: the distributed deployment
     (``pipeline.distributed``), where Dagster pools serialize the single-writer stages and each per-source step
     writes only its own source's files, so no host-local lock is needed (nor visible to other hosts)."""
@@ -217,7 +217,7 @@ class JsonCache:
                 old.unlink(missing_ok=True)
 
 
-def _versioned_cache(settings: Settings, kind: str, name: str, stage: str) -> tuple[JsonCache, list[Path]]:
+def versioned_cache(settings: Settings, kind: str, name: str, stage: str) -> tuple[JsonCache, list[Path]]:
     """(``<cache>/<kind>/<name>.<code version of stage>.json``, the same cache's files of other code versions)."""
     import re
 

@@ -11,8 +11,8 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
-from pipeline.stages.base import SHARED_STATE, _digest, _file_sha, _locked, _now
-from pipeline.stages.index import _shared_state, built_sources
+from pipeline.stages.base import SHARED_STATE, digest, file_sha, now, stage_lock
+from pipeline.stages.index import built_sources, shared_state
 
 log = logging.getLogger("docsvault")
 
@@ -40,7 +40,7 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
     from pipeline.warehouse import connect, explain_vector_search, list_models, stats
 
     version = _warehouse_version(settings)
-    last = _shared_state(settings).get("search_index") or {}
+    last = shared_state(settings).get("search_index") or {}
     if version and last.get("version") == version:
         return {**last.get("meta", {}), "skipped": True}
     con = connect(settings.warehouse_path, read_only=True)
@@ -66,7 +66,7 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
         "sample_query_ms": round(seconds * 1000, 1),
         "sample_hits": [f"{h.vault_path} > {h.heading}" for h in hits],
     }
-    with _locked(settings):
+    with stage_lock(settings):
         artifacts.update_state(settings, SHARED_STATE, search_index={"version": version, "meta": meta})
     return {**meta, "skipped": False}
 
@@ -115,9 +115,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
                 st = p.stat()
                 listing.append((str(p), st.st_size, st.st_mtime_ns))
     syn = settings.synonyms_file
-    key = _digest("ablation-2", _warehouse_version(settings), listing, names,
-                  _file_sha(syn) if syn.is_file() else None)
-    last = _shared_state(settings).get("eval") or {}
+    key = digest("ablation-2", _warehouse_version(settings), listing, names,
+                  file_sha(syn) if syn.is_file() else None)
+    last = shared_state(settings).get("eval") or {}
     if last.get("key") == key and isinstance(last.get("report"), dict):
         return {**last["report"], "skipped": True, "history_rows": 0}
     history = eval_history_path(settings.data_dir)
@@ -143,8 +143,8 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
                       "models": [m["model_id"] for m in searcher.models]}
         finally:
             searcher.close()
-        run_at = _now()
-        run_id = _digest(run_at, key)[:16]
+        run_at = now()
+        run_id = digest(run_at, key)[:16]
         hybrid = {k: v for k, v in reports[HYBRID].items() if k != "skipped"}   # cases are of built sources only
         report.update(hybrid)
         report.update({
@@ -154,8 +154,8 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             "config": config, "run_id": run_id, "run_at": run_at, "warehouse_built_at": meta.get("built_at", ""),
         })
         rows = history_rows(reports, run_id=run_id, run_at=run_at, built_at=meta.get("built_at", ""),
-                            warehouse_key=meta.get("input_key", ""), cases_key=_digest(listing)[:16], config=config)
-    with _locked(settings):
+                            warehouse_key=meta.get("input_key", ""), cases_key=digest(listing)[:16], config=config)
+    with stage_lock(settings):
         if rows:
             append_eval_runs(history, rows)
             report["history_rows"] = len(rows)

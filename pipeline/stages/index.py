@@ -16,13 +16,13 @@ from pipeline.models import Chunk, Note, Source, text_hash
 from pipeline.stages.base import (
     SHARED_STATE,
     Progress,
-    _digest,
-    _file_sha,
-    _locked,
-    _notify,
-    _WriteOnlyCache,
+    WriteOnlyCache,
     code_version,
+    digest,
+    file_sha,
     forced,
+    notify,
+    stage_lock,
     vault_listing,
 )
 
@@ -30,10 +30,10 @@ log = logging.getLogger("docsvault")
 
 
 def _note_hash(note: Note) -> str:
-    return _digest(note.source_path, note.rel_path, note.title, note.frontmatter, note.body)
+    return digest(note.source_path, note.rel_path, note.title, note.frontmatter, note.body)
 
 
-def _chunk_index_path(settings: Settings, source: str) -> Path:
+def chunk_index_path(settings: Settings, source: str) -> Path:
     return settings.chunks_dir / f"{source}.notes.json"
 
 
@@ -53,19 +53,19 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     from pipeline.index.language import detect_language, majority_language
     from pipeline.ingest.vault import read_notes
 
-    with _locked(settings):
+    with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
-        config = _digest(settings.models_of(source), source.language, code_version("chunk"))
+        config = digest(settings.models_of(source), source.language, code_version("chunk"))
         listing = vault_listing(settings, source.name)
         path = artifacts.chunks_path(settings, source.name)
-        key = _digest(listing, config)
-        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == _file_sha(path) \
+        key = digest(listing, config)
+        if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == file_sha(path) \
                 and not forced(source.name):
             return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
                     "rechunked": 0, "skipped": True, "languages": dict(state.get("languages") or {}),
                     "language_warning": str(state.get("language_warning") or "")}
         notes = read_notes(settings.vault_dir, [source.name])
-        index_path = _chunk_index_path(settings, source.name)
+        index_path = chunk_index_path(settings, source.name)
         previous: dict[str, str] = {}
         old_chunks: dict[str, list[Chunk]] = {}
         try:
@@ -80,10 +80,10 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         hashes: dict[str, str] = {}
         detected: dict[str, str] = {}
         rechunked = 0
-        _notify("chunk", source.name, 0, len(notes))
+        notify("chunk", source.name, 0, len(notes))
         for i, note in enumerate(notes, start=1):
             if i % 50 == 0:
-                _notify("chunk", source.name, i, len(notes))
+                notify("chunk", source.name, i, len(notes))
             h = _note_hash(note)
             hashes[note.note_id] = h
             if previous.get(note.note_id) == h and note.note_id in old_chunks:
@@ -109,10 +109,10 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                        f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
                        f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")
             log.warning(warning)
-        _notify("chunk", source.name, len(notes), len(notes))
+        notify("chunk", source.name, len(notes), len(notes))
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
-        artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=_file_sha(path), chunks=len(chunks),
+        artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=file_sha(path), chunks=len(chunks),
                                chunk_notes=len(notes), languages=languages, language_warning=warning)
     return {"notes": len(notes), "chunks": len(chunks), "rechunked": rechunked, "skipped": False,
             "languages": languages, "language_warning": warning}
@@ -165,7 +165,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
 
     from pipeline.index.embed import EmbeddingCache, embed_chunks
 
-    with _locked(settings):
+    with stage_lock(settings):
         chunks = artifacts.load_chunks(settings, source.name)
         state = artifacts.load_state(settings, source.name)
         groups = chunk_models(settings, source, chunks)
@@ -185,7 +185,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             have = cache.get_many(hashes)
             missing = [h for h in hashes if h not in have]
             if forced(source.name):         # --force: embed every chunk again, refreshing the cache
-                cache, missing = _WriteOnlyCache(cache), []
+                cache, missing = WriteOnlyCache(cache), []
             if missing:
                 found = _seed_from_warehouse(settings, embedder.model_id, missing)
                 if found:
@@ -201,7 +201,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         def both(done: int, total: int) -> None:
             if progress is not None:
                 progress(done_before[0] + done, total_missing[0] or total)
-            _notify("embed", source.name, done_before[0] + done, total_missing[0] or total)
+            notify("embed", source.name, done_before[0] + done, total_missing[0] or total)
 
         started = time.perf_counter()
         n_embedded = n_cached = 0
@@ -217,7 +217,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         artifacts.update_state(settings, source.name, embedded=n_embedded, chunks=len(chunks),
                                models=model_ids or previous,
                                model=", ".join(primary),
-                               embed_key=_digest(state.get("chunks_sha"), model_ids))
+                               embed_key=digest(state.get("chunks_sha"), model_ids))
     return {
         "model": ", ".join(primary),
         "models": per_model,
@@ -237,15 +237,15 @@ def built_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
     return [s.name for s in sources if (settings.vault_dir / s.name).is_dir()]
 
 
-def _shared_state(settings: Settings) -> dict[str, Any]:
+def shared_state(settings: Settings) -> dict[str, Any]:
     return artifacts.load_state(settings, SHARED_STATE)
 
 
-def _graph_key(settings: Settings, names: Sequence[str]) -> str:
-    return _digest([(n, vault_listing(settings, n)) for n in names], code_version("graph"))
+def graph_inputs_key(settings: Settings, names: Sequence[str]) -> str:
+    return digest([(n, vault_listing(settings, n)) for n in names], code_version("graph"))
 
 
-def _build_graph(settings: Settings, notes: Sequence[Note]) -> Any:
+def build_link_graph(settings: Settings, notes: Sequence[Note]) -> Any:
     """``graph.build_graph`` with the links of unchanged note bodies taken from ``<cache>/graph/links-<code>.json``."""
     from pipeline.index.graph import LinksCache, build_graph
 
@@ -268,17 +268,17 @@ def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
     from pipeline.index.graph import export_graph
     from pipeline.ingest.vault import read_notes
 
-    with _locked(settings):
+    with stage_lock(settings):
         names = built_sources(settings, sources)
-        key = _graph_key(settings, names)
-        shared = _shared_state(settings)
+        key = graph_inputs_key(settings, names)
+        shared = shared_state(settings)
         last = shared.get("graph") or {}
         paths = {"graphml": settings.graph_dir / "links.graphml", "json": settings.graph_dir / "links.json"}
         if last.get("key") == key and all(p.is_file() for p in paths.values()) \
-                and last.get("json_sha") == _file_sha(paths["json"]):
+                and last.get("json_sha") == file_sha(paths["json"]):
             return {**last.get("meta", {}), "skipped": True}
         notes = read_notes(settings.vault_dir, names)
-        lg = _build_graph(settings, notes)
+        lg = build_link_graph(settings, notes)
         paths = export_graph(lg, settings.graph_dir)
         meta = {
             "nodes": lg.graph.number_of_nodes(),
@@ -290,17 +290,17 @@ def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
             "json": str(paths["json"]),
         }
         artifacts.update_state(settings, SHARED_STATE,
-                               graph={"key": key, "json_sha": _file_sha(Path(paths["json"])), "meta": meta})
+                               graph={"key": key, "json_sha": file_sha(Path(paths["json"])), "meta": meta})
     return {**meta, "skipped": False}
 
 
-def _graph_from_export(settings: Settings, key: str) -> tuple[list[Any], dict[str, tuple[int, float]]] | None:
+def graph_from_export(settings: Settings, key: str) -> tuple[list[Any], dict[str, tuple[int, float]]] | None:
     """(edges, note metrics) from links.json when it was exported for exactly this vault state, else None."""
     from pipeline.models import Edge
 
-    last = _shared_state(settings).get("graph") or {}
+    last = shared_state(settings).get("graph") or {}
     path = settings.graph_dir / "links.json"
-    if last.get("key") != key or last.get("json_sha") != _file_sha(path):
+    if last.get("key") != key or last.get("json_sha") != file_sha(path):
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

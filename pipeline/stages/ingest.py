@@ -13,17 +13,17 @@ from pipeline.common.errors import FetchError, PipelineError
 from pipeline.config import Settings
 from pipeline.models import Source
 from pipeline.stages.base import (
-    _CountingCache,
-    _digest,
-    _file_sha,
-    _locked,
-    _notify,
-    _now,
-    _source_config,
-    _versioned_cache,
+    CountingCache,
     code_version,
+    digest,
+    file_sha,
     forced,
+    notify,
+    now,
+    source_config,
+    stage_lock,
     vault_listing,
+    versioned_cache,
 )
 
 log = logging.getLogger("docsvault")
@@ -34,21 +34,21 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
     """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
     from pipeline.ingest.fetch import fetch_source
 
-    with _locked(settings):
+    with stage_lock(settings):
         started = time.perf_counter()
-        _notify("fetch", source.name, 0, 0)            # total unknown: a running line until it ends
+        notify("fetch", source.name, 0, 0)            # total unknown: a running line until it ends
         try:
             result = fetch_source(source, settings)
         except FetchError as exc:
-            _notify("fetch", source.name, 1, 1)
+            notify("fetch", source.name, 1, 1)
             artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc),
-                                   failed_at=_now())
+                                   failed_at=now())
             raise
         seconds = round(time.perf_counter() - started, 3)
-        _notify("fetch", source.name, max(1, len(result.files)), max(1, len(result.files)))
+        notify("fetch", source.name, max(1, len(result.files)), max(1, len(result.files)))
         artifacts.update_state(
             settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
-            strategy=result.strategy, fetched_at=_now(), files=len(result.files),
+            strategy=result.strategy, fetched_at=now(), files=len(result.files),
         )
     return {
         "strategy": result.strategy,
@@ -103,26 +103,26 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
     from pipeline.ingest.fetch import load_fetch_result
     from pipeline.ingest.normalize import normalize_source, write_report
 
-    with _locked(settings):
+    with stage_lock(settings):
         fetched = load_fetch_result(source, settings)
         if fetched is None:
             raise FetchError(f"source '{source.name}': nothing fetched yet; its fetch must succeed once first")
         state = artifacts.load_state(settings, source.name)
-        key = _digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
-                      _source_config(source), code_version("normalize"))
+        key = digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
+                      source_config(source), code_version("normalize"))
         path = artifacts.notes_path(settings, source.name)
-        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == _file_sha(path) \
+        if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == file_sha(path) \
                 and not forced(source.name):
             return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
                     "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
         started = time.perf_counter()
-        cache, stale = _versioned_cache(settings, "normalize", source.name, "normalize")
+        cache, stale = versioned_cache(settings, "normalize", source.name, "normalize")
         n_files = len(fetched.files)
-        _notify("normalize", source.name, 0, n_files)
-        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or _now(),
-                                  cache=_CountingCache(cache, lambda n: _notify("normalize", source.name,
+        notify("normalize", source.name, 0, n_files)
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or now(),
+                                  cache=CountingCache(cache, lambda n: notify("normalize", source.name,
                                                                                 min(n, n_files), n_files)))
-        _notify("normalize", source.name, n_files, n_files)
+        notify("normalize", source.name, n_files, n_files)
         result, kept = _keep_last_good(settings, source, fetched.files, result)
         if not result.notes and fetched.files:
             raise PipelineError(
@@ -132,7 +132,7 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
         artifacts.save_notes(settings, source.name, result.notes)
         cache.save(stale)
         report = write_report(settings, source.name, result)   # every skipped file, every dangling link
-        artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=_file_sha(path),
+        artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=file_sha(path),
                                notes=len(result.notes), normalize_errors=len(result.errors),
                                normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
     return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
@@ -166,7 +166,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
     from pipeline.ingest.fetch import read_state
     from pipeline.ingest.vault import write_source
 
-    with _locked(settings):
+    with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
         notes = artifacts.load_notes(settings, source.name)
         others = other_note_names(settings.vault_dir, source.name)
@@ -183,7 +183,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
                 att_rows.append((rel, str(path), st.st_size, st.st_mtime_ns))
             except OSError:
                 att_rows.append((rel, str(path), -1, -1))
-        key = _digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
+        key = digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
         vault_dir = str(settings.vault_dir / source.name)
         if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
                 and state.get("vault_listing") and not forced(source.name):
@@ -253,7 +253,7 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
             rows.append((str(path.relative_to(root)), -1, -1))
         else:
             rows.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
-    key = _digest(rows, code_version("vault"))
+    key = digest(rows, code_version("vault"))
     last = artifacts.load_state(settings, source.name).get("frontmatter_check") or {}
     if last.get("key") == key:
         return {**last.get("result", {}), "cached": True}
@@ -267,6 +267,6 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
         if not isinstance(fm, dict) or not fm.get("source_path"):
             bad.append(rel)
     result = {"notes": len(files), "invalid": len(bad), "first_invalid": bad[:10]}
-    with _locked(settings):
+    with stage_lock(settings):
         artifacts.update_state(settings, source.name, frontmatter_check={"key": key, "result": result})
     return {**result, "cached": False}

@@ -9,7 +9,7 @@ from pathlib import Path
 from pipeline.common import artifacts
 from pipeline.config import Settings
 from pipeline.models import Source
-from pipeline.stages.index import _chunk_index_path
+from pipeline.stages.index import chunk_index_path
 from pipeline.stages.ingest import vault_skipped_path
 
 log = logging.getLogger("docsvault")
@@ -120,7 +120,7 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> lis
     for name in dropped:
         for path in (state_dir / f"{name}.errors.txt", vault_skipped_path(settings, name),
                      artifacts.notes_path(settings, name),
-                     artifacts.chunks_path(settings, name), _chunk_index_path(settings, name),
+                     artifacts.chunks_path(settings, name), chunk_index_path(settings, name),
                      settings.graph_dir / f"dangling-{name}.json"):
             path.unlink(missing_ok=True)
         raw = settings.raw_dir / name

@@ -16,22 +16,22 @@ from pipeline.config import Settings
 from pipeline.models import Chunk, Source
 from pipeline.stages.base import (
     SHARED_STATE,
-    _digest,
-    _file_sha,
-    _locked,
-    _notify,
-    _now,
     code_version,
+    digest,
+    file_sha,
     forced,
+    notify,
+    now,
+    stage_lock,
     vault_listing,
 )
 from pipeline.stages.index import (
-    _build_graph,
-    _graph_from_export,
-    _graph_key,
-    _shared_state,
+    build_link_graph,
     built_sources,
     chunk_models,
+    graph_from_export,
+    graph_inputs_key,
+    shared_state,
 )
 
 log = logging.getLogger("docsvault")
@@ -104,10 +104,10 @@ def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, 
     parts = []
     for name in names:
         st = artifacts.load_state(settings, name)
-        parts.append((name, vault_listing(settings, name), _file_sha(artifacts.chunks_path(settings, name)),
+        parts.append((name, vault_listing(settings, name), file_sha(artifacts.chunks_path(settings, name)),
                       settings.models_of(by_name[name]), settings.crosslingual, st.get("models"),
                       st.get("embed_key")))
-    return _digest(SCHEMA_VERSION, code_version("warehouse"), parts)
+    return digest(SCHEMA_VERSION, code_version("warehouse"), parts)
 
 
 def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
@@ -147,7 +147,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     from pipeline.ingest.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
-    with _locked(settings):
+    with stage_lock(settings):
         started = time.perf_counter()
         names = built_sources(settings, sources)
         by_name = {s.name: s for s in sources}
@@ -157,29 +157,29 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             log.warning("warehouse %s cannot be used (%s): rebuilding it from the vault and the caches",
                         settings.warehouse_path, problem)
         elif meta.get("input_key") == key and not forced():
-            last = _shared_state(settings).get("warehouse") or {}
+            last = shared_state(settings).get("warehouse") or {}
             if last.get("input_key") == key:
                 return {**last.get("meta", {}), "skipped": True, "mode": "unchanged", "rebuilt_because": "",
                         "seconds": round(time.perf_counter() - started, 3)}
         timings: dict[str, float] = {}
         t = time.perf_counter()
-        _notify("warehouse", "all", 0, 5)
+        notify("warehouse", "all", 0, 5)
         notes = read_notes(settings.vault_dir, names)
         note_ids = {n.note_id for n in notes}
-        _notify("warehouse", "all", 1, 5)
+        notify("warehouse", "all", 1, 5)
         timings["read_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        graph_key = _graph_key(settings, names)
-        exported = _graph_from_export(settings, graph_key)
+        graph_key = graph_inputs_key(settings, names)
+        exported = graph_from_export(settings, graph_key)
         if exported is not None:
             edges, metrics = exported
         else:
-            lg = _build_graph(settings, notes)
+            lg = build_link_graph(settings, notes)
             edges = lg.edges
             metrics = {nid: (int(a.get("in_degree", 0)), float(a.get("pagerank", 0.0)))
                        for nid, a in lg.graph.nodes(data=True)}
         timings["graph_s"] = time.perf_counter() - t
-        _notify("warehouse", "all", 2, 5)
+        notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
         vectors: dict[str, tuple[list[str], Any]] = {}
@@ -201,7 +201,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
                   for m, (ids, vecs) in vectors.items() if ids}
         timings["vectors_s"] = time.perf_counter() - t
-        _notify("warehouse", "all", 3, 5)
+        notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
         tokens = TokenCache(settings.cache_dir, code_version("bm25"))
         analyzer = caching_analyzer(tokens)
@@ -210,7 +210,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         bm25_blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
         tokens.save()
         timings["bm25_s"] = time.perf_counter() - t
-        _notify("warehouse", "all", 4, 5)
+        notify("warehouse", "all", 4, 5)
         data = WarehouseData(
             notes=notes,
             note_metrics=metrics,
@@ -218,14 +218,14 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             edges=edges,
             vectors=arrays,
             bm25_blobs=bm25_blobs,
-            run_info={"built_at": _now(), "sources": ",".join(names), "input_key": key,
+            run_info={"built_at": now(), "sources": ",".join(names), "input_key": key,
                       "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
                                              if settings.crosslingual else "")},
         )
         t = time.perf_counter()
         stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
         timings["publish_s"] = time.perf_counter() - t
-        _notify("warehouse", "all", 5, 5)
+        notify("warehouse", "all", 5, 5)
         out = {
             "sources": names,
             "models": sorted(arrays),
