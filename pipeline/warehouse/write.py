@@ -80,32 +80,24 @@ def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]
     )
 
 
+def _attr_table(items: Sequence[Any], columns: Mapping[str, pa.DataType]) -> pa.Table:
+    """An Arrow table with one column per attribute of ``items``: ``{name: type}`` in column order."""
+    return pa.table({name: pa.array([getattr(x, name) for x in items], typ) for name, typ in columns.items()})
+
+
+_CHUNK_COLUMNS = {"chunk_id": pa.string(), "note_id": pa.string(), "source": pa.string(), "ordinal": pa.int32(),
+                  "heading": pa.string(), "breadcrumb": pa.string(), "text": pa.string(),
+                  "text_hash": pa.string(), "language": pa.string()}
+_LINK_COLUMNS = {"src": pa.string(), "dst": pa.string(), "target": pa.string(), "kind": pa.string(),
+                 "count": pa.int32()}
+
+
 def _chunks_table(chunks: Sequence[Chunk]) -> pa.Table:
-    return pa.table(
-        {
-            "chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
-            "note_id": pa.array([c.note_id for c in chunks], pa.string()),
-            "source": pa.array([c.source for c in chunks], pa.string()),
-            "ordinal": pa.array([c.ordinal for c in chunks], pa.int32()),
-            "heading": pa.array([c.heading for c in chunks], pa.string()),
-            "breadcrumb": pa.array([c.breadcrumb for c in chunks], pa.string()),
-            "text": pa.array([c.text for c in chunks], pa.string()),
-            "text_hash": pa.array([c.text_hash for c in chunks], pa.string()),
-            "language": pa.array([c.language for c in chunks], pa.string()),
-        }
-    )
+    return _attr_table(chunks, _CHUNK_COLUMNS)
 
 
 def _links_table(edges: Sequence[Edge]) -> pa.Table:
-    return pa.table(
-        {
-            "src": pa.array([e.src for e in edges], pa.string()),
-            "dst": pa.array([e.dst for e in edges], pa.string()),
-            "target": pa.array([e.target for e in edges], pa.string()),
-            "kind": pa.array([e.kind for e in edges], pa.string()),
-            "count": pa.array([e.count for e in edges], pa.int32()),
-        }
-    )
+    return _attr_table(edges, _LINK_COLUMNS)
 
 
 def _vectors_table(model_id: str, chunk_ids: Sequence[str], vecs: np.ndarray, known: set[str]) -> pa.Table:
@@ -195,6 +187,19 @@ def _swap(tmp: Path, path: Path) -> None:
         pass
 
 
+def _swap_in(con: duckdb.DuckDBPyConnection, tmp: Path, path: Path) -> None:
+    """A finished write: checkpoint and close the temp file's connection, then swap the file in as ``path``."""
+    con.execute("CHECKPOINT")
+    con.close()
+    _swap(tmp, path)
+
+
+def _abandon(con: duckdb.DuckDBPyConnection, tmp: Path) -> None:
+    """A failed write: close the connection and remove the temp file (the previous warehouse stays)."""
+    con.close()
+    _remove_temp(tmp)
+
+
 def _publish_full(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mapping[str, pa.Table],
                   meta: dict[str, str]) -> dict[str, int]:
     con = duckdb.connect(str(tmp))
@@ -223,12 +228,9 @@ def _publish_full(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mappin
             n_vectors += n
         con.execute("CHECKPOINT")
         con.execute("INSERT INTO meta VALUES ('full_bytes', ?)", [str(tmp.stat().st_size)])
-        con.execute("CHECKPOINT")
-        con.close()
-        _swap(tmp, path)
+        _swap_in(con, tmp, path)
     except BaseException:
-        con.close()
-        _remove_temp(tmp)
+        _abandon(con, tmp)
         raise
     return {"vectors": n_vectors, "changed_chunks": len(data.chunks), "removed_chunks": 0,
             "vectors_added": n_vectors, "vectors_removed": 0}
@@ -340,12 +342,9 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
             added += plan["add"].num_rows
             dropped += len(plan["from_delta"]) + len(plan["to_dead"])
         con.execute("COMMIT")
-        con.execute("CHECKPOINT")
-        con.close()
-        _swap(tmp, path)
+        _swap_in(con, tmp, path)
     except BaseException:
-        con.close()
-        _remove_temp(tmp)
+        _abandon(con, tmp)
         raise
     return {"vectors": n_vectors, "changed_chunks": len(changed), "removed_chunks": len(removed),
             "vectors_added": added, "vectors_removed": dropped, "notes_rewritten": len(notes_changed),
