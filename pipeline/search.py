@@ -290,6 +290,11 @@ class Searcher:
             #: English notes: the ones the cross-lingual lane leaves out for an English question
             self._english_notes: frozenset[str] = frozenset(
                 nid for nid, lang in zip(keys["note_id"], keys["language"]) if lang == "en")
+            #: source -> chunks of its notes in other languages (an English question's cross lane searches these)
+            self._other_language_chunks: dict[str, int] = {}
+            for src, lang in zip(keys["source"], keys["language"]):
+                if lang != "en":
+                    self._other_language_chunks[src] = self._other_language_chunks.get(src, 0) + 1
             first: dict[str, tuple[int, str]] = {}
             for cid, nid, ordinal in zip(keys["chunk_id"], keys["note_id"], keys["ordinal"]):
                 if nid not in first or ordinal < first[nid][0]:
@@ -640,6 +645,9 @@ class Searcher:
             n_in = n_total if sources is None else sum(counts.get(s, 0) for s in sources)
             if notes is not None:   # tag filter: the share of chunks in the tagged notes
                 n_in = min(n_in, sum(1 for c in self._note_of.values() if c in notes))
+            if skip_english:        # nothing but English notes in scope: the model is not even loaded
+                n_in = min(n_in, sum(n for src, n in self._other_language_chunks.items()
+                                     if sources is None or src in sources))
             if n_in:
                 in_scope.append((model, n_total, n_in, query))
         if is_japanese(query):

