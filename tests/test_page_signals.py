@@ -193,3 +193,43 @@ def test_a_japanese_query_skips_an_english_only_model_when_another_is_searched(t
         # with a translation, the English-only model embeds the English words instead of being skipped
         assert {s._note_path[p.note_id] for p in s._vector_lane("検索の使い方", None)} == {"P1.md", "J1.md"}
         assert sorted(asked) == sorted([f"{minilm}: search usage", f"{e5}: 検索の使い方"])
+
+
+def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(tmp_path: Path):
+    """The cross lane bridges languages: an English question meets the English notes through the English model and
+    BM25, and the Japanese ones through the cross-lingual model. A Japanese question keeps every note in it."""
+    from dataclasses import replace
+
+    en_notes, en_chunks = _notes_and_chunks({"E1.md": ["e one"], "E2.md": ["e two"]}, source="en")
+    ja_notes, ja_chunks = _notes_and_chunks({"J1.md": ["j one"]}, source="ja")
+    en_chunks = [replace(c, language="en") for c in en_chunks]
+    ja_chunks = [replace(c, language="ja") for c in ja_chunks]
+    notes, chunks = en_notes + ja_notes, en_chunks + ja_chunks
+    cross_vecs = np.array([_unit(1, 0, 0), _unit(0.9, 0.1, 0), _unit(0.5, 0.5, 0)], dtype=np.float32)
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(
+        notes=notes, chunks=chunks, bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
+        vectors={"usem3-3": ([c.chunk_id for c in chunks], cross_vecs)},
+        run_info={"crosslingual_model": "usem3-3"}))
+
+    def cross_lane(query: str, **kw: object) -> list[str]:
+        with Searcher(path, embedder_factory=_factory, **kw) as s:  # type: ignore[arg-type]
+            return [s._note_path[p.note_id] for p in s._vector_lane(query, None, cross=True)]
+
+    for exact in (100, 0):          # exact scan and HNSW
+        assert cross_lane("how to restart", exact_max_rows=exact) == ["J1.md"]
+        assert cross_lane("再起動の方法", exact_max_rows=exact) == ["E1.md", "E2.md", "J1.md"]
+        assert cross_lane("how to restart", exact_max_rows=exact, crosslingual_bridge=False) == [
+            "E1.md", "E2.md", "J1.md"]
+    # an English question scoped to English notes only: the cross-lingual model is not even asked
+    asked: list[str] = []
+
+    def recording(model_id: str) -> _Fixed:
+        asked.append(model_id)
+        return _factory(model_id)
+
+    with Searcher(path, embedder_factory=recording) as s:  # type: ignore[arg-type]
+        assert s._vector_lane("how to restart", frozenset({"en"}), cross=True) == []
+        assert asked == []
+        assert [s._note_path[p.note_id] for p in s._vector_lane("how to restart", None, cross=True)] == ["J1.md"]
+        assert asked == ["usem3-3"]

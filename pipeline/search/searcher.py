@@ -41,6 +41,7 @@ from pipeline.config import int_env
 from pipeline.index.analysis import Analyzer, is_japanese
 from pipeline.index.bm25 import Bm25Index, split_blobs
 from pipeline.index.embed import Embedder, english_only, load_embedder
+from pipeline.index.language import detect_language
 from pipeline.models import Hit
 from pipeline.search.query import ParsedQuery
 from pipeline.search.synonyms import Synonyms, load_synonyms
@@ -224,6 +225,8 @@ class Searcher:
             usage signal, :func:`pipeline.search.usage.boosts`); None or empty: no boost (the ranking is unchanged).
         usage_window: the boost reorders only the first this many fused pages (10): usage breaks near-ties among
             relevant pages and never lifts a page from further down.
+        crosslingual_bridge: the ``crosslingual`` lane leaves English notes out for an English question (see
+            :meth:`_vector_lane`); False: every note (the measured alternative).
         query_threads: torch threads for query embedding in this process (None: leave torch's default; the CLI and
             the MCP server pass 1, see :func:`_set_torch_threads`).
         max_vector_fetch: cap of the HNSW over-fetch when a source filter applies (the filter runs after k-NN, so
@@ -259,6 +262,7 @@ class Searcher:
         translate_bm25: bool = True,
         usage_boost: Mapping[str, float] | None = None,
         usage_window: int = 10,
+        crosslingual_bridge: bool = True,
     ) -> None:
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
@@ -278,6 +282,7 @@ class Searcher:
         self.graph_seeds = graph_seeds
         self.default_lanes = tuple(default_lanes)
         self.query_threads = query_threads
+        self.crosslingual_bridge = crosslingual_bridge
         self.translator: Translator | None = (Translator.shared() if translator is True
                                               else translator or None)   # type: ignore[assignment]
         self.translate_bm25 = translate_bm25
@@ -288,6 +293,14 @@ class Searcher:
             keys = wh.load_chunk_keys(self._con).to_pydict()
             self._note_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["note_id"]))
             self._source_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["source"]))
+            #: English notes: the ones the cross-lingual lane leaves out for an English question
+            self._english_notes: frozenset[str] = frozenset(
+                nid for nid, lang in zip(keys["note_id"], keys["language"]) if lang == "en")
+            #: source -> chunks of its notes in other languages (an English question's cross lane searches these)
+            self._other_language_chunks: dict[str, int] = {}
+            for src, lang in zip(keys["source"], keys["language"]):
+                if lang != "en":
+                    self._other_language_chunks[src] = self._other_language_chunks.get(src, 0) + 1
             first: dict[str, tuple[int, str]] = {}
             for cid, nid, ordinal in zip(keys["chunk_id"], keys["note_id"], keys["ordinal"]):
                 if nid not in first or ordinal < first[nid][0]:
@@ -332,7 +345,7 @@ class Searcher:
         self._embedders: dict[str, Embedder] = {}
         self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
-        self._flat_rows: dict[tuple[str, frozenset[str]], np.ndarray] = {}
+        self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
 
     def _load_graph(self) -> None:
@@ -371,7 +384,12 @@ class Searcher:
         if model_id not in self._embedders:
             if self.query_threads:
                 _set_torch_threads(self.query_threads)
-            self._embedders[model_id] = self._factory(model_id)
+            embedder = self._factory(model_id)
+            if self.query_threads and isinstance(getattr(embedder, "threads", None), int):
+                # USE-m3 (numpy): its BLAS threads. One query is tiny; with 2 threads under load (another process
+                # busy) a query took p50 20-24 ms / p90 ~300 ms against 9-12 / 15-18 ms with 1 thread
+                embedder.threads = self.query_threads   # type: ignore[attr-defined]
+            self._embedders[model_id] = embedder
         return self._embedders[model_id]
 
     def _query_vector(self, model_id: str, query: str) -> np.ndarray:
@@ -522,7 +540,8 @@ class Searcher:
         return got
 
     def _with_page_vectors(self, table: str, qvec: np.ndarray, pages: list[_Page],
-                           sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[_Page]:
+                           sources: frozenset[str] | None, notes: frozenset[str] | None,
+                           skip_english: bool = False) -> list[_Page]:
         """A vector lane's pages re-scored with ``page_vector_weight x cosine(query, page vector)``, plus the
         CENTROID_PAGES pages closest by page vector alone. Those get their best two chunks' cosines from the
         exact scan; through HNSW (no chunk scores for them) the lowest page score the lane has. Best first."""
@@ -536,6 +555,8 @@ class Searcher:
             wanted &= np.isin(pv.source, list(sources))
         if notes is not None:
             wanted &= np.array([n in notes for n in pv.note_ids], dtype=bool)
+        if skip_english:
+            wanted &= np.array([n not in self._english_notes for n in pv.note_ids], dtype=bool)
         scored = {p.note_id: p for p in pages}
         cand = np.flatnonzero(wanted)
         extra = [str(pv.note_ids[i]) for i in cand[np.argsort(-sims[cand], kind="stable")[:CENTROID_PAGES]]]
@@ -575,17 +596,20 @@ class Searcher:
         return flat
 
     def _exact_knn(self, table: str, qvec: np.ndarray, sources: frozenset[str] | None,
-                   notes: frozenset[str] | None) -> list[tuple[str, float]]:
+                   notes: frozenset[str] | None, skip_english: bool = False) -> list[tuple[str, float]]:
         """The ``lane_depth`` chunks of the wanted sources/notes most similar to the query (cosine), best first, at
-        most PER_PAGE_IN_LANE per page (:func:`top_per_page`). Exact (recall 1); rows are in chunk id order, so ties
-        go to the lower chunk id."""
+        most PER_PAGE_IN_LANE per page (:func:`top_per_page`); ``skip_english``: not the chunks of English notes.
+        Exact (recall 1); rows are in chunk id order, so ties go to the lower chunk id."""
         ids, vecs, srcs, pages = self._flat(table)
         rows: np.ndarray | None = None
-        if sources is not None:
-            key = (table, sources)
+        if sources is not None or skip_english:
+            key = (table, sources, skip_english)
             rows = self._flat_rows.get(key)
             if rows is None:
-                rows = self._flat_rows[key] = np.flatnonzero(np.isin(srcs, list(sources)))
+                keep = np.ones(len(ids), dtype=bool) if sources is None else np.isin(srcs, list(sources))
+                if skip_english:
+                    keep &= np.array([self._note_of.get(c) not in self._english_notes for c in ids], dtype=bool)
+                rows = self._flat_rows[key] = np.flatnonzero(keep)
         if notes is not None:
             sel = rows if rows is not None else np.arange(len(ids))
             keep = np.array([self._note_of.get(c, "") in notes for c in ids[sel]], dtype=bool)
@@ -609,8 +633,15 @@ class Searcher:
         of its language. A Japanese query is put to an English-only model as its dictionary translation
         (:meth:`_translation`); without one it is not put to that model when another model is searched too.
         ``cross=True`` (the ``crosslingual`` lane): the cross-lingual model alone, over every source, whose cosines
-        compare across languages (empty when the warehouse has none).
+        compare across languages (empty when the warehouse has none). It is a bridge between languages: for an
+        English question it leaves the English notes out, which the English model and BM25 read natively (with
+        them, USE's weaker English judgement diluted MiniLM's: 417 cases, MRR@10 +0.020 [+0.005, +0.036] scoped,
+        English questions 0.827 -> 0.844, cross-lingual 0.635 -> 0.958, Japanese unchanged). A Japanese question
+        keeps every note in it: English pages reach a Japanese question only through a word-by-word translation
+        otherwise, and leaving the Japanese notes out gave the English pages one more lane than the Japanese ones
+        (Japanese questions 0.837 -> 0.371).
         """
+        skip_english = cross and self.crosslingual_bridge and detect_language(query) == "en"
         in_scope = []
         for model in self.models:
             if (model["table_name"] == self._cross_table) != cross:
@@ -620,6 +651,9 @@ class Searcher:
             n_in = n_total if sources is None else sum(counts.get(s, 0) for s in sources)
             if notes is not None:   # tag filter: the share of chunks in the tagged notes
                 n_in = min(n_in, sum(1 for c in self._note_of.values() if c in notes))
+            if skip_english:        # nothing but English notes in scope: the model is not even loaded
+                n_in = min(n_in, sum(n for src, n in self._other_language_chunks.items()
+                                     if sources is None or src in sources))
             if n_in:
                 in_scope.append((model, n_total, n_in, query))
         if is_japanese(query):
@@ -635,7 +669,8 @@ class Searcher:
                         continue
                 asked.append((model, n_total, n_in, text))
             in_scope = asked
-        per_model = [((model["table_name"], qvec), self._model_pages(model, n_total, n_in, qvec, sources, notes))
+        per_model = [((model["table_name"], qvec),
+                      self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english))
                      for model, n_total, n_in, text in in_scope
                      for qvec in (self._query_vector(model["model_id"], text),)]
         if not per_model:
@@ -660,23 +695,26 @@ class Searcher:
         return sorted(merged.values(), key=lambda p: -p.score)
 
     def _model_pages(self, model: dict, n_total: int, n_in: int, qvec: np.ndarray,
-                     sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[_Page]:
+                     sources: frozenset[str] | None, notes: frozenset[str] | None,
+                     skip_english: bool = False) -> list[_Page]:
         """One model's pages for a query vector: best chunk + ``second_weight`` x second (exact scan or HNSW), then
-        ``page_vector_weight`` x page-vector cosine (:meth:`_with_page_vectors`). Best first."""
+        ``page_vector_weight`` x page-vector cosine (:meth:`_with_page_vectors`). Best first. ``skip_english``:
+        not the English notes."""
         table = model["table_name"]
         if self._exact(table):
-            kept = self._exact_knn(table, qvec, sources, notes)
+            kept = self._exact_knn(table, qvec, sources, notes, skip_english)
         else:
-            kept = self._hnsw_knn(table, model["dim"], qvec, n_total, n_in, sources, notes)
+            kept = self._hnsw_knn(table, model["dim"], qvec, n_total, n_in, sources, notes, skip_english)
         pages = page_ranking(kept, self._note_of.__getitem__, self.second_weight)
         if self.page_vector_weight:
-            pages = self._with_page_vectors(table, qvec, pages, sources, notes)
+            pages = self._with_page_vectors(table, qvec, pages, sources, notes, skip_english)
         return pages
 
     def _hnsw_knn(self, table: str, dim: int, qvec: np.ndarray, n_total: int, n_in: int,
-                  sources: frozenset[str] | None, notes: frozenset[str] | None) -> list[tuple[str, float]]:
-        """Chunks by cosine similarity through the table's HNSW index (approximate), best first. A WHERE filter
-        applies after the k-NN step, so this over-fetches in proportion to the filtered-out rows, then widens until
+                  sources: frozenset[str] | None, notes: frozenset[str] | None,
+                  skip_english: bool = False) -> list[tuple[str, float]]:
+        """Chunks by cosine similarity through the table's HNSW index (approximate), best first (``skip_english``:
+        not the chunks of English notes). A WHERE filter applies after the k-NN step, so this over-fetches in proportion to the filtered-out rows, then widens until
         MIN_LANE_PAGES distinct pages; at most PER_PAGE_IN_LANE chunks per page, ``lane_depth`` in all."""
         fetch = min(n_total, max(self.lane_depth, min(self.max_vector_fetch,
                                                        math.ceil(self.lane_depth * n_total / n_in))))
@@ -684,7 +722,8 @@ class Searcher:
             rows = wh.vector_search(self._con, table, qvec, fetch, dim=dim)
             kept = [(cid, 1.0 - d) for cid, d in rows
                     if (sources is None or self._source_of.get(cid) in sources)
-                    and (notes is None or self._note_of.get(cid) in notes)]
+                    and (notes is None or self._note_of.get(cid) in notes)
+                    and not (skip_english and self._note_of.get(cid) in self._english_notes)]
             # one note with thousands of chunks must not fill the lane: widen until enough distinct pages
             if (len({self._note_of[c] for c, _ in kept}) >= MIN_LANE_PAGES or fetch >= n_total
                     or fetch >= MAX_LANE_FETCH):
