@@ -25,14 +25,14 @@ import dagster as dg
 import pytest
 
 from pipeline.config import Settings
-from tests.test_dagster_paths import (  # noqa: F401  (dead_remote is a fixture)
+from tests.test_dagster_paths import (
     BIN,
     REPO,
     _assert_dead_alone,
     _cli_env,
     _run_outcome,
     _searchable,
-    dead_remote,
+    dead_remote,  # noqa: F401  (the fixture)
 )
 from tests.test_ui import _free_port
 
@@ -77,12 +77,9 @@ def _gql(port: int, query: str, variables: dict[str, Any] | None = None) -> dict
 
 
 def _start(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    log = open(log_path, "wb")
-    try:
+    with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)   # setsid: own process group
-    finally:
-        log.close()
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -97,7 +94,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.integration   # a webserver, a daemon and one multiprocess run (~1-2 min on 2 busy cores)
-def test_ui_materialize_all_with_a_dead_source(dead_remote: Settings, tmp_path: Path) -> None:
+def test_ui_materialize_all_with_a_dead_source(dead_remote: Settings,  # noqa: F811
+                                                tmp_path: Path) -> None:
     home = Path(os.environ["DAGSTER_HOME"])
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
     env = _cli_env(dead_remote)
@@ -105,8 +103,11 @@ def test_ui_materialize_all_with_a_dead_source(dead_remote: Settings, tmp_path: 
     web = _start([str(BIN / "dagster-webserver"), "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)],
                  env, tmp_path / "webserver.log")
     daemon = _start([str(BIN / "dagster-daemon"), "run", "-m", "pipeline.definitions"], env, tmp_path / "daemon.log")
-    logs = lambda: "\n".join(p.name + ":\n" + p.read_text(errors="replace")[-3000:]   # noqa: E731
-                             for p in (tmp_path / "webserver.log", tmp_path / "daemon.log"))
+
+    def logs() -> str:
+        return "\n".join(f"{p.name}:\n{p.read_text(errors='replace')[-3000:]}"
+                         for p in (tmp_path / "webserver.log", tmp_path / "daemon.log"))
+
     try:
         deadline = time.monotonic() + 120
         while True:
