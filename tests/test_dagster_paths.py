@@ -3,8 +3,8 @@
 The source ``remote`` (a git repo on file://) is built once, then its repository disappears. In each path its steps
 fail (red, the run fails) while the shared stages build over ``tiny`` and ``remote``'s last good copy, which stays
 searchable. The CLI paths (``dagster asset materialize``, ``dg launch``) run in child processes on the project's
-default (multiprocess) executor; UI "Materialize all" launches the same run of every asset as
-``dagster asset materialize --select '*'``.
+default (multiprocess) executor. UI "Materialize all" through a real webserver and daemon:
+tests/test_dagster_ui_path.py.
 """
 
 from __future__ import annotations

@@ -78,8 +78,12 @@ def embedding_kind(spec: str) -> str:
 
 # ---------------------------------------------------------------- metadata helpers
 def _clean(meta: dict[str, Any]) -> dict[str, Any]:
+    """Metadata Dagster can show: scalars as they are, lists and dicts as JSON; empty strings (nothing to say,
+    e.g. ``model_changed`` when the model did not change) and other types are left out."""
     clean: dict[str, Any] = {}
     for k, v in meta.items():
+        if isinstance(v, str) and not v:
+            continue
         if isinstance(v, (bool, int, float, str, dg.MetadataValue)):
             clean[k] = v
         elif isinstance(v, (list, dict)):
