@@ -188,8 +188,9 @@ def bound_line(cost: ModelCost, mean_tokens: float, chunks_per_s: float, gflops_
     achieved = chunks_per_s * f / 1e9
     share = achieved / gflops_bound * 100 if gflops_bound else float("nan")
     at_bound = gflops_bound * 1e9 / f if f else float("nan")
-    return (f"{mean_tokens:.0f} tok/chunk, {f / 1e9:.2f} GFLOP/chunk; {achieved:.1f} GFLOP/s = {share:.1f}% of "
-            f"the {precision} bound {gflops_bound:.0f} GFLOP/s ({at_bound:.0f} chunks/s at the bound)")
+    unit = "GOP" if precision == "int8" else "GFLOP"
+    return (f"{mean_tokens:.0f} tok/chunk, {f / 1e9:.2f} {unit}/chunk; {achieved:.1f} {unit}/s = {share:.1f}% of "
+            f"the {precision} bound {gflops_bound:.0f} {unit}/s ({at_bound:.0f} chunks/s at the bound)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -232,6 +233,7 @@ class Table:
     """Rows (figure, measured, target, verdict); verdict "ok", "MISSED", "FAILED" or "" (no target)."""
 
     rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)      # printed under the table
 
     def row(self, figure: str, measured: str, target: str = "", ok: bool | None = None) -> None:
         self.rows.append((figure, measured, target, "" if ok is None else ("ok" if ok else "MISSED")))
@@ -265,6 +267,9 @@ class Table:
         lines = [f"{'figure':{width}}  {'measured':{mw}}  {'target':{tw}}  verdict", "-" * (width + mw + tw + 14)]
         for figure, measured, target, verdict in self.rows:
             lines.append(f"{figure:{width}}  {measured:{mw}}  {target:{tw}}  {verdict}".rstrip())
+        if self.notes:
+            lines.append("")
+            lines.extend(f"note: {n}" for n in self.notes)
         missed = self.missed()
         lines.append("")
         lines.append("missed targets: " + (", ".join(missed) if missed else "none"))

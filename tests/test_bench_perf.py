@@ -92,6 +92,12 @@ def test_bound_line_arithmetic():
         "(80 chunks/s at the bound)")
 
 
+def test_bound_line_int8_in_ops():
+    cost = perf.ModelCost("m", 10e6, 0.0, "")
+    assert perf.bound_line(cost, 50, 40, 320, "int8") == (
+        "50 tok/chunk, 1.00 GOP/chunk; 40.0 GOP/s = 12.5% of the int8 bound 320 GOP/s (320 chunks/s at the bound)")
+
+
 def test_table_section_turns_a_failure_into_rows_and_goes_on():
     t = perf.Table()
     with t.section([("a", "≤ 1 s"), ("b", "≤ 2 s")]):
@@ -100,6 +106,7 @@ def test_table_section_turns_a_failure_into_rows_and_goes_on():
     with t.section([("c", "≤ 3 s")]):
         t.row("c", "4 s", "≤ 3 s", False)
     t.skipped([("d", "≤ 5 min")], "--make-test")
+    t.notes.append("assumption x")
     assert t.rows == [
         ("a", "0.5 s", "≤ 1 s", "ok"),
         ("b", "failed: RuntimeError: boom second line", "≤ 2 s", "FAILED"),
@@ -109,6 +116,7 @@ def test_table_section_turns_a_failure_into_rows_and_goes_on():
     assert t.missed() == ["b (failed)", "c"]
     out = t.render()
     assert out.splitlines()[-1] == "missed targets: b (failed), c"
+    assert "note: assumption x" in out.splitlines()
     assert out.splitlines()[0].split() == ["figure", "measured", "target", "verdict"]
 
 
