@@ -557,8 +557,8 @@ def main() -> None:
             diff = (inc - full_b) / full_b * 100 if full_b else float("nan")
             kinds = ", ".join(f"{modes.count(m)} {m}" for m in dict.fromkeys(modes))
             since = len(modes) - (max(i for i, m in enumerate(modes) if m == "full") + 1 if "full" in modes else 0)
-            t.row(f_size[0], f"{inc / 1e6:.1f} vs {full_b / 1e6:.1f} MB ({diff:+.1f} %; {since} incremental updates "
-                  "since its last full write)", f_size[1],
+            t.row(f_size[0], f"{inc / 1e6:.1f} vs {full_b / 1e6:.1f} MB ({diff:+.1f} %; {since} incremental "
+                  f"update{'' if since == 1 else 's'} since its last full write)", f_size[1],
                   abs(diff) <= T_SIZE_PCT)
             t.row("  the updates (warehouse modes)", f"{kinds}; rebuild p50 {pct(secs, 0.5):.1f} s; full write of "
                   "the same content "
