@@ -593,8 +593,7 @@ def main() -> None:
           f"{settings.multilingual_model}, cross-lingual {settings.crosslingual or 'off'}; "
           f"pages changed: {len(changed)}; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
     print(t.render())
-    if not args.data:
-        shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)     # timings, child output (and without --data: the data dir itself)
 
 
 def baselines(t: Table, settings, searcher, cases, queries, lat, corpora) -> None:
