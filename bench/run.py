@@ -534,7 +534,7 @@ def main() -> None:
             t.row(f_srss[0], f"{mb:.0f} MB (max of {len(rss)} cold searches)", f_srss[1], mb <= T_SEARCH_RSS_MB)
 
     # ---- warehouse size: 10 incremental updates vs the same content written in full
-    f_size = (f"warehouse after {args.updates} incremental updates vs full write", f"within {T_SIZE_PCT:.0f} %")
+    f_size = (f"warehouse after {args.updates} incremental update{'' if args.updates == 1 else 's'} vs full write", f"within {T_SIZE_PCT:.0f} %")
     if "updates" in skip:
         t.skipped([f_size], "--skip updates")
     else:
