@@ -152,7 +152,11 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
             failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input = _INPUT.get(stage)
-            if upstream:
+            if upstream and not artifacts.load_state(settings, source.name).get(_STATE_VERSION[stage]):
+                # never built: nothing to keep or serve; the `succeeded` check fails below
+                meta = {"skipped": True, "kept": "nothing (never built)",
+                        "cause": f"{key(upstream[0], source).to_user_string()} failed"}
+            elif upstream:
                 # keep this stage's last good output: never rebuild it from a failed upstream (a vanished local
                 # folder must not empty the vault)
                 meta = {"skipped": True, "kept": f"last good copy: {key(upstream[0], source).to_user_string()} "
@@ -184,9 +188,11 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
                 "seconds": round(time.perf_counter() - started, 3)}
     else:
         meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
+    never_built = meta.get("kept") == "nothing (never built)"
     checks.append(dg.AssetCheckResult(
-        check_name=SUCCEEDED, passed=not error,
-        metadata={"error": error} if error else {"status": meta["status"]}))
+        check_name=SUCCEEDED, passed=not error and not never_built,
+        metadata={"error": error} if error else {"status": meta["status"], **(
+            {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})}))
     return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
 
 
@@ -194,7 +200,8 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
 def _succeeded_spec(asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(SUCCEEDED, asset=asset_key, blocking=True,
                              description="This stage ran for this source without error (a failed fetch, or no file "
-                                         "that could be read, fails it; the last good copy keeps serving).")
+                                         "that could be read, fails it; the last good copy keeps serving; a stage "
+                                         "never built serves nothing and fails it too).")
 
 
 def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinition]:
