@@ -455,7 +455,7 @@ def search(
     lanes: Annotated[str | None, typer.Option("--lanes", metavar="LANES", help="Lanes to fuse, comma-separated: bm25, bm25_page, vector, graph, hybrid (the default: bm25+bm25_page+vector).")] = None,
     usage_boost: Annotated[bool, typer.Option("--usage-boost", help="Boost notes you read recently and often (local usage log; also DOCSVAULT_USAGE_BOOST=1).")] = False,
 ) -> None:
-    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=60), one result per note.
+    """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=20), one result per note.
 
     Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
     """

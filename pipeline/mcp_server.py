@@ -139,7 +139,8 @@ class VaultService:
             raise ToolFailure("query is empty: pass words or a question")
         try:
             parsed = parse_query(query[:2000])
-            lane_list = search_lanes(",".join(lanes) if isinstance(lanes, list) else lanes) if lanes else None
+            spec = ",".join(lanes) if isinstance(lanes, list) else lanes
+            lane_list = search_lanes(spec, "the `lanes` argument") if lanes else None
         except (PipelineError, ValueError) as exc:
             raise ToolFailure(str(exc)) from None
         searcher = self.searcher()
@@ -241,7 +242,7 @@ class VaultService:
         if not isinstance(text, str) or not text.strip():
             raise ToolFailure("nothing to save: `text` is empty")
         try:
-            src = capture_source(load_sources(s.sources_file), source)
+            src = capture_source(load_sources(s.sources_file), source, "the `source` argument")
             the_title = " ".join((title or title_of(text)).split())
             related = capture_related(s, the_title, text)
             note = write_capture(src, text, title=the_title, name=name, agent=str(agent or "mcp agent")[:100],

@@ -66,9 +66,9 @@ def open_searcher(s: Settings, **kwargs: Any) -> Searcher:
 
 
 
-def search_lanes(spec: str | None) -> list[str] | None:
+def search_lanes(spec: str | None, arg: str = "--lanes") -> list[str] | None:
     """``--lanes`` of search: ``"bm25,vector,graph"`` -> those lanes (``hybrid`` = the default lanes); None: the
-    default lanes.
+    default lanes. ``arg``: how the caller's user names the argument in an error (``--lanes``; MCP ``lanes``).
 
     Raises:
         ValueError: an unknown lane or an empty list (the message lists the available ones).
@@ -76,15 +76,16 @@ def search_lanes(spec: str | None) -> list[str] | None:
     if spec is None:
         return None
     lanes: list[str] = []
-    for names in parse_lanes(spec).values():
+    for names in parse_lanes(spec, arg).values():
         lanes += [n for n in names if n not in lanes]
     return lanes
 
 
 
 
-def parse_lanes(spec: str) -> dict[str, list[str]]:
+def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
     """``"bm25,vector,hybrid"`` -> ``{"bm25": ["bm25"], "vector": ["vector"], "hybrid": [the default lanes]}``.
+    ``arg``: the argument's name in an error (``--lanes`` in the CLI, ``lanes`` in MCP).
 
     Raises:
         ValueError: an unknown name (the message lists the available ones).
@@ -102,9 +103,9 @@ def parse_lanes(spec: str) -> dict[str, list[str]]:
         elif name in LANES:
             out[name] = [name]
         else:
-            raise ValueError(f"unknown lane {name!r} in --lanes; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
+            raise ValueError(f"unknown lane {name!r} in {arg}; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
     if not out:
-        raise ValueError(f"--lanes is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
+        raise ValueError(f"{arg} is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
     return out
 
 

@@ -369,3 +369,12 @@ def test_the_console_script_gives_option_errors_in_one_line_with_exit_1(tmp_path
         1, "", "error: No such option: --bogus (see `python -m pipeline.cli search --help`)\n")
     code, out, err = run()
     assert (code, err) == (0, "") and out.startswith("Usage: python -m pipeline.cli [OPTIONS] COMMAND [ARGS]...")
+
+
+def test_readme_and_help_give_the_rrf_k_of_the_code() -> None:
+    from pipeline.cli import search
+    from pipeline.search.searcher import K_RRF
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"`weight/(k + rank)` with k = {K_RRF:g}" in readme and "weight/(60 + rank)" not in readme
+    assert f"RRF k={K_RRF:g})" in (search.__doc__ or "")

@@ -214,3 +214,28 @@ def test_two_noop_materialize_runs_record_no_stale_figures(tiny_env: Path) -> No
             first["warehouse"][0]["dagster/row_count"]
         assert mats["retrieval_eval"][0]["skipped"] is True and mats["retrieval_eval"][0]["history_rows"] == 0
         assert [mats[f"tiny/{stage}"][0]["status"] for stage in ("notes", "vault", "chunks")] == ["skipped"] * 3
+
+
+def test_a_never_built_source_serves_nothing_and_says_so(tiny_env: Path) -> None:
+    """A source whose fetch has never succeeded: its later stages claim no last good copy and fail `succeeded`;
+    the shared stages still build over tiny."""
+    from pipeline.defs.runner import run_build
+
+    sources = tiny_env / "sources.yaml"
+    sources.write_text(sources.read_text() + f"  - name: never\n    kind: git\n    url: file://{tiny_env}/none.git\n"
+                       "    ref: main\n", encoding="utf-8")
+    settings = Settings.from_env()
+    report = run_build(settings)
+    assert not report.ok
+    with dg.DagsterInstance.get() as instance:
+        (run,) = instance.get_runs(limit=1)
+        outcome = _run_outcome(instance, run.run_id)
+        later = ("notes", "vault", "chunks", "embeddings")
+        assert {c for c in outcome["failed_checks"] if c.startswith("never/")} == {
+            "never/raw_docs:succeeded", "never/raw_docs:has_files", *(f"never/{s}:succeeded" for s in later)}
+        assert {"link_graph", "warehouse", "retrieval_eval", "tiny/embeddings"} <= outcome["materialized"]
+        for stage in later:
+            ev = instance.get_latest_materialization_event(dg.AssetKey(["never", stage]))
+            meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
+            assert (meta["status"], meta["kept"], meta["cause"]) == ("skipped", "nothing (never built)",
+                                                                     "never/raw_docs failed")

@@ -182,7 +182,9 @@ def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Pa
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["tool"]["dg"]
     assert project["project"] == {"root_module": "pipeline", "defs_module": "pipeline.defs",
                                   "code_location_target_module": "pipeline.definitions",
-                                  "code_location_name": "docsvault"}
+                                  "code_location_name": "pipeline.definitions"}   # = `-m pipeline.definitions`
+    deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert "dagster-dg-cli==1.13.27" in deps["dependencies"]        # `make install` gives `dg` (README)
     loaded = defs()
     built = build_definitions(Settings.from_env())
     graph = loaded.resolve_asset_graph()
@@ -198,6 +200,8 @@ def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Pa
     assert all(graph.get(k).code_version for k in graph.get_all_asset_keys())
     assert graph.get(dg.AssetKey(["tiny", "embeddings"])).group_name == "tiny"
     assert {s.name for s in loaded.schedules or []} == {"daily_refresh"}
+    sensor = loaded.resolve_sensor_def("upstream_change")     # README: on by default, every 15 minutes at most
+    assert (sensor.default_status, sensor.minimum_interval_seconds) == (dg.DefaultSensorStatus.RUNNING, 900)
 
 
 def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path) -> None:

@@ -204,3 +204,25 @@ def test_pages_without_containers_use_trafilatura():
     doc = html_to_markdown(html, "http://h/p.html")
     assert doc.extractor == "trafilatura"
     assert doc.markdown.startswith("# Plain\n\nPlain pages without semantic markup")
+
+
+def test_local_format_html_pages_are_converted_like_crawled_pages(tmp_path: Path):
+    """A built HTML site on disk (`kind: local`, `format: html`): every *.html page is taken without an `include`
+    and becomes Markdown as the html fetch makes it (no <head>, <script>, navigation); links between pages
+    stay vault links."""
+    site = tmp_path / "site"
+    (site / "guide").mkdir(parents=True)
+    page = ('<!doctype html><html><head><title>{t}</title><script>var x = 1;</script>'
+            '<style>p {{color: red}}</style></head><body><nav><a href="/">Home</a> menu</nav>'
+            '<main><h1>{t}</h1><p>{p}</p></main></body></html>')
+    (site / "index.html").write_text(page.format(t="Start", p='Read the <a href="guide/setup.html">setup</a>.'),
+                                     encoding="utf-8")
+    (site / "guide" / "setup.html").write_text(page.format(t="Setup", p="Install it with <code>pip</code>."),
+                                               encoding="utf-8")
+    (site / "notes.txt").write_text("not a page", encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    result = fetch_source(source, _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["guide/setup.html", "index.html"]
+    notes = {n.vault_path: n.body for n in normalize_source(source, result.files, "2026-01-01T00:00:00+00:00").notes}
+    assert notes == {"site/guide/setup.md": "# Setup\n\nInstall it with `pip`.\n",
+                     "site/index.md": "# Start\n\nRead the [[site/guide/setup|setup]].\n"}

@@ -355,3 +355,24 @@ def test_adding_and_removing_a_small_source_is_incremental(tmp_path: Path, monke
     assert (removed["mode"], removed["notes"]) == ("incremental", 60), removed.get("reason")
     with Searcher(settings.warehouse_path) as s:
         assert s.sources == ["base"]
+
+
+def test_embed_progress_is_one_task_over_the_per_language_and_cross_lingual_passes(tiny_env: Path) -> None:
+    """The cross-lingual pass reports progress too: done counts on from the per-language pass, over one total."""
+    settings = Settings.from_env().with_(crosslingual_model="hash:8")
+    (s,) = load_sources(settings.sources_file)
+    b.fetch_stage(settings, s)
+    b.normalize_stage(settings, s)
+    b.vault_stage(settings, s)
+    b.chunk_stage(settings, s, load_embedder)
+    n = len({c.embed_text for c in artifacts.load_chunks(settings, s.name)})
+    calls: list[tuple[str, int, int]] = []
+    hook = lambda stage, name, done, total: calls.append((stage, done, total))  # noqa: E731
+    b.PROGRESS_HOOKS.append(hook)
+    try:
+        meta = b.embed_stage(settings, s, load_embedder)
+    finally:
+        b.PROGRESS_HOOKS.remove(hook)
+    assert meta["models"] == {"hash-384": meta["chunks"], "hash-8": meta["chunks"]}
+    assert {total for _, _, total in calls} == {2 * n}
+    assert [done for _, done, _ in calls] == [0, n, n, 2 * n]     # one batch per pass (tiny has < 64 texts)

@@ -170,3 +170,18 @@ def test_search_takes_one_source_or_several(built_env: Path) -> None:
     assert svc.search("ducks", source=[])["hits"] == svc.search("ducks")["hits"]
     with pytest.raises(ToolFailure, match=r"^unknown source 'nope'; the warehouse "):
         svc.search("ducks", source=["tiny", "nope"])
+
+
+def test_tool_errors_name_the_tool_arguments_not_cli_flags(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    monkeypatch.delenv("DOCSVAULT_CAPTURE_SOURCE", raising=False)
+    svc = VaultService(Settings.from_env())
+    with pytest.raises(ToolFailure) as err:
+        svc.search("ducks", lanes=["bm25", "colbert"])
+    assert str(err.value) == ("unknown lane 'colbert' in the `lanes` argument; available: bm25, bm25_page, vector, "
+                              "crosslingual, graph, hybrid, hybrid+graph")
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("a note")
+    assert str(err.value) == ("no capture source: set DOCSVAULT_CAPTURE_SOURCE to a local source of sources.yaml "
+                              "(tiny) or pass the `source` argument")

@@ -139,3 +139,22 @@ def test_cli_sources_validate_reports_a_duplicate_key_in_one_line(tmp_path: Path
     result = CliRunner().invoke(app, ["--sources", str(p), "sources", "validate"])
     assert (result.exit_code, result.output) == (
         1, f"error: {p}: duplicate key 'sources' at line 5 (first at line 1); keep one\n")
+
+
+def test_cli_sources_validate_rejects_two_names_with_one_asset_key(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    (tmp_path / "d").mkdir()
+    p = write(tmp_path, "sources:\n  - name: my-docs\n    kind: local\n    path: d\n"
+                        "  - name: my_docs\n    kind: local\n    path: d\n")
+    line = f"{p}: sources 'my-docs' and 'my_docs' map to the same asset key 'my_docs'; rename one"
+    result = CliRunner().invoke(app, ["--sources", str(p), "sources", "validate"])
+    assert (result.exit_code, result.output) == (1, f"error: {line}\n")
+    from pipeline.config import Settings
+    from pipeline.defs.assets import asset_defs
+
+    with pytest.raises(SourceConfigError) as err:   # the build's loader (Dagster definitions) says the same
+        asset_defs(Settings.from_env(sources_file=p, data_dir=tmp_path / "data", vault_dir=tmp_path / "vault"))
+    assert str(err.value) == line

@@ -22,7 +22,6 @@ Concurrency: per-source steps take the build lock shared and a per-source lock, 
 """
 
 
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +33,7 @@ from pipeline.common import artifacts
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
 from pipeline.defs.resources import DocsvaultResource, cached_embedder
+from pipeline.ingest.sources import asset_slug
 from pipeline.models import Source
 
 PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
@@ -49,7 +49,7 @@ CODE_OF = {"raw_docs": "fetch", "notes": "normalize", "vault": "vault", "chunks"
 
 def source_slug(name: str) -> str:
     """Source name -> asset-key part and group name (Dagster allows [A-Za-z0-9_])."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return asset_slug(name)
 
 
 def key(stage: str, source: Source | str | None = None) -> dg.AssetKey:
@@ -156,7 +156,11 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
             failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input = _INPUT.get(stage)
-            if upstream:
+            if upstream and not artifacts.load_state(settings, source.name).get(_STATE_VERSION[stage]):
+                # never built: nothing to keep or serve; the `succeeded` check fails below
+                meta = {"skipped": True, "kept": "nothing (never built)",
+                        "cause": f"{key(upstream[0], source).to_user_string()} failed"}
+            elif upstream:
                 # keep this stage's last good output: never rebuild it from a failed upstream (a vanished local
                 # folder must not empty the vault)
                 meta = {"skipped": True, "kept": f"last good copy: {key(upstream[0], source).to_user_string()} "
@@ -188,9 +192,11 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
                 "seconds": round(time.perf_counter() - started, 3)}
     else:
         meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
+    never_built = meta.get("kept") == "nothing (never built)"
     checks.append(dg.AssetCheckResult(
-        check_name=SUCCEEDED, passed=not error,
-        metadata={"error": error} if error else {"status": meta["status"]}))
+        check_name=SUCCEEDED, passed=not error and not never_built,
+        metadata={"error": error} if error else {"status": meta["status"], **(
+            {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})}))
     return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
 
 
@@ -198,7 +204,8 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
 def _succeeded_spec(asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(SUCCEEDED, asset=asset_key, blocking=True,
                              description="This stage ran for this source without error (a failed fetch, or no file "
-                                         "that could be read, fails it; the last good copy keeps serving).")
+                                         "that could be read, fails it; the last good copy keeps serving; a stage "
+                                         "never built serves nothing and fails it too).")
 
 
 def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinition]:
@@ -473,18 +480,9 @@ def asset_defs(settings: Settings) -> dg.Definitions:
     Raises:
         SourceConfigError: sources.yaml invalid, or two source names map to the same asset key.
     """
-    from pipeline.common.errors import SourceConfigError
     from pipeline.ingest.sources import load_sources
 
-    sources = load_sources(settings.sources_file)
-    slugs: dict[str, str] = {}
-    for s in sources:
-        other = slugs.setdefault(source_slug(s.name), s.name)
-        if other != s.name:
-            raise SourceConfigError(
-                f"{settings.sources_file}: sources '{other}' and '{s.name}' map to the same asset key "
-                f"'{source_slug(s.name)}'; rename one"
-            )
+    sources = load_sources(settings.sources_file)   # also rejects two names with one asset key
     assets: list[Any] = []
     for s in sources:
         assets.extend(source_assets(s, settings))

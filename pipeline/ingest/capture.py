@@ -57,8 +57,9 @@ class Captured:
     related: tuple[str, ...]
 
 
-def capture_source(sources: Sequence[Source], name: str | None = None) -> Source:
-    """The local source notes are captured into: ``name``, else ``$DOCSVAULT_CAPTURE_SOURCE``.
+def capture_source(sources: Sequence[Source], name: str | None = None, arg: str = "--source NAME") -> Source:
+    """The local source notes are captured into: ``name``, else ``$DOCSVAULT_CAPTURE_SOURCE``. ``arg``: how the
+    caller's user passes a source, for the error (``--source NAME`` in the CLI, ``source`` in MCP).
 
     Raises:
         CaptureError: none named, unknown, or not a ``local`` source with a folder.
@@ -67,7 +68,7 @@ def capture_source(sources: Sequence[Source], name: str | None = None) -> Source
     local = [s.name for s in sources if s.kind == "local"]
     if not name:
         raise CaptureError(f"no capture source: set {ENV_SOURCE} to a local source of sources.yaml "
-                           f"({', '.join(local) or 'none yet: add one'}) or pass --source NAME")
+                           f"({', '.join(local) or 'none yet: add one'}) or pass {arg}")
     found = next((s for s in sources if s.name == name), None)
     if found is None:
         raise CaptureError(f"unknown capture source {name!r}; local sources: {', '.join(local) or '(none)'}")

@@ -169,7 +169,8 @@ def load_sources(path: Path) -> list[Source]:
 
     Raises:
         SourceConfigError: file missing or unreadable, YAML invalid (with line), a duplicate key in a mapping (with
-            both lines), a block invalid (with source and key), or a duplicate name.
+            both lines), a block invalid (with source and key), a duplicate name, or two names with one asset key
+            (``my-docs`` and ``my_docs``).
     """
     path = Path(path)
     if not path.is_file():
@@ -190,13 +191,26 @@ def load_sources(path: Path) -> list[Source]:
         raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
     sources: list[Source] = []
     seen: set[str] = set()
+    slugs: dict[str, str] = {}
     for i, block in enumerate(data["sources"], start=1):
         source = parse_source(block, path.parent, f"{path}: sources[{i}]")
         if source.name in seen:
             raise SourceConfigError(f"{path}: sources[{i}]: duplicate source name '{source.name}'; names must be unique")
         seen.add(source.name)
+        slug = asset_slug(source.name)
+        other = slugs.setdefault(slug, source.name)
+        if other != source.name:
+            raise SourceConfigError(
+                f"{path}: sources '{other}' and '{source.name}' map to the same asset key '{slug}'; rename one"
+            )
         sources.append(source)
     return sources
+
+
+def asset_slug(name: str) -> str:
+    """Source name -> its Dagster asset-key part and group name: every character outside ``[A-Za-z0-9_]`` becomes
+    ``_`` (``my-docs`` and ``my.docs`` -> ``my_docs``); :func:`load_sources` rejects two names with one slug."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 def check_local_paths(sources: list[Source], sources_file: Path) -> list[str]:

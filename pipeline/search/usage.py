@@ -13,7 +13,8 @@ server reads too). A note's boost, added to its fused RRF score, is
 with ``tier`` = ``HOT_BOOST`` (1.0) when last read within ``HOT_DAYS`` (7), ``WARM_BOOST`` (0.5) within
 ``WARM_DAYS`` (30), else ``COLD_BOOST`` (0); ``frequency`` = ``min(1, log2(1 + reads) / log2(1 + FULL_READS))``
 (1 read 0.43, 2 reads 0.68, 4+ reads 1.0). With ``USAGE_WEIGHT`` 0.2 a hot, often read note gains a fifth of what
-a first rank in one lane gives (RRF k 60: 0.2/61 = 0.0033), and only inside the first ``usage_window`` (10) fused
+a first rank in one lane gives at k 60 (0.2/61 = 0.0033; ``boosts`` keeps k_rrf 60 while the search fuses with
+k 20, where a first rank gives 1/21), and only inside the first ``usage_window`` (10) fused
 pages of the query (:class:`pipeline.search.searcher.Searcher`): it breaks near-ties among pages the query found, and never
 lifts a page from further down.
 

@@ -178,6 +178,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             log.warning("source '%s': embedding models changed (%s)", source.name, model_changed)
         todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
         seeded = 0
+        total_missing = [0]     # texts to embed over every pass (per language, then cross-lingual): one task
         for spec, group in groups.items():
             embedder = embedders[spec]
             cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
@@ -186,6 +187,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             missing = [h for h in hashes if h not in have]
             if forced(source.name):         # --force: embed every chunk again, refreshing the cache
                 cache, missing = WriteOnlyCache(cache), []
+                total_missing[0] += len(hashes)
             if missing:
                 found = _seed_from_warehouse(settings, embedder.model_id, missing)
                 if found:
@@ -194,14 +196,15 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                     seeded += len(hs)
                     log.info("source '%s': %d %s vectors taken from the warehouse into the embedding cache",
                              source.name, len(hs), embedder.model_id)
+                total_missing[0] += len(missing) - len(found)
             todo.append((embedder, cache, group))
         done_before = [0]
-        total_missing = [0]
 
         def both(done: int, total: int) -> None:
+            whole = max(total_missing[0], done_before[0] + total)
             if progress is not None:
-                progress(done_before[0] + done, total_missing[0] or total)
-            notify("embed", source.name, done_before[0] + done, total_missing[0] or total)
+                progress(done_before[0] + done, whole)
+            notify("embed", source.name, done_before[0] + done, whole)
 
         started = time.perf_counter()
         n_embedded = n_cached = 0

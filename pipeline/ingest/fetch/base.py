@@ -137,8 +137,18 @@ def path_matches(path: str, patterns: Iterable[str]) -> bool:
     return any(glob_to_regex(p).match(path) for p in patterns)
 
 
+#: the default ``include`` of a local source with ``format: html`` (a built HTML site on disk)
+HTML_INCLUDE: tuple[str, ...] = ("*.html", "*.htm")
+
+
+def select_default(source: Source) -> tuple[str, ...]:
+    """The ``include`` globs of ``source`` when it sets none."""
+    return HTML_INCLUDE if source.kind == "local" and source.format == "html" else DEFAULT_INCLUDE
+
+
 def select_paths(source: Source, paths: Iterable[str]) -> list[str]:
-    """Apply ``include`` (default Markdown-ish) and ``exclude`` to posix source paths; sorted, deduplicated."""
-    include = source.include or DEFAULT_INCLUDE
+    """Apply ``include`` (default Markdown-ish; ``*.html``/``*.htm`` for a local ``format: html`` source) and
+    ``exclude`` to posix source paths; sorted, deduplicated."""
+    include = source.include or select_default(source)
     keep = {p for p in paths if path_matches(p, include) and not path_matches(p, source.exclude)}
     return sorted(keep)

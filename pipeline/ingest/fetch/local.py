@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
-from pipeline.ingest.fetch.base import now_iso, read_state, select_paths, write_state
+from pipeline.ingest.fetch.base import now_iso, read_state, select_default, select_paths, write_state
 from pipeline.models import FetchResult, RawFile, Source
 
 
@@ -134,7 +134,8 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(
             f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
-            f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'}, exclude={list(source.exclude)})"
+            f"(include={list(source.include) or 'default ' + '/'.join(select_default(source))}, "
+            f"exclude={list(source.exclude)})"
         )
     digest = hashlib.sha256()
     total = 0
