@@ -40,7 +40,7 @@ test-fast: install-dev
 
 ui: install
 	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster-webserver -m pipeline.definitions -h 127.0.0.1 -p 3000
+	$(BIN)/docsvault ui --port 3000
 
 clean:
 	rm -rf data

@@ -992,21 +992,28 @@ def mcp(
 def ui(
     port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535,
                                       help="Port of the Dagster UI on 127.0.0.1.")] = 3000,
+    webserver_only: Annotated[bool, typer.Option(
+        "--webserver-only", help="Only the UI (dagster-webserver): no dagster-daemon, so the refresh sensors and "
+                                 "schedules do not tick (runs launched from the UI still run).")] = False,
 ) -> None:
-    """Start the Dagster UI (dagster-webserver) on 127.0.0.1 with this command's paths."""
+    """Start the Dagster UI on 127.0.0.1 with this command's paths: `dagster dev` (the webserver and the daemon, so
+    the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only."""
     s = settings()
-    exe = Path(sys.executable).with_name("dagster-webserver")
-    cmd = str(exe) if exe.exists() else shutil.which("dagster-webserver")
+    tool = "dagster-webserver" if webserver_only else "dagster"
+    exe = Path(sys.executable).with_name(tool)
+    cmd = str(exe) if exe.exists() else shutil.which(tool)
     if not cmd:
-        fail("dagster-webserver not found; run `make install` (it comes with the dagster-webserver package)")
+        fail(f"{tool} not found; run `make install` (it comes with the dagster and dagster-webserver packages)")
         return
     home = s.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     project_cfg = Path(__file__).resolve().parents[1] / "dagster.yaml"
     if not (home / "dagster.yaml").exists() and project_cfg.is_file():
         shutil.copyfile(project_cfg, home / "dagster.yaml")
-    typer.echo(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home})", err=True)
-    os.execve(cmd, [cmd, "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)], child_env(s))
+    what = "webserver only, no daemon" if webserver_only else "webserver + daemon"
+    typer.echo(f"Dagster UI on http://127.0.0.1:{port} ({what}; DAGSTER_HOME={home})", err=True)
+    args = ["-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    os.execve(cmd, [cmd, *args] if webserver_only else [cmd, "dev", *args], child_env(s))
 
 
 def main() -> None:

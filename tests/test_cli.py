@@ -378,3 +378,22 @@ def test_readme_and_help_give_the_rrf_k_of_the_code() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert f"`weight/(k + rank)` with k = {K_RRF:g}" in readme and "weight/(60 + rank)" not in readme
     assert f"RRF k={K_RRF:g})" in (search.__doc__ or "")
+
+
+@pytest.mark.parametrize("flags, tool, first", [([], "dagster", "dev"), (["--webserver-only"], "dagster-webserver", "-m")])
+def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               flags: list[str], tool: str, first: str) -> None:
+    """`docsvault ui` is `dagster dev` (runs launched from the UI start, sensors and schedules tick) on this
+    command's instance; `--webserver-only` is the UI alone."""
+    import pipeline.cli as cli
+
+    calls: list[tuple[str, list[str], dict[str, str]]] = []
+    monkeypatch.setattr(cli.os, "execve", lambda cmd, argv, env: calls.append((cmd, argv, env)))
+    home = tmp_path / "dagster-home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", "3123", *flags])
+    assert result.exit_code == 0, result.output
+    (cmd, argv, env), = calls
+    assert Path(cmd).name == tool
+    assert argv[1:] == [first, *(["-m"] if first == "dev" else []), "pipeline.definitions", "-h", "127.0.0.1", "-p", "3123"]
+    assert (Path(env["DAGSTER_HOME"]) / "dagster.yaml").is_file()

@@ -254,9 +254,15 @@ def test_local_symlink_leaving_root_skipped(tmp_path):
     (tmp_path / "secret.md").write_text("s")
     os.symlink(tmp_path / "secret.md", root / "leak.md")
     os.symlink(root / "inner.md", root / "alias.md")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "h.md").write_text("h")
+    os.symlink(root / ".hidden" / "h.md", root / "shown.md")
     result = fetch_source(Source(name="l", kind="local", path=(root,)), _settings(tmp_path))
-    assert [f.source_path for f in result.files] == ["a.md", "alias.md", "inner.md"]
+    # a link to a note the source lists anyway is one note, not two; a link to an unlisted file is read
+    assert [f.source_path for f in result.files] == ["a.md", "inner.md", "shown.md"]
     assert any("leak.md" in w for w in result.warnings)
+    assert f"source 'l': skipped symlink {root / 'alias.md'}: it points to inner.md, which this source reads already " \
+           "(one note, not two)" in result.warnings
 
 
 def test_local_missing_root(tmp_path):

@@ -2,7 +2,7 @@
 
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
 and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
-dangling symlinks and names that are not valid UTF-8 (they could not be written to the vault or the state files).
+dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files).
 Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
 (macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
@@ -39,6 +39,7 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
             must stay). An unreadable subfolder is skipped with a warning.
     """
     found: dict[str, Path] = {}
+    link_targets: dict[str, str] = {}       # rel path of a symlink -> rel path of its target (inside the root)
 
     def unreadable(exc: OSError) -> None:
         where = Path(exc.filename) if exc.filename else root
@@ -78,7 +79,8 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
                         warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {_show(path)}")
                         continue
                     try:
-                        target.relative_to(root)
+                        link_targets[unicodedata.normalize("NFC", path.relative_to(root).as_posix())] = \
+                            unicodedata.normalize("NFC", target.relative_to(root.resolve()).as_posix())
                     except ValueError:
                         warnings.append(f"source '{source}': skipped symlink leaving the root: {_show(path)}")
                         continue
@@ -96,6 +98,11 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
                                 "another Unicode normalization (NFC/NFD); rename one of them")
                 continue
             found[rel] = path
+    for rel, target_rel in link_targets.items():     # one note once: a link to a file the source lists anyway
+        if rel in found and target_rel in found and target_rel not in link_targets:
+            del found[rel]
+            warnings.append(f"source '{source}': skipped symlink {_show(root / rel)}: it points to {_show(target_rel)}, "
+                            "which this source reads already (one note, not two)")
     return found
 
 
