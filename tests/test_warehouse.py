@@ -383,7 +383,7 @@ def test_ten_updates_reuse_the_blocks_they_free(tmp_path: Path, no_growth_bound)
     of appended chunk rows per update (measured: +4, +2, then +1 per update = 14 blocks)."""
     data, vecs = toy_data()
     rng = np.random.default_rng(5)
-    blob = lambda: rng.bytes(2 << 20)  # noqa: E731  (random: DuckDB cannot compress it)
+    blob = lambda: rng.bytes(2 << 20)     # random: DuckDB cannot compress it
     path = tmp_path / "w.duckdb"
     full = wh.publish(path, _one_chunk_edited(data, vecs, 0, blob()))
     for i in range(1, 11):
