@@ -426,6 +426,40 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
             "links_rewritten": int(not links_same)}
 
 
+def _checked_vectors(data: WarehouseData) -> dict[str, pa.Table]:
+    """``{model_id: Arrow table (chunk_id, emb)}`` after checking ids and vectors.
+
+    Raises:
+        PipelineError: two notes or two chunks share an id.
+        EmbeddingError: bad vectors (see :func:`_vectors_table`), or two model ids map to one vector table.
+    """
+    for what, ids in (("note", [n.note_id for n in data.notes]), ("chunk", [c.chunk_id for c in data.chunks])):
+        if len(set(ids)) != len(ids):
+            dup = Counter(ids).most_common(1)[0][0]
+            raise PipelineError(f"two {what}s share the id {dup!r}; fix the duplicate before publishing")
+    known = {c.chunk_id for c in data.chunks}
+    vec_tables = {
+        model_id: _vectors_table(model_id, ids, vecs, known) for model_id, (ids, vecs) in data.vectors.items()
+    }
+    names = [vector_table_name(m) for m in vec_tables]
+    if len(set(names)) != len(names):
+        raise EmbeddingError(f"two model ids map to the same vector table: {sorted(vec_tables)}")
+    return vec_tables
+
+
+def _meta(data: WarehouseData) -> dict[str, str]:
+    """The ``meta`` rows of this publish: schema and program version, build time, ``data.run_info``."""
+    from pipeline import __version__
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "docsvault_version": __version__,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **{str(k): str(v) for k, v in data.run_info.items()
+           if k not in ("schema_version", "full_bytes", "full_built_at", "updates")},
+    }
+
+
 def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_delta: float = 0.1
             ) -> dict[str, Any]:
     """Write the warehouse and swap it in atomically.
@@ -464,27 +498,8 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     _leftovers(path)
 
-    for what, ids in (("note", [n.note_id for n in data.notes]), ("chunk", [c.chunk_id for c in data.chunks])):
-        if len(set(ids)) != len(ids):
-            dup = Counter(ids).most_common(1)[0][0]
-            raise PipelineError(f"two {what}s share the id {dup!r}; fix the duplicate before publishing")
-    known = {c.chunk_id for c in data.chunks}
-    vec_tables = {
-        model_id: _vectors_table(model_id, ids, vecs, known) for model_id, (ids, vecs) in data.vectors.items()
-    }
-    names = [vector_table_name(m) for m in vec_tables]
-    if len(set(names)) != len(names):
-        raise EmbeddingError(f"two model ids map to the same vector table: {sorted(vec_tables)}")
-
-    from pipeline import __version__
-
-    meta = {
-        "schema_version": SCHEMA_VERSION,
-        "docsvault_version": __version__,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **{str(k): str(v) for k, v in data.run_info.items()
-           if k not in ("schema_version", "full_bytes", "full_built_at", "updates")},
-    }
+    vec_tables = _checked_vectors(data)
+    meta = _meta(data)
     mode, reason = "full", "requested"
     result: dict[str, int] | None = None
     if incremental:
