@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -56,24 +53,9 @@ def tiny_vault(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def dagster_home_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An initialised, empty Dagster instance directory (the project's dagster.yaml + its SQLite databases), made once
-    per test process: a test copies it instead of letting Dagster create and migrate the databases (~0.5-1.5 CPU-s
-    and 2-4 s of fsyncs per build test). Made in a child process, so this process does not import dagster."""
-    home = tmp_path_factory.mktemp("dagster-template") / "dagster"
-    home.mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    code = "import dagster as dg\nwith dg.DagsterInstance.get() as i:\n    i.get_runs(limit=1)\n"
-    subprocess.run([sys.executable, "-c", code], env={**os.environ, "DAGSTER_HOME": str(home)}, check=True,
-                   capture_output=True, timeout=300)
-    return home
-
-
 @pytest.fixture
-def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch, dagster_home_template: Path) -> Path:
-    """Environment for a build of the tiny vault with the fake hash embedder, everything under tmp_path (DAGSTER_HOME:
-    a copy of :func:`dagster_home_template`)."""
+def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Environment for a build of the tiny vault with the fake hash embedder, everything under tmp_path."""
     sources = tmp_path / "sources.yaml"
     sources.write_text(
         f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n", encoding="utf-8"
@@ -93,7 +75,6 @@ def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("DOCSVAULT_MODEL", "hash")
     monkeypatch.setenv("DOCSVAULT_MULTILINGUAL_MODEL", "hash")
     monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_MODEL", "none")
-    shutil.copytree(dagster_home_template, tmp_path / "dagster")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "3600")   # no progress lines in outputs tests compare exactly
     return tmp_path
