@@ -421,9 +421,10 @@ def test_an_update_past_the_growth_bound_is_a_full_publish(tmp_path: Path, monke
     monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", 0.0)      # any added block passes it
     new, _ = _changed_data(data, vecs)
     st = wh.publish(path, new, incremental=True)
-    assert st["mode"] == "full"
-    assert st["reason"].startswith("the file would grow to ")
-    assert st["reason"].endswith(f"bytes, more than 0% over its {full['bytes']} bytes after its last full build")
+    # a file within a block of the bound is not copied and updated at all
+    assert st["mode"] == "full" and st["reason"] == (
+        f"the file is {full['bytes']} bytes and an update adds at least 262144 bytes: more than 0% over its "
+        f"{full['bytes']} bytes after its last full build")
     assert not list(tmp_path.glob("w.duckdb.tmp-*"))
     con = wh.connect(path)
     try:
@@ -431,9 +432,17 @@ def test_an_update_past_the_growth_bound_is_a_full_publish(tmp_path: Path, monke
         assert con.execute("SELECT value FROM meta WHERE key = 'updates'").fetchone() == ("0",)
     finally:
         con.close()
-    # a file already past the bound is not copied and updated at all
-    monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", -0.5)
-    st = wh.publish(path, new, incremental=True)
-    assert st["mode"] == "full" and st["reason"] == (
-        f"the file would grow to {st['bytes']} bytes, more than -50% over its {st['bytes']} bytes after its last "
-        "full build")
+
+
+def test_an_update_that_fits_in_the_bound_is_tried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    data, vecs = toy_data()
+    path = tmp_path / "w.duckdb"
+    full = wh.publish(path, data)
+    # room for 1.5 blocks: the pre-check lets the update through (it adds at least one), the file after it decides
+    # (this toy's first update adds 2 blocks: the delta and dead tables)
+    monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", 1.5 * _BLOCK / full["bytes"])
+    st = wh.publish(path, _changed_data(data, vecs)[0], incremental=True)
+    assert st["mode"] == "full" and st["reason"].startswith("the file would grow to ")
+    assert st["reason"].endswith(f"bytes, more than {1.5 * _BLOCK / full['bytes']:.0%} over its {full['bytes']} bytes "
+                                 "after its last full build")
+    assert not list(tmp_path.glob("w.duckdb.tmp-*"))

@@ -242,9 +242,22 @@ a file: each update leaves at least one partly filled 256 KiB block (the appende
 reaches the bound after a few updates and a large one after dozens; then a full publish writes a compact file."""
 
 
-def _check_growth(size: int, full_bytes: int) -> None:
-    """Raises ``_NotIncremental`` when ``size`` (bytes) exceeds ``full_bytes`` by more than :data:`MAX_GROWTH`."""
-    if full_bytes and size > (1 + MAX_GROWTH) * full_bytes:
+_BLOCK = 256 * 1024      # DuckDB's block size (bytes)
+
+
+def _check_growth(size: int, full_bytes: int, *, before: bool = False) -> None:
+    """Raises ``_NotIncremental`` when ``size`` (bytes) exceeds ``full_bytes`` by more than :data:`MAX_GROWTH`.
+
+    ``before``: ``size`` is the current file's; an update adds at least one block (its chunk rows), so a file
+    within a block of the bound is not updated at all (a small warehouse: every update is a full publish, without
+    first trying an update that would be thrown away)."""
+    if not full_bytes:
+        return
+    limit = (1 + MAX_GROWTH) * full_bytes
+    if before and size + _BLOCK > limit:
+        raise _NotIncremental(f"the file is {size} bytes and an update adds at least {_BLOCK} bytes: more than "
+                              f"{MAX_GROWTH:.0%} over its {full_bytes} bytes after its last full build")
+    if size > limit:
         raise _NotIncremental(f"the file would grow to {size} bytes, more than {MAX_GROWTH:.0%} over its "
                               f"{full_bytes} bytes after its last full build")
 
@@ -266,7 +279,7 @@ def _current_models(con: duckdb.DuckDBPyConnection, path: Path, vec_tables: Mapp
     size = path.stat().st_size
     # the first update after a full publish measures that file (a full publish can only estimate its own size)
     full_bytes = size if old_meta.get("updates") == "0" else int(old_meta.get("full_bytes") or 0)
-    _check_growth(size, full_bytes)
+    _check_growth(size, full_bytes, before=True)
     models = {r[0]: (r[1], int(r[2])) for r in con.execute("SELECT model_id, table_name, dim FROM models").fetchall()}
     if set(models) != set(vec_tables):
         raise _NotIncremental(f"embedding models changed: {sorted(models)} -> {sorted(vec_tables)}")
