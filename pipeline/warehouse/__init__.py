@@ -14,8 +14,16 @@ rebuilding the index costs ~10-25 s for 25k vectors. So a model's vectors live i
 * ``vec_dead``: ``(table_name, chunk_id)`` of base rows that were removed or replaced.
 
 The live vectors are ``base - dead + delta``; :func:`vector_search` asks the HNSW index for ``k + n_dead`` rows,
-drops dead ones and merges the exact delta scan. When delta + dead exceed ``max_delta`` of the base (or the file
-grew past 1.5x its size after the last full publish), :func:`publish` writes a fresh file instead (full rebuild).
+drops dead ones and merges the exact delta scan. When delta + dead exceed ``max_delta`` of the base, or the file
+is (or would be after the update) more than ``write.MAX_GROWTH`` (4 %) larger than after its last full publish,
+:func:`publish` writes a fresh file instead (full rebuild).
+
+Size. DuckDB never returns blocks to the file system, and ``DELETE`` does not free the rows of a table with a key.
+An update therefore drops and re-creates the small tables it replaces whole (meta, BM25 blobs, notes and links when
+they changed), commits and checkpoints that, and only then writes the new rows: they go into the blocks just freed.
+What still grows is about one 256 KiB block per update (appended chunk rows) plus the delta/dead tables; the growth
+bound turns that into a compact full publish every few updates for a small warehouse and every few dozen for a
+large one.
 
 Opening (:func:`connect`) always goes ``:memory:`` -> load ``vss``/``fts`` -> ``ATTACH`` the file: a write-ahead
 log that touches an HNSW index can only be replayed once ``vss`` is loaded (EC-19, duckdb-vss#65).

@@ -23,25 +23,29 @@ log = logging.getLogger("pipeline.warehouse")
 SCHEMA_VERSION = "3"
 _TABLE_RE = re.compile(r"^vec_[a-z0-9_]+$")
 
-_SCHEMA = """
-CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
-CREATE TABLE notes (
+_TABLES: dict[str, str] = {
+    "meta": "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    "notes": """CREATE TABLE notes (
     note_id VARCHAR PRIMARY KEY, source VARCHAR NOT NULL, source_path VARCHAR NOT NULL, vault_path VARCHAR NOT NULL,
     title VARCHAR, url VARCHAR, aliases VARCHAR[], tags VARCHAR[], description VARCHAR, frontmatter JSON,
     content_hash VARCHAR, in_degree INTEGER, pagerank DOUBLE
-);
-CREATE TABLE chunks (
+)""",
+    "chunks": """CREATE TABLE chunks (
     chunk_id VARCHAR PRIMARY KEY, note_id VARCHAR NOT NULL, source VARCHAR NOT NULL, ordinal INTEGER,
     heading VARCHAR, breadcrumb VARCHAR, text VARCHAR, text_hash VARCHAR, language VARCHAR
-);
-CREATE TABLE links (src VARCHAR NOT NULL, dst VARCHAR, target VARCHAR, kind VARCHAR, count INTEGER);
-CREATE TABLE models (
+)""",
+    "links": "CREATE TABLE links (src VARCHAR NOT NULL, dst VARCHAR, target VARCHAR, kind VARCHAR, count INTEGER)",
+    "models": """CREATE TABLE models (
     model_id VARCHAR PRIMARY KEY, table_name VARCHAR NOT NULL, dim INTEGER NOT NULL, n BIGINT,
     n_base BIGINT, n_dead BIGINT, n_delta BIGINT
-);
-CREATE TABLE vec_dead (table_name VARCHAR NOT NULL, chunk_id VARCHAR NOT NULL);
-CREATE TABLE bm25_index (name VARCHAR PRIMARY KEY, data BLOB);
-"""
+)""",
+    "vec_dead": "CREATE TABLE vec_dead (table_name VARCHAR NOT NULL, chunk_id VARCHAR NOT NULL)",
+    "bm25_index": "CREATE TABLE bm25_index (name VARCHAR PRIMARY KEY, data BLOB)",
+}
+"""The warehouse's fixed tables: name -> ``CREATE TABLE`` statement (an incremental publish drops and re-creates the
+small ones it replaces whole, so their blocks are freed; see :mod:`pipeline.warehouse.write`)."""
+
+_SCHEMA = ";\n".join(_TABLES.values()) + ";\n"
 
 
 @dataclass(frozen=True, kw_only=True)

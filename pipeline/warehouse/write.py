@@ -23,6 +23,7 @@ from pipeline.common.errors import (
 from pipeline.models import Chunk, Edge, Note, text_hash
 from pipeline.warehouse.schema import (
     _SCHEMA,
+    _TABLES,
     SCHEMA_VERSION,
     WarehouseData,
     _attach,
@@ -152,14 +153,11 @@ def _delete_ids(con: duckdb.DuckDBPyConnection, table: str, ids: Sequence[str], 
 
 
 def _write_common(con: duckdb.DuckDBPyConnection, data: WarehouseData, meta: Mapping[str, str],
-                  notes: Sequence[dict[str, Any]] | None = None, links: bool = True) -> None:
-    """Insert meta, notes (all, or only these rows of ``_notes_table``), links (unless ``links`` is False), BM25."""
+                  notes: bool = True, links: bool = True) -> None:
+    """Insert meta, BM25, and the notes / links unless ``notes`` / ``links`` is False."""
     _insert(con, "meta", pa.table({"key": list(meta), "value": [str(v) for v in meta.values()]}))
-    if notes is None:
+    if notes:
         _insert(con, "notes", _notes_table(data.notes, data.note_metrics))
-    elif notes:
-        table = _notes_table(data.notes[:0], {})
-        _insert(con, "notes", pa.Table.from_pylist(list(notes), schema=table.schema))
     if links:
         _insert(con, "links", _links_table(data.edges))
     if data.bm25_blobs:
@@ -227,6 +225,7 @@ def _publish_full(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mappin
             )
             n_vectors += n
         con.execute("CHECKPOINT")
+        # an estimate (closing truncates free blocks, this row may add one): the first update measures the file
         con.execute("INSERT INTO meta VALUES ('full_bytes', ?)", [str(tmp.stat().st_size)])
         _swap_in(con, tmp, path)
     except BaseException:
@@ -236,8 +235,174 @@ def _publish_full(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mappin
             "vectors_added": n_vectors, "vectors_removed": 0}
 
 
+MAX_GROWTH = 0.04
+"""An incremental update is published only while the file stays within this share above its size at the last full
+publish (the issue's bound for 10 updates is 5 %; the margin covers content that grew a little). DuckDB never shrinks
+a file: each update leaves at least one partly filled 256 KiB block (the appended chunk rows), so a small warehouse
+reaches the bound after a few updates and a large one after dozens; then a full publish writes a compact file."""
+
+
+_BLOCK = 256 * 1024      # DuckDB's block size (bytes)
+
+
+def _check_growth(size: int, full_bytes: int, *, before: bool = False) -> None:
+    """Raises ``_NotIncremental`` when ``size`` (bytes) exceeds ``full_bytes`` by more than :data:`MAX_GROWTH`.
+
+    ``before``: ``size`` is the current file's; an update adds at least one block (its chunk rows), so a file
+    within a block of the bound is not updated at all (a small warehouse: every update is a full publish, without
+    first trying an update that would be thrown away)."""
+    if not full_bytes:
+        return
+    limit = (1 + MAX_GROWTH) * full_bytes
+    if before and size + _BLOCK > limit:
+        raise _NotIncremental(f"the file is {size} bytes and an update adds at least {_BLOCK} bytes: more than "
+                              f"{MAX_GROWTH:.0%} over its {full_bytes} bytes after its last full build")
+    if size > limit:
+        raise _NotIncremental(f"the file would grow to {size} bytes, more than {MAX_GROWTH:.0%} over its "
+                              f"{full_bytes} bytes after its last full build")
+
+
+def _current_models(con: duckdb.DuckDBPyConnection, path: Path, vec_tables: Mapping[str, pa.Table]
+                    ) -> tuple[dict[str, str], int, dict[str, tuple[str, int]]]:
+    """The current file's meta, size at its last full publish and ``{model_id: (table, dim)}``.
+
+    Raises:
+        _NotIncremental: no meta table, another schema version, a file grown past :data:`MAX_GROWTH`, or other
+            embedding models or dimensions than ``vec_tables``.
+    """
+    try:
+        old_meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+    except duckdb.Error as exc:
+        raise _NotIncremental(f"the current file has no meta table ({exc})") from None
+    if old_meta.get("schema_version") != SCHEMA_VERSION:
+        raise _NotIncremental(f"schema version {old_meta.get('schema_version')} -> {SCHEMA_VERSION}")
+    size = path.stat().st_size
+    # the first update after a full publish measures that file (a full publish can only estimate its own size)
+    full_bytes = size if old_meta.get("updates") == "0" else int(old_meta.get("full_bytes") or 0)
+    _check_growth(size, full_bytes, before=True)
+    models = {r[0]: (r[1], int(r[2])) for r in con.execute("SELECT model_id, table_name, dim FROM models").fetchall()}
+    if set(models) != set(vec_tables):
+        raise _NotIncremental(f"embedding models changed: {sorted(models)} -> {sorted(vec_tables)}")
+    for model_id, table in vec_tables.items():
+        if models[model_id][1] != table.schema.field("emb").type.list_size:
+            raise _NotIncremental(f"model {model_id}: dimension changed")
+    return old_meta, full_bytes or size, models
+
+
+def _chunk_diff(con: duckdb.DuckDBPyConnection, chunks: Sequence[Chunk]) -> tuple[list[str], list[str], set[str]]:
+    """``(changed, removed, text_changed)`` chunk ids: new or changed rows, rows gone, rows whose text is new."""
+    old = {r[0]: tuple(r[1:]) for r in con.execute(
+        "SELECT chunk_id, note_id, source, ordinal, heading, breadcrumb, text_hash FROM chunks").fetchall()}
+    new = {c.chunk_id: (c.note_id, c.source, c.ordinal, c.heading, c.breadcrumb, c.text_hash) for c in chunks}
+    changed = [cid for cid, t in new.items() if old.get(cid) != t]
+    removed = [cid for cid in old if cid not in new]
+    text_changed = {cid for cid in changed if cid not in old or old[cid][5] != new[cid][5]}
+    return changed, removed, text_changed
+
+
+def _vector_plans(con: duckdb.DuckDBPyConnection, vec_tables: Mapping[str, pa.Table],
+                  models: Mapping[str, tuple[str, int]], text_changed: set[str], max_delta: float
+                  ) -> dict[str, dict[str, Any]]:
+    """Per vector table: delta rows to delete (``from_delta``), base rows to mark dead (``to_dead``), rows to add.
+
+    Raises:
+        _NotIncremental: more than ``max_delta`` of a model's base vectors (at least 200) would sit outside its
+            HNSW index.
+    """
+    plans: dict[str, dict[str, Any]] = {}
+    for model_id, table in vec_tables.items():
+        name = models[model_id][0]
+        base = {r[0] for r in con.execute(f"SELECT chunk_id FROM {name}").fetchall()}
+        dead = {r[0] for r in con.execute("SELECT chunk_id FROM vec_dead WHERE table_name = ?", [name]).fetchall()}
+        delta = {r[0] for r in con.execute(f"SELECT chunk_id FROM {name}_delta").fetchall()}
+        live = (base - dead) | delta
+        ids = table.column("chunk_id").to_pylist()
+        wanted = set(ids)
+        remove = (live - wanted) | (live & wanted & text_changed)
+        add = (wanted - live) | (wanted & text_changed)
+        from_delta = remove & delta
+        to_dead = remove - delta
+        n_dead = len(dead | to_dead)
+        n_delta = len(delta - from_delta) + len(add)
+        limit = max(max_delta * len(base), 200)
+        if n_dead + n_delta > limit:
+            raise _NotIncremental(f"model {model_id}: {n_dead + n_delta} vectors outside the HNSW index "
+                                  f"(limit {int(limit)}); rebuilding the index")
+        rows = [i for i, cid in enumerate(ids) if cid in add]
+        plans[name] = {"model_id": model_id, "from_delta": sorted(from_delta), "to_dead": sorted(to_dead),
+                       "add": table.take(pa.array(rows, pa.int64())), "n_base": len(base),
+                       "n_dead": n_dead, "n_delta": n_delta}
+    return plans
+
+
+def _notes_and_links(con: duckdb.DuckDBPyConnection, data: WarehouseData) -> tuple[int, bool]:
+    """``(notes that differ from the file's rows, links unchanged)``: which small tables must be replaced."""
+    notes_new = _notes_table(data.notes, data.note_metrics)
+    notes_sql = f"SELECT {', '.join(notes_new.column_names)} FROM notes"
+    notes_old = {r["note_id"]: r for r in con.execute(notes_sql).fetch_arrow_table().to_pylist()}
+    rows = notes_new.to_pylist()
+    n_changed = sum(notes_old.get(r["note_id"]) != r for r in rows) + len(
+        notes_old.keys() - {r["note_id"] for r in rows})
+    links_new = _links_table(data.edges)
+    links_old = con.execute(f"SELECT {', '.join(links_new.column_names)} FROM links").fetch_arrow_table()
+    links_same = Counter(tuple(r.values()) for r in links_old.to_pylist()) == \
+        Counter(tuple(r.values()) for r in links_new.to_pylist())
+    return n_changed, links_same
+
+
+def _recreate(con: duckdb.DuckDBPyConnection, tables: Sequence[str]) -> None:
+    """Drop these fixed tables and create them empty: their blocks (BLOB overflow and key index included) are freed
+    at the next checkpoint. ``DELETE FROM`` would not free them: DuckDB does not vacuum a table with a key."""
+    for table in tables:
+        con.execute(f"DROP TABLE {table}")
+        con.execute(_TABLES[table])
+
+
+def _apply_removals(con: duckdb.DuckDBPyConnection, plans: Mapping[str, Mapping[str, Any]],
+                    chunk_ids: Sequence[str], replaced: Sequence[str]) -> None:
+    """Phase 1 of an incremental update, committed and checkpointed on its own: delete these chunk rows and delta
+    vectors, empty the ``replaced`` tables. The checkpoint puts the freed blocks on DuckDB's free list, so phase 2
+    writes into them instead of growing the file (one checkpoint for both would keep the old blocks in use while
+    the new ones are written: the file would grow by the replaced data, BM25 blobs included, on every update)."""
+    con.execute("BEGIN TRANSACTION")
+    _delete_ids(con, "chunks", chunk_ids)
+    _recreate(con, replaced)
+    for name, plan in plans.items():
+        _delete_ids(con, f"{name}_delta", plan["from_delta"])
+    con.execute("COMMIT")
+    con.execute("CHECKPOINT")
+
+
+def _apply_additions(con: duckdb.DuckDBPyConnection, data: WarehouseData, plans: Mapping[str, Mapping[str, Any]],
+                     chunks: Sequence[Chunk], meta: Mapping[str, str], notes: bool, links: bool) -> tuple[int, int]:
+    """Phase 2 of an incremental update, one transaction: insert the changed chunks, meta, BM25, the notes and
+    links when ``notes`` / ``links``, dead marks and delta vectors; update ``models``. Returns ``(live vectors,
+    vectors added)``."""
+    con.execute("BEGIN TRANSACTION")
+    _insert(con, "chunks", _chunks_table(chunks))
+    _write_common(con, data, meta, notes=notes, links=links)
+    n_vectors = added = 0
+    for name, plan in plans.items():
+        if plan["to_dead"]:
+            _insert(con, "vec_dead", pa.table({"table_name": pa.array([name] * len(plan["to_dead"]), pa.string()),
+                                               "chunk_id": pa.array(plan["to_dead"], pa.string())}))
+        if plan["add"].num_rows:
+            _insert(con, f"{name}_delta", plan["add"])
+        live = plan["n_base"] - plan["n_dead"] + plan["n_delta"]
+        con.execute("UPDATE models SET n = ?, n_base = ?, n_dead = ?, n_delta = ? WHERE table_name = ?",
+                    [live, plan["n_base"], plan["n_dead"], plan["n_delta"], name])
+        n_vectors += live
+        added += plan["add"].num_rows
+    con.execute("COMMIT")
+    return n_vectors, added
+
+
 def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mapping[str, pa.Table],
                          meta: dict[str, str], max_delta: float) -> dict[str, int]:
+    """Copy ``path`` to ``tmp``, apply the differences in two checkpointed phases, swap ``tmp`` in.
+
+    Returns the counts :func:`publish` reports. Raises ``_NotIncremental`` (nothing written) when an update is not
+    possible, ``duckdb.Error`` when the write failed (``tmp`` removed, ``path`` untouched)."""
     import shutil
 
     if not path.exists():
@@ -250,105 +415,62 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
     except duckdb.Error as exc:
         raise _NotIncremental(f"the current file cannot be opened ({exc})") from None
     try:
-        try:
-            old_meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-        except duckdb.Error as exc:
-            raise _NotIncremental(f"the current file has no meta table ({exc})") from None
-        if old_meta.get("schema_version") != SCHEMA_VERSION:
-            raise _NotIncremental(f"schema version {old_meta.get('schema_version')} -> {SCHEMA_VERSION}")
-        full_bytes = int(old_meta.get("full_bytes") or 0)
-        size = path.stat().st_size
-        if full_bytes and size > 1.5 * full_bytes:
-            raise _NotIncremental(f"the file grew to {size} bytes from {full_bytes} after its last full build")
-        models = {r[0]: (r[1], int(r[2])) for r in
-                  con.execute("SELECT model_id, table_name, dim FROM models").fetchall()}
-        if set(models) != set(vec_tables):
-            raise _NotIncremental(f"embedding models changed: {sorted(models)} -> {sorted(vec_tables)}")
-        for model_id, table in vec_tables.items():
-            if models[model_id][1] != table.schema.field("emb").type.list_size:
-                raise _NotIncremental(f"model {model_id}: dimension changed")
-
-        old = {r[0]: tuple(r[1:]) for r in con.execute(
-            "SELECT chunk_id, note_id, source, ordinal, heading, breadcrumb, text_hash FROM chunks").fetchall()}
-        new_chunks = {c.chunk_id: c for c in data.chunks}
-        new = {cid: (c.note_id, c.source, c.ordinal, c.heading, c.breadcrumb, c.text_hash)
-               for cid, c in new_chunks.items()}
-        changed = [cid for cid, t in new.items() if old.get(cid) != t]
-        removed = [cid for cid in old if cid not in new]
-        text_changed = {cid for cid in changed if cid not in old or old[cid][5] != new[cid][5]}
-
-        plans: dict[str, dict[str, Any]] = {}
-        for model_id, table in vec_tables.items():
-            name = models[model_id][0]
-            base = {r[0] for r in con.execute(f"SELECT chunk_id FROM {name}").fetchall()}
-            dead = {r[0] for r in con.execute("SELECT chunk_id FROM vec_dead WHERE table_name = ?", [name]).fetchall()}
-            delta = {r[0] for r in con.execute(f"SELECT chunk_id FROM {name}_delta").fetchall()}
-            live = (base - dead) | delta
-            ids = table.column("chunk_id").to_pylist()
-            wanted = set(ids)
-            remove = (live - wanted) | (live & wanted & text_changed)
-            add = (wanted - live) | (wanted & text_changed)
-            from_delta = remove & delta
-            to_dead = remove - delta
-            n_dead = len(dead | to_dead)
-            n_delta = len(delta - from_delta) + len(add)
-            limit = max(max_delta * len(base), 200)
-            if n_dead + n_delta > limit:
-                raise _NotIncremental(f"model {model_id}: {n_dead + n_delta} vectors outside the HNSW index "
-                                      f"(limit {int(limit)}); rebuilding the index")
-            rows = [i for i, cid in enumerate(ids) if cid in add]
-            plans[name] = {"model_id": model_id, "from_delta": sorted(from_delta), "to_dead": sorted(to_dead),
-                           "add": table.take(pa.array(rows, pa.int64())), "n_base": len(base),
-                           "n_dead": n_dead, "n_delta": n_delta}
-
-        # notes and links: only rows that differ (a rewrite would leave the old blocks unused in the file)
-        notes_new = _notes_table(data.notes, data.note_metrics)
-        note_rows = {r["note_id"]: r for r in notes_new.to_pylist()}
-        notes_sql = f"SELECT {', '.join(notes_new.column_names)} FROM notes"
-        notes_old = {r["note_id"]: r for r in con.execute(notes_sql).fetch_arrow_table().to_pylist()}
-        notes_changed = [nid for nid, r in note_rows.items() if notes_old.get(nid) != r]
-        notes_removed = [nid for nid in notes_old if nid not in note_rows]
-        links_new = _links_table(data.edges)
-        links_old = con.execute(f"SELECT {', '.join(links_new.column_names)} FROM links").fetch_arrow_table()
-        links_same = Counter(tuple(r.values()) for r in links_old.to_pylist()) == \
-            Counter(tuple(r.values()) for r in links_new.to_pylist())
-
-        con.execute("BEGIN TRANSACTION")
-        _delete_ids(con, "chunks", removed + changed)
-        _insert(con, "chunks", _chunks_table([new_chunks[cid] for cid in changed]))
-        for table in ("meta", "bm25_index", *(() if links_same else ("links",))):
-            con.execute(f"DELETE FROM {table}")
-        if notes_changed or notes_removed:
-            con.register("_notes_out", pa.table({"note_id": pa.array(notes_changed + notes_removed, pa.string())}))
-            try:
-                con.execute("DELETE FROM notes WHERE note_id IN (SELECT note_id FROM _notes_out)")
-            finally:
-                con.unregister("_notes_out")
-        meta = {**meta, "full_built_at": old_meta.get("full_built_at", ""), "full_bytes": str(full_bytes or size),
+        old_meta, full_bytes, models = _current_models(con, path, vec_tables)
+        changed, removed, text_changed = _chunk_diff(con, data.chunks)
+        plans = _vector_plans(con, vec_tables, models, text_changed, max_delta)
+        notes_changed, links_same = _notes_and_links(con, data)
+        replaced = ["meta", "bm25_index", *(["notes"] if notes_changed else []), *([] if links_same else ["links"])]
+        _apply_removals(con, plans, removed + changed, replaced)
+        meta = {**meta, "full_built_at": old_meta.get("full_built_at", ""), "full_bytes": str(full_bytes),
                 "updates": str(int(old_meta.get("updates") or 0) + 1)}
-        _write_common(con, data, meta, notes=[note_rows[nid] for nid in notes_changed], links=not links_same)
-        n_vectors = added = dropped = 0
-        for name, plan in plans.items():
-            _delete_ids(con, f"{name}_delta", plan["from_delta"])
-            if plan["to_dead"]:
-                _insert(con, "vec_dead", pa.table({"table_name": pa.array([name] * len(plan["to_dead"]), pa.string()),
-                                                   "chunk_id": pa.array(plan["to_dead"], pa.string())}))
-            if plan["add"].num_rows:
-                _insert(con, f"{name}_delta", plan["add"])
-            live = plan["n_base"] - plan["n_dead"] + plan["n_delta"]
-            con.execute("UPDATE models SET n = ?, n_base = ?, n_dead = ?, n_delta = ? WHERE table_name = ?",
-                        [live, plan["n_base"], plan["n_dead"], plan["n_delta"], name])
-            n_vectors += live
-            added += plan["add"].num_rows
-            dropped += len(plan["from_delta"]) + len(plan["to_dead"])
-        con.execute("COMMIT")
-        _swap_in(con, tmp, path)
+        new_chunks = {c.chunk_id: c for c in data.chunks}
+        n_vectors, added = _apply_additions(con, data, plans, [new_chunks[cid] for cid in changed], meta,
+                                            notes=bool(notes_changed), links=not links_same)
+        con.execute("CHECKPOINT")
+        con.close()                     # truncates trailing free blocks: the size a reader would see
+        _check_growth(tmp.stat().st_size, full_bytes)
+        _swap(tmp, path)
     except BaseException:
         _abandon(con, tmp)
         raise
+    dropped = sum(len(p["from_delta"]) + len(p["to_dead"]) for p in plans.values())
     return {"vectors": n_vectors, "changed_chunks": len(changed), "removed_chunks": len(removed),
-            "vectors_added": added, "vectors_removed": dropped, "notes_rewritten": len(notes_changed),
+            "vectors_added": added, "vectors_removed": dropped, "notes_rewritten": notes_changed,
             "links_rewritten": int(not links_same)}
+
+
+def _checked_vectors(data: WarehouseData) -> dict[str, pa.Table]:
+    """``{model_id: Arrow table (chunk_id, emb)}`` after checking ids and vectors.
+
+    Raises:
+        PipelineError: two notes or two chunks share an id.
+        EmbeddingError: bad vectors (see :func:`_vectors_table`), or two model ids map to one vector table.
+    """
+    for what, ids in (("note", [n.note_id for n in data.notes]), ("chunk", [c.chunk_id for c in data.chunks])):
+        if len(set(ids)) != len(ids):
+            dup = Counter(ids).most_common(1)[0][0]
+            raise PipelineError(f"two {what}s share the id {dup!r}; fix the duplicate before publishing")
+    known = {c.chunk_id for c in data.chunks}
+    vec_tables = {
+        model_id: _vectors_table(model_id, ids, vecs, known) for model_id, (ids, vecs) in data.vectors.items()
+    }
+    names = [vector_table_name(m) for m in vec_tables]
+    if len(set(names)) != len(names):
+        raise EmbeddingError(f"two model ids map to the same vector table: {sorted(vec_tables)}")
+    return vec_tables
+
+
+def _meta(data: WarehouseData) -> dict[str, str]:
+    """The ``meta`` rows of this publish: schema and program version, build time, ``data.run_info``."""
+    from pipeline import __version__
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "docsvault_version": __version__,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **{str(k): str(v) for k, v in data.run_info.items()
+           if k not in ("schema_version", "full_bytes", "full_built_at", "updates")},
+    }
 
 
 def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_delta: float = 0.1
@@ -363,9 +485,9 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
     killed) the old file stays and the temp file is removed (by the next publish when killed).
 
     An incremental update falls back to a full publish (``reason`` says why) when there is no current file, it
-    cannot be opened, has another schema version, other embedding models or dimensions, grew past 1.5x its size
-    after its last full publish, or more than ``max_delta`` of a model's vectors (at least 200) would sit outside
-    its HNSW index.
+    cannot be opened, has another schema version, other embedding models or dimensions, is (or would be after the
+    update) more than :data:`MAX_GROWTH` (4 %) larger than after its last full publish, or more than ``max_delta``
+    of a model's vectors (at least 200) would sit outside its HNSW index.
 
     Args:
         path: the warehouse file (its directory is created).
@@ -389,27 +511,8 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     _leftovers(path)
 
-    for what, ids in (("note", [n.note_id for n in data.notes]), ("chunk", [c.chunk_id for c in data.chunks])):
-        if len(set(ids)) != len(ids):
-            dup = Counter(ids).most_common(1)[0][0]
-            raise PipelineError(f"two {what}s share the id {dup!r}; fix the duplicate before publishing")
-    known = {c.chunk_id for c in data.chunks}
-    vec_tables = {
-        model_id: _vectors_table(model_id, ids, vecs, known) for model_id, (ids, vecs) in data.vectors.items()
-    }
-    names = [vector_table_name(m) for m in vec_tables]
-    if len(set(names)) != len(names):
-        raise EmbeddingError(f"two model ids map to the same vector table: {sorted(vec_tables)}")
-
-    from pipeline import __version__
-
-    meta = {
-        "schema_version": SCHEMA_VERSION,
-        "docsvault_version": __version__,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **{str(k): str(v) for k, v in data.run_info.items()
-           if k not in ("schema_version", "full_bytes", "full_built_at", "updates")},
-    }
+    vec_tables = _checked_vectors(data)
+    meta = _meta(data)
     mode, reason = "full", "requested"
     result: dict[str, int] | None = None
     if incremental:
