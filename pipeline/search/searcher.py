@@ -518,7 +518,7 @@ class Searcher:
             if self._exact(table):
                 ids, vecs, _, _ = self._flat(table)
             else:
-                ids, vecs = wh.load_live_vectors(self._con, table)
+                ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)
             note_arr = np.array([self._note_of.get(c, "") for c in ids], dtype=object)
             if len(ids):
                 uniq, inv = np.unique(note_arr, return_inverse=True)
@@ -588,7 +588,7 @@ class Searcher:
         L2-normalised vectors, source of each row (n,) object, page number of each row (n,) int64)."""
         flat = self._flat_cache.get(table)
         if flat is None:
-            ids, vecs = wh.load_live_vectors(self._con, table)
+            ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)   # memory-mapped
             id_arr = np.array(ids, dtype=object)
             srcs = np.array([self._source_of.get(c, "") for c in ids], dtype=object)
             pages = np.array([self._page_no.get(self._note_of.get(c, ""), -1) for c in ids], dtype=np.int64)

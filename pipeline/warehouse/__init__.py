@@ -60,6 +60,7 @@ from pipeline.warehouse.vectors import (
     explain_vector_search,
     list_models,
     load_live_vectors,
+    load_live_vectors_cached,
     vector_search,
     vectors_by_text_hash,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "load_chunk_keys",
     "load_graph",
     "load_live_vectors",
+    "load_live_vectors_cached",
     "load_note_keys",
     "model_source_counts",
     "note_by_vault_path",

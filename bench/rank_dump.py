@@ -1,0 +1,52 @@
+"""Dump the top-10 ranking of every eval case (scoped and unscoped) to JSON, or compare two dumps.
+
+Used to prove that a speed change leaves every ranking identical (bench warehouse, read-only).
+
+    source /work/benchrun/env.sh
+    PYTHONPATH=$PWD python bench/rank_dump.py dump out.json        # all cases of $DOCSVAULT_EVALS
+    PYTHONPATH=$PWD python bench/rank_dump.py compare a.json b.json
+
+A dump: ``{"<case index> <scoped|unscoped>": [[vault_path, chunk_id, rank], ...]}``. ``compare`` prints every key
+whose list differs and exits 1 when any does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def dump(out: Path) -> None:
+    from pipeline.config import Settings
+    from pipeline.evaluate import load_cases
+    from pipeline.search.searcher import Searcher
+
+    s = Settings.from_env()
+    cases = load_cases([s.evals_dir] if getattr(s, "evals_dir", None) else [Path("/work/shared/evals")])
+    t0 = time.perf_counter()
+    sr = Searcher(s.warehouse_path, query_threads=1)
+    res: dict[str, list] = {}
+    for i, c in enumerate(cases):
+        for label, src in (("unscoped", None), ("scoped", c.corpus)):
+            hits = sr.search(c.query, k=10, source=src)
+            res[f"{i} {label}"] = [[h.vault_path, h.chunk_id, h.rank] for h in hits]
+    out.write_text(json.dumps(res, ensure_ascii=False, indent=0))
+    print(f"{len(cases)} cases, {len(res)} rankings in {time.perf_counter() - t0:.1f} s -> {out}")
+
+
+def compare(a: Path, b: Path) -> int:
+    da, db = json.loads(a.read_text()), json.loads(b.read_text())
+    bad = [k for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)]
+    for k in bad:
+        print("DIFF", k, "\n  a:", da.get(k), "\n  b:", db.get(k))
+    print(f"{len(da)} vs {len(db)} rankings, {len(bad)} differ")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "dump":
+        dump(Path(sys.argv[2]))
+    else:
+        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
