@@ -183,12 +183,14 @@ def load_live_vectors_cached(con: duckdb.DuckDBPyConnection, table: str, warehou
         ``(chunk_ids, vectors)`` exactly as :func:`load_live_vectors` (same ids, same float32 values, row order by
         chunk id); the array is read-only.
     """
-    from pipeline.index.fastcache import load_entry, store_entry
+    from pipeline.index.fastcache import entry_key, load_entry, store_entry
 
     if warehouse_path is None:
         return load_live_vectors(con, table)
     key = _vector_cache_key(con, table, warehouse_path)
-    directory = load_entry("vectors", table, key)
+    # one entry per warehouse file and table (a newer one replaces it): two projects never evict each other
+    name = f"{table}.{entry_key(str(Path(warehouse_path).resolve()))[:10]}"
+    directory = load_entry("vectors", name, key)
     if directory is not None:
         try:
             ids = json.loads((directory / "ids.json").read_text("utf-8"))
@@ -206,7 +208,7 @@ def load_live_vectors_cached(con: duckdb.DuckDBPyConnection, table: str, warehou
         np.save(tmp / "vectors.npy", vecs, allow_pickle=False)
         (tmp / "ids.json").write_text(json.dumps(ids), "utf-8")
 
-    stored = store_entry("vectors", table, key, write, {"table": table, "rows": len(ids)})
+    stored = store_entry("vectors", name, key, write, {"table": table, "rows": len(ids)})
     if stored is None:
         return ids, vecs
     del vecs                                  # serve the mapped copy: one copy in memory, shared with the page cache
