@@ -3,7 +3,8 @@
 Used to prove that a speed change leaves every ranking identical (bench warehouse, read-only).
 
     source /work/benchrun/env.sh
-    PYTHONPATH=$PWD python bench/rank_dump.py dump out.json        # all cases of $DOCSVAULT_EVALS
+    PYTHONPATH=$PWD python bench/rank_dump.py dump out.json [--full]  # all cases of $DOCSVAULT_EVALS; --full: also
+                                                                        # each hit's title, heading, snippets
     PYTHONPATH=$PWD python bench/rank_dump.py compare a.json b.json
 
 A dump: ``{"<case index> <scoped|unscoped>": [[vault_path, chunk_id, rank], ...]}``. ``compare`` prints every key
@@ -18,13 +19,13 @@ import time
 from pathlib import Path
 
 
-def dump(out: Path) -> None:
-    from pipeline.config import Settings
+def dump(out: Path, full: bool = False) -> None:
+    from pipeline.config import Settings, eval_paths
     from pipeline.evaluate import load_cases
     from pipeline.search.searcher import Searcher
 
     s = Settings.from_env()
-    cases = load_cases([s.evals_dir] if getattr(s, "evals_dir", None) else [Path("/work/shared/evals")])
+    cases = load_cases(eval_paths(s))
     t0 = time.perf_counter()
     sr = Searcher(s.warehouse_path, query_threads=1)
     res: dict[str, list] = {}
@@ -32,6 +33,9 @@ def dump(out: Path) -> None:
         for label, src in (("unscoped", None), ("scoped", c.corpus)):
             hits = sr.search(c.query, k=10, source=src)
             res[f"{i} {label}"] = [[h.vault_path, h.chunk_id, h.rank] for h in hits]
+            if full:        # what a user sees of each hit, too
+                res[f"{i} {label} shown"] = [[h.title, h.heading, h.snippet, h.context, h.source_path]
+                                             for h in hits]
     out.write_text(json.dumps(res, ensure_ascii=False, indent=0))
     print(f"{len(cases)} cases, {len(res)} rankings in {time.perf_counter() - t0:.1f} s -> {out}")
 
@@ -47,6 +51,6 @@ def compare(a: Path, b: Path) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1] == "dump":
-        dump(Path(sys.argv[2]))
+        dump(Path(sys.argv[2]), full="--full" in sys.argv)
     else:
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))

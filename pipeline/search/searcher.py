@@ -32,7 +32,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
@@ -355,6 +355,7 @@ class Searcher:
         self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._rows: Any = None          # (chunk rows table, chunk id -> row) | False (no cache) | None (not yet)
 
     def _load_graph(self) -> None:
         """Neighbours of every note (out- and in-links, weighted by link count) and the notes that are never results
@@ -943,7 +944,7 @@ class Searcher:
                 else:
                     chosen.extend((note_id, score, ranks, cid, "") for cid in best[:per_note])
             chosen = chosen[:k]
-            rows = wh.fetch_chunks(self._con, [c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
+            rows = self._chunk_rows([c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
         terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
         hits = []
         for note_id, score, ranks, cid, context_cid in chosen:
@@ -969,6 +970,19 @@ class Searcher:
                 )
             )
         return hits
+
+    def _chunk_rows(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """:func:`pipeline.warehouse.fetch_chunks` for the hits: from the memory-mapped chunk rows
+        (:func:`pipeline.warehouse.load_chunk_rows_cached`, opened on first use) instead of a DuckDB query per search;
+        through DuckDB when that cache is off or unwritable."""
+        if self._rows is None:
+            tbl = wh.load_chunk_rows_cached(self._con, self.path)
+            self._rows = (False if tbl is None else
+                          (tbl, {c: i for i, c in enumerate(tbl.column("chunk_id").to_pylist())}))
+        if self._rows is False:
+            return wh.fetch_chunks(self._con, chunk_ids)
+        tbl, index = self._rows
+        return wh.rows_from_table(tbl, index, chunk_ids)
 
     def _boosted(self, pages: list[tuple[str, float, dict[str, int]]]) -> list[tuple[str, float, dict[str, int]]]:
         """Fused pages with their usage boost added (``usage_boost``) to the first ``usage_window`` of them, which

@@ -36,6 +36,7 @@ from pipeline.warehouse.queries import (
     list_sources,
     load_bm25_blobs,
     load_chunk_keys,
+    load_chunk_rows_cached,
     load_graph,
     load_note_keys,
     model_source_counts,
@@ -47,6 +48,7 @@ from pipeline.warehouse.queries import (
     note_vectors,
     notes_by_source_path,
     read_meta,
+    rows_from_table,
     stats,
 )
 from pipeline.warehouse.schema import (
@@ -82,6 +84,7 @@ __all__ = [
     "list_sources",
     "load_bm25_blobs",
     "load_chunk_keys",
+    "load_chunk_rows_cached",
     "load_graph",
     "load_live_vectors",
     "load_live_vectors_cached",
@@ -97,6 +100,7 @@ __all__ = [
     "publish",
     "read_eval_runs",
     "read_meta",
+    "rows_from_table",
     "stats",
     "vector_search",
     "vector_table_name",
