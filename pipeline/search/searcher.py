@@ -144,6 +144,29 @@ def top_per_page(scores: np.ndarray, page_of: np.ndarray, depth: int, per_page: 
         m = len(cand)                                            # a crowded top: rank everything once
 
 
+def _sorted_groups(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for strings, without sorting every key (only the distinct ones):
+    (distinct keys sorted, object (g,); each key's group, int64 (n,))."""
+    names = sorted(set(keys))
+    pos = {name: i for i, name in enumerate(names)}
+    return (np.array(names, dtype=object) if names else np.zeros(0, dtype=object),
+            np.fromiter((pos[k] for k in keys), dtype=np.int64, count=len(keys)))
+
+
+def _group_sums(vecs: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Row sums per group, float32 (g, dim): group ``i`` sums ``vecs[order[bounds[i]:bounds[i+1]]]``.
+
+    Added one row at a time per group, in row order, so the float32 result is bit-identical to
+    ``np.add.at(zeros, group_of_row, vecs)`` (``np.add.reduceat`` is not: it sums in another order), at about
+    4x its speed: one vectorised step per k-th row of every group instead of one scalar step per row."""
+    counts = np.diff(bounds)
+    out = np.zeros((len(counts), vecs.shape[1]), dtype=np.float32)
+    for k in range(int(counts.max()) if len(counts) else 0):
+        sel = np.flatnonzero(counts > k)
+        out[sel] += vecs[order[bounds[sel] + k]]
+    return out
+
+
 class _PageVectors(NamedTuple):
     note_ids: np.ndarray         # (p,) object
     vectors: np.ndarray          # float32 (p, dim), L2-normalised mean of the page's chunk vectors
@@ -535,17 +558,12 @@ class Searcher:
                 ids, vecs, _, _ = self._flat(table)
             else:
                 ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)
-            note_arr = np.array([self._note_of.get(c, "") for c in ids], dtype=object)
-            if len(ids):
-                uniq, inv = np.unique(note_arr, return_inverse=True)
-            else:
-                uniq, inv = np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
-            cent = np.zeros((len(uniq), vecs.shape[1]), dtype=np.float32)
-            np.add.at(cent, inv, vecs)
-            norms = np.linalg.norm(cent, axis=1, keepdims=True)
-            cent /= np.where(norms > 0, norms, 1.0)
+            uniq, inv = _sorted_groups([self._note_of.get(c, "") for c in ids])
             order = np.argsort(inv, kind="stable")
             bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+            cent = _group_sums(vecs, order, bounds)
+            norms = np.linalg.norm(cent, axis=1, keepdims=True)
+            cent /= np.where(norms > 0, norms, 1.0)
             step = max(1, len(vecs) // BACKGROUND_ROWS)
             background = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
             got = self._centroids[table] = _PageVectors(
