@@ -270,6 +270,11 @@ class Searcher:
         SynonymsError: the synonyms file is malformed.
     """
 
+    #: worker threads of :meth:`_prefetch_query_vectors`, created on first use
+    _pool: ThreadPoolExecutor | None = None
+    #: hit rows: (chunk rows table, chunk id -> row) | False (no cache: DuckDB per search) | None (not opened yet)
+    _rows: Any = None
+
     def __init__(
         self,
         warehouse_path: Path,
@@ -377,8 +382,6 @@ class Searcher:
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._rows: Any = None          # (chunk rows table, chunk id -> row) | False (no cache) | None (not yet)
 
     def _load_graph(self) -> None:
         """Neighbours of every note (out- and in-links, weighted by link count) and the notes that are never results
