@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the fake embedder's tests must not load the real cross-lingual model (USE-m3) for every build; the tests of the
 # cross-lingual lane (tests/test_mixed_vault.py) name it in their Settings
 os.environ.setdefault("DOCSVAULT_CROSSLINGUAL_MODEL", "none")
+# search start-up caches (pipeline.index.fastcache) of test warehouses go to a throwaway directory, not ~/.cache
+os.environ.setdefault("DOCSVAULT_SEARCH_CACHE", tempfile.mkdtemp(prefix="docsvault-search-cache-"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DOCSVAULT_SHARED", REPO.parent / "shared")).resolve()

@@ -29,9 +29,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from pipeline.common.errors import UnknownSourceError
 from pipeline.config import int_env
 from pipeline.index.analysis import Analyzer, is_japanese
 from pipeline.index.bm25 import Bm25Index, split_blobs
-from pipeline.index.embed import Embedder, english_only, load_embedder
+from pipeline.index.embed import Embedder, UsemEmbedder, english_only, load_embedder
 from pipeline.index.language import detect_language
 from pipeline.models import Hit
 from pipeline.search.query import ParsedQuery
@@ -81,6 +82,7 @@ PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses 
 #: source filter needs, recall@10 0.95. Memory: rows x dim x 4 bytes (100k x 384-d = 154 MB).
 EXACT_MAX_ROWS = int_env("DOCSVAULT_EXACT_MAX_ROWS", 100000)
 QUERY_CACHE = 512            # query vectors remembered per Searcher (FIFO)
+QUERY_WORKERS = 2            # threads that embed a query for several models at once
 
 
 def rrf(weight: float, rank: int, k: float = K_RRF) -> float:
@@ -142,6 +144,29 @@ def top_per_page(scores: np.ndarray, page_of: np.ndarray, depth: int, per_page: 
         m = len(cand)                                            # a crowded top: rank everything once
 
 
+def _sorted_groups(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for strings, without sorting every key (only the distinct ones):
+    (distinct keys sorted, object (g,); each key's group, int64 (n,))."""
+    names = sorted(set(keys))
+    pos = {name: i for i, name in enumerate(names)}
+    return (np.array(names, dtype=object) if names else np.zeros(0, dtype=object),
+            np.fromiter((pos[k] for k in keys), dtype=np.int64, count=len(keys)))
+
+
+def _group_sums(vecs: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Row sums per group, float32 (g, dim): group ``i`` sums ``vecs[order[bounds[i]:bounds[i+1]]]``.
+
+    Added one row at a time per group, in row order, so the float32 result is bit-identical to
+    ``np.add.at(zeros, group_of_row, vecs)`` (``np.add.reduceat`` is not: it sums in another order), at about
+    4x its speed: one vectorised step per k-th row of every group instead of one scalar step per row."""
+    counts = np.diff(bounds)
+    out = np.zeros((len(counts), vecs.shape[1]), dtype=np.float32)
+    for k in range(int(counts.max()) if len(counts) else 0):
+        sel = np.flatnonzero(counts > k)
+        out[sel] += vecs[order[bounds[sel] + k]]
+    return out
+
+
 class _PageVectors(NamedTuple):
     note_ids: np.ndarray         # (p,) object
     vectors: np.ndarray          # float32 (p, dim), L2-normalised mean of the page's chunk vectors
@@ -149,6 +174,11 @@ class _PageVectors(NamedTuple):
     position: dict[str, int]     # note id -> index in note_ids
     source: np.ndarray           # (p,) object, each page's source
     background: np.ndarray       # float32 (m, dim): at most BACKGROUND_ROWS chunk vectors, evenly spaced
+
+
+class _VectorPlan(NamedTuple):
+    skip_english: bool           # the cross-lingual lane leaves English notes out (an English question)
+    asked: list                  # [(model row, rows in total, rows in scope, text to embed)]
 
 
 class _Page(NamedTuple):
@@ -239,6 +269,11 @@ class Searcher:
         WarehouseNotBuiltError, WarehouseCorruptError: see :func:`pipeline.warehouse.connect`.
         SynonymsError: the synonyms file is malformed.
     """
+
+    #: worker threads of :meth:`_prefetch_query_vectors`, created on first use
+    _pool: ThreadPoolExecutor | None = None
+    #: hit rows: (chunk rows table, chunk id -> row) | False (no cache: DuckDB per search) | None (not opened yet)
+    _rows: Any = None
 
     def __init__(
         self,
@@ -372,6 +407,9 @@ class Searcher:
     def close(self) -> None:
         with self._lock:
             self._con.close()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
 
     def __enter__(self) -> Self:
         return self
@@ -398,10 +436,14 @@ class Searcher:
         key = (model_id, query)
         vec = self._qcache.get(key)
         if vec is None:
-            vec = self.embedder(model_id).embed_query(query)
-            if len(self._qcache) >= QUERY_CACHE:
-                self._qcache.pop(next(iter(self._qcache)))
-            self._qcache[key] = vec
+            vec = self._remember_query_vector(key, self.embedder(model_id).embed_query(query))
+        return vec
+
+    def _remember_query_vector(self, key: tuple[str, str], vec: np.ndarray) -> np.ndarray:
+        """Put a query vector in the FIFO cache (at most QUERY_CACHE); returns it."""
+        if key not in self._qcache and len(self._qcache) >= QUERY_CACHE:
+            self._qcache.pop(next(iter(self._qcache)))
+        self._qcache[key] = vec
         return vec
 
     def _translation(self, query: str) -> str | None:
@@ -518,18 +560,13 @@ class Searcher:
             if self._exact(table):
                 ids, vecs, _, _ = self._flat(table)
             else:
-                ids, vecs = wh.load_live_vectors(self._con, table)
-            note_arr = np.array([self._note_of.get(c, "") for c in ids], dtype=object)
-            if len(ids):
-                uniq, inv = np.unique(note_arr, return_inverse=True)
-            else:
-                uniq, inv = np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
-            cent = np.zeros((len(uniq), vecs.shape[1]), dtype=np.float32)
-            np.add.at(cent, inv, vecs)
-            norms = np.linalg.norm(cent, axis=1, keepdims=True)
-            cent /= np.where(norms > 0, norms, 1.0)
+                ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)
+            uniq, inv = _sorted_groups([self._note_of.get(c, "") for c in ids])
             order = np.argsort(inv, kind="stable")
             bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+            cent = _group_sums(vecs, order, bounds)
+            norms = np.linalg.norm(cent, axis=1, keepdims=True)
+            cent /= np.where(norms > 0, norms, 1.0)
             step = max(1, len(vecs) // BACKGROUND_ROWS)
             background = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
             got = self._centroids[table] = _PageVectors(
@@ -588,7 +625,7 @@ class Searcher:
         L2-normalised vectors, source of each row (n,) object, page number of each row (n,) int64)."""
         flat = self._flat_cache.get(table)
         if flat is None:
-            ids, vecs = wh.load_live_vectors(self._con, table)
+            ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)   # memory-mapped
             id_arr = np.array(ids, dtype=object)
             srcs = np.array([self._source_of.get(c, "") for c in ids], dtype=object)
             pages = np.array([self._page_no.get(self._note_of.get(c, ""), -1) for c in ids], dtype=np.int64)
@@ -625,22 +662,11 @@ class Searcher:
         top = top_per_page(sims, pages, self.lane_depth, candidates=rows)
         return [(str(ids[i]), float(sims[i])) for i in top]
 
-    def _vector_lane(self, query: str, sources: frozenset[str] | None,
-                     notes: frozenset[str] | None = None, cross: bool = False) -> list[_Page]:
-        """Pages by meaning: each model's chunks and page vectors (``_model_pages``), models merged by z-score.
-
-        ``cross=False`` (the ``vector`` lane): every model but the cross-lingual one, i.e. each note by the model
-        of its language. A Japanese query is put to an English-only model as its dictionary translation
-        (:meth:`_translation`); without one it is not put to that model when another model is searched too.
-        ``cross=True`` (the ``crosslingual`` lane): the cross-lingual model alone, over every source, whose cosines
-        compare across languages (empty when the warehouse has none). It is a bridge between languages: for an
-        English question it leaves the English notes out, which the English model and BM25 read natively (with
-        them, USE's weaker English judgement diluted MiniLM's: 417 cases, MRR@10 +0.020 [+0.005, +0.036] scoped,
-        English questions 0.827 -> 0.844, cross-lingual 0.635 -> 0.958, Japanese unchanged). A Japanese question
-        keeps every note in it: English pages reach a Japanese question only through a word-by-word translation
-        otherwise, and leaving the Japanese notes out gave the English pages one more lane than the Japanese ones
-        (Japanese questions 0.837 -> 0.371).
-        """
+    def _vector_plan(self, query: str, sources: frozenset[str] | None, notes: frozenset[str] | None,
+                     cross: bool) -> _VectorPlan:
+        """Which models a vector lane asks and with which text (see :meth:`_vector_lane`): the query embedded by
+        each model in ``plan.asked`` is what the lane needs (:meth:`_prefetch_query_vectors` embeds them ahead,
+        concurrently)."""
         skip_english = cross and self.crosslingual_bridge and detect_language(query) == "en"
         in_scope = []
         for model in self.models:
@@ -669,6 +695,60 @@ class Searcher:
                         continue
                 asked.append((model, n_total, n_in, text))
             in_scope = asked
+        return _VectorPlan(skip_english, in_scope)
+
+    def _prefetch_query_vectors(self, plans: Sequence[_VectorPlan]) -> None:
+        """Embed the query for every (model, text) the planned vector lanes ask and the cache lacks, the models
+        concurrently: ONNX Runtime (MiniLM, e5) releases the GIL while it runs, so on two cores the encoders
+        overlap instead of adding up (a first query also loads its models side by side). Embedders that set
+        process-wide BLAS thread limits (USE-m3, numpy) run on the calling thread, the others on
+        ``QUERY_WORKERS`` worker threads. The vectors are the ones a sequential call gives (each model runs
+        single-threaded on its own input), so rankings do not change."""
+        wanted: list[tuple[str, str]] = []
+        for plan in plans:
+            for model, _, _, text in plan.asked:
+                key = (model["model_id"], text)
+                if key not in self._qcache and key not in wanted:
+                    wanted.append(key)
+        if len(wanted) < 2:
+            return
+        embedders = {mid: self.embedder(mid) for mid, _ in wanted}
+        local = [k for k in wanted if isinstance(embedders[k[0]], UsemEmbedder)]
+        remote = [k for k in wanted if k not in local]
+        if not local:                       # keep the calling thread busy with one of them
+            local, remote = remote[-1:], remote[:-1]
+        pool = self._query_pool()
+        futures = [(k, pool.submit(embedders[k[0]].embed_query, k[1])) for k in remote]
+        for mid, text in local:
+            self._query_vector(mid, text)
+        for (mid, text), fut in futures:
+            self._remember_query_vector((mid, text), fut.result())
+
+    def _query_pool(self) -> ThreadPoolExecutor:
+        """The worker threads of :meth:`_prefetch_query_vectors` (created on first use, daemon-like: idle workers
+        do not keep a process alive)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=QUERY_WORKERS, thread_name_prefix="docsvault-query")
+        return self._pool
+
+    def _vector_lane(self, query: str, sources: frozenset[str] | None,
+                     notes: frozenset[str] | None = None, cross: bool = False,
+                     plan: _VectorPlan | None = None) -> list[_Page]:
+        """Pages by meaning: each model's chunks and page vectors (``_model_pages``), models merged by z-score.
+
+        ``cross=False`` (the ``vector`` lane): every model but the cross-lingual one, i.e. each note by the model
+        of its language. A Japanese query is put to an English-only model as its dictionary translation
+        (:meth:`_translation`); without one it is not put to that model when another model is searched too.
+        ``cross=True`` (the ``crosslingual`` lane): the cross-lingual model alone, over every source, whose cosines
+        compare across languages (empty when the warehouse has none). It is a bridge between languages: for an
+        English question it leaves the English notes out, which the English model and BM25 read natively (with
+        them, USE's weaker English judgement diluted MiniLM's: 417 cases, MRR@10 +0.020 [+0.005, +0.036] scoped,
+        English questions 0.827 -> 0.844, cross-lingual 0.635 -> 0.958, Japanese unchanged). A Japanese question
+        keeps every note in it: English pages reach a Japanese question only through a word-by-word translation
+        otherwise, and leaving the Japanese notes out gave the English pages one more lane than the Japanese ones
+        (Japanese questions 0.837 -> 0.371). ``plan``: :meth:`_vector_plan`'s result when the caller has it.
+        """
+        skip_english, in_scope = plan or self._vector_plan(query, sources, notes, cross)
         per_model = [((model["table_name"], qvec),
                       self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english))
                      for model, n_total, n_in, text in in_scope
@@ -756,13 +836,23 @@ class Searcher:
         return [_Page(nid, sc, []) for nid, sc in ranked]
 
     def _ranked_lane(self, lane: str, query: str, sources: frozenset[str] | None,
-                     notes: frozenset[str] | None) -> list[_Page]:
-        """The pages of one ranking lane (``bm25``, ``bm25_page``, ``vector`` or ``crosslingual``), best first."""
+                     notes: frozenset[str] | None, plans: Mapping[str, _VectorPlan] | None = None) -> list[_Page]:
+        """The pages of one ranking lane (``bm25``, ``bm25_page``, ``vector`` or ``crosslingual``), best first
+        (``plans``: the vector lanes' :meth:`_vector_plan` by lane, when computed already)."""
         if lane == "bm25":
             return page_ranking(self._bm25_lane(query, sources, notes), self._note_of.__getitem__, self.second_weight)
         if lane == "bm25_page":
             return self._bm25_page_lane(query, sources, notes)
-        return self._vector_lane(query, sources, notes, cross=lane == "crosslingual")
+        return self._vector_lane(query, sources, notes, cross=lane == "crosslingual", plan=(plans or {}).get(lane))
+
+    def _lane_pages(self, wanted: Sequence[str], query: str, sources: frozenset[str] | None,
+                    notes: frozenset[str] | None) -> dict[str, list[_Page]]:
+        """The pages of each ranking lane in ``wanted`` (in that order; not ``graph``); the vector lanes' query
+        vectors are embedded first, concurrently (:meth:`_prefetch_query_vectors`)."""
+        plans = {lane: self._vector_plan(query, sources, notes, cross=lane == "crosslingual")
+                 for lane in wanted if lane in ("vector", "crosslingual")}
+        self._prefetch_query_vectors(list(plans.values()))
+        return {lane: self._ranked_lane(lane, query, sources, notes, plans) for lane in wanted}
 
     def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
                tags: str | Sequence[str] | None = None,
@@ -775,14 +865,14 @@ class Searcher:
         notes = self._notes_with_tags(tags, sources)
         if notes is not None and not notes:
             return [], {}
-        lane_pages = {lane: self._ranked_lane(lane, query, sources, notes) for lane in LANES
-                      if lane in lanes and lane != "graph"}
+        lane_pages = self._lane_pages([lane for lane in LANES if lane in lanes and lane != "graph"],
+                                      query, sources, notes)
         for lane in list(lane_pages):
             lane_pages[lane] = [p for p in lane_pages[lane] if p.note_id not in self._not_results]
         if "graph" in lanes:
             # seeds: the other requested lanes fused; the graph lane alone takes them from the default lanes
-            seed_lanes = dict(lane_pages) or {lane: self._ranked_lane(lane, query, sources, notes)
-                                              for lane in self.default_lanes if lane != "graph"}
+            seed_lanes = dict(lane_pages) or self._lane_pages(
+                [lane for lane in self.default_lanes if lane != "graph"], query, sources, notes)
             seeds: dict[str, float] = {}
             for lane, pages in seed_lanes.items():
                 for rank, page in enumerate(pages, start=1):
@@ -875,7 +965,7 @@ class Searcher:
                 else:
                     chosen.extend((note_id, score, ranks, cid, "") for cid in best[:per_note])
             chosen = chosen[:k]
-            rows = wh.fetch_chunks(self._con, [c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
+            rows = self._chunk_rows([c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
         terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
         hits = []
         for note_id, score, ranks, cid, context_cid in chosen:
@@ -901,6 +991,19 @@ class Searcher:
                 )
             )
         return hits
+
+    def _chunk_rows(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """:func:`pipeline.warehouse.fetch_chunks` for the hits: from the memory-mapped chunk rows
+        (:func:`pipeline.warehouse.load_chunk_rows_cached`, opened on first use) instead of a DuckDB query per search;
+        through DuckDB when that cache is off or unwritable."""
+        if self._rows is None:
+            tbl = wh.load_chunk_rows_cached(self._con, self.path)
+            self._rows = (False if tbl is None else
+                          (tbl, {c: i for i, c in enumerate(tbl.column("chunk_id").to_pylist())}))
+        if self._rows is False:
+            return wh.fetch_chunks(self._con, chunk_ids)
+        tbl, index = self._rows
+        return wh.rows_from_table(tbl, index, chunk_ids)
 
     def _boosted(self, pages: list[tuple[str, float, dict[str, int]]]) -> list[tuple[str, float, dict[str, int]]]:
         """Fused pages with their usage boost added (``usage_boost``) to the first ``usage_window`` of them, which

@@ -44,6 +44,7 @@ from pipeline.warehouse.queries import (
     list_sources,
     load_bm25_blobs,
     load_chunk_keys,
+    load_chunk_rows_cached,
     load_graph,
     load_note_keys,
     model_source_counts,
@@ -55,6 +56,7 @@ from pipeline.warehouse.queries import (
     note_vectors,
     notes_by_source_path,
     read_meta,
+    rows_from_table,
     stats,
 )
 from pipeline.warehouse.schema import (
@@ -68,6 +70,7 @@ from pipeline.warehouse.vectors import (
     explain_vector_search,
     list_models,
     load_live_vectors,
+    load_live_vectors_cached,
     vector_search,
     vectors_by_text_hash,
 )
@@ -89,8 +92,10 @@ __all__ = [
     "list_sources",
     "load_bm25_blobs",
     "load_chunk_keys",
+    "load_chunk_rows_cached",
     "load_graph",
     "load_live_vectors",
+    "load_live_vectors_cached",
     "load_note_keys",
     "model_source_counts",
     "note_by_vault_path",
@@ -103,6 +108,7 @@ __all__ = [
     "publish",
     "read_eval_runs",
     "read_meta",
+    "rows_from_table",
     "stats",
     "vector_search",
     "vector_table_name",

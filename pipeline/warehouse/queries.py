@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -87,6 +88,67 @@ def fetch_chunks(con: duckdb.DuckDBPyConnection, chunk_ids: Sequence[str]) -> di
         ["\x1f".join(chunk_ids)],  # one text parameter: a list parameter costs ~0.1 ms per element
     ).fetchall()
     return {r[0]: dict(zip(_CHUNK_COLS, r)) for r in rows}
+
+
+#: bumped when the layout of a cached chunk-rows entry changes
+ROWS_CACHE_FORMAT = 1
+
+
+def load_chunk_rows_cached(con: duckdb.DuckDBPyConnection, warehouse_path: Path) -> pa.Table | None:
+    """Every chunk with its note's fields (the columns of :func:`fetch_chunks`, in chunk id order) as an Arrow
+    table memory-mapped from a disk cache (:mod:`pipeline.index.fastcache`, kind ``rows``; an uncompressed Arrow
+    IPC file, ~2x the chunks' text): a search looks its hits up in it instead of one DuckDB query per search
+    (~8 ms). Keyed like the vector cache (warehouse file + WAL stamp, build facts), so it is never stale; a
+    missing or corrupt entry is rebuilt (one full read, ~0.3 s for 30k chunks).
+
+    Returns:
+        The table (zero-copy over the mapped file), or None when the cache is off or cannot be written (callers use
+        :func:`fetch_chunks`).
+    """
+    from pipeline.index.fastcache import entry_key, file_stamp, load_entry, store_entry
+
+    def key() -> str:
+        meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('built_at', 'updates', 'input_key')"
+                                ).fetchall())
+        return entry_key(ROWS_CACHE_FORMAT, file_stamp(Path(warehouse_path)),
+                         file_stamp(Path(f"{warehouse_path}.wal")), sorted(meta.items()))
+
+    k = key()
+    name = f"chunks.{entry_key(str(Path(warehouse_path).resolve()))[:10]}"
+    directory = load_entry("rows", name, k)
+    if directory is not None:
+        try:
+            return _read_ipc(directory / "chunks.arrow")
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            log.debug("chunk rows cache %s unreadable (%s): rebuilding it", directory, exc)
+    tbl = con.execute(
+        "SELECT c.chunk_id, c.note_id, c.source, c.ordinal, c.heading, c.breadcrumb, c.text, "
+        "n.source_path, n.vault_path, n.title, n.url "
+        "FROM chunks c JOIN notes n USING (note_id) ORDER BY c.chunk_id").fetch_arrow_table()
+    if key() != k:                         # the file was replaced while we read: no entry
+        return None
+
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp / "chunks.arrow"), "wb") as sink, pa.ipc.new_file(sink, tbl.schema) as writer:
+            writer.write_table(tbl)
+
+    stored = store_entry("rows", name, k, write, {"rows": tbl.num_rows})
+    return None if stored is None else _read_ipc(stored / "chunks.arrow")
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    """An Arrow IPC file as a table over its memory mapping (no copy)."""
+    with pa.memory_map(str(path), "r") as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def rows_from_table(tbl: pa.Table, index: dict[str, int], chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """:func:`fetch_chunks` over a table from :func:`load_chunk_rows_cached` (``index``: chunk id -> row)."""
+    rows = [index[c] for c in dict.fromkeys(chunk_ids) if c in index]
+    if not rows:
+        return {}
+    taken = tbl.take(pa.array(rows, pa.int64())).to_pylist()
+    return {r["chunk_id"]: {col: r[col] for col in _CHUNK_COLS} for r in taken}
 
 
 def stats(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

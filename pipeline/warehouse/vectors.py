@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -150,6 +152,68 @@ def load_live_vectors(con: duckdb.DuckDBPyConnection, table: str) -> tuple[list[
         return [], np.zeros((0, dim), dtype=np.float32)
     flat = emb.flatten().to_numpy(zero_copy_only=False)      # FixedSizeList -> its values, offsets respected
     return ids, np.ascontiguousarray(flat, dtype=np.float32).reshape(len(ids), dim)
+
+
+def _vector_cache_key(con: duckdb.DuckDBPyConnection, table: str, warehouse_path: Path) -> str:
+    """Digest of what a table's live vectors depend on: the warehouse file and its WAL (path, size, mtime_ns), the
+    table's registry row (dim, rows, dead, delta) and the build facts of ``meta`` (any write changes one of them)."""
+    from pipeline.index.fastcache import entry_key, file_stamp
+
+    reg = con.execute("SELECT dim, n, n_dead, n_delta FROM models WHERE table_name = ?", [table]).fetchone()
+    meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('built_at', 'updates', 'input_key')"
+                            ).fetchall())
+    wal = Path(f"{warehouse_path}.wal")
+    return entry_key(VECTOR_CACHE_FORMAT, table, file_stamp(Path(warehouse_path)), file_stamp(wal), list(reg or ()),
+                     sorted(meta.items()))
+
+
+#: bumped when the layout of a cached vector entry changes
+VECTOR_CACHE_FORMAT = 1
+
+
+def load_live_vectors_cached(con: duckdb.DuckDBPyConnection, table: str, warehouse_path: Path | None
+                             ) -> tuple[list[str], np.ndarray]:
+    """:func:`load_live_vectors` through a disk cache (:mod:`pipeline.index.fastcache`, kind ``vectors``): the
+    vectors as a raw ``.npy`` memory-mapped read-only (pages are read on first touch and shared with the page cache,
+    no second copy), the chunk ids as JSON. Keyed on the warehouse file + WAL stamp and the table's registry row,
+    so a rebuilt or updated warehouse never serves stale vectors; a missing or corrupt entry is rebuilt from the
+    warehouse. ``warehouse_path`` None (or the cache off / unwritable): plain :func:`load_live_vectors`.
+
+    Returns:
+        ``(chunk_ids, vectors)`` exactly as :func:`load_live_vectors` (same ids, same float32 values, row order by
+        chunk id); the array is read-only.
+    """
+    from pipeline.index.fastcache import entry_key, load_entry, store_entry
+
+    if warehouse_path is None:
+        return load_live_vectors(con, table)
+    key = _vector_cache_key(con, table, warehouse_path)
+    # one entry per warehouse file and table (a newer one replaces it): two projects never evict each other
+    name = f"{table}.{entry_key(str(Path(warehouse_path).resolve()))[:10]}"
+    directory = load_entry("vectors", name, key)
+    if directory is not None:
+        try:
+            ids = json.loads((directory / "ids.json").read_text("utf-8"))
+            vecs = np.asarray(np.load(directory / "vectors.npy", mmap_mode="r", allow_pickle=False))
+            if (isinstance(ids, list) and vecs.dtype == np.float32 and vecs.ndim == 2
+                    and vecs.shape[0] == len(ids)):
+                return ids, vecs
+        except (OSError, ValueError) as exc:
+            log.debug("vector cache %s unreadable (%s): rebuilding it", directory, exc)
+    ids, vecs = load_live_vectors(con, table)
+    if _vector_cache_key(con, table, warehouse_path) != key:     # the file was replaced while we read: no entry
+        return ids, vecs
+
+    def write(tmp: Path) -> None:
+        np.save(tmp / "vectors.npy", vecs, allow_pickle=False)
+        (tmp / "ids.json").write_text(json.dumps(ids), "utf-8")
+
+    stored = store_entry("vectors", name, key, write, {"table": table, "rows": len(ids)})
+    if stored is None:
+        return ids, vecs
+    del vecs                                  # serve the mapped copy: one copy in memory, shared with the page cache
+    # a plain ndarray view of the mapping (numpy.memmap's per-slice overhead is ~70 us, paid per page scored)
+    return ids, np.asarray(np.load(stored / "vectors.npy", mmap_mode="r", allow_pickle=False))
 
 
 def vectors_by_text_hash(con: duckdb.DuckDBPyConnection, model_id: str, hashes: Sequence[str]
