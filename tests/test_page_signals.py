@@ -233,3 +233,26 @@ def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(
         assert asked == []
         assert [s._note_path[p.note_id] for p in s._vector_lane("how to restart", None, cross=True)] == ["J1.md"]
         assert asked == ["usem3-3"]
+
+
+def test_a_page_whose_name_is_the_query_comes_first(tmp_path: Path):
+    """Typing a page's title or alias finds that page first, even where every lane prefers a page about it."""
+    guide = Note("zoo", "Guide.md", "Guide.md", "Deploy guide", {"title": "Deploy guide"},
+                 "rollout restart rollout restart: how a rollout restart works, rollout restart again")
+    named = Note("zoo", "Rollout.md", "Rollout.md", "Rollout restart", {"title": "Rollout restart"}, "kubectl")
+    alias = Note("zoo", "K.md", "K.md", "K", {"title": "K", "aliases": ["Restart, rollout!"]}, "alias only")
+    notes = [guide, named, alias]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "zoo", 0, (), n.title, n.body) for n in notes]
+    vecs = np.array([_unit(1, 0, 0), _unit(0, 1, 0), _unit(0, 0, 1)], dtype=np.float32)
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks,
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
+                                      vectors={"fixed-3": ([c.chunk_id for c in chunks], vecs)}))
+    with Searcher(path, embedder_factory=_factory) as s:
+        assert [p for _, p, _ in s.rank_pages("rollout", lanes=["vector"])] == ["Guide.md", "Rollout.md", "K.md"]
+        for query in ("rollout restart", "  Rollout-Restart ", "ＲＯＬＬＯＵＴ　ＲＥＳＴＡＲＴ"):
+            ranked = s.rank_pages(query, lanes=["vector"])
+            assert [p for _, p, _ in ranked][:2] == ["Rollout.md", "Guide.md"], query
+            assert ranked[0][2] > ranked[1][2]
+        assert [h.source_path for h in s.search("restart rollout", k=2)][0] == "K.md"   # an alias
+        assert [h.source_path for h in s.search("restart rollout", k=2, source="zoo")][0] == "K.md"

@@ -188,6 +188,17 @@ def note_tags(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
     return {r[0]: tuple(str(t).lstrip("#") for t in r[1] if t) for r in rows}
 
 
+def note_names(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
+    """Every note's names: note_id -> (title, *aliases), empty names left out; notes without any absent."""
+    rows = con.execute("SELECT note_id, title, aliases FROM notes").fetchall()
+    out = {}
+    for nid, title, aliases in rows:
+        names = tuple(str(n) for n in (title, *(aliases or ())) if n and str(n).strip())
+        if names:
+            out[nid] = names
+    return out
+
+
 def note_hashes(con: duckdb.DuckDBPyConnection, sources: Sequence[str] | None = None) -> dict[str, str]:
     """vault_path -> content_hash of the notes (of ``sources`` only, when given): to tell what a rebuild changed."""
     rows = con.execute("SELECT source, vault_path, content_hash FROM notes").fetchall()
