@@ -54,3 +54,20 @@ def test_users_of_the_scanner() -> None:
     assert detect_language("```\n日本語のコード\n```\nplain English words here\n") == "en"
     assert clean_text("> ```\n> a  b\n> ```\nafter") == "`a b` after"
     assert _tidy("x  \n\n\n```\ncode  \n\n\n```\ny") == "x\n\n```\ncode  \n\n\n```\ny\n"
+
+
+def test_memo_cache_round_trip(tmp_path) -> None:
+    from pipeline.common.memo import MemoCache
+
+    path = tmp_path / "memo.json"
+    first = MemoCache(path)
+    assert first.memo("a", lambda: [1]) == [1] and first.memo("a", lambda: [2]) == [1]
+    first["b"] = "x"
+    first.save()
+    assert path.read_text(encoding="utf-8") == '{"a":[1],"b":"x"}'
+    again = MemoCache(path)
+    assert again.memo("a", lambda: [3]) == [1] and (again.hits, again.misses) == (1, 0)
+    stale = tmp_path / "memo-old.json"
+    stale.write_text("{}")
+    again.save(stale=[stale])                     # only "a" used: rewritten without "b"; the old version removed
+    assert path.read_text(encoding="utf-8") == '{"a":[1]}' and not stale.exists()
