@@ -15,14 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy and torch share 2 cores: avoid busy-wait (p95 5-8x)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from pipeline.config import library_env_default as _env_default
+
+_env_default("OPENBLAS_NUM_THREADS", "1")   # numpy and torch share 2 cores: avoid busy-wait (p95 5-8x)
+_env_default("HF_HUB_OFFLINE", "1")
+_env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
-from pipeline.config import Settings
+from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
 from pipeline.service import (
     NO_RESULTS,
     capture_related,
@@ -74,7 +76,7 @@ def settings() -> Settings:
 
 
 def _color() -> bool:
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return sys.stdout.isatty() and not no_color()
 
 
 @app.callback()
@@ -118,19 +120,9 @@ def build(
         from pipeline.defs.runner import run_build
         from pipeline.stages import FORCE_ENV
 
-        before = os.environ.get(FORCE_ENV)
-        if force:
-            os.environ[FORCE_ENV] = ",".join(source) if source else "*"
-        try:
-            with bar:
-                report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
-                                   progress=bar.update)
-        finally:
-            if force:
-                if before is None:
-                    os.environ.pop(FORCE_ENV, None)
-                else:
-                    os.environ[FORCE_ENV] = before
+        with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar:
+            report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
+                               progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -306,7 +298,7 @@ class _BuildProgress:
         elif self.mode == "lines":
             from pipeline.common.progress import PlainProgress
 
-            interval = float(os.environ.get("DOCSVAULT_PROGRESS_INTERVAL", "10") or 10)
+            interval = float_env("DOCSVAULT_PROGRESS_INTERVAL", 10)
             self._plain = PlainProgress(sys.stderr, interval=interval).__enter__()
         return self
 
@@ -729,9 +721,9 @@ def capture(
 
 def _no_eval_files(s: Settings) -> str:
     """The error when no eval file exists: names the folder(s) looked in (DOCSVAULT_EVALS or ./evals)."""
-    raw = os.environ.get("DOCSVAULT_EVALS")
-    if raw:
-        looked = ", ".join(str(Path(p).resolve()) for p in raw.split(os.pathsep) if p)
+    named = eval_env_paths()
+    if named:
+        looked = ", ".join(str(p) for p in named)
         return f"no eval files at {looked} (DOCSVAULT_EVALS); pass FILE..., or create it or fix DOCSVAULT_EVALS " \
                "(format: see README)"
     return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
