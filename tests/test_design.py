@@ -1,4 +1,4 @@
-"""The one fence scanner (pipeline.common.markdown) and its users agree on blockquote fences and fence length."""
+"""Shared seams: the one fence scanner (pipeline.common.markdown) and its users, the one memo cache, SearchConfig."""
 
 from __future__ import annotations
 
@@ -71,3 +71,15 @@ def test_memo_cache_round_trip(tmp_path) -> None:
     stale.write_text("{}")
     again.save(stale=[stale])                     # only "a" used: rewritten without "b"; the old version removed
     assert path.read_text(encoding="utf-8") == '{"a":[1]}' and not stale.exists()
+
+
+def test_search_config_has_every_searcher_option() -> None:
+    """SearchConfig's fields are Searcher's keyword options, in order, with the same defaults."""
+    import inspect
+    from dataclasses import fields
+
+    from pipeline.search.searcher import SearchConfig, Searcher
+
+    params = [p for p in inspect.signature(Searcher.__init__).parameters.values() if p.kind == p.KEYWORD_ONLY]
+    options = [(p.name, p.default) for p in params if p.name != "config"]
+    assert options == [(f.name, f.default) for f in fields(SearchConfig)]
