@@ -41,8 +41,9 @@ def child_env(s: Settings) -> dict[str, str]:
 
 
 
-def open_searcher(s: Settings, **kwargs: Any) -> Searcher:
-    """A Searcher over ``s.warehouse_path`` (one query thread, the settings' synonyms); ``kwargs`` go to Searcher.
+def open_searcher(s: Settings, embedder_factory: Any = None, **options: Any) -> Searcher:
+    """A Searcher over ``s.warehouse_path`` (one query thread, the settings' synonyms); ``options`` are fields of
+    :class:`pipeline.search.searcher.SearchConfig` (e.g. ``usage_boost``); ``embedder_factory`` None: the default.
 
     Raises:
         SynonymsError: the synonyms file is invalid (or missing when named explicitly).
@@ -50,12 +51,13 @@ def open_searcher(s: Settings, **kwargs: Any) -> Searcher:
     """
     from pipeline.common.errors import WarehouseNotBuiltError
     from pipeline.common.lock import running_build
-    from pipeline.search.searcher import Searcher
+    from pipeline.search.searcher import SearchConfig, Searcher
     from pipeline.search.synonyms import check_synonyms_file
 
     check_synonyms_file(s.synonyms_file, s.synonyms_required)
     try:
-        return Searcher(s.warehouse_path, query_threads=1, synonyms=s.synonyms_file, **kwargs)
+        config = SearchConfig(**{"query_threads": 1, "synonyms": s.synonyms_file, **options})
+        return Searcher(s.warehouse_path, *([embedder_factory] if embedder_factory else []), config=config)
     except WarehouseNotBuiltError as exc:
         running = running_build(s.data_dir)
         if running:
