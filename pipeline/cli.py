@@ -27,9 +27,11 @@ from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
 from pipeline.service import (
     NO_RESULTS,
+    build_outcome,
     capture_related,
     child_env,
     errors_file,
+    no_notes_line,
     note_links,
     open_searcher,
     parse_lanes,
@@ -127,7 +129,7 @@ def build(
         fail(str(exc))
         return
     if as_json:
-        out = build_outcome(report)
+        out = build_outcome(report).as_dict()
         out["seconds"] = round(_time.perf_counter() - started, 1)
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if not report.ok:
@@ -156,7 +158,7 @@ def build(
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
-            typer.echo(f"warning: {_no_notes_line(st)}", err=True)
+            typer.echo(f"warning: {no_notes_line(st)}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(errors_file(settings(), st.name))
@@ -222,47 +224,6 @@ def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
                      f"in <data>/state/{name}.vault-skipped.txt")
         lines += [f"  {ln}" for ln in (meta.get("attachment_skip_lines") or [])[:3]]
     return lines
-
-
-def _no_notes_line(st: Any) -> str:
-    """The fetch's "source X has no notes: ..." warning of an empty source (or a short one)."""
-    lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
-    return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
-
-
-def build_outcome(report: Any) -> dict[str, Any]:
-    """A build report as JSON-safe data (``build --json``; the MCP ``refresh`` tool reads it).
-
-    Returns:
-        ``{"ok", "sources": [{"name", "status" (built | unchanged | failed), "notes", "chunks", "embedded",
-        "skipped_files", "warning", "failed_stage", "error"}], "shared": {"ok", "error", "warehouse", "eval"}}``;
-        counts are None when the stage did not run, ``warning`` is the "has no notes" line of an empty source.
-    """
-    rows = []
-    for st in report.sources:
-        vault_meta = st.metadata.get("vault", {})
-        chunk_meta = st.metadata.get("chunks", {})
-        emb = st.metadata.get("embeddings", {})
-        status = "failed" if not st.ok else (
-            "unchanged" if vault_meta.get("skipped") and chunk_meta.get("skipped") else "built")
-        empty = st.ok and st.metadata.get("raw_docs", {}).get("files") == 0
-        rows.append({
-            "name": st.name, "status": status, "notes": vault_meta.get("notes"), "chunks": emb.get("chunks"),
-            "embedded": emb.get("embedded"), "skipped_files": int(st.metadata.get("notes", {}).get("errors") or 0),
-            "warning": _no_notes_line(st) if empty else None,
-            "failed_stage": st.failed_stage or None, "error": st.error or None,
-        })
-    wh = report.shared_metadata.get("warehouse", {})
-    ev = report.shared_metadata.get("retrieval_eval", {})
-    warehouse = None
-    if wh:
-        mode = "unchanged" if wh.get("skipped") else ("incremental" if wh.get("mode") == "incremental" else "full")
-        warehouse = {"notes": int(wh.get("notes", 0)), "chunks": int(wh.get("chunks", 0)), "path": wh.get("path"),
-                     "mode": mode}
-    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
-    return {"ok": report.ok, "sources": rows, "removed": list(getattr(report, "removed", [])),
-            "shared": {"ok": report.shared_ok, "error": report.shared_error or None, "warehouse": warehouse,
-                       "eval": evals}}
 
 
 class _BuildProgress:
@@ -693,7 +654,7 @@ def capture(
 
         try:
             report = run_build(s, [src.name])
-            out = build_outcome(report)
+            out = build_outcome(report).as_dict()
             built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
         except PipelineError as exc:
             built = {"ok": False, "error": " ".join(str(exc).split())}
@@ -742,6 +703,7 @@ def eval_(
     corpus; --unscoped over all sources; --both side by side)."""
     from pipeline.evaluate import (
         SCOPE_NOTE,
+        EvalReport,
         eval_history_path,
         format_ablation,
         format_history,
@@ -778,7 +740,7 @@ def eval_(
             fail(f"no eval cases in {', '.join(str(p) for p in paths)}; add *.yaml case files (format: see README)")
         searcher = open_searcher(settings())
         try:
-            by_scope: dict[str, dict[str, dict[str, Any]]] = {}
+            by_scope: dict[str, dict[str, EvalReport]] = {}
             for scope in scopes:
                 if setups is None:
                     by_scope[scope] = {"": run_eval(searcher, cases, scope=scope)}
@@ -797,15 +759,8 @@ def eval_(
         fail(str(exc))
         return
 
-    def public(report: dict[str, Any]) -> dict[str, Any]:
-        out = {k: report[k] for k in ("scope", "overall", "by_source", "by_kind") if k in report}
-        for key in ("skipped", "unreachable"):
-            if report.get(key):
-                out[key] = report[key]
-        return out
-
     if as_json:
-        shown = {scope: public(r[""]) if setups is None else {name: public(x) for name, x in r.items()}
+        shown = {scope: r[""].public() if setups is None else {name: x.public() for name, x in r.items()}
                  for scope, r in by_scope.items()}
         typer.echo(json.dumps(shown if both else shown[scopes[0]], ensure_ascii=False, indent=2))
         return
