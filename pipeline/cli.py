@@ -109,6 +109,10 @@ def build(
 
     Only what changed is redone: unchanged sources skip normalize/vault/chunk, only new chunk texts are embedded,
     and the warehouse is updated incrementally (or not at all when nothing changed).
+
+    \f
+    Long: a typer command: the option declarations, then the text rendering of the build report (the JSON is
+    service.build_outcome).
     """
     import time as _time
 
@@ -411,6 +415,10 @@ def search(
     """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=20), one result per note.
 
     Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
+
+    \f
+    Long: a typer command: the option declarations, then one output switch (--json, --files, --explain, -C) over the
+    same hits.
     """
     from pipeline.search.query import parse_query
 
@@ -619,7 +627,11 @@ def capture(
     as_json: Annotated[bool, typer.Option("--json", help="What was written as JSON on stdout.")] = False,
 ) -> None:
     """Write a note into the local capture source (frontmatter: created, agent, status raw, correlation id, related
-    notes found by search), then build that source so the note is searchable at once."""
+    notes found by search), then build that source so the note is searchable at once.
+
+    \f
+    Long: a typer command: the option declarations, then one write and its output line.
+    """
     from pipeline.ingest.capture import capture_source, title_of, write_capture
     from pipeline.ingest.sources import load_sources
 
@@ -700,7 +712,12 @@ def eval_(
     both: Annotated[bool, typer.Option("--both", help="Scoped and unscoped side by side (JSON: {\"scoped\": ..., \"unscoped\": ...}).")] = False,
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse (each case searched within its
-    corpus; --unscoped over all sources; --both side by side)."""
+    corpus; --unscoped over all sources; --both side by side).
+
+    \f
+    Long: a typer command: the option declarations, then text/JSON rendering of three report shapes (one run,
+    ablation, history).
+    """
     from pipeline.evaluate import (
         SCOPE_NOTE,
         EvalReport,

@@ -378,7 +378,11 @@ class VaultService:
 
 
 def create_server(settings: Settings, service: VaultService | None = None) -> Any:
-    """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``)."""
+    """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``).
+
+    Long: a factory of the MCP tools: each tool is a closure over the service whose docstring is the tool's
+    description; its length is the tools.
+    """
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations

@@ -329,6 +329,9 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 
     Returns:
         LinkGraph.
+
+    Long: link resolution needs the maps (paths, titles, aliases, headings) built in its first half; split, five
+    maps would be passed around.
     """
     by_path = {unicodedata.normalize("NFC", n.vault_path): n for n in notes}
     resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases})

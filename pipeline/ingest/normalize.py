@@ -433,6 +433,8 @@ def render_components(text: str, dialect: _Dialect, level: int = 1) -> str:
 
     ``level`` is the level of the heading enclosing ``text``; headings made for tabs/steps/accordions are one deeper
     than the last real heading above them.
+
+    Long: one recursive rewrite: each component kind is a branch over the same match state and recursion.
     """
     out: list[str] = []
     pos = 0

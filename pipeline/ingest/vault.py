@@ -212,6 +212,9 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     Raises:
         NoteError: a note belongs to another source, two notes share a rel_path, or a rel_path would resolve outside
             ``vault_dir/<source>/`` (checked for every note before anything is written).
+
+    Long: the ownership protocol is one transaction over shared sets (manifest read, conflict moves, writes,
+    removals, manifest write), ordered by what the manifest must say if the process dies between two steps.
     """
     import hashlib
 

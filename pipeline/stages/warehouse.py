@@ -119,6 +119,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     Nothing is written when no input changed since the warehouse was published (``skipped``). A warehouse file
     that is corrupt or of another schema version is reported (``rebuilt_because``, a warning in the log) and
     rebuilt from the vault and the caches, never used.
+
+    Long: one sequence under the build lock (skip check, read every source, BM25 tokens, publish with its fallback,
+    record the key) whose order is the crash-safety argument: the key is recorded only after the file is swapped in.
     """
     import numpy as np
 

@@ -274,6 +274,9 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     Returns:
         HtmlDoc; ``markdown`` starts with the page's H1 (``# <title>`` is prepended when the content has none but the
         page has a ``<title>``).
+
+    Long: the ordered clean-up steps of the module doc (1-4) over one DOM; each is a few lines and their order
+    matters.
     """
     soup = BeautifulSoup(html, "lxml")
     base = url
