@@ -15,19 +15,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy and torch share 2 cores: avoid busy-wait (p95 5-8x)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from pipeline.config import library_env_default as _env_default
+
+_env_default("OPENBLAS_NUM_THREADS", "1")   # numpy and torch share 2 cores: avoid busy-wait (p95 5-8x)
+_env_default("HF_HUB_OFFLINE", "1")
+_env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
-from pipeline.config import Settings
+from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
 from pipeline.service import (
     NO_RESULTS,
+    build_outcome,
     capture_related,
     child_env,
     errors_file,
+    no_notes_line,
     note_links,
     open_searcher,
     parse_lanes,
@@ -74,7 +78,7 @@ def settings() -> Settings:
 
 
 def _color() -> bool:
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return sys.stdout.isatty() and not no_color()
 
 
 @app.callback()
@@ -105,6 +109,10 @@ def build(
 
     Only what changed is redone: unchanged sources skip normalize/vault/chunk, only new chunk texts are embedded,
     and the warehouse is updated incrementally (or not at all when nothing changed).
+
+    \f
+    Long: a typer command: the option declarations, then the text rendering of the build report (the JSON is
+    service.build_outcome).
     """
     import time as _time
 
@@ -118,24 +126,14 @@ def build(
         from pipeline.defs.runner import run_build
         from pipeline.stages import FORCE_ENV
 
-        before = os.environ.get(FORCE_ENV)
-        if force:
-            os.environ[FORCE_ENV] = ",".join(source) if source else "*"
-        try:
-            with bar:
-                report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
-                                   progress=bar.update)
-        finally:
-            if force:
-                if before is None:
-                    os.environ.pop(FORCE_ENV, None)
-                else:
-                    os.environ[FORCE_ENV] = before
+        with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar:
+            report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
+                               progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
         return
     if as_json:
-        out = build_outcome(report)
+        out = build_outcome(report).as_dict()
         out["seconds"] = round(_time.perf_counter() - started, 1)
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if not report.ok:
@@ -164,7 +162,7 @@ def build(
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
-            typer.echo(f"warning: {_no_notes_line(st)}", err=True)
+            typer.echo(f"warning: {no_notes_line(st)}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(errors_file(settings(), st.name))
@@ -232,47 +230,6 @@ def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _no_notes_line(st: Any) -> str:
-    """The fetch's "source X has no notes: ..." warning of an empty source (or a short one)."""
-    lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
-    return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
-
-
-def build_outcome(report: Any) -> dict[str, Any]:
-    """A build report as JSON-safe data (``build --json``; the MCP ``refresh`` tool reads it).
-
-    Returns:
-        ``{"ok", "sources": [{"name", "status" (built | unchanged | failed), "notes", "chunks", "embedded",
-        "skipped_files", "warning", "failed_stage", "error"}], "shared": {"ok", "error", "warehouse", "eval"}}``;
-        counts are None when the stage did not run, ``warning`` is the "has no notes" line of an empty source.
-    """
-    rows = []
-    for st in report.sources:
-        vault_meta = st.metadata.get("vault", {})
-        chunk_meta = st.metadata.get("chunks", {})
-        emb = st.metadata.get("embeddings", {})
-        status = "failed" if not st.ok else (
-            "unchanged" if vault_meta.get("skipped") and chunk_meta.get("skipped") else "built")
-        empty = st.ok and st.metadata.get("raw_docs", {}).get("files") == 0
-        rows.append({
-            "name": st.name, "status": status, "notes": vault_meta.get("notes"), "chunks": emb.get("chunks"),
-            "embedded": emb.get("embedded"), "skipped_files": int(st.metadata.get("notes", {}).get("errors") or 0),
-            "warning": _no_notes_line(st) if empty else None,
-            "failed_stage": st.failed_stage or None, "error": st.error or None,
-        })
-    wh = report.shared_metadata.get("warehouse", {})
-    ev = report.shared_metadata.get("retrieval_eval", {})
-    warehouse = None
-    if wh:
-        mode = "unchanged" if wh.get("skipped") else ("incremental" if wh.get("mode") == "incremental" else "full")
-        warehouse = {"notes": int(wh.get("notes", 0)), "chunks": int(wh.get("chunks", 0)), "path": wh.get("path"),
-                     "mode": mode}
-    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
-    return {"ok": report.ok, "sources": rows, "removed": list(getattr(report, "removed", [])),
-            "shared": {"ok": report.shared_ok, "error": report.shared_error or None, "warehouse": warehouse,
-                       "eval": evals}}
-
-
 class _BuildProgress:
     """Build progress on stderr: a rich bar per stage and source (rate, ETA) on a terminal, else a plain line every
     ~10 s (:class:`pipeline.common.progress.PlainProgress`); nothing when ``mode`` is ``"off"`` (``--quiet``).
@@ -306,7 +263,7 @@ class _BuildProgress:
         elif self.mode == "lines":
             from pipeline.common.progress import PlainProgress
 
-            interval = float(os.environ.get("DOCSVAULT_PROGRESS_INTERVAL", "10") or 10)
+            interval = float_env("DOCSVAULT_PROGRESS_INTERVAL", 10)
             self._plain = PlainProgress(sys.stderr, interval=interval).__enter__()
         return self
 
@@ -458,6 +415,10 @@ def search(
     """Hybrid search (BM25 over chunks and whole pages + vector, RRF k=20), one result per note.
 
     Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
+
+    \f
+    Long: a typer command: the option declarations, then one output switch (--json, --files, --explain, -C) over the
+    same hits.
     """
     from pipeline.search.query import parse_query
 
@@ -666,7 +627,11 @@ def capture(
     as_json: Annotated[bool, typer.Option("--json", help="What was written as JSON on stdout.")] = False,
 ) -> None:
     """Write a note into the local capture source (frontmatter: created, agent, status raw, correlation id, related
-    notes found by search), then build that source so the note is searchable at once."""
+    notes found by search), then build that source so the note is searchable at once.
+
+    \f
+    Long: a typer command: the option declarations, then one write and its output line.
+    """
     from pipeline.ingest.capture import capture_source, title_of, write_capture
     from pipeline.ingest.sources import load_sources
 
@@ -701,7 +666,7 @@ def capture(
 
         try:
             report = run_build(s, [src.name])
-            out = build_outcome(report)
+            out = build_outcome(report).as_dict()
             built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
         except PipelineError as exc:
             built = {"ok": False, "error": " ".join(str(exc).split())}
@@ -729,9 +694,9 @@ def capture(
 
 def _no_eval_files(s: Settings) -> str:
     """The error when no eval file exists: names the folder(s) looked in (DOCSVAULT_EVALS or ./evals)."""
-    raw = os.environ.get("DOCSVAULT_EVALS")
-    if raw:
-        looked = ", ".join(str(Path(p).resolve()) for p in raw.split(os.pathsep) if p)
+    named = eval_env_paths()
+    if named:
+        looked = ", ".join(str(p) for p in named)
         return f"no eval files at {looked} (DOCSVAULT_EVALS); pass FILE..., or create it or fix DOCSVAULT_EVALS " \
                "(format: see README)"
     return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
@@ -747,9 +712,15 @@ def eval_(
     both: Annotated[bool, typer.Option("--both", help="Scoped and unscoped side by side (JSON: {\"scoped\": ..., \"unscoped\": ...}).")] = False,
 ) -> None:
     """hit@1, hit@3, MRR@10 and nDCG@10 of eval cases against the built warehouse (each case searched within its
-    corpus; --unscoped over all sources; --both side by side)."""
+    corpus; --unscoped over all sources; --both side by side).
+
+    \f
+    Long: a typer command: the option declarations, then text/JSON rendering of three report shapes (one run,
+    ablation, history).
+    """
     from pipeline.evaluate import (
         SCOPE_NOTE,
+        EvalReport,
         eval_history_path,
         format_ablation,
         format_history,
@@ -786,7 +757,7 @@ def eval_(
             fail(f"no eval cases in {', '.join(str(p) for p in paths)}; add *.yaml case files (format: see README)")
         searcher = open_searcher(settings())
         try:
-            by_scope: dict[str, dict[str, dict[str, Any]]] = {}
+            by_scope: dict[str, dict[str, EvalReport]] = {}
             for scope in scopes:
                 if setups is None:
                     by_scope[scope] = {"": run_eval(searcher, cases, scope=scope)}
@@ -805,15 +776,8 @@ def eval_(
         fail(str(exc))
         return
 
-    def public(report: dict[str, Any]) -> dict[str, Any]:
-        out = {k: report[k] for k in ("scope", "overall", "by_source", "by_kind") if k in report}
-        for key in ("skipped", "unreachable"):
-            if report.get(key):
-                out[key] = report[key]
-        return out
-
     if as_json:
-        shown = {scope: public(r[""]) if setups is None else {name: public(x) for name, x in r.items()}
+        shown = {scope: r[""].public() if setups is None else {name: x.public() for name, x in r.items()}
                  for scope, r in by_scope.items()}
         typer.echo(json.dumps(shown if both else shown[scopes[0]], ensure_ascii=False, indent=2))
         return

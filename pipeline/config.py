@@ -16,7 +16,8 @@ every variable the core reacts to is listed here.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -195,8 +196,7 @@ def stage_lock_on() -> bool:
 def eval_paths(settings: Settings) -> list[Path]:
     """The eval files/folders: ``DOCSVAULT_EVALS`` split on the OS path separator (resolved), else
     ``settings.evals_dir``."""
-    raw = os.environ.get("DOCSVAULT_EVALS")
-    return [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else [settings.evals_dir]
+    return eval_env_paths() or [settings.evals_dir]
 
 
 def int_env(name: str, default: int) -> int:
@@ -225,6 +225,45 @@ def embed_backend() -> str:
 
 
 def library_env_default(name: str, value: str) -> None:
-    """Set a third-party library's environment variable unless the user set it (``OMP_WAIT_POLICY``,
-    ``HF_HUB_OFFLINE``): the one place the core writes the environment."""
+    """Set an environment variable unless the user set it: a third-party library's (``OMP_WAIT_POLICY``,
+    ``HF_HUB_OFFLINE``), or a default for the processes a shell starts (``DOCSVAULT_STAGE_LOCK=off`` in the
+    distributed deployment)."""
     os.environ.setdefault(name, value)
+
+
+def set_env(name: str, value: str | None) -> None:
+    """Set ``$name`` (None: unset it) for this process and the processes it starts (``DAGSTER_HOME``)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+@contextmanager
+def scoped_env(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (None: unset) these variables for the block, then restore each as it was: the CLI's ``--force``
+    (``DOCSVAULT_FORCE``) and the runner's settings round trip (``Settings.from_env`` in Dagster's processes)."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            set_env(name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            set_env(name, value)
+
+
+def float_env(name: str, default: float) -> float:
+    """``float($name)``; unset or empty -> ``default``. Raises ValueError on a non-number."""
+    return float(os.environ.get(name, "") or default)
+
+
+def eval_env_paths() -> list[Path] | None:
+    """``DOCSVAULT_EVALS`` split on the OS path separator, resolved; None when unset or empty."""
+    raw = os.environ.get("DOCSVAULT_EVALS")
+    return [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else None
+
+
+def no_color() -> bool:
+    """True when ``NO_COLOR`` is set (non-empty) or ``TERM=dumb``: plain output."""
+    return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"

@@ -23,14 +23,14 @@ Workers: ``celery -A dagster_celery.app worker -Q dagster -n NAME@%h`` with ``de
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
 from pipeline.common.errors import PipelineError
-from pipeline.config import Settings
+from pipeline.config import Settings, library_env_default
+from pipeline.config import environ as config_environ
 from pipeline.defs import build_definitions
 
 BROKER_ENV = "DOCSVAULT_CELERY_BROKER"
@@ -52,7 +52,7 @@ def celery_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     Raises:
         DeployConfigError: DOCSVAULT_CELERY_BROKER is not set, or the visibility timeout is not a positive integer.
     """
-    env = os.environ if environ is None else environ
+    env = config_environ() if environ is None else environ
     if not env.get(BROKER_ENV):
         raise DeployConfigError(f"{BROKER_ENV} is not set: give the Celery broker URL, e.g. redis://127.0.0.1:6379/0")
     broker = env[BROKER_ENV]
@@ -97,5 +97,5 @@ def distributed_definitions(settings: Settings) -> dg.Definitions:
 def defs() -> dg.Definitions:
     # every process that loads these definitions (run process, Celery workers) runs stages without the host-local
     # lock; set here rather than at import, so importing the module (tests, tools) changes nothing
-    os.environ.setdefault("DOCSVAULT_STAGE_LOCK", "off")
+    library_env_default("DOCSVAULT_STAGE_LOCK", "off")
     return distributed_definitions(Settings.from_env())

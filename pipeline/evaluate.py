@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -28,7 +29,7 @@ import yaml
 from pipeline.common.errors import EvalFileError, PipelineError
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
 from pipeline.config import environ as config_environ
-from pipeline.models import EvalCase
+from pipeline.models import EvalCase, MappingRecord, plain
 
 __all__ = [
     "DEFAULT_FLOORS",
@@ -227,8 +228,36 @@ def _aggregate(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 # run
 
 
+@dataclass(frozen=True, eq=False)
+class EvalReport(MappingRecord):
+    """One eval run (:func:`run_eval`); reads as the mapping :meth:`as_dict` gives (keys in this order).
+
+    ``overall``, ``by_source[s]``, ``by_kind[k]``: ``{"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}``; ``cases``:
+    ``{"id", "query", "corpus", "kind", "rank", "top", **metrics}`` per scored case; ``skipped``:
+    ``{"id", "corpus", "reason"}``; ``unreachable``: ``{"id", "corpus", "expected"}``.
+    """
+
+    lanes: tuple[str, ...]
+    overall: Mapping[str, float]
+    by_source: Mapping[str, Mapping[str, float]]
+    by_kind: Mapping[str, Mapping[str, float]]
+    cases: tuple[Mapping[str, Any], ...]
+    skipped: tuple[Mapping[str, str], ...]
+    unreachable: tuple[Mapping[str, Any], ...]
+    scope: str
+
+    def public(self) -> dict[str, Any]:
+        """What ``docsvault eval --json`` prints of it: scope, overall, by_source, by_kind, and skipped /
+        unreachable when there are any."""
+        out = {k: plain(getattr(self, k)) for k in ("scope", "overall", "by_source", "by_kind")}
+        for key in ("skipped", "unreachable"):
+            if getattr(self, key):
+                out[key] = plain(getattr(self, key))
+        return out
+
+
 def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] | None = None,
-             scope: str = "scoped") -> dict[str, Any]:
+             scope: str = "scoped") -> EvalReport:
     """Run every case through ``searcher.rank_pages(query, source=case.corpus, lanes, depth=10)``; ``lanes`` None
     means the searcher's default fusion (``Searcher.default_lanes``).
 
@@ -239,10 +268,10 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     Cases whose corpus is not a source of the warehouse are listed under ``"skipped"`` and not scored.
 
     Returns:
-        ``{"overall": {"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}, "by_source": {source: {...}},
-        "by_kind": {kind: {...}}, "cases": [{"id", "query", "corpus", "kind", "rank", "top", **metrics}],
-        "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id", "corpus", "expected"}], "lanes": [...],
-        "scope": "scoped" | "unscoped"}``;
+        An :class:`EvalReport` (as a mapping: ``{"lanes": [...], "overall": {"n", "hit@1", "hit@3", "mrr@10",
+        "ndcg@10"}, "by_source": {source: {...}}, "by_kind": {kind: {...}}, "cases": [{"id", "query", "corpus",
+        "kind", "rank", "top", **metrics}], "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id",
+        "corpus", "expected"}], "scope": "scoped" | "unscoped"}``);
         ``rank`` is the first expected page's rank (None beyond 10), ``top`` the first 3 source paths;
         ``unreachable`` lists scored cases none of whose expected pages is in the warehouse (only when the searcher
         has ``page_paths(source) -> set of source paths``).
@@ -285,16 +314,16 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     for row in per_case:
         by_source.setdefault(row["corpus"], []).append(row)
         by_kind.setdefault(row["kind"], []).append(row)
-    return {
-        "lanes": list(lanes if lanes is not None else getattr(searcher, "default_lanes", ())),
-        "overall": _aggregate(per_case),
-        "by_source": {k: _aggregate(v) for k, v in sorted(by_source.items())},
-        "by_kind": {k: _aggregate(v) for k, v in sorted(by_kind.items())},
-        "cases": per_case,
-        "skipped": skipped,
-        "unreachable": unreachable,
-        "scope": scope,
-    }
+    return EvalReport(
+        lanes=tuple(lanes if lanes is not None else getattr(searcher, "default_lanes", ())),
+        overall=_aggregate(per_case),
+        by_source={k: _aggregate(v) for k, v in sorted(by_source.items())},
+        by_kind={k: _aggregate(v) for k, v in sorted(by_kind.items())},
+        cases=tuple(per_case),
+        skipped=tuple(skipped),
+        unreachable=tuple(unreachable),
+        scope=scope,
+    )
 
 
 def _miss_lines(report: Mapping[str, Any], label: str) -> list[str]:

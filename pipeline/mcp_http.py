@@ -25,7 +25,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from typing import Any
 
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
+from pipeline.config import environ as config_environ
 
 log = logging.getLogger("docsvault.mcp")
 
@@ -67,7 +67,7 @@ def load_token(token_file: Path | None = None, environ: dict[str, str] | None = 
         HttpConfigError: the file cannot be read, or the token is empty or shorter than MIN_TOKEN_CHARS (the
             message never contains the token).
     """
-    env = os.environ if environ is None else environ
+    env = config_environ() if environ is None else environ
     path = token_file or (Path(env[TOKEN_FILE_ENV]) if env.get(TOKEN_FILE_ENV) else None)
     if path is not None:
         try:

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
-from pipeline.config import Settings
+from pipeline.config import Settings, float_env
 from pipeline.search.reader import find_note, locate, note_body, page_of, paginate, read_note
 
 log = logging.getLogger("docsvault.mcp")
@@ -80,8 +80,7 @@ class VaultService:
     def __init__(self, settings: Settings, embedder_factory: Any = None, refresh_timeout: float | None = None) -> None:
         self.settings = settings
         self._factory = embedder_factory or _shared_embedder
-        env_timeout = os.environ.get("DOCSVAULT_REFRESH_TIMEOUT")
-        self.refresh_timeout = float(refresh_timeout or (env_timeout and float(env_timeout)) or DEFAULT_REFRESH_TIMEOUT)
+        self.refresh_timeout = float(refresh_timeout or float_env("DOCSVAULT_REFRESH_TIMEOUT", 0) or DEFAULT_REFRESH_TIMEOUT)
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._searcher: Any = None
@@ -379,7 +378,11 @@ class VaultService:
 
 
 def create_server(settings: Settings, service: VaultService | None = None) -> Any:
-    """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``)."""
+    """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``).
+
+    Long: a factory of the MCP tools: each tool is a closure over the service whose docstring is the tool's
+    description; its length is the tools.
+    """
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations

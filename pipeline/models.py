@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -209,3 +210,41 @@ def model_slug(model_id: str) -> str:
     if len(slug) > 60:
         slug = f"{slug[:51]}_{hashlib.sha1(model_id.encode('utf-8')).hexdigest()[:8]}"
     return slug
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# typed records of what the pipeline reports (status, eval reports): ``as_dict()`` is the JSON the shells print
+
+
+def plain(value: Any) -> Any:
+    """A record's value as JSON-ready data: records -> dicts (``as_dict``), tuples -> lists, mappings -> dicts."""
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+class Record:
+    """Base of the frozen report dataclasses: ``as_dict()`` gives the fields in declaration order (the JSON key
+    order), nested records and tuples made plain."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+class MappingRecord(Record, Mapping[str, Any]):
+    """A Record that also reads as the mapping :meth:`as_dict` gives (``report["overall"]``, ``{**report}``), for
+    the code and files that took the plain dict before. Declare subclasses with ``eq=False`` (mapping equality)."""
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+

@@ -6,19 +6,22 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, environ
 from pipeline.ingest.normalize import errors_file, skipped_count, skipped_reason
+from pipeline.models import Record
 
 if TYPE_CHECKING:
     from pipeline.search.searcher import Searcher
 
 __all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",
            "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
-           "SourceStatus", "WarehouseStatus", "ModelStatus"]
+           "SourceStatus", "WarehouseStatus", "ModelStatus", "BuildOutcome", "SourceOutcome", "SharedOutcome",
+           "WarehouseOutcome", "build_outcome", "no_notes_line"]
 
 #: what search says when nothing matched (the CLI and the MCP search tool's ``message``)
 NO_RESULTS = "No results"
@@ -39,10 +42,9 @@ def child_env(s: Settings) -> dict[str, str]:
     return env
 
 
-
-
-def open_searcher(s: Settings, **kwargs: Any) -> Searcher:
-    """A Searcher over ``s.warehouse_path`` (one query thread, the settings' synonyms); ``kwargs`` go to Searcher.
+def open_searcher(s: Settings, embedder_factory: Any = None, **options: Any) -> Searcher:
+    """A Searcher over ``s.warehouse_path`` (one query thread, the settings' synonyms); ``options`` are fields of
+    :class:`pipeline.search.searcher.SearchConfig` (e.g. ``usage_boost``); ``embedder_factory`` None: the default.
 
     Raises:
         SynonymsError: the synonyms file is invalid (or missing when named explicitly).
@@ -50,20 +52,19 @@ def open_searcher(s: Settings, **kwargs: Any) -> Searcher:
     """
     from pipeline.common.errors import WarehouseNotBuiltError
     from pipeline.common.lock import running_build
-    from pipeline.search.searcher import Searcher
+    from pipeline.search.searcher import SearchConfig, Searcher
     from pipeline.search.synonyms import check_synonyms_file
 
     check_synonyms_file(s.synonyms_file, s.synonyms_required)
     try:
-        return Searcher(s.warehouse_path, query_threads=1, synonyms=s.synonyms_file, **kwargs)
+        config = SearchConfig(**{"query_threads": 1, "synonyms": s.synonyms_file, **options})
+        return Searcher(s.warehouse_path, *([embedder_factory] if embedder_factory else []), config=config)
     except WarehouseNotBuiltError as exc:
         running = running_build(s.data_dir)
         if running:
             raise WarehouseNotBuiltError(f"no warehouse at {s.warehouse_path} yet: the first build is "
                                          f"running ({running}); search works when it has finished") from exc
         raise
-
-
 
 
 def search_lanes(spec: str | None, arg: str = "--lanes") -> list[str] | None:
@@ -79,8 +80,6 @@ def search_lanes(spec: str | None, arg: str = "--lanes") -> list[str] | None:
     for names in parse_lanes(spec, arg).values():
         lanes += [n for n in names if n not in lanes]
     return lanes
-
-
 
 
 def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
@@ -109,8 +108,6 @@ def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
     return out
 
 
-
-
 def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
     """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
     "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
@@ -124,8 +121,6 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
     except PipelineError:
         return empty
-
-
 
 
 def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
@@ -147,26 +142,8 @@ def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]
         searcher.close()
 
 
-
-
-def _plain(value: Any) -> Any:
-    """A record's value as JSON-ready data: records -> dicts (:meth:`as_dict`), tuples -> lists."""
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-class _Record:
-    """``as_dict()``: the fields in declaration order (the JSON key order), nested records and tuples made plain."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
-class SourceStatus(_Record):
+class SourceStatus(Record):
     """One source in ``status``: counts in the warehouse, files the last normalize skipped, the last fetch and
     error (as the source's state file has them: ``last_error`` is ``{"stage", "error", "at"}`` or None), and the
     vault files the build did not write."""
@@ -184,7 +161,7 @@ class SourceStatus(_Record):
 
 
 @dataclass(frozen=True)
-class ModelStatus(_Record):
+class ModelStatus(Record):
     """One vector table: its model id, dimension and number of vectors."""
 
     model_id: str
@@ -193,7 +170,7 @@ class ModelStatus(_Record):
 
 
 @dataclass(frozen=True)
-class WarehouseStatus(_Record):
+class WarehouseStatus(Record):
     """The warehouse file; without one (``built`` False) only ``path`` and ``built`` are reported."""
 
     path: str
@@ -212,7 +189,7 @@ class WarehouseStatus(_Record):
 
 
 @dataclass(frozen=True)
-class Status(_Record):
+class Status(Record):
     """What ``status`` shows (``docsvault status --json`` and the MCP ``status`` tool: :meth:`as_dict`, keys in
     README)."""
 
@@ -280,3 +257,94 @@ def status_report(s: Settings) -> Status:
 def status_data(s: Settings) -> dict[str, Any]:
     """:func:`status_report` as the JSON-safe dict both shells print (see README for the keys)."""
     return status_report(s).as_dict()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# build outcome (``docsvault build --json``; the MCP ``refresh`` tool reads it)
+
+
+@dataclass(frozen=True)
+class SourceOutcome(Record):
+    """One source of a build: ``status`` built | unchanged | failed; counts None when the stage did not run;
+    ``warning`` the "has no notes" line of an empty source."""
+
+    name: str
+    status: str
+    notes: int | None
+    chunks: int | None
+    embedded: int | None
+    skipped_files: int
+    warning: str | None
+    failed_stage: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class WarehouseOutcome(Record):
+    """The warehouse stage: counts, file, ``mode`` unchanged | incremental | full."""
+
+    notes: int
+    chunks: int
+    path: str | None
+    mode: str
+
+
+@dataclass(frozen=True)
+class SharedOutcome(Record):
+    """The shared stages: ``eval`` the hybrid set-up's ``{"n", "hit_at_1", ...}`` (None: not run)."""
+
+    ok: bool
+    error: str | None
+    warehouse: WarehouseOutcome | None
+    eval: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class BuildOutcome(Record):
+    """A build, as ``build --json`` prints it (:meth:`as_dict`, keys in README); ``removed`` the "removed
+    vault/<name>/: ..." lines of sources dropped from sources.yaml."""
+
+    ok: bool
+    sources: tuple[SourceOutcome, ...]
+    removed: tuple[str, ...]
+    shared: SharedOutcome
+
+
+def no_notes_line(st: Any) -> str:
+    """The fetch's "source X has no notes: ..." warning of an empty source (or a short one); ``st`` one source of
+    a :class:`pipeline.defs.runner.BuildReport`."""
+    lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
+    return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
+
+
+def _source_outcome(st: Any) -> SourceOutcome:
+    vault_meta = st.metadata.get("vault", {})
+    chunk_meta = st.metadata.get("chunks", {})
+    emb = st.metadata.get("embeddings", {})
+    status = "failed" if not st.ok else (
+        "unchanged" if vault_meta.get("skipped") and chunk_meta.get("skipped") else "built")
+    empty = st.ok and st.metadata.get("raw_docs", {}).get("files") == 0
+    return SourceOutcome(
+        name=st.name, status=status, notes=vault_meta.get("notes"), chunks=emb.get("chunks"),
+        embedded=emb.get("embedded"), skipped_files=int(st.metadata.get("notes", {}).get("errors") or 0),
+        warning=no_notes_line(st) if empty else None,
+        failed_stage=st.failed_stage or None, error=st.error or None,
+    )
+
+
+def build_outcome(report: Any) -> BuildOutcome:
+    """A :class:`pipeline.defs.runner.BuildReport` (the stages' Dagster metadata, by asset) as a typed record."""
+    wh = report.shared_metadata.get("warehouse", {})
+    ev = report.shared_metadata.get("retrieval_eval", {})
+    warehouse = None
+    if wh:
+        mode = "unchanged" if wh.get("skipped") else ("incremental" if wh.get("mode") == "incremental" else "full")
+        warehouse = WarehouseOutcome(notes=int(wh.get("notes", 0)), chunks=int(wh.get("chunks", 0)),
+                                     path=wh.get("path"), mode=mode)
+    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
+    return BuildOutcome(
+        ok=report.ok, sources=tuple(_source_outcome(st) for st in report.sources),
+        removed=tuple(getattr(report, "removed", [])),
+        shared=SharedOutcome(ok=report.shared_ok, error=report.shared_error or None, warehouse=warehouse,
+                             eval=evals))
+

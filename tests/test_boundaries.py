@@ -194,10 +194,11 @@ def test_the_checker_sees_imports_inside_functions() -> None:
     assert shell_of("pipeline.defs.runner") == "dagster" and layer_of("pipeline.defs.runner") is None
 
 
-def test_config_is_the_only_reader_of_the_environment_in_the_core() -> None:
+def test_config_is_the_only_reader_of_the_environment() -> None:
+    """In the core and in the shells: every variable docsvault reads or sets goes through ``pipeline.config``."""
     bad = []
     for m, path in sorted(MODULES.items()):
-        if shell_of(m) or m == "pipeline.config":
+        if m == "pipeline.config":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb") and \
@@ -244,3 +245,32 @@ def test_a_wheel_includes_every_package() -> None:
     found = set(find_packages(str(PKG.parent), include=include["include"]))
     folders = {_module_of(p / "__init__.py") for p in PKG.rglob("*") if p.is_dir() and any(p.glob("*.py"))}
     assert folders <= found
+
+
+#: long functions in files other changes own at the time of writing (give each a ``Long:`` reason or split it)
+LONG_EXEMPT = {
+    "pipeline.search.searcher": {"__init__", "search", "_vector_lane"},
+    "pipeline.search.query": {"parse_query"},
+    "pipeline.search.neighbours": {"related"},
+    "pipeline.warehouse.write": {"_publish_incremental", "publish"},
+    "pipeline.index.onnx_embed": {"export_e5"},
+    "pipeline.index.embed": {"embed_chunks", "read_e5_q4"},
+}
+MAX_FUNCTION_LINES = 60
+
+
+def test_long_functions_say_why() -> None:
+    """A function of more than MAX_FUNCTION_LINES lines of code (its docstring not counted) states why it is one
+    function with a ``Long:`` paragraph in its docstring."""
+    bad = []
+    for m, path in sorted(MODULES.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            doc = ast.get_docstring(node, clean=False) or ""
+            first = node.body[0]
+            doc_lines = first.end_lineno - first.lineno + 1 if doc else 0   # type: ignore[operator]
+            code = (node.end_lineno or node.lineno) - node.lineno + 1 - doc_lines
+            if code > MAX_FUNCTION_LINES and "Long:" not in doc and node.name not in LONG_EXEMPT.get(m, ()):
+                bad.append(f"{m}:{node.lineno} {node.name} ({code} lines)")
+    assert bad == []

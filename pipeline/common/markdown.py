@@ -1,12 +1,30 @@
-"""Plain-text helpers on Markdown source shared by the ingest modules (no parsing library, no state)."""
+"""Plain-text helpers on Markdown source (no parsing library, no state), and the one fence scanner.
+
+The fence scanner (:func:`fence_open`, :func:`fence_closes`, :func:`split_code`, :func:`code_lines`,
+:func:`outside_fences`, :func:`replace_code`) is the only place that decides which lines are fenced code; normalize,
+the llms.txt and HTML fetches, the chunker, language detection, inline tags and snippets all use it. It follows
+CommonMark's fence rules line by line:
+
+- a fence opens with 3+ backticks or 3+ tildes, after optional indentation and optional ``>`` blockquote markers;
+  a backtick fence's info string may not contain a backtick (then the line is inline code, not a fence);
+- it closes with a line of the same character, at least as long as the opening, with nothing after it but
+  whitespace (also behind ``>`` markers); a line like ````` ```python ````` inside a block is content, not a close;
+- an unclosed fence runs to the end of the text.
+
+One deliberate difference from CommonMark: indentation is not limited to three spaces, because the scanner does not
+track list items (a fence indented under a list item is a fence there); a four-space-indented fence at the top level,
+which CommonMark reads as indented code, is code either way.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-#: a fence line: optional indent, then 3+ backticks or tildes
-FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+#: an opening fence line: indentation, blockquote markers, 3+ backticks or tildes, the info string
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+#: blockquote markers (and indentation) at the start of a line
+QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 
 
 def dedent(text: str) -> str:
@@ -18,20 +36,91 @@ def dedent(text: str) -> str:
     return "\n".join(ln[cut:] if ln.strip() else "" for ln in lines)
 
 
-def outside_fences(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """``(index, line)`` of the lines outside fenced code blocks; fence lines themselves are not yielded.
+def fence_open(line: str) -> tuple[str, int] | None:
+    """``(fence character, length)`` when ``line`` (without its newline) opens a fenced code block, else None."""
+    m = FENCE.match(line)
+    if not m:
+        return None
+    fence = m.group("fence")
+    if fence[0] == "`" and "`" in m.group("info"):
+        return None
+    return fence[0], len(fence)
 
-    A fence opens with a line of 3+ backticks or tildes (after optional whitespace, :data:`FENCE`) and closes with
-    a line of the same character at least as long; an unclosed fence runs to the end.
-    """
-    in_fence: str | None = None
-    for n, line in enumerate(lines):
-        m = FENCE.match(line)
-        if in_fence:
-            if m and m.group(1)[0] == in_fence[0] and len(m.group(1)) >= len(in_fence):
-                in_fence = None
+
+def fence_closes(line: str, char: str, length: int) -> bool:
+    """Whether ``line`` (without its newline) closes a block opened by ``char`` x ``length``."""
+    s = line.strip()
+    while s.startswith(">"):
+        s = s[1:].lstrip()
+    return len(s) >= length and set(s) == {char}
+
+
+def code_lines(lines: Iterable[str]) -> Iterator[tuple[bool, str]]:
+    """``(is_code, line)`` for every line: fence lines and the lines between them are code. Lines may keep their
+    newline (it is ignored when matching)."""
+    opened: tuple[str, int] | None = None
+    for line in lines:
+        bare = line.rstrip("\r\n")
+        if opened is not None:
+            if fence_closes(bare, *opened):
+                opened = None
+            yield True, line
             continue
-        if m:
-            in_fence = m.group(1)
+        opened = fence_open(bare)
+        yield opened is not None, line
+
+
+def outside_fences(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """``(index, line)`` of the lines outside fenced code blocks; fence lines themselves are not yielded."""
+    for n, (is_code, line) in enumerate(code_lines(lines)):
+        if not is_code:
+            yield n, line
+
+
+def split_code(text: str) -> list[tuple[bool, str]]:
+    """Split text into ``(is_fenced_code, piece)`` pieces of whole lines; ``"".join`` gives back the text. Each
+    fenced block (opening line to closing line) is one piece; the prose between two blocks is one piece."""
+    pieces: list[tuple[bool, str]] = []
+    opened: tuple[str, int] | None = None
+    buf: list[str] = []
+    for line in text.splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        if opened is not None:
+            buf.append(line)
+            if fence_closes(bare, *opened):
+                pieces.append((True, "".join(buf)))
+                buf, opened = [], None
             continue
-        yield n, line
+        opened = fence_open(bare)
+        if opened is not None and buf:
+            pieces.append((False, "".join(buf)))
+            buf = []
+        buf.append(line)
+    if buf:
+        pieces.append((opened is not None, "".join(buf)))
+    return pieces
+
+
+def fenced_content(block: str) -> str:
+    """The code inside one fenced block of :func:`split_code` (opening and closing fence lines dropped; for a fence
+    inside a blockquote, the ``>`` markers of its lines dropped too)."""
+    lines = block.splitlines(keepends=True)
+    opened = fence_open(lines[0].rstrip("\r\n"))
+    inner = lines[1:]
+    if opened is not None and len(inner) > 0 and fence_closes(inner[-1].rstrip("\r\n"), *opened):
+        inner = inner[:-1]
+    if QUOTE_PREFIX.match(lines[0]):
+        inner = [QUOTE_PREFIX.sub("", ln) for ln in inner]
+    return "".join(inner)
+
+
+def replace_code(text: str, fn: Callable[[str], str]) -> str:
+    """``text`` with each fenced block replaced by ``fn(code inside it)`` (:func:`fenced_content`); the newline
+    that ends a block's closing line is kept."""
+    out: list[str] = []
+    for is_code, piece in split_code(text):
+        if is_code:
+            end = "\n" if piece.endswith("\n") else ""
+            piece = fn(fenced_content(piece)) + end
+        out.append(piece)
+    return "".join(out)

@@ -13,7 +13,6 @@ temp files it left are removed before anything else runs.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ import dagster as dg
 
 from pipeline import stages as build
 from pipeline.common import artifacts
-from pipeline.config import Settings
+from pipeline.config import Settings, scoped_env, set_env
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
 from pipeline.ingest.sources import load_sources, select_sources
@@ -63,7 +62,7 @@ def ensure_instance(settings: Settings) -> Path:
     """Point DAGSTER_HOME at <data>/dagster (unless set) and give it a dagster.yaml with telemetry off."""
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    os.environ["DAGSTER_HOME"] = str(home)
+    set_env("DAGSTER_HOME", str(home))
     cfg = home / "dagster.yaml"
     if not cfg.exists():
         project_cfg = Path(__file__).resolve().parents[2] / "dagster.yaml"
@@ -123,24 +122,12 @@ _ENV = {"DOCSVAULT_SOURCES": "sources_file", "DOCSVAULT_DATA": "data_dir", "DOCS
 def _settings_env(settings: Settings) -> Iterator[None]:
     """The environment that makes ``Settings.from_env()`` return ``settings`` (restored afterwards): the run's job
     is rebuilt from the environment (:func:`_global_job`), as Dagster rebuilds it in any other process."""
-    saved = {k: os.environ.get(k) for k in _ENV}
     current = Settings.from_env()
-    try:
-        for var, attr in _ENV.items():
-            value = getattr(settings, attr)
-            if getattr(current, attr) == value:
-                continue                     # already so (keeps e.g. a DOCSVAULT_EVALS list of paths as given)
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = str(value)
+    changed = {var: None if getattr(settings, attr) is None else str(getattr(settings, attr))
+               for var, attr in _ENV.items()
+               if getattr(current, attr) != getattr(settings, attr)}  # unchanged kept as given (a DOCSVAULT_EVALS list)
+    with scoped_env(changed):
         yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 def _global_job() -> dg.JobDefinition:

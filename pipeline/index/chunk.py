@@ -39,6 +39,7 @@ from typing import NamedTuple
 import yaml
 from markdown_it import MarkdownIt
 
+from pipeline.common.markdown import code_lines
 from pipeline.models import Chunk, Note, stable_id
 
 __all__ = ["chunk_note", "split_sentences"]
@@ -189,7 +190,6 @@ class _Atom(NamedTuple):
 
 
 _BLOCK_ID = re.compile(r"(?:[ \t]+|^)\^[A-Za-z0-9][A-Za-z0-9-]*[ \t]*$", re.MULTILINE)
-_FENCE_LINE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
 
 
 def strip_block_ids(markdown: str) -> str:
@@ -197,16 +197,8 @@ def strip_block_ids(markdown: str) -> str:
     fenced code: they are link targets (``[[Note#^quote-1]]``), not words a reader searches for."""
     if "^" not in markdown:
         return markdown
-    out: list[str] = []
-    fence = ""
-    for line in markdown.split("\n"):
-        m = _FENCE_LINE.match(line)
-        if m and (not fence or (m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence))):
-            fence = "" if fence else m.group(1)
-        elif not fence and "^" in line:
-            line = _BLOCK_ID.sub("", line)
-        out.append(line)
-    return "\n".join(out)
+    return "\n".join(line if is_code or "^" not in line else _BLOCK_ID.sub("", line)
+                     for is_code, line in code_lines(markdown.split("\n")))
 
 
 def _strip_frontmatter(body: str) -> str:

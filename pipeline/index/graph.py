@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import posixpath
 import re
-import tempfile
 import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,6 +29,8 @@ from urllib.parse import unquote
 import networkx as nx
 from markdown_it import MarkdownIt
 
+from pipeline.common.artifacts import write_atomic, write_atomic_with
+from pipeline.common.memo import MemoCache
 from pipeline.models import Edge, Note, WikiLink
 
 __all__ = [
@@ -296,7 +296,7 @@ class LinkGraph(NamedTuple):
     attachments: int
 
 
-class LinksCache:
+class LinksCache(MemoCache):
     """:func:`parse_links` results keyed by the sha1 of the note body, kept in one JSON file between builds.
 
     Parsing (markdown-it, for the code masking) is most of the graph's cost; a rebuild parses only the bodies that
@@ -304,42 +304,15 @@ class LinksCache:
     Pass :meth:`parse` to :func:`build_graph`.
     """
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
-        self.hits = 0
-        self.misses = 0
-        self._used: dict[str, list[list]] = {}
-        self._data: dict[str, list[list]] = {}
-        if self.path is not None:
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                self._data = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
-                self._data = {}
-
     def parse(self, markdown: str) -> list[WikiLink]:
         """``parse_links(markdown)``, from the cache when this body was parsed before."""
         import hashlib
 
         key = hashlib.sha1(markdown.encode("utf-8")).hexdigest()
-        rows = self._used.get(key)
-        if rows is None:
-            rows = self._data.get(key)
-            if rows is None:
-                self.misses += 1
-                rows = [[ln.target, ln.heading, ln.block, ln.alias, ln.embed, ln.kind] for ln in parse_links(markdown)]
-            else:
-                self.hits += 1
-            self._used[key] = rows
+        rows = self.memo(key, lambda: [[ln.target, ln.heading, ln.block, ln.alias, ln.embed, ln.kind]
+                                       for ln in parse_links(markdown)])
         return [WikiLink(target=r[0], heading=r[1], block=r[2], alias=r[3], embed=bool(r[4]), kind=r[5])
                 for r in rows]
-
-    def save(self) -> None:
-        """Write the entries used since opening (atomically) unless they are exactly the ones loaded."""
-        if self.path is None or (self.misses == 0 and len(self._used) == len(self._data)):
-            return
-        payload = json.dumps(self._used, ensure_ascii=False, separators=(",", ":"))
-        _atomic_write(self.path, lambda p: p.write_text(payload, "utf-8"))
 
 
 def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = parse_links) -> LinkGraph:
@@ -356,6 +329,9 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 
     Returns:
         LinkGraph.
+
+    Long: link resolution needs the maps (paths, titles, aliases, headings) built in its first half; split, five
+    maps would be passed around.
     """
     by_path = {unicodedata.normalize("NFC", n.vault_path): n for n in notes}
     resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases})
@@ -427,21 +403,6 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 # ---------------------------------------------------------------------------------------------------------------
 # export
 # ---------------------------------------------------------------------------------------------------------------
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    from pipeline.common.artifacts import file_mode
-
-    os.fchmod(fd, file_mode())          # the umask's mode (0o644 under 0o022), not mkstemp's 0o600
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
     """Write ``links.graphml`` and ``links.json`` into ``out_dir`` (created), each atomically (temp + replace).
 
@@ -466,7 +427,7 @@ def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
         g.add_edge(src, dst, **{k: v for k, v in attrs.items() if isinstance(v, (str, int, float))})
 
     graphml = out_dir / "links.graphml"
-    _atomic_write(graphml, lambda p: nx.write_graphml(g, str(p)))
+    write_atomic_with(graphml, lambda fh: nx.write_graphml(g, fh))
 
     data = {
         "nodes": [{"id": node, **g.nodes[node]} for node in g.nodes],
@@ -478,10 +439,5 @@ def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
         "attachments": lg.attachments,
     }
     json_path = out_dir / "links.json"
-    _atomic_write(
-        json_path,
-        lambda p: p.write_text(
-            json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8"
-        ),
-    )
+    write_atomic(json_path, (json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"))
     return {"graphml": graphml, "json": json_path}

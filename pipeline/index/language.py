@@ -19,12 +19,13 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from pipeline.common.markdown import replace_code
+
 __all__ = ["CJK_LANGUAGES", "CJK_SHARE", "detect_language", "majority_language"]
 
 CJK_LANGUAGES = frozenset({"ja", "zh", "ko"})
 CJK_SHARE = 0.2
 
-_FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]+`")
 _KANA = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9d]")
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -34,7 +35,7 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 def detect_language(text: str) -> str:
     """``"ja"``, ``"zh"``, ``"ko"``, ``"en"`` or ``""`` (no letters outside code) for a Markdown text."""
-    prose = _INLINE_CODE.sub(" ", _FENCE.sub(" ", text or ""))
+    prose = _INLINE_CODE.sub(" ", replace_code(text or "", lambda code: " "))
     letters = len(_LETTER.findall(prose))
     if not letters:
         return ""

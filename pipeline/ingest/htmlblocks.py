@@ -81,6 +81,9 @@ def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
     cell's text in each row it covers, within its row group (``rowspan="0"``: to the group's end, as browsers do),
     ``colspan`` leaves the covered cells empty (a merged header repeats); ``|`` in a cell is escaped, line breaks become ``<br>``. A ``<caption>`` becomes a paragraph before
     the table; ``<colgroup>`` is ignored. Nested tables are rendered as text of their cell.
+
+    Long: rowspan/colspan expansion keeps a grid of pending cells across rows; the parts that stand alone are
+    already the nested helpers.
     """
     from bs4 import Tag
 

@@ -12,7 +12,7 @@ Pure functions over text; the only I/O is reading the fetched files. Per file:
    ``fetched_at``).
 
 Nothing inside fenced code blocks (``` or ~~~ of any length) or inline code spans is ever rewritten: code is split off
-first (:func:`split_code`) and only the prose in between is transformed.
+first (:func:`pipeline.common.markdown.split_code`, the one fence scanner) and only the prose in between is transformed.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from pipeline.common.errors import NoteError
 from pipeline.common.frontmatter import canonical_body, decode_bytes, split_frontmatter
 from pipeline.common.markdown import dedent as _dedent
+from pipeline.common.markdown import split_code
 from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
@@ -60,59 +61,6 @@ class NormalizeResult(NamedTuple):
 # =====================================================================================================================
 # Code protection: fences and inline code
 # =====================================================================================================================
-
-_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-
-
-def _fence_open(line: str) -> tuple[str, int] | None:
-    """(fence char, length) when the line opens a fenced code block."""
-    m = _FENCE_OPEN.match(line)
-    if not m:
-        return None
-    fence = m.group("fence")
-    if fence[0] == "`" and "`" in m.group("info"):
-        return None
-    return fence[0], len(fence)
-
-
-def _fence_closes(line: str, char: str, length: int) -> bool:
-    s = line.strip()
-    while s.startswith(">"):
-        s = s[1:].lstrip()
-    return len(s) >= length and set(s) == {char}
-
-
-def split_code(text: str) -> list[tuple[bool, str]]:
-    """Split text into ``(is_fenced_code, chunk)`` pieces of whole lines; ``"".join`` gives back the text.
-
-    A fence opens with 3+ backticks or tildes (any indentation, also inside ``>`` quotes) and closes with the same
-    character repeated at least as often; an unclosed fence runs to the end.
-    """
-    pieces: list[tuple[bool, str]] = []
-    lines = text.splitlines(keepends=True)
-    buf: list[str] = []
-    i = 0
-    while i < len(lines):
-        opened = _fence_open(lines[i].rstrip("\n"))
-        if opened is None:
-            buf.append(lines[i])
-            i += 1
-            continue
-        if buf:
-            pieces.append((False, "".join(buf)))
-            buf = []
-        code = [lines[i]]
-        i += 1
-        while i < len(lines):
-            code.append(lines[i])
-            i += 1
-            if _fence_closes(code[-1].rstrip("\n"), *opened):
-                break
-        pieces.append((True, "".join(code)))
-    if buf:
-        pieces.append((False, "".join(buf)))
-    return pieces
-
 
 _BACKTICKS = re.compile(r"`+")
 
@@ -485,6 +433,8 @@ def render_components(text: str, dialect: _Dialect, level: int = 1) -> str:
 
     ``level`` is the level of the heading enclosing ``text``; headings made for tabs/steps/accordions are one deeper
     than the last real heading above them.
+
+    Long: one recursive rewrite: each component kind is a branch over the same match state and recursion.
     """
     out: list[str] = []
     pos = 0

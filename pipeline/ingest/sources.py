@@ -72,7 +72,11 @@ def _str_list(value: Any, where: str, key: str) -> tuple[str, ...]:
 
 
 def parse_source(block: Any, base_dir: Path, where: str) -> Source:
-    """Validate one sources.yaml block. ``where`` prefixes messages (file and block position)."""
+    """Validate one sources.yaml block. ``where`` prefixes messages (file and block position).
+
+    Long: one validation per sources.yaml key, in the order the README documents them; each is two or three lines
+    and reads best in sequence.
+    """
     if not isinstance(block, dict):
         raise SourceConfigError(f"{where}: each source must be a mapping with at least 'name' and 'kind'")
     name = block.get("name")

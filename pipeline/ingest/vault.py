@@ -142,10 +142,6 @@ def _ordered(fm: dict) -> dict:
     return {**{k: fm[k] for k in FIRST_KEYS if k in fm}, **{k: v for k, v in fm.items() if k not in FIRST_KEYS}}
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    write_atomic(path, data)
-
-
 VOLATILE_KEYS = ("fetched_at",)
 _VOLATILE_PREFIXES = tuple(f"{k}:".encode() for k in VOLATILE_KEYS)
 
@@ -216,6 +212,9 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     Raises:
         NoteError: a note belongs to another source, two notes share a rel_path, or a rel_path would resolve outside
             ``vault_dir/<source>/`` (checked for every note before anything is written).
+
+    Long: the ownership protocol is one transaction over shared sets (manifest read, conflict moves, writes,
+    removals, manifest write), ordered by what the manifest must say if the process dies between two steps.
     """
     import hashlib
 
@@ -302,7 +301,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             final[rel] = {hashlib.sha256(old).hexdigest()}
             continue
         make_room(rel, path)
-        _atomic_write(path, data)
+        write_atomic(path, data)
         written.append(rel)
         final[rel] = {new_hash[rel]}
     for rel, (path, src, digest) in copies.items():

@@ -40,7 +40,8 @@ MARKUP_PATTERNS: dict[str, re.Pattern[str]] = {
 def markup_residue(body: str) -> list[tuple[str, str]]:
     """``(kind, text)`` of every :data:`MARKUP_PATTERNS` match in the prose of a Markdown body (fenced code and
     inline code spans are not prose), in order of kind then position."""
-    from pipeline.ingest.normalize import _protect_inline_code, split_code
+    from pipeline.common.markdown import split_code
+    from pipeline.ingest.normalize import _protect_inline_code
 
     found: list[tuple[str, str]] = []
     prose = [_protect_inline_code(chunk)[0] for is_code, chunk in split_code(body) if not is_code]

@@ -33,6 +33,7 @@ import threading
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
@@ -52,7 +53,7 @@ from pipeline.search.translate import Translator
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LANES", "Searcher", "make_snippet", "page_ranking", "rrf"]
+__all__ = ["LANES", "SearchConfig", "Searcher", "make_snippet", "page_ranking", "rrf"]
 
 LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual", "graph")
 DEFAULT_LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual")
@@ -239,6 +240,31 @@ def _set_torch_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
+@dataclass(frozen=True)
+class SearchConfig:
+    """Every option of a :class:`Searcher` in one record (the keyword arguments of ``Searcher``, same names, same
+    defaults; see there): ``Searcher(path, config=SearchConfig(query_threads=1, synonyms=path))``."""
+
+    analyzer: Analyzer | None = None
+    weights: Mapping[str, float] | None = None
+    k_rrf: float = K_RRF
+    lane_depth: int = 200
+    second_weight: float = 0.1
+    page_vector_weight: float = PAGE_VECTOR_WEIGHT
+    chunks_per_page: int = 1
+    max_vector_fetch: int = 1000
+    exact_max_rows: int = EXACT_MAX_ROWS
+    synonyms: Synonyms | Path | None = None
+    graph_seeds: int = 10
+    default_lanes: Sequence[str] = DEFAULT_LANES
+    query_threads: int | None = None
+    translator: Translator | None | bool = True
+    translate_bm25: bool = True
+    usage_boost: Mapping[str, float] | None = None
+    usage_window: int = 10
+    crosslingual_bridge: bool = True
+
+
 class Searcher:
     """Hybrid (BM25 chunks + BM25 pages + vector) page search over one warehouse file, opened read-only once.
 
@@ -272,6 +298,8 @@ class Searcher:
         exact_max_rows: a model with at most this many vectors is searched exactly in memory instead of through
             HNSW (default ``EXACT_MAX_ROWS``, env ``DOCSVAULT_EXACT_MAX_ROWS``; 0 = always HNSW).
         synonyms: BM25 query expansion (:mod:`pipeline.search.synonyms`), or the path of a synonyms file (missing = none).
+        config: all of the options above in one :class:`SearchConfig`; when given, it is used and the keyword
+            options are not.
 
     Raises:
         WarehouseNotBuiltError, WarehouseCorruptError: see :func:`pipeline.warehouse.connect`.
@@ -308,7 +336,13 @@ class Searcher:
         usage_boost: Mapping[str, float] | None = None,
         usage_window: int = 10,
         crosslingual_bridge: bool = True,
+        config: SearchConfig | None = None,
     ) -> None:
+        if config is not None:
+            (analyzer, weights, k_rrf, lane_depth, second_weight, page_vector_weight, chunks_per_page,
+             max_vector_fetch, exact_max_rows, synonyms, graph_seeds, default_lanes, query_threads, translator,
+             translate_bm25, usage_boost, usage_window, crosslingual_bridge) = (
+                getattr(config, f.name) for f in fields(config))
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
         self.analyzer = analyzer or Analyzer()

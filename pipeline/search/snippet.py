@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from pipeline.common.markdown import replace_code
+
 __all__ = ["clean_text", "cut_around", "make_snippet", "match_position"]
 
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _HTML_BLOCK_DROP = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.IGNORECASE | re.DOTALL)
 _HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9:-]*(?:\s+(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?/?>")
@@ -51,7 +52,7 @@ def clean_text(markdown: str) -> str:
         return f"{pad}\x00{len(codes) - 1}\x00{pad}"
 
     text = markdown.replace("\r\n", "\n")
-    text = _FENCE.sub(lambda m: keep(m.group(2)), text)
+    text = replace_code(text, keep)
     text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
     text = _COMMENT.sub(" ", text)
     text = _HTML_BLOCK_DROP.sub(" ", text)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from pipeline.common.markdown import replace_code
+
 __all__ = ["inline_tags", "normalise_tag", "tag_matches"]
 
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 _INLINE_CODE = re.compile(r"(`+).+?\1", re.DOTALL)
 _TAG = re.compile(r"(?<!\S)#([\w/-]+)")
 
@@ -25,7 +26,7 @@ def normalise_tag(tag: str) -> str:
 
 def inline_tags(markdown: str) -> set[str]:
     """The inline ``#tags`` of a Markdown body, normalised (:func:`normalise_tag`)."""
-    text = _INLINE_CODE.sub(" ", _FENCE.sub(" ", markdown))
+    text = _INLINE_CODE.sub(" ", replace_code(markdown, lambda code: " "))
     out = set()
     for m in _TAG.finditer(text):
         tag = normalise_tag(m.group(1))

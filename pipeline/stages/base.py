@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import config
-from pipeline.common import artifacts
 from pipeline.common.lock import build_lock
+from pipeline.common.memo import MemoCache
 from pipeline.config import Settings, force_spec, lock_wait_seconds, stage_lock_on
 from pipeline.models import Source
 
@@ -39,7 +39,8 @@ _CODE = {
                   "ingest/fetch/pages.py", "ingest/htmlblocks.py", "common/markdown.py"),
     "vault": ("ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", "ingest/attachments.py",
               "index/vaultlinks.py"),
-    "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py"),
+    "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py",
+              "common/markdown.py"),
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
     "warehouse": ("warehouse/schema.py", "warehouse/write.py", "index/bm25.py", "index/analysis.py",
@@ -180,41 +181,8 @@ def stage_lock(settings: Settings) -> Any:
         return nullcontext()
     return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT, shared=PER_SOURCE_LOCK_SHARED.get())
 
-class JsonCache:
-    """key -> JSON value in one file; :meth:`save` keeps only the entries read or written since it was opened
-    (written atomically, and only when they differ from what was loaded). For per-file parse results that a
-    rebuild reuses for unchanged inputs; the file name carries the code version of what produced the values."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.hits = 0
-        self.misses = 0
-        self._used: dict[str, Any] = {}
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            self._data: dict[str, Any] = data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            self._data = {}
-
-    def get(self, key: str) -> Any:
-        value = self._used.get(key, self._data.get(key))
-        if value is not None:
-            self.hits += 1
-            self._used[key] = value
-        return value
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.misses += 1
-        self._used[key] = value
-
-    def save(self, stale: Sequence[Path] = ()) -> None:
-        """Write the used entries (when changed) and remove ``stale`` files (older versions of this cache)."""
-        if self.misses or len(self._used) != len(self._data):
-            artifacts.write_atomic(self.path, json.dumps(self._used, ensure_ascii=False,
-                                                         separators=(",", ":")).encode("utf-8"))
-        for old in stale:
-            if old != self.path:
-                old.unlink(missing_ok=True)
+#: the normalize stage's per-file parse cache (:class:`pipeline.common.memo.MemoCache`)
+JsonCache = MemoCache
 
 
 def versioned_cache(settings: Settings, kind: str, name: str, stage: str) -> tuple[JsonCache, list[Path]]:

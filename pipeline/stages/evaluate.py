@@ -92,6 +92,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         ``config`` (``k_rrf``, ``weights``, ``models``), ``run_id``, ``run_at``, ``warehouse_built_at``, ``files``,
         ``history`` (the history file), ``history_rows`` (rows appended), ``skipped``. No scored case:
         ``overall = {"n": 0}`` and empty ``setups``.
+
+    Long: skip check, ablation run, history append under the lock and state record: one sequence whose order keeps
+    the history consistent.
     """
     from pipeline.evaluate import (
         HYBRID,

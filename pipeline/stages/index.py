@@ -46,6 +46,9 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     ``embedder_factory`` (model spec -> embedder) is called only when a note is chunked again (so a skipped stage
     never loads a tokenizer). ``languages`` counts the notes per detected language; ``language_warning`` says when a
     configured `language:` disagrees with what most notes are written in (the configured one is used).
+
+    Long: skip check, reuse of unchanged notes' chunks, language warning, record: one sequence in the order the
+    cache's correctness needs.
     """
     from dataclasses import replace
 
@@ -160,6 +163,9 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     taken from the current warehouse (``seeded``). When the source's models differ from those of its last build,
     ``model_changed`` says ``"old -> new"`` (the vectors of two models never mix: each model has its own cache and
     vector table). ``embedder_factory``: model spec -> embedder (loaded only when something is missing).
+
+    Long: the per-model passes share the caches, the progress total and the warehouse seeding; the pass itself is
+    the nested helper.
     """
     import numpy as np
 

@@ -160,6 +160,8 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
     ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
     (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
     because their name is also a note elsewhere in the vault, see :mod:`pipeline.index.vaultlinks`).
+
+    Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
     from pipeline.index.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
     from pipeline.ingest.attachments import plan_attachments

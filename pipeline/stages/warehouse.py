@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 
 from pipeline.common import artifacts
 from pipeline.common.errors import WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.common.memo import MemoCache
 from pipeline.config import Settings
 from pipeline.models import Chunk, Source
 from pipeline.stages.base import (
@@ -37,7 +37,7 @@ from pipeline.stages.index import (
 log = logging.getLogger("docsvault")
 
 
-class TokenCache:
+class TokenCache(MemoCache):
     """Analyzer tokens of texts, keyed by text hash, in ``<cache_dir>/bm25/tokens-<code version>.json``.
 
     Re-analysing every chunk (Sudachi for Japanese) is the slowest part of a BM25 rebuild; with this cache a
@@ -47,42 +47,22 @@ class TokenCache:
     SEP = "\x1f"
 
     def __init__(self, cache_dir: Path, version: str) -> None:
-        self.path = Path(cache_dir) / "bm25" / f"tokens-{version}.json"
-        self.hits = 0
-        self.misses = 0
-        self._used: dict[str, str] = {}
-        try:
-            self._data: dict[str, str] = json.loads(self.path.read_text(encoding="utf-8"))
-            if not isinstance(self._data, dict):
-                self._data = {}
-        except (OSError, ValueError):
-            self._data = {}
-        self._loaded = len(self._data)
+        super().__init__(Path(cache_dir) / "bm25" / f"tokens-{version}.json", separators=None)
 
     @staticmethod
     def key(text: str) -> str:
         return hashlib.sha1(text.encode("utf-8")).hexdigest()[:24]
 
-    def get(self, text: str, compute: Callable[[str], list[str]]) -> list[str]:
-        k = self.key(text)
-        joined = self._used.get(k)
-        if joined is None:
-            joined = self._data.get(k)
-            if joined is None:
-                self.misses += 1
-                joined = self.SEP.join(compute(text))
-            else:
-                self.hits += 1
-            self._used[k] = joined
+    def tokens(self, text: str, compute: Callable[[str], list[str]]) -> list[str]:
+        """``compute(text)``, from the cache when this text was analysed before."""
+        joined = self.memo(self.key(text), lambda: self.SEP.join(compute(text)))
         return joined.split(self.SEP) if joined else []
 
-    def save(self) -> None:
-        if self.misses == 0 and len(self._used) == self._loaded:
-            return
-        for old in self.path.parent.glob("tokens-*.json") if self.path.parent.is_dir() else ():
-            if old != self.path:
-                old.unlink(missing_ok=True)
-        artifacts.write_atomic(self.path, json.dumps(self._used, ensure_ascii=False).encode("utf-8"))
+    def save(self, stale: Sequence[Path] = ()) -> None:
+        """Write the used entries (when changed) and remove the token files of other code versions."""
+        if self.changed and self.path is not None and self.path.parent.is_dir():
+            stale = [*stale, *self.path.parent.glob("tokens-*.json")]
+        super().save(stale)
 
 
 def caching_analyzer(cache: TokenCache) -> Any:
@@ -93,7 +73,7 @@ def caching_analyzer(cache: TokenCache) -> Any:
         def tokens(self, text: str) -> list[str]:
             if not text:
                 return super().tokens(text)
-            return cache.get(text, super().tokens)
+            return cache.tokens(text, super().tokens)
 
     return _CachingAnalyzer()
 
@@ -139,6 +119,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     Nothing is written when no input changed since the warehouse was published (``skipped``). A warehouse file
     that is corrupt or of another schema version is reported (``rebuilt_because``, a warning in the log) and
     rebuilt from the vault and the caches, never used.
+
+    Long: one sequence under the build lock (skip check, read every source, BM25 tokens, publish with its fallback,
+    record the key) whose order is the crash-safety argument: the key is recorded only after the file is swapped in.
     """
     import numpy as np
 

@@ -138,6 +138,9 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
 
     Raises:
         FetchError: start page unreachable / not HTML, explicit sitemap unreadable, no page converted.
+
+    Long: one crawl loop whose state (queue, seen URLs, validators of conditional requests, the page stage,
+    counters) every branch updates; split, the pieces would pass that state around without reading better alone.
     """
     started = time.monotonic()
     start = start_url or source.url

@@ -31,6 +31,8 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdownify import MarkdownConverter
 
+from pipeline.common.markdown import code_lines
+
 __all__ = ["HtmlDoc", "code_language", "html_to_markdown"]
 
 CONTENT_SELECTORS = (
@@ -246,27 +248,18 @@ def _absolutize(root: Tag, base: str | None) -> None:
 
 
 def _tidy(md: str) -> str:
+    """Outside fenced code (:func:`pipeline.common.markdown.code_lines`): trailing whitespace dropped and runs of
+    blank lines collapsed to one; code lines verbatim. No leading/trailing blank lines, one final newline."""
     out: list[str] = []
-    in_fence: str | None = None
     blank = 0
-    for line in md.replace("\r\n", "\n").split("\n"):
-        stripped = line.strip()
-        m = re.match(r"^(`{3,}|~{3,})", stripped)
-        if in_fence is None and m:
-            in_fence = m.group(1)
-        elif in_fence is not None and stripped.startswith(in_fence) and set(stripped) == {in_fence[0]}:
-            in_fence = None
-            out.append(line)
+    for is_code, line in code_lines(md.replace("\r\n", "\n").split("\n")):
+        if is_code:
             blank = 0
-            continue
-        if in_fence is None:
+        else:
             line = line.rstrip()
-            if not line:
-                blank += 1
-                if blank > 1:
-                    continue
-            else:
-                blank = 0
+            blank = blank + 1 if not line else 0
+            if blank > 1:
+                continue
         out.append(line)
     return "\n".join(out).strip("\n") + "\n"
 
@@ -281,6 +274,9 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     Returns:
         HtmlDoc; ``markdown`` starts with the page's H1 (``# <title>`` is prepended when the content has none but the
         page has a ``<title>``).
+
+    Long: the ordered clean-up steps of the module doc (1-4) over one DOM; each is a few lines and their order
+    matters.
     """
     soup = BeautifulSoup(html, "lxml")
     base = url

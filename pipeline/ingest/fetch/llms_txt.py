@@ -289,6 +289,9 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
 
     Raises:
         FetchError: llms.txt (and llms-full.txt) unreachable or malformed, or none of its links could be fetched.
+
+    Long: one fetch loop over the index and its linked pages with shared state (old state, page stage, counters,
+    warnings), as fetch_html.
     """
     started = time.monotonic()
     index_url = url or source.url
