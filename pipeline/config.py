@@ -219,6 +219,19 @@ def onnx_cache_dir() -> Path:
     return Path(base) / "docsvault" / "onnx"
 
 
+def search_cache_dir() -> Path | None:
+    """Where search start-up caches live (``pipeline.index.fastcache``; not created): ``DOCSVAULT_SEARCH_CACHE``
+    (``off``/``0``/``none``/``false``: None, no cache), else ``$XDG_CACHE_HOME/docsvault/search``, else
+    ``~/.cache/docsvault/search``."""
+    env = os.environ.get("DOCSVAULT_SEARCH_CACHE", "").strip()
+    if env.lower() in ("off", "0", "none", "false"):
+        return None
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "docsvault" / "search"
+
+
 def embed_backend() -> str:
     """``DOCSVAULT_EMBED_BACKEND`` (``onnx`` by default, or ``torch``), lower-case."""
     return os.environ.get("DOCSVAULT_EMBED_BACKEND", "onnx").strip().lower()

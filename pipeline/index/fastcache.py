@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import search_cache_dir
+
 log = logging.getLogger(__name__)
 
 __all__ = ["cache_root", "entry_key", "file_stamp", "load_entry", "store_entry"]
@@ -32,14 +34,8 @@ MANIFEST = "manifest.json"
 
 
 def cache_root() -> Path | None:
-    """The cache root directory (not created), or None when ``DOCSVAULT_SEARCH_CACHE=off``."""
-    env = os.environ.get("DOCSVAULT_SEARCH_CACHE", "").strip()
-    if env.lower() in ("off", "0", "none", "false"):
-        return None
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "docsvault" / "search"
+    """The cache root directory (not created), or None when ``DOCSVAULT_SEARCH_CACHE=off`` (``config.search_cache_dir``)."""
+    return search_cache_dir()
 
 
 def file_stamp(path: Path) -> list[Any]:

@@ -95,21 +95,13 @@ def text_contains(folded_text: str, term: str) -> bool:
     return re.search(left + re.escape(t) + right, folded_text) is not None
 
 
-def parse_query(query: str) -> ParsedQuery:
-    """Parse the query syntax (see the module docstring).
-
-    Args:
-        query: what the user typed.
-
-    Returns:
-        The parsed query; ``text`` is never empty.
+def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str], list[str]]:
+    """The query's items ``(kind: word | phrase | or, value, negated)`` in order, and its ``source:``, ``tag:`` and
+    ``path:`` filter values.
 
     Raises:
-        QuerySyntaxError: an unclosed ``"``, an empty filter (``tag:``), an ``OR`` without a term on both
-            sides, an empty phrase, or a query of only exclusions/filters (nothing to rank).
+        QuerySyntaxError: an empty filter, a negated filter or an empty phrase.
     """
-    if query.count('"') % 2:
-        raise QuerySyntaxError('unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote')
     items: list[tuple[str, str, bool]] = []      # (kind: word | phrase | or, value, negated)
     sources: list[str] = []
     tags: list[str] = []
@@ -150,6 +142,25 @@ def parse_query(query: str) -> ParsedQuery:
             items.append(("word", bare, True))
         elif not neg:
             items.append(("word", bare, False))
+    return items, sources, tags, paths
+
+
+def parse_query(query: str) -> ParsedQuery:
+    """Parse the query syntax (see the module docstring).
+
+    Args:
+        query: what the user typed.
+
+    Returns:
+        The parsed query; ``text`` is never empty.
+
+    Raises:
+        QuerySyntaxError: an unclosed ``"``, an empty filter (``tag:``), an ``OR`` without a term on both
+            sides, an empty phrase, or a query of only exclusions/filters (nothing to rank).
+    """
+    if query.count('"') % 2:
+        raise QuerySyntaxError('unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote')
+    items, sources, tags, paths = _scan(query)
     # OR groups
     groups: list[list[tuple[str, str]]] = []
     excluded: list[str] = []

@@ -338,6 +338,11 @@ class Searcher:
         crosslingual_bridge: bool = True,
         config: SearchConfig | None = None,
     ) -> None:
+        """Open the warehouse read-only and load its keys and indexes (arguments: see the class docstring).
+
+        Long: one keyword per search option and its assignment (``SearchConfig`` mirrors them; a test keeps the two
+        equal); the loading itself is ``_load_keys`` and ``_load_indexes``.
+        """
         if config is not None:
             (analyzer, weights, k_rrf, lane_depth, second_weight, page_vector_weight, chunks_per_page,
              max_vector_fetch, exact_max_rows, synonyms, graph_seeds, default_lanes, query_threads, translator,
@@ -369,54 +374,8 @@ class Searcher:
         self._lock = threading.RLock()
         self._con = wh.connect(self.path, read_only=True)
         try:
-            keys = wh.load_chunk_keys(self._con).to_pydict()
-            self._note_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["note_id"]))
-            self._source_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["source"]))
-            #: English notes: the ones the cross-lingual lane leaves out for an English question
-            self._english_notes: frozenset[str] = frozenset(
-                nid for nid, lang in zip(keys["note_id"], keys["language"]) if lang == "en")
-            #: source -> chunks of its notes in other languages (an English question's cross lane searches these)
-            self._other_language_chunks: dict[str, int] = {}
-            for src, lang in zip(keys["source"], keys["language"]):
-                if lang != "en":
-                    self._other_language_chunks[src] = self._other_language_chunks.get(src, 0) + 1
-            first: dict[str, tuple[int, str]] = {}
-            for cid, nid, ordinal in zip(keys["chunk_id"], keys["note_id"], keys["ordinal"]):
-                if nid not in first or ordinal < first[nid][0]:
-                    first[nid] = (ordinal, cid)
-            self._first_chunk: dict[str, str] = {nid: cid for nid, (_, cid) in first.items()}
-            self._load_graph()
-            notes = wh.load_note_keys(self._con).to_pydict()
-            self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
-            self._note_source: dict[str, str] = dict(zip(notes["note_id"], notes["source"]))
-            self._vault_path: dict[str, str] = dict(zip(notes["note_id"], notes["vault_path"]))
-            self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
-            self._tags: dict[str, tuple[str, ...]] = {
-                nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()
-            }
-            self.sources: list[str] = wh.list_sources(self._con)
-            chunk_blobs, page_blobs = split_blobs(wh.load_bm25_blobs(self._con))
-            self._bm25: Bm25Index | None = Bm25Index.from_blobs(chunk_blobs) if chunk_blobs else None
-            self._bm25_pages: Bm25Index | None = Bm25Index.from_blobs(page_blobs) if page_blobs else None
-            self._page_no: dict[str, int] = {}           # note id -> a page number for top_per_page
-            for nid in self._note_of.values():
-                self._page_no.setdefault(nid, len(self._page_no))
-            if self._bm25 is not None:
-                self._bm25_sources = np.array([self._source_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
-                self._bm25_page = np.array([self._page_no.get(self._note_of.get(c, ""), -1)
-                                            for c in self._bm25.doc_ids], dtype=np.int64)
-            if self._bm25_pages is not None:
-                self._page_index_sources = np.array([self._note_source.get(n, "") for n in self._bm25_pages.doc_ids],
-                                                    dtype=object)
-            self.models = wh.list_models(self._con)
-            cross_id = wh.read_meta(self._con).get("crosslingual_model", "")
-            self._cross_table: str | None = next(
-                (m["table_name"] for m in self.models if cross_id and m["model_id"] == cross_id), None)
-            if self._cross_table is None:     # built without a cross-lingual model: that lane would stay empty
-                self.default_lanes = tuple(lane for lane in self.default_lanes if lane != "crosslingual")
-            self._model_sources = {
-                m["table_name"]: wh.model_source_counts(self._con, m["table_name"]) for m in self.models
-            }
+            self._load_keys()
+            self._load_indexes()
         except Exception:
             self._con.close()
             raise
@@ -426,6 +385,62 @@ class Searcher:
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
+
+    def _load_keys(self) -> None:
+        """Chunk and note keys of the warehouse: which note and source each chunk belongs to, languages, first
+        chunks, paths, tags and the link graph."""
+        keys = wh.load_chunk_keys(self._con).to_pydict()
+        self._note_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["note_id"]))
+        self._source_of: dict[str, str] = dict(zip(keys["chunk_id"], keys["source"]))
+        #: English notes: the ones the cross-lingual lane leaves out for an English question
+        self._english_notes: frozenset[str] = frozenset(
+            nid for nid, lang in zip(keys["note_id"], keys["language"]) if lang == "en")
+        #: source -> chunks of its notes in other languages (an English question's cross lane searches these)
+        self._other_language_chunks: dict[str, int] = {}
+        for src, lang in zip(keys["source"], keys["language"]):
+            if lang != "en":
+                self._other_language_chunks[src] = self._other_language_chunks.get(src, 0) + 1
+        first: dict[str, tuple[int, str]] = {}
+        for cid, nid, ordinal in zip(keys["chunk_id"], keys["note_id"], keys["ordinal"]):
+            if nid not in first or ordinal < first[nid][0]:
+                first[nid] = (ordinal, cid)
+        self._first_chunk: dict[str, str] = {nid: cid for nid, (_, cid) in first.items()}
+        self._load_graph()
+        notes = wh.load_note_keys(self._con).to_pydict()
+        self._note_path: dict[str, str] = dict(zip(notes["note_id"], notes["source_path"]))
+        self._note_source: dict[str, str] = dict(zip(notes["note_id"], notes["source"]))
+        self._vault_path: dict[str, str] = dict(zip(notes["note_id"], notes["vault_path"]))
+        self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
+        self._tags: dict[str, tuple[str, ...]] = {
+            nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()
+        }
+
+    def _load_indexes(self) -> None:
+        """Sources, the BM25 indexes (chunks and pages) with their per-document source and page arrays, and the
+        vector models (which one is the cross-lingual lane's, how many rows each source has per model)."""
+        self.sources: list[str] = wh.list_sources(self._con)
+        chunk_blobs, page_blobs = split_blobs(wh.load_bm25_blobs(self._con))
+        self._bm25: Bm25Index | None = Bm25Index.from_blobs(chunk_blobs) if chunk_blobs else None
+        self._bm25_pages: Bm25Index | None = Bm25Index.from_blobs(page_blobs) if page_blobs else None
+        self._page_no: dict[str, int] = {}           # note id -> a page number for top_per_page
+        for nid in self._note_of.values():
+            self._page_no.setdefault(nid, len(self._page_no))
+        if self._bm25 is not None:
+            self._bm25_sources = np.array([self._source_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
+            self._bm25_page = np.array([self._page_no.get(self._note_of.get(c, ""), -1)
+                                        for c in self._bm25.doc_ids], dtype=np.int64)
+        if self._bm25_pages is not None:
+            self._page_index_sources = np.array([self._note_source.get(n, "") for n in self._bm25_pages.doc_ids],
+                                                dtype=object)
+        self.models = wh.list_models(self._con)
+        cross_id = wh.read_meta(self._con).get("crosslingual_model", "")
+        self._cross_table: str | None = next(
+            (m["table_name"] for m in self.models if cross_id and m["model_id"] == cross_id), None)
+        if self._cross_table is None:     # built without a cross-lingual model: that lane would stay empty
+            self.default_lanes = tuple(lane for lane in self.default_lanes if lane != "crosslingual")
+        self._model_sources = {
+            m["table_name"]: wh.model_source_counts(self._con, m["table_name"]) for m in self.models
+        }
 
     def _load_graph(self) -> None:
         """Neighbours of every note (out- and in-links, weighted by link count) and the notes that are never results
@@ -1002,6 +1017,9 @@ class Searcher:
         Raises:
             UnknownSourceError: a source is not in the warehouse (the message lists the known ones).
             ValueError: k < 1 or an unknown lane.
+
+        Long: one pass from the fused pages to the hits (filters, usage boost, then each page's best chunks with
+        their snippets under one lock); split, the intermediate lists would have to be passed around whole.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")

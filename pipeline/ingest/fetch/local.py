@@ -31,6 +31,34 @@ def _show(path: object) -> str:
     return text if text.isprintable() else repr(text)
 
 
+def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> Path | None:
+    """``path`` itself when it is a regular file, its resolved target when it is a symlink to a file inside
+    ``root``, else None with a warning (loop, dangling, leaving the root, not a regular file, unreadable)."""
+    try:
+        if not path.is_symlink():
+            if path.is_file():
+                return path
+            warnings.append(f"source '{source}': skipped {_show(path)}: not a regular file")
+            return None
+        try:
+            target = path.resolve(strict=True)
+        except RuntimeError:          # Python 3.11: "Symlink loop"
+            warnings.append(f"source '{source}': skipped symlink loop: {_show(path)}")
+            return None
+        except OSError:
+            warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {_show(path)}")
+            return None
+        try:
+            target.relative_to(root.resolve())
+        except ValueError:
+            warnings.append(f"source '{source}': skipped symlink leaving the root: {_show(path)}")
+            return None
+        return target if target.is_file() else None
+    except OSError as exc:
+        warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
+        return None
+
+
 def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
     """Posix relative path -> absolute path of every regular file under root (dot entries skipped).
 
@@ -68,30 +96,12 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
             if name.startswith(".") or not utf8(name, here / name):
                 continue
             path = here / name
-            try:
-                if path.is_symlink():
-                    try:
-                        target = path.resolve(strict=True)
-                    except RuntimeError:          # Python 3.11: "Symlink loop"
-                        warnings.append(f"source '{source}': skipped symlink loop: {_show(path)}")
-                        continue
-                    except OSError:
-                        warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {_show(path)}")
-                        continue
-                    try:
-                        link_targets[unicodedata.normalize("NFC", path.relative_to(root).as_posix())] = \
-                            unicodedata.normalize("NFC", target.relative_to(root.resolve()).as_posix())
-                    except ValueError:
-                        warnings.append(f"source '{source}': skipped symlink leaving the root: {_show(path)}")
-                        continue
-                    if not target.is_file():
-                        continue
-                elif not path.is_file():
-                    warnings.append(f"source '{source}': skipped {_show(path)}: not a regular file")
-                    continue
-            except OSError as exc:
-                warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
+            kept = _readable_file(path, root, warnings, source)
+            if kept is None:
                 continue
+            if kept != path:
+                link_targets[unicodedata.normalize("NFC", path.relative_to(root).as_posix())] = \
+                    unicodedata.normalize("NFC", kept.relative_to(root.resolve()).as_posix())
             rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())     # macOS writes NFD names
             if rel in found:
                 warnings.append(f"source '{source}': skipped {_show(path)}: its name is another file's name in "
