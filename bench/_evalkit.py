@@ -220,7 +220,7 @@ def evaluate_setting(warehouse: Path, cases: Sequence[Any], setting: Mapping[str
     try:
         for scope in scopes:
             started = time.perf_counter()
-            out[scope] = run_eval(searcher, cases, lanes=lanes, scope=scope)
+            out[scope] = run_eval(searcher, cases, lanes=lanes, scope=scope).as_dict()   # a dict: seconds is added
             out[scope]["seconds"] = round(time.perf_counter() - started, 2)
     finally:
         searcher.close()
