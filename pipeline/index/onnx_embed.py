@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.common.embedding_models import MINILM_ID, MINILM_INT8_ID
 from pipeline.common.errors import EmbeddingError
 from pipeline.config import onnx_cache_dir as config_onnx_cache_dir
 
@@ -53,8 +54,6 @@ __all__ = [
     "open_session",
 ]
 
-MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_INT8_ID = f"{MINILM_ID}@onnx-int8"
 #: variant -> model id
 VARIANTS = {"fp32": MINILM_ID, "int8": MINILM_INT8_ID}
 #: bumped when the exported graph changes (a cached file of another format is re-exported)
