@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -957,8 +958,8 @@ def ui(
     port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535,
                                       help="Port of the Dagster UI on 127.0.0.1.")] = 3000,
     webserver_only: Annotated[bool, typer.Option(
-        "--webserver-only", help="Only the UI (dagster-webserver): no dagster-daemon, so the refresh sensors and "
-                                 "schedules do not tick (runs launched from the UI still run).")] = False,
+        "--webserver-only", help="Only the UI (dagster-webserver), no dagster-daemon: runs launched from the UI "
+                                 "stay queued and the refresh sensors and schedules do not tick.")] = False,
 ) -> None:
     """Start the Dagster UI on 127.0.0.1 with this command's paths: `dagster dev` (the webserver and the daemon, so
     the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only."""
@@ -977,6 +978,10 @@ def ui(
     what = "webserver only, no daemon" if webserver_only else "webserver + daemon"
     typer.echo(f"Dagster UI on http://127.0.0.1:{port} ({what}; DAGSTER_HOME={home})", err=True)
     args = ["-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    # an ignored SIGINT/SIGTERM survives exec (a background job of a script ignores SIGINT, and `dagster dev` copies
+    # SIGINT's handler onto SIGTERM): then nothing but kill -9 stops it, and its children outlive it
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     os.execve(cmd, [cmd, *args] if webserver_only else [cmd, "dev", *args], child_env(s))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -389,6 +390,8 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
 
     calls: list[tuple[str, list[str], dict[str, str]]] = []
     monkeypatch.setattr(cli.os, "execve", lambda cmd, argv, env: calls.append((cmd, argv, env)))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # as a background job of a script inherits it
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", "3123", *flags])
@@ -397,3 +400,7 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     assert Path(cmd).name == tool
     assert argv[1:] == [first, *(["-m"] if first == "dev" else []), "pipeline.definitions", "-h", "127.0.0.1", "-p", "3123"]
     assert (Path(env["DAGSTER_HOME"]) / "dagster.yaml").is_file()
+    # an inherited "ignore" would survive exec: Dagster could then not be stopped but by kill -9
+    assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)

@@ -197,15 +197,20 @@ def test_a_japanese_query_skips_an_english_only_model_when_another_is_searched(t
 
 def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(tmp_path: Path):
     """The cross lane bridges languages: an English question meets the English notes through the English model and
-    BM25, and the Japanese ones through the cross-lingual model. A Japanese question keeps every note in it."""
+    BM25, and the Japanese ones through the cross-lingual model — only those that score clearly above the query's
+    background (``CROSS_MIN_Z``), or an unrelated Japanese note would take the lane's first rank for every English
+    question. A Japanese question keeps every note in it."""
     from dataclasses import replace
 
-    en_notes, en_chunks = _notes_and_chunks({"E1.md": ["e one"], "E2.md": ["e two"]}, source="en")
-    ja_notes, ja_chunks = _notes_and_chunks({"J1.md": ["j one"]}, source="ja")
+    others = {f"X{i:02d}.md": [f"x {i}"] for i in range(20)}      # unrelated English notes: the background
+    en_notes, en_chunks = _notes_and_chunks({"E1.md": ["e one"], "E2.md": ["e two"], **others}, source="en")
+    ja_notes, ja_chunks = _notes_and_chunks({"J1.md": ["j one"], "J2.md": ["j two"]}, source="ja")
     en_chunks = [replace(c, language="en") for c in en_chunks]
     ja_chunks = [replace(c, language="ja") for c in ja_chunks]
     notes, chunks = en_notes + ja_notes, en_chunks + ja_chunks
-    cross_vecs = np.array([_unit(1, 0, 0), _unit(0.9, 0.1, 0), _unit(0.5, 0.5, 0)], dtype=np.float32)
+    cross_vecs = np.array([_unit(1, 0, 0), _unit(0.9, 0.1, 0)]
+                          + [_unit(0, np.cos(i / 7), np.sin(i / 7)) for i in range(20)]
+                          + [_unit(0.95, 0.05, 0), _unit(0, 0.3, 0.95)], dtype=np.float32)
     path = tmp_path / "warehouse.duckdb"
     wh.publish(path, wh.WarehouseData(
         notes=notes, chunks=chunks, bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
@@ -217,10 +222,11 @@ def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(
             return [s._note_path[p.note_id] for p in s._vector_lane(query, None, cross=True)]
 
     for exact in (100, 0):          # exact scan and HNSW
-        assert cross_lane("how to restart", exact_max_rows=exact) == ["J1.md"]
-        assert cross_lane("再起動の方法", exact_max_rows=exact) == ["E1.md", "E2.md", "J1.md"]
-        assert cross_lane("how to restart", exact_max_rows=exact, crosslingual_bridge=False) == [
-            "E1.md", "E2.md", "J1.md"]
+        assert cross_lane("how to restart", exact_max_rows=exact) == ["J1.md"]      # J2 is unrelated: left out
+        assert cross_lane("再起動の方法", exact_max_rows=exact)[:3] == ["E1.md", "J1.md", "E2.md"]
+        assert len(cross_lane("再起動の方法", exact_max_rows=exact)) == 24
+        assert cross_lane("how to restart", exact_max_rows=exact, crosslingual_bridge=False)[:3] == [
+            "E1.md", "J1.md", "E2.md"]
     # an English question scoped to English notes only: the cross-lingual model is not even asked
     asked: list[str] = []
 

@@ -74,6 +74,8 @@ BACKGROUND_ROWS = 2048       # chunk vectors per model that a query's cosines ar
 MIN_BACKGROUND_SD = 0.02     # floor of that standard deviation: a model with a few near-identical chunks cannot
                              # turn a tiny cosine difference into a huge z-score
 SNIPPET_CHARS = 240
+#: how far above its background an other-language page must score to enter an English question's bridge lane
+CROSS_MIN_Z = 2.0
 
 
 MIN_LANE_PAGES = 30          # a lane widens its chunk fetch until it covers this many distinct pages ...
@@ -814,6 +816,8 @@ class Searcher:
                      for qvec in (self._query_vector(model["model_id"], text),)]
         if not per_model:
             return []
+        if skip_english:
+            per_model = [(tq, self._above_background(tq[0], tq[1], pages)) for tq, pages in per_model]
         if len(per_model) == 1:
             return per_model[0][1]
         # several models: cosines of different models are not comparable (e5's sit in 0.7-0.9 for anything, MiniLM's
@@ -832,6 +836,16 @@ class Searcher:
                 if page.note_id not in merged or z > merged[page.note_id].score:
                     merged[page.note_id] = _Page(page.note_id, z, page.chunks)
         return sorted(merged.values(), key=lambda p: -p.score)
+
+    def _above_background(self, table: str, qvec: np.ndarray, pages: list[_Page]) -> list[_Page]:
+        """The pages whose score stands ``CROSS_MIN_Z`` standard deviations above the query's background cosine (see
+        the z-score merge in :meth:`_vector_lane`): the bridge lane of an English question ranks only the other
+        languages' notes, and without a floor the first of them took rank 1 whatever its relevance (in a vault with
+        one Japanese diary, the diary came up for every English question)."""
+        scale = 1.0 + self.second_weight + self.page_vector_weight
+        sims = self._page_vectors(table).background @ np.asarray(qvec, dtype=np.float32).reshape(-1)
+        mu, sd = float(sims.mean()), max(float(sims.std()), MIN_BACKGROUND_SD)
+        return [p for p in pages if (p.score - scale * mu) / (scale * sd) >= CROSS_MIN_Z]
 
     def _model_pages(self, model: dict, n_total: int, n_in: int, qvec: np.ndarray,
                      sources: frozenset[str] | None, notes: frozenset[str] | None,

@@ -189,11 +189,15 @@ def note_tags(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
 
 
 def note_names(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
-    """Every note's names: note_id -> (title, *aliases), empty names left out; notes without any absent."""
-    rows = con.execute("SELECT note_id, title, aliases FROM notes").fetchall()
+    """Every note's names: note_id -> (title, file name without ``.md``, *aliases) — the file name is the page's
+    name in Obsidian and in every ``[[wikilink]]`` even when its first heading says otherwise; empty names left out;
+    notes without any absent."""
+    rows = con.execute("SELECT note_id, title, source_path, aliases FROM notes").fetchall()
     out = {}
-    for nid, title, aliases in rows:
-        names = tuple(str(n) for n in (title, *(aliases or ())) if n and str(n).strip())
+    for nid, title, source_path, aliases in rows:
+        stem = str(source_path or "").rsplit("/", 1)[-1]
+        stem = stem[:-3] if stem.lower().endswith(".md") else stem.rsplit(".", 1)[0] if "." in stem else stem
+        names = tuple(str(n) for n in (title, stem, *(aliases or ())) if n and str(n).strip())
         if names:
             out[nid] = names
     return out
