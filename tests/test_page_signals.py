@@ -242,7 +242,8 @@ def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(
 
 
 def test_a_page_whose_name_is_the_query_comes_first(tmp_path: Path):
-    """Typing a page's title or alias finds that page first, even where every lane prefers a page about it."""
+    """Typing a page's title, file name or alias finds that page first, even where every lane prefers a page
+    about it."""
     guide = Note("zoo", "Guide.md", "Guide.md", "Deploy guide", {"title": "Deploy guide"},
                  "rollout restart rollout restart: how a rollout restart works, rollout restart again")
     named = Note("zoo", "Rollout.md", "Rollout.md", "Rollout restart", {"title": "Rollout restart"}, "kubectl")
@@ -255,7 +256,9 @@ def test_a_page_whose_name_is_the_query_comes_first(tmp_path: Path):
                                       bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
                                       vectors={"fixed-3": ([c.chunk_id for c in chunks], vecs)}))
     with Searcher(path, embedder_factory=_factory) as s:
-        assert [p for _, p, _ in s.rank_pages("rollout", lanes=["vector"])] == ["Guide.md", "Rollout.md", "K.md"]
+        assert [p for _, p, _ in s.rank_pages("restart", lanes=["vector"])] == ["Guide.md", "Rollout.md", "K.md"]
+        # the file name is a page's name too (Obsidian's, and every [[wikilink]]'s)
+        assert [p for _, p, _ in s.rank_pages("rollout", lanes=["vector"])][0] == "Rollout.md"
         for query in ("rollout restart", "  Rollout-Restart ", "ＲＯＬＬＯＵＴ　ＲＥＳＴＡＲＴ"):
             ranked = s.rank_pages(query, lanes=["vector"])
             assert [p for _, p, _ in ranked][:2] == ["Rollout.md", "Guide.md"], query
