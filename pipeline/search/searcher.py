@@ -826,13 +826,11 @@ class Searcher:
         # against that model's background for this query: the mean and standard deviation of the query's cosine to
         # a fixed sample of the model's chunks (z-score normalisation for result merging: Montague & Aslam, CIKM
         # 2001). Scale: a page score sums about (1 + second_weight + page_vector_weight) cosines.
-        scale = 1.0 + self.second_weight + self.page_vector_weight
         merged: dict[str, _Page] = {}
         for (table, qvec), pages in per_model:
-            sims = self._page_vectors(table).background @ np.asarray(qvec, dtype=np.float32).reshape(-1)
-            mu, sd = float(sims.mean()), max(float(sims.std()), MIN_BACKGROUND_SD)
+            mu, sd = self._background(table, qvec)
             for page in pages:
-                z = (page.score - scale * mu) / (scale * sd)
+                z = (page.score - mu) / sd
                 if page.note_id not in merged or z > merged[page.note_id].score:
                     merged[page.note_id] = _Page(page.note_id, z, page.chunks)
         return sorted(merged.values(), key=lambda p: -p.score)
@@ -842,10 +840,16 @@ class Searcher:
         the z-score merge in :meth:`_vector_lane`): the bridge lane of an English question ranks only the other
         languages' notes, and without a floor the first of them took rank 1 whatever its relevance (in a vault with
         one Japanese diary, the diary came up for every English question)."""
+        mu, sd = self._background(table, qvec)
+        return [p for p in pages if (p.score - mu) / sd >= CROSS_MIN_Z]
+
+    def _background(self, table: str, qvec: np.ndarray) -> tuple[float, float]:
+        """Mean and standard deviation of a page score of ``table``'s model for this query if it were typical: the
+        query's cosine to the model's background chunks, times the cosines a page score sums (1 + second_weight +
+        page_vector_weight). A page's z-score is ``(score - mean) / sd``."""
         scale = 1.0 + self.second_weight + self.page_vector_weight
         sims = self._page_vectors(table).background @ np.asarray(qvec, dtype=np.float32).reshape(-1)
-        mu, sd = float(sims.mean()), max(float(sims.std()), MIN_BACKGROUND_SD)
-        return [p for p in pages if (p.score - scale * mu) / (scale * sd) >= CROSS_MIN_Z]
+        return scale * float(sims.mean()), scale * max(float(sims.std()), MIN_BACKGROUND_SD)
 
     def _model_pages(self, model: dict, n_total: int, n_in: int, qvec: np.ndarray,
                      sources: frozenset[str] | None, notes: frozenset[str] | None,
