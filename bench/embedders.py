@@ -294,7 +294,7 @@ def build_ja_react(workdir: Path, name: str, pages: int = 0) -> Path:
     for step, fn in steps:
         t0 = time.perf_counter()
         out = fn()
-        keep = {k: v for k, v in out.items() if k in ("chunks", "embedded", "cached", "chunks_per_s", "notes")}
+        keep = {k: v for k, v in out.as_dict().items() if k in ("chunks", "embedded", "cached", "chunks_per_s", "notes")}
         print(f"  [{name}] {step:<9} {time.perf_counter() - t0:7.1f}s {keep}", flush=True)
     return settings.warehouse_path
 

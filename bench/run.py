@@ -103,8 +103,9 @@ for name in %(stages)r:
             out = _f(*a, **k)
         finally:
             timings[_n] = timings.get(_n, 0.0) + time.perf_counter() - t
-        if isinstance(out, dict):
-            metas.setdefault(_n, []).append({k: v for k, v in out.items() if isinstance(v, (int, float, str, bool))})
+        meta = out.as_dict() if hasattr(out, "as_dict") else out     # stage records (pipeline.stages.results)
+        if isinstance(meta, dict):
+            metas.setdefault(_n, []).append({k: v for k, v in meta.items() if isinstance(v, (int, float, str, bool))})
         return out
     setattr(b, name, timed)
 _embed = getattr(e, "embed_chunks", None)

@@ -34,7 +34,8 @@ from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
 from pipeline.defs.resources import DocsvaultResource, cached_embedder
 from pipeline.ingest.sources import asset_slug
-from pipeline.models import Source
+from pipeline.models import Source, plain
+from pipeline.stages.results import EvalStageResult, StageResult
 
 PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
 SHARED_STAGES = ("link_graph", "warehouse", "retrieval_eval")
@@ -91,6 +92,12 @@ def _clean(meta: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def _metadata(result: StageResult) -> dict[str, Any]:
+    """A stage's result as Dagster metadata (before :func:`_clean`): :meth:`StageResult.as_dict`, its path fields
+    (``PATHS``) shown as paths."""
+    return {k: dg.MetadataValue.path(v) if k in result.PATHS else v for k, v in result.as_dict().items()}
+
+
 def _version(value: Any) -> dg.DataVersion | None:
     return dg.DataVersion(str(value)[:64]) if value else None
 
@@ -140,16 +147,18 @@ def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, wo
 
 
 def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
-                      run: Callable[[Settings], dict[str, Any]],
-                      extra_checks: Callable[[Settings, dict[str, Any]], list[dg.AssetCheckResult]] | None = None,
+                      run: Callable[[Settings], StageResult],
+                      extra_checks: Callable[[Settings, StageResult | None], list[dg.AssetCheckResult]] | None = None,
                       ) -> dg.MaterializeResult:
-    """Run one per-source stage function; a PipelineError is recorded (see module doc), anything else raises."""
+    """Run one per-source stage function; a PipelineError is recorded (see module doc), anything else raises.
+    ``extra_checks`` get the stage's result (None when it did not run)."""
     from pipeline.common.lock import BuildLock
 
     settings = docsvault.settings()
     started = time.perf_counter()
     error = ""
     meta: dict[str, Any] = {}
+    result: StageResult | None = None
     token = build.PER_SOURCE_LOCK_SHARED.set(True)
     try:
         with BuildLock(settings.data_dir / "locks" / f"{source.name}.lock", wait=build.STAGE_LOCK_WAIT):
@@ -170,7 +179,8 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
                     f"source '{source.name}': {stage} has nothing to work on yet: "
                     f"{key(_UPSTREAM[stage], source).to_user_string()} has never succeeded")
             else:
-                meta = _with_progress_log(context, source.name, lambda: run(settings))
+                result = _with_progress_log(context, source.name, lambda: run(settings))
+                meta = _metadata(result)
     except PipelineError as exc:
         error = str(exc)
         context.log.error(f"{source.name}: {stage} failed: {error}")
@@ -185,7 +195,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
         artifacts.update_state(settings, source.name, **{FAILED_STAGES: failed})
     state = artifacts.load_state(settings, source.name)
     version = state.get(_STATE_VERSION[stage])
-    checks = [] if extra_checks is None else extra_checks(settings, meta)    # every declared check reports
+    checks = [] if extra_checks is None else extra_checks(settings, result)    # every declared check reports
     if error:
         meta = {"status": "failed", "error": error,
                 "serving": "last good copy" if version else "nothing (never built)",
@@ -230,13 +240,14 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
                   "has_files", asset=raw_key, blocking=True,
                   description="The fetch produced at least one file (a local folder may be empty).")])
     def raw_docs(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        def run(s: Settings) -> dict[str, Any]:
-            meta = build.fetch_stage(s, source)
-            context.log.info(f"{source.name}: {meta['files']} files via {meta['strategy']} (changed={meta['changed']})")
-            return meta
+        def run(s: Settings) -> StageResult:
+            fetched = build.fetch_stage(s, source)
+            context.log.info(f"{source.name}: {fetched.files} files via {fetched.strategy} "
+                             f"(changed={fetched.changed})")
+            return fetched
 
-        def checks(s: Settings, meta: dict[str, Any]) -> list[dg.AssetCheckResult]:
-            n = int(meta["files"] if "files" in meta else artifacts.load_state(s, source.name).get("files", 0))
+        def checks(s: Settings, fetched: Any) -> list[dg.AssetCheckResult]:
+            n = int(fetched.files if fetched is not None else artifacts.load_state(s, source.name).get("files", 0))
             return [dg.AssetCheckResult(check_name="has_files", passed=n > 0 or source.kind == "local",
                                         metadata={"files": n})]
 
@@ -247,11 +258,11 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
     @dg.asset(**spec("notes"), deps=[raw_docs], kinds={"markdown"}, check_specs=[_succeeded_spec(notes_key)],
               description=f"Normalized Markdown notes of `{source.name}` with merged frontmatter.")
     def notes(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        def run(s: Settings) -> dict[str, Any]:
-            meta = build.normalize_stage(s, source)
-            for line in meta["error_lines"]:
+        def run(s: Settings) -> StageResult:
+            normalized = build.normalize_stage(s, source)
+            for line in normalized.error_lines:
                 context.log.warning(line)
-            return meta
+            return normalized
 
         return _run_source_stage(context, docsvault, "notes", source, run)
 
@@ -264,27 +275,23 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
               description=f"Obsidian notes of `{source.name}` under `vault/{source.name}/` (written only when "
                           "changed).")
     def vault(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        def run(s: Settings) -> dict[str, Any]:
-            meta = build.vault_stage(s, source)
-            return {**meta, "vault_dir": dg.MetadataValue.path(meta["vault_dir"])}
-
-        def checks(s: Settings, meta: dict[str, Any]) -> list[dg.AssetCheckResult]:
+        def checks(s: Settings, _: Any) -> list[dg.AssetCheckResult]:
             res = build.frontmatter_check(s, source)
-            return [dg.AssetCheckResult(check_name="frontmatter_valid", passed=not res["invalid"], metadata={
-                "notes": res["notes"], "invalid": res["invalid"], "first_invalid": res["first_invalid"]})]
+            return [dg.AssetCheckResult(check_name="frontmatter_valid", passed=not res.invalid, metadata={
+                "notes": res.notes, "invalid": res.invalid, "first_invalid": list(res.first_invalid)})]
 
-        return _run_source_stage(context, docsvault, "vault", source, run, checks)
+        return _run_source_stage(context, docsvault, "vault", source, lambda s: build.vault_stage(s, source), checks)
 
     chunks_key = key("chunks", source)
 
     @dg.asset(**spec("chunks"), deps=[vault], kinds={"python"}, check_specs=[_succeeded_spec(chunks_key)],
               description=f"Heading chunks of `{source.name}` with breadcrumbs, within the model's token window.")
     def chunks(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        def run(s: Settings) -> dict[str, Any]:
-            meta = build.chunk_stage(s, source, cached_embedder)
-            if meta.get("language_warning"):
-                context.log.warning(meta["language_warning"])
-            return meta
+        def run(s: Settings) -> StageResult:
+            chunked = build.chunk_stage(s, source, cached_embedder)
+            if chunked.language_warning:
+                context.log.warning(chunked.language_warning)
+            return chunked
 
         return _run_source_stage(context, docsvault, "chunks", source, run)
 
@@ -305,10 +312,10 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
                 rate = done / max(now - started, 1e-9)
                 context.log.info(f"{source.name}: embedded {done}/{total} chunks ({rate:.1f}/s)")
 
-        def run(s: Settings) -> dict[str, Any]:
-            meta = build.embed_stage(s, source, cached_embedder, progress=progress)
-            context.log.info(f"{source.name}: {meta['embedded']} chunks embedded, {meta['cached']} from cache")
-            return meta
+        def run(s: Settings) -> StageResult:
+            embedded = build.embed_stage(s, source, cached_embedder, progress=progress)
+            context.log.info(f"{source.name}: {embedded.embedded} chunks embedded, {embedded.cached} from cache")
+            return embedded
 
         return _run_source_stage(context, docsvault, "embeddings", source, run)
 
@@ -361,10 +368,9 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
               description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
     def link_graph(docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = docsvault.settings()
-        meta = build.graph_stage(settings, sources)
+        graph = build.graph_stage(settings, sources)
         shared = artifacts.load_state(settings, build.SHARED_STATE).get("graph") or {}
-        return dg.MaterializeResult(metadata=_clean({**meta, "graphml": dg.MetadataValue.path(meta["graphml"])}),
-                                    data_version=_version(shared.get("key")))
+        return dg.MaterializeResult(metadata=_clean(_metadata(graph)), data_version=_version(shared.get("key")))
 
     wh_key = key("warehouse")
 
@@ -382,14 +388,15 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = docsvault.settings()
-        meta = _with_progress_log(context, None,
-                                  lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
-        if meta.get("skipped"):
-            meta = {"skipped": True, "mode": "unchanged", "seconds": meta["seconds"],
+        published = _with_progress_log(
+            context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
+        meta = _metadata(published)
+        if published.skipped:
+            meta = {"skipped": True, "mode": "unchanged", "seconds": published.seconds,
                     **{k: meta[k] for k in _WAREHOUSE_STATE_KEYS if k in meta}}
-        context.log.info(f"warehouse: {meta.get('notes')} notes, {meta.get('chunks')} chunks -> {meta.get('path')} "
-                         f"({meta.get('mode')})")
-        out = _clean({**meta, "path": dg.MetadataValue.path(meta["path"])}) if "path" in meta else _clean(meta)
+        context.log.info(f"warehouse: {meta.get('notes')} notes, {meta.get('chunks')} chunks -> "
+                         f"{published.path} ({meta.get('mode')})")
+        out = _clean(meta)
         out.update(_warehouse_tables(settings))
         last = artifacts.load_state(settings, build.SHARED_STATE).get("warehouse") or {}
         return dg.MaterializeResult(metadata=out, data_version=_version(last.get("input_key")),
@@ -415,8 +422,8 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         settings = docsvault.settings()
         report = build.eval_stage(settings, sources, embedder_factory=cached_embedder)
         meta = eval_metadata(report)
-        context.log.info(f"eval (hybrid): {report['overall']}" + (" (unchanged, not re-run)" if report.get("skipped")
-                                                                  else ""))
+        context.log.info(f"eval (hybrid): {dict(report.overall)}" + (" (unchanged, not re-run)" if report.skipped
+                                                                     else ""))
         floors = check_floors(report, floors_from_env())
         gain = check_fusion_gain(report)
         last = artifacts.load_state(settings, build.SHARED_STATE).get("eval") or {}
@@ -443,30 +450,31 @@ def _warehouse_checks(settings: Settings) -> list[dg.AssetCheckResult]:
         con.close()
     ok = all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else n_chunks == 0
     serving = build.search_index_stage(settings, embedder_factory=cached_embedder)
+    served = serving.as_dict()
     return [
         dg.AssetCheckResult(check_name="hnsw_index_used", passed=ok, metadata={"models": list(plans),
                                                                                "chunks": n_chunks}),
-        dg.AssetCheckResult(check_name="serves_queries", passed=bool(serving.get("sample_hits")) or n_chunks == 0,
-                            metadata=_clean({k: serving[k] for k in ("sample_query_ms", "sample_hits", "models")
-                                             if k in serving})),
+        dg.AssetCheckResult(check_name="serves_queries", passed=bool(serving.sample_hits) or n_chunks == 0,
+                            metadata=_clean({k: served[k] for k in ("sample_query_ms", "sample_hits", "models")
+                                             if k in served})),
     ]
 
 
-def eval_metadata(report: dict[str, Any]) -> dict[str, Any]:
+def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
     """Metadata of one ``retrieval_eval`` materialization: the figures only when the eval ran now (a skipped eval
     records ``skipped`` and nothing to plot)."""
     from pipeline.evaluate import METRICS, best_single_lane, format_ablation
 
-    meta: dict[str, Any] = {"skipped": bool(report.get("skipped")), "history_rows": int(report.get("history_rows", 0)),
-                            "history": dg.MetadataValue.path(report.get("history") or "")}
-    if report.get("skipped"):
+    meta: dict[str, Any] = {"skipped": bool(report.skipped), "history_rows": int(report.history_rows or 0),
+                            "history": dg.MetadataValue.path(report.history or "")}
+    if report.skipped:
         return meta
-    overall, setups = report["overall"], report.get("setups") or {}
+    overall, setups = report.overall, report.setups or {}
     meta["n"] = int(overall.get("n", 0))
     for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
         if metric in overall:
             meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
-    for name, row in sorted(report.get("by_source", {}).items()):
+    for name, row in sorted((report.by_source or {}).items()):
         for metric in ("hit@3", "mrr@10"):
             meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
     for name, r in setups.items():
@@ -477,7 +485,7 @@ def eval_metadata(report: dict[str, Any]) -> dict[str, Any]:
         meta["best_single_lane"] = best[0]
     if setups:
         meta["ablation"] = dg.MetadataValue.md(format_ablation(setups, markdown=True))
-        meta["config"] = dg.MetadataValue.json(report.get("config", {}))
+        meta["config"] = dg.MetadataValue.json(plain(report.config or {}))
     return meta
 
 

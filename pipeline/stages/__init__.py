@@ -1,12 +1,12 @@
 """One function per build stage: read the previous stage's files, run the stage, write its output, return metadata.
 
 These are what the Dagster assets (``pipeline/defs``) call; they hold the I/O between stages so asset bodies stay a
-line or two and the chain can also run (and be tested) without Dagster. Every function returns a plain dict of
-JSON-safe metadata (counts, paths, timings).
+line or two and the chain can also run (and be tested) without Dagster. Every stage returns a frozen record of
+:mod:`pipeline.stages.results` (counts, paths, timings) whose ``as_dict()`` is its Dagster metadata.
 
 Change-only work. Every stage records, in ``<data>/state/<source>.json``, a key of its inputs (content hashes of
 the previous stage's output, the source's configuration and a hash of the code that shapes its output) and skips
-when the key is unchanged and its output is still there (``"skipped": True`` in the metadata):
+when the key is unchanged and its output is still there (``skipped`` True in its result):
 
 * normalize: the fetch revision (git commit / listing hash) + the fetched file list + source config + code;
 * vault: the notes file's hash + code, and the vault folder's listing (a hand-deleted or edited vault file is
@@ -29,7 +29,8 @@ Every write is atomic and every key is recorded after its output is written, so 
 
 Modules (what a build runs, in order): ``base`` (code versions = cache keys, force switch, progress hooks, the
 build lock, the JSON memo cache), ``layout`` (leftovers, dropped sources), ``ingest`` (fetch -> normalize -> vault),
-``index`` (chunk, embed, graph), ``warehouse`` (BM25 tokens + publish), ``evaluate`` (search index, eval). This
+``index`` (chunk, embed, graph), ``warehouse`` (BM25 tokens + publish), ``evaluate`` (search index, eval), and
+``results`` (the record each stage returns). This
 face re-exports what the shells call, ``from pipeline import stages``.
 """
 
@@ -72,6 +73,19 @@ from pipeline.stages.layout import (
     cleanup_leftovers,
     remove_dropped_sources,
 )
+from pipeline.stages.results import (
+    ChunkResult,
+    EmbedResult,
+    EvalStageResult,
+    FetchStageResult,
+    FrontmatterCheck,
+    GraphResult,
+    NormalizeResult,
+    SearchIndexResult,
+    StageResult,
+    VaultResult,
+    WarehouseResult,
+)
 from pipeline.stages.warehouse import (
     TokenCache,
     caching_analyzer,
@@ -79,6 +93,17 @@ from pipeline.stages.warehouse import (
 )
 
 __all__ = [
+    "ChunkResult",
+    "EmbedResult",
+    "EvalStageResult",
+    "FetchStageResult",
+    "FrontmatterCheck",
+    "GraphResult",
+    "NormalizeResult",
+    "SearchIndexResult",
+    "StageResult",
+    "VaultResult",
+    "WarehouseResult",
     "built_sources",
     "caching_analyzer",
     "check_layout",

@@ -13,6 +13,7 @@ from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
 from pipeline.stages.base import SHARED_STATE, digest, file_sha, now, stage_lock
 from pipeline.stages.index import built_sources, shared_state
+from pipeline.stages.results import EvalStageResult, SearchIndexResult
 
 log = logging.getLogger("docsvault")
 
@@ -31,7 +32,8 @@ def _warehouse_version(settings: Settings) -> str:
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None) -> dict[str, Any]:
+def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None
+                       ) -> SearchIndexResult:
     """Open the published warehouse as search does and run one sample query per lane: proves the indexes serve.
 
     Skipped when the warehouse file is the one checked last time.
@@ -42,7 +44,7 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
     version = _warehouse_version(settings)
     last = shared_state(settings).get("search_index") or {}
     if version and last.get("version") == version:
-        return {**last.get("meta", {}), "skipped": True}
+        return SearchIndexResult.from_dict(last.get("meta") or {}, skipped=True)
     con = connect(settings.warehouse_path, read_only=True)
     try:
         counts = stats(con)
@@ -59,20 +61,21 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
         close = getattr(searcher, "close", None)
         if close:
             close()
-    meta = {
-        **{k: v for k, v in counts.items() if isinstance(v, (int, float, str))},
-        "models": [m["model_id"] for m in models],
-        "hnsw_index_scan": all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else False,
-        "sample_query_ms": round(seconds * 1000, 1),
-        "sample_hits": [f"{h.vault_path} > {h.heading}" for h in hits],
-    }
+    result = SearchIndexResult(
+        notes=counts["notes"], chunks=counts["chunks"], links=counts["links"], dangling_links=counts["dangling_links"],
+        models=tuple(m["model_id"] for m in models),
+        hnsw_index_scan=all("HNSW_INDEX_SCAN" in p for p in plans.values()) if plans else False,
+        sample_query_ms=round(seconds * 1000, 1),
+        sample_hits=tuple(f"{h.vault_path} > {h.heading}" for h in hits),
+    )
+    meta = {k: v for k, v in result.as_dict().items() if k != "skipped"}
     with stage_lock(settings):
         artifacts.update_state(settings, SHARED_STATE, search_index={"version": version, "meta": meta})
-    return {**meta, "skipped": False}
+    return result
 
 
 def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any] | None = None
-               ) -> dict[str, Any]:
+               ) -> EvalStageResult:
     """Run the ablation over the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source: each
     lane alone (bm25, vector, and graph when the warehouse has resolved links) and ``hybrid`` (the default fusion),
     each case searched within its corpus, plus ``hybrid unscoped`` (the default fusion with every case searched over
@@ -85,7 +88,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     files nor the synonyms file changed. Searches use the synonyms file, as the CLI and MCP do.
 
     Returns:
-        The hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
+        An :class:`~pipeline.stages.results.EvalStageResult`: the hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
         :func:`pipeline.evaluate.run_eval`) plus ``setups`` (set-up -> ``{lanes, scope, overall, by_source,
         by_kind}``; the scoped ablation, then ``hybrid unscoped`` with ``scope: "unscoped"``), ``unscoped`` (the
         ``hybrid unscoped`` report: ``overall``, ``by_source``, ``by_kind``, ``cases``),
@@ -122,7 +125,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
                   file_sha(syn) if syn.is_file() else None)
     last = shared_state(settings).get("eval") or {}
     if last.get("key") == key and isinstance(last.get("report"), dict):
-        return {**last["report"], "skipped": True, "history_rows": 0}
+        return EvalStageResult.from_dict(last["report"], skipped=True, history_rows=0)
     history = eval_history_path(settings.data_dir)
     cases = load_cases(files) if files else []
     cases = [c for c in cases if c.corpus in set(names)]
@@ -163,4 +166,4 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             append_eval_runs(history, rows)
             report["history_rows"] = len(rows)
         artifacts.update_state(settings, SHARED_STATE, eval={"key": key, "report": report})
-    return {**report, "skipped": False}
+    return EvalStageResult.from_dict(report)

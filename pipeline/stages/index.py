@@ -25,6 +25,7 @@ from pipeline.stages.base import (
     stage_lock,
     vault_listing,
 )
+from pipeline.stages.results import ChunkResult, EmbedResult, GraphResult
 
 log = logging.getLogger("docsvault")
 
@@ -37,7 +38,7 @@ def chunk_index_path(settings: Settings, source: str) -> Path:
     return settings.chunks_dir / f"{source}.notes.json"
 
 
-def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any]) -> dict[str, Any]:
+def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any]) -> ChunkResult:
     """Chunk the source's vault notes into <data>/chunks/<source>.jsonl, each note within the token window of the
     model its language chooses (:meth:`Settings.model_for` over :func:`pipeline.index.language.detect_language`).
 
@@ -64,9 +65,9 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         key = digest(listing, config)
         if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == file_sha(path) \
                 and not forced(source.name):
-            return {"notes": int(state.get("chunk_notes", 0)), "chunks": int(state.get("chunks", 0)),
-                    "rechunked": 0, "skipped": True, "languages": dict(state.get("languages") or {}),
-                    "language_warning": str(state.get("language_warning") or "")}
+            return ChunkResult(notes=int(state.get("chunk_notes", 0)), chunks=int(state.get("chunks", 0)),
+                               rechunked=0, skipped=True, languages=dict(state.get("languages") or {}),
+                               language_warning=str(state.get("language_warning") or ""))
         notes = read_notes(settings.vault_dir, [source.name])
         index_path = chunk_index_path(settings, source.name)
         previous: dict[str, str] = {}
@@ -117,8 +118,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
         artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=file_sha(path), chunks=len(chunks),
                                chunk_notes=len(notes), languages=languages, language_warning=warning)
-    return {"notes": len(notes), "chunks": len(chunks), "rechunked": rechunked, "skipped": False,
-            "languages": languages, "language_warning": warning}
+    return ChunkResult(notes=len(notes), chunks=len(chunks), rechunked=rechunked, skipped=False,
+                       languages=languages, language_warning=warning)
 
 
 def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
@@ -155,7 +156,7 @@ def _seed_from_warehouse(settings: Settings, model_id: str, hashes: Sequence[str
 
 
 def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any],
-                progress: Progress | None = None) -> dict[str, Any]:
+                progress: Progress | None = None) -> EmbedResult:
     """Embed the source's chunks through the content-hash caches; ``embedded`` counts new model calls.
 
     Each chunk is embedded by the model of its note's language, and every chunk by the cross-lingual model too
@@ -227,17 +228,11 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                                models=model_ids or previous,
                                model=", ".join(primary),
                                embed_key=digest(state.get("chunks_sha"), model_ids))
-    return {
-        "model": ", ".join(primary),
-        "models": per_model,
-        "model_changed": model_changed,
-        "chunks": len(chunks),
-        "embedded": n_embedded,
-        "cached": n_cached,
-        "seeded": seeded,
-        "seconds": round(seconds, 3),
-        "chunks_per_s": round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
-    }
+    return EmbedResult(
+        model=", ".join(primary), models=per_model, model_changed=model_changed, chunks=len(chunks),
+        embedded=n_embedded, cached=n_cached, seeded=seeded, seconds=round(seconds, 3),
+        chunks_per_s=round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
+    )
 
 
 # ---------------------------------------------------------------- all sources
@@ -269,7 +264,7 @@ def build_link_graph(settings: Settings, notes: Sequence[Note]) -> Any:
     return lg
 
 
-def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]:
+def graph_stage(settings: Settings, sources: Sequence[Source]) -> GraphResult:
     """Link graph over every built source's vault notes -> <data>/graph/links.graphml and links.json.
 
     Skipped when no vault folder changed since the last export (the metadata is the last run's).
@@ -285,22 +280,20 @@ def graph_stage(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
         paths = {"graphml": settings.graph_dir / "links.graphml", "json": settings.graph_dir / "links.json"}
         if last.get("key") == key and all(p.is_file() for p in paths.values()) \
                 and last.get("json_sha") == file_sha(paths["json"]):
-            return {**last.get("meta", {}), "skipped": True}
+            return GraphResult.from_dict(last.get("meta") or {}, skipped=True)
         notes = read_notes(settings.vault_dir, names)
         lg = build_link_graph(settings, notes)
         paths = export_graph(lg, settings.graph_dir)
-        meta = {
-            "nodes": lg.graph.number_of_nodes(),
-            "edges": lg.graph.number_of_edges(),
-            "links_resolved": sum(e.count for e in lg.edges if e.dst is not None),
-            "links_dangling": sum(e.count for e in lg.edges if e.dst is None),
-            "attachments": lg.attachments,
-            "graphml": str(paths["graphml"]),
-            "json": str(paths["json"]),
-        }
+        result = GraphResult(
+            nodes=lg.graph.number_of_nodes(), edges=lg.graph.number_of_edges(),
+            links_resolved=sum(e.count for e in lg.edges if e.dst is not None),
+            links_dangling=sum(e.count for e in lg.edges if e.dst is None),
+            attachments=lg.attachments, graphml=str(paths["graphml"]), json=str(paths["json"]),
+        )
+        meta = {k: v for k, v in result.as_dict().items() if k != "skipped"}
         artifacts.update_state(settings, SHARED_STATE,
                                graph={"key": key, "json_sha": file_sha(Path(paths["json"])), "meta": meta})
-    return {**meta, "skipped": False}
+    return result
 
 
 def graph_from_export(settings: Settings, key: str) -> tuple[list[Any], dict[str, tuple[int, float]]] | None:

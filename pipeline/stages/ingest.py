@@ -25,12 +25,13 @@ from pipeline.stages.base import (
     vault_listing,
     versioned_cache,
 )
+from pipeline.stages.results import FetchStageResult, FrontmatterCheck, NormalizeResult, VaultResult
 
 log = logging.getLogger("docsvault")
 
 
 # ---------------------------------------------------------------- per source
-def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
+def fetch_stage(settings: Settings, source: Source) -> FetchStageResult:
     """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
     from pipeline.ingest.fetch import fetch_source
 
@@ -50,19 +51,13 @@ def fetch_stage(settings: Settings, source: Source) -> dict[str, Any]:
             settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
             strategy=result.strategy, fetched_at=now(), files=len(result.files),
         )
-    return {
-        "strategy": result.strategy,
-        "revision": result.revision or "",
-        "changed": result.changed,
-        "files": len(result.files),
-        "requests": int(result.stats.get("requests", 0)),
-        "bytes": int(result.stats.get("bytes", 0)),
-        "seconds": seconds,
-        **{k: v for k, v in result.stats.items()
-           if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("requests", "bytes", "seconds")},
-        "warnings": len(result.warnings),
-        "warning_lines": list(result.warnings[:20]),
-    }
+    return FetchStageResult(
+        strategy=result.strategy, revision=result.revision or "", changed=result.changed, files=len(result.files),
+        requests=int(result.stats.get("requests", 0)), bytes=int(result.stats.get("bytes", 0)), seconds=seconds,
+        stats={k: v for k, v in result.stats.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("requests", "bytes", "seconds")},
+        warnings=len(result.warnings), warning_lines=tuple(result.warnings[:20]),
+    )
 
 
 KEPT_SUFFIX = "; its last good version stays in the vault and search until the file is fixed"
@@ -94,7 +89,7 @@ def _keep_last_good(settings: Settings, source: Source, files: Sequence[Any], re
     return result._replace(notes=notes, errors=errors), kept
 
 
-def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
+def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
     """Normalize the fetched files of one source into <data>/notes/<source>.jsonl (per-file errors are reported).
 
     Skipped (``skipped: True``) when the fetch revision, the fetched file list, the source's configuration and the
@@ -113,8 +108,8 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
         path = artifacts.notes_path(settings, source.name)
         if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == file_sha(path) \
                 and not forced(source.name):
-            return {"notes": int(state.get("notes", 0)), "errors": int(state.get("normalize_errors", 0)),
-                    "error_lines": list(state.get("normalize_error_lines") or [])[:50], "skipped": True}
+            return NormalizeResult(notes=int(state.get("notes", 0)), errors=int(state.get("normalize_errors", 0)),
+                                   error_lines=tuple(state.get("normalize_error_lines") or [])[:50], skipped=True)
         started = time.perf_counter()
         cache, stale = versioned_cache(settings, "normalize", source.name, "normalize")
         n_files = len(fetched.files)
@@ -135,11 +130,11 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
         artifacts.update_state(settings, source.name, normalize_key=key, notes_sha=file_sha(path),
                                notes=len(result.notes), normalize_errors=len(result.errors),
                                normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
-    return {"notes": len(result.notes), "errors": len(result.errors), "error_lines": result.errors[:50],
-            "kept_last_good": kept, "parsed": cache.misses, "parse_cached": cache.hits,
-            "dangling": len(result.dangling), "errors_file": str(report["errors"]),
-            "dangling_file": str(report["dangling"]), "skipped": False,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return NormalizeResult(
+        notes=len(result.notes), errors=len(result.errors), error_lines=tuple(result.errors[:50]),
+        kept_last_good=tuple(kept), parsed=cache.misses, parse_cached=cache.hits, dangling=len(result.dangling),
+        errors_file=str(report["errors"]), dangling_file=str(report["dangling"]), skipped=False,
+        seconds=round(time.perf_counter() - started, 3))
 
 
 def vault_skipped_path(settings: Settings, source: str) -> Path:
@@ -148,12 +143,12 @@ def vault_skipped_path(settings: Settings, source: str) -> Path:
     return settings.state_dir / f"{source}.vault-skipped.txt"
 
 
-def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
+def vault_stage(settings: Settings, source: Source) -> VaultResult:
     """Write the source's notes and the attachments they use to vault/<source>/ (only changed files; removed pages
     removed), keeping every file the user wrote there (see :func:`pipeline.ingest.vault.write_source`).
 
     Skipped when the notes file, the attachments to copy (path, size, mtime) and the vault folder's listing are
-    those recorded after the last write. Metadata: ``notes``, ``written``, ``unchanged``, ``removed`` (counts),
+    those recorded after the last write. Returns a :class:`VaultResult`: ``notes``, ``written``, ``unchanged``, ``removed`` (counts),
     ``removed_files`` (up to 50 rel paths), ``kept`` (files in the folder the build did not write) and
     ``kept_files`` (up to 50), ``conflicts`` (``"<rel> -> <copy>"`` lines: edited generated files moved aside),
     ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
@@ -189,13 +184,13 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         vault_dir = str(settings.vault_dir / source.name)
         if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
                 and state.get("vault_listing") and not forced(source.name):
-            return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
-                    "removed": 0, "removed_files": [], "conflicts": [],
-                    "kept": len(state.get("vault_kept") or []), "kept_files": list(state.get("vault_kept") or [])[:50],
-                    "attachments": len(att_rows), "attachments_written": 0, "attachment_bytes": plan.bytes,
-                    "attachments_skipped": len(skip_lines), "attachment_skip_lines": skip_lines[:50],
-                    "unresolved_embeds": len(plan.unresolved), "qualified_links": qualified,
-                    "vault_dir": vault_dir, "skipped": True}
+            return VaultResult(
+                notes=int(state.get("vault_notes", 0)), written=0, unchanged=int(state.get("vault_notes", 0)),
+                removed=0, removed_files=(), kept=len(state.get("vault_kept") or []),
+                kept_files=tuple(state.get("vault_kept") or [])[:50], conflicts=(), attachments=len(att_rows),
+                attachments_written=0, attachment_bytes=plan.bytes, attachments_skipped=len(skip_lines),
+                attachment_skip_lines=tuple(skip_lines[:50]), unresolved_embeds=len(plan.unresolved),
+                qualified_links=qualified, vault_dir=vault_dir, skipped=True)
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
         conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
         if skip_lines:
@@ -210,33 +205,22 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
     for line in conflicts:
         log.warning("source '%s': vault/%s/%s was edited since the build wrote it; your version is kept as %s",
                     source.name, source.name, *line.split(" -> ", 1))
-    return {
-        "notes": len(notes),
-        "written": len(result.written),
-        "unchanged": len(result.unchanged),
-        "removed": len(result.removed),
-        "removed_files": result.removed[:50],
-        "kept": len(result.kept),
-        "kept_files": result.kept[:50],
-        "conflicts": conflicts,
-        "attachments": result.attachments,
-        "attachments_written": len(result.attachments_written),
-        "attachment_bytes": plan.bytes,
-        "attachments_skipped": len(skip_lines),
-        "attachment_skip_lines": skip_lines[:50],
-        "unresolved_embeds": len(plan.unresolved),
-        "qualified_links": qualified,
-        "vault_dir": vault_dir,
-        "skipped": False,
-    }
+    return VaultResult(
+        notes=len(notes), written=len(result.written), unchanged=len(result.unchanged), removed=len(result.removed),
+        removed_files=tuple(result.removed[:50]), kept=len(result.kept), kept_files=tuple(result.kept[:50]),
+        conflicts=tuple(conflicts), attachments=result.attachments,
+        attachments_written=len(result.attachments_written), attachment_bytes=plan.bytes,
+        attachments_skipped=len(skip_lines), attachment_skip_lines=tuple(skip_lines[:50]),
+        unresolved_embeds=len(plan.unresolved), qualified_links=qualified, vault_dir=vault_dir, skipped=False,
+    )
 
 
-def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
+def frontmatter_check(settings: Settings, source: Source) -> FrontmatterCheck:
     """Every generated ``.md`` file under ``vault/<source>/`` (those in its manifest; all of them in a folder
     without one) has frontmatter that parses and carries ``source_path``.
 
-    Returns ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid`` (up to 10 rel paths). The
-    result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
+    Returns a :class:`FrontmatterCheck`: ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid``
+    (up to 10 rel paths). The result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
     """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import parse_note
@@ -258,7 +242,7 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
     key = digest(rows, code_version("vault"))
     last = artifacts.load_state(settings, source.name).get("frontmatter_check") or {}
     if last.get("key") == key:
-        return {**last.get("result", {}), "cached": True}
+        return FrontmatterCheck.from_dict(last.get("result") or {}, cached=True)
     bad: list[str] = []
     for path in files:
         rel = str(path.relative_to(root))
@@ -268,7 +252,8 @@ def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
             fm = None
         if not isinstance(fm, dict) or not fm.get("source_path"):
             bad.append(rel)
-    result = {"notes": len(files), "invalid": len(bad), "first_invalid": bad[:10]}
+    result = FrontmatterCheck(notes=len(files), invalid=len(bad), first_invalid=tuple(bad[:10]))
+    recorded = {k: v for k, v in result.as_dict().items() if k != "cached"}
     with stage_lock(settings):
-        artifacts.update_state(settings, source.name, frontmatter_check={"key": key, "result": result})
-    return {**result, "cached": False}
+        artifacts.update_state(settings, source.name, frontmatter_check={"key": key, "result": recorded})
+    return result

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from pipeline.stages.index import (
     graph_inputs_key,
     shared_state,
 )
+from pipeline.stages.results import WarehouseResult
 
 log = logging.getLogger("docsvault")
 
@@ -112,7 +114,7 @@ def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
 
 
 def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
-                    ) -> dict[str, Any]:
+                    ) -> WarehouseResult:
     """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
     file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable.
 
@@ -142,8 +144,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         elif meta.get("input_key") == key and not forced():
             last = shared_state(settings).get("warehouse") or {}
             if last.get("input_key") == key:
-                return {**last.get("meta", {}), "skipped": True, "mode": "unchanged", "rebuilt_because": "",
-                        "seconds": round(time.perf_counter() - started, 3)}
+                kept = WarehouseResult.from_dict(last.get("meta") or {})
+                return replace(kept, publish={**kept.publish, "mode": "unchanged"}, rebuilt_because="",
+                               skipped=True, seconds=round(time.perf_counter() - started, 3))
         timings: dict[str, float] = {}
         t = time.perf_counter()
         notify("warehouse", "all", 0, 5)
@@ -209,21 +212,14 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
         timings["publish_s"] = time.perf_counter() - t
         notify("warehouse", "all", 5, 5)
-        out = {
-            "sources": names,
-            "models": sorted(arrays),
-            "notes": len(notes),
-            "chunks": len(chunks),
-            "vectors": sum(len(ids) for ids, _ in arrays.values()),
-            "missing_vectors": missing,
-            "links": len(edges),
-            "path": str(settings.warehouse_path),
-            "size_mb": round(settings.warehouse_path.stat().st_size / 1e6, 2),
-            "tokens_cached": tokens.hits,
-            "tokens_analysed": tokens.misses,
-            "rebuilt_because": problem,
-            **{k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
-            **{k: round(v, 3) for k, v in timings.items()},
-        }
-        artifacts.update_state(settings, SHARED_STATE, warehouse={"input_key": key, "meta": out})
-    return {**out, "skipped": False, "seconds": round(time.perf_counter() - started, 3)}
+        out = WarehouseResult(
+            sources=tuple(names), models=tuple(sorted(arrays)), notes=len(notes), chunks=len(chunks),
+            vectors=sum(len(ids) for ids, _ in arrays.values()), missing_vectors=missing, links=len(edges),
+            path=str(settings.warehouse_path), size_mb=round(settings.warehouse_path.stat().st_size / 1e6, 2),
+            tokens_cached=tokens.hits, tokens_analysed=tokens.misses, rebuilt_because=problem,
+            publish={k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
+            timings={k: round(v, 3) for k, v in timings.items()},
+        )
+        meta = {k: v for k, v in out.as_dict().items() if k != "skipped"}
+        artifacts.update_state(settings, SHARED_STATE, warehouse={"input_key": key, "meta": meta})
+    return replace(out, skipped=False, seconds=round(time.perf_counter() - started, 3))

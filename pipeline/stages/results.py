@@ -1,0 +1,275 @@
+"""What each build stage returns: one frozen record per stage (:mod:`pipeline.stages`).
+
+A record travels from the stage function to the Dagster asset (``pipeline/defs/assets.py``), which records
+:meth:`StageResult.as_dict` as the materialization's metadata (the CLI's and MCP's build outcome read those
+figures back from the run), and to the state file where a stage keeps its last result for a skipped run.
+
+:meth:`StageResult.as_dict` is the one mapping of a result: its fields in declaration order, tuples as lists,
+nested mappings as dicts, and a field that is ``None`` left out (a figure the run did not produce, e.g. the timings
+of a skipped stage). The records also read as that mapping (``result["notes"]``), as
+:class:`pipeline.evaluate.EvalReport` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields, replace
+from typing import Any, ClassVar, Self
+
+from pipeline.models import MappingRecord, plain
+
+
+@dataclass(frozen=True, eq=False)
+class StageResult(MappingRecord):
+    """Base of the stage records. ``PATHS``: fields that name a file or folder (Dagster shows them as paths)."""
+
+    PATHS: ClassVar[tuple[str, ...]] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as JSON-safe metadata: fields in declaration order, ``None`` fields left out."""
+        return {f.name: plain(v) for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], **changes: Any) -> Self:
+        """The record of a mapping :meth:`as_dict` gave (a stage's last result, read back from its state file);
+        a key it lacks takes the field's default, else ``None`` (left out again by :meth:`as_dict`); lists become
+        tuples; ``changes`` override."""
+        return replace(cls(**_values(cls, data)), **changes)
+
+
+def _values(cls: type[StageResult], data: Mapping[str, Any]) -> dict[str, Any]:
+    """Field name -> ``data``'s value (lists as tuples), the field's default or ``None`` when ``data`` lacks it."""
+    out = {}
+    for f in fields(cls):
+        value = data.get(f.name, None if f.default is MISSING else f.default)
+        out[f.name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _splice(base: dict[str, Any], where: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with its key ``where`` replaced, in place, by the items of ``extra`` (keys of ``base`` win)."""
+    items = {k: plain(v) for k, v in extra.items() if k not in base}
+    out: dict[str, Any] = {}
+    for k, v in base.items():
+        if k == where:
+            out.update(items)
+        else:
+            out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------- ingest
+@dataclass(frozen=True, eq=False)
+class FetchStageResult(StageResult):
+    """``fetch_stage``: the strategy used, the revision (git commit or listing hash, ``""`` when none), whether
+    anything moved upstream, counts, seconds, the fetcher's other numeric stats (``stats``, in the mapping after
+    ``seconds``) and its warnings (count and up to 20 lines)."""
+
+    strategy: str
+    revision: str
+    changed: bool
+    files: int
+    requests: int
+    bytes: int
+    seconds: float
+    stats: Mapping[str, float]
+    warnings: int
+    warning_lines: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return _splice(super().as_dict(), "stats", self.stats)
+
+
+@dataclass(frozen=True, eq=False)
+class NormalizeResult(StageResult):
+    """``normalize_stage``: notes written, files skipped (``errors``, up to 50 ``error_lines``); a run that
+    normalized also reports the files that kept their last good note, parse cache hits and misses, dangling links,
+    the two report files and its seconds (``None`` when ``skipped``)."""
+
+    notes: int
+    errors: int
+    error_lines: tuple[str, ...]
+    kept_last_good: tuple[str, ...] | None = None
+    parsed: int | None = None
+    parse_cached: int | None = None
+    dangling: int | None = None
+    errors_file: str | None = None
+    dangling_file: str | None = None
+    skipped: bool = False
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class VaultResult(StageResult):
+    """``vault_stage``: counts of notes written, unchanged and removed (with up to 50 ``removed_files``), the
+    user's files kept in the folder, ``conflicts`` (``"<rel> -> <copy>"``), attachments copied and skipped (up to
+    50 ``attachment_skip_lines``), unresolved embeds, links qualified to path form, the folder."""
+
+    PATHS: ClassVar[tuple[str, ...]] = ("vault_dir",)
+
+    notes: int
+    written: int
+    unchanged: int
+    removed: int
+    removed_files: tuple[str, ...]
+    kept: int
+    kept_files: tuple[str, ...]
+    conflicts: tuple[str, ...]
+    attachments: int
+    attachments_written: int
+    attachment_bytes: int
+    attachments_skipped: int
+    attachment_skip_lines: tuple[str, ...]
+    unresolved_embeds: int
+    qualified_links: int
+    vault_dir: str
+    skipped: bool
+
+
+@dataclass(frozen=True, eq=False)
+class FrontmatterCheck(StageResult):
+    """``frontmatter_check``: generated notes checked, how many are invalid (up to 10 rel paths), and whether the
+    result is the recorded one (``cached``)."""
+
+    notes: int
+    invalid: int
+    first_invalid: tuple[str, ...]
+    cached: bool = False
+
+
+# ---------------------------------------------------------------- index
+@dataclass(frozen=True, eq=False)
+class ChunkResult(StageResult):
+    """``chunk_stage``: notes and chunks, notes chunked again, notes per detected language, and the warning when a
+    configured ``language:`` disagrees with the notes (``""`` when none)."""
+
+    notes: int
+    chunks: int
+    rechunked: int
+    skipped: bool
+    languages: Mapping[str, int]
+    language_warning: str
+
+
+@dataclass(frozen=True, eq=False)
+class EmbedResult(StageResult):
+    """``embed_stage``: the notes' model(s) (``", "``-joined), chunks per model id, ``"old -> new"`` when the
+    models changed (``""`` otherwise), chunk counts (new model calls, from the cache, seeded from the warehouse),
+    seconds and chunks embedded per second (0.0 when none)."""
+
+    model: str
+    models: Mapping[str, int]
+    model_changed: str
+    chunks: int
+    embedded: int
+    cached: int
+    seeded: int
+    seconds: float
+    chunks_per_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class GraphResult(StageResult):
+    """``graph_stage``: nodes, edges, resolved and dangling link occurrences, attachment links, the two export
+    files."""
+
+    PATHS: ClassVar[tuple[str, ...]] = ("graphml",)
+
+    nodes: int
+    edges: int
+    links_resolved: int
+    links_dangling: int
+    attachments: int
+    graphml: str
+    json: str
+    skipped: bool = False
+
+
+# ---------------------------------------------------------------- warehouse
+@dataclass(frozen=True, eq=False)
+class WarehouseResult(StageResult):
+    """``warehouse_stage``: what the published file holds (sources, model ids, counts, path, size in MB), BM25
+    token cache hits and misses, why an unusable file was rebuilt (``""``), the publish's own figures (``publish``:
+    ``bm25_blobs``, ``changed_chunks``, …, ``bytes``, ``ms``, ``mode`` full | incremental | unchanged, ``reason``)
+    and the step timings (``timings``: ``read_s``, ``graph_s``, ``vectors_s``, ``bm25_s``, ``publish_s``), both in
+    the mapping in place of their field, then ``skipped`` and ``seconds``."""
+
+    PATHS: ClassVar[tuple[str, ...]] = ("path",)
+    TIMINGS: ClassVar[tuple[str, ...]] = ("read_s", "graph_s", "vectors_s", "bm25_s", "publish_s")
+
+    sources: tuple[str, ...]
+    models: tuple[str, ...]
+    notes: int
+    chunks: int
+    vectors: int
+    missing_vectors: int
+    links: int
+    path: str
+    size_mb: float
+    tokens_cached: int
+    tokens_analysed: int
+    rebuilt_because: str
+    publish: Mapping[str, Any]
+    timings: Mapping[str, float]
+    skipped: bool = False
+    seconds: float | None = None
+
+    @property
+    def mode(self) -> str:
+        return str(self.publish.get("mode", ""))
+
+    def as_dict(self) -> dict[str, Any]:
+        return _splice(_splice(super().as_dict(), "publish", self.publish), "timings", self.timings)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], **changes: Any) -> Self:
+        """From the flat mapping :meth:`as_dict` gave: the keys that are no field are the publish figures and the
+        timings."""
+        names = {f.name for f in fields(cls)}
+        timings = {k: data[k] for k in cls.TIMINGS if k in data}
+        publish = {k: v for k, v in data.items() if k not in names and k not in timings}
+        return replace(cls(**{**_values(cls, data), "publish": publish, "timings": timings}), **changes)
+
+
+# ---------------------------------------------------------------- after the warehouse
+@dataclass(frozen=True, eq=False)
+class SearchIndexResult(StageResult):
+    """``search_index_stage``: the published file's counts, its model ids, whether every vector search plan uses
+    the HNSW index, the sample query's time (ms) and hits (``"<vault path> > <heading>"``)."""
+
+    notes: int
+    chunks: int
+    links: int
+    dangling_links: int
+    models: tuple[str, ...]
+    hnsw_index_scan: bool
+    sample_query_ms: float
+    sample_hits: tuple[str, ...]
+    skipped: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class EvalStageResult(StageResult):
+    """``eval_stage``: the hybrid set-up's report (``overall``, ``by_source``, ``by_kind``; with scored cases also
+    ``lanes``, ``cases``, ``unreachable``, ``scope``, as :class:`pipeline.evaluate.EvalReport`), ``setups`` (set-up
+    -> ``{lanes, scope, overall, by_source, by_kind}``), the eval ``files``, the ``history`` file and the rows
+    appended to it, the ``hybrid unscoped`` report, the searcher's ``config``, the run's id and time and the
+    warehouse's build time. ``None`` (left out): not produced because no case was scored."""
+
+    overall: Mapping[str, Any]
+    by_source: Mapping[str, Any]
+    by_kind: Mapping[str, Any]
+    setups: Mapping[str, Any]
+    files: tuple[str, ...]
+    history: str
+    history_rows: int
+    lanes: tuple[str, ...] | None = None
+    cases: tuple[Mapping[str, Any], ...] | None = None
+    unreachable: tuple[Mapping[str, Any], ...] | None = None
+    scope: str | None = None
+    unscoped: Mapping[str, Any] | None = None
+    config: Mapping[str, Any] | None = None
+    run_id: str | None = None
+    run_at: str | None = None
+    warehouse_built_at: str | None = None
+    skipped: bool = False
