@@ -120,6 +120,31 @@ def test_one_shard_written_per_batch_with_progress(tmp_path: Path):
     assert not [p for p in cache.dir.iterdir() if p.name.startswith(".")]  # no temp files left
 
 
+def test_a_shard_never_replaces_one_a_concurrent_writer_placed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cache = EmbeddingCache(tmp_path, "hash-4")
+    cache.put_many(["a"], np.ones((1, 4), dtype=np.float32))
+    theirs = (cache.dir / "shard-0.npz").read_bytes()
+    monkeypatch.setattr(cache, "shards", lambda: [])      # it picks shard-0 as another writer takes it
+    cache.put_many(["b"], np.zeros((1, 4), dtype=np.float32))
+    assert sorted(p.name for p in cache.dir.iterdir()) == ["shard-0.npz", "shard-1.npz"]   # no temp files left
+    assert (cache.dir / "shard-0.npz").read_bytes() == theirs
+    monkeypatch.undo()
+    fresh = EmbeddingCache(tmp_path, "hash-4")
+    assert {h: v.tolist() for h, v in fresh.get_many(["a", "b"]).items()} == {"a": [1.0] * 4, "b": [0.0] * 4}
+
+
+def test_exclusive_atomic_write_refuses_an_existing_file(tmp_path: Path):
+    from pipeline.common.artifacts import write_atomic, write_atomic_with
+
+    path = tmp_path / "sub" / "f.bin"
+    write_atomic(path, b"first")
+    with pytest.raises(FileExistsError):
+        write_atomic_with(path, lambda fh: fh.write(b"second"), exclusive=True)
+    assert path.read_bytes() == b"first" and [p.name for p in path.parent.iterdir()] == ["f.bin"]
+    write_atomic_with(tmp_path / "g.bin", lambda fh: fh.write(b"new"), exclusive=True)
+    assert (tmp_path / "g.bin").read_bytes() == b"new"
+
+
 def test_crash_after_some_batches_keeps_finished_ones(tmp_path: Path):
     class Dies(Calls):
         def embed_documents(self, texts):

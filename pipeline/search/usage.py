@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.common.artifacts import write_atomic
 from pipeline.config import env_flag
 
 __all__ = ["COLD_BOOST", "FULL_READS", "HOT_BOOST", "HOT_DAYS", "USAGE_WEIGHT", "WARM_BOOST", "WARM_DAYS",
@@ -92,13 +91,10 @@ def record(data_dir: Path, vault_path: str, now: float | None = None) -> bool:
         notes[vault_path] = {"reads": entry["reads"] + 1, "last": now}
         if len(notes) > MAX_NOTES:
             notes = dict(sorted(notes.items(), key=lambda kv: -kv[1]["last"])[:MAX_NOTES])
+        data = {"version": 1, "notes": {k: {"reads": int(v["reads"]), "last": round(v["last"], 3)}
+                                        for k, v in notes.items()}}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".usage-", suffix=".json", dir=path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"version": 1, "notes": {k: {"reads": int(v["reads"]), "last": round(v["last"], 3)}
-                                                   for k, v in notes.items()}}, fh)
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(data).encode("utf-8"))
         except OSError:
             return False
     return True
