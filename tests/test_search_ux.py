@@ -221,6 +221,7 @@ def test_usage_log_and_boost_tiers(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert log["s/b.md"] == {"reads": 4.0, "last": now - day}
     assert json.loads((tmp_path / "usage.json").read_text())["version"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["usage.json"]           # replaced atomically, no temp left
+    assert (tmp_path / "usage.json").stat().st_mode & 0o777 == 0o600       # reading history: the user's only
     b = usage.boosts(log, now=now)
     assert set(b) == {"s/b.md", "s/c.md"}                                   # a.md is cold: no boost
     assert b["s/b.md"] == pytest.approx(0.2 / 61)                           # hot, 4 reads: full

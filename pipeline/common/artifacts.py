@@ -31,13 +31,15 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Write bytes to ``path`` through a temp file in the same folder and os.replace (crash-safe); the file gets
-    the umask's mode (:func:`file_mode`, 0o644 under umask 0o022), not mkstemp's 0o600."""
-    write_atomic_with(path, lambda fh: fh.write(data))
+    the umask's mode (:func:`file_mode`, 0o644 under umask 0o022), not mkstemp's 0o600, unless ``mode`` is given
+    (e.g. 0o600 for a file only its user may read)."""
+    write_atomic_with(path, lambda fh: fh.write(data), mode=mode)
 
 
-def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False) -> None:
+def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False,
+                      mode: int | None = None) -> None:
     """Like :func:`write_atomic`, the bytes written by ``fill(file)`` (e.g. a copy of another file, ``np.savez``).
 
     ``exclusive``: never replace an existing ``path`` (the temp file is hard-linked to it, so of two writers
@@ -50,7 +52,7 @@ def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusi
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, file_mode())
+        os.fchmod(fd, file_mode() if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             fill(fh)
             fh.flush()

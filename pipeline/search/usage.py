@@ -94,7 +94,7 @@ def record(data_dir: Path, vault_path: str, now: float | None = None) -> bool:
         data = {"version": 1, "notes": {k: {"reads": int(v["reads"]), "last": round(v["last"], 3)}
                                         for k, v in notes.items()}}
         try:
-            write_atomic(path, json.dumps(data).encode("utf-8"))
+            write_atomic(path, json.dumps(data).encode("utf-8"), mode=0o600)    # reading history: the user's only
         except OSError:
             return False
     return True
