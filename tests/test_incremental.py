@@ -384,3 +384,38 @@ def test_embed_progress_is_one_task_over_the_per_language_and_cross_lingual_pass
     assert meta["models"] == {"hash-384": meta["chunks"], "hash-8": meta["chunks"]}
     assert {total for _, _, total in calls} == {2 * n}
     assert [done for _, done, _ in calls] == [0, n, n, 2 * n]     # one batch per pass (tiny has < 64 texts)
+
+
+_FIRST_KEYS = {
+    "fetch": ["strategy", "revision", "changed", "files", "requests", "bytes", "seconds", "warnings", "warning_lines"],
+    "normalize": ["notes", "errors", "error_lines", "kept_last_good", "parsed", "parse_cached", "dangling",
+                  "errors_file", "dangling_file", "skipped", "seconds"],
+    "vault": ["notes", "written", "unchanged", "removed", "removed_files", "kept", "kept_files", "conflicts",
+              "attachments", "attachments_written", "attachment_bytes", "attachments_skipped",
+              "attachment_skip_lines", "unresolved_embeds", "qualified_links", "vault_dir", "skipped"],
+    "chunk": ["notes", "chunks", "rechunked", "skipped", "languages", "language_warning"],
+    "embed": ["model", "models", "model_changed", "chunks", "embedded", "cached", "seeded", "seconds", "chunks_per_s"],
+    "graph": ["nodes", "edges", "links_resolved", "links_dangling", "attachments", "graphml", "json", "skipped"],
+    "warehouse": ["sources", "models", "notes", "chunks", "vectors", "missing_vectors", "links", "path", "size_mb",
+                  "tokens_cached", "tokens_analysed", "rebuilt_because", "bm25_blobs", "changed_chunks",
+                  "removed_chunks", "vectors_added", "vectors_removed", "bytes", "ms", "mode", "reason", "read_s",
+                  "graph_s", "vectors_s", "bm25_s", "publish_s", "skipped", "seconds"],
+}
+
+
+def test_stage_results_give_the_pinned_metadata_keys(settings: Settings) -> None:
+    """Each stage's record (pipeline.stages.results) maps to these metadata keys, in this order, on a first run;
+    a skipped run reports what it did now (no normalize figures) and the last run's figures of graph/warehouse."""
+    first = run_chain(settings)
+    assert {stage: list(r.as_dict()) for stage, r in first.items()} == _FIRST_KEYS
+    assert (first["vault"].notes, first["chunk"]["chunks"], first["warehouse"].mode) == (5, 5, "full")
+    again = run_chain(settings)
+    assert list(again["normalize"].as_dict()) == ["notes", "errors", "error_lines", "skipped"]
+    assert again["graph"].as_dict() == {**first["graph"].as_dict(), "skipped": True}
+    wh_again = again["warehouse"].as_dict()
+    assert sorted(wh_again) == sorted(_FIRST_KEYS["warehouse"])
+    assert (wh_again["mode"], wh_again["skipped"], wh_again["rebuilt_because"]) == ("unchanged", True, "")
+    assert {k: wh_again[k] for k in ("notes", "chunks", "bm25_blobs", "ms")} == \
+        {k: first["warehouse"][k] for k in ("notes", "chunks", "bm25_blobs", "ms")}
+    check = b.frontmatter_check(settings, load_sources(settings.sources_file)[0])
+    assert check.as_dict() == {"notes": 6, "invalid": 0, "first_invalid": [], "cached": False}   # + the index note
