@@ -159,12 +159,14 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     error = ""
     meta: dict[str, Any] = {}
     result: StageResult | None = None
+    held = False          # an upstream stage failed: this stage's last output is kept and its record left alone
     token = build.PER_SOURCE_LOCK_SHARED.set(True)
     try:
         with BuildLock(settings.data_dir / "locks" / f"{source.name}.lock", wait=build.STAGE_LOCK_WAIT):
             failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input = _INPUT.get(stage)
+            held = bool(upstream)
             if upstream and not artifacts.load_state(settings, source.name).get(_STATE_VERSION[stage]):
                 # never built: nothing to keep or serve; the `succeeded` check fails below
                 meta = {"skipped": True, "kept": "nothing (never built)",
@@ -186,7 +188,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
         context.log.error(f"{source.name}: {stage} failed: {error}")
     finally:
         build.PER_SOURCE_LOCK_SHARED.reset(token)
-    if not meta.get("kept"):
+    if not held:
         failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
         if error:
             failed[stage] = error
