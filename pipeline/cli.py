@@ -164,6 +164,8 @@ def build(
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
+        for line in chunk_meta.get("warning_lines") or []:
+            typer.echo(f"warning: {line}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(errors_file(settings(), st.name))

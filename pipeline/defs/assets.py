@@ -284,6 +284,8 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             meta = build.chunk_stage(s, source, cached_embedder)
             if meta.get("language_warning"):
                 context.log.warning(meta["language_warning"])
+            for line in meta.get("warning_lines") or []:
+                context.log.warning(line)
             return meta
 
         return _run_source_stage(context, docsvault, "chunks", source, run)
