@@ -110,9 +110,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             chunks.extend(replace(c, language=language) for c in
                           chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens,
                                      warnings=lines))
-            for line in lines:
+            for line in lines:          # shown by the chunks asset's log and `docsvault build`, not logged twice
                 cut[note.note_id] = f"source '{source.name}': {line}"
-                log.warning(cut[note.note_id])
         languages: dict[str, int] = {}
         for lang in detected.values():
             languages[lang or "none"] = languages.get(lang or "none", 0) + 1
