@@ -164,6 +164,8 @@ def build(
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
+        for line in chunk_meta.get("warning_lines") or []:
+            typer.echo(f"warning: {line}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(errors_file(settings(), st.name))
@@ -961,14 +963,19 @@ def ui(
         "--webserver-only", help="Only the UI (dagster-webserver), no dagster-daemon: runs launched from the UI "
                                  "stay queued and the refresh sensors and schedules do not tick.")] = False,
 ) -> None:
-    """Start the Dagster UI on 127.0.0.1 with this command's paths: `dagster dev` (the webserver and the daemon, so
-    the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only."""
+    """Start the Dagster UI on 127.0.0.1 with this command's paths: `dg dev` (the webserver and the daemon, so
+    the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only.
+
+    The code location is loaded from the folder docsvault's `pipeline` package is imported from (`-d`), never from
+    the current directory, and every Dagster process runs with PYTHONSAFEPATH=1: a `gql.py` or other file named like
+    a dependency in the current directory cannot shadow it."""
     s = settings()
-    tool = "dagster-webserver" if webserver_only else "dagster"
+    tool = "dagster-webserver" if webserver_only else "dg"
     exe = Path(sys.executable).with_name(tool)
     cmd = str(exe) if exe.exists() else shutil.which(tool)
     if not cmd:
-        fail(f"{tool} not found; run `make install` (it comes with the dagster and dagster-webserver packages)")
+        package = "dagster-webserver" if webserver_only else "dagster-dg-cli"
+        fail(f"{tool} not found; run `make install` (it comes with the {package} package)")
         return
     home = s.dagster_home
     home.mkdir(parents=True, exist_ok=True)
@@ -977,12 +984,23 @@ def ui(
         shutil.copyfile(project_cfg, home / "dagster.yaml")
     what = "webserver only, no daemon" if webserver_only else "webserver + daemon"
     typer.echo(f"Dagster UI on http://127.0.0.1:{port} ({what}; DAGSTER_HOME={home})", err=True)
-    args = ["-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    args = [*ui_target(), "-h", "127.0.0.1", "-p", str(port)]
+    env = child_env(s)
+    env["PYTHONSAFEPATH"] = "1"       # `python -m dagster…` children: no current directory at the head of sys.path
     # an ignored SIGINT/SIGTERM survives exec (a background job of a script ignores SIGINT, and `dagster dev` copies
     # SIGINT's handler onto SIGTERM): then nothing but kill -9 stops it, and its children outlive it
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
-    os.execve(cmd, [cmd, *args] if webserver_only else [cmd, "dev", *args], child_env(s))
+    os.execve(cmd, [cmd, *args] if webserver_only else [cmd, "dev", *args], env)
+
+
+def ui_target() -> list[str]:
+    """The Dagster code-location options of `docsvault ui`: ``-m pipeline.definitions -d <folder holding the
+    pipeline package>`` (Dagster's default working directory, the current one, would go on the code location's
+    sys.path ahead of the installed packages)."""
+    import pipeline
+
+    return ["-m", "pipeline.definitions", "-d", str(Path(pipeline.__file__).resolve().parents[1])]
 
 
 def main() -> None:

@@ -346,3 +346,40 @@ def test_block_ids_do_not_reach_chunk_text() -> None:
     note = Note("s", "q.md", "q.md", "Quotes", {"title": "Quotes"}, body)
     text = " ".join(c.text for c in chunk_note(note, count_tokens=len, max_tokens=400))
     assert "^quote-1" not in text and "^table-2" not in text and "Stay hungry." in text and "x ^keep" in text
+
+
+# ---- a huge note: at most max_chunks chunks, its first ones, and one warning line ---------------------------------
+
+def test_huge_note_gives_its_first_max_chunks_with_one_warning() -> None:
+    body = "".join(f"## Part {i}\n\n" + "word " * 20 + "\n\n" for i in range(10))
+    note = mk(body, title="Log")
+    full = chunk_note(note, count_tokens=words, max_tokens=40, min_tokens=0, max_chunks=None)
+    assert len(full) == 10
+    warnings: list[str] = []
+    capped = chunk_note(note, count_tokens=words, max_tokens=40, min_tokens=0, max_chunks=4, warnings=warnings)
+    assert capped == full[:4]                      # the same chunks, ids and ordinals as without the cap
+    assert [c.heading_path for c in capped] == [("Part 0",), ("Part 1",), ("Part 2",), ("Part 3",)]
+    assert warnings == [
+        "src/docs/guide.md: only its first 4 chunks are searchable (0.0 MB of text, not indexed from section "
+        "'Part 4' on); split it into smaller notes to make all of it searchable (the note stays whole in the vault)"]
+
+
+def test_cap_inside_a_section_keeps_its_first_pieces() -> None:
+    note = mk("# Log\n\n" + " ".join(f"Line {i} says hello." for i in range(30)) + "\n", title="Log")
+    full = chunk_note(note, count_tokens=words, max_tokens=20, overlap_tokens=0, max_chunks=None)
+    warnings: list[str] = []
+    capped = chunk_note(note, count_tokens=words, max_tokens=20, overlap_tokens=0, max_chunks=2, warnings=warnings)
+    assert (len(full), capped) == (8, full[:2])
+    assert "(0.0 MB of text, not indexed within section '(no heading)' on)" in warnings[0]
+
+
+def test_a_note_at_the_cap_gives_no_warning_and_the_default_cap_is_1500() -> None:
+    from pipeline.index.chunk import MAX_CHUNKS_PER_NOTE
+
+    note = mk("".join(f"## P{i}\n\nsome words here\n\n" for i in range(3)))
+    warnings: list[str] = []
+    assert len(chunk_note(note, count_tokens=words, max_tokens=20, min_tokens=0, max_chunks=3,
+                          warnings=warnings)) == 3
+    assert warnings == [] and MAX_CHUNKS_PER_NOTE == 1500
+    with pytest.raises(ValueError, match="max_chunks must be ≥ 1"):
+        chunk_note(note, count_tokens=words, max_chunks=0)

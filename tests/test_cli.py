@@ -381,11 +381,13 @@ def test_readme_and_help_give_the_rrf_k_of_the_code() -> None:
     assert f"RRF k={K_RRF:g})" in (search.__doc__ or "")
 
 
-@pytest.mark.parametrize("flags, tool, first", [([], "dagster", "dev"), (["--webserver-only"], "dagster-webserver", "-m")])
+@pytest.mark.parametrize("flags, tool, first", [([], "dg", "dev"), (["--webserver-only"], "dagster-webserver", "-m")])
 def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                flags: list[str], tool: str, first: str) -> None:
-    """`docsvault ui` is `dagster dev` (runs launched from the UI start, sensors and schedules tick) on this
-    command's instance; `--webserver-only` is the UI alone."""
+    """`docsvault ui` is `dg dev` (runs launched from the UI start, sensors and schedules tick; `dagster dev` is
+    superseded by it in Dagster 1.13 and warns) on this command's instance; `--webserver-only` is the UI alone. The
+    code location's working directory is the folder of the `pipeline` package, not the current one, and the Dagster
+    processes do not put the current directory on sys.path (PYTHONSAFEPATH)."""
     import pipeline.cli as cli
 
     calls: list[tuple[str, list[str], dict[str, str]]] = []
@@ -398,7 +400,10 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     assert result.exit_code == 0, result.output
     (cmd, argv, env), = calls
     assert Path(cmd).name == tool
-    assert argv[1:] == [first, *(["-m"] if first == "dev" else []), "pipeline.definitions", "-h", "127.0.0.1", "-p", "3123"]
+    root = str(Path(__file__).resolve().parents[1])           # the folder this checkout's `pipeline` is in
+    assert argv[1:] == [*(["dev"] if first == "dev" else []), "-m", "pipeline.definitions", "-d", root,
+                        "-h", "127.0.0.1", "-p", "3123"]
+    assert env["PYTHONSAFEPATH"] == "1"
     assert (Path(env["DAGSTER_HOME"]) / "dagster.yaml").is_file()
     # an inherited "ignore" would survive exec: Dagster could then not be stopped but by kill -9
     assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -150,3 +150,69 @@ def test_markdown_block_reference_stays_a_block_reference(tmp_path) -> None:
                               [RawFile("s", "a.md", tmp_path / "a.md"), RawFile("s", "b.md", tmp_path / "b.md")],
                               "2026-01-01T00:00:00+00:00")
     assert result.notes[0].body == "# A\n\nSee [[s/b#^p1|that paragraph]] and [[s/b#Part|the part]].\n"
+
+
+# ---- inline HTML elements (prefect's "View on GitHub" anchors, <code>, <br>, <strong>) ----
+
+@pytest.mark.parametrize("text, expected", [
+    ('<a href="https://github.com/x/y.py" target="_blank">View on GitHub</a>\n', "[View on GitHub](https://github.com/x/y.py)\n"),
+    ('See <a href="../b.md">the <code>b</code> page</a> and <strong>this</strong>.\n',
+     "See [the `b` page](../b.md) and **this**.\n"),
+    # a target with a space or parentheses stays one link destination (percent-encoded; resolution decodes it)
+    ('<a href="My note (draft).md">draft</a>\n', "[draft](My%20note%20%28draft%29.md)\n"),
+    # inline code (a placeholder while converting) inside an anchor
+    ('<a href="x.md">`code`</a> <kbd>Ctrl</kbd>+<kbd>C</kbd>, <em>e</em> <b>b</b> <i>i</i> <s>old</s>\n',
+     "[`code`](x.md) `Ctrl`+`C`, *e* **b** *i* ~~old~~\n"),
+    # <br>: a hard break (two spaces) at a line's end; mid-line it continues under the list item or quote; a
+    # heading stays one line; a line of only <br> (a spacer) and a table cell's <br> stay
+    ("- **Q:** Where?<br/>\n   **A:** There.<br/>\n", "- **Q:** Where?  \n   **A:** There.  \n"),
+    ("- a<br>b\n\n> c<br />d\n\n# H<br>x\n", "- a  \n  b\n\n> c  \n> d\n\n# H x\n"),
+    ("Para.\n\n<br>\n\n> <br>\n", "Para.\n\n<br>\n\n> <br>\n"),
+    ('| a | b<br/>c <a href="x.md">y</a> |\n|---|---|\n| 1 | 2 |\n', "| a | b<br/>c [y](x.md) |\n|---|---|\n| 1 | 2 |\n"),
+    # code, escaped tags, generics and elements spanning lines are left alone
+    ('Use `<a href="x">` and \\<a href="y">z</a>; Map<b> stays.\n', 'Use `<a href="x">` and \\<a href="y">z</a>; '
+                                                                     "Map<b> stays.\n"),
+    ('```html\n<a href="x">y</a> <br>\n```\n', '```html\n<a href="x">y</a> <br>\n```\n'),
+    ('<a href="x.md">two\nlines</a>\n', '<a href="x.md">two\nlines</a>\n'),
+])
+def test_inline_html_becomes_markdown(text: str, expected: str) -> None:
+    assert clean_body("mdx", text, {}) == expected
+
+
+def test_inline_anchor_to_another_page_becomes_a_wikilink(tmp_path) -> None:
+    """An internal ``<a href>`` is a link of the graph like any Markdown link (prefect's examples pages)."""
+    from pipeline.models import RawFile, Source
+    from pipeline.ingest.normalize import normalize_source
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.mdx").write_text(
+        '# A\n\nRead <a href="/v3/b" target="_blank">the <code>B</code> guide</a> or '
+        '<a href="https://github.com/o/r">GitHub</a>.\n')
+    (tmp_path / "docs" / "b.mdx").write_text("# B\n\nText.\n")
+    result = normalize_source(Source(name="p", kind="local", format="mdx", paths=("docs",),
+                                     site_url="https://docs.ex.org/v3"),
+                              [RawFile("p", "docs/a.mdx", tmp_path / "docs" / "a.mdx"),
+                               RawFile("p", "docs/b.mdx", tmp_path / "docs" / "b.mdx")], "2026-01-01T00:00:00+00:00")
+    assert result.notes[0].body == "# A\n\nRead [[p/docs/b|the `B` guide]] or [GitHub](https://github.com/o/r).\n"
+    assert result.dangling == ()
+
+
+@pytest.mark.integration
+def test_prefect_notes_keep_no_raw_anchor() -> None:
+    """Normalize alone over the prefect corpus: no note keeps a raw ``<a href>`` in its prose (10 before)."""
+    import re
+
+    from pipeline.common.markdown import split_code
+    from pipeline.models import RawFile, Source
+    from pipeline.ingest.normalize import _protect_inline_code, normalize_source
+
+    from .conftest import shared_path
+
+    root = shared_path("corpora", "prefect")
+    files = [RawFile("prefect", p.relative_to(root).as_posix(), p) for p in sorted((root / "docs/v3").rglob("*.mdx"))]
+    result = normalize_source(Source(name="prefect", kind="git", paths=("docs/v3",), format="mdx",
+                                     site_url="https://docs.prefect.io/v3"), files, "2026-01-01T00:00:00+00:00")
+    left = [n.source_path for n in result.notes
+            if any(re.search(r"<a\s[^>\n]*href=", _protect_inline_code(chunk)[0])
+                   for is_code, chunk in split_code(n.body) if not is_code)]
+    assert (len(result.notes), left) == (781, [])

@@ -393,7 +393,7 @@ _FIRST_KEYS = {
     "vault": ["notes", "written", "unchanged", "removed", "removed_files", "kept", "kept_files", "conflicts",
               "attachments", "attachments_written", "attachment_bytes", "attachments_skipped",
               "attachment_skip_lines", "unresolved_embeds", "qualified_links", "vault_dir", "skipped"],
-    "chunk": ["notes", "chunks", "rechunked", "skipped", "languages", "language_warning"],
+    "chunk": ["notes", "chunks", "rechunked", "skipped", "languages", "language_warning", "warning_lines"],
     "embed": ["model", "models", "model_changed", "chunks", "embedded", "cached", "seeded", "seconds", "chunks_per_s"],
     "graph": ["nodes", "edges", "links_resolved", "links_dangling", "attachments", "graphml", "json", "skipped"],
     "warehouse": ["sources", "models", "notes", "chunks", "vectors", "missing_vectors", "links", "path", "size_mb",

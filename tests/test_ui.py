@@ -105,3 +105,52 @@ def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+LOCATIONS_QUERY = """
+{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus
+    locationOrLoadError { __typename ... on PythonError { message } } } } } }
+"""
+
+
+@pytest.mark.integration   # `docsvault ui` for real (~20 s): dg dev, webserver + daemon
+def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path) -> None:
+    """`docsvault ui` started in a folder holding a `gql.py` (dagster-graphql imports `gql`): the webserver and the
+    code location load anyway, and Dagster prints no SupersessionWarning or other Python warning at start (`dg
+    dev`, not the superseded `dagster dev`)."""
+    import signal as _signal
+
+    stray = tiny_env / "cwd"
+    stray.mkdir()
+    (stray / "gql.py").write_text('raise ImportError("the gql.py of the current directory was imported")\n')
+    repo = Path(__file__).resolve().parents[1]
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    port = _free_port()
+    log_path = tiny_env / "ui.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(bin_dir / "docsvault"), "ui", "--port", str(port)], cwd=stray, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)          # setsid: its own process group
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, "UI did not start within 120 s"
+                time.sleep(0.5)
+        (entry,) = _graphql(port, LOCATIONS_QUERY)["workspaceOrError"]["locationEntries"]
+        assert (entry["name"], entry["loadStatus"], entry["locationOrLoadError"]["__typename"]) == (
+            "pipeline.definitions", "LOADED", "RepositoryLocation")
+        out = log_path.read_text(errors="replace")
+        assert "Warning:" not in out and "gql.py" not in out, out[-3000:]
+    finally:
+        os.killpg(proc.pid, _signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, _signal.SIGKILL)
+            proc.wait()

@@ -156,17 +156,15 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
 
     settings = docsvault.settings()
     started = time.perf_counter()
-    error = ""
+    error, held = "", False      # held: an upstream stage failed; this stage's last output and failure record stay
     meta: dict[str, Any] = {}
     result: StageResult | None = None
-    held = False          # an upstream stage failed: this stage's last output is kept and its record left alone
     token = build.PER_SOURCE_LOCK_SHARED.set(True)
     try:
         with BuildLock(settings.data_dir / "locks" / f"{source.name}.lock", wait=build.STAGE_LOCK_WAIT):
             failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
-            upstream_input = _INPUT.get(stage)
-            held = bool(upstream)
+            upstream_input, held = _INPUT.get(stage), bool(upstream)
             if upstream and not artifacts.load_state(settings, source.name).get(_STATE_VERSION[stage]):
                 # never built: nothing to keep or serve; the `succeeded` check fails below
                 meta = {"skipped": True, "kept": "nothing (never built)",
@@ -293,6 +291,8 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             chunked = build.chunk_stage(s, source, cached_embedder)
             if chunked.language_warning:
                 context.log.warning(chunked.language_warning)
+            for line in chunked.warning_lines:
+                context.log.warning(line)
             return chunked
 
         return _run_source_stage(context, docsvault, "chunks", source, run)

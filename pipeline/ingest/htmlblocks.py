@@ -13,7 +13,13 @@ rendering of the Markdown around them. :func:`convert_html` turns them into Mark
   attributes (``className=``, ``style={{…}}``) are dropped first; ``<iframe>``/``<video>``/``<audio>`` become a
   link to their ``src``;
 * **inline** ``<span …>``/``</span>`` and ``<div …>``/``</div>`` tags left in a line are removed, their text kept,
-  and so are elements left empty (``<sup><a href="…"></a></sup>`` once an icon component is gone).
+  and so are elements left empty (``<sup><a href="…"></a></sup>`` once an icon component is gone);
+* **inline elements** of :data:`INLINE_TAGS` (``<a href>``, ``<code>``, ``<strong>``, ``<em>``, ``<kbd>``, …) that
+  open and close on one line become Markdown through the same markdownify converter (``[text](href)``, so an
+  internal link then resolves to a wikilink like any Markdown link; `` `code` ``; ``**bold**``), and ``<br>``
+  becomes a hard line break (markdownify's two spaces before the line's end), except in a GFM table row, where
+  ``<br>`` is the only way to break a cell, and on a line of its own (a spacer Markdown cannot write): there it
+  stays.
 
 Escaped tags (``\\<div\\>``) are text and stay.
 """
@@ -40,6 +46,11 @@ _EMPTY = re.compile(r"<(a|sup|sub|small|b|i|em|strong|p)\b[^<>\n]*>[ \t]*</\1>",
 _JSX_STYLE = re.compile(r"\s(?:style|sx|css)=\{\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}\}")
 _JSX_EXPR_ATTR = re.compile(r"\s[A-Za-z_][\w-]*=\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
 _PLACEHOLDER = re.compile(r"\x00(\d+)\x00")
+INLINE_TAGS = frozenset("a b strong i em code kbd samp var s del br".split())
+"""Inline elements converted to Markdown where they open and close on one line (``br``: void, alone)."""
+_INLINE_OPEN = re.compile(r"(?<!\\)<(?:" + "|".join(sorted(INLINE_TAGS, key=len, reverse=True)) + r")\b", re.IGNORECASE)
+HARD_BREAK = "  \n"
+"""A Markdown hard line break, as markdownify writes ``<br>`` (its default ``newline_style``)."""
 
 
 def _block_end(lines: list[str], start: int) -> int:
@@ -159,21 +170,48 @@ def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
     return (f"{cap}\n\n" if cap else "") + "\n".join(lines)
 
 
-def _to_markdown(html: str) -> str:
+def _converter() -> Any:
+    """The markdownify converter of this module (the HTML fetch's, with GFM tables), built once."""
+    global _CONVERTER
+    if _CONVERTER is None:
+        from bs4 import BeautifulSoup
+
+        from pipeline.ingest.fetch.htmlmd import _Converter
+
+        class Converter(_Converter):
+            def convert_table(self, el: Any, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
+                def cell(c: Any) -> str:
+                    return self.convert_soup(BeautifulSoup(c.decode_contents(), "html.parser"))
+
+                return "\n\n" + html_table_to_gfm(el, cell) + "\n\n"
+
+        _CONVERTER = Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
+                               escape_misc=False)
+    return _CONVERTER
+
+
+_CONVERTER: Any = None
+_URL_UNSAFE = {" ": "%20", "\t": "%09", "(": "%28", ")": "%29", "<": "%3C", ">": "%3E"}
+
+
+def _soup(html: str) -> Any:
+    """BeautifulSoup of an HTML fragment, JSX attributes dropped, link targets made safe for ``[text](target)``
+    (spaces and parentheses percent-encoded, which link resolution decodes)."""
     from bs4 import BeautifulSoup
-
-    from pipeline.ingest.fetch.htmlmd import _Converter, _fix_code
-
-    class Converter(_Converter):
-        def convert_table(self, el: Any, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
-            def cell(c: Any) -> str:
-                return self.convert_soup(BeautifulSoup(c.decode_contents(), "html.parser"))
-
-            return "\n\n" + html_table_to_gfm(el, cell) + "\n\n"
 
     html = _JSX_STYLE.sub("", html)
     html = _JSX_EXPR_ATTR.sub("", html).replace("className=", "class=").replace("{' '}", " ")
     soup = BeautifulSoup(html, "html.parser")
+    for a in soup.find_all("a", href=True):
+        href = str(a["href"]).strip()
+        a["href"] = "".join(_URL_UNSAFE.get(c, c) for c in href)
+    return soup
+
+
+def _to_markdown(html: str) -> str:
+    from pipeline.ingest.fetch.htmlmd import _fix_code
+
+    soup = _soup(html)
     for el in soup.find_all(["script", "style", "noscript", "template", "button", "svg"]):
         el.decompose()
     for el in soup.find_all(["iframe", "video", "audio", "embed"]):
@@ -188,8 +226,7 @@ def _to_markdown(html: str) -> str:
     for el in soup.select("a.headerlink, .headerlink"):
         el.decompose()
     _fix_code(soup, soup)
-    md = Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
-                   escape_misc=False).convert_soup(soup)
+    md = _converter().convert_soup(soup)
     md = re.sub(r"[ \t]+\n", "\n", md)
     md = re.sub(r"\n{3,}", "\n\n", md)
     return md.strip("\n")
@@ -200,6 +237,103 @@ _PRE = re.compile(r"<pre\b.*?</pre>", re.DOTALL | re.IGNORECASE)
 
 def _strip_tags(line: str) -> str:
     return _TAG.sub("", line).strip()
+
+
+_TABLE_DELIM = re.compile(r"^[ \t]*\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
+_HEADING_LINE = re.compile(r"^ {0,3}#{1,6}[ \t]")
+_CONTINUATION = re.compile(r"^([ \t]*(?:>[ \t]?)*)((?:[-*+]|\d{1,9}[.)])[ \t]+)?")
+
+
+def _table_lines(lines: list[str]) -> set[int]:
+    """Indexes of the lines of GFM tables: each run of non-blank lines holding a delimiter row (``|---|``)."""
+    rows: set[int] = set()
+    start = 0
+    for i in range(len(lines) + 1):
+        if i == len(lines) or not lines[i].strip():
+            run = range(start, i)
+            if any("|" in lines[k] and "-" in lines[k] and _TABLE_DELIM.match(lines[k]) for k in run):
+                rows.update(run)
+            start = i + 1
+    return rows
+
+
+def _element_end(line: str, start: int, name: str) -> int | None:
+    """End offset of the element whose opening tag starts at ``line[start]`` (same-name tags counted), or None when
+    it does not close on this line."""
+    depth = 0
+    for m in _TAG.finditer(line, start):
+        if m.group(2).lower() != name or m.group(3).rstrip().endswith("/"):
+            continue
+        depth += -1 if m.group(1) else 1
+        if depth == 0:
+            return m.end()
+    return None
+
+
+def _inline_markdown(fragment: str) -> str:
+    """markdownify of one inline element (``<a href>``, ``<code>``, ``<strong>``, ``<br>``…); inline-code
+    placeholders kept."""
+    codes: list[str] = []
+
+    def hide(m: re.Match[str]) -> str:
+        codes.append(m.group())
+        return f"DVCODE{len(codes) - 1}X"
+
+    md = _converter().convert_soup(_soup(_PLACEHOLDER.sub(hide, fragment)))
+    return re.sub(r"DVCODE(\d+)X", lambda m: codes[int(m.group(1))], md)
+
+
+def _convert_inline_line(line: str, in_table: bool) -> str:
+    """One line with its :data:`INLINE_TAGS` elements converted (see module doc); anything else kept as it is."""
+    out: list[str] = []
+    pos = 0
+    for m in _INLINE_OPEN.finditer(line):
+        if m.start() < pos:
+            continue
+        tag = _TAG.match(line, m.start())
+        if tag is None or tag.group(1):
+            continue
+        name = tag.group(2).lower()
+        if name == "br":
+            if in_table or _CONTINUATION.fullmatch(line[:m.start()]):
+                continue        # the only line break a table cell can have; a spacer line (Markdown has none)
+            before, after = line[pos:m.start()], tag.end()
+            hard = HARD_BREAK
+            if _HEADING_LINE.match(line):
+                md = " "                                        # a heading is one line
+            elif not line[after:].strip():
+                md = hard.rstrip("\n")                          # the line ends here anyway
+            else:                                               # go on below, under the same list item / quote
+                cont = _CONTINUATION.match(line)
+                md = hard + (cont.group(1) + " " * len(cont.group(2) or "") if cont else "")
+                before = before.rstrip(" \t")
+                after += len(line[after:]) - len(line[after:].lstrip(" \t"))
+            out.append(before + md)
+            pos = after
+            continue
+        end = _element_end(line, m.start(), name)
+        if end is None:
+            continue
+        md = _inline_markdown(line[m.start():end])
+        if "\n" in md.strip("\n"):
+            continue                                            # not inline after all: leave it
+        if in_table:
+            md = re.sub(r"(?<!\\)\|", r"\\|", md)
+        out.append(line[pos:m.start()] + md.strip("\n"))
+        pos = end
+    out.append(line[pos:])
+    return "".join(out)
+
+
+def convert_inline(text: str) -> str:
+    """``text`` (prose) with the :data:`INLINE_TAGS` elements that open and close on one line converted to
+    Markdown (see module doc). Escaped tags (``\\<a>``) and elements spanning lines stay as they are."""
+    if "<" not in text:
+        return text
+    lines = text.split("\n")
+    tables = _table_lines(lines) if "|" in text else set()
+    return "\n".join(_convert_inline_line(line, i in tables) if "<" in line else line
+                     for i, line in enumerate(lines))
 
 
 def convert_html(text: str) -> str:
@@ -248,4 +382,4 @@ def convert_html(text: str) -> str:
     text = _INLINE.sub("", "\n".join(out))
     for _ in range(3):              # <sup><a href="…"><Icon/></a></sup> once the component is gone
         text = _EMPTY.sub("", text)
-    return text
+    return convert_inline(text)

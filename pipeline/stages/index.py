@@ -47,6 +47,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     ``embedder_factory`` (model spec -> embedder) is called only when a note is chunked again (so a skipped stage
     never loads a tokenizer). ``languages`` counts the notes per detected language; ``language_warning`` says when a
     configured `language:` disagrees with what most notes are written in (the configured one is used).
+    ``warning_lines``: one line per note cut at :data:`pipeline.index.chunk.MAX_CHUNKS_PER_NOTE` chunks (kept for
+    an unchanged note, so every build that runs the stage says it again).
 
     Long: skip check, reuse of unchanged notes' chunks, language warning, record: one sequence in the order the
     cache's correctness needs.
@@ -67,7 +69,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                 and not forced(source.name):
             return ChunkResult(notes=int(state.get("chunk_notes", 0)), chunks=int(state.get("chunks", 0)),
                                rechunked=0, skipped=True, languages=dict(state.get("languages") or {}),
-                               language_warning=str(state.get("language_warning") or ""))
+                               language_warning=str(state.get("language_warning") or ""),
+                               warning_lines=tuple((state.get("chunk_warnings") or {}).values()))
         notes = read_notes(settings.vault_dir, [source.name])
         index_path = chunk_index_path(settings, source.name)
         previous: dict[str, str] = {}
@@ -84,6 +87,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         hashes: dict[str, str] = {}
         detected: dict[str, str] = {}
         rechunked = 0
+        old_warnings: dict[str, str] = dict(state.get("chunk_warnings") or {}) if previous else {}
+        cut: dict[str, str] = {}          # note id -> the line of a note cut at the chunk cap
         notify("chunk", source.name, 0, len(notes))
         for i, note in enumerate(notes, start=1):
             if i % 50 == 0:
@@ -94,14 +99,20 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                 kept = sorted(old_chunks[note.note_id], key=lambda c: c.ordinal)
                 detected[note.note_id] = kept[0].language
                 chunks.extend(kept)
+                if note.note_id in old_warnings:
+                    cut[note.note_id] = old_warnings[note.note_id]
                 continue
             if previous.get(note.note_id) == h and not old_chunks.get(note.note_id) and note.note_id in previous:
                 continue     # the note had no chunks last time (empty note)
             rechunked += 1
             language = detected[note.note_id] = detect_language(f"{note.title}\n{note.body}")
             embedder = embedder_factory(settings.model_for(source, language))
+            lines: list[str] = []
             chunks.extend(replace(c, language=language) for c in
-                          chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens))
+                          chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens,
+                                     warnings=lines))
+            for line in lines:          # shown by the chunks asset's log and `docsvault build`, not logged twice
+                cut[note.note_id] = f"source '{source.name}': {line}"
         languages: dict[str, int] = {}
         for lang in detected.values():
             languages[lang or "none"] = languages.get(lang or "none", 0) + 1
@@ -117,9 +128,10 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
         artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=file_sha(path), chunks=len(chunks),
-                               chunk_notes=len(notes), languages=languages, language_warning=warning)
+                               chunk_notes=len(notes), languages=languages, language_warning=warning,
+                               chunk_warnings=cut)
     return ChunkResult(notes=len(notes), chunks=len(chunks), rechunked=rechunked, skipped=False,
-                       languages=languages, language_warning=warning)
+                       languages=languages, language_warning=warning, warning_lines=tuple(cut.values()))
 
 
 def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:

@@ -141,7 +141,8 @@ class FrontmatterCheck(StageResult):
 @dataclass(frozen=True, eq=False)
 class ChunkResult(StageResult):
     """``chunk_stage``: notes and chunks, notes chunked again, notes per detected language, and the warning when a
-    configured ``language:`` disagrees with the notes (``""`` when none)."""
+    configured ``language:`` disagrees with the notes (``""`` when none), and one line per note cut at
+    ``MAX_CHUNKS_PER_NOTE`` (repeated while the note is unchanged)."""
 
     notes: int
     chunks: int
@@ -149,6 +150,7 @@ class ChunkResult(StageResult):
     skipped: bool
     languages: Mapping[str, int]
     language_warning: str
+    warning_lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
