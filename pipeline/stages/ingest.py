@@ -142,6 +142,65 @@ def normalize_stage(settings: Settings, source: Source) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
+def note_names_path(settings: Settings, source: str) -> Path:
+    """``<data>/notes/<source>.names.json``: the names cache of :func:`source_note_names`."""
+    return settings.notes_dir / f"{source}.names.json"
+
+
+def source_note_names(settings: Settings, source: str) -> list[str]:
+    """The names the notes of ``source`` take in the vault: casefolded NFC file names without ``.md``, its index
+    note's (``_index``) included; sorted, ``[]`` when the source has no notes file (never normalized).
+
+    Read from its notes file (what its vault stage will write), cached in ``<data>/notes/<source>.names.json``
+    under the notes file's (size, mtime_ns).
+    """
+    import json
+
+    from pipeline.index.vaultlinks import note_names
+    from pipeline.ingest.vault import index_rel_path
+
+    path = artifacts.notes_path(settings, source)
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    stamp = [st.st_size, st.st_mtime_ns]
+    cache = note_names_path(settings, source)
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached.get("stamp") == stamp:
+            return list(cached["names"])
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    rels = [str(r["rel_path"]) for r in artifacts.read_jsonl(path)]
+    names = sorted(note_names(rels) | (note_names([index_rel_path(rels)]) if rels else set()))
+    artifacts.write_atomic(cache, json.dumps({"stamp": stamp, "names": names}, ensure_ascii=False).encode("utf-8"))
+    return names
+
+
+def vault_names(settings: Settings, source: str) -> set[str]:
+    """What a bare link's name may also open in the merged vault, besides a note of ``source`` (casefolded NFC
+    names, see :mod:`pipeline.index.vaultlinks`): the notes of every other source that has a notes file (from that
+    file, :func:`source_note_names`, not from its vault folder) and the user's files there (``vault_kept`` of its
+    last vault write), plus the Markdown files of the vault's other folders (the user's own).
+
+    Taken from the sources' content, never from what another source's vault folder holds now, so a source's notes
+    do not depend on the order in which the sources' vault stages run: `docsvault build` normalizes every source
+    before it writes any vault folder (the in-process executor runs the steps breadth first), so the first build
+    already writes what a rebuild would.
+    """
+    from pipeline.index.vaultlinks import note_names, other_note_names
+
+    others = sorted(p.name[:-len(".jsonl")] for p in settings.notes_dir.glob("*.jsonl")
+                    if p.name[:-len(".jsonl")] != source and not p.name.startswith(".")) \
+        if settings.notes_dir.is_dir() else []
+    names = other_note_names(settings.vault_dir, {source, *others})
+    for name in others:
+        names.update(source_note_names(settings, name))
+        names.update(note_names(str(rel) for rel in artifacts.load_state(settings, name).get("vault_kept") or []))
+    return names
+
+
 def vault_skipped_path(settings: Settings, source: str) -> Path:
     """``<data>/state/<source>.vault-skipped.txt``: one line per attachment (or symlink) the last vault stage did
     not copy, with the reason (no file when there was none)."""
@@ -159,11 +218,12 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
     ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
     ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
     (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
-    because their name is also a note elsewhere in the vault, see :mod:`pipeline.index.vaultlinks`).
+    because their name is also a note elsewhere in the vault, see :func:`vault_names` and
+    :mod:`pipeline.index.vaultlinks`).
 
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
-    from pipeline.index.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
+    from pipeline.index.vaultlinks import ambiguous_names, qualify_ambiguous_links
     from pipeline.ingest.attachments import plan_attachments
     from pipeline.ingest.fetch import read_state
     from pipeline.ingest.vault import write_source
@@ -171,7 +231,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
     with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
         notes = artifacts.load_notes(settings, source.name)
-        others = other_note_names(settings.vault_dir, source.name)
+        others = vault_names(settings, source.name)
         shared_names = ambiguous_names(notes, others)
         notes, qualified = qualify_ambiguous_links(source.name, notes, others)
         plan = plan_attachments(source, notes, settings.raw_dir)
