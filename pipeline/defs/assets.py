@@ -478,6 +478,10 @@ def eval_metadata(report: dict[str, Any]) -> dict[str, Any]:
     if setups:
         meta["ablation"] = dg.MetadataValue.md(format_ablation(setups, markdown=True))
         meta["config"] = dg.MetadataValue.json(report.get("config", {}))
+    ablation = report.get("ablation") or {}
+    if ablation:        # the single-lane figures: computed now, or carried from the warehouse they were computed on
+        meta["ablation_carried"] = bool(ablation.get("carried"))
+        meta["ablation_warehouse_built_at"] = str(ablation.get("warehouse_built_at", ""))
     return meta
 
 
