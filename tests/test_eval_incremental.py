@@ -44,6 +44,22 @@ def evals_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     return calls
 
 
+class CountingEmbedder:
+    """An embedder that counts the queries it embeds (``embedded``: every text, over all instances)."""
+
+    embedded: list[str] = []
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def embed_query(self, text: str) -> Any:
+        CountingEmbedder.embedded.append(text)
+        return self._inner.embed_query(text)
+
+
 def build(settings: Settings) -> dict[str, Any]:
     """Every stage once, as `docsvault build` runs them; the eval stage's report."""
     sources = load_sources(settings.sources_file)
@@ -55,7 +71,7 @@ def build(settings: Settings) -> dict[str, Any]:
         b.embed_stage(settings, s, load_embedder)
     b.graph_stage(settings, sources)
     b.warehouse_stage(settings, sources, load_embedder)
-    return b.eval_stage(settings, sources, embedder_factory=load_embedder)
+    return b.eval_stage(settings, sources, embedder_factory=lambda spec: CountingEmbedder(load_embedder(spec)))
 
 
 def edit(tiny_env: Path, n: int) -> None:
@@ -67,7 +83,9 @@ def edit(tiny_env: Path, n: int) -> None:
 def test_incremental_build_runs_only_the_fused_setups(settings: Settings, tiny_env: Path,
                                                       evals_run: list[tuple[str, str]]) -> None:
     history = ev.eval_history_path(settings.data_dir)
+    CountingEmbedder.embedded.clear()
     first = build(settings)
+    assert sorted(set(CountingEmbedder.embedded)) == ["install the tool on windows", "water bird in the pond"]
     assert [c[0] for c in evals_run] == ["bm25", "bm25_page", "vector", "graph", "bm25+bm25_page+vector",
                                          "bm25+bm25_page+vector"]
     assert first["ablation"]["carried"] is False and first["history_rows"] == 24
@@ -79,8 +97,10 @@ def test_incremental_build_runs_only_the_fused_setups(settings: Settings, tiny_e
     again = build(settings)
     assert (again["skipped"], again["history_rows"], evals_run) == (True, 0, [])
 
-    edit(tiny_env, 1)                                   # an incremental build: the fused set-ups only
+    edit(tiny_env, 1)                                   # an incremental build: the fused set-ups only ...
+    CountingEmbedder.embedded.clear()
     inc = build(settings)
+    assert CountingEmbedder.embedded == []              # ... with the query vectors the last eval stored
     assert evals_run == [("bm25+bm25_page+vector", "scoped"), ("bm25+bm25_page+vector", "unscoped")]
     assert inc["skipped"] is False and inc["history_rows"] == 8          # 2 set-ups x 4 groups
     assert list(inc["setups"]) == [*SCOPED, "hybrid unscoped"]         # the same keys as a full run

@@ -53,6 +53,49 @@ def _warehouse_content(settings: Settings) -> str:
     return _warehouse_version(settings)
 
 
+def query_vectors_path(settings: Settings) -> Path:
+    """``<data>/cache/eval-query-vectors.npz``: the eval queries' vectors (see :func:`load_query_vectors`)."""
+    return settings.cache_dir / "eval-query-vectors.npz"
+
+
+def load_query_vectors(path: Path, version: str) -> dict[tuple[str, str], Any]:
+    """The query vectors a past eval stored with :func:`save_query_vectors` under the same ``version`` (the code
+    that embeds and searches): ``(model id, text) -> float32 (dim,)``; ``{}`` when there is none, it is of other
+    code or unreadable (the eval then embeds its queries, as before)."""
+    import json
+
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            index = json.loads(str(data["index"]))
+            if index.get("version") != version:
+                return {}
+            out: dict[tuple[str, str], Any] = {}
+            for i, (model_id, texts) in enumerate(index["models"]):
+                matrix = data[f"m{i}"]
+                out.update({(model_id, text): matrix[j] for j, text in enumerate(texts)})
+            return out
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def save_query_vectors(path: Path, version: str, vectors: dict[tuple[str, str], Any]) -> None:
+    """Store query vectors (``(model id, text) -> vector``) for :func:`load_query_vectors`, atomically."""
+    import json
+
+    import numpy as np
+
+    by_model: dict[str, list[tuple[str, Any]]] = {}
+    for (model_id, text), vec in sorted(vectors.items(), key=lambda kv: kv[0]):
+        by_model.setdefault(model_id, []).append((text, vec))
+    models = sorted(by_model)
+    arrays = {f"m{i}": np.stack([np.asarray(v, dtype=np.float32) for _, v in by_model[m]]) for i, m in enumerate(models)}
+    index = {"version": version, "models": [[m, [t for t, _ in by_model[m]]] for m in models]}
+    artifacts.write_atomic_with(path, lambda out: np.savez(out, index=np.array(json.dumps(index, ensure_ascii=False)),
+                                                           **arrays))
+
+
 def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Open the published warehouse as search does and run one sample query per lane: proves the indexes serve.
 
@@ -171,6 +214,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             con.close()
         searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+        vectors_path, vectors_version = query_vectors_path(settings), code_version("eval")
+        stored = load_query_vectors(vectors_path, vectors_version)
+        searcher.remember_query_vectors(stored, keep=16 * len(cases))     # a query is embedded once, ever
         try:
             setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
             config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
@@ -185,6 +231,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             else:
                 reports = run_ablation(searcher, cases, setups)
             reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
+            held = searcher.query_vectors()
+            if held.keys() != stored.keys():
+                save_query_vectors(vectors_path, vectors_version, held)
         finally:
             searcher.close()
         run_at = now()
