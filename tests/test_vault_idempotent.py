@@ -129,3 +129,16 @@ def test_a_dagster_rebuild_with_nothing_changed_writes_no_note(settings: Setting
             for s in again.sources} == {"alpha": (0, 0), "beta": (0, 0)}
     assert again.shared_metadata["warehouse"]["mode"] == "unchanged"
     assert vault_files(settings) == before
+
+
+def test_a_name_another_source_gains_is_qualified_in_one_build(settings: Settings, tmp_path: Path) -> None:
+    build(settings, ("alpha", "beta"))
+    _write(tmp_path / "beta", {"Only alpha.md": "# Only alpha\n\nBeta now has a page of that name too.\n"})
+    changed = build(settings, ("beta", "alpha"))
+    assert changed["vault/alpha"]["skipped"] is False and changed["vault/alpha"]["qualified_links"] == 7
+    assert (changed["vault/alpha"]["written"], changed["vault/beta"]["written"]) == (2, 1)
+    home = (settings.vault_dir / "alpha" / "Home.md").read_text(encoding="utf-8")
+    assert home.endswith("then [[alpha/Only alpha|Only alpha]] and [[alpha/Mine|Mine]].\n")
+    again = build(settings, ("alpha", "beta"))                  # converged: the next build writes nothing
+    assert [again[f"vault/{n}"]["written"] for n in ("alpha", "beta")] == [0, 0]
+    assert [again[f"embed/{n}"]["embedded"] for n in ("alpha", "beta")] == [0, 0]

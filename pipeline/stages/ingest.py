@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -230,32 +231,34 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
 
     with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
-        notes = artifacts.load_notes(settings, source.name)
         others = vault_names(settings, source.name)
+        vault_dir = str(settings.vault_dir / source.name)
+        listing = state.get("vault_listing") if not forced(source.name) else None
+        # the skip check without reading the notes: same notes file, fetch, code and shared names as the last
+        # run, and the attachments it copied unchanged (their list depends on those; the files themselves may move)
+        pre = digest(state.get("notes_sha"), state.get("revision"), code_version("vault"),
+                     sorted(set(source_note_names(settings, source.name)) & others))
+        fast = state.get("vault_fast") or {}
+        if listing and fast.get("pre") == pre and fast.get("key") == digest(pre, _stat_rows(fast.get("files") or [])) \
+                and listing == vault_listing(settings, source.name):
+            return _vault_skipped(state, fast["plan"], vault_dir)
+        notes = artifacts.load_notes(settings, source.name)
         shared_names = ambiguous_names(notes, others)
         notes, qualified = qualify_ambiguous_links(source.name, notes, others)
         plan = plan_attachments(source, notes, settings.raw_dir)
         fetch_state = read_state(source, settings) or {}
         symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
         skip_lines = [*plan.skipped, *symlinks]
-        att_rows = []
-        for rel, path in sorted(plan.files.items()):
-            try:
-                st = path.stat()
-                att_rows.append((rel, str(path), st.st_size, st.st_mtime_ns))
-            except OSError:
-                att_rows.append((rel, str(path), -1, -1))
+        att_rows = _stat_rows([(rel, str(path)) for rel, path in sorted(plan.files.items())])
         key = digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
-        vault_dir = str(settings.vault_dir / source.name)
-        if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
-                and state.get("vault_listing") and not forced(source.name):
-            return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
-                    "removed": 0, "removed_files": [], "conflicts": [],
-                    "kept": len(state.get("vault_kept") or []), "kept_files": list(state.get("vault_kept") or [])[:50],
-                    "attachments": len(att_rows), "attachments_written": 0, "attachment_bytes": plan.bytes,
-                    "attachments_skipped": len(skip_lines), "attachment_skip_lines": skip_lines[:50],
-                    "unresolved_embeds": len(plan.unresolved), "qualified_links": qualified,
-                    "vault_dir": vault_dir, "skipped": True}
+        facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
+                 "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified}
+        fast = {"pre": pre, "files": [[rel, path] for rel, path, _, _ in att_rows], "key": digest(pre, att_rows),
+                "plan": facts}
+        if listing and state.get("vault_key") == key and listing == vault_listing(settings, source.name):
+            if state.get("vault_fast") != fast:
+                artifacts.update_state(settings, source.name, vault_fast=fast)
+            return _vault_skipped(state, facts, vault_dir)
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
         conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
         if skip_lines:
@@ -266,7 +269,7 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
                                vault_listing=vault_listing(settings, source.name), vault_kept=result.kept,
                                vault_conflicts=conflicts, vault_attachments=result.attachments,
-                               vault_attachments_skipped=len(skip_lines))
+                               vault_attachments_skipped=len(skip_lines), vault_fast=fast)
     for line in conflicts:
         log.warning("source '%s': vault/%s/%s was edited since the build wrote it; your version is kept as %s",
                     source.name, source.name, *line.split(" -> ", 1))
@@ -289,6 +292,30 @@ def vault_stage(settings: Settings, source: Source) -> dict[str, Any]:
         "vault_dir": vault_dir,
         "skipped": False,
     }
+
+
+def _stat_rows(files: Sequence[Sequence[str]]) -> list[tuple[str, str, int, int]]:
+    """``(rel, path)`` pairs -> ``(rel, path, size, mtime_ns)``, ``-1, -1`` for a file that cannot be read."""
+    rows = []
+    for rel, path in files:
+        try:
+            st = os.stat(path)
+            rows.append((rel, path, st.st_size, st.st_mtime_ns))
+        except OSError:
+            rows.append((rel, path, -1, -1))
+    return rows
+
+
+def _vault_skipped(state: dict[str, Any], facts: dict[str, Any], vault_dir: str) -> dict[str, Any]:
+    """The vault stage's metadata when nothing was written: counts of its last write, ``facts`` of the
+    attachment plan and the link qualification (as the stage computed them)."""
+    kept = list(state.get("vault_kept") or [])
+    return {"notes": int(state.get("vault_notes", 0)), "written": 0, "unchanged": int(state.get("vault_notes", 0)),
+            "removed": 0, "removed_files": [], "conflicts": [], "kept": len(kept), "kept_files": kept[:50],
+            "attachments": int(facts["attachments"]), "attachments_written": 0, "attachment_bytes": facts["bytes"],
+            "attachments_skipped": int(facts["skipped"]), "attachment_skip_lines": list(facts["skip_lines"]),
+            "unresolved_embeds": int(facts["unresolved"]), "qualified_links": int(facts["qualified"]),
+            "vault_dir": vault_dir, "skipped": True}
 
 
 def frontmatter_check(settings: Settings, source: Source) -> dict[str, Any]:
