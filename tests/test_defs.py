@@ -86,7 +86,8 @@ def _materialize_shared(settings: Settings) -> dg.ExecuteInProcessResult:
                                   instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
 
 
-def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Path) -> None:
+def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.defs.runner import run_build
     from pipeline.evaluate import eval_history_path
     from pipeline.warehouse import read_eval_runs
@@ -127,10 +128,17 @@ def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Pat
     assert (ev["skipped"], ev["history_rows"]) == (True, 0) and "mrr_at_10" not in ev and "n" not in ev
     assert len(read_eval_runs(history)) == 24
 
-    # a full rebuild of the warehouse (a new file replaces it) keeps the history and adds the new run's rows
+    # the warehouse written again in full with the same content: the last report is reused, nothing appended
     settings.warehouse_path.unlink()
     again = run_build(settings)
     assert again.ok, again.shared_error
+    assert again.shared_metadata["retrieval_eval"]["skipped"] is True and len(read_eval_runs(history)) == 24
+    # a forced build redoes the eval (every set-up): the history is kept and gets the new run's rows
+    monkeypatch.setenv("DOCSVAULT_FORCE", "*")
+    again = run_build(settings)
+    monkeypatch.delenv("DOCSVAULT_FORCE")
+    assert again.ok, again.shared_error
+    assert again.shared_metadata["retrieval_eval"]["ablation_carried"] is False
     rows = read_eval_runs(history)
     assert len(rows) == 48 and len({r["run_id"] for r in rows}) == 2
     assert len(read_eval_runs(history, last=1)) == 24

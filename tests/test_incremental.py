@@ -80,6 +80,8 @@ def test_noop_rebuild_embeds_nothing_writes_nothing(settings: Settings) -> None:
 
     again = run_chain(settings)
     assert again["embed"]["embedded"] == 0
+    assert again["embed"]["skipped"] is True                     # chunks and caches as they were: not even read
+    assert again["embed"]["cached"] == first["embed"]["embedded"] + first["embed"]["cached"]
     assert again["vault"]["written"] == 0 and again["vault"]["skipped"] is True
     assert again["normalize"]["skipped"] and again["chunk"]["skipped"] and again["graph"]["skipped"]
     assert again["warehouse"]["skipped"] is True

@@ -488,6 +488,10 @@ def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
     if setups:
         meta["ablation"] = dg.MetadataValue.md(format_ablation(setups, markdown=True))
         meta["config"] = dg.MetadataValue.json(plain(report.config or {}))
+    ablation = report.ablation or {}
+    if ablation:        # the single-lane figures: computed now, or carried from the warehouse they were computed on
+        meta["ablation_carried"] = bool(ablation.get("carried"))
+        meta["ablation_warehouse_built_at"] = str(ablation.get("warehouse_built_at", ""))
     return meta
 
 

@@ -6,6 +6,10 @@ several sources (and the user's own folders) Obsidian resolves a bare name acros
 another source's ``Home.md``. Such links are written qualified: ``[[<source>/<path>|Open]]`` (display text kept:
 the alias, else the name as written, ``Note > Heading`` for a heading link). Links whose name is unique in the vault
 are left as written, as are links that do not resolve within the source.
+
+Which names are taken elsewhere is the caller's input (``others``): the vault stage builds it from the other
+sources' notes, not from their vault folders (:func:`pipeline.stages.ingest.vault_names`), so the result does not
+depend on the order in which sources are written.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import os
 import posixpath
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from pipeline.models import Note, text_hash
@@ -27,15 +31,22 @@ def _key(name: str) -> str:
     return unicodedata.normalize("NFC", name).casefold()
 
 
-def other_note_names(vault_dir: Path, source: str) -> set[str]:
+def note_names(rel_paths: Iterable[str]) -> set[str]:
+    """Casefolded NFC names (file name without ``.md``) of these note paths (posix, ending in ``.md``)."""
+    return {_key(posixpath.basename(rel)[:-3]) for rel in rel_paths if rel.endswith(".md")}
+
+
+def other_note_names(vault_dir: Path, source: str | Collection[str]) -> set[str]:
     """Casefolded NFC names (without ``.md``) of the Markdown files in the vault outside ``vault/<source>/`` (other
-    sources and the user's own folders; dot folders skipped)."""
+    sources and the user's own folders; dot folders skipped). ``source`` may be several folder names, all skipped.
+    """
+    skip = {source} if isinstance(source, str) else set(source)
     names: set[str] = set()
     vault_dir = Path(vault_dir)
     if not vault_dir.is_dir():
         return names
     for entry in sorted(vault_dir.iterdir()):
-        if entry.name.startswith(".") or entry.name == source:
+        if entry.name.startswith(".") or entry.name in skip:
             continue
         if entry.is_file() and entry.name.endswith(".md"):
             names.add(_key(entry.name[:-3]))

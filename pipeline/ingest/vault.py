@@ -118,6 +118,16 @@ def index_note(source: str, notes: Sequence[Note], rel_path: str = INDEX_NAME) -
                 body="\n".join(lines) + "\n")
 
 
+def index_rel_path(rel_paths: Iterable[str]) -> str:
+    """Where :func:`write_source` puts the index note among these note rel_paths: ``_index.md``, or ``_index (2).md``,
+    ``_index (3).md``… when a note already has that path (compared casefolded)."""
+    taken = {rel.casefold() for rel in rel_paths}
+    rel, n = INDEX_NAME, 2
+    while rel.casefold() in taken:
+        rel, n = f"{INDEX_NAME[:-3]} ({n}).md", n + 1
+    return rel
+
+
 def _safe_target(root: Path, rel_path: str, source: str) -> Path:
     """``root / rel_path`` after checking it stays inside ``root`` (no absolute paths, ``..``, or symlink escapes)."""
     pure = PurePosixPath(rel_path)
@@ -243,10 +253,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                                   render_note(_ordered(note.frontmatter), note.body).encode("utf-8"))
     index_rel = None
     if index and notes:
-        taken = {rel.casefold() for rel in targets}
-        index_rel, n = INDEX_NAME, 2
-        while index_rel.casefold() in taken:
-            index_rel, n = f"{INDEX_NAME[:-3]} ({n}).md", n + 1
+        index_rel = index_rel_path(targets)
         idx = index_note(source, notes, index_rel)
         targets[index_rel] = (_safe_target(root, index_rel, source), render_note(idx.frontmatter, idx.body).encode())
     copies: dict[str, tuple[Path, Path, str]] = {}          # rel -> (vault path, source file, sha256)

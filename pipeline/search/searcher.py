@@ -385,6 +385,7 @@ class Searcher:
         self._embedders: dict[str, Embedder] = {}
         self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
+        self._qcache_size = QUERY_CACHE
         self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
 
@@ -500,9 +501,22 @@ class Searcher:
             vec = self._remember_query_vector(key, self.embedder(model_id).embed_query(query))
         return vec
 
+    def query_vectors(self) -> dict[tuple[str, str], np.ndarray]:
+        """The query vectors this searcher holds now: ``(model id, text) -> float32 (dim,)`` (e.g. to store them
+        for :meth:`remember_query_vectors` in a later process)."""
+        return dict(self._qcache)
+
+    def remember_query_vectors(self, vectors: Mapping[tuple[str, str], np.ndarray], keep: int = 0) -> None:
+        """Hold these query vectors (as :meth:`query_vectors` gives them), so their texts are not embedded again;
+        from now on at least ``keep`` query vectors are held (else QUERY_CACHE, FIFO): an eval's whole set."""
+        self._qcache_size = max(self._qcache_size, keep, len(self._qcache) + len(vectors))
+        for key, vec in vectors.items():
+            self._remember_query_vector(key, vec)
+
     def _remember_query_vector(self, key: tuple[str, str], vec: np.ndarray) -> np.ndarray:
-        """Put a query vector in the FIFO cache (at most QUERY_CACHE); returns it."""
-        if key not in self._qcache and len(self._qcache) >= QUERY_CACHE:
+        """Put a query vector in the FIFO cache (at most QUERY_CACHE, or what remember_query_vectors asked);
+        returns it."""
+        if key not in self._qcache and len(self._qcache) >= self._qcache_size:
             self._qcache.pop(next(iter(self._qcache)))
         self._qcache[key] = vec
         return vec

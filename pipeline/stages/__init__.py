@@ -16,13 +16,16 @@ when the key is unchanged and its output is still there (``skipped`` True in its
   are re-chunked;
 * embed: the embedding cache (model id + chunk text hash) means only new texts are embedded; texts missing from
   the cache are first looked up in the warehouse (which keeps every vector with its chunk's text hash), so a
-  deleted or moved cache is re-seeded instead of re-embedded;
+  deleted or moved cache is re-seeded instead of re-embedded; skipped outright (chunks not even read) when the
+  chunks file, the models and the code are those of its last run and every cache shard that run left is still there;
 * graph: the listings of every built source's vault folder;
 * warehouse: a key of all of the above; unchanged -> nothing is published. Otherwise BM25 tokens come from a token
   cache keyed by text hash (``<data>/cache/bm25/``) and :func:`pipeline.warehouse.publish` updates a copy of the
   current file incrementally (vectors of changed chunks go to a small delta table, the HNSW index is not rebuilt)
   before swapping it in, or writes a new file when that is not possible (first build, new schema, model change).
-* search_index / eval: re-run only when the warehouse changed (or the eval files did).
+* search_index: re-run only when the warehouse file changed; eval: only when the warehouse's content (its input
+  key), the eval files, the search code or the synonyms did; an incremental build runs only the fused set-ups and
+  carries the single-lane ablation (see :func:`pipeline.stages.evaluate.eval_stage`).
 
 Every write is atomic and every key is recorded after its output is written, so a build killed at any moment
 (SIGKILL) redoes at most the interrupted stage next time.

@@ -43,6 +43,8 @@ _CODE = {
               "common/markdown.py"),
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
+    "eval": ("evaluate.py", "search/searcher.py", "search/query.py", "search/synonyms.py", "search/translate.py",
+             "search/tags.py", "index/analysis.py", "index/bm25.py", "index/embed.py", "index/onnx_embed.py"),
     "warehouse": ("warehouse/schema.py", "warehouse/write.py", "index/bm25.py", "index/analysis.py",
                   "index/graph.py", "stages/warehouse.py", "stages/index.py"),
 }

@@ -11,11 +11,14 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
-from pipeline.stages.base import SHARED_STATE, digest, file_sha, now, stage_lock
+from pipeline.stages.base import SHARED_STATE, code_version, digest, file_sha, forced, now, stage_lock
 from pipeline.stages.index import built_sources, shared_state
 from pipeline.stages.results import EvalStageResult, SearchIndexResult
 
 log = logging.getLogger("docsvault")
+
+#: ``DOCSVAULT_EVAL_ABLATION=1``: the eval stage computes every single-lane set-up even when it could carry them
+ABLATION_ENV = "DOCSVAULT_EVAL_ABLATION"
 
 
 def eval_files(settings: Settings) -> list[Path]:
@@ -30,6 +33,68 @@ def _warehouse_version(settings: Settings) -> str:
     except OSError:
         return ""
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _warehouse_content(settings: Settings) -> str:
+    """The published warehouse's input key (a digest of everything it was built from: the same content gives the
+    same key, whether written in full or updated), else its file identity (:func:`_warehouse_version`)."""
+    from pipeline.warehouse import connect, read_meta
+
+    if settings.warehouse_path.exists():
+        try:
+            con = connect(settings.warehouse_path, read_only=True)
+            try:
+                key = read_meta(con).get("input_key")
+            finally:
+                con.close()
+            if key:
+                return f"input:{key}"
+        except Exception:           # an unreadable file: its identity; the eval run itself reports the problem
+            pass
+    return _warehouse_version(settings)
+
+
+def query_vectors_path(settings: Settings) -> Path:
+    """``<data>/cache/eval-query-vectors.npz``: the eval queries' vectors (see :func:`load_query_vectors`)."""
+    return settings.cache_dir / "eval-query-vectors.npz"
+
+
+def load_query_vectors(path: Path, version: str) -> dict[tuple[str, str], Any]:
+    """The query vectors a past eval stored with :func:`save_query_vectors` under the same ``version`` (the code
+    that embeds and searches): ``(model id, text) -> float32 (dim,)``; ``{}`` when there is none, it is of other
+    code or unreadable (the eval then embeds its queries, as before)."""
+    import json
+
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            index = json.loads(str(data["index"]))
+            if index.get("version") != version:
+                return {}
+            out: dict[tuple[str, str], Any] = {}
+            for i, (model_id, texts) in enumerate(index["models"]):
+                matrix = data[f"m{i}"]
+                out.update({(model_id, text): matrix[j] for j, text in enumerate(texts)})
+            return out
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def save_query_vectors(path: Path, version: str, vectors: dict[tuple[str, str], Any]) -> None:
+    """Store query vectors (``(model id, text) -> vector``) for :func:`load_query_vectors`, atomically."""
+    import json
+
+    import numpy as np
+
+    by_model: dict[str, list[tuple[str, Any]]] = {}
+    for (model_id, text), vec in sorted(vectors.items(), key=lambda kv: kv[0]):
+        by_model.setdefault(model_id, []).append((text, vec))
+    models = sorted(by_model)
+    arrays = {f"m{i}": np.stack([np.asarray(v, dtype=np.float32) for _, v in by_model[m]]) for i, m in enumerate(models)}
+    index = {"version": version, "models": [[m, [t for t, _ in by_model[m]]] for m in models]}
+    artifacts.write_atomic_with(path, lambda out: np.savez(out, index=np.array(json.dumps(index, ensure_ascii=False)),
+                                                           **arrays))
 
 
 def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None
@@ -84,8 +149,17 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     (``<data>/eval_runs.duckdb``, :func:`pipeline.warehouse.append_eval_runs`: a file of its own, so it survives
     every warehouse publish).
 
-    Skipped (the last report, ``skipped: True``, nothing appended) when neither the warehouse file, the eval
-    files nor the synonyms file changed. Searches use the synonyms file, as the CLI and MCP do.
+    Skipped (the last report, ``skipped: True``, nothing appended) when neither the warehouse's content (its input
+    key), the eval files' content, the built sources, the synonyms file nor the search code changed, unless the
+    build is forced (``--force`` / ``DOCSVAULT_FORCE``). Searches use the synonyms file, as the CLI and MCP do.
+
+    Ablation only when it can differ in kind: the single-lane set-ups are computed on the first run, when the
+    scored cases, the search code or settings (synonyms, models, weights, lanes) changed, on a forced build, or
+    with ``DOCSVAULT_EVAL_ABLATION=1``; otherwise (an incremental build: only the warehouse content moved) only
+    ``hybrid`` and ``hybrid unscoped`` are run and the single-lane set-ups are carried from the last run that
+    computed them. Every set-up in ``setups`` carries ``warehouse_key`` / ``warehouse_built_at`` of the warehouse
+    it was computed on; ``ablation`` says ``{key, carried, warehouse_key, warehouse_built_at, run_at}`` of the
+    single-lane figures; only computed set-ups are appended to the history.
 
     Returns:
         An :class:`~pipeline.stages.results.EvalStageResult`: the hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
@@ -109,6 +183,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         run_ablation,
         run_eval,
     )
+    from pipeline.config import env_flag
     from pipeline.search.searcher import LANES, Searcher
     from pipeline.warehouse import append_eval_runs, connect, load_graph, read_meta
 
@@ -118,14 +193,15 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     for f in files:
         for p in sorted(f.rglob("*")) if f.is_dir() else [f]:
             if p.is_file():
-                st = p.stat()
-                listing.append((str(p), st.st_size, st.st_mtime_ns))
+                listing.append((str(p), file_sha(p)))
     syn = settings.synonyms_file
-    key = digest("ablation-2", _warehouse_version(settings), listing, names,
-                  file_sha(syn) if syn.is_file() else None)
+    search_key = digest(code_version("eval"), file_sha(syn) if syn.is_file() else None)
+    content = _warehouse_content(settings)
+    key = digest("eval-3", content, listing, names, search_key)
     last = shared_state(settings).get("eval") or {}
-    if last.get("key") == key and isinstance(last.get("report"), dict):
-        return EvalStageResult.from_dict(last["report"], skipped=True, history_rows=0)
+    last_report = last.get("report") if isinstance(last.get("report"), dict) else {}
+    if last.get("key") == key and last_report and not forced():
+        return EvalStageResult.from_dict(last_report, skipped=True, history_rows=0)
     history = eval_history_path(settings.data_dir)
     cases = load_cases(files) if files else []
     cases = [c for c in cases if c.corpus in set(names)]
@@ -141,25 +217,48 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             con.close()
         searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+        vectors_path, vectors_version = query_vectors_path(settings), code_version("eval")
+        stored = load_query_vectors(vectors_path, vectors_version)
+        searcher.remember_query_vectors(stored, keep=16 * len(cases))     # a query is embedded once, ever
         try:
             setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
-            reports = run_ablation(searcher, cases, setups)
-            reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
             config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
                       "models": [m["model_id"] for m in searcher.models]}
+            ablation_key = digest("ablation-3", listing, sorted({c.corpus for c in cases}), search_key, config, setups)
+            before = last_report.get("ablation") or {}
+            carried = last_report.get("setups") or {}
+            carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
+                     and all(name in carried for name in setups))
+            if carry:       # only the warehouse content moved: the fused set-ups now, the single lanes as they were
+                reports = {HYBRID: run_eval(searcher, cases, lanes=setups[HYBRID])}
+            else:
+                reports = run_ablation(searcher, cases, setups)
+            reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
+            held = searcher.query_vectors()
+            if held.keys() != stored.keys():
+                save_query_vectors(vectors_path, vectors_version, held)
         finally:
             searcher.close()
         run_at = now()
         run_id = digest(run_at, key)[:16]
+        built_at = meta.get("built_at", "")
+        computed_on = {"warehouse_key": content, "warehouse_built_at": built_at}
+        entries = {name: {**{k: r[k] for k in ("lanes", "scope", "overall", "by_source", "by_kind")}, **computed_on}
+                   for name, r in reports.items()}
+        if carry:
+            entries = {**{name: carried[name] for name in setups if name != HYBRID}, HYBRID: entries[HYBRID],
+                       UNSCOPED_SETUP: entries[UNSCOPED_SETUP]}
+            ablation = {**before, "carried": True}
+        else:
+            ablation = {"key": ablation_key, "carried": False, **computed_on, "run_at": run_at}
         hybrid = {k: v for k, v in reports[HYBRID].items() if k != "skipped"}   # cases are of built sources only
         report.update(hybrid)
         report.update({
-            "setups": {name: {k: r[k] for k in ("lanes", "scope", "overall", "by_source", "by_kind")}
-                       for name, r in reports.items()},
+            "setups": entries, "ablation": ablation,
             "unscoped": {k: v for k, v in reports[UNSCOPED_SETUP].items() if k != "skipped"},
-            "config": config, "run_id": run_id, "run_at": run_at, "warehouse_built_at": meta.get("built_at", ""),
+            "config": config, "run_id": run_id, "run_at": run_at, "warehouse_built_at": built_at,
         })
-        rows = history_rows(reports, run_id=run_id, run_at=run_at, built_at=meta.get("built_at", ""),
+        rows = history_rows(reports, run_id=run_id, run_at=run_at, built_at=built_at,
                             warehouse_key=meta.get("input_key", ""), cases_key=digest(listing)[:16], config=config)
     with stage_lock(settings):
         if rows:

@@ -185,8 +185,19 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     from pipeline.index.embed import EmbeddingCache, embed_chunks
 
     with stage_lock(settings):
-        chunks = artifacts.load_chunks(settings, source.name)
         state = artifacts.load_state(settings, source.name)
+        specs = sorted({*settings.models_of(source), *([settings.crosslingual] if settings.crosslingual else [])})
+        skip_key = digest(state.get("chunks_sha"), [(s, embedder_factory(s).model_id) for s in specs],
+                          code_version("embed"))
+        last = state.get("embed_done") or {}
+        if state.get("chunks_sha") and last.get("key") == skip_key and isinstance(last.get("meta"), dict) \
+                and not forced(source.name) \
+                and _shards_kept(settings, last.get("shards") or {}):
+            meta = last["meta"]
+            return EmbedResult.from_dict(meta, model_changed="", embedded=0,
+                                         cached=sum((meta.get("models") or {}).values()), seeded=0, seconds=0.0,
+                                         chunks_per_s=0.0, skipped=True)
+        chunks = artifacts.load_chunks(settings, source.name)
         groups = chunk_models(settings, source, chunks)
         embedders = {spec: embedder_factory(spec) for spec in groups}
         model_ids = sorted({e.model_id for e in embedders.values()})
@@ -236,15 +247,44 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
         seconds = time.perf_counter() - started
         primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
+        out = EmbedResult(
+            model=", ".join(primary), models=per_model, model_changed=model_changed, chunks=len(chunks),
+            embedded=n_embedded, cached=n_cached, seeded=seeded, seconds=round(seconds, 3),
+            chunks_per_s=round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
+        )
         artifacts.update_state(settings, source.name, embedded=n_embedded, chunks=len(chunks),
                                models=model_ids or previous,
                                model=", ".join(primary),
-                               embed_key=digest(state.get("chunks_sha"), model_ids))
-    return EmbedResult(
-        model=", ".join(primary), models=per_model, model_changed=model_changed, chunks=len(chunks),
-        embedded=n_embedded, cached=n_cached, seeded=seeded, seconds=round(seconds, 3),
-        chunks_per_s=round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
-    )
+                               embed_key=digest(state.get("chunks_sha"), model_ids),
+                               embed_done={"key": skip_key, "meta": out.as_dict(),
+                                           "shards": _shard_listing(settings, model_ids)})
+    return out
+
+
+def _shard_listing(settings: Settings, model_ids: Sequence[str]) -> dict[str, list[list[Any]]]:
+    """model id -> ``[shard file name, size]`` of its embedding cache now (what holds the vectors just stored)."""
+    from pipeline.index.embed import EmbeddingCache
+
+    out: dict[str, list[list[Any]]] = {}
+    for model_id in model_ids:
+        rows = []
+        for path in EmbeddingCache(settings.cache_dir, model_id).shards():
+            try:
+                rows.append([path.name, path.stat().st_size])
+            except OSError:
+                continue
+        out[model_id] = rows
+    return out
+
+
+def _shards_kept(settings: Settings, recorded: dict[str, list[list[Any]]]) -> bool:
+    """Every shard recorded by :func:`_shard_listing` is still there with its size (the caches only grow; a
+    compacted, deleted or rewritten cache makes the embed stage check every chunk again)."""
+    if not recorded:
+        return False
+    now_ = _shard_listing(settings, list(recorded))
+    return all({tuple(r) for r in rows} <= {tuple(r) for r in now_.get(model_id, [])}
+               for model_id, rows in recorded.items())
 
 
 # ---------------------------------------------------------------- all sources

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -137,6 +138,65 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
         seconds=round(time.perf_counter() - started, 3))
 
 
+def note_names_path(settings: Settings, source: str) -> Path:
+    """``<data>/notes/<source>.names.json``: the names cache of :func:`source_note_names`."""
+    return settings.notes_dir / f"{source}.names.json"
+
+
+def source_note_names(settings: Settings, source: str) -> list[str]:
+    """The names the notes of ``source`` take in the vault: casefolded NFC file names without ``.md``, its index
+    note's (``_index``) included; sorted, ``[]`` when the source has no notes file (never normalized).
+
+    Read from its notes file (what its vault stage will write), cached in ``<data>/notes/<source>.names.json``
+    under the notes file's (size, mtime_ns).
+    """
+    import json
+
+    from pipeline.index.vaultlinks import note_names
+    from pipeline.ingest.vault import index_rel_path
+
+    path = artifacts.notes_path(settings, source)
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    stamp = [st.st_size, st.st_mtime_ns]
+    cache = note_names_path(settings, source)
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached.get("stamp") == stamp:
+            return list(cached["names"])
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    rels = [str(r["rel_path"]) for r in artifacts.read_jsonl(path)]
+    names = sorted(note_names(rels) | (note_names([index_rel_path(rels)]) if rels else set()))
+    artifacts.write_atomic(cache, json.dumps({"stamp": stamp, "names": names}, ensure_ascii=False).encode("utf-8"))
+    return names
+
+
+def vault_names(settings: Settings, source: str) -> set[str]:
+    """What a bare link's name may also open in the merged vault, besides a note of ``source`` (casefolded NFC
+    names, see :mod:`pipeline.index.vaultlinks`): the notes of every other source that has a notes file (from that
+    file, :func:`source_note_names`, not from its vault folder) and the user's files there (``vault_kept`` of its
+    last vault write), plus the Markdown files of the vault's other folders (the user's own).
+
+    Taken from the sources' content, never from what another source's vault folder holds now, so a source's notes
+    do not depend on the order in which the sources' vault stages run: `docsvault build` normalizes every source
+    before it writes any vault folder (the in-process executor runs the steps breadth first), so the first build
+    already writes what a rebuild would.
+    """
+    from pipeline.index.vaultlinks import note_names, other_note_names
+
+    others = sorted(p.name[:-len(".jsonl")] for p in settings.notes_dir.glob("*.jsonl")
+                    if p.name[:-len(".jsonl")] != source and not p.name.startswith(".")) \
+        if settings.notes_dir.is_dir() else []
+    names = other_note_names(settings.vault_dir, {source, *others})
+    for name in others:
+        names.update(source_note_names(settings, name))
+        names.update(note_names(str(rel) for rel in artifacts.load_state(settings, name).get("vault_kept") or []))
+    return names
+
+
 def vault_skipped_path(settings: Settings, source: str) -> Path:
     """``<data>/state/<source>.vault-skipped.txt``: one line per attachment (or symlink) the last vault stage did
     not copy, with the reason (no file when there was none)."""
@@ -154,43 +214,46 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
     ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
     ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
     (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
-    because their name is also a note elsewhere in the vault, see :mod:`pipeline.index.vaultlinks`).
+    because their name is also a note elsewhere in the vault, see :func:`vault_names` and
+    :mod:`pipeline.index.vaultlinks`).
 
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
-    from pipeline.index.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
+    from pipeline.index.vaultlinks import ambiguous_names, qualify_ambiguous_links
     from pipeline.ingest.attachments import plan_attachments
     from pipeline.ingest.fetch import read_state
     from pipeline.ingest.vault import write_source
 
     with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
+        others = vault_names(settings, source.name)
+        vault_dir = str(settings.vault_dir / source.name)
+        listing = state.get("vault_listing") if not forced(source.name) else None
+        # the skip check without reading the notes: same notes file, fetch, code and shared names as the last
+        # run, and the attachments it copied unchanged (their list depends on those; the files themselves may move)
+        pre = digest(state.get("notes_sha"), state.get("revision"), code_version("vault"),
+                     sorted(set(source_note_names(settings, source.name)) & others))
+        fast = state.get("vault_fast") or {}
+        if listing and fast.get("pre") == pre and fast.get("key") == digest(pre, _stat_rows(fast.get("files") or [])) \
+                and listing == vault_listing(settings, source.name):
+            return _vault_skipped(state, fast["plan"], vault_dir)
         notes = artifacts.load_notes(settings, source.name)
-        others = other_note_names(settings.vault_dir, source.name)
         shared_names = ambiguous_names(notes, others)
         notes, qualified = qualify_ambiguous_links(source.name, notes, others)
         plan = plan_attachments(source, notes, settings.raw_dir)
         fetch_state = read_state(source, settings) or {}
         symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
         skip_lines = [*plan.skipped, *symlinks]
-        att_rows = []
-        for rel, path in sorted(plan.files.items()):
-            try:
-                st = path.stat()
-                att_rows.append((rel, str(path), st.st_size, st.st_mtime_ns))
-            except OSError:
-                att_rows.append((rel, str(path), -1, -1))
+        att_rows = _stat_rows([(rel, str(path)) for rel, path in sorted(plan.files.items())])
         key = digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
-        vault_dir = str(settings.vault_dir / source.name)
-        if state.get("vault_key") == key and state.get("vault_listing") == vault_listing(settings, source.name) \
-                and state.get("vault_listing") and not forced(source.name):
-            return VaultResult(
-                notes=int(state.get("vault_notes", 0)), written=0, unchanged=int(state.get("vault_notes", 0)),
-                removed=0, removed_files=(), kept=len(state.get("vault_kept") or []),
-                kept_files=tuple(state.get("vault_kept") or [])[:50], conflicts=(), attachments=len(att_rows),
-                attachments_written=0, attachment_bytes=plan.bytes, attachments_skipped=len(skip_lines),
-                attachment_skip_lines=tuple(skip_lines[:50]), unresolved_embeds=len(plan.unresolved),
-                qualified_links=qualified, vault_dir=vault_dir, skipped=True)
+        facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
+                 "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified}
+        fast = {"pre": pre, "files": [[rel, path] for rel, path, _, _ in att_rows], "key": digest(pre, att_rows),
+                "plan": facts}
+        if listing and state.get("vault_key") == key and listing == vault_listing(settings, source.name):
+            if state.get("vault_fast") != fast:
+                artifacts.update_state(settings, source.name, vault_fast=fast)
+            return _vault_skipped(state, facts, vault_dir)
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
         conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
         if skip_lines:
@@ -201,7 +264,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
                                vault_listing=vault_listing(settings, source.name), vault_kept=result.kept,
                                vault_conflicts=conflicts, vault_attachments=result.attachments,
-                               vault_attachments_skipped=len(skip_lines))
+                               vault_attachments_skipped=len(skip_lines), vault_fast=fast)
     for line in conflicts:
         log.warning("source '%s': vault/%s/%s was edited since the build wrote it; your version is kept as %s",
                     source.name, source.name, *line.split(" -> ", 1))
@@ -213,6 +276,31 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         attachments_skipped=len(skip_lines), attachment_skip_lines=tuple(skip_lines[:50]),
         unresolved_embeds=len(plan.unresolved), qualified_links=qualified, vault_dir=vault_dir, skipped=False,
     )
+
+
+def _stat_rows(files: Sequence[Sequence[str]]) -> list[tuple[str, str, int, int]]:
+    """``(rel, path)`` pairs -> ``(rel, path, size, mtime_ns)``, ``-1, -1`` for a file that cannot be read."""
+    rows = []
+    for rel, path in files:
+        try:
+            st = os.stat(path)
+            rows.append((rel, path, st.st_size, st.st_mtime_ns))
+        except OSError:
+            rows.append((rel, path, -1, -1))
+    return rows
+
+
+def _vault_skipped(state: dict[str, Any], facts: dict[str, Any], vault_dir: str) -> VaultResult:
+    """The vault stage's metadata when nothing was written: counts of its last write, ``facts`` of the
+    attachment plan and the link qualification (as the stage computed them)."""
+    kept = list(state.get("vault_kept") or [])
+    return VaultResult(
+        notes=int(state.get("vault_notes", 0)), written=0, unchanged=int(state.get("vault_notes", 0)), removed=0,
+        removed_files=(), kept=len(kept), kept_files=tuple(kept[:50]), conflicts=(),
+        attachments=int(facts["attachments"]), attachments_written=0, attachment_bytes=facts["bytes"],
+        attachments_skipped=int(facts["skipped"]), attachment_skip_lines=tuple(facts["skip_lines"]),
+        unresolved_embeds=int(facts["unresolved"]), qualified_links=int(facts["qualified"]), vault_dir=vault_dir,
+        skipped=True)
 
 
 def frontmatter_check(settings: Settings, source: Source) -> FrontmatterCheck:

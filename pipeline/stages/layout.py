@@ -10,7 +10,7 @@ from pipeline.common import artifacts
 from pipeline.config import Settings
 from pipeline.models import Source
 from pipeline.stages.index import chunk_index_path
-from pipeline.stages.ingest import vault_skipped_path
+from pipeline.stages.ingest import note_names_path, vault_skipped_path
 
 log = logging.getLogger("docsvault")
 
@@ -119,7 +119,7 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> lis
                      if not p.name.startswith(".") and p.name[:-5] not in keep) if state_dir.is_dir() else []
     for name in dropped:
         for path in (state_dir / f"{name}.errors.txt", vault_skipped_path(settings, name),
-                     artifacts.notes_path(settings, name),
+                     artifacts.notes_path(settings, name), note_names_path(settings, name),
                      artifacts.chunks_path(settings, name), chunk_index_path(settings, name),
                      settings.graph_dir / f"dangling-{name}.json"):
             path.unlink(missing_ok=True)

@@ -168,6 +168,7 @@ class EmbedResult(StageResult):
     seeded: int
     seconds: float
     chunks_per_s: float
+    skipped: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,4 +275,5 @@ class EvalStageResult(StageResult):
     run_id: str | None = None
     run_at: str | None = None
     warehouse_built_at: str | None = None
+    ablation: Mapping[str, Any] | None = None
     skipped: bool = False

@@ -1,0 +1,142 @@
+"""Issue 19: the eval stage does no repeated work. Same warehouse content, cases and search settings -> the last
+report; an incremental build (only the warehouse content moved) -> only ``hybrid`` and ``hybrid unscoped`` run, the
+single-lane set-ups are carried and marked with the warehouse they were computed on; a forced build or
+``DOCSVAULT_EVAL_ABLATION=1`` computes every set-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pipeline.evaluate as ev
+from pipeline import stages as b
+from pipeline.config import Settings
+from pipeline.index.embed import load_embedder
+from pipeline.ingest.sources import load_sources
+from pipeline.warehouse import read_eval_runs
+
+SCOPED = ["bm25", "bm25_page", "vector", "graph", "hybrid"]
+
+
+@pytest.fixture(autouse=True)
+def _no_growth_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", 100.0)   # keep the tiny warehouse incremental
+
+
+@pytest.fixture
+def settings(tiny_env: Path) -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture
+def evals_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(lanes, scope) of every run_eval call."""
+    calls: list[tuple[str, str]] = []
+    real = ev.run_eval
+
+    def spy(searcher: Any, cases: Any, lanes: Any = None, scope: str = "scoped") -> Any:
+        calls.append(("+".join(lanes or ()), scope))
+        return real(searcher, cases, lanes=lanes, scope=scope)
+
+    monkeypatch.setattr(ev, "run_eval", spy)
+    return calls
+
+
+class CountingEmbedder:
+    """An embedder that counts the queries it embeds (``embedded``: every text, over all instances)."""
+
+    embedded: list[str] = []
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def embed_query(self, text: str) -> Any:
+        CountingEmbedder.embedded.append(text)
+        return self._inner.embed_query(text)
+
+
+def build(settings: Settings) -> dict[str, Any]:
+    """Every stage once, as `docsvault build` runs them; the eval stage's report."""
+    sources = load_sources(settings.sources_file)
+    for s in sources:
+        b.fetch_stage(settings, s)
+        b.normalize_stage(settings, s)
+        b.vault_stage(settings, s)
+        b.chunk_stage(settings, s, load_embedder)
+        b.embed_stage(settings, s, load_embedder)
+    b.graph_stage(settings, sources)
+    b.warehouse_stage(settings, sources, load_embedder)
+    return b.eval_stage(settings, sources, embedder_factory=lambda spec: CountingEmbedder(load_embedder(spec)))
+
+
+def edit(tiny_env: Path, n: int) -> None:
+    guide = tiny_env / "tinyvault" / "Install guide.md"
+    guide.write_text(guide.read_text(encoding="utf-8") + f"\n\nEdit {n}: a new paragraph about upgrades.\n",
+                     encoding="utf-8")
+
+
+def test_incremental_build_runs_only_the_fused_setups(settings: Settings, tiny_env: Path,
+                                                      evals_run: list[tuple[str, str]]) -> None:
+    history = ev.eval_history_path(settings.data_dir)
+    CountingEmbedder.embedded.clear()
+    first = build(settings)
+    assert sorted(set(CountingEmbedder.embedded)) == ["install the tool on windows", "water bird in the pond"]
+    assert [c[0] for c in evals_run] == ["bm25", "bm25_page", "vector", "graph", "bm25+bm25_page+vector",
+                                         "bm25+bm25_page+vector"]
+    assert first["ablation"]["carried"] is False and first["history_rows"] == 24
+    assert list(first["setups"]) == [*SCOPED, "hybrid unscoped"]
+    first_key = first["setups"]["bm25"]["warehouse_key"]
+    assert first_key.startswith("input:") and first["ablation"]["warehouse_key"] == first_key
+
+    evals_run.clear()                                   # nothing changed: nothing run, nothing appended
+    again = build(settings)
+    assert (again["skipped"], again["history_rows"], evals_run) == (True, 0, [])
+
+    edit(tiny_env, 1)                                   # an incremental build: the fused set-ups only ...
+    CountingEmbedder.embedded.clear()
+    inc = build(settings)
+    assert CountingEmbedder.embedded == []              # ... with the query vectors the last eval stored
+    assert evals_run == [("bm25+bm25_page+vector", "scoped"), ("bm25+bm25_page+vector", "unscoped")]
+    assert inc["skipped"] is False and inc["history_rows"] == 8          # 2 set-ups x 4 groups
+    assert list(inc["setups"]) == [*SCOPED, "hybrid unscoped"]         # the same keys as a full run
+    assert inc["ablation"] == {**first["ablation"], "carried": True}
+    for lane in ("bm25", "bm25_page", "vector", "graph"):
+        assert inc["setups"][lane] == first["setups"][lane]             # carried, marked with their warehouse
+    new_key = inc["setups"]["hybrid"]["warehouse_key"]
+    assert new_key.startswith("input:") and new_key != first_key
+    assert inc["setups"]["hybrid unscoped"]["warehouse_key"] == new_key
+    rows = read_eval_runs(history)
+    assert len(rows) == 32 and {r["setup"] for r in rows[24:]} == {"hybrid", "hybrid unscoped"}
+
+
+def test_ablation_flag_and_a_rewrite_of_the_same_content(settings: Settings, tiny_env: Path,
+                                                         evals_run: list[tuple[str, str]],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    build(settings)
+    evals_run.clear()
+    settings.warehouse_path.unlink()                    # written again in full, same content: the last report
+    again = build(settings)
+    assert (again["skipped"], evals_run) == (True, [])
+
+    monkeypatch.setenv("DOCSVAULT_EVAL_ABLATION", "1")  # the explicit flag: every set-up when the eval runs
+    edit(tiny_env, 2)
+    full = build(settings)
+    assert len(evals_run) == 6 and full["ablation"]["carried"] is False and full["history_rows"] == 24
+    assert {s["warehouse_key"] for s in full["setups"].values()} == {full["ablation"]["warehouse_key"]}
+
+
+def test_changed_cases_recompute_the_ablation(settings: Settings, tiny_env: Path,
+                                              evals_run: list[tuple[str, str]]) -> None:
+    build(settings)
+    evals_run.clear()
+    cases = tiny_env / "evals" / "tiny.yaml"
+    cases.write_text(cases.read_text(encoding="utf-8").replace("install the tool on windows",
+                                                               "install the tool on a windows machine"),
+                     encoding="utf-8")
+    again = build(settings)
+    assert len(evals_run) == 6 and again["ablation"]["carried"] is False
