@@ -166,3 +166,82 @@ def test_a_shared_request_reenters_a_held_exclusive_lock(tmp_path: Path) -> None
         with build_lock(tmp_path, shared=True) as inner:
             assert inner is outer
         assert outer.held
+
+
+SLOT_THEN_LOCK = textwrap.dedent(
+    """
+    import json, sys, time
+    import dagster as dg
+    from pipeline.common.lock import build_lock
+    from pipeline.defs.assets import WAREHOUSE_POOL
+    instance = dg.DagsterInstance.get()
+    # a sensor run's warehouse step: its pool slot first, then the build lock (as every Dagster step takes them)
+    instance.event_log_storage.initialize_concurrency_limit_to_default(WAREHOUSE_POOL)
+    claim = instance.event_log_storage.claim_concurrency_slot(WAREHOUSE_POOL, "sensor-run", "warehouse")
+    print(json.dumps({"slot": bool(claim.is_claimed)}), flush=True)
+    try:
+        with build_lock(sys.argv[1], wait=float(sys.argv[2])):
+            got = True
+            time.sleep(1)
+    except Exception as exc:
+        got = repr(exc)
+    instance.event_log_storage.free_concurrency_slots_for_run("sensor-run")
+    print(json.dumps({"lock": got}), flush=True)
+    """
+)
+
+
+def test_a_build_and_a_dagster_step_holding_a_pool_slot_take_turns(tiny_env: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a `docsvault build` runs, a step of another run takes the warehouse pool slot and waits for the build
+    lock: it gets the lock between the build's stages, and the build's link_graph then gets the slot (a build that
+    held the lock throughout deadlocked with it until the step's lock wait ran out)."""
+    from pipeline import stages
+    from pipeline.config import Settings
+    from pipeline.defs.runner import ensure_instance, run_build
+
+    settings = Settings.from_env()
+    ensure_instance(settings)
+    steps: list[subprocess.Popen] = []
+    chunk_stage = stages.chunk_stage
+
+    def chunk_then_start_the_other_step(*args: object, **kwargs: object) -> object:
+        if not steps:     # mid-build: the other run's step claims the slot, then asks for the lock
+            steps.append(subprocess.Popen([sys.executable, "-c", SLOT_THEN_LOCK, str(settings.data_dir), "30"],
+                                          stdout=subprocess.PIPE, text=True))
+            assert json.loads(steps[0].stdout.readline()) == {"slot": True}
+        return chunk_stage(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "chunk_stage", chunk_then_start_the_other_step)
+    try:
+        report = run_build(settings)
+        assert json.loads(steps[0].stdout.readline()) == {"lock": True}
+        assert report.sources[0].ok and report.shared_ok
+    finally:
+        for step in steps:
+            step.kill()
+            step.wait()
+
+
+def test_the_sensor_releases_a_killed_builds_run_only_when_no_build_runs(tiny_env: Path) -> None:
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from pipeline.common.lock import build_run_lock
+    from pipeline.config import Settings
+    from pipeline.defs.executor import release_dead_builds
+    from pipeline.defs.runner import ensure_instance
+
+    settings = Settings.from_env()
+    ensure_instance(settings)
+    instance = dg.DagsterInstance.get()
+    instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="killed-build", status=dg.DagsterRunStatus.STARTED,
+                                tags={"docsvault/run": "build"}))
+    with build_run_lock(settings.data_dir):             # a live build: its run is not touched
+        holder = subprocess.run([sys.executable, "-c", "import dagster as dg, sys; from pipeline.config import "
+                                 "Settings; from pipeline.defs.executor import release_dead_builds; print("
+                                 "release_dead_builds(Settings.from_env(), dg.DagsterInstance.get()))"],
+                                capture_output=True, text=True, check=True)
+        assert holder.stdout == "[]\n"
+    assert release_dead_builds(settings, instance) == ["killed-build"]
+    assert instance.get_run_by_id("killed-build").status == dg.DagsterRunStatus.FAILURE

@@ -4,8 +4,9 @@ The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it
 SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
 names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``.
 
-The lock is re-entrant inside one process (Dagster's in-process executor runs every asset of ``docsvault build`` in
-the process that took the lock; each stage function takes it again). A second process either waits up to ``wait``
+The lock is re-entrant inside one process (a stage function inside a step that holds it takes it again). A
+``docsvault build`` holds ``<data>/build-run.lock`` for its whole run and ``build.lock`` only while it cleans up and
+while each of its stages runs, like any Dagster run's step (see :data:`RUN_LOCK_NAME`). A second process either waits up to ``wait``
 seconds or gets :class:`~pipeline.common.errors.BuildLockedError` naming the holder's pid and start time.
 
 On systems without ``fcntl`` (Windows) the file is created with ``O_EXCL`` and a lock whose pid is not alive is
@@ -36,9 +37,13 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger("docsvault")
 
-__all__ = ["LOCK_NAME", "BuildLock", "build_lock", "lock_holder", "pid_alive"]
+__all__ = ["LOCK_NAME", "RUN_LOCK_NAME", "BuildLock", "build_lock", "build_run_lock", "lock_holder", "pid_alive"]
 
 LOCK_NAME = "build.lock"
+#: held by a ``docsvault build`` for its whole run (one at a time); its stages take ``build.lock`` each in turn, as a
+#: Dagster run's steps do, so both take a Dagster pool slot first and the lock second (the other order deadlocked:
+#: the CLI build held the lock and waited for the pool slot that a sensor run's step held while waiting for the lock)
+RUN_LOCK_NAME = "build-run.lock"
 
 _held: dict[Path, "BuildLock"] = {}          # path -> the lock this process holds (re-entrancy)
 _held_guard = threading.Lock()
@@ -220,15 +225,27 @@ def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False) -> Itera
         lock.release()
 
 
+@contextmanager
+def build_run_lock(data_dir: Path, wait: float = 0.0) -> Iterator[BuildLock]:
+    """Hold ``<data_dir>/build-run.lock`` for a whole ``docsvault build`` (see :data:`RUN_LOCK_NAME`).
+
+    Raises:
+        BuildLockedError: another ``docsvault build`` runs (the message names its pid and start time).
+    """
+    with BuildLock(Path(data_dir) / RUN_LOCK_NAME, wait=wait) as lock:
+        yield lock
+
+
 def running_build(data_dir: Path) -> str | None:
-    """``"pid N on HOST, started at T"`` when a live build holds ``<data_dir>/build.lock``, else None.
+    """``"pid N on HOST, started at T"`` when a live ``docsvault build`` or a stage holds its lock, else None.
 
     Best effort, for messages (a reader never waits for the lock): the holder's pid must be alive on this host.
     """
     import socket
 
-    info = lock_holder(Path(data_dir) / LOCK_NAME)
-    pid = info.get("pid")
-    if not isinstance(pid, int) or info.get("host") not in (None, socket.gethostname()) or not pid_alive(pid):
-        return None
-    return _describe(info)
+    for name in (RUN_LOCK_NAME, LOCK_NAME):
+        info = lock_holder(Path(data_dir) / name)
+        pid = info.get("pid")
+        if isinstance(pid, int) and info.get("host") in (None, socket.gethostname()) and pid_alive(pid):
+            return _describe(info)
+    return None

@@ -57,9 +57,13 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                            "llms.txt / sitemap, local listing hash); only that source's assets + the shared stages. "
                            f"A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        from pipeline.defs.executor import release_dead_builds
         from pipeline.ingest.fetch.watch import check_upstream
 
         current = settings() if callable(settings) else settings
+        if context.instance_ref is not None:      # a killed `docsvault build` must not keep holding a pool slot
+            for run_id in release_dead_builds(current, context.instance):
+                context.log.warning(f"released run {run_id} of a docsvault build that is gone (killed)")
         try:
             cursor: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         except ValueError:

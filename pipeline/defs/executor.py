@@ -22,9 +22,12 @@ Run config, as for ``dg.multi_or_in_process_executor``::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 NON_BLOCKING = {"require_upstream_step_success": False}
 
@@ -60,3 +63,33 @@ def executor_defs() -> dg.Definitions:
 @dg.definitions
 def executor() -> dg.Definitions:
     return executor_defs()
+
+
+def release_dead_builds(settings: Settings, instance: dg.DagsterInstance) -> list[str]:
+    """Release the runs of a ``docsvault build`` that died (:func:`release_build_runs`) when no build runs now;
+    the upstream-change sensor calls it, so a daemon-only deployment is not left waiting for the pool slot a killed
+    build's step held. Returns the run ids released ([] while a build runs)."""
+    from pipeline.common.errors import BuildLockedError
+    from pipeline.common.lock import build_run_lock
+
+    try:
+        with build_run_lock(settings.data_dir, wait=0):
+            return release_build_runs(instance)
+    except BuildLockedError:
+        return []
+
+
+def release_build_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Runs of ``docsvault build`` still marked in progress are from a build process that died (killed, power cut):
+    the caller holds ``build-run.lock``, so no other build runs. Each is reported failed and its pool slots are freed,
+    or the single-writer stages of every later build would wait forever for the slot a dead step still holds
+    ("Step blocked by limit for pool docsvault_warehouse"). Returns the run ids released."""
+    released = []
+    in_progress = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.QUEUED,
+                   dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.CANCELING]
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={"docsvault/run": "build"})):
+        instance.report_run_failed(run, message="the docsvault build process of this run is gone (killed); "
+                                                "the next build released its pool slots")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    return released

@@ -6,9 +6,11 @@ executor with ``in_process`` config: :mod:`pipeline.defs.executor`). A source th
 copy and fails its ``succeeded`` check (red in the UI); the shared stages still build over every source's last good
 copy. The run shows in the Dagster UI like any other.
 
-One writer: the whole build holds ``<data>/build.lock`` (``pipeline.common.lock``); a second build waits up to ``wait``
-seconds, then refuses with the holder's pid and start time. A lock left by a killed build is taken over, and the
-temp files it left are removed before anything else runs.
+One writer: the whole build holds ``<data>/build-run.lock`` and each stage ``<data>/build.lock``
+(``pipeline.common.lock``), taken after the stage's Dagster pool slot, as in any other run; a second build waits up to
+``wait`` seconds, then refuses with the holder's pid and start time. A lock left by a killed build is taken over, and
+the temp files it left are removed (under ``build.lock``, so no stage of another run is mid-write) before anything
+else runs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.config import Settings, scoped_env, set_env
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
-from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
+from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
 from pipeline.ingest.sources import load_sources, select_sources
+from pipeline.models import Source
 
 INSTANCE_YAML = """\
 # docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry.
@@ -153,43 +156,35 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         BuildLockedError: another build holds the lock (its pid and start time are in the message).
     """
     from pipeline import stages as build
-    from pipeline.common.lock import build_lock
+    from pipeline.common.lock import build_lock, build_run_lock
 
-    with build_lock(settings.data_dir, wait=wait):
-        build.cleanup_leftovers(settings)
+    with build_run_lock(settings.data_dir, wait=wait):
+        with build_lock(settings.data_dir, wait=wait):
+            build.cleanup_leftovers(settings)
+            sources, removed = _prepare(settings, source_names)
         if progress is not None:
             build.PROGRESS_HOOKS.append(progress)
         try:
-            return _run(settings, source_names, log_level)
+            return _run(settings, sources, removed, log_level)
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
 
 
-def _release_dead_builds(instance: dg.DagsterInstance) -> list[str]:
-    """Runs of ``docsvault build`` still marked in progress are from a build process that died (killed, power cut):
-    the caller holds the build lock, so no other build runs. Each is reported failed and its pool slots are freed,
-    or the single-writer stages of every later build would wait forever for the slot a dead step still holds
-    ("Step blocked by limit for pool docsvault_warehouse"). Returns the run ids released."""
-    released = []
-    in_progress = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.QUEUED,
-                   dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.CANCELING]
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={"docsvault/run": "build"})):
-        instance.report_run_failed(run, message="the docsvault build process of this run is gone (killed); "
-                                                "the next build released its pool slots")
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        released.append(run.run_id)
-    return released
-
-
-def _run(settings: Settings, source_names: Sequence[str] | None, log_level: str) -> BuildReport:
+def _prepare(settings: Settings, source_names: Sequence[str] | None) -> tuple[list[Source], list[str]]:
+    """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources dropped from
+    sources.yaml removed (what was removed, one line each), a killed build's runs released."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
     build.check_layout(settings, all_sources)
     removed = build.remove_dropped_sources(settings, all_sources)
+    release_build_runs(dg.DagsterInstance.get())
+    return sources, removed
+
+
+def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_level: str) -> BuildReport:
     instance = dg.DagsterInstance.get()
-    _release_dead_builds(instance)
     selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES]
     run_config = {**IN_PROCESS_RUN_CONFIG, "loggers": {"console": {"config": {"log_level": log_level}}}}
     with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
