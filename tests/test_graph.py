@@ -257,3 +257,22 @@ def test_links_cache_gives_the_same_graph_and_parses_only_changed_bodies(tmp_pat
     assert sorted(cached.graph.edges(data=True)) == sorted(plain.graph.edges(data=True))
     assert rebuilt.edges == build_graph(edited).edges
     assert [parse_links(n.body) for n in notes] == [LinksCache(path).parse(n.body) for n in notes]
+
+
+def test_ec05_a_plain_markdown_note_gets_its_table_wikilinks_escaped(tmp_path: Path) -> None:
+    """A local note without Obsidian markers is normalized as Markdown; the wikilinks its author wrote in a table
+    row still get ``\\|`` (an unescaped pipe splits the cell in Obsidian), prose keeps ``|``."""
+    from pipeline.ingest.normalize import normalize_source
+    from pipeline.models import RawFile, Source
+
+    text = EC05.replace("See [[", "\nSee [[")        # a blank line ends the table
+    disk = tmp_path / "index.md"
+    disk.write_text(text, encoding="utf-8")
+    (note_,) = normalize_source(Source(name="edge", kind="local"), [RawFile("edge", "index.md", disk)],
+                                "2026-01-01T00:00:00+00:00").notes
+    assert note_.body.splitlines()[2:6] == [
+        "| [[Setup Guide#Install steps\\|Install]] | first |",
+        "| [[Setup Guide#Install steps\\|Install]] | also seen in the wild |",
+        "",
+        "See [[Setup Guide#Install steps|Install]] and [[#Local heading]].",
+    ]

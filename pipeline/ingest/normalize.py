@@ -1266,7 +1266,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
             if p.fmt != "obsidian":
                 found: list[DanglingLink] = []
                 body = convert_links(body, index, sp, url, found)
-                body = _tidy(body)
+                body = _tidy(escape_table_wikilinks(body))     # wikilinks a user wrote in a table row, too
                 dangling.extend(found)
             else:
                 body = canonical_body(escape_table_wikilinks(body))
