@@ -625,3 +625,17 @@ def test_rel_path_long_names_are_cut_with_hash():
     assert a != b
     assert all(len(part.encode()) <= 200 for part in a.split("/")) and a.endswith(".md")
     assert len(rel_path_for("/".join(["x"] * 100) + ".md").split("/")) == 33
+
+
+def test_a_page_title_is_an_h1_that_heads_the_page_not_one_after_code_or_headings() -> None:
+    from pipeline.ingest.normalize import _title, leading_h1
+
+    badges = "[![LoRA](https://img.shields.io/badge/LoRA-green)](https://x.org/lora)\n<!-- c -->\n\n# AnyFlow\n\nText."
+    assert leading_h1(badges) == "AnyFlow"
+    assert _title({}, badges, "api/anyflow.md") == "AnyFlow"
+    # Obsidian's help: fenced Markdown examples, then an HTML example converted to headings: the file name is the title
+    example = "Learn how to format.\n\n```md\n# Heading 1\n```\n\n%% comment %%\n# This is a heading 1\n## Two\n"
+    assert leading_h1(example) is None
+    assert _title({}, example, "en/Basic formatting syntax.md") == "Basic formatting syntax"
+    assert _title({"title": "Given"}, example, "x.md") == "Given"
+    assert _title({}, "## Part\n\n# Later\n", "notes/Part and later.md") == "Part and later"

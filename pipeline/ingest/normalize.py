@@ -202,6 +202,22 @@ def first_h1(body: str) -> str | None:
     return None
 
 
+def leading_h1(body: str) -> str | None:
+    """The first ``# H1`` when it heads the page, else None: no code block and no other heading comes before it
+    (HTML comments ignored). An H1 after a code block or a heading is a section or an example inside the page
+    (Obsidian's help shows ``<h1>This is a heading 1</h1>`` after its fenced Markdown examples halfway down "Basic
+    formatting syntax"), not its title; a line of text or badges before a title is common and allowed."""
+    text = re.sub(r"<!--.*?-->", "", body, flags=re.S)
+    for is_code, chunk in split_code(text):
+        if is_code:
+            return None
+        for line in chunk.split("\n"):
+            m = _ATX.match(line)
+            if m and m.group(2):
+                return m.group(2).strip() if len(m.group(1)) == 1 else None
+    return None
+
+
 # =====================================================================================================================
 # JSX-ish components (mdx, doc-builder)
 # =====================================================================================================================
@@ -1040,7 +1056,7 @@ def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
     value = frontmatter.get("title")
     if isinstance(value, (str, int, float)) and str(value).strip():
         return str(value).strip()
-    h1 = first_h1(body)
+    h1 = leading_h1(body)
     if h1:
         h1 = _ANCHOR_JSX.sub("", _ANCHOR_ID.sub("", _ANCHOR_DOCBUILDER.sub("", h1))).strip()
         if h1:
