@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,21 @@ def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "3600")   # no progress lines in outputs tests compare exactly
     return tmp_path
+
+
+def wait_for_webserver(port: int, alive: Callable[[], bool], seconds: float, logs: Callable[[], str]) -> None:
+    """Poll ``http://127.0.0.1:<port>/server_info`` (the Dagster webserver) until it answers; fail with ``logs()``
+    when ``alive()`` turns false or ``seconds`` pass."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            assert alive(), logs()
+            assert time.monotonic() < deadline, f"webserver did not start within {seconds:.0f} s\n" + logs()
+            time.sleep(0.5)

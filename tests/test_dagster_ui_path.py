@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import dagster as dg
 import pytest
 
 from pipeline.config import Settings
+from tests.conftest import wait_for_webserver
 from tests.test_dagster_paths import (
     BIN,
     REPO,
@@ -109,15 +109,7 @@ def test_ui_materialize_all_with_a_dead_source(dead_remote: Settings,  # noqa: F
                          for p in (tmp_path / "webserver.log", tmp_path / "daemon.log"))
 
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert web.poll() is None and daemon.poll() is None, logs()
-                assert time.monotonic() < deadline, "webserver did not start within 120 s\n" + logs()
-                time.sleep(0.5)
+        wait_for_webserver(port, lambda: web.poll() is None and daemon.poll() is None, 120, logs)
 
         nodes = _gql(port, ASSET_NODES)["assetNodes"]
         assert all("__ASSET_JOB" in n["jobNames"] for n in nodes)

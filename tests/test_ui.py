@@ -9,8 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 
 from pipeline.config import Settings
+from tests.conftest import wait_for_webserver
 
 ASSETS_QUERY = """
 { assetNodes { assetKey { path } groupName kinds description
@@ -64,15 +63,8 @@ def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None
         start_new_session=True,                                  # setsid: its own process group
     )
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert proc.poll() is None, (tiny_env / "webserver.log").read_text(errors="replace")[-2000:]
-                assert time.monotonic() < deadline, "webserver did not start within 90 s"
-                time.sleep(0.5)
+        wait_for_webserver(port, lambda: proc.poll() is None, 90,
+                           lambda: (tiny_env / "webserver.log").read_text(errors="replace")[-2000:])
 
         nodes = _graphql(port, ASSETS_QUERY)["assetNodes"]
         by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
@@ -133,15 +125,8 @@ def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path)
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)          # setsid: its own process group
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
-                assert time.monotonic() < deadline, "UI did not start within 120 s"
-                time.sleep(0.5)
+        wait_for_webserver(port, lambda: proc.poll() is None, 120,
+                           lambda: log_path.read_text(errors="replace")[-3000:])
         (entry,) = _graphql(port, LOCATIONS_QUERY)["workspaceOrError"]["locationEntries"]
         assert (entry["name"], entry["loadStatus"], entry["locationOrLoadError"]["__typename"]) == (
             "pipeline.definitions", "LOADED", "RepositoryLocation")
