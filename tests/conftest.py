@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -100,3 +101,18 @@ def wait_for_webserver(port: int, alive: Callable[[], bool], seconds: float, log
             assert alive(), logs()
             assert time.monotonic() < deadline, f"webserver did not start within {seconds:.0f} s\n" + logs()
             time.sleep(0.5)
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a server started with ``start_new_session=True``: SIGTERM to its process group, SIGKILL after
+    ``timeout`` seconds."""
+    import signal
+
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

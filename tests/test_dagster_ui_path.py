@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.request
@@ -24,7 +23,7 @@ import dagster as dg
 import pytest
 
 from pipeline.config import Settings
-from tests.conftest import wait_for_webserver
+from tests.conftest import stop_group, wait_for_webserver
 from tests.test_dagster_paths import (
     BIN,
     REPO,
@@ -82,17 +81,6 @@ def _start(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
                                 stdin=subprocess.DEVNULL, start_new_session=True)   # setsid: own process group
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 @pytest.mark.integration   # a webserver, a daemon and one multiprocess run (~1-2 min on 2 busy cores)
 def test_ui_materialize_all_with_a_dead_source(dead_remote: Settings,  # noqa: F811
                                                 tmp_path: Path) -> None:
@@ -137,8 +125,8 @@ def test_ui_materialize_all_with_a_dead_source(dead_remote: Settings,  # noqa: F
             assert time.monotonic() < deadline, f"run {run_id} still {run['status']} after 600 s\n" + logs()
             time.sleep(1)
     finally:
-        _stop(daemon)
-        _stop(web)
+        stop_group(daemon)
+        stop_group(web)
 
     # what the UI's run page shows: the run failed, only remote's fetch step is red
     steps = {s["stepKey"]: s["status"] for s in run["stepStats"]}

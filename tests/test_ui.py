@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from pipeline.config import Settings
-from tests.conftest import wait_for_webserver
+from tests.conftest import stop_group, wait_for_webserver
 
 ASSETS_QUERY = """
 { assetNodes { assetKey { path } groupName kinds description
@@ -90,12 +89,7 @@ def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None
             assert 0.0 <= entries[metric]["floatValue"] <= 1.0
         assert entries["tiny/hit_at_3"]["__typename"] == "FloatMetadataEntry"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=20)
         log.close()
 
 
@@ -110,8 +104,6 @@ def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path)
     """`docsvault ui` started in a folder holding a `gql.py` (dagster-graphql imports `gql`): the webserver and the
     code location load anyway, and Dagster prints no SupersessionWarning or other Python warning at start (`dg
     dev`, not the superseded `dagster dev`)."""
-    import signal as _signal
-
     stray = tiny_env / "cwd"
     stray.mkdir()
     (stray / "gql.py").write_text('raise ImportError("the gql.py of the current directory was imported")\n')
@@ -133,9 +125,4 @@ def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path)
         out = log_path.read_text(errors="replace")
         assert "Warning:" not in out and "gql.py" not in out, out[-3000:]
     finally:
-        os.killpg(proc.pid, _signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, _signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
