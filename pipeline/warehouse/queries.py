@@ -147,7 +147,8 @@ def rows_from_table(tbl: pa.Table, index: dict[str, int], chunk_ids: Sequence[st
     rows = [index[c] for c in dict.fromkeys(chunk_ids) if c in index]
     if not rows:
         return {}
-    taken = tbl.take(pa.array(rows, pa.int64())).to_pylist()
+    # one zero-copy slice per row: ``Table.take`` would import pyarrow.compute (~0.15-0.4 s of a cold search)
+    taken = [tbl.slice(i, 1).to_pylist()[0] for i in rows]
     return {r["chunk_id"]: {col: r[col] for col in _CHUNK_COLS} for r in taken}
 
 
