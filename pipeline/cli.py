@@ -31,15 +31,21 @@ from pipeline.service import (
     build_outcome,
     capture_related,
     child_env,
-    errors_file,
     no_notes_line,
     note_links,
     open_searcher,
     parse_lanes,
     search_lanes,
-    skipped_reason,
     status_data,
 )
+
+
+def _errors_file(s: Settings, source: str) -> Path:
+    """:func:`pipeline.ingest.normalize.errors_file`, imported when needed (a search never needs normalize)."""
+    from pipeline.ingest.normalize import errors_file
+
+    return errors_file(s, source)
+
 
 if TYPE_CHECKING:
     from pipeline.models import Hit
@@ -168,7 +174,7 @@ def build(
             typer.echo(f"warning: {line}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
-            where = notes_meta.get("errors_file") or str(errors_file(settings(), st.name))
+            where = notes_meta.get("errors_file") or str(_errors_file(settings(), st.name))
             typer.echo(f"  {st.name}: {notes_meta['errors']} file(s) skipped, each with its reason in {where}")
             shown = (notes_meta.get("error_lines") or [])[:3]
             for line in shown:
@@ -585,6 +591,8 @@ def read(
     try:
         pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
     except NoteNotFoundError as exc:
+        from pipeline.ingest.normalize import skipped_reason
+
         fail(skipped_reason(s, note) or str(exc))
         return
     except (PipelineError, ValueError) as exc:
@@ -826,7 +834,7 @@ def status(
     for r in data["sources"]:
         if r["skipped"]:
             typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
-                       f"{errors_file(settings(), r['name'])}")
+                       f"{_errors_file(settings(), r['name'])}")
         for line in r.get("vault_files") or []:
             typer.echo(f"  {line}")
         if r["fetch_status"] == "failed" and r["fetch_error"]:

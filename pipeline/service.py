@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, environ
-from pipeline.ingest.normalize import errors_file, skipped_count, skipped_reason
 from pipeline.models import Record
 
 if TYPE_CHECKING:
@@ -22,6 +21,21 @@ __all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_li
            "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
            "SourceStatus", "WarehouseStatus", "ModelStatus", "BuildOutcome", "SourceOutcome", "SharedOutcome",
            "WarehouseOutcome", "build_outcome", "no_notes_line"]
+
+#: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
+_FROM_NORMALIZE = ("errors_file", "skipped_count", "skipped_reason")
+
+
+def __getattr__(name: str) -> Any:
+    """``errors_file``, ``skipped_count``, ``skipped_reason`` of :mod:`pipeline.ingest.normalize`, on first access."""
+    if name not in _FROM_NORMALIZE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from pipeline.ingest import normalize
+
+    value = getattr(normalize, name)
+    globals()[name] = value
+    return value
+
 
 #: what search says when nothing matched (the CLI and the MCP search tool's ``message``)
 NO_RESULTS = "No results"
@@ -231,6 +245,7 @@ def status_report(s: Settings) -> Status:
         WarehouseCorruptError: the warehouse file cannot be read.
     """
     from pipeline.common.artifacts import load_state
+    from pipeline.ingest.normalize import skipped_count
     from pipeline.ingest.sources import load_sources
     from pipeline.ingest.vault_check import user_files_lines
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import marshal
 import zlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,7 +73,7 @@ class Bm25Index:
         self._data = arrays["data"]
         self._indices = arrays["indices"]
         self._indptr = arrays["indptr"]
-        self._params = {"k1": params["k1"], "b": params["b"], "method": params["method"]}
+        self._params = {"k1": params["k1"], "b": params["b"], "method": params["method"]}   # as written
         self.doc_ids: list[str] = list(doc_ids)
         self._vocab: dict[str, int] = vocab
 
@@ -208,6 +210,34 @@ class Bm25Index:
                 f"the BM25 index lists {len(doc_ids)} ids for {scores['num_docs']} documents; run `docsvault build`"
             )
         return cls(scores, vocab, params, doc_ids)
+
+
+    # ---- start-up cache (pipeline.warehouse.load_bm25_cached) ----
+    def save_dir(self, directory: Path, prefix: str) -> None:
+        """Write the index as ``<prefix>.<array>.npy`` (raw) and ``<prefix>.meta.marshal`` (vocabulary, ids,
+        parameters) into ``directory``, for :meth:`load_dir`."""
+        for name in _ARRAYS:
+            np.save(directory / f"{prefix}.{name}.npy", getattr(self, f"_{name}"), allow_pickle=False)
+        (directory / f"{prefix}.meta.marshal").write_bytes(marshal.dumps(
+            {"vocab": self._vocab, "doc_ids": self.doc_ids, "params": {**self._params, "num_docs": len(self.doc_ids)}}))
+
+    @classmethod
+    def load_dir(cls, directory: Path, prefix: str) -> Bm25Index | None:
+        """The index :meth:`save_dir` wrote under ``prefix`` (arrays memory-mapped read-only), None when there is
+        none.
+
+        Raises:
+            OSError, ValueError, EOFError, TypeError, KeyError: an unreadable or inconsistent entry.
+        """
+        meta_path = directory / f"{prefix}.meta.marshal"
+        if not meta_path.exists():
+            return None
+        meta = marshal.loads(meta_path.read_bytes())
+        arrays = {name: np.asarray(np.load(directory / f"{prefix}.{name}.npy", mmap_mode="r", allow_pickle=False))
+                  for name in _ARRAYS}
+        if len(arrays["data"]) != len(arrays["indices"]) or len(meta["doc_ids"]) != meta["params"]["num_docs"]:
+            raise ValueError(f"{prefix}: inconsistent BM25 cache entry")
+        return cls(arrays, meta["vocab"], meta["params"], meta["doc_ids"])
 
 
 def page_labels(note: Note) -> list[str]:

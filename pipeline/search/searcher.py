@@ -43,7 +43,7 @@ from pipeline import warehouse as wh
 from pipeline.common.errors import UnknownSourceError
 from pipeline.config import int_env
 from pipeline.index.analysis import Analyzer, is_japanese
-from pipeline.index.bm25 import Bm25Index, split_blobs
+from pipeline.index.bm25 import Bm25Index
 from pipeline.index.embed import Embedder, UsemEmbedder, english_only, load_embedder
 from pipeline.index.language import detect_language
 from pipeline.models import Hit
@@ -422,9 +422,9 @@ class Searcher:
         """Sources, the BM25 indexes (chunks and pages) with their per-document source and page arrays, and the
         vector models (which one is the cross-lingual lane's, how many rows each source has per model)."""
         self.sources: list[str] = wh.list_sources(self._con)
-        chunk_blobs, page_blobs = split_blobs(wh.load_bm25_blobs(self._con))
-        self._bm25: Bm25Index | None = Bm25Index.from_blobs(chunk_blobs) if chunk_blobs else None
-        self._bm25_pages: Bm25Index | None = Bm25Index.from_blobs(page_blobs) if page_blobs else None
+        self._bm25: Bm25Index | None
+        self._bm25_pages: Bm25Index | None
+        self._bm25, self._bm25_pages = wh.load_bm25_cached(self._con, self.path)
         self._page_no: dict[str, int] = {}           # note id -> a page number for top_per_page
         for nid in self._note_of.values():
             self._page_no.setdefault(nid, len(self._page_no))

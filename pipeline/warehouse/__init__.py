@@ -33,17 +33,13 @@ Modules: ``schema`` (tables, :func:`connect`), ``write`` (:func:`publish`), ``ve
 warehouse as wh``, unless a test patches a module's private name.
 """
 
-from pipeline.warehouse.eval_runs import (
-    EVAL_RUN_COLUMNS,
-    append_eval_runs,
-    read_eval_runs,
-)
 from pipeline.warehouse.queries import (
     chunk_texts_with_tags,
     fetch_chunks,
     list_sources,
     load_bm25_blobs,
     load_chunk_keys,
+    load_bm25_cached,
     load_chunk_rows_cached,
     load_graph,
     load_note_keys,
@@ -75,9 +71,23 @@ from pipeline.warehouse.vectors import (
     vector_search,
     vectors_by_text_hash,
 )
-from pipeline.warehouse.write import (
-    publish,
-)
+
+#: names of the writing modules, imported on first use: a search process never writes, and ``write`` (with
+#: ``eval_runs``, which imports it) costs a cold search ~0.1-0.4 s of imports
+_LAZY = {"EVAL_RUN_COLUMNS": "eval_runs", "append_eval_runs": "eval_runs", "read_eval_runs": "eval_runs",
+         "publish": "write"}
+
+
+def __getattr__(name: str) -> object:
+    """``EVAL_RUN_COLUMNS``, ``append_eval_runs``, ``read_eval_runs`` and ``publish``, imported on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "EVAL_RUN_COLUMNS",
@@ -93,6 +103,7 @@ __all__ = [
     "list_sources",
     "load_bm25_blobs",
     "load_chunk_keys",
+    "load_bm25_cached",
     "load_chunk_rows_cached",
     "load_graph",
     "load_live_vectors",

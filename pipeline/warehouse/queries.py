@@ -142,6 +142,64 @@ def _read_ipc(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
+#: bumped when the layout of a cached BM25 entry changes
+BM25_CACHE_FORMAT = 1
+
+
+def _warehouse_key(con: duckdb.DuckDBPyConnection, warehouse_path: Path, *parts: Any) -> str:
+    """Cache key of data derived from the whole warehouse: the file and WAL stamps and the build facts of ``meta``
+    (any write changes one of them), plus ``parts``."""
+    from pipeline.index.fastcache import entry_key, file_stamp
+
+    meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('built_at', 'updates', 'input_key')"
+                            ).fetchall())
+    return entry_key(*parts, file_stamp(Path(warehouse_path)), file_stamp(Path(f"{warehouse_path}.wal")),
+                     sorted(meta.items()))
+
+
+def load_bm25_cached(con: duckdb.DuckDBPyConnection, warehouse_path: Path | None) -> tuple[Any, Any]:
+    """The warehouse's BM25 indexes ``(chunk index, page index)`` (:class:`pipeline.index.bm25.Bm25Index`, either
+    None when the build stored none), through a disk cache (:mod:`pipeline.index.fastcache`, kind ``bm25``): the
+    score arrays as raw ``.npy`` memory-mapped read-only, vocabulary and ids as ``marshal``, instead of fetching,
+    decompressing and JSON-parsing the blobs on every start (~0.3 s of a cold search for 30k chunks). The indexes
+    score exactly as the ones :meth:`Bm25Index.from_blobs` gives (the same arrays). Keyed on the warehouse file +
+    WAL stamp and its build facts; a missing or corrupt entry is rebuilt; ``warehouse_path`` None, or a cache that
+    is off or unwritable: straight from the blobs.
+
+    Raises:
+        WarehouseCorruptError: the stored blobs are unreadable (see :meth:`Bm25Index.from_blobs`).
+    """
+    from pipeline.index.bm25 import Bm25Index, split_blobs
+    from pipeline.index.fastcache import entry_key, load_entry, store_entry
+
+    def from_warehouse() -> tuple[Any, Any]:
+        chunk_blobs, page_blobs = split_blobs(load_bm25_blobs(con))
+        return (Bm25Index.from_blobs(chunk_blobs) if chunk_blobs else None,
+                Bm25Index.from_blobs(page_blobs) if page_blobs else None)
+
+    if warehouse_path is None:
+        return from_warehouse()
+    key = _warehouse_key(con, warehouse_path, BM25_CACHE_FORMAT)
+    name = f"bm25.{entry_key(str(Path(warehouse_path).resolve()))[:10]}"
+    directory = load_entry("bm25", name, key)
+    if directory is not None:
+        try:
+            return (Bm25Index.load_dir(directory, "chunk"), Bm25Index.load_dir(directory, "page"))
+        except (OSError, ValueError, EOFError, TypeError, KeyError) as exc:
+            log.debug("BM25 cache %s unreadable (%s): rebuilding it", directory, exc)
+    indexes = from_warehouse()
+    if _warehouse_key(con, warehouse_path, BM25_CACHE_FORMAT) != key:   # replaced while we read: no entry
+        return indexes
+
+    def write(tmp: Path) -> None:
+        for prefix, index in zip(("chunk", "page"), indexes):
+            if index is not None:
+                index.save_dir(tmp, prefix)
+
+    store_entry("bm25", name, key, write)
+    return indexes
+
+
 def rows_from_table(tbl: pa.Table, index: dict[str, int], chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """:func:`fetch_chunks` over a table from :func:`load_chunk_rows_cached` (``index``: chunk id -> row)."""
     rows = [index[c] for c in dict.fromkeys(chunk_ids) if c in index]
