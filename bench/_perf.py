@@ -15,6 +15,18 @@ from pathlib import Path
 from typing import NamedTuple
 
 
+# Issue 19 targets ("Faster where users wait"); bench/run.py, search_cold.py and search_latency.py print them
+T_FULL_S, T_FULL_RSS_GB = 360, 2.0
+T_NOOP_S, T_PAGES_S, T_ADD_S = 3, 10, 15
+T_COLD_S, T_P50_MS, T_P95_MS, T_SEARCH_RSS_MB = 1.0, 15, 30, 600
+T_SIZE_PCT, T_MAKE_TEST_S = 5.0, 300
+
+
+def verdict(ok: bool) -> str:
+    """``met`` or ``MISSED`` (as bench/run.py's table prints it)."""
+    return "met" if ok else "MISSED"
+
+
 def pct(values: Sequence[float], p: float) -> float:
     """The p-quantile (0..1) of values, linearly interpolated between closest ranks; NaN when empty."""
     if not values:

@@ -75,11 +75,19 @@ STAGES = ("fetch_stage", "normalize_stage", "vault_stage", "chunk_stage", "embed
 PARTS = ("full", "noop", "pages", "add-source", "queries", "cold", "baselines", "updates")
 ADDED = "bench-notes"          # name of the 15-note local source
 
-# Issue 19 targets
-T_FULL_S, T_FULL_RSS_GB = 360, 2.0
-T_NOOP_S, T_PAGES_S, T_ADD_S = 3, 10, 15
-T_COLD_S, T_P50_MS, T_P95_MS, T_SEARCH_RSS_MB = 1.0, 15, 30, 600
-T_SIZE_PCT, T_MAKE_TEST_S = 5.0, 300
+from _perf import (  # noqa: E402 - issue 19 targets, shared with search_cold.py / search_latency.py
+    T_ADD_S,
+    T_COLD_S,
+    T_FULL_RSS_GB,
+    T_FULL_S,
+    T_MAKE_TEST_S,
+    T_NOOP_S,
+    T_P50_MS,
+    T_P95_MS,
+    T_PAGES_S,
+    T_SEARCH_RSS_MB,
+    T_SIZE_PCT,
+)
 
 # runs `docsvault build` in this child process with the stage functions and the embedding calls timed; writes JSON
 WRAPPER = r"""

@@ -11,6 +11,7 @@ are dropped first, as bench/search_latency.py does). Measuring only: nothing is 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import defaultdict
@@ -134,7 +135,8 @@ def warm(limit: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path.cwd()))
+    if not os.environ.get("PYTHONPATH"):     # PYTHONPATH picks the tree to measure
+        sys.path.insert(0, str(Path.cwd()))
     args = sys.argv[1:]
     if args and args[0] == "warm":
         warm(int(args[1]) if len(args) > 1 else 50)

@@ -385,6 +385,15 @@ class E5Q4Weights:
         self._pieces: list[str] | None = pieces if isinstance(pieces, list) else None
         self._piece_blob, self._piece_offsets = (b"", None) if isinstance(pieces, list) else pieces
 
+    def piece_bytes(self) -> list[bytes]:
+        """The vocabulary as UTF-8 bytes, one per token id, sliced from the file without decoding (or encoded from
+        :attr:`pieces` once those are decoded)."""
+        if self._pieces is not None:
+            return [p.encode("utf-8") for p in self._pieces]
+        offs = self._piece_offsets.tolist()        # type: ignore[union-attr]
+        blob = self._piece_blob
+        return [blob[offs[i]: offs[i + 1]] for i in range(len(offs) - 1)]
+
     @property
     def pieces(self) -> list[str]:
         """The SentencePiece vocabulary, one string per token id.
@@ -528,6 +537,10 @@ class E5Tokenizer:
         return out
 
 
+#: bumped when the layout of the cached e5 query vocabulary (E5QueryTokenizer) changes
+E5_VOCAB_FORMAT = 2
+
+
 class E5QueryTokenizer(E5Tokenizer):
     """:class:`E5Tokenizer` for queries: the same normalization and the same ids, with the Viterbi in Python
     (:class:`pipeline.index.unigram.UnigramViterbi`) over a piece dictionary instead of the ``tokenizers`` model,
@@ -539,9 +552,18 @@ class E5QueryTokenizer(E5Tokenizer):
 
         self.bos, self.eos, self.unk = weights.bos, weights.eos, weights.unk
         self._table = {cp: out for cp, out in weights.normalization.items()}
-        pieces = list(weights.pieces)
-        pieces[self.unk] = "\x00<unk>\x00"                  # as E5Tokenizer: the literal "<unk>" never matches
-        self._viterbi = UnigramViterbi(pieces, weights.scores.tolist(), self.unk)
+        from pipeline.index.fastcache import cached_state, entry_key, file_stamp
+
+        def compute() -> dict[str, Any]:
+            pieces = weights.piece_bytes()
+            pieces[self.unk] = b"\x00<unk>\x00"             # as E5Tokenizer: the literal "<unk>" never matches
+            keys, ids, extra, max_chars = UnigramViterbi.arrays(pieces)
+            return {"keys": keys, "ids": ids, "extra": extra, "max_chars": max_chars}
+
+        # the sorted vocabulary, memory-mapped from the search start-up cache (built once per weight file)
+        state = cached_state("e5vocab", "vocab", entry_key(E5_VOCAB_FORMAT, file_stamp(weights.path)), compute)
+        self._viterbi = UnigramViterbi(state["keys"], state["ids"], weights.scores, self.unk, state["extra"],
+                                       state["max_chars"])
 
     def save(self, path: Path) -> None:
         raise NotImplementedError("E5QueryTokenizer has no tokenizers model to save; use E5Tokenizer")

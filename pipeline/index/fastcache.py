@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import marshal
 import os
 import shutil
 import tempfile
@@ -28,7 +29,7 @@ from pipeline.config import search_cache_dir
 
 log = logging.getLogger(__name__)
 
-__all__ = ["cache_root", "entry_key", "file_stamp", "load_entry", "store_entry"]
+__all__ = ["cache_root", "cached_state", "entry_key", "file_stamp", "load_entry", "store_entry"]
 
 MANIFEST = "manifest.json"
 
@@ -116,3 +117,42 @@ def store_entry(kind: str, name: str, key: str, write: Callable[[Path], None],
         if old != directory and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
     return directory
+
+
+def cached_state(kind: str, name: str, key: str, compute: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:
+    """A derived state through an entry: loaded when a complete entry exists, else ``compute()``d and stored.
+
+    Values that are numpy arrays (numeric dtypes) are stored as raw ``.npy`` and come back memory-mapped read-only
+    (equal dtype, shape and values); every other value is stored with ``marshal`` (str, int, float, lists, dicts,
+    tuples ... of those) and comes back equal. A corrupt entry is recomputed (and rewritten); an entry that cannot
+    be written costs only the speed-up.
+
+    Args:
+        kind, name, key: as :func:`load_entry`.
+        compute: builds the state ``{field: value}`` (field names ``[A-Za-z0-9_]``).
+
+    Returns:
+        The state: the loaded entry's, else what ``compute`` returned (as a new dict).
+    """
+    import numpy as np
+
+    directory = load_entry(kind, name, key)
+    if directory is not None:
+        try:
+            state: dict[str, Any] = marshal.loads((directory / "state.marshal").read_bytes())
+            for field in state.pop("__arrays__"):
+                state[field] = np.asarray(np.load(directory / f"{field}.npy", mmap_mode="r", allow_pickle=False))
+            return state
+        except (OSError, ValueError, EOFError, TypeError, KeyError) as exc:
+            log.debug("search cache %s unreadable (%s): recomputing it", directory, exc)
+    state = dict(compute())
+    arrays = [f for f, v in state.items() if isinstance(v, np.ndarray) and v.dtype != object]
+
+    def write(tmp: Path) -> None:
+        for field in arrays:
+            np.save(tmp / f"{field}.npy", state[field], allow_pickle=False)
+        rest = {f: v for f, v in state.items() if f not in arrays}
+        (tmp / "state.marshal").write_bytes(marshal.dumps({**rest, "__arrays__": arrays}))
+
+    store_entry(kind, name, key, write)
+    return state

@@ -2,8 +2,10 @@
 ``Unigram`` model that :class:`pipeline.index.embed.E5Tokenizer` runs, without loading it.
 
 Why: loading the 250k-piece multilingual-e5 vocabulary into ``tokenizers`` (``Tokenizer.from_file`` of a 17 MB JSON)
-costs ~1 s of CPU and ~300 MB of memory in every search process, for a query of a few dozen characters. A piece ->
-id dictionary costs ~0.2 s and ~30 MB, and a query's Viterbi over it well under a millisecond.
+costs ~1 s of CPU and ~300 MB of memory in every search process, for a query of a few dozen characters. Here the
+vocabulary is one sorted fixed-width bytes array (:meth:`UnigramViterbi.arrays`, ~12 MB, memory-mapped from the
+search start-up cache so only the pages a query's binary searches touch are read) and the Viterbi walks it with
+``searchsorted``, extending a piece only while some piece starts with it (well under a millisecond per query).
 
 The algorithm is ``Unigram::encode_optimized`` of HF tokenizers (0.2x): positions left to right; at each reachable
 position every vocabulary piece that starts there (shortest first) proposes ``path score + piece score`` for the
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 __all__ = ["UNK_PENALTY", "UnigramViterbi"]
 
 #: tokenizers' ``K_UNK_PENALTY``: an unknown character scores this much below the lowest piece
@@ -27,24 +31,99 @@ class UnigramViterbi:
     """Viterbi segmentation over a unigram vocabulary.
 
     Args:
-        pieces: the vocabulary, one string per id (a duplicate string maps to its last id, as in tokenizers).
-        scores: log-probability per id, same length (read as Python floats, i.e. float64).
+        keys: the distinct pieces as UTF-8 bytes, sorted, numpy ``S`` dtype (no piece containing a NUL byte).
+        ids: int (k,) the id of each key (a piece listed twice has its last id, as in tokenizers).
+        scores: float (vocab,) log-probability per id (used as float64).
         unk: the id of unknown characters.
+        extra: pieces containing a NUL byte (``S`` arrays drop trailing NULs) -> id; matched exactly.
 
-    Raises:
-        ValueError: ``pieces`` and ``scores`` differ in length, or ``unk`` is out of range.
+    Build from a vocabulary with :meth:`from_pieces` (or :meth:`arrays` + this constructor, e.g. over cached
+    arrays).
     """
 
-    def __init__(self, pieces: Sequence[str], scores: Sequence[float], unk: int) -> None:
+    def __init__(self, keys: np.ndarray, ids: np.ndarray, scores: np.ndarray, unk: int,
+                 extra: dict[bytes, int] | None = None, max_chars: int | None = None) -> None:
+        if not 0 <= unk < len(scores):
+            raise ValueError(f"unk id {unk} outside the vocabulary of {len(scores)} pieces")
+        self.unk = unk
+        self._keys, self._kid = keys, ids
+        self._scores = np.asarray(scores, dtype=np.float64)
+        self._extra = dict(extra or {})
+        self._unk_score = float(self._scores.min()) - UNK_PENALTY
+        self._max_bytes = max(keys.dtype.itemsize if len(keys) else 0, *(len(p) for p in self._extra), 1)
+        #: longest piece in characters (bounds the candidates; the byte width is a safe default)
+        self._max_chars = max_chars or self._max_bytes
+
+    @staticmethod
+    def arrays(pieces: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray, dict[bytes, int], int]:
+        """``(keys, ids, extra, max_chars)`` of the constructor for a vocabulary (one ``str`` or UTF-8 ``bytes`` per
+        id)."""
+        last: dict[bytes, int] = {}
+        for i, p in enumerate(pieces):
+            last[p.encode("utf-8") if isinstance(p, str) else bytes(p)] = i
+        extra = {p: i for p, i in last.items() if b"\x00" in p}
+        plain = sorted(p for p in last if b"\x00" not in p)
+        width = max((len(p) for p in plain), default=1)
+        keys = np.array(plain, dtype=f"S{width}") if plain else np.zeros(0, dtype="S1")
+        ids = np.array([last[p] for p in plain], dtype=np.int32)
+        max_chars = max((len(p.decode("utf-8", "surrogatepass")) for p in last), default=1)
+        return keys, ids, extra, max_chars
+
+    @classmethod
+    def from_pieces(cls, pieces: Sequence[str | bytes], scores: Sequence[float] | np.ndarray,
+                    unk: int) -> UnigramViterbi:
+        """Build over a vocabulary (one ``str`` or UTF-8 ``bytes`` per id) and its scores.
+
+        Raises:
+            ValueError: ``pieces`` and ``scores`` differ in length, or ``unk`` is out of range.
+        """
         if len(pieces) != len(scores):
             raise ValueError(f"{len(pieces)} pieces but {len(scores)} scores")
-        if not 0 <= unk < len(pieces):
-            raise ValueError(f"unk id {unk} outside the vocabulary of {len(pieces)} pieces")
-        self.unk = unk
-        self._ids = {p: i for i, p in enumerate(pieces)}
-        self._scores = [float(s) for s in scores]
-        self._unk_score = min(self._scores) - UNK_PENALTY
-        self._max_len = max((len(p) for p in pieces), default=1)
+        keys, ids, extra, max_chars = cls.arrays(pieces)
+        return cls(keys, ids, np.asarray(scores, dtype=np.float64), unk, extra, max_chars)
+
+    def _matches(self, text: str) -> list[list[tuple[int, int]]]:
+        """Per start character: ``[(end character, id)]`` of the vocabulary pieces found there, shortest first.
+
+        Every candidate (a start character and 1..``max_chars`` characters, at most the key width in bytes) is laid
+        out zero-padded to the key width, the layout of the ``S`` keys, so one vectorised binary search finds them
+        all; candidates holding a NUL byte are looked up in ``extra`` instead."""
+        n = len(text)
+        data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        at = np.zeros(n + 1, dtype=np.int64)     # byte offset of each character
+        if n:
+            at[1:] = np.cumsum([len(ch.encode("utf-8", "surrogatepass")) for ch in text])
+        width, kmax = self._keys.dtype.itemsize if len(self._keys) else 1, self._max_chars
+        ends = np.arange(n)[:, None] + np.arange(1, kmax + 1)[None, :]        # (n, kmax) end characters
+        valid = ends <= n
+        end_at = at[np.minimum(ends, n)]
+        nbytes = np.where(valid, end_at - at[:n, None], 0)
+        zeros = np.concatenate([[0], np.cumsum(data == 0)])                # NUL bytes before each offset
+        has_nul = valid & (zeros[end_at] - zeros[at[:n]][:, None] > 0)
+        nul = has_nul & (nbytes <= self._max_bytes)
+        padded = np.concatenate([data, np.zeros(width, dtype=np.uint8)])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, width)[at[:n]]        # (n, width)
+        cand = windows[:, None, :] * (np.arange(width)[None, None, :] < nbytes[:, :, None])  # (n, kmax, width)
+        found: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        hits: list[tuple[int, int, int]] = []
+        keys = self._keys
+        plain = valid & ~has_nul & (nbytes <= width)
+        if len(keys) and plain.any():
+            idx = np.flatnonzero(plain.reshape(-1))
+            flat = np.ascontiguousarray(cand.reshape(-1, width)[idx]).view(keys.dtype).reshape(-1)
+            pos = np.minimum(keys.searchsorted(flat), len(keys) - 1)
+            hit = np.flatnonzero(keys[pos] == flat)
+            hits = [(f // kmax, f % kmax, tid)
+                    for f, tid in zip(idx[hit].tolist(), self._kid[pos[hit]].tolist())]
+        if nul.any():
+            raw = data.tobytes()
+            for i, k in zip(*np.nonzero(nul)):
+                tid = self._extra.get(raw[at[i]:at[i + k + 1]])
+                if tid is not None:
+                    hits.append((int(i), int(k), tid))
+        for i, k, tid in sorted(hits):
+            found[i].append((i + k + 1, tid))
+        return found
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (already normalized: metaspace form), one ``unk`` per unknown character (and per
@@ -52,7 +131,8 @@ class UnigramViterbi:
         n = len(text)
         if not n:
             return []
-        ids, scores, max_len = self._ids, self._scores, self._max_len
+        found = self._matches(text)
+        scores = self._scores
         best = [0.0] * (n + 1)
         start: list[int] = [-1] * (n + 1)        # where the best path to each end position starts its last token
         token = [0] * (n + 1)
@@ -62,11 +142,8 @@ class UnigramViterbi:
                 continue
             here = best[i]
             single = False
-            for j in range(i + 1, min(n, i + max_len) + 1):
-                tid = ids.get(text[i:j])
-                if tid is None:
-                    continue
-                cand = here + scores[tid]
+            for j, tid in found[i]:
+                cand = here + float(scores[tid])
                 if start[j] < 0 or cand > best[j]:
                     best[j], start[j], token[j] = cand, i, tid
                 if j == i + 1:

@@ -87,6 +87,7 @@ PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses 
 #: source filter needs, recall@10 0.95. Memory: rows x dim x 4 bytes (100k x 384-d = 154 MB).
 EXACT_MAX_ROWS = int_env("DOCSVAULT_EXACT_MAX_ROWS", 100000)
 QUERY_CACHE = 512            # query vectors remembered per Searcher (FIFO)
+FLAT_SUBSETS = 16            # exact-scan scopes whose rows a Searcher keeps as a compact copy (_flat_subsets)
 QUERY_WORKERS = 2            # threads that embed a query for several models at once
 
 
@@ -185,6 +186,40 @@ class _PageVectors(NamedTuple):
     position: dict[str, int]     # note id -> index in note_ids
     source: np.ndarray           # (p,) object, each page's source
     background: np.ndarray       # float32 (m, dim): at most BACKGROUND_ROWS chunk vectors, evenly spaced
+
+
+def _rows_of(vecs: np.ndarray, rows: np.ndarray, scope: np.ndarray | None, sub: np.ndarray | None) -> np.ndarray:
+    """``vecs[rows]``, taken from ``sub`` (= ``vecs[scope]``, in memory) when every row is in ``scope`` (ascending):
+    the same values without touching a memory-mapped ``vecs`` around each row."""
+    if sub is not None and scope is not None and len(rows):
+        pos = np.searchsorted(scope, rows)
+        if int(pos[-1]) < len(scope) and bool(np.all(scope[np.minimum(pos, len(scope) - 1)] == rows)):
+            return sub[pos]
+    return vecs[rows]
+
+
+#: bumped when what :meth:`Searcher._compute_page_vectors` computes changes (its cache entries are then rebuilt)
+PAGE_VECTORS_FORMAT = 1
+
+
+def _cached_page_vectors(con: Any, warehouse_path: Path, table: str,
+                         compute: Callable[[], Mapping[str, Any]]) -> _PageVectors:
+    """A model's page vectors through the search start-up cache (:func:`pipeline.index.fastcache.cached_state`,
+    kind ``pagevec``, keyed on the warehouse like its vector cache): the same arrays ``compute`` gives, read back
+    memory-mapped, so a cold search neither sums every chunk vector again nor touches the vectors of pages it does
+    not score (with the cache off: computed)."""
+    from pipeline.index.fastcache import cached_state, entry_key
+
+    key = wh.warehouse_cache_key(con, warehouse_path, PAGE_VECTORS_FORMAT, table, BACKGROUND_ROWS)
+    state = cached_state("pagevec", f"{table}.{entry_key(str(Path(warehouse_path).resolve()))[:10]}", key, compute)
+    note_ids = np.array(state["note_ids"], dtype=object) if state["note_ids"] else np.zeros(0, dtype=object)
+    order, bounds = state["order"], state["bounds"]
+    return _PageVectors(
+        note_ids=note_ids, vectors=state["vectors"],
+        rows=[order[bounds[i]:bounds[i + 1]] for i in range(len(note_ids))],
+        position={n: i for i, n in enumerate(state["note_ids"])},
+        source=np.array(state["source"], dtype=object) if state["source"] else np.zeros(0, dtype=object),
+        background=state["background"])
 
 
 class _VectorPlan(NamedTuple):
@@ -387,6 +422,7 @@ class Searcher:
         self._qcache: dict[tuple[str, str], np.ndarray] = {}
         self._qcache_size = QUERY_CACHE
         self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
+        self._flat_subset_cache: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
 
     def _load_keys(self) -> None:
@@ -628,28 +664,33 @@ class Searcher:
 
     def _page_vectors(self, table: str) -> _PageVectors:
         """Page vectors and the background sample of a model, computed on first use from its live chunk vectors (the
-        exact-scan copy when the model is searched exactly; otherwise read once and dropped). Memory: pages x dim x 4
-        bytes, plus BACKGROUND_ROWS x dim x 4."""
+        exact-scan copy when the model is searched exactly; otherwise read once and dropped) and kept in the search
+        start-up cache (:func:`_cached_page_vectors`). Memory: pages x dim x 4 bytes, plus BACKGROUND_ROWS x dim x 4."""
         got = self._centroids.get(table)
         if got is None:
-            if self._exact(table):
-                ids, vecs, _, _ = self._flat(table)
-            else:
-                ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)
-            uniq, inv = _sorted_groups([self._note_of.get(c, "") for c in ids])
-            order = np.argsort(inv, kind="stable")
-            bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
-            cent = _group_sums(vecs, order, bounds)
-            norms = np.linalg.norm(cent, axis=1, keepdims=True)
-            cent /= np.where(norms > 0, norms, 1.0)
-            step = max(1, len(vecs) // BACKGROUND_ROWS)
-            background = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
-            got = self._centroids[table] = _PageVectors(
-                note_ids=uniq, vectors=cent, rows=[order[bounds[i]:bounds[i + 1]] for i in range(len(uniq))],
-                position={str(n): i for i, n in enumerate(uniq)},
-                source=np.array([self._note_source.get(n, "") for n in uniq], dtype=object),
-                background=background if len(background) else np.zeros((1, vecs.shape[1]), dtype=np.float32))
+            got = self._centroids[table] = _cached_page_vectors(self._con, self.path, table,
+                                                                lambda: self._compute_page_vectors(table))
         return got
+
+    def _compute_page_vectors(self, table: str) -> dict[str, Any]:
+        """:meth:`_page_vectors` computed from the vectors: ``{"note_ids": [str], "vectors": float32 (p, dim),
+        "order": int64 (n,) rows grouped by page, "bounds": int64 (p + 1,) each page's slice of order, "source":
+        [str], "background": float32 (m, dim)}``."""
+        if self._exact(table):
+            ids, vecs, _, _ = self._flat(table)
+        else:
+            ids, vecs = wh.load_live_vectors_cached(self._con, table, self.path)
+        uniq, inv = _sorted_groups([self._note_of.get(c, "") for c in ids])
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+        cent = _group_sums(vecs, order, bounds)
+        norms = np.linalg.norm(cent, axis=1, keepdims=True)
+        cent /= np.where(norms > 0, norms, 1.0)
+        step = max(1, len(vecs) // BACKGROUND_ROWS)
+        background = np.ascontiguousarray(vecs[::step][:BACKGROUND_ROWS])
+        return {"note_ids": [str(n) for n in uniq], "vectors": cent, "order": order.astype(np.int64),
+                "bounds": bounds.astype(np.int64), "source": [self._note_source.get(n, "") for n in uniq],
+                "background": background if len(background) else np.zeros((1, vecs.shape[1]), dtype=np.float32)}
 
     def _with_page_vectors(self, table: str, qvec: np.ndarray, pages: list[_Page],
                            sources: frozenset[str] | None, notes: frozenset[str] | None,
@@ -676,11 +717,14 @@ class Searcher:
         if extra:
             exact = self._exact(table)
             ids, vecs, _, _ = self._flat(table) if exact else (None, None, None, None)
+            scope_key = (table, sources, skip_english)
+            scope = self._flat_rows.get(scope_key) if exact and notes is None else None
+            sub = self._flat_subset_cache.get(scope_key) if scope is not None else None
             floor = min((p.score for p in pages), default=0.0)
             for nid in extra:
                 if exact:
                     r = pv.rows[pv.position[nid]]
-                    cs = vecs[r] @ q
+                    cs = _rows_of(vecs, r, scope, sub) @ q
                     top = np.argsort(-cs, kind="stable")[:2]
                     score = float(cs[top[0]]) + (self.second_weight * float(cs[top[1]]) if len(top) > 1 else 0.0)
                     scored[nid] = _Page(nid, score, [str(ids[r[top[0]]])])
@@ -714,6 +758,7 @@ class Searcher:
         Exact (recall 1); rows are in chunk id order, so ties go to the lower chunk id."""
         ids, vecs, srcs, pages = self._flat(table)
         rows: np.ndarray | None = None
+        sub: np.ndarray | None = None          # vecs[rows], read once per scope (warehouse.take_rows)
         if sources is not None or skip_english:
             key = (table, sources, skip_english)
             rows = self._flat_rows.get(key)
@@ -722,7 +767,9 @@ class Searcher:
                 if skip_english:
                     keep &= np.array([self._note_of.get(c) not in self._english_notes for c in ids], dtype=bool)
                 rows = self._flat_rows[key] = np.flatnonzero(keep)
+            sub = self._flat_subsets(key, vecs, rows)
         if notes is not None:
+            sub = None
             sel = rows if rows is not None else np.arange(len(ids))
             keep = np.array([self._note_of.get(c, "") in notes for c in ids[sel]], dtype=bool)
             rows = sel[keep]
@@ -733,9 +780,21 @@ class Searcher:
         if rows is None:
             sims = vecs @ q
         else:
-            sims[rows] = vecs[rows] @ q
+            sims[rows] = (vecs[rows] if sub is None else sub) @ q
         top = top_per_page(sims, pages, self.lane_depth, candidates=rows)
         return [(str(ids[i]), float(sims[i])) for i in top]
+
+    def _flat_subsets(self, key: tuple, vecs: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        """``vecs[rows]`` of one exact-scan scope, kept for the next query (at most FLAT_SUBSETS scopes, the oldest
+        dropped) when the scope is at most a quarter of the table; else None (the caller gathers per query)."""
+        if len(rows) * 4 > len(vecs):
+            return None
+        got = self._flat_subset_cache.get(key)
+        if got is None:
+            while len(self._flat_subset_cache) >= FLAT_SUBSETS:
+                self._flat_subset_cache.pop(next(iter(self._flat_subset_cache)))
+            got = self._flat_subset_cache[key] = wh.take_rows(vecs, rows)
+        return got
 
     def _vector_plan(self, query: str, sources: frozenset[str] | None, notes: frozenset[str] | None,
                      cross: bool) -> _VectorPlan:

@@ -55,6 +55,7 @@ from pipeline.warehouse.queries import (
     read_meta,
     rows_from_table,
     stats,
+    warehouse_cache_key,
 )
 from pipeline.warehouse.schema import (
     SCHEMA_VERSION,
@@ -68,6 +69,7 @@ from pipeline.warehouse.vectors import (
     list_models,
     load_live_vectors,
     load_live_vectors_cached,
+    take_rows,
     vector_search,
     vectors_by_text_hash,
 )
@@ -108,6 +110,7 @@ __all__ = [
     "load_graph",
     "load_live_vectors",
     "load_live_vectors_cached",
+    "take_rows",
     "load_note_keys",
     "model_source_counts",
     "note_by_vault_path",
@@ -126,4 +129,5 @@ __all__ = [
     "vector_search",
     "vector_table_name",
     "vectors_by_text_hash",
+    "warehouse_cache_key",
 ]

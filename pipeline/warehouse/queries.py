@@ -146,7 +146,7 @@ def _read_ipc(path: Path) -> pa.Table:
 BM25_CACHE_FORMAT = 1
 
 
-def _warehouse_key(con: duckdb.DuckDBPyConnection, warehouse_path: Path, *parts: Any) -> str:
+def warehouse_cache_key(con: duckdb.DuckDBPyConnection, warehouse_path: Path, *parts: Any) -> str:
     """Cache key of data derived from the whole warehouse: the file and WAL stamps and the build facts of ``meta``
     (any write changes one of them), plus ``parts``."""
     from pipeline.index.fastcache import entry_key, file_stamp
@@ -179,7 +179,7 @@ def load_bm25_cached(con: duckdb.DuckDBPyConnection, warehouse_path: Path | None
 
     if warehouse_path is None:
         return from_warehouse()
-    key = _warehouse_key(con, warehouse_path, BM25_CACHE_FORMAT)
+    key = warehouse_cache_key(con, warehouse_path, BM25_CACHE_FORMAT)
     name = f"bm25.{entry_key(str(Path(warehouse_path).resolve()))[:10]}"
     directory = load_entry("bm25", name, key)
     if directory is not None:
@@ -188,7 +188,7 @@ def load_bm25_cached(con: duckdb.DuckDBPyConnection, warehouse_path: Path | None
         except (OSError, ValueError, EOFError, TypeError, KeyError) as exc:
             log.debug("BM25 cache %s unreadable (%s): rebuilding it", directory, exc)
     indexes = from_warehouse()
-    if _warehouse_key(con, warehouse_path, BM25_CACHE_FORMAT) != key:   # replaced while we read: no entry
+    if warehouse_cache_key(con, warehouse_path, BM25_CACHE_FORMAT) != key:   # replaced while we read: no entry
         return indexes
 
     def write(tmp: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -214,6 +215,47 @@ def load_live_vectors_cached(con: duckdb.DuckDBPyConnection, table: str, warehou
     del vecs                                  # serve the mapped copy: one copy in memory, shared with the page cache
     # a plain ndarray view of the mapping (numpy.memmap's per-slice overhead is ~70 us, paid per page scored)
     return ids, np.asarray(np.load(stored / "vectors.npy", mmap_mode="r", allow_pickle=False))
+
+
+def take_rows(vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``vecs[rows]`` (a new C-contiguous array, the same values), read with ``os.preadv`` when ``vecs`` is a
+    read-only memory map of a ``.npy`` file (:func:`load_live_vectors_cached`): a gather over the mapping faults in
+    every page around each row (the kernel maps 64 KB around a fault), so the 3.6k scattered rows of one language
+    cost a search process the whole 56 MB table in resident memory instead of their own 7 MB.
+
+    Args:
+        vecs: float (n, dim), C-contiguous, possibly memory-mapped.
+        rows: int (m,) row positions, ascending.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    base = vecs
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    filename = getattr(base, "filename", None)
+    if (base is None or filename is None or not vecs.flags.c_contiguous or vecs.ndim != 2 or not len(rows)
+            or vecs.ctypes.data != base.ctypes.data or (len(rows) > 1 and bool(np.any(np.diff(rows) <= 0)))):
+        return vecs[rows]
+    out = np.empty((len(rows), vecs.shape[1]), dtype=vecs.dtype)
+    row_bytes = vecs.shape[1] * vecs.dtype.itemsize
+    # runs of consecutive rows: one read each
+    starts = np.flatnonzero(np.r_[True, np.diff(rows) != 1])
+    ends = np.r_[starts[1:], len(rows)]
+    flat = out.reshape(-1).view(np.uint8)
+    try:
+        fd = os.open(filename, os.O_RDONLY)
+    except OSError:
+        return vecs[rows]
+    try:
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            want = (b - a) * row_bytes
+            got = os.preadv(fd, [memoryview(flat[a * row_bytes: b * row_bytes])], base.offset + int(rows[a]) * row_bytes)
+            if got != want:
+                return vecs[rows]
+    except OSError:
+        return vecs[rows]
+    finally:
+        os.close(fd)
+    return out
 
 
 def vectors_by_text_hash(con: duckdb.DuckDBPyConnection, model_id: str, hashes: Sequence[str]

@@ -1,0 +1,224 @@
+"""Cold-start mechanisms of a search process (issue 19): BM25 scored without bm25s, the BM25 / page-vector / e5
+vocabulary start-up caches, reading scattered vector rows without faulting the whole map in, the Python unigram
+tokenizer of e5 queries, and the modules a search never imports. Each must give exactly what the path it replaces
+gives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import warehouse as wh
+from pipeline.index import fastcache
+from pipeline.index.bm25 import Bm25Index, split_blobs
+from pipeline.index.embed import E5QueryTokenizer, E5Tokenizer, read_e5_q4
+from pipeline.index.unigram import UnigramViterbi
+from pipeline.search.searcher import Searcher
+from tests.test_embed_multilingual import PIECES, SCORES, write_tiny_e5
+from tests.test_search_fastcache import _build
+
+DOCS = [["cat", "purr", "cat"], ["dog", "bark"], ["fish", "swim", "cat"], [], ["purr"]]
+IDS = ["c", "d", "f", "e", "p"]
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", str(root))
+    return root
+
+
+@pytest.fixture()
+def warehouse(tmp_path: Path) -> Path:
+    path = tmp_path / "warehouse.duckdb"
+    _build(path)
+    return path
+
+
+# ---- BM25 ----
+
+def test_bm25_scores_equal_bm25s_bit_for_bit():
+    import bm25s
+
+    index = Bm25Index.build(IDS, DOCS)
+    ref = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    ref.index([d for d in DOCS], show_progress=False)
+    for query in (["cat"], ["cat", "cat", "purr"], ["purr", "fish", "nope"], ["dog", "bark", "swim", "cat"]):
+        ids = [ref.vocab_dict[t] for t in query if t in ref.vocab_dict]
+        want = np.asarray(ref.get_scores_from_ids(ids), dtype=np.float32)
+        got = index.scores(query)
+        assert got.dtype == np.float32 and np.array_equal(got, want)
+    assert np.array_equal(index.scores(["nope", ""]), np.zeros(5, dtype=np.float32))
+
+
+def test_bm25_cache_serves_the_stored_index(cache: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
+    con = wh.connect(warehouse)
+    try:
+        chunk_blobs, _ = split_blobs(wh.load_bm25_blobs(con))
+        ref = Bm25Index.from_blobs(chunk_blobs)
+        first, pages = wh.load_bm25_cached(con, warehouse)                  # built, stored
+        assert pages is None                                                 # this warehouse has no page index
+        (entry,) = (cache / "bm25").iterdir()
+        monkeypatch.setattr(Bm25Index, "from_blobs", lambda blobs: pytest.fail("not served from the cache"))
+        again, _ = wh.load_bm25_cached(con, warehouse)
+        assert isinstance(again._data, np.ndarray) and not again._data.flags.writeable    # memory-mapped
+        for idx in (first, again):
+            assert idx.doc_ids == ref.doc_ids and idx._vocab == ref._vocab and idx.to_blobs() == ref.to_blobs()
+            for q in (["pip", "install"], ["hybrid", "search"], ["nothing"]):
+                assert np.array_equal(idx.scores(q), ref.scores(q))
+        monkeypatch.undo()
+        (entry / "chunk.meta.marshal").write_bytes(b"\x00garbage")            # corrupt (same size is not kept)
+        fixed, _ = wh.load_bm25_cached(con, warehouse)                      # rebuilt from the blobs
+        assert fixed.to_blobs() == ref.to_blobs()
+    finally:
+        con.close()
+
+
+def test_bm25_without_cache(tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
+    con = wh.connect(warehouse)
+    try:
+        chunks, pages = wh.load_bm25_cached(con, warehouse)
+        assert pages is None and len(chunks) == 6
+    finally:
+        con.close()
+
+
+# ---- generic cached state, page vectors ----
+
+def test_cached_state_round_trip_and_corrupt_entry(cache: Path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "names": ["x", "y"], "extra": {b"\x00k": 3},
+                "n": 7}
+
+    first = fastcache.cached_state("k", "n", "key", compute)
+    second = fastcache.cached_state("k", "n", "key", compute)
+    assert len(calls) == 1
+    assert second["names"] == ["x", "y"] and second["extra"] == {b"\x00k": 3} and second["n"] == 7
+    assert np.array_equal(second["a"], first["a"]) and second["a"].dtype == np.float32
+    assert not second["a"].flags.writeable                                   # memory-mapped read-only
+    entry = fastcache.load_entry("k", "n", "key")
+    (entry / "state.marshal").write_bytes(b"\xff" * (entry / "state.marshal").stat().st_size)
+    third = fastcache.cached_state("k", "n", "key", compute)
+    assert len(calls) == 2 and third["names"] == ["x", "y"]
+
+
+def test_page_vectors_cached_equal_computed(cache: Path, warehouse: Path):
+    with Searcher(warehouse) as s:
+        for m in s.models:
+            table = m["table_name"]
+            fresh = s._compute_page_vectors(table)
+            pv = s._page_vectors(table)                                      # computed, stored
+        assert {p.name.split(".")[0] for p in (cache / "pagevec").iterdir()} == {m["table_name"] for m in s.models}
+    with Searcher(warehouse) as s:
+        for m in s.models:
+            table = m["table_name"]
+            fresh = s._compute_page_vectors(table)
+            pv = s._page_vectors(table)                                      # read back
+            assert list(pv.note_ids) == fresh["note_ids"] and list(pv.source) == fresh["source"]
+            assert np.array_equal(pv.vectors, fresh["vectors"]) and np.array_equal(pv.background, fresh["background"])
+            order, bounds = fresh["order"], fresh["bounds"]
+            assert [list(r) for r in pv.rows] == [list(order[bounds[i]:bounds[i + 1]]) for i in range(len(pv.rows))]
+            assert pv.position == {n: i for i, n in enumerate(fresh["note_ids"])}
+
+
+# ---- scattered rows of a memory-mapped table ----
+
+def test_take_rows_equals_fancy_indexing(tmp_path: Path):
+    vecs = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
+    np.save(tmp_path / "v.npy", vecs)
+    mapped = np.asarray(np.load(tmp_path / "v.npy", mmap_mode="r"))
+    for rows in ([0], [3, 4, 5, 9, 49], list(range(50)), [7, 20, 21]):
+        r = np.array(rows)
+        for src in (mapped, vecs):
+            got = wh.take_rows(src, r)
+            assert got.flags.c_contiguous and got.dtype == np.float32 and np.array_equal(got, vecs[r])
+    assert np.array_equal(wh.take_rows(mapped, np.array([5, 2])), vecs[[5, 2]])   # not ascending: plain gather
+    assert wh.take_rows(mapped, np.array([], dtype=np.int64)).shape == (0, 8)
+
+
+# ---- e5 query tokenizer ----
+
+def test_unigram_viterbi_picks_the_best_path_and_splits_unknowns():
+    pieces = ["<unk>", "a", "b", "ab", "abc", "c", "\u2581"]
+    scores = [0.0, -1.0, -1.0, -1.5, -5.0, -1.0, -0.5]
+    v = UnigramViterbi.from_pieces(pieces, scores, unk=0)
+    assert v.encode("abc") == [3, 5]                       # ab + c (-2.5) beats abc (-5) and a + b + c (-3)
+    assert v.encode("\u2581xy") == [6, 0, 0]               # one <unk> per unknown character
+    assert v.encode("") == []
+    tie = UnigramViterbi.from_pieces(["<unk>", "a", "aa", "aaa"], [0.0, -1.0, -2.0, -3.0], unk=0)
+    assert tie.encode("aaa") == [3]                        # equal scores: the earliest proposal stays
+
+
+def test_unigram_viterbi_equals_tokenizers_unigram():
+    from tokenizers import Tokenizer, models
+
+    pieces = ["<unk>", "\u2581", "\u2581a", "a", "b", "ab", "\u3042", "\u2581\u3042", "\x00<unk>\x00", "bb", "abb"]
+    scores = [0.0, -2.0, -1.5, -3.0, -3.0, -2.5, -2.0, -1.8, 0.0, -4.0, -6.5]
+    tk = Tokenizer(models.Unigram([(p, s) for p, s in zip(pieces, scores)], unk_id=0, byte_fallback=False))
+    v = UnigramViterbi.from_pieces(pieces, scores, unk=0)
+    for text in ["\u2581ab", "\u2581abba\u3042", "\u2581\u3042\u3042ab", "\u2581xyz", "\u2581abb\u2581a", "a\x00b",
+                 "\u2581\x00<unk>\x00a"]:
+        enc = tk.encode(text, add_special_tokens=False)
+        want = [j for i, (a, b) in zip(enc.ids, enc.offsets) for j in ([i] if i != 0 else [i] * (b - a))]
+        assert v.encode(text) == want, text
+
+
+def test_e5_query_tokenizer_equals_e5_tokenizer(tmp_path: Path, cache: Path):
+    path = tmp_path / "tiny.bin"
+    write_tiny_e5(path)
+    w = read_e5_q4(path)
+    full = E5Tokenizer(w)
+    texts = ["ab ab", "  a\tb  ", "\u3042 ab\u3000c", "xyz <unk> <s>", "\uff41b", "", "a\x01b", "abcabc" * 5]
+    for _ in range(2):                                     # vocabulary built and stored, then read back
+        quick = E5QueryTokenizer(read_e5_q4(path))
+        assert quick.content_ids(texts) == full.content_ids(texts)
+        assert (quick.bos, quick.eos, quick.unk) == (full.bos, full.eos, full.unk)
+    assert len(list((cache / "e5vocab").iterdir())) == 1
+    assert len(PIECES) == len(SCORES) == w.config.vocab
+
+
+def test_e5_vocabulary_decoded_lazily(tmp_path: Path):
+    path = tmp_path / "tiny.bin"
+    write_tiny_e5(path)
+    w = read_e5_q4(path)
+    assert w._pieces is None                               # not decoded by reading the file
+    assert w.piece_bytes() == [p.encode() for p in PIECES]
+    assert w.pieces == PIECES and w._pieces is not None
+
+
+# ---- what a search process imports ----
+
+def test_search_path_imports_no_heavy_modules(tmp_path: Path, cache: Path):
+    """Opening a searcher and searching (the CLI's modules loaded) imports neither torch, transformers,
+    sentence-transformers, dagster nor bm25s/scipy, the normalize stage or the writer; with its start-up caches
+    written, not pyarrow.compute either."""
+    path = tmp_path / "warehouse.duckdb"
+    _build(path)
+    code = (
+        "import json, sys\n"
+        "import pipeline.cli, pipeline.service\n"
+        "from pipeline.search.searcher import Searcher\n"
+        f"s = Searcher({str(path)!r}, query_threads=1)\n"
+        "hits = s.search('hybrid search vectors', k=3)\n"
+        "s.close()\n"
+        "bad = ['torch', 'sentence_transformers', 'transformers', 'dagster', 'bm25s', 'scipy', 'pyarrow.compute',\n"
+        "       'pipeline.ingest.normalize', 'pipeline.warehouse.write', 'pipeline.warehouse.eval_runs']\n"
+        "print(json.dumps([len(hits), [m for m in bad if m in sys.modules]]))\n"
+    )
+    seen = []
+    for _ in range(2):             # the first process writes the start-up caches, the second is a cold search
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert seen[1] == [3, []]
+    assert seen[0][0] == 3 and set(seen[0][1]) <= {"pyarrow.compute"}        # building the caches may use it
