@@ -222,3 +222,27 @@ def test_search_path_imports_no_heavy_modules(tmp_path: Path, cache: Path):
         seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert seen[1] == [3, []]
     assert seen[0][0] == 3 and set(seen[0][1]) <= {"pyarrow.compute"}        # building the caches may use it
+
+
+# ---- DuckDB extensions loaded only when an HNSW index is queried ----
+
+def test_searcher_attaches_without_vss_and_loads_it_for_hnsw(cache: Path, warehouse: Path):
+    def loaded(con) -> set[str]:
+        return {r[0] for r in con.execute(
+            "SELECT extension_name FROM duckdb_extensions() WHERE loaded AND extension_name IN ('vss', 'fts')"
+        ).fetchall()}
+
+    with Searcher(warehouse, exact_max_rows=10**9) as exact:
+        want = [h.vault_path for h in exact.search("hybrid search vectors", k=3, lanes=["vector"])]
+        assert loaded(exact._con) == set()                                     # exact scan: never loaded
+    with Searcher(warehouse, exact_max_rows=0) as hnsw:                       # every model through HNSW
+        got = [h.vault_path for h in hnsw.search("hybrid search vectors", k=3, lanes=["vector"])]
+        assert "vss" in loaded(hnsw._con)
+        table = hnsw.models[0]["table_name"]
+        assert "HNSW_INDEX_SCAN" in wh.explain_vector_search(hnsw._con, table)
+    assert got == want                                                         # a 6-chunk corpus: HNSW is exact
+    con = wh.connect(warehouse)                                                 # the default still loads both
+    try:
+        assert loaded(con) == {"vss", "fts"}
+    finally:
+        con.close()

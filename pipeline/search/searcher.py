@@ -409,7 +409,7 @@ class Searcher:
         self.translate_bm25 = translate_bm25
         self._translations: dict[str, str | None] = {}
         self._lock = threading.RLock()
-        self._con = wh.connect(self.path, read_only=True)
+        self._con = wh.connect(self.path, read_only=True, lazy_extensions=True)   # vss loaded for HNSW only
         try:
             self._load_keys()
             self._load_indexes()

@@ -17,7 +17,7 @@ from pipeline.common.errors import (
     EmbeddingError,
     WarehouseCorruptError,
 )
-from pipeline.warehouse.schema import _TABLE_RE
+from pipeline.warehouse.schema import _TABLE_RE, load_vss
 
 log = logging.getLogger("pipeline.warehouse")
 
@@ -109,6 +109,7 @@ def vector_search(
     tdim, n_dead, n_delta = _vec_counts(con, table)
     dim = tdim
     q = _qparam(qvec, dim)
+    load_vss(con)                          # a searcher's connection attaches without it (schema.connect)
     rows = [(r[0], float(r[1])) for r in con.execute(_knn_sql(table, dim, k + n_dead), [q]).fetchall()]
     if n_dead:
         dead = {r[0] for r in con.execute("SELECT chunk_id FROM vec_dead WHERE table_name = ?", [table]).fetchall()}
@@ -303,5 +304,6 @@ def explain_vector_search(
     dim = _table_dim(con, table)
     if qvec is None or np.ndim(qvec) == 0:
         qvec = np.eye(1, dim, dtype=np.float32)[0]
+    load_vss(con)
     rows = con.execute("EXPLAIN " + _knn_sql(table, dim, k), [_qparam(qvec, dim)]).fetchall()
     return "\n".join(str(r[1]) for r in rows)
