@@ -75,7 +75,7 @@ STAGES = ("fetch_stage", "normalize_stage", "vault_stage", "chunk_stage", "embed
 PARTS = ("full", "noop", "pages", "add-source", "queries", "cold", "baselines", "updates")
 ADDED = "bench-notes"          # name of the 15-note local source
 
-from _perf import (  # noqa: E402 - issue 19 targets, shared with search_cold.py / search_latency.py
+from _perf import (  # issue 19 targets, shared with search_cold.py / search_latency.py
     T_ADD_S,
     T_COLD_S,
     T_FULL_RSS_GB,

@@ -21,14 +21,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import T_COLD_S, T_SEARCH_RSS_MB, verdict  # noqa: E402
+from _perf import T_COLD_S, T_SEARCH_RSS_MB, verdict
 
 
 def run_once(args: list[str]) -> tuple[float, float, float]:
     """(wall s, cpu s, peak RSS MB) of one ``python -P -m pipeline.cli search ...`` via GNU time."""
     fmt = "%e %U %S %M"
     proc = subprocess.run(["/usr/bin/time", "-f", fmt, sys.executable, "-P", "-m", "pipeline.cli", "search", *args],
-                          capture_output=True, text=True, env=os.environ.copy())
+                          check=False, capture_output=True, text=True, env=os.environ.copy())
     if proc.returncode != 0:
         raise SystemExit(f"search failed: {proc.stderr[-2000:]}")
     wall, user, sys_, rss = proc.stderr.strip().splitlines()[-1].split()

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import T_P50_MS, T_P95_MS, verdict  # noqa: E402
+from _perf import T_P50_MS, T_P95_MS, verdict
 
 
 def pct(values: list[float], p: float) -> float:

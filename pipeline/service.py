@@ -17,7 +17,7 @@ from pipeline.models import Record
 if TYPE_CHECKING:
     from pipeline.search.searcher import Searcher
 
-__all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",
+__all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
            "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
            "SourceStatus", "WarehouseStatus", "ModelStatus", "BuildOutcome", "SourceOutcome", "SharedOutcome",
            "WarehouseOutcome", "build_outcome", "no_notes_line"]

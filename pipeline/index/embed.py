@@ -372,8 +372,8 @@ class E5Q4Weights:
     the tokenizer the ONNX export saved and never needs them.
     """
 
-    __slots__ = ("path", "config", "scores", "bos", "eos", "pad", "unk", "normalization", "tensors",
-                 "_pieces", "_piece_blob", "_piece_offsets")
+    __slots__ = ("_piece_blob", "_piece_offsets", "_pieces", "bos", "config", "eos", "normalization", "pad", "path",
+                 "scores", "tensors", "unk")
 
     def __init__(self, path: Path, config: E5Config, pieces: list[str] | tuple[bytes, np.ndarray],
                  scores: np.ndarray, bos: int, eos: int, pad: int, unk: int, normalization: dict[int, str],
@@ -547,7 +547,7 @@ class E5QueryTokenizer(E5Tokenizer):
     whose load costs a search process ~1 s and ~300 MB (this one ~0.2 s and ~30 MB). Slower per character: meant
     for short texts."""
 
-    def __init__(self, weights: E5Q4Weights) -> None:    # noqa: D107 - no tokenizers model is built
+    def __init__(self, weights: E5Q4Weights) -> None:     # no tokenizers model is built
         from pipeline.index.unigram import UnigramViterbi
 
         self.bos, self.eos, self.unk = weights.bos, weights.eos, weights.unk

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
