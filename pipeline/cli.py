@@ -29,6 +29,7 @@ from pipeline.config import Settings, eval_env_paths, float_env, no_color, scope
 from pipeline.service import (
     NO_RESULTS,
     build_outcome,
+    noop_build,
     capture_related,
     child_env,
     no_notes_line,
@@ -130,12 +131,14 @@ def build(
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
-        from pipeline.defs.runner import run_build
-        from pipeline.stages import FORCE_ENV
+        report = noop_build(s, source, wait=wait, force=force)
+        if report is None:
+            from pipeline.defs.runner import run_build
+            from pipeline.stages import FORCE_ENV
 
-        with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar:
-            report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
-                               progress=bar.update)
+            with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar:
+                report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
+                                   progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -206,6 +209,8 @@ def build(
                 nd=ev.get("ndcg_at_10", 0)))
     else:
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
+    if report.noop:
+        typer.echo("nothing changed since the last build: no Dagster run was needed (--force redoes everything)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
     failed = [st.name for st in report.sources if not st.ok]
     if failed:

@@ -6,7 +6,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from pipeline.models import Record
 
 if TYPE_CHECKING:
     from pipeline.search.searcher import Searcher
+    from pipeline.stages.results import BuildReport
 
 __all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
            "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
@@ -325,9 +326,30 @@ class BuildOutcome(Record):
     shared: SharedOutcome
 
 
+def noop_build(s: Settings, source_names: Sequence[str] | None = None, wait: float = 0.0,
+               force: bool = False) -> BuildReport | None:
+    """The report of ``docsvault build`` when nothing changed since the last successful build of every source,
+    answered without starting Dagster (:mod:`pipeline.stages.noop`), else None (build normally). Only for a build
+    of every source, not forced.
+
+    Raises:
+        BuildLockedError: another build holds the lock past ``wait`` seconds.
+        SourcesFileError: sources.yaml is invalid.
+    """
+    if source_names or force:
+        return None
+    from pipeline.common.lock import build_lock, build_run_lock
+    from pipeline.ingest.sources import load_sources
+    from pipeline.stages.noop import noop_report
+
+    sources = load_sources(s.sources_file)
+    with build_run_lock(s.data_dir, wait=wait), build_lock(s.data_dir, wait=wait):
+        return noop_report(s, sources)
+
+
 def no_notes_line(st: Any) -> str:
     """The fetch's "source X has no notes: ..." warning of an empty source (or a short one); ``st`` one source of
-    a :class:`pipeline.defs.runner.BuildReport`."""
+    a :class:`pipeline.stages.results.BuildReport`."""
     lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
     return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
 
@@ -348,7 +370,7 @@ def _source_outcome(st: Any) -> SourceOutcome:
 
 
 def build_outcome(report: Any) -> BuildOutcome:
-    """A :class:`pipeline.defs.runner.BuildReport` (the stages' Dagster metadata, by asset) as a typed record."""
+    """A :class:`pipeline.stages.results.BuildReport` (the stages' Dagster metadata, by asset) as a typed record."""
     wh = report.shared_metadata.get("warehouse", {})
     ev = report.shared_metadata.get("retrieval_eval", {})
     warehouse = None

@@ -44,7 +44,7 @@ def test_renamed_source_loses_its_generated_folder_only(tiny_env: Path) -> None:
     assert _files(vault) == ["copy", "handmade", "mine", "tiny2"]
     assert (vault / "mine" / "x.md").is_file() and (vault / "handmade" / "_index.md").is_file()
     assert (vault / "tiny2" / "Ducks.md").is_file()
-    assert _files(data / "state") == [".shared.json", "tiny2.errors.txt", "tiny2.json"]
+    assert _files(data / "state") == [".noop.json", ".shared.json", "tiny2.errors.txt", "tiny2.json"]
     assert _files(data / "notes") == ["tiny2.jsonl", "tiny2.names.json"]     # tiny's names cache went too
     assert _files(data / "chunks") == ["tiny2.jsonl", "tiny2.notes.json"]
     assert _files(data / "raw") == ["tiny2"]

@@ -265,3 +265,39 @@ def test_a_page_whose_name_is_the_query_comes_first(tmp_path: Path):
             assert ranked[0][2] > ranked[1][2]
         assert [h.source_path for h in s.search("restart rollout", k=2)][0] == "K.md"   # an alias
         assert [h.source_path for h in s.search("restart rollout", k=2, source="zoo")][0] == "K.md"
+
+
+def _two_model_warehouse(path: Path, other_vectors: np.ndarray) -> Path:
+    """Source "en": pages P1, P2 on model a-3 and J1 on model b-3; source "other": three pages on model a-3 with
+    ``other_vectors`` (only their content differs between two such warehouses)."""
+    en_notes, en_chunks = _notes_and_chunks({"P1.md": ["p one"], "P2.md": ["p two"]}, source="en")
+    ja_notes, ja_chunks = _notes_and_chunks({"J1.md": ["j one"], "J2.md": ["j two"]}, source="en")
+    ot_notes, ot_chunks = _notes_and_chunks({"O1.md": ["o"], "O2.md": ["o"], "O3.md": ["o"]}, source="other")
+    notes, chunks = en_notes + ja_notes + ot_notes, en_chunks + ja_chunks + ot_chunks
+    a_ids = [c.chunk_id for c in en_chunks + ot_chunks]
+    a_vecs = np.concatenate([np.array([_unit(1, 0, 0), _unit(0, 1, 0)], dtype=np.float32), other_vectors])
+    ja_vecs = np.array([_unit(0.8, 0.6, 0), _unit(0.6, 0.8, 0)], dtype=np.float32)
+    wh.publish(path, wh.WarehouseData(
+        notes=notes, chunks=chunks, bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs(),
+        vectors={"a-3": (a_ids, a_vecs), "b-3": ([c.chunk_id for c in ja_chunks], ja_vecs)}))
+    return path
+
+
+def test_a_scoped_search_is_standardised_against_its_own_sources(tmp_path: Path):
+    """The z-score background of a search is its scope's chunks: a search within "en" gives the same scores whatever
+    another source's vectors are (one background over the whole model moved ja-react's scoped ranking when duckdb and
+    prefect were rebuilt); unscoped, the other source's chunks are part of the background."""
+    queries = {"a-3": np.array(_unit(1, 0, 0), dtype=np.float32), "b-3": np.array(_unit(1, 1, 0), dtype=np.float32)}
+    near = np.array([_unit(1, 0.1, 0)] * 3, dtype=np.float32)        # the other source's chunks all near the query
+    far = np.array([_unit(0, 0, 1)] * 3, dtype=np.float32)           # ... or all far from it
+    lanes = {}
+    for name, other in (("near", near), ("far", far)):
+        path = _two_model_warehouse(tmp_path / f"{name}.duckdb", other)
+        with Searcher(path, embedder_factory=lambda m: _Fixed(m, queries[m])) as s:
+            lanes[name] = {scope: [(s._note_path[p.note_id], round(p.score, 3))
+                                   for p in s._vector_lane("q", None if scope == "all" else frozenset({"en"}))]
+                           for scope in ("en", "all")}
+    assert lanes["near"]["en"] == lanes["far"]["en"]
+    assert lanes["far"]["en"][:2] == [("P1.md", 0.905), ("P2.md", -1.0)]
+    assert lanes["near"]["all"][:2] == [("P1.md", 0.39), ("O3.md", 0.378)]      # P1 is barely above the others ...
+    assert lanes["far"]["all"][:2] == [("P1.md", 1.881), ("P2.md", -0.5)]       # ... or far above them

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,34 +30,13 @@ from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, ke
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
+from pipeline.stages.results import BuildReport, SourceStatus
 
 INSTANCE_YAML = """\
 # docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry.
 telemetry:
   enabled: false
 """
-
-
-@dataclass
-class SourceStatus:
-    name: str
-    ok: bool = True
-    failed_stage: str = ""
-    error: str = ""
-    metadata: dict = field(default_factory=dict)   # stage -> metadata dict
-
-
-@dataclass
-class BuildReport:
-    sources: list[SourceStatus]
-    shared_ok: bool
-    shared_error: str = ""
-    shared_metadata: dict = field(default_factory=dict)
-    removed: list[str] = field(default_factory=list)   # "removed vault/<name>/: ..." of sources dropped from sources.yaml
-
-    @property
-    def ok(self) -> bool:
-        return self.shared_ok and all(s.ok for s in self.sources)
 
 
 def ensure_instance(settings: Settings) -> Path:
@@ -152,11 +130,15 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         wait: seconds to wait for another build holding the lock (0: refuse at once).
         progress: called as ``progress(stage, source, done, total)`` while long stages run (embedding).
 
+    A build of every source that succeeded is recorded for :func:`pipeline.service.noop_build` (a later build with
+    nothing to do answers without Dagster); a failed one forgets the record.
+
     Raises:
         BuildLockedError: another build holds the lock (its pid and start time are in the message).
     """
     from pipeline import stages as build
     from pipeline.common.lock import build_lock, build_run_lock
+    from pipeline.stages.noop import record_noop
 
     with build_run_lock(settings.data_dir, wait=wait):
         with build_lock(settings.data_dir, wait=wait):
@@ -165,10 +147,14 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         if progress is not None:
             build.PROGRESS_HOOKS.append(progress)
         try:
-            return _run(settings, sources, removed, log_level)
+            report = _run(settings, sources, removed, log_level)
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
+        if not source_names:                 # a build of every source: what the next no-op build answers from
+            with build_lock(settings.data_dir, wait=wait):
+                record_noop(settings, sources, report)
+        return report
 
 
 def _prepare(settings: Settings, source_names: Sequence[str] | None) -> tuple[list[Source], list[str]]:

@@ -561,7 +561,10 @@ class E5QueryTokenizer(E5Tokenizer):
             return {"keys": keys, "ids": ids, "extra": extra, "max_chars": max_chars}
 
         # the sorted vocabulary, memory-mapped from the search start-up cache (built once per weight file)
-        state = cached_state("e5vocab", "vocab", entry_key(E5_VOCAB_FORMAT, file_stamp(weights.path)), compute)
+        import pipeline.index.unigram as unigram_module
+
+        key = entry_key(E5_VOCAB_FORMAT, file_stamp(weights.path), file_stamp(Path(unigram_module.__file__)))
+        state = cached_state("e5vocab", "vocab", key, compute)
         self._viterbi = UnigramViterbi(state["keys"], state["ids"], weights.scores, self.unk, state["extra"],
                                        state["max_chars"])
 

@@ -13,7 +13,7 @@ of a skipped stage). The records also read as that mapping (``result["notes"]``)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar, Self
 
 from pipeline.models import MappingRecord, plain
@@ -277,3 +277,33 @@ class EvalStageResult(StageResult):
     warehouse_built_at: str | None = None
     ablation: Mapping[str, Any] | None = None
     skipped: bool = False
+
+
+@dataclass
+class SourceStatus:
+    """One source of a build: ``ok``, else the stage that failed and its one-line error; ``metadata`` each
+    per-source stage's metadata (stage -> dict; {} for a stage that did not run)."""
+
+    name: str
+    ok: bool = True
+    failed_stage: str = ""
+    error: str = ""
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class BuildReport:
+    """A whole build (``docsvault build``): its sources, the shared stages (``shared_ok``, ``shared_error``,
+    ``shared_metadata``: stage -> dict), ``removed`` ("removed vault/<name>/: ..." of sources dropped from
+    sources.yaml), ``noop`` (True: nothing had changed, answered without a Dagster run: :mod:`pipeline.stages.noop`)."""
+
+    sources: list[SourceStatus]
+    shared_ok: bool
+    shared_error: str = ""
+    shared_metadata: dict = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    noop: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.shared_ok and all(s.ok for s in self.sources)

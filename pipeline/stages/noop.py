@@ -1,0 +1,176 @@
+"""A build with nothing to do, answered without Dagster (the fast path of ``docsvault build``).
+
+Starting Dagster and recording a run of ~300 events costs seconds even when every stage skips (a no-op build took
+9 s, its stages under 2 s). So a successful build of every source records, in ``<data>/state/.noop.json``, a
+fingerprint of everything a build reads and writes (:func:`fingerprint`) with the stages' metadata. A later
+``docsvault build`` of every source, not forced, answers from that record (every stage unchanged; no Dagster run,
+nothing written) when, under the build locks:
+
+- every source is a git or a local source and none has moved upstream
+  (:func:`pipeline.ingest.fetch.watch.check_upstream`: one ``git ls-remote`` / one listing each); an http source's
+  pages can change behind an unchanged index page, so a vault with one always builds through Dagster;
+- the fingerprint is the recorded one.
+
+The fingerprint is a sha256 over: the ``pipeline`` package's source files (any code change), the settings, the
+sources file, the eval files, the synonyms file, the (path, size, mtime_ns) of every file the stages' skip checks
+read (``<data>/state``, ``notes``, ``chunks``, ``graph``, each source's ``fetch.json``, the warehouse; not the lock
+files, which every build touches) and of the
+vault's files (dot folders other than ``.docsvault`` left out: Obsidian rewrites ``.obsidian/workspace.json`` on
+every click). Any difference, or a record that cannot be read, means the normal build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pipeline.common import artifacts
+from pipeline.config import Settings, eval_paths
+from pipeline.models import Source
+from pipeline.stages.base import digest, forced, now
+from pipeline.stages.results import BuildReport, SourceStatus
+
+__all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
+
+NOOP_STATE = ".noop.json"       # in <data>/state/ (a source name cannot start with a dot)
+_PKG = Path(__file__).resolve().parent.parent
+_WORK_KEYS = ("written", "removed", "rechunked", "embedded", "changed_chunks", "removed_chunks")
+
+
+def _code_hash() -> str:
+    """sha256 of every ``.py`` file of the pipeline package (relative path + bytes), in path order."""
+    h = hashlib.sha256()
+    for path in sorted(_PKG.rglob("*.py")):
+        h.update(str(path.relative_to(_PKG)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _stats(root: Path, recurse: bool = True) -> list[tuple[str, int, int]]:
+    """(path relative to ``root``, size, mtime_ns) of the files under ``root`` (only its own files when not
+    ``recurse``), sorted; dot folders other than ``.docsvault`` and :data:`NOOP_STATE` left out; [] when missing."""
+    rows: list[tuple[str, int, int]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if recurse and (not d.startswith(".") or d == ".docsvault")]
+        for name in filenames:
+            if name == NOOP_STATE:
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            rows.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
+    return sorted(rows)
+
+
+def _contents(paths: Iterable[Path]) -> list[tuple[str, str | None]]:
+    """(path, sha256 of its bytes or None) of each file, and of each file under each folder, in path order."""
+    files: list[Path] = []
+    for p in paths:
+        files += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    out = []
+    for f in files:
+        try:
+            out.append((str(f), hashlib.sha256(f.read_bytes()).hexdigest()))
+        except OSError:
+            out.append((str(f), None))
+    return out
+
+
+def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
+    """sha256 hex of what a build of ``sources`` reads and writes (see the module doc). Reads file listings and
+    a few small files; never raises for a missing file (it just changes the fingerprint)."""
+    data = settings.data_dir
+    return digest(
+        _code_hash(), {k: str(v) for k, v in asdict(settings).items()}, [asdict(s) for s in sources],
+        _contents([settings.sources_file, settings.synonyms_file, *eval_paths(settings)]),
+        {name: _stats(data / name) for name in ("state", "notes", "chunks", "graph")},
+        [_stats(settings.raw_dir / s.name, recurse=False) for s in sources],
+        [_stats(settings.vault_dir)],
+        [(p.name, *_stat(p)) for p in (settings.warehouse_path, Path(f"{settings.warehouse_path}.wal"))],
+    )
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    """(size, mtime_ns) of a file, (-1, -1) when missing."""
+    try:
+        st = path.stat()
+    except OSError:
+        return -1, -1
+    return st.st_size, st.st_mtime_ns
+
+
+def _state_path(settings: Settings) -> Path:
+    return settings.state_dir / NOOP_STATE
+
+
+def _plain(value: Any) -> Any:
+    """A metadata value as JSON: dicts, lists and scalars kept, anything else (e.g. a Dagster table schema) as str."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if not str(k).startswith("dagster/")}
+    if type(value) in (list, tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def record_noop(settings: Settings, sources: Sequence[Source], report: BuildReport) -> None:
+    """After a build of every source that succeeded (call it under the build lock, after every write): record its
+    fingerprint and metadata, or forget the record when the build failed (the next build goes through Dagster)."""
+    path = _state_path(settings)
+    if not report.ok:
+        path.unlink(missing_ok=True)
+        return
+    record = {"fingerprint": fingerprint(settings, sources), "recorded_at": now(),
+              "sources": {st.name: _plain(st.metadata) for st in report.sources}, "shared": _plain(report.shared_metadata)}
+    artifacts.write_atomic(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+
+
+def _unchanged(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A stage's recorded metadata as a run that skipped would report it: ``skipped`` True, no work counted (the
+    counts of what is built stay)."""
+    out = {**metadata, "skipped": True}
+    for k in _WORK_KEYS:
+        if k in out:
+            out[k] = 0
+    for k in ("model_changed", "conflicts", "removed_files"):     # what that build did, not this one
+        out.pop(k, None)
+    return out
+
+
+def _upstream_unchanged(settings: Settings, sources: Sequence[Source]) -> bool:
+    """True when every source is git or local and none moved upstream (checks run concurrently)."""
+    from pipeline.ingest.fetch.watch import check_upstream
+
+    if not sources or any(s.kind not in ("git", "local") for s in sources):
+        return False
+    with ThreadPoolExecutor(max_workers=min(8, len(sources))) as pool:
+        checks = list(pool.map(lambda s: check_upstream(s, settings), sources))
+    return all(not c.changed and c.error is None for c in checks)
+
+
+def noop_report(settings: Settings, sources: Sequence[Source]) -> BuildReport | None:
+    """The report of a build with nothing to do, from the last successful build's record, or None when a build has
+    anything to do (or may have: see the module doc). Call it under the build locks."""
+    if forced():
+        return None
+    try:
+        record = json.loads(_state_path(settings).read_text(encoding="utf-8"))
+        recorded = record["fingerprint"]
+        metadata = {name: record["sources"][name] for name in (s.name for s in sources)}
+        shared = record["shared"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not _upstream_unchanged(settings, sources) or fingerprint(settings, sources) != recorded:
+        return None
+    statuses = [SourceStatus(name=s.name, metadata={stage: _unchanged(m) for stage, m in metadata[s.name].items()})
+                for s in sources]
+    shared = {**shared, "warehouse": _unchanged(shared.get("warehouse") or {})}
+    return BuildReport(sources=statuses, shared_ok=True, shared_metadata=shared, noop=True)

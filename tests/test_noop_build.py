@@ -1,0 +1,101 @@
+"""`docsvault build` with nothing changed since the last successful build of every source answers from the record
+of that build without starting Dagster (pipeline.stages.noop); anything that changed goes through Dagster."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import Settings
+from pipeline.stages.noop import NOOP_STATE
+
+runner = CliRunner()
+
+
+def _runs(tiny_env: Path) -> int:
+    """Dagster runs recorded in the instance of the tiny build."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tiny_env / "dagster")) as instance:
+        return len(instance.get_run_records())
+
+
+def _build(*args: str) -> dict:
+    result = runner.invoke(app, ["build", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_a_build_with_nothing_changed_starts_no_dagster_run(tiny_env: Path) -> None:
+    first = _build()
+    assert first["sources"][0]["status"] == "built" and _runs(tiny_env) == 1
+    record = Settings.from_env().state_dir / NOOP_STATE
+    assert record.is_file()
+    again = _build()
+    assert _runs(tiny_env) == 1                                  # answered from the record
+    src = again["sources"][0]
+    assert (src["status"], src["notes"], src["chunks"], src["embedded"]) == (
+        "unchanged", first["sources"][0]["notes"], first["sources"][0]["chunks"], 0)
+    assert again["shared"]["warehouse"]["mode"] == "unchanged"
+    assert again["shared"]["eval"] == first["shared"]["eval"]
+    text = runner.invoke(app, ["build"]).output
+    assert "nothing changed since the last build: no Dagster run was needed" in text
+    assert _runs(tiny_env) == 1
+
+
+def test_anything_changed_goes_through_dagster(tiny_env: Path) -> None:
+    """One build, then each change in turn: a build through Dagster (one more run), then a no-op build again."""
+    _build()
+    s = Settings.from_env()
+    runs = 1
+
+    def note() -> list[str]:                                     # the local source moved upstream
+        (tiny_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack.\n", encoding="utf-8")
+        return []
+
+    def vault() -> list[str]:                                    # a vault note edited by hand
+        path = s.vault_dir / "tiny" / "Ducks.md"
+        path.write_text(path.read_text(encoding="utf-8") + "\nmy line\n", encoding="utf-8")
+        return []
+
+    def evals() -> list[str]:
+        case = tiny_env / "evals" / "tiny.yaml"
+        case.write_text(case.read_text(encoding="utf-8").replace("water bird", "bird"), encoding="utf-8")
+        return []
+
+    def warehouse() -> list[str]:
+        os.utime(s.warehouse_path, ns=(1, 1))
+        return []
+
+    for change in (note, vault, evals, warehouse, lambda: ["--force"]):
+        _build(*change())
+        runs += 1
+        assert _runs(tiny_env) == runs, change
+        _build()
+        assert _runs(tiny_env) == runs, change
+    _build("--source", "tiny")          # a build of chosen sources always runs, and is not recorded: the next
+    _build()                            # build of every source runs too, then the one after it is a no-op
+    _build()
+    runs += 2
+    assert _runs(tiny_env) == runs
+    workspace = s.vault_dir / ".obsidian" / "workspace.json"      # Obsidian's own files are not a change
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    workspace.write_text("{}", encoding="utf-8")
+    _build()
+    assert _runs(tiny_env) == runs
+
+
+def test_a_failed_build_forgets_the_record(tiny_env: Path) -> None:
+    _build()
+    record = Settings.from_env().state_dir / NOOP_STATE
+    (tiny_env / "sources.yaml").write_text(
+        (tiny_env / "sources.yaml").read_text(encoding="utf-8")
+        + f"  - name: gone\n    kind: local\n    path: {tiny_env / 'missing'}\n    format: obsidian\n",
+        encoding="utf-8")
+    result = runner.invoke(app, ["build", "--json"])
+    assert result.exit_code == 1
+    assert not record.exists()
