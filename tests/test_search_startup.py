@@ -132,7 +132,12 @@ def test_page_vectors_cached_equal_computed(cache: Path, warehouse: Path):
 
 # ---- scattered rows of a memory-mapped table ----
 
-def test_take_rows_equals_fancy_indexing(tmp_path: Path):
+def test_take_rows_equals_fancy_indexing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import os
+
+    reads = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, bufs, off: reads.append(off) or real(fd, bufs, off))
     vecs = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
     np.save(tmp_path / "v.npy", vecs)
     mapped = np.asarray(np.load(tmp_path / "v.npy", mmap_mode="r"))
@@ -141,6 +146,7 @@ def test_take_rows_equals_fancy_indexing(tmp_path: Path):
         for src in (mapped, vecs):
             got = wh.take_rows(src, r)
             assert got.flags.c_contiguous and got.dtype == np.float32 and np.array_equal(got, vecs[r])
+    assert reads                                                             # the mapped table was read, not mapped
     assert np.array_equal(wh.take_rows(mapped, np.array([5, 2])), vecs[[5, 2]])   # not ascending: plain gather
     assert wh.take_rows(mapped, np.array([], dtype=np.int64)).shape == (0, 8)
 

@@ -247,6 +247,9 @@ def take_rows(vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
     except OSError:
         return vecs[rows]
     try:
+        # a cache entry's path only ever holds the same content (its key); a different size means another file
+        if os.fstat(fd).st_size != base.offset + vecs.nbytes:
+            return vecs[rows]
         for a, b in zip(starts.tolist(), ends.tolist()):
             want = (b - a) * row_bytes
             got = os.preadv(fd, [memoryview(flat[a * row_bytes: b * row_bytes])], base.offset + int(rows[a]) * row_bytes)
