@@ -205,8 +205,8 @@ def test_e5_vocabulary_decoded_lazily(tmp_path: Path):
 
 def test_search_path_imports_no_heavy_modules(tmp_path: Path, cache: Path):
     """Opening a searcher and searching (the CLI's modules loaded) imports neither torch, transformers,
-    sentence-transformers, dagster nor bm25s/scipy, the normalize stage or the writer; with its start-up caches
-    written, not pyarrow.compute either."""
+    sentence-transformers, dagster nor bm25s/scipy, the normalize stage, the writer or yaml (no synonyms file); with
+    its start-up caches written, not pyarrow.compute either."""
     path = tmp_path / "warehouse.duckdb"
     _build(path)
     code = (
@@ -217,7 +217,7 @@ def test_search_path_imports_no_heavy_modules(tmp_path: Path, cache: Path):
         "hits = s.search('hybrid search vectors', k=3)\n"
         "s.close()\n"
         "bad = ['torch', 'sentence_transformers', 'transformers', 'dagster', 'bm25s', 'scipy', 'pyarrow.compute',\n"
-        "       'pipeline.ingest.normalize', 'pipeline.warehouse.write', 'pipeline.warehouse.eval_runs']\n"
+        "       'pipeline.ingest.normalize', 'pipeline.warehouse.write', 'pipeline.warehouse.eval_runs', 'yaml']\n"
         "print(json.dumps([len(hits), [m for m in bad if m in sys.modules]]))\n"
     )
     seen = []
