@@ -142,7 +142,8 @@ def build(
         return
     for line in report.removed:
         typer.echo(line)
-    typer.echo(f"{'source':24} {'status':8} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
+    typer.echo(f"{'source':24} {'status':9} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
+    outcomes = {o.name: o for o in build_outcome(report).sources}
     for st in report.sources:
         vault_meta = st.metadata.get("vault", {})
         emb = st.metadata.get("embeddings", {})
@@ -150,7 +151,7 @@ def build(
         if not st.ok:
             detail = f"failed at {st.failed_stage}: {st.error}"
         elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
-            detail = "unchanged"
+            detail = "nothing changed since the last build"
         else:
             detail = f"{vault_meta.get('written', 0)} written, {vault_meta.get('removed', 0)} removed"
             if chunk_meta.get("rechunked"):
@@ -159,7 +160,7 @@ def build(
             rate = emb.get("chunks_per_s") or 0
             detail += f", {emb['embedded']} embedded at {rate:g}/s"
         typer.echo(
-            f"{st.name:24} {'ok' if st.ok else 'FAILED':8} {vault_meta.get('notes', '-'):>6} "
+            f"{st.name:24} {outcomes[st.name].status:9} {vault_meta.get('notes', '-'):>6} "
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
@@ -212,12 +213,15 @@ def build(
 def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
+    moved = [c.split(" -> ", 1) for c in meta.get("conflicts") or []]
     lines = [f"{name}: vault/{name}/{a} was edited since the build wrote it: your version is kept as "
-             f"vault/{name}/{b}" for a, b in (c.split(" -> ", 1) for c in meta.get("conflicts") or [])]
-    if meta.get("kept") and not meta.get("skipped"):
-        shown = meta.get("kept_files") or []
-        more = f" and {meta['kept'] - len(shown[:5])} more" if meta["kept"] > len(shown[:5]) else ""
-        lines.append(f"{name}: kept {meta['kept']} file(s) in vault/{name}/ that docsvault did not write: "
+             f"vault/{name}/{b}" for a, b in moved]
+    copies = {b for _, b in moved}          # named on their own line above: not again among the kept files
+    kept = int(meta.get("kept") or 0) - len(copies & set(meta.get("kept_files") or []))
+    if kept > 0 and not meta.get("skipped"):
+        shown = [f for f in meta.get("kept_files") or [] if f not in copies]
+        more = f" and {kept - len(shown[:5])} more" if kept > len(shown[:5]) else ""
+        lines.append(f"{name}: kept {kept} file(s) in vault/{name}/ that docsvault did not write: "
                      f"{', '.join(shown[:5])}{more}")
     if meta.get("removed_files"):
         shown = meta["removed_files"][:5]

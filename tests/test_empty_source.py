@@ -52,7 +52,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     moved = tiny_env / "moved"
     folder.rename(moved)
     out, _ = _run("build", code=1)
-    assert (f"tiny                     FAILED        -       -         -  failed at raw_docs: source 'tiny': local "
+    assert (f"tiny                     failed         -       -         -  failed at raw_docs: source 'tiny': local "
             f"path {folder} does not exist or is not a folder; fix 'path' in sources.yaml") in out.splitlines()
     assert _run("search", "water bird in the pond", "--files", "-k", "1")[0].startswith("tiny/Ducks.md\t")
     row = json.loads(_run("status", "--json")[0])["sources"][0]
@@ -68,7 +68,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     out, err = _run("build")
     assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
                    "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
-    assert out.splitlines()[1] == "tiny                     ok            0       0         0  0 written, 6 removed"
+    assert out.splitlines()[1] == "tiny                     built          0       0         0  0 written, 6 removed"
     assert out.splitlines()[2] == ("  tiny: removed (their pages left the source): Ducks.md, Home.md, Install guide.md, "
                                    "_index.md, ja/検索.md and 1 more")
     assert out.splitlines()[3].startswith("warehouse: 0 notes, 0 chunks -> ")

@@ -166,3 +166,31 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
     # the user's note has no frontmatter: it is not a generated note, so the frontmatter check does not fail on it
     assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
         == (0, 6)
+
+
+def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env: Path) -> None:
+    """`docsvault build` says built/unchanged/failed in its table, as `--json` does; the moved edit is named in one
+    line (not again on stderr, nor among the kept files)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    runner = CliRunner()
+    first = runner.invoke(app, ["build"])
+    assert first.exit_code == 0, first.output
+    assert first.stdout.splitlines()[1].split()[:2] == ["tiny", "built"]
+    root = tiny_env / "vault" / "tiny"
+    (root / "Ducks.md").write_text((root / "Ducks.md").read_text() + "\nI saw one today.\n", encoding="utf-8")
+    (tiny_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks swim in the pond.\n", encoding="utf-8")
+    second = runner.invoke(app, ["build"])
+    assert second.exit_code == 0, second.output
+    out = second.stdout.splitlines()
+    assert out[1].split()[:2] == ["tiny", "built"]
+    edited = [ln for ln in second.stdout.splitlines() + second.stderr.splitlines() if "Ducks (edited).md" in ln]
+    assert edited == ["  tiny: vault/tiny/Ducks.md was edited since the build wrote it: your version is kept as "
+                      "vault/tiny/Ducks (edited).md"]
+    third = runner.invoke(app, ["build"])
+    assert (third.exit_code, third.stdout.splitlines()[1].split()[:2]) == (0, ["tiny", "unchanged"])
+    assert third.stdout.splitlines()[1].endswith("nothing changed since the last build")
+    as_json = json.loads(runner.invoke(app, ["build", "--json"]).stdout)
+    assert [s["status"] for s in as_json["sources"]] == ["unchanged"]
