@@ -48,7 +48,7 @@ def test_edit_new_note_and_deleted_note_survive_a_rebuild(tmp_path: Path, umask0
     (root / "pic.png").write_bytes(b"\x89PNG")
     (root / "c.md").unlink()                                  # and deletes a generated note
     assert audit(root, "demo")._replace(owned=[]) == ([("pic.png"), "sub/mine.md"], ["a.md", "b.md"], ["c.md"], [],
-                                                      True)
+                                                      True, [])
 
     second = write_source(tmp_path, "demo", [_note("a.md", "A two.\n"), _note("c.md", "C.\n")])
     assert second.written == ["a.md", "c.md"]
@@ -56,6 +56,8 @@ def test_edit_new_note_and_deleted_note_survive_a_rebuild(tmp_path: Path, umask0
     assert second.conflicts == [("a.md", "a (edited).md")]
     assert second.kept == ["a (edited).md", "b.md", "pic.png", "sub/mine.md"]
     assert (root / "a (edited).md").read_bytes() == edited_a          # nothing the user wrote is lost
+    after = audit(root, "demo")          # the copy of the user's edit: a category of its own, not "yours"
+    assert (after.user_files, after.copies) == (["b.md", "pic.png", "sub/mine.md"], ["a (edited).md"])
     assert (root / "b.md").read_bytes() == edited_b
     assert (root / "sub" / "mine.md").read_text(encoding="utf-8") == "# Mine\n\nmy own note\n"
     assert (root / "a.md").read_text(encoding="utf-8").endswith("\nA two.\n")
@@ -124,11 +126,11 @@ def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Pa
     real = own.save_manifest
     calls = []
 
-    def crash_on_final(root, source, files):
+    def crash_on_final(root, source, files, conflicts=None):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
-        real(root, source, files)
+        real(root, source, files, conflicts)
 
     monkeypatch.setattr(own, "save_manifest", crash_on_final)
     with pytest.raises(KeyboardInterrupt):
@@ -160,8 +162,21 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
     from pipeline.ingest.vault_check import user_files_lines
 
     assert user_files_lines(settings, source) == [
-        "tiny: 2 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
-        "build): Ducks (edited).md, Inbox.md"]
+        "tiny: 1 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
+        "build): Inbox.md",
+        "tiny: 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
+        "removed by a build; merge and delete them when done): Ducks (edited).md"]
+    from pipeline.ingest.vault_check import check_vault, format_report
+
+    row = check_vault(settings, [source])["sources"][0]       # `docsvault check-vault`: the copy is not "yours"
+    assert (row["user_files"], row["edited"], row["edited_copies"]) == (1, 0, 1)
+    assert format_report(check_vault(settings, [source]))[1:3] == [
+        "  source                    notes attach. unresolved  markup  mode  yours edited copies",
+        "  tiny                          5       0          0       0     0      1      0      1"]
+    assert json.loads(manifest_path(root).read_text())["conflicts"] == {"Ducks (edited).md": "Ducks.md"}
+    (root / "Ducks (edited).md").rename(root / "Merged.md")      # the user merged it: no longer a copy
+    build.vault_stage(settings, source)
+    assert "conflicts" not in json.loads(manifest_path(root).read_text())
     assert json.loads(manifest_path(root).read_text())["source"] == "tiny"
     # the user's note has no frontmatter: it is not a generated note, so the frontmatter check does not fail on it
     assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
