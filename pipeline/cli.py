@@ -12,7 +12,8 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,7 +25,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import PipelineError, UnknownSourceError
+from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
 from pipeline.service import (
     NO_RESULTS,
@@ -127,12 +128,16 @@ def build(
         from pipeline.defs.runner import run_build
         from pipeline.stages import FORCE_ENV
 
-        with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar:
+        with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar, \
+                _stop_on_signals():
             report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
                                progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
         return
+    except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(128 + (exc.signum or signal.SIGINT)) from None
     if as_json:
         out = build_outcome(report).as_dict()
         out["seconds"] = round(_time.perf_counter() - started, 1)
@@ -235,6 +240,31 @@ def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
                      f"in <data>/state/{name}.vault-skipped.txt")
         lines += [f"  {ln}" for ln in (meta.get("attachment_skip_lines") or [])[:3]]
     return lines
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """While a build runs: SIGINT and SIGTERM raise :class:`BuildInterrupted` (also when the shell handed the
+    process an ignored SIGINT), so a build waiting for a lock or running a stage stops at once and its ``with``
+    blocks release the locks; the previous handlers come back afterwards. Dagster's own handler takes over while
+    the run executes (it fails the running step; the runner then raises BuildInterrupted)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise BuildInterrupted(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class _BuildProgress:
