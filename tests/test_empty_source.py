@@ -125,7 +125,9 @@ def test_a_note_that_breaks_keeps_its_last_good_version(tiny_env: Path) -> None:
     so; fixing the file updates the note; deleting the file removes it."""
     runner = CliRunner()
     home = tiny_env / "tinyvault" / "Home.md"
-    assert runner.invoke(app, ["build"]).exit_code == 0
+    _build_lists_three_skipped_files_and_says_how_many_more(tiny_env)      # the first build (one for both)
+    for blank in (tiny_env / "tinyvault").glob("Blank *.md"):
+        blank.unlink()
     home.write_text("---\ntitle: Home\ntags: [start\n---\n# Home\n\nWelcome back.\n", encoding="utf-8")
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0, result.output
@@ -145,7 +147,7 @@ def test_a_note_that_breaks_keeps_its_last_good_version(tiny_env: Path) -> None:
     assert not vault_home.exists()
 
 
-def test_build_lists_three_skipped_files_and_says_how_many_more(tiny_env: Path) -> None:
+def _build_lists_three_skipped_files_and_says_how_many_more(tiny_env: Path) -> None:
     folder = tiny_env / "tinyvault"
     for name in ("A", "B", "C", "D"):
         (folder / f"Blank {name}.md").write_text("", encoding="utf-8")
