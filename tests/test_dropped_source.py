@@ -64,10 +64,13 @@ def test_renamed_source_loses_its_generated_folder_only(tiny_env: Path) -> None:
     # a dropped source whose folder holds the user's files: they stay, the bookkeeping folder goes with the rest
     (vault / "tiny2" / "Ducks.md").write_text("# Ducks\n\nmy own words\n", encoding="utf-8")
     (vault / "tiny2" / "Inbox.md").write_text("# Inbox\n", encoding="utf-8")
-    sources.write_text(sources.read_text().replace("name: tiny2", "name: tiny3"), encoding="utf-8")
-    out = _run("build")
-    assert out.splitlines()[0] == ("removed vault/tiny2/: source 'tiny2' is no longer in sources.yaml (kept 2 "
-                                   "file(s) docsvault did not write, or that were edited since: Ducks.md, Inbox.md)")
+    from pipeline.config import Settings
+    from pipeline.stages import remove_dropped_sources
+
+    # what `build` does first (under its lock) when tiny2 leaves sources.yaml (the CLI path is checked above)
+    assert remove_dropped_sources(Settings.from_env(), []) == [
+        "removed vault/tiny2/: source 'tiny2' is no longer in sources.yaml (kept 2 file(s) docsvault did not write, "
+        "or that were edited since: Ducks.md, Inbox.md)"]
     assert _files(vault / "tiny2") == ["Ducks.md", "Inbox.md"]                # no .docsvault/ left behind
 
 

@@ -60,7 +60,8 @@ TRAVERSALS = [
 def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None:
     assert len(TRAVERSALS) == 20
     env = {k: os.environ[k] for k in ("DOCSVAULT_SOURCES", "DOCSVAULT_DATA", "DOCSVAULT_VAULT", "DOCSVAULT_EVALS",
-                                      "DOCSVAULT_MODEL", "DAGSTER_HOME")}
+                                      "DOCSVAULT_MODEL", "DOCSVAULT_MULTILINGUAL_MODEL",
+                                      "DOCSVAULT_CROSSLINGUAL_MODEL", "DAGSTER_HOME")}     # the build's fake models
     env |= {"OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     params = StdioServerParameters(command=sys.executable, args=["-m", "pipeline.cli", "mcp"], env=env, cwd=str(REPO))
     (built_env / "vault" / "tiny" / "absolute.md").write_text("x", encoding="utf-8")
