@@ -85,7 +85,7 @@ def test_source_removed_from_config_keeps_the_users_files(tmp_path: Path) -> Non
     lines = build.remove_dropped_sources(settings, [])
     assert lines == ["removed vault/demo/: source 'demo' is no longer in sources.yaml (kept 2 file(s) docsvault "
                      "did not write, or that were edited since: b.md, mine.md)"]
-    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [".docsvault", "b.md", "mine.md"]
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["b.md", "mine.md"]     # no .docsvault/ left
     write_source(tmp_path, "gone", [Note("gone", "x.md", "x.md", "x", {"source": "gone", "source_path": "x.md"},
                                          "x\n")])
     build.remove_dropped_sources(settings, [])
