@@ -207,5 +207,4 @@ def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env:
     third = runner.invoke(app, ["build"])
     assert (third.exit_code, third.stdout.splitlines()[1].split()[:2]) == (0, ["tiny", "unchanged"])
     assert third.stdout.splitlines()[1].endswith("nothing changed since the last build")
-    as_json = json.loads(runner.invoke(app, ["build", "--json"]).stdout)
-    assert [s["status"] for s in as_json["sources"]] == ["unchanged"]
+    # `build --json` says "unchanged" for such a source: tests/test_dropped_source.py, test_search_ux_cli.py
