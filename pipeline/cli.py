@@ -12,7 +12,8 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,7 +25,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import PipelineError, UnknownSourceError
+from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
 from pipeline.service import (
     NO_RESULTS,
@@ -131,17 +132,22 @@ def build(
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
-        report = noop_build(s, source, wait=wait, force=force)
+        with _stop_on_signals():
+            report = noop_build(s, source, wait=wait, force=force)
         if report is None:
             from pipeline.defs.runner import run_build
             from pipeline.stages import FORCE_ENV
 
-            with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar:
+            with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar, \
+                    _stop_on_signals():
                 report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
                                    progress=bar.update)
     except PipelineError as exc:
         fail(str(exc))
         return
+    except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(128 + (exc.signum or signal.SIGINT)) from None
     if as_json:
         out = build_outcome(report).as_dict()
         out["seconds"] = round(_time.perf_counter() - started, 1)
@@ -151,7 +157,8 @@ def build(
         return
     for line in report.removed:
         typer.echo(line)
-    typer.echo(f"{'source':24} {'status':8} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
+    typer.echo(f"{'source':24} {'status':9} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
+    outcomes = {o.name: o for o in build_outcome(report).sources}
     for st in report.sources:
         vault_meta = st.metadata.get("vault", {})
         emb = st.metadata.get("embeddings", {})
@@ -159,7 +166,7 @@ def build(
         if not st.ok:
             detail = f"failed at {st.failed_stage}: {st.error}"
         elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
-            detail = "unchanged"
+            detail = "nothing changed since the last build"
         else:
             detail = f"{vault_meta.get('written', 0)} written, {vault_meta.get('removed', 0)} removed"
             if chunk_meta.get("rechunked"):
@@ -168,7 +175,7 @@ def build(
             rate = emb.get("chunks_per_s") or 0
             detail += f", {emb['embedded']} embedded at {rate:g}/s"
         typer.echo(
-            f"{st.name:24} {'ok' if st.ok else 'FAILED':8} {vault_meta.get('notes', '-'):>6} "
+            f"{st.name:24} {outcomes[st.name].status:9} {vault_meta.get('notes', '-'):>6} "
             f"{emb.get('chunks', '-'):>7} {emb.get('embedded', '-'):>9}  {detail}"
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
@@ -210,7 +217,7 @@ def build(
     else:
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     if report.noop:
-        typer.echo("nothing changed since the last build: no Dagster run was needed (--force redoes everything)")
+        typer.echo("no Dagster run was needed: nothing changed since the last successful build (--force redoes it)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
     failed = [st.name for st in report.sources if not st.ok]
     if failed:
@@ -223,12 +230,15 @@ def build(
 def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
+    moved = [c.split(" -> ", 1) for c in meta.get("conflicts") or []]
     lines = [f"{name}: vault/{name}/{a} was edited since the build wrote it: your version is kept as "
-             f"vault/{name}/{b}" for a, b in (c.split(" -> ", 1) for c in meta.get("conflicts") or [])]
-    if meta.get("kept") and not meta.get("skipped"):
-        shown = meta.get("kept_files") or []
-        more = f" and {meta['kept'] - len(shown[:5])} more" if meta["kept"] > len(shown[:5]) else ""
-        lines.append(f"{name}: kept {meta['kept']} file(s) in vault/{name}/ that docsvault did not write: "
+             f"vault/{name}/{b}" for a, b in moved]
+    copies = {b for _, b in moved}          # named on their own line above: not again among the kept files
+    kept = int(meta.get("kept") or 0) - len(copies & set(meta.get("kept_files") or []))
+    if kept > 0 and not meta.get("skipped"):
+        shown = [f for f in meta.get("kept_files") or [] if f not in copies]
+        more = f" and {kept - len(shown[:5])} more" if kept > len(shown[:5]) else ""
+        lines.append(f"{name}: kept {kept} file(s) in vault/{name}/ that docsvault did not write: "
                      f"{', '.join(shown[:5])}{more}")
     if meta.get("removed_files"):
         shown = meta["removed_files"][:5]
@@ -242,6 +252,31 @@ def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
                      f"in <data>/state/{name}.vault-skipped.txt")
         lines += [f"  {ln}" for ln in (meta.get("attachment_skip_lines") or [])[:3]]
     return lines
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """While a build runs: SIGINT and SIGTERM raise :class:`BuildInterrupted` (also when the shell handed the
+    process an ignored SIGINT), so a build waiting for a lock or running a stage stops at once and its ``with``
+    blocks release the locks; the previous handlers come back afterwards. Dagster's own handler takes over while
+    the run executes (it fails the running step; the runner then raises BuildInterrupted)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise BuildInterrupted(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class _BuildProgress:

@@ -159,8 +159,8 @@ def test_check_vault_command(tmp_path: Path, personal: Path, monkeypatch: pytest
     mode = f"{0o666 & ~_umask():04o}"
     assert result.output.splitlines() == [
         f"vault: {settings.vault_dir} (notes should have mode {mode})",
-        "  source                    notes attach. unresolved  markup  mode  yours edited",
-        "  me                            2       6          1       0     0      1      0",
+        "  source                    notes attach. unresolved  markup  mode  yours edited copies",
+        "  me                            2       6          1       0     0      1      0      0",
         "  me: embed of a file in the source that does not resolve: me/notes/A.md: attachments/big.mp4",
         "  me: 2 embed(s) of files that are not in the source either (nothing to copy)",
         "problems found (see above)",

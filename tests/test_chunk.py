@@ -89,9 +89,20 @@ EC14 = (
 def test_ec14_setext_headings() -> None:
     chunks = chunk_note(mk(EC14), count_tokens=len, min_tokens=0)
     assert [c.heading_path for c in chunks] == [("Overview",), ("Overview", "Details")]
-    assert chunks[0].text == "Text.\n\n- item two\n---\n> quoted\n---"
+    assert chunks[0].text == "Text.\n\n- item two\n---\n> quoted"       # the closing rule has no words: left out
     assert chunks[1].text == "More."
     assert all("author" not in c.breadcrumb for c in chunks)
+
+
+@pytest.mark.parametrize("rule", ["---", "***", "* * *", "___"])
+def test_setext_heading_right_after_a_thematic_break_heads_its_section(rule: str) -> None:
+    """A page opening with a rule and then `Title` underlined by dashes: the rule is no section of its own that the
+    heading's section merges into (which lost the heading from every breadcrumb)."""
+    body = f"{rule}\nInstall\n-------\nRun the installer and follow the steps.\n\n{rule}\nUse\n---\nOpen it.\n"
+    chunks = chunk_note(mk(body), count_tokens=words, min_tokens=0)
+    assert [(c.heading_path, c.text) for c in chunks] == [
+        (("Install",), "Run the installer and follow the steps."), (("Use",), "Open it.")]
+    assert chunk_note(mk(f"{rule}\n"), count_tokens=words)[0].text == ""      # only a rule: no text
 
 
 # ---- EC-15: Japanese sentences ------------------------------------------------------------------------------------

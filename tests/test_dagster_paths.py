@@ -93,7 +93,8 @@ def _assert_dead_alone(outcome: dict[str, object]) -> None:
     assert not {c for c in outcome["failed_checks"] if not c.startswith("remote/raw_docs:")}
 
 
-def test_docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
+def _docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
+    """`docsvault build`: the dead source fails alone (exit 1), its last good copy keeps serving."""
     from typer.testing import CliRunner
 
     from pipeline.cli import app
@@ -111,8 +112,12 @@ def test_docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
         _assert_dead_alone(_run_outcome(instance, run.run_id))
 
 
-def test_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Settings) -> None:
+def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Settings) -> None:
+    """The CLI build, then the daily schedule's run and the sensor's, over one built fixture (one two-source build
+    instead of one per path)."""
     from pipeline.definitions import build_definitions
+
+    _docsvault_build_with_a_dead_source(dead_remote)
     from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
     from pipeline.defs.runner import _global_job, _settings_env
 

@@ -23,6 +23,35 @@ def test_definitions_load_with_expected_assets(tiny_env: Path) -> None:
     assert defs.resolve_schedule_def("daily_refresh") is not None
 
 
+def test_embeddings_asset_names_the_models_its_source_uses(tiny_env: Path) -> None:
+    """A source without `language:` is embedded per note (English model, or the multilingual one for a note
+    detected as Japanese): its description names both, not the English model alone; `language:`/`embedding:`
+    fix one model."""
+    from pipeline.defs.assets import embeddings_description
+
+    settings = Settings.from_env().with_(model="en-model", multilingual_model="ml-model", crosslingual_model="none")
+    sources = Path(tiny_env) / "sources.yaml"
+    sources.write_text(sources.read_text() + f"  - name: ja\n    kind: local\n    path: {tiny_env}\n    "
+                       f"language: ja\n  - name: own\n    kind: local\n    path: {tiny_env}\n    embedding: hash\n",
+                       encoding="utf-8")
+    from pipeline.ingest.sources import load_sources
+
+    tiny, ja, own = load_sources(sources)
+    assert embeddings_description(settings, tiny) == (
+        "Chunk embeddings of `tiny` with `en-model`, or `ml-model` for notes detected as ja/ko/zh (each note's "
+        "language is detected when it is chunked; the `models` metadata of a materialization counts the chunks per "
+        "model) (cached by model id + chunk text hash: only new texts are embedded).")
+    assert embeddings_description(settings, ja) == (
+        "Chunk embeddings of `ja` with `ml-model` (its `language: ja`) (cached by model id + chunk text hash: only "
+        "new texts are embedded).")
+    assert embeddings_description(settings.with_(crosslingual_model="x-model"), own) == (
+        "Chunk embeddings of `own` with `hash` (its `embedding:` in sources.yaml); every chunk also with `x-model` "
+        "for the cross-lingual lane (cached by model id + chunk text hash: only new texts are embedded).")
+    defs = build_definitions(Settings.from_env())      # what `dg list defs` shows: the same text
+    spec = defs.resolve_assets_def(dg.AssetKey(["tiny", "embeddings"])).specs_by_key[dg.AssetKey(["tiny", "embeddings"])]
+    assert spec.description == embeddings_description(Settings.from_env(), tiny)
+
+
 def test_build_end_to_end_and_noop_rebuild(tiny_env: Path) -> None:
     from pipeline.defs.runner import run_build
     from pipeline.search.searcher import Searcher

@@ -61,6 +61,34 @@ def test_renamed_source_loses_its_generated_folder_only(tiny_env: Path) -> None:
     assert again["removed"] == [] and again["sources"][0]["status"] == "unchanged"
     assert _files(vault) == ["copy", "handmade", "mine", "tiny2"]
 
+    # a dropped source whose folder holds the user's files: they stay, the bookkeeping folder goes with the rest
+    (vault / "tiny2" / "Ducks.md").write_text("# Ducks\n\nmy own words\n", encoding="utf-8")
+    (vault / "tiny2" / "Inbox.md").write_text("# Inbox\n", encoding="utf-8")
+    from pipeline.config import Settings
+    from pipeline.stages import remove_dropped_sources
+
+    # what `build` does first (under its lock) when tiny2 leaves sources.yaml (the CLI path is checked above)
+    assert remove_dropped_sources(Settings.from_env(), []) == [
+        "removed vault/tiny2/: source 'tiny2' is no longer in sources.yaml (kept 2 file(s) docsvault did not write, "
+        "or that were edited since: Ducks.md, Inbox.md)"]
+    assert _files(vault / "tiny2") == ["Ducks.md", "Inbox.md"]                # no .docsvault/ left behind
+
+
+def test_a_dropped_sources_bookkeeping_folder_keeps_a_file_someone_put_there(tmp_path: Path) -> None:
+    from pipeline.ingest.vault import write_source
+    from pipeline.models import Note
+    from pipeline.stages.layout import _remove_generated
+
+    fm = {"title": "A", "source": "gone", "source_path": "a.md"}
+    write_source(tmp_path, "gone", [Note("gone", "a.md", "a.md", "A", fm, "A.\n")])
+    folder = tmp_path / "gone"
+    (folder / "mine.md").write_text("# mine\n", encoding="utf-8")
+    (folder / ".docsvault" / "notes.txt").write_text("mine too\n", encoding="utf-8")
+    (folder / ".docsvault" / ".manifest.json.x1.tmp").write_text("{", encoding="utf-8")    # a killed write's temp
+    assert _remove_generated(folder) == ["mine.md"]
+    assert _files(folder) == [".docsvault", "mine.md"]
+    assert _files(folder / ".docsvault") == ["notes.txt"]
+
 
 def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) -> None:
     sources = tiny_env / "sources.yaml"

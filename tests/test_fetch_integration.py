@@ -55,9 +55,9 @@ def test_dead_source_fails_alone_and_incremental_build_downloads_nothing(tmp_pat
     assert broken.exit_code == 1
     lines = broken.output.splitlines()
     web_line = next(line for line in lines if line.startswith("web "))
-    assert "FAILED" in web_line and f"cannot fetch start page {base}/docs/" in web_line
-    assert next(line for line in lines if line.startswith("second ")).split()[1] == "ok"
-    assert next(line for line in lines if line.startswith("tiny ")).split()[1] == "ok"
+    assert web_line.split()[1] == "failed" and f"cannot fetch start page {base}/docs/" in web_line
+    assert next(line for line in lines if line.startswith("second ")).split()[1] == "built"
+    assert next(line for line in lines if line.startswith("tiny ")).split()[1] == "unchanged"
     assert "1 source(s) failed: web" in broken.output
     after = {p.relative_to(vault_web).as_posix(): p.read_bytes() for p in vault_web.rglob("*.md")}
     assert after == before

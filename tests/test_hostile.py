@@ -229,6 +229,7 @@ def test_hostile_source_through_the_cli_build(tmp_path, hostile_tree, monkeypatc
     for key, value in {"DOCSVAULT_SOURCES": tmp_path / "sources.yaml", "DOCSVAULT_DATA": tmp_path / "data",
                        "DOCSVAULT_VAULT": tmp_path / "vault", "DOCSVAULT_EVALS": tmp_path / "noevals",
                        "DOCSVAULT_MODEL": "hash", "DOCSVAULT_MULTILINGUAL_MODEL": "hash",
+                       "DOCSVAULT_CROSSLINGUAL_MODEL": "none",      # fake embedders only: no real model loads
                        "DAGSTER_HOME": tmp_path / "dagster"}.items():
         monkeypatch.setenv(key, str(value))
     runner = CliRunner()

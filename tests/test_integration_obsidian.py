@@ -91,5 +91,5 @@ def test_second_build_reembeds_nothing(built: dict) -> None:
     row = next(line for line in again.stdout.splitlines() if line.startswith("obsidian-help"))
     # columns: source, status, notes, chunks, embedded
     name, status, notes, chunks, embedded, *_ = row.split()
-    assert (status, notes, embedded) == ("ok", "173", "0")
-    assert row.rstrip().endswith("unchanged")                 # no vault file written, nothing re-chunked
+    assert (status, notes, embedded) == ("unchanged", "173", "0")     # the word `build --json` uses
+    assert row.rstrip().endswith("nothing changed since the last build")     # no vault file written or re-chunked

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import os
 import signal
 import subprocess
@@ -245,3 +246,52 @@ def test_the_sensor_releases_a_killed_builds_run_only_when_no_build_runs(tiny_en
         assert holder.stdout == "[]\n"
     assert release_dead_builds(settings, instance) == ["killed-build"]
     assert instance.get_run_by_id("killed-build").status == dg.DagsterRunStatus.FAILURE
+
+
+def _stderr_line(proc: subprocess.Popen, seconds: float) -> str:
+    """The next line the process writes on stderr ("" when it ends or `seconds` pass first)."""
+    import selectors
+
+    assert proc.stderr is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        if not sel.select(timeout=seconds):
+            return ""
+    return proc.stderr.readline()
+
+
+def test_a_cli_build_waiting_for_a_lock_stops_on_sigint_and_sigterm(tiny_env: Path) -> None:
+    """Ctrl-C / SIGTERM stop a waiting `docsvault build` at once with one line, whether it waits for another build
+    (before its run) or inside a stage (a Dagster step waiting for the source's lock), and it leaves no lock held
+    and no failure recorded."""
+    from pipeline.common.lock import RUN_LOCK_NAME
+    from pipeline.config import Settings
+
+    settings = Settings.from_env()
+    data = settings.data_dir
+    cli = [sys.executable, "-m", "pipeline.cli", "build", "--wait", "600"]
+    cwd = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    for lock, sig, code, how in ((RUN_LOCK_NAME, signal.SIGINT, 130, " by SIGINT"),
+                                 ("locks/tiny.lock", signal.SIGTERM, 130, "")):
+        holder = BuildLock(data / lock).acquire()           # another build (or a sensor run's step) holds it
+        proc = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
+        try:
+            line = _stderr_line(proc, 300)
+            assert line == (f"build lock {data / lock} is held by pid {os.getpid()} on {socket.gethostname()}, "
+                            f"started at {lock_holder(data / lock)['started_at']}; waiting up to "
+                            f"{600 if lock == RUN_LOCK_NAME else 3600} s for it (Ctrl-C stops)\n")
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+            proc.wait()
+            holder.release()
+        assert (proc.returncode, out, err) == (code, "", f"error: build interrupted{how}: stopped, its locks released; "
+                                                         "run `docsvault build` again to finish it\n")
+        for name in (RUN_LOCK_NAME, LOCK_NAME):                 # free, and naming nobody
+            with BuildLock(data / name) as lock:
+                assert lock.held and lock.took_over is None
+    from pipeline.common import artifacts
+
+    assert artifacts.load_state(settings, "tiny").get("last_error") is None      # not a failure of the source

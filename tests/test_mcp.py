@@ -60,7 +60,8 @@ TRAVERSALS = [
 def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None:
     assert len(TRAVERSALS) == 20
     env = {k: os.environ[k] for k in ("DOCSVAULT_SOURCES", "DOCSVAULT_DATA", "DOCSVAULT_VAULT", "DOCSVAULT_EVALS",
-                                      "DOCSVAULT_MODEL", "DAGSTER_HOME")}
+                                      "DOCSVAULT_MODEL", "DOCSVAULT_MULTILINGUAL_MODEL",
+                                      "DOCSVAULT_CROSSLINGUAL_MODEL", "DAGSTER_HOME")}     # the build's fake models
     env |= {"OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     params = StdioServerParameters(command=sys.executable, args=["-m", "pipeline.cli", "mcp"], env=env, cwd=str(REPO))
     (built_env / "vault" / "tiny" / "absolute.md").write_text("x", encoding="utf-8")
@@ -144,9 +145,12 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     assert svc.search("heron shallow water", k=3)["hits"][0]["path"] == "tiny/Heron.md"   # searchable at once
     with pytest.raises(ToolFailure, match="unknown source 'nope'; sources: tiny"):
         svc.refresh("nope")
+    # on the same build (one build for the three): search by source, then a configured source without notes
+    _search_takes_one_source_or_several()
+    _search_names_a_configured_source_without_notes(built_env)
 
 
-def test_search_names_a_configured_source_without_notes(built_env: Path) -> None:
+def _search_names_a_configured_source_without_notes(built_env: Path) -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 
     settings = Settings.from_env()
@@ -160,7 +164,7 @@ def test_search_names_a_configured_source_without_notes(built_env: Path) -> None
         svc.search("ducks", source="nope")
 
 
-def test_search_takes_one_source_or_several(built_env: Path) -> None:
+def _search_takes_one_source_or_several() -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 
     svc = VaultService(Settings.from_env())

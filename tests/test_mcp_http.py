@@ -199,6 +199,7 @@ def test_token_server_401_without_token_serves_with_it(built_env: Path) -> None:
     assert TOKEN not in text
 
 
+@pytest.mark.integration   # two server processes behind a would-be balancer; one real server is in the fast suite
 def test_two_stateless_readers_serve_one_warehouse(built_env: Path) -> None:
     ports = [free_port(), free_port()]
     env = _env({"DOCSVAULT_MCP_TOKEN": TOKEN})

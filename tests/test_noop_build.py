@@ -43,7 +43,7 @@ def test_a_build_with_nothing_changed_starts_no_dagster_run(tiny_env: Path) -> N
     assert again["shared"]["warehouse"]["mode"] == "unchanged"
     assert again["shared"]["eval"] == first["shared"]["eval"]
     text = runner.invoke(app, ["build"]).output
-    assert "nothing changed since the last build: no Dagster run was needed" in text
+    assert "no Dagster run was needed: nothing changed since the last successful build" in text
     assert _runs(tiny_env) == 1
 
 

@@ -639,3 +639,15 @@ def test_a_page_title_is_an_h1_that_heads_the_page_not_one_after_code_or_heading
     assert _title({}, example, "en/Basic formatting syntax.md") == "Basic formatting syntax"
     assert _title({"title": "Given"}, example, "x.md") == "Given"
     assert _title({}, "## Part\n\n# Later\n", "notes/Part and later.md") == "Part and later"
+
+
+@pytest.mark.parametrize("rule", ["---", "***"])
+def test_link_to_a_setext_heading_after_a_thematic_break(tmp_path, rule):
+    """`Title` underlined by dashes right after a rule is a heading (CommonMark, read by markdown-it-py): a link to
+    its anchor gets the heading's own text, as for an ATX heading."""
+    files = {
+        "a.md": "See [the setup](b.md#first-steps) and [more](b.md#other-heading).\n",
+        "b.md": f"# B\n\nIntro.\n\n{rule}\nFirst *Steps*\n-----\nText.\n\nOther Heading\n===\n",
+    }
+    body = next(n.body for n in _norm(tmp_path, files, format="markdown").notes if n.source_path == "a.md")
+    assert body == "See [[demo/b#First *Steps*|the setup]] and [[demo/b#Other Heading|more]].\n"

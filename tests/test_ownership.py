@@ -48,7 +48,7 @@ def test_edit_new_note_and_deleted_note_survive_a_rebuild(tmp_path: Path, umask0
     (root / "pic.png").write_bytes(b"\x89PNG")
     (root / "c.md").unlink()                                  # and deletes a generated note
     assert audit(root, "demo")._replace(owned=[]) == ([("pic.png"), "sub/mine.md"], ["a.md", "b.md"], ["c.md"], [],
-                                                      True)
+                                                      True, [])
 
     second = write_source(tmp_path, "demo", [_note("a.md", "A two.\n"), _note("c.md", "C.\n")])
     assert second.written == ["a.md", "c.md"]
@@ -56,6 +56,8 @@ def test_edit_new_note_and_deleted_note_survive_a_rebuild(tmp_path: Path, umask0
     assert second.conflicts == [("a.md", "a (edited).md")]
     assert second.kept == ["a (edited).md", "b.md", "pic.png", "sub/mine.md"]
     assert (root / "a (edited).md").read_bytes() == edited_a          # nothing the user wrote is lost
+    after = audit(root, "demo")          # the copy of the user's edit: a category of its own, not "yours"
+    assert (after.user_files, after.copies) == (["b.md", "pic.png", "sub/mine.md"], ["a (edited).md"])
     assert (root / "b.md").read_bytes() == edited_b
     assert (root / "sub" / "mine.md").read_text(encoding="utf-8") == "# Mine\n\nmy own note\n"
     assert (root / "a.md").read_text(encoding="utf-8").endswith("\nA two.\n")
@@ -83,7 +85,7 @@ def test_source_removed_from_config_keeps_the_users_files(tmp_path: Path) -> Non
     lines = build.remove_dropped_sources(settings, [])
     assert lines == ["removed vault/demo/: source 'demo' is no longer in sources.yaml (kept 2 file(s) docsvault "
                      "did not write, or that were edited since: b.md, mine.md)"]
-    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [".docsvault", "b.md", "mine.md"]
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["b.md", "mine.md"]     # no .docsvault/ left
     write_source(tmp_path, "gone", [Note("gone", "x.md", "x.md", "x", {"source": "gone", "source_path": "x.md"},
                                          "x\n")])
     build.remove_dropped_sources(settings, [])
@@ -124,11 +126,11 @@ def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Pa
     real = own.save_manifest
     calls = []
 
-    def crash_on_final(root, source, files):
+    def crash_on_final(root, source, files, conflicts=None):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
-        real(root, source, files)
+        real(root, source, files, conflicts)
 
     monkeypatch.setattr(own, "save_manifest", crash_on_final)
     with pytest.raises(KeyboardInterrupt):
@@ -160,9 +162,49 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
     from pipeline.ingest.vault_check import user_files_lines
 
     assert user_files_lines(settings, source) == [
-        "tiny: 2 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
-        "build): Ducks (edited).md, Inbox.md"]
+        "tiny: 1 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
+        "build): Inbox.md",
+        "tiny: 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
+        "removed by a build; merge and delete them when done): Ducks (edited).md"]
+    from pipeline.ingest.vault_check import check_vault, format_report
+
+    row = check_vault(settings, [source])["sources"][0]       # `docsvault check-vault`: the copy is not "yours"
+    assert (row["user_files"], row["edited"], row["edited_copies"]) == (1, 0, 1)
+    assert format_report(check_vault(settings, [source]))[1:3] == [
+        "  source                    notes attach. unresolved  markup  mode  yours edited copies",
+        "  tiny                          5       0          0       0     0      1      0      1"]
+    assert json.loads(manifest_path(root).read_text())["conflicts"] == {"Ducks (edited).md": "Ducks.md"}
+    (root / "Ducks (edited).md").rename(root / "Merged.md")      # the user merged it: no longer a copy
+    build.vault_stage(settings, source)
+    assert "conflicts" not in json.loads(manifest_path(root).read_text())
     assert json.loads(manifest_path(root).read_text())["source"] == "tiny"
     # the user's note has no frontmatter: it is not a generated note, so the frontmatter check does not fail on it
     assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
         == (0, 6)
+
+
+def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env: Path) -> None:
+    """`docsvault build` says built/unchanged/failed in its table, as `--json` does; the moved edit is named in one
+    line (not again on stderr, nor among the kept files)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    runner = CliRunner()
+    first = runner.invoke(app, ["build"])
+    assert first.exit_code == 0, first.output
+    assert first.stdout.splitlines()[1].split()[:2] == ["tiny", "built"]
+    root = tiny_env / "vault" / "tiny"
+    (root / "Ducks.md").write_text((root / "Ducks.md").read_text() + "\nI saw one today.\n", encoding="utf-8")
+    (tiny_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks swim in the pond.\n", encoding="utf-8")
+    second = runner.invoke(app, ["build"])
+    assert second.exit_code == 0, second.output
+    out = second.stdout.splitlines()
+    assert out[1].split()[:2] == ["tiny", "built"]
+    edited = [ln for ln in second.stdout.splitlines() + second.stderr.splitlines() if "Ducks (edited).md" in ln]
+    assert edited == ["  tiny: vault/tiny/Ducks.md was edited since the build wrote it: your version is kept as "
+                      "vault/tiny/Ducks (edited).md"]
+    third = runner.invoke(app, ["build"])
+    assert (third.exit_code, third.stdout.splitlines()[1].split()[:2]) == (0, ["tiny", "unchanged"])
+    assert third.stdout.splitlines()[1].endswith("nothing changed since the last build")
+    # `build --json` says "unchanged" for such a source: tests/test_dropped_source.py, test_search_ux_cli.py

@@ -121,24 +121,23 @@ def test_mcp_service_syntax_links_related(ux_env: Path, monkeypatch: pytest.Monk
         svc.save_note("text", name="a/b", source="inbox")
 
 
-def test_build_force_redoes_a_source_from_scratch(ux_env: Path) -> None:
-    again = json.loads(run("build", "--json", "--source", "inbox"))
+def test_build_force_redoes_a_source_from_scratch_with_progress_lines(ux_env: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force redoes a source; progress lines on stderr when it is not a terminal (none with --quiet), while
+    stdout stays JSON (one test: the fixture's build serves both)."""
+    monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "0")
+    quiet = CliRunner().invoke(app, ["build", "--json", "--source", "inbox", "--quiet"])
+    assert quiet.exit_code == 0 and "progress: " not in quiet.stderr
+    again = json.loads(quiet.stdout)
     inbox = next(r for r in again["sources"] if r["name"] == "inbox")
     assert (inbox["status"], inbox["embedded"], again["shared"]["warehouse"]["mode"]) == ("unchanged", 0, "unchanged")
-    forced = json.loads(run("build", "--json", "--source", "inbox", "--force"))
-    inbox = next(r for r in forced["sources"] if r["name"] == "inbox")
-    assert inbox["status"] == "built" and inbox["embedded"] == inbox["chunks"] == 1
-    assert forced["shared"]["warehouse"]["mode"] == "full"
-    assert "DOCSVAULT_FORCE" not in __import__("os").environ
-
-
-def test_build_progress_lines_when_not_a_terminal_and_quiet(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "0")
-    result = CliRunner().invoke(app, ["build", "--json"])
+    result = CliRunner().invoke(app, ["build", "--json", "--source", "inbox", "--force"])
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("progress: ")]
     stages = {ln.split()[1] for ln in lines}
     assert {"fetch", "normalize", "chunk", "embed", "warehouse"} <= stages, lines
-    assert json.loads(result.stdout)["ok"] is True                 # stdout stays JSON
-    quiet = CliRunner().invoke(app, ["build", "--json", "--quiet", "--force"])
-    assert quiet.exit_code == 0 and "progress: " not in quiet.stderr
+    forced = json.loads(result.stdout)                            # stdout stays JSON
+    inbox = next(r for r in forced["sources"] if r["name"] == "inbox")
+    assert inbox["status"] == "built" and inbox["embedded"] == inbox["chunks"] == 1
+    assert forced["shared"]["warehouse"]["mode"] == "full"
+    assert "DOCSVAULT_FORCE" not in __import__("os").environ

@@ -49,3 +49,18 @@ class UnknownSourceError(PipelineError):
 
 class SynonymsError(PipelineError):
     """The synonyms file is malformed (the message names the file, the line when known, and what to fix)."""
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """A build stopped by SIGINT (Ctrl-C) or SIGTERM, while it waited for a lock or ran a stage; what it held is
+    released (locks, a Dagster step's pool slot). ``signum`` is the signal when known (the CLI exits 128 + it)."""
+
+    def __init__(self, signum: int | None = None) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        import signal
+
+        how = f" by {signal.Signals(self.signum).name}" if self.signum else ""
+        return f"build interrupted{how}: stopped, its locks released; run `docsvault build` again to finish it"

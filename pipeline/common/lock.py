@@ -4,6 +4,9 @@ The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it
 SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
 names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``.
 
+A waiting process sleeps in short steps (``poll``), so SIGINT/SIGTERM stop it at once: ``docsvault build`` turns
+both into :class:`~pipeline.common.errors.BuildInterrupted`, whose unwinding releases every lock it holds.
+
 The lock is re-entrant inside one process (a stage function inside a step that holds it takes it again). A
 ``docsvault build`` holds ``<data>/build-run.lock`` for its whole run and ``build.lock`` only while it cleans up and
 while each of its stages runs, like any Dagster run's step (see :data:`RUN_LOCK_NAME`). A second process either waits up to ``wait``
@@ -110,11 +113,16 @@ class BuildLock:
                 return mine
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + max(self.wait, 0.0)
+        told = False
         while True:
             if self._try():
                 with _held_guard:
                     _held[self.path] = self
                 return self
+            if not told and self.wait > 0:        # once: why nothing happens (a signal stops the wait, see below)
+                told = True
+                log.warning("build lock %s is held by %s; waiting up to %g s for it (Ctrl-C stops)", self.path,
+                            _describe(lock_holder(self.path)), self.wait)
             if time.monotonic() >= deadline:
                 info = lock_holder(self.path)
                 raise BuildLockedError(

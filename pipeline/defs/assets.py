@@ -77,6 +77,45 @@ def embedding_kind(spec: str) -> str:
         return "pytorch"
 
 
+def _source_specs(settings: Settings, source: Source) -> list[str]:
+    """Every model spec the embeddings of ``source`` can use: its note models, then the cross-lingual one."""
+    specs = list(settings.models_of(source))
+    if settings.crosslingual and settings.crosslingual not in specs:
+        specs.append(settings.crosslingual)
+    return specs
+
+
+def embedding_kinds(settings: Settings, source: Source) -> set[str]:
+    """The compute kinds (:func:`embedding_kind`) of every model ``source``'s embeddings can use (at most 3, as
+    Dagster allows)."""
+    return set(sorted({embedding_kind(s) for s in _source_specs(settings, source)})[:3])
+
+
+def embeddings_description(settings: Settings, source: Source) -> str:
+    """The embeddings asset's description, naming every model its chunks can be embedded with: one model when the
+    source fixes it (``embedding:``, or ``language:``), else the English model and the multilingual one with the
+    languages that choose it (each note's language is detected at build time, so which notes take which model is
+    known only after a run: the materialization's ``models`` metadata counts the chunks per model)."""
+    from pipeline.common.embedding_models import MULTILINGUAL_LANGUAGES
+
+    models = settings.models_of(source)
+    if len(models) == 1:
+        how = f"with `{models[0]}`"
+        if source.embedding:
+            how += " (its `embedding:` in sources.yaml)"
+        elif source.language:
+            how += f" (its `language: {source.language}`)"
+    else:
+        langs = "/".join(sorted(MULTILINGUAL_LANGUAGES))
+        how = (f"with `{settings.model_for(source, 'en')}`, or `{settings.model_for(source, 'ja')}` for notes "
+               f"detected as {langs} (each note's language is detected when it is chunked; the `models` metadata "
+               "of a materialization counts the chunks per model)")
+    cross = settings.crosslingual
+    also = f"; every chunk also with `{cross}` for the cross-lingual lane" if cross and cross not in models else ""
+    return (f"Chunk embeddings of `{source.name}` {how}{also} (cached by model id + chunk text hash: only new texts "
+            "are embedded).")
+
+
 # ---------------------------------------------------------------- metadata helpers
 def _clean(meta: dict[str, Any]) -> dict[str, Any]:
     """Metadata Dagster can show: scalars as they are, lists and dicts as JSON; empty strings (nothing to say,
@@ -299,10 +338,9 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
 
     emb_key = key("embeddings", source)
 
-    @dg.asset(**spec("embeddings"), deps=[chunks], kinds={embedding_kind(settings.model_for(source))},
+    @dg.asset(**spec("embeddings"), deps=[chunks], kinds=embedding_kinds(settings, source),
               check_specs=[_succeeded_spec(emb_key)],
-              description=f"Chunk embeddings of `{source.name}` with `{settings.model_for(source)}` (cached by "
-                          "model id + chunk text hash: only new texts are embedded).")
+              description=embeddings_description(settings, source))
     def embeddings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         last = [0.0]
         started = time.perf_counter()

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.errors import DagsterExecutionInterruptedError
 
 from pipeline import stages as build
 from pipeline.common import artifacts
+from pipeline.common.errors import BuildInterrupted
 from pipeline.config import Settings, scoped_env, set_env
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
@@ -135,6 +137,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
 
     Raises:
         BuildLockedError: another build holds the lock (its pid and start time are in the message).
+        BuildInterrupted: SIGINT (or SIGTERM, when the caller maps it, as the CLI does) while it waited for a lock
+            or ran; every lock it took is released.
     """
     from pipeline import stages as build
     from pipeline.common.lock import build_lock, build_run_lock
@@ -173,12 +177,38 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     instance = dg.DagsterInstance.get()
     selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES]
     run_config = {**IN_PROCESS_RUN_CONFIG, "loggers": {"console": {"config": {"log_level": log_level}}}}
-    with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
-                                                 run_config=run_config, asset_selection=selection,
-                                                 tags={"docsvault/run": "build"}) as result:
-        failures = _failures(result)
-        meta = _metadata(result)
-        checks = _failed_checks(result)
+    # SIGINT/SIGTERM while the run executes: Dagster's handler fails the running step with
+    # DagsterExecutionInterruptedError and ends the run; the build then stops as interrupted (nothing recorded as
+    # a source failure) and its `with` blocks release the locks
+    try:
+        with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+                                                     run_config=run_config, asset_selection=selection,
+                                                     tags={"docsvault/run": "build"}) as result:
+            if _interrupted(result):
+                raise BuildInterrupted()
+            failures = _failures(result)
+            meta = _metadata(result)
+            checks = _failed_checks(result)
+    except DagsterExecutionInterruptedError:
+        raise BuildInterrupted() from None
+    return _report(settings, sources, removed, failures, meta, checks)
+
+
+def _interrupted(result: Any) -> bool:
+    """True when a step of the run failed because the process was interrupted (SIGINT/SIGTERM while it ran)."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            err = event.step_failure_data.error
+            while err is not None:
+                if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt", "BuildInterrupted"):
+                    return True
+                err = err.cause
+    return False
+
+
+def _report(settings: Settings, sources: Sequence[Source], removed: list[str], failures: dict[str, str],
+            meta: dict[str, dict], checks: dict[str, dict[str, dict]]) -> BuildReport:
+    """The build report of a finished run (and each source's last failure recorded for `status`)."""
     statuses: list[SourceStatus] = []
     for s in sources:
         st = SourceStatus(name=s.name)

@@ -6,6 +6,8 @@ How a note body becomes chunks:
 2. markdown-it-py parses the body; its top-level block tokens give headings (ATX and setext: it knows fences of
    any length, ``~~~``, lists, quotes, so ``# comment`` in code and ``---`` after a list item are not headings)
    and line ranges, used to slice the *original* text: chunk text is always a verbatim substring of the body.
+   A thematic break (``---``, ``***``) is no block of its own: a setext heading right after one
+   (``---\nTitle\n-----``) heads its section, never merged away with a "section" holding only the rule.
 3. Sections run from one heading to the next. ``heading_path`` = the headings above, outermost first; an H1 equal
    to the note title (case-insensitive) is dropped from paths; an empty heading adds no path element.
 4. Tiny sections (body < ``min_tokens``) are merged with the following section(s) while the result fits. The merged
@@ -245,6 +247,8 @@ def _blocks(text: str) -> list[_Block]:
         if tok.type == "heading_open":
             inline = tokens[idx + 1]
             raw.append((l0, l1, "heading", int(tok.tag[1]), inline.content.strip()))
+        elif tok.type == "hr":          # a thematic break (---, ***, ___) has no words: covered, never a block
+            raw.append((l0, l1, "", 0, ""))
         elif tok.type in ("fence", "code_block"):
             raw.append((l0, l1, "code", 0, ""))
         elif tok.type == "table_open":

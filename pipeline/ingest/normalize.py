@@ -29,6 +29,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
+from markdown_it import MarkdownIt
+
 from pipeline.common.errors import NoteError
 from pipeline.common.frontmatter import canonical_body, decode_bytes, split_frontmatter
 from pipeline.common.markdown import dedent as _dedent
@@ -140,6 +142,7 @@ def _tidy(text: str) -> str:
 # Headings
 # =====================================================================================================================
 
+_COMMONMARK = MarkdownIt("commonmark")
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*#*[ \t]*$")
 _ANCHOR_JSX = re.compile(r"\s*\{/\*\s*(.*?)\s*\*/\}\s*$")
 _ANCHOR_ID = re.compile(r"\s*\{#([^}\s]+)\}\s*$")
@@ -162,8 +165,22 @@ def _heading_display(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def _setext_headings(prose: str) -> dict[int, str]:
+    """Line index (0-based, in ``prose``) -> text of each setext heading (``Title`` over a ``---``/``===`` line),
+    as markdown-it-py (CommonMark) reads them: a ``---`` after a paragraph underlines it, one after a blank line or
+    a thematic break is a rule, so ``---\nTitle\n-----`` is a rule and then the heading ``Title``."""
+    if "-" not in prose and "=" not in prose:
+        return {}
+    tokens = _COMMONMARK.parse(prose)
+    return {tok.map[0]: " ".join(tokens[i + 1].content.split())
+            for i, tok in enumerate(tokens)
+            if tok.type == "heading_open" and tok.markup in ("-", "=") and tok.map is not None}
+
+
 def collect_headings(body: str) -> dict[str, str]:
-    """Map slug / explicit anchor id -> heading text for the ATX headings of a body (outside fences).
+    """Map slug / explicit anchor id -> heading text for the headings of a body (outside fences): ATX headings
+    (``## Title``, read line by line, so an indented one inside an MDX component counts) and setext headings
+    (:func:`_setext_headings`).
 
     Explicit ids (``{/*id*/}``, ``{#id}``, ``[[id]]``) and the GitHub-style slug of the heading text both map to the
     heading text without the anchor.
@@ -172,11 +189,15 @@ def collect_headings(body: str) -> dict[str, str]:
     for is_code, chunk in split_code(body):
         if is_code:
             continue
-        for line in chunk.split("\n"):
+        setext = _setext_headings(chunk)
+        for n, line in enumerate(chunk.split("\n")):
             m = _ATX.match(line)
-            if not m or not m.group(2):
+            if n in setext and setext[n]:
+                text = setext[n]
+            elif not m or not m.group(2):
                 continue
-            text = m.group(2)
+            else:
+                text = m.group(2)
             ids: list[str] = []
             for rx in (_ANCHOR_JSX, _ANCHOR_ID, _ANCHOR_DOCBUILDER):
                 am = rx.search(text)

@@ -10,7 +10,9 @@ that file and nobody changed it since; everything else there is the user's and i
   whose page left the source but which was edited is kept where it is (and becomes the user's).
 
 The manifest is ``vault/<source>/.docsvault/manifest.json`` (a dot folder: Obsidian, ``read_notes`` and the vault
-listing ignore it), JSON ``{"version": 1, "source": name, "files": {rel_path: [sha256 hex, ...]}}``; a file is the
+listing ignore it), JSON ``{"version": 1, "source": name, "files": {rel_path: [sha256 hex, ...]}, "conflicts":
+{copy rel_path: rel_path}}`` (``conflicts``: the ``(edited)`` copies the build made of your edits, still there); a
+file is the
 build's while its bytes hash to one of its listed values (normally one; two while a write is in progress, so a
 build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
 moving or restoring the vault keeps ownership. A vault written before manifests existed (no manifest): a ``.md``
@@ -24,6 +26,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,12 +73,30 @@ def load_manifest(root: Path) -> Manifest | None:
         return None
 
 
-def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[str]]) -> None:
-    """Write the manifest atomically (keys sorted, hash lists sorted)."""
+def load_conflicts(root: Path) -> dict[str, str]:
+    """The manifest's ``conflicts``: copy rel_path (``a/Note (edited).md``) -> the generated file's rel_path whose
+    edited version the build moved there; {} when none is recorded or there is no readable manifest."""
+    try:
+        data = json.loads(manifest_path(root).read_text(encoding="utf-8"))
+        found = data.get("conflicts") or {}
+        return {unicodedata.normalize("NFC", str(k)): unicodedata.normalize("NFC", str(v))
+                for k, v in found.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[str]],
+                  conflicts: Mapping[str, str] | None = None) -> None:
+    """Write the manifest atomically (keys sorted, hash lists sorted). ``conflicts`` (copy -> original rel_path)
+    replaces the recorded ones; None keeps those recorded now."""
     from pipeline.common.artifacts import write_atomic
 
-    data = {"version": MANIFEST_VERSION, "source": source,
-            "files": {rel: sorted(files[rel]) for rel in sorted(files)}}
+    if conflicts is None:
+        conflicts = load_conflicts(root)
+    data: dict[str, object] = {"version": MANIFEST_VERSION, "source": source,
+                               "files": {rel: sorted(files[rel]) for rel in sorted(files)}}
+    if conflicts:
+        data["conflicts"] = {rel: conflicts[rel] for rel in sorted(conflicts)}
     write_atomic(manifest_path(root), (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
@@ -138,20 +159,34 @@ def conflict_name(rel: str, taken: set[str]) -> str:
         n += 1
 
 
+_CONFLICT_NAME = re.compile(rf"^(?P<stem>.+) \({CONFLICT_TAG}(?: [2-9]| [1-9][0-9]+)?\)(?P<ext>\.[^./]+)?$")
+
+
+def conflict_original(rel: str) -> str | None:
+    """The rel_path a name made by :func:`conflict_name` was made for (``a/Note (edited 2).md`` -> ``a/Note.md``),
+    None for any other name."""
+    folder, name = posixpath.split(rel)
+    m = _CONFLICT_NAME.match(name)
+    return posixpath.join(folder, m.group("stem") + (m.group("ext") or "")) if m else None
+
+
 class Audit(NamedTuple):
     """The state of a source folder against its manifest, without changing anything.
 
-    ``user_files``: files the build did not write (sorted rel_paths); ``edited``: files the build wrote that were
-    changed since (the next build moves them to a conflict copy, or keeps them when their page is gone);
-    ``missing``: files the build wrote that are gone (the next build writes them again); ``owned``: files as the
-    build wrote them; ``has_manifest``: False for a folder written before manifests (ownership then by
-    :func:`legacy_owned`)."""
+    ``user_files``: files the build did not write (sorted rel_paths), conflict copies excepted; ``edited``: files
+    the build wrote that were changed since (the next build moves them to a conflict copy, or keeps them when their
+    page is gone); ``missing``: files the build wrote that are gone (the next build writes them again); ``owned``:
+    files as the build wrote them; ``has_manifest``: False for a folder written before manifests (ownership then by
+    :func:`legacy_owned`); ``copies``: the ``<name> (edited).md`` copies the build made of your edits (recorded in the
+    manifest, or, made before it recorded them, named so after a file it owns), sorted. Neither ``user_files`` nor
+    ``copies`` is ever changed or removed by a build."""
 
     user_files: list[str]
     edited: list[str]
     missing: list[str]
     owned: list[str]
     has_manifest: bool
+    copies: list[str] = []
 
 
 def audit(root: Path, source: str) -> Audit:
@@ -162,14 +197,15 @@ def audit(root: Path, source: str) -> Audit:
     if manifest is None:
         manifest = legacy_owned(root, source)
     files = walk_files(root)
-    user, edited, owned = [], [], []
+    recorded = load_conflicts(root)
+    user, edited, owned, copies = [], [], [], []
     for rel, path in files.items():
         hashes = manifest.get(rel)
         if hashes is None:
-            user.append(rel)
+            (copies if rel in recorded or conflict_original(rel) in manifest else user).append(rel)
         elif sha256_file(path) in hashes:
             owned.append(rel)
         else:
             edited.append(rel)
     missing = sorted(rel for rel in manifest if rel not in files)
-    return Audit(user, edited, missing, owned, has)
+    return Audit(user, edited, missing, owned, has, copies)

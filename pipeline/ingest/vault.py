@@ -40,7 +40,7 @@ class VaultResult(NamedTuple):
     ``index`` is the rel_path of the source's index note (not counted in the lists), None when not written.
 
     ``kept``: files in the folder the build did not write (or wrote and someone edited since, whose page is gone),
-    left as they are (sorted); ``conflicts``: ``(rel_path, copy)`` for each generated file edited since the build
+    and the ``(edited)`` copies it made of your edits, left as they are (sorted); ``conflicts``: ``(rel_path, copy)`` for each generated file edited since the build
     wrote it, whose edited version was moved to ``copy`` before the new version was written;
     ``attachments_written`` / ``attachments``: attachment files copied this time / in the folder after the write."""
 
@@ -232,6 +232,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         audit,
         conflict_name,
         legacy_owned,
+        load_conflicts,
         load_manifest,
         save_manifest,
         sha256_file,
@@ -342,8 +343,11 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                 folder.rmdir()          # only succeeds when empty
             except OSError:
                 pass
-        save_manifest(root, source, final)
-    kept = audit(root, source).user_files if root.is_dir() else []
+        recorded = {copy: rel for copy, rel in load_conflicts(root).items()
+                    if root.joinpath(*PurePosixPath(copy).parts).is_file()}      # the copies still there
+        save_manifest(root, source, final, {**recorded, **{copy: rel for rel, copy in conflicts}})
+    after = audit(root, source) if root.is_dir() else None
+    kept = sorted(after.user_files + after.copies) if after is not None else []
     return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies))
 
 

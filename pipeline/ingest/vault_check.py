@@ -7,9 +7,10 @@
 * ``markup``: source-format markup left in the notes outside code (``<span>``, ``<div>``, Liquid ``{{ }}``/``{% %}``,
   MDX/JSX components such as ``<CodeStep>``; see :func:`markup_residue`), target 0;
 * ``bad_mode``: notes whose permission bits are not what the user's umask gives a new file (0644 under 0022);
-* ``user_files`` / ``edited``: files in ``vault/<source>/`` the build did not write (kept, never changed by a
-  build) and generated files edited since the build wrote them (the next build moves the edit to
-  ``<name> (edited).md``).
+* ``user_files`` / ``edited`` / ``edited_copies``: files in ``vault/<source>/`` the build did not write (kept,
+  never changed by a build), generated files edited since the build wrote them (the next build moves the edit to
+  ``<name> (edited).md``), and those ``(edited)`` copies of your edits that a build made (kept, never changed by a
+  build; merge them into the note and delete them when done).
 
 Embeds resolve as in Obsidian: relative to the note, from the vault root, from the source's folder, or as a path
 suffix / bare name of any file in the vault.
@@ -67,6 +68,10 @@ def user_files_lines(settings: Settings, source: Source) -> list[str]:
     if a.edited:
         lines.append(f"{source.name}: {len(a.edited)} generated file(s) edited since the last build: "
                      f"{_names(a.edited)}; the next build keeps your version as '<name> (edited).md' next to it")
+    if a.copies:
+        lines.append(f"{source.name}: {len(a.copies)} copy(ies) of your edits to generated notes, kept as a build "
+                     f"replaced the note (never changed or removed by a build; merge and delete them when done): "
+                     f"{_names(a.copies)}")
     return lines
 
 
@@ -108,7 +113,7 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
 
     Returns:
         ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
-        "unresolved_in_source", "unresolved_elsewhere", "markup", "bad_mode", "user_files", "edited",
+        "unresolved_in_source", "unresolved_elsewhere", "markup", "bad_mode", "user_files", "edited", "edited_copies",
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
         any source has unresolved embeds of files in its source, markup outside code or a note with another mode.
         Examples are ``"<vault path>: <detail>"`` strings, at most 10 per kind.
@@ -127,6 +132,7 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
         root = vault / source.name
         row: dict[str, Any] = {"name": source.name, "notes": 0, "attachments_in_vault": 0, "unresolved_in_source": 0,
                                "unresolved_elsewhere": 0, "markup": 0, "bad_mode": 0, "user_files": 0, "edited": 0,
+                               "edited_copies": 0,
                                "examples": {"unresolved_in_source": [], "markup": [], "bad_mode": []}}
         rows.append(row)
         if files is None or not root.is_dir():
@@ -163,7 +169,7 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
                 if len(ex["bad_mode"]) < 10:
                     ex["bad_mode"].append(f"{vp}: {mode:04o}")
         a = audit(root, source.name)
-        row["user_files"], row["edited"] = len(a.user_files), len(a.edited)
+        row["user_files"], row["edited"], row["edited_copies"] = len(a.user_files), len(a.edited), len(a.copies)
         row["attachments_in_vault"] = sum(1 for rel in a.owned if not rel.endswith(".md"))
     ok = all(not (r["unresolved_in_source"] or r["markup"] or r["bad_mode"] or r.get("error")) for r in rows)
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
@@ -173,10 +179,11 @@ def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
-             f"{'yours':>6} {'edited':>6}"]
+             f"{'yours':>6} {'edited':>6} {'copies':>6}"]
     for r in report["sources"]:
         lines.append(f"  {r['name']:24} {r['notes']:>6} {r['attachments_in_vault']:>7} {r['unresolved_in_source']:>10} "
-                     f"{r['markup']:>7} {r['bad_mode']:>5} {r['user_files']:>6} {r['edited']:>6}")
+                     f"{r['markup']:>7} {r['bad_mode']:>5} {r['user_files']:>6} {r['edited']:>6} "
+                     f"{r.get('edited_copies', 0):>6}")
     for r in report["sources"]:
         if r.get("error"):
             lines.append(f"  {r['name']}: cannot read the vault: {r['error']}")

@@ -71,7 +71,9 @@ def _generated_vault_folder(folder: Path) -> bool:
 def _remove_generated(folder: Path) -> list[str]:
     """Remove what the build wrote in a dropped source's vault folder (files as it wrote them, per the folder's
     manifest) and the folder itself when nothing else is left; returns the rel paths of the files kept (the
-    user's own, or generated files edited since)."""
+    user's own, or generated files edited since). When files are kept, the bookkeeping folder ``.docsvault/`` goes
+    too (the manifest and its temp files; the folder itself when that leaves it empty: a file someone else put
+    there stays)."""
     import shutil
 
     from pipeline.common.errors import NoteError
@@ -84,7 +86,26 @@ def _remove_generated(folder: Path) -> list[str]:
         return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
     if not result.kept:
         shutil.rmtree(folder, ignore_errors=True)
+    else:
+        _remove_bookkeeping(folder)
     return list(result.kept)
+
+
+def _remove_bookkeeping(folder: Path) -> None:
+    """Remove ``<folder>/.docsvault/manifest.json`` and the temp files its atomic writes leave
+    (``.manifest.json.*.tmp``), then the ``.docsvault`` folder if nothing else is in it."""
+    from pipeline.ingest.ownership import MANIFEST_DIR, MANIFEST_NAME
+
+    book = folder / MANIFEST_DIR
+    if book.is_symlink() or not book.is_dir():
+        return
+    for path in [book / MANIFEST_NAME, *book.glob(f".{MANIFEST_NAME}.*.tmp")]:
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+    try:
+        book.rmdir()                # only when empty
+    except OSError:
+        pass
 
 
 def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
