@@ -30,10 +30,10 @@ from pipeline.config import Settings, eval_env_paths, float_env, no_color, scope
 from pipeline.service import (
     NO_RESULTS,
     build_outcome,
-    noop_build,
     capture_related,
     child_env,
     no_notes_line,
+    noop_build,
     note_links,
     open_searcher,
     parse_lanes,
@@ -293,7 +293,7 @@ class _BuildProgress:
         self._plain: Any = None
         self._tasks: dict[tuple[str, str], Any] = {}
 
-    def __enter__(self) -> "_BuildProgress":
+    def __enter__(self) -> _BuildProgress:
         if self.mode == "bar":
             from rich.console import Console
             from rich.progress import (

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
            "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
            "SourceStatus", "WarehouseStatus", "ModelStatus", "BuildOutcome", "SourceOutcome", "SharedOutcome",
-           "WarehouseOutcome", "build_outcome", "no_notes_line"]
+           "WarehouseOutcome", "build_outcome", "no_notes_line", "noop_build"]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
 _FROM_NORMALIZE = ("errors_file", "skipped_count", "skipped_reason")

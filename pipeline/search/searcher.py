@@ -31,8 +31,8 @@ import math
 import re
 import threading
 import unicodedata
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Self
@@ -379,7 +379,7 @@ class Searcher:
         graph_seeds: int = 10,
         default_lanes: Sequence[str] = DEFAULT_LANES,
         query_threads: int | None = None,
-        translator: "Translator | None | bool" = True,
+        translator: Translator | None | bool = True,
         translate_bm25: bool = True,
         usage_boost: Mapping[str, float] | None = None,
         usage_window: int = 10,
