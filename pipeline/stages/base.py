@@ -87,6 +87,25 @@ def source_config(source: Source) -> str:
     return digest(data)
 
 
+def file_stats(root: Path, *, recurse: bool = True, dot_dirs: tuple[str, ...] = (),
+               keep: Callable[[str], bool] = lambda name: True) -> list[tuple[str, int, int]]:
+    """(path relative to ``root``, size, mtime_ns) of the files under ``root`` whose name ``keep`` accepts, sorted;
+    folders whose name starts with a dot are skipped unless named in ``dot_dirs``; only ``root``'s own files when
+    not ``recurse``; [] when ``root`` does not exist. A file that vanishes while listed is left out."""
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if recurse and (not d.startswith(".") or d in dot_dirs)]
+        for name in filenames:
+            if keep(name):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                rows.append((os.path.relpath(p, root), st.st_size, st.st_mtime_ns))
+    return sorted(rows)
+
+
 def vault_listing(settings: Settings, source: str) -> str:
     """Signature of ``vault/<source>/``: sha over the sorted (path, size, mtime_ns) of its ``.md`` files ("" when
     the folder does not exist). The vault stage writes a file only when its bytes change, so this moves only when
@@ -94,19 +113,7 @@ def vault_listing(settings: Settings, source: str) -> str:
     root = settings.vault_dir / source
     if not root.is_dir():
         return ""
-    rows = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if name.endswith(".md"):
-                p = os.path.join(dirpath, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                rows.append((os.path.relpath(p, root), st.st_size, st.st_mtime_ns))
-    rows.sort()
-    return digest(rows)
+    return digest(file_stats(root, keep=lambda name: name.endswith(".md")))
 
 
 #: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -33,7 +32,7 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
-from pipeline.stages.base import digest, forced, now
+from pipeline.stages.base import digest, file_stats, forced, now
 from pipeline.stages.results import BuildReport, SourceStatus
 
 __all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
@@ -54,19 +53,7 @@ def _code_hash() -> str:
 def _stats(root: Path, recurse: bool = True) -> list[tuple[str, int, int]]:
     """(path relative to ``root``, size, mtime_ns) of the files under ``root`` (only its own files when not
     ``recurse``), sorted; dot folders other than ``.docsvault`` and :data:`NOOP_STATE` left out; [] when missing."""
-    rows: list[tuple[str, int, int]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if recurse and (not d.startswith(".") or d == ".docsvault")]
-        for name in filenames:
-            if name == NOOP_STATE:
-                continue
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            rows.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
-    return sorted(rows)
+    return file_stats(root, recurse=recurse, dot_dirs=(".docsvault",), keep=lambda name: name != NOOP_STATE)
 
 
 def _contents(paths: Iterable[Path]) -> list[tuple[str, str | None]]:
