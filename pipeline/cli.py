@@ -34,6 +34,7 @@ from pipeline.service import (
     child_env,
     no_notes_line,
     noop_build,
+    query_problem,
     note_links,
     open_searcher,
     parse_lanes,
@@ -109,7 +110,7 @@ def main_options(
 def build(
     source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
-    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", min=0.0, help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
@@ -165,8 +166,10 @@ def build(
         chunk_meta = st.metadata.get("chunks", {})
         if not st.ok:
             detail = f"failed at {st.failed_stage}: {st.error}"
-        elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
+        elif vault_meta.get("skipped") and chunk_meta.get("skipped") and not emb.get("embedded"):
             detail = "nothing changed since the last build"
+        elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
+            detail = "notes unchanged"        # chunks a killed build had not embedded yet
         else:
             detail = f"{vault_meta.get('written', 0)} written, {vault_meta.get('removed', 0)} removed"
             if chunk_meta.get("rechunked"):
@@ -471,8 +474,9 @@ def search(
     """
     from pipeline.search.query import parse_query
 
-    if not query.strip():
-        fail("query is empty: pass words or a question")
+    problem = query_problem(query)
+    if problem:
+        fail(problem)
     if context is not None and (as_json or files):
         if as_json:
             fail("--context shows note lines under each hit; it does not combine with --json (hits in JSON carry "

@@ -130,12 +130,12 @@ class VaultService:
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
         from pipeline.search.snippet import make_snippet
-        from pipeline.service import search_lanes
+        from pipeline.service import query_problem, search_lanes
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
-        if not query or not query.strip():
-            raise ToolFailure("query is empty: pass words or a question")
+        if problem := query_problem(query):
+            raise ToolFailure(problem)
         try:
             parsed = parse_query(query[:2000])
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes

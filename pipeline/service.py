@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
            "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
            "SourceStatus", "WarehouseStatus", "ModelStatus", "BuildOutcome", "SourceOutcome", "SharedOutcome",
-           "WarehouseOutcome", "build_outcome", "no_notes_line", "noop_build"]
+           "WarehouseOutcome", "build_outcome", "no_notes_line", "noop_build", "query_problem"]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
 _FROM_NORMALIZE = ("errors_file", "skipped_count", "skipped_reason")
@@ -326,6 +326,16 @@ class BuildOutcome(Record):
     shared: SharedOutcome
 
 
+def query_problem(query: str | None) -> str | None:
+    """Why a search query cannot be run (one line), or None: empty, or no letter or digit in it (punctuation or
+    emoji alone match nothing by word, and the vector lanes would rank arbitrary pages)."""
+    if not query or not query.strip():
+        return "query is empty: pass words or a question"
+    if not any(ch.isalnum() for ch in query):
+        return f"query {query.strip()[:40]!r} has no words (letters or digits) to search for: pass words or a question"
+    return None
+
+
 def noop_build(s: Settings, source_names: Sequence[str] | None = None, wait: float = 0.0,
                force: bool = False) -> BuildReport | None:
     """The report of ``docsvault build`` when nothing changed since the last successful build of every source,
@@ -359,7 +369,8 @@ def _source_outcome(st: Any) -> SourceOutcome:
     chunk_meta = st.metadata.get("chunks", {})
     emb = st.metadata.get("embeddings", {})
     status = "failed" if not st.ok else (
-        "unchanged" if vault_meta.get("skipped") and chunk_meta.get("skipped") else "built")
+        "unchanged" if vault_meta.get("skipped") and chunk_meta.get("skipped") and not emb.get("embedded")
+        else "built")
     empty = st.ok and st.metadata.get("raw_docs", {}).get("files") == 0
     return SourceOutcome(
         name=st.name, status=status, notes=vault_meta.get("notes"), chunks=emb.get("chunks"),

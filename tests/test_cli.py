@@ -93,6 +93,15 @@ def test_empty_query_is_an_error_as_in_mcp(tmp_path: Path) -> None:
     for query in ("", "   "):
         result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
         assert (result.exit_code, result.output) == (1, "error: query is empty: pass words or a question\n")
+    for query in ("🦆🦆", "?!.,;"):         # no word to search for: an error, not arbitrary vector hits
+        result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
+        assert (result.exit_code, result.output) == (1, (
+            f"error: query {query!r} has no words (letters or digits) to search for: pass words or a question\n"))
+
+
+def test_a_negative_wait_is_refused(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["build", "--wait", "-5"])
+    assert result.exit_code == 2 and "Invalid value for '--wait'" in result.output
 
 
 def test_bad_sources_file_is_one_line(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -71,9 +72,13 @@ def test_anything_changed_goes_through_dagster(tiny_env: Path) -> None:
         os.utime(s.warehouse_path, ns=(1, 1))
         return []
 
-    for change in (note, vault, evals, warehouse, lambda: ["--force"]):
+    def instance() -> list[str]:                                 # a deleted Dagster instance has no record of it
+        shutil.rmtree(tiny_env / "dagster")
+        return []
+
+    for change in (note, vault, evals, warehouse, lambda: ["--force"], instance):
         _build(*change())
-        runs += 1
+        runs = 1 if change is instance else runs + 1
         assert _runs(tiny_env) == runs, change
         _build()
         assert _runs(tiny_env) == runs, change
@@ -99,3 +104,16 @@ def test_a_failed_build_forgets_the_record(tiny_env: Path) -> None:
     result = runner.invoke(app, ["build", "--json"])
     assert result.exit_code == 1
     assert not record.exists()
+
+
+def test_a_source_that_only_embedded_is_built_not_unchanged() -> None:
+    """A build after a killed one: notes and chunks unchanged, but the chunks it had not embedded are embedded now."""
+    from pipeline.service import build_outcome
+    from pipeline.stages.results import BuildReport, SourceStatus
+
+    meta = {"vault": {"skipped": True, "notes": 3}, "chunks": {"skipped": True},
+            "embeddings": {"chunks": 9, "embedded": 2}}
+    report = BuildReport(sources=[SourceStatus(name="tiny", metadata=meta)], shared_ok=True)
+    assert build_outcome(report).sources[0].status == "built"
+    meta["embeddings"]["embedded"] = 0
+    assert build_outcome(report).sources[0].status == "unchanged"

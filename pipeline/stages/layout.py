@@ -134,7 +134,7 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> lis
                 shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
                 line += (f" (kept {len(kept)} file(s) docsvault did not write, or that were edited since: {shown})")
             lines.append(line)
-            log.warning("%s", lines[-1])
+            log.info("%s", lines[-1])       # the CLI prints the returned lines; info: not twice in a merged log
     state_dir = settings.state_dir
     dropped = sorted(p.name[:-5] for p in state_dir.glob("*.json")
                      if not p.name.startswith(".") and p.name[:-5] not in keep) if state_dir.is_dir() else []

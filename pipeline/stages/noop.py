@@ -14,7 +14,7 @@ nothing written) when, under the build locks:
 The fingerprint is a sha256 over: the ``pipeline`` package's source files (any code change), the settings, the
 sources file, the eval files, the synonyms file, the (path, size, mtime_ns) of every file the stages' skip checks
 read (``<data>/state``, ``notes``, ``chunks``, ``graph``, each source's ``fetch.json``, the warehouse; not the lock
-files, which every build touches) and of the
+files, which every build touches), the Dagster instance's run storage (a deleted ``DAGSTER_HOME`` builds again) and of the
 vault's files (dot folders other than ``.docsvault`` left out: Obsidian rewrites ``.obsidian/workspace.json`` on
 every click). Any difference, or a record that cannot be read, means the normal build.
 """
@@ -81,7 +81,17 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
         [_stats(settings.raw_dir / s.name, recurse=False) for s in sources],
         [_stats(settings.vault_dir)],
         [(p.name, *_stat(p)) for p in (settings.warehouse_path, Path(f"{settings.warehouse_path}.wal"))],
+        _instance(settings),
     )
+
+
+def _instance(settings: Settings) -> int:
+    """The inode of the Dagster instance's run storage (``DAGSTER_HOME/history/runs.db``), -1 when missing: a
+    deleted or new instance has no record of the build, so the next build goes through Dagster again."""
+    try:
+        return (settings.dagster_home / "history" / "runs.db").stat().st_ino
+    except OSError:
+        return -1
 
 
 def _stat(path: Path) -> tuple[int, int]:
