@@ -32,7 +32,7 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
-from pipeline.stages.base import digest, file_stats, forced, now
+from pipeline.stages.base import digest, file_sha, file_stats, forced, now
 from pipeline.stages.results import BuildReport, SourceStatus
 
 __all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
@@ -61,13 +61,7 @@ def _contents(paths: Iterable[Path]) -> list[tuple[str, str | None]]:
     files: list[Path] = []
     for p in paths:
         files += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    out = []
-    for f in files:
-        try:
-            out.append((str(f), hashlib.sha256(f.read_bytes()).hexdigest()))
-        except OSError:
-            out.append((str(f), None))
-    return out
+    return [(str(f), file_sha(f)) for f in files]
 
 
 def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
