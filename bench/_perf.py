@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -216,18 +217,31 @@ class Child(NamedTuple):
     stderr: str
 
 
+#: a small launcher between the bench and a measured child: Linux charges the high-water RSS of the address space a
+#: process had before ``exec`` to the new program's ``ru_maxrss``, and a child spawned straight from the bench
+#: starts from a copy of the bench (which holds models after the in-process queries: every later child then
+#: "peaked" at the bench's own ~1.9 GB). Spawned from this launcher (~10 MB), the figure is the child's own.
+_LAUNCHER = ("import os, subprocess, sys\n"
+             "proc = subprocess.Popen(sys.argv[2:])\n"
+             "_, status, usage = os.wait4(proc.pid, 0)\n"
+             "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+             "code = os.waitstatus_to_exitcode(status)\n"
+             "sys.exit(code if code >= 0 else 128 - code)\n")
+
+
 def run_child(cmd: Sequence[str], env: dict[str, str], cwd: Path, work: Path) -> Child:
-    """Run cmd to completion; wall time and this child's own peak RSS (``os.wait4``, not the max over every child
-    this process ever had, as ``getrusage(RUSAGE_CHILDREN)`` would give). Output goes through files in ``work``."""
-    out_f, err_f = work / "child.out", work / "child.err"
+    """Run cmd to completion; wall time and this child's own peak RSS (``os.wait4`` in a small launcher process, see
+    :data:`_LAUNCHER`; not the max over every child this process ever had, as ``getrusage(RUSAGE_CHILDREN)`` would
+    give). Output goes through files in ``work``."""
+    out_f, err_f, rss_f = work / "child.out", work / "child.err", work / "child.maxrss"
+    rss_f.unlink(missing_ok=True)
     with out_f.open("wb") as out, err_f.open("wb") as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, str(rss_f), *cmd], env=env, cwd=cwd,
+                              stdout=out, stderr=err, check=False)
         wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Child(proc.returncode, wall, int(usage.ru_maxrss), out_f.read_text(errors="replace"),
-                 err_f.read_text(errors="replace"))
+    maxrss = int(rss_f.read_text()) if rss_f.is_file() else 0
+    return Child(proc.returncode, wall, maxrss, out_f.read_text(errors="replace"), err_f.read_text(errors="replace"))
 
 
 def dir_bytes(path: Path) -> int:

@@ -28,7 +28,7 @@ STAGES = [
     ("pipeline.search.searcher", "Searcher", "_load_indexes", "init: BM25 indexes + models"),
     ("pipeline.search.searcher", "Searcher", "__init__", "init: Searcher total"),
     ("pipeline.search.searcher", "Searcher", "embedder", "embedder objects (factory)"),
-    ("pipeline.search.searcher", "Searcher", "_prefetch_query_vectors", "query embedding (all models, wall)"),
+    ("pipeline.search.searcher", "Searcher", "_start_model_pages", "start the models' threads"),
     ("pipeline.search.searcher", "Searcher", "_bm25_lane", "lane bm25 (chunks)"),
     ("pipeline.search.searcher", "Searcher", "_bm25_page_lane", "lane bm25_page"),
     ("pipeline.search.searcher", "Searcher", "_bm25_tokens", "bm25 query tokens (+translation)"),

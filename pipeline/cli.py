@@ -219,6 +219,8 @@ def build(
                 nd=ev.get("ndcg_at_10", 0)))
     else:
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
+    for line in report.check_warnings:
+        typer.echo(f"warning: {line}", err=True)
     if report.noop:
         typer.echo("no Dagster run was needed: nothing changed since the last successful build (--force redoes it)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")

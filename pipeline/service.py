@@ -307,12 +307,15 @@ class WarehouseOutcome(Record):
 
 @dataclass(frozen=True)
 class SharedOutcome(Record):
-    """The shared stages: ``eval`` the hybrid set-up's ``{"n", "hit_at_1", ...}`` (None: not run)."""
+    """The shared stages: ``eval`` the hybrid set-up's ``{"n", "hit_at_1", ...}`` (None: not run); ``warnings`` one
+    line per failed asset check of a shared stage (``eval_floors``, ``hybrid_beats_single_lanes``, ...), which does
+    not fail the build."""
 
     ok: bool
     error: str | None
     warehouse: WarehouseOutcome | None
     eval: Mapping[str, Any] | None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -394,5 +397,5 @@ def build_outcome(report: Any) -> BuildOutcome:
         ok=report.ok, sources=tuple(_source_outcome(st) for st in report.sources),
         removed=tuple(getattr(report, "removed", [])),
         shared=SharedOutcome(ok=report.shared_ok, error=report.shared_error or None, warehouse=warehouse,
-                             eval=evals))
+                             eval=evals, warnings=tuple(getattr(report, "check_warnings", []))))
 

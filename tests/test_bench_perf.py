@@ -124,3 +124,14 @@ def test_run_child_reports_exit_code_output_and_rss(tmp_path):
     c = perf.run_child([sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"], {}, tmp_path, tmp_path)
     assert (c.returncode, c.stdout) == (3, "hi\n")
     assert c.maxrss_kb > 0 and c.wall > 0
+
+
+def test_run_child_rss_is_the_childs_own_not_the_bench_process_size(tmp_path):
+    """A child spawned straight from a large process reports that process's size as its peak RSS on Linux (the
+    address space it had before exec); through the launcher it reports its own."""
+    ballast = bytearray(400 * 1024 * 1024)      # the bench after loading models, in small
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    c = perf.run_child([sys.executable, "-c", "pass"], {}, tmp_path, tmp_path)
+    assert c.returncode == 0
+    assert 0 < c.maxrss_kb < 200 * 1024
+    del ballast

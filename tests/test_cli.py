@@ -419,3 +419,27 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
+
+
+def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """eval_floors (and the WARN check hybrid_beats_single_lanes) do not fail the run; the build says they failed,
+    as `warning:` lines and in `--json`'s shared.warnings, and exits 0."""
+    from pipeline.defs.runner import _shared_check_warnings
+    from pipeline.stages.results import BuildReport
+
+    lines = _shared_check_warnings({
+        "retrieval_eval": {"eval_floors": {"n": 3, "below": "mrr@10 0.612 < 0.700"},
+                           "hybrid_beats_single_lanes": {"gain": -0.05, "best_single_lane": "bm25"}},
+        "tiny/chunks": {"succeeded": {"error": "not a shared stage"}}})
+    assert lines == [
+        "asset check eval_floors of retrieval_eval failed: mrr@10 0.612 < 0.700 (see the Dagster UI)",
+        "asset check hybrid_beats_single_lanes of retrieval_eval failed: gain -0.05 (see the Dagster UI)"]
+    report = BuildReport(sources=[], shared_ok=True, check_warnings=lines[:1], noop=True)
+    monkeypatch.setattr("pipeline.cli.noop_build", lambda *a, **k: report)
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {lines[0]}\n" in result.stderr
+    result = runner.invoke(app, ["build", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["shared"]["warnings"] == lines[:1]

@@ -141,6 +141,7 @@ def test_build_outcome_json_is_pinned() -> None:
         "vault": {"notes": 0, "skipped": True}, "chunks": {"skipped": True}, "embeddings": {"chunks": 0, "embedded": 0}})
     failed = NS(name="bad", ok=False, failed_stage="normalize", error="boom", metadata={"raw_docs": {"files": 2}})
     report = NS(sources=[built, empty, failed], ok=False, shared_ok=True, shared_error="", removed=["removed vault/old/: gone"],
+                check_warnings=["asset check eval_floors of retrieval_eval failed: mrr@10 0.625 < 0.700 (see the Dagster UI)"],
                 shared_metadata={"warehouse": {"notes": 3, "chunks": 7, "path": "/d/warehouse.duckdb", "mode": "incremental"},
                                  "retrieval_eval": {"n": 4, "hit_at_1": 0.5, "mrr_at_10": 0.625, "other": 1}})
     out = build_outcome(report)
@@ -201,7 +202,10 @@ EXPECTED_BUILD_JSON = """{
       "n": 4,
       "hit_at_1": 0.5,
       "mrr_at_10": 0.625
-    }
+    },
+    "warnings": [
+      "asset check eval_floors of retrieval_eval failed: mrr@10 0.625 < 0.700 (see the Dagster UI)"
+    ]
   }
 }
 """

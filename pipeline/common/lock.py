@@ -125,9 +125,11 @@ class BuildLock:
                             _describe(lock_holder(self.path)), self.wait)
             if time.monotonic() >= deadline:
                 info = lock_holder(self.path)
+                advice = (f"it is still held after waiting {self.wait:g} s; wait longer (a larger --wait)"
+                          if self.wait > 0 else "wait for it to finish (or pass --wait SECONDS)")
                 raise BuildLockedError(
-                    f"another docsvault build holds {self.path} ({_describe(info)}); wait for it to finish "
-                    f"(or pass --wait SECONDS). A lock left by a process that died is taken over automatically"
+                    f"another docsvault build holds {self.path} ({_describe(info)}); {advice}. A lock left by a "
+                    f"process that died is taken over automatically"
                 )
             time.sleep(self.poll)
 

@@ -63,16 +63,30 @@ def _metadata(result: Any) -> dict[str, dict]:
     return out
 
 
-def _failed_checks(result: Any) -> dict[str, dict[str, dict]]:
-    """asset key -> failed check name -> its metadata, for ERROR checks that failed in the run."""
+def _failed_checks(result: Any, severities: Sequence[str] = ("ERROR",)) -> dict[str, dict[str, dict]]:
+    """asset key -> failed check name -> its metadata, for the checks of these severities that failed in the run."""
     out: dict[str, dict[str, dict]] = {}
     for event in result.all_events:
         if event.event_type_value == "ASSET_CHECK_EVALUATION":
             ev = event.event_specific_data
-            if not ev.passed and ev.severity.value == "ERROR":
+            if not ev.passed and ev.severity.value in severities:
                 out.setdefault(ev.asset_key.to_user_string(), {})[ev.check_name] = {
                     k: getattr(v, "value", v) for k, v in ev.metadata.items()}
     return out
+
+
+def _shared_check_warnings(checks: dict[str, dict[str, dict]]) -> list[str]:
+    """One line per failed check of a shared stage (``_failed_checks`` of every severity), e.g. "asset check
+    eval_floors of retrieval_eval failed: mrr@10 0.612 < 0.700". Such a check does not fail the build (Dagster runs
+    it after the asset); the CLI prints these lines as warnings so a passing exit code is not mistaken for them."""
+    lines = []
+    for stage in SHARED_STAGES:
+        for name, meta in sorted(checks.get(key(stage).to_user_string(), {}).items()):
+            why = meta.get("below") or meta.get("error") or meta.get("note") or (
+                f"gain {meta['gain']}" if "gain" in meta else "")
+            lines.append(f"asset check {name} of {stage} failed" + (f": {_one_line(str(why))}" if why else "")
+                         + " (see the Dagster UI)")
+    return lines
 
 
 def _failures(result: Any) -> dict[str, str]:
@@ -189,9 +203,12 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
             failures = _failures(result)
             meta = _metadata(result)
             checks = _failed_checks(result)
+            warnings = _shared_check_warnings(_failed_checks(result, ("ERROR", "WARN")))
     except DagsterExecutionInterruptedError:
         raise BuildInterrupted() from None
-    return _report(settings, sources, removed, failures, meta, checks)
+    report = _report(settings, sources, removed, failures, meta, checks)
+    report.check_warnings = warnings
+    return report
 
 
 def _interrupted(result: Any) -> bool:

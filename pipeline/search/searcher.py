@@ -354,7 +354,7 @@ class Searcher:
         SynonymsError: the synonyms file is malformed.
     """
 
-    #: worker threads of :meth:`_prefetch_query_vectors`, created on first use
+    #: worker threads of :meth:`_start_model_pages`, created on first use
     _pool: ThreadPoolExecutor | None = None
     #: hit rows: (chunk rows table, chunk id -> row) | False (no cache: DuckDB per search) | None (not opened yet)
     _rows: Any = None
@@ -420,6 +420,7 @@ class Searcher:
         self.translate_bm25 = translate_bm25
         self._translations: dict[str, str | None] = {}
         self._lock = threading.RLock()
+        self._cache_lock = threading.Lock()     # the FIFO caches the model threads of one search share
         self._con = wh.connect(self.path, read_only=True, lazy_extensions=True)   # vss loaded for HNSW only
         try:
             self._load_keys()
@@ -563,9 +564,10 @@ class Searcher:
     def _remember_query_vector(self, key: tuple[str, str], vec: np.ndarray) -> np.ndarray:
         """Put a query vector in the FIFO cache (at most QUERY_CACHE, or what remember_query_vectors asked);
         returns it."""
-        if key not in self._qcache and len(self._qcache) >= self._qcache_size:
-            self._qcache.pop(next(iter(self._qcache)))
-        self._qcache[key] = vec
+        with self._cache_lock:
+            if key not in self._qcache and len(self._qcache) >= self._qcache_size:
+                self._qcache.pop(next(iter(self._qcache)))
+            self._qcache[key] = vec
         return vec
 
     def _translation(self, query: str) -> str | None:
@@ -817,15 +819,17 @@ class Searcher:
             return None
         got = self._flat_subset_cache.get(key)
         if got is None:
-            while len(self._flat_subset_cache) >= FLAT_SUBSETS:
-                self._flat_subset_cache.pop(next(iter(self._flat_subset_cache)))
-            got = self._flat_subset_cache[key] = wh.take_rows(vecs, rows)
+            got = wh.take_rows(vecs, rows)
+            with self._cache_lock:
+                while len(self._flat_subset_cache) >= FLAT_SUBSETS:
+                    self._flat_subset_cache.pop(next(iter(self._flat_subset_cache)))
+                self._flat_subset_cache[key] = got
         return got
 
     def _vector_plan(self, query: str, sources: frozenset[str] | None, notes: frozenset[str] | None,
                      cross: bool) -> _VectorPlan:
         """Which models a vector lane asks and with which text (see :meth:`_vector_lane`): the query embedded by
-        each model in ``plan.asked`` is what the lane needs (:meth:`_prefetch_query_vectors` embeds them ahead,
+        each model in ``plan.asked`` is what the lane needs (:meth:`_start_model_pages` runs the models
         concurrently)."""
         skip_english = cross and self.crosslingual_bridge and detect_language(query) == "en"
         in_scope = []
@@ -857,35 +861,38 @@ class Searcher:
             in_scope = asked
         return _VectorPlan(skip_english, in_scope)
 
-    def _prefetch_query_vectors(self, plans: Sequence[_VectorPlan]) -> None:
-        """Embed the query for every (model, text) the planned vector lanes ask and the cache lacks, the models
-        concurrently: ONNX Runtime (MiniLM, e5) releases the GIL while it runs, so on two cores the encoders
-        overlap instead of adding up (a first query also loads its models side by side). Embedders that set
-        process-wide BLAS thread limits (USE-m3, numpy) run on the calling thread, the others on
-        ``QUERY_WORKERS`` worker threads. The vectors are the ones a sequential call gives (each model runs
-        single-threaded on its own input), so rankings do not change."""
-        wanted: list[tuple[str, str]] = []
-        for plan in plans:
-            for model, _, _, text in plan.asked:
-                key = (model["model_id"], text)
-                if key not in self._qcache and key not in wanted:
-                    wanted.append(key)
-        if len(wanted) < 2:
-            return
-        embedders = {mid: self.embedder(mid) for mid, _ in wanted}
-        local = [k for k in wanted if isinstance(embedders[k[0]], UsemEmbedder)]
-        remote = [k for k in wanted if k not in local]
-        if not local:                       # keep the calling thread busy with one of them
-            local, remote = remote[-1:], remote[:-1]
-        pool = self._query_pool()
-        futures = [(k, pool.submit(embedders[k[0]].embed_query, k[1])) for k in remote]
-        for mid, text in local:
-            self._query_vector(mid, text)
-        for (mid, text), fut in futures:
-            self._remember_query_vector((mid, text), fut.result())
+    def _start_model_pages(self, plans: Mapping[str, _VectorPlan], sources: frozenset[str] | None,
+                           notes: frozenset[str] | None) -> dict[tuple[str, str], Any]:
+        """Start every model's part of the planned vector lanes: embed the query, scan that model's vectors and rank
+        its pages (:meth:`_model_pages`), the models concurrently. ONNX Runtime (MiniLM, e5) and numpy's matrix
+        products release the GIL, so on two cores one model's scan runs while another model still embeds, and the
+        calling thread ranks the BM25 lanes meanwhile. Returns ``{(lane, table): job}``, a job being a Future
+        (worker thread) or a zero-argument callable run by :meth:`_vector_lane` on the calling thread: USE-m3
+        (numpy, it sets process-wide BLAS thread limits), a model searched through HNSW (one DuckDB connection is
+        not shared between threads), and everything when only one model is asked. Each model's pages are the ones a
+        sequential run gives (its own input, single-threaded), so rankings do not change."""
+        asked = [(lane, plan.skip_english, entry) for lane, plan in plans.items() for entry in plan.asked]
+        jobs: dict[tuple[str, str], Any] = {}
+        for lane, skip_english, (model, n_total, n_in, text) in asked:
+            table, model_id = model["table_name"], model["model_id"]
+
+            def job(model: dict = model, n_total: int = n_total, n_in: int = n_in, text: str = text,
+                    skip_english: bool = skip_english) -> tuple[np.ndarray, list[_Page]]:
+                qvec = self._query_vector(model["model_id"], text)
+                return qvec, self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
+
+            embedder = self.embedder(model_id)          # created here: model loading is not thread-safe
+            if len(asked) < 2 or isinstance(embedder, UsemEmbedder) or not self._exact(table):
+                jobs[(lane, table)] = job
+                continue
+            self._flat(table)                           # lazy state first used on this thread, not in a worker
+            if self.page_vector_weight:
+                self._page_vectors(table)
+            jobs[(lane, table)] = self._query_pool().submit(job)
+        return jobs
 
     def _query_pool(self) -> ThreadPoolExecutor:
-        """The worker threads of :meth:`_prefetch_query_vectors` (created on first use, daemon-like: idle workers
+        """The worker threads of :meth:`_start_model_pages` (created on first use, daemon-like: idle workers
         do not keep a process alive)."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=QUERY_WORKERS, thread_name_prefix="docsvault-query")
@@ -893,7 +900,7 @@ class Searcher:
 
     def _vector_lane(self, query: str, sources: frozenset[str] | None,
                      notes: frozenset[str] | None = None, cross: bool = False,
-                     plan: _VectorPlan | None = None) -> list[_Page]:
+                     plan: _VectorPlan | None = None, jobs: Mapping[str, Any] | None = None) -> list[_Page]:
         """Pages by meaning: each model's chunks and page vectors (``_model_pages``), models merged by z-score.
 
         ``cross=False`` (the ``vector`` lane): every model but the cross-lingual one, i.e. each note by the model
@@ -906,13 +913,19 @@ class Searcher:
         English questions 0.827 -> 0.844, cross-lingual 0.635 -> 0.958, Japanese unchanged). A Japanese question
         keeps every note in it: English pages reach a Japanese question only through a word-by-word translation
         otherwise, and leaving the Japanese notes out gave the English pages one more lane than the Japanese ones
-        (Japanese questions 0.837 -> 0.371). ``plan``: :meth:`_vector_plan`'s result when the caller has it.
+        (Japanese questions 0.837 -> 0.371). ``plan``: :meth:`_vector_plan`'s result when the caller has it;
+        ``jobs``: table -> that model's started part (:meth:`_start_model_pages`).
         """
         skip_english, in_scope = plan or self._vector_plan(query, sources, notes, cross)
-        per_model = [((model["table_name"], qvec),
-                      self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english))
-                     for model, n_total, n_in, text in in_scope
-                     for qvec in (self._query_vector(model["model_id"], text),)]
+        per_model = []
+        for model, n_total, n_in, text in in_scope:
+            job = (jobs or {}).get(model["table_name"])
+            if job is None:
+                qvec = self._query_vector(model["model_id"], text)
+                pages = self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
+            else:
+                qvec, pages = job() if callable(job) else job.result()
+            per_model.append(((model["table_name"], qvec), pages))
         if not per_model:
             return []
         if skip_english:
@@ -1024,23 +1037,28 @@ class Searcher:
         return [_Page(nid, sc, []) for nid, sc in ranked]
 
     def _ranked_lane(self, lane: str, query: str, sources: frozenset[str] | None,
-                     notes: frozenset[str] | None, plans: Mapping[str, _VectorPlan] | None = None) -> list[_Page]:
+                     notes: frozenset[str] | None, plans: Mapping[str, _VectorPlan] | None = None,
+                     jobs: Mapping[tuple[str, str], Any] | None = None) -> list[_Page]:
         """The pages of one ranking lane (``bm25``, ``bm25_page``, ``vector`` or ``crosslingual``), best first
-        (``plans``: the vector lanes' :meth:`_vector_plan` by lane, when computed already)."""
+        (``plans``: the vector lanes' :meth:`_vector_plan` by lane, when computed already; ``jobs``: their models'
+        started parts, :meth:`_start_model_pages`)."""
         if lane == "bm25":
             return page_ranking(self._bm25_lane(query, sources, notes), self._note_of.__getitem__, self.second_weight)
         if lane == "bm25_page":
             return self._bm25_page_lane(query, sources, notes)
-        return self._vector_lane(query, sources, notes, cross=lane == "crosslingual", plan=(plans or {}).get(lane))
+        return self._vector_lane(query, sources, notes, cross=lane == "crosslingual", plan=(plans or {}).get(lane),
+                                 jobs={table: job for (ln, table), job in (jobs or {}).items() if ln == lane})
 
     def _lane_pages(self, wanted: Sequence[str], query: str, sources: frozenset[str] | None,
                     notes: frozenset[str] | None) -> dict[str, list[_Page]]:
-        """The pages of each ranking lane in ``wanted`` (in that order; not ``graph``); the vector lanes' query
-        vectors are embedded first, concurrently (:meth:`_prefetch_query_vectors`)."""
+        """The pages of each ranking lane in ``wanted`` (in that order; not ``graph``). The vector lanes' models are
+        started first, concurrently (:meth:`_start_model_pages`); the BM25 lanes run on this thread meanwhile."""
         plans = {lane: self._vector_plan(query, sources, notes, cross=lane == "crosslingual")
                  for lane in wanted if lane in ("vector", "crosslingual")}
-        self._prefetch_query_vectors(list(plans.values()))
-        return {lane: self._ranked_lane(lane, query, sources, notes, plans) for lane in wanted}
+        jobs = self._start_model_pages(plans, sources, notes)
+        bm25 = {lane: self._ranked_lane(lane, query, sources, notes) for lane in wanted if lane not in plans}
+        return {lane: bm25[lane] if lane in bm25 else self._ranked_lane(lane, query, sources, notes, plans, jobs)
+                for lane in wanted}
 
     def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
                tags: str | Sequence[str] | None = None,

@@ -295,7 +295,9 @@ class SourceStatus:
 class BuildReport:
     """A whole build (``docsvault build``): its sources, the shared stages (``shared_ok``, ``shared_error``,
     ``shared_metadata``: stage -> dict), ``removed`` ("removed vault/<name>/: ..." of sources dropped from
-    sources.yaml), ``noop`` (True: nothing had changed, answered without a Dagster run: :mod:`pipeline.stages.noop`)."""
+    sources.yaml), ``noop`` (True: nothing had changed, answered without a Dagster run: :mod:`pipeline.stages.noop`),
+    ``check_warnings`` (one line per failed asset check of a shared stage, e.g. ``eval_floors``: the check does not
+    fail the build, the build says so)."""
 
     sources: list[SourceStatus]
     shared_ok: bool
@@ -303,6 +305,7 @@ class BuildReport:
     shared_metadata: dict = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
     noop: bool = False
+    check_warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
