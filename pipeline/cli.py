@@ -871,8 +871,12 @@ def status(
         return
     if as_json:
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        if data.get("sources_error"):
+            raise typer.Exit(1)
         return
     typer.echo(f"sources: {data['sources_file']}")
+    if data.get("sources_error"):
+        typer.echo("  (sources.yaml is invalid, see the error below: the sources listed are the warehouse's)")
     typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
     for r in data["sources"]:
         typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped']:>7}  "
@@ -901,6 +905,8 @@ def status(
                f"{data['crosslingual_model']} (cross-lingual lane, every chunk)")
     typer.echo(f"vault: {data['vault']}")
     typer.echo(f"dagster home: {data['dagster_home']}")
+    if data.get("sources_error"):
+        fail(data["sources_error"])
 
 
 @app.command("check-vault")

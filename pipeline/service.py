@@ -217,6 +217,7 @@ class Status(Record):
     vault: str
     data: str
     dagster_home: str
+    sources_error: str | None = None
 
 
 def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
@@ -239,34 +240,40 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
 
 
 def status_report(s: Settings) -> Status:
-    """What ``status`` shows, as a typed record.
+    """What ``status`` shows, as a typed record. An invalid sources.yaml does not stop it (the warehouse and search
+    still work while the file is fixed): ``sources_error`` holds the file's one-line error, and the sources listed
+    are the warehouse's (``kind`` "?").
 
     Raises:
-        SourceConfigError: sources.yaml is invalid.
         WarehouseCorruptError: the warehouse file cannot be read.
     """
     from pipeline.common.artifacts import load_state
+    from pipeline.common.errors import SourceConfigError
     from pipeline.ingest.normalize import skipped_count
     from pipeline.ingest.sources import load_sources
     from pipeline.ingest.vault_check import user_files_lines
 
-    sources = load_sources(s.sources_file)
     warehouse, counts = _warehouse_status(s)
+    sources_error = None
+    try:
+        listed = [(src.name, src.kind, src) for src in load_sources(s.sources_file)]
+    except SourceConfigError as exc:
+        sources_error, listed = str(exc), [(name, "?", None) for name in sorted(counts)]
     rows = []
-    for src in sources:
-        state = load_state(s, src.name)
-        c = counts.get(src.name, {})
+    for name, kind, src in listed:
+        state = load_state(s, name)
+        c = counts.get(name, {})
         rows.append(SourceStatus(
-            name=src.name, kind=src.kind, notes=int(c.get("notes", 0)), chunks=int(c.get("chunks", 0)),
-            skipped=skipped_count(s, src.name),
+            name=name, kind=kind, notes=int(c.get("notes", 0)), chunks=int(c.get("chunks", 0)),
+            skipped=skipped_count(s, name),
             fetch_status=state.get("fetch_status", "never"), last_fetch=state.get("fetched_at"),
             fetch_error=state.get("fetch_error"), last_error=state.get("last_error"),
-            vault_files=tuple(user_files_lines(s, src)),
+            vault_files=tuple(user_files_lines(s, src)) if src is not None else (),
         ))
     return Status(
         sources_file=str(s.sources_file), sources=tuple(rows), warehouse=warehouse, model=s.model,
         multilingual_model=s.multilingual_model, crosslingual_model=s.crosslingual or "none",
-        vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home),
+        vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home), sources_error=sources_error,
     )
 
 

@@ -111,3 +111,14 @@ def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) 
     row = json.loads(_run("status", "--json"))["sources"][0]
     assert row["last_error"] is None
     assert not [ln for ln in _run("status").splitlines() if "last build failed" in ln]
+    # sources.yaml broken while the warehouse is fine: status still shows what is built, then the error (exit 1)
+    sources.write_text(good + "  - name: [oops\n", encoding="utf-8")
+    data = json.loads(_run("status", "--json", code=1))
+    assert data["sources_error"].startswith(f"{sources}: ")
+    assert [(r["name"], r["kind"], r["notes"] > 0) for r in data["sources"]] == [("tiny", "?", True)]
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 1
+    assert "(sources.yaml is invalid, see the error below: the sources listed are the warehouse's)" in result.stdout
+    assert result.stderr == f"error: {data['sources_error']}\n"
+    sources.write_text(good, encoding="utf-8")
+    assert json.loads(_run("status", "--json"))["sources_error"] is None

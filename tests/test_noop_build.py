@@ -117,3 +117,20 @@ def test_a_source_that_only_embedded_is_built_not_unchanged() -> None:
     assert build_outcome(report).sources[0].status == "built"
     meta["embeddings"]["embedded"] = 0
     assert build_outcome(report).sources[0].status == "unchanged"
+
+
+def test_a_no_op_build_repeats_the_failed_check_warnings(tiny_env: Path, monkeypatch) -> None:
+    """A failed eval_floors check is a warning of every build, the no-op one included (nothing changed, so the
+    check still fails; the Dagster UI still shows it red)."""
+    with (tiny_env / "evals" / "tiny.yaml").open("a", encoding="utf-8") as f:
+        f.write("  - id: t3\n    query: water bird in the pond\n    expected: ['Install guide.md']\n    kind: paraphrase\n")
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", "0.99")
+    first = _build()
+    warnings = first["shared"]["warnings"]
+    assert any(w.startswith("asset check eval_floors of retrieval_eval failed: mrr@10 ") and w.endswith(
+        " < 0.990 (see the Dagster UI)") for w in warnings), warnings
+    again = _build()
+    assert _runs(tiny_env) == 1 and again["shared"]["warnings"] == warnings
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0 and _runs(tiny_env) == 1
+    assert all(f"warning: {w}\n" in result.stderr for w in warnings)

@@ -114,13 +114,15 @@ def _plain(value: Any) -> Any:
 
 def record_noop(settings: Settings, sources: Sequence[Source], report: BuildReport) -> None:
     """After a build of every source that succeeded (call it under the build lock, after every write): record its
-    fingerprint and metadata, or forget the record when the build failed (the next build goes through Dagster)."""
+    fingerprint, metadata and failed-check warnings (a no-op build repeats them: nothing changed, so the checks
+    still fail), or forget the record when the build failed (the next build goes through Dagster)."""
     path = _state_path(settings)
     if not report.ok:
         path.unlink(missing_ok=True)
         return
     record = {"fingerprint": fingerprint(settings, sources), "recorded_at": now(),
-              "sources": {st.name: _plain(st.metadata) for st in report.sources}, "shared": _plain(report.shared_metadata)}
+              "sources": {st.name: _plain(st.metadata) for st in report.sources}, "shared": _plain(report.shared_metadata),
+              "check_warnings": list(report.check_warnings)}
     artifacts.write_atomic(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
 
 
@@ -157,6 +159,7 @@ def noop_report(settings: Settings, sources: Sequence[Source]) -> BuildReport | 
         recorded = record["fingerprint"]
         metadata = {name: record["sources"][name] for name in (s.name for s in sources)}
         shared = record["shared"]
+        warnings = [str(line) for line in record.get("check_warnings") or []]   # the same content fails them again
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not _upstream_unchanged(settings, sources) or fingerprint(settings, sources) != recorded:
@@ -164,4 +167,4 @@ def noop_report(settings: Settings, sources: Sequence[Source]) -> BuildReport | 
     statuses = [SourceStatus(name=s.name, metadata={stage: _unchanged(m) for stage, m in metadata[s.name].items()})
                 for s in sources]
     shared = {**shared, "warehouse": _unchanged(shared.get("warehouse") or {})}
-    return BuildReport(sources=statuses, shared_ok=True, shared_metadata=shared, noop=True)
+    return BuildReport(sources=statuses, shared_ok=True, shared_metadata=shared, noop=True, check_warnings=warnings)
