@@ -630,9 +630,9 @@ class E5Embedder:
             ``DOCSVAULT_EMBED_BACKEND`` is not ``torch``; torch on failure, with a warning), ``"onnx"`` (failure
             raises) or ``"torch"``. The float32 ONNX encoder matches torch at cosine >= 0.9999, so the model id is
             the same. Documents always run on torch (bf16 on this hardware beats ONNX Runtime fp32).
-        query_precision: ``"int8"`` (default: queries on ONNX run through an int8 copy of the encoder, ~40 % of the
-            float32 time; cosine ≥ 0.98 with the float32 query vector, rankings within noise on the eval; float32
-            when it cannot be made, with a warning) or ``"fp32"``. Documents are float32 either way.
+        query_precision: ``"int8"`` (default: queries on ONNX run through an int8 copy of the encoder, about half the
+            float32 time; cosine ≥ 0.97 with the float32 query vector, rankings within noise on the eval; float32
+            when it cannot be made, with a warning) or ``"fp32"``. Documents are embedded the same either way.
         onnx_cache: directory of exported models (default :func:`pipeline.index.onnx_embed.onnx_cache_dir`).
 
     Raises:
