@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -10,6 +12,25 @@ from pathlib import Path
 
 import pytest
 
+
+def _ram_tmpdir() -> None:
+    """Temporary files of the tests (tmp_path, the search cache below, the subprocesses they start) on a RAM file
+    system when there is one (/dev/shm): the tiny builds commit SQLite (Dagster's run and event storage) and DuckDB
+    files ~1,200 times each, and on a disk every commit waits for an fsync, ~40 % of a build's wall time. Nothing a
+    test checks depends on the disk. Only with 2 GiB free there (a container's /dev/shm may have 64 MiB); the
+    folders of passed tests are removed as they pass (tmp_path_retention_policy in pyproject.toml).
+    DOCSVAULT_TEST_TMPDIR names another folder, or "" to keep TMPDIR."""
+    chosen = os.environ.get("DOCSVAULT_TEST_TMPDIR")
+    if chosen is None:
+        shm, chosen = Path("/dev/shm"), ""
+        if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) and shutil.disk_usage(shm).free >= 2 * 1024**3:
+            chosen = str(shm)
+    if chosen:
+        os.environ["TMPDIR"] = chosen              # xdist workers and subprocesses inherit it
+        tempfile.tempdir = None                    # re-read on the next gettempdir()
+
+
+_ram_tmpdir()
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -17,7 +38,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # cross-lingual lane (tests/test_mixed_vault.py) name it in their Settings
 os.environ.setdefault("DOCSVAULT_CROSSLINGUAL_MODEL", "none")
 # search start-up caches (pipeline.index.fastcache) of test warehouses go to a throwaway directory, not ~/.cache
-os.environ.setdefault("DOCSVAULT_SEARCH_CACHE", tempfile.mkdtemp(prefix="docsvault-search-cache-"))
+if "DOCSVAULT_SEARCH_CACHE" not in os.environ:
+    os.environ["DOCSVAULT_SEARCH_CACHE"] = tempfile.mkdtemp(prefix="docsvault-search-cache-")
+    atexit.register(shutil.rmtree, os.environ["DOCSVAULT_SEARCH_CACHE"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DOCSVAULT_SHARED", REPO.parent / "shared")).resolve()
@@ -47,25 +70,23 @@ TINY_NOTES = {
 }
 
 
-@pytest.fixture
-def tiny_vault(tmp_path: Path) -> Path:
-    """A small Obsidian vault on disk (with a .obsidian folder that must be skipped)."""
-    root = tmp_path / "tinyvault"
+def _write_tiny(root: Path) -> Path:
+    """The tiny vault (with a .obsidian folder that must be skipped) in ``root / "tinyvault"``; returns its folder."""
+    vault = root / "tinyvault"
     for rel, text in TINY_NOTES.items():
-        p = root / rel
+        p = vault / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
-    return root
+    return vault
 
 
-@pytest.fixture
-def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Environment for a build of the tiny vault with the fake hash embedder, everything under tmp_path."""
-    sources = tmp_path / "sources.yaml"
+def _tiny_env_at(root: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """sources.yaml and evals of the tiny vault in ``root``, and the environment of a build of it there."""
+    sources = root / "sources.yaml"
     sources.write_text(
         f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n", encoding="utf-8"
     )
-    evals = tmp_path / "evals"
+    evals = root / "evals"
     evals.mkdir()
     (evals / "tiny.yaml").write_text(
         "corpus: tiny\ncases:\n"
@@ -73,16 +94,83 @@ def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) 
         "  - id: t2\n    query: water bird in the pond\n    expected: ['Ducks.md']\n    kind: paraphrase\n",
         encoding="utf-8",
     )
-    monkeypatch.setenv("DOCSVAULT_SOURCES", str(sources))
-    monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "vault"))
-    monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
+    _tiny_setenv(root, monkeypatch)
+    return root
+
+
+def _tiny_setenv(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCSVAULT_SOURCES", str(root / "sources.yaml"))
+    monkeypatch.setenv("DOCSVAULT_DATA", str(root / "data"))
+    monkeypatch.setenv("DOCSVAULT_VAULT", str(root / "vault"))
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(root / "evals"))
     monkeypatch.setenv("DOCSVAULT_MODEL", "hash")
     monkeypatch.setenv("DOCSVAULT_MULTILINGUAL_MODEL", "hash")
     monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_MODEL", "none")
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
     monkeypatch.setenv("DOCSVAULT_PROGRESS_INTERVAL", "3600")   # no progress lines in outputs tests compare exactly
-    return tmp_path
+
+
+@pytest.fixture
+def tiny_vault(tmp_path: Path) -> Path:
+    """A small Obsidian vault on disk (with a .obsidian folder that must be skipped)."""
+    return _write_tiny(tmp_path)
+
+
+@pytest.fixture
+def tiny_env(tmp_path: Path, tiny_vault: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Environment for a build of the tiny vault with the fake hash embedder, everything under tmp_path."""
+    return _tiny_env_at(tmp_path, tiny_vault, monkeypatch)
+
+
+_BUILT: dict[str, object] = {}     # name -> what the build of built_once returned, in this test process
+
+
+def built_once(name: str, factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+               build: Callable[[Path], object]) -> tuple[Path, object]:
+    """A folder ``<base temp>/<name>`` holding what ``build(folder)`` made of it (a tiny env it wrote there, and
+    its first build), and what ``build`` returned.
+
+    ``build`` runs once per test process; a copy of the folder is kept, and every later call restores that copy
+    in the same folder (the same absolute paths, so the sources.yaml, the no-op record and the Dagster instance
+    are those of the build) and sets the tiny env's environment: the state a test's own first build, which is
+    deterministic, would leave, without running it again."""
+    root = factory.getbasetemp() / name
+    snapshot = factory.getbasetemp() / f"{name}-snapshot"
+    if name not in _BUILT:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
+        result = build(root)
+        shutil.rmtree(snapshot, ignore_errors=True)
+        shutil.copytree(root, snapshot, symlinks=True)
+        _BUILT[name] = result
+        return root, result
+    shutil.rmtree(root)
+    shutil.copytree(snapshot, root, symlinks=True)
+    _tiny_setenv(root, monkeypatch)
+    return root, _BUILT[name]
+
+
+@pytest.fixture
+def built_tiny_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tiny_env`` (in its own folder, not tmp_path) after its first build: ``run_build`` of every source, one
+    Dagster run, the no-op record (:func:`built_once`). Its report is :func:`tiny_first_report`."""
+
+    def build(root: Path) -> object:
+        from pipeline.config import Settings
+        from pipeline.defs.runner import run_build
+
+        _tiny_env_at(root, _write_tiny(root), monkeypatch)
+        report = run_build(Settings.from_env())
+        assert report.ok, (report.sources, report.shared_error)
+        return report
+
+    return built_once("tiny-built", tmp_path_factory, monkeypatch, build)[0]
+
+
+@pytest.fixture
+def tiny_first_report(built_tiny_env: Path):
+    """The ``BuildReport`` of the first build that ``built_tiny_env`` holds."""
+    return _BUILT["tiny-built"]
 
 
 def wait_for_webserver(port: int, alive: Callable[[], bool], seconds: float, logs: Callable[[], str]) -> None:

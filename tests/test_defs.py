@@ -52,12 +52,12 @@ def test_embeddings_asset_names_the_models_its_source_uses(tiny_env: Path) -> No
     assert spec.description == embeddings_description(Settings.from_env(), tiny)
 
 
-def test_build_end_to_end_and_noop_rebuild(tiny_env: Path) -> None:
+def test_build_end_to_end_and_noop_rebuild(built_tiny_env: Path, tiny_first_report) -> None:
     from pipeline.defs.runner import run_build
     from pipeline.search.searcher import Searcher
 
     settings = Settings.from_env()
-    report = run_build(settings)
+    report = tiny_first_report                                      # the first build (run_build) of tiny_env
     assert report.ok, (report.sources, report.shared_error)
     (st,) = report.sources
     assert st.metadata["vault"]["notes"] == 5                       # .obsidian/ skipped
@@ -115,14 +115,14 @@ def _materialize_shared(settings: Settings) -> dg.ExecuteInProcessResult:
                                   instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
 
 
-def test_eval_ablation_metadata_checks_and_history_survive_rebuild(tiny_env: Path,
+def test_eval_ablation_metadata_checks_and_history_survive_rebuild(built_tiny_env: Path, tiny_first_report,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.defs.runner import run_build
     from pipeline.evaluate import eval_history_path
     from pipeline.warehouse import read_eval_runs
 
     settings = Settings.from_env()
-    report = run_build(settings)
+    report = tiny_first_report                                      # the first build (run_build) of tiny_env
     assert report.ok, (report.sources, report.shared_error)
     ev = report.shared_metadata["retrieval_eval"]
     assert (ev["n"], ev["mrr_at_10"], ev["hit_at_3"], ev["history_rows"]) == (2, 1.0, 1.0, 24)
@@ -253,13 +253,13 @@ def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path) -
 
 
 @pytest.mark.timeout(600)
-def test_a_killed_build_does_not_leave_the_warehouse_pool_taken(tiny_env: Path) -> None:
+def test_a_killed_build_does_not_leave_the_warehouse_pool_taken(built_tiny_env: Path, tiny_first_report) -> None:
     """A build killed while its single-writer step held the docsvault_warehouse slot: the next build releases the
     dead run (reported failed) and builds, instead of waiting forever on 'Step blocked by limit for pool'."""
     from pipeline.defs.runner import run_build
 
     settings = Settings.from_env()
-    assert run_build(settings).ok
+    assert tiny_first_report.ok                                     # after a first build (run_build) of tiny_env
     instance = dg.DagsterInstance.get()
     dead = instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id="dead0000-0000-0000-0000-000000000000",
                                           status=dg.DagsterRunStatus.STARTED, tags={"docsvault/run": "build"}))
@@ -271,11 +271,9 @@ def test_a_killed_build_does_not_leave_the_warehouse_pool_taken(tiny_env: Path) 
     assert instance.event_log_storage.get_concurrency_info("docsvault_warehouse").claimed_slots == []
 
 
-def test_stage_progress_reaches_the_run_log(tiny_env: Path) -> None:
+def test_stage_progress_reaches_the_run_log(built_tiny_env: Path, tiny_first_report) -> None:
     """The progress the CLI draws (fetch, normalize, chunk, warehouse) is in the Dagster run's log too."""
-    from pipeline.defs.runner import run_build
-
-    assert run_build(Settings.from_env()).ok
+    assert tiny_first_report.ok                                     # the first build (run_build) of tiny_env
     instance = dg.DagsterInstance.get()
     (run,) = instance.get_runs(limit=1)
     messages = [e.user_message for e in instance.all_logs(run.run_id) if e.user_message]

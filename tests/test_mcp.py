@@ -32,11 +32,8 @@ def _text(result: Any) -> str:
 
 
 @pytest.fixture
-def built_env(tiny_env: Path) -> Path:
-    from pipeline.defs.runner import run_build
-
-    report = run_build(Settings.from_env())
-    assert report.ok, (report.sources, report.shared_error)
+def built_env(built_tiny_env: Path) -> Path:
+    tiny_env = built_tiny_env                     # after a first build (run_build) of every source
     # EC-21 bait: secrets outside the vault, symlinks pointing at them from inside
     (tiny_env / "secret.txt").write_text(SECRET, encoding="utf-8")
     (tiny_env / "outside").mkdir()

@@ -48,11 +48,12 @@ def test_a_build_with_nothing_changed_starts_no_dagster_run(tiny_env: Path) -> N
     assert _runs(tiny_env) == 1
 
 
-def test_anything_changed_goes_through_dagster(tiny_env: Path) -> None:
+def test_anything_changed_goes_through_dagster(built_tiny_env: Path) -> None:
     """One build, then each change in turn: a build through Dagster (one more run), then a no-op build again."""
-    _build()
+    tiny_env = built_tiny_env                                    # after one build of every source
     s = Settings.from_env()
     runs = 1
+    assert _runs(tiny_env) == runs
 
     def note() -> list[str]:                                     # the local source moved upstream
         (tiny_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack.\n", encoding="utf-8")
@@ -94,9 +95,10 @@ def test_anything_changed_goes_through_dagster(tiny_env: Path) -> None:
     assert _runs(tiny_env) == runs
 
 
-def test_a_failed_build_forgets_the_record(tiny_env: Path) -> None:
-    _build()
+def test_a_failed_build_forgets_the_record(built_tiny_env: Path) -> None:
+    tiny_env = built_tiny_env                                    # after one build of every source
     record = Settings.from_env().state_dir / NOOP_STATE
+    assert record.is_file()
     (tiny_env / "sources.yaml").write_text(
         (tiny_env / "sources.yaml").read_text(encoding="utf-8")
         + f"  - name: gone\n    kind: local\n    path: {tiny_env / 'missing'}\n    format: obsidian\n",

@@ -11,21 +11,29 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Settings
+from tests.conftest import _tiny_env_at, _write_tiny, built_once
 
 runner = CliRunner()
 
 
 @pytest.fixture
-def ux_env(tiny_env: Path, tiny_vault: Path) -> Path:
-    (tiny_vault / "Diary.md").write_text("# Diary\n\nToday I fed the ducks. #日記 #life/family\n", encoding="utf-8")
-    inbox = tiny_env / "inbox"
-    inbox.mkdir()
-    (inbox / "Seed.md").write_text("# Seed\n\nThe inbox holds captured notes.\n", encoding="utf-8")
-    with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
-        f.write(f"  - name: inbox\n    kind: local\n    path: {inbox}\n    format: obsidian\n")
-    result = runner.invoke(app, ["build"])
-    assert result.exit_code == 0, result.output
-    return tiny_env
+def ux_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tiny env with a diary note and an inbox source, after one `docsvault build` (built once per test
+    process, then restored: conftest.built_once)."""
+
+    def build(root: Path) -> None:
+        tiny_vault = _write_tiny(root)
+        tiny_env = _tiny_env_at(root, tiny_vault, monkeypatch)
+        (tiny_vault / "Diary.md").write_text("# Diary\n\nToday I fed the ducks. #日記 #life/family\n", encoding="utf-8")
+        inbox = tiny_env / "inbox"
+        inbox.mkdir()
+        (inbox / "Seed.md").write_text("# Seed\n\nThe inbox holds captured notes.\n", encoding="utf-8")
+        with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
+            f.write(f"  - name: inbox\n    kind: local\n    path: {inbox}\n    format: obsidian\n")
+        result = runner.invoke(app, ["build"])
+        assert result.exit_code == 0, result.output
+
+    return built_once("ux-built", tmp_path_factory, monkeypatch, build)[0]
 
 
 def run(*args: str, code: int = 0, stdin: str | None = None) -> str:
