@@ -19,7 +19,8 @@ def _ram_tmpdir() -> None:
     files ~1,200 times each, and on a disk every commit waits for an fsync, ~40 % of a build's wall time. Nothing a
     test checks depends on the disk. Only with 2 GiB free there (a container's /dev/shm may have 64 MiB); the
     folders of passed tests are removed as they pass (tmp_path_retention_policy in pyproject.toml).
-    DOCSVAULT_TEST_TMPDIR names another folder, or "" to keep TMPDIR."""
+    DOCSVAULT_TEST_TMPDIR names another folder, or "" to keep TMPDIR. Runs that select integration tests (real
+    corpora, hundreds of MB each) keep TMPDIR unless DOCSVAULT_TEST_TMPDIR says otherwise (:func:`pytest_configure`)."""
     chosen = os.environ.get("DOCSVAULT_TEST_TMPDIR")
     if chosen is None:
         shm, chosen = Path("/dev/shm"), ""
@@ -30,7 +31,13 @@ def _ram_tmpdir() -> None:
         tempfile.tempdir = None                    # re-read on the next gettempdir()
 
 
-_ram_tmpdir()
+def pytest_configure(config: pytest.Config) -> None:
+    """`make test` (``-m "not integration"``) puts its temp files on /dev/shm (:func:`_ram_tmpdir`); before any
+    tmp_path exists and before pytest-xdist starts its workers, which inherit TMPDIR."""
+    if "not integration" in (config.option.markexpr or "") or "DOCSVAULT_TEST_TMPDIR" in os.environ:
+        _ram_tmpdir()
+
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
