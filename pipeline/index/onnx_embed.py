@@ -344,14 +344,16 @@ def _quantize_e5_query(model_id: str, cache_dir: Path | None) -> Path:
     """Quantize the published float32 e5 encoder into :func:`e5_query_dir` (temp file, renamed, meta last)."""
     src = e5_model_dir(model_id, cache_dir) / "model.onnx"
     out_dir = e5_query_dir(model_id, cache_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as tmp_name:
-        result = Path(tmp_name) / "int8.onnx"
-        try:
+    log.warning("int8 query encoder %s missing or incomplete: quantizing it once (~10 s)", out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as tmp_name:
+            result = Path(tmp_name) / "int8.onnx"
             _quantize_int8(src, result)
-        except Exception as exc:
-            raise EmbeddingError(f"quantizing {src} to int8 failed: {exc}") from exc
-        final = _publish(result, out_dir, {"variant": E5_QUERY_VARIANT, "model_id": model_id, "source": str(src)})
+            final = _publish(result, out_dir, {"variant": E5_QUERY_VARIANT, "model_id": model_id,
+                                               "source": str(src)})
+    except Exception as exc:        # a read-only cache included: the caller falls back to the float32 encoder
+        raise EmbeddingError(f"quantizing {src} to int8 in {out_dir} failed: {exc}") from exc
     log.info("quantized the e5 query encoder of %s to %s", model_id, final)
     return final
 
