@@ -310,34 +310,36 @@ def e5_query_dir(model_id: str, cache_dir: Path | None = None) -> Path:
     return directory.with_name(directory.name + "_query_int8")
 
 
-def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None, *, export: bool = True,
+def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None, *,
                      encoder_factory: Callable[[], Any] | None = None) -> Any:
     """ONNX Runtime session (one thread) of the e5 encoder with int8 weights, for queries only.
 
-    Quantized once from the float32 export (:func:`e5_session`, exported first when missing) by
-    :func:`_quantize_int8` (per output channel, weight MatMuls only) into :func:`e5_query_dir`. Documents keep
-    their encoder, so the stored vectors and the model id do not change; a query vector has cosine ≥ 0.97 with
-    its float32 one (median 0.997 on 200 eval questions) and takes about half the float32 time.
+    Quantized once from the float32 export (:func:`export_e5` first when that is missing; no float32 session is
+    opened) by :func:`_quantize_int8` (per output channel, weight MatMuls only) into :func:`e5_query_dir`.
+    Documents keep their encoder, so the stored vectors and the model id do not change; a query vector has cosine
+    ≥ 0.97 with its float32 one (median 0.997 on 200 eval questions) and takes about half the float32 time.
 
     Raises:
-        EmbeddingError: no usable file and ``export`` is off, or the export / quantization fails.
+        EmbeddingError: the export or the quantization fails, or the quantized file cannot be loaded twice.
     """
     directory = e5_query_dir(model_id, cache_dir)
     if not _valid_meta(directory, E5_QUERY_VARIANT):
-        if not export:
-            raise EmbeddingError(f"no usable ONNX model at {directory / 'model.onnx'}")
-        e5_session(model_id, weights, cache_dir, export=True, encoder_factory=encoder_factory)  # the fp32 file
+        if not _valid_meta(e5_model_dir(model_id, cache_dir), E5_VARIANT):
+            export_e5(weights, cache_dir, encoder_factory)
         _quantize_e5_query(model_id, cache_dir)
     try:
         return open_session(directory / "model.onnx", 1)
     except EmbeddingError:
         raise
     except Exception as exc:
-        if not export:
-            raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {exc}") from exc
         log.warning("ONNX model %s is corrupt (%s): quantizing it again", directory, exc)
         _quantize_e5_query(model_id, cache_dir)
-        return open_session(directory / "model.onnx", 1)
+        try:
+            return open_session(directory / "model.onnx", 1)
+        except EmbeddingError:
+            raise
+        except Exception as again:
+            raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {again}") from again
 
 
 def _quantize_e5_query(model_id: str, cache_dir: Path | None) -> Path:
