@@ -327,19 +327,17 @@ def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None,
         if not _valid_meta(e5_model_dir(model_id, cache_dir), E5_VARIANT):
             export_e5(weights, cache_dir, encoder_factory)
         _quantize_e5_query(model_id, cache_dir)
-    try:
-        return open_session(directory / "model.onnx", 1)
-    except EmbeddingError:
-        raise
-    except Exception as exc:
-        log.warning("ONNX model %s is corrupt (%s): quantizing it again", directory, exc)
-        _quantize_e5_query(model_id, cache_dir)
+    for attempt in (1, 2):                     # a corrupt file is quantized again once
         try:
             return open_session(directory / "model.onnx", 1)
         except EmbeddingError:
             raise
-        except Exception as again:
-            raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {again}") from again
+        except Exception as exc:
+            if attempt == 2:
+                raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {exc}") from exc
+            log.warning("ONNX model %s is corrupt (%s): quantizing it again", directory, exc)
+            _quantize_e5_query(model_id, cache_dir)
+    raise AssertionError("unreachable")
 
 
 def _quantize_e5_query(model_id: str, cache_dir: Path | None) -> Path:
