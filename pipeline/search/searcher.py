@@ -32,7 +32,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Self
@@ -121,6 +121,14 @@ def _diverse(hits: Sequence[tuple[str, float]], note_of: dict[str, str], depth: 
             if len(out) >= depth:
                 break
     return out
+
+
+def _preload_quietly(model_id: str, preload: Callable[[], None]) -> None:
+    """Run an embedder's ``preload_query``; an error is only logged (the search that needs the model meets it)."""
+    try:
+        preload()
+    except Exception as exc:    # noqa: BLE001 - any loader error; the model's own first query reports it
+        log.debug("preloading the query encoder of %s failed: %s", model_id, exc)
 
 
 def top_per_page(scores: np.ndarray, page_of: np.ndarray, depth: int, per_page: int = PER_PAGE_IN_LANE,
@@ -436,6 +444,7 @@ class Searcher:
         self._flat_rows: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._flat_subset_cache: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
+        self._preloads: dict[str, Future] = {}          # model id -> its encoder's preload_query_encoders job
 
     def _load_keys(self) -> None:
         """Chunk and note keys of the warehouse: which note and source each chunk belongs to, languages, first
@@ -540,12 +549,30 @@ class Searcher:
             self._embedders[model_id] = embedder
         return self._embedders[model_id]
 
+    def preload_query_encoders(self) -> None:
+        """Start loading the query encoders of the warehouse's exactly scanned models on the worker threads, for a
+        fresh process's first search (the CLI's; the MCP server's after a rebuild). ONNX Runtime releases the GIL
+        while it builds a session (MiniLM ~0.12 s, e5 int8 ~0.18 s of CPU), so both load on the second core while
+        this thread reads the keys, the BM25 indexes and USE-m3, instead of after them. An embedder loads only what
+        is on disk (its ``preload_query``: never an export or a quantization, which a search that does not need
+        that model would otherwise wait for at exit); a failure is left to the search that needs the model. No-op
+        for embedders without ``preload_query``; a model's first query waits for its preload."""
+        for model in self.models:
+            embedder = self.embedder(model["model_id"])     # created here: model loading is not thread-safe
+            preload = getattr(embedder, "preload_query", None)
+            if preload is not None and self._exact(model["table_name"]):
+                self._preloads[model["model_id"]] = self._query_pool().submit(_preload_quietly, model["model_id"],
+                                                                              preload)
+
     def _query_vector(self, model_id: str, query: str) -> np.ndarray:
         """The query's vector for a model, remembered for the last QUERY_CACHE queries (an eval ablation or an
         agent repeating a search embeds each query once)."""
         key = (model_id, query)
         vec = self._qcache.get(key)
         if vec is None:
+            preload = self._preloads.get(model_id)
+            if preload is not None:
+                preload.result()                            # never raises (_preload_quietly)
             vec = self._remember_query_vector(key, self.embedder(model_id).embed_query(query))
         return vec
 
@@ -1052,13 +1079,16 @@ class Searcher:
     def _lane_pages(self, wanted: Sequence[str], query: str, sources: frozenset[str] | None,
                     notes: frozenset[str] | None) -> dict[str, list[_Page]]:
         """The pages of each ranking lane in ``wanted`` (in that order; not ``graph``). The vector lanes' models are
-        started first, concurrently (:meth:`_start_model_pages`); the BM25 lanes run on this thread meanwhile."""
+        started first, concurrently (:meth:`_start_model_pages`); meanwhile this thread ranks the lanes that need
+        no worker thread (BM25, and a vector lane whose models all run here, e.g. USE-m3's cross-lingual lane), and
+        only then waits for the lanes of the workers. Each lane's pages do not depend on the order."""
         plans = {lane: self._vector_plan(query, sources, notes, cross=lane == "crosslingual")
                  for lane in wanted if lane in ("vector", "crosslingual")}
         jobs = self._start_model_pages(plans, sources, notes)
-        bm25 = {lane: self._ranked_lane(lane, query, sources, notes) for lane in wanted if lane not in plans}
-        return {lane: bm25[lane] if lane in bm25 else self._ranked_lane(lane, query, sources, notes, plans, jobs)
-                for lane in wanted}
+        on_workers = {ln for (ln, _), job in jobs.items() if not callable(job)}
+        pages = {lane: self._ranked_lane(lane, query, sources, notes, plans, jobs)
+                 for lane in sorted(wanted, key=lambda lane: lane in on_workers)}      # stable: here first
+        return {lane: pages[lane] for lane in wanted}
 
     def _fused(self, query: str, source: str | Sequence[str] | None, lanes: Sequence[str],
                tags: str | Sequence[str] | None = None,
