@@ -505,8 +505,7 @@ def search(
             from pipeline.search.usage import boosts, load
 
             boost = boosts(load(settings().data_dir))
-        searcher = open_searcher(settings(), usage_boost=boost)
-        searcher.preload_query_encoders()
+        searcher = open_searcher(settings(), usage_boost=boost, preload_encoders=True)
         try:
             try:
                 hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,

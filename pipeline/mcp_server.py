@@ -116,8 +116,7 @@ class VaultService:
             if self._searcher is None or ident != self._identity:
                 # the old Searcher is not closed here: a search in another thread may still use it; it closes when
                 # the last reference goes
-                self._searcher = open_searcher(self.settings, embedder_factory=self._factory)
-                self._searcher.preload_query_encoders()
+                self._searcher = open_searcher(self.settings, embedder_factory=self._factory, preload_encoders=True)
                 self._identity = ident
                 log.info("opened warehouse %s (%d sources)", path, len(self._searcher.sources))
             return self._searcher

@@ -301,7 +301,7 @@ def test_a_failing_preload_leaves_the_search_working(cache: Path, warehouse: Pat
     events: list = []
     gate = threading.Event()
     gate.set()
-    with Searcher(warehouse, lambda mid: _Preloading(load_embedder(mid), events, gate, fail=True)) as sr:
-        sr.preload_query_encoders()
+    with Searcher(warehouse, lambda mid: _Preloading(load_embedder(mid), events, gate, fail=True),
+                  preload_encoders=True) as sr:                                # started while the indexes load
         hits = sr.search("hybrid search vectors", k=3, lanes=["vector"])
     assert hits and [kind for kind, *_ in events].count("query") == 2

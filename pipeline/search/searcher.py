@@ -319,6 +319,7 @@ class SearchConfig:
     usage_boost: Mapping[str, float] | None = None
     usage_window: int = 10
     crosslingual_bridge: bool = True
+    preload_encoders: bool = False
 
 
 class Searcher:
@@ -354,6 +355,8 @@ class Searcher:
         exact_max_rows: a model with at most this many vectors is searched exactly in memory instead of through
             HNSW (default ``EXACT_MAX_ROWS``, env ``DOCSVAULT_EXACT_MAX_ROWS``; 0 = always HNSW).
         synonyms: BM25 query expansion (:mod:`pipeline.search.synonyms`), or the path of a synonyms file (missing = none).
+        preload_encoders: start loading the query encoders on the worker threads while the keys and indexes load
+            (:meth:`preload_query_encoders`; False: each loads on its model's first query).
         config: all of the options above in one :class:`SearchConfig`; when given, it is used and the keyword
             options are not.
 
@@ -392,6 +395,7 @@ class Searcher:
         usage_boost: Mapping[str, float] | None = None,
         usage_window: int = 10,
         crosslingual_bridge: bool = True,
+        preload_encoders: bool = False,
         config: SearchConfig | None = None,
     ) -> None:
         """Open the warehouse read-only and load its keys and indexes (arguments: see the class docstring).
@@ -402,7 +406,7 @@ class Searcher:
         if config is not None:
             (analyzer, weights, k_rrf, lane_depth, second_weight, page_vector_weight, chunks_per_page,
              max_vector_fetch, exact_max_rows, synonyms, graph_seeds, default_lanes, query_threads, translator,
-             translate_bm25, usage_boost, usage_window, crosslingual_bridge) = (
+             translate_bm25, usage_boost, usage_window, crosslingual_bridge, preload_encoders) = (
                 getattr(config, f.name) for f in fields(config))
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
@@ -429,13 +433,6 @@ class Searcher:
         self._translations: dict[str, str | None] = {}
         self._lock = threading.RLock()
         self._cache_lock = threading.Lock()     # the FIFO caches the model threads of one search share
-        self._con = wh.connect(self.path, read_only=True, lazy_extensions=True)   # vss loaded for HNSW only
-        try:
-            self._load_keys()
-            self._load_indexes()
-        except Exception:
-            self._con.close()
-            raise
         self._masks: dict[frozenset[str], np.ndarray] = {}
         self._embedders: dict[str, Embedder] = {}
         self._flat_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -445,6 +442,16 @@ class Searcher:
         self._flat_subset_cache: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
         self._preloads: dict[str, Future] = {}          # model id -> its encoder's preload_query_encoders job
+        self._con = wh.connect(self.path, read_only=True, lazy_extensions=True)   # vss loaded for HNSW only
+        try:
+            self._load_models()
+            if preload_encoders:
+                self.preload_query_encoders()           # on the workers while the keys and indexes load here
+            self._load_keys()
+            self._load_indexes()
+        except Exception:
+            self.close()
+            raise
 
     def _load_keys(self) -> None:
         """Chunk and note keys of the warehouse: which note and source each chunk belongs to, languages, first
@@ -476,8 +483,7 @@ class Searcher:
         }
 
     def _load_indexes(self) -> None:
-        """Sources, the BM25 indexes (chunks and pages) with their per-document source and page arrays, and the
-        vector models (which one is the cross-lingual lane's, how many rows each source has per model)."""
+        """Sources and the BM25 indexes (chunks and pages) with their per-document source and page arrays."""
         self.sources: list[str] = wh.list_sources(self._con)
         self._bm25: Bm25Index | None
         self._bm25_pages: Bm25Index | None
@@ -492,6 +498,9 @@ class Searcher:
         if self._bm25_pages is not None:
             self._page_index_sources = np.array([self._note_source.get(n, "") for n in self._bm25_pages.doc_ids],
                                                 dtype=object)
+
+    def _load_models(self) -> None:
+        """The vector models: which one is the cross-lingual lane's, how many rows each source has per model."""
         self.models = wh.list_models(self._con)
         cross_id = wh.read_meta(self._con).get("crosslingual_model", "")
         self._cross_table: str | None = next(
