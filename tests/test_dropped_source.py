@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dagster import DagsterInstance
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -56,6 +57,9 @@ def test_renamed_source_loses_its_generated_folder_only(built_tiny_env: Path) ->
     assert result.output == (f"error: no note 'tiny/Ducks.md' in the vault {vault.resolve()}; use a vault_path "
                              "from search results (`docsvault search ...` / the search tool)\n")
     assert [r["name"] for r in json.loads(_run("status", "--json"))["sources"]] == ["tiny2"]
+    catalog = {k.to_user_string() for k in DagsterInstance.get().get_asset_keys()}
+    assert {k for k in catalog if k.startswith("tiny/")} == set()             # wiped from the Dagster catalog
+    assert "tiny2/embeddings" in catalog and "warehouse" in catalog
 
     again = json.loads(_run("build", "--json"))
     assert again["removed"] == [] and again["sources"][0]["status"] == "unchanged"

@@ -15,6 +15,7 @@ else runs.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,8 @@ from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
 from pipeline.stages.results import BuildReport, SourceStatus
+
+log = logging.getLogger(__name__)
 
 INSTANCE_YAML = """\
 # docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry.
@@ -183,8 +186,29 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None) -> tuple[li
     sources = select_sources(all_sources, list(source_names or []))
     build.check_layout(settings, all_sources)
     removed = build.remove_dropped_sources(settings, all_sources)
-    release_build_runs(dg.DagsterInstance.get())
+    instance = dg.DagsterInstance.get()
+    forget_dropped_assets(instance, all_sources)
+    release_build_runs(instance)
     return sources, removed
+
+
+def forget_dropped_assets(instance: dg.DagsterInstance, sources: Sequence[Source]) -> list[dg.AssetKey]:
+    """Wipe from the Dagster catalog the per-source assets (``<source>/<stage>``) of sources that are no longer in
+    sources.yaml: the build has just removed their data, and the UI would otherwise list them for good as assets
+    without a definition. Other keys (shared stages, anyone else's assets) are never touched.
+
+    Returns:
+        The wiped keys (sorted).
+    """
+    keep = {key(PER_SOURCE_STAGES[0], s).path[0] for s in sources}
+    stale = sorted((k for k in instance.get_asset_keys()
+                    if len(k.path) == 2 and k.path[1] in PER_SOURCE_STAGES and k.path[0] not in keep),
+                   key=lambda k: k.path)
+    if stale:
+        instance.wipe_assets(stale)
+        log.info("removed %d asset(s) of dropped sources from the Dagster catalog: %s", len(stale),
+                 ", ".join(sorted({k.path[0] for k in stale})))
+    return stale
 
 
 def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_level: str) -> BuildReport:
