@@ -17,6 +17,7 @@ from pipeline.evaluate import (
     case_metrics,
     check_floors,
     check_fusion_gain,
+    sign_test_p,
     first_rank,
     floors_from_env,
     format_ablation,
@@ -315,12 +316,40 @@ def test_check_fusion_gain(ablation):
     assert check_fusion_gain(stage) == CheckOutcome(True, {
         "hybrid_mrr_at_10": 1.0, "best_single_lane": "vector", "best_single_lane_mrr_at_10": 0.8333, "gain": 0.1667})
     worse = {**stage, "setups": {**ablation, "hybrid": ablation["bm25"]}}
-    outcome = check_fusion_gain(worse)
-    assert outcome.passed is False and outcome.metadata["gain"] == round(0.4444 - 0.8333, 4)
+    outcome = check_fusion_gain(worse)             # vector better on 2 of 3 cases, hybrid (= bm25) on 1: chance
+    assert outcome == CheckOutcome(True, {
+        "hybrid_mrr_at_10": 0.4444, "best_single_lane": "vector", "best_single_lane_mrr_at_10": 0.8333,
+        "gain": round(0.4444 - 0.8333, 4), "cases_hybrid_better": 1, "cases_lane_better": 2, "sign_test_p": 0.5,
+        "note": "behind vector by 0.3889 mrr@10, within chance: vector is better on 2 case(s), hybrid on 1 "
+                "(sign test p=0.500)"})
+    carried = {**worse, "setups": {**worse["setups"], "vector": {**ablation["vector"], "cases": []}}}
+    assert check_fusion_gain(carried).passed is False     # no per-case figures: the pooled comparison decides
     tie = {**stage, "setups": {**ablation, "hybrid": ablation["vector"]}}
     assert check_fusion_gain(tie).passed is True
     assert check_fusion_gain({**stage, "setups": {}}) == CheckOutcome(
         True, {"note": "no hybrid and single-lane set-ups to compare"})
+
+
+def _report(name: str, rrs: list[float]) -> dict:
+    return {"lanes": [name] if name != "hybrid" else ["bm25", "vector"], "overall": {"n": len(rrs),
+            "mrr@10": round(sum(rrs) / len(rrs), 4)}, "cases": [{"id": f"c{i}", "mrr@10": rr} for i, rr in
+                                                                   enumerate(rrs)]}
+
+
+def test_check_fusion_gain_fails_when_a_lane_wins_clearly():
+    hybrid = _report("hybrid", [0.5] * 6 + [1.0] * 4)                 # 10 cases
+    lane = _report("vector", [1.0] * 6 + [1.0] * 4)                   # better on 6, equal on 4
+    out = check_fusion_gain({**hybrid, "setups": {"vector": lane, "hybrid": hybrid}})
+    assert out.passed is False and out.metadata["sign_test_p"] == round(1 / 64, 4)
+    assert (out.metadata["cases_lane_better"], out.metadata["cases_hybrid_better"]) == (6, 0)
+    mixed = _report("vector", [1.0] * 5 + [0.5] + [0.5] * 4)          # better on 5, worse on 4: chance
+    out = check_fusion_gain({**hybrid, "setups": {"vector": mixed, "hybrid": hybrid}})
+    assert out.passed is True and out.metadata["sign_test_p"] == 0.5 and "within chance" in out.metadata["note"]
+
+
+def test_sign_test_p():
+    assert sign_test_p(7, 8) == 9 / 256 and sign_test_p(6, 8) == 37 / 256
+    assert sign_test_p(0, 5) == 1.0 and sign_test_p(0, 0) == 1.0
 
 
 def test_floors_from_env():

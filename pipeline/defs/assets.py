@@ -450,7 +450,9 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
                                                 "(`DOCSVAULT_EVAL_MIN_MRR`, `DOCSVAULT_EVAL_MIN_HIT3`); passes "
                                                 "with a note when no case was scored."),
                   dg.AssetCheckSpec("hybrid_beats_single_lanes", asset=key("retrieval_eval"),
-                                    description="Hybrid pooled MRR@10 at or above the best single lane's."),
+                                    description="Hybrid pooled MRR@10 at or above the best single lane's, or "
+                                                "behind it within chance (paired sign test over the cases, "
+                                                "p >= 0.05)."),
               ],
               description="Ablation (each lane alone and hybrid) of the eval cases (`DOCSVAULT_EVALS`): hit@1, "
                           "hit@3, MRR@10, nDCG@10 overall, per source and per kind; each run that scored appended "
