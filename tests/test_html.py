@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
+from pipeline.config import Settings
 from pipeline.ingest.fetch import fetch_source, load_fetch_result
 from pipeline.ingest.fetch.htmlmd import html_to_markdown
+from pipeline.ingest.normalize import clean_body, normalize_source
 from pipeline.models import Source
-from pipeline.ingest.normalize import normalize_source
 from tests.conftest import shared_path
 from tests.loopback import serve
 
@@ -88,6 +88,75 @@ def test_title_prepended_when_no_h1_and_fence_longer_than_backticks():
     md = html_to_markdown("<html><head><title>Doc</title></head><body><main><p>x</p><pre>a ``` b</pre>"
                           "</main></body></html>").markdown
     assert md == "# Doc\n\nx\n\n````\na ``` b\n````\n"
+
+
+# ---- tables: one converter (pipeline/ingest/fetch/htmltable.py) for HTML pages and HTML blocks in Markdown notes
+
+SIZES = ('<table><thead><tr><th rowspan="2">Name</th><th colspan="2">Size</th></tr><tr><th>min</th><th>max</th>'
+         '</tr></thead>\n<tbody><tr><td>a</td><td>1 | 2</td><td>3</td></tr></tbody></table>')
+
+
+def _gfm_rows(md: str) -> list[int]:
+    """Cells per line of the one GFM table in ``md`` (unescaped pipes - 1), after checking that markdown-it's GFM
+    table rule reads every ``|`` line as a row of that table."""
+    lines = [line for line in md.split("\n") if line.startswith("|")]
+    tokens = MarkdownIt("commonmark").enable("table").parse(md)
+    assert [t.type for t in tokens].count("table_open") == 1
+    assert [t.type for t in tokens].count("tr_open") == len(lines) - 1      # all but the delimiter row
+    return [len(re.findall(r"(?<!\\)\|", line)) - 1 for line in lines]
+
+
+@pytest.mark.parametrize("html, expected", [
+    # two header rows (rowspan + colspan) merge per column; a pipe in a cell is escaped
+    (SIZES, "| Name | Size min | Size max |\n| --- | --- | --- |\n| a | 1 \\| 2 | 3 |\n"),
+    # no <thead>: the leading row of <th> is the header
+    ("<table><tr><th>Key</th><th>Value</th></tr><tr><td>a</td><td>1</td></tr></table>",
+     "| Key | Value |\n| --- | --- |\n| a | 1 |\n"),
+    # no <th> at all: the first row is the header; a single row stays data under an empty header
+    ("<table><tr><td>Product</td><td>Price</td></tr><tr><td>Apple</td><td>1</td></tr></table>",
+     "| Product | Price |\n| --- | --- |\n| Apple | 1 |\n"),
+    ("<table><tr><td>only</td><td>row</td></tr></table>", "|  |  |\n| --- | --- |\n| only | row |\n"),
+    # <th> as row headers (first column): no header row is taken from the data
+    ("<table><tr><th>a</th><td>1</td></tr><tr><th>b</th><td>2</td></tr></table>",
+     "|  |  |\n| --- | --- |\n| a | 1 |\n| b | 2 |\n"),
+    # inline markup in cells; a soft line break is a space, paragraphs and <br> are <br>; a pipe in code escaped
+    (('<table><tr><th>Link</th><th>Text</th></tr><tr><td><a href="https://x.org/a">link</a> and <code>x | y</code>'
+      "</td><td><p>one\n  line</p><p>two <strong>bold</strong><br>three</p></td></tr></table>"),
+     "| Link | Text |\n| --- | --- |\n| [link](https://x.org/a) and `x \\| y` | one line<br>two **bold**<br>three |\n"),
+    # empty cells, a short row and a row longer than the header: every row gets the widest row's cells
+    (("<table><thead><tr><th>A</th><th>B</th><th>C</th></tr></thead><tbody><tr><td></td><td>x</td></tr>"
+      "<tr><td>1</td><td></td><td> </td><td>extra</td></tr></tbody></table>"),
+     "| A | B | C |  |\n| --- | --- | --- | --- |\n|  | x |  |  |\n| 1 |  |  | extra |\n"),
+    # a caption is a line above; <tfoot> rows come last, also when a footer row equals a body row
+    (("<table><caption>Totals <em>2024</em></caption><thead><tr><th>Item</th><th>Cost</th></tr></thead>"
+      "<tfoot><tr><td>b</td><td>2</td></tr></tfoot><tbody><tr><td>a</td><td>1</td></tr><tr><td>b</td><td>2</td></tr>"
+      "</tbody></table>"),
+     "Totals *2024*\n\n| Item | Cost |\n| --- | --- |\n| a | 1 |\n| b | 2 |\n| b | 2 |\n"),
+    # a nested table stays inside its cell (its caption is not the outer table's)
+    (("<table><tr><th>Outer</th></tr><tr><td><table><caption>inner</caption><tr><td>j</td></tr></table></td></tr>"
+      "</table>"),
+     "| Outer |\n| --- |\n| inner<br>\\|  \\|<br>\\| --- \\|<br>\\| j \\| |\n"),
+], ids=["multi-row-header", "th-row-header", "no-th", "one-row", "row-headers", "inline-markup", "ragged",
+        "caption-tfoot", "nested"])
+def test_html_page_tables_are_gfm_tables_like_in_markdown_notes(html: str, expected: str):
+    md = html_to_markdown(f"<html><body><main><h1>T</h1>{html}</main></body></html>").markdown
+    assert md == "# T\n\n" + expected
+    assert clean_body("markdown", html + "\n", {}) == expected          # the same table in a Markdown note
+    widths = _gfm_rows(md)
+    assert len(set(widths)) == 1, widths
+
+
+def test_local_format_html_table_in_the_note(tmp_path: Path):
+    """The reported page of a `format: html` source: one merged header row, the pipe escaped, three cells a row."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sizes.html").write_text(f"<html><body><main><h1>Sizes</h1>{SIZES}</main></body></html>",
+                                     encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    files = fetch_source(source, _settings(tmp_path)).files
+    notes = normalize_source(source, files, "2026-01-01T00:00:00+00:00").notes
+    assert [n.body for n in notes] == [
+        "# Sizes\n\n| Name | Size min | Size max |\n| --- | --- | --- |\n| a | 1 \\| 2 | 3 |\n"]
 
 
 # ---- crawler on a tiny loopback site

@@ -9,7 +9,8 @@ rendering of the Markdown around them. :func:`convert_html` turns them into Mark
 * an **HTML block** — a line that starts with an HTML element (``<div``, ``<dl``, ``<table``, ``<p``, ``<figure``,
   ``<iframe``, …) up to the line where its element closes (tags counted; without a close, up to the next blank
   line, as CommonMark ends such a block) — is converted with markdownify (the converter of the HTML fetcher, so
-  ``<pre>`` becomes a fenced block in the language of its ``language-*`` class, code text verbatim); JSX
+  ``<pre>`` becomes a fenced block in the language of its ``language-*`` class, code text verbatim, and a
+  ``<table>`` one GFM table by :mod:`pipeline.ingest.fetch.htmltable`, as in an HTML page); JSX
   attributes (``className=``, ``style={{…}}``) are dropped first; ``<iframe>``/``<video>``/``<audio>`` become a
   link to their ``src``;
 * **inline** ``<span …>``/``</span>`` and ``<div …>``/``</div>`` tags left in a line are removed, their text kept,
@@ -27,15 +28,18 @@ Escaped tags (``\\<div\\>``) are text and stay.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-BLOCK_TAGS = frozenset(
-    "address article aside blockquote center details dialog dd div dl dt fieldset figcaption figure footer form h1 "
-    "h2 h3 h4 h5 h6 header hr iframe li main nav ol p picture pre section span summary table tbody td tfoot th "
-    "thead tr ul video audio font small sup sub".split()
-)
+BLOCK_TAGS = frozenset((
+    "address", "article", "aside", "blockquote", "center", "details", "dialog", "dd", "div", "dl", "dt", "fieldset",
+    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "iframe", "li",
+    "main", "nav", "ol", "p", "picture", "pre", "section", "span", "summary", "table", "tbody", "td", "tfoot", "th",
+    "thead", "tr", "ul", "video", "audio", "font", "small", "sup", "sub",
+))
 """Elements whose opening tag at the start of a line starts an HTML block."""
-VOID_TAGS = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+VOID_TAGS = frozenset(("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+                       "track", "wbr"))
 MAX_BLOCK_LINES = 5_000
 
 _TAG = re.compile(r"<(/?)([A-Za-z][\w:-]*)((?:[^<>\"'{}]|\"[^\"]*\"|'[^']*'|\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})*)>")
@@ -46,7 +50,7 @@ _EMPTY = re.compile(r"<(a|sup|sub|small|b|i|em|strong|p)\b[^<>\n]*>[ \t]*</\1>",
 _JSX_STYLE = re.compile(r"\s(?:style|sx|css)=\{\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}\}")
 _JSX_EXPR_ATTR = re.compile(r"\s[A-Za-z_][\w-]*=\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
 _PLACEHOLDER = re.compile(r"\x00(\d+)\x00")
-INLINE_TAGS = frozenset("a b strong i em code kbd samp var s del br".split())
+INLINE_TAGS = frozenset(("a", "b", "strong", "i", "em", "code", "kbd", "samp", "var", "s", "del", "br"))
 """Inline elements converted to Markdown where they open and close on one line (``br``: void, alone)."""
 _INLINE_OPEN = re.compile(r"(?<!\\)<(?:" + "|".join(sorted(INLINE_TAGS, key=len, reverse=True)) + r")\b", re.IGNORECASE)
 HARD_BREAK = "  \n"
@@ -78,115 +82,15 @@ def _block_end(lines: list[str], start: int) -> int:
     return len(lines) - 1
 
 
-MAX_TABLE_CELLS = 20_000
-
-
-def html_table_to_gfm(table: Any, cell_markdown: Any) -> str:
-    """A GFM table for an HTML ``<table>`` (a BeautifulSoup Tag); ``cell_markdown(cell) -> str`` renders a cell.
-
-    Rows in reading order: ``<thead>`` rows, body rows, then ``<tfoot>`` rows (a footer is the last rows of the
-    table, wherever the HTML puts it). Header row: the ``<thead>`` rows, else the leading rows made only of
-    ``<th>`` cells; several header rows are merged per column (``Size`` over ``min``/``max`` -> ``Size min``,
-    ``Size max``); a table without any ``<th>`` takes its first row as the header (as markdownify did before 1.0
-    and docx exports expect), a table with ``<th>`` elsewhere gets an empty header row. ``rowspan`` repeats the
-    cell's text in each row it covers, within its row group (``rowspan="0"``: to the group's end, as browsers do),
-    ``colspan`` leaves the covered cells empty (a merged header repeats); ``|`` in a cell is escaped, line breaks become ``<br>``. A ``<caption>`` becomes a paragraph before
-    the table; ``<colgroup>`` is ignored. Nested tables are rendered as text of their cell.
-
-    Long: rowspan/colspan expansion keeps a grid of pending cells across rows; the parts that stand alone are
-    already the nested helpers.
-    """
-    from bs4 import Tag
-
-    def rows_of(section: Any) -> list[Any]:
-        return [tr for tr in section.find_all("tr") if tr.find_parent("table") is table]
-
-    head = [tr for sec in table.find_all("thead") if sec.find_parent("table") is table for tr in rows_of(sec)]
-    foot = [tr for sec in table.find_all("tfoot") if sec.find_parent("table") is table for tr in rows_of(sec)]
-    body = [tr for tr in rows_of(table) if tr not in head and tr not in foot]
-    if not head:
-        while body and all(c.name == "th" for c in body[0].find_all(["td", "th"], recursive=False)) \
-                and body[0].find_all(["td", "th"], recursive=False):
-            head.append(body.pop(0))
-    if not head and len(body) > 1 and table.find("th") is None:
-        head.append(body.pop(0))          # no header cell anywhere: the first row is the header (as in docx exports)
-    grid: list[list[str | None]] = []
-    pending: dict[int, tuple[int, str]] = {}          # column -> (rows left, text) of a rowspan
-    cells_seen = 0
-    group_of = {id(tr): g for g, rows in enumerate((head, body, foot)) for tr in rows}
-    left_in_group = {id(tr): len(rows) - k for rows in (head, body, foot) for k, tr in enumerate(rows)}
-    group = -1
-    for tr in [*head, *body, *foot]:
-        if group_of[id(tr)] != group:
-            group = group_of[id(tr)]
-            pending = {}                  # a rowspan ends with its row group (thead, tbody, tfoot)
-        row: list[str | None] = []
-        col = 0
-
-        def fill_pending() -> None:
-            nonlocal col
-            while col in pending:
-                left, text = pending[col]
-                row.append(text)
-                if left <= 1:
-                    del pending[col]
-                else:
-                    pending[col] = (left - 1, text)
-                col += 1
-
-        for cell in tr.find_all(["td", "th"], recursive=False):
-            fill_pending()
-            cells_seen += 1
-            if cells_seen > MAX_TABLE_CELLS:
-                break
-            text = cell_markdown(cell)
-            text = re.sub(r"\s*\n+\s*", "<br>", text.strip())
-            text = re.sub(r"(?<!\\)\|", r"\\|", text)
-            try:
-                span_c = max(1, min(100, int(str(cell.get("colspan", "1")).strip() or 1)))
-                span_r = int(str(cell.get("rowspan", "1")).strip() or 1)
-                span_r = left_in_group[id(tr)] if span_r == 0 else max(1, min(1000, span_r))   # 0: to the group's end
-            except ValueError:
-                span_c, span_r = 1, 1
-            for k in range(span_c):
-                value = text if k == 0 or tr in head else ""
-                row.append(value)
-                if span_r > 1:
-                    pending[col] = (span_r - 1, value)
-                col += 1
-        fill_pending()
-        grid.append(row)
-    width = max((len(r) for r in grid), default=0)
-    if width == 0:
-        return ""
-    norm = [[c or "" for c in r] + [""] * (width - len(r)) for r in grid]
-    header = [""] * width
-    for r in norm[:len(head)]:
-        header = [(h + " " + c).strip() if c and c != h else h for h, c in zip(header, r)]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---"] * width) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in norm[len(head):]]
-    caption = table.find("caption")
-    cap = cell_markdown(caption).strip() if isinstance(caption, Tag) else ""
-    return (f"{cap}\n\n" if cap else "") + "\n".join(lines)
-
-
 def _converter() -> Any:
-    """The markdownify converter of this module (the HTML fetch's, with GFM tables), built once."""
+    """The markdownify converter of this module: the HTML fetch's (fenced code, GFM tables by
+    :func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`), without escapes, built once."""
     global _CONVERTER
     if _CONVERTER is None:
-        from bs4 import BeautifulSoup
-
         from pipeline.ingest.fetch.htmlmd import _Converter
 
-        class Converter(_Converter):
-            def convert_table(self, el: Any, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
-                def cell(c: Any) -> str:
-                    return self.convert_soup(BeautifulSoup(c.decode_contents(), "html.parser"))
-
-                return "\n\n" + html_table_to_gfm(el, cell) + "\n\n"
-
-        _CONVERTER = Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
-                               escape_misc=False)
+        _CONVERTER = _Converter(heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
+                                escape_misc=False)
     return _CONVERTER
 
 
@@ -270,17 +174,23 @@ def _element_end(line: str, start: int, name: str) -> int | None:
     return None
 
 
-def _inline_markdown(fragment: str) -> str:
-    """markdownify of one inline element (``<a href>``, ``<code>``, ``<strong>``, ``<br>``…); inline-code
-    placeholders kept."""
+def _keeping_placeholders(fragment: str, convert: Callable[[str], str]) -> str:
+    """``convert(fragment)`` with the inline-code placeholders (``\\x00<n>\\x00``) of ``fragment`` kept as they are
+    (hidden from the HTML parser as ``DVCODE<n>X`` meanwhile)."""
     codes: list[str] = []
 
     def hide(m: re.Match[str]) -> str:
         codes.append(m.group())
         return f"DVCODE{len(codes) - 1}X"
 
-    md = _converter().convert_soup(_soup(_PLACEHOLDER.sub(hide, fragment)))
+    md = convert(_PLACEHOLDER.sub(hide, fragment))
     return re.sub(r"DVCODE(\d+)X", lambda m: codes[int(m.group(1))], md)
+
+
+def _inline_markdown(fragment: str) -> str:
+    """markdownify of one inline element (``<a href>``, ``<code>``, ``<strong>``, ``<br>``…); inline-code
+    placeholders kept."""
+    return _keeping_placeholders(fragment, lambda html: _converter().convert_soup(_soup(html)))
 
 
 def _convert_inline_line(line: str, in_table: bool) -> str:
@@ -367,14 +277,7 @@ def convert_html(text: str) -> str:
             out.extend(inner.split("\n"))
             out.extend([x for x in ("", last) if last])
         else:
-            codes: list[str] = []
-
-            def hide(mm: re.Match[str]) -> str:
-                codes.append(mm.group())
-                return f"DVCODE{len(codes) - 1}X"
-
-            md = _to_markdown(_PLACEHOLDER.sub(hide, block))
-            md = re.sub(r"DVCODE(\d+)X", lambda mm: codes[int(mm.group(1))], md)
+            md = _keeping_placeholders(block, _to_markdown)
             out.extend(md.split("\n") if md else [])
         if end + 1 < len(lines) and lines[end + 1].strip():
             out.append("")

@@ -9,8 +9,8 @@ import os
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict
-from datetime import datetime, timezone
-from functools import lru_cache
+from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ SHARED_STATE = ".shared"        # <data>/state/.shared.json (a source name canno
 _PKG = Path(__file__).resolve().parent.parent   # the pipeline package: _CODE paths are relative to it
 _CODE = {
     "normalize": ("ingest/normalize.py", "common/frontmatter.py", "models.py", "ingest/fetch/htmlmd.py",
-                  "ingest/fetch/pages.py", "ingest/htmlblocks.py", "common/markdown.py"),
+                  "ingest/fetch/htmltable.py", "ingest/fetch/pages.py", "ingest/htmlblocks.py", "common/markdown.py"),
     "vault": ("ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", "ingest/attachments.py",
               "index/vaultlinks.py"),
     "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py",
@@ -51,7 +51,7 @@ _CODE = {
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 def digest(*parts: Any) -> str:
@@ -59,7 +59,7 @@ def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_version(stage: str) -> str:
     """Hash of the source files whose code shapes a stage's output (+ the package version): a code change redoes
     the stage. Unknown stage: the package version only."""
@@ -167,10 +167,10 @@ class CountingCache:
 
 
 def notify(stage: str, source: str, done: int, total: int) -> None:
-    for hook in list(PROGRESS_HOOKS):
+    for hook in PROGRESS_HOOKS.copy():          # a hook may remove itself
         try:
             hook(stage, source, done, total)
-        except Exception:  # noqa: BLE001 - a display problem never fails a build
+        except Exception:  # a display problem never fails a build
             log.debug("progress hook failed", exc_info=True)
 
 

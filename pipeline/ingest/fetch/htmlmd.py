@@ -19,19 +19,22 @@
    ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
    base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are; without any URL, unchanged: EC-04).
 4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth); ``<pre>`` becomes a fence (longer than any
-   backtick run inside) holding the code text verbatim: no escapes, whitespace kept.
+   backtick run inside) holding the code text verbatim: no escapes, whitespace kept; a ``<table>`` becomes one GFM
+   table by :mod:`pipeline.ingest.fetch.htmltable` (the converter of HTML tables in Markdown notes too).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdownify import MarkdownConverter
 
 from pipeline.common.markdown import code_lines
+from pipeline.ingest.fetch.htmltable import html_table_to_gfm
 
 __all__ = ["HtmlDoc", "code_language", "html_to_markdown"]
 
@@ -102,7 +105,25 @@ def code_language(pre: Tag) -> str:
 
 
 class _Converter(MarkdownConverter):
-    """markdownify with verbatim fenced code."""
+    """markdownify with verbatim fenced code and GFM tables (:func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`:
+    one header row, spans expanded, one line per cell, ``|`` escaped)."""
+
+    def process_tag(self, node: Tag, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
+        if node.name == "table":      # rendered from its cells: markdownify's row-by-row output is never built
+            return self.convert_table(node, "", parent_tags or set())
+        return super().process_tag(node, parent_tags)
+
+    @cached_property
+    def _cell_converter(self) -> _Converter:
+        """This converter for table cells: soft line breaks of the HTML source are spaces (markdownify's ``wrap``
+        without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a cell's line."""
+        return self if self.options["wrap"] else type(self)(**{**self.options, "wrap": True, "wrap_width": None})
+
+    def convert_table(self, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
+        def cell(c: Tag) -> str:
+            return self._cell_converter.convert_soup(BeautifulSoup(c.decode_contents(), "html.parser"))
+
+        return "\n\n" + html_table_to_gfm(el, cell) + "\n\n"
 
     def convert_pre(self, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
         code = el.get_text()
