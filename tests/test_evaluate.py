@@ -17,7 +17,6 @@ from pipeline.evaluate import (
     case_metrics,
     check_floors,
     check_fusion_gain,
-    sign_test_p,
     first_rank,
     floors_from_env,
     format_ablation,
@@ -30,6 +29,7 @@ from pipeline.evaluate import (
     reciprocal_rank,
     run_ablation,
     run_eval,
+    sign_test_p,
 )
 from pipeline.models import EvalCase
 
