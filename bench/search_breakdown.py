@@ -24,7 +24,7 @@ COUNTS: dict[str, int] = defaultdict(int)
 #: (module, class or "", attribute, label)
 STAGES = [
     ("pipeline.search.searcher", "Searcher", "_load_keys", "init: chunk/note keys + graph"),
-    ("pipeline.search.searcher", "Searcher", "_load_graph", "init: graph"),
+    ("pipeline.search.searcher", "Searcher", "_compute_graph", "init: graph (when not cached)"),
     ("pipeline.search.searcher", "Searcher", "_load_indexes", "init: BM25 indexes + models"),
     ("pipeline.search.searcher", "Searcher", "__init__", "init: Searcher total"),
     ("pipeline.search.searcher", "Searcher", "embedder", "embedder objects (factory)"),

@@ -305,3 +305,21 @@ def test_a_failing_preload_leaves_the_search_working(cache: Path, warehouse: Pat
                   preload_encoders=True) as sr:                                # started while the indexes load
         hits = sr.search("hybrid search vectors", k=3, lanes=["vector"])
     assert hits and [kind for kind, *_ in events].count("query") == 2
+
+
+KEY_FIELDS = ("_note_of", "_source_of", "_english_notes", "_other_language_chunks", "_first_chunk", "_neighbours",
+              "_pagerank", "_not_results", "_note_path", "_note_source", "_vault_path", "_tags")
+
+
+def test_key_state_cached_equals_computed(cache: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
+    with Searcher(warehouse) as first:                                          # computes and stores the entry
+        want_hits = [(h.vault_path, h.chunk_id) for h in first.search("hybrid search vectors", k=5)]
+    assert len(list((cache / "keys").iterdir())) == 1
+    with Searcher(warehouse) as cached:                                         # reads it back
+        got = {f: getattr(cached, f) for f in KEY_FIELDS}
+        assert [(h.vault_path, h.chunk_id) for h in cached.search("hybrid search vectors", k=5)] == want_hits
+    monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
+    with Searcher(warehouse) as computed:
+        want = {f: getattr(computed, f) for f in KEY_FIELDS}
+    assert got == want and got["_note_of"] and got["_tags"] is not None
+    assert list(got["_note_of"]) == list(want["_note_of"])                    # same order (page numbers follow it)
