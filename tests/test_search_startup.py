@@ -318,8 +318,14 @@ def test_key_state_cached_equals_computed(cache: Path, warehouse: Path, monkeypa
     with Searcher(warehouse) as cached:                                         # reads it back
         got = {f: getattr(cached, f) for f in KEY_FIELDS}
         assert [(h.vault_path, h.chunk_id) for h in cached.search("hybrid search vectors", k=5)] == want_hits
+        got_rows = {m["table_name"]: cached._flat(m["table_name"])[2:] for m in cached.models}
+    assert sorted(p.name.split(".")[0] for p in (cache / "flatrows").iterdir()) == sorted(got_rows)
     monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
     with Searcher(warehouse) as computed:
         want = {f: getattr(computed, f) for f in KEY_FIELDS}
+        for table, (srcs, pages) in got_rows.items():                           # each row's source and page
+            want_srcs, want_pages = computed._flat(table)[2:]
+            assert srcs.tolist() == want_srcs.tolist() and pages.tolist() == want_pages.tolist()
+            assert pages.dtype == np.int64 and set(srcs.tolist()) == {"api", "guide", "ja"}
     assert got == want and got["_note_of"] and got["_tags"] is not None
     assert list(got["_note_of"]) == list(want["_note_of"])                    # same order (page numbers follow it)
