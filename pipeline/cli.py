@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pipeline.config import library_env_default as _env_default
 
@@ -34,10 +34,11 @@ from pipeline.service import (
     child_env,
     no_notes_line,
     noop_build,
-    query_problem,
     note_links,
     open_searcher,
     parse_lanes,
+    paths_warning_lines,
+    query_problem,
     search_lanes,
     status_data,
 )
@@ -114,6 +115,7 @@ def build(
     as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
+    remove_all_sources: Annotated[bool, typer.Option("--remove-all-sources", help="When sources.yaml lists no sources: remove every built source (vault folders and data); refused without this option.")] = False,
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
 
@@ -142,7 +144,7 @@ def build(
             with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar, \
                     _stop_on_signals():
                 report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
-                                   progress=bar.update)
+                                   progress=bar.update, remove_all_sources=remove_all_sources)
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -183,6 +185,8 @@ def build(
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
+        for line in paths_warning_lines(st):
+            typer.echo(f"warning: {line}", err=True)
         for line in chunk_meta.get("warning_lines") or []:
             typer.echo(f"warning: {line}", err=True)
         notes_meta = st.metadata.get("notes", {})
@@ -298,7 +302,7 @@ class _BuildProgress:
         self._plain: Any = None
         self._tasks: dict[tuple[str, str], Any] = {}
 
-    def __enter__(self) -> _BuildProgress:
+    def __enter__(self) -> Self:
         if self.mode == "bar":
             from rich.console import Console
             from rich.progress import (
@@ -934,7 +938,7 @@ def check_vault_cmd(
 def sources_validate() -> None:
     """Validate sources.yaml; errors name the source, the key and what is allowed. Local folders must exist."""
     from pipeline.ingest.sources import check_local_paths, load_sources
-    from pipeline.stages import check_layout
+    from pipeline.stages import REMOVE_ALL_OPTION, built_source_names, check_layout, no_sources_problem
 
     s = settings()
     try:
@@ -948,6 +952,11 @@ def sources_validate() -> None:
         typer.echo(f"error: {line}", err=True)
     if problems:
         raise typer.Exit(1)
+    built = [] if sources else built_source_names(s)
+    if built:
+        typer.echo(f"warning: {s.sources_file}: {no_sources_problem(built)}: `docsvault build` will refuse to "
+                   f"remove them all; restore the file's sources, or run `docsvault build {REMOVE_ALL_OPTION}` "
+                   "to remove them all", err=True)
     typer.echo(f"{s.sources_file}: {len(sources)} source(s), valid")
 
 

@@ -18,10 +18,13 @@ if TYPE_CHECKING:
     from pipeline.search.searcher import Searcher
     from pipeline.stages.results import BuildReport
 
-__all__ = ["NO_RESULTS", "capture_related", "child_env", "errors_file", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
-           "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "Status",
-           "SourceStatus", "WarehouseStatus", "ModelStatus", "BuildOutcome", "SourceOutcome", "SharedOutcome",
-           "WarehouseOutcome", "build_outcome", "no_notes_line", "noop_build", "query_problem"]
+__all__ = [
+    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
+    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
+    "errors_file", "no_notes_line", "noop_build", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
+    "paths_warning_lines", "query_problem", "search_lanes",
+    "skipped_count", "skipped_reason", "status_data", "status_report",  # noqa: F822
+]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
 _FROM_NORMALIZE = ("errors_file", "skipped_count", "skipped_reason")
@@ -372,6 +375,13 @@ def no_notes_line(st: Any) -> str:
     a :class:`pipeline.stages.results.BuildReport`."""
     lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
     return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
+
+
+def paths_warning_lines(st: Any) -> list[str]:
+    """The fetch's warnings about a git source's ``paths`` (``source 'X': paths entry 'p' matches no file …``, and
+    selected files the sparse checkout did not write); ``st`` one source of a build report."""
+    lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
+    return [ln for ln in lines if ": paths entry '" in ln or "not in the sparse checkout" in ln]
 
 
 def _source_outcome(st: Any) -> SourceOutcome:

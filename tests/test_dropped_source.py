@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from dagster import DagsterInstance
 from typer.testing import CliRunner
 
@@ -72,9 +73,9 @@ def test_renamed_source_loses_its_generated_folder_only(built_tiny_env: Path) ->
     from pipeline.stages import remove_dropped_sources
 
     # what `build` does first (under its lock) when tiny2 leaves sources.yaml (the CLI path is checked above)
-    assert remove_dropped_sources(Settings.from_env(), []) == [
-        "removed vault/tiny2/: source 'tiny2' is no longer in sources.yaml (kept 2 file(s) docsvault did not write, "
-        "or that were edited since: Ducks.md, Inbox.md)"]
+    assert remove_dropped_sources(Settings.from_env(), [], remove_all=True) == [
+        ("removed vault/tiny2/: source 'tiny2' is no longer in sources.yaml (kept 2 file(s) docsvault did not "
+         "write, or that were edited since: Ducks.md, Inbox.md)")]
     assert _files(vault / "tiny2") == ["Ducks.md", "Inbox.md"]                # no .docsvault/ left behind
 
 
@@ -126,3 +127,58 @@ def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) 
     assert result.stderr == f"error: {data['sources_error']}\n"
     sources.write_text(good, encoding="utf-8")
     assert json.loads(_run("status", "--json"))["sources_error"] is None
+
+
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(".lock")}
+
+
+def test_an_empty_sources_list_is_refused_until_remove_all_sources(built_tiny_env: Path) -> None:
+    vault, data = built_tiny_env / "vault", built_tiny_env / "data"
+    sources = built_tiny_env / "sources.yaml"
+    sources.write_text("sources: []\n", encoding="utf-8")
+    before = (_listing(vault), _listing(data / "state"), _listing(data / "notes"), _listing(data / "raw"),
+              (data / "warehouse.duckdb").read_bytes())
+    built = f"{sources}: lists no sources, but 1 source(s) are built (tiny)"
+
+    result = runner.invoke(app, ["sources", "validate"])
+    assert (result.exit_code, result.stdout) == (0, f"{sources}: 0 source(s), valid\n")
+    assert result.stderr == (f"warning: {built}: `docsvault build` will refuse to remove them all; restore the "
+                             "file's sources, or run `docsvault build --remove-all-sources` to remove them all\n")
+    refused = (f"error: {built}: this build would remove them all (their vault folders and data), so it stopped "
+               "before removing anything; restore the file's sources, or run `docsvault build "
+               "--remove-all-sources` to remove them all\n")
+    for args in (["build"], ["build", "--json"], ["build", "--force"]):
+        result = runner.invoke(app, args)
+        assert (result.exit_code, result.stdout, result.stderr) == (1, "", refused), args
+    assert (_listing(vault), _listing(data / "state"), _listing(data / "notes"), _listing(data / "raw"),
+            (data / "warehouse.duckdb").read_bytes()) == before
+    assert "Ducks swim" in _run("read", "tiny/Ducks.md")
+
+    from pipeline.common.errors import SourceConfigError
+    from pipeline.config import Settings
+    from pipeline.stages import warehouse_stage
+
+    # the Dagster UI and the schedules run the shared stages without `build`: the warehouse is not emptied either
+    with pytest.raises(SourceConfigError) as err:
+        warehouse_stage(Settings.from_env(), [], lambda spec: None)
+    assert str(err.value) == refused[len("error: "):-1]
+    assert (data / "warehouse.duckdb").read_bytes() == before[-1]
+
+    out = _run("build", "--remove-all-sources")
+    assert out.splitlines()[0] == "removed vault/tiny/: source 'tiny' is no longer in sources.yaml"
+    assert _files(vault) == []
+    assert json.loads(_run("status", "--json"))["sources"] == []
+    assert (_files(data / "state"), _files(data / "raw")) == ([".noop.json", ".shared.json"], [])
+    result = runner.invoke(app, ["sources", "validate"])
+    assert (result.exit_code, result.stdout, result.stderr) == (0, f"{sources}: 0 source(s), valid\n", "")
+    assert _run("build").count("removed vault/") == 0       # nothing built any more: an empty list builds
+
+
+def test_the_refusal_names_the_first_five_built_sources() -> None:
+    from pipeline.stages import no_sources_problem
+
+    assert no_sources_problem(["a", "b", "c", "d", "e"]) == "lists no sources, but 5 source(s) are built (a, b, c, d, e)"
+    assert no_sources_problem(list("abcdefg")) == \
+        "lists no sources, but 7 source(s) are built (a, b, c, d, e and 2 more)"

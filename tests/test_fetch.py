@@ -11,8 +11,8 @@ from pathlib import Path
 import git
 import pytest
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
+from pipeline.config import Settings
 from pipeline.ingest.fetch import fetch_source, load_fetch_result, path_matches, select_paths
 from pipeline.models import Source
 
@@ -163,6 +163,77 @@ def test_zero_matching_files_raises(tmp_path, remote):
         with pytest.raises(FetchError, match="no files match"):
             fetch_source(_git_source(bare, name="empty", paths=paths), settings)
     assert not (settings.raw_dir / "empty" / "repo").exists()
+
+
+@pytest.mark.parametrize("paths", [("README.md", "docs/ja/*.md"), ("docs/ja/*.md", "README.md")])
+def test_paths_mixing_a_file_and_a_glob_select_the_union(tmp_path, remote, paths):
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    result = fetch_source(_git_source(bare, paths=paths), settings)
+    assert [f.source_path for f in result.files] == ["README.md", "docs/ja/b.md"]
+    assert result.warnings == ()
+    repo = settings.raw_dir / "demo" / "repo"
+    assert (repo / "README.md").read_text() == "# R\n"
+    assert not (repo / "docs" / "a.md").exists() and not (repo / "src" / "x.py").exists()
+
+
+def test_paths_mixing_a_folder_a_file_and_a_glob(tmp_path, remote):
+    bare, _ = remote
+    result = fetch_source(_git_source(bare, paths=("docs/ja", "README.md", "docs/a*.md")), _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["README.md", "docs/a.md", "docs/ja/b.md"]
+    assert result.warnings == ()
+
+
+def test_paths_entry_matching_nothing_is_a_warning(tmp_path, remote):
+    bare, work = remote
+    settings = _settings(tmp_path)
+    source = _git_source(bare, paths=("README.md", "docs/Typo", "docs/ja/*.rst"))
+    result = fetch_source(source, settings)
+    assert [f.source_path for f in result.files] == ["README.md"]
+    rest = f"at commit {work.head.commit.hexsha[:12]} (include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[]); " \
+           "check it against the repository or remove it"
+    assert result.warnings == (f"source 'demo': paths entry 'docs/Typo' matches no file {rest}",
+                               f"source 'demo': paths entry 'docs/ja/*.rst' matches no file {rest}")
+    assert fetch_source(source, settings).warnings == result.warnings     # unchanged fetch: still reported
+    assert load_fetch_result(source, settings).warnings == result.warnings
+
+
+def test_checkout_missing_a_selected_file_is_repaired(tmp_path, remote):
+    """A checkout whose sparse patterns an older docsvault wrote (``/README.md/`` matches no file)."""
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    source = _git_source(bare, paths=("README.md", "docs/ja/*.md"))
+    fetch_source(source, settings)
+    repo = settings.raw_dir / "demo" / "repo"
+    git.Git(str(repo)).execute(["git", "sparse-checkout", "set", "--no-cone", "/README.md/", "docs/ja/*.md"])
+    assert not (repo / "README.md").exists()
+    result = fetch_source(source, settings)
+    assert [f.source_path for f in result.files] == ["README.md", "docs/ja/b.md"]
+    assert (repo / "README.md").read_text() == "# R\n"
+    assert result.warnings == ()
+
+
+def test_build_builds_the_union_and_prints_a_paths_entry_matching_nothing(tmp_path, remote, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    bare, work = remote
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "sources.yaml").write_text(
+        f"sources:\n  - name: demo\n    kind: git\n    url: file://{bare}\n    ref: main\n"
+        "    paths: [README.md, docs/Typo, 'docs/ja/*.md']\n", encoding="utf-8")
+    _tiny_setenv(tmp_path, monkeypatch)
+    result = CliRunner().invoke(app, ["build", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].split()[:3] == ["demo", "built", "2"]
+    assert "2 written, 0 removed" in result.stdout.splitlines()[1]
+    assert result.stderr.splitlines() == [
+        (f"warning: source 'demo': paths entry 'docs/Typo' matches no file at commit {work.head.commit.hexsha[:12]} "
+        "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[]); check it against the repository or remove it")]
+    assert sorted(p.name for p in (tmp_path / "vault" / "demo").rglob("*.md") if p.name != "_index.md") == \
+        ["README.md", "b.md"]
 
 
 def test_include_exclude_on_git(tmp_path, remote):

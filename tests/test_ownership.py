@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.common import artifacts
-
 from pipeline import stages as build
+from pipeline.common import artifacts
 from pipeline.config import Settings
-from pipeline.models import Note
 from pipeline.ingest.ownership import audit, conflict_name, load_manifest, manifest_path
 from pipeline.ingest.sources import load_sources
 from pipeline.ingest.vault import read_notes, write_source
+from pipeline.models import Note
 
 
 def _note(rel: str, body: str) -> Note:
@@ -82,13 +81,13 @@ def test_source_removed_from_config_keeps_the_users_files(tmp_path: Path) -> Non
     sources = tmp_path / "sources.yaml"
     sources.write_text("sources: []\n", encoding="utf-8")
     settings = Settings(sources, tmp_path / "data", tmp_path, tmp_path / "evals")
-    lines = build.remove_dropped_sources(settings, [])
-    assert lines == ["removed vault/demo/: source 'demo' is no longer in sources.yaml (kept 2 file(s) docsvault "
-                     "did not write, or that were edited since: b.md, mine.md)"]
+    lines = build.remove_dropped_sources(settings, [], remove_all=True)
+    assert lines == [("removed vault/demo/: source 'demo' is no longer in sources.yaml (kept 2 file(s) docsvault "
+                     "did not write, or that were edited since: b.md, mine.md)")]
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["b.md", "mine.md"]     # no .docsvault/ left
     write_source(tmp_path, "gone", [Note("gone", "x.md", "x.md", "x", {"source": "gone", "source_path": "x.md"},
                                          "x\n")])
-    build.remove_dropped_sources(settings, [])
+    build.remove_dropped_sources(settings, [], remove_all=True)
     assert not (tmp_path / "gone").exists()                  # nothing of the user's: the folder goes
 
 
@@ -162,10 +161,10 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
     from pipeline.ingest.vault_check import user_files_lines
 
     assert user_files_lines(settings, source) == [
-        "tiny: 1 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
-        "build): Inbox.md",
-        "tiny: 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
-        "removed by a build; merge and delete them when done): Ducks (edited).md"]
+        ("tiny: 1 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a "
+        "build): Inbox.md"),
+        ("tiny: 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
+        "removed by a build; merge and delete them when done): Ducks (edited).md")]
     from pipeline.ingest.vault_check import check_vault, format_report
 
     row = check_vault(settings, [source])["sources"][0]       # `docsvault check-vault`: the copy is not "yours"
@@ -202,8 +201,8 @@ def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env:
     out = second.stdout.splitlines()
     assert out[1].split()[:2] == ["tiny", "built"]
     edited = [ln for ln in second.stdout.splitlines() + second.stderr.splitlines() if "Ducks (edited).md" in ln]
-    assert edited == ["  tiny: vault/tiny/Ducks.md was edited since the build wrote it: your version is kept as "
-                      "vault/tiny/Ducks (edited).md"]
+    assert edited == [("  tiny: vault/tiny/Ducks.md was edited since the build wrote it: your version is kept as "
+                      "vault/tiny/Ducks (edited).md")]
     third = runner.invoke(app, ["build"])
     assert (third.exit_code, third.stdout.splitlines()[1].split()[:2]) == (0, ["tiny", "unchanged"])
     assert third.stdout.splitlines()[1].endswith("nothing changed since the last build")

@@ -35,7 +35,7 @@ sources:
 
 @pytest.mark.parametrize("block, expected", [
     ("  - name: x\n    kind: svn\n    url: https://a", "sources[1] (source 'x'): 'kind' must be one of ['git', 'llms_txt', 'html', 'local'], got 'svn'"),
-    ("  - name: x\n    kind: git", "sources[1] (source 'x'): kind 'git' needs 'url'"),
+    ("  - name: x\n    kind: git", "line 2: sources[1] (source 'x') has no 'url' (kind 'git' needs it)"),
     ("  - name: x\n    kind: local\n    path: d\n    fromat: mdx", "sources[1] (source 'x'): unknown key(s) ['fromat']"),
     ("  - name: x\n    kind: local\n    path: d\n    format: rst", "sources[1] (source 'x'): 'format' must be one of"),
     ("  - name: Bad Name\n    kind: local\n    path: d", "sources[1]: 'name' must match"),
@@ -49,6 +49,33 @@ def test_invalid_blocks_name_source_and_key(tmp_path: Path, block: str, expected
         load_sources(p)
     assert str(err.value).startswith(str(p))
     assert expected in str(err.value)
+
+
+KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
+
+
+@pytest.mark.parametrize("text, expected", [
+    # the keys of an entry not under its `- name:` item: YAML reads them as top-level keys
+    ("sources:\n- name: x\nkind: git\nurl: https://a/b.git\n",
+     (f"line 2: sources[1] (source 'x') has no 'kind' (one of {KINDS_LIST}); 'kind' (line 3), 'url' (line 4) are at "
+     "the top level, outside every source: indent them under their '- name:' line, aligned with 'name:'")),
+    ("sources:\n  - name: a\n    kind: local\n    path: d\n  - name: x\n    url: https://a/b.git\n",
+     f"line 5: sources[2] (source 'x') has no 'kind' (one of {KINDS_LIST})"),
+    ("sources:\n  - name: a\n    kind: local\n    path: d\n\n  - kind: local\n    path: d\n",
+     "line 6: sources[2] has no 'name' (every source starts with '- name: <name>')"),
+    ("sources:\n  - name: x\n    kind: local\n", "line 2: sources[1] (source 'x') has no 'path' (kind 'local' needs it)"),
+    ("sources:\n  - name: x\n    kind: local\n    path: d\ninclude: ['*.md']\n",
+     ("'include' (line 5) is at the top level, outside every source: indent it under its '- name:' line, aligned with "
+     "'name:'")),
+    ("sources:\n  - name: x\n  kind: git\n",
+     ("line 3 is not valid YAML: expected <block end>, but found '?'; check the indentation: a source's keys line up "
+     "under its 'name:' ('- name: x', then '  kind: git')")),
+])
+def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
+    p = write(tmp_path, text)
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: {expected}"
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:

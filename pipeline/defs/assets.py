@@ -283,6 +283,8 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             fetched = build.fetch_stage(s, source)
             context.log.info(f"{source.name}: {fetched.files} files via {fetched.strategy} "
                              f"(changed={fetched.changed})")
+            for line in fetched.warning_lines:
+                context.log.warning(line)
             return fetched
 
         def checks(s: Settings, fetched: Any) -> list[dg.AssetCheckResult]:

@@ -138,7 +138,8 @@ def _global_job() -> dg.JobDefinition:
 
 
 def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
-              *, wait: float = 0.0, progress: Callable[[str, str, int, int], None] | None = None) -> BuildReport:
+              *, wait: float = 0.0, progress: Callable[[str, str, int, int], None] | None = None,
+              remove_all_sources: bool = False) -> BuildReport:
     """Materialize the chains of the selected sources (default: all), then the shared stages.
 
     Args:
@@ -148,12 +149,15 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             by the UI); the CLI passes INFO with --verbose.
         wait: seconds to wait for another build holding the lock (0: refuse at once).
         progress: called as ``progress(stage, source, done, total)`` while long stages run (embedding).
+        remove_all_sources: when sources.yaml lists no sources, remove every built source (refused otherwise).
 
     A build of every source that succeeded is recorded for :func:`pipeline.service.noop_build` (a later build with
     nothing to do answers without Dagster); a failed one forgets the record.
 
     Raises:
         BuildLockedError: another build holds the lock (its pid and start time are in the message).
+        SourceConfigError: sources.yaml invalid, or it lists no sources while sources are built and
+            ``remove_all_sources`` is False (nothing is removed).
         BuildInterrupted: SIGINT (or SIGTERM, when the caller maps it, as the CLI does) while it waited for a lock
             or ran; every lock it took is released.
     """
@@ -164,7 +168,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     with build_run_lock(settings.data_dir, wait=wait):
         with build_lock(settings.data_dir, wait=wait):
             build.cleanup_leftovers(settings)
-            sources, removed = _prepare(settings, source_names)
+            sources, removed = _prepare(settings, source_names, remove_all_sources)
         if progress is not None:
             build.PROGRESS_HOOKS.append(progress)
         try:
@@ -178,14 +182,15 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         return report
 
 
-def _prepare(settings: Settings, source_names: Sequence[str] | None) -> tuple[list[Source], list[str]]:
+def _prepare(settings: Settings, source_names: Sequence[str] | None,
+             remove_all: bool = False) -> tuple[list[Source], list[str]]:
     """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources dropped from
     sources.yaml removed (what was removed, one line each), a killed build's runs released."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
     build.check_layout(settings, all_sources)
-    removed = build.remove_dropped_sources(settings, all_sources)
+    removed = build.remove_dropped_sources(settings, all_sources, remove_all=remove_all)
     instance = dg.DagsterInstance.get()
     forget_dropped_assets(instance, all_sources)
     release_build_runs(instance)

@@ -59,6 +59,7 @@ ALLOWED_KEYS = {
 HTTP_KINDS = ("llms_txt", "html")
 HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(?::\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::\d{1,5})?$")
 REQUIRED_BY_KIND = {"git": ("url",), "llms_txt": ("url",), "html": ("url",), "local": ("path",)}
+_INDENT_HINT = "; check the indentation: a source's keys line up under its 'name:' ('- name: x', then '  kind: git')"
 
 
 def _str_list(value: Any, where: str, key: str) -> tuple[str, ...]:
@@ -168,13 +169,62 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     )
 
 
+def _layout(text: str) -> tuple[list[int], dict[str, int]]:
+    """Line numbers (1-based) of a parsed sources.yaml: where each item of the ``sources:`` list starts, and each
+    top-level key other than ``sources`` that is a source key (a mis-indented one: ``kind:`` under ``- name: x``
+    but at column 0). Empty when the text is not a mapping with a ``sources:`` list."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    items: list[int] = []
+    strays: dict[str, int] = {}
+    if isinstance(root, yaml.MappingNode):
+        for key, value in root.value:
+            if not isinstance(key, yaml.ScalarNode):
+                continue
+            if key.value == "sources" and isinstance(value, yaml.SequenceNode):
+                items = [item.start_mark.line + 1 for item in value.value]
+            elif key.value in ALLOWED_KEYS:
+                strays[key.value] = key.start_mark.line + 1
+    return items, strays
+
+
+def _strays_hint(strays: dict[str, int]) -> str:
+    """``'kind' (line 3), 'url' (line 4) are at the top level, outside every source: indent them under their
+    '- name:' line, aligned with 'name:'`` (empty when there are none)."""
+    if not strays:
+        return ""
+    keys = ", ".join(f"{k!r} (line {n})" for k, n in sorted(strays.items(), key=lambda kv: kv[1]))
+    return (f"{keys} {'is' if len(strays) == 1 else 'are'} at the top level, outside every source: indent "
+            f"{'it under its' if len(strays) == 1 else 'them under their'} '- name:' line, aligned with 'name:'")
+
+
+def _check_required(block: Any, where: str, strays: dict[str, int]) -> None:
+    """Raise when a block lacks 'name', 'kind' or the key its kind needs, naming the block's line (``where`` is
+    ``<file>: line N: sources[i]``) and, when there are any, the mis-indented top-level keys."""
+    if not isinstance(block, dict):
+        return
+    name, kind = block.get("name"), block.get("kind")
+    label = f"{where} (source '{name}')" if valid_name(name) else where
+    if name is None:
+        problem = "has no 'name' (every source starts with '- name: <name>')"
+    elif kind is None:
+        problem = f"has no 'kind' (one of {list(KINDS)})"
+    else:
+        needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)]
+        if not needed:
+            return
+        problem = f"has no '{needed[0]}' (kind '{kind}' needs it)"
+    hint = _strays_hint(strays)
+    raise SourceConfigError(f"{label} {problem}" + (f"; {hint}" if hint else ""))
+
+
 def load_sources(path: Path) -> list[Source]:
     """Read and validate sources.yaml.
 
     Raises:
         SourceConfigError: file missing or unreadable, YAML invalid (with line), a duplicate key in a mapping (with
-            both lines), a block invalid (with source and key), a duplicate name, or two names with one asset key
-            (``my-docs`` and ``my_docs``).
+            both lines), a block without 'name', 'kind' or the key its kind needs (with its line), a block invalid
+            (with source and key), a source key at the top level (mis-indented, with its line), a duplicate name,
+            or two names with one asset key (``my-docs`` and ``my_docs``).
     """
     path = Path(path)
     if not path.is_file():
@@ -182,21 +232,27 @@ def load_sources(path: Path) -> list[Source]:
             f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
         )
     try:
-        data = safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = safe_load(text)
     except DuplicateKeyError as exc:
         raise SourceConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise SourceConfigError(f"{path}:{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        problem = str(getattr(exc, "problem", exc))
+        hint = _INDENT_HINT if problem.startswith(("expected <block end>", "mapping values are not allowed")) else ""
+        raise SourceConfigError(f"{path}:{line} is not valid YAML: {problem}{hint}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
+    lines, strays = _layout(text)
     sources: list[Source] = []
     seen: set[str] = set()
     slugs: dict[str, str] = {}
     for i, block in enumerate(data["sources"], start=1):
+        _check_required(block, f"{path}: line {lines[i - 1]}: sources[{i}]" if i <= len(lines)
+                        else f"{path}: sources[{i}]", strays)
         source = parse_source(block, path.parent, f"{path}: sources[{i}]")
         if source.name in seen:
             raise SourceConfigError(f"{path}: sources[{i}]: duplicate source name '{source.name}'; names must be unique")
@@ -208,6 +264,8 @@ def load_sources(path: Path) -> list[Source]:
                 f"{path}: sources '{other}' and '{source.name}' map to the same asset key '{slug}'; rename one"
             )
         sources.append(source)
+    if strays:
+        raise SourceConfigError(f"{path}: {_strays_hint(strays)}")
     return sources
 
 

@@ -108,7 +108,47 @@ def _remove_bookkeeping(folder: Path) -> None:
         pass
 
 
-def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> list[str]:
+#: the build option that removes every built source when sources.yaml lists none (refused without it)
+REMOVE_ALL_OPTION = "--remove-all-sources"
+
+
+def built_source_names(settings: Settings, *, vault: bool = True) -> list[str]:
+    """Sources earlier builds wrote, sorted: those with a state file ``<data>/state/<name>.json`` and (``vault``)
+    those with a vault folder docsvault generated."""
+    state_dir = settings.state_dir
+    names = {p.name[:-5] for p in state_dir.glob("*.json") if not p.name.startswith(".")} \
+        if state_dir.is_dir() else set()
+    if vault and settings.vault_dir.is_dir():
+        names |= {f.name for f in settings.vault_dir.iterdir()
+                  if not f.name.startswith(".") and _generated_vault_folder(f)}
+    return sorted(names)
+
+
+def refuse_removing_every_source(settings: Settings, sources: Sequence[Source], *, vault: bool = True) -> None:
+    """Refuse a build that would remove every built source because sources.yaml lists none (``sources: []``: almost
+    always a truncated file or a bad merge). Nothing is removed.
+
+    Raises:
+        SourceConfigError: ``<file>: lists no sources, but N source(s) are built (a, b, …): this build would remove
+            them all …`` naming the option that does remove them all (:data:`REMOVE_ALL_OPTION`).
+    """
+    from pipeline.common.errors import SourceConfigError
+
+    built = [] if sources else built_source_names(settings, vault=vault)
+    if built:
+        raise SourceConfigError(
+            f"{settings.sources_file}: {no_sources_problem(built)}: this build would remove them all (their vault "
+            f"folders and data), so it stopped before removing anything; restore the file's sources, or run "
+            f"`docsvault build {REMOVE_ALL_OPTION}` to remove them all")
+
+
+def no_sources_problem(built: Sequence[str]) -> str:
+    """``lists no sources, but 3 source(s) are built (a, b, c)``: the first five names, then ``and N more``."""
+    shown = ", ".join(built[:5]) + (f" and {len(built) - 5} more" if len(built) > 5 else "")
+    return f"lists no sources, but {len(built)} source(s) are built ({shown})"
+
+
+def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, remove_all: bool = False) -> list[str]:
     """Remove what earlier builds wrote for sources that are no longer in sources.yaml (call only while holding
     the build lock): the vault folder ``vault/<name>/`` — only one docsvault generated (its index note carries
     ``docsvault: index``; any other folder is left alone), and in it only the files the build wrote and nobody
@@ -116,11 +156,20 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> lis
     skip report, notes, chunks, dangling links, fetched copy). The caches (embeddings, parse, BM25 tokens) stay:
     they are keyed by content and help if the source comes back.
 
+    Args:
+        remove_all: allow ``sources`` to be empty while sources are built (``build --remove-all-sources``).
+
     Returns:
         One line per removed vault folder: ``removed vault/<name>/: source '<name>' is no longer in sources.yaml``.
+
+    Raises:
+        SourceConfigError: ``sources`` is empty, sources are built and ``remove_all`` is False (nothing removed;
+            see :func:`refuse_removing_every_source`).
     """
     import shutil
 
+    if not remove_all:
+        refuse_removing_every_source(settings, sources)
     keep = {s.name for s in sources}
     lines: list[str] = []
     vault = settings.vault_dir
@@ -136,8 +185,7 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source]) -> lis
             lines.append(line)
             log.info("%s", lines[-1])       # the CLI prints the returned lines; info: not twice in a merged log
     state_dir = settings.state_dir
-    dropped = sorted(p.name[:-5] for p in state_dir.glob("*.json")
-                     if not p.name.startswith(".") and p.name[:-5] not in keep) if state_dir.is_dir() else []
+    dropped = [name for name in built_source_names(settings, vault=False) if name not in keep]
     for name in dropped:
         for path in (state_dir / f"{name}.errors.txt", vault_skipped_path(settings, name),
                      artifacts.notes_path(settings, name), note_names_path(settings, name),

@@ -34,6 +34,7 @@ from pipeline.stages.index import (
     graph_inputs_key,
     shared_state,
 )
+from pipeline.stages.layout import refuse_removing_every_source
 from pipeline.stages.results import WarehouseResult
 
 log = logging.getLogger("docsvault")
@@ -118,7 +119,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
     file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable.
 
-    Nothing is written when no input changed since the warehouse was published (``skipped``). A warehouse file
+    Nothing is written when no input changed since the warehouse was published (``skipped``). Refused
+    (SourceConfigError) when ``sources`` is empty while sources are built (see
+    :func:`pipeline.stages.layout.refuse_removing_every_source`). A warehouse file
     that is corrupt or of another schema version is reported (``rebuilt_because``, a warning in the log) and
     rebuilt from the vault and the caches, never used.
 
@@ -133,6 +136,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     from pipeline.warehouse import WarehouseData, publish
 
     with stage_lock(settings):
+        refuse_removing_every_source(settings, sources, vault=False)     # `sources: []` from the UI or a schedule
         started = time.perf_counter()
         names = built_sources(settings, sources)
         by_name = {s.name: s for s in sources}

@@ -5,7 +5,10 @@ Layout: ``<raw>/<name>/repo`` (the checkout) and ``<raw>/<name>/fetch.json`` (co
 - First run (or when url/ref/paths changed): ``clone --depth=1 --filter=blob:none --sparse --no-checkout`` into a temp
   folder next to ``repo``, ``sparse-checkout set`` (cone mode for plain folders, ``--no-cone`` as soon as one entry
   holds a glob character — git >= 2.37 takes a glob as a folder name in cone mode and silently checks out nothing,
-  EC-22), checkout, then swap the folder into place. A failure leaves the previous checkout untouched.
+  EC-22; there a plain entry becomes ``/entry``, which matches a file or a folder), checkout, then swap the folder
+  into place. A failure leaves the previous checkout untouched.
+- ``paths`` selects the union of its entries (folders, files, globs); an entry that selects no file is a warning
+  naming the source and the entry (every entry selecting nothing is an error, see below).
 - Later runs: ``ls-remote`` the ref; same commit as recorded -> nothing to do (``changed=False``). Otherwise
   ``fetch --depth=1`` and, only when that succeeded and selects at least one file, ``reset --hard`` to it.
 - A 40-hex ``ref`` is a commit id: it is fetched by id (the server must allow it) and compared as is.
@@ -154,8 +157,25 @@ def _tree_files(runner: _GitRunner, repo: Path, commit: str) -> list[str]:
 
 
 def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
+    """The union of what each ``paths`` entry selects (a folder, a file or a glob), after include/exclude."""
     tree = _tree_files(runner, repo, commit)
     return select_paths(source, [p for p in tree if _in_sparse_paths(p, source.paths)])
+
+
+def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commit: str) -> tuple[str, ...]:
+    """One warning per ``paths`` entry that selects no file (a typo among entries that do select files), and one
+    listing the selected files the sparse checkout did not write (they would otherwise vanish silently)."""
+    warnings = [
+        f"source '{source.name}': paths entry '{entry}' matches no file at commit {commit[:12]} "
+        f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'}, "
+        f"exclude={list(source.exclude)}); check it against the repository or remove it"
+        for entry in source.paths if not any(_in_sparse_paths(p, (entry,)) for p in selected)
+    ]
+    missing = [p for p in selected if p not in on_disk]
+    if missing:
+        warnings.append(f"source '{source.name}': {len(missing)} selected file(s) not in the sparse checkout, "
+                        f"skipped: {', '.join(missing[:5])}{', …' if len(missing) > 5 else ''}")
+    return tuple(warnings)
 
 
 def _no_files_error(runner: _GitRunner, source: Source) -> FetchError:
@@ -172,11 +192,23 @@ def _sparse_set(runner: _GitRunner, source: Source, repo: Path) -> str:
         runner.run(["sparse-checkout", "disable"], cwd=repo)
         return "full"
     if any(is_glob(p) for p in source.paths):
-        patterns = [p if is_glob(p) else "/" + p.strip("/") + "/" for p in source.paths]
+        # a plain entry may be a folder or a file: "/x" (no trailing "/") matches both; "/x/" would drop a file
+        patterns = [p if is_glob(p) else "/" + p.strip("/") for p in source.paths]
         runner.run(["sparse-checkout", "set", "--no-cone", *patterns], cwd=repo)
         return "no-cone"
     runner.run(["sparse-checkout", "set", *[p.strip("/") for p in source.paths]], cwd=repo)
     return "cone"
+
+
+def _checked_out(runner: _GitRunner, source: Source, repo_dir: Path, selected: list[str]) -> set[str]:
+    """The selected files present in the checkout. When some are missing (a checkout whose sparse patterns an older
+    docsvault wrote, e.g. ``/file.md/``, which matches no file), the patterns are set again first (git then checks
+    out the missing files in place)."""
+    on_disk = {p for p in selected if (repo_dir / p).is_file()}
+    if len(on_disk) < len(selected):
+        _sparse_set(runner, source, repo_dir)
+        on_disk = {p for p in selected if (repo_dir / p).is_file()}
+    return on_disk
 
 
 def _rmtree(path: Path) -> None:
@@ -275,16 +307,18 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
         commit, selected, requests, mode = _clone(runner, source, repo_dir)
         moved = True
 
+    on_disk = _checked_out(runner, source, repo_dir, selected)
     files = tuple(RawFile(source=source.name, source_path=unicodedata.normalize("NFC", p), path=repo_dir / p)
-                  for p in selected if (repo_dir / p).is_file())
+                  for p in selected if p in on_disk)
     if not files:
         raise _no_files_error(runner, source)
+    warnings = _path_warnings(source, selected, on_disk, commit)
     recorded = [f.get("source_path") for f in (state or {}).get("files", [])] if state else []
     changed = moved or [f.source_path for f in files] != recorded
     size = sum(f.path.stat().st_size for f in files) if changed else 0
     stats: dict[str, Any] = {"requests": requests, "bytes": size,
                              "seconds": round(time.monotonic() - started, 3), "files": len(files)}
     result = FetchResult(source=source.name, strategy="git", revision=commit, files=files, changed=changed,
-                         stats=stats)
+                         stats=stats, warnings=warnings)
     write_state(source, settings, result, now_iso(), {**config, "commit": commit, "sparse_mode": mode})
     return result
