@@ -16,8 +16,11 @@ export DAGSTER_HOME ?= $(DATA)/dagster
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# torch first, pinned to the CPU wheel, so sentence-transformers does not pull a CUDA build
+# pip >= 23.3 first: older pips (Python 3.11's venv brings 23.2) do not normalize extra names (PEP 685), so justext's
+# `lxml[html_clean]` (lxml names it html-clean) warns "lxml 6.x does not provide the extra 'html_clean'"; then torch,
+# pinned to the CPU wheel, so sentence-transformers does not pull a CUDA build
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "pip>=23.3"
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e .
 	touch $@

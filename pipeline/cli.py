@@ -6,6 +6,7 @@ the MCP SDK only when it runs. Errors are one line on stderr with exit code 1; J
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -680,7 +681,7 @@ def capture(
     file: Annotated[Path | None, typer.Option("--file", "-f", metavar="FILE", help="Read the text from FILE ('-' = stdin).")] = None,
     title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line).")] = None,
     name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title); never overwrites.")] = None,
-    source: Annotated[str | None, typer.Option("--source", "-s", metavar="NAME", help="The local source to write into [env DOCSVAULT_CAPTURE_SOURCE].")] = None,
+    source: Annotated[str | None, typer.Option("--source", "-s", metavar="NAME", help="The local Markdown source to write into [env DOCSVAULT_CAPTURE_SOURCE].")] = None,
     agent: Annotated[str, typer.Option("--agent", metavar="NAME", help="Who wrote it (model or agent), for the frontmatter.")] = "docsvault capture",
     correlation_id: Annotated[str | None, typer.Option("--correlation-id", metavar="ID", help="Ties the note to a conversation or run (default: a new id).")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Frontmatter tags (repeatable).")] = None,
@@ -1024,6 +1025,11 @@ def mcp(
         fail(str(exc))
 
 
+UI_HOST = "127.0.0.1"
+#: in DAGSTER_HOME: held (flock) by a `docsvault ui` that runs the daemon, for as long as its `dg dev` runs
+UI_LOCK = "docsvault-ui.lock"
+
+
 @app.command()
 def ui(
     port: Annotated[int, typer.Option("--port", metavar="PORT", min=1, max=65535,
@@ -1035,9 +1041,12 @@ def ui(
     """Start the Dagster UI on 127.0.0.1 with this command's paths: `dg dev` (the webserver and the daemon, so
     the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only.
 
+    Refused at once (exit 1, nothing started) when the port is taken, or when another `docsvault ui` runs the
+    daemon for the same DAGSTER_HOME (two daemons on one instance fight over its sensors and run queue).
+
     The code location is loaded from the folder docsvault's `pipeline` package is imported from (`-d`), never from
-    the current directory, and every Dagster process runs with PYTHONSAFEPATH=1: a `gql.py` or other file named like
-    a dependency in the current directory cannot shadow it."""
+    the current directory, and every Dagster process runs with PYTHONSAFEPATH=1 in DAGSTER_HOME: a `gql.py` or other
+    file named like a dependency in the current directory cannot shadow it."""
     s = settings()
     tool = "dagster-webserver" if webserver_only else "dg"
     exe = Path(sys.executable).with_name(tool)
@@ -1047,20 +1056,93 @@ def ui(
         fail(f"{tool} not found; run `make install` (it comes with the {package} package)")
         return
     home = s.dagster_home
+    problem = ui_port_problem(UI_HOST, port)
+    if not webserver_only:
+        problem = ui_daemon_problem(home, port, problem)
+    if problem:
+        fail(problem)
+        return
     home.mkdir(parents=True, exist_ok=True)
     project_cfg = Path(__file__).resolve().parents[1] / "dagster.yaml"
     if not (home / "dagster.yaml").exists() and project_cfg.is_file():
         shutil.copyfile(project_cfg, home / "dagster.yaml")
+    unused = unused_instance_file(Path.cwd(), home)
+    if unused:
+        typer.echo(f"warning: {unused}", err=True)
     what = "webserver only, no daemon" if webserver_only else "webserver + daemon"
-    typer.echo(f"Dagster UI on http://127.0.0.1:{port} ({what}; DAGSTER_HOME={home})", err=True)
-    args = [*ui_target(), "-h", "127.0.0.1", "-p", str(port)]
+    typer.echo(f"Dagster UI on http://{UI_HOST}:{port} ({what}; DAGSTER_HOME={home})", err=True)
+    args = [*ui_target(), "-h", UI_HOST, "-p", str(port)]
     env = child_env(s)
     env["PYTHONSAFEPATH"] = "1"       # `python -m dagster…` children: no current directory at the head of sys.path
+    if env.get("PYTHONPATH"):         # they run in DAGSTER_HOME: a relative entry would name another folder there
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     # an ignored SIGINT/SIGTERM survives exec (a background job of a script ignores SIGINT, and `dagster dev` copies
     # SIGINT's handler onto SIGTERM): then nothing but kill -9 stops it, and its children outlive it
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
+    os.chdir(home)     # `dg dev` warns of any dagster.yaml in its current folder that is not DAGSTER_HOME's
     os.execve(cmd, [cmd, *args] if webserver_only else [cmd, "dev", *args], env)
+
+
+def ui_port_problem(host: str, port: int) -> str | None:
+    """Why the Dagster webserver could not listen on ``host:port`` (a bind test with SO_REUSEADDR, as uvicorn
+    binds), or None when it can."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"{host}:{port} is already in use: stop what listens there, or pass --port PORT (a free port)"
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass --port PORT (a free port)"
+    return None
+
+
+def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | None:
+    """``port_problem``, and the `docsvault ui` already running the Dagster daemon for ``home`` when there is one.
+    When neither, this process takes ``<home>/docsvault-ui.lock`` for the `dg dev` it execs (released when that
+    exits), so the next `docsvault ui` on this DAGSTER_HOME sees it."""
+    from datetime import UTC, datetime
+
+    from pipeline.common.lock import hold_across_exec
+
+    if port_problem and not (home / UI_LOCK).exists():
+        return port_problem
+    info = {"pid": os.getpid(), "host": UI_HOST, "port": port,
+            "started_at": datetime.now(UTC).replace(microsecond=0).isoformat()}
+    try:
+        lock = hold_across_exec(home / UI_LOCK, info)
+    except OSError as exc:
+        return f"cannot write {home / UI_LOCK}: {exc.strerror or exc}; fix DAGSTER_HOME ({home}) or its permissions"
+    if lock.fd is not None:
+        if port_problem:             # nothing starts: let go at once, naming nobody
+            os.ftruncate(lock.fd, 0)
+            os.close(lock.fd)
+        return port_problem
+    other = lock.holder
+    where = f"pid {other.get('pid', '?')}, http://{other.get('host', UI_HOST)}:{other.get('port', '?')}"
+    running = (f"another `docsvault ui` ({where}) runs the Dagster daemon for DAGSTER_HOME={home}: open its UI or "
+               "stop it first (a second UI on this instance without a second daemon: --port PORT --webserver-only)")
+    return f"{port_problem}; also, {running}" if port_problem else running
+
+
+def unused_instance_file(cwd: Path, home: Path) -> str | None:
+    """A warning when ``cwd`` holds a ``dagster.yaml`` (or ``.yml``) that Dagster will not read (it reads
+    ``<DAGSTER_HOME>/dagster.yaml``) and that differs from it; None when there is none, when ``cwd`` is DAGSTER_HOME,
+    or when it is the same file (the project's template, as `make` and `docsvault build` copy it)."""
+    here = next((cwd / n for n in ("dagster.yaml", "dagster.yml") if (cwd / n).is_file()), None)
+    if here is None or cwd.resolve() == home.resolve():
+        return None
+    used = home / "dagster.yaml"
+    try:
+        if used.is_file() and here.read_bytes() == used.read_bytes():
+            return None
+    except OSError:
+        pass
+    return (f"{here} is not used: Dagster reads {used}{'' if used.is_file() else ' (missing)'}; copy it there to "
+            "apply it")
 
 
 def ui_target() -> list[str]:

@@ -231,7 +231,9 @@ class VaultService:
         false, ``error`` says why).
 
         Raises:
-            ToolFailure: no/unknown/non-local capture source, empty or too long text, unsafe or taken name.
+            ToolFailure: no or unknown capture source, or one a Markdown note would not be read from
+                (:func:`pipeline.ingest.capture.capture_problem`), empty or too long text, unsafe or taken name;
+                nothing is written then.
         """
         from pipeline.ingest.capture import capture_source, title_of, write_capture
         from pipeline.ingest.sources import load_sources
@@ -446,7 +448,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         name="save_note",
         description=(
             "Save what you learned as a new Markdown note in the local capture source (DOCSVAULT_CAPTURE_SOURCE, or "
-            "`source`), with frontmatter (created, agent, status: raw, correlation_id, related: the top notes a "
+            "`source`: a local source that reads Markdown; the error of any other names the sources that can take "
+            "it), with frontmatter (created, agent, status: raw, correlation_id, related: the top notes a "
             "search for it finds), then rebuild that source so the note is searchable at once (seconds to minutes). "
             "`name` is a file name without .md (default: from the title or first heading); an existing note is "
             "never overwritten. Returns the note's `path` (for read/search), `correlation_id`, `related`, "

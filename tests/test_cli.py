@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import typer
 from typer.testing import CliRunner
 
 from pipeline.cli import app, highlight, query_terms, term_pattern
+from tests.test_ui_start import _free_port as ui_free_port
+from tests.test_ui_start import _lock_fds as ui_lock_fds
 
 runner = CliRunner()
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -125,10 +128,10 @@ def test_sources_validate_checks_local_folders(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"error: {p}: sources[2] (source 'gone'): 'path' {tmp_path / 'missing'} does not exist; create the folder "
-        f"or fix 'path' (relative to {tmp_path})",
-        f"error: {p}: sources[3] (source 'afile'): 'path' {tmp_path / 'file.md'} is not a folder; create the folder "
-        f"or fix 'path' (relative to {tmp_path})",
+        (f"error: {p}: sources[2] (source 'gone'): 'path' {tmp_path / 'missing'} does not exist; create the folder "
+        f"or fix 'path' (relative to {tmp_path})"),
+        (f"error: {p}: sources[3] (source 'afile'): 'path' {tmp_path / 'file.md'} is not a folder; create the folder "
+        f"or fix 'path' (relative to {tmp_path})"),
     ]
     p.write_text("sources:\n  - name: ok\n    kind: local\n    path: notes\n", encoding="utf-8")
     result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
@@ -140,12 +143,12 @@ def test_eval_without_cases_names_the_folder_it_looked_in(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DOCSVAULT_EVALS", raising=False)
     result = runner.invoke(app, ["eval"])
-    assert (result.exit_code, result.output) == (1, f"error: no eval files at {tmp_path / 'evals'}; pass FILE..., "
-                                                    "create that folder (format: see README) or set DOCSVAULT_EVALS\n")
+    assert (result.exit_code, result.output) == (1, (f"error: no eval files at {tmp_path / 'evals'}; pass FILE..., "
+                                                    "create that folder (format: see README) or set DOCSVAULT_EVALS\n"))
     monkeypatch.setenv("DOCSVAULT_EVALS", str(tmp_path / "my-evals"))
     result = runner.invoke(app, ["eval"])
-    assert (result.exit_code, result.output) == (1, f"error: no eval files at {tmp_path / 'my-evals'} (DOCSVAULT_EVALS); "
-                                                    "pass FILE..., or create it or fix DOCSVAULT_EVALS (format: see README)\n")
+    assert (result.exit_code, result.output) == (1, (f"error: no eval files at {tmp_path / 'my-evals'} (DOCSVAULT_EVALS); "
+                                                    "pass FILE..., or create it or fix DOCSVAULT_EVALS (format: see README)\n"))
     (tmp_path / "my-evals").mkdir()
     result = runner.invoke(app, ["eval"])
     assert (result.exit_code, result.output) == (
@@ -211,8 +214,8 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     result = runner.invoke(app, ["read", "../sources.yaml"])
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "error: refused '../sources.yaml': the path leaves the vault; give a note's vault path as search returns "
-        "it, e.g. 'source/folder/Note.md'"
+        ("error: refused '../sources.yaml': the path leaves the vault; give a note's vault path as search returns "
+        "it, e.g. 'source/folder/Note.md'")
     ]
     result = runner.invoke(app, ["read", "tiny/Ducks.md"])
     assert result.exit_code == 1
@@ -345,17 +348,17 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--json", "-C", "2"], "error: --context shows note lines under each hit; it does not combine with --json (hits "
-     "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n"),
-    (["--files", "-C", "0"], "error: --context shows note lines under each hit; it does not combine with --files (one "
-     "line per note)\n"),
-    (["--files", "--explain"], "error: --explain explains each hit's score; it does not combine with --files (drop "
-     "--files to see it)\n"),
+    (["--json", "-C", "2"], ("error: --context shows note lines under each hit; it does not combine with --json (hits "
+     "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n")),
+    (["--files", "-C", "0"], ("error: --context shows note lines under each hit; it does not combine with --files (one "
+     "line per note)\n")),
+    (["--files", "--explain"], ("error: --explain explains each hit's score; it does not combine with --files (drop "
+     "--files to see it)\n")),
     (["--tag", ""], "error: --tag is empty: pass a tag, e.g. --tag journal\n"),
     (["--tag", "#"], "error: --tag is empty: pass a tag, e.g. --tag journal\n"),
     (["--source", " "], "error: --source is empty: pass a source name (`docsvault sources list`)\n"),
-    (["--lanes", "bm25,nope"], "error: unknown lane 'nope' in --lanes; available: bm25, bm25_page, vector, "
-     "crosslingual, graph, hybrid, hybrid+graph\n"),
+    (["--lanes", "bm25,nope"], ("error: unknown lane 'nope' in --lanes; available: bm25, bm25_page, vector, "
+     "crosslingual, graph, hybrid, hybrid+graph\n")),
 ])
 def test_search_options_that_do_not_combine_are_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", "ducks", *args])
@@ -369,13 +372,13 @@ def test_the_console_script_gives_option_errors_in_one_line_with_exit_1(tmp_path
     import sys
 
     def run(*args: str) -> tuple[int, str, str]:
-        p = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, check=False,
                            timeout=120, cwd=tmp_path)
         return p.returncode, p.stdout, p.stderr
 
     assert run("--data", str(tmp_path), "search", "x", "-k", "0") == (
-        1, "", "error: Invalid value for '-k': Input should be greater than or equal to 1 "
-               "(see `python -m pipeline.cli search --help`)\n")
+        1, "", ("error: Invalid value for '-k': Input should be greater than or equal to 1 "
+               "(see `python -m pipeline.cli search --help`)\n"))
     assert run("search", "x", "--bogus") == (
         1, "", "error: No such option: --bogus (see `python -m pipeline.cli search --help`)\n")
     code, out, err = run()
@@ -398,7 +401,7 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     superseded by it in Dagster 1.13 and warns) on this command's instance; `--webserver-only` is the UI alone. The
     code location's working directory is the folder of the `pipeline` package, not the current one, and the Dagster
     processes do not put the current directory on sys.path (PYTHONSAFEPATH)."""
-    import pipeline.cli as cli
+    from pipeline import cli
 
     calls: list[tuple[str, list[str], dict[str, str]]] = []
     monkeypatch.setattr(cli.os, "execve", lambda cmd, argv, env: calls.append((cmd, argv, env)))
@@ -406,13 +409,18 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # as a background job of a script inherits it
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", "3123", *flags])
+    monkeypatch.chdir(tmp_path)                           # `docsvault ui` goes into DAGSTER_HOME before exec
+    port = ui_free_port()
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port), *flags])
+    for fd in ui_lock_fds(home):                          # the daemon's lock, which dg dev would have inherited
+        os.close(fd)
     assert result.exit_code == 0, result.output
+    assert Path.cwd() == home
     (cmd, argv, env), = calls
     assert Path(cmd).name == tool
     root = str(Path(__file__).resolve().parents[1])           # the folder this checkout's `pipeline` is in
     assert argv[1:] == [*(["dev"] if first == "dev" else []), "-m", "pipeline.definitions", "-d", root,
-                        "-h", "127.0.0.1", "-p", "3123"]
+                        "-h", "127.0.0.1", "-p", str(port)]
     assert env["PYTHONSAFEPATH"] == "1"
     assert (Path(env["DAGSTER_HOME"]) / "dagster.yaml").is_file()
     # an inherited "ignore" would survive exec: Dagster could then not be stopped but by kill -9

@@ -55,12 +55,12 @@ def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None
     assert report.ok, (report.sources, report.shared_error)
     port = _free_port()
     exe = Path(sys.executable).with_name("dagster-webserver")
-    log = open(tiny_env / "webserver.log", "wb")
-    proc = subprocess.Popen(
-        [str(exe), "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)],
-        env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True,                                  # setsid: its own process group
-    )
+    with open(tiny_env / "webserver.log", "wb") as log:             # the child keeps its own copy
+        proc = subprocess.Popen(
+            [str(exe), "-m", "pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)],
+            env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,                                  # setsid: its own process group
+        )
     try:
         wait_for_webserver(port, lambda: proc.poll() is None, 90,
                            lambda: (tiny_env / "webserver.log").read_text(errors="replace")[-2000:])
@@ -90,7 +90,6 @@ def test_webserver_graphql_shows_assets_and_eval_metrics(tiny_env: Path) -> None
         assert entries["tiny/hit_at_3"]["__typename"] == "FloatMetadataEntry"
     finally:
         stop_group(proc, timeout=20)
-        log.close()
 
 
 LOCATIONS_QUERY = """
@@ -124,5 +123,35 @@ def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path)
             "pipeline.definitions", "LOADED", "RepositoryLocation")
         out = log_path.read_text(errors="replace")
         assert "Warning:" not in out and "gql.py" not in out, out[-3000:]
+    finally:
+        stop_group(proc)
+
+
+@pytest.mark.integration   # `docsvault ui` for real (~20 s), then two refused at once
+def test_a_second_ui_is_refused_and_the_checkout_dagster_yaml_brings_no_warning(tiny_env: Path) -> None:
+    """Started in the checkout's root (which holds the project's dagster.yaml, the one DAGSTER_HOME gets), `docsvault
+    ui` prints no "Found a dagster instance configuration" warning; a second `docsvault ui` on the same DAGSTER_HOME
+    exits 1 at once (another port: the daemon is running; the same port: that too), and no second daemon starts."""
+    repo = Path(__file__).resolve().parents[1]
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    port = _free_port()
+    log_path = tiny_env / "ui.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(bin_dir / "docsvault"), "ui", "--port", str(port)], cwd=repo, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        wait_for_webserver(port, lambda: proc.poll() is None, 120,
+                           lambda: log_path.read_text(errors="replace")[-3000:])
+        for p in (_free_port(), port):
+            second = subprocess.run([str(bin_dir / "docsvault"), "ui", "--port", str(p)], cwd=repo, env=env,
+                                    capture_output=True, text=True, timeout=60, check=False)
+            assert second.returncode == 1 and second.stdout == "", second.stderr
+            assert f"another `docsvault ui` (pid {proc.pid}, http://127.0.0.1:{port}) runs the Dagster daemon" \
+                in second.stderr and len(second.stderr.splitlines()) == 1, second.stderr
+            assert (f"127.0.0.1:{p} is already in use" in second.stderr) == (p == port)
+        out = log_path.read_text(errors="replace")
+        assert "Found a dagster instance configuration" not in out and "still sending heartbeats" not in out, out
     finally:
         stop_group(proc)

@@ -27,9 +27,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pipeline.common.errors import BuildLockedError
 
@@ -40,7 +40,8 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger("docsvault")
 
-__all__ = ["LOCK_NAME", "RUN_LOCK_NAME", "BuildLock", "build_lock", "build_run_lock", "lock_holder", "pid_alive"]
+__all__ = ["LOCK_NAME", "RUN_LOCK_NAME", "BuildLock", "ExecLock", "build_lock", "build_run_lock", "hold_across_exec",
+           "lock_holder", "pid_alive"]
 
 LOCK_NAME = "build.lock"
 #: held by a ``docsvault build`` for its whole run (one at a time); its stages take ``build.lock`` each in turn, as a
@@ -48,7 +49,7 @@ LOCK_NAME = "build.lock"
 #: the CLI build held the lock and waited for the pool slot that a sensor run's step held while waiting for the lock)
 RUN_LOCK_NAME = "build-run.lock"
 
-_held: dict[Path, "BuildLock"] = {}          # path -> the lock this process holds (re-entrancy)
+_held: dict[Path, BuildLock] = {}          # path -> the lock this process holds (re-entrancy)
 _held_guard = threading.Lock()
 
 
@@ -105,7 +106,7 @@ class BuildLock:
         self.took_over: dict[str, Any] | None = None   # holder info of a dead process whose lock was taken over
 
     # ---- acquire / release
-    def acquire(self) -> "BuildLock":
+    def acquire(self) -> BuildLock:
         with _held_guard:
             mine = _held.get(self.path)
             if mine is not None and mine._fd is not None and mine._pid == os.getpid():
@@ -172,7 +173,7 @@ class BuildLock:
     def _write(self, fd: int) -> None:
         info = {
             "pid": os.getpid(),
-            "started_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+            "started_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
             "host": socket.gethostname(),
             "argv": " ".join(sys.argv)[:300],
         }
@@ -206,7 +207,7 @@ class BuildLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def __enter__(self) -> "BuildLock":
+    def __enter__(self) -> BuildLock:  # noqa: PYI034 - acquire() returns the lock already held when re-entered
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
@@ -259,3 +260,33 @@ def running_build(data_dir: Path) -> str | None:
         if isinstance(pid, int) and info.get("host") in (None, socket.gethostname()) and pid_alive(pid):
             return _describe(info)
     return None
+
+
+class ExecLock(NamedTuple):
+    """:func:`hold_across_exec`'s answer: ``fd`` the held descriptor (None: another process holds the lock, and
+    ``holder`` is what it wrote, ``{}`` when unreadable)."""
+
+    fd: int | None
+    holder: dict[str, Any]
+
+
+def hold_across_exec(path: Path, info: dict[str, Any]) -> ExecLock:
+    """Take ``path``'s ``flock`` without waiting, for this process and the program it ``exec``s next: the
+    descriptor stays open and inheritable, so the lock lasts until that program exits (the kernel releases it then,
+    even on SIGKILL). ``info`` is written into the file as JSON, for the next one's message.
+
+    Without ``fcntl`` (Windows) nothing is locked: ``fd`` -1.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return ExecLock(-1, {})
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return ExecLock(None, lock_holder(Path(path)))
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(info).encode("utf-8"))
+    os.set_inheritable(fd, True)
+    return ExecLock(fd, {})

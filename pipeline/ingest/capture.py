@@ -1,7 +1,9 @@
 """Capture: write what a person or an agent learned as a new note into a local "capture" source.
 
 The capture source is a ``local`` source of sources.yaml, named by ``--source`` / the MCP tool's ``source``, else by
-``DOCSVAULT_CAPTURE_SOURCE``. A note is written as ``<first root of the source>/<name>.md``, never anywhere else:
+``DOCSVAULT_CAPTURE_SOURCE``; only a source whose next build reads the note is taken (:func:`capture_problem`: not
+a ``format: html`` source, nor git/llms_txt/html ones, nor one whose ``include``/``exclude`` leave the note out),
+and nothing is written otherwise. A note is written as ``<first root of the source>/<name>.md``, never anywhere else:
 the name is one file name (no ``/``, ``\\``, ``..``, leading ``.``, control or ``:*?"<>|`` characters, at most
 :data:`MAX_NAME_CHARS`), the resolved file must be inside the root, and an existing file is never overwritten (the
 file is created exclusively). Frontmatter (``created``, ``agent``, ``status: raw``, ``correlation_id``,
@@ -29,7 +31,9 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "CaptureError",
     "Captured",
+    "capture_problem",
     "capture_source",
+    "capture_targets",
     "check_name",
     "name_from_title",
     "write_capture",
@@ -57,24 +61,72 @@ class Captured:
     related: tuple[str, ...]
 
 
+def _root_path(source: Source, fname: str) -> str:
+    """The source path a note ``<fname>.md`` in the source's first root gets when the source is listed (with the
+    root's folder name in front when the source has several roots, as :func:`pipeline.ingest.fetch.local.fetch_local`
+    names it)."""
+    rel = f"{fname}.md"
+    return f"{unicodedata.normalize('NFC', source.path[0].name)}/{rel}" if len(source.path) > 1 else rel
+
+
+def capture_problem(source: Source, fname: str = "Note") -> str | None:
+    """Why a note ``<fname>.md`` written into ``source`` would never be searchable (one clause naming the source,
+    its kind and format), or None when it would be read by the source's next build.
+
+    A note goes into a ``local`` source's first root; it is read only when the source's ``include``/``exclude``
+    (default: Markdown files; ``*.html``/``*.htm`` for ``format: html``) select it. git, llms_txt and html sources
+    are fetched from elsewhere: a file written into their copy is never read.
+    """
+    from pipeline.ingest.fetch.base import select_default, select_paths
+
+    fmt = source.format or "auto"
+    if source.kind != "local" or not source.path:
+        return (f"capture source {source.name!r} is kind {source.kind}, format {fmt}: its files come from "
+                f"{source.url or 'elsewhere'}, notes are captured into a local Markdown source only")
+    where = _root_path(source, fname)
+    if select_paths(source, [where]):
+        return None
+    if not source.include and source.format == "html":
+        return (f"capture source {source.name!r} is kind local, format html: it reads only "
+                f"{'/'.join(select_default(source))} files, so a captured Markdown note would never be searchable")
+    return (f"capture source {source.name!r} (kind local, format {fmt}) does not read {where!r} "
+            f"(include={list(source.include) or list(select_default(source))}, exclude={list(source.exclude)}), "
+            "so the note would never be searchable")
+
+
+def capture_targets(sources: Sequence[Source]) -> list[str]:
+    """Names of the sources a note can be captured into (:func:`capture_problem` finds nothing), in sources.yaml
+    order."""
+    return [s.name for s in sources if capture_problem(s) is None]
+
+
+def _targets_line(sources: Sequence[Source]) -> str:
+    targets = capture_targets(sources)
+    return ", ".join(targets) if targets else "none: add a local Markdown source to sources.yaml"
+
+
 def capture_source(sources: Sequence[Source], name: str | None = None, arg: str = "--source NAME") -> Source:
     """The local source notes are captured into: ``name``, else ``$DOCSVAULT_CAPTURE_SOURCE``. ``arg``: how the
-    caller's user passes a source, for the error (``--source NAME`` in the CLI, ``source`` in MCP).
+    caller's user passes a source, for the error (``--source NAME`` in the CLI, ``source`` in MCP). Every error
+    lists the sources that can take a capture (:func:`capture_targets`).
 
     Raises:
-        CaptureError: none named, unknown, or not a ``local`` source with a folder.
+        CaptureError: none named, unknown, or a source a captured Markdown note would not be read from (not
+            ``local``, ``format: html``, or an ``include``/``exclude`` that leaves out ``<name>.md`` in its first
+            folder: :func:`capture_problem`).
     """
     name = name or env_value(ENV_SOURCE).strip() or None
-    local = [s.name for s in sources if s.kind == "local"]
     if not name:
+        targets = capture_targets(sources)
         raise CaptureError(f"no capture source: set {ENV_SOURCE} to a local source of sources.yaml "
-                           f"({', '.join(local) or 'none yet: add one'}) or pass {arg}")
+                           f"({', '.join(targets) or 'none yet: add one'}) or pass {arg}")
     found = next((s for s in sources if s.name == name), None)
     if found is None:
-        raise CaptureError(f"unknown capture source {name!r}; local sources: {', '.join(local) or '(none)'}")
-    if found.kind != "local" or not found.path:
-        raise CaptureError(f"capture source {name!r} is kind {found.kind}: notes are captured into a local source "
-                           f"only ({', '.join(local) or 'none in sources.yaml'})")
+        raise CaptureError(f"unknown capture source {name!r}; sources that can take a capture: "
+                           f"{_targets_line(sources)}")
+    problem = capture_problem(found)
+    if problem:
+        raise CaptureError(f"{problem}; sources that can take a capture: {_targets_line(sources)}")
     return found
 
 
@@ -125,7 +177,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     """Write a captured note into the source's first root.
 
     Args:
-        source: a local source (:func:`capture_source`).
+        source: a local source that reads Markdown (:func:`capture_source`).
         text: the note's Markdown (without frontmatter; a leading ``---`` block is kept as text).
         title: the note's title (default: its first heading or line).
         name: the file name (default: from the title; checked by :func:`check_name`).
@@ -139,7 +191,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         What was written.
 
     Raises:
-        CaptureError: empty or too long text, unsafe or taken name, or a file that would land outside the root.
+        CaptureError: empty or too long text, unsafe or taken name, a file that would land outside the root, or
+            one the source would not read (:func:`capture_problem`: its ``include``/``exclude`` leave the name out).
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
@@ -147,6 +200,9 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a captured note")
     title = " ".join((title or title_of(text)).split())
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
+    problem = capture_problem(source, fname)
+    if problem:
+        raise CaptureError(f"{problem}: pass another --name or source (nothing was written)")
     root = source.path[0].resolve()
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "

@@ -1,0 +1,122 @@
+"""Capture only into a source whose next build reads the note: an HTML-only local source, a git source or an
+``include``/``exclude`` that leaves the note out are refused (CLI and MCP, one line naming the source, its format
+and the sources that can take a capture), nothing is written, and only valid targets are ever offered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import Settings
+from pipeline.ingest.capture import (
+    CaptureError,
+    capture_problem,
+    capture_source,
+    capture_targets,
+    write_capture,
+)
+from pipeline.ingest.sources import load_sources
+
+runner = CliRunner()
+
+HTML_REFUSED = ("capture source 'edgehtml' is kind local, format html: it reads only *.html/*.htm files, so a "
+                "captured Markdown note would never be searchable; sources that can take a capture: inbox, docs")
+
+
+@pytest.fixture
+def mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """sources.yaml with a Markdown inbox, an HTML site on disk, a git source, a local source reading only
+    ``guides/`` and one that excludes drafts; every folder exists."""
+    for folder in ("inbox", "site", "wiki", "docs"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "site" / "index.html").write_text("<html><body><h1>Edge</h1></body></html>\n", encoding="utf-8")
+    (tmp_path / "sources.yaml").write_text(
+        "sources:\n"
+        f"  - name: inbox\n    kind: local\n    path: {tmp_path / 'inbox'}\n"
+        f"  - name: edgehtml\n    kind: local\n    format: html\n    path: {tmp_path / 'site'}\n"
+        "  - name: gitdocs\n    kind: git\n    url: https://example.com/docs.git\n    format: markdown\n"
+        f"  - name: wiki\n    kind: local\n    path: {tmp_path / 'wiki'}\n    include: ['guides/**/*.md']\n"
+        f"  - name: docs\n    kind: local\n    format: markdown\n    path: {tmp_path / 'docs'}\n"
+        "    exclude: ['Draft*']\n",
+        encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_SOURCES", str(tmp_path / "sources.yaml"))
+    monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "vault"))
+    monkeypatch.delenv("DOCSVAULT_CAPTURE_SOURCE", raising=False)
+    return tmp_path
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "sources.yaml")
+
+
+def test_only_sources_that_read_the_note_are_targets(mixed: Path) -> None:
+    sources = load_sources(mixed / "sources.yaml")
+    assert capture_targets(sources) == ["inbox", "docs"]
+    by_name = {s.name: s for s in sources}
+    assert capture_problem(by_name["inbox"]) is None and capture_problem(by_name["docs"], "Notes") is None
+    assert capture_problem(by_name["gitdocs"]) == (
+        "capture source 'gitdocs' is kind git, format markdown: its files come from https://example.com/docs.git, "
+        "notes are captured into a local Markdown source only")
+    assert capture_problem(by_name["wiki"]) == (
+        "capture source 'wiki' (kind local, format auto) does not read 'Note.md' (include=['guides/**/*.md'], "
+        "exclude=[]), so the note would never be searchable")
+    assert capture_problem(by_name["docs"], "Draft ideas") == (
+        "capture source 'docs' (kind local, format markdown) does not read 'Draft ideas.md' "
+        "(include=['*.md', '*.mdx', '*.markdown', '*.canvas'], exclude=['Draft*']), so the note would never be "
+        "searchable")
+
+
+def test_capture_source_refuses_with_the_valid_targets(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = load_sources(mixed / "sources.yaml")
+    with pytest.raises(CaptureError) as err:
+        capture_source(sources, "edgehtml")
+    assert str(err.value) == HTML_REFUSED
+    monkeypatch.setenv("DOCSVAULT_CAPTURE_SOURCE", "wiki")          # the environment's choice is checked the same
+    with pytest.raises(CaptureError, match=r"^capture source 'wiki' \(kind local, format auto\) does not read "):
+        capture_source(sources)
+    monkeypatch.delenv("DOCSVAULT_CAPTURE_SOURCE")
+    with pytest.raises(CaptureError) as err:
+        capture_source(sources)
+    assert str(err.value) == ("no capture source: set DOCSVAULT_CAPTURE_SOURCE to a local source of sources.yaml "
+                              "(inbox, docs) or pass --source NAME")
+    with pytest.raises(CaptureError) as err:
+        capture_source(sources, "nope")
+    assert str(err.value) == "unknown capture source 'nope'; sources that can take a capture: inbox, docs"
+
+
+def test_write_capture_refuses_a_name_the_source_excludes(mixed: Path) -> None:
+    docs = next(s for s in load_sources(mixed / "sources.yaml") if s.name == "docs")
+    with pytest.raises(CaptureError) as err:
+        write_capture(docs, "# Draft ideas\n\ntext\n")
+    assert str(err.value) == (
+        "capture source 'docs' (kind local, format markdown) does not read 'Draft ideas.md' "
+        "(include=['*.md', '*.mdx', '*.markdown', '*.canvas'], exclude=['Draft*']), so the note would never be "
+        "searchable: pass another --name or source (nothing was written)")
+    assert write_capture(docs, "# Ideas\n\ntext\n").vault_path == "docs/Ideas.md"
+    assert _files(mixed / "docs") == ["Ideas.md"]
+
+
+def test_cli_capture_into_an_html_source_writes_nothing(mixed: Path) -> None:
+    result = runner.invoke(app, ["capture", "text", "--title", "Zander", "--source", "edgehtml"])
+    assert (result.exit_code, result.output) == (1, f"error: {HTML_REFUSED}\n")
+    result = runner.invoke(app, ["capture", "text", "--title", "Zander", "--source", "gitdocs", "--no-build"])
+    assert result.exit_code == 1 and result.output.startswith("error: capture source 'gitdocs' is kind git, format ")
+    assert _files(mixed) == ["site/index.html"]
+
+
+def test_mcp_save_note_into_an_html_source_writes_nothing(mixed: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    svc = VaultService(Settings.from_env())
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("text", title="Zander", source="edgehtml")
+    assert str(err.value) == HTML_REFUSED
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("text", title="Zander")
+    assert str(err.value) == ("no capture source: set DOCSVAULT_CAPTURE_SOURCE to a local source of sources.yaml "
+                              "(inbox, docs) or pass the `source` argument")
+    assert _files(mixed) == ["site/index.html"]

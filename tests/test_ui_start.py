@@ -1,0 +1,164 @@
+"""`docsvault ui` refuses at once (exit 1, nothing started) on a taken port or when another `docsvault ui` runs
+the daemon of the same DAGSTER_HOME, and starts Dagster from DAGSTER_HOME so the project's dagster.yaml in the
+current folder brings no spurious warning (a different one still does). ``os.execve`` is replaced: nothing real
+starts here (tests/test_ui.py starts it for real)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import pipeline
+from pipeline.cli import UI_LOCK, app, unused_instance_file
+from pipeline.common.lock import hold_across_exec
+
+runner = CliRunner()
+REPO = Path(pipeline.__file__).resolve().parents[1]
+
+
+class _Exec(Exception):
+    """Raised by the stand-in for os.execve: what would have been started, from where."""
+
+    def __init__(self, cmd: str, argv: list[str], env: dict[str, str]) -> None:
+        super().__init__(cmd)
+        self.argv, self.env, self.cwd = argv, env, Path.cwd()
+
+
+@pytest.fixture
+def ui_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """DAGSTER_HOME under tmp_path (not created), execve and signal replaced, the current folder restored after."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+
+    def execve(cmd: str, argv: list[str], env: dict[str, str]) -> None:
+        raise _Exec(cmd, argv, env)
+
+    monkeypatch.setattr(os, "execve", execve)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    return tmp_path / "dagster"
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port something listens on (127.0.0.1)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def other_ui(ui_env: Path) -> Iterator[dict[str, Any]]:
+    """Another `docsvault ui` holding the DAGSTER_HOME's lock (pid 4242, port 3000)."""
+    info = {"pid": 4242, "host": "127.0.0.1", "port": 3000, "started_at": "2026-01-02T03:04:05+00:00"}
+    lock = hold_across_exec(ui_env / UI_LOCK, info)
+    assert lock.fd is not None
+    yield info
+    os.close(lock.fd)
+
+
+def _lock_fds(home: Path) -> list[int]:
+    """This process's descriptors open on ``home``'s ui lock file."""
+    path = str(home / UI_LOCK)
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == path:
+                out.append(int(fd))
+        except OSError:
+            continue
+    return out
+
+
+def test_a_busy_port_exits_at_once_and_starts_nothing(ui_env: Path, busy_port: int) -> None:
+    result = runner.invoke(app, ["ui", "--port", str(busy_port)])
+    assert (result.exit_code, result.output) == (1, (
+        f"error: 127.0.0.1:{busy_port} is already in use: stop what listens there, or pass --port PORT (a free "
+        "port)\n"))
+    assert not ui_env.exists()
+    result = runner.invoke(app, ["ui", "--port", str(busy_port), "--webserver-only"])
+    assert result.exit_code == 1 and f"127.0.0.1:{busy_port} is already in use" in result.output
+
+
+def test_a_second_daemon_on_one_dagster_home_is_refused(ui_env: Path, other_ui: dict[str, Any],
+                                                        busy_port: int) -> None:
+    running = (f"another `docsvault ui` (pid 4242, http://127.0.0.1:3000) runs the Dagster daemon for "
+               f"DAGSTER_HOME={ui_env}: open its UI or stop it first (a second UI on this instance without a second "
+               "daemon: --port PORT --webserver-only)")
+    result = runner.invoke(app, ["ui", "--port", str(_free_port())])
+    assert (result.exit_code, result.output) == (1, f"error: {running}\n")
+    result = runner.invoke(app, ["ui", "--port", str(busy_port)])      # both: the port first, the daemon too
+    assert (result.exit_code, result.output) == (1, (
+        f"error: 127.0.0.1:{busy_port} is already in use: stop what listens there, or pass --port PORT (a free "
+        f"port); also, {running}\n"))
+    port = _free_port()
+    result = runner.invoke(app, ["ui", "--port", str(port), "--webserver-only"])   # a UI without a daemon: allowed
+    assert isinstance(result.exception, _Exec)
+    assert result.exception.argv[1:] == ["-m", "pipeline.definitions", "-d", str(REPO), "-h", "127.0.0.1", "-p",
+                                         str(port)]
+
+
+def test_ui_holds_the_lock_into_dg_dev_and_runs_in_dagster_home(ui_env: Path) -> None:
+    port = _free_port()
+    shutil.copyfile(REPO / "dagster.yaml", Path.cwd() / "dagster.yaml")    # as in a checkout's root
+    result = runner.invoke(app, ["ui", "--port", str(port)])
+    fds = _lock_fds(ui_env)
+    try:
+        assert isinstance(result.exception, _Exec), result.output
+        assert result.exception.argv[1:] == ["dev", "-m", "pipeline.definitions", "-d", str(REPO), "-h",
+                                             "127.0.0.1", "-p", str(port)]
+        assert result.exception.cwd == ui_env      # dg dev warns of a dagster.yaml in its folder that is not this one
+        assert result.output == f"Dagster UI on http://127.0.0.1:{port} (webserver + daemon; DAGSTER_HOME={ui_env})\n"
+        assert (ui_env / "dagster.yaml").read_bytes() == (REPO / "dagster.yaml").read_bytes()
+        assert len(fds) == 1 and os.get_inheritable(fds[0])                  # dg dev inherits the lock
+        again = hold_across_exec(ui_env / UI_LOCK, {})
+        assert again.fd is None and (again.holder["pid"], again.holder["port"]) == (os.getpid(), port)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_only_a_different_dagster_yaml_in_the_current_folder_is_warned_of(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+    here = tmp_path / "here"
+    here.mkdir()
+    assert unused_instance_file(here, home) is None
+    (here / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+    assert unused_instance_file(here, home) is None                     # the same file: nothing to say
+    assert unused_instance_file(home, home) is None
+    (here / "dagster.yaml").write_text("telemetry:\n  enabled: true\n", encoding="utf-8")
+    assert unused_instance_file(here, home) == (
+        f"{here / 'dagster.yaml'} is not used: Dagster reads {home / 'dagster.yaml'}; copy it there to apply it")
+    (home / "dagster.yaml").unlink()
+    assert unused_instance_file(here, home) == (
+        f"{here / 'dagster.yaml'} is not used: Dagster reads {home / 'dagster.yaml'} (missing); copy it there to "
+        "apply it")
+
+
+def test_ui_warns_of_a_different_dagster_yaml_here(ui_env: Path) -> None:
+    ui_env.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", ui_env / "dagster.yaml")
+    here = Path.cwd() / "dagster.yaml"
+    here.write_text("telemetry:\n  enabled: true\n", encoding="utf-8")
+    result = runner.invoke(app, ["ui", "--port", str(_free_port()), "--webserver-only"])
+    assert isinstance(result.exception, _Exec)
+    assert result.output.splitlines()[0] == (
+        f"warning: {here} is not used: Dagster reads {ui_env / 'dagster.yaml'}; copy it "
+        "there to apply it")
