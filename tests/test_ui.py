@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,27 @@ LOCATIONS_QUERY = """
 """
 
 
+@contextmanager
+def _running_ui(tiny_env: Path, cwd: Path) -> Iterator[tuple[subprocess.Popen, int, Path, dict[str, str]]]:
+    """`docsvault ui` started for real in ``cwd`` (its own process group) and serving: (process, port, its log file,
+    the environment it runs with); stopped by process group afterwards."""
+    repo = Path(__file__).resolve().parents[1]
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    port = _free_port()
+    log_path = tiny_env / "ui.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(bin_dir / "docsvault"), "ui", "--port", str(port)], cwd=cwd, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)          # setsid: its own process group
+    try:
+        wait_for_webserver(port, lambda: proc.poll() is None, 120,
+                           lambda: log_path.read_text(errors="replace")[-3000:])
+        yield proc, port, log_path, env
+    finally:
+        stop_group(proc)
+
+
 @pytest.mark.integration   # `docsvault ui` for real (~20 s): dg dev, webserver + daemon
 def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path) -> None:
     """`docsvault ui` started in a folder holding a `gql.py` (dagster-graphql imports `gql`): the webserver and the
@@ -106,25 +129,12 @@ def test_ui_starts_clean_beside_a_module_named_like_a_dependency(tiny_env: Path)
     stray = tiny_env / "cwd"
     stray.mkdir()
     (stray / "gql.py").write_text('raise ImportError("the gql.py of the current directory was imported")\n')
-    repo = Path(__file__).resolve().parents[1]
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    port = _free_port()
-    log_path = tiny_env / "ui.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(bin_dir / "docsvault"), "ui", "--port", str(port)], cwd=stray, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)          # setsid: its own process group
-    try:
-        wait_for_webserver(port, lambda: proc.poll() is None, 120,
-                           lambda: log_path.read_text(errors="replace")[-3000:])
+    with _running_ui(tiny_env, stray) as (_, port, log_path, _env):
         (entry,) = _graphql(port, LOCATIONS_QUERY)["workspaceOrError"]["locationEntries"]
         assert (entry["name"], entry["loadStatus"], entry["locationOrLoadError"]["__typename"]) == (
             "pipeline.definitions", "LOADED", "RepositoryLocation")
         out = log_path.read_text(errors="replace")
         assert "Warning:" not in out and "gql.py" not in out, out[-3000:]
-    finally:
-        stop_group(proc)
 
 
 @pytest.mark.integration   # `docsvault ui` for real (~20 s), then two refused at once
@@ -134,16 +144,7 @@ def test_a_second_ui_is_refused_and_the_checkout_dagster_yaml_brings_no_warning(
     exits 1 at once (another port: the daemon is running; the same port: that too), and no second daemon starts."""
     repo = Path(__file__).resolve().parents[1]
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    port = _free_port()
-    log_path = tiny_env / "ui.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(bin_dir / "docsvault"), "ui", "--port", str(port)], cwd=repo, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    try:
-        wait_for_webserver(port, lambda: proc.poll() is None, 120,
-                           lambda: log_path.read_text(errors="replace")[-3000:])
+    with _running_ui(tiny_env, repo) as (proc, port, log_path, env):
         for p in (_free_port(), port):
             second = subprocess.run([str(bin_dir / "docsvault"), "ui", "--port", str(p)], cwd=repo, env=env,
                                     capture_output=True, text=True, timeout=60, check=False)
@@ -153,5 +154,3 @@ def test_a_second_ui_is_refused_and_the_checkout_dagster_yaml_brings_no_warning(
             assert (f"127.0.0.1:{p} is already in use" in second.stderr) == (p == port)
         out = log_path.read_text(errors="replace")
         assert "Found a dagster instance configuration" not in out and "still sending heartbeats" not in out, out
-    finally:
-        stop_group(proc)
