@@ -91,6 +91,11 @@ def test_incremental_build_runs_only_the_fused_setups(settings: Settings, tiny_e
     assert first["ablation"]["carried"] is False and first["history_rows"] == 24
     assert list(first["setups"]) == [*SCOPED, "hybrid unscoped"]
     first_key = first["setups"]["bm25"]["warehouse_key"]
+    ids = [c["id"] for c in first["cases"]]                             # each set-up's per-case MRR@10 is kept
+    for name, entry in first["setups"].items():
+        assert [c["id"] for c in entry["cases"]] == ids and all(set(c) == {"id", "mrr@10"} for c in entry["cases"])
+    gain = ev.check_fusion_gain(first)                                  # decided on those pairs when behind
+    assert gain.passed or "cases_lane_better" in gain.metadata
     assert first_key.startswith("input:") and first["ablation"]["warehouse_key"] == first_key
 
     evals_run.clear()                                   # nothing changed: nothing run, nothing appended

@@ -164,7 +164,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     Returns:
         An :class:`~pipeline.stages.results.EvalStageResult`: the hybrid set-up's report (``overall``, ``by_source``, ``by_kind``, ``cases``, ``lanes``, as
         :func:`pipeline.evaluate.run_eval`) plus ``setups`` (set-up -> ``{lanes, scope, overall, by_source,
-        by_kind}``; the scoped ablation, then ``hybrid unscoped`` with ``scope: "unscoped"``), ``unscoped`` (the
+        by_kind, cases}``, ``cases`` being ``[{"id", "mrr@10"}]`` per scored case; the scoped ablation, then ``hybrid unscoped`` with ``scope: "unscoped"``), ``unscoped`` (the
         ``hybrid unscoped`` report: ``overall``, ``by_source``, ``by_kind``, ``cases``),
         ``config`` (``k_rrf``, ``weights``, ``models``), ``run_id``, ``run_at``, ``warehouse_built_at``, ``files``,
         ``history`` (the history file), ``history_rows`` (rows appended), ``skipped``. No scored case:
@@ -224,7 +224,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
             config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
                       "models": [m["model_id"] for m in searcher.models]}
-            ablation_key = digest("ablation-3", listing, sorted({c.corpus for c in cases}), search_key, config, setups)
+            ablation_key = digest("ablation-4", listing, sorted({c.corpus for c in cases}), search_key, config, setups)
             before = last_report.get("ablation") or {}
             carried = last_report.get("setups") or {}
             carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
@@ -243,7 +243,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         run_id = digest(run_at, key)[:16]
         built_at = meta.get("built_at", "")
         computed_on = {"warehouse_key": content, "warehouse_built_at": built_at}
-        entries = {name: {**{k: r[k] for k in ("lanes", "scope", "overall", "by_source", "by_kind")}, **computed_on}
+        # each case's MRR@10 too: hybrid_beats_single_lanes pairs the set-ups case by case (a sign test)
+        entries = {name: {**{k: r[k] for k in ("lanes", "scope", "overall", "by_source", "by_kind")}, **computed_on,
+                          "cases": [{"id": c["id"], "mrr@10": c["mrr@10"]} for c in r.get("cases", ())]}
                    for name, r in reports.items()}
         if carry:
             entries = {**{name: carried[name] for name in setups if name != HYBRID}, HYBRID: entries[HYBRID],
