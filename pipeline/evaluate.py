@@ -688,6 +688,10 @@ def check_floors(report: Mapping[str, Any] | None, floors: Mapping[str, float]) 
     return CheckOutcome(not below, meta)
 
 
+#: significance level of :func:`check_fusion_gain`'s paired sign test
+FUSION_SIGN_TEST_P = 0.05
+
+
 def check_fusion_gain(report: Mapping[str, Any] | None, metric: str = "mrr@10") -> CheckOutcome:
     """The hybrid set-up's pooled ``metric`` at or above the best single lane's (a tie passes), or behind it by no
     more than chance: it fails only when the lane wins clearly more cases than the hybrid set-up, per a one-sided
@@ -719,10 +723,6 @@ def check_fusion_gain(report: Mapping[str, Any] | None, metric: str = "mrr@10") 
                         f"{lane_wins} case(s), hybrid on {hybrid_wins} (sign test p={p:.3f})")
         return CheckOutcome(True, meta)
     return CheckOutcome(False, meta)
-
-
-#: significance level of :func:`check_fusion_gain`'s paired sign test
-FUSION_SIGN_TEST_P = 0.05
 
 
 def _paired_wins(hybrid: Mapping[str, Any], lane: Mapping[str, Any], metric: str) -> tuple[int, int] | None:

@@ -29,7 +29,7 @@ from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.common.errors import BuildInterrupted
 from pipeline.config import Settings, scoped_env, set_env
-from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key
+from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key, source_slug
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
@@ -205,7 +205,7 @@ def forget_dropped_assets(instance: dg.DagsterInstance, sources: Sequence[Source
     Returns:
         The wiped keys (sorted).
     """
-    keep = {key(PER_SOURCE_STAGES[0], s).path[0] for s in sources}
+    keep = {source_slug(s.name) for s in sources}
     stale = sorted((k for k in instance.get_asset_keys()
                     if len(k.path) == 2 and k.path[1] in PER_SOURCE_STAGES and k.path[0] not in keep),
                    key=lambda k: k.path)

@@ -329,7 +329,7 @@ def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None,
         EmbeddingError: the export or the quantization fails, or the quantized file cannot be loaded twice.
     """
     directory = e5_query_dir(model_id, cache_dir)
-    if not _valid_meta(directory, E5_QUERY_VARIANT):
+    if not e5_query_ready(model_id, cache_dir):
         if not _valid_meta(e5_model_dir(model_id, cache_dir), E5_VARIANT):
             export_e5(weights, cache_dir, encoder_factory)
         _quantize_e5_query(model_id, cache_dir)

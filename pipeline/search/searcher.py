@@ -219,19 +219,26 @@ PAGE_VECTORS_FORMAT = 2
 KEYS_FORMAT = 1
 
 
-def _cached_page_vectors(con: Any, warehouse_path: Path, table: str,
-                         compute: Callable[[], Mapping[str, Any]]) -> _PageVectors:
-    """A model's page vectors through the search start-up cache (:func:`pipeline.index.fastcache.cached_state`,
-    kind ``pagevec``, keyed on the warehouse like its vector cache): the same arrays ``compute`` gives, read back
-    memory-mapped, so a cold search neither sums every chunk vector again nor touches the vectors of pages it does
-    not score (with the cache off: computed)."""
+def _start_up_state(con: Any, warehouse_path: Path, kind: str, name: str, compute: Callable[[], Mapping[str, Any]],
+                    *parts: Any) -> dict[str, Any]:
+    """A state derived from one warehouse through the search start-up cache (:func:`pipeline.index.fastcache.
+    cached_state`): entry ``<name>.<hash of the warehouse path>`` of ``kind``, keyed on the warehouse's stamps and
+    build facts (:func:`pipeline.warehouse.warehouse_cache_key`), ``parts`` and this module's stamp, so an edit of
+    how a state is computed never meets an entry of the old code (the ``*_FORMAT`` constants are for layout
+    changes). With the cache off: ``compute()``."""
     from pipeline.index.fastcache import cached_state, entry_key, file_stamp
 
-    # this module's stamp in the key: an edit of how page vectors or backgrounds are computed never meets an entry
-    # of the old code (PAGE_VECTORS_FORMAT is for layout changes)
-    key = wh.warehouse_cache_key(con, warehouse_path, PAGE_VECTORS_FORMAT, table, BACKGROUND_ROWS,
-                                 file_stamp(Path(__file__)))
-    state = cached_state("pagevec", f"{table}.{entry_key(str(Path(warehouse_path).resolve()))[:10]}", key, compute)
+    key = wh.warehouse_cache_key(con, warehouse_path, *parts, file_stamp(Path(__file__)))
+    return cached_state(kind, f"{name}.{entry_key(str(Path(warehouse_path).resolve()))[:10]}", key, compute)
+
+
+def _cached_page_vectors(con: Any, warehouse_path: Path, table: str,
+                         compute: Callable[[], Mapping[str, Any]]) -> _PageVectors:
+    """A model's page vectors through the search start-up cache (:func:`_start_up_state`, kind ``pagevec``): the
+    same arrays ``compute`` gives, read back memory-mapped, so a cold search neither sums every chunk vector again
+    nor touches the vectors of pages it does not score (with the cache off: computed)."""
+    state = _start_up_state(con, warehouse_path, "pagevec", table, compute, PAGE_VECTORS_FORMAT, table,
+                            BACKGROUND_ROWS)
     note_ids = np.array(state["note_ids"], dtype=object) if state["note_ids"] else np.zeros(0, dtype=object)
     order, bounds = state["order"], state["bounds"]
     return _PageVectors(
@@ -457,14 +464,11 @@ class Searcher:
 
     def _load_keys(self) -> None:
         """Chunk and note keys of the warehouse: which note and source each chunk belongs to, languages, first
-        chunks, paths, tags and the link graph (:meth:`_compute_keys`), through the search start-up cache (kind
-        ``keys``, keyed on the warehouse and this module's stamp, like the page vectors): ``marshal`` reads the
+        chunks, paths, tags and the link graph (:meth:`_compute_keys`), through the search start-up cache
+        (:func:`_start_up_state`, kind ``keys``): ``marshal`` reads the
         dicts back (~10 ms for the five corpora's 27k chunks) instead of building them from the key tables again
         (~70 ms). With the cache off: computed."""
-        from pipeline.index.fastcache import cached_state, entry_key, file_stamp
-
-        key = wh.warehouse_cache_key(self._con, self.path, KEYS_FORMAT, file_stamp(Path(__file__)))
-        state = cached_state("keys", f"keys.{entry_key(str(self.path.resolve()))[:10]}", key, self._compute_keys)
+        state = _start_up_state(self._con, self.path, "keys", "keys", self._compute_keys, KEYS_FORMAT)
         self._note_of: dict[str, str] = state["note_of"]
         self._source_of: dict[str, str] = state["source_of"]
         #: English notes: the ones the cross-lingual lane leaves out for an English question
@@ -844,9 +848,7 @@ class Searcher:
     def _flat_rows_of(self, table: str, ids: list[str]) -> dict[str, Any]:
         """Per row of a vector table (chunk ``ids``): ``codes`` (int32) into ``sources`` (its source names) and
         ``pages`` (int64, the page number of its note, -1 unknown), through the search start-up cache (kind
-        ``flatrows``, keyed like :meth:`_load_keys`): two dict lookups per row (~20 ms per 25k rows) otherwise."""
-        from pipeline.index.fastcache import cached_state, entry_key, file_stamp
-
+        ``flatrows``, :func:`_start_up_state`): two dict lookups per row (~20 ms per 25k rows) otherwise."""
         def compute() -> dict[str, Any]:
             src = [self._source_of.get(c, "") for c in ids]
             names = sorted(set(src))
@@ -855,8 +857,7 @@ class Searcher:
                     "pages": np.array([self._page_no.get(self._note_of.get(c, ""), -1) for c in ids],
                                       dtype=np.int64)}
 
-        key = wh.warehouse_cache_key(self._con, self.path, KEYS_FORMAT, table, file_stamp(Path(__file__)))
-        return cached_state("flatrows", f"{table}.{entry_key(str(self.path.resolve()))[:10]}", key, compute)
+        return _start_up_state(self._con, self.path, "flatrows", table, compute, KEYS_FORMAT, table)
 
     def _exact_knn(self, table: str, qvec: np.ndarray, sources: frozenset[str] | None,
                    notes: frozenset[str] | None, skip_english: bool = False) -> list[tuple[str, float]]:
