@@ -1118,8 +1118,7 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
         return f"cannot write {home / UI_LOCK}: {exc.strerror or exc}; fix DAGSTER_HOME ({home}) or its permissions"
     if lock.fd is not None:
         if port_problem:             # nothing starts: let go at once, naming nobody
-            os.ftruncate(lock.fd, 0)
-            os.close(lock.fd)
+            lock.release()
         return port_problem
     other = lock.holder
     where = f"pid {other.get('pid', '?')}, http://{other.get('host', UI_HOST)}:{other.get('port', '?')}"

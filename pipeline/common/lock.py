@@ -269,6 +269,12 @@ class ExecLock(NamedTuple):
     fd: int | None
     holder: dict[str, Any]
 
+    def release(self) -> None:
+        """Let go of a held lock at once (its file emptied, so it names nobody); no-op when not held."""
+        if self.fd is not None and self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)
+
 
 def hold_across_exec(path: Path, info: dict[str, Any]) -> ExecLock:
     """Take ``path``'s ``flock`` without waiting, for this process and the program it ``exec``s next: the

@@ -197,24 +197,27 @@ def _strays_hint(strays: dict[str, int]) -> str:
             f"{'it under its' if len(strays) == 1 else 'them under their'} '- name:' line, aligned with 'name:'")
 
 
-def _check_required(block: Any, where: str, strays: dict[str, int]) -> None:
-    """Raise when a block lacks 'name', 'kind' or the key its kind needs, naming the block's line (``where`` is
-    ``<file>: line N: sources[i]``) and, when there are any, the mis-indented top-level keys."""
+def _missing(block: Any) -> str | None:
+    """What a block lacks: 'name', 'kind' or the key its kind needs (``has no 'kind' (one of [...])``); None when it
+    has them, or is no mapping (:func:`parse_source` says so)."""
     if not isinstance(block, dict):
-        return
+        return None
     name, kind = block.get("name"), block.get("kind")
-    label = f"{where} (source '{name}')" if valid_name(name) else where
     if name is None:
-        problem = "has no 'name' (every source starts with '- name: <name>')"
-    elif kind is None:
-        problem = f"has no 'kind' (one of {list(KINDS)})"
-    else:
-        needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)]
-        if not needed:
-            return
-        problem = f"has no '{needed[0]}' (kind '{kind}' needs it)"
+        return "has no 'name' (every source starts with '- name: <name>')"
+    if kind is None:
+        return f"has no 'kind' (one of {list(KINDS)})"
+    needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)]
+    return f"has no '{needed[0]}' (kind '{kind}' needs it)" if needed else None
+
+
+def _missing_error(block: dict, where: str, problem: str, strays: dict[str, int]) -> SourceConfigError:
+    """The error of a block :func:`_missing` found lacking, naming its line (``where`` is ``<file>: line N:
+    sources[i]``) and, when there are any, the mis-indented top-level keys."""
+    name = block.get("name")
+    label = f"{where} (source '{name}')" if valid_name(name) else where
     hint = _strays_hint(strays)
-    raise SourceConfigError(f"{label} {problem}" + (f"; {hint}" if hint else ""))
+    return SourceConfigError(f"{label} {problem}" + (f"; {hint}" if hint else ""))
 
 
 def load_sources(path: Path) -> list[Source]:
@@ -246,13 +249,16 @@ def load_sources(path: Path) -> list[Source]:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
-    lines, strays = _layout(text)
+    missing = [_missing(block) for block in data["sources"]]
+    # line numbers are only for an error: the text is composed a second time only then
+    lines, strays = (_layout(text) if any(missing) or any(k in ALLOWED_KEYS for k in data if k != "sources")
+                     else ([], {}))
     sources: list[Source] = []
     seen: set[str] = set()
     slugs: dict[str, str] = {}
     for i, block in enumerate(data["sources"], start=1):
-        _check_required(block, f"{path}: line {lines[i - 1]}: sources[{i}]" if i <= len(lines)
-                        else f"{path}: sources[{i}]", strays)
+        if missing[i - 1]:
+            raise _missing_error(block, f"{path}: line {lines[i - 1]}: sources[{i}]", missing[i - 1], strays)
         source = parse_source(block, path.parent, f"{path}: sources[{i}]")
         if source.name in seen:
             raise SourceConfigError(f"{path}: sources[{i}]: duplicate source name '{source.name}'; names must be unique")

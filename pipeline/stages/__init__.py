@@ -77,7 +77,6 @@ from pipeline.stages.layout import (
     check_layout,
     cleanup_leftovers,
     no_sources_problem,
-    refuse_removing_every_source,
     remove_dropped_sources,
 )
 from pipeline.stages.results import (
@@ -139,7 +138,6 @@ __all__ = [
     "no_sources_problem",
     "normalize_stage",
     "now",
-    "refuse_removing_every_source",
     "remove_dropped_sources",
     "search_index_stage",
     "stage_lock",

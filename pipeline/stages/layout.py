@@ -144,8 +144,12 @@ def refuse_removing_every_source(settings: Settings, sources: Sequence[Source], 
 
 def no_sources_problem(built: Sequence[str]) -> str:
     """``lists no sources, but 3 source(s) are built (a, b, c)``: the first five names, then ``and N more``."""
-    shown = ", ".join(built[:5]) + (f" and {len(built) - 5} more" if len(built) > 5 else "")
-    return f"lists no sources, but {len(built)} source(s) are built ({shown})"
+    return f"lists no sources, but {len(built)} source(s) are built ({_first_five(built)})"
+
+
+def _first_five(names: Sequence[str]) -> str:
+    """``a, b, c, d, e and 2 more``: the first five, then how many more."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, remove_all: bool = False) -> list[str]:
@@ -180,8 +184,8 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, rem
             kept = _remove_generated(folder)
             line = f"removed vault/{folder.name}/: source '{folder.name}' is no longer in sources.yaml"
             if kept:
-                shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-                line += (f" (kept {len(kept)} file(s) docsvault did not write, or that were edited since: {shown})")
+                line += (f" (kept {len(kept)} file(s) docsvault did not write, or that were edited since: "
+                         f"{_first_five(kept)})")
             lines.append(line)
             log.info("%s", lines[-1])       # the CLI prints the returned lines; info: not twice in a merged log
     state_dir = settings.state_dir

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from bs4 import Tag
 
-__all__ = ["MAX_TABLE_CELLS", "html_table_to_gfm", "table_sections"]
+__all__ = ["MAX_TABLE_CELLS", "html_table_to_gfm"]
 
 MAX_TABLE_CELLS = 20_000
 """Cells read per table; rows after the cap are dropped (a bound on the work a hostile page can cause)."""
@@ -40,7 +40,7 @@ def _cells(tr: Tag) -> list[Tag]:
     return tr.find_all(["td", "th"], recursive=False)
 
 
-def table_sections(table: Tag) -> tuple[list[Tag], list[Tag], list[Tag]]:
+def _table_sections(table: Tag) -> tuple[list[Tag], list[Tag], list[Tag]]:
     """``(header rows, body rows, footer rows)`` of ``table``: its own ``<tr>`` (not a nested table's), each list in
     document order. Header rows: the ``<thead>`` rows, else the leading body rows of only ``<th>`` cells, else
     (no ``<th>`` in the table at all, and more than one row) the first row."""
@@ -123,7 +123,7 @@ def html_table_to_gfm(table: Tag, cell_markdown: Callable[[Tag], str]) -> str:
         text = _LINE_BREAKS.sub("<br>", cell_markdown(cell).strip())
         return _PIPE.sub(r"\\|", text)
 
-    head, body, foot = table_sections(table)
+    head, body, foot = _table_sections(table)
     grid = _grid((head, body, foot), cell_text)
     caption = table.find("caption", recursive=False)
     cap = _LINE_BREAKS.sub(" ", cell_markdown(caption).strip()) if isinstance(caption, Tag) else ""
