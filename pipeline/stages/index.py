@@ -56,6 +56,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     from dataclasses import replace
 
     from pipeline.index.chunk import chunk_note
+    from pipeline.index.embed import release_models
     from pipeline.index.language import detect_language, majority_language
     from pipeline.ingest.vault import read_notes
 
@@ -89,6 +90,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         rechunked = 0
         old_warnings: dict[str, str] = dict(state.get("chunk_warnings") or {}) if previous else {}
         cut: dict[str, str] = {}          # note id -> the line of a note cut at the chunk cap
+        used: dict[str, Any] = {}        # model spec -> embedder whose tokenizer counted tokens
         notify("chunk", source.name, 0, len(notes))
         for i, note in enumerate(notes, start=1):
             if i % 50 == 0:
@@ -106,7 +108,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                 continue     # the note had no chunks last time (empty note)
             rechunked += 1
             language = detected[note.note_id] = detect_language(f"{note.title}\n{note.body}")
-            embedder = embedder_factory(settings.model_for(source, language))
+            spec = settings.model_for(source, language)
+            embedder = used.setdefault(spec, embedder_factory(spec))
             lines: list[str] = []
             chunks.extend(replace(c, language=language) for c in
                           chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens,
@@ -124,6 +127,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                        f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
                        f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")
             log.warning(warning)
+        if used:
+            release_models(used.values())       # e5's tokenizer alone holds ~0.3 GB
         notify("chunk", source.name, len(notes), len(notes))
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
@@ -148,23 +153,28 @@ def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) ->
     return out
 
 
-def _seed_from_warehouse(settings: Settings, model_id: str, hashes: Sequence[str]) -> dict[str, Any]:
-    """Vectors of ``model_id`` for these text hashes stored in the current warehouse ({} when none/unreadable)."""
-    if not hashes or not settings.warehouse_path.exists():
+def _seed_from_warehouse(settings: Settings, wanted: dict[str, Sequence[str]]) -> dict[str, dict[str, Any]]:
+    """Vectors stored in the current warehouse for the texts missing from the embedding caches: ``{model id: {text
+    hash: vector}}`` for ``wanted`` (``{model id: text hashes}``); a model absent or {} when none are stored, the
+    file is missing or unreadable. One read-only connection without the search extensions (no HNSW is read)."""
+    wanted = {m: hs for m, hs in wanted.items() if hs}
+    if not wanted or not settings.warehouse_path.exists():
         return {}
     from pipeline.warehouse import connect, vectors_by_text_hash
 
     try:
-        con = connect(settings.warehouse_path, read_only=True)
+        con = connect(settings.warehouse_path, read_only=True, lazy_extensions=True)
     except (WarehouseCorruptError, WarehouseNotBuiltError, Exception):  # noqa: BLE001 - only a cache miss
         return {}
+    out: dict[str, dict[str, Any]] = {}
     try:
-        return vectors_by_text_hash(con, model_id, hashes)
-    except Exception:  # noqa: BLE001
+        for model_id, hashes in wanted.items():
+            out[model_id] = vectors_by_text_hash(con, model_id, hashes)
+    except Exception:
         log.debug("cannot read vectors from the warehouse", exc_info=True)
-        return {}
     finally:
         con.close()
+    return out
 
 
 def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[str], Any],
@@ -182,7 +192,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     """
     import numpy as np
 
-    from pipeline.index.embed import EmbeddingCache, embed_chunks
+    from pipeline.index.embed import EmbeddingCache, embed_chunks, release_models
 
     with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
@@ -209,25 +219,30 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
         seeded = 0
         total_missing = [0]     # texts to embed over every pass (per language, then cross-lingual): one task
+        missing: list[list[str]] = []           # per pass: text hashes not in its model's cache
         for spec, group in groups.items():
             embedder = embedders[spec]
             cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
             hashes = sorted({text_hash(c.embed_text) for c in group})
             have = cache.get_many(hashes)
-            missing = [h for h in hashes if h not in have]
+            missing.append([h for h in hashes if h not in have])
             if forced(source.name):         # --force: embed every chunk again, refreshing the cache
-                cache, missing = WriteOnlyCache(cache), []
+                cache, missing[-1] = WriteOnlyCache(cache), []
                 total_missing[0] += len(hashes)
-            if missing:
-                found = _seed_from_warehouse(settings, embedder.model_id, missing)
-                if found:
-                    hs = sorted(found)
-                    cache.put_many(hs, np.stack([found[h] for h in hs]))
-                    seeded += len(hs)
-                    log.info("source '%s': %d %s vectors taken from the warehouse into the embedding cache",
-                             source.name, len(hs), embedder.model_id)
-                total_missing[0] += len(missing) - len(found)
             todo.append((embedder, cache, group))
+        wanted: dict[str, list[str]] = {}
+        for (embedder, _, _), hashes in zip(todo, missing):
+            wanted.setdefault(embedder.model_id, []).extend(hashes)
+        stored = _seed_from_warehouse(settings, wanted)
+        for (embedder, cache, _), hashes in zip(todo, missing):
+            found = {h: v for h in hashes if (v := (stored.get(embedder.model_id) or {}).pop(h, None)) is not None}
+            if found:
+                hs = sorted(found)
+                cache.put_many(hs, np.stack([found[h] for h in hs]))
+                seeded += len(hs)
+                log.info("source '%s': %d %s vectors taken from the warehouse into the embedding cache",
+                         source.name, len(hs), embedder.model_id)
+            total_missing[0] += len(hashes) - len(found)
         done_before = [0]
 
         def both(done: int, total: int) -> None:
@@ -241,6 +256,8 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         per_model: dict[str, int] = {}
         for embedder, cache, group in todo:
             result = embed_chunks(group, embedder, cache, progress=both)
+            if result.n_embedded:
+                release_models([embedder])      # before the next model loads: one model's memory at a time
             done_before[0] += result.n_embedded
             n_embedded += result.n_embedded
             n_cached += result.n_cached

@@ -131,7 +131,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     import numpy as np
 
     from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
-    from pipeline.index.embed import EmbeddingCache
+    from pipeline.index.embed import EmbeddingCache, trim_heap
     from pipeline.ingest.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
@@ -173,13 +173,15 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         t = time.perf_counter()
         chunks: list[Chunk] = []
         vectors: dict[str, tuple[list[str], Any]] = {}
+        caches: dict[str, EmbeddingCache] = {}     # one per model: its shards are read once, not once per source
         missing = 0
         for name in names:
             source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
             chunks.extend(source_chunks)
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
                 model_id = embedder_factory(spec).model_id
-                found = EmbeddingCache(settings.cache_dir, model_id).get_many([c.text_hash for c in group])
+                cache = caches.setdefault(model_id, EmbeddingCache(settings.cache_dir, model_id))
+                found = cache.get_many([c.text_hash for c in group])
                 ids, vecs = vectors.setdefault(model_id, ([], []))
                 for c in group:
                     vec = found.get(c.text_hash)
@@ -190,6 +192,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                         vecs.append(vec)
         arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
                   for m, (ids, vecs) in vectors.items() if ids}
+        del vectors, caches         # the shards' arrays: only the copies in ``arrays`` are published
         timings["vectors_s"] = time.perf_counter() - t
         notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
@@ -199,6 +202,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         bm25_blobs = bm25.to_blobs()
         bm25_blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
         tokens.save()
+        hits, misses = tokens.hits, tokens.misses
+        del bm25, analyzer, tokens          # the token lists and index arrays: only the blobs are published
+        trim_heap()
         timings["bm25_s"] = time.perf_counter() - t
         notify("warehouse", "all", 4, 5)
         data = WarehouseData(
@@ -220,7 +226,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             sources=tuple(names), models=tuple(sorted(arrays)), notes=len(notes), chunks=len(chunks),
             vectors=sum(len(ids) for ids, _ in arrays.values()), missing_vectors=missing, links=len(edges),
             path=str(settings.warehouse_path), size_mb=round(settings.warehouse_path.stat().st_size / 1e6, 2),
-            tokens_cached=tokens.hits, tokens_analysed=tokens.misses, rebuilt_because=problem,
+            tokens_cached=hits, tokens_analysed=misses, rebuilt_because=problem,
             publish={k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
             timings={k: round(v, 3) for k, v in timings.items()},
         )

@@ -230,8 +230,10 @@ def take_rows(vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """
     rows = np.asarray(rows, dtype=np.int64)
     base = vecs
-    while base is not None and not isinstance(base, np.memmap):
-        base = base.base
+    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+        base = base.base            # None, a memmap, or another owner (an Arrow buffer: DOCSVAULT_SEARCH_CACHE=off)
+    if not isinstance(base, np.memmap):
+        base = None
     filename = getattr(base, "filename", None)
     if (base is None or filename is None or not vecs.flags.c_contiguous or vecs.ndim != 2 or not len(rows)
             or vecs.ctypes.data != base.ctypes.data or (len(rows) > 1 and bool(np.any(np.diff(rows) <= 0)))):
@@ -282,10 +284,17 @@ def vectors_by_text_hash(con: duckdb.DuckDBPyConnection, model_id: str, hashes: 
         return {}
     con.register("_hashes_in", pa.table({"text_hash": pa.array(list(hashes), pa.string())}))
     try:
+        # the chunks first (a small scan): texts new to the warehouse, the usual case, never read the vectors
+        found = con.execute("SELECT chunk_id, text_hash FROM chunks WHERE text_hash IN "
+                            "(SELECT text_hash FROM _hashes_in)").fetch_arrow_table()
+        if found.num_rows == 0:
+            return {}
+        con.register("_found_in", found)
         res = con.execute(
-            f"SELECT c.text_hash, any_value(v.emb) FROM {_live_sql(table)} v JOIN chunks c USING (chunk_id) "
-            "WHERE c.text_hash IN (SELECT text_hash FROM _hashes_in) GROUP BY c.text_hash"
+            f"SELECT c.text_hash, any_value(v.emb) FROM {_live_sql(table)} v JOIN _found_in c USING (chunk_id) "
+            "GROUP BY c.text_hash"
         ).fetch_arrow_table()
+        con.unregister("_found_in")
     finally:
         con.unregister("_hashes_in")
     if res.num_rows == 0:

