@@ -114,3 +114,16 @@ def test_exact_command_ranks_its_only_note_first(mixed: Settings) -> None:
 
 def test_japanese_question_finds_the_english_page(mixed: Settings) -> None:
     assert _ranked(mixed, "Parquetファイルを読む")[0] == "duck/data/parquet/overview.md"
+
+
+def test_scoped_search_is_the_same_without_the_start_up_cache(mixed: Settings, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    # a scope of at most a quarter of a model's rows is read row-wise: with DOCSVAULT_SEARCH_CACHE=off the vectors
+    # are Arrow-owned, not a memory map (this crashed once)
+    def scoped(query: str) -> list[list[str]]:
+        with Searcher(mixed.warehouse_path, query_threads=1) as s:
+            return [[h.source_path for h in s.search(query, k=5, source=name)] for name in SOURCES]
+
+    cached = scoped("read a file")
+    monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
+    assert scoped("read a file") == cached
