@@ -451,3 +451,15 @@ def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Pa
     result = runner.invoke(app, ["build", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["shared"]["warnings"] == lines[:1]
+
+
+def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, monkeypatch) -> None:
+    other = tiny_env / "other-evals"
+    other.mkdir()
+    (other / "cases.yaml").write_text("corpus: elsewhere\ncases:\n  - id: x-1\n    query: ducks\n"
+                                      "    expected: [Ducks.md]\n", encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(other))
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert (f"eval: no eval case is about a built source (eval files: {other}); point DOCSVAULT_EVALS at your "
+            "cases (README: Eval files)") in result.output.splitlines()

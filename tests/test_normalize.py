@@ -261,6 +261,16 @@ def test_mdx_other_callouts_and_sandpack(tmp_path):
     )
 
 
+
+def test_mdx_components_inside_inline_code_are_code(tmp_path):
+    # inline code is never changed: a component tag in a code span is the code's text, not a component
+    text = ("Use `{cond ? <A /> : <B />}` or `{cond && <A />}`.\n\n<Note>\nSee `isPlatypus && <Egg />` here.\n"
+            "</Note>\n\nA real one: <A /> drops.\n")
+    assert _body(tmp_path, "mdx", text) == (
+        "Use `{cond ? <A /> : <B />}` or `{cond && <A />}`.\n\n> [!note]\n> See `isPlatypus && <Egg />` here.\n\n"
+        "A real one:  drops.\n")
+
+
 # ---- jekyll ----
 
 JEKYLL_IN = '''See [`PIVOT`]({% link docs/stable/pivot.md %}#pivot-syntax) and [post]({% post_url 2024-02-13-announcing-duckdb-0100 %}).

@@ -63,3 +63,31 @@ def test_a_released_model_loads_again_with_the_same_vectors(spec: str):
     assert not any(getattr(e, name, None) for name in ("_model", "_tok", "_use", "_sessions", "_file"))
     np.testing.assert_array_equal(e.embed_documents(texts), before)
     np.testing.assert_array_equal(e.embed_query(texts[0]), query)
+
+
+def test_a_model_joining_or_leaving_with_a_language_is_not_a_model_change(
+        tiny_env: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    monkeypatch.setenv("DOCSVAULT_MULTILINGUAL_MODEL", "hash:64")       # Japanese notes get a model of their own
+    settings = Settings.from_env()
+    (source,) = load_sources(settings.sources_file)
+    japanese = tiny_env / "tinyvault" / "ja" / "検索.md"
+    text = japanese.read_text(encoding="utf-8")
+    japanese.unlink()
+
+    def build() -> Any:
+        for stage in (b.fetch_stage, b.normalize_stage, b.vault_stage):
+            stage(settings, source)
+        b.chunk_stage(settings, source, load_embedder)
+        return b.embed_stage(settings, source, load_embedder)
+
+    assert sorted(build().models) == ["hash-384"]
+    japanese.write_text(text, encoding="utf-8")
+    with caplog.at_level("INFO", logger="docsvault"):
+        joined = build()
+        assert (joined.model_changed, joined.models["hash-64"]) == ("", 1)
+        japanese.unlink()
+        left = build()
+        assert (left.model_changed, sorted(left.models)) == ("", ["hash-384"])
+    assert "the notes' languages changed: models +hash-64" in caplog.text
+    assert "the notes' languages changed: models -hash-64" in caplog.text
+    assert "embedding models changed" not in caplog.text

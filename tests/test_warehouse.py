@@ -423,8 +423,8 @@ def test_an_update_past_the_growth_bound_is_a_full_publish(tmp_path: Path, monke
     st = wh.publish(path, new, incremental=True)
     # a file within a block of the bound is not copied and updated at all
     assert st["mode"] == "full" and st["reason"] == (
-        f"the file is {full['bytes']} bytes and an update adds at least 262144 bytes: more than 0% over its "
-        f"{full['bytes']} bytes after its last full build")
+        f"the file is {full['bytes'] / 1e6:.2f} MB and an update adds at least 256 KiB: more than 0% over its "
+        f"{full['bytes'] / 1e6:.2f} MB after its last full build")
     assert not list(tmp_path.glob("w.duckdb.tmp-*"))
     con = wh.connect(path)
     try:

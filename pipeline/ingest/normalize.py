@@ -67,11 +67,10 @@ class NormalizeResult(NamedTuple):
 _BACKTICKS = re.compile(r"`+")
 
 
-def _protect_inline_code(text: str) -> tuple[str, list[str]]:
-    """Replace inline code spans by ``\\x00<n>\\x00`` placeholders (CommonMark pairing, not across blank lines)."""
-    spans: list[str] = []
-    out: list[str] = []
-    pos = 0
+def _inline_code_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each inline code span of ``text`` (CommonMark pairing of equal backtick runs, an escaped
+    opening run skipped, never across a blank line)."""
+    found: list[tuple[int, int]] = []
     i = 0
     while True:
         m = _BACKTICKS.search(text, i)
@@ -96,10 +95,21 @@ def _protect_inline_code(text: str) -> tuple[str, list[str]]:
         if end is None:
             i = m.end()
             continue
-        out.append(text[pos:m.start()])
+        found.append((m.start(), end))
+        i = end
+    return found
+
+
+def _protect_inline_code(text: str) -> tuple[str, list[str]]:
+    """Replace inline code spans by ``\\x00<n>\\x00`` placeholders (:func:`_inline_code_spans`)."""
+    spans: list[str] = []
+    out: list[str] = []
+    pos = 0
+    for start, end in _inline_code_spans(text):
+        out.append(text[pos:start])
         out.append(f"\x00{len(spans)}\x00")
-        spans.append(text[m.start():end])
-        pos = i = end
+        spans.append(text[start:end])
+        pos = end
     out.append(text[pos:])
     return "".join(out), spans
 
@@ -356,11 +366,15 @@ def _find_close(text: str, name: str, start: int, pieces: list[tuple[int, int]])
 
 
 def _code_ranges(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every fenced code block and every inline code span of the prose, in order: component
+    tags inside them are code (`` `{cond && <A />}` `` stays as written)."""
     ranges = []
     pos = 0
     for is_code, chunk in split_code(text):
         if is_code:
             ranges.append((pos, pos + len(chunk)))
+        else:
+            ranges.extend((pos + a, pos + b) for a, b in _inline_code_spans(chunk))
         pos += len(chunk)
     return ranges
 

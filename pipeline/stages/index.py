@@ -212,10 +212,16 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         embedders = {spec: embedder_factory(spec) for spec in groups}
         model_ids = sorted({e.model_id for e in embedders.values()})
         previous = state.get("models") or ([state["model"]] if state.get("model") else [])
+        added, dropped = sorted(set(model_ids) - set(previous)), sorted(set(previous) - set(model_ids))
+        # a model replaced is a change (every chunk embedded again); one joining or leaving with the notes of a
+        # language is not: the other vectors stay
         model_changed = (f"{', '.join(previous)} -> {', '.join(model_ids)}"
-                         if previous and model_ids and sorted(previous) != model_ids else "")
+                         if previous and model_ids and added and dropped else "")
         if model_changed:
             log.warning("source '%s': embedding models changed (%s)", source.name, model_changed)
+        elif previous and (added or dropped):
+            log.info("source '%s': the notes' languages changed: models %s", source.name,
+                     ", ".join([*(f"+{m}" for m in added), *(f"-{m}" for m in dropped)]))
         todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
         seeded = 0
         total_missing = [0]     # texts to embed over every pass (per language, then cross-lingual): one task

@@ -255,11 +255,16 @@ def _check_growth(size: int, full_bytes: int, *, before: bool = False) -> None:
         return
     limit = (1 + MAX_GROWTH) * full_bytes
     if before and size + _BLOCK > limit:
-        raise _NotIncremental(f"the file is {size} bytes and an update adds at least {_BLOCK} bytes: more than "
-                              f"{MAX_GROWTH:.0%} over its {full_bytes} bytes after its last full build")
+        raise _NotIncremental(f"the file is {_mb(size)} and an update adds at least {_BLOCK // 1024} KiB: more than "
+                              f"{MAX_GROWTH:.0%} over its {_mb(full_bytes)} after its last full build")
     if size > limit:
-        raise _NotIncremental(f"the file would grow to {size} bytes, more than {MAX_GROWTH:.0%} over its "
-                              f"{full_bytes} bytes after its last full build")
+        raise _NotIncremental(f"the file would grow to {_mb(size)}, more than {MAX_GROWTH:.0%} over its "
+                              f"{_mb(full_bytes)} after its last full build")
+
+
+def _mb(n: int) -> str:
+    """Bytes as megabytes for a message: ``"11.81 MB"``."""
+    return f"{n / 1e6:.2f} MB"
 
 
 def _current_models(con: duckdb.DuckDBPyConnection, path: Path, vec_tables: Mapping[str, pa.Table]
