@@ -440,8 +440,8 @@ class Searcher:
                                               else translator or None)   # type: ignore[assignment]
         self.translate_bm25 = translate_bm25
         self._translations: dict[str, str | None] = {}
-        self._query_terms: dict[tuple[Any, ...], tuple[str, ...]] = {}    # see _bm25_tokens
-        self._page_paths: dict[str, set[str]] = {}                          # see page_paths
+        # _bm25_tokens' memo: query -> terms, valid for the analysis objects it holds (an override swaps them)
+        self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[str, ...]]] = ((), {})
         self._lock = threading.RLock()
         self._cache_lock = threading.Lock()     # the FIFO caches the model threads of one search share
         self._masks: dict[frozenset[str], np.ndarray] = {}
@@ -482,7 +482,7 @@ class Searcher:
         self._pagerank: dict[str, float] = state["pagerank"]
         self._not_results: set[str] = set(state["not_results"])
         self._note_path: dict[str, str] = state["note_path"]
-        self._page_paths = {}
+        self._page_paths: dict[str, set[str]] = {}      # source -> its pages' source paths (page_paths)
         self._note_source: dict[str, str] = state["note_source"]
         self._vault_path: dict[str, str] = state["vault_path"]
         self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
@@ -657,18 +657,22 @@ class Searcher:
         English words a Japanese page keeps (API names, identifiers, untranslated terms): appended for every page,
         the translation scored MRR@10 +0.014 / +0.018 (scoped / unscoped, 95% intervals above zero) over scoring
         Japanese pages with the Japanese terms alone (README, Search quality)."""
-        key = (query, self.translate_bm25, id(self.analyzer), id(self.synonyms), id(self.translator))
-        if key in self._query_terms:                # both BM25 lanes, and a query searched again (the eval's scopes)
-            return list(self._query_terms[key])
+        deps = (self.translate_bm25, self.analyzer, self.synonyms, self.translator)
+        held, memo = self._query_terms
+        if len(held) != len(deps) or any(a is not b for a, b in zip(held, deps)):
+            memo = {}
+            self._query_terms = (deps, memo)
+        if query in memo:                           # both BM25 lanes, and a query searched again (the eval's scopes)
+            return list(memo[query])
         tokens = self.analyzer.tokens(query)
         if self.translate_bm25:
             english = self._translation(query)
             if english:
                 tokens = tokens + self.analyzer.tokens(english)
         terms = self.synonyms.expand(tokens)
-        if len(self._query_terms) >= QUERY_CACHE:
-            self._query_terms.pop(next(iter(self._query_terms)))
-        self._query_terms[key] = tuple(terms)
+        if len(memo) >= QUERY_CACHE:
+            memo.pop(next(iter(memo)))
+        memo[query] = tuple(terms)
         return terms
 
     # ---- lanes ----

@@ -241,7 +241,8 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             wanted.setdefault(embedder.model_id, []).extend(hashes)
         stored = _seed_from_warehouse(settings, wanted)
         for (embedder, cache, _), hashes in zip(todo, missing):
-            found = {h: v for h in hashes if (v := (stored.get(embedder.model_id) or {}).pop(h, None)) is not None}
+            held = stored.get(embedder.model_id) or {}
+            found = {h: held.pop(h) for h in hashes if h in held}     # popped: a second pass of the model re-puts none
             if found:
                 hs = sorted(found)
                 cache.put_many(hs, np.stack([found[h] for h in hs]))

@@ -294,9 +294,9 @@ def vectors_by_text_hash(con: duckdb.DuckDBPyConnection, model_id: str, hashes: 
             f"SELECT c.text_hash, any_value(v.emb) FROM {_live_sql(table)} v JOIN _found_in c USING (chunk_id) "
             "GROUP BY c.text_hash"
         ).fetch_arrow_table()
-        con.unregister("_found_in")
     finally:
         con.unregister("_hashes_in")
+        con.unregister("_found_in")     # a no-op when it was never registered
     if res.num_rows == 0:
         return {}
     emb = res.column(1).combine_chunks()
