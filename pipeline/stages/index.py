@@ -222,7 +222,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         elif previous and (added or dropped):
             log.info("source '%s': the notes' languages changed: models %s", source.name,
                      ", ".join([*(f"+{m}" for m in added), *(f"-{m}" for m in dropped)]))
-        todo: list[tuple[Any, EmbeddingCache, list[Chunk]]] = []
+        todo: list[tuple[str, Any, EmbeddingCache, list[Chunk]]] = []
         seeded = 0
         total_missing = [0]     # texts to embed over every pass (per language, then cross-lingual): one task
         missing: list[list[str]] = []           # per pass: text hashes not in its model's cache
@@ -235,12 +235,13 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             if forced(source.name):         # --force: embed every chunk again, refreshing the cache
                 cache, missing[-1] = WriteOnlyCache(cache), []
                 total_missing[0] += len(hashes)
-            todo.append((embedder, cache, group))
+            todo.append((spec, embedder, cache, group))
         wanted: dict[str, list[str]] = {}
-        for (embedder, _, _), hashes in zip(todo, missing):
+        for (_, embedder, _, _), hashes in zip(todo, missing):
             wanted.setdefault(embedder.model_id, []).extend(hashes)
         stored = _seed_from_warehouse(settings, wanted)
-        for (embedder, cache, _), hashes in zip(todo, missing):
+        pending: list[list[str]] = []           # per pass: the text hashes it embeds
+        for (_, embedder, cache, group), hashes in zip(todo, missing):
             held = stored.get(embedder.model_id) or {}
             found = {h: held.pop(h) for h in hashes if h in held}     # popped: a second pass of the model re-puts none
             if found:
@@ -250,6 +251,8 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                 log.info("source '%s': %d %s vectors taken from the warehouse into the embedding cache",
                          source.name, len(hs), embedder.model_id)
             total_missing[0] += len(hashes) - len(found)
+            pending.append(sorted({text_hash(c.embed_text) for c in group}) if isinstance(cache, WriteOnlyCache)
+                           else [h for h in hashes if h not in found])
         done_before = [0]
 
         def both(done: int, total: int) -> None:
@@ -261,13 +264,17 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         started = time.perf_counter()
         n_embedded = n_cached = 0
         per_model: dict[str, int] = {}
-        for embedder, cache, group in todo:
+        for (spec, embedder, cache, group), hashes in zip(todo, pending):
+            in_child = _embed_in_child(settings, spec, embedder, group, hashes, both)
+            if in_child:        # the vectors are in the model's cache now
+                cache = cache.cache if isinstance(cache, WriteOnlyCache) else cache
+                done_before[0] += in_child
             result = embed_chunks(group, embedder, cache, progress=both)
             if result.n_embedded:
                 release_models([embedder])      # before the next model loads: one model's memory at a time
             done_before[0] += result.n_embedded
-            n_embedded += result.n_embedded
-            n_cached += result.n_cached
+            n_embedded += result.n_embedded + in_child
+            n_cached += result.n_cached - in_child
             per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
         seconds = time.perf_counter() - started
         primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
@@ -283,6 +290,21 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                                embed_done={"key": skip_key, "meta": out.as_dict(),
                                            "shards": _shard_listing(settings, model_ids)})
     return out
+
+
+def _embed_in_child(settings: Settings, spec: str, embedder: Any, group: Sequence[Chunk], hashes: Sequence[str],
+                    progress: Callable[[int, int], None]) -> int:
+    """Embed the texts ``hashes`` of ``group`` into the model's cache in a child process when the model asks for it
+    (``embeds_in_child``: torch models) and they are at least ``CHILD_MIN_TEXTS``; returns how many it embedded (0:
+    not done there, the caller embeds them)."""
+    from pipeline.index.embed import CHILD_MIN_TEXTS
+    from pipeline.index.embed_child import embed_in_child
+
+    if not getattr(embedder, "embeds_in_child", False) or CHILD_MIN_TEXTS <= 0 or len(hashes) < CHILD_MIN_TEXTS:
+        return 0
+    texts = {text_hash(c.embed_text): c.embed_text for c in group}
+    return embed_in_child(spec, embedder.model_id, settings.cache_dir, [(h, texts[h]) for h in hashes],
+                          progress=progress)
 
 
 def _shard_listing(settings: Settings, model_ids: Sequence[str]) -> dict[str, list[list[Any]]]:
