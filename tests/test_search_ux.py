@@ -293,6 +293,33 @@ def test_write_capture_frontmatter_and_safety(tmp_path: Path) -> None:
     assert title_of("first line\n# Real title") == "Real title"
 
 
+CAPTURE_HEAD = "---\ntitle: {}\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n---\n\n"
+
+
+@pytest.mark.parametrize("text, title, expected_title, expected_body", [
+    # a given title heads a text without a level-1 heading; the file ends with exactly one newline
+    ("A heron stands still.\n", "Heron facts", "Heron facts", "# Heron facts\n\nA heron stands still.\n"),
+    ("A heron stands still.", "Heron facts", "Heron facts", "# Heron facts\n\nA heron stands still.\n"),
+    ("\n\nA heron.\n\n\n", "Heron facts", "Heron facts", "# Heron facts\n\nA heron.\n"),
+    ("## Wading\n\nSlowly.\n", "Heron facts", "Heron facts", "# Heron facts\n\n## Wading\n\nSlowly.\n"),
+    ("    # indented: code\n", "Heron facts", "Heron facts", "# Heron facts\n\n    # indented: code\n"),
+    ("#hashtag first\n", "Heron facts", "Heron facts", "# Heron facts\n\n#hashtag first\n"),
+    # a text that starts with a level-1 heading (ATX or setext) keeps it, whatever the title
+    ("# Herons\n\nA heron.\n", "Heron facts", "Heron facts", "# Herons\n\nA heron.\n"),
+    ("\n# Herons\nA heron.\n", "Heron facts", "Heron facts", "# Herons\nA heron.\n"),
+    ("Herons\n======\n\nA heron.\n", "Heron facts", "Heron facts", "Herons\n======\n\nA heron.\n"),
+    # no title given: the title is the first heading or line, already in the text
+    ("A heron stands still.\nMore.\n", None, "A heron stands still.", "A heron stands still.\nMore.\n"),
+    ("## Wading\n\nSlowly.", None, "Wading", "## Wading\n\nSlowly.\n"),
+    ("A heron.\n", "", "A heron.", "A heron.\n"),
+])
+def test_write_capture_heading_and_final_newline(tmp_path: Path, text: str, title: str | None,
+                                                 expected_title: str, expected_body: str) -> None:
+    got = write_capture(_local(tmp_path), text, title=title, agent="a", correlation_id="c1",
+                        now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert got.path.read_text(encoding="utf-8") == CAPTURE_HEAD.format(expected_title) + expected_body
+
+
 def test_capture_source_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sources = [_local(tmp_path, "inbox"), Source(name="web", kind="git", url="https://x/y.git")]
     monkeypatch.delenv("DOCSVAULT_CAPTURE_SOURCE", raising=False)
