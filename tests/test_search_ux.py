@@ -54,6 +54,20 @@ def test_clean_text_html_attributes_never_leak() -> None:
     assert out == "Text"
 
 
+@pytest.mark.parametrize("md, expected", [
+    # in a table row Obsidian escapes the alias pipe: [[Page\|alias]] reads as [[Page|alias]]
+    ("| Page | Why |\n| --- | --- |\n| [[Setup Guide#Install steps\\|Install]] | first |\n",
+     "Page | Why | Install | first"),
+    ("| [[Home\\|Start]] | [[Translations]] |", "Start | Translations"),
+    ("[[Home\\|Start]] and [[Home|Start]]", "Start and Start"),
+    ("| [[Home\\|]] | x |", "Home | x"),                      # an empty alias: the page
+    ("| [[Home\\|a\\|b]] | x |", "a | b | x"),                 # as [[Home|a|b]]
+    ("| ![[pic.png\\|200]] | x |", "x"),                       # an embed with a size goes
+])
+def test_clean_text_wikilink_with_an_escaped_pipe(md: str, expected: str) -> None:
+    assert clean_text(md) == expected
+
+
 def test_cut_around_starts_at_the_sentence_and_ends_on_a_boundary() -> None:
     text = "word " * 60 + "Parquet files are columnar. They are fast to scan and compress well. " + "tail " * 60
     snip = cut_around(text, text.index("Parquet"), 120)
