@@ -166,7 +166,7 @@ class VaultService:
             links = {}
         out = []
         for h in hits:
-            text = make_snippet(h.chunk_text or h.snippet, parsed.text, width=HIT_TEXT_CHARS)
+            text = make_snippet(h.chunk_text, parsed.text, width=HIT_TEXT_CHARS) or h.snippet   # image-only chunk
             page = 1
             try:
                 _, body = note_body(self.settings.vault_dir, h.vault_path)

@@ -187,6 +187,47 @@ def test_one_hit_per_note_with_the_second_chunk_as_context(toy: Path) -> None:
                                           "Rivers flow to the sea; otters swim there."}
 
 
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pages whose best chunk for a query is only an image or an embed."""
+    path = tmp_path_factory.mktemp("images") / "warehouse.duckdb"
+    specs = {
+        "shots.md": ("Screenshots", ["Every option of the app in one place.", "![250](settings-dialog.png)",
+                                     "Open the dialog with Ctrl+comma."]),
+        "pic.md": ("Pic", ["![[kingfisher.jpg]]"]),
+        "plain.md": ("Plain", ["A kingfisher dives for fish."]),
+    }
+    notes, chunks = [], []
+    for rel, (title, texts) in specs.items():
+        note = Note("g", rel, rel, title, {"title": title}, "\n\n".join(texts))
+        notes.append(note)
+        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (), title, text) for i, text in enumerate(texts)]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=[],
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    return path
+
+
+def test_an_image_only_chunk_gets_a_snippet_from_its_page(images: Path) -> None:
+    with _searcher(images) as s:
+        # the best chunk is only an image; the page's next-best chunk (the context) is shown
+        hit, = s.search("dialog png", k=1, lanes=["bm25"])
+        assert (hit.vault_path, hit.chunk_text, hit.snippet, hit.context) == (
+            "g/shots.md", "![250](settings-dialog.png)", "Open the dialog with Ctrl+comma.",
+            "Open the dialog with Ctrl+comma.")
+        # no other chunk of the page matches: the page's first text
+        hit, = s.search("png", k=1, lanes=["bm25"])
+        assert (hit.vault_path, hit.snippet, hit.context) == ("g/shots.md", "Every option of the app in one place.", "")
+        # a page that is one embed: its breadcrumb (the title); a page with text keeps its own snippet
+        hits = s.search("kingfisher", k=2, lanes=["bm25"])
+        assert sorted((h.vault_path, h.snippet) for h in hits) == [
+            ("g/pic.md", "Pic"), ("g/plain.md", "A kingfisher dives for fish.")]
+        # every lane: no empty snippet
+        assert [bool(h.snippet) for h in s.search("kingfisher png", k=3)] == [True, True, True]
+
+
 def test_query_filters_in_search(toy: Path) -> None:
     with _searcher(toy) as s:
         def paths(q: str) -> list[str]:
