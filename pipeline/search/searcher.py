@@ -1256,8 +1256,8 @@ class Searcher:
         Returns:
             Hits in fused page order (``Hit.score`` = the page's RRF score plus its usage boost, higher is better;
             ``Hit.rank`` = position in the list, 1-based; ``Hit.lanes`` = lane -> the page's rank in that lane;
-            ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk; a chunk
-            without text to show, only an image, gets a snippet from elsewhere in the page: :meth:`_fallback_snippet`).
+            ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk; ``Hit.snippet``
+            of a chunk that is only an image comes from elsewhere in the page: :meth:`_fallback_snippet`).
 
         Raises:
             UnknownSourceError: a source is not in the warehouse (the message lists the known ones).
