@@ -682,7 +682,7 @@ def read(
 def capture(
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", metavar="FILE", help="Read the text from FILE ('-' = stdin).")] = None,
-    title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line).")] = None,
+    title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line); heads the note as '# TITLE' unless the text starts with a level-1 heading.")] = None,
     name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title); never overwrites.")] = None,
     source: Annotated[str | None, typer.Option("--source", "-s", metavar="NAME", help="The local Markdown source to write into [env DOCSVAULT_CAPTURE_SOURCE].")] = None,
     agent: Annotated[str, typer.Option("--agent", metavar="NAME", help="Who wrote it (model or agent), for the frontmatter.")] = "docsvault capture",
@@ -720,7 +720,7 @@ def capture(
         src = capture_source(load_sources(s.sources_file), source)
         the_title = " ".join((title or title_of(body)).split())
         related = capture_related(s, the_title, body) if body.strip() else []
-        note = write_capture(src, body, title=the_title, name=name, agent=agent, correlation_id=correlation_id,
+        note = write_capture(src, body, title=title, name=name, agent=agent, correlation_id=correlation_id,
                              related=related, tags=tag or ())
     except PipelineError as exc:
         fail(str(exc))

@@ -166,7 +166,7 @@ class VaultService:
             links = {}
         out = []
         for h in hits:
-            text = make_snippet(h.chunk_text or h.snippet, parsed.text, width=HIT_TEXT_CHARS)
+            text = make_snippet(h.chunk_text, parsed.text, width=HIT_TEXT_CHARS) or h.snippet   # image-only chunk
             page = 1
             try:
                 _, body = note_body(self.settings.vault_dir, h.vault_path)
@@ -246,7 +246,7 @@ class VaultService:
             src = capture_source(load_sources(s.sources_file), source, "the `source` argument")
             the_title = " ".join((title or title_of(text)).split())
             related = capture_related(s, the_title, text)
-            note = write_capture(src, text, title=the_title, name=name, agent=str(agent or "mcp agent")[:100],
+            note = write_capture(src, text, title=title, name=name, agent=str(agent or "mcp agent")[:100],
                                  correlation_id=correlation_id, related=related, tags=tags or ())
         except PipelineError as exc:
             raise ToolFailure(str(exc)) from None
@@ -451,6 +451,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "`source`: a local source that reads Markdown; the error of any other names the sources that can take "
             "it), with frontmatter (created, agent, status: raw, correlation_id, related: the top notes a "
             "search for it finds), then rebuild that source so the note is searchable at once (seconds to minutes). "
+            "`title` heads the note as `# title` unless the text starts with a level-1 heading. "
             "`name` is a file name without .md (default: from the title or first heading); an existing note is "
             "never overwritten. Returns the note's `path` (for read/search), `correlation_id`, `related`, "
             "`searchable`."

@@ -4,6 +4,7 @@ and the sources that can take a capture), nothing is written, and only valid tar
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,36 @@ def test_mcp_save_note_into_an_html_source_writes_nothing(mixed: Path) -> None:
     assert str(err.value) == ("no capture source: set DOCSVAULT_CAPTURE_SOURCE to a local source of sources.yaml "
                               "(inbox, docs) or pass the `source` argument")
     assert _files(mixed) == ["site/index.html"]
+
+
+def _no_time(text: str) -> str:
+    return re.sub(r"^created: '\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ'$", "created: T", text, count=1,
+                  flags=re.MULTILINE)
+
+
+def test_cli_capture_from_stdin_gets_the_title_heading_and_its_final_newline(mixed: Path) -> None:
+    result = runner.invoke(app, ["capture", "--title", "Heron facts", "--source", "inbox", "--correlation-id", "c1",
+                                 "--no-build"], input="A heron stands still.\n")
+    assert result.exit_code == 0, result.output
+    assert _no_time((mixed / "inbox" / "Heron facts.md").read_text(encoding="utf-8")) == (
+        "---\ntitle: Heron facts\ncreated: T\nagent: docsvault capture\nstatus: raw\ncorrelation_id: c1\n---\n\n"
+        "# Heron facts\n\nA heron stands still.\n")
+    result = runner.invoke(app, ["capture", "--source", "inbox", "--correlation-id", "c2", "--no-build"],
+                           input="# Egrets\n\nWhite.\n")
+    assert result.exit_code == 0, result.output
+    assert _no_time((mixed / "inbox" / "Egrets.md").read_text(encoding="utf-8")) == (
+        "---\ntitle: Egrets\ncreated: T\nagent: docsvault capture\nstatus: raw\ncorrelation_id: c2\n---\n\n"
+        "# Egrets\n\nWhite.\n")
+
+
+def test_mcp_save_note_gets_the_title_heading(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.mcp_server import VaultService
+
+    svc = VaultService(Settings.from_env())
+    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False: {"ok": True})
+    out = svc.save_note("A heron stands still.", title="Heron facts", source="inbox", agent="x",
+                        correlation_id="c1")
+    assert (out["path"], out["searchable"]) == ("inbox/Heron facts.md", True)
+    assert _no_time((mixed / "inbox" / "Heron facts.md").read_text(encoding="utf-8")) == (
+        "---\ntitle: Heron facts\ncreated: T\nagent: x\nstatus: raw\ncorrelation_id: c1\n---\n\n"
+        "# Heron facts\n\nA heron stands still.\n")

@@ -113,7 +113,8 @@ def test_bad_sources_file_is_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["--sources", str(bad), "sources", "validate"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        f"error: {bad}: sources[1] (source 'x'): 'kind' must be one of ['git', 'llms_txt', 'html', 'local'], got 'ftp'"
+        (f"error: {bad}: line 3: sources[1] (source 'x'): 'kind' must be one of ['git', 'llms_txt', 'html', "
+         "'local'], got 'ftp'")
     ]
 
 

@@ -54,6 +54,20 @@ def test_clean_text_html_attributes_never_leak() -> None:
     assert out == "Text"
 
 
+@pytest.mark.parametrize("md, expected", [
+    # in a table row Obsidian escapes the alias pipe: [[Page\|alias]] reads as [[Page|alias]]
+    ("| Page | Why |\n| --- | --- |\n| [[Setup Guide#Install steps\\|Install]] | first |\n",
+     "Page | Why | Install | first"),
+    ("| [[Home\\|Start]] | [[Translations]] |", "Start | Translations"),
+    ("[[Home\\|Start]] and [[Home|Start]]", "Start and Start"),
+    ("| [[Home\\|]] | x |", "Home | x"),                      # an empty alias: the page
+    ("| [[Home\\|a\\|b]] | x |", "a | b | x"),                 # as [[Home|a|b]]
+    ("| ![[pic.png\\|200]] | x |", "x"),                       # an embed with a size goes
+])
+def test_clean_text_wikilink_with_an_escaped_pipe(md: str, expected: str) -> None:
+    assert clean_text(md) == expected
+
+
 def test_cut_around_starts_at_the_sentence_and_ends_on_a_boundary() -> None:
     text = "word " * 60 + "Parquet files are columnar. They are fast to scan and compress well. " + "tail " * 60
     snip = cut_around(text, text.index("Parquet"), 120)
@@ -171,6 +185,47 @@ def test_one_hit_per_note_with_the_second_chunk_as_context(toy: Path) -> None:
     hub = next(h for h in hits if h.vault_path == "g/hub.md")
     assert {hub.snippet, hub.context} == {"The hub talks about otters and rivers.",
                                           "Rivers flow to the sea; otters swim there."}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pages whose best chunk for a query is only an image or an embed."""
+    path = tmp_path_factory.mktemp("images") / "warehouse.duckdb"
+    specs = {
+        "shots.md": ("Screenshots", ["Every option of the app in one place.", "![250](settings-dialog.png)",
+                                     "Open the dialog with Ctrl+comma."]),
+        "pic.md": ("Pic", ["![[kingfisher.jpg]]"]),
+        "plain.md": ("Plain", ["A kingfisher dives for fish."]),
+    }
+    notes, chunks = [], []
+    for rel, (title, texts) in specs.items():
+        note = Note("g", rel, rel, title, {"title": title}, "\n\n".join(texts))
+        notes.append(note)
+        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (), title, text) for i, text in enumerate(texts)]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=[],
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    return path
+
+
+def test_an_image_only_chunk_gets_a_snippet_from_its_page(images: Path) -> None:
+    with _searcher(images) as s:
+        # the best chunk is only an image; the page's next-best chunk (the context) is shown
+        hit, = s.search("dialog png", k=1, lanes=["bm25"])
+        assert (hit.vault_path, hit.chunk_text, hit.snippet, hit.context) == (
+            "g/shots.md", "![250](settings-dialog.png)", "Open the dialog with Ctrl+comma.",
+            "Open the dialog with Ctrl+comma.")
+        # no other chunk of the page matches: the page's first text
+        hit, = s.search("png", k=1, lanes=["bm25"])
+        assert (hit.vault_path, hit.snippet, hit.context) == ("g/shots.md", "Every option of the app in one place.", "")
+        # a page that is one embed: its breadcrumb (the title); a page with text keeps its own snippet
+        hits = s.search("kingfisher", k=2, lanes=["bm25"])
+        assert sorted((h.vault_path, h.snippet) for h in hits) == [
+            ("g/pic.md", "Pic"), ("g/plain.md", "A kingfisher dives for fish.")]
+        # every lane: no empty snippet
+        assert [bool(h.snippet) for h in s.search("kingfisher png", k=3)] == [True, True, True]
 
 
 def test_query_filters_in_search(toy: Path) -> None:
@@ -291,6 +346,33 @@ def test_write_capture_frontmatter_and_safety(tmp_path: Path) -> None:
         write_capture(src, "   ")
     assert name_from_title("a/b: c?") == "a-b- c" and check_name("Note.md") == "Note"
     assert title_of("first line\n# Real title") == "Real title"
+
+
+CAPTURE_HEAD = "---\ntitle: {}\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n---\n\n"
+
+
+@pytest.mark.parametrize("text, title, expected_title, expected_body", [
+    # a given title heads a text without a level-1 heading; the file ends with exactly one newline
+    ("A heron stands still.\n", "Heron facts", "Heron facts", "# Heron facts\n\nA heron stands still.\n"),
+    ("A heron stands still.", "Heron facts", "Heron facts", "# Heron facts\n\nA heron stands still.\n"),
+    ("\n\nA heron.\n\n\n", "Heron facts", "Heron facts", "# Heron facts\n\nA heron.\n"),
+    ("## Wading\n\nSlowly.\n", "Heron facts", "Heron facts", "# Heron facts\n\n## Wading\n\nSlowly.\n"),
+    ("    # indented: code\n", "Heron facts", "Heron facts", "# Heron facts\n\n    # indented: code\n"),
+    ("#hashtag first\n", "Heron facts", "Heron facts", "# Heron facts\n\n#hashtag first\n"),
+    # a text that starts with a level-1 heading (ATX or setext) keeps it, whatever the title
+    ("# Herons\n\nA heron.\n", "Heron facts", "Heron facts", "# Herons\n\nA heron.\n"),
+    ("\n# Herons\nA heron.\n", "Heron facts", "Heron facts", "# Herons\nA heron.\n"),
+    ("Herons\n======\n\nA heron.\n", "Heron facts", "Heron facts", "Herons\n======\n\nA heron.\n"),
+    # no title given: the title is the first heading or line, already in the text
+    ("A heron stands still.\nMore.\n", None, "A heron stands still.", "A heron stands still.\nMore.\n"),
+    ("## Wading\n\nSlowly.", None, "Wading", "## Wading\n\nSlowly.\n"),
+    ("A heron.\n", "", "A heron.", "A heron.\n"),
+])
+def test_write_capture_heading_and_final_newline(tmp_path: Path, text: str, title: str | None,
+                                                 expected_title: str, expected_body: str) -> None:
+    got = write_capture(_local(tmp_path), text, title=title, agent="a", correlation_id="c1",
+                        now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert got.path.read_text(encoding="utf-8") == CAPTURE_HEAD.format(expected_title) + expected_body
 
 
 def test_capture_source_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

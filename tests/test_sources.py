@@ -34,14 +34,14 @@ sources:
 
 
 @pytest.mark.parametrize("block, expected", [
-    ("  - name: x\n    kind: svn\n    url: https://a", "sources[1] (source 'x'): 'kind' must be one of ['git', 'llms_txt', 'html', 'local'], got 'svn'"),
+    ("  - name: x\n    kind: svn\n    url: https://a", "line 3: sources[1] (source 'x'): 'kind' must be one of ['git', 'llms_txt', 'html', 'local'], got 'svn'"),
     ("  - name: x\n    kind: git", "line 2: sources[1] (source 'x') has no 'url' (kind 'git' needs it)"),
-    ("  - name: x\n    kind: local\n    path: d\n    fromat: mdx", "sources[1] (source 'x'): unknown key(s) ['fromat']"),
+    ("  - name: x\n    kind: local\n    path: d\n    fromat: mdx", "line 5: sources[1] (source 'x'): unknown key 'fromat'"),
     ("  - name: x\n    kind: local\n    path: d\n    format: rst", "sources[1] (source 'x'): 'format' must be one of"),
     ("  - name: Bad Name\n    kind: local\n    path: d", "sources[1]: 'name' must match"),
     ("  - name: ../evil\n    kind: local\n    path: d", "sources[1]: 'name' must match"),
     ("  - name: x\n    kind: git\n    url: https://a\n    paths: ['../up']", "'paths' entries are folders inside the repository"),
-    ("  - name: x\n    kind: local\n    path: d\n  - name: x\n    kind: local\n    path: e", "sources[2]: duplicate source name 'x'"),
+    ("  - name: x\n    kind: local\n    path: d\n  - name: x\n    kind: local\n    path: e", "line 5: sources[2]: duplicate source name 'x'"),
 ])
 def test_invalid_blocks_name_source_and_key(tmp_path: Path, block: str, expected: str) -> None:
     p = write(tmp_path, "sources:\n" + block + "\n")
@@ -72,6 +72,39 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
      "under its 'name:' ('- name: x', then '  kind: git')")),
 ])
 def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
+    p = write(tmp_path, text)
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: {expected}"
+
+
+ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 'kind', 'language', 'max_pages', "
+                "'name', 'path', 'paths', 'rate_limit', 'ref', 'site_url', 'sitemap', 'strategies', 'token_env', 'url']")
+
+
+@pytest.mark.parametrize("text, expected", [
+    # an unknown key: its own line, the closest allowed key when there is one
+    (("sources:\n  - name: a\n    kind: local\n    path: d\n  - name: x\n    kind: local\n    path: d\n"
+      "    fromat: mdx\n"),
+     f"line 8: sources[2] (source 'x'): unknown key 'fromat'; did you mean 'format'? (allowed: {ALLOWED_LIST})"),
+    ("sources:\n  - name: x\n    kind: git\n    url: https://a/b.git\n    branch: main\n    colour: red\n",
+     f"line 5: sources[1] (source 'x'): unknown key 'branch'; remove it or use an allowed key: {ALLOWED_LIST}"),
+    ("sources:\n  - name: x\n    kind: local\n    Path: d\n",
+     f"line 4: sources[1] (source 'x'): unknown key 'Path'; did you mean 'path'? (allowed: {ALLOWED_LIST})"),
+    ("sources:\n  - name: Bad Name\n    kind: local\n    path: d\n    inclde: ['*.md']\n",
+     f"line 5: sources[1]: unknown key 'inclde'; did you mean 'include'? (allowed: {ALLOWED_LIST})"),
+    # an invalid kind: the line of 'kind:', the valid kinds, the closest one when there is one
+    ("sources:\n  - name: x\n    path: d\n    kind: folder\n",
+     f"line 4: sources[1] (source 'x'): 'kind' must be one of {KINDS_LIST}, got 'folder'"),
+    ("sources:\n  - name: x\n    kind: llms-txt\n    url: https://a/llms.txt\n",
+     f"line 3: sources[1] (source 'x'): 'kind' must be one of {KINDS_LIST}, got 'llms-txt'; did you mean 'llms_txt'?"),
+    ("sources:\n  - name: x\n    kind: [git]\n    url: https://a/b.git\n",
+     f"line 3: sources[1] (source 'x'): 'kind' must be one of {KINDS_LIST}, got ['git']"),
+    # a duplicate name: the line of the second one's 'name:' and of the first
+    ("sources:\n  - name: x\n    kind: local\n    path: d\n\n  - kind: local\n    name: x\n    path: e\n",
+     "line 7: sources[2]: duplicate source name 'x' (first at line 2, sources[1]); names must be unique: rename one"),
+])
+def test_unknown_key_bad_kind_and_duplicate_name_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)
     with pytest.raises(SourceConfigError) as err:
         load_sources(p)

@@ -7,7 +7,8 @@ and nothing is written otherwise. A note is written as ``<first root of the sour
 the name is one file name (no ``/``, ``\\``, ``..``, leading ``.``, control or ``:*?"<>|`` characters, at most
 :data:`MAX_NAME_CHARS`), the resolved file must be inside the root, and an existing file is never overwritten (the
 file is created exclusively). Frontmatter (``created``, ``agent``, ``status: raw``, ``correlation_id``,
-``related``, ``tags``) comes first, the text as given after it.
+``related``, ``tags``) comes first, the text after it: under a ``# <title>`` heading when a title is given and the
+text does not start with a level-1 heading, without leading blank lines, ending with exactly one newline.
 """
 
 from __future__ import annotations
@@ -171,6 +172,16 @@ def title_of(text: str) -> str:
     return first[:80]
 
 
+def _starts_with_h1(text: str) -> bool:
+    """True when the first block of ``text`` is a level-1 heading (``# Title``, or ``Title`` over ``===``) as
+    CommonMark reads it (markdown-it-py); only the text up to the first blank line is parsed."""
+    from markdown_it import MarkdownIt
+
+    first = re.split(r"\n[ \t\r]*\n", text.lstrip("\r\n"), maxsplit=1)[0]
+    tokens = MarkdownIt("commonmark").parse(first)
+    return bool(tokens) and tokens[0].type == "heading_open" and tokens[0].tag == "h1"
+
+
 def write_capture(source: Source, text: str, *, title: str | None = None, name: str | None = None,
                   agent: str = "docsvault capture", correlation_id: str | None = None,
                   related: Sequence[str] = (), tags: Sequence[str] = (), now: datetime | None = None) -> Captured:
@@ -179,7 +190,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     Args:
         source: a local source that reads Markdown (:func:`capture_source`).
         text: the note's Markdown (without frontmatter; a leading ``---`` block is kept as text).
-        title: the note's title (default: its first heading or line).
+        title: the note's title (default: its first heading or line); when given, a text that does not start with
+            a level-1 heading gets ``# <title>`` on top.
         name: the file name (default: from the title; checked by :func:`check_name`).
         agent: who wrote it (the model or agent name; ``agent`` in the frontmatter).
         correlation_id: ties the note to a conversation/run (default: a new UUID4 hex).
@@ -198,6 +210,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         raise CaptureError("nothing to capture: the text is empty")
     if len(text) > MAX_TEXT_CHARS:
         raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a captured note")
+    heading = bool(title and title.strip())
     title = " ".join((title or title_of(text)).split())
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
     problem = capture_problem(source, fname)
@@ -219,7 +232,10 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     if tags:
         fm["tags"] = [t.lstrip("#") for t in tags if t.strip("# ")]
     head = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False, width=1000)
-    content = f"---\n{head}---\n\n{text.rstrip()}\n"
+    body = re.sub(r"\A(?:[ \t]*\r?\n)+", "", text.rstrip())
+    if heading and not _starts_with_h1(body):
+        body = f"# {title}\n\n{body}"
+    content = f"---\n{head}---\n\n{body}\n"
     try:
         with open(target, "x", encoding="utf-8", newline="\n") as fh:
             fh.write(content)

@@ -29,6 +29,8 @@ become vault links).
 from __future__ import annotations
 
 import re
+from difflib import get_close_matches
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, get_args
 from urllib.parse import urljoin
@@ -87,12 +89,10 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
             f"it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got {name!r}"
         )
     where = f"{where} (source '{name}')"
-    unknown = sorted(set(block) - ALLOWED_KEYS)
-    if unknown:
-        raise SourceConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(ALLOWED_KEYS)}")
-    kind = block.get("kind")
-    if kind not in KINDS:
-        raise SourceConfigError(f"{where}: 'kind' must be one of {list(KINDS)}, got {kind!r}")
+    wrong = _wrong_key(block)
+    if wrong:
+        raise SourceConfigError(f"{where}: {wrong[1]}")
+    kind = block["kind"]
     for key in REQUIRED_BY_KIND[kind]:
         if not block.get(key):
             raise SourceConfigError(f"{where}: kind '{kind}' needs '{key}'")
@@ -169,19 +169,40 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     )
 
 
-def _layout(text: str) -> tuple[list[int], dict[str, int]]:
-    """Line numbers (1-based) of a parsed sources.yaml: where each item of the ``sources:`` list starts, and each
-    top-level key other than ``sources`` that is a source key (a mis-indented one: ``kind:`` under ``- name: x``
-    but at column 0). Empty when the text is not a mapping with a ``sources:`` list."""
+def _wrong_key(block: dict) -> tuple[Any, str] | None:
+    """The first unknown key of a block (in file order), else a 'kind' that is not one of :data:`KINDS`, as (that
+    key, the problem with a "did you mean" when a valid one is close); None when neither."""
+    unknown = [key for key in block if key not in ALLOWED_KEYS]
+    if unknown:
+        close = get_close_matches(str(unknown[0]), ALLOWED_KEYS, n=1)
+        todo = (f"did you mean {close[0]!r}? (allowed: {sorted(ALLOWED_KEYS)})" if close
+                else f"remove it or use an allowed key: {sorted(ALLOWED_KEYS)}")
+        return unknown[0], f"unknown key {unknown[0]!r}; {todo}"
+    kind = block.get("kind")
+    if kind not in KINDS:
+        close = get_close_matches(kind, KINDS, n=1) if isinstance(kind, str) else []
+        return "kind", (f"'kind' must be one of {list(KINDS)}, got {kind!r}"
+                        + (f"; did you mean {close[0]!r}?" if close else ""))
+    return None
+
+
+def _layout(text: str) -> tuple[list[tuple[int, dict[str, int]]], dict[str, int]]:
+    """Line numbers (1-based) of a parsed sources.yaml: for each item of the ``sources:`` list, where it starts and
+    where each of its keys is; and each top-level key other than ``sources`` that is a source key (a mis-indented
+    one: ``kind:`` under ``- name: x`` but at column 0). Empty when the text is not a mapping with a ``sources:``
+    list."""
     root = yaml.compose(text, Loader=yaml.SafeLoader)
-    items: list[int] = []
+    items: list[tuple[int, dict[str, int]]] = []
     strays: dict[str, int] = {}
     if isinstance(root, yaml.MappingNode):
         for key, value in root.value:
             if not isinstance(key, yaml.ScalarNode):
                 continue
             if key.value == "sources" and isinstance(value, yaml.SequenceNode):
-                items = [item.start_mark.line + 1 for item in value.value]
+                items = [(item.start_mark.line + 1,
+                          {k.value: k.start_mark.line + 1 for k, _ in item.value if isinstance(k, yaml.ScalarNode)}
+                          if isinstance(item, yaml.MappingNode) else {})
+                         for item in value.value]
             elif key.value in ALLOWED_KEYS:
                 strays[key.value] = key.start_mark.line + 1
     return items, strays
@@ -207,17 +228,21 @@ def _missing(block: Any) -> str | None:
         return "has no 'name' (every source starts with '- name: <name>')"
     if kind is None:
         return f"has no 'kind' (one of {list(KINDS)})"
-    needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)]
+    needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)] if isinstance(kind, str) else []
     return f"has no '{needed[0]}' (kind '{kind}' needs it)" if needed else None
+
+
+def _label(block: dict, where: str) -> str:
+    """``where`` (``<file>: line N: sources[i]``) and `` (source 'x')`` when the block has a valid name."""
+    name = block.get("name")
+    return f"{where} (source '{name}')" if valid_name(name) else where
 
 
 def _missing_error(block: dict, where: str, problem: str, strays: dict[str, int]) -> SourceConfigError:
     """The error of a block :func:`_missing` found lacking, naming its line (``where`` is ``<file>: line N:
     sources[i]``) and, when there are any, the mis-indented top-level keys."""
-    name = block.get("name")
-    label = f"{where} (source '{name}')" if valid_name(name) else where
     hint = _strays_hint(strays)
-    return SourceConfigError(f"{label} {problem}" + (f"; {hint}" if hint else ""))
+    return SourceConfigError(f"{_label(block, where)} {problem}" + (f"; {hint}" if hint else ""))
 
 
 def load_sources(path: Path) -> list[Source]:
@@ -225,9 +250,10 @@ def load_sources(path: Path) -> list[Source]:
 
     Raises:
         SourceConfigError: file missing or unreadable, YAML invalid (with line), a duplicate key in a mapping (with
-            both lines), a block without 'name', 'kind' or the key its kind needs (with its line), a block invalid
-            (with source and key), a source key at the top level (mis-indented, with its line), a duplicate name,
-            or two names with one asset key (``my-docs`` and ``my_docs``).
+            both lines), a block without 'name', 'kind' or the key its kind needs (with its line), an unknown key or
+            an invalid 'kind' (with its line and the closest valid one), a block invalid (with source and key), a
+            source key at the top level (mis-indented, with its line), a duplicate name (with both lines), or two
+            names with one asset key (``my-docs`` and ``my_docs``).
     """
     path = Path(path)
     if not path.is_file():
@@ -249,20 +275,31 @@ def load_sources(path: Path) -> list[Source]:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
-    missing = [_missing(block) for block in data["sources"]]
-    # line numbers are only for an error: the text is composed a second time only then
-    lines, strays = (_layout(text) if any(missing) or any(k in ALLOWED_KEYS for k in data if k != "sources")
-                     else ([], {}))
+    # line numbers are only for an error (or a stray top-level key): the text is composed a second time only then
+    layout = cache(partial(_layout, text))
+    strays = layout()[1] if any(k in ALLOWED_KEYS for k in data if k != "sources") else {}
     sources: list[Source] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     slugs: dict[str, str] = {}
     for i, block in enumerate(data["sources"], start=1):
-        if missing[i - 1]:
-            raise _missing_error(block, f"{path}: line {lines[i - 1]}: sources[{i}]", missing[i - 1], strays)
+        # an unknown key first: a misspelt key is the likely cause of a missing one
+        wrong = _wrong_key(block) if isinstance(block, dict) else None
+        problem = None if wrong and wrong[0] != "kind" else _missing(block)
+        if problem or wrong:
+            start, key_lines = layout()[0][i - 1]
+            if problem:
+                raise _missing_error(block, f"{path}: line {start}: sources[{i}]", problem, strays)
+            line = key_lines.get(str(wrong[0]), start)
+            raise SourceConfigError(f"{_label(block, f'{path}: line {line}: sources[{i}]')}: {wrong[1]}")
         source = parse_source(block, path.parent, f"{path}: sources[{i}]")
         if source.name in seen:
-            raise SourceConfigError(f"{path}: sources[{i}]: duplicate source name '{source.name}'; names must be unique")
-        seen.add(source.name)
+            first = seen[source.name]
+            here_line, first_line = (keys.get("name", start) for start, keys in (layout()[0][i - 1],
+                                                                                  layout()[0][first - 1]))
+            raise SourceConfigError(
+                f"{path}: line {here_line}: sources[{i}]: duplicate source name '{source.name}' (first at line "
+                f"{first_line}, sources[{first}]); names must be unique: rename one")
+        seen[source.name] = i
         slug = asset_slug(source.name)
         other = slugs.setdefault(slug, source.name)
         if other != source.name:

@@ -1256,7 +1256,8 @@ class Searcher:
         Returns:
             Hits in fused page order (``Hit.score`` = the page's RRF score plus its usage boost, higher is better;
             ``Hit.rank`` = position in the list, 1-based; ``Hit.lanes`` = lane -> the page's rank in that lane;
-            ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk).
+            ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk; ``Hit.snippet``
+            of a chunk that is only an image comes from elsewhere in the page: :meth:`_fallback_snippet`).
 
         Raises:
             UnknownSourceError: a source is not in the warehouse (the message lists the known ones).
@@ -1303,6 +1304,8 @@ class Searcher:
             if row is None:
                 continue
             ctx = rows.get(context_cid) if context_cid else None
+            context = make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else ""
+            snippet = make_snippet(row["text"] or row["breadcrumb"] or "", query, terms)
             hits.append(
                 Hit(
                     rank=len(hits) + 1,
@@ -1312,15 +1315,32 @@ class Searcher:
                     title=row["title"] or "",
                     heading=row["heading"] or "",
                     score=float(score),
-                    snippet=make_snippet(row["text"] or row["breadcrumb"] or "", query, terms),
+                    snippet=snippet or self._fallback_snippet(note_id, cid, row, context, query, terms),
                     chunk_id=cid,
                     note_id=note_id,
                     lanes=dict(ranks),
-                    context=make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else "",
+                    context=context,
                     chunk_text=row["text"] or "",
                 )
             )
         return hits
+
+    def _fallback_snippet(self, note_id: str, chunk_id: str, row: dict[str, Any], context: str, query: str,
+                          terms: Sequence[str]) -> str:
+        """The snippet of a hit whose chunk shows no text (only an image or an embed: ``![250](image.png)``,
+        ``![[pic.png]]``): the page's next-best chunk's (``context``), else its first chunk's (the page's first
+        text: its description or first paragraph), else the chunk's breadcrumb (title > headings). Only the text
+        shown changes, never which hits there are or their order."""
+        if context:
+            return context
+        first = self._first_chunk.get(note_id)
+        if first and first != chunk_id:
+            with self._lock:
+                first_row = self._chunk_rows([first]).get(first)
+            snippet = make_snippet(first_row["text"] or "", query, terms) if first_row else ""
+            if snippet:
+                return snippet
+        return make_snippet(row["breadcrumb"] or row["title"] or "", query, terms)
 
     def _chunk_rows(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """:func:`pipeline.warehouse.fetch_chunks` for the hits: from the memory-mapped chunk rows

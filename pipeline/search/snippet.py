@@ -3,9 +3,10 @@
 :func:`clean_text` turns a chunk's Markdown into one line of plain text: fenced and indented code becomes inline
 code (`` `SELECT 1` ``, the language tag dropped), callout markers (``> [!note] Title``) and quote markers go,
 HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), links keep their
-text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` -> ``alias``), images and embeds go, emphasis, heading and list
-markers go. :func:`cut_around` cuts such a line to about ``width`` characters around the first query match, at a
-sentence start when one is near, else at a word boundary; cut ends are marked with ``…``.
+text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` and, in a table row, ``[[Note\\|alias]]`` -> ``alias``), images
+and embeds go, emphasis, heading and list markers go. :func:`cut_around` cuts such a line to about ``width``
+characters around the first query match, at a sentence start when one is near, else at a word boundary; cut ends are
+marked with ``…``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 _EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
 _LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 _REF_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
-_WIKILINK = re.compile(r"\[\[([^\]|\n]+)(?:\|([^\]\n]+))?\]\]")
+_WIKILINK = re.compile(r"\[\[([^\]|\n]+?)(?:\\?\|([^\]\n]*))?\]\]")   # ``\|``: the alias pipe in a table row
 _EMPHASIS = re.compile(r"(\*\*|__|~~|==)(?=\S)(.+?)(?<=\S)\1")
 _STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
@@ -65,7 +66,8 @@ def clean_text(markdown: str) -> str:
     text = _RULE.sub(" ", text)
     text = _HEADING.sub("", text)
     text = _LIST.sub("", text)
-    text = _WIKILINK.sub(lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).strip(), text)
+    text = _WIKILINK.sub(lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|").strip(),
+                         text)
     text = _LINK.sub(r"\1", text)
     text = _REF_LINK.sub(r"\1", text)
     for _ in range(2):                               # nested: **_x_**
