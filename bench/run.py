@@ -129,6 +129,20 @@ def embed_chunks(chunks, embedder, *a, **k):
     return r
 if _embed is not None:
     e.embed_chunks = embed_chunks
+try:                                    # a model's large pass in a child process (e5's documents)
+    import pipeline.index.embed_child as ec
+except ImportError:
+    ec = None
+_in_child = getattr(ec, "embed_in_child", None)
+def embed_in_child(spec, model_id, *a, **k):
+    t = time.perf_counter()
+    n = _in_child(spec, model_id, *a, **k)
+    m = per_model.setdefault(model_id, {"embedded": 0, "chunks": 0, "seconds": 0.0})
+    m["embedded"] += int(n)
+    m["seconds"] += time.perf_counter() - t
+    return n
+if _in_child is not None:
+    ec.embed_in_child = embed_in_child
 from pipeline.cli import main
 sys.argv = ["docsvault", "build"]
 try:
