@@ -227,6 +227,14 @@ def test_the_crosslingual_lane_leaves_english_notes_out_for_an_english_question(
         assert len(cross_lane("再起動の方法", exact_max_rows=exact)) == 24
         assert cross_lane("how to restart", exact_max_rows=exact, crosslingual_bridge=False)[:3] == [
             "E1.md", "J1.md", "E2.md"]
+    # the bridge's rank of a Japanese page counts the English pages above it (they get no vote in the lane): J1 is
+    # second to E1 under the cross-lingual model, so an English page that is first everywhere else stays ahead
+    with Searcher(path, embedder_factory=_factory) as s:  # type: ignore[arg-type]
+        assert [(s._note_path[p.note_id], p.rank) for p in s._vector_lane("how to restart", None, cross=True)] == [
+            ("J1.md", 2)]
+        s.cross_rank_among_all = False
+        assert [(s._note_path[p.note_id], p.rank) for p in s._vector_lane("how to restart", None, cross=True)] == [
+            ("J1.md", 0)]
     # an English question scoped to English notes only: the cross-lingual model is not even asked
     asked: list[str] = []
 

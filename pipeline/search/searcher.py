@@ -259,6 +259,7 @@ class _Page(NamedTuple):
     note_id: str
     score: float
     chunks: list[str]            # chunk ids of this page in the lane, best first
+    rank: int = 0                # the page's rank in its lane when it is not its position (0: its position)
 
 
 def page_ranking(chunk_hits: Sequence[tuple[str, float]], note_of: Callable[[str], str],
@@ -439,6 +440,9 @@ class Searcher:
         self.translator: Translator | None = (Translator.shared() if translator is True
                                               else translator or None)   # type: ignore[assignment]
         self.translate_bm25 = translate_bm25
+        #: the bridge lane of an English question ranks the other-language pages among every page of the scope
+        #: (the English ones, which get no vote there, included) instead of among themselves (README, Search quality)
+        self.cross_rank_among_all = True
         self._translations: dict[str, str | None] = {}
         # _bm25_tokens' memo: query -> terms, valid for the analysis objects it holds (an override swaps them)
         self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[str, ...]]] = ((), {})
@@ -973,7 +977,8 @@ class Searcher:
             def job(model: dict = model, n_total: int = n_total, n_in: int = n_in, text: str = text,
                     skip_english: bool = skip_english) -> tuple[np.ndarray, list[_Page]]:
                 qvec = self._query_vector(model["model_id"], text)
-                return qvec, self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
+                return qvec, self._model_pages(model, n_total, n_in, qvec, sources, notes,
+                                               skip_english and not self.cross_rank_among_all)
 
             embedder = self.embedder(model_id)          # created here: model loading is not thread-safe
             if len(asked) < 2 or isinstance(embedder, UsemEmbedder) or not self._exact(table):
@@ -1016,9 +1021,13 @@ class Searcher:
             job = (jobs or {}).get(model["table_name"])
             if job is None:
                 qvec = self._query_vector(model["model_id"], text)
-                pages = self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
+                pages = self._model_pages(model, n_total, n_in, qvec, sources, notes,
+                                          skip_english and not self.cross_rank_among_all)
             else:
                 qvec, pages = job() if callable(job) else job.result()
+            if skip_english and self.cross_rank_among_all:     # ranked among every page, a vote for the others only
+                pages = [p._replace(rank=i) for i, p in enumerate(pages, start=1)
+                         if p.note_id not in self._english_notes]
             per_model.append(((model["table_name"], qvec), pages))
         if not per_model:
             return []
@@ -1179,7 +1188,8 @@ class Searcher:
             seeds: dict[str, float] = {}
             for lane, pages in seed_lanes.items():
                 for rank, page in enumerate(pages, start=1):
-                    seeds[page.note_id] = seeds.get(page.note_id, 0.0) + rrf(self.weights.get(lane, 1.0), rank, self.k_rrf)
+                    seeds[page.note_id] = seeds.get(page.note_id, 0.0) + rrf(self.weights.get(lane, 1.0),
+                                                                             page.rank or rank, self.k_rrf)
             ordered_seeds = sorted(seeds.items(), key=lambda kv: -kv[1])
             lane_pages["graph"] = self._graph_lane(ordered_seeds, sources, notes)
         fused: dict[str, float] = {}
@@ -1189,8 +1199,8 @@ class Searcher:
             w = self.weights.get(lane, 1.0)
             chunk_ranks[lane] = {}
             for rank, page in enumerate(pages, start=1):
-                fused[page.note_id] = fused.get(page.note_id, 0.0) + rrf(w, rank, self.k_rrf)
-                ranks.setdefault(page.note_id, {})[lane] = rank
+                fused[page.note_id] = fused.get(page.note_id, 0.0) + rrf(w, page.rank or rank, self.k_rrf)
+                ranks.setdefault(page.note_id, {})[lane] = page.rank or rank
             # chunk rank inside the lane: pages in order, chunks best first within the page
             n = 0
             for page in pages:
