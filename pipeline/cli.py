@@ -603,7 +603,7 @@ def _usage_boost_on() -> bool:
 @app.command()
 def embed(
     text: Annotated[str, typer.Argument(metavar="TEXT", help="Text to embed as a query.")],
-    source: Annotated[str | None, typer.Option("--source", metavar="NAME", help="Use this source's model (its `embedding:` or `language:`) instead of DOCSVAULT_MODEL.")] = None,
+    source: Annotated[str | None, typer.Option("--source", metavar="NAME", help="Use the model this source's notes in TEXT's language are embedded with (its `embedding:`, else by language: `language:` or the detected one) instead of DOCSVAULT_MODEL.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help='{"model", "dim", "norm", "vector"} on stdout.')] = False,
 ) -> None:
     """Print the query vector of TEXT with the configured model (DOCSVAULT_MODEL, or a source's), for debugging."""
@@ -618,7 +618,10 @@ def embed(
         if source is not None:
             from pipeline.ingest.sources import load_sources, select_sources
 
-            spec = settings().model_for(select_sources(load_sources(settings().sources_file), [source])[0])
+            from pipeline.index.language import detect_language
+
+            spec = settings().model_for(select_sources(load_sources(settings().sources_file), [source])[0],
+                                        detect_language(text))
         vec = np.asarray(load_embedder(spec).embed_query(text), dtype=np.float32).reshape(-1)
     except PipelineError as exc:
         fail(str(exc))

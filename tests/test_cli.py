@@ -464,3 +464,15 @@ def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, mo
     assert result.exit_code == 0, result.output
     assert (f"eval: no eval case is about a built source (eval files: {other}); point DOCSVAULT_EVALS at your "
             "cases (README: Eval files)") in result.output.splitlines()
+
+
+def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`embed --source` shows the vector search would use: a source's Japanese notes are embedded by the
+    multilingual model (detected per note), so a Japanese text gets that model, an English one the default."""
+    monkeypatch.setenv("DOCSVAULT_MULTILINGUAL_MODEL", "hash:16")
+    ja = runner.invoke(app, ["embed", "設定ファイルの書き方", "--source", "tiny", "--json"])
+    en = runner.invoke(app, ["embed", "how to write the settings file", "--source", "tiny", "--json"])
+    assert ja.exit_code == 0 and en.exit_code == 0, ja.output + en.output
+    assert [(json.loads(r.output)["model"], json.loads(r.output)["dim"]) for r in (ja, en)] == [
+        ("hash:16", 16), ("hash", 384)]

@@ -132,3 +132,20 @@ def test_rate_limit_sleeps_between_requests(site):
         c.get(site + "/etag")
         c.get(site + "/etag")
     assert len(waits) == 1 and 4.0 < waits[0] <= 5.0
+
+
+def test_a_request_error_keeps_the_operating_systems_reason():
+    """urllib3 wraps the reason deep in a long message ("... Max retries exceeded ... Caused by NewConnectionError(
+    '<... object at 0x...>: Failed to establish a new connection: [Errno 111] Connection refused')"); the one line
+    a build shows is that reason and the host, not the first 200 characters."""
+    import requests
+
+    from pipeline.ingest.fetch.http import _short
+
+    wrapped = requests.ConnectionError(
+        "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /llms.txt (Caused by "
+        "NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f3a2c1d5e10>: Failed to establish a "
+        "new connection: [Errno 111] Connection refused'))")
+    assert _short(wrapped) == "[Errno 111] Connection refused (127.0.0.1:9)"
+    assert _short(requests.ReadTimeout("read timed out")) == "read timed out"
+    assert _short(requests.RequestException("x" * 300)) == f"{'x' * 130} … {'x' * 60}"

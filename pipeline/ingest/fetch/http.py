@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.robotparser
 from collections.abc import Callable
@@ -315,9 +316,20 @@ class HttpClient:
             resp.close()
 
 
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
+_HOST = re.compile(r"host='([^']+)', port=(\d+)")
+
+
 def _short(exc: BaseException) -> str:
+    """One line for a request error: the operating system's reason when it has one (``[Errno 111] Connection
+    refused (127.0.0.1:9)``, which urllib3 wraps deep inside its message), else the message, at most ~200 chars
+    (its start and end kept)."""
     text = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-    return text[:200]
+    reason = _OS_ERROR.search(text)
+    if reason:
+        host = _HOST.search(text)
+        return reason.group(0).strip() + (f" ({host.group(1)}:{host.group(2)})" if host else "")
+    return text if len(text) <= 200 else f"{text[:130]} … {text[-60:]}"
 
 
 def _retry_after(value: str | None) -> float | None:
