@@ -243,10 +243,11 @@ def build(
 def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
-    moved = [c.split(" -> ", 1) for c in meta.get("conflicts") or []]
-    lines = [f"{name}: vault/{name}/{a} was edited since the build wrote it: your version is kept as "
-             f"vault/{name}/{b}" for a, b in moved]
-    copies = {b for _, b in moved}          # named on their own line above: not again among the kept files
+    from pipeline.stages.ingest import FOREIGN, conflict_line
+
+    records = list(meta.get("conflicts") or [])
+    lines = [f"{name}: {conflict_line(name, c)}" for c in records]
+    copies = {c.removesuffix(FOREIGN).split(" -> ", 1)[1] for c in records}   # named above: not again as kept files
     kept = int(meta.get("kept") or 0) - len(copies & set(meta.get("kept_files") or []))
     if kept > 0 and not meta.get("skipped"):
         shown = [f for f in meta.get("kept_files") or [] if f not in copies]

@@ -182,6 +182,33 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
         == (0, 6)
 
 
+def test_your_file_where_the_source_gets_a_note_is_moved_aside_and_not_called_an_edit(tmp_path: Path,
+                                                                                        tiny_vault: Path) -> None:
+    """A file you wrote in vault/<source>/ at a path where the source later gets a note: the note needs the path,
+    so your file is moved aside (never lost), and the report says it was yours, not an edit of a generated note."""
+    from pipeline.cli import vault_lines
+
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n",
+                       encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(sources)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    build.vault_stage(settings, source)
+    root = settings.vault_dir / "tiny"
+    (root / "Future.md").write_text("# Future (mine)\n", encoding="utf-8")
+    (tiny_vault / "Future.md").write_text("# Future\n\nThe source's note.\n", encoding="utf-8")
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    meta = build.vault_stage(settings, source)
+    assert meta["conflicts"] == ["Future.md -> Future (edited).md (not written by the build)"]
+    assert (root / "Future (edited).md").read_text(encoding="utf-8") == "# Future (mine)\n"
+    assert vault_lines("tiny", meta)[0] == (
+        "tiny: vault/tiny/Future.md is a file docsvault did not write, and the source now has a note at that path: "
+        "your file is kept as vault/tiny/Future (edited).md")
+
+
 def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env: Path) -> None:
     """`docsvault build` says built/unchanged/failed in its table, as `--json` does; the moved edit is named in one
     line (not again on stderr, nor among the kept files)."""

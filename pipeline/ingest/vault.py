@@ -42,7 +42,9 @@ class VaultResult(NamedTuple):
     ``kept``: files in the folder the build did not write (or wrote and someone edited since, whose page is gone),
     and the ``(edited)`` copies it made of your edits, left as they are (sorted); ``conflicts``: ``(rel_path, copy)`` for each generated file edited since the build
     wrote it, whose edited version was moved to ``copy`` before the new version was written;
-    ``attachments_written`` / ``attachments``: attachment files copied this time / in the folder after the write."""
+    ``attachments_written`` / ``attachments``: attachment files copied this time / in the folder after the write;
+    ``foreign``: the rel_paths of ``conflicts`` whose file the build had never written (your own file at the path
+    where the source now has a note, moved aside all the same)."""
 
     written: list[str]
     unchanged: list[str]
@@ -52,6 +54,7 @@ class VaultResult(NamedTuple):
     conflicts: list[tuple[str, str]] = []
     attachments_written: list[str] = []
     attachments: int = 0
+    foreign: list[str] = []
 
 
 INDEX_NAME = "_index.md"
@@ -283,6 +286,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     written: list[str] = []
     unchanged: list[str] = []
     conflicts: list[tuple[str, str]] = []
+    foreign: list[str] = []
     att_written: list[str] = []
 
     def make_room(rel: str, path: Path) -> bool:
@@ -297,6 +301,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         taken.add(copy.casefold())
         os.replace(path, path.with_name(PurePosixPath(copy).name))
         conflicts.append((rel, copy))
+        if rel not in owned:
+            foreign.append(rel)
         return True
 
     for rel, (path, data) in sorted(targets.items()):
@@ -348,7 +354,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         save_manifest(root, source, final, {**recorded, **{copy: rel for rel, copy in conflicts}})
     after = audit(root, source) if root.is_dir() else None
     kept = sorted(after.user_files + after.copies) if after is not None else []
-    return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies))
+    return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies),
+                       foreign)
 
 
 def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[Note]:

@@ -32,6 +32,21 @@ log = logging.getLogger("docsvault")
 
 
 # ---------------------------------------------------------------- per source
+
+#: the end of a conflict record (``"<rel> -> <copy>"``) whose file the build had never written
+FOREIGN = " (not written by the build)"
+
+
+def conflict_line(source: str, record: str) -> str:
+    """One line for a vault conflict record ``"<rel> -> <copy>[ (not written by the build)]"``: your edit of a
+    generated note, or your own file where the source now has a note, and where your version is now."""
+    foreign = record.endswith(FOREIGN)
+    rel, copy = record.removesuffix(FOREIGN).split(" -> ", 1)
+    if foreign:
+        return (f"vault/{source}/{rel} is a file docsvault did not write, and the source now has a note at that path: "
+                f"your file is kept as vault/{source}/{copy}")
+    return f"vault/{source}/{rel} was edited since the build wrote it: your version is kept as vault/{source}/{copy}"
+
 def fetch_stage(settings: Settings, source: Source) -> FetchStageResult:
     """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
     from pipeline.ingest.fetch import fetch_source
@@ -255,7 +270,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                 artifacts.update_state(settings, source.name, vault_fast=fast)
             return _vault_skipped(state, facts, vault_dir)
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
-        conflicts = [f"{rel} -> {copy}" for rel, copy in result.conflicts]
+        conflicts = [f"{rel} -> {copy}" + (FOREIGN if rel in result.foreign else "") for rel, copy in result.conflicts]
         if skip_lines:
             artifacts.write_atomic(vault_skipped_path(settings, source.name),
                                    "".join(line.replace("\n", "\\n") + "\n" for line in skip_lines).encode("utf-8"))
@@ -266,8 +281,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                                vault_conflicts=conflicts, vault_attachments=result.attachments,
                                vault_attachments_skipped=len(skip_lines), vault_fast=fast)
     for line in conflicts:      # info: the build's own report names each once (its table; Dagster's metadata)
-        log.info("source '%s': vault/%s/%s was edited since the build wrote it; your version is kept as %s",
-                    source.name, source.name, *line.split(" -> ", 1))
+        log.info("source '%s': %s", source.name, conflict_line(source.name, line))
     return VaultResult(
         notes=len(notes), written=len(result.written), unchanged=len(result.unchanged), removed=len(result.removed),
         removed_files=tuple(result.removed[:50]), kept=len(result.kept), kept_files=tuple(result.kept[:50]),
