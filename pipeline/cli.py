@@ -221,7 +221,9 @@ def build(
         if ev.get("n"):
             typer.echo("eval: n={n} hit@1={h1:.3f} hit@3={h3:.3f} MRR@10={mrr:.3f} nDCG@10={nd:.3f}".format(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),
-                nd=ev.get("ndcg_at_10", 0)))
+                nd=ev.get("ndcg_at_10", 0))
+                + (f" ({ev['unreachable']} of the {ev['n']} cases expect a page that is not built, scored as misses: "
+                   "`docsvault eval` lists them)" if ev.get("unreachable") else ""))
         elif "eval_files" in ev:
             typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}); point "
                        "DOCSVAULT_EVALS at your cases (README: Eval files)")

@@ -466,6 +466,20 @@ def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, mo
             "cases (README: Eval files)") in result.output.splitlines()
 
 
+def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:
+    evals = tiny_env / "partial-evals"
+    evals.mkdir()
+    (evals / "cases.yaml").write_text("corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n"
+                                      "    expected: [Ducks.md]\n  - id: t-2\n    query: geese\n"
+                                      "    expected: [Geese.md]\n", encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("eval: n=2 "))
+    assert line.endswith(" (1 of the 2 cases expect a page that is not built, scored as misses: `docsvault eval` "
+                         "lists them)")
+
+
 def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`embed --source` shows the vector search would use: a source's Japanese notes are embedded by the

@@ -512,6 +512,8 @@ def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
     meta["n"] = int(overall.get("n", 0))
     if not meta["n"]:                                        # say where the eval looked
         meta["eval_files"] = ", ".join(report.files or ()) or "none"
+    if report.unreachable:                                   # cases whose expected page was not built: misses
+        meta["unreachable"] = len(report.unreachable)
     for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
         if metric in overall:
             meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
