@@ -49,6 +49,11 @@ def test_clean_text_drops_markup_and_keeps_code_as_code() -> None:
                               "links or Canvas. Next item one `inline` code")
 
 
+def test_clean_text_drops_obsidian_comments_but_not_code() -> None:
+    assert clean_text("Before %%a hidden comment: secret%% after. Code `50%%` stays.\n%%\nblock\ncomment\n%%\nend") \
+        == "Before after. Code `50%%` stays. end"
+
+
 def test_clean_text_html_attributes_never_leak() -> None:
     out = clean_text('<p align="center"><a href="/a?b=1"><img alt="x" src="ev/images/docs/a.jpg"/></a>Text</p>')
     assert out == "Text"

@@ -2,7 +2,7 @@
 
 :func:`clean_text` turns a chunk's Markdown into one line of plain text: fenced and indented code becomes inline
 code (`` `SELECT 1` ``, the language tag dropped), callout markers (``> [!note] Title``) and quote markers go,
-HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), links keep their
+HTML comments and Obsidian's ``%%comments%%`` go, HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), links keep their
 text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` and, in a table row, ``[[Note\\|alias]]`` -> ``alias``), images
 and embeds go, emphasis, heading and list markers go. :func:`cut_around` cuts such a line to about ``width``
 characters around the first query match, at a sentence start when one is near, else at a word boundary; cut ends are
@@ -19,6 +19,7 @@ from pipeline.common.markdown import replace_code
 __all__ = ["clean_text", "cut_around", "make_snippet", "match_position"]
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_OBSIDIAN_COMMENT = re.compile(r"%%.*?(?:%%|\Z)", re.DOTALL)   # ``%%hidden%%``: Obsidian does not show it either
 _HTML_BLOCK_DROP = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.IGNORECASE | re.DOTALL)
 _HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9:-]*(?:\s+(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?/?>")
 _CALLOUT = re.compile(r"^[ \t]*(?:>[ \t]*)+\[![^\]\n]*\][+-]?[ \t]*", re.MULTILINE)
@@ -56,6 +57,7 @@ def clean_text(markdown: str) -> str:
     text = replace_code(text, keep)
     text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
     text = _COMMENT.sub(" ", text)
+    text = _OBSIDIAN_COMMENT.sub(" ", text)
     text = _HTML_BLOCK_DROP.sub(" ", text)
     text = _IMAGE.sub(" ", text)
     text = _EMBED.sub(" ", text)
