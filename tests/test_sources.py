@@ -100,6 +100,10 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
      f"line 3: sources[1] (source 'x'): 'kind' must be one of {KINDS_LIST}, got 'llms-txt'; did you mean 'llms_txt'?"),
     ("sources:\n  - name: x\n    kind: [git]\n    url: https://a/b.git\n",
      f"line 3: sources[1] (source 'x'): 'kind' must be one of {KINDS_LIST}, got ['git']"),
+    # any other invalid value: the line of the key the error names ('format', with the closest format)
+    ("sources:\n  - name: x\n    kind: local\n    path: d\n    format: markdwon\n",
+     "line 5: sources[1] (source 'x'): 'format' must be one of ['obsidian', 'markdown', 'mdx', 'docbuilder', "
+     "'jekyll', 'html'], got 'markdwon'; did you mean 'markdown'?"),
     # a duplicate name: the line of the second one's 'name:' and of the first
     ("sources:\n  - name: x\n    kind: local\n    path: d\n\n  - kind: local\n    name: x\n    path: e\n",
      "line 7: sources[2]: duplicate source name 'x' (first at line 2, sources[1]); names must be unique: rename one"),

@@ -98,7 +98,9 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
             raise SourceConfigError(f"{where}: kind '{kind}' needs '{key}'")
     fmt = block.get("format")
     if fmt is not None and fmt not in FORMATS:
-        raise SourceConfigError(f"{where}: 'format' must be one of {list(FORMATS)}, got {fmt!r}")
+        close = get_close_matches(fmt, FORMATS, n=1) if isinstance(fmt, str) else []
+        raise SourceConfigError(f"{where}: 'format' must be one of {list(FORMATS)}, got {fmt!r}"
+                                + (f"; did you mean {close[0]!r}?" if close else ""))
     for key in ("url", "ref", "site_url", "language", "embedding", "token_env"):
         if block.get(key) is not None and not isinstance(block[key], str):
             raise SourceConfigError(f"{where}: '{key}' must be a string, got {block[key]!r}")
@@ -232,6 +234,18 @@ def _missing(block: Any) -> str | None:
     return f"has no '{needed[0]}' (kind '{kind}' needs it)" if needed else None
 
 
+def _with_line(exc: SourceConfigError, prefix: str, lines: tuple[int, dict[str, int]]) -> SourceConfigError:
+    """``exc`` (a message starting ``<file>: sources[i]``) with the line of the key it names (``'format'``,
+    ``'path'``...), else of the block, after the file name."""
+    text = str(exc)
+    if not text.startswith(prefix):
+        return exc
+    start, key_lines = lines
+    named = [key_lines[k] for k in re.findall(r"'([a-z_]+)'", text[len(prefix):]) if k in key_lines]
+    file, rest = prefix.split(": ", 1)
+    return SourceConfigError(f"{file}: line {named[0] if named else start}: {rest}{text[len(prefix):]}")
+
+
 def _label(block: dict, where: str) -> str:
     """``where`` (``<file>: line N: sources[i]``) and `` (source 'x')`` when the block has a valid name."""
     name = block.get("name")
@@ -291,7 +305,10 @@ def load_sources(path: Path) -> list[Source]:
                 raise _missing_error(block, f"{path}: line {start}: sources[{i}]", problem, strays)
             line = key_lines.get(str(wrong[0]), start)
             raise SourceConfigError(f"{_label(block, f'{path}: line {line}: sources[{i}]')}: {wrong[1]}")
-        source = parse_source(block, path.parent, f"{path}: sources[{i}]")
+        try:
+            source = parse_source(block, path.parent, f"{path}: sources[{i}]")
+        except SourceConfigError as exc:
+            raise _with_line(exc, f"{path}: sources[{i}]", layout()[0][i - 1]) from None
         if source.name in seen:
             first = seen[source.name]
             here_line, first_line = (keys.get("name", start) for start, keys in (layout()[0][i - 1],
