@@ -351,6 +351,11 @@ def test_write_capture_frontmatter_and_safety(tmp_path: Path) -> None:
         write_capture(src, "   ")
     assert name_from_title("a/b: c?") == "a-b- c" and check_name("Note.md") == "Note"
     assert title_of("first line\n# Real title") == "Real title"
+    # no heading: the first sentence of the first line; a long title ends at a word, with an ellipsis
+    assert title_of("Another lesson. The pelican-orchid rule says: always checkpoint after bulk deletes.") == \
+        "Another lesson."
+    assert title_of("word " * 30) == ("word " * 15).strip() + "…"
+    assert title_of("v1.2 is out") == "v1.2 is out"
 
 
 CAPTURE_HEAD = "---\ntitle: {}\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n---\n\n"

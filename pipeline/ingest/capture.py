@@ -163,13 +163,24 @@ def name_from_title(title: str) -> str:
 
 
 def title_of(text: str) -> str:
-    """The first Markdown heading of ``text``, else its first non-empty line (at most 80 chars)."""
+    """The first Markdown heading of ``text``, else the first sentence of its first non-empty line; at most 80
+    chars, a longer one cut at a word boundary and ended with ``…``."""
     for line in text.splitlines():
         m = re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
         if m:
-            return m.group(1)[:80]
+            return _cut_title(m.group(1))
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return first[:80]
+    sentence = re.match(r"(.+?[.!?。！？])(?:\s|$)", first)
+    return _cut_title(sentence.group(1) if sentence else first)
+
+
+def _cut_title(title: str, limit: int = 80) -> str:
+    """``title`` when at most ``limit`` chars, else cut at the last space before the limit (or at the limit) + ``…``."""
+    if len(title) <= limit:
+        return title
+    cut = title[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:-") + "…"
 
 
 def _starts_with_h1(text: str) -> bool:
