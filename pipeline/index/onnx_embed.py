@@ -409,10 +409,13 @@ class OnnxEmbedder:
         cache_dir: directory of exported models (default :func:`onnx_cache_dir`).
         threads: ONNX Runtime intra-op threads for documents (default: all cores); queries always use 1.
         batch_tokens: max padded tokens per forward pass of ``embed_documents`` (texts sorted by length).
-        batch_size: max texts per forward pass. 8: each pass's attention scores (texts × 12 heads × tokens²
-            floats, 19 MB for 8 texts of 256 tokens, 150 MB for 64) stay near the cores' caches. On 2 AVX-512 cores,
-            600 real chunks sorted by length, int8 (``bench/embedders.py --batch-sizes 64,16,8,4,1``): 8 texts
-            ×1.29–1.37 the chunks/s of 64 (README, "Issue 19 targets").
+        batch_size: max texts per forward pass (64). Fewer would be faster: the attention scores of a pass (texts ×
+            12 heads × tokens² floats: 150 MB for 64 texts of 256 tokens, 19 MB for 8) then stay near the caches,
+            8 texts ×1.29–1.37 the chunks/s of 64 (``bench/embedders.py --batch-sizes 64,16,8,4,1``). But the int8
+            model quantizes its activations per pass, so a text's vector depends on its batch: a build of the five
+            corpora embedded at 8 scored MRR@10 −0.004 [−0.010, +0.000] scoped, −0.007 [−0.013, −0.001] unscoped
+            against one at 64 (the defaults were chosen on vectors made at 64). Not changed (README, "Issue 19
+            targets").
         export: export the model when the cached file is missing or corrupt (needs torch, once); False raises.
         fallback: factory of an embedder with the same model id (the torch model) used, with a warning, when no
             ONNX model can be loaded or exported; None raises instead.
@@ -423,7 +426,7 @@ class OnnxEmbedder:
     """
 
     def __init__(self, variant: str = "fp32", cache_dir: Path | None = None, *, threads: int | None = None,
-                 batch_tokens: int = 8192, batch_size: int = 8, export: bool = True,
+                 batch_tokens: int = 8192, batch_size: int = 64, export: bool = True,
                  fallback: Callable[[], Any] | None = None) -> None:
         _check_variant(variant)
         self.variant = variant
