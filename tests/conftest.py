@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,23 @@ TINY_NOTES = {
     "ja/検索.md": "# 検索\n\nベクトル検索とキーワード検索を組み合わせて、関係のあるページを見つけます。\n",
     ".obsidian/app.json": "{}",
 }
+
+
+def local_source(tmp_path: Path, name: str, path: Path) -> tuple[Any, Any]:
+    """(Settings, Source) of one ``local`` obsidian source ``name`` at ``path``, everything else under tmp_path, with
+    its fetch and normalize stages run (the start of a test of the later stages)."""
+    from pipeline import stages as build
+    from pipeline.config import Settings
+    from pipeline.ingest.sources import load_sources
+
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: {name}\n    kind: local\n    path: {path}\n    format: obsidian\n",
+                       encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(sources)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    return settings, source
 
 
 def _write_tiny(root: Path) -> Path:

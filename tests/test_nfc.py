@@ -5,12 +5,10 @@ from __future__ import annotations
 import unicodedata
 from pathlib import Path
 
-from pipeline.common import artifacts
-
 from pipeline import stages as build
-from pipeline.config import Settings
+from pipeline.common import artifacts
 from pipeline.search.reader import read_note
-from pipeline.ingest.sources import load_sources
+from tests.conftest import local_source
 
 NFC = "ガイドブック"
 NFD = unicodedata.normalize("NFD", NFC)
@@ -21,13 +19,7 @@ def test_nfd_file_names_become_nfc_and_read_takes_both(tmp_path: Path) -> None:
     root = tmp_path / "notes"
     (root / f"章{NFD}").mkdir(parents=True)
     (root / f"章{NFD}" / f"{NFD}.md").write_text("# ガイド\n\n本文です。\n", encoding="utf-8")
-    sources = tmp_path / "sources.yaml"
-    sources.write_text(f"sources:\n  - name: ja\n    kind: local\n    path: {root}\n    format: obsidian\n",
-                       encoding="utf-8")
-    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
-    source = load_sources(sources)[0]
-    build.fetch_stage(settings, source)
-    build.normalize_stage(settings, source)
+    settings, source = local_source(tmp_path, "ja", root)
     build.vault_stage(settings, source)
     note = artifacts.load_notes(settings, "ja")[0]
     want = f"章{NFC}/{NFC}.md"

@@ -15,9 +15,9 @@ from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.config import Settings
 from pipeline.ingest.ownership import audit, conflict_name, load_manifest, manifest_path
-from pipeline.ingest.sources import load_sources
 from pipeline.ingest.vault import read_notes, write_source
 from pipeline.models import Note
+from tests.conftest import local_source
 
 
 def _note(rel: str, body: str) -> Note:
@@ -141,13 +141,7 @@ def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Pa
 
 def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path) -> None:
     """Through the build's stages: the vault stage names the user's files and the moved edit; status lists them."""
-    sources = tmp_path / "sources.yaml"
-    sources.write_text(f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n",
-                       encoding="utf-8")
-    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
-    source = load_sources(sources)[0]
-    build.fetch_stage(settings, source)
-    build.normalize_stage(settings, source)
+    settings, source = local_source(tmp_path, "tiny", tiny_vault)
     assert build.vault_stage(settings, source)["kept"] == 0
     root = settings.vault_dir / "tiny"
     (root / "Ducks.md").write_text((root / "Ducks.md").read_text() + "\nI saw one today.\n", encoding="utf-8")
@@ -188,13 +182,7 @@ def test_your_file_where_the_source_gets_a_note_is_moved_aside_and_not_called_an
     so your file is moved aside (never lost), and the report says it was yours, not an edit of a generated note."""
     from pipeline.cli import vault_lines
 
-    sources = tmp_path / "sources.yaml"
-    sources.write_text(f"sources:\n  - name: tiny\n    kind: local\n    path: {tiny_vault}\n    format: obsidian\n",
-                       encoding="utf-8")
-    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
-    source = load_sources(sources)[0]
-    build.fetch_stage(settings, source)
-    build.normalize_stage(settings, source)
+    settings, source = local_source(tmp_path, "tiny", tiny_vault)
     build.vault_stage(settings, source)
     root = settings.vault_dir / "tiny"
     (root / "Future.md").write_text("# Future (mine)\n", encoding="utf-8")
