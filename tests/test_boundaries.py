@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "pipeline.ingest.capture")),
     ("graph/chunk", ("pipeline.index", "pipeline.index.chunk", "pipeline.index.graph", "pipeline.index.vaultlinks",
                      "pipeline.index.language", "pipeline.index.analysis", "pipeline.index.bm25")),
-    ("embed", ("pipeline.index.embed", "pipeline.index.onnx_embed")),
+    ("embed", ("pipeline.index.embed", "pipeline.index.onnx_embed", "pipeline.index.embed_child")),
     ("warehouse", ("pipeline.warehouse",)),
     ("search", ("pipeline.search",)),
     ("eval", ("pipeline.evaluate",)),

@@ -41,8 +41,11 @@ def embed_in_child(spec: str, model_id: str, cache_dir: Path, items: Sequence[tu
         return 0
     job = pickle.dumps({"spec": spec, "model_id": model_id, "cache_dir": str(cache_dir), "items": list(items),
                         "batch_size": batch_size}, protocol=pickle.HIGHEST_PROTOCOL)
+    from pipeline.config import environ
+
     root = str(Path(__file__).resolve().parents[2])         # the directory holding the `pipeline` package
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = dict(environ())
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.index.embed_child"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err, env=env)
