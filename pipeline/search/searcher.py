@@ -253,6 +253,7 @@ def _cached_page_vectors(con: Any, warehouse_path: Path, table: str,
 class _VectorPlan(NamedTuple):
     skip_english: bool           # the cross-lingual lane leaves English notes out (an English question)
     asked: list                  # [(model row, rows in total, rows in scope, text to embed)]
+    scan_skips_english: bool = False   # ... and its scans leave them out too (not ranked among every page)
 
 
 class _Page(NamedTuple):
@@ -957,7 +958,7 @@ class Searcher:
                         continue
                 asked.append((model, n_total, n_in, text))
             in_scope = asked
-        return _VectorPlan(skip_english, in_scope)
+        return _VectorPlan(skip_english, in_scope, skip_english and not self.cross_rank_among_all)
 
     def _start_model_pages(self, plans: Mapping[str, _VectorPlan], sources: frozenset[str] | None,
                            notes: frozenset[str] | None) -> dict[tuple[str, str], Any]:
@@ -969,16 +970,15 @@ class Searcher:
         (numpy, it sets process-wide BLAS thread limits), a model searched through HNSW (one DuckDB connection is
         not shared between threads), and everything when only one model is asked. Each model's pages are the ones a
         sequential run gives (its own input, single-threaded), so rankings do not change."""
-        asked = [(lane, plan.skip_english, entry) for lane, plan in plans.items() for entry in plan.asked]
+        asked = [(lane, plan.scan_skips_english, entry) for lane, plan in plans.items() for entry in plan.asked]
         jobs: dict[tuple[str, str], Any] = {}
-        for lane, skip_english, (model, n_total, n_in, text) in asked:
+        for lane, scan_skips_english, (model, n_total, n_in, text) in asked:
             table, model_id = model["table_name"], model["model_id"]
 
             def job(model: dict = model, n_total: int = n_total, n_in: int = n_in, text: str = text,
-                    skip_english: bool = skip_english) -> tuple[np.ndarray, list[_Page]]:
+                    skip_english: bool = scan_skips_english) -> tuple[np.ndarray, list[_Page]]:
                 qvec = self._query_vector(model["model_id"], text)
-                return qvec, self._model_pages(model, n_total, n_in, qvec, sources, notes,
-                                               skip_english and not self.cross_rank_among_all)
+                return qvec, self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
 
             embedder = self.embedder(model_id)          # created here: model loading is not thread-safe
             if len(asked) < 2 or isinstance(embedder, UsemEmbedder) or not self._exact(table):
@@ -1015,14 +1015,13 @@ class Searcher:
         (Japanese questions 0.837 -> 0.371). ``plan``: :meth:`_vector_plan`'s result when the caller has it;
         ``jobs``: table -> that model's started part (:meth:`_start_model_pages`).
         """
-        skip_english, in_scope = plan or self._vector_plan(query, sources, notes, cross)
+        skip_english, in_scope, scan_skips_english = plan or self._vector_plan(query, sources, notes, cross)
         per_model = []
         for model, n_total, n_in, text in in_scope:
             job = (jobs or {}).get(model["table_name"])
             if job is None:
                 qvec = self._query_vector(model["model_id"], text)
-                pages = self._model_pages(model, n_total, n_in, qvec, sources, notes,
-                                          skip_english and not self.cross_rank_among_all)
+                pages = self._model_pages(model, n_total, n_in, qvec, sources, notes, scan_skips_english)
             else:
                 qvec, pages = job() if callable(job) else job.result()
             if skip_english and self.cross_rank_among_all:     # ranked among every page, a vote for the others only
