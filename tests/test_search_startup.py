@@ -253,9 +253,14 @@ def test_searcher_attaches_without_vss_and_loads_it_for_hnsw(cache: Path, wareho
         table = hnsw.models[0]["table_name"]
         assert "HNSW_INDEX_SCAN" in wh.explain_vector_search(hnsw._con, table)
     assert got == want                                                         # a 6-chunk corpus: HNSW is exact
-    con = wh.connect(warehouse)                                                 # the default still loads both
+    con = wh.connect(warehouse)                                                 # read-only: lazy by default
     try:
-        assert loaded(con) == {"vss", "fts"}
+        assert loaded(con) == set()
+    finally:
+        con.close()
+    con = wh.connect(warehouse, lazy_extensions=False)                          # vss only: fts is never used
+    try:
+        assert loaded(con) == {"vss"}
     finally:
         con.close()
 

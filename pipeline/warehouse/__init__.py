@@ -25,8 +25,10 @@ What still grows is about one 256 KiB block per update (appended chunk rows) plu
 bound turns that into a compact full publish every few updates for a small warehouse and every few dozen for a
 large one.
 
-Opening (:func:`connect`) always goes ``:memory:`` -> load ``vss``/``fts`` -> ``ATTACH`` the file: a write-ahead
-log that touches an HNSW index can only be replayed once ``vss`` is loaded (EC-19, duckdb-vss#65).
+Opening (:func:`connect`) goes ``:memory:`` -> ``ATTACH`` the file read-only when no write-ahead log is beside it
+(``vss`` is loaded on the first HNSW query), else ``:memory:`` -> load ``vss`` -> ``ATTACH``: a write-ahead log that
+touches an HNSW index can only be replayed once ``vss`` is loaded (EC-19, duckdb-vss#65). DuckDB's ``fts`` is not
+used (BM25 is :mod:`pipeline.index.bm25`).
 
 Modules: ``schema`` (tables, :func:`connect`), ``write`` (:func:`publish`), ``vectors`` (k-NN and vector reads),
 ``queries`` (note/chunk/link reads), ``eval_runs`` (the eval history file). Import the face, ``from pipeline import

@@ -84,9 +84,8 @@ def _init(con: duckdb.DuckDBPyConnection, extensions: bool = True) -> None:
     import duckdb_ext
 
     duckdb_ext.init(con)
-    if extensions:
+    if extensions:                 # vss only: nothing here uses DuckDB's full-text search (BM25 is pipeline.index.bm25)
         con.execute("LOAD vss")
-        con.execute("LOAD fts")
         con.execute("SET hnsw_enable_experimental_persistence = true")
 
 
@@ -114,20 +113,22 @@ def _attach(path: Path, read_only: bool, extensions: bool = True) -> duckdb.Duck
     return con
 
 
-def connect(path: Path, read_only: bool = True, *, lazy_extensions: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(path: Path, read_only: bool = True, *, lazy_extensions: bool = True) -> duckdb.DuckDBPyConnection:
     """Open the warehouse file.
 
-    Order matters: an in-memory connection loads ``vss``/``fts`` first, then the file is attached as ``wh`` and made
-    the default catalog, so a WAL that touches an HNSW index replays (EC-19). A WAL that a read-only attach cannot
-    replay (one that creates tables) is replayed once read-write and checkpointed, then the file is attached
-    read-only.
+    Order matters: when ``vss`` is loaded, an in-memory connection loads it first, then the file is attached as
+    ``wh`` and made the default catalog, so a WAL that touches an HNSW index replays (EC-19). A WAL that a read-only
+    attach cannot replay (one that creates tables) is replayed once read-write and checkpointed, then the file is
+    attached read-only.
 
     Args:
         path: the warehouse file.
-        read_only: attach read-only (search, CLI, MCP); False only for maintenance.
-        lazy_extensions: read-only and no write-ahead log beside the file: attach without loading ``vss``/``fts``
-            (~0.2-0.5 s of a cold search); a caller that queries an HNSW index calls :func:`load_vss` first
-            (:func:`pipeline.warehouse.vector_search` does). Otherwise (or when that attach fails) as without it.
+        read_only: attach read-only (search, CLI, MCP, the stages' reads); False only for maintenance.
+        lazy_extensions: read-only and no write-ahead log beside the file: attach without loading ``vss`` (its
+            signature check hashes the extension file: 0.1-0.25 s per connection, several per build); a caller that
+            queries an HNSW index calls :func:`load_vss` first (:func:`pipeline.warehouse.vector_search` and
+            :func:`~pipeline.warehouse.explain_vector_search` do). False, a writer, a WAL beside the file, or a
+            failed lazy attach: ``vss`` loaded before the attach.
 
     Returns:
         A connection whose default database is the warehouse. The caller closes it.
