@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _evalkit import SHARED, cached_embedder_factory  # noqa: E402
+from _evalkit import SHARED, cached_embedder_factory
 
 LANES = ("bm25", "bm25_page", "vector", "crosslingual")
 DEPTH = 10

@@ -119,6 +119,9 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     ("a: " + "[" * 5000 + "]" * 5000 + "\n", "invalid YAML frontmatter: nested"),
     ("a:\n\t- b\n", "line 3: invalid YAML frontmatter"),
     ("x: [unclosed\n", "invalid YAML frontmatter"),
+    # an unclosed list is noticed on the next line; the line to fix is where it starts
+    ("title: t\ntags: [work/meetings\nstatus: draft\n", ("line 3: invalid YAML frontmatter: expected ',' or ']', but "
+     "got ':' on line 4, in the flow sequence that starts on line 3; fix or quote the value")),
     ("k: " + "v" * (256 * 1024) + "\n", "line 2: frontmatter is 262147 characters, above the limit"),
 ])
 def test_hostile_frontmatter_refused(yaml_text, message):

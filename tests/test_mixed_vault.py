@@ -116,6 +116,18 @@ def test_japanese_question_finds_the_english_page(mixed: Settings) -> None:
     assert _ranked(mixed, "Parquetファイルを読む")[0] == "duck/data/parquet/overview.md"
 
 
+def test_bridge_finds_the_japanese_note_in_a_small_scope_as_unscoped(mixed: Settings) -> None:
+    # the bridge keeps pages 2 SD above the query's background; a four-note source's own chunks cannot be that
+    # background (the judged note is one of them), so a scoped search lost what the unscoped one found
+    with Searcher(mixed.warehouse_path, query_threads=1) as s:
+        unscoped = [h.source_path for h in s.search("Kyoto trip: temples and dinner by the river", k=3,
+                                                    lanes=["crosslingual"])]
+        scoped = [h.source_path for h in s.search("Kyoto trip: temples and dinner by the river", k=3,
+                                                  lanes=["crosslingual"], source="nikki")]
+    assert unscoped[:1] == ["旅行/京都.md"]
+    assert scoped[:1] == ["旅行/京都.md"]
+
+
 def test_scoped_search_is_the_same_without_the_start_up_cache(mixed: Settings, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     # a scope of at most a quarter of a model's rows is read row-wise: with DOCSVAULT_SEARCH_CACHE=off the vectors

@@ -68,8 +68,8 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
      ("'include' (line 5) is at the top level, outside every source: indent it under its '- name:' line, aligned with "
      "'name:'")),
     ("sources:\n  - name: x\n  kind: git\n",
-     ("line 3 is not valid YAML: expected <block end>, but found '?'; check the indentation: a source's keys line up "
-     "under its 'name:' ('- name: x', then '  kind: git')")),
+     ("line 3 is not valid YAML: expected <block end>, but found '?'; check the indentation: every key of a source "
+     "(kind:, path:, ...) starts in the same column as the 'name:' after its '- '")),
 ])
 def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)

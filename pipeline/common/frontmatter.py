@@ -182,6 +182,12 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 2}" if mark is not None else "line 2"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
+        ctx, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
+        if mark is not None and ctx is not None and ctx.line < mark.line and context.startswith("while parsing "):
+            # `tags: [a, b` unclosed: YAML notices on a later line; the line to fix is where the value starts
+            line = f"line {ctx.line + 2}"
+            problem = (f"{problem} on line {mark.line + 2}, in the {context.removeprefix('while parsing ').removeprefix('a ')} that "
+                       f"starts on line {ctx.line + 2}")
         raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
         raise NoteError(f"{where}: line 2: invalid value in frontmatter: {exc}; quote the value") from None

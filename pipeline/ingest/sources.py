@@ -61,7 +61,8 @@ ALLOWED_KEYS = {
 HTTP_KINDS = ("llms_txt", "html")
 HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(?::\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::\d{1,5})?$")
 REQUIRED_BY_KIND = {"git": ("url",), "llms_txt": ("url",), "html": ("url",), "local": ("path",)}
-_INDENT_HINT = "; check the indentation: a source's keys line up under its 'name:' ('- name: x', then '  kind: git')"
+_INDENT_HINT = ("; check the indentation: every key of a source (kind:, path:, ...) starts in the same column as "
+                "the 'name:' after its '- '")
 
 
 def _str_list(value: Any, where: str, key: str) -> tuple[str, ...]:

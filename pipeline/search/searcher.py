@@ -76,6 +76,7 @@ CENTROID_PAGES = 50          # pages the page-vector cosine alone brings into th
 #: scoped 0.870 -> 0.834); per scope, ja-react's vector lane 0.34 -> 0.60 and pooled hybrid +0.005 [0.000, +0.010]
 #: scoped, unscoped unchanged (417 cases, paired bootstrap).
 BACKGROUND_ROWS = 2048
+MIN_SCOPE_BACKGROUND = 100   # background chunks a scope needs for its own z-score background (else the model's)
 MIN_BACKGROUND_SD = 0.02     # floor of that standard deviation: a model with a few near-identical chunks cannot
                              # turn a tiny cosine difference into a huge z-score
 SNIPPET_CHARS = 240
@@ -1068,7 +1069,9 @@ class Searcher:
         pv = self._page_vectors(table)
         sims = pv.background @ np.asarray(qvec, dtype=np.float32).reshape(-1)
         spans = [span for src, span in pv.background_of.items() if sources is None or src in sources]
-        if not spans:
+        if sum(b - a for a, b, _ in spans) < MIN_SCOPE_BACKGROUND:
+            # a scope this small cannot stand for "typical": its few chunks include the very pages being judged
+            # (of 7 chunks one page can stand at most 2.3 standard deviations out), so the whole model's is used
             spans = list(pv.background_of.values()) or [(0, len(sims), 1)]
         weights = np.array([n for _, _, n in spans], dtype=np.float64)
         means = np.array([sims[a:b].mean() for a, b, _ in spans], dtype=np.float64)

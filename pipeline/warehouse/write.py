@@ -258,7 +258,8 @@ def _check_growth(size: int, full_bytes: int, *, before: bool = False) -> None:
         raise _NotIncremental(f"the file is {_mb(size)} and an update adds at least {_BLOCK // 1024} KiB: more than "
                               f"{MAX_GROWTH:.0%} over its {_mb(full_bytes)} after its last full build")
     if size > limit:
-        raise _NotIncremental(f"the file would grow to {_mb(size)}, more than {MAX_GROWTH:.0%} over its "
+        raise _NotIncremental(f"an update would leave the file at {_mb(size)} (DuckDB reuses freed blocks but never "
+                              f"shrinks a file), more than {MAX_GROWTH:.0%} over its "
                               f"{_mb(full_bytes)} after its last full build")
 
 
