@@ -298,13 +298,17 @@ def test_a_scoped_search_is_standardised_against_its_own_sources(tmp_path: Path)
     queries = {"a-3": np.array(_unit(1, 0, 0), dtype=np.float32), "b-3": np.array(_unit(1, 1, 0), dtype=np.float32)}
     near = np.array([_unit(1, 0.1, 0)] * 3, dtype=np.float32)        # the other source's chunks all near the query
     far = np.array([_unit(0, 0, 1)] * 3, dtype=np.float32)           # ... or all far from it
-    lanes = {}
+    lanes, tiny = {}, {}
     for name, other in (("near", near), ("far", far)):
         path = _two_model_warehouse(tmp_path / f"{name}.duckdb", other)
         with Searcher(path, embedder_factory=lambda m: _Fixed(m, queries[m])) as s:
+            tiny[name] = [round(p.score, 3) for p in s._vector_lane("q", frozenset({"en"}))]
+            s.min_scope_background = 0          # a toy scope of a few chunks: its own background all the same
             lanes[name] = {scope: [(s._note_path[p.note_id], round(p.score, 3))
                                    for p in s._vector_lane("q", None if scope == "all" else frozenset({"en"}))]
                            for scope in ("en", "all")}
+    # with fewer than MIN_SCOPE_BACKGROUND chunks of its own, a scope is standardised against the whole model's
+    assert tiny["near"] != tiny["far"]
     assert lanes["near"]["en"] == lanes["far"]["en"]
     assert lanes["far"]["en"][:2] == [("P1.md", 0.905), ("P2.md", -1.0)]
     assert lanes["near"]["all"][:2] == [("P1.md", 0.39), ("O3.md", 0.378)]      # P1 is barely above the others ...

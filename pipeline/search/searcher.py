@@ -445,6 +445,8 @@ class Searcher:
         #: the bridge lane of an English question ranks the other-language pages among every page of the scope
         #: (the English ones, which get no vote there, included) instead of among themselves (README, Search quality)
         self.cross_rank_among_all = True
+        #: a scope with fewer background chunks is standardised against the model's whole background (_background)
+        self.min_scope_background = MIN_SCOPE_BACKGROUND
         self._translations: dict[str, str | None] = {}
         # _bm25_tokens' memo: query -> terms, valid for the analysis objects it holds (an override swaps them)
         self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[str, ...]]] = ((), {})
@@ -1069,7 +1071,7 @@ class Searcher:
         pv = self._page_vectors(table)
         sims = pv.background @ np.asarray(qvec, dtype=np.float32).reshape(-1)
         spans = [span for src, span in pv.background_of.items() if sources is None or src in sources]
-        if sum(b - a for a, b, _ in spans) < MIN_SCOPE_BACKGROUND:
+        if sum(b - a for a, b, _ in spans) < self.min_scope_background:
             # a scope this small cannot stand for "typical": its few chunks include the very pages being judged
             # (of 7 chunks one page can stand at most 2.3 standard deviations out), so the whole model's is used
             spans = list(pv.background_of.values()) or [(0, len(sims), 1)]
