@@ -39,6 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _evalkit import SHARED, cached_embedder_factory
+from cv import paired_bootstrap
 
 LANES = ("bm25", "bm25_page", "vector", "crosslingual")
 DEPTH = 10
@@ -47,11 +48,10 @@ JA = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 
 def pseudo_cases(warehouse: Path, per_source: int, seed: int) -> list:
     """Heading -> page pseudo-queries (see the module docstring) as :class:`pipeline.models.EvalCase`."""
-    import duckdb
-
+    from pipeline import warehouse as wh
     from pipeline.models import EvalCase
 
-    con = duckdb.connect(str(warehouse), read_only=True)
+    con = wh.connect(warehouse, read_only=True)
     try:
         titles = dict(con.execute("SELECT note_id, coalesce(title, '') FROM notes").fetchall())
         paths = dict(con.execute("SELECT note_id, source_path FROM notes").fetchall())
@@ -133,13 +133,6 @@ def mrr_matrix(entries: list[Ranks], k: float, weights: np.ndarray) -> np.ndarra
     return np.stack([e.rr(k, weights) for e in entries]) if entries else np.zeros((0, len(weights)))
 
 
-def bootstrap(diff: np.ndarray, resamples: int = 10000, seed: int = 0) -> tuple[float, float, float]:
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(diff), size=(resamples, len(diff)))
-    means = diff[idx].mean(axis=1)
-    return float(diff.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -202,13 +195,13 @@ def main() -> None:
         lrn = mrr_matrix(arrays[("real", scope)], best_k, np.array([best_w]))[:, 0]
         product = np.array([next((1.0 / i for i, nid in enumerate(e["default_top"], start=1) if nid in e["target"]),
                                  0.0) for e in ranks[("real", scope)]])
-        m, lo, hi = bootstrap(lrn - d)
+        m, lo, hi = paired_bootstrap(lrn - d)
         print(f"eval cases, {scope}: default {d.mean():.3f} (the product's own fused top {DEPTH}: "
               f"{product.mean():.3f}, {int((product == d).sum())}/{len(d)} cases equal), learned {lrn.mean():.3f}, "
               f"Δ {m:+.3f} [{lo:+.3f}, {hi:+.3f}]")
         for kind in kinds:
             sel = np.array([c.kind == kind for c in real])
-            m, lo, hi = bootstrap(lrn[sel] - d[sel])
+            m, lo, hi = paired_bootstrap(lrn[sel] - d[sel])
             print(f"  {kind:14s} n={sel.sum():3d} default {d[sel].mean():.3f} learned {lrn[sel].mean():.3f} "
                   f"Δ {m:+.3f} [{lo:+.3f}, {hi:+.3f}]")
 

@@ -186,8 +186,8 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         if mark is not None and ctx is not None and ctx.line < mark.line and context.startswith("while parsing "):
             # `tags: [a, b` unclosed: YAML notices on a later line; the line to fix is where the value starts
             line = f"line {ctx.line + 2}"
-            problem = (f"{problem} on line {mark.line + 2}, in the {context.removeprefix('while parsing ').removeprefix('a ')} that "
-                       f"starts on line {ctx.line + 2}")
+            what = context.removeprefix("while parsing ").removeprefix("a ")
+            problem = f"{problem} on line {mark.line + 2}, in the {what} that starts on line {ctx.line + 2}"
         raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
         raise NoteError(f"{where}: line 2: invalid value in frontmatter: {exc}; quote the value") from None

@@ -461,7 +461,7 @@ class Searcher:
         self._flat_subset_cache: dict[tuple[str, frozenset[str] | None, bool], np.ndarray] = {}
         self._centroids: dict[str, _PageVectors] = {}
         self._preloads: dict[str, Future] = {}          # model id -> its encoder's preload_query_encoders job
-        self._con = wh.connect(self.path, read_only=True, lazy_extensions=True)   # vss loaded for HNSW only
+        self._con = wh.connect(self.path, read_only=True)   # without vss: loaded for HNSW only
         try:
             self._load_models()
             if preload_encoders:

@@ -163,7 +163,7 @@ def _seed_from_warehouse(settings: Settings, wanted: dict[str, Sequence[str]]) -
     from pipeline.warehouse import connect, vectors_by_text_hash
 
     try:
-        con = connect(settings.warehouse_path, read_only=True, lazy_extensions=True)
+        con = connect(settings.warehouse_path, read_only=True)
     except (WarehouseCorruptError, WarehouseNotBuiltError, Exception):  # noqa: BLE001 - only a cache miss
         return {}
     out: dict[str, dict[str, Any]] = {}
