@@ -149,3 +149,17 @@ def test_build_force_redoes_a_source_from_scratch_with_progress_lines(ux_env: Pa
     assert inbox["status"] == "built" and inbox["embedded"] == inbox["chunks"] == 1
     assert forced["shared"]["warehouse"]["mode"] == "full"
     assert "DOCSVAULT_FORCE" not in __import__("os").environ
+
+
+def test_search_pauses_the_garbage_collector_and_restores_it(ux_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import pipeline.cli as cli
+
+    seen: list[bool] = []
+    real = cli.open_searcher
+    monkeypatch.setattr(cli, "open_searcher", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
+    assert gc.isenabled()
+    assert run("search", "ducks", "--files").splitlines()
+    assert run("search", "ducks", "--tag", "nothing-has-it", code=1) == "No results\n"    # exits through fail()
+    assert seen == [False, False] and gc.isenabled()
