@@ -154,7 +154,7 @@ def test_build_force_redoes_a_source_from_scratch_with_progress_lines(ux_env: Pa
 def test_search_pauses_the_garbage_collector_and_restores_it(ux_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
-    import pipeline.cli as cli
+    from pipeline import cli
 
     seen: list[bool] = []
     real = cli.open_searcher

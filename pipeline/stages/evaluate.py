@@ -98,7 +98,6 @@ def save_query_vectors(path: Path, version: str, vectors: dict[tuple[str, str], 
                                                            **arrays))
 
 
-
 @contextmanager
 def stored_query_vectors(settings: Settings, searcher: Any, keep: int) -> Iterator[None]:
     """An eval's searches with the query vectors of earlier evals (the build's and ``docsvault eval``'s): the stored
