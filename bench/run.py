@@ -489,13 +489,14 @@ def main() -> None:
     else:
         with t.section([f_warm]):
             from pipeline.evaluate import load_cases, run_eval
-            from pipeline.search.searcher import DEFAULT_LANES, Searcher
+            from pipeline.search.searcher import DEFAULT_LANES
+            from pipeline.service import open_searcher
 
             cases = load_cases([Path(e) for e in evals])
             if args.queries:
                 cases = cases[: args.queries]
             queries = [c.query for c in cases]
-            searcher = Searcher(settings.warehouse_path)
+            searcher = open_searcher(settings)     # as the CLI and the MCP server open it (one query thread)
             try:
                 for q in queries:                       # warm: models loaded, lazy indexes built (other strings,
                     searcher.search("warm up " + q, k=10)   # so that no timed query finds its vector cached)

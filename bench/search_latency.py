@@ -28,13 +28,13 @@ def pct(values: list[float], p: float) -> float:
 def main() -> None:
     from pipeline.config import Settings, eval_paths
     from pipeline.evaluate import load_cases
-    from pipeline.search.searcher import Searcher
+    from pipeline.service import open_searcher
 
     s = Settings.from_env()
     cases = load_cases(eval_paths(s))
     limit = int(sys.argv[1]) if len(sys.argv) > 1 else len(cases)
     cases = cases[:limit]
-    sr = Searcher(s.warehouse_path, query_threads=1)
+    sr = open_searcher(s)          # as the CLI and the MCP server open it
     for c in cases[:30]:
         sr.search("warm " + c.query, k=10)
     for label, scoped in (("unscoped", False), ("scoped", True)):

@@ -186,15 +186,24 @@ def test_switching_model_reembeds_everything_and_search_uses_new_vectors_only(
     assert used == ["hash-64"]
 
 
-def test_lost_cache_is_seeded_from_the_warehouse(settings: Settings) -> None:
+@pytest.mark.parametrize("seed_min", [0, 64])
+def test_lost_cache_is_seeded_from_the_warehouse(settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                                                 seed_min: int) -> None:
+    """More missing texts than ``SEED_MIN_TEXTS`` come from the warehouse; a few are embedded again (the tiny
+    corpus has fewer than 64 texts): a few missing texts are edited ones, which no warehouse holds."""
     import shutil
 
+    from pipeline.stages import index
+
+    monkeypatch.setattr(index, "SEED_MIN_TEXTS", seed_min)
     run_chain(settings)
     shutil.rmtree(settings.cache_dir / "hash_384")
     for f in settings.state_dir.glob("*.json"):
         f.unlink()                                              # and every stage's memory of the last build
-    again = run_chain(settings)
-    assert again["embed"]["embedded"] == 0 and again["embed"]["seeded"] > 0
+    again = run_chain(settings)["embed"]
+    texts = again["embedded"] + again["seeded"]
+    assert (again["embedded"], again["seeded"]) == ((0, texts) if seed_min == 0 else (texts, 0))
+    assert 0 < texts <= 64
 
 
 @pytest.mark.parametrize("damage", ["garbage", "old-schema", "truncated"])

@@ -11,8 +11,10 @@ import pytest
 
 from pipeline import stages as b
 from pipeline.config import Settings
+from pipeline.index import embed
 from pipeline.index.embed import HashEmbedder, load_embedder, release_models
 from pipeline.ingest.sources import load_sources
+from pipeline.stages.index import chunk_index_path
 
 
 class Recording(HashEmbedder):
@@ -32,7 +34,8 @@ def test_release_models_calls_release_and_skips_embedders_without_it():
     assert rec.released == 2
 
 
-def test_chunk_and_embed_stages_release_their_models_only_after_work(tiny_env: Path):
+def test_chunk_and_embed_stages_release_their_models_only_after_work(tiny_env: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(embed, "KEEP_LOADED_MAX_TEXTS", 0)         # every pass counts as large
     settings = Settings.from_env()
     (source,) = load_sources(settings.sources_file)
     made: dict[str, Recording] = {}
@@ -49,6 +52,31 @@ def test_chunk_and_embed_stages_release_their_models_only_after_work(tiny_env: P
     assert [e.released for e in made.values()] == [2]
     b.chunk_stage(settings, source, factory)                       # skipped: nothing loaded, nothing released
     b.embed_stage(settings, source, factory)
+    assert [e.released for e in made.values()] == [2]
+
+
+def test_a_small_pass_keeps_its_model_for_the_next_source(tiny_env: Path, monkeypatch: pytest.MonkeyPatch):
+    """A few notes chunked and embedded (a rebuild after an edit) keep the model loaded: the next source's stages
+    reuse it instead of loading it again. Above ``KEEP_LOADED_MAX_TEXTS`` the stage releases it."""
+    settings = Settings.from_env()
+    (source,) = load_sources(settings.sources_file)
+    made: dict[str, Recording] = {}
+
+    def factory(spec: str) -> Any:
+        return made.setdefault(spec, Recording())
+
+    for stage in (b.fetch_stage, b.normalize_stage, b.vault_stage):
+        stage(settings, source)
+    chunked = b.chunk_stage(settings, source, factory)
+    embedded = b.embed_stage(settings, source, factory)
+    assert (chunked.rechunked, embedded.embedded) == (5, 5)
+    assert [e.released for e in made.values()] == [0]
+    monkeypatch.setattr(embed, "KEEP_LOADED_MAX_TEXTS", 4)
+    monkeypatch.setenv("DOCSVAULT_FORCE", "1")           # every note chunked, every text embedded again: 5 > 4
+    chunk_index_path(settings, source.name).unlink()
+    assert b.chunk_stage(settings, source, factory).rechunked == 5
+    assert [e.released for e in made.values()] == [1]
+    assert b.embed_stage(settings, source, factory).embedded == 5
     assert [e.released for e in made.values()] == [2]
 
 

@@ -45,6 +45,13 @@ library_env_default("OMP_WAIT_POLICY", "PASSIVE")
 #: costs ~1 s; 256 e5 texts take ~13 s.
 CHILD_MIN_TEXTS = int_env("DOCSVAULT_EMBED_CHILD_MIN", 256)
 
+#: A build stage that used a model for at most this many texts (notes chunked, texts embedded) keeps it loaded for
+#: the next source's stage in the same process instead of releasing it (:func:`release_models`): a rebuild after a
+#: few edited pages in five sources loaded MiniLM and USE-m3 once per source and e5's tokenizer twice (~0.2-0.9 s
+#: each; 4-5 s of a 5-page rebuild). A larger pass releases its model as before: its arenas and caches are what the
+#: peak memory of a full build is made of. ``DOCSVAULT_KEEP_LOADED_MAX`` (0: always release).
+KEEP_LOADED_MAX_TEXTS = int_env("DOCSVAULT_KEEP_LOADED_MAX", 64)
+
 #: Torch threads for one query (a single short input gains nothing from more threads, and loses a lot under load).
 QUERY_THREADS = int_env("DOCSVAULT_QUERY_THREADS", 1)
 
@@ -1265,8 +1272,9 @@ class EmbeddingCache:
     def __init__(self, cache_dir: Path, model_id: str) -> None:
         self.model_id = model_id
         self.dir = Path(cache_dir) / model_slug(model_id)
-        self._index: dict[str, np.ndarray] | None = None
-        self._loaded: set[str] = set()
+        self._where: dict[str, tuple[str, int]] = {}       # text hash -> (shard name, row), over the scanned shards
+        self._vectors: dict[str, np.ndarray] = {}          # shard name -> its vectors, read on first need
+        self._scanned: set[str] = set()
 
     # ---- files ----
     def shards(self) -> list[Path]:
@@ -1280,25 +1288,40 @@ class EmbeddingCache:
                 found.append((int(m.group(1)), p))
         return [p for _, p in sorted(found)]
 
-    def _load(self) -> dict[str, np.ndarray]:
-        if self._index is None:
-            self._index = {}
+    def _scan(self) -> dict[str, tuple[str, int]]:
+        """Read the ``hashes`` of every shard not scanned yet (not its vectors: a membership question over a
+        model's 27k cached texts reads 2.6 MB instead of 56 MB); a later shard's entry wins. A shard that fails
+        to load is logged and left out."""
         for path in self.shards():
-            if path.name in self._loaded:
+            if path.name in self._scanned:
                 continue
-            self._loaded.add(path.name)
+            self._scanned.add(path.name)
             try:
                 with np.load(path, allow_pickle=False) as data:
                     hashes = data["hashes"]
-                    vectors = np.asarray(data["vectors"], dtype=np.float32)
-                if vectors.ndim != 2 or len(hashes) != len(vectors):
-                    raise ValueError(f"hashes {hashes.shape} vs vectors {vectors.shape}")
+                if hashes.ndim != 1:
+                    raise ValueError(f"hashes of shape {hashes.shape}")
             except Exception as exc:  # noqa: BLE001 - a bad shard is only a cache miss
                 log.warning("embedding cache: ignoring unreadable shard %s (%s)", path, exc)
                 continue
-            for h, v in zip(hashes.tolist(), vectors):
-                self._index[h] = v
-        return self._index
+            for row, h in enumerate(hashes.tolist()):
+                self._where[h] = (path.name, row)
+        return self._where
+
+    def _shard_vectors(self, name: str) -> np.ndarray | None:
+        """The vectors of a scanned shard (float32 (m, dim)), read once; None when unreadable or inconsistent."""
+        if name not in self._vectors:
+            try:
+                with np.load(self.dir / name, allow_pickle=False) as data:
+                    vectors = np.asarray(data["vectors"], dtype=np.float32)
+                    n = len(data["hashes"])
+                if vectors.ndim != 2 or len(vectors) != n:
+                    raise ValueError(f"{n} hashes vs vectors {vectors.shape}")
+            except Exception as exc:  # noqa: BLE001 - a bad shard is only a cache miss
+                log.warning("embedding cache: ignoring unreadable shard %s (%s)", self.dir / name, exc)
+                vectors = None
+            self._vectors[name] = vectors       # type: ignore[assignment]
+        return self._vectors[name]
 
     def _write_shard(self, hashes: Sequence[str], vecs: np.ndarray) -> Path:
         from pipeline.common.artifacts import write_atomic_with
@@ -1316,14 +1339,26 @@ class EmbeddingCache:
                 break
             except FileExistsError:
                 n += 1
-        self._loaded.add(final.name)
         return final
 
     # ---- API ----
     def get_many(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        """Cached vectors for the hashes found (float32 (dim,) each); missing hashes are absent."""
-        index = self._load()
-        return {h: index[h] for h in hashes if h in index}
+        """Cached vectors for the hashes found (float32 (dim,) each); missing hashes are absent. Reads the vectors
+        of only the shards that hold one of them."""
+        where = self._scan()
+        out: dict[str, np.ndarray] = {}
+        for h in hashes:
+            if h in where:
+                name, row = where[h]
+                vectors = self._shard_vectors(name)
+                if vectors is not None:
+                    out[h] = vectors[row]
+        return out
+
+    def missing(self, hashes: Sequence[str]) -> list[str]:
+        """The hashes the cache holds no vector for (in the given order); reads no vectors."""
+        where = self._scan()
+        return [h for h in hashes if h not in where]
 
     def put_many(self, hashes: Sequence[str], vecs: np.ndarray) -> None:
         """Store vectors (float32 (n, dim)) for hashes as one new shard, written atomically.
@@ -1336,17 +1371,19 @@ class EmbeddingCache:
             raise EmbeddingError(f"cache put: {len(hashes)} hashes but vectors of shape {vecs.shape}")
         if not len(hashes):
             return
-        self._write_shard(hashes, vecs)
-        index = self._load()
-        for h, v in zip(hashes, vecs):
-            index[h] = v
+        self._scan()                                # the shards before this one: their entries are older
+        final = self._write_shard(hashes, vecs)
+        self._scanned.add(final.name)
+        self._vectors[final.name] = vecs
+        for row, h in enumerate(hashes):
+            self._where[h] = (final.name, row)
 
     def compact(self) -> bool:
         """Merge all shards into one when there are more than ``MAX_SHARDS``. Returns True when it merged."""
         shards = self.shards()
         if len(shards) <= self.MAX_SHARDS:
             return False
-        index = self._load()
+        index = self.get_many(list(self._scan()))
         if index:
             dims = {v.shape[0] for v in index.values()}
             if len(dims) == 1:
@@ -1357,6 +1394,7 @@ class EmbeddingCache:
                 return False
         for path in shards:
             path.unlink(missing_ok=True)
+        self._where, self._vectors, self._scanned = {}, {}, set()     # the merged shard is scanned on next use
         return True
 
 
@@ -1380,6 +1418,7 @@ def embed_chunks(
     *,
     batch_size: int = 64,
     progress: Callable[[int, int], None] | None = None,
+    vectors: bool = True,
 ) -> EmbedResult:
     """Embed ``chunk.embed_text`` of every chunk, reusing cached vectors.
 
@@ -1392,6 +1431,9 @@ def embed_chunks(
         cache: vector cache, or None to embed everything.
         batch_size: texts per cache shard / embedder call.
         progress: called as ``progress(done, total)`` over the texts to embed (not over cached ones).
+        vectors: False: only make the cache hold every text's vector (the embed stage: the warehouse reads them
+            from the cache); the cached vectors are not read (nor their dims checked) and ``vectors`` of the
+            result is float32 (0, dim).
 
     Returns:
         EmbedResult with float32 (len(chunks), dim) vectors in chunk order.
@@ -1405,17 +1447,22 @@ def embed_chunks(
     texts: dict[str, str] = {}
     for h, c in zip(hashes, chunks):
         texts.setdefault(h, c.embed_text)
+    if not vectors:
+        missing = cache.missing(list(texts)) if cache is not None else list(texts)
+        embed_texts({h: texts[h] for h in missing}, embedder, cache, batch_size=batch_size, progress=progress)
+        return EmbedResult([c.chunk_id for c in chunks], np.zeros((0, embedder.dim), dtype=np.float32),
+                           len(missing), len(texts) - len(missing))
     found = cache.get_many(list(texts)) if cache is not None else {}
     dims = {v.shape[0] for v in found.values()}
     missing = [h for h in texts if h not in found]
     if len(dims) > 1 or (missing and dims and dims != {embedder.dim}):
         log.warning("embedding cache for %s holds vectors of dims %s; re-embedding", embedder.model_id, sorted(dims))
         found, missing = {}, list(texts)
-    vectors: dict[str, np.ndarray] = dict(found)
-    vectors.update(embed_texts({h: texts[h] for h in missing}, embedder, cache, batch_size=batch_size,
+    by_hash: dict[str, np.ndarray] = dict(found)
+    by_hash.update(embed_texts({h: texts[h] for h in missing}, embedder, cache, batch_size=batch_size,
                                progress=progress))
     if chunks:
-        out = np.stack([vectors[h] for h in hashes]).astype(np.float32, copy=False)
+        out = np.stack([by_hash[h] for h in hashes]).astype(np.float32, copy=False)
     else:
         out = np.zeros((0, embedder.dim), dtype=np.float32)
     return EmbedResult([c.chunk_id for c in chunks], out, len(missing), len(found))

@@ -141,6 +141,9 @@ class WriteOnlyCache:
     def get_many(self, hashes: Sequence[str]) -> dict[str, Any]:
         return {}
 
+    def missing(self, hashes: Sequence[str]) -> list[str]:
+        return list(hashes)
+
     def put_many(self, hashes: Sequence[str], vectors: Any) -> None:
         self.cache.put_many(hashes, vectors)
 

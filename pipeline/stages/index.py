@@ -56,7 +56,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     from dataclasses import replace
 
     from pipeline.index.chunk import chunk_note
-    from pipeline.index.embed import release_models
+    from pipeline.index.embed import KEEP_LOADED_MAX_TEXTS, release_models
     from pipeline.index.language import detect_language, majority_language
     from pipeline.ingest.vault import read_notes
 
@@ -127,8 +127,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                        f"({languages.get(majority, 0)} of {len(detected)}) read as '{majority}'; the configured one "
                        f"decides the embedding model (remove `language:` from sources.yaml to use the detected one)")
             log.warning(warning)
-        if used:
-            release_models(used.values())       # e5's tokenizer alone holds ~0.3 GB
+        if used and rechunked > KEEP_LOADED_MAX_TEXTS:
+            release_models(used.values())       # e5's tokenizer alone holds ~0.3 GB; a few notes keep it for embed
         notify("chunk", source.name, len(notes), len(notes))
         artifacts.save_chunks(settings, source.name, chunks)
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
@@ -153,12 +153,19 @@ def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) ->
     return out
 
 
+#: The warehouse is searched for vectors missing from the embedding caches only when more texts than this are
+#: missing (a deleted cache, a warehouse copied from another machine): a few missing texts are edited ones, which no
+#: warehouse holds, and the look-up (DuckDB opened, one scan per model) cost 0.1-0.6 s per source of a rebuild.
+SEED_MIN_TEXTS = 64
+
+
 def _seed_from_warehouse(settings: Settings, wanted: dict[str, Sequence[str]]) -> dict[str, dict[str, Any]]:
     """Vectors stored in the current warehouse for the texts missing from the embedding caches: ``{model id: {text
     hash: vector}}`` for ``wanted`` (``{model id: text hashes}``); a model absent or {} when none are stored, the
-    file is missing or unreadable. One read-only connection without the search extensions (no HNSW is read)."""
+    file is missing or unreadable, or at most :data:`SEED_MIN_TEXTS` texts are wanted. One read-only connection
+    without the search extensions (no HNSW is read)."""
     wanted = {m: hs for m, hs in wanted.items() if hs}
-    if not wanted or not settings.warehouse_path.exists():
+    if sum(len(hs) for hs in wanted.values()) <= SEED_MIN_TEXTS or not settings.warehouse_path.exists():
         return {}
     from pipeline.warehouse import connect, vectors_by_text_hash
 
@@ -192,7 +199,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
     """
     import numpy as np
 
-    from pipeline.index.embed import EmbeddingCache, embed_chunks, release_models
+    from pipeline.index.embed import KEEP_LOADED_MAX_TEXTS, EmbeddingCache, embed_chunks, release_models
 
     with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
@@ -230,8 +237,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             embedder = embedders[spec]
             cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
             hashes = sorted({text_hash(c.embed_text) for c in group})
-            have = cache.get_many(hashes)
-            missing.append([h for h in hashes if h not in have])
+            missing.append(cache.missing(hashes))
             if forced(source.name):         # --force: embed every chunk again, refreshing the cache
                 cache, missing[-1] = WriteOnlyCache(cache), []
                 total_missing[0] += len(hashes)
@@ -269,8 +275,8 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             if in_child:        # the vectors are in the model's cache now
                 cache = cache.cache if isinstance(cache, WriteOnlyCache) else cache
                 done_before[0] += in_child
-            result = embed_chunks(group, embedder, cache, progress=both)
-            if result.n_embedded:
+            result = embed_chunks(group, embedder, cache, progress=both, vectors=False)   # the warehouse reads them
+            if result.n_embedded > KEEP_LOADED_MAX_TEXTS:
                 release_models([embedder])      # before the next model loads: one model's memory at a time
             done_before[0] += result.n_embedded
             n_embedded += result.n_embedded + in_child

@@ -131,7 +131,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     import numpy as np
 
     from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
-    from pipeline.index.embed import EmbeddingCache, trim_heap
+    from pipeline.index.embed import EmbeddingCache, release_models, trim_heap
     from pipeline.ingest.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
@@ -151,6 +151,11 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                 kept = WarehouseResult.from_dict(last.get("meta") or {})
                 return replace(kept, publish={**kept.publish, "mode": "unchanged"}, rebuilt_because="",
                                skipped=True, seconds=round(time.perf_counter() - started, 3))
+        # the per-source stages keep a model loaded after a few texts (embed.KEEP_LOADED_MAX_TEXTS, for the next
+        # source); from here on no document is embedded: their memory goes back before the largest steps
+        release_models(embedder_factory(spec) for spec in sorted(
+            {spec for name in names for spec in settings.models_of(by_name[name])}
+            | ({settings.crosslingual} if settings.crosslingual else set())))
         timings: dict[str, float] = {}
         t = time.perf_counter()
         notify("warehouse", "all", 0, 5)
