@@ -139,3 +139,48 @@ def test_alias_expansion_budget():
     wide = "a: &a [" + ", ".join(["x"] * 5000) + "]\nb: [" + ", ".join(["*a"] * 30) + "]\n"
     with pytest.raises(NoteError, match="more than 100000 values"):
         split_frontmatter(f"---\n{wide}---\n", "x")
+
+
+# ---- libyaml fast path (pipeline.common.frontmatter._fast_load) ----
+
+FAST_SAME = [
+    "title: Hello\nsource_path: docs/a.md",
+    "date: 2026-04-05\nwhen: 2026-04-06T09:30:00\nt: 09:30",
+    "a: yes\nb: No\nc: on\nd: ~\ne: null\nf: 0755\ng: 0x1F\nh: 1e3\ni: .inf\nj: -.nan",
+    "tags: [a, 'b c', \"d\"]\naliases:\n  - x\n  - y: z",
+    "description: >\n  folded\n  text\n\nlong: |\n  kept\n  lines\n",
+    "タイトル: 東京の旅行\nタグ: [日本語, テスト]\nemoji: 🎉",
+    "url: https://example.com/a?b=c#d\nkey with spaces: 'value: with colon'",
+    "nested:\n  a:\n    b:\n      c: [1, 2, {d: e}]",
+    "empty_list: []\nempty_map: {}\nquoted: '*not an alias*'\nstar: a * b",
+    "? complex key\n: value",
+    "multi: \"line one\\nline two \\u00e9\"",
+]
+
+
+@pytest.mark.parametrize("raw", FAST_SAME)
+def test_the_libyaml_path_loads_what_the_python_loader_loads(raw: str):
+    from pipeline.common import frontmatter as F
+
+    fast = F._fast_load(raw)
+    assert fast is not F._SLOW
+    assert repr(fast) == repr(F.safe_load(raw))
+
+
+@pytest.mark.parametrize("raw", [
+    "a: &x [1]\nb: *x",                       # anchors: the alias bounds are counted by the Python loader
+    "a:\tb",                                   # a tab
+    "a: b\x07",                                # a control character
+    "a: 1\na: 2",                              # duplicate key: the error message comes from the Python loader
+    "a: [1, 2",                                # invalid YAML
+    "a: " + "[" * 46 + "]" * 46,               # nested within 5 of MAX_DEPTH
+])
+def test_the_python_loader_decides_what_the_libyaml_path_cannot_vouch_for(raw: str):
+    from pipeline.common import frontmatter as F
+
+    assert F._fast_load(raw) is F._SLOW
+
+
+def test_errors_name_the_line_as_before_through_the_fast_path():
+    with pytest.raises(NoteError, match=r"line 3: invalid YAML frontmatter: duplicate key 'a'"):
+        split_frontmatter("---\na: 1\na: 2\n---\nbody", "x.md")

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DuplicateKeyError", "UniqueKeySafeLoader", "load_with", "safe_load"]
+__all__ = ["DuplicateKeyError", "UniqueKeySafeLoader", "UniqueKeys", "load_with", "safe_load"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -30,8 +30,9 @@ class DuplicateKeyError(yaml.MarkedYAMLError):
         return f"duplicate key {self.key!r} at line {self.line} (first at line {self.first_line}); keep one"
 
 
-class UniqueKeySafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that raises :class:`DuplicateKeyError` when a mapping repeats a scalar key."""
+class UniqueKeys:
+    """Loader mixin (before a ``yaml`` loader class in the bases): raise :class:`DuplicateKeyError` when a mapping
+    repeats a scalar key."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
@@ -44,7 +45,11 @@ class UniqueKeySafeLoader(yaml.SafeLoader):
                 if key in first:
                     raise DuplicateKeyError(key_node.value, key_node.start_mark, first[key])
                 first[key] = line
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class UniqueKeySafeLoader(UniqueKeys, yaml.SafeLoader):
+    """``yaml.SafeLoader`` that raises :class:`DuplicateKeyError` when a mapping repeats a scalar key."""
 
 
 def load_with(loader_class: type[yaml.SafeLoader], text: str) -> Any:
