@@ -184,3 +184,18 @@ def test_the_python_loader_decides_what_the_libyaml_path_cannot_vouch_for(raw: s
 def test_errors_name_the_line_as_before_through_the_fast_path():
     with pytest.raises(NoteError, match=r"line 3: invalid YAML frontmatter: duplicate key 'a'"):
         split_frontmatter("---\na: 1\na: 2\n---\nbody", "x.md")
+
+
+def test_render_note_through_a_memo_writes_the_same_bytes(tmp_path):
+    from pipeline.common.memo import MemoCache
+
+    fm = {"title": "東京", "tags": ["a", "b"], "when": "2026-04-05", "odd": "line\u2028break"}
+    memo = MemoCache(tmp_path / "render.json")
+    first = render_note(fm, "body\n", memo)
+    assert first == render_note(fm, "body\n") and (memo.misses, memo.hits) == (1, 0)
+    memo.save()
+    again = MemoCache(tmp_path / "render.json")
+    assert render_note(dict(fm), "other body", again) == render_note(fm, "other body")
+    assert (again.misses, again.hits) == (0, 1)
+    assert render_note({**fm, "title": "大阪"}, "x", again) == render_note({**fm, "title": "大阪"}, "x")
+    assert again.misses == 1

@@ -19,7 +19,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pipeline.common.artifacts import write_atomic
 from pipeline.common.errors import NoteError
@@ -200,7 +200,7 @@ def _copy_atomic(src: Path, path: Path) -> None:
 
 
 def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True,
-                 attachments: Mapping[str, Path] | None = None) -> VaultResult:
+                 attachments: Mapping[str, Path] | None = None, render_memo: Any = None) -> VaultResult:
     """Make ``vault_dir/<source>/`` hold these notes (and attachments), never losing a file the user wrote there.
 
     What the build wrote is recorded in the folder's manifest (:mod:`pipeline.ingest.ownership`). A file is overwritten or
@@ -216,6 +216,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             already has that path); False removes it with the other files that are not notes.
         attachments: rel_path (inside the folder, not ``.md``) -> file on disk to copy there (images, PDFs,
             canvases the notes use; see :mod:`pipeline.ingest.attachments`); copied only when the bytes differ.
+        render_memo: optional memo of frontmatter YAML dumps (``render_note``'s ``memo``).
 
     Returns:
         VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in
@@ -254,7 +255,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         if note.rel_path in targets:
             raise NoteError(f"source '{source}': two notes share the vault path {note.rel_path!r}")
         targets[note.rel_path] = (_safe_target(root, note.rel_path, source),
-                                  render_note(_ordered(note.frontmatter), note.body).encode("utf-8"))
+                                  render_note(_ordered(note.frontmatter), note.body, render_memo).encode("utf-8"))
     index_rel = None
     if index and notes:
         index_rel = index_rel_path(targets)

@@ -269,7 +269,9 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
             if state.get("vault_fast") != fast:
                 artifacts.update_state(settings, source.name, vault_fast=fast)
             return _vault_skipped(state, facts, vault_dir)
-        result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files)
+        memo, stale = versioned_cache(settings, "vault", source.name, "vault")
+        result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files, render_memo=memo)
+        memo.save(stale)
         conflicts = [f"{rel} -> {copy}" + (FOREIGN if rel in result.foreign else "") for rel, copy in result.conflicts]
         if skip_lines:
             artifacts.write_atomic(vault_skipped_path(settings, source.name),
