@@ -192,10 +192,13 @@ def test_render_note_through_a_memo_writes_the_same_bytes(tmp_path):
     fm = {"title": "東京", "tags": ["a", "b"], "when": "2026-04-05", "odd": "line\u2028break"}
     memo = MemoCache(tmp_path / "render.json")
     first = render_note(fm, "body\n", memo)
-    assert first == render_note(fm, "body\n") and (memo.misses, memo.hits) == (1, 0)
+    assert first == render_note(fm, "body\n") and (memo.misses, memo.hits) == (4, 0)
+    assert "\\u6771\\u4EAC" in first            # a line-break character escapes the whole mapping, as without memo
     memo.save()
     again = MemoCache(tmp_path / "render.json")
     assert render_note(dict(fm), "other body", again) == render_note(fm, "other body")
-    assert (again.misses, again.hits) == (0, 1)
-    assert render_note({**fm, "title": "大阪"}, "x", again) == render_note({**fm, "title": "大阪"}, "x")
-    assert again.misses == 1
+    assert (again.misses, again.hits) == (0, 4)
+    plain = {k: v for k, v in fm.items() if k != "odd"}
+    changed = {**plain, "title": "大阪"}
+    assert render_note(changed, "x", again) == render_note(changed, "x") and "大阪" in render_note(changed, "x", again)
+    assert again.misses == 1                      # only the changed entry is dumped again
