@@ -166,16 +166,19 @@ PROGRESS_LOG_SECONDS = 10.0
 
 def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, work: Any) -> Any:
     """Run ``work()`` with the stage's progress (``build.PROGRESS_HOOKS``: fetch, normalize, chunk, warehouse) in the
-    run's log, a line at most every ``PROGRESS_LOG_SECONDS`` and one when a counted step ends; the embedding asset
-    logs its own (with its rate). ``source`` None: every source's lines (the shared stages)."""
-    last = [0.0]
+    run's log: a line once the step has run ``PROGRESS_LOG_SECONDS``, then at most one every ``PROGRESS_LOG_SECONDS``,
+    and one when a counted step that logged progress ends (a shorter step logs only its summary: each line is an
+    event in the run's storage, ~10 ms, and a rebuild after a few edits wrote 80 of them); the embedding asset logs
+    its own (with its rate). ``source`` None: every source's lines (the shared stages)."""
+    last = [time.monotonic()]
+    logged = [False]
 
     def hook(stage: str, name: str, done: int, total: int) -> None:
         if stage == "embed" or (source is not None and name != source):
             return
         now = time.monotonic()
-        if now - last[0] >= PROGRESS_LOG_SECONDS or (total and done >= total):
-            last[0] = now
+        if now - last[0] >= PROGRESS_LOG_SECONDS or (logged[0] and total and done >= total):
+            last[0], logged[0] = now, True
             context.log.info(f"{name}: {stage} {done}/{total}" if total else f"{name}: {stage} running")
 
     build.PROGRESS_HOOKS.append(hook)
