@@ -272,8 +272,21 @@ def test_a_killed_build_does_not_leave_the_warehouse_pool_taken(built_tiny_env: 
 
 
 def test_stage_progress_reaches_the_run_log(built_tiny_env: Path, tiny_first_report) -> None:
-    """The progress the CLI draws (fetch, normalize, chunk, warehouse) is in the Dagster run's log too."""
+    """The progress the CLI draws (fetch, normalize, chunk, warehouse) is in the Dagster run's log too, for a step
+    that runs ``PROGRESS_LOG_SECONDS``; the tiny build's steps are quicker: only their summaries are logged."""
     assert tiny_first_report.ok                                     # the first build (run_build) of tiny_env
+    instance = dg.DagsterInstance.get()
+    (run,) = instance.get_runs(limit=1)
+    messages = [e.user_message for e in instance.all_logs(run.run_id) if e.user_message]
+    assert not [m for m in messages if m.startswith(("tiny: normalize ", "tiny: chunk ", "tiny: fetch "))]
+
+
+def test_progress_of_a_long_step_reaches_the_run_log(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.defs import assets
+    from pipeline.defs.runner import run_build
+
+    monkeypatch.setattr(assets, "PROGRESS_LOG_SECONDS", 0.0)        # every step counts as long
+    assert run_build(Settings.from_env()).ok
     instance = dg.DagsterInstance.get()
     (run,) = instance.get_runs(limit=1)
     messages = [e.user_message for e in instance.all_logs(run.run_id) if e.user_message]

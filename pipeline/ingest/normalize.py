@@ -1255,6 +1255,16 @@ def _parse_cached(source: Source, raw: RawFile, text: str, cache: Any, site: dic
     return p
 
 
+def _links_key(source: Source, index: _LinkIndex) -> str:
+    """What every page's link conversion resolves against: the source's configuration and every page's path and
+    headings. With those unchanged, an unchanged page's body converts the same, so :func:`_converted_cached` keeps
+    it (a rebuild after one edited page converted every page's links again: 2.2 s of the five corpora's 5-page
+    rebuild)."""
+    return hashlib.sha1(json.dumps([repr(source), sorted(index.rel_paths.items()),
+                                    sorted((sp, sorted(h.items())) for sp, h in index.headings.items())],
+                                   ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _converted_cached(body: str, index: _LinkIndex, sp: str, url: str, cache: Any, links_key: str
                       ) -> tuple[str, list[DanglingLink]]:
     """``convert_links`` then ``escape_table_wikilinks`` and ``_tidy`` of a page's body, with its dangling links,
@@ -1333,12 +1343,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
             errors.append(f"{where}: too deeply nested to normalize; simplify or exclude the file")
     ok = {p.raw.source_path: rel_paths[p.raw.source_path] for p in parsed}
     index = _LinkIndex(source, ok, {p.raw.source_path: p.headings for p in parsed})
-    # a page's links are resolved against every page of the source (paths, headings): with those unchanged, an
-    # unchanged page's body comes out the same, so it is kept in the cache beside the parse (a rebuild after one
-    # edited page converted every page's links again: 2.2 s of the five corpora's 5-page rebuild)
-    links_key = hashlib.sha1(json.dumps([sorted(ok.items()), sorted((sp, sorted(h.items())) for sp, h in
-                                         index.headings.items()), repr(source)],
-                                        ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")).hexdigest()
+    links_key = _links_key(source, index)
     notes: list[Note] = []
     dangling: list[DanglingLink] = []
     for p in parsed:
