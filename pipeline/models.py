@@ -26,6 +26,14 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+IMAGE = frozenset("png jpg jpeg gif bmp svg webp avif heic tif tiff ico".split())
+AUDIO = frozenset("mp3 wav m4a ogg flac 3gp".split())
+VIDEO = frozenset("webm mp4 ogv mov mkv avi".split())
+COPY_EXTENSIONS: frozenset[str] = IMAGE | AUDIO | VIDEO | {"pdf", "canvas"}
+"""Extensions (lower case, no dot) of the files copied into the vault when a note uses them
+(:mod:`pipeline.ingest.attachments`); a local source's revision covers its files of these extensions too."""
+
+
 @dataclass(frozen=True)
 class Source:
     """One block of sources.yaml, validated (see pipeline.ingest.sources)."""

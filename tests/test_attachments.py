@@ -132,6 +132,27 @@ def test_build_copies_attachments_and_check_vault_passes(tmp_path: Path, persona
     assert (vault / "attachments" / "pic.png").read_text() == "PNG v2"
 
 
+def test_an_attachment_added_after_the_note_that_embeds_it_is_copied(tmp_path: Path, personal: Path) -> None:
+    """An image that appears after the note embedding it is a change of the local source (its revision covers the
+    files a note could embed), so the next build copies it; before, it waited for an edit of some note."""
+    settings = _settings(tmp_path, personal)
+    source = load_sources(settings.sources_file)[0]
+
+    def rebuild() -> dict:
+        fetched = build.fetch_stage(settings, source)
+        build.normalize_stage(settings, source)
+        return {"changed": fetched["changed"], **build.vault_stage(settings, source)}
+
+    rebuild()
+    assert rebuild()["changed"] is False                               # nothing new: the same revision
+    (personal / "missing.png").write_text("arrived later")
+    again = rebuild()
+    assert (again["changed"], again["skipped"], again["attachments_written"]) == (True, False, 1)
+    assert (settings.vault_dir / "me" / "missing.png").read_text() == "arrived later"
+    (personal / "attachments" / "unused.png").write_text("still unused, but a change")
+    assert rebuild()["changed"] is True
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

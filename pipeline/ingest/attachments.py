@@ -29,13 +29,8 @@ from typing import NamedTuple
 from urllib.parse import unquote
 
 from pipeline.config import megabytes_env
-from pipeline.models import Note, Source
+from pipeline.models import COPY_EXTENSIONS, Note, Source
 
-IMAGE = frozenset("png jpg jpeg gif bmp svg webp avif heic tif tiff ico".split())
-AUDIO = frozenset("mp3 wav m4a ogg flac 3gp".split())
-VIDEO = frozenset("webm mp4 ogv mov mkv avi".split())
-COPY_EXTENSIONS: frozenset[str] = IMAGE | AUDIO | VIDEO | {"pdf", "canvas"}
-"""Extensions (lower case, no dot) of the files copied into the vault when a note uses them."""
 
 MAX_FILE_BYTES = megabytes_env("DOCSVAULT_ATTACHMENT_MAX_MB", 50)
 MAX_TOTAL_BYTES = megabytes_env("DOCSVAULT_ATTACHMENTS_MAX_MB", 1024)
@@ -123,7 +118,7 @@ def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: 
 
 #: A body can link an attachment only if it holds ``.<extension>`` literally (or a ``%`` escape, which could spell
 #: it): most pages hold neither and skip the link scan (1,931 pages: 1.5 s of a rebuild).
-_MAY_LINK = re.compile(r"\.(?:" + "|".join(sorted(COPY_EXTENSIONS, key=lambda e: (-len(e), e))) + ")|%", re.I)
+_MAY_LINK = re.compile(r"\.(?:" + "|".join(sorted(COPY_EXTENSIONS, key=lambda e: (-len(e), e))) + ")|%", re.IGNORECASE)
 
 
 def _targets(body: str) -> list[tuple[str, bool]]:

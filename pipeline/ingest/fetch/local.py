@@ -5,7 +5,8 @@ and — each with a warning naming the file or folder — symlinked folders, sym
 dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files).
 Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
 (macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
-``(source_path, size, mtime_ns)`` listing, so ``changed`` is cheap to compute.
+``(source_path, size, mtime_ns)`` listing of its notes and of the files a note could embed (images, PDFs…), so
+``changed`` is cheap to compute.
 
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
 ``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays.
@@ -18,11 +19,12 @@ import os
 import time
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
-from pipeline.ingest.fetch.base import now_iso, read_state, select_default, select_paths, write_state
-from pipeline.models import FetchResult, RawFile, Source
+from pipeline.ingest.fetch.base import now_iso, path_matches, read_state, select_default, select_paths, write_state
+from pipeline.models import COPY_EXTENSIONS, FetchResult, RawFile, Source
 
 
 def _show(path: object) -> str:
@@ -116,6 +118,23 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
     return found
 
 
+def attachment_stamps(digest: Any, source: Source, listing: dict[str, Path]) -> None:
+    """Feed ``digest`` (a hashlib object) the ``(source path, size, mtime_ns)`` of every file of ``listing`` a note
+    could embed (an extension of :data:`pipeline.models.COPY_EXTENSIONS`, not excluded), in path order: part of a
+    local source's revision, so an image added or changed after the note that embeds it is a change (it was copied
+    into the vault only when a note changed too). An unreadable file is left out."""
+    for sp in sorted(listing):
+        name = sp.rsplit("/", 1)[-1]
+        if "." not in name or name.rsplit(".", 1)[1].lower() not in COPY_EXTENSIONS or \
+                path_matches(sp, source.exclude):
+            continue
+        try:
+            st = listing[sp].stat()
+        except OSError:
+            continue
+        digest.update(f"a\x00{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+
+
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
 
@@ -166,6 +185,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         total += st.st_size
         digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
+    attachment_stamps(digest, source, listing)
     revision = digest.hexdigest()
     previous = read_state(source, settings)
     changed = previous is None or previous.get("revision") != revision

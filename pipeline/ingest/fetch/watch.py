@@ -62,7 +62,7 @@ def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamChe
     import hashlib
 
     from pipeline.ingest.fetch.base import select_paths
-    from pipeline.ingest.fetch.local import _walk_root
+    from pipeline.ingest.fetch.local import _walk_root, attachment_stamps
 
     roots = sorted(source.path)
     multi = len(roots) > 1
@@ -76,6 +76,7 @@ def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamChe
     for sp in select_paths(source, listing):
         st = listing[sp].stat()
         digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+    attachment_stamps(digest, source, listing)
     token = digest.hexdigest()
     return UpstreamCheck(source.name, token != state.get("revision"), token, "listing hash")
 
