@@ -481,3 +481,28 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     kept = svc.save_note("second", name="Second")
     assert kept["searchable"] is False and kept["error"].startswith("the note is saved but the rebuild failed")
     assert (inbox / "Second.md").exists()
+
+
+def test_a_quoted_heading_finds_its_note(tmp_path: Path) -> None:
+    """A chunk's text does not hold its heading line (the breadcrumb does): the text a phrase is checked on puts
+    each section's heading before its first chunk, as the note has it."""
+    path = tmp_path / "warehouse.duckdb"
+    note = Note("g", "callouts.md", "callouts.md", "Callouts", {"title": "Callouts"}, "x")
+    chunks = [Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (), "Callouts", "Use a callout to stand out."),
+              Chunk(f"{note.note_id}-1", note.note_id, "g", 1, ("Foldable callouts",),
+                    "Callouts > Foldable callouts", "Add a plus sign to fold it."),
+              Chunk(f"{note.note_id}-2", note.note_id, "g", 2, ("Foldable callouts",),
+                    "Callouts > Foldable callouts", "Its second part.")]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=[note], chunks=chunks, edges=[],
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, [note], Analyzer()).to_blobs()))
+    with _searcher(path) as s:
+        assert wh.note_texts(s._con, [note.note_id]) == {note.note_id: (
+            "Callouts\n\nUse a callout to stand out.\n\nFoldable callouts\n\nAdd a plus sign to fold it.\n\n"
+            "Its second part.")}
+        for query, found in (('"Foldable callouts"', ["g/callouts.md"]), ('fold -"foldable callouts"', []),
+                             ('"callouts add a plus"', ["g/callouts.md"]), ('"no such heading"', [])):
+            p = parse_query(query)
+            assert [h.vault_path for h in s.search(p.text, k=5, filters=p)] == found, query
