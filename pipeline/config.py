@@ -89,6 +89,14 @@ class Settings:
         """Every model spec a note of ``source`` can be embedded with (cache keys of the chunk stage)."""
         return tuple(dict.fromkeys(self.model_for(source, lang) for lang in ("en", *sorted(MULTILINGUAL_LANGUAGES))))
 
+    def embedding_specs(self, source: "Source") -> list[str]:
+        """Every model spec the embeddings of ``source`` can use: its note models (:meth:`models_of`), then the
+        cross-lingual one when it is on."""
+        specs = list(self.models_of(source))
+        if self.crosslingual and self.crosslingual not in specs:
+            specs.append(self.crosslingual)
+        return specs
+
     @property
     def crosslingual(self) -> str | None:
         """The cross-lingual lane's model spec, None when turned off."""

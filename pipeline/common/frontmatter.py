@@ -72,6 +72,7 @@ def safe_load(text: str) -> Any:
 
 
 _CLoader = getattr(yaml, "CSafeLoader", None)      # PyYAML built with libyaml (its wheels are)
+_SLOW = object()                                   # what _fast_load returns when safe_load must decide
 
 
 class _FastLoader(UniqueKeys, _CLoader or yaml.SafeLoader):     # type: ignore[misc]
@@ -105,9 +106,6 @@ def _fast_load(raw: str) -> Any:
     if _depth(data) > MAX_DEPTH - 5:
         return _SLOW
     return data
-
-
-_SLOW = object()
 
 
 def decode_bytes(data: bytes, where: str) -> str:

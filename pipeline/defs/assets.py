@@ -77,18 +77,10 @@ def embedding_kind(spec: str) -> str:
         return "pytorch"
 
 
-def _source_specs(settings: Settings, source: Source) -> list[str]:
-    """Every model spec the embeddings of ``source`` can use: its note models, then the cross-lingual one."""
-    specs = list(settings.models_of(source))
-    if settings.crosslingual and settings.crosslingual not in specs:
-        specs.append(settings.crosslingual)
-    return specs
-
-
 def embedding_kinds(settings: Settings, source: Source) -> set[str]:
     """The compute kinds (:func:`embedding_kind`) of every model ``source``'s embeddings can use (at most 3, as
     Dagster allows)."""
-    return set(sorted({embedding_kind(s) for s in _source_specs(settings, source)})[:3])
+    return set(sorted({embedding_kind(s) for s in settings.embedding_specs(source)})[:3])
 
 
 def embeddings_description(settings: Settings, source: Source) -> str:

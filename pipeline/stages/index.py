@@ -203,7 +203,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
 
     with stage_lock(settings):
         state = artifacts.load_state(settings, source.name)
-        specs = sorted({*settings.models_of(source), *([settings.crosslingual] if settings.crosslingual else [])})
+        specs = sorted(settings.embedding_specs(source))
         skip_key = digest(state.get("chunks_sha"), [(s, embedder_factory(s).model_id) for s in specs],
                           code_version("embed"))
         last = state.get("embed_done") or {}

@@ -154,8 +154,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         # the per-source stages keep a model loaded after a few texts (embed.KEEP_LOADED_MAX_TEXTS, for the next
         # source); from here on no document is embedded: their memory goes back before the largest steps
         release_models(embedder_factory(spec) for spec in sorted(
-            {spec for name in names for spec in settings.models_of(by_name[name])}
-            | ({settings.crosslingual} if settings.crosslingual else set())))
+            {spec for name in names for spec in settings.embedding_specs(by_name[name])}))
         timings: dict[str, float] = {}
         t = time.perf_counter()
         notify("warehouse", "all", 0, 5)

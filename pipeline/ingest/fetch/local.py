@@ -18,8 +18,8 @@ import hashlib
 import os
 import time
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
@@ -118,11 +118,16 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
     return found
 
 
-def attachment_stamps(digest: Any, source: Source, listing: dict[str, Path]) -> None:
-    """Feed ``digest`` (a hashlib object) the ``(source path, size, mtime_ns)`` of every file of ``listing`` a note
-    could embed (an extension of :data:`pipeline.models.COPY_EXTENSIONS`, not excluded), in path order: part of a
-    local source's revision, so an image added or changed after the note that embeds it is a change (it was copied
-    into the vault only when a note changed too). An unreadable file is left out."""
+def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]]) -> str:
+    """A local source's revision: sha256 over its notes' ``(source path, size, mtime_ns)`` (``notes``, in order)
+    and then those of every file of ``listing`` a note could embed (an extension of
+    :data:`pipeline.models.COPY_EXTENSIONS`, not excluded; an unreadable one left out), in path order: an image
+    added or changed after the note that embeds it is a change (it was copied into the vault only when a note
+    changed too). :func:`fetch_local` records it; the upstream check (:mod:`pipeline.ingest.fetch.watch`) compares
+    it."""
+    digest = hashlib.sha256()
+    for sp, st in notes:
+        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
     for sp in sorted(listing):
         name = sp.rsplit("/", 1)[-1]
         if "." not in name or name.rsplit(".", 1)[1].lower() not in COPY_EXTENSIONS or \
@@ -133,6 +138,7 @@ def attachment_stamps(digest: Any, source: Source, listing: dict[str, Path]) -> 
         except OSError:
             continue
         digest.update(f"a\x00{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
@@ -173,9 +179,9 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
             f"(include={list(source.include) or 'default ' + '/'.join(select_default(source))}, "
             f"exclude={list(source.exclude)})"
         )
-    digest = hashlib.sha256()
     total = 0
     files: list[RawFile] = []
+    stamps: list[tuple[str, os.stat_result]] = []
     for sp in selected:
         try:
             st = listing[sp].stat()
@@ -183,10 +189,9 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
             warnings.append(f"source '{source.name}': skipped {_show(sp)}: {exc.strerror or exc}")
             continue
         total += st.st_size
-        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+        stamps.append((sp, st))
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
-    attachment_stamps(digest, source, listing)
-    revision = digest.hexdigest()
+    revision = listing_revision(source, listing, stamps)
     previous = read_state(source, settings)
     changed = previous is None or previous.get("revision") != revision
     result = FetchResult(

@@ -59,10 +59,8 @@ def _check_git(source: Source, state: dict) -> UpstreamCheck:
 
 
 def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
-    import hashlib
-
     from pipeline.ingest.fetch.base import select_paths
-    from pipeline.ingest.fetch.local import _walk_root, attachment_stamps
+    from pipeline.ingest.fetch.local import _walk_root, listing_revision
 
     roots = sorted(source.path)
     multi = len(roots) > 1
@@ -72,12 +70,7 @@ def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamChe
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder")
         for rel, path in _walk_root(root.resolve(), [], source.name).items():
             listing[f"{root.name}/{rel}" if multi else rel] = path
-    digest = hashlib.sha256()
-    for sp in select_paths(source, listing):
-        st = listing[sp].stat()
-        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
-    attachment_stamps(digest, source, listing)
-    token = digest.hexdigest()
+    token = listing_revision(source, listing, [(sp, listing[sp].stat()) for sp in select_paths(source, listing)])
     return UpstreamCheck(source.name, token != state.get("revision"), token, "listing hash")
 
 
