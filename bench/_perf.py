@@ -236,6 +236,20 @@ _LAUNCHER = ("import os, subprocess, sys\n"
              "sys.exit(code if code >= 0 else 128 - code)\n")
 
 
+#: compiles the ``pipeline`` package a child process with the same environment imports
+_COMPILE = "import compileall, os, pipeline; compileall.compile_dir(os.path.dirname(pipeline.__file__), quiet=1)"
+
+
+def compile_bytecode(env: dict[str, str], cwd: Path, flags: Sequence[str] = ()) -> None:
+    """Write the ``.pyc`` files of the ``pipeline`` package the timed processes import (as ``pip install`` does),
+    before timing process starts: with ``PYTHONDONTWRITEBYTECODE`` set (this machine sets it) a process never
+    writes them, so every timed run would compile each module edited since they were last written (~0.1-0.3 s of a
+    cold search after an edit of the searcher) -- time no installed copy spends. ``flags``: the interpreter flags
+    the timed children use (``-P``)."""
+    subprocess.run([sys.executable, *flags, "-c", _COMPILE], env=env, cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def run_child(cmd: Sequence[str], env: dict[str, str], cwd: Path, work: Path) -> Child:
     """Run cmd to completion; wall time and this child's own peak RSS (``os.wait4`` in a small launcher process, see
     :data:`_LAUNCHER`; not the max over every child this process ever had, as ``getrusage(RUSAGE_CHILDREN)`` would

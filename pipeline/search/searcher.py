@@ -218,7 +218,7 @@ def _rows_of(vecs: np.ndarray, rows: np.ndarray, scope: np.ndarray | None, sub: 
 #: bumped when what :meth:`Searcher._compute_page_vectors` computes changes (its cache entries are then rebuilt)
 PAGE_VECTORS_FORMAT = 2
 #: the same for :meth:`Searcher._compute_keys`
-KEYS_FORMAT = 1
+KEYS_FORMAT = 2
 
 
 def _start_up_state(con: Any, warehouse_path: Path, kind: str, name: str, compute: Callable[[], Mapping[str, Any]],
@@ -484,6 +484,7 @@ class Searcher:
         (~70 ms). With the cache off: computed."""
         state = _start_up_state(self._con, self.path, "keys", "keys", self._compute_keys, KEYS_FORMAT)
         self._note_of: dict[str, str] = state["note_of"]
+        self._page_no: dict[str, int] = state["page_no"]     # note id -> a page number for top_per_page
         self._source_of: dict[str, str] = state["source_of"]
         #: English notes: the ones the cross-lingual lane leaves out for an English question
         self._english_notes: frozenset[str] = frozenset(state["english_notes"])
@@ -514,6 +515,7 @@ class Searcher:
         notes = wh.load_note_keys(self._con).to_pydict()
         return {
             "note_of": dict(zip(keys["chunk_id"], keys["note_id"])),
+            "page_no": {nid: i for i, nid in enumerate(dict.fromkeys(keys["note_id"]))},
             "source_of": dict(zip(keys["chunk_id"], keys["source"])),
             "english_notes": sorted({nid for nid, lang in zip(keys["note_id"], keys["language"]) if lang == "en"}),
             "other_language_chunks": other_language_chunks,
@@ -531,13 +533,10 @@ class Searcher:
         self._bm25: Bm25Index | None
         self._bm25_pages: Bm25Index | None
         self._bm25, self._bm25_pages = wh.load_bm25_cached(self._con, self.path)
-        self._page_no: dict[str, int] = {}           # note id -> a page number for top_per_page
-        for nid in self._note_of.values():
-            self._page_no.setdefault(nid, len(self._page_no))
         if self._bm25 is not None:
-            self._bm25_sources = np.array([self._source_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
-            self._bm25_page = np.array([self._page_no.get(self._note_of.get(c, ""), -1)
-                                        for c in self._bm25.doc_ids], dtype=np.int64)
+            rows = self._flat_rows_of("bm25", self._bm25.doc_ids)
+            self._bm25_sources = np.array(rows["sources"], dtype=object)[rows["codes"]]
+            self._bm25_page = rows["pages"]
         if self._bm25_pages is not None:
             self._page_index_sources = np.array([self._note_source.get(n, "") for n in self._bm25_pages.doc_ids],
                                                 dtype=object)
@@ -550,9 +549,10 @@ class Searcher:
             (m["table_name"] for m in self.models if cross_id and m["model_id"] == cross_id), None)
         if self._cross_table is None:     # built without a cross-lingual model: that lane would stay empty
             self.default_lanes = tuple(lane for lane in self.default_lanes if lane != "crosslingual")
-        self._model_sources = {
-            m["table_name"]: wh.model_source_counts(self._con, m["table_name"]) for m in self.models
-        }
+        self._model_sources: dict[str, dict[str, int]] = _start_up_state(
+            self._con, self.path, "keys", "models",
+            lambda: {"counts": {m["table_name"]: wh.model_source_counts(self._con, m["table_name"])
+                                for m in self.models}}, KEYS_FORMAT)["counts"]
 
     def _compute_graph(self) -> dict[str, Any]:
         """``neighbours`` of every note (out- and in-links, weighted by link count), ``pagerank`` and
@@ -917,7 +917,8 @@ class Searcher:
         return flat
 
     def _flat_rows_of(self, table: str, ids: list[str]) -> dict[str, Any]:
-        """Per row of a vector table (chunk ``ids``): ``codes`` (int32) into ``sources`` (its source names) and
+        """Per row of a vector table, or of the BM25 chunk index (``table`` ``"bm25"``), given its chunk ``ids``:
+        ``codes`` (int32) into ``sources`` (its source names) and
         ``pages`` (int64, the page number of its note, -1 unknown), through the search start-up cache (kind
         ``flatrows``, :func:`_start_up_state`): two dict lookups per row (~20 ms per 25k rows) otherwise."""
         def compute() -> dict[str, Any]:
