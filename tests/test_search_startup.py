@@ -93,6 +93,23 @@ def test_bm25_index_of_the_same_corpus_has_the_same_bytes():
     assert list(Bm25Index.build(IDS, DOCS)._vocab)[:3] == [t for t in dict.fromkeys(t for d in DOCS for t in d) if t][:3]
 
 
+def test_caching_analyzer_gives_the_analyzers_tokens_once_per_text(tmp_path: Path):
+    from pipeline.index.analysis import Analyzer
+    from pipeline.stages.warehouse import TokenCache, caching_analyzer
+
+    texts = ["Reading Parquet files", "read_csv_auto と Parquet を読む", "Reading Parquet files", ""]
+    cache = TokenCache(tmp_path, "v1")
+    analyzer = caching_analyzer(cache)
+    want = [Analyzer().tokens(t) for t in texts]
+    got = [analyzer.tokens(t) for t in texts]
+    assert got == want and (cache.misses, cache.hits) == (2, 0)          # the repeated text: analysed once
+    got[0].append("changed")                                            # a caller's list is its own
+    assert analyzer.tokens(texts[0]) == want[0]
+    cache.save()
+    again = TokenCache(tmp_path, "v1")
+    assert [caching_analyzer(again).tokens(t) for t in texts] == want and (again.misses, again.hits) == (0, 2)
+
+
 def test_bm25_cache_serves_the_stored_index(cache: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
     con = wh.connect(warehouse)
     try:

@@ -230,20 +230,22 @@ def _score_matrix(token_lists: Sequence[list[str]], k1: float, b: float) -> tupl
     float32; their product rounded to float32 (a test compares both bit for bit). 2.4 M tokens in 27k chunks: 0.7 s
     against bm25s's 1.7 s, which also imported scipy.
     """
-    vocab: dict[str, int] = {}
-    column = vocab.setdefault
     n_docs = len(token_lists)
-    lengths = np.zeros(n_docs, dtype=np.int64)
-    flat: list[int] = []
-    for i, tokens in enumerate(token_lists):
-        before = len(flat)
-        flat.extend([column(t, len(vocab)) for t in tokens if t])
-        lengths[i] = len(flat) - before
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=n_docs)
+    words: list[str] = []
+    for tokens in token_lists:
+        words.extend(tokens)
+    first = dict.fromkeys(words)        # the distinct terms in order of first occurrence (C loops, not Python ones)
+    if "" in first:                     # empty tokens are dropped (not counted in a document's length either)
+        del first[""]
+        lengths = np.fromiter((sum(1 for t in tokens if t) for tokens in token_lists), dtype=np.int64, count=n_docs)
+        words = [t for t in words if t]
+    vocab: dict[str, int] = dict(zip(first, range(len(first))))
     n_terms = len(vocab)
-    if not flat:            # no terms at all: an index that matches nothing
+    if not words:           # no terms at all: an index that matches nothing
         return ({"data": np.zeros(0, dtype=np.float32), "indices": np.zeros(0, dtype=np.int32),
                  "indptr": np.zeros(n_terms + 1, dtype=np.int64)}, vocab)
-    terms = np.asarray(flat, dtype=np.int64)
+    terms = np.fromiter(map(vocab.__getitem__, words), dtype=np.int64, count=len(words))
     docs = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
     pairs, tf = np.unique(terms * n_docs + docs, return_counts=True)        # sorted by term, then document
     term, doc = np.divmod(pairs, n_docs)

@@ -72,11 +72,17 @@ def caching_analyzer(cache: TokenCache) -> Any:
     """An ``Analyzer`` whose ``tokens`` go through ``cache`` (same tokens as a plain Analyzer)."""
     from pipeline.index.analysis import Analyzer
 
+    seen: dict[str, list[str]] = {}     # this build's texts: a title or breadcrumb repeats in every chunk of its
+    #                                   page, and the page index reads each chunk's text again after the chunk index
+
     class _CachingAnalyzer(Analyzer):
         def tokens(self, text: str) -> list[str]:
             if not text:
                 return super().tokens(text)
-            return cache.tokens(text, super().tokens)
+            got = seen.get(text)
+            if got is None:
+                got = seen[text] = cache.tokens(text, super().tokens)
+            return list(got)
 
     return _CachingAnalyzer()
 
