@@ -83,6 +83,45 @@ def test_corrupt_entry_is_not_served(cache: Path):
     assert fastcache.load_entry("k", "n", "key") is None
 
 
+def test_same_key_written_twice_keeps_the_first_entry(cache: Path):
+    first = fastcache.store_entry("k", "n", "key", lambda d: (d / "a.txt").write_text("one"))
+    inode = (first / "a.txt").stat().st_ino
+    again = fastcache.store_entry("k", "n", "key", lambda d: (d / "a.txt").write_text("one"))
+    assert again == first and (first / "a.txt").stat().st_ino == inode     # a reader opening it is not cut off
+    assert sorted(p.name for p in (cache / "k").iterdir()) == ["n-key"]
+    (first / "a.txt").write_text("x")                                        # corrupt (size): replaced
+    assert (fastcache.store_entry("k", "n", "key", lambda d: (d / "a.txt").write_text("one")) / "a.txt"
+            ).read_text() == "one"
+
+
+def test_entry_removed_before_it_is_read_serves_what_was_read(cache: Path, warehouse: Path,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    import shutil
+
+    from pipeline.warehouse import queries, vectors
+
+    real = fastcache.store_entry
+
+    def store_then_lose(*args, **kw):                 # a writer of a newer warehouse prunes it at once
+        stored = real(*args, **kw)
+        shutil.rmtree(stored)
+        return stored
+
+    monkeypatch.setattr(fastcache, "store_entry", store_then_lose)
+    con = wh.connect(warehouse)
+    try:
+        ids = [r[0] for r in con.execute("SELECT chunk_id FROM chunks").fetchall()]
+        tbl = queries.load_chunk_rows_cached(con, warehouse)
+        index = {c: i for i, c in enumerate(tbl.column("chunk_id").to_pylist())}
+        assert wh.rows_from_table(tbl, index, ids) == wh.fetch_chunks(con, ids)
+        table = wh.list_models(con)[0]["table_name"]
+        got_ids, got = vectors.load_live_vectors_cached(con, table, warehouse)
+        ref_ids, ref = vectors.load_live_vectors(con, table)
+        assert got_ids == ref_ids and np.array_equal(got, ref)
+    finally:
+        con.close()
+
+
 def test_cache_off(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
     assert fastcache.cache_root() is None

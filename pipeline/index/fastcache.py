@@ -87,7 +87,9 @@ def load_entry(kind: str, name: str, key: str) -> Path | None:
 def store_entry(kind: str, name: str, key: str, write: Callable[[Path], None],
                 meta: Mapping[str, Any] | None = None) -> Path | None:
     """Write an entry atomically: ``write(tmp_dir)`` creates its files, then the directory is renamed into place
-    and older entries ``<kind>/<name>-*`` are removed.
+    and older entries ``<kind>/<name>-*`` are removed. A complete entry of the same key that a concurrent writer
+    put there first is kept (a reader may be opening it) and ours is dropped. Another process may still remove the
+    returned entry (it writes a newer key): callers that read it back fall back to what they computed.
 
     Returns:
         The entry's directory, or None when the cache is off or cannot be written (the reason is logged at debug
@@ -104,9 +106,14 @@ def store_entry(kind: str, name: str, key: str, write: Callable[[Path], None],
             write(tmp)
             files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
             (tmp / MANIFEST).write_text(json.dumps({"files": files, **dict(meta or {})}), "utf-8")
-            if directory.exists():            # a concurrent writer won, or a corrupt entry: replace it
-                shutil.rmtree(directory, ignore_errors=True)
-            os.replace(tmp, directory)
+            if load_entry(kind, name, key) is None:   # else a concurrent writer won: keep its entry (readers may
+                if directory.exists():                # hold it open), drop ours; a corrupt entry is replaced
+                    shutil.rmtree(directory, ignore_errors=True)
+                try:
+                    os.replace(tmp, directory)
+                except OSError:
+                    if load_entry(kind, name, key) is None:   # not a writer that won between rmtree and rename
+                        raise
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

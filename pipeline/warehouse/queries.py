@@ -133,7 +133,13 @@ def load_chunk_rows_cached(con: duckdb.DuckDBPyConnection, warehouse_path: Path)
             writer.write_table(tbl)
 
     stored = store_entry("rows", name, k, write, {"rows": tbl.num_rows})
-    return None if stored is None else _read_ipc(stored / "chunks.arrow")
+    if stored is None:
+        return None
+    try:
+        return _read_ipc(stored / "chunks.arrow")       # the mapped copy: shared with the page cache
+    except (OSError, ValueError, pa.ArrowException) as exc:   # removed by a writer of a newer warehouse
+        log.debug("chunk rows cache %s gone before it was read (%s): serving the table read", stored, exc)
+        return tbl
 
 
 def _read_ipc(path: Path) -> pa.Table:

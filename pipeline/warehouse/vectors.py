@@ -213,9 +213,13 @@ def load_live_vectors_cached(con: duckdb.DuckDBPyConnection, table: str, warehou
     stored = store_entry("vectors", name, key, write, {"table": table, "rows": len(ids)})
     if stored is None:
         return ids, vecs
-    del vecs                                  # serve the mapped copy: one copy in memory, shared with the page cache
-    # a plain ndarray view of the mapping (numpy.memmap's per-slice overhead is ~70 us, paid per page scored)
-    return ids, np.asarray(np.load(stored / "vectors.npy", mmap_mode="r", allow_pickle=False))
+    # serve the mapped copy: one copy in memory, shared with the page cache; a plain ndarray view of the mapping
+    # (numpy.memmap's per-slice overhead is ~70 us, paid per page scored)
+    try:
+        return ids, np.asarray(np.load(stored / "vectors.npy", mmap_mode="r", allow_pickle=False))
+    except (OSError, ValueError) as exc:      # removed by a writer of a newer warehouse before we read it
+        log.debug("vector cache %s gone before it was read (%s): serving the vectors read", stored, exc)
+        return ids, vecs
 
 
 def take_rows(vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
