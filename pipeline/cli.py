@@ -821,8 +821,8 @@ def eval_(
         format_skipped,
         format_unreachable,
         load_cases,
+        rank_tasks,
         run_ablation,
-        run_eval,
     )
     from pipeline.stages import eval_files, stored_query_vectors
 
@@ -850,12 +850,11 @@ def eval_(
         searcher = open_searcher(settings())
         try:
             by_scope: dict[str, dict[str, EvalReport]] = {}
-            with stored_query_vectors(settings(), searcher, keep=16 * len(cases)):   # embedded once, ever
+            with stored_query_vectors(settings(), searcher, keep=16 * len(cases)) as rank:   # embedded once, ever
+                named = {"": None} if setups is None else setups
+                ranked = rank(rank_tasks(searcher, cases, named, scopes))    # on every CPU
                 for scope in scopes:
-                    if setups is None:
-                        by_scope[scope] = {"": run_eval(searcher, cases, scope=scope)}
-                    else:
-                        by_scope[scope] = run_ablation(searcher, cases, setups, scope=scope)
+                    by_scope[scope] = run_ablation(searcher, cases, named, scope=scope, ranked=ranked)
             built = list(searcher.sources)
         finally:
             searcher.close()

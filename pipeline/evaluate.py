@@ -59,6 +59,8 @@ __all__ = [
     "load_cases",
     "ndcg_at",
     "reciprocal_rank",
+    "rank_task",
+    "rank_tasks",
     "run_ablation",
     "run_eval",
 ]
@@ -256,10 +258,32 @@ class EvalReport(MappingRecord):
         return out
 
 
+#: One search of an eval: ``(query, source or None for all sources, lanes or None for the default fusion)``.
+RankTask = tuple[str, str | None, tuple[str, ...] | None]
+#: A search's fused pages, best first: ``[(note_id, source_path, score)]`` (``Searcher.rank_pages``).
+PageRows = Sequence[tuple[str, str, float]]
+
+
+def rank_task(case: EvalCase, lanes: Sequence[str] | None, scope: str) -> RankTask:
+    """The search :func:`run_eval` makes for ``case`` in ``scope``."""
+    return (case.query, case.corpus if scope == "scoped" else None, None if lanes is None else tuple(lanes))
+
+
+def rank_tasks(searcher: PageRanker, cases: Sequence[EvalCase], setups: Mapping[str, Sequence[str] | None],
+               scopes: Sequence[str]) -> list[RankTask]:
+    """Every distinct search :func:`run_eval` makes for these set-ups (name -> lanes) in these scopes, in the order
+    it makes them (cases whose corpus the searcher lacks make none)."""
+    known = set(searcher.sources)
+    tasks = (rank_task(c, lanes, scope) for scope in scopes for lanes in setups.values() for c in cases
+             if c.corpus in known)
+    return list(dict.fromkeys(tasks))
+
+
 def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] | None = None,
-             scope: str = "scoped") -> EvalReport:
+             scope: str = "scoped", ranked: Mapping[RankTask, PageRows] | None = None) -> EvalReport:
     """Run every case through ``searcher.rank_pages(query, source=case.corpus, lanes, depth=10)``; ``lanes`` None
-    means the searcher's default fusion (``Searcher.default_lanes``).
+    means the searcher's default fusion (``Searcher.default_lanes``). A search found in ``ranked`` (:func:`rank_task`
+    -> its rows, e.g. ranked by other processes: :func:`pipeline.stages.eval_rankings`) is read from there instead.
 
     ``scope="unscoped"`` searches every case over all sources (``source=None``) and counts a page as a hit only
     when it is one of the case's ``expected`` paths in the case's corpus (``searcher.note_source(note_id)``); a
@@ -294,20 +318,23 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         if page_paths is not None and not set(case.expected) & page_paths(case.corpus):
             # still scored (a miss), but named: a typo in the case or a page the build skipped can never be found
             unreachable.append({"id": case.id, "corpus": case.corpus, "expected": list(case.expected)})
+        task = rank_task(case, lanes, scope)
+        rows = ranked.get(task) if ranked is not None else None
+        if rows is None:
+            rows = searcher.rank_pages(task[0], source=task[1], lanes=lanes, depth=DEPTH)
+        rows = rows[:DEPTH]
         if scope == "scoped":
-            ranked = [path for _, path, _ in searcher.rank_pages(case.query, source=case.corpus, lanes=lanes,
-                                                                 depth=DEPTH)]
+            pages: list[Any] = [path for _, path, _ in rows]
             expected: Sequence[Any] = case.expected
-            top = ranked[:3]
+            top = pages[:3]
         else:
-            rows = searcher.rank_pages(case.query, source=None, lanes=lanes, depth=DEPTH)
-            ranked = [(searcher.note_source(nid), path) for nid, path, _ in rows]  # type: ignore[attr-defined]
+            pages = [(searcher.note_source(nid), path) for nid, path, _ in rows]  # type: ignore[attr-defined]
             expected = [(case.corpus, e) for e in case.expected]
-            top = [path if src == case.corpus else f"{src}:{path}" for src, path in ranked[:3]]
-        metrics = case_metrics(ranked, expected)
+            top = [path if src == case.corpus else f"{src}:{path}" for src, path in pages[:3]]
+        metrics = case_metrics(pages, expected)
         per_case.append({
             "id": case.id, "query": case.query, "corpus": case.corpus, "kind": case.kind,
-            "rank": first_rank(ranked[:DEPTH], expected), "top": top, **metrics,
+            "rank": first_rank(pages[:DEPTH], expected), "top": top, **metrics,
         })
     by_source: dict[str, list[dict[str, Any]]] = {}
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -459,9 +486,10 @@ def ablation_setups(graph: bool = True, lanes: Sequence[str] | None = None) -> d
 
 
 def run_ablation(searcher: PageRanker, cases: Sequence[EvalCase], setups: Mapping[str, Sequence[str]],
-                 scope: str = "scoped") -> dict[str, dict[str, Any]]:
+                 scope: str = "scoped", ranked: Mapping[RankTask, PageRows] | None = None
+                 ) -> dict[str, dict[str, Any]]:
     """One :func:`run_eval` report per set-up (``name -> lanes``), in the order of ``setups``, all in ``scope``."""
-    return {name: run_eval(searcher, cases, lanes=lanes, scope=scope) for name, lanes in setups.items()}
+    return {name: run_eval(searcher, cases, lanes=lanes, scope=scope, ranked=ranked) for name, lanes in setups.items()}
 
 
 def _groups(report: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, float]]]:

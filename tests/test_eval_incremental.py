@@ -36,9 +36,12 @@ def evals_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     calls: list[tuple[str, str]] = []
     real = ev.run_eval
 
-    def spy(searcher: Any, cases: Any, lanes: Any = None, scope: str = "scoped") -> Any:
+    def spy(searcher: Any, cases: Any, lanes: Any = None, scope: str = "scoped", ranked: Any = None) -> Any:
         calls.append(("+".join(lanes or ()), scope))
-        return real(searcher, cases, lanes=lanes, scope=scope)
+        if ranked is not None:      # only this set-up's searches were ranked
+            assert {task for task in ranked if task[2] == (tuple(lanes) if lanes else None)
+                    and (task[1] is None) == (scope == "unscoped")}, (lanes, scope)
+        return real(searcher, cases, lanes=lanes, scope=scope, ranked=ranked)
 
     monkeypatch.setattr(ev, "run_eval", spy)
     return calls

@@ -459,7 +459,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         from pipeline.evaluate import check_floors, check_fusion_gain, floors_from_env
 
         settings = docsvault.settings()
-        report = build.eval_stage(settings, sources, embedder_factory=cached_embedder)
+        report = build.eval_stage(settings, sources)     # the default embedders: its child processes load them too
         meta = eval_metadata(report)
         context.log.info(f"eval (hybrid): {dict(report.overall)}" + (" (unchanged, not re-run)" if report.skipped
                                                                      else ""))

@@ -421,6 +421,11 @@ class Searcher:
              max_vector_fetch, exact_max_rows, synonyms, graph_seeds, default_lanes, query_threads, translator,
              translate_bm25, usage_boost, usage_window, crosslingual_bridge, preload_encoders) = (
                 getattr(config, f.name) for f in fields(config))
+        #: the options this searcher was opened with (another process opens the same searcher from them)
+        self.config = config or SearchConfig(
+            analyzer, weights, k_rrf, lane_depth, second_weight, page_vector_weight, chunks_per_page,
+            max_vector_fetch, exact_max_rows, synonyms, graph_seeds, default_lanes, query_threads, translator,
+            translate_bm25, usage_boost, usage_window, crosslingual_bridge, preload_encoders)
         self.path = Path(warehouse_path)
         self._factory = embedder_factory
         self.analyzer = analyzer or Analyzer()

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
@@ -15,6 +15,9 @@ from pipeline.models import Source
 from pipeline.stages.base import SHARED_STATE, code_version, digest, file_sha, forced, now, stage_lock
 from pipeline.stages.index import built_sources, shared_state
 from pipeline.stages.results import EvalStageResult, SearchIndexResult
+
+if TYPE_CHECKING:
+    from pipeline.evaluate import PageRows, RankTask
 
 log = logging.getLogger("docsvault")
 
@@ -99,17 +102,26 @@ def save_query_vectors(path: Path, version: str, vectors: dict[tuple[str, str], 
 
 
 @contextmanager
-def stored_query_vectors(settings: Settings, searcher: Any, keep: int) -> Iterator[None]:
+def stored_query_vectors(settings: Settings, searcher: Any, keep: int
+                         ) -> Iterator[Callable[[Sequence[RankTask]], dict[RankTask, PageRows]]]:
     """An eval's searches with the query vectors of earlier evals (the build's and ``docsvault eval``'s): the stored
     ones (:func:`load_query_vectors`) held by ``searcher`` (at least ``keep`` of them) and primed
     (``Searcher.prime_scans``: one matrix product per model instead of a scan per search) before the body; after it,
     the vectors ``searcher`` then holds are stored when it embedded new ones. An unwritable data dir is only logged:
-    the next run embeds those queries again."""
+    the next run embeds those queries again.
+
+    Yields:
+        ``rank(tasks)``: the rows of these searches (:func:`pipeline.evaluate.rank_tasks`), ranked by ``searcher``
+        and child processes on the other CPUs (:func:`pipeline.stages.eval_child.eval_rankings`), for
+        :func:`pipeline.evaluate.run_eval`'s ``ranked``.
+    """
+    from pipeline.stages.eval_child import eval_rankings
+
     path, version = query_vectors_path(settings), code_version("eval")
     stored = load_query_vectors(path, version)
     searcher.remember_query_vectors(stored, keep=keep)      # a query is embedded once, ever
     searcher.prime_scans()
-    yield
+    yield lambda tasks: eval_rankings(searcher, tasks, stored=stored, keep=keep)
     held = searcher.query_vectors()
     if held.keys() != stored.keys():
         try:
@@ -201,6 +213,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         eval_history_path,
         history_rows,
         load_cases,
+        rank_tasks,
         run_ablation,
         run_eval,
     )
@@ -239,7 +252,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
                             **({"embedder_factory": embedder_factory} if embedder_factory else {}))
         try:
-            with stored_query_vectors(settings, searcher, keep=16 * len(cases)):
+            with stored_query_vectors(settings, searcher, keep=16 * len(cases)) as rank:
                 setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
                 config = {"k_rrf": float(searcher.k_rrf),
                           "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
@@ -250,11 +263,13 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
                 carried = last_report.get("setups") or {}
                 carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
                          and all(name in carried for name in setups))
-                if carry:   # only the warehouse content moved: the fused set-ups now, the single lanes as they were
-                    reports = {HYBRID: run_eval(searcher, cases, lanes=setups[HYBRID])}
-                else:
-                    reports = run_ablation(searcher, cases, setups)
-                reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped")
+                # only the warehouse content moved: the fused set-ups now, the single lanes as they were
+                computed = {HYBRID: setups[HYBRID]} if carry else setups
+                ranked = rank(rank_tasks(searcher, cases, computed, ["scoped"])
+                              + rank_tasks(searcher, cases, {HYBRID: setups[HYBRID]}, ["unscoped"]))
+                reports = run_ablation(searcher, cases, computed, ranked=ranked)
+                reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped",
+                                                   ranked=ranked)
         finally:
             searcher.close()
         run_at = now()
