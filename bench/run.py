@@ -69,7 +69,7 @@ EXTRA = {
     "duckdb": "    site_url: https://duckdb.org/docs/stable\n",
     "prefect": "    site_url: https://docs.prefect.io/v3\n",
     "diffusers": "    site_url: https://huggingface.co/docs/diffusers/main/en\n",
-    "ja-react": "    site_url: https://ja.react.dev\n    language: ja\n",
+    "ja-react": "    site_url: https://ja.react.dev\n",   # no language: key: detected, as issue 13 asks
 }
 PATHS = {"obsidian-help": "en", "duckdb": "docs/stable", "prefect": "docs/v3", "diffusers": "docs/source/en",
          "ja-react": "src/content"}
