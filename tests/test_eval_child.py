@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import warehouse as wh
 from pipeline.evaluate import HYBRID, rank_tasks, run_eval
-from pipeline.index.analysis import Analyzer
-from pipeline.index.bm25 import build_chunk_index
-from pipeline.index.embed import HashEmbedder, embed_chunks
-from pipeline.models import Chunk, EvalCase, Note
+from pipeline.index.embed import HashEmbedder
+from pipeline.models import EvalCase
 from pipeline.search.searcher import Searcher
 from pipeline.stages import eval_child
+from tests.tiny_warehouse import publish_pages
 
 PAGES = {
     ("guide", "install.md", "Installation"): ["Install docsvault with pip.", "Upgrade with pip install -U."],
@@ -37,17 +35,8 @@ CASES = [
 @pytest.fixture()
 def warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DOCSVAULT_SEARCH_CACHE", "off")
-    notes, chunks = [], []
-    for (source, rel, title), texts in PAGES.items():
-        note = Note(source, rel, rel, title, {"title": title}, "\n\n".join(texts))
-        notes.append(note)
-        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, source, i, (f"Part {i}",), f"{title} > Part {i}", t)
-                   for i, t in enumerate(texts)]
-    emb = HashEmbedder(64)
-    res = embed_chunks(chunks, emb, None)
     path = tmp_path / "warehouse.duckdb"
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    publish_pages(path, PAGES, dims=(64,))
     return path
 
 

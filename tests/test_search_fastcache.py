@@ -14,11 +14,9 @@ import pytest
 
 from pipeline import warehouse as wh
 from pipeline.index import fastcache
-from pipeline.index.analysis import Analyzer
-from pipeline.index.bm25 import build_chunk_index
-from pipeline.index.embed import HashEmbedder, embed_chunks
-from pipeline.models import Chunk, Note
+from pipeline.index.embed import HashEmbedder
 from pipeline.search.searcher import Searcher
+from tests.tiny_warehouse import publish_pages
 
 PAGES = {
     ("guide", "install.md", "Installation"): ["Install docsvault with pip.", "Upgrade with pip install -U."],
@@ -29,19 +27,7 @@ PAGES = {
 
 
 def _build(path: Path, pages: dict = PAGES, dims: tuple[int, ...] = (64, 32)) -> None:
-    notes, chunks = [], []
-    for (source, rel, title), texts in pages.items():
-        note = Note(source, rel, rel, title, {"title": title}, "\n\n".join(texts))
-        notes.append(note)
-        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, source, i, (f"Part {i}",), f"{title} > Part {i}", t)
-                   for i, t in enumerate(texts)]
-    vectors = {}
-    for dim in dims:
-        emb = HashEmbedder(dim)
-        res = embed_chunks(chunks, emb, None)
-        vectors[emb.model_id] = (res.chunk_ids, res.vectors)
-    bm25 = build_chunk_index(chunks, notes, Analyzer())
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors=vectors, bm25_blobs=bm25.to_blobs()))
+    publish_pages(path, pages, dims)
 
 
 @pytest.fixture()
