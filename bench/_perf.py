@@ -216,12 +216,20 @@ class Child(NamedTuple):
     stdout: str
     stderr: str
     tree_rss_kb: int = 0    # peak of the summed RSS of the child and every descendant alive at once (sampled)
+    tree_pss_kb: int = 0    # peak of their summed PSS (sampled): pages two of them share (the search caches both
+                            # memory-map, shared libraries) counted once, split between them; Linux only, else RSS
 
     @property
     def peak_kb(self) -> int:
-        """The larger of the two peaks: ``ru_maxrss`` is one process's (a child's memory is not added to its
-        parent's), the tree sample may miss a short spike."""
+        """The larger of the two RSS peaks: ``ru_maxrss`` is one process's (a child's memory is not added to its
+        parent's), the tree sample may miss a short spike. Pages the processes share count once per process."""
         return max(self.maxrss_kb, self.tree_rss_kb)
+
+    @property
+    def memory_kb(self) -> int:
+        """The tree's peak memory: the larger of its summed PSS (each physical page counted once) and the largest
+        single process's ``ru_maxrss``."""
+        return max(self.maxrss_kb, self.tree_pss_kb or self.tree_rss_kb)
 
 
 #: a small launcher between the bench and a measured child: Linux charges the high-water RSS of the address space a
@@ -260,34 +268,52 @@ def run_child(cmd: Sequence[str], env: dict[str, str], cwd: Path, work: Path) ->
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, str(rss_f), *cmd], env=env, cwd=cwd,
                                 stdout=out, stderr=err)
-        tree_kb = _sample_tree_rss(proc)
+        tree_kb, tree_pss_kb = _sample_tree_rss(proc)
         wall = time.perf_counter() - started
     maxrss = int(rss_f.read_text()) if rss_f.is_file() else 0
     return Child(proc.returncode, wall, maxrss, out_f.read_text(errors="replace"), err_f.read_text(errors="replace"),
-                 tree_kb)
+                 tree_kb, tree_pss_kb)
 
 
-def _sample_tree_rss(proc: subprocess.Popen, interval: float = 0.1) -> int:
-    """Wait for ``proc`` (the launcher); every ``interval`` s sum the RSS of its descendants (the measured command and
-    whatever it starts, the launcher itself left out); return the largest sum in KiB."""
+def _pss_kb(pid: int) -> int | None:
+    """A process's proportional set size in KiB (``/proc/<pid>/smaps_rollup``), None where the kernel has none."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _sample_tree_rss(proc: subprocess.Popen, interval: float = 0.1) -> tuple[int, int]:
+    """Wait for ``proc`` (the launcher); every ``interval`` s sum the RSS and the PSS of its descendants (the measured
+    command and whatever it starts, the launcher itself left out); return the largest sums ``(rss, pss)`` in KiB.
+    RSS counts a page shared by two processes (a memory-mapped file both read) twice; PSS splits it between them,
+    so the PSS sum is the tree's physical memory. A process without PSS counts its RSS."""
     import psutil
 
-    peak = 0
+    peak = peak_pss = 0
     launcher = psutil.Process(proc.pid)
     while proc.poll() is None:
-        total = 0
+        total = total_pss = 0
         try:
             kids = launcher.children(recursive=True)
         except psutil.Error:
             kids = []
         for kid in kids:
             try:
-                total += kid.memory_info().rss
+                rss = kid.memory_info().rss // 1024
             except psutil.Error:
                 continue
-        peak = max(peak, total // 1024)
+            total += rss
+            pss = _pss_kb(kid.pid)
+            total_pss += rss if pss is None else pss
+        peak = max(peak, total)
+        peak_pss = max(peak_pss, total_pss)
         time.sleep(interval)
-    return peak
+    return peak, peak_pss
 
 
 def dir_bytes(path: Path) -> int:
