@@ -135,3 +135,19 @@ def test_run_child_rss_is_the_childs_own_not_the_bench_process_size(tmp_path):
     assert c.returncode == 0
     assert 0 < c.maxrss_kb < 200 * 1024
     del ballast
+
+
+def test_build_memory_is_the_tree_pss_or_the_largest_process():
+    child = perf.Child(0, 1.0, maxrss_kb=900, stdout="", stderr="", tree_rss_kb=2_000, tree_pss_kb=1_200)
+    assert (child.peak_kb, child.memory_kb) == (2_000, 1_200)
+    assert perf.Child(0, 1.0, 1_500, "", "", 2_000, 1_200).memory_kb == 1_500      # one process above the sum
+    assert perf.Child(0, 1.0, 900, "", "", 2_000).memory_kb == 2_000               # no PSS sampled: the RSS sum
+
+
+def test_pss_of_this_process_and_of_none():
+    import os
+
+    pss = perf._pss_kb(os.getpid())
+    if Path("/proc/self/smaps_rollup").is_file():
+        assert pss is not None and pss > 0
+    assert perf._pss_kb(2**31 - 1) is None
