@@ -167,7 +167,8 @@ def log(msg: str) -> None:
 
 
 def run_build(env: dict[str, str], work: Path, label: str) -> dict:
-    """One `docsvault build` child: {"wall", "peak_rss_kb", "timings" (stage -> s), "metas", "per_model"}.
+    """One `docsvault build` child: {"wall", "memory_kb" (peak memory, KiB; "tree_rss_kb", "maxrss_kb" beside it),
+    "timings" (stage -> s), "metas", "per_model"}.
 
     Raises:
         StepError: the build exited non-zero (its last output line in the message).
@@ -180,8 +181,8 @@ def run_build(env: dict[str, str], work: Path, label: str) -> dict:
         print("\n".join(tail[-30:]), file=sys.stderr)
         raise StepError(f"build '{label}' exit {child.returncode}: {tail[-1] if tail else 'no output'}")
     data = json.loads(out.read_text())
-    data.update(wall=child.wall, peak_rss_kb=child.peak_kb, memory_kb=child.memory_kb, tree_rss_kb=child.tree_rss_kb,
-                maxrss_kb=child.maxrss_kb, stdout=child.stdout)
+    data.update(wall=child.wall, memory_kb=child.memory_kb, tree_rss_kb=child.tree_rss_kb, maxrss_kb=child.maxrss_kb,
+                stdout=child.stdout)
     log(f"{label} build: {child.wall:.1f} s, peak memory {child.memory_kb / 1024:.0f} MB (process tree's PSS, "
         f"sampled: {child.tree_pss_kb / 1024:.0f} MB; its RSS summed: {child.tree_rss_kb / 1024:.0f} MB; largest "
         f"process: {child.maxrss_kb / 1024:.0f} MB)")

@@ -26,10 +26,6 @@ PAGES = {
 }
 
 
-def _build(path: Path, pages: dict = PAGES, dims: tuple[int, ...] = (64, 32)) -> None:
-    publish_pages(path, pages, dims)
-
-
 @pytest.fixture()
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
@@ -40,7 +36,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture()
 def warehouse(tmp_path: Path) -> Path:
     path = tmp_path / "warehouse.duckdb"
-    _build(path)
+    publish_pages(path, PAGES)
     return path
 
 
@@ -180,7 +176,7 @@ def test_rebuilt_warehouse_never_gets_stale_vectors_or_rows(cache: Path, warehou
     con.close()
     changed = dict(PAGES)
     changed[("api", "connect.md", "connect")] = ["connect opens the warehouse read only."]
-    _build(warehouse, changed)                                              # a rebuild replaces the file
+    publish_pages(warehouse, changed)                                              # a rebuild replaces the file
     con = wh.connect(warehouse)
     try:
         ref_ids, ref = wh.load_live_vectors(con, table)
