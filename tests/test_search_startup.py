@@ -23,7 +23,8 @@ from pipeline.index.embed import E5QueryTokenizer, E5Tokenizer, load_embedder, r
 from pipeline.index.unigram import PackedStrings, PrefixTable, UnigramViterbi
 from pipeline.search.searcher import QUERY_WORKERS, Searcher
 from tests.test_embed_multilingual import PIECES, SCORES, write_tiny_e5
-from tests.test_search_fastcache import _build
+from tests.test_search_fastcache import PAGES
+from tests.tiny_warehouse import publish_pages
 
 DOCS = [["cat", "purr", "cat"], ["dog", "bark"], ["fish", "swim", "cat"], [], ["purr"]]
 IDS = ["c", "d", "f", "e", "p"]
@@ -39,7 +40,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture()
 def warehouse(tmp_path: Path) -> Path:
     path = tmp_path / "warehouse.duckdb"
-    _build(path)
+    publish_pages(path, PAGES)
     return path
 
 
@@ -288,7 +289,7 @@ def test_search_path_imports_no_heavy_modules(tmp_path: Path, cache: Path):
     sentence-transformers, dagster nor bm25s/scipy, the normalize stage, the writer or yaml (no synonyms file); with
     its start-up caches written, not pyarrow.compute either."""
     path = tmp_path / "warehouse.duckdb"
-    _build(path)
+    publish_pages(path, PAGES)
     code = (
         "import json, sys\n"
         "import pipeline.cli, pipeline.service\n"
