@@ -153,7 +153,7 @@ def build(
         return
     except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(128 + (exc.signum or signal.SIGINT)) from None
+        sys.exit(128 + (exc.signum or signal.SIGINT))       # SystemExit passes Typer by: not `_main`'s 130 below
     if as_json:
         out = build_outcome(report).as_dict()
         out["seconds"] = round(_time.perf_counter() - started, 1)
@@ -1196,12 +1196,15 @@ def main() -> None:
         gc.freeze()
 
 
+INTERRUPTED = 130
+"""Exit code of a command stopped by Ctrl-C (128 + SIGINT); Typer returns it for a KeyboardInterrupt in a command."""
+
+
 def _main() -> None:
     try:
         rv = app(standalone_mode=False)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)
+        rv = INTERRUPTED
     except PipelineError as exc:          # a user error a command did not catch: still one line
         typer.echo(f"error: {' '.join(str(exc).splitlines()[0].split())}", err=True)
         sys.exit(1)
@@ -1217,6 +1220,8 @@ def _main() -> None:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         typer.echo(f"error: {' '.join(message.split())}{where}", err=True)
         sys.exit(1)
+    if rv == INTERRUPTED:                 # no command returns 130 itself (`build` exits with its own line)
+        typer.echo("interrupted", err=True)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

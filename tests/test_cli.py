@@ -386,6 +386,24 @@ def test_the_console_script_gives_option_errors_in_one_line_with_exit_1(tmp_path
     assert (code, err) == (0, "") and out.startswith("Usage: python -m pipeline.cli [OPTIONS] COMMAND [ARGS]...")
 
 
+def test_ctrl_c_in_a_command_prints_one_line_and_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C inside a command (Typer turns it into exit code 130) says so on stderr, as outside one."""
+    import sys
+
+    import pipeline.cli as cli
+    import pipeline.ingest.sources as sources
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sources, "load_sources", interrupted)
+    monkeypatch.setattr(sys, "argv", ["docsvault", "sources", "list"])
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    assert (exit_.value.code, capsys.readouterr()) == (130, ("", "interrupted\n"))
+
+
 def test_readme_and_help_give_the_rrf_k_of_the_code() -> None:
     from pipeline.cli import search
     from pipeline.search.searcher import K_RRF

@@ -100,3 +100,67 @@ def test_a_custom_embedder_keeps_every_search_here(warehouse: Path, monkeypatch:
     with Searcher(warehouse, lambda spec: HashEmbedder(64)) as searcher:
         tasks = _tasks(searcher)
         assert len(eval_child.eval_rankings(searcher, tasks, stored={}, keep=0, workers=2)) == len(tasks)
+
+
+def test_ctrl_c_stops_handing_out_searches_and_no_child_warns(warehouse: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture):
+    """Ctrl-C in the parent (here: its first search raises KeyboardInterrupt) ends the eval at once: the children
+    finish their current chunk and end; nothing is left to rank and no child is reported as failed."""
+    monkeypatch.setattr(eval_child, "CHUNK", 1)
+    with Searcher(warehouse) as searcher:
+        tasks = _tasks(searcher)
+
+        def interrupted(*_args: object, **_kwargs: object) -> None:
+            raise KeyboardInterrupt
+
+        fed: list[dict] = []
+        feed = eval_child._feed
+
+        def watched(job: bytes, todo: deque, ranked: dict, searcher: Searcher) -> None:
+            feed(job, todo, ranked, searcher)
+            fed.append(ranked)
+
+        monkeypatch.setattr(eval_child, "_feed", watched)
+        monkeypatch.setattr(searcher, "rank_pages", interrupted)
+        with caplog.at_level(logging.WARNING, logger="docsvault"), pytest.raises(KeyboardInterrupt):
+            eval_child.eval_rankings(searcher, tasks, stored={}, keep=0, workers=2)
+        assert len(fed) == 1 and len(fed[0]) <= 1 < len(tasks)     # the child's chunk in hand at most, not the rest
+        assert caplog.text == ""
+
+
+def test_a_child_ignores_sigint(warehouse: Path):
+    """A terminal's Ctrl-C reaches the child too (same process group): it keeps answering; its parent decides."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root}
+    with Searcher(warehouse) as searcher:
+        task = _tasks(searcher)[0]
+        here = searcher.rank_pages(task[0], source=task[1], lanes=task[2], depth=10)
+        job = {"warehouse": str(warehouse), "config": searcher.config, "stored": {}, "keep": 0}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.stages.eval_child"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        pickle.dump(job, proc.stdin)
+        pickle.dump([task], proc.stdin)
+        proc.stdin.flush()
+        assert pickle.load(proc.stdout) == [here]          # its searcher is open: the handler is in place
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        pickle.dump([task], proc.stdin)
+        proc.stdin.flush()
+        assert pickle.load(proc.stdout) == [here]
+        pickle.dump(None, proc.stdin)
+        proc.stdin.flush()
+        pickle.load(proc.stdout)
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

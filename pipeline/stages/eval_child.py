@@ -99,6 +99,9 @@ def eval_rankings(searcher: Any, tasks: Sequence[RankTask], *, stored: Mapping[t
         feeder.start()
     try:
         _rank_here(searcher, todo, ranked)
+    except BaseException:               # Ctrl-C, SIGTERM: the children end after their current chunk
+        todo.clear()
+        raise
     finally:
         for feeder in feeders:
             feeder.join()
@@ -169,8 +172,13 @@ def _feed(job: bytes, todo: deque[list[RankTask]], ranked: dict[RankTask, PageRo
 
 
 def _main() -> int:
+    import signal
+
     from pipeline.search.searcher import Searcher
 
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides (it stops handing out chunks), and
+    # this child ends at its next read of stdin, instead of dying mid-chunk with a warning about a failed child
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin = sys.stdin.buffer
     stdout = os.fdopen(os.dup(1), "wb")     # the replies' own descriptor: anything a library prints goes to stderr
     os.dup2(2, 1)
