@@ -151,3 +151,18 @@ def test_pss_of_this_process_and_of_none():
     if Path("/proc/self/smaps_rollup").is_file():
         assert pss is not None and pss > 0
     assert perf._pss_kb(2**31 - 1) is None
+
+
+def test_baseline_sources_configure_only_the_named_block() -> None:
+    """bench/build_vs_baseline.py gives the baseline's ja-react block `language: ja` (its configuration in issue
+    13), every other block unchanged."""
+    spec = importlib.util.spec_from_file_location("bench_vs_baseline", BENCH / "build_vs_baseline.py")
+    vs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vs)
+    text = ("sources:\n"
+            "  - name: duckdb\n    kind: git\n    url: file:///m/duckdb.git\n"
+            "  - name: ja-react\n    kind: git\n    url: file:///m/ja-react.git\n    site_url: https://ja.react.dev\n"
+            "  - name: prefect\n    kind: git\n    url: file:///m/prefect.git\n")
+    assert vs.baseline_sources(text) == text.replace("https://ja.react.dev\n",
+                                                     "https://ja.react.dev\n    language: ja\n")
+    assert vs.baseline_sources(text, {}) == text
