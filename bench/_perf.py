@@ -287,14 +287,25 @@ def _pss_kb(pid: int) -> int | None:
     return None
 
 
-def _sample_tree_rss(proc: subprocess.Popen, interval: float = 0.1) -> tuple[int, int]:
-    """Wait for ``proc`` (the launcher); every ``interval`` s sum the RSS and the PSS of its descendants (the measured
-    command and whatever it starts, the launcher itself left out); return the largest sums ``(rss, pss)`` in KiB.
-    RSS counts a page shared by two processes (a memory-mapped file both read) twice; PSS splits it between them,
-    so the PSS sum is the tree's physical memory. A process without PSS counts its RSS."""
+#: the share of one core the PSS reads may take: ``/proc/<pid>/smaps_rollup`` walks the process's page tables under
+#: its memory-map lock (~33 ms for a build holding 2.4 GB), so read every 0.1 s it took a third of a core from the
+#: 2-core machine it measured and stalled the build's own page faults
+PSS_BUDGET = 0.03
+
+
+def _sample_tree_rss(proc: subprocess.Popen, interval: float = 0.1,
+                     pss_budget: float = PSS_BUDGET) -> tuple[int, int]:
+    """Wait for ``proc`` (the launcher); every ``interval`` s sum the RSS of its descendants (the measured command and
+    whatever it starts, the launcher itself left out), and their PSS as often as ``pss_budget`` allows (a sweep of
+    PSS reads that took d seconds is next made d / pss_budget later; between sweeps each process's last PSS stands,
+    its RSS for a process not yet read); return the largest sums ``(rss, pss)`` in KiB. RSS counts a page shared by
+    two processes (a memory-mapped file both read) twice; PSS splits it between them, so the PSS sum is the tree's
+    physical memory. A process without PSS counts its RSS."""
     import psutil
 
     peak = peak_pss = 0
+    pss_of: dict[int, int] = {}
+    next_pss = 0.0
     launcher = psutil.Process(proc.pid)
     while proc.poll() is None:
         total = total_pss = 0
@@ -302,14 +313,21 @@ def _sample_tree_rss(proc: subprocess.Popen, interval: float = 0.1) -> tuple[int
             kids = launcher.children(recursive=True)
         except psutil.Error:
             kids = []
+        sweep = time.perf_counter() >= next_pss
+        started = time.perf_counter()
         for kid in kids:
             try:
                 rss = kid.memory_info().rss // 1024
             except psutil.Error:
                 continue
             total += rss
-            pss = _pss_kb(kid.pid)
-            total_pss += rss if pss is None else pss
+            if sweep:
+                pss = _pss_kb(kid.pid)
+                pss_of[kid.pid] = rss if pss is None else pss
+            total_pss += pss_of.get(kid.pid, rss)
+        if sweep and kids:
+            took = time.perf_counter() - started
+            next_pss = time.perf_counter() + took / pss_budget
         peak = max(peak, total)
         peak_pss = max(peak_pss, total_pss)
         time.sleep(interval)

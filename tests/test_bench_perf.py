@@ -153,6 +153,24 @@ def test_pss_of_this_process_and_of_none():
     assert perf._pss_kb(2**31 - 1) is None
 
 
+def test_pss_is_read_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tree's RSS is summed every interval; its PSS (expensive for a large process) only as the budget allows:
+    with a budget of almost nothing, once, and that one reading stands for the rest of the run."""
+    import subprocess
+
+    reads: list[int] = []
+
+    def pss(pid: int) -> int:
+        reads.append(pid)
+        return 7
+
+    monkeypatch.setattr(perf, "_pss_kb", pss)
+    launcher = subprocess.Popen([sys.executable, "-S", "-c", "import subprocess, sys; subprocess.run("
+                                 "[sys.executable, '-S', '-c', 'import time; time.sleep(1.5)'])"])
+    rss, tree_pss = perf._sample_tree_rss(launcher, interval=0.01, pss_budget=1e-9)
+    assert len(reads) == 1 and tree_pss == 7 and rss > 7
+
+
 def test_baseline_sources_configure_only_the_named_block() -> None:
     """bench/build_vs_baseline.py gives the baseline's ja-react block `language: ja` (its configuration in issue
     13), every other block unchanged."""
