@@ -1023,7 +1023,8 @@ def mcp(
     stateless: Annotated[bool, typer.Option("--stateless", help="No MCP sessions: any of several server processes "
                                             "behind a load balancer can answer any call.")] = False,
 ) -> None:
-    """Serve the MCP tools search, read, status and refresh (stdio by default; logs go to stderr)."""
+    """Serve the MCP tools search, read, related, status, refresh and save_note (stdio by default; logs go to
+    stderr)."""
     from pipeline.mcp_server import serve
 
     if http:

@@ -247,7 +247,8 @@ class VaultService:
             the_title = " ".join((title or title_of(text)).split())
             related = capture_related(s, the_title, text)
             note = write_capture(src, text, title=title, name=name, agent=str(agent or "mcp agent")[:100],
-                                 correlation_id=correlation_id, related=related, tags=tags or ())
+                                 correlation_id=correlation_id, related=related, tags=tags or (),
+                                 name_option="`name`")
         except PipelineError as exc:
             raise ToolFailure(str(exc)) from None
         out: dict[str, Any] = {"path": note.vault_path, "source": note.source, "file": str(note.path),

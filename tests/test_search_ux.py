@@ -471,8 +471,10 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
                    "refresh": {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0}}}
     assert calls == [("inbox", False)]
     assert "agent: agent-7\nstatus: raw\ncorrelation_id: run-1\n" in (inbox / "Learned.md").read_text("utf-8")
-    with pytest.raises(ToolFailure, match="already exists"):
+    with pytest.raises(ToolFailure) as taken:
         svc.save_note("# Learned\n\nother")
+    assert str(taken.value) == (f"a note named 'Learned.md' already exists in {inbox.resolve()}: pass another `name` "
+                                "(nothing was overwritten)")           # the MCP's argument, not the CLI's --name
 
     def failing(source: str | None = None, full: bool = False) -> dict:
         raise ToolFailure("refresh of inbox failed (exit 1): error: boom")

@@ -195,7 +195,8 @@ def _starts_with_h1(text: str) -> bool:
 
 def write_capture(source: Source, text: str, *, title: str | None = None, name: str | None = None,
                   agent: str = "docsvault capture", correlation_id: str | None = None,
-                  related: Sequence[str] = (), tags: Sequence[str] = (), now: datetime | None = None) -> Captured:
+                  related: Sequence[str] = (), tags: Sequence[str] = (), now: datetime | None = None,
+                  name_option: str = "--name") -> Captured:
     """Write a captured note into the source's first root.
 
     Args:
@@ -209,6 +210,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         related: vault paths of related notes (the top search hits of the text).
         tags: frontmatter tags.
         now: the creation time (default: now, UTC).
+        name_option: how the caller's interface passes ``name``, for the errors (``--name``; MCP: ```name```).
 
     Returns:
         What was written.
@@ -226,7 +228,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
     problem = capture_problem(source, fname)
     if problem:
-        raise CaptureError(f"{problem}: pass another --name or source (nothing was written)")
+        raise CaptureError(f"{problem}: pass another {name_option} or source (nothing was written)")
     root = source.path[0].resolve()
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
@@ -251,7 +253,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         with open(target, "x", encoding="utf-8", newline="\n") as fh:
             fh.write(content)
     except FileExistsError:
-        raise CaptureError(f"a note named {fname + '.md'!r} already exists in {root}: pass another --name "
+        raise CaptureError(f"a note named {fname + '.md'!r} already exists in {root}: pass another {name_option} "
                            "(nothing was overwritten)") from None
     except OSError as exc:
         raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
