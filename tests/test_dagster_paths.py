@@ -244,36 +244,3 @@ def test_a_never_built_source_serves_nothing_and_says_so(tiny_env: Path) -> None
             meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
             assert (meta["status"], meta["kept"], meta["cause"]) == ("skipped", "nothing (never built)",
                                                                      "never/raw_docs failed")
-
-
-def test_a_quiet_build_captures_step_output_to_files_without_terminal_mirrors(tiny_env: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch):
-    """A quiet `docsvault build` keeps each step's captured stdout/stderr files (and their completion marks) for the
-    UI, but starts none of Dagster's `tail -F` mirrors and their watcher processes (which met a Ctrl-C with
-    tracebacks, and cost four forks per step); with --verbose (INFO) the mirrors stay."""
-    import dagster._core.execution.compute_logs as compute_logs
-
-    from pipeline.config import Settings
-    from pipeline.defs.runner import run_build
-
-    tails: list[str] = []
-    real = compute_logs.execute_posix_tail
-
-    def counted(path, stream):
-        tails.append(str(path))
-        return real(path, stream)
-
-    monkeypatch.setattr(compute_logs, "execute_posix_tail", counted)
-    settings = Settings.from_env()
-    report = run_build(settings)
-    assert report.ok and tails == []
-    storage = settings.dagster_home / "storage"
-    outs = sorted(storage.rglob("*.out"))
-    errs = sorted(storage.rglob("*.err"))
-    complete = sorted(storage.rglob("*.complete"))
-    assert len(outs) == len(errs) == len(complete) > 0
-
-    monkeypatch.setenv("DOCSVAULT_FORCE", "*")                       # a run again, this time verbose
-    assert run_build(settings, log_level="INFO").ok
-    steps = len(list(storage.rglob("*.complete"))) - len(complete)
-    assert steps == len(complete) and len(tails) == 2 * steps      # stdout and stderr of every step mirrored

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,8 +224,7 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     # DagsterExecutionInterruptedError and ends the run; the build then stops as interrupted (nothing recorded as
     # a source failure) and its `with` blocks release the locks
     try:
-        with _settings_env(settings), _captured_to_files_only(instance, log_level != "CRITICAL"), \
-                dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+        with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
                                                      run_config=run_config, asset_selection=selection,
                                                      tags={"docsvault/run": "build"}) as result:
             if _interrupted(result):
@@ -240,43 +238,6 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     report = _report(settings, sources, removed, failures, meta, checks)
     report.check_warnings = warnings
     return report
-
-
-@contextmanager
-def _captured_to_files_only(instance: dg.DagsterInstance, mirror: bool) -> Iterator[None]:
-    """While a quiet `docsvault build` runs (``mirror`` False): each step's stdout and stderr are captured to the
-    instance's compute-log files as usual (the UI shows them), but not mirrored to the terminal.
-
-    Dagster's local compute-log manager mirrors a step's output by starting, per stream and step, a ``tail -F`` and
-    a Python watcher process (``dagster/_core/execution/scripts/watch_orphans.py``): four forks of the build process
-    per step, 132 in a build of six sources. They print nothing in a quiet build (the console logger is at CRITICAL),
-    and being in the terminal's process group they met a Ctrl-C with two Python tracebacks of their own. Only the
-    instance of this run is changed, and only for the run; any other compute-log manager is left alone."""
-    from dagster._core.execution.compute_logs import redirect_to_file
-    from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
-    from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
-    from dagster._utils import ensure_file, touch_file
-
-    manager = instance.compute_log_manager
-    if mirror or type(manager) is not LocalComputeLogManager:
-        yield
-        return
-
-    @contextmanager
-    def capture_logs(log_key: Sequence[str]) -> Iterator[CapturedLogContext]:     # as LocalComputeLogManager's
-        out = manager.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDOUT])
-        err = manager.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDERR])
-        ensure_file(out)
-        ensure_file(err)
-        with redirect_to_file(sys.stdout, out), redirect_to_file(sys.stderr, err):
-            yield CapturedLogContext(log_key)
-        touch_file(manager.complete_artifact_path(log_key))     # the UI's "capture finished" mark
-
-    manager.capture_logs = capture_logs                        # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del manager.capture_logs
 
 
 def _interrupted(result: Any) -> bool:
