@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perf import compile_bytecode, run_child
-from run import ALL, REPO, SHARED, log, make_sources
+from run import ALL, REPO, build_env, eval_files, log, make_sources
 
 T_RATIO = 1.30
 DEFAULT_BASELINE = "2d6f27a"
@@ -96,11 +96,8 @@ def one_build(label: str, tree: Path, work: Path, sources: Path, evals: list[str
     run = work / label
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    path = [str(tree), *([str(extra_path)] if extra_path else []), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "DOCSVAULT_SOURCES": str(sources), "DOCSVAULT_DATA": str(run / "data"),
-           "DOCSVAULT_VAULT": str(run / "vault"), "DOCSVAULT_EVALS": os.pathsep.join(evals),
-           "DAGSTER_HOME": str(run / "data" / "dagster"), "XDG_CACHE_HOME": str(run / "cache"),
-           "PYTHONPATH": os.pathsep.join(path)}
+    env = build_env(sources, run / "data", run / "vault", evals, [tree, *([extra_path] if extra_path else [])])
+    env["XDG_CACHE_HOME"] = str(run / "cache")
     for var in ("DOCSVAULT_ONNX_CACHE", "DOCSVAULT_SEARCH_CACHE"):     # fresh caches, as a new user's first build
         env.pop(var, None)
     (run / "data" / "dagster").mkdir(parents=True)
@@ -142,7 +139,7 @@ def main() -> None:
     ours, theirs = work / "sources.yaml", work / "baseline-sources.yaml"
     make_sources(args.corpora, mirrors, ours, args.pages)
     theirs.write_text(baseline_sources(ours.read_text(encoding="utf-8")), encoding="utf-8")
-    evals = [str(SHARED / "evals" / f"{c}.yaml") for c in args.corpora if (SHARED / "evals" / f"{c}.yaml").exists()]
+    evals = eval_files(args.corpora)
 
     order = ["baseline", "this"] + (["this", "baseline"] if args.rounds > 1 else [])
     runs: dict[str, list[dict]] = {"baseline": [], "this": []}

@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -209,6 +210,20 @@ def stage_rows(t: Table, build: dict, min_s: float = 0.0) -> None:
         if s >= min_s:
             t.row(f"  stage {st.replace('_stage', '')}", f"{s:.1f} s")
     t.row("  rest: process start, imports, Dagster, between stages", f"{build['wall'] - total:.1f} s")
+
+
+def eval_files(corpora: Sequence[str]) -> list[str]:
+    """The shared eval file of each corpus that has one (``../shared/evals/<corpus>.yaml``)."""
+    return [str(SHARED / "evals" / f"{c}.yaml") for c in corpora if (SHARED / "evals" / f"{c}.yaml").exists()]
+
+
+def build_env(sources: Path, data: Path, vault: Path, evals: Sequence[str], path: Sequence[Path]) -> dict[str, str]:
+    """This process's environment for a `docsvault build` child of ``sources`` into ``data`` / ``vault`` (Dagster's
+    home in ``data/dagster``), the code first found on ``path`` (then any ``PYTHONPATH`` already set)."""
+    return {**os.environ, "DOCSVAULT_SOURCES": str(sources), "DOCSVAULT_DATA": str(data),
+            "DOCSVAULT_VAULT": str(vault), "DOCSVAULT_EVALS": os.pathsep.join(evals),
+            "DAGSTER_HOME": str(data / "dagster"), "PYTHONPATH": os.pathsep.join(
+                [*map(str, path), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
 def corpus_files(corpus: str) -> list[str]:
@@ -397,11 +412,8 @@ def main() -> None:
     sources = base / "bench-sources.yaml"
     vault = base / "bench-vault"
     chosen = make_sources(args.corpora, mirrors, sources, args.pages)
-    evals = [str(SHARED / "evals" / f"{c}.yaml") for c in args.corpora if (SHARED / "evals" / f"{c}.yaml").exists()]
-    env = {**os.environ, "DOCSVAULT_SOURCES": str(sources), "DOCSVAULT_DATA": str(data),
-           "DOCSVAULT_VAULT": str(vault), "DOCSVAULT_EVALS": os.pathsep.join(evals),
-           "DAGSTER_HOME": str(data / "dagster"), "PYTHONPATH": os.pathsep.join(
-               [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    evals = eval_files(args.corpora)
+    env = build_env(sources, data, vault, evals, [REPO])
     os.environ.update({k: env[k] for k in ("DOCSVAULT_SOURCES", "DOCSVAULT_DATA", "DOCSVAULT_VAULT",
                                            "DOCSVAULT_EVALS")})
 
