@@ -200,3 +200,39 @@ def test_bundled_minilm():
     q = e.embed_query("hello world")
     assert e.dim == 384 and q.shape == (384,)
     np.testing.assert_allclose(q, vecs[2], atol=1e-5)  # order restored after length sorting
+
+
+def test_compact_keeps_the_large_oldest_shard_and_merges_the_small_later_ones(tmp_path: Path):
+    e = HashEmbedder(8)
+    cache = EmbeddingCache(tmp_path, e.model_id)
+    cache.put_many([f"base{i}" for i in range(1000)], e.embed_documents([f"base {i}" for i in range(1000)]))
+    base = (cache.dir / "shard-0.npz").read_bytes()
+    for i in range(20):                 # an edited text is embedded again: the later vector must keep winning
+        cache.put_many([f"h{i}", "base3"], np.full((2, 8), float(i), dtype=np.float32))
+    assert cache.compact() is True
+    assert [p.name for p in cache.shards()] == ["shard-0.npz", "shard-21.npz"]
+    assert (cache.dir / "shard-0.npz").read_bytes() == base
+    fresh = EmbeddingCache(tmp_path, e.model_id)
+    got = fresh.get_many([f"h{i}" for i in range(20)] + ["base3", "base7"])
+    assert {h: float(v[0]) for h, v in got.items() if h.startswith("h")} == {f"h{i}": float(i) for i in range(20)}
+    assert got["base3"].tolist() == [19.0] * 8
+    np.testing.assert_array_equal(got["base7"], e.embed_documents(["base 7"])[0])
+
+
+def test_take_gathers_the_found_vectors_in_the_order_asked(tmp_path: Path):
+    cache = EmbeddingCache(tmp_path, "hash-2")
+    cache.put_many(["a", "b"], np.array([[1, 1], [2, 2]], dtype=np.float32))
+    cache.put_many(["c", "a"], np.array([[3, 3], [4, 4]], dtype=np.float32))
+    positions, vectors = EmbeddingCache(tmp_path, "hash-2").take(["c", "absent", "a", "b"])
+    assert positions.tolist() == [0, 2, 3]
+    assert vectors.tolist() == [[3.0, 3.0], [4.0, 4.0], [2.0, 2.0]] and vectors.dtype == np.float32
+    nothing = EmbeddingCache(tmp_path, "hash-2").take(["absent"])
+    assert nothing[0].tolist() == [] and nothing[1].shape == (0, 0)
+
+
+def test_take_refuses_shards_of_different_dims(tmp_path: Path):
+    cache = EmbeddingCache(tmp_path, "hash-2")
+    cache.put_many(["a"], np.ones((1, 2), dtype=np.float32))
+    cache.put_many(["b"], np.ones((1, 3), dtype=np.float32))
+    with pytest.raises(EmbeddingError, match=r"dims \[2, 3\]"):
+        cache.take(["a", "b"])

