@@ -55,26 +55,41 @@ def clean_text(markdown: str) -> str:
 
     text = markdown.replace("\r\n", "\n")
     text = replace_code(text, keep)
-    text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
-    text = _COMMENT.sub(" ", text)
-    text = _OBSIDIAN_COMMENT.sub(" ", text)
-    text = _HTML_BLOCK_DROP.sub(" ", text)
-    text = _IMAGE.sub(" ", text)
-    text = _EMBED.sub(" ", text)
-    text = _HTML_TAG.sub(" ", text)
-    text = _CALLOUT.sub("", text)
-    text = _QUOTE.sub("", text)
-    text = _TABLE_SEP.sub(" ", text)
-    text = _RULE.sub(" ", text)
-    text = _HEADING.sub("", text)
+    # each pattern only where its marker character occurs: the same text, without ~20 regex passes over every
+    # chunk of every hit (20 snippets per search: 2-3 ms of a 25 ms query)
+    if "`" in text:
+        text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
+    if "<" in text:
+        text = _COMMENT.sub(" ", text)
+    if "%%" in text:
+        text = _OBSIDIAN_COMMENT.sub(" ", text)
+    if "<" in text:
+        text = _HTML_BLOCK_DROP.sub(" ", text)
+    if "![" in text:
+        text = _IMAGE.sub(" ", text)
+        text = _EMBED.sub(" ", text)
+    if "<" in text:
+        text = _HTML_TAG.sub(" ", text)
+    if ">" in text:
+        text = _CALLOUT.sub("", text)
+        text = _QUOTE.sub("", text)
+    if "-" in text:
+        text = _TABLE_SEP.sub(" ", text)
+    if "-" in text or "*" in text or "_" in text:
+        text = _RULE.sub(" ", text)
+    if "#" in text:
+        text = _HEADING.sub("", text)
     text = _LIST.sub("", text)
-    text = _WIKILINK.sub(lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|").strip(),
-                         text)
-    text = _LINK.sub(r"\1", text)
-    text = _REF_LINK.sub(r"\1", text)
+    if "[" in text:
+        text = _WIKILINK.sub(lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|")
+                             .strip(), text)
+        text = _LINK.sub(r"\1", text)
+        text = _REF_LINK.sub(r"\1", text)
     for _ in range(2):                               # nested: **_x_**
-        text = _EMPHASIS.sub(r"\2", text)
-        text = _STAR.sub(r"\1", text)
+        if "*" in text or "_" in text or "~" in text or "=" in text:
+            text = _EMPHASIS.sub(r"\2", text)
+        if "*" in text:
+            text = _STAR.sub(r"\1", text)
     for entity, char in _ENTITY.items():
         text = text.replace(entity, char)
     text = text.replace("|", " | ")
