@@ -1029,15 +1029,20 @@ class Searcher:
         (numpy, it sets process-wide BLAS thread limits), a model searched through HNSW (one DuckDB connection is
         not shared between threads), and everything when only one model is asked. Each model's pages are the ones a
         sequential run gives (its own input, single-threaded), so rankings do not change."""
-        asked = [(lane, plan.scan_skips_english, entry) for lane, plan in plans.items() for entry in plan.asked]
+        asked = [(lane, plan.scan_skips_english, plan.skip_english or len(plan.asked) > 1, entry)
+                 for lane, plan in plans.items() for entry in plan.asked]
         jobs: dict[tuple[str, str], Any] = {}
-        for lane, scan_skips_english, (model, n_total, n_in, text) in asked:
+        for lane, scan_skips_english, merged, (model, n_total, n_in, text) in asked:
             table, model_id = model["table_name"], model["model_id"]
 
             def job(model: dict = model, n_total: int = n_total, n_in: int = n_in, text: str = text,
-                    skip_english: bool = scan_skips_english) -> tuple[np.ndarray, list[_Page]]:
+                    skip_english: bool = scan_skips_english, merged: bool = merged
+                    ) -> tuple[np.ndarray, list[_Page], tuple[float, float] | None]:
                 qvec = self._query_vector(model["model_id"], text)
-                return qvec, self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
+                pages = self._model_pages(model, n_total, n_in, qvec, sources, notes, skip_english)
+                # the lane standardises this model's scores (z-score merge or the bridge's floor): its background
+                # is computed here too, on the worker thread, not after every model on the calling one
+                return qvec, pages, self._background(model["table_name"], qvec, sources) if merged else None
 
             embedder = self.embedder(model_id)          # created here: model loading is not thread-safe
             if len(asked) < 2 or isinstance(embedder, UsemEmbedder) or not self._exact(table):
@@ -1078,19 +1083,21 @@ class Searcher:
         per_model = []
         for model, n_total, n_in, text in in_scope:
             job = (jobs or {}).get(model["table_name"])
+            background = None
             if job is None:
                 qvec = self._query_vector(model["model_id"], text)
                 pages = self._model_pages(model, n_total, n_in, qvec, sources, notes, scan_skips_english)
             else:
-                qvec, pages = job() if callable(job) else job.result()
+                qvec, pages, background = job() if callable(job) else job.result()
             if skip_english and self.cross_rank_among_all:     # ranked among every page, a vote for the others only
                 pages = [p._replace(rank=i) for i, p in enumerate(pages, start=1)
                          if p.note_id not in self._english_notes]
-            per_model.append(((model["table_name"], qvec), pages))
+            per_model.append(((model["table_name"], qvec), pages, background))
         if not per_model:
             return []
         if skip_english:
-            per_model = [(tq, self._above_background(tq[0], tq[1], pages, sources)) for tq, pages in per_model]
+            per_model = [(tq, pages, bg or self._background(*tq, sources)) for tq, pages, bg in per_model]
+            per_model = [(tq, self._above_background(pages, bg), bg) for tq, pages, bg in per_model]
         if len(per_model) == 1:
             return per_model[0][1]
         # several models: cosines of different models are not comparable (e5's sit in 0.7-0.9 for anything, MiniLM's
@@ -1100,21 +1107,22 @@ class Searcher:
         # the query's cosine to a fixed sample of the scope's chunks (z-score normalisation for result merging: Montague & Aslam, CIKM
         # 2001). Scale: a page score sums about (1 + second_weight + page_vector_weight) cosines.
         merged: dict[str, _Page] = {}
-        for (table, qvec), pages in per_model:
-            mu, sd = self._background(table, qvec, sources)
+        for (table, qvec), pages, background in per_model:
+            mu, sd = background or self._background(table, qvec, sources)
             for page in pages:
                 z = (page.score - mu) / sd
                 if page.note_id not in merged or z > merged[page.note_id].score:
                     merged[page.note_id] = _Page(page.note_id, z, page.chunks)
         return sorted(merged.values(), key=lambda p: -p.score)
 
-    def _above_background(self, table: str, qvec: np.ndarray, pages: list[_Page],
-                          sources: frozenset[str] | None) -> list[_Page]:
+    @staticmethod
+    def _above_background(pages: list[_Page], background: tuple[float, float]) -> list[_Page]:
         """The pages whose score stands ``CROSS_MIN_Z`` standard deviations above the query's background cosine (see
         the z-score merge in :meth:`_vector_lane`): the bridge lane of an English question ranks only the other
         languages' notes, and without a floor the first of them took rank 1 whatever its relevance (in a vault with
-        one Japanese diary, the diary came up for every English question)."""
-        mu, sd = self._background(table, qvec, sources)
+        one Japanese diary, the diary came up for every English question). ``background``: the query's (mean,
+        sd) of :meth:`_background` for the lane's model."""
+        mu, sd = background
         return [p for p in pages if (p.score - mu) / sd >= CROSS_MIN_Z]
 
     def _background(self, table: str, qvec: np.ndarray,
