@@ -603,7 +603,8 @@ class Searcher:
             embedder = self._factory(model_id)
             if self.query_threads and isinstance(getattr(embedder, "threads", None), int):
                 # USE-m3 (numpy): its BLAS threads. One query is tiny; with 2 threads under load (another process
-                # busy) a query took p50 20-24 ms / p90 ~300 ms against 9-12 / 15-18 ms with 1 thread
+                # busy) a query took p50 20-24 ms / p90 ~300 ms against 9-12 / 15-18 ms with 1 thread. (Its
+                # embed_query no longer switches the BLAS threads at all; this still bounds any document pass.)
                 embedder.threads = self.query_threads   # type: ignore[attr-defined]
             self._embedders[model_id] = embedder
         return self._embedders[model_id]
