@@ -110,6 +110,20 @@ def test_guess_format():
     assert guess_format("a.md", {}, "<!--Copyright 2025 HF-->\n# x") == "docbuilder"
     assert guess_format("a.md", {}, "[[autodoc]] X") == "docbuilder"
     assert guess_format("a.md", {}, "# plain") == "markdown"
+    # MDX kept in .md files (react.dev): a JSX comment or a component tag alone on its line, outside code
+    assert guess_format("a.md", {}, "## Usage {/*usage*/}\n\ntext\n") == "mdx"
+    assert guess_format("a.md", {}, "<Intro>\n\nReact lets you...\n\n</Intro>\n") == "mdx"
+    assert guess_format("a.md", {}, "text\n\n<Sandpack />\n") == "mdx"
+    assert guess_format("a.md", {}, "```jsx\n<App>\n  {/* a comment */}\n</App>\n```\n") == "markdown"
+    assert guess_format("a.md", {}, "<details>\n<summary>More</summary>\n</details>\n") == "markdown"
+
+
+def test_mdx_in_a_md_file_is_cleaned_without_a_format(tmp_path):
+    text = "---\ntitle: useState\n---\n<Intro>\n\n`useState` adds state.\n\n</Intro>\n\n## Usage {/*usage*/}\n\nCall it.\n"
+    guessed = _norm(tmp_path / "auto", {"page.md": text})
+    configured = _norm(tmp_path / "mdx", {"page.md": text}, format="mdx")
+    assert guessed.errors == [] and guessed.notes[0].body == configured.notes[0].body
+    assert "{/*" not in guessed.notes[0].body and "<Intro>" not in guessed.notes[0].body
 
 
 def test_deterministic_order(tmp_path):

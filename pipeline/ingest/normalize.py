@@ -1050,15 +1050,24 @@ def assign_rel_paths(source_paths: Sequence[str]) -> dict[str, str]:
     return out
 
 
+#: MDX written in a ``.md`` file (react.dev keeps its pages so): outside fenced code, a JSX comment ``{/* … */}`` or
+#: a component's tag alone on its line (``<Sandpack>``, ``</Intro>``, ``<Note />``; HTML's tags are lower-case).
+_MDX_IN_MD = re.compile(r"\{/\*.*?\*/\}|^[ \t]*</?[A-Z][A-Za-z0-9]*(?:[ \t][^<>\n]*)?/?>[ \t]*$", re.MULTILINE)
+
+
 def guess_format(source_path: str, frontmatter: dict[str, Any], body: str) -> DocFormat:
     """``.mdx`` -> mdx; Jekyll ``layout:`` key or Liquid ``{%`` -> jekyll; ``<!--Copyright`` header or
-    ``[[autodoc]]`` -> docbuilder; otherwise markdown."""
+    ``[[autodoc]]`` -> docbuilder; a ``.md`` file with MDX outside its code (:data:`_MDX_IN_MD`) -> mdx; otherwise
+    markdown."""
     if source_path.lower().endswith(".mdx"):
         return "mdx"
     if "layout" in frontmatter or "{%" in body:
         return "jekyll"
     if body.lstrip().startswith("<!--Copyright") or "[[autodoc]]" in body:
         return "docbuilder"
+    if ("{/*" in body or "<" in body) and any(
+            not code and _MDX_IN_MD.search(piece) for code, piece in split_code(body)):
+        return "mdx"
     return "markdown"
 
 
