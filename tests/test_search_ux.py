@@ -49,6 +49,13 @@ def test_clean_text_drops_markup_and_keeps_code_as_code() -> None:
                               "links or Canvas. Next item one `inline` code")
 
 
+def test_clean_text_drops_footnote_markers_and_keeps_their_text() -> None:
+    md = ("You can add footnotes[^footnote] to notes.[^1] Inline too.^[An inline note.]\n\n"
+          "[^footnote]: This is a footnote.\n[^1]: The text about controllers.\n`a[^2]` stays code.")
+    assert clean_text(md) == ("You can add footnotes to notes. Inline too.An inline note. This is a footnote. "
+                              "The text about controllers. `a[^2]` stays code.")
+
+
 def test_clean_text_drops_obsidian_comments_but_not_code() -> None:
     assert clean_text("Before %%a hidden comment: secret%% after. Code `50%%` stays.\n%%\nblock\ncomment\n%%\nend") \
         == "Before after. Code `50%%` stays. end"

@@ -2,7 +2,7 @@
 
 :func:`clean_text` turns a chunk's Markdown into one line of plain text: fenced and indented code becomes inline
 code (`` `SELECT 1` ``, the language tag dropped), callout markers (``> [!note] Title``) and quote markers go,
-HTML comments and Obsidian's ``%%comments%%`` go, HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), links keep their
+HTML comments and Obsidian's ``%%comments%%`` go, HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), footnote markers go (``[^1]``; a footnote's text stays), links keep their
 text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` and, in a table row, ``[[Note\\|alias]]`` -> ``alias``), images
 and embeds go, emphasis, heading and list markers go. :func:`cut_around` cuts such a line to about ``width``
 characters around the first query match, at a sentence start when one is near, else at a word boundary; cut ends are
@@ -32,6 +32,9 @@ _IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 _EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
 _LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 _REF_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
+_FOOTNOTE_DEF = re.compile(r"^[ \t]*\[\^[^\]\n]+\]:[ \t]*", re.MULTILINE)   # ``[^1]: text`` -> ``text``
+_FOOTNOTE_REF = re.compile(r"\[\^[^\]\n]+\]")                                # ``word[^1]`` -> ``word``
+_INLINE_FOOTNOTE = re.compile(r"\^\[([^\]\n]+)\]")                          # Obsidian's ``^[text]`` -> ``text``
 _WIKILINK = re.compile(r"\[\[([^\]|\n]+?)(?:\\?\|([^\]\n]*))?\]\]")   # ``\|``: the alias pipe in a table row
 _EMPHASIS = re.compile(r"(\*\*|__|~~|==)(?=\S)(.+?)(?<=\S)\1")
 _STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
@@ -80,6 +83,11 @@ def clean_text(markdown: str) -> str:
     if "#" in text:
         text = _HEADING.sub("", text)
     text = _LIST.sub("", text)
+    if "[^" in text:
+        text = _FOOTNOTE_DEF.sub("", text)
+        text = _FOOTNOTE_REF.sub("", text)
+    if "^[" in text:
+        text = _INLINE_FOOTNOTE.sub(r"\1", text)
     if "[" in text:
         text = _WIKILINK.sub(lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|")
                              .strip(), text)
