@@ -301,3 +301,29 @@ def test_a_cli_build_waiting_for_a_lock_stops_on_sigint_and_sigterm(tiny_env: Pa
     from pipeline.common import artifacts
 
     assert artifacts.load_state(settings, "tiny").get("last_error") is None      # not a failure of the source
+
+
+def test_ctrl_c_of_a_cli_build_inside_a_step_prints_one_line_and_no_traceback(tiny_env: Path) -> None:
+    """Ctrl-C sends SIGINT to the terminal's whole foreground process group. While a step runs, Dagster's
+    compute-log processes (``tail -F`` and its ``watch_orphans.py`` watcher) run too; in that group each watcher
+    printed a KeyboardInterrupt traceback under the build's one line. They run in a group of their own now."""
+    from pipeline.config import Settings
+
+    data = Settings.from_env().data_dir
+    cwd = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    holder = BuildLock(data / "locks/tiny.lock").acquire()      # the step waits for the source's lock
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "build", "--wait", "600"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd, env=env, start_new_session=True)
+    try:
+        line = _stderr_line(proc, 300)
+        assert line.startswith(f"build lock {data / 'locks/tiny.lock'} is held by pid {os.getpid()}"), line
+        os.killpg(proc.pid, signal.SIGINT)                      # what the terminal does on Ctrl-C
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        holder.release()
+    assert (proc.returncode, out, err) == (130, "", "error: build interrupted: stopped, its locks released; "
+                                                    "run `docsvault build` again to finish it\n")

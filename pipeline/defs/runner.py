@@ -130,6 +130,35 @@ def _settings_env(settings: Settings) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _log_tails_outside_the_terminal_group() -> Iterator[None]:
+    """While a build's steps run, start Dagster's per-step compute-log processes (``tail -F`` and its
+    ``watch_orphans.py`` watcher, :func:`dagster._core.execution.compute_logs.execute_posix_tail`) in a process group
+    of their own. In the terminal's group, Ctrl-C reached them too and each watcher printed a ``KeyboardInterrupt``
+    traceback under the build's one-line ``interrupted`` error. They still stop as before: Dagster terminates
+    both when the step ends or fails, and the watcher ends the tail when the build process dies. The tail's output
+    (the step's stdout/stderr) still goes to the terminal. Without that Dagster module (another Dagster version)
+    nothing changes."""
+    import functools
+    import subprocess
+    import types
+
+    try:
+        from dagster._core.execution import compute_logs
+    except ImportError:         # pragma: no cover - another Dagster layout
+        yield
+        return
+    real = getattr(compute_logs, "subprocess", None)
+    if real is not subprocess:
+        yield
+        return
+    compute_logs.subprocess = types.SimpleNamespace(Popen=functools.partial(subprocess.Popen, process_group=0))
+    try:
+        yield
+    finally:
+        compute_logs.subprocess = real
+
+
 def _global_job() -> dg.JobDefinition:
     """Every asset, for the settings in the environment (reconstructable: a module-level function)."""
     from pipeline.defs import build_definitions
@@ -224,9 +253,9 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     # DagsterExecutionInterruptedError and ends the run; the build then stops as interrupted (nothing recorded as
     # a source failure) and its `with` blocks release the locks
     try:
-        with _settings_env(settings), dg.execute_job(dg.reconstructable(_global_job), instance=instance,
-                                                     run_config=run_config, asset_selection=selection,
-                                                     tags={"docsvault/run": "build"}) as result:
+        with _settings_env(settings), _log_tails_outside_the_terminal_group(), \
+                dg.execute_job(dg.reconstructable(_global_job), instance=instance, run_config=run_config,
+                               asset_selection=selection, tags={"docsvault/run": "build"}) as result:
             if _interrupted(result):
                 raise BuildInterrupted()
             failures = _failures(result)
