@@ -257,6 +257,12 @@ class _VectorPlan(NamedTuple):
     asked: list                  # [(model row, rows in total, rows in scope, text to embed)]
     scan_skips_english: bool = False   # ... and its scans leave them out too (not ranked among every page)
 
+    @property
+    def standardised(self) -> bool:
+        """Whether the lane needs each model's background (:meth:`Searcher._background`): the bridge's floor or
+        the z-score merge of several models."""
+        return self.skip_english or len(self.asked) > 1
+
 
 class _Page(NamedTuple):
     note_id: str
@@ -1030,7 +1036,7 @@ class Searcher:
         (numpy, it sets process-wide BLAS thread limits), a model searched through HNSW (one DuckDB connection is
         not shared between threads), and everything when only one model is asked. Each model's pages are the ones a
         sequential run gives (its own input, single-threaded), so rankings do not change."""
-        asked = [(lane, plan.scan_skips_english, plan.skip_english or len(plan.asked) > 1, entry)
+        asked = [(lane, plan.scan_skips_english, plan.standardised, entry)
                  for lane, plan in plans.items() for entry in plan.asked]
         jobs: dict[tuple[str, str], Any] = {}
         for lane, scan_skips_english, merged, (model, n_total, n_in, text) in asked:
@@ -1080,7 +1086,8 @@ class Searcher:
         (Japanese questions 0.837 -> 0.371). ``plan``: :meth:`_vector_plan`'s result when the caller has it;
         ``jobs``: table -> that model's started part (:meth:`_start_model_pages`).
         """
-        skip_english, in_scope, scan_skips_english = plan or self._vector_plan(query, sources, notes, cross)
+        plan = plan or self._vector_plan(query, sources, notes, cross)
+        skip_english, in_scope, scan_skips_english = plan
         per_model = []
         for model, n_total, n_in, text in in_scope:
             job = (jobs or {}).get(model["table_name"])
@@ -1096,8 +1103,9 @@ class Searcher:
             per_model.append(((model["table_name"], qvec), pages, background))
         if not per_model:
             return []
-        if skip_english:
+        if plan.standardised:               # computed by each model's job, or here for one run on this thread
             per_model = [(tq, pages, bg or self._background(*tq, sources)) for tq, pages, bg in per_model]
+        if skip_english:
             per_model = [(tq, self._above_background(pages, bg), bg) for tq, pages, bg in per_model]
         if len(per_model) == 1:
             return per_model[0][1]
@@ -1108,8 +1116,7 @@ class Searcher:
         # the query's cosine to a fixed sample of the scope's chunks (z-score normalisation for result merging: Montague & Aslam, CIKM
         # 2001). Scale: a page score sums about (1 + second_weight + page_vector_weight) cosines.
         merged: dict[str, _Page] = {}
-        for (table, qvec), pages, background in per_model:
-            mu, sd = background or self._background(table, qvec, sources)
+        for _, pages, (mu, sd) in per_model:
             for page in pages:
                 z = (page.score - mu) / sd
                 if page.note_id not in merged or z > merged[page.note_id].score:

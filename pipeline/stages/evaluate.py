@@ -126,26 +126,36 @@ def stored_query_vectors(settings: Settings, searcher: Any, keep: int
     """
     from pipeline.stages.eval_child import eval_rankings
 
-    path, version = query_vectors_path(settings), code_version("eval")
+    with kept_query_vectors(query_vectors_path(settings), searcher, keep) as stored:   # embedded once, ever
+        searcher.prime_scans()
+        yield lambda tasks: eval_rankings(searcher, tasks, stored=stored, keep=keep)
+
+
+@contextmanager
+def kept_query_vectors(path: Path, searcher: Any, keep: int = 0) -> Iterator[dict[tuple[str, str], Any]]:
+    """``searcher`` holds the query vectors stored at ``path`` for this embedding and search code
+    (:func:`load_query_vectors`; at least ``keep`` of them) during the body, which gets them; after it, the vectors
+    ``searcher`` then holds are stored when it embedded new ones. An unwritable data dir is only logged: the next
+    run embeds those queries again."""
+    version = code_version("eval")
     stored = load_query_vectors(path, version)
-    searcher.remember_query_vectors(stored, keep=keep)      # a query is embedded once, ever
-    searcher.prime_scans()
-    yield lambda tasks: eval_rankings(searcher, tasks, stored=stored, keep=keep)
+    searcher.remember_query_vectors(stored, keep=keep)
+    yield stored
     held = searcher.query_vectors()
     if held.keys() != stored.keys():
         try:
             save_query_vectors(path, version, held)
         except OSError as exc:
-            log.warning("could not store the eval's query vectors in %s (%s): the next eval embeds them again",
-                        path, exc)
+            log.warning("could not store query vectors in %s (%s): the next run embeds those queries again", path,
+                        exc)
 
 def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any] | None = None
                        ) -> SearchIndexResult:
     """Open the published warehouse as search does and run one sample query per lane: proves the indexes serve.
 
     Skipped when the warehouse file is the one checked last time. The sample query's vectors are embedded once per
-    embedding and search code (kept in :func:`sample_query_vectors_path`, as the eval keeps its queries'), so a
-    rebuild after a small edit does not load three query encoders (~0.3-0.9 s) for one query; the query models
+    embedding and search code (:func:`kept_query_vectors` at :func:`sample_query_vectors_path`, as the eval keeps
+    its queries'), so a rebuild after a small edit does not load three query encoders (~0.3-0.9 s) for one query; the query models
     themselves are proved by the first check after a model or code change. ``sample_query_ms`` is the search's
     time, the query's embedding included only when it was embedded.
     """
@@ -164,19 +174,11 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
     finally:
         con.close()
     searcher = Searcher(settings.warehouse_path, **({"embedder_factory": embedder_factory} if embedder_factory else {}))
-    path, code = sample_query_vectors_path(settings), code_version("eval")
-    stored = load_query_vectors(path, code)
-    searcher.remember_query_vectors(stored)
     try:
-        started = time.perf_counter()
-        hits = searcher.search(SAMPLE_QUERY, k=3)
-        seconds = time.perf_counter() - started
-        held = searcher.query_vectors()
-        if held.keys() != stored.keys():
-            try:
-                save_query_vectors(path, code, held)
-            except OSError as exc:
-                log.warning("could not store the sample query's vectors in %s (%s)", path, exc)
+        with kept_query_vectors(sample_query_vectors_path(settings), searcher):
+            started = time.perf_counter()
+            hits = searcher.search(SAMPLE_QUERY, k=3)
+            seconds = time.perf_counter() - started
     finally:
         close = getattr(searcher, "close", None)
         if close:
