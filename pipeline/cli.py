@@ -29,6 +29,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 import typer
 
 from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError
+from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
 from pipeline.service import (
     NO_RESULTS,
@@ -467,19 +468,14 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 
 
 def _without_gc(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` run with Python's cyclic garbage collector paused (restored after, also on an error or exit).
+    """``command`` run with Python's cyclic garbage collector paused (:func:`collector_paused`).
 
     For a command that loads a warehouse's keys and indexes (hundreds of thousands of objects) to answer once and
     exit: the collector's passes over them cost a cold `docsvault search` ~0.08 s and free nothing."""
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> None:
-        was = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             command(*args, **kwargs)
-        finally:
-            if was:
-                gc.enable()
 
     return run
 
@@ -640,9 +636,8 @@ def embed(
     try:
         spec = settings().model
         if source is not None:
-            from pipeline.ingest.sources import load_sources, select_sources
-
             from pipeline.index.language import detect_language
+            from pipeline.ingest.sources import load_sources, select_sources
 
             spec = settings().model_for(select_sources(load_sources(settings().sources_file), [source])[0],
                                         detect_language(text))

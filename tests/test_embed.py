@@ -230,6 +230,19 @@ def test_take_gathers_the_found_vectors_in_the_order_asked(tmp_path: Path):
     assert nothing[0].tolist() == [] and nothing[1].shape == (0, 0)
 
 
+def test_take_gathers_block_by_block_and_from_one_shard_directly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(EmbeddingCache, "_TAKE_BLOCK", 3)              # blocks of 3 rows: several per shard
+    cache = EmbeddingCache(tmp_path, "hash-1")
+    cache.put_many([f"x{i}" for i in range(10)], np.arange(10, dtype=np.float32).reshape(10, 1))
+    only_first = EmbeddingCache(tmp_path, "hash-1").take(["x9", "x0", "x9", "x4"])     # one shard, a repeat
+    assert only_first[0].tolist() == [0, 1, 2, 3] and only_first[1].ravel().tolist() == [9.0, 0.0, 9.0, 4.0]
+    cache.put_many(["x3", "y"], np.array([[30], [40]], dtype=np.float32))          # a later shard wins for x3
+    asked = ["y", "x1", "x3", "nope", "x8", "x3", "x2", "x5", "x7"]
+    positions, vectors = EmbeddingCache(tmp_path, "hash-1").take(asked)
+    assert positions.tolist() == [0, 1, 2, 4, 5, 6, 7, 8]
+    assert vectors.ravel().tolist() == [40.0, 1.0, 30.0, 8.0, 30.0, 2.0, 5.0, 7.0]
+
+
 def test_take_refuses_shards_of_different_dims(tmp_path: Path):
     cache = EmbeddingCache(tmp_path, "hash-2")
     cache.put_many(["a"], np.ones((1, 2), dtype=np.float32))

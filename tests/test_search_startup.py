@@ -111,6 +111,31 @@ def test_caching_analyzer_gives_the_analyzers_tokens_once_per_text(tmp_path: Pat
     assert [caching_analyzer(again).tokens(t) for t in texts] == want and (again.misses, again.hits) == (0, 2)
 
 
+def test_token_cache_is_marshal_and_reads_the_json_it_replaces(tmp_path: Path):
+    from pipeline.stages.warehouse import TokenCache, caching_analyzer
+
+    cache = TokenCache(tmp_path, "v1")
+    want = caching_analyzer(cache).tokens("Reading Parquet files")
+    cache.save()
+    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v1.marshal"]
+    marshalled = (tmp_path / "bm25" / "tokens-v1.marshal").read_bytes()
+    (tmp_path / "bm25" / "tokens-v1.marshal").unlink()                  # as written before: JSON, same version
+    (tmp_path / "bm25" / "tokens-v1.json").write_text(json.dumps({TokenCache.key("Reading Parquet files"):
+                                                                  TokenCache.SEP.join(want)}), encoding="utf-8")
+    again = TokenCache(tmp_path, "v1")
+    assert caching_analyzer(again).tokens("Reading Parquet files") == want and (again.misses, again.hits) == (0, 1)
+    again.save()                                                         # written as marshal, the JSON gone
+    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v1.marshal"]
+    newer = TokenCache(tmp_path, "v2")
+    caching_analyzer(newer).tokens("Reading Parquet files")
+    newer.save()                                                         # the other version's files go
+    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v2.marshal"]
+    assert (tmp_path / "bm25" / "tokens-v2.marshal").read_bytes() == marshalled
+    (tmp_path / "bm25" / "tokens-v2.marshal").write_bytes(b"\x00garbage")    # unreadable: an empty cache
+    assert caching_analyzer(broken := TokenCache(tmp_path, "v2")).tokens("Reading Parquet files") == want
+    assert (broken.misses, broken.hits) == (1, 0)
+
+
 def test_bm25_cache_serves_the_stored_index(cache: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
     con = wh.connect(warehouse)
     try:

@@ -4,6 +4,7 @@ cache, the graph's link cache)."""
 from __future__ import annotations
 
 import json
+import marshal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,20 +21,27 @@ class MemoCache:
 
     ``hits`` / ``misses`` count values found / computed: :meth:`get` counts every lookup that finds a value,
     :meth:`memo` only the values taken from the file (a key looked up twice in one run counts once).
+
+    ``binary=True`` keeps the file in :mod:`marshal` form instead of JSON: for a cache of plain strings only (the
+    BM25 token cache, ~43k entries and 21 MB as JSON for the five shared corpora: read in 0.016 s instead of
+    0.22 s, written in 0.006 s instead of 0.16 s). A file of another Python's marshal version reads as empty.
     """
 
-    def __init__(self, path: Path | None = None, separators: tuple[str, str] | None = (",", ":")) -> None:
+    def __init__(self, path: Path | None = None, separators: tuple[str, str] | None = (",", ":"),
+                 binary: bool = False) -> None:
         self.path = Path(path) if path is not None else None
         self.hits = 0
         self.misses = 0
         self._separators = separators
+        self._binary = binary
         self._used: dict[str, Any] = {}
         self._data: dict[str, Any] = {}
         if self.path is not None:
             try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
+                raw = self.path.read_bytes()
+                data = marshal.loads(raw) if binary else json.loads(raw.decode("utf-8"))
                 self._data = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
+            except (OSError, ValueError, EOFError, TypeError):
                 self._data = {}
 
     def get(self, key: str) -> Any:
@@ -69,8 +77,8 @@ class MemoCache:
     def save(self, stale: Sequence[Path] = ()) -> None:
         """Write the used entries (when :attr:`changed`) and remove ``stale`` files (older versions of this cache)."""
         if self.path is not None and self.changed:
-            text = json.dumps(self._used, ensure_ascii=False, separators=self._separators)
-            write_atomic(self.path, text.encode("utf-8"))
+            write_atomic(self.path, marshal.dumps(self._used) if self._binary else
+                         json.dumps(self._used, ensure_ascii=False, separators=self._separators).encode("utf-8"))
         for old in stale:
             if old != self.path:
                 old.unlink(missing_ok=True)

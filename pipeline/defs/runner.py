@@ -15,6 +15,7 @@ else runs.
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -252,6 +253,10 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     # SIGINT/SIGTERM while the run executes: Dagster's handler fails the running step with
     # DagsterExecutionInterruptedError and ends the run; the build then stops as interrupted (nothing recorded as
     # a source failure) and its `with` blocks release the locks
+    # what is alive now (the imports, Dagster's definitions and instance: ~0.5M objects) lives to the end of this
+    # one-shot process: out of the collector's generations, so its full passes during the run walk only what the
+    # run makes (run_build's callers are the CLI's `build` and `capture`)
+    gc.freeze()
     try:
         with _settings_env(settings), _log_tails_outside_the_terminal_group(), \
                 dg.execute_job(dg.reconstructable(_global_job), instance=instance, run_config=run_config,

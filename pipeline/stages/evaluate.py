@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.common import artifacts
+from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
 from pipeline.stages.base import SHARED_STATE, code_version, digest, file_sha, forced, now, stage_lock
@@ -273,29 +274,31 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
             has_graph = load_graph(con)[0].num_rows > 0
         finally:
             con.close()
-        searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
-                            **({"embedder_factory": embedder_factory} if embedder_factory else {}))
-        try:
-            with stored_query_vectors(settings, searcher, keep=16 * len(cases)) as rank:
-                setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
-                config = {"k_rrf": float(searcher.k_rrf),
-                          "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
-                          "models": [m["model_id"] for m in searcher.models]}
-                ablation_key = digest("ablation-4", listing, sorted({c.corpus for c in cases}), search_key, config,
-                                      setups)
-                before = last_report.get("ablation") or {}
-                carried = last_report.get("setups") or {}
-                carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
-                         and all(name in carried for name in setups))
-                # only the warehouse content moved: the fused set-ups now, the single lanes as they were
-                computed = {HYBRID: setups[HYBRID]} if carry else setups
-                ranked = rank(rank_tasks(searcher, cases, computed, ["scoped"])
-                              + rank_tasks(searcher, cases, {HYBRID: setups[HYBRID]}, ["unscoped"]))
-                reports = run_ablation(searcher, cases, computed, ranked=ranked)
-                reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped",
-                                                   ranked=ranked)
-        finally:
-            searcher.close()
+        # the searcher's key tables live to the end and its searches make few cycles: no GC passes over them
+        with collector_paused():
+            searcher = Searcher(settings.warehouse_path, synonyms=settings.synonyms_file,
+                                **({"embedder_factory": embedder_factory} if embedder_factory else {}))
+            try:
+                with stored_query_vectors(settings, searcher, keep=16 * len(cases)) as rank:
+                    setups = ablation_setups(graph=has_graph, lanes=searcher.default_lanes)
+                    config = {"k_rrf": float(searcher.k_rrf),
+                              "weights": {lane: float(searcher.weights[lane]) for lane in LANES},
+                              "models": [m["model_id"] for m in searcher.models]}
+                    ablation_key = digest("ablation-4", listing, sorted({c.corpus for c in cases}), search_key, config,
+                                          setups)
+                    before = last_report.get("ablation") or {}
+                    carried = last_report.get("setups") or {}
+                    carry = (before.get("key") == ablation_key and not forced() and not env_flag(ABLATION_ENV, False)
+                             and all(name in carried for name in setups))
+                    # only the warehouse content moved: the fused set-ups now, the single lanes as they were
+                    computed = {HYBRID: setups[HYBRID]} if carry else setups
+                    ranked = rank(rank_tasks(searcher, cases, computed, ["scoped"])
+                                  + rank_tasks(searcher, cases, {HYBRID: setups[HYBRID]}, ["unscoped"]))
+                    reports = run_ablation(searcher, cases, computed, ranked=ranked)
+                    reports[UNSCOPED_SETUP] = run_eval(searcher, cases, lanes=setups[HYBRID], scope="unscoped",
+                                                       ranked=ranked)
+            finally:
+                searcher.close()
         run_at = now()
         run_id = digest(run_at, key)[:16]
         built_at = meta.get("built_at", "")

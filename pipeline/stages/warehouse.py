@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.common import artifacts
 from pipeline.common.errors import WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.common.gcpause import collector_paused
 from pipeline.common.memo import MemoCache
 from pipeline.config import Settings
 from pipeline.models import Chunk, Source
@@ -41,7 +42,8 @@ log = logging.getLogger("docsvault")
 
 
 class TokenCache(MemoCache):
-    """Analyzer tokens of texts, keyed by text hash, in ``<cache_dir>/bm25/tokens-<code version>.json``.
+    """Analyzer tokens of texts, keyed by text hash, in ``<cache_dir>/bm25/tokens-<code version>.marshal``
+    (:mod:`marshal`: key and value strings only).
 
     Re-analysing every chunk (Sudachi for Japanese) is the slowest part of a BM25 rebuild; with this cache a
     rebuild analyses only new texts. :meth:`save` keeps only the entries used by the current build.
@@ -50,7 +52,16 @@ class TokenCache(MemoCache):
     SEP = "\x1f"
 
     def __init__(self, cache_dir: Path, version: str) -> None:
-        super().__init__(Path(cache_dir) / "bm25" / f"tokens-{version}.json", separators=None)
+        super().__init__(Path(cache_dir) / "bm25" / f"tokens-{version}.marshal", binary=True)
+        self._from_json = False
+        if not self._data:      # the same version's cache as written before marshal: read once, not re-analysed
+            self._data = MemoCache(Path(cache_dir) / "bm25" / f"tokens-{version}.json")._data
+            self._from_json = bool(self._data)
+
+    @property
+    def changed(self) -> bool:
+        """As :attr:`MemoCache.changed`, and True once after a JSON cache was read (saved as marshal then)."""
+        return super().changed or self._from_json
 
     @staticmethod
     def key(text: str) -> str:
@@ -64,7 +75,8 @@ class TokenCache(MemoCache):
     def save(self, stale: Sequence[Path] = ()) -> None:
         """Write the used entries (when changed) and remove the token files of other code versions."""
         if self.changed and self.path is not None and self.path.parent.is_dir():
-            stale = [*stale, *self.path.parent.glob("tokens-*.json")]
+            stale = [*stale, *(p for pattern in ("tokens-*.marshal", "tokens-*.json")   # other versions; JSON before
+                               for p in self.path.parent.glob(pattern))]
         super().save(stale)
 
 
@@ -134,14 +146,12 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     Long: one sequence under the build lock (skip check, read every source, BM25 tokens, publish with its fallback,
     record the key) whose order is the crash-safety argument: the key is recorded only after the file is swapped in.
     """
-    import numpy as np
-
     from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
     from pipeline.index.embed import EmbeddingCache, release_models, trim_heap
     from pipeline.ingest.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
-    with stage_lock(settings):
+    with stage_lock(settings), collector_paused():     # ~1M objects built and kept to the end: no GC passes
         refuse_removing_every_source(settings, sources, vault=False)     # `sources: []` from the UI or a schedule
         started = time.perf_counter()
         names = built_sources(settings, sources)
@@ -182,25 +192,21 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
-        vectors: dict[str, tuple[list[str], list[Any]]] = {}     # model id -> chunk ids, their vectors' blocks
-        caches: dict[str, EmbeddingCache] = {}     # one per model: its shards are read once, not once per source
-        missing = 0
+        wanted: dict[str, list[Chunk]] = {}     # model id -> its chunks over every source, in source order
         for name in names:
             source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
             chunks.extend(source_chunks)
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
-                model_id = embedder_factory(spec).model_id
-                cache = caches.setdefault(model_id, EmbeddingCache(settings.cache_dir, model_id))
-                found, block = cache.take([c.text_hash for c in group])
-                missing += len(group) - len(found)
-                if len(found):
-                    ids, blocks = vectors.setdefault(model_id, ([], []))
-                    ids.extend(group[i].chunk_id for i in found.tolist())
-                    blocks.append(block)
-        del caches                  # the shards' arrays: the blocks are copies, and only their join is published
-        arrays = {m: (ids, blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
-                  for m, (ids, blocks) in vectors.items()}
-        del vectors
+                wanted.setdefault(embedder_factory(spec).model_id, []).extend(group)
+        arrays: dict[str, tuple[list[str], Any]] = {}     # model id -> chunk ids, their vectors (n, dim)
+        missing = 0
+        for model_id, group in wanted.items():
+            # one gather per model into one array (a join of per-source blocks copied ~100 MB once more)
+            found, block = EmbeddingCache(settings.cache_dir, model_id).take([c.text_hash for c in group])
+            missing += len(group) - len(found)
+            if len(found):
+                arrays[model_id] = ([group[i].chunk_id for i in found.tolist()], block)
+        del wanted
         timings["vectors_s"] = time.perf_counter() - t
         notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
