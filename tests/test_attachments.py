@@ -119,7 +119,7 @@ def test_build_copies_attachments_and_check_vault_passes(tmp_path: Path, persona
     report = check_vault(settings, [source])
     row = report["sources"][0]
     assert (row["notes"], row["attachments_in_vault"], row["unresolved_in_source"], row["markup"],
-            row["bad_mode"]) == (2, 6, 1, 0, 0)
+            row["bad_mode"]) == (2, 6, 1, None, 0)          # markup: not checked in Obsidian's own format
     # the one unresolved embed of a file in the source is the one above the size cap
     assert row["examples"]["unresolved_in_source"] == ["me/notes/A.md: attachments/big.mp4"]
     assert report["ok"] is False
@@ -173,6 +173,7 @@ def test_check_vault_command(tmp_path: Path, personal: Path, monkeypatch: pytest
     build.normalize_stage(settings, source)
     build.vault_stage(settings, source)
     (settings.vault_dir / "me" / "mine.md").write_text("<div>my html</div>\n", encoding="utf-8")
+    (settings.vault_dir / "me" / "notes" / "Daily.md").write_text("# {{title}}\n\nAbout {{date}}.\n", encoding="utf-8")
     args = ["--sources", str(settings.sources_file), "--data", str(settings.data_dir), "--vault",
             str(settings.vault_dir)]
     result = CliRunner().invoke(app, [*args, "check-vault"])
@@ -181,14 +182,14 @@ def test_check_vault_command(tmp_path: Path, personal: Path, monkeypatch: pytest
     assert result.output.splitlines() == [
         f"vault: {settings.vault_dir} (notes should have mode {mode})",
         "  source                    notes attach. unresolved  markup  mode  yours edited copies",
-        "  me                            2       6          1       0     0      1      0      0",
+        "  me                            2       6          1       -     0      2      0      0",
         "  me: embed of a file in the source that does not resolve: me/notes/A.md: attachments/big.mp4",
         "  me: 2 embed(s) of files that are not in the source either (nothing to copy)",
         "problems found (see above)",
     ]
     data = json.loads(CliRunner().invoke(app, [*args, "check-vault", "--json"]).output)
-    assert (data["ok"], data["sources"][0]["user_files"]) == (False, 1)
+    assert (data["ok"], data["sources"][0]["user_files"], data["sources"][0]["markup"]) == (False, 2, None)
     status = json.loads(CliRunner().invoke(app, [*args, "status", "--json"]).output)
     assert status["sources"][0]["vault_files"] == [
-        "me: 1 file(s) in vault/me/ that docsvault did not write are kept (never changed or removed by a build): "
-        "mine.md"]
+        "me: 2 file(s) in vault/me/ that docsvault did not write are kept (never changed or removed by a build): "
+        "mine.md, notes/Daily.md"]

@@ -553,8 +553,25 @@ def test_frontmatter_key_order(tmp_path):
     text = "---\ncustom: 1\ntags: [a]\ntitle: T\nurl: old\ndate: 2026-04-05\naliases: [x]\n---\nBody.\n"
     (note,) = _norm(tmp_path, {"p.md": text}, format="markdown", site_url="https://ex.org").notes
     assert list(note.frontmatter) == ["title", "aliases", "tags", "source", "source_path", "url", "content_hash",
-                                      "fetched_at", "custom", "date"]
+                                      "fetched_at", "original_url", "custom", "date"]
     assert note.frontmatter["date"] == "2026-04-05" and note.frontmatter["url"] == "https://ex.org/p"
+    assert note.frontmatter["original_url"] == "old"
+
+
+def test_a_pages_own_values_of_docsvaults_keys_stay_as_original_keys(tmp_path):
+    clipped = ("---\ntitle: Clipped article\nsource: https://example.com/article\ncontent_hash: user-value\n"
+               "tags: [clippings]\n---\nClipped text about numbats.\n")
+    own = "---\nsource: demo\noriginal_source: kept as written\nsource_path: elsewhere.md\n---\nText.\n"
+    clip, mine = _norm(tmp_path, {"Clipped.md": clipped, "Own.md": own}, format="obsidian").notes
+    assert clip.frontmatter == {
+        "title": "Clipped article", "tags": ["clippings"], "source": "demo", "source_path": "Clipped.md",
+        "content_hash": text_hash("Clipped text about numbats.\n"), "fetched_at": FETCHED,
+        "original_source": "https://example.com/article", "original_content_hash": "user-value",
+    }
+    # the same value is nothing to keep; the page's own original_<key> wins over the replaced value
+    assert {k: v for k, v in mine.frontmatter.items() if k.startswith(("source", "original"))} == {
+        "source": "demo", "source_path": "Own.md", "original_source_path": "elsewhere.md",
+        "original_source": "kept as written"}
 
 
 def test_site_links_by_longest_suffix_and_dangling_report(tmp_path):

@@ -1214,14 +1214,18 @@ def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any]
 
 FIRST_KEYS = ("title", "aliases", "description", "tags", "source", "source_path", "url", "content_hash",
               "fetched_at")
+#: docsvault's own keys whose page values it replaces; a differing page value stays as ``original_<key>``
+REPLACED_KEYS = ("source", "source_path", "url", "content_hash", "fetched_at")
 """Frontmatter keys docsvault writes first, in this order; the page's own keys follow in their order, then keys from
 the fetcher (``RawFile.meta``). ``aliases``/``description``/``tags`` appear only when the page has them."""
 
 
 def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], title: str, url: str | None,
                       body: str, fetched_at: str) -> dict[str, Any]:
-    """The note's frontmatter: :data:`FIRST_KEYS` first, then the page's own keys, then fetcher keys (never lost;
-    the page's ``title``/``source``/``source_path``/``url``/``content_hash``/``fetched_at`` are replaced)."""
+    """The note's frontmatter: :data:`FIRST_KEYS` first, then the page's own keys, then fetcher keys. Never lost:
+    the page's own ``source``/``source_path``/``url``/``content_hash``/``fetched_at``, which docsvault's values
+    replace, stay under ``original_<key>`` when they differ (the Obsidian Web Clipper writes the clipped page's
+    address as ``source:``), unless the page has that key too."""
     fm: dict[str, Any] = {"title": title}
     for key in ("aliases", "description", "tags"):
         if key in page_fm:
@@ -1234,6 +1238,10 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
         fm["url"] = page_fm["url"]
     fm["content_hash"] = text_hash(body)
     fm["fetched_at"] = fetched_at
+    for key in REPLACED_KEYS:
+        value = page_fm.get(key)
+        if value is not None and value != fm.get(key) and f"original_{key}" not in page_fm:
+            fm[f"original_{key}"] = value
     for key, value in page_fm.items():
         if key not in fm and key not in OWN_KEYS:
             fm[key] = value

@@ -5,7 +5,9 @@
   ``unresolved_elsewhere`` counts those whose file is not in the source either (nothing to copy; e.g. images the
   upstream repository does not hold);
 * ``markup``: source-format markup left in the notes outside code (``<span>``, ``<div>``, Liquid ``{{ }}``/``{% %}``,
-  MDX/JSX components such as ``<CodeStep>``; see :func:`markup_residue`), target 0;
+  MDX/JSX components such as ``<CodeStep>``; see :func:`markup_residue`), target 0; not checked for a
+  ``format: obsidian`` source, whose notes are Obsidian's own format: HTML and template placeholders such as
+  ``{{title}}`` in a templates folder are what the user wrote, not conversion residue (``markup`` is then None);
 * ``bad_mode``: notes whose permission bits are not what the user's umask gives a new file (0644 under 0022);
 * ``user_files`` / ``edited`` / ``edited_copies``: files in ``vault/<source>/`` the build did not write (kept,
   never changed by a build), generated files edited since the build wrote them (the next build moves the edit to
@@ -113,7 +115,8 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
 
     Returns:
         ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
-        "unresolved_in_source", "unresolved_elsewhere", "markup", "bad_mode", "user_files", "edited", "edited_copies",
+        "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
+        source), "bad_mode", "user_files", "edited", "edited_copies",
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
         any source has unresolved embeds of files in its source, markup outside code or a note with another mode.
         Examples are ``"<vault path>: <detail>"`` strings, at most 10 per kind.
@@ -144,6 +147,8 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
             row["error"] = str(exc)
             continue
         row["notes"] = len(notes)
+        if source.format == "obsidian":     # the user's own format: its HTML and {{placeholders}} are content
+            row["markup"] = None
         index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
         for note in notes:
             vp = note.vault_path
@@ -156,7 +161,7 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
                         ex["unresolved_in_source"].append(f"{vp}: {target}")
                 else:
                     row["unresolved_elsewhere"] += 1
-            for kind, text in markup_residue(note.body):
+            for kind, text in (markup_residue(note.body) if row["markup"] is not None else ()):
                 row["markup"] += 1
                 if len(ex["markup"]) < 10:
                     ex["markup"].append(f"{vp}: {kind}: {text[:80]}")
@@ -182,7 +187,8 @@ def format_report(report: dict[str, Any]) -> list[str]:
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
     for r in report["sources"]:
         lines.append(f"  {r['name']:24} {r['notes']:>6} {r['attachments_in_vault']:>7} {r['unresolved_in_source']:>10} "
-                     f"{r['markup']:>7} {r['bad_mode']:>5} {r['user_files']:>6} {r['edited']:>6} "
+                     f"{'-' if r['markup'] is None else r['markup']:>7} {r['bad_mode']:>5} {r['user_files']:>6} "
+                     f"{r['edited']:>6} "
                      f"{r.get('edited_copies', 0):>6}")
     for r in report["sources"]:
         if r.get("error"):
