@@ -497,6 +497,9 @@ def test_rel_path_collisions():
     got = assign_rel_paths(["a/x.mdx", "a/x.md", "a/X.md", "a/x?.md", "a/x*.md"])
     assert got == {"a/X.md": "a/X.md", "a/x*.md": "a/x-.md", "a/x.md": "a/x (2).md", "a/x.mdx": "a/x (3).md",
                    "a/x?.md": "a/x- (2).md"}
+    # the file that has the name keeps it; a name the vault had to change yields, whatever the order
+    assert assign_rel_paths(["c/x#1.md", "c/x-1.md", "c/x-1 (2).md"]) == {
+        "c/x-1.md": "c/x-1.md", "c/x-1 (2).md": "c/x-1 (2).md", "c/x#1.md": "c/x-1 (3).md"}
 
 
 def test_clean_body_passthrough_markdown():

@@ -1034,12 +1034,23 @@ def rel_path_for(source_path: str) -> str:
     return "/".join(cleaned) + ".md"
 
 
+def _kept_as_is(source_path: str, rel: str) -> bool:
+    """True when :func:`rel_path_for` changed nothing of ``source_path`` but its Markdown extension (and NFC)."""
+    sp = unicodedata.normalize("NFC", source_path).replace("\\", "/").strip("/")
+    lower = sp.lower()
+    stem = next((sp[: -len(ext)] for ext in MARKDOWN_EXTS if lower.endswith(ext) and len(sp) > len(ext)), sp)
+    return rel == stem + ".md"
+
+
 def assign_rel_paths(source_paths: Sequence[str]) -> dict[str, str]:
-    """source_path -> unique rel_path; case-insensitive collisions get `` (2)``, `` (3)``… in source_path order."""
+    """source_path -> unique rel_path; case-insensitive collisions get `` (2)``, `` (3)``…: first the source paths
+    whose name the vault keeps as it is, then those it had to change (``x#1.md`` becomes ``x-1.md`` only when no
+    ``x-1.md`` exists, else ``x-1 (2).md``: the file that has the name keeps it), each in source_path order."""
     taken: set[str] = set()
     out: dict[str, str] = {}
-    for sp in sorted(set(source_paths)):
-        rel = rel_path_for(sp)
+    rels = {sp: rel_path_for(sp) for sp in set(source_paths)}
+    for sp in sorted(rels, key=lambda sp: (not _kept_as_is(sp, rels[sp]), sp)):
+        rel = rels[sp]
         candidate = rel
         n = 2
         while candidate.casefold() in taken:
