@@ -295,3 +295,29 @@ def test_local_format_html_pages_are_converted_like_crawled_pages(tmp_path: Path
     notes = {n.vault_path: n.body for n in normalize_source(source, result.files, "2026-01-01T00:00:00+00:00").notes}
     assert notes == {"site/guide/setup.md": "# Setup\n\nInstall it with `pip`.\n",
                      "site/index.md": "# Start\n\nRead the [[site/guide/setup|setup]].\n"}
+
+
+def test_local_format_html_page_honours_its_base_href_at_its_site_url(tmp_path: Path):
+    """EC-04 for a built HTML site on disk: with `site_url`, the page sits at its URL under it, so its
+    `<base href>` (resolved there) is the base of relative links and images; a link to a page of the site that
+    was ingested stays a vault link; without `site_url` relative references stay as written."""
+    site = tmp_path / "site"
+    (site / "v2" / "guide").mkdir(parents=True)
+    (site / "v2" / "assets").mkdir(parents=True)
+    (site / "v2" / "guide" / "start.html").write_text(
+        '<html><head><title>Start</title><base href="../assets/"></head><body><main><h1>Start</h1><p>'
+        '<a href="intro.html">Intro</a> <img src="chart.png" alt="Chart"> <a href="/v2/guide/next.html">Next</a>'
+        '</p></main></body></html>',
+        encoding="utf-8")
+    (site / "v2" / "guide" / "next.html").write_text(
+        "<html><head><title>Next</title></head><body><main><h1>Next</h1><p>More.</p></main></body></html>",
+        encoding="utf-8")
+    for site_url, want in (
+        ("https://docs.example.org", "# Start\n\n[Intro](https://docs.example.org/v2/assets/intro.html) "
+                                     "![Chart](https://docs.example.org/v2/assets/chart.png) [[site/v2/guide/next|Next]]\n"),
+        (None, "# Start\n\n[Intro](intro.html) ![Chart](chart.png) [[site/v2/guide/next|Next]]\n"),
+    ):
+        source = Source(name="site", kind="local", path=(site,), format="html", site_url=site_url)
+        result = fetch_source(source, _settings(tmp_path))
+        notes = {n.vault_path: n.body for n in normalize_source(source, result.files, "2026-01-01T00:00:00+00:00").notes}
+        assert notes["site/v2/guide/start.md"] == want, site_url

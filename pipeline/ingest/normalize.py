@@ -1214,10 +1214,11 @@ def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any]
         body = canvas_to_markdown(text, where)
         return _Parsed(raw, "obsidian", {}, body, collect_headings(body))
     if source.kind == "local" and source.format == "html" and raw.source_path.lower().endswith((".html", ".htm")):
-        # a page of a built HTML site on disk: converted as the html fetch converts a crawled page
+        # a page of a built HTML site on disk: converted as the html fetch converts a crawled page, at its URL under
+        # site_url (its <base href> and relative links and images resolve there; without site_url they stay as written)
         from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
-        text = html_to_markdown(text).markdown
+        text = html_to_markdown(text, url=page_url(source, raw.source_path)).markdown
     fm, body = split_frontmatter(text, where)
     fmt: DocFormat = source.format or guess_format(raw.source_path, fm, body)
     return _Parsed(raw, fmt, fm, clean_body(fmt, body, fm, site), collect_headings(body))
