@@ -298,6 +298,9 @@ def test_usage_log_and_boost_tiers(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "s/d.md" not in usage.load(tmp_path)
     (tmp_path / "usage.json").write_text("not json")
     assert usage.load(tmp_path) == {}                                       # a broken log never breaks search
+    monkeypatch.delenv("DOCSVAULT_USAGE_LOG")
+    assert not usage.record(tmp_path / "mistyped", "s/e.md")                # a data folder is never made for it
+    assert not (tmp_path / "mistyped").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------

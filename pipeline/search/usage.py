@@ -79,9 +79,10 @@ def load(data_dir: Path) -> dict[str, dict[str, float]]:
 
 
 def record(data_dir: Path, vault_path: str, now: float | None = None) -> bool:
-    """Count one read of a note (``reads`` + 1, ``last`` = now). Best effort: False when recording is off or the
-    file cannot be written (a read never fails because of the log)."""
-    if not recording_enabled():
+    """Count one read of a note (``reads`` + 1, ``last`` = now). Best effort: False when recording is off, the data
+    folder does not exist (a mistyped ``--data`` is not made) or the file cannot be written (a read never fails
+    because of the log)."""
+    if not recording_enabled() or not Path(data_dir).is_dir():
         return False
     now = time.time() if now is None else now
     path = usage_path(data_dir)
