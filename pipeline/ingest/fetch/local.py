@@ -33,6 +33,12 @@ def _show(path: object) -> str:
     return text if text.isprintable() else repr(text)
 
 
+def _form(name: str) -> str:
+    """"NFC", "NFD" or "mixed": which Unicode normalization a file name is in (both when it has no accent)."""
+    return "NFC" if unicodedata.is_normalized("NFC", name) else "NFD" if unicodedata.is_normalized("NFD", name) \
+        else "mixed"
+
+
 def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> Path | None:
     """``path`` itself when it is a regular file, its resolved target when it is a symlink to a file inside
     ``root``, else None with a warning (loop, dangling, leaving the root, not a regular file, unreadable)."""
@@ -106,8 +112,10 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
                     unicodedata.normalize("NFC", kept.relative_to(root.resolve()).as_posix())
             rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())     # macOS writes NFD names
             if rel in found:
+                forms = (f"{_form(path.name)} name {ascii(path.name)[1:-1]}, the kept file's "
+                         f"{_form(found[rel].name)} {ascii(found[rel].name)[1:-1]}")
                 warnings.append(f"source '{source}': skipped {_show(path)}: its name is another file's name in "
-                                "another Unicode normalization (NFC/NFD); rename one of them")
+                                f"another Unicode normalization ({forms}); rename one of them")
                 continue
             found[rel] = path
     for rel, target_rel in link_targets.items():     # one note once: a link to a file the source lists anyway
