@@ -202,7 +202,7 @@ def build(
                 typer.echo(f"    {line}")
             if shown and int(notes_meta["errors"]) > len(shown):
                 typer.echo(f"    … and {int(notes_meta['errors']) - len(shown)} more (see {where})")
-        for line in vault_lines(st.name, vault_meta):
+        for line in vault_lines(st.name, vault_meta, settings().state_dir):
             typer.echo(f"  {line}")
         if emb.get("model_changed"):
             typer.echo(f"  {st.name}: embedding model changed ({emb['model_changed']}): every chunk re-embedded; "
@@ -245,7 +245,7 @@ def build(
         raise typer.Exit(1)
 
 
-def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
+def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
     from pipeline.stages.ingest import FOREIGN, conflict_line
@@ -268,7 +268,7 @@ def vault_lines(name: str, meta: dict[str, Any]) -> list[str]:
                      f"({meta.get('attachments', 0)} in the vault, {meta.get('attachment_bytes', 0) / 1e6:.1f} MB)")
     if meta.get("attachments_skipped") and not meta.get("skipped"):
         lines.append(f"{name}: {meta['attachments_skipped']} attachment(s)/link(s) not copied, each with its reason "
-                     f"in <data>/state/{name}.vault-skipped.txt")
+                     f"in {state_dir or '<data>/state'}/{name}.vault-skipped.txt")
         lines += [f"  {ln}" for ln in (meta.get("attachment_skip_lines") or [])[:3]]
     return lines
 

@@ -165,7 +165,7 @@ def test_build_reports_kept_files_and_conflicts(tmp_path: Path, tiny_vault: Path
     assert (row["user_files"], row["edited"], row["edited_copies"]) == (1, 0, 1)
     assert format_report(check_vault(settings, [source]))[1:3] == [
         "  source                    notes attach. unresolved  markup  mode  yours edited copies",
-        "  tiny                          5       0          0       0     0      1      0      1"]
+        "  tiny                          5       0          0       -     0      1      0      1"]
     assert json.loads(manifest_path(root).read_text())["conflicts"] == {"Ducks (edited).md": "Ducks.md"}
     (root / "Ducks (edited).md").rename(root / "Merged.md")      # the user merged it: no longer a copy
     build.vault_stage(settings, source)
@@ -195,6 +195,10 @@ def test_your_file_where_the_source_gets_a_note_is_moved_aside_and_not_called_an
     assert vault_lines("tiny", meta)[0] == (
         "tiny: vault/tiny/Future.md is a file docsvault did not write, and the source now has a note at that path: "
         "your file is kept as vault/tiny/Future (edited).md")
+    skipped = {"attachments_skipped": 2, "attachment_skip_lines": ["source 'tiny': a.png: too big"]}
+    assert vault_lines("tiny", skipped, settings.state_dir) == [    # the real folder, not a "<data>" placeholder
+        f"tiny: 2 attachment(s)/link(s) not copied, each with its reason in {settings.state_dir}/tiny.vault-skipped.txt",
+        "  source 'tiny': a.png: too big"]
 
 
 def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env: Path) -> None:
