@@ -1102,12 +1102,94 @@ def ui(
     env["PYTHONSAFEPATH"] = "1"       # `python -m dagster…` children: no current directory at the head of sys.path
     if env.get("PYTHONPATH"):         # they run in DAGSTER_HOME: a relative entry would name another folder there
         env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p)
-    # an ignored SIGINT/SIGTERM survives exec (a background job of a script ignores SIGINT, and `dagster dev` copies
-    # SIGINT's handler onto SIGTERM): then nothing but kill -9 stops it, and its children outlive it
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    os.chdir(home)     # `dg dev` warns of any dagster.yaml in its current folder that is not DAGSTER_HOME's
-    os.execve(cmd, [cmd, *args] if webserver_only else [cmd, "dev", *args], env)
+    # `dg dev` warns of any dagster.yaml in its current folder that is not DAGSTER_HOME's: it runs in DAGSTER_HOME.
+    # A child, not an exec: Dagster exits 0 on Ctrl-C, and this process says `interrupted` and exits 130 instead.
+    try:
+        code, stopped_by = run_until_stopped([cmd, *args] if webserver_only else [cmd, "dev", *args], env, home)
+    except OSError as exc:
+        fail(f"cannot start {cmd}: {exc.strerror or exc}")
+        return
+    if stopped_by == signal.SIGINT:
+        raise KeyboardInterrupt          # one line, `interrupted`, exit 130, as every command (`_main`)
+    if stopped_by is not None:
+        typer.echo(f"error: docsvault ui stopped by {signal.Signals(stopped_by).name}", err=True)
+        sys.exit(128 + stopped_by)
+    if code:
+        sys.exit(code)
+
+
+#: what stops `docsvault ui`: passed on to its Dagster process group (SIGHUP as SIGTERM)
+UI_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_until_stopped(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int | None]:
+    """Run ``argv`` (in ``cwd``, with ``env``, stdin closed, inheritable descriptors such as the ui lock kept) in a
+    process group of its own and wait until it exits; each SIGINT, SIGTERM or SIGHUP this process gets is passed on
+    to that whole group once (SIGHUP as SIGTERM, which Dagster shuts down on cleanly).
+
+    Its own group, so a Ctrl-C reaches the Dagster processes exactly once whether it was sent to this process's group
+    (a terminal's Ctrl-C) or to this process alone: a second SIGINT during `dg dev`'s shutdown would cut it short.
+    On Linux the child also gets SIGTERM when this process dies (even by SIGKILL): it never outlives it unnoticed.
+    The child starts with default signal dispositions (an ignored SIGINT, as a background job of a script inherits,
+    is not passed on: Dagster could then not be stopped but by kill -9).
+
+    Returns:
+        ``(exit code, signal)``: the child's exit code (``128 + N`` when signal N ended it), and the first stop signal
+        this process got while it ran (None when it exited by itself).
+    """
+    import subprocess
+
+    received: list[int] = []
+    child: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if child and child[0].poll() is None:
+            try:
+                os.killpg(child[0].pid, signal.SIGTERM if signum == signal.SIGHUP else signum)
+            except ProcessLookupError:
+                pass
+
+    previous = {sig: signal.getsignal(sig) for sig in UI_STOP_SIGNALS}
+    for sig in UI_STOP_SIGNALS:       # caught here: the child starts with the default action, never an ignore
+        signal.signal(sig, forward)
+    try:
+        # blocked while the child starts: a signal in between is forwarded once it is known (unblocked in the child)
+        # (preexec_fn: `docsvault ui` runs no other thread, and nothing else sets the mask or the parent-death signal)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, UI_STOP_SIGNALS)
+        try:
+            child.append(subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, close_fds=False,
+                                          process_group=0,
+                                          preexec_fn=_child_setup(os.getpid(), mask)))  # noqa: PLW1509
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        code = child[0].wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    return (128 - code if code < 0 else code), (received[0] if received else None)
+
+
+def _child_setup(parent: int, mask: set[signal.Signals]) -> Callable[[], None]:
+    """The child's set-up between fork and exec (:func:`run_until_stopped`): the parent's signal mask, and on Linux
+    SIGTERM when the parent dies (``PR_SET_PDEATHSIG``)."""
+    prctl = None
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            prctl = None
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if prctl is not None:
+            prctl(1, int(signal.SIGTERM))           # PR_SET_PDEATHSIG
+            if os.getppid() != parent:              # the parent died before: stop now
+                os._exit(128 + signal.SIGTERM)
+
+    return setup
 
 
 def ui_port_problem(host: str, port: int) -> str | None:
@@ -1128,8 +1210,8 @@ def ui_port_problem(host: str, port: int) -> str | None:
 
 def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | None:
     """``port_problem``, and the `docsvault ui` already running the Dagster daemon for ``home`` when there is one.
-    When neither, this process takes ``<home>/docsvault-ui.lock`` for the `dg dev` it execs (released when that
-    exits), so the next `docsvault ui` on this DAGSTER_HOME sees it."""
+    When neither, this process takes ``<home>/docsvault-ui.lock`` for the `dg dev` it starts, which inherits it
+    (released when both have exited), so the next `docsvault ui` on this DAGSTER_HOME sees it."""
     from datetime import UTC, datetime
 
     from pipeline.common.lock import hold_across_exec

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -422,30 +421,25 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     processes do not put the current directory on sys.path (PYTHONSAFEPATH)."""
     from pipeline import cli
 
-    calls: list[tuple[str, list[str], dict[str, str]]] = []
-    monkeypatch.setattr(cli.os, "execve", lambda cmd, argv, env: calls.append((cmd, argv, env)))
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGINT, signal.SIG_IGN)          # as a background job of a script inherits it
+    calls: list[tuple[str, list[str], dict[str, str], Path]] = []
+    monkeypatch.setattr(cli, "run_until_stopped",
+                        lambda argv, env, cwd: calls.append((argv[0], argv, env, cwd)) or (0, None))
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.chdir(tmp_path)                           # `docsvault ui` goes into DAGSTER_HOME before exec
+    monkeypatch.chdir(tmp_path)                           # `docsvault ui` starts Dagster in DAGSTER_HOME
     port = ui_free_port()
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port), *flags])
     for fd in ui_lock_fds(home):                          # the daemon's lock, which dg dev would have inherited
         os.close(fd)
     assert result.exit_code == 0, result.output
-    assert Path.cwd() == home
-    (cmd, argv, env), = calls
+    (cmd, argv, env, cwd), = calls
+    assert cwd == home
     assert Path(cmd).name == tool
     root = str(Path(__file__).resolve().parents[1])           # the folder this checkout's `pipeline` is in
     assert argv[1:] == [*(["dev"] if first == "dev" else []), "-m", "pipeline.definitions", "-d", root,
                         "-h", "127.0.0.1", "-p", str(port)]
     assert env["PYTHONSAFEPATH"] == "1"
     assert (Path(env["DAGSTER_HOME"]) / "dagster.yaml").is_file()
-    # an inherited "ignore" would survive exec: Dagster could then not be stopped but by kill -9
-    assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
 
 
 def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Path,

@@ -98,11 +98,13 @@ def test_a_dropped_sources_bookkeeping_folder_keeps_a_file_someone_put_there(tmp
 def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) -> None:
     sources = tiny_env / "sources.yaml"
     good = sources.read_text()
-    sources.write_text(good + "    embedding: nope-model\n", encoding="utf-8")
+    not_a_model = tiny_env / "not-a-model"       # a folder passes validation (sources.yaml), then fails to load
+    not_a_model.mkdir()
+    sources.write_text(good + f"    embedding: {not_a_model}\n", encoding="utf-8")
     report = json.loads(_run("build", "--json", code=1))
     src = report["sources"][0]
     assert (src["status"], src["failed_stage"]) == ("failed", "chunks")
-    assert src["error"].startswith("cannot load embedding model 'nope-model'")
+    assert src["error"].startswith(f"cannot load embedding model '{not_a_model}'")
 
     row = json.loads(_run("status", "--json"))["sources"][0]
     assert (row["fetch_status"], row["fetch_error"]) == ("ok", None)

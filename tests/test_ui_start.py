@@ -1,7 +1,7 @@
 """`docsvault ui` refuses at once (exit 1, nothing started) on a taken port or when another `docsvault ui` runs
 the daemon of the same DAGSTER_HOME, and starts Dagster from DAGSTER_HOME so the project's dagster.yaml in the
-current folder brings no spurious warning (a different one still does). ``os.execve`` is replaced: nothing real
-starts here (tests/test_ui.py starts it for real)."""
+current folder brings no spurious warning (a different one still does). ``cli.run_until_stopped`` is replaced:
+nothing real starts here (tests/test_ui.py starts it for real); Ctrl-C gives `interrupted` and exit 130."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import pipeline
+from pipeline import cli
 from pipeline.cli import UI_LOCK, app, unused_instance_file
 from pipeline.common.lock import hold_across_exec
 
@@ -25,24 +26,25 @@ REPO = Path(pipeline.__file__).resolve().parents[1]
 
 
 class _Exec(Exception):
-    """Raised by the stand-in for os.execve: what would have been started, from where."""
+    """Raised by the stand-in for cli.run_until_stopped: what would have been started, from where."""
 
-    def __init__(self, cmd: str, argv: list[str], env: dict[str, str]) -> None:
-        super().__init__(cmd)
-        self.argv, self.env, self.cwd = argv, env, Path.cwd()
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        super().__init__(argv[0])
+        self.argv, self.env, self.cwd = argv, env, cwd
 
 
 @pytest.fixture
 def ui_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """DAGSTER_HOME under tmp_path (not created), execve and signal replaced, the current folder restored after."""
+    """DAGSTER_HOME under tmp_path (not created), the Dagster child and signal replaced, the current folder restored
+    after."""
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
 
-    def execve(cmd: str, argv: list[str], env: dict[str, str]) -> None:
-        raise _Exec(cmd, argv, env)
+    def start(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        raise _Exec(argv, env, cwd)
 
-    monkeypatch.setattr(os, "execve", execve)
+    monkeypatch.setattr(cli, "run_until_stopped", start)
     monkeypatch.setattr(signal, "signal", lambda *a: None)
     return tmp_path / "dagster"
 
@@ -162,3 +164,73 @@ def test_ui_warns_of_a_different_dagster_yaml_here(ui_env: Path) -> None:
     assert result.output.splitlines()[0] == (
         f"warning: {here} is not used: Dagster reads {ui_env / 'dagster.yaml'}; copy it "
         "there to apply it")
+
+
+@pytest.mark.parametrize("stopped_by, code, line", [
+    (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "error: docsvault ui stopped by SIGTERM"),
+    (None, 0, None), (None, 1, None),
+])
+def test_ui_stopped_by_a_signal_says_so_in_one_line_with_128_plus_its_number(
+        ui_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        stopped_by: int | None, code: int, line: str | None) -> None:
+    """Dagster exits 0 on Ctrl-C; `docsvault ui` prints `interrupted` and exits 130 (as every command), 143 for
+    SIGTERM; a Dagster that exits by itself gives its exit code."""
+    import sys
+
+    monkeypatch.setattr(cli, "run_until_stopped", lambda argv, env, cwd: (code if stopped_by is None else 0, stopped_by))
+    port = _free_port()
+    monkeypatch.setattr(sys, "argv", ["docsvault", "ui", "--port", str(port)])
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli._main()
+    finally:
+        for fd in _lock_fds(ui_env):
+            os.close(fd)
+    started = f"Dagster UI on http://127.0.0.1:{port} (webserver + daemon; DAGSTER_HOME={ui_env})\n"
+    assert (exit_.value.code, capsys.readouterr()) == (code, ("", started + (f"{line}\n" if line else "")))
+
+
+CHILD = r"""
+import json, os, signal, subprocess, sys, time
+report, ready = sys.argv[1], sys.argv[1] + ".ready"
+state = {"ignored_at_start": signal.getsignal(signal.SIGINT) is signal.SIG_IGN,
+         "own_group": os.getpgid(0) == os.getpid(), "got": []}
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda n, _f: state["got"].append(signal.Signals(n).name))
+grandchild = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; "
+    "signal.signal(signal.SIGINT, lambda *a: sys.exit(3)); signal.signal(signal.SIGTERM, lambda *a: sys.exit(4)); "
+    f"open({ready!r}, 'w').close(); time.sleep(30)"])
+while not os.path.exists(ready):
+    time.sleep(0.02)
+os.kill(os.getppid(), int(sys.argv[2]))          # the signal reaches `docsvault ui` (its process, or its group)
+deadline = time.monotonic() + 10
+while not state["got"] and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(0.3)                                   # a second forwarded signal would arrive by now
+state["grandchild"] = grandchild.wait(timeout=10)
+json.dump(state, open(report, "w"))
+"""
+
+
+@pytest.mark.parametrize("sent, passed_on", [("SIGINT", "SIGINT"), ("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGTERM")])
+def test_a_stop_signal_reaches_the_dagster_process_group_once(tmp_path: Path, sent: str, passed_on: str) -> None:
+    """run_until_stopped, with a stand-in for dg dev that has a child of its own: the signal `docsvault ui` gets is
+    passed on once to the whole group (SIGHUP as SIGTERM); the child starts in a group of its own, with SIGINT not
+    ignored although this process ignores it (as a background job of a script does); the handlers come back."""
+    import json
+    import sys
+
+    from pipeline.cli import run_until_stopped
+
+    report = tmp_path / "report.json"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code, stopped_by = run_until_stopped(
+            [sys.executable, "-c", CHILD, str(report), str(int(signal.Signals[sent]))], dict(os.environ), tmp_path)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert (code, stopped_by) == (0, signal.Signals[sent])
+    grandchild = 3 if passed_on == "SIGINT" else 4
+    assert json.loads(report.read_text()) == {"ignored_at_start": False, "own_group": True, "got": [passed_on],
+                                              "grandchild": grandchild}

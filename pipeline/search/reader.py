@@ -57,6 +57,11 @@ class NoteNotFoundError(PipelineError):
     """The path is acceptable but no note exists there."""
 
 
+class _NotMarkdownError(PathRefusedError):
+    """A path that passed every other check but does not end in ``.md``: refused as a vault path, yet it may be a
+    note's source path (``Board.canvas`` of ``src/Board.canvas.md``), which :func:`find_note` looks up."""
+
+
 @dataclass(frozen=True)
 class NotePage:
     """One page of a note.
@@ -140,7 +145,7 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
     if any(p.startswith(".") for p in parts):
         raise _refuse(note, "hidden files and folders are not notes")
     if not norm.lower().endswith(".md"):
-        raise _refuse(note, "only Markdown notes (.md) can be read")
+        raise _NotMarkdownError(*_refuse(note, "only Markdown notes (.md) can be read").args)
     root = Path(vault_dir).resolve()
     candidate = root.joinpath(*parts)
     try:
@@ -332,17 +337,20 @@ def note_body(vault_dir: Path, note: str) -> tuple[str, str]:
 
 def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) -> str:
     """The vault path to read for ``note``: ``note`` itself when it is a note in the vault, else (with a warehouse)
-    the one note whose ``source_path`` is ``note``.
+    the one note whose ``source_path`` is ``note`` (also a source file that is no ``.md``, e.g. ``Board.canvas``,
+    whose vault note is ``<source>/Board.canvas.md``).
 
     Raises:
-        PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then.
+        PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
+            except for a path refused only for not ending in ``.md``: it is refused when no note has it as its
+            source path.
         NoteNotFoundError: no such note (or several sources have that source path: the message lists their vault
             paths).
     """
     try:
         resolve_note_path(vault_dir, note)
         return note
-    except NoteNotFoundError:
+    except (NoteNotFoundError, _NotMarkdownError):
         if warehouse_path is None or not Path(warehouse_path).exists():
             raise
         from pipeline import warehouse as wh

@@ -23,6 +23,11 @@ _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _OBSIDIAN_COMMENT = re.compile(r"%%.*?(?:%%|\Z)", re.DOTALL)   # ``%%hidden%%``: Obsidian does not show it either
 _HTML_BLOCK_DROP = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.IGNORECASE | re.DOTALL)
 _HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9:-]*(?:\s+(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?/?>")
+#: tags of HTML's inline (phrasing) elements: removed without a space, so ``H<sub>2</sub>O`` reads ``H2O`` and
+#: ``<u>underline</u>, <mark>marked</mark>`` reads ``underline, marked`` (other tags separate words: `` ``)
+_INLINE_HTML_TAG = re.compile(r"</?(?:a|abbr|b|bdi|bdo|cite|code|data|del|dfn|em|font|i|ins|kbd|mark|q|s|samp|small|"
+                              r"span|strong|sub|sup|time|u|var)(?:\s+(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?/?>",
+                              re.IGNORECASE)
 _CALLOUT = re.compile(r"^[ \t]*(?:>[ \t]*)+\[![^\]\n]*\][+-]?[ \t]*", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE)
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
@@ -55,6 +60,7 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("<", _HTML_BLOCK_DROP, " "),
     ("![", _IMAGE, " "),
     ("![", _EMBED, " "),
+    ("<", _INLINE_HTML_TAG, ""),
     ("<", _HTML_TAG, " "),
     (">", _CALLOUT, ""),
     (">", _QUOTE, ""),

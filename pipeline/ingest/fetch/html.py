@@ -161,6 +161,9 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
     stage = PageStage(source, settings)
     try:
         start_norm = normalize_url(start)
+        # errors about the start page name it as configured (`…/index.html`), and the URL crawled for it when that
+        # differs (normalize_url: `…/`, the key every page is known by)
+        start_named = start if start_norm in (start, f"{start}/") else f"{start} (requested as {start_norm})"
         queue: deque[str] = deque([start_norm])
         for u in _sitemap_urls(source, client, start, warnings):
             if scope.follows(u):
@@ -176,7 +179,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                 break
             if not client.robots_allows(url):
                 if url == start_norm:
-                    raise FetchError(f"source '{source.name}': robots.txt of {scope.origin} disallows {url}")
+                    raise FetchError(f"source '{source.name}': robots.txt of {scope.origin} disallows {start_named}")
                 warnings.append(f"source '{source.name}': {url}: skipped, disallowed by robots.txt")
                 continue
             alias = old_aliases.get(url)
@@ -194,7 +197,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                                   accept=HTML_ACCEPT, follow=lambda u: normalize_url(u) not in seen)
             except PageError as exc:
                 if url == start_norm:
-                    raise FetchError(f"source '{source.name}': cannot fetch start page {url}: "
+                    raise FetchError(f"source '{source.name}': cannot fetch start page {start_named}: "
                                      f"{str(exc).split(': ', 2)[-1]}") from None
                 if exc.transient and has_old and old is not None and stage.keep(old["source_path"]):
                     taken[url] = dict(old)
@@ -217,7 +220,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                 if not resp.is_html:
                     if url == start_norm:
                         ctype = resp.content_type or "of unknown type"
-                        raise FetchError(f"source '{source.name}': start page {url} is {ctype}, not HTML")
+                        raise FetchError(f"source '{source.name}': start page {start_named} is {ctype}, not HTML")
                     warnings.append(f"source '{source.name}': {url}: skipped, content type "
                                     f"{resp.content_type or 'unknown'} is not HTML")
                     continue
