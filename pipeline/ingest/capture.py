@@ -8,7 +8,14 @@ the name is one file name (no ``/``, ``\\``, ``..``, leading ``.``, control or `
 :data:`MAX_NAME_CHARS`), the resolved file must be inside the root, and an existing file is never overwritten (the
 file is created exclusively). Frontmatter (``created``, ``agent``, ``status: raw``, ``correlation_id``,
 ``related``, ``tags``) comes first, the text after it: under a ``# <title>`` heading when a title is given and the
-text does not start with a level-1 heading, without leading blank lines, ending with exactly one newline.
+text does not start with a level-1 heading, without leading blank lines, ending with exactly one newline. A text
+that starts with its own frontmatter block has it merged into the note's (:func:`merge_frontmatter`), never written
+as a second block.
+
+The vault path returned (``Captured.vault_path``) is the one the next build gives the note: the vault stage's own
+naming (:func:`pipeline.ingest.normalize.assign_rel_paths` over the source's files and the new one), so a name the
+vault has to change (too long in UTF-8 bytes, ``#^[]``…) is reported as the vault has it; a name derived from the
+title is one the vault keeps unchanged, and a name that would collide in the vault with another note is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,7 +44,11 @@ __all__ = [
     "capture_source",
     "capture_targets",
     "check_name",
+    "merge_frontmatter",
     "name_from_title",
+    "split_text",
+    "title_of",
+    "vault_rel_path",
     "write_capture",
 ]
 
@@ -52,8 +64,9 @@ class CaptureError(PipelineError):
 
 @dataclass(frozen=True)
 class Captured:
-    """A written note: ``path`` (the file), ``source``, ``vault_path`` (``<source>/<name>.md``, searchable after a
-    build of the source), ``correlation_id``, ``related`` (vault paths)."""
+    """A written note: ``path`` (the file), ``source``, ``vault_path`` (the path the source's next build gives it
+    in the vault, for ``read``: ``<source>/<name>.md`` unless the vault has to shorten or clean the name),
+    ``correlation_id``, ``related`` (vault paths)."""
 
     path: Path
     source: str
@@ -155,23 +168,84 @@ def check_name(name: str) -> str:
     return name
 
 
+_NAME_END = re.compile(r"[\s.\-。？]+$")
+
+
 def name_from_title(title: str) -> str:
-    """A file name from a title: unsafe characters become ``-``, whitespace collapses, at most MAX_NAME_CHARS."""
-    name = _UNSAFE.sub("-", unicodedata.normalize("NFC", title))
-    name = re.sub(r"\.{2,}", ".", " ".join(name.split())).strip(" .-")
-    return name[:MAX_NAME_CHARS].rstrip(" .-")
+    """A file name from a title that the vault keeps as it is: characters unsafe in a file name or a vault path
+    (``/ \\ : * ? " < > |``, ``# ^ [ ]``, control and invisible characters) become ``-``, whitespace collapses, a
+    trailing sentence end (``.``, ``。``, ``？``) is dropped, at most :data:`MAX_NAME_CHARS` characters and at most
+    :data:`pipeline.ingest.normalize.MAX_COMPONENT_BYTES` UTF-8 bytes with ``.md`` (longer names would get a hash
+    in the vault), ``_`` after a Windows device name (``CON``…) as the vault adds it."""
+    from pipeline.ingest.normalize import _ILLEGAL, _RESERVED, MAX_COMPONENT_BYTES
+
+    name = _ILLEGAL.sub("-", _UNSAFE.sub("-", unicodedata.normalize("NFC", title)))
+    name = _NAME_END.sub("", re.sub(r"\.{2,}", ".", " ".join(name.split()))).lstrip(" .-")
+    budget = MAX_COMPONENT_BYTES - len(".md")
+    name = name[:MAX_NAME_CHARS].encode("utf-8")[:budget].decode("utf-8", "ignore")
+    name = _NAME_END.sub("", name)
+    if name and name.split(".")[0].upper() in _RESERVED:
+        name += "_"
+    return name
+
+
+_RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")       # a thematic break (``---``) is no title
+# a sentence ends at . ! ? followed by a space or the line's end, or at 。！？ (no space follows them in Chinese or
+# Japanese), closing brackets or quotes after them included; the terminator stays in the title
+_SENTENCE = re.compile(r"(.+?(?:[.!?](?=\s|$)|[。！？]+[」』）〕】]*))")
 
 
 def title_of(text: str) -> str:
-    """The first Markdown heading of ``text``, else the first sentence of its first non-empty line; at most 80
-    chars, a longer one cut at a word boundary and ended with ``…``."""
+    """The title of a text: the ``title`` of its own frontmatter block (:func:`split_text`), else its first
+    Markdown heading, else the first sentence of its first non-empty line (``First one. Second`` -> ``First
+    one.``, ``日本語のメモ。カワウソは…`` -> ``日本語のメモ。``); a heading or sentence is at most 80 chars, a longer
+    one cut at a word boundary and ended with ``…``."""
+    fm, body = split_text(text, strict=False)
+    return _fm_title(fm) or _title_of_body(body)
+
+
+def _fm_title(fm: dict[str, Any]) -> str:
+    """The frontmatter's ``title`` as one line, "" when it has none (or not a string or number)."""
+    value = fm.get("title")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return ""
+    return " ".join(str(value).split())
+
+
+def _title_of_body(text: str) -> str:
     for line in text.splitlines():
         m = re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
         if m:
             return _cut_title(m.group(1))
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    sentence = re.match(r"(.+?[.!?。！？])(?:\s|$)", first)
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not _RULE.match(ln)), "")
+    sentence = _SENTENCE.match(first)
     return _cut_title(sentence.group(1) if sentence else first)
+
+
+def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
+    """``(frontmatter, rest)``: the text's own YAML frontmatter block and the text after it, as a note file's
+    frontmatter is read (:func:`pipeline.common.frontmatter.split_frontmatter`: line 1 ``---``, closed by the next
+    ``---`` or ``...`` line; leading blank lines and a BOM before it are ignored). ``({}, text)`` when the text has
+    none; an opening ``---`` never closed is a thematic break, kept as text.
+
+    Raises:
+        CaptureError: ``strict`` and the block is not valid YAML or not a mapping (one line naming the line of the
+            text); without ``strict`` the text is returned as it is then.
+    """
+    from pipeline.common.errors import NoteError
+    from pipeline.common.frontmatter import normalize_newlines, split_frontmatter
+
+    lead = normalize_newlines(re.sub(r"\A(?:[ \t]*(?:\r\n|\r|\n))+", "", text.lstrip("\ufeff")))
+    if not (lead.startswith("---\n") or lead == "---"):
+        return {}, text
+    if not any(line.rstrip(" \t") in ("---", "...") for line in lead.split("\n")[1:]):
+        return {}, text
+    try:
+        return split_frontmatter(lead, "the text")
+    except NoteError as exc:
+        if not strict:
+            return {}, text
+        raise CaptureError(f"{' '.join(str(exc).split())} (nothing was written)") from None
 
 
 def _cut_title(title: str, limit: int = 80) -> str:
@@ -181,6 +255,111 @@ def _cut_title(title: str, limit: int = 80) -> str:
     cut = title[: limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:-") + "…"
+
+
+def _source_listing(source: Source) -> list[str]:
+    """The source paths of the files a build of the local ``source`` reads now (as
+    :func:`pipeline.ingest.fetch.local.fetch_local` lists and selects them); a root that cannot be listed is left
+    out (its build fails anyway)."""
+    from pipeline.ingest.fetch.base import select_paths
+    from pipeline.ingest.fetch.local import _walk_root
+
+    multi = len(source.path) > 1
+    listing: list[str] = []
+    for root in source.path:
+        prefix = unicodedata.normalize("NFC", Path(root).name)
+        try:
+            found = _walk_root(Path(root).resolve(), [], source.name)
+        except (PipelineError, OSError):
+            continue
+        listing.extend(f"{prefix}/{rel}" if multi else rel for rel in found)
+    return select_paths(source, listing)
+
+
+def vault_rel_path(source: Source, fname: str, name_option: str = "--name") -> str:
+    """The path inside ``vault/<source>/`` that the source's next build gives a new note ``<fname>.md`` in its first
+    folder: the vault stage's own naming (:func:`pipeline.ingest.normalize.assign_rel_paths` over the source's
+    files and the new one), e.g. a name over :data:`pipeline.ingest.normalize.MAX_COMPONENT_BYTES` UTF-8 bytes cut
+    with a hash, ``#`` turned into ``-``.
+
+    Raises:
+        CaptureError: the note would not get its own vault path (an existing note has it, ignoring case, or would
+            have to give it up: ``a#b.md`` is ``a-b.md`` in the vault): nothing is written then.
+    """
+    from pipeline.ingest.normalize import assign_rel_paths, rel_path_for
+
+    mine = _root_path(source, fname)
+    rel = rel_path_for(mine)
+    existing = [sp for sp in _source_listing(source) if sp != mine]
+    if not existing:
+        return rel
+    before = assign_rel_paths(existing)
+    after = assign_rel_paths([*existing, mine])
+    if after[mine] == rel and all(after[sp] == before[sp] for sp in existing):
+        return rel
+    clash = next((sp for sp in existing if before[sp].casefold() == rel.casefold()), None) or \
+        next((sp for sp in existing if after[sp] != before[sp]), None) or \
+        next((sp for sp in existing if before[sp].casefold() == after[mine].casefold()), existing[0])
+    raise CaptureError(f"a note named {fname + '.md'!r} would collide in the vault with {clash!r} (vault path "
+                       f"{source.name}/{before[clash]}): pass another {name_option} (nothing was written)")
+
+
+#: capture's own keys that replace the text's frontmatter values (they record this capture); a differing value of
+#: the text stays as ``original_<key>``
+CAPTURE_KEYS = ("title", "created", "agent", "status", "correlation_id")
+
+
+def _as_list(value: Any) -> list[str] | None:
+    """A frontmatter list value (``tags``, ``related``) as strings: None -> [], a scalar -> [it]; None when it is
+    no list (a mapping, a nested list)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return [str(value)]
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) or v is None for v in value):
+        return [str(v) for v in value if v is not None and not isinstance(v, bool)]
+    return None
+
+
+def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str, Any]:
+    """The note's frontmatter: capture's keys (``own``: title, created, agent, status, correlation_id, related,
+    tags) first, then the text's own keys in their order.
+
+    ``tags`` and ``related`` are merged: the text's entries first, then capture's (``--tag``, the search hits)
+    that are not there yet (tags compared without ``#`` and case). The keys of :data:`CAPTURE_KEYS` are
+    capture's; a text value that differs stays as ``original_<key>`` (unless the text has that key itself), so
+    nothing of the text is lost. Every other key (``aliases``, ``description``…) is the text's, unchanged.
+    """
+    fm = {k: v for k, v in own.items() if k not in ("related", "tags")}
+    replaced: dict[str, Any] = {}
+    for key in ("related", "tags"):
+        theirs, ours = _as_list(text_fm.get(key)), _as_list(own.get(key)) or []
+        if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
+            replaced[key] = text_fm[key]
+            theirs = []
+        norm = (lambda t: t.lstrip("#").casefold()) if key == "tags" else (lambda t: t)
+        merged = list(theirs)
+        seen = {norm(t) for t in merged}
+        for item in ours:
+            if norm(item) not in seen:
+                merged.append(item)
+                seen.add(norm(item))
+        if merged:
+            fm[key] = merged
+    for key in CAPTURE_KEYS:
+        value = text_fm.get(key)
+        if value is None or key not in fm:
+            continue
+        same = _fm_title(text_fm) == fm[key] if key == "title" else value == fm[key]
+        if not same:
+            replaced[key] = value
+    for key, value in replaced.items():
+        if f"original_{key}" not in text_fm:
+            fm[f"original_{key}"] = value
+    for key, value in text_fm.items():
+        if key not in fm and key not in CAPTURE_KEYS and key not in ("related", "tags"):
+            fm[key] = value
+    return fm
 
 
 def _starts_with_h1(text: str) -> bool:
@@ -201,10 +380,13 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
 
     Args:
         source: a local source that reads Markdown (:func:`capture_source`).
-        text: the note's Markdown (without frontmatter; a leading ``---`` block is kept as text).
-        title: the note's title (default: its first heading or line); when given, a text that does not start with
-            a level-1 heading gets ``# <title>`` on top.
-        name: the file name (default: from the title; checked by :func:`check_name`).
+        text: the note's Markdown; a frontmatter block it starts with (:func:`split_text`) is merged into the
+            note's frontmatter (:func:`merge_frontmatter`).
+        title: the note's title (default: the ``title`` of the text's frontmatter, else its first heading or the
+            first sentence of its first line: :func:`title_of`); when given, a text that does not start with a
+            level-1 heading gets ``# <title>`` on top.
+        name: the file name (default: from the title, one the vault keeps unchanged: :func:`name_from_title`;
+            checked by :func:`check_name`).
         agent: who wrote it (the model or agent name; ``agent`` in the frontmatter).
         correlation_id: ties the note to a conversation/run (default: a new UUID4 hex).
         related: vault paths of related notes (the top search hits of the text).
@@ -216,15 +398,20 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         What was written.
 
     Raises:
-        CaptureError: empty or too long text, unsafe or taken name, a file that would land outside the root, or
-            one the source would not read (:func:`capture_problem`: its ``include``/``exclude`` leave the name out).
+        CaptureError: empty or too long text, a frontmatter block that is not valid YAML or not a mapping, unsafe
+            or taken name (also one that collides in the vault: :func:`vault_rel_path`), a file that would land
+            outside the root, or one the source would not read (:func:`capture_problem`: its
+            ``include``/``exclude`` leave the name out).
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
     if len(text) > MAX_TEXT_CHARS:
         raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a captured note")
+    text_fm, text = split_text(text)
+    if not text_fm and not text.strip():
+        raise CaptureError("nothing to capture: the text is empty")
     heading = bool(title and title.strip())
-    title = " ".join((title or title_of(text)).split())
+    title = " ".join((title or "").split()) if heading else (_fm_title(text_fm) or _title_of_body(text))
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
     problem = capture_problem(source, fname)
     if problem:
@@ -236,19 +423,21 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     target = (root / f"{fname}.md")
     if not target.resolve().parent == root:
         raise CaptureError(f"refused: {fname!r} would be written outside {root}")
+    rel = vault_rel_path(source, fname, name_option)
     created = (now or datetime.now(UTC)).replace(microsecond=0)
     cid = correlation_id or uuid.uuid4().hex
-    fm: dict[str, object] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
-                             "status": "raw", "correlation_id": cid}
+    own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
+                           "status": "raw", "correlation_id": cid}
     if related:
-        fm["related"] = list(related)
+        own["related"] = list(related)
     if tags:
-        fm["tags"] = [t.lstrip("#") for t in tags if t.strip("# ")]
+        own["tags"] = [t.lstrip("#") for t in tags if t.strip("# ")]
+    fm = merge_frontmatter(own, text_fm)
     head = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False, width=1000)
     body = re.sub(r"\A(?:[ \t]*\r?\n)+", "", text.rstrip())
     if heading and not _starts_with_h1(body):
-        body = f"# {title}\n\n{body}"
-    content = f"---\n{head}---\n\n{body}\n"
+        body = f"# {title}\n\n{body}" if body else f"# {title}"
+    content = f"---\n{head}---\n\n{body}\n" if body else f"---\n{head}---\n"
     try:
         with open(target, "x", encoding="utf-8", newline="\n") as fh:
             fh.write(content)
@@ -257,13 +446,13 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
                            "(nothing was overwritten)") from None
     except OSError as exc:
         raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
-    return Captured(path=target, source=source.name, vault_path=f"{source.name}/{fname}.md", correlation_id=cid,
+    return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
                     related=tuple(related))
 
 
 def related_for(searcher: object, title: str, text: str, k: int = 3) -> list[str]:
     """Vault paths of the top ``k`` notes a search for the title and the text's start finds (``searcher`` a
     :class:`pipeline.search.searcher.Searcher`); [] when nothing is found."""
-    query = f"{title} {' '.join(text.split())[:300]}".strip()
+    query = f"{title} {' '.join(split_text(text, strict=False)[1].split())[:300]}".strip()
     hits = searcher.search(query, k=k)  # type: ignore[attr-defined]
     return [h.vault_path for h in hits]

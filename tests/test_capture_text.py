@@ -1,0 +1,248 @@
+"""Capture of what real texts look like: names long in UTF-8 bytes (Japanese), a text with its own frontmatter,
+titles from Chinese/Japanese sentences (``。！？``).
+
+The vault path capture returns is the one the build gives the note (``read`` opens it); a text's own frontmatter
+is merged into the note's, never written as a second block. Unit tests on ``write_capture`` (no build), then the
+CLI and the MCP service end to end on one tiny build (fake hash embedder).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import Settings
+from pipeline.ingest.capture import CaptureError, name_from_title, title_of, write_capture
+from pipeline.ingest.normalize import rel_path_for
+from pipeline.models import Source
+from tests.conftest import _tiny_env_at, _write_tiny, built_once
+
+runner = CliRunner()
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+LONG_NAME = "ナマケモノ" + "の観察記録" * 15                       # 80 characters, 240 UTF-8 bytes
+LONG_VAULT_NAME = "ナマケモノ" + "の観察記録" * 11 + "の観-165217ed.md"  # the vault's cut + hash (200 bytes at most)
+
+
+def _local(root: Path, name: str = "inbox") -> Source:
+    root.mkdir(parents=True, exist_ok=True)
+    return Source(name=name, kind="local", path=(root,))
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# titles and names: 。！？ end a sentence; the terminator stays in the title (as "." does), the name drops 。 and ？
+
+
+@pytest.mark.parametrize("text, title, name", [
+    ("日本語のメモ。カワウソは手をつないで寝る。", "日本語のメモ。", "日本語のメモ"),
+    ("なぜ？ 理由は簡単。", "なぜ？", "なぜ"),
+    ("すごい！カワウソは石で遊ぶ。", "すごい！", "すごい！"),
+    ("本当？！次の文。", "本当？！", "本当？！"),
+    ("「こんにちは。」と言った。", "「こんにちは。」", "「こんにちは。」"),
+    ("中文笔记。水獭睡觉时手拉手。", "中文笔记。", "中文笔记"),
+    ("一文だけの行", "一文だけの行", "一文だけの行"),
+    # English as before: the period stays in the title, the name drops it; no sentence end without a space after
+    ("First sentence here. Second one.", "First sentence here.", "First sentence here"),
+    ("Wow! Great.", "Wow!", "Wow!"),
+    ("v1.2 is out", "v1.2 is out", "v1.2 is out"),
+    # a thematic break above the first line is no title
+    ("---\n\nAfter a rule. More.", "After a rule.", "After a rule"),
+])
+def test_title_and_name_of_a_first_sentence(text: str, title: str, name: str) -> None:
+    assert title_of(text) == title
+    assert name_from_title(title) == name
+
+
+def test_write_capture_japanese_sentence_title(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "日本語のメモ。カワウソは手をつないで寝る。\n", agent="a", correlation_id="c1", now=NOW)
+    assert (got.path.name, got.vault_path) == ("日本語のメモ.md", "inbox/日本語のメモ.md")
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: 日本語のメモ。\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
+        "---\n\n日本語のメモ。カワウソは手をつないで寝る。\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vault paths: what the build gives the note, for read
+
+
+def test_long_given_name_returns_the_vault_path_the_build_gives(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "ナマケモノは一日に二十時間眠る。", name=LONG_NAME, agent="a", correlation_id="c1")
+    assert got.path == tmp_path / "inbox" / f"{LONG_NAME}.md"                 # the file keeps the name given
+    assert got.vault_path == f"inbox/{LONG_VAULT_NAME}"
+    assert got.vault_path == "inbox/" + rel_path_for(f"{LONG_NAME}.md")
+
+
+def test_long_title_gives_a_name_the_vault_keeps(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "アイアイ" + "の長い名前" * 20 + "です。次の文。", agent="a", correlation_id="c1")
+    name = "アイアイ" + "の長い名前" * 12 + "の"                              # 65 characters, 195 bytes (+ .md: 198)
+    assert _files(tmp_path / "inbox") == [f"{name}.md"]
+    assert got.vault_path == f"inbox/{name}.md" and rel_path_for(f"{name}.md") == f"{name}.md"
+    assert got.path.read_text(encoding="utf-8").startswith(
+        "---\ntitle: アイアイ" + "の長い名前" * 15 + "…\n")                 # the title: 80 chars, with …
+
+
+def test_names_the_vault_changes(tmp_path: Path) -> None:
+    root = tmp_path / "inbox"
+    src = _local(root)
+    # a given name keeps its file name; the vault path is the vault's (# is - there)
+    assert write_capture(src, "x", name="C# tips").vault_path == "inbox/C- tips.md"
+    # a name from the title is one the vault keeps
+    got = write_capture(src, "# [WIP] F# ^notes\n\ntext")
+    assert (got.path.name, got.vault_path) == ("WIP- F- -notes.md", "inbox/WIP- F- -notes.md")
+    assert write_capture(src, "# CON\n\ntext").vault_path == "inbox/CON_.md"
+    assert _files(root) == ["C# tips.md", "CON_.md", "WIP- F- -notes.md"]
+    # a name that would take or share another note's vault path is refused, nothing written
+    (root / "Foo.md").write_text("# Foo\n", encoding="utf-8")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "x", name="foo")
+    assert str(err.value) == ("a note named 'foo.md' would collide in the vault with 'Foo.md' (vault path "
+                              "inbox/Foo.md): pass another --name (nothing was written)")
+    with pytest.raises(CaptureError, match=r"^a note named 'C- tips.md' would collide in the vault with "
+                                           r"'C# tips.md' \(vault path inbox/C- tips.md\)"):
+        write_capture(src, "x", name="C- tips")
+    assert _files(root) == ["C# tips.md", "CON_.md", "Foo.md", "WIP- F- -notes.md"]
+
+
+def test_vault_path_of_a_source_with_several_folders(tmp_path: Path) -> None:
+    src = Source(name="multi", kind="local", path=(tmp_path / "inbox", tmp_path / "other"))
+    for p in src.path:
+        p.mkdir()
+    assert write_capture(src, "# Hello\n\nx").vault_path == "multi/inbox/Hello.md"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a text with its own frontmatter
+
+
+def test_text_frontmatter_is_merged(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "---\ntitle: Pre\ntags: [x]\n---\n# Has FM\n\nBody about voles.\n", agent="a",
+                        correlation_id="c1", now=NOW)
+    assert got.vault_path == "inbox/Pre.md"
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: Pre\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\ntags:\n- x\n"
+        "---\n\n# Has FM\n\nBody about voles.\n")
+
+
+def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    text = ("\n---\ntitle: Their title\naliases: [otter]\nstatus: draft\ncorrelation_id: theirs\ncreated: 2025-05-06\n"
+            "related: notes/a.md\ntags: [x, Til]\nrating: 5\n---\n\nOtters hold hands.\n")
+    got = write_capture(src, text, title="My title", agent="a", correlation_id="c1", related=["tiny/Ducks.md"],
+                        tags=["#til", "new"], now=NOW)
+    assert got.vault_path == "inbox/My title.md"
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: My title\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
+        "related:\n- notes/a.md\n- tiny/Ducks.md\ntags:\n- x\n- Til\n- new\n"
+        "original_title: Their title\noriginal_created: '2025-05-06'\noriginal_status: draft\n"
+        "original_correlation_id: theirs\naliases:\n- otter\nrating: 5\n---\n\n# My title\n\nOtters hold hands.\n")
+    # frontmatter only: a note of its frontmatter
+    only = write_capture(src, "---\ntitle: Only a title\n---\n", agent="a", correlation_id="c1", now=NOW)
+    assert only.path.read_text(encoding="utf-8") == (
+        "---\ntitle: Only a title\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n---\n")
+    with pytest.raises(CaptureError, match="nothing to capture: the text is empty"):
+        write_capture(src, "---\n---\n\n")
+
+
+@pytest.mark.parametrize("text, error", [
+    ("---\ntitle: [oops\n---\nbody\n", ("the text: line 2: invalid YAML frontmatter: expected ',' or ']', but "
+                                         "got '<stream end>'; fix or quote the value (nothing was written)")),
+    ("---\n- a\n- b\n---\nbody\n", ("the text: line 2: frontmatter must be a YAML mapping (key: value lines), "
+                                     "got list (nothing was written)")),
+    ("---\ntitle: a\ntitle: b\n---\nbody\n", ("the text: line 3: invalid YAML frontmatter: duplicate key "
+                                               "'title'; fix or quote the value (nothing was written)")),
+])
+def test_malformed_text_frontmatter_is_a_one_line_error(tmp_path: Path, text: str, error: str) -> None:
+    src = _local(tmp_path / "inbox")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, text)
+    assert str(err.value) == error
+    assert _files(tmp_path / "inbox") == []
+
+
+def test_an_unclosed_rule_is_kept_as_text(tmp_path: Path) -> None:
+    got = write_capture(_local(tmp_path / "inbox"), "---\nA rule, then text. More.\n", agent="a",
+                        correlation_id="c1", now=NOW)
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: A rule, then text.\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
+        "---\n\n---\nA rule, then text. More.\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI and MCP end to end: read the returned path, search the merged tags
+
+
+@pytest.fixture
+def cap_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tiny env with a local source ``mynotes`` (no format), after one build (conftest.built_once)."""
+
+    def build(root: Path) -> None:
+        env = _tiny_env_at(root, _write_tiny(root), monkeypatch)
+        (env / "mynotes").mkdir()
+        (env / "mynotes" / "Seed.md").write_text("# Seed\n\nThe first note.\n", encoding="utf-8")
+        with (env / "sources.yaml").open("a", encoding="utf-8") as f:
+            f.write(f"  - name: mynotes\n    kind: local\n    path: {env / 'mynotes'}\n")
+        result = runner.invoke(app, ["build"])
+        assert result.exit_code == 0, result.output
+
+    root = built_once("capture-text-built", tmp_path_factory, monkeypatch, build)[0]
+    monkeypatch.delenv("DOCSVAULT_CAPTURE_SOURCE", raising=False)
+    return root
+
+
+def run(*args: str, code: int = 0, stdin: str | None = None) -> str:
+    result = runner.invoke(app, list(args), input=stdin)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result.output
+
+
+def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
+    got = json.loads(run("capture", "--source", "mynotes", "--json", "--name", LONG_NAME,
+                         "ナマケモノは一日に二十時間眠る。"))
+    assert got["vault_path"] == f"mynotes/{LONG_VAULT_NAME}" and got["build"]["ok"] is True
+    assert got["path"] == str(cap_env / "mynotes" / f"{LONG_NAME}.md")
+    page = json.loads(run("read", got["vault_path"], "--json"))
+    assert page["path"] == got["vault_path"] and "二十時間" in page["text"]
+    # no --name, a long Japanese first line: a name the vault keeps
+    got = json.loads(run("capture", "--source", "mynotes", "--json", "アイアイ" + "の長い名前" * 20 + "です。"))
+    assert got["vault_path"] == "mynotes/アイアイ" + "の長い名前" * 12 + "の.md"
+    assert json.loads(run("read", got["vault_path"], "--json"))["path"] == got["vault_path"]
+    # a text's own frontmatter: one block, its tags searchable
+    out = run("capture", "--source", "mynotes", stdin="---\ntitle: Pre\ntags: [x]\n---\n# Has FM\n\nBody about voles.\n")
+    assert out.startswith(f"captured {cap_env / 'mynotes' / 'Pre.md'} (mynotes/Pre.md, correlation id ")
+    text = (cap_env / "mynotes" / "Pre.md").read_text(encoding="utf-8")
+    assert text.count("---\n") == 2 and "\ntags:\n- x\n---\n\n# Has FM\n\nBody about voles.\n" in text
+    assert run("search", "--tag", "x", "voles", "--files").startswith("mynotes/Pre.md\t")
+    # Japanese first sentence, no build
+    out = run("capture", "--source", "mynotes", "--no-build", stdin="日本語のメモ。カワウソは手をつないで寝る。\n")
+    assert out.startswith(f"captured {cap_env / 'mynotes' / '日本語のメモ.md'} (mynotes/日本語のメモ.md, ")
+    assert "\ntitle: 日本語のメモ。\n" in (cap_env / "mynotes" / "日本語のメモ.md").read_text(encoding="utf-8")
+    # a malformed frontmatter: one line, exit 1, nothing written
+    assert run("capture", "--source", "mynotes", "--no-build", stdin="---\ntags: [x\n---\nbody\n", code=1) == (
+        "error: the text: line 2: invalid YAML frontmatter: expected ',' or ']', but got '<stream end>'; fix or "
+        "quote the value (nothing was written)\n")
+    assert sorted(p.name for p in (cap_env / "mynotes").iterdir()) == sorted(
+        ["Seed.md", f"{LONG_NAME}.md", "アイアイ" + "の長い名前" * 12 + "の.md", "Pre.md", "日本語のメモ.md"])
+
+
+def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
+    from pipeline.mcp_server import VaultService
+
+    svc = VaultService(Settings.from_env())
+    name = "アイアイ" + "の長い名前" * 16
+    out = svc.save_note("アイアイは中指が長い。", name=name, source="mynotes")
+    assert out["path"] == "mynotes/アイアイ" + "の長い名前" * 11 + "の長い-19ed1f19.md"
+    assert out["file"] == str(cap_env / "mynotes" / f"{name}.md") and out["searchable"] is True
+    assert svc.read(out["path"])["path"] == out["path"]
