@@ -95,6 +95,32 @@ def test_a_dropped_sources_bookkeeping_folder_keeps_a_file_someone_put_there(tmp
     assert _files(folder / ".docsvault") == ["notes.txt"]
 
 
+def test_a_dropped_empty_sources_folder_goes_and_keeps_a_file_of_yours(tmp_path: Path) -> None:
+    """The folder of a source whose last build had no note (no index note, a manifest listing no file) is the
+    source's: dropped, it goes, or only its bookkeeping when you put a file there; a folder whose manifest names
+    another source, or one not from a build, stays as it is."""
+    from pipeline.config import Settings
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages import remove_dropped_sources
+
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    vault = settings.vault_dir
+    for name in ("empty", "mine", "other"):
+        write_source(vault, name, [])
+    (vault / "mine" / "Inbox.md").write_text("# Inbox\n", encoding="utf-8")
+    (vault / "other" / ".docsvault" / "manifest.json").write_text(
+        '{"version": 1, "source": "someone", "files": {}}\n', encoding="utf-8")       # not this folder's source
+    (vault / "plain" / ".docsvault").mkdir(parents=True)                              # no manifest
+    assert remove_dropped_sources(settings, [], remove_all=True) == [
+        "removed vault/empty/: source 'empty' is no longer in sources.yaml",
+        "removed vault/mine/: source 'mine' is no longer in sources.yaml (kept 1 file(s) docsvault did not write, "
+        "or that were edited since: Inbox.md)"]
+    assert _files(vault) == ["mine", "other", "plain"]
+    assert _files(vault / "mine") == ["Inbox.md"]                             # no .docsvault/ left behind
+    assert _files(vault / "other" / ".docsvault") == ["manifest.json"]
+    assert _files(vault / "plain") == [".docsvault"]
+
+
 def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) -> None:
     sources = tiny_env / "sources.yaml"
     good = sources.read_text()

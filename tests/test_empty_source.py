@@ -79,6 +79,44 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     assert (row["notes"], row["chunks"], row["skipped"], row["fetch_status"]) == (0, 0, 0, "ok")
 
 
+def test_a_new_empty_folder_builds_empty_and_leaves_with_its_folder(tiny_env: Path) -> None:
+    """A `local` source whose folder never held a note: its first build succeeds (0 notes, one warning, exit 0),
+    like a source that lost its last note; dropped from sources.yaml, its vault folder goes."""
+    folder = tiny_env / "diary"
+    folder.mkdir()
+    sources = tiny_env / "sources.yaml"
+    tiny = sources.read_text(encoding="utf-8")
+    sources.write_text(f"sources:\n  - name: diary\n    kind: local\n    path: {folder}\n", encoding="utf-8")
+    out, err = _run("build")
+    assert err == (f"warning: source 'diary' has no notes: no files match under {folder} "
+                   "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
+    assert out.splitlines()[:3] == [
+        "source                   status     notes  chunks  embedded  detail",
+        "diary                    built          0       0         0  0 written, 0 removed",
+        f"warehouse: 0 notes, 0 chunks -> {tiny_env / 'data' / 'warehouse.duckdb'} (written in full (no warehouse "
+        "yet))"]
+    vault = tiny_env / "vault"
+    assert sorted(p.relative_to(vault).as_posix() for p in vault.rglob("*")) == [
+        "diary", "diary/.docsvault", "diary/.docsvault/manifest.json"]
+    state = json.loads((tiny_env / "data" / "state" / "diary.json").read_text(encoding="utf-8"))
+    assert (state["failed_stages"], state.get("last_error"), state["vault_notes"]) == ({}, None, 0)
+    row = json.loads(_run("status", "--json")[0])["sources"][0]
+    assert (row["name"], row["notes"], row["chunks"], row["skipped"], row["fetch_status"], row["fetch_error"],
+            row["last_error"]) == ("diary", 0, 0, 0, "ok", None, None)
+    lines = _run("status")[0].splitlines()
+    assert lines[2] == f"  diary                    local         0       0       0  ok      {row['last_fetch']}"
+    assert not [ln for ln in lines if "failed" in ln]
+    assert _run("search", "ducks", code=1)[0] == "No results\n"     # exit 1 as grep
+    again = json.loads(_run("build", "--json")[0])
+    assert [(s["name"], s["status"], s["notes"]) for s in again["sources"]] == [("diary", "unchanged", 0)]
+
+    sources.write_text(tiny, encoding="utf-8")                        # diary leaves sources.yaml
+    out, _ = _run("build")
+    assert out.splitlines()[0] == "removed vault/diary/: source 'diary' is no longer in sources.yaml"
+    assert sorted(p.name for p in vault.iterdir()) == ["tiny"]
+    assert sorted(p.name for p in (tiny_env / "data" / "state").glob("diary*")) == []
+
+
 def test_refresh_without_source_reports_every_outcome(tiny_env: Path, tmp_path: Path) -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 

@@ -162,3 +162,15 @@ def test_source_names_that_cannot_be_folders(tmp_path, name):
     with pytest.raises(NoteError):
         write_source(tmp_path / "vault", name, [])
     assert not (tmp_path / "vault").exists() or list((tmp_path / "vault").iterdir()) == []
+
+
+def test_a_source_with_no_note_gets_its_folder_and_an_empty_manifest(tmp_path):
+    """An empty source's first write leaves vault/<source>/ (the record that its vault was written, which its
+    chunk stage reads), as a source that lost its last note keeps it."""
+    assert write_source(tmp_path, "demo", []) == VaultResult([], [], [], None)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "demo", "demo/.docsvault", "demo/.docsvault/manifest.json"]
+    assert (tmp_path / "demo" / ".docsvault" / "manifest.json").read_text(encoding="utf-8") == (
+        '{\n "version": 1,\n "source": "demo",\n "files": {}\n}\n')
+    assert write_source(tmp_path, "demo", []) == VaultResult([], [], [], None)
+    assert read_notes(tmp_path) == []

@@ -218,6 +218,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             canvases the notes use; see :mod:`pipeline.ingest.attachments`); copied only when the bytes differ.
         render_memo: optional memo of frontmatter YAML dumps (``render_note``'s ``memo``).
 
+    The folder and its manifest exist after the call, also when there is no note (an empty source): its manifest
+    then lists no file, and a folder left with no file at all is still the source's (:mod:`pipeline.stages.layout`
+    removes it when the source leaves sources.yaml).
+
     Returns:
         VaultResult of rel_paths: written (new or different bytes), unchanged (same bytes, or differing only in
         ``fetched_at``: file not touched), removed (files the build wrote, unchanged since, that are no longer
@@ -280,8 +284,9 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     pending = {rel: set(hashes) for rel, hashes in owned.items()}
     for rel, digest in new_hash.items():
         pending.setdefault(rel, set()).add(digest)
-    if root.is_dir() or targets or copies:
-        save_manifest(root, source, pending)
+    # always, with no note too: the folder and its manifest record that the source's vault was written (an empty
+    # source's chunk stage reads that folder; once the source is dropped, its manifest marks the folder as docsvault's)
+    save_manifest(root, source, pending)
     taken = {rel.casefold() for rel in before} | {rel.casefold() for rel in new_hash}
     final: dict[str, set[str]] = {}
     written: list[str] = []

@@ -50,12 +50,16 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
 
 def _generated_vault_folder(folder: Path) -> bool:
     """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
-    name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``)."""
+    name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``), or
+    the folder of a source whose last build had no note (no index note then): its manifest
+    (``.docsvault/manifest.json``) names the source and lists no file."""
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
 
     if folder.is_symlink() or not folder.is_dir():
         return False
+    if _empty_source_manifest(folder):
+        return True
     for path in sorted(folder.glob("_index*.md")):
         if path.is_symlink() or not path.is_file():
             continue
@@ -66,6 +70,23 @@ def _generated_vault_folder(folder: Path) -> bool:
         if isinstance(fm, dict) and fm.get(INDEX_KEY) == INDEX_VALUE and fm.get("source") == folder.name:
             return True
     return False
+
+
+def _empty_source_manifest(folder: Path) -> bool:
+    """True when ``folder`` has a manifest (a real file in a real ``.docsvault`` folder) written for the source of
+    that name that lists no file: what the vault stage of a source with no note leaves."""
+    import json
+
+    from pipeline.ingest.ownership import MANIFEST_DIR, manifest_path
+
+    path = manifest_path(folder)
+    if (folder / MANIFEST_DIR).is_symlink() or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("source") == folder.name and data.get("files") == {}
 
 
 def _remove_generated(folder: Path) -> list[str]:
