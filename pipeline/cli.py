@@ -7,7 +7,6 @@ the MCP SDK only when it runs. Errors are one line on stderr with exit code 1; J
 from __future__ import annotations
 
 import errno
-import functools
 import gc
 import json
 import os
@@ -467,21 +466,8 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     return out
 
 
-def _without_gc(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` run with Python's cyclic garbage collector paused (:func:`collector_paused`).
-
-    For a command that loads a warehouse's keys and indexes (hundreds of thousands of objects) to answer once and
-    exit: the collector's passes over them cost a cold `docsvault search` ~0.08 s and free nothing."""
-    @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> None:
-        with collector_paused():
-            command(*args, **kwargs)
-
-    return run
-
-
 @app.command()
-@_without_gc
+@collector_paused()     # a search loads ~1M objects to answer once: GC passes over them cost ~0.08 s, free nothing
 def search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help='What you are looking for, in any words (English or Japanese). Syntax: "exact phrase", -word, A OR B, source:NAME, tag:TAG, path:PREFIX (see README).')],
     k: Annotated[int, typer.Option("-k", metavar="N", min=1, max=100, help="Number of notes.")] = 10,

@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -304,3 +305,10 @@ def parse_note(data: bytes, where: str) -> tuple[dict, str]:
         split_frontmatter(decode_bytes(data, where), where)     # the same error, naming the file
         raise
     return json.loads(fm_json), body
+
+
+def kept_originals(page: Mapping[str, Any], replaced: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"original_<key>": value}`` for each of a page's own values that a writer replaced with its own
+    (``replaced``: key -> the page's value), unless the page has that ``original_<key>`` itself: nothing the page
+    said is lost (the normalize stage's ``source``/``url``/…, capture's ``created``/``agent``/…)."""
+    return {f"original_{key}": value for key, value in replaced.items() if f"original_{key}" not in page}

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from pipeline.common.errors import PipelineError
+from pipeline.common.frontmatter import kept_originals
 from pipeline.config import env_value
 from pipeline.models import Source
 
@@ -353,9 +354,7 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
         same = _fm_title(text_fm) == fm[key] if key == "title" else value == fm[key]
         if not same:
             replaced[key] = value
-    for key, value in replaced.items():
-        if f"original_{key}" not in text_fm:
-            fm[f"original_{key}"] = value
+    fm.update(kept_originals(text_fm, replaced))
     for key, value in text_fm.items():
         if key not in fm and key not in CAPTURE_KEYS and key not in ("related", "tags"):
             fm[key] = value

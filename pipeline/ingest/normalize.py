@@ -32,7 +32,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from markdown_it import MarkdownIt
 
 from pipeline.common.errors import NoteError
-from pipeline.common.frontmatter import canonical_body, decode_bytes, split_frontmatter
+from pipeline.common.frontmatter import canonical_body, decode_bytes, kept_originals, split_frontmatter
 from pipeline.common.markdown import dedent as _dedent
 from pipeline.common.markdown import split_code
 from pipeline.config import Settings
@@ -1250,10 +1250,8 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
         fm["url"] = page_fm["url"]
     fm["content_hash"] = text_hash(body)
     fm["fetched_at"] = fetched_at
-    for key in REPLACED_KEYS:
-        value = page_fm.get(key)
-        if value is not None and value != fm.get(key) and f"original_{key}" not in page_fm:
-            fm[f"original_{key}"] = value
+    fm.update(kept_originals(page_fm, {key: page_fm[key] for key in REPLACED_KEYS
+                                       if page_fm.get(key) is not None and page_fm[key] != fm.get(key)}))
     for key, value in page_fm.items():
         if key not in fm and key not in OWN_KEYS:
             fm[key] = value
