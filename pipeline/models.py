@@ -115,8 +115,11 @@ class Note:
 
     @property
     def aliases(self) -> tuple[str, ...]:
+        """Frontmatter ``aliases`` as strings: a list's items, or a single value of any YAML type as one item
+        (``aliases: 2024`` -> ``("2024",)``, ``true`` -> ``("True",)``, as the items of ``[2024, true]``); empty
+        and false-y values (``""``, ``0``, ``false``, null) give none."""
         value = self.frontmatter.get("aliases") or ()
-        if isinstance(value, str):
+        if not isinstance(value, (list, tuple)):
             value = [value]
         return tuple(str(v) for v in value if v)
 

@@ -394,3 +394,22 @@ def test_a_note_at_the_cap_gives_no_warning_and_the_default_cap_is_1500() -> Non
     assert warnings == [] and MAX_CHUNKS_PER_NOTE == 1500
     with pytest.raises(ValueError, match="max_chunks must be ≥ 1"):
         chunk_note(note, count_tokens=words, max_chunks=0)
+
+
+def test_a_heading_only_body_keeps_headings_other_than_the_title_h1() -> None:
+    def only(note: Note) -> list[tuple[int, tuple[str, ...], str, str, str]]:
+        return [(c.ordinal, c.heading_path, c.breadcrumb, c.text, c.chunk_id)
+                for c in chunk_note(note, count_tokens=words)]
+
+    beta = mk("# Quagga heading\n", title="Beta note")
+    assert only(beta) == [(0, ("Quagga heading",), "Beta note > Quagga heading", "",
+                           stable_id(beta.note_id, "Quagga heading", "0"))]
+    described = mk("# My index about lynxes\n", title="My own index", description="Lynx notes.")
+    assert only(described) == [
+        (0, (), "My own index", "Lynx notes.", stable_id(described.note_id, "", "0")),
+        (1, ("My index about lynxes",), "My own index > My index about lynxes", "",
+         stable_id(described.note_id, "My index about lynxes", "0"))]
+    # an H1 equal to the title (NFKC, case-folded, whitespace runs as one) is dropped: the one fallback chunk as before
+    for title, body in (("Beta note", "# Beta note\n"), ("Ｂeta  Note", "# beta note\n"), ("Guide", "# GUIDE\n")):
+        note = mk(body, title=title)
+        assert only(note) == [(0, (), title, "", stable_id(note.note_id, "", "0"))]

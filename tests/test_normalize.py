@@ -695,3 +695,56 @@ def test_link_to_a_setext_heading_after_a_thematic_break(tmp_path, rule):
     }
     body = next(n.body for n in _norm(tmp_path, files, format="markdown").notes if n.source_path == "a.md")
     assert body == "See [[demo/b#First *Steps*|the setup]] and [[demo/b#Other Heading|more]].\n"
+
+
+# ---- frontmatter values of any YAML type; the build's own `docsvault` marker ----
+
+def test_a_scalar_alias_or_tag_of_any_yaml_type_is_one_item_like_a_list_item(tmp_path):
+    from pipeline.index.bm25 import page_labels
+    from pipeline.index.vaultlinks import qualify_ambiguous_links
+    from pipeline.ingest.vault import read_notes, write_source
+
+    files = {
+        "int.md": "---\naliases: 2024\ntags: 7\n---\n# year alias about yaks\n",
+        "float.md": "---\naliases: 3.14\nkeywords: 2.5\n---\nText.\n",
+        "bool.md": "---\naliases: true\ntags: true\n---\nText.\n",
+        "list.md": "---\naliases: [2024, true, 3.14]\ntags: [2024, true]\n---\nSee [[int]] and [[2024]].\n",
+        "date.md": "---\naliases: 2024-01-01\n---\nText.\n",
+        "off.md": "---\naliases: false\ntags: false\n---\nText.\n",
+        "map.md": "---\naliases: {a: 1}\ntags: {a: 1}\n---\nText.\n",
+    }
+    result = _norm(tmp_path, files, format="obsidian")
+    assert result.errors == []
+    notes = {n.source_path: n for n in result.notes}
+    assert {sp: n.aliases for sp, n in notes.items()} == {
+        "int.md": ("2024",), "float.md": ("3.14",), "bool.md": ("True",), "list.md": ("2024", "True", "3.14"),
+        "date.md": ("2024-01-01",), "off.md": (), "map.md": ("{'a': 1}",)}
+    assert {sp: page_labels(n) for sp, n in notes.items()} == {
+        "int.md": ["7"], "float.md": ["2.5"], "bool.md": ["True"], "list.md": ["2024", "True"], "date.md": [],
+        "off.md": ["False"], "map.md": []}
+    # what the vault stage does with them (link resolution by alias, writing, reading back) fails on none
+    qualified, _ = qualify_ambiguous_links("demo", list(notes.values()), {"int"})
+    assert next(n for n in qualified if n.source_path == "list.md").body == (
+        "See [[demo/int|int]] and [[2024]].\n")
+    write_source(tmp_path / "vault", "demo", result.notes)
+    assert {n.source_path: n.aliases for n in read_notes(tmp_path / "vault")}["int.md"] == ("2024",)
+
+
+def test_a_pages_own_docsvault_key_is_kept_as_original_and_never_marks_it_an_index_note(tmp_path):
+    from pipeline.ingest.vault import read_notes, write_source
+
+    files = {
+        "mine.md": "---\ntitle: My own index\ndocsvault: index\n---\n# My index about lynxes\n",
+        "other.md": "---\ndocsvault: [x, 1]\ncustom: 1\n---\nText.\n",
+        "both.md": "---\ndocsvault: index\noriginal_docsvault: mine\n---\nText.\n",
+    }
+    notes = {n.source_path: n for n in _norm(tmp_path, files, format="obsidian").notes}
+    assert notes["mine.md"].frontmatter == {
+        "title": "My own index", "source": "demo", "source_path": "mine.md",
+        "content_hash": text_hash("# My index about lynxes\n"), "fetched_at": FETCHED, "original_docsvault": "index"}
+    assert list(notes["other.md"].frontmatter)[-2:] == ["original_docsvault", "custom"]
+    assert notes["other.md"].frontmatter["original_docsvault"] == ["x", 1]
+    assert "docsvault" not in notes["both.md"].frontmatter
+    assert notes["both.md"].frontmatter["original_docsvault"] == "mine"     # the page's own original_ key wins
+    write_source(tmp_path / "vault", "demo", list(notes.values()))
+    assert sorted(n.source_path for n in read_notes(tmp_path / "vault")) == ["both.md", "mine.md", "other.md"]

@@ -263,11 +263,12 @@ def _score_matrix(token_lists: Sequence[list[str]], k1: float, b: float) -> tupl
 
 
 def page_labels(note: Note) -> list[str]:
-    """The note's frontmatter ``keywords`` and ``tags`` as strings (either may be a string or a list)."""
+    """The note's frontmatter ``keywords`` and ``tags`` as strings (either may be a list or a single value: a
+    string, number or boolean is one label, as it is as a list item; mappings are left out)."""
     labels: list[str] = []
     for key in ("keywords", "tags"):
-        value = note.frontmatter.get(key) or []
-        for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+        value = note.frontmatter.get(key)
+        for v in value if isinstance(value, list) else [] if value is None else [value]:
             if isinstance(v, (str, int, float)) and str(v).strip():
                 labels.append(str(v).lstrip("#"))
     return labels

@@ -9,7 +9,8 @@ How a note body becomes chunks:
    A thematic break (``---``, ``***``) is no block of its own: a setext heading right after one
    (``---\nTitle\n-----``) heads its section, never merged away with a "section" holding only the rule.
 3. Sections run from one heading to the next. ``heading_path`` = the headings above, outermost first; an H1 equal
-   to the note title (case-insensitive) is dropped from paths; an empty heading adds no path element.
+   to the note title (NFKC, case-folded, runs of whitespace as one space) is dropped from paths; an empty heading
+   adds no path element.
 4. Tiny sections (body < ``min_tokens``) are merged with the following section(s) while the result fits. The merged
    chunk's text runs verbatim from the first section's body through the later sections (their heading lines
    included) and its ``heading_path`` is the longest common prefix of the merged paths, so a breadcrumb never
@@ -29,6 +30,9 @@ How a note body becomes chunks:
    a fourth part (``stable_id(note_id, path, str(piece), str(n))``). ``ordinal`` is the position in the note.
 8. A note whose body has no text gives one chunk (breadcrumb = title, text = ``note.description`` or "") so that
    a frontmatter-only note stays findable; a note with neither title nor body nor description gives no chunk.
+   When that body has headings other than the title's H1 (``# Quagga heading`` under ``title: Beta note``), their
+   breadcrumb-only chunks are kept (after the description's chunk when there is a description), so the headings'
+   words stay indexed.
 9. A note gives at most ``max_chunks`` chunks (:data:`MAX_CHUNKS_PER_NOTE`): its first ones, in note order (the
    same chunks, ids included, as without the cap), and chunking stops there, so one huge note (a 4 MB log pasted
    into a vault: ~4,000 chunks) costs bounded chunking and embedding time and cannot crowd every other note out of
@@ -39,8 +43,9 @@ How a note body becomes chunks:
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import yaml
@@ -274,8 +279,13 @@ def _blocks(text: str) -> list[_Block]:
     return blocks
 
 
+def _name_key(name: str) -> str:
+    """A heading or title as compared with the other: NFKC, case-folded, runs of whitespace as one space."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
 def _sections(blocks: list[_Block], title: str) -> list[_Section]:
-    title_key = " ".join(title.split()).casefold()
+    title_key = _name_key(title)
     sections = [_Section((), None, [])]
     stack: list[tuple[int, str]] = []
     for b in blocks:
@@ -285,7 +295,7 @@ def _sections(blocks: list[_Block], title: str) -> list[_Section]:
         while stack and stack[-1][0] >= b.level:
             stack.pop()
         name = " ".join(b.title.split())
-        if name and not (b.level == 1 and name.casefold() == title_key):
+        if name and not (b.level == 1 and _name_key(name) == title_key):
             stack.append((b.level, name))
         sections.append(_Section(tuple(n for _, n in stack), b, []))
     if not sections[0].blocks:
@@ -377,12 +387,18 @@ class _Chunker:
                     )
                 )
         if not any(c.text for c in chunks):
-            return self._fallback()
+            return self._fallback([c for c in chunks if c.heading_path])
         return chunks
 
-    def _fallback(self) -> list[Chunk]:
-        """No body text: one chunk (title breadcrumb, description text) when there is a title or description."""
+    def _fallback(self, headed: list[Chunk]) -> list[Chunk]:
+        """No body text: one chunk (title breadcrumb, description text) when there is a title or description, then
+        ``headed`` (the breadcrumb-only chunks of headings other than the title's H1), renumbered; without a
+        description and with ``headed``, just ``headed``."""
         desc = self.note.description.strip()
+        if headed:
+            first = self._fallback([]) if desc else []
+            out = [replace(c, ordinal=i) for i, c in enumerate(first + headed)]
+            return out[: self.max_chunks] if self.max_chunks is not None else out
         if not self.note.title.strip() and not desc:
             return []
         bc = self.breadcrumb(())

@@ -32,14 +32,20 @@ from urllib.parse import unquote, urljoin, urlsplit
 from markdown_it import MarkdownIt
 
 from pipeline.common.errors import NoteError
-from pipeline.common.frontmatter import canonical_body, decode_bytes, kept_originals, split_frontmatter
+from pipeline.common.frontmatter import (
+    INDEX_KEY,
+    canonical_body,
+    decode_bytes,
+    kept_originals,
+    split_frontmatter,
+)
 from pipeline.common.markdown import dedent as _dedent
 from pipeline.common.markdown import split_code
 from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
 MARKDOWN_EXTS = (".md", ".mdx", ".markdown", ".html", ".htm", ".txt")
-OWN_KEYS = ("title", "source", "source_path", "url", "content_hash", "fetched_at")
+OWN_KEYS = ("title", "source", "source_path", "url", "content_hash", "fetched_at", INDEX_KEY)
 
 
 class DanglingLink(NamedTuple):
@@ -1237,7 +1243,9 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
     """The note's frontmatter: :data:`FIRST_KEYS` first, then the page's own keys, then fetcher keys. Never lost:
     the page's own ``source``/``source_path``/``url``/``content_hash``/``fetched_at``, which docsvault's values
     replace, stay under ``original_<key>`` when they differ (the Obsidian Web Clipper writes the clipped page's
-    address as ``source:``), unless the page has that key too."""
+    address as ``source:``), unless the page has that key too. The build's own marker key ``docsvault``
+    (``docsvault: index`` marks a generated index note, which is never indexed) is never taken from a page: the
+    page's value, whatever it is, stays as ``original_docsvault``, so a user's note cannot drop out of search."""
     fm: dict[str, Any] = {"title": title}
     for key in ("aliases", "description", "tags"):
         if key in page_fm:
@@ -1250,8 +1258,11 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
         fm["url"] = page_fm["url"]
     fm["content_hash"] = text_hash(body)
     fm["fetched_at"] = fetched_at
-    fm.update(kept_originals(page_fm, {key: page_fm[key] for key in REPLACED_KEYS
-                                       if page_fm.get(key) is not None and page_fm[key] != fm.get(key)}))
+    replaced = {key: page_fm[key] for key in REPLACED_KEYS
+                if page_fm.get(key) is not None and page_fm[key] != fm.get(key)}
+    if INDEX_KEY in page_fm:
+        replaced[INDEX_KEY] = page_fm[INDEX_KEY]
+    fm.update(kept_originals(page_fm, replaced))
     for key, value in page_fm.items():
         if key not in fm and key not in OWN_KEYS:
             fm[key] = value
