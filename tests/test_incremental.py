@@ -303,7 +303,16 @@ def test_sigkill_during_embedding_then_rerun_embeds_only_what_was_not_stored(set
     stored = EmbeddingCache(settings.cache_dir, model_id).get_many(hashes)
     assert len(stored) == 4 < len(hashes)                     # two batches of 2 were stored before the kill
 
+    # a warehouse published now (another source's build, a UI run of the shared stages) says which source's chunks
+    # have no vector yet
+    sources = load_sources(settings.sources_file)
+    b.graph_stage(settings, sources)
+    early = b.warehouse_stage(settings, sources, load_embedder)
+    n_chunks = len(artifacts.load_chunks(settings, "tiny"))
+    assert (early.missing_vectors, early.missing_vectors_in) == (n_chunks - 4, f"tiny {n_chunks - 4} of {n_chunks}")
+
     again = run_chain(settings)
+    assert again["warehouse"]["missing_vectors_in"] == ""
     assert again["embed"]["embedded"] == len(hashes) - 4      # exactly the texts that were not stored
     assert again["embed"]["cached"] == 4
     assert again["warehouse"]["vectors"] == len(artifacts.load_chunks(settings, "tiny"))
@@ -411,7 +420,7 @@ _FIRST_KEYS = {
     "warehouse": ["sources", "models", "notes", "chunks", "vectors", "missing_vectors", "links", "path", "size_mb",
                   "tokens_cached", "tokens_analysed", "rebuilt_because", "bm25_blobs", "changed_chunks",
                   "removed_chunks", "vectors_added", "vectors_removed", "bytes", "ms", "mode", "reason", "read_s",
-                  "graph_s", "vectors_s", "bm25_s", "publish_s", "skipped", "seconds"],
+                  "graph_s", "vectors_s", "bm25_s", "publish_s", "missing_vectors_in", "skipped", "seconds"],
 }
 
 

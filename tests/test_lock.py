@@ -254,6 +254,34 @@ def test_the_sensor_releases_a_killed_builds_run_only_when_no_build_runs(tiny_en
     assert instance.get_run_by_id("killed-build").status == dg.DagsterRunStatus.FAILURE
 
 
+def test_the_pool_slot_of_a_run_that_ended_is_freed_also_while_a_build_runs(tiny_env: Path) -> None:
+    """A UI run whose worker was killed is marked failed, but the slot its step claimed stays claimed and every later
+    run of the pool would queue for good: the sensor's tick (and every build) frees the slots of ended or deleted
+    runs, and never those of a run still going."""
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from pipeline.common.lock import build_run_lock
+    from pipeline.config import Settings
+    from pipeline.defs.executor import release_dead_builds
+    from pipeline.defs.runner import ensure_instance
+
+    settings = Settings.from_env()
+    ensure_instance(settings)
+    instance = dg.DagsterInstance.get()
+    storage = instance.event_log_storage
+    pool = "docsvault_source_notes"
+    storage.set_concurrency_slots(pool, 2)
+    for run_id, status in (("killed-ui-run", dg.DagsterRunStatus.FAILURE), ("live-ui-run", dg.DagsterRunStatus.STARTED)):
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=status))
+        assert storage.claim_concurrency_slot(pool, run_id, "notes__embeddings").is_claimed
+    assert storage.claim_concurrency_slot(pool, "deleted-run", "notes__chunks").is_claimed is False   # queued
+    with build_run_lock(settings.data_dir):             # while a build runs too
+        assert release_dead_builds(settings, instance) == ["deleted-run", "killed-ui-run"]
+    assert [s.run_id for s in storage.get_concurrency_info(pool).claimed_slots] == ["live-ui-run"]
+    assert storage.get_concurrency_run_ids() == {"live-ui-run"}
+
+
 def _stderr_line(proc: subprocess.Popen, seconds: float) -> str:
     """The next line the process writes on stderr ("" when it ends or `seconds` pass first)."""
     import selectors

@@ -63,7 +63,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         current = settings() if callable(settings) else settings
         if context.instance_ref is not None:      # a killed `docsvault build` must not keep holding a pool slot
             for run_id in release_dead_builds(current, context.instance):
-                context.log.warning(f"released run {run_id} of a docsvault build that is gone (killed)")
+                context.log.warning(f"released the pool slots of run {run_id}: its process is gone or the run has ended")
         try:
             cursor: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         except ValueError:

@@ -68,7 +68,8 @@ def executor() -> dg.Definitions:
 def release_dead_builds(settings: Settings, instance: dg.DagsterInstance) -> list[str]:
     """Release the runs of a ``docsvault build`` that died (:func:`release_build_runs`) when no build runs now;
     the upstream-change sensor calls it, so a daemon-only deployment is not left waiting for the pool slot a killed
-    build's step held. Returns the run ids released ([] while a build runs)."""
+    build's step held, and the slots of runs that have ended (:func:`free_slots_of_ended_runs`, also while a build
+    runs). Returns the run ids released."""
     from pipeline.common.errors import BuildLockedError
     from pipeline.common.lock import build_run_lock
 
@@ -76,7 +77,7 @@ def release_dead_builds(settings: Settings, instance: dg.DagsterInstance) -> lis
         with build_run_lock(settings.data_dir, wait=0):
             return release_build_runs(instance)
     except BuildLockedError:
-        return []
+        return free_slots_of_ended_runs(instance)
 
 
 def release_build_runs(instance: dg.DagsterInstance) -> list[str]:
@@ -92,4 +93,24 @@ def release_build_runs(instance: dg.DagsterInstance) -> list[str]:
                                                 "the next build released its pool slots")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         released.append(run.run_id)
-    return released
+    return released + free_slots_of_ended_runs(instance)
+
+
+def free_slots_of_ended_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Free the pool slots still claimed (or waited for) by runs that have ended or are gone from the instance.
+
+    A run whose worker was killed (out of memory, ``kill -9``, a crashed host) is marked failed by Dagster's run
+    monitoring or the UI, but the slot its running step had claimed stays claimed: every later run of that pool
+    (``docsvault_source_<source>``, ``docsvault_warehouse``) would wait in the queue for good. Any run, whoever
+    launched it, that is finished (success, failure, canceled) or deleted holds nothing. Returns the run ids freed.
+    """
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    freed = []
+    for run_id in sorted(storage.get_concurrency_run_ids()):
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            storage.free_concurrency_slots_for_run(run_id)
+            freed.append(run_id)
+    return freed

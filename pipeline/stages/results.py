@@ -214,6 +214,9 @@ class WarehouseResult(StageResult):
     rebuilt_because: str
     publish: Mapping[str, Any]
     timings: Mapping[str, float]
+    #: sources with chunks that have no vector yet, ``"notes 546 of 549, ja-react 3 of 4352"`` (their embeddings
+    #: step did not finish: BM25 finds those chunks, the vector lanes do not until the source is built again)
+    missing_vectors_in: str = ""
     skipped: bool = False
     seconds: float | None = None
 

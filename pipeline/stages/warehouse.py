@@ -146,6 +146,8 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     Long: one sequence under the build lock (skip check, read every source, BM25 tokens, publish with its fallback,
     record the key) whose order is the crash-safety argument: the key is recorded only after the file is swapped in.
     """
+    import numpy as np
+
     from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
     from pipeline.index.embed import EmbeddingCache, release_models, trim_heap
     from pipeline.ingest.vault import read_notes
@@ -200,10 +202,16 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                 wanted.setdefault(embedder_factory(spec).model_id, []).extend(group)
         arrays: dict[str, tuple[list[str], Any]] = {}     # model id -> chunk ids, their vectors (n, dim)
         missing = 0
+        unembedded: dict[str, set[str]] = {}     # source -> its chunk ids without a vector of some model
         for model_id, group in wanted.items():
             # one gather per model into one array (a join of per-source blocks copied ~100 MB once more)
             found, block = EmbeddingCache(settings.cache_dir, model_id).take([c.text_hash for c in group])
             missing += len(group) - len(found)
+            if len(found) < len(group):
+                have = np.zeros(len(group), dtype=bool)
+                have[found] = True
+                for i in np.flatnonzero(~have).tolist():
+                    unembedded.setdefault(group[i].source, set()).add(group[i].chunk_id)
             if len(found):
                 arrays[model_id] = ([group[i].chunk_id for i in found.tolist()], block)
         del wanted
@@ -243,7 +251,14 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             tokens_cached=hits, tokens_analysed=misses, rebuilt_because=problem,
             publish={k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
             timings={k: round(v, 3) for k, v in timings.items()},
+            missing_vectors_in=", ".join(
+                f"{name} {len(unembedded[name])} of {sum(c.source == name for c in chunks)}"
+                for name in names if name in unembedded),
         )
+        if out.missing_vectors_in:
+            log.warning("chunks without a vector (their embeddings step did not finish; BM25 finds them, the "
+                        "vector lanes do not): %s; `docsvault build --source <name>` embeds them",
+                        out.missing_vectors_in)
         meta = {k: v for k, v in out.as_dict().items() if k != "skipped"}
         artifacts.update_state(settings, SHARED_STATE, warehouse={"input_key": key, "meta": meta})
     return replace(out, skipped=False, seconds=round(time.perf_counter() - started, 3))
