@@ -280,6 +280,11 @@ def test_the_pool_slot_of_a_run_that_ended_is_freed_also_while_a_build_runs(tiny
         assert release_dead_builds(settings, instance) == ["deleted-run", "killed-ui-run"]
     assert [s.run_id for s in storage.get_concurrency_info(pool).claimed_slots] == ["live-ui-run"]
     assert storage.get_concurrency_run_ids() == {"live-ui-run"}
+    from pipeline.defs.runner import pools_held_by_other_runs
+
+    assert pools_held_by_other_runs(instance, [pool, "docsvault_warehouse"]) == [
+        "pool docsvault_source_notes is held by run live-ui-run (STARTED, step notes__embeddings): this build's "
+        "steps of that pool wait until it is done (the Dagster UI shows the run)"]
 
 
 def _stderr_line(proc: subprocess.Popen, seconds: float) -> str:

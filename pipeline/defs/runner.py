@@ -30,7 +30,15 @@ from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.common.errors import BuildInterrupted
 from pipeline.config import Settings, scoped_env, set_env
-from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, SUCCEEDED, key, source_slug
+from pipeline.defs.assets import (
+    PER_SOURCE_STAGES,
+    SHARED_STAGES,
+    SUCCEEDED,
+    WAREHOUSE_POOL,
+    key,
+    source_pool,
+    source_slug,
+)
 from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
@@ -224,7 +232,28 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
     instance = dg.DagsterInstance.get()
     forget_dropped_assets(instance, all_sources)
     release_build_runs(instance)
+    for line in pools_held_by_other_runs(instance, [source_pool(s) for s in sources] + [WAREHOUSE_POOL]):
+        log.warning(line)
     return sources, removed
+
+
+def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str]) -> list[str]:
+    """One line per pool of ``pools`` whose slot a live run holds (a UI, sensor or schedule run): the build's steps
+    of that pool wait for it, and Dagster prints nothing while they do. Runs that have ended hold nothing (their
+    slots were freed by :func:`pipeline.defs.executor.release_build_runs`)."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    lines = []
+    for pool in pools:
+        if pool not in storage.get_concurrency_keys():
+            continue
+        for slot in storage.get_concurrency_info(pool).claimed_slots:
+            run = instance.get_run_by_id(slot.run_id)
+            status = run.status.value if run is not None else "gone"
+            lines.append(f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): this build's "
+                         "steps of that pool wait until it is done (the Dagster UI shows the run)")
+    return lines
 
 
 def forget_dropped_assets(instance: dg.DagsterInstance, sources: Sequence[Source]) -> list[dg.AssetKey]:
