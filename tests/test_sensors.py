@@ -140,3 +140,37 @@ def test_sensor_on_a_real_mirror_that_gained_a_commit(tmp_path):
     again = {s.name: fetch_source(s, settings) for s in sources}
     assert again["obsidian-help"].changed is True and again["other"].changed is False
     assert again["obsidian-help"].revision == new != first["obsidian-help"].revision
+
+
+def test_sensor_finishes_a_chain_a_dead_run_left_after_its_fetch(two_sources, tmp_path):
+    """A run killed between `raw_docs` and `embeddings` has recorded its fetch, so the upstream check sees nothing
+    new: the sensor requests that source's chain once per interrupted fetch, and none while a run is in progress."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        def materialize(*keys: list[str]) -> None:
+            for k in keys:
+                instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k)))
+
+        def evaluate(cursor: str | None = None) -> dg.SensorResult:
+            result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
+            assert isinstance(result, dg.SensorResult)
+            return result
+
+        materialize(["repo_docs", "raw_docs"], ["repo_docs", "embeddings"], ["notes", "raw_docs"],
+                    ["notes", "embeddings"])
+        assert evaluate().run_requests == []
+        materialize(["notes", "raw_docs"], ["notes", "notes"])             # killed at chunks/embeddings
+        fetched = instance.get_asset_records([dg.AssetKey(["notes", "raw_docs"])])[0] \
+            .asset_entry.last_materialization_record.storage_id
+        result = evaluate()
+        assert [(r.run_key, r.tags["docsvault/trigger"], set(r.asset_selection)) for r in result.run_requests] == [
+            (f"notes:unfinished:{fetched}", "unfinished_run", _expected_keys("notes"))]
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="finishing", status=dg.DagsterRunStatus.STARTED))
+        assert evaluate(result.cursor).run_requests == []                  # a run in progress may be finishing it
+        instance.report_run_failed(instance.get_run_by_id("finishing"))
+        materialize(["notes", "embeddings"])
+        assert evaluate(result.cursor).run_requests == []

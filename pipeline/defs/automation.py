@@ -69,7 +69,21 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         except ValueError:
             cursor = {}
         requests: list[dg.RunRequest] = []
+        try:
+            instance: dg.DagsterInstance | None = context.instance
+        except dg.DagsterInvariantViolationError:          # evaluated without an instance (a unit test, a preview)
+            instance = None
+        unfinished = unfinished_chains(instance, list(by_name.values())) if instance is not None else {}
         for name_, source in by_name.items():
+            if name_ in unfinished:     # its last run died partway: fetched (and maybe chunked), never published
+                requests.append(dg.RunRequest(
+                    run_key=f"{source_slug(source.name)}:unfinished:{unfinished[name_]}",
+                    asset_selection=source_selection(source),
+                    tags={"docsvault/source": source.name, "docsvault/trigger": "unfinished_run", **RETRY_TAGS},
+                ))
+                context.log.info(f"{source.name}: its last run stopped after raw_docs and before embeddings; "
+                                 "requesting a run to finish the chain")
+                continue
             check = check_upstream(source, current)
             if check.error:
                 context.log.warning(f"{source.name}: upstream check failed: {check.error}")
@@ -86,6 +100,26 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 
     return _sensor
+
+
+def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, int]:
+    """Sources whose chain a run left unfinished: ``<source>/raw_docs`` materialized after the source's last
+    ``embeddings`` (the run was killed or crashed between them; its fetch is recorded, so the upstream check sees
+    nothing new and would never finish the chain). Source name -> storage id of that ``raw_docs`` materialization
+    (one request per interrupted fetch). Empty while any run is queued or in progress: it may be finishing them."""
+    active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=active)):
+        return {}
+    out: dict[str, int] = {}
+    for source in sources:
+        raw, emb = key("raw_docs", source), key("embeddings", source)
+        last = {r.asset_entry.asset_key: r.asset_entry.last_materialization_record
+                for r in instance.get_asset_records([raw, emb])}
+        fetched, embedded = last.get(raw), last.get(emb)
+        if fetched is not None and (embedded is None or embedded.storage_id < fetched.storage_id):
+            out[source.name] = fetched.storage_id
+    return out
 
 
 def automation_defs(settings: Settings) -> dg.Definitions:
