@@ -95,12 +95,27 @@ def _color() -> bool:
     return sys.stdout.isatty() and not no_color()
 
 
+def _version(value: bool) -> None:
+    """``--version``: ``docsvault <version>`` of the installed distribution, then exit 0."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"docsvault {version('docsvault')}")
+        except PackageNotFoundError:            # run from a source tree that is not installed
+            from pipeline import __version__
+
+            typer.echo(f"docsvault {__version__} (not installed)")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     sources: Annotated[Path | None, typer.Option("--sources", metavar="FILE", help="sources.yaml [env DOCSVAULT_SOURCES]")] = None,
     data: Annotated[Path | None, typer.Option("--data", metavar="DIR", help="data dir [env DOCSVAULT_DATA, ./data]")] = None,
     vault: Annotated[Path | None, typer.Option("--vault", metavar="DIR", help="vault dir [env DOCSVAULT_VAULT, ./vault]")] = None,
     synonyms: Annotated[Path | None, typer.Option("--synonyms", metavar="FILE", help="BM25 query synonyms [env DOCSVAULT_SYNONYMS, synonyms.yaml next to sources.yaml]")] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Paths come from these flags, else the environment, else the defaults."""
     _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault, synonyms=synonyms)
@@ -220,6 +235,10 @@ def build(
                    f"({how})")
         if wh.get("rebuilt_because"):
             typer.echo(f"  the previous warehouse could not be used and was rebuilt: {wh['rebuilt_because']}")
+        if wh.get("missing_vectors_in"):
+            typer.echo(f"warning: chunks without a vector (their embeddings step did not finish): "
+                       f"{wh['missing_vectors_in']}; keyword search finds them, the vector lanes do not until "
+                       "`docsvault build --source <name>` embeds them", err=True)
         if ev.get("n"):
             typer.echo("eval: n={n} hit@1={h1:.3f} hit@3={h3:.3f} MRR@10={mrr:.3f} nDCG@10={nd:.3f}".format(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),
@@ -891,7 +910,10 @@ def status(
             raise typer.Exit(1)
         return
     typer.echo(f"sources: {data['sources_file']}")
-    if data.get("sources_error"):
+    if data.get("sources_error") and not Path(data["sources_file"]).is_file():      # missing, not invalid
+        typer.echo(f"  (no sources file at {data['sources_file']}: create it, or point --sources / DOCSVAULT_SOURCES "
+                   "at one; the sources listed are the warehouse's)")
+    elif data.get("sources_error"):
         typer.echo("  (sources.yaml is invalid, see the error below: the sources listed are the warehouse's)")
     typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
     for r in data["sources"]:
@@ -1211,6 +1233,14 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
     except OSError as exc:
         return f"cannot write {home / UI_LOCK}: {exc.strerror or exc}; fix DAGSTER_HOME ({home}) or its permissions"
     if lock.fd is not None:
+        beat = daemon_heartbeat_age(home)        # no `docsvault ui`, but `dg dev` or `dagster-daemon` may run
+        if beat is not None:
+            lock.release()
+            running = (f"a Dagster daemon already runs for DAGSTER_HOME={home} (`dg dev`, `dagster dev` or "
+                       f"`dagster-daemon`; last heartbeat {beat:.0f} s ago): use its UI, or start a second UI only "
+                       "with --port PORT --webserver-only (two daemons on one instance fight over its sensors and "
+                       "run queue)")
+            return f"{port_problem}; also, {running}" if port_problem else running
         if port_problem:             # nothing starts: let go at once, naming nobody
             lock.release()
         return port_problem
@@ -1219,6 +1249,29 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
     running = (f"another `docsvault ui` ({where}) runs the Dagster daemon for DAGSTER_HOME={home}: open its UI or "
                "stop it first (a second UI on this instance without a second daemon: --port PORT --webserver-only)")
     return f"{port_problem}; also, {running}" if port_problem else running
+
+
+#: a daemon beats every ~20-30 s: a heartbeat younger than this is a daemon that runs now
+DAEMON_ALIVE_S = 90.0
+
+
+def daemon_heartbeat_age(home: Path) -> float | None:
+    """Seconds since the newest Dagster daemon heartbeat of the instance at ``home`` when younger than
+    :data:`DAEMON_ALIVE_S` (a daemon runs for it now, whoever started it), else None (also without an instance or
+    when it cannot be read)."""
+    import time
+
+    if not (home / "dagster.yaml").is_file():
+        return None
+    try:
+        import dagster as dg
+
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            beats = [hb.timestamp for hb in instance.get_daemon_heartbeats().values()]
+    except Exception:          # an instance that cannot be opened: `dg dev` will say why
+        return None
+    age = time.time() - max(beats) if beats else None
+    return age if age is not None and age < DAEMON_ALIVE_S else None
 
 
 def unused_instance_file(cwd: Path, home: Path) -> str | None:

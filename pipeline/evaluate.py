@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -100,6 +101,39 @@ def _case_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
+#: the keys of one eval case (README "eval"); any other is refused, naming its line
+CASE_KEYS: tuple[str, ...] = ("id", "query", "expected", "kind", "corpus")
+
+
+def _case_key_line(path: Path, index: int, key: object) -> int | None:
+    """The 1-based line of ``key`` in the ``index``-th (1-based) item of the ``cases:`` list of ``path``; None when
+    the file cannot be composed again or has no such key."""
+    try:
+        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for k, v in root.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == "cases" and isinstance(v, yaml.SequenceNode) \
+                and len(v.value) >= index and isinstance(v.value[index - 1], yaml.MappingNode):
+            return next((kn.start_mark.line + 1 for kn, _ in v.value[index - 1].value
+                         if isinstance(kn, yaml.ScalarNode) and kn.value == str(key)), None)
+    return None
+
+
+def _unknown_key_error(path: Path, index: int, where: str, key: object) -> str:
+    """``<file>: line N: case 'x': unknown key 'expectd'; did you mean 'expected'? (allowed: [...])``, as
+    sources.yaml's unknown keys."""
+    line = _case_key_line(path, index, key)
+    if line is not None:
+        where = f"{path}: line {line}: {where[len(f'{path}: '):]}"
+    close = get_close_matches(str(key), CASE_KEYS, n=1)
+    todo = (f"did you mean {close[0]!r}? (allowed: {list(CASE_KEYS)})" if close
+            else f"remove it or use an allowed key: {list(CASE_KEYS)}")
+    return f"{where}: unknown key {key!r}; {todo}"
+
+
 def _load_file(path: Path) -> list[EvalCase]:
     try:
         doc = safe_load(path.read_text(encoding="utf-8"))
@@ -126,6 +160,9 @@ def _load_file(path: Path) -> list[EvalCase]:
             raise EvalFileError(f"{where}: expected a mapping with id, query, expected, got {raw!r}")
         if raw.get("id") is not None:
             where = f"{path}: case {raw['id']!r}"
+        unknown = [key for key in raw if key not in CASE_KEYS]
+        if unknown:
+            raise EvalFileError(_unknown_key_error(path, i, where, unknown[0]))
         case_id, query, expected = raw.get("id"), raw.get("query"), raw.get("expected")
         if not isinstance(case_id, (str, int)) or str(case_id).strip() == "":
             raise EvalFileError(f"{where}: missing `id`")
@@ -435,13 +472,17 @@ def format_scopes(reports: Mapping[str, Mapping[str, Any]], show_misses: bool = 
 
 
 def format_skipped(report: Mapping[str, Any]) -> list[str]:
-    """Lines naming the cases not scored because their corpus is not a source of the warehouse ([] when none)."""
+    """Lines naming the corpora whose cases were not scored because they are not a source of the warehouse, one
+    line per corpus with its count of cases ([] when none)."""
     rows = report.get("skipped") or []
     if not rows:
         return []
-    lines = ["", f"skipped ({len(rows)}, source not in the warehouse: a typo in `corpus:`, or a source not built):"]
+    per_corpus: dict[str, int] = {}
     for r in rows:
-        lines.append(f"  {r['id']:<22} {r['corpus']}")
+        per_corpus[r["corpus"]] = per_corpus.get(r["corpus"], 0) + 1
+    lines = ["", (f"skipped ({len(rows)} case(s), source not in the warehouse: a typo in `corpus:`, or a source "
+                  "not built):")]
+    lines.extend(f"  {corpus:<22} {n} case(s)" for corpus, n in sorted(per_corpus.items()))
     return lines
 
 

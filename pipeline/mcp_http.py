@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import signal
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -194,6 +195,8 @@ def serve_http(settings: Settings, opts: HttpOptions) -> None:
 
     Raises:
         HttpConfigError: see :func:`check_http_options`.
+        KeyboardInterrupt: stopped by SIGINT, once uvicorn has shut down (uvicorn handles the signal itself and
+            returns normally; the CLI then prints ``interrupted`` and exits 130, as every command does).
     """
     import sys
 
@@ -205,5 +208,18 @@ def serve_http(settings: Settings, opts: HttpOptions) -> None:
     log.info("serving MCP over streamable HTTP on http://%s:%d/mcp (%s%s)", shown, opts.port,
              "bearer token required" if opts.token else "no token: loopback only",
              ", stateless" if opts.stateless else "")
+
+    class Server(uvicorn.Server):
+        """Records the signals that stopped it (uvicorn handles SIGINT / SIGTERM itself and returns normally)."""
+
+        stopped_by: tuple[int, ...] = ()
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.stopped_by += (sig,)
+            super().handle_exit(sig, frame)
+
     # access_log off: request lines are noise at load; headers (the token) are never logged either way
-    uvicorn.run(app, host=opts.host, port=opts.port, log_level="warning", access_log=False)
+    server = Server(uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning", access_log=False))
+    server.run()
+    if signal.SIGINT in server.stopped_by:
+        raise KeyboardInterrupt

@@ -56,6 +56,32 @@ class ToolFailure(Exception):
     """A failure to report to the client as a tool error (message only, no traceback)."""
 
 
+#: what an argument must be, by the first word of a pydantic error type (``int_parsing``): (one, a list of them)
+_MUST_BE = {"int": ("an integer", "integers"), "string": ("a string", "strings"), "bool": ("true or false", "booleans"),
+            "float": ("a number", "numbers"), "list": ("a list", "lists"), "dict": ("an object", "objects")}
+
+
+def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str, Any]) -> str:
+    """One line for the argument errors pydantic found in a tool call (its ``ValidationError.errors()``), about the
+    first argument in error: ``search: missing argument 'query'``, ``search: argument 'k' must be an integer, got
+    'abc'``, ``search: argument 'source' must be a string or a list, got 5`` (a union's forms joined by "or")."""
+    arg = str(errors[0]["loc"][0]) if errors and errors[0]["loc"] else "?"
+    mine = [e for e in errors if e["loc"] and str(e["loc"][0]) == arg]
+    if any(e["type"] == "missing" for e in mine):
+        return f"{tool}: missing argument {arg!r}"
+    wanted: list[str] = []
+    for e in mine:
+        one, many = _MUST_BE.get(str(e["type"]).split("_")[0], (None, None))
+        if one is None:
+            return f"{tool}: argument {arg!r} is invalid: {' '.join(str(e['msg']).split())}"
+        text = f"a list of {many}" if any(isinstance(part, int) for part in e["loc"][1:]) else one
+        if text not in wanted:
+            wanted.append(text)
+    got = repr(arguments.get(arg))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    return f"{tool}: argument {arg!r} must be {' or '.join(wanted)}, got {got}"
+
+
 @functools.lru_cache(maxsize=4)
 def _shared_embedder(model_id: str) -> Any:
     from pipeline.index.embed import load_embedder
@@ -136,6 +162,8 @@ class VaultService:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
         if problem := query_problem(query):
             raise ToolFailure(problem)
+        if tag is not None and not tag.strip().lstrip("#"):       # as the CLI's `--tag ''`
+            raise ToolFailure("the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out")
         try:
             parsed = parse_query(query[:2000])
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes
@@ -389,11 +417,23 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
+    from pydantic import ValidationError
 
     from pipeline import __version__
 
+    class Server(MCPServer):
+        """MCPServer whose argument errors are one line (:func:`argument_error`), not pydantic's multi-line dump."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if not isinstance(exc.__cause__, ValidationError):
+                    raise
+                raise ToolError(argument_error(name, exc.__cause__.errors(), arguments)) from exc.__cause__
+
     svc = service or VaultService(settings)
-    server = MCPServer(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = Server(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     def guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:

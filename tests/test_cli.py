@@ -117,6 +117,32 @@ def test_bad_sources_file_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_version_prints_the_installed_distribution_version() -> None:
+    from importlib.metadata import version
+
+    import pipeline
+
+    result = runner.invoke(app, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, f"docsvault {version('docsvault')}\n")
+    assert version("docsvault") == pipeline.__version__
+    assert runner.invoke(app, ["--version", "status"]).stdout == f"docsvault {version('docsvault')}\n"   # eager
+
+
+def test_status_says_a_missing_sources_file_is_missing_not_invalid(tmp_path: Path) -> None:
+    missing = tmp_path / "sources.yaml"
+    result = runner.invoke(app, ["--sources", str(missing), "--data", str(tmp_path / "d"), "--vault",
+                                 str(tmp_path / "v"), "status"])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[:2] == [
+        f"sources: {missing}",
+        f"  (no sources file at {missing}: create it, or point --sources / DOCSVAULT_SOURCES at one; the sources "
+        "listed are the warehouse's)",
+    ]
+    assert "invalid" not in result.stdout
+    assert result.stderr == (f"error: {missing}: sources file not found; create it (see README) or point "
+                             "DOCSVAULT_SOURCES / --sources at one\n")
+
+
 def test_sources_validate_checks_local_folders(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "file.md").write_text("# f\n", encoding="utf-8")
@@ -196,8 +222,8 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
         "source not built yet); built sources: tiny\n"))
     result = runner.invoke(app, ["eval", str(other), str(tiny_env / "evals"), "--lanes", "bm25"])
     assert result.exit_code == 0, result.output
-    assert result.output.endswith("\nskipped (1, source not in the warehouse: a typo in `corpus:`, or a source not "
-                                  "built):\n  n1                     nope\n")
+    assert result.output.endswith("\nskipped (1 case(s), source not in the warehouse: a typo in `corpus:`, or a "
+                                  "source not built):\n  nope                   1 case(s)\n")
     # configured in sources.yaml but not in the warehouse (never built, empty, failed): said so, not "unknown"
     (tiny_env / "empty").mkdir()
     with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
@@ -440,6 +466,40 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
                         "-h", "127.0.0.1", "-p", str(port)]
     assert env["PYTHONSAFEPATH"] == "1"
     assert (Path(env["DAGSTER_HOME"]) / "dagster.yaml").is_file()
+
+
+def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon that `dg dev` or `dagster-daemon` runs for this DAGSTER_HOME (a fresh heartbeat in the instance,
+    no `docsvault ui` lock held) makes `docsvault ui` refuse, naming --webserver-only; a stale heartbeat does not."""
+    import time
+
+    import dagster as dg
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from pipeline import cli
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(cli, "run_until_stopped", lambda argv, env, cwd: calls.append(argv) or (0, None))
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 5, "SENSOR", "other-daemon", None))
+    port = ui_free_port()
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port)])
+    assert result.exit_code == 1 and calls == []
+    assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
+    assert "--port PORT --webserver-only" in result.output
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 600, "SENSOR", "other-daemon", None))
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port)])
+    for fd in ui_lock_fds(home):
+        os.close(fd)
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
 
 
 def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Path,

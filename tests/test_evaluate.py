@@ -374,3 +374,31 @@ def test_load_cases_duplicate_key_names_both_lines(tmp_path: Path):
     with pytest.raises(EvalFileError) as err:
         load_cases([path])
     assert str(err.value) == f"{path}: duplicate key 'query' at line 5 (first at line 4); keep one"
+
+
+def test_load_cases_unknown_case_key_names_file_line_and_closest_key(tmp_path: Path):
+    path = _write(tmp_path / "typo.yaml", "corpus: d\ncases:\n  - id: a\n    query: q\n    expected: [x]\n"
+                                          "  - id: b\n    query: q\n    expectd: [x]\n")
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value) == (f"{path}: line 8: case 'b': unknown key 'expectd'; did you mean 'expected'? "
+                              "(allowed: ['id', 'query', 'expected', 'kind', 'corpus'])")
+    path = _write(tmp_path / "flow.yaml", "corpus: d\ncases:\n  - {query: q, expected: [x], weight: 2}\n")
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value) == (f"{path}: line 3: case #1: unknown key 'weight'; remove it or use an allowed key: "
+                              "['id', 'query', 'expected', 'kind', 'corpus']")
+
+
+def test_format_skipped_one_line_per_corpus():
+    from pipeline.evaluate import format_skipped
+
+    report = {"skipped": [{"id": f"d-{i}", "corpus": "diffusers", "reason": "x"} for i in range(3)]
+              + [{"id": "p-1", "corpus": "prefect", "reason": "x"}]}
+    assert format_skipped(report) == [
+        "",
+        "skipped (4 case(s), source not in the warehouse: a typo in `corpus:`, or a source not built):",
+        "  diffusers              3 case(s)",
+        "  prefect                1 case(s)",
+    ]
+    assert format_skipped({"skipped": []}) == []

@@ -186,3 +186,38 @@ def test_tool_errors_name_the_tool_arguments_not_cli_flags(tiny_env: Path, monke
         svc.save_note("a note")
     assert str(err.value) == ("no capture source: set DOCSVAULT_CAPTURE_SOURCE to a local source of sources.yaml "
                               "(tiny) or pass the `source` argument")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"query": "ducks", "k": "abc"}, "search: argument 'k' must be an integer, got 'abc'"),
+    ({"query": "ducks", "k": 1.5}, "search: argument 'k' must be an integer, got 1.5"),
+    ({}, "search: missing argument 'query'"),
+    ({"k": 3}, "search: missing argument 'query'"),
+    ({"query": 5}, "search: argument 'query' must be a string, got 5"),
+    ({"query": "ducks", "source": 5}, "search: argument 'source' must be a string or a list, got 5"),
+    ({"query": "ducks", "lanes": "bm25"}, "search: argument 'lanes' must be a list, got 'bm25'"),
+    ({"query": "ducks", "lanes": ["bm25", 3]}, "search: argument 'lanes' must be a list of strings, got ['bm25', 3]"),
+])
+def test_argument_type_errors_are_one_line(tiny_env: Path, arguments: dict[str, Any], message: str) -> None:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from pipeline.mcp_server import create_server
+
+    server = create_server(Settings.from_env())
+
+    async def call() -> None:
+        await server.call_tool("search", arguments)
+
+    with pytest.raises(ToolError) as err:
+        anyio.run(call)
+    assert str(err.value) == message
+
+
+def test_an_empty_tag_is_refused_as_in_the_cli(tiny_env: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    svc = VaultService(Settings.from_env())
+    for tag in ("", "  ", "#"):
+        with pytest.raises(ToolFailure) as err:
+            svc.search("ducks", tag=tag)
+        assert str(err.value) == "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"

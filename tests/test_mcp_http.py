@@ -167,6 +167,23 @@ def test_cli_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
+def test_ctrl_c_prints_interrupted_and_exits_130(tmp_path: Path) -> None:
+    """As every command: SIGINT stops `mcp --http` (uvicorn shuts down first) with `interrupted` and exit 130."""
+    import signal
+
+    port = free_port()
+    log = tmp_path / "mcp.log"
+    env = _env({"DOCSVAULT_DATA": str(tmp_path / "data"), "DOCSVAULT_VAULT": str(tmp_path / "vault"),
+                "DOCSVAULT_SOURCES": str(tmp_path / "sources.yaml")})
+    with mcp_server(["--port", str(port)], env, log) as proc:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    lines = log.read_text().splitlines()
+    assert lines[0] == f"docsvault-mcp INFO serving MCP over streamable HTTP on http://127.0.0.1:{port}/mcp (no token: " \
+                       "loopback only)"
+    assert lines[-1] == "interrupted"
+
+
 @pytest.fixture
 def built_env(tiny_env: Path) -> Path:
     from pipeline.defs.runner import run_build
