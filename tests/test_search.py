@@ -304,3 +304,16 @@ def test_one_huge_page_cannot_crowd_the_others_out_of_a_lane(tmp_path: Path):
     assert top_per_page(scores, page_of, 5, per_page=3).tolist() == [0, 1, 2, 4, 5]
     assert top_per_page(scores, page_of, 10, per_page=1, candidates=np.array([1, 4, 6])).tolist() == [1, 4]
     assert PER_PAGE_IN_LANE == 5
+
+
+def test_a_pasted_long_text_is_ranked_on_its_first_max_query_chars(searcher: Searcher):
+    from pipeline.search.searcher import MAX_QUERY_CHARS, clip_query
+
+    assert clip_query("short query") == "short query"
+    words = ("publish warehouse atomically " * 200).strip()          # 5,999 characters
+    clipped = clip_query(words)
+    assert len(clipped) <= MAX_QUERY_CHARS and words.startswith(clipped) and not clipped.endswith(" ")
+    assert clip_query("x" * 2500) == "x" * MAX_QUERY_CHARS             # no space near the end: a hard cut
+    long = words + " " + "otterwombat " * 10_000
+    assert [h.vault_path for h in searcher.search(long, k=3)] == [h.vault_path for h in searcher.search(clipped, k=3)]
+    assert searcher.rank_pages(long) == searcher.rank_pages(clipped)
