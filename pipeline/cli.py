@@ -134,6 +134,7 @@ def build(
     force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
     remove_all_sources: Annotated[bool, typer.Option("--remove-all-sources", help="When sources.yaml lists no sources: remove every built source (vault folders and data); refused without this option.")] = False,
+    wait_arg: Annotated[str, typer.Option("--wait-arg", hidden=True, help="How the caller's user sets --wait, for the lock error (the MCP refresh tool passes its `wait` argument).")] = "--wait SECONDS",
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
 
@@ -154,7 +155,7 @@ def build(
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
         with _stop_on_signals():
-            report = noop_build(s, source, wait=wait, force=force)
+            report = noop_build(s, source, wait=wait, force=force, wait_arg=wait_arg)
         if report is None:
             from pipeline.defs.runner import run_build
             from pipeline.stages import FORCE_ENV
@@ -162,7 +163,7 @@ def build(
             with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar, \
                     _stop_on_signals():
                 report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
-                                   progress=bar.update, remove_all_sources=remove_all_sources)
+                                   progress=bar.update, remove_all_sources=remove_all_sources, wait_arg=wait_arg)
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -716,6 +717,7 @@ def capture(
     correlation_id: Annotated[str | None, typer.Option("--correlation-id", metavar="ID", help="Ties the note to a conversation or run (default: a new id).")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", "-t", metavar="TAG", help="Frontmatter tags (repeatable).")] = None,
     no_build: Annotated[bool, typer.Option("--no-build", help="Only write the note; do not build its source.")] = False,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", min=0.0, help="Wait this long for another running build to finish before building the note's source (default: refuse at once; the note is saved either way).")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="What was written as JSON on stdout.")] = False,
 ) -> None:
     """Write a note into the local capture source (frontmatter: created, agent, status raw, correlation id, related
@@ -753,15 +755,19 @@ def capture(
         fail(str(exc))
         return
     built: dict[str, Any] | None = None
+    stopped: BuildInterrupted | None = None
     if not no_build:
         from pipeline.defs.runner import run_build
 
         try:
-            report = run_build(s, [src.name])
+            with _stop_on_signals():            # Ctrl-C stops a --wait for the lock at once, the note stays saved
+                report = run_build(s, [src.name], wait=wait)
             out = build_outcome(report).as_dict()
             built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
         except PipelineError as exc:
             built = {"ok": False, "error": " ".join(str(exc).split())}
+        except BuildInterrupted as exc:     # reported as a failed build, then exit 128 + the signal as `build`
+            stopped, built = exc, {"ok": False, "error": str(exc)}
     if as_json:
         typer.echo(json.dumps({"path": str(note.path), "vault_path": note.vault_path, "source": note.source,
                                "correlation_id": note.correlation_id, "related": list(note.related),
@@ -776,6 +782,8 @@ def capture(
             else:
                 why = built.get("error") or ((built.get("source") or {}).get("error")) or "see `docsvault status`"
                 typer.echo(f"error: the note is saved but the build of {src.name} failed: {why}", err=True)
+    if stopped is not None:
+        sys.exit(128 + (stopped.signum or signal.SIGINT))
     if built is not None and not built["ok"]:
         raise typer.Exit(1)
 

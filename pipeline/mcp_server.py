@@ -42,6 +42,12 @@ HIT_LINKS_CAP = 5          # outlinks / backlinks per hit
 LIST_CAP = 50              # paths listed per change kind in a refresh report
 OUTPUT_TAIL_CHARS = 2000   # build output returned by refresh
 DEFAULT_REFRESH_TIMEOUT = 600.0
+#: seconds save_note / refresh may wait for another running build (their ``wait``): a tool call that waits longer
+#: than a couple of minutes looks hung to the agent, which can call again instead; the wait counts toward the
+#: refresh time bound
+MAX_WAIT = 120
+#: how the lock error names the tools' ``wait`` (:class:`pipeline.common.lock.BuildLock`'s ``wait_arg``)
+WAIT_ARG = f"`wait` (seconds, at most {MAX_WAIT})"
 
 INSTRUCTIONS = (
     "docsvault: local documentation and Obsidian notes with hybrid search. Call `search` with a question or keywords; "
@@ -80,6 +86,17 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
     got = repr(arguments.get(arg))
     got = got if len(got) <= 60 else got[:57] + "..."
     return f"{tool}: argument {arg!r} must be {' or '.join(wanted)}, got {got}"
+
+
+def _wait_seconds(wait: Any) -> float:
+    """The ``wait`` argument of save_note / refresh as seconds.
+
+    Raises:
+        ToolFailure: not a number from 0 to :data:`MAX_WAIT`.
+    """
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
+        raise ToolFailure(f"wait must be between 0 and {MAX_WAIT} seconds, got {wait!r}")
+    return float(wait)
 
 
 @functools.lru_cache(maxsize=4)
@@ -252,22 +269,23 @@ class VaultService:
                 **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
 
     def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
-                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None
-                  ) -> dict[str, Any]:
+                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,
+                  wait: float = 0) -> dict[str, Any]:
         """Write a note into the local capture source (:mod:`pipeline.ingest.capture`), then rebuild that source (as
-        ``refresh``) so it is searchable at once. The note is kept even when the rebuild fails (``searchable``
-        false, ``error`` says why).
+        ``refresh``, waiting up to ``wait`` seconds for another running build) so it is searchable at once. The note
+        is kept even when the rebuild fails (``searchable`` false, ``error`` says why).
 
         Raises:
-            ToolFailure: no or unknown capture source, or one a Markdown note would not be read from
-                (:func:`pipeline.ingest.capture.capture_problem`), empty or too long text, unsafe or taken name;
-                nothing is written then.
+            ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
+                note would not be read from (:func:`pipeline.ingest.capture.capture_problem`), empty or too long
+                text, unsafe or taken name; nothing is written then.
         """
         from pipeline.ingest.capture import capture_source, title_of, write_capture
         from pipeline.ingest.sources import load_sources
         from pipeline.service import capture_related
 
         s = self.settings
+        wait = _wait_seconds(wait)
         if not isinstance(text, str) or not text.strip():
             raise ToolFailure("nothing to save: `text` is empty")
         try:
@@ -282,7 +300,7 @@ class VaultService:
         out: dict[str, Any] = {"path": note.vault_path, "source": note.source, "file": str(note.path),
                                "correlation_id": note.correlation_id, "related": list(note.related)}
         try:
-            result = self.refresh(src.name)
+            result = self.refresh(src.name, wait=wait)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
             out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
         except ToolFailure as exc:
@@ -298,21 +316,24 @@ class VaultService:
         data["sources"] = data["sources"][:100]
         return data
 
-    def refresh(self, source: str | None = None, full: bool = False) -> dict[str, Any]:
+    def refresh(self, source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
         """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed.
         ``full``: from scratch (``docsvault build --force``: every chunk embedded again, the warehouse written in
-        full).
+        full). ``wait``: seconds (0-:data:`MAX_WAIT`) to wait for another running build or refresh to finish
+        (``docsvault build --wait``); 0 refuses at once.
 
         Returns ``outcomes`` (per source: ``status`` built | unchanged | failed, with ``failed_stage`` and the
         ``error`` line) and ``shared`` (the shared stages: ``ok``, ``error``, ``warehouse``, ``eval``); ``ok`` is
         False when a source or a shared stage failed. A failed source keeps serving its last good copy.
 
         Raises:
-            ToolFailure: unknown or non-local source, a refresh already running, the time bound exceeded, the build
-                could not start, or every source failed (each source's error line in the message).
+            ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, unknown or non-local source, a refresh or build
+                still running after ``wait``, the time bound exceeded, the build could not start, or every source
+                failed (each source's error line in the message).
         """
         from pipeline.ingest.sources import load_sources
 
+        wait = _wait_seconds(wait)
         sources = load_sources(self.settings.sources_file)
         local = [s.name for s in sources if s.kind == "local"]
         if source:
@@ -329,10 +350,17 @@ class VaultService:
             names = local
             if not names:
                 raise ToolFailure("no local sources in sources.yaml: nothing to refresh")
+        left = wait
         if not self._refresh_lock.acquire(blocking=False):
-            raise ToolFailure("a refresh is already running; call refresh again when it has finished")
+            started = time.monotonic()
+            if not (wait > 0 and self._refresh_lock.acquire(timeout=wait)):
+                raise ToolFailure(f"a refresh is still running after waiting {wait:g} s; call refresh again when "
+                                  f"it has finished (or pass a larger {WAIT_ARG})" if wait > 0 else
+                                  "a refresh is already running; call refresh again when it has finished (or pass "
+                                  f"{WAIT_ARG})")
+            left = round(max(0.0, wait - (time.monotonic() - started)), 1)     # the rest for the build's lock
         try:
-            return self._refresh(names, full=bool(full))
+            return self._refresh(names, full=bool(full), wait=left)
         finally:
             self._refresh_lock.release()
 
@@ -347,13 +375,14 @@ class VaultService:
         finally:
             con.close()
 
-    def _refresh(self, names: list[str], full: bool = False) -> dict[str, Any]:
+    def _refresh(self, names: list[str], full: bool = False, wait: float = 0.0) -> dict[str, Any]:
         import json
 
         from pipeline.service import child_env
 
         before = self._note_hashes(names)
-        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else [])]
+        cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else []),
+               "--wait", f"{wait:g}", "--wait-arg", WAIT_ARG]
         for n in names:
             cmd += ["--source", n]
         started = time.monotonic()
@@ -494,16 +523,18 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "search for it finds), then rebuild that source so the note is searchable at once (seconds to minutes). "
             "`title` heads the note as `# title` unless the text starts with a level-1 heading. "
             "`name` is a file name without .md (default: from the title or first heading); an existing note is "
-            "never overwritten. Returns the note's `path` (for read/search), `correlation_id`, `related`, "
-            "`searchable`."
+            f"never overwritten. `wait` (seconds, 0-{MAX_WAIT}, default 0): how long the rebuild waits for another "
+            "running build to finish; with 0 it fails at once while one runs (the note is saved either way: "
+            "`searchable` false, `error` says why). Returns the note's `path` (for read/search), `correlation_id`, "
+            "`related`, `searchable`."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                     open_world_hint=False),
     )
     def save_note(text: str, title: str | None = None, name: str | None = None, source: str | None = None,
-                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None
-                  ) -> dict[str, Any]:
-        return guarded(svc.save_note, text, title, name, source, agent, correlation_id, tags)
+                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,
+                  wait: float = 0) -> dict[str, Any]:
+        return guarded(svc.save_note, text, title, name, source, agent, correlation_id, tags, wait)
 
     @server.tool(
         name="status",
@@ -524,13 +555,15 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "become searchable. Takes seconds to minutes (stopped after a time limit); returns every source's "
             "outcome (built, unchanged or failed with its error), the shared stages, and the vault paths of notes "
             "added, changed and removed. `full=true` rebuilds them from scratch (every chunk embedded again, the "
-            "index written in full). Git and web sources are not refreshed here."
+            f"index written in full). `wait` (seconds, 0-{MAX_WAIT}, default 0): how long to wait for another running "
+            "build or refresh to finish first (it counts toward the time limit); with 0 the call fails at once "
+            "while one runs. Git and web sources are not refreshed here."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                     open_world_hint=False),
     )
-    def refresh(source: str | None = None, full: bool = False) -> dict[str, Any]:
-        return guarded(svc.refresh, source, full)
+    def refresh(source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
+        return guarded(svc.refresh, source, full, wait)
 
     return server
 

@@ -350,10 +350,10 @@ def query_problem(query: str | None) -> str | None:
 
 
 def noop_build(s: Settings, source_names: Sequence[str] | None = None, wait: float = 0.0,
-               force: bool = False) -> BuildReport | None:
+               force: bool = False, wait_arg: str = "--wait SECONDS") -> BuildReport | None:
     """The report of ``docsvault build`` when nothing changed since the last successful build of every source,
     answered without starting Dagster (:mod:`pipeline.stages.noop`), else None (build normally). Only for a build
-    of every source, not forced.
+    of every source, not forced. ``wait_arg``: how the caller's user sets ``wait`` (the lock error's advice).
 
     Raises:
         BuildLockedError: another build holds the lock past ``wait`` seconds.
@@ -366,7 +366,8 @@ def noop_build(s: Settings, source_names: Sequence[str] | None = None, wait: flo
     from pipeline.stages.noop import noop_report
 
     sources = load_sources(s.sources_file)
-    with build_run_lock(s.data_dir, wait=wait), build_lock(s.data_dir, wait=wait):
+    with build_run_lock(s.data_dir, wait=wait, wait_arg=wait_arg), \
+            build_lock(s.data_dir, wait=wait, wait_arg=wait_arg):
         return noop_report(s, sources)
 
 

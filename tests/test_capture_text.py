@@ -9,6 +9,7 @@ CLI and the MCP service end to end on one tiny build (fake hash embedder).
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -112,6 +113,31 @@ def test_names_the_vault_changes(tmp_path: Path) -> None:
                                            r"'C# tips.md' \(vault path inbox/C- tips.md\)"):
         write_capture(src, "x", name="C- tips")
     assert _files(root) == ["C# tips.md", "CON_.md", "Foo.md", "WIP- F- -notes.md"]
+
+
+def test_a_name_in_another_unicode_normalization_is_refused(tmp_path: Path) -> None:
+    # macOS writes NFD names: the build reads ダウンロード.md (NFD) as the NFC name and would skip one of the two
+    root = tmp_path / "inbox"
+    src = _local(root, "myvault")
+    nfd = unicodedata.normalize("NFD", "ダウンロード.md")
+    (root / nfd).write_text("# Downloads\n", encoding="utf-8")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "NFC collision", name="ダウンロード")
+    assert str(err.value) == (
+        f"a note named 'ダウンロード.md' would collide in the vault with {nfd!r} (the same name in NFD "
+        "form, \\u30bf\\u3099\\u30a6\\u30f3\\u30ed\\u30fc\\u30c8\\u3099.md; vault path myvault/ダウンロード.md): "
+        "pass another --name (nothing was written)")
+    with pytest.raises(CaptureError, match=r"^a note named 'ダウンロード.md' would collide in the vault with "):
+        write_capture(src, "# ダウンロード\n\nfrom the title", name_option="`name`")     # a name from the title too
+    with pytest.raises(CaptureError, match=r"; vault path multi/inbox/ダウンロード.md\): pass another `name` "):
+        write_capture(Source(name="multi", kind="local", path=(root, _local(tmp_path / "other").path[0])),
+                      "x", name="ダウンロード", name_option="`name`")
+    assert [ascii(n) for n in _files(root)] == [ascii(nfd)]                # nothing written
+    # an NFC name that folds to an existing NFD one with another case: the case-insensitive check names it
+    (root / unicodedata.normalize("NFD", "Café.md")).write_text("x", encoding="utf-8")
+    with pytest.raises(CaptureError, match=r"^a note named 'café.md' would collide in the vault with 'Café.md' "):
+        write_capture(src, "x", name="café")
+    assert write_capture(src, "x", name="Cafe").vault_path == "myvault/Cafe.md"   # no accent: another name
 
 
 def test_vault_path_of_a_source_with_several_folders(tmp_path: Path) -> None:

@@ -44,12 +44,13 @@ def test_second_build_refuses_naming_the_holder(tmp_path: Path) -> None:
             with build_lock(tmp_path, wait=0):
                 pass
         msg = str(exc.value)
-        assert f"pid {proc.pid}" in msg and info["started_at"] in msg and "(or pass --wait SECONDS)" in msg
+        assert f"pid {proc.pid}" in msg and info["started_at"] in msg
+        assert "; wait for it to finish, or pass --wait SECONDS. A lock" in msg
         with pytest.raises(BuildLockedError) as exc:      # a wait that ran out: no advice to pass --wait
             with build_lock(tmp_path, wait=0.3):
                 pass
         msg = str(exc.value)
-        assert "still held after waiting 0.3 s; wait longer (a larger --wait)" in msg
+        assert "still held after waiting 0.3 s; wait longer: pass a larger --wait SECONDS. A lock" in msg
         assert "pass --wait" not in msg
     finally:
         proc.kill()

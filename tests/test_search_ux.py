@@ -490,7 +490,7 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     svc = VaultService(settings)
     calls: list[tuple[str | None, bool]] = []
 
-    def fake_refresh(source: str | None = None, full: bool = False) -> dict:
+    def fake_refresh(source: str | None = None, full: bool = False, wait: float = 0) -> dict:
         calls.append((source, full))
         return {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0},
                 "added": ["inbox/Learned.md"]}
@@ -508,7 +508,7 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     assert str(taken.value) == (f"a note named 'Learned.md' already exists in {inbox.resolve()}: pass another `name` "
                                 "(nothing was overwritten)")           # the MCP's argument, not the CLI's --name
 
-    def failing(source: str | None = None, full: bool = False) -> dict:
+    def failing(source: str | None = None, full: bool = False, wait: float = 0) -> dict:
         raise ToolFailure("refresh of inbox failed (exit 1): error: boom")
 
     monkeypatch.setattr(svc, "refresh", failing)

@@ -90,14 +90,18 @@ class BuildLock:
         path: the lock file (normally ``<data>/build.lock``; its folder is created).
         wait: seconds to wait for another holder to finish; 0 refuses at once.
         poll: seconds between two attempts while waiting.
+        wait_arg: how the caller's user sets ``wait``, for the error's advice (``--wait SECONDS`` in the CLI; the
+            MCP tools pass their ``wait`` argument's wording).
 
     Raises (from :meth:`acquire`):
         BuildLockedError: another live process holds the lock after ``wait`` seconds (names its pid and start).
     """
 
-    def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False) -> None:
+    def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False,
+                 wait_arg: str = "--wait SECONDS") -> None:
         self.path = Path(path).resolve()
         self.wait = wait
+        self.wait_arg = wait_arg
         self.poll = poll
         self.shared = shared and fcntl is not None     # shared needs flock; elsewhere it is exclusive
         self._fd: int | None = None
@@ -126,8 +130,8 @@ class BuildLock:
                             _describe(lock_holder(self.path)), self.wait)
             if time.monotonic() >= deadline:
                 info = lock_holder(self.path)
-                advice = (f"it is still held after waiting {self.wait:g} s; wait longer (a larger --wait)"
-                          if self.wait > 0 else "wait for it to finish (or pass --wait SECONDS)")
+                advice = (f"it is still held after waiting {self.wait:g} s; wait longer: pass a larger "
+                          f"{self.wait_arg}" if self.wait > 0 else f"wait for it to finish, or pass {self.wait_arg}")
                 raise BuildLockedError(
                     f"another docsvault build holds {self.path} ({_describe(info)}); {advice}. A lock left by a "
                     f"process that died is taken over automatically"
@@ -215,7 +219,8 @@ class BuildLock:
 
 
 @contextmanager
-def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False) -> Iterator[BuildLock]:
+def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False,
+               wait_arg: str = "--wait SECONDS") -> Iterator[BuildLock]:
     """Hold ``<data_dir>/build.lock`` for the block (re-entrant in one process).
 
     Args:
@@ -225,11 +230,12 @@ def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False) -> Itera
             exclusive holder (a ``docsvault build``, a shared stage) has it. The Dagster shell's per-source steps
             take it shared so several sources build in parallel (Dagster pools keep one step per source).
             A process that already holds the lock (either mode) re-enters it.
+        wait_arg: how the caller's user sets ``wait`` (the error's advice: :class:`BuildLock`).
 
     Raises:
         BuildLockedError: another live build holds it (the message names its pid and start time).
     """
-    lock = BuildLock(Path(data_dir) / LOCK_NAME, wait=wait, shared=shared).acquire()
+    lock = BuildLock(Path(data_dir) / LOCK_NAME, wait=wait, shared=shared, wait_arg=wait_arg).acquire()
     try:
         yield lock
     finally:
@@ -237,13 +243,14 @@ def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False) -> Itera
 
 
 @contextmanager
-def build_run_lock(data_dir: Path, wait: float = 0.0) -> Iterator[BuildLock]:
-    """Hold ``<data_dir>/build-run.lock`` for a whole ``docsvault build`` (see :data:`RUN_LOCK_NAME`).
+def build_run_lock(data_dir: Path, wait: float = 0.0, wait_arg: str = "--wait SECONDS") -> Iterator[BuildLock]:
+    """Hold ``<data_dir>/build-run.lock`` for a whole ``docsvault build`` (see :data:`RUN_LOCK_NAME`); ``wait_arg``:
+    how the caller's user sets ``wait`` (the error's advice: :class:`BuildLock`).
 
     Raises:
         BuildLockedError: another ``docsvault build`` runs (the message names its pid and start time).
     """
-    with BuildLock(Path(data_dir) / RUN_LOCK_NAME, wait=wait) as lock:
+    with BuildLock(Path(data_dir) / RUN_LOCK_NAME, wait=wait, wait_arg=wait_arg) as lock:
         yield lock
 
 

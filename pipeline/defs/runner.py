@@ -177,7 +177,7 @@ def _global_job() -> dg.JobDefinition:
 
 def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
               *, wait: float = 0.0, progress: Callable[[str, str, int, int], None] | None = None,
-              remove_all_sources: bool = False) -> BuildReport:
+              remove_all_sources: bool = False, wait_arg: str = "--wait SECONDS") -> BuildReport:
     """Materialize the chains of the selected sources (default: all), then the shared stages.
 
     Args:
@@ -186,6 +186,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         log_level: level of Dagster's console logger (the full event log is always kept in DAGSTER_HOME and shown
             by the UI); the CLI passes INFO with --verbose.
         wait: seconds to wait for another build holding the lock (0: refuse at once).
+        wait_arg: how the caller's user sets ``wait``, for the lock error's advice (``--wait SECONDS``; the MCP
+            tools: their ``wait`` argument).
         progress: called as ``progress(stage, source, done, total)`` while long stages run (embedding).
         remove_all_sources: when sources.yaml lists no sources, remove every built source (refused otherwise).
 
@@ -203,8 +205,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     from pipeline.common.lock import build_lock, build_run_lock
     from pipeline.stages.noop import record_noop
 
-    with build_run_lock(settings.data_dir, wait=wait):
-        with build_lock(settings.data_dir, wait=wait):
+    with build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
+        with build_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
             build.cleanup_leftovers(settings)
             sources, removed = _prepare(settings, source_names, remove_all_sources)
         if progress is not None:
@@ -215,7 +217,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
         if not source_names:                 # a build of every source: what the next no-op build answers from
-            with build_lock(settings.data_dir, wait=wait):
+            with build_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
                 record_noop(settings, sources, report)
         return report
 

@@ -258,23 +258,23 @@ def _cut_title(title: str, limit: int = 80) -> str:
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:-") + "…"
 
 
-def _source_listing(source: Source) -> list[str]:
-    """The source paths of the files a build of the local ``source`` reads now (as
-    :func:`pipeline.ingest.fetch.local.fetch_local` lists and selects them); a root that cannot be listed is left
-    out (its build fails anyway)."""
+def _source_files(source: Source) -> dict[str, Path]:
+    """Source path -> file of the files a build of the local ``source`` reads now (as
+    :func:`pipeline.ingest.fetch.local.fetch_local` lists and selects them: source paths NFC, the file as named on
+    disk, e.g. in NFD); a root that cannot be listed is left out (its build fails anyway)."""
     from pipeline.ingest.fetch.base import select_paths
     from pipeline.ingest.fetch.local import _walk_root
 
     multi = len(source.path) > 1
-    listing: list[str] = []
+    files: dict[str, Path] = {}
     for root in source.path:
         prefix = unicodedata.normalize("NFC", Path(root).name)
         try:
             found = _walk_root(Path(root).resolve(), [], source.name)
         except (PipelineError, OSError):
             continue
-        listing.extend(f"{prefix}/{rel}" if multi else rel for rel in found)
-    return select_paths(source, listing)
+        files.update({(f"{prefix}/{rel}" if multi else rel): path for rel, path in found.items()})
+    return {sp: files[sp] for sp in select_paths(source, files)}
 
 
 def vault_rel_path(source: Source, fname: str, name_option: str = "--name") -> str:
@@ -285,13 +285,23 @@ def vault_rel_path(source: Source, fname: str, name_option: str = "--name") -> s
 
     Raises:
         CaptureError: the note would not get its own vault path (an existing note has it, ignoring case, or would
-            have to give it up: ``a#b.md`` is ``a-b.md`` in the vault): nothing is written then.
+            have to give it up: ``a#b.md`` is ``a-b.md`` in the vault; or its file name is ``<fname>.md`` in another
+            Unicode normalization, e.g. NFD as macOS writes it, which the build reads as the same name and skips
+            one of the two): nothing is written then.
     """
+    from pipeline.ingest.fetch.local import _form
     from pipeline.ingest.normalize import assign_rel_paths, rel_path_for
 
     mine = _root_path(source, fname)
     rel = rel_path_for(mine)
-    existing = [sp for sp in _source_listing(source) if sp != mine]
+    files = _source_files(source)
+    same = files.get(mine)                     # the source path is NFC: an NFD-named file has the new note's one
+    if same is not None and same.name != f"{fname}.md":
+        raise CaptureError(f"a note named {fname + '.md'!r} would collide in the vault with {same.name!r} (the "
+                           f"same name in {_form(same.name)} form, {ascii(same.name)[1:-1]}; vault path "
+                           f"{source.name}/{assign_rel_paths(list(files))[mine]}): pass another {name_option} "
+                           "(nothing was written)")
+    existing = [sp for sp in files if sp != mine]
     if not existing:
         return rel
     before = assign_rel_paths(existing)

@@ -191,7 +191,8 @@ def stage_lock(settings: Settings) -> Any:
         from contextlib import nullcontext
 
         return nullcontext()
-    return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT, shared=PER_SOURCE_LOCK_SHARED.get())
+    return build_lock(settings.data_dir, wait=STAGE_LOCK_WAIT, shared=PER_SOURCE_LOCK_SHARED.get(),
+                      wait_arg="DOCSVAULT_LOCK_WAIT (seconds)")
 
 #: the normalize stage's per-file parse cache (:class:`pipeline.common.memo.MemoCache`)
 JsonCache = MemoCache
