@@ -88,6 +88,18 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
     return f"{tool}: argument {arg!r} must be {' or '.join(wanted)}, got {got}"
 
 
+def _search_argument_problem(query: str, k: Any, tag: str | None, query_problem: Any) -> str | None:
+    """What is wrong with search's ``k``, ``query`` (``query_problem`` of :mod:`pipeline.service`) or ``tag`` (empty,
+    as the CLI's ``--tag ''``), None when nothing."""
+    if not isinstance(k, int) or not 1 <= k <= MAX_K:
+        return f"k must be between 1 and {MAX_K}, got {k!r}"
+    if problem := query_problem(query):
+        return problem
+    if tag is not None and not tag.strip().lstrip("#"):
+        return "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"
+    return None
+
+
 def _wait_seconds(wait: Any) -> float:
     """The ``wait`` argument of save_note / refresh as seconds.
 
@@ -175,12 +187,8 @@ class VaultService:
         from pipeline.search.snippet import make_snippet
         from pipeline.service import query_problem, search_lanes
 
-        if not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
-        if problem := query_problem(query):
+        if problem := _search_argument_problem(query, k, tag, query_problem):
             raise ToolFailure(problem)
-        if tag is not None and not tag.strip().lstrip("#"):       # as the CLI's `--tag ''`
-            raise ToolFailure("the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out")
         try:
             parsed = parse_query(query[:2000])
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes
