@@ -88,9 +88,11 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
     return f"{tool}: argument {arg!r} must be {' or '.join(wanted)}, got {got}"
 
 
-def _search_argument_problem(query: str, k: Any, tag: str | None, query_problem: Any) -> str | None:
-    """What is wrong with search's ``k``, ``query`` (``query_problem`` of :mod:`pipeline.service`) or ``tag`` (empty,
-    as the CLI's ``--tag ''``), None when nothing."""
+def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
+    """What is wrong with search's ``k``, ``query`` (:func:`pipeline.service.query_problem`) or ``tag`` (empty, as
+    the CLI's ``--tag ''``), None when nothing."""
+    from pipeline.service import query_problem
+
     if not isinstance(k, int) or not 1 <= k <= MAX_K:
         return f"k must be between 1 and {MAX_K}, got {k!r}"
     if problem := query_problem(query):
@@ -184,13 +186,14 @@ class VaultService:
         source name or several (a list), empty means all; ``lanes``: lane names (a list or comma-separated)."""
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
+        from pipeline.search.searcher import MAX_QUERY_CHARS
         from pipeline.search.snippet import make_snippet
-        from pipeline.service import query_problem, search_lanes
+        from pipeline.service import search_lanes
 
-        if problem := _search_argument_problem(query, k, tag, query_problem):
+        if problem := _search_argument_problem(query, k, tag):
             raise ToolFailure(problem)
         try:
-            parsed = parse_query(query[:2000])
+            parsed = parse_query(query[:MAX_QUERY_CHARS])     # the searcher ranks no more of it
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes
             lane_list = search_lanes(spec, "the `lanes` argument") if lanes else None
         except (PipelineError, ValueError) as exc:

@@ -247,8 +247,9 @@ def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str])
     if not storage.supports_global_concurrency_limits:
         return []
     lines = []
+    known = storage.get_concurrency_keys()
     for pool in pools:
-        if pool not in storage.get_concurrency_keys():
+        if pool not in known:
             continue
         for slot in storage.get_concurrency_info(pool).claimed_slots:
             run = instance.get_run_by_id(slot.run_id)
