@@ -97,3 +97,23 @@ def test_chunk_index_weights_page_fields():
     assert lists[0].count(analyzer.tokens("setup")[0]) == 2
     index = build_chunk_index(chunks, notes, analyzer)
     assert [d for d, _ in index.search(analyzer.tokens("installing"), k=2)] == ["ca"]
+
+
+def test_scores_in_scope_count_idf_within_the_scope():
+    """A term rare in the scope but common elsewhere weighs as rare: with documents of equal length (so the average
+    length, which stays the whole index's, is the same), the scoped scores are those of an index of the scope
+    alone, and documents outside the scope score 0."""
+    ids = ["s1", "s2", "s3", "o1", "o2", "o3"]
+    docs = [["alpha", "beta"], ["alpha", "gamma"], ["delta", "gamma"],
+            ["beta", "zeta"], ["beta", "eta"], ["beta", "theta"]]
+    whole = Bm25Index.build(ids, docs)
+    alone = Bm25Index.build(ids[:3], docs[:3])
+    scope = np.array([True, True, True, False, False, False])
+    query = ["alpha", "beta", "omega"]
+    scoped = whole.scores_in_scope(query, scope)
+    np.testing.assert_allclose(scoped[:3], alone.scores(query), rtol=1e-6)
+    assert scoped[3:].tolist() == [0.0, 0.0, 0.0]
+    # "beta" is in 4 of 6 documents, 1 of the scope's 3: it weighs more in the scope
+    assert whole.scores_in_scope(["beta"], scope)[0] > whole.scores(["beta"])[0]
+    everything = np.ones(6, dtype=bool)
+    assert whole.scores_in_scope(query, everything).tolist() == whole.scores(query).tolist()

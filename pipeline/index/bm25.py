@@ -104,6 +104,30 @@ class Bm25Index:
         arrays, vocab = _score_matrix(token_lists, k1, b)
         return cls(arrays, vocab, {"k1": k1, "b": b, "method": "lucene"}, doc_ids)
 
+    def scores_in_scope(self, query_tokens: Sequence[str], scope: np.ndarray) -> np.ndarray:
+        """BM25 scores as if the index held only the documents of ``scope`` (bool (n_docs,)) for the IDF: each query
+        term's column is scaled by ``idf(df_scope, n_scope) / idf(df, n)`` (Lucene idf, df counted in the scope);
+        documents outside the scope score 0. Length normalisation keeps the whole index's average length (the stored
+        scores do not keep tf apart from it). float32 (n_docs,)."""
+        ids = [self._vocab[t] for t in query_tokens if t and t in self._vocab]
+        scores = np.zeros(len(self.doc_ids), dtype=np.float32)
+        if not ids or not self.doc_ids:
+            return scores
+        n_all, n_scope = len(self.doc_ids), int(np.count_nonzero(scope))
+        indptr, indices, data = self._indptr, self._indices, self._data
+        for tid in ids:
+            start, end = int(indptr[tid]), int(indptr[tid + 1])
+            rows = indices[start:end]
+            inside = scope[rows]
+            df_scope = int(np.count_nonzero(inside))
+            if not df_scope:
+                continue
+            df = end - start
+            ratio = (math.log(1 + (n_scope - df_scope + 0.5) / (df_scope + 0.5))
+                     / math.log(1 + (n_all - df + 0.5) / (df + 0.5)))
+            np.add.at(scores, rows[inside], (data[start:end][inside] * ratio).astype(np.float32))
+        return scores
+
     def scores(self, query_tokens: Sequence[str]) -> np.ndarray:
         """BM25 score of every document for the query, float32 (n_docs,). Unknown tokens are ignored; a token
         given twice counts twice.

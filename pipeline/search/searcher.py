@@ -396,6 +396,9 @@ class Searcher:
         SynonymsError: the synonyms file is malformed.
     """
 
+    #: a search scoped to sources counts BM25 IDF within them (``Bm25Index.scores_in_scope``, see
+    #: :meth:`_scope_idf_for`), as if they were the whole index; False: over every source built
+    scope_idf: bool = True
     #: worker threads of :meth:`_start_model_pages`, created on first use
     _pool: ThreadPoolExecutor | None = None
     #: hit rows: (chunk rows table, chunk id -> row) | False (no cache: DuckDB per search) | None (not opened yet)
@@ -730,6 +733,12 @@ class Searcher:
             self._translations[query] = self.translator.translate(query)
         return self._translations[query]
 
+    def _scope_idf_for(self, query: str) -> bool:
+        """Whether a scoped search of ``query`` counts BM25 IDF within its sources (``scope_idf``): not for a Japanese
+        query, whose English glosses would be weighed by how rare English is in a Japanese source, not by how specific
+        they are (measured: README, Search quality)."""
+        return self.scope_idf and not is_japanese(query)
+
     def _bm25_tokens(self, query: str) -> list[str]:
         """BM25 query terms: the query's own, plus those of its English translation when it is Japanese
         (``translate_bm25``), synonyms expanded. The English terms find the English pages; they also find the
@@ -798,17 +807,20 @@ class Searcher:
                    notes: frozenset[str] | None = None) -> list[tuple[str, float]]:
         if self._bm25 is None or not len(self._bm25):
             return []
-        mask = None
+        scope = None
         if sources is not None:
-            mask = self._masks.get(sources)
-            if mask is None:
-                mask = np.isin(self._bm25_sources, list(sources))
-                self._masks[sources] = mask
+            scope = self._masks.get(sources)
+            if scope is None:
+                scope = np.isin(self._bm25_sources, list(sources))
+                self._masks[sources] = scope
+        tokens = self._bm25_tokens(query)
+        scores = (self._bm25.scores_in_scope(tokens, scope) if scope is not None and self._scope_idf_for(query)
+                  else self._bm25.scores(tokens))
+        mask = scope
         if notes is not None:
             doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
             note_mask = np.isin(doc_notes, list(notes))
             mask = note_mask if mask is None else (mask & note_mask)
-        scores = self._bm25.scores(self._bm25_tokens(query))
         if mask is not None:
             scores = np.where(mask, scores, 0.0)
         positive = np.flatnonzero(scores > 0)
@@ -823,10 +835,13 @@ class Searcher:
         index = self._bm25_pages
         if index is None or not len(index):
             return []
-        scores = index.scores(self._bm25_tokens(query))
+        scope = None if sources is None else np.isin(self._page_index_sources, list(sources))
+        tokens = self._bm25_tokens(query)
+        scores = (index.scores_in_scope(tokens, scope) if scope is not None and self._scope_idf_for(query)
+                  else index.scores(tokens))
         keep = scores > 0
-        if sources is not None:
-            keep &= np.isin(self._page_index_sources, list(sources))
+        if scope is not None:
+            keep &= scope
         if notes is not None:
             keep &= np.array([n in notes for n in index.doc_ids], dtype=bool)
         positive = np.flatnonzero(keep)
