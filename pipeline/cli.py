@@ -486,6 +486,16 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     return out
 
 
+def _refuse_spaced_tags(tags: Sequence[str] | None) -> None:
+    """Fail on a ``--tag`` with a space inside (:func:`pipeline.search.query.tag_problem`): an Obsidian tag has
+    none, so as a filter it never matches and in a captured note's frontmatter it is broken."""
+    from pipeline.search.query import tag_problem
+
+    for t in tags or ():
+        if problem := tag_problem(t, f"--tag {t.strip()!r}"):
+            fail(problem)
+
+
 @app.command()
 @collector_paused()     # a search loads ~1M objects to answer once: GC passes over them cost ~0.08 s, free nothing
 def search(
@@ -522,6 +532,7 @@ def search(
         fail("--explain explains each hit's score; it does not combine with --files (drop --files to see it)")
     if tag is not None and any(not t.strip().lstrip("#") for t in tag):
         fail("--tag is empty: pass a tag, e.g. --tag journal")
+    _refuse_spaced_tags(tag)
     if source is not None and any(not s.strip() for s in source):
         fail("--source is empty: pass a source name (`docsvault sources list`)")
     try:
@@ -732,6 +743,7 @@ def capture(
     s = settings()
     if text is not None and file is not None:
         fail("give the text as an argument or with --file, not both")
+    _refuse_spaced_tags(tag)
     try:
         if file is not None:
             body = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")

@@ -90,7 +90,8 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
 
 def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
     """What is wrong with search's ``k``, ``query`` (:func:`pipeline.service.query_problem`) or ``tag`` (empty, as
-    the CLI's ``--tag ''``), None when nothing."""
+    the CLI's ``--tag ''``, or with a space: :func:`pipeline.search.query.tag_problem`), None when nothing."""
+    from pipeline.search.query import tag_problem
     from pipeline.service import query_problem
 
     if not isinstance(k, int) or not 1 <= k <= MAX_K:
@@ -99,7 +100,16 @@ def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
         return problem
     if tag is not None and not tag.strip().lstrip("#"):
         return "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"
+    if tag is not None and (problem := tag_problem(tag)):
+        return problem
     return None
+
+
+def _tags_problem(tags: list[str] | None) -> str | None:
+    """The first of save_note's ``tags`` with a space (:func:`pipeline.search.query.tag_problem`), None when none."""
+    from pipeline.search.query import tag_problem
+
+    return next((p for t in tags or () if isinstance(t, str) and (p := tag_problem(t))), None)
 
 
 def _wait_seconds(wait: Any) -> float:
@@ -289,7 +299,7 @@ class VaultService:
         Raises:
             ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
                 note would not be read from (:func:`pipeline.ingest.capture.capture_problem`), empty or too long
-                text, unsafe or taken name; nothing is written then.
+                text, a tag with a space, unsafe or taken name; nothing is written then.
         """
         from pipeline.ingest.capture import capture_source, title_of, write_capture
         from pipeline.ingest.sources import load_sources
@@ -299,6 +309,8 @@ class VaultService:
         wait = _wait_seconds(wait)
         if not isinstance(text, str) or not text.strip():
             raise ToolFailure("nothing to save: `text` is empty")
+        if problem := _tags_problem(tags):
+            raise ToolFailure(problem)
         try:
             src = capture_source(load_sources(s.sources_file), source, "the `source` argument")
             the_title = " ".join((title or title_of(text)).split())

@@ -272,3 +272,10 @@ def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
     assert out["path"] == "mynotes/アイアイ" + "の長い名前" * 11 + "の長い-19ed1f19.md"
     assert out["file"] == str(cap_env / "mynotes" / f"{name}.md") and out["searchable"] is True
     assert svc.read(out["path"])["path"] == out["path"]
+
+
+def test_tags_surrounding_spaces_are_dropped(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "Body about voles.\n", title="Voles", agent="a", correlation_id="c1",
+                        tags=[" journal ", " #til"], now=NOW)
+    assert "tags:\n- journal\n- til\n" in got.path.read_text(encoding="utf-8")

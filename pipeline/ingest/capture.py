@@ -440,7 +440,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     if related:
         own["related"] = list(related)
     if tags:
-        own["tags"] = [t.lstrip("#") for t in tags if t.strip("# ")]
+        own["tags"] = [t.strip().lstrip("#") for t in tags if t.strip("# ")]
     fm = merge_frontmatter(own, text_fm)
     head = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False, width=1000)
     body = re.sub(r"\A(?:[ \t]*\r?\n)+", "", text.rstrip())

@@ -11,7 +11,8 @@
 ``tag:TAG``               only notes with that tag (frontmatter or inline ``#tag``; ``a`` matches ``a/b``); like
                           ``--tag``
 ``path:PREFIX``           only notes whose vault path (or source path) starts with PREFIX; a glob (``*``, ``?``,
-                          ``[``) must match the whole vault path. Values with spaces: ``path:"My folder/"``
+                          ``[``) must match the whole vault path. Values with spaces: ``path:"My folder/"``.
+                          Compared in Unicode NFC on both sides (macOS types NFD) and case-insensitively
 ========================  ==========================================================================================
 
 Filters and operators are parsed here (no SQL, no search); :class:`ParsedQuery` says what to rank and what to keep.
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from pipeline.common.errors import PipelineError
 
-__all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "parse_query", "text_contains"]
+__all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "parse_query", "tag_problem", "text_contains"]
 
 FILTER_KEYS = ("source", "tag", "path")
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -69,10 +71,13 @@ class ParsedQuery:
         return all(any(text_contains(folded, alt) for alt in group) for group in self.required)
 
     def keeps_path(self, vault_path: str, source_path: str = "") -> bool:
-        """Whether a note passes the ``path:`` filters (any of them; no filter: True)."""
+        """Whether a note passes the ``path:`` filters (any of them; no filter: True). Both sides are compared in
+        NFC (``path:ダウンロード`` typed in NFD matches a path stored in NFC and the other way round) and
+        casefolded."""
         if not self.paths:
             return True
-        for want in self.paths:
+        vault_path, source_path = _nfc(vault_path), _nfc(source_path)
+        for want in map(_nfc, self.paths):
             if any(c in want for c in "*?["):
                 if fnmatch.fnmatchcase(vault_path, want) or fnmatch.fnmatchcase(vault_path.casefold(), want.casefold()):
                     return True
@@ -80,6 +85,28 @@ class ParsedQuery:
                     source_path and source_path.casefold().startswith(want.casefold())):
                 return True
         return False
+
+
+def _nfc(text: str) -> str:
+    """``text`` in Unicode NFC (vault paths are NFC; a path typed on macOS may be NFD)."""
+    return unicodedata.normalize("NFC", text)
+
+
+def tag_problem(tag: str, subject: str | None = None) -> str | None:
+    """Why ``tag`` can be no Obsidian tag (one line), or None: it has whitespace (also an ideographic space) inside,
+    after its surrounding whitespace and ``#`` are dropped. Such a filter never matches; such a frontmatter tag is
+    broken. An empty tag is the caller's to refuse.
+
+    Args:
+        tag: the tag as given (``#`` optional).
+        subject: how the message names it (default ``tag 'my tag'``; the CLI: ``--tag 'my tag'``).
+    """
+    words = tag.strip().lstrip("#").split()
+    if len(words) < 2:
+        return None
+    subject = subject or f"tag {tag.strip()!r}"
+    return (f"{subject} has a space; Obsidian tags cannot contain spaces "
+            f"(use {'-'.join(words)} or {'/'.join(words)})")
 
 
 def text_contains(folded_text: str, term: str) -> bool:
@@ -95,12 +122,31 @@ def text_contains(folded_text: str, term: str) -> bool:
     return re.search(left + re.escape(t) + right, folded_text) is not None
 
 
+def _filter_value(key: str, value: str, negated: bool) -> str:
+    """The value of a ``source:``/``tag:``/``path:`` filter as kept: a tag without ``#``, a path in NFC.
+
+    Raises:
+        QuerySyntaxError: an empty value, a negated filter, a tag with a space (:func:`tag_problem`).
+    """
+    if not value:
+        raise QuerySyntaxError(f"empty filter {key}: in the query: give a value, e.g. "
+                               f"{key}:{ {'source': 'duckdb', 'tag': 'journal', 'path': 'guides/'}[key]}")
+    if negated:
+        raise QuerySyntaxError(f"-{key}: is not supported: filters keep notes; use --source/--tag "
+                               "to choose, or -word to exclude a word")
+    if key == "tag":
+        if problem := tag_problem(value, f'tag:"{value}" in the query'):
+            raise QuerySyntaxError(problem)
+        return value.lstrip("#")
+    return _nfc(value) if key == "path" else value
+
+
 def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str], list[str]]:
     """The query's items ``(kind: word | phrase | or, value, negated)`` in order, and its ``source:``, ``tag:`` and
     ``path:`` filter values.
 
     Raises:
-        QuerySyntaxError: an empty filter, a negated filter or an empty phrase.
+        QuerySyntaxError: an empty filter, a negated filter, a ``tag:"a b"`` with a space or an empty phrase.
     """
     items: list[tuple[str, str, bool]] = []      # (kind: word | phrase | or, value, negated)
     sources: list[str] = []
@@ -119,14 +165,8 @@ def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str]
             continue                                  # trailing whitespace
         if key:
             value = (inner if quoted is not None else bare or "").strip()
-            if not value:
-                raise QuerySyntaxError(f"empty filter {key.lower()}: in the query: give a value, e.g. "
-                                       f"{key.lower()}:{ {'source': 'duckdb', 'tag': 'journal', 'path': 'guides/'}[key.lower()]}")
-            if neg:
-                raise QuerySyntaxError(f"-{key.lower()}: is not supported: filters keep notes; use --source/--tag "
-                                       "to choose, or -word to exclude a word")
             {"source": sources, "tag": tags, "path": paths}[key.lower()].append(
-                value.lstrip("#") if key.lower() == "tag" else value)
+                _filter_value(key.lower(), value, bool(neg)))
             continue
         if quoted is not None:
             if not inner.strip():
@@ -158,8 +198,9 @@ def parse_query(query: str) -> ParsedQuery:
         The parsed query; ``text`` is never empty.
 
     Raises:
-        QuerySyntaxError: an unclosed ``"``, an empty filter (``tag:``), an ``OR`` without a term on both
-            sides, an empty phrase, or a query of only exclusions/filters (nothing to rank).
+        QuerySyntaxError: an unclosed ``"``, an empty filter (``tag:``), a tag with a space (``tag:"a b"``), an
+            ``OR`` without a term on both sides, an empty phrase, or a query of only exclusions/filters (nothing to
+            rank).
     """
     if query.count('"') % 2:
         raise QuerySyntaxError('unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote')

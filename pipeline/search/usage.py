@@ -3,7 +3,9 @@
 The log is ``<data>/usage.json`` (``{"version": 1, "notes": {vault_path: {"reads": int, "last": epoch seconds}}}``),
 written by ``docsvault read`` and the MCP ``read`` tool (an agent opening a hit), replaced atomically; it never
 leaves the machine. ``DOCSVAULT_USAGE_LOG=0`` stops recording. At most ``MAX_NOTES`` notes are kept (the least
-recently used go first).
+recently used go first). A log that cannot be parsed (not JSON, not UTF-8, not the shape above) is moved aside to
+``<data>/usage.json.corrupt`` (replacing an older one) with one warning, and the history starts empty: the next read
+never writes over the user's history. A missing log is an empty history, silently.
 
 The boost is off by default (``docsvault search --usage-boost`` or ``DOCSVAULT_USAGE_BOOST=1``, which the MCP
 server reads too). A note's boost, added to its fused RRF score, is
@@ -27,7 +29,9 @@ MRR@10 0.675 -> 0.718 on cases whose answer was read before and costs 0.688 -> 0
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -48,7 +52,11 @@ COLD_BOOST = 0.0
 FULL_READS = 4
 USAGE_WEIGHT = 0.2
 MAX_NOTES = 10_000
-_lock = threading.Lock()
+CORRUPT_SUFFIX = ".corrupt"
+_lock = threading.RLock()       # load() inside record() takes it again
+log = logging.getLogger(__name__)
+
+_Notes = dict[str, dict[str, float]]
 
 
 def usage_path(data_dir: Path) -> Path:
@@ -66,28 +74,87 @@ def boost_enabled() -> bool:
     return env_flag("DOCSVAULT_USAGE_BOOST", False)
 
 
-def load(data_dir: Path) -> dict[str, dict[str, float]]:
-    """vault path -> ``{"reads", "last"}``; empty when there is no log or it cannot be read (a broken log is
-    ignored, never an error: it only ever boosts)."""
+def load(data_dir: Path) -> _Notes:
+    """vault path -> ``{"reads", "last"}``; never an error (the log only ever boosts).
+
+    Empty when there is no log (silently), when it cannot be read (e.g. no permission; left as it is) or when it
+    cannot be parsed: then it is renamed to ``usage.json.corrupt`` (an older ``.corrupt`` file is replaced: one
+    copy is kept, the disk use stays bounded) and one warning is logged naming both files, so the user can
+    repair it and the next :func:`record` starts a new log instead of writing over the old history. An entry whose
+    counts are not numbers is skipped; the others are kept.
+    """
+    return _read(usage_path(data_dir)) or {}
+
+
+def _read(path: Path) -> _Notes | None:
+    """The log at ``path`` as :func:`load` returns it, or None when the file is there but cannot be read (nothing
+    may write over it then)."""
+    with _lock:
+        try:
+            with open(path, "rb") as fh:
+                seen = os.fstat(fh.fileno())
+                raw = fh.read()
+        except FileNotFoundError:
+            return {}
+        except OSError:
+            return None
+        try:
+            return _parse(raw)
+        except (ValueError, TypeError, RecursionError) as exc:     # RecursionError: nested too deep
+            return {} if _move_aside(path, seen, exc) else None
+
+
+def _parse(raw: bytes) -> _Notes:
+    """The notes of a log file's bytes.
+
+    Raises:
+        ValueError: not UTF-8 JSON.
+        TypeError: not ``{"notes": {vault_path: {...}}}``.
+    """
+    data = json.loads(raw.decode("utf-8"))
+    notes = data.get("notes", {}) if isinstance(data, dict) else None
+    if not isinstance(notes, dict):
+        raise TypeError('not {"version": 1, "notes": {...}}')
+    out: _Notes = {}
+    for k, v in notes.items():
+        try:
+            out[str(k)] = {"reads": float(v.get("reads", 0)), "last": float(v.get("last", 0))}
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _move_aside(path: Path, seen: os.stat_result, why: Exception) -> bool:
+    """Rename the unparsable log ``path`` (as ``seen`` when read) to ``usage.json.corrupt`` and log one warning;
+    False when it could not be moved (it stays; nothing may write over it)."""
+    aside = path.with_name(path.name + CORRUPT_SUFFIX)
+    reason = " ".join(str(why).split())[:120]
     try:
-        data = json.loads(usage_path(data_dir).read_text(encoding="utf-8"))
-        notes = data.get("notes", {}) if isinstance(data, dict) else {}
-        return {str(k): {"reads": float(v.get("reads", 0)), "last": float(v.get("last", 0))}
-                for k, v in notes.items() if isinstance(v, dict)}
-    except (OSError, ValueError, TypeError, AttributeError):
-        return {}
+        now = os.stat(path)
+        if (now.st_ino, now.st_size, now.st_mtime_ns) != (seen.st_ino, seen.st_size, seen.st_mtime_ns):
+            return False                # another process replaced it meanwhile: not the file that was read
+        os.replace(path, aside)
+    except OSError as exc:
+        log.warning("usage log %s cannot be parsed (%s) nor moved aside (%s): the reading history is ignored "
+                    "until it is repaired or removed", path, reason, exc.strerror or exc)
+        return False
+    log.warning("usage log %s cannot be parsed (%s): moved it to %s and started an empty reading history",
+                path, reason, aside)
+    return True
 
 
 def record(data_dir: Path, vault_path: str, now: float | None = None) -> bool:
     """Count one read of a note (``reads`` + 1, ``last`` = now). Best effort: False when recording is off, the data
-    folder does not exist (a mistyped ``--data`` is not made) or the file cannot be written (a read never fails
-    because of the log)."""
+    folder does not exist (a mistyped ``--data`` is not made), the log is there but cannot be read (or is unparsable
+    and cannot be moved aside: :func:`load`), or it cannot be written (a read never fails because of the log)."""
     if not recording_enabled() or not Path(data_dir).is_dir():
         return False
     now = time.time() if now is None else now
     path = usage_path(data_dir)
     with _lock:
-        notes = load(data_dir)
+        notes = _read(path)
+        if notes is None:           # unreadable, or unparsable and not moved aside: never written over
+            return False
         entry = notes.get(vault_path, {"reads": 0.0, "last": 0.0})
         notes[vault_path] = {"reads": entry["reads"] + 1, "last": now}
         if len(notes) > MAX_NOTES:

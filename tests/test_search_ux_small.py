@@ -1,0 +1,271 @@
+"""Small search UX fixes: ``path:`` compared in Unicode NFC, a corrupt usage log moved aside (not reset), tags with
+a space refused (CLI search and capture, MCP search and save_note, ``tag:"a b"`` in the query)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import unicodedata
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import warehouse as wh
+from pipeline.cli import app
+from pipeline.config import Settings
+from pipeline.index.analysis import Analyzer
+from pipeline.index.bm25 import build_chunk_index
+from pipeline.index.embed import HashEmbedder, embed_chunks
+from pipeline.models import Chunk, Note
+from pipeline.search import usage
+from pipeline.search.query import QuerySyntaxError, parse_query, tag_problem
+from pipeline.search.searcher import Searcher
+
+runner = CliRunner()
+NFC = unicodedata.normalize("NFC", "ダウンロード")
+NFD = unicodedata.normalize("NFD", "ダウンロード")
+SPACE_MESSAGE = "has a space; Obsidian tags cannot contain spaces (use my-tag or my/tag)"
+
+# ---------------------------------------------------------------------------------------------------------------
+# path: in NFC
+
+
+def test_the_two_forms_differ() -> None:
+    assert (len(NFC), len(NFD), NFC == NFD) == (6, 8, False)
+
+
+@pytest.mark.parametrize(("typed", "stored"), [(NFD, NFC), (NFC, NFD), (NFC, NFC), (NFD, NFD)])
+def test_path_prefix_matches_in_either_form(typed: str, stored: str) -> None:
+    q = parse_query(f"memo path:{typed}/")
+    assert q.paths == (f"{NFC}/",)                                  # kept in NFC
+    assert q.keeps_path(f"{stored}/a.md") is True                   # vault path
+    assert q.keeps_path("s/a.md", f"{stored}/a.md") is True         # source path
+    assert q.keeps_path("s/other/a.md", "other/a.md") is False
+
+
+@pytest.mark.parametrize(("typed", "stored"), [(NFD, NFC), (NFC, NFD)])
+def test_path_glob_matches_in_either_form(typed: str, stored: str) -> None:
+    q = parse_query(f'memo path:"s/*{typed}*.md"')
+    assert q.keeps_path(f"s/x/{stored}メモ.md") is True
+    assert q.keeps_path("s/x/メモ.md") is False
+
+
+def test_path_case_is_still_ignored() -> None:
+    assert parse_query(f"memo path:Docs/{NFD}/").keeps_path(f"docs/{NFC}/a.md") is True
+    assert parse_query("memo path:DOCS/*.md").keeps_path("docs/a.md") is True
+
+
+@pytest.fixture(scope="module")
+def jp_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two notes; the one in the Japanese folder has its source path in NFD (read from a macOS folder), its vault
+    path in NFC (as the vault stage writes it)."""
+    path = tmp_path_factory.mktemp("nfc") / "warehouse.duckdb"
+    specs = {(f"{NFD}/Memo.md", f"{NFC}/Memo.md"): "Otters hold hands while they sleep.",
+             ("other/Memo.md", "other/Memo.md"): "Otters eat sea urchins."}
+    notes, chunks = [], []
+    for (source_path, rel), text in specs.items():
+        note = Note("g", source_path, rel, "Memo", {"title": "Memo"}, text)
+        notes.append(note)
+        chunks.append(Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (), "Memo", text))
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=[],
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    return path
+
+
+@pytest.mark.parametrize("query", [f"otters path:g/{NFD}/", f"otters path:g/{NFC}/", f"otters path:{NFD}/",
+                                   f"otters path:{NFC}/", f'otters path:"g/{NFD}/*.md"'])
+def test_search_finds_the_note_by_a_path_in_either_form(jp_warehouse: Path, query: str) -> None:
+    parsed = parse_query(query)
+    with Searcher(jp_warehouse, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        hits = s.search(parsed.text, k=5, filters=parsed)
+    assert [h.vault_path for h in hits] == [f"g/{NFC}/Memo.md"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a corrupt usage log
+
+
+def _log_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str]]:
+    return [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+
+
+@pytest.mark.parametrize("content", [b"not json", b'{"version": 1, "notes": {"a.md": {"reads": 2', b"\xff\xfe{}",
+                                     b"[1, 2]", b'{"version": 1, "notes": []}'])
+def test_a_corrupt_log_is_moved_aside_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                      content: bytes) -> None:
+    (tmp_path / "usage.json").write_bytes(content)
+    with caplog.at_level(logging.WARNING, logger="pipeline.search.usage"):
+        assert usage.load(tmp_path) == {}
+        assert usage.load(tmp_path) == {}                           # gone now: the second load is silent
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["usage.json.corrupt"]
+    assert (tmp_path / "usage.json.corrupt").read_bytes() == content
+    (record,) = caplog.records
+    assert (record.name, record.levelno) == ("pipeline.search.usage", logging.WARNING)
+    message = record.getMessage()
+    assert message.startswith(f"usage log {tmp_path / 'usage.json'} cannot be parsed (")
+    assert message.endswith(f"): moved it to {tmp_path / 'usage.json.corrupt'} and started an empty reading "
+                            "history")
+    assert "\n" not in message
+
+
+def test_the_warning_names_the_parse_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "usage.json").write_text("not json")
+    with caplog.at_level(logging.WARNING, logger="pipeline.search.usage"):
+        usage.load(tmp_path)
+    assert _log_records(caplog) == [("pipeline.search.usage", logging.WARNING,
+                                     (f"usage log {tmp_path / 'usage.json'} cannot be parsed (Expecting value: line 1 "
+                                      f"column 1 (char 0)): moved it to {tmp_path / 'usage.json.corrupt'} and "
+                                      "started an empty reading history"))]
+
+
+def test_a_read_after_a_corrupt_log_starts_a_new_one_and_keeps_the_old(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "usage.json.corrupt").write_text("an older corrupt log")
+    (tmp_path / "usage.json").write_text('{"version": 1, "notes": {"s/a.md": {"reads": 3, "last": 1')
+    with caplog.at_level(logging.WARNING, logger="pipeline.search.usage"):
+        assert usage.record(tmp_path, "s/b.md", now=1_800_000_000.0) is True
+    assert len(caplog.records) == 1
+    assert json.loads((tmp_path / "usage.json").read_text()) == {
+        "version": 1, "notes": {"s/b.md": {"reads": 1, "last": 1_800_000_000.0}}}
+    # the older .corrupt file is replaced (one copy kept)
+    assert (tmp_path / "usage.json.corrupt").read_text() == '{"version": 1, "notes": {"s/a.md": {"reads": 3, "last": 1'
+
+
+def test_a_missing_log_is_silent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG):
+        assert usage.load(tmp_path) == {}
+        assert usage.load(tmp_path / "no-such-dir") == {}
+    assert caplog.records == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_entry_is_skipped_and_the_rest_kept(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "usage.json").write_text(json.dumps({"version": 1, "notes": {
+        "s/a.md": {"reads": 2, "last": 5}, "s/b.md": {"reads": "many"}, "s/c.md": 7, "s/d.md": {"reads": None}}}))
+    with caplog.at_level(logging.WARNING):
+        assert usage.load(tmp_path) == {"s/a.md": {"reads": 2.0, "last": 5.0}}
+    assert caplog.records == []
+    assert [p.name for p in tmp_path.iterdir()] == ["usage.json"]
+
+
+def test_an_empty_object_is_an_empty_history(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "usage.json").write_text("{}")
+    with caplog.at_level(logging.WARNING):
+        assert usage.load(tmp_path) == {}
+    assert (caplog.records, [p.name for p in tmp_path.iterdir()]) == ([], ["usage.json"])
+
+
+def test_an_unreadable_log_is_never_written_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "usage.json").mkdir()                               # open() fails with an OSError, as without rights
+    with caplog.at_level(logging.WARNING):
+        assert usage.load(tmp_path) == {}
+        assert usage.record(tmp_path, "s/b.md") is False
+    assert (caplog.records, (tmp_path / "usage.json").is_dir()) == ([], True)
+
+
+def test_a_corrupt_log_that_cannot_be_moved_stays(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(src: object, dst: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    (tmp_path / "usage.json").write_text("not json")
+    monkeypatch.setattr(usage.os, "replace", refuse)
+    with caplog.at_level(logging.WARNING, logger="pipeline.search.usage"):
+        assert usage.load(tmp_path) == {}
+        assert usage.record(tmp_path, "s/b.md") is False            # never written over
+    monkeypatch.undo()
+    assert (tmp_path / "usage.json").read_text() == "not json"
+    assert [r.getMessage() for r in caplog.records] == 2 * [(
+        f"usage log {tmp_path / 'usage.json'} cannot be parsed (Expecting value: line 1 column 1 (char 0)) nor moved "
+        "aside (Permission denied): the reading history is ignored until it is repaired or removed")]
+
+
+def test_the_cli_says_it_once_on_stderr_and_searches_on(tmp_path: Path) -> None:
+    """Through the console script (no pytest log capture): the warning is the one stderr line of a search that
+    fails later for its own reason (no warehouse)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "usage.json").write_text("not json")
+    env = {**os.environ, "DOCSVAULT_USAGE_BOOST": "1"}
+    proc = subprocess.run([sys.executable, "-c", "from pipeline.cli import main; main()", "--data", str(data),
+                           "search", "otters"], check=False, capture_output=True, text=True, env=env, timeout=120)
+    lines = proc.stderr.splitlines()
+    assert lines[0] == (f"usage log {data / 'usage.json'} cannot be parsed (Expecting value: line 1 column 1 (char "
+                        f"0)): moved it to {data / 'usage.json.corrupt'} and started an empty reading history")
+    assert len(lines) == 2 and lines[1].startswith("error: ") and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["usage.json.corrupt"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tags with a space
+
+
+@pytest.mark.parametrize(("tag", "problem"), [
+    ("my tag", f"tag 'my tag' {SPACE_MESSAGE}"),
+    ("#my tag", f"tag '#my tag' {SPACE_MESSAGE}"),
+    ("  my   tag ", f"tag 'my   tag' {SPACE_MESSAGE}"),
+    ("my\ttag", f"tag 'my\\ttag' {SPACE_MESSAGE}"),
+    ("日記\u3000メモ", "tag '日記\\u3000メモ' has a space; Obsidian tags cannot contain spaces (use 日記-メモ or 日記/メモ)"),
+    ("a b c", "tag 'a b c' has a space; Obsidian tags cannot contain spaces (use a-b-c or a/b/c)"),
+    ("journal", None), ("#life/family", None), (" journal ", None), ("", None), ("kebab-case", None),
+])
+def test_tag_problem(tag: str, problem: str | None) -> None:
+    assert tag_problem(tag) == problem
+
+
+def test_a_quoted_tag_with_a_space_in_the_query_is_a_syntax_error() -> None:
+    with pytest.raises(QuerySyntaxError) as err:
+        parse_query('otters tag:"my tag"')
+    assert str(err.value) == f'tag:"my tag" in the query {SPACE_MESSAGE}'
+    assert parse_query('otters tag:"#my-tag"').tags == ("my-tag",)
+
+
+@pytest.mark.parametrize("args", [["search", "otters", "--tag", "my tag"],
+                                  ["search", "otters", "--tag", "journal", "--tag", "my tag"],
+                                  ["capture", "some text", "--tag", "my tag", "--no-build"]])
+def test_the_cli_refuses_a_tag_with_a_space(tmp_path: Path, args: list[str]) -> None:
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), *args])
+    assert (result.exit_code, result.output) == (1, f"error: --tag 'my tag' {SPACE_MESSAGE}\n")
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_cli_refuses_a_query_tag_with_a_space(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", 'otters tag:"my tag"'])
+    assert (result.exit_code, result.output) == (1, f'error: tag:"my tag" in the query {SPACE_MESSAGE}\n')
+
+
+def test_mcp_search_refuses_a_tag_with_a_space(tiny_env: Path) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    svc = VaultService(Settings.from_env())
+    for tag, shown in (("my tag", "'my tag'"), ("#my tag", "'#my tag'")):
+        with pytest.raises(ToolFailure) as err:
+            svc.search("ducks", tag=tag)
+        assert str(err.value) == f"tag {shown} {SPACE_MESSAGE}"
+    with pytest.raises(ToolFailure) as err:
+        svc.search('ducks tag:"my tag"')
+    assert str(err.value) == f'tag:"my tag" in the query {SPACE_MESSAGE}'
+
+
+def test_mcp_save_note_refuses_a_tag_with_a_space_and_writes_nothing(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (tmp_path / "sources.yaml").write_text(f"sources:\n  - name: inbox\n    kind: local\n    path: {inbox}\n",
+                                           encoding="utf-8")
+    svc = VaultService(Settings.from_env(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                         vault_dir=tmp_path / "vault"))
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("Otters sleep holding hands.", source="inbox", tags=["otters", "my tag"])
+    assert str(err.value) == f"tag 'my tag' {SPACE_MESSAGE}"
+    assert list(inbox.iterdir()) == []
