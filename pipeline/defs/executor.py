@@ -18,15 +18,33 @@ Run config, as for ``dg.multi_or_in_process_executor``::
         in_process: {}         # `docsvault build` uses this
 
 ``step_dependency_config`` may be given explicitly; when it is not, it is ``require_upstream_step_success: false``.
+
+In process, a step whose pool slot another run holds waits for it asleep and stops on Ctrl-C
+(:class:`PoolSlotWait`); Dagster's own in-process loop spun at 100 % CPU and deferred Ctrl-C until the slot freed.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster._core.errors import raise_execution_interrupts
+from dagster._core.events import DagsterEvent, EngineEventData
+from dagster._core.execution.api import ExecuteRunWithPlanIterable
+from dagster._core.execution.context_creation_job import PlanExecutionContextManager
+from dagster._core.execution.plan.execute_plan import inner_plan_execution_iterator
+from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
+from dagster._core.executor.in_process import InProcessExecutor
+from dagster._utils.timing import time_execution_scope
+from dagster_shared.utils.timing import format_duration
 
 if TYPE_CHECKING:
+    from dagster._core.execution.context.system import PlanExecutionContext, PlanOrchestrationContext
+    from dagster._core.execution.plan.plan import ExecutionPlan
+
     from pipeline.config import Settings
 
 NON_BLOCKING = {"require_upstream_step_success": False}
@@ -41,6 +59,71 @@ def _with_non_blocking(config: Any) -> dict[str, Any]:
     return {mode: opts}
 
 
+#: seconds between two attempts of an in-process step to claim a pool slot another run holds (Dagster backs off
+#: from 1 s to 15 s; one SQLite query a second costs nothing, and the step starts within a second of the slot freeing)
+POOL_POLL_SECONDS = 1.0
+
+
+class PoolSlotWait(InstanceConcurrencyContext):
+    """Dagster's pool-slot bookkeeping of an in-process run, waiting asleep and interruptibly for a held slot.
+
+    Dagster 1.13's :meth:`InstanceConcurrencyContext.interval_to_next_pending_claim_check` returns
+    ``min([0, *intervals])``, never more than 0, so ``ActiveExecution.sleep_til_ready`` never sleeps and the step loop
+    (``inner_plan_execution_iterator``) spins at 100 % CPU while a step waits for its slot; and the loop runs under
+    ``capture_interrupts``, which only records a Ctrl-C until the next step's body starts, i.e. after the slot
+    frees. Here the wait until the next claim attempt is slept, with SIGINT/SIGTERM raising
+    ``DagsterExecutionInterruptedError`` (the run ends as failed, its pending claims are freed by ``__exit__``, and
+    :func:`pipeline.defs.runner.run_build` raises ``BuildInterrupted``); claims are retried every
+    :data:`POOL_POLL_SECONDS` at most.
+    """
+
+    def claim(self, concurrency_key: str, step_key: str, step_priority: int = 0) -> bool:
+        claimed = super().claim(concurrency_key, step_key, step_priority)
+        if not claimed and step_key in self._pending_timeouts:
+            self._pending_timeouts[step_key] = min(self._pending_timeouts[step_key], time.time() + POOL_POLL_SECONDS)
+        return claimed
+
+    def interval_to_next_pending_claim_check(self) -> float:
+        """Sleep until the next claim attempt is due (at most :data:`POOL_POLL_SECONDS`), stopping at once on
+        SIGINT/SIGTERM, also one received since the last step; returns 0 (the caller then sleeps no more)."""
+        now = time.time()
+        due = [ready_at for step, ready_at in self._pending_timeouts.items() if step in self._pending_claims]
+        seconds = min(POOL_POLL_SECONDS, max(0.0, min(due, default=now + POOL_POLL_SECONDS) - now))
+        with raise_execution_interrupts():
+            time.sleep(seconds)
+        return 0.0
+
+
+def _in_process_iterator(job_context: PlanExecutionContext, execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
+    """``dagster._core.executor.in_process.inprocess_execution_iterator`` with :class:`PoolSlotWait`."""
+    with PoolSlotWait(job_context.instance, job_context.dagster_run) as concurrency:
+        yield from inner_plan_execution_iterator(job_context, execution_plan, concurrency)
+
+
+class InProcessPoolWaitExecutor(InProcessExecutor):
+    """Dagster's in-process executor whose steps wait for a held pool slot asleep and interruptibly
+    (:class:`PoolSlotWait`): ``InProcessExecutor.execute`` of Dagster 1.13 with :func:`_in_process_iterator`."""
+
+    def execute(self, plan_context: PlanOrchestrationContext,
+                execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
+        steps, pid = execution_plan.step_keys_to_execute, os.getpid()
+        yield DagsterEvent.engine_event(plan_context, f"Executing steps in process (pid: {pid})",
+                                        event_specific_data=EngineEventData.in_process(pid, steps))
+        with time_execution_scope() as timer:
+            yield from iter(ExecuteRunWithPlanIterable(
+                execution_plan=plan_context.execution_plan,
+                iterator=_in_process_iterator,
+                execution_context_manager=PlanExecutionContextManager(
+                    job=plan_context.job, retry_mode=plan_context.retry_mode,
+                    execution_plan=plan_context.execution_plan, run_config=plan_context.run_config,
+                    dagster_run=plan_context.dagster_run, instance=plan_context.instance,
+                    raise_on_error=plan_context.raise_on_error, output_capture=plan_context.output_capture,
+                    step_dependency_config=self.step_dependency_config)))
+        yield DagsterEvent.engine_event(
+            plan_context, f"Finished steps in process (pid: {pid}) in {format_duration(timer.millis)}",
+            event_specific_data=EngineEventData.in_process(pid, steps))
+
+
 def _requirements(config: Any) -> Any:
     return dg.multi_or_in_process_executor.get_requirements(config)   # as Dagster's default executor
 
@@ -53,7 +136,12 @@ def _requirements(config: Any) -> Any:
 def docsvault_executor(init_context: dg.InitExecutorContext) -> Any:
     """``multi_or_in_process_executor`` whose steps wait for their upstream *outputs*, not upstream success."""
     context = init_context._replace(executor_config=_with_non_blocking(init_context.executor_config))
-    return dg.multi_or_in_process_executor.executor_creation_fn(context)  # type: ignore[misc]
+    executor = dg.multi_or_in_process_executor.executor_creation_fn(context)  # type: ignore[misc]
+    if type(executor) is InProcessExecutor:      # the same settings; steps wait for a held pool slot asleep
+        executor = InProcessPoolWaitExecutor(retries=executor.retries,
+                                             step_dependency_config=executor.step_dependency_config,
+                                             marker_to_close=executor.marker_to_close)
+    return executor
 
 
 def executor_defs() -> dg.Definitions:

@@ -283,8 +283,9 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES]
     run_config = {**IN_PROCESS_RUN_CONFIG, "loggers": {"console": {"config": {"log_level": log_level}}}}
     # SIGINT/SIGTERM while the run executes: Dagster's handler fails the running step with
-    # DagsterExecutionInterruptedError and ends the run; the build then stops as interrupted (nothing recorded as
-    # a source failure) and its `with` blocks release the locks
+    # DagsterExecutionInterruptedError and ends the run (a step waiting for a pool slot: the run fails with it,
+    # pipeline.defs.executor.PoolSlotWait); the build then stops as interrupted (nothing recorded as a source
+    # failure) and its `with` blocks release the locks
     # what is alive now (the imports, Dagster's definitions and instance: ~0.5M objects) lives to the end of this
     # one-shot process: out of the collector's generations, so its full passes during the run walk only what the
     # run makes (run_build's callers are the CLI's `build` and `capture`)
@@ -307,14 +308,19 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
 
 
 def _interrupted(result: Any) -> bool:
-    """True when a step of the run failed because the process was interrupted (SIGINT/SIGTERM while it ran)."""
+    """True when the run failed because the process was interrupted (SIGINT/SIGTERM): a step of it failed so while
+    it ran, or the run itself while a step waited for a pool slot another run holds
+    (:class:`pipeline.defs.executor.PoolSlotWait`)."""
     for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+        err = None
+        if event.is_step_failure and event.step_failure_data:
             err = event.step_failure_data.error
-            while err is not None:
-                if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt", "BuildInterrupted"):
-                    return True
-                err = err.cause
+        elif event.is_run_failure:
+            err = getattr(event.event_specific_data, "error", None)
+        while err is not None:
+            if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt", "BuildInterrupted"):
+                return True
+            err = err.cause
     return False
 
 
