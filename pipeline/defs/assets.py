@@ -24,6 +24,7 @@ Concurrency: per-source steps take the build lock shared and a per-source lock, 
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -41,6 +42,10 @@ PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
 SHARED_STAGES = ("link_graph", "warehouse", "retrieval_eval")
 WAREHOUSE_POOL = "docsvault_warehouse"
 SUCCEEDED = "succeeded"            # the blocking check every per-source asset evaluates on its own run
+#: the quality gates of retrieval_eval (``eval_floors``, ``hybrid_beats_single_lanes``) are non-blocking and report
+#: severity WARN (a warning in the UI, a `warning:` line of `docsvault build`); every other check is ERROR (a failure
+#: means broken or missing data). AssetCheckSpec has no severity (Dagster 1.13): the spec's description says it.
+_WARN_NOTE = " Severity WARN: a quality gate that does not block (`docsvault build` prints it as a `warning:` line)."
 FAILED_STAGES = "failed_stages"    # <data>/state/<source>.json: stage -> error of its last run (while it fails)
 
 #: stage -> the code whose hash is its code_version (:func:`pipeline.stages.code_version`)
@@ -180,15 +185,24 @@ def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, wo
         build.PROGRESS_HOOKS.remove(hook)
 
 
+def _run_settings(docsvault: DocsvaultResource, loaded_sources: Path) -> Settings:
+    """The run's settings (the resource's config), once its ``sources_file`` is the file the code location loaded
+    (``loaded_sources``): the step fails with a one-line error otherwise, before anything is read or written
+    (:meth:`DocsvaultResource.check_sources_file`)."""
+    docsvault.check_sources_file(loaded_sources)
+    return docsvault.settings()
+
+
 def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
-                      run: Callable[[Settings], StageResult],
+                      run: Callable[[Settings], StageResult], loaded_sources: Path,
                       extra_checks: Callable[[Settings, StageResult | None], list[dg.AssetCheckResult]] | None = None,
                       ) -> dg.MaterializeResult:
     """Run one per-source stage function; a PipelineError is recorded (see module doc), anything else raises.
-    ``extra_checks`` get the stage's result (None when it did not run)."""
+    ``extra_checks`` get the stage's result (None when it did not run). ``loaded_sources``: the sources file the
+    code location loaded (:func:`_run_settings`)."""
     from pipeline.common.lock import BuildLock
 
-    settings = docsvault.settings()
+    settings = _run_settings(docsvault, loaded_sources)
     started = time.perf_counter()
     error, held = "", False      # held: an upstream stage failed; this stage's last output and failure record stay
     meta: dict[str, Any] = {}
@@ -260,6 +274,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
     """
     tags = {"docsvault/source": source.name}
     group = source_slug(source.name)
+    loaded = settings.sources_file
     pool = source_pool(source)
 
     def spec(stage: str) -> dict[str, Any]:
@@ -287,7 +302,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             return [dg.AssetCheckResult(check_name="has_files", passed=n > 0 or source.kind == "local",
                                         metadata={"files": n})]
 
-        return _run_source_stage(context, docsvault, "raw_docs", source, run, checks)
+        return _run_source_stage(context, docsvault, "raw_docs", source, run, loaded, checks)
 
     notes_key = key("notes", source)
 
@@ -300,7 +315,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
                 context.log.warning(line)
             return normalized
 
-        return _run_source_stage(context, docsvault, "notes", source, run)
+        return _run_source_stage(context, docsvault, "notes", source, run, loaded)
 
     vault_key = key("vault", source)
 
@@ -316,7 +331,8 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             return [dg.AssetCheckResult(check_name="frontmatter_valid", passed=not res.invalid, metadata={
                 "notes": res.notes, "invalid": res.invalid, "first_invalid": list(res.first_invalid)})]
 
-        return _run_source_stage(context, docsvault, "vault", source, lambda s: build.vault_stage(s, source), checks)
+        return _run_source_stage(context, docsvault, "vault", source, lambda s: build.vault_stage(s, source), loaded,
+                                 checks)
 
     chunks_key = key("chunks", source)
 
@@ -331,7 +347,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
                 context.log.warning(line)
             return chunked
 
-        return _run_source_stage(context, docsvault, "chunks", source, run)
+        return _run_source_stage(context, docsvault, "chunks", source, run, loaded)
 
     emb_key = key("embeddings", source)
 
@@ -354,7 +370,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             context.log.info(f"{source.name}: {embedded.embedded} chunks embedded, {embedded.cached} from cache")
             return embedded
 
-        return _run_source_stage(context, docsvault, "embeddings", source, run)
+        return _run_source_stage(context, docsvault, "embeddings", source, run, loaded)
 
     return [raw_docs, notes, vault, chunks, embeddings]
 
@@ -392,8 +408,9 @@ def _warehouse_tables(settings: Settings) -> dict[str, Any]:
 _WAREHOUSE_STATE_KEYS = ("sources", "models", "notes", "chunks", "vectors", "links", "path", "size_mb")
 
 
-def shared_assets(sources: Sequence[Source]) -> list[Any]:
+def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
     """Stages over all sources: link graph, warehouse (with its serving checks), eval (with its floors).
+    ``loaded_sources``: the sources file ``sources`` were read from (:func:`_run_settings`).
 
     Long: defines the three shared Dagster assets and their checks as closures; its length is the asset definitions.
     """
@@ -404,7 +421,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
               pool=WAREHOUSE_POOL, code_version=build.code_version("graph"),
               description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
     def link_graph(docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        settings = docsvault.settings()
+        settings = _run_settings(docsvault, loaded_sources)
         graph = build.graph_stage(settings, sources)
         shared = artifacts.load_state(settings, build.SHARED_STATE).get("graph") or {}
         return dg.MaterializeResult(metadata=_clean(_metadata(graph)), data_version=_version(shared.get("key")))
@@ -424,7 +441,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
               description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published "
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        settings = docsvault.settings()
+        settings = _run_settings(docsvault, loaded_sources)
         published = _with_progress_log(
             context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
         meta = _metadata(published)
@@ -445,11 +462,11 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
                   dg.AssetCheckSpec("eval_floors", asset=key("retrieval_eval"),
                                     description="Hybrid pooled MRR@10 and hit@3 at or above their floors "
                                                 "(`DOCSVAULT_EVAL_MIN_MRR`, `DOCSVAULT_EVAL_MIN_HIT3`); passes "
-                                                "with a note when no case was scored."),
+                                                "with a note when no case was scored." + _WARN_NOTE),
                   dg.AssetCheckSpec("hybrid_beats_single_lanes", asset=key("retrieval_eval"),
                                     description="Hybrid pooled MRR@10 at or above the best single lane's, or "
                                                 "behind it within chance (paired sign test over the cases, "
-                                                "p >= 0.05)."),
+                                                "p >= 0.05)." + _WARN_NOTE),
               ],
               description="Ablation (each lane alone and hybrid) of the eval cases (`DOCSVAULT_EVALS`): hit@1, "
                           "hit@3, MRR@10, nDCG@10 overall, per source and per kind; each run that scored appended "
@@ -458,7 +475,7 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
     def retrieval_eval(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         from pipeline.evaluate import check_floors, check_fusion_gain, floors_from_env
 
-        settings = docsvault.settings()
+        settings = _run_settings(docsvault, loaded_sources)
         report = build.eval_stage(settings, sources)     # the default embedders: its child processes load them too
         meta = eval_metadata(report)
         context.log.info(f"eval (hybrid): {dict(report.overall)}" + (" (unchanged, not re-run)" if report.skipped
@@ -467,7 +484,8 @@ def shared_assets(sources: Sequence[Source]) -> list[Any]:
         gain = check_fusion_gain(report)
         last = artifacts.load_state(settings, build.SHARED_STATE).get("eval") or {}
         return dg.MaterializeResult(metadata=meta, data_version=_version(last.get("key")), check_results=[
-            dg.AssetCheckResult(check_name="eval_floors", passed=floors.passed, metadata=floors.metadata),
+            dg.AssetCheckResult(check_name="eval_floors", passed=floors.passed, metadata=floors.metadata,
+                                severity=dg.AssetCheckSeverity.WARN),
             dg.AssetCheckResult(check_name="hybrid_beats_single_lanes", passed=gain.passed, metadata=gain.metadata,
                                 severity=dg.AssetCheckSeverity.WARN),
         ])
@@ -543,7 +561,7 @@ def asset_defs(settings: Settings) -> dg.Definitions:
     assets: list[Any] = []
     for s in sources:
         assets.extend(source_assets(s, settings))
-    assets.extend(shared_assets(sources))
+    assets.extend(shared_assets(sources, settings.sources_file))
     return dg.Definitions(assets=assets)
 
 

@@ -1,0 +1,129 @@
+"""The ``docsvault`` resource's Launchpad fields (descriptions; a ``sources_file`` other than the one the code location
+loaded fails the run's first step) and the severities of the asset checks (quality gates WARN, broken data ERROR)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.common.errors import SourceConfigError
+from pipeline.config import Settings
+from pipeline.defs import build_definitions
+from pipeline.defs.resources import DocsvaultResource
+
+#: field -> where its default comes from (each description names it)
+FIELD_SOURCES = {
+    "sources_file": "DOCSVAULT_SOURCES", "data_dir": "DOCSVAULT_DATA", "vault_dir": "DOCSVAULT_VAULT",
+    "evals_dir": "DOCSVAULT_EVALS", "model": "DOCSVAULT_MODEL", "multilingual_model": "DOCSVAULT_MULTILINGUAL_MODEL",
+    "crosslingual_model": "DOCSVAULT_CROSSLINGUAL_MODEL", "synonyms_file": "DOCSVAULT_SYNONYMS",
+}
+
+
+def _launchpad_fields(defs: dg.Definitions) -> dict[str, Any]:
+    """The resource's config fields as the Launchpad shows them (the run config schema of the asset job)."""
+    job = defs.resolve_implicit_global_asset_job_def()
+    resource = job.run_config_schema.config_type.fields["resources"].config_type.fields["docsvault"]
+    return resource.config_type.fields["config"]
+
+
+def test_every_resource_field_has_a_description_naming_its_default(tiny_env: Path) -> None:
+    config = _launchpad_fields(build_definitions(Settings.from_env()))
+    fields = config.config_type.fields
+    assert set(fields) == set(FIELD_SOURCES)
+    assert {name: FIELD_SOURCES[name] in (f.description or "") for name, f in fields.items()} == {
+        name: True for name in FIELD_SOURCES}
+    assert ("The assets (one chain per source) are built from the sources file read when the code location loads, "
+            "so an override here must name that same file") in fields["sources_file"].description
+    # the Launchpad's default is what the code location loaded
+    assert config.default_value["sources_file"] == str(tiny_env / "sources.yaml")
+
+
+def test_check_sources_file_compares_resolved_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = tmp_path / "sources.yaml"
+    monkeypatch.chdir(tmp_path)
+    for same in ("sources.yaml", f"{tmp_path}/evals/../sources.yaml", str(loaded)):
+        DocsvaultResource(sources_file=same, data_dir="d", vault_dir="v", evals_dir="e", model="hash",
+                          multilingual_model="hash").check_sources_file(loaded)
+    other = DocsvaultResource(sources_file="other.yaml", data_dir="d", vault_dir="v", evals_dir="e", model="hash",
+                              multilingual_model="hash")
+    with pytest.raises(SourceConfigError) as err:
+        other.check_sources_file(loaded)
+    assert str(err.value) == (
+        f"resource docsvault: sources_file {tmp_path}/other.yaml is not the file this code location built its assets "
+        f"from ({loaded}); to build it, set DOCSVAULT_SOURCES to it and reload the code location, or leave "
+        "sources_file at the loaded file")
+
+
+def _run_with_sources_file(settings: Settings, sources_file: str) -> dg.ExecuteInProcessResult:
+    """``tiny/raw_docs`` and ``tiny/notes`` in one run whose resource config (as the Launchpad sends it: every field)
+    names ``sources_file``."""
+    defs = build_definitions(settings)
+    config = {**DocsvaultResource.from_settings(settings).model_dump(), "sources_file": sources_file}
+    return defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey(["tiny", "notes"])],
+        run_config={"resources": {"docsvault": {"config": config}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+
+
+def test_a_launchpad_sources_file_of_another_file_fails_the_first_step(tiny_env: Path) -> None:
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    other = tiny_env / "other.yaml"
+    other.write_text((tiny_env / "sources.yaml").read_text(), encoding="utf-8")
+    result = _run_with_sources_file(settings, str(other))
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": (
+        f"resource docsvault: sources_file {other} is not the file this code location built its assets from "
+        f"({tiny_env}/sources.yaml); to build it, set DOCSVAULT_SOURCES to it and reload the code location, or "
+        "leave sources_file at the loaded file")}
+    started = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert started == ["tiny__raw_docs"]                        # notes did not run
+    assert not settings.data_dir.exists()                       # nothing read or written, no failure recorded
+
+    # the same file spelled another way is the same file: the run builds
+    same = _run_with_sources_file(settings, f"{tiny_env}/evals/../sources.yaml")
+    assert same.success is True and _failures(same) == {}
+
+
+def _severities(result: dg.ExecuteInProcessResult) -> dict[str, tuple[bool, str]]:
+    """"asset:check" -> (passed, severity) of the run's asset check evaluations."""
+    out = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            ev = event.event_specific_data
+            out[f"{ev.asset_key.to_user_string()}:{ev.check_name}"] = (ev.passed, ev.severity.value)
+    return out
+
+
+def test_quality_gates_report_warn_and_data_checks_error(built_tiny_env: Path) -> None:
+    """A failed eval_floors is a WARN check in Dagster and a `warning:` line of `docsvault build` (exit 0); the
+    checks whose failure means broken data stay ERROR."""
+    with (built_tiny_env / "evals" / "tiny.yaml").open("a", encoding="utf-8") as f:   # a miss: mrr 2/3
+        f.write("  - id: t3\n    query: a page that was never built\n    expected: ['Nope.md']\n    kind: keyword\n")
+    settings = Settings.from_env()
+    defs = build_definitions(settings)
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success is True
+    assert _severities(result) == {
+        **{f"tiny/{stage}:succeeded": (True, "ERROR")
+           for stage in ("raw_docs", "notes", "vault", "chunks", "embeddings")},
+        "tiny/raw_docs:has_files": (True, "ERROR"), "tiny/vault:frontmatter_valid": (True, "ERROR"),
+        "warehouse:hnsw_index_used": (True, "ERROR"), "warehouse:serves_queries": (True, "ERROR"),
+        "retrieval_eval:eval_floors": (False, "WARN"), "retrieval_eval:hybrid_beats_single_lanes": (True, "WARN"),
+    }
+    floors = defs.resolve_assets_def(dg.AssetKey(["retrieval_eval"])).check_specs_by_output_name
+    assert {s.name: s.description.endswith("does not block (`docsvault build` prints it as a `warning:` line).")
+            for s in floors.values()} == {"eval_floors": True, "hybrid_beats_single_lanes": True}
+
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    assert [line for line in built.stderr.splitlines() if line.startswith("warning: asset check")] == [
+        ("warning: asset check eval_floors of retrieval_eval failed: mrr@10 0.667 < 0.700, hit@3 0.667 < 0.800 "
+         "(see the Dagster UI)")]
