@@ -123,7 +123,7 @@ def test_a_source_that_only_embedded_is_built_not_unchanged() -> None:
 
 def test_a_no_op_build_repeats_the_failed_check_warnings(tiny_env: Path, monkeypatch) -> None:
     """A failed eval_floors check is a warning of every build, the no-op one included (nothing changed, so the
-    check still fails; the Dagster UI still shows it red)."""
+    check still fails; the Dagster UI still shows it as a warning)."""
     with (tiny_env / "evals" / "tiny.yaml").open("a", encoding="utf-8") as f:
         f.write("  - id: t3\n    query: water bird in the pond\n    expected: ['Install guide.md']\n    kind: paraphrase\n")
     monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", "0.99")
