@@ -1283,6 +1283,7 @@ def daemon_heartbeat_age(home: Path) -> float | None:
 
     if not (home / "dagster.yaml").is_file():
         return None
+    os.environ["DAGSTER_HOME"] = str(home)      # the instance's dagster.yaml names its event log folder by it
     try:
         import dagster as dg
 

@@ -241,15 +241,19 @@ def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Pa
     assert (sensor.default_status, sensor.minimum_interval_seconds) == (dg.DefaultSensorStatus.RUNNING, 900)
 
 
-def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path) -> None:
-    """The instance config is valid for this Dagster version: pools (one step per pool), run retries."""
+def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """The instance config is valid for this Dagster version: pools (one step per pool), run retries, the project's
+    event log storage (its folder named by DAGSTER_HOME)."""
     home = tmp_path / "home"
     home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
     (home / "dagster.yaml").write_text((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.run_retries_enabled and instance.run_retries_max_retries == 0
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
+        assert type(instance.event_log_storage).__name__ == "WalSqliteEventLogStorage"
 
 
 @pytest.mark.timeout(600)
