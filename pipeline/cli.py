@@ -29,7 +29,7 @@ import typer
 
 from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError
 from pipeline.common.gcpause import collector_paused
-from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env
+from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
     NO_RESULTS,
     build_outcome,
@@ -1283,7 +1283,7 @@ def daemon_heartbeat_age(home: Path) -> float | None:
 
     if not (home / "dagster.yaml").is_file():
         return None
-    os.environ["DAGSTER_HOME"] = str(home)      # the instance's dagster.yaml names its event log folder by it
+    set_env("DAGSTER_HOME", str(home))      # the instance's dagster.yaml names its event log folder by it
     try:
         import dagster as dg
 
