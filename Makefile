@@ -34,7 +34,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 demo: install
-	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cat dagster.yaml dagster-event-log.yaml > $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/docsvault build || echo "(some sources failed: see the table above; the others were built)"
 	$(BIN)/docsvault search -k 3 "how do I search my docs from an AI agent"
 
@@ -48,7 +48,7 @@ test-integration: install-dev
 test-all: test test-integration
 
 ui: install
-	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cat dagster.yaml dagster-event-log.yaml > $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/docsvault ui --port 3000
 
 clean:

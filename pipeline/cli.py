@@ -43,7 +43,9 @@ from pipeline.service import (
     paths_warning_lines,
     query_problem,
     search_lanes,
+    skipped_reason,
     status_data,
+    write_dirs_problem,
 )
 
 
@@ -89,6 +91,15 @@ def fail(message: str) -> None:
 
 def settings() -> Settings:
     return _state["settings"]
+
+
+def refuse_unwritable_dirs(s: Settings) -> None:
+    """Before a build (``build``, ``capture``): one line and exit 1 when the data dir, the vault or ``DAGSTER_HOME``
+    cannot be made or written (:func:`pipeline.service.write_dirs_problem`), so nothing starts and no source
+    failure is recorded."""
+    problem = write_dirs_problem(s)
+    if problem:
+        fail(problem)
 
 
 def _color() -> bool:
@@ -154,6 +165,7 @@ def build(
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
         select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
+        refuse_unwritable_dirs(s)
         with _stop_on_signals():
             report = noop_build(s, source, wait=wait, force=force, wait_arg=wait_arg)
         if report is None:
@@ -684,8 +696,6 @@ def read(
     try:
         pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
     except NoteNotFoundError as exc:
-        from pipeline.ingest.normalize import skipped_reason
-
         fail(skipped_reason(s, note) or str(exc))
         return
     except (PipelineError, ValueError) as exc:
@@ -744,6 +754,8 @@ def capture(
     if text is not None and file is not None:
         fail("give the text as an argument or with --file, not both")
     _refuse_spaced_tags(tag)
+    if not no_build:        # refused before the note is written: a rerun with the right --data makes no second copy
+        refuse_unwritable_dirs(s)
     try:
         if file is not None:
             body = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
@@ -848,6 +860,11 @@ def eval_(
 
     if history:
         from pipeline.warehouse import read_eval_runs
+
+        given = [name for name, on in (("--lanes", lanes is not None), ("--unscoped", unscoped), ("--both", both),
+                                       ("FILE arguments", bool(files))) if on]
+        if given:
+            fail(f"--history shows the recorded runs; it does not combine with {given[0]}")
 
         try:
             rows = read_eval_runs(eval_history_path(settings().data_dir), last=20)
@@ -1117,9 +1134,10 @@ def ui(
         fail(problem)
         return
     home.mkdir(parents=True, exist_ok=True)
-    project_cfg = Path(__file__).resolve().parents[1] / "dagster.yaml"
-    if not (home / "dagster.yaml").exists() and project_cfg.is_file():
-        shutil.copyfile(project_cfg, home / "dagster.yaml")
+    if not (home / "dagster.yaml").exists():
+        from pipeline.defs.runner import instance_config
+
+        (home / "dagster.yaml").write_text(instance_config(), encoding="utf-8")
     unused = unused_instance_file(Path.cwd(), home)
     if unused:
         typer.echo(f"warning: {unused}", err=True)
@@ -1298,14 +1316,15 @@ def daemon_heartbeat_age(home: Path) -> float | None:
 def unused_instance_file(cwd: Path, home: Path) -> str | None:
     """A warning when ``cwd`` holds a ``dagster.yaml`` (or ``.yml``) that Dagster will not read (it reads
     ``<DAGSTER_HOME>/dagster.yaml``) and that differs from it; None when there is none, when ``cwd`` is DAGSTER_HOME,
-    or when it is the same file (the project's template, as `make` and `docsvault build` copy it)."""
+    or when it is the same file (the project's template, as `make` and `docsvault build` copy it, followed by
+    ``dagster-event-log.yaml``)."""
     here = next((cwd / n for n in ("dagster.yaml", "dagster.yml") if (cwd / n).is_file()), None)
     if here is None or cwd.resolve() == home.resolve():
         return None
     used = home / "dagster.yaml"
     try:
-        if used.is_file() and here.read_bytes() == used.read_bytes():
-            return None
+        if used.is_file() and used.read_bytes().startswith(here.read_bytes()):
+            return None         # the same file, or it with the project's event log block after it
     except OSError:
         pass
     return (f"{here} is not used: Dagster reads {used}{'' if used.is_file() else ' (missing)'}; copy it there to "
@@ -1338,6 +1357,29 @@ INTERRUPTED = 130
 """Exit code of a command stopped by Ctrl-C (128 + SIGINT); Typer returns it for a KeyboardInterrupt in a command."""
 
 
+def usage_error_line(exc: Exception, argv: Sequence[str] = ()) -> str:
+    """Click's usage or parameter error as one line, ending with `` (see `docsvault CMD --help`)``.
+
+    An unknown "option" that is text gets how to pass such text (after ``--``; for ``capture`` also piped or with
+    ``--file -``): the argument of ``argv`` (the command line) it comes from has a newline or a space in it, or
+    starts with ``---`` (a note with frontmatter, a query such as ``'-plugin template'``; Click names only its
+    first letters, ``-p``, then)."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    option = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "NoSuchOption" and isinstance(option, str):
+        text = next((a for a in argv if a.startswith(option) and not a.startswith(f"{option}=")), option)
+        if text.startswith("---") or any(ch.isspace() for ch in text):
+            shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+            shown = shown if len(shown) <= 40 else shown[:40] + "…"
+            cmd = ctx.command_path if ctx is not None else "docsvault COMMAND"
+            piped = ", or pipe it or pass it with --file -" if cmd.endswith(" capture") else ""
+            message = (f"No such option: '{shown}': text that starts with '-' must come after '--' (options first: "
+                       f'{cmd} [OPTIONS] -- "$TEXT"){piped}')
+    return f"{' '.join(message.split())}{where}"
+
+
 def _main() -> None:
     try:
         rv = app(standalone_mode=False)
@@ -1354,9 +1396,7 @@ def _main() -> None:
         if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:   # `docsvault` alone: the help
             typer.echo(ctx.get_help())
             sys.exit(0)
-        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        typer.echo(f"error: {' '.join(message.split())}{where}", err=True)
+        typer.echo(f"error: {usage_error_line(exc, sys.argv[1:])}", err=True)
         sys.exit(1)
     if rv == INTERRUPTED:                 # no command returns 130 itself (`build` exits with its own line)
         typer.echo("interrupted", err=True)

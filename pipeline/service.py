@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.common.errors import PipelineError
@@ -22,16 +23,16 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "errors_file", "no_notes_line", "noop_build", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
-    "paths_warning_lines", "query_problem", "search_lanes",
-    "skipped_count", "skipped_reason", "status_data", "status_report",  # noqa: F822
+    "paths_warning_lines", "query_problem", "search_lanes", "skipped_count", "skipped_reason",  # noqa: F822
+    "status_data", "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
-_FROM_NORMALIZE = ("errors_file", "skipped_count", "skipped_reason")
+_FROM_NORMALIZE = ("errors_file", "skipped_count")
 
 
 def __getattr__(name: str) -> Any:
-    """``errors_file``, ``skipped_count``, ``skipped_reason`` of :mod:`pipeline.ingest.normalize`, on first access."""
+    """``errors_file`` and ``skipped_count`` of :mod:`pipeline.ingest.normalize`, on first access."""
     if name not in _FROM_NORMALIZE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from pipeline.ingest import normalize
@@ -158,6 +159,107 @@ def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]
         return []
     finally:
         searcher.close()
+
+
+def skipped_reason(s: Settings, note: str) -> str | None:
+    """Why the last build left ``note`` (a vault path ``source/path`` or a source path) out of the vault, one line
+    (``<source>/<path> is not in the vault: the last build skipped it (<reason>)``), or None when it did not.
+
+    Two records are read: the source's normalize errors (:func:`pipeline.ingest.normalize.skipped_reason`:
+    malformed, not UTF-8, empty) and the warnings its last fetch of a local folder kept in
+    ``<data>/raw/<source>/fetch.json`` (a symlink leaving the root, a symlink loop, a dangling symlink, a file in
+    a symlinked or unreadable folder)."""
+    from pipeline.ingest.normalize import skipped_reason as normalize_reason
+
+    return normalize_reason(s, note) or _fetch_skip_reason(s, note)
+
+
+def _fetch_skip_reason(s: Settings, note: str) -> str | None:
+    """:func:`skipped_reason` from the fetch warnings of every local source (``fetch.json`` with ``roots``)."""
+    import json
+
+    note = note.strip().strip("/")
+    for state_file in sorted(s.raw_dir.glob("*/fetch.json")):
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(state, dict) or not isinstance(state.get("roots"), list):
+            continue
+        source = state_file.parent.name
+        roots = [Path(r) for r in state["roots"] if isinstance(r, str)]
+        warnings = [w for w in state.get("warnings") or [] if isinstance(w, str)]
+        for sp in dict.fromkeys([note.removeprefix(f"{source}/"), note]):
+            for root in roots:
+                head, _, rest = sp.partition("/")
+                if len(roots) > 1 and head != root.name:      # several roots: source paths start with the root's name
+                    continue
+                reason = _warning_about(warnings, source, sp, root.resolve(), rest if len(roots) > 1 else sp)
+                if reason:
+                    return f"{source}/{sp} is not in the vault: the last build skipped it ({reason})"
+    return None
+
+
+def _warning_about(warnings: Sequence[str], source: str, sp: str, root: Path, rel: str) -> str | None:
+    """The reason of the fetch warning (``source 'x': skipped …``, see :mod:`pipeline.ingest.fetch.local`) about the
+    file ``rel`` under ``root`` (source path ``sp``) or a folder holding it, without the leading "skipped" and the
+    file's own path; None when no warning names it."""
+    path = root / rel
+    prefix, own = f"source '{source}': skipped", str(path)
+    folders = [str(f) for f in path.parents if f != root and f.is_relative_to(root)]
+    for line in warnings:
+        if not line.startswith(prefix):
+            continue
+        text = line[len(prefix):]
+        if text.endswith(f": {own}"):                   # "skipped symlink leaving the root: PATH"
+            reason = text[: -len(own) - 2]
+        elif f" {own}:" in text or text.startswith(f" {sp}:"):     # "skipped PATH: not a regular file"
+            reason = text.replace(f" {own}:", ":", 1) if f" {own}:" in text else text[len(sp) + 1:]
+        elif any(f" {folder}:" in text for folder in folders):     # "skipped symlinked folder DIR: …"
+            reason = text
+        else:
+            continue
+        return reason.lstrip(" :") or "skipped"
+    return None
+
+
+def writable_dir_problem(path: Path, what: str, hint: str) -> str | None:
+    """Why the folder ``path`` cannot be used for writing, one line, or None: it is made (``mkdir -p``; a file in
+    the way is "Not a directory"), then a write is tried with an anonymous temporary file (nothing is left behind).
+
+    Args:
+        path: the folder.
+        what: its name in the message, e.g. ``data dir``.
+        hint: what sets it, e.g. ``check --data / DOCSVAULT_DATA`` (in parentheses at the end).
+    """
+    import errno
+    import os
+    import tempfile
+
+    try:
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the {what} {path}: {exc.strerror or exc} ({hint})"
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"cannot write in the {what} {path}: {exc.strerror or exc} ({hint})"
+    return None
+
+
+def write_dirs_problem(s: Settings) -> str | None:
+    """The first of the folders a build writes (the data dir, the vault, ``DAGSTER_HOME`` when it is not inside the
+    data dir) that cannot be made or written (:func:`writable_dir_problem`), or None. ``docsvault build`` and
+    ``capture`` check it before they start, so a mistyped ``--data`` / ``--vault`` is one line and no build
+    failure is recorded."""
+    dirs = [(s.data_dir, "data dir", "check --data / DOCSVAULT_DATA"),
+            (s.vault_dir, "vault dir", "check --vault / DOCSVAULT_VAULT")]
+    if not s.dagster_home.is_relative_to(s.data_dir):
+        dirs.append((s.dagster_home, "Dagster home", "check DAGSTER_HOME"))
+    return next((problem for problem in (writable_dir_problem(*d) for d in dirs) if problem), None)
 
 
 @dataclass(frozen=True)

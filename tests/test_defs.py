@@ -248,7 +248,9 @@ def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path, m
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    (home / "dagster.yaml").write_text((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
+    from pipeline.defs.runner import instance_config
+
+    (home / "dagster.yaml").write_text(instance_config())
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.run_retries_enabled and instance.run_retries_max_retries == 0
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1

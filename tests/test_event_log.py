@@ -3,7 +3,6 @@ run shard (bounded), synchronous=NORMAL, and files interchangeable with Dagster'
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from sqlalchemy import text
 
 from pipeline.defs.event_log import OPEN_SHARDS, WalSqliteEventLogStorage
+from pipeline.defs.runner import instance_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def _event(run_id: str, i: int) -> EventLogEntry:
 def test_project_instance_uses_it_and_a_job_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "dagster"
     home.mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    (home / "dagster.yaml").write_text(instance_config(), encoding="utf-8")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
 
     @dg.asset
@@ -74,3 +74,16 @@ def test_files_are_interchangeable_with_dagsters_default(tmp_path: Path) -> None
     assert [e.user_message for e in default.get_logs_for_run("a")] == ["message 0", "message 1"]
     assert [e.user_message for e in ours.get_logs_for_run("b")] == ["message 0"]
     ours.dispose()
+
+
+def test_the_checkouts_dagster_yaml_opens_without_dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Dagster's throw-away instances (`dg check defs`, `dg dev` without DAGSTER_HOME) read the checkout's
+    dagster.yaml with no DAGSTER_HOME: it must not need it (the event log block is appended to instance copies only)."""
+    from dagster._core.instance.ref import InstanceRef
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(tmp_path), config_dir=str(REPO))) as instance:
+        assert type(instance.event_log_storage) is SqliteEventLogStorage
+    assert instance_config() == ((REPO / "dagster.yaml").read_text(encoding="utf-8")
+                                 + (REPO / "dagster-event-log.yaml").read_text(encoding="utf-8"))

@@ -126,7 +126,8 @@ def test_ui_holds_the_lock_into_dg_dev_and_runs_in_dagster_home(ui_env: Path) ->
                                              "127.0.0.1", "-p", str(port)]
         assert result.exception.cwd == ui_env      # dg dev warns of a dagster.yaml in its folder that is not this one
         assert result.output == f"Dagster UI on http://127.0.0.1:{port} (webserver + daemon; DAGSTER_HOME={ui_env})\n"
-        assert (ui_env / "dagster.yaml").read_bytes() == (REPO / "dagster.yaml").read_bytes()
+        assert (ui_env / "dagster.yaml").read_bytes() == ((REPO / "dagster.yaml").read_bytes()
+                                                         + (REPO / "dagster-event-log.yaml").read_bytes())
         assert len(fds) == 1 and os.get_inheritable(fds[0])                  # dg dev inherits the lock
         again = hold_across_exec(ui_env / UI_LOCK, {})
         assert again.fd is None and (again.holder["pid"], again.holder["port"]) == (os.getpid(), port)

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pipeline.common.errors import BuildLockedError
+from pipeline.common.errors import BuildLockedError, PipelineError
 
 try:  # POSIX
     import fcntl
@@ -95,6 +95,8 @@ class BuildLock:
 
     Raises (from :meth:`acquire`):
         BuildLockedError: another live process holds the lock after ``wait`` seconds (names its pid and start).
+        PipelineError: the lock file or its folder cannot be created (a file in the way, no permission: the message
+            names it and the data dir's option; never a traceback).
     """
 
     def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False,
@@ -116,7 +118,10 @@ class BuildLock:
             if mine is not None and mine._fd is not None and mine._pid == os.getpid():
                 mine._depth += 1
                 return mine
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unusable(exc) from None
         deadline = time.monotonic() + max(self.wait, 0.0)
         told = False
         while True:
@@ -138,9 +143,17 @@ class BuildLock:
                 )
             time.sleep(self.poll)
 
+    def _unusable(self, exc: OSError) -> PipelineError:
+        """The one-line error of a lock file that cannot be created (its folder or the file itself)."""
+        return PipelineError(f"cannot create the build lock {self.path}: {exc.strerror or exc} (check the data dir: "
+                             "--data / DOCSVAULT_DATA)")
+
     def _try(self) -> bool:
         if fcntl is not None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise self._unusable(exc) from None
             try:
                 fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except OSError:

@@ -53,15 +53,27 @@ telemetry:
 """
 
 
+def instance_config() -> str:
+    """The text of a new instance's ``<DAGSTER_HOME>/dagster.yaml``: the checkout's ``dagster.yaml`` (pools, run
+    retries, telemetry off) followed by ``dagster-event-log.yaml`` (the project's event log storage, which names its
+    folder by DAGSTER_HOME, so it is not in the checkout's file that Dagster's throw-away instances read);
+    :data:`INSTANCE_YAML` without a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    parts = [root / "dagster.yaml", root / "dagster-event-log.yaml"]
+    if not parts[0].is_file():
+        return INSTANCE_YAML
+    return "".join(p.read_text(encoding="utf-8") for p in parts if p.is_file())
+
+
 def ensure_instance(settings: Settings) -> Path:
-    """Point DAGSTER_HOME at <data>/dagster (unless set) and give it a dagster.yaml with telemetry off."""
+    """Point DAGSTER_HOME at <data>/dagster (unless set) and give it a dagster.yaml (:func:`instance_config`) unless
+    it has one (a user's instance file is never rewritten)."""
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     set_env("DAGSTER_HOME", str(home))
     cfg = home / "dagster.yaml"
     if not cfg.exists():
-        project_cfg = Path(__file__).resolve().parents[2] / "dagster.yaml"
-        cfg.write_text(project_cfg.read_text() if project_cfg.is_file() else INSTANCE_YAML, encoding="utf-8")
+        cfg.write_text(instance_config(), encoding="utf-8")
     return home
 
 
