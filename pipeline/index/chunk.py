@@ -24,7 +24,11 @@ How a note body becomes chunks:
    starts with the previous piece's last whole sentences totalling ≤ ``overlap_tokens``; a cut at a block boundary
    has no overlap (the new paragraph starts fresh).
 6. ``count_tokens(chunk.embed_text) <= max_tokens`` holds for every chunk (a breadcrumb longer than half the budget
-   is shortened with "…").
+   is shortened with "…"), and so does ``len(chunk.embed_text) <= max_tokens * MAX_CHARS_PER_TOKEN``: a WordPiece
+   tokenizer reads any word longer than 100 characters as one ``[UNK]``, so a note that is one 2,000,000-character
+   run without spaces (minified text, a pasted base64 image) counted 3 tokens and became one 2 MB chunk, re-embedded
+   for minutes on every change. The character cap (8,192 for 256 tokens) is above every chunk of the five shared
+   corpora (the longest: 4,331 characters), so it cuts only such runs.
 7. ``chunk_id = stable_id(note_id, " > ".join(heading_path), str(piece))`` where ``piece`` is the piece index
    within the section; when the same heading path occurs again in the note, its occurrence index n ≥ 1 is added as
    a fourth part (``stable_id(note_id, path, str(piece), str(n))``). ``ordinal`` is the position in the note.
@@ -54,9 +58,11 @@ from markdown_it import MarkdownIt
 from pipeline.common.markdown import code_lines
 from pipeline.models import Chunk, Note, stable_id
 
-__all__ = ["MAX_CHUNKS_PER_NOTE", "chunk_note", "split_sentences"]
+__all__ = ["MAX_CHARS_PER_TOKEN", "MAX_CHUNKS_PER_NOTE", "chunk_note", "split_sentences"]
 
 MAX_CHUNKS_PER_NOTE = 1_500
+#: a chunk's ``embed_text`` holds at most ``max_tokens`` x this many characters (rule 6)
+MAX_CHARS_PER_TOKEN = 32
 """Most chunks one note gives. Above every page of the five real corpora (the largest, DuckDB's C API reference
 (221 kB), gives 1,159 chunks with all-MiniLM-L6-v2; most pages give under 100) and about a minute of embedding at the
 measured 25-35 chunks/s on 2 cores; a 4 MB note would give ~4,000."""
@@ -326,6 +332,7 @@ class _Chunker:
         self.capped_within = False                        # True: the cap fell inside that section
         self.count = count_tokens
         self.max = max_tokens
+        self.max_chars = max_tokens * MAX_CHARS_PER_TOKEN
         self.overlap = overlap
         self.min = min_tokens
         self.text = strip_block_ids(_strip_frontmatter(note.body))
@@ -350,7 +357,8 @@ class _Chunker:
         return bc
 
     def fits(self, prefix: str, body: str) -> bool:
-        return self.count(f"{prefix}\n\n{body}" if body else prefix) <= self.max
+        text = f"{prefix}\n\n{body}" if body else prefix
+        return len(text) <= self.max_chars and self.count(text) <= self.max
 
     # -- main --
     def run(self) -> list[Chunk]:
@@ -561,7 +569,7 @@ class _Chunker:
         spans: list[tuple[int, int]] = []
         s = start
         while s < end:
-            lo, hi = s + 1, end
+            lo, hi = s + 1, min(end, s + self.max_chars)       # no prefix longer than the character cap fits
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if self.fits(bc, text[s:mid]):
