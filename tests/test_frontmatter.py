@@ -202,3 +202,14 @@ def test_render_note_through_a_memo_writes_the_same_bytes(tmp_path):
     changed = {**plain, "title": "大阪"}
     assert render_note(changed, "x", again) == render_note(changed, "x") and "大阪" in render_note(changed, "x", again)
     assert again.misses == 1                      # only the changed entry is dumped again
+
+
+@pytest.mark.parametrize("text, line, problem", [
+    ("---\ntitle: a\ntags: [x]\ndate: 2025-13-45\n---\nbody\n", 4, "month must be in 1..12"),
+    ("---\ntitle: a\nts: 2025-01-01 25:99:00\n---\n", 3, "hour must be in 0..23"),
+    ("---\nlist:\n  - ok\n  - 2021-02-30\n---\n", 4, "day is out of range for month"),
+])
+def test_an_invalid_value_names_its_own_line(text: str, line: int, problem: str) -> None:
+    with pytest.raises(NoteError) as err:
+        split_frontmatter(text, "n.md")
+    assert str(err.value) == f"n.md: line {line}: invalid value in frontmatter: {problem}; quote the value"

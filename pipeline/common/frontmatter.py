@@ -175,6 +175,36 @@ def json_safe(value: Any, _budget: list[int] | None = None, _depth: int = 0) -> 
     return str(value)
 
 
+def _bad_value_line(raw: str) -> int | None:
+    """The file line (frontmatter ``raw`` starts on line 2) of the first scalar, in document order, whose value YAML
+    cannot construct (``date: 2025-13-45``: a ValueError of the date constructor, which carries no position), or None.
+    Composes the node tree (no values) and constructs scalar by scalar; at most :data:`MAX_NODES` nodes."""
+    try:
+        root = yaml.compose(raw, Loader=_SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        return None
+    loader = yaml.SafeLoader("")
+    todo, seen = ([] if root is None else [root]), set()
+    try:
+        while todo and len(seen) < MAX_NODES:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.ScalarNode):
+                try:
+                    loader.construct_object(node, deep=True)
+                except (ValueError, TypeError, OverflowError, yaml.YAMLError):
+                    return node.start_mark.line + 2
+            elif isinstance(node, yaml.MappingNode):
+                todo.extend(reversed([n for pair in node.value for n in pair]))
+            elif isinstance(node, yaml.SequenceNode):
+                todo.extend(reversed(node.value))
+    finally:
+        loader.dispose()
+    return None
+
+
 def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
     """Split a note into (frontmatter, body).
 
@@ -231,7 +261,8 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
             problem = f"{problem} on line {mark.line + 2}, in the {what} that starts on line {ctx.line + 2}"
         raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
-        raise NoteError(f"{where}: line 2: invalid value in frontmatter: {exc}; quote the value") from None
+        line = _bad_value_line(raw) or 2
+        raise NoteError(f"{where}: line {line}: invalid value in frontmatter: {exc}; quote the value") from None
     if data is None:
         return {}, body
     if not isinstance(data, dict):
