@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.search import usage
 from pipeline import warehouse as wh
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import build_chunk_index
+from pipeline.index.embed import HashEmbedder, embed_chunks
 from pipeline.ingest.capture import (
     CaptureError,
     capture_source,
@@ -25,13 +25,14 @@ from pipeline.ingest.capture import (
     title_of,
     write_capture,
 )
-from pipeline.index.embed import HashEmbedder, embed_chunks
 from pipeline.models import Chunk, Edge, Note, Source
+from pipeline.search import usage
 from pipeline.search.neighbours import links_of, related
 from pipeline.search.query import QuerySyntaxError, parse_query, text_contains
 from pipeline.search.searcher import Searcher
 from pipeline.search.snippet import clean_text, cut_around, make_snippet
 from pipeline.search.tags import inline_tags, tag_matches
+from tests.tiny_warehouse import publish_chunks
 
 # ---------------------------------------------------------------------------------------------------------------
 # snippets
@@ -236,11 +237,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
         note = Note("g", rel, rel, title, {"title": title}, "\n\n".join(texts))
         notes.append(note)
         chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (), title, text) for i, text in enumerate(texts)]
-    embedder = HashEmbedder(64)
-    res = embed_chunks(chunks, embedder, None)
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=[],
-                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    publish_chunks(path, notes, chunks)
     return path
 
 

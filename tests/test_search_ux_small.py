@@ -12,16 +12,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline import warehouse as wh
 from pipeline.cli import app
 from pipeline.config import Settings
-from pipeline.index.analysis import Analyzer
-from pipeline.index.bm25 import build_chunk_index
-from pipeline.index.embed import HashEmbedder, embed_chunks
+from pipeline.index.embed import HashEmbedder
 from pipeline.models import Chunk, Note
 from pipeline.search import usage
 from pipeline.search.query import QuerySyntaxError, parse_query, tag_problem
 from pipeline.search.searcher import Searcher
+from tests.tiny_warehouse import publish_chunks
 
 runner = CliRunner()
 NFC = unicodedata.normalize("NFC", "ダウンロード")
@@ -69,11 +67,7 @@ def jp_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
         note = Note("g", source_path, rel, "Memo", {"title": "Memo"}, text)
         notes.append(note)
         chunks.append(Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (), "Memo", text))
-    embedder = HashEmbedder(64)
-    res = embed_chunks(chunks, embedder, None)
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=[],
-                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    publish_chunks(path, notes, chunks)
     return path
 
 

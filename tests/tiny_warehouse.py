@@ -22,6 +22,12 @@ def publish_pages(path: Path, pages: Mapping[tuple[str, str, str], Sequence[str]
         notes.append(note)
         chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, source, i, (f"Part {i}",), f"{title} > Part {i}", t)
                    for i, t in enumerate(texts)]
+    publish_chunks(path, notes, chunks, dims)
+
+
+def publish_chunks(path: Path, notes: Sequence[Note], chunks: Sequence[Chunk], dims: Sequence[int] = (64,)) -> None:
+    """Publish ``notes`` and their ``chunks`` to ``path``: one HashEmbedder model per dim, the BM25 chunk index."""
+    notes, chunks = list(notes), list(chunks)
     vectors = {}
     for dim in dims:
         emb = HashEmbedder(dim)
