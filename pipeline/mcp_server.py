@@ -88,6 +88,16 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
     return f"{tool}: argument {arg!r} must be {' or '.join(wanted)}, got {got}"
 
 
+def unknown_argument(tool: str, arguments: dict[str, Any] | None, known: dict[str, Any]) -> str | None:
+    """One line for the first argument a tool does not take (``search: unknown argument 'limit'; its arguments:
+    query, k, …``), None when every argument is known. Pydantic would drop it silently, and the agent would never
+    learn that its ``limit`` was not ``k``."""
+    unknown = sorted(set(arguments or {}) - set(known))
+    if not unknown:
+        return None
+    return (f"{tool}: unknown argument {unknown[0]!r}; its arguments: {', '.join(known) or '(none)'}")
+
+
 def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
     """What is wrong with search's ``k``, ``query`` (:func:`pipeline.service.query_problem`) or ``tag`` (empty, as
     the CLI's ``--tag ''``, or with a space: :func:`pipeline.search.query.tag_problem`), None when nothing."""
@@ -477,6 +487,10 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         """MCPServer whose argument errors are one line (:func:`argument_error`), not pydantic's multi-line dump."""
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            tool = self._tool_manager.get_tool(name)
+            problem = tool and unknown_argument(name, arguments, tool.parameters.get("properties") or {})
+            if problem:
+                raise ToolError(problem)
             try:
                 return await super().call_tool(name, arguments, context)
             except ToolError as exc:
