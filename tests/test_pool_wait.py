@@ -167,3 +167,41 @@ def test_ctrl_c_of_a_cli_build_waiting_for_a_pool_slot(tiny_env: Path) -> None:
         with BuildLock(settings.data_dir / name) as lock:
             assert lock.held and lock.took_over is None
     assert artifacts.load_state(settings, "tiny").get("last_error") is None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its waited-for children (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.integration      # a `dagster asset materialize` child process (multiprocess executor), ~15 s
+def test_a_multiprocess_run_waits_asleep_for_a_held_slot(tiny_env: Path) -> None:
+    """A run of Dagster's multiprocess executor (the UI's, `dagster asset materialize`'s) whose only ready step waits
+    for a pool slot another run holds: its loop has no child to poll and used to spin at 100 % CPU, one of the two
+    cores the other run builds on. It now sleeps between looks; once the slot is freed the step runs."""
+    from pipeline.config import Settings
+    from pipeline.defs.runner import ensure_instance
+
+    settings = Settings.from_env()
+    ensure_instance(settings)
+    instance = dg.DagsterInstance.get()
+    _hold_the_pool(instance)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
+                             "pipeline.definitions", "--select", "tiny/raw_docs"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert [step for run_id, step in _until_a_step_waits(instance) if run_id != OTHER] == ["tiny__raw_docs"]
+        cpu = _cpu_seconds(proc.pid)
+        time.sleep(3)
+        waiting_cpu = _cpu_seconds(proc.pid) - cpu
+        instance.event_log_storage.free_concurrency_slots_for_run(OTHER)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    assert waiting_cpu < 0.5, waiting_cpu                 # was ~3 s of CPU in 3 s: a busy loop
+    assert instance.event_log_storage.get_concurrency_run_ids() == set()

@@ -21,6 +21,7 @@ Run config, as for ``dg.multi_or_in_process_executor``::
 
 In process, a step whose pool slot another run holds waits for it asleep and stops on Ctrl-C
 (:class:`PoolSlotWait`); Dagster's own in-process loop spun at 100 % CPU and deferred Ctrl-C until the slot freed.
+The multiprocess loop spun the same way while no child step ran (:class:`MultiprocessPoolSlotWait`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from dagster._core.execution.api import ExecuteRunWithPlanIterable
 from dagster._core.execution.context_creation_job import PlanExecutionContextManager
 from dagster._core.execution.plan.execute_plan import inner_plan_execution_iterator
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
+from dagster._core.executor import multiprocess
 from dagster._core.executor.in_process import InProcessExecutor
+from dagster._core.executor.multiprocess import MultiprocessExecutor
 from dagster._utils.timing import time_execution_scope
 from dagster_shared.utils.timing import format_duration
 
@@ -94,6 +97,35 @@ class PoolSlotWait(InstanceConcurrencyContext):
         return 0.0
 
 
+#: seconds a pass of the multiprocess executor's step loop sleeps when it came round at once (no child step to wait
+#: on) while steps wait for pool slots: Dagster's own tick for polling a child step
+MULTIPROCESS_TICK = 0.02
+
+
+class MultiprocessPoolSlotWait(PoolSlotWait):
+    """:class:`PoolSlotWait` for Dagster's multiprocess executor (the UI's, a schedule's, `dagster asset materialize`).
+
+    Its step loop (``MultiprocessExecutor.execute``) sleeps only while it polls a running child step (20 ms); when
+    every ready step waits for a slot another run holds and no child runs, it spun at 100 % CPU, one of the cores
+    that other run builds on (measured: 2.1 s of CPU in 3 s of waiting). The loop asks for the pending claims once
+    a pass (``ActiveExecution.concurrency_event_iterator``); a pass that comes round within a quarter tick of the
+    last one, with claims pending, sleeps :data:`MULTIPROCESS_TICK` first. A pass that polled a child took longer
+    and does not sleep, so events of running steps are not delayed while nothing waits."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_look = 0.0
+
+    def pending_claim_steps(self) -> list[str]:
+        steps = super().pending_claim_steps()
+        now = time.monotonic()
+        if steps and now - self._last_look < MULTIPROCESS_TICK / 4:
+            time.sleep(MULTIPROCESS_TICK)
+            now = time.monotonic()
+        self._last_look = now
+        return steps
+
+
 def _in_process_iterator(job_context: PlanExecutionContext, execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
     """``dagster._core.executor.in_process.inprocess_execution_iterator`` with :class:`PoolSlotWait`."""
     with PoolSlotWait(job_context.instance, job_context.dagster_run) as concurrency:
@@ -141,6 +173,10 @@ def docsvault_executor(init_context: dg.InitExecutorContext) -> Any:
         executor = InProcessPoolWaitExecutor(retries=executor.retries,
                                              step_dependency_config=executor.step_dependency_config,
                                              marker_to_close=executor.marker_to_close)
+    elif isinstance(executor, MultiprocessExecutor):
+        # its execute() makes the concurrency context by this module-level name: one attribute, in the run worker
+        # process that executes this job, instead of a copy of Dagster's 200-line step loop
+        multiprocess.InstanceConcurrencyContext = MultiprocessPoolSlotWait   # type: ignore[misc]
     return executor
 
 
