@@ -470,6 +470,27 @@ class VaultService:
         }
 
 
+async def answer_parse_errors(source: Any, sink: Any, write_stream: Any) -> None:
+    """Forward the stdio transport's messages from ``source`` to ``sink``; a line that is not a JSON-RPC message
+    (the transport yields its parse exception) is answered on ``write_stream`` with JSON-RPC's parse error (code
+    -32700, id null, as the specification asks) and one warning line on stderr. The SDK only logged it at debug
+    level: a client that wrote a broken line waited for a reply that never came."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    async with sink:
+        async for item in source:
+            if not isinstance(item, Exception):
+                await sink.send(item)
+                continue
+            errors = item.errors() if callable(getattr(item, "errors", None)) else []   # pydantic's: the cause
+            detail = " ".join(str(errors[0].get("msg") if errors else str(item).split("\n")[0]).split())[:200]
+            log.warning("a line on stdin is not a JSON-RPC message (%s): answered with a parse error", detail)
+            error = types.JSONRPCError(jsonrpc="2.0", id=None,
+                                       error=types.ErrorData(code=types.PARSE_ERROR, message=f"Parse error: {detail}"))
+            await write_stream.send(SessionMessage(error))
+
+
 def create_server(settings: Settings, service: VaultService | None = None) -> Any:
     """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``).
 
@@ -485,6 +506,19 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
 
     class Server(MCPServer):
         """MCPServer whose argument errors are one line (:func:`argument_error`), not pydantic's multi-line dump."""
+
+        async def run_stdio_async(self) -> None:
+            """MCPServer's stdio loop, with a line that is no JSON-RPC message answered (:func:`answer_parse_errors`)."""
+            import anyio
+            from mcp.server.stdio import stdio_server
+            from mcp.shared._context_streams import create_context_streams
+
+            async with stdio_server() as (read_stream, write_stream):
+                sink, messages = create_context_streams[Any](0)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(answer_parse_errors, read_stream, sink, write_stream)
+                    await self._lowlevel_server.run(messages, write_stream,
+                                                    self._lowlevel_server.create_initialization_options())
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             tool = self._tool_manager.get_tool(name)

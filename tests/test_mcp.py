@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -223,3 +224,25 @@ def test_an_empty_tag_is_refused_as_in_the_cli(tiny_env: Path) -> None:
         with pytest.raises(ToolFailure) as err:
             svc.search("ducks", tag=tag)
         assert str(err.value) == "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"
+
+
+def test_a_line_that_is_not_json_rpc_gets_a_parse_error_and_the_server_goes_on(built_env: Path) -> None:
+    """JSON-RPC's parse error (-32700, id null) for a broken line, one warning on stderr, and the next request is
+    served; the SDK used to drop the line without a reply."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+        out, err = proc.communicate("this is not json\n" + json.dumps(init) + "\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first, second = [json.loads(line) for line in out.splitlines()]
+    assert first == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32700, "message": "Parse error: Invalid JSON: expected ident at line 1 column 2"}}
+    assert second["id"] == 1 and second["result"]["serverInfo"]["name"] == "docsvault"
+    assert proc.returncode == 0
+    assert ("a line on stdin is not a JSON-RPC message (Invalid JSON: expected ident at line 1 column 2): answered "
+            "with a parse error") in err
