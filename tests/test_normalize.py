@@ -502,6 +502,29 @@ def test_rel_path_collisions():
         "c/x-1.md": "c/x-1.md", "c/x-1 (2).md": "c/x-1 (2).md", "c/x#1.md": "c/x-1 (3).md"}
 
 
+def test_a_renamed_clash_is_one_warning_line_naming_both_files(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                                                  ) -> None:
+    with caplog.at_level("WARNING", logger="pipeline.ingest.normalize"):
+        result = _norm(tmp_path, {"a-b.md": "one", "a#b.md": "two", "Notes/X.md": "three", "notes/x.md": "four",
+                                  "y.md": "five"})
+    assert sorted(n.rel_path for n in result.notes) == ["Notes/X.md", "a-b (2).md", "a-b.md", "notes/x (2).md",
+                                                        "y.md"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "source 'demo': a#b.md is written as 'a-b (2).md': its vault name 'a-b.md' is taken by a-b.md (vault names "
+        "ignore case and replace characters such as #); rename one of the two to keep both names",
+        "source 'demo': notes/x.md is written as 'notes/x (2).md': its vault name 'notes/x.md' is taken by "
+        "Notes/X.md (vault names ignore case and replace characters such as #); rename one of the two to keep both "
+        "names"]
+
+
+def test_more_renamed_files_than_lines_are_counted() -> None:
+    from pipeline.ingest.normalize import RENAMED_LINES, renamed_lines
+
+    paths = assign_rel_paths([f"p{i}.md" for i in range(8)] + [f"P{i}.md" for i in range(8)])
+    lines = renamed_lines("demo", paths)
+    assert len(lines) == RENAMED_LINES + 1 and lines[-1] == "source 'demo': 3 more files renamed the same way"
+
+
 def test_clean_body_passthrough_markdown():
     assert clean_body("markdown", "# T\n{% x %}\n", {}) == "# T\n{% x %}\n"
 

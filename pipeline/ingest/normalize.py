@@ -22,6 +22,7 @@ import json
 import posixpath
 import re
 import stat
+import logging
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from pipeline.common.markdown import dedent as _dedent
 from pipeline.common.markdown import split_code
 from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
+
+log = logging.getLogger(__name__)
 
 MARKDOWN_EXTS = (".md", ".mdx", ".markdown", ".html", ".htm", ".txt")
 OWN_KEYS = ("title", "source", "source_path", "url", "content_hash", "fetched_at", INDEX_KEY)
@@ -1067,6 +1070,25 @@ def assign_rel_paths(source_paths: Sequence[str]) -> dict[str, str]:
     return out
 
 
+#: at most this many renamed files are named one by one in :func:`renamed_lines` (the rest are counted)
+RENAMED_LINES = 5
+
+
+def renamed_lines(source: str, rel_paths: dict[str, str]) -> list[str]:
+    """One warning line per source file that :func:`assign_rel_paths` renamed because its vault name clashes with
+    another file's (``a#b.md`` and ``a-b.md``, or names that differ only in case): which file, its vault name, and
+    the file that keeps the name; at most :data:`RENAMED_LINES`, then one line counting the rest. A renamed note's
+    wikilinks by name reach the other file, so the user is told rather than left to find out."""
+    keeps = {rel.casefold(): sp for sp, rel in rel_paths.items() if rel == rel_path_for(sp)}
+    renamed = [(sp, rel) for sp, rel in sorted(rel_paths.items()) if rel != rel_path_for(sp)]
+    lines = [f"source '{source}': {sp} is written as {rel!r}: its vault name {rel_path_for(sp)!r} is taken by "
+             f"{keeps.get(rel_path_for(sp).casefold(), 'another file')} (vault names ignore case and replace "
+             "characters such as #); rename one of the two to keep both names" for sp, rel in renamed[:RENAMED_LINES]]
+    if len(renamed) > RENAMED_LINES:
+        lines.append(f"source '{source}': {len(renamed) - RENAMED_LINES} more files renamed the same way")
+    return lines
+
+
 #: MDX written in a ``.md`` file (react.dev keeps its pages so): outside fenced code, a JSX comment ``{/* … */}`` or
 #: a component's tag alone on its line (``<Sandpack>``, ``</Intro>``, ``<Note />``; HTML's tags are lower-case).
 _MDX_IN_MD = re.compile(r"\{/\*.*?\*/\}|^[ \t]*</?[A-Z][A-Za-z0-9]*(?:[ \t][^<>\n]*)?/?>[ \t]*$", re.MULTILINE)
@@ -1352,6 +1374,8 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
     for f in sorted(files, key=lambda f: f.source_path):
         unique.setdefault(f.source_path, f)
     rel_paths = assign_rel_paths(list(unique))
+    for line in renamed_lines(source.name, rel_paths):
+        log.warning("%s", line)
     site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
     parsed: list[_Parsed] = []
     errors: list[str] = []
