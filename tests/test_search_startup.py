@@ -111,29 +111,51 @@ def test_caching_analyzer_gives_the_analyzers_tokens_once_per_text(tmp_path: Pat
     assert [caching_analyzer(again).tokens(t) for t in texts] == want and (again.misses, again.hits) == (0, 2)
 
 
-def test_token_cache_is_marshal_and_reads_the_json_it_replaces(tmp_path: Path):
+def test_token_cache_is_marshal_of_ids_and_reads_the_caches_it_replaces(tmp_path: Path):
+    """The cache file holds token ids (``tokens-<version>.ids.marshal``); the same version's caches of joined
+    strings written before (marshal, JSON before it) are read without re-analysing and replaced by it."""
+    import marshal
+
     from pipeline.stages.warehouse import TokenCache, caching_analyzer
 
     cache = TokenCache(tmp_path, "v1")
     want = caching_analyzer(cache).tokens("Reading Parquet files")
     cache.save()
-    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v1.marshal"]
-    marshalled = (tmp_path / "bm25" / "tokens-v1.marshal").read_bytes()
-    (tmp_path / "bm25" / "tokens-v1.marshal").unlink()                  # as written before: JSON, same version
-    (tmp_path / "bm25" / "tokens-v1.json").write_text(json.dumps({TokenCache.key("Reading Parquet files"):
-                                                                  TokenCache.SEP.join(want)}), encoding="utf-8")
-    again = TokenCache(tmp_path, "v1")
-    assert caching_analyzer(again).tokens("Reading Parquet files") == want and (again.misses, again.hits) == (0, 1)
-    again.save()                                                         # written as marshal, the JSON gone
-    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v1.marshal"]
+    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v1.ids.marshal"]
+    written = (tmp_path / "bm25" / "tokens-v1.ids.marshal").read_bytes()
+    key = TokenCache.key("Reading Parquet files")
+    assert want == ["read", "parquet", "file"] and marshal.loads(written) == {
+        "terms": want, "texts": {key: np.array([0, 1, 2], dtype="<i4").tobytes()}}
+    (tmp_path / "bm25" / "tokens-v1.ids.marshal").unlink()
+    for old in ("tokens-v1.marshal", "tokens-v1.json"):                  # as written before: joined strings
+        joined = {key: TokenCache.SEP.join(want)}
+        (tmp_path / "bm25" / old).write_bytes(marshal.dumps(joined) if old.endswith(".marshal")
+                                              else json.dumps(joined).encode())
+        again = TokenCache(tmp_path, "v1")
+        assert caching_analyzer(again).tokens("Reading Parquet files") == want and (again.misses, again.hits) == (0, 1)
+        again.save()                                                     # written as ids, the old file gone
+        assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v1.ids.marshal"]
+        assert (tmp_path / "bm25" / "tokens-v1.ids.marshal").read_bytes() == written
+        (tmp_path / "bm25" / "tokens-v1.ids.marshal").unlink()
+    (tmp_path / "bm25" / "tokens-v1.ids.marshal").write_bytes(written)
+    same = TokenCache(tmp_path, "v1")
+    caching_analyzer(same).tokens("Reading Parquet files")
+    (tmp_path / "bm25" / "tokens-v1.ids.marshal").unlink()
+    same.save()                                  # every entry used, nothing analysed: the file is not written
+    assert not same.changed and list((tmp_path / "bm25").iterdir()) == []
+    (tmp_path / "bm25" / "tokens-v1.ids.marshal").write_bytes(written)
     newer = TokenCache(tmp_path, "v2")
     caching_analyzer(newer).tokens("Reading Parquet files")
     newer.save()                                                         # the other version's files go
-    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v2.marshal"]
-    assert (tmp_path / "bm25" / "tokens-v2.marshal").read_bytes() == marshalled
-    (tmp_path / "bm25" / "tokens-v2.marshal").write_bytes(b"\x00garbage")    # unreadable: an empty cache
-    assert caching_analyzer(broken := TokenCache(tmp_path, "v2")).tokens("Reading Parquet files") == want
-    assert (broken.misses, broken.hits) == (1, 0)
+    assert [p.name for p in (tmp_path / "bm25").iterdir()] == ["tokens-v2.ids.marshal"]
+    assert (tmp_path / "bm25" / "tokens-v2.ids.marshal").read_bytes() == written
+    ids = np.array([0, 1, 2], dtype="<i4").tobytes()
+    for broken in (b"\x00garbage", marshal.dumps({"terms": want[:1], "texts": {key: ids}}),     # ids outside terms
+                   marshal.dumps({"terms": ["read", "read", "file"], "texts": {key: ids}}),      # a term twice
+                   marshal.dumps({"terms": want, "texts": {key: ids[:-1]}}), marshal.dumps([want, {key: ids}])):
+        (tmp_path / "bm25" / "tokens-v2.ids.marshal").write_bytes(broken)   # unreadable or inconsistent: empty
+        cache = TokenCache(tmp_path, "v2")
+        assert caching_analyzer(cache).tokens("Reading Parquet files") == want and (cache.misses, cache.hits) == (1, 0)
 
 
 def test_bm25_cache_serves_the_stored_index(cache: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch):
