@@ -472,10 +472,9 @@ class VaultService:
 
 async def answer_parse_errors(source: Any, sink: Any, write_stream: Any) -> None:
     """Forward the stdio transport's messages from ``source`` to ``sink``; a line that is not a JSON-RPC message
-    (the transport yields its parse exception) is answered on ``write_stream`` with JSON-RPC's parse error (code
-    -32700, id null, as the specification asks) and one warning line on stderr. The SDK only logged it at debug
-    level: a client that wrote a broken line waited for a reply that never came."""
-    import mcp_types as types
+    (the transport yields its validation exception) is answered on ``write_stream`` (:func:`bad_line_reply`) with
+    one warning line on stderr, and a blank line is skipped. The SDK only logged such a line at debug level: a
+    client that wrote it waited for a reply that never came."""
     from mcp.shared.message import SessionMessage
 
     async with sink:
@@ -483,12 +482,38 @@ async def answer_parse_errors(source: Any, sink: Any, write_stream: Any) -> None
             if not isinstance(item, Exception):
                 await sink.send(item)
                 continue
-            errors = item.errors() if callable(getattr(item, "errors", None)) else []   # pydantic's: the cause
-            detail = " ".join(str(errors[0].get("msg") if errors else str(item).split("\n")[0]).split())[:200]
-            log.warning("a line on stdin is not a JSON-RPC message (%s): answered with a parse error", detail)
-            error = types.JSONRPCError(jsonrpc="2.0", id=None,
-                                       error=types.ErrorData(code=types.PARSE_ERROR, message=f"Parse error: {detail}"))
-            await write_stream.send(SessionMessage(error))
+            reply = bad_line_reply(item)
+            if reply is None:
+                continue
+            log.warning("a line on stdin is not a JSON-RPC message (%s): answered with error %d", reply.error.message,
+                        reply.error.code)
+            await write_stream.send(SessionMessage(reply))
+
+
+def bad_line_reply(exc: Exception) -> Any:
+    """The JSON-RPC error for a stdin line the transport could not read as a message (its exception, pydantic's
+    ``ValidationError`` when it is one): None for a blank line (skipped); ``-32700 Parse error: <why>`` (id null)
+    for a line that is not JSON; ``-32600 Invalid Request: …`` for JSON that is no JSON-RPC 2.0 message, with the
+    line's ``id`` when it has one (the client waiting on that id gets its answer) and the first field in error."""
+    import mcp_types as types
+
+    errors = exc.errors() if callable(getattr(exc, "errors", None)) else []
+    first = errors[0] if errors else {}
+    raw = first.get("input")
+    if first.get("type") == "json_invalid" or not errors:
+        if isinstance(raw, str) and not raw.strip():
+            return None
+        why = " ".join(str(first.get("msg") or str(exc).split("\n")[0]).split())[:200]
+        return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=types.PARSE_ERROR,
+                                                                                message=f"Parse error: {why}"))
+    message = next((e["input"] for e in errors if isinstance(e.get("input"), dict)), {})   # the line's object
+    rid = message.get("id")
+    rid = rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+    where = ".".join(str(part) for part in first.get("loc", ())[1:])
+    why = " ".join(f"{where + ': ' if where else ''}{first.get('msg', '')}".split())[:200]
+    return types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(
+        code=types.INVALID_REQUEST, message=f"Invalid Request: not a JSON-RPC 2.0 request, notification or response "
+                                            f"({why})"))
 
 
 def create_server(settings: Settings, service: VaultService | None = None) -> Any:

@@ -193,3 +193,16 @@ def test_check_vault_command(tmp_path: Path, personal: Path, monkeypatch: pytest
     assert status["sources"][0]["vault_files"] == [
         "me: 2 file(s) in vault/me/ that docsvault did not write are kept (never changed or removed by a build): "
         "mine.md, notes/Daily.md"]
+
+
+def test_a_link_memo_entry_of_another_shape_is_a_miss() -> None:
+    from pipeline.common.memo import MemoCache
+    from pipeline.ingest.attachments import _memo_targets, _targets
+
+    body = "![[duck.png]] and ![img](pics/a.png) and [[Note]]"
+    memo = MemoCache()
+    junk = _memo_targets(body, memo)                 # first call: computed and stored
+    key = next(iter(memo._used))
+    for wrong in ("junk", [["x"]], [[1, True]], 5):
+        memo._used[key] = wrong                       # a hand-edited cache file's entry
+        assert _memo_targets(body, memo) == _targets(body) == junk

@@ -133,6 +133,8 @@ def test_warehouse_bm25_blobs_are_the_two_indexes_and_reuse_the_token_cache(tmp_
     texts.discard("")
     assert bm25_index_blobs(TokenCache(tmp_path, "v1"), chunks, notes) == (want, 0, len(texts))
     assert bm25_index_blobs(TokenCache(tmp_path, "v1"), chunks, notes) == (want, len(texts), 0)
+    # a forced build does not read the file (it could hold wrong but well-formed tokens): all analysed again
+    assert bm25_index_blobs(TokenCache(tmp_path, "v1", fresh=True), chunks, notes) == (want, 0, len(texts))
 
 
 def test_token_cache_keeps_only_the_terms_of_the_texts_used(tmp_path: Path):

@@ -227,22 +227,29 @@ def test_an_empty_tag_is_refused_as_in_the_cli(tiny_env: Path) -> None:
 
 
 def test_a_line_that_is_not_json_rpc_gets_a_parse_error_and_the_server_goes_on(built_env: Path) -> None:
-    """JSON-RPC's parse error (-32700, id null) for a broken line, one warning on stderr, and the next request is
-    served; the SDK used to drop the line without a reply."""
+    """JSON-RPC's parse error (-32700, id null) for a line that is not JSON, Invalid Request (-32600, with the
+    line's id) for JSON that is no JSON-RPC 2.0 message, nothing for a blank line, one warning on stderr per reply,
+    and the next request is served; the SDK used to drop such lines without a reply."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "mcp"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
     try:
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
-        out, err = proc.communicate("this is not json\n" + json.dumps(init) + "\n", timeout=60)
+        lines = ["this is not json", "", "   ", '{"jsonrpc": "2.0", "id": 18}',
+                 '{"jsonrpc": "1.0", "id": "a", "method": "tools/list"}', json.dumps(init)]
+        out, err = proc.communicate("\n".join(lines) + "\n", timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    first, second = [json.loads(line) for line in out.splitlines()]
+    first, second, third, last = [json.loads(line) for line in out.splitlines()]     # blank lines: no reply
     assert first == {"jsonrpc": "2.0", "id": None, "error": {
         "code": -32700, "message": "Parse error: Invalid JSON: expected ident at line 1 column 2"}}
-    assert second["id"] == 1 and second["result"]["serverInfo"]["name"] == "docsvault"
+    assert second == {"jsonrpc": "2.0", "id": 18, "error": {"code": -32600, "message": (
+        "Invalid Request: not a JSON-RPC 2.0 request, notification or response (method: Field required)")}}
+    assert third == {"jsonrpc": "2.0", "id": "a", "error": {"code": -32600, "message": (
+        "Invalid Request: not a JSON-RPC 2.0 request, notification or response (jsonrpc: Input should be '2.0')")}}
+    assert last["id"] == 1 and last["result"]["serverInfo"]["name"] == "docsvault"
     assert proc.returncode == 0
-    assert ("a line on stdin is not a JSON-RPC message (Invalid JSON: expected ident at line 1 column 2): answered "
-            "with a parse error") in err
+    assert ("a line on stdin is not a JSON-RPC message (Parse error: Invalid JSON: expected ident at line 1 column "
+            "2): answered with error -32700") in err

@@ -771,3 +771,25 @@ def test_a_pages_own_docsvault_key_is_kept_as_original_and_never_marks_it_an_ind
     assert notes["both.md"].frontmatter["original_docsvault"] == "mine"     # the page's own original_ key wins
     write_source(tmp_path / "vault", "demo", list(notes.values()))
     assert sorted(n.source_path for n in read_notes(tmp_path / "vault")) == ["both.md", "mine.md", "other.md"]
+
+
+class _WrongShapeCache(dict):
+    """A parse cache whose every entry is well-formed JSON of the wrong shape (a hand-edited cache file)."""
+
+    def get(self, key, default=None):
+        return ["x", "not a dict", 3, None] if not key.startswith("links:") else ["body", "not a list"]
+
+
+def test_a_cache_entry_of_another_shape_is_a_miss_not_a_failure(tmp_path: Path) -> None:
+    files = {"a.md": "---\ntags: [x]\n---\n# A\n\nSee [b](b.md).\n", "b.md": "# B\n\ntext\n"}
+    plain = _norm(tmp_path / "plain", files)
+    root = tmp_path / "junk" / "src"
+    raws = []
+    for sp, content in files.items():
+        (root / sp).parent.mkdir(parents=True, exist_ok=True)
+        (root / sp).write_text(content, encoding="utf-8")
+        raws.append(RawFile(source="demo", source_path=sp, path=root / sp))
+    junk = normalize_source(Source(name="demo", kind="local"), raws, FETCHED, cache=_WrongShapeCache())
+    assert junk.errors == plain.errors == []
+    assert [(n.rel_path, n.frontmatter, n.body) for n in junk.notes] == [
+        (n.rel_path, n.frontmatter, n.body) for n in plain.notes]

@@ -29,7 +29,9 @@ class MemoCache:
     """
 
     def __init__(self, path: Path | None = None, separators: tuple[str, str] | None = (",", ":"),
-                 binary: bool = False) -> None:
+                 binary: bool = False, fresh: bool = False) -> None:
+        """``fresh``: the file is not read (every value computed again, the file rewritten: a forced build, which
+        must not trust a cache file holding wrong but well-formed values)."""
         self.path = Path(path) if path is not None else None
         self.hits = 0
         self.misses = 0
@@ -37,7 +39,7 @@ class MemoCache:
         self._binary = binary
         self._used: dict[str, Any] = {}
         self._data: dict[str, Any] = {}
-        if self.path is not None:
+        if self.path is not None and not fresh:
             try:
                 raw = self.path.read_bytes()
                 data = marshal.loads(raw) if binary else json.loads(raw.decode("utf-8"))

@@ -189,12 +189,16 @@ def vault_rel_path(source_path: str) -> str:
 
 
 def _memo_targets(body: str, memo: Any) -> list[tuple[str, bool]]:
-    """:func:`_targets` of ``body`` through ``memo`` (``memo(key, compute)`` of JSON-safe values, e.g. a
-    :class:`pipeline.common.memo.MemoCache`), keyed ``"a:" + sha1(body)``; ``memo`` None: computed."""
+    """:func:`_targets` of ``body`` through ``memo`` (``get(key)`` and item assignment of JSON-safe values, e.g. a
+    :class:`pipeline.common.memo.MemoCache`), keyed ``"a:" + sha1(body)``; ``memo`` None: computed. An entry of
+    another shape (a hand-edited cache file) is a miss."""
     if memo is None or not _MAY_LINK.search(body):
         return _targets(body)
     key = "a:" + hashlib.sha1(body.encode("utf-8", "surrogatepass")).hexdigest()
-    return [(str(t), bool(md)) for t, md in memo.memo(key, lambda: [[t, md] for t, md in _targets(body)])]
+    got = memo.get(key)
+    if not (isinstance(got, list) and all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) for e in got)):
+        got = memo[key] = [[t, md] for t, md in _targets(body)]     # an entry of another shape is a miss
+    return [(str(t), bool(md)) for t, md in got]
 
 
 def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
@@ -207,7 +211,7 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
         notes: its notes (bodies are scanned for links; ``source_path`` gives each note's folder in the source).
         raw_dir: ``<data>/raw`` (where a git source's checkout lives).
         max_file_bytes / max_total_bytes: limits in bytes (default :data:`MAX_FILE_BYTES` / :data:`MAX_TOTAL_BYTES`).
-        memo: optional store of each body's links (``memo(key, compute)``, JSON-safe values; the vault stage's
+        memo: optional store of each body's links (``get(key)`` / item assignment, JSON-safe values; the vault stage's
             ``<cache>/vaultlinks`` memo), so a rebuild scans only changed bodies; the plan is the same without it.
 
     Returns:

@@ -1304,12 +1304,11 @@ def _parse_cached(source: Source, raw: RawFile, text: str, cache: Any, site: dic
                                   sort_keys=True, default=str)
                        .encode("utf-8", "surrogatepass")).hexdigest()
     hit = cache.get(key)
-    if hit is not None:
-        try:
-            fmt, fm, body, headings = hit
+    if isinstance(hit, list) and len(hit) == 4:
+        fmt, fm, body, headings = hit
+        # a well-formed entry of the wrong shape (a hand-edited or foreign cache file) is a miss, not a failure
+        if isinstance(fmt, str) and isinstance(fm, dict) and isinstance(body, str) and isinstance(headings, dict):
             return _Parsed(raw, fmt, fm, body, headings)
-        except (TypeError, ValueError):
-            pass
     p = normalize_text(source, raw, text, site)
     cache[key] = [p.fmt, p.frontmatter, p.body, p.headings]
     return p
@@ -1340,12 +1339,9 @@ def _converted_cached(body: str, index: _LinkIndex, sp: str, url: str, cache: An
     key = "links:" + hashlib.sha1(json.dumps([links_key, sp, url, body], ensure_ascii=False)
                                   .encode("utf-8", "surrogatepass")).hexdigest()
     hit = cache.get(key)
-    if hit is not None:
-        try:
-            out, found = hit
-            return out, [DanglingLink(*d) for d in found]
-        except (TypeError, ValueError):
-            pass
+    if (isinstance(hit, list) and len(hit) == 2 and isinstance(hit[0], str) and isinstance(hit[1], list)
+            and all(isinstance(d, list) and len(d) == len(DanglingLink._fields) for d in hit[1])):
+        return hit[0], [DanglingLink(*d) for d in hit[1]]          # any other entry is a miss, not a failure
     out, found = convert()
     cache[key] = [out, [list(d) for d in found]]
     return out, found

@@ -199,16 +199,17 @@ JsonCache = MemoCache
 
 
 def versioned_cache(settings: Settings, kind: str, name: str, stage: str, *more: str,
-                    binary: bool = False) -> tuple[JsonCache, list[Path]]:
+                    binary: bool = False, fresh: bool = False) -> tuple[JsonCache, list[Path]]:
     """(``<cache>/<kind>/<name>.<code version of stage>.json``, the same cache's files of other code versions).
     With ``more`` stages, the version is a hash of all their code versions (a change of any of them starts a new
     file). ``binary``: the memo is kept in :mod:`marshal` form (``MemoCache(binary=True)``: JSON values only,
-    they read back as equal values), in ``<name>.<version>.marshal``; the other form's files count as stale."""
+    they read back as equal values), in ``<name>.<version>.marshal``; the other form's files count as stale.
+    ``fresh``: the file is not read (``MemoCache(fresh=True)``; pass ``forced(source)``)."""
     import re
 
     folder = settings.cache_dir / kind
     version = code_version(stage) if not more else digest([code_version(s) for s in (stage, *more)])[:16]
-    cache = JsonCache(folder / f"{name}.{version}.{'marshal' if binary else 'json'}", binary=binary)
+    cache = JsonCache(folder / f"{name}.{version}.{'marshal' if binary else 'json'}", binary=binary, fresh=fresh)
     pattern = re.compile(rf"^{re.escape(name)}\.[0-9a-f]{{16}}\.(?:json|marshal)$")
     stale = [p for p in folder.iterdir() if pattern.match(p.name)] if folder.is_dir() else []
     return cache, stale

@@ -74,7 +74,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
                                warning_lines=tuple((state.get("chunk_warnings") or {}).values()))
         notes = read_notes(settings.vault_dir, [source.name])
         index_path = chunk_index_path(settings, source.name)
-        previous, old_chunks = _previous_chunks(settings, source.name, config, state.get("chunks_sha"))
+        previous, old_chunks = ({}, {}) if forced(source.name) else _previous_chunks(
+            settings, source.name, config, state.get("chunks_sha"))
         chunks: list[Any] = []          # Chunk, or ChunkLine (an unchanged note's chunk as its line of the file)
         hashes: dict[str, str] = {}
         detected: dict[str, str] = {}
@@ -138,9 +139,9 @@ def _previous_chunks(settings: Settings, source: str, config: str, chunks_sha: s
     or of another config.
 
     The chunks are the file's lines (:class:`pipeline.common.artifacts.ChunkLine`: kept as written, no JSON
-    decoded or encoded again) when the file is the one the last stage wrote (sha256 ``chunks_sha``), else
-    :class:`Chunk` records read with :func:`pipeline.common.artifacts.load_chunks`; either way the file written
-    from them holds the same bytes."""
+    decoded or encoded again), and only when the file is the one the last stage wrote (sha256 ``chunks_sha``): a
+    file edited or cut since by anyone else is not trusted (``({}, {})``: every note is chunked again; the
+    embedding cache keeps that cheap), or its edited text would be served, and a deleted line lost, for good."""
     path = artifacts.chunks_path(settings, source)
     old_chunks: dict[str, list[Any]] = {}
     try:
@@ -149,7 +150,9 @@ def _previous_chunks(settings: Settings, source: str, config: str, chunks_sha: s
             return {}, {}
         previous = dict(index.get("notes") or {})
         lines = artifacts.read_chunk_lines(path, chunks_sha)
-        for c in lines if lines is not None else artifacts.load_chunks(settings, source):
+        if lines is None:
+            return {}, {}
+        for c in lines:
             old_chunks.setdefault(c.note_id, []).append(c)
     except (OSError, ValueError, TypeError, KeyError):
         return {}, {}

@@ -129,7 +129,8 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
         started = time.perf_counter()
         # marshal: the parse results hold every page's body twice (parsed, links converted); JSON cost ~0.5 s of a
         # 5-page rebuild to read and write, marshal a tenth (the values are JSON-safe: they read back the same)
-        cache, stale = versioned_cache(settings, "normalize", source.name, "normalize", binary=True)
+        cache, stale = versioned_cache(settings, "normalize", source.name, "normalize", binary=True,
+                                       fresh=forced(source.name))
         n_files = len(fetched.files)
         notify("normalize", source.name, 0, n_files)
         result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or now(),
@@ -256,7 +257,8 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
             return _vault_skipped(state, fast["plan"], vault_dir)
         notes = artifacts.load_notes(settings, source.name)
         shared_names = ambiguous_names(notes, others)
-        links_memo, links_stale = versioned_cache(settings, "vaultlinks", source.name, "vault", "graph", "normalize")
+        links_memo, links_stale = versioned_cache(settings, "vaultlinks", source.name, "vault", "graph", "normalize",
+                                                  fresh=forced(source.name))
         notes, qualified = _qualify_links(source.name, notes, others, links_memo)
         plan = plan_attachments(source, notes, settings.raw_dir, memo=links_memo)
         fetch_state = read_state(source, settings) or {}
@@ -272,7 +274,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
             if state.get("vault_fast") != fast:
                 artifacts.update_state(settings, source.name, vault_fast=fast)
             return _vault_skipped(state, facts, vault_dir)
-        memo, stale = versioned_cache(settings, "vault", source.name, "vault")
+        memo, stale = versioned_cache(settings, "vault", source.name, "vault", fresh=forced(source.name))
         result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files, render_memo=memo)
         memo.save(stale)
         links_memo.save(links_stale)

@@ -60,16 +60,18 @@ class TokenCache:
 
     SEP = "\x1f"        # joins a text's tokens in the caches written before ids
 
-    def __init__(self, cache_dir: Path, version: str) -> None:
+    def __init__(self, cache_dir: Path, version: str, fresh: bool = False) -> None:
+        """``fresh``: start empty, every text analysed again and the file rewritten (``build --force``: a cache
+        file that holds wrong but well-formed tokens would otherwise survive every build)."""
         folder = Path(cache_dir) / "bm25"
         self.path = folder / f"tokens-{version}.ids.marshal"
         self.hits = 0
         self.misses = 0
-        self.terms, self._data = _read_token_ids(self.path)
+        self.terms, self._data = ([], {}) if fresh else _read_token_ids(self.path)
         self._used: dict[str, bytes] = {}
         self._numbers: dict[str, int] | None = None      # term -> its position in terms, made on the first miss
         self._joined: dict[str, Any] = {}
-        if not self._data:      # the same version's cache of joined strings (marshal, JSON before it)
+        if not self._data and not fresh:    # the same version's cache of joined strings (marshal, JSON before it)
             self._joined = (MemoCache(folder / f"tokens-{version}.marshal", binary=True)._data
                             or MemoCache(folder / f"tokens-{version}.json")._data)
 
@@ -351,7 +353,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         timings["vectors_s"] = time.perf_counter() - t
         notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
-        tokens = TokenCache(settings.cache_dir, code_version("bm25"))
+        tokens = TokenCache(settings.cache_dir, code_version("bm25"), fresh=forced())
         bm25_blobs, hits, misses = bm25_index_blobs(tokens, chunks, notes)
         del tokens
         trim_heap()                         # the index arrays are gone: only the blobs are published
