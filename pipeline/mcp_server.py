@@ -98,6 +98,17 @@ def unknown_argument(tool: str, arguments: dict[str, Any] | None, known: dict[st
     return (f"{tool}: unknown argument {unknown[0]!r}; its arguments: {', '.join(known) or '(none)'}")
 
 
+def boolean_number(tool: str, arguments: dict[str, Any] | None, known: dict[str, Any]) -> str | None:
+    """One line for the first argument given as true/false where the tool takes a number (``search: argument 'k'
+    must be an integer, got True``); pydantic's lax mode read ``k: true`` as 1. None when there is none."""
+    for arg, value in (arguments or {}).items():
+        schema = known.get(arg) or {}
+        kinds = {schema.get("type"), *(s.get("type") for s in schema.get("anyOf") or ())}
+        if isinstance(value, bool) and kinds & {"integer", "number"} and "boolean" not in kinds:
+            return f"{tool}: argument {arg!r} must be {'an integer' if 'integer' in kinds else 'a number'}, got {value}"
+    return None
+
+
 def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
     """What is wrong with search's ``k``, ``query`` (:func:`pipeline.service.query_problem`) or ``tag`` (empty, as
     the CLI's ``--tag ''``, or with a space: :func:`pipeline.search.query.tag_problem`), None when nothing."""
@@ -547,7 +558,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             tool = self._tool_manager.get_tool(name)
-            problem = tool and unknown_argument(name, arguments, tool.parameters.get("properties") or {})
+            known = (tool.parameters.get("properties") or {}) if tool else {}
+            problem = tool and (unknown_argument(name, arguments, known) or boolean_number(name, arguments, known))
             if problem:
                 raise ToolError(problem)
             try:

@@ -198,6 +198,7 @@ def test_tool_errors_name_the_tool_arguments_not_cli_flags(tiny_env: Path, monke
     ({"query": "ducks", "source": 5}, "search: argument 'source' must be a string or a list, got 5"),
     ({"query": "ducks", "lanes": "bm25"}, "search: argument 'lanes' must be a list, got 'bm25'"),
     ({"query": "ducks", "lanes": ["bm25", 3]}, "search: argument 'lanes' must be a list of strings, got ['bm25', 3]"),
+    ({"query": "ducks", "k": True}, "search: argument 'k' must be an integer, got True"),
     ({"query": "ducks", "limit": 3}, "search: unknown argument 'limit'; its arguments: query, k, source, tag, "
                                      "lanes"),
 ])
