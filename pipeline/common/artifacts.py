@@ -87,7 +87,7 @@ def move_atomic(written: Path, path: Path) -> None:
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
     """Write records as JSON Lines atomically; returns the number of records."""
     lines = [json.dumps(r, ensure_ascii=False) for r in records]   # key order kept (frontmatter order matters)
-    write_atomic(path, ("\n".join(lines) + ("\n" if lines else "")).encode("utf-8"))
+    write_lines(path, lines)
     return len(lines)
 
 
@@ -132,10 +132,6 @@ def chunk_record(c: Chunk) -> dict[str, Any]:
 def chunk_line(c: Chunk) -> str:
     """One line of the chunks file (without the newline): ``json.dumps(chunk_record(c), ensure_ascii=False)``."""
     return json.dumps(chunk_record(c), ensure_ascii=False)
-
-
-def save_chunks(settings: Settings, source: str, chunks: Iterable[Chunk]) -> int:
-    return write_jsonl(chunks_path(settings, source), (chunk_record(c) for c in chunks))
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> str:

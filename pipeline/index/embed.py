@@ -1324,6 +1324,23 @@ class EmbeddingCache:
                 found.append((int(m.group(1)), p))
         return [p for _, p in sorted(found)]
 
+    def scanned_stats(self) -> dict[str, tuple[int, int, int]]:
+        """(size, mtime_ns, inode) of each shard file this cache has read the hashes of (``(-1, -1, -1)``: gone
+        since): equal stats later mean its index of hashes still holds (shards are only added, or removed by
+        :meth:`compact`)."""
+        out = {}
+        for name in sorted(self._scanned):
+            try:
+                st = (self.dir / name).stat()
+                out[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+            except OSError:
+                out[name] = (-1, -1, -1)
+        return out
+
+    def drop_vectors(self) -> None:
+        """Forget the shard vectors held in memory (read again when asked for); the index of hashes stays."""
+        self._vectors.clear()
+
     def _scan(self) -> dict[str, tuple[str, int]]:
         """Read the ``hashes`` of every shard not scanned yet (not its vectors: a membership question over a
         model's 27k cached texts reads 2.6 MB instead of 56 MB); a later shard's entry wins. A shard that fails

