@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _evalkit import SHARED, cached_embedder_factory, evaluate_setting, per_case_arrays
-from cv import paired_bootstrap
+from _evalkit import SHARED
+from warehouse_ab import compare_warehouses
 
 
 def reembed(warehouse: Path, speed_sample: int) -> None:
@@ -69,22 +69,7 @@ def reembed(warehouse: Path, speed_sample: int) -> None:
 
 
 def compare(original: Path, copy: Path, evals: list[Path]) -> None:
-    from pipeline.evaluate import load_cases
-
-    cases = load_cases(evals)
-    factory = cached_embedder_factory()
-    a, b = (evaluate_setting(w, cases, {}, factory, scopes=("scoped", "unscoped")) for w in (original, copy))
-    for scope in ("scoped", "unscoped"):
-        ra, rb = per_case_arrays(a[scope])["mrr@10"], per_case_arrays(b[scope])["mrr@10"]
-        mean, lo, hi = paired_bootstrap(rb - ra)
-        print(f"{scope}: MRR@10 stored documents {ra.mean():.4f}  int8 documents {rb.mean():.4f}  "
-              f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]  reciprocal rank moved for {int((ra != rb).sum())} cases")
-        for key in ("kind", "corpus"):
-            labels = np.array([c[key] for c in a[scope]["cases"]])
-            for label in sorted(set(labels)):
-                m = labels == label
-                if (ra[m] != rb[m]).any():
-                    print(f"  {key} {label:14s} n={int(m.sum()):3d}  {ra[m].mean():.3f} -> {rb[m].mean():.3f}")
+    compare_warehouses(original, copy, evals, labels=("stored documents", "int8 documents"), slices=False)
 
 
 def main() -> None:
