@@ -171,9 +171,77 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+def invalid_message_reply(reply: bytes, request: bytes) -> bytes | None:
+    """The body that replaces the SDK's reply to a POST body that is JSON but no JSON-RPC message, None for every
+    other reply. The SDK answers such a body (HTTP 400) with ``-32602 Validation error: <pydantic's multi-line
+    dump>``; stdio answers it with ``-32600 Invalid Request: …`` naming the first field in error and keeping the
+    message's ``id`` (:func:`pipeline.mcp_server.bad_line_reply`), and so does HTTP now."""
+    import json
+
+    from mcp_types import INVALID_PARAMS, jsonrpc_message_adapter
+    from pydantic import ValidationError
+
+    from pipeline.mcp_server import bad_line_reply
+
+    try:
+        error = json.loads(reply).get("error") or {}
+    except (ValueError, AttributeError):
+        return None
+    if error.get("code") != INVALID_PARAMS or not str(error.get("message", "")).startswith("Validation error:"):
+        return None
+    try:
+        jsonrpc_message_adapter.validate_json(request, by_name=False)
+    except ValidationError as exc:
+        mine = bad_line_reply(exc)
+        return mine.model_dump_json(by_alias=True, exclude_unset=True).encode() if mine is not None else None
+    return None
+
+
+class InvalidMessageReply:
+    """ASGI middleware: the reply to a POST body that is no JSON-RPC message is :func:`invalid_message_reply`'s
+    (the SDK's checks and their order are kept: only the body of its ``400`` reply is replaced).
+
+    Args:
+        app: the wrapped ASGI app.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        held: list[dict] = []
+
+        async def recording_receive() -> dict:
+            message = await receive()
+            if message.get("type") == "http.request":
+                body.extend(message.get("body", b""))
+            return message
+
+        async def checked_send(message: dict) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 400:
+                held.append(message)            # until its body shows what it answers
+                return
+            if held and message["type"] == "http.response.body":
+                start, text = held.pop(), bytes(message.get("body", b""))
+                mine = None if message.get("more_body") else invalid_message_reply(text, bytes(body))
+                if mine is not None:
+                    start = {**start, "headers": [(k, v) for k, v in start.get("headers", [])
+                                                  if k.lower() != b"content-length"]
+                             + [(b"content-length", str(len(mine)).encode())]}
+                    message = {**message, "body": mine}
+                await send(start)
+            await send(message)
+
+        await self.app(scope, recording_receive, checked_send)
+
+
 def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
-    """The ASGI app: the MCP server's streamable HTTP app (path ``/mcp``) with the Host/Origin checks, wrapped in
-    :class:`BearerAuth` when ``opts.token`` is set.
+    """The ASGI app: the MCP server's streamable HTTP app (path ``/mcp``) with the Host/Origin checks and
+    :class:`InvalidMessageReply`, wrapped in :class:`BearerAuth` when ``opts.token`` is set.
 
     Raises:
         HttpConfigError: see :func:`check_http_options`.
@@ -186,7 +254,8 @@ def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
     server = create_server(settings, service)
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                          allowed_hosts=opts.allowed_hosts(), allowed_origins=opts.allowed_origins())
-    app = server.streamable_http_app(host=opts.host, transport_security=security, stateless_http=opts.stateless)
+    app = InvalidMessageReply(server.streamable_http_app(host=opts.host, transport_security=security,
+                                                         stateless_http=opts.stateless))
     return BearerAuth(app, opts.token) if opts.token else app
 
 

@@ -2,8 +2,10 @@
 bound to 127.0.0.1).
 
 Tools: ``search``, ``read``, ``status``, ``refresh``. Every output is bounded (hit text, page size, list lengths);
-every failure a user or agent can cause comes back as a tool error with one clear message. On stdio, stdout is the
-protocol channel: the SDK diverts fd 1 to stderr while it serves, and all logging goes to stderr.
+every failure a user or agent can cause comes back as a tool error with one clear message (``search: <problem and
+what to do>``: :func:`tool_error`), and a request whose params are not what its method takes gets a ``-32602`` reply
+naming the field (:func:`explain_invalid_params`). On stdio, stdout is the protocol channel: the SDK diverts fd 1
+to stderr while it serves, and all logging goes to stderr.
 
 The logic lives in :class:`VaultService` (no MCP import; callable from tests); :func:`create_server` wraps it.
 
@@ -107,6 +109,78 @@ def boolean_number(tool: str, arguments: dict[str, Any] | None, known: dict[str,
         if isinstance(value, bool) and kinds & {"integer", "number"} and "boolean" not in kinds:
             return f"{tool}: argument {arg!r} must be {'an integer' if 'integer' in kinds else 'a number'}, got {value}"
     return None
+
+
+def tool_error(tool: str, text: str) -> str:
+    """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
+    once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
+    ``search: ``) is dropped, and only the first line is kept."""
+    line = " ".join(str(text).split("\n")[0].split())
+    prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
+    while (found := next((p for p in prefixes if line.startswith(p)), None)) is not None:
+        line = line[len(found):]
+    return f"{tool}: {line or 'failed'}"
+
+
+def unknown_tool(name: str, tools: list[str]) -> str:
+    """The tool error of a call of a tool the server does not have (``unknown tool 'find'; the tools: search,
+    read, …``); the SDK's was ``Unknown tool: find``."""
+    shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
+    return f"unknown tool {shown}; the tools: {', '.join(tools) or '(none)'}"
+
+
+#: what a request's field must be, by the first word of a pydantic error type (``dict_type``, ``model_type``)
+_PARAM_MUST_BE = {**{k: one for k, (one, _) in _MUST_BE.items()}, "model": "an object"}
+
+
+def invalid_params(method: str, errors: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The message and ``data`` of the ``-32602`` reply to a request whose params are not what ``method`` takes
+    (pydantic's ``ValidationError.errors()`` of the SDK's check, locations under ``params``). The message names the
+    first problem (``Invalid params for tools/call: field 'name' is required``); ``data`` lists them all (up to
+    10) as ``{"method": …, "errors": [{"field": "name", "problem": "is required"}]}``. The SDK replied
+    ``Invalid request parameters`` with ``data: ""``."""
+    problems = []
+    for e in errors[:10]:
+        loc = [str(part) for part in e.get("loc", ())]
+        field = ".".join(loc[1:] if loc[:1] == ["params"] else loc)
+        kind = str(e.get("type", ""))
+        if kind == "missing":
+            problem = "is required"
+        else:
+            got = repr(e.get("input"))
+            got = got if len(got) <= 60 else got[:57] + "..."
+            wanted = _PARAM_MUST_BE.get(kind.split("_")[0]) if kind.endswith("_type") else None
+            why = " ".join(str(e.get("msg", "is invalid")).split()).replace("Input should be", "must be", 1)
+            problem = f"must be {wanted}, got {got}" if wanted else f"{why}, got {got}"
+        problems.append({"field": field or "params", "problem": problem})
+    first = problems[0] if problems else {"field": "params", "problem": "is invalid"}
+    what = "params" if first["field"] == "params" else f"field {first['field']!r}"
+    more = f" ({len(errors) - 1} more in data)" if len(errors) > 1 else ""
+    return f"Invalid params for {method}: {what} {first['problem']}{more}", {"method": method, "errors": problems}
+
+
+async def explain_invalid_params(ctx: Any, call_next: Any) -> Any:
+    """Server middleware: a request whose params fail the SDK's check, and a request before ``initialize``, get a
+    ``-32602`` reply that says what was wrong (:func:`invalid_params`) instead of the SDK's ``Invalid request
+    parameters`` with ``data: ""``, on every transport. Other errors pass unchanged."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+    from pydantic import ValidationError
+
+    try:
+        return await call_next(ctx)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if not errors or any(tuple(e.get("loc", ()))[:1] != ("params",) for e in errors):
+            raise               # not the request's params: the SDK's reply
+        message, data = invalid_params(ctx.method, errors)
+        raise MCPError(code=INVALID_PARAMS, message=message, data=data) from None
+    except MCPError as exc:
+        if (exc.error.code, exc.error.message, exc.error.data) != (INVALID_PARAMS, "Invalid request parameters", ""):
+            raise
+        # the SDK's gate for a request before initialize (the only one with that error)
+        raise MCPError(code=INVALID_PARAMS, message=f"Invalid params for {ctx.method}: the session is not "
+                                                    f"initialized; send initialize first") from None
 
 
 def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
@@ -534,14 +608,15 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
     description; its length is the tools.
     """
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
     from mcp_types import ToolAnnotations
     from pydantic import ValidationError
 
     from pipeline import __version__
 
     class Server(MCPServer):
-        """MCPServer whose argument errors are one line (:func:`argument_error`), not pydantic's multi-line dump."""
+        """MCPServer whose tool errors are one line with the tool's name once (:func:`tool_error`; argument errors:
+        :func:`argument_error`, not pydantic's multi-line dump)."""
 
         async def run_stdio_async(self) -> None:
             """MCPServer's stdio loop, with a line that is no JSON-RPC message answered (:func:`answer_parse_errors`)."""
@@ -557,20 +632,27 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
                                                     self._lowlevel_server.create_initialization_options())
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            """MCPServer's call_tool, every failure one line (:func:`tool_error`, :func:`unknown_tool`)."""
             tool = self._tool_manager.get_tool(name)
-            known = (tool.parameters.get("properties") or {}) if tool else {}
-            problem = tool and (unknown_argument(name, arguments, known) or boolean_number(name, arguments, known))
-            if problem:
+            if tool is None:
+                raise ToolError(unknown_tool(name, [t.name for t in self._tool_manager.list_tools()]))
+            known = tool.parameters.get("properties") or {}
+            if problem := unknown_argument(name, arguments, known) or boolean_number(name, arguments, known):
                 raise ToolError(problem)
             try:
                 return await super().call_tool(name, arguments, context)
+            except UnexpectedToolError as exc:     # a crash: logged with its traceback by the SDK, not shown
+                raise UnexpectedToolError(tool_error(name, "internal error; the server's log (stderr) has the "
+                                                           "details")) from exc.__cause__
             except ToolError as exc:
-                if not isinstance(exc.__cause__, ValidationError):
-                    raise
-                raise ToolError(argument_error(name, exc.__cause__.errors(), arguments)) from exc.__cause__
+                cause = exc.__cause__
+                if isinstance(cause, ValidationError):
+                    raise ToolError(argument_error(name, cause.errors(), arguments)) from cause
+                raise ToolError(tool_error(name, str(cause or exc))) from cause
 
     svc = service or VaultService(settings)
-    server = Server(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = Server(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+                    middleware=[explain_invalid_params])
 
     def guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
