@@ -218,7 +218,7 @@ def build(
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
         for line in paths_warning_lines(st):
             typer.echo(f"warning: {line}", err=True)
-        for line in chunk_meta.get("warning_lines") or []:
+        for line in [*(vault_meta.get("warning_lines") or []), *(chunk_meta.get("warning_lines") or [])]:
             typer.echo(f"warning: {line}", err=True)
         notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):

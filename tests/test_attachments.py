@@ -61,6 +61,10 @@ def personal(tmp_path: Path) -> Path:
     return root
 
 
+MISSING_PNG = ("source 'me': notes/A.md: missing.png (line 8) is not in the source (deleted or moved?): the note's "
+               "embed/link of it is broken in the vault; restore the file or fix the link")
+
+
 def _settings(tmp_path: Path, root: Path) -> Settings:
     sources = tmp_path / "sources.yaml"
     sources.write_text(f"sources:\n  - name: me\n    kind: local\n    path: {root}\n    format: obsidian\n",
@@ -84,6 +88,7 @@ def test_plan_finds_embeds_as_obsidian_does(tmp_path: Path, personal: Path) -> N
         "(DOCSVAULT_ATTACHMENT_MAX_MB); not copied",
     ]
     assert plan.unresolved == [("notes/A.md", "attachments/out.png"), ("notes/A.md", "missing.png")]
+    assert plan.missing == [("notes/A.md", "missing.png")]       # out.png: a symlink the fetch skipped (reported)
     capped = plan_attachments(source, [note], settings.raw_dir, max_total_bytes=10)
     assert "attachments/pic.png" in capped.files and "img/photo one.jpg" not in capped.files
     assert any("would exceed" in line for line in capped.skipped)
@@ -100,6 +105,7 @@ def test_build_copies_attachments_and_check_vault_passes(tmp_path: Path, persona
     vmeta = build.vault_stage(settings, source)
     assert (vmeta["attachments"], vmeta["attachments_written"], vmeta["attachments_skipped"]) == (6, 6, 3)
     assert vmeta["unresolved_embeds"] == 2
+    assert vmeta["warning_lines"] == [MISSING_PNG]
     vault = settings.vault_dir / "me"
     assert (vault / "attachments" / "pic.png").read_text() == "PNG"
     assert (vault / "img" / "photo one.jpg").read_text() == "JPG"
@@ -124,8 +130,9 @@ def test_build_copies_attachments_and_check_vault_passes(tmp_path: Path, persona
     assert row["examples"]["unresolved_in_source"] == ["me/notes/A.md: attachments/big.mp4"]
     assert report["ok"] is False
 
-    # a rebuild copies nothing; an attachment changed in the source is copied again
-    assert build.vault_stage(settings, source)["skipped"] is True
+    # a rebuild copies nothing (and warns again); an attachment changed in the source is copied again
+    assert build.vault_stage(settings, source).as_dict()["skipped"] is True
+    assert build.vault_stage(settings, source).warning_lines == (MISSING_PNG,)
     (personal / "attachments" / "pic.png").write_text("PNG v2")
     again = build.vault_stage(settings, source)
     assert (again["skipped"], again["attachments_written"], again["conflicts"]) == (False, 1, [])
@@ -206,3 +213,48 @@ def test_a_link_memo_entry_of_another_shape_is_a_miss() -> None:
     for wrong in ("junk", [["x"]], [[1, True]], 5):
         memo._used[key] = wrong                       # a hand-edited cache file's entry
         assert _memo_targets(body, memo) == _targets(body) == junk
+
+
+def test_missing_attachments_one_line_per_note_at_most_five() -> None:
+    """A note that embeds files no longer in the source: one warning line per note naming the note and the files
+    (with their lines when the note's file is given), at most five notes, then how many more."""
+    from pipeline.ingest.attachments import missing_lines
+
+    assert missing_lines("me", [("b.md", "x.png")]) == [
+        "source 'me': b.md: x.png is not in the source (deleted or moved?): the note's embed/link of it is broken "
+        "in the vault; restore the file or fix the link"]
+    many = [(f"n{i}.md", "gone.png") for i in range(7)] + [("n0.md", t) for t in ("a.pdf", "b.png", "c.mp4")]
+    assert missing_lines("me", many) == [
+        "source 'me': n0.md: a.pdf, b.png, c.mp4 and 1 more are not in the source (deleted or moved?): the note's "
+        "embeds/links of them are broken in the vault; restore the files or fix the links",
+        *[f"source 'me': n{i}.md: gone.png is not in the source (deleted or moved?): the note's embed/link of it "
+          "is broken in the vault; restore the file or fix the link" for i in range(1, 5)],
+        "source 'me': … and 2 more notes with a missing attachment"]
+
+
+def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run: deleting ``diagram.png`` that ``Plan.md`` still embeds left the vault with a
+    broken embed and the build said nothing. Now: one warning on stderr naming the note, its line and the file;
+    the build still succeeds (a link to a missing *note* stays a dangling link: counted, not warned about)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "Plan.md").write_text("# Plan\n\nSee [[Nowhere]] and:\n\n![[diagram.png]]\n", encoding="utf-8")
+    (root / "diagram.png").write_bytes(b"PNG")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)             # the build's paths under tmp_path, the fake embedder
+    first = CliRunner().invoke(app, ["build"])
+    assert (first.exit_code, first.stderr) == (0, ""), first.output
+    (root / "diagram.png").unlink()
+    again = CliRunner().invoke(app, ["build"])
+    assert again.exit_code == 0, again.output
+    assert again.stderr.splitlines() == [
+        "warning: source 'me': Plan.md: diagram.png (line 5) is not in the source (deleted or moved?): the note's "
+        "embed/link of it is broken in the vault; restore the file or fix the link"]
+    assert not (tmp_path / "vault" / "me" / "diagram.png").exists()
+    assert "not copied" not in again.stdout

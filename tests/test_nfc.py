@@ -31,19 +31,44 @@ def test_nfd_file_names_become_nfc_and_read_takes_both(tmp_path: Path) -> None:
         assert (page.path, page.text) == (f"ja/{want}", "# ガイド\n\n本文です。\n")
 
 
-def test_two_files_named_alike_in_nfc_and_nfd_the_skip_line_tells_them_apart(tmp_path: Path) -> None:
-    from pipeline.ingest.fetch.local import _walk_root
+def test_two_notes_named_alike_in_nfc_and_nfd_one_is_a_skipped_note_not_an_attachment(tmp_path: Path) -> None:
+    """Finding of a new user's run: ``Crème.md`` written in NFC and in NFD (macOS writes NFD names). The fetch reads
+    the first in name order and skips the other; the skipped note is reported once, readable (no escapes), as a
+    skipped file of the normalize stage, not among the attachments not copied. A twin attachment is one of those."""
+    from pipeline.cli import vault_lines
+    from pipeline.config import Settings
+    from pipeline.ingest.sources import load_sources
 
     root = tmp_path / "notes"
     root.mkdir()
     nfc, nfd = "Crème.md", unicodedata.normalize("NFD", "Crème.md")
     (root / nfc).write_text("# one\n", encoding="utf-8")
-    (root / nfd).write_text("# two\n", encoding="utf-8")
-    warnings: list[str] = []
-    found = _walk_root(root, warnings, "me")
-    kept = found["Crème.md"].name
-    skipped = nfd if kept == nfc else nfc
-    forms = {nfc: ("NFC", "Cr\\xe8me.md"), nfd: ("NFD", "Cre\\u0300me.md")}
-    assert warnings == [f"source 'me': skipped {root / skipped}: its name is another file's name in another Unicode "
-                        f"normalization ({forms[skipped][0]} name {forms[skipped][1]}, the kept file's "
-                        f"{forms[kept][0]} {forms[kept][1]}); rename one of them"]
+    (root / nfd).write_text("# two\n\n![[Crème.png]]\n", encoding="utf-8")
+    (root / "Crème.png").write_bytes(b"PNG nfc")
+    (root / unicodedata.normalize("NFD", "Crème.png")).write_bytes(b"PNG nfd")
+    (root / unicodedata.normalize("NFD", "x\u00e9.txt")).write_text("x")      # a twin no note reads: not reported
+    (root / "x\u00e9.txt").write_text("x")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: me\n    kind: local\n    path: {root}\n    format: obsidian\n",
+                       encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(sources)[0]
+    note_line = ("source 'me': Crème.md: two notes have this name, in NFD and NFC form (macOS writes names in NFD); "
+                 "the NFD one is read (first in name order), the NFC one is skipped, since the vault keeps one per "
+                 "name; rename one of the two to keep both")
+    file_line = ("source 'me': Crème.png: two files have this name, in NFD and NFC form (macOS writes names in NFD); "
+                 "the NFD one is copied (first in name order), the NFC one is skipped, since the vault keeps one per "
+                 "name; rename one of the two to keep both")
+    assert build.fetch_stage(settings, source).warning_lines == (note_line, file_line)
+    normalized = build.normalize_stage(settings, source)
+    assert (normalized.errors, normalized.error_lines) == (1, (note_line,))
+    assert Path(normalized.errors_file or "").read_text(encoding="utf-8").splitlines() == [note_line]
+    assert build.normalize_stage(settings, source).error_lines == (note_line,)        # a rebuild says it again
+    assert [n.body for n in artifacts.load_notes(settings, "me")] == ["# two\n\n![[Crème.png]]\n"]
+    meta = build.vault_stage(settings, source)
+    assert (meta.attachments_written, meta.attachments_skipped, meta.attachment_skip_lines) == (1, 1, (file_line,))
+    assert (settings.vault_dir / "me" / "Crème.png").read_bytes() == b"PNG nfd"       # the file the fetch keeps
+    assert vault_lines("me", meta.as_dict(), settings.state_dir) == [
+        "me: 1 attachment(s) copied (1 in the vault, 0.0 MB)",
+        f"me: 1 attachment(s)/link(s) not copied, each with its reason in {settings.state_dir}/me.vault-skipped.txt",
+        f"  {file_line}"]

@@ -46,13 +46,16 @@ class AttachmentPlan(NamedTuple):
     """What to copy for one source.
 
     ``files``: vault rel_path (inside ``vault/<source>/``) -> file on disk; ``bytes``: their total size;
-    ``skipped``: one line per file not copied (``source 'x': path: reason``); ``unresolved``: ``(note rel_path,
-    target)`` of attachment links whose file is not in the source (reported, nothing to copy)."""
+    ``skipped``: one line per file not copied (``source 'x': path: reason``); ``unresolved``: ``(note source_path,
+    target)`` of attachment links whose file is not in the source (nothing to copy); ``missing``: those of them
+    whose target is no file of the source's tree at all (not a symlink the fetch skipped, which it reports):
+    deleted or moved files, see :func:`missing_lines`."""
 
     files: dict[str, Path]
     bytes: int
     skipped: list[str]
     unresolved: list[tuple[str, str]]
+    missing: list[tuple[str, str]]
 
 
 def extension(path: str) -> str:
@@ -76,10 +79,11 @@ def source_roots(source: Source, raw_dir: Path) -> list[tuple[str, Path]]:
     return []
 
 
-def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: list[str]
-                    ) -> dict[str, Path]:
+def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: list[str],
+                    rejected: set[str] | None = None) -> dict[str, Path]:
     """Source path (posix, NFC) -> file, for every file with a :data:`COPY_EXTENSIONS` extension under the roots
-    (dot entries skipped; symlinks to files inside the root followed, other symlinks skipped with a reason)."""
+    (dot entries skipped; symlinks to files inside the root followed, other symlinks skipped with a reason, and
+    their source paths added to ``rejected``)."""
     found: dict[str, Path] = {}
     report = source.kind != "local"         # a local fetch already reports every symlink it skips
     for prefix, root in roots:
@@ -108,12 +112,14 @@ def list_candidates(source: Source, roots: Sequence[tuple[str, Path]], skipped: 
                         target = path.resolve(strict=True)
                         target.relative_to(real_root)
                     except (OSError, RuntimeError, ValueError):
+                        if rejected is not None:
+                            rejected.add(sp)
                         if report:
                             skipped.append(f"source '{source.name}': {sp}: a symlink that is dangling or leaves "
                                            "the source; not copied")
                         continue
-                found[sp] = path
-    return found
+                found.setdefault(sp, path)      # names that differ only in Unicode normalization: the first, as
+    return found                                # the local fetch keeps (it reports the other)
 
 
 #: A body can link an attachment only if it holds ``.<extension>`` literally (or a ``%`` escape, which could spell
@@ -222,17 +228,21 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
     skipped: list[str] = []
     roots = source_roots(source, raw_dir)
     if not roots:
-        return AttachmentPlan({}, 0, [], [])
-    candidates = list_candidates(source, roots, skipped)
-    index = _Index(candidates)
+        return AttachmentPlan({}, 0, [], [], [])
+    rejected: set[str] = set()
+    candidates = list_candidates(source, roots, skipped, rejected)
+    index, skipped_index = _Index(candidates), _Index(dict.fromkeys(rejected, Path()))
     wanted: set[str] = {sp for sp in candidates if extension(sp) == "canvas"}
     unresolved: list[tuple[str, str]] = []
+    missing: set[tuple[str, str]] = set()
     for note in notes:
         sp = unicodedata.normalize("NFC", note.source_path)
         for target, markdown in _memo_targets(note.body, memo):
             hit = index.resolve(target, sp, markdown)
             if hit is None:
-                unresolved.append((note.rel_path, target))
+                unresolved.append((note.source_path, target))
+                if skipped_index.resolve(target, sp, markdown) is None:
+                    missing.add((note.source_path, target))
             else:
                 wanted.add(hit)
     files: dict[str, Path] = {}
@@ -262,4 +272,50 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
         taken.add(rel.casefold())
         files[rel] = path
         total += size
-    return AttachmentPlan(files, total, skipped, sorted(set(unresolved)))
+    return AttachmentPlan(files, total, skipped, sorted(set(unresolved)), sorted(missing))
+
+
+#: at most this many notes with a missing attachment are named one by one per source in :func:`missing_lines`
+MISSING_LINES = 5
+#: at most this many missing files are named in one note's line
+MISSING_PER_NOTE = 3
+
+
+def _line_numbers(path: Path | None, targets: Sequence[str]) -> dict[str, int]:
+    """Target -> the first line (1-based) of the file at ``path`` that holds it literally; a target written
+    otherwise (``%20``), or an unreadable file, has none."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path else []
+    except OSError:
+        return {}
+    return {t: next(n for n, line in enumerate(lines, 1) if t in line) for t in targets
+            if any(t in line for line in lines)}
+
+
+def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dict[str, Path] | None = None
+                  ) -> list[str]:
+    """One warning line per note that embeds or links an attachment file that is not in the source (an image
+    deleted or moved while a note still shows it: its embed is broken in the vault), naming the note's source
+    path and the missing targets (with the line of the note's file that holds each, when ``files`` maps the
+    note's source path to it and the target is written there as is); at most :data:`MISSING_LINES` notes, then
+    one ``… and N more`` line. ``unresolved``: :attr:`AttachmentPlan.missing`. A link to a missing *note* is a
+    dangling link instead, counted by the graph and the warehouse, not warned about."""
+    from pipeline.ingest.fetch.local import _show
+
+    by_note: dict[str, list[str]] = {}
+    for note, target in sorted(unresolved):
+        by_note.setdefault(note, []).append(target)
+    lines = []
+    for note, targets in list(by_note.items())[:MISSING_LINES]:
+        at = _line_numbers((files or {}).get(note), targets)
+        targets.sort(key=lambda t: (at.get(t, float("inf")), t))     # in the note's order
+        shown = ", ".join(_show(t) + (f" (line {at[t]})" if t in at else "") for t in targets[:MISSING_PER_NOTE])
+        more = f" and {len(targets) - MISSING_PER_NOTE} more" if len(targets) > MISSING_PER_NOTE else ""
+        one = len(targets) == 1
+        lines.append(f"source '{source}': {_show(note)}: {shown}{more} {'is' if one else 'are'} not in the source "
+                     f"(deleted or moved?): the note's {'embed/link' if one else 'embeds/links'} of "
+                     f"{'it' if one else 'them'} {'is' if one else 'are'} broken in the vault; restore the "
+                     f"{'file' if one else 'files'} or fix the {'link' if one else 'links'}")
+    if len(by_note) > MISSING_LINES:
+        lines.append(f"source '{source}': … and {len(by_note) - MISSING_LINES} more notes with a missing attachment")
+    return lines

@@ -111,7 +111,7 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
     Skipped (``skipped: True``) when the fetch revision, the fetched file list, the source's configuration and the
     normalizer code are those of the last run and its notes file exists.
     """
-    from pipeline.ingest.fetch import load_fetch_result
+    from pipeline.ingest.fetch import load_fetch_result, read_state
     from pipeline.ingest.normalize import normalize_source, write_report
 
     with stage_lock(settings):
@@ -119,8 +119,9 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
         if fetched is None:
             raise FetchError(f"source '{source.name}': nothing fetched yet; its fetch must succeed once first")
         state = artifacts.load_state(settings, source.name)
+        twins = fetch_skipped_notes(read_state(source, settings))
         key = digest(fetched.revision, [(f.source_path, f.url, f.meta) for f in fetched.files],
-                      source_config(source), code_version("normalize"))
+                      source_config(source), code_version("normalize"), twins)
         path = artifacts.notes_path(settings, source.name)
         if state.get("normalize_key") == key and path.is_file() and state.get("notes_sha") == file_sha(path) \
                 and not forced(source.name):
@@ -138,6 +139,7 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
                                                                                 min(n, n_files), n_files)))
         notify("normalize", source.name, n_files, n_files)
         result, kept = _keep_last_good(settings, source, fetched.files, result)
+        result = result._replace(errors=[*twins, *result.errors])      # notes the fetch skipped: skipped files too
         if not result.notes and fetched.files:
             raise PipelineError(
                 f"source '{source.name}': none of its {len(fetched.files)} files could be normalized; "
@@ -154,6 +156,16 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
         kept_last_good=tuple(kept), parsed=cache.misses, parse_cached=cache.hits, dangling=len(result.dangling),
         errors_file=str(report["errors"]), dangling_file=str(report["dangling"]), skipped=False,
         seconds=round(time.perf_counter() - started, 3))
+
+
+def fetch_skipped_notes(fetch_state: dict[str, Any] | None) -> list[str]:
+    """The lines of the notes a fetch skipped (``fetch_state``: its ``fetch.json``; a local source's name twins,
+    see :func:`pipeline.ingest.fetch.local.twin_line`): the normalize stage counts them with the files it
+    skipped, the vault stage leaves them out of its attachments not copied."""
+    from pipeline.ingest.fetch.local import SKIPPED_NOTES
+
+    lines = (fetch_state or {}).get(SKIPPED_NOTES)
+    return [line for line in lines if isinstance(line, str)] if isinstance(lines, list) else []
 
 
 def note_names_path(settings: Settings, source: str) -> Path:
@@ -233,12 +245,13 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
     ``attachment_skip_lines`` (up to 50; all in ``<data>/state/<source>.vault-skipped.txt``), ``unresolved_embeds``
     (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
     because their name is also a note elsewhere in the vault, see :func:`vault_names` and
-    :mod:`pipeline.index.vaultlinks`).
+    :mod:`pipeline.index.vaultlinks`), ``warning_lines`` (a local source's notes whose attachment is missing, see
+    :func:`pipeline.ingest.attachments.missing_lines`; left out when there is none).
 
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
     from pipeline.index.vaultlinks import ambiguous_names
-    from pipeline.ingest.attachments import plan_attachments
+    from pipeline.ingest.attachments import missing_lines, plan_attachments
     from pipeline.ingest.fetch import read_state
     from pipeline.ingest.vault import write_source
 
@@ -262,12 +275,19 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         notes, qualified = _qualify_links(source.name, notes, others, links_memo)
         plan = plan_attachments(source, notes, settings.raw_dir, memo=links_memo)
         fetch_state = read_state(source, settings) or {}
-        symlinks = [w for w in fetch_state.get("warnings") or [] if isinstance(w, str) and "skipped" in w]
+        notes_skipped = set(fetch_skipped_notes(fetch_state))     # the normalize stage reports those
+        symlinks = [w for w in fetch_state.get("warnings") or []
+                    if isinstance(w, str) and "skipped" in w and w not in notes_skipped]
         skip_lines = [*plan.skipped, *symlinks]
         att_rows = _stat_rows([(rel, str(path)) for rel, path in sorted(plan.files.items())])
         key = digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
+        # a missing file of the user's own folder is theirs to restore; a git source's, upstream's (not warned)
+        missing = missing_lines(source.name, plan.missing, {
+            str(f.get("source_path")): Path(str(f.get("path"))) for f in fetch_state.get("files") or []
+            if isinstance(f, dict)}) if source.kind == "local" else []
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
-                 "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified}
+                 "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified,
+                 "warning_lines": missing}
         fast = {"pre": pre, "files": [[rel, path] for rel, path, _, _ in att_rows], "key": digest(pre, att_rows),
                 "plan": facts}
         if listing and state.get("vault_key") == key and listing == vault_listing(settings, source.name):
@@ -297,6 +317,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         attachments_written=len(result.attachments_written), attachment_bytes=plan.bytes,
         attachments_skipped=len(skip_lines), attachment_skip_lines=tuple(skip_lines[:50]),
         unresolved_embeds=len(plan.unresolved), qualified_links=qualified, vault_dir=vault_dir, skipped=False,
+        warning_lines=tuple(missing) or None,
     )
 
 
@@ -348,7 +369,7 @@ def _vault_skipped(state: dict[str, Any], facts: dict[str, Any], vault_dir: str)
         attachments=int(facts["attachments"]), attachments_written=0, attachment_bytes=facts["bytes"],
         attachments_skipped=int(facts["skipped"]), attachment_skip_lines=tuple(facts["skip_lines"]),
         unresolved_embeds=int(facts["unresolved"]), qualified_links=int(facts["qualified"]), vault_dir=vault_dir,
-        skipped=True)
+        skipped=True, warning_lines=tuple(str(ln) for ln in facts.get("warning_lines") or ()) or None)
 
 
 def frontmatter_check(settings: Settings, source: Source) -> FrontmatterCheck:

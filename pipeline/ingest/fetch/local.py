@@ -3,6 +3,9 @@
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
 and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
 dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files).
+Of two files whose names differ only in Unicode normalization (``café.md`` written in NFC and in NFD) the first in
+name order is read; the other is skipped with a line (:func:`twin_line`): a note's is kept under
+:data:`SKIPPED_NOTES` in ``fetch.json`` so the build reports it as a skipped note, not as an attachment.
 Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
 (macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
 ``(source_path, size, mtime_ns)`` listing of its notes and of the files a note could embed (images, PDFs…), so
@@ -34,9 +37,43 @@ def _show(path: object) -> str:
 
 
 def _form(name: str) -> str:
-    """"NFC", "NFD" or "mixed": which Unicode normalization a file name is in (both when it has no accent)."""
+    """"NFC", "NFD" or "mixed NFC/NFD": which Unicode normalization a file name is in (NFC when it is both: no
+    accent)."""
     return "NFC" if unicodedata.is_normalized("NFC", name) else "NFD" if unicodedata.is_normalized("NFD", name) \
-        else "mixed"
+        else "mixed NFC/NFD"
+
+
+def twin_line(source: str, source_path: str, kept: str, skipped: str, note: bool) -> str:
+    """The line for a file not read because another file has the same name in another Unicode normalization
+    (``café.md`` written both ways; macOS writes NFD names): ``source_path`` the NFC name both take, ``kept`` and
+    ``skipped`` the two names as they are on disk (only their forms are shown: the characters look the same).
+    ``note``: the file is a note of the source (else a file a note may embed)."""
+    what, used = ("notes", "read") if note else ("files", "copied")
+    return (f"source '{source}': {_show(source_path)}: two {what} have this name, in {_form(kept)} and "
+            f"{_form(skipped)} form (macOS writes names in NFD); the {_form(kept)} one is {used} (first in name "
+            f"order), the {_form(skipped)} one is skipped, since the vault keeps one per name; rename one of the two "
+            "to keep both")
+
+
+def _twin_lines(source: Source, twins: dict[str, tuple[str, list[str]]], notes: Sequence[str],
+                warnings: list[str]) -> list[str]:
+    """The lines of the skipped notes among the files :func:`_walk_root` skipped as a name twin (``twins``: NFC
+    source path -> the kept file's and the skipped files' names as on disk); those lines and the skipped
+    attachments' are added to ``warnings``. A twin that is neither a note (``notes``: the selected source paths)
+    nor a file a note could embed is not reported: nothing would read it anyway."""
+    selected = set(notes)
+    skipped_notes: list[str] = []
+    skipped_files: list[str] = []
+    for sp, (kept, skipped) in sorted(twins.items()):
+        is_note = sp in selected
+        name = sp.rsplit("/", 1)[-1]
+        if not is_note and ("." not in name or name.rsplit(".", 1)[1].lower() not in COPY_EXTENSIONS
+                            or path_matches(sp, source.exclude)):
+            continue
+        for other in skipped:
+            (skipped_notes if is_note else skipped_files).append(twin_line(source.name, sp, kept, other, is_note))
+    warnings += [*skipped_notes, *skipped_files]
+    return skipped_notes
 
 
 def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> Path | None:
@@ -67,8 +104,11 @@ def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> 
         return None
 
 
-def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
-    """Posix relative path -> absolute path of every regular file under root (dot entries skipped).
+def _walk_root(root: Path, warnings: list[str], source: str,
+               twins: dict[str, tuple[str, list[str]]] | None = None) -> dict[str, Path]:
+    """Posix relative path (NFC) -> absolute path of every regular file under root (dot entries skipped). Of files
+    whose names differ only in Unicode normalization the first in name order is kept; the others are recorded in
+    ``twins`` (relative path -> the kept file's relative path and theirs, as on disk) for the caller to report.
 
     Raises:
         FetchError: the root itself cannot be listed (an unreadable folder is not an empty one: its last good copy
@@ -111,11 +151,10 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
                 link_targets[unicodedata.normalize("NFC", path.relative_to(root).as_posix())] = \
                     unicodedata.normalize("NFC", kept.relative_to(root.resolve()).as_posix())
             rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())     # macOS writes NFD names
-            if rel in found:
-                forms = (f"{_form(path.name)} name {ascii(path.name)[1:-1]}, the kept file's "
-                         f"{_form(found[rel].name)} {ascii(found[rel].name)[1:-1]}")
-                warnings.append(f"source '{source}': skipped {_show(path)}: its name is another file's name in "
-                                f"another Unicode normalization ({forms}); rename one of them")
+            if rel in found:        # the same name in another Unicode normalization: reported by the caller
+                twin = (twins if twins is not None else {}).setdefault(
+                    rel, (found[rel].relative_to(root).as_posix(), []))
+                twin[1].append(path.relative_to(root).as_posix())
                 continue
             found[rel] = path
     for rel, target_rel in link_targets.items():     # one note once: a link to a file the source lists anyway
@@ -124,6 +163,11 @@ def _walk_root(root: Path, warnings: list[str], source: str) -> dict[str, Path]:
             warnings.append(f"source '{source}': skipped symlink {_show(root / rel)}: it points to {_show(target_rel)}, "
                             "which this source reads already (one note, not two)")
     return found
+
+
+#: the key of ``fetch.json`` that lists the notes a local fetch skipped as name twins (:func:`twin_line`): the
+#: normalize stage reports them with the source's other skipped files, the vault stage not as attachments
+SKIPPED_NOTES = "skipped_notes"
 
 
 def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]]) -> str:
@@ -172,15 +216,19 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         )
     warnings: list[str] = []
     listing: dict[str, Path] = {}
+    name_twins: dict[str, tuple[str, list[str]]] = {}
     for root in roots:
         if not root.is_dir():
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
                              "fix 'path' in sources.yaml")
         prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
-        for rel, path in _walk_root(root, warnings, source.name).items():
+        twins: dict[str, tuple[str, list[str]]] = {}
+        for rel, path in _walk_root(root, warnings, source.name, twins).items():
             listing[f"{prefix}/{rel}" if multi else rel] = path
+        name_twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
     selected = select_paths(source, listing)
+    skipped_notes = _twin_lines(source, name_twins, selected, warnings)
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(
             f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
@@ -212,5 +260,5 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
                "seconds": round(time.monotonic() - started, 3), "files": len(files)},
         warnings=tuple(warnings),
     )
-    write_state(source, settings, result, now_iso(), {"roots": [str(r) for r in roots]})
+    write_state(source, settings, result, now_iso(), {"roots": [str(r) for r in roots], SKIPPED_NOTES: skipped_notes})
     return result
