@@ -140,7 +140,7 @@ def main_options(
 def build(
     source: Annotated[list[str] | None, typer.Option("--source", "-s", metavar="NAME", help="Only these sources (repeatable).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dagster's step log on stderr.")] = False,
-    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", min=0.0, help="Wait this long for another running build to finish (default: refuse at once).")] = 0.0,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", min=0.0, help="Wait this long for another running `docsvault build` to finish (default: refuse at once; a Dagster run's step holding the lock is waited for anyway, up to DOCSVAULT_LOCK_WAIT).")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Every source's outcome and the shared stages as JSON on stdout (keys in README).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
@@ -180,7 +180,8 @@ def build(
         fail(str(exc))
         return
     except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
-        typer.echo(f"error: {exc}", err=True)
+        again = "docsvault build" + (" --force" if force else "") + "".join(f" --source {n}" for n in source or [])
+        typer.echo(f"error: {exc.line(again)}", err=True)
         sys.exit(128 + (exc.signum or signal.SIGINT))       # SystemExit passes Typer by: not `_main`'s 130 below
     if as_json:
         out = build_outcome(report).as_dict()

@@ -463,13 +463,13 @@ def noop_build(s: Settings, source_names: Sequence[str] | None = None, wait: flo
     """
     if source_names or force:
         return None
-    from pipeline.common.lock import build_lock, build_run_lock
+    from pipeline.common.lock import TURN_WAIT_ARG, build_lock, build_run_lock, turn_wait
     from pipeline.ingest.sources import load_sources
     from pipeline.stages.noop import noop_report
 
     sources = load_sources(s.sources_file)
     with build_run_lock(s.data_dir, wait=wait, wait_arg=wait_arg), \
-            build_lock(s.data_dir, wait=wait, wait_arg=wait_arg):
+            build_lock(s.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
         return noop_report(s, sources)
 
 

@@ -102,16 +102,44 @@ def test_reentrant_in_one_process(tmp_path: Path) -> None:
     assert (tmp_path / LOCK_NAME).read_text() == ""
 
 
+RUN_HOLDER = HOLDER.replace("build_lock", "build_run_lock")
+
+
 def test_run_build_refuses_while_another_build_runs(tiny_env: Path) -> None:
+    """Another `docsvault build` holds build-run.lock for its whole run: refused at once, naming it."""
     from pipeline.config import Settings
     from pipeline.defs.runner import run_build
 
     settings = Settings.from_env()
-    proc = _hold(settings.data_dir, 30)
+    proc = subprocess.Popen([sys.executable, "-c", RUN_HOLDER, str(settings.data_dir), "30"], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
     try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
         with pytest.raises(BuildLockedError, match=f"pid {proc.pid}"):
             run_build(settings)
         assert not settings.warehouse_path.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_run_build_takes_its_turn_after_a_dagster_step(tiny_env: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """build.lock held by a Dagster run's per-source step (shared, for as long as the step runs): the build waits
+    its turn (at least DOCSVAULT_LOCK_WAIT), saying who holds it, and then builds; it is not refused."""
+    from pipeline.config import Settings
+    from pipeline.defs.runner import run_build
+
+    settings = Settings.from_env()
+    proc = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(settings.data_dir), "1.5"],
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        with caplog.at_level("WARNING", logger="docsvault"):
+            report = run_build(settings, wait=0)
+        assert proc.wait(timeout=30) == 0
+        assert report.ok and settings.warehouse_path.exists()
+        assert any("is held by a step of a Dagster run (per-source steps hold it shared and are not named: see the "
+                   "runs in the UI); waiting up to 3600 s" in r.getMessage() for r in caplog.records)
     finally:
         proc.kill()
         proc.wait()
@@ -340,15 +368,17 @@ def test_a_cli_build_waiting_for_a_lock_stops_on_sigint_and_sigterm(tiny_env: Pa
 def test_ctrl_c_of_a_cli_build_inside_a_step_prints_one_line_and_no_traceback(tiny_env: Path) -> None:
     """Ctrl-C sends SIGINT to the terminal's whole foreground process group. While a step runs, Dagster's
     compute-log processes (``tail -F`` and its ``watch_orphans.py`` watcher) run too; in that group each watcher
-    printed a KeyboardInterrupt traceback under the build's one line. They run in a group of their own now."""
+    printed a KeyboardInterrupt traceback under the build's one line. They run in a group of their own now. A
+    forced build says to run it forced again (a plain build would find what it had redone unchanged)."""
     from pipeline.config import Settings
 
     data = Settings.from_env().data_dir
     cwd = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(cwd)}
     holder = BuildLock(data / "locks/tiny.lock").acquire()      # the step waits for the source's lock
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "build", "--wait", "600"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd, env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "build", "--wait", "600", "--force"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
+                            start_new_session=True)
     try:
         line = _stderr_line(proc, 300)
         assert line.startswith(f"build lock {data / 'locks/tiny.lock'} is held by pid {os.getpid()}"), line
@@ -360,4 +390,4 @@ def test_ctrl_c_of_a_cli_build_inside_a_step_prints_one_line_and_no_traceback(ti
             proc.wait()
         holder.release()
     assert (proc.returncode, out, err) == (130, "", "error: build interrupted: stopped, its locks released; "
-                                                    "run `docsvault build` again to finish it\n")
+                                                    "run `docsvault build --force` again to finish it\n")

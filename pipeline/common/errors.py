@@ -60,7 +60,12 @@ class BuildInterrupted(KeyboardInterrupt):
         self.signum = signum
 
     def __str__(self) -> str:
+        return self.line()
+
+    def line(self, again: str = "docsvault build") -> str:
+        """The one line the CLI prints; ``again``: the command that finishes the build (``docsvault build --force``
+        for a forced one: a plain build would find the sources it had already redone unchanged and stop there)."""
         import signal
 
         how = f" by {signal.Signals(self.signum).name}" if self.signum else ""
-        return f"build interrupted{how}: stopped, its locks released; run `docsvault build` again to finish it"
+        return f"build interrupted{how}: stopped, its locks released; run `{again}` again to finish it"

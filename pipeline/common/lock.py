@@ -40,8 +40,8 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger("docsvault")
 
-__all__ = ["LOCK_NAME", "RUN_LOCK_NAME", "BuildLock", "ExecLock", "build_lock", "build_run_lock", "hold_across_exec",
-           "lock_holder", "pid_alive"]
+__all__ = ["LOCK_NAME", "RUN_LOCK_NAME", "TURN_WAIT_ARG", "BuildLock", "ExecLock", "build_lock", "build_run_lock",
+           "hold_across_exec", "lock_holder", "pid_alive", "turn_wait"]
 
 LOCK_NAME = "build.lock"
 #: held by a ``docsvault build`` for its whole run (one at a time); its stages take ``build.lock`` each in turn, as a
@@ -77,9 +77,23 @@ def lock_holder(path: Path) -> dict[str, Any]:
         return {}
 
 
+#: how a user lengthens a build's wait for its turn at ``build.lock`` (:func:`turn_wait`)
+TURN_WAIT_ARG = "--wait SECONDS or DOCSVAULT_LOCK_WAIT (seconds)"
+
+
+def turn_wait(wait: float) -> float:
+    """Seconds a build waits for ``build.lock`` once it holds ``build-run.lock``: at least a stage's wait
+    (``DOCSVAULT_LOCK_WAIT``, default 3600). Another CLI build is refused at the run lock (after ``wait``); who else
+    holds ``build.lock`` is a Dagster run's step (UI, schedule, sensor, ``dagster asset materialize``), which holds
+    it only while that step runs, so the build takes its turn after it, as each of its own stages does."""
+    from pipeline.config import lock_wait_seconds
+
+    return max(float(wait), lock_wait_seconds())
+
+
 def _describe(info: dict[str, Any]) -> str:
     if not info:
-        return "another process"
+        return "a step of a Dagster run (per-source steps hold it shared and are not named: see the runs in the UI)"
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
 
 

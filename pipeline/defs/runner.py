@@ -214,11 +214,11 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             or ran; every lock it took is released.
     """
     from pipeline import stages as build
-    from pipeline.common.lock import build_lock, build_run_lock
+    from pipeline.common.lock import TURN_WAIT_ARG, build_lock, build_run_lock, turn_wait
     from pipeline.stages.noop import record_noop
 
     with build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
-        with build_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
+        with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
             build.cleanup_leftovers(settings)
             sources, removed = _prepare(settings, source_names, remove_all_sources)
         if progress is not None:
@@ -229,7 +229,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
         if not source_names:                 # a build of every source: what the next no-op build answers from
-            with build_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
+            with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
                 record_noop(settings, sources, report)
         return report
 
