@@ -112,6 +112,38 @@ def test_a_unique_source_path_that_is_no_md_file_reads_its_note(vault: Path, tmp
                                "other/sub/b.md, src/sub/b.md")
 
 
+def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: Path) -> None:
+    """`read Home` (a note's name, as in [[Home]]) reads the one note of that file name, case-insensitively, also
+    with a partial path; several notes of that name are listed; an unknown name keeps its refusal."""
+    from pipeline import warehouse as wh
+    from pipeline.index.analysis import Analyzer
+    from pipeline.index.bm25 import build_chunk_index
+    from pipeline.index.embed import HashEmbedder, embed_chunks
+    from pipeline.models import Chunk, Note
+
+    (vault / "src" / "guide").mkdir()
+    (vault / "src" / "guide" / "Home.md").write_text("# Home\n\nWelcome.\n", encoding="utf-8")
+    notes = [Note("src", "guide/Home.md", "guide/Home.md", "Home", {"title": "Home"}, "Welcome."),
+             Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside."),
+             Note("other", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, n.source, 0, (), n.title, n.body) for n in notes]
+    emb = HashEmbedder(16)
+    res = embed_chunks(chunks, emb, None)
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    for name in ("Home", "home", "Home.md", "guide/Home", "src/guide/home"):
+        assert find_note(vault, name, path) == "src/guide/Home.md", name
+    assert read_note(vault, find_note(vault, "Home", path)).text == "# Home\n\nWelcome.\n"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "b", path)
+    assert str(info.value) == "'b' is the name of several notes; give one of the vault paths: other/sub/b.md, src/sub/b.md"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "Nowhere", path)
+    assert str(info.value) == ("no note 'Nowhere': no vault path, source path or note name is 'Nowhere'; use a "
+                               "vault_path from search results (`docsvault search ...` / the search tool)")
+
+
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:
     with pytest.raises(NoteNotFoundError, match="no note 'src/nope.md'.*search"):
         read_note(vault, "src/nope.md")

@@ -338,33 +338,43 @@ def note_body(vault_dir: Path, note: str) -> tuple[str, str]:
 def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) -> str:
     """The vault path to read for ``note``: ``note`` itself when it is a note in the vault, else (with a warehouse)
     the one note whose ``source_path`` is ``note`` (also a source file that is no ``.md``, e.g. ``Board.canvas``,
-    whose vault note is ``<source>/Board.canvas.md``).
+    whose vault note is ``<source>/Board.canvas.md``), else the one note that ``note`` names as an Obsidian link
+    does (``Home`` or ``guide/Home``: a vault path ending in ``Home.md``, case-insensitive; see
+    :func:`pipeline.warehouse.queries.notes_by_name`).
 
     Raises:
         PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
             except for a path refused only for not ending in ``.md``: it is refused when no note has it as its
             source path.
-        NoteNotFoundError: no such note (or several sources have that source path: the message lists their vault
-            paths).
+        NoteNotFoundError: no such note (or several notes have that source path or name: the message lists their
+            vault paths).
     """
     try:
         resolve_note_path(vault_dir, note)
         return note
-    except (NoteNotFoundError, _NotMarkdownError):
+    except (NoteNotFoundError, _NotMarkdownError) as exc:
         if warehouse_path is None or not Path(warehouse_path).exists():
             raise
+        # a file of the vault that is no note (an attachment's copy) is not read as a name either
+        file_here = isinstance(exc, _NotMarkdownError) and (Path(vault_dir) / note).is_file()
         from pipeline import warehouse as wh
+        from pipeline.warehouse.queries import notes_by_name
 
+        wanted = unicodedata.normalize("NFC", note)
         con = wh.connect(Path(warehouse_path), read_only=True)
         try:
-            found = wh.notes_by_source_path(con, unicodedata.normalize("NFC", note))
+            found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
+            if not found and not file_here:                # a name, as an Obsidian link: `read Home`
+                found, what = notes_by_name(con, wanted), "the name of several notes"
         finally:
             con.close()
         if len(found) == 1:
             return found[0]["vault_path"]
         if len(found) > 1:
             raise NoteNotFoundError(
-                f"{note!r} is a source path in several sources; give one of the vault paths: "
-                + ", ".join(f["vault_path"] for f in found)
+                f"{note!r} is {what}; give one of the vault paths: " + ", ".join(f["vault_path"] for f in found)
             ) from None
-        raise
+        if file_here or not isinstance(exc, _NotMarkdownError):
+            raise
+        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path or note name is {note!r}; use a "
+                                "vault_path from search results (`docsvault search ...` / the search tool)") from None
