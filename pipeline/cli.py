@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import gc
 import json
+import logging
 import os
 import re
 import shutil
@@ -1381,7 +1382,20 @@ def usage_error_line(exc: Exception, argv: Sequence[str] = ()) -> str:
     return f"{' '.join(message.split())}{where}"
 
 
+def _log_lines() -> None:
+    """Warnings of the core's loggers as bare lines on stderr, as Python's last-resort handler prints them, set up
+    before anything runs: a library that calls ``logging.basicConfig()`` on import (ONNX Runtime's quantizer does,
+    at INFO) then changes nothing, where it used to turn later warnings into ``WARNING:pipeline.index.onnx_embed:
+    …`` lines (a new user's first build)."""
+    if not logging.root.handlers:
+        handler = logging.StreamHandler()               # stderr, looked up per record (as the last-resort one)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logging.root.addHandler(handler)
+        logging.root.setLevel(logging.WARNING)
+
+
 def _main() -> None:
+    _log_lines()
     try:
         rv = app(standalone_mode=False)
     except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)
