@@ -514,6 +514,25 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     assert (inbox / "Second.md").exists()
 
 
+def test_a_quoted_alias_finds_its_note(tmp_path: Path) -> None:
+    """An alias is one of the note's names: `"Kochbuch"` finds the note whose alias it is, as `Kochbuch` does."""
+    path = tmp_path / "warehouse.duckdb"
+    note = Note("g", "Recipes.md", "Recipes.md", "Recipes", {"title": "Recipes", "aliases": ["Kochbuch", "Cookbook"]},
+                "Pancakes and soup.")
+    chunks = [Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (), "Recipes", "Pancakes and soup.")]
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=[note], chunks=chunks, edges=[],
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, [note], Analyzer()).to_blobs()))
+    with _searcher(path) as s:
+        assert wh.note_texts(s._con, [note.note_id]) == {
+            note.note_id: "Recipes\n\nKochbuch\n\nCookbook\n\nPancakes and soup."}
+        for query, found in (('"Kochbuch"', ["g/Recipes.md"]), ('soup -"cookbook"', []), ('"Kochbuch pancakes"', [])):
+            p = parse_query(query)
+            assert [h.vault_path for h in s.search(p.text, k=5, filters=p)] == found, query
+
+
 def test_a_quoted_heading_finds_its_note(tmp_path: Path) -> None:
     """A chunk's text does not hold its heading line (the breadcrumb does): the text a phrase is checked on puts
     each section's heading before its first chunk, as the note has it."""

@@ -314,21 +314,22 @@ def note_links(con: duckdb.DuckDBPyConnection, note_id: str) -> tuple[list[dict[
 
 
 def note_texts(con: duckdb.DuckDBPyConnection, note_ids: Sequence[str]) -> dict[str, str]:
-    """note_id -> the note's title and its chunks in order (joined by blank lines), each section's heading before
-    its first chunk (a chunk's text does not hold its heading line: without it a quoted heading matched nothing);
-    unknown ids absent."""
+    """note_id -> the note's title, its aliases and its chunks in order (joined by blank lines), each section's
+    heading before its first chunk (a chunk's text does not hold its heading line: without it a quoted heading
+    matched nothing; an alias is one of the note's names, so a quoted alias finds it too); unknown ids absent."""
     if not note_ids:
         return {}
     rows = con.execute(
         "WITH c AS (SELECT note_id, ordinal, CASE WHEN coalesce(heading, '') <> '' AND heading IS DISTINCT FROM "
         "lag(heading) OVER (PARTITION BY note_id ORDER BY ordinal) THEN heading || chr(10) || chr(10) ELSE '' END "
         "|| coalesce(text, '') AS body FROM chunks WHERE list_contains(string_split(?, chr(31)), note_id)) "
-        "SELECT n.note_id, any_value(n.title), string_agg(c.body, chr(10) || chr(10) ORDER BY c.ordinal) "
+        "SELECT n.note_id, any_value(n.title), array_to_string(any_value(n.aliases), chr(10) || chr(10)), "
+        "string_agg(c.body, chr(10) || chr(10) ORDER BY c.ordinal) "
         "FROM notes n LEFT JOIN c USING (note_id) "
         "WHERE list_contains(string_split(?, chr(31)), n.note_id) GROUP BY n.note_id",
         ["\x1f".join(note_ids), "\x1f".join(note_ids)],
     ).fetchall()
-    return {r[0]: f"{r[1] or ''}\n\n{r[2] or ''}" for r in rows}
+    return {r[0]: "\n\n".join(part for part in (r[1] or "", r[2] or "", r[3] or "") if part) for r in rows}
 
 
 def chunk_texts_with_tags(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
