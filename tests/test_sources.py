@@ -167,6 +167,9 @@ sources:
     ("kind: html\n    url: https://a\n    max_pages: 0", "'max_pages' must be an integer >= 1, got 0"),
     ("kind: html\n    url: https://a\n    allowed_hosts: ['http://x/']", "'allowed_hosts' entries are host names"),
     ("kind: html\n    url: file:///etc", "kind 'html' needs an http(s):// 'url'"),
+    ("kind: llms_txt\n    url: file:///srv/llms.txt", "kind 'llms_txt' needs an http(s):// 'url', got "
+     "'file:///srv/llms.txt'; for a file on disk, serve its folder (`python -m http.server 8000 --bind 127.0.0.1`) "
+     "and give its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local"),
 ])
 def test_invalid_http_keys(tmp_path: Path, block: str, expected: str) -> None:
     p = write(tmp_path, "sources:\n  - name: x\n    " + block + "\n")

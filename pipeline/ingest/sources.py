@@ -160,7 +160,10 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
             raise SourceConfigError(
                 f"{where}: 'allowed_hosts' entries are host names (optionally host:port), got {host!r}")
     if kind in HTTP_KINDS and url and not re.match(r"^https?://", url):
-        raise SourceConfigError(f"{where}: kind '{kind}' needs an http(s):// 'url', got {url!r}")
+        on_disk = ("; for a file on disk, serve its folder (`python -m http.server 8000 --bind 127.0.0.1`) and give "
+                   "its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local"
+                   if url.startswith("file:") else "")
+        raise SourceConfigError(f"{where}: kind '{kind}' needs an http(s):// 'url', got {url!r}{on_disk}")
     site_url = block.get("site_url")
     if site_url is None and kind in HTTP_KINDS and url:
         site_url = urljoin(url, "./")
