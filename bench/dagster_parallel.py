@@ -5,8 +5,9 @@
 
 Builds the same three local sources twice, each in a fresh data dir:
 
-1. ``dagster asset materialize -m pipeline.definitions --select '*'`` (the CI command; the project's executor in its
-   default multiprocess mode, the project's dagster.yaml with its pools), then reads the run's event log: each
+1. ``dagster asset materialize -m pipeline.definitions --select '*'`` (the CI command) with the project's executor
+   in multiprocess mode (run config; the default is in-process since session 26), the project's dagster.yaml with
+   its pools, then reads the run's event log: each
    step's start and end, each source's chain span (its first step's start to its last step's end) and step time
    (the sum of its five steps), and the wall time from the first per-source step's start to the last one's end.
    The chains overlap when that wall time is below the sum of the spans; it beats a sequential build only when it
@@ -116,8 +117,10 @@ def main() -> int:
         make_sources(work, args.pages)
         mp_env = env_for(work, "multiprocess", args.model)
         t = time.perf_counter()
+        multiprocess = '{"execution": {"config": {"multiprocess": {"max_concurrent": 4}}}}'
         mp = subprocess.run([str(bin_dir / "dagster"), "asset", "materialize", "-m", "pipeline.definitions",
-                             "--select", "*"], env=mp_env, cwd=REPO, capture_output=True, text=True)
+                             "--select", "*", "--config-json", multiprocess], env=mp_env, cwd=REPO,
+                            capture_output=True, text=True)
         mp_wall = time.perf_counter() - t
         if mp.returncode != 0:
             print(mp.stderr[-3000:], file=sys.stderr)

@@ -2,8 +2,8 @@
 
 The source ``remote`` (a git repo on file://) is built once, then its repository disappears. In each path its steps
 fail (red, the run fails) while the shared stages build over ``tiny`` and ``remote``'s last good copy, which stays
-searchable. The CLI paths (``dagster asset materialize``, ``dg launch``) run in child processes on the project's
-default (multiprocess) executor. UI "Materialize all" through a real webserver and daemon:
+searchable. The CLI paths (``dagster asset materialize``, ``dg launch``) run in child processes: one on the
+multiprocess executor (run config), one on the project's default (in-process) executor. UI "Materialize all" through a real webserver and daemon:
 tests/test_dagster_ui_path.py.
 """
 
@@ -157,21 +157,38 @@ def _last_run(settings: Settings) -> dict[str, object]:
         return _run_outcome(instance, run.run_id)
 
 
-@pytest.mark.integration   # two child runs on the multiprocess executor (~1-2 min on 2 busy cores)
+def _engine_mode(run_id: str) -> str:
+    """How the run's executor ran its steps: Dagster's engine event ``Executing steps in process`` / ``… using
+    multiprocess executor``."""
+    with dg.DagsterInstance.get() as instance:
+        for rec in instance.all_logs(run_id):
+            message = (rec.dagster_event.message or "") if rec.dagster_event is not None else ""
+            if message.startswith("Executing steps"):
+                return "in_process" if "in process" in message else "multiprocess"
+    return ""
+
+
+@pytest.mark.integration   # two child runs, one on the multiprocess executor (~1-2 min on 2 busy cores)
 def test_dagster_cli_and_dg_launch_with_a_dead_source(dead_remote: Settings) -> None:
     shutil.copyfile(REPO / "dagster.yaml", Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml")
     env = _cli_env(dead_remote)
+    multiprocess = {"execution": {"config": {"multiprocess": {"max_concurrent": 4}}}}
     done = subprocess.run([str(BIN / "dagster"), "asset", "materialize", "-m", "pipeline.definitions",
-                           "--select", "*"], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--select", "*", "--config-json", json.dumps(multiprocess)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode != 0, done.stderr[-2000:]
     _assert_dead_alone(_last_run(dead_remote))
     assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
+    with dg.DagsterInstance.get() as instance:
+        assert _engine_mode(instance.get_runs(limit=1)[0].run_id) == "multiprocess"
 
     done = subprocess.run([str(BIN / "dg"), "launch", "--assets", "*"], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode != 0, done.stderr[-2000:]
     _assert_dead_alone(_last_run(dead_remote))
     assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
+    with dg.DagsterInstance.get() as instance:                 # no run config: the project's default
+        assert _engine_mode(instance.get_runs(limit=1)[0].run_id) == "in_process"
 
 
 #: metadata a run may record only when it did that work itself

@@ -3,7 +3,7 @@
 ``dagster-webserver`` and ``dagster-daemon`` (the pair ``dg dev`` starts) serve the project on loopback. The test
 sends the GraphQL mutation the UI's "Materialize all" button sends: ``launchPipelineExecution`` of the implicit
 asset job ``__ASSET_JOB`` with every asset key (and every asset check) selected, empty run config, so the run uses
-the project's default (multiprocess) executor. The run is queued, dequeued by the daemon, and must end as the
+the project's default (in-process) executor. The run is queued, dequeued by the daemon, and must end as the
 other paths do (tests/test_dagster_paths.py): run failed, only ``remote``'s fetch step red, the shared stages
 materialized, ``remote``'s last good notes still searchable.
 """

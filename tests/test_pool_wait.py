@@ -177,7 +177,7 @@ def _cpu_seconds(pid: int) -> float:
 
 @pytest.mark.integration      # a `dagster asset materialize` child process (multiprocess executor), ~15 s
 def test_a_multiprocess_run_waits_asleep_for_a_held_slot(tiny_env: Path) -> None:
-    """A run of Dagster's multiprocess executor (the UI's, `dagster asset materialize`'s) whose only ready step waits
+    """A run of Dagster's multiprocess executor (chosen in run config) whose only ready step waits
     for a pool slot another run holds: its loop has no child to poll and used to spin at 100 % CPU, one of the two
     cores the other run builds on. It now sleeps between looks; once the slot is freed the step runs."""
     from pipeline.config import Settings
@@ -187,8 +187,9 @@ def test_a_multiprocess_run_waits_asleep_for_a_held_slot(tiny_env: Path) -> None
     ensure_instance(settings)
     instance = dg.DagsterInstance.get()
     _hold_the_pool(instance)
+    multiprocess = '{"execution": {"config": {"multiprocess": {"max_concurrent": 4}}}}'
     proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
-                             "pipeline.definitions", "--select", "tiny/raw_docs"],
+                             "pipeline.definitions", "--select", "tiny/raw_docs", "--config-json", multiprocess],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
