@@ -600,6 +600,16 @@ def test_a_pages_own_values_of_docsvaults_keys_stay_as_original_keys(tmp_path):
         "original_source": "kept as written"}
 
 
+def test_a_title_that_is_no_text_stays_as_original_title(tmp_path):
+    """`title: [1, 2]` cannot title a note: its heading does, and the page's value stays as original_title; a
+    number is a title (`title: 2024`), kept as text, with nothing to keep."""
+    listed = "---\ntitle: [1, 2]\n---\n# Quokka facts\n\nText.\n"
+    number = "---\ntitle: 2024\n---\nText.\n"
+    a, b = _norm(tmp_path, {"Listed.md": listed, "Year.md": number}, format="obsidian").notes
+    assert (a.title, a.frontmatter["title"], a.frontmatter["original_title"]) == ("Quokka facts", "Quokka facts", [1, 2])
+    assert (b.title, b.frontmatter["title"], "original_title" in b.frontmatter) == ("2024", "2024", False)
+
+
 def test_site_links_by_longest_suffix_and_dangling_report(tmp_path):
     files = {
         "docs/source/en/api/flux.md": "# Flux\n",

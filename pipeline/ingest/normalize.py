@@ -1265,7 +1265,8 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
     """The note's frontmatter: :data:`FIRST_KEYS` first, then the page's own keys, then fetcher keys. Never lost:
     the page's own ``source``/``source_path``/``url``/``content_hash``/``fetched_at``, which docsvault's values
     replace, stay under ``original_<key>`` when they differ (the Obsidian Web Clipper writes the clipped page's
-    address as ``source:``), unless the page has that key too. The build's own marker key ``docsvault``
+    address as ``source:``), unless the page has that key too; so does a ``title`` that is no text (a list, a
+    mapping, empty), which the note's first heading or file name replaces. The build's own marker key ``docsvault``
     (``docsvault: index`` marks a generated index note, which is never indexed) is never taken from a page: the
     page's value, whatever it is, stays as ``original_docsvault``, so a user's note cannot drop out of search."""
     fm: dict[str, Any] = {"title": title}
@@ -1282,6 +1283,9 @@ def build_frontmatter(source: Source, raw: RawFile, page_fm: dict[str, Any], tit
     fm["fetched_at"] = fetched_at
     replaced = {key: page_fm[key] for key in REPLACED_KEYS
                 if page_fm.get(key) is not None and page_fm[key] != fm.get(key)}
+    own_title = page_fm.get("title")
+    if own_title is not None and not (isinstance(own_title, (str, int, float)) and str(own_title).strip() == title):
+        replaced["title"] = own_title           # a title that is no text (`title: [1, 2]`): the heading's instead
     if INDEX_KEY in page_fm:
         replaced[INDEX_KEY] = page_fm[INDEX_KEY]
     fm.update(kept_originals(page_fm, replaced))
