@@ -271,7 +271,8 @@ def serve_http(settings: Settings, opts: HttpOptions) -> None:
 
     import uvicorn
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s",
+                        force=True)         # over the CLI's bare warning lines (cli._log_lines)
     app = http_app(settings, opts)
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
     log.info("serving MCP over streamable HTTP on http://%s:%d/mcp (%s%s)", shown, opts.port,

@@ -760,7 +760,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
 
 def serve(settings: Settings, transport: str = "stdio", port: int = 8765) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (HTTP on 127.0.0.1:port)."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s",
+                        force=True)         # over the CLI's bare warning lines (cli._log_lines)
     server = create_server(settings)
     if transport == "stdio":
         server.run("stdio")
