@@ -249,3 +249,35 @@ def test_take_refuses_shards_of_different_dims(tmp_path: Path):
     cache.put_many(["b"], np.ones((1, 3), dtype=np.float32))
     with pytest.raises(EmbeddingError, match=r"dims \[2, 3\]"):
         cache.take(["a", "b"])
+
+
+def test_locate_finds_what_take_finds_without_reading_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cache = EmbeddingCache(tmp_path, "hash-2")
+    cache.put_many(["a", "b"], np.array([[1, 1], [2, 2]], dtype=np.float32))
+    cache.put_many(["c", "a"], np.array([[3, 3], [4, 4]], dtype=np.float32))
+    asked = ["c", "absent", "a", "b", "c"]
+    fresh = EmbeddingCache(tmp_path, "hash-2")
+    read: list[str] = []
+    real = EmbeddingCache._shard_vectors
+    monkeypatch.setattr(EmbeddingCache, "_shard_vectors", lambda self, name: read.append(name) or real(self, name))
+    positions, dim = fresh.locate(asked)
+    assert (positions.tolist(), positions.dtype, dim, read) == ([0, 2, 3, 4], np.int64, 2, [])   # headers only
+    assert fresh.take(asked)[0].tolist() == [0, 2, 3, 4]
+    assert sorted(read) == ["shard-0.npz", "shard-1.npz"]
+    nothing = EmbeddingCache(tmp_path, "hash-2").locate(["absent"])
+    assert (nothing[0].tolist(), nothing[1]) == ([], 0)
+
+
+def test_locate_leaves_out_the_shards_take_refuses(tmp_path: Path, caplog):
+    cache = EmbeddingCache(tmp_path, "hash-2")
+    cache.put_many(["a", "b"], np.array([[1, 1], [2, 2]], dtype=np.float32))
+    with open(cache.dir / "shard-5.npz", "wb") as fh:              # 2 hashes but 3 vectors: refused by take
+        np.savez(fh, hashes=np.asarray(["c", "d"]), vectors=np.ones((3, 2), dtype=np.float32))
+    (cache.dir / "shard-6.npz").write_bytes(b"not a zip file")     # unreadable: ignored
+    fresh = EmbeddingCache(tmp_path, "hash-2")
+    assert fresh.locate(["a", "c", "d", "b"])[0].tolist() == [0, 3]
+    assert fresh.take(["a", "c", "d", "b"])[0].tolist() == [0, 3]
+    assert "ignoring unreadable shard" in caplog.text
+    cache.put_many(["e"], np.ones((1, 3), dtype=np.float32))
+    with pytest.raises(EmbeddingError, match=r"dims \[2, 3\]"):
+        EmbeddingCache(tmp_path, "hash-2").locate(["a", "e"])

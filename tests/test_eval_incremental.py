@@ -162,3 +162,32 @@ def test_the_serves_queries_check_embeds_its_sample_query_once(settings: Setting
     again = b.search_index_stage(settings, embedder_factory=counting)
     assert (again.skipped, CountingEmbedder.embedded) == (False, [])
     assert again.sample_hits == first.sample_hits
+
+
+def test_the_serves_queries_check_plans_again_only_when_the_indexed_tables_may_differ(
+        settings: Settings, tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hnsw_index_scan`` is carried over an incremental publish (the HNSW-indexed base tables are untouched),
+    planned again after a full publish (new tables and indexes) and on a forced build."""
+    import pipeline.warehouse as whm
+
+    planned: list[str] = []
+    real = whm.explain_vector_search
+    monkeypatch.setattr(whm, "explain_vector_search",
+                        lambda con, table, *a, **k: planned.append(table) or real(con, table, *a, **k))
+    build(settings)
+    first = b.search_index_stage(settings)
+    assert (first.skipped, planned, first.hnsw_index_scan) == (False, ["vec_hash_384"], True)
+    edit(tiny_env, 4)
+    build(settings)                                     # an incremental publish: a new file, the same indexes
+    again = b.search_index_stage(settings)
+    assert (again.skipped, planned, again.hnsw_index_scan) == (False, ["vec_hash_384"], True)
+    assert again.sample_hits
+    settings.warehouse_path.unlink()
+    build(settings)                                     # a full publish: planned again
+    full = b.search_index_stage(settings)
+    assert (full.skipped, planned, full.hnsw_index_scan) == (False, ["vec_hash_384"] * 2, True)
+    edit(tiny_env, 5)
+    build(settings)
+    monkeypatch.setenv("DOCSVAULT_FORCE", "1")          # forced: planned again
+    forced = b.search_index_stage(settings)
+    assert (forced.skipped, planned, forced.hnsw_index_scan) == (False, ["vec_hash_384"] * 3, True)

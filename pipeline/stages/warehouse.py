@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,74 @@ def bm25_index_blobs(tokens: TokenCache, chunks: Sequence[Chunk], notes: Sequenc
     return blobs, tokens.hits, tokens.misses
 
 
+class _VectorsUnreadable(Exception):
+    """Vectors the embedding cache located (:meth:`~pipeline.index.embed.EmbeddingCache.locate`) could not be read
+    when the publish needed them: a shard damaged past its header, or compacted away by a concurrent build."""
+
+
+def _read_cached(cache: Any, hashes: Sequence[str], rows: Any) -> Any:
+    """float32 (len(rows), dim): the cached vectors of ``hashes[rows]`` (``rows`` int64 positions); the shards
+    read are let go after (a full publish reads one model at a time).
+
+    Raises:
+        _VectorsUnreadable: one of them is not in the cache any more, or its shard is unreadable.
+    """
+    wanted = [hashes[i] for i in rows.tolist()]
+    found, block = cache.take(wanted)
+    cache.drop_vectors()
+    if len(found) != len(wanted):
+        raise _VectorsUnreadable(f"{cache.dir}: {len(wanted) - len(found)} of {len(wanted)} vectors could not be read")
+    return block
+
+
+def _cached_vectors(settings: Settings, wanted: dict[str, list[Chunk]], *, lazy: bool = True
+                   ) -> tuple[dict[str, tuple[list[str], Any]], int, dict[str, set[str]]]:
+    """The vectors of each model's chunks (``wanted``: model id -> chunks) in its embedding cache.
+
+    ``lazy`` (a build): the cache only says which texts it holds (:meth:`EmbeddingCache.locate
+    <pipeline.index.embed.EmbeddingCache.locate>`: hashes and headers, no vector) and each model's vectors are a
+    :class:`~pipeline.warehouse.VectorReader` that the publish reads: every row for a full publish, only the rows it
+    inserts for an incremental one (~75 of 55k after five edited pages, instead of gathering ~100 MB). Its ``read``
+    raises ``_VectorsUnreadable`` when a located vector cannot be read. Not lazy: every vector gathered now.
+
+    Returns:
+        ``(vectors, missing, unembedded)``: model id -> (chunk ids with a vector, in ``wanted`` order; their vectors,
+        float32 (n, dim) or a reader), only models with a vector; chunks without a vector over all models; source
+        -> its chunk ids without a vector of some model.
+
+    Raises:
+        EmbeddingError: a cache holds vectors of two dims for these texts.
+    """
+    import numpy as np
+
+    from pipeline.index.embed import EmbeddingCache
+    from pipeline.stages.index import _embedding_cache
+    from pipeline.warehouse import VectorReader
+
+    arrays: dict[str, tuple[list[str], Any]] = {}
+    missing = 0
+    unembedded: dict[str, set[str]] = {}
+    text_hashes: dict[str, str] = {}     # chunk id -> text hash (a property that hashes the text: once per chunk)
+    for model_id, group in wanted.items():
+        hashes = [text_hashes.get(c.chunk_id) or text_hashes.setdefault(c.chunk_id, c.text_hash) for c in group]
+        if lazy:        # the embed stage's cache of this process when still valid: its shards' hashes already read
+            cache = _embedding_cache(settings, model_id)
+            found, dim = cache.locate(hashes)
+        else:           # one gather per model into one array (a join of per-source blocks copied ~100 MB once more)
+            found, block = EmbeddingCache(settings.cache_dir, model_id).take(hashes)
+        missing += len(group) - len(found)
+        if len(found) < len(group):
+            have = np.zeros(len(group), dtype=bool)
+            have[found] = True
+            for i in np.flatnonzero(~have).tolist():
+                unembedded.setdefault(group[i].source, set()).add(group[i].chunk_id)
+        if len(found):
+            rows = found.tolist()
+            arrays[model_id] = ([group[i].chunk_id for i in rows], VectorReader(
+                len(rows), dim, partial(_read_cached, cache, [hashes[i] for i in rows])) if lazy else block)
+    return arrays, missing, unembedded
+
+
 def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, Source]) -> str:
     from pipeline.warehouse import SCHEMA_VERSION
 
@@ -271,7 +340,9 @@ def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
 def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
                     ) -> WarehouseResult:
     """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
-    file, atomically. Vectors come from the embedding cache; a chunk whose vector is missing stays BM25-searchable.
+    file, atomically. Vectors come from the embedding cache, read by the publish as it needs them (an incremental
+    one reads only the vectors it inserts: :func:`_cached_vectors`); a chunk whose vector is missing stays
+    BM25-searchable.
 
     Nothing is written when no input changed since the warehouse was published (``skipped``). Refused
     (SourceConfigError) when ``sources`` is empty while sources are built (see
@@ -282,9 +353,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     Long: one sequence under the build lock (skip check, read every source, BM25 tokens, publish with its fallback,
     record the key) whose order is the crash-safety argument: the key is recorded only after the file is swapped in.
     """
-    import numpy as np
-
-    from pipeline.index.embed import EmbeddingCache, release_models, trim_heap
+    from pipeline.index.embed import release_models, trim_heap
     from pipeline.ingest.vault import read_notes
     from pipeline.warehouse import WarehouseData, publish
 
@@ -335,21 +404,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             chunks.extend(source_chunks)
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
                 wanted.setdefault(embedder_factory(spec).model_id, []).extend(group)
-        arrays: dict[str, tuple[list[str], Any]] = {}     # model id -> chunk ids, their vectors (n, dim)
-        missing = 0
-        unembedded: dict[str, set[str]] = {}     # source -> its chunk ids without a vector of some model
-        for model_id, group in wanted.items():
-            # one gather per model into one array (a join of per-source blocks copied ~100 MB once more)
-            found, block = EmbeddingCache(settings.cache_dir, model_id).take([c.text_hash for c in group])
-            missing += len(group) - len(found)
-            if len(found) < len(group):
-                have = np.zeros(len(group), dtype=bool)
-                have[found] = True
-                for i in np.flatnonzero(~have).tolist():
-                    unembedded.setdefault(group[i].source, set()).add(group[i].chunk_id)
-            if len(found):
-                arrays[model_id] = ([group[i].chunk_id for i in found.tolist()], block)
-        del wanted
+        # model id -> chunk ids, a reader of their vectors (read by the publish: only the inserted ones when it
+        # is incremental); source -> its chunk ids without a vector of some model
+        arrays, missing, unembedded = _cached_vectors(settings, wanted)
         timings["vectors_s"] = time.perf_counter() - t
         notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
@@ -371,7 +428,14 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                                              if settings.crosslingual else "")},
         )
         t = time.perf_counter()
-        stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
+        try:
+            stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
+        except _VectorsUnreadable as exc:      # nothing written: every vector gathered now, as the cache reads them
+            log.warning("embedding cache changed or unreadable while publishing (%s): gathering every vector", exc)
+            arrays, missing, unembedded = _cached_vectors(settings, wanted, lazy=False)
+            data = replace(data, vectors=arrays)
+            stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
+        del wanted
         timings["publish_s"] = time.perf_counter() - t
         notify("warehouse", "all", 5, 5)
         out = WarehouseResult(

@@ -61,6 +61,7 @@ from pipeline.warehouse.queries import (
 )
 from pipeline.warehouse.schema import (
     SCHEMA_VERSION,
+    VectorReader,
     WarehouseData,
     connect,
     vector_table_name,
@@ -96,6 +97,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "EVAL_RUN_COLUMNS",
     "SCHEMA_VERSION",
+    "VectorReader",
     "WarehouseData",
     "append_eval_runs",
     "brute_force_search",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,23 @@ small ones it replaces whole, so their blocks are freed; see :mod:`pipeline.ware
 _SCHEMA = ";\n".join(_TABLES.values()) + ";\n"
 
 
+@dataclass(frozen=True)
+class VectorReader:
+    """A model's vectors read only as a publish needs them: all of them by a full publish, by an incremental one only
+    the rows it inserts (the vectors of new or changed texts).
+
+    Attributes:
+        n: rows, one per chunk id of its :attr:`WarehouseData.vectors` entry, in that order.
+        dim: their dimension (>= 1).
+        read: ``read(rows)`` -> float32 (len(rows), dim) vectors of ``rows``, int64 (m,) ascending positions in
+            ``[0, n)``, m >= 1. Whatever it raises fails the publish (nothing written, the old file kept).
+    """
+
+    n: int
+    dim: int
+    read: Callable[[np.ndarray], np.ndarray]
+
+
 @dataclass(frozen=True, kw_only=True)
 class WarehouseData:
     """Everything one warehouse file holds, as produced by the earlier stages.
@@ -57,7 +74,8 @@ class WarehouseData:
         note_metrics: note_id -> (in_degree, pagerank) from the link graph; missing notes get (0, 0.0).
         chunks: all chunks (``chunk.note_id`` must be a note's id).
         edges: resolved and dangling links.
-        vectors: model_id -> (chunk_ids, float32 (n, dim) L2-normalised vectors); one vector table per model.
+        vectors: model_id -> (chunk_ids, float32 (n, dim) L2-normalised vectors, or a :class:`VectorReader` of
+            them); one vector table per model.
         bm25_blobs: serialized BM25 index (``Bm25Index.to_blobs()``).
         run_info: free str -> str facts stored in ``meta`` (e.g. sources, revisions, build id).
     """
@@ -66,7 +84,7 @@ class WarehouseData:
     chunks: Sequence[Chunk]
     note_metrics: Mapping[str, tuple[int, float]] = field(default_factory=dict)
     edges: Sequence[Edge] = ()
-    vectors: Mapping[str, tuple[Sequence[str], np.ndarray]] = field(default_factory=dict)
+    vectors: Mapping[str, tuple[Sequence[str], np.ndarray | VectorReader]] = field(default_factory=dict)
     bm25_blobs: Mapping[str, bytes] = field(default_factory=dict)
     run_info: Mapping[str, str] = field(default_factory=dict)
 
