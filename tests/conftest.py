@@ -229,3 +229,20 @@ def stop_group(proc: subprocess.Popen, timeout: float = 30) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def warehouse_rows(path: Path, skip_meta: tuple[str, ...] = ("built_at", "full_built_at", "full_bytes")
+                   ) -> dict[str, list[tuple]]:
+    """Every table of the warehouse at ``path``, rows sorted; ``meta`` without the keys ``skip_meta`` (times and
+    sizes that differ between equal builds); vector tables as (chunk_id, emb)."""
+    from pipeline import warehouse as wh
+
+    con = wh.connect(path)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'")
+                 .fetchall()]
+        out = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in names}
+    finally:
+        con.close()
+    out["meta"] = [r for r in out["meta"] if r[0] not in skip_meta]
+    return out

@@ -443,16 +443,10 @@ def test_stage_results_give_the_pinned_metadata_keys(settings: Settings) -> None
 
 
 def _warehouse_rows(settings: Settings) -> dict[str, list[tuple]]:
-    """Every table of the published warehouse, rows sorted (meta without its times); vector tables (chunk_id, emb)."""
-    con = wh.connect(settings.warehouse_path)
-    try:
-        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'")
-                 .fetchall()]
-        out = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in names}
-    finally:
-        con.close()
-    out["meta"] = [r for r in out["meta"] if r[0] not in ("built_at", "full_built_at", "full_bytes", "input_key")]
-    return out
+    """Every table of the published warehouse, rows sorted (meta without its times and input key)."""
+    from tests.conftest import warehouse_rows
+
+    return warehouse_rows(settings.warehouse_path, ("built_at", "full_built_at", "full_bytes", "input_key"))
 
 
 def _publish_twice(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any, Any]:

@@ -74,26 +74,33 @@ def test_paths_inside_the_vault_are_read(vault: Path, note: str, expected: str) 
     assert page.pages == 1
 
 
-def test_a_unique_source_path_that_is_no_md_file_reads_its_note(vault: Path, tmp_path: Path) -> None:
-    """`read Board.canvas` (the source path search shows) reads src/Board.canvas.md; a non-.md path that is no
-    note's source path, and a refused one, keep their refusal."""
+def _publish_one_chunk_each(notes: list, path: Path) -> Path:
+    """A warehouse at ``path`` of ``notes``, one chunk each (title + body), hash vectors."""
     from pipeline import warehouse as wh
     from pipeline.index.analysis import Analyzer
     from pipeline.index.bm25 import build_chunk_index
     from pipeline.index.embed import HashEmbedder, embed_chunks
-    from pipeline.models import Chunk, Note
+    from pipeline.models import Chunk
+
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, n.source, 0, (), n.title, n.body) for n in notes]
+    emb = HashEmbedder(16)
+    res = embed_chunks(chunks, emb, None)
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    return path
+
+
+def test_a_unique_source_path_that_is_no_md_file_reads_its_note(vault: Path, tmp_path: Path) -> None:
+    """`read Board.canvas` (the source path search shows) reads src/Board.canvas.md; a non-.md path that is no
+    note's source path, and a refused one, keep their refusal."""
+    from pipeline.models import Note
 
     (vault / "src" / "Board.canvas.md").write_text("# Board\n\nCanvas text.\n", encoding="utf-8")
     (vault / "src" / "Board.canvas").write_text("{}", encoding="utf-8")       # the attachment copy: never read
     notes = [Note("src", "Board.canvas", "Board.canvas.md", "Board", {"title": "Board"}, "Canvas text."),
              Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside."),
              Note("other", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")]
-    chunks = [Chunk(f"{n.note_id}-0", n.note_id, n.source, 0, (), n.title, n.body) for n in notes]
-    emb = HashEmbedder(16)
-    res = embed_chunks(chunks, emb, None)
-    path = tmp_path / "warehouse.duckdb"
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
     assert find_note(vault, "Board.canvas", path) == "src/Board.canvas.md"
     assert read_note(vault, find_note(vault, "Board.canvas", path)).text == "# Board\n\nCanvas text.\n"
     hint = "; give a note's vault path as search returns it, e.g. 'source/folder/Note.md'"
@@ -115,23 +122,14 @@ def test_a_unique_source_path_that_is_no_md_file_reads_its_note(vault: Path, tmp
 def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: Path) -> None:
     """`read Home` (a note's name, as in [[Home]]) reads the one note of that file name, case-insensitively, also
     with a partial path; several notes of that name are listed; an unknown name keeps its refusal."""
-    from pipeline import warehouse as wh
-    from pipeline.index.analysis import Analyzer
-    from pipeline.index.bm25 import build_chunk_index
-    from pipeline.index.embed import HashEmbedder, embed_chunks
-    from pipeline.models import Chunk, Note
+    from pipeline.models import Note
 
     (vault / "src" / "guide").mkdir()
     (vault / "src" / "guide" / "Home.md").write_text("# Home\n\nWelcome.\n", encoding="utf-8")
     notes = [Note("src", "guide/Home.md", "guide/Home.md", "Home", {"title": "Home"}, "Welcome."),
              Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside."),
              Note("other", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")]
-    chunks = [Chunk(f"{n.note_id}-0", n.note_id, n.source, 0, (), n.title, n.body) for n in notes]
-    emb = HashEmbedder(16)
-    res = embed_chunks(chunks, emb, None)
-    path = tmp_path / "warehouse.duckdb"
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
     for name in ("Home", "home", "Home.md", "guide/Home", "src/guide/home"):
         assert find_note(vault, name, path) == "src/guide/Home.md", name
     assert read_note(vault, find_note(vault, "Home", path)).text == "# Home\n\nWelcome.\n"

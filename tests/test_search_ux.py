@@ -514,17 +514,22 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     assert (inbox / "Second.md").exists()
 
 
+def _publish_note(path: Path, note: Note, chunks: list[Chunk]) -> None:
+    """A warehouse at ``path`` of one note and its chunks, hash vectors."""
+    embedder = HashEmbedder(64)
+    res = embed_chunks(chunks, embedder, None)
+    wh.publish(path, wh.WarehouseData(notes=[note], chunks=chunks, edges=[],
+                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=build_chunk_index(chunks, [note], Analyzer()).to_blobs()))
+
+
 def test_a_quoted_alias_finds_its_note(tmp_path: Path) -> None:
     """An alias is one of the note's names: `"Kochbuch"` finds the note whose alias it is, as `Kochbuch` does."""
     path = tmp_path / "warehouse.duckdb"
     note = Note("g", "Recipes.md", "Recipes.md", "Recipes", {"title": "Recipes", "aliases": ["Kochbuch", "Cookbook"]},
                 "Pancakes and soup.")
     chunks = [Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (), "Recipes", "Pancakes and soup.")]
-    embedder = HashEmbedder(64)
-    res = embed_chunks(chunks, embedder, None)
-    wh.publish(path, wh.WarehouseData(notes=[note], chunks=chunks, edges=[],
-                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, [note], Analyzer()).to_blobs()))
+    _publish_note(path, note, chunks)
     with _searcher(path) as s:
         assert wh.note_texts(s._con, [note.note_id]) == {
             note.note_id: "Recipes\n\nKochbuch\n\nCookbook\n\nPancakes and soup."}
@@ -543,11 +548,7 @@ def test_a_quoted_heading_finds_its_note(tmp_path: Path) -> None:
                     "Callouts > Foldable callouts", "Add a plus sign to fold it."),
               Chunk(f"{note.note_id}-2", note.note_id, "g", 2, ("Foldable callouts",),
                     "Callouts > Foldable callouts", "Its second part.")]
-    embedder = HashEmbedder(64)
-    res = embed_chunks(chunks, embedder, None)
-    wh.publish(path, wh.WarehouseData(notes=[note], chunks=chunks, edges=[],
-                                      vectors={embedder.model_id: (res.chunk_ids, res.vectors)},
-                                      bm25_blobs=build_chunk_index(chunks, [note], Analyzer()).to_blobs()))
+    _publish_note(path, note, chunks)
     with _searcher(path) as s:
         assert wh.note_texts(s._con, [note.note_id]) == {note.note_id: (
             "Callouts\n\nUse a callout to stand out.\n\nFoldable callouts\n\nAdd a plus sign to fold it.\n\n"

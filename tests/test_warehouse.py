@@ -473,15 +473,9 @@ class _Reader:
 
 def _content(path: Path) -> dict[str, list[tuple]]:
     """Every table's rows, sorted (meta without its times and sizes); vector tables as (chunk_id, emb)."""
-    con = wh.connect(path)
-    try:
-        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'")
-                 .fetchall()]
-        out = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in names}
-    finally:
-        con.close()
-    out["meta"] = [r for r in out["meta"] if r[0] not in ("built_at", "full_built_at", "full_bytes")]
-    return out
+    from tests.conftest import warehouse_rows
+
+    return warehouse_rows(path)
 
 
 def test_incremental_publish_reads_only_the_vectors_it_inserts(tmp_path: Path, no_growth_bound):
