@@ -40,13 +40,14 @@ _CODE = {
     "vault": ("ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", "ingest/attachments.py",
               "index/vaultlinks.py"),
     "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py",
-              "common/markdown.py"),
+              "common/markdown.py", "index/unigram.py"),     # e5's token counts of a few texts (E5Embedder)
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
     "eval": ("evaluate.py", "search/searcher.py", "search/query.py", "search/synonyms.py", "search/translate.py",
-             "search/tags.py", "index/analysis.py", "index/bm25.py", "index/embed.py", "index/onnx_embed.py"),
-    "warehouse": ("warehouse/schema.py", "warehouse/write.py", "index/bm25.py", "index/analysis.py",
-                  "index/graph.py", "stages/warehouse.py", "stages/index.py"),
+             "search/tags.py", "index/analysis.py", "index/bm25.py", "index/embed.py", "index/onnx_embed.py",
+             "index/unigram.py"),
+    "warehouse": ("warehouse/schema.py", "warehouse/write.py", "warehouse/vectors.py", "index/bm25.py",
+                  "index/analysis.py", "index/graph.py", "stages/warehouse.py", "stages/index.py"),
 }
 
 
