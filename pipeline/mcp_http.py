@@ -18,6 +18,10 @@ Rules (checked by :func:`check_http_options` before anything listens):
 Several reader processes can serve one published warehouse: each opens it read-only and reopens it when a build
 swaps the file. ``--stateless`` answers every request on its own (no MCP session id), so a plain round-robin load
 balancer can spread one client's calls over several processes.
+
+Order: the ``tools/call`` requests of one MCP session run one at a time in the order their POST bodies arrived
+(:class:`ArrivalOrder`, :class:`pipeline.mcp_server.CallQueues`), as on stdio; other requests are not held. Without a
+session (``--stateless``) there is no order to keep: each request may reach another process.
 """
 
 from __future__ import annotations
@@ -239,9 +243,71 @@ class InvalidMessageReply:
         await self.app(scope, recording_receive, checked_send)
 
 
+def note_arrival(queues: Any, key: str, body: bytes) -> list[Any]:
+    """Note the JSON-RPC message(s) of one POST body in session ``key``'s queue
+    (:meth:`pipeline.mcp_server.CallQueues.arrived`): the ids of the ``tools/call`` requests that took a ticket. A
+    body that is not JSON-RPC takes none (the transport refuses it)."""
+    import json
+
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return []
+    admitted = []
+    for message in data if isinstance(data, list) else [data]:
+        if isinstance(message, dict) and isinstance(message.get("method"), str) and \
+                queues.arrived(key, message["method"], message.get("id"), message.get("params")):
+            admitted.append(message.get("id"))
+    return admitted
+
+
+class ArrivalOrder:
+    """ASGI middleware: a POSTed ``tools/call`` of an MCP session takes its ticket in the session's queue
+    (:class:`pipeline.mcp_server.CallQueues`) as soon as its body has arrived, before the transport hands it to a
+    handler task; a ``notifications/cancelled`` drops the ticket of a call that has not started. When the POST
+    ends, a ticket its call never claimed (the transport refused the request, or the client went away) is dropped,
+    so it holds no later call. Requests without ``Mcp-Session-Id`` (initialize, stateless) pass unchanged.
+
+    Args:
+        app: the wrapped ASGI app.
+        queues: the server's :class:`pipeline.mcp_server.CallQueues`.
+    """
+
+    def __init__(self, app: Any, queues: Any) -> None:
+        self.app = app
+        self.queues = queues
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        from pipeline.mcp_server import http_session_key
+
+        sid = next((v for k, v in scope.get("headers") or [] if k.lower() == b"mcp-session-id"), b"") \
+            if scope.get("type") == "http" and scope.get("method") == "POST" else b""
+        if not sid:
+            await self.app(scope, receive, send)
+            return
+        key = http_session_key(sid.decode("latin-1"))
+        body = bytearray()
+        admitted: list[Any] = []
+
+        async def noting_receive() -> dict:
+            message = await receive()
+            if message.get("type") == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    admitted.extend(note_arrival(self.queues, key, bytes(body)))
+            return message
+
+        try:
+            await self.app(scope, noting_receive, send)
+        finally:
+            for rid in admitted:
+                self.queues.drop(key, rid)
+
+
 def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
-    """The ASGI app: the MCP server's streamable HTTP app (path ``/mcp``) with the Host/Origin checks and
-    :class:`InvalidMessageReply`, wrapped in :class:`BearerAuth` when ``opts.token`` is set.
+    """The ASGI app: the MCP server's streamable HTTP app (path ``/mcp``) with the Host/Origin checks,
+    :class:`ArrivalOrder` and :class:`InvalidMessageReply`, wrapped in :class:`BearerAuth` when ``opts.token`` is
+    set.
 
     Raises:
         HttpConfigError: see :func:`check_http_options`.
@@ -254,8 +320,9 @@ def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
     server = create_server(settings, service)
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                          allowed_hosts=opts.allowed_hosts(), allowed_origins=opts.allowed_origins())
-    app = InvalidMessageReply(server.streamable_http_app(host=opts.host, transport_security=security,
-                                                         stateless_http=opts.stateless))
+    app = InvalidMessageReply(ArrivalOrder(server.streamable_http_app(host=opts.host, transport_security=security,
+                                                                      stateless_http=opts.stateless),
+                                           server.call_queues))
     return BearerAuth(app, opts.token) if opts.token else app
 
 

@@ -18,6 +18,11 @@ searchers.
 the build imports Dagster and can print to stdout (the protocol channel) — a child with captured output cannot
 corrupt the protocol; a child can be stopped when it exceeds the time bound (a thread cannot); and the build's
 memory (model, Dagster) is released when it ends. The cost is the child's start-up (a few seconds).
+
+Order: the ``tools/call`` requests of one session run one at a time, in the order they arrived (:class:`CallQueues`):
+a ``save_note`` followed by a ``search`` and a ``refresh`` sent without waiting take effect in that order. Other
+methods (``ping``, ``tools/list``, notifications) are answered at once, also while a long call runs. On stdio, the
+end of stdin waits for the answers of every request read (:class:`InFlight`), then the server exits.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Self
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
@@ -50,6 +59,11 @@ DEFAULT_REFRESH_TIMEOUT = 600.0
 MAX_WAIT = 120
 #: how the lock error names the tools' ``wait`` (:class:`pipeline.common.lock.BuildLock`'s ``wait_arg``)
 WAIT_ARG = f"`wait` (seconds, at most {MAX_WAIT})"
+#: seconds beyond the refresh time bound that the end of stdin waits for an answer (:class:`InFlight`): a refresh
+#: over its bound gets SIGTERM and 10 s before SIGKILL, then reports
+DRAIN_MARGIN = 30.0
+#: the :class:`CallQueues` key of the stdio session (a stdio process serves one session)
+STDIO_SESSION = "stdio"
 
 INSTRUCTIONS = (
     "docsvault: local documentation and Obsidian notes with hybrid search. Call `search` with a question or keywords; "
@@ -555,16 +569,268 @@ class VaultService:
         }
 
 
-async def answer_parse_errors(source: Any, sink: Any, write_stream: Any) -> None:
+def _request_id(value: Any) -> Any:
+    """A JSON-RPC request id as the SDK correlates it (``"7"`` and ``7`` are one id), None for no id."""
+    from mcp.shared.dispatcher import coerce_request_id
+
+    return coerce_request_id(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+
+
+def http_session_key(session_id: str) -> str:
+    """The :class:`CallQueues` key of the streamable HTTP session ``session_id`` (its ``Mcp-Session-Id``)."""
+    return f"http:{session_id}"
+
+
+def session_key(ctx: Any) -> str | None:
+    """The :class:`CallQueues` key of a request's session: :data:`STDIO_SESSION` without a transport request
+    (stdio: one session per process), the ``Mcp-Session-Id`` on HTTP, None on stateless HTTP (no session, no
+    order: each request may go to another process)."""
+    request = getattr(ctx, "request", None)
+    if request is None:
+        return STDIO_SESSION
+    headers = getattr(request, "headers", None)
+    sid = headers.get("mcp-session-id") if headers is not None else None
+    return http_session_key(sid) if sid else None
+
+
+@dataclass
+class _Queue:
+    """One session's tickets: ``open`` are admitted and not done (claimed or not), ``waiting`` the unclaimed ones
+    by request id (a list: a client may reuse an id)."""
+
+    next: int = 0
+    open: set[int] = field(default_factory=set)
+    waiting: dict[Any, list[int]] = field(default_factory=dict)
+    moved: Any = None                   # an anyio.Event while a call waits for its turn
+
+
+class CallQueues:
+    """The ``tools/call`` requests of each MCP session, run one at a time in the order they arrived.
+
+    The transport's reader calls :meth:`arrived` for every message, in the order it receives them (stdio:
+    :class:`InFlight`; HTTP: :class:`pipeline.mcp_http.ArrivalOrder`), before any task handles them: a
+    ``tools/call`` takes the next ticket of its session then, so the order does not depend on the order in which
+    the handler tasks start. The server middleware :meth:`in_order` holds each call until every earlier ticket of
+    its session is done. A ticket is done when its call ends (answered, failed, or cancelled while it waits), or
+    is dropped before its call started: a ``notifications/cancelled`` naming it, or its request answered without
+    reaching the middleware (an error of an outer middleware; an HTTP request refused by the transport). A call
+    without a ticket (in-process, or dropped) takes a new one, last, when it starts. Other methods never wait.
+    All in one event loop: no locks.
+    """
+
+    def __init__(self) -> None:
+        self._queues: dict[str, _Queue] = {}
+
+    def admit(self, key: str, rid: Any) -> int:
+        """Give the request ``rid`` of session ``key`` the next ticket."""
+        queue = self._queues.setdefault(key, _Queue())
+        ticket, queue.next = queue.next, queue.next + 1
+        queue.open.add(ticket)
+        queue.waiting.setdefault(_request_id(rid), []).append(ticket)
+        return ticket
+
+    def drop(self, key: str, rid: Any) -> bool:
+        """Drop the ticket of ``rid`` if its call has not started (True when there was one)."""
+        queue = self._queues.get(key)
+        ticket = self._unclaimed(queue, rid) if queue is not None else None
+        if ticket is None:
+            return False
+        self._done(key, queue, ticket)
+        return True
+
+    def arrived(self, key: str, method: str, rid: Any, params: Any) -> bool:
+        """Note a message of session ``key`` as it is received: a ``tools/call`` request takes its ticket (True);
+        a ``notifications/cancelled`` drops the ticket of the call it names if that has not started."""
+        if method == "tools/call" and _request_id(rid) is not None:
+            self.admit(key, rid)
+            return True
+        if method == "notifications/cancelled" and isinstance(params, dict):
+            target = _request_id(params.get("requestId"))
+            if target is not None:
+                self.drop(key, target)
+        return False
+
+    def pending(self, key: str) -> int:
+        """Tickets of session ``key`` not done yet (running, waiting, or not started)."""
+        queue = self._queues.get(key)
+        return len(queue.open) if queue is not None else 0
+
+    @asynccontextmanager
+    async def turn(self, key: str, rid: Any) -> AsyncIterator[None]:
+        """Wait until the call ``rid`` is the first of its session; its ticket is done on leaving."""
+        import anyio
+
+        queue = self._queues.setdefault(key, _Queue())
+        ticket = self._unclaimed(queue, rid)
+        if ticket is None:
+            self.admit(key, rid)
+            ticket = self._unclaimed(queue, rid)
+        try:
+            while min(queue.open) != ticket:
+                if queue.moved is None:
+                    queue.moved = anyio.Event()
+                await queue.moved.wait()
+            yield
+        finally:
+            self._done(key, queue, ticket)
+
+    async def in_order(self, ctx: Any, call_next: Any) -> Any:
+        """Server middleware: a ``tools/call`` runs in its session's turn (:meth:`turn`); every other request and
+        notification passes at once."""
+        key = session_key(ctx) if ctx.method == "tools/call" and ctx.request_id is not None else None
+        if key is None:
+            return await call_next(ctx)
+        async with self.turn(key, ctx.request_id):
+            return await call_next(ctx)
+
+    @staticmethod
+    def _unclaimed(queue: _Queue, rid: Any) -> int | None:
+        rid = _request_id(rid)
+        tickets = queue.waiting.get(rid)
+        if not tickets:
+            return None
+        ticket = tickets.pop(0)
+        if not tickets:
+            del queue.waiting[rid]
+        return ticket
+
+    def _done(self, key: str, queue: _Queue, ticket: int) -> None:
+        queue.open.discard(ticket)
+        if queue.moved is not None:
+            queue.moved.set()
+            queue.moved = None
+        if not queue.open and self._queues.get(key) is queue:
+            del self._queues[key]
+
+
+class InFlight:
+    """The requests a stdio session has read and not answered yet, so that the end of stdin waits for their
+    answers. The SDK ends the session at EOF and cancels the handlers still running: a client that wrote its
+    requests and closed stdin (``docsvault mcp < requests.jsonl``) lost every answer but the fast ones.
+
+    :meth:`arrived` sees every message read (in order; tools/call tickets: :class:`CallQueues`), :meth:`answered`
+    every answer written (:class:`AnswerWatch`); a ``notifications/cancelled`` settles the request it names (the
+    SDK never answers a cancelled request).
+    """
+
+    def __init__(self, queues: CallQueues, key: str = STDIO_SESSION) -> None:
+        self.queues = queues
+        self.key = key
+        self._open: Counter[Any] = Counter()
+        self._last = 0.0                    # anyio clock of the last answer (or of EOF)
+        self._moved: Any = None
+
+    def arrived(self, item: Any) -> None:
+        """Note a message read from stdin, before it is passed on."""
+        from mcp_types import JSONRPCNotification, JSONRPCRequest
+
+        msg = getattr(item, "message", None)
+        if isinstance(msg, JSONRPCRequest):
+            self._open[_request_id(msg.id)] += 1
+            self.queues.arrived(self.key, msg.method, msg.id, msg.params)
+        elif isinstance(msg, JSONRPCNotification):
+            if msg.method == "notifications/cancelled" and isinstance(msg.params, dict):
+                self._settle(msg.params.get("requestId"))
+            self.queues.arrived(self.key, msg.method, None, msg.params)
+
+    def answered(self, item: Any) -> None:
+        """Note a message written to stdout: an answer settles its request (and its ticket, if its call never
+        reached the queue)."""
+        from mcp_types import JSONRPCError, JSONRPCResponse
+
+        msg = getattr(item, "message", None)
+        if isinstance(msg, (JSONRPCResponse, JSONRPCError)) and msg.id is not None:
+            self._settle(msg.id)
+            self.queues.drop(self.key, msg.id)
+
+    def unanswered(self) -> list[Any]:
+        """The ids of the requests read and not answered, in id order."""
+        return sorted(self._open.elements(), key=lambda rid: (isinstance(rid, str), rid))
+
+    async def drained(self, seconds: float) -> list[Any]:
+        """Wait until every request read is answered (or cancelled); give up when none has been answered for
+        ``seconds`` (counted from now, then from each answer). Returns the ids still unanswered, [] when none."""
+        import anyio
+
+        self._last = max(self._last, anyio.current_time())
+        while self._open:
+            left = self._last + seconds - anyio.current_time()
+            if left <= 0:
+                return self.unanswered()
+            if self._moved is None:
+                self._moved = anyio.Event()
+            with anyio.move_on_after(left):
+                await self._moved.wait()
+        return []
+
+    def _settle(self, rid: Any) -> None:
+        import anyio
+
+        rid = _request_id(rid)
+        if rid is None or self._open[rid] <= 0:
+            return
+        self._open[rid] -= 1
+        if not self._open[rid]:
+            del self._open[rid]
+        self._last = anyio.current_time()
+        if self._moved is not None:
+            self._moved.set()
+            self._moved = None
+
+
+class AnswerWatch:
+    """The stdio write stream, telling :class:`InFlight` of every message written (after it was handed on)."""
+
+    def __init__(self, inner: Any, in_flight: InFlight) -> None:
+        self._inner = inner
+        self._in_flight = in_flight
+
+    async def send(self, item: Any) -> None:
+        await self._inner.send(item)
+        self._in_flight.answered(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def finish_answers(in_flight: InFlight, seconds: float) -> None:
+    """At the end of stdin: wait for the answers of the requests still running (:meth:`InFlight.drained`), with
+    one line on stderr when there are some, and a warning naming those still unanswered after ``seconds``
+    without an answer (they are then stopped, unanswered)."""
+    running = in_flight.unanswered()
+    if not running:
+        return
+    log.info("stdin closed: answering the %d request(s) still running before exiting", len(running))
+    stuck = await in_flight.drained(seconds)
+    if stuck:
+        shown = ", ".join(map(repr, stuck[:10])) + (", ..." if len(stuck) > 10 else "")
+        log.warning("stdin closed: %d request(s) still running after %g s without an answer (id %s); stopping "
+                    "them unanswered", len(stuck), seconds, shown)
+
+
+async def answer_parse_errors(source: Any, sink: Any, write_stream: Any, in_flight: InFlight | None = None,
+                              drain_seconds: float = DEFAULT_REFRESH_TIMEOUT + DRAIN_MARGIN) -> None:
     """Forward the stdio transport's messages from ``source`` to ``sink``; a line that is not a JSON-RPC message
     (the transport yields its validation exception) is answered on ``write_stream`` (:func:`bad_line_reply`) with
     one warning line on stderr, and a blank line is skipped. The SDK only logged such a line at debug level: a
-    client that wrote it waited for a reply that never came."""
+    client that wrote it waited for a reply that never came.
+
+    With ``in_flight``, every message is noted as it is read (:meth:`InFlight.arrived`: the tools/call tickets),
+    and at the end of ``source`` the sink stays open until the requests read are answered
+    (:func:`finish_answers`, bounded by ``drain_seconds`` without an answer): closing it ends the session."""
     from mcp.shared.message import SessionMessage
 
     async with sink:
         async for item in source:
             if not isinstance(item, Exception):
+                if in_flight is not None:
+                    in_flight.arrived(item)
                 await sink.send(item)
                 continue
             reply = bad_line_reply(item)
@@ -573,6 +839,8 @@ async def answer_parse_errors(source: Any, sink: Any, write_stream: Any) -> None
             log.warning("a line on stdin is not a JSON-RPC message (%s): answered with error %d", reply.error.message,
                         reply.error.code)
             await write_stream.send(SessionMessage(reply))
+        if in_flight is not None:
+            await finish_answers(in_flight, drain_seconds)
 
 
 def bad_line_reply(exc: Exception) -> Any:
@@ -602,7 +870,8 @@ def bad_line_reply(exc: Exception) -> Any:
 
 
 def create_server(settings: Settings, service: VaultService | None = None) -> Any:
-    """The MCPServer with the four tools over ``service`` (default: a VaultService over ``settings``).
+    """The MCPServer with the tools over ``service`` (default: a VaultService over ``settings``); its tool calls
+    run one at a time per session in arrival order (:class:`CallQueues`, ``server.call_queues``).
 
     Long: a factory of the MCP tools: each tool is a closure over the service whose docstring is the tool's
     description; its length is the tools.
@@ -618,18 +887,29 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         """MCPServer whose tool errors are one line with the tool's name once (:func:`tool_error`; argument errors:
         :func:`argument_error`, not pydantic's multi-line dump)."""
 
+        call_queues: CallQueues
+        #: seconds the end of stdin waits without an answer (:func:`finish_answers`)
+        drain_seconds: float = DEFAULT_REFRESH_TIMEOUT + DRAIN_MARGIN
+
         async def run_stdio_async(self) -> None:
-            """MCPServer's stdio loop, with a line that is no JSON-RPC message answered (:func:`answer_parse_errors`)."""
+            """MCPServer's stdio loop, with a line that is no JSON-RPC message answered (:func:`answer_parse_errors`),
+            the tool calls' tickets taken as they are read, and the end of stdin waiting for the answers
+            (:class:`InFlight`). A client that closed stdout gets a warning, not a traceback."""
             import anyio
             from mcp.server.stdio import stdio_server
             from mcp.shared._context_streams import create_context_streams
 
-            async with stdio_server() as (read_stream, write_stream):
-                sink, messages = create_context_streams[Any](0)
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(answer_parse_errors, read_stream, sink, write_stream)
-                    await self._lowlevel_server.run(messages, write_stream,
-                                                    self._lowlevel_server.create_initialization_options())
+            in_flight = InFlight(self.call_queues)
+            try:
+                async with stdio_server() as (read_stream, write_stream):
+                    sink, messages = create_context_streams[Any](0)
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(answer_parse_errors, read_stream, sink, write_stream, in_flight,
+                                      self.drain_seconds)
+                        await self._lowlevel_server.run(messages, AnswerWatch(write_stream, in_flight),
+                                                        self._lowlevel_server.create_initialization_options())
+            except* BrokenPipeError:
+                log.warning("stdout was closed by the client: answers can no longer be delivered; exiting")
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             """MCPServer's call_tool, every failure one line (:func:`tool_error`, :func:`unknown_tool`)."""
@@ -651,8 +931,11 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
                 raise ToolError(tool_error(name, str(cause or exc))) from cause
 
     svc = service or VaultService(settings)
+    queues = CallQueues()
     server = Server(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-                    middleware=[explain_invalid_params])
+                    middleware=[explain_invalid_params, queues.in_order])
+    server.call_queues = queues
+    server.drain_seconds = float(getattr(svc, "refresh_timeout", DEFAULT_REFRESH_TIMEOUT)) + DRAIN_MARGIN
 
     def guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
