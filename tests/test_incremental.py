@@ -33,9 +33,9 @@ def _no_growth_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", 100.0)
 
 
-def run_chain(settings: Settings) -> dict[str, Any]:
-    """Every stage once, in the order of `docsvault build`; returns stage -> metadata (per-source stages of the
-    single source 'tiny')."""
+def run_chain(settings: Settings, warehouse: bool = True) -> dict[str, Any]:
+    """Every stage once (the warehouse only with ``warehouse``), in the order of `docsvault build`; returns stage ->
+    metadata (per-source stages of the single source 'tiny')."""
     sources = load_sources(settings.sources_file)
     out: dict[str, Any] = {}
     for s in sources:
@@ -45,7 +45,8 @@ def run_chain(settings: Settings) -> dict[str, Any]:
         out["chunk"] = b.chunk_stage(settings, s, load_embedder)
         out["embed"] = b.embed_stage(settings, s, load_embedder)
     out["graph"] = b.graph_stage(settings, sources)
-    out["warehouse"] = b.warehouse_stage(settings, sources, load_embedder)
+    if warehouse:
+        out["warehouse"] = b.warehouse_stage(settings, sources, load_embedder)
     return out
 
 
@@ -481,13 +482,7 @@ def _edit_and_run_up_to_the_warehouse(settings: Settings, tiny_env: Path) -> str
     guide.write_text(guide.read_text().replace("Download the installer and run it.",
                                                "Download the MSI package from the vendor and double-click it."))
     old = {c.chunk_id: c.text_hash for c in artifacts.load_chunks(settings, "tiny")}
-    sources = load_sources(settings.sources_file)
-    for s in sources:
-        for stage_fn in (b.fetch_stage, b.normalize_stage, b.vault_stage):
-            stage_fn(settings, s)
-        b.chunk_stage(settings, s, load_embedder)
-        b.embed_stage(settings, s, load_embedder)
-    b.graph_stage(settings, sources)
+    run_chain(settings, warehouse=False)
     (changed,) = {c.text_hash for c in artifacts.load_chunks(settings, "tiny") if old.get(c.chunk_id) != c.text_hash}
     return changed
 
