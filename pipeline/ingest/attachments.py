@@ -300,7 +300,7 @@ def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dic
     note's source path to it and the target is written there as is); at most :data:`MISSING_LINES` notes, then
     one ``… and N more`` line. ``unresolved``: :attr:`AttachmentPlan.missing`. A link to a missing *note* is a
     dangling link instead, counted by the graph and the warehouse, not warned about."""
-    from pipeline.ingest.fetch.local import _show
+    from pipeline.ingest.fetch.local import printable_path
 
     by_note: dict[str, list[str]] = {}
     for note, target in sorted(unresolved):
@@ -309,10 +309,11 @@ def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dic
     for note, targets in list(by_note.items())[:MISSING_LINES]:
         at = _line_numbers((files or {}).get(note), targets)
         targets.sort(key=lambda t: (at.get(t, float("inf")), t))     # in the note's order
-        shown = ", ".join(_show(t) + (f" (line {at[t]})" if t in at else "") for t in targets[:MISSING_PER_NOTE])
+        shown = ", ".join(printable_path(t) + (f" (line {at[t]})" if t in at else "")
+                          for t in targets[:MISSING_PER_NOTE])
         more = f" and {len(targets) - MISSING_PER_NOTE} more" if len(targets) > MISSING_PER_NOTE else ""
         one = len(targets) == 1
-        lines.append(f"source '{source}': {_show(note)}: {shown}{more} {'is' if one else 'are'} not in the source "
+        lines.append(f"source '{source}': {printable_path(note)}: {shown}{more} {'is' if one else 'are'} not in the source "
                      f"(deleted or moved?): the note's {'embed/link' if one else 'embeds/links'} of "
                      f"{'it' if one else 'them'} {'is' if one else 'are'} broken in the vault; restore the "
                      f"{'file' if one else 'files'} or fix the {'link' if one else 'links'}")

@@ -358,14 +358,13 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         # a file of the vault that is no note (an attachment's copy) is not read as a name either
         file_here = isinstance(exc, _NotMarkdownError) and (Path(vault_dir) / note).is_file()
         from pipeline import warehouse as wh
-        from pipeline.warehouse.queries import notes_by_name
 
         wanted = unicodedata.normalize("NFC", note)
         con = wh.connect(Path(warehouse_path), read_only=True)
         try:
             found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
             if not found and not file_here:                # a name, as an Obsidian link: `read Home`
-                found, what = notes_by_name(con, wanted), "the name of several notes"
+                found, what = wh.notes_by_name(con, wanted), "the name of several notes"
         finally:
             con.close()
         if len(found) == 1:

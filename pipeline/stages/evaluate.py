@@ -153,7 +153,8 @@ def kept_query_vectors(path: Path, searcher: Any, keep: int = 0) -> Iterator[dic
 def _plans_key(con: Any) -> tuple[str, int]:
     """What the vector lane's plans (:func:`pipeline.warehouse.explain_vector_search`) depend on: ``(key, updates)``.
 
-    ``key`` digests the code that plans and writes them (``code_version("warehouse")``, ``warehouse/vectors.py``),
+    ``key`` digests the code that plans and writes them (``code_version("warehouse")``, which holds
+    ``warehouse/vectors.py``),
     DuckDB's version, the ``vss`` extension file (size, mtime) and the base vector tables with their HNSW indexes:
     only a full publish creates those (an incremental one never touches them), so its ``full_built_at`` (seconds),
     the file's schema and program version and each model's table, dim and base rows (``n_base``) stand for them.
@@ -164,11 +165,11 @@ def _plans_key(con: Any) -> tuple[str, int]:
     import duckdb_ext
 
     from pipeline.stages.base import file_stats
-    from pipeline.warehouse import read_meta, vectors
+    from pipeline.warehouse import indexed_tables, read_meta
 
     meta = read_meta(con)
-    tables = con.execute("SELECT model_id, table_name, dim, n_base FROM models ORDER BY model_id").fetchall()
-    return digest(code_version("warehouse"), file_sha(Path(vectors.__file__)), duckdb.__version__,
+    tables = indexed_tables(con)
+    return digest(code_version("warehouse"), duckdb.__version__,
                   file_stats(Path(duckdb_ext.get_extension_dir())),
                   [meta.get(k) for k in ("schema_version", "docsvault_version", "full_built_at")],
                   [list(r) for r in tables]), int(meta.get("updates") or 0)

@@ -36,6 +36,13 @@ def list_models(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [{"model_id": r[0], "table_name": r[1], "dim": int(r[2]), "n": int(r[3])} for r in rows]
 
 
+def indexed_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, int, int]]:
+    """``[(model_id, table_name, dim, n_base)]`` by model id: each vector table's base part, the rows its HNSW index
+    was built over (only a full publish writes it; an incremental one adds delta rows and dead ids beside it)."""
+    rows = con.execute("SELECT model_id, table_name, dim, n_base FROM models ORDER BY model_id").fetchall()
+    return [(str(r[0]), str(r[1]), int(r[2]), int(r[3] or 0)) for r in rows]
+
+
 def _table_dim(con: duckdb.DuckDBPyConnection, table: str) -> int:
     if not _TABLE_RE.match(table):
         raise ValueError(f"not a vector table name: {table!r}")

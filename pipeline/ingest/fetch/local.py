@@ -30,7 +30,7 @@ from pipeline.ingest.fetch.base import now_iso, path_matches, read_state, select
 from pipeline.models import COPY_EXTENSIONS, FetchResult, RawFile, Source
 
 
-def _show(path: object) -> str:
+def printable_path(path: object) -> str:
     """A path for a message: as is when printable, else quoted with escapes (control characters cannot forge lines)."""
     text = str(path)
     return text if text.isprintable() else repr(text)
@@ -49,7 +49,7 @@ def twin_line(source: str, source_path: str, kept: str, skipped: str, note: bool
     ``skipped`` the two names as they are on disk (only their forms are shown: the characters look the same).
     ``note``: the file is a note of the source (else a file a note may embed)."""
     what, used = ("notes", "read") if note else ("files", "copied")
-    return (f"source '{source}': {_show(source_path)}: two {what} have this name, in {_form(kept)} and "
+    return (f"source '{source}': {printable_path(source_path)}: two {what} have this name, in {_form(kept)} and "
             f"{_form(skipped)} form (macOS writes names in NFD); the {_form(kept)} one is {used} (first in name "
             f"order), the {_form(skipped)} one is skipped, since the vault keeps one per name; rename one of the two "
             "to keep both")
@@ -83,24 +83,24 @@ def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> 
         if not path.is_symlink():
             if path.is_file():
                 return path
-            warnings.append(f"source '{source}': skipped {_show(path)}: not a regular file")
+            warnings.append(f"source '{source}': skipped {printable_path(path)}: not a regular file")
             return None
         try:
             target = path.resolve(strict=True)
         except RuntimeError:          # Python 3.11: "Symlink loop"
-            warnings.append(f"source '{source}': skipped symlink loop: {_show(path)}")
+            warnings.append(f"source '{source}': skipped symlink loop: {printable_path(path)}")
             return None
         except OSError:
-            warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {_show(path)}")
+            warnings.append(f"source '{source}': skipped dangling or unreadable symlink: {printable_path(path)}")
             return None
         try:
             target.relative_to(root.resolve())
         except ValueError:
-            warnings.append(f"source '{source}': skipped symlink leaving the root: {_show(path)}")
+            warnings.append(f"source '{source}': skipped symlink leaving the root: {printable_path(path)}")
             return None
         return target if target.is_file() else None
     except OSError as exc:
-        warnings.append(f"source '{source}': skipped unreadable entry {_show(path)}: {exc.strerror or exc}")
+        warnings.append(f"source '{source}': skipped unreadable entry {printable_path(path)}: {exc.strerror or exc}")
         return None
 
 
@@ -120,9 +120,9 @@ def _walk_root(root: Path, warnings: list[str], source: str,
     def unreadable(exc: OSError) -> None:
         where = Path(exc.filename) if exc.filename else root
         if where == root:
-            raise FetchError(f"source '{source}': cannot read local path {_show(root)}: {exc.strerror or exc}; "
+            raise FetchError(f"source '{source}': cannot read local path {printable_path(root)}: {exc.strerror or exc}; "
                              "check the folder's permissions (or that its drive is mounted)")
-        warnings.append(f"source '{source}': skipped unreadable folder {_show(where)}: {exc.strerror or exc}")
+        warnings.append(f"source '{source}': skipped unreadable folder {printable_path(where)}: {exc.strerror or exc}")
 
     def utf8(name: str, path: Path) -> bool:
         try:
@@ -136,7 +136,7 @@ def _walk_root(root: Path, warnings: list[str], source: str,
         here = Path(dirpath)
         for d in dirnames:
             if not d.startswith(".") and (here / d).is_symlink():
-                warnings.append(f"source '{source}': skipped symlinked folder {_show(here / d)}: its files are not "
+                warnings.append(f"source '{source}': skipped symlinked folder {printable_path(here / d)}: its files are not "
                                 "read (move the folder into the source, or add its target as another path)")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
                              and utf8(d, here / d))
@@ -160,7 +160,7 @@ def _walk_root(root: Path, warnings: list[str], source: str,
     for rel, target_rel in link_targets.items():     # one note once: a link to a file the source lists anyway
         if rel in found and target_rel in found and target_rel not in link_targets:
             del found[rel]
-            warnings.append(f"source '{source}': skipped symlink {_show(root / rel)}: it points to {_show(target_rel)}, "
+            warnings.append(f"source '{source}': skipped symlink {printable_path(root / rel)}: it points to {printable_path(target_rel)}, "
                             "which this source reads already (one note, not two)")
     return found
 
@@ -231,7 +231,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     skipped_notes = _twin_lines(source, name_twins, selected, warnings)
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(
-            f"source '{source.name}' has no notes: no files match under {', '.join(_show(r) for r in roots)} "
+            f"source '{source.name}' has no notes: no files match under {', '.join(printable_path(r) for r in roots)} "
             f"(include={list(source.include) or 'default ' + '/'.join(select_default(source))}, "
             f"exclude={list(source.exclude)})"
         )
@@ -242,7 +242,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         try:
             st = listing[sp].stat()
         except OSError as exc:
-            warnings.append(f"source '{source.name}': skipped {_show(sp)}: {exc.strerror or exc}")
+            warnings.append(f"source '{source.name}': skipped {printable_path(sp)}: {exc.strerror or exc}")
             continue
         total += st.st_size
         stamps.append((sp, st))
