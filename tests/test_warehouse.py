@@ -519,3 +519,48 @@ def test_a_readers_vectors_are_checked_when_read(tmp_path: Path, no_growth_bound
         MODEL: (ids, wh.VectorReader(len(ids), DIM, lambda rows: pytest.fail("read before the ids were checked")))})
     with pytest.raises(EmbeddingError, match="290 vectors for chunks not in the build"):
         wh.publish(path, unknown, incremental=True)
+
+
+def test_an_update_starts_from_the_copy_made_ahead(tmp_path: Path, no_growth_bound, monkeypatch):
+    data, vecs = toy_data()
+    new, _ = _changed_data(data, vecs)
+    ahead_path, plain = tmp_path / "ahead.duckdb", tmp_path / "plain.duckdb"
+    for p in (ahead_path, plain):
+        wh.publish(p, data)
+    wh.publish(plain, new, incremental=True)
+    copies: list[tuple[str, str]] = []
+    real = __import__("shutil").copyfile
+    monkeypatch.setattr("shutil.copyfile", lambda a, b: (copies.append((Path(a).name, Path(b).name)), real(a, b))[1])
+    with wh.CopyAhead(ahead_path) as ahead:
+        st = wh.publish(ahead_path, new, incremental=True, ahead=ahead)
+    assert (st["mode"], st["vectors_added"]) == ("incremental", 10)
+    assert copies == [("ahead.duckdb", f"ahead.duckdb.tmp-{__import__('os').getpid()}.ahead")]    # no second copy
+    assert _content(ahead_path) == _content(plain)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ahead.duckdb", "plain.duckdb"]
+
+
+def test_a_copy_ahead_of_a_file_that_changed_is_not_used(tmp_path: Path, no_growth_bound):
+    data, vecs = toy_data()
+    new, _ = _changed_data(data, vecs)
+    path, plain = tmp_path / "wh.duckdb", tmp_path / "plain.duckdb"
+    wh.publish(path, data)
+    wh.publish(plain, new)
+    wh.publish(plain, new, incremental=True)
+    with wh.CopyAhead(path) as ahead:
+        ahead._thread.join()
+        wh.publish(path, new)                           # another publish swapped a new file in meanwhile
+        st = wh.publish(path, new, incremental=True, ahead=ahead)
+    assert (st["mode"], st["changed_chunks"], st["removed_chunks"]) == ("incremental", 0, 0)   # from the new file
+    assert _content(path) == _content(plain)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.duckdb", "wh.duckdb"]
+
+
+def test_a_copy_ahead_no_publish_took_is_removed(tmp_path: Path):
+    data, _ = toy_data()
+    path = tmp_path / "wh.duckdb"
+    wh.publish(path, data)
+    with wh.CopyAhead(path) as ahead:
+        assert wh.publish(path, data, ahead=ahead)["mode"] == "full"     # a full publish does not take the copy
+        ahead._thread.join()
+        assert ahead.tmp.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wh.duckdb"]

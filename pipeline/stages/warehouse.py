@@ -8,6 +8,7 @@ import marshal
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -355,9 +356,9 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     """
     from pipeline.index.embed import release_models, trim_heap
     from pipeline.ingest.vault import read_notes
-    from pipeline.warehouse import WarehouseData, publish
+    from pipeline.warehouse import CopyAhead, WarehouseData, publish
 
-    with stage_lock(settings), collector_paused():     # ~1M objects built and kept to the end: no GC passes
+    with stage_lock(settings), collector_paused(), ExitStack() as stack:    # ~1M objects kept: no GC passes
         refuse_removing_every_source(settings, sources, vault=False)     # `sources: []` from the UI or a schedule
         started = time.perf_counter()
         names = built_sources(settings, sources)
@@ -373,6 +374,10 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
                 kept = WarehouseResult.from_dict(last.get("meta") or {})
                 return replace(kept, publish={**kept.publish, "mode": "unchanged"}, rebuilt_because="",
                                skipped=True, seconds=round(time.perf_counter() - started, 3))
+        incremental = not problem and not forced()
+        # the copy an incremental publish starts from is made while the notes, chunks and BM25 are prepared
+        ahead = (stack.enter_context(CopyAhead(settings.warehouse_path))
+                 if incremental and settings.warehouse_path.is_file() else None)
         # the per-source stages keep a model loaded after a few texts (embed.KEEP_LOADED_MAX_TEXTS, for the next
         # source); from here on no document is embedded: their memory goes back before the largest steps
         release_models(embedder_factory(spec) for spec in sorted(
@@ -429,12 +434,12 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         )
         t = time.perf_counter()
         try:
-            stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
+            stats = publish(settings.warehouse_path, data, incremental=incremental, ahead=ahead)
         except _VectorsUnreadable as exc:      # nothing written: every vector gathered now, as the cache reads them
             log.warning("embedding cache changed or unreadable while publishing (%s): gathering every vector", exc)
             arrays, missing, unembedded = _cached_vectors(settings, wanted, lazy=False)
             data = replace(data, vectors=arrays)
-            stats = publish(settings.warehouse_path, data, incremental=not problem and not forced())
+            stats = publish(settings.warehouse_path, data, incremental=incremental)
         del wanted
         timings["publish_s"] = time.perf_counter() - t
         notify("warehouse", "all", 5, 5)

@@ -82,11 +82,12 @@ from pipeline.warehouse.vectors import (
 #: names of the writing modules, imported on first use: a search process never writes, and ``write`` (with
 #: ``eval_runs``, which imports it) costs a cold search ~0.1-0.4 s of imports
 _LAZY = {"EVAL_RUN_COLUMNS": "eval_runs", "append_eval_runs": "eval_runs", "read_eval_runs": "eval_runs",
-         "publish": "write"}
+         "publish": "write", "CopyAhead": "write"}
 
 
 def __getattr__(name: str) -> object:
-    """``EVAL_RUN_COLUMNS``, ``append_eval_runs``, ``read_eval_runs`` and ``publish``, imported on first access."""
+    """``EVAL_RUN_COLUMNS``, ``append_eval_runs``, ``read_eval_runs``, ``publish`` and ``CopyAhead``, imported on
+    first access."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -97,6 +98,7 @@ def __getattr__(name: str) -> object:
     return value
 
 __all__ = [
+    "CopyAhead",
     "EVAL_RUN_COLUMNS",
     "SCHEMA_VERSION",
     "VectorReader",

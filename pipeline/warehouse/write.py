@@ -169,14 +169,76 @@ class _NotIncremental(Exception):
     """Why an incremental update is not possible (a full publish follows)."""
 
 
-def _leftovers(path: Path) -> None:
-    """Remove temp files of earlier publishes whose process is gone (a killed build)."""
+def _leftovers(path: Path, keep: Path | None = None) -> None:
+    """Remove temp files of earlier publishes whose process is gone (a killed build), and this process's own but
+    ``keep`` (a :class:`CopyAhead`'s copy)."""
     from pipeline.common.lock import pid_alive
 
     for p in path.parent.glob(f"{path.name}.tmp-*"):
         m = re.match(rf"^{re.escape(path.name)}\.tmp-(\d+)", p.name)
-        if m and (int(m.group(1)) == os.getpid() or not pid_alive(int(m.group(1)))):
+        if p != keep and m and (int(m.group(1)) == os.getpid() or not pid_alive(int(m.group(1)))):
             p.unlink(missing_ok=True)
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """``(size, mtime_ns, inode)`` of ``path``, None when it cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+class CopyAhead:
+    """The copy an incremental :func:`publish` starts from, made in a background thread while the caller prepares
+    the publish (reads notes and chunks, builds BM25): ``shutil.copyfile`` runs in the kernel (``sendfile``) without
+    the GIL, so the copy (~0.6 s for a 230 MB warehouse) overlaps that Python work instead of following it.
+
+    Use as a context manager around the preparation and the :func:`publish` given ``ahead=``; leaving it waits for
+    the thread and removes a copy no publish took. The copy is used only when ``path`` still has the size, mtime
+    and inode it had when the copy started (the build lock keeps other writers out; a changed file is copied
+    again). A killed process leaves ``<path>.tmp-<pid>.ahead``, removed by the next publish.
+    """
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}.ahead")
+        self._stamp = _file_stamp(self.path)
+        self._error: BaseException | None = None
+        self._taken = False
+        self._thread = threading.Thread(target=self._copy, name="docsvault-warehouse-copy", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        import shutil
+
+        try:
+            shutil.copyfile(self.path, self.tmp)
+        except BaseException as exc:   # noqa: BLE001 - reported by take(): the publish copies the file itself
+            self._error = exc
+
+    def take(self, tmp: Path) -> bool:
+        """Wait for the copy and move it to ``tmp``; False (nothing at ``tmp``, the copy removed) when it failed or
+        ``path`` changed since it started."""
+        self._thread.join()
+        self._taken = True
+        if self._error is not None or self._stamp is None or _file_stamp(self.path) != self._stamp:
+            if self._error is not None:
+                log.debug("warehouse copy ahead of the publish failed (%s): copying it now", self._error)
+            _remove_temp(self.tmp)
+            return False
+        os.replace(self.tmp, tmp)
+        return True
+
+    def __enter__(self) -> CopyAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join()
+        if not self._taken:
+            _remove_temp(self.tmp)
 
 
 def _ids_table(ids: Sequence[str]) -> pa.Table:
@@ -476,8 +538,8 @@ def _apply_additions(con: duckdb.DuckDBPyConnection, data: WarehouseData, plans:
 
 
 def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mapping[str, _Vectors],
-                         meta: dict[str, str], max_delta: float) -> dict[str, int]:
-    """Copy ``path`` to ``tmp``, apply the differences in two checkpointed phases, swap ``tmp`` in.
+                         meta: dict[str, str], max_delta: float, ahead: CopyAhead | None = None) -> dict[str, int]:
+    """Copy ``path`` to ``tmp`` (or take ``ahead``'s copy), apply the differences in two checkpointed phases, swap ``tmp`` in.
 
     Returns the counts :func:`publish` reports. Raises ``_NotIncremental`` (nothing written) when an update is not
     possible, ``duckdb.Error`` when the write failed (``tmp`` removed, ``path`` untouched)."""
@@ -487,7 +549,8 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
         raise _NotIncremental("no warehouse yet")
     if Path(f"{path}.wal").exists():
         raise _NotIncremental("the current file has a write-ahead log of an interrupted writer")
-    shutil.copyfile(path, tmp)
+    if ahead is None or not ahead.take(tmp):
+        shutil.copyfile(path, tmp)
     try:
         con = _attach(tmp, read_only=False)
     except duckdb.Error as exc:
@@ -565,8 +628,8 @@ def _meta(data: WarehouseData) -> dict[str, str]:
     }
 
 
-def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_delta: float = 0.1
-            ) -> dict[str, Any]:
+def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_delta: float = 0.1,
+            ahead: CopyAhead | None = None) -> dict[str, Any]:
     """Write the warehouse and swap it in atomically.
 
     Full: builds ``<path>.tmp-<pid>`` from scratch (tables loaded through Arrow, one HNSW index per vector table,
@@ -588,6 +651,7 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
         data: everything the warehouse must hold after the publish.
         incremental: try an incremental update first.
         max_delta: share of a model's base vectors allowed in its delta + dead tables.
+        ahead: a :class:`CopyAhead` of ``path`` started earlier; an incremental update starts from its copy.
 
     Returns:
         ``notes``, ``chunks``, ``links``, ``models``, ``vectors`` (live rows over all models), ``bm25_blobs``,
@@ -604,7 +668,7 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    _leftovers(path)
+    _leftovers(path, keep=ahead.tmp if ahead is not None else None)
 
     vec_tables = _checked_vectors(data)
     meta = _meta(data)
@@ -612,7 +676,7 @@ def publish(path: Path, data: WarehouseData, *, incremental: bool = False, max_d
     result: dict[str, int] | None = None
     if incremental:
         try:
-            result = _publish_incremental(path, tmp, data, vec_tables, meta, max_delta)
+            result = _publish_incremental(path, tmp, data, vec_tables, meta, max_delta, ahead)
             mode, reason = "incremental", ""
         except _NotIncremental as why:
             reason = str(why)
