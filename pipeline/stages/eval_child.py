@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ def eval_workers(searches: int) -> int:
 
 
 def eval_rankings(searcher: Any, tasks: Sequence[RankTask], *, stored: Mapping[tuple[str, str], Any], keep: int,
-                  workers: int | None = None) -> dict[RankTask, PageRows]:
+                  workers: int | None = None, prepare: Callable[[], Any] | None = None) -> dict[RankTask, PageRows]:
     """Rank ``tasks`` (:func:`pipeline.evaluate.rank_tasks`) with ``searcher`` and ``workers - 1`` child processes
     that open the same searcher (``searcher.path``, ``searcher.config``, the default embedders) holding the query
     vectors ``stored`` (``(model id, text) -> vector``; at least ``keep`` held, and primed, as ``searcher`` was).
@@ -77,6 +77,9 @@ def eval_rankings(searcher: Any, tasks: Sequence[RankTask], *, stored: Mapping[t
     Everything runs in this process when ``workers`` (default :func:`eval_workers`) is 1, when the searcher cannot
     be opened elsewhere (a custom embedder factory or options that do not pickle: tests' fakes), or as far as the
     children fail (a child that dies hands its chunk back; a warning names its last error line).
+
+    ``prepare`` (e.g. ``searcher.prime_scans``) runs in this process once the children are started, so their
+    start (imports, opening the warehouse: ~1 s) overlaps it.
 
     Returns:
         task -> its rows (``[(note_id, source_path, score)]``, best first, at most 10), for every task.
@@ -98,6 +101,8 @@ def eval_rankings(searcher: Any, tasks: Sequence[RankTask], *, stored: Mapping[t
     for feeder in feeders:
         feeder.start()
     try:
+        if prepare is not None:
+            prepare()
         _rank_here(searcher, todo, ranked)
     except BaseException:               # Ctrl-C, SIGTERM: the children end after their current chunk
         todo.clear()

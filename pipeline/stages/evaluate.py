@@ -116,7 +116,8 @@ def stored_query_vectors(settings: Settings, searcher: Any, keep: int
                          ) -> Iterator[Callable[[Sequence[RankTask]], dict[RankTask, PageRows]]]:
     """An eval's searches with the query vectors of earlier evals (the build's and ``docsvault eval``'s): the stored
     ones (:func:`load_query_vectors`) held by ``searcher`` (at least ``keep`` of them) and primed
-    (``Searcher.prime_scans``: one matrix product per model instead of a scan per search) before the body; after it,
+    (``Searcher.prime_scans``: one matrix product per model instead of a scan per search) by the first ``rank``
+    once its child processes are started; after the body,
     the vectors ``searcher`` then holds are stored when it embedded new ones. An unwritable data dir is only logged:
     the next run embeds those queries again.
 
@@ -127,9 +128,14 @@ def stored_query_vectors(settings: Settings, searcher: Any, keep: int
     """
     from pipeline.stages.eval_child import eval_rankings
 
+    primed: list[int] = []
+
+    def prime() -> None:            # once, after the first rank's children are started (their start overlaps it)
+        if not primed:
+            primed.append(searcher.prime_scans())
+
     with kept_query_vectors(query_vectors_path(settings), searcher, keep) as stored:   # embedded once, ever
-        searcher.prime_scans()
-        yield lambda tasks: eval_rankings(searcher, tasks, stored=stored, keep=keep)
+        yield lambda tasks: eval_rankings(searcher, tasks, stored=stored, keep=keep, prepare=prime)
 
 
 @contextmanager
