@@ -74,6 +74,17 @@ _JA_STOP_LEMMAS = frozenset({"為る", "居る", "有る", "在る", "成る", "
 SUDACHI_MAX_CHARS = 12_000
 
 
+@lru_cache(maxsize=1)
+def sudachi_dictionary() -> Any:
+    """The process's one SudachiPy ``Dictionary`` of ``sudachidict_core`` (opened on first use; thread-safe to
+    share: each user makes its own tokenizer from it). One instance, because each one maps the 200 MB
+    ``system.dic`` and reads its lexicon apart: a search of a Japanese question used two (the BM25 analyzer's and
+    the translator's), ~40 MB more resident memory than one."""
+    from sudachipy import Dictionary
+
+    return Dictionary(dict="core")
+
+
 def is_japanese(text: str, threshold: float = 0.2) -> bool:
     """True when at least ``threshold`` of the letters/digits in ``text`` are kana or kanji.
 
@@ -181,9 +192,9 @@ class Analyzer:
     # ---- Japanese ----
     def _tokenizer(self) -> Any:
         if self._sudachi is None:
-            from sudachipy import Dictionary, SplitMode
+            from sudachipy import SplitMode
 
-            dictionary = Dictionary(dict="core")
+            dictionary = sudachi_dictionary()
             if hasattr(dictionary, "tokenizer"):  # SudachiPy >= 0.7
                 self._sudachi = dictionary.tokenizer(mode=SplitMode.C)
             else:  # pragma: no cover - SudachiPy 0.6

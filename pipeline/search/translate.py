@@ -88,9 +88,11 @@ class Translator:
 
     def _sudachi(self) -> tuple[object, object]:
         if self._tokenizers is None:
-            from sudachipy import Dictionary, SplitMode
+            from sudachipy import SplitMode
 
-            d = Dictionary(dict="core")
+            from pipeline.index.analysis import sudachi_dictionary
+
+            d = sudachi_dictionary()
             self._tokenizers = (d.tokenizer(mode=SplitMode.C), SplitMode.A)
         return self._tokenizers
 
