@@ -41,6 +41,25 @@ def test_embed_in_child_fills_the_cache_with_the_models_vectors(tmp_path: Path):
     assert np.array_equal(np.stack([got[h] for h, _ in items]), want)
 
 
+def test_the_child_gets_a_small_onednn_primitive_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import subprocess
+
+    envs: list[dict[str, str]] = []
+    real = subprocess.Popen
+
+    def popen(*a: Any, env: dict[str, str], **k: Any) -> Any:
+        envs.append(env)
+        return real(*a, env=env, **k)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    items = [(text_hash("x"), "x")]
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert embed_in_child("hash:16", "hash-16", tmp_path, items) == 1
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")          # the user's own value is kept
+    assert embed_in_child("hash:16", "hash-16", tmp_path, items) == 1
+    assert [e["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] for e in envs] == ["4", "64"]
+
+
 def test_a_failed_child_returns_zero_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     with caplog.at_level(logging.WARNING, logger="pipeline.index.embed_child"):
         n = embed_in_child("hash:16", "hash-32", tmp_path, [(text_hash("x"), "x")])
