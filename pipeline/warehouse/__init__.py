@@ -3,7 +3,7 @@ One file (``Settings.warehouse_path``) holds notes, chunks, links, one vector ta
 HNSW index (cosine), and the serialized BM25 index. It is never modified in place: :func:`publish` writes a new file
 next to it (or, incrementally, a copy of the current one) and swaps it in with ``os.replace``, so a reader keeps
 querying the file it opened and never sees a half-built one; a failed or killed build leaves the previous file
-untouched.
+untouched. The build makes that copy in a background thread while it prepares the update (``write.CopyAhead``).
 
 Incremental updates and the HNSW index. Modifying an HNSW-indexed table makes DuckDB rewrite the whole index at the
 next checkpoint without freeing the old blocks (measured: +44 MB per update on a 25k x 384 table, unbounded), and
