@@ -78,8 +78,8 @@ SUDACHI_MAX_CHARS = 12_000
 def sudachi_dictionary() -> Any:
     """The process's one SudachiPy ``Dictionary`` of ``sudachidict_core`` (opened on first use; thread-safe to
     share: each user makes its own tokenizer from it). One instance, because each one maps the 200 MB
-    ``system.dic`` and reads its lexicon apart: a search of a Japanese question used two (the BM25 analyzer's and
-    the translator's), ~40 MB more resident memory than one."""
+    ``system.dic`` and reads its lexicon apart: a cold search of a Japanese question opened two (the BM25
+    analyzer's and the translator's) and peaked at 683-686 MB; with one, 608-613 MB."""
     from sudachipy import Dictionary
 
     return Dictionary(dict="core")

@@ -180,32 +180,25 @@ def _leftovers(path: Path, keep: Path | None = None) -> None:
             p.unlink(missing_ok=True)
 
 
-def _file_stamp(path: Path) -> tuple[int, int, int] | None:
-    """``(size, mtime_ns, inode)`` of ``path``, None when it cannot be read."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
 class CopyAhead:
     """The copy an incremental :func:`publish` starts from, made in a background thread while the caller prepares
     the publish (reads notes and chunks, builds BM25): ``shutil.copyfile`` runs in the kernel (``sendfile``) without
     the GIL, so the copy (~0.6 s for a 230 MB warehouse) overlaps that Python work instead of following it.
 
     Use as a context manager around the preparation and the :func:`publish` given ``ahead=``; leaving it waits for
-    the thread and removes a copy no publish took. The copy is used only when ``path`` still has the size, mtime
-    and inode it had when the copy started (the build lock keeps other writers out; a changed file is copied
-    again). A killed process leaves ``<path>.tmp-<pid>.ahead``, removed by the next publish.
+    the thread and removes a copy no publish took. The copy is used only when ``path`` still has the size and
+    mtime it had when the copy started (:func:`pipeline.index.fastcache.file_stamp`; the build lock keeps other
+    writers out; a changed file is copied again). A killed process leaves ``<path>.tmp-<pid>.ahead``, removed by the next publish.
     """
 
     def __init__(self, path: Path) -> None:
         import threading
 
+        from pipeline.index.fastcache import file_stamp
+
         self.path = Path(path)
         self.tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}.ahead")
-        self._stamp = _file_stamp(self.path)
+        self._stamp = file_stamp(self.path)
         self._error: BaseException | None = None
         self._taken = False
         self._thread = threading.Thread(target=self._copy, name="docsvault-warehouse-copy", daemon=True)
@@ -222,9 +215,11 @@ class CopyAhead:
     def take(self, tmp: Path) -> bool:
         """Wait for the copy and move it to ``tmp``; False (nothing at ``tmp``, the copy removed) when it failed or
         ``path`` changed since it started."""
+        from pipeline.index.fastcache import file_stamp
+
         self._thread.join()
         self._taken = True
-        if self._error is not None or self._stamp is None or _file_stamp(self.path) != self._stamp:
+        if self._error is not None or file_stamp(self.path) != self._stamp:
             if self._error is not None:
                 log.debug("warehouse copy ahead of the publish failed (%s): copying it now", self._error)
             _remove_temp(self.tmp)
@@ -539,7 +534,8 @@ def _apply_additions(con: duckdb.DuckDBPyConnection, data: WarehouseData, plans:
 
 def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables: Mapping[str, _Vectors],
                          meta: dict[str, str], max_delta: float, ahead: CopyAhead | None = None) -> dict[str, int]:
-    """Copy ``path`` to ``tmp`` (or take ``ahead``'s copy), apply the differences in two checkpointed phases, swap ``tmp`` in.
+    """Copy ``path`` to ``tmp`` (or take ``ahead``'s copy), apply the differences in two checkpointed phases, swap
+    ``tmp`` in.
 
     Returns the counts :func:`publish` reports. Raises ``_NotIncremental`` (nothing written) when an update is not
     possible, ``duckdb.Error`` when the write failed (``tmp`` removed, ``path`` untouched)."""
