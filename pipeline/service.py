@@ -168,10 +168,16 @@ def skipped_reason(s: Settings, note: str) -> str | None:
     Two records are read: the source's normalize errors (:func:`pipeline.ingest.normalize.skipped_reason`:
     malformed, not UTF-8, empty) and the warnings its last fetch of a local folder kept in
     ``<data>/raw/<source>/fetch.json`` (a symlink leaving the root, a symlink loop, a dangling symlink, a file in
-    a symlinked or unreadable folder)."""
+    a symlinked or unreadable folder). A note named without its ``.md`` (as an Obsidian link names it: ``Broken``)
+    is looked up as ``Broken.md`` too."""
     from pipeline.ingest.normalize import skipped_reason as normalize_reason
 
-    return normalize_reason(s, note) or _fetch_skip_reason(s, note)
+    names = [note] if note.lower().endswith((".md", ".mdx")) else [note, f"{note.rstrip('/')}.md"]
+    for name in names:
+        reason = normalize_reason(s, name) or _fetch_skip_reason(s, name)
+        if reason:
+            return reason
+    return None
 
 
 def _fetch_skip_reason(s: Settings, note: str) -> str | None:

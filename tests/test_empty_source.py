@@ -39,6 +39,8 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
                "content or exclude it)\n")
     assert runner.invoke(app, ["read", "Blank.md"]).output == skipped           # a source path, or a vault path
     assert runner.invoke(app, ["read", "tiny/Blank.md"]).output == skipped
+    assert runner.invoke(app, ["read", "Blank"]).output == skipped                # a name, as a wikilink gives it
+    assert runner.invoke(app, ["read", "tiny/Blank"]).output == skipped
     from pipeline.mcp_server import ToolFailure, VaultService
 
     try:

