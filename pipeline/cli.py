@@ -39,12 +39,12 @@ from pipeline.service import (
     no_notes_line,
     noop_build,
     note_links,
+    note_missing_message,
     open_searcher,
     parse_lanes,
     paths_warning_lines,
     query_problem,
     search_lanes,
-    skipped_reason,
     status_data,
     write_dirs_problem,
 )
@@ -698,7 +698,7 @@ def read(
     try:
         pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
     except NoteNotFoundError as exc:
-        fail(skipped_reason(s, note) or str(exc))
+        fail(note_missing_message(s, note, exc))
         return
     except (PipelineError, ValueError) as exc:
         fail(str(exc))

@@ -372,9 +372,9 @@ class VaultService:
         try:
             pg = read_note(s.vault_dir, find_note(s.vault_dir, path, s.warehouse_path), page)
         except NoteNotFoundError as exc:
-            from pipeline.service import skipped_reason
+            from pipeline.service import note_missing_message
 
-            raise ToolFailure(skipped_reason(s, path) or str(exc)) from None
+            raise ToolFailure(note_missing_message(s, path, exc)) from None
         except ValueError as exc:
             raise ToolFailure(str(exc)) from None
         record(s.data_dir, pg.path)

@@ -16,14 +16,15 @@ from pipeline.config import Settings, environ
 from pipeline.models import Record
 
 if TYPE_CHECKING:
+    from pipeline.search.reader import NoteNotFoundError
     from pipeline.search.searcher import Searcher
     from pipeline.stages.results import BuildReport
 
 __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
-    "errors_file", "no_notes_line", "noop_build", "note_links", "open_searcher", "parse_lanes",  # noqa: F822
-    "paths_warning_lines", "query_problem", "search_lanes", "skipped_count", "skipped_reason",  # noqa: F822
+    "errors_file", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
+    "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes", "skipped_count", "skipped_reason",
     "status_data", "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
@@ -168,16 +169,29 @@ def skipped_reason(s: Settings, note: str) -> str | None:
     Two records are read: the source's normalize errors (:func:`pipeline.ingest.normalize.skipped_reason`:
     malformed, not UTF-8, empty) and the warnings its last fetch of a local folder kept in
     ``<data>/raw/<source>/fetch.json`` (a symlink leaving the root, a symlink loop, a dangling symlink, a file in
-    a symlinked or unreadable folder). A note named without its ``.md`` (as an Obsidian link names it: ``Broken``)
-    is looked up as ``Broken.md`` too."""
+    a symlinked or unreadable folder). A note named without its ``.md`` (as an Obsidian link names it:
+    ``Broken`` or ``tiny/Broken``) is looked up as ``Broken.md`` at the source's root (``<source>/Broken.md``) too;
+    a name ending in ``/`` is a folder, not a note."""
     from pipeline.ingest.normalize import skipped_reason as normalize_reason
 
-    names = [note] if note.lower().endswith((".md", ".mdx")) else [note, f"{note.rstrip('/')}.md"]
+    bare = not note.lower().endswith((".md", ".mdx")) and not note.endswith("/")
+    names = [note, f"{note}.md"] if bare else [note]
     for name in names:
         reason = normalize_reason(s, name) or _fetch_skip_reason(s, name)
         if reason:
             return reason
     return None
+
+
+def note_missing_message(s: Settings, note: str, exc: NoteNotFoundError) -> str:
+    """The one line ``read`` shows when :func:`pipeline.search.reader.find_note` raised ``exc`` for ``note``: why
+    the last build skipped it (:func:`skipped_reason`) when no note has that path or name, else ``exc``'s message —
+    a name several notes share keeps the list of their vault paths."""
+    from pipeline.search.reader import AmbiguousNoteError
+
+    if isinstance(exc, AmbiguousNoteError):
+        return str(exc)
+    return skipped_reason(s, note) or str(exc)
 
 
 def _fetch_skip_reason(s: Settings, note: str) -> str | None:

@@ -81,6 +81,22 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     assert (row["notes"], row["chunks"], row["skipped"], row["fetch_status"]) == (0, 0, 0, "ok")
 
 
+def test_a_name_several_notes_share_lists_them_even_when_a_skipped_file_has_it(tiny_env: Path) -> None:
+    folder = tiny_env / "tinyvault"
+    (folder / "Blank.md").write_text("", encoding="utf-8")          # skipped: empty
+    for sub in ("a", "b"):
+        (folder / sub).mkdir()
+        (folder / sub / "Blank.md").write_text(f"# Blank {sub}\n\nNot blank at all.\n", encoding="utf-8")
+    _run("build")
+    several = ("error: 'Blank' is the name of several notes; give one of the vault paths: tiny/a/Blank.md, "
+               "tiny/b/Blank.md\n")
+    assert runner.invoke(app, ["read", "Blank"]).output == several
+    assert runner.invoke(app, ["read", "tiny/Blank"]).output == (
+        "error: tiny/Blank.md is not in the vault: the last build skipped it (empty file (no text); add content or "
+        "exclude it)\n")
+    assert runner.invoke(app, ["read", "tiny/a/"]).output.startswith("error: no note 'tiny/a/'")
+
+
 def test_a_new_empty_folder_builds_empty_and_leaves_with_its_folder(tiny_env: Path) -> None:
     """A `local` source whose folder never held a note: its first build succeeds (0 notes, one warning, exit 0),
     like a source that lost its last note; dropped from sources.yaml, its vault folder goes."""

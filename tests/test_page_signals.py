@@ -333,6 +333,11 @@ def test_a_model_with_too_few_chunks_is_standardised_against_its_measured_prior(
         assert s._background(table, queries["b-3"], frozenset({"en"})) == pytest.approx((scale * 0.5, scale * 0.1))
         s.background_priors = {"b-3": (0.5, 0.001)}                                    # the sd floor holds too
         assert s._background(table, queries["b-3"], None) == pytest.approx((scale * 0.5, scale * 0.02))
+        s.background_priors = {"b-3@int8": (0.4, 0.1), "b-30": (0.9, 0.1)}             # another variant's prior
+        assert s._background(table, queries["b-3"], None) == pytest.approx((scale * 0.4, scale * 0.1))
+        s.background_priors = {"b-30": (0.9, 0.1)}                                     # another model's: not used
+        assert s._background(table, queries["b-3"], None) == pytest.approx(own)
+        s.background_priors = {"b-3": (0.5, 0.001)}
         s.min_scope_background = 2                                                     # two chunks are enough now
         assert s._background(table, queries["b-3"], None) == pytest.approx(own)
 

@@ -57,6 +57,10 @@ class NoteNotFoundError(PipelineError):
     """The path is acceptable but no note exists there."""
 
 
+class AmbiguousNoteError(NoteNotFoundError):
+    """Several notes have that source path or name; the message lists their vault paths."""
+
+
 class _NotMarkdownError(PathRefusedError):
     """A path that passed every other check but does not end in ``.md``: refused as a vault path, yet it may be a
     note's source path (``Board.canvas`` of ``src/Board.canvas.md``), which :func:`find_note` looks up."""
@@ -346,8 +350,8 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
             except for a path refused only for not ending in ``.md``: it is refused when no note has it as its
             source path.
-        NoteNotFoundError: no such note (or several notes have that source path or name: the message lists their
-            vault paths).
+        NoteNotFoundError: no such note.
+        AmbiguousNoteError: several notes have that source path or name (the message lists their vault paths).
     """
     try:
         resolve_note_path(vault_dir, note)
@@ -370,7 +374,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         if len(found) == 1:
             return found[0]["vault_path"]
         if len(found) > 1:
-            raise NoteNotFoundError(
+            raise AmbiguousNoteError(
                 f"{note!r} is {what}; give one of the vault paths: " + ", ".join(f["vault_path"] for f in found)
             ) from None
         if file_here or not isinstance(exc, _NotMarkdownError):

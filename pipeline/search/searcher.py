@@ -1276,9 +1276,15 @@ class Searcher:
         return scale * mean, scale * max(var ** 0.5, MIN_BACKGROUND_SD)
 
     def _background_prior(self, table: str) -> tuple[float, float] | None:
-        """The (mean, sd) of ``background_priors`` for the model of vector table ``table``, None without one."""
+        """The (mean, sd) of ``background_priors`` for the model of vector table ``table``: its model id's, else
+        that of another variant of the same model (``name@variant``: the same weights, quantized or exported
+        differently), None without one."""
         model_id = next((m["model_id"] for m in self.models if m["table_name"] == table), None)
-        return self.background_priors.get(model_id) if model_id is not None else None
+        if model_id is None:
+            return None
+        base = model_id.split("@")[0]
+        return self.background_priors.get(model_id) or next(
+            (prior for mid, prior in sorted(self.background_priors.items()) if mid.split("@")[0] == base), None)
 
     def _model_pages(self, model: dict, n_total: int, n_in: int, qvec: np.ndarray,
                      sources: frozenset[str] | None, notes: frozenset[str] | None,
