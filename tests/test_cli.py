@@ -513,7 +513,7 @@ def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Pa
     lines = _shared_check_warnings({
         "retrieval_eval": {"eval_floors": {"n": 3, "below": "mrr@10 0.612 < 0.700"},
                            "hybrid_beats_single_lanes": {"gain": -0.05, "best_single_lane": "bm25"}},
-        "tiny/chunks": {"succeeded": {"error": "not a shared stage"}}})
+        "tiny/chunks": {"ran_without_error": {"error": "not a shared stage"}}})
     assert lines == [
         "asset check eval_floors of retrieval_eval failed: mrr@10 0.612 < 0.700 (see the Dagster UI)",
         "asset check hybrid_beats_single_lanes of retrieval_eval failed: gain -0.05 (see the Dagster UI)"]

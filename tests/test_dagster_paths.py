@@ -88,7 +88,7 @@ def _run_outcome(instance: dg.DagsterInstance, run_id: str) -> dict[str, object]
 def _assert_dead_alone(outcome: dict[str, object]) -> None:
     assert outcome["status"] == "FAILURE"
     assert outcome["failed_steps"] == {"remote__raw_docs"}
-    assert "remote/raw_docs:succeeded" in outcome["failed_checks"]
+    assert "remote/raw_docs:ran_without_error" in outcome["failed_checks"]
     assert {"link_graph", "warehouse", "retrieval_eval", "tiny/embeddings"} <= outcome["materialized"]
     assert not {c for c in outcome["failed_checks"] if not c.startswith("remote/raw_docs:")}
 
@@ -239,8 +239,8 @@ def test_two_noop_materialize_runs_record_no_stale_figures(tiny_env: Path) -> No
 
 
 def test_a_never_built_source_serves_nothing_and_says_so(tiny_env: Path) -> None:
-    """A source whose fetch has never succeeded: its later stages claim no last good copy and fail `succeeded`;
-    the shared stages still build over tiny."""
+    """A source whose fetch has never succeeded: its later stages claim no last good copy and fail
+    `ran_without_error`; the shared stages still build over tiny."""
     from pipeline.defs.runner import run_build
 
     sources = tiny_env / "sources.yaml"
@@ -254,7 +254,8 @@ def test_a_never_built_source_serves_nothing_and_says_so(tiny_env: Path) -> None
         outcome = _run_outcome(instance, run.run_id)
         later = ("notes", "vault", "chunks", "embeddings")
         assert {c for c in outcome["failed_checks"] if c.startswith("never/")} == {
-            "never/raw_docs:succeeded", "never/raw_docs:has_files", *(f"never/{s}:succeeded" for s in later)}
+            "never/raw_docs:ran_without_error", "never/raw_docs:has_files",
+            *(f"never/{s}:ran_without_error" for s in later)}
         assert {"link_graph", "warehouse", "retrieval_eval", "tiny/embeddings"} <= outcome["materialized"]
         for stage in later:
             ev = instance.get_latest_materialization_event(dg.AssetKey(["never", stage]))

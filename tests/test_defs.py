@@ -227,8 +227,9 @@ def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Pa
     graph = loaded.resolve_asset_graph()
     assert graph.get_all_asset_keys() == built.resolve_asset_graph().get_all_asset_keys()
     assert {c.to_user_string() for c in graph.asset_check_keys} == {
-        "tiny/raw_docs:succeeded", "tiny/raw_docs:has_files", "tiny/notes:succeeded", "tiny/vault:succeeded",
-        "tiny/vault:frontmatter_valid", "tiny/chunks:succeeded", "tiny/embeddings:succeeded",
+        "tiny/raw_docs:ran_without_error", "tiny/raw_docs:has_files", "tiny/notes:ran_without_error",
+        "tiny/vault:ran_without_error", "tiny/vault:frontmatter_valid", "tiny/chunks:ran_without_error",
+        "tiny/embeddings:ran_without_error",
         "warehouse:hnsw_index_used", "warehouse:serves_queries", "retrieval_eval:eval_floors",
         "retrieval_eval:hybrid_beats_single_lanes"}
     assert loaded.executor is docsvault_executor

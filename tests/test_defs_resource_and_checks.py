@@ -112,7 +112,7 @@ def test_quality_gates_report_warn_and_data_checks_error(built_tiny_env: Path) -
         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
     assert result.success is True
     assert _severities(result) == {
-        **{f"tiny/{stage}:succeeded": (True, "ERROR")
+        **{f"tiny/{stage}:ran_without_error": (True, "ERROR")
            for stage in ("raw_docs", "notes", "vault", "chunks", "embeddings")},
         "tiny/raw_docs:has_files": (True, "ERROR"), "tiny/vault:frontmatter_valid": (True, "ERROR"),
         "warehouse:hnsw_index_used": (True, "ERROR"), "warehouse:serves_queries": (True, "ERROR"),

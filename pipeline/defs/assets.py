@@ -7,7 +7,7 @@ call the stage functions of :mod:`pipeline.stages`.
 
 A source that fails (a :class:`~pipeline.common.errors.PipelineError`: unreachable, nothing parsable...) does not raise:
 its asset records what it serves now (its last good copy, ``status: failed`` and the error) with an unchanged
-data version, and its blocking ``succeeded`` check fails, so the step is red and the run fails. The project's
+data version, and its blocking ``ran_without_error`` check fails, so the step is red and the run fails. The project's
 executor (:mod:`pipeline.defs.executor`) lets downstream steps run on that output, so the shared stages still
 build. Any other exception (a bug) fails the step without an output and stops what depends on it.
 
@@ -41,7 +41,7 @@ from pipeline.stages.results import EvalStageResult, StageResult
 PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
 SHARED_STAGES = ("link_graph", "warehouse", "retrieval_eval")
 WAREHOUSE_POOL = "docsvault_warehouse"
-SUCCEEDED = "succeeded"            # the blocking check every per-source asset evaluates on its own run
+RAN_WITHOUT_ERROR = "ran_without_error"            # the blocking check every per-source asset evaluates on its own run
 #: the quality gates of retrieval_eval (``eval_floors``, ``hybrid_beats_single_lanes``) are non-blocking and report
 #: severity WARN (a warning in the UI, a `warning:` line of `docsvault build`); every other check is ERROR (a failure
 #: means broken or missing data). AssetCheckSpec has no severity (Dagster 1.13): the spec's description says it.
@@ -214,7 +214,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input, held = _INPUT.get(stage), bool(upstream)
             if upstream and not artifacts.load_state(settings, source.name).get(_STATE_VERSION[stage]):
-                # never built: nothing to keep or serve; the `succeeded` check fails below
+                # never built: nothing to keep or serve; the `ran_without_error` check fails below
                 meta = {"skipped": True, "kept": "nothing (never built)",
                         "cause": f"{key(upstream[0], source).to_user_string()} failed"}
             elif upstream:
@@ -252,15 +252,15 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
         meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
     never_built = meta.get("kept") == "nothing (never built)"
     checks.append(dg.AssetCheckResult(
-        check_name=SUCCEEDED, passed=not error and not never_built,
+        check_name=RAN_WITHOUT_ERROR, passed=not error and not never_built,
         metadata={"error": error} if error else {"status": meta["status"], **(
             {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})}))
     return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
 
 
 # ---------------------------------------------------------------- per source
-def _succeeded_spec(asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(SUCCEEDED, asset=asset_key, blocking=True,
+def _ran_without_error_spec(asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(RAN_WITHOUT_ERROR, asset=asset_key, blocking=True,
                              description="This stage ran for this source without error (a failed fetch, or no file "
                                          "that could be read, fails it; the last good copy keeps serving; a stage "
                                          "never built serves nothing and fails it too).")
@@ -285,7 +285,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
 
     @dg.asset(**spec("raw_docs"), kinds={source.kind if source.kind != "local" else "python"},
               description=f"Fetched files of source `{source.name}` ({source.kind}).",
-              check_specs=[_succeeded_spec(raw_key), dg.AssetCheckSpec(
+              check_specs=[_ran_without_error_spec(raw_key), dg.AssetCheckSpec(
                   "has_files", asset=raw_key, blocking=True,
                   description="The fetch produced at least one file (a local folder may be empty).")])
     def raw_docs(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
@@ -306,7 +306,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
 
     notes_key = key("notes", source)
 
-    @dg.asset(**spec("notes"), deps=[raw_docs], kinds={"markdown"}, check_specs=[_succeeded_spec(notes_key)],
+    @dg.asset(**spec("notes"), deps=[raw_docs], kinds={"markdown"}, check_specs=[_ran_without_error_spec(notes_key)],
               description=f"Normalized Markdown notes of `{source.name}` with merged frontmatter.")
     def notes(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         def run(s: Settings) -> StageResult:
@@ -320,7 +320,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
     vault_key = key("vault", source)
 
     @dg.asset(**spec("vault"), deps=[notes], kinds={"obsidian"},
-              check_specs=[_succeeded_spec(vault_key), dg.AssetCheckSpec(
+              check_specs=[_ran_without_error_spec(vault_key), dg.AssetCheckSpec(
                   "frontmatter_valid", asset=vault_key, blocking=True,
                   description="Every note's frontmatter parses and has `source_path`.")],
               description=f"Obsidian notes of `{source.name}` under `vault/{source.name}/` (written only when "
@@ -336,7 +336,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
 
     chunks_key = key("chunks", source)
 
-    @dg.asset(**spec("chunks"), deps=[vault], kinds={"python"}, check_specs=[_succeeded_spec(chunks_key)],
+    @dg.asset(**spec("chunks"), deps=[vault], kinds={"python"}, check_specs=[_ran_without_error_spec(chunks_key)],
               description=f"Heading chunks of `{source.name}` with breadcrumbs, within the model's token window.")
     def chunks(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         def run(s: Settings) -> StageResult:
@@ -352,7 +352,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
     emb_key = key("embeddings", source)
 
     @dg.asset(**spec("embeddings"), deps=[chunks], kinds=embedding_kinds(settings, source),
-              check_specs=[_succeeded_spec(emb_key)],
+              check_specs=[_ran_without_error_spec(emb_key)],
               description=embeddings_description(settings, source))
     def embeddings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         last = [0.0]

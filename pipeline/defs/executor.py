@@ -2,7 +2,7 @@
 
 A source that fails (unreachable, nothing parsable) must not stop the shared stages from building over the other
 sources and the failed source's last good copy. Each per-source asset therefore records what it serves now and
-fails its blocking ``succeeded`` check (the step turns red, the run fails); with
+fails its blocking ``ran_without_error`` check (the step turns red, the run fails); with
 ``step_dependency_config.require_upstream_step_success: false`` downstream steps then run on that output instead
 of being skipped. A step that fails without an output (a bug) still stops everything downstream of it.
 

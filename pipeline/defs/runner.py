@@ -3,8 +3,8 @@ failing alone.
 
 The run selects the chains of the chosen sources and the shared stages, on the in-process executor (the project's
 executor with ``in_process`` config: :mod:`pipeline.defs.executor`). A source that fails records its last good
-copy and fails its ``succeeded`` check (red in the UI); the shared stages still build over every source's last good
-copy. The run shows in the Dagster UI like any other.
+copy and fails its ``ran_without_error`` check (red in the UI); the shared stages still build over every source's
+last good copy. The run shows in the Dagster UI like any other.
 
 One writer: the whole build holds ``<data>/build-run.lock`` and each stage ``<data>/build.lock``
 (``pipeline.common.lock``), taken after the stage's Dagster pool slot, as in any other run; a second build waits up to
@@ -33,7 +33,7 @@ from pipeline.config import Settings, scoped_env, set_env
 from pipeline.defs.assets import (
     PER_SOURCE_STAGES,
     SHARED_STAGES,
-    SUCCEEDED,
+    RAN_WITHOUT_ERROR,
     WAREHOUSE_POOL,
     key,
     source_pool,
@@ -348,8 +348,9 @@ def _report(settings: Settings, sources: Sequence[Source], removed: list[str], f
             failed = checks.get(asset.to_user_string(), {})
             if not st.ok:
                 continue
-            if SUCCEEDED in failed:
-                st.ok, st.failed_stage, st.error = False, stage, _one_line(str(failed[SUCCEEDED].get("error", "")))
+            if RAN_WITHOUT_ERROR in failed:
+                st.ok, st.failed_stage = False, stage
+                st.error = _one_line(str(failed[RAN_WITHOUT_ERROR].get("error", "")))
             elif asset.to_python_identifier() in failures:
                 st.ok, st.failed_stage, st.error = False, stage, failures[asset.to_python_identifier()]
             elif failed:
