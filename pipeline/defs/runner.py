@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -157,11 +160,11 @@ def _log_tails_outside_the_terminal_group() -> Iterator[None]:
     ``watch_orphans.py`` watcher, :func:`dagster._core.execution.compute_logs.execute_posix_tail`) in a process group
     of their own. In the terminal's group, Ctrl-C reached them too and each watcher printed a ``KeyboardInterrupt``
     traceback under the build's one-line ``interrupted`` error. They still stop as before: Dagster terminates
-    both when the step ends or fails, and the watcher ends the tail when the build process dies. The tail's output
-    (the step's stdout/stderr) still goes to the terminal. Without that Dagster module (another Dagster version)
-    nothing changes."""
-    import functools
-    import subprocess
+    both when the step ends or fails, and the watcher ends the tail when the build process dies. On Linux the tail
+    also gets GNU tail's ``--pid=<build pid>``, so it ends within a second of the build's death by itself: a
+    ``kill -9`` between Dagster's two spawns (the tail started, its watcher not yet) left a ``tail -F`` running
+    for good, out of reach of a kill of the build's group. The tail's output (the step's stdout/stderr) still goes
+    to the terminal. Without that Dagster module (another Dagster version) nothing changes."""
     import types
 
     try:
@@ -173,11 +176,19 @@ def _log_tails_outside_the_terminal_group() -> Iterator[None]:
     if real is not subprocess:
         yield
         return
-    compute_logs.subprocess = types.SimpleNamespace(Popen=functools.partial(subprocess.Popen, process_group=0))
+    compute_logs.subprocess = types.SimpleNamespace(Popen=_own_group_popen)
     try:
         yield
     finally:
         compute_logs.subprocess = real
+
+
+def _own_group_popen(args: Any, **kwargs: Any) -> subprocess.Popen:
+    """:class:`subprocess.Popen` in a process group of its own; a ``tail`` command (a list starting with "tail")
+    gets ``--pid=<this process>`` on Linux (GNU coreutils: the tail exits once this process is gone)."""
+    if sys.platform.startswith("linux") and isinstance(args, list) and args[:1] == ["tail"]:
+        args = ["tail", f"--pid={os.getpid()}", *args[1:]]
+    return subprocess.Popen(args, process_group=0, **kwargs)
 
 
 def _global_job() -> dg.JobDefinition:
