@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -91,6 +93,11 @@ def test_a_name_several_notes_share_lists_them_even_when_a_skipped_file_has_it(t
     several = ("error: 'Blank' is the name of several notes; give one of the vault paths: tiny/a/Blank.md, "
                "tiny/b/Blank.md\n")
     assert runner.invoke(app, ["read", "Blank"]).output == several
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    with pytest.raises(ToolFailure) as failure:                                   # the MCP read tool says the same
+        VaultService(Settings.from_env()).read("Blank")
+    assert str(failure.value) == several[len("error: "):-1]
     assert runner.invoke(app, ["read", "tiny/Blank"]).output == (
         "error: tiny/Blank.md is not in the vault: the last build skipped it (empty file (no text); add content or "
         "exclude it)\n")
