@@ -123,6 +123,12 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     ("title: t\ntags: [work/meetings\nstatus: draft\n", ("line 3: invalid YAML frontmatter: expected ',' or ']', but "
      "got ':' on line 4, in the flow sequence that starts on line 3; fix or quote the value")),
     ("k: " + "v" * (256 * 1024) + "\n", "line 2: frontmatter is 262147 characters, above the limit"),
+    # an unclosed quote is noticed at the closing `---`; the line to fix is where the quote opens
+    ('title: "unclosed\ntags: [a]\n', ("line 2: invalid YAML frontmatter: the quoted value that starts on line 2 "
+     "is never closed; close the quote (a quote character inside the value: write it twice in '…', as \\\" in "
+     "\"…\")")),
+    ("date: 2024\nnote: 'it\nx: 1\n", ("line 3: invalid YAML frontmatter: the quoted value that starts on line 3 is "
+     "never closed; close the quote")),
 ])
 def test_hostile_frontmatter_refused(yaml_text, message):
     with pytest.raises(NoteError) as info:

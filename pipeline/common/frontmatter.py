@@ -254,12 +254,18 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         line = f"line {mark.line + 2}" if mark is not None else "line 2"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
         ctx, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
-        if mark is not None and ctx is not None and ctx.line < mark.line and context.startswith("while parsing "):
-            # `tags: [a, b` unclosed: YAML notices on a later line; the line to fix is where the value starts
+        fix = "fix or quote the value"
+        if (mark is not None and ctx is not None and ctx.line < mark.line
+                and context.startswith(("while parsing ", "while scanning "))):
+            # `tags: [a, b` or `title: "a` unclosed: YAML notices on a later line (for a quote, at the closing
+            # `---`); the line to fix is where the value starts
             line = f"line {ctx.line + 2}"
-            what = context.removeprefix("while parsing ").removeprefix("a ")
+            what = context.removeprefix("while parsing ").removeprefix("while scanning ").removeprefix("a ")
             problem = f"{problem} on line {mark.line + 2}, in the {what} that starts on line {ctx.line + 2}"
-        raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; fix or quote the value") from None
+            if what == "quoted scalar" and "end of stream" in problem:     # the closing `---` ended the stream
+                problem = f"the quoted value that starts on line {ctx.line + 2} is never closed"
+                fix = "close the quote (a quote character inside the value: write it twice in '…', as \\\" in \"…\")"
+        raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; {fix}") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
         line = _bad_value_line(raw) or 2
         raise NoteError(f"{where}: line {line}: invalid value in frontmatter: {exc}; quote the value") from None
