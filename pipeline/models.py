@@ -191,7 +191,7 @@ class Hit:
     source_path: str
     vault_path: str
     title: str
-    heading: str
+    heading: str              # as shown: its HTML and control characters removed (the note's line may have them)
     score: float
     snippet: str
     chunk_id: str = ""

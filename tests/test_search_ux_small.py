@@ -263,3 +263,40 @@ def test_mcp_save_note_refuses_a_tag_with_a_space_and_writes_nothing(tmp_path: P
         svc.save_note("Otters sleep holding hands.", source="inbox", tags=["otters", "my tag"])
     assert str(err.value) == f"tag 'my tag' {SPACE_MESSAGE}"
     assert list(inbox.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what a hit shows: a heading without its HTML, no terminal escapes in any field
+
+
+def test_a_hit_shows_its_heading_without_html_and_no_control_characters(tmp_path: Path) -> None:
+    path = tmp_path / "warehouse.duckdb"
+    note = Note("g", "Setup.md", "Setup.md", "Setup \x1b[2J", {"title": "Setup \x1b[2J"},
+                '## Install <Badge text="beta"/> &amp; a < b\n\nRun \x1b[31mpip install otter\x1b[0m\x07 now.')
+    heading = 'Install <Badge text="beta"/> &amp; a < b'
+    chunk = Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (heading,), f"Setup > {heading}",
+                  "Run \x1b[31mpip install otter\x1b[0m\x07 now.\x1b]0;owned\x07")
+    publish_chunks(path, [note], [chunk])
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        (hit,) = s.search("pip install otter", k=5)
+    assert (hit.title, hit.heading, hit.snippet) == ("Setup ", "Install & a < b", "Run pip install otter now.")
+
+
+def test_a_shown_heading_still_places_the_hit_in_its_note() -> None:
+    from pipeline.search.reader import locate
+
+    body = '# Setup\n\nIntro.\n\n## Install <Badge text="beta"/>\n\nRun pip.\n'
+    assert locate(body, "Install") == body.index("## Install")
+
+
+@pytest.mark.parametrize(("text", "plain"), [
+    ("x \x1b[1;31mred\x1b[0m y", "x red y"),          # CSI (colours, cursor moves, clear screen)
+    ("a\x1b]0;title\x07b", "ab"),                       # OSC (window title), BEL-terminated
+    ("a\x1b]8;;http://x\x1b\\b", "ab"),                 # OSC ST-terminated (hyperlink)
+    ("a\x00b\x08c\x7fd\x9be", "abcde"),                 # NUL, backspace, DEL, C1 CSI
+    ("tab\tand\nnewline", "tab\tand\nnewline"),         # kept
+])
+def test_strip_controls(text: str, plain: str) -> None:
+    from pipeline.search.snippet import strip_controls
+
+    assert strip_controls(text) == plain

@@ -292,7 +292,11 @@ _MD_NOISE = re.compile(r"[*_`\[\]]")
 
 
 def _plain(text: str) -> str:
-    return " ".join(_MD_NOISE.sub("", text).split()).casefold()
+    """A heading compared loosely: as a hit shows it (:func:`~pipeline.search.snippet.plain_heading`: a hit's
+    heading comes without its HTML), Markdown noise and case left out."""
+    from pipeline.search.snippet import plain_heading
+
+    return " ".join(_MD_NOISE.sub("", plain_heading(text)).split()).casefold()
 
 
 def locate(body: str, heading: str = "", snippet: str = "") -> int:

@@ -1508,6 +1508,8 @@ class Searcher:
                     chosen.extend((note_id, score, ranks, cid, "") for cid in best[:per_note])
             chosen = chosen[:k]
             rows = self._chunk_rows([c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
+        from pipeline.search.snippet import plain_heading, strip_controls
+
         terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
         hits = []
         for note_id, score, ranks, cid, context_cid in chosen:
@@ -1523,8 +1525,8 @@ class Searcher:
                     source=row["source"],
                     source_path=row["source_path"],
                     vault_path=row["vault_path"],
-                    title=row["title"] or "",
-                    heading=row["heading"] or "",
+                    title=strip_controls(row["title"] or ""),
+                    heading=plain_heading(row["heading"] or ""),      # as shown: no HTML, no control characters
                     score=float(score),
                     snippet=snippet or self._fallback_snippet(note_id, cid, row, context, query, terms),
                     chunk_id=cid,

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.common.markdown import replace_code
 
-__all__ = ["clean_text", "cut_around", "make_snippet", "match_position"]
+__all__ = ["clean_text", "cut_around", "make_snippet", "match_position", "plain_heading", "strip_controls"]
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _OBSIDIAN_COMMENT = re.compile(r"%%.*?(?:%%|\Z)", re.DOTALL)   # ``%%hidden%%``: Obsidian does not show it either
@@ -76,6 +76,31 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("[", _REF_LINK, r"\1"),
 )
 
+#: what a terminal would act on: escape sequences (CSI ``ESC [ … letter``, OSC ``ESC ] … BEL``) and the other
+#: control characters (C0 but tab and newline, DEL, C1). A page carrying them must not drive the terminal of whoever
+#: reads its snippet; ``--json`` and MCP consumers print the text too, so they are removed, not escaped.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without terminal escape sequences and control characters (tab and newline kept)."""
+    return _CONTROL.sub("", text)
+
+
+def plain_heading(heading: str) -> str:
+    """A heading as a search hit shows it: its HTML tags, comments and control characters removed, entities
+    decoded, whitespace collapsed (``Install <Badge text="beta"/>`` -> ``Install``; ``a < b`` stays). Its Markdown
+    is kept (a heading's ``__init__.py`` is a name, not emphasis)."""
+    text = strip_controls(heading)
+    if "<" in text:
+        for pattern, repl in ((_COMMENT, " "), (_INLINE_HTML_TAG, ""), (_HTML_TAG, " ")):
+            text = pattern.sub(repl, text)
+    if "&" in text:
+        for entity, char in _ENTITY.items():
+            text = text.replace(entity, char)
+    return " ".join(text.split())
+
+
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
 
@@ -92,7 +117,7 @@ def clean_text(markdown: str) -> str:
         codes.append(f"`{code}`")
         return f"{pad}\x00{len(codes) - 1}\x00{pad}"
 
-    text = markdown.replace("\r\n", "\n")
+    text = strip_controls(markdown.replace("\r\n", "\n"))
     text = replace_code(text, keep)
     # each pattern only where its marker occurs (_STEPS): the same text, without ~20 regex passes over every chunk
     # of every hit (20 snippets per search: 2-3 ms of a 25 ms query)
