@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.common.errors import BuildLockedError
-from pipeline.common.lock import LOCK_NAME, BuildLock, build_lock, lock_holder
+from pipeline.common.lock import LOCK_NAME, RUN_LOCK_NAME, BuildLock, build_lock, build_run_lock, lock_holder
 
 HOLDER = textwrap.dedent(
     """
@@ -91,6 +92,39 @@ def test_lock_file_with_garbage_or_a_dead_pid_is_taken_over(tmp_path: Path) -> N
     (tmp_path / LOCK_NAME).write_text("not json")
     with build_lock(tmp_path) as lock:
         assert lock.held and lock.took_over is None
+
+
+@pytest.mark.parametrize(("force", "command"), [("*", "docsvault build --force"),
+                                               ("a,b", "docsvault build --force --source a --source b")])
+def test_taking_over_a_killed_forced_rebuild_says_to_force_it_again(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                     force: str, command: str) -> None:
+    dead = {"pid": 999_999_998, "started_at": f"t-{force}", "host": "h", "argv": "docsvault build --force",
+            "force": force}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(dead))
+    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps(dead))
+    with caplog.at_level(logging.WARNING, logger="docsvault"):
+        with build_run_lock(tmp_path), build_lock(tmp_path):       # both files name it: one hint, not two
+            pass
+    hints = [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
+    assert hints == [f"the forced rebuild of pid 999999998 on h, started at t-{force} did not finish (killed); run "
+                     f"`{command}` again to finish it (or MCP refresh(full=true)): a plain build would find what it "
+                     "had redone unchanged"]
+
+
+def test_a_plain_build_s_stale_lock_gets_no_force_hint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 999_999_997, "started_at": "x"}))
+    with caplog.at_level(logging.WARNING, logger="docsvault"), build_lock(tmp_path) as lock:
+        assert lock.took_over is not None
+    assert [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()] == []
+
+
+def test_a_forced_rebuild_is_named_in_the_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCSVAULT_FORCE", "docs")
+    with build_lock(tmp_path):
+        assert lock_holder(tmp_path / LOCK_NAME)["force"] == "docs"
+    monkeypatch.delenv("DOCSVAULT_FORCE")
+    with build_lock(tmp_path):
+        assert "force" not in lock_holder(tmp_path / LOCK_NAME)
 
 
 def test_reentrant_in_one_process(tmp_path: Path) -> None:

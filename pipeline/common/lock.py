@@ -2,7 +2,9 @@
 
 The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it when its holder dies, even by
 SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
-names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``.
+names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``, plus
+``"force": "*"`` (or the forced source names) during a forced rebuild, so the build that takes over a forced
+rebuild's stale lock says to force it again.
 
 A waiting process sleeps in short steps (``poll``), so SIGINT/SIGTERM stop it at once: ``docsvault build`` turns
 both into :class:`~pipeline.common.errors.BuildInterrupted`, whose unwinding releases every lock it holds.
@@ -97,6 +99,23 @@ def _describe(info: dict[str, Any]) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
 
 
+_force_warned: set[tuple[Any, Any]] = set()      # (pid, started_at) of dead forced builds already warned about
+
+
+def _warn_unfinished_force(info: dict[str, Any]) -> None:
+    """Warn once per dead holder when the stale lock was a forced rebuild's: a plain build would find what it had
+    redone unchanged and not finish it, so the user has to force it again (as Ctrl-C's message says)."""
+    force = str(info.get("force") or "")
+    key = (info.get("pid"), info.get("started_at"))
+    if not force or key in _force_warned:
+        return
+    _force_warned.add(key)
+    sources = "" if force == "*" else "".join(f" --source {n}" for n in force.split(",") if n.strip())
+    log.warning("the forced rebuild of %s did not finish (killed); run `docsvault build --force%s` again to finish "
+                "it (or MCP refresh(full=true)): a plain build would find what it had redone unchanged",
+                _describe(info), sources)
+
+
 class BuildLock:
     """The build lock of one data dir (see module doc).
 
@@ -182,6 +201,7 @@ class BuildLock:
                 self.took_over = previous
                 log.warning("build lock %s: taking over the stale lock of %s (process no longer holds it)",
                             self.path, _describe(previous))
+                _warn_unfinished_force(previous)
             self._write(fd)
             self._fd = fd
         else:  # pragma: no cover - Windows
@@ -193,6 +213,7 @@ class BuildLock:
                 if pid and not pid_alive(pid):
                     self.took_over = info
                     log.warning("build lock %s: taking over the stale lock of %s", self.path, _describe(info))
+                    _warn_unfinished_force(info)
                     Path(self.path).unlink(missing_ok=True)
                 return False
             self._write(fd)
@@ -202,12 +223,16 @@ class BuildLock:
         return True
 
     def _write(self, fd: int) -> None:
+        from pipeline.config import FORCE_ENV
+
         info = {
             "pid": os.getpid(),
             "started_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
             "host": socket.gethostname(),
             "argv": " ".join(sys.argv)[:300],
         }
+        if os.environ.get(FORCE_ENV, "").strip():   # a forced rebuild (`build --force`, MCP `refresh(full=true)`)
+            info["force"] = os.environ[FORCE_ENV].strip()[:300]
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(info).encode("utf-8"))
