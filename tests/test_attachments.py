@@ -232,6 +232,24 @@ def test_missing_attachments_one_line_per_note_at_most_five() -> None:
         "source 'me': … and 2 more notes with a missing attachment"]
 
 
+def test_a_target_outside_the_source_is_named_as_such_not_as_deleted(tmp_path: Path) -> None:
+    from pipeline.ingest.attachments import missing_lines
+
+    note = tmp_path / "Plan.md"
+    note.write_text("# Plan\n\n![[../../secret.png]]\n![[gone.png]]\n[x](../../a.pdf) [y](sub/../../b.pdf)\n")
+    unresolved = [("sub/Plan.md", "../../secret.png"), ("sub/Plan.md", "gone.png"), ("sub/Plan.md", "../../a.pdf"),
+                  ("sub/Plan.md", "../b.png")]
+    assert missing_lines("me", unresolved, {"sub/Plan.md": note}) == [
+        "source 'me': sub/Plan.md: gone.png (line 4), ../b.png are not in the source (deleted or moved?): the "
+        "note's embeds/links of them are broken in the vault; restore the files or fix the links",
+        "source 'me': sub/Plan.md: ../../secret.png (line 3), ../../a.pdf (line 5) point outside the source (only "
+        "files inside it are copied): the note's embeds/links of them are broken in the vault; move the files into "
+        "the source and link them from there"]
+    assert missing_lines("me", [("Top.md", "../x.png")]) == [
+        "source 'me': Top.md: ../x.png points outside the source (only files inside it are copied): the note's "
+        "embed/link of it is broken in the vault; move the file into the source and link it from there"]
+
+
 def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding of a new user's run: deleting ``diagram.png`` that ``Plan.md`` still embeds left the vault with a

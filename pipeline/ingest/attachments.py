@@ -292,13 +292,21 @@ def _line_numbers(path: Path | None, targets: Sequence[str]) -> dict[str, int]:
             if any(t in line for line in lines)}
 
 
+def _leaves_source(note_sp: str, target: str) -> bool:
+    """True when ``target``, read from the note's folder, climbs above the source's root (``../../secret.png``
+    from a note at the root): never copied, whether the file exists or not."""
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(note_sp), target.replace("\\", "/")))
+    return path == ".." or path.startswith("../")
+
+
 def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dict[str, Path] | None = None
                   ) -> list[str]:
     """One warning line per note that embeds or links an attachment file that is not in the source (an image
     deleted or moved while a note still shows it: its embed is broken in the vault), naming the note's source
     path and the missing targets (with the line of the note's file that holds each, when ``files`` maps the
     note's source path to it and the target is written there as is); at most :data:`MISSING_LINES` notes, then
-    one ``… and N more`` line. ``unresolved``: :attr:`AttachmentPlan.missing`. A link to a missing *note* is a
+    one ``… and N more`` line. A target that climbs out of the source (``../``) gets a line of its own saying so.
+    ``unresolved``: :attr:`AttachmentPlan.missing`. A link to a missing *note* is a
     dangling link instead, counted by the graph and the warehouse, not warned about."""
     from pipeline.ingest.fetch.local import printable_path
 
@@ -306,17 +314,28 @@ def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dic
     for note, target in sorted(unresolved):
         by_note.setdefault(note, []).append(target)
     lines = []
-    for note, targets in list(by_note.items())[:MISSING_LINES]:
-        at = _line_numbers((files or {}).get(note), targets)
-        targets.sort(key=lambda t: (at.get(t, float("inf")), t))     # in the note's order
-        shown = ", ".join(printable_path(t) + (f" (line {at[t]})" if t in at else "")
-                          for t in targets[:MISSING_PER_NOTE])
-        more = f" and {len(targets) - MISSING_PER_NOTE} more" if len(targets) > MISSING_PER_NOTE else ""
-        one = len(targets) == 1
-        lines.append(f"source '{source}': {printable_path(note)}: {shown}{more} {'is' if one else 'are'} not in the source "
-                     f"(deleted or moved?): the note's {'embed/link' if one else 'embeds/links'} of "
-                     f"{'it' if one else 'them'} {'is' if one else 'are'} broken in the vault; restore the "
-                     f"{'file' if one else 'files'} or fix the {'link' if one else 'links'}")
+    for note, all_targets in list(by_note.items())[:MISSING_LINES]:
+        at = _line_numbers((files or {}).get(note), all_targets)
+        outside = [t for t in all_targets if _leaves_source(note, t)]
+        for targets in ([t for t in all_targets if t not in outside], outside):
+            if not targets:
+                continue
+            targets.sort(key=lambda t: (at.get(t, float("inf")), t))     # in the note's order
+            shown = ", ".join(printable_path(t) + (f" (line {at[t]})" if t in at else "")
+                              for t in targets[:MISSING_PER_NOTE])
+            more = f" and {len(targets) - MISSING_PER_NOTE} more" if len(targets) > MISSING_PER_NOTE else ""
+            one = len(targets) == 1
+            broken = (f"the note's {'embed/link' if one else 'embeds/links'} of {'it' if one else 'them'} "
+                      f"{'is' if one else 'are'} broken in the vault")
+            if targets is outside:
+                lines.append(f"source '{source}': {printable_path(note)}: {shown}{more} "
+                             f"{'points' if one else 'point'} outside the source (only files inside it are "
+                             f"copied): {broken}; move the {'file' if one else 'files'} into the source and link "
+                             f"{'it' if one else 'them'} from there")
+                continue
+            lines.append(f"source '{source}': {printable_path(note)}: {shown}{more} {'is' if one else 'are'} not in "
+                         f"the source (deleted or moved?): {broken}; restore the {'file' if one else 'files'} or fix "
+                         f"the {'link' if one else 'links'}")
     if len(by_note) > MISSING_LINES:
         lines.append(f"source '{source}': … and {len(by_note) - MISSING_LINES} more notes with a missing attachment")
     return lines
