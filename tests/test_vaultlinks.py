@@ -37,3 +37,72 @@ def test_ambiguous_bare_links_are_qualified(tmp_path: Path) -> None:
         "`[[Home]]` in code\n")
     assert start.frontmatter["content_hash"] == text_hash(start.body)
     assert out[1:] == notes[1:]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a link that could mean several of the source's own notes: resolved as before, and said
+
+
+def test_a_link_several_notes_could_mean_is_named(tmp_path: Path) -> None:
+    from pipeline.index.graph import LinkResolver
+    from pipeline.index.vaultlinks import ambiguous_link_lines
+
+    plan = tmp_path / "Plan.md"
+    body = "# Plan\n\nSee [[Meeting]] and [[Meeting|again]], [[work/Meeting]], [[Solo]].\n\n`[[Meeting]]` in code\n"
+    plan.write_text(body, encoding="utf-8")
+    notes = [_n("me", "notes/Plan.md", body), _n("me", "work/Meeting.md"), _n("me", "home/Meeting.md"),
+             _n("me", "Solo.md"), _n("me", "notes/Tasks.md", "[[Meeting]] is here too\n"),
+             _n("me", "home/Log.md", "[[Meeting]] from its own folder\n")]
+    lines = ambiguous_link_lines("me", notes, {"notes/Plan.md": plan})
+    assert lines == [
+        "source 'me': notes/Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to home/Meeting.md (the "
+        "first in path order), not work/Meeting.md; write [[home/Meeting]] or [[work/Meeting]] to choose",
+        "source 'me': notes/Tasks.md: [[Meeting]] could mean 2 notes: it links to home/Meeting.md (the first in "
+        "path order), not work/Meeting.md; write [[home/Meeting]] or [[work/Meeting]] to choose"]
+    # the choice itself is unchanged, whatever order the notes come in
+    paths = [n.vault_path for n in notes]
+    assert {LinkResolver(order).resolve("Meeting", "me/notes/Plan.md") for order in (paths, paths[::-1])} == {
+        "me/home/Meeting.md"}
+    # names no two notes share: nothing to say, nothing parsed
+    assert ambiguous_link_lines("me", [n for n in notes if n.rel_path != "work/Meeting.md"]) == []
+
+
+def test_ambiguous_links_are_capped_at_five_lines() -> None:
+    from pipeline.index.vaultlinks import ambiguous_link_lines
+
+    notes = [_n("me", "a/X.md"), _n("me", "b/X.md")] + [_n("me", f"n{i}.md", "[[X]]\n") for i in range(7)]
+    lines = ambiguous_link_lines("me", notes + [_n("me", "c/d/X.md")])
+    assert lines[0] == ("source 'me': n0.md: [[X]] could mean 3 notes: it links to a/X.md (the first in path order), "
+                        "not b/X.md, c/d/X.md; write [[a/X]] or [[b/X]] or [[c/d/X]] to choose")
+    notes = [_n("me", "a/X.md"), _n("me", "bb/X.md"), _n("me", "n0.md", "[[X]]\n")]
+    assert ambiguous_link_lines("me", notes) == [
+        "source 'me': n0.md: [[X]] could mean 2 notes: it links to a/X.md (the shortest path), not bb/X.md; write "
+        "[[a/X]] or [[bb/X]] to choose"]
+    lines = ambiguous_link_lines("me", [_n("me", "a/X.md"), _n("me", "b/X.md")] +
+                                 [_n("me", f"n{i}.md", "[[X]]\n") for i in range(7)])
+    assert len(lines) == 6 and lines[-1] == "source 'me': … and 2 more links whose name several notes share"
+
+
+def test_build_warns_about_a_link_two_of_the_users_notes_could_mean(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    for folder in ("a", "b"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "Meeting.md").write_text(f"# Meeting\n\nnotes of {folder}\n", encoding="utf-8")
+    (root / "Plan.md").write_text("# Plan\n\nAgenda: [[Meeting]]\n", encoding="utf-8")
+    (tmp_path / "sources.yaml").write_text(f"sources:\n  - name: me\n    kind: local\n    path: {root}\n",
+                                           encoding="utf-8")
+    _tiny_setenv(tmp_path, monkeypatch)
+    warning = ("warning: source 'me': Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to a/Meeting.md "
+               "(the first in path order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose")
+    for _ in range(2):                                  # said again on a build with nothing changed, until fixed
+        result = CliRunner().invoke(app, ["build"])
+        assert result.exit_code == 0, result.output
+        assert result.stderr.splitlines() == [warning]
+    (root / "Plan.md").write_text("# Plan\n\nAgenda: [[b/Meeting]]\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["build"])
+    assert (result.exit_code, result.stderr) == (0, "")

@@ -201,6 +201,7 @@ class LinkResolver:
             stem = _strip_md(p)
             self._exact[_key(stem)].append(p)
             self._by_name[_key(posixpath.basename(stem))].append(p)
+        self.last_rivals: list[str] = []     # the notes the last resolved link could equally mean (see rivals)
         self._aliases: dict[str, list[str]] = defaultdict(list)
         for path, names in aliases.items():
             p = unicodedata.normalize("NFC", path)
@@ -226,6 +227,7 @@ class LinkResolver:
         Returns:
             A vault path from ``paths``, or None.
         """
+        self.last_rivals = []
         target = unicodedata.normalize("NFC", target.strip())
         if not target or self.is_attachment(target):
             return None
@@ -261,8 +263,16 @@ class LinkResolver:
             return self._best(cands, stem, source, from_dir)
         return None
 
-    @staticmethod
-    def _best(cands: Sequence[str], stem: str, source: str, from_dir: str, exact: str | None = None) -> str:
+    def rivals(self, target: str, from_path: str, *, kind: str = "wikilink") -> list[str]:
+        """The other notes ``target`` could equally mean: for a link :meth:`resolve` resolves, the candidates that
+        tie with its choice on everything but path length and order (same source, same folder or not, the name as
+        written) — ``[[Meeting]]`` from ``notes/`` when ``a/Meeting.md`` and ``b/Meeting.md`` both exist, where
+        Obsidian's choice is not predictable either. Sorted; ``[]`` when the link is unambiguous or dangling. The
+        last :meth:`resolve` call's are :attr:`last_rivals`."""
+        self.resolve(target, from_path, kind=kind)
+        return list(self.last_rivals)
+
+    def _best(self, cands: Sequence[str], stem: str, source: str, from_dir: str, exact: str | None = None) -> str:
         wanted = (exact or stem).split("/")[-1]
 
         def rank(p: str) -> tuple[bool, bool, bool, int, str]:
@@ -275,7 +285,11 @@ class LinkResolver:
                 p,
             )
 
-        return min(cands, key=rank)
+        best = min(cands, key=rank)
+        if len(cands) > 1:
+            top = rank(best)[:3]
+            self.last_rivals = sorted(p for p in cands if p != best and rank(p)[:3] == top)
+        return best
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -120,3 +120,56 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
 def ambiguous_names(notes: Sequence[Note], others: set[str]) -> list[str]:
     """The names of ``notes`` that are also in ``others`` (sorted): what the qualification depends on."""
     return sorted({_key(posixpath.basename(n.rel_path)[:-3]) for n in notes} & others)
+
+
+#: at most this many ambiguous links are named one by one per source in :func:`ambiguous_link_lines`
+AMBIGUOUS_LINES = 5
+
+
+def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Path] | None = None) -> list[str]:
+    """One warning line per wikilink of ``notes`` (one source) whose name several of the source's notes share
+    equally (:meth:`pipeline.index.graph.LinkResolver.rivals`: ``[[Meeting]]`` with ``a/Meeting.md`` and
+    ``b/Meeting.md``, neither in the linking note's folder): the note, the link, its line (when ``files`` maps the
+    note's source path to its file and the link is written there as is), the note it resolves to and the others,
+    and how to choose. At most :data:`AMBIGUOUS_LINES` links, then one ``… and N more`` line. Deterministic (notes
+    and links in order). Only notes whose body links a name two notes share are parsed: a source without such
+    names costs one pass over its paths."""
+    from collections import Counter
+
+    from pipeline.index.graph import LinkResolver, parse_links
+    from pipeline.ingest.attachments import _line_numbers
+    from pipeline.ingest.fetch.local import printable_path
+
+    counts = Counter(_key(posixpath.basename(n.rel_path).removesuffix(".md")) for n in notes)
+    shared = {name for name, c in counts.items() if c > 1}
+    if not shared:
+        return []
+    resolver = LinkResolver([n.vault_path for n in notes], {n.vault_path: n.aliases for n in notes if n.aliases})
+    prefix = f"{source}/"
+    found: list[tuple[str, str, str, list[str]]] = []        # (note source path, link text, chosen, rivals)
+    for note in sorted(notes, key=lambda n: n.vault_path):
+        if "[[" not in note.body or not any(name in note.body.casefold() for name in shared):
+            continue
+        seen: set[str] = set()
+        for link in parse_links(note.body):
+            if link.kind != "wikilink" or not link.target or link.target in seen:
+                continue
+            seen.add(link.target)
+            rivals = resolver.rivals(link.target, note.vault_path)
+            if rivals:
+                chosen = resolver.resolve(link.target, note.vault_path) or ""
+                found.append((note.source_path, link.target, chosen, rivals))
+    lines = []
+    for sp, target, chosen, rivals in found[:AMBIGUOUS_LINES]:
+        at = _line_numbers((files or {}).get(sp), [f"[[{target}"]).get(f"[[{target}")
+        where = f" (line {at})" if at else ""
+        others = ", ".join(printable_path(r.removeprefix(prefix)) for r in rivals)
+        choose = " or ".join(f"[[{p.removeprefix(prefix).removesuffix('.md')}]]" for p in [chosen, *rivals][:3])
+        why = "the shortest path" if all(len(chosen) < len(r) for r in rivals) else "the first in path order"
+        lines.append(f"source '{source}': {printable_path(sp)}: [[{target}]]{where} could mean {len(rivals) + 1} "
+                     f"notes: it links to {printable_path(chosen.removeprefix(prefix))} ({why}), not "
+                     f"{others}; write {choose} to choose")
+    if len(found) > AMBIGUOUS_LINES:
+        lines.append(f"source '{source}': … and {len(found) - AMBIGUOUS_LINES} more links whose name several notes "
+                     "share")
+    return lines

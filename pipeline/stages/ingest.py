@@ -281,10 +281,16 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         skip_lines = [*plan.skipped, *symlinks]
         att_rows = _stat_rows([(rel, str(path)) for rel, path in sorted(plan.files.items())])
         key = digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
-        # a missing file of the user's own folder is theirs to restore; a git source's, upstream's (not warned)
-        missing = missing_lines(source.name, plan.missing, {
-            str(f.get("source_path")): Path(str(f.get("path"))) for f in fetch_state.get("files") or []
-            if isinstance(f, dict)}) if source.kind == "local" else []
+        # a missing file of the user's own folder is theirs to restore, a link that could mean several of their
+        # notes theirs to choose; a git source's, upstream's (not warned)
+        missing: list[str] = []
+        if source.kind == "local":
+            from pipeline.index.vaultlinks import ambiguous_link_lines
+
+            files = {str(f.get("source_path")): Path(str(f.get("path"))) for f in fetch_state.get("files") or []
+                     if isinstance(f, dict)}
+            missing = missing_lines(source.name, plan.missing, files) + ambiguous_link_lines(source.name, notes,
+                                                                                           files)
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
                  "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified,
                  "warning_lines": missing}
