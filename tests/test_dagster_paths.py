@@ -70,7 +70,7 @@ def _searchable(settings: Settings) -> list[str]:
 def _run_outcome(instance: dg.DagsterInstance, run_id: str) -> dict[str, object]:
     """What the UI shows of a run: its status, the failed steps, the materialized assets and failed checks."""
     run = instance.get_run_by_id(run_id)
-    failed_steps, materialized, failed_checks = set(), set(), set()
+    failed_steps, materialized, failed_checks, described = set(), set(), set(), {}
     for rec in instance.all_logs(run_id):
         ev = rec.dagster_event
         if ev is None:
@@ -79,10 +79,15 @@ def _run_outcome(instance: dg.DagsterInstance, run_id: str) -> dict[str, object]
             failed_steps.add(ev.step_key)
         elif ev.event_type_value == "ASSET_MATERIALIZATION":
             materialized.add(ev.asset_key.to_user_string())
-        elif ev.event_type_value == "ASSET_CHECK_EVALUATION" and not ev.event_specific_data.passed:
-            failed_checks.add(f"{ev.event_specific_data.asset_key.to_user_string()}:{ev.event_specific_data.check_name}")
+        elif ev.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = ev.event_specific_data
+            name = f"{data.asset_key.to_user_string()}:{data.check_name}"
+            if not data.passed:
+                failed_checks.add(name)
+            if data.description:
+                described[name] = data.description
     return {"status": run.status.value, "failed_steps": failed_steps, "materialized": materialized,
-            "failed_checks": failed_checks}
+            "failed_checks": failed_checks, "described": described}
 
 
 def _assert_dead_alone(outcome: dict[str, object]) -> None:
@@ -91,6 +96,13 @@ def _assert_dead_alone(outcome: dict[str, object]) -> None:
     assert "remote/raw_docs:ran_without_error" in outcome["failed_checks"]
     assert {"link_graph", "warehouse", "retrieval_eval", "tiny/embeddings"} <= outcome["materialized"]
     assert not {c for c in outcome["failed_checks"] if not c.startswith("remote/raw_docs:")}
+    # the cause where a Dagster user looks: on the failed check itself, not only in the step's log
+    described = outcome["described"]
+    assert "remote.git" in described["remote/raw_docs:ran_without_error"]
+    assert described["remote/raw_docs:ran_without_error"].endswith(" (serving: last good copy)")
+    assert described["remote/raw_docs:has_files"] == ("this run's fetch failed (see ran_without_error); serving "
+                                                      "the last good copy (1 file)")
+    assert "tiny/raw_docs:has_files" not in described          # a fetch that ran: nothing to explain
 
 
 def _docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:

@@ -251,10 +251,13 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     else:
         meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
     never_built = meta.get("kept") == "nothing (never built)"
+    # the cause as the check's description too: the UI shows it on the check's evaluation, beside the failed run
     checks.append(dg.AssetCheckResult(
         check_name=RAN_WITHOUT_ERROR, passed=not error and not never_built,
-        metadata={"error": error} if error else {"status": meta["status"], **(
-            {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})}))
+        metadata={"error": error, "serving": meta["serving"]} if error else {"status": meta["status"], **(
+            {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})},
+        description=(f"{error} (serving: {meta['serving']})" if error else
+                     f"{meta['cause']}: nothing to serve (never built)" if never_built else None)))
     return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
 
 
@@ -298,9 +301,19 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             return fetched
 
         def checks(s: Settings, fetched: Any) -> list[dg.AssetCheckResult]:
-            n = int(fetched.files if fetched is not None else artifacts.load_state(s, source.name).get("files", 0))
+            if fetched is not None:
+                n = int(fetched.files)
+                return [dg.AssetCheckResult(check_name="has_files", passed=n > 0 or source.kind == "local",
+                                            metadata={"files": n, "counted": "this run's fetch"})]
+            # the fetch failed (or did not run): what is served is the last good copy; say so, do not pass it off
+            # as this run's
+            n = int(artifacts.load_state(s, source.name).get("files", 0))
+            last = (f"the last good copy ({n} file{'' if n == 1 else 's'})" if n
+                    else "nothing (no fetch has succeeded)")
             return [dg.AssetCheckResult(check_name="has_files", passed=n > 0 or source.kind == "local",
-                                        metadata={"files": n})]
+                                        metadata={"files": n, "counted": "last good copy: this run's fetch failed"},
+                                        description=f"this run's fetch failed (see ran_without_error); serving "
+                                                    f"{last}")]
 
         return _run_source_stage(context, docsvault, "raw_docs", source, run, loaded, checks)
 
