@@ -223,7 +223,7 @@ class BuildLock:
         return True
 
     def _write(self, fd: int) -> None:
-        from pipeline.config import FORCE_ENV
+        from pipeline.config import force_spec
 
         info = {
             "pid": os.getpid(),
@@ -231,8 +231,8 @@ class BuildLock:
             "host": socket.gethostname(),
             "argv": " ".join(sys.argv)[:300],
         }
-        if os.environ.get(FORCE_ENV, "").strip():   # a forced rebuild (`build --force`, MCP `refresh(full=true)`)
-            info["force"] = os.environ[FORCE_ENV].strip()[:300]
+        if force_spec():                       # a forced rebuild (`build --force`, MCP `refresh(full=true)`)
+            info["force"] = force_spec()[:300]
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(info).encode("utf-8"))

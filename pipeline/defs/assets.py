@@ -250,15 +250,20 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
                 "seconds": round(time.perf_counter() - started, 3)}
     else:
         meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
+    checks.append(_ran_without_error_result(error, meta))
+    return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
+
+
+def _ran_without_error_result(error: str, meta: dict[str, Any]) -> dg.AssetCheckResult:
+    """The ``ran_without_error`` evaluation of a stage's run (``meta``: its materialization's metadata). The cause
+    is also the description: the UI shows it on the check's evaluation, beside the failed run."""
     never_built = meta.get("kept") == "nothing (never built)"
-    # the cause as the check's description too: the UI shows it on the check's evaluation, beside the failed run
-    checks.append(dg.AssetCheckResult(
+    return dg.AssetCheckResult(
         check_name=RAN_WITHOUT_ERROR, passed=not error and not never_built,
         metadata={"error": error, "serving": meta["serving"]} if error else {"status": meta["status"], **(
             {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})},
         description=(f"{error} (serving: {meta['serving']})" if error else
-                     f"{meta['cause']}: nothing to serve (never built)" if never_built else None)))
-    return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
+                     f"{meta['cause']}: nothing to serve (never built)" if never_built else None))
 
 
 # ---------------------------------------------------------------- per source
