@@ -98,15 +98,15 @@ def test_lock_file_with_garbage_or_a_dead_pid_is_taken_over(tmp_path: Path) -> N
                                                ("a,b", "docsvault build --force --source a --source b")])
 def test_taking_over_a_killed_forced_rebuild_says_to_force_it_again(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                                      force: str, command: str) -> None:
-    dead = {"pid": 999_999_998, "started_at": f"t-{force}", "host": "h", "argv": "docsvault build --force",
+    dead = {"pid": 999_999_998, "started_at": f"t-{force}", "host": f"h-{force}", "argv": "docsvault build --force",
             "force": force}
     (tmp_path / LOCK_NAME).write_text(json.dumps(dead))
-    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps(dead))
+    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps({**dead, "started_at": "earlier"}))    # each lock its own time
     with caplog.at_level(logging.WARNING, logger="docsvault"):
         with build_run_lock(tmp_path), build_lock(tmp_path):       # both files name it: one hint, not two
             pass
     hints = [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
-    assert hints == [f"the forced rebuild of pid 999999998 on h, started at t-{force} did not finish (killed); run "
+    assert hints == [f"the forced rebuild of pid 999999998 on h-{force}, started at earlier did not finish (killed); run "
                      f"`{command}` again to finish it (or MCP refresh(full=true)): a plain build would find what it "
                      "had redone unchanged"]
 

@@ -99,14 +99,14 @@ def _describe(info: dict[str, Any]) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
 
 
-_force_warned: set[tuple[Any, Any]] = set()      # (pid, started_at) of dead forced builds already warned about
+_force_warned: set[tuple[Any, Any]] = set()      # (pid, host) of dead forced builds already warned about
 
 
 def _warn_unfinished_force(info: dict[str, Any]) -> None:
     """Warn once per dead holder when the stale lock was a forced rebuild's: a plain build would find what it had
     redone unchanged and not finish it, so the user has to force it again (as Ctrl-C's message says)."""
     force = str(info.get("force") or "")
-    key = (info.get("pid"), info.get("started_at"))
+    key = (info.get("pid"), info.get("host"))     # one process: its run lock and stage locks name other times
     if not force or key in _force_warned:
         return
     _force_warned.add(key)
