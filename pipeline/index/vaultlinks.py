@@ -15,6 +15,7 @@ depend on the order in which sources are written.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import posixpath
 import re
@@ -144,12 +145,21 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
     shared = {name for name, c in counts.items() if c > 1}
     if not shared:
         return []
-    resolver = LinkResolver([n.vault_path for n in notes], {n.vault_path: n.aliases for n in notes if n.aliases})
+    resolver: LinkResolver | None = None                     # built for the first note that may need it
+
+    @functools.lru_cache(maxsize=4096)
+    def links_shared(inner: str) -> bool:                    # `[[inner]]` names a shared name
+        target = re.split(r"\\?\||#", inner, maxsplit=1)[0].strip().removesuffix(".md")
+        return _key(posixpath.basename(target)) in shared
+
     prefix = f"{source}/"
     found: list[tuple[str, str, str, list[str]]] = []        # (note source path, link text, chosen, rivals)
     for note in sorted(notes, key=lambda n: n.vault_path):
-        if "[[" not in note.body or not any(name in note.body.casefold() for name in shared):
-            continue
+        if "[[" not in note.body or not any(links_shared(m.group(2)) for m in _WIKI.finditer(note.body)):
+            continue                            # a regex pass; only a note that may link a shared name is parsed
+        if resolver is None:
+            resolver = LinkResolver([n.vault_path for n in notes],
+                                    {n.vault_path: n.aliases for n in notes if n.aliases})
         seen: set[str] = set()
         for link in parse_links(note.body):
             if link.kind != "wikilink" or not link.target or link.target in seen:
