@@ -274,3 +274,23 @@ def test_a_never_built_source_serves_nothing_and_says_so(tiny_env: Path) -> None
             meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
             assert (meta["status"], meta["kept"], meta["cause"]) == ("skipped", "nothing (never built)",
                                                                      "never/raw_docs failed")
+
+
+def test_a_local_source_that_never_fetched_fails_has_files_and_says_why(tiny_env: Path) -> None:
+    """A `local` folder may be empty (`has_files` passes a fetch of an empty folder), but a source whose fetch has
+    never succeeded has no files at all: `has_files` fails, and both checks say why on their evaluation."""
+    from pipeline.defs.runner import run_build
+
+    sources = tiny_env / "sources.yaml"
+    sources.write_text(sources.read_text() + f"  - name: gone\n    kind: local\n    path: {tiny_env}/no-such\n",
+                       encoding="utf-8")
+    assert not run_build(Settings.from_env()).ok
+    with dg.DagsterInstance.get() as instance:
+        (run,) = instance.get_runs(limit=1)
+        outcome = _run_outcome(instance, run.run_id)
+    assert {"gone/raw_docs:ran_without_error", "gone/raw_docs:has_files"} <= outcome["failed_checks"]
+    assert outcome["described"]["gone/raw_docs:ran_without_error"] == (
+        f"source 'gone': local path {tiny_env}/no-such does not exist or is not a folder; fix 'path' in "
+        "sources.yaml (serving: nothing (never built))")
+    assert outcome["described"]["gone/raw_docs:has_files"] == (
+        "this run's fetch failed (see ran_without_error); serving nothing (no fetch has succeeded)")

@@ -315,7 +315,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             n = int(artifacts.load_state(s, source.name).get("files", 0))
             last = (f"the last good copy ({n} file{'' if n == 1 else 's'})" if n
                     else "nothing (no fetch has succeeded)")
-            return [dg.AssetCheckResult(check_name="has_files", passed=n > 0 or source.kind == "local",
+            return [dg.AssetCheckResult(check_name="has_files", passed=n > 0,      # an empty folder fetched
                                         metadata={"files": n, "counted": "last good copy: this run's fetch failed"},
                                         description=f"this run's fetch failed (see ran_without_error); serving "
                                                     f"{last}")]
