@@ -295,7 +295,8 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
               description=f"Fetched files of source `{source.name}` ({source.kind}).",
               check_specs=[_ran_without_error_spec(raw_key), dg.AssetCheckSpec(
                   "has_files", asset=raw_key, blocking=True,
-                  description="The fetch produced at least one file (a local folder may be empty).")])
+                  description="The fetch produced at least one file (a fetched local folder may be empty; a "
+                              "source whose fetch never succeeded fails it).")])
     def raw_docs(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         def run(s: Settings) -> StageResult:
             fetched = build.fetch_stage(s, source)
