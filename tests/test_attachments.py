@@ -250,6 +250,35 @@ def test_a_target_outside_the_source_is_named_as_such_not_as_deleted(tmp_path: P
         "embed/link of it is broken in the vault; move the file into the source and link it from there"]
 
 
+def test_a_target_outside_every_folder_of_a_source_with_several_is_named_as_such(tmp_path: Path) -> None:
+    """A local source with two folders keeps each folder's name in its source paths (``me/Plan.md``): ``../``
+    from a note at the top of ``work/`` leaves the source without climbing above the source path's root. It was
+    reported as deleted or moved; ``../me/gone.png`` lands in the source's other folder and is."""
+    home = tmp_path / "home"
+    for folder in ("me", "work"):
+        (home / folder).mkdir(parents=True)
+    (home / "secret.png").write_bytes(b"PNG")
+    (home / "work" / "Top.md").write_text("# Top\n\n![[../secret.png]]\n![[../me/gone.png]]\n", encoding="utf-8")
+    (home / "me" / "Plan.md").write_text("# Plan\n\n![[../../secret.png]]\n", encoding="utf-8")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: two\n    kind: local\n    path: [{home / 'me'}, {home / 'work'}]\n",
+                       encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    assert build.vault_stage(settings, source).warning_lines == (
+        "source 'two': me/Plan.md: ../../secret.png (line 3) points outside the source (only files inside it are "
+        "copied): the note's embed/link of it is broken in the vault; move the file into the source and link it "
+        "from there",
+        "source 'two': work/Top.md: ../me/gone.png (line 4) is not in the source (deleted or moved?): the note's "
+        "embed/link of it is broken in the vault; restore the file or fix the link",
+        "source 'two': work/Top.md: ../secret.png (line 3) points outside the source (only files inside it are "
+        "copied): the note's embed/link of it is broken in the vault; move the file into the source and link it "
+        "from there")
+    assert not (settings.vault_dir / "two" / "secret.png").exists()
+
+
 def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding of a new user's run: deleting ``diagram.png`` that ``Plan.md`` still embeds left the vault with a

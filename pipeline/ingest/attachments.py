@@ -292,22 +292,28 @@ def _line_numbers(path: Path | None, targets: Sequence[str]) -> dict[str, int]:
             if any(t in line for line in lines)}
 
 
-def _leaves_source(note_sp: str, target: str) -> bool:
+def _leaves_source(note_sp: str, target: str, folders: Sequence[str] = ()) -> bool:
     """True when ``target``, read from the note's folder, climbs above the source's root (``../../secret.png``
-    from a note at the root): never copied, whether the file exists or not."""
-    path = posixpath.normpath(posixpath.join(posixpath.dirname(note_sp), target.replace("\\", "/")))
-    return path == ".." or path.startswith("../")
+    from a note at the root): never copied, whether the file exists or not. ``folders``: the source path prefixes
+    of a local source with several folders (``"me/"``, ``"work/"``, see :func:`source_roots`): there a target that
+    climbs out of the note's folder into none of them (``../secret.png`` from ``work/Top.md``) leaves it too."""
+    target = target.replace("\\", "/")
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(note_sp), target))
+    if path == ".." or path.startswith("../"):
+        return True
+    return bool(folders) and ".." in target.split("/") and not path.startswith(tuple(folders))
 
 
-def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dict[str, Path] | None = None
-                  ) -> list[str]:
+def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dict[str, Path] | None = None,
+                  folders: Sequence[str] = ()) -> list[str]:
     """One warning line per note that embeds or links an attachment file that is not in the source (an image
     deleted or moved while a note still shows it: its embed is broken in the vault), naming the note's source
     path and the missing targets (with the line of the note's file that holds each, when ``files`` maps the
     note's source path to it and the target is written there as is); at most :data:`MISSING_LINES` notes, then
     one ``… and N more`` line. A target that climbs out of the source (``../``) gets a line of its own saying so.
-    ``unresolved``: :attr:`AttachmentPlan.missing`. A link to a missing *note* is a
-    dangling link instead, counted by the graph and the warehouse, not warned about."""
+    ``unresolved``: :attr:`AttachmentPlan.missing`; ``folders``: the source path prefixes of a source with several
+    folders (:func:`_leaves_source`). A link to a missing *note* is a dangling link instead, counted by the graph
+    and the warehouse, not warned about."""
     from pipeline.ingest.fetch.local import printable_path
 
     by_note: dict[str, list[str]] = {}
@@ -316,7 +322,7 @@ def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dic
     lines = []
     for note, all_targets in list(by_note.items())[:MISSING_LINES]:
         at = _line_numbers((files or {}).get(note), all_targets)
-        outside = [t for t in all_targets if _leaves_source(note, t)]
+        outside = [t for t in all_targets if _leaves_source(note, t, folders)]
         for targets in ([t for t in all_targets if t not in outside], outside):
             if not targets:
                 continue

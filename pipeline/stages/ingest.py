@@ -251,7 +251,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
     from pipeline.index.vaultlinks import ambiguous_names
-    from pipeline.ingest.attachments import missing_lines, plan_attachments
+    from pipeline.ingest.attachments import missing_lines, plan_attachments, source_roots
     from pipeline.ingest.fetch import read_state
     from pipeline.ingest.vault import write_source
 
@@ -289,8 +289,9 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
 
             files = {str(f.get("source_path")): Path(str(f.get("path"))) for f in fetch_state.get("files") or []
                      if isinstance(f, dict)}
-            missing = missing_lines(source.name, plan.missing, files) + ambiguous_link_lines(source.name, notes,
-                                                                                           files)
+            folders = [prefix for prefix, _ in source_roots(source, settings.raw_dir) if prefix]
+            missing = missing_lines(source.name, plan.missing, files, folders) + ambiguous_link_lines(
+                source.name, notes, files)
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
                  "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified,
                  "warning_lines": missing}
