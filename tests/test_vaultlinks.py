@@ -106,3 +106,32 @@ def test_build_warns_about_a_link_two_of_the_users_notes_could_mean(tmp_path: Pa
     (root / "Plan.md").write_text("# Plan\n\nAgenda: [[b/Meeting]]\n", encoding="utf-8")
     result = CliRunner().invoke(app, ["build"])
     assert (result.exit_code, result.stderr) == (0, "")
+
+
+def test_a_link_several_notes_could_mean_is_named_when_another_source_has_the_name_too(tmp_path: Path) -> None:
+    """``[[Meeting]]`` with ``a/`` and ``b/Meeting.md`` in the user's folder and a ``Meeting.md`` in another
+    source: the vault stage writes the link in path form (the same choice) and said nothing, as the warning was
+    looked for in the links it had qualified; it is looked for in the links as written."""
+    from pipeline import stages as build
+    from pipeline.config import Settings
+    from pipeline.ingest.sources import load_sources
+
+    root, docs = tmp_path / "me", tmp_path / "docs"
+    for folder in ("a", "b"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "Meeting.md").write_text(f"# Meeting\n\nnotes of {folder}\n", encoding="utf-8")
+    (root / "Plan.md").write_text("# Plan\n\nAgenda: [[Meeting]]\n", encoding="utf-8")
+    docs.mkdir()
+    (docs / "Meeting.md").write_text("# Meeting\n\nhow to run one\n", encoding="utf-8")
+    (tmp_path / "sources.yaml").write_text(f"sources:\n  - name: me\n    kind: local\n    path: {root}\n"
+                                           f"  - name: docs\n    kind: local\n    path: {docs}\n", encoding="utf-8")
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    me, other = load_sources(settings.sources_file)
+    for source in (me, other):
+        build.fetch_stage(settings, source)
+        build.normalize_stage(settings, source)
+    result = build.vault_stage(settings, me)
+    assert (result.qualified_links, result.warning_lines) == (1, (
+        "source 'me': Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to a/Meeting.md (the first in path "
+        "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose",))
+    assert "Agenda: [[me/a/Meeting|Meeting]]" in (settings.vault_dir / "me" / "Plan.md").read_text(encoding="utf-8")

@@ -246,7 +246,8 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
     (attachment links whose file is not in the source), ``qualified_links`` (bare links written in path form
     because their name is also a note elsewhere in the vault, see :func:`vault_names` and
     :mod:`pipeline.index.vaultlinks`), ``warning_lines`` (a local source's notes whose attachment is missing, see
-    :func:`pipeline.ingest.attachments.missing_lines`; left out when there is none).
+    :func:`pipeline.ingest.attachments.missing_lines`, then its wikilinks, as written, that several of its notes
+    could mean, see :func:`pipeline.index.vaultlinks.ambiguous_link_lines`; left out when there is none).
 
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
@@ -268,11 +269,11 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         if listing and fast.get("pre") == pre and fast.get("key") == digest(pre, _stat_rows(fast.get("files") or [])) \
                 and listing == vault_listing(settings, source.name):
             return _vault_skipped(state, fast["plan"], vault_dir)
-        notes = artifacts.load_notes(settings, source.name)
-        shared_names = ambiguous_names(notes, others)
+        given = artifacts.load_notes(settings, source.name)
+        shared_names = ambiguous_names(given, others)
         links_memo, links_stale = versioned_cache(settings, "vaultlinks", source.name, "vault", "graph", "normalize",
                                                   fresh=forced(source.name))
-        notes, qualified = _qualify_links(source.name, notes, others, links_memo)
+        notes, qualified = _qualify_links(source.name, given, others, links_memo)
         plan = plan_attachments(source, notes, settings.raw_dir, memo=links_memo)
         fetch_state = read_state(source, settings) or {}
         notes_skipped = set(fetch_skipped_notes(fetch_state))     # the normalize stage reports those
@@ -290,8 +291,9 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
             files = {str(f.get("source_path")): Path(str(f.get("path"))) for f in fetch_state.get("files") or []
                      if isinstance(f, dict)}
             folders = [prefix for prefix, _ in source_roots(source, settings.raw_dir) if prefix]
+            # the links as written: qualifying one whose name another source also has keeps the same choice
             missing = missing_lines(source.name, plan.missing, files, folders) + ambiguous_link_lines(
-                source.name, notes, files)
+                source.name, given, files)
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
                  "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified,
                  "warning_lines": missing}

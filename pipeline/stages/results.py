@@ -104,7 +104,8 @@ class VaultResult(StageResult):
     """``vault_stage``: counts of notes written, unchanged and removed (with up to 50 ``removed_files``), the
     user's files kept in the folder, ``conflicts`` (``"<rel> -> <copy>"``), attachments copied and skipped (up to
     50 ``attachment_skip_lines``), unresolved embeds, links qualified to path form, the folder, and the warnings of
-    notes whose attachment is missing (``warning_lines``, None when there is none)."""
+    notes whose attachment is missing or whose link several notes could mean (``warning_lines``, None when there
+    is none)."""
 
     PATHS: ClassVar[tuple[str, ...]] = ("vault_dir",)
 
