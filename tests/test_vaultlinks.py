@@ -67,6 +67,19 @@ def test_a_link_several_notes_could_mean_is_named(tmp_path: Path) -> None:
     assert ambiguous_link_lines("me", [n for n in notes if n.rel_path != "work/Meeting.md"]) == []
 
 
+def test_an_ambiguous_link_is_placed_on_its_own_line_not_on_a_longer_name(tmp_path: Path) -> None:
+    """Line 3 holds ``[[Meeting Notes]]``: it begins as ``[[Meeting`` does, and was named as the link's line."""
+    from pipeline.index.vaultlinks import ambiguous_link_lines
+
+    plan = tmp_path / "Plan.md"
+    body = "# Plan\n\n[[Meeting Notes]] and [[Meetings]]\n\nAgenda: [[Meeting#Agenda|the agenda]]\n"
+    plan.write_text("---\ntags: [x]\n---\n" + body, encoding="utf-8")      # the file's lines, frontmatter too
+    notes = [_n("me", "Plan.md", body), _n("me", "a/Meeting.md"), _n("me", "b/Meeting.md")]
+    assert ambiguous_link_lines("me", notes, {"Plan.md": plan}) == [
+        "source 'me': Plan.md: [[Meeting]] (line 8) could mean 2 notes: it links to a/Meeting.md (the first in path "
+        "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose"]
+
+
 def test_ambiguous_links_are_capped_at_five_lines() -> None:
     from pipeline.index.vaultlinks import ambiguous_link_lines
 

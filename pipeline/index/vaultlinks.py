@@ -123,6 +123,17 @@ def ambiguous_names(notes: Sequence[Note], others: set[str]) -> list[str]:
     return sorted({_key(posixpath.basename(n.rel_path)[:-3]) for n in notes} & others)
 
 
+def _link_line(path: Path | None, target: str) -> int | None:
+    """The first line (1-based) of the file at ``path`` holding a wikilink to ``target`` as written (``[[target]]``,
+    ``[[target|``, ``[[target#``; not ``[[target notes]]``); None when there is none or the file is unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace") if path else ""
+    except OSError:
+        return None
+    link = re.compile(r"\[\[\s*" + re.escape(target) + r"\s*(?:\]\]|\\?\||#)")
+    return next((n for n, line in enumerate(text.splitlines(), 1) if link.search(line)), None)
+
+
 #: at most this many ambiguous links are named one by one per source in :func:`ambiguous_link_lines`
 AMBIGUOUS_LINES = 5
 
@@ -138,7 +149,6 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
     from collections import Counter
 
     from pipeline.index.graph import LinkResolver, parse_links
-    from pipeline.ingest.attachments import _line_numbers
     from pipeline.ingest.fetch.local import printable_path
 
     counts = Counter(_key(posixpath.basename(n.rel_path).removesuffix(".md")) for n in notes)
@@ -171,7 +181,7 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
                 found.append((note.source_path, link.target, chosen, rivals))
     lines = []
     for sp, target, chosen, rivals in found[:AMBIGUOUS_LINES]:
-        at = _line_numbers((files or {}).get(sp), [f"[[{target}"]).get(f"[[{target}")
+        at = _link_line((files or {}).get(sp), target)
         where = f" (line {at})" if at else ""
         others = ", ".join(printable_path(r.removeprefix(prefix)) for r in rivals)
         choose = " or ".join(f"[[{p.removeprefix(prefix).removesuffix('.md')}]]" for p in [chosen, *rivals][:3])
