@@ -97,6 +97,9 @@ def test_ambiguous_links_are_capped_at_five_lines() -> None:
 
 
 def test_build_warns_about_a_link_two_of_the_users_notes_could_mean(tmp_path: Path, monkeypatch) -> None:
+    import logging
+
+    import dagster as dg
     from typer.testing import CliRunner
 
     from pipeline.cli import app
@@ -116,6 +119,12 @@ def test_build_warns_about_a_link_two_of_the_users_notes_could_mean(tmp_path: Pa
         result = CliRunner().invoke(app, ["build"])
         assert result.exit_code == 0, result.output
         assert result.stderr.splitlines() == [warning]
+        # and in the Dagster run's log (the UI's), as the vault step's warning
+        instance = dg.DagsterInstance.get()
+        (run,) = instance.get_runs(limit=1)
+        assert [(e.step_key, e.level, e.user_message) for e in instance.all_logs(run.run_id)
+                if (e.user_message or "").startswith("source 'me': ")] == [("me__vault", logging.WARNING,
+                                                                     warning.removeprefix("warning: "))]
     (root / "Plan.md").write_text("# Plan\n\nAgenda: [[b/Meeting]]\n", encoding="utf-8")
     result = CliRunner().invoke(app, ["build"])
     assert (result.exit_code, result.stderr) == (0, "")

@@ -350,8 +350,13 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             return [dg.AssetCheckResult(check_name="frontmatter_valid", passed=not res.invalid, metadata={
                 "notes": res.notes, "invalid": res.invalid, "first_invalid": list(res.first_invalid)})]
 
-        return _run_source_stage(context, docsvault, "vault", source, lambda s: build.vault_stage(s, source), loaded,
-                                 checks)
+        def run(s: Settings) -> StageResult:
+            written = build.vault_stage(s, source)
+            for line in written.warning_lines or ():     # missing attachments, links several notes could mean
+                context.log.warning(line)
+            return written
+
+        return _run_source_stage(context, docsvault, "vault", source, run, loaded, checks)
 
     chunks_key = key("chunks", source)
 
