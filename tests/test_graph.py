@@ -276,3 +276,17 @@ def test_ec05_a_plain_markdown_note_gets_its_table_wikilinks_escaped(tmp_path: P
         "",
         "See [[Setup Guide#Install steps|Install]] and [[#Local heading]].",
     ]
+
+
+def test_export_survives_control_characters_in_a_title(tmp_path: Path) -> None:
+    """A note title with a terminal escape (a hostile file) made GraphML's writer raise, failing link_graph and
+    so the whole warehouse; GraphML gets the title without the characters XML cannot hold."""
+    import networkx as nx
+
+    from pipeline.index.graph import build_graph, export_graph
+    from pipeline.models import Note
+
+    notes = [Note("s", "A.md", "A.md", "A \x1b[2J\x00title", {}, "See [[B]].\n"), Note("s", "B.md", "B.md", "B", {}, "x\n")]
+    paths = export_graph(build_graph(notes), tmp_path)
+    titles = sorted(d["title"] for _, d in nx.read_graphml(paths["graphml"]).nodes(data=True))
+    assert titles == ["A [2Jtitle", "B"]

@@ -23,7 +23,7 @@ import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import networkx as nx
@@ -417,6 +417,17 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 # ---------------------------------------------------------------------------------------------------------------
 # export
 # ---------------------------------------------------------------------------------------------------------------
+#: characters XML 1.0 cannot hold (C0 controls but tab/newline/CR, lone surrogates, U+FFFE/U+FFFF): a note title
+#: carrying one (a terminal escape in a hostile file) made GraphML's writer fail the whole link_graph stage
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(value: Any) -> Any:
+    """``value`` with the characters XML cannot hold removed when it is a string (GraphML only; links.json keeps
+    the text as is)."""
+    return _XML_INVALID.sub("", value) if isinstance(value, str) else value
+
+
 def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
     """Write ``links.graphml`` and ``links.json`` into ``out_dir`` (created), each atomically (temp + replace).
 
@@ -435,10 +446,10 @@ def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
     g = nx.DiGraph()
     for node in sorted(lg.graph.nodes):
         attrs = lg.graph.nodes[node]
-        g.add_node(node, **{k: v for k, v in attrs.items() if isinstance(v, (str, int, float))})
+        g.add_node(node, **{k: _xml_safe(v) for k, v in attrs.items() if isinstance(v, (str, int, float))})
     for src, dst in sorted(lg.graph.edges):
         attrs = lg.graph.edges[src, dst]
-        g.add_edge(src, dst, **{k: v for k, v in attrs.items() if isinstance(v, (str, int, float))})
+        g.add_edge(src, dst, **{k: _xml_safe(v) for k, v in attrs.items() if isinstance(v, (str, int, float))})
 
     graphml = out_dir / "links.graphml"
     write_atomic_with(graphml, lambda fh: nx.write_graphml(g, fh))
