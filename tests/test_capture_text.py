@@ -182,8 +182,9 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, error", [
-    ("---\ntitle: [oops\n---\nbody\n", ("the text: line 2: invalid YAML frontmatter: expected ',' or ']', but "
-                                         "got '<stream end>'; fix or quote the value (nothing was written)")),
+    ("---\ntitle: [oops\n---\nbody\n", ("the text: line 2: invalid YAML frontmatter: the flow sequence ([…]) "
+                                         "that starts on line 2 is never closed; add the closing ']' (nothing was "
+                                         "written)")),
     ("---\n- a\n- b\n---\nbody\n", ("the text: line 2: frontmatter must be a YAML mapping (key: value lines), "
                                      "got list (nothing was written)")),
     ("---\ntitle: a\ntitle: b\n---\nbody\n", ("the text: line 3: invalid YAML frontmatter: duplicate key "
@@ -257,8 +258,8 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
     assert "\ntitle: 日本語のメモ。\n" in (cap_env / "mynotes" / "日本語のメモ.md").read_text(encoding="utf-8")
     # a malformed frontmatter: one line, exit 1, nothing written
     assert run("capture", "--source", "mynotes", "--no-build", stdin="---\ntags: [x\n---\nbody\n", code=1) == (
-        "error: the text: line 2: invalid YAML frontmatter: expected ',' or ']', but got '<stream end>'; fix or "
-        "quote the value (nothing was written)\n")
+        "error: the text: line 2: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 2 is never "
+        "closed; add the closing ']' (nothing was written)\n")
     assert sorted(p.name for p in (cap_env / "mynotes").iterdir()) == sorted(
         ["Seed.md", f"{LONG_NAME}.md", "アイアイ" + "の長い名前" * 12 + "の.md", "Pre.md", "日本語のメモ.md"])
 

@@ -136,6 +136,57 @@ def test_hostile_frontmatter_refused(yaml_text, message):
     assert str(info.value).startswith("source 's': bad.md: ") and message in str(info.value)
 
 
+
+_IND = "(a key or '- ' item starts in the same column as the others at its level), or quote the value"
+
+
+@pytest.mark.parametrize("yaml_text, message", [
+    # opened and never closed: named where it opens (PyYAML's context mark), not where YAML noticed
+    ('title: "unclosed\ntags: [a]\n', ("line 2: invalid YAML frontmatter: the quoted value that starts on line 2 is "
+                                      "never closed; close the quote (a quote character inside the value: write it "
+                                      "twice in '…', as \\\" in \"…\")")),
+    ("a: 1\nb: 'x\n", ("line 3: invalid YAML frontmatter: the quoted value that starts on line 3 is never closed; "
+                       "close the quote (a quote character inside the value: write it twice in '…', as \\\" in "
+                       "\"…\")")),
+    ("tags: [a,\n  b,\n  c\n", ("line 2: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 2 "
+                                "is never closed; add the closing ']'")),
+    ("a: 1\nb: {x: 1\n", ("line 3: invalid YAML frontmatter: the flow mapping ({…}) that starts on line 3 is never "
+                          "closed; add the closing '}'")),
+    ("title: t\ntags: [work/meetings\nstatus: draft\n", ("line 3: invalid YAML frontmatter: expected ',' or ']', but "
+                                                         "got ':' on line 4, in the flow sequence that starts on line "
+                                                         "3; fix or quote the value")),
+    ("a: 1\nfoo\nb: 2\n", ("line 3: invalid YAML frontmatter: could not find expected ':' on line 4, in the simple "
+                           "key that starts on line 3; fix or quote the value")),
+    # a bad indentation: the block mapping (context) starts on line 2, the line to fix is the indented one
+    ("title: t\ntags:\n  - a\n  - b\n status: x\nz: 1\n", ("line 6: invalid YAML frontmatter: expected <block "
+                                                           "end>, but found '<block mapping start>', in the block "
+                                                           "mapping that starts on line 2; check the indentation of "
+                                                           f"line 6 {_IND}")),
+    ("tags:\n  - a\n - b\n", ("line 4: invalid YAML frontmatter: expected <block end>, but found '<block sequence "
+                              "start>', in the block mapping that starts on line 2; check the indentation of line 4 "
+                              f"{_IND}")),
+    ('a: 1\nb: "x" y\n', ("line 3: invalid YAML frontmatter: expected <block end>, but found '<scalar>', in the "
+                          f"block mapping that starts on line 2; check the indentation of line 3 {_IND}")),
+    # a bad escape: on its own line, inside the "…" that starts above
+    ('a: 1\nb: "abc\n  \\q"\n', ("line 4: invalid YAML frontmatter: found unknown escape character 'q', in the "
+                                 "double-quoted scalar that starts on line 3; write a backslash as \\\\ inside "
+                                 "\"…\", or use '…' quotes")),
+    # a tab
+    ("a: 1\nb:\n  - c\n\t- d\n", ("line 5: invalid YAML frontmatter: found character '\\t' that cannot start any "
+                                  "token; replace the tab with spaces")),
+    # the second of two anchors, the first named
+    ("a: &x 1\nb: 2\nc: &x 3\n", ("line 4: invalid YAML frontmatter: found duplicate anchor 'x', first on line 2; "
+                                  "rename one of the two anchors")),
+    # the 101st alias is on line 5 (its line in the file, not in the YAML block)
+    ("t: x\na: &a x\nb: 1\nc: [" + ", ".join(["*a"] * 101) + "]\n", ("line 5: invalid YAML frontmatter: more than "
+                                                                     "100 alias references (*name); fix or quote "
+                                                                     "the value")),
+])
+def test_yaml_error_names_the_line_to_fix(yaml_text, message):
+    with pytest.raises(NoteError) as info:
+        split_frontmatter(f"---\n{yaml_text}---\nbody\n", "n.md")
+    assert str(info.value) == f"n.md: {message}"
+
 def test_aliases_within_bounds_still_work():
     fm, _ = split_frontmatter("---\nbase: &b {k: 1}\nx: *b\ny: *b\n<<: *b\n---\n", "x")
     assert fm == {"base": {"k": 1}, "x": {"k": 1}, "y": {"k": 1}, "k": 1}

@@ -52,7 +52,8 @@ class _SafeLoader(UniqueKeySafeLoader):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
                 mark = self.peek_event().start_mark
-                raise yaml.YAMLError(f"more than {MAX_ALIASES} alias references (*name) at line {mark.line + 1}")
+                raise yaml.MarkedYAMLError(problem=f"more than {MAX_ALIASES} alias references (*name)",
+                                           problem_mark=mark)
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
@@ -205,6 +206,55 @@ def _bad_value_line(raw: str) -> int | None:
     return None
 
 
+#: PyYAML contexts that start where the user opened something never closed: a quote, a ``[`` or ``{``, a key whose
+#: ``:`` never comes. YAML notices on a later line (for a quote, at the closing ``---``); the line to fix is the
+#: context's. Any other context encloses the mistake, which is at the problem mark: the block mapping above a badly
+#: indented line (often the whole frontmatter, from line 2), the ``"…"`` around a bad escape, the mapping being built.
+_OPENED_AT_CONTEXT = ("while scanning a quoted scalar", "while parsing a flow sequence",
+                      "while parsing a flow mapping", "while scanning a simple key")
+_BRACKETS = {"while parsing a flow sequence": "[]", "while parsing a flow mapping": "{}"}
+_CLOSE_QUOTE = "close the quote (a quote character inside the value: write it twice in '…', as \\\" in \"…\")"
+
+
+def _yaml_error_parts(exc: yaml.YAMLError) -> tuple[int, str, str]:
+    """``(file line to fix, problem, what to do)`` for a YAML error in a frontmatter block (its first line is file
+    line 2), from PyYAML's problem mark (where the parser stopped) and context mark (what it was reading, from
+    where): an unclosed quote or bracket is named where it opens, a bad indentation on its own line with the
+    enclosing block's first line mentioned, a tab with "replace the tab with spaces"."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
+    if mark is None:
+        return 2, problem, "fix or quote the value"
+    line, fix = mark.line + 2, "fix or quote the value"
+    ctx, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
+    if "'\\t'" in problem:                          # found character '\t' that cannot start any token
+        return line, problem, "replace the tab with spaces"
+    if context == "while scanning a double-quoted scalar":        # a bad escape: \q, \x4
+        fix = "write a backslash as \\\\ inside \"…\", or use '…' quotes"
+    if ctx is None:
+        return line, problem, fix
+    start = ctx.line + 2
+    what = re.sub(r"^(while (parsing|scanning|constructing) )?(an? )?", "", context)
+    # the closing `---` ends the block (the YAML stream) with a quote or bracket still open
+    if context == "while scanning a quoted scalar" and "end of stream" in problem:
+        return start, f"the quoted value that starts on line {start} is never closed", _CLOSE_QUOTE
+    if context in _BRACKETS and "<stream end>" in problem:
+        opener, closer = _BRACKETS[context]
+        return start, f"the {what} ({opener}…{closer}) that starts on line {start} is never closed", \
+            f"add the closing '{closer}'"
+    if ctx.line >= mark.line:
+        return line, problem, fix
+    if context in _OPENED_AT_CONTEXT:
+        return start, f"{problem} on line {line}, in the {what} that starts on line {start}", fix
+    if context.endswith("; first occurrence"):    # the composer's "found duplicate anchor 'x'; first occurrence"
+        return line, f"{context.removesuffix('; first occurrence')}, first on line {start}", \
+            "rename one of the two anchors"
+    if problem.startswith("expected <block end>"):   # a line indented off its block, or text after a "…" value
+        fix = (f"check the indentation of line {line} (a key or '- ' item starts in the same column as the others "
+               "at its level), or quote the value")
+    return line, f"{problem}, in the {what} that starts on line {start}", fix
+
+
 def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
     """Split a note into (frontmatter, body).
 
@@ -220,8 +270,8 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         closing line, leading blank lines dropped (the whole text when there is no frontmatter).
 
     Raises:
-        NoteError: the YAML is invalid (message names ``where`` and the file line), is not a mapping, or the
-            block is never closed.
+        NoteError: the YAML is invalid (message names ``where`` and the file line to fix, see
+            :func:`_yaml_error_parts`), is not a mapping, or the block is never closed.
     """
     text = normalize_newlines(text)
     if not (text.startswith("---\n") or text == "---"):
@@ -250,22 +300,8 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
     except _Limits as exc:
         raise NoteError(f"{where}: line 2: frontmatter refused: {exc}; simplify it") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 2}" if mark is not None else "line 2"
-        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
-        ctx, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
-        fix = "fix or quote the value"
-        if (mark is not None and ctx is not None and ctx.line < mark.line
-                and context.startswith(("while parsing ", "while scanning "))):
-            # `tags: [a, b` or `title: "a` unclosed: YAML notices on a later line (for a quote, at the closing
-            # `---`); the line to fix is where the value starts
-            line = f"line {ctx.line + 2}"
-            what = context.removeprefix("while parsing ").removeprefix("while scanning ").removeprefix("a ")
-            problem = f"{problem} on line {mark.line + 2}, in the {what} that starts on line {ctx.line + 2}"
-            if what == "quoted scalar" and "end of stream" in problem:     # the closing `---` ended the stream
-                problem = f"the quoted value that starts on line {ctx.line + 2} is never closed"
-                fix = "close the quote (a quote character inside the value: write it twice in '…', as \\\" in \"…\")"
-        raise NoteError(f"{where}: {line}: invalid YAML frontmatter: {problem}; {fix}") from None
+        line, problem, fix = _yaml_error_parts(exc)
+        raise NoteError(f"{where}: line {line}: invalid YAML frontmatter: {problem}; {fix}") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
         line = _bad_value_line(raw) or 2
         raise NoteError(f"{where}: line {line}: invalid value in frontmatter: {exc}; quote the value") from None
