@@ -461,8 +461,11 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
 
 
 def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool) -> list[str]:
-    """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context."""
+    """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context; a
+    line as the note has it (Markdown, HTML) but without terminal escape sequences or control characters
+    (:func:`~pipeline.search.snippet.strip_controls`, as in every hit's snippet, heading and title)."""
     from pipeline.search.reader import locate, resolve_note_path
+    from pipeline.search.snippet import strip_controls
 
     try:
         path, _ = resolve_note_path(settings().vault_dir, hit.vault_path)
@@ -480,6 +483,7 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     text = "\n".join(lines)
     body_at = len("\n".join(lines[:start])) + (1 if start else 0)
     start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet))
+    lines = [strip_controls(line) for line in lines]      # line by line: an unclosed OSC ends with its line
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
     # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match

@@ -374,6 +374,25 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
         "51-Later alpha text of the second chunk."]
 
 
+def test_context_lines_carry_no_terminal_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A note line's escape sequences (colour, OSC window title) and control bytes are not printed under a hit,
+    as they are not in its snippet; its HTML stays (the lines are the note's, as grep shows them)."""
+    from pipeline.cli import _context_lines, _state, term_pattern
+    from pipeline.config import Settings
+    from pipeline.models import Hit
+
+    vault = tmp_path / "vault"
+    (vault / "s").mkdir(parents=True)
+    (vault / "s" / "Odd.md").write_text(
+        '# Odd\n\n## Install <Badge text="beta"/>\n\nRun pip install \x1b[31motterkit\x1b[0m\x07 now.\n'
+        "Friends \x1b]0;owned\x07here.\n", encoding="utf-8")
+    monkeypatch.setitem(_state, "settings", Settings.from_env(vault_dir=vault))
+    hit = Hit(rank=1, source="s", source_path="Odd.md", vault_path="s/Odd.md", title="Odd", heading="Install",
+              score=1.0, snippet="Run pip install otterkit now.")
+    assert _context_lines(hit, 2, term_pattern(["otterkit"]), False) == [
+        '3-## Install <Badge text="beta"/>', "4-", "5:Run pip install otterkit now.", "6-Friends here.", "7-"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--json", "-C", "2"], ("error: --context shows note lines under each hit; it does not combine with --json (hits "
      "in JSON carry `vault_path` and `heading`: read the lines with `docsvault read`)\n")),

@@ -282,6 +282,33 @@ def test_a_hit_shows_its_heading_without_html_and_no_control_characters(tmp_path
     assert (hit.title, hit.heading, hit.snippet) == ("Setup ", "Install & a < b", "Run pip install otter now.")
 
 
+
+def test_cli_json_and_mcp_hits_show_the_same_clean_heading_and_text(tiny_env: Path) -> None:
+    """Through the two outputs that print a hit's fields as they are (``search --json``, MCP ``search``): headings
+    without their HTML (``<a id>`` anchors, components; ``a < b`` stays), no escape sequences in any field."""
+    from pipeline.mcp_server import VaultService
+
+    settings = Settings.from_env()
+    body = ('# Odd\n\n## <a id="x"></a>Setup <Badge text="beta"/> when a < b\n\n'
+            "Run pip install \x1b[31motterkit\x1b[0m\x07 now.\x1b]0;owned\x07\n")
+    note = Note("tiny", "Odd.md", "Odd.md", "Odd", {"title": "Odd"}, body)
+    heading = '<a id="x"></a>Setup <Badge text="beta"/> when a < b'
+    chunk = Chunk(f"{note.note_id}-0", note.note_id, "tiny", 0, ("Odd", heading), f"Odd > {heading}",
+                  "Run pip install \x1b[31motterkit\x1b[0m\x07 now.\x1b]0;owned\x07")
+    settings.warehouse_path.parent.mkdir(parents=True)
+    publish_chunks(settings.warehouse_path, [note], [chunk], dims=(384,))
+    (settings.vault_dir / "tiny").mkdir(parents=True)
+    (settings.vault_dir / "tiny" / "Odd.md").write_text(f"---\ntitle: Odd\n---\n{body}", encoding="utf-8")
+
+    result = runner.invoke(app, ["search", "otterkit", "--json"])
+    assert result.exit_code == 0, result.output
+    (hit,) = json.loads(result.output)
+    assert (hit["heading"], hit["snippet"], hit["title"]) == ("Setup when a < b", "Run pip install otterkit now.",
+                                                              "Odd")
+    (mcp_hit,) = VaultService(settings).search("otterkit")["hits"]
+    assert (mcp_hit["heading"], mcp_hit["text"], mcp_hit["title"]) == ("Setup when a < b",
+                                                                       "Run pip install otterkit now.", "Odd")
+
 def test_a_shown_heading_still_places_the_hit_in_its_note() -> None:
     from pipeline.search.reader import locate
 
