@@ -198,6 +198,15 @@ def force_spec() -> str:
     return os.environ.get(FORCE_ENV, "").strip()
 
 
+def forced_names(spec: str) -> set[str]:
+    """A ``DOCSVAULT_FORCE`` value -> the source names it forces: ``{"*"}`` for every source (``*``, ``1``,
+    ``true``, ``yes``, ``on`` among them), none for ``""``, ``0``, ``false``, ``no``, ``off``."""
+    if spec.strip().lower() in ("", "0", "false", "no", "off"):
+        return set()
+    names = {n.strip() for n in spec.split(",") if n.strip()}
+    return {"*"} if names & {"*", "1", "true", "yes", "on"} else names
+
+
 def lock_wait_seconds() -> float:
     """``DOCSVAULT_LOCK_WAIT``: seconds a stage waits for the build lock held by another process (3600)."""
     return float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))

@@ -269,11 +269,20 @@ def test_a_never_built_source_serves_nothing_and_says_so(tiny_env: Path) -> None
             "never/raw_docs:ran_without_error", "never/raw_docs:has_files",
             *(f"never/{s}:ran_without_error" for s in later)}
         assert {"link_graph", "warehouse", "retrieval_eval", "tiny/embeddings"} <= outcome["materialized"]
+        fetched = instance.get_latest_materialization_event(dg.AssetKey(["never", "raw_docs"]))
+        error = fetched.asset_materialization.metadata["error"].value
+        assert error.startswith("source 'never': ")
         for stage in later:
             ev = instance.get_latest_materialization_event(dg.AssetKey(["never", stage]))
             meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
-            assert (meta["status"], meta["kept"], meta["cause"]) == ("skipped", "nothing (never built)",
-                                                                     "never/raw_docs failed")
+            assert (meta["status"], meta["kept"], meta["cause"], meta["cause_error"]) == (
+                "skipped", "nothing (never built)", "never/raw_docs failed", error)
+        checks = [e.event_specific_data for e in (r.dagster_event for r in instance.all_logs(run.run_id))
+                  if e is not None and e.event_type_value == "ASSET_CHECK_EVALUATION"
+                  and e.event_specific_data.asset_key == dg.AssetKey(["never", "notes"])]
+        assert [({k: v.value for k, v in c.metadata.items()}, c.description) for c in checks] == [(
+            {"status": "skipped", "kept": "nothing (never built)", "cause": "never/raw_docs failed",
+             "cause_error": error}, "never/raw_docs failed: nothing to serve (never built)")]
 
 
 def test_a_local_source_that_never_fetched_fails_has_files_and_says_why(tiny_env: Path) -> None:

@@ -94,10 +94,30 @@ def test_lock_file_with_garbage_or_a_dead_pid_is_taken_over(tmp_path: Path) -> N
         assert lock.held and lock.took_over is None
 
 
+def _force_hints(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "was killed before it finished" in r.getMessage()]
+
+
+def _hint(command: str, holder: str) -> str:
+    return (f"the forced rebuild `{command}` ({holder}) was killed before it finished; run `{command}` again to "
+            "finish it (or MCP refresh(full=true)): a plain build redoes only what changed, so what the forced one "
+            "had not redone yet stays as it was")
+
+
+@pytest.fixture
+def fresh_hints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No forced build in this process, and no dead holder warned about yet (each test is a new build process)."""
+    from pipeline.common import lock
+
+    monkeypatch.delenv("DOCSVAULT_FORCE", raising=False)
+    monkeypatch.setattr(lock, "_force_warned", set())
+
+
 @pytest.mark.parametrize(("force", "command"), [("*", "docsvault build --force"),
                                                ("a,b", "docsvault build --force --source a --source b")])
 def test_taking_over_a_killed_forced_rebuild_says_to_force_it_again(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                                     force: str, command: str) -> None:
+                                                                     fresh_hints: None, force: str,
+                                                                     command: str) -> None:
     dead = {"pid": 999_999_998, "started_at": f"t-{force}", "host": f"h-{force}", "argv": "docsvault build --force",
             "force": force}
     (tmp_path / LOCK_NAME).write_text(json.dumps(dead))
@@ -105,17 +125,100 @@ def test_taking_over_a_killed_forced_rebuild_says_to_force_it_again(tmp_path: Pa
     with caplog.at_level(logging.WARNING, logger="docsvault"):
         with build_run_lock(tmp_path), build_lock(tmp_path):       # both files name it: one hint, not two
             pass
-    hints = [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
-    assert hints == [f"the forced rebuild of pid 999999998 on h-{force}, started at earlier did not finish (killed); run "
-                     f"`{command}` again to finish it (or MCP refresh(full=true)): a plain build would find what it "
-                     "had redone unchanged"]
+    assert _force_hints(caplog) == [_hint(command, f"pid 999999998 on h-{force}, started at earlier")]
 
 
-def test_a_plain_build_s_stale_lock_gets_no_force_hint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_killed_forced_rebuild_is_kept_until_a_forced_build_takes_the_lock(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, fresh_hints: None) -> None:
+    """Whoever takes the stale lock first (the Dagster sensor's tick, a shared stage of a Dagster run) keeps the
+    killed forced rebuild in the file: the next `docsvault build` says it too, every build until a forced one."""
+    from pipeline.common import lock
+
+    dead = {"pid": 999_999_996, "started_at": "T", "host": "h", "argv": "docsvault build --force", "force": "*"}
+    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps(dead))
+    with build_run_lock(tmp_path) as held:                    # the sensor's tick takes it over
+        assert held.took_over == dead and lock_holder(tmp_path / RUN_LOCK_NAME)["unfinished_force"] == dead
+    assert json.loads((tmp_path / RUN_LOCK_NAME).read_text()) == {"unfinished_force": dead}   # names no holder
+    for _ in range(2):                                        # two later plain builds (processes): each says it
+        monkeypatch.setattr(lock, "_force_warned", set())
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="docsvault"), build_run_lock(tmp_path) as held:
+            assert held.took_over is None
+        assert _force_hints(caplog) == [_hint("docsvault build --force", "pid 999999996 on h, started at T")]
+    monkeypatch.setenv("DOCSVAULT_FORCE", "only-a")           # a forced build of one source does not cover it
+    with build_run_lock(tmp_path):
+        assert lock_holder(tmp_path / RUN_LOCK_NAME)["unfinished_force"] == dead
+    monkeypatch.setenv("DOCSVAULT_FORCE", "*")                # the full forced rebuild redoes it: nothing to say
+    monkeypatch.setattr(lock, "_force_warned", set())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="docsvault"), build_run_lock(tmp_path):
+        assert "unfinished_force" not in lock_holder(tmp_path / RUN_LOCK_NAME)
+    assert _force_hints(caplog) == [] and (tmp_path / RUN_LOCK_NAME).read_text() == ""
+
+
+def test_a_killed_forced_rebuild_after_another_forces_what_both_forced(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, fresh_hints: None) -> None:
+    first = {"pid": 999_999_995, "started_at": "T1", "host": "h", "force": "a"}
+    second = {"pid": 999_999_994, "started_at": "T2", "host": "h", "force": "b", "unfinished_force": first}
+    (tmp_path / RUN_LOCK_NAME).write_text(json.dumps(second))     # the second forced build was killed too
+    with caplog.at_level(logging.WARNING, logger="docsvault"), build_run_lock(tmp_path):
+        pass
+    assert _force_hints(caplog) == [_hint("docsvault build --force --source a --source b",
+                                          "pid 999999994 on h, started at T2")]
+    assert json.loads((tmp_path / RUN_LOCK_NAME).read_text()) == {
+        "unfinished_force": {"pid": 999_999_994, "started_at": "T2", "host": "h", "force": "a,b"}}
+
+
+def test_a_forced_build_covering_the_killed_one_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             fresh_hints: None) -> None:
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 999_999_993, "started_at": "T", "host": "h",
+                                                  "force": "a"}))
+    monkeypatch.setenv("DOCSVAULT_FORCE", "a,b")
+    with caplog.at_level(logging.WARNING, logger="docsvault"), build_lock(tmp_path) as held:
+        assert held.took_over is not None and held.unfinished_force is None
+    assert _force_hints(caplog) == [] and (tmp_path / LOCK_NAME).read_text() == ""
+
+
+SHARED_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pipeline.common.lock import build_lock
+    with build_lock(sys.argv[1], shared=True):
+        print("locked", flush=True)
+        time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+def test_a_lock_naming_only_a_killed_forced_rebuild_is_held_by_nobody(tmp_path: Path, fresh_hints: None) -> None:
+    """The released file of a taken-over forced rebuild names no holder: a build refused by a Dagster run's shared
+    step says who that is, not "pid ?"."""
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"unfinished_force": {"pid": 999_999_992, "force": "*"}}))
+    from pipeline.common.lock import running_build
+
+    assert running_build(tmp_path) is None
+    proc = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(tmp_path), "30"], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        with pytest.raises(BuildLockedError) as exc, build_lock(tmp_path, wait=0):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
+    assert str(exc.value) == (
+        f"another docsvault build holds {(tmp_path / LOCK_NAME).resolve()} (a step of a Dagster run (per-source "
+        "steps hold it shared and are not named: see the runs in the UI)); wait for it to finish, or pass --wait "
+        "SECONDS. A lock left by a process that died is taken over automatically")
+
+
+def test_a_plain_build_s_stale_lock_gets_no_force_hint(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                       fresh_hints: None) -> None:
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 999_999_997, "started_at": "x"}))
     with caplog.at_level(logging.WARNING, logger="docsvault"), build_lock(tmp_path) as lock:
-        assert lock.took_over is not None
-    assert [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()] == []
+        assert lock.took_over is not None and lock.unfinished_force is None
+    assert _force_hints(caplog) == [] and (tmp_path / LOCK_NAME).read_text() == ""
 
 
 def test_a_forced_rebuild_is_named_in_the_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,10 @@ The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it
 SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
 names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``, plus
 ``"force": "*"`` (or the forced source names) during a forced rebuild, so the build that takes over a forced
-rebuild's stale lock says to force it again.
+rebuild's stale lock says to force it again. That dead forced holder stays in the file as ``"unfinished_force"``
+(also once released: ``{"unfinished_force": {...}}``, which names no holder) until a forced build covering its
+sources takes the lock, so every build says it until then, also when another process (the Dagster sensor's tick,
+a shared stage of a Dagster run) took the stale lock over first.
 
 A waiting process sleeps in short steps (``poll``), so SIGINT/SIGTERM stop it at once: ``docsvault build`` turns
 both into :class:`~pipeline.common.errors.BuildInterrupted`, whose unwinding releases every lock it holds.
@@ -94,7 +97,7 @@ def turn_wait(wait: float) -> float:
 
 
 def _describe(info: dict[str, Any]) -> str:
-    if not info:
+    if not info.get("pid"):      # empty, or only what a dead forced build left (``unfinished_force``)
         return "a step of a Dagster run (per-source steps hold it shared and are not named: see the runs in the UI)"
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
 
@@ -102,18 +105,48 @@ def _describe(info: dict[str, Any]) -> str:
 _force_warned: set[tuple[Any, Any]] = set()      # (pid, host) of dead forced builds already warned about
 
 
+def _unfinished_force(previous: dict[str, Any], taken_over: bool) -> dict[str, Any] | None:
+    """The forced rebuild a lock file says did not finish: its dead holder when that was a forced build
+    (``taken_over``), merged with the one it carried (``unfinished_force``), the forced sources of both; None
+    when there is none, or when this process's own forced build (``DOCSVAULT_FORCE``) covers it (it redoes it)."""
+    from pipeline.config import force_spec, forced_names
+
+    carried = previous.get("unfinished_force") if isinstance(previous.get("unfinished_force"), dict) else None
+    dead = ({k: previous[k] for k in ("pid", "host", "started_at", "argv", "force") if k in previous}
+            if taken_over and previous.get("force") else None)
+    if dead is None or carried is None:
+        pending = dead or carried
+    else:                                        # the later killed build, forcing what both forced
+        names = forced_names(str(dead["force"])) | forced_names(str(carried.get("force") or ""))
+        pending = {**dead, "force": "*" if "*" in names else ",".join(sorted(names))}
+    if pending is None or not forced_names(str(pending.get("force") or "")):
+        return None
+    mine = forced_names(force_spec())
+    if "*" in mine or (mine and forced_names(str(pending["force"])) <= mine):
+        return None
+    return pending
+
+
+def _force_again_command(force: str) -> str:
+    """The command that redoes a forced rebuild of ``force`` (a ``DOCSVAULT_FORCE`` value)."""
+    from pipeline.config import forced_names
+
+    names = forced_names(force)
+    return "docsvault build --force" + ("" if "*" in names else "".join(f" --source {n}" for n in sorted(names)))
+
+
 def _warn_unfinished_force(info: dict[str, Any]) -> None:
-    """Warn once per dead holder when the stale lock was a forced rebuild's: a plain build would find what it had
-    redone unchanged and not finish it, so the user has to force it again (as Ctrl-C's message says)."""
-    force = str(info.get("force") or "")
+    """Warn once per dead holder (and process) about a forced rebuild that was killed before it finished: a plain
+    build redoes only what changed, so the stages the forced one had not redone yet stay as they were; the user has
+    to force it again (as Ctrl-C's message says)."""
     key = (info.get("pid"), info.get("host"))     # one process: its run lock and stage locks name other times
-    if not force or key in _force_warned:
+    if key in _force_warned:
         return
     _force_warned.add(key)
-    sources = "" if force == "*" else "".join(f" --source {n}" for n in force.split(",") if n.strip())
-    log.warning("the forced rebuild of %s did not finish (killed); run `docsvault build --force%s` again to finish "
-                "it (or MCP refresh(full=true)): a plain build would find what it had redone unchanged",
-                _describe(info), sources)
+    command = _force_again_command(str(info.get("force") or ""))
+    log.warning("the forced rebuild `%s` (%s) was killed before it finished; run `%s` again to finish it (or MCP "
+                "refresh(full=true)): a plain build redoes only what changed, so what the forced one had not redone "
+                "yet stays as it was", command, _describe(info), command)
 
 
 class BuildLock:
@@ -143,6 +176,7 @@ class BuildLock:
         self._pid: int | None = None
         self._depth = 0
         self.took_over: dict[str, Any] | None = None   # holder info of a dead process whose lock was taken over
+        self.unfinished_force: dict[str, Any] | None = None   # a killed forced rebuild, kept in the file (module doc)
 
     # ---- acquire / release
     def acquire(self) -> BuildLock:
@@ -196,12 +230,15 @@ class BuildLock:
                 self._fd, self._pid, self._depth = fd, os.getpid(), 1
                 return True
             previous = lock_holder(self.path)
-            if previous.get("pid") and previous.get("pid") != os.getpid():
+            dead = bool(previous.get("pid")) and previous.get("pid") != os.getpid()
+            if dead:
                 # the file still names a holder but nobody holds the flock: that build died (kill -9, power loss)
                 self.took_over = previous
                 log.warning("build lock %s: taking over the stale lock of %s (process no longer holds it)",
                             self.path, _describe(previous))
-                _warn_unfinished_force(previous)
+            self.unfinished_force = _unfinished_force(previous, dead)
+            if self.unfinished_force is not None:
+                _warn_unfinished_force(self.unfinished_force)
             self._write(fd)
             self._fd = fd
         else:  # pragma: no cover - Windows
@@ -213,7 +250,9 @@ class BuildLock:
                 if pid and not pid_alive(pid):
                     self.took_over = info
                     log.warning("build lock %s: taking over the stale lock of %s", self.path, _describe(info))
-                    _warn_unfinished_force(info)
+                    unfinished = _unfinished_force(info, True)      # not kept: the released file is removed
+                    if unfinished is not None:
+                        _warn_unfinished_force(unfinished)
                     Path(self.path).unlink(missing_ok=True)
                 return False
             self._write(fd)
@@ -233,10 +272,18 @@ class BuildLock:
         }
         if force_spec():                       # a forced rebuild (`build --force`, MCP `refresh(full=true)`)
             info["force"] = force_spec()[:300]
+        if self.unfinished_force is not None:
+            info["unfinished_force"] = self.unfinished_force
+        self._write_info(fd, info)
+
+    @staticmethod
+    def _write_info(fd: int, info: dict[str, Any]) -> None:
+        """Replace the file's content by ``info`` as JSON (synced), or empty it when ``info`` is empty."""
         os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(info).encode("utf-8"))
-        os.fsync(fd)
+        if info:
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(info).encode("utf-8"))
+            os.fsync(fd)
 
     def release(self) -> None:
         with _held_guard:
@@ -248,8 +295,9 @@ class BuildLock:
             fd, self._fd = self._fd, None
             _held.pop(self.path, None)
         try:
-            if not self.shared:
-                os.ftruncate(fd, 0)       # nobody holds it: an empty file (never a stale pid to misread)
+            if not self.shared:           # nobody holds it: no pid in the file (never a stale pid to misread)
+                self._write_info(fd, {} if self.unfinished_force is None else
+                                 {"unfinished_force": self.unfinished_force})
         except OSError:
             pass
         if fcntl is not None:

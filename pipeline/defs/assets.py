@@ -7,9 +7,10 @@ call the stage functions of :mod:`pipeline.stages`.
 
 A source that fails (a :class:`~pipeline.common.errors.PipelineError`: unreachable, nothing parsable...) does not raise:
 its asset records what it serves now (its last good copy, ``status: failed`` and the error) with an unchanged
-data version, and its blocking ``ran_without_error`` check fails, so the step is red and the run fails. The project's
-executor (:mod:`pipeline.defs.executor`) lets downstream steps run on that output, so the shared stages still
-build. Any other exception (a bug) fails the step without an output and stops what depends on it.
+data version, and its blocking ``ran_without_error`` check fails (the error line its description and its ``error``
+metadata), so the step is red and the run fails; the source's later stages keep their last good output and record
+the error line too (``cause_error``). The project's executor (:mod:`pipeline.defs.executor`) lets downstream steps
+run on that output, so the shared stages still build. Any other exception (a bug) fails the step without an output and stops what depends on it.
 
 Versions: ``code_version`` is the hash of the code that shapes a stage's output (:func:`pipeline.stages.code_version`),
 ``data_version`` the stage's content key (fetch revision, notes/chunks file hash, vault listing, embed key,
@@ -213,15 +214,17 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
             failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input, held = _INPUT.get(stage), bool(upstream)
+            # the failed stage's error line (<data>/state/<source>.json), shown here too: the UI's asset page
+            cause_error = str(failed[upstream[0]]) if upstream else ""
             if upstream and not artifacts.load_state(settings, source.name).get(_STATE_VERSION[stage]):
                 # never built: nothing to keep or serve; the `ran_without_error` check fails below
                 meta = {"skipped": True, "kept": "nothing (never built)",
-                        "cause": f"{key(upstream[0], source).to_user_string()} failed"}
+                        "cause": f"{key(upstream[0], source).to_user_string()} failed", "cause_error": cause_error}
             elif upstream:
                 # keep this stage's last good output: never rebuild it from a failed upstream (a vanished local
                 # folder must not empty the vault)
                 meta = {"skipped": True, "kept": f"last good copy: {key(upstream[0], source).to_user_string()} "
-                                                  "failed"}
+                                                  "failed", "cause_error": cause_error}
             elif upstream_input is not None and not upstream_input(settings, source.name).exists():
                 raise PipelineError(
                     f"source '{source.name}': {stage} has nothing to work on yet: "
@@ -261,7 +264,8 @@ def _ran_without_error_result(error: str, meta: dict[str, Any]) -> dg.AssetCheck
     return dg.AssetCheckResult(
         check_name=RAN_WITHOUT_ERROR, passed=not error and not never_built,
         metadata={"error": error, "serving": meta["serving"]} if error else {"status": meta["status"], **(
-            {"kept": meta["kept"], "cause": meta["cause"]} if never_built else {})},
+            {"kept": meta["kept"], "cause": meta["cause"], "cause_error": meta["cause_error"]} if never_built
+            else {})},
         description=(f"{error} (serving: {meta['serving']})" if error else
                      f"{meta['cause']}: nothing to serve (never built)" if never_built else None))
 

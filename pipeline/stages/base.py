@@ -17,7 +17,7 @@ from typing import Any
 from pipeline import config
 from pipeline.common.lock import build_lock
 from pipeline.common.memo import MemoCache
-from pipeline.config import Settings, force_spec, lock_wait_seconds, stage_lock_on
+from pipeline.config import Settings, force_spec, forced_names, lock_wait_seconds, stage_lock_on
 from pipeline.models import Source
 
 log = logging.getLogger("docsvault")
@@ -125,11 +125,8 @@ FORCE_ENV = config.FORCE_ENV
 
 def forced(source: str | None = None) -> bool:
     """Whether ``source`` (None: any source, i.e. the shared stages) is forced by ``DOCSVAULT_FORCE``."""
-    raw = force_spec()
-    if not raw or raw.lower() in ("0", "false", "no", "off"):
-        return False
-    names = {n.strip() for n in raw.split(",") if n.strip()}
-    return source is None or bool(names & {"*", "1", "true", "yes", "on", source})
+    names = forced_names(force_spec())
+    return bool(names) and (source is None or "*" in names or source in names)
 
 
 class WriteOnlyCache:
