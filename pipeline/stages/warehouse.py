@@ -312,7 +312,8 @@ def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, 
     for name in names:
         st = artifacts.load_state(settings, name)
         parts.append((name, vault_listing(settings, name), file_sha(artifacts.chunks_path(settings, name)),
-                      settings.models_of(by_name[name]), settings.crosslingual, st.get("models"),
+                      settings.models_of(by_name[name]), settings.crosslingual, settings.crosslingual_depth,
+                      st.get("models"),
                       st.get("embed_key")))
     return digest(SCHEMA_VERSION, code_version("warehouse"), parts)
 
