@@ -327,3 +327,37 @@ def test_strip_controls(text: str, plain: str) -> None:
     from pipeline.search.snippet import strip_controls
 
     assert strip_controls(text) == plain
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# read by a title or an alias, as search names pages
+
+
+def test_cli_and_mcp_read_a_note_by_its_alias(tiny_env: Path) -> None:
+    """`docsvault read Foo` and the MCP read tool open the note with ``aliases: [Foo]`` (search finds it by that
+    name); an alias two notes share is an error naming both."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    settings = Settings.from_env()
+    specs = {"Foo Page.md": ({"aliases": ["Foo"]}, "Otters are great swimmers."),
+             "Bar.md": ({"aliases": ["Shared"]}, "Beavers."), "Baz.md": ({"aliases": ["Shared"]}, "Badgers.")}
+    notes, chunks = [], []
+    (settings.vault_dir / "tiny").mkdir(parents=True)
+    for rel, (fm, text) in specs.items():
+        note = Note("tiny", rel, rel, rel[:-3], fm, text)
+        notes.append(note)
+        chunks.append(Chunk(f"{note.note_id}-0", note.note_id, "tiny", 0, (), rel[:-3], text))
+        (settings.vault_dir / "tiny" / rel).write_text(f"{text}\n", encoding="utf-8")
+    settings.warehouse_path.parent.mkdir(parents=True)
+    publish_chunks(settings.warehouse_path, notes, chunks, dims=(384,))
+
+    result = runner.invoke(app, ["read", "Foo"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "tiny/Foo Page.md — Foo Page (page 1/1)\n\nOtters are great swimmers.\n"
+    assert VaultService(settings).read("foo")["path"] == "tiny/Foo Page.md"
+    several = "'Shared' is the title or alias of several notes; give one of the vault paths: tiny/Bar.md, tiny/Baz.md"
+    result = runner.invoke(app, ["read", "Shared"])
+    assert (result.exit_code, result.output) == (1, f"error: {several}\n")
+    with pytest.raises(ToolFailure) as err:
+        VaultService(settings).read("Shared")
+    assert str(err.value) == several

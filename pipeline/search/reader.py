@@ -348,14 +348,17 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     the one note whose ``source_path`` is ``note`` (also a source file that is no ``.md``, e.g. ``Board.canvas``,
     whose vault note is ``<source>/Board.canvas.md``), else the one note that ``note`` names as an Obsidian link
     does (``Home`` or ``guide/Home``: a vault path ending in ``Home.md``, case-insensitive; see
-    :func:`pipeline.warehouse.queries.notes_by_name`).
+    :func:`pipeline.warehouse.queries.notes_by_name`), else the one note whose title, file name or an alias is
+    ``note`` as search compares a page's names (:func:`pipeline.search.searcher.name_key`: case, punctuation and
+    spacing ignored; :func:`pipeline.warehouse.queries.notes_named`).
 
     Raises:
         PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
             except for a path refused only for not ending in ``.md``: it is refused when no note has it as its
             source path.
         NoteNotFoundError: no such note.
-        AmbiguousNoteError: several notes have that source path or name (the message lists their vault paths).
+        AmbiguousNoteError: several notes have that source path, name, title or alias (the message lists their
+            vault paths).
     """
     try:
         resolve_note_path(vault_dir, note)
@@ -373,6 +376,10 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
             if not found and not file_here:                # a name, as an Obsidian link: `read Home`
                 found, what = wh.notes_by_name(con, wanted), "the name of several notes"
+            if not found and not file_here:                # a title or alias, as search names pages: `read Foo`
+                from pipeline.search.searcher import name_key
+
+                found, what = wh.notes_named(con, wanted, name_key), "the title or alias of several notes"
         finally:
             con.close()
         if len(found) == 1:
@@ -383,5 +390,6 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             ) from None
         if file_here or not isinstance(exc, _NotMarkdownError):
             raise
-        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path or note name is {note!r}; use a "
-                                "vault_path from search results (`docsvault search ...` / the search tool)") from None
+        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias is "
+                                f"{note!r}; use a vault_path from search results (`docsvault search ...` / the "
+                                "search tool)") from None

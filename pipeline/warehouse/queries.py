@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +266,24 @@ def note_names(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
         if names:
             out[nid] = names
     return out
+
+
+def notes_named(con: duckdb.DuckDBPyConnection, name: str, key: Callable[[str], str],
+                limit: int = 10) -> list[dict[str, str]]:
+    """Notes one of whose names (:func:`note_names`: title, file name without ``.md``, aliases) is ``name`` as
+    ``key`` compares names (search's ``name_key``: NFKC, case-folded, punctuation ignored); at most ``limit``,
+    ``[{"source", "source_path", "vault_path"}]`` by vault path; [] when ``key(name)`` is empty."""
+    wanted = key(name)
+    if not wanted:
+        return []
+    ids = sorted(nid for nid, names in note_names(con).items() if any(key(n) == wanted for n in names))
+    if not ids:
+        return []
+    rows = con.execute(
+        "SELECT source, source_path, vault_path FROM notes WHERE list_contains(?, note_id) ORDER BY vault_path "
+        "LIMIT ?", [ids, limit]
+    ).fetchall()
+    return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
 
 def note_hashes(con: duckdb.DuckDBPyConnection, sources: Sequence[str] | None = None) -> dict[str, str]:
