@@ -474,7 +474,8 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 
     try:
         path, _ = resolve_note_path(settings().vault_dir, hit.vault_path)
-        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        # line by line (an unclosed OSC ends with its line), before locating the chunk (its words as shown)
+        lines = [strip_controls(line) for line in path.read_text(encoding="utf-8", errors="replace").split("\n")]
     except (PipelineError, OSError) as exc:
         return [f"(cannot show context: {str(exc).splitlines()[0]})"]
     start = 0
@@ -488,7 +489,6 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     text = "\n".join(lines)
     body_at = len("\n".join(lines[:start])) + (1 if start else 0)
     start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet))
-    lines = [strip_controls(line) for line in lines]      # line by line: an unclosed OSC ends with its line
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
     # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match

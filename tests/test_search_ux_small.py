@@ -322,6 +322,7 @@ def test_a_shown_heading_still_places_the_hit_in_its_note() -> None:
     ("a\x1b]8;;http://x\x1b\\b", "ab"),                 # OSC ST-terminated (hyperlink)
     ("a\x00b\x08c\x7fd\x9be", "abcde"),                 # NUL, backspace, DEL, C1 CSI
     ("tab\tand\nnewline", "tab\tand\nnewline"),         # kept
+    ("a\x1b]0;unclosed\nnext line", "a\nnext line"),    # an unclosed OSC ends with its line
 ])
 def test_strip_controls(text: str, plain: str) -> None:
     from pipeline.search.snippet import strip_controls
@@ -361,3 +362,44 @@ def test_cli_and_mcp_read_a_note_by_its_alias(tiny_env: Path) -> None:
     with pytest.raises(ToolFailure) as err:
         VaultService(settings).read("Shared")
     assert str(err.value) == several
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# read: the body, the title and the link titles as shown, without terminal escapes
+
+
+def test_read_shows_body_title_and_link_titles_without_escapes(tiny_env: Path) -> None:
+    """`docsvault read` (plain and --json) and the MCP read tool print a note's text, its title and its neighbours'
+    titles without terminal escape sequences or control characters; the vault file keeps them."""
+    from pipeline.mcp_server import VaultService
+    from pipeline.models import Edge
+
+    settings = Settings.from_env()
+    esc_body = "# Esc\n\nBody with \x1b[2J clear and \x1b]0;owned\x07 title.\x1b]8;;http://x\nNext line.\n"
+    esc = Note("tiny", "Esc.md", "Esc.md", "Esc \x1b[31mRed\x1b[0m\x07", {"title": "Esc \x1b[31mRed\x1b[0m\x07"},
+               esc_body)
+    points = Note("tiny", "Points.md", "Points.md", "Points", {"title": "Points"}, "Links to [[Esc]].\n")
+    files = {"Esc.md": '---\ntitle: "Esc \\e[31mRed\\e[0m\\a"\n---\n' + esc_body,
+             "Points.md": "Links to [[Esc]].\n"}
+    (settings.vault_dir / "tiny").mkdir(parents=True)
+    for rel, text in files.items():
+        (settings.vault_dir / "tiny" / rel).write_text(text, encoding="utf-8")
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "tiny", 0, (), n.title, n.body) for n in (esc, points)]
+    settings.warehouse_path.parent.mkdir(parents=True)
+    publish_chunks(settings.warehouse_path, [esc, points], chunks, dims=(384,),
+                   edges=[Edge(points.note_id, esc.note_id, "Esc", "wikilink")])
+    shown = "# Esc\n\nBody with  clear and  title.\nNext line.\n"
+
+    result = runner.invoke(app, ["read", "tiny/Esc.md"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"tiny/Esc.md — Esc Red (page 1/1)\n\n{shown.rstrip()}\n\n-- linked from: Points (tiny/Points.md)\n"
+    result = runner.invoke(app, ["read", "tiny/Points.md"])
+    assert result.output.endswith("\n-- links to: Esc Red (tiny/Esc.md)\n"), result.output
+    page = json.loads(runner.invoke(app, ["read", "tiny/Esc.md", "--json"]).output)
+    assert (page["title"], page["text"], page["total_chars"]) == ("Esc Red", shown, len(shown))
+    assert json.loads(runner.invoke(app, ["read", "tiny/Points.md", "--json"]).output)["outlinks"] == [
+        {"path": "tiny/Esc.md", "title": "Esc Red", "links": 1}]
+    mcp = VaultService(settings)
+    assert (mcp.read("tiny/Esc.md")["text"], mcp.read("tiny/Points.md")["outlinks"][0]["title"]) == (shown, "Esc Red")
+    assert [r["title"] for r in mcp.related("tiny/Points.md")["related"]] == ["Esc Red"]
+    assert (settings.vault_dir / "tiny" / "Esc.md").read_text(encoding="utf-8") == files["Esc.md"]   # untouched

@@ -10,7 +10,7 @@ from pipeline import warehouse as wh
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import build_chunk_index
 from pipeline.index.embed import HashEmbedder, embed_chunks
-from pipeline.models import Chunk, Note
+from pipeline.models import Chunk, Edge, Note
 
 
 def publish_pages(path: Path, pages: Mapping[tuple[str, str, str], Sequence[str]],
@@ -25,8 +25,10 @@ def publish_pages(path: Path, pages: Mapping[tuple[str, str, str], Sequence[str]
     publish_chunks(path, notes, chunks, dims)
 
 
-def publish_chunks(path: Path, notes: Sequence[Note], chunks: Sequence[Chunk], dims: Sequence[int] = (64,)) -> None:
-    """Publish ``notes`` and their ``chunks`` to ``path``: one HashEmbedder model per dim, the BM25 chunk index."""
+def publish_chunks(path: Path, notes: Sequence[Note], chunks: Sequence[Chunk], dims: Sequence[int] = (64,),
+                   edges: Sequence[Edge] = ()) -> None:
+    """Publish ``notes`` and their ``chunks`` (and the links ``edges``) to ``path``: one HashEmbedder model per dim,
+    the BM25 chunk index."""
     notes, chunks = list(notes), list(chunks)
     vectors = {}
     for dim in dims:
@@ -34,4 +36,5 @@ def publish_chunks(path: Path, notes: Sequence[Note], chunks: Sequence[Chunk], d
         res = embed_chunks(chunks, emb, None)
         vectors[emb.model_id] = (res.chunk_ids, res.vectors)
     bm25 = build_chunk_index(chunks, notes, Analyzer())
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors=vectors, bm25_blobs=bm25.to_blobs()))
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors=vectors, bm25_blobs=bm25.to_blobs(),
+                                      edges=edges))

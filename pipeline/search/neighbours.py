@@ -1,5 +1,6 @@
 """A note's neighbours in the link graph: outlinks and backlinks (for ``read``, ``search --json`` and MCP), and
-``related``: neighbours up to two hops ranked by link weight and vector similarity.
+``related``: neighbours up to two hops ranked by link weight and vector similarity. Titles come without terminal
+escape sequences or control characters (:func:`~pipeline.search.snippet.strip_controls`), as a search hit's.
 
 Link weight follows the graph lane of search: an outlink counts its links x1, a backlink x0.5; a two-hop neighbour
 gets the product of its two hops' shares, x0.5. ``related`` scores a neighbour
@@ -17,6 +18,7 @@ import numpy as np
 
 from pipeline import warehouse as wh
 from pipeline.search.reader import NoteNotFoundError
+from pipeline.search.snippet import strip_controls
 
 __all__ = ["LINKS_CAP", "LINK_WEIGHT", "SIMILARITY_WEIGHT", "links_of", "related"]
 
@@ -37,7 +39,7 @@ def _note_id(con: Any, vault_path: str) -> str:
 
 
 def _short(rows: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
-    return [{"path": r["path"], "title": r["title"], "links": r["count"]} for r in rows[:cap]]
+    return [{"path": r["path"], "title": strip_controls(r["title"]), "links": r["count"]} for r in rows[:cap]]
 
 
 def links_of(con: Any, vault_path: str, cap: int = LINKS_CAP) -> dict[str, Any]:
@@ -136,7 +138,7 @@ def related(warehouse_path: Path, vault_path: str, k: int = 10) -> list[dict[str
     for nid, (weight, path, title, hops) in cand.items():
         sim = sims.get(nid, 0.0)
         score = LINK_WEIGHT * weight / top + SIMILARITY_WEIGHT * sim
-        rows.append({"path": path, "title": title, "score": round(score, 4), "hops": hops,
+        rows.append({"path": path, "title": strip_controls(title), "score": round(score, 4), "hops": hops,
                      "link_weight": round(weight, 4), "similarity": round(sim, 4)})
     rows.sort(key=lambda r: (-r["score"], r["path"]))
     return rows[:k]

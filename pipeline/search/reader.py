@@ -72,10 +72,12 @@ class NotePage:
 
     Attributes:
         path: the vault path (``<source>/<rel_path>``, posix).
-        title: frontmatter ``title``, else the file name without ``.md``.
+        title: frontmatter ``title``, else the file name without ``.md`` (control characters removed).
         page: 1-based page number.
         pages: number of pages (>= 1; an empty body has one empty page).
-        text: this page's text (about ``PAGE_CHARS`` chars; pages concatenate to the body exactly).
+        text: this page's text (about ``PAGE_CHARS`` chars; pages concatenate to the body exactly, the body as
+            shown: without terminal escape sequences and control characters but tab and newline, as search shows a
+            note's text: :func:`~pipeline.search.snippet.strip_controls`; the file itself keeps them).
         start: offset of the page in the body (chars).
         total_chars: length of the body (chars).
         frontmatter: the note's frontmatter (JSON-safe: dates are ISO strings), on page 1 only; values are cut so
@@ -250,7 +252,9 @@ def _load(vault_dir: Path, note: str) -> tuple[str, dict[str, Any], str]:
         raise
     except OSError as exc:
         raise NoteNotFoundError(f"cannot read vault note {vault_path}: {exc}") from None
-    return vault_path, fm, body
+    from pipeline.search.snippet import strip_controls
+
+    return vault_path, fm, strip_controls(body)     # as shown: no terminal escapes (the file keeps them)
 
 
 def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS) -> NotePage:
@@ -270,6 +274,8 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
         NoteError: the file is not UTF-8 or its frontmatter is invalid (the message names the note).
         ValueError: ``page`` is out of range (the message gives the number of pages).
     """
+    from pipeline.search.snippet import strip_controls
+
     vault_path, fm, body = _load(vault_dir, note)
     starts = paginate(body, size)
     pages = len(starts)
@@ -277,7 +283,7 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
         raise ValueError(f"page {page} is out of range: {vault_path} has {pages} page(s) of ~{size} chars")
     start = starts[page - 1]
     end = starts[page] if page < pages else len(body)
-    title = str(fm.get("title") or posixpath.basename(vault_path)[:-3])
+    title = strip_controls(str(fm.get("title") or posixpath.basename(vault_path)[:-3]))
     return NotePage(
         path=vault_path, title=title, page=page, pages=pages, text=body[start:end], start=start,
         total_chars=len(body), frontmatter=_cap_frontmatter(fm) if page == 1 else None,
@@ -310,6 +316,8 @@ def locate(body: str, heading: str = "", snippet: str = "") -> int:
     Returns:
         Offset in ``body`` (chars); 0 when nothing is found.
     """
+    from pipeline.search.snippet import strip_controls
+
     offset = 0
     if heading:
         want = _plain(heading)
@@ -317,7 +325,7 @@ def locate(body: str, heading: str = "", snippet: str = "") -> int:
             if _plain(m.group(2)) == want:
                 offset = m.start()
                 break
-    words = snippet.strip("…").split()[:6]
+    words = strip_controls(snippet).strip("…").split()[:6]      # as the body a reader shows
     if len(words) >= 2:
         pattern = r"\s+".join(re.escape(w) for w in words)
         m = re.compile(pattern).search(body, offset)
@@ -338,7 +346,8 @@ def excerpt(body: str, offset: int, limit: int = 600) -> str:
 
 
 def note_body(vault_dir: Path, note: str) -> tuple[str, str]:
-    """``(vault_path, body)`` of a note, validated like :func:`read_note` (same errors)."""
+    """``(vault_path, body)`` of a note, validated like :func:`read_note` (same errors); the body as its pages show
+    it (control characters removed), so an offset in it is one in :func:`read_note`'s pages."""
     vault_path, _, body = _load(vault_dir, note)
     return vault_path, body
 

@@ -78,8 +78,9 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
 
 #: what a terminal would act on: escape sequences (CSI ``ESC [ … letter``, OSC ``ESC ] … BEL``) and the other
 #: control characters (C0 but tab and newline, DEL, C1). A page carrying them must not drive the terminal of whoever
-#: reads its snippet; ``--json`` and MCP consumers print the text too, so they are removed, not escaped.
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: reads its snippet; ``--json`` and MCP consumers print the text too, so they are removed, not escaped. An OSC left
+#: unclosed ends with its line (it took the rest of a note's text with it).
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def strip_controls(text: str) -> str:
