@@ -316,6 +316,37 @@ def test_a_shown_heading_still_places_the_hit_in_its_note() -> None:
     assert locate(body, "Install") == body.index("## Install")
 
 
+@pytest.mark.parametrize(("heading", "plain"), [
+    ("[Install](https://x)", "Install"),
+    ('<a href="x">Install</a>', "Install"),
+    ('[Install](https://x "t") it', "Install it"),
+    ("[[Setup guide|Install]]", "Install"),
+    ("[[Setup guide#Step]] notes", "Setup guide notes"),
+    ("Install [pip][1]", "Install pip"),
+    ("![logo](logo.png) Install", "Install"),
+    ("[![badge](b.svg)](https://ci) Install", "Install"),
+    ("a[0] and __init__.py", "a[0] and __init__.py"),             # no link: kept as written
+])
+def test_a_heading_that_is_a_link_is_shown_as_its_text(heading: str, plain: str) -> None:
+    from pipeline.search.reader import locate
+    from pipeline.search.snippet import plain_heading
+
+    assert plain_heading(heading) == plain
+    body = f"# T\n\nIntro.\n\n## {heading}\n\nRun pip.\n"
+    assert locate(body, plain) == body.index("## ")                 # the shown heading still places the hit
+
+
+def test_a_hit_under_a_link_heading_shows_its_text(tmp_path: Path) -> None:
+    path = tmp_path / "warehouse.duckdb"
+    note = Note("g", "Setup.md", "Setup.md", "Setup", {"title": "Setup"}, "## [Install](https://x)\n\nRun pip.")
+    chunk = Chunk(f"{note.note_id}-0", note.note_id, "g", 0, ("[Install](https://x)",), "Setup > [Install](https://x)",
+                  "Run pip install otter now.")
+    publish_chunks(path, [note], [chunk])
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        (hit,) = s.search("pip install otter", k=5)
+    assert hit.heading == "Install"
+
+
 @pytest.mark.parametrize(("text", "plain"), [
     ("x \x1b[1;31mred\x1b[0m y", "x red y"),          # CSI (colours, cursor moves, clear screen)
     ("a\x1b]0;title\x07b", "ab"),                       # OSC (window title), BEL-terminated

@@ -90,11 +90,17 @@ def strip_controls(text: str) -> str:
 
 def plain_heading(heading: str) -> str:
     """A heading as a search hit shows it: its HTML tags, comments and control characters removed, entities
-    decoded, whitespace collapsed (``Install <Badge text="beta"/>`` -> ``Install``; ``a < b`` stays). Its Markdown
-    is kept (a heading's ``__init__.py`` is a name, not emphasis)."""
+    decoded, links as their text (``[Install](https://x)``, ``<a href="x">Install</a>`` -> ``Install``;
+    ``[[Page|Alias]]`` -> ``Alias``), images and embeds removed, whitespace collapsed (``Install <Badge
+    text="beta"/>`` -> ``Install``; ``a < b`` stays). Its other Markdown is kept (a heading's ``__init__.py`` is a
+    name, not emphasis)."""
     text = strip_controls(heading)
     if "<" in text:
         for pattern, repl in ((_COMMENT, " "), (_INLINE_HTML_TAG, ""), (_HTML_TAG, " ")):
+            text = pattern.sub(repl, text)
+    if "[" in text:
+        for pattern, repl in ((_IMAGE, " "), (_EMBED, " "), (_WIKILINK, _wikilink_text), (_LINK, r"\1"),
+                              (_REF_LINK, r"\1")):
             text = pattern.sub(repl, text)
     if "&" in text:
         for entity, char in _ENTITY.items():
