@@ -488,7 +488,8 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     # so two chunks of one long section show their own lines
     text = "\n".join(lines)
     body_at = len("\n".join(lines[:start])) + (1 if start else 0)
-    start = text.count("\n", 0, body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet))
+    at = body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet)
+    start, col = text.count("\n", 0, at), at - (text.rfind("\n", 0, at) + 1)    # the chunk's line and column
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
     # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match
@@ -503,10 +504,24 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     for idx, j in enumerate(shown):
         if idx and j != shown[idx - 1] + 1:
             out.append("--")
-        text = lines[j] if len(lines[j]) <= 200 else lines[j][:199] + "…"
+        text = _long_line(lines[j], pattern if j in matches else None, col if j == start else 0)
         mark = ":" if j in matches else "-"
         out.append(f"{j + 1}{mark}{highlight(text, pattern, color)}")
     return out
+
+
+def _long_line(line: str, pattern: re.Pattern[str] | None, col: int = 0, width: int = 200) -> str:
+    """A ``--context`` line of at most about ``width`` chars: a longer one cut around its first match of
+    ``pattern`` at or after ``col`` (else its first match; a long paragraph's match is often far past its start),
+    without one from ``col`` (where the hit's chunk starts in it), ``…`` marking each cut end
+    (:func:`~pipeline.search.snippet.cut_around`)."""
+    from pipeline.search.snippet import cut_around
+
+    if len(line) <= width:
+        return line
+    m = (pattern.search(line, col) or pattern.search(line)) if pattern is not None else None
+    pos = m.start() if m else col
+    return cut_around(line, pos, width) if pos else line[: width - 1] + "…"
 
 
 def _refuse_spaced_tags(tags: Sequence[str] | None) -> None:
