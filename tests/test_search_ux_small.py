@@ -434,3 +434,35 @@ def test_read_shows_body_title_and_link_titles_without_escapes(tiny_env: Path) -
     assert (mcp.read("tiny/Esc.md")["text"], mcp.read("tiny/Points.md")["outlinks"][0]["title"]) == (shown, "Esc Red")
     assert [r["title"] for r in mcp.related("tiny/Points.md")["related"]] == ["Esc Red"]
     assert (settings.vault_dir / "tiny" / "Esc.md").read_text(encoding="utf-8") == files["Esc.md"]   # untouched
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a short note's first heading
+
+
+@pytest.mark.parametrize(("query", "heading"), [("zebrakit", "Setup"), ("koala command", "Use"),
+                                                ("ibis", "Setup"), ("emu", "")])
+def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, query: str, heading: str) -> None:
+    """Short notes chunked as the build chunks them: a hit in the first section shows that section's heading
+    (it was "": the title's H1 merged with it, or its small siblings merged into one chunk headed by their
+    parent); text before the first heading has none."""
+    from pipeline.index.chunk import chunk_note
+
+    bodies = {"Two.md": "# Two\n\n## Setup\n\nInstall zebrakit.\n\n## Use\n\nRun the koala command.\n",
+              "One.md": "# One\n\n## Setup\n\nInstall the ibis tool.\n",
+              "Pre.md": "Feed the emu first.\n\n## Later\n\nThen rest.\n"}
+    notes = [Note("g", rel, rel, rel[:-3], {"title": rel[:-3]}, body) for rel, body in bodies.items()]
+    chunks = [c for n in notes for c in chunk_note(n, count_tokens=lambda t: len(t.split()))]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        hit = s.search(query, k=1, lanes=["bm25"])[0]
+    assert hit.heading == heading
+
+
+def test_heading_at_names_the_heading_line_above_an_offset_outside_code() -> None:
+    from pipeline.search.snippet import heading_at
+
+    text = "Intro.\n\n## Setup\n\nInstall.\n\n```sh\n# a comment\n```\n\n## Use ##\n\nRun it."
+    assert [heading_at(text, text.index(w)) for w in ("Intro", "Install", "comment", "Run")] == [
+        None, "Setup", "Setup", "Use"]

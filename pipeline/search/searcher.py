@@ -1508,7 +1508,7 @@ class Searcher:
                     chosen.extend((note_id, score, ranks, cid, "") for cid in best[:per_note])
             chosen = chosen[:k]
             rows = self._chunk_rows([c[3] for c in chosen] + [c[4] for c in chosen if c[4]])
-        from pipeline.search.snippet import plain_heading, strip_controls
+        from pipeline.search.snippet import heading_at, match_position, plain_heading, strip_controls
 
         terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
         hits = []
@@ -1519,6 +1519,9 @@ class Searcher:
             ctx = rows.get(context_cid) if context_cid else None
             context = make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else ""
             snippet = make_snippet(row["text"] or row["breadcrumb"] or "", query, terms)
+            heading = row["heading"] or ""
+            if "#" in (row["text"] or ""):      # merged sections: the one the match (else the text's start) is in
+                heading = heading_at(row["text"], match_position(row["text"], query, terms) or 0) or heading
             hits.append(
                 Hit(
                     rank=len(hits) + 1,
@@ -1526,7 +1529,7 @@ class Searcher:
                     source_path=row["source_path"],
                     vault_path=row["vault_path"],
                     title=strip_controls(row["title"] or ""),
-                    heading=plain_heading(row["heading"] or ""),      # as shown: no HTML, no control characters
+                    heading=plain_heading(heading),      # as shown: no HTML, no control characters
                     score=float(score),
                     snippet=snippet or self._fallback_snippet(note_id, cid, row, context, query, terms),
                     chunk_id=cid,

@@ -15,9 +15,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.common.markdown import replace_code
+from pipeline.common.markdown import code_lines, replace_code
 
-__all__ = ["clean_text", "cut_around", "make_snippet", "match_position", "plain_heading", "strip_controls"]
+__all__ = ["clean_text", "cut_around", "heading_at", "make_snippet", "match_position", "plain_heading",
+           "strip_controls"]
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _OBSIDIAN_COMMENT = re.compile(r"%%.*?(?:%%|\Z)", re.DOTALL)   # ``%%hidden%%``: Obsidian does not show it either
@@ -106,6 +107,27 @@ def plain_heading(heading: str) -> str:
         for entity, char in _ENTITY.items():
             text = text.replace(entity, char)
     return " ".join(text.split())
+
+
+_ATX_LINE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")
+
+
+def heading_at(text: str, pos: int) -> str | None:
+    """The heading of the last ATX heading line (``## Use``; not in a code fence) of a chunk's ``text`` that starts
+    at or before offset ``pos``, as written (:func:`plain_heading` makes it a shown heading); None when there is none.
+    A chunk of several small sections merged (``## Setup`` … ``## Use`` …) has only their common parent in its
+    heading path; this names the section a match in it is in."""
+    found = None
+    at = 0
+    for is_code, line in code_lines(text.split("\n")):
+        if at > pos:
+            break
+        if not is_code and "#" in line:
+            m = _ATX_LINE.fullmatch(line)
+            if m:
+                found = m.group(1)
+        at += len(line) + 1
+    return found
 
 
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
