@@ -475,7 +475,8 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     try:
         path, _ = resolve_note_path(settings().vault_dir, hit.vault_path)
         # line by line (an unclosed OSC ends with its line), before locating the chunk (its words as shown)
-        lines = [strip_controls(line) for line in path.read_text(encoding="utf-8", errors="replace").split("\n")]
+        raw = path.read_text(encoding="utf-8", errors="replace")
+        lines = [strip_controls(line) for line in raw.split("\n")]
     except (PipelineError, OSError) as exc:
         return [f"(cannot show context: {str(exc).splitlines()[0]})"]
     start = 0
@@ -512,8 +513,8 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
 
 def _long_line(line: str, pattern: re.Pattern[str] | None, col: int = 0, width: int = 200) -> str:
     """A ``--context`` line of at most about ``width`` chars: a longer one cut around its first match of
-    ``pattern`` at or after ``col`` (else its first match; a long paragraph's match is often far past its start),
-    without one from ``col`` (where the hit's chunk starts in it), ``…`` marking each cut end
+    ``pattern`` at or after ``col`` (else its first match: a long paragraph's match is often far past its
+    start), without one from ``col`` (where the hit's chunk starts in it), ``…`` marking each cut end
     (:func:`~pipeline.search.snippet.cut_around`)."""
     from pipeline.search.snippet import cut_around
 

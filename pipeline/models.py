@@ -191,8 +191,8 @@ class Hit:
     source_path: str
     vault_path: str
     title: str
-    heading: str              # the section the match is in (the chunk's heading, or a heading line in its text
-                              # above the match); as shown: its HTML, links and control characters made plain
+    heading: str              # the section the match is in (the chunk's heading, or a heading line in its
+                              # text above the match); as shown: HTML, links and control characters made plain
     score: float
     snippet: str
     chunk_id: str = ""

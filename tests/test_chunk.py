@@ -222,21 +222,23 @@ def test_tiny_sections_merge_with_common_prefix_path() -> None:
 
 
 def test_a_short_notes_first_heading_is_kept_after_the_title_h1() -> None:
-    """`# Guide` (the title) + `## Setup` + a line: the empty title section is not merged into Setup, whose heading
-    the common prefix () lost (one chunk headed "")."""
+    """`# Guide` (the title) + `## Setup` + a line: the empty title section is not merged into Setup, whose
+    heading the common prefix () lost (one chunk headed "")."""
     chunks = chunk_note(mk("# Guide\n\n## Setup\n\nInstall zebrakit.\n"), count_tokens=words)
     assert [(c.heading_path, c.text) for c in chunks] == [(("Setup",), "Install zebrakit.")]
-    chunks = chunk_note(mk("# Guide\n\n## Setup\n\nInstall zebrakit.\n\n### Sub\n\nMore.\n"), count_tokens=words)
+    body = "# Guide\n\n## Setup\n\nInstall zebrakit.\n\n### Sub\n\nMore.\n"
+    chunks = chunk_note(mk(body), count_tokens=words)
     assert [(c.heading_path, c.text) for c in chunks] == [(("Setup",), "Install zebrakit.\n\n### Sub\n\nMore.")]
 
 
 @pytest.mark.parametrize("title_h1", ["", "# Guide\n\n"])
 def test_merged_siblings_keep_the_first_ones_heading_line(title_h1: str) -> None:
-    """Tiny sibling sections merged have their parent's path; the first one's heading line opens the text, so its
-    words stay in the chunk ("Setup" was in neither the path nor the text)."""
+    """Tiny sibling sections merged have their parent's path; the first one's heading line opens the text, so
+    its words stay in the chunk ("Setup" was in neither the path nor the text)."""
     body = f"{title_h1}## Setup\n\nInstall zebrakit.\n\n## Use\n\nRun it.\n"
     chunks = chunk_note(mk(body), count_tokens=words)
-    assert [(c.heading_path, c.text) for c in chunks] == [((), "## Setup\n\nInstall zebrakit.\n\n## Use\n\nRun it.")]
+    assert [(c.heading_path, c.text) for c in chunks] == [
+        ((), "## Setup\n\nInstall zebrakit.\n\n## Use\n\nRun it.")]
 
 
 def test_empty_parent_heading_dropped_and_title_h1_dropped() -> None:

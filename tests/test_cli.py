@@ -376,27 +376,29 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
 
 def test_context_shows_the_match_of_a_long_paragraphs_second_chunk(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A paragraph of one long line cut into two chunks: the hit in the second shows its line around the match,
-    not the line's first 199 characters (which held no match: the matching text was never printed)."""
+    """A paragraph of one long line cut into two chunks: the hit in the second shows its line around the
+    match, not the line's first 199 characters (which held no match: the matching text was never printed)."""
     from pipeline.cli import _context_lines, _state, term_pattern
     from pipeline.config import Settings
     from pipeline.models import Hit
 
     vault = tmp_path / "vault"
     (vault / "s").mkdir(parents=True)
-    para = " ".join(f"Filler sentence {i} about tea." for i in range(30)) + " The quokka lives here. Last one."
+    para = " ".join(f"Filler sentence {i} about tea." for i in range(30))
+    para += " The quokka lives here. Last one."
     (vault / "s" / "Para.md").write_text(f"---\ntitle: Para\n---\n# Para\n\n{para}\n", encoding="utf-8")
     monkeypatch.setitem(_state, "settings", Settings.from_env(vault_dir=vault))
     second = para[para.index("Filler sentence 20"):]
     hit = Hit(rank=1, source="s", source_path="Para.md", vault_path="s/Para.md", title="Para", heading="",
               score=1.0, snippet=second, chunk_text=second)
-    assert _context_lines(hit, 0, term_pattern(["quokka"]), False) == [
+    assert _context_lines(hit, 0, term_pattern(["quokka"]), False) == [(
         "6:…24 about tea. Filler sentence 25 about tea. Filler sentence 26 about tea. Filler sentence "
-        "27 about tea. Filler sentence 28 about tea. Filler sentence 29 about tea. The quokka lives here. Last one."]
+        "27 about tea. Filler sentence 28 about tea. Filler sentence 29 about tea. The quokka lives here. "
+        "Last one.")]
     # found by meaning alone: the line from where the chunk starts
-    assert _context_lines(hit, 0, term_pattern(["zebra"]), False) == [
-        "6-…Filler sentence 20 about tea. Filler sentence 21 about tea. Filler sentence 22 about tea. Filler sentence "
-        "23 about tea. Filler sentence 24 about tea. Filler sentence 25 about tea.…"]
+    assert _context_lines(hit, 0, term_pattern(["zebra"]), False) == [(
+        "6-…Filler sentence 20 about tea. Filler sentence 21 about tea. Filler sentence 22 about tea. "
+        "Filler sentence 23 about tea. Filler sentence 24 about tea. Filler sentence 25 about tea.…")]
 
 
 def test_context_lines_carry_no_terminal_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -139,19 +139,21 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     with pytest.raises(NoteNotFoundError) as info:
         find_note(vault, "Nowhere", path)
     assert str(info.value) == ("no note 'Nowhere': no vault path, source path, note name, title or alias is "
-                               "'Nowhere'; use a vault_path from search results (`docsvault search ...` / the search "
-                               "tool)")
+                               "'Nowhere'; use a vault_path from search results (`docsvault search ...` / "
+                               "the search tool)")
 
 
 def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_path: Path) -> None:
-    """`read Foo` reads the note whose frontmatter has ``aliases: [Foo]`` (or whose title is Foo), compared as search
-    compares page names (case, punctuation and spacing ignored); an alias two notes share lists both; a file name
-    still wins over another note's alias, as in an Obsidian link."""
+    """`read Foo` reads the note whose frontmatter has ``aliases: [Foo]`` (or whose title is Foo), compared as
+    search compares page names (case, punctuation and spacing ignored); an alias two notes share lists both; a
+    file name still wins over another note's alias, as in an Obsidian link."""
     from pipeline.models import Note
 
     (vault / "src" / "Foo Page.md").write_text("# Foo Page\n\nOtters.\n", encoding="utf-8")
-    notes = [Note("src", "Foo Page.md", "Foo Page.md", "Foo Page", {"aliases": ["Foo", "The Otter-Guide", "x2"]}, "Otters."),
-             Note("src", "x1.md", "x1.md", "Setup notes", {"title": "Setup notes", "aliases": ["Shared"]}, "One."),
+    foo_names = {"aliases": ["Foo", "The Otter-Guide", "x2"]}
+    notes = [Note("src", "Foo Page.md", "Foo Page.md", "Foo Page", foo_names, "Otters."),
+             Note("src", "x1.md", "x1.md", "Setup notes", {"title": "Setup notes", "aliases": ["Shared"]},
+                  "One."),
              Note("src", "x2.md", "x2.md", "X2", {"title": "X2", "aliases": "Shared"}, "Two."),
              Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B", "aliases": ["a.md"]}, "Inside.")]
     path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
@@ -163,8 +165,8 @@ def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_pat
     assert find_note(vault, "x2", path) == "src/x2.md"                          # a file name before an alias
     with pytest.raises(NoteNotFoundError) as info:
         find_note(vault, "Shared", path)
-    assert str(info.value) == ("'Shared' is the title or alias of several notes; give one of the vault paths: "
-                               "src/x1.md, src/x2.md")
+    assert str(info.value) == ("'Shared' is the title or alias of several notes; give one of the vault "
+                               "paths: src/x1.md, src/x2.md")
 
 
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:

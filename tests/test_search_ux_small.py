@@ -338,8 +338,9 @@ def test_a_heading_that_is_a_link_is_shown_as_its_text(heading: str, plain: str)
 
 def test_a_hit_under_a_link_heading_shows_its_text(tmp_path: Path) -> None:
     path = tmp_path / "warehouse.duckdb"
-    note = Note("g", "Setup.md", "Setup.md", "Setup", {"title": "Setup"}, "## [Install](https://x)\n\nRun pip.")
-    chunk = Chunk(f"{note.note_id}-0", note.note_id, "g", 0, ("[Install](https://x)",), "Setup > [Install](https://x)",
+    heading = "[Install](https://x)"
+    note = Note("g", "Setup.md", "Setup.md", "Setup", {"title": "Setup"}, f"## {heading}\n\nRun pip.")
+    chunk = Chunk(f"{note.note_id}-0", note.note_id, "g", 0, (heading,), f"Setup > {heading}",
                   "Run pip install otter now.")
     publish_chunks(path, [note], [chunk])
     with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
@@ -366,8 +367,8 @@ def test_strip_controls(text: str, plain: str) -> None:
 
 
 def test_cli_and_mcp_read_a_note_by_its_alias(tiny_env: Path) -> None:
-    """`docsvault read Foo` and the MCP read tool open the note with ``aliases: [Foo]`` (search finds it by that
-    name); an alias two notes share is an error naming both."""
+    """`docsvault read Foo` and the MCP read tool open the note with ``aliases: [Foo]`` (search finds it by
+    that name); an alias two notes share is an error naming both."""
     from pipeline.mcp_server import ToolFailure, VaultService
 
     settings = Settings.from_env()
@@ -387,7 +388,8 @@ def test_cli_and_mcp_read_a_note_by_its_alias(tiny_env: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.output == "tiny/Foo Page.md — Foo Page (page 1/1)\n\nOtters are great swimmers.\n"
     assert VaultService(settings).read("foo")["path"] == "tiny/Foo Page.md"
-    several = "'Shared' is the title or alias of several notes; give one of the vault paths: tiny/Bar.md, tiny/Baz.md"
+    several = ("'Shared' is the title or alias of several notes; give one of the vault paths: tiny/Bar.md, "
+               "tiny/Baz.md")
     result = runner.invoke(app, ["read", "Shared"])
     assert (result.exit_code, result.output) == (1, f"error: {several}\n")
     with pytest.raises(ToolFailure) as err:
@@ -400,15 +402,15 @@ def test_cli_and_mcp_read_a_note_by_its_alias(tiny_env: Path) -> None:
 
 
 def test_read_shows_body_title_and_link_titles_without_escapes(tiny_env: Path) -> None:
-    """`docsvault read` (plain and --json) and the MCP read tool print a note's text, its title and its neighbours'
-    titles without terminal escape sequences or control characters; the vault file keeps them."""
+    """`docsvault read` (plain and --json) and the MCP read tool print a note's text, its title and its
+    neighbours' titles without terminal escape sequences or control characters; the vault file keeps them."""
     from pipeline.mcp_server import VaultService
     from pipeline.models import Edge
 
     settings = Settings.from_env()
     esc_body = "# Esc\n\nBody with \x1b[2J clear and \x1b]0;owned\x07 title.\x1b]8;;http://x\nNext line.\n"
-    esc = Note("tiny", "Esc.md", "Esc.md", "Esc \x1b[31mRed\x1b[0m\x07", {"title": "Esc \x1b[31mRed\x1b[0m\x07"},
-               esc_body)
+    title = "Esc \x1b[31mRed\x1b[0m\x07"
+    esc = Note("tiny", "Esc.md", "Esc.md", title, {"title": title}, esc_body)
     points = Note("tiny", "Points.md", "Points.md", "Points", {"title": "Points"}, "Links to [[Esc]].\n")
     files = {"Esc.md": '---\ntitle: "Esc \\e[31mRed\\e[0m\\a"\n---\n' + esc_body,
              "Points.md": "Links to [[Esc]].\n"}
@@ -423,7 +425,8 @@ def test_read_shows_body_title_and_link_titles_without_escapes(tiny_env: Path) -
 
     result = runner.invoke(app, ["read", "tiny/Esc.md"])
     assert result.exit_code == 0, result.output
-    assert result.output == f"tiny/Esc.md — Esc Red (page 1/1)\n\n{shown.rstrip()}\n\n-- linked from: Points (tiny/Points.md)\n"
+    assert result.output == (f"tiny/Esc.md — Esc Red (page 1/1)\n\n{shown.rstrip()}\n\n"
+                             "-- linked from: Points (tiny/Points.md)\n")
     result = runner.invoke(app, ["read", "tiny/Points.md"])
     assert result.output.endswith("\n-- links to: Esc Red (tiny/Esc.md)\n"), result.output
     page = json.loads(runner.invoke(app, ["read", "tiny/Esc.md", "--json"]).output)
@@ -431,9 +434,10 @@ def test_read_shows_body_title_and_link_titles_without_escapes(tiny_env: Path) -
     assert json.loads(runner.invoke(app, ["read", "tiny/Points.md", "--json"]).output)["outlinks"] == [
         {"path": "tiny/Esc.md", "title": "Esc Red", "links": 1}]
     mcp = VaultService(settings)
-    assert (mcp.read("tiny/Esc.md")["text"], mcp.read("tiny/Points.md")["outlinks"][0]["title"]) == (shown, "Esc Red")
+    assert mcp.read("tiny/Esc.md")["text"] == shown
+    assert mcp.read("tiny/Points.md")["outlinks"][0]["title"] == "Esc Red"
     assert [r["title"] for r in mcp.related("tiny/Points.md")["related"]] == ["Esc Red"]
-    assert (settings.vault_dir / "tiny" / "Esc.md").read_text(encoding="utf-8") == files["Esc.md"]   # untouched
+    assert (settings.vault_dir / "tiny" / "Esc.md").read_text(encoding="utf-8") == files["Esc.md"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -442,7 +446,8 @@ def test_read_shows_body_title_and_link_titles_without_escapes(tiny_env: Path) -
 
 @pytest.mark.parametrize(("query", "heading"), [("zebrakit", "Setup"), ("koala command", "Use"),
                                                 ("ibis", "Setup"), ("emu", "")])
-def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, query: str, heading: str) -> None:
+def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, query: str,
+                                                                heading: str) -> None:
     """Short notes chunked as the build chunks them: a hit in the first section shows that section's heading
     (it was "": the title's H1 merged with it, or its small siblings merged into one chunk headed by their
     parent); text before the first heading has none."""

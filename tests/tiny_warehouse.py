@@ -27,8 +27,8 @@ def publish_pages(path: Path, pages: Mapping[tuple[str, str, str], Sequence[str]
 
 def publish_chunks(path: Path, notes: Sequence[Note], chunks: Sequence[Chunk], dims: Sequence[int] = (64,),
                    edges: Sequence[Edge] = ()) -> None:
-    """Publish ``notes`` and their ``chunks`` (and the links ``edges``) to ``path``: one HashEmbedder model per dim,
-    the BM25 chunk index."""
+    """Publish ``notes`` and their ``chunks`` (and the links ``edges``) to ``path``: one HashEmbedder model per
+    dim, the BM25 chunk index."""
     notes, chunks = list(notes), list(chunks)
     vectors = {}
     for dim in dims:

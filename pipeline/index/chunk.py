@@ -15,13 +15,13 @@ How a note body becomes chunks:
    chunk's text runs verbatim from the first section's body through the later sections (their heading lines
    included) and its ``heading_path`` is the longest common prefix of the merged paths, so a breadcrumb never
    claims text for a heading it is not under (parent + child -> the parent's path; siblings -> their parent's).
-   When that path leaves out the first section's own heading (siblings), the text starts at that heading's line,
-   so the heading stays in the chunk (``## Setup`` + text + ``## Use`` + text lost the word "Setup" entirely).
+   When that path leaves out the first section's own heading (siblings), the text starts at that heading's
+   line, so the heading stays in the chunk (``## Setup`` + text + ``## Use`` + text lost the word "Setup").
    A section without body that cannot merge is dropped when the next section lies under it (its heading lives on
-   in that section's breadcrumb), else kept as a breadcrumb-only chunk. A section without body whose heading adds
-   nothing to the path (the H1 equal to the title, an empty heading) is dropped before the next section and never
-   merged: merged, the common prefix ``()`` lost the next section's heading (``# Title`` + ``## Setup`` + text
-   was one chunk with heading "").
+   in that section's breadcrumb), else kept as a breadcrumb-only chunk. A section without body whose heading
+   adds nothing to the path (the H1 equal to the title, an empty heading) is dropped before the next section
+   and never merged: merged, the common prefix ``()`` lost the next section's heading (``# Title`` +
+   ``## Setup`` + text was one chunk with heading "").
 5. A section too large for one chunk is split into pieces of whole atoms: sentences of prose blocks
    (``split_sentences``), whole code blocks and tables (or their lines when one alone is too large; a single line
    that is too large is cut by characters). A piece ends preferably at a block (paragraph) boundary when that keeps
@@ -435,8 +435,8 @@ class _Chunker:
         i = 0
         while i < len(sections):
             if not sections[i].path and not sections[i].blocks and i + 1 < len(sections):
-                # the title's H1 (or an empty heading) with no text: not merged into what follows, whose heading
-                # the common prefix () would lose (`# Title` + `## Setup` + text was one chunk headed "")
+                # the title's H1 (or an empty heading) with no text: not merged into what follows, whose
+                # heading the common prefix () would lose (`# Title` + `## Setup` + text: one chunk headed "")
                 i += 1
                 continue
             group = [sections[i]]
@@ -449,7 +449,7 @@ class _Chunker:
                 m_start = start if end > start else n_start
                 path = _common_prefix([s.path for s in group] + [nxt.path])
                 if group[0].heading is not None and len(path) < len(group[0].path):
-                    m_start = group[0].heading.start      # its heading is not in the path: its line opens the text
+                    m_start = group[0].heading.start      # its heading, not in the path, opens the text
                 body = self.text[m_start:n_end]
                 if not self.fits(self.breadcrumb(path), body):
                     break

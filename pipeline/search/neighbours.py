@@ -1,6 +1,7 @@
 """A note's neighbours in the link graph: outlinks and backlinks (for ``read``, ``search --json`` and MCP), and
-``related``: neighbours up to two hops ranked by link weight and vector similarity. Titles come without terminal
-escape sequences or control characters (:func:`~pipeline.search.snippet.strip_controls`), as a search hit's.
+``related``: neighbours up to two hops ranked by link weight and vector similarity. Titles come without
+terminal escape sequences or control characters (:func:`~pipeline.search.snippet.strip_controls`), as a search
+hit's.
 
 Link weight follows the graph lane of search: an outlink counts its links x1, a backlink x0.5; a two-hop neighbour
 gets the product of its two hops' shares, x0.5. ``related`` scores a neighbour

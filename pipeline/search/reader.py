@@ -75,9 +75,9 @@ class NotePage:
         title: frontmatter ``title``, else the file name without ``.md`` (control characters removed).
         page: 1-based page number.
         pages: number of pages (>= 1; an empty body has one empty page).
-        text: this page's text (about ``PAGE_CHARS`` chars; pages concatenate to the body exactly, the body as
-            shown: without terminal escape sequences and control characters but tab and newline, as search shows a
-            note's text: :func:`~pipeline.search.snippet.strip_controls`; the file itself keeps them).
+        text: this page's text (about ``PAGE_CHARS`` chars; pages concatenate to the body exactly, the body
+            as shown: without terminal escape sequences and control characters but tab and newline, as search
+            shows a note's text: :func:`~pipeline.search.snippet.strip_controls`; the file keeps them).
         start: offset of the page in the body (chars).
         total_chars: length of the body (chars).
         frontmatter: the note's frontmatter (JSON-safe: dates are ISO strings), on page 1 only; values are cut so
@@ -346,8 +346,8 @@ def excerpt(body: str, offset: int, limit: int = 600) -> str:
 
 
 def note_body(vault_dir: Path, note: str) -> tuple[str, str]:
-    """``(vault_path, body)`` of a note, validated like :func:`read_note` (same errors); the body as its pages show
-    it (control characters removed), so an offset in it is one in :func:`read_note`'s pages."""
+    """``(vault_path, body)`` of a note, validated like :func:`read_note` (same errors); the body as its pages
+    show it (control characters removed), so an offset in it is one in :func:`read_note`'s pages."""
     vault_path, _, body = _load(vault_dir, note)
     return vault_path, body
 
@@ -357,9 +357,9 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     the one note whose ``source_path`` is ``note`` (also a source file that is no ``.md``, e.g. ``Board.canvas``,
     whose vault note is ``<source>/Board.canvas.md``), else the one note that ``note`` names as an Obsidian link
     does (``Home`` or ``guide/Home``: a vault path ending in ``Home.md``, case-insensitive; see
-    :func:`pipeline.warehouse.queries.notes_by_name`), else the one note whose title, file name or an alias is
-    ``note`` as search compares a page's names (:func:`pipeline.search.searcher.name_key`: case, punctuation and
-    spacing ignored; :func:`pipeline.warehouse.queries.notes_named`).
+    :func:`pipeline.warehouse.queries.notes_by_name`), else the one note whose title, file name or an alias
+    is ``note`` as search compares a page's names (:func:`pipeline.search.searcher.name_key`: case,
+    punctuation and spacing ignored; :func:`pipeline.warehouse.queries.notes_named`).
 
     Raises:
         PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
@@ -385,7 +385,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
             if not found and not file_here:                # a name, as an Obsidian link: `read Home`
                 found, what = wh.notes_by_name(con, wanted), "the name of several notes"
-            if not found and not file_here:                # a title or alias, as search names pages: `read Foo`
+            if not found and not file_here:                # a title or alias, as search names: `read Foo`
                 from pipeline.search.searcher import name_key
 
                 found, what = wh.notes_named(con, wanted, name_key), "the title or alias of several notes"
@@ -399,6 +399,6 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             ) from None
         if file_here or not isinstance(exc, _NotMarkdownError):
             raise
-        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias is "
-                                f"{note!r}; use a vault_path from search results (`docsvault search ...` / the "
-                                "search tool)") from None
+        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
+                                f"is {note!r}; use a vault_path from search results (`docsvault search ...` / "
+                                "the search tool)") from None

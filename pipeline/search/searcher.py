@@ -1520,7 +1520,7 @@ class Searcher:
             context = make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else ""
             snippet = make_snippet(row["text"] or row["breadcrumb"] or "", query, terms)
             heading = row["heading"] or ""
-            if "#" in (row["text"] or ""):      # merged sections: the one the match (else the text's start) is in
+            if "#" in (row["text"] or ""):      # merged sections: the one the match (else the start) is in
                 heading = heading_at(row["text"], match_position(row["text"], query, terms) or 0) or heading
             hits.append(
                 Hit(

@@ -79,9 +79,10 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
 
 #: what a terminal would act on: escape sequences (CSI ``ESC [ … letter``, OSC ``ESC ] … BEL``) and the other
 #: control characters (C0 but tab and newline, DEL, C1). A page carrying them must not drive the terminal of whoever
-#: reads its snippet; ``--json`` and MCP consumers print the text too, so they are removed, not escaped. An OSC left
-#: unclosed ends with its line (it took the rest of a note's text with it).
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: reads its snippet; ``--json`` and MCP consumers print the text too, so they are removed, not escaped. An OSC
+#: left unclosed ends with its line (it took the rest of a note's text with it).
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def strip_controls(text: str) -> str:
@@ -113,8 +114,9 @@ _ATX_LINE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")
 
 
 def heading_at(text: str, pos: int) -> str | None:
-    """The heading of the last ATX heading line (``## Use``; not in a code fence) of a chunk's ``text`` that starts
-    at or before offset ``pos``, as written (:func:`plain_heading` makes it a shown heading); None when there is none.
+    """The heading of the last ATX heading line (``## Use``; not in a code fence) of a chunk's ``text`` that
+    starts at or before offset ``pos``, as written (:func:`plain_heading` makes it a shown heading); None when
+    there is none.
     A chunk of several small sections merged (``## Setup`` … ``## Use`` …) has only their common parent in its
     heading path; this names the section a match in it is in."""
     found = None

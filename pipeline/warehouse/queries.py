@@ -280,8 +280,8 @@ def notes_named(con: duckdb.DuckDBPyConnection, name: str, key: Callable[[str], 
     if not ids:
         return []
     rows = con.execute(
-        "SELECT source, source_path, vault_path FROM notes WHERE list_contains(?, note_id) ORDER BY vault_path "
-        "LIMIT ?", [ids, limit]
+        "SELECT source, source_path, vault_path FROM notes WHERE list_contains(?, note_id) "
+        "ORDER BY vault_path LIMIT ?", [ids, limit]
     ).fetchall()
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
