@@ -136,3 +136,18 @@ def test_a_no_op_build_repeats_the_failed_check_warnings(tiny_env: Path, monkeyp
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0 and _runs(tiny_env) == 1
     assert all(f"warning: {w}\n" in result.stderr for w in warnings)
+
+
+def test_a_no_op_build_counts_no_attachment_copied(built_tiny_env: Path) -> None:
+    """The build that copies an attachment says so; the no-op build after it copied nothing and says nothing
+    of copies (it said "1 attachment(s) copied" again: the recorded build's count)."""
+    tiny = built_tiny_env / "tinyvault"
+    (tiny / "duck.png").write_bytes(b"\x89PNG\r\n\x1a\nduck")
+    (tiny / "Ducks.md").write_text("# Ducks\n\nDucks swim.\n\n![[duck.png]]\n", encoding="utf-8")
+    copied = [ln.strip() for ln in runner.invoke(app, ["build"]).stdout.splitlines() if "attachment(s)" in ln]
+    assert copied == ["tiny: 1 attachment(s) copied (1 in the vault, 0.0 MB)"]
+    again = runner.invoke(app, ["build"])
+    assert again.exit_code == 0 and _runs(built_tiny_env) == 2          # answered from the record
+    assert "no Dagster run was needed" in again.stdout
+    assert [ln for ln in again.stdout.splitlines() if "attachment(s)" in ln] == []
+    assert _build()["sources"][0]["status"] == "unchanged"

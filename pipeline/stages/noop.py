@@ -39,7 +39,8 @@ __all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
 
 NOOP_STATE = ".noop.json"       # in <data>/state/ (a source name cannot start with a dot)
 _PKG = Path(__file__).resolve().parent.parent
-_WORK_KEYS = ("written", "removed", "rechunked", "embedded", "changed_chunks", "removed_chunks")
+_WORK_KEYS = ("written", "removed", "rechunked", "embedded", "changed_chunks", "removed_chunks",
+              "attachments_written")
 
 
 def _code_hash() -> str:
