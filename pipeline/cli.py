@@ -160,6 +160,7 @@ def build(
     import time as _time
 
     from pipeline.ingest.sources import load_sources, select_sources
+    from pipeline.stages.ingest import kept_line
 
     s = settings()
     started = _time.perf_counter()
@@ -220,9 +221,11 @@ def build(
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
         for line in paths_warning_lines(st):
             typer.echo(f"warning: {line}", err=True)
+        notes_meta = st.metadata.get("notes", {})
+        if notes_meta.get("kept_last_good"):
+            typer.echo(f"warning: {kept_line(st.name, notes_meta['kept_last_good'])}", err=True)
         for line in [*(vault_meta.get("warning_lines") or []), *(chunk_meta.get("warning_lines") or [])]:
             typer.echo(f"warning: {line}", err=True)
-        notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(_errors_file(settings(), st.name))
             typer.echo(f"  {st.name}: {notes_meta['errors']} file(s) skipped, each with its reason in {where}")

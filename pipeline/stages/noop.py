@@ -134,7 +134,7 @@ def _unchanged(metadata: dict[str, Any]) -> dict[str, Any]:
     for k in _WORK_KEYS:
         if k in out:
             out[k] = 0
-    for k in ("model_changed", "conflicts", "removed_files"):     # what that build did, not this one
+    for k in ("model_changed", "conflicts", "removed_files", "kept_last_good"):   # what that build did
         out.pop(k, None)
     return out
 
