@@ -1016,18 +1016,23 @@ def check_vault_cmd(
 
 @sources_app.command("validate")
 def sources_validate() -> None:
-    """Validate sources.yaml; errors name the source, the key and what is allowed. Local folders must exist."""
-    from pipeline.ingest.sources import check_local_paths, load_sources
+    """Validate sources.yaml; errors name the source, the key and what is allowed, every one found, one line
+    each (a file that is no valid YAML: its first error). Local folders must exist."""
+    from pipeline.ingest.sources import check_local_paths, source_problems
     from pipeline.stages import REMOVE_ALL_OPTION, built_source_names, check_layout, no_sources_problem
 
     s = settings()
     try:
-        sources = load_sources(s.sources_file)
-        check_layout(s, sources)
+        found, problems = source_problems(s.sources_file)
     except PipelineError as exc:
         fail(str(exc))
         return
-    problems = check_local_paths(sources, s.sources_file)
+    sources = [source for _, source in found]
+    try:
+        check_layout(s, sources)
+    except PipelineError as exc:
+        problems.append(str(exc))
+    problems += check_local_paths(sources, s.sources_file, [i for i, _ in found])
     for line in problems:
         typer.echo(f"error: {line}", err=True)
     if problems:
