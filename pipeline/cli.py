@@ -60,6 +60,7 @@ def _errors_file(s: Settings, source: str) -> Path:
 if TYPE_CHECKING:
     from pipeline.models import Hit
     from pipeline.search.searcher import Searcher
+    from pipeline.stages.results import BuildReport
 
 app = typer.Typer(
     name="docsvault",
@@ -203,7 +204,7 @@ def build(
         if not st.ok:
             detail = f"failed at {st.failed_stage}: {st.error}"
         elif vault_meta.get("skipped") and chunk_meta.get("skipped") and not emb.get("embedded"):
-            detail = "nothing changed since the last build"
+            detail = f"nothing changed since the {'interrupted' if report.resumed else 'last'} build"
         elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
             detail = "notes unchanged"        # chunks a killed build had not embedded yet
         else:
@@ -270,6 +271,8 @@ def build(
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     for line in report.check_warnings:
         typer.echo(f"warning: {line}", err=True)
+    if report.resumed:
+        typer.echo(resumed_line(report))
     if report.noop:
         typer.echo("no Dagster run was needed: nothing changed since the last successful build (--force redoes it)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
@@ -279,6 +282,22 @@ def build(
                    err=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def resumed_line(report: BuildReport) -> str:
+    """What a build did for the killed builds it found unfinished (``report.resumed``: when each started),
+    e.g. ``finished the build started at 2026-01-01T10:00:00+00:00, which was killed: search now has what it
+    had built`` (this build wrote the warehouse), ``…: it had published its work already`` (it had not) or,
+    when this build failed, ``redid what the build … had left unfinished, as far as this build got (…)``."""
+    one = len(report.resumed) == 1
+    which = (f"the build{'' if one else 's'} started at {', '.join(report.resumed)}, which "
+             f"{'was' if one else 'were'} killed")
+    it, its = ("it", "its") if one else ("they", "their")
+    if not report.ok:
+        return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
+    if report.shared_metadata.get("warehouse", {}).get("skipped"):
+        return f"finished {which}: {it} had published {its} work already"
+    return f"finished {which}: search now has what {it} had built"
 
 
 def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) -> list[str]:
