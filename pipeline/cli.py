@@ -60,6 +60,7 @@ def _errors_file(s: Settings, source: str) -> Path:
 if TYPE_CHECKING:
     from pipeline.models import Hit
     from pipeline.search.searcher import Searcher
+    from pipeline.stages.results import BuildReport
 
 app = typer.Typer(
     name="docsvault",
@@ -165,6 +166,7 @@ def build(
     import time as _time
 
     from pipeline.ingest.sources import load_sources, select_sources
+    from pipeline.stages.ingest import kept_line
 
     s = settings()
     started = _time.perf_counter()
@@ -207,7 +209,7 @@ def build(
         if not st.ok:
             detail = f"failed at {st.failed_stage}: {st.error}"
         elif vault_meta.get("skipped") and chunk_meta.get("skipped") and not emb.get("embedded"):
-            detail = "nothing changed since the last build"
+            detail = f"nothing changed since the {'interrupted' if report.resumed else 'last'} build"
         elif vault_meta.get("skipped") and chunk_meta.get("skipped"):
             detail = "notes unchanged"        # chunks a killed build had not embedded yet
         else:
@@ -225,9 +227,11 @@ def build(
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
         for line in paths_warning_lines(st):
             typer.echo(f"warning: {line}", err=True)
+        notes_meta = st.metadata.get("notes", {})
+        if notes_meta.get("kept_last_good"):
+            typer.echo(f"warning: {kept_line(st.name, notes_meta['kept_last_good'])}", err=True)
         for line in [*(vault_meta.get("warning_lines") or []), *(chunk_meta.get("warning_lines") or [])]:
             typer.echo(f"warning: {line}", err=True)
-        notes_meta = st.metadata.get("notes", {})
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(_errors_file(settings(), st.name))
             typer.echo(f"  {st.name}: {notes_meta['errors']} file(s) skipped, each with its reason in {where}")
@@ -272,6 +276,8 @@ def build(
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     for line in report.check_warnings:
         typer.echo(f"warning: {line}", err=True)
+    if report.resumed:
+        typer.echo(resumed_line(report))
     if report.noop:
         typer.echo("no Dagster run was needed: nothing changed since the last successful build (--force redoes it)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
@@ -281,6 +287,22 @@ def build(
                    err=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def resumed_line(report: BuildReport) -> str:
+    """What a build did for the killed builds it found unfinished (``report.resumed``: when each started),
+    e.g. ``finished the build started at 2026-01-01T10:00:00+00:00, which was killed: search now has what it
+    had built`` (this build wrote the warehouse), ``…: it had published its work already`` (it had not) or,
+    when this build failed, ``redid what the build … had left unfinished, as far as this build got (…)``."""
+    one = len(report.resumed) == 1
+    which = (f"the build{'' if one else 's'} started at {', '.join(report.resumed)}, which "
+             f"{'was' if one else 'were'} killed")
+    it, its = ("it", "its") if one else ("they", "their")
+    if not report.ok:
+        return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
+    if report.shared_metadata.get("warehouse", {}).get("skipped"):
+        return f"finished {which}: {it} had published {its} work already"
+    return f"finished {which}: search now has what {it} had built"
 
 
 def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) -> list[str]:
@@ -1037,18 +1059,23 @@ def check_vault_cmd(
 
 @sources_app.command("validate")
 def sources_validate() -> None:
-    """Validate sources.yaml; errors name the source, the key and what is allowed. Local folders must exist."""
-    from pipeline.ingest.sources import check_local_paths, load_sources
+    """Validate sources.yaml; errors name the source, the key and what is allowed, every one found, one line
+    each (a file that is no valid YAML: its first error). Local folders must exist."""
+    from pipeline.ingest.sources import check_local_paths, source_problems
     from pipeline.stages import REMOVE_ALL_OPTION, built_source_names, check_layout, no_sources_problem
 
     s = settings()
     try:
-        sources = load_sources(s.sources_file)
-        check_layout(s, sources)
+        found, problems = source_problems(s.sources_file)
     except PipelineError as exc:
         fail(str(exc))
         return
-    problems = check_local_paths(sources, s.sources_file)
+    sources = [source for _, source in found]
+    try:
+        check_layout(s, sources)
+    except PipelineError as exc:
+        problems.append(str(exc))
+    problems += check_local_paths(sources, s.sources_file, [i for i, _ in found])
     for line in problems:
         typer.echo(f"error: {line}", err=True)
     if problems:

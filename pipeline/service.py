@@ -455,12 +455,14 @@ class SharedOutcome(Record):
 @dataclass(frozen=True)
 class BuildOutcome(Record):
     """A build, as ``build --json`` prints it (:meth:`as_dict`, keys in README); ``removed`` the "removed
-    vault/<name>/: ..." lines of sources dropped from sources.yaml."""
+    vault/<name>/: ..." lines of sources dropped from sources.yaml; ``resumed`` when each killed build this
+    one finished had started (ISO 8601 UTC; see :class:`pipeline.stages.results.BuildReport`)."""
 
     ok: bool
     sources: tuple[SourceOutcome, ...]
     removed: tuple[str, ...]
     shared: SharedOutcome
+    resumed: tuple[str, ...] = ()
 
 
 def query_problem(query: str | None) -> str | None:
@@ -539,5 +541,6 @@ def build_outcome(report: Any) -> BuildOutcome:
         ok=report.ok, sources=tuple(_source_outcome(st) for st in report.sources),
         removed=tuple(getattr(report, "removed", [])),
         shared=SharedOutcome(ok=report.shared_ok, error=report.shared_error or None, warehouse=warehouse,
-                             eval=evals, warnings=tuple(getattr(report, "check_warnings", []))))
+                             eval=evals, warnings=tuple(getattr(report, "check_warnings", []))),
+        resumed=tuple(getattr(report, "resumed", [])))
 

@@ -232,6 +232,21 @@ def test_missing_attachments_one_line_per_note_at_most_five() -> None:
         "source 'me': … and 2 more notes with a missing attachment"]
 
 
+def test_the_line_named_is_the_one_linking_the_target(tmp_path: Path) -> None:
+    """A line that merely contains the target's text (``agone.png``, ``gone.png.bak``) is not the line of its
+    link (the first such line was named); the link is read as the build reads it (alias, %20)."""
+    from pipeline.ingest.attachments import missing_lines
+
+    note = tmp_path / "Plan.md"
+    note.write_text("# Plan\n\n![[agone.png]] and gone.png.bak\n![[gone.png|200]]\nmy pic.png\n"
+                    "![pic](my%20pic.png)\n", encoding="utf-8")
+    unresolved = [("Plan.md", "gone.png"), ("Plan.md", "my pic.png")]
+    assert missing_lines("me", unresolved, {"Plan.md": note}) == [
+        "source 'me': Plan.md: gone.png (line 4), my pic.png (line 6) are not in the source (deleted or "
+        "moved?): the note's embeds/links of them are broken in the vault; restore the files or fix the "
+        "links"]
+
+
 def test_a_target_outside_the_source_is_named_as_such_not_as_deleted(tmp_path: Path) -> None:
     from pipeline.ingest.attachments import missing_lines
 

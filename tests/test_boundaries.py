@@ -217,6 +217,29 @@ def test_stage_code_files_exist() -> None:
     assert missing == []
 
 
+def test_the_vault_code_version_covers_the_code_the_vault_step_runs(tmp_path, monkeypatch) -> None:
+    """``code_version("vault")`` hashes every module whose code shapes what the vault step writes and reports:
+    the stage (stages/ingest.py), the resolver it qualifies links with (index/graph.py), the prose link scan
+    (normalize, markdown), … (graph.py and the stage were left out: a change there kept the last vault)."""
+    import shutil
+
+    from pipeline.stages import base
+
+    assert set(base._CODE["vault"]) == {
+        "stages/ingest.py", "ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py",
+        "ingest/attachments.py", "index/vaultlinks.py", "index/graph.py", "ingest/normalize.py",
+        "common/markdown.py", "models.py", "ingest/fetch/local.py"}
+    for rel in base._CODE["vault"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PKG / rel, tmp_path / rel)
+    monkeypatch.setattr(base, "_PKG", tmp_path)
+    before = base.code_version.__wrapped__("vault")
+    for rel in ("index/graph.py", "stages/ingest.py"):
+        with (tmp_path / rel).open("a", encoding="utf-8") as f:
+            f.write("# changed\n")
+        assert base.code_version.__wrapped__("vault") != before, rel
+        before = base.code_version.__wrapped__("vault")
+
 def test_core_imports_no_shell_framework_at_runtime() -> None:
     core = [m for m in sorted(MODULES) if not shell_of(m)]
     code = (

@@ -188,7 +188,8 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
     ("---\n- a\n- b\n---\nbody\n", ("the text: line 2: frontmatter must be a YAML mapping (key: value lines), "
                                      "got list (nothing was written)")),
     ("---\ntitle: a\ntitle: b\n---\nbody\n", ("the text: line 3: invalid YAML frontmatter: duplicate key "
-                                               "'title'; fix or quote the value (nothing was written)")),
+                                               "'title' on lines 2 and 3; remove or rename one of the two "
+                                               "keys (nothing was written)")),
 ])
 def test_malformed_text_frontmatter_is_a_one_line_error(tmp_path: Path, text: str, error: str) -> None:
     src = _local(tmp_path / "inbox")

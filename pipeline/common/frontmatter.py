@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from pipeline.common.errors import NoteError
-from pipeline.common.yamlload import UniqueKeys, UniqueKeySafeLoader, load_with
+from pipeline.common.yamlload import DuplicateKeyError, UniqueKeys, UniqueKeySafeLoader, load_with
 
 _BOM = "\ufeff"
 _CLOSERS = ("---", "...")
@@ -220,12 +220,16 @@ def _yaml_error_parts(exc: yaml.YAMLError) -> tuple[int, str, str]:
     """``(file line to fix, problem, what to do)`` for a YAML error in a frontmatter block (its first line is file
     line 2), from PyYAML's problem mark (where the parser stopped) and context mark (what it was reading, from
     where): an unclosed quote or bracket is named where it opens, a bad indentation on its own line with the
-    enclosing block's first line mentioned, a tab with "replace the tab with spaces"."""
+    enclosing block's first line mentioned, a tab with "replace the tab with spaces", a duplicate key on the
+    second of its two lines, naming both, with "remove or rename one of the two keys"."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
     if mark is None:
         return 2, problem, "fix or quote the value"
     line, fix = mark.line + 2, "fix or quote the value"
+    if isinstance(exc, DuplicateKeyError):        # its lines count from the block's first line: file line 2
+        return line, f"duplicate key {exc.key!r} on lines {exc.first_line + 1} and {line}", \
+            "remove or rename one of the two keys"
     ctx, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
     if "'\\t'" in problem:                          # found character '\t' that cannot start any token
         return line, problem, "replace the tab with spaces"

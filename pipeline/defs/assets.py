@@ -339,6 +339,8 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             normalized = build.normalize_stage(s, source)
             for line in normalized.error_lines:
                 context.log.warning(line)
+            if normalized.kept_last_good:
+                context.log.warning(build.kept_line(source.name, normalized.kept_last_good))
             return normalized
 
         return _run_source_stage(context, docsvault, "notes", source, run, loaded)

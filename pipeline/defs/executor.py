@@ -225,16 +225,30 @@ def release_build_runs(instance: dg.DagsterInstance) -> list[str]:
     """Runs of ``docsvault build`` still marked in progress are from a build process that died (killed, power cut):
     the caller holds ``build-run.lock``, so no other build runs. Each is reported failed and its pool slots are freed,
     or the single-writer stages of every later build would wait forever for the slot a dead step still holds
-    ("Step blocked by limit for pool docsvault_warehouse"). Returns the run ids released."""
+    ("Step blocked by limit for pool docsvault_warehouse"); so are the slots of runs that ended
+    (:func:`free_slots_of_ended_runs`). Returns the run ids released."""
+    return [run_id for run_id, _ in release_killed_builds(instance)] + free_slots_of_ended_runs(instance)
+
+
+def release_killed_builds(instance: dg.DagsterInstance) -> list[tuple[str, float]]:
+    """The killed builds' part of :func:`release_build_runs` (call it holding ``build-run.lock``): each run
+    of ``docsvault build`` still marked in progress is reported failed and its pool slots are freed.
+
+    Returns:
+        ``(run id, start)`` of each, oldest first; ``start`` in epoch seconds (when the run started, else when
+        it was created).
+    """
     released = []
     in_progress = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.QUEUED,
                    dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.CANCELING]
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={"docsvault/run": "build"})):
+    build_runs = dg.RunsFilter(statuses=in_progress, tags={"docsvault/run": "build"})
+    for record in instance.get_run_records(filters=build_runs):
+        run = record.dagster_run
         instance.report_run_failed(run, message="the docsvault build process of this run is gone (killed); "
                                                 "the next build released its pool slots")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        released.append(run.run_id)
-    return released + free_slots_of_ended_runs(instance)
+        released.append((run.run_id, record.start_time or record.create_timestamp.timestamp()))
+    return sorted(released, key=lambda r: r[1])
 
 
 def free_slots_of_ended_runs(instance: dg.DagsterInstance) -> list[str]:

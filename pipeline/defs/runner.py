@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from pipeline.defs.assets import (
     source_pool,
     source_slug,
 )
-from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, release_build_runs
+from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, free_slots_of_ended_runs, release_killed_builds
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
 from pipeline.stages.results import BuildReport, SourceStatus
@@ -231,7 +232,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     with build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
         with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
             build.cleanup_leftovers(settings)
-            sources, removed = _prepare(settings, source_names, remove_all_sources)
+            sources, removed, killed = _prepare(settings, source_names, remove_all_sources)
         if progress is not None:
             build.PROGRESS_HOOKS.append(progress)
         try:
@@ -239,6 +240,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
+        report.resumed = killed
         if not source_names:                 # a build of every source: what the next no-op build answers from
             with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
                 record_noop(settings, sources, report)
@@ -246,9 +248,10 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
 
 
 def _prepare(settings: Settings, source_names: Sequence[str] | None,
-             remove_all: bool = False) -> tuple[list[Source], list[str]]:
+             remove_all: bool = False) -> tuple[list[Source], list[str], list[str]]:
     """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources dropped from
-    sources.yaml removed (what was removed, one line each), a killed build's runs released."""
+    sources.yaml removed (what was removed, one line each), a killed build's runs released (when each started:
+    ISO 8601 UTC, to the second; [] when none)."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
@@ -256,16 +259,18 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
     removed = build.remove_dropped_sources(settings, all_sources, remove_all=remove_all)
     instance = dg.DagsterInstance.get()
     forget_dropped_assets(instance, all_sources)
-    release_build_runs(instance)
+    killed = [datetime.fromtimestamp(start, UTC).isoformat(timespec="seconds")
+              for _, start in release_killed_builds(instance)]
+    free_slots_of_ended_runs(instance)
     for line in pools_held_by_other_runs(instance, [source_pool(s) for s in sources] + [WAREHOUSE_POOL]):
         log.warning(line)
-    return sources, removed
+    return sources, removed, killed
 
 
 def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str]) -> list[str]:
     """One line per pool of ``pools`` whose slot a live run holds (a UI, sensor or schedule run): the build's steps
     of that pool wait for it, and Dagster prints nothing while they do. Runs that have ended hold nothing (their
-    slots were freed by :func:`pipeline.defs.executor.release_build_runs`)."""
+    slots were freed by :func:`pipeline.defs.executor.free_slots_of_ended_runs`)."""
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return []

@@ -136,24 +136,33 @@ def _targets(body: str) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]] = []
 
     def collect(text: str) -> str:
-        for m in _WIKI.finditer(text):
-            inner = m.group(2).split("|", 1)[0].rstrip("\\")
-            out.append((inner.split("#", 1)[0].strip(), False))
-        for m in _MD.finditer(_WIKI.sub(" ", text)):
-            dest = m.group(2)
-            if dest.startswith("<") and dest.endswith(">"):
-                dest = dest[1:-1]
-            if not dest or dest.startswith("//") or _SCHEME.match(dest):
-                continue
-            out.append((unquote(dest.split("#", 1)[0].split("?", 1)[0]).strip(), True))
-        for m in _HTML_SRC.finditer(text):
-            dest = m.group(1)
-            if not dest.startswith("//") and not _SCHEME.match(dest):
-                out.append((unquote(dest.split("#", 1)[0].split("?", 1)[0]).strip(), True))
+        out.extend(_link_targets(text))
         return text
 
     map_prose(body, collect)
     return [(t, md) for t, md in out if t and extension(t) in COPY_EXTENSIONS]
+
+
+def _link_targets(text: str) -> list[tuple[str, bool]]:
+    """(target path, is_markdown_link) of every wikilink, Markdown link and HTML ``src`` in ``text`` (code
+    included: :func:`_targets` passes only prose), in that order, as :func:`_targets` reads them (URL-decoded,
+    without #fragment, ?query or |alias; URLs left out; any extension)."""
+    out: list[tuple[str, bool]] = []
+    for m in _WIKI.finditer(text):
+        inner = m.group(2).split("|", 1)[0].rstrip("\\")
+        out.append((inner.split("#", 1)[0].strip(), False))
+    for m in _MD.finditer(_WIKI.sub(" ", text)):
+        dest = m.group(2)
+        if dest.startswith("<") and dest.endswith(">"):
+            dest = dest[1:-1]
+        if not dest or dest.startswith("//") or _SCHEME.match(dest):
+            continue
+        out.append((unquote(dest.split("#", 1)[0].split("?", 1)[0]).strip(), True))
+    for m in _HTML_SRC.finditer(text):
+        dest = m.group(1)
+        if not dest.startswith("//") and not _SCHEME.match(dest):
+            out.append((unquote(dest.split("#", 1)[0].split("?", 1)[0]).strip(), True))
+    return out
 
 
 class _Index:
@@ -282,14 +291,21 @@ MISSING_PER_NOTE = 3
 
 
 def _line_numbers(path: Path | None, targets: Sequence[str]) -> dict[str, int]:
-    """Target -> the first line (1-based) of the file at ``path`` that holds it literally; a target written
-    otherwise (``%20``), or an unreadable file, has none."""
+    """Target -> the first line (1-based) of the file at ``path`` with a link (wikilink, Markdown link or
+    HTML ``src``) to it, read as :func:`_targets` reads links (``[[gone.png|100]]``, ``(my%20file.png)``), not
+    a line that merely contains the text (``[[agone.png]]`` is no link to ``gone.png``); a target in no link
+    on one line (a link split over lines), or an unreadable file, has none."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path else []
     except OSError:
         return {}
-    return {t: next(n for n, line in enumerate(lines, 1) if t in line) for t in targets
-            if any(t in line for line in lines)}
+    wanted, found = set(targets), {}
+    for n, line in enumerate(lines, 1):
+        if _MAY_LINK.search(line):
+            for target, _ in _link_targets(line):
+                if target in wanted:
+                    found.setdefault(target, n)
+    return found
 
 
 def _leaves_source(note_sp: str, target: str, folders: Sequence[str] = ()) -> bool:

@@ -325,9 +325,22 @@ def load_sources(path: Path) -> list[Source]:
             both lines), a block without 'name', 'kind' or the key its kind needs (with its line), an unknown key or
             an invalid 'kind' (with its line and the closest valid one), a block invalid (with source and key), a
             source key at the top level (mis-indented, with its line), a duplicate name (with both lines), or two
-            names with one asset key (``my-docs`` and ``my_docs``).
+            names with one asset key (``my-docs`` and ``my_docs``); the first in file order
+            (:func:`source_problems` finds them all).
     """
-    path = Path(path)
+    found, problems = source_problems(path)
+    if problems:
+        raise SourceConfigError(problems[0])
+    return [source for _, source in found]
+
+
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    """sources.yaml's text and its YAML, a mapping with a ``sources:`` list.
+
+    Raises:
+        SourceConfigError: the file is missing or unreadable, is not valid YAML (with its line), has a
+            duplicate key in a mapping (with both lines) or no ``sources:`` list.
+    """
     if not path.is_file():
         raise SourceConfigError(
             f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
@@ -343,44 +356,72 @@ def load_sources(path: Path) -> list[Source]:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
+    return text, data
+
+
+def source_problems(path: Path) -> tuple[list[tuple[int, Source]], list[str]]:
+    """Every problem of sources.yaml's source blocks (``docsvault sources validate`` lists them all; a build
+    stops at the first: :func:`load_sources`).
+
+    Returns:
+        ``([(i, source)] of the valid blocks, i their 1-based position in the ``sources:`` list; one line per
+        problem, in file order)``: each problem of :func:`load_sources` (a block's missing or unknown key,
+        invalid value, duplicate name, shared asset key; a source key at the top level, last), one per block,
+        naming the file, the line and the source.
+
+    Raises:
+        SourceConfigError: the file is missing or unreadable, is not valid YAML, has a duplicate key or no
+            ``sources:`` list (:func:`_read`): nothing else can be checked then.
+    """
+    path = Path(path)
+    text, data = _read(path)
     # line numbers are only for an error (or a stray top-level key): the text is composed a second time only then
     layout = cache(partial(_layout, text))
     strays = layout()[1] if any(k in ALLOWED_KEYS for k in data if k != "sources") else {}
-    sources: list[Source] = []
+    found: list[tuple[int, Source]] = []
+    problems: list[str] = []
     seen: dict[str, int] = {}
     slugs: dict[str, str] = {}
     for i, block in enumerate(data["sources"], start=1):
+        name = block.get("name") if isinstance(block, dict) else None
+        if valid_name(name):        # an invalid block's name too: a later block of that name is a duplicate
+            seen.setdefault(name, i)
         # an unknown key first: a misspelt key is the likely cause of a missing one
         wrong = _wrong_key(block) if isinstance(block, dict) else None
         problem = None if wrong and wrong[0] != "kind" else _missing(block)
         if problem or wrong:
             start, key_lines = layout()[0][i - 1]
             if problem:
-                raise _missing_error(block, f"{path}: line {start}: sources[{i}]", problem, strays)
-            line = key_lines.get(str(wrong[0]), start)
-            raise SourceConfigError(f"{_label(block, f'{path}: line {line}: sources[{i}]')}: {wrong[1]}")
+                where = f"{path}: line {start}: sources[{i}]"
+                problems.append(str(_missing_error(block, where, problem, strays)))
+            else:
+                line = key_lines.get(str(wrong[0]), start)
+                problems.append(f"{_label(block, f'{path}: line {line}: sources[{i}]')}: {wrong[1]}")
+            continue
         try:
             source = parse_source(block, path.parent, f"{path}: sources[{i}]")
         except SourceConfigError as exc:
-            raise _with_line(exc, f"{path}: sources[{i}]", layout()[0][i - 1]) from None
-        if source.name in seen:
+            problems.append(str(_with_line(exc, f"{path}: sources[{i}]", layout()[0][i - 1])))
+            continue
+        if seen[source.name] != i:
             first = seen[source.name]
             here_line, first_line = (keys.get("name", start) for start, keys in (layout()[0][i - 1],
                                                                                   layout()[0][first - 1]))
-            raise SourceConfigError(
+            problems.append(
                 f"{path}: line {here_line}: sources[{i}]: duplicate source name '{source.name}' (first at line "
                 f"{first_line}, sources[{first}]); names must be unique: rename one")
-        seen[source.name] = i
+            continue
         slug = asset_slug(source.name)
         other = slugs.setdefault(slug, source.name)
         if other != source.name:
-            raise SourceConfigError(
-                f"{path}: sources '{other}' and '{source.name}' map to the same asset key '{slug}'; rename one"
-            )
-        sources.append(source)
-    if strays:
-        raise SourceConfigError(f"{path}: {_strays_hint(strays)}")
-    return sources
+            problems.append(f"{path}: sources '{other}' and '{source.name}' map to the same asset key "
+                            f"'{slug}'; rename one")
+            continue
+        found.append((i, source))
+    hint = _strays_hint(strays)
+    if strays and not any(hint in line for line in problems):     # not when a block's error gave the hint
+        problems.append(f"{path}: {hint}")
+    return found, problems
 
 
 def asset_slug(name: str) -> str:
@@ -389,18 +430,21 @@ def asset_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
-def check_local_paths(sources: list[Source], sources_file: Path) -> list[str]:
+def check_local_paths(sources: list[Source], sources_file: Path,
+                      positions: list[int] | None = None) -> list[str]:
     """Problems with the folders of local sources, one line each (``docsvault sources validate``).
 
     Not part of :func:`load_sources`: at build time a missing folder fails only its own source (which keeps its
-    last good copy), while validate reports it up front.
+    last good copy), while validate reports it up front. ``positions``: each source's 1-based position in the
+    file's ``sources:`` list (:func:`source_problems` gives them when blocks before it are invalid); 1, 2, …
+    when None.
 
     Returns:
         ``"<file>: sources[i] (source 'x'): 'path' <folder> does not exist; ..."`` (or ``is not a folder``, ``cannot
         be read``) per bad root, in file order; empty when every root is a readable folder.
     """
     problems: list[str] = []
-    for i, source in enumerate(sources, start=1):
+    for i, source in zip(positions or range(1, len(sources) + 1), sources):
         where = f"{sources_file}: sources[{i}] (source '{source.name}')"
         for root in source.path if source.kind == "local" else ():
             if not root.exists():

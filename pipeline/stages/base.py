@@ -37,8 +37,11 @@ _PKG = Path(__file__).resolve().parent.parent   # the pipeline package: _CODE pa
 _CODE = {
     "normalize": ("ingest/normalize.py", "common/frontmatter.py", "models.py", "ingest/fetch/htmlmd.py",
                   "ingest/fetch/htmltable.py", "ingest/fetch/pages.py", "ingest/htmlblocks.py", "common/markdown.py"),
-    "vault": ("ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", "ingest/attachments.py",
-              "index/vaultlinks.py"),
+    # vault_stage itself, the writer, the attachment plan, link qualification and its resolver (graph), the
+    # link scan of prose (normalize's map_prose over markdown's code split), the warning lines' paths (local)
+    "vault": ("stages/ingest.py", "ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py",
+              "ingest/attachments.py", "index/vaultlinks.py", "index/graph.py", "ingest/normalize.py",
+              "common/markdown.py", "models.py", "ingest/fetch/local.py"),
     "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py",
               "common/markdown.py", "index/unigram.py"),     # e5's token counts of a few texts (E5Embedder)
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),

@@ -82,7 +82,8 @@ KEPT_SUFFIX = "; its last good version stays in the vault and search until the f
 def _keep_last_good(settings: Settings, source: Source, files: Sequence[Any], result: Any) -> tuple[Any, list[str]]:
     """A file that normalized before and fails now (broken frontmatter, bad encoding, emptied...) keeps its last
     good note: one typo must not silently delete a page from the vault, the graph and search. Its error line says
-    so (``KEPT_SUFFIX``). A file removed from the source is not in ``files`` and goes away as usual.
+    so (``KEPT_SUFFIX``) and the stage's ``kept_last_good`` names it (:func:`kept_line`: the run's warning).
+    A file removed from the source is not in ``files`` and goes away as usual.
 
     Returns:
         ``(result with the kept notes added, sorted by source_path; kept source paths)``.
@@ -100,9 +101,15 @@ def _keep_last_good(settings: Settings, source: Source, files: Sequence[Any], re
         if any(f": {sp}:" in line or f": {sp!r}:" in line for sp in kept):
             line += KEPT_SUFFIX
         errors.append(line)
-    log.warning("source '%s': %d file(s) failed to normalize; serving their last good version: %s",
-                source.name, len(kept), ", ".join(kept[:5]) + (" …" if len(kept) > 5 else ""))
     return result._replace(notes=notes, errors=errors), kept
+
+
+def kept_line(source: str, kept: Sequence[str]) -> str:
+    """The warning of a normalize run whose files ``kept`` (source paths, at least one) failed and kept
+    their last good note (:func:`_keep_last_good`), naming up to 5 of them: the CLI prints it as a
+    ``warning:`` line, the Dagster notes step logs it as a warning."""
+    return (f"source '{source}': {len(kept)} file(s) failed to normalize; serving their last good version: "
+            + ", ".join(kept[:5]) + (" …" if len(kept) > 5 else ""))
 
 
 def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:

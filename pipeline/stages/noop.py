@@ -39,7 +39,8 @@ __all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
 
 NOOP_STATE = ".noop.json"       # in <data>/state/ (a source name cannot start with a dot)
 _PKG = Path(__file__).resolve().parent.parent
-_WORK_KEYS = ("written", "removed", "rechunked", "embedded", "changed_chunks", "removed_chunks")
+_WORK_KEYS = ("written", "removed", "rechunked", "embedded", "changed_chunks", "removed_chunks",
+              "attachments_written")
 
 
 def _code_hash() -> str:
@@ -133,7 +134,7 @@ def _unchanged(metadata: dict[str, Any]) -> dict[str, Any]:
     for k in _WORK_KEYS:
         if k in out:
             out[k] = 0
-    for k in ("model_changed", "conflicts", "removed_files"):     # what that build did, not this one
+    for k in ("model_changed", "conflicts", "removed_files", "kept_last_good"):   # what that build did
         out.pop(k, None)
     return out
 

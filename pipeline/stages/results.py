@@ -303,7 +303,9 @@ class BuildReport:
     ``shared_metadata``: stage -> dict), ``removed`` ("removed vault/<name>/: ..." of sources dropped from
     sources.yaml), ``noop`` (True: nothing had changed, answered without a Dagster run: :mod:`pipeline.stages.noop`),
     ``check_warnings`` (one line per failed asset check of a shared stage, e.g. ``eval_floors``: the check does not
-    fail the build, the build says so)."""
+    fail the build, the build says so), ``resumed`` (when each killed build whose Dagster run this build
+    found unfinished had started, ISO 8601 UTC: this build finished its work, so a source whose stages it had
+    all done skips them now)."""
 
     sources: list[SourceStatus]
     shared_ok: bool
@@ -312,6 +314,7 @@ class BuildReport:
     removed: list[str] = field(default_factory=list)
     noop: bool = False
     check_warnings: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
