@@ -206,6 +206,7 @@ EXPECTED_BUILD_JSON = """{
     "warnings": [
       "asset check eval_floors of retrieval_eval failed: mrr@10 0.625 < 0.700 (see the Dagster UI)"
     ]
-  }
+  },
+  "resumed": []
 }
 """
