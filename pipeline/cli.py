@@ -1437,14 +1437,26 @@ def usage_error_line(exc: Exception, argv: Sequence[str] = ()) -> str:
     return f"{' '.join(message.split())}{where}"
 
 
+class _LevelPrefix(logging.Formatter):
+    """``warning: …`` / ``error: …`` as the CLI's own warning and error lines begin (a line that already says so is
+    left as it is)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno < logging.WARNING:
+            return text
+        prefix = "error: " if record.levelno >= logging.ERROR else "warning: "
+        return text if text.startswith(("warning:", "error:")) else prefix + text
+
+
 def _log_lines() -> None:
-    """Warnings of the core's loggers as bare lines on stderr, as Python's last-resort handler prints them, set up
+    """Warnings of the core's loggers as lines on stderr (``warning: `` before each, as the CLI's own), set up
     before anything runs: a library that calls ``logging.basicConfig()`` on import (ONNX Runtime's quantizer does,
     at INFO) then changes nothing, where it used to turn later warnings into ``WARNING:pipeline.index.onnx_embed:
     …`` lines (a new user's first build)."""
     if not logging.root.handlers:
         handler = logging.StreamHandler()               # stderr, looked up per record (as the last-resort one)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_LevelPrefix("%(message)s"))
         logging.root.addHandler(handler)
         logging.root.setLevel(logging.WARNING)
 

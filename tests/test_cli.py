@@ -611,17 +611,19 @@ def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path
         ("hash:16", 16), ("hash", 384)]
 
 
-def test_core_warnings_stay_bare_lines_when_a_library_configures_logging() -> None:
-    """The CLI sets up its warning lines before anything runs: a library's later ``logging.basicConfig()`` (ONNX
-    Runtime's quantizer calls it on import, at INFO) neither prefixes them (``WARNING:pipeline.index.onnx_embed:``)
-    nor lets INFO records through."""
+def test_core_warnings_stay_cli_lines_when_a_library_configures_logging() -> None:
+    """The CLI sets up its warning lines before anything runs (``warning: `` / ``error: `` before each, as the CLI's
+    own lines): a library's later ``logging.basicConfig()`` (ONNX Runtime's quantizer calls it on import, at INFO)
+    neither prefixes them (``WARNING:pipeline.index.onnx_embed:``) nor lets INFO records through."""
     import subprocess
     import sys
 
     code = ("import logging; from pipeline.cli import _log_lines; _log_lines(); "
             "logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s [%(levelname)s] - %(message)s'); "
             "log = logging.getLogger('pipeline.index.onnx_embed'); log.info('not shown'); "
-            "log.warning('ONNX model x missing: exporting it once')")
+            "log.warning('ONNX model x missing: exporting it once'); log.error('cannot write x'); "
+            "log.warning('warning: already said')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
-    assert (done.returncode, done.stdout, done.stderr) == (0, "", "ONNX model x missing: exporting it once\n")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0, "", "warning: ONNX model x missing: exporting it once\nerror: cannot write x\nwarning: already said\n")

@@ -483,7 +483,7 @@ def test_a_cli_build_waiting_for_a_lock_stops_on_sigint_and_sigterm(tiny_env: Pa
         proc = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
         try:
             line = _stderr_line(proc, 300)
-            assert line == (f"build lock {data / lock} is held by pid {os.getpid()} on {socket.gethostname()}, "
+            assert line == (f"warning: build lock {data / lock} is held by pid {os.getpid()} on {socket.gethostname()}, "
                             f"started at {lock_holder(data / lock)['started_at']}; waiting up to "
                             f"{600 if lock == RUN_LOCK_NAME else 3600} s for it (Ctrl-C stops)\n")
             proc.send_signal(sig)
@@ -518,7 +518,7 @@ def test_ctrl_c_of_a_cli_build_inside_a_step_prints_one_line_and_no_traceback(ti
                             start_new_session=True)
     try:
         line = _stderr_line(proc, 300)
-        assert line.startswith(f"build lock {data / 'locks/tiny.lock'} is held by pid {os.getpid()}"), line
+        assert line.startswith(f"warning: build lock {data / 'locks/tiny.lock'} is held by pid {os.getpid()}"), line
         os.killpg(proc.pid, signal.SIGINT)                      # what the terminal does on Ctrl-C
         out, err = proc.communicate(timeout=120)
     finally:

@@ -154,7 +154,7 @@ def test_ctrl_c_of_a_cli_build_waiting_for_a_pool_slot(tiny_env: Path) -> None:
             proc.kill()
             proc.wait()
     assert (proc.returncode, out, err) == (
-        130, "", (f"pool {POOL} is held by run {OTHER} (STARTED, step tiny__raw_docs): this build's steps of that "
+        130, "", (f"warning: pool {POOL} is held by run {OTHER} (STARTED, step tiny__raw_docs): this build's steps of that "
                   "pool wait until it is done (the Dagster UI shows the run)\n"
                   "error: build interrupted: stopped, its locks released; run `docsvault build` again to finish it\n"))
     assert stopped_in < 5, stopped_in

@@ -192,7 +192,7 @@ def test_the_cli_says_it_once_on_stderr_and_searches_on(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", "from pipeline.cli import main; main()", "--data", str(data),
                            "search", "otters"], check=False, capture_output=True, text=True, env=env, timeout=120)
     lines = proc.stderr.splitlines()
-    assert lines[0] == (f"usage log {data / 'usage.json'} cannot be parsed (Expecting value: line 1 column 1 (char "
+    assert lines[0] == (f"warning: usage log {data / 'usage.json'} cannot be parsed (Expecting value: line 1 column 1 (char "
                         f"0)): moved it to {data / 'usage.json.corrupt'} and started an empty reading history")
     assert len(lines) == 2 and lines[1].startswith("error: ") and "Traceback" not in proc.stderr
     assert sorted(p.name for p in data.iterdir()) == ["usage.json.corrupt"]
