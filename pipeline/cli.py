@@ -131,12 +131,7 @@ def main_options(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Paths come from these flags, else the environment, else the defaults."""
-    try:
-        _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault,
-                                               synonyms=synonyms)
-    except ValueError as exc:          # a malformed DOCSVAULT_* value (the message names it)
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    _state["settings"] = Settings.from_env(sources_file=sources, data_dir=data, vault_dir=vault, synonyms=synonyms)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1025,9 +1020,14 @@ def status(
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
     else:
         typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
-    depth = data["crosslingual_depth"]
+    built_depth = w.get("crosslingual_depth")
+    depth = data["crosslingual_depth"] if built_depth is None else built_depth
     cross = ("cross-lingual lane off" if data["crosslingual_model"] == "none" else
              "cross-lingual lane: every chunk" + (f", of an English note its first {depth}" if depth else ""))
+    if built_depth is not None and built_depth != data["crosslingual_depth"] and data["crosslingual_model"] != "none":
+        nxt = data["crosslingual_depth"]
+        cross += (f"; DOCSVAULT_CROSSLINGUAL_DEPTH={nxt} now: the next build embeds "
+                  + (f"the first {nxt}" if nxt else "every chunk"))
     typer.echo(f"models: {data['model']} (English notes), {data['multilingual_model']} (ja/zh/ko notes), "
                f"{data['crosslingual_model']} ({cross})")
     typer.echo(f"vault: {data['vault']}")

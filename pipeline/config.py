@@ -16,6 +16,7 @@ every variable the core reacts to is listed here.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -109,7 +110,7 @@ class Settings:
     def crosslingual_embeds(self, language: str, ordinal: int) -> bool:
         """Whether the cross-lingual model embeds the chunk at ``ordinal`` (0-based) of a note in ``language``:
         every chunk of a note not in English, the first ``crosslingual_depth`` of an English one (every one at 0)."""
-        return language != "en" or self.crosslingual_depth <= 0 or ordinal < self.crosslingual_depth
+        return language != "en" or self.crosslingual_depth <= 0 or ordinal < self.crosslingual_depth   # < 0: as 0
 
     @property
     def crosslingual(self) -> str | None:
@@ -207,12 +208,13 @@ def env_flag(name: str, default: bool) -> bool:
 FORCE_ENV = "DOCSVAULT_FORCE"
 
 
-def _depth(raw: str) -> int:
-    """``DOCSVAULT_CROSSLINGUAL_DEPTH`` -> chunks (default :data:`DEFAULT_CROSSLINGUAL_DEPTH` when unset).
+_depth_warned: set[str] = set()
 
-    Raises:
-        ValueError: not a whole number >= 0 (the message names the variable).
-    """
+
+def _depth(raw: str) -> int:
+    """``DOCSVAULT_CROSSLINGUAL_DEPTH`` -> chunks (:data:`DEFAULT_CROSSLINGUAL_DEPTH` when unset). A value that is
+    not a whole number >= 0 is warned about (once per process and value) and the default used: the setting shapes
+    only what a build embeds, so a typo must not stop a search, a read or the MCP server."""
     if not raw.strip():
         return DEFAULT_CROSSLINGUAL_DEPTH
     try:
@@ -220,8 +222,12 @@ def _depth(raw: str) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise ValueError(f"DOCSVAULT_CROSSLINGUAL_DEPTH={raw!r}: give a whole number of chunks >= 0 (0: every chunk "
-                         f"of an English note; default {DEFAULT_CROSSLINGUAL_DEPTH})")
+        if raw not in _depth_warned:
+            _depth_warned.add(raw)
+            logging.getLogger("docsvault").warning(
+                "DOCSVAULT_CROSSLINGUAL_DEPTH=%r is not a whole number of chunks >= 0; using %d (set it to 0 for "
+                "every chunk of an English note, or unset it)", raw, DEFAULT_CROSSLINGUAL_DEPTH)
+        return DEFAULT_CROSSLINGUAL_DEPTH
     return value
 
 

@@ -322,6 +322,7 @@ class WarehouseStatus(Record):
     links: int = 0
     dangling_links: int = 0
     models: tuple[ModelStatus, ...] = ()
+    crosslingual_depth: int | None = None   # what the build embedded by (None: a warehouse built before it was kept)
 
     def as_dict(self) -> dict[str, Any]:
         full = super().as_dict()
@@ -343,7 +344,8 @@ class Status(Record):
     data: str
     dagster_home: str
     sources_error: str | None = None
-    crosslingual_depth: int = 0          # chunks of an English note the cross-lingual model embeds (0: all)
+    crosslingual_depth: int = 0          # what the next build embeds of an English note by the cross-lingual model
+                                         # (0: every chunk); the warehouse's own is ``warehouse.crosslingual_depth``
 
 
 def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
@@ -362,6 +364,8 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
         built_at=st["meta"].get("built_at", ""), notes=int(st["notes"]), chunks=int(st["chunks"]),
         links=int(st["links"]), dangling_links=int(st["dangling_links"]),
         models=tuple(ModelStatus(model_id=m["model_id"], dim=m["dim"], vectors=m["n"]) for m in st["models"]),
+        crosslingual_depth=(int(st["meta"]["crosslingual_depth"])
+                            if str(st["meta"].get("crosslingual_depth", "")).isdigit() else None),
     ), st["sources"]
 
 

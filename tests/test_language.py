@@ -109,13 +109,40 @@ def test_crosslingual_model_embeds_the_first_chunks_of_english_notes_and_every_o
     assert [c.chunk_id for c in own["usem3"]] == [c.chunk_id for c in chunks]
 
 
-def test_crosslingual_depth_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crosslingual_depth_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A bad value is one warning (once per process) and the default: it shapes only what a build embeds, so it
+    does not stop a search, a read or the MCP server."""
     monkeypatch.delenv("DOCSVAULT_CROSSLINGUAL_DEPTH", raising=False)
     assert Settings.from_env().crosslingual_depth == 4
     monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "0")
     assert Settings.from_env().crosslingual_depth == 0
-    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "four")
-    with pytest.raises(ValueError) as err:
-        Settings.from_env()
-    assert str(err.value) == ("DOCSVAULT_CROSSLINGUAL_DEPTH='four': give a whole number of chunks >= 0 (0: every "
-                              "chunk of an English note; default 4)")
+    for bad in ("four", "-1", "1.5"):
+        monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", bad)
+        assert (Settings.from_env().crosslingual_depth, Settings.from_env().crosslingual_depth) == (4, 4)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"DOCSVAULT_CROSSLINGUAL_DEPTH={bad!r} is not a whole number of chunks >= 0; using 4 (set it to 0 for every "
+        "chunk of an English note, or unset it)" for bad in ("four", "-1", "1.5")]
+
+
+def test_status_names_the_depth_the_warehouse_was_built_with(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status`` reports the depth the warehouse's cross-lingual vectors were embedded by (its ``meta``), and says
+    when the environment asks the next build for another one."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_MODEL", "hash:8")
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "1")
+    runner = CliRunner()
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "0")
+    status = runner.invoke(app, ["status", "--json"])
+    data = json.loads(status.stdout)
+    assert (data["warehouse"]["crosslingual_depth"], data["crosslingual_depth"]) == (1, 0)
+    lines = runner.invoke(app, ["status"]).stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("models:")] == [
+        "models: hash (English notes), hash (ja/zh/ko notes), hash:8 (cross-lingual lane: every chunk, of an English "
+        "note its first 1; DOCSVAULT_CROSSLINGUAL_DEPTH=0 now: the next build embeds every chunk)"]

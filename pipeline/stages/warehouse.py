@@ -431,7 +431,8 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             bm25_blobs=bm25_blobs,
             run_info={"built_at": now(), "sources": ",".join(names), "input_key": key,
                       "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
-                                             if settings.crosslingual else "")},
+                                             if settings.crosslingual else ""),
+                      "crosslingual_depth": str(max(settings.crosslingual_depth, 0))},
         )
         t = time.perf_counter()
         try:
