@@ -248,6 +248,10 @@ def build(
         elif wh.get("mode") == "incremental":
             how = (f"updated incrementally: {wh.get('changed_chunks', 0)} chunks changed, "
                    f"{wh.get('removed_chunks', 0)} removed")
+            if not wh.get("changed_chunks") and not wh.get("removed_chunks") and (
+                    wh.get("vectors_added") or wh.get("vectors_removed")):
+                # the same chunks, other vectors: a model took up or left some (e.g. the cross-lingual depth)
+                how += f"; vectors: {wh.get('vectors_added', 0)} added, {wh.get('vectors_removed', 0)} removed"
         else:
             how = "written in full" + (f" ({wh['reason']})" if wh.get("reason") not in (None, "", "requested") else "")
         typer.echo(f"warehouse: {wh.get('notes', 0)} notes, {wh.get('chunks', 0)} chunks -> {wh.get('path', '')} "

@@ -134,6 +134,9 @@ def test_status_names_the_depth_the_warehouse_was_built_with(tiny_env: Path, mon
 
     from pipeline.cli import app
 
+    long_section = " ".join(f"Sentence {i} about rivers and the otters that live along them." for i in range(60))
+    (tiny_env / "tinyvault" / "Long.md").write_text(f"# Long\n\n## One\n\n{long_section}\n\n## Two\n\n"
+                                                    f"{long_section}\n", encoding="utf-8")
     monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_MODEL", "hash:8")
     monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_DEPTH", "1")
     runner = CliRunner()
@@ -146,3 +149,9 @@ def test_status_names_the_depth_the_warehouse_was_built_with(tiny_env: Path, mon
     assert [ln for ln in lines if ln.startswith("models:")] == [
         "models: hash (English notes), hash (ja/zh/ko notes), hash:8 (cross-lingual lane: every chunk, of an English "
         "note its first 1; DOCSVAULT_CROSSLINGUAL_DEPTH=0 now: the next build embeds every chunk)"]
+    # the depth changed: the same chunks, more cross-lingual vectors, and the build says so
+    monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", 100.0)   # keep the tiny warehouse incremental
+    rebuilt = runner.invoke(app, ["build", "--quiet"])
+    warehouse_line = [ln for ln in rebuilt.stdout.splitlines() if ln.startswith("warehouse:")][0]
+    assert warehouse_line.endswith("(updated incrementally: 0 chunks changed, 0 removed; vectors: 5 added, "
+                                   "0 removed)"), warehouse_line
