@@ -804,7 +804,7 @@ def capture(
     \f
     Long: a typer command: the option declarations, then one write and its output line.
     """
-    from pipeline.ingest.capture import capture_source, title_of, write_capture
+    from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
     from pipeline.ingest.sources import load_sources
 
     s = settings()
@@ -828,8 +828,9 @@ def capture(
         return
     try:
         src = capture_source(load_sources(s.sources_file), source)
+        check_text(body)                # no words: refused before the related search
         the_title = " ".join((title or title_of(body)).split())
-        related = capture_related(s, the_title, body) if body.strip() else []
+        related = capture_related(s, the_title, body)
         note = write_capture(src, body, title=title, name=name, agent=agent, correlation_id=correlation_id,
                              related=related, tags=tag or ())
     except PipelineError as exc:
