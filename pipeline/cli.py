@@ -462,10 +462,10 @@ def highlight(text: str, pattern: re.Pattern[str] | None, color: bool) -> str:
 
 
 def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | int]]:
-    """The parts whose sum is the hit's score: per lane ``{"rank", "weight", "score"}`` (the page's rank in that
-    lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``), then ``"usage_boost": {"score"}`` when
-    the usage boost added something to the page (``Hit.boost`` != 0; ``--usage-boost``). Scores rounded to 6
-    decimals."""
+    """The parts whose sum is the hit's score: per lane ``{"rank", "weight", "score"}`` (the page's rank in
+    that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``), then
+    ``"usage_boost": {"score"}`` when the usage boost added something to the page (``Hit.boost`` != 0;
+    ``--usage-boost``). Scores rounded to 6 decimals."""
     from pipeline.search.searcher import rrf
 
     out: dict[str, dict[str, float | int]] = {}

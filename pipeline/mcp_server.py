@@ -408,8 +408,9 @@ class VaultService:
         Raises:
             ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
                 note would not be read from (:func:`pipeline.ingest.capture.capture_problem`), empty or too long
-                text or one with no words besides its frontmatter (:func:`pipeline.ingest.capture.check_text`), a
-                tag with a space, unsafe or taken name; nothing is written then.
+                text or one with no words besides its frontmatter
+                (:func:`pipeline.ingest.capture.check_text`), a tag with a space, unsafe or taken name;
+                nothing is written then.
         """
         from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
         from pipeline.ingest.sources import load_sources

@@ -269,7 +269,8 @@ def test_render_note_through_a_memo_writes_the_same_bytes(tmp_path):
 
 
 @pytest.mark.parametrize("text, line, problem", [
-    ("---\ntitle: a\ntags: [x]\nn: !!int 12abc\n---\nbody\n", 4, "invalid literal for int() with base 10: '12abc'"),
+    ("---\ntitle: a\ntags: [x]\nn: !!int 12abc\n---\nbody\n", 4,
+     "invalid literal for int() with base 10: '12abc'"),
     ("---\ntitle: a\nts: !!int 2025-01-01 25:99:00\n---\n", 3,
      "invalid literal for int() with base 10: '2025-01-01 25'"),
     ("---\nlist:\n  - ok\n  - !!float one\n---\n", 4, "could not convert string to float: 'one'"),

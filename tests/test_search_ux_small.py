@@ -468,8 +468,8 @@ def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, 
 @pytest.mark.parametrize(("query", "heading"), [("hands", ""), ("crabs", "Food"), ("flightless", "Kiwi"),
                                                 ("madagascar", ""), ("tails", "Intro")])
 def test_text_under_the_title_h1_has_no_heading(tmp_path: Path, query: str, heading: str) -> None:
-    """What README "JSON output" says of ``heading``: "" under the H1 that is the note's title (it is no section),
-    an H1 that differs from the title named like any heading; a title H1 below text in the same chunk is named."""
+    """What README "JSON output" says of ``heading``: "" under the H1 that is the note's title (no section),
+    an H1 that differs from the title named like any heading; a title H1 below text in its chunk is named."""
     from pipeline.index.chunk import chunk_note
 
     bodies = {"Otter.md": ("Otter", "# Otter\n\nOtters hold hands.\n\n## Food\n\nThey eat crabs.\n"),

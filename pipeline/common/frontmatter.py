@@ -1,8 +1,9 @@
 """YAML frontmatter: decode bytes, split ``---`` blocks off a note, render a note back.
 
 Only the safe YAML loader / ``yaml.safe_dump`` are used (never a full loader). Values are made JSON-safe on the way
-in: dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes ``str``;
-a value written like a date that is none (``2026-02-30``) stays the string written (:func:`_timestamp_or_text`).
+in: dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes
+``str``; a value written like a date that is none (``2026-02-30``) stays the string written
+(:func:`_timestamp_or_text`).
 
 Hostile frontmatter is bounded and refused with a :class:`NoteError` naming file and line: a block larger than
 :data:`MAX_FRONTMATTER_CHARS`, more than :data:`MAX_ALIASES` alias references (``*x``: "billion laughs" bombs),

@@ -249,7 +249,7 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
         raise CaptureError(f"{' '.join(str(exc).split())} (nothing was written)") from None
 
 
-#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``, ``*``, ``>``)
+#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``)
 _NO_WORD = re.compile(r"[\s!-/:-@\[-`{-~]")
 
 
@@ -258,22 +258,25 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
 
     Raises:
         CaptureError: an empty or blank text ("nothing to capture: the text is empty"), one over
-            :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text with no
-            words once its frontmatter block is taken off: only whitespace and ASCII punctuation (``---``, a
-            block and nothing after it); nothing is written then.
+            :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text
+            with no words once its frontmatter block is taken off: only whitespace and ASCII punctuation
+            (``---``, a block and nothing after it); nothing is written then.
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
     if len(text) > MAX_TEXT_CHARS:
-        raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a captured note")
+        raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a "
+                           "captured note")
     text_fm, rest = split_text(text)
     if not rest.strip() and not text_fm:
         raise CaptureError("nothing to capture: the text is empty")
     if all(_NO_WORD.match(c) for c in rest):
         marks = " ".join(rest.split())
-        what = ("is only a frontmatter block" if not marks else
-                f"has no words{' besides its frontmatter' if text_fm else ''}, only {_cut_title(marks, 20)!r}")
-        raise CaptureError(f"nothing to capture: the text {what}; write the note's text (nothing was written)")
+        besides = " besides its frontmatter" if text_fm else ""
+        what = (f"has no words{besides}, only {_cut_title(marks, 20)!r}" if marks else
+                "is only a frontmatter block")
+        raise CaptureError(f"nothing to capture: the text {what}; write the note's text "
+                           "(nothing was written)")
     return text_fm, rest
 
 
@@ -435,8 +438,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         What was written.
 
     Raises:
-        CaptureError: empty or too long text, or one with no words besides its frontmatter (:func:`check_text`),
-            a frontmatter block that is not valid YAML or not a mapping, unsafe
+        CaptureError: empty or too long text, or one with no words besides its frontmatter
+            (:func:`check_text`), a frontmatter block that is not valid YAML or not a mapping, unsafe
             or taken name (also one that collides in the vault: :func:`vault_rel_path`), a file that would land
             outside the root, or one the source would not read (:func:`capture_problem`: its
             ``include``/``exclude`` leave the name out).

@@ -1586,9 +1586,9 @@ class Searcher:
         return sorted(boosted, key=lambda p: -p[1]) + pages[window:]
 
     def _boost_of(self, pages: list[tuple[str, float, dict[str, int]]]) -> dict[str, float]:
-        """Note id -> the usage boost :meth:`_boosted` adds to its fused score: the first ``usage_window`` pages
-        (in fused order) each get their vault path's ``usage_boost`` (0.0 when it has none); {} without a
-        boost. A page further down gets none (not in the dict)."""
+        """Note id -> the usage boost :meth:`_boosted` adds to its fused score: the first ``usage_window``
+        pages (in fused order) each get their vault path's ``usage_boost`` (0.0 when it has none); {} without
+        a boost. A page further down gets none (not in the dict)."""
         if not self.usage_boost:
             return {}
         return {nid: self.usage_boost.get(self._vault_path.get(nid, ""), 0.0)
