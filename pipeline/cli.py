@@ -461,18 +461,24 @@ def highlight(text: str, pattern: re.Pattern[str] | None, color: bool) -> str:
 
 
 def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | int]]:
-    """Per lane: the page's rank in that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``."""
+    """The parts whose sum is the hit's score: per lane ``{"rank", "weight", "score"}`` (the page's rank in
+    that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``), then
+    ``"usage_boost": {"score"}`` when the usage boost added something to the page (``Hit.boost`` != 0;
+    ``--usage-boost``). Scores rounded to 6 decimals."""
     from pipeline.search.searcher import rrf
 
     out: dict[str, dict[str, float | int]] = {}
     for lane, rank in sorted(hit.lanes.items()):
         w = float(searcher.weights.get(lane, 1.0))
         out[lane] = {"rank": int(rank), "weight": w, "score": round(rrf(w, rank, searcher.k_rrf), 6)}
+    if hit.boost:
+        out["usage_boost"] = {"score": round(hit.boost, 6)}
     return out
 
 
 def _explain_line(hit: Hit, searcher: Searcher) -> str:
     parts = explain_parts(hit, searcher)
+    boost = parts.pop("usage_boost", None)
     k = f"{searcher.k_rrf:g}"
     shown = []
     lanes = list(searcher.default_lanes)
@@ -483,6 +489,8 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
             continue
         w = "" if p["weight"] == 1.0 else f"{p['weight']:g}x"
         shown.append(f"{lane} #{p['rank']} ({w}1/({k}+{p['rank']})={p['score']:.4f})")
+    if boost is not None:
+        shown.append(f"usage boost {boost['score']:.4f}")
     return "explain: " + " + ".join(shown) + f" = {hit.score:.4f}"
 
 
@@ -795,7 +803,7 @@ def capture(
     \f
     Long: a typer command: the option declarations, then one write and its output line.
     """
-    from pipeline.ingest.capture import capture_source, title_of, write_capture
+    from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
     from pipeline.ingest.sources import load_sources
 
     s = settings()
@@ -819,8 +827,9 @@ def capture(
         return
     try:
         src = capture_source(load_sources(s.sources_file), source)
+        check_text(body)                # no words: refused before the related search
         the_title = " ".join((title or title_of(body)).split())
-        related = capture_related(s, the_title, body) if body.strip() else []
+        related = capture_related(s, the_title, body)
         note = write_capture(src, body, title=title, name=name, agent=agent, correlation_id=correlation_id,
                              related=related, tags=tag or ())
     except PipelineError as exc:

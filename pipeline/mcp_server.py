@@ -408,9 +408,11 @@ class VaultService:
         Raises:
             ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
                 note would not be read from (:func:`pipeline.ingest.capture.capture_problem`), empty or too long
-                text, a tag with a space, unsafe or taken name; nothing is written then.
+                text or one with no words besides its frontmatter
+                (:func:`pipeline.ingest.capture.check_text`), a tag with a space, unsafe or taken name;
+                nothing is written then.
         """
-        from pipeline.ingest.capture import capture_source, title_of, write_capture
+        from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
         from pipeline.ingest.sources import load_sources
         from pipeline.service import capture_related
 
@@ -422,6 +424,7 @@ class VaultService:
             raise ToolFailure(problem)
         try:
             src = capture_source(load_sources(s.sources_file), source, "the `source` argument")
+            check_text(text)            # no words: refused before the related search
             the_title = " ".join((title or title_of(text)).split())
             related = capture_related(s, the_title, text)
             note = write_capture(src, text, title=title, name=name, agent=str(agent or "mcp agent")[:100],

@@ -200,6 +200,7 @@ class Hit:
     lanes: dict[str, int] = field(default_factory=dict)   # lane -> page rank in that lane (1-based)
     context: str = ""                                     # snippet of the note's second-best chunk ("" if none)
     chunk_text: str = ""                                  # the hit chunk's Markdown (to place the hit in its note)
+    boost: float = 0.0                                    # usage boost in ``score`` (RRF + boost; 0.0: none)
 
 
 @dataclass(frozen=True)

@@ -173,12 +173,32 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
         "related:\n- notes/a.md\n- tiny/Ducks.md\ntags:\n- x\n- Til\n- new\n"
         "original_title: Their title\noriginal_created: '2025-05-06'\noriginal_status: draft\n"
         "original_correlation_id: theirs\naliases:\n- otter\nrating: 5\n---\n\n# My title\n\nOtters hold hands.\n")
-    # frontmatter only: a note of its frontmatter
-    only = write_capture(src, "---\ntitle: Only a title\n---\n", agent="a", correlation_id="c1", now=NOW)
-    assert only.path.read_text(encoding="utf-8") == (
-        "---\ntitle: Only a title\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n---\n")
     with pytest.raises(CaptureError, match="nothing to capture: the text is empty"):
         write_capture(src, "---\n---\n\n")
+
+
+@pytest.mark.parametrize("text, title, error", [
+    ("---", None, "the text has no words, only '---'"),
+    ("\n---\n\n", "T", "the text has no words, only '---'"),
+    ("***\n- - -\n#", None, "the text has no words, only '*** - - - #'"),
+    ("---\ntitle: Only a title\n---\n", None, "the text is only a frontmatter block"),
+    ("---\ntitle: Only a title\n---\n\n", "T", "the text is only a frontmatter block"),
+    ("---\ntags: [x]\n...\n---\n", None, "the text has no words besides its frontmatter, only '---'"),
+])
+def test_a_text_without_words_is_refused(tmp_path: Path, text: str, title: str | None, error: str) -> None:
+    # as a blank text is: one line, nothing written (a lone '---' made notes/capture.md with title '')
+    src = _local(tmp_path / "inbox")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, text, title=title)
+    assert str(err.value) == f"nothing to capture: {error}; write the note's text (nothing was written)"
+    assert _files(tmp_path / "inbox") == []
+
+
+def test_a_text_of_one_emoji_or_one_word_after_its_frontmatter_is_kept(tmp_path: Path) -> None:
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "---\ntitle: Short\n---\nok\n", agent="a", correlation_id="c1", now=NOW)
+    assert got.path.read_text(encoding="utf-8").endswith("correlation_id: c1\n---\n\nok\n")
+    assert write_capture(src, "🦦", agent="a", correlation_id="c1", now=NOW).path.name == "🦦.md"
 
 
 @pytest.mark.parametrize("text, error", [
@@ -257,6 +277,13 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
     out = run("capture", "--source", "mynotes", "--no-build", stdin="日本語のメモ。カワウソは手をつないで寝る。\n")
     assert out.startswith(f"captured {cap_env / 'mynotes' / '日本語のメモ.md'} (mynotes/日本語のメモ.md, ")
     assert "\ntitle: 日本語のメモ。\n" in (cap_env / "mynotes" / "日本語のメモ.md").read_text(encoding="utf-8")
+    # no words, only a fence or a frontmatter block: one line, exit 1, nothing written
+    assert run("capture", "--source", "mynotes", "--", "---", code=1) == (
+        "error: nothing to capture: the text has no words, only '---'; write the note's text (nothing was "
+        "written)\n")
+    assert run("capture", "--source", "mynotes", stdin="---\ntitle: Empty\n---\n", code=1) == (
+        "error: nothing to capture: the text is only a frontmatter block; write the note's text (nothing was "
+        "written)\n")
     # a malformed frontmatter: one line, exit 1, nothing written
     assert run("capture", "--source", "mynotes", "--no-build", stdin="---\ntags: [x\n---\nbody\n", code=1) == (
         "error: the text: line 2: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 2 is never "
@@ -266,7 +293,7 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
 
 
 def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
-    from pipeline.mcp_server import VaultService
+    from pipeline.mcp_server import ToolFailure, VaultService
 
     svc = VaultService(Settings.from_env())
     name = "アイアイ" + "の長い名前" * 16
@@ -274,6 +301,9 @@ def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
     assert out["path"] == "mynotes/アイアイ" + "の長い名前" * 11 + "の長い-19ed1f19.md"
     assert out["file"] == str(cap_env / "mynotes" / f"{name}.md") and out["searchable"] is True
     assert svc.read(out["path"])["path"] == out["path"]
+    with pytest.raises(ToolFailure, match=r"^nothing to capture: the text has no words, only '---'"):
+        svc.save_note("---", source="mynotes")
+    assert not (cap_env / "mynotes" / "capture.md").exists()
 
 
 def test_tags_surrounding_spaces_are_dropped(tmp_path: Path) -> None:

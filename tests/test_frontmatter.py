@@ -269,11 +269,28 @@ def test_render_note_through_a_memo_writes_the_same_bytes(tmp_path):
 
 
 @pytest.mark.parametrize("text, line, problem", [
-    ("---\ntitle: a\ntags: [x]\ndate: 2025-13-45\n---\nbody\n", 4, "month must be in 1..12"),
-    ("---\ntitle: a\nts: 2025-01-01 25:99:00\n---\n", 3, "hour must be in 0..23"),
-    ("---\nlist:\n  - ok\n  - 2021-02-30\n---\n", 4, "day is out of range for month"),
+    ("---\ntitle: a\ntags: [x]\nn: !!int 12abc\n---\nbody\n", 4,
+     "invalid literal for int() with base 10: '12abc'"),
+    ("---\ntitle: a\nts: !!int 2025-01-01 25:99:00\n---\n", 3,
+     "invalid literal for int() with base 10: '2025-01-01 25'"),
+    ("---\nlist:\n  - ok\n  - !!float one\n---\n", 4, "could not convert string to float: 'one'"),
 ])
 def test_an_invalid_value_names_its_own_line(text: str, line: int, problem: str) -> None:
     with pytest.raises(NoteError) as err:
         split_frontmatter(text, "n.md")
     assert str(err.value) == f"n.md: line {line}: invalid value in frontmatter: {problem}; quote the value"
+
+
+@pytest.mark.parametrize("raw, value", [
+    ("2026-02-30", "2026-02-30"),                      # no such day: the string written (it skipped the note)
+    ("2025-13-45", "2025-13-45"),
+    ("2025-01-01 25:99:00", "2025-01-01 25:99:00"),
+    ("0000-01-01", "0000-01-01"),
+    ("2026-02-28", "2026-02-28"),                      # a valid date or time as before: its ISO string
+    ("2026-04-06 09:30:00", "2026-04-06T09:30:00"),
+])
+def test_a_date_that_is_none_stays_the_string_written(raw: str, value: str) -> None:
+    text = f"---\ntitle: a\ndate: {raw}\nlist:\n  - ok\n  - {raw}\n---\nbody\n"
+    assert split_frontmatter(text, "n.md") == ({"title": "a", "date": value, "list": ["ok", value]}, "body\n")
+    anchored = f"---\ndate: &d {raw}\nagain: *d\n---\n"             # an anchor: the pure-Python loader
+    assert split_frontmatter(anchored, "n.md") == ({"date": value, "again": value}, "")

@@ -95,6 +95,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
 
     found = _payload(out["search"])
     assert not out["search"].is_error
+    assert set(found) == {"query", "hits"}                  # the fields README's MCP table lists
     first = found["hits"][0]
     assert first["path"] == "tiny/Ducks.md" and first["source_path"] == "Ducks.md" and first["title"] == "Ducks"
     assert set(first) == {"rank", "path", "source", "source_path", "title", "heading", "score", "text", "read",
@@ -106,6 +107,9 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     assert len(found["hits"]) <= 3
 
     page = _payload(out["read"])
+    assert set(page) == {"path", "title", "page", "pages", "next_page", "total_chars", "text", "frontmatter",
+                         "outlinks", "backlinks", "outlinks_total", "backlinks_total", "next"}
+    assert page["next_page"] is None and page["total_chars"] == len(page["text"])
     assert page["path"] == "tiny/Ducks.md" and page["page"] == 1 and page["pages"] == 1 and page["next"] is None
     assert page["text"] == "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n"
     assert page["backlinks"] == [{"path": "tiny/Home.md", "title": "Home", "links": 1}] and page["outlinks"] == []

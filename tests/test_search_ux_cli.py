@@ -163,3 +163,21 @@ def test_search_pauses_the_garbage_collector_and_restores_it(ux_env: Path, monke
     assert run("search", "ducks", "--files").splitlines()
     assert run("search", "ducks", "--tag", "nothing-has-it", code=1) == "No results\n"    # exits through fail()
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_explain_shows_the_usage_boost_as_its_own_part(ux_env: Path) -> None:
+    # the explain parts sum to the score: a boosted note's line and JSON name the boost (an unread note: none)
+    run("read", "tiny/Home.md")
+    boost = round(0.2 / 61 * 0.430676558, 6)              # hot tier, 1 read (README "Usage boost")
+    hits = json.loads(run("search", "ducks", "--json", "-k", "10", "--usage-boost", "--explain"))
+    home = next(h for h in hits if h["vault_path"] == "tiny/Home.md")
+    assert home["explain"]["usage_boost"] == {"score": boost}
+    assert home["score"] == pytest.approx(sum(p["score"] for p in home["explain"].values()), abs=1e-5)
+    assert all("usage_boost" not in h["explain"] for h in hits if h["vault_path"] != "tiny/Home.md")
+    lines = run("search", "ducks", "-k", "10", "--usage-boost", "--explain").splitlines()
+    assert lines[3:6] == [                                   # lifted above Diary.md (0.1117) by the boost
+        " 2. 0.1121  tiny/Home.md",
+        "    Welcome. See Install guide and Ducks.",
+        ("    explain: bm25 #3 (1/(20+3)=0.0435) + bm25_page #3 (0.5x1/(20+3)=0.0217) + vector #2 "
+         "(1/(20+2)=0.0455) + usage boost 0.0014 = 0.1121")]
+    assert [ln for ln in lines if "usage boost" in ln] == [lines[5]]

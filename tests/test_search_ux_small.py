@@ -465,6 +465,25 @@ def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, 
     assert hit.heading == heading
 
 
+@pytest.mark.parametrize(("query", "heading"), [("hands", ""), ("crabs", "Food"), ("flightless", "Kiwi"),
+                                                ("madagascar", ""), ("tails", "Intro")])
+def test_text_under_the_title_h1_has_no_heading(tmp_path: Path, query: str, heading: str) -> None:
+    """What README "JSON output" says of ``heading``: "" under the H1 that is the note's title (no section),
+    an H1 that differs from the title named like any heading; a title H1 below text in its chunk is named."""
+    from pipeline.index.chunk import chunk_note
+
+    bodies = {"Otter.md": ("Otter", "# Otter\n\nOtters hold hands.\n\n## Food\n\nThey eat crabs.\n"),
+              "Kiwi.md": ("Birds of NZ", "# Kiwi\n\nKiwis are flightless.\n\n## Eggs\n\nLarge eggs.\n"),
+              "Intro.md": ("Intro", "Lemurs live in Madagascar.\n\n# Intro\n\nLemur tails are long.\n")}
+    notes = [Note("g", rel, rel, title, {"title": title}, body) for rel, (title, body) in bodies.items()]
+    chunks = [c for n in notes for c in chunk_note(n, count_tokens=lambda t: len(t.split()))]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        hit = s.search(query, k=1, lanes=["bm25"])[0]
+    assert hit.heading == heading
+
+
 def test_heading_at_names_the_heading_line_above_an_offset_outside_code() -> None:
     from pipeline.search.snippet import heading_at
 

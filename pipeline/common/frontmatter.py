@@ -1,7 +1,9 @@
 """YAML frontmatter: decode bytes, split ``---`` blocks off a note, render a note back.
 
 Only the safe YAML loader / ``yaml.safe_dump`` are used (never a full loader). Values are made JSON-safe on the way
-in: dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes ``str``.
+in: dates become ISO strings (``2026-04-05``, ``2026-04-06T09:30:00``), any other non-JSON scalar becomes
+``str``; a value written like a date that is none (``2026-02-30``) stays the string written
+(:func:`_timestamp_or_text`).
 
 Hostile frontmatter is bounded and refused with a :class:`NoteError` naming file and line: a block larger than
 :data:`MAX_FRONTMATTER_CHARS`, more than :data:`MAX_ALIASES` alias references (``*x``: "billion laughs" bombs),
@@ -36,6 +38,19 @@ MAX_NODES = 100_000
 
 class _Limits(ValueError):
     """A frontmatter value exceeds a bound (message says which)."""
+
+
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+def _timestamp_or_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    """YAML's timestamp constructor, except that a value that looks like one but is no valid date or time
+    (``2026-02-30``, ``2026-13-01``, ``2026-01-01 25:00``) is the string written (``"2026-02-30"``), as
+    Obsidian shows it, instead of a ValueError that would skip the note."""
+    try:
+        return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
+    except (ValueError, OverflowError):
+        return node.value
 
 
 class _SafeLoader(UniqueKeySafeLoader):
@@ -77,8 +92,14 @@ _CLoader = getattr(yaml, "CSafeLoader", None)      # PyYAML built with libyaml (
 _SLOW = object()                                   # what _fast_load returns when safe_load must decide
 
 
+_SafeLoader.add_constructor(_TIMESTAMP_TAG, _timestamp_or_text)
+
+
 class _FastLoader(UniqueKeys, _CLoader or yaml.SafeLoader):     # type: ignore[misc]
     """libyaml's parser with the same constructor (duplicate keys refused as :class:`UniqueKeySafeLoader` does)."""
+
+
+_FastLoader.add_constructor(_TIMESTAMP_TAG, _timestamp_or_text)
 
 
 #: What :func:`_fast_load` leaves to the pure-Python loader: anchors (``&``: the alias bounds are counted there),

@@ -249,6 +249,37 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
         raise CaptureError(f"{' '.join(str(exc).split())} (nothing was written)") from None
 
 
+#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``)
+_NO_WORD = re.compile(r"[\s!-/:-@\[-`{-~]")
+
+
+def check_text(text: str) -> tuple[dict[str, Any], str]:
+    """``(frontmatter, rest)`` of a text to capture (:func:`split_text`) once it is known to say something.
+
+    Raises:
+        CaptureError: an empty or blank text ("nothing to capture: the text is empty"), one over
+            :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text
+            with no words once its frontmatter block is taken off: only whitespace and ASCII punctuation
+            (``---``, a block and nothing after it); nothing is written then.
+    """
+    if not text or not text.strip():
+        raise CaptureError("nothing to capture: the text is empty")
+    if len(text) > MAX_TEXT_CHARS:
+        raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a "
+                           "captured note")
+    text_fm, rest = split_text(text)
+    if not rest.strip() and not text_fm:
+        raise CaptureError("nothing to capture: the text is empty")
+    if all(_NO_WORD.match(c) for c in rest):
+        marks = " ".join(rest.split())
+        besides = " besides its frontmatter" if text_fm else ""
+        what = (f"has no words{besides}, only {_cut_title(marks, 20)!r}" if marks else
+                "is only a frontmatter block")
+        raise CaptureError(f"nothing to capture: the text {what}; write the note's text "
+                           "(nothing was written)")
+    return text_fm, rest
+
+
 def _cut_title(title: str, limit: int = 80) -> str:
     """``title`` when at most ``limit`` chars, else cut at the last space before the limit (or at the limit) + ``…``."""
     if len(title) <= limit:
@@ -407,18 +438,13 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         What was written.
 
     Raises:
-        CaptureError: empty or too long text, a frontmatter block that is not valid YAML or not a mapping, unsafe
+        CaptureError: empty or too long text, or one with no words besides its frontmatter
+            (:func:`check_text`), a frontmatter block that is not valid YAML or not a mapping, unsafe
             or taken name (also one that collides in the vault: :func:`vault_rel_path`), a file that would land
             outside the root, or one the source would not read (:func:`capture_problem`: its
             ``include``/``exclude`` leave the name out).
     """
-    if not text or not text.strip():
-        raise CaptureError("nothing to capture: the text is empty")
-    if len(text) > MAX_TEXT_CHARS:
-        raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a captured note")
-    text_fm, text = split_text(text)
-    if not text_fm and not text.strip():
-        raise CaptureError("nothing to capture: the text is empty")
+    text_fm, text = check_text(text)
     heading = bool(title and title.strip())
     title = " ".join((title or "").split()) if heading else (_fm_title(text_fm) or _title_of_body(text))
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")

@@ -1464,8 +1464,9 @@ class Searcher:
                 ``source``/``tags``); None: none.
 
         Returns:
-            Hits in fused page order (``Hit.score`` = the page's RRF score plus its usage boost, higher is better;
-            ``Hit.rank`` = position in the list, 1-based; ``Hit.lanes`` = lane -> the page's rank in that lane;
+            Hits in fused page order (``Hit.score`` = the page's RRF score plus its usage boost ``Hit.boost``,
+            higher is better; ``Hit.rank`` = position in the list, 1-based; ``Hit.lanes`` = lane -> the page's
+            rank in that lane;
             ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk; ``Hit.snippet``
             of a chunk that is only an image comes from elsewhere in the page: :meth:`_fallback_snippet`).
 
@@ -1485,6 +1486,7 @@ class Searcher:
         per_note = max(1, self.chunks_per_page)
         with self._lock:
             pages, chunk_ranks = self._fused(query, source, lanes, tags)
+            boost = self._boost_of(pages)
             pages = self._boosted(pages)
             if filters is not None:
                 pages = self._filtered(pages, filters, k)
@@ -1537,6 +1539,7 @@ class Searcher:
                     lanes=dict(ranks),
                     context=context,
                     chunk_text=row["text"] or "",
+                    boost=boost.get(note_id, 0.0),
                 )
             )
         return hits
@@ -1578,9 +1581,18 @@ class Searcher:
         if not self.usage_boost:
             return pages
         window = max(0, self.usage_window)
-        boosted = [(nid, score + self.usage_boost.get(self._vault_path.get(nid, ""), 0.0), ranks)
-                   for nid, score, ranks in pages[:window]]
+        boost = self._boost_of(pages)
+        boosted = [(nid, score + boost[nid], ranks) for nid, score, ranks in pages[:window]]
         return sorted(boosted, key=lambda p: -p[1]) + pages[window:]
+
+    def _boost_of(self, pages: list[tuple[str, float, dict[str, int]]]) -> dict[str, float]:
+        """Note id -> the usage boost :meth:`_boosted` adds to its fused score: the first ``usage_window``
+        pages (in fused order) each get their vault path's ``usage_boost`` (0.0 when it has none); {} without
+        a boost. A page further down gets none (not in the dict)."""
+        if not self.usage_boost:
+            return {}
+        return {nid: self.usage_boost.get(self._vault_path.get(nid, ""), 0.0)
+                for nid, _, _ in pages[:max(0, self.usage_window)]}
 
     def _filtered(self, pages: list[tuple[str, float, dict[str, int]]], filters: ParsedQuery, k: int
                   ) -> list[tuple[str, float, dict[str, int]]]:
