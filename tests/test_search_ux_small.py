@@ -451,18 +451,10 @@ def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, 
     """Short notes chunked as the build chunks them: a hit in the first section shows that section's heading
     (it was "": the title's H1 merged with it, or its small siblings merged into one chunk headed by their
     parent); text before the first heading has none."""
-    from pipeline.index.chunk import chunk_note
-
     bodies = {"Two.md": "# Two\n\n## Setup\n\nInstall zebrakit.\n\n## Use\n\nRun the koala command.\n",
               "One.md": "# One\n\n## Setup\n\nInstall the ibis tool.\n",
               "Pre.md": "Feed the emu first.\n\n## Later\n\nThen rest.\n"}
-    notes = [Note("g", rel, rel, rel[:-3], {"title": rel[:-3]}, body) for rel, body in bodies.items()]
-    chunks = [c for n in notes for c in chunk_note(n, count_tokens=lambda t: len(t.split()))]
-    path = tmp_path / "warehouse.duckdb"
-    publish_chunks(path, notes, chunks)
-    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
-        hit = s.search(query, k=1, lanes=["bm25"])[0]
-    assert hit.heading == heading
+    assert _bm25_heading(tmp_path, {rel: (rel[:-3], body) for rel, body in bodies.items()}, query) == heading
 
 
 @pytest.mark.parametrize(("query", "heading"), [("hands", ""), ("crabs", "Food"), ("flightless", "Kiwi"),
@@ -470,18 +462,10 @@ def test_a_hit_in_a_short_notes_first_section_shows_its_heading(tmp_path: Path, 
 def test_text_under_the_title_h1_has_no_heading(tmp_path: Path, query: str, heading: str) -> None:
     """What README "JSON output" says of ``heading``: "" under the H1 that is the note's title (no section),
     an H1 that differs from the title named like any heading; a title H1 below text in its chunk is named."""
-    from pipeline.index.chunk import chunk_note
-
     bodies = {"Otter.md": ("Otter", "# Otter\n\nOtters hold hands.\n\n## Food\n\nThey eat crabs.\n"),
               "Kiwi.md": ("Birds of NZ", "# Kiwi\n\nKiwis are flightless.\n\n## Eggs\n\nLarge eggs.\n"),
               "Intro.md": ("Intro", "Lemurs live in Madagascar.\n\n# Intro\n\nLemur tails are long.\n")}
-    notes = [Note("g", rel, rel, title, {"title": title}, body) for rel, (title, body) in bodies.items()]
-    chunks = [c for n in notes for c in chunk_note(n, count_tokens=lambda t: len(t.split()))]
-    path = tmp_path / "warehouse.duckdb"
-    publish_chunks(path, notes, chunks)
-    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
-        hit = s.search(query, k=1, lanes=["bm25"])[0]
-    assert hit.heading == heading
+    assert _bm25_heading(tmp_path, bodies, query) == heading
 
 
 def test_heading_at_names_the_heading_line_above_an_offset_outside_code() -> None:
@@ -490,3 +474,15 @@ def test_heading_at_names_the_heading_line_above_an_offset_outside_code() -> Non
     text = "Intro.\n\n## Setup\n\nInstall.\n\n```sh\n# a comment\n```\n\n## Use ##\n\nRun it."
     assert [heading_at(text, text.index(w)) for w in ("Intro", "Install", "comment", "Run")] == [
         None, "Setup", "Setup", "Use"]
+
+
+def _bm25_heading(tmp_path: Path, bodies: dict[str, tuple[str, str]], query: str) -> str:
+    """The heading of the BM25 top hit for ``query`` over notes ``{rel: (title, body)}`` chunked as the build does."""
+    from pipeline.index.chunk import chunk_note
+
+    notes = [Note("g", rel, rel, title, {"title": title}, body) for rel, (title, body) in bodies.items()]
+    chunks = [c for n in notes for c in chunk_note(n, count_tokens=lambda t: len(t.split()))]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with Searcher(path, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        return s.search(query, k=1, lanes=["bm25"])[0].heading
