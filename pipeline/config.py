@@ -208,27 +208,36 @@ def env_flag(name: str, default: bool) -> bool:
 FORCE_ENV = "DOCSVAULT_FORCE"
 
 
-_depth_warned: set[str] = set()
+_number_warned: set[tuple[str, str]] = set()
+
+
+def _number(name: str, raw: str | None, default: float, kind: type = float, what: str = "a number >= 0",
+            advice: str = "or unset it") -> float:
+    """A numeric knob ``$name`` (``raw``: its value, None or blank when unset) as ``kind``, else ``default``. A
+    value that is not ``what`` (a finite number >= 0, whole for ``int``) is warned about, once per process, name
+    and value, and the default used: a typo in a tuning knob must not stop a build, a search, a read or the MCP
+    server with a traceback."""
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = kind(raw)
+        ok = value >= 0 and value == value and value != float("inf")
+    except (ValueError, OverflowError):
+        ok = False
+    if ok:
+        return value
+    if (name, raw) not in _number_warned:
+        _number_warned.add((name, raw))
+        logging.getLogger("docsvault").warning("%s=%r is not %s; using %s (%s)", name, raw, what, f"{default:g}",
+                                               advice)
+    return default
 
 
 def _depth(raw: str) -> int:
-    """``DOCSVAULT_CROSSLINGUAL_DEPTH`` -> chunks (:data:`DEFAULT_CROSSLINGUAL_DEPTH` when unset). A value that is
-    not a whole number >= 0 is warned about (once per process and value) and the default used: the setting shapes
-    only what a build embeds, so a typo must not stop a search, a read or the MCP server."""
-    if not raw.strip():
-        return DEFAULT_CROSSLINGUAL_DEPTH
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        if raw not in _depth_warned:
-            _depth_warned.add(raw)
-            logging.getLogger("docsvault").warning(
-                "DOCSVAULT_CROSSLINGUAL_DEPTH=%r is not a whole number of chunks >= 0; using %d (set it to 0 for "
-                "every chunk of an English note, or unset it)", raw, DEFAULT_CROSSLINGUAL_DEPTH)
-        return DEFAULT_CROSSLINGUAL_DEPTH
-    return value
+    """``DOCSVAULT_CROSSLINGUAL_DEPTH`` -> chunks (:data:`DEFAULT_CROSSLINGUAL_DEPTH` when unset or not a whole
+    number >= 0, with one warning: the setting shapes only what a build embeds)."""
+    return int(_number("DOCSVAULT_CROSSLINGUAL_DEPTH", raw, DEFAULT_CROSSLINGUAL_DEPTH, int,
+                       "a whole number of chunks >= 0", "set it to 0 for every chunk of an English note, or unset it"))
 
 
 def force_spec() -> str:
@@ -247,7 +256,8 @@ def forced_names(spec: str) -> set[str]:
 
 def lock_wait_seconds() -> float:
     """``DOCSVAULT_LOCK_WAIT``: seconds a stage waits for the build lock held by another process (3600)."""
-    return float(os.environ.get("DOCSVAULT_LOCK_WAIT", "3600"))
+    return _number("DOCSVAULT_LOCK_WAIT", os.environ.get("DOCSVAULT_LOCK_WAIT"), 3600.0, float,
+                   "a number of seconds >= 0")
 
 
 def stage_lock_on() -> bool:
@@ -262,13 +272,13 @@ def eval_paths(settings: Settings) -> list[Path]:
 
 
 def int_env(name: str, default: int) -> int:
-    """``int($name)``, else ``default``. Raises ValueError on a non-integer (as ``int()`` does)."""
-    return int(os.environ.get(name, str(default)))
+    """``int($name)``; unset, or not a whole number >= 0 (one warning) -> ``default``."""
+    return int(_number(name, os.environ.get(name), default, int, "a whole number >= 0"))
 
 
 def megabytes_env(name: str, default_mb: float) -> int:
-    """``$name`` megabytes (a float) as bytes, else ``default_mb``."""
-    return int(float(os.environ.get(name, str(default_mb))) * 2**20)
+    """``$name`` megabytes (a float) as bytes; unset, or not a number >= 0 (one warning) -> ``default_mb``."""
+    return int(_number(name, os.environ.get(name), default_mb, float, "a number of megabytes >= 0") * 2**20)
 
 
 def onnx_cache_dir() -> Path:
@@ -329,8 +339,8 @@ def scoped_env(values: Mapping[str, str | None]) -> Iterator[None]:
 
 
 def float_env(name: str, default: float) -> float:
-    """``float($name)``; unset or empty -> ``default``. Raises ValueError on a non-number."""
-    return float(os.environ.get(name, "") or default)
+    """``float($name)``; unset, empty, or not a number >= 0 (one warning) -> ``default``."""
+    return float(_number(name, os.environ.get(name), default, float))
 
 
 def eval_env_paths() -> list[Path] | None:

@@ -155,3 +155,24 @@ def test_status_names_the_depth_the_warehouse_was_built_with(tiny_env: Path, mon
     warehouse_line = [ln for ln in rebuilt.stdout.splitlines() if ln.startswith("warehouse:")][0]
     assert warehouse_line.endswith("(updated incrementally: 0 chunks changed, 0 removed; vectors: 5 added, "
                                    "0 removed)"), warehouse_line
+
+
+def test_a_bad_numeric_knob_is_one_warning_and_its_default(monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """DOCSVAULT_LOCK_WAIT, DOCSVAULT_QUERY_THREADS, DOCSVAULT_ATTACHMENT_MAX_MB and the like: a typo is one warning
+    line naming the variable, and the default; it used to stop the build, search or capture with a traceback."""
+    from pipeline.config import float_env, int_env, lock_wait_seconds, megabytes_env
+
+    monkeypatch.setenv("DOCSVAULT_LOCK_WAIT", "abc")
+    monkeypatch.setenv("X_THREADS", "two")
+    monkeypatch.setenv("X_MB", "-3")
+    monkeypatch.setenv("X_INTERVAL", "nan")
+    monkeypatch.setenv("X_GOOD", "2.5")
+    assert (lock_wait_seconds(), lock_wait_seconds(), int_env("X_THREADS", 1), megabytes_env("X_MB", 50),
+            float_env("X_INTERVAL", 10), float_env("X_GOOD", 10), int_env("X_UNSET", 7)) == (
+        3600.0, 3600.0, 1, 50 * 2**20, 10, 2.5, 7)
+    assert [r.getMessage() for r in caplog.records] == [
+        "DOCSVAULT_LOCK_WAIT='abc' is not a number of seconds >= 0; using 3600 (or unset it)",
+        "X_THREADS='two' is not a whole number >= 0; using 1 (or unset it)",
+        "X_MB='-3' is not a number of megabytes >= 0; using 50 (or unset it)",
+        "X_INTERVAL='nan' is not a number >= 0; using 10 (or unset it)"]
