@@ -234,3 +234,21 @@ def test_reader_is_core_no_shell_framework() -> None:
             "print([m for m in ('dagster', 'typer', 'click', 'mcp', 'duckdb') if m in sys.modules])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_title_or_alias_that_reads_like_a_refused_path_still_opens_its_note(vault: Path, tmp_path: Path) -> None:
+    """`.NET`, `C:\\Windows tips` and `50%2F50` are refused as paths, but a note's title or alias may be written
+    so: the warehouse names the note, whose own vault path is read. A refused path no note is named stays
+    refused."""
+    from pipeline.models import Note
+
+    (vault / "src" / "dotnet.md").write_text("# .NET\n\nRuntime.\n", encoding="utf-8")
+    notes = [Note("src", "dotnet.md", "dotnet.md", ".NET", {"title": ".NET", "aliases": ["C:\\Windows tips",
+                                                                                          "50%2F50"]}, "Runtime.")]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    for name in (".NET", "C:\\Windows tips", "50%2F50"):
+        assert find_note(vault, name, path) == "src/dotnet.md", name
+    with pytest.raises(PathRefusedError):
+        find_note(vault, "../../etc/passwd", path)
+    with pytest.raises(PathRefusedError):
+        find_note(vault, ".hidden", path)

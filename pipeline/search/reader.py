@@ -402,3 +402,22 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}; use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+    except PathRefusedError:
+        # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`), but a note's title or alias may be written so:
+        # the warehouse names the note's own vault path, which is read (and checked) as any other
+        if warehouse_path is None or not Path(warehouse_path).exists():
+            raise
+        from pipeline import warehouse as wh
+        from pipeline.search.searcher import name_key
+
+        con = wh.connect(Path(warehouse_path), read_only=True)
+        try:
+            named = wh.notes_named(con, unicodedata.normalize("NFC", note), name_key)
+        finally:
+            con.close()
+        if len(named) == 1:
+            return named[0]["vault_path"]
+        if len(named) > 1:
+            raise AmbiguousNoteError(f"{note!r} is the title or alias of several notes; give one of the vault "
+                                     "paths: " + ", ".join(f["vault_path"] for f in named)) from None
+        raise
