@@ -291,16 +291,19 @@ def build(
 def resumed_line(report: BuildReport) -> str:
     """What a build did for the killed builds it found unfinished (``report.resumed``: when each started),
     e.g. ``finished the build started at 2026-01-01T10:00:00+00:00, which was killed: search now has what it
-    had built`` (this build wrote the warehouse), ``…: it had published its work already`` (it had not) or,
+    had built`` (this build wrote the warehouse), ``…: search already had everything it had built`` (the
+    warehouse's inputs were unchanged: it had published, or built nothing new) or,
     when this build failed, ``redid what the build … had left unfinished, as far as this build got (…)``."""
     one = len(report.resumed) == 1
     which = (f"the build{'' if one else 's'} started at {', '.join(report.resumed)}, which "
              f"{'was' if one else 'were'} killed")
-    it, its = ("it", "its") if one else ("they", "their")
+    it = "it" if one else "they"
     if not report.ok:
         return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
     if report.shared_metadata.get("warehouse", {}).get("skipped"):
-        return f"finished {which}: {it} had published {its} work already"
+        # the warehouse's inputs are what it was built from: the killed build published, or built nothing new
+        # (a forced rebuild killed before its warehouse step redoes the same content)
+        return f"finished {which}: search already had everything {it} had built"
     return f"finished {which}: search now has what {it} had built"
 
 

@@ -207,8 +207,8 @@ def test_the_line_of_a_build_that_finished_killed_ones() -> None:
     done = BuildReport(sources=[], shared_ok=True, shared_metadata={"warehouse": {"skipped": True}},
                        resumed=["2026-01-01T10:00:00+00:00", "2026-01-01T11:00:00+00:00"])
     assert resumed_line(done) == ("finished the builds started at 2026-01-01T10:00:00+00:00, "
-                                  "2026-01-01T11:00:00+00:00, which were killed: they had published their "
-                                  "work already")
+                                  "2026-01-01T11:00:00+00:00, which were killed: search already had everything "
+                                  "they had built")
     failed = BuildReport(sources=[], shared_ok=False, resumed=["2026-01-01T10:00:00+00:00"])
     assert resumed_line(failed) == ("redid what the build started at 2026-01-01T10:00:00+00:00, which was "
                                     "killed, had left unfinished, as far as this build got (see the errors)")
