@@ -283,7 +283,9 @@ def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str])
             run = instance.get_run_by_id(slot.run_id)
             status = run.status.value if run is not None else "gone"
             lines.append(f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): this build's "
-                         "steps of that pool wait until it is done (the Dagster UI shows the run)")
+                         "steps of that pool wait until it is done (the Dagster UI shows the run); if its process "
+                         "was killed (a `dagster asset materialize` stopped with kill -9), Dagster still counts it "
+                         f"as running: `dagster run delete -f {slot.run_id}` frees the pool and this build goes on")
     return lines
 
 
