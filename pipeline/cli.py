@@ -437,13 +437,18 @@ def progress_mode(quiet: bool, verbose: bool = False) -> str:
 
 
 def query_terms(query: str, analyzer_tokens: Sequence[str] = ()) -> list[str]:
-    """Terms to highlight: the query's words (2+ letters, English stopwords dropped) and its Japanese analyzer terms."""
+    """Terms to highlight: the query's words (2+ letters, English stopwords dropped), its Japanese analyzer terms
+    (2+ characters) and its Japanese words as typed: the katakana runs (2+) and kanji runs (any length: 岩 is a
+    word) of the query. The analyzer's terms are normalised forms (カワウソ -> 川獺) that a page may not contain
+    as written."""
     from pipeline.index.analysis import STOPWORDS_EN
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
     terms = {w.casefold() for w in re.findall(r"\w+", query) if not cjk.search(w)}
     terms |= {t.casefold() for t in analyzer_tokens if cjk.search(t) and len(t) >= 2}
     terms = {t for t in terms if t not in STOPWORDS_EN and len(t) >= 2}
+    terms |= set(re.findall("[\u30a0-\u30ff]{2,}", query))                     # katakana words as typed
+    terms |= set(re.findall("[\u3400-\u4dbf\u4e00-\u9fff]+", query))          # kanji words, 岩 too
     return sorted(terms, key=lambda t: (-len(t), t))
 
 

@@ -83,6 +83,11 @@ def test_highlight_terms_only_when_colored() -> None:
     )
     assert query_terms("スプレッド構文で state を更新", ["スプレッド", "構文", "で", "state", "更新"]) == [
         "state", "スプレッド", "更新", "構文"]
+    # the Japanese words as typed too: the analyzer's normalised form (川獺) is not what the page shows
+    assert query_terms("カワウソ 岩", ["川獺", "岩"]) == ["カワウソ", "川獺", "岩"]
+    text = "今日は川でカワウソを見た。三匹が岩の上で遊んでいた。"
+    assert highlight(text, term_pattern(query_terms("カワウソ 岩", ["川獺", "岩"])), color=True) == (
+        "今日は川で\x1b[1;33mカワウソ\x1b[0mを見た。三匹が\x1b[1;33m岩\x1b[0mの上で遊んでいた。")
 
 
 def test_search_without_warehouse_says_build_first(tmp_path: Path) -> None:
