@@ -23,6 +23,7 @@ from typing import Any
 
 from pipeline.common.errors import NoteError, PipelineError
 from pipeline.common.frontmatter import decode_bytes, split_frontmatter
+from pipeline.search.snippet import strip_controls
 
 __all__ = [
     "FRONTMATTER_CHARS",
@@ -252,8 +253,6 @@ def _load(vault_dir: Path, note: str) -> tuple[str, dict[str, Any], str]:
         raise
     except OSError as exc:
         raise NoteNotFoundError(f"cannot read vault note {vault_path}: {exc}") from None
-    from pipeline.search.snippet import strip_controls
-
     return vault_path, fm, strip_controls(body)     # as shown: no terminal escapes (the file keeps them)
 
 
@@ -274,8 +273,6 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
         NoteError: the file is not UTF-8 or its frontmatter is invalid (the message names the note).
         ValueError: ``page`` is out of range (the message gives the number of pages).
     """
-    from pipeline.search.snippet import strip_controls
-
     vault_path, fm, body = _load(vault_dir, note)
     starts = paginate(body, size)
     pages = len(starts)
@@ -316,8 +313,6 @@ def locate(body: str, heading: str = "", snippet: str = "") -> int:
     Returns:
         Offset in ``body`` (chars); 0 when nothing is found.
     """
-    from pipeline.search.snippet import strip_controls
-
     offset = 0
     if heading:
         want = _plain(heading)
@@ -372,52 +367,46 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     try:
         resolve_note_path(vault_dir, note)
         return note
-    except (NoteNotFoundError, _NotMarkdownError) as exc:
+    except (NoteNotFoundError, PathRefusedError) as exc:
         if warehouse_path is None or not Path(warehouse_path).exists():
             raise
-        # a file of the vault that is no note (an attachment's copy) is not read as a name either
+        # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`): only a note's title or alias may be written so
+        # (the warehouse names the note's own vault path, which is read and checked as any other); a file of the
+        # vault that is no note (an attachment's copy) is not read as a name either
+        refused = isinstance(exc, PathRefusedError) and not isinstance(exc, _NotMarkdownError)
         file_here = isinstance(exc, _NotMarkdownError) and (Path(vault_dir) / note).is_file()
-        from pipeline import warehouse as wh
-
-        wanted = unicodedata.normalize("NFC", note)
-        con = wh.connect(Path(warehouse_path), read_only=True)
-        try:
-            found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
-            if not found and not file_here:                # a name, as an Obsidian link: `read Home`
-                found, what = wh.notes_by_name(con, wanted), "the name of several notes"
-            if not found and not file_here:                # a title or alias, as search names: `read Foo`
-                from pipeline.search.searcher import name_key
-
-                found, what = wh.notes_named(con, wanted, name_key), "the title or alias of several notes"
-        finally:
-            con.close()
+        found, what = _notes_called(Path(warehouse_path), unicodedata.normalize("NFC", note),
+                                    paths=not refused, names=not file_here)
         if len(found) == 1:
             return found[0]["vault_path"]
         if len(found) > 1:
             raise AmbiguousNoteError(
                 f"{note!r} is {what}; give one of the vault paths: " + ", ".join(f["vault_path"] for f in found)
             ) from None
-        if file_here or not isinstance(exc, _NotMarkdownError):
+        if refused or file_here or not isinstance(exc, _NotMarkdownError):
             raise
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}; use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
-    except PathRefusedError:
-        # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`), but a note's title or alias may be written so:
-        # the warehouse names the note's own vault path, which is read (and checked) as any other
-        if warehouse_path is None or not Path(warehouse_path).exists():
-            raise
-        from pipeline import warehouse as wh
-        from pipeline.search.searcher import name_key
 
-        con = wh.connect(Path(warehouse_path), read_only=True)
-        try:
-            named = wh.notes_named(con, unicodedata.normalize("NFC", note), name_key)
-        finally:
-            con.close()
-        if len(named) == 1:
-            return named[0]["vault_path"]
-        if len(named) > 1:
-            raise AmbiguousNoteError(f"{note!r} is the title or alias of several notes; give one of the vault "
-                                     "paths: " + ", ".join(f["vault_path"] for f in named)) from None
-        raise
+
+def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -> tuple[list[dict[str, str]], str]:
+    """The notes :func:`find_note` finds for ``wanted`` in the warehouse, first kind that finds any: a source
+    path and an Obsidian link name (when ``paths``), then a title or alias as search names pages (when ``names``);
+    with what several of them would be, for the ambiguity message."""
+    from pipeline import warehouse as wh
+    from pipeline.search.searcher import name_key
+
+    found: list[dict[str, str]] = []
+    what = ""
+    con = wh.connect(warehouse_path, read_only=True)
+    try:
+        if paths:
+            found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
+        if paths and names and not found:                  # a name, as an Obsidian link: `read Home`
+            found, what = wh.notes_by_name(con, wanted), "the name of several notes"
+        if names and not found:                            # a title or alias, as search names: `read Foo`
+            found, what = wh.notes_named(con, wanted, name_key), "the title or alias of several notes"
+    finally:
+        con.close()
+    return found, what

@@ -1487,7 +1487,7 @@ class Searcher:
         with self._lock:
             pages, chunk_ranks = self._fused(query, source, lanes, tags)
             boost = self._boost_of(pages)
-            pages = self._boosted(pages)
+            pages = self._boosted(pages, boost)
             if filters is not None:
                 pages = self._filtered(pages, filters, k)
             # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
@@ -1574,14 +1574,15 @@ class Searcher:
         tbl, index = self._rows
         return wh.rows_from_table(tbl, index, chunk_ids)
 
-    def _boosted(self, pages: list[tuple[str, float, dict[str, int]]]) -> list[tuple[str, float, dict[str, int]]]:
+    def _boosted(self, pages: list[tuple[str, float, dict[str, int]]], boost: dict[str, float] | None = None
+                 ) -> list[tuple[str, float, dict[str, int]]]:
         """Fused pages with their usage boost added (``usage_boost``) to the first ``usage_window`` of them, which
         are re-sorted (stable: equal scores keep the fused order); a page below that window is never lifted. No
-        boost: ``pages`` itself."""
+        boost: ``pages`` itself. ``boost``: :meth:`_boost_of` of ``pages`` when the caller has it already."""
         if not self.usage_boost:
             return pages
         window = max(0, self.usage_window)
-        boost = self._boost_of(pages)
+        boost = self._boost_of(pages) if boost is None else boost
         boosted = [(nid, score + boost[nid], ranks) for nid, score, ranks in pages[:window]]
         return sorted(boosted, key=lambda p: -p[1]) + pages[window:]
 
