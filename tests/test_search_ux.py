@@ -118,6 +118,18 @@ def test_parse_query_phrases_exclusions_or_and_filters() -> None:
     assert parse_query("built-in http://x.y/#z C:").text == "built-in http://x.y/#z C:"
 
 
+def test_smart_and_full_width_quotes_minus_and_colon_are_the_ascii_syntax() -> None:
+    # macOS/iOS type “ ” for ", a Japanese keyboard ＂ － ：; 「」 stay words (a question is often written in them)
+    for typed in ("“手をつないで” 寝る", "＂手をつないで＂ 寝る", "„手をつないで“ 寝る"):
+        q = parse_query(typed)
+        assert (q.text, q.required) == ("手をつないで 寝る", (("手をつないで",),))
+    q = parse_query("リトライ\u3000－Prefect tag：日記")
+    assert (q.text, q.excluded, q.tags) == ("リトライ", ("Prefect",), ("日記",))
+    assert parse_query("A－B 「手をつないで」").text == "A－B 「手をつないで」"     # inside a word: not a minus
+    with pytest.raises(QuerySyntaxError, match="unclosed"):
+        parse_query("“手をつないで")
+
+
 def test_a_word_starting_with_two_dashes_is_a_word_not_an_exclusion() -> None:
     q = parse_query("frobnicate --warp-speed")
     assert (q.text, q.required, q.excluded) == ("frobnicate --warp-speed", (), ())

@@ -15,6 +15,11 @@
                           Compared in Unicode NFC on both sides (macOS types NFD) and case-insensitively
 ========================  ==========================================================================================
 
+Typed quotes and minus signs count as the ASCII ones (:func:`ascii_syntax`): ``“…”`` and ``„…“`` (smart quotes, as
+macOS and iOS type them) and the full-width ``＂`` are ``"``; a full-width ``－`` (U+FF0D, a Japanese keyboard's
+minus) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
+brackets ``「…」`` stay words: a question is often written inside them.
+
 Filters and operators are parsed here (no SQL, no search); :class:`ParsedQuery` says what to rank and what to keep.
 Matching of required/excluded text is :meth:`ParsedQuery.keeps` on a note's plain text.
 """
@@ -28,7 +33,8 @@ from dataclasses import dataclass, field
 
 from pipeline.common.errors import PipelineError
 
-__all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "parse_query", "tag_problem", "text_contains"]
+__all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "ascii_syntax", "parse_query", "tag_problem",
+           "text_contains"]
 
 FILTER_KEYS = ("source", "tag", "path")
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -188,6 +194,20 @@ def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str]
     return items, sources, tags, paths
 
 
+#: quote characters read as ``"``: smart quotes (U+201C, U+201D, U+201E) and the full-width one (U+FF02)
+_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\uff02": '"'})
+_WIDE_MINUS = re.compile(r"(^|\s)\uff0d")                  # a full-width minus that starts a word
+_WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d)(source|tag|path)\uff1a")
+
+
+def ascii_syntax(query: str) -> str:
+    """``query`` with its typed syntax characters as the ASCII ones the parser reads (module docstring): smart and
+    full-width quotes -> ``"``, a full-width minus starting a word -> ``-``, ``tag：`` -> ``tag:``; the rest as is."""
+    query = query.translate(_QUOTES)
+    query = _WIDE_COLON.sub(lambda m: f"{m.group(1)}{m.group(2)}:", query)
+    return _WIDE_MINUS.sub(r"\1-", query)
+
+
 def parse_query(query: str) -> ParsedQuery:
     """Parse the query syntax (see the module docstring).
 
@@ -202,6 +222,7 @@ def parse_query(query: str) -> ParsedQuery:
             ``OR`` without a term on both sides, an empty phrase, or a query of only exclusions/filters (nothing to
             rank).
     """
+    query = ascii_syntax(query)
     if query.count('"') % 2:
         raise QuerySyntaxError('unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote')
     items, sources, tags, paths = _scan(query)
