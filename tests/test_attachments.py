@@ -160,6 +160,41 @@ def test_an_attachment_added_after_the_note_that_embeds_it_is_copied(tmp_path: P
     assert rebuild()["changed"] is True
 
 
+def test_a_copied_attachment_edited_or_deleted_in_the_vault_is_restored(tmp_path: Path,
+                                                                         personal: Path) -> None:
+    """The vault stage's skip check lists every file of the folder, not only its notes: a copied attachment
+    edited in the vault is moved to ``(edited)`` and copied again, a deleted one copied again (the stage
+    skipped both: "nothing changed"), and neither moves the notes' listing the chunk, graph and warehouse
+    stages compare."""
+    (personal / "attachments" / "ラッコ.png").write_bytes(b"\x89PNG otter")
+    (personal / "notes" / "Otter.md").write_text("# Otter\n\n![[ラッコ.png]]\n", encoding="utf-8")
+    settings = _settings(tmp_path, personal)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    build.vault_stage(settings, source)
+    copied = settings.vault_dir / "me" / "attachments" / "ラッコ.png"
+    assert copied.read_bytes() == b"\x89PNG otter"
+    assert build.vault_stage(settings, source)["skipped"] is True
+    notes_listing = build.vault_listing(settings, "me")
+
+    copied.write_bytes(b"my drawing")
+    edited = build.vault_stage(settings, source)
+    assert (edited["skipped"], edited["written"], edited["attachments_written"], edited["conflicts"]) == (
+        False, 0, 1, ["attachments/ラッコ.png -> attachments/ラッコ (edited).png"])
+    assert copied.read_bytes() == b"\x89PNG otter"
+    assert (copied.parent / "ラッコ (edited).png").read_bytes() == b"my drawing"
+    assert build.vault_stage(settings, source)["skipped"] is True
+
+    copied.unlink()
+    deleted = build.vault_stage(settings, source)
+    assert (deleted["skipped"], deleted["written"], deleted["attachments_written"], deleted["conflicts"]) == (
+        False, 0, 1, [])
+    assert copied.read_bytes() == b"\x89PNG otter"
+    assert build.vault_stage(settings, source)["skipped"] is True
+    assert build.vault_listing(settings, "me") == notes_listing
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -153,6 +153,36 @@ def test_a_no_op_build_counts_no_attachment_copied(built_tiny_env: Path) -> None
     assert _build()["sources"][0]["status"] == "unchanged"
 
 
+def test_a_copied_attachment_edited_or_deleted_in_the_vault_is_built_again(built_tiny_env: Path) -> None:
+    """An attachment the build copied, edited in the vault: the next build goes through Dagster, keeps the
+    edit as ``(edited)`` and copies the source's file again; deleted: copied again; each time the build after
+    it is a no-op (both said "nothing changed" and left the vault as it was)."""
+    tiny = built_tiny_env / "tinyvault"
+    (tiny / "ラッコ.png").write_bytes(b"\x89PNG\r\n\x1a\notter")
+    (tiny / "Ducks.md").write_text("# Ducks\n\nDucks swim.\n\n![[ラッコ.png]]\n", encoding="utf-8")
+    _build()
+    copied = Settings.from_env().vault_dir / "tiny" / "ラッコ.png"
+    assert copied.read_bytes() == b"\x89PNG\r\n\x1a\notter" and _runs(built_tiny_env) == 2
+
+    copied.write_bytes(b"my drawing")
+    edited = runner.invoke(app, ["build"])
+    assert edited.exit_code == 0 and _runs(built_tiny_env) == 3
+    assert "tiny: 1 attachment(s) copied (1 in the vault, 0.0 MB)" in edited.stdout
+    assert "tiny: vault/tiny/ラッコ.png was edited since the build wrote it: your version is kept as " \
+           "vault/tiny/ラッコ (edited).png" in edited.stdout + edited.stderr
+    assert copied.read_bytes() == b"\x89PNG\r\n\x1a\notter"
+    assert (copied.parent / "ラッコ (edited).png").read_bytes() == b"my drawing"
+    assert _build()["sources"][0]["status"] == "unchanged" and _runs(built_tiny_env) == 3
+
+    copied.unlink()
+    deleted = _build()
+    assert (deleted["sources"][0]["status"], _runs(built_tiny_env)) == ("built", 4)
+    assert deleted["shared"]["warehouse"]["mode"] == "unchanged"      # an image is not searched: no rewrite
+    assert copied.read_bytes() == b"\x89PNG\r\n\x1a\notter"
+    assert "no Dagster run was needed" in runner.invoke(app, ["build"]).stdout
+    assert _runs(built_tiny_env) == 4
+
+
 def _killed_build(tiny_env: Path, run_id: str, text: str) -> str:
     """What a `docsvault build` killed (kill -9) after its source stages leaves: tiny's Ducks.md edited to
     ``text`` and its stages run up to embedding, the warehouse not published, its Dagster run still marked

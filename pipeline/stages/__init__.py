@@ -50,6 +50,7 @@ from pipeline.stages.base import (
     now,
     stage_lock,
     vault_listing,
+    vault_listings,
 )
 from pipeline.stages.evaluate import (
     eval_files,
@@ -146,6 +147,7 @@ __all__ = [
     "stage_lock",
     "stored_query_vectors",
     "vault_listing",
+    "vault_listings",
     "vault_skipped_path",
     "vault_stage",
     "warehouse_stage",

@@ -111,13 +111,28 @@ def file_stats(root: Path, *, recurse: bool = True, dot_dirs: tuple[str, ...] = 
 
 
 def vault_listing(settings: Settings, source: str) -> str:
-    """Signature of ``vault/<source>/``: sha over the sorted (path, size, mtime_ns) of its ``.md`` files ("" when
-    the folder does not exist). The vault stage writes a file only when its bytes change, so this moves only when
-    a note changed (or someone edited the vault by hand)."""
+    """Signature of the notes of ``vault/<source>/``: sha over the sorted (path, size, mtime_ns) of its
+    ``.md`` files ("" when the folder does not exist). The vault stage writes a file only when its bytes
+    change, so this moves only when a note changed (or someone edited the vault by hand), never for an
+    attachment: it is what the chunk, graph and warehouse stages compare. The vault stage's own skip check
+    is :func:`vault_listings`."""
     root = settings.vault_dir / source
     if not root.is_dir():
         return ""
     return digest(file_stats(root, keep=lambda name: name.endswith(".md")))
+
+
+def vault_listings(settings: Settings, source: str) -> tuple[str, str]:
+    """``(notes, files)`` signatures of ``vault/<source>/`` from one listing (stats only, no file read):
+    ``notes`` is :func:`vault_listing`; ``files`` the sha over the sorted (path, size, mtime_ns) of every file
+    there (attachments, the user's own files, the ``(edited)`` copies; dot folders such as the manifest's
+    ``.docsvault`` left out), which moves when any file is edited, added or deleted. ``("", "")`` when the
+    folder does not exist."""
+    root = settings.vault_dir / source
+    if not root.is_dir():
+        return "", ""
+    rows = file_stats(root)
+    return digest([row for row in rows if row[0].endswith(".md")]), digest(rows)
 
 
 #: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their

@@ -23,7 +23,7 @@ from pipeline.stages.base import (
     now,
     source_config,
     stage_lock,
-    vault_listing,
+    vault_listings,
     versioned_cache,
 )
 from pipeline.stages.results import FetchStageResult, FrontmatterCheck, NormalizeResult, VaultResult
@@ -244,8 +244,10 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
     """Write the source's notes and the attachments they use to vault/<source>/ (only changed files; removed pages
     removed), keeping every file the user wrote there (see :func:`pipeline.ingest.vault.write_source`).
 
-    Skipped when the notes file, the attachments to copy (path, size, mtime) and the vault folder's listing are
-    those recorded after the last write. Returns a :class:`VaultResult`: ``notes``, ``written``, ``unchanged``, ``removed`` (counts),
+    Skipped when the notes file, the attachments to copy (path, size, mtime) and the listing of every file in
+    the vault folder (:func:`pipeline.stages.base.vault_listings`: a copied attachment edited or deleted there
+    too) are those recorded after the last write. Returns a :class:`VaultResult`: ``notes``, ``written``,
+    ``unchanged``, ``removed`` (counts),
     ``removed_files`` (up to 50 rel paths), ``kept`` (files in the folder the build did not write) and
     ``kept_files`` (up to 50), ``conflicts`` (``"<rel> -> <copy>"`` lines: edited generated files moved aside),
     ``attachments`` / ``attachments_written`` / ``attachment_bytes``, ``attachments_skipped`` and
@@ -267,14 +269,16 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         state = artifacts.load_state(settings, source.name)
         others = vault_names(settings, source.name)
         vault_dir = str(settings.vault_dir / source.name)
-        listing = state.get("vault_listing") if not forced(source.name) else None
+        # every file of the folder, not only its notes: an attachment edited or deleted there is the stage's
+        # to restore (the notes-only listing, recorded too, is what the chunk, graph, warehouse stages read)
+        listing = state.get("vault_file_listing") if not forced(source.name) else None
         # the skip check without reading the notes: same notes file, fetch, code and shared names as the last
         # run, and the attachments it copied unchanged (their list depends on those; the files themselves may move)
         pre = digest(state.get("notes_sha"), state.get("revision"), code_version("vault"),
                      sorted(set(source_note_names(settings, source.name)) & others))
         fast = state.get("vault_fast") or {}
         if listing and fast.get("pre") == pre and fast.get("key") == digest(pre, _stat_rows(fast.get("files") or [])) \
-                and listing == vault_listing(settings, source.name):
+                and listing == vault_listings(settings, source.name)[1]:
             return _vault_skipped(state, fast["plan"], vault_dir)
         given = artifacts.load_notes(settings, source.name)
         shared_names = ambiguous_names(given, others)
@@ -306,7 +310,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                  "warning_lines": missing}
         fast = {"pre": pre, "files": [[rel, path] for rel, path, _, _ in att_rows], "key": digest(pre, att_rows),
                 "plan": facts}
-        if listing and state.get("vault_key") == key and listing == vault_listing(settings, source.name):
+        if listing and state.get("vault_key") == key and listing == vault_listings(settings, source.name)[1]:
             if state.get("vault_fast") != fast:
                 artifacts.update_state(settings, source.name, vault_fast=fast)
             return _vault_skipped(state, facts, vault_dir)
@@ -320,8 +324,10 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                                    "".join(line.replace("\n", "\\n") + "\n" for line in skip_lines).encode("utf-8"))
         else:
             vault_skipped_path(settings, source.name).unlink(missing_ok=True)
+        notes_listing, files_listing = vault_listings(settings, source.name)
         artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
-                               vault_listing=vault_listing(settings, source.name), vault_kept=result.kept,
+                               vault_listing=notes_listing, vault_file_listing=files_listing,
+                               vault_kept=result.kept,
                                vault_conflicts=conflicts, vault_attachments=result.attachments,
                                vault_attachments_skipped=len(skip_lines), vault_fast=fast)
     for line in conflicts:      # info: the build's own report names each once (its table; Dagster's metadata)
