@@ -184,8 +184,8 @@ def test_a_japanese_query_skips_an_english_only_model_when_another_is_searched(t
             return super().embed_query(text)
 
     class Dictionary:
-        def translate(self, query: str) -> str | None:
-            return "search usage" if query == "検索の使い方" else None
+        def translate_groups(self, query: str) -> list[str] | None:
+            return ["search", "usage"] if query == "検索の使い方" else None
 
     asked.clear()
     with Searcher(path, embedder_factory=lambda m: Texts(m, np.array(_unit(1, 1, 0), dtype=np.float32)),

@@ -106,18 +106,29 @@ class Bm25Index:
         arrays, vocab = _score_matrix(token_lists, k1, b)
         return cls(arrays, vocab, {"k1": k1, "b": b, "method": "lucene"}, doc_ids)
 
-    def scores_in_scope(self, query_tokens: Sequence[str], scope: np.ndarray) -> np.ndarray:
+    def _term_ids(self, query_tokens: Sequence[str], weights: Sequence[float] | None
+                  ) -> list[tuple[int, float]]:
+        """(term id, weight) of each query token the index knows, in query order (weight 1.0 without ``weights``)."""
+        if weights is None:
+            return [(self._vocab[t], 1.0) for t in query_tokens if t and t in self._vocab]
+        if len(weights) != len(query_tokens):
+            raise ValueError(f"{len(weights)} weights for {len(query_tokens)} query tokens")
+        return [(self._vocab[t], float(w)) for t, w in zip(query_tokens, weights) if t and t in self._vocab]
+
+    def scores_in_scope(self, query_tokens: Sequence[str], scope: np.ndarray,
+                        weights: Sequence[float] | None = None) -> np.ndarray:
         """BM25 scores as if the index held only the documents of ``scope`` (bool (n_docs,)) for the IDF: each query
         term's column is scaled by ``idf(df_scope, n_scope) / idf(df, n)`` (Lucene idf, df counted in the scope);
         documents outside the scope score 0. Length normalisation keeps the whole index's average length (the stored
-        scores do not keep tf apart from it). float32 (n_docs,)."""
-        ids = [self._vocab[t] for t in query_tokens if t and t in self._vocab]
+        scores do not keep tf apart from it). ``weights``: one per query token (as :meth:`scores`). float32
+        (n_docs,)."""
+        ids = self._term_ids(query_tokens, weights)
         scores = np.zeros(len(self.doc_ids), dtype=np.float32)
         if not ids or not self.doc_ids:
             return scores
         n_all, n_scope = len(self.doc_ids), int(np.count_nonzero(scope))
         indptr, indices, data = self._indptr, self._indices, self._data
-        for tid in ids:
+        for tid, weight in ids:
             start, end = int(indptr[tid]), int(indptr[tid + 1])
             rows = indices[start:end]
             inside = scope[rows]
@@ -126,25 +137,30 @@ class Bm25Index:
                 continue
             df = end - start
             ratio = (math.log(1 + (n_scope - df_scope + 0.5) / (df_scope + 0.5))
-                     / math.log(1 + (n_all - df + 0.5) / (df + 0.5)))
+                     / math.log(1 + (n_all - df + 0.5) / (df + 0.5))) * weight
             scores[rows[inside]] += (data[start:end][inside] * ratio).astype(np.float32)   # rows are distinct
         return scores
 
-    def scores(self, query_tokens: Sequence[str]) -> np.ndarray:
+    def scores(self, query_tokens: Sequence[str], weights: Sequence[float] | None = None) -> np.ndarray:
         """BM25 score of every document for the query, float32 (n_docs,). Unknown tokens are ignored; a token
-        given twice counts twice.
+        given twice counts twice. ``weights``: one per query token, multiplying its column (a Japanese question's
+        English glosses, see :meth:`pipeline.search.searcher.Searcher._bm25_query`); None: every token 1.
+
+        Raises:
+            ValueError: ``weights`` not one per query token.
 
         The sum of each token's column of the score matrix, token by token in query order (one float32 addition per
         document of the column, as ``np.add.at`` made it: a column lists each document once): bit-identical to ``bm25s.BM25.get_scores_from_ids`` (numpy backend, float32, lucene: no non-occurrence
         term), which the index was scored with before this module stopped importing bm25s for queries."""
-        ids = [self._vocab[t] for t in query_tokens if t and t in self._vocab]
+        ids = self._term_ids(query_tokens, weights)
         scores = np.zeros(len(self.doc_ids), dtype=np.float32)
         if not ids or not self.doc_ids:
             return scores
         indptr, indices, data = self._indptr, self._indices, self._data
-        for tid in ids:
+        for tid, weight in ids:
             start, end = int(indptr[tid]), int(indptr[tid + 1])
-            scores[indices[start:end]] += data[start:end]     # a column's documents are distinct
+            column = data[start:end] if weight == 1.0 else data[start:end] * np.float32(weight)
+            scores[indices[start:end]] += column     # a column's documents are distinct
         return scores
 
     def search(

@@ -107,6 +107,9 @@ BACKGROUND_PRIORS: dict[str, tuple[float, float]] = {
 SNIPPET_CHARS = 240
 #: how far above its background an other-language page must score to enter an English question's bridge lane
 CROSS_MIN_Z = 2.0
+#: a Japanese question's English glosses of one word share that word's weight in BM25 (Pirkola's structured
+#: query): each of the n terms one word's glosses analyse to weighs n ** -GLOSS_WEIGHT_POWER (0: every term 1)
+GLOSS_WEIGHT_POWER = 0.5
 
 
 MIN_LANE_PAGES = 30          # a lane widens its chunk fetch until it covers this many distinct pages ...
@@ -549,9 +552,13 @@ class Searcher:
         self.min_scope_background = MIN_SCOPE_BACKGROUND
         #: model id -> (mean, sd) for a model with too few chunks for a background of its own (BACKGROUND_PRIORS)
         self.background_priors = dict(BACKGROUND_PRIORS)
-        self._translations: dict[str, str | None] = {}
-        # _bm25_tokens' memo: query -> terms, valid for the analysis objects it holds (an override swaps them)
-        self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[str, ...]]] = ((), {})
+        #: see GLOSS_WEIGHT_POWER
+        self.gloss_weight_power = GLOSS_WEIGHT_POWER
+        self._translations: dict[str, tuple[str, ...] | None] = {}
+        # _bm25_query's memo: query -> (terms, weights), valid for the analysis objects it holds (an override swaps
+        # them)
+        self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[tuple[str, ...], tuple[float, ...] | None]]] = (
+            (), {})
         self._lock = threading.RLock()
         self._cache_lock = threading.Lock()     # the FIFO caches the model threads of one search share
         self._masks: dict[tuple, np.ndarray] = {}        # _scope_mask's and other per-scope boolean masks
@@ -800,12 +807,19 @@ class Searcher:
     def _translation(self, query: str) -> str | None:
         """English words for a Japanese query (:mod:`pipeline.search.translate`), None for an English query or without a
         dictionary; remembered per query."""
+        groups = self._gloss_groups(query)
+        return " ".join(groups) if groups else None
+
+    def _gloss_groups(self, query: str) -> tuple[str, ...] | None:
+        """A Japanese query's translation word by word (``Translator.translate_groups``), None for an English query or
+        without a dictionary; remembered per query."""
         if self.translator is None or not is_japanese(query):
             return None
         if query not in self._translations:
             if len(self._translations) >= QUERY_CACHE:
                 self._translations.pop(next(iter(self._translations)))
-            self._translations[query] = self.translator.translate(query)
+            groups = self.translator.translate_groups(query)
+            self._translations[query] = tuple(groups) if groups else None
         return self._translations[query]
 
     def _scope_idf_for(self, query: str) -> bool:
@@ -815,28 +829,41 @@ class Searcher:
         return self.scope_idf and not is_japanese(query)
 
     def _bm25_tokens(self, query: str) -> list[str]:
-        """BM25 query terms: the query's own, plus those of its English translation when it is Japanese
-        (``translate_bm25``), synonyms expanded. The English terms find the English pages; they also find the
-        English words a Japanese page keeps (API names, identifiers, untranslated terms): appended for every page,
-        the translation scored MRR@10 +0.014 / +0.018 (scoped / unscoped, 95% intervals above zero) over scoring
-        Japanese pages with the Japanese terms alone (README, Search quality)."""
-        deps = (self.translate_bm25, self.analyzer, self.synonyms, self.translator)
+        """BM25 query terms (:meth:`_bm25_query`'s, without their weights)."""
+        return list(self._bm25_query(query)[0])
+
+    def _bm25_query(self, query: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+        """BM25 query terms and their weights (None: every term 1): the query's own terms (1 each), plus those of
+        its English translation when it is Japanese (``translate_bm25``), then synonyms (1 each). The English terms
+        find the English pages; they also find the English words a Japanese page keeps (API names, identifiers,
+        untranslated terms): appended for every page, the translation scored MRR@10 +0.014 / +0.018 (scoped /
+        unscoped, 95% intervals above zero) over scoring Japanese pages with the Japanese terms alone (README,
+        Search quality). The glosses of one Japanese word share its weight (``gloss_weight_power``): the eight
+        terms of 持ち物's glosses ("one's property personal effects one's belongings") no longer outvote the word
+        itself in a note that has it."""
+        deps = (self.translate_bm25, self.analyzer, self.synonyms, self.translator, self.gloss_weight_power)
         held, memo = self._query_terms
         if len(held) != len(deps) or any(a is not b for a, b in zip(held, deps)):
             memo = {}
             self._query_terms = (deps, memo)
         if query in memo:                           # both BM25 lanes, and a query searched again (the eval's scopes)
-            return list(memo[query])
+            return memo[query]
         tokens = self.analyzer.tokens(query)
+        weights = [1.0] * len(tokens)
         if self.translate_bm25:
-            english = self._translation(query)
-            if english:
-                tokens = tokens + self.analyzer.tokens(english)
+            for group in self._gloss_groups(query) or ():
+                terms = self.analyzer.tokens(group)
+                if terms:
+                    tokens += terms
+                    weights += [len(terms) ** -self.gloss_weight_power if self.gloss_weight_power else 1.0
+                                ] * len(terms)
         terms = self.synonyms.expand(tokens)
+        weights += [1.0] * (len(terms) - len(weights))
+        result = (tuple(terms), None if all(w == 1.0 for w in weights) else tuple(weights))
         if len(memo) >= QUERY_CACHE:
             memo.pop(next(iter(memo)))
-        memo[query] = tuple(terms)
-        return terms
+        memo[query] = result
+        return result
 
     # ---- lanes ----
     def _resolve_sources(self, source: str | Sequence[str] | None) -> frozenset[str] | None:
@@ -894,9 +921,9 @@ class Searcher:
         if self._bm25 is None or not len(self._bm25):
             return []
         scope = None if sources is None else self._scope_mask(("bm25", sources), self._bm25_sources, sources)
-        tokens = self._bm25_tokens(query)
-        scores = (self._bm25.scores_in_scope(tokens, scope) if scope is not None and self._scope_idf_for(query)
-                  else self._bm25.scores(tokens))
+        tokens, weights = self._bm25_query(query)
+        scores = (self._bm25.scores_in_scope(tokens, scope, weights) if scope is not None
+                  and self._scope_idf_for(query) else self._bm25.scores(tokens, weights))
         mask = scope
         if notes is not None:
             doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
@@ -918,9 +945,9 @@ class Searcher:
             return []
         scope = None if sources is None else self._scope_mask(("bm25_page", sources), self._page_index_sources,
                                                               sources)
-        tokens = self._bm25_tokens(query)
-        scores = (index.scores_in_scope(tokens, scope) if scope is not None and self._scope_idf_for(query)
-                  else index.scores(tokens))
+        tokens, weights = self._bm25_query(query)
+        scores = (index.scores_in_scope(tokens, scope, weights) if scope is not None and self._scope_idf_for(query)
+                  else index.scores(tokens, weights))
         keep = scores > 0
         if scope is not None:
             keep &= scope

@@ -99,6 +99,13 @@ class Translator:
     def translate(self, query: str) -> str | None:
         """English words for the Japanese words of ``query`` (Latin words kept in place), None when the query has no
         Japanese or no dictionary is installed."""
+        groups = self.translate_groups(query)
+        return " ".join(groups) if groups else None
+
+    def translate_groups(self, query: str) -> list[str] | None:
+        """The translation of ``query`` word by word: one string per Japanese word (its glosses, space-joined) or
+        Latin word (as is), in query order; :meth:`translate` joins them. None when the query has no Japanese or no
+        dictionary is installed (warned once), or no word of it has a gloss."""
         if not _JA.search(query or ""):
             return None
         if self._path is None:
@@ -107,10 +114,10 @@ class Translator:
                 self._warned = True
             return None
         with self._lock:
-            words: list[str] = []
+            groups: list[str] = []
             for piece in _PIECES.findall(query):
                 if not _JA.search(piece):
-                    words.append(piece)          # Latin words, identifiers, numbers pass through
+                    groups.append(piece)          # Latin words, identifiers, numbers pass through
                     continue
                 for surface, forms, pos, parts in self._morphemes(piece):
                     if pos in _SKIP_POS or forms[0] in _LIGHT or surface in _LIGHT or not _JA.search(surface):
@@ -118,9 +125,10 @@ class Translator:
                     glosses = self._glosses(forms)
                     if not glosses and parts:
                         glosses = [g for part in parts for g in self._glosses(part)]
-                    words.extend(glosses)
-            text = " ".join(words).strip()
-            return text or None
+                    if glosses:
+                        groups.append(" ".join(glosses))
+            groups = [g for g in (g.strip() for g in groups) if g]
+            return groups or None
 
     def _morphemes(self, query: str) -> list[tuple[str, tuple[str, ...], str, list[tuple[str, ...]]]]:
         """(surface, (dictionary form, surface), part of speech, mode-A parts as forms) per mode-C morpheme."""

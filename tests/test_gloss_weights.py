@@ -1,0 +1,52 @@
+"""A Japanese question's English glosses of one word share that word's weight in BM25 (Pirkola's structured query):
+the eight terms of 持ち物's glosses no longer outvote the word itself in the note that has it (a new user's `持ち物`
+put their own note at #15, below English pages matching "property")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.index.bm25 import Bm25Index
+from pipeline.search.searcher import GLOSS_WEIGHT_POWER, Searcher
+from pipeline.search.translate import Translator
+from tests.tiny_warehouse import publish_pages
+
+NOTES = {
+    ("notes", "旅行.md", "北海道旅行"): ["## 持ち物\n\nタオルと水筒とカメラを持っていく。"],
+    ("notes", "料理.md", "料理"): ["カレーを作った。玉ねぎを炒める。"],
+    ("docs", "schedules.md", "Schedules"): ["How the day_or property of a schedule works with personal calendars."],
+    ("docs", "flows.md", "Flows"): ["A flow has a property for each of its settings."],
+    ("docs", "tasks.md", "Tasks"): ["Tasks run work and return results."],
+}
+
+needs_dictionary = pytest.mark.skipif(not Translator.shared().available, reason="jamdict-data not installed")
+
+
+def test_bm25_scores_take_one_weight_per_term() -> None:
+    index = Bm25Index.build(["a", "b", "c"], [["x", "y"], ["y"], ["z"]])
+    plain, weighted = index.scores(["x", "y"]), index.scores(["x", "y"], [1.0, 0.5])
+    assert weighted[0] == pytest.approx(index.scores(["x"])[0] + 0.5 * index.scores(["y"])[0])
+    assert np.array_equal(index.scores(["x", "y"], [1.0, 1.0]), plain)          # weight 1: the same floats
+    scope = np.array([True, True, False])
+    assert np.array_equal(index.scores_in_scope(["x", "y"], scope, [1.0, 1.0]),
+                          index.scores_in_scope(["x", "y"], scope))
+    with pytest.raises(ValueError, match="2 weights for 1 query tokens"):
+        index.scores(["x"], [1.0, 1.0])
+
+
+@needs_dictionary
+def test_glosses_of_one_word_share_its_weight(tmp_path: Path) -> None:
+    path = tmp_path / "wh.duckdb"
+    publish_pages(path, NOTES)
+    with Searcher(path) as s:
+        terms, weights = s._bm25_query("持ち物")
+        english = s.analyzer.tokens(Translator.shared().translate("持ち物") or "")
+        assert terms[0] == "持ち物" and list(terms[1:]) == english and len(english) >= 4
+        assert weights == (1.0, *[len(english) ** -GLOSS_WEIGHT_POWER] * len(english)) and GLOSS_WEIGHT_POWER == 0.5
+        assert s._bm25_query("personal property")[1] is None                 # an English query: every term 1
+        assert [p for _, p, _ in s.rank_pages("持ち物", lanes=["bm25"])][0] == "旅行.md"
+        s.gloss_weight_power = 0                                                # every gloss term 1, as before
+        assert [p for _, p, _ in s.rank_pages("持ち物", lanes=["bm25"])][0] == "schedules.md"
