@@ -105,6 +105,31 @@ def test_never_fetched_counts_as_changed(tmp_path):
     assert check_upstream(source, _settings(tmp_path)).changed is True
 
 
+def test_a_source_whose_first_run_failed_is_requested_again_once_fixed(tmp_path):
+    # a mistyped git URL: requested once (its run fails, nothing is fetched), not again while unchanged; fixing the
+    # URL in sources.yaml gives a new token, so the sensor requests it (before, every never-fetched source had one
+    # token, "never-fetched", and a fixed source was never built unattended)
+    settings = _settings(tmp_path)
+    dead = Source(name="deadgit", kind="git", url=f"file://{tmp_path}/nowhere.git", ref="main")
+    first = _evaluate(upstream_change_sensor([dead], settings))
+    assert [r.tags["docsvault/source"] for r in first.run_requests] == ["deadgit"]
+    assert _evaluate(upstream_change_sensor([dead], settings), first.cursor).run_requests == []
+    fixed = Source(name="deadgit", kind="git", url=f"file://{tmp_path}/remote.git", ref="main")
+    again = _evaluate(upstream_change_sensor([fixed], settings), first.cursor)
+    assert [r.tags["docsvault/source"] for r in again.run_requests] == ["deadgit"]
+    assert again.run_requests[0].run_key != first.run_requests[0].run_key
+    # a local folder missing on the first build: not requested (logged) until it exists, then requested
+    notes = tmp_path / "notes"
+    local = Source(name="notes", kind="local", path=(notes,))
+    check = check_upstream(local, settings)
+    assert (check.changed, check.error) == (False, f"source 'notes': local path {notes} does not exist or is not a "
+                                                   "folder")
+    notes.mkdir()
+    (notes / "n.md").write_text("# N\n")
+    assert [r.tags["docsvault/source"] for r in _evaluate(upstream_change_sensor([local], settings)).run_requests] \
+        == ["notes"]
+
+
 def test_definitions_register_sensor_and_schedule(tmp_path, tiny_env):
     from pipeline.definitions import build_definitions
 

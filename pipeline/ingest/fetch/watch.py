@@ -6,13 +6,18 @@
 - html: the same on the sitemap when one is configured, else on the start page.
 - local: the listing hash (paths, sizes, mtimes) vs the recorded revision.
 
-A source never fetched counts as changed. An unreachable source is reported (``error``) and not changed: it is the
-build's job to report failures, the sensor only asks for work it can do.
+A source never fetched counts as changed, with a token of its configuration (for a local source: its listing hash,
+once its folder exists). The sensor requests a token once, so a source whose first run failed (a mistyped git URL)
+is requested again when its entry in sources.yaml changes (the URL fixed), and a local one when its folder appears
+or changes; before, every never-fetched source had the same token and was never requested again. An unreachable
+source is reported (``error``) and not changed: it is the build's job to report failures, the sensor only asks
+for work it can do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
@@ -34,9 +39,11 @@ class UpstreamCheck:
 def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
     """Has ``source`` moved upstream since its last recorded fetch? (see module doc; never raises FetchError)."""
     state = read_state(source, settings)
-    if state is None:
-        return UpstreamCheck(source.name, True, "never-fetched", "never fetched")
     try:
+        if state is None:
+            if source.kind == "local":           # its listing: requested again when the folder appears or changes
+                return replace(_check_local(source, settings, {}), changed=True, detail="never fetched")
+            return UpstreamCheck(source.name, True, f"never-fetched:{_config_token(source)}", "never fetched")
         if source.kind == "git":
             return _check_git(source, state)
         if source.kind == "local":
@@ -44,6 +51,11 @@ def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
         return _check_http(source, state)
     except FetchError as exc:
         return UpstreamCheck(source.name, False, "", "check failed", error=str(exc))
+
+
+def _config_token(source: Source) -> str:
+    """16 hex digits of ``source``'s whole configuration (its sources.yaml entry as loaded)."""
+    return hashlib.sha256(repr(source).encode("utf-8")).hexdigest()[:16]
 
 
 def _check_git(source: Source, state: dict) -> UpstreamCheck:
