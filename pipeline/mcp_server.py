@@ -530,13 +530,17 @@ class VaultService:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.communicate(timeout=10)
+                _, errout = proc.communicate(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+                _, errout = proc.communicate()
+            # what the build was waiting for (a pool another run holds, a lock) is its last warning line
+            said = [ln.removeprefix("warning: ") for ln in (errout or "").splitlines() if ln.startswith("warning: ")]
             raise ToolFailure(
                 f"refresh of {', '.join(names)} took longer than {self.refresh_timeout:g} s and was stopped; the "
-                f"previous index still serves. Run `docsvault build --source {names[0]}` in a terminal"
+                f"previous index still serves. "
+                + (f"The build's last warning: {said[-1][:600]}. " if said else "")
+                + f"Run `docsvault build --source {names[0]}` in a terminal"
             ) from None
         seconds = round(time.monotonic() - started, 1)
         tail = errout[-OUTPUT_TAIL_CHARS:]

@@ -231,3 +231,26 @@ def _build_lists_three_skipped_files_and_says_how_many_more(tiny_env: Path) -> N
     at = lines.index(f"  tiny: 4 file(s) skipped, each with its reason in {errors}")
     assert len([line for line in lines[at + 1:at + 4] if line.startswith("    ")]) == 3
     assert lines[at + 4] == f"    … and 1 more (see {errors})"
+
+
+def test_a_refresh_stopped_at_its_timeout_says_what_the_build_waited_for(tiny_env: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # the child build waits for a pool a killed run holds: its warning line, not only "took longer", reaches the agent
+    import subprocess
+    import sys
+
+    from pipeline import mcp_server
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    real = subprocess.Popen
+    waiting = ("import sys, time; print('progress: fetch tiny', file=sys.stderr); print('warning: pool "
+               "docsvault_source_tiny is held by run 87cd9b08 (STARTED, step tiny__raw_docs)', file=sys.stderr, "
+               "flush=True); time.sleep(60)")
+    monkeypatch.setattr(mcp_server.subprocess, "Popen",
+                        lambda cmd, **kw: real([sys.executable, "-c", waiting], **kw))
+    with pytest.raises(ToolFailure) as err:
+        VaultService(Settings.from_env(), refresh_timeout=1.5).refresh()
+    assert str(err.value) == (
+        "refresh of tiny took longer than 1.5 s and was stopped; the previous index still serves. The build's last "
+        "warning: pool docsvault_source_tiny is held by run 87cd9b08 (STARTED, step tiny__raw_docs). Run "
+        "`docsvault build --source tiny` in a terminal")
