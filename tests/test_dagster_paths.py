@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import git
 import pytest
 
+from pipeline import stages as build_stages
+from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -303,3 +306,26 @@ def test_a_local_source_that_never_fetched_fails_has_files_and_says_why(tiny_env
         "sources.yaml (serving: nothing (never built))")
     assert outcome["described"]["gone/raw_docs:has_files"] == (
         "this run's fetch failed (see ran_without_error); serving nothing (no fetch has succeeded)")
+
+
+def test_a_dagster_run_records_status_last_error_too(tiny_env: Path) -> None:
+    """`status`'s last_error is set by the stage that failed in any path (a Dagster run, not only `docsvault
+    build`'s report) and cleared once no stage of the source is failed."""
+    from pipeline.common import artifacts
+    from pipeline.defs.assets import _run_source_stage
+    from pipeline.defs.resources import DocsvaultResource
+    from pipeline.ingest.sources import load_sources
+
+    settings = Settings.from_env()
+    (source,) = load_sources(settings.sources_file)
+    docsvault = DocsvaultResource.from_settings(settings)
+
+    def fails(_: Settings) -> Any:
+        raise PipelineError("source 'tiny': upstream is gone")
+
+    _run_source_stage(dg.build_asset_context(), docsvault, "raw_docs", source, fails, settings.sources_file)
+    last = artifacts.load_state(settings, "tiny")["last_error"]
+    assert (last["stage"], last["error"]) == ("raw_docs", "source 'tiny': upstream is gone")
+    _run_source_stage(dg.build_asset_context(), docsvault, "raw_docs", source,
+                      lambda s: build_stages.fetch_stage(s, source), settings.sources_file)
+    assert artifacts.load_state(settings, "tiny")["last_error"] is None

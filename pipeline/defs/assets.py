@@ -246,7 +246,14 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
             failed[stage] = error
         else:
             failed.pop(stage, None)
-        artifacts.update_state(settings, source.name, **{FAILED_STAGES: failed})
+        # `status`'s last_error, in every path (a Dagster run too, not only `docsvault build`'s report): set by a
+        # failure, cleared once no stage of the source is failed
+        updates: dict[str, Any] = {FAILED_STAGES: failed}
+        if error:
+            updates["last_error"] = {"stage": stage, "error": error, "at": build.now()}
+        elif not failed:
+            updates["last_error"] = None
+        artifacts.update_state(settings, source.name, **updates)
     state = artifacts.load_state(settings, source.name)
     version = state.get(_STATE_VERSION[stage])
     checks = [] if extra_checks is None else extra_checks(settings, result)    # every declared check reports
