@@ -264,8 +264,8 @@ def _rows_of(vecs: np.ndarray, rows: np.ndarray, scope: np.ndarray | None, sub: 
 
 #: bumped when what :meth:`Searcher._compute_page_vectors` computes changes (its cache entries are then rebuilt)
 PAGE_VECTORS_FORMAT = 2
-#: the same for :meth:`Searcher._compute_keys`
-KEYS_FORMAT = 2
+#: the same for :meth:`Searcher._compute_keys` (3: tags normalised by ``normalise_tag``, NFKC)
+KEYS_FORMAT = 3
 
 
 def _start_up_state(con: Any, warehouse_path: Path, kind: str, name: str, compute: Callable[[], Mapping[str, Any]],
@@ -611,6 +611,8 @@ class Searcher:
 
     def _compute_keys(self) -> dict[str, Any]:
         """The fields :meth:`_load_keys` sets, from the warehouse's key tables (values ``marshal`` can store)."""
+        from pipeline.search.tags import normalise_tag
+
         keys = wh.load_chunk_keys(self._con).to_pydict()
         other_language_chunks: dict[str, int] = {}
         for src, lang in zip(keys["source"], keys["language"]):
@@ -632,7 +634,7 @@ class Searcher:
             "note_path": dict(zip(notes["note_id"], notes["source_path"])),
             "note_source": dict(zip(notes["note_id"], notes["source"])),
             "vault_path": dict(zip(notes["note_id"], notes["vault_path"])),
-            "tags": {nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()},
+            "tags": {nid: tuple(normalise_tag(t) for t in tags) for nid, tags in wh.note_tags(self._con).items()},
         }
 
     def _load_indexes(self) -> None:
@@ -883,7 +885,8 @@ class Searcher:
     def _notes_with_tags(self, tags: str | Sequence[str] | None, sources: frozenset[str] | None
                          ) -> frozenset[str] | None:
         """Notes carrying any of the tags, in their frontmatter or inline (``#tag`` in the body; ``#`` optional,
-        case-insensitive; ``a`` also matches nested ``a/b``)."""
+        compared NFKC and case-folded on both sides (:func:`pipeline.search.tags.normalise_tag`: ``ｶﾀｶﾅ`` is
+        ``カタカナ``); ``a`` also matches nested ``a/b``)."""
         from pipeline.search.tags import normalise_tag, tag_matches
 
         if tags is None:
