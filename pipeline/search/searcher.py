@@ -604,6 +604,7 @@ class Searcher:
         self._not_results: set[str] = set(state["not_results"])
         self._note_path: dict[str, str] = state["note_path"]
         self._page_paths: dict[str, set[str]] = {}      # source -> its pages' source paths (page_paths)
+        self._page_vault_paths: dict[str, dict[str, str]] = {}  # source -> vault path -> source path
         self._note_source: dict[str, str] = state["note_source"]
         self._vault_path: dict[str, str] = state["vault_path"]
         self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
@@ -634,7 +635,7 @@ class Searcher:
             "note_path": dict(zip(notes["note_id"], notes["source_path"])),
             "note_source": dict(zip(notes["note_id"], notes["source"])),
             "vault_path": dict(zip(notes["note_id"], notes["vault_path"])),
-            "tags": {nid: tuple(normalise_tag(t) for t in tags) for nid, tags in wh.note_tags(self._con).items()},
+            "tags": {nid: tuple(map(normalise_tag, tags)) for nid, tags in wh.note_tags(self._con).items()},
         }
 
     def _load_indexes(self) -> None:
@@ -1649,6 +1650,16 @@ class Searcher:
             for nid, path in self._note_path.items():
                 self._page_paths.setdefault(self._note_source.get(nid, ""), set()).add(path)
         return set(self._page_paths.get(source, ()))
+
+    def page_vault_paths(self, source: str) -> dict[str, str]:
+        """Vault path -> source path of the pages (notes) of one source (``notes/カワウソ観察.md`` ->
+        ``カワウソ観察.md``); empty for an unknown source."""
+        if not self._page_vault_paths:
+            for nid, path in self._note_path.items():
+                if nid in self._vault_path:
+                    of_source = self._page_vault_paths.setdefault(self._note_source.get(nid, ""), {})
+                    of_source[self._vault_path[nid]] = path
+        return dict(self._page_vault_paths.get(source, {}))
 
     def note_source(self, note_id: str) -> str:
         """The source of a note id as :meth:`rank_pages` returns it; ``""`` for an unknown id."""
