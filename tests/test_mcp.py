@@ -232,8 +232,8 @@ def test_an_empty_tag_is_refused_as_in_the_cli(tiny_env: Path) -> None:
 
 
 def test_the_tag_argument_is_compared_as_the_cli_compares_tags(built_env: Path) -> None:
-    """search's ``tag`` goes through the same NFKC, case-folded comparison as ``--tag`` and ``tag:`` (full-width
-    ``ＳＴＡＲＴ`` is Home's ``start``), in the argument and in the query alike."""
+    """search's ``tag`` goes through the same NFKC, case-folded comparison as ``--tag`` and ``tag:``
+    (full-width ``ＳＴＡＲＴ`` is Home's ``start``), in the argument and in the query alike."""
     from pipeline.mcp_server import VaultService
 
     svc = VaultService(Settings.from_env())

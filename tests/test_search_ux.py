@@ -190,8 +190,8 @@ def test_inline_tags_as_obsidian_reads_them() -> None:
 
 
 def test_tags_are_compared_nfkc_and_casefolded_on_both_sides(tmp_path: Path) -> None:
-    """A half-width katakana tag (``ｶﾀｶﾅ``, frontmatter or inline) is the full-width one and the other way round,
-    as ``read`` compares names; full-width Latin is ASCII (found by a Japanese new user)."""
+    """A half-width katakana tag (``ｶﾀｶﾅ``, frontmatter or inline) is the full-width one and the other way
+    round, as ``read`` compares names; full-width Latin is ASCII (found by a Japanese new user)."""
     assert inline_tags("猫が寝ている #ﾈｺ と #ＴＩＬ") == {"ネコ", "til"}
     assert tag_matches({"カタカナ"}, ["ｶﾀｶﾅ"]) and tag_matches({"til"}, ["#ＴＩＬ"])
     notes = [Note("g", "otter.md", "otter.md", "カワウソ観察", {"title": "カワウソ観察", "tags": ["ｶﾀｶﾅ"]},

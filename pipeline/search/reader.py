@@ -356,7 +356,8 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     is ``note`` as search compares a page's names (:func:`pipeline.search.searcher.name_key`: case,
     punctuation and spacing ignored; :func:`pipeline.warehouse.queries.notes_named`). A name that matches as
     written (case-sensitive: link name, then title, source file name or alias) wins over those that match only
-    case-folded, so ``abc`` opens the source's ``abc.md`` (written ``abc (2).md`` beside ``ABC.md``), not ``ABC.md``.
+    case-folded, so ``abc`` opens the source's ``abc.md`` (written ``abc (2).md`` beside ``ABC.md``), not
+    ``ABC.md``.
 
     Raises:
         PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
@@ -399,8 +400,8 @@ def _exact_name(name: str) -> str:
 
 def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -> tuple[list[dict[str, str]], str]:
     """The notes :func:`find_note` finds for ``wanted`` in the warehouse, first kind that finds any: a source
-    path (when ``paths``); an Obsidian link name (when ``paths``), then a title, source file name or alias (when
-    ``names``), each first as written (case-sensitive) and then case-folded (the title as search names pages);
+    path (when ``paths``); an Obsidian link name (when ``paths``), then a title, source file name or alias
+    (when ``names``), each first as written (case-sensitive) and then case-folded (as search names pages);
     with what several of them would be, for the ambiguity message."""
     from pipeline import warehouse as wh
     from pipeline.search.searcher import name_key

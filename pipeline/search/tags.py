@@ -40,7 +40,7 @@ def inline_tags(markdown: str) -> set[str]:
 
 
 def tag_matches(note_tags: Iterable[str], wanted: Iterable[str]) -> bool:
-    """Whether a note with ``note_tags`` (normalised: :func:`normalise_tag`) carries one of ``wanted`` (normalised
-    here): equal, or a nested tag under it (``a`` matches ``a/b``)."""
+    """Whether a note with ``note_tags`` (normalised: :func:`normalise_tag`) carries one of ``wanted``
+    (normalised here): equal, or a nested tag under it (``a`` matches ``a/b``)."""
     want = [normalise_tag(t) for t in wanted]
     return any(nt == t or nt.startswith(t + "/") for nt in note_tags for t in want if t)

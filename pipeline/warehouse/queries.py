@@ -304,15 +304,14 @@ def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> li
 def notes_by_name(con: duckdb.DuckDBPyConnection, name: str, limit: int = 10,
                   case_sensitive: bool = False) -> list[dict[str, str]]:
     """Notes a bare name or partial path means, as an Obsidian link ``[[Home]]`` does: those whose vault path is
-    ``name`` or ends in ``/name`` (``.md`` added when missing), compared case-insensitively (``case_sensitive``:
-    exactly, ``abc`` is then not ``ABC.md``); at most ``limit``, ``[{"source", "source_path", "vault_path"}]`` by
-    vault path."""
+    ``name`` or ends in ``/name`` (``.md`` added when missing), compared case-insensitively (with
+    ``case_sensitive`` exactly: ``abc`` is then not ``ABC.md``); at most ``limit``, ``[{"source",
+    "source_path", "vault_path"}]`` by vault path."""
     tail = name if name.lower().endswith(".md") else name + ".md"
-    fold = "{}" if case_sensitive else "lower({})"
+    path, arg = ("vault_path", "?") if case_sensitive else ("lower(vault_path)", "lower(?)")
     rows = con.execute(
-        f"SELECT source, source_path, vault_path FROM notes WHERE {fold.format('vault_path')} = {fold.format('?')} "
-        f"OR suffix({fold.format('vault_path')}, {fold.format('?')}) ORDER BY vault_path LIMIT ?",
-        [tail, "/" + tail, limit]
+        f"SELECT source, source_path, vault_path FROM notes WHERE {path} = {arg} OR suffix({path}, {arg}) "
+        "ORDER BY vault_path LIMIT ?", [tail, "/" + tail, limit]
     ).fetchall()
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
