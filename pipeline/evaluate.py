@@ -1,6 +1,7 @@
 """Retrieval evaluation: eval cases (query -> expected pages) scored on the fused page ranking.
 
-Metrics (binary relevance; a page is relevant when its ``source_path`` is one of the case's ``expected``):
+Metrics (binary relevance; a page is relevant when its ``source_path`` is one of the case's ``expected``, or
+its vault path is and no page has that source path):
 hit@1 / hit@3 (a relevant page in the top 1 / 3), MRR@10 (1 / rank of the first relevant page, 0 beyond 10) and
 nDCG@10 (DCG = sum of 1 / log2(rank + 1) over relevant ranks <= 10; ideal DCG over min(len(expected), 10) pages).
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -189,7 +190,8 @@ def load_cases(paths: Sequence[Path]) -> list[EvalCase]:
     """Read eval cases from YAML files and/or directories of ``*.yaml``.
 
     File format: ``corpus: <source>`` and ``cases: [{id, query, expected: [source_path, ...], kind}]``; a case may
-    override ``corpus``. ``expected`` may be a single string.
+    override ``corpus``. ``expected`` may be a single string; a page's vault path there is read as its source
+    path when the case is run (:func:`run_eval`, which knows the warehouse).
 
     Raises:
         EvalFileError: a path is missing, a file is not valid YAML, a case lacks id/query/expected, or two cases
@@ -326,6 +328,10 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     when it is one of the case's ``expected`` paths in the case's corpus (``searcher.note_source(note_id)``); a
     page of another source is a miss and shows in ``top`` as ``<source>:<path>``.
 
+    An ``expected`` entry that is no source path of the case's corpus but a page's vault path
+    (``<corpus>/<path in the vault>``) is that page's source path (when the searcher has
+    ``page_vault_paths``).
+
     Cases whose corpus is not a source of the warehouse are listed under ``"skipped"`` and not scored.
 
     Returns:
@@ -352,6 +358,7 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
             skipped.append({"id": case.id, "corpus": case.corpus,
                             "reason": f"source {case.corpus!r} is not in the warehouse"})
             continue
+        case = _with_source_paths(searcher, case)
         if page_paths is not None and not set(case.expected) & page_paths(case.corpus):
             # still scored (a miss), but named: a typo in the case or a page the build skipped can never be found
             unreachable.append({"id": case.id, "corpus": case.corpus, "expected": list(case.expected)})
@@ -388,6 +395,24 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         unreachable=tuple(unreachable),
         scope=scope,
     )
+
+
+def _with_source_paths(searcher: PageRanker, case: EvalCase) -> EvalCase:
+    """``case`` with each ``expected`` entry that is no source path of its corpus but the vault path of one of
+    its pages (``<corpus>/<path in the vault>``, as search prints it) replaced by that page's source path; a
+    source path wins when an entry is both. Unchanged when the searcher lacks ``page_paths`` /
+    ``page_vault_paths`` (:class:`pipeline.search.searcher.Searcher` has both) or no entry is such a vault
+    path."""
+    page_paths = getattr(searcher, "page_paths", None)
+    vault_paths = getattr(searcher, "page_vault_paths", None)
+    if page_paths is None or vault_paths is None:
+        return case
+    own = page_paths(case.corpus)
+    if all(e in own for e in case.expected):
+        return case
+    by_vault = vault_paths(case.corpus)
+    expected = tuple(dict.fromkeys(e if e in own else by_vault.get(e, e) for e in case.expected))
+    return case if expected == case.expected else replace(case, expected=expected)
 
 
 def _miss_lines(report: Mapping[str, Any], label: str) -> list[str]:

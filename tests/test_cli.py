@@ -215,6 +215,12 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
         "skipped files in `docsvault status`):\n  bad1                   tiny: Duck.md\n")
     assert json.loads(runner.invoke(app, ["eval", str(typo), "--json"]).output)["unreachable"] == [
         {"id": "bad1", "corpus": "tiny", "expected": ["Duck.md"]}]
+    # a page's vault path (as search prints it) is its source path: no "not in the warehouse", ranked #1
+    as_vault = tiny_env / "vault-path.yaml"
+    as_vault.write_text("corpus: tiny\ncases:\n  - id: v1\n    query: water bird in the pond\n"
+                        "    expected: ['tiny/Ducks.md']\n", encoding="utf-8")
+    report = json.loads(runner.invoke(app, ["eval", str(as_vault), "--json"]).output)
+    assert ("unreachable" in report, report["overall"]["hit@1"]) == (False, 1.0)
     result = runner.invoke(app, ["search", "ducks", "--source", "nope"])
     assert result.exit_code == 1
     assert "tiny" in result.output           # names the known sources

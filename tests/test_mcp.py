@@ -231,6 +231,16 @@ def test_an_empty_tag_is_refused_as_in_the_cli(tiny_env: Path) -> None:
         assert str(err.value) == "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"
 
 
+def test_the_tag_argument_is_compared_as_the_cli_compares_tags(built_env: Path) -> None:
+    """search's ``tag`` goes through the same NFKC, case-folded comparison as ``--tag`` and ``tag:``
+    (full-width ``ＳＴＡＲＴ`` is Home's ``start``), in the argument and in the query alike."""
+    from pipeline.mcp_server import VaultService
+
+    svc = VaultService(Settings.from_env())
+    for tag, query in (("ＳＴＡＲＴ", "welcome"), ("#Start", "welcome"), (None, "welcome tag:ＳＴＡＲＴ")):
+        assert [h["path"] for h in svc.search(query, tag=tag)["hits"]] == ["tiny/Home.md"], (tag, query)
+
+
 def test_a_line_that_is_not_json_rpc_gets_a_parse_error_and_the_server_goes_on(built_env: Path) -> None:
     """JSON-RPC's parse error (-32700, id null) for a line that is not JSON, Invalid Request (-32600, with the
     line's id) for JSON that is no JSON-RPC 2.0 message, nothing for a blank line, one warning on stderr per reply,

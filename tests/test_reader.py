@@ -169,6 +169,24 @@ def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_pat
                                "paths: src/x1.md, src/x2.md")
 
 
+def test_a_name_as_written_wins_over_one_that_matches_only_case_folded(vault: Path, tmp_path: Path) -> None:
+    """`read abc` opens the source's own abc.md, which the vault writes as `abc (2).md` (vault names ignore
+    case, ABC.md took `abc.md`), not ABC.md, whose name is `abc` only case-folded (found by a Japanese new
+    user); a title as written wins over another note's file name that matches only case-folded; with no exact
+    match the case-folded one still opens its note."""
+    from pipeline.models import Note
+
+    notes = [Note("src", "ABC.md", "ABC.md", "ABC", {"title": "ABC"}, "Upper."),
+             Note("src", "abc.md", "abc (2).md", "abc", {"title": "abc"}, "Lower."),
+             Note("src", "Home.md", "Home.md", "Home", {"title": "Home"}, "Welcome."),
+             Note("src", "t.md", "t.md", "home", {"title": "home"}, "Lower-case title.")]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    expected = {"abc": "src/abc (2).md", "abc.md": "src/abc (2).md", "ABC": "src/ABC.md",
+                "ABC.md": "src/ABC.md", "Abc": "src/ABC.md", "abc (2)": "src/abc (2).md",
+                "Home": "src/Home.md", "home": "src/t.md", "HOME": "src/Home.md"}
+    assert {name: find_note(vault, name, path) for name in expected} == expected
+
+
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:
     with pytest.raises(NoteNotFoundError, match="no note 'src/nope.md'.*search"):
         read_note(vault, "src/nope.md")

@@ -189,6 +189,28 @@ def test_inline_tags_as_obsidian_reads_them() -> None:
     assert not tag_matches({"projects"}, ["project"])
 
 
+def test_tags_are_compared_nfkc_and_casefolded_on_both_sides(tmp_path: Path) -> None:
+    """A half-width katakana tag (``ｶﾀｶﾅ``, frontmatter or inline) is the full-width one and the other way
+    round, as ``read`` compares names; full-width Latin is ASCII (found by a Japanese new user)."""
+    assert inline_tags("猫が寝ている #ﾈｺ と #ＴＩＬ") == {"ネコ", "til"}
+    assert tag_matches({"カタカナ"}, ["ｶﾀｶﾅ"]) and tag_matches({"til"}, ["#ＴＩＬ"])
+    notes = [Note("g", "otter.md", "otter.md", "カワウソ観察", {"title": "カワウソ観察", "tags": ["ｶﾀｶﾅ"]},
+                  "カワウソが岩の上で魚を食べていた。"),
+             Note("g", "cat.md", "cat.md", "猫", {"title": "猫", "tags": ["カタカナ/ネコ"]}, "猫が寝ている。 #ﾈｺ"),
+             Note("g", "dog.md", "dog.md", "犬", {"title": "犬"}, "犬が走っている。")]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "g", 0, (), n.title, n.body) for n in notes]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with _searcher(path) as s:
+        def tagged(tag: str) -> list[str]:
+            return sorted(h.vault_path for h in s.search("カワウソ 猫 犬", k=10, tags=[tag]))
+
+        assert tagged("カタカナ") == ["g/cat.md", "g/otter.md"]         # frontmatter ｶﾀｶﾅ, and nested under it
+        assert tagged("ｶﾀｶﾅ") == ["g/cat.md", "g/otter.md"]
+        assert tagged("ネコ") == ["g/cat.md"]                           # inline #ﾈｺ
+        assert tagged("#ﾈｺ") == ["g/cat.md"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # a toy warehouse with links and inline tags
 

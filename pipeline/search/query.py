@@ -8,8 +8,8 @@
 ``A OR B``                one of A, B required when either is a phrase (``"a b" OR "c d"`` keeps notes with either
                           phrase); between bare words it changes nothing (words are never required)
 ``source:NAME``           only that source (repeat for several: any of them); like ``--source``
-``tag:TAG``               only notes with that tag (frontmatter or inline ``#tag``; ``a`` matches ``a/b``); like
-                          ``--tag``
+``tag:TAG``               only notes with that tag (frontmatter or inline ``#tag``; ``a`` matches ``a/b``;
+                          NFKC and case-folded: ``カタカナ`` matches ``ｶﾀｶﾅ``); like ``--tag``
 ``path:PREFIX``           only notes whose vault path (or source path) starts with PREFIX; a glob (``*``, ``?``,
                           ``[``) must match the whole vault path. Values with spaces: ``path:"My folder/"``.
                           Compared in Unicode NFC on both sides (macOS types NFD) and case-insensitively

@@ -351,10 +351,13 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     """The vault path to read for ``note``: ``note`` itself when it is a note in the vault, else (with a warehouse)
     the one note whose ``source_path`` is ``note`` (also a source file that is no ``.md``, e.g. ``Board.canvas``,
     whose vault note is ``<source>/Board.canvas.md``), else the one note that ``note`` names as an Obsidian link
-    does (``Home`` or ``guide/Home``: a vault path ending in ``Home.md``, case-insensitive; see
+    does (``Home`` or ``guide/Home``: a vault path ending in ``Home.md``; see
     :func:`pipeline.warehouse.queries.notes_by_name`), else the one note whose title, file name or an alias
     is ``note`` as search compares a page's names (:func:`pipeline.search.searcher.name_key`: case,
-    punctuation and spacing ignored; :func:`pipeline.warehouse.queries.notes_named`).
+    punctuation and spacing ignored; :func:`pipeline.warehouse.queries.notes_named`). A name that matches as
+    written (case-sensitive: link name, then title, source file name or alias) wins over those that match only
+    case-folded, so ``abc`` opens the source's ``abc.md`` (written ``abc (2).md`` beside ``ABC.md``), not
+    ``ABC.md``.
 
     Raises:
         PathRefusedError: ``note`` is refused (see :func:`resolve_note_path`); no warehouse lookup happens then,
@@ -390,9 +393,15 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                                 "the search tool)") from None
 
 
+def _exact_name(name: str) -> str:
+    """A note name as compared exactly: NFC, surrounding whitespace dropped, case kept."""
+    return unicodedata.normalize("NFC", name).strip()
+
+
 def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -> tuple[list[dict[str, str]], str]:
     """The notes :func:`find_note` finds for ``wanted`` in the warehouse, first kind that finds any: a source
-    path and an Obsidian link name (when ``paths``), then a title or alias as search names pages (when ``names``);
+    path (when ``paths``); an Obsidian link name (when ``paths``), then a title, source file name or alias
+    (when ``names``), each first as written (case-sensitive) and then case-folded (as search names pages);
     with what several of them would be, for the ambiguity message."""
     from pipeline import warehouse as wh
     from pipeline.search.searcher import name_key
@@ -403,7 +412,13 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
     try:
         if paths:
             found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
+        # a name as written (case and all) wins over one that matches only case-folded: `read abc` opens the
+        # source's abc.md (written as `abc (2).md`, its vault name taken by ABC.md), `read ABC` opens ABC.md
         if paths and names and not found:                  # a name, as an Obsidian link: `read Home`
+            found, what = wh.notes_by_name(con, wanted, case_sensitive=True), "the name of several notes"
+        if names and not found:                            # a title, source file name or alias, exactly
+            found, what = wh.notes_named(con, wanted, _exact_name), "the title or alias of several notes"
+        if paths and names and not found:                  # the same, case-insensitively
             found, what = wh.notes_by_name(con, wanted), "the name of several notes"
         if names and not found:                            # a title or alias, as search names: `read Foo`
             found, what = wh.notes_named(con, wanted, name_key), "the title or alias of several notes"

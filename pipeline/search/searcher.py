@@ -264,8 +264,8 @@ def _rows_of(vecs: np.ndarray, rows: np.ndarray, scope: np.ndarray | None, sub: 
 
 #: bumped when what :meth:`Searcher._compute_page_vectors` computes changes (its cache entries are then rebuilt)
 PAGE_VECTORS_FORMAT = 2
-#: the same for :meth:`Searcher._compute_keys`
-KEYS_FORMAT = 2
+#: the same for :meth:`Searcher._compute_keys` (3: tags normalised by ``normalise_tag``, NFKC)
+KEYS_FORMAT = 3
 
 
 def _start_up_state(con: Any, warehouse_path: Path, kind: str, name: str, compute: Callable[[], Mapping[str, Any]],
@@ -604,6 +604,7 @@ class Searcher:
         self._not_results: set[str] = set(state["not_results"])
         self._note_path: dict[str, str] = state["note_path"]
         self._page_paths: dict[str, set[str]] = {}      # source -> its pages' source paths (page_paths)
+        self._page_vault_paths: dict[str, dict[str, str]] = {}  # source -> vault path -> source path
         self._note_source: dict[str, str] = state["note_source"]
         self._vault_path: dict[str, str] = state["vault_path"]
         self._inline_tags: dict[str, set[str]] | None = None     # loaded on the first tag filter
@@ -611,6 +612,8 @@ class Searcher:
 
     def _compute_keys(self) -> dict[str, Any]:
         """The fields :meth:`_load_keys` sets, from the warehouse's key tables (values ``marshal`` can store)."""
+        from pipeline.search.tags import normalise_tag
+
         keys = wh.load_chunk_keys(self._con).to_pydict()
         other_language_chunks: dict[str, int] = {}
         for src, lang in zip(keys["source"], keys["language"]):
@@ -632,7 +635,7 @@ class Searcher:
             "note_path": dict(zip(notes["note_id"], notes["source_path"])),
             "note_source": dict(zip(notes["note_id"], notes["source"])),
             "vault_path": dict(zip(notes["note_id"], notes["vault_path"])),
-            "tags": {nid: tuple(t.casefold() for t in tags) for nid, tags in wh.note_tags(self._con).items()},
+            "tags": {nid: tuple(map(normalise_tag, tags)) for nid, tags in wh.note_tags(self._con).items()},
         }
 
     def _load_indexes(self) -> None:
@@ -883,7 +886,8 @@ class Searcher:
     def _notes_with_tags(self, tags: str | Sequence[str] | None, sources: frozenset[str] | None
                          ) -> frozenset[str] | None:
         """Notes carrying any of the tags, in their frontmatter or inline (``#tag`` in the body; ``#`` optional,
-        case-insensitive; ``a`` also matches nested ``a/b``)."""
+        compared NFKC and case-folded on both sides (:func:`pipeline.search.tags.normalise_tag`: ``ｶﾀｶﾅ`` is
+        ``カタカナ``); ``a`` also matches nested ``a/b``)."""
         from pipeline.search.tags import normalise_tag, tag_matches
 
         if tags is None:
@@ -1646,6 +1650,16 @@ class Searcher:
             for nid, path in self._note_path.items():
                 self._page_paths.setdefault(self._note_source.get(nid, ""), set()).add(path)
         return set(self._page_paths.get(source, ()))
+
+    def page_vault_paths(self, source: str) -> dict[str, str]:
+        """Vault path -> source path of the pages (notes) of one source (``notes/カワウソ観察.md`` ->
+        ``カワウソ観察.md``); empty for an unknown source."""
+        if not self._page_vault_paths:
+            for nid, path in self._note_path.items():
+                if nid in self._vault_path:
+                    of_source = self._page_vault_paths.setdefault(self._note_source.get(nid, ""), {})
+                    of_source[self._vault_path[nid]] = path
+        return dict(self._page_vault_paths.get(source, {}))
 
     def note_source(self, note_id: str) -> str:
         """The source of a note id as :meth:`rank_pages` returns it; ``""`` for an unknown id."""

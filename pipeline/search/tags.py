@@ -9,6 +9,7 @@ fenced or inline code are not tags.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 
 from pipeline.common.markdown import replace_code
@@ -20,8 +21,11 @@ _TAG = re.compile(r"(?<!\S)#([\w/-]+)")
 
 
 def normalise_tag(tag: str) -> str:
-    """A tag as compared: ``#`` and surrounding ``/`` stripped, casefolded (``#Journal/`` -> ``journal``)."""
-    return tag.strip().lstrip("#").strip("/").casefold()
+    """A tag as compared: ``#`` and surrounding ``/`` stripped, NFKC-normalised and case-folded, as ``read``
+    compares note names (``#Journal/`` -> ``journal``; half-width ``ｶﾀｶﾅ`` -> ``カタカナ``; full-width ``ＴＩＬ`` ->
+    ``til``). Both sides of a tag filter go through it: the note's tags and the wanted ones."""
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", tag).casefold())
+    return folded.strip().lstrip("#").strip("/")
 
 
 def inline_tags(markdown: str) -> set[str]:
@@ -36,7 +40,7 @@ def inline_tags(markdown: str) -> set[str]:
 
 
 def tag_matches(note_tags: Iterable[str], wanted: Iterable[str]) -> bool:
-    """Whether a note with (normalised) ``note_tags`` carries one of ``wanted``: equal, or a nested tag under it
-    (``a`` matches ``a/b``)."""
+    """Whether a note with ``note_tags`` (normalised: :func:`normalise_tag`) carries one of ``wanted``
+    (normalised here): equal, or a nested tag under it (``a`` matches ``a/b``)."""
     want = [normalise_tag(t) for t in wanted]
     return any(nt == t or nt.startswith(t + "/") for nt in note_tags for t in want if t)

@@ -301,14 +301,17 @@ def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> li
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
 
-def notes_by_name(con: duckdb.DuckDBPyConnection, name: str, limit: int = 10) -> list[dict[str, str]]:
+def notes_by_name(con: duckdb.DuckDBPyConnection, name: str, limit: int = 10,
+                  case_sensitive: bool = False) -> list[dict[str, str]]:
     """Notes a bare name or partial path means, as an Obsidian link ``[[Home]]`` does: those whose vault path is
-    ``name`` or ends in ``/name`` (``.md`` added when missing), compared case-insensitively; at most ``limit``,
-    ``[{"source", "source_path", "vault_path"}]`` by vault path."""
+    ``name`` or ends in ``/name`` (``.md`` added when missing), compared case-insensitively (with
+    ``case_sensitive`` exactly: ``abc`` is then not ``ABC.md``); at most ``limit``, ``[{"source",
+    "source_path", "vault_path"}]`` by vault path."""
     tail = name if name.lower().endswith(".md") else name + ".md"
+    path, arg = ("vault_path", "?") if case_sensitive else ("lower(vault_path)", "lower(?)")
     rows = con.execute(
-        "SELECT source, source_path, vault_path FROM notes WHERE lower(vault_path) = lower(?) "
-        "OR suffix(lower(vault_path), lower(?)) ORDER BY vault_path LIMIT ?", [tail, "/" + tail, limit]
+        f"SELECT source, source_path, vault_path FROM notes WHERE {path} = {arg} OR suffix({path}, {arg}) "
+        "ORDER BY vault_path LIMIT ?", [tail, "/" + tail, limit]
     ).fetchall()
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
