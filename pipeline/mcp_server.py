@@ -510,6 +510,23 @@ class VaultService:
         finally:
             con.close()
 
+    def _stopped(self, proc: subprocess.Popen, names: list[str]) -> ToolFailure:
+        """Stop a refresh's build that ran past ``refresh_timeout`` (its process group: TERM, then KILL after 10 s);
+        the tool error quotes the build's last warning line: what it was waiting for (a pool another run holds, a
+        lock)."""
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            _, errout = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, errout = proc.communicate()
+        said = [ln.removeprefix("warning: ") for ln in (errout or "").splitlines() if ln.startswith("warning: ")]
+        return ToolFailure(
+            f"refresh of {', '.join(names)} took longer than {self.refresh_timeout:g} s and was stopped; the "
+            f"previous index still serves. "
+            + (f"The build's last warning: {said[-1][:600]}. " if said else "")
+            + f"Run `docsvault build --source {names[0]}` in a terminal")
+
     def _refresh(self, names: list[str], full: bool = False, wait: float = 0.0) -> dict[str, Any]:
         import json
 
@@ -528,20 +545,7 @@ class VaultService:
         try:
             output, errout = proc.communicate(timeout=self.refresh_timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                _, errout = proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                _, errout = proc.communicate()
-            # what the build was waiting for (a pool another run holds, a lock) is its last warning line
-            said = [ln.removeprefix("warning: ") for ln in (errout or "").splitlines() if ln.startswith("warning: ")]
-            raise ToolFailure(
-                f"refresh of {', '.join(names)} took longer than {self.refresh_timeout:g} s and was stopped; the "
-                f"previous index still serves. "
-                + (f"The build's last warning: {said[-1][:600]}. " if said else "")
-                + f"Run `docsvault build --source {names[0]}` in a terminal"
-            ) from None
+            raise self._stopped(proc, names) from None
         seconds = round(time.monotonic() - started, 1)
         tail = errout[-OUTPUT_TAIL_CHARS:]
         try:

@@ -241,19 +241,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     finally:
         build.PER_SOURCE_LOCK_SHARED.reset(token)
     if not held:
-        failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
-        if error:
-            failed[stage] = error
-        else:
-            failed.pop(stage, None)
-        # `status`'s last_error, in every path (a Dagster run too, not only `docsvault build`'s report): set by a
-        # failure, cleared once no stage of the source is failed
-        updates: dict[str, Any] = {FAILED_STAGES: failed}
-        if error:
-            updates["last_error"] = {"stage": stage, "error": error, "at": build.now()}
-        elif not failed:
-            updates["last_error"] = None
-        artifacts.update_state(settings, source.name, **updates)
+        _record_outcome(settings, source, stage, error)
     state = artifacts.load_state(settings, source.name)
     version = state.get(_STATE_VERSION[stage])
     checks = [] if extra_checks is None else extra_checks(settings, result)    # every declared check reports
@@ -265,6 +253,23 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
         meta = {"status": "skipped" if meta.get("skipped") else "ok", **_honest(stage, meta)}
     checks.append(_ran_without_error_result(error, meta))
     return dg.MaterializeResult(metadata=_clean(meta), data_version=_version(version), check_results=checks)
+
+
+def _record_outcome(settings: Settings, source: Source, stage: str, error: str) -> None:
+    """Record in the source's state whether ``stage`` failed (``error``, "" when it ran): its entry in
+    ``failed_stages``, and `status`'s ``last_error`` in every path (a Dagster run too, not only `docsvault build`'s
+    report): set by a failure, cleared once no stage of the source is failed."""
+    failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
+    if error:
+        failed[stage] = error
+    else:
+        failed.pop(stage, None)
+    updates: dict[str, Any] = {FAILED_STAGES: failed}
+    if error:
+        updates["last_error"] = {"stage": stage, "error": error, "at": build.now()}
+    elif not failed:
+        updates["last_error"] = None
+    artifacts.update_state(settings, source.name, **updates)
 
 
 def _ran_without_error_result(error: str, meta: dict[str, Any]) -> dg.AssetCheckResult:
