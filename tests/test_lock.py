@@ -474,9 +474,9 @@ def test_the_pool_slot_of_a_run_that_ended_is_freed_also_while_a_build_runs(tiny
 
     assert pools_held_by_other_runs(instance, [pool, "docsvault_warehouse"]) == [
         "pool docsvault_source_notes is held by run live-ui-run (STARTED, step notes__embeddings): this build's "
-        "steps of that pool wait until it is done (the Dagster UI shows the run); if its process was killed (a "
-        "`dagster asset materialize` stopped with kill -9), Dagster still counts it as running: `dagster run delete "
-        "-f live-ui-run` frees the pool and this build goes on"]
+        "steps of that pool wait until it is done (the Dagster UI shows the run); if its process was killed, "
+        "Dagster still counts it as running: Terminate it in the Dagster UI (Force termination immediately) and "
+        "this build goes on"]
 
 
 def _stderr_line(proc: subprocess.Popen, seconds: float) -> str:
