@@ -113,19 +113,42 @@ def fresh_hints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lock, "_force_warned", set())
 
 
-@pytest.mark.parametrize(("force", "command"), [("*", "docsvault build --force"),
-                                               ("a,b", "docsvault build --force --source a --source b")])
+MATERIALIZE = "/venv/bin/dagster asset materialize -m pipeline.definitions --select 'a/raw_docs+'"
+
+
+@pytest.mark.parametrize(("force", "argv", "command"), [
+    ("*", "/venv/bin/docsvault build --force --data /d", "/venv/bin/docsvault build --force --data /d"),
+    ("a,b", MATERIALIZE, f"DOCSVAULT_FORCE=a,b {MATERIALIZE}"),             # the recorded command, as it was run
+    ("*", "/venv/bin/dg launch --assets '*'", "DOCSVAULT_FORCE='*' /venv/bin/dg launch --assets '*'"),
+    ("a", "/venv/bin/docsvault build --source a", "DOCSVAULT_FORCE=a /venv/bin/docsvault build --source a"),
+    # a daemon's run worker, the MCP server, a cut command line, none: the CLI's forced build of those sources
+    ("a,b", "/venv/bin/dagster api execute_run '{}'", "docsvault build --force --source a --source b"),
+    ("*", "/venv/bin/docsvault mcp", "docsvault build --force"),
+    ("a", "/venv/bin/dagster asset materialize --select " + "x" * 20 + "…", "docsvault build --force --source a"),
+    ("a", None, "docsvault build --force --source a")])
 def test_taking_over_a_killed_forced_rebuild_says_to_force_it_again(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                                     fresh_hints: None, force: str,
+                                                                     fresh_hints: None, force: str, argv: str | None,
                                                                      command: str) -> None:
-    dead = {"pid": 999_999_998, "started_at": f"t-{force}", "host": f"h-{force}", "argv": "docsvault build --force",
-            "force": force}
+    """The warning names the killed build's own command when a user runs it again (a `docsvault build`, a
+    `dagster asset materialize` or `dg launch`, forced by DOCSVAULT_FORCE unless it says --force)."""
+    dead = {"pid": 999_999_998, "started_at": f"t-{force}", "host": f"h-{force}", "argv": argv, "force": force}
     (tmp_path / LOCK_NAME).write_text(json.dumps(dead))
     (tmp_path / RUN_LOCK_NAME).write_text(json.dumps({**dead, "started_at": "earlier"}))    # each lock its own time
     with caplog.at_level(logging.WARNING, logger="docsvault"):
         with build_run_lock(tmp_path), build_lock(tmp_path):       # both files name it: one hint, not two
             pass
     assert _force_hints(caplog) == [_hint(command, f"pid 999999998 on h-{force}, started at earlier")]
+
+
+def test_the_lock_records_the_command_line_shell_quoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the forced-rebuild warning names: a `--select '*'` must not come back as a glob; a line longer than
+    1000 characters is cut and marked (then never named as a command)."""
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/dagster", "asset", "materialize", "--select", "a/*"])
+    with build_lock(tmp_path):
+        assert lock_holder(tmp_path / LOCK_NAME)["argv"] == "/venv/bin/dagster asset materialize --select 'a/*'"
+    monkeypatch.setattr(sys, "argv", ["dagster", "x" * 2000])
+    with build_lock(tmp_path):
+        assert lock_holder(tmp_path / LOCK_NAME)["argv"] == "dagster " + "x" * 991 + "…"
 
 
 def test_the_killed_forced_rebuild_is_kept_until_a_forced_build_takes_the_lock(
@@ -159,7 +182,8 @@ def test_the_killed_forced_rebuild_is_kept_until_a_forced_build_takes_the_lock(
 def test_a_killed_forced_rebuild_after_another_forces_what_both_forced(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, fresh_hints: None) -> None:
     first = {"pid": 999_999_995, "started_at": "T1", "host": "h", "force": "a"}
-    second = {"pid": 999_999_994, "started_at": "T2", "host": "h", "force": "b", "unfinished_force": first}
+    second = {"pid": 999_999_994, "started_at": "T2", "host": "h", "force": "b", "unfinished_force": first,
+              "argv": "/venv/bin/docsvault build --force --source b"}     # redoes b only: not named, not kept
     (tmp_path / RUN_LOCK_NAME).write_text(json.dumps(second))     # the second forced build was killed too
     with caplog.at_level(logging.WARNING, logger="docsvault"), build_run_lock(tmp_path):
         pass
@@ -450,9 +474,9 @@ def test_the_pool_slot_of_a_run_that_ended_is_freed_also_while_a_build_runs(tiny
 
     assert pools_held_by_other_runs(instance, [pool, "docsvault_warehouse"]) == [
         "pool docsvault_source_notes is held by run live-ui-run (STARTED, step notes__embeddings): this build's "
-        "steps of that pool wait until it is done (the Dagster UI shows the run); if its process was killed (a "
-        "`dagster asset materialize` stopped with kill -9), Dagster still counts it as running: `dagster run delete "
-        "-f live-ui-run` frees the pool and this build goes on"]
+        "steps of that pool wait until it is done (the Dagster UI shows the run); if its process was killed, "
+        "Dagster still counts it as running: Terminate it in the Dagster UI (Force termination immediately) and "
+        "this build goes on"]
 
 
 def _stderr_line(proc: subprocess.Popen, seconds: float) -> str:

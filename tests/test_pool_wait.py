@@ -155,9 +155,9 @@ def test_ctrl_c_of_a_cli_build_waiting_for_a_pool_slot(tiny_env: Path) -> None:
             proc.wait()
     assert (proc.returncode, out, err) == (
         130, "", (f"warning: pool {POOL} is held by run {OTHER} (STARTED, step tiny__raw_docs): this build's steps of that "
-                  "pool wait until it is done (the Dagster UI shows the run); if its process was killed (a "
-                  "`dagster asset materialize` stopped with kill -9), Dagster still counts it as running: "
-                  f"`dagster run delete -f {OTHER}` frees the pool and this build goes on\n"
+                  "pool wait until it is done (the Dagster UI shows the run); if its process was killed, Dagster still "
+                  "counts it as running: Terminate it in the Dagster UI (Force termination immediately) and this "
+                  "build goes on\n"
                   "error: build interrupted: stopped, its locks released; run `docsvault build` again to finish it\n"))
     assert stopped_in < 5, stopped_in
     assert instance.event_log_storage.get_concurrency_run_ids() == {OTHER}

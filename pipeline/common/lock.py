@@ -2,9 +2,9 @@
 
 The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it when its holder dies, even by
 SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
-names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``, plus
-``"force": "*"`` (or the forced source names) during a forced rebuild, so the build that takes over a forced
-rebuild's stale lock says to force it again. That dead forced holder stays in the file as ``"unfinished_force"``
+names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``
+(``argv``: its command line, shell-quoted), plus ``"force": "*"`` (or the forced source names) during a forced
+rebuild, so the build that takes over a forced rebuild's stale lock says to force it again (naming its command). That dead forced holder stays in the file as ``"unfinished_force"``
 (also once released: ``{"unfinished_force": {...}}``, which names no holder) until a forced build covering its
 sources takes the lock, so every build says it until then, also when another process (the Dagster sensor's tick,
 a shared stage of a Dagster run) took the stale lock over first.
@@ -119,6 +119,8 @@ def _unfinished_force(previous: dict[str, Any], taken_over: bool) -> dict[str, A
     else:                                        # the later killed build, forcing what both forced
         names = forced_names(str(dead["force"])) | forced_names(str(carried.get("force") or ""))
         pending = {**dead, "force": "*" if "*" in names else ",".join(sorted(names))}
+        if names != forced_names(str(dead["force"])):   # its command redoes only its own sources
+            pending.pop("argv", None)
     if pending is None or not forced_names(str(pending.get("force") or "")):
         return None
     mine = forced_names(force_spec())
@@ -127,10 +129,27 @@ def _unfinished_force(previous: dict[str, Any], taken_over: bool) -> dict[str, A
     return pending
 
 
-def _force_again_command(force: str) -> str:
-    """The command that redoes a forced rebuild of ``force`` (a ``DOCSVAULT_FORCE`` value)."""
+def _force_again_command(info: dict[str, Any]) -> str:
+    """The command that redoes the killed forced rebuild ``info`` (a lock file's holder: ``force``, a
+    ``DOCSVAULT_FORCE`` value, and ``argv``): the recorded command when it was one a user runs again, a
+    ``docsvault build`` or a ``dagster asset materialize`` / ``dg launch``, led by ``DOCSVAULT_FORCE=<force>`` unless
+    it says ``--force`` (e.g. ``DOCSVAULT_FORCE=obsidian-help /venv/bin/dagster asset materialize -m
+    pipeline.definitions --select ...``); else (a UI or daemon run's process, the MCP server, a truncated or missing
+    command line) ``docsvault build --force [--source NAME]...``."""
+    import shlex
+
     from pipeline.config import forced_names
 
+    force = str(info.get("force") or "")
+    argv = info.get("argv")
+    try:
+        words = shlex.split(argv) if isinstance(argv, str) and not argv.endswith("…") else []
+    except ValueError:
+        words = []
+    program = os.path.basename(words[0]) if words else ""
+    if (program == "docsvault" and "build" in words[1:]) or (program == "dagster" and words[1:3] == [
+            "asset", "materialize"]) or (program == "dg" and words[1:2] == ["launch"]):
+        return str(argv) if "--force" in words else f"DOCSVAULT_FORCE={shlex.quote(force)} {argv}"
     names = forced_names(force)
     return "docsvault build --force" + ("" if "*" in names else "".join(f" --source {n}" for n in sorted(names)))
 
@@ -143,10 +162,18 @@ def _warn_unfinished_force(info: dict[str, Any]) -> None:
     if key in _force_warned:
         return
     _force_warned.add(key)
-    command = _force_again_command(str(info.get("force") or ""))
+    command = _force_again_command(info)
     log.warning("the forced rebuild `%s` (%s) was killed before it finished; run `%s` again to finish it (or MCP "
                 "refresh(full=true)): a plain build redoes only what changed, so what the forced one had not redone "
                 "yet stays as it was", command, _describe(info), command)
+
+
+def _command_line() -> str:
+    """This process's command line, shell-quoted (at most 1000 characters: a longer one ends with "…")."""
+    import shlex
+
+    line = shlex.join(sys.argv)
+    return line if len(line) <= 1000 else line[:999] + "…"
 
 
 class BuildLock:
@@ -268,7 +295,7 @@ class BuildLock:
             "pid": os.getpid(),
             "started_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
             "host": socket.gethostname(),
-            "argv": " ".join(sys.argv)[:300],
+            "argv": _command_line(),
         }
         if force_spec():                       # a forced rebuild (`build --force`, MCP `refresh(full=true)`)
             info["force"] = force_spec()[:300]

@@ -29,13 +29,23 @@ build has 6 steps per source plus 4 shared ones. After a one-note edit of a two-
 In process, a step whose pool slot another run holds waits for it asleep and stops on Ctrl-C
 (:class:`PoolSlotWait`); Dagster's own in-process loop spun at 100 % CPU and deferred Ctrl-C until the slot freed.
 The multiprocess loop spun the same way while no child step ran (:class:`MultiprocessPoolSlotWait`).
+
+Every run this executor executes records the process that runs it (run tags :data:`HOST_TAG`, :data:`PID_TAG`,
+:data:`PID_START_TAG`, :data:`PID_RUN_TAG`: :func:`record_run_process`), so a run whose process was killed
+(``kill -9`` of a ``dagster asset materialize``: nothing else ever marks it) is reported failed and its pool slots
+freed by :func:`release_runs_of_dead_processes` on the same host: at a build's start, on the sensor's ticks and while
+a step of another run waits for a slot it holds.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import time
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -56,6 +66,8 @@ if TYPE_CHECKING:
     from dagster._core.execution.plan.plan import ExecutionPlan
 
     from pipeline.config import Settings
+
+log = logging.getLogger(__name__)
 
 NON_BLOCKING = {"require_upstream_step_success": False}
 
@@ -78,6 +90,106 @@ def _with_non_blocking(config: Any) -> dict[str, Any]:
     return {mode: opts}
 
 
+#: run tags naming the process that executes a run (:func:`record_run_process`): its host (``socket.gethostname()``),
+#: pid, start (:func:`process_start`) and the run they were recorded for (a re-executed run may copy its parent's
+#: tags, which name the parent's process)
+HOST_TAG, PID_TAG, PID_START_TAG, PID_RUN_TAG = "docsvault/host", "docsvault/pid", "docsvault/pid_start", "docsvault/pid_run"
+
+#: statuses of a run whose process may have been killed (:func:`release_runs_of_dead_processes`)
+EXECUTING = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+#: seconds between two looks, by a step waiting for a pool slot another run holds, for runs that ended (the UI's
+#: Terminate) or whose process is gone (:meth:`PoolSlotWait.claim`): two queries of the instance
+DEAD_RUN_CHECK_SECONDS = 5.0
+
+
+@cache
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start)`` of process ``pid`` from ``/proc/<pid>/stat`` (state ``Z``: a zombie; start:
+    ``<boot id>:<start time in clock ticks after boot>``); ``("", "")`` when there is no such process, None when this
+    system has no ``/proc`` (not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ("", "") if Path("/proc/self/stat").exists() else None
+    fields = stat[stat.rindex(")") + 2:].split()          # the name (2nd field) may hold spaces and parentheses
+    return fields[0], f"{_boot_id()}:{fields[19]}"
+
+
+def process_start(pid: int) -> str:
+    """When process ``pid`` of this host started, as an opaque string that differs for a later process given the
+    same pid (Linux: boot id and start time in clock ticks); "" when unknown (no ``/proc``, no such process)."""
+    stat = _proc_stat(pid)
+    return stat[1] if stat else ""
+
+
+def process_alive(pid: int, start: str = "") -> bool:
+    """True when process ``pid`` of this host runs (a zombie does not) and, when ``start`` is given
+    (:func:`process_start`) and this system tells, it is the process that started then, not a later one reusing the
+    pid. Without ``/proc`` only the pid is checked."""
+    from pipeline.common.lock import pid_alive
+
+    if not pid_alive(pid):
+        return False
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    state, started = stat
+    return bool(state) and state not in "ZX" and (not start or started == start)
+
+
+def record_run_process(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Tag run ``run_id`` with the process that executes it (this one): :data:`HOST_TAG`, :data:`PID_TAG`,
+    :data:`PID_START_TAG` (when known) and :data:`PID_RUN_TAG`, read by :func:`release_runs_of_dead_processes`."""
+    pid = os.getpid()
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PID_START_TAG: process_start(pid), PID_RUN_TAG: run_id}
+    instance.add_run_tags(run_id, {k: v for k, v in tags.items() if v})
+
+
+def release_runs_of_dead_processes(instance: dg.DagsterInstance) -> list[str]:
+    """Report failed, and free the pool slots of, each run still executing (STARTING, STARTED, CANCELING) whose
+    process (:func:`record_run_process`) ran on this host and is gone: its pid is not alive, is a zombie, or is a
+    later process's (another start time). Such a run (a ``dagster asset materialize`` killed with ``kill -9``) stays
+    STARTED for good: no daemon watches an in-process run, and every later run of its pools
+    (``docsvault_source_<slug>``, ``docsvault_warehouse``) waited for it. A run of another host (a team deployment's
+    shared instance), one without these tags (another executor, an older docsvault) or one whose tags were recorded
+    for another run (copied from the parent of a re-execution) is never touched. One warning is logged per run.
+
+    Returns:
+        The run ids released, sorted.
+    """
+    host = socket.gethostname()
+    released = []
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=EXECUTING, tags={HOST_TAG: host}))
+    for record in sorted(records, key=lambda r: r.create_timestamp):          # oldest first
+        run = record.dagster_run
+        if run.tags.get(PID_RUN_TAG) != run.run_id:
+            continue
+        try:
+            pid = int(run.tags.get(PID_TAG, ""))
+        except ValueError:
+            continue
+        if process_alive(pid, run.tags.get(PID_START_TAG, "")):
+            continue
+        current = instance.get_run_by_id(run.run_id)       # its process may have ended it just before it exited
+        if current is None or current.status not in EXECUTING:
+            continue
+        instance.report_run_failed(current, message=f"the process of this run (pid {pid} on {host}) is gone (killed); "
+                                                    "docsvault marked the run failed and freed its pool slots")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        log.warning("run %s: its process (pid %d on this host) is gone (killed); marked it failed and freed its pool "
+                    "slots", run.run_id, pid)
+        released.append(run.run_id)
+    return sorted(released)
+
+
 #: seconds between two attempts of an in-process step to claim a pool slot another run holds (Dagster backs off
 #: from 1 s to 15 s; one SQLite query a second costs nothing, and the step starts within a second of the slot freeing)
 POOL_POLL_SECONDS = 1.0
@@ -94,12 +206,27 @@ class PoolSlotWait(InstanceConcurrencyContext):
     ``DagsterExecutionInterruptedError`` (the run ends as failed, its pending claims are freed by ``__exit__``, and
     :func:`pipeline.defs.runner.run_build` raises ``BuildInterrupted``); claims are retried every
     :data:`POOL_POLL_SECONDS` at most.
+
+    It is made when the run's steps start (in the run's process, in process or multiprocess), and records that
+    process in the run's tags (:func:`record_run_process`). While a claim waits, the runs that ended (the UI's
+    Terminate) or whose process is gone are released every :data:`DEAD_RUN_CHECK_SECONDS` (the first time at the
+    first refused claim): :func:`free_slots_of_ended_runs`, :func:`release_runs_of_dead_processes`; the next attempt
+    then gets the slot, so a step waiting for a killed run's slot goes on by itself.
     """
+
+    def __init__(self, instance: dg.DagsterInstance, dagster_run: Any) -> None:
+        super().__init__(instance, dagster_run)
+        self._last_dead_check = float("-inf")
+        record_run_process(instance, dagster_run.run_id)
 
     def claim(self, concurrency_key: str, step_key: str, step_priority: int = 0) -> bool:
         claimed = super().claim(concurrency_key, step_key, step_priority)
         if not claimed and step_key in self._pending_timeouts:
             self._pending_timeouts[step_key] = min(self._pending_timeouts[step_key], time.time() + POOL_POLL_SECONDS)
+            if time.monotonic() - self._last_dead_check >= DEAD_RUN_CHECK_SECONDS:
+                self._last_dead_check = time.monotonic()
+                if release_runs_of_dead_processes(self._instance) + free_slots_of_ended_runs(self._instance):
+                    self._pending_timeouts[step_key] = 0.0        # the next attempt is due at once
         return claimed
 
     def interval_to_next_pending_claim_check(self) -> float:
@@ -209,16 +336,18 @@ def executor() -> dg.Definitions:
 def release_dead_builds(settings: Settings, instance: dg.DagsterInstance) -> list[str]:
     """Release the runs of a ``docsvault build`` that died (:func:`release_build_runs`) when no build runs now;
     the upstream-change sensor calls it, so a daemon-only deployment is not left waiting for the pool slot a killed
-    build's step held, and the slots of runs that have ended (:func:`free_slots_of_ended_runs`, also while a build
-    runs). Returns the run ids released."""
+    build's step held, and (also while a build runs) the runs of this host whose process is gone
+    (:func:`release_runs_of_dead_processes`) and the slots of runs that have ended (:func:`free_slots_of_ended_runs`).
+    Returns the run ids released, sorted."""
     from pipeline.common.errors import BuildLockedError
     from pipeline.common.lock import build_run_lock
 
+    dead = release_runs_of_dead_processes(instance)
     try:
         with build_run_lock(settings.data_dir, wait=0):
-            return release_build_runs(instance)
+            return sorted(set(dead + release_build_runs(instance)))
     except BuildLockedError:
-        return free_slots_of_ended_runs(instance)
+        return sorted(set(dead + free_slots_of_ended_runs(instance)))
 
 
 def release_build_runs(instance: dg.DagsterInstance) -> list[str]:

@@ -19,6 +19,7 @@ import gc
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -43,7 +44,15 @@ from pipeline.defs.assets import (
     source_pool,
     source_slug,
 )
-from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG, free_slots_of_ended_runs, release_killed_builds
+from pipeline.defs.executor import (
+    HOST_TAG,
+    IN_PROCESS_RUN_CONFIG,
+    PID_RUN_TAG,
+    PID_TAG,
+    free_slots_of_ended_runs,
+    release_killed_builds,
+    release_runs_of_dead_processes,
+)
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
 from pipeline.stages.results import BuildReport, SourceStatus
@@ -251,7 +260,8 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
              remove_all: bool = False) -> tuple[list[Source], list[str], list[str]]:
     """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources dropped from
     sources.yaml removed (what was removed, one line each), a killed build's runs released (when each started:
-    ISO 8601 UTC, to the second; [] when none)."""
+    ISO 8601 UTC, to the second; [] when none), and so are the runs of this host whose process is gone
+    (:func:`pipeline.defs.executor.release_runs_of_dead_processes`: a killed ``dagster asset materialize``)."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
@@ -261,6 +271,7 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
     forget_dropped_assets(instance, all_sources)
     killed = [datetime.fromtimestamp(start, UTC).isoformat(timespec="seconds")
               for _, start in release_killed_builds(instance)]
+    release_runs_of_dead_processes(instance)
     free_slots_of_ended_runs(instance)
     for line in pools_held_by_other_runs(instance, [source_pool(s) for s in sources] + [WAREHOUSE_POOL]):
         log.warning(line)
@@ -270,7 +281,11 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
 def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str]) -> list[str]:
     """One line per pool of ``pools`` whose slot a live run holds (a UI, sensor or schedule run): the build's steps
     of that pool wait for it, and Dagster prints nothing while they do. Runs that have ended hold nothing (their
-    slots were freed by :func:`pipeline.defs.executor.free_slots_of_ended_runs`)."""
+    slots were freed by :func:`pipeline.defs.executor.free_slots_of_ended_runs`), nor do runs of this host whose
+    process is gone (:func:`pipeline.defs.executor.release_runs_of_dead_processes`). The line says what happens if
+    the run's process was killed: released automatically when it ran on this host; for a run of another host, or of
+    another executor (no process recorded), the UI's Terminate ends it (``dagster run delete -f`` would also delete
+    its history)."""
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return []
@@ -282,10 +297,19 @@ def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str])
         for slot in storage.get_concurrency_info(pool).claimed_slots:
             run = instance.get_run_by_id(slot.run_id)
             status = run.status.value if run is not None else "gone"
-            lines.append(f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): this build's "
-                         "steps of that pool wait until it is done (the Dagster UI shows the run); if its process "
-                         "was killed (a `dagster asset materialize` stopped with kill -9), Dagster still counts it "
-                         f"as running: `dagster run delete -f {slot.run_id}` frees the pool and this build goes on")
+            line = (f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): this build's "
+                    "steps of that pool wait until it is done (the Dagster UI shows the run); ")
+            tags = run.tags if run is not None and run.tags.get(PID_RUN_TAG) == run.run_id else {}
+            host = tags.get(HOST_TAG)
+            if host == socket.gethostname():
+                line += (f"it runs in pid {tags.get(PID_TAG, '?')} on this host: if that process is killed, the run "
+                         "is released automatically and this build goes on")
+            else:
+                where = (f"it runs on host {host}: if its process was killed there, a build or the sensor on that "
+                         "host releases it, or" if host else
+                         "if its process was killed, Dagster still counts it as running:")
+                line += f"{where} Terminate it in the Dagster UI (Force termination immediately) and this build goes on"
+            lines.append(line)
     return lines
 
 
