@@ -31,7 +31,7 @@ STAGES = [
     ("pipeline.search.searcher", "Searcher", "_start_model_pages", "start the models' threads"),
     ("pipeline.search.searcher", "Searcher", "_bm25_lane", "lane bm25 (chunks)"),
     ("pipeline.search.searcher", "Searcher", "_bm25_page_lane", "lane bm25_page"),
-    ("pipeline.search.searcher", "Searcher", "_bm25_tokens", "bm25 query tokens (+translation)"),
+    ("pipeline.search.searcher", "Searcher", "_bm25_query", "bm25 query terms (+translation)"),
     ("pipeline.search.searcher", "Searcher", "_vector_plan", "vector plan"),
     ("pipeline.search.searcher", "Searcher", "_vector_lane", "lane vector+crosslingual (incl. embedding)"),
     ("pipeline.search.searcher", "Searcher", "_flat", "vectors: exact-scan arrays (first use loads)"),

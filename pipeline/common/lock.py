@@ -4,7 +4,8 @@ The lock is an advisory ``flock`` on the file (POSIX), so the kernel releases it
 SIGKILL: a stale lock left by a dead build is simply taken over by the next one (and logged). While held, the file
 names the holder: ``{"pid": 1234, "started_at": "2026-01-01T10:00:00+00:00", "host": "...", "argv": "..."}``
 (``argv``: its command line, shell-quoted), plus ``"force": "*"`` (or the forced source names) during a forced
-rebuild, so the build that takes over a forced rebuild's stale lock says to force it again (naming its command). That dead forced holder stays in the file as ``"unfinished_force"``
+rebuild, so the build that takes over a forced rebuild's stale lock says to force it again (naming its command).
+That dead forced holder stays in the file as ``"unfinished_force"``
 (also once released: ``{"unfinished_force": {...}}``, which names no holder) until a forced build covering its
 sources takes the lock, so every build says it until then, also when another process (the Dagster sensor's tick,
 a shared stage of a Dagster run) took the stale lock over first.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import socket
 import sys
 import threading
@@ -136,8 +138,6 @@ def _force_again_command(info: dict[str, Any]) -> str:
     it says ``--force`` (e.g. ``DOCSVAULT_FORCE=obsidian-help /venv/bin/dagster asset materialize -m
     pipeline.definitions --select ...``); else (a UI or daemon run's process, the MCP server, a truncated or missing
     command line) ``docsvault build --force [--source NAME]...``."""
-    import shlex
-
     from pipeline.config import forced_names
 
     force = str(info.get("force") or "")
@@ -170,8 +170,6 @@ def _warn_unfinished_force(info: dict[str, Any]) -> None:
 
 def _command_line() -> str:
     """This process's command line, shell-quoted (at most 1000 characters: a longer one ends with "…")."""
-    import shlex
-
     line = shlex.join(sys.argv)
     return line if len(line) <= 1000 else line[:999] + "…"
 

@@ -831,10 +831,6 @@ class Searcher:
         they are (measured: README, Search quality)."""
         return self.scope_idf and not is_japanese(query)
 
-    def _bm25_tokens(self, query: str) -> list[str]:
-        """BM25 query terms (:meth:`_bm25_query`'s, without their weights)."""
-        return list(self._bm25_query(query)[0])
-
     def _bm25_query(self, query: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
         """BM25 query terms and their weights (None: every term 1): the query's own terms (1 each), plus those of
         its English translation when it is Japanese (``translate_bm25``), then synonyms (1 each). The English terms
