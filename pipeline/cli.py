@@ -629,8 +629,10 @@ def search(
         searcher = open_searcher(settings(), usage_boost=boost, preload_encoders=True)
         try:
             try:
-                hits = searcher.search(parsed.text, k=k, source=sources or None, tags=tags or None,
+                listing = not parsed.text       # filters alone: the notes that pass them, by vault path
+                hits = searcher.search(parsed.text, k=k + listing, source=sources or None, tags=tags or None,
                                        lanes=lane_list, filters=filters)
+                more, hits = len(hits) > k, hits[:k]
             except UnknownSourceError as exc:
                 from pipeline.ingest.sources import unbuilt_sources_message
 
@@ -687,7 +689,7 @@ def search(
     shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
-        typer.echo(f"{h.rank:>2}. {h.score:.4f}  {where}")
+        typer.echo(f"{h.rank:>2}. {where}" if listing else f"{h.rank:>2}. {h.score:.4f}  {where}")
         if context is not None:
             lines = _context_lines(h, context, pattern, color)
             key = (h.vault_path, hash(tuple(lines)))
@@ -701,6 +703,9 @@ def search(
             typer.echo(f"    {highlight(h.snippet, pattern, color)}")
         if explain:
             typer.echo(f"    {_explain_line(h, searcher)}")
+    if listing and more:
+        typer.echo(f"(the first {k} notes by path; more match: " + (f"-k {min(100, 2 * k)} shows more)" if k < 100
+                                                                       else "add a filter or words to narrow them)"))
 
 
 def _usage_boost_on() -> bool:

@@ -50,6 +50,8 @@ log = logging.getLogger("docsvault.mcp")
 MAX_K = 20                 # hits per search call
 HIT_TEXT_CHARS = 600       # text per hit
 HIT_LINKS_CAP = 5          # outlinks / backlinks per hit
+#: the message of a query of filters alone (``tag:recipe``): its hits are a listing, not a ranking
+LISTING_MESSAGE = "a query of filters alone: the first k notes that pass them, by vault path (not ranked; score 0)"
 LIST_CAP = 50              # paths listed per change kind in a refresh report
 OUTPUT_TAIL_CHARS = 2000   # build output returned by refresh
 DEFAULT_REFRESH_TIMEOUT = 600.0
@@ -359,6 +361,8 @@ class VaultService:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
+        if not parsed.text:
+            return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE}
         return {"query": query[:200], "hits": out}
 
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
@@ -963,7 +967,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "first, each with the note `path`, `title`, `heading`, `score`, up to 600 characters of `text` from "
             "the hit, the note's `outlinks`/`backlinks`, and `continue_with`: the exact read call that opens the note "
             "at the hit. One hit per note. Query syntax: \"exact phrase\" (required), -word (excluded), "
-            "\"a b\" OR \"c d\", source:NAME, tag:TAG, path:PREFIX. Optional `source` (a source name from status, "
+            "\"a b\" OR \"c d\", source:NAME, tag:TAG, path:PREFIX; a query of filters alone (tag:recipe) lists "
+            "the notes that pass them by path. Optional `source` (a source name from status, "
             "or a list of them), `tag` (frontmatter or inline #tag) and `lanes` (any of bm25, bm25_page, vector, "
             "graph, hybrid) narrow the search."
         ),

@@ -286,6 +286,18 @@ def _human_outputs_after_a_build() -> None:
     )
     assert run("search", "install windows", "--files", "-k", "2") == (
         "tiny/Install guide.md\t0.1190\ntiny/Home.md\t0.1136\n")
+    # a query of filters alone lists the notes by vault path, no score; says when -k cut the list
+    assert run("search", "source:tiny", "-k", "2") == (
+        " 1. tiny/Ducks.md\n"
+        "    Ducks swim in the pond and eat bread. A duck is a water bird.\n"
+        " 2. tiny/Home.md\n"
+        "    Welcome. See Install guide and Ducks.\n"
+        "(the first 2 notes by path; more match: -k 4 shows more)\n")
+    assert run("search", "source:tiny -pond", "--files") == (
+        "tiny/Home.md\t0.0000\ntiny/Install guide.md\t0.0000\ntiny/ja/検索.md\t0.0000\ntiny/sub/Parquet files.md\t0.0000\n")
+    assert run("search", "--", "-pond", code=1) == (
+        "error: nothing to search for: the query has only exclusions; add words or a filter, e.g. `sync -mobile` or "
+        "`tag:howto -mobile`\n")
     rows = json.loads(run("search", "install windows", "--files", "--json", "-k", "1"))
     assert rows == [{"rank": 1, "source": "tiny", "source_path": "Install guide.md",
                      "vault_path": "tiny/Install guide.md", "title": "Install guide", "score": rows[0]["score"]}]

@@ -268,3 +268,12 @@ def test_a_line_that_is_not_json_rpc_gets_a_parse_error_and_the_server_goes_on(b
     assert proc.returncode == 0
     assert ("a line on stdin is not a JSON-RPC message (Parse error: Invalid JSON: expected ident at line 1 column "
             "2): answered with error -32700") in err
+
+
+def test_search_tool_lists_the_notes_of_a_query_of_filters_alone(built_env: Path) -> None:
+    """``source:tiny`` alone: the notes by vault path, score 0, with a message saying the hits are a listing."""
+    from pipeline.mcp_server import LISTING_MESSAGE, VaultService
+
+    out = VaultService(Settings.from_env()).search("source:tiny -pond", k=2)
+    assert ([h["path"] for h in out["hits"]], [h["score"] for h in out["hits"]], out["message"]) == (
+        ["tiny/Home.md", "tiny/Install guide.md"], [0.0, 0.0], LISTING_MESSAGE)

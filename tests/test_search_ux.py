@@ -146,8 +146,8 @@ def test_a_word_starting_with_two_dashes_is_a_word_not_an_exclusion() -> None:
     ("ducks OR", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
     ("OR ducks", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
     ('x ""', 'empty phrase "" in the query: put words between the quotes'),
-    ("-ducks tag:x", "nothing to search for: the query has only exclusions or filters; add words, e.g. "
-                     "`sync -mobile tag:howto`"),
+    ("-ducks -geese", "nothing to search for: the query has only exclusions; add words or a filter, e.g. "
+                      "`sync -mobile` or `tag:howto -mobile`"),
 ])
 def test_bad_query_syntax_is_one_line(query: str, message: str) -> None:
     with pytest.raises(QuerySyntaxError) as err:
@@ -308,6 +308,29 @@ def test_query_filters_in_search(toy: Path) -> None:
         assert paths("tea tag:project") == ["g/b.md"]                       # nested inline #project/alpha
         assert paths("rivers tag:travel") == ["g/c.md"]                     # frontmatter tag still works
         assert paths('"no such phrase anywhere" rivers') == []
+
+
+def test_a_query_of_filters_alone_lists_the_notes_that_pass_them_by_path(toy: Path) -> None:
+    """``tag:x`` / ``path:p`` / ``source:s`` alone (Obsidian's ``tag:#x``) list the notes, in vault-path order, each
+    hit its first chunk with score 0.0 and no lanes; exclusions still apply; k caps the list."""
+    with _searcher(toy) as s:
+        def listed(q: str, k: int = 10) -> list[str]:
+            p = parse_query(q)
+            assert p.text == ""
+            return [h.vault_path for h in s.search(p.text, k=k, source=list(p.sources) or None,
+                                                   tags=list(p.tags) or None,
+                                                   filters=p if (p.excluded or p.paths) else None)]
+
+        assert listed("tag:travel") == ["g/c.md"]
+        assert listed("tag:project") == ["g/b.md"]                          # nested inline #project/alpha
+        assert listed("path:g/guide/") == ["g/guide/d.md"]
+        assert listed("source:g") == ["g/a.md", "g/b.md", "g/c.md", "g/guide/d.md", "g/hub.md"]
+        assert listed("source:g", k=2) == ["g/a.md", "g/b.md"]
+        assert listed("source:g -mobile -dams") == ["g/b.md", "g/guide/d.md", "g/hub.md"]
+        assert listed("tag:nothing-tagged-so") == []
+        hit, = s.search("", k=1, tags=["travel"])
+        assert (hit.rank, hit.score, hit.lanes, hit.snippet) == (1, 0.0, {}, "Gamma: rivers in the mobile app, end to end.")
+        assert s.search("", k=5) == [] and s.search("   ", k=5) == []        # no filter: nothing to list
 
 
 def test_lanes_pass_through(toy: Path) -> None:

@@ -15,6 +15,9 @@
                           Compared in Unicode NFC on both sides (macOS types NFD) and case-insensitively
 ========================  ==========================================================================================
 
+A query of filters alone (``tag:recipe``, ``source:notes path:daily/ -draft``) has nothing to rank: it lists the
+notes that pass them, by vault path, as Obsidian's search does for ``tag:#recipe``.
+
 Typed quotes and minus signs count as the ASCII ones (:func:`ascii_syntax`): ``“…”`` and ``„…“`` (smart quotes, as
 macOS and iOS type them) and the full-width ``＂`` are ``"``; a full-width ``－`` (U+FF0D, a Japanese keyboard's
 minus) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
@@ -215,12 +218,13 @@ def parse_query(query: str) -> ParsedQuery:
         query: what the user typed.
 
     Returns:
-        The parsed query; ``text`` is never empty.
+        The parsed query. ``text`` is empty only for a query of filters (and exclusions): ``tag:recipe``,
+        ``path:notes/ -draft`` lists the notes that pass them (:meth:`pipeline.search.searcher.Searcher.search`).
 
     Raises:
         QuerySyntaxError: an unclosed ``"``, an empty filter (``tag:``), a tag with a space (``tag:"a b"``), an
-            ``OR`` without a term on both sides, an empty phrase, or a query of only exclusions/filters (nothing to
-            rank).
+            ``OR`` without a term on both sides, an empty phrase, or a query of only exclusions (nothing to rank or
+            list).
     """
     query = ascii_syntax(query)
     if query.count('"') % 2:
@@ -247,8 +251,8 @@ def parse_query(query: str) -> ParsedQuery:
             groups.append([(kind, value)])
     required = tuple(tuple(v for _, v in g) for g in groups if any(k == "phrase" for k, _ in g))
     text = " ".join(v for g in groups for _, v in g)
-    if not text.strip():
-        raise QuerySyntaxError("nothing to search for: the query has only exclusions or filters; add words, e.g. "
-                               "`sync -mobile tag:howto`")
+    if not text.strip() and not (sources or tags or paths):
+        raise QuerySyntaxError("nothing to search for: the query has only exclusions; add words or a filter, e.g. "
+                               "`sync -mobile` or `tag:howto -mobile`")
     return ParsedQuery(text=text, required=required, excluded=tuple(excluded), sources=tuple(sources),
                        tags=tuple(tags), paths=tuple(paths))

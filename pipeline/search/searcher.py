@@ -1478,8 +1478,10 @@ class Searcher:
         """Search notes: one hit per note (its best chunk), in fused page order.
 
         Args:
-            query: free text (any language the analyzer handles); empty/whitespace -> []; ranked on its first
-                :data:`MAX_QUERY_CHARS` characters (:func:`clip_query`).
+            query: free text (any language the analyzer handles), ranked on its first :data:`MAX_QUERY_CHARS`
+                characters (:func:`clip_query`). Empty/whitespace: [] without a filter; with ``source``, ``tags``
+                or ``filters`` (a query of filters alone, ``tag:recipe``), the notes that pass them in vault-path
+                order (:meth:`_listed`), each hit its first chunk, score 0.0, no lanes.
             k: at most this many notes (k >= 1); with ``chunks_per_page`` > 1 a note gives up to that many hits
                 and k counts hits.
             source: restrict to one source name or several; None: all.
@@ -1507,14 +1509,19 @@ class Searcher:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         if not query or not query.strip():
-            return []
+            if not (source or tags or filters):
+                return []
+            query = ""          # a query of filters alone: the notes that pass them, by vault path
         query = clip_query(query)
         lanes = self.default_lanes if lanes is None else lanes
         per_note = max(1, self.chunks_per_page)
         with self._lock:
-            pages, chunk_ranks = self._fused(query, source, lanes, tags)
-            boost = self._boost_of(pages)
-            pages = self._boosted(pages, boost)
+            if query:
+                pages, chunk_ranks = self._fused(query, source, lanes, tags)
+                boost = self._boost_of(pages)
+                pages = self._boosted(pages, boost)
+            else:
+                pages, chunk_ranks, boost = self._listed(source, tags), {}, {}
             if filters is not None:
                 pages = self._filtered(pages, filters, k)
             # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
@@ -1570,6 +1577,18 @@ class Searcher:
                 )
             )
         return hits
+
+    def _listed(self, source: str | Sequence[str] | None, tags: str | Sequence[str] | None
+                ) -> list[tuple[str, float, dict[str, int]]]:
+        """Every searchable note of the sources (None: all) carrying one of ``tags`` (None: any), as fused pages
+        ``(note id, 0.0, {})`` in vault-path order (case-folded, then as written): what a query of filters alone
+        lists. Raises UnknownSourceError as a search does."""
+        sources = self._resolve_sources(source)
+        tagged = self._notes_with_tags(tags, sources)
+        notes = [nid for nid in self._first_chunk
+                 if (sources is None or self._note_source.get(nid) in sources) and (tagged is None or nid in tagged)]
+        notes.sort(key=lambda nid: (self._vault_path.get(nid, "").casefold(), self._vault_path.get(nid, "")))
+        return [(nid, 0.0, {}) for nid in notes]
 
     def _fallback_snippet(self, note_id: str, chunk_id: str, row: dict[str, Any], context: str, query: str,
                           terms: Sequence[str]) -> str:
