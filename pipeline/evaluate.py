@@ -20,7 +20,7 @@ over every scored case of every source (the ``overall`` row).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from difflib import get_close_matches
 from pathlib import Path
@@ -275,7 +275,8 @@ class EvalReport(MappingRecord):
 
     ``overall``, ``by_source[s]``, ``by_kind[k]``: ``{"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}``; ``cases``:
     ``{"id", "query", "corpus", "kind", "rank", "top", **metrics}`` per scored case; ``skipped``:
-    ``{"id", "corpus", "reason"}``; ``unreachable``: ``{"id", "corpus", "expected"}``.
+    ``{"id", "corpus", "reason"}``; ``unreachable``: ``{"id", "corpus", "expected"}`` and ``"did_you_mean"`` (the
+    corpus's pages closest to ``expected``) when there are any.
     """
 
     lanes: tuple[str, ...]
@@ -338,7 +339,7 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         An :class:`EvalReport` (as a mapping: ``{"lanes": [...], "overall": {"n", "hit@1", "hit@3", "mrr@10",
         "ndcg@10"}, "by_source": {source: {...}}, "by_kind": {kind: {...}}, "cases": [{"id", "query", "corpus",
         "kind", "rank", "top", **metrics}], "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id",
-        "corpus", "expected"}], "scope": "scoped" | "unscoped"}``);
+        "corpus", "expected", "did_you_mean"?}], "scope": "scoped" | "unscoped"}``);
         ``rank`` is the first expected page's rank (None beyond 10), ``top`` the first 3 source paths;
         ``unreachable`` lists scored cases none of whose expected pages is in the warehouse (only when the searcher
         has ``page_paths(source) -> set of source paths``).
@@ -361,7 +362,10 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         case = _with_source_paths(searcher, case)
         if page_paths is not None and not set(case.expected) & page_paths(case.corpus):
             # still scored (a miss), but named: a typo in the case or a page the build skipped can never be found
-            unreachable.append({"id": case.id, "corpus": case.corpus, "expected": list(case.expected)})
+            row: dict[str, Any] = {"id": case.id, "corpus": case.corpus, "expected": list(case.expected)}
+            if hint := _nearest_pages(case.expected, page_paths(case.corpus), case.corpus):
+                row["did_you_mean"] = hint
+            unreachable.append(row)
         task = rank_task(case, lanes, scope)
         rows = ranked.get(task) if ranked is not None else None
         if rows is None:
@@ -511,6 +515,29 @@ def format_skipped(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _nearest_pages(expected: Sequence[str], paths: Collection[str], corpus: str = "") -> list[str]:
+    """For an eval case whose ``expected`` pages are none of the corpus's ``paths`` (source paths): the pages it
+    probably meant, one per expected entry that has one: the same path in another case or Unicode form, also
+    written as a vault path (``ducks.md``, ``tiny/ducks.md`` -> ``Ducks.md``), else the closest path by
+    :func:`difflib.get_close_matches` (ratio >= 0.8: ``Duck.md`` -> ``Ducks.md``). [] when nothing is close."""
+    import difflib
+    import unicodedata
+
+    def key(p: str) -> str:
+        return unicodedata.normalize("NFC", p).casefold()
+
+    by_key = {key(p): p for p in sorted(paths)}
+    prefix = key(f"{corpus}/") if corpus else ""
+    out: list[str] = []
+    for want in expected:
+        k = key(want)
+        k = k[len(prefix):] if prefix and k.startswith(prefix) and k[len(prefix):] else k
+        near = by_key.get(k) or next(iter(difflib.get_close_matches(want, sorted(paths), n=1, cutoff=0.8)), None)
+        if near and near not in out:
+            out.append(near)
+    return out
+
+
 def format_unreachable(report: Mapping[str, Any]) -> list[str]:
     """Lines naming the cases whose expected pages are not in the warehouse ([] when none)."""
     rows = report.get("unreachable") or []
@@ -519,7 +546,8 @@ def format_unreachable(report: Mapping[str, Any]) -> list[str]:
     lines = ["", f"expected page not in the warehouse ({len(rows)}; scored as misses: fix the path in the case, or "
                  f"see the source's skipped files in `docsvault status`):"]
     for r in rows:
-        lines.append(f"  {r['id']:<22} {r['corpus']}: {' | '.join(r['expected'])}")
+        hint = f" (did you mean {' | '.join(r['did_you_mean'])}?)" if r.get("did_you_mean") else ""
+        lines.append(f"  {r['id']:<22} {r['corpus']}: {' | '.join(r['expected'])}{hint}")
     return lines
 
 

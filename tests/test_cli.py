@@ -212,9 +212,13 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.output.endswith(
         "\nexpected page not in the warehouse (1; scored as misses: fix the path in the case, or see the source's "
-        "skipped files in `docsvault status`):\n  bad1                   tiny: Duck.md\n")
+        "skipped files in `docsvault status`):\n  bad1                   tiny: Duck.md (did you mean Ducks.md?)\n")
     assert json.loads(runner.invoke(app, ["eval", str(typo), "--json"]).output)["unreachable"] == [
-        {"id": "bad1", "corpus": "tiny", "expected": ["Duck.md"]}]
+        {"id": "bad1", "corpus": "tiny", "expected": ["Duck.md"], "did_you_mean": ["Ducks.md"]}]
+    typo.write_text("corpus: tiny\ncases:\n  - id: bad2\n    query: ducks\n    expected: ['tiny/ducks.md', 'Zebra.md']\n",
+                    encoding="utf-8")
+    assert json.loads(runner.invoke(app, ["eval", str(typo), "--json"]).output)["unreachable"] == [
+        {"id": "bad2", "corpus": "tiny", "expected": ["tiny/ducks.md", "Zebra.md"], "did_you_mean": ["Ducks.md"]}]
     # a page's vault path (as search prints it) is its source path: no "not in the warehouse", ranked #1
     as_vault = tiny_env / "vault-path.yaml"
     as_vault.write_text("corpus: tiny\ncases:\n  - id: v1\n    query: water bird in the pond\n"
