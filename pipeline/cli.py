@@ -502,10 +502,12 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
     return "explain: " + " + ".join(shown) + f" = {hit.score:.4f}"
 
 
-def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool) -> list[str]:
+def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool,
+                   fallback: re.Pattern[str] | None = None) -> list[str]:
     """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context; a
     line as the note has it (Markdown, HTML) but without terminal escape sequences or control characters
-    (:func:`~pipeline.search.snippet.strip_controls`, as in every hit's snippet, heading and title)."""
+    (:func:`~pipeline.search.snippet.strip_controls`, as in every hit's snippet, heading and title). No line
+    matching ``pattern``: the lines matching ``fallback`` (a Japanese question's English translation)."""
     from pipeline.search.reader import locate, resolve_note_path
     from pipeline.search.snippet import strip_controls
 
@@ -530,6 +532,9 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     start, col = text.count("\n", 0, at), at - (text.rfind("\n", 0, at) + 1)    # the chunk's line and column
     # like grep from there on: the first matching lines (a chunk may span sub-sections)
     matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
+    if not matches and fallback is not None:
+        pattern = fallback
+        matches = [i for i in range(start, len(lines)) if pattern.search(lines[i])][:3]
     # no line matches (a hit found by meaning alone): the chunk's first line, shown as context ('-'), not a match
     around = matches or [next((i for i in range(start, len(lines)) if lines[i].strip()), start)]
     shown: list[int] = []
@@ -639,6 +644,7 @@ def search(
                 why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
                 raise UnknownSourceError(why) if why else exc from None
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
+            glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
         finally:
             searcher.close()
         links = {}
@@ -686,12 +692,14 @@ def search(
         raise typer.Exit(1)
     color = _color()
     pattern = term_pattern(query_terms(parsed.text, tokens))
+    # a Japanese question's English translation: the lines an English page matched when no word of the question is in it
+    fallback = term_pattern(query_terms(" ".join(glossed))) if glossed else None
     shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {where}" if listing else f"{h.rank:>2}. {h.score:.4f}  {where}")
         if context is not None:
-            lines = _context_lines(h, context, pattern, color)
+            lines = _context_lines(h, context, pattern, color, fallback)
             key = (h.vault_path, hash(tuple(lines)))
             if key in shown:
                 typer.echo("    (same lines as above)")

@@ -341,9 +341,11 @@ class VaultService:
             links = links_for_paths(self.settings.warehouse_path, [h.vault_path for h in hits], cap=HIT_LINKS_CAP)
         except PipelineError:
             links = {}
+        glossed = searcher.translation_terms(parsed.text) if parsed.text else ()   # a Japanese question's English
         out = []
         for h in hits:
-            text = make_snippet(h.chunk_text, parsed.text, width=HIT_TEXT_CHARS) or h.snippet   # image-only chunk
+            text = make_snippet(h.chunk_text, parsed.text, width=HIT_TEXT_CHARS,
+                                fallback_terms=glossed) or h.snippet   # image-only chunk
             page = 1
             try:
                 _, body = note_body(self.settings.vault_dir, h.vault_path)

@@ -50,3 +50,19 @@ def test_glosses_of_one_word_share_its_weight(tmp_path: Path) -> None:
         assert [p for _, p, _ in s.rank_pages("持ち物", lanes=["bm25"])][0] == "旅行.md"
         s.gloss_weight_power = 0                                                # every gloss term 1, as before
         assert [p for _, p, _ in s.rank_pages("持ち物", lanes=["bm25"])][0] == "schedules.md"
+
+
+@needs_dictionary
+def test_an_english_page_found_by_a_japanese_question_shows_the_text_its_translation_matched(tmp_path: Path) -> None:
+    """The snippet of an English page hit by a Japanese question is cut around the first word of the question's
+    translation when no word of the question itself is in it (before: always the chunk's start); a Japanese page's
+    snippet still follows the question's own words."""
+    filler = "Nothing about it here. " * 20
+    path = tmp_path / "wh.duckdb"
+    publish_pages(path, {("docs", "camera.md", "Gear"): [filler + "Pack a camera for the trip."],
+                         ("notes", "旅.md", "旅"): ["カメラ " + "あいうえお。" * 60 + "カメラを持っていく。"]})
+    with Searcher(path) as s:
+        assert "camera" in s.translation_terms("カメラ") and s.translation_terms("camera") == ()
+        hits = {h.source_path: h.snippet for h in s.search("カメラ", k=2, lanes=["bm25"])}
+        assert hits["camera.md"].endswith("Pack a camera for the trip.") and hits["camera.md"].startswith("…")
+        assert hits["旅.md"].startswith("カメラ あいうえお")

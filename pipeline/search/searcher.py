@@ -383,12 +383,14 @@ def _chunk_ranks(lane_pages: Mapping[str, Sequence[_Page]]) -> dict[str, dict[st
     return out
 
 
-def make_snippet(text: str, query: str, extra_terms: Sequence[str] = (), width: int = SNIPPET_CHARS) -> str:
+def make_snippet(text: str, query: str, extra_terms: Sequence[str] = (), width: int = SNIPPET_CHARS,
+                 fallback_terms: Sequence[str] = ()) -> str:
     """The chunk's Markdown as clean one-line text, cut to about ``width`` chars around the first query-term match
-    at sentence/word boundaries (:func:`pipeline.search.snippet.make_snippet`). Cut ends are marked with ``…``."""
+    (else the first of ``fallback_terms``) at sentence/word boundaries
+    (:func:`pipeline.search.snippet.make_snippet`). Cut ends are marked with ``…``."""
     from pipeline.search.snippet import make_snippet as clean_snippet
 
-    return clean_snippet(text, query, extra_terms, width)
+    return clean_snippet(text, query, extra_terms, width, fallback_terms)
 
 
 def _set_torch_threads(n: int) -> None:
@@ -824,6 +826,13 @@ class Searcher:
             groups = self.translator.translate_groups(query)
             self._translations[query] = tuple(groups) if groups else None
         return self._translations[query]
+
+    def translation_terms(self, query: str) -> tuple[str, ...]:
+        """The BM25 terms of a Japanese query's English translation (:meth:`_gloss_groups`, analysed: lowercased,
+        stemmed, stopwords dropped; each once, in order), () for an English query or without a dictionary. What a
+        hit on an English page matched: its snippet and ``search -C`` fall back to them when the query's own words
+        are not in the text."""
+        return tuple(dict.fromkeys(t for g in self._gloss_groups(query) or () for t in self.analyzer.tokens(g)))
 
     def _scope_idf_for(self, query: str) -> bool:
         """Whether a scoped search of ``query`` counts BM25 IDF within its sources (``scope_idf``): not for a Japanese
@@ -1547,14 +1556,16 @@ class Searcher:
         from pipeline.search.snippet import heading_at, match_position, plain_heading, strip_controls
 
         terms = self.synonyms.expand(self.analyzer.tokens(query))     # highlight matched synonyms too
+        glossed = self.translation_terms(query) if query else ()      # an English page hit by a Japanese question
         hits = []
         for note_id, score, ranks, cid, context_cid in chosen:
             row = rows.get(cid)
             if row is None:
                 continue
             ctx = rows.get(context_cid) if context_cid else None
-            context = make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms) if ctx else ""
-            snippet = make_snippet(row["text"] or row["breadcrumb"] or "", query, terms)
+            context = make_snippet(ctx["text"] or ctx["breadcrumb"] or "", query, terms, fallback_terms=glossed) \
+                if ctx else ""
+            snippet = make_snippet(row["text"] or row["breadcrumb"] or "", query, terms, fallback_terms=glossed)
             heading = row["heading"] or ""
             if "#" in (row["text"] or ""):      # merged sections: the one the match (else the start) is in
                 heading = heading_at(row["text"], match_position(row["text"], query, terms) or 0) or heading

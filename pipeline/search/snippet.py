@@ -12,7 +12,7 @@ marked with ``…``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipeline.common.markdown import code_lines, replace_code
@@ -235,10 +235,15 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
     return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
 
-def make_snippet(text: str, query: str, extra_terms: Iterable[str] = (), width: int = 240) -> str:
+def make_snippet(text: str, query: str, extra_terms: Iterable[str] = (), width: int = 240,
+                 fallback_terms: Sequence[str] = ()) -> str:
     """Clean ``text`` (:func:`clean_text`) and cut it to about ``width`` chars around the first query match
-    (:func:`cut_around`); no match: from the start."""
+    (:func:`cut_around`); no match of the query or ``extra_terms``: around the first of ``fallback_terms`` (a
+    Japanese question's English translation on an English page), else from the start."""
     flat = clean_text(text)
     if len(flat) <= width:
         return flat
-    return cut_around(flat, match_position(flat, query, extra_terms), width)
+    pos = match_position(flat, query, extra_terms)
+    if pos is None and fallback_terms:
+        pos = match_position(flat, "", fallback_terms)
+    return cut_around(flat, pos, width)
