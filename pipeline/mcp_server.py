@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -308,7 +308,6 @@ class VaultService:
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
         from pipeline.search.searcher import MAX_QUERY_CHARS
-        from pipeline.search.snippet import make_snippet
         from pipeline.service import search_lanes
 
         if problem := _search_argument_problem(query, k, tag):
@@ -342,23 +341,7 @@ class VaultService:
         except PipelineError:
             links = {}
         glossed = searcher.translation_terms(parsed.text) if parsed.text else ()   # a Japanese question's English
-        out = []
-        for h in hits:
-            text = make_snippet(h.chunk_text, parsed.text, width=HIT_TEXT_CHARS,
-                                fallback_terms=glossed) or h.snippet   # image-only chunk
-            page = 1
-            try:
-                _, body = note_body(self.settings.vault_dir, h.vault_path)
-                page = page_of(paginate(body), locate(body, h.heading, h.chunk_text or h.snippet))
-            except (PipelineError, OSError) as exc:
-                log.warning("hit %s: cannot open the vault note (%s)", h.vault_path, exc)
-            nb = links.get(h.vault_path, {})
-            out.append({
-                "rank": h.rank, "path": h.vault_path, "source": h.source, "source_path": h.source_path,
-                "title": h.title, "heading": h.heading, "score": round(float(h.score), 6), "text": text,
-                "context": h.context, "outlinks": nb.get("outlinks", []), "backlinks": nb.get("backlinks", []),
-                "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
-            })
+        out = [self._hit(h, parsed.text, glossed, links.get(h.vault_path, {})) for h in hits]
         if not out:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
@@ -366,6 +349,27 @@ class VaultService:
         if not parsed.text:
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE}
         return {"query": query[:200], "hits": out}
+
+    def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:
+        """One search hit as the tool returns it: up to HIT_TEXT_CHARS of clean text around the match (else around
+        the first of ``glossed``, a Japanese question's English translation), the note's links ``nb``, and the
+        page of the note the hit is on."""
+        from pipeline.search.snippet import make_snippet
+
+        text = make_snippet(h.chunk_text, text_query, width=HIT_TEXT_CHARS,
+                            fallback_terms=glossed) or h.snippet   # image-only chunk
+        page = 1
+        try:
+            _, body = note_body(self.settings.vault_dir, h.vault_path)
+            page = page_of(paginate(body), locate(body, h.heading, h.chunk_text or h.snippet))
+        except (PipelineError, OSError) as exc:
+            log.warning("hit %s: cannot open the vault note (%s)", h.vault_path, exc)
+        return {
+            "rank": h.rank, "path": h.vault_path, "source": h.source, "source_path": h.source_path,
+            "title": h.title, "heading": h.heading, "score": round(float(h.score), 6), "text": text,
+            "context": h.context, "outlinks": nb.get("outlinks", []), "backlinks": nb.get("backlinks", []),
+            "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
+        }
 
     def read(self, path: str, page: int = 1) -> dict[str, Any]:
         """One ~1,000-char page of a vault note, with page/pages, its outlinks and backlinks and the call for the
