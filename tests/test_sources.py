@@ -125,6 +125,35 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
         load_sources(p)
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("sources:\n  - name: x\n\tkind: local\n",
+     "line 3 is not valid YAML: a tab character: YAML indents with spaces only; replace the tabs with spaces"),
+    ("source:\n  - name: x\n    kind: local\n    path: d\n",
+     "expected a top-level 'sources:' list of source blocks (found 'source:'; did you mean 'sources:'?)"),
+    ("sources:\n  - name: My Notes\n    kind: local\n    path: d\n",
+     "line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
+     "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got 'My Notes'; "
+     "e.g. 'my-notes'"),
+    ("sources:\n  - name: 読書\n    kind: local\n    path: d\n",
+     "line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
+     "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got '読書'; write it in "
+     "ASCII (a romanised name such as 'dokusho' or 'notes'): the vault's note titles can stay Japanese"),
+])
+def test_common_sources_yaml_slips_say_what_to_type(tmp_path: Path, text: str, expected: str) -> None:
+    """Found by a new user: tabs got PyYAML's raw text, `source:` no suggestion, an invalid name no fixed one."""
+    p = write(tmp_path, text)
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: {expected}"
+
+
+def test_a_local_path_under_the_home_folder_may_start_with_a_tilde(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    p = write(tmp_path, "sources:\n  - name: obs\n    kind: local\n    path: ~/Obsidian Vault\n")
+    assert load_sources(p)[0].path == ((tmp_path / "home" / "Obsidian Vault").resolve(),)
+
+
 def test_missing_file_says_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(SourceConfigError, match="sources file not found"):
         load_sources(tmp_path / "nope.yaml")

@@ -29,6 +29,7 @@ become vault links).
 from __future__ import annotations
 
 import re
+import difflib
 from difflib import get_close_matches
 from functools import cache, partial
 from pathlib import Path
@@ -92,6 +93,7 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         raise SourceConfigError(
             f"{where}: 'name' must match {NAME_RE.pattern} (lower-case letters, digits, '.', '_', '-'; "
             f"it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got {name!r}"
+            + _name_hint(name)
         )
     where = f"{where} (source '{name}')"
     wrong = _wrong_key(block)
@@ -169,7 +171,7 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         site_url = urljoin(url, "./")
     roots: tuple[Path, ...] = ()
     if kind == "local":
-        roots = tuple((base_dir / p).resolve() for p in _str_list(block.get("path"), where, "path"))
+        roots = tuple((base_dir / Path(p).expanduser()).resolve() for p in _str_list(block.get("path"), where, "path"))
     return Source(
         name=name,
         kind=kind,
@@ -190,6 +192,20 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         max_pages=max_pages,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts),
     )
+
+
+def _name_hint(name: object) -> str:
+    """``; e.g. 'my-notes'`` for an invalid source name that becomes valid lower-cased with its spaces and other
+    characters as ``-`` (``My Notes`` -> ``my-notes``); for one with no ASCII letter or digit (``読書``), a line
+    saying the name must be written in ASCII; ``""`` when neither helps."""
+    if not isinstance(name, str):
+        return ""
+    slug = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9._-]+", "-", name.strip().lower())).strip("-.")[:64]
+    if valid_name(slug):
+        return f"; e.g. {slug!r}"
+    if not re.search(r"[A-Za-z0-9]", name):
+        return "; write it in ASCII (a romanised name such as 'dokusho' or 'notes'): the vault's note titles can stay Japanese"
+    return ""
 
 
 def _is_model_path(base_dir: Path, spec: str) -> bool:
@@ -314,6 +330,8 @@ def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> SourceConfigError
     line = f" line {number}" if number is not None else ""
     problem = str(getattr(exc, "problem", exc))
     hint = _INDENT_HINT if problem.startswith(("expected <block end>", "mapping values are not allowed")) else ""
+    if "'\\t'" in problem:
+        problem, hint = "a tab character: YAML indents with spaces only", "; replace the tabs with spaces"
     return SourceConfigError(f"{path}:{line} is not valid YAML: {problem}{hint}")
 
 
@@ -355,7 +373,10 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
-        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks")
+        near = [k for k in data if isinstance(k, str) and k != "sources"
+                and difflib.SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75] if isinstance(data, dict) else []
+        hint = f" (found '{near[0]}:'; did you mean 'sources:'?)" if near else ""
+        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks{hint}")
     return text, data
 
 
