@@ -310,6 +310,7 @@ def resumed_line(report: BuildReport) -> str:
 def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
+    from pipeline.ingest.ownership import conflict_original
     from pipeline.stages.ingest import FOREIGN, conflict_line
 
     records = list(meta.get("conflicts") or [])
@@ -317,10 +318,19 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) 
     copies = {c.removesuffix(FOREIGN).split(" -> ", 1)[1] for c in records}   # named above: not again as kept files
     kept = int(meta.get("kept") or 0) - len(copies & set(meta.get("kept_files") or []))
     if kept > 0 and not meta.get("skipped"):
-        shown = [f for f in meta.get("kept_files") or [] if f not in copies]
-        more = f" and {kept - len(shown[:5])} more" if kept > len(shown[:5]) else ""
-        lines.append(f"{name}: kept {kept} file(s) in vault/{name}/ that docsvault did not write: "
-                     f"{', '.join(shown[:5])}{more}")
+        listed = [f for f in meta.get("kept_files") or [] if f not in copies]
+        # earlier builds' "(edited)" copies of your edits, named apart as `status` and `check-vault` name them
+        older = [f for f in listed if conflict_original(f) is not None]
+        shown = [f for f in listed if conflict_original(f) is None]
+        own = kept - len(older)
+        if own > 0:
+            more = f" and {own - len(shown[:5])} more" if own > len(shown[:5]) else ""
+            lines.append(f"{name}: kept {own} file(s) in vault/{name}/ that docsvault did not write: "
+                         f"{', '.join(shown[:5])}{more}")
+        if older:
+            more = f" and {len(older) - 5} more" if len(older) > 5 else ""
+            lines.append(f"{name}: kept {len(older)} copy(ies) of your edits to generated notes (merge and delete "
+                         f"them when done): {', '.join(older[:5])}{more}")
     if meta.get("removed_files"):
         shown = meta["removed_files"][:5]
         more = f" and {meta['removed'] - len(shown)} more" if meta.get("removed", 0) > len(shown) else ""

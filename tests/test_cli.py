@@ -654,3 +654,15 @@ def test_core_warnings_stay_cli_lines_when_a_library_configures_logging() -> Non
                           cwd=Path(__file__).resolve().parents[1])
     assert (done.returncode, done.stdout, done.stderr) == (
         0, "", "warning: ONNX model x missing: exporting it once\nerror: cannot write x\nwarning: already said\n")
+
+
+def test_build_names_your_files_and_earlier_edited_copies_apart() -> None:
+    """An earlier build's `(edited)` copy is named as a copy of your edits, as `status` names it, not among the
+    files docsvault did not write (a new user read it as a file the build ignored)."""
+    from pipeline.cli import vault_lines
+
+    meta = {"kept": 3, "kept_files": ["Ideas.md", "Kafka (edited).md", "sub/Note (edited 2).md"], "conflicts": []}
+    assert vault_lines("me", meta) == [
+        "me: kept 1 file(s) in vault/me/ that docsvault did not write: Ideas.md",
+        "me: kept 2 copy(ies) of your edits to generated notes (merge and delete them when done): Kafka (edited).md, "
+        "sub/Note (edited 2).md"]
