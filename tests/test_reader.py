@@ -141,6 +141,15 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'Nowhere': no vault path, source path, note name, title or alias is "
                                "'Nowhere'; use a vault_path from search results (`docsvault search ...` / "
                                "the search tool)")
+    # a file of yours in the vault (no build wrote it, so it is no note of the warehouse): named, with its path
+    (vault / "src" / "projects").mkdir()
+    (vault / "src" / "projects" / "Ideas.md").write_text("# Ideas\n", encoding="utf-8")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "ideas", path)
+    assert str(info.value) == ("no note 'ideas' among the built notes; the vault has src/projects/Ideas.md, a file no "
+                               "build wrote (your own, not searched): read it by that path, e.g. `docsvault read "
+                               "'src/projects/Ideas.md'`")
+    assert read_note(vault, find_note(vault, "src/projects/Ideas.md", path)).text == "# Ideas\n"
 
 
 def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_path: Path) -> None:

@@ -388,9 +388,36 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             ) from None
         if refused or file_here or not isinstance(exc, _NotMarkdownError):
             raise
+        files = _vault_files_named(Path(vault_dir), note)
+        if files:
+            raise NoteNotFoundError(
+                f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, a file no build "
+                f"wrote (your own, not searched): read it by that path, e.g. `docsvault read {files[0]!r}`") from None
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}; use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[str]:
+    """Vault paths (sorted, POSIX) of the Markdown files anywhere in ``vault_dir`` whose name is ``note`` (with or
+    without ``.md``; compared NFC and case-folded), dot folders skipped, at most ``limit`` files looked at: what
+    ``read`` names when no built note has that name (a user's own file in the vault is not in the warehouse)."""
+    import os
+
+    want = unicodedata.normalize("NFC", note.strip()).casefold()
+    want = want if want.endswith(".md") else want + ".md"
+    if "/" in want or not want.strip(".md"):
+        return []
+    found: list[str] = []
+    seen = 0
+    for folder, dirs, names in os.walk(vault_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        seen += len(names)
+        found += [Path(folder, n).relative_to(vault_dir).as_posix() for n in names
+                  if unicodedata.normalize("NFC", n).casefold() == want]
+        if seen >= limit:
+            break
+    return sorted(found)
 
 
 def _exact_name(name: str) -> str:
