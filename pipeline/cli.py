@@ -774,7 +774,7 @@ def embed(
 def read(
     note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias.")],
     page: Annotated[int, typer.Option("--page", "-p", metavar="N", min=1, help="Page number (pages are ~1,000 characters).")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter, outlinks, backlinks, outlinks_total, backlinks_total).")] = False,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
     from pipeline.search.reader import NoteNotFoundError, find_note, read_note
@@ -1023,7 +1023,8 @@ def eval_(
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Status as JSON on stdout.")] = False,
 ) -> None:
-    """Sources (notes, chunks, last fetch), the warehouse (path, size, counts, models) and the model in use."""
+    """Sources (notes, chunks, last fetch and its error, skipped files, last failed stage, your files in the vault),
+    the warehouse (path, size, counts, models), the vault, the models in use and DAGSTER_HOME (README: status)."""
     try:
         data = status_data(settings())
     except PipelineError as exc:
