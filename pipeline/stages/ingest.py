@@ -346,16 +346,16 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
 def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: Any) -> tuple[list[Note], int]:
     """:func:`pipeline.index.vaultlinks.qualify_ambiguous_links` of ``notes``, skipping each note it left as it was
     the last time it saw the same body at the same path with the same names elsewhere (``others``) and the same
-    link table (every note's path and aliases): such a note is passed with an empty body (it still resolves
-    links: its path and aliases are what the link table reads) and returned as given. Recorded in ``memo`` (the
-    vault stage's ``<cache>/vaultlinks`` memo: ``"q:" + sha1`` -> 0). Returns ``(notes, links rewritten)``, those
-    of the call on every note."""
+    link table (every note's path, aliases and source path): such a note is passed with an empty body (it
+    still resolves links: its path, aliases and source path are what the link table reads) and returned as
+    given. Recorded in ``memo`` (the vault stage's ``<cache>/vaultlinks`` memo: ``"q:" + sha1`` -> 0).
+    Returns ``(notes, links rewritten)``, those of the call on every note."""
     import hashlib
     from dataclasses import replace
 
     from pipeline.index.vaultlinks import qualify_ambiguous_links
 
-    scope = digest(source, sorted(others), [(n.vault_path, n.aliases) for n in notes])
+    scope = digest(source, sorted(others), [(n.vault_path, n.aliases, n.source_path) for n in notes])
     keys = ["q:" + hashlib.sha1(f"{scope}\0{n.vault_path}\0{n.body}".encode("utf-8", "surrogatepass")).hexdigest()
             for n in notes]
     same = [memo.get(k) is not None for k in keys]
