@@ -355,3 +355,45 @@ def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path
         "embed/link of it is broken in the vault; restore the file or fix the link"]
     assert not (tmp_path / "vault" / "me" / "diagram.png").exists()
     assert "not copied" not in again.stdout
+
+
+def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of an Obsidian note-taker: ``status`` said ``(4 dangling)`` and no command said which.
+    check-vault names each (one line per note, target and kind: the link's first occurrence as written), ten
+    per source, then the count of the rest; ``--json`` lists them all; status points at check-vault. Not a
+    problem: exit 0."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "Home.md").write_text("# Home\n\n[[Nowhere#Setup|the setup]] and [[Nowhere]], ![[Gone]], "
+                                  "[[Gone]], [x](Gone.md), [[Other]]\n", encoding="utf-8")
+    many = " ".join(f"[[M{i}]]" for i in range(11))
+    (root / "Other.md").write_text(f"# Other\n\n{many}\n", encoding="utf-8")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    status = CliRunner().invoke(app, ["status"]).output
+    assert "16 links (15 dangling: `docsvault check-vault` names them)" in status
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3:] == [
+        "  me: 15 dangling link(s), to a note no source has (create the note or fix the link):",
+        "  me: me/Home.md -> [[Nowhere#Setup|the setup]]",
+        "  me: me/Home.md -> ![[Gone]]",
+        "  me: me/Home.md -> [[Gone]]",
+        "  me: me/Home.md -> […](Gone.md)",
+        *(f"  me: me/Other.md -> [[M{i}]]" for i in range(6)),
+        "  me: … and 5 more dangling links (`docsvault check-vault --json` lists them all)",
+        "ok"]
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert (row["dangling_links"], len(row["dangling"])) == (15, 15)
+    assert row["dangling"][0] == {"path": "me/Home.md", "link": "[[Nowhere#Setup|the setup]]"}
+    assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]"}
