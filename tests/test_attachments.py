@@ -397,3 +397,25 @@ def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
     assert (row["dangling_links"], len(row["dangling"])) == (15, 15)
     assert row["dangling"][0] == {"path": "me/Home.md", "link": "[[Nowhere#Setup|the setup]]"}
     assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]"}
+
+
+def test_the_vault_step_warns_once_per_file_whose_name_holds_a_hash(tmp_path: Path) -> None:
+    """``料理 レシピ 🍜 #1 ＡＢＣ.md`` is written as ``料理 レシピ 🍜 -1 ＡＢＣ.md``: the vault step says so in one
+    line (the build's ``warning:`` lines, the Dagster step's log), also with two links to it, and on the next
+    build too while the file keeps its name."""
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "料理 レシピ 🍜 #1 ＡＢＣ.md").write_text("# Ramen\n\nNoodles.\n", encoding="utf-8")
+    (root / "Home.md").write_text("# Home\n\n[[料理 レシピ 🍜 #1 ＡＢＣ]] twice: [[料理 レシピ 🍜 #1 ＡＢＣ]]\n",
+                                  encoding="utf-8")
+    settings = _settings(tmp_path, root)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    line = ("source 'me': 料理 レシピ 🍜 #1 ＡＢＣ.md is written as '料理 レシピ 🍜 -1 ＡＢＣ.md': a name Obsidian can "
+            "link cannot hold '#' (Obsidian reads [[料理 レシピ 🍜 #1 ＡＢＣ]] as heading '1 ＡＢＣ' of note '料理 レシピ "
+            "🍜'), so no [[…]] link reaches this note by its name; rename the file without '#' to link to it")
+    assert build.vault_stage(settings, source).warning_lines == (line,)
+    assert (settings.vault_dir / "me" / "料理 レシピ 🍜 -1 ＡＢＣ.md").is_file()
+    again = build.vault_stage(settings, source)
+    assert (again.skipped, again.warning_lines) == (True, (line,))
