@@ -36,6 +36,7 @@ from pipeline.service import (
     build_outcome,
     capture_related,
     child_env,
+    dangling_links,
     no_notes_line,
     noop_build,
     note_links,
@@ -1059,8 +1060,10 @@ def status(
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
     w = data["warehouse"]
     if w["built"]:
+        named = ": `docsvault check-vault` names them" if w["dangling_links"] else ""
         typer.echo(f"warehouse: {w['path']} ({w['bytes'] / 1e6:.1f} MB), built {w['built_at'] or '?'}: "
-                   f"{w['notes']} notes, {w['chunks']} chunks, {w['links']} links ({w['dangling_links']} dangling)")
+                   f"{w['notes']} notes, {w['chunks']} chunks, {w['links']} links "
+                   f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
     else:
@@ -1087,13 +1090,15 @@ def check_vault_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout (keys in README).")] = False,
 ) -> None:
     """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
-    modes, your own files in the source folders. Exit 1 when a problem is found."""
+    modes, your own files in the source folders, dangling links (named, not a problem). Exit 1 when a problem
+    is found."""
     from pipeline.ingest.sources import load_sources, select_sources
     from pipeline.ingest.vault_check import check_vault, format_report
 
     s = settings()
     try:
-        report = check_vault(s, select_sources(load_sources(s.sources_file), source))
+        every = load_sources(s.sources_file)
+        report = check_vault(s, select_sources(every, source), dangling=dangling_links(s, every))
     except PipelineError as exc:
         fail(str(exc))
         return

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
-    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
+    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env", "dangling_links",
     "errors_file", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
     "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes", "skipped_count", "skipped_reason",
     "status_data", "status_report", "writable_dir_problem", "write_dirs_problem",
@@ -141,6 +141,49 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
     except PipelineError:
         return empty
+
+
+def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]] | None:
+    """``(note vault path, link as written)`` of every dangling link in the vault (``docsvault check-vault``):
+    a link of a built source's note that resolves to no note and to no attachment, resolved over the notes of
+    every built source of ``sources`` (those with a vault folder) as the build's link graph resolves it; one
+    per note, target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling,
+    after a build), its first occurrence: ``[[target#heading|alias]]``, ``![[target]]`` (an embed) or
+    ``[…](target)`` (a Markdown link). In vault path order, then the links' order in the note. None when a
+    note of the vault cannot be read (``check-vault`` names it)."""
+    from collections import defaultdict
+
+    from pipeline.common.errors import NoteError
+    from pipeline.index.graph import build_graph, parse_links
+    from pipeline.ingest.vault import read_notes
+    from pipeline.stages.index import built_sources
+
+    try:
+        notes = read_notes(s.vault_dir, built_sources(s, sources))
+    except NoteError:
+        return None
+    dangling: dict[str, set[tuple[str, str]]] = defaultdict(set)     # note id -> {(target, kind)}
+    for e in build_graph(notes).edges:
+        if e.dst is None:
+            dangling[e.src].add((e.target, e.kind))
+    out = []
+    for note in sorted((n for n in notes if n.note_id in dangling), key=lambda n: n.vault_path):
+        for link in parse_links(note.body):
+            key = (link.target, "embed" if link.embed else link.kind)
+            if key in dangling[note.note_id]:
+                dangling[note.note_id].discard(key)
+                out.append((note.vault_path, _as_written(link)))
+    return out
+
+
+def _as_written(link: Any) -> str:
+    """A parsed link (:class:`~pipeline.models.WikiLink`) as Markdown: ``[[target#heading#^block|alias]]``,
+    ``!`` before an embed, ``[…](target#heading)`` for a Markdown link."""
+    part = (f"#{link.heading}" if link.heading else "") + (f"#^{link.block}" if link.block else "")
+    if link.kind == "markdown":
+        return f"[…]({link.target}{part})"
+    alias = f"|{link.alias}" if link.alias else ""
+    return ("!" if link.embed else "") + f"[[{link.target}{part}{alias}]]"
 
 
 def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:

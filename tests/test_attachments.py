@@ -355,3 +355,67 @@ def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path
         "embed/link of it is broken in the vault; restore the file or fix the link"]
     assert not (tmp_path / "vault" / "me" / "diagram.png").exists()
     assert "not copied" not in again.stdout
+
+
+def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of an Obsidian note-taker: ``status`` said ``(4 dangling)`` and no command said which.
+    check-vault names each (one line per note, target and kind: the link's first occurrence as written), ten
+    per source, then the count of the rest; ``--json`` lists them all; status points at check-vault. Not a
+    problem: exit 0."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "Home.md").write_text("# Home\n\n[[Nowhere#Setup|the setup]] and [[Nowhere]], ![[Gone]], "
+                                  "[[Gone]], [x](Gone.md), [[Other]]\n", encoding="utf-8")
+    many = " ".join(f"[[M{i}]]" for i in range(11))
+    (root / "Other.md").write_text(f"# Other\n\n{many}\n", encoding="utf-8")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    status = CliRunner().invoke(app, ["status"]).output
+    assert "16 links (15 dangling: `docsvault check-vault` names them)" in status
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3:] == [
+        "  me: 15 dangling link(s), to a note no source has (create the note or fix the link):",
+        "  me: me/Home.md -> [[Nowhere#Setup|the setup]]",
+        "  me: me/Home.md -> ![[Gone]]",
+        "  me: me/Home.md -> [[Gone]]",
+        "  me: me/Home.md -> […](Gone.md)",
+        *(f"  me: me/Other.md -> [[M{i}]]" for i in range(6)),
+        "  me: … and 5 more dangling links (`docsvault check-vault --json` lists them all)",
+        "ok"]
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert (row["dangling_links"], len(row["dangling"])) == (15, 15)
+    assert row["dangling"][0] == {"path": "me/Home.md", "link": "[[Nowhere#Setup|the setup]]"}
+    assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]"}
+
+
+def test_the_vault_step_warns_once_per_file_whose_name_holds_a_hash(tmp_path: Path) -> None:
+    """``料理 レシピ 🍜 #1 ＡＢＣ.md`` is written as ``料理 レシピ 🍜 -1 ＡＢＣ.md``: the vault step says so in one
+    line (the build's ``warning:`` lines, the Dagster step's log), also with two links to it, and on the next
+    build too while the file keeps its name."""
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "料理 レシピ 🍜 #1 ＡＢＣ.md").write_text("# Ramen\n\nNoodles.\n", encoding="utf-8")
+    (root / "Home.md").write_text("# Home\n\n[[料理 レシピ 🍜 #1 ＡＢＣ]] twice: [[料理 レシピ 🍜 #1 ＡＢＣ]]\n",
+                                  encoding="utf-8")
+    settings = _settings(tmp_path, root)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    line = ("source 'me': 料理 レシピ 🍜 #1 ＡＢＣ.md is written as '料理 レシピ 🍜 -1 ＡＢＣ.md': a name Obsidian can "
+            "link cannot hold '#' (Obsidian reads [[料理 レシピ 🍜 #1 ＡＢＣ]] as heading '1 ＡＢＣ' of note '料理 レシピ "
+            "🍜'), so no [[…]] link reaches this note by its name; rename the file without '#' to link to it")
+    assert build.vault_stage(settings, source).warning_lines == (line,)
+    assert (settings.vault_dir / "me" / "料理 レシピ 🍜 -1 ＡＢＣ.md").is_file()
+    again = build.vault_stage(settings, source)
+    assert (again.skipped, again.warning_lines) == (True, (line,))

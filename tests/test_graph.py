@@ -180,6 +180,34 @@ def test_self_links_and_attachments() -> None:
     assert lg.graph.nodes[b]["pagerank"] > lg.graph.nodes[a]["pagerank"]
 
 
+
+def test_a_note_made_from_a_canvas_or_mdx_file_is_linked_by_that_file_name() -> None:
+    """``[[Board.canvas]]`` links the canvas's note ``Board.canvas.md`` (as Obsidian opens the file), with a
+    label or a folder too; ``[[Intro.mdx]]`` the note of ``Intro.mdx``; a missing canvas stays an
+    attachment."""
+    def made(source_path: str, rel_path: str, body: str = "") -> Note:
+        return Note("v", source_path, rel_path, rel_path.removesuffix(".md"), {}, body)
+
+    home = made("Home.md", "Home.md", "Board: [[Board.canvas]], [[Board.canvas|the board]], "
+                "[[folder/Plan.canvas]] [[Intro.mdx]] [[Intro]] [[Other.md]] [[Gone.canvas]] "
+                "![[pic.png]] [[Board]]")
+    notes = [home, made("Board.canvas", "Board.canvas.md"),
+             made("folder/Plan.canvas", "folder/Plan.canvas.md"), made("Intro.mdx", "Intro.md"),
+             made("Other.md", "Other.md")]
+    lg = build_graph(notes)
+    out = {lg.graph.nodes[d]["path"]: data["count"]
+           for _, d, data in lg.graph.out_edges(home.note_id, data=True)}
+    assert out == {"v/Board.canvas.md": 2, "v/folder/Plan.canvas.md": 1, "v/Intro.md": 2, "v/Other.md": 1}
+    assert (lg.unresolved, lg.attachments) == ([("v/Home.md", "Board")], 2)
+
+    # a Markdown file named Board.canvas.md beside the canvas (the vault writes it as "Board.canvas (2).md"):
+    # the file name as written opens the canvas, with .md the Markdown note, as in Obsidian
+    r = LinkResolver(["v/Board.canvas.md", "v/Board.canvas (2).md", "v/Home.md"], {},
+                     {"v/Board.canvas.md": "Board.canvas.md", "v/Board.canvas (2).md": "Board.canvas"})
+    assert r.resolve("Board.canvas", "v/Home.md") == "v/Board.canvas (2).md"
+    assert r.resolve("Board.canvas.md", "v/Home.md") == "v/Board.canvas.md"
+    assert LinkResolver(["v/Board.canvas.md"]).resolve("Board.canvas", "v/Home.md") is None  # no source paths
+
 # ---- export ---------------------------------------------------------------------------------------------------
 def test_export_round_trip(tmp_path: Path) -> None:
     notes = [

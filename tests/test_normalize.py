@@ -525,6 +525,29 @@ def test_more_renamed_files_than_lines_are_counted() -> None:
     assert len(lines) == RENAMED_LINES + 1 and lines[-1] == "source 'demo': 3 more files renamed the same way"
 
 
+def test_a_file_whose_name_holds_a_hash_is_named_once_with_its_vault_name_and_why() -> None:
+    """Finding of an Obsidian note-taker: ``料理 レシピ 🍜 #1 ＡＢＣ.md`` was written as ``… -1 ….md`` without a
+    word, and ``[[料理 レシピ 🍜 #1 ＡＢＣ]]`` (heading ``1 ＡＢＣ`` of note ``料理 レシピ 🍜``) never reached it. One
+    line per such file; a folder's ``#`` does not count (``[[Note]]`` reaches ``a#b/Note.md``)."""
+    from pipeline.ingest.normalize import RENAMED_LINES, unlinkable_lines
+
+    paths = assign_rel_paths(["料理 レシピ 🍜 #1 ＡＢＣ.md", "a#b/Note.md", "x|y.md", "Board #2.canvas",
+                              "plain.md"])
+    assert unlinkable_lines("me", paths) == [
+        "source 'me': Board #2.canvas is written as 'Board -2.canvas.md': a name Obsidian can link cannot "
+        "hold '#' (Obsidian reads [[Board #2.canvas]] as heading '2.canvas' of note 'Board'), so no [[…]] "
+        "link reaches this note by its name; rename the file without '#' to link to it",
+        "source 'me': x|y.md is written as 'x-y.md': a name Obsidian can link cannot hold '|' (Obsidian "
+        "reads '|' in a link as the start of the link's text), so no [[…]] link reaches this note by its "
+        "name; rename the file without '|' to link to it",
+        "source 'me': 料理 レシピ 🍜 #1 ＡＢＣ.md is written as '料理 レシピ 🍜 -1 ＡＢＣ.md': a name Obsidian "
+        "can link cannot hold '#' (Obsidian reads [[料理 レシピ 🍜 #1 ＡＢＣ]] as heading '1 ＡＢＣ' of note "
+        "'料理 レシピ 🍜'), so no [[…]] link reaches this note by its name; rename the file without '#' to link "
+        "to it"]
+    lines = unlinkable_lines("me", assign_rel_paths([f"n#{i}.md" for i in range(RENAMED_LINES + 2)]))
+    assert len(lines) == RENAMED_LINES + 1
+    assert lines[-1] == "source 'me': … and 2 more files whose name holds # ^ | [ ], renamed the same way"
+
 def test_clean_body_passthrough_markdown():
     assert clean_body("markdown", "# T\n{% x %}\n", {}) == "# T\n{% x %}\n"
 

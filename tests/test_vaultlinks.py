@@ -157,3 +157,21 @@ def test_a_link_several_notes_could_mean_is_named_when_another_source_has_the_na
         "source 'me': Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to a/Meeting.md (the first in path "
         "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose",))
     assert "Agenda: [[me/a/Meeting|Meeting]]" in (settings.vault_dir / "me" / "Plan.md").read_text(encoding="utf-8")
+
+
+def test_a_link_to_a_canvas_or_mdx_file_several_notes_were_made_from_is_named_by_those_files() -> None:
+    """``[[Board.canvas]]`` links a canvas's note (``Board.canvas.md``); with ``a/Board.canvas`` and
+    ``b/Board.canvas`` it could mean either, and the line names the files as the link does."""
+    from pipeline.index.vaultlinks import ambiguous_link_lines
+
+    def made(sp: str, rel: str) -> Note:
+        return Note("me", sp, rel, rel[:-3], {}, "x\n")
+
+    notes = [_n("me", "Plan.md", "[[Board.canvas]] and [[Intro.mdx]]\n"),
+             made("a/Board.canvas", "a/Board.canvas.md"), made("b/Board.canvas", "b/Board.canvas.md"),
+             made("a/Intro.mdx", "a/Intro.md"), made("b/Intro.mdx", "b/Intro.md")]
+    assert ambiguous_link_lines("me", notes) == [
+        "source 'me': Plan.md: [[Board.canvas]] could mean 2 notes: it links to a/Board.canvas (the first in "
+        "path order), not b/Board.canvas; write [[a/Board.canvas]] or [[b/Board.canvas]] to choose",
+        "source 'me': Plan.md: [[Intro.mdx]] could mean 2 notes: it links to a/Intro.mdx (the first in path "
+        "order), not b/Intro.mdx; write [[a/Intro.mdx]] or [[b/Intro.mdx]] to choose"]

@@ -373,7 +373,7 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
 
         def run(s: Settings) -> StageResult:
             written = build.vault_stage(s, source)
-            for line in written.warning_lines or ():     # missing attachments, links several notes could mean
+            for line in written.warning_lines or ():     # missing attachments, ambiguous links, '#' names
                 context.log.warning(line)
             return written
 

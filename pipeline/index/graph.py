@@ -9,8 +9,14 @@ Resolution (``LinkResolver.resolve``), each source folder ``vault/<source>/`` be
    linking note's own folder (ancestors do not count), exact case, shortest path string, lexical order;
 3. else a note with a frontmatter alias equal to the target (case-insensitive), same ordering.
 
-Matching is case-insensitive and NFC/NFD-insensitive. A target whose extension is an attachment type (``.png``,
-``.pdf``, ``.canvas``, ``.base``, ...) never resolves and is counted as an attachment, not as a dangling note.
+A note made from a file that is not ``.md`` (a ``.canvas`` file's note ``Board.canvas.md``, ``Intro.mdx``'s
+``Intro.md``) is also found by that file's own name, extension and all, as Obsidian links the file:
+``[[Board.canvas]]``, ``[[folder/Board.canvas|label]]``, ``[[Intro.mdx]]`` (steps 1 and 2 over the source file
+names, tried first).
+
+Matching is case-insensitive and NFC/NFD-insensitive. Any other target whose extension is an attachment type
+(``.png``, ``.pdf``, ``.canvas``, ``.base``, ...) never resolves and is counted as an attachment, not as a
+dangling note.
 """
 
 from __future__ import annotations
@@ -191,9 +197,13 @@ class LinkResolver:
     Args:
         paths: vault paths ``<source>/<rel_path>`` (posix, ending ``.md``).
         aliases: vault path -> frontmatter aliases of that note.
+        source_paths: vault path -> the note's source path (``Board.canvas`` of ``v/Board.canvas.md``); a
+            note whose source file is not ``.md`` is also found by that file's name. Notes left out are found
+            by their vault path only.
     """
 
-    def __init__(self, paths: Iterable[str], aliases: Mapping[str, Sequence[str]] = {}) -> None:
+    def __init__(self, paths: Iterable[str], aliases: Mapping[str, Sequence[str]] = {},
+                 source_paths: Mapping[str, str] = {}) -> None:
         self.paths: list[str] = sorted({unicodedata.normalize("NFC", p) for p in paths})
         self._exact: dict[str, list[str]] = defaultdict(list)  # key of full path without .md -> paths
         self._by_name: dict[str, list[str]] = defaultdict(list)  # key of basename without .md -> paths
@@ -201,6 +211,19 @@ class LinkResolver:
             stem = _strip_md(p)
             self._exact[_key(stem)].append(p)
             self._by_name[_key(posixpath.basename(stem))].append(p)
+        # notes made from a file that is not .md: "<source>/<source path>" (extension kept) -> paths, by full
+        # path and by file name, as self._exact and self._by_name are for the vault paths
+        self._files: dict[str, str] = {}
+        self._file_exact: dict[str, list[str]] = defaultdict(list)
+        self._file_by_name: dict[str, list[str]] = defaultdict(list)
+        known = set(self.paths)
+        for path, sp in sorted(source_paths.items()):
+            p, sp = unicodedata.normalize("NFC", path), unicodedata.normalize("NFC", sp).strip("/")
+            if p not in known or not sp or sp.lower().endswith(".md"):
+                continue
+            self._files[p] = f"{p.split('/', 1)[0]}/{sp}"
+            self._file_exact[_key(self._files[p])].append(p)
+            self._file_by_name[_key(posixpath.basename(sp))].append(p)
         self.last_rivals: list[str] = []     # the notes the last resolved link could equally mean (see rivals)
         self._aliases: dict[str, list[str]] = defaultdict(list)
         for path, names in aliases.items():
@@ -219,7 +242,9 @@ class LinkResolver:
         """Vault path of the note ``target`` points to, or None (dangling, attachment or empty target).
 
         Args:
-            target: link target as written, without ``#heading``/``|alias`` (``.md`` optional).
+            target: link target as written, without ``#heading``/``|alias`` (``.md`` optional), or the name
+                of a note's source file that is not ``.md`` (``Board.canvas``, ``folder/Board.canvas``), tried
+                first.
             from_path: vault path of the linking note.
             kind: "markdown" first tries the target relative to the linking note's folder (so does a target
                 starting with ``./`` or ``../``).
@@ -229,13 +254,34 @@ class LinkResolver:
         """
         self.last_rivals = []
         target = unicodedata.normalize("NFC", target.strip())
-        if not target or self.is_attachment(target):
+        if not target:
             return None
         from_path = unicodedata.normalize("NFC", from_path)
         source = from_path.split("/", 1)[0]
         from_dir = posixpath.dirname(from_path)
+        if self._files and not target.lower().endswith(".md"):     # a source file by its name: Board.canvas
+            hit = self._find(target, source, from_dir, kind, self._file_exact, self._file_by_name,
+                             self._files.__getitem__)
+            if hit:
+                return hit
+        if self.is_attachment(target):
+            return None
         stem = _strip_md(target)
+        hit = self._find(stem, source, from_dir, kind, self._exact, self._by_name, _strip_md)   # (1), (2)
+        if hit:
+            return hit
 
+        # (3) aliases
+        cands = self._aliases.get(_key(target)) or self._aliases.get(_key(stem))
+        if cands:
+            return self._best(cands, stem, source, from_dir)
+        return None
+
+    def _find(self, stem: str, source: str, from_dir: str, kind: str, exact: Mapping[str, list[str]],
+              by_name: Mapping[str, list[str]], name: Callable[[str], str]) -> str | None:
+        """Steps (1) exact paths and (2) path suffix of :meth:`resolve` for ``stem`` over one pair of maps
+        (``exact``: key of a full name -> vault paths, ``by_name``: key of its last component -> vault paths;
+        ``name``: a vault path's full name in them)."""
         # (1) exact paths
         tries: list[str] = []
         if (kind == "markdown" and not stem.startswith("/")) or stem.startswith(("./", "../")):
@@ -243,24 +289,17 @@ class LinkResolver:
         rooted = stem.lstrip("/")
         tries += [posixpath.normpath(f"{source}/{rooted}"), posixpath.normpath(rooted)]
         for t in tries:
-            hits = self._exact.get(_key(t))
+            hits = exact.get(_key(t))
             if hits:
-                return self._best(hits, stem, source, from_dir, exact=t)
+                return self._best(hits, stem, source, from_dir, exact=t, name=name)
 
         # (2) path-suffix match, component-wise
         parts = [p for p in rooted.split("/") if p not in ("", ".")]
         if parts and ".." not in parts:
             suffix = _key("/" + "/".join(parts))
-            cands = [
-                p for p in self._by_name.get(_key(parts[-1]), ()) if _key("/" + _strip_md(p)).endswith(suffix)
-            ]
+            cands = [p for p in by_name.get(_key(parts[-1]), ()) if _key("/" + name(p)).endswith(suffix)]
             if cands:
-                return self._best(cands, stem, source, from_dir)
-
-        # (3) aliases
-        cands = self._aliases.get(_key(target)) or self._aliases.get(_key(stem))
-        if cands:
-            return self._best(cands, stem, source, from_dir)
+                return self._best(cands, stem, source, from_dir, name=name)
         return None
 
     def rivals(self, target: str, from_path: str, *, kind: str = "wikilink") -> list[str]:
@@ -272,15 +311,15 @@ class LinkResolver:
         self.resolve(target, from_path, kind=kind)
         return list(self.last_rivals)
 
-    def _best(self, cands: Sequence[str], stem: str, source: str, from_dir: str, exact: str | None = None) -> str:
+    def _best(self, cands: Sequence[str], stem: str, source: str, from_dir: str, exact: str | None = None,
+              name: Callable[[str], str] = _strip_md) -> str:
         wanted = (exact or stem).split("/")[-1]
 
         def rank(p: str) -> tuple[bool, bool, bool, int, str]:
-            name = posixpath.basename(_strip_md(p))
             return (
                 p.split("/", 1)[0] != source,
                 posixpath.dirname(p) != from_dir,
-                name != wanted,
+                posixpath.basename(name(p)) != wanted,
                 len(p),
                 p,
             )
@@ -348,7 +387,8 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
     maps would be passed around.
     """
     by_path = {unicodedata.normalize("NFC", n.vault_path): n for n in notes}
-    resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases})
+    resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases},
+                            {p: n.source_path for p, n in by_path.items()})
     g = nx.DiGraph()
     for n in sorted(notes, key=lambda n: n.note_id):
         g.add_node(n.note_id, source=n.source, path=n.vault_path, title=n.title)

@@ -66,7 +66,8 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
     from pipeline.ingest.normalize import _table_rows, map_prose
 
     paths = [n.vault_path for n in notes]
-    resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases})
+    resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases},
+                            {n.vault_path: n.source_path for n in notes})
     count = 0
     out: list[Note] = []
     for note in notes:
@@ -151,7 +152,11 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
     from pipeline.index.graph import LinkResolver, parse_links
     from pipeline.ingest.fetch.local import printable_path
 
-    counts = Counter(_key(posixpath.basename(n.rel_path).removesuffix(".md")) for n in notes)
+    def names(n: Note) -> set[str]:                          # its vault name, its file's (Board.canvas)
+        return {_key(posixpath.basename(n.rel_path).removesuffix(".md")),
+                _key(posixpath.basename(n.source_path))}
+
+    counts = Counter(name for n in notes for name in names(n))
     shared = {name for name, c in counts.items() if c > 1}
     if not shared:
         return []
@@ -169,7 +174,8 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
             continue                            # a regex pass; only a note that may link a shared name is parsed
         if resolver is None:
             resolver = LinkResolver([n.vault_path for n in notes],
-                                    {n.vault_path: n.aliases for n in notes if n.aliases})
+                                    {n.vault_path: n.aliases for n in notes if n.aliases},
+                                    {n.vault_path: n.source_path for n in notes})
         seen: set[str] = set()
         for link in parse_links(note.body):
             if link.kind != "wikilink" or not link.target or link.target in seen:
@@ -179,15 +185,22 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
             if rivals:
                 chosen = resolver.resolve(link.target, note.vault_path) or ""
                 found.append((note.source_path, link.target, chosen, rivals))
+    # a note made from a file that is not .md (a/Board.canvas, a/Intro.mdx) is named by that file, as linked
+    made_from = {unicodedata.normalize("NFC", n.vault_path): n.source_path for n in notes
+                 if not n.source_path.lower().endswith(".md")}
+
+    def name(p: str) -> str:
+        return made_from.get(p) or p.removeprefix(prefix)
+
     lines = []
     for sp, target, chosen, rivals in found[:AMBIGUOUS_LINES]:
         at = _link_line((files or {}).get(sp), target)
         where = f" (line {at})" if at else ""
-        others = ", ".join(printable_path(r.removeprefix(prefix)) for r in rivals)
-        choose = " or ".join(f"[[{p.removeprefix(prefix).removesuffix('.md')}]]" for p in [chosen, *rivals][:3])
+        others = ", ".join(printable_path(name(r)) for r in rivals)
+        choose = " or ".join(f"[[{name(p).removesuffix('.md')}]]" for p in [chosen, *rivals][:3])
         why = "the shortest path" if all(len(chosen) < len(r) for r in rivals) else "the first in path order"
         lines.append(f"source '{source}': {printable_path(sp)}: [[{target}]]{where} could mean {len(rivals) + 1} "
-                     f"notes: it links to {printable_path(chosen.removeprefix(prefix))} ({why}), not "
+                     f"notes: it links to {printable_path(name(chosen))} ({why}), not "
                      f"{others}; write {choose} to choose")
     if len(found) > AMBIGUOUS_LINES:
         lines.append(f"source '{source}': … and {len(found) - AMBIGUOUS_LINES} more links whose name several notes "

@@ -1089,6 +1089,54 @@ def renamed_lines(source: str, rel_paths: dict[str, str]) -> list[str]:
     return lines
 
 
+#: the characters of Obsidian's link syntax that :func:`rel_path_for` replaces with ``-``: a file whose name
+#: holds one cannot be linked by its name (character -> what a link reads it as)
+LINK_SYNTAX = {"#": "a heading", "^": "a block id", "|": "the start of the link's text", "[": "a bracket",
+               "]": "a bracket"}
+
+
+def unlinkable_lines(source: str, rel_paths: dict[str, str]) -> list[str]:
+    """One warning line per source file whose name holds a character of Obsidian's link syntax
+    (:data:`LINK_SYNTAX`, ``#`` above all): the vault writes it with ``-`` instead (``料理 #1.md`` as
+    ``料理 -1.md``) and no ``[[…]]`` link can reach it by its name, since Obsidian reads ``[[料理 #1]]`` as
+    heading ``1`` of note ``料理``. The line names the file, the vault name it got, why, and to rename the
+    file; at most :data:`RENAMED_LINES`, then one line counting the rest. A folder's name does not count
+    (``[[Note]]`` still reaches ``a#b/Note.md``).
+
+    Args:
+        source: the source's name.
+        rel_paths: source path -> its vault path inside ``vault/<source>/`` (:func:`assign_rel_paths`).
+
+    Returns:
+        The lines, in source path order.
+    """
+    from pipeline.ingest.fetch.local import printable_path
+
+    found = []
+    for sp, rel in sorted(rel_paths.items()):
+        name = posixpath.basename(unicodedata.normalize("NFC", sp))
+        chars = [c for c in dict.fromkeys(name) if c in LINK_SYNTAX]
+        if chars:
+            found.append((sp, rel, name, chars))
+    lines = []
+    for sp, rel, name, chars in found[:RENAMED_LINES]:
+        stem = next((name[: -len(ext)] for ext in MARKDOWN_EXTS if name.lower().endswith(ext)), name)
+        if "#" in chars:
+            before, _, after = stem.partition("#")
+            how = (f"Obsidian reads [[{printable_path(stem)}]] as heading {after.strip()!r} of note "
+                   f"{before.strip()!r}")
+        else:
+            how = "Obsidian reads " + ", ".join(f"{c!r} in a link as {LINK_SYNTAX[c]}" for c in chars)
+        which = " or ".join(repr(c) for c in chars)
+        lines.append(f"source '{source}': {printable_path(sp)} is written as {rel!r}: a name Obsidian can "
+                     f"link cannot hold {which} ({how}), so no [[…]] link reaches this note by its name; "
+                     f"rename the file without {which} to link to it")
+    if len(found) > RENAMED_LINES:
+        lines.append(f"source '{source}': … and {len(found) - RENAMED_LINES} more files whose name holds "
+                     f"{' '.join(LINK_SYNTAX)}, renamed the same way")
+    return lines
+
+
 #: MDX written in a ``.md`` file (react.dev keeps its pages so): outside fenced code, a JSX comment ``{/* … */}`` or
 #: a component's tag alone on its line (``<Sandpack>``, ``</Intro>``, ``<Note />``; HTML's tags are lower-case).
 _MDX_IN_MD = re.compile(r"\{/\*.*?\*/\}|^[ \t]*</?[A-Z][A-Za-z0-9]*(?:[ \t][^<>\n]*)?/?>[ \t]*$", re.MULTILINE)

@@ -12,7 +12,10 @@
 * ``user_files`` / ``edited`` / ``edited_copies``: files in ``vault/<source>/`` the build did not write (kept,
   never changed by a build), generated files edited since the build wrote them (the next build moves the edit to
   ``<name> (edited).md``), and those ``(edited)`` copies of your edits that a build made (kept, never changed by a
-  build; merge them into the note and delete them when done).
+  build; merge them into the note and delete them when done);
+* ``dangling_links`` / ``dangling``: links of the source's notes to a note no source has (what ``status``
+  counts as dangling), when the caller resolved them (:func:`pipeline.service.dangling_links`: link resolution
+  is the graph's, a later layer); not a problem (Obsidian makes the note when one is clicked), but named.
 
 Embeds resolve as in Obsidian: relative to the note, from the vault root, from the source's folder, or as a path
 suffix / bare name of any file in the vault.
@@ -110,16 +113,23 @@ class _VaultFiles:
         return any(("/" + rel.casefold()).endswith(suffix) for rel in self.by_name.get(parts[-1].casefold(), ()))
 
 
-def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]:
+def check_vault(settings: Settings, sources: Sequence[Source],
+                dangling: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Run the checks (module doc) over the built vault for these sources.
+
+    Args:
+        dangling: ``(note vault path, link as written)`` of every dangling link of the vault
+            (:func:`pipeline.service.dangling_links`); None: not checked.
 
     Returns:
         ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
         "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
-        source), "bad_mode", "user_files", "edited", "edited_copies",
+        source), "bad_mode", "user_files", "edited", "edited_copies", "dangling_links" (their count, None when
+        ``dangling`` is), "dangling" (all of them: ``[{"path", "link"}]``, in path order),
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
-        any source has unresolved embeds of files in its source, markup outside code or a note with another mode.
-        Examples are ``"<vault path>: <detail>"`` strings, at most 10 per kind.
+        any source has unresolved embeds of files in its source, markup outside code or a note with another
+        mode (dangling links do not count). Examples are ``"<vault path>: <detail>"`` strings, at most 10 per
+        kind.
     """
     from pipeline.common.artifacts import file_mode
     from pipeline.common.errors import NoteError
@@ -177,11 +187,25 @@ def check_vault(settings: Settings, sources: Sequence[Source]) -> dict[str, Any]
         row["user_files"], row["edited"], row["edited_copies"] = len(a.user_files), len(a.edited), len(a.copies)
         row["attachments_in_vault"] = sum(1 for rel in a.owned if not rel.endswith(".md"))
     ok = all(not (r["unresolved_in_source"] or r["markup"] or r["bad_mode"] or r.get("error")) for r in rows)
+    _add_dangling(rows, dangling)
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
+def _add_dangling(rows: list[dict[str, Any]], dangling: Sequence[tuple[str, str]] | None) -> None:
+    """``rows`` (of :func:`check_vault`), each given its source's ``dangling_links`` and ``dangling``."""
+    for row in rows:
+        mine = [{"path": p, "link": link} for p, link in dangling or () if p.startswith(f"{row['name']}/")]
+        row["dangling_links"], row["dangling"] = (None if dangling is None else len(mine)), mine
+
+
+#: at most this many dangling links per source are named by :func:`format_report` (``--json`` has them all)
+DANGLING_LINES = 10
+
+
 def format_report(report: dict[str, Any]) -> list[str]:
-    """The check as text lines (one table row per source, then examples of each problem)."""
+    """The check as text lines (one table row per source, then examples of each problem, then the source's
+    dangling links: ``<source>: <note vault path> -> [[target]]``, at most :data:`DANGLING_LINES`, then a
+    count of the rest)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
@@ -200,5 +224,13 @@ def format_report(report: dict[str, Any]) -> list[str]:
         if r["unresolved_elsewhere"]:
             lines.append(f"  {r['name']}: {r['unresolved_elsewhere']} embed(s) of files that are not in the source "
                          "either (nothing to copy)")
+        if r.get("dangling_links"):
+            lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
+                         "(create the note or fix the link):")
+            lines += [f"  {r['name']}: {d['path']} -> {d['link']}" for d in r["dangling"][:DANGLING_LINES]]
+            if r["dangling_links"] > DANGLING_LINES:
+                rest = r["dangling_links"] - DANGLING_LINES
+                lines.append(f"  {r['name']}: … and {rest} more dangling links "
+                             "(`docsvault check-vault --json` lists them all)")
     lines.append("ok" if report["ok"] else "problems found (see above)")
     return lines

@@ -256,7 +256,8 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
     because their name is also a note elsewhere in the vault, see :func:`vault_names` and
     :mod:`pipeline.index.vaultlinks`), ``warning_lines`` (a local source's notes whose attachment is missing, see
     :func:`pipeline.ingest.attachments.missing_lines`, then its wikilinks, as written, that several of its notes
-    could mean, see :func:`pipeline.index.vaultlinks.ambiguous_link_lines`; left out when there is none).
+    could mean, see :func:`pipeline.index.vaultlinks.ambiguous_link_lines`, then its files whose name no link
+    can reach, see :func:`pipeline.ingest.normalize.unlinkable_lines`; left out when there is none).
 
     Long: skip check, write, record the key: one sequence in the order that makes a killed build redo the stage.
     """
@@ -298,13 +299,15 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         missing: list[str] = []
         if source.kind == "local":
             from pipeline.index.vaultlinks import ambiguous_link_lines
+            from pipeline.ingest.normalize import unlinkable_lines
 
             files = {str(f.get("source_path")): Path(str(f.get("path"))) for f in fetch_state.get("files") or []
                      if isinstance(f, dict)}
             folders = [prefix for prefix, _ in source_roots(source, settings.raw_dir) if prefix]
             # the links as written: qualifying one whose name another source also has keeps the same choice
             missing = missing_lines(source.name, plan.missing, files, folders) + ambiguous_link_lines(
-                source.name, given, files)
+                source.name, given, files) + unlinkable_lines(source.name,
+                                                              {n.source_path: n.rel_path for n in given})
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
                  "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified,
                  "warning_lines": missing}
@@ -346,16 +349,16 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
 def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: Any) -> tuple[list[Note], int]:
     """:func:`pipeline.index.vaultlinks.qualify_ambiguous_links` of ``notes``, skipping each note it left as it was
     the last time it saw the same body at the same path with the same names elsewhere (``others``) and the same
-    link table (every note's path and aliases): such a note is passed with an empty body (it still resolves
-    links: its path and aliases are what the link table reads) and returned as given. Recorded in ``memo`` (the
-    vault stage's ``<cache>/vaultlinks`` memo: ``"q:" + sha1`` -> 0). Returns ``(notes, links rewritten)``, those
-    of the call on every note."""
+    link table (every note's path, aliases and source path): such a note is passed with an empty body (it
+    still resolves links: its path, aliases and source path are what the link table reads) and returned as
+    given. Recorded in ``memo`` (the vault stage's ``<cache>/vaultlinks`` memo: ``"q:" + sha1`` -> 0).
+    Returns ``(notes, links rewritten)``, those of the call on every note."""
     import hashlib
     from dataclasses import replace
 
     from pipeline.index.vaultlinks import qualify_ambiguous_links
 
-    scope = digest(source, sorted(others), [(n.vault_path, n.aliases) for n in notes])
+    scope = digest(source, sorted(others), [(n.vault_path, n.aliases, n.source_path) for n in notes])
     keys = ["q:" + hashlib.sha1(f"{scope}\0{n.vault_path}\0{n.body}".encode("utf-8", "surrogatepass")).hexdigest()
             for n in notes]
     same = [memo.get(k) is not None for k in keys]
