@@ -298,3 +298,15 @@ def test_progress_of_a_long_step_reaches_the_run_log(tiny_env: Path, monkeypatch
     (run,) = instance.get_runs(limit=1)
     messages = [e.user_message for e in instance.all_logs(run.run_id) if e.user_message]
     assert "tiny: normalize 5/5" in messages and "tiny: chunk 5/5" in messages
+
+
+def test_the_sensor_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DOCSVAULT_SENSOR_INTERVAL sets the upstream sensor's tick (a platform engineer waited 15 minutes for an
+    edit); below 30 s it is raised to 30; unset or not a number: 15 minutes."""
+    from pipeline.defs.automation import sensor_interval
+
+    for raw, seconds in (("120", 120), ("5", 30), ("soon", 900)):
+        monkeypatch.setenv("DOCSVAULT_SENSOR_INTERVAL", raw)
+        assert sensor_interval() == seconds, raw
+    monkeypatch.delenv("DOCSVAULT_SENSOR_INTERVAL")
+    assert sensor_interval() == 900

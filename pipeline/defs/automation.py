@@ -9,6 +9,7 @@ moves again or someone re-executes the run.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 
 import dagster as dg
@@ -16,6 +17,8 @@ import dagster as dg
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, key, source_slug
 from pipeline.models import Source
+
+log = logging.getLogger("docsvault")
 
 refresh_all_job = dg.define_asset_job(name="refresh_all", selection=dg.AssetSelection.all(),
                                       description="Every asset: each source's chain, then the shared stages.")
@@ -29,6 +32,22 @@ daily_refresh = dg.ScheduleDefinition(
 )
 
 SENSOR_INTERVAL_S = 15 * 60
+SENSOR_INTERVAL_ENV = "DOCSVAULT_SENSOR_INTERVAL"
+MIN_SENSOR_INTERVAL_S = 30
+
+
+def sensor_interval() -> int:
+    """Seconds between two ticks of the upstream sensor: ``$DOCSVAULT_SENSOR_INTERVAL`` (whole seconds, at least
+    MIN_SENSOR_INTERVAL_S: a shorter one is raised to it with a warning), else SENSOR_INTERVAL_S (15 minutes).
+    Read when the definitions load (the daemon's environment)."""
+    from pipeline.config import int_env
+
+    seconds = int_env(SENSOR_INTERVAL_ENV, SENSOR_INTERVAL_S)
+    if seconds < MIN_SENSOR_INTERVAL_S:
+        log.warning("%s=%d is below %d s: the sensor ticks every %d s", SENSOR_INTERVAL_ENV, seconds,
+                    MIN_SENSOR_INTERVAL_S, MIN_SENSOR_INTERVAL_S)
+        seconds = MIN_SENSOR_INTERVAL_S
+    return seconds
 SENSOR_MAX_RETRIES = 2
 
 #: tags of a sensor-requested run: retried from its failed steps, at most SENSOR_MAX_RETRIES times
@@ -51,7 +70,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
     """
     by_name = {s.name: s for s in sources}
 
-    @dg.sensor(name=name, target=dg.AssetSelection.all(), minimum_interval_seconds=SENSOR_INTERVAL_S,
+    @dg.sensor(name=name, target=dg.AssetSelection.all(), minimum_interval_seconds=sensor_interval(),
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Requests a run for each source whose upstream moved (git ls-remote, conditional GET of "
                            "llms.txt / sitemap, local listing hash); only that source's assets + the shared stages. "
