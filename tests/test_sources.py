@@ -111,21 +111,7 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
     # a duplicate name: the line of the second one's 'name:' and of the first
     ("sources:\n  - name: x\n    kind: local\n    path: d\n\n  - kind: local\n    name: x\n    path: e\n",
      "line 7: sources[2]: duplicate source name 'x' (first at line 2, sources[1]); names must be unique: rename one"),
-])
-def test_unknown_key_bad_kind_and_duplicate_name_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
-    p = write(tmp_path, text)
-    with pytest.raises(SourceConfigError) as err:
-        load_sources(p)
-    assert str(err.value) == f"{p}: {expected}"
-
-
-def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
-    p = write(tmp_path, "sources:\n  - name: x\n    kind: [local\n")
-    with pytest.raises(SourceConfigError, match=r"sources.yaml: line \d+ is not valid YAML"):
-        load_sources(p)
-
-
-@pytest.mark.parametrize("text, expected", [
+    # slips a new user made: tabs (PyYAML's raw text before), `source:`, names a suggestion fixes
     ("sources:\n  - name: x\n\tkind: local\n",
      "line 3 is not valid YAML: a tab character: YAML indents with spaces only; replace the tabs with spaces"),
     ("source:\n  - name: x\n    kind: local\n    path: d\n",
@@ -139,12 +125,17 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
      "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got '読書'; write it in "
      "ASCII (a romanised name such as 'dokusho' or 'notes'): the vault's note titles can stay Japanese"),
 ])
-def test_common_sources_yaml_slips_say_what_to_type(tmp_path: Path, text: str, expected: str) -> None:
-    """Found by a new user: tabs got PyYAML's raw text, `source:` no suggestion, an invalid name no fixed one."""
+def test_unknown_key_bad_kind_and_duplicate_name_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)
     with pytest.raises(SourceConfigError) as err:
         load_sources(p)
     assert str(err.value) == f"{p}: {expected}"
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    p = write(tmp_path, "sources:\n  - name: x\n    kind: [local\n")
+    with pytest.raises(SourceConfigError, match=r"sources.yaml: line \d+ is not valid YAML"):
+        load_sources(p)
 
 
 def test_a_local_path_under_the_home_folder_may_start_with_a_tilde(tmp_path: Path,
