@@ -820,7 +820,7 @@ def capture(
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", metavar="FILE", help="Read the text from FILE ('-' = stdin).")] = None,
     title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line); heads the note as '# TITLE' unless the text starts with a level-1 heading.")] = None,
-    name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title); never overwrites.")] = None,
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title), or folders and a file name: daily/2026-12-04; never overwrites.")] = None,
     source: Annotated[str | None, typer.Option("--source", "-s", metavar="NAME", help="The local Markdown source to write into [env DOCSVAULT_CAPTURE_SOURCE].")] = None,
     agent: Annotated[str, typer.Option("--agent", metavar="NAME", help="Who wrote it (model or agent), for the frontmatter.")] = "docsvault capture",
     correlation_id: Annotated[str | None, typer.Option("--correlation-id", metavar="ID", help="Ties the note to a conversation or run (default: a new id).")] = None,

@@ -1018,7 +1018,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "it), with frontmatter (created, agent, status: raw, correlation_id, related: the top notes a "
             "search for it finds), then rebuild that source so the note is searchable at once (seconds to minutes). "
             "`title` heads the note as `# title` unless the text starts with a level-1 heading. "
-            "`name` is a file name without .md (default: from the title or first heading); an existing note is "
+            "`name` is a file name without .md, or folders and a file name (daily/2026-12-04) (default: from the title or first heading); an existing note is "
             f"never overwritten. `wait` (seconds, 0-{MAX_WAIT}, default 0): how long the rebuild waits for another "
             "running build to finish; with 0 it fails at once while one runs (the note is saved either way: "
             "`searchable` false, `error` says why). Returns the note's `path` (for read/search), `correlation_id`, "

@@ -428,11 +428,17 @@ def test_write_capture_frontmatter_and_safety(tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="already exists"):
         write_capture(src, "# What I learned\nagain")
     assert "again" not in got.path.read_text(encoding="utf-8")           # never overwritten
-    for bad in ("../escape", "a/b", "..", ".hidden", "con:x", "a\\b", "x" * 200):
+    (tmp_path / "outside").mkdir()
+    (root / "link").symlink_to(tmp_path / "outside")
+    for bad in ("../escape", "..", ".hidden", "con:x", "a\\b", "x" * 200, "/abs", "a//b", "a/../b", "a/.git/x",
+                "a /b", "a/b/c/d/e/f", "link/escape"):
         with pytest.raises(CaptureError):
             write_capture(src, "text", name=bad)
-    assert sorted(p.name for p in root.iterdir()) == ["What I learned.md"]
-    assert not (tmp_path / "escape.md").exists()
+    assert sorted(p.name for p in root.iterdir()) == ["What I learned.md", "link"]
+    assert not (tmp_path / "escape.md").exists() and not list((tmp_path / "outside").iterdir())
+    # folders of the source and a file name: the note goes there, the folder made when missing (a daily note)
+    got = write_capture(src, "Rain all day.", name="daily/2026-12-04")
+    assert (got.path, got.vault_path) == (root / "daily" / "2026-12-04.md", "inbox/daily/2026-12-04.md")
     with pytest.raises(CaptureError, match="nothing to capture"):
         write_capture(src, "   ")
     assert name_from_title("a/b: c?") == "a-b- c" and check_name("Note.md") == "Note"

@@ -126,7 +126,7 @@ def test_mcp_service_syntax_links_related(ux_env: Path, monkeypatch: pytest.Monk
     with pytest.raises(ToolFailure, match="no capture source"):
         svc.save_note("text")
     with pytest.raises(ToolFailure, match="unsafe note name"):
-        svc.save_note("text", name="a/b", source="inbox")
+        svc.save_note("text", name="a/../b", source="inbox")
 
 
 def test_build_force_redoes_a_source_from_scratch_with_progress_lines(ux_env: Path,

@@ -145,12 +145,17 @@ def capture_source(sources: Sequence[Source], name: str | None = None, arg: str 
     return found
 
 
+MAX_NAME_FOLDERS = 4           # folders a captured note's name may put it in (``daily/2026/12/04``)
+
+
 def check_name(name: str) -> str:
-    """A safe note file name (without ``.md``; a trailing ``.md`` is dropped).
+    """A safe note name (without ``.md``; a trailing ``.md`` is dropped): a file name, or folders of the source
+    and a file name joined by ``/`` (``daily/2026-12-04``: the note goes into that folder, made when missing), at
+    most :data:`MAX_NAME_FOLDERS` folders.
 
     Raises:
-        CaptureError: empty, too long, a path (``/``, ``\\``, ``..``), hidden (leading ``.``), or holding control or
-            ``:*?"<>|`` characters.
+        CaptureError: empty, too long, an absolute path or one with an empty, ``.``/``..`` or hidden (leading ``.``)
+            part, ``\\``, or holding control or ``:*?"<>|`` characters.
     """
     raw = name
     name = unicodedata.normalize("NFC", name.strip())
@@ -159,13 +164,17 @@ def check_name(name: str) -> str:
     if not name:
         raise CaptureError("the note name is empty: pass --name or a title")
     shown = raw if len(raw) <= 80 else raw[:77] + "..."
-    if _UNSAFE.search(name) or ".." in name:
-        raise CaptureError(f"unsafe note name {shown!r}: a name is one file name, without / \\ .. : * ? \" < > | "
-                           "or control characters")
-    if name.startswith("."):
+    parts = name.split("/")
+    if len(parts) > MAX_NAME_FOLDERS + 1 or any(not p.strip() or p != p.strip() for p in parts) \
+            or any(_UNSAFE.search(p) or ".." in p for p in parts):
+        raise CaptureError(f"unsafe note name {shown!r}: a name is a file name, or up to {MAX_NAME_FOLDERS} folders "
+                           "and a file name joined by / (daily/2026-12-04), without \\ .. : * ? \" < > | or control "
+                           "characters, no part empty or with spaces around it")
+    if any(p.startswith(".") for p in parts):
         raise CaptureError(f"unsafe note name {shown!r}: hidden names (a leading '.') are not notes")
-    if len(name) > MAX_NAME_CHARS:
-        raise CaptureError(f"note name too long ({len(name)} chars, at most {MAX_NAME_CHARS}): pass a shorter --name")
+    if len(parts[-1]) > MAX_NAME_CHARS:
+        raise CaptureError(f"note name too long ({len(parts[-1])} chars, at most {MAX_NAME_CHARS}): pass a shorter "
+                           "--name")
     return name
 
 
@@ -456,9 +465,15 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
                            "sources.yaml")
     target = (root / f"{fname}.md")
-    if not target.resolve().parent == root:
+    if root not in target.resolve().parents:          # a folder of the name that is a link out of the source
         raise CaptureError(f"refused: {fname!r} would be written outside {root}")
     rel = vault_rel_path(source, fname, name_option)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)   # daily/: made when missing, as Obsidian makes it
+    except OSError as exc:
+        raise CaptureError(f"cannot make the folder {target.parent}: {exc.strerror or exc}") from None
+    if root not in target.resolve().parents:          # made meanwhile as a link elsewhere: not followed
+        raise CaptureError(f"refused: {fname!r} would be written outside {root}")
     created = (now or datetime.now(UTC)).replace(microsecond=0)
     cid = correlation_id or uuid.uuid4().hex
     own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
