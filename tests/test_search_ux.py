@@ -30,7 +30,7 @@ from pipeline.search import usage
 from pipeline.search.neighbours import links_of, related
 from pipeline.search.query import QuerySyntaxError, parse_query, text_contains
 from pipeline.search.searcher import Searcher
-from pipeline.search.snippet import clean_text, cut_around, make_snippet
+from pipeline.search.snippet import clean_text, cut_around, make_snippet, match_position
 from pipeline.search.tags import inline_tags, tag_matches
 from tests.tiny_warehouse import publish_chunks
 
@@ -158,6 +158,11 @@ def test_bad_query_syntax_is_one_line(query: str, message: str) -> None:
 def test_text_matching_is_word_bounded_for_latin_and_substring_for_cjk() -> None:
     assert text_contains("the category list", "category") and not text_contains("the category list", "cat")
     assert text_contains("朝ご飯を食べた", "ご飯")
+    # an English word written against Japanese text is a word (found by a Japanese new user: -LoRA kept the note)
+    assert text_contains("stable diffusion でloraを学習する", "lora") and not text_contains("でloraxを", "lora")
+    assert not parse_query("tag:project -LoRA").keeps_text("Stable Diffusion でLoRAを学習するときは、VRAMが足りない")
+    assert parse_query('"LoRA"').keeps_text("Stable Diffusion でLoRAを学習する")
+    assert match_position("学習ではLoRAを使う", "lora") == 4
     q = parse_query('"parquet file" -csv')
     assert q.keeps_text("Read a Parquet  file quickly") and not q.keeps_text("parquet file or CSV")
     p = parse_query("x path:guide/ path:*/api/*.md")

@@ -120,14 +120,17 @@ def tag_problem(tag: str, subject: str | None = None) -> str | None:
 
 def text_contains(folded_text: str, term: str) -> bool:
     """Whether casefolded, whitespace-collapsed ``folded_text`` contains ``term``: at word boundaries for Latin
-    terms (``cat`` does not match ``category``), anywhere for terms with CJK characters."""
+    terms (``cat`` does not match ``category``; a CJK character beside it is a boundary: ``lora`` is in
+    ``でloraを``), anywhere for terms with CJK characters."""
     t = " ".join(term.replace("`", "").split()).casefold()
     if not t:
         return True
+    from pipeline.search.snippet import WORD_END, WORD_START
+
     if _CJK.search(t):
         return t in folded_text
-    left = r"\b" if re.match(r"\w", t) else ""
-    right = r"\b" if re.search(r"\w$", t) else ""
+    left = WORD_START if re.match(r"\w", t) else ""       # `LoRA` in `でLoRAを` is a word: CJK is no letter of it
+    right = WORD_END if re.search(r"\w$", t) else ""
     return re.search(left + re.escape(t) + right, folded_text) is not None
 
 

@@ -133,6 +133,11 @@ def heading_at(text: str, pos: int) -> str | None:
 
 
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+#: a letter, digit or ``_`` that is not CJK: what a Latin word may not touch. Japanese writes English words right
+#: against kana and kanji (``でLoRAを``), where ``\b`` sees no boundary (both sides are ``\w``)
+_LATINISH = "[^\\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+#: the start and end of a Latin word (``\b`` that counts CJK characters as outside the word)
+WORD_START, WORD_END = f"(?<!{_LATINISH})", f"(?!{_LATINISH})"
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
 
 
@@ -185,7 +190,7 @@ def match_position(text: str, query: str, extra_terms: Iterable[str] = ()) -> in
     terms = _terms(query, extra_terms)
     if not terms:
         return None
-    parts = [re.escape(t) if _CJK.search(t) else r"\b" + re.escape(t) for t in terms]
+    parts = [re.escape(t) if _CJK.search(t) else WORD_START + re.escape(t) for t in terms]
     m = re.search("|".join(parts), text, flags=re.IGNORECASE)
     return m.start() if m else None
 
