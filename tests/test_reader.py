@@ -103,9 +103,10 @@ def test_a_unique_source_path_that_is_no_md_file_reads_its_note(vault: Path, tmp
     path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
     assert find_note(vault, "Board.canvas", path) == "src/Board.canvas.md"
     assert read_note(vault, find_note(vault, "Board.canvas", path)).text == "# Board\n\nCanvas text.\n"
+    # the vault path of the canvas file itself (a new user copied it from the vault folder): the note made from it
+    assert find_note(vault, "src/Board.canvas", path) == find_note(vault, "src/Board.canvas") == "src/Board.canvas.md"
     hint = "; give a note's vault path as search returns it, e.g. 'source/folder/Note.md'"
-    for note, why in [("src/Board.canvas", "only Markdown notes (.md) can be read"),     # a vault file, no note
-                      ("src/notes.txt", "only Markdown notes (.md) can be read"),
+    for note, why in [("src/notes.txt", "only Markdown notes (.md) can be read"),     # a vault file, no note
                       ("../Board.canvas", "the path leaves the vault"),
                       (".Board.canvas", "hidden files and folders are not notes")]:
         with pytest.raises(PathRefusedError) as info:

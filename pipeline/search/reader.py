@@ -371,6 +371,12 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         resolve_note_path(vault_dir, note)
         return note
     except (NoteNotFoundError, PathRefusedError) as exc:
+        if isinstance(exc, _NotMarkdownError):        # `src/Board.canvas`: the note made from that file
+            try:
+                resolve_note_path(vault_dir, f"{note}.md")
+                return f"{note}.md"
+            except (NoteNotFoundError, PathRefusedError):
+                pass
         if warehouse_path is None or not Path(warehouse_path).exists():
             raise
         # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`): only a note's title or alias may be written so
