@@ -142,6 +142,11 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'Nowhere': no vault path, source path, note name, title or alias is "
                                "'Nowhere'; use a vault_path from search results (`docsvault search ...` / "
                                "the search tool)")
+    with pytest.raises(NoteNotFoundError) as info:                           # misspelled: the close names
+        find_note(vault, "Hmoe", path)
+    assert str(info.value) == ("no note 'Hmoe': no vault path, source path, note name, title or alias is "
+                               "'Hmoe'; did you mean 'Home'? Else use a vault_path from search results (`docsvault "
+                               "search ...` / the search tool)")
     # a file of yours in the vault (no build wrote it, so it is no note of the warehouse): named, with its path
     (vault / "src" / "projects").mkdir()
     (vault / "src" / "projects" / "Ideas.md").write_text("# Ideas\n", encoding="utf-8")

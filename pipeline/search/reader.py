@@ -399,9 +399,32 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             raise NoteNotFoundError(
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, a file no build "
                 f"wrote (your own, not searched): read it by that path, e.g. `docsvault read {files[0]!r}`") from None
+        near = _close_names(Path(warehouse_path), note)
+        hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
-                                f"is {note!r}; use a vault_path from search results (`docsvault search ...` / "
+                                f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
+    """The notes' names closest to a misspelled ``note`` (:func:`difflib.get_close_matches`, ratio >= 0.75,
+    compared case-folded): their titles and file names (without ``.md``), as ``read`` takes them; at most ``n``."""
+    import difflib
+
+    from pipeline import warehouse as wh
+
+    con = wh.connect(warehouse_path, read_only=True)
+    try:
+        rows = con.execute("SELECT coalesce(title, ''), vault_path FROM notes").fetchall()
+    finally:
+        con.close()
+    names: dict[str, str] = {}                   # case-folded name -> as written
+    for title, vault_path in rows:
+        for name in (title, posixpath.basename(vault_path).removesuffix(".md")):
+            if name.strip():
+                names.setdefault(unicodedata.normalize("NFC", name).casefold(), name)
+    want = unicodedata.normalize("NFC", note.strip()).casefold()
+    return [names[k] for k in difflib.get_close_matches(want, sorted(names), n=n, cutoff=0.75)]
 
 
 def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[str]:
