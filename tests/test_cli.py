@@ -161,9 +161,9 @@ def test_sources_validate_checks_local_folders(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         (f"error: {p}: sources[2] (source 'gone'): 'path' {tmp_path / 'missing'} does not exist; create the folder "
-        f"or fix 'path' (relative to {tmp_path})"),
+        f"or fix 'path' (a relative one is read from {tmp_path})"),
         (f"error: {p}: sources[3] (source 'afile'): 'path' {tmp_path / 'file.md'} is not a folder; create the folder "
-        f"or fix 'path' (relative to {tmp_path})"),
+        f"or fix 'path' (a relative one is read from {tmp_path})"),
     ]
     p.write_text("sources:\n  - name: ok\n    kind: local\n    path: notes\n", encoding="utf-8")
     result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),

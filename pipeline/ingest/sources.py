@@ -479,7 +479,7 @@ def check_local_paths(sources: list[Source], sources_file: Path,
                 except OSError as exc:
                     problem = f"cannot be read ({exc.strerror or exc})"
             problems.append(f"{where}: 'path' {root} {problem}; create the folder or fix 'path' "
-                            f"(relative to {sources_file.parent})")
+                            f"(a relative one is read from {sources_file.parent})")
     return problems
 
 
