@@ -657,6 +657,7 @@ def search(
                 why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
                 raise UnknownSourceError(why) if why else exc from None
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
+            untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
         finally:
             searcher.close()
@@ -682,6 +683,8 @@ def search(
         else:
             for h in rows:
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
+        if listing and more:        # stdout stays the list; the note that it was cut goes to stderr
+            typer.echo(f"(the first {k} notes by path; more match)", err=True)
         if not rows:
             raise typer.Exit(1)
         return
@@ -697,11 +700,14 @@ def search(
                 row["explain"] = explain_parts(h, searcher)
             out.append(row)
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        if listing and more:
+            typer.echo(f"(the first {k} notes by path; more match)", err=True)
         if not hits:
             raise typer.Exit(1)
         return
     if not hits:
-        typer.echo(NO_RESULTS)
+        typer.echo(f"{NO_RESULTS}: no note{' of ' + ', '.join(sources) if sources else ''} has the tag "
+                   f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)" if untagged else NO_RESULTS)
         raise typer.Exit(1)
     color = _color()
     pattern = term_pattern(query_terms(parsed.text, tokens))

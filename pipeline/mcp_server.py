@@ -327,8 +327,10 @@ class VaultService:
             from pipeline.search.usage import boost_enabled, boosts, load
 
             searcher.usage_boost = boosts(load(self.settings.data_dir)) if boost_enabled() else {}
-            hits = searcher.search(parsed.text, k=k, source=wanted or None, tags=tags or None, lanes=lane_list,
-                                   filters=filters)
+            listing = not parsed.text                 # filters alone: one more hit tells whether the list was cut
+            hits = searcher.search(parsed.text, k=k + listing, source=wanted or None, tags=tags or None,
+                                   lanes=lane_list, filters=filters)
+            more, hits = len(hits) > k, hits[:k]
         except UnknownSourceError as exc:
             from pipeline.ingest.sources import unbuilt_sources_message
 
@@ -345,9 +347,13 @@ class VaultService:
         if not out:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
+            if tags and not searcher.tagged_notes(tags, wanted or None):
+                return {"query": query[:200], "hits": out, "message": f"{NO_RESULTS}: no note has the tag "
+                        f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)"}
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         if not parsed.text:
-            return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE}
+            cut = f" More notes pass them: raise k (at most {MAX_K}) or add a filter." if more else ""
+            return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
         return {"query": query[:200], "hits": out}
 
     def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:

@@ -313,7 +313,8 @@ def _human_outputs_after_a_build() -> None:
     )
     assert run("search", "welcome", "--tag", "#start") == (
         " 1. 0.1190  tiny/Home.md\n    Welcome. See Install guide and Ducks.\n")
-    assert run("search", "ducks", "--tag", "no-such-tag", code=1) == "No results\n"   # exit 1 as grep
+    assert run("search", "ducks", "--tag", "no-such-tag", code=1) == (          # exit 1 as grep
+        "No results: no note has the tag 'no-such-tag' (frontmatter or inline #tag)\n")
     hit = json.loads(run("search", "parquet", "-k", "1", "--json", "--explain"))[0]
     assert hit["vault_path"] == "tiny/sub/Parquet files.md"
     assert hit["lanes"] == {"bm25": 1, "bm25_page": 1, "vector": 1}

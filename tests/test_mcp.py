@@ -275,5 +275,22 @@ def test_search_tool_lists_the_notes_of_a_query_of_filters_alone(built_env: Path
     from pipeline.mcp_server import LISTING_MESSAGE, VaultService
 
     out = VaultService(Settings.from_env()).search("source:tiny -pond", k=2)
-    assert ([h["path"] for h in out["hits"]], [h["score"] for h in out["hits"]], out["message"]) == (
-        ["tiny/Home.md", "tiny/Install guide.md"], [0.0, 0.0], LISTING_MESSAGE)
+    assert ([h["path"] for h in out["hits"]], [h["score"] for h in out["hits"]], out["message"], out["more"]) == (
+        ["tiny/Home.md", "tiny/Install guide.md"], [0.0, 0.0],
+        LISTING_MESSAGE + " More notes pass them: raise k (at most 20) or add a filter.", True)
+    out = VaultService(Settings.from_env()).search("source:tiny -pond", k=4)
+    assert (len(out["hits"]), out["message"], out["more"]) == (4, LISTING_MESSAGE, False)
+
+
+def test_a_tag_no_note_has_is_named_as_such(built_env: Path) -> None:
+    """`tag:nobody` found nothing and said only "No results": now it says no note has the tag (CLI and MCP)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.mcp_server import VaultService
+
+    out = VaultService(Settings.from_env()).search("ducks tag:nobody", k=2)
+    assert (out["hits"], out["message"]) == ([], "No results: no note has the tag 'nobody' (frontmatter or inline #tag)")
+    result = CliRunner().invoke(app, ["search", "tag:nobody", "--source", "tiny"])
+    assert (result.exit_code, result.output) == (
+        1, "No results: no note of tiny has the tag 'nobody' (frontmatter or inline #tag)\n")

@@ -1589,6 +1589,12 @@ class Searcher:
             )
         return hits
 
+    def tagged_notes(self, tags: str | Sequence[str], source: str | Sequence[str] | None = None) -> int:
+        """How many notes of the sources (None: all) carry one of ``tags`` (compared as the ``tag:`` filter
+        compares them): 0 tells "no note has that tag" from "nothing matched". Raises UnknownSourceError."""
+        with self._lock:
+            return len(self._notes_with_tags(tags, self._resolve_sources(source)) or ())
+
     def _listed(self, source: str | Sequence[str] | None, tags: str | Sequence[str] | None
                 ) -> list[tuple[str, float, dict[str, int]]]:
         """Every searchable note of the sources (None: all) carrying one of ``tags`` (None: any), as fused pages
