@@ -51,7 +51,8 @@ def test_the_readme_query_example_finds_what_it_says(help_env: Path) -> None:
     assert result.exit_code == 0, result.output
     assert [line.split("\t")[0] for line in result.output.splitlines()] == [finds]
     old = runner.invoke(app, ["search", '"daily note" template -plugin tag:howto path:obsidian-help/'])
-    assert (old.exit_code, old.output) == (1, "No results\n")       # the example it replaces
+    assert (old.exit_code, old.output) == (           # the example it replaces
+        1, "No results: no note has the tag 'howto' (frontmatter or inline #tag)\n")
 
 
 def test_options_go_before_the_double_dash(help_env: Path, monkeypatch: pytest.MonkeyPatch,
