@@ -224,13 +224,13 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
                 assert run2.wait(timeout=600) == 0, (logs / "run2.log").read_text()[-3000:]
             second = snapshot(out / "data")
             assert (out / "data" / "warehouse.duckdb").stat().st_mtime_ns == stat.st_mtime_ns
-            # a worker started with another DOCSVAULT_DATA: each step it takes fails at once, naming both
-            elsewhere = tmp_path / "elsewhere" / "data"
-            with workers(env | {"DOCSVAULT_DATA": str(elsewhere)}, logs, ["w4"]):
-                run3 = _materialize(env, logs / "run3.log")
-                assert run3.wait(timeout=600) != 0, (logs / "run3.log").read_text()[-3000:]
-            assert not elsewhere.exists()
-            assert (out / "data" / "warehouse.duckdb").stat().st_mtime_ns == stat.st_mtime_ns
+        # the only worker started with another DOCSVAULT_DATA: each step it takes fails at once, naming both
+        elsewhere = tmp_path / "elsewhere" / "data"
+        with workers(env | {"DOCSVAULT_DATA": str(elsewhere)}, logs, ["w4"]):
+            run3 = _materialize(env, logs / "run3.log")
+            assert run3.wait(timeout=600) != 0, (logs / "run3.log").read_text()[-3000:]
+        assert not elsewhere.exists()
+        assert (out / "data" / "warehouse.duckdb").stat().st_mtime_ns == stat.st_mtime_ns
         runs = _run_log(env)
 
     assert first == reference
