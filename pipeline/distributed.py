@@ -19,12 +19,23 @@ Environment (read by the run process and by every worker: give both the same val
 
 Workers: ``celery -A dagster_celery.app worker -Q dagster -n NAME@%h`` with ``deploy/`` (it holds
 ``dagster_celery_config.py``, which reads the same variables) and the project on ``PYTHONPATH``.
+
+The run process executes dagster-celery's executor wrapped in :class:`DocsvaultCeleryExecutor`: it records its
+process (``docsvault/host``, ``docsvault/pid``...) and the run's resolved data and vault folders
+(``docsvault/data_dir``, ``docsvault/vault_dir``) in the run's tags; it releases, at its start and every few
+seconds while it executes (:class:`HeldPoolWatch`), the runs of this host whose process is gone and the slots
+of runs that ended, and says in the run's log which run holds a pool its steps wait for. Every step a worker
+runs compares its folders with the run's tags and fails at once on a mismatch
+(:meth:`pipeline.defs.resources.DocsvaultResource.check_run_folders`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
 
@@ -32,6 +43,21 @@ from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, library_env_default
 from pipeline.config import environ as config_environ
 from pipeline.defs import build_definitions
+from pipeline.defs import executor as docsvault_executor
+from pipeline.defs.executor import (
+    free_slots_of_ended_runs,
+    record_run_process,
+    release_runs_of_dead_processes,
+)
+from pipeline.defs.resources import run_folder_tags
+
+if TYPE_CHECKING:
+    from dagster._core.events import DagsterEvent
+    from dagster._core.execution.context.system import PlanOrchestrationContext
+    from dagster._core.execution.plan.plan import ExecutionPlan
+    from dagster._core.execution.retries import RetryMode
+
+log = logging.getLogger(__name__)
 
 BROKER_ENV = "DOCSVAULT_CELERY_BROKER"
 BACKEND_ENV = "DOCSVAULT_CELERY_BACKEND"
@@ -75,14 +101,170 @@ def celery_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     }
 
 
+#: seconds between two repeats of one "pool X is held by run Y" line while this run's steps wait for it
+#: (:class:`HeldPoolWatch`); a line that changes (another holder, another status) is said at once
+WAIT_NOTICE_SECONDS = 60.0
+
+
+class HeldPoolWatch:
+    """What a distributed run's process does about the pool slots its steps wait for, on a daemon thread every
+    :data:`pipeline.defs.executor.DEAD_RUN_CHECK_SECONDS` (5 s) while the run executes.
+
+    Dagster-celery's run loop claims the slots of the run's steps in the run process and waits, silently,
+    while another run holds them (``pending_steps``). A holder whose process was killed (``kill -9`` of a
+    ``dagster asset materialize -m pipeline.distributed``) stayed STARTED for good, and one terminated in the
+    UI (CANCELED) kept its slot row: every later run waited without a word. Each pass (:meth:`check`) reports
+    failed, and frees the slots of, the runs of this host whose process is gone
+    (:func:`~pipeline.defs.executor.release_runs_of_dead_processes`) and frees those of runs that ended
+    (:func:`~pipeline.defs.executor.free_slots_of_ended_runs`), saying so in one line; Dagster's next claim
+    (it retries every 1 to 15 s) then gets the slot. While a step of this run still waits for a pool of
+    ``pools``, it says who holds it, as ``docsvault build`` does before it waits
+    (:func:`pipeline.defs.runner.pools_held_by_other_runs`), the same line at most every
+    :data:`WAIT_NOTICE_SECONDS`.
+
+    Args:
+        instance: the run's instance (its event log storage holds the pool slots).
+        run_id: this run.
+        pools: the pools of the steps this run executes.
+        say: where a line goes (the run's log: its console and the UI's run view).
+    """
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, pools: Sequence[str],
+                 say: Callable[[str], None]) -> None:
+        self._instance, self._run_id, self._pools, self._say = instance, run_id, list(pools), say
+        self._said: dict[str, float] = {}          # line -> when it was last said (time.monotonic())
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def check(self) -> list[str]:
+        """One pass: release dead and ended runs, then name the holders of the pools this run waits for.
+
+        Returns:
+            The lines said, in order.
+        """
+        from pipeline.defs.runner import pools_held_by_other_runs
+
+        lines = []
+        released = sorted(set(release_runs_of_dead_processes(self._instance)
+                               + free_slots_of_ended_runs(self._instance)))
+        if released:
+            lines.append(f"released the pool slots of run(s) {', '.join(released)}: ended, or their process "
+                         "on this host is gone")
+        now = time.monotonic()
+        for line in pools_held_by_other_runs(self._instance, self.waiting_pools(), waiter="this run",
+                                             own_run=self._run_id):
+            if now - self._said.get(line, float("-inf")) >= WAIT_NOTICE_SECONDS:
+                self._said[line] = now
+                lines.append(line)
+        for line in lines:
+            self._say(line)
+        return lines
+
+    def waiting_pools(self) -> list[str]:
+        """The pools of ``pools`` in which a step of this run waits for a slot (a pending claim)."""
+        storage = self._instance.event_log_storage
+        if not self._pools or not storage.supports_global_concurrency_limits \
+                or self._run_id not in storage.get_concurrency_run_ids():
+            return []
+        infos = storage.get_concurrency_infos(self._pools)
+        return [pool for pool in self._pools if any(p.run_id == self._run_id and p.assigned_timestamp is None
+                                                    for p in infos[pool].pending_steps)]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(docsvault_executor.DEAD_RUN_CHECK_SECONDS):
+            try:
+                self.check()
+                self._failing = False
+            except Exception as exc:  # noqa: BLE001 - the instance's database away: the next pass retries
+                if not self._failing:
+                    log.warning("run %s: could not look for runs holding its pools: %s", self._run_id, exc)
+                self._failing = True
+
+    def __enter__(self) -> Self:
+        self._thread = threading.Thread(target=self._loop, name="docsvault-held-pool-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=docsvault_executor.DEAD_RUN_CHECK_SECONDS)
+
+
+def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
+    """The run's data and vault folders as run tags (:func:`pipeline.defs.resources.run_folder_tags`): the
+    ``docsvault`` resource's config as the run resolves it (the run config's, else the defaults this process
+    loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``); {} when the job has no such resource."""
+    from dagster._core.system_config.objects import ResolvedRunConfig
+
+    resolved = ResolvedRunConfig.build(plan_context.job.get_definition(), plan_context.run_config)
+    resource = resolved.resources.get("docsvault")
+    if resource is None:
+        return {}
+    return run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"])
+
+
+def record_run_start(plan_context: PlanOrchestrationContext) -> None:
+    """Record in the run's tags the process that executes it
+    (:func:`~pipeline.defs.executor.record_run_process`: this one, as docsvault's own executor records it)
+    and the run's folders (:func:`run_folders`); a re-executed run's copies of its parent's tags are
+    overwritten."""
+    instance, run_id = plan_context.instance, plan_context.dagster_run.run_id
+    record_run_process(instance, run_id)
+    folders = run_folders(plan_context)
+    if folders:
+        instance.add_run_tags(run_id, folders)
+
+
+class DocsvaultCeleryExecutor(dg.Executor):
+    """dagster-celery's executor (``CeleryExecutor``, made from the same config) after
+    :func:`record_run_start` and a first pass of :class:`HeldPoolWatch` (the runs of this host whose process
+    is gone and the slots of runs that ended are released, as ``docsvault build`` does at its start), then
+    under the watch; steps, queues, retries and Celery settings are dagster-celery's.
+
+    Dagster-celery's run loop reads ``app_args()`` and ``retries`` from the run's executor (this one): both
+    are the wrapped executor's."""
+
+    def __init__(self, celery: Any) -> None:
+        self._celery = celery
+
+    @property
+    def retries(self) -> RetryMode:
+        return self._celery.retries
+
+    def app_args(self) -> dict[str, Any]:
+        return self._celery.app_args()
+
+    def execute(self, plan_context: PlanOrchestrationContext,
+                execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
+        record_run_start(plan_context)
+        pools = sorted({step.pool for step in execution_plan.get_steps_to_execute_in_topo_order()
+                        if getattr(step, "pool", None)})
+        watch = HeldPoolWatch(plan_context.instance, plan_context.dagster_run.run_id, pools,
+                              plan_context.log.warning)
+        watch.check()
+        with watch:
+            yield from self._celery.execute(plan_context, execution_plan)
+
+
 def celery_executor_def() -> dg.ExecutorDefinition:
-    """dagster-celery's executor configured from :func:`celery_settings`."""
+    """dagster-celery's executor, wrapped in :class:`DocsvaultCeleryExecutor`, configured from
+    :func:`celery_settings` (its config schema and requirements are dagster-celery's)."""
     from dagster_celery import celery_executor
+    from dagster_celery.executor import CELERY_CONFIG
+
+    @dg.executor(name="docsvault_celery_executor", config_schema=CELERY_CONFIG,
+                 requirements=dg.multiple_process_executor_requirements())
+    def docsvault_celery_executor(init_context: dg.InitExecutorContext) -> DocsvaultCeleryExecutor:
+        celery = celery_executor.executor_creation_fn(init_context)  # type: ignore[misc]
+        return DocsvaultCeleryExecutor(celery)
 
     conf = celery_settings()
     source = {k: v for k, v in conf.items() if k not in ("broker_url", "result_backend")}
-    return celery_executor.configured({"broker": conf["broker_url"], "backend": conf["result_backend"],
-                                       "config_source": source}, name="docsvault_celery")
+    return docsvault_celery_executor.configured(
+        {"broker": conf["broker_url"], "backend": conf["result_backend"], "config_source": source},
+        name="docsvault_celery")
 
 
 def distributed_definitions(settings: Settings) -> dg.Definitions:

@@ -1,15 +1,30 @@
 """The distributed deployment's wiring without servers: Celery settings from the environment, the Celery executor
-on the same assets, single-writer stages in one Dagster pool, and the stage lock switch."""
+on the same assets, single-writer stages in one Dagster pool, and the stage lock switch; the run process's
+wrapper of the Celery executor (its process and folders in the run's tags, dead and ended runs released at its
+start and while it waits, the holder of a pool it waits for named) and the workers' check of the run's
+folders."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import dagster as dg
 import pytest
+from dagster._core.storage.dagster_run import DagsterRun
 
 from pipeline import stages as build
 from pipeline.common.lock import LOCK_NAME
 from pipeline.config import Settings
+from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_START_TAG, PID_TAG, process_start
+from pipeline.defs.resources import DATA_DIR_TAG, VAULT_DIR_TAG, DocsvaultResource, WorkerSettingsError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,8 +53,6 @@ def test_celery_settings_from_environment() -> None:
 
 def test_distributed_definitions_use_celery_and_pool_the_single_writers(tiny_env: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import dagster as dg
-
     from pipeline.distributed import distributed_definitions
 
     monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "redis://127.0.0.1:1/0")
@@ -47,6 +60,21 @@ def test_distributed_definitions_use_celery_and_pool_the_single_writers(tiny_env
     dg.Definitions.validate_loadable(defs)
     job = defs.resolve_implicit_global_asset_job_def()
     assert job.executor_def.name == "docsvault_celery"
+    # dagster-celery's executor with the deployment's settings, wrapped by the run process's bookkeeping
+    from dagster._core.definitions.job_base import InMemoryJob
+    from dagster._core.system_config.objects import ResolvedRunConfig
+    from dagster_celery.executor import CeleryExecutor
+
+    from pipeline.distributed import DocsvaultCeleryExecutor
+
+    config = ResolvedRunConfig.build(job, {}).execution.execution_engine_config
+    executor = job.executor_def.executor_creation_fn(dg.InitExecutorContext(
+        job=InMemoryJob(job), executor_def=job.executor_def, executor_config=config,
+        instance=dg.DagsterInstance.ephemeral()))
+    assert isinstance(executor, DocsvaultCeleryExecutor) and isinstance(executor._celery, CeleryExecutor)
+    args = executor.app_args()
+    assert (args["broker"], args["backend"], args["config_source"].task_acks_late) == (
+        "redis://127.0.0.1:1/0", "redis://127.0.0.1:1/0", True)
     pools = {node.name: node.definition.pool for node in job.graph.nodes}
     assert {name for name, pool in pools.items() if pool == "docsvault_warehouse"} == {
         "link_graph", "warehouse", "retrieval_eval"}
@@ -63,11 +91,8 @@ def test_deploy_instance_yaml_limits_the_pool() -> None:
 
 
 def test_importing_the_distributed_entry_point_changes_no_environment() -> None:
-    import subprocess
-    import sys
-
     code = "import os, pipeline.distributed; print(os.environ.get('DOCSVAULT_STAGE_LOCK'))"
-    env = {k: v for k, v in __import__("os").environ.items() if k != "DOCSVAULT_STAGE_LOCK"}
+    env = {k: v for k, v in os.environ.items() if k != "DOCSVAULT_STAGE_LOCK"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=REPO)
     assert out.stdout.strip() == "None"
 
@@ -81,3 +106,258 @@ def test_stage_lock_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("DOCSVAULT_STAGE_LOCK")
     with build.stage_lock(settings):
         assert lock.read_text(encoding="utf-8") != ""        # held: names this process
+
+
+# ------------------------------------------- the run process of a distributed run, and its workers' folders
+HOST = socket.gethostname()
+WAREHOUSE = "docsvault_warehouse"
+RUN_ID = "6a1f0c3e-2b4d-4e5f-8a9b-0c1d2e3f4a5b"
+INSTANCE_MD = '(docs/deploy.md, "Instance")'
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster"), overrides={
+            "concurrency": {"pools": {"granularity": "op", "default_limit": 1}}}) as inst:
+        yield inst
+
+
+def _resource(data: str, vault: str) -> DocsvaultResource:
+    return DocsvaultResource(sources_file="s.yaml", data_dir=data, vault_dir=vault, evals_dir="e",
+                             model="hash", multilingual_model="hash")
+
+
+def test_a_step_whose_folders_are_not_the_runs_fails_naming_both(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker started with another DOCSVAULT_DATA / DOCSVAULT_VAULT than the run process: one line naming
+    the run's folder, the worker's and its host. The same folder spelled another way (relative, `..`, a
+    symlink) matches; a run without the tags (an older or in-process run) is not checked."""
+    run_data, run_vault = tmp_path / "shared" / "data", tmp_path / "shared" / "vault"
+    tags = {DATA_DIR_TAG: str(run_data), VAULT_DIR_TAG: str(run_vault)}
+    (tmp_path / "link").symlink_to(tmp_path / "shared")
+    monkeypatch.chdir(tmp_path)
+    for data, vault in ((str(run_data), str(run_vault)), ("shared/data", "shared/x/../vault"),
+                        (f"{tmp_path}/link/data", "link/vault")):
+        _resource(data, vault).check_run_folders("r1", tags)
+    mine = _resource("mine/data", "mine/vault")
+    mine.check_run_folders("r1", {"docsvault/run": "build"})                      # no tags
+    mine.check_run_folders("r1", {DATA_DIR_TAG: str(tmp_path / "mine" / "data")})  # only one
+
+    with pytest.raises(WorkerSettingsError) as err:
+        _resource("mine/data", str(run_vault)).check_run_folders("r1", tags)
+    assert str(err.value) == (
+        f"run r1 builds data folder {run_data}, but this worker (host {HOST}) has data folder "
+        f"{tmp_path}/mine/data: start the worker with the same DOCSVAULT_DATA as the run process "
+        f"{INSTANCE_MD}")
+    with pytest.raises(WorkerSettingsError) as err:
+        mine.check_run_folders("r1", tags)
+    assert str(err.value) == (
+        f"run r1 builds data folder {run_data} and vault folder {run_vault}, but this worker (host {HOST}) "
+        f"has data folder {tmp_path}/mine/data and vault folder {tmp_path}/mine/vault: start the worker with "
+        f"the same DOCSVAULT_DATA and DOCSVAULT_VAULT as the run process {INSTANCE_MD}")
+
+
+def test_every_step_checks_the_runs_folders_before_it_reads_or_writes(tiny_env: Path) -> None:
+    """A per-source step and a shared one, in a run whose tags name other folders (as a worker with another
+    DOCSVAULT_DATA sees it): each fails at once with the line; nothing is written in this process's
+    folders."""
+    from pipeline.defs import build_definitions
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    elsewhere = tiny_env / "elsewhere"
+    tags = {DATA_DIR_TAG: str(elsewhere / "data"), VAULT_DIR_TAG: str(settings.vault_dir)}
+    result = build_definitions(settings).resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")], tags=tags,
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_id=RUN_ID)
+    line = (f"run {RUN_ID} builds data folder {elsewhere}/data, but this worker (host {HOST}) has data "
+            f"folder {settings.data_dir}: start the worker with the same DOCSVAULT_DATA as the run process "
+            f"{INSTANCE_MD}")
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
+    assert not settings.data_dir.exists() and not elsewhere.exists()
+
+
+def _plan_context(instance: dg.DagsterInstance, run: DagsterRun, job: dg.JobDefinition,
+                  run_config: dict[str, Any], said: list[str]) -> Any:
+    """The parts of Dagster's PlanOrchestrationContext the wrapper reads."""
+    return SimpleNamespace(instance=instance, dagster_run=run, run_config=run_config,
+                           job=SimpleNamespace(get_definition=lambda: job),
+                           log=SimpleNamespace(warning=said.append))
+
+
+def _started(instance: dg.DagsterInstance, run_id: str, tags: dict[str, str] | None = None) -> DagsterRun:
+    return instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, tags=tags or {},
+                                       status=dg.DagsterRunStatus.STARTED))
+
+
+def _process_tags(run_id: str, pid: int, host: str = HOST) -> dict[str, str]:
+    return {HOST_TAG: host, PID_TAG: str(pid), PID_RUN_TAG: run_id, PID_START_TAG: process_start(pid)}
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def _claim(instance: dg.DagsterInstance, pool: str, run_id: str, step: str) -> bool:
+    instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+    return instance.event_log_storage.claim_concurrency_slot(pool, run_id, step).is_claimed
+
+
+def _released(*run_ids: str) -> str:
+    return (f"released the pool slots of run(s) {', '.join(run_ids)}: ended, or their process on this host "
+            "is gone")
+
+
+def _held_here(holder: str, step: str, pid: int) -> str:
+    return (f"pool {WAREHOUSE} is held by run {holder} (STARTED, step {step}): this run's steps of that "
+            "pool wait until it is done (the Dagster UI shows the run); it runs in pid "
+            f"{pid} on this host: if that process is killed, the run is released automatically and this run "
+            "goes on")
+
+
+def test_the_celery_run_process_records_its_process_and_folders_and_releases_dead_runs(
+        tiny_env: Path, instance: dg.DagsterInstance) -> None:
+    """Before dagster-celery's loop starts: the process tags (as docsvault's own executor records them), the
+    folders the run's resource config resolves to (the Launchpad's override when it gives one), and the runs
+    of this host whose process is gone or that ended are released, in one line of the run's log (a kill -9'd
+    distributed run held the warehouse pool for good); then the wrapped executor runs with its own retries
+    and Celery app arguments."""
+    from dagster._core.execution.retries import RetryMode
+
+    from pipeline.defs import build_definitions
+    from pipeline.distributed import DocsvaultCeleryExecutor
+
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    _started(instance, "killed-run", _process_tags("killed-run", _dead_pid()))
+    assert _claim(instance, WAREHOUSE, "killed-run", "warehouse")
+    _started(instance, "ui-terminated")
+    assert _claim(instance, "docsvault_source_tiny", "ui-terminated", "tiny__chunks")
+    instance.report_run_canceled(instance.get_run_by_id("ui-terminated"))
+    run = _started(instance, "celery-run")
+    seen: dict[str, Any] = {}
+
+    class Celery:                               # stands for dagster-celery's CeleryExecutor
+        retries = RetryMode.DISABLED
+
+        def app_args(self) -> dict[str, str]:
+            return {"broker": "redis://b"}
+
+        def execute(self, plan_context: Any, plan: Any) -> Iterator[str]:
+            seen["tags"] = dict(instance.get_run_by_id("celery-run").tags)
+            seen["slots"] = instance.event_log_storage.get_concurrency_run_ids()
+            yield "an event"
+
+    executor = DocsvaultCeleryExecutor(Celery())
+    assert (executor.retries, executor.app_args()) == (RetryMode.DISABLED, {"broker": "redis://b"})
+    plan = SimpleNamespace(get_steps_to_execute_in_topo_order=lambda: [SimpleNamespace(pool=WAREHOUSE)])
+    said: list[str] = []
+    assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == ["an event"]
+    assert seen["tags"] == {**_process_tags("celery-run", os.getpid()), DATA_DIR_TAG: str(settings.data_dir),
+                            VAULT_DIR_TAG: str(settings.vault_dir)}
+    assert seen["slots"] == set()
+    assert {r.run_id: r.status.value for r in instance.get_runs()} == {
+        "killed-run": "FAILURE", "ui-terminated": "CANCELED", "celery-run": "STARTED"}
+    assert said == [_released("killed-run", "ui-terminated")]
+
+    # a Launchpad run config that sets the resource: its folders are the run's
+    config = {**DocsvaultResource.from_settings(settings).model_dump(), "data_dir": str(tiny_env / "d2"),
+              "vault_dir": "~/v2"}
+    other = _started(instance, "launchpad-run")
+    run_config = {"resources": {"docsvault": {"config": config}}}
+    list(executor.execute(_plan_context(instance, other, job, run_config, said), plan))
+    tags = instance.get_run_by_id("launchpad-run").tags
+    assert (tags[DATA_DIR_TAG], tags[VAULT_DIR_TAG]) == (str(tiny_env / "d2"), str(Path("~/v2").expanduser()))
+
+
+def test_a_waiting_distributed_run_names_the_holder_and_goes_on_once_it_is_killed_or_terminated(
+        instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass of the run process's watch: while a step of the run waits for a pool, one line names the run
+    that holds it (status, step, where it runs), repeated at most every WAIT_NOTICE_SECONDS; once the holder's
+    process is killed, or the holder is terminated in the UI, its slot is freed and the pass says so."""
+    from pipeline import distributed
+    from pipeline.distributed import HeldPoolWatch
+
+    holder = _sleeper()
+    try:
+        _started(instance, "holder", _process_tags("holder", holder.pid))
+        assert _claim(instance, WAREHOUSE, "holder", "warehouse")
+        _started(instance, "waiting-run")
+        said: list[str] = []
+        watch = HeldPoolWatch(instance, "waiting-run", [WAREHOUSE, "docsvault_source_tiny"], said.append)
+        assert watch.check() == [] and watch.waiting_pools() == []          # not waiting: nothing to say
+        assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is False
+        notice = _held_here("holder", "warehouse", holder.pid)
+        assert watch.waiting_pools() == [WAREHOUSE]
+        assert watch.check() == [notice]
+        assert watch.check() == []                                          # not at every pass
+        monkeypatch.setattr(distributed, "WAIT_NOTICE_SECONDS", 0.0)
+        assert watch.check() == [notice]
+        holder.kill()
+        holder.wait()
+        assert watch.check() == [_released("holder")]
+        assert said == [notice, notice, _released("holder")]
+        assert instance.get_run_by_id("holder").status == dg.DagsterRunStatus.FAILURE
+        assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is True
+        assert watch.waiting_pools() == []
+        instance.event_log_storage.free_concurrency_slots_for_run("waiting-run")
+    finally:
+        holder.kill()
+        holder.wait()
+
+    # a holder on another host: named with where it runs; terminated in the UI, its slot is freed
+    _started(instance, "far-run", _process_tags("far-run", 1, host="far-host"))
+    assert _claim(instance, WAREHOUSE, "far-run", "retrieval_eval")
+    assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is False
+    watch = HeldPoolWatch(instance, "waiting-run", [WAREHOUSE], said.append)
+    assert watch.check() == [(
+        f"pool {WAREHOUSE} is held by run far-run (STARTED, step retrieval_eval): this run's steps of that "
+        "pool wait until it is done (the Dagster UI shows the run); it runs on host far-host: if its "
+        "process was killed there, a build, the sensor or a distributed run on that host releases it, or "
+        "Terminate it in the Dagster UI (Force termination immediately) and this run goes on")]
+    instance.report_run_canceled(instance.get_run_by_id("far-run"))      # the UI's Terminate
+    assert watch.check() == [_released("far-run")]
+    assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is True
+
+
+def test_a_run_already_waiting_goes_on_when_the_holder_is_killed(instance: dg.DagsterInstance,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's daemon thread looks again every DEAD_RUN_CHECK_SECONDS while the run executes: it names
+    the holder once, releases it once its process is killed (nothing else runs meanwhile), and stops with the
+    run's execution."""
+    from pipeline.defs import executor
+    from pipeline.distributed import HeldPoolWatch
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(said) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    monkeypatch.setattr(executor, "DEAD_RUN_CHECK_SECONDS", 0.05)
+    holder = _sleeper()
+    try:
+        _started(instance, "holder", _process_tags("holder", holder.pid))
+        assert _claim(instance, WAREHOUSE, "holder", "warehouse")
+        _started(instance, "waiting-run")
+        assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is False
+        said: list[str] = []
+        with HeldPoolWatch(instance, "waiting-run", [WAREHOUSE], said.append) as watch:
+            wait_for(1)
+            holder.kill()
+            holder.wait()
+            wait_for(2)
+            thread = watch._thread
+    finally:
+        holder.kill()
+        holder.wait()
+    assert said == [_held_here("holder", "warehouse", holder.pid), _released("holder")]
+    assert thread is not None and not thread.is_alive()
+    assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is True

@@ -1,7 +1,9 @@
 """The distributed deployment on real components started here: Dagster's instance in PostgreSQL, dagster-celery with a
 Redis broker and two worker processes, one shared data dir. A build of three sources runs its per-source steps on
 both workers (read from the run's event log), survives a worker SIGKILLed in the middle, and publishes the same
-warehouse (notes, chunks, vectors, eval figures) as the in-process `docsvault build`.
+warehouse (notes, chunks, vectors, eval figures) as the in-process `docsvault build`. The run process records
+itself and the run's folders in the run's tags, and a worker started with another DOCSVAULT_DATA fails each
+step it takes at once, naming both folders.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -137,19 +140,24 @@ def _materialize(env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 def _run_log(env: dict[str, str]) -> list[dict[str, Any]]:
-    """Every run in the Postgres instance: status and, per step, the workers that started it and the step pids."""
+    """Every run in the Postgres instance: status, docsvault's run tags and, per step, the workers that started
+    it, the step pids and the failures' error lines."""
     code = r"""
 import json
 import dagster as dg
 from dagster._core.events import DagsterEventType
+from pipeline.defs.runner import _one_line
 instance = dg.DagsterInstance.get()
 runs = []
 for run in reversed(instance.get_runs()):
-    workers, pids, success = {}, {}, []
+    workers, pids, success, failures = {}, {}, [], {}
     for e in instance.all_logs(run.run_id):
         ev = e.dagster_event
         if ev is None or not e.step_key:
             continue
+        if ev.event_type == DagsterEventType.STEP_FAILURE:
+            err = ev.step_failure_data.error
+            failures[e.step_key] = _one_line((err.cause or err).message)
         if ev.event_type == DagsterEventType.ENGINE_EVENT and "in celery worker" in (ev.message or ""):
             name = ev.engine_event_data.metadata["Celery worker"].value
             if name not in workers.setdefault(e.step_key, []):
@@ -158,8 +166,9 @@ for run in reversed(instance.get_runs()):
             pids.setdefault(e.step_key, set()).add(ev.pid)
         if ev.event_type == DagsterEventType.STEP_SUCCESS:
             success.append(e.step_key)
-    runs.append({"status": run.status.value, "workers": workers, "success": success,
-                 "pids": {k: sorted(v) for k, v in pids.items()}})
+    runs.append({"run_id": run.run_id, "status": run.status.value, "workers": workers, "success": success,
+                 "failures": failures, "pids": {k: sorted(v) for k, v in pids.items()},
+                 "tags": {k: v for k, v in run.tags.items() if k.startswith("docsvault/")}})
 print(json.dumps(runs))
 """
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True)
@@ -215,12 +224,30 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
                 assert run2.wait(timeout=600) == 0, (logs / "run2.log").read_text()[-3000:]
             second = snapshot(out / "data")
             assert (out / "data" / "warehouse.duckdb").stat().st_mtime_ns == stat.st_mtime_ns
+        # the only worker started with another DOCSVAULT_DATA: each step it takes fails at once, naming both
+        elsewhere = tmp_path / "elsewhere" / "data"
+        with workers(env | {"DOCSVAULT_DATA": str(elsewhere)}, logs, ["w4"]):
+            run3 = _materialize(env, logs / "run3.log")
+            assert run3.wait(timeout=600) != 0, (logs / "run3.log").read_text()[-3000:]
+        assert not elsewhere.exists()
+        assert (out / "data" / "warehouse.duckdb").stat().st_mtime_ns == stat.st_mtime_ns
         runs = _run_log(env)
 
     assert first == reference
     assert second == reference
-    assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS"]
+    assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS", "FAILURE"]
     log1 = runs[0]
+    # the run process (the Celery executor's wrapper) recorded itself and the run's folders
+    host, data = socket.gethostname(), (out / "data").resolve()
+    assert {k: v for k, v in log1["tags"].items() if k != "docsvault/pid_start"} == {
+        "docsvault/host": host, "docsvault/pid": str(run.pid), "docsvault/pid_run": log1["run_id"],
+        "docsvault/data_dir": str(data), "docsvault/vault_dir": str((out / "vault").resolve())}
+    log3 = runs[2]
+    assert log3["failures"] == {f"{s}__raw_docs": (
+        f"run {log3['run_id']} builds data folder {data}, but this worker (host {host}) has data folder "
+        f"{elsewhere.resolve()}: start the worker with the same DOCSVAULT_DATA as the run process "
+        "(docs/deploy.md, \"Instance\")") for s in SOURCES}
+    assert log3["success"] == []
     survivor = ({"w1", "w2"} - {victim}).pop()
     host_of = {w: w.split("@")[0] for ws in log1["workers"].values() for w in ws}
     per_source = {k: [host_of[w] for w in ws] for k, ws in log1["workers"].items()

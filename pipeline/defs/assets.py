@@ -189,11 +189,15 @@ def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, wo
         build.PROGRESS_HOOKS.remove(hook)
 
 
-def _run_settings(docsvault: DocsvaultResource, loaded_sources: Path) -> Settings:
-    """The run's settings (the resource's config), once its ``sources_file`` is the file the code location loaded
-    (``loaded_sources``): the step fails with a one-line error otherwise, before anything is read or written
-    (:meth:`DocsvaultResource.check_sources_file`)."""
+def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource,
+                  loaded_sources: Path) -> Settings:
+    """The run's settings (the resource's config), once its ``sources_file`` is the file the code location
+    loaded (``loaded_sources``) and its data and vault folders are those the run builds (a distributed run's
+    tags: a Celery worker started with another ``DOCSVAULT_DATA``): the step fails with a one-line error
+    otherwise, before anything is read or written (:meth:`DocsvaultResource.check_sources_file`,
+    :meth:`DocsvaultResource.check_run_folders`). Every docsvault asset step starts here."""
     docsvault.check_sources_file(loaded_sources)
+    docsvault.check_run_folders(context.run.run_id, context.run.tags)
     return docsvault.settings()
 
 
@@ -206,7 +210,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     code location loaded (:func:`_run_settings`)."""
     from pipeline.common.lock import BuildLock
 
-    settings = _run_settings(docsvault, loaded_sources)
+    settings = _run_settings(context, docsvault, loaded_sources)
     started = time.perf_counter()
     error, held = "", False      # held: an upstream stage failed; this stage's last output and failure record stay
     meta: dict[str, Any] = {}
@@ -465,8 +469,8 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
     @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="warehouse", kinds={"networkx"},
               pool=WAREHOUSE_POOL, code_version=build.code_version("graph"),
               description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
-    def link_graph(docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        settings = _run_settings(docsvault, loaded_sources)
+    def link_graph(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
+        settings = _run_settings(context, docsvault, loaded_sources)
         graph = build.graph_stage(settings, sources)
         shared = artifacts.load_state(settings, build.SHARED_STATE).get("graph") or {}
         return dg.MaterializeResult(metadata=_clean(_metadata(graph)), data_version=_version(shared.get("key")))
@@ -486,7 +490,7 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
               description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published "
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
-        settings = _run_settings(docsvault, loaded_sources)
+        settings = _run_settings(context, docsvault, loaded_sources)
         published = _with_progress_log(
             context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
         meta = _metadata(published)
@@ -520,7 +524,7 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
     def retrieval_eval(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         from pipeline.evaluate import check_floors, check_fusion_gain, floors_from_env
 
-        settings = _run_settings(docsvault, loaded_sources)
+        settings = _run_settings(context, docsvault, loaded_sources)
         report = build.eval_stage(settings, sources)     # the default embedders: its child processes load them too
         meta = eval_metadata(report)
         context.log.info(f"eval (hybrid): {dict(report.overall)}" + (" (unchanged, not re-run)" if report.skipped

@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import functools
+import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from pipeline.common.errors import SourceConfigError
+from pipeline.common.errors import PipelineError, SourceConfigError
 from pipeline.config import DEFAULT_CROSSLINGUAL_DEPTH, Settings
+
+#: run tags naming the data and vault folders a distributed run builds (:func:`run_folder_tags`), recorded by
+#: its run process (``pipeline.distributed``), compared by every step
+#: (:meth:`DocsvaultResource.check_run_folders`)
+DATA_DIR_TAG, VAULT_DIR_TAG = "docsvault/data_dir", "docsvault/vault_dir"
+
+#: tag -> (what the folder is called in a message, the variable that sets it)
+_FOLDER_TAGS = {DATA_DIR_TAG: ("data folder", "DOCSVAULT_DATA"),
+                VAULT_DIR_TAG: ("vault folder", "DOCSVAULT_VAULT")}
+
+
+class WorkerSettingsError(PipelineError):
+    """A step runs in a process (a Celery worker) whose data or vault folder is not the one its run builds."""
+
+
+def run_folder_tags(data_dir: str | Path, vault_dir: str | Path) -> dict[str, str]:
+    """``{DATA_DIR_TAG: <data dir>, VAULT_DIR_TAG: <vault dir>}``, each resolved (absolute, ``~`` expanded,
+    symlinks followed) as :meth:`pipeline.config.Settings.from_env` resolves them: two spellings of one folder
+    match."""
+    return {DATA_DIR_TAG: str(Path(data_dir).expanduser().resolve()),
+            VAULT_DIR_TAG: str(Path(vault_dir).expanduser().resolve())}
 
 
 @functools.lru_cache(maxsize=8)
@@ -100,6 +123,35 @@ class DocsvaultResource(dg.ConfigurableResource):
                 f"resource docsvault: sources_file {given} is not the file this code location built its assets "
                 f"from ({want}); to build it, set DOCSVAULT_SOURCES to it and reload the code location, or leave "
                 "sources_file at the loaded file")
+
+    def check_run_folders(self, run_id: str, run_tags: Mapping[str, str]) -> None:
+        """Refuse a step whose data or vault folder (this process's resource config, resolved) is not the one
+        its run builds: the run's :data:`DATA_DIR_TAG` / :data:`VAULT_DIR_TAG`, recorded by a distributed
+        run's process. A Celery worker started with another ``DOCSVAULT_DATA`` or ``DOCSVAULT_VAULT`` would
+        otherwise build in its own folders and report success. Both are resolved on this host (a folder
+        reached through another symlink matches). A tag the run does not have is not checked (an older run,
+        an in-process run: its steps run in the process that resolved the config).
+
+        Args:
+            run_id: the step's run (named in the message).
+            run_tags: that run's tags.
+
+        Raises:
+            WorkerSettingsError: a folder differs; one line naming the run's folder, this process's and its
+                host, and to start the worker with the run process's environment.
+        """
+        mine = run_folder_tags(self.data_dir, self.vault_dir)
+        # the run's folder resolved here too: the folder reached through another symlink on this host matches
+        differ = [tag for tag in _FOLDER_TAGS
+                  if tag in run_tags and str(Path(run_tags[tag]).expanduser().resolve()) != mine[tag]]
+        if differ:
+            names = " and ".join(_FOLDER_TAGS[tag][1] for tag in differ)
+            raise WorkerSettingsError(
+                f"run {run_id} builds " + " and ".join(f"{_FOLDER_TAGS[t][0]} {run_tags[t]}" for t in differ)
+                + f", but this worker (host {socket.gethostname()}) has "
+                + " and ".join(f"{_FOLDER_TAGS[t][0]} {mine[t]}" for t in differ)
+                + f": start the worker with the same {names} as the run process "
+                "(docs/deploy.md, \"Instance\")")
 
 
 def resource_defs(settings: Settings) -> dg.Definitions:

@@ -278,14 +278,16 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
     return sources, removed, killed
 
 
-def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str]) -> list[str]:
+def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str], waiter: str = "this build",
+                             own_run: str | None = None) -> list[str]:
     """One line per pool of ``pools`` whose slot a live run holds (a UI, sensor or schedule run): the build's steps
     of that pool wait for it, and Dagster prints nothing while they do. Runs that have ended hold nothing (their
     slots were freed by :func:`pipeline.defs.executor.free_slots_of_ended_runs`), nor do runs of this host whose
     process is gone (:func:`pipeline.defs.executor.release_runs_of_dead_processes`). The line says what happens if
     the run's process was killed: released automatically when it ran on this host; for a run of another host, or of
     another executor (no process recorded), the UI's Terminate ends it (``dagster run delete -f`` would also delete
-    its history)."""
+    its history). ``waiter`` names who waits (``"this run"``: a distributed run's own notice,
+    :class:`pipeline.distributed.HeldPoolWatch`); the slots of ``own_run`` are not listed."""
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return []
@@ -295,20 +297,23 @@ def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str])
         if pool not in known:
             continue
         for slot in storage.get_concurrency_info(pool).claimed_slots:
+            if slot.run_id == own_run:
+                continue
             run = instance.get_run_by_id(slot.run_id)
             status = run.status.value if run is not None else "gone"
-            line = (f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): this build's "
+            line = (f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): {waiter}'s "
                     "steps of that pool wait until it is done (the Dagster UI shows the run); ")
             tags = run.tags if run is not None and run.tags.get(PID_RUN_TAG) == run.run_id else {}
             host = tags.get(HOST_TAG)
             if host == socket.gethostname():
                 line += (f"it runs in pid {tags.get(PID_TAG, '?')} on this host: if that process is killed, the run "
-                         "is released automatically and this build goes on")
+                         f"is released automatically and {waiter} goes on")
             else:
-                where = (f"it runs on host {host}: if its process was killed there, a build or the sensor on that "
-                         "host releases it, or" if host else
+                where = (f"it runs on host {host}: if its process was killed there, a build, the sensor or a "
+                         "distributed run on that host releases it, or" if host else
                          "if its process was killed, Dagster still counts it as running:")
-                line += f"{where} Terminate it in the Dagster UI (Force termination immediately) and this build goes on"
+                line += (f"{where} Terminate it in the Dagster UI (Force termination immediately) and "
+                         f"{waiter} goes on")
             lines.append(line)
     return lines
 
