@@ -197,7 +197,12 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
     otherwise, before anything is read or written (:meth:`DocsvaultResource.check_sources_file`,
     :meth:`DocsvaultResource.check_run_folders`). Every docsvault asset step starts here."""
     docsvault.check_sources_file(loaded_sources)
-    docsvault.check_run_folders(context.run.run_id, context.run.tags)
+    try:
+        run = context.run
+    except dg.DagsterError:        # invoked directly (a test, a script; DagsterInvalidPropertyError): no run
+        run = None
+    if run is not None:
+        docsvault.check_run_folders(run.run_id, run.tags)
     return docsvault.settings()
 
 
