@@ -160,9 +160,9 @@ def test_sources_validate_checks_local_folders(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        (f"error: {p}: sources[2] (source 'gone'): 'path' {tmp_path / 'missing'} does not exist; create the folder "
+        (f"error: {p}: line 7: sources[2] (source 'gone'): 'path' {tmp_path / 'missing'} does not exist; create the folder "
         f"or fix 'path' (a relative one is read from {tmp_path})"),
-        (f"error: {p}: sources[3] (source 'afile'): 'path' {tmp_path / 'file.md'} is not a folder; create the folder "
+        (f"error: {p}: line 10: sources[3] (source 'afile'): 'path' {tmp_path / 'file.md'} is not a folder; create the folder "
         f"or fix 'path' (a relative one is read from {tmp_path})"),
     ]
     p.write_text("sources:\n  - name: ok\n    kind: local\n    path: notes\n", encoding="utf-8")

@@ -285,7 +285,7 @@ def test_cli_sources_validate_lists_every_error_in_one_run(tmp_path: Path) -> No
         f"error: {p}: line 20: sources[6] (source 'five'): 'language' must be one of ['en', 'ja', 'ko', "
         "'zh'] or a tag of one ('zh-Hant', 'en-US'), the languages docsvault tells apart (notes in any other "
         "language read as 'en'), got 'xx'; or remove it: each note's language is detected",
-        f"error: {p}: sources[5] (source 'four'): 'path' {tmp_path / 'gone'} does not exist; create the "
+        f"error: {p}: line 16: sources[5] (source 'four'): 'path' {tmp_path / 'gone'} does not exist; create the "
         f"folder or fix 'path' (a relative one is read from {tmp_path})",
     ]
     with pytest.raises(SourceConfigError) as err:

@@ -465,6 +465,7 @@ def check_local_paths(sources: list[Source], sources_file: Path,
         be read``) per bad root, in file order; empty when every root is a readable folder.
     """
     problems: list[str] = []
+    layout = cache(partial(_path_lines, sources_file))
     for i, source in zip(positions or range(1, len(sources) + 1), sources):
         where = f"{sources_file}: sources[{i}] (source '{source.name}')"
         for root in source.path if source.kind == "local" else ():
@@ -478,9 +479,21 @@ def check_local_paths(sources: list[Source], sources_file: Path,
                     continue
                 except OSError as exc:
                     problem = f"cannot be read ({exc.strerror or exc})"
-            problems.append(f"{where}: 'path' {root} {problem}; create the folder or fix 'path' "
+            line = layout().get(i)
+            problems.append(f"{where.replace(': sources[', f': line {line}: sources[', 1) if line else where}: "
+                            f"'path' {root} {problem}; create the folder or fix 'path' "
                             f"(a relative one is read from {sources_file.parent})")
     return problems
+
+
+def _path_lines(sources_file: Path) -> dict[int, int]:
+    """1-based block position -> the line of its ``path:`` key (else of the block) in ``sources_file``; {} when
+    the file cannot be read or composed again (the lines are only for a message)."""
+    try:
+        blocks = _layout(sources_file.read_text(encoding="utf-8"))[0]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return {i: key_lines.get("path", start) for i, (start, key_lines) in enumerate(blocks, start=1)}
 
 
 def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:
