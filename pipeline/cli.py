@@ -467,10 +467,10 @@ def term_pattern(terms: list[str]) -> re.Pattern[str] | None:
     """A regex matching any term: Latin terms at a word start (the rest of the word too), CJK terms anywhere."""
     if not terms:
         return None
-    from pipeline.search.snippet import _LATINISH, WORD_START
+    from pipeline.search.snippet import LATIN_WORD_CHAR, WORD_START
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-    parts = [re.escape(t) if cjk.search(t) else WORD_START + re.escape(t) + _LATINISH + "*" for t in terms]
+    parts = [re.escape(t) if cjk.search(t) else f"{WORD_START}{re.escape(t)}{LATIN_WORD_CHAR}*" for t in terms]
     return re.compile("|".join(parts), re.IGNORECASE)
 
 

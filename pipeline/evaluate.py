@@ -526,13 +526,14 @@ def _nearest_pages(expected: Sequence[str], paths: Collection[str], corpus: str 
     def key(p: str) -> str:
         return unicodedata.normalize("NFC", p).casefold()
 
-    by_key = {key(p): p for p in sorted(paths)}
+    ordered = sorted(paths)
+    by_key = {key(p): p for p in ordered}
     prefix = key(f"{corpus}/") if corpus else ""
     out: list[str] = []
     for want in expected:
         k = key(want)
         k = k[len(prefix):] if prefix and k.startswith(prefix) and k[len(prefix):] else k
-        near = by_key.get(k) or next(iter(difflib.get_close_matches(want, sorted(paths), n=1, cutoff=0.8)), None)
+        near = by_key.get(k) or next(iter(difflib.get_close_matches(want, ordered, n=1, cutoff=0.8)), None)
         if near and near not in out:
             out.append(near)
     return out

@@ -465,15 +465,18 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
                            "sources.yaml")
     target = (root / f"{fname}.md")
-    if root not in target.resolve().parents:          # a folder of the name that is a link out of the source
-        raise CaptureError(f"refused: {fname!r} would be written outside {root}")
+
+    def refuse_outside() -> None:      # a folder of the name that is (or was just made) a link out of the source
+        if root not in target.resolve().parents:
+            raise CaptureError(f"refused: {fname!r} would be written outside {root}")
+
+    refuse_outside()
     rel = vault_rel_path(source, fname, name_option)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)   # daily/: made when missing, as Obsidian makes it
     except OSError as exc:
         raise CaptureError(f"cannot make the folder {target.parent}: {exc.strerror or exc}") from None
-    if root not in target.resolve().parents:          # made meanwhile as a link elsewhere: not followed
-        raise CaptureError(f"refused: {fname!r} would be written outside {root}")
+    refuse_outside()
     created = (now or datetime.now(UTC)).replace(microsecond=0)
     cid = correlation_id or uuid.uuid4().hex
     own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,

@@ -29,8 +29,7 @@ become vault links).
 from __future__ import annotations
 
 import re
-import difflib
-from difflib import get_close_matches
+from difflib import SequenceMatcher, get_close_matches
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, get_args
@@ -374,7 +373,7 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         raise SourceConfigError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         near = [k for k in data if isinstance(k, str) and k != "sources"
-                and difflib.SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75] if isinstance(data, dict) else []
+                and SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75] if isinstance(data, dict) else []
         hint = f" (found '{near[0]}:'; did you mean 'sources:'?)" if near else ""
         raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks{hint}")
     return text, data

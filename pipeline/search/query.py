@@ -35,6 +35,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from pipeline.common.errors import PipelineError
+from pipeline.search.snippet import WORD_END, WORD_START
 
 __all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "ascii_syntax", "parse_query", "tag_problem",
            "text_contains"]
@@ -125,8 +126,6 @@ def text_contains(folded_text: str, term: str) -> bool:
     t = " ".join(term.replace("`", "").split()).casefold()
     if not t:
         return True
-    from pipeline.search.snippet import WORD_END, WORD_START
-
     if _CJK.search(t):
         return t in folded_text
     left = WORD_START if re.match(r"\w", t) else ""       # `LoRA` in `でLoRAを` is a word: CJK is no letter of it

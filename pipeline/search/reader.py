@@ -408,21 +408,20 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
 
 def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
     """The notes' names closest to a misspelled ``note`` (:func:`difflib.get_close_matches`, ratio >= 0.75,
-    compared case-folded): their titles and file names (without ``.md``), as ``read`` takes them; at most ``n``."""
+    compared case-folded): their titles, file names and aliases (:func:`pipeline.warehouse.note_names`), as
+    ``read`` takes them; at most ``n``."""
     import difflib
 
     from pipeline import warehouse as wh
 
     con = wh.connect(warehouse_path, read_only=True)
     try:
-        rows = con.execute("SELECT coalesce(title, ''), vault_path FROM notes").fetchall()
+        every = wh.note_names(con)
     finally:
         con.close()
     names: dict[str, str] = {}                   # case-folded name -> as written
-    for title, vault_path in rows:
-        for name in (title, posixpath.basename(vault_path).removesuffix(".md")):
-            if name.strip():
-                names.setdefault(unicodedata.normalize("NFC", name).casefold(), name)
+    for name in sorted(n for group in every.values() for n in group):
+        names.setdefault(unicodedata.normalize("NFC", name).casefold(), name)
     want = unicodedata.normalize("NFC", note.strip()).casefold()
     return [names[k] for k in difflib.get_close_matches(want, sorted(names), n=n, cutoff=0.75)]
 

@@ -134,10 +134,10 @@ def heading_at(text: str, pos: int) -> str | None:
 
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 #: a letter, digit or ``_`` that is not CJK: what a Latin word may not touch. Japanese writes English words right
-#: against kana and kanji (``でLoRAを``), where ``\b`` sees no boundary (both sides are ``\w``)
-_LATINISH = "[^\\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+#: against kana and kanji (``でLoRAを``), where ``\b`` sees no boundary (both sides are ``\w``); a regex class
+LATIN_WORD_CHAR = "[^\\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
 #: the start and end of a Latin word (``\b`` that counts CJK characters as outside the word)
-WORD_START, WORD_END = f"(?<!{_LATINISH})", f"(?!{_LATINISH})"
+WORD_START, WORD_END = f"(?<!{LATIN_WORD_CHAR})", f"(?!{LATIN_WORD_CHAR})"
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
 
 
