@@ -104,9 +104,16 @@ def assign_folds(ids: Sequence[str], strata: Sequence[Hashable], k: int = 5, see
     return folds
 
 
-def choose_per_fold(select: np.ndarray, folds: np.ndarray, k: int) -> np.ndarray:
-    """For each fold f, the index of the setting (row of ``select``) with the best mean over the cases not in f;
-    ties (within 1e-12) go to the lowest index (row 0 = the default). A fold with no training case chooses 0.
+def choose_per_fold(select: np.ndarray, folds: np.ndarray, k: int, rule: str = "best",
+                    resamples: int = 2_000, seed: int = 0) -> np.ndarray:
+    """For each fold f, the index of the setting (row of ``select``) chosen on the cases not in f; row 0 is the
+    default. A fold with no training case chooses 0.
+
+    Rules:
+        ``"best"``: the best mean over the training cases; ties (within 1e-12) go to the lowest index.
+        ``"clear"``: the project's rule for changing a default ("keep a change only when its gain is clear"): the
+        best mean among the settings whose paired bootstrap 95% interval against the default (``resamples``
+        resamples of the training cases, ``seed``) lies above zero; the default when none does.
 
     Args:
         select: ``(settings, cases)`` per-case values of the selection metric (e.g. reciprocal ranks).
@@ -114,13 +121,21 @@ def choose_per_fold(select: np.ndarray, folds: np.ndarray, k: int) -> np.ndarray
 
     Returns:
         ``(k,)`` int64 array of setting indices.
+
+    Raises:
+        ValueError: unknown ``rule``.
     """
+    if rule not in ("best", "clear"):
+        raise ValueError(f"unknown selection rule {rule!r} (best, clear)")
     chosen = np.zeros(k, dtype=np.int64)
     for f in range(k):
         train = folds != f
         if not train.any():
             continue
         means = select[:, train].mean(axis=1)
+        if rule == "clear" and select.shape[0] > 1:
+            _, lo, _ = paired_bootstrap(select[1:, train] - select[0, train], resamples, seed)
+            means = np.where(np.concatenate([[True], lo > 0]), means, -np.inf)
         chosen[f] = int(np.flatnonzero(means >= means.max() - TIE)[0])
     return chosen
 
@@ -185,8 +200,8 @@ def _interval(mean: float, lo: float, hi: float) -> dict[str, float]:
 
 def cross_validate(names: Sequence[str], ids: Sequence[str], corpora: Sequence[str], kinds: Sequence[str],
                    arrays: Mapping[str, np.ndarray], k: int = 5, seed: int = 0, resamples: int = 10_000,
-                   select: str = "mrr@10", chooser: np.ndarray | None = None, chosen_on: str = ""
-                   ) -> dict[str, Any]:
+                   select: str = "mrr@10", chooser: np.ndarray | None = None, chosen_on: str = "",
+                   rule: str = "best") -> dict[str, Any]:
     """Cross-validation and bootstrap of per-case figures of several settings.
 
     Args:
@@ -196,6 +211,8 @@ def cross_validate(names: Sequence[str], ids: Sequence[str], corpora: Sequence[s
         select: the metric a fold's setting is chosen by (and the bootstrap is of).
         chooser: ``(settings, cases)`` values to choose by instead of ``arrays[select]`` (e.g. the mean of the
             scoped and unscoped reciprocal ranks, so that one setting is chosen for both); ``chosen_on`` names them.
+        rule: how a fold chooses (:func:`choose_per_fold`): ``"best"`` mean, or only a ``"clear"`` gain over the
+            default.
 
     Returns:
         ``{"n", "k", "seed", "resamples", "select", "settings", "folds": [{"fold", "n", "chosen", "train", "held"}],
@@ -216,7 +233,7 @@ def cross_validate(names: Sequence[str], ids: Sequence[str], corpora: Sequence[s
     if choose.shape != sel.shape:
         raise ValueError(f"chooser has shape {choose.shape}, expected {sel.shape}")
     folds = assign_folds(ids, list(zip(corpora, kinds)), k=k, seed=seed)
-    chosen = choose_per_fold(choose, folds, k)
+    chosen = choose_per_fold(choose, folds, k, rule=rule, seed=seed)
     groups = _groups(corpora, kinds)
     oof = {m: out_of_fold(arrays[m], folds, chosen) for m in metrics}
     fold_rows = []
@@ -242,7 +259,7 @@ def cross_validate(names: Sequence[str], ids: Sequence[str], corpora: Sequence[s
     rows = deltas(np.vstack([sel[1:] - sel[0], (oof[select] - sel[0])[None, :]]))
     return {
         "n": len(ids), "k": k, "seed": seed, "resamples": resamples, "select": select, "settings": names,
-        "chosen_on": chosen_on or select, "folds": fold_rows,
+        "chosen_on": chosen_on or select, "rule": rule, "folds": fold_rows,
         "out_of_fold": _figures(oof, groups),
         "in_sample": in_sample,
         "delta": dict(zip(names[1:], rows[:-1])),
@@ -268,7 +285,9 @@ def format_cv(res: Mapping[str, Any], scope: str) -> str:
     lines = [
         (f"{scope}: {res['n']} cases, {res['k']} folds stratified by corpus x kind (seed {res['seed']}), "
          f"{len(names)} settings; each fold's setting = best mean {res['chosen_on']} on the other "
-         f"{res['k'] - 1} folds; "
+         f"{res['k'] - 1} folds"
+         + (" among the settings whose gain over the default is clear there (else the default)"
+            if res.get("rule") == "clear" else "") + "; "
          f"95% intervals: paired bootstrap of {sel} minus the default's ({res['resamples']:,} resamples)"),
         "folds: " + "; ".join(f"{r['fold']} (n={r['n']}) {r['chosen']} {r['train']:.3f}->{r['held']:.3f}"
                               for r in res["folds"]),
@@ -365,6 +384,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--choose-on", choices=("scope", "both"), default=None,
                     help="with --both: choose each fold's setting on the mean of the scoped and unscoped figures "
                          "('both', the default: one setting for both scopes) or on each scope's own ('scope')")
+    ap.add_argument("--rule", choices=("best", "clear"), default="best",
+                    help="how a fold chooses its setting: the best mean on the other folds ('best'), or only a "
+                         "setting whose gain over the default is clear there (paired bootstrap interval above "
+                         "zero; else the default: 'clear', the project's rule for changing a default)")
     ap.add_argument("--synonyms", type=Path, metavar="FILE", help="BM25 synonyms file for every searcher")
     ap.add_argument("--save-cases", type=Path, metavar="FILE", help="write the per-case figures (JSON) for --load-cases")
     ap.add_argument("--load-cases", type=Path, metavar="FILE",
@@ -400,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for scope in scopes:
         results[scope] = cross_validate(names, ids, corpora, kinds, arrays[scope], k=args.k, seed=args.seed,
                                         resamples=args.resamples, select=args.select, chooser=chooser,
-                                        chosen_on=f"{args.select} (mean of scoped and unscoped)" if joint else "")
+                                        chosen_on=f"{args.select} (mean of scoped and unscoped)" if joint else "",
+                                        rule=args.rule)
     if args.json:
         print(json.dumps({"settings": per_case["settings"], **results}, ensure_ascii=False, indent=2, default=list))
     else:

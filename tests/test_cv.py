@@ -75,6 +75,22 @@ def test_choice_per_fold_and_out_of_fold_values() -> None:
     assert oof.mean() == pytest.approx(0.3)           # in-sample the best setting (s2) scores 0.6
 
 
+def test_clear_rule_changes_the_default_only_for_a_clear_gain() -> None:
+    # 20 cases, fold i % 5. s1 gains +0.1 on every case (its interval is the point +0.1: clear); s2 has the best
+    # mean (13 cases at 1, 7 at 0: +0.15) but gains +0.5 or loses -0.5 case by case, so its interval spans zero
+    default = np.full(20, 0.5)
+    s1 = np.full(20, 0.6)
+    s2 = np.array([1.0] * 13 + [0.0] * 7)
+    folds = np.arange(20) % 5
+    select = np.vstack([default, s1, s2])
+    assert cv.choose_per_fold(select, folds, 5).tolist() == [2, 2, 2, 2, 2]
+    assert cv.choose_per_fold(select, folds, 5, rule="clear").tolist() == [1, 1, 1, 1, 1]
+    # without s1 nothing is clear: every fold keeps the default
+    assert cv.choose_per_fold(np.vstack([default, s2]), folds, 5, rule="clear").tolist() == [0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="unknown selection rule 'worst'"):
+        cv.choose_per_fold(select, folds, 5, rule="worst")
+
+
 def test_cross_validate_report() -> None:
     # one case per (corpus, kind) stratum: the deal puts case i in fold i % 5, as FOLDS
     ids = [f"c{i}" for i in range(10)]
