@@ -37,6 +37,7 @@ from pipeline.service import (
     capture_related,
     child_env,
     dangling_links,
+    missing_words_line,
     no_notes_line,
     noop_build,
     note_links,
@@ -659,6 +660,7 @@ def search(
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
+            missing = searcher.missing_words(parsed.text, sources or None) if hits and parsed.text else None
         finally:
             searcher.close()
         links = {}
@@ -685,6 +687,8 @@ def search(
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
         if listing and more:        # stdout stays the list; the note that it was cut goes to stderr
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
+        if missing and missing.missing:
+            typer.echo(missing_words_line(missing.missing, missing.every, sources), err=True)
         if not rows:
             raise typer.Exit(1)
         return
@@ -702,6 +706,8 @@ def search(
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if listing and more:
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
+        if missing and missing.missing:
+            typer.echo(missing_words_line(missing.missing, missing.every, sources), err=True)
         if not hits:
             raise typer.Exit(1)
         return
@@ -714,6 +720,8 @@ def search(
     # a Japanese question's English translation: the lines an English page matched when no word of the question is in it
     fallback = term_pattern(query_terms(" ".join(glossed))) if glossed else None
     shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
+    if missing and missing.missing:
+        typer.echo(missing_words_line(missing.missing, missing.every, sources))
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {where}" if listing else f"{h.rank:>2}. {h.score:.4f}  {where}")

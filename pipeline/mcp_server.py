@@ -354,6 +354,12 @@ class VaultService:
         if not parsed.text:
             cut = f" More notes pass them: raise k (at most {MAX_K}) or add a filter." if more else ""
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
+        missing = searcher.missing_words(parsed.text, wanted or None)
+        if missing.missing:        # words no note has: an agent should not read the hits as matches of them
+            from pipeline.service import missing_words_message
+
+            return {"query": query[:200], "hits": out, "missing": list(missing.missing),
+                    "message": missing_words_message(missing.missing, missing.every, wanted)}
         return {"query": query[:200], "hits": out}
 
     def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:

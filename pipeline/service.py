@@ -47,6 +47,25 @@ def __getattr__(name: str) -> Any:
 NO_RESULTS = "No results"
 
 
+def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = ()) -> str:
+    """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
+    searched word is in any note, so the hits are only near in meaning (the vector lanes).
+
+    >>> missing_words_message(["platypus", "lantern"], True)
+    "no note contains 'platypus' or 'lantern': these notes are only near in meaning"
+    >>> missing_words_message(["lantern"], False, ["duckdb"])
+    "no note of duckdb contains 'lantern'"
+    """
+    where = f"no note of {', '.join(sources)}" if sources else "no note"
+    words = " or ".join(repr(w) for w in missing)
+    return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "")
+
+
+def missing_words_line(missing: Sequence[str], every: bool, sources: Sequence[str] = ()) -> str:
+    """:func:`missing_words_message` as the CLI prints it, in parentheses like its other notes."""
+    return f"({missing_words_message(missing, every, sources)})"
+
+
 def child_env(s: Settings) -> dict[str, str]:
     """The environment a child process (build, webserver) needs to see the same paths as this command."""
     env = dict(environ())

@@ -63,6 +63,6 @@ def test_dead_source_fails_alone_and_incremental_build_downloads_nothing(tmp_pat
     assert after == before
     found = runner.invoke(app, ["search", "otters eat fish near rivers", "--source", "web", "--json"])
     assert found.exit_code == 0, found.output
-    hits = json.loads(found.output)
+    hits = json.loads(found.stdout)
     assert hits and hits[0]["source_path"] == "docs/guide/index.md"
     shutil.rmtree(site)

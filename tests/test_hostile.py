@@ -241,5 +241,5 @@ def test_hostile_source_through_the_cli_build(tmp_path, hostile_tree, monkeypatc
     good = sorted(sp for sp, reason in expected.items() if reason is None)
     found = runner.invoke(app, ["search", "--json", "-k", "50", "--source", "hostile", "note"])
     assert found.exit_code == 0 and "Traceback" not in found.output
-    assert _json.loads(found.output)                          # the good notes are searchable
+    assert _json.loads(found.stdout)                          # the good notes are searchable
     assert len(list((tmp_path / "vault" / "hostile").rglob("*.md"))) == len(good) + 1     # + the index note

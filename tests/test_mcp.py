@@ -294,3 +294,41 @@ def test_a_tag_no_note_has_is_named_as_such(built_env: Path) -> None:
     result = CliRunner().invoke(app, ["search", "tag:nobody", "--source", "tiny"])
     assert (result.exit_code, result.output) == (
         1, "No results: no note of tiny has the tag 'nobody' (frontmatter or inline #tag)\n")
+
+
+def test_words_no_note_contains_are_named(built_env: Path) -> None:
+    """Hybrid search always answers with the notes nearest in meaning; a word no note has passed unnoticed (a new
+    user's agent read `platypus-lantern`'s hits as matches). Now the CLI and MCP name such words, and say when
+    that is every word of the query."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.mcp_server import VaultService
+
+    service = VaultService(Settings.from_env())
+    out = service.search("ducks platypus", k=2)
+    assert (out["missing"], out["message"]) == (["platypus"], "no note contains 'platypus'")
+    out = service.search("the platypus-lantern?", k=2, source="tiny")
+    assert out["hits"]
+    assert (out["missing"], out["message"]) == (
+        ["platypus-lantern"], "no note of tiny contains 'platypus-lantern': these notes are only near in meaning")
+    assert "missing" not in service.search("ducks pond", k=2)
+    runner = CliRunner()
+    result = runner.invoke(app, ["search", "ducks platypus", "-k", "1"])
+    assert result.exit_code == 0 and result.output.splitlines()[0] == "(no note contains 'platypus')"
+    result = runner.invoke(app, ["search", "platypus", "-k", "1", "--files"])
+    assert result.exit_code == 0
+    assert result.stderr == "(no note contains 'platypus': these notes are only near in meaning)\n"
+    assert "platypus" not in result.stdout
+
+
+def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None:
+    """A word is in a note when one of its BM25 terms is (stemmed, split); stopwords are never searched for."""
+    from pipeline.service import open_searcher
+
+    with open_searcher(Settings.from_env()) as searcher:
+        assert searcher.missing_words("Ducking the ponds of platypus") == (
+            ("Ducking", "ponds", "platypus"), ("platypus",))
+        assert searcher.missing_words("the of") == ((), ())
+        assert not searcher.missing_words("the of").every
+        assert searcher.missing_words('"platypus"').every

@@ -302,7 +302,7 @@ def test_cli_json_and_mcp_hits_show_the_same_clean_heading_and_text(tiny_env: Pa
 
     result = runner.invoke(app, ["search", "otterkit", "--json"])
     assert result.exit_code == 0, result.output
-    (hit,) = json.loads(result.output)
+    (hit,) = json.loads(result.stdout)         # JSON on stdout; notes (words no note has) go to stderr
     assert (hit["heading"], hit["snippet"], hit["title"]) == ("Setup when a < b", "Run pip install otterkit now.",
                                                               "Odd")
     (mcp_hit,) = VaultService(settings).search("otterkit")["hits"]

@@ -115,6 +115,14 @@ class Bm25Index:
             raise ValueError(f"{len(weights)} weights for {len(query_tokens)} query tokens")
         return [(self._vocab[t], float(w)) for t, w in zip(query_tokens, weights) if t and t in self._vocab]
 
+    def contains(self, token: str, scope: np.ndarray | None = None) -> bool:
+        """True when some document (of ``scope``, bool (n_docs,); None: any) has the analysed term ``token``."""
+        tid = self._vocab.get(token)
+        if tid is None:
+            return False
+        start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
+        return end > start if scope is None else bool(scope[self._indices[start:end]].any())
+
     def scores_in_scope(self, query_tokens: Sequence[str], scope: np.ndarray,
                         weights: Sequence[float] | None = None) -> np.ndarray:
         """BM25 scores as if the index held only the documents of ``scope`` (bool (n_docs,)) for the IDF: each query

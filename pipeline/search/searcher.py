@@ -66,6 +66,19 @@ K_RRF = 20.0
 MAX_QUERY_CHARS = 2000
 
 
+class MissingWords(NamedTuple):
+    """:meth:`Searcher.missing_words`: the query's words that were searched for (those that analyse to BM25 terms)
+    and those of them no note of the scope contains."""
+
+    words: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def every(self) -> bool:
+        """True when no searched word is in any note (and there was one): the hits are near in meaning only."""
+        return bool(self.words) and len(self.missing) == len(self.words)
+
+
 def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     """``query`` cut to at most ``limit`` characters, at the last whitespace of its final 100 when there is one."""
     if len(query) <= limit:
@@ -1594,6 +1607,30 @@ class Searcher:
         compares them): 0 tells "no note has that tag" from "nothing matched". Raises UnknownSourceError."""
         with self._lock:
             return len(self._notes_with_tags(tags, self._resolve_sources(source)) or ())
+
+    def missing_words(self, query: str, source: str | Sequence[str] | None = None) -> MissingWords:
+        """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
+        the sources (None: all) contains: none of the word's BM25 terms is in any of their chunks (page fields
+        included), nor, for a Japanese word, any term of its English translation (:meth:`translation_terms`: the
+        English pages it finds). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
+        never missing. When every word is missing, the hits of a search can only be near in meaning (the vector
+        lanes): the CLI and MCP say so. A warehouse without a BM25 index (built before it had one) has no missing
+        word: nothing tells. Raises UnknownSourceError as a search does."""
+        sources = self._resolve_sources(source)
+        index = self._bm25
+        scope = (None if sources is None or index is None
+                 else self._scope_mask(("bm25", sources), self._bm25_sources, sources))
+        searched: list[str] = []
+        missing: list[str] = []
+        for word in dict.fromkeys(w.strip("\"'`.,;:!?()[]{}<>") for w in query.split()):
+            terms = self.analyzer.tokens(word) if word else []
+            if not terms:
+                continue
+            searched.append(word)
+            if index is not None and not any(index.contains(t, scope)
+                                             for t in (*terms, *self.translation_terms(word))):
+                missing.append(word)
+        return MissingWords(tuple(searched), tuple(missing))
 
     def _listed(self, source: str | Sequence[str] | None, tags: str | Sequence[str] | None
                 ) -> list[tuple[str, float, dict[str, int]]]:
