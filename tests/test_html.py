@@ -76,6 +76,23 @@ def test_main_content_drops_navigation_and_permalinks():
     assert doc.links == ("http://h/", "http://h/a/", "http://h/edit")
 
 
+def test_boilerplate_words_in_ids_and_classes_never_drop_headings_or_sections():
+    """Generators make ids from heading text (txtai's <h2 id="search">, Sphinx's <section id="share-an-index">):
+    content elements stay; a wrapper named like boilerplate stays when it holds a heading and prose (Sphinx's
+    <div class="section" id="social-graph">), and goes when it is links (a sidebar's "Related" list, a TOC)."""
+    html = ('<main><h1>Embeddings</h1><p>Intro.</p><h2 id="search">Search</h2><p>Find things.</p>'
+            '<section id="search-function"><h2>Search function</h2><p>Runs a query.</p></section>'
+            '<section id="share-an-index"><h3 class="share">Share an index</h3><p>Copy the folder.</p></section>'
+            '<div class="section" id="social-graph"><h3>Social graph</h3><p>Nodes and <a href="#e">edges</a>.</p>'
+            '</div><div class="sidebar"><h4>Related</h4><ul><li><a href="/a">Alpha page</a></li><li>'
+            '<a href="/b">Beta page</a></li></ul></div><div class="edit-this-page"><a href="/e">Edit this page</a>'
+            '</div><ul class="page-toc"><li><a href="#search">Search</a></li></ul><p class="footer-note">Last words.'
+            '</p></main>')
+    assert html_to_markdown(html).markdown == (
+        "# Embeddings\n\nIntro.\n\n## Search\n\nFind things.\n\n## Search function\n\nRuns a query.\n\n"
+        "### Share an index\n\nCopy the folder.\n\n### Social graph\n\nNodes and [edges](#e).\n\nLast words.\n")
+
+
 def test_highlighttable_keeps_code_without_line_numbers():
     html = ('<main><h1>T</h1><div class="language-python highlight"><table class="highlighttable"><tr>'
             '<td class="linenos"><div class="linenodiv"><pre><span class="normal">1</span>\n'

@@ -7,6 +7,9 @@
    ``[role=main]``, then common content ids/classes — else trafilatura's extraction (fallback for pages without such
    markup). Inside it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks
    (``¶``) and "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``).
+   A class/id word (``search``, ``share``, ``toc``, ``footer`` …) drops only wrappers (div, span, ul, a …), never
+   a content element (:data:`CONTENT_TAGS`: headings, sections, paragraphs, list items, tables …: generators make
+   ids from heading text), nor a wrapper that holds a heading and is not mostly link text (:func:`_holds_sections`).
    Why not trafilatura or readability for every page: compared on the real txtai (MkDocs Material) and jekyllrb
    pages, readability-lxml 0.9 dropped tables (txtai ``pipeline/text/summary``'s notebook table) and on jekyll's
    ``configuration/options`` kept one table without the H1 or prose; trafilatura 2.3 kept the text but rewrites the
@@ -51,6 +54,12 @@ _DROP_WORD = re.compile(
     r"|source-file|announce|banner|share|social)(?:[-_].*)?$"
 )
 _KEEP_WORD = re.compile(r"highlight|language-|lang-|code|admonition|table")
+#: content elements: never dropped for an id/class word (generators make ids from heading text: Sphinx, mkdocs and
+#: kramdown give ``<h2 id="search">`` / ``<section id="share-an-index">``), only for their tag or ARIA role
+CONTENT_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "main", "p", "pre", "code",
+                          "table", "thead", "tbody", "tr", "td", "th", "dl", "dt", "dd", "blockquote", "figure",
+                          "figcaption", "li", "details", "summary", "img"})
+_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _LANG_CLASS = re.compile(r"^(?:language|lang|highlight|sourceCode)-([A-Za-z0-9_+#.-]+)$")
 _NO_LANG = {"default", "none", "text", "plain", "plaintext", "nohighlight", "source", "notranslate", "txt"}
 
@@ -149,12 +158,24 @@ def _should_drop(el: Tag) -> bool:
     if el.name == "a" and set(_classes(el)) & {"headerlink", "header-link", "anchor", "anchorjs-link",
                                                   "heading-anchor", "hash-link"}:
         return True
+    if el.name in CONTENT_TAGS:
+        return False
     words = _classes(el) + ([str(el.get("id"))] if el.get("id") else [])
-    for w in words:
-        wl = w.lower()
-        if _DROP_WORD.match(wl) and not _KEEP_WORD.search(wl):
-            return True
+    if any(_DROP_WORD.match(w.lower()) and not _KEEP_WORD.search(w.lower()) for w in words):
+        return not _holds_sections(el)
     return False
+
+
+def _holds_sections(el: Tag) -> bool:
+    """True when a wrapper is part of the page's text whatever its class or id says: it holds a non-empty heading
+    (h1-h6) and at most half of its text is link text. Menus, tables of contents, "related" sidebars and footers
+    are lists of links (their headings, such as "On this page", head links); a Sphinx ``<div class="section"
+    id="search-function">`` or a layout column named ``sidebar-content`` that holds the page's h2s holds prose."""
+    if not any(h.get_text(strip=True) for h in el.find_all(_HEADINGS)):
+        return False
+    text = len(el.get_text("", strip=True))
+    linked = sum(len(a.get_text("", strip=True)) for a in el.find_all("a"))
+    return linked * 2 <= text
 
 
 def _strip_boilerplate(root: Tag) -> None:
