@@ -93,6 +93,58 @@ def test_boilerplate_words_in_ids_and_classes_never_drop_headings_or_sections():
         "### Share an index\n\nCopy the folder.\n\n### Social graph\n\nNodes and [edges](#e).\n\nLast words.\n")
 
 
+def test_text_that_reads_as_markdown_block_syntax_is_escaped():
+    """A paragraph whose text starts with `# `, `>`, `- `, `1.`, `---` or a fence stays a paragraph (jekyllrb.com's
+    `<p class="line"># => Now browse to …`); mid-line, in headings, table cells and code nothing changes."""
+    html = ('<main><h1>T</h1><p class="line">\n  <span class="output"># =&gt; Now browse to http://localhost:4000'
+            '</span>\n</p><p>&gt; quoted</p><p>- dash\n+ plus\n1. one\n2) two</p><p>See #3 and 1. and a - b</p>'
+            '<p>Title\n===\n---</p><p>```python</p><p><em>x</em> # not a heading</p><p>a<br># after break</p>'
+            '<ul><li># in item</li></ul><h2># kept</h2><table><tr><th>h</th></tr><tr><td># cell</td></tr></table>'
+            '<pre># code\n- x</pre><p>2024. A year</p><p>#hashtag</p></main>')
+    assert html_to_markdown(html).markdown == (
+        "# T\n\n\\# => Now browse to http://localhost:4000\n\n\\> quoted\n\n\\- dash\n\\+ plus\n1\\. one\n2\\) two\n\n"
+        "See #3 and 1. and a - b\n\nTitle\n\\===\n\\---\n\n\\```python\n\n*x* # not a heading\n\na\n\\# after break\n\n"
+        "* \\# in item\n\n## # kept\n\n| h |\n| --- |\n| # cell |\n\n```\n# code\n- x\n```\n\n2024\\. A year\n\n"
+        "#hashtag\n")
+    tokens = [t.type for t in MarkdownIt().enable("table").parse(html_to_markdown(html).markdown)]
+    assert [tokens.count(t) for t in ("heading_open", "fence", "bullet_list_open", "blockquote_open",
+                                      "ordered_list_open", "hr")] == [2, 1, 1, 0, 0, 0]
+
+
+_BANNER = ('<header><h1><a href="/" class="logo"><span class="sr-only">Jekyll</span><img src="/logo.png" alt="Logo">'
+           '</a></h1><nav><ul><li><a href="/docs/">Docs</a></li></ul></nav><div class="search"><input '
+           'placeholder="Search the docs…"></div></header>')
+_FOOTER = '<footer><p>Jekyll is lovingly maintained by the <a href="/team/">core team</a>.</p></footer>'
+
+
+def test_page_without_container_but_with_landmarks_keeps_its_sections():
+    """jekyllrb.com's home page: no <main>/<article>, a logo <h1> in the <header>: the body without header, nav
+    and footer is the content (trafilatura dropped its h2/h3 and the "How Jekyll works →" links)."""
+    home = ('<html><head><title>Jekyll</title></head><body>' + _BANNER + '<section class="features"><div '
+            'class="unit"><h2>Simple</h2><p>No more databases.</p><a href="/docs/usage/">How Jekyll works &rarr;</a>'
+            '</div></section><section class="quickstart"><h3>Get up and running <em>in&nbsp;seconds</em>.</h3><div '
+            'class="shell"><p class="line">\n  <span class="command">jekyll serve</span>\n</p></div></section>'
+            + _FOOTER + '</body></html>')
+    doc = html_to_markdown(home, "https://jekyllrb.com/")
+    assert (doc.extractor, doc.title) == ("container", "Jekyll")
+    assert doc.markdown == ("# Jekyll\n\n## Simple\n\nNo more databases.\n\n[How Jekyll works →]"
+                            "(https://jekyllrb.com/docs/usage/)\n\n### Get up and running *in\xa0seconds*.\n\n"
+                            "jekyll serve\n")
+
+
+def test_logo_h1_is_not_the_title_and_a_listing_of_articles_is_kept_whole():
+    """A post under a logo <h1> is its <article>; a listing of several <article>s is not the .post-content of
+    its first one."""
+    listing = ('<html><head><title>News</title></head><body>' + _BANNER + '<section class="news"><article><h2>'
+               '<a href="/n/2/">Two Released</a></h2><div class="post-content"><p>Second.</p></div></article>'
+               '<article><h2><a href="/n/1/">One Released</a></h2></article></section>' + _FOOTER + '</body></html>')
+    doc = html_to_markdown(listing, "https://jekyllrb.com/news/")
+    assert doc.markdown == ("# News\n\n## [Two Released](https://jekyllrb.com/n/2/)\n\nSecond.\n\n"
+                            "## [One Released](https://jekyllrb.com/n/1/)\n")
+    post = html_to_markdown(listing.replace('<article><h2><a href="/n/1/">One Released</a></h2></article>', ""))
+    assert post.markdown == "# News\n\n## [Two Released](/n/2/)\n\nSecond.\n"
+
+
 def test_highlighttable_keeps_code_without_line_numbers():
     html = ('<main><h1>T</h1><div class="language-python highlight"><table class="highlighttable"><tr>'
             '<td class="linenos"><div class="linenodiv"><pre><span class="normal">1</span>\n'

@@ -4,8 +4,10 @@
    links; ``<link rel=canonical>`` and every ``<a href>`` of the *whole* page (navigation included: that is where a
    crawler finds the other pages) are collected first.
 2. Main content: the semantic container that holds the page's first ``<h1>`` — ``<article>``, ``<main>``,
-   ``[role=main]``, then common content ids/classes — else trafilatura's extraction (fallback for pages without such
-   markup). Inside it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks
+   ``[role=main]``, then common content ids/classes; a site logo in an ``<h1>`` (a link around an image) is not the
+   page's h1 — else, when the page marks its banner/footer/navigation (``<header>``, ``<footer>``, ``<nav>``,
+   ``<aside>`` or their roles), the body, whose boilerplate is then stripped as below (jekyllrb.com's home page);
+   else trafilatura's extraction (fallback for pages without such markup). Inside it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks
    (``¶``) and "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``).
    A class/id word (``search``, ``share``, ``toc``, ``footer`` …) drops only wrappers (div, span, ul, a …), never
    a content element (:data:`CONTENT_TAGS`: headings, sections, paragraphs, list items, tables …: generators make
@@ -21,7 +23,8 @@
    each ``<pre>`` gets the language of the nearest self/ancestor/child class among ``language-*``, ``lang-*``,
    ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
    base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are; without any URL, unchanged: EC-04).
-4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth); ``<pre>`` becomes a fence (longer than any
+4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth; text that would start a Markdown block at the
+   start of a line, ``# =>``, ``> x``, ``- x``, ``1. x``, ``---``, gets a backslash); ``<pre>`` becomes a fence (longer than any
    backtick run inside) holding the code text verbatim: no escapes, whitespace kept; a ``<table>`` becomes one GFM
    table by :mod:`pipeline.ingest.fetch.htmltable` (the converter of HTML tables in Markdown notes too).
 """
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 from markdownify import MarkdownConverter
 
 from pipeline.common.markdown import code_lines
@@ -73,7 +76,7 @@ class HtmlDoc:
     canonical: str | None         # absolute canonical URL, if declared
     links: tuple[str, ...]
     base_url: str | None          # the URL relative references were resolved against
-    extractor: str                # "container" or "trafilatura"
+    extractor: str                # "container" (the body too, when landmarks mark the boilerplate) or "trafilatura"
     refresh: str | None = None    # absolute target of a <meta http-equiv=refresh> redirect stub, if any
 
 
@@ -113,9 +116,60 @@ def code_language(pre: Tag) -> str:
     return ""
 
 
+#: inline elements: text inside them continues the line of the text before them
+_INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font",
+                          "i", "ins", "kbd", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub",
+                          "sup", "time", "tt", "u", "var"})
+#: what would start a Markdown block at the start of a line: ATX heading, block quote, bullet, thematic break or
+#: setext underline, code fence, ordered item (``1.``: the ``.`` gets it); group 2 the character that gets the
+#: backslash
+_BLOCK_MARK = r"(#{1,6}(?=\s|$)|>|[-+*](?=\s|$)|[-=](?=[-= \t]*(?:\n|$))|`(?=``)|~(?=~~)|(?<=\d)[.)](?=\s|$))"
+_LINE_START_MARK = re.compile(r"(\n[ \t]*(?:\d{1,9}(?=[.)]))?)" + _BLOCK_MARK)
+_TEXT_START_MARK = re.compile(r"^([ \t]*(?:\d{1,9}(?=[.)]))?)" + _BLOCK_MARK)
+
+
+def _at_line_start(node: NavigableString) -> bool:
+    """True when ``node``'s text starts a line of the Markdown: nothing but whitespace before it in its block, or a
+    ``<br>``, a block element or a newline of the source text (markdownify keeps those) just before it. Text of a
+    heading follows its ``#``s and text in a table cell its ``|``: False there."""
+    cur: Tag | NavigableString = node
+    while True:
+        sib = cur.previous_sibling
+        while sib is not None:
+            if isinstance(sib, Tag):
+                if sib.name == "img":
+                    return False
+                if sib.name == "br" or sib.name not in _INLINE_TAGS:
+                    return True
+                text = sib.get_text()
+            else:
+                text = "" if isinstance(sib, Comment) else str(sib)
+            if text.strip():
+                return text.rstrip(" \t").endswith("\n")
+            sib = sib.previous_sibling
+        parent = cur.parent
+        if parent is None:
+            return True
+        if parent.name in _INLINE_TAGS:
+            cur = parent
+            continue
+        return parent.name not in (*_HEADINGS, "td", "th")
+
+
 class _Converter(MarkdownConverter):
     """markdownify with verbatim fenced code and GFM tables (:func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`:
-    one header row, spans expanded, one line per cell, ``|`` escaped)."""
+    one header row, spans expanded, one line per cell, ``|`` escaped). Option ``escape_line_starts`` (default off):
+    text that would start a Markdown block where it lands at the start of a line (``# =>``, ``> x``, ``- x``,
+    ``1. x``, ``---``, a code fence) gets a backslash, so a paragraph stays a paragraph."""
+
+    def process_text(self, el: NavigableString, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
+        text = super().process_text(el, parent_tags)
+        if not self.options.get("escape_line_starts") or {"pre", "_noformat"} & (parent_tags or set()):
+            return text
+        text = _LINE_START_MARK.sub(r"\1\\\2", text)
+        if _at_line_start(el):
+            text = _TEXT_START_MARK.sub(r"\1\\\2", text)
+        return text
 
     def process_tag(self, node: Tag, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
         if node.name == "table":      # rendered from its cells: markdownify's row-by-row output is never built
@@ -125,8 +179,9 @@ class _Converter(MarkdownConverter):
     @cached_property
     def _cell_converter(self) -> _Converter:
         """This converter for table cells: soft line breaks of the HTML source are spaces (markdownify's ``wrap``
-        without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a cell's line."""
-        return self if self.options["wrap"] else type(self)(**{**self.options, "wrap": True, "wrap_width": None})
+        without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a cell's line; no
+        line-start escapes (a cell holds inline text only)."""
+        return type(self)(**{**self.options, "wrap": True, "wrap_width": None, "escape_line_starts": False})
 
     def convert_table(self, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
         def cell(c: Tag) -> str:
@@ -182,17 +237,38 @@ def _strip_boilerplate(root: Tag) -> None:
     for el in list(root.find_all(True)):
         if el.decomposed or not isinstance(el, Tag) or el.name in ("pre", "code", "table", "h1"):
             continue
-        if el.name in ("header",) and el.find("h1") is None:
+        if el.name in ("header",) and not _h1s(el):
             el.decompose()
             continue
         if _is_in_pre(el):
             continue
-        if _should_drop(el) and el.find("h1") is None:
+        if _should_drop(el) and not _h1s(el):
             el.decompose()
 
 
+def _is_logo(h1: Tag) -> bool:
+    """A site logo marked up as an ``<h1>`` outside ``<article>``/``<main>``: all its text inside one link that
+    holds an image (Jekyll's theme: ``<h1><a href="/" class="logo"><span class="sr-only">Jekyll</span><img …>``);
+    not the page's title."""
+    links = h1.find_all("a")
+    if len(links) != 1 or links[0].find(["img", "svg"]) is None:
+        return False
+    if any(p.name in ("article", "main") or p.get("role") == "main" for p in h1.parents if isinstance(p, Tag)):
+        return False
+    return len(h1.get_text("", strip=True)) == len(links[0].get_text("", strip=True))
+
+
 def _h1s(root: Tag) -> list[Tag]:
-    return [h for h in root.find_all("h1") if h.get_text(strip=True)]
+    """The non-empty ``<h1>`` elements under ``root`` that are not a site logo (:func:`_is_logo`)."""
+    return [h for h in root.find_all("h1") if h.get_text(strip=True) and not _is_logo(h)]
+
+
+def _marks_boilerplate(body: Tag) -> bool:
+    """True when a page without a content container marks its banner, footer or navigation (``<header>``,
+    ``<footer>``, ``<nav>``, ``<aside>`` or their ARIA roles): the rest of its body is then the content."""
+    if body.find(["header", "footer", "nav", "aside"]) is not None:
+        return True
+    return body.find(attrs={"role": ["banner", "contentinfo", "navigation", "complementary"]}) is not None
 
 
 def _contains(el: Tag, node: Tag) -> bool:
@@ -200,10 +276,13 @@ def _contains(el: Tag, node: Tag) -> bool:
 
 
 def _pick_container(soup: BeautifulSoup) -> Tag | None:
-    """The innermost semantic container holding a non-empty <h1> (selectors tried in order); with no such h1
-    anywhere, the only match of a selector; else None."""
+    """The innermost semantic container holding a non-empty <h1> that is not a site logo (selectors tried in
+    order); with no such h1 anywhere, the only match of a selector, which must hold all matches of an earlier
+    selector that matched several times (a listing of ``<article>`` excerpts is not the ``.post-content`` of its
+    first one); else None."""
     body = soup.body or soup
     h1s = _h1s(body)
+    several: list[Tag] = []
     for selector in CONTENT_SELECTORS:
         found = [el for el in body.select(selector) if isinstance(el, Tag)]
         if not found:
@@ -211,8 +290,10 @@ def _pick_container(soup: BeautifulSoup) -> Tag | None:
         holding = [el for el in found if any(_contains(el, h) for h in h1s)]
         if holding:
             return min(holding, key=lambda el: sum(1 for _ in el.descendants))
-        if not h1s and len(found) == 1:
+        if not h1s and len(found) == 1 and all(_contains(found[0], el) for el in several):
             return found[0]
+        if not h1s and len(found) > 1 and not several:
+            several = found
     return None
 
 
@@ -352,6 +433,8 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
 
     container = _pick_container(soup)
     extractor = "container"
+    if container is None and soup.body is not None and _marks_boilerplate(soup.body):
+        container = soup.body          # landmarks mark the boilerplate (jekyllrb.com's home page): the body
     if container is None:
         extractor = "trafilatura"
         container = _trafilatura_main(soup, str(soup), url)
@@ -379,7 +462,8 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
         for text in list(h1.find_all_previous(string=True)):
             if isinstance(text, NavigableString) and container in text.parents and h1 not in text.parents:
                 text.extract()
-    md = _Converter(heading_style="ATX", bullets="*+-", escape_underscores=True, escape_asterisks=True).convert_soup(container)
+    md = _Converter(heading_style="ATX", bullets="*+-", escape_underscores=True, escape_asterisks=True,
+                    escape_line_starts=True).convert_soup(container)
     md = _tidy(md)
     if not isinstance(h1, Tag) and title:
         md = f"# {title}\n\n{md}"
