@@ -18,8 +18,9 @@
    tree into its own elements: ``language-*`` / ``highlighttable`` classes are gone (no fence languages, line numbers
    mixed into code) and inline ``<code>`` became fenced blocks. Documentation generators mark their content well,
    so the container rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
-3. Fix-ups before conversion: a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding ``<li>``
-   (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and ``span.linenos`` go;
+3. Fix-ups before conversion: mkdocstrings' collapsed "Source code in ``path``" listings go (the API docs
+   stay; :func:`_drop_api_source`); a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding
+   ``<li>`` (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and ``span.linenos`` go;
    each ``<pre>`` gets the language of the nearest self/ancestor/child class among ``language-*``, ``lang-*``,
    ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
    base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are; without any URL, unchanged: EC-04).
@@ -297,6 +298,20 @@ def _pick_container(soup: BeautifulSoup) -> Tag | None:
     return None
 
 
+def _drop_api_source(root: Tag) -> None:
+    """mkdocstrings' collapsed source listings go: a ``<details class="mkdocstrings-source">``, or (older versions,
+    ``class="quote"``) a ``<details>`` whose ``<summary>`` reads "Source code in ``path``". The API docs around them
+    stay, and so does any other ``<details>``."""
+    for details in list(root.find_all("details")):
+        if details.decomposed:
+            continue
+        summary = details.find("summary", recursive=False)
+        label = summary.get_text(" ", strip=True) if isinstance(summary, Tag) else ""
+        if "mkdocstrings-source" in _classes(details) or (
+                label.startswith("Source code in") and isinstance(summary, Tag) and summary.find("code")):
+            details.decompose()
+
+
 def _fix_nested_lists(root: Tag, soup: BeautifulSoup) -> None:
     """EC-01: a list directly inside a list moves into the preceding <li> (or a new one)."""
     for lst in list(root.find_all(["ul", "ol"])):
@@ -444,6 +459,7 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     for el in container.find_all(["script", "style", "noscript", "template"]):
         el.decompose()
     _strip_boilerplate(container)
+    _drop_api_source(container)
     _fix_nested_lists(container, soup_for_tags)
     _fix_code(container, soup_for_tags)
     _absolutize(container, base)
