@@ -158,6 +158,23 @@ def test_mkdocstrings_collapsed_source_code_is_left_out_other_details_kept():
         "# API\n\n### search\n\nFinds documents.\n\nReturns ids.\n\nExample\n\n```\nx.search(1)\n```\n")
 
 
+def test_admonitions_become_callouts_and_only_the_light_theme_image_stays():
+    """mkdocs/Sphinx admonitions -> `> [!kind] Title` (kind from the class, `note` without one; nested ones
+    nest); mkdocs-material's `#only-light`/`#only-dark` pair (GitHub's `#gh-*-mode-only` too) -> the light one."""
+    html = ('<main><h1>T</h1><p><img alt="pipeline" src="../images/pipeline.png#only-light" />\n<img alt="pipeline" '
+            'src="../images/pipeline-dark.png#only-dark" /></p><div class="admonition note"><p '
+            'class="admonition-title">Note</p><p>First <a href="https://neuml.com">NeuML</a>.</p><p># second</p>'
+            '</div><div class="admonition warning"><p class="admonition-title">Use <code>gpu</code></p><pre><code '
+            'class="language-python">x = 1\n</code></pre><div class="admonition tip"><p>Nested.</p></div></div>'
+            '<div class="admonition"><p>Plain.</p></div><p><img alt="a" src="a.png#gh-light-mode-only"><a href="d">'
+            '<img alt="a" src="a-dark.png#gh-dark-mode-only"></a></p></main>')
+    assert html_to_markdown(html, "https://neuml.github.io/txtai/pipeline/").markdown == (
+        "# T\n\n![pipeline](https://neuml.github.io/txtai/images/pipeline.png)\n\n"
+        "> [!note] Note\n> First [NeuML](https://neuml.com).\n>\n> \\# second\n\n"
+        "> [!warning] Use `gpu`\n> ```python\n> x = 1\n> ```\n>\n> > [!tip]\n> > Nested.\n\n"
+        "> [!note]\n> Plain.\n\n![a](https://neuml.github.io/txtai/pipeline/a.png)\n")
+
+
 def test_highlighttable_keeps_code_without_line_numbers():
     html = ('<main><h1>T</h1><div class="language-python highlight"><table class="highlighttable"><tr>'
             '<td class="linenos"><div class="linenodiv"><pre><span class="normal">1</span>\n'

@@ -19,7 +19,9 @@
    mixed into code) and inline ``<code>`` became fenced blocks. Documentation generators mark their content well,
    so the container rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
 3. Fix-ups before conversion: mkdocstrings' collapsed "Source code in ``path``" listings go (the API docs
-   stay; :func:`_drop_api_source`); a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding
+   stay; :func:`_drop_api_source`); an admonition (``<div class="admonition note">``) becomes an Obsidian callout
+   (``> [!note] Title``); of mkdocs-material's ``#only-light``/``#only-dark`` image pair the light one stays,
+   without the fragment; a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding
    ``<li>`` (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and ``span.linenos`` go;
    each ``<pre>`` gets the language of the nearest self/ancestor/child class among ``language-*``, ``lang-*``,
    ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
@@ -175,7 +177,23 @@ class _Converter(MarkdownConverter):
     def process_tag(self, node: Tag, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
         if node.name == "table":      # rendered from its cells: markdownify's row-by-row output is never built
             return self.convert_table(node, "", parent_tags or set())
+        kind = node.get("data-dv-callout")
+        if isinstance(kind, str):
+            return self._callout(node, kind, parent_tags or set())
         return super().process_tag(node, parent_tags)
+
+    def _callout(self, node: Tag, kind: str, parent_tags: set[str]) -> str:
+        """An admonition marked by :func:`_mark_admonitions` as an Obsidian callout: ``> [!kind] Title`` (the title
+        as inline Markdown, none when the admonition has none), then its body, every line behind ``> ``."""
+        del node["data-dv-callout"]
+        title_el = node.find(class_="admonition-title", recursive=False)
+        title = ""
+        if isinstance(title_el, Tag):
+            title = " ".join(self.process_tag(title_el, parent_tags | {"_inline"}).split())
+            title_el.decompose()
+        body = super().process_tag(node, parent_tags).strip("\n")
+        lines = [f"[!{kind}] {title}".rstrip(), *(body.split("\n") if body else [])]
+        return "\n\n" + "\n".join(f"> {line}".rstrip() for line in lines) + "\n\n"
 
     @cached_property
     def _cell_converter(self) -> _Converter:
@@ -296,6 +314,42 @@ def _pick_container(soup: BeautifulSoup) -> Tag | None:
         if not h1s and len(found) > 1 and not several:
             several = found
     return None
+
+
+_CALLOUT_KIND = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+def _mark_admonitions(root: Tag) -> None:
+    """A ``<div class="admonition note">`` (mkdocs, Sphinx: ``<p class="admonition-title">`` holds its title) is
+    marked to become an Obsidian callout; its kind is its other class (note, warning, tip, danger, info …, as
+    written: Obsidian shows unknown kinds as notes), ``note`` when it has none."""
+    for div in root.find_all("div", class_="admonition"):
+        kinds = [c.lower() for c in _classes(div) if c.lower() != "admonition" and _CALLOUT_KIND.match(c.lower())
+                 and not c.lower().startswith("admonition-")]
+        div["data-dv-callout"] = kinds[0] if kinds else "note"
+
+
+#: mkdocs-material's (and GitHub's) theme variants of one image: the light one is kept, without its fragment
+_DARK_ONLY = {"only-dark", "gh-dark-mode-only"}
+_LIGHT_ONLY = {"only-light", "gh-light-mode-only"}
+
+
+def _keep_light_images(root: Tag) -> None:
+    """``<img src="x.png#only-dark">`` goes (with a link around it and nothing else); ``x.png#only-light`` loses
+    its fragment."""
+    for img in list(root.find_all("img")):
+        src = img.get("src")
+        if not isinstance(src, str):
+            continue
+        plain, fragment = urldefrag(src.strip())
+        if fragment in _DARK_ONLY:
+            parent = img.parent
+            img.decompose()
+            if isinstance(parent, Tag) and parent.name == "a" and not parent.get_text(strip=True) \
+                    and parent.find(["img", "svg"]) is None:
+                parent.decompose()
+        elif fragment in _LIGHT_ONLY:
+            img["src"] = plain
 
 
 def _drop_api_source(root: Tag) -> None:
@@ -460,6 +514,8 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
         el.decompose()
     _strip_boilerplate(container)
     _drop_api_source(container)
+    _mark_admonitions(container)
+    _keep_light_images(container)
     _fix_nested_lists(container, soup_for_tags)
     _fix_code(container, soup_for_tags)
     _absolutize(container, base)
