@@ -4,32 +4,36 @@
    links; ``<link rel=canonical>`` and every ``<a href>`` of the *whole* page (navigation included: that is where a
    crawler finds the other pages) are collected first.
 2. Main content: the semantic container that holds the page's first ``<h1>`` — ``<article>``, ``<main>``,
-   ``[role=main]``, then common content ids/classes; a site logo in an ``<h1>`` (a link around an image) is not the
-   page's h1 — else, when the page marks its banner/footer/navigation (``<header>``, ``<footer>``, ``<nav>``,
-   ``<aside>`` or their roles), the body, whose boilerplate is then stripped as below (jekyllrb.com's home page);
-   else trafilatura's extraction (fallback for pages without such markup). Inside it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks
-   (``¶``) and "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``).
-   A class/id word (``search``, ``share``, ``toc``, ``footer`` …) drops only wrappers (div, span, ul, a …), never
-   a content element (:data:`CONTENT_TAGS`: headings, sections, paragraphs, list items, tables …: generators make
-   ids from heading text), nor a wrapper that holds a heading and is not mostly link text (:func:`_holds_sections`).
-   Why not trafilatura or readability for every page: compared on the real txtai (MkDocs Material) and jekyllrb
-   pages, readability-lxml 0.9 dropped tables (txtai ``pipeline/text/summary``'s notebook table) and on jekyll's
-   ``configuration/options`` kept one table without the H1 or prose; trafilatura 2.3 kept the text but rewrites the
-   tree into its own elements: ``language-*`` / ``highlighttable`` classes are gone (no fence languages, line numbers
-   mixed into code) and inline ``<code>`` became fenced blocks. Documentation generators mark their content well,
-   so the container rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
+   ``[role=main]``, then common content ids/classes; a site logo in an ``<h1>`` (a link around an image) is
+   not the page's h1 — else, when the page marks its banner/footer/navigation (``<header>``, ``<footer>``,
+   ``<nav>``, ``<aside>`` or their roles), the body, whose boilerplate is then stripped as below
+   (jekyllrb.com's home page); else trafilatura's extraction (fallback for pages without such markup). Inside
+   it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks (``¶``) and
+   "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``). A
+   class/id word (``search``, ``share``, ``toc``, ``footer`` …) drops only wrappers (div, span, ul, a …),
+   never a content element (:data:`CONTENT_TAGS`: headings, sections, paragraphs, list items, tables …:
+   generators make ids from heading text), nor a wrapper that holds a heading and is not mostly link text
+   (:func:`_holds_sections`). Why not trafilatura or readability for every page: compared on the real txtai
+   (MkDocs Material) and jekyllrb pages, readability-lxml 0.9 dropped tables (txtai
+   ``pipeline/text/summary``'s notebook table) and on jekyll's ``configuration/options`` kept one table
+   without the H1 or prose; trafilatura 2.3 kept the text but rewrites the tree into its own elements:
+   ``language-*`` / ``highlighttable`` classes are gone (no fence languages, line numbers mixed into code) and
+   inline ``<code>`` became fenced blocks. Documentation generators mark their content well, so the container
+   rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
 3. Fix-ups before conversion: mkdocstrings' collapsed "Source code in ``path``" listings go (the API docs
-   stay; :func:`_drop_api_source`); an admonition (``<div class="admonition note">``) becomes an Obsidian callout
-   (``> [!note] Title``); of mkdocs-material's ``#only-light``/``#only-dark`` image pair the light one stays,
-   without the fragment; a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding
-   ``<li>`` (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and ``span.linenos`` go;
-   each ``<pre>`` gets the language of the nearest self/ancestor/child class among ``language-*``, ``lang-*``,
-   ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
-   base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are; without any URL, unchanged: EC-04).
-4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth; text that would start a Markdown block at the
-   start of a line, ``# =>``, ``> x``, ``- x``, ``1. x``, ``---``, gets a backslash); ``<pre>`` becomes a fence (longer than any
-   backtick run inside) holding the code text verbatim: no escapes, whitespace kept; a ``<table>`` becomes one GFM
-   table by :mod:`pipeline.ingest.fetch.htmltable` (the converter of HTML tables in Markdown notes too).
+   stay; :func:`_drop_api_source`); an admonition (``<div class="admonition note">``) becomes an Obsidian
+   callout (``> [!note] Title``); of mkdocs-material's ``#only-light``/``#only-dark`` image pair the light one
+   stays, without the fragment; a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding
+   ``<li>`` (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and
+   ``span.linenos`` go; each ``<pre>`` gets the language of the nearest self/ancestor/child class among
+   ``language-*``, ``lang-*``, ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and
+   images become absolute against the base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are;
+   without any URL, unchanged: EC-04).
+4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth; text that would start a Markdown block at
+   the start of a line, ``# =>``, ``> x``, ``- x``, ``1. x``, ``---``, gets a backslash); ``<pre>`` becomes a
+   fence (longer than any backtick run inside) holding the code text verbatim: no escapes, whitespace kept; a
+   ``<table>`` becomes one GFM table by :mod:`pipeline.ingest.fetch.htmltable` (the converter of HTML tables
+   in Markdown notes too).
 """
 
 from __future__ import annotations
@@ -60,11 +64,11 @@ _DROP_WORD = re.compile(
     r"|source-file|announce|banner|share|social)(?:[-_].*)?$"
 )
 _KEEP_WORD = re.compile(r"highlight|language-|lang-|code|admonition|table")
-#: content elements: never dropped for an id/class word (generators make ids from heading text: Sphinx, mkdocs and
-#: kramdown give ``<h2 id="search">`` / ``<section id="share-an-index">``), only for their tag or ARIA role
-CONTENT_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "main", "p", "pre", "code",
-                          "table", "thead", "tbody", "tr", "td", "th", "dl", "dt", "dd", "blockquote", "figure",
-                          "figcaption", "li", "details", "summary", "img"})
+#: content elements: never dropped for an id/class word, only for their tag or ARIA role (generators make
+#: ids from heading text: Sphinx, mkdocs and kramdown give ``<h2 id="search">``, ``<section id="share-it">``)
+CONTENT_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "main", "p", "pre",
+                          "code", "table", "thead", "tbody", "tr", "td", "th", "dl", "dt", "dd", "blockquote",
+                          "figure", "figcaption", "li", "details", "summary", "img"})
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _LANG_CLASS = re.compile(r"^(?:language|lang|highlight|sourceCode)-([A-Za-z0-9_+#.-]+)$")
 _NO_LANG = {"default", "none", "text", "plain", "plaintext", "nohighlight", "source", "notranslate", "txt"}
@@ -79,7 +83,7 @@ class HtmlDoc:
     canonical: str | None         # absolute canonical URL, if declared
     links: tuple[str, ...]
     base_url: str | None          # the URL relative references were resolved against
-    extractor: str                # "container" (the body too, when landmarks mark the boilerplate) or "trafilatura"
+    extractor: str                # "container" (may be the body: see module doc) or "trafilatura"
     refresh: str | None = None    # absolute target of a <meta http-equiv=refresh> redirect stub, if any
 
 
@@ -120,21 +124,21 @@ def code_language(pre: Tag) -> str:
 
 
 #: inline elements: text inside them continues the line of the text before them
-_INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font",
-                          "i", "ins", "kbd", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub",
-                          "sup", "time", "tt", "u", "var"})
-#: what would start a Markdown block at the start of a line: ATX heading, block quote, bullet, thematic break or
-#: setext underline, code fence, ordered item (``1.``: the ``.`` gets it); group 2 the character that gets the
-#: backslash
+_INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em",
+                          "font", "i", "ins", "kbd", "mark", "q", "s", "samp", "small", "span", "strike",
+                          "strong", "sub", "sup", "time", "tt", "u", "var"})
+#: what would start a Markdown block at the start of a line: ATX heading, block quote, bullet, thematic break
+#: or setext underline, code fence, ordered item (``1.``: the ``.`` gets it); group 2 the character that gets
+#: the backslash
 _BLOCK_MARK = r"(#{1,6}(?=\s|$)|>|[-+*](?=\s|$)|[-=](?=[-= \t]*(?:\n|$))|`(?=``)|~(?=~~)|(?<=\d)[.)](?=\s|$))"
 _LINE_START_MARK = re.compile(r"(\n[ \t]*(?:\d{1,9}(?=[.)]))?)" + _BLOCK_MARK)
 _TEXT_START_MARK = re.compile(r"^([ \t]*(?:\d{1,9}(?=[.)]))?)" + _BLOCK_MARK)
 
 
 def _at_line_start(node: NavigableString) -> bool:
-    """True when ``node``'s text starts a line of the Markdown: nothing but whitespace before it in its block, or a
-    ``<br>``, a block element or a newline of the source text (markdownify keeps those) just before it. Text of a
-    heading follows its ``#``s and text in a table cell its ``|``: False there."""
+    """True when ``node``'s text starts a line of the Markdown: nothing but whitespace before it in its block,
+    or a ``<br>``, a block element or a newline of the source text (markdownify keeps those) just before it.
+    Text of a heading follows its ``#``s and text in a table cell its ``|``: False there."""
     cur: Tag | NavigableString = node
     while True:
         sib = cur.previous_sibling
@@ -160,12 +164,14 @@ def _at_line_start(node: NavigableString) -> bool:
 
 
 class _Converter(MarkdownConverter):
-    """markdownify with verbatim fenced code and GFM tables (:func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`:
-    one header row, spans expanded, one line per cell, ``|`` escaped). Option ``escape_line_starts`` (default off):
-    text that would start a Markdown block where it lands at the start of a line (``# =>``, ``> x``, ``- x``,
-    ``1. x``, ``---``, a code fence) gets a backslash, so a paragraph stays a paragraph."""
+    """markdownify with verbatim fenced code and GFM tables
+    (:func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`: one header row, spans expanded, one line per
+    cell, ``|`` escaped). Option ``escape_line_starts`` (default off): text that would start a Markdown block
+    where it lands at the start of a line (``# =>``, ``> x``, ``- x``, ``1. x``, ``---``, a code fence) gets a
+    backslash, so a paragraph stays a paragraph."""
 
-    def process_text(self, el: NavigableString, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
+    def process_text(self, el: NavigableString,  # type: ignore[override]
+                     parent_tags: set[str] | None = None) -> str:
         text = super().process_text(el, parent_tags)
         if not self.options.get("escape_line_starts") or {"pre", "_noformat"} & (parent_tags or set()):
             return text
@@ -183,8 +189,9 @@ class _Converter(MarkdownConverter):
         return super().process_tag(node, parent_tags)
 
     def _callout(self, node: Tag, kind: str, parent_tags: set[str]) -> str:
-        """An admonition marked by :func:`_mark_admonitions` as an Obsidian callout: ``> [!kind] Title`` (the title
-        as inline Markdown, none when the admonition has none), then its body, every line behind ``> ``."""
+        """An admonition marked by :func:`_mark_admonitions` as an Obsidian callout: ``> [!kind] Title`` (the
+        title as inline Markdown, none when the admonition has none), then its body, every line behind ``>
+        ``."""
         del node["data-dv-callout"]
         title_el = node.find(class_="admonition-title", recursive=False)
         title = ""
@@ -197,9 +204,9 @@ class _Converter(MarkdownConverter):
 
     @cached_property
     def _cell_converter(self) -> _Converter:
-        """This converter for table cells: soft line breaks of the HTML source are spaces (markdownify's ``wrap``
-        without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a cell's line; no
-        line-start escapes (a cell holds inline text only)."""
+        """This converter for table cells: soft line breaks of the HTML source are spaces (markdownify's
+        ``wrap`` without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a
+        cell's line; no line-start escapes (a cell holds inline text only)."""
         return type(self)(**{**self.options, "wrap": True, "wrap_width": None, "escape_line_starts": False})
 
     def convert_table(self, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
@@ -241,10 +248,11 @@ def _should_drop(el: Tag) -> bool:
 
 
 def _holds_sections(el: Tag) -> bool:
-    """True when a wrapper is part of the page's text whatever its class or id says: it holds a non-empty heading
-    (h1-h6) and at most half of its text is link text. Menus, tables of contents, "related" sidebars and footers
-    are lists of links (their headings, such as "On this page", head links); a Sphinx ``<div class="section"
-    id="search-function">`` or a layout column named ``sidebar-content`` that holds the page's h2s holds prose."""
+    """True when a wrapper is part of the page's text whatever its class or id says: it holds a non-empty
+    heading (h1-h6) and at most half of its text is link text. Menus, tables of contents, "related" sidebars
+    and footers are lists of links (their headings, such as "On this page", head links); a Sphinx ``<div
+    class="section" id="search-function">`` or a layout column named ``sidebar-content`` that holds the page's
+    h2s holds prose."""
     if not any(h.get_text(strip=True) for h in el.find_all(_HEADINGS)):
         return False
     text = len(el.get_text("", strip=True))
@@ -266,13 +274,14 @@ def _strip_boilerplate(root: Tag) -> None:
 
 
 def _is_logo(h1: Tag) -> bool:
-    """A site logo marked up as an ``<h1>`` outside ``<article>``/``<main>``: all its text inside one link that
-    holds an image (Jekyll's theme: ``<h1><a href="/" class="logo"><span class="sr-only">Jekyll</span><img …>``);
-    not the page's title."""
+    """A site logo marked up as an ``<h1>`` outside ``<article>``/``<main>``: all its text inside one link
+    that holds an image (Jekyll's theme: ``<h1><a href="/" class="logo"><span
+    class="sr-only">Jekyll</span><img …>``); not the page's title."""
     links = h1.find_all("a")
     if len(links) != 1 or links[0].find(["img", "svg"]) is None:
         return False
-    if any(p.name in ("article", "main") or p.get("role") == "main" for p in h1.parents if isinstance(p, Tag)):
+    if any(p.name in ("article", "main") or p.get("role") == "main"
+           for p in h1.parents if isinstance(p, Tag)):
         return False
     return len(h1.get_text("", strip=True)) == len(links[0].get_text("", strip=True))
 
@@ -297,8 +306,8 @@ def _contains(el: Tag, node: Tag) -> bool:
 def _pick_container(soup: BeautifulSoup) -> Tag | None:
     """The innermost semantic container holding a non-empty <h1> that is not a site logo (selectors tried in
     order); with no such h1 anywhere, the only match of a selector, which must hold all matches of an earlier
-    selector that matched several times (a listing of ``<article>`` excerpts is not the ``.post-content`` of its
-    first one); else None."""
+    selector that matched several times (a listing of ``<article>`` excerpts is not the ``.post-content`` of
+    its first one); else None."""
     body = soup.body or soup
     h1s = _h1s(body)
     several: list[Tag] = []
@@ -320,12 +329,12 @@ _CALLOUT_KIND = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
 def _mark_admonitions(root: Tag) -> None:
-    """A ``<div class="admonition note">`` (mkdocs, Sphinx: ``<p class="admonition-title">`` holds its title) is
-    marked to become an Obsidian callout; its kind is its other class (note, warning, tip, danger, info …, as
-    written: Obsidian shows unknown kinds as notes), ``note`` when it has none."""
+    """A ``<div class="admonition note">`` (mkdocs, Sphinx: ``<p class="admonition-title">`` holds its title)
+    is marked to become an Obsidian callout; its kind is its other class (note, warning, tip, danger, info …,
+    as written: Obsidian shows unknown kinds as notes), ``note`` when it has none."""
     for div in root.find_all("div", class_="admonition"):
-        kinds = [c.lower() for c in _classes(div) if c.lower() != "admonition" and _CALLOUT_KIND.match(c.lower())
-                 and not c.lower().startswith("admonition-")]
+        kinds = [c for c in (c.lower() for c in _classes(div))
+                 if c != "admonition" and not c.startswith("admonition-") and _CALLOUT_KIND.match(c)]
         div["data-dv-callout"] = kinds[0] if kinds else "note"
 
 
@@ -335,8 +344,8 @@ _LIGHT_ONLY = {"only-light", "gh-light-mode-only"}
 
 
 def _keep_light_images(root: Tag) -> None:
-    """``<img src="x.png#only-dark">`` goes (with a link around it and nothing else); ``x.png#only-light`` loses
-    its fragment."""
+    """``<img src="x.png#only-dark">`` goes (with a link around it and nothing else); ``x.png#only-light``
+    loses its fragment."""
     for img in list(root.find_all("img")):
         src = img.get("src")
         if not isinstance(src, str):
@@ -353,9 +362,9 @@ def _keep_light_images(root: Tag) -> None:
 
 
 def _drop_api_source(root: Tag) -> None:
-    """mkdocstrings' collapsed source listings go: a ``<details class="mkdocstrings-source">``, or (older versions,
-    ``class="quote"``) a ``<details>`` whose ``<summary>`` reads "Source code in ``path``". The API docs around them
-    stay, and so does any other ``<details>``."""
+    """mkdocstrings' collapsed source listings go: a ``<details class="mkdocstrings-source">``, or (older
+    versions, ``class="quote"``) a ``<details>`` whose ``<summary>`` reads "Source code in ``path``". The API
+    docs around them stay, and so does any other ``<details>``."""
     for details in list(root.find_all("details")):
         if details.decomposed:
             continue
