@@ -4,23 +4,36 @@
    links; ``<link rel=canonical>`` and every ``<a href>`` of the *whole* page (navigation included: that is where a
    crawler finds the other pages) are collected first.
 2. Main content: the semantic container that holds the page's first ``<h1>`` — ``<article>``, ``<main>``,
-   ``[role=main]``, then common content ids/classes — else trafilatura's extraction (fallback for pages without such
-   markup). Inside it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks
-   (``¶``) and "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``).
-   Why not trafilatura or readability for every page: compared on the real txtai (MkDocs Material) and jekyllrb
-   pages, readability-lxml 0.9 dropped tables (txtai ``pipeline/text/summary``'s notebook table) and on jekyll's
-   ``configuration/options`` kept one table without the H1 or prose; trafilatura 2.3 kept the text but rewrites the
-   tree into its own elements: ``language-*`` / ``highlighttable`` classes are gone (no fence languages, line numbers
-   mixed into code) and inline ``<code>`` became fenced blocks. Documentation generators mark their content well,
-   so the container rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
-3. Fix-ups before conversion: a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding ``<li>``
-   (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and ``span.linenos`` go;
-   each ``<pre>`` gets the language of the nearest self/ancestor/child class among ``language-*``, ``lang-*``,
-   ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and images become absolute against the
-   base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are; without any URL, unchanged: EC-04).
-4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth); ``<pre>`` becomes a fence (longer than any
-   backtick run inside) holding the code text verbatim: no escapes, whitespace kept; a ``<table>`` becomes one GFM
-   table by :mod:`pipeline.ingest.fetch.htmltable` (the converter of HTML tables in Markdown notes too).
+   ``[role=main]``, then common content ids/classes; a site logo in an ``<h1>`` (a link around an image) is
+   not the page's h1 — else, when the page marks its banner/footer/navigation (``<header>``, ``<footer>``,
+   ``<nav>``, ``<aside>`` or their roles), the body, whose boilerplate is then stripped as below
+   (jekyllrb.com's home page); else trafilatura's extraction (fallback for pages without such markup). Inside
+   it, navigation, sidebars, footers, search boxes, forms, buttons, scripts, heading permalinks (``¶``) and
+   "edit this page" links are dropped (tags, ARIA roles and class/id words; never inside ``<pre>``). A
+   class/id word (``search``, ``share``, ``toc``, ``footer`` …) drops only wrappers (div, span, ul, a …),
+   never a content element (:data:`CONTENT_TAGS`: headings, sections, paragraphs, list items, tables …:
+   generators make ids from heading text), nor a wrapper that holds a heading and is not mostly link text
+   (:func:`_holds_sections`). Why not trafilatura or readability for every page: compared on the real txtai
+   (MkDocs Material) and jekyllrb pages, readability-lxml 0.9 dropped tables (txtai
+   ``pipeline/text/summary``'s notebook table) and on jekyll's ``configuration/options`` kept one table
+   without the H1 or prose; trafilatura 2.3 kept the text but rewrites the tree into its own elements:
+   ``language-*`` / ``highlighttable`` classes are gone (no fence languages, line numbers mixed into code) and
+   inline ``<code>`` became fenced blocks. Documentation generators mark their content well, so the container
+   rule is exact there, and trafilatura (the better of the two on recall) is the fallback.
+3. Fix-ups before conversion: mkdocstrings' collapsed "Source code in ``path``" listings go (the API docs
+   stay; :func:`_drop_api_source`); an admonition (``<div class="admonition note">``) becomes an Obsidian
+   callout (``> [!note] Title``); of mkdocs-material's ``#only-light``/``#only-dark`` image pair the light one
+   stays, without the fragment; a ``<ul>``/``<ol>`` placed directly inside a list moves into the preceding
+   ``<li>`` (EC-01); a Pygments ``highlighttable`` keeps only its code cell (no line-number column) and
+   ``span.linenos`` go; each ``<pre>`` gets the language of the nearest self/ancestor/child class among
+   ``language-*``, ``lang-*``, ``highlight-*`` and ``brush: *`` (EC-02; none found: no language); links and
+   images become absolute against the base (fragment-only ``#x`` and ``mailto:``/``tel:`` left as they are;
+   without any URL, unchanged: EC-04).
+4. markdownify (ATX headings, ``*``/``+``/``-`` bullets by depth; text that would start a Markdown block at
+   the start of a line, ``# =>``, ``> x``, ``- x``, ``1. x``, ``---``, gets a backslash); ``<pre>`` becomes a
+   fence (longer than any backtick run inside) holding the code text verbatim: no escapes, whitespace kept; a
+   ``<table>`` becomes one GFM table by :mod:`pipeline.ingest.fetch.htmltable` (the converter of HTML tables
+   in Markdown notes too).
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 from markdownify import MarkdownConverter
 
 from pipeline.common.markdown import code_lines
@@ -51,6 +64,12 @@ _DROP_WORD = re.compile(
     r"|source-file|announce|banner|share|social)(?:[-_].*)?$"
 )
 _KEEP_WORD = re.compile(r"highlight|language-|lang-|code|admonition|table")
+#: content elements: never dropped for an id/class word, only for their tag or ARIA role (generators make
+#: ids from heading text: Sphinx, mkdocs and kramdown give ``<h2 id="search">``, ``<section id="share-it">``)
+CONTENT_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "main", "p", "pre",
+                          "code", "table", "thead", "tbody", "tr", "td", "th", "dl", "dt", "dd", "blockquote",
+                          "figure", "figcaption", "li", "details", "summary", "img"})
+_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _LANG_CLASS = re.compile(r"^(?:language|lang|highlight|sourceCode)-([A-Za-z0-9_+#.-]+)$")
 _NO_LANG = {"default", "none", "text", "plain", "plaintext", "nohighlight", "source", "notranslate", "txt"}
 
@@ -64,7 +83,7 @@ class HtmlDoc:
     canonical: str | None         # absolute canonical URL, if declared
     links: tuple[str, ...]
     base_url: str | None          # the URL relative references were resolved against
-    extractor: str                # "container" or "trafilatura"
+    extractor: str                # "container" (may be the body: see module doc) or "trafilatura"
     refresh: str | None = None    # absolute target of a <meta http-equiv=refresh> redirect stub, if any
 
 
@@ -104,20 +123,91 @@ def code_language(pre: Tag) -> str:
     return ""
 
 
+#: inline elements: text inside them continues the line of the text before them
+_INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em",
+                          "font", "i", "ins", "kbd", "mark", "q", "s", "samp", "small", "span", "strike",
+                          "strong", "sub", "sup", "time", "tt", "u", "var"})
+#: what would start a Markdown block at the start of a line: ATX heading, block quote, bullet, thematic break
+#: or setext underline, code fence, ordered item (``1.``: the ``.`` gets it); group 2 the character that gets
+#: the backslash
+_BLOCK_MARK = r"(#{1,6}(?=\s|$)|>|[-+*](?=\s|$)|[-=](?=[-= \t]*(?:\n|$))|`(?=``)|~(?=~~)|(?<=\d)[.)](?=\s|$))"
+_LINE_START_MARK = re.compile(r"(\n[ \t]*(?:\d{1,9}(?=[.)]))?)" + _BLOCK_MARK)
+_TEXT_START_MARK = re.compile(r"^([ \t]*(?:\d{1,9}(?=[.)]))?)" + _BLOCK_MARK)
+
+
+def _at_line_start(node: NavigableString) -> bool:
+    """True when ``node``'s text starts a line of the Markdown: nothing but whitespace before it in its block,
+    or a ``<br>``, a block element or a newline of the source text (markdownify keeps those) just before it.
+    Text of a heading follows its ``#``s and text in a table cell its ``|``: False there."""
+    cur: Tag | NavigableString = node
+    while True:
+        sib = cur.previous_sibling
+        while sib is not None:
+            if isinstance(sib, Tag):
+                if sib.name == "img":
+                    return False
+                if sib.name == "br" or sib.name not in _INLINE_TAGS:
+                    return True
+                text = sib.get_text()
+            else:
+                text = "" if isinstance(sib, Comment) else str(sib)
+            if text.strip():
+                return text.rstrip(" \t").endswith("\n")
+            sib = sib.previous_sibling
+        parent = cur.parent
+        if parent is None:
+            return True
+        if parent.name in _INLINE_TAGS:
+            cur = parent
+            continue
+        return parent.name not in (*_HEADINGS, "td", "th")
+
+
 class _Converter(MarkdownConverter):
-    """markdownify with verbatim fenced code and GFM tables (:func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`:
-    one header row, spans expanded, one line per cell, ``|`` escaped)."""
+    """markdownify with verbatim fenced code and GFM tables
+    (:func:`pipeline.ingest.fetch.htmltable.html_table_to_gfm`: one header row, spans expanded, one line per
+    cell, ``|`` escaped). Option ``escape_line_starts`` (default off): text that would start a Markdown block
+    where it lands at the start of a line (``# =>``, ``> x``, ``- x``, ``1. x``, ``---``, a code fence) gets a
+    backslash, so a paragraph stays a paragraph."""
+
+    def process_text(self, el: NavigableString,  # type: ignore[override]
+                     parent_tags: set[str] | None = None) -> str:
+        text = super().process_text(el, parent_tags)
+        if not self.options.get("escape_line_starts") or {"pre", "_noformat"} & (parent_tags or set()):
+            return text
+        text = _LINE_START_MARK.sub(r"\1\\\2", text)
+        if _at_line_start(el):
+            text = _TEXT_START_MARK.sub(r"\1\\\2", text)
+        return text
 
     def process_tag(self, node: Tag, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
         if node.name == "table":      # rendered from its cells: markdownify's row-by-row output is never built
             return self.convert_table(node, "", parent_tags or set())
+        kind = node.get("data-dv-callout")
+        if isinstance(kind, str):
+            return self._callout(node, kind, parent_tags or set())
         return super().process_tag(node, parent_tags)
+
+    def _callout(self, node: Tag, kind: str, parent_tags: set[str]) -> str:
+        """An admonition marked by :func:`_mark_admonitions` as an Obsidian callout: ``> [!kind] Title`` (the
+        title as inline Markdown, none when the admonition has none), then its body, every line behind ``>
+        ``."""
+        del node["data-dv-callout"]
+        title_el = node.find(class_="admonition-title", recursive=False)
+        title = ""
+        if isinstance(title_el, Tag):
+            title = " ".join(self.process_tag(title_el, parent_tags | {"_inline"}).split())
+            title_el.decompose()
+        body = super().process_tag(node, parent_tags).strip("\n")
+        lines = [f"[!{kind}] {title}".rstrip(), *(body.split("\n") if body else [])]
+        return "\n\n" + "\n".join(f"> {line}".rstrip() for line in lines) + "\n\n"
 
     @cached_property
     def _cell_converter(self) -> _Converter:
-        """This converter for table cells: soft line breaks of the HTML source are spaces (markdownify's ``wrap``
-        without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a cell's line."""
-        return self if self.options["wrap"] else type(self)(**{**self.options, "wrap": True, "wrap_width": None})
+        """This converter for table cells: soft line breaks of the HTML source are spaces (markdownify's
+        ``wrap`` without a width), so only ``<br>`` and block boundaries (paragraphs, list items) break a
+        cell's line; no line-start escapes (a cell holds inline text only)."""
+        return type(self)(**{**self.options, "wrap": True, "wrap_width": None, "escape_line_starts": False})
 
     def convert_table(self, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
         def cell(c: Tag) -> str:
@@ -149,29 +239,64 @@ def _should_drop(el: Tag) -> bool:
     if el.name == "a" and set(_classes(el)) & {"headerlink", "header-link", "anchor", "anchorjs-link",
                                                   "heading-anchor", "hash-link"}:
         return True
+    if el.name in CONTENT_TAGS:
+        return False
     words = _classes(el) + ([str(el.get("id"))] if el.get("id") else [])
-    for w in words:
-        wl = w.lower()
-        if _DROP_WORD.match(wl) and not _KEEP_WORD.search(wl):
-            return True
+    if any(_DROP_WORD.match(w.lower()) and not _KEEP_WORD.search(w.lower()) for w in words):
+        return not _holds_sections(el)
     return False
+
+
+def _holds_sections(el: Tag) -> bool:
+    """True when a wrapper is part of the page's text whatever its class or id says: it holds a non-empty
+    heading (h1-h6) and at most half of its text is link text. Menus, tables of contents, "related" sidebars
+    and footers are lists of links (their headings, such as "On this page", head links); a Sphinx ``<div
+    class="section" id="search-function">`` or a layout column named ``sidebar-content`` that holds the page's
+    h2s holds prose."""
+    if not any(h.get_text(strip=True) for h in el.find_all(_HEADINGS)):
+        return False
+    text = len(el.get_text("", strip=True))
+    linked = sum(len(a.get_text("", strip=True)) for a in el.find_all("a"))
+    return linked * 2 <= text
 
 
 def _strip_boilerplate(root: Tag) -> None:
     for el in list(root.find_all(True)):
         if el.decomposed or not isinstance(el, Tag) or el.name in ("pre", "code", "table", "h1"):
             continue
-        if el.name in ("header",) and el.find("h1") is None:
+        if el.name in ("header",) and not _h1s(el):
             el.decompose()
             continue
         if _is_in_pre(el):
             continue
-        if _should_drop(el) and el.find("h1") is None:
+        if _should_drop(el) and not _h1s(el):
             el.decompose()
 
 
+def _is_logo(h1: Tag) -> bool:
+    """A site logo marked up as an ``<h1>`` outside ``<article>``/``<main>``: all its text inside one link
+    that holds an image (Jekyll's theme: ``<h1><a href="/" class="logo"><span
+    class="sr-only">Jekyll</span><img …>``); not the page's title."""
+    links = h1.find_all("a")
+    if len(links) != 1 or links[0].find(["img", "svg"]) is None:
+        return False
+    if any(p.name in ("article", "main") or p.get("role") == "main"
+           for p in h1.parents if isinstance(p, Tag)):
+        return False
+    return len(h1.get_text("", strip=True)) == len(links[0].get_text("", strip=True))
+
+
 def _h1s(root: Tag) -> list[Tag]:
-    return [h for h in root.find_all("h1") if h.get_text(strip=True)]
+    """The non-empty ``<h1>`` elements under ``root`` that are not a site logo (:func:`_is_logo`)."""
+    return [h for h in root.find_all("h1") if h.get_text(strip=True) and not _is_logo(h)]
+
+
+def _marks_boilerplate(body: Tag) -> bool:
+    """True when a page without a content container marks its banner, footer or navigation (``<header>``,
+    ``<footer>``, ``<nav>``, ``<aside>`` or their ARIA roles): the rest of its body is then the content."""
+    if body.find(["header", "footer", "nav", "aside"]) is not None:
+        return True
+    return body.find(attrs={"role": ["banner", "contentinfo", "navigation", "complementary"]}) is not None
 
 
 def _contains(el: Tag, node: Tag) -> bool:
@@ -179,10 +304,13 @@ def _contains(el: Tag, node: Tag) -> bool:
 
 
 def _pick_container(soup: BeautifulSoup) -> Tag | None:
-    """The innermost semantic container holding a non-empty <h1> (selectors tried in order); with no such h1
-    anywhere, the only match of a selector; else None."""
+    """The innermost semantic container holding a non-empty <h1> that is not a site logo (selectors tried in
+    order); with no such h1 anywhere, the only match of a selector, which must hold all matches of an earlier
+    selector that matched several times (a listing of ``<article>`` excerpts is not the ``.post-content`` of
+    its first one); else None."""
     body = soup.body or soup
     h1s = _h1s(body)
+    several: list[Tag] = []
     for selector in CONTENT_SELECTORS:
         found = [el for el in body.select(selector) if isinstance(el, Tag)]
         if not found:
@@ -190,9 +318,61 @@ def _pick_container(soup: BeautifulSoup) -> Tag | None:
         holding = [el for el in found if any(_contains(el, h) for h in h1s)]
         if holding:
             return min(holding, key=lambda el: sum(1 for _ in el.descendants))
-        if not h1s and len(found) == 1:
+        if not h1s and len(found) == 1 and all(_contains(found[0], el) for el in several):
             return found[0]
+        if not h1s and len(found) > 1 and not several:
+            several = found
     return None
+
+
+_CALLOUT_KIND = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+def _mark_admonitions(root: Tag) -> None:
+    """A ``<div class="admonition note">`` (mkdocs, Sphinx: ``<p class="admonition-title">`` holds its title)
+    is marked to become an Obsidian callout; its kind is its other class (note, warning, tip, danger, info …,
+    as written: Obsidian shows unknown kinds as notes), ``note`` when it has none."""
+    for div in root.find_all("div", class_="admonition"):
+        kinds = [c for c in (c.lower() for c in _classes(div))
+                 if c != "admonition" and not c.startswith("admonition-") and _CALLOUT_KIND.match(c)]
+        div["data-dv-callout"] = kinds[0] if kinds else "note"
+
+
+#: mkdocs-material's (and GitHub's) theme variants of one image: the light one is kept, without its fragment
+_DARK_ONLY = {"only-dark", "gh-dark-mode-only"}
+_LIGHT_ONLY = {"only-light", "gh-light-mode-only"}
+
+
+def _keep_light_images(root: Tag) -> None:
+    """``<img src="x.png#only-dark">`` goes (with a link around it and nothing else); ``x.png#only-light``
+    loses its fragment."""
+    for img in list(root.find_all("img")):
+        src = img.get("src")
+        if not isinstance(src, str):
+            continue
+        plain, fragment = urldefrag(src.strip())
+        if fragment in _DARK_ONLY:
+            parent = img.parent
+            img.decompose()
+            if isinstance(parent, Tag) and parent.name == "a" and not parent.get_text(strip=True) \
+                    and parent.find(["img", "svg"]) is None:
+                parent.decompose()
+        elif fragment in _LIGHT_ONLY:
+            img["src"] = plain
+
+
+def _drop_api_source(root: Tag) -> None:
+    """mkdocstrings' collapsed source listings go: a ``<details class="mkdocstrings-source">``, or (older
+    versions, ``class="quote"``) a ``<details>`` whose ``<summary>`` reads "Source code in ``path``". The API
+    docs around them stay, and so does any other ``<details>``."""
+    for details in list(root.find_all("details")):
+        if details.decomposed:
+            continue
+        summary = details.find("summary", recursive=False)
+        label = summary.get_text(" ", strip=True) if isinstance(summary, Tag) else ""
+        if "mkdocstrings-source" in _classes(details) or (
+                label.startswith("Source code in") and isinstance(summary, Tag) and summary.find("code")):
+            details.decompose()
 
 
 def _fix_nested_lists(root: Tag, soup: BeautifulSoup) -> None:
@@ -331,6 +511,8 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
 
     container = _pick_container(soup)
     extractor = "container"
+    if container is None and soup.body is not None and _marks_boilerplate(soup.body):
+        container = soup.body          # landmarks mark the boilerplate (jekyllrb.com's home page): the body
     if container is None:
         extractor = "trafilatura"
         container = _trafilatura_main(soup, str(soup), url)
@@ -340,6 +522,9 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     for el in container.find_all(["script", "style", "noscript", "template"]):
         el.decompose()
     _strip_boilerplate(container)
+    _drop_api_source(container)
+    _mark_admonitions(container)
+    _keep_light_images(container)
     _fix_nested_lists(container, soup_for_tags)
     _fix_code(container, soup_for_tags)
     _absolutize(container, base)
@@ -358,7 +543,8 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
         for text in list(h1.find_all_previous(string=True)):
             if isinstance(text, NavigableString) and container in text.parents and h1 not in text.parents:
                 text.extract()
-    md = _Converter(heading_style="ATX", bullets="*+-", escape_underscores=True, escape_asterisks=True).convert_soup(container)
+    md = _Converter(heading_style="ATX", bullets="*+-", escape_underscores=True, escape_asterisks=True,
+                    escape_line_starts=True).convert_soup(container)
     md = _tidy(md)
     if not isinstance(h1, Tag) and title:
         md = f"# {title}\n\n{md}"
