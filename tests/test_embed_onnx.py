@@ -86,9 +86,10 @@ def test_count_tokens_equals_hf_tokenizer(cache: Path):
 
 
 def test_token_starts_count_every_span_between_word_edges(tmp_path: Path):
-    """The chunker's contract for token_starts (pipeline.index.chunk.chunk_note): a span of a text whose ends lie
-    next to ASCII whitespace or punctuation has count_tokens(span) == 2 + the tokens of the text's one encoding
-    that start inside it. Only the tokenizer loads (no model)."""
+    """The chunker's contract for token_starts (pipeline.index.chunk.chunk_note): a span of a text whose ends
+    lie next to ASCII whitespace or punctuation has count_tokens(span) == 2 + the tokens of the text's one
+    encoding that start inside it (\\v and \\f are no edge: BertNormalizer drops them, "play\\ving" is one
+    word). Only the tokenizer loads (no model)."""
     import string
 
     e = OnnxEmbedder("int8", tmp_path, export=False)

@@ -328,9 +328,9 @@ def _common_prefix(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------------------------
 # chunking
 # ---------------------------------------------------------------------------------------------------------------
-#: a position next to one of these characters splits a BERT WordPiece text into independently counted halves
-#: (``token_starts`` of :func:`chunk_note`): ASCII whitespace BertNormalizer keeps (it drops \v and \f as control
-#: characters) and ASCII punctuation, which BertPreTokenizer isolates
+#: a position next to one of these characters splits a BERT WordPiece text into independently counted
+#: halves (``token_starts`` of :func:`chunk_note`): ASCII whitespace BertNormalizer keeps (it drops \v and \f
+#: as control characters) and ASCII punctuation, which BertPreTokenizer isolates
 _WORD_EDGE = frozenset(" \t\n\r" + string.punctuation)
 
 
@@ -350,9 +350,9 @@ class _Chunker:
         self.min = min_tokens
         self.text = strip_block_ids(_strip_frontmatter(note.body))
         self._bc_cache: dict[tuple[str, ...], str] = {}
-        self._counts: dict[str, int] = {}                 # text -> count_tokens(text): the chunker asks again
+        self._counts: dict[str, int] = {}             # text -> count_tokens(text): the chunker asks again
         self._token_starts = token_starts
-        self._starts: Sequence[int] | None = None         # token_starts(self.text), computed on first use
+        self._starts: Sequence[int] | None = None     # token_starts(self.text), computed on first use
 
     # -- helpers --
     def count_text(self, text: str) -> int:
@@ -367,11 +367,12 @@ class _Chunker:
         return pos <= 0 or pos >= len(text) or text[pos - 1] in _WORD_EDGE or text[pos] in _WORD_EDGE
 
     def span_tokens(self, start: int, end: int, prefix: str | None = None) -> int:
-        """``count_tokens`` of ``self.text[start:end]`` (start < end), or of ``prefix + "\\n\\n" + that span``.
+        """``count_tokens`` of ``self.text[start:end]`` (start < end), or of ``prefix + "\\n\\n"`` + that
+        span.
 
-        With ``token_starts`` and both ends at a word edge (:data:`_WORD_EDGE`) the span's tokens are those of the
-        note's one encoding that start inside it, plus the prefix's count (or the special tokens, the count of "");
-        otherwise the text is counted.
+        With ``token_starts`` and both ends at a word edge (:data:`_WORD_EDGE`) the span's tokens are those
+        of the note's one encoding that start inside it, plus the prefix's count (or the special tokens, the
+        count of ""); otherwise the text is counted.
         """
         if self._token_starts is not None and self._at_word_edge(start) and self._at_word_edge(end):
             if self._starts is None:
@@ -406,7 +407,8 @@ class _Chunker:
         """``fits(prefix, self.text[start:end])`` without building the text (:meth:`span_tokens`)."""
         if end <= start:
             return len(prefix) <= self.max_chars and self.count_text(prefix) <= self.max
-        return len(prefix) + 2 + end - start <= self.max_chars and self.span_tokens(start, end, prefix) <= self.max
+        return (len(prefix) + 2 + end - start <= self.max_chars
+                and self.span_tokens(start, end, prefix) <= self.max)
 
     # -- main --
     def run(self) -> list[Chunk]:
@@ -657,11 +659,11 @@ def chunk_note(
         max_chunks: at most this many chunks, the note's first ones (rule 9); None: no cap.
         warnings: when given and the cap cuts the note, one line is appended: ``<vault path>: only its first N
             chunks are searchable …; split the note …`` (the note itself stays whole in the vault).
-        token_starts: optional, for a BERT WordPiece tokenizer: the start offsets (characters, ascending) of the
-            tokens of a text without special tokens. Its counts add up at ASCII whitespace and punctuation:
-            ``count_tokens(a + b) == count_tokens(a) + count_tokens(b) - count_tokens("")`` when ``a`` ends or
-            ``b`` starts with one. Then a part of the note between such places is counted from one encoding of the
-            note instead of being tokenized again (the same counts, so the same chunks).
+        token_starts: optional, for a BERT WordPiece tokenizer: the start offsets (characters, ascending) of
+            the tokens of a text without special tokens. Its counts add up at ASCII whitespace and
+            punctuation: ``count_tokens(a + b) == count_tokens(a) + count_tokens(b) - count_tokens("")`` when
+            ``a`` ends or ``b`` starts with one. Then a part of the note between such places is counted from
+            one encoding of the note instead of being tokenized again (the same counts, so the same chunks).
 
     Returns:
         Chunks in note order (``ordinal`` 0, 1, ...); [] for a note without title, description or text.
