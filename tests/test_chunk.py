@@ -433,3 +433,59 @@ def test_a_heading_only_body_keeps_headings_other_than_the_title_h1() -> None:
     for title, body in (("Beta note", "# Beta note\n"), ("Ｂeta  Note", "# beta note\n"), ("Guide", "# GUIDE\n")):
         note = mk(body, title=title)
         assert only(note) == [(0, (), title, "", stable_id(note.note_id, "", "0"))]
+
+
+# ---- token_starts: spans between word edges counted from one encoding of the note --------------------------
+_TOY_WORD = re.compile(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]")
+
+
+def toy_starts(text: str) -> list[int]:
+    """A WordPiece-like toy: each word (or punctuation mark) in pieces of ≤ 4 characters aligned to its end,
+    so a word cut in the middle has other pieces than the whole word ("y" * 6: pieces at 0, 2; its first 4:
+    one)."""
+    out: list[int] = []
+    for m in _TOY_WORD.finditer(text):
+        s, e = m.span()
+        out.extend(sorted({s, *range(e - 4, s, -4)}))
+    return out
+
+
+def toy_count(text: str) -> int:
+    return 2 + len(toy_starts(text))     # [CLS] + pieces + [SEP]
+
+
+def test_token_starts_count_spans_at_word_edges_without_tokenizing_them_again() -> None:
+    body = "Alpha beta gamma. Delta epsilon zeta. Eta theta iota. Kappa lambda mu."
+    counted: list[str] = []
+    starts: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return toy_count(text)
+
+    def token_starts(text: str) -> list[int]:
+        starts.append(text)
+        return toy_starts(text)
+
+    chunks = chunk_note(mk(body), count_tokens=count, max_tokens=16, overlap_tokens=0,
+                        token_starts=token_starts)
+    assert [c.text for c in chunks] == ["Alpha beta gamma. Delta epsilon zeta.",
+                                        "Eta theta iota. Kappa lambda mu."]
+    assert chunks == chunk_note(mk(body), count_tokens=toy_count, max_tokens=16, overlap_tokens=0)
+    assert starts == [body]                 # the note is encoded once
+    assert counted == ["", "Guide"]         # then only the special tokens and the breadcrumb are counted
+
+
+def test_token_starts_a_cut_inside_a_word_is_counted() -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return toy_count(text)
+
+    word = "y" * 42      # 11 pieces; the toy's pieces of its first 16 characters (4) are not the word's
+    chunks = chunk_note(mk(word), count_tokens=count, max_tokens=8, token_starts=toy_starts)
+    assert [c.text for c in chunks] == ["y" * 16, "y" * 16, "y" * 10]
+    assert chunks == chunk_note(mk(word), count_tokens=toy_count, max_tokens=8)
+    assert "Guide\n\n" + "y" * 16 in counted and "Guide\n\n" + "y" * 17 in counted
+    assert len(counted) == len(set(counted))     # no text is counted twice

@@ -85,6 +85,28 @@ def test_count_tokens_equals_hf_tokenizer(cache: Path):
     assert e.count_tokens(SENTENCES[-1]) > e.max_tokens == st.max_tokens == 256
 
 
+def test_token_starts_count_every_span_between_word_edges(tmp_path: Path):
+    """The chunker's contract for token_starts (pipeline.index.chunk.chunk_note): a span of a text whose ends
+    lie next to ASCII whitespace or punctuation has count_tokens(span) == 2 + the tokens of the text's one
+    encoding that start inside it (\\v and \\f are no edge: BertNormalizer drops them, "play\\ving" is one
+    word). Only the tokenizer loads (no model)."""
+    import string
+
+    e = OnnxEmbedder("int8", tmp_path, export=False)
+    text = ("Unbelievably, playing café naïve Überprüfung play\ving\x0cİstanbul 東京タワー🚀 x" + "q" * 120
+            + " (read_csv_auto).\r\n\tDuckDB's  v1.2.3—end\x00!")
+    starts = e.token_starts(text)
+    assert starts == sorted(starts) and e.count_tokens(text) == 2 + len(starts)
+    edge = set(" \t\n\r" + string.punctuation)
+    edges = [p for p in range(len(text) + 1)
+             if p in (0, len(text)) or text[p - 1] in edge or text[p] in edge]
+    assert len(edges) == 40
+    for i, a in enumerate(edges):
+        for b in edges[i + 1:]:
+            inside = sum(a <= s < b for s in starts)
+            assert e.count_tokens(text[a:b]) == 2 + inside, (a, b, text[a:b])
+            assert e.count_tokens("Guide > Setup\n\n" + text[a:b]) == e.count_tokens("Guide > Setup") + inside
+
 def test_model_ids_differ_between_numeric_variants(monkeypatch: pytest.MonkeyPatch):
     fp32, int8 = load_embedder("minilm-fp32"), load_embedder("minilm-int8")
     assert isinstance(fp32, OnnxEmbedder) and isinstance(int8, OnnxEmbedder)

@@ -52,8 +52,10 @@ How a note body becomes chunks:
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -326,10 +328,16 @@ def _common_prefix(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------------------------
 # chunking
 # ---------------------------------------------------------------------------------------------------------------
+#: a position next to one of these characters splits a BERT WordPiece text into independently counted
+#: halves (``token_starts`` of :func:`chunk_note`): ASCII whitespace BertNormalizer keeps (it drops \v and \f
+#: as control characters) and ASCII punctuation, which BertPreTokenizer isolates
+_WORD_EDGE = frozenset(" \t\n\r" + string.punctuation)
+
+
 class _Chunker:
     def __init__(
         self, note: Note, count_tokens: Callable[[str], int], max_tokens: int, overlap: int, min_tokens: int,
-        max_chunks: int | None = None,
+        max_chunks: int | None = None, token_starts: Callable[[str], Sequence[int]] | None = None,
     ):
         self.note = note
         self.max_chunks = max_chunks
@@ -342,18 +350,48 @@ class _Chunker:
         self.min = min_tokens
         self.text = strip_block_ids(_strip_frontmatter(note.body))
         self._bc_cache: dict[tuple[str, ...], str] = {}
+        self._counts: dict[str, int] = {}             # text -> count_tokens(text): the chunker asks again
+        self._token_starts = token_starts
+        self._starts: Sequence[int] | None = None     # token_starts(self.text), computed on first use
 
     # -- helpers --
+    def count_text(self, text: str) -> int:
+        """``count_tokens(text)``, each distinct text counted once per note."""
+        n = self._counts.get(text)
+        if n is None:
+            n = self._counts[text] = self.count(text)
+        return n
+
+    def _at_word_edge(self, pos: int) -> bool:
+        text = self.text
+        return pos <= 0 or pos >= len(text) or text[pos - 1] in _WORD_EDGE or text[pos] in _WORD_EDGE
+
+    def span_tokens(self, start: int, end: int, prefix: str | None = None) -> int:
+        """``count_tokens`` of ``self.text[start:end]`` (start < end), or of ``prefix + "\\n\\n"`` + that
+        span.
+
+        With ``token_starts`` and both ends at a word edge (:data:`_WORD_EDGE`) the span's tokens are those
+        of the note's one encoding that start inside it, plus the prefix's count (or the special tokens, the
+        count of ""); otherwise the text is counted.
+        """
+        if self._token_starts is not None and self._at_word_edge(start) and self._at_word_edge(end):
+            if self._starts is None:
+                self._starts = self._token_starts(self.text)
+            inside = bisect_left(self._starts, end) - bisect_left(self._starts, start)
+            return inside + self.count_text("" if prefix is None else prefix)
+        body = self.text[start:end]
+        return self.count_text(body if prefix is None else f"{prefix}\n\n{body}")
+
     def breadcrumb(self, path: tuple[str, ...]) -> str:
         bc = self._bc_cache.get(path)
         if bc is None:
             bc = " > ".join([self.note.title, *path])
             limit = max(1, self.max // 2)
-            if self.count(bc) > limit:
+            if self.count_text(bc) > limit:
                 lo, hi = 0, len(bc)
                 while lo < hi:  # longest prefix + "…" within half the budget
                     mid = (lo + hi + 1) // 2
-                    if self.count(bc[:mid] + "…") <= limit:
+                    if self.count_text(bc[:mid] + "…") <= limit:
                         lo = mid
                     else:
                         hi = mid - 1
@@ -363,7 +401,14 @@ class _Chunker:
 
     def fits(self, prefix: str, body: str) -> bool:
         text = f"{prefix}\n\n{body}" if body else prefix
-        return len(text) <= self.max_chars and self.count(text) <= self.max
+        return len(text) <= self.max_chars and self.count_text(text) <= self.max
+
+    def fits_span(self, prefix: str, start: int, end: int) -> bool:
+        """``fits(prefix, self.text[start:end])`` without building the text (:meth:`span_tokens`)."""
+        if end <= start:
+            return len(prefix) <= self.max_chars and self.count_text(prefix) <= self.max
+        return (len(prefix) + 2 + end - start <= self.max_chars
+                and self.span_tokens(start, end, prefix) <= self.max)
 
     # -- main --
     def run(self) -> list[Chunk]:
@@ -379,8 +424,7 @@ class _Chunker:
             occurrence = seen.get(path, 0)
             seen[path] = occurrence + 1
             bc = self.breadcrumb(path)
-            body = text[start:end]
-            pieces = [body] if self.fits(bc, body) else self._split(bc, section)
+            pieces = [text[start:end]] if self.fits_span(bc, start, end) else self._split(bc, section)
             if self.max_chunks is not None and len(chunks) + len(pieces) > self.max_chunks:
                 pieces = pieces[: self.max_chunks - len(chunks)]
                 self.capped_at, self.capped_within = path, True
@@ -441,7 +485,7 @@ class _Chunker:
                 continue
             group = [sections[i]]
             start, end = self._body_span(sections[i])
-            size = self.count(self.text[start:end]) if end > start else 0
+            size = self.span_tokens(start, end) if end > start else 0
             while size < self.min and i + 1 < len(sections):
                 nxt = sections[i + 1]
                 n_start = nxt.heading.start if nxt.heading else nxt.blocks[0].start
@@ -450,12 +494,11 @@ class _Chunker:
                 path = _common_prefix([s.path for s in group] + [nxt.path])
                 if group[0].heading is not None and len(path) < len(group[0].path):
                     m_start = group[0].heading.start      # its heading, not in the path, opens the text
-                body = self.text[m_start:n_end]
-                if not self.fits(self.breadcrumb(path), body):
+                if not self.fits_span(self.breadcrumb(path), m_start, n_end):
                     break
                 group.append(nxt)
                 start, end = m_start, n_end
-                size = self.count(body)
+                size = self.span_tokens(start, end) if end > start else self.count_text("")
                 i += 1
             i += 1
             path = _common_prefix([s.path for s in group])
@@ -483,20 +526,20 @@ class _Chunker:
         i = 0
         half = self.max // 2
         while i < len(atoms):
-            if not self.fits(bc, text[atoms[i].start : atoms[i].end]):
+            if not self.fits_span(bc, atoms[i].start, atoms[i].end):
                 atoms[i : i + 1] = self._refine(bc, atoms[i])  # lazily: only atoms too large alone are split
                 continue
             n = len(atoms)
             j = i
             # largest j with atoms i..j fitting: gallop then bisect (token counts grow with the text)
             step = 1
-            while j + step < n and self.fits(bc, text[atoms[i].start : atoms[j + step].end]):
+            while j + step < n and self.fits_span(bc, atoms[i].start, atoms[j + step].end):
                 j += step
                 step *= 2
             hi = min(j + step, n) - 1  # atoms[hi + 1] is known not to fit (or hi is the last atom)
             while j < hi:
                 mid = (j + hi + 1) // 2
-                if self.fits(bc, text[atoms[i].start : atoms[mid].end]):
+                if self.fits_span(bc, atoms[i].start, atoms[mid].end):
                     j = mid
                 else:
                     hi = mid - 1
@@ -505,7 +548,7 @@ class _Chunker:
                 # prefer ending at a block boundary when the piece stays at least half full
                 for k in range(j - 1, i - 1, -1):
                     if atoms[k].block != atoms[k + 1].block:
-                        if self.count(f"{bc}\n\n{text[atoms[i].start : atoms[k].end]}") >= half:
+                        if self.span_tokens(atoms[i].start, atoms[k].end, bc) >= half:
                             e = k
                         break
             pieces.append(text[atoms[i].start : atoms[e].end])
@@ -517,11 +560,11 @@ class _Chunker:
             k = e
             mid_block = atoms[e].block == atoms[e + 1].block
             while mid_block and k > i and atoms[k].kind == "sentence" and self.overlap > 0:
-                if self.count(text[atoms[k].start : atoms[e].end]) > self.overlap:
+                if self.span_tokens(atoms[k].start, atoms[e].end) > self.overlap:
                     break
                 s = k
                 k -= 1
-            while s <= e and not self.fits(bc, text[atoms[s].start : atoms[e + 1].end]):
+            while s <= e and not self.fits_span(bc, atoms[s].start, atoms[e + 1].end):
                 s += 1
             i = s
         return pieces
@@ -584,7 +627,7 @@ class _Chunker:
             lo, hi = s + 1, min(end, s + self.max_chars)       # no prefix longer than the character cap fits
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if self.fits(bc, text[s:mid]):
+                if self.fits_span(bc, s, mid) if text is self.text else self.fits(bc, text[s:mid]):
                     lo = mid
                 else:
                     hi = mid - 1
@@ -602,6 +645,7 @@ def chunk_note(
     min_tokens: int = 24,
     max_chunks: int | None = MAX_CHUNKS_PER_NOTE,
     warnings: list[str] | None = None,
+    token_starts: Callable[[str], Sequence[int]] | None = None,
 ) -> list[Chunk]:
     """Cut a note into heading-section chunks that fit the embedding window (rules in the module docstring).
 
@@ -615,6 +659,11 @@ def chunk_note(
         max_chunks: at most this many chunks, the note's first ones (rule 9); None: no cap.
         warnings: when given and the cap cuts the note, one line is appended: ``<vault path>: only its first N
             chunks are searchable …; split the note …`` (the note itself stays whole in the vault).
+        token_starts: optional, for a BERT WordPiece tokenizer: the start offsets (characters, ascending) of
+            the tokens of a text without special tokens. Its counts add up at ASCII whitespace and
+            punctuation: ``count_tokens(a + b) == count_tokens(a) + count_tokens(b) - count_tokens("")`` when
+            ``a`` ends or ``b`` starts with one. Then a part of the note between such places is counted from
+            one encoding of the note instead of being tokenized again (the same counts, so the same chunks).
 
     Returns:
         Chunks in note order (``ordinal`` 0, 1, ...); [] for a note without title, description or text.
@@ -628,7 +677,7 @@ def chunk_note(
         raise ValueError(f"overlap_tokens and min_tokens must be ≥ 0 (note {note.vault_path})")
     if max_chunks is not None and max_chunks < 1:
         raise ValueError(f"max_chunks must be ≥ 1 or None, got {max_chunks} (note {note.vault_path})")
-    chunker = _Chunker(note, count_tokens, max_tokens, overlap_tokens, min_tokens, max_chunks)
+    chunker = _Chunker(note, count_tokens, max_tokens, overlap_tokens, min_tokens, max_chunks, token_starts)
     chunks = chunker.run()
     if chunker.capped_at is not None and warnings is not None:
         section = " > ".join(chunker.capped_at) or "(no heading)"

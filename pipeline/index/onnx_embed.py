@@ -644,6 +644,15 @@ class OnnxEmbedder:
         """Word-pieces of ``text`` including ``[CLS]``/``[SEP]``, never truncated (same as the HF tokenizer)."""
         return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
 
+    def token_starts(self, text: str) -> list[int]:
+        """Start offsets (characters into ``text``, ascending) of its word-pieces, without [CLS] and [SEP].
+
+        The bundled tokenizer is BERT's (BertNormalizer, BertPreTokenizer, WordPiece), whose counts add up at
+        ASCII whitespace and punctuation: the chunker counts any part of a note between such places from this
+        one encoding (``token_starts`` of :func:`pipeline.index.chunk.chunk_note`).
+        """
+        return [start for start, _ in self.tokenizer.encode(text, add_special_tokens=False).offsets]
+
     def _run(self, texts: Sequence[str], threads: int) -> np.ndarray:
         sess = self._session(threads)
         cap = self.max_tokens

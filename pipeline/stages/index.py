@@ -105,7 +105,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             lines: list[str] = []
             chunks.extend(replace(c, language=language) for c in
                           chunk_note(note, count_tokens=embedder.count_tokens, max_tokens=embedder.max_tokens,
-                                     warnings=lines))
+                                     warnings=lines, token_starts=getattr(embedder, "token_starts", None)))
             for line in lines:          # shown by the chunks asset's log and `docsvault build`, not logged twice
                 cut[note.note_id] = f"source '{source.name}': {line}"
         languages: dict[str, int] = {}
