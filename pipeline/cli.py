@@ -36,7 +36,7 @@ from pipeline.service import (
     build_outcome,
     capture_related,
     child_env,
-    dangling_links,
+    link_problems,
     no_notes_line,
     noop_build,
     note_links,
@@ -1098,15 +1098,17 @@ def check_vault_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout (keys in README).")] = False,
 ) -> None:
     """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
-    modes, your own files in the source folders, dangling links (named, not a problem). Exit 1 when a problem
-    is found."""
+    modes, your own files in the source folders, dangling links and links to a heading their note does not have
+    (named, not a problem). Exit 1 when a problem is found."""
     from pipeline.ingest.sources import load_sources, select_sources
     from pipeline.ingest.vault_check import check_vault, format_report
 
     s = settings()
     try:
         every = load_sources(s.sources_file)
-        report = check_vault(s, select_sources(every, source), dangling=dangling_links(s, every))
+        links = link_problems(s, every)
+        report = check_vault(s, select_sources(every, source), dangling=links and links[0],
+                             missing_headings=links and links[1])
     except PipelineError as exc:
         fail(str(exc))
         return

@@ -399,6 +399,43 @@ def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
     assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]"}
 
 
+def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user: ``[[Guide#Instal]]`` opens Guide at its top in Obsidian, and check-vault said
+    nothing (``unresolved 0``, no dangling link: the note exists). Now such links are named per note and link
+    and counted apart from the dangling ones (``missing_heading_links`` in ``--json``); no problem for the exit
+    code, as a dangling link."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "Guide.md").write_text("# Guide\n\n## Install: quickly\n\nSteps. ^steps\n", encoding="utf-8")
+    (root / "Home.md").write_text("# Home\n\n[[Guide#Install quickly]], [[Guide#Instal|install]], "
+                                  "[[Guide#^steps]], ![[Guide#^step]], [[Nowhere#Setup]]\n", encoding="utf-8")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3:] == [
+        "  me: 1 dangling link(s), to a note no source has (create the note or fix the link):",
+        "  me: me/Home.md -> [[Nowhere#Setup]]",
+        "  me: 2 link(s) to a missing heading: the note exists but has no such #heading or #^block (Obsidian "
+        "opens it at the top; fix the link or the heading):",
+        "  me: me/Home.md -> [[Guide#Instal|install]]",
+        "  me: me/Home.md -> ![[Guide#^step]]",
+        "ok"]
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert (row["dangling_links"], row["missing_heading_links"]) == (1, 2)
+    assert row["missing_headings"] == [{"path": "me/Home.md", "link": "[[Guide#Instal|install]]"},
+                                       {"path": "me/Home.md", "link": "![[Guide#^step]]"}]
+
+
 def test_the_vault_step_warns_once_per_file_whose_name_holds_a_hash(tmp_path: Path) -> None:
     """``料理 レシピ 🍜 #1 ＡＢＣ.md`` is written as ``料理 レシピ 🍜 -1 ＡＢＣ.md``: the vault step says so in one
     line (the build's ``warning:`` lines, the Dagster step's log), also with two links to it, and on the next

@@ -15,7 +15,10 @@
   build; merge them into the note and delete them when done);
 * ``dangling_links`` / ``dangling``: links of the source's notes to a note no source has (what ``status``
   counts as dangling), when the caller resolved them (:func:`pipeline.service.dangling_links`: link resolution
-  is the graph's, a later layer); not a problem (Obsidian makes the note when one is clicked), but named.
+  is the graph's, a later layer); not a problem (Obsidian makes the note when one is clicked), but named;
+* ``missing_heading_links`` / ``missing_headings``: links of the source's notes to a note that exists but has no
+  such ``#heading`` or ``#^block`` (:func:`pipeline.index.graph.missing_subpaths`; Obsidian opens the note at its
+  top), named as the dangling links are, and no problem for ``ok`` either.
 
 Embeds resolve as in Obsidian: relative to the note, from the vault root, from the source's folder, or as a path
 suffix / bare name of any file in the vault.
@@ -114,18 +117,23 @@ class _VaultFiles:
 
 
 def check_vault(settings: Settings, sources: Sequence[Source],
-                dangling: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
+                dangling: Sequence[tuple[str, str]] | None = None,
+                missing_headings: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Run the checks (module doc) over the built vault for these sources.
 
     Args:
         dangling: ``(note vault path, link as written)`` of every dangling link of the vault
-            (:func:`pipeline.service.dangling_links`); None: not checked.
+            (:func:`pipeline.service.link_problems`); None: not checked.
+        missing_headings: the same of every link to a heading or block its note does not have
+            (:func:`pipeline.service.link_problems`); None: not checked.
 
     Returns:
         ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
         "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
         source), "bad_mode", "user_files", "edited", "edited_copies", "dangling_links" (their count, None when
         ``dangling`` is), "dangling" (all of them: ``[{"path", "link"}]``, in path order),
+        "missing_heading_links" (their count, None when ``missing_headings`` is), "missing_headings" (all of them,
+        as ``dangling``),
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
         any source has unresolved embeds of files in its source, markup outside code or a note with another
         mode (dangling links do not count). Examples are ``"<vault path>: <detail>"`` strings, at most 10 per
@@ -187,15 +195,18 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         row["user_files"], row["edited"], row["edited_copies"] = len(a.user_files), len(a.edited), len(a.copies)
         row["attachments_in_vault"] = sum(1 for rel in a.owned if not rel.endswith(".md"))
     ok = all(not (r["unresolved_in_source"] or r["markup"] or r["bad_mode"] or r.get("error")) for r in rows)
-    _add_dangling(rows, dangling)
+    _add_links(rows, "dangling_links", "dangling", dangling)
+    _add_links(rows, "missing_heading_links", "missing_headings", missing_headings)
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
-def _add_dangling(rows: list[dict[str, Any]], dangling: Sequence[tuple[str, str]] | None) -> None:
-    """``rows`` (of :func:`check_vault`), each given its source's ``dangling_links`` and ``dangling``."""
+def _add_links(rows: list[dict[str, Any]], count_key: str, list_key: str,
+               links: Sequence[tuple[str, str]] | None) -> None:
+    """``rows`` (of :func:`check_vault`), each given its source's ``links`` as ``row[list_key]``
+    (``[{"path", "link"}]``) and their number as ``row[count_key]`` (None when ``links`` is)."""
     for row in rows:
-        mine = [{"path": p, "link": link} for p, link in dangling or () if p.startswith(f"{row['name']}/")]
-        row["dangling_links"], row["dangling"] = (None if dangling is None else len(mine)), mine
+        mine = [{"path": p, "link": link} for p, link in links or () if p.startswith(f"{row['name']}/")]
+        row[count_key], row[list_key] = (None if links is None else len(mine)), mine
 
 
 #: at most this many dangling links per source are named by :func:`format_report` (``--json`` has them all)
@@ -205,7 +216,7 @@ DANGLING_LINES = 10
 def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem, then the source's
     dangling links: ``<source>: <note vault path> -> [[target]]``, at most :data:`DANGLING_LINES`, then a
-    count of the rest)."""
+    count of the rest; then its links to a missing heading, the same way)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
@@ -227,10 +238,21 @@ def format_report(report: dict[str, Any]) -> list[str]:
         if r.get("dangling_links"):
             lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
                          "(create the note or fix the link):")
-            lines += [f"  {r['name']}: {d['path']} -> {d['link']}" for d in r["dangling"][:DANGLING_LINES]]
-            if r["dangling_links"] > DANGLING_LINES:
-                rest = r["dangling_links"] - DANGLING_LINES
-                lines.append(f"  {r['name']}: … and {rest} more dangling links "
-                             "(`docsvault check-vault --json` lists them all)")
+            lines += _link_lines(r["name"], r["dangling"], "dangling links")
+        if r.get("missing_heading_links"):
+            lines.append(f"  {r['name']}: {r['missing_heading_links']} link(s) to a missing heading: the note "
+                         "exists but has no such #heading or #^block (Obsidian opens it at the top; fix the link "
+                         "or the heading):")
+            lines += _link_lines(r["name"], r["missing_headings"], "links to a missing heading")
     lines.append("ok" if report["ok"] else "problems found (see above)")
+    return lines
+
+
+def _link_lines(source: str, links: Sequence[dict[str, str]], what: str) -> list[str]:
+    """``<source>: <note> -> <link>`` for the first :data:`DANGLING_LINES` of ``links``, then the count of the
+    rest (``what``: their name in that line)."""
+    lines = [f"  {source}: {d['path']} -> {d['link']}" for d in links[:DANGLING_LINES]]
+    if len(links) > DANGLING_LINES:
+        lines.append(f"  {source}: … and {len(links) - DANGLING_LINES} more {what} "
+                     "(`docsvault check-vault --json` lists them all)")
     return lines
