@@ -30,7 +30,7 @@ import posixpath
 import re
 import stat
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     files = _VaultFiles(vault) if vault.is_dir() else None
     want_mode = file_mode()
     rows = []
+    stems: dict[str, set[str]] = {}             # source name -> its notes' paths as a link names them
     for source in sources:
         root = vault / source.name
         row: dict[str, Any] = {"name": source.name, "notes": 0, "attachments_in_vault": 0, "unresolved_in_source": 0,
@@ -165,6 +166,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
             row["error"] = str(exc)
             continue
         row["notes"] = len(notes)
+        stems[source.name] = _note_stems(note.rel_path for note in notes)
         if source.format == "obsidian":     # the user's own format: its HTML and {{placeholders}} are content
             row["markup"] = None
         index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
@@ -197,6 +199,8 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     ok = all(not (r["unresolved_in_source"] or r["markup"] or r["bad_mode"] or r.get("error")) for r in rows)
     _add_links(rows, "dangling_links", "dangling", dangling)
     _add_links(rows, "missing_heading_links", "missing_headings", missing_headings)
+    for source, row in zip(sources, rows, strict=True):
+        row["site_absolute"] = site_absolute_hint(source, row["dangling"], stems.get(source.name, set()))
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
@@ -207,6 +211,66 @@ def _add_links(rows: list[dict[str, Any]], count_key: str, list_key: str,
     for row in rows:
         mine = [{"path": p, "link": link} for p, link in links or () if p.startswith(f"{row['name']}/")]
         row[count_key], row[list_key] = (None if links is None else len(mine)), mine
+
+
+def _note_stems(rel_paths: Iterable[str]) -> set[str]:
+    """The notes' paths in their source folder as a link may name them: without ``.md`` (and a folder for its
+    ``index.md``), case-folded."""
+    out: set[str] = set()
+    for rel in rel_paths:
+        stem = unicodedata.normalize("NFC", rel).removesuffix(".md").casefold()
+        out.add(stem)
+        if stem.endswith("/index"):
+            out.add(stem[: -len("/index")])
+    return out
+
+
+def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems: set[str]
+                       ) -> dict[str, Any] | None:
+    """What explains a source's dangling site-absolute links (``[…](/docs/stable/x.md)``, ``[[/docs/x]]``):
+    those whose path, after dropping leading segments, is the path of one of the source's notes (``stems``:
+    :func:`_note_stems`). Such a link was written for the site the pages are published on, and normalize
+    resolves it against the path of the source's ``site_url`` (:func:`pipeline.ingest.normalize._LinkIndex.site_match`),
+    which is unset or another path; a ``format: obsidian`` source's links are not converted at all.
+
+    Args:
+        source: the source.
+        dangling: its dangling links, ``[{"path", "link"}]`` (:func:`check_vault`'s ``dangling``).
+        stems: its notes' paths.
+
+    Returns:
+        None when no dangling link is so explained; else ``{"links": N (of the most common prefix), "prefix":
+        "/docs", "example": "/docs/stable/…", "site_url": the suggested value (``https://<its site>/docs``, on
+        the origin of the source's ``site_url`` when it has one), "set_format": True for a ``format: obsidian``
+        source}``.
+    """
+    from collections import Counter
+    from urllib.parse import urlsplit
+
+    from pipeline.index.graph import parse_links
+
+    prefixes: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for d in dangling:
+        links = parse_links(d["link"].removeprefix("!"))
+        target = links[0].target if links else ""
+        if not target.startswith("/") or target.startswith("//"):
+            continue
+        parts = [p for p in target.split("/") if p]
+        for k in range(1, len(parts)):
+            rest = unicodedata.normalize("NFC", "/".join(parts[k:])).removesuffix(".md").casefold()
+            if rest in stems:
+                prefix = "/" + "/".join(parts[:k])
+                prefixes[prefix] += 1
+                examples.setdefault(prefix, "/" + "/".join(parts[: k + 1]) + ("/…" if k + 1 < len(parts) else ""))
+                break
+    if not prefixes:
+        return None
+    prefix, n = min(prefixes.items(), key=lambda item: (-item[1], item[0]))
+    url = urlsplit(source.site_url or "")
+    origin = f"{url.scheme}://{url.netloc}" if url.scheme and url.netloc else "https://<its site>"
+    return {"links": n, "prefix": prefix, "example": examples[prefix], "site_url": origin + prefix,
+            "set_format": source.format == "obsidian"}
 
 
 #: at most this many dangling links per source are named by :func:`format_report` (``--json`` has them all)
@@ -236,9 +300,19 @@ def format_report(report: dict[str, Any]) -> list[str]:
             lines.append(f"  {r['name']}: {r['unresolved_elsewhere']} embed(s) of files that are not in the source "
                          "either (nothing to copy)")
         if r.get("dangling_links"):
+            fix = "fix the link or the source's site_url, see below" if r.get("site_absolute") else \
+                "create the note or fix the link"
             lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
-                         "(create the note or fix the link):")
+                         f"({fix}):")
             lines += _link_lines(r["name"], r["dangling"], "dangling links")
+            hint = r.get("site_absolute")
+            if hint:
+                fmt = (" and a `format:` other than obsidian (a `format: obsidian` source's links stay as written)"
+                       if hint["set_format"] else "")
+                lines.append(f"  {r['name']}: {hint['links']} of them are site-absolute ({hint['example']}) and "
+                             f"match notes of this source without the '{hint['prefix']}' prefix: set `site_url: "
+                             f"{hint['site_url']}`{fmt} for it in sources.yaml, so such links resolve to its "
+                             "notes (README: sources.yaml)")
         if r.get("missing_heading_links"):
             lines.append(f"  {r['name']}: {r['missing_heading_links']} link(s) to a missing heading: the note "
                          "exists but has no such #heading or #^block (Obsidian opens it at the top; fix the link "
