@@ -1098,8 +1098,8 @@ def check_vault_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout (keys in README).")] = False,
 ) -> None:
     """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
-    modes, your own files in the source folders, dangling links and links to a heading their note does not have
-    (named, not a problem). Exit 1 when a problem is found."""
+    modes, your own files in the source folders, dangling links and links to a heading their note does not
+    have (named, not a problem). Exit 1 when a problem is found."""
     from pipeline.ingest.sources import load_sources, select_sources
     from pipeline.ingest.vault_check import check_vault, format_report
 

@@ -153,15 +153,16 @@ def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]]
 def link_problems(s: Settings, sources: Sequence[Any]
                   ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
     """``(dangling, missing_heading)``: ``(note vault path, link as written)`` of the vault's links that
-    ``docsvault check-vault`` names, resolved over the notes of every built source of ``sources`` (those with a
-    vault folder) as the build's link graph resolves them.
+    ``docsvault check-vault`` names, resolved over the notes of every built source of ``sources`` (those with
+    a vault folder) as the build's link graph resolves them.
 
     ``dangling``: a link of a built source's note that resolves to no note and to no attachment; one per note,
     target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling, after a
     build), its first occurrence: ``[[target#heading|alias]]``, ``![[target]]`` (an embed) or ``[…](target)``
-    (a Markdown link). ``missing_heading``: a link whose note exists but whose ``#heading`` or ``#^block`` is not
-    in it (:func:`pipeline.index.graph.missing_subpaths`), one per note and link. Each in vault path order, then
-    the links' order in the note. None when a note of the vault cannot be read (``check-vault`` names it)."""
+    (a Markdown link). ``missing_heading``: a link whose note exists but whose ``#heading`` or ``#^block`` is
+    not in it (:func:`pipeline.index.graph.missing_subpaths`), one per note and link. Each in vault path
+    order, then the links' order in the note. None when a note of the vault cannot be read (``check-vault``
+    names it)."""
     import functools
     from collections import defaultdict
 
@@ -174,7 +175,7 @@ def link_problems(s: Settings, sources: Sequence[Any]
         notes = read_notes(s.vault_dir, built_sources(s, sources))
     except NoteError:
         return None
-    parse = functools.lru_cache(maxsize=None)(parse_links)          # each body parsed once for the three passes
+    parse = functools.lru_cache(maxsize=None)(parse_links)          # each body parsed once for three passes
     dangling: dict[str, set[tuple[str, str]]] = defaultdict(set)     # note id -> {(target, kind)}
     for e in build_graph(notes, parse).edges:
         if e.dst is None:

@@ -288,9 +288,11 @@ def test_a_title_or_alias_that_reads_like_a_refused_path_still_opens_its_note(va
 
 
 def _methods_note() -> str:
-    """A note whose docstring block (about 1,850 chars) is longer than a page, as a new user's methods note."""
-    return ("# Methods\n\n" + "Intro words here. " * 30 + "\n\n```python\ndef f(config):\n    \"\"\"Do it.\n\n"
-            + "        Args:\n            config: the thing.\n" * 40 + "    \"\"\"\n```\n\nAfter.\n")
+    """A note whose docstring block (about 1,850 chars) is longer than a page, as a new user's methods
+    note."""
+    return ("# Methods\n\n" + "Intro words here. " * 30 + "\n\n```python\ndef f(config):\n"
+            + '    """Do it.\n\n' + "        Args:\n            config: the thing.\n" * 40
+            + '    """\n```\n\nAfter.\n')
 
 
 def test_a_page_inside_a_long_code_block_reopens_and_closes_its_fence(tmp_path: Path) -> None:
@@ -302,7 +304,8 @@ def test_a_page_inside_a_long_code_block_reopens_and_closes_its_fence(tmp_path: 
     assert pages[1].text.startswith("```python\ndef f(config):") and pages[1].text.endswith("Args:\n```\n")
     assert pages[2].text.startswith("```python\n            config: the thing.\n")
     assert "".join(p.body_text for p in pages) == body          # the added fence lines stripped: the note
-    assert {k: v for k, v in pages[2].to_dict().items() if k.startswith("added")} == {"added_before": "```python\n"}
+    added = {k: v for k, v in pages[2].to_dict().items() if k.startswith("added")}
+    assert added == {"added_before": "```python\n"}
     assert "added_before" not in pages[0].to_dict()
 
 
@@ -345,7 +348,7 @@ def test_pages_with_fences_reassemble_and_never_leave_a_block_open(lines: list[s
     for i in range(len(starts)):
         before, after = _fence_lines(text, blocks, bounds[i], bounds[i + 1])
         rebuilt.append(text[bounds[i]:bounds[i + 1]])
-        if i < len(starts) - 1:                      # only the note's own unclosed block stays open, on its last page
+        if i < len(starts) - 1:        # only the note's own unclosed block stays open, on its last page
             assert not open_at_end(before + text[bounds[i]:bounds[i + 1]] + after)
         assert len(text[bounds[i]:bounds[i + 1]]) <= size
     assert "".join(rebuilt) == text

@@ -460,23 +460,24 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 # headings and block ids a link names
 # ---------------------------------------------------------------------------------------------------------------
 _HEADING_PUNCT = re.compile(r"[!\"#$%&()*+,.:;<=>?@^`{|}~/\[\]\\]")      # Obsidian's stripHeading set
-_BLOCK_ID = re.compile(r"\^([A-Za-z0-9-]+)[ \t]*$", re.MULTILINE)     # also right after an embed: `![[x.png]]^id`
+#: a block id at a line's end, also right after an embed: `![[x.png]]^id`
+_BLOCK_ID = re.compile(r"\^([A-Za-z0-9-]+)[ \t]*$", re.MULTILINE)
 
 
 def heading_key(text: str) -> str:
     """A heading as ``[[note#Heading]]`` is compared with the note's headings here, as Obsidian compares them:
     its punctuation ``!"#$%&()*+,.:;<=>?@^`{|}~/[]\\`` read as spaces (``#``, ``:``, ``|``, ``[]`` and ``^``
     cannot stand in a link: ``## A: B`` is ``[[note#A B]]``), runs of spaces as one; NFC and case-folded too
-    (a link that differs from its heading in case only is not named).
-    Hyphens and underscores count, so a GitHub slug (``#getting-started``) is no heading ``Getting started``."""
+    (a link that differs from its heading in case only is not named). Hyphens and underscores count, so a
+    GitHub slug (``#getting-started``) is no heading ``Getting started``."""
     return " ".join(_HEADING_PUNCT.sub(" ", unicodedata.normalize("NFC", text)).split()).casefold()
 
 
 def _subpaths(body: str) -> tuple[set[str], set[str]]:
     """``(heading keys, block ids)`` of a note body: its headings outside code as a link names them
-    (:func:`pipeline.ingest.normalize.collect_headings`: ATX and setext, explicit ``{#id}`` anchors dropped, tags
-    dropped), as :func:`heading_key`; its ``^block`` ids (at a line's end, outside code; Obsidian's help writes
-    one right after an embed, ``![[x.png]]^id``), case-folded."""
+    (:func:`pipeline.ingest.normalize.collect_headings`: ATX and setext, explicit ``{#id}`` anchors dropped,
+    tags dropped), as :func:`heading_key`; its ``^block`` ids (at a line's end, outside code; Obsidian's help
+    writes one right after an embed, ``![[x.png]]^id``), case-folded."""
     from pipeline.common.markdown import split_code
     from pipeline.ingest.normalize import collect_headings
 
@@ -486,21 +487,20 @@ def _subpaths(body: str) -> tuple[set[str], set[str]]:
     return headings, blocks
 
 
-def missing_subpaths(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = parse_links,
-                     only: Callable[[Note], bool] = lambda n: True) -> list[tuple[str, WikiLink]]:
-    """Links whose note exists but whose ``#heading`` or ``#^block`` is not in it, as Obsidian resolves them: the
-    note resolved as :func:`build_graph` resolves it (a self-link ``[[#Heading]]`` is the linking note), the
-    heading compared by :func:`heading_key` with the note's headings (each part of ``[[note#A#B]]``), the block
-    id with its ``^id`` marks. A link to no note (dangling) is not one of them.
+def missing_subpaths(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = parse_links
+                     ) -> list[tuple[str, WikiLink]]:
+    """Links whose note exists but whose ``#heading`` or ``#^block`` is not in it, as Obsidian resolves them:
+    the note resolved as :func:`build_graph` resolves it (a self-link ``[[#Heading]]`` is the linking note),
+    the heading compared by :func:`heading_key` with the note's headings (each part of ``[[note#A#B]]``), the
+    block id with its ``^id`` marks. A link to no note (dangling) is not one of them.
 
     Args:
         notes: the vault's notes (every source: links resolve across them).
         parse: the link parser, as for :func:`build_graph`.
-        only: which linking notes to check (all by default).
 
     Returns:
-        ``(linking note's vault path, link)``, one per note and distinct link (target, heading, block and kind;
-        its first occurrence), in vault path order, then the links' order in the note.
+        ``(linking note's vault path, link)``, one per note and distinct link (target, heading, block and
+        kind; its first occurrence), in vault path order, then the links' order in the note.
     """
     by_path = {unicodedata.normalize("NFC", n.vault_path): n for n in notes}
     resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases},
@@ -509,8 +509,6 @@ def missing_subpaths(notes: Sequence[Note], parse: Callable[[str], list[WikiLink
     out: list[tuple[str, WikiLink]] = []
     for path in sorted(by_path):
         note = by_path[path]
-        if not only(note):
-            continue
         seen: set[tuple[str, str | None, str | None, bool, str]] = set()
         for link in parse(note.body):
             key = (link.target, link.heading, link.block, link.embed, link.kind)

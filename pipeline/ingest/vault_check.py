@@ -16,9 +16,11 @@
 * ``dangling_links`` / ``dangling``: links of the source's notes to a note no source has (what ``status``
   counts as dangling), when the caller resolved them (:func:`pipeline.service.dangling_links`: link resolution
   is the graph's, a later layer); not a problem (Obsidian makes the note when one is clicked), but named;
-* ``missing_heading_links`` / ``missing_headings``: links of the source's notes to a note that exists but has no
-  such ``#heading`` or ``#^block`` (:func:`pipeline.index.graph.missing_subpaths`; Obsidian opens the note at its
-  top), named as the dangling links are, and no problem for ``ok`` either.
+* ``missing_heading_links`` / ``missing_headings``: links of the source's notes to a note that exists but has
+  no such ``#heading`` or ``#^block`` (:func:`pipeline.index.graph.missing_subpaths`; Obsidian opens the note
+  at its top), named as the dangling links are, and no problem for ``ok`` either;
+* ``site_absolute``: what explains dangling site-absolute links that match notes of the source once a prefix
+  is dropped (:func:`site_absolute_hint`).
 
 Embeds resolve as in Obsidian: relative to the note, from the vault root, from the source's folder, or as a path
 suffix / bare name of any file in the vault.
@@ -132,8 +134,8 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
         source), "bad_mode", "user_files", "edited", "edited_copies", "dangling_links" (their count, None when
         ``dangling`` is), "dangling" (all of them: ``[{"path", "link"}]``, in path order),
-        "missing_heading_links" (their count, None when ``missing_headings`` is), "missing_headings" (all of them,
-        as ``dangling``),
+        "missing_heading_links" (their count, None when ``missing_headings`` is), "missing_headings" (all of
+        them, as ``dangling``), "site_absolute" (:func:`site_absolute_hint`),
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
         any source has unresolved embeds of files in its source, markup outside code or a note with another
         mode (dangling links do not count). Examples are ``"<vault path>: <detail>"`` strings, at most 10 per
@@ -230,8 +232,9 @@ def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems
     """What explains a source's dangling site-absolute links (``[…](/docs/stable/x.md)``, ``[[/docs/x]]``):
     those whose path, after dropping leading segments, is the path of one of the source's notes (``stems``:
     :func:`_note_stems`). Such a link was written for the site the pages are published on, and normalize
-    resolves it against the path of the source's ``site_url`` (:func:`pipeline.ingest.normalize._LinkIndex.site_match`),
-    which is unset or another path; a ``format: obsidian`` source's links are not converted at all.
+    resolves it against the path of the source's ``site_url``
+    (:func:`pipeline.ingest.normalize._LinkIndex.site_match`), which is unset or another path; a ``format:
+    obsidian`` source's links are not converted at all.
 
     Args:
         source: the source.
@@ -239,10 +242,10 @@ def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems
         stems: its notes' paths.
 
     Returns:
-        None when no dangling link is so explained; else ``{"links": N (of the most common prefix), "prefix":
-        "/docs", "example": "/docs/stable/…", "site_url": the suggested value (``https://<its site>/docs``, on
-        the origin of the source's ``site_url`` when it has one), "set_format": True for a ``format: obsidian``
-        source}``.
+        None when no dangling link is so explained; else ``{"links": N (of the most common prefix),
+        "prefix": "/docs", "example": "/docs/stable/…", "site_url": the suggested value
+        (``https://<its site>/docs``, on the origin of the source's ``site_url`` when it has one),
+        "set_format": True for a ``format: obsidian`` source}``.
     """
     from collections import Counter
     from urllib.parse import urlsplit
@@ -262,7 +265,8 @@ def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems
             if rest in stems:
                 prefix = "/" + "/".join(parts[:k])
                 prefixes[prefix] += 1
-                examples.setdefault(prefix, "/" + "/".join(parts[: k + 1]) + ("/…" if k + 1 < len(parts) else ""))
+                more = "/…" if k + 1 < len(parts) else ""
+                examples.setdefault(prefix, "/" + "/".join(parts[: k + 1]) + more)
                 break
     if not prefixes:
         return None
@@ -307,16 +311,16 @@ def format_report(report: dict[str, Any]) -> list[str]:
             lines += _link_lines(r["name"], r["dangling"], "dangling links")
             hint = r.get("site_absolute")
             if hint:
-                fmt = (" and a `format:` other than obsidian (a `format: obsidian` source's links stay as written)"
-                       if hint["set_format"] else "")
-                lines.append(f"  {r['name']}: {hint['links']} of them are site-absolute ({hint['example']}) and "
-                             f"match notes of this source without the '{hint['prefix']}' prefix: set `site_url: "
-                             f"{hint['site_url']}`{fmt} for it in sources.yaml, so such links resolve to its "
-                             "notes (README: sources.yaml)")
+                fmt = (" and a `format:` other than obsidian (a `format: obsidian` source's links stay as "
+                       "written)" if hint["set_format"] else "")
+                lines.append(f"  {r['name']}: {hint['links']} of them are site-absolute ({hint['example']}) "
+                             f"and match notes of this source without the '{hint['prefix']}' prefix: set "
+                             f"`site_url: {hint['site_url']}`{fmt} for it in sources.yaml, so such links "
+                             "resolve to its notes (README: sources.yaml)")
         if r.get("missing_heading_links"):
-            lines.append(f"  {r['name']}: {r['missing_heading_links']} link(s) to a missing heading: the note "
-                         "exists but has no such #heading or #^block (Obsidian opens it at the top; fix the link "
-                         "or the heading):")
+            lines.append(f"  {r['name']}: {r['missing_heading_links']} link(s) to a missing heading: the "
+                         "note exists but has no such #heading or #^block (Obsidian opens it at the top; fix "
+                         "the link or the heading):")
             lines += _link_lines(r["name"], r["missing_headings"], "links to a missing heading")
     lines.append("ok" if report["ok"] else "problems found (see above)")
     return lines

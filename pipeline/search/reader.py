@@ -83,8 +83,8 @@ class NotePage:
         pages: number of pages (>= 1; an empty body has one empty page).
         text: this page's text: ``added_before`` + the body's ``start``:``start + len`` slice (at most
             ``PAGE_CHARS`` chars) + ``added_after``; the slices concatenate to the body exactly, the body as
-            shown: without terminal escape sequences and control characters but tab and newline, as search shows
-            a note's text: :func:`~pipeline.search.snippet.strip_controls`; the file keeps them.
+            shown: without terminal escape sequences and control characters but tab and newline, as search
+            shows a note's text: :func:`~pipeline.search.snippet.strip_controls`; the file keeps them.
         start: offset of the page in the body (chars).
         total_chars: length of the body (chars).
         frontmatter: the note's frontmatter (JSON-safe: dates are ISO strings), on page 1 only; values are cut so
@@ -199,10 +199,10 @@ _BREAKS = (re.compile(r"\n\n+"), re.compile(r"\n"), re.compile(r"(?<=[.!?。！�
 
 
 def fenced_blocks(text: str) -> list[tuple[int, int, int]]:
-    """The fenced code blocks of ``text`` (:func:`pipeline.common.markdown.split_code`, the project's one fence
-    scanner) as ``(start, content_start, end)`` offsets: the opening fence line's start, the end of that line
-    (newline included) and the end of the block (after its closing line's newline; the text's end when the block
-    is not closed)."""
+    """The fenced code blocks of ``text`` (:func:`pipeline.common.markdown.split_code`, the project's one
+    fence scanner) as ``(start, content_start, end)`` offsets: the opening fence line's start, the end of that
+    line (newline included) and the end of the block (after its closing line's newline; the text's end when
+    the block is not closed)."""
     blocks: list[tuple[int, int, int]] = []
     pos = 0
     for is_code, piece in split_code(text):
@@ -222,8 +222,8 @@ def _block_at(blocks: list[tuple[int, int, int]], offset: int) -> tuple[int, int
 
 
 def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
-    """Page start offsets of ``text``: pages of at most ``size`` chars, cut at a boundary when one is near, and
-    outside fenced code blocks when possible.
+    """Page start offsets of ``text``: pages of at most ``size`` chars, cut at a boundary when one is near,
+    and outside fenced code blocks when possible.
 
     A page ends after the last paragraph break in its second half, else the last line break, else the last sentence
     end, else the last whitespace, each taken outside fenced code blocks (:func:`fenced_blocks`) when there is
@@ -274,14 +274,15 @@ def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] 
 
 
 def _fence_lines(text: str, blocks: list[tuple[int, int, int]], start: int, end: int) -> tuple[str, str]:
-    """``(added_before, added_after)`` for the page ``text[start:end]``: the line re-opening the fenced block it
-    starts inside and the one closing the block it ends inside (after the block's opening line, before its end),
-    each ``""`` when there is none. The re-opening line keeps the opening's indentation, ``>`` markers, fence and
-    language (the info string's first word, at most 40 chars)."""
+    """``(added_before, added_after)`` for the page ``text[start:end]``: the line re-opening the fenced block
+    it starts inside and the one closing the block it ends inside (after the block's opening line, before its
+    end), each ``""`` when there is none. The re-opening line keeps the opening's indentation, ``>`` markers,
+    fence and language (the info string's first word, at most 40 chars)."""
     def fence(block: tuple[int, int, int]) -> tuple[str, str]:
         m = FENCE.match(text[block[0]:block[1]].rstrip("\r\n"))
         assert m is not None                     # split_code opened the block on this line
-        return text[block[0]:block[0] + m.start("fence")] + m.group("fence"), (m.group("info").split() or [""])[0]
+        lang = (m.group("info").split() or [""])[0]
+        return text[block[0]:block[0] + m.start("fence")] + m.group("fence"), lang
 
     before = after = ""
     opened = _block_at(blocks, start)
@@ -367,8 +368,8 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
     title = strip_controls(str(fm.get("title") or posixpath.basename(vault_path)[:-3]))
     before, after = _fence_lines(body, fenced_blocks(body), start, end)
     return NotePage(
-        path=vault_path, title=title, page=page, pages=pages, text=before + body[start:end] + after, start=start,
-        total_chars=len(body), frontmatter=_cap_frontmatter(fm) if page == 1 else None,
+        path=vault_path, title=title, page=page, pages=pages, text=before + body[start:end] + after,
+        start=start, total_chars=len(body), frontmatter=_cap_frontmatter(fm) if page == 1 else None,
         added_before=before, added_after=after,
     )
 
