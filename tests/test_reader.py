@@ -352,3 +352,18 @@ def test_pages_with_fences_reassemble_and_never_leave_a_block_open(lines: list[s
             assert not open_at_end(before + text[bounds[i]:bounds[i + 1]] + after)
         assert len(text[bounds[i]:bounds[i + 1]]) <= size
     assert "".join(rebuilt) == text
+
+
+def test_a_name_of_many_notes_says_how_many_and_how_to_narrow_it(vault: Path, tmp_path: Path) -> None:
+    """A new user's `read index` listed 10 of about 70 `index.md` paths without saying more exist: the message
+    now gives the count, the first 10 and how to narrow the name (more of the path), which then reads one."""
+    from pipeline.models import Note
+
+    notes = [Note("docs", f"d{i:02}/index.md", f"d{i:02}/index.md", f"I{i}", {}, "Text.") for i in range(12)]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "index", path)
+    listed = ", ".join(f"docs/d{i:02}/index.md" for i in range(10))
+    assert str(info.value) == (f"'index' is the name of 12 notes: {listed} and 2 more; give more of the path to "
+                               "narrow it (a vault path ends in it), e.g. 'd00/index', or one whole vault path")
+    assert find_note(vault, "d11/index", path) == "docs/d11/index.md"
