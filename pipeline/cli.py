@@ -42,6 +42,7 @@ from pipeline.service import (
     note_links,
     note_missing_message,
     open_searcher,
+    pages_not_fetched_line,
     parse_lanes,
     paths_warning_lines,
     query_problem,
@@ -236,6 +237,9 @@ def build(
                 typer.echo(f"    {line}")
             if shown and int(notes_meta["errors"]) > len(shown):
                 typer.echo(f"    … and {int(notes_meta['errors']) - len(shown)} more (see {where})")
+        not_fetched = pages_not_fetched_line(st)
+        if not_fetched:
+            typer.echo(f"  {not_fetched}")
         for line in vault_lines(st.name, vault_meta, settings().state_dir):
             typer.echo(f"  {line}")
         if emb.get("model_changed"):

@@ -6,6 +6,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env", "dangling_links",
     "errors_file", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
-    "link_problems", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes", "skipped_count",
-    "skipped_reason", "status_data", "status_report", "writable_dir_problem", "write_dirs_problem",
+    "link_problems", "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem",
+    "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "writable_dir_problem",
+    "write_dirs_problem",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
@@ -571,6 +573,35 @@ def paths_warning_lines(st: Any) -> list[str]:
     selected files the sparse checkout did not write); ``st`` one source of a build report."""
     lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
     return [ln for ln in lines if ": paths entry '" in ln or "not in the sparse checkout" in ln]
+
+
+_PAGE_NOT_FETCHED = (
+    re.compile(r"^source '[^']*': (?P<url>\S+): page skipped: (?P<cause>.+)$"),                  # llms_txt
+    re.compile(r"^source '[^']*': cannot fetch (?P<url>\S+): (?P<cause>.+?)"
+               r"(?: \(kept the last good copy\))?$"),                                        # html
+    re.compile(r"^source '[^']*': (?P<url>\S+): skipped, (?P<cause>.+)$"),       # robots.txt, type, host
+)
+
+
+def pages_not_fetched_line(st: Any, shown: int = 3) -> str | None:
+    """``<source>: N page(s) not fetched (HTTP 404: <url>; …)``: the pages of an ``llms_txt``/``html`` source
+    its fetch could not get (from the fetch's warning lines: HTTP errors, robots.txt, a content type that is
+    no page, a host not allowed), at most ``shown`` named (an HTTP status without its reason phrase), then how
+    many more ("at least N" when the build kept only the first of the fetch's warning lines); None when there
+    are none. ``st``: one source of a build report."""
+    raw = st.metadata.get("raw_docs", {})
+    failed: list[tuple[str, str]] = []
+    for line in raw.get("warning_lines") or []:
+        m = next((m for rx in _PAGE_NOT_FETCHED if (m := rx.match(line))), None)
+        if m:
+            cause = re.sub(r"^(HTTP \d{3})\b.*", r"\1", m.group("cause"))
+            failed.append((cause, m.group("url")))
+    if not failed:
+        return None
+    listed = "; ".join(f"{cause}: {url}" for cause, url in failed[:shown])
+    more = f"; … and {len(failed) - shown} more" if len(failed) > shown else ""
+    least = "at least " if int(raw.get("warnings") or 0) > len(raw.get("warning_lines") or []) else ""
+    return f"{st.name}: {least}{len(failed)} page(s) not fetched ({listed}{more})"
 
 
 def _source_outcome(st: Any) -> SourceOutcome:

@@ -364,6 +364,7 @@ def test_a_name_of_many_notes_says_how_many_and_how_to_narrow_it(vault: Path, tm
     with pytest.raises(NoteNotFoundError) as info:
         find_note(vault, "index", path)
     listed = ", ".join(f"docs/d{i:02}/index.md" for i in range(10))
-    assert str(info.value) == (f"'index' is the name of 12 notes: {listed} and 2 more; give more of the path to "
-                               "narrow it (a vault path ends in it), e.g. 'd00/index', or one whole vault path")
+    assert str(info.value) == (f"'index' is the name of 12 notes: {listed} and 2 more; give more of the path "
+                               "to narrow it (a vault path ends in it), e.g. 'd00/index', or one whole vault "
+                               "path")
     assert find_note(vault, "d11/index", path) == "docs/d11/index.md"

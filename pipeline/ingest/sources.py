@@ -281,7 +281,8 @@ def _strays_hint(strays: dict[str, int]) -> str:
 def _local_url(block: Any) -> str | None:
     """The problem of a ``kind: local`` block that gives its folder as ``url:`` and has no ``path:`` (``has
     'url' but no 'path': …``), else None."""
-    if not isinstance(block, dict) or block.get("kind") != "local" or block.get("path") or not block.get("url"):
+    if not isinstance(block, dict) or block.get("kind") != "local" or block.get("path") \
+            or not block.get("url"):
         return None
     url = str(block["url"])
     folder = url.removeprefix("file://") if url.startswith("file://") else None

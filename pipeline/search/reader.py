@@ -496,15 +496,15 @@ AMBIGUOUS_LISTED = 10
 
 
 def _ambiguous(note: str, what: str, paths: list[str]) -> str:
-    """The message for ``note`` that several notes' ``paths`` match (``what`` they share): all the paths when at
-    most :data:`AMBIGUOUS_LISTED`, else that many, how many more, and how to narrow the name (more of the path,
-    e.g. ``stable/index`` for ``index``: a vault path ends in it)."""
+    """The message for ``note`` that several notes' ``paths`` match (``what`` they share): all the paths when
+    at most :data:`AMBIGUOUS_LISTED`, else that many, how many more, and how to narrow the name (more of the
+    path, e.g. ``stable/index`` for ``index``: a vault path ends in it)."""
     if len(paths) <= AMBIGUOUS_LISTED:
         return f"{note!r} is {what}; give one of the vault paths: " + ", ".join(paths)
     example = "/".join(paths[0].removesuffix(".md").split("/")[-2:])
     return (f"{note!r} is {what.replace('several', str(len(paths)))}: "
-            + ", ".join(paths[:AMBIGUOUS_LISTED]) + f" and {len(paths) - AMBIGUOUS_LISTED} more; give more of "
-            f"the path to narrow it (a vault path ends in it), e.g. {example!r}, or one whole vault path")
+            + ", ".join(paths[:AMBIGUOUS_LISTED]) + f" and {len(paths) - AMBIGUOUS_LISTED} more; give more "
+            f"of the path to narrow it (a vault path ends in it), e.g. {example!r}, or one whole vault path")
 
 
 def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
@@ -572,9 +572,11 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
         # a name as written (case and all) wins over one that matches only case-folded: `read abc` opens the
         # source's abc.md (written as `abc (2).md`, its vault name taken by ABC.md), `read ABC` opens ABC.md
         if paths and names and not found:                  # a name, as an Obsidian link: `read Home`
-            found, what = wh.notes_by_name(con, wanted, many, case_sensitive=True), "the name of several notes"
+            found = wh.notes_by_name(con, wanted, many, case_sensitive=True)
+            what = "the name of several notes"
         if names and not found:                            # a title, source file name or alias, exactly
-            found, what = wh.notes_named(con, wanted, _exact_name, many), "the title or alias of several notes"
+            found = wh.notes_named(con, wanted, _exact_name, many)
+            what = "the title or alias of several notes"
         if paths and names and not found:                  # the same, case-insensitively
             found, what = wh.notes_by_name(con, wanted, many), "the name of several notes"
         if names and not found:                            # a title or alias, as search names: `read Foo`
