@@ -36,13 +36,14 @@ from pipeline.service import (
     build_outcome,
     capture_related,
     child_env,
-    dangling_links,
+    link_problems,
     missing_words_line,
     no_notes_line,
     noop_build,
     note_links,
     note_missing_message,
     open_searcher,
+    pages_not_fetched_line,
     parse_lanes,
     paths_warning_lines,
     query_problem,
@@ -237,6 +238,9 @@ def build(
                 typer.echo(f"    {line}")
             if shown and int(notes_meta["errors"]) > len(shown):
                 typer.echo(f"    … and {int(notes_meta['errors']) - len(shown)} more (see {where})")
+        not_fetched = pages_not_fetched_line(st)
+        if not_fetched:
+            typer.echo(f"  {not_fetched}")
         for line in vault_lines(st.name, vault_meta, settings().state_dir):
             typer.echo(f"  {line}")
         if emb.get("model_changed"):
@@ -791,7 +795,7 @@ def embed(
 def read(
     note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias.")],
     page: Annotated[int, typer.Option("--page", "-p", metavar="N", min=1, help="Page number (pages are ~1,000 characters).")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter, outlinks, backlinks, outlinks_total, backlinks_total).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter, added_before/added_after (fence lines re-opening/closing a code block cut by the page), outlinks, backlinks, outlinks_total, backlinks_total).")] = False,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
     from pipeline.search.reader import NoteNotFoundError, find_note, read_note
@@ -1106,15 +1110,17 @@ def check_vault_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout (keys in README).")] = False,
 ) -> None:
     """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
-    modes, your own files in the source folders, dangling links (named, not a problem). Exit 1 when a problem
-    is found."""
+    modes, your own files in the source folders, dangling links and links to a heading their note does not
+    have (named, not a problem). Exit 1 when a problem is found."""
     from pipeline.ingest.sources import load_sources, select_sources
     from pipeline.ingest.vault_check import check_vault, format_report
 
     s = settings()
     try:
         every = load_sources(s.sources_file)
-        report = check_vault(s, select_sources(every, source), dangling=dangling_links(s, every))
+        links = link_problems(s, every)
+        report = check_vault(s, select_sources(every, source), dangling=links and links[0],
+                             missing_headings=links and links[1])
     except PipelineError as exc:
         fail(str(exc))
         return

@@ -1002,8 +1002,9 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'; "
             "a note's file name, title or alias works too), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
-            "on page 1, and `next`: the call for the next page (null on the last page). Only Markdown notes "
-            "inside the vault can be read."
+            "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "
+            "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "
+            "notes inside the vault can be read."
         ),
         annotations=read_only,
     )

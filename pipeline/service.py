@@ -6,6 +6,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env", "dangling_links",
     "errors_file", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
-    "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes", "skipped_count", "skipped_reason",
-    "status_data", "status_report", "writable_dir_problem", "write_dirs_problem",
+    "link_problems", "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem",
+    "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "writable_dir_problem",
+    "write_dirs_problem",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
@@ -164,16 +166,29 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
 
 def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]] | None:
     """``(note vault path, link as written)`` of every dangling link in the vault (``docsvault check-vault``):
-    a link of a built source's note that resolves to no note and to no attachment, resolved over the notes of
-    every built source of ``sources`` (those with a vault folder) as the build's link graph resolves it; one
-    per note, target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling,
-    after a build), its first occurrence: ``[[target#heading|alias]]``, ``![[target]]`` (an embed) or
-    ``[…](target)`` (a Markdown link). In vault path order, then the links' order in the note. None when a
-    note of the vault cannot be read (``check-vault`` names it)."""
+    the first list of :func:`link_problems`; None when a note of the vault cannot be read."""
+    found = link_problems(s, sources)
+    return None if found is None else found[0]
+
+
+def link_problems(s: Settings, sources: Sequence[Any]
+                  ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """``(dangling, missing_heading)``: ``(note vault path, link as written)`` of the vault's links that
+    ``docsvault check-vault`` names, resolved over the notes of every built source of ``sources`` (those with
+    a vault folder) as the build's link graph resolves them.
+
+    ``dangling``: a link of a built source's note that resolves to no note and to no attachment; one per note,
+    target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling, after a
+    build), its first occurrence: ``[[target#heading|alias]]``, ``![[target]]`` (an embed) or ``[…](target)``
+    (a Markdown link). ``missing_heading``: a link whose note exists but whose ``#heading`` or ``#^block`` is
+    not in it (:func:`pipeline.index.graph.missing_subpaths`), one per note and link. Each in vault path
+    order, then the links' order in the note. None when a note of the vault cannot be read (``check-vault``
+    names it)."""
+    import functools
     from collections import defaultdict
 
     from pipeline.common.errors import NoteError
-    from pipeline.index.graph import build_graph, parse_links
+    from pipeline.index.graph import build_graph, missing_subpaths, parse_links
     from pipeline.ingest.vault import read_notes
     from pipeline.stages.index import built_sources
 
@@ -181,18 +196,20 @@ def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]]
         notes = read_notes(s.vault_dir, built_sources(s, sources))
     except NoteError:
         return None
+    parse = functools.lru_cache(maxsize=None)(parse_links)          # each body parsed once for three passes
     dangling: dict[str, set[tuple[str, str]]] = defaultdict(set)     # note id -> {(target, kind)}
-    for e in build_graph(notes).edges:
+    for e in build_graph(notes, parse).edges:
         if e.dst is None:
             dangling[e.src].add((e.target, e.kind))
     out = []
     for note in sorted((n for n in notes if n.note_id in dangling), key=lambda n: n.vault_path):
-        for link in parse_links(note.body):
+        for link in parse(note.body):
             key = (link.target, "embed" if link.embed else link.kind)
             if key in dangling[note.note_id]:
                 dangling[note.note_id].discard(key)
                 out.append((note.vault_path, _as_written(link)))
-    return out
+    missing = [(path, _as_written(link)) for path, link in missing_subpaths(notes, parse)]
+    return out, missing
 
 
 def _as_written(link: Any) -> str:
@@ -575,6 +592,35 @@ def paths_warning_lines(st: Any) -> list[str]:
     selected files the sparse checkout did not write); ``st`` one source of a build report."""
     lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
     return [ln for ln in lines if ": paths entry '" in ln or "not in the sparse checkout" in ln]
+
+
+_PAGE_NOT_FETCHED = (
+    re.compile(r"^source '[^']*': (?P<url>\S+): page skipped: (?P<cause>.+)$"),                  # llms_txt
+    re.compile(r"^source '[^']*': cannot fetch (?P<url>\S+): (?P<cause>.+?)"
+               r"(?: \(kept the last good copy\))?$"),                                        # html
+    re.compile(r"^source '[^']*': (?P<url>\S+): skipped, (?P<cause>.+)$"),       # robots.txt, type, host
+)
+
+
+def pages_not_fetched_line(st: Any, shown: int = 3) -> str | None:
+    """``<source>: N page(s) not fetched (HTTP 404: <url>; …)``: the pages of an ``llms_txt``/``html`` source
+    its fetch could not get (from the fetch's warning lines: HTTP errors, robots.txt, a content type that is
+    no page, a host not allowed), at most ``shown`` named (an HTTP status without its reason phrase), then how
+    many more ("at least N" when the build kept only the first of the fetch's warning lines); None when there
+    are none. ``st``: one source of a build report."""
+    raw = st.metadata.get("raw_docs", {})
+    failed: list[tuple[str, str]] = []
+    for line in raw.get("warning_lines") or []:
+        m = next((m for rx in _PAGE_NOT_FETCHED if (m := rx.match(line))), None)
+        if m:
+            cause = re.sub(r"^(HTTP \d{3})\b.*", r"\1", m.group("cause"))
+            failed.append((cause, m.group("url")))
+    if not failed:
+        return None
+    listed = "; ".join(f"{cause}: {url}" for cause, url in failed[:shown])
+    more = f"; … and {len(failed) - shown} more" if len(failed) > shown else ""
+    least = "at least " if int(raw.get("warnings") or 0) > len(raw.get("warning_lines") or []) else ""
+    return f"{st.name}: {least}{len(failed)} page(s) not fetched ({listed}{more})"
 
 
 def _source_outcome(st: Any) -> SourceOutcome:

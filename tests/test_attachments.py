@@ -399,6 +399,113 @@ def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
     assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]"}
 
 
+def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user: ``[[Guide#Instal]]`` opens Guide at its top in Obsidian, and check-vault said
+    nothing (``unresolved 0``, no dangling link: the note exists). Now such links are named per note and link
+    and counted apart from the dangling ones (``missing_heading_links`` in ``--json``); no problem for the
+    exit code, as a dangling link."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "Guide.md").write_text("# Guide\n\n## Install: quickly\n\nSteps. ^steps\n", encoding="utf-8")
+    (root / "Home.md").write_text("# Home\n\n[[Guide#Install quickly]], [[Guide#Instal|install]], "
+                                  "[[Guide#^steps]], ![[Guide#^step]], [[Nowhere#Setup]]\n", encoding="utf-8")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3:] == [
+        "  me: 1 dangling link(s), to a note no source has (create the note or fix the link):",
+        "  me: me/Home.md -> [[Nowhere#Setup]]",
+        "  me: 2 link(s) to a missing heading: the note exists but has no such #heading or #^block (Obsidian "
+        "opens it at the top; fix the link or the heading):",
+        "  me: me/Home.md -> [[Guide#Instal|install]]",
+        "  me: me/Home.md -> ![[Guide#^step]]",
+        "ok"]
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert (row["dangling_links"], row["missing_heading_links"]) == (1, 2)
+    assert row["missing_headings"] == [{"path": "me/Home.md", "link": "[[Guide#Instal|install]]"},
+                                       {"path": "me/Home.md", "link": "![[Guide#^step]]"}]
+
+
+def test_check_vault_says_site_absolute_dangling_links_need_the_site_url(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user: a local copy of duckdb/docs gave 82 dangling links such as
+    ``/docs/stable/data/parquet/overview.md`` although ``duckdb/stable/data/parquet/overview.md`` is in the
+    vault, and check-vault said "create the note or fix the link". Now one line per source says that they
+    match its notes without the '/docs' prefix and which ``site_url:`` to set; with it set, they resolve."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "docs"
+    (root / "stable" / "data" / "parquet").mkdir(parents=True)
+    (root / "stable" / "data" / "parquet" / "overview.md").write_text("# Parquet\n\nRead it.\n",
+                                                                      encoding="utf-8")
+    (root / "stable" / "index.md").write_text(
+        "# DuckDB\n\nSee [Parquet](/docs/stable/data/parquet/overview.md), [again](/docs/stable/data/parquet/"
+        "overview.md#read), [CSV](/docs/stable/data/csv/overview.md) and [x](/docs/stable/index.md).\n",
+        encoding="utf-8")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: duckdb\n    kind: local\n    path: {root}\n"
+                       "    format: markdown\n", encoding="utf-8")
+    _tiny_setenv(tmp_path, monkeypatch)
+    monkeypatch.setenv("DOCSVAULT_SOURCES", str(sources))
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3:] == [
+        "  duckdb: 3 dangling link(s), to a note no source has (fix the link or the source's site_url, see "
+        "below):",
+        "  duckdb: duckdb/stable/index.md -> […](/docs/stable/data/parquet/overview.md)",
+        "  duckdb: duckdb/stable/index.md -> […](/docs/stable/data/csv/overview.md)",
+        "  duckdb: duckdb/stable/index.md -> […](/docs/stable/index.md)",
+        "  duckdb: 2 of them are site-absolute (/docs/stable/…) and match notes of this source without the "
+        "'/docs' prefix: set `site_url: https://<its site>/docs` for it in sources.yaml, so such links "
+        "resolve to its notes (README: sources.yaml)",
+        "ok"]
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert row["site_absolute"] == {"links": 2, "prefix": "/docs", "example": "/docs/stable/…",
+                                    "site_url": "https://<its site>/docs", "set_format": False}
+    sources.write_text(sources.read_text(encoding="utf-8") + "    site_url: https://duckdb.org/docs\n",
+                       encoding="utf-8")
+    assert CliRunner().invoke(app, ["build"]).exit_code == 0
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert (row["dangling"], row["site_absolute"]) == ([], None)      # the CSV link now goes to the site
+    text = (tmp_path / "vault" / "duckdb" / "stable" / "index.md").read_text(encoding="utf-8")
+    assert ("See [[duckdb/stable/data/parquet/overview|Parquet]], [[duckdb/stable/data/parquet/overview#read|"
+            "again]], [CSV](https://duckdb.org/docs/stable/data/csv/overview.md)") in text
+
+
+def test_the_site_absolute_hint_of_an_obsidian_source_asks_for_a_format_too() -> None:
+    from pipeline.ingest.vault_check import site_absolute_hint
+    from pipeline.models import Source
+
+    source = Source(name="d", kind="local", format="obsidian", site_url="https://duckdb.org")
+    dangling = [{"path": "d/a.md", "link": "[[/docs/stable/guide|Guide]]"},
+                {"path": "d/a.md", "link": "[[b]]"}]
+    assert site_absolute_hint(source, dangling, {"stable/guide", "b"}) == {
+        "links": 1, "prefix": "/docs", "example": "/docs/stable/…", "site_url": "https://duckdb.org/docs",
+        "set_format": True}
+    assert site_absolute_hint(source, dangling, {"guide"}) == {
+        "links": 1, "prefix": "/docs/stable", "example": "/docs/stable/guide",
+        "site_url": "https://duckdb.org/docs/stable", "set_format": True}
+    assert site_absolute_hint(source, dangling, {"other"}) is None
+
+
 def test_the_vault_step_warns_once_per_file_whose_name_holds_a_hash(tmp_path: Path) -> None:
     """``料理 レシピ 🍜 #1 ＡＢＣ.md`` is written as ``料理 レシピ 🍜 -1 ＡＢＣ.md``: the vault step says so in one
     line (the build's ``warning:`` lines, the Dagster step's log), also with two links to it, and on the next

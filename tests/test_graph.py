@@ -318,3 +318,29 @@ def test_export_survives_control_characters_in_a_title(tmp_path: Path) -> None:
     paths = export_graph(build_graph(notes), tmp_path)
     titles = sorted(d["title"] for _, d in nx.read_graphml(paths["graphml"]).nodes(data=True))
     assert titles == ["A [2Jtitle", "B"]
+
+
+def test_missing_subpaths_names_links_whose_note_lacks_the_heading_or_block() -> None:
+    """A new user's finding: `[[note#Heading]]` to a heading the note does not have did not show anywhere.
+    Headings are compared with case, spacing and Obsidian's punctuation ignored (`## A: B` is `[[Guide#a b]]`,
+    also as `[x](Guide.md#A%3A%20B)`), but not hyphens (the slug `#a-b` is no heading); setext and `{#id}`
+    headings count, a heading inside code does not; `[[note#A#B]]` needs both; block ids as `^id` at a line's
+    end (also right after an embed, as Obsidian's help writes one); a self-link is checked against its own
+    note; a dangling link is not reported here."""
+    from pipeline.index.graph import missing_subpaths
+
+    target = ("# Guide\n\n## A: B\n\nSetext\n------\n\n## Options {#opts}\n\nA line ^blk-1\n\n```\n"
+              "## In code\n^incode\n```\n\n![[pic.png]]^pic-id\n")
+    home = ("[[Guide#a b]] [[Guide#Setext]] [[Guide#Options]] [[Guide#Guide#A B]] [[Guide#^BLK-1]] "
+            "[[Guide#^pic-id]] [[Guide#Nope|alias]] [[Guide#Nope]] [[Guide#In code]] [[Guide#^incode]] "
+            "[[Guide#Guide#Nope]] [[Gone#Nope]] [x](Guide.md#A%3A%20B) [y](Guide.md#a-b) [[#Home]] "
+            "[[#Elsewhere]]\n\n# Home\n")
+    found = missing_subpaths([note("Guide.md", target), note("Home.md", home)])
+    assert [(p, link.target, link.heading, link.block, link.kind) for p, link in found] == [
+        ("v/Home.md", "Guide", "Nope", None, "wikilink"),
+        ("v/Home.md", "Guide", "In code", None, "wikilink"),
+        ("v/Home.md", "Guide", None, "incode", "wikilink"),
+        ("v/Home.md", "Guide", "Guide#Nope", None, "wikilink"),
+        ("v/Home.md", "Guide.md", "a-b", None, "markdown"),
+        ("v/Home.md", "", "Elsewhere", None, "wikilink"),
+    ]

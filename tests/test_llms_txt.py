@@ -302,3 +302,36 @@ def test_prefect_llms_txt_markdown_twins(tmp_path):
     optional = [n for n in notes if n.frontmatter.get("llms_optional") is True]
     assert len(optional) >= 0.99 * 609 and all(n.source_path.startswith("v3/api-ref/") for n in optional)
     assert all(n.frontmatter["llms_section"] != "Optional" for n in notes if n not in optional)
+
+
+def test_a_page_that_failed_is_named_as_not_fetched_not_as_an_attachment(tmp_path):
+    """A new user's finding: a 404 page of an llms.txt was reported by the build as "1 attachment(s)/link(s)
+    not copied". Now the vault stage counts no page as an attachment, and the build names the pages not
+    fetched, with their cause (HTTP status without its reason phrase) and URL."""
+    from types import SimpleNamespace
+
+    from pipeline import stages as build
+    from pipeline.cli import vault_lines
+    from pipeline.service import pages_not_fetched_line
+
+    settings = _settings(tmp_path)
+    with serve(handler=SiteHandler) as (base, _):
+        SiteHandler.pages = _site_pages(base)
+        source = Source(name="site", kind="llms_txt", url=f"{base}/llms.txt", rate_limit=0)
+        fetched = build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    vault = build.vault_stage(settings, source)
+    assert vault.attachments_skipped == 0 and vault_lines("site", vault.as_dict()) == []
+    st = SimpleNamespace(name="site", metadata={"raw_docs": fetched.as_dict()})
+    assert pages_not_fetched_line(st) == (
+        f"site: 2 page(s) not fetched (HTTP 404: {base}/docs/c; host elsewhere.example is not allowed "
+        "(add it to allowed_hosts): https://elsewhere.example/x.md)")
+    html = SimpleNamespace(name="h", metadata={"raw_docs": {"warnings": 30, "warning_lines": [
+        "source 'h': cannot fetch https://a.example/x: HTTP 500 Internal Server Error (kept the last good "
+        "copy)",
+        "source 'h': https://a.example/y: skipped, disallowed by robots.txt",
+        "source 'h': cannot fetch https://a.example/z: HTTP 404 Not Found",
+        "source 'h': cannot fetch https://a.example/w: HTTP 410 Gone"]}})
+    assert pages_not_fetched_line(html) == (
+        "h: at least 4 page(s) not fetched (HTTP 500: https://a.example/x; disallowed by robots.txt: "
+        "https://a.example/y; HTTP 404: https://a.example/z; … and 1 more)")

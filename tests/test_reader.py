@@ -285,3 +285,86 @@ def test_a_title_or_alias_that_reads_like_a_refused_path_still_opens_its_note(va
         find_note(vault, "../../etc/passwd", path)
     with pytest.raises(PathRefusedError):
         find_note(vault, ".hidden", path)
+
+
+def _methods_note() -> str:
+    """A note whose docstring block (about 1,850 chars) is longer than a page, as a new user's methods
+    note."""
+    return ("# Methods\n\n" + "Intro words here. " * 30 + "\n\n```python\ndef f(config):\n"
+            + '    """Do it.\n\n' + "        Args:\n            config: the thing.\n" * 40
+            + '    """\n```\n\nAfter.\n')
+
+
+def test_a_page_inside_a_long_code_block_reopens_and_closes_its_fence(tmp_path: Path) -> None:
+    body = _methods_note()
+    (tmp_path / "m.md").write_text(body, encoding="utf-8")
+    pages = [read_note(tmp_path, "m.md", n) for n in (1, 2, 3)]
+    assert [(p.start, p.added_before, p.added_after) for p in pages] == [
+        (0, "", ""), (553, "", "```\n"), (1552, "```python\n", "")]
+    assert pages[1].text.startswith("```python\ndef f(config):") and pages[1].text.endswith("Args:\n```\n")
+    assert pages[2].text.startswith("```python\n            config: the thing.\n")
+    assert "".join(p.body_text for p in pages) == body          # the added fence lines stripped: the note
+    added = {k: v for k, v in pages[2].to_dict().items() if k.startswith("added")}
+    assert added == {"added_before": "```python\n"}
+    assert "added_before" not in pages[0].to_dict()
+
+
+def test_a_code_block_that_fits_starts_the_next_page_and_quoted_fences_reopen_quoted() -> None:
+    block = "~~~~ sh extra\n" + "echo hi\n" * 60 + "~~~~\n"            # 493 chars: fits in a page
+    text = "Intro line.\n" * 50 + block + "Done.\n"
+    assert paginate(text, 1000) == [0, 600]
+    assert text[600:].startswith("~~~~ sh")
+    quoted = "> ```js\n" + "> let a = 1;\n" * 100 + "> ```\n"
+    starts = paginate(quoted, 500)
+    from pipeline.search.reader import _fence_lines, fenced_blocks
+
+    assert _fence_lines(quoted, fenced_blocks(quoted), starts[1], starts[2]) == ("> ```js\n", "> ```\n")
+
+
+_LINES = st.sampled_from(["```py\n", "~~~\n", "```\n", "> ```\n", "plain words here.\n", "\n", "code(x)\n",
+                          "a" * 30 + "\n", "x y z "])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_LINES, max_size=300), st.integers(min_value=40, max_value=600))
+def test_pages_with_fences_reassemble_and_never_leave_a_block_open(lines: list[str], size: int) -> None:
+    from pipeline.common.markdown import fence_closes, fence_open
+    from pipeline.search.reader import _fence_lines, fenced_blocks
+
+    def open_at_end(page: str) -> bool:
+        opened = None
+        for line in page.split("\n"):
+            if opened is None:
+                opened = fence_open(line)
+            elif fence_closes(line, *opened):
+                opened = None
+        return opened is not None
+
+    text = "".join(lines)
+    starts = paginate(text, size)
+    bounds = [*starts, len(text)]
+    blocks = fenced_blocks(text)
+    rebuilt = []
+    for i in range(len(starts)):
+        before, after = _fence_lines(text, blocks, bounds[i], bounds[i + 1])
+        rebuilt.append(text[bounds[i]:bounds[i + 1]])
+        if i < len(starts) - 1:        # only the note's own unclosed block stays open, on its last page
+            assert not open_at_end(before + text[bounds[i]:bounds[i + 1]] + after)
+        assert len(text[bounds[i]:bounds[i + 1]]) <= size
+    assert "".join(rebuilt) == text
+
+
+def test_a_name_of_many_notes_says_how_many_and_how_to_narrow_it(vault: Path, tmp_path: Path) -> None:
+    """A new user's `read index` listed 10 of about 70 `index.md` paths without saying more exist: the message
+    now gives the count, the first 10 and how to narrow the name (more of the path), which then reads one."""
+    from pipeline.models import Note
+
+    notes = [Note("docs", f"d{i:02}/index.md", f"d{i:02}/index.md", f"I{i}", {}, "Text.") for i in range(12)]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "index", path)
+    listed = ", ".join(f"docs/d{i:02}/index.md" for i in range(10))
+    assert str(info.value) == (f"'index' is the name of 12 notes: {listed} and 2 more; give more of the path "
+                               "to narrow it (a vault path ends in it), e.g. 'd00/index', or one whole vault "
+                               "path")
+    assert find_note(vault, "d11/index", path) == "docs/d11/index.md"

@@ -64,6 +64,10 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
     ("sources:\n  - name: a\n    kind: local\n    path: d\n\n  - kind: local\n    path: d\n",
      "line 6: sources[2] has no 'name' (every source starts with '- name: <name>')"),
     ("sources:\n  - name: x\n    kind: local\n", "line 2: sources[1] (source 'x') has no 'path' (kind 'local' needs it)"),
+    # a new user's folder given as a file:// url: the url's line, and what to write instead
+    ("sources:\n  - name: x\n    kind: local\n    format: html\n    url: file:///srv/site\n",
+     "line 5: sources[1] (source 'x') has 'url' but no 'path': kind 'local' reads the folder given by 'path' "
+     "(write 'path: /srv/site' instead of 'url: file:///srv/site')"),
     ("sources:\n  - name: x\n    kind: local\n    path: d\ninclude: ['*.md']\n",
      ("'include' (line 5) is at the top level, outside every source: indent it under its '- name:' line, aligned with "
      "'name:'")),

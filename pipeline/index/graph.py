@@ -46,6 +46,8 @@ __all__ = [
     "LinksCache",
     "build_graph",
     "export_graph",
+    "heading_key",
+    "missing_subpaths",
     "parse_links",
 ]
 
@@ -452,6 +454,78 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
         g.nodes[node]["in_degree"] = int(g.in_degree(node))
         g.nodes[node]["pagerank"] = round(float(pagerank.get(node, 0.0)), 10)
     return LinkGraph(graph=g, edges=edges, unresolved=sorted(unresolved), attachments=attachments)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# headings and block ids a link names
+# ---------------------------------------------------------------------------------------------------------------
+_HEADING_PUNCT = re.compile(r"[!\"#$%&()*+,.:;<=>?@^`{|}~/\[\]\\]")      # Obsidian's stripHeading set
+#: a block id at a line's end, also right after an embed: `![[x.png]]^id`
+_BLOCK_ID = re.compile(r"\^([A-Za-z0-9-]+)[ \t]*$", re.MULTILINE)
+
+
+def heading_key(text: str) -> str:
+    """A heading as ``[[note#Heading]]`` is compared with the note's headings here, as Obsidian compares them:
+    its punctuation ``!"#$%&()*+,.:;<=>?@^`{|}~/[]\\`` read as spaces (``#``, ``:``, ``|``, ``[]`` and ``^``
+    cannot stand in a link: ``## A: B`` is ``[[note#A B]]``), runs of spaces as one; NFC and case-folded too
+    (a link that differs from its heading in case only is not named). Hyphens and underscores count, so a
+    GitHub slug (``#getting-started``) is no heading ``Getting started``."""
+    return " ".join(_HEADING_PUNCT.sub(" ", unicodedata.normalize("NFC", text)).split()).casefold()
+
+
+def _subpaths(body: str) -> tuple[set[str], set[str]]:
+    """``(heading keys, block ids)`` of a note body: its headings outside code as a link names them
+    (:func:`pipeline.ingest.normalize.collect_headings`: ATX and setext, explicit ``{#id}`` anchors dropped,
+    tags dropped), as :func:`heading_key`; its ``^block`` ids (at a line's end, outside code; Obsidian's help
+    writes one right after an embed, ``![[x.png]]^id``), case-folded."""
+    from pipeline.common.markdown import split_code
+    from pipeline.ingest.normalize import collect_headings
+
+    headings = {heading_key(h) for h in collect_headings(body).values()}
+    blocks = {m.group(1).casefold() for is_code, piece in split_code(body) if not is_code
+              for m in _BLOCK_ID.finditer(piece)}
+    return headings, blocks
+
+
+def missing_subpaths(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = parse_links
+                     ) -> list[tuple[str, WikiLink]]:
+    """Links whose note exists but whose ``#heading`` or ``#^block`` is not in it, as Obsidian resolves them:
+    the note resolved as :func:`build_graph` resolves it (a self-link ``[[#Heading]]`` is the linking note),
+    the heading compared by :func:`heading_key` with the note's headings (each part of ``[[note#A#B]]``), the
+    block id with its ``^id`` marks. A link to no note (dangling) is not one of them.
+
+    Args:
+        notes: the vault's notes (every source: links resolve across them).
+        parse: the link parser, as for :func:`build_graph`.
+
+    Returns:
+        ``(linking note's vault path, link)``, one per note and distinct link (target, heading, block and
+        kind; its first occurrence), in vault path order, then the links' order in the note.
+    """
+    by_path = {unicodedata.normalize("NFC", n.vault_path): n for n in notes}
+    resolver = LinkResolver(by_path, {p: n.aliases for p, n in by_path.items() if n.aliases},
+                            {p: n.source_path for p, n in by_path.items()})
+    known: dict[str, tuple[set[str], set[str]]] = {}
+    out: list[tuple[str, WikiLink]] = []
+    for path in sorted(by_path):
+        note = by_path[path]
+        seen: set[tuple[str, str | None, str | None, bool, str]] = set()
+        for link in parse(note.body):
+            key = (link.target, link.heading, link.block, link.embed, link.kind)
+            if not (link.heading or link.block) or key in seen:
+                continue
+            seen.add(key)
+            dst = resolver.resolve(link.target, path, kind=link.kind) if link.target else path
+            if dst is None:
+                continue
+            if dst not in known:
+                known[dst] = _subpaths(by_path[dst].body)
+            headings, blocks = known[dst]
+            parts = [p for p in (link.heading or "").split("#") if p.strip()]
+            if any(heading_key(p) not in headings for p in parts) or (
+                    link.block and link.block.strip().casefold() not in blocks):
+                out.append((note.vault_path, link))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

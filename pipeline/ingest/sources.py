@@ -278,6 +278,19 @@ def _strays_hint(strays: dict[str, int]) -> str:
             f"{'it under its' if len(strays) == 1 else 'them under their'} '- name:' line, aligned with 'name:'")
 
 
+def _local_url(block: Any) -> str | None:
+    """The problem of a ``kind: local`` block that gives its folder as ``url:`` and has no ``path:`` (``has
+    'url' but no 'path': …``), else None."""
+    if not isinstance(block, dict) or block.get("kind") != "local" or block.get("path") \
+            or not block.get("url"):
+        return None
+    url = str(block["url"])
+    folder = url.removeprefix("file://") if url.startswith("file://") else None
+    example = f"path: {folder}" if folder else "path: /the/folder"
+    return (f"has 'url' but no 'path': kind 'local' reads the folder given by 'path' (write '{example}' "
+            f"instead of 'url: {url}')")
+
+
 def _missing(block: Any) -> str | None:
     """What a block lacks: 'name', 'kind' or the key its kind needs (``has no 'kind' (one of [...])``); None when it
     has them, or is no mapping (:func:`parse_source` says so)."""
@@ -411,7 +424,10 @@ def source_problems(path: Path) -> tuple[list[tuple[int, Source]], list[str]]:
         problem = None if wrong and wrong[0] != "kind" else _missing(block)
         if problem or wrong:
             start, key_lines = layout()[0][i - 1]
-            if problem:
+            if problem and _local_url(block):       # `url: file:///srv/site` for a folder: name the url line
+                where = f"{path}: line {key_lines.get('url', start)}: sources[{i}]"
+                problems.append(str(_missing_error(block, where, _local_url(block), strays)))
+            elif problem:
                 where = f"{path}: line {start}: sources[{i}]"
                 problems.append(str(_missing_error(block, where, problem, strays)))
             else:

@@ -15,7 +15,12 @@
   build; merge them into the note and delete them when done);
 * ``dangling_links`` / ``dangling``: links of the source's notes to a note no source has (what ``status``
   counts as dangling), when the caller resolved them (:func:`pipeline.service.dangling_links`: link resolution
-  is the graph's, a later layer); not a problem (Obsidian makes the note when one is clicked), but named.
+  is the graph's, a later layer); not a problem (Obsidian makes the note when one is clicked), but named;
+* ``missing_heading_links`` / ``missing_headings``: links of the source's notes to a note that exists but has
+  no such ``#heading`` or ``#^block`` (:func:`pipeline.index.graph.missing_subpaths`; Obsidian opens the note
+  at its top), named as the dangling links are, and no problem for ``ok`` either;
+* ``site_absolute``: what explains dangling site-absolute links that match notes of the source once a prefix
+  is dropped (:func:`site_absolute_hint`).
 
 Embeds resolve as in Obsidian: relative to the note, from the vault root, from the source's folder, or as a path
 suffix / bare name of any file in the vault.
@@ -27,7 +32,7 @@ import posixpath
 import re
 import stat
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,18 +119,23 @@ class _VaultFiles:
 
 
 def check_vault(settings: Settings, sources: Sequence[Source],
-                dangling: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
+                dangling: Sequence[tuple[str, str]] | None = None,
+                missing_headings: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Run the checks (module doc) over the built vault for these sources.
 
     Args:
         dangling: ``(note vault path, link as written)`` of every dangling link of the vault
-            (:func:`pipeline.service.dangling_links`); None: not checked.
+            (:func:`pipeline.service.link_problems`); None: not checked.
+        missing_headings: the same of every link to a heading or block its note does not have
+            (:func:`pipeline.service.link_problems`); None: not checked.
 
     Returns:
         ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
         "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
         source), "bad_mode", "user_files", "edited", "edited_copies", "dangling_links" (their count, None when
         ``dangling`` is), "dangling" (all of them: ``[{"path", "link"}]``, in path order),
+        "missing_heading_links" (their count, None when ``missing_headings`` is), "missing_headings" (all of
+        them, as ``dangling``), "site_absolute" (:func:`site_absolute_hint`),
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
         any source has unresolved embeds of files in its source, markup outside code or a note with another
         mode (dangling links do not count). Examples are ``"<vault path>: <detail>"`` strings, at most 10 per
@@ -141,6 +151,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     files = _VaultFiles(vault) if vault.is_dir() else None
     want_mode = file_mode()
     rows = []
+    stems: dict[str, set[str]] = {}             # source name -> its notes' paths as a link names them
     for source in sources:
         root = vault / source.name
         row: dict[str, Any] = {"name": source.name, "notes": 0, "attachments_in_vault": 0, "unresolved_in_source": 0,
@@ -157,6 +168,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
             row["error"] = str(exc)
             continue
         row["notes"] = len(notes)
+        stems[source.name] = _note_stems(note.rel_path for note in notes)
         if source.format == "obsidian":     # the user's own format: its HTML and {{placeholders}} are content
             row["markup"] = None
         index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
@@ -187,15 +199,82 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         row["user_files"], row["edited"], row["edited_copies"] = len(a.user_files), len(a.edited), len(a.copies)
         row["attachments_in_vault"] = sum(1 for rel in a.owned if not rel.endswith(".md"))
     ok = all(not (r["unresolved_in_source"] or r["markup"] or r["bad_mode"] or r.get("error")) for r in rows)
-    _add_dangling(rows, dangling)
+    _add_links(rows, "dangling_links", "dangling", dangling)
+    _add_links(rows, "missing_heading_links", "missing_headings", missing_headings)
+    for source, row in zip(sources, rows, strict=True):
+        row["site_absolute"] = site_absolute_hint(source, row["dangling"], stems.get(source.name, set()))
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
-def _add_dangling(rows: list[dict[str, Any]], dangling: Sequence[tuple[str, str]] | None) -> None:
-    """``rows`` (of :func:`check_vault`), each given its source's ``dangling_links`` and ``dangling``."""
+def _add_links(rows: list[dict[str, Any]], count_key: str, list_key: str,
+               links: Sequence[tuple[str, str]] | None) -> None:
+    """``rows`` (of :func:`check_vault`), each given its source's ``links`` as ``row[list_key]``
+    (``[{"path", "link"}]``) and their number as ``row[count_key]`` (None when ``links`` is)."""
     for row in rows:
-        mine = [{"path": p, "link": link} for p, link in dangling or () if p.startswith(f"{row['name']}/")]
-        row["dangling_links"], row["dangling"] = (None if dangling is None else len(mine)), mine
+        mine = [{"path": p, "link": link} for p, link in links or () if p.startswith(f"{row['name']}/")]
+        row[count_key], row[list_key] = (None if links is None else len(mine)), mine
+
+
+def _note_stems(rel_paths: Iterable[str]) -> set[str]:
+    """The notes' paths in their source folder as a link may name them: without ``.md`` (and a folder for its
+    ``index.md``), case-folded."""
+    out: set[str] = set()
+    for rel in rel_paths:
+        stem = unicodedata.normalize("NFC", rel).removesuffix(".md").casefold()
+        out.add(stem)
+        if stem.endswith("/index"):
+            out.add(stem[: -len("/index")])
+    return out
+
+
+def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems: set[str]
+                       ) -> dict[str, Any] | None:
+    """What explains a source's dangling site-absolute links (``[…](/docs/stable/x.md)``, ``[[/docs/x]]``):
+    those whose path, after dropping leading segments, is the path of one of the source's notes (``stems``:
+    :func:`_note_stems`). Such a link was written for the site the pages are published on, and normalize
+    resolves it against the path of the source's ``site_url``
+    (:func:`pipeline.ingest.normalize._LinkIndex.site_match`), which is unset or another path; a ``format:
+    obsidian`` source's links are not converted at all.
+
+    Args:
+        source: the source.
+        dangling: its dangling links, ``[{"path", "link"}]`` (:func:`check_vault`'s ``dangling``).
+        stems: its notes' paths.
+
+    Returns:
+        None when no dangling link is so explained; else ``{"links": N (of the most common prefix),
+        "prefix": "/docs", "example": "/docs/stable/…", "site_url": the suggested value
+        (``https://<its site>/docs``, on the origin of the source's ``site_url`` when it has one),
+        "set_format": True for a ``format: obsidian`` source}``.
+    """
+    from collections import Counter
+    from urllib.parse import urlsplit
+
+    from pipeline.index.graph import parse_links
+
+    prefixes: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for d in dangling:
+        links = parse_links(d["link"].removeprefix("!"))
+        target = links[0].target if links else ""
+        if not target.startswith("/") or target.startswith("//"):
+            continue
+        parts = [p for p in target.split("/") if p]
+        for k in range(1, len(parts)):
+            rest = unicodedata.normalize("NFC", "/".join(parts[k:])).removesuffix(".md").casefold()
+            if rest in stems:
+                prefix = "/" + "/".join(parts[:k])
+                prefixes[prefix] += 1
+                more = "/…" if k + 1 < len(parts) else ""
+                examples.setdefault(prefix, "/" + "/".join(parts[: k + 1]) + more)
+                break
+    if not prefixes:
+        return None
+    prefix, n = min(prefixes.items(), key=lambda item: (-item[1], item[0]))
+    url = urlsplit(source.site_url or "")
+    origin = f"{url.scheme}://{url.netloc}" if url.scheme and url.netloc else "https://<its site>"
+    return {"links": n, "prefix": prefix, "example": examples[prefix], "site_url": origin + prefix,
+            "set_format": source.format == "obsidian"}
 
 
 #: at most this many dangling links per source are named by :func:`format_report` (``--json`` has them all)
@@ -205,7 +284,7 @@ DANGLING_LINES = 10
 def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem, then the source's
     dangling links: ``<source>: <note vault path> -> [[target]]``, at most :data:`DANGLING_LINES`, then a
-    count of the rest)."""
+    count of the rest; then its links to a missing heading, the same way)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
@@ -225,12 +304,33 @@ def format_report(report: dict[str, Any]) -> list[str]:
             lines.append(f"  {r['name']}: {r['unresolved_elsewhere']} embed(s) of files that are not in the source "
                          "either (nothing to copy)")
         if r.get("dangling_links"):
+            fix = "fix the link or the source's site_url, see below" if r.get("site_absolute") else \
+                "create the note or fix the link"
             lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
-                         "(create the note or fix the link):")
-            lines += [f"  {r['name']}: {d['path']} -> {d['link']}" for d in r["dangling"][:DANGLING_LINES]]
-            if r["dangling_links"] > DANGLING_LINES:
-                rest = r["dangling_links"] - DANGLING_LINES
-                lines.append(f"  {r['name']}: … and {rest} more dangling links "
-                             "(`docsvault check-vault --json` lists them all)")
+                         f"({fix}):")
+            lines += _link_lines(r["name"], r["dangling"], "dangling links")
+            hint = r.get("site_absolute")
+            if hint:
+                fmt = (" and a `format:` other than obsidian (a `format: obsidian` source's links stay as "
+                       "written)" if hint["set_format"] else "")
+                lines.append(f"  {r['name']}: {hint['links']} of them are site-absolute ({hint['example']}) "
+                             f"and match notes of this source without the '{hint['prefix']}' prefix: set "
+                             f"`site_url: {hint['site_url']}`{fmt} for it in sources.yaml, so such links "
+                             "resolve to its notes (README: sources.yaml)")
+        if r.get("missing_heading_links"):
+            lines.append(f"  {r['name']}: {r['missing_heading_links']} link(s) to a missing heading: the "
+                         "note exists but has no such #heading or #^block (Obsidian opens it at the top; fix "
+                         "the link or the heading):")
+            lines += _link_lines(r["name"], r["missing_headings"], "links to a missing heading")
     lines.append("ok" if report["ok"] else "problems found (see above)")
+    return lines
+
+
+def _link_lines(source: str, links: Sequence[dict[str, str]], what: str) -> list[str]:
+    """``<source>: <note> -> <link>`` for the first :data:`DANGLING_LINES` of ``links``, then the count of the
+    rest (``what``: their name in that line)."""
+    lines = [f"  {source}: {d['path']} -> {d['link']}" for d in links[:DANGLING_LINES]]
+    if len(links) > DANGLING_LINES:
+        lines.append(f"  {source}: … and {len(links) - DANGLING_LINES} more {what} "
+                     "(`docsvault check-vault --json` lists them all)")
     return lines

@@ -7,12 +7,16 @@ resolve outside the vault and non-``.md`` files are refused with :class:`PathRef
 is read. ``sub/../a.md`` normalises inside the vault and is allowed.
 
 Every output is bounded: a note's body is cut into pages of about :data:`PAGE_CHARS` characters (chars, not
-tokens; cut at a paragraph, line, sentence or word boundary when one is near), frontmatter is capped at
-:data:`FRONTMATTER_CHARS`, and files larger than :data:`MAX_NOTE_BYTES` are refused.
+tokens; cut at a paragraph, line, sentence or word boundary when one is near, outside fenced code blocks when
+one is there or a block fits on the next page), frontmatter is capped at :data:`FRONTMATTER_CHARS`, and files
+larger than :data:`MAX_NOTE_BYTES` are refused. A page that starts inside a fenced code block too long for one
+page re-opens the fence and one that ends inside it closes it (:attr:`NotePage.added_before` /
+:attr:`NotePage.added_after`, the only text a page has that the note has not).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import posixpath
 import re
@@ -23,6 +27,7 @@ from typing import Any
 
 from pipeline.common.errors import NoteError, PipelineError
 from pipeline.common.frontmatter import decode_bytes, split_frontmatter
+from pipeline.common.markdown import FENCE, split_code
 from pipeline.search.snippet import strip_controls
 
 __all__ = [
@@ -76,13 +81,18 @@ class NotePage:
         title: frontmatter ``title``, else the file name without ``.md`` (control characters removed).
         page: 1-based page number.
         pages: number of pages (>= 1; an empty body has one empty page).
-        text: this page's text (about ``PAGE_CHARS`` chars; pages concatenate to the body exactly, the body
-            as shown: without terminal escape sequences and control characters but tab and newline, as search
-            shows a note's text: :func:`~pipeline.search.snippet.strip_controls`; the file keeps them).
+        text: this page's text: ``added_before`` + the body's ``start``:``start + len`` slice (at most
+            ``PAGE_CHARS`` chars) + ``added_after``; the slices concatenate to the body exactly, the body as
+            shown: without terminal escape sequences and control characters but tab and newline, as search
+            shows a note's text: :func:`~pipeline.search.snippet.strip_controls`; the file keeps them.
         start: offset of the page in the body (chars).
         total_chars: length of the body (chars).
         frontmatter: the note's frontmatter (JSON-safe: dates are ISO strings), on page 1 only; values are cut so
             its JSON is at most ``FRONTMATTER_CHARS`` chars.
+        added_before: the fence line re-opening the fenced code block the page starts inside (its indentation,
+            ``>`` markers, fence characters and language, e.g. ``"```python\n"``), else ``""``.
+        added_after: the fence line closing the block the page ends inside (``"```\n"``, with a newline before
+            it when the page does not end at a line end), else ``""``.
     """
 
     path: str
@@ -93,19 +103,31 @@ class NotePage:
     start: int
     total_chars: int
     frontmatter: dict[str, Any] | None = None
+    added_before: str = ""
+    added_after: str = ""
 
     @property
     def next_page(self) -> int | None:
         return self.page + 1 if self.page < self.pages else None
 
+    @property
+    def body_text(self) -> str:
+        """The page's text as the note has it: :attr:`text` without the fence lines added around it."""
+        return self.text[len(self.added_before):len(self.text) - len(self.added_after)]
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict: path, title, page, pages, next_page, total_chars, text, frontmatter (page 1)."""
+        """JSON-safe dict: path, title, page, pages, next_page, total_chars, text, frontmatter (page 1),
+        added_before / added_after (only when the page re-opens / closes a fenced code block)."""
         out: dict[str, Any] = {
             "path": self.path, "title": self.title, "page": self.page, "pages": self.pages,
             "next_page": self.next_page, "total_chars": self.total_chars, "text": self.text,
         }
         if self.frontmatter is not None:
             out["frontmatter"] = self.frontmatter
+        if self.added_before:
+            out["added_before"] = self.added_before
+        if self.added_after:
+            out["added_after"] = self.added_after
         return out
 
 
@@ -176,12 +198,39 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
 _BREAKS = (re.compile(r"\n\n+"), re.compile(r"\n"), re.compile(r"(?<=[.!?。！？])\s*"), re.compile(r"\s+"))
 
 
+def fenced_blocks(text: str) -> list[tuple[int, int, int]]:
+    """The fenced code blocks of ``text`` (:func:`pipeline.common.markdown.split_code`, the project's one
+    fence scanner) as ``(start, content_start, end)`` offsets: the opening fence line's start, the end of that
+    line (newline included) and the end of the block (after its closing line's newline; the text's end when
+    the block is not closed)."""
+    blocks: list[tuple[int, int, int]] = []
+    pos = 0
+    for is_code, piece in split_code(text):
+        if is_code:
+            first = piece.find("\n")
+            blocks.append((pos, pos + (first + 1 if first != -1 else len(piece)), pos + len(piece)))
+        pos += len(piece)
+    return blocks
+
+
+def _block_at(blocks: list[tuple[int, int, int]], offset: int) -> tuple[int, int, int] | None:
+    """The block ``offset`` lies strictly inside (after its first char, before its end), else None."""
+    i = bisect.bisect_left(blocks, (offset,)) - 1
+    if i >= 0 and blocks[i][0] < offset < blocks[i][2]:
+        return blocks[i]
+    return None
+
+
 def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
-    """Page start offsets of ``text``: pages of at most ``size`` chars, cut at a boundary when one is near.
+    """Page start offsets of ``text``: pages of at most ``size`` chars, cut at a boundary when one is near,
+    and outside fenced code blocks when possible.
 
     A page ends after the last paragraph break in its second half, else the last line break, else the last sentence
-    end, else the last whitespace; with none of these (one long word, CJK without punctuation) it is cut at
-    ``size``. Pages concatenate back to ``text`` exactly.
+    end, else the last whitespace, each taken outside fenced code blocks (:func:`fenced_blocks`) when there is
+    one. When the second half has none outside a block, a block that starts on the page and fits in ``size``
+    starts the next page; else the page is cut inside the block at the same boundaries (:func:`read_note`
+    re-opens and closes the fence around such a cut). With no boundary at all (one long word, CJK without
+    punctuation) a page is cut at ``size``. Pages concatenate back to ``text`` exactly.
 
     Args:
         text: the body.
@@ -192,24 +241,59 @@ def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
     """
     if size < 10:
         raise ValueError(f"page size must be >= 10 chars, got {size}")
+    blocks = fenced_blocks(text)
     starts = [0]
     pos = 0
     n = len(text)
     while n - pos > size:
         window_end = pos + size
         lo = pos + size // 2
-        cut = None
-        for pattern in _BREAKS:
-            last = None
-            for m in pattern.finditer(text, lo, window_end):
-                if m.end() <= window_end and m.end() > lo:
-                    last = m.end()
-            if last is not None:
-                cut = last
-                break
+        cut = _last_break(text, lo, window_end, blocks)
+        if cut is None:
+            block = _block_at(blocks, window_end)
+            if block is not None and pos < block[0] and block[2] - block[0] <= size:
+                cut = block[0]                          # the block fits on the next page: start it there
+            else:
+                cut = _last_break(text, lo, window_end)
         pos = cut if cut is not None else window_end
         starts.append(pos)
     return starts
+
+
+def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] | None = None) -> int | None:
+    """The end of the last boundary in ``(lo, hi]`` of the first kind of :data:`_BREAKS` that has one; with
+    ``blocks``, only a boundary whose end is not inside a fenced block counts."""
+    for pattern in _BREAKS:
+        last = None
+        for m in pattern.finditer(text, lo, hi):
+            if lo < m.end() <= hi and (blocks is None or _block_at(blocks, m.end()) is None):
+                last = m.end()
+        if last is not None:
+            return last
+    return None
+
+
+def _fence_lines(text: str, blocks: list[tuple[int, int, int]], start: int, end: int) -> tuple[str, str]:
+    """``(added_before, added_after)`` for the page ``text[start:end]``: the line re-opening the fenced block
+    it starts inside and the one closing the block it ends inside (after the block's opening line, before its
+    end), each ``""`` when there is none. The re-opening line keeps the opening's indentation, ``>`` markers,
+    fence and language (the info string's first word, at most 40 chars)."""
+    def fence(block: tuple[int, int, int]) -> tuple[str, str]:
+        m = FENCE.match(text[block[0]:block[1]].rstrip("\r\n"))
+        assert m is not None                     # split_code opened the block on this line
+        lang = (m.group("info").split() or [""])[0]
+        return text[block[0]:block[0] + m.start("fence")] + m.group("fence"), lang
+
+    before = after = ""
+    opened = _block_at(blocks, start)
+    if opened is not None and start >= opened[1]:
+        head, lang = fence(opened)
+        before = f"{head}{lang[:40]}\n"
+    closed = _block_at(blocks, end)
+    if closed is not None and end >= closed[1]:
+        head, _ = fence(closed)
+        after = f"{head}\n" if text[start:end].endswith("\n") else f"\n{head}\n"
+    return before, after
 
 
 def page_of(starts: list[int], offset: int) -> int:
@@ -266,7 +350,8 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
         size: page size, chars.
 
     Returns:
-        The page (its text at most ``size`` chars; frontmatter on page 1 only, capped).
+        The page (its text at most ``size`` chars of the body, plus the fence lines re-opening and closing a
+        fenced code block the page starts or ends inside; frontmatter on page 1 only, capped).
 
     Raises:
         PathRefusedError, NoteNotFoundError: see :func:`resolve_note_path`; also a file over ``MAX_NOTE_BYTES``.
@@ -281,9 +366,11 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
     start = starts[page - 1]
     end = starts[page] if page < pages else len(body)
     title = strip_controls(str(fm.get("title") or posixpath.basename(vault_path)[:-3]))
+    before, after = _fence_lines(body, fenced_blocks(body), start, end)
     return NotePage(
-        path=vault_path, title=title, page=page, pages=pages, text=body[start:end], start=start,
-        total_chars=len(body), frontmatter=_cap_frontmatter(fm) if page == 1 else None,
+        path=vault_path, title=title, page=page, pages=pages, text=before + body[start:end] + after,
+        start=start, total_chars=len(body), frontmatter=_cap_frontmatter(fm) if page == 1 else None,
+        added_before=before, added_after=after,
     )
 
 
@@ -389,9 +476,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         if len(found) == 1:
             return found[0]["vault_path"]
         if len(found) > 1:
-            raise AmbiguousNoteError(
-                f"{note!r} is {what}; give one of the vault paths: " + ", ".join(f["vault_path"] for f in found)
-            ) from None
+            raise AmbiguousNoteError(_ambiguous(note, what, [f["vault_path"] for f in found])) from None
         if refused or file_here or not isinstance(exc, _NotMarkdownError):
             raise
         files = _vault_files_named(Path(vault_dir), note)
@@ -404,6 +489,22 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+#: at most this many vault paths are listed for a name several notes have
+AMBIGUOUS_LISTED = 10
+
+
+def _ambiguous(note: str, what: str, paths: list[str]) -> str:
+    """The message for ``note`` that several notes' ``paths`` match (``what`` they share): all the paths when
+    at most :data:`AMBIGUOUS_LISTED`, else that many, how many more, and how to narrow the name (more of the
+    path, e.g. ``stable/index`` for ``index``: a vault path ends in it)."""
+    if len(paths) <= AMBIGUOUS_LISTED:
+        return f"{note!r} is {what}; give one of the vault paths: " + ", ".join(paths)
+    example = "/".join(paths[0].removesuffix(".md").split("/")[-2:])
+    return (f"{note!r} is {what.replace('several', str(len(paths)))}: "
+            + ", ".join(paths[:AMBIGUOUS_LISTED]) + f" and {len(paths) - AMBIGUOUS_LISTED} more; give more "
+            f"of the path to narrow it (a vault path ends in it), e.g. {example!r}, or one whole vault path")
 
 
 def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
@@ -463,6 +564,7 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
 
     found: list[dict[str, str]] = []
     what = ""
+    many = 100_000                                         # every note of that name: the message counts them
     con = wh.connect(warehouse_path, read_only=True)
     try:
         if paths:
@@ -470,13 +572,15 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
         # a name as written (case and all) wins over one that matches only case-folded: `read abc` opens the
         # source's abc.md (written as `abc (2).md`, its vault name taken by ABC.md), `read ABC` opens ABC.md
         if paths and names and not found:                  # a name, as an Obsidian link: `read Home`
-            found, what = wh.notes_by_name(con, wanted, case_sensitive=True), "the name of several notes"
+            found = wh.notes_by_name(con, wanted, many, case_sensitive=True)
+            what = "the name of several notes"
         if names and not found:                            # a title, source file name or alias, exactly
-            found, what = wh.notes_named(con, wanted, _exact_name), "the title or alias of several notes"
+            found = wh.notes_named(con, wanted, _exact_name, many)
+            what = "the title or alias of several notes"
         if paths and names and not found:                  # the same, case-insensitively
-            found, what = wh.notes_by_name(con, wanted), "the name of several notes"
+            found, what = wh.notes_by_name(con, wanted, many), "the name of several notes"
         if names and not found:                            # a title or alias, as search names: `read Foo`
-            found, what = wh.notes_named(con, wanted, name_key), "the title or alias of several notes"
+            found, what = wh.notes_named(con, wanted, name_key, many), "the title or alias of several notes"
     finally:
         con.close()
     return found, what

@@ -289,8 +289,11 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         plan = plan_attachments(source, notes, settings.raw_dir, memo=links_memo)
         fetch_state = read_state(source, settings) or {}
         notes_skipped = set(fetch_skipped_notes(fetch_state))     # the normalize stage reports those
+        # a local folder's files the fetch left out (symlinks, name twins); a site's pages that were not
+        # fetched are no attachments (the build names them: pipeline.service.pages_not_fetched_line)
         symlinks = [w for w in fetch_state.get("warnings") or []
-                    if isinstance(w, str) and "skipped" in w and w not in notes_skipped]
+                    if isinstance(w, str) and "skipped" in w and w not in notes_skipped] \
+            if source.kind == "local" else []
         skip_lines = [*plan.skipped, *symlinks]
         att_rows = _stat_rows([(rel, str(path)) for rel, path in sorted(plan.files.items())])
         key = digest(state.get("notes_sha"), code_version("vault"), att_rows, shared_names)
