@@ -329,3 +329,37 @@ def test_a_dagster_run_records_status_last_error_too(tiny_env: Path) -> None:
     _run_source_stage(dg.build_asset_context(), docsvault, "raw_docs", source,
                       lambda s: build_stages.fetch_stage(s, source), settings.sources_file)
     assert artifacts.load_state(settings, "tiny")["last_error"] is None
+
+
+def test_a_dagster_run_removes_a_source_dropped_from_sources_yaml(dead_remote: Settings) -> None:
+    """`remote` leaves sources.yaml and a Dagster run (the UI, the schedule, `dagster asset materialize`: the
+    refresh_all job here) builds: its warehouse step removes what builds wrote for it, as `docsvault build` does, with
+    the same line in the run's log, once; a file of the user's in vault/remote/ stays."""
+    from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
+    from pipeline.defs.runner import _global_job, _settings_env
+
+    settings = dead_remote
+    vault, data = settings.vault_dir, settings.data_dir
+    (vault / "remote" / "Mine.md").write_text("# Mine\n", encoding="utf-8")
+    sources = settings.sources_file
+    text = sources.read_text(encoding="utf-8")
+    sources.write_text(text[:text.index("  - name: remote\n")], encoding="utf-8")
+
+    def removed_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+        return [r.user_message for r in instance.all_logs(run_id)
+                if r.dagster_event is None and r.user_message.startswith("removed vault/")]
+
+    with dg.DagsterInstance.get() as instance, _settings_env(settings):
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+                            run_config=IN_PROCESS_RUN_CONFIG) as result:
+            assert result.success
+            assert removed_lines(instance, result.run_id) == [(
+                "removed vault/remote/: source 'remote' is no longer in sources.yaml (kept 1 file(s) docsvault did "
+                "not write, or that were edited since: Mine.md)")]
+        assert sorted(p.name for p in (vault / "remote").iterdir()) == ["Mine.md"]
+        assert not (data / "state" / "remote.json").exists() and not (data / "raw" / "remote").exists()
+        assert not (data / "chunks" / "remote.jsonl").exists() and not (data / "notes" / "remote.jsonl").exists()
+        assert "docs/Pelicans.md" not in _searchable(settings)
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+                            run_config=IN_PROCESS_RUN_CONFIG) as again:
+            assert again.success and removed_lines(instance, again.run_id) == []
