@@ -130,6 +130,7 @@ def _docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
 def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Settings) -> None:
     """The CLI build, then the daily schedule's run and the sensor's, over one built fixture (one two-source build
     instead of one per path)."""
+    from pipeline.common import artifacts
     from pipeline.definitions import build_definitions
 
     _docsvault_build_with_a_dead_source(dead_remote)
@@ -152,13 +153,31 @@ def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Sett
             "# Ducks\n\nDucks swim and dive.\n", encoding="utf-8")
         sensor = defs.resolve_sensor_def("upstream_change")
         ctx = dg.build_sensor_context(instance=instance, cursor=None)
-        (request,) = sensor(ctx).run_requests
+        tick = sensor(ctx)
+        (request,) = tick.run_requests
         assert request.tags["docsvault/source"] == "tiny"
         with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=request.tags,
                             asset_selection=request.asset_selection, run_config=IN_PROCESS_RUN_CONFIG) as result:
             outcome = _run_outcome(instance, result.run_id)
         assert outcome["status"] == "SUCCESS" and {"tiny/vault", "warehouse"} <= outcome["materialized"]
         assert _searchable(dead_remote)[0] == "docs/Pelicans.md"      # the dead source's last good copy is kept
+
+        # the repository is back, unmoved: the sensor retries remote's failed fetch, once
+        home = Path(os.environ["DOCSVAULT_SOURCES"]).parent
+        shutil.move(str(home / "gone.git"), str(home / "remote.git"))
+        back = sensor(dg.build_sensor_context(instance=instance, cursor=tick.cursor))
+        (retry,) = back.run_requests
+        since = artifacts.load_state(dead_remote, "remote")["failing_since"]
+        assert (retry.run_key, retry.tags["docsvault/source"], retry.tags["docsvault/trigger"]) == (
+            f"remote:fetch_failed:{since}", "remote", "fetch_failed")
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=retry.tags,
+                            asset_selection=retry.asset_selection, run_config=IN_PROCESS_RUN_CONFIG) as result:
+            outcome = _run_outcome(instance, result.run_id)
+        assert outcome["status"] == "SUCCESS" and "remote/raw_docs:ran_without_error" not in outcome["failed_checks"]
+        state = artifacts.load_state(dead_remote, "remote")
+        assert (state["fetch_status"], state["fetch_error"], state["last_error"]) == ("ok", None, None)
+        quiet = sensor(dg.build_sensor_context(instance=instance, cursor=back.cursor))
+        assert (quiet.run_requests, quiet.skip_reason.skip_message) == ([], "no source moved (2 checked)")
 
 
 def _cli_env(settings: Settings) -> dict[str, str]:
@@ -329,3 +348,37 @@ def test_a_dagster_run_records_status_last_error_too(tiny_env: Path) -> None:
     _run_source_stage(dg.build_asset_context(), docsvault, "raw_docs", source,
                       lambda s: build_stages.fetch_stage(s, source), settings.sources_file)
     assert artifacts.load_state(settings, "tiny")["last_error"] is None
+
+
+def test_a_dagster_run_removes_a_source_dropped_from_sources_yaml(dead_remote: Settings) -> None:
+    """`remote` leaves sources.yaml and a Dagster run (the UI, the schedule, `dagster asset materialize`: the
+    refresh_all job here) builds: its warehouse step removes what builds wrote for it, as `docsvault build` does, with
+    the same line in the run's log, once; a file of the user's in vault/remote/ stays."""
+    from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
+    from pipeline.defs.runner import _global_job, _settings_env
+
+    settings = dead_remote
+    vault, data = settings.vault_dir, settings.data_dir
+    (vault / "remote" / "Mine.md").write_text("# Mine\n", encoding="utf-8")
+    sources = settings.sources_file
+    text = sources.read_text(encoding="utf-8")
+    sources.write_text(text[:text.index("  - name: remote\n")], encoding="utf-8")
+
+    def removed_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+        return [r.user_message for r in instance.all_logs(run_id)
+                if r.dagster_event is None and r.user_message.startswith("removed vault/")]
+
+    with dg.DagsterInstance.get() as instance, _settings_env(settings):
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+                            run_config=IN_PROCESS_RUN_CONFIG) as result:
+            assert result.success
+            assert removed_lines(instance, result.run_id) == [(
+                "removed vault/remote/: source 'remote' is no longer in sources.yaml (kept 1 file(s) docsvault did "
+                "not write, or that were edited since: Mine.md)")]
+        assert sorted(p.name for p in (vault / "remote").iterdir()) == ["Mine.md"]
+        assert not (data / "state" / "remote.json").exists() and not (data / "raw" / "remote").exists()
+        assert not (data / "chunks" / "remote.jsonl").exists() and not (data / "notes" / "remote.jsonl").exists()
+        assert "docs/Pelicans.md" not in _searchable(settings)
+        with dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+                            run_config=IN_PROCESS_RUN_CONFIG) as again:
+            assert again.success and removed_lines(instance, again.run_id) == []

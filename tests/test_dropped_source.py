@@ -46,7 +46,8 @@ def test_renamed_source_loses_its_generated_folder_only(built_tiny_env: Path) ->
     assert _files(vault) == ["copy", "handmade", "mine", "tiny2"]
     assert (vault / "mine" / "x.md").is_file() and (vault / "handmade" / "_index.md").is_file()
     assert (vault / "tiny2" / "Ducks.md").is_file()
-    assert _files(data / "state") == [".noop.json", ".shared.json", "tiny2.errors.txt", "tiny2.json"]
+    assert _files(data / "state") == [".noop.json", ".removed.json", ".shared.json", "tiny2.errors.txt", "tiny2.json"]
+    assert list(json.loads((data / "state" / ".removed.json").read_text())) == ["tiny"]     # when: for the sensor
     assert _files(data / "notes") == ["tiny2.jsonl", "tiny2.names.json"]     # tiny's names cache went too
     assert _files(data / "chunks") == ["tiny2.jsonl", "tiny2.notes.json"]
     assert _files(data / "raw") == ["tiny2"]
@@ -198,7 +199,7 @@ def test_an_empty_sources_list_is_refused_until_remove_all_sources(built_tiny_en
     assert out.splitlines()[0] == "removed vault/tiny/: source 'tiny' is no longer in sources.yaml"
     assert _files(vault) == []
     assert json.loads(_run("status", "--json"))["sources"] == []
-    assert (_files(data / "state"), _files(data / "raw")) == ([".noop.json", ".shared.json"], [])
+    assert (_files(data / "state"), _files(data / "raw")) == ([".noop.json", ".removed.json", ".shared.json"], [])
     result = runner.invoke(app, ["sources", "validate"])
     assert (result.exit_code, result.stdout, result.stderr) == (0, f"{sources}: 0 source(s), valid\n", "")
     assert _run("build").count("removed vault/") == 0       # nothing built any more: an empty list builds

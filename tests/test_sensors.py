@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -199,3 +200,91 @@ def test_sensor_finishes_a_chain_a_dead_run_left_after_its_fetch(two_sources, tm
         instance.report_run_failed(instance.get_run_by_id("finishing"))
         materialize(["notes", "embeddings"])
         assert evaluate(result.cursor).run_requests == []
+
+
+def test_a_source_removed_and_added_back_unchanged_is_requested_again(tmp_path):
+    """`memo` built, removed by a build (vault/memo/ and its data go), then added back with the same entry: it has
+    nothing built again, so the sensor requests it once per removal, under a run key Dagster has not seen (the
+    cursor's old token of memo and the used key memo:<listing> would both have kept it quiet for good)."""
+    import json
+
+    from pipeline import stages as build
+    from pipeline.common import artifacts
+
+    settings = _settings(tmp_path)
+    folder = tmp_path / "memo"
+    folder.mkdir()
+    (folder / "m.md").write_text("# M\n")
+    memo = Source(name="memo", kind="local", path=(folder,))
+    sensor = upstream_change_sensor([memo], settings)
+    first = _evaluate(sensor)
+    listing = check_upstream(memo, settings).token
+    assert [(r.run_key, r.tags["docsvault/trigger"]) for r in first.run_requests] == [
+        (f"memo:{listing[:40]}", "upstream_change")]
+    build.fetch_stage(settings, memo)                          # its run
+    assert build.remove_dropped_sources(settings, [], remove_all=True) == []     # no vault folder: no line
+    assert not artifacts.state_path(settings, "memo").exists()
+    removed = artifacts.removed_at(settings, "memo")
+    assert removed is not None
+    # a tick while it is out of sources.yaml forgets it; a quiet tick says why
+    out = upstream_change_sensor([], settings)(dg.build_sensor_context(cursor=first.cursor))
+    assert json.loads(out.cursor) == {}
+    assert out.skip_reason.skip_message == "no source moved (0 checked)"
+    # back, unchanged: requested again (the daemon may not have ticked while it was out: the old cursor)
+    again = _evaluate(sensor, first.cursor)
+    readded = hashlib.sha256(f"{listing}|{removed}".encode()).hexdigest()[:24]
+    assert [(r.run_key, r.tags["docsvault/trigger"]) for r in again.run_requests] == [
+        (f"memo:re-added:{readded}", "upstream_change")]
+    assert check_upstream(memo, settings).detail == f"nothing fetched since it was removed from sources.yaml at " \
+                                                   f"{removed}"
+    quiet = _evaluate(sensor, again.cursor)
+    assert (quiet.run_requests, quiet.skip_reason.skip_message) == ([], "no source moved (1 checked)")
+    # built and removed once more: a new removal, a new key
+    build.fetch_stage(settings, memo)
+    build.remove_dropped_sources(settings, [], remove_all=True)
+    third = _evaluate(sensor, quiet.cursor)
+    assert len(third.run_requests) == 1
+    assert third.run_requests[0].run_key not in {again.run_requests[0].run_key, first.run_requests[0].run_key}
+
+
+def test_a_failed_fetch_is_retried_once_its_upstream_answers_again(two_sources, tmp_path):
+    """The git mirror moved away, a run (the UI, the 04:00 schedule) fails its fetch; the mirror is back, upstream
+    has not moved: the sensor requests that source once for that failure (before: every tick skipped, the source
+    stayed 'last fetch failed' until someone ran it by hand)."""
+    from pipeline import stages as build
+    from pipeline.common import artifacts
+    from pipeline.common.errors import FetchError
+
+    _, sources, settings, _ = two_sources
+    repo = sources[0]
+    sensor = upstream_change_sensor(sources, settings)
+    bare = Path(repo.url.removeprefix("file://"))
+    bare.rename(tmp_path / "moved.git")
+    with pytest.raises(FetchError):
+        build.fetch_stage(settings, repo)
+    state = artifacts.load_state(settings, "repo-docs")
+    since = state["failing_since"]
+    assert state["fetch_status"] == "failed"
+    down = _evaluate(sensor)
+    assert (down.run_requests, down.skip_reason.skip_message) == (
+        [], "no source moved (2 checked; 1 could not be checked: repo-docs (see the tick's log))")
+    with pytest.raises(FetchError):                             # failing again: the same failure
+        build.fetch_stage(settings, repo)
+    assert artifacts.load_state(settings, "repo-docs")["failing_since"] == since
+    (tmp_path / "moved.git").rename(bare)
+    up = _evaluate(sensor, down.cursor)
+    assert [(r.run_key, r.tags["docsvault/trigger"], set(r.asset_selection)) for r in up.run_requests] == [
+        (f"repo_docs:fetch_failed:{since}", "fetch_failed", _expected_keys("repo_docs"))]
+    assert _evaluate(sensor, up.cursor).run_requests == []     # once per failure, not every tick
+    build.fetch_stage(settings, repo)                           # its run
+    state = artifacts.load_state(settings, "repo-docs")
+    assert (state["fetch_status"], state["failing_since"]) == ("ok", None)
+    assert _evaluate(sensor, up.cursor).run_requests == []
+    # a new failure is a new request
+    bare.rename(tmp_path / "moved.git")
+    with pytest.raises(FetchError):
+        build.fetch_stage(settings, repo)
+    (tmp_path / "moved.git").rename(bare)
+    later = artifacts.load_state(settings, "repo-docs")["failing_since"]
+    assert later != since
+    assert [r.run_key for r in _evaluate(sensor, up.cursor).run_requests] == [f"repo_docs:fetch_failed:{later}"]

@@ -207,3 +207,21 @@ def update_state(settings: Settings, source: str, **values: Any) -> dict[str, An
     state.update(values)
     write_atomic(state_path(settings, source), json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True).encode())
     return state
+
+
+#: ``<data>/state/.removed.json``: source name -> when a build last removed it (ISO 8601 UTC) because it left
+#: sources.yaml; kept when the source comes back (a name cannot start with a dot, so it is no source's state)
+REMOVED_STATE = ".removed"
+
+
+def record_removed(settings: Settings, names: Iterable[str], at: str) -> None:
+    """Record that the sources ``names`` were removed at ``at`` (see :data:`REMOVED_STATE`)."""
+    names = list(names)
+    if names:
+        update_state(settings, REMOVED_STATE, **{n: at for n in names})
+
+
+def removed_at(settings: Settings, source: str) -> str | None:
+    """When a build last removed ``source`` (ISO 8601 UTC), None if never (see :data:`REMOVED_STATE`)."""
+    value = load_state(settings, REMOVED_STATE).get(source)
+    return str(value) if value else None

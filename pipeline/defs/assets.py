@@ -496,6 +496,8 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = _run_settings(context, docsvault, loaded_sources)
+        for line in remove_dropped(settings, sources):
+            context.log.info(line)
         published = _with_progress_log(
             context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
         meta = _metadata(published)
@@ -545,6 +547,22 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
         ])
 
     return [link_graph, warehouse, retrieval_eval]
+
+
+def remove_dropped(settings: Settings, sources: Sequence[Source]) -> list[str]:
+    """What earlier builds wrote for sources no longer in sources.yaml, removed under the build lock
+    (:func:`pipeline.stages.remove_dropped_sources`: only generated vault folders, and in them only the files the
+    build wrote and nobody edited since) by the warehouse asset of every Dagster run (the UI, the schedule, the
+    sensor, ``dagster asset materialize``), as ``docsvault build`` does before its run (which leaves nothing here).
+
+    Returns:
+        One line per removed vault folder (``removed vault/<name>/: source '<name>' is no longer in sources.yaml``).
+
+    Raises:
+        SourceConfigError: ``sources`` is empty while sources are built (nothing removed), as the warehouse stage.
+    """
+    with build.stage_lock(settings):
+        return build.remove_dropped_sources(settings, sources)
 
 
 def _warehouse_checks(settings: Settings) -> list[dg.AssetCheckResult]:

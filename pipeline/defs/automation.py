@@ -1,9 +1,10 @@
 """Automation: a sensor that requests runs for only the sources that moved upstream, and a daily refresh schedule
 as the fallback (it also catches pages that changed behind an unchanged llms.txt / sitemap).
 
-A sensor-requested run that fails is retried by the daemon (run retries, ``dagster.yaml``: ``run_retries``) up to
-``SENSOR_MAX_RETRIES`` times, from the failed steps; after that the source stays failed (red) until its upstream
-moves again or someone re-executes the run.
+A sensor-requested run that fails is retried by the daemon (run retries, ``dagster.yaml``: ``run_retries``) up
+to ``SENSOR_MAX_RETRIES`` times, from the failed steps; after that the source stays failed (red) until its
+upstream moves again or someone re-executes the run. A failed fetch (of any run: the UI, the schedule) is
+retried by the sensor once its upstream answers again, one request per failure.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -59,23 +61,39 @@ def source_selection(source: Source) -> list[dg.AssetKey]:
     return [key(stage, source) for stage in PER_SOURCE_STAGES] + [dg.AssetKey([s]) for s in SHARED_STAGES]
 
 
+#: the cursor's entry of the failed fetches a retry was requested for (source -> its ``failing_since``); a
+#: source name cannot start with a dot, so it is no source's entry
+RETRIED_KEY = ".retried"
+
+
 def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Callable[[], Settings],
                            name: str = "upstream_change") -> dg.SensorDefinition:
     """A sensor that checks each source cheaply (:func:`pipeline.ingest.fetch.watch.check_upstream`) and yields one
     RunRequest per changed source, selecting that source's chain plus the shared stages.
 
-    ``run_key`` = ``<source>:<upstream token>``, so a version is requested once; the cursor (JSON source -> token)
-    keeps the last requested token per source. A failed run is retried by the daemon (``RETRY_TAGS``), not
-    requested again. Unreachable sources are logged and skipped.
+    ``run_key`` = ``<source>:<upstream token>``, so a version is requested once; the cursor (JSON source ->
+    token) keeps the last requested token per source, and forgets the sources no longer in sources.yaml. A
+    source with nothing built has the token of its configuration, and of its removal when a build removed
+    it before (:func:`pipeline.ingest.fetch.watch.check_upstream`): back in sources.yaml unchanged, it is
+    requested again. A source whose last fetch failed (``fetch_status: failed`` in
+    ``<data>/state/<source>.json``) while its upstream now answers and has not moved is requested once per
+    failure (``run_key``
+    ``<source>:fetch_failed:<failing_since>``, tag ``docsvault/trigger: fetch_failed``; the cursor's
+    :data:`RETRIED_KEY` entry keeps the failures retried). A failed run is retried by the daemon
+    (``RETRY_TAGS``), not requested again. Unreachable sources are logged and skipped. A tick that requests
+    nothing returns a SkipReason saying why (``no source moved (3 checked)``, and the sources that could not
+    be checked).
     """
     by_name = {s.name: s for s in sources}
 
     @dg.sensor(name=name, target=dg.AssetSelection.all(), minimum_interval_seconds=sensor_interval(),
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Requests a run for each source whose upstream moved (git ls-remote, conditional GET of "
-                           "llms.txt / sitemap, local listing hash); only that source's assets + the shared stages. "
-                           f"A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
+                           "llms.txt / sitemap, local listing hash), that has nothing built, or whose last "
+                           "fetch failed and whose upstream answers again; only that source's assets + the "
+                           f"shared stages. A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        from pipeline.common import artifacts
         from pipeline.defs.executor import release_dead_builds
         from pipeline.ingest.fetch.watch import check_upstream
 
@@ -84,39 +102,62 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             for run_id in release_dead_builds(current, context.instance):
                 context.log.warning(f"released the pool slots of run {run_id}: its process is gone or the run has ended")
         try:
-            cursor: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+            loaded = json.loads(context.cursor) if context.cursor else {}
         except ValueError:
-            cursor = {}
+            loaded = {}
+        loaded = loaded if isinstance(loaded, dict) else {}
+        # sources no longer in sources.yaml are forgotten: back later, they are checked as new
+        cursor: dict[str, Any] = {k: v for k, v in loaded.items() if k in by_name and isinstance(v, str)}
+        retried = {k: v for k, v in dict(loaded.get(RETRIED_KEY) or {}).items() if k in by_name}
         requests: list[dg.RunRequest] = []
+        unreachable: list[str] = []
         try:
             instance: dg.DagsterInstance | None = context.instance
         except dg.DagsterInvariantViolationError:          # evaluated without an instance (a unit test, a preview)
             instance = None
         unfinished = unfinished_chains(instance, list(by_name.values())) if instance is not None else {}
+
+        def request(source: Source, run_key: str, trigger: str, why: str) -> None:
+            requests.append(dg.RunRequest(
+                run_key=f"{source_slug(source.name)}:{run_key}", asset_selection=source_selection(source),
+                tags={"docsvault/source": source.name, "docsvault/trigger": trigger, **RETRY_TAGS}))
+            context.log.info(f"{source.name}: {why}")
+
         for name_, source in by_name.items():
             if name_ in unfinished:     # its last run died partway: fetched (and maybe chunked), never published
-                requests.append(dg.RunRequest(
-                    run_key=f"{source_slug(source.name)}:unfinished:{unfinished[name_]}",
-                    asset_selection=source_selection(source),
-                    tags={"docsvault/source": source.name, "docsvault/trigger": "unfinished_run", **RETRY_TAGS},
-                ))
-                context.log.info(f"{source.name}: its last run stopped after raw_docs and before embeddings; "
-                                 "requesting a run to finish the chain")
+                request(source, f"unfinished:{unfinished[name_]}", "unfinished_run",
+                        "its last run stopped after raw_docs and before embeddings; requesting a run to "
+                        "finish the chain")
                 continue
             check = check_upstream(source, current)
             if check.error:
                 context.log.warning(f"{source.name}: upstream check failed: {check.error}")
+                unreachable.append(name_)
                 continue
-            if not check.changed or cursor.get(name_) == check.token:
+            state = artifacts.load_state(current, name_)
+            failing = str(state.get("failing_since") or state.get("failed_at") or "") \
+                if state.get("fetch_status") == "failed" and not check.never_fetched else ""
+            if check.changed and cursor.get(name_) != check.token:
+                cursor[name_] = check.token
+                if failing:             # this run retries the failed fetch too
+                    retried[name_] = failing
+                request(source, check.token[:40], "upstream_change",
+                        f"upstream changed ({check.detail}); requesting a run")
                 continue
-            cursor[name_] = check.token
-            requests.append(dg.RunRequest(
-                run_key=f"{source_slug(source.name)}:{check.token[:40]}",
-                asset_selection=source_selection(source),
-                tags={"docsvault/source": source.name, "docsvault/trigger": "upstream_change", **RETRY_TAGS},
-            ))
-            context.log.info(f"{source.name}: upstream changed ({check.detail}); requesting a run")
-        return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
+            if failing and retried.get(name_) != failing:
+                retried[name_] = failing
+                request(source, f"fetch_failed:{failing}", "fetch_failed",
+                        f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
+                        f"answers again ({check.detail}); requesting a run to retry it")
+        if retried:
+            cursor[RETRIED_KEY] = retried
+        new_cursor = json.dumps(cursor, sort_keys=True)
+        if requests:
+            return dg.SensorResult(run_requests=requests, cursor=new_cursor)
+        why = f"no source moved ({len(by_name)} checked"
+        if unreachable:
+            why += f"; {len(unreachable)} could not be checked: {', '.join(unreachable)} (see the tick's log)"
+        return dg.SensorResult(skip_reason=why + ")", cursor=new_cursor)
 
     return _sensor
 

@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,13 @@ def conflict_line(source: str, record: str) -> str:
     return f"vault/{source}/{rel} was edited since the build wrote it: your version is kept as vault/{source}/{copy}"
 
 def fetch_stage(settings: Settings, source: Source) -> FetchStageResult:
-    """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError propagates)."""
+    """Fetch one source into <data>/raw/<source>/; on failure the last good copy stays (FetchError
+    propagates).
+
+    Recorded in ``<data>/state/<source>.json``: ``fetch_status`` (ok / failed), ``fetch_error``, ``failed_at``
+    (the last failure) and ``failing_since`` (the first failure since the last fetch that succeeded: what the
+    upstream sensor requests a retry for once, :func:`pipeline.defs.automation.upstream_change_sensor`; None
+    once a fetch succeeds)."""
     from pipeline.ingest.fetch import fetch_source
 
     with stage_lock(settings):
@@ -58,14 +65,16 @@ def fetch_stage(settings: Settings, source: Source) -> FetchStageResult:
             result = fetch_source(source, settings)
         except FetchError as exc:
             notify("fetch", source.name, 1, 1)
+            since = artifacts.load_state(settings, source.name).get("failing_since") \
+                or datetime.now(UTC).isoformat()        # to the microsecond: two failures, two retries
             artifacts.update_state(settings, source.name, fetch_status="failed", fetch_error=str(exc),
-                                   failed_at=now())
+                                   failed_at=now(), failing_since=since)
             raise
         seconds = round(time.perf_counter() - started, 3)
         notify("fetch", source.name, max(1, len(result.files)), max(1, len(result.files)))
         artifacts.update_state(
-            settings, source.name, fetch_status="ok", fetch_error=None, revision=result.revision,
-            strategy=result.strategy, fetched_at=now(), files=len(result.files),
+            settings, source.name, fetch_status="ok", fetch_error=None, failing_since=None,
+            revision=result.revision, strategy=result.strategy, fetched_at=now(), files=len(result.files),
         )
     return FetchStageResult(
         strategy=result.strategy, revision=result.revision or "", changed=result.changed, files=len(result.files),

@@ -179,7 +179,9 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, rem
     ``docsvault: index``; any other folder is left alone), and in it only the files the build wrote and nobody
     edited since (the others are kept and named in the line) — and the per-source files under the data dir (state,
     skip report, notes, chunks, dangling links, fetched copy). The caches (embeddings, parse, BM25 tokens) stay:
-    they are keyed by content and help if the source comes back.
+    they are keyed by content and help if the source comes back. Each removed source is recorded with the time
+    (:func:`pipeline.common.artifacts.record_removed`): back in sources.yaml unchanged, it counts as a new
+    version for the upstream sensor (:func:`pipeline.ingest.fetch.watch.check_upstream`).
 
     Args:
         remove_all: allow ``sources`` to be empty while sources are built (``build --remove-all-sources``).
@@ -192,17 +194,20 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, rem
             see :func:`refuse_removing_every_source`).
     """
     import shutil
+    from datetime import UTC, datetime
 
     if not remove_all:
         refuse_removing_every_source(settings, sources)
     keep = {s.name for s in sources}
     lines: list[str] = []
+    gone: set[str] = set()
     vault = settings.vault_dir
     if vault.is_dir():
         for folder in sorted(vault.iterdir()):
             if folder.name.startswith(".") or folder.name in keep or not _generated_vault_folder(folder):
                 continue
             kept = _remove_generated(folder)
+            gone.add(folder.name)
             line = f"removed vault/{folder.name}/: source '{folder.name}' is no longer in sources.yaml"
             if kept:
                 line += (f" (kept {len(kept)} file(s) docsvault did not write, or that were edited since: "
@@ -211,6 +216,7 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, rem
             log.info("%s", lines[-1])       # the CLI prints the returned lines; info: not twice in a merged log
     state_dir = settings.state_dir
     dropped = [name for name in built_source_names(settings, vault=False) if name not in keep]
+    artifacts.record_removed(settings, sorted(gone | set(dropped)), datetime.now(UTC).isoformat())
     for name in dropped:
         for path in (state_dir / f"{name}.errors.txt", vault_skipped_path(settings, name),
                      artifacts.notes_path(settings, name), note_names_path(settings, name),

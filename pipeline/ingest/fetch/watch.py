@@ -9,16 +9,19 @@
 A source never fetched counts as changed, with a token of its configuration (for a local source: its listing hash,
 once its folder exists). The sensor requests a token once, so a source whose first run failed (a mistyped git URL)
 is requested again when its entry in sources.yaml changes (the URL fixed), and a local one when its folder appears
-or changes; before, every never-fetched source had the same token and was never requested again. An unreachable
-source is reported (``error``) and not changed: it is the build's job to report failures, the sensor only asks
-for work it can do.
+or changes; before, every never-fetched source had the same token and was never requested again. A source a
+build removed (it left sources.yaml) and that is back unchanged has nothing built again: its token also
+carries the time of that removal (``<data>/state/.removed.json``), so it is requested again, once per removal.
+An unreachable source is reported (``error``) and not changed: it is the build's job to report failures, the
+sensor only asks for work it can do.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from pipeline.common import artifacts
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import read_state, strategy_url
@@ -34,6 +37,8 @@ class UpstreamCheck:
     token: str
     detail: str
     error: str | None = None
+    #: nothing recorded for the source (no ``fetch.json``): changed, and ``token`` names its configuration
+    never_fetched: bool = False
 
 
 def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
@@ -41,9 +46,7 @@ def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
     state = read_state(source, settings)
     try:
         if state is None:
-            if source.kind == "local":           # its listing: requested again when the folder appears or changes
-                return replace(_check_local(source, settings, {}), changed=True, detail="never fetched")
-            return UpstreamCheck(source.name, True, f"never-fetched:{_config_token(source)}", "never fetched")
+            return _never_fetched(source, settings)
         if source.kind == "git":
             return _check_git(source, state)
         if source.kind == "local":
@@ -51,6 +54,22 @@ def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
         return _check_http(source, state)
     except FetchError as exc:
         return UpstreamCheck(source.name, False, "", "check failed", error=str(exc))
+
+
+def _never_fetched(source: Source, settings: Settings) -> UpstreamCheck:
+    """A source with nothing fetched: changed; its token is its configuration (a local one: its listing, so it
+    is requested again when its folder appears or changes) and, when a build removed it before, that removal's
+    time (raises FetchError: a local folder that does not exist)."""
+    if source.kind == "local":
+        token = _check_local(source, settings, {}).token
+    else:
+        token = f"never-fetched:{_config_token(source)}"
+    removed = artifacts.removed_at(settings, source.name)
+    if removed is None:
+        return UpstreamCheck(source.name, True, token, "never fetched", never_fetched=True)
+    readded = hashlib.sha256(f"{token}|{removed}".encode()).hexdigest()[:24]
+    detail = f"nothing fetched since it was removed from sources.yaml at {removed}"
+    return UpstreamCheck(source.name, True, f"re-added:{readded}", detail, never_fetched=True)
 
 
 def _config_token(source: Source) -> str:
