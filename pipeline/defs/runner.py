@@ -238,7 +238,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     from pipeline.common.lock import TURN_WAIT_ARG, build_lock, build_run_lock, turn_wait
     from pipeline.stages.noop import record_noop
 
-    with build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
+    # the settings' environment while the locks are taken: a killed forced rebuild's warning reads sources.yaml
+    with _settings_env(settings), build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
         with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
             build.cleanup_leftovers(settings)
             sources, removed, killed = _prepare(settings, source_names, remove_all_sources)
