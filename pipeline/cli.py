@@ -295,14 +295,22 @@ def build(
 
 
 def resumed_line(report: BuildReport) -> str:
-    """What a build did for the killed builds it found unfinished (``report.resumed``: when each started),
-    e.g. ``finished the build started at 2026-01-01T10:00:00+00:00, which was killed: search now has what it
-    had built`` (this build wrote the warehouse), ``…: search already had everything it had built`` (the
-    warehouse's inputs were unchanged: it had published, or built nothing new) or,
-    when this build failed, ``redid what the build … had left unfinished, as far as this build got (…)``."""
+    """What a build did for the killed builds it found unfinished (``report.resumed``: when each started; the
+    Dagster runs of other commands among them in ``report.resumed_runs``), e.g. ``finished the build started at
+    2026-01-01T10:00:00+00:00, which was killed: search now has what it had built`` (this build wrote the
+    warehouse), ``finished the Dagster run 2feea5dc started at … (sources: notes), which was killed: …`` (a killed
+    ``dagster asset materialize``: its run id's first 8 characters, as the UI shows it, and the sources it was to
+    materialize), ``…: search already had everything it had built`` (the warehouse's inputs were unchanged: it
+    had published, or built nothing new) or, when this build failed, ``redid what the build … had left
+    unfinished, as far as this build got (…)``."""
+    from collections import Counter
+
     one = len(report.resumed) == 1
-    which = (f"the build{'' if one else 's'} started at {', '.join(report.resumed)}, which "
-             f"{'was' if one else 'were'} killed")
+    builds = list((Counter(report.resumed) - Counter(r.started for r in report.resumed_runs)).elements())
+    parts = [f"the build{'' if len(builds) == 1 else 's'} started at {', '.join(builds)}"] if builds else []
+    parts += [f"the Dagster run {r.run_id[:8]} started at {r.started}"
+              + (f" (sources: {', '.join(r.sources)})" if r.sources else "") for r in report.resumed_runs]
+    which = f"{' and '.join(parts)}, which {'was' if one else 'were'} killed"
     it = "it" if one else "they"
     if not report.ok:
         return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
