@@ -99,23 +99,24 @@ def _force_hints(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def _hint(command: str, holder: str, mcp: str | None = "refresh(full=true)") -> str:
+    offer = f" (or MCP {mcp})" if mcp else ""
     return (f"the forced rebuild `{command}` ({holder}) was killed before it finished; run `{command}` again to "
-            f"finish it{f' (or MCP {mcp})' if mcp else ''}: a plain build redoes only what changed, so what the "
-            "forced one had not redone yet stays as it was")
+            f"finish it{offer}: a plain build redoes only what changed, so what the forced one had not "
+            "redone yet stays as it was")
 
 
 @pytest.fixture
 def fresh_hints(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No forced build in this process, and no dead holder warned about yet (each test is a new build process);
-    sources.yaml lists the local sources a and b."""
+    """No forced build in this process, and no dead holder warned about yet (each test is a new build
+    process); sources.yaml lists the local sources a and b."""
     from pipeline.common import lock
 
     monkeypatch.delenv("DOCSVAULT_FORCE", raising=False)
     monkeypatch.setattr(lock, "_force_warned", set())
     root = tmp_path_factory.mktemp("sources")
     sources = root / "sources.yaml"
-    sources.write_text("sources:\n" + "".join(f"  - name: {n}\n    kind: local\n    path: {root}\n    format: obsidian\n"
-                                               for n in ("a", "b")), encoding="utf-8")
+    blocks = [f"  - name: {n}\n    kind: local\n    path: {root}\n    format: obsidian\n" for n in ("a", "b")]
+    sources.write_text("sources:\n" + "".join(blocks), encoding="utf-8")
     monkeypatch.setenv("DOCSVAULT_SOURCES", str(sources))
 
 
@@ -163,14 +164,16 @@ def test_the_force_hint_offers_mcp_refresh_only_for_local_sources(
     user)."""
     path = tmp_path / "sources.yaml"
     if sources is not None:
-        blocks = {"local": f"    path: {tmp_path}\n", "git": "    url: https://example.com/x.git\n"}
-        path.write_text("sources:\n" + "".join(f"  - name: {n}\n    kind: {k}\n{blocks[k]}    format: obsidian\n"
-                                               for n, k in sources.items()), encoding="utf-8")
+        where = {"local": f"    path: {tmp_path}\n", "git": "    url: https://example.com/x.git\n"}
+        blocks = [f"  - name: {n}\n    kind: {k}\n{where[k]}    format: obsidian\n"
+                  for n, k in sources.items()]
+        path.write_text("sources:\n" + "".join(blocks), encoding="utf-8")
     monkeypatch.setenv("DOCSVAULT_SOURCES", str(path))
     quoted = "'*'" if force == "*" else force
     command = f"DOCSVAULT_FORCE={quoted} /venv/bin/dagster asset materialize --select '*'"
-    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 999_999_990, "started_at": "T", "host": "h", "force": force,
-                                                  "argv": "/venv/bin/dagster asset materialize --select '*'"}))
+    dead = {"pid": 999_999_990, "started_at": "T", "host": "h", "force": force,
+            "argv": "/venv/bin/dagster asset materialize --select '*'"}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(dead))
     with caplog.at_level(logging.WARNING, logger="docsvault"), build_lock(tmp_path):
         pass
     assert _force_hints(caplog) == [_hint(command, "pid 999999990 on h, started at T", mcp)]

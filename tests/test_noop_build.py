@@ -217,10 +217,11 @@ def _killed_build(tiny_env: Path, run_id: str, text: str, materialize: bool = Fa
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(dead.pid), PID_RUN_TAG: run_id}
-        selection = frozenset([key(stage, source) for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES])
+        selection = frozenset([key(stage, source) for stage in PER_SOURCE_STAGES]
+                              + [key(s) for s in SHARED_STAGES])
     with dg.DagsterInstance.from_config(str(tiny_env / "dagster")) as instance:
-        instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
-                                       tags=tags, asset_selection=selection))
+        instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=run_id, tags=tags,
+                                       status=dg.DagsterRunStatus.STARTED, asset_selection=selection))
         created = instance.get_run_record_by_id(run_id).create_timestamp
     return datetime.fromtimestamp(created.timestamp(), UTC).isoformat(timespec="seconds")
 
@@ -247,18 +248,19 @@ def test_a_build_after_a_killed_one_says_it_finished_it(built_tiny_env: Path) ->
 
 
 def test_a_build_after_a_killed_dagster_materialize_says_it_finished_it(built_tiny_env: Path) -> None:
-    """A `dagster asset materialize --select '*'` killed at the warehouse step: the next build published its work
-    but said nothing of it (``resumed`` [], the source "unchanged", only the warning that the run was marked
-    failed), unlike after a killed `docsvault build` (found by a Dagster user)."""
+    """A `dagster asset materialize --select '*'` killed at the warehouse step: the next build published its
+    work but said nothing of it (``resumed`` [], the source "unchanged", only the warning that the run was
+    marked failed), unlike after a killed `docsvault build` (found by a Dagster user)."""
     run_id = "2feea5dc-50eb-470c-b0bf-81d3f8a55361"
     started = _killed_build(built_tiny_env, run_id, "# Ducks\n\nZebra marker here.\n", materialize=True)
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[1].endswith("  nothing changed since the interrupted build")
-    assert (f"finished the Dagster run 2feea5dc started at {started} (sources: tiny), which was killed: search now "
-            "has what it had built") in lines
-    assert runner.invoke(app, ["search", "zebra marker", "--files", "-k", "1"]).stdout.startswith("tiny/Ducks.md\t")
+    assert (f"finished the Dagster run 2feea5dc started at {started} (sources: tiny), which was killed: "
+            "search now has what it had built") in lines
+    found = runner.invoke(app, ["search", "zebra marker", "--files", "-k", "1"]).stdout
+    assert found.startswith("tiny/Ducks.md\t")
 
     started = _killed_build(built_tiny_env, "killed-m2", "# Ducks\n\nDucks honk.\n", materialize=True)
     out = _build()
@@ -278,12 +280,13 @@ def test_the_line_of_a_build_that_finished_killed_ones() -> None:
     failed = BuildReport(sources=[], shared_ok=False, resumed=["2026-01-01T10:00:00+00:00"])
     assert resumed_line(failed) == ("redid what the build started at 2026-01-01T10:00:00+00:00, which was "
                                     "killed, had left unfinished, as far as this build got (see the errors)")
-    both = BuildReport(sources=[], shared_ok=True, resumed=["2026-01-01T10:00:00+00:00", "2026-01-01T11:00:00+00:00"],
-                       resumed_runs=[KilledRun("2026-01-01T11:00:00+00:00", "2feea5dc-50eb", ("a", "b"))])
-    assert resumed_line(both) == ("finished the build started at 2026-01-01T10:00:00+00:00 and the Dagster run "
-                                  "2feea5dc started at 2026-01-01T11:00:00+00:00 (sources: a, b), which were killed: "
-                                  "search now has what they had built")
-    shared = BuildReport(sources=[], shared_ok=True, resumed=["2026-01-01T11:00:00+00:00"],
-                         resumed_runs=[KilledRun("2026-01-01T11:00:00+00:00", "abcdef0123")])   # shared stages only
-    assert resumed_line(shared) == ("finished the Dagster run abcdef01 started at 2026-01-01T11:00:00+00:00, which "
-                                    "was killed: search now has what it had built")
+    ten, eleven = "2026-01-01T10:00:00+00:00", "2026-01-01T11:00:00+00:00"
+    both = BuildReport(sources=[], shared_ok=True, resumed=[ten, eleven],
+                       resumed_runs=[KilledRun(eleven, "2feea5dc-50eb", ("a", "b"))])
+    assert resumed_line(both) == ("finished the build started at 2026-01-01T10:00:00+00:00 and the Dagster "
+                                  "run 2feea5dc started at 2026-01-01T11:00:00+00:00 (sources: a, b), which "
+                                  "were killed: search now has what they had built")
+    shared = BuildReport(sources=[], shared_ok=True, resumed=[eleven],
+                         resumed_runs=[KilledRun(eleven, "abcdef0123")])           # shared stages only
+    assert resumed_line(shared) == ("finished the Dagster run abcdef01 started at 2026-01-01T11:00:00+00:00, "
+                                    "which was killed: search now has what it had built")

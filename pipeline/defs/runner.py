@@ -238,7 +238,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     from pipeline.common.lock import TURN_WAIT_ARG, build_lock, build_run_lock, turn_wait
     from pipeline.stages.noop import record_noop
 
-    # the settings' environment while the locks are taken: a killed forced rebuild's warning reads sources.yaml
+    # the settings' environment while the locks are taken: a killed forced rebuild's warning reads
+    # sources.yaml
     with _settings_env(settings), build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
         with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
             build.cleanup_leftovers(settings)
@@ -264,11 +265,12 @@ def _iso(epoch: float) -> str:
 
 def _prepare(settings: Settings, source_names: Sequence[str] | None,
              remove_all: bool = False) -> tuple[list[Source], list[str], list[KilledRun]]:
-    """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources dropped from
-    sources.yaml removed (what was removed, one line each), and the killed runs released, oldest first ([] when
-    none): a killed ``docsvault build``'s runs (:func:`pipeline.defs.executor.release_killed_builds`) and the runs of
-    this host whose process is gone (:func:`pipeline.defs.executor.release_runs_of_dead_processes`: a killed
-    ``dagster asset materialize``, with the selected sources whose assets it was to materialize)."""
+    """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources
+    dropped from sources.yaml removed (what was removed, one line each), and the killed runs released, oldest
+    first ([] when none): a killed ``docsvault build``'s runs
+    (:func:`pipeline.defs.executor.release_killed_builds`) and the runs of this host whose process is gone
+    (:func:`pipeline.defs.executor.release_runs_of_dead_processes`: a killed ``dagster asset materialize``,
+    with the selected sources whose assets it was to materialize)."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
@@ -287,7 +289,8 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
 
 def _killed_run(instance: dg.DagsterInstance, run_id: str, sources: Sequence[Source]) -> KilledRun:
     """The released run ``run_id`` of a killed process (not a ``docsvault build``): when it started (else was
-    created) and which of ``sources`` had a step in it (its asset selection, else its execution plan's steps)."""
+    created) and which of ``sources`` had a step in it (its asset selection, else its execution plan's
+    steps)."""
     record = instance.get_run_record_by_id(run_id)
     if record is None:                                  # deleted meanwhile
         return KilledRun(_iso(datetime.now(UTC).timestamp()), run_id)

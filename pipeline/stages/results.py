@@ -299,9 +299,9 @@ class SourceStatus:
 
 @dataclass(frozen=True)
 class KilledRun:
-    """A killed run a build found unfinished and finished: ``started`` (ISO 8601 UTC, to the second); for a Dagster
-    run other than a ``docsvault build``'s (a killed ``dagster asset materialize``), its ``run_id`` and the names
-    of the build's sources it had selected (``sources``); a killed build has neither."""
+    """A killed run a build found unfinished and finished: ``started`` (ISO 8601 UTC, to the second); for a
+    Dagster run other than a ``docsvault build``'s (a killed ``dagster asset materialize``), its ``run_id``
+    and the names of the build's sources it had selected (``sources``); a killed build has neither."""
 
     started: str
     run_id: str = ""
