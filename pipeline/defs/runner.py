@@ -60,8 +60,10 @@ from pipeline.stages.results import BuildReport, KilledRun, SourceStatus
 log = logging.getLogger(__name__)
 
 INSTANCE_YAML = """\
-# docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry.
+# docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry, no first-run popup.
 telemetry:
+  enabled: false
+nux:
   enabled: false
 """
 
