@@ -179,6 +179,31 @@ def test_the_force_hint_offers_mcp_refresh_only_for_local_sources(
     assert _force_hints(caplog) == [_hint(command, "pid 999999990 on h, started at T", mcp)]
 
 
+def test_a_build_s_force_hint_reads_the_sources_file_it_was_given(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        fresh_hints: None) -> None:
+    """`docsvault build --sources FILE`: the hint judges the forced sources by FILE, not by DOCSVAULT_SOURCES
+    (which lists a as local here)."""
+    from pipeline.config import Settings
+    from pipeline.defs import runner
+
+    given = tmp_path / "given.yaml"
+    given.write_text("sources:\n  - name: a\n    kind: git\n    url: https://example.com/a.git\n"
+                     "    format: obsidian\n", encoding="utf-8")
+    settings = Settings.from_env(sources_file=given, data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    dead = {"pid": 999_999_989, "started_at": "T", "host": "h", "force": "a"}
+    (settings.data_dir / RUN_LOCK_NAME).write_text(json.dumps(dead))
+
+    def stop(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("stop before the run")
+    monkeypatch.setattr(runner, "_prepare", stop)
+    with caplog.at_level(logging.WARNING, logger="docsvault"), pytest.raises(RuntimeError):
+        runner.run_build(settings)
+    holder = "pid 999999989 on h, started at T"
+    assert _force_hints(caplog) == [_hint("docsvault build --force --source a", holder, None)]
+
+
 def test_the_lock_records_the_command_line_shell_quoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the forced-rebuild warning names: a `--select '*'` must not come back as a glob; a line longer than
     1000 characters is cut and marked (then never named as a command)."""
