@@ -295,14 +295,22 @@ def build(
 
 
 def resumed_line(report: BuildReport) -> str:
-    """What a build did for the killed builds it found unfinished (``report.resumed``: when each started),
-    e.g. ``finished the build started at 2026-01-01T10:00:00+00:00, which was killed: search now has what it
-    had built`` (this build wrote the warehouse), ``…: search already had everything it had built`` (the
-    warehouse's inputs were unchanged: it had published, or built nothing new) or,
-    when this build failed, ``redid what the build … had left unfinished, as far as this build got (…)``."""
+    """What a build did for the killed builds it found unfinished (``report.resumed``: when each started; the
+    Dagster runs of other commands among them in ``report.resumed_runs``), e.g. ``finished the build started
+    at 2026-01-01T10:00:00+00:00, which was killed: search now has what it had built`` (this build wrote the
+    warehouse), ``finished the Dagster run 2feea5dc started at … (sources: notes), which was killed: …`` (a
+    killed ``dagster asset materialize``: its run id's first 8 characters, as the UI shows it, and the sources
+    it was to materialize), ``…: search already had everything it had built`` (the warehouse's inputs were
+    unchanged: it had published, or built nothing new) or, when this build failed, ``redid what the build …
+    had left unfinished, as far as this build got (…)``."""
+    from collections import Counter
+
     one = len(report.resumed) == 1
-    which = (f"the build{'' if one else 's'} started at {', '.join(report.resumed)}, which "
-             f"{'was' if one else 'were'} killed")
+    builds = list((Counter(report.resumed) - Counter(r.started for r in report.resumed_runs)).elements())
+    parts = [f"the build{'' if len(builds) == 1 else 's'} started at {', '.join(builds)}"] if builds else []
+    parts += [f"the Dagster run {r.run_id[:8]} started at {r.started}"
+              + (f" (sources: {', '.join(r.sources)})" if r.sources else "") for r in report.resumed_runs]
+    which = f"{' and '.join(parts)}, which {'was' if one else 'were'} killed"
     it = "it" if one else "they"
     if not report.ok:
         return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
@@ -1242,7 +1250,9 @@ def ui(
     the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only.
 
     Refused at once (exit 1, nothing started) when the port is taken, or when another `docsvault ui` runs the
-    daemon for the same DAGSTER_HOME (two daemons on one instance fight over its sensors and run queue).
+    daemon for the same DAGSTER_HOME (two daemons on one instance fight over its sensors and run queue), or
+    another daemon beats in the instance (not the one a `docsvault ui` ran and stopped:
+    :func:`record_stopped_daemon`).
 
     The code location is loaded from the folder docsvault's `pipeline` package is imported from (`-d`), never from
     the current directory, and every Dagster process runs with PYTHONSAFEPATH=1 in DAGSTER_HOME: a `gql.py` or other
@@ -1279,11 +1289,16 @@ def ui(
         env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     # `dg dev` warns of any dagster.yaml in its current folder that is not DAGSTER_HOME's: it runs in DAGSTER_HOME.
     # A child, not an exec: Dagster exits 0 on Ctrl-C, and this process says `interrupted` and exits 130 instead.
+    import time
+
+    started = time.time()
     try:
         code, stopped_by = run_until_stopped([cmd, *args] if webserver_only else [cmd, "dev", *args], env, home)
     except OSError as exc:
         fail(f"cannot start {cmd}: {exc.strerror or exc}")
         return
+    if not webserver_only:
+        record_stopped_daemon(home, started)
     if stopped_by == signal.SIGINT:
         raise KeyboardInterrupt          # one line, `interrupted`, exit 130, as every command (`_main`)
     if stopped_by is not None:
@@ -1421,13 +1436,15 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
 #: a daemon beats every ~20-30 s: a heartbeat younger than this is a daemon that runs now
 DAEMON_ALIVE_S = 90.0
 
+#: ``<DAGSTER_HOME>/docsvault-ui-stopped.json``: the daemon a `docsvault ui` ran, recorded once it has exited
+#: (:func:`record_stopped_daemon`)
+UI_STOPPED = "docsvault-ui-stopped.json"
 
-def daemon_heartbeat_age(home: Path) -> float | None:
-    """Seconds since the newest Dagster daemon heartbeat of the instance at ``home`` when younger than
-    :data:`DAEMON_ALIVE_S` (a daemon runs for it now, whoever started it), else None (also without an instance or
-    when it cannot be read)."""
-    import time
 
+def _daemon_heartbeats(home: Path) -> list[Any] | None:
+    """The latest heartbeat of each daemon type of the instance at ``home`` (``DaemonHeartbeat``:
+    ``timestamp`` in epoch seconds, ``daemon_id`` the uuid of the daemon process), or None without an instance
+    or when it cannot be read."""
     if not (home / "dagster.yaml").is_file():
         return None
     set_env("DAGSTER_HOME", str(home))      # the instance's dagster.yaml names its event log folder by it
@@ -1435,10 +1452,48 @@ def daemon_heartbeat_age(home: Path) -> float | None:
         import dagster as dg
 
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            beats = [hb.timestamp for hb in instance.get_daemon_heartbeats().values()]
+            return list(instance.get_daemon_heartbeats().values())
     except Exception:          # an instance that cannot be opened: `dg dev` will say why
         return None
-    age = time.time() - max(beats) if beats else None
+
+
+def record_stopped_daemon(home: Path, started: float) -> None:
+    """After the `dg dev` of `docsvault ui` has exited (its daemon shut down with it): write
+    :data:`UI_STOPPED`, ``{"daemon_ids": [...], "stopped_at": <epoch s>}``, the ids of the daemons that beat
+    since ``started`` (epoch s), i.e. this UI's daemon, so the next `docsvault ui` does not take their last
+    heartbeats for a daemon that runs (:func:`daemon_heartbeat_age`). Nothing is written when nothing beat or
+    the file cannot be written."""
+    import time
+
+    beats = _daemon_heartbeats(home) or []
+    ids = sorted({hb.daemon_id for hb in beats if hb.daemon_id and hb.timestamp >= started})
+    if not ids:
+        return
+    try:
+        record = {"daemon_ids": ids, "stopped_at": time.time()}
+        (home / UI_STOPPED).write_text(json.dumps(record), encoding="utf-8")
+    except OSError:
+        pass                   # the next `docsvault ui` may then refuse for up to DAEMON_ALIVE_S, as before
+
+
+def daemon_heartbeat_age(home: Path) -> float | None:
+    """Seconds since the newest Dagster daemon heartbeat of the instance at ``home`` when younger than
+    :data:`DAEMON_ALIVE_S` (a daemon runs for it now, whoever started it), else None (also without an instance
+    or when it cannot be read). The last heartbeats of the daemon a `docsvault ui` ran and has stopped
+    (:data:`UI_STOPPED`: its id, beating no later than it stopped) are not counted: a restart right after a
+    clean stop was refused for up to 90 s."""
+    import time
+
+    beats = _daemon_heartbeats(home)
+    if not beats:
+        return None
+    try:
+        stopped = json.loads((home / UI_STOPPED).read_text(encoding="utf-8"))
+        ours, stopped_at = set(stopped["daemon_ids"]), float(stopped["stopped_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        ours, stopped_at = set(), 0.0
+    alive = [hb.timestamp for hb in beats if not (hb.daemon_id in ours and hb.timestamp <= stopped_at)]
+    age = time.time() - max(alive) if alive else None
     return age if age is not None and age < DAEMON_ALIVE_S else None
 
 

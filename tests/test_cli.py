@@ -577,6 +577,62 @@ def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path
     assert len(calls) == 1
 
 
+def test_ui_restarts_at_once_after_its_own_daemon_stopped(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`docsvault ui` stopped by SIGTERM (exit 143 after 'Dagster services shut down'), run again: it refused
+    with 'a Dagster daemon already runs … (last heartbeat 32 s ago)' for up to 90 s, its own stopped daemon's
+    heartbeat (found by a Dagster user). The daemon it ran is recorded when it stops; a daemon that beats
+    afterwards, or another one, is still refused."""
+    import json
+    import signal
+    import time
+
+    import dagster as dg
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from pipeline import cli
+
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+
+    def beat(daemon_id: str, ago: float = 0.0) -> None:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - ago, "SENSOR", daemon_id, None))
+
+    calls: list[list[str]] = []
+
+    def dg_dev(argv: list[str], env: dict, cwd: Path) -> tuple[int, int]:    # its daemon beats, then SIGTERM
+        calls.append(argv)
+        beat(f"ours-{len(calls)}")
+        return 143, signal.SIGTERM
+    monkeypatch.setattr(cli, "run_until_stopped", dg_dev)
+
+    def ui() -> Any:
+        result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(ui_free_port())])
+        for fd in ui_lock_fds(home):
+            os.close(fd)
+        return result
+
+    assert ui().exit_code == 143 and len(calls) == 1
+    stopped = json.loads((home / cli.UI_STOPPED).read_text())
+    assert stopped["daemon_ids"] == ["ours-1"]
+    assert ui().exit_code == 143 and len(calls) == 2                         # restarted at once
+    assert json.loads((home / cli.UI_STOPPED).read_text())["daemon_ids"] == ["ours-2"]
+    beat("ours-2", ago=-1)                             # it still beats after it stopped: it runs, refused
+    result = ui()
+    assert result.exit_code == 1 and len(calls) == 2
+    assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
+    beat("ours-2", ago=5)                               # back to before the stop: ours, gone
+    assert ui().exit_code == 143 and len(calls) == 3
+    beat("another-daemon", ago=5)                       # a `dagster-daemon` started by hand: refused
+    result = ui()
+    assert result.exit_code == 1 and len(calls) == 3
+    assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
+
+
 def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """eval_floors (and the WARN check hybrid_beats_single_lanes) do not fail the run; the build says they failed,

@@ -257,6 +257,29 @@ def test_project_dagster_yaml_configures_pools_and_run_retries(tmp_path: Path, m
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
         assert type(instance.event_log_storage).__name__ == "WalSqliteEventLogStorage"
+        # Dagster's first-run newsletter popup covered the UI (found by a Dagster user)
+        assert (instance.nux_enabled, instance.telemetry_enabled) == (False, False)
+
+
+def test_the_instance_templates_turn_off_the_first_run_popup(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a checkout's dagster.yaml docsvault writes INSTANCE_YAML; the team deployment copies
+    deploy/dagster.yaml: each is valid for this Dagster's instance schema and turns nux (the newsletter popup)
+    off."""
+    from dagster._core.instance.config import dagster_instance_config
+
+    from pipeline.defs.runner import INSTANCE_YAML
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    (home / "dagster.yaml").write_text(INSTANCE_YAML)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert (instance.nux_enabled, instance.telemetry_enabled) == (False, False)
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "dagster.yaml"
+    (home / "dagster.yaml").write_text(deploy.read_text(encoding="utf-8"))
+    config, _ = dagster_instance_config(str(home))                  # validated against the schema
+    assert config["nux"] == {"enabled": False}
 
 
 @pytest.mark.timeout(600)

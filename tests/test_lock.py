@@ -98,19 +98,26 @@ def _force_hints(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "was killed before it finished" in r.getMessage()]
 
 
-def _hint(command: str, holder: str) -> str:
+def _hint(command: str, holder: str, mcp: str | None = "refresh(full=true)") -> str:
+    offer = f" (or MCP {mcp})" if mcp else ""
     return (f"the forced rebuild `{command}` ({holder}) was killed before it finished; run `{command}` again to "
-            "finish it (or MCP refresh(full=true)): a plain build redoes only what changed, so what the forced one "
-            "had not redone yet stays as it was")
+            f"finish it{offer}: a plain build redoes only what changed, so what the forced one had not "
+            "redone yet stays as it was")
 
 
 @pytest.fixture
-def fresh_hints(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No forced build in this process, and no dead holder warned about yet (each test is a new build process)."""
+def fresh_hints(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No forced build in this process, and no dead holder warned about yet (each test is a new build
+    process); sources.yaml lists the local sources a and b."""
     from pipeline.common import lock
 
     monkeypatch.delenv("DOCSVAULT_FORCE", raising=False)
     monkeypatch.setattr(lock, "_force_warned", set())
+    root = tmp_path_factory.mktemp("sources")
+    sources = root / "sources.yaml"
+    blocks = [f"  - name: {n}\n    kind: local\n    path: {root}\n    format: obsidian\n" for n in ("a", "b")]
+    sources.write_text("sources:\n" + "".join(blocks), encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_SOURCES", str(sources))
 
 
 MATERIALIZE = "/venv/bin/dagster asset materialize -m pipeline.definitions --select 'a/raw_docs+'"
@@ -137,7 +144,64 @@ def test_taking_over_a_killed_forced_rebuild_says_to_force_it_again(tmp_path: Pa
     with caplog.at_level(logging.WARNING, logger="docsvault"):
         with build_run_lock(tmp_path), build_lock(tmp_path):       # both files name it: one hint, not two
             pass
-    assert _force_hints(caplog) == [_hint(command, f"pid 999999998 on h-{force}, started at earlier")]
+    mcp = "refresh(source='a', full=true)" if force == "a" else "refresh(full=true)"    # a, b: local sources
+    assert _force_hints(caplog) == [_hint(command, f"pid 999999998 on h-{force}, started at earlier", mcp)]
+
+
+@pytest.mark.parametrize(("sources", "force", "mcp"), [
+    ({"a": "local", "gitdocs": "git"}, "a", "refresh(source='a', full=true)"),
+    ({"a": "local", "gitdocs": "git"}, "gitdocs", None),        # MCP refresh refuses a git source
+    ({"a": "local", "gitdocs": "git"}, "a,gitdocs", None),
+    ({"a": "local", "gitdocs": "git"}, "*", None),              # every source, one of them git
+    ({"a": "local", "b": "local"}, "*", "refresh(full=true)"),
+    ({"a": "local"}, "gone", None),                            # no longer in sources.yaml
+    (None, "a", None)])                                        # sources.yaml unreadable: the command alone
+def test_the_force_hint_offers_mcp_refresh_only_for_local_sources(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, fresh_hints: None,
+        sources: dict[str, str] | None, force: str, mcp: str | None) -> None:
+    """MCP refresh rebuilds local sources only: `refresh(source='obsidian-help', full=true)` of a git source
+    answers 'refresh rebuilds local sources only', so the warning offered a call that refuses (found by a new
+    user)."""
+    path = tmp_path / "sources.yaml"
+    if sources is not None:
+        where = {"local": f"    path: {tmp_path}\n", "git": "    url: https://example.com/x.git\n"}
+        blocks = [f"  - name: {n}\n    kind: {k}\n{where[k]}    format: obsidian\n"
+                  for n, k in sources.items()]
+        path.write_text("sources:\n" + "".join(blocks), encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_SOURCES", str(path))
+    quoted = "'*'" if force == "*" else force
+    command = f"DOCSVAULT_FORCE={quoted} /venv/bin/dagster asset materialize --select '*'"
+    dead = {"pid": 999_999_990, "started_at": "T", "host": "h", "force": force,
+            "argv": "/venv/bin/dagster asset materialize --select '*'"}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(dead))
+    with caplog.at_level(logging.WARNING, logger="docsvault"), build_lock(tmp_path):
+        pass
+    assert _force_hints(caplog) == [_hint(command, "pid 999999990 on h, started at T", mcp)]
+
+
+def test_a_build_s_force_hint_reads_the_sources_file_it_was_given(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        fresh_hints: None) -> None:
+    """`docsvault build --sources FILE`: the hint judges the forced sources by FILE, not by DOCSVAULT_SOURCES
+    (which lists a as local here)."""
+    from pipeline.config import Settings
+    from pipeline.defs import runner
+
+    given = tmp_path / "given.yaml"
+    given.write_text("sources:\n  - name: a\n    kind: git\n    url: https://example.com/a.git\n"
+                     "    format: obsidian\n", encoding="utf-8")
+    settings = Settings.from_env(sources_file=given, data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    dead = {"pid": 999_999_989, "started_at": "T", "host": "h", "force": "a"}
+    (settings.data_dir / RUN_LOCK_NAME).write_text(json.dumps(dead))
+
+    def stop(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("stop before the run")
+    monkeypatch.setattr(runner, "_prepare", stop)
+    with caplog.at_level(logging.WARNING, logger="docsvault"), pytest.raises(RuntimeError):
+        runner.run_build(settings)
+    holder = "pid 999999989 on h, started at T"
+    assert _force_hints(caplog) == [_hint("docsvault build --force --source a", holder, None)]
 
 
 def test_the_lock_records_the_command_line_shell_quoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -183,10 +183,12 @@ def test_a_copied_attachment_edited_or_deleted_in_the_vault_is_built_again(built
     assert _runs(built_tiny_env) == 4
 
 
-def _killed_build(tiny_env: Path, run_id: str, text: str) -> str:
+def _killed_build(tiny_env: Path, run_id: str, text: str, materialize: bool = False) -> str:
     """What a `docsvault build` killed (kill -9) after its source stages leaves: tiny's Ducks.md edited to
     ``text`` and its stages run up to embedding, the warehouse not published, its Dagster run still marked
-    started. Returns when that run started (ISO 8601 UTC, as the next build names it)."""
+    started. ``materialize``: a `dagster asset materialize --select '*'` killed so instead (its run names its
+    dead process in its tags, not ``docsvault/run``). Returns when that run started (ISO 8601 UTC, as the next
+    build names it)."""
     from datetime import UTC, datetime
 
     import dagster as dg
@@ -202,9 +204,24 @@ def _killed_build(tiny_env: Path, run_id: str, text: str) -> str:
         stage(settings, source)
     b.chunk_stage(settings, source, load_embedder)
     b.embed_stage(settings, source, load_embedder)
+    tags = {"docsvault/run": "build"}
+    selection = None
+    if materialize:
+        import socket
+        import subprocess
+        import sys
+
+        from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, key
+        from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_TAG
+
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(dead.pid), PID_RUN_TAG: run_id}
+        selection = frozenset([key(stage, source) for stage in PER_SOURCE_STAGES]
+                              + [key(s) for s in SHARED_STAGES])
     with dg.DagsterInstance.from_config(str(tiny_env / "dagster")) as instance:
-        instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=run_id,
-                                       status=dg.DagsterRunStatus.STARTED, tags={"docsvault/run": "build"}))
+        instance.add_run(dg.DagsterRun(job_name="__ASSET_JOB", run_id=run_id, tags=tags,
+                                       status=dg.DagsterRunStatus.STARTED, asset_selection=selection))
         created = instance.get_run_record_by_id(run_id).create_timestamp
     return datetime.fromtimestamp(created.timestamp(), UTC).isoformat(timespec="seconds")
 
@@ -230,9 +247,30 @@ def test_a_build_after_a_killed_one_says_it_finished_it(built_tiny_env: Path) ->
     assert _build()["resumed"] == []
 
 
+def test_a_build_after_a_killed_dagster_materialize_says_it_finished_it(built_tiny_env: Path) -> None:
+    """A `dagster asset materialize --select '*'` killed at the warehouse step: the next build published its
+    work but said nothing of it (``resumed`` [], the source "unchanged", only the warning that the run was
+    marked failed), unlike after a killed `docsvault build` (found by a Dagster user)."""
+    run_id = "2feea5dc-50eb-470c-b0bf-81d3f8a55361"
+    started = _killed_build(built_tiny_env, run_id, "# Ducks\n\nZebra marker here.\n", materialize=True)
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].endswith("  nothing changed since the interrupted build")
+    assert (f"finished the Dagster run 2feea5dc started at {started} (sources: tiny), which was killed: "
+            "search now has what it had built") in lines
+    found = runner.invoke(app, ["search", "zebra marker", "--files", "-k", "1"]).stdout
+    assert found.startswith("tiny/Ducks.md\t")
+
+    started = _killed_build(built_tiny_env, "killed-m2", "# Ducks\n\nDucks honk.\n", materialize=True)
+    out = _build()
+    assert (out["resumed"], out["sources"][0]["status"]) == ([started], "unchanged")
+    assert _build()["resumed"] == []
+
+
 def test_the_line_of_a_build_that_finished_killed_ones() -> None:
     from pipeline.cli import resumed_line
-    from pipeline.stages.results import BuildReport
+    from pipeline.stages.results import BuildReport, KilledRun
 
     done = BuildReport(sources=[], shared_ok=True, shared_metadata={"warehouse": {"skipped": True}},
                        resumed=["2026-01-01T10:00:00+00:00", "2026-01-01T11:00:00+00:00"])
@@ -242,3 +280,13 @@ def test_the_line_of_a_build_that_finished_killed_ones() -> None:
     failed = BuildReport(sources=[], shared_ok=False, resumed=["2026-01-01T10:00:00+00:00"])
     assert resumed_line(failed) == ("redid what the build started at 2026-01-01T10:00:00+00:00, which was "
                                     "killed, had left unfinished, as far as this build got (see the errors)")
+    ten, eleven = "2026-01-01T10:00:00+00:00", "2026-01-01T11:00:00+00:00"
+    both = BuildReport(sources=[], shared_ok=True, resumed=[ten, eleven],
+                       resumed_runs=[KilledRun(eleven, "2feea5dc-50eb", ("a", "b"))])
+    assert resumed_line(both) == ("finished the build started at 2026-01-01T10:00:00+00:00 and the Dagster "
+                                  "run 2feea5dc started at 2026-01-01T11:00:00+00:00 (sources: a, b), which "
+                                  "were killed: search now has what they had built")
+    shared = BuildReport(sources=[], shared_ok=True, resumed=[eleven],
+                         resumed_runs=[KilledRun(eleven, "abcdef0123")])           # shared stages only
+    assert resumed_line(shared) == ("finished the Dagster run abcdef01 started at 2026-01-01T11:00:00+00:00, "
+                                    "which was killed: search now has what it had built")

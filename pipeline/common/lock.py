@@ -163,9 +163,30 @@ def _warn_unfinished_force(info: dict[str, Any]) -> None:
         return
     _force_warned.add(key)
     command = _force_again_command(info)
-    log.warning("the forced rebuild `%s` (%s) was killed before it finished; run `%s` again to finish it (or MCP "
-                "refresh(full=true)): a plain build redoes only what changed, so what the forced one had not redone "
-                "yet stays as it was", command, _describe(info), command)
+    mcp = _mcp_refresh_call(str(info.get("force") or ""))
+    log.warning("the forced rebuild `%s` (%s) was killed before it finished; run `%s` again to finish it%s: "
+                "a plain build redoes only what changed, so what the forced one had not redone yet stays as "
+                "it was", command, _describe(info), command, f" (or MCP {mcp})" if mcp else "")
+
+
+def _mcp_refresh_call(force: str) -> str | None:
+    """The MCP call that redoes the forced rebuild of ``force`` (a ``DOCSVAULT_FORCE`` value), or None when
+    there is none: MCP ``refresh`` rebuilds local sources only, so every source it forces (``*``: every source
+    of sources.yaml, read from ``Settings.from_env().sources_file``) must be of kind local; None too when
+    sources.yaml cannot be read or does not list a forced name. One source: ``refresh(source='a',
+    full=true)``; several or all: ``refresh(full=true)`` (every local source)."""
+    from pipeline.config import Settings, forced_names
+    from pipeline.ingest.sources import load_sources
+
+    names = forced_names(force)
+    try:
+        kinds = {s.name: s.kind for s in load_sources(Settings.from_env().sources_file)}
+    except Exception:      # noqa: BLE001 - an unreadable sources.yaml: the CLI command alone is offered
+        return None
+    forced = set(kinds) if "*" in names else names
+    if not forced or any(kinds.get(name) != "local" for name in forced):
+        return None
+    return f"refresh(source={next(iter(forced))!r}, full=true)" if len(forced) == 1 else "refresh(full=true)"
 
 
 def _command_line() -> str:

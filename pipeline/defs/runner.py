@@ -55,13 +55,15 @@ from pipeline.defs.executor import (
 )
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
-from pipeline.stages.results import BuildReport, SourceStatus
+from pipeline.stages.results import BuildReport, KilledRun, SourceStatus
 
 log = logging.getLogger(__name__)
 
 INSTANCE_YAML = """\
-# docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry.
+# docsvault: everything stays local (SQLite storage under DAGSTER_HOME); no telemetry, no first-run popup.
 telemetry:
+  enabled: false
+nux:
   enabled: false
 """
 
@@ -238,7 +240,9 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
     from pipeline.common.lock import TURN_WAIT_ARG, build_lock, build_run_lock, turn_wait
     from pipeline.stages.noop import record_noop
 
-    with build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
+    # the settings' environment while the locks are taken: a killed forced rebuild's warning reads
+    # sources.yaml
+    with _settings_env(settings), build_run_lock(settings.data_dir, wait=wait, wait_arg=wait_arg):
         with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
             build.cleanup_leftovers(settings)
             sources, removed, killed = _prepare(settings, source_names, remove_all_sources)
@@ -249,19 +253,26 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
-        report.resumed = killed
+        report.resumed = [k.started for k in killed]
+        report.resumed_runs = [k for k in killed if k.run_id]
         if not source_names:                 # a build of every source: what the next no-op build answers from
             with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
                 record_noop(settings, sources, report)
         return report
 
 
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
 def _prepare(settings: Settings, source_names: Sequence[str] | None,
-             remove_all: bool = False) -> tuple[list[Source], list[str], list[str]]:
-    """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources dropped from
-    sources.yaml removed (what was removed, one line each), a killed build's runs released (when each started:
-    ISO 8601 UTC, to the second; [] when none), and so are the runs of this host whose process is gone
-    (:func:`pipeline.defs.executor.release_runs_of_dead_processes`: a killed ``dagster asset materialize``)."""
+             remove_all: bool = False) -> tuple[list[Source], list[str], list[KilledRun]]:
+    """Under ``build.lock``, before the run: the selected sources, the vault layout checked, the sources
+    dropped from sources.yaml removed (what was removed, one line each), and the killed runs released, oldest
+    first ([] when none): a killed ``docsvault build``'s runs
+    (:func:`pipeline.defs.executor.release_killed_builds`) and the runs of this host whose process is gone
+    (:func:`pipeline.defs.executor.release_runs_of_dead_processes`: a killed ``dagster asset materialize``,
+    with the selected sources whose assets it was to materialize)."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
@@ -269,13 +280,32 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
     removed = build.remove_dropped_sources(settings, all_sources, remove_all=remove_all)
     instance = dg.DagsterInstance.get()
     forget_dropped_assets(instance, all_sources)
-    killed = [datetime.fromtimestamp(start, UTC).isoformat(timespec="seconds")
-              for _, start in release_killed_builds(instance)]
-    release_runs_of_dead_processes(instance)
+    killed = [KilledRun(_iso(start)) for _, start in release_killed_builds(instance)]
+    killed += [_killed_run(instance, run_id, sources) for run_id in release_runs_of_dead_processes(instance)]
+    killed.sort(key=lambda k: k.started)
     free_slots_of_ended_runs(instance)
     for line in pools_held_by_other_runs(instance, [source_pool(s) for s in sources] + [WAREHOUSE_POOL]):
         log.warning(line)
     return sources, removed, killed
+
+
+def _killed_run(instance: dg.DagsterInstance, run_id: str, sources: Sequence[Source]) -> KilledRun:
+    """The released run ``run_id`` of a killed process (not a ``docsvault build``): when it started (else was
+    created) and which of ``sources`` had a step in it (its asset selection, else its execution plan's
+    steps)."""
+    record = instance.get_run_record_by_id(run_id)
+    if record is None:                                  # deleted meanwhile
+        return KilledRun(_iso(datetime.now(UTC).timestamp()), run_id)
+    run = record.dagster_run
+    steps: set[str] = set()
+    if run.asset_selection is not None:
+        steps = {k.to_python_identifier() for k in run.asset_selection}
+    elif run.execution_plan_snapshot_id:
+        plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        steps = set(plan.step_keys_to_execute or [])
+    names = tuple(s.name for s in sources if any(key(stage, s).to_python_identifier() in steps
+                                            for stage in PER_SOURCE_STAGES))
+    return KilledRun(_iso(record.start_time or record.create_timestamp.timestamp()), run_id, names)
 
 
 def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str], waiter: str = "this build",

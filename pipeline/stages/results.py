@@ -297,6 +297,17 @@ class SourceStatus:
     metadata: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class KilledRun:
+    """A killed run a build found unfinished and finished: ``started`` (ISO 8601 UTC, to the second); for a
+    Dagster run other than a ``docsvault build``'s (a killed ``dagster asset materialize``), its ``run_id``
+    and the names of the build's sources it had selected (``sources``); a killed build has neither."""
+
+    started: str
+    run_id: str = ""
+    sources: tuple[str, ...] = ()
+
+
 @dataclass
 class BuildReport:
     """A whole build (``docsvault build``): its sources, the shared stages (``shared_ok``, ``shared_error``,
@@ -305,7 +316,8 @@ class BuildReport:
     ``check_warnings`` (one line per failed asset check of a shared stage, e.g. ``eval_floors``: the check does not
     fail the build, the build says so), ``resumed`` (when each killed build whose Dagster run this build
     found unfinished had started, ISO 8601 UTC: this build finished its work, so a source whose stages it had
-    all done skips them now)."""
+    all done skips them now; the killed Dagster runs of other commands among them, a ``dagster asset
+    materialize``, are also in ``resumed_runs``)."""
 
     sources: list[SourceStatus]
     shared_ok: bool
@@ -315,6 +327,7 @@ class BuildReport:
     noop: bool = False
     check_warnings: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
+    resumed_runs: list[KilledRun] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
