@@ -32,7 +32,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,18 +169,25 @@ def _warn_unfinished_force(info: dict[str, Any]) -> None:
                 "it was", command, _describe(info), command, f" (or MCP {mcp})" if mcp else "")
 
 
+#: source name -> kind of the sources of ``Settings.from_env().sources_file``; set by
+#: :mod:`pipeline.ingest.sources` when it is imported (this foundation module may not import the sources layer).
+#: None: unknown, and the forced-rebuild warning offers no MCP call.
+source_kinds: Callable[[], dict[str, str]] | None = None
+
+
 def _mcp_refresh_call(force: str) -> str | None:
     """The MCP call that redoes the forced rebuild of ``force`` (a ``DOCSVAULT_FORCE`` value), or None when
     there is none: MCP ``refresh`` rebuilds local sources only, so every source it forces (``*``: every source
     of sources.yaml, read from ``Settings.from_env().sources_file``) must be of kind local; None too when
     sources.yaml cannot be read or does not list a forced name. One source: ``refresh(source='a',
     full=true)``; several or all: ``refresh(full=true)`` (every local source)."""
-    from pipeline.config import Settings, forced_names
-    from pipeline.ingest.sources import load_sources
+    from pipeline.config import forced_names
 
     names = forced_names(force)
+    if source_kinds is None:
+        return None
     try:
-        kinds = {s.name: s.kind for s in load_sources(Settings.from_env().sources_file)}
+        kinds = source_kinds()
     except Exception:      # noqa: BLE001 - an unreadable sources.yaml: the CLI command alone is offered
         return None
     forced = set(kinds) if "*" in names else names

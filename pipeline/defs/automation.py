@@ -83,6 +83,9 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
     (``RETRY_TAGS``), not requested again. Unreachable sources are logged and skipped. A tick that requests
     nothing returns a SkipReason saying why (``no source moved (3 checked)``, and the sources that could not
     be checked).
+
+    Long: the decorator's description and the tick function (one pass over the sources deciding each one's
+    request against the cursor) belong together; the decisions live in ``check_upstream``.
     """
     by_name = {s.name: s for s in sources}
 
@@ -93,6 +96,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                            "fetch failed and whose upstream answers again; only that source's assets + the "
                            f"shared stages. A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        """One tick. Long: probes every source once, then updates the cursor and the retried failures in one
+        place, so a tick that raises half-way requests nothing and keeps the cursor."""
         from pipeline.common import artifacts
         from pipeline.defs.executor import release_dead_builds
         from pipeline.ingest.fetch.watch import check_upstream

@@ -37,6 +37,7 @@ from urllib.parse import urljoin
 
 import yaml
 
+from pipeline.common import lock as _lock
 from pipeline.common.embedding_models import LANGUAGES, spec_problem, valid_language
 from pipeline.common.errors import SourceConfigError
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
@@ -548,3 +549,13 @@ def unbuilt_sources_message(sources_file: Path, wanted: list[str], built: list[s
     names = ", ".join(map(repr, missing))
     return (f"source {names} is in {sources_file.name} but has no notes in the warehouse (not built yet, empty, or "
             f"its build failed): see `docsvault status`; built sources: {', '.join(built) or '(none)'}")
+
+
+def _configured_kinds() -> dict[str, str]:
+    """Source name -> kind of the sources.yaml the environment names (``Settings.from_env().sources_file``)."""
+    from pipeline.config import Settings
+
+    return {s.name: s.kind for s in load_sources(Settings.from_env().sources_file)}
+
+
+_lock.source_kinds = _configured_kinds      # the build lock's forced-rebuild warning offers MCP refresh for local ones

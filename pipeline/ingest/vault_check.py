@@ -140,6 +140,9 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         any source has unresolved embeds of files in its source, markup outside code or a note with another
         mode (dangling links do not count). Examples are ``"<vault path>: <detail>"`` strings, at most 10 per
         kind.
+
+    Long: one pass over each source's notes gathers every per-note check (embeds, markup, modes) and the
+    per-source link figures into one record; split, each part would walk the notes again.
     """
     from pipeline.common.artifacts import file_mode
     from pipeline.common.errors import NoteError
@@ -227,6 +230,20 @@ def _note_stems(rel_paths: Iterable[str]) -> set[str]:
     return out
 
 
+_WRITTEN_TARGET = re.compile(r"^!?\[\[([^\]|#^]*)|^!?\[[^\]]*\]\(<?([^)#>\s]*)")
+
+
+def _written_target(link: str) -> str:
+    """The target of a link as :func:`pipeline.service.link_problems` writes it (``[[target#h|alias]]``,
+    ``![[target]]``, ``[label](target#h)``), without its heading, block or alias; "" when it is neither form.
+
+    >>> _written_target("[[/docs/stable/a.md#Intro|a]]"), _written_target("[x](/docs/b.md#y)")
+    ('/docs/stable/a.md', '/docs/b.md')
+    """
+    m = _WRITTEN_TARGET.match(link)
+    return (m.group(1) or m.group(2) or "").strip() if m else ""
+
+
 def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems: set[str]
                        ) -> dict[str, Any] | None:
     """What explains a source's dangling site-absolute links (``[…](/docs/stable/x.md)``, ``[[/docs/x]]``):
@@ -250,13 +267,10 @@ def site_absolute_hint(source: Source, dangling: Sequence[dict[str, str]], stems
     from collections import Counter
     from urllib.parse import urlsplit
 
-    from pipeline.index.graph import parse_links
-
     prefixes: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for d in dangling:
-        links = parse_links(d["link"].removeprefix("!"))
-        target = links[0].target if links else ""
+        target = _written_target(d["link"])
         if not target.startswith("/") or target.startswith("//"):
             continue
         parts = [p for p in target.split("/") if p]
