@@ -526,3 +526,32 @@ def test_the_vault_step_warns_once_per_file_whose_name_holds_a_hash(tmp_path: Pa
     assert (settings.vault_dir / "me" / "料理 レシピ 🍜 -1 ＡＢＣ.md").is_file()
     again = build.vault_stage(settings, source)
     assert (again.skipped, again.warning_lines) == (True, (line,))
+
+
+def test_check_vault_takes_a_built_sites_braces_as_its_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user: a `format: html` page documenting Jinja placeholders ("must include {{ text }}")
+    failed check-vault as Liquid left outside code. A built site's templates ran already: its braces are text.
+    A `format: markdown` source (unrendered Liquid is conversion residue there) is still checked."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    site, docs = tmp_path / "site", tmp_path / "docs"
+    site.mkdir()
+    docs.mkdir()
+    (site / "index.html").write_text("<html><body><main><h1>Agent</h1><p>The prompt must include {{ text }} and "
+                                     "{{ memory }} placeholders.</p></main></body></html>", encoding="utf-8")
+    (docs / "Page.md").write_text("# Page\n\nHello {{ site.title }}.\n", encoding="utf-8")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: site\n    kind: local\n    path: {site}\n    format: html\n"
+                       f"  - name: docs\n    kind: local\n    path: {docs}\n    format: markdown\n", encoding="utf-8")
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    assert "{{ text }}" in (tmp_path / "vault" / "site" / "index.md").read_text(encoding="utf-8")
+    result = CliRunner().invoke(app, ["check-vault", "--json"])
+    import json
+
+    rows = {r["name"]: (r["markup"], r["examples"]["markup"]) for r in json.loads(result.stdout)["sources"]}
+    assert rows == {"site": (0, []), "docs": (1, ["docs/Page.md: liquid: {{ site.title }}"])}

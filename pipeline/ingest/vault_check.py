@@ -175,6 +175,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         if source.format == "obsidian":     # the user's own format: its HTML and {{placeholders}} are content
             row["markup"] = None
         index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
+        rendered = source.format == "html" or source.kind == "html"
         for note in notes:
             vp = note.vault_path
             for target, markdown in _targets(note.body):
@@ -187,6 +188,8 @@ def check_vault(settings: Settings, sources: Sequence[Source],
                 else:
                     row["unresolved_elsewhere"] += 1
             for kind, text in (markup_residue(note.body) if row["markup"] is not None else ()):
+                if kind == "liquid" and rendered:       # a built site's {{ }} is its text (templates ran already)
+                    continue
                 row["markup"] += 1
                 if len(ex["markup"]) < 10:
                     ex["markup"].append(f"{vp}: {kind}: {text[:80]}")
