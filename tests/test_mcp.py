@@ -332,3 +332,5 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
         assert searcher.missing_words("the of") == ((), ())
         assert not searcher.missing_words("the of").every
         assert searcher.missing_words('"platypus"').every
+        # Japanese written without spaces: each word Sudachi finds; 池 is in through its translation ("pond")
+        assert searcher.missing_words("ピカチュウの池") == (("ピカチュウ", "池"), ("ピカチュウ",))

@@ -1610,8 +1610,9 @@ class Searcher:
 
     def missing_words(self, query: str, source: str | Sequence[str] | None = None) -> MissingWords:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
-        the sources (None: all) contains: none of the word's BM25 terms is in any of their chunks (page fields
-        included), nor, for a Japanese word, any term of its English translation (:meth:`translation_terms`: the
+        the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
+        finds in it, in their normalised forms: ``京都のピカチュウ`` is ``京都`` and ``ピカチュウ``): none of the
+        word's BM25 terms is in any of their chunks (page fields included), nor, for a Japanese word, any term of its English translation (:meth:`translation_terms`: the
         English pages it finds). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
         never missing. When every word is missing, the hits of a search can only be near in meaning (the vector
         lanes): the CLI and MCP say so. A warehouse without a BM25 index (built before it had one) has no missing
@@ -1622,10 +1623,15 @@ class Searcher:
                  else self._scope_mask(("bm25", sources), self._bm25_sources, sources))
         searched: list[str] = []
         missing: list[str] = []
-        for word in dict.fromkeys(w.strip("\"'`.,;:!?()[]{}<>") for w in query.split()):
+        units: dict[str, list[str]] = {}        # word as shown -> its BM25 terms
+        for word in (w.strip("\"'`.,;:!?()[]{}<>") for w in query.split()):
             terms = self.analyzer.tokens(word) if word else []
-            if not terms:
-                continue
+            if terms and is_japanese(word):     # written without spaces: each of its words (Sudachi) is one
+                for term in terms:
+                    units.setdefault(term, [term])
+            elif terms:
+                units.setdefault(word, terms)
+        for word, terms in units.items():
             searched.append(word)
             if index is not None and not any(index.contains(t, scope)
                                              for t in (*terms, *self.translation_terms(word))):
