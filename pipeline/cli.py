@@ -528,6 +528,20 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
     return "explain: " + " + ".join(shown) + f" = {hit.score:.4f}"
 
 
+def _best_lines(lines: Sequence[str], start: int, end: int, pattern: re.Pattern[str] | None,
+                keep: int = 3) -> list[int]:
+    """Indexes (in order) of ``keep`` matching lines from ``start``: of the lines before ``end`` (the chunk), those
+    with the most distinct matches of ``pattern`` (the earlier line on a tie); then, grep-like, the first matching
+    lines after it."""
+    if pattern is None:
+        return []
+    found = [i for i in range(start, len(lines)) if pattern.search(lines[i])]
+    inside = [i for i in found if i < end]
+    distinct = {i: len({m.group().casefold() for m in pattern.finditer(lines[i])}) for i in inside}
+    best = sorted(inside, key=lambda i: -distinct[i])[:keep]
+    return sorted(best + [i for i in found if i >= end][:keep - len(best)])
+
+
 def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool,
                    fallback: re.Pattern[str] | None = None) -> list[str]:
     """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context; a
@@ -556,8 +570,9 @@ def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: boo
     body_at = len("\n".join(lines[:start])) + (1 if start else 0)
     at = body_at + locate(text[body_at:], hit.heading, hit.chunk_text or hit.snippet)
     start, col = text.count("\n", 0, at), at - (text.rfind("\n", 0, at) + 1)    # the chunk's line and column
-    # like grep from there on: the first matching lines (a chunk may span sub-sections)
-    matches = [i for i in range(start, len(lines)) if pattern is not None and pattern.search(lines[i])][:3]
+    # like grep from there on: of the chunk's matching lines, the 3 with the most distinct query terms (the
+    # first ones on a tie; a long chunk's first matching lines may hold one common term), else the first ones after
+    matches = _best_lines(lines, start, start + (hit.chunk_text or "").count("\n") + 12, pattern)
     if not matches and fallback is not None:
         pattern = fallback
         matches = [i for i in range(start, len(lines)) if pattern.search(lines[i])][:3]

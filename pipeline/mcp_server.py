@@ -43,7 +43,7 @@ from typing import Any, Self
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
-from pipeline.search.reader import find_note, locate, note_body, page_of, paginate, read_note
+from pipeline.search.reader import find_note, locate_match, note_body, page_of, paginate, read_note
 
 log = logging.getLogger("docsvault.mcp")
 
@@ -373,7 +373,7 @@ class VaultService:
         page = 1
         try:
             _, body = note_body(self.settings.vault_dir, h.vault_path)
-            page = page_of(paginate(body), locate(body, h.heading, h.chunk_text or h.snippet))
+            page = page_of(paginate(body), locate_match(body, h.heading, h.chunk_text or h.snippet, text_query))
         except (PipelineError, OSError) as exc:
             log.warning("hit %s: cannot open the vault note (%s)", h.vault_path, exc)
         return {

@@ -625,3 +625,24 @@ def test_a_quoted_heading_finds_its_note(tmp_path: Path) -> None:
                              ('"callouts add a plus"', ["g/callouts.md"]), ('"no such heading"', [])):
             p = parse_query(query)
             assert [h.vault_path for h in s.search(p.text, k=5, filters=p)] == found, query
+
+
+def test_a_long_chunk_shows_the_match_that_gathers_the_query_not_its_first_term() -> None:
+    """Finding of a new user: in a 200-line code note, `"quoted line 40"` showed `quoted line 20 …` (the chunk's
+    first match of any term), `-C` marked lines 20-22, and MCP's read page was the chunk's start. The match with
+    the most distinct query terms within a window wins; the first one on a tie."""
+    from pipeline.cli import _best_lines, term_pattern
+    from pipeline.search.reader import locate_match
+    from pipeline.search.snippet import match_position, make_snippet
+
+    code = "\n".join(f"echo quoted line {i}" for i in range(20, 60))
+    assert code[match_position(code, '"quoted line 40"'):].startswith("quoted line 40")
+    assert match_position(code, '"quoted line 40"', window=0) == code.index("quoted line 20")
+    assert match_position(code, "quoted") == code.index("quoted line 20")       # one term: the first match
+    assert make_snippet(code, '"quoted line 40"', width=60) == "…line 39 echo quoted line 40 echo quoted line 41 echo quoted…"
+    lines = code.split("\n")
+    assert _best_lines(lines, 0, len(lines), term_pattern(["quoted", "line", "40"])) == [0, 1, 20]
+    assert _best_lines(lines, 0, 2, term_pattern(["quoted", "40"])) == [0, 1, 2]    # after the chunk: grep order
+    body = "# Code\n\n```sh\n" + code + "\n```\n"
+    assert body[locate_match(body, "Code", code, '"quoted line 40"'):].startswith("quoted line 40")
+    assert locate_match(body, "Code", code, "") == body.index("echo quoted line 20")

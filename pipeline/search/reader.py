@@ -416,6 +416,20 @@ def locate(body: str, heading: str = "", snippet: str = "") -> int:
     return offset
 
 
+def locate_match(body: str, heading: str, chunk_text: str, query: str) -> int:
+    """Body offset of a hit's best query match: :func:`locate` finds its chunk, then within the chunk's length
+    (plus a margin for the note's Markdown) the match gathering the most query terms
+    (:func:`pipeline.search.snippet.match_position`); the chunk's start when no term is there. A long chunk
+    (a code block of 200 lines) can start pages before the line that matched."""
+    from pipeline.search.snippet import match_position
+
+    at = locate(body, heading, chunk_text)
+    if not query:
+        return at
+    pos = match_position(body[at:at + len(chunk_text) + 200], query)
+    return at + (pos or 0)
+
+
 def excerpt(body: str, offset: int, limit: int = 600) -> str:
     """At most ``limit`` chars of ``body`` from ``offset``, cut at whitespace, ``…`` marking a cut end."""
     text = body[offset:offset + limit + 1]

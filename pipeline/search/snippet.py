@@ -185,14 +185,52 @@ def _terms(query: str, extra_terms: Iterable[str]) -> list[str]:
                   key=lambda t: (-len(t), t))
 
 
-def match_position(text: str, query: str, extra_terms: Iterable[str] = ()) -> int | None:
-    """Offset of the first query term in ``text`` (Latin terms at a word start, CJK anywhere), or None."""
+#: characters after a match that count as "near it" when matches are weighed by how many query terms they gather
+MATCH_WINDOW = 160
+
+
+def match_position(text: str, query: str, extra_terms: Iterable[str] = (), window: int = MATCH_WINDOW
+                   ) -> int | None:
+    """Offset of the query match in ``text`` that starts the shortest run of matches holding the most distinct
+    query terms that fit in ``window`` chars (the first such run on a tie), or None without a match. Latin terms
+    match at a word start, CJK anywhere.
+
+    In a long chunk, the first match is rarely the best one. The chunk of ``"quoted line 40"`` starts at
+    ``quoted line 20``: that line has two of the three terms, line 40 has all three. ``window`` 0 gives the
+    first match of any term."""
     terms = _terms(query, extra_terms)
     if not terms:
         return None
     parts = [re.escape(t) if _CJK.search(t) else WORD_START + re.escape(t) for t in terms]
-    m = re.search("|".join(parts), text, flags=re.IGNORECASE)
-    return m.start() if m else None
+    matches = [(m.start(), m.group().casefold()) for m in re.finditer("|".join(parts), text, flags=re.IGNORECASE)]
+    if not matches:
+        return None
+    if window <= 0 or len(terms) < 2:
+        return matches[0][0]
+    for target in range(len({t for _, t in matches}), 1, -1):
+        span = _shortest_span(matches, target)
+        if span is not None and span[1] <= window:
+            return span[0]
+    return matches[0][0]
+
+
+def _shortest_span(matches: Sequence[tuple[int, str]], target: int) -> tuple[int, int] | None:
+    """``(start, length)`` of the shortest run of ``matches`` (``(offset, term)``, by offset) holding ``target``
+    distinct terms (the first such run on a tie; length from its first match's start to its last's), or None."""
+    best: tuple[int, int] | None = None
+    counts: dict[str, int] = {}
+    lo = 0
+    for hi, (end, term) in enumerate(matches):
+        counts[term] = counts.get(term, 0) + 1
+        while len(counts) >= target:
+            start, first = matches[lo]
+            if len(counts) == target and (best is None or end - start < best[1]):
+                best = (start, end - start)
+            counts[first] -= 1
+            if not counts[first]:
+                del counts[first]
+            lo += 1
+    return best
 
 
 def cut_around(text: str, pos: int | None, width: int) -> str:
@@ -242,8 +280,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
 
 def make_snippet(text: str, query: str, extra_terms: Iterable[str] = (), width: int = 240,
                  fallback_terms: Sequence[str] = ()) -> str:
-    """Clean ``text`` (:func:`clean_text`) and cut it to about ``width`` chars around the first query match
-    (:func:`cut_around`); no match of the query or ``extra_terms``: around the first of ``fallback_terms`` (a
+    """Clean ``text`` (:func:`clean_text`) and cut it to about ``width`` chars around the query match that
+    gathers the most query terms (:func:`match_position`, :func:`cut_around`); no match of the query or ``extra_terms``: around the first of ``fallback_terms`` (a
     Japanese question's English translation on an English page), else from the start."""
     flat = clean_text(text)
     if len(flat) <= width:
