@@ -305,11 +305,11 @@ def _human_outputs_after_a_build() -> None:
     rows = json.loads(run("search", "install windows", "--files", "--json", "-k", "1"))
     assert rows == [{"rank": 1, "source": "tiny", "source_path": "Install guide.md",
                      "vault_path": "tiny/Install guide.md", "title": "Install guide", "score": rows[0]["score"]}]
-    # grep-like context: line numbers of the vault file (frontmatter included), ':' matches, '-' context
+    # grep-like context: line numbers of the vault file (frontmatter included), ':' matches, '-' context; the hit
+    # is the section where the query's words meet (Windows + installer), not the chunk's first "install"
     assert run("search", "install windows", "-k", "1", "--context", "1") == (
-        " 1. 0.1190  tiny/Install guide.md\n"
-        "    10-\n    11:How to install the tool on your computer.\n    12-\n"
-        "    --\n    14-\n    15:Run the package manager to install it.\n    16-\n    17:## Windows\n    18-\n"
+        " 1. 0.1190  tiny/Install guide.md > Windows\n"
+        "    16-\n    17:## Windows\n    18-\n    19:Download the installer and run it.\n    20-\n"
     )
     assert run("search", "welcome", "--tag", "#start") == (
         " 1. 0.1190  tiny/Home.md\n    Welcome. See Install guide and Ducks.\n")

@@ -639,6 +639,9 @@ def test_a_long_chunk_shows_the_match_that_gathers_the_query_not_its_first_term(
     assert code[match_position(code, '"quoted line 40"'):].startswith("quoted line 40")
     assert match_position(code, '"quoted line 40"', window=0) == code.index("quoted line 20")
     assert match_position(code, "quoted") == code.index("quoted line 20")       # one term: the first match
+    # in raw Markdown a run does not cross a heading line: "install windows" is the Windows section's
+    md = "Run the package manager to install it.\n\n## Windows\n\nDownload the installer."
+    assert md[match_position(md, "install windows"):].startswith("Windows\n\nDownload")
     assert make_snippet(code, '"quoted line 40"', width=60) == "…line 39 echo quoted line 40 echo quoted line 41 echo quoted…"
     lines = code.split("\n")
     assert _best_lines(lines, 0, len(lines), term_pattern(["quoted", "line", "40"])) == [0, 1, 20]

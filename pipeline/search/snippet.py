@@ -12,7 +12,7 @@ marked with ``…``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pipeline.common.markdown import code_lines, replace_code
@@ -192,8 +192,8 @@ MATCH_WINDOW = 160
 def match_position(text: str, query: str, extra_terms: Iterable[str] = (), window: int = MATCH_WINDOW
                    ) -> int | None:
     """Offset of the query match in ``text`` that starts the shortest run of matches holding the most distinct
-    query terms that fit in ``window`` chars (the first such run on a tie), or None without a match. Latin terms
-    match at a word start, CJK anywhere.
+    query terms that fit in ``window`` chars and cross no Markdown heading line (the first such run on a tie), or
+    None without a match. Latin terms match at a word start, CJK anywhere.
 
     In a long chunk, the first match is rarely the best one. The chunk of ``"quoted line 40"`` starts at
     ``quoted line 20``: that line has two of the three terms, line 40 has all three. ``window`` 0 gives the
@@ -207,16 +207,21 @@ def match_position(text: str, query: str, extra_terms: Iterable[str] = (), windo
         return None
     if window <= 0 or len(terms) < 2:
         return matches[0][0]
+    def one_section(start: int, end: int) -> bool:      # raw Markdown: a run does not cross a heading line
+        return "\n#" not in text[start:end]
+
     for target in range(len({t for _, t in matches}), 1, -1):
-        span = _shortest_span(matches, target)
+        span = _shortest_span(matches, target, one_section)
         if span is not None and span[1] <= window:
             return span[0]
     return matches[0][0]
 
 
-def _shortest_span(matches: Sequence[tuple[int, str]], target: int) -> tuple[int, int] | None:
+def _shortest_span(matches: Sequence[tuple[int, str]], target: int,
+                   allowed: Callable[[int, int], bool] = lambda start, end: True) -> tuple[int, int] | None:
     """``(start, length)`` of the shortest run of ``matches`` (``(offset, term)``, by offset) holding ``target``
-    distinct terms (the first such run on a tie; length from its first match's start to its last's), or None."""
+    distinct terms that ``allowed(start, end)`` accepts (the first such run on a tie; length from its first
+    match's start to its last's), or None."""
     best: tuple[int, int] | None = None
     counts: dict[str, int] = {}
     lo = 0
@@ -224,7 +229,7 @@ def _shortest_span(matches: Sequence[tuple[int, str]], target: int) -> tuple[int
         counts[term] = counts.get(term, 0) + 1
         while len(counts) >= target:
             start, first = matches[lo]
-            if len(counts) == target and (best is None or end - start < best[1]):
+            if len(counts) == target and (best is None or end - start < best[1]) and allowed(start, end):
                 best = (start, end - start)
             counts[first] -= 1
             if not counts[first]:
