@@ -649,3 +649,13 @@ def test_a_long_chunk_shows_the_match_that_gathers_the_query_not_its_first_term(
     body = "# Code\n\n```sh\n" + code + "\n```\n"
     assert body[locate_match(body, "Code", code, '"quoted line 40"'):].startswith("quoted line 40")
     assert locate_match(body, "Code", code, "") == body.index("echo quoted line 20")
+
+
+def test_term_matches_latin_at_word_starts_cjk_anywhere():
+    from pipeline.search.snippet import term_matches
+
+    text = "Category: でLoRAを使う。concat lora 入門LoRA"
+    assert term_matches(text, ["lora", "cat"]) == [(0, "cat"), (11, "lora"), (26, "lora"), (33, "lora")]
+    # a CJK term is found inside a word; the longer term wins at one offset
+    assert term_matches("react入門 react", ["react入門", "react"]) == [(0, "react入門"), (8, "react")]
+    assert term_matches("xlora", ["lora"]) == []
