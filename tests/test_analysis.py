@@ -112,3 +112,14 @@ def test_latin_accents_fold_but_japanese_dakuten_stay():
         "naiv", "resum", "ærø", "łodz", "straße", "cafe_au_lait", "cafe", "au", "lait", "munchen"]
     assert a.tokens("naive resume") == ["naiv", "resum"]
     assert a.tokens("バスとパス、ガス") == ["バス", "パス", "ガス"]
+
+
+def test_words_as_written_with_their_terms():
+    from pipeline.index.analysis import Analyzer
+
+    a = Analyzer()
+    assert a.words("ReactのuseStateフック") == [("React", ["react"]), ("useState", ["usestate", "use", "state"]),
+                                              ("フック", ["フック"])]
+    assert a.words("京都のズンドコ") == [("京都", ["京都"]), ("ズンドコ", ["ずんどこ"])]
+    assert a.words("the naïve café") == [("naïve", ["naiv"]), ("café", ["cafe"])]
+    assert [t for _, terms in a.words("Parquetファイルを読む") for t in terms] == a.tokens("Parquetファイルを読む")

@@ -334,3 +334,5 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
         assert searcher.missing_words('"platypus"').every
         # Japanese written without spaces: each word Sudachi finds; 池 is in through its translation ("pond")
         assert searcher.missing_words("ピカチュウの池") == (("ピカチュウ", "池"), ("ピカチュウ",))
+        # named as typed, not in Sudachi's normalised form (ずんどこ), English words in it too
+        assert searcher.missing_words("ズンドコのPondsを") == (("ズンドコ", "Ponds"), ("ズンドコ",))

@@ -153,6 +153,29 @@ class Analyzer:
                 out.extend(self._latin(seg))
         return out
 
+    def words(self, text: str) -> list[tuple[str, list[str]]]:
+        """``text``'s words as written, each with its BM25 terms (:meth:`tokens` of the word), in reading order: a
+        Japanese run is split into Sudachi's words (``京都のズンドコ`` -> ``("京都", ["京都"])``, ``("ズンドコ",
+        ["ずんどこ"])``: the surface as written, the term normalised), other text into its words; a word with no
+        term (a particle, a stopword, punctuation) is left out. NFKC-normalised like :meth:`tokens`."""
+        out: list[tuple[str, list[str]]] = []
+        text = unicodedata.normalize("NFKC", text or "")
+        pos = 0
+        for m in [*_JA_RUN.finditer(text), None]:
+            end = m.start() if m is not None else len(text)
+            for w in _COMPOUND.finditer(text, pos, end):
+                terms = self._latin(w.group())
+                if terms:
+                    out.append((w.group(), terms))
+            if m is None:
+                break
+            for morpheme in self._tokenizer().tokenize(m.group()):
+                kept = self._kept_lemma(morpheme)
+                if kept is not None:
+                    out.append((morpheme.surface(), [kept]))
+            pos = m.end()
+        return out
+
     # ---- Latin ----
     def _latin(self, text: str) -> list[str]:
         out: list[str] = []
@@ -234,16 +257,22 @@ class Analyzer:
             offset += len(text) + 1
         k = 0
         for m in self._tokenizer().tokenize(joined):
-            pos = m.part_of_speech()
-            if pos[0] in _JA_DROP_POS:
-                continue
-            lemma = m.normalized_form()
-            if lemma in _JA_STOP_LEMMAS:
+            lemma = self._kept_lemma(m)
+            if lemma is None:
                 continue
             begin = m.begin()
             while k + 1 < len(starts) and starts[k + 1] <= begin:
                 k += 1
-            result[batch[k][0]].append(lemma.lower())
+            result[batch[k][0]].append(lemma)
+
+    @staticmethod
+    def _kept_lemma(morpheme: Any) -> str | None:
+        """A Sudachi morpheme's BM25 term (its normalised form, lowercased), or None for a dropped part of speech
+        or a stop lemma."""
+        if morpheme.part_of_speech()[0] in _JA_DROP_POS:
+            return None
+        lemma = morpheme.normalized_form()
+        return None if lemma in _JA_STOP_LEMMAS else lemma.lower()
 
 
 def field_text(

@@ -1611,7 +1611,7 @@ class Searcher:
     def missing_words(self, query: str, source: str | Sequence[str] | None = None) -> MissingWords:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
         the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
-        finds in it, in their normalised forms: ``京都のピカチュウ`` is ``京都`` and ``ピカチュウ``): none of the
+        finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is ずんどこ): none of the
         word's BM25 terms is in any of their chunks (page fields included), nor, for a Japanese word, any term of its English translation (:meth:`translation_terms`: the
         English pages it finds). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
         never missing. When every word is missing, the hits of a search can only be near in meaning (the vector
@@ -1625,11 +1625,10 @@ class Searcher:
         missing: list[str] = []
         units: dict[str, list[str]] = {}        # word as shown -> its BM25 terms
         for word in (w.strip("\"'`.,;:!?()[]{}<>") for w in query.split()):
-            terms = self.analyzer.tokens(word) if word else []
-            if terms and is_japanese(word):     # written without spaces: each of its words (Sudachi) is one
-                for term in terms:
-                    units.setdefault(term, [term])
-            elif terms:
+            if word and is_japanese(word):      # written without spaces: each of its words (Sudachi) is one
+                for surface, terms in self.analyzer.words(word):
+                    units.setdefault(surface, terms)
+            elif terms := self.analyzer.tokens(word) if word else []:
                 units.setdefault(word, terms)
         for word, terms in units.items():
             searched.append(word)
