@@ -454,3 +454,24 @@ def test_local_format_html_page_honours_its_base_href_at_its_site_url(tmp_path: 
         result = fetch_source(source, _settings(tmp_path))
         notes = {n.vault_path: n.body for n in normalize_source(source, result.files, "2026-01-01T00:00:00+00:00").notes}
         assert notes["site/v2/guide/start.md"] == want, site_url
+
+
+def test_local_format_html_redirect_stub_is_no_note(tmp_path: Path):
+    """A built site's redirect stub (mkdocs-redirects, jekyll-redirect-from) is left out: its page is the note."""
+    site = tmp_path / "site"
+    (site / "old").mkdir(parents=True)
+    (site / "new.html").write_text("<html><body><main><h1>New</h1><p>Text.</p></main></body></html>",
+                                   encoding="utf-8")
+    (site / "old" / "index.html").write_text(
+        '<!doctype html><html><head><title>Redirecting...</title><link rel="canonical" href="../new.html">'
+        '<meta http-equiv="refresh" content="0; url=../new.html"></head>'
+        '<body>You\'re being redirected to a <a href="../new.html">new destination</a>.</body></html>',
+        encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    files = fetch_source(source, _settings(tmp_path)).files
+    cache: dict = {}
+    result = normalize_source(source, files, "2026-01-01T00:00:00+00:00", cache=cache)
+    assert [n.source_path for n in result.notes] == ["new.html"]
+    assert result.errors == []
+    again = normalize_source(source, files, "2026-01-01T00:00:00+00:00", cache=cache)     # from the parse cache
+    assert [n.source_path for n in again.notes] == ["new.html"]

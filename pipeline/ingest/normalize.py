@@ -1282,8 +1282,14 @@ def normalize_newlines_text(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+#: the format of a parsed page of a built HTML site on disk that only redirects (``<meta http-equiv="refresh">``, as
+#: mkdocs-redirects and jekyll-redirect-from write them): it becomes no note (a crawl follows such a stub instead)
+REDIRECT_STUB = "redirect-stub"
+
+
 def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any] | None = None) -> _Parsed:
     """Split and clean one file's text (no link conversion); ``site``: Jekyll site variables (:func:`site_config`).
+    A redirect stub of a ``format: html`` local source parses as :data:`REDIRECT_STUB` (no body).
     Raises NoteError for invalid frontmatter."""
     where = f"source '{source.name}': {raw.source_path}"
     if raw.source_path.lower().endswith(".canvas"):
@@ -1294,7 +1300,10 @@ def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any]
         # site_url (its <base href> and relative links and images resolve there; without site_url they stay as written)
         from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
-        text = html_to_markdown(text, url=page_url(source, raw.source_path)).markdown
+        doc = html_to_markdown(text, url=page_url(source, raw.source_path))
+        if doc.refresh:                 # a redirect stub ("Redirecting..."): the page it names is the note
+            return _Parsed(raw, REDIRECT_STUB, {"redirect": doc.refresh}, "", {})
+        text = doc.markdown
     fm, body = split_frontmatter(text, where)
     fmt: DocFormat = source.format or guess_format(raw.source_path, fm, body)
     return _Parsed(raw, fmt, fm, clean_body(fmt, body, fm, site), collect_headings(body))
@@ -1427,6 +1436,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
     site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
     parsed: list[_Parsed] = []
     errors: list[str] = []
+    stubs = 0
     for sp, raw in unique.items():
         where = f"source '{source.name}': {sp!r}" if _needs_quoting(sp) else f"source '{source.name}': {sp}"
         try:
@@ -1444,13 +1454,20 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
             if not text.strip():
                 errors.append(f"{where}: empty file (no text); add content or exclude it")
                 continue
-            parsed.append(_parse_cached(source, raw, text, cache, site))
+            p = _parse_cached(source, raw, text, cache, site)
+            if p.fmt == REDIRECT_STUB:
+                stubs += 1
+                continue
+            parsed.append(p)
         except NoteError as exc:
             errors.append(str(exc))
         except OSError as exc:
             errors.append(f"{where}: cannot read {raw.path}: {exc.strerror or exc}")
         except RecursionError:
             errors.append(f"{where}: too deeply nested to normalize; simplify or exclude the file")
+    if stubs:
+        log.info("source '%s': %d redirect stub page(s) (<meta http-equiv=refresh>) left out: not notes",
+                 source.name, stubs)
     ok = {p.raw.source_path: rel_paths[p.raw.source_path] for p in parsed}
     index = _LinkIndex(source, ok, {p.raw.source_path: p.headings for p in parsed})
     links_key = _links_key(source, index)
