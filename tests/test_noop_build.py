@@ -290,3 +290,20 @@ def test_the_line_of_a_build_that_finished_killed_ones() -> None:
                          resumed_runs=[KilledRun(eleven, "abcdef0123")])           # shared stages only
     assert resumed_line(shared) == ("finished the Dagster run abcdef01 started at 2026-01-01T11:00:00+00:00, "
                                     "which was killed: search now has what it had built")
+
+
+def test_a_source_added_in_the_same_process_is_built(tiny_env: Path) -> None:
+    """A process that builds again after sources.yaml gained a source (a library caller of run_build; the tests)
+    builds it. Dagster keeps the last job it reconstructed per process; when that was the one of the first
+    build's sources, the second build failed with DagsterInvalidSubsetError for the new source's assets."""
+    from pipeline.defs.runner import _reconstructable_job
+
+    assert _build()["sources"][0]["status"] == "built"
+    _reconstructable_job(Settings.from_env()).get_definition()      # the first build's job, cached last
+    inbox = tiny_env / "inbox"
+    inbox.mkdir()
+    (inbox / "Seed.md").write_text("# Seed\n\nThe inbox holds captured notes.\n", encoding="utf-8")
+    with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
+        f.write(f"  - name: inbox\n    kind: local\n    path: {inbox}\n    format: obsidian\n")
+    report = _build()
+    assert {s["name"]: s["status"] for s in report["sources"]} == {"tiny": "unchanged", "inbox": "built"}

@@ -16,6 +16,7 @@ else runs.
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import os
 import re
@@ -203,11 +204,33 @@ def _own_group_popen(args: Any, **kwargs: Any) -> subprocess.Popen:
     return subprocess.Popen(args, process_group=0, **kwargs)
 
 
-def _global_job() -> dg.JobDefinition:
-    """Every asset, for the settings in the environment (reconstructable: a module-level function)."""
+def _global_job(definitions_key: str = "") -> dg.JobDefinition:
+    """Every asset, for the settings in the environment (reconstructable: a module-level function).
+    ``definitions_key`` (:func:`_definitions_key`) is not read: it only makes the reconstructable job of one set of
+    settings and sources differ from another's (:func:`_reconstructable_job`)."""
     from pipeline.defs import build_definitions
 
     return build_definitions(Settings.from_env()).resolve_job_def("refresh_all")
+
+
+def _definitions_key(settings: Settings) -> str:
+    """What :func:`_global_job` builds its definitions from: the settings and the bytes of their sources file (a
+    hex digest; an unreadable file counts as empty, and fails later with its own error)."""
+    try:
+        sources = settings.sources_file.read_bytes()
+    except OSError:
+        sources = b""
+    return hashlib.sha256(repr(settings).encode("utf-8") + b"\0" + sources).hexdigest()
+
+
+def _reconstructable_job(settings: Settings) -> dg.ReconstructableJob:
+    """:func:`_global_job` as Dagster reconstructs it, keyed by :func:`_definitions_key`. Dagster caches the last
+    definition it reconstructed per process (``lru_cache`` on ``ReconstructableJob``, by its pointer and
+    selection): with one key for every build, a process that built before (a library caller, a test) could run a
+    later build on the earlier sources.yaml's assets and fail with ``DagsterInvalidSubsetError`` for a source
+    added since."""
+    return dg.build_reconstructable_job(__name__, _global_job.__name__,
+                                        reconstructable_kwargs={"definitions_key": _definitions_key(settings)})
 
 
 def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
@@ -381,7 +404,7 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     gc.freeze()
     try:
         with _settings_env(settings), _log_tails_outside_the_terminal_group(), \
-                dg.execute_job(dg.reconstructable(_global_job), instance=instance, run_config=run_config,
+                dg.execute_job(_reconstructable_job(settings), instance=instance, run_config=run_config,
                                asset_selection=selection, tags={"docsvault/run": "build"}) as result:
             if _interrupted(result):
                 raise BuildInterrupted()

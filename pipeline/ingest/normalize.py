@@ -1408,32 +1408,11 @@ def _converted_cached(body: str, index: _LinkIndex, sp: str, url: str, cache: An
     return out, found
 
 
-def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, cache: Any = None
-                     ) -> NormalizeResult:
-    """Turn the fetched files of one source into Notes.
-
-    Args:
-        source: the source block (format, site_url, name).
-        files: its fetched files (any order; duplicates by source_path keep the first). ``.canvas`` files become
-            notes of their cards (:func:`canvas_to_markdown`).
-        fetched_at: ISO UTC timestamp written into every note's frontmatter.
-        cache: optional store of per-file parse results (``get(key)`` and item assignment, JSON-safe values, e.g. a
-            dict loaded from disk) so a rebuild re-parses only changed files; the output is the same with or
-            without it.
-
-    Returns:
-        NormalizeResult: notes sorted by source_path; errors holds one line ``source 'x': path: reason`` per file
-        that was skipped (unreadable, empty or blank, larger than :data:`MAX_FILE_BYTES`, invalid UTF-8, binary,
-        invalid or hostile YAML frontmatter, invalid canvas; a frontmatter-only file is a note, not an error); dangling lists internal links whose page is not in the source. Output is
-        deterministic. Never raises for a bad file: every per-file failure becomes an error line.
-    """
-    unique: dict[str, RawFile] = {}
-    for f in sorted(files, key=lambda f: f.source_path):
-        unique.setdefault(f.source_path, f)
-    rel_paths = assign_rel_paths(list(unique))
-    for line in renamed_lines(source.name, rel_paths):
-        log.warning("%s", line)
-    site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
+def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: dict[str, Any]
+                 ) -> tuple[list[_Parsed], list[str]]:
+    """Read and parse every file of ``unique`` (source path -> file): the parsed pages, and one error line per
+    file skipped (see :func:`normalize_source`). Redirect stubs (:data:`REDIRECT_STUB`) are neither: logged as a
+    count."""
     parsed: list[_Parsed] = []
     errors: list[str] = []
     stubs = 0
@@ -1468,6 +1447,36 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
     if stubs:
         log.info("source '%s': %d redirect stub page(s) (<meta http-equiv=refresh>) left out: not notes",
                  source.name, stubs)
+    return parsed, errors
+
+
+def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, cache: Any = None
+                     ) -> NormalizeResult:
+    """Turn the fetched files of one source into Notes.
+
+    Args:
+        source: the source block (format, site_url, name).
+        files: its fetched files (any order; duplicates by source_path keep the first). ``.canvas`` files become
+            notes of their cards (:func:`canvas_to_markdown`).
+        fetched_at: ISO UTC timestamp written into every note's frontmatter.
+        cache: optional store of per-file parse results (``get(key)`` and item assignment, JSON-safe values, e.g. a
+            dict loaded from disk) so a rebuild re-parses only changed files; the output is the same with or
+            without it.
+
+    Returns:
+        NormalizeResult: notes sorted by source_path; errors holds one line ``source 'x': path: reason`` per file
+        that was skipped (unreadable, empty or blank, larger than :data:`MAX_FILE_BYTES`, invalid UTF-8, binary,
+        invalid or hostile YAML frontmatter, invalid canvas; a frontmatter-only file is a note, not an error); dangling lists internal links whose page is not in the source. Output is
+        deterministic. Never raises for a bad file: every per-file failure becomes an error line.
+    """
+    unique: dict[str, RawFile] = {}
+    for f in sorted(files, key=lambda f: f.source_path):
+        unique.setdefault(f.source_path, f)
+    rel_paths = assign_rel_paths(list(unique))
+    for line in renamed_lines(source.name, rel_paths):
+        log.warning("%s", line)
+    site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
+    parsed, errors = _parse_files(source, unique, cache, site)
     ok = {p.raw.source_path: rel_paths[p.raw.source_path] for p in parsed}
     index = _LinkIndex(source, ok, {p.raw.source_path: p.headings for p in parsed})
     links_key = _links_key(source, index)
