@@ -659,3 +659,12 @@ def test_term_matches_latin_at_word_starts_cjk_anywhere():
     # a CJK term is found inside a word; the longer term wins at one offset
     assert term_matches("react入門 react", ["react入門", "react"]) == [(0, "react入門"), (8, "react")]
     assert term_matches("xlora", ["lora"]) == []
+
+
+def test_clean_text_shows_escaped_characters_as_themselves():
+    """`\\_`, `\\#`, `\\*` (the HTML converter writes them so text does not read as Markdown) show as `_`, `#`, `*`
+    and are never emphasis; in code they stay as written; `\\|` stays for the table steps."""
+    assert clean_text(r"read\_csv\_auto and \# not a heading, \*not emphasis\*") == \
+        "read_csv_auto and # not a heading, *not emphasis*"
+    assert clean_text("code `a\\_b` stays") == "code `a\\_b` stays"
+    assert clean_text(r"a \\ backslash") == "a \\ backslash"

@@ -142,6 +142,9 @@ LATIN_WORD_CHAR = "(?-i:[^\\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaf
 _LATIN_WORD_CHAR = re.compile(LATIN_WORD_CHAR)
 #: the start and end of a Latin word (``\b`` that counts CJK characters as outside the word)
 WORD_START, WORD_END = f"(?<!{LATIN_WORD_CHAR})", f"(?!{LATIN_WORD_CHAR})"
+#: a Markdown backslash escape: ``\`` before ASCII punctuation but ``|`` (CommonMark), e.g. ``\_`` and ``\#``
+#: written by the HTML converter so that text does not read as Markdown syntax
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{}~])")      # not ``\|``: a table cell's pipe, which the steps read
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
 
 
@@ -163,6 +166,13 @@ def clean_text(markdown: str) -> str:
     # of every hit (20 snippets per search: 2-3 ms of a 25 ms query)
     if "`" in text:
         text = _INLINE_CODE.sub(lambda m: keep(m.group(2), ""), text)
+    escaped: list[str] = []                 # `\_`, `\#`, `\*`: the character itself, never a marker (CommonMark; not in code)
+    if "\\" in text:
+        def hold(m: re.Match[str]) -> str:
+            escaped.append(m.group(1))
+            return f"\x01{len(escaped) - 1}\x01"
+
+        text = _ESCAPE.sub(hold, text)
     for marker, pattern, repl in _STEPS:
         if marker in text:                          # "" is in every text
             text = pattern.sub(repl, text)
@@ -178,6 +188,8 @@ def clean_text(markdown: str) -> str:
     text = re.sub(r"(?:\| )+\|", "|", text).strip(" |")
     if codes:
         text = re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], text)
+    if escaped:
+        text = re.sub(r"\x01(\d+)\x01", lambda m: escaped[int(m.group(1))], text)
     return text
 
 
