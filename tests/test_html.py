@@ -71,7 +71,8 @@ def test_main_content_drops_navigation_and_permalinks():
             "<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table></article>"
             "<footer>Copyright</footer></body></html>")
     doc = html_to_markdown(html, "http://h/x/")
-    assert doc.markdown == "# Page\n\nBody text.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n"
+    # the h1's anchor `p` is not its text's slug: written as `{#p}`, which normalize reads and drops
+    assert doc.markdown == "# Page {#p}\n\nBody text.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n"
     assert doc.title == "Page" and doc.extractor == "container"
     assert doc.links == ("http://h/", "http://h/a/", "http://h/edit")
 
@@ -161,7 +162,7 @@ def test_mkdocstrings_collapsed_source_code_is_left_out_other_details_kept():
             '</summary><pre><code>def y(): pass</code></pre></details><details class="example"><summary>'
             'Example</summary><pre><code>x.search(1)</code></pre></details></div></main>')
     assert html_to_markdown(html).markdown == (
-        "# API\n\n### search\n\nFinds documents.\n\nReturns ids.\n\nExample\n\n```\nx.search(1)\n```\n")
+        "# API\n\n### search {#x.search}\n\nFinds documents.\n\nReturns ids.\n\nExample\n\n```\nx.search(1)\n```\n")
 
 
 def test_admonitions_become_callouts_and_only_the_light_theme_image_stays():
@@ -475,3 +476,25 @@ def test_local_format_html_redirect_stub_is_no_note(tmp_path: Path):
     assert result.errors == []
     again = normalize_source(source, files, "2026-01-01T00:00:00+00:00", cache=cache)     # from the parse cache
     assert [n.source_path for n in again.notes] == ["new.html"]
+
+
+def test_heading_anchors_that_are_not_slugs_resolve_to_the_heading(tmp_path: Path):
+    """mkdocstrings' <h2 id="a.b.C"> and Sphinx's <section id="sec-9"><h2>: a link to page#anchor names the
+    heading (it named `#a.b.C`, no heading of the note); the note's headings show no `{#anchor}`."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "p.html").write_text('<html><body><main><h1>P</h1><h2 id="a.b.C">C(x, y)</h2><p>Text.</p>'
+                                 '<section id="sec-9"><h2>Plain Heading</h2><p>More.</p></section>'
+                                 '<h2><a name="old-name"></a>Named</h2><p>Old.</p></main></body></html>',
+                                 encoding="utf-8")
+    (site / "q.html").write_text('<html><body><main><h1>Q</h1><p>See <a href="p.html#a.b.C">C</a>, '
+                                 '<a href="p.html#sec-9">sec</a>, <a href="p.html#plain-heading">plain</a> and '
+                                 '<a href="p.html#old-name">named</a>.</p></main></body></html>', encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    files = fetch_source(source, _settings(tmp_path)).files
+    result = normalize_source(source, files, "2026-01-01T00:00:00+00:00")
+    assert {n.source_path: n.body for n in result.notes} == {
+        "p.html": "# P\n\n## C(x, y)\n\nText.\n\n## Plain Heading\n\nMore.\n\n## Named\n\nOld.\n",
+        "q.html": "# Q\n\nSee [[site/p#C(x, y)|C]], [[site/p#Plain Heading|sec]], [[site/p#Plain Heading|plain]] "
+                  "and [[site/p#Named|named]].\n"}
+    assert result.dangling == ()

@@ -27,6 +27,14 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<in
 QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 
 
+def heading_slug(text: str) -> str:
+    """GitHub/kramdown-style slug of a heading's text: HTML tags dropped, lower-case, punctuation dropped, spaces
+    -> ``-`` (unicode letters kept): ``Install on Windows`` -> ``install-on-windows``."""
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
 def dedent(text: str) -> str:
     """Remove the common leading whitespace of the non-blank lines (tabs count as 4 spaces)."""
     lines = text.split("\n")

@@ -41,7 +41,7 @@ from pipeline.common.frontmatter import (
     split_frontmatter,
 )
 from pipeline.common.markdown import dedent as _dedent
-from pipeline.common.markdown import split_code
+from pipeline.common.markdown import heading_slug, split_code
 from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
@@ -170,10 +170,7 @@ _ANCHOR_DOCBUILDER = re.compile(r"\s*\[\[([\w.-]+)\]\]\s*$")
 
 def slugify(text: str) -> str:
     """GitHub/kramdown-style heading slug: lower-case, punctuation dropped, spaces -> '-' (unicode letters kept)."""
-    text = _PLACEHOLDER.sub("", text)
-    text = re.sub(r"<[^>]+>", "", text).strip().lower()
-    text = re.sub(r"[^\w\- ]", "", text)
-    return text.replace(" ", "-")
+    return heading_slug(_PLACEHOLDER.sub("", text))
 
 
 def _heading_display(text: str) -> str:
@@ -1306,7 +1303,12 @@ def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any]
         text = doc.markdown
     fm, body = split_frontmatter(text, where)
     fmt: DocFormat = source.format or guess_format(raw.source_path, fm, body)
-    return _Parsed(raw, fmt, fm, clean_body(fmt, body, fm, site), collect_headings(body))
+    cleaned = clean_body(fmt, body, fm, site)
+    if source.kind in ("html", "llms_txt") or source.format == "html":
+        # a page the HTML converter wrote: a heading's ``{#id}`` (its anchor, when not its text's slug) is read
+        # by collect_headings below, so links to page#id name the heading; the note shows the heading alone
+        cleaned = map_prose(cleaned, lambda t: _HEADING_ID.sub(r"\1", t)) if "{#" in cleaned else cleaned
+    return _Parsed(raw, fmt, fm, cleaned, collect_headings(body))
 
 
 FIRST_KEYS = ("title", "aliases", "description", "tags", "source", "source_path", "url", "content_hash",

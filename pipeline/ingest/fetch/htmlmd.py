@@ -46,7 +46,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 from markdownify import MarkdownConverter
 
-from pipeline.common.markdown import code_lines
+from pipeline.common.markdown import code_lines, heading_slug
 from pipeline.ingest.fetch.htmltable import html_table_to_gfm
 
 __all__ = ["HtmlDoc", "code_language", "html_to_markdown"]
@@ -180,6 +180,12 @@ class _Converter(MarkdownConverter):
             text = _TEXT_START_MARK.sub(r"\1\\\2", text)
         return text
 
+    def convert_hN(self, n: int, el: Tag, text: str, parent_tags: set[str]) -> str:  # type: ignore[override]
+        anchor = el.get("data-dv-id")
+        if isinstance(anchor, str) and "_inline" not in parent_tags and text.strip():
+            text = f"{text.strip()} {{#{anchor}}}"       # read as the heading's anchor (:func:`_mark_heading_ids`)
+        return super().convert_hN(n, el, text, parent_tags)
+
     def process_tag(self, node: Tag, parent_tags: set[str] | None = None) -> str:  # type: ignore[override]
         if node.name == "table":      # rendered from its cells: markdownify's row-by-row output is never built
             return self.convert_table(node, "", parent_tags or set())
@@ -224,6 +230,35 @@ class _Converter(MarkdownConverter):
         longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
         fence = "`" * max(3, longest + 1)
         return f"\n\n{fence}{lang}\n{code}\n{fence}\n\n"
+
+
+def _mark_heading_ids(container: Tag) -> None:
+    """Each heading whose anchor is not the slug of its text gets ``data-dv-id``, which the converter writes as
+    ``{#anchor}`` after the heading: normalize reads it as the heading's explicit anchor, so a link to
+    ``page#anchor`` names the heading (``[[page#__call__(text)]]``), and drops it from the note. The anchor: the
+    heading's ``id``, else that of an ``<a id>``/``<a name>`` in it, else the ``id`` of the section, article or
+    div it opens (Sphinx). mkdocstrings gives ``<h2 id="txtai.agent.base.Agent.__call__">__call__(...)</h2>``;
+    its pages link there, and those links named no heading."""
+    for h in container.find_all(_HEADINGS):
+        anchor = _heading_anchor(h)
+        if anchor and anchor != heading_slug(h.get_text(" ", strip=True)) and not re.search(r"[\s{}]", anchor):
+            h["data-dv-id"] = anchor
+
+
+def _heading_anchor(h: Tag) -> str | None:
+    own = h.get("id")
+    if isinstance(own, str) and own:
+        return own
+    for a in h.find_all("a"):
+        named = a.get("id") or (a.get("name") if not a.get("href") else None)
+        if isinstance(named, str) and named:
+            return named
+    parent = h.parent
+    if isinstance(parent, Tag) and parent.name in ("section", "article", "div") and parent.find(_HEADINGS) is h:
+        pid = parent.get("id")
+        if isinstance(pid, str) and pid:
+            return pid
+    return None
 
 
 def _is_in_pre(el: Tag) -> bool:
@@ -528,6 +563,7 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     _fix_nested_lists(container, soup_for_tags)
     _fix_code(container, soup_for_tags)
     _absolutize(container, base)
+    _mark_heading_ids(container)
     for empty in [h for h in container.find_all("h1") if not h.get_text(strip=True)]:
         empty.decompose()
     found_h1 = _h1s(container)
