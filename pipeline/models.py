@@ -5,6 +5,7 @@ IDs are stable: a note's id derives from (source, source_path); a chunk's id fro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
@@ -248,11 +249,20 @@ class Record:
         return {f.name: plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
 class MappingRecord(Record, Mapping[str, Any]):
     """A Record that also reads as the mapping :meth:`as_dict` gives (``report["overall"]``, ``{**report}``), for
     the code and files that took the plain dict before. Declare subclasses with ``eq=False`` (mapping equality)."""
 
     def __getitem__(self, key: str) -> Any:
+        # one field made plain, not the whole record (an eval report's per-case rows): what as_dict()[key] gives
+        # unless a subclass's as_dict adds or changes keys
+        if type(self).as_dict is Record.as_dict and key in _field_names(type(self)):
+            return plain(getattr(self, key))
         return self.as_dict()[key]
 
     def __iter__(self) -> Iterator[str]:
