@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -336,7 +336,7 @@ def vault_rel_path(source: Source, fname: str, name_option: str = "--name") -> s
     rel = rel_path_for(mine)
     files = _source_files(source)
     same = files.get(mine)                     # the source path is NFC: an NFD-named file has the new note's one
-    if same is not None and same.name != f"{fname}.md":
+    if same is not None and same.name != f"{PurePosixPath(fname).name}.md":     # fname may hold folders
         raise CaptureError(f"a note named {fname + '.md'!r} would collide in the vault with {same.name!r} (the "
                            f"same name in {_form(same.name)} form, {ascii(same.name)[1:-1]}; vault path "
                            f"{source.name}/{assign_rel_paths(list(files))[mine]}): pass another {name_option} "
