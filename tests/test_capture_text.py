@@ -197,6 +197,16 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
         write_capture(src, "---\n---\n\n")
 
 
+def test_a_tags_string_of_the_text_is_merged_as_its_tags(tmp_path: Path) -> None:
+    # `tags: alpha, beta` with --tag til was written as the list item 'alpha, beta' (one tag Obsidian cannot read)
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "---\ntags: alpha, beta  gamma\n---\n# Voles\n\ntext\n", agent="a",
+                        correlation_id="c1", tags=["til", "Beta"], now=NOW)
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: Voles\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\ntags:\n"
+        "- alpha\n- beta\n- gamma\n- til\n---\n\n# Voles\n\ntext\n")
+
+
 @pytest.mark.parametrize("text, title, error", [
     ("---", None, "the text has no words, only '---'"),
     ("\n---\n\n", "T", "the text has no words, only '---'"),
