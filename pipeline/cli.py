@@ -937,7 +937,9 @@ def capture(
                 typer.echo(f"  searchable now: source {src.name} rebuilt")
             else:
                 why = built.get("error") or ((built.get("source") or {}).get("error")) or "see `docsvault status`"
-                typer.echo(f"error: the note is saved but the build of {src.name} failed: {why}", err=True)
+                typer.echo(f"error: the note is saved but the build of {src.name} failed: {why} (to make this note "
+                           f"searchable run `docsvault build --source {src.name}`; a second capture of it would be "
+                           "refused: its name is taken)", err=True)
     if stopped is not None:
         sys.exit(128 + (stopped.signum or signal.SIGINT))
     if built is not None and not built["ok"]:

@@ -115,6 +115,26 @@ def test_names_the_vault_changes(tmp_path: Path) -> None:
     assert _files(root) == ["C# tips.md", "CON_.md", "Foo.md", "WIP- F- -notes.md"]
 
 
+def test_a_name_in_a_folder_that_exists_says_it_exists(tmp_path: Path) -> None:
+    # `capture --name daily/2026-12-05` over an existing daily note said it "would collide in the vault with
+    # '2026-12-05.md' (the same name in NFC form …)": the file name was compared with the name and its folder
+    root = tmp_path / "inbox"
+    src = _local(root)
+    (root / "daily").mkdir(parents=True)
+    (root / "daily" / "2026-12-05.md").write_text("# mine\n", encoding="utf-8")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "x", name="daily/2026-12-05")
+    assert str(err.value) == (f"a note named 'daily/2026-12-05.md' already exists in {root.resolve()}: pass another "
+                              "--name (nothing was overwritten)")
+    assert (root / "daily" / "2026-12-05.md").read_text(encoding="utf-8") == "# mine\n"
+    nfd = unicodedata.normalize("NFD", "ダウンロード.md")      # another normalization in a folder is still named
+    (root / "daily" / nfd).write_text("# Downloads\n", encoding="utf-8")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "x", name="daily/ダウンロード")
+    assert str(err.value).startswith(f"a note named 'daily/ダウンロード.md' would collide in the vault with {nfd!r} "
+                                     "(the same name in NFD form, ")
+
+
 def test_a_name_in_another_unicode_normalization_is_refused(tmp_path: Path) -> None:
     # macOS writes NFD names: the build reads ダウンロード.md (NFD) as the NFC name and would skip one of the two
     root = tmp_path / "inbox"
@@ -175,6 +195,16 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
         "original_correlation_id: theirs\naliases:\n- otter\nrating: 5\n---\n\n# My title\n\nOtters hold hands.\n")
     with pytest.raises(CaptureError, match="nothing to capture: the text is empty"):
         write_capture(src, "---\n---\n\n")
+
+
+def test_a_tags_string_of_the_text_is_merged_as_its_tags(tmp_path: Path) -> None:
+    # `tags: alpha, beta` with --tag til was written as the list item 'alpha, beta' (one tag Obsidian cannot read)
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "---\ntags: alpha, beta  gamma\n---\n# Voles\n\ntext\n", agent="a",
+                        correlation_id="c1", tags=["til", "Beta"], now=NOW)
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: Voles\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\ntags:\n"
+        "- alpha\n- beta\n- gamma\n- til\n---\n\n# Voles\n\ntext\n")
 
 
 @pytest.mark.parametrize("text, title, error", [

@@ -344,3 +344,21 @@ def test_missing_subpaths_names_links_whose_note_lacks_the_heading_or_block() ->
         ("v/Home.md", "Guide.md", "a-b", None, "markdown"),
         ("v/Home.md", "", "Elsewhere", None, "wikilink"),
     ]
+
+
+def test_inline_code_inside_a_wikilink_is_its_text() -> None:
+    """A new user's finding: `check-vault` named 41 of duckdb's links to a heading with inline code as links to a
+    missing heading, written without their code (`[[…/dot_commands#: Writing Results to a File|output to a file]]`
+    for the heading ``## `.output`: Writing Results to a File``): the code masking blanked the code inside the
+    link. Code inside a wikilink is its text, as Obsidian reads it; a wikilink that opens inside code is none."""
+    from pipeline.index.graph import missing_subpaths
+
+    home = ("See [[Dots#`.output`: Writing Results to a File|the `.output` command]], `[[Code|not a link]]`, "
+            "`a [[Half` b]] and [[Dots#`.mode`|mode]].\n")
+    assert parse_links(home) == [
+        WikiLink(target="Dots", heading="`.output`: Writing Results to a File", alias="the `.output` command"),
+        WikiLink(target="Dots", heading="`.mode`", alias="mode"),
+    ]
+    target = "# Dots\n\n## `.output`: Writing Results to a File\n\ntext\n"
+    found = missing_subpaths([note("Dots.md", target), note("Home.md", home)])
+    assert [(p, link.heading) for p, link in found] == [("v/Home.md", "`.mode`")]

@@ -31,7 +31,7 @@ from pipeline.search.neighbours import links_of, related
 from pipeline.search.query import QuerySyntaxError, parse_query, text_contains
 from pipeline.search.searcher import Searcher
 from pipeline.search.snippet import clean_text, cut_around, make_snippet, match_position
-from pipeline.search.tags import inline_tags, tag_matches
+from pipeline.search.tags import frontmatter_tags, inline_tags, tag_matches
 from tests.tiny_warehouse import publish_chunks
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -214,6 +214,22 @@ def test_tags_are_compared_nfkc_and_casefolded_on_both_sides(tmp_path: Path) -> 
         assert tagged("ｶﾀｶﾅ") == ["g/cat.md", "g/otter.md"]
         assert tagged("ネコ") == ["g/cat.md"]                           # inline #ﾈｺ
         assert tagged("#ﾈｺ") == ["g/cat.md"]
+
+
+def test_a_frontmatter_tags_string_is_split_at_commas_as_obsidian_does(tmp_path: Path) -> None:
+    """``tags: project/alpha, Urgent`` is two tags in Obsidian; search read it as the one tag
+    ``project/alpha, urgent``, so ``tag:urgent`` said no note has the tag (found by a new user)."""
+    assert frontmatter_tags(["project/alpha, Urgent", "#til  日記", ",", "ｶﾀｶﾅ"]) == (
+        "project/alpha", "urgent", "til", "日記", "カタカナ")
+    notes = [Note("g", "a.md", "a.md", "Alpha", {"title": "Alpha", "tags": "project/alpha, Urgent"}, "otters swim."),
+             Note("g", "b.md", "b.md", "Beta", {"title": "Beta", "tags": ["later"]}, "otters sleep.")]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "g", 0, (), n.title, n.body) for n in notes]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with _searcher(path) as s:
+        for tag in ("urgent", "project", "project/alpha"):
+            assert [h.vault_path for h in s.search("otters", k=10, tags=[tag])] == ["g/a.md"]
+        assert s.search("otters", k=10, tags=["alpha, urgent"]) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------

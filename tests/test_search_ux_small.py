@@ -210,6 +210,9 @@ def test_the_cli_says_it_once_on_stderr_and_searches_on(tmp_path: Path) -> None:
     ("日記\u3000メモ", "tag '日記\\u3000メモ' has a space; Obsidian tags cannot contain spaces (use 日記-メモ or 日記/メモ)"),
     ("a b c", "tag 'a b c' has a space; Obsidian tags cannot contain spaces (use a-b-c or a/b/c)"),
     ("journal", None), ("#life/family", None), (" journal ", None), ("", None), ("kebab-case", None),
+    # a list in one value: the MCP `tag` 'journal, urgent' was told to use 'journal,-urgent or journal,/urgent'
+    ("journal, #urgent", "tag 'journal, #urgent' has a space; Obsidian tags cannot contain spaces or commas (give "
+                         "'journal', 'urgent' as 2 separate tags)"),
 ])
 def test_tag_problem(tag: str, problem: str | None) -> None:
     assert tag_problem(tag) == problem

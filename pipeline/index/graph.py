@@ -74,8 +74,9 @@ _EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 # ---------------------------------------------------------------------------------------------------------------
 # parsing
 # ---------------------------------------------------------------------------------------------------------------
-def _mask_code(markdown: str) -> str:
-    """``markdown`` with fenced/indented code blocks and inline code spans replaced by spaces (offsets kept)."""
+def _mask_code(markdown: str, inline: bool = True) -> str:
+    """``markdown`` with fenced/indented code blocks and (``inline``) inline code spans replaced by spaces (offsets
+    kept)."""
     lines = markdown.split("\n")
     for tok in _MD.parse(markdown):
         if tok.type in ("fence", "code_block") and tok.map:
@@ -83,6 +84,8 @@ def _mask_code(markdown: str) -> str:
             for i in range(start, min(end, len(lines))):
                 lines[i] = " " * len(lines[i])
     text = "\n".join(lines)
+    if not inline:
+        return text
     chars = list(text)
     # inline code: a run of n backticks up to the next run of exactly n, within one paragraph (no blank line)
     para_ends = [m.start() for m in _BLANK_LINE.finditer(text)] + [len(text)]
@@ -156,7 +159,7 @@ def parse_links(markdown: str) -> list[WikiLink]:
     ``[[target\\|alias]]`` and self-links ``[[#Heading]]`` (target ""), plus relative Markdown links to ``.md``
     files (``[text](../x/Note.md#h)``, URL-decoded, kind "markdown"; http(s)/mailto/other schemes, images and
     anchor-only links are skipped). Nothing inside fenced code (``` or ~~~, any length), indented code or inline
-    code counts.
+    code counts; inline code inside a wikilink is part of it (``[[Note#`.output`: Files|the `x` page]]``).
 
     Args:
         markdown: a note body (Markdown, LF line endings; frontmatter already removed).
@@ -164,9 +167,13 @@ def parse_links(markdown: str) -> list[WikiLink]:
     Returns:
         One WikiLink per occurrence (duplicates kept).
     """
-    text = _mask_code(re.sub(r"\r\n?", "\n", markdown))   # line breaks as markdown-it counts them
+    blocks = _mask_code(re.sub(r"\r\n?", "\n", markdown), inline=False)   # line breaks as markdown-it counts them
+    text = _mask_code(blocks)
     found: list[tuple[int, WikiLink]] = []
-    for m in _WIKILINK.finditer(text):
+    for m in _WIKILINK.finditer(blocks):
+        if text[m.start()] != blocks[m.start()]:     # opens inside inline code: `[[x]]` is no link
+            continue
+        # inline code inside the link is its text: [[Note#`.output`: Files]] links that heading, as Obsidian reads it
         link = _parse_wikilink(m.group(2), embed=bool(m.group(1)))
         if link is not None:
             found.append((m.start(), link))

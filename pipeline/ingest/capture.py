@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -336,7 +336,7 @@ def vault_rel_path(source: Source, fname: str, name_option: str = "--name") -> s
     rel = rel_path_for(mine)
     files = _source_files(source)
     same = files.get(mine)                     # the source path is NFC: an NFD-named file has the new note's one
-    if same is not None and same.name != f"{fname}.md":
+    if same is not None and same.name != f"{PurePosixPath(fname).name}.md":     # fname may hold folders
         raise CaptureError(f"a note named {fname + '.md'!r} would collide in the vault with {same.name!r} (the "
                            f"same name in {_form(same.name)} form, {ascii(same.name)[1:-1]}; vault path "
                            f"{source.name}/{assign_rel_paths(list(files))[mine]}): pass another {name_option} "
@@ -376,7 +376,8 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
     """The note's frontmatter: capture's keys (``own``: title, created, agent, status, correlation_id, related,
     tags) first, then the text's own keys in their order.
 
-    ``tags`` and ``related`` are merged: the text's entries first, then capture's (``--tag``, the search hits)
+    ``tags`` and ``related`` are merged (a ``tags`` string is its tags split at commas and whitespace, as Obsidian
+    reads ``tags: a, b``): the text's entries first, then capture's (``--tag``, the search hits)
     that are not there yet (tags compared without ``#`` and case). The keys of :data:`CAPTURE_KEYS` are
     capture's; a text value that differs stays as ``original_<key>`` (unless the text has that key itself), so
     nothing of the text is lost. Every other key (``aliases``, ``description``…) is the text's, unchanged.
@@ -385,6 +386,8 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
     replaced: dict[str, Any] = {}
     for key in ("related", "tags"):
         theirs, ours = _as_list(text_fm.get(key)), _as_list(own.get(key)) or []
+        if key == "tags" and isinstance(text_fm.get(key), str):     # `tags: a, b` is two tags, as Obsidian reads it
+            theirs = [t for t in re.split(r"[,\s]+", text_fm[key]) if t]
         if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
             replaced[key] = text_fm[key]
             theirs = []

@@ -104,7 +104,8 @@ def _nfc(text: str) -> str:
 
 def tag_problem(tag: str, subject: str | None = None) -> str | None:
     """Why ``tag`` can be no Obsidian tag (one line), or None: it has whitespace (also an ideographic space) inside,
-    after its surrounding whitespace and ``#`` are dropped. Such a filter never matches; such a frontmatter tag is
+    after its surrounding whitespace and ``#`` are dropped (with a comma too, ``journal, urgent``, it names the
+    separate tags to give). Such a filter never matches; such a frontmatter tag is
     broken. An empty tag is the caller's to refuse.
 
     Args:
@@ -115,6 +116,10 @@ def tag_problem(tag: str, subject: str | None = None) -> str | None:
     if len(words) < 2:
         return None
     subject = subject or f"tag {tag.strip()!r}"
+    if "," in tag:                      # a list of tags ('journal, urgent'), not one tag: 'journal,-urgent' is no fix
+        parts = [p.lstrip("#") for p in re.split(r"[,\s]+", tag) if p.lstrip("#")]
+        return (f"{subject} has a space; Obsidian tags cannot contain spaces or commas "
+                f"(give {', '.join(map(repr, parts))} as {len(parts)} separate tags)")
     return (f"{subject} has a space; Obsidian tags cannot contain spaces "
             f"(use {'-'.join(words)} or {'/'.join(words)})")
 

@@ -277,8 +277,9 @@ def _rows_of(vecs: np.ndarray, rows: np.ndarray, scope: np.ndarray | None, sub: 
 
 #: bumped when what :meth:`Searcher._compute_page_vectors` computes changes (its cache entries are then rebuilt)
 PAGE_VECTORS_FORMAT = 2
-#: the same for :meth:`Searcher._compute_keys` (3: tags normalised by ``normalise_tag``, NFKC)
-KEYS_FORMAT = 3
+#: the same for :meth:`Searcher._compute_keys` (3: tags normalised by ``normalise_tag``, NFKC; 4: a frontmatter tags
+#: string split at commas and whitespace, ``frontmatter_tags``)
+KEYS_FORMAT = 4
 
 
 def _start_up_state(con: Any, warehouse_path: Path, kind: str, name: str, compute: Callable[[], Mapping[str, Any]],
@@ -627,7 +628,7 @@ class Searcher:
 
     def _compute_keys(self) -> dict[str, Any]:
         """The fields :meth:`_load_keys` sets, from the warehouse's key tables (values ``marshal`` can store)."""
-        from pipeline.search.tags import normalise_tag
+        from pipeline.search.tags import frontmatter_tags
 
         keys = wh.load_chunk_keys(self._con).to_pydict()
         other_language_chunks: dict[str, int] = {}
@@ -650,7 +651,7 @@ class Searcher:
             "note_path": dict(zip(notes["note_id"], notes["source_path"])),
             "note_source": dict(zip(notes["note_id"], notes["source"])),
             "vault_path": dict(zip(notes["note_id"], notes["vault_path"])),
-            "tags": {nid: tuple(map(normalise_tag, tags)) for nid, tags in wh.note_tags(self._con).items()},
+            "tags": {nid: frontmatter_tags(tags) for nid, tags in wh.note_tags(self._con).items()},
         }
 
     def _load_indexes(self) -> None:

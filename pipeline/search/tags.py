@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from pipeline.common.markdown import replace_code
 
-__all__ = ["inline_tags", "normalise_tag", "tag_matches"]
+__all__ = ["frontmatter_tags", "inline_tags", "normalise_tag", "tag_matches"]
 
 _INLINE_CODE = re.compile(r"(`+).+?\1", re.DOTALL)
 _TAG = re.compile(r"(?<!\S)#([\w/-]+)")
@@ -26,6 +26,13 @@ def normalise_tag(tag: str) -> str:
     ``til``). Both sides of a tag filter go through it: the note's tags and the wanted ones."""
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", tag).casefold())
     return folded.strip().lstrip("#").strip("/")
+
+
+def frontmatter_tags(values: Iterable[str]) -> tuple[str, ...]:
+    """The tags of a note's frontmatter ``tags`` values (as the warehouse keeps them: one string per list item, a
+    string value as one item), normalised (:func:`normalise_tag`): a value is split at commas and whitespace, as
+    Obsidian reads ``tags: project/alpha, urgent`` (two tags; a tag holds neither), empty parts dropped."""
+    return tuple(t for value in values for part in re.split(r"[,\s]+", value) if (t := normalise_tag(part)))
 
 
 def inline_tags(markdown: str) -> set[str]:
