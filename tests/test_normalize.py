@@ -468,6 +468,20 @@ def test_links_to_wikilinks(tmp_path):
     )
 
 
+def test_a_link_to_a_heading_of_the_same_page_becomes_a_heading_wikilink(tmp_path):
+    """A new user's finding: duckdb's 1,728 in-page links such as `[structs](#creating-structs)` stayed Markdown
+    links to a slug, which Obsidian follows to no heading. One whose anchor names a heading of the page (its slug or
+    explicit id) is `[[#Heading|text]]`, in a table with `\\|`, inline code kept; one naming no heading stays."""
+    body = _body(tmp_path, "jekyll", (
+        "See [structs](#creating-structs), [the `sha256` function](#sha256string), [by id](#opts) and "
+        "[gone](#nowhere).\n\n| Name | Why |\n| --- | --- |\n| [`sha256(string)`](#sha256string) | hash |\n\n"
+        "## Creating Structs\n\n#### `sha256(string)`\n\n## Options {#opts}\n\n`[code](#creating-structs)`\n"))
+    assert body.split("\n\n## Creating")[0] == (
+        "See [[#Creating Structs|structs]], [[#`sha256(string)`|the `sha256` function]], [[#Options|by id]] and "
+        "[gone](#nowhere).\n\n| Name | Why |\n| --- | --- |\n| [[#`sha256(string)`\\|`sha256(string)`]] | hash |")
+    assert body.endswith("\n`[code](#creating-structs)`\n")
+
+
 def test_unresolvable_links_kept_without_site_url(tmp_path):
     body = _body(tmp_path, "markdown", "[a](/x/y) [b](../up.md) [c](nope.md)\n")
     assert body == "[a](/x/y) [b](../up.md) [c](nope.md)\n"

@@ -853,13 +853,20 @@ def _stem_keys(path: str) -> list[str]:
     return [k for k in keys]
 
 
-def _wikilink(index: _LinkIndex, sp: str, fragment: str, text: str, in_table: bool) -> str:
-    rel = index.rel_paths[sp]
-    target = f"{index.source.name}/{rel.removesuffix('.md')}"
+def _heading_of(index: _LinkIndex, sp: str, fragment: str) -> str | None:
+    """The text of the heading of page ``sp`` that the anchor ``fragment`` (a slug or an explicit id, URL-encoded
+    or not) names, or None."""
+    return index.headings.get(sp, {}).get(fragment) or index.headings.get(sp, {}).get(unquote(fragment))
+
+
+def _wikilink(index: _LinkIndex, sp: str, fragment: str, text: str, in_table: bool, own: bool = False) -> str:
+    """``[[source/page#Heading|text]]`` for a link to page ``sp``; ``own``: a link inside ``sp`` itself,
+    ``[[#Heading|text]]``."""
+    target = "" if own else f"{index.source.name}/{index.rel_paths[sp].removesuffix('.md')}"
     if fragment and re.fullmatch(r"\^[A-Za-z0-9-]+", unquote(fragment)):
         target += "#" + unquote(fragment)               # a block reference stays one: [[note#^id]]
     elif fragment:
-        heading = index.headings.get(sp, {}).get(fragment) or index.headings.get(sp, {}).get(unquote(fragment))
+        heading = _heading_of(index, sp, fragment)
         target += "#" + (heading if heading else _heading_display(unquote(fragment)))
     alias = re.sub(r"\s+", " ", text).strip()
     if alias:
@@ -890,6 +897,9 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
     target = m.group("target").strip()
     if target.startswith("<") and target.endswith(">"):
         target = target[1:-1]
+    if target.startswith("#") and "![" not in text and _heading_of(index, sp, target[1:]):
+        # [x](#creating-structs): Obsidian follows no slug; [[#Creating Structs|x]] reaches the heading
+        return _wikilink(index, sp, target[1:], text, in_table, own=True)
     if not target or target.startswith("#") or "![" in text or "\x00" in target:
         return m.group(0)
     parts = urlsplit(target)
