@@ -288,3 +288,30 @@ def test_a_failed_fetch_is_retried_once_its_upstream_answers_again(two_sources, 
     later = artifacts.load_state(settings, "repo-docs")["failing_since"]
     assert later != since
     assert [r.run_key for r in _evaluate(sensor, up.cursor).run_requests] == [f"repo_docs:fetch_failed:{later}"]
+
+
+def test_an_edit_of_a_git_sources_paths_is_requested_though_its_commit_was(two_sources):
+    """A user adds a folder to a git source's `paths:` in sources.yaml (and reloads the code location) while the
+    daemon runs. Its commit was requested before, so the cursor held that commit as the source's token: the check
+    said changed (the recorded paths differ) but every tick skipped it as already requested, and the new folder
+    was never built unattended (found by a new user, session 35). Now the edit is its own token and run key."""
+    from dataclasses import replace
+
+    work, sources, settings, _ = two_sources
+    new = _commit(work, {"docs/b.md": "# B\n", "guide/g.md": "# G\n"}, "add b and a guide")
+    work.remote("origin").push("main")
+    moved = _evaluate(upstream_change_sensor(sources, settings))
+    assert [r.run_key for r in moved.run_requests] == [f"repo_docs:{new}"]
+    fetch_source(sources[0], settings)                          # its run
+    assert _evaluate(upstream_change_sensor(sources, settings), moved.cursor).run_requests == []
+    edited = [replace(sources[0], paths=("docs", "guide")), sources[1]]
+    result = _evaluate(upstream_change_sensor(edited, settings), moved.cursor)
+    assert [(r.tags["docsvault/source"], r.run_key[:len("repo_docs:") + 18]) for r in result.run_requests] == [
+        ("repo-docs", f"repo_docs:{new[:12]}+edit:")]
+    assert check_upstream(edited[0], settings).detail.endswith("; ref or paths edited")
+    assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []   # once
+    fetch_source(edited[0], settings)                           # its run: the new paths are recorded, quiet again
+    assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []
+    back = _evaluate(upstream_change_sensor(sources, settings), result.cursor)   # the edit undone: requested too
+    assert len(back.run_requests) == 1 and back.run_requests[0].run_key not in {
+        result.run_requests[0].run_key, moved.run_requests[0].run_key}
