@@ -315,3 +315,47 @@ def test_an_edit_of_a_git_sources_paths_is_requested_though_its_commit_was(two_s
     back = _evaluate(upstream_change_sensor(sources, settings), result.cursor)   # the edit undone: requested too
     assert len(back.run_requests) == 1 and back.run_requests[0].run_key not in {
         result.run_requests[0].run_key, moved.run_requests[0].run_key}
+
+
+def test_the_sensor_reads_sources_yaml_again_on_each_tick(two_sources, tmp_path):
+    """A user removed a source from sources.yaml while `dg dev` ran and did not reload the code location. The
+    sensor, with the sources of its load, requested a run for the removed source when its folder changed; the run
+    loads sources.yaml again, so no asset supplied the source's keys: a framework error, retried twice, three red
+    runs (found by a new user, session 35). Now each tick reads the file: a removed source is not requested, the
+    others are checked as the file has them, and the tick says to reload."""
+    from dataclasses import replace
+
+    from pipeline.defs.automation import sources_now
+
+    work, sources, settings, notes = two_sources
+    repo, local = sources
+    sources_file = settings.sources_file
+
+    def write(*entries: str) -> None:
+        sources_file.write_text("sources:\n" + "".join(entries), encoding="utf-8")
+
+    repo_entry = f"  - name: repo-docs\n    kind: git\n    url: {repo.url}\n    ref: main\n    paths: [docs]\n"
+    local_entry = f"  - name: notes\n    kind: local\n    path: {notes}\n"
+    write(repo_entry, local_entry)
+    sensor = upstream_change_sensor(sources, settings, sources_file=sources_file)
+    assert sources_now({s.name: s for s in sources}, sources_file) == ({s.name: s for s in sources}, "")
+    assert _evaluate(sensor).skip_reason.skip_message == "no source moved (2 checked)"
+    write(repo_entry)                                           # notes removed, no reload
+    (notes / "n.md").write_text("# N changed\n")
+    removed = _evaluate(sensor)
+    reload = "reload the code location (UI: 'Reload definitions', or restart `dg dev` / the daemon)"
+    assert (removed.run_requests, removed.skip_reason.skip_message) == ([], (
+        f"no source moved (1 checked); {sources_file} changed since the code location loaded (removed: notes); "
+        f"notes not requested: {reload}"))
+    # an edit is checked as the file has it (the run reads the file too); an added source waits for the reload
+    write(repo_entry.replace("[docs]", "[docs, guide]"), local_entry, "  - name: more\n    kind: local\n    path: .\n")
+    checked, line = sources_now({s.name: s for s in sources}, sources_file)
+    assert checked == {"repo-docs": replace(repo, paths=("docs", "guide")), "notes": local}
+    assert line == f"{sources_file} changed since the code location loaded (added: more; edited: repo-docs): {reload}"
+    assert [r.tags["docsvault/source"] for r in _evaluate(sensor, removed.cursor).run_requests] == [
+        "repo-docs", "notes"]
+    sources_file.write_text("sources:\n  - name: x\n", encoding="utf-8")   # broken: nothing requested
+    broken = _evaluate(sensor)
+    assert broken.run_requests == [] and broken.skip_reason.skip_message.startswith(
+        f"no source moved (0 checked); {sources_file}") and broken.skip_reason.skip_message.endswith(
+        ": no source checked until it loads (a run started now would fail to load it)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -67,7 +68,7 @@ RETRIED_KEY = ".retried"
 
 
 def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Callable[[], Settings],
-                           name: str = "upstream_change") -> dg.SensorDefinition:
+                           name: str = "upstream_change", sources_file: Path | None = None) -> dg.SensorDefinition:
     """A sensor that checks each source cheaply (:func:`pipeline.ingest.fetch.watch.check_upstream`) and yields one
     RunRequest per changed source, selecting that source's chain plus the shared stages.
 
@@ -83,6 +84,11 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
     (``RETRY_TAGS``), not requested again. Unreachable sources are logged and skipped. A tick that requests
     nothing returns a SkipReason saying why (``no source moved (3 checked)``, and the sources that could not
     be checked).
+
+    ``sources_file``: the sources.yaml ``sources`` were loaded from, read again on each tick
+    (:func:`sources_now`): a run started now reads it too, so a source no longer in it is not requested (its run
+    failed to start: no asset supplies its keys), the others are checked as they stand in it, and the tick says
+    the code location needs a reload.
 
     Long: the decorator's description and the tick function (one pass over the sources deciding each one's
     request against the cursor) belong together; the decisions live in ``check_upstream``.
@@ -120,7 +126,10 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             instance: dg.DagsterInstance | None = context.instance
         except dg.DagsterInvariantViolationError:          # evaluated without an instance (a unit test, a preview)
             instance = None
-        unfinished = unfinished_chains(instance, list(by_name.values())) if instance is not None else {}
+        checked, stale = (by_name, "") if sources_file is None else sources_now(by_name, sources_file)
+        if stale:
+            context.log.warning(stale)
+        unfinished = unfinished_chains(instance, list(checked.values())) if instance is not None else {}
 
         def request(source: Source, run_key: str, trigger: str, why: str) -> None:
             requests.append(dg.RunRequest(
@@ -128,7 +137,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 tags={"docsvault/source": source.name, "docsvault/trigger": trigger, **RETRY_TAGS}))
             context.log.info(f"{source.name}: {why}")
 
-        for name_, source in by_name.items():
+        for name_, source in checked.items():
             if name_ in unfinished:     # its last run died partway: fetched (and maybe chunked), never published
                 request(source, f"unfinished:{unfinished[name_]}", "unfinished_run",
                         "its last run stopped after raw_docs and before embeddings; requesting a run to "
@@ -159,12 +168,35 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         new_cursor = json.dumps(cursor, sort_keys=True)
         if requests:
             return dg.SensorResult(run_requests=requests, cursor=new_cursor)
-        why = f"no source moved ({len(by_name)} checked"
+        why = f"no source moved ({len(checked)} checked"
         if unreachable:
             why += f"; {len(unreachable)} could not be checked: {', '.join(unreachable)} (see the tick's log)"
-        return dg.SensorResult(skip_reason=why + ")", cursor=new_cursor)
+        return dg.SensorResult(skip_reason=why + ")" + (f"; {stale}" if stale else ""), cursor=new_cursor)
 
     return _sensor
+
+
+def sources_now(loaded: dict[str, Source], sources_file: Path) -> tuple[dict[str, Source], str]:
+    """The sources of ``loaded`` (name -> source, as the code location read sources.yaml when it loaded) still in
+    ``sources_file``, each as the file has it now, and a line for the tick when the file no longer matches
+    ``loaded`` ("" when it does). A file that does not load gives no source: every run would fail to start."""
+    from pipeline.common.errors import SourceConfigError
+    from pipeline.ingest.sources import load_sources
+
+    reload = "reload the code location (UI: 'Reload definitions', or restart `dg dev` / the daemon)"
+    try:
+        now = {s.name: s for s in load_sources(sources_file)}
+    except SourceConfigError as exc:
+        return {}, f"{exc}: no source checked until it loads (a run started now would fail to load it)"
+    removed, added = [n for n in loaded if n not in now], [n for n in now if n not in loaded]
+    edited = [n for n in loaded if n in now and now[n] != loaded[n]]
+    if not (removed or added or edited):
+        return {n: now[n] for n in loaded}, ""
+    what = [f"{label} {', '.join(names)}" for label, names in
+            (("removed:", removed), ("added:", added), ("edited:", edited)) if names]
+    skipped = f"; {', '.join(removed)} not requested" if removed else ""
+    return ({n: now[n] for n in loaded if n in now},
+            f"{sources_file} changed since the code location loaded ({'; '.join(what)}){skipped}: {reload}")
 
 
 def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, int]:
@@ -192,7 +224,7 @@ def automation_defs(settings: Settings) -> dg.Definitions:
 
     sources = load_sources(settings.sources_file)
     return dg.Definitions(jobs=[refresh_all_job], schedules=[daily_refresh],
-                          sensors=[upstream_change_sensor(sources, settings)])
+                          sensors=[upstream_change_sensor(sources, settings, sources_file=settings.sources_file)])
 
 
 @dg.definitions
