@@ -359,3 +359,42 @@ def test_the_sensor_reads_sources_yaml_again_on_each_tick(two_sources, tmp_path)
     assert broken.run_requests == [] and broken.skip_reason.skip_message.startswith(
         f"no source moved (0 checked); {sources_file}") and broken.skip_reason.skip_message.endswith(
         ": no source checked until it loads (a run started now would fail to load it)")
+
+
+def test_sensor_publishes_the_warehouse_a_run_left_behind(two_sources, tmp_path):
+    """A user ran one source's group (`dg launch --assets 'group:duckdb'`) after an upstream edit: the vault had
+    the new text, `docsvault search` said no note contains it, and the sensor said "no source moved" on every
+    tick (the fetch was recorded), so the warehouse stayed behind until someone ran it (found by a new user,
+    session 35; the same after a run killed between embeddings and warehouse). Now the sensor requests the
+    shared stages once per warehouse materialization, none while a run is in progress."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        def materialize(*keys: list[str]) -> None:
+            for k in keys:
+                instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k)))
+
+        def evaluate(cursor: str | None = None) -> dg.SensorResult:
+            result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
+            assert isinstance(result, dg.SensorResult)
+            return result
+
+        every = [[s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES]
+        materialize(*every)
+        assert evaluate().run_requests == []                   # never published: nothing to catch up with
+        materialize(*([s] for s in SHARED_STAGES))
+        assert evaluate().run_requests == []
+        published = instance.get_asset_records([dg.AssetKey(["warehouse"])])[0] \
+            .asset_entry.last_materialization_record.storage_id
+        materialize(*([["notes", stage] for stage in PER_SOURCE_STAGES]))   # the group alone
+        result = evaluate()
+        assert [(r.run_key, r.tags["docsvault/trigger"], set(r.asset_selection)) for r in result.run_requests] == [
+            (f"unpublished:{published}", "unpublished", {dg.AssetKey([s]) for s in SHARED_STAGES})]
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="publishing", status=dg.DagsterRunStatus.STARTED))
+        assert evaluate(result.cursor).run_requests == []       # a run in progress may publish it
+        instance.report_run_failed(instance.get_run_by_id("publishing"))
+        materialize(["link_graph"], ["warehouse"], ["retrieval_eval"])
+        assert evaluate(result.cursor).run_requests == []

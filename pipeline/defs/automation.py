@@ -163,6 +163,13 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 request(source, f"fetch_failed:{failing}", "fetch_failed",
                         f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
                         f"answers again ({check.detail}); requesting a run to retry it")
+        behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
+        if behind is not None:
+            requests.append(dg.RunRequest(
+                run_key=f"unpublished:{behind[0]}", asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
+                tags={"docsvault/trigger": "unpublished", **RETRY_TAGS}))
+            context.log.info(f"{', '.join(behind[1])}: embedded after the warehouse's last publish (a run stopped "
+                             "before the shared stages); requesting link_graph, warehouse and retrieval_eval")
         if retried:
             cursor[RETRIED_KEY] = retried
         new_cursor = json.dumps(cursor, sort_keys=True)
@@ -199,14 +206,37 @@ def sources_now(loaded: dict[str, Source], sources_file: Path) -> tuple[dict[str
             f"{sources_file} changed since the code location loaded ({'; '.join(what)}){skipped}: {reload}")
 
 
+ACTIVE_RUN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tuple[int, list[str]] | None:
+    """The storage id of the warehouse's last materialization and the sources whose ``embeddings`` materialized
+    after it: a run that built them stopped before the shared stages (``dg launch --assets group:<source>``, a
+    run killed or failed before ``warehouse``), so the vault holds notes that search does not, and upstream looks
+    unchanged. None when every source's embeddings are older, when the warehouse was never published, or while a
+    run is queued or in progress (it may publish). Keyed by the warehouse's materialization, so a warehouse that
+    keeps failing is requested once, not on every tick."""
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+        return None
+    warehouse = dg.AssetKey(["warehouse"])
+    keys = {key("embeddings", s): s.name for s in sources}
+    last = {r.asset_entry.asset_key: r.asset_entry.last_materialization_record
+            for r in instance.get_asset_records([warehouse, *keys])}
+    published = last.get(warehouse)
+    if published is None:
+        return None
+    newer = [name for k, name in keys.items() if (last.get(k) is not None and
+                                                    last[k].storage_id > published.storage_id)]
+    return (published.storage_id, newer) if newer else None
+
+
 def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, int]:
     """Sources whose chain a run left unfinished: ``<source>/raw_docs`` materialized after the source's last
     ``embeddings`` (the run was killed or crashed between them; its fetch is recorded, so the upstream check sees
     nothing new and would never finish the chain). Source name -> storage id of that ``raw_docs`` materialization
     (one request per interrupted fetch). Empty while any run is queued or in progress: it may be finishing them."""
-    active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
-    if instance.get_runs_count(filters=dg.RunsFilter(statuses=active)):
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
         return {}
     out: dict[str, int] = {}
     for source in sources:
