@@ -288,3 +288,113 @@ def test_a_failed_fetch_is_retried_once_its_upstream_answers_again(two_sources, 
     later = artifacts.load_state(settings, "repo-docs")["failing_since"]
     assert later != since
     assert [r.run_key for r in _evaluate(sensor, up.cursor).run_requests] == [f"repo_docs:fetch_failed:{later}"]
+
+
+def test_an_edit_of_a_git_sources_paths_is_requested_though_its_commit_was(two_sources):
+    """A user adds a folder to a git source's `paths:` in sources.yaml (and reloads the code location) while the
+    daemon runs. Its commit was requested before, so the cursor held that commit as the source's token: the check
+    said changed (the recorded paths differ) but every tick skipped it as already requested, and the new folder
+    was never built unattended (found by a new user, session 35). Now the edit is its own token and run key."""
+    from dataclasses import replace
+
+    work, sources, settings, _ = two_sources
+    new = _commit(work, {"docs/b.md": "# B\n", "guide/g.md": "# G\n"}, "add b and a guide")
+    work.remote("origin").push("main")
+    moved = _evaluate(upstream_change_sensor(sources, settings))
+    assert [r.run_key for r in moved.run_requests] == [f"repo_docs:{new}"]
+    fetch_source(sources[0], settings)                          # its run
+    assert _evaluate(upstream_change_sensor(sources, settings), moved.cursor).run_requests == []
+    edited = [replace(sources[0], paths=("docs", "guide")), sources[1]]
+    result = _evaluate(upstream_change_sensor(edited, settings), moved.cursor)
+    assert [(r.tags["docsvault/source"], r.run_key[:len("repo_docs:") + 18]) for r in result.run_requests] == [
+        ("repo-docs", f"repo_docs:{new[:12]}+edit:")]
+    assert check_upstream(edited[0], settings).detail.endswith("; ref or paths edited")
+    assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []   # once
+    fetch_source(edited[0], settings)                           # its run: the new paths are recorded, quiet again
+    assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []
+    back = _evaluate(upstream_change_sensor(sources, settings), result.cursor)   # the edit undone: requested too
+    assert len(back.run_requests) == 1 and back.run_requests[0].run_key not in {
+        result.run_requests[0].run_key, moved.run_requests[0].run_key}
+
+
+def test_the_sensor_reads_sources_yaml_again_on_each_tick(two_sources, tmp_path):
+    """A user removed a source from sources.yaml while `dg dev` ran and did not reload the code location. The
+    sensor, with the sources of its load, requested a run for the removed source when its folder changed; the run
+    loads sources.yaml again, so no asset supplied the source's keys: a framework error, retried twice, three red
+    runs (found by a new user, session 35). Now each tick reads the file: a removed source is not requested, the
+    others are checked as the file has them, and the tick says to reload."""
+    from dataclasses import replace
+
+    from pipeline.defs.automation import sources_now
+
+    work, sources, settings, notes = two_sources
+    repo, local = sources
+    sources_file = settings.sources_file
+
+    def write(*entries: str) -> None:
+        sources_file.write_text("sources:\n" + "".join(entries), encoding="utf-8")
+
+    repo_entry = f"  - name: repo-docs\n    kind: git\n    url: {repo.url}\n    ref: main\n    paths: [docs]\n"
+    local_entry = f"  - name: notes\n    kind: local\n    path: {notes}\n"
+    write(repo_entry, local_entry)
+    sensor = upstream_change_sensor(sources, settings, sources_file=sources_file)
+    assert sources_now({s.name: s for s in sources}, sources_file) == ({s.name: s for s in sources}, "")
+    assert _evaluate(sensor).skip_reason.skip_message == "no source moved (2 checked)"
+    write(repo_entry)                                           # notes removed, no reload
+    (notes / "n.md").write_text("# N changed\n")
+    removed = _evaluate(sensor)
+    reload = "reload the code location (UI: 'Reload definitions', or restart `dg dev` / the daemon)"
+    assert (removed.run_requests, removed.skip_reason.skip_message) == ([], (
+        f"no source moved (1 checked); {sources_file} changed since the code location loaded (removed: notes); "
+        f"notes not requested: {reload}"))
+    # an edit is checked as the file has it (the run reads the file too); an added source waits for the reload
+    write(repo_entry.replace("[docs]", "[docs, guide]"), local_entry, "  - name: more\n    kind: local\n    path: .\n")
+    checked, line = sources_now({s.name: s for s in sources}, sources_file)
+    assert checked == {"repo-docs": replace(repo, paths=("docs", "guide")), "notes": local}
+    assert line == f"{sources_file} changed since the code location loaded (added: more; edited: repo-docs): {reload}"
+    assert [r.tags["docsvault/source"] for r in _evaluate(sensor, removed.cursor).run_requests] == [
+        "repo-docs", "notes"]
+    sources_file.write_text("sources:\n  - name: x\n", encoding="utf-8")   # broken: nothing requested
+    broken = _evaluate(sensor)
+    assert broken.run_requests == [] and broken.skip_reason.skip_message.startswith(
+        f"no source moved (0 checked); {sources_file}") and broken.skip_reason.skip_message.endswith(
+        ": no source checked until it loads (a run started now would fail to load it)")
+
+
+def test_sensor_publishes_the_warehouse_a_run_left_behind(two_sources, tmp_path):
+    """A user ran one source's group (`dg launch --assets 'group:duckdb'`) after an upstream edit: the vault had
+    the new text, `docsvault search` said no note contains it, and the sensor said "no source moved" on every
+    tick (the fetch was recorded), so the warehouse stayed behind until someone ran it (found by a new user,
+    session 35; the same after a run killed between embeddings and warehouse). Now the sensor requests the
+    shared stages once per warehouse materialization, none while a run is in progress."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        def materialize(*keys: list[str]) -> None:
+            for k in keys:
+                instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k)))
+
+        def evaluate(cursor: str | None = None) -> dg.SensorResult:
+            result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
+            assert isinstance(result, dg.SensorResult)
+            return result
+
+        every = [[s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES]
+        materialize(*every)
+        assert evaluate().run_requests == []                   # never published: nothing to catch up with
+        materialize(*([s] for s in SHARED_STAGES))
+        assert evaluate().run_requests == []
+        published = instance.get_asset_records([dg.AssetKey(["warehouse"])])[0] \
+            .asset_entry.last_materialization_record.storage_id
+        materialize(*([["notes", stage] for stage in PER_SOURCE_STAGES]))   # the group alone
+        result = evaluate()
+        assert [(r.run_key, r.tags["docsvault/trigger"], set(r.asset_selection)) for r in result.run_requests] == [
+            (f"unpublished:{published}", "unpublished", {dg.AssetKey([s]) for s in SHARED_STAGES})]
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="publishing", status=dg.DagsterRunStatus.STARTED))
+        assert evaluate(result.cursor).run_requests == []       # a run in progress may publish it
+        instance.report_run_failed(instance.get_run_by_id("publishing"))
+        materialize(["link_graph"], ["warehouse"], ["retrieval_eval"])
+        assert evaluate(result.cursor).run_requests == []

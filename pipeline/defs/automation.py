@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -67,7 +68,7 @@ RETRIED_KEY = ".retried"
 
 
 def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Callable[[], Settings],
-                           name: str = "upstream_change") -> dg.SensorDefinition:
+                           name: str = "upstream_change", sources_file: Path | None = None) -> dg.SensorDefinition:
     """A sensor that checks each source cheaply (:func:`pipeline.ingest.fetch.watch.check_upstream`) and yields one
     RunRequest per changed source, selecting that source's chain plus the shared stages.
 
@@ -83,6 +84,11 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
     (``RETRY_TAGS``), not requested again. Unreachable sources are logged and skipped. A tick that requests
     nothing returns a SkipReason saying why (``no source moved (3 checked)``, and the sources that could not
     be checked).
+
+    ``sources_file``: the sources.yaml ``sources`` were loaded from, read again on each tick
+    (:func:`sources_now`): a run started now reads it too, so a source no longer in it is not requested (its run
+    failed to start: no asset supplies its keys), the others are checked as they stand in it, and the tick says
+    the code location needs a reload.
 
     Long: the decorator's description and the tick function (one pass over the sources deciding each one's
     request against the cursor) belong together; the decisions live in ``check_upstream``.
@@ -120,7 +126,10 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             instance: dg.DagsterInstance | None = context.instance
         except dg.DagsterInvariantViolationError:          # evaluated without an instance (a unit test, a preview)
             instance = None
-        unfinished = unfinished_chains(instance, list(by_name.values())) if instance is not None else {}
+        checked, stale = (by_name, "") if sources_file is None else sources_now(by_name, sources_file)
+        if stale:
+            context.log.warning(stale)
+        unfinished = unfinished_chains(instance, list(checked.values())) if instance is not None else {}
 
         def request(source: Source, run_key: str, trigger: str, why: str) -> None:
             requests.append(dg.RunRequest(
@@ -128,7 +137,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 tags={"docsvault/source": source.name, "docsvault/trigger": trigger, **RETRY_TAGS}))
             context.log.info(f"{source.name}: {why}")
 
-        for name_, source in by_name.items():
+        for name_, source in checked.items():
             if name_ in unfinished:     # its last run died partway: fetched (and maybe chunked), never published
                 request(source, f"unfinished:{unfinished[name_]}", "unfinished_run",
                         "its last run stopped after raw_docs and before embeddings; requesting a run to "
@@ -154,17 +163,72 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 request(source, f"fetch_failed:{failing}", "fetch_failed",
                         f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
                         f"answers again ({check.detail}); requesting a run to retry it")
+        behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
+        if behind is not None:
+            requests.append(dg.RunRequest(
+                run_key=f"unpublished:{behind[0]}", asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
+                tags={"docsvault/trigger": "unpublished", **RETRY_TAGS}))
+            context.log.info(f"{', '.join(behind[1])}: embedded after the warehouse's last publish (a run stopped "
+                             "before the shared stages); requesting link_graph, warehouse and retrieval_eval")
         if retried:
             cursor[RETRIED_KEY] = retried
         new_cursor = json.dumps(cursor, sort_keys=True)
         if requests:
             return dg.SensorResult(run_requests=requests, cursor=new_cursor)
-        why = f"no source moved ({len(by_name)} checked"
+        why = f"no source moved ({len(checked)} checked"
         if unreachable:
             why += f"; {len(unreachable)} could not be checked: {', '.join(unreachable)} (see the tick's log)"
-        return dg.SensorResult(skip_reason=why + ")", cursor=new_cursor)
+        return dg.SensorResult(skip_reason=why + ")" + (f"; {stale}" if stale else ""), cursor=new_cursor)
 
     return _sensor
+
+
+def sources_now(loaded: dict[str, Source], sources_file: Path) -> tuple[dict[str, Source], str]:
+    """The sources of ``loaded`` (name -> source, as the code location read sources.yaml when it loaded) still in
+    ``sources_file``, each as the file has it now, and a line for the tick when the file no longer matches
+    ``loaded`` ("" when it does). A file that does not load gives no source: every run would fail to start."""
+    from pipeline.common.errors import SourceConfigError
+    from pipeline.ingest.sources import load_sources
+
+    reload = "reload the code location (UI: 'Reload definitions', or restart `dg dev` / the daemon)"
+    try:
+        now = {s.name: s for s in load_sources(sources_file)}
+    except SourceConfigError as exc:
+        return {}, f"{exc}: no source checked until it loads (a run started now would fail to load it)"
+    removed, added = [n for n in loaded if n not in now], [n for n in now if n not in loaded]
+    edited = [n for n in loaded if n in now and now[n] != loaded[n]]
+    if not (removed or added or edited):
+        return {n: now[n] for n in loaded}, ""
+    what = [f"{label} {', '.join(names)}" for label, names in
+            (("removed:", removed), ("added:", added), ("edited:", edited)) if names]
+    skipped = f"; {', '.join(removed)} not requested" if removed else ""
+    return ({n: now[n] for n in loaded if n in now},
+            f"{sources_file} changed since the code location loaded ({'; '.join(what)}){skipped}: {reload}")
+
+
+ACTIVE_RUN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tuple[int, list[str]] | None:
+    """The storage id of the warehouse's last materialization and the sources whose ``embeddings`` materialized
+    after it: a run that built them stopped before the shared stages (``dg launch --assets group:<source>``, a
+    run killed or failed before ``warehouse``), so the vault holds notes that search does not, and upstream looks
+    unchanged. None when every source's embeddings are older, when the warehouse was never published, or while a
+    run is queued or in progress (it may publish). Keyed by the warehouse's materialization, so a warehouse that
+    keeps failing is requested once, not on every tick."""
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+        return None
+    warehouse = dg.AssetKey(["warehouse"])
+    keys = {key("embeddings", s): s.name for s in sources}
+    last = {r.asset_entry.asset_key: r.asset_entry.last_materialization_record
+            for r in instance.get_asset_records([warehouse, *keys])}
+    published = last.get(warehouse)
+    if published is None:
+        return None
+    newer = [name for k, name in keys.items() if (last.get(k) is not None and
+                                                    last[k].storage_id > published.storage_id)]
+    return (published.storage_id, newer) if newer else None
 
 
 def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, int]:
@@ -172,9 +236,7 @@ def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -
     ``embeddings`` (the run was killed or crashed between them; its fetch is recorded, so the upstream check sees
     nothing new and would never finish the chain). Source name -> storage id of that ``raw_docs`` materialization
     (one request per interrupted fetch). Empty while any run is queued or in progress: it may be finishing them."""
-    active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
-    if instance.get_runs_count(filters=dg.RunsFilter(statuses=active)):
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
         return {}
     out: dict[str, int] = {}
     for source in sources:
@@ -192,7 +254,7 @@ def automation_defs(settings: Settings) -> dg.Definitions:
 
     sources = load_sources(settings.sources_file)
     return dg.Definitions(jobs=[refresh_all_job], schedules=[daily_refresh],
-                          sensors=[upstream_change_sensor(sources, settings)])
+                          sensors=[upstream_change_sensor(sources, settings, sources_file=settings.sources_file)])
 
 
 @dg.definitions

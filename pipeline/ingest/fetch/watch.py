@@ -1,6 +1,7 @@
 """Cheap upstream-change checks, one per source, for the Dagster sensor (no checkout, no page downloads).
 
-- git: one ``git ls-remote`` of the ref vs the commit recorded in ``fetch.json``.
+- git: one ``git ls-remote`` of the ref vs the commit recorded in ``fetch.json``; an edited ``ref`` or ``paths``
+  counts as a change, with its own token (:func:`_git_token`).
 - llms_txt: conditional GET of the llms.txt (ETag / Last-Modified recorded by the last fetch); a 200 is compared by
   content hash. Pages that changed behind an unchanged llms.txt are left to the daily refresh schedule.
 - html: the same on the sitemap when one is configured, else on the start page.
@@ -83,10 +84,22 @@ def _check_git(source: Source, state: dict) -> UpstreamCheck:
     recorded = str(state.get("revision") or "")
     same_config = state.get("ref") == source.ref and list(state.get("paths") or []) == list(source.paths)
     if is_commit_id(source.ref):
-        return UpstreamCheck(source.name, recorded != source.ref or not same_config, str(source.ref), "pinned commit")
+        token = _git_token(source, state, str(source.ref), same_config)
+        return UpstreamCheck(source.name, recorded != source.ref or not same_config, token, "pinned commit")
     remote = _remote_commit(_GitRunner(source), source.ref)
     changed = remote != recorded or not same_config
-    return UpstreamCheck(source.name, changed, remote, f"remote {remote[:12]} vs recorded {recorded[:12]}")
+    detail = f"remote {remote[:12]} vs recorded {recorded[:12]}" + ("" if same_config else "; ref or paths edited")
+    return UpstreamCheck(source.name, changed, _git_token(source, state, remote, same_config), detail)
+
+
+def _git_token(source: Source, state: dict, commit: str, same_config: bool) -> str:
+    """The commit id; after an edit of the source's ``ref`` or ``paths`` in sources.yaml, the commit's first 12
+    digits with a hash of the entry and of the last fetch's time, so the sensor requests the edit even when the
+    commit was requested before (it kept the commit as the source's token and skipped it), and once per edit."""
+    if same_config:
+        return commit
+    edit = hashlib.sha256(f"{_config_token(source)}|{state.get('fetched_at')}".encode()).hexdigest()[:16]
+    return f"{commit[:12]}+edit:{edit}"
 
 
 def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
