@@ -135,7 +135,7 @@ def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Sett
 
     _docsvault_build_with_a_dead_source(dead_remote)
     from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
-    from pipeline.defs.runner import _global_job, _settings_env
+    from pipeline.defs.runner import _reconstructable_job, _settings_env
 
     defs = build_definitions(dead_remote)
     with dg.DagsterInstance.get() as instance, _settings_env(dead_remote):
@@ -143,7 +143,7 @@ def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Sett
         schedule = defs.resolve_schedule_def("daily_refresh")
         (request,) = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
         assert schedule.job_name == "refresh_all"
-        with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=request.tags,
+        with dg.execute_job(_reconstructable_job(Settings.from_env()), instance=instance, tags=request.tags,
                             run_config=IN_PROCESS_RUN_CONFIG) as result:
             _assert_dead_alone(_run_outcome(instance, result.run_id))
         assert _searchable(dead_remote)[0] == "docs/Pelicans.md"
@@ -156,7 +156,7 @@ def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Sett
         tick = sensor(ctx)
         (request,) = tick.run_requests
         assert request.tags["docsvault/source"] == "tiny"
-        with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=request.tags,
+        with dg.execute_job(_reconstructable_job(Settings.from_env()), instance=instance, tags=request.tags,
                             asset_selection=request.asset_selection, run_config=IN_PROCESS_RUN_CONFIG) as result:
             outcome = _run_outcome(instance, result.run_id)
         assert outcome["status"] == "SUCCESS" and {"tiny/vault", "warehouse"} <= outcome["materialized"]
@@ -170,7 +170,7 @@ def test_cli_build_schedule_and_sensor_runs_with_a_dead_source(dead_remote: Sett
         since = artifacts.load_state(dead_remote, "remote")["failing_since"]
         assert (retry.run_key, retry.tags["docsvault/source"], retry.tags["docsvault/trigger"]) == (
             f"remote:fetch_failed:{since}", "remote", "fetch_failed")
-        with dg.execute_job(dg.reconstructable(_global_job), instance=instance, tags=retry.tags,
+        with dg.execute_job(_reconstructable_job(Settings.from_env()), instance=instance, tags=retry.tags,
                             asset_selection=retry.asset_selection, run_config=IN_PROCESS_RUN_CONFIG) as result:
             outcome = _run_outcome(instance, result.run_id)
         assert outcome["status"] == "SUCCESS" and "remote/raw_docs:ran_without_error" not in outcome["failed_checks"]
@@ -355,7 +355,7 @@ def test_a_dagster_run_removes_a_source_dropped_from_sources_yaml(dead_remote: S
     refresh_all job here) builds: its warehouse step removes what builds wrote for it, as `docsvault build` does, with
     the same line in the run's log, once; a file of the user's in vault/remote/ stays."""
     from pipeline.defs.executor import IN_PROCESS_RUN_CONFIG
-    from pipeline.defs.runner import _global_job, _settings_env
+    from pipeline.defs.runner import _reconstructable_job, _settings_env
 
     settings = dead_remote
     vault, data = settings.vault_dir, settings.data_dir
@@ -369,7 +369,7 @@ def test_a_dagster_run_removes_a_source_dropped_from_sources_yaml(dead_remote: S
                 if r.dagster_event is None and r.user_message.startswith("removed vault/")]
 
     with dg.DagsterInstance.get() as instance, _settings_env(settings):
-        with dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+        with dg.execute_job(_reconstructable_job(Settings.from_env()), instance=instance,
                             run_config=IN_PROCESS_RUN_CONFIG) as result:
             assert result.success
             assert removed_lines(instance, result.run_id) == [(
@@ -379,6 +379,6 @@ def test_a_dagster_run_removes_a_source_dropped_from_sources_yaml(dead_remote: S
         assert not (data / "state" / "remote.json").exists() and not (data / "raw" / "remote").exists()
         assert not (data / "chunks" / "remote.jsonl").exists() and not (data / "notes" / "remote.jsonl").exists()
         assert "docs/Pelicans.md" not in _searchable(settings)
-        with dg.execute_job(dg.reconstructable(_global_job), instance=instance,
+        with dg.execute_job(_reconstructable_job(Settings.from_env()), instance=instance,
                             run_config=IN_PROCESS_RUN_CONFIG) as again:
             assert again.success and removed_lines(instance, again.run_id) == []

@@ -204,13 +204,17 @@ def _own_group_popen(args: Any, **kwargs: Any) -> subprocess.Popen:
     return subprocess.Popen(args, process_group=0, **kwargs)
 
 
-def _global_job(definitions_key: str = "") -> dg.JobDefinition:
-    """Every asset, for the settings in the environment (reconstructable: a module-level function).
-    ``definitions_key`` (:func:`_definitions_key`) is not read: it only makes the reconstructable job of one set of
-    settings and sources differ from another's (:func:`_reconstructable_job`)."""
+def _global_job() -> dg.JobDefinition:
+    """Every asset, for the settings in the environment (reconstructable: a module-level function)."""
     from pipeline.defs import build_definitions
 
     return build_definitions(Settings.from_env()).resolve_job_def("refresh_all")
+
+
+def _keyed_global_job(definitions_key: str) -> dg.JobDefinition:
+    """:func:`_global_job`; ``definitions_key`` (:func:`_definitions_key`) is not read: it only makes the
+    reconstructable job of one set of settings and sources differ from another's (:func:`_reconstructable_job`)."""
+    return _global_job()
 
 
 def _definitions_key(settings: Settings) -> str:
@@ -229,7 +233,7 @@ def _reconstructable_job(settings: Settings) -> dg.ReconstructableJob:
     selection): with one key for every build, a process that built before (a library caller, a test) could run a
     later build on the earlier sources.yaml's assets and fail with ``DagsterInvalidSubsetError`` for a source
     added since."""
-    return dg.build_reconstructable_job(__name__, _global_job.__name__,
+    return dg.build_reconstructable_job(__name__, _keyed_global_job.__name__,
                                         reconstructable_kwargs={"definitions_key": _definitions_key(settings)})
 
 
