@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import git
@@ -177,14 +179,7 @@ def test_sensor_finishes_a_chain_a_dead_run_left_after_its_fetch(two_sources, tm
     sensor = upstream_change_sensor(sources, settings)
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-        def materialize(*keys: list[str]) -> None:
-            for k in keys:
-                instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k)))
-
-        def evaluate(cursor: str | None = None) -> dg.SensorResult:
-            result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
-            assert isinstance(result, dg.SensorResult)
-            return result
+        materialize, evaluate = _runless(instance, sensor)
 
         materialize(["repo_docs", "raw_docs"], ["repo_docs", "embeddings"], ["notes", "raw_docs"],
                     ["notes", "embeddings"])
@@ -373,14 +368,7 @@ def test_sensor_publishes_the_warehouse_a_run_left_behind(two_sources, tmp_path)
     sensor = upstream_change_sensor(sources, settings)
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-        def materialize(*keys: list[str]) -> None:
-            for k in keys:
-                instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k)))
-
-        def evaluate(cursor: str | None = None) -> dg.SensorResult:
-            result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
-            assert isinstance(result, dg.SensorResult)
-            return result
+        materialize, evaluate = _runless(instance, sensor)
 
         every = [[s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES]
         materialize(*every)
@@ -398,3 +386,18 @@ def test_sensor_publishes_the_warehouse_a_run_left_behind(two_sources, tmp_path)
         instance.report_run_failed(instance.get_run_by_id("publishing"))
         materialize(["link_graph"], ["warehouse"], ["retrieval_eval"])
         assert evaluate(result.cursor).run_requests == []
+
+
+def _runless(instance: dg.DagsterInstance, sensor: Any) -> tuple[Callable[..., None], Callable[..., dg.SensorResult]]:
+    """``(materialize(*asset key paths), evaluate(cursor=None))`` on ``instance``: runless materializations, and one
+    tick of ``sensor`` (its SensorResult)."""
+    def materialize(*keys: list[str]) -> None:
+        for k in keys:
+            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k)))
+
+    def evaluate(cursor: str | None = None) -> dg.SensorResult:
+        result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
+        assert isinstance(result, dg.SensorResult)
+        return result
+
+    return materialize, evaluate
