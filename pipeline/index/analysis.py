@@ -154,10 +154,11 @@ class Analyzer:
         return out
 
     def words(self, text: str) -> list[tuple[str, list[str]]]:
-        """``text``'s words as written, each with its BM25 terms (:meth:`tokens` of the word), in reading order: a
-        Japanese run is split into Sudachi's words (``京都のズンドコ`` -> ``("京都", ["京都"])``, ``("ズンドコ",
-        ["ずんどこ"])``: the surface as written, the term normalised), other text into its words; a word with no
-        term (a particle, a stopword, punctuation) is left out. NFKC-normalised like :meth:`tokens`."""
+        """``text``'s words as written, each with its BM25 terms (:meth:`tokens` of the word), in reading order:
+        a Japanese run is split into Sudachi's words (``京都のズンドコ`` -> ``("京都", ["京都"])``,
+        ``("ズンドコ", ["ずんどこ"])``: the surface as written, the term normalised), other text into its words;
+        a word with no term (a particle, a stopword, punctuation) is left out. NFKC-normalised like
+        :meth:`tokens`."""
         out: list[tuple[str, list[str]]] = []
         text = unicodedata.normalize("NFKC", text or "")
         pos = 0
