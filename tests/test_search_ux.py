@@ -553,8 +553,8 @@ def test_plain_progress_lines_every_interval() -> None:
     assert out.getvalue().splitlines() == [
         "progress: fetch docs running for 12 s",
         "progress: fetch docs done: 3 files in 12 s",
-        "progress: embed docs 500/1,000 chunks (50%), 50.0/s, ETA 10 s",
-        "progress: embed docs done: 1,000 chunks in 18 s",
+        "progress: embed docs 500/1,000 vectors (50%), 50.0/s, ETA 10 s",
+        "progress: embed docs done: 1,000 vectors in 18 s",
     ]
 
 

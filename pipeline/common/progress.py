@@ -8,9 +8,9 @@ git clone), so any shell can show it: the CLI's rich bar on a terminal, :class:`
 :class:`PlainProgress` writes at most one line per ``interval`` seconds (10), from a timer thread too, so a long step
 with no updates (a clone) still shows it is alive, plus one line when a task that was reported finishes::
 
-    progress: embed duckdb 1,200/25,345 chunks (5%), 127.0/s, ETA 3 min 10 s
+    progress: embed duckdb 1,200/25,345 vectors (5%), 127.0/s, ETA 3 min 10 s
     progress: fetch duckdb running for 40 s
-    progress: embed duckdb done: 25,345 chunks in 3 min 20 s
+    progress: embed duckdb done: 25,345 vectors in 3 min 20 s
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["PREFIX", "UNITS", "PlainProgress", "format_seconds"]
 
 PREFIX = "progress: "
 #: what a stage counts
-UNITS = {"fetch": "files", "normalize": "files", "chunk": "notes", "embed": "chunks", "warehouse": "steps"}
+UNITS = {"fetch": "files", "normalize": "files", "chunk": "notes", "embed": "vectors", "warehouse": "steps"}
 
 
 def format_seconds(seconds: float) -> str:

@@ -417,11 +417,13 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             if now - last[0] >= 10 or done == total:
                 last[0] = now
                 rate = done / max(now - started, 1e-9)
-                context.log.info(f"{source.name}: embedded {done}/{total} chunks ({rate:.1f}/s)")
+                context.log.info(f"{source.name}: embedded {done}/{total} vectors ({rate:.1f}/s)")
 
         def run(s: Settings) -> StageResult:
             embedded = build.embed_stage(s, source, cached_embedder, progress=progress)
-            context.log.info(f"{source.name}: {embedded.embedded} chunks embedded, {embedded.cached} from cache")
+            # vectors, not chunks: a chunk has one per model that embeds it (its language's and the cross-lingual)
+            context.log.info(f"{source.name}: {embedded.embedded} vectors computed, {embedded.cached} from cache "
+                             f"({embedded.chunks} chunks)")
             return embedded
 
         return _run_source_stage(context, docsvault, "embeddings", source, run, loaded)
