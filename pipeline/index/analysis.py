@@ -153,12 +153,12 @@ class Analyzer:
                 out.extend(self._latin(seg))
         return out
 
-    def words(self, text: str) -> list[tuple[str, list[str]]]:
+    def words(self, text: str, *, skip_inflected: bool = False) -> list[tuple[str, list[str]]]:
         """``text``'s words as written, each with its BM25 terms (:meth:`tokens` of the word), in reading order:
         a Japanese run is split into Sudachi's words (``京都のズンドコ`` -> ``("京都", ["京都"])``,
         ``("ズンドコ", ["ずんどこ"])``: the surface as written, the term normalised), other text into its words;
-        a word with no term (a particle, a stopword, punctuation) is left out. NFKC-normalised like
-        :meth:`tokens`."""
+        a word with no term (a particle, a stopword, punctuation) is left out, and with ``skip_inflected`` a
+        Japanese verb or adjective (動詞, 形容詞: つける, 速い). NFKC-normalised like :meth:`tokens`."""
         out: list[tuple[str, list[str]]] = []
         text = unicodedata.normalize("NFKC", text or "")
         pos = 0
@@ -172,7 +172,7 @@ class Analyzer:
                 break
             for morpheme in self._tokenizer().tokenize(m.group()):
                 kept = self._kept_lemma(morpheme)
-                if kept is not None:
+                if kept is not None and not (skip_inflected and morpheme.part_of_speech()[0] in ("動詞", "形容詞")):
                     out.append((morpheme.surface(), [kept]))
             pos = m.end()
         return out
