@@ -684,3 +684,12 @@ def test_clean_text_shows_escaped_characters_as_themselves():
         "read_csv_auto and # not a heading, *not emphasis*"
     assert clean_text("code `a\\_b` stays") == "code `a\\_b` stays"
     assert clean_text(r"a \\ backslash") == "a \\ backslash"
+
+
+def test_inline_tags_may_hold_emoji():
+    """Obsidian's "Tag format" allows emoji: `#🚀` is a tag (it was none, found by a new user); punctuation ends a
+    tag, a heading and a number are none."""
+    from pipeline.search.tags import inline_tags
+
+    assert inline_tags("Launch #🚀 and #idea💡 #✅done, #日記。 #a/b #1984 #❤️\n# Heading") == {
+        "🚀", "idea💡", "✅done", "日記", "a/b", "❤️"}

@@ -1,7 +1,7 @@
 """Obsidian tags: frontmatter ``tags`` and inline ``#tags`` in the body, and the ``--tag`` match rule.
 
 An inline tag (as Obsidian reads it) is ``#`` at the start of a line or after whitespace, followed by letters of any
-script, digits, ``_``, ``-`` or ``/`` (nested tags ``#a/b``), with at least one character that is not a digit
+script, digits, emoji, ``_``, ``-`` or ``/`` (nested tags ``#a/b``), with at least one character that is not a digit
 (``#1`` is not a tag). Headings (``# Title``: a space after ``#``), URL fragments (``page#part``), ``#`` inside
 fenced or inline code are not tags.
 """
@@ -17,7 +17,13 @@ from pipeline.common.markdown import replace_code
 __all__ = ["frontmatter_tags", "inline_tags", "normalise_tag", "tag_matches"]
 
 _INLINE_CODE = re.compile(r"(`+).+?\1", re.DOTALL)
-_TAG = re.compile(r"(?<!\S)#([\w/-]+)")
+#: emoji and pictographs a tag may hold besides letters, digits, ``_``, ``-`` and ``/`` (Obsidian's help, "Tag
+#: format": "commonly accepted Unicode characters, including emojis"): arrows, technical and geometric symbols,
+#: dingbats, the pictograph planes, and the joiner and variation selector of composed emoji; not punctuation (a
+#: tag ends at ``。`` or ``,``)
+_EMOJI = ("\u2190-\u21ff\u2300-\u23ff\u24c2\u25a0-\u27bf\u2934\u2935\u2b05-\u2b55\u3030\u303d\u3297\u3299"
+          "\U0001f000-\U0001faff\u200d\ufe0f")
+_TAG = re.compile(f"(?<!\\S)#([\\w/{_EMOJI}-]+)")
 
 
 def normalise_tag(tag: str) -> str:
