@@ -48,6 +48,7 @@ from pipeline.service import (
     paths_warning_lines,
     query_problem,
     search_lanes,
+    skipped_files,
     status_data,
     write_dirs_problem,
 )
@@ -688,6 +689,7 @@ def search(
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
             missing = searcher.missing_words(parsed.text, sources or None) if hits and parsed.text else None
+            skipped = skipped_files(settings(), sources) if missing and missing.missing else 0
         finally:
             searcher.close()
         links = {}
@@ -715,7 +717,7 @@ def search(
         if listing and more:        # stdout stays the list; the note that it was cut goes to stderr
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
         if missing and missing.missing:
-            typer.echo(missing_words_line(missing.missing, missing.every, sources), err=True)
+            typer.echo(missing_words_line(missing.missing, missing.every, sources, skipped), err=True)
         if not rows:
             raise typer.Exit(1)
         return
@@ -734,7 +736,7 @@ def search(
         if listing and more:
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
         if missing and missing.missing:
-            typer.echo(missing_words_line(missing.missing, missing.every, sources), err=True)
+            typer.echo(missing_words_line(missing.missing, missing.every, sources, skipped), err=True)
         if not hits:
             raise typer.Exit(1)
         return
@@ -748,7 +750,7 @@ def search(
     fallback = term_pattern(query_terms(" ".join(glossed))) if glossed else None
     shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
     if missing and missing.missing:
-        typer.echo(missing_words_line(missing.missing, missing.every, sources))
+        typer.echo(missing_words_line(missing.missing, missing.every, sources, skipped))
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {where}" if listing else f"{h.rank:>2}. {h.score:.4f}  {where}")

@@ -356,10 +356,11 @@ class VaultService:
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
         missing = searcher.missing_words(parsed.text, wanted or None)
         if missing.missing:        # words no note has: an agent should not read the hits as matches of them
-            from pipeline.service import missing_words_message
+            from pipeline.service import missing_words_message, skipped_files
 
+            skipped = skipped_files(self.settings, wanted)
             return {"query": query[:200], "hits": out, "missing": list(missing.missing),
-                    "message": missing_words_message(missing.missing, missing.every, wanted)}
+                    "message": missing_words_message(missing.missing, missing.every, wanted, skipped)}
         return {"query": query[:200], "hits": out}
 
     def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:

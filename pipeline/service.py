@@ -49,23 +49,35 @@ def __getattr__(name: str) -> Any:
 NO_RESULTS = "No results"
 
 
-def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = ()) -> str:
+def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (), skipped: int = 0) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
-    searched word is in any note, so the hits are only near in meaning (the vector lanes).
+    searched word is in any note, so the hits are only near in meaning (the vector lanes); ``skipped``: files of
+    those sources the last build skipped (:func:`skipped_files`), which may hold the words.
 
     >>> missing_words_message(["platypus", "lantern"], True)
     "no note contains 'platypus' or 'lantern': these notes are only near in meaning"
-    >>> missing_words_message(["lantern"], False, ["duckdb"])
-    "no note of duckdb contains 'lantern'"
+    >>> missing_words_message(["lantern"], False, ["duckdb"], skipped=2)
+    "no note of duckdb contains 'lantern'; 2 files the build skipped are not searched (`docsvault status` names them)"
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     words = " or ".join(repr(w) for w in missing)
-    return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "")
+    note = (f"; {skipped} file{'s' if skipped != 1 else ''} the build skipped {'are' if skipped != 1 else 'is'} "
+            "not searched (`docsvault status` names them)") if skipped else ""
+    return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "") + note
 
 
-def missing_words_line(missing: Sequence[str], every: bool, sources: Sequence[str] = ()) -> str:
+def missing_words_line(missing: Sequence[str], every: bool, sources: Sequence[str] = (), skipped: int = 0) -> str:
     """:func:`missing_words_message` as the CLI prints it, in parentheses like its other notes."""
-    return f"({missing_words_message(missing, every, sources)})"
+    return f"({missing_words_message(missing, every, sources, skipped)})"
+
+
+def skipped_files(s: Settings, sources: Sequence[str] = ()) -> int:
+    """Files the last build of ``sources`` (every source with a record when empty) skipped: malformed notes,
+    unreadable files (the lines of their ``<data>/state/<source>.errors.txt``)."""
+    from pipeline.ingest.normalize import ERRORS_SUFFIX, skipped_count
+
+    names = list(sources) or [p.name[: -len(ERRORS_SUFFIX)] for p in s.state_dir.glob(f"*{ERRORS_SUFFIX}")]
+    return sum(skipped_count(s, name) for name in names)
 
 
 def child_env(s: Settings) -> dict[str, str]:

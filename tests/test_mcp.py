@@ -320,6 +320,16 @@ def test_words_no_note_contains_are_named(built_env: Path) -> None:
     assert result.exit_code == 0
     assert result.stderr == "(no note contains 'platypus': these notes are only near in meaning)\n"
     assert "platypus" not in result.stdout
+    # a file the build skipped (a malformed note) may hold the word: the line says so (a new user searched the
+    # word of a note skipped at its first build and was told only that no note contains it)
+    from pipeline.ingest.normalize import errors_file
+
+    errors_file(Settings.from_env(), "tiny").write_text("source 'tiny': Broken.md: invalid frontmatter\n",
+                                                        encoding="utf-8")
+    skipped = "; 1 file the build skipped is not searched (`docsvault status` names them)"
+    assert service.search("ducks platypus", k=2)["message"] == "no note contains 'platypus'" + skipped
+    result = runner.invoke(app, ["search", "ducks platypus", "-k", "1"])
+    assert result.output.splitlines()[0] == f"(no note contains 'platypus'{skipped})"
 
 
 def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None:
