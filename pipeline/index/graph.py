@@ -74,18 +74,20 @@ _EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 # ---------------------------------------------------------------------------------------------------------------
 # parsing
 # ---------------------------------------------------------------------------------------------------------------
-def _mask_code(markdown: str, inline: bool = True) -> str:
-    """``markdown`` with fenced/indented code blocks and (``inline``) inline code spans replaced by spaces (offsets
-    kept)."""
+def _mask_blocks(markdown: str) -> str:
+    """``markdown`` with fenced and indented code blocks replaced by spaces (offsets kept)."""
     lines = markdown.split("\n")
     for tok in _MD.parse(markdown):
         if tok.type in ("fence", "code_block") and tok.map:
             start, end = tok.map
             for i in range(start, min(end, len(lines))):
                 lines[i] = " " * len(lines[i])
-    text = "\n".join(lines)
-    if not inline:
-        return text
+    return "\n".join(lines)
+
+
+def _mask_inline(text: str) -> str:
+    """``text`` (code blocks masked already: :func:`_mask_blocks`) with inline code spans replaced by spaces
+    (offsets kept)."""
     chars = list(text)
     # inline code: a run of n backticks up to the next run of exactly n, within one paragraph (no blank line)
     para_ends = [m.start() for m in _BLANK_LINE.finditer(text)] + [len(text)]
@@ -167,8 +169,8 @@ def parse_links(markdown: str) -> list[WikiLink]:
     Returns:
         One WikiLink per occurrence (duplicates kept).
     """
-    blocks = _mask_code(re.sub(r"\r\n?", "\n", markdown), inline=False)   # line breaks as markdown-it counts them
-    text = _mask_code(blocks)
+    blocks = _mask_blocks(re.sub(r"\r\n?", "\n", markdown))   # line breaks as markdown-it counts them
+    text = _mask_inline(blocks)
     found: list[tuple[int, WikiLink]] = []
     for m in _WIKILINK.finditer(blocks):
         if text[m.start()] != blocks[m.start()]:     # opens inside inline code: `[[x]]` is no link
