@@ -249,7 +249,7 @@ class Record:
         return {f.name: plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 

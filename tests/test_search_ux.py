@@ -649,7 +649,7 @@ def test_a_long_chunk_shows_the_match_that_gathers_the_query_not_its_first_term(
     the most distinct query terms within a window wins; the first one on a tie."""
     from pipeline.cli import _best_lines, term_pattern
     from pipeline.search.reader import locate_match
-    from pipeline.search.snippet import match_position, make_snippet
+    from pipeline.search.snippet import make_snippet, match_position
 
     code = "\n".join(f"echo quoted line {i}" for i in range(20, 60))
     assert code[match_position(code, '"quoted line 40"'):].startswith("quoted line 40")

@@ -27,6 +27,12 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<in
 QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 
 
+def split_tag_list(value: str) -> list[str]:
+    """A tags string as Obsidian reads it (``tags: project/alpha, urgent``, a ``--tag`` given as a list): its tags,
+    split at commas and whitespace, empty parts dropped (a tag holds neither)."""
+    return [part for part in re.split(r"[,\s]+", value) if part]
+
+
 def heading_slug(text: str) -> str:
     """GitHub/kramdown-style slug of a heading's text: HTML tags dropped, lower-case, punctuation dropped, spaces
     -> ``-`` (unicode letters kept): ``Install on Windows`` -> ``install-on-windows``."""

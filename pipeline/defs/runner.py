@@ -38,8 +38,8 @@ from pipeline.common.errors import BuildInterrupted
 from pipeline.config import Settings, scoped_env, set_env
 from pipeline.defs.assets import (
     PER_SOURCE_STAGES,
-    SHARED_STAGES,
     RAN_WITHOUT_ERROR,
+    SHARED_STAGES,
     WAREHOUSE_POOL,
     key,
     source_pool,

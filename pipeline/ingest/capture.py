@@ -33,6 +33,7 @@ import yaml
 
 from pipeline.common.errors import PipelineError
 from pipeline.common.frontmatter import kept_originals
+from pipeline.common.markdown import split_tag_list
 from pipeline.config import env_value
 from pipeline.models import Source
 
@@ -387,7 +388,7 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
     for key in ("related", "tags"):
         theirs, ours = _as_list(text_fm.get(key)), _as_list(own.get(key)) or []
         if key == "tags" and isinstance(text_fm.get(key), str):     # `tags: a, b` is two tags, as Obsidian reads it
-            theirs = [t for t in re.split(r"[,\s]+", text_fm[key]) if t]
+            theirs = split_tag_list(text_fm[key])
         if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
             replaced[key] = text_fm[key]
             theirs = []

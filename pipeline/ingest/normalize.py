@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import posixpath
 import re
 import stat
-import logging
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

@@ -35,6 +35,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from pipeline.common.errors import PipelineError
+from pipeline.common.markdown import split_tag_list
 from pipeline.search.snippet import WORD_END, WORD_START
 
 __all__ = ["FILTER_KEYS", "ParsedQuery", "QuerySyntaxError", "ascii_syntax", "parse_query", "tag_problem",
@@ -117,7 +118,7 @@ def tag_problem(tag: str, subject: str | None = None) -> str | None:
         return None
     subject = subject or f"tag {tag.strip()!r}"
     if "," in tag:                      # a list of tags ('journal, urgent'), not one tag: 'journal,-urgent' is no fix
-        parts = [p.lstrip("#") for p in re.split(r"[,\s]+", tag) if p.lstrip("#")]
+        parts = [p.lstrip("#") for p in split_tag_list(tag) if p.lstrip("#")]
         return (f"{subject} has a space; Obsidian tags cannot contain spaces or commas "
                 f"(give {', '.join(map(repr, parts))} as {len(parts)} separate tags)")
     return (f"{subject} has a space; Obsidian tags cannot contain spaces "

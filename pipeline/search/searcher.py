@@ -1613,8 +1613,9 @@ class Searcher:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
         the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
-        ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms is in any of their chunks (page fields included), nor, for a Japanese word, any term of its English translation (:meth:`translation_terms`: the
-        English pages it finds). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
+        ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms is
+        in any of their chunks (page fields included), nor, for a Japanese word, any term of its English
+        translation (:meth:`translation_terms`: the English pages it finds). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
         never missing. When every word is missing, the hits of a search can only be near in meaning (the vector
         lanes): the CLI and MCP say so. A warehouse without a BM25 index (built before it had one) has no missing
         word: nothing tells. Raises UnknownSourceError as a search does."""

@@ -12,7 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from pipeline.common.markdown import replace_code
+from pipeline.common.markdown import replace_code, split_tag_list
 
 __all__ = ["frontmatter_tags", "inline_tags", "normalise_tag", "tag_matches"]
 
@@ -38,7 +38,7 @@ def frontmatter_tags(values: Iterable[str]) -> tuple[str, ...]:
     """The tags of a note's frontmatter ``tags`` values (as the warehouse keeps them: one string per list item, a
     string value as one item), normalised (:func:`normalise_tag`): a value is split at commas and whitespace, as
     Obsidian reads ``tags: project/alpha, urgent`` (two tags; a tag holds neither), empty parts dropped."""
-    return tuple(t for value in values for part in re.split(r"[,\s]+", value) if (t := normalise_tag(part)))
+    return tuple(t for value in values for part in split_tag_list(value) if (t := normalise_tag(part)))
 
 
 def inline_tags(markdown: str) -> set[str]:
