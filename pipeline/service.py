@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env", "dangling_links",
-    "errors_file", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
+    "errors_file", "missing_words_line", "missing_words_message", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
     "link_problems", "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem",
-    "search_lanes", "skipped_count", "skipped_reason", "status_data", "status_report", "writable_dir_problem",
+    "search_lanes", "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report", "writable_dir_problem",
     "write_dirs_problem",
 ]
 
