@@ -23,11 +23,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
-    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env", "dangling_links",
-    "errors_file", "missing_words_line", "missing_words_message", "no_notes_line", "noop_build", "note_links", "note_missing_message", "open_searcher",  # noqa: F822
-    "link_problems", "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem",
-    "search_lanes", "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report", "writable_dir_problem",
-    "write_dirs_problem",
+    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
+    "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
+    "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems",
+    "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes",
+    "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report",  # noqa: F822
+    "writable_dir_problem", "write_dirs_problem",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
@@ -49,7 +50,8 @@ def __getattr__(name: str) -> Any:
 NO_RESULTS = "No results"
 
 
-def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (), skipped: int = 0) -> str:
+def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
+                          skipped: int = 0) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
     searched word is in any note, so the hits are only near in meaning (the vector lanes); ``skipped``: files of
     those sources the last build skipped (:func:`skipped_files`), which may hold the words.
