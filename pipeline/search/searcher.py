@@ -570,6 +570,10 @@ class Searcher:
         self.background_priors = dict(BACKGROUND_PRIORS)
         #: see GLOSS_WEIGHT_POWER
         self.gloss_weight_power = GLOSS_WEIGHT_POWER
+        #: a search's models on worker threads (:meth:`_start_model_pages`); False: all on the calling thread, for a
+        #: caller that keeps every core busy with processes already (an eval with children: the threads' hand-offs
+        #: cost ~0.8 ms of CPU a search there and buy no overlap). Rankings are the same either way.
+        self.model_threads = True
         self._translations: dict[str, tuple[str, ...] | None] = {}
         # _bm25_query's memo: query -> (terms, weights), valid for the analysis objects it holds (an override swaps
         # them)
@@ -1198,7 +1202,8 @@ class Searcher:
         calling thread ranks the BM25 lanes meanwhile. Returns ``{(lane, table): job}``, a job being a Future
         (worker thread) or a zero-argument callable run by :meth:`_vector_lane` on the calling thread: USE-m3
         (numpy, it sets process-wide BLAS thread limits), a model searched through HNSW (one DuckDB connection is
-        not shared between threads), and everything when only one model is asked. Each model's pages are the ones a
+        not shared between threads), and everything when only one model is asked or ``model_threads`` is off. Each
+        model's pages are the ones a
         sequential run gives (its own input, single-threaded), so rankings do not change."""
         asked = [(lane, plan.scan_skips_english, plan.standardised, entry)
                  for lane, plan in plans.items() for entry in plan.asked]
@@ -1216,7 +1221,8 @@ class Searcher:
                 return qvec, pages, self._background(model["table_name"], qvec, sources) if merged else None
 
             embedder = self.embedder(model_id)          # created here: model loading is not thread-safe
-            if len(asked) < 2 or isinstance(embedder, UsemEmbedder) or not self._exact(table):
+            if (not self.model_threads or len(asked) < 2 or isinstance(embedder, UsemEmbedder)
+                    or not self._exact(table)):
                 jobs[(lane, table)] = job
                 continue
             self._flat(table)                           # lazy state first used on this thread, not in a worker

@@ -100,14 +100,19 @@ def eval_rankings(searcher: Any, tasks: Sequence[RankTask], *, stored: Mapping[t
                for i in range(workers - 1 if job else 0)]
     for feeder in feeders:
         feeder.start()
+    threads = getattr(searcher, "model_threads", None)
     try:
         if prepare is not None:
             prepare()
+        if feeders and threads is not None:     # the processes keep the cores busy: no model threads (see Searcher)
+            searcher.model_threads = False
         _rank_here(searcher, todo, ranked)
     except BaseException:               # Ctrl-C, SIGTERM: the children end after their current chunk
         todo.clear()
         raise
     finally:
+        if threads is not None:
+            searcher.model_threads = threads
         for feeder in feeders:
             feeder.join()
     _rank_here(searcher, todo, ranked)          # chunks a failing child handed back after this process finished
@@ -193,6 +198,7 @@ def _main() -> int:
         stored = job["stored"]
         searcher.remember_query_vectors(stored, keep=job["keep"])
         searcher.prime_scans()
+        searcher.model_threads = False          # the parent and the other children use the other cores
         while True:
             try:
                 chunk = pickle.load(stdin)
