@@ -151,6 +151,7 @@ def build(
     force: Annotated[bool, typer.Option("--force", help="Redo everything of the selected sources (all by default): normalize, vault, chunk, embed every chunk again, write the warehouse in full.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (neither the bar nor the log lines).")] = False,
     remove_all_sources: Annotated[bool, typer.Option("--remove-all-sources", help="When sources.yaml lists no sources: remove every built source (vault folders and data); refused without this option.")] = False,
+    no_eval: Annotated[bool, typer.Option("--no-eval", help="Leave the retrieval eval out (a few seconds on large vaults); the next build without it evaluates this warehouse.")] = False,
     wait_arg: Annotated[str, typer.Option("--wait-arg", hidden=True, help="How the caller's user sets --wait, for the lock error (the MCP refresh tool passes its `wait` argument).")] = "--wait SECONDS",
 ) -> None:
     """Fetch, normalize, write the vault, chunk, embed and publish the warehouse (through Dagster).
@@ -182,7 +183,8 @@ def build(
             with scoped_env({FORCE_ENV: ",".join(source) if source else "*"} if force else {}), bar, \
                     _stop_on_signals():
                 report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
-                                   progress=bar.update, remove_all_sources=remove_all_sources, wait_arg=wait_arg)
+                                   progress=bar.update, remove_all_sources=remove_all_sources, wait_arg=wait_arg,
+                                   evaluate=not no_eval)
     except PipelineError as exc:
         fail(str(exc))
         return
@@ -278,6 +280,8 @@ def build(
         elif "eval_files" in ev:
             typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}); point "
                        "DOCSVAULT_EVALS at your cases (README: Eval files)")
+        elif no_eval and not report.noop:
+            typer.echo("eval: not run (--no-eval); the next build evaluates this warehouse")
     else:
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     for line in report.check_warnings:
@@ -919,7 +923,7 @@ def capture(
 
         try:
             with _stop_on_signals():            # Ctrl-C stops a --wait for the lock at once, the note stays saved
-                report = run_build(s, [src.name], wait=wait)
+                report = run_build(s, [src.name], wait=wait, evaluate=False)     # the next build evaluates
             out = build_outcome(report).as_dict()
             built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
         except PipelineError as exc:

@@ -458,7 +458,7 @@ class VaultService:
         out: dict[str, Any] = {"path": note.vault_path, "source": note.source, "file": str(note.path),
                                "correlation_id": note.correlation_id, "related": list(note.related)}
         try:
-            result = self.refresh(src.name, wait=wait)
+            result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
             out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
         except ToolFailure as exc:
@@ -474,11 +474,13 @@ class VaultService:
         data["sources"] = data["sources"][:100]
         return data
 
-    def refresh(self, source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
+    def refresh(self, source: str | None = None, full: bool = False, wait: float = 0, *,
+                evaluate: bool = True) -> dict[str, Any]:
         """Rebuild local sources (one, or all of kind local) and report which notes were added, changed, removed.
         ``full``: from scratch (``docsvault build --force``: every chunk embedded again, the warehouse written in
         full). ``wait``: seconds (0-:data:`MAX_WAIT`) to wait for another running build or refresh to finish
-        (``docsvault build --wait``); 0 refuses at once.
+        (``docsvault build --wait``); 0 refuses at once. ``evaluate`` False: ``build --no-eval`` (save_note's
+        refresh: the note is searchable seconds sooner; the next build runs the eval).
 
         Returns ``outcomes`` (per source: ``status`` built | unchanged | failed, with ``failed_stage`` and the
         ``error`` line) and ``shared`` (the shared stages: ``ok``, ``error``, ``warehouse``, ``eval``); ``ok`` is
@@ -518,7 +520,7 @@ class VaultService:
                                   f"{WAIT_ARG})")
             left = round(max(0.0, wait - (time.monotonic() - started)), 1)     # the rest for the build's lock
         try:
-            return self._refresh(names, full=bool(full), wait=left)
+            return self._refresh(names, full=bool(full), wait=left, evaluate=evaluate)
         finally:
             self._refresh_lock.release()
 
@@ -550,14 +552,15 @@ class VaultService:
             + (f"The build's last warning: {said[-1][:600]}. " if said else "")
             + f"Run `docsvault build --source {names[0]}` in a terminal")
 
-    def _refresh(self, names: list[str], full: bool = False, wait: float = 0.0) -> dict[str, Any]:
+    def _refresh(self, names: list[str], full: bool = False, wait: float = 0.0,
+                 evaluate: bool = True) -> dict[str, Any]:
         import json
 
         from pipeline.service import child_env
 
         before = self._note_hashes(names)
         cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else []),
-               "--wait", f"{wait:g}", "--wait-arg", WAIT_ARG]
+               *([] if evaluate else ["--no-eval"]), "--wait", f"{wait:g}", "--wait-arg", WAIT_ARG]
         for n in names:
             cmd += ["--source", n]
         started = time.monotonic()

@@ -147,7 +147,7 @@ def test_mcp_save_note_gets_the_title_heading(mixed: Path, monkeypatch: pytest.M
     from pipeline.mcp_server import VaultService
 
     svc = VaultService(Settings.from_env())
-    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0: {"ok": True})
+    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0, evaluate=True: {"ok": True})
     out = svc.save_note("A heron stands still.", title="Heron facts", source="inbox", agent="x",
                         correlation_id="c1")
     assert (out["path"], out["searchable"]) == ("inbox/Heron facts.md", True)

@@ -569,10 +569,10 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     settings = Settings.from_env(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
                                  vault_dir=tmp_path / "vault")
     svc = VaultService(settings)
-    calls: list[tuple[str | None, bool]] = []
+    calls: list[tuple[str | None, bool, bool]] = []
 
-    def fake_refresh(source: str | None = None, full: bool = False, wait: float = 0) -> dict:
-        calls.append((source, full))
+    def fake_refresh(source: str | None = None, full: bool = False, wait: float = 0, *, evaluate: bool = True) -> dict:
+        calls.append((source, full, evaluate))
         return {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0},
                 "added": ["inbox/Learned.md"]}
 
@@ -582,14 +582,14 @@ def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest
     assert out == {"path": "inbox/Learned.md", "source": "inbox", "file": str(inbox / "Learned.md"),
                    "correlation_id": "run-1", "related": [], "searchable": True,
                    "refresh": {"ok": True, "seconds": 1.0, "counts": {"added": 1, "changed": 0, "removed": 0}}}
-    assert calls == [("inbox", False)]
+    assert calls == [("inbox", False, False)]      # the build without the eval (the next build runs it)
     assert "agent: agent-7\nstatus: raw\ncorrelation_id: run-1\n" in (inbox / "Learned.md").read_text("utf-8")
     with pytest.raises(ToolFailure) as taken:
         svc.save_note("# Learned\n\nother")
     assert str(taken.value) == (f"a note named 'Learned.md' already exists in {inbox.resolve()}: pass another `name` "
                                 "(nothing was overwritten)")           # the MCP's argument, not the CLI's --name
 
-    def failing(source: str | None = None, full: bool = False, wait: float = 0) -> dict:
+    def failing(source: str | None = None, full: bool = False, wait: float = 0, *, evaluate: bool = True) -> dict:
         raise ToolFailure("refresh of inbox failed (exit 1): error: boom")
 
     monkeypatch.setattr(svc, "refresh", failing)

@@ -401,3 +401,29 @@ def _runless(instance: dg.DagsterInstance, sensor: Any) -> tuple[Callable[..., N
         return result
 
     return materialize, evaluate
+
+
+def test_an_edit_of_any_field_of_a_sources_entry_is_requested_once(two_sources):
+    """A user changes a source's `format`, `include` or `site_url` in sources.yaml while the daemon runs. Only a git
+    source's `ref`/`paths` counted as a change, so the edit waited for the daily schedule (noticed in session 35).
+    Now the fetch stage records the entry it fetched with, and any other entry is requested, once per edit."""
+    from dataclasses import replace
+
+    from pipeline import stages as build
+
+    _, sources, settings, _ = two_sources
+    repo, local = sources
+    for s in sources:
+        build.fetch_stage(settings, s)          # as a run does: records each entry's configuration
+    quiet = _evaluate(upstream_change_sensor(sources, settings))
+    assert quiet.run_requests == []
+    edited = [repo, replace(local, site_url="https://notes.example.org")]
+    result = _evaluate(upstream_change_sensor(edited, settings), quiet.cursor)
+    assert [(r.tags["docsvault/source"], r.tags["docsvault/trigger"], r.run_key[:len("notes:config:")])
+            for r in result.run_requests] == [("notes", "config_edit", "notes:config:")]
+    assert set(result.run_requests[0].asset_selection) == _expected_keys("notes")
+    assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []   # once
+    build.fetch_stage(settings, edited[1])      # its run fetched with the new entry: quiet again
+    assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []
+    back = _evaluate(upstream_change_sensor(sources, settings), result.cursor)     # undone: requested again
+    assert [r.run_key for r in back.run_requests] != [] and back.run_requests[0].run_key != result.run_requests[0].run_key

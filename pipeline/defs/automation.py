@@ -98,7 +98,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
     @dg.sensor(name=name, target=dg.AssetSelection.all(), minimum_interval_seconds=sensor_interval(),
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Requests a run for each source whose upstream moved (git ls-remote, conditional GET of "
-                           "llms.txt / sitemap, local listing hash), that has nothing built, or whose last "
+                           "llms.txt / sitemap, local listing hash), whose entry in sources.yaml was edited since its "
+                           "last fetch, that has nothing built, or whose last "
                            "fetch failed and whose upstream answers again; only that source's assets + the "
                            f"shared stages. A failed run is retried up to {SENSOR_MAX_RETRIES} times.")
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
@@ -106,7 +107,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         place, so a tick that raises half-way requests nothing and keeps the cursor."""
         from pipeline.common import artifacts
         from pipeline.defs.executor import release_dead_builds
-        from pipeline.ingest.fetch.watch import check_upstream
+        from pipeline.ingest.fetch.watch import check_upstream, config_edit
 
         current = settings() if callable(settings) else settings
         if context.instance_ref is not None:      # a killed `docsvault build` must not keep holding a pool slot
@@ -157,6 +158,12 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                     retried[name_] = failing
                 request(source, check.token[:40], "upstream_change",
                         f"upstream changed ({check.detail}); requesting a run")
+                continue
+            edit = None if failing else config_edit(source, state)
+            if edit is not None and cursor.get(name_) != edit:
+                cursor[name_] = edit
+                request(source, edit, "config_edit",
+                        "its entry in sources.yaml changed since its last fetch; requesting a run")
                 continue
             if failing and retried.get(name_) != failing:
                 retried[name_] = failing

@@ -239,7 +239,8 @@ def _reconstructable_job(settings: Settings) -> dg.ReconstructableJob:
 
 def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
               *, wait: float = 0.0, progress: Callable[[str, str, int, int], None] | None = None,
-              remove_all_sources: bool = False, wait_arg: str = "--wait SECONDS") -> BuildReport:
+              remove_all_sources: bool = False, wait_arg: str = "--wait SECONDS",
+              evaluate: bool = True) -> BuildReport:
     """Materialize the chains of the selected sources (default: all), then the shared stages.
 
     Args:
@@ -252,6 +253,10 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             tools: their ``wait`` argument).
         progress: called as ``progress(stage, source, done, total)`` while long stages run (embedding).
         remove_all_sources: when sources.yaml lists no sources, remove every built source (refused otherwise).
+        evaluate: False leaves ``retrieval_eval`` out of the run (a capture's build: its note is searchable ~3 s
+            sooner on the five corpora). The eval's key is the warehouse's content, so the next build that
+            includes it evaluates this warehouse; meanwhile Dagster shows the asset stale. Not recorded for the
+            no-op path (its record would say the eval is current).
 
     A build of every source that succeeded is recorded for :func:`pipeline.service.noop_build` (a later build with
     nothing to do answers without Dagster); a failed one forgets the record.
@@ -276,13 +281,14 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         if progress is not None:
             build.PROGRESS_HOOKS.append(progress)
         try:
-            report = _run(settings, sources, removed, log_level)
+            report = _run(settings, sources, removed, log_level,
+                          SHARED_STAGES if evaluate else tuple(st for st in SHARED_STAGES if st != "retrieval_eval"))
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
         report.resumed = [k.started for k in killed]
         report.resumed_runs = [k for k in killed if k.run_id]
-        if not source_names:                 # a build of every source: what the next no-op build answers from
+        if not source_names and evaluate:    # a build of every source: what the next no-op build answers from
             with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
                 record_noop(settings, sources, report)
         return report
@@ -394,9 +400,10 @@ def forget_dropped_assets(instance: dg.DagsterInstance, sources: Sequence[Source
     return stale
 
 
-def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_level: str) -> BuildReport:
+def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_level: str,
+         shared: Sequence[str] = SHARED_STAGES) -> BuildReport:
     instance = dg.DagsterInstance.get()
-    selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in SHARED_STAGES]
+    selection = [key(stage, s) for s in sources for stage in PER_SOURCE_STAGES] + [key(s) for s in shared]
     run_config = {**IN_PROCESS_RUN_CONFIG, "loggers": {"console": {"config": {"log_level": log_level}}}}
     # SIGINT/SIGTERM while the run executes: Dagster's handler fails the running step with
     # DagsterExecutionInterruptedError and ends the run (a step waiting for a pool slot: the run fails with it,
@@ -418,7 +425,7 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
             warnings = _shared_check_warnings(_failed_checks(result, ("ERROR", "WARN")))
     except DagsterExecutionInterruptedError:
         raise BuildInterrupted() from None
-    report = _report(settings, sources, removed, failures, meta, checks)
+    report = _report(settings, sources, removed, failures, meta, checks, shared)
     report.check_warnings = warnings
     return report
 
@@ -441,8 +448,10 @@ def _interrupted(result: Any) -> bool:
 
 
 def _report(settings: Settings, sources: Sequence[Source], removed: list[str], failures: dict[str, str],
-            meta: dict[str, dict], checks: dict[str, dict[str, dict]]) -> BuildReport:
-    """The build report of a finished run (and each source's last failure recorded for `status`)."""
+            meta: dict[str, dict], checks: dict[str, dict[str, dict]],
+            shared: Sequence[str] = SHARED_STAGES) -> BuildReport:
+    """The build report of a finished run (and each source's last failure recorded for `status`); ``shared``: the
+    shared stages the run was to materialize."""
     statuses: list[SourceStatus] = []
     for s in sources:
         st = SourceStatus(name=s.name)
@@ -470,7 +479,7 @@ def _report(settings: Settings, sources: Sequence[Source], removed: list[str], f
         statuses.append(st)
 
     shared_errors = [f"{stage}: {failures[stage]}" for stage in SHARED_STAGES if stage in failures]
-    shared_errors += [f"{stage}: {stage} was not built" for stage in SHARED_STAGES
+    shared_errors += [f"{stage}: {stage} was not built" for stage in shared
                       if stage not in meta and stage not in failures]
     return BuildReport(sources=statuses, shared_ok=not shared_errors, shared_error="; ".join(shared_errors),
                        shared_metadata={k: v for k, v in meta.items() if k in SHARED_STAGES}, removed=removed)

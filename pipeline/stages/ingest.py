@@ -57,6 +57,7 @@ def fetch_stage(settings: Settings, source: Source) -> FetchStageResult:
     upstream sensor requests a retry for once, :func:`pipeline.defs.automation.upstream_change_sensor`; None
     once a fetch succeeds)."""
     from pipeline.ingest.fetch import fetch_source
+    from pipeline.ingest.fetch.watch import config_token
 
     with stage_lock(settings):
         started = time.perf_counter()
@@ -75,6 +76,7 @@ def fetch_stage(settings: Settings, source: Source) -> FetchStageResult:
         artifacts.update_state(
             settings, source.name, fetch_status="ok", fetch_error=None, failing_since=None,
             revision=result.revision, strategy=result.strategy, fetched_at=now(), files=len(result.files),
+            config=config_token(source),        # an edit of its sources.yaml entry: the sensor requests a run
         )
     return FetchStageResult(
         strategy=result.strategy, revision=result.revision or "", changed=result.changed, files=len(result.files),

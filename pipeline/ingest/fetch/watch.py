@@ -6,6 +6,7 @@
   content hash. Pages that changed behind an unchanged llms.txt are left to the daily refresh schedule.
 - html: the same on the sitemap when one is configured, else on the start page.
 - local: the listing hash (paths, sizes, mtimes) vs the recorded revision.
+- any kind: the source's entry in sources.yaml vs the one its last fetch recorded (:func:`config_edit`).
 
 A source never fetched counts as changed, with a token of its configuration (for a local source: its listing hash,
 once its folder exists). The sensor requests a token once, so a source whose first run failed (a mistyped git URL)
@@ -64,7 +65,7 @@ def _never_fetched(source: Source, settings: Settings) -> UpstreamCheck:
     if source.kind == "local":
         token = _check_local(source, settings, {}).token
     else:
-        token = f"never-fetched:{_config_token(source)}"
+        token = f"never-fetched:{config_token(source)}"
     removed = artifacts.removed_at(settings, source.name)
     if removed is None:
         return UpstreamCheck(source.name, True, token, "never fetched", never_fetched=True)
@@ -73,9 +74,24 @@ def _never_fetched(source: Source, settings: Settings) -> UpstreamCheck:
     return UpstreamCheck(source.name, True, f"re-added:{readded}", detail, never_fetched=True)
 
 
-def _config_token(source: Source) -> str:
-    """16 hex digits of ``source``'s whole configuration (its sources.yaml entry as loaded)."""
+def config_token(source: Source) -> str:
+    """16 hex digits of ``source``'s whole configuration (its sources.yaml entry as loaded); the fetch stage records
+    it in the source's state as ``config`` (:func:`config_edit`)."""
     return hashlib.sha256(repr(source).encode("utf-8")).hexdigest()[:16]
+
+
+def config_edit(source: Source, state: dict) -> str | None:
+    """A token for an edit of ``source``'s entry in sources.yaml since its last successful fetch (``state``: the
+    source's state, :func:`pipeline.common.artifacts.load_state`, whose ``config`` the fetch stage recorded), None
+    when the entry is the one fetched with (or nothing was recorded: a data dir of an older version). Any edit
+    counts (``format``, ``include``/``exclude``, ``site_url``, ``language``...: what normalize, the vault, chunk and
+    embed read), not only the ``ref``/``paths`` a git check sees. The token carries the last fetch's time, so each
+    edit is requested once, and an edit undone after a run is requested again."""
+    recorded = state.get("config")
+    current = config_token(source)
+    if not recorded or recorded == current:
+        return None
+    return "config:" + hashlib.sha256(f"{current}|{state.get('fetched_at')}".encode()).hexdigest()[:16]
 
 
 def _check_git(source: Source, state: dict) -> UpstreamCheck:
@@ -98,7 +114,7 @@ def _git_token(source: Source, state: dict, commit: str, same_config: bool) -> s
     commit was requested before (it kept the commit as the source's token and skipped it), and once per edit."""
     if same_config:
         return commit
-    edit = hashlib.sha256(f"{_config_token(source)}|{state.get('fetched_at')}".encode()).hexdigest()[:16]
+    edit = hashlib.sha256(f"{config_token(source)}|{state.get('fetched_at')}".encode()).hexdigest()[:16]
     return f"{commit[:12]}+edit:{edit}"
 
 
