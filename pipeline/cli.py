@@ -818,16 +818,16 @@ def embed(
 
 @app.command()
 def read(
-    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias.")],
+    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias; or a link as a note writes it ('Note#Heading', '[[Note#Heading|text]]': the page of that heading).")],
     page: Annotated[int, typer.Option("--page", "-p", metavar="N", min=1, help="Page number (pages are ~1,000 characters).")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter, added_before/added_after (fence lines re-opening/closing a code block cut by the page), outlinks, backlinks, outlinks_total, backlinks_total).")] = False,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
-    from pipeline.search.reader import NoteNotFoundError, find_note, read_note
+    from pipeline.search.reader import NoteNotFoundError, read_link
 
     s = settings()
     try:
-        pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
+        pg = read_link(s.vault_dir, note, page, s.warehouse_path)
     except NoteNotFoundError as exc:
         fail(note_missing_message(s, note, exc))
         return
