@@ -170,6 +170,23 @@ def test_text_matching_is_word_bounded_for_latin_and_substring_for_cjk() -> None
 
 
 
+def test_phrases_and_exclusions_compare_nfkc_as_bm25_and_tags_do() -> None:
+    """A Japanese note-taker (helper s36-nu2) wrote `ＤｕｃｋＤＢ　を採用` with the IME's full-width letters and
+    space: `"DuckDB を採用"` found no note, though BM25 (NFKC) ranked it; a phrase typed in NFD (macOS) missed
+    every NFC note, and `-ＪＳＯＮ` kept the notes that say JSON. Both sides now compare in NFKC."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "データベース")
+    assert parse_query('"DuckDB を採用"').keeps_text("議事録。ＤｕｃｋＤＢ\u3000を採用。")
+    assert parse_query('"ＤｕｃｋＤＢ を採用"').keeps_text("議事録。DuckDB を採用。")
+    assert parse_query(f'"{nfd}"').keeps_text("分析用データベースです")
+    assert parse_query('"データベース"').keeps_text(f"分析用{nfd}です")
+    assert parse_query('"ｶﾀｶﾅ"').keeps_text("カタカナのメモ")
+    assert not parse_query("DuckDB -ＪＳＯＮ").keeps_text("DuckDB の JSON 読み込み")
+    assert parse_query("DuckDB -ＪＳＯＮ").keeps_text("DuckDB の JSONL 読み込み")          # still a whole word
+    assert not parse_query('"DuckDB を採用"').keeps_text("DuckDBを不採用")
+
+
 def test_a_phrase_matches_through_inline_html_and_inline_code() -> None:
     from pipeline.search.snippet import clean_text
 
