@@ -56,6 +56,15 @@ def _files(root: Path) -> list[str]:
     ("v1.2 is out", "v1.2 is out", "v1.2 is out"),
     # a thematic break above the first line is no title
     ("---\n\nAfter a rule. More.", "After a rule.", "After a rule"),
+    # inline Markdown is titled and named as its text: `[[ウィンドウ関数]] の復習` was named `ウィンドウ関数-- の復習.md`
+    # (found by a Japanese note-taker, helper s36-nu2)
+    ("[[ウィンドウ関数]] の復習。rank の違い。", "ウィンドウ関数 の復習。", "ウィンドウ関数 の復習"),
+    ("[[Guide#Install|the install]] notes. More.", "the install notes.", "the install notes"),
+    ("**重要**: [docs](https://x.y/z) を読む", "重要: docs を読む", "重要- docs を読む"),
+    ("# `read_csv` と ~~旧~~ [[新 API]]\n本文", "read_csv と 旧 新 API", "read_csv と 旧 新 API"),
+    ("![[図.png]] 図の説明。続き", "図の説明。", "図の説明"),
+    ("# ![[only.png]]\n\n本文の一行目。", "本文の一行目。", "本文の一行目"),
+    ("__init__.py で x==1 のとき", "__init__.py で x==1 のとき", "__init__.py で x==1 のとき"),
 ])
 def test_title_and_name_of_a_first_sentence(text: str, title: str, name: str) -> None:
     assert title_of(text) == title

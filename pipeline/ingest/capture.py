@@ -190,7 +190,7 @@ def name_from_title(title: str) -> str:
     in the vault), ``_`` after a Windows device name (``CON``…) as the vault adds it."""
     from pipeline.ingest.normalize import _ILLEGAL, _RESERVED, MAX_COMPONENT_BYTES
 
-    name = _ILLEGAL.sub("-", _UNSAFE.sub("-", unicodedata.normalize("NFC", title)))
+    name = _ILLEGAL.sub("-", _UNSAFE.sub("-", unicodedata.normalize("NFC", plain_title(title) or title)))
     name = _NAME_END.sub("", re.sub(r"\.{2,}", ".", " ".join(name.split()))).lstrip(" .-")
     budget = MAX_COMPONENT_BYTES - len(".md")
     name = name[:MAX_NAME_CHARS].encode("utf-8")[:budget].decode("utf-8", "ignore")
@@ -223,14 +223,42 @@ def _fm_title(fm: dict[str, Any]) -> str:
     return " ".join(str(value).split())
 
 
+_ATX = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+
+
 def _title_of_body(text: str) -> str:
-    for line in text.splitlines():
-        m = re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
-        if m:
-            return _cut_title(m.group(1))
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not _RULE.match(ln)), "")
+    """:func:`title_of` of a text without frontmatter: the first heading, else the first sentence of the first line,
+    as :func:`plain_title` shows them (a heading or line that is only an embed is passed over)."""
+    lines = text.splitlines()
+    heading = next((plain_title(m.group(1)) for m in map(_ATX.match, lines) if m and plain_title(m.group(1))), "")
+    if heading:
+        return _cut_title(heading)
+    first = next((plain_title(ln) for ln in lines if ln.strip() and not _RULE.match(ln) and not _ATX.match(ln)
+                  and plain_title(ln)), "") \
+        or next((ln.strip() for ln in lines if ln.strip() and not _RULE.match(ln)), "")
     sentence = _SENTENCE.match(first)
     return _cut_title(sentence.group(1) if sentence else first)
+
+
+#: inline Markdown a title shows as its text: embeds and images (gone), wikilinks (their text), links, bold, code
+_TITLE_MARKUP: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (re.compile(r"!\[\[[^\]\n]*\]\]|!\[[^\]\n]*\]\([^)\n]*\)"), " "),
+    (re.compile(r"\[\[([^\]|\n]*)(?:\|([^\]\n]*))?\]\]"),
+     lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).strip()),
+    (re.compile(r"\[([^\]\n]+)\]\([^)\n]*\)"), r"\1"),
+    (re.compile(r"(\*\*|~~)(?=\S)(.+?)(?<=\S)\1"), r"\2"),      # not __ or ==: `__init__.py`, `x==1 or y==2`
+    (re.compile(r"(`+)(.+?)\1"), r"\2"),
+)
+
+
+def plain_title(text: str) -> str:
+    """``text`` (a heading or a first line) as a title shows it: ``[[ウィンドウ関数]] の復習`` -> ``ウィンドウ関数 の復習``,
+    ``[[a#b|text]]`` -> ``text``, ``[x](url)`` -> ``x``, ``**bold**``, ``~~del~~`` and `` `code` `` as their
+    text, embeds and images dropped; whitespace collapsed. Before, a first line ``[[ウィンドウ関数]] の復習``
+    was titled with its brackets and named ``ウィンドウ関数-- の復習.md``."""
+    for pattern, repl in _TITLE_MARKUP:
+        text = pattern.sub(repl, text)
+    return " ".join(text.split())
 
 
 def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
