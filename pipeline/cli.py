@@ -860,6 +860,17 @@ def read(
 # capture
 
 
+def _capture_input(file: Path | None) -> str:
+    """The text ``capture`` reads from ``file`` (``-`` or None: stdin), read as bytes and decoded by
+    :func:`pipeline.ingest.capture.decode_text` (a BOM dropped; not UTF-8 is a one-line error)."""
+    from pipeline.ingest.capture import decode_text
+
+    if file is not None and str(file) != "-":
+        return decode_text(file.read_bytes(), str(file))
+    stream = getattr(sys.stdin, "buffer", None)
+    return decode_text(stream.read(), "the text on stdin") if stream is not None else sys.stdin.read()
+
+
 @app.command()
 def capture(
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
@@ -890,17 +901,18 @@ def capture(
     if not no_build:        # refused before the note is written: a rerun with the right --data makes no second copy
         refuse_unwritable_dirs(s)
     try:
-        if file is not None:
-            body = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
-        elif text is not None:
+        if text is not None and file is None:
             body = text
-        elif not sys.stdin.isatty():
-            body = sys.stdin.read()
+        elif file is not None or not sys.stdin.isatty():
+            body = _capture_input(file)
         else:
             fail("nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin")
             return
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}")
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}")
+        return
+    except PipelineError as exc:
+        fail(str(exc))
         return
     try:
         src = capture_source(load_sources(s.sources_file), source)

@@ -331,6 +331,32 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
         ["Seed.md", f"{LONG_NAME}.md", "アイアイ" + "の長い名前" * 12 + "の.md", "Pre.md", "日本語のメモ.md"])
 
 
+def test_cli_capture_reads_shift_jis_and_bom_texts_as_one_line_errors_or_clean_text(cap_env: Path) -> None:
+    """A Japanese note-taker (helper s36-nu2) piped a Shift_JIS memo to `capture`: a traceback
+    (UnicodeEncodeError); `--file` of it gave Python's codec message and no fix. A file saved with a BOM (Windows
+    Notepad) was titled '\\uFEFF# BOM付き' and its `# heading` kept the BOM in front, so it was no heading."""
+    sjis = "シフトJISのメモ。".encode("shift_jis")
+    (cap_env / "memo.txt").write_bytes(sjis)
+    fix = ("not valid UTF-8 (byte 0: invalid start byte); convert it to UTF-8 first, e.g. `iconv -f SHIFT_JIS -t "
+           "UTF-8` (nothing was written)\n")
+    result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build"], input=sjis)
+    assert (result.exit_code, result.output) == (1, "error: the text on stdin: " + fix)
+    assert run("capture", "--source", "mynotes", "--no-build", "--file", str(cap_env / "memo.txt"), code=1) == (
+        f"error: {cap_env / 'memo.txt'}: " + fix)
+    result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build"], input=b"a\x00b")
+    assert (result.exit_code, result.output) == (1, "error: the text on stdin: binary data (it holds NUL bytes), "
+                                                    "not a note's text (nothing was written)\n")
+    assert sorted(p.name for p in (cap_env / "mynotes").iterdir()) == ["Seed.md"]
+    bom = "\ufeff# BOM付き\r\n\r\n本文。\r\n".encode()                # Notepad: a BOM and CRLF line ends
+    (cap_env / "bom.md").write_bytes(bom)
+    run("capture", "--source", "mynotes", "--no-build", "--file", str(cap_env / "bom.md"))
+    result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build", "--name", "piped"], input=bom)
+    assert result.exit_code == 0, result.output
+    for name in ("BOM付き.md", "piped.md"):
+        text = (cap_env / "mynotes" / name).read_text(encoding="utf-8")
+        assert "\ufeff" not in text and "\ntitle: BOM付き\n" in text and text.endswith("---\n\n# BOM付き\n\n本文。\n")
+
+
 def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 

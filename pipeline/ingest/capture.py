@@ -46,6 +46,7 @@ __all__ = [
     "capture_source",
     "capture_targets",
     "check_name",
+    "decode_text",
     "merge_frontmatter",
     "name_from_title",
     "split_text",
@@ -265,7 +266,7 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
     """``(frontmatter, rest)``: the text's own YAML frontmatter block and the text after it, as a note file's
     frontmatter is read (:func:`pipeline.common.frontmatter.split_frontmatter`: line 1 ``---``, closed by the next
     ``---`` or ``...`` line; leading blank lines and a BOM before it are ignored). ``({}, text)`` when the text has
-    none; an opening ``---`` never closed is a thematic break, kept as text.
+    none (its leading BOM dropped); an opening ``---`` never closed is a thematic break, kept as text.
 
     Raises:
         CaptureError: ``strict`` and the block is not valid YAML or not a mapping (one line naming the line of the
@@ -274,6 +275,7 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import normalize_newlines, split_frontmatter
 
+    text = text.removeprefix("\ufeff")  # a file saved with a BOM (Windows Notepad): it hid the text's `# heading`
     lead = normalize_newlines(re.sub(r"\A(?:[ \t]*(?:\r\n|\r|\n))+", "", text.lstrip("\ufeff")))
     if not (lead.startswith("---\n") or lead == "---"):
         return {}, text
@@ -289,6 +291,25 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
 
 #: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``)
 _NO_WORD = re.compile(r"[\s!-/:-@\[-`{-~]")
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """The bytes of a text to capture (a file, stdin) as text: UTF-8, a leading BOM dropped, line ends ``\\n`` (as
+    Python's text mode reads them: ``\\r\\n`` and ``\\r`` too).
+
+    Raises:
+        CaptureError: NUL bytes (binary data) or not UTF-8 (the byte, and how to convert a Shift_JIS text); one
+            line naming ``where`` (``memo.txt``, ``the text on stdin``). Before, Shift_JIS piped to ``capture``
+            ended in a traceback.
+    """
+    if b"\x00" in data:
+        raise CaptureError(f"{where}: binary data (it holds NUL bytes), not a note's text (nothing was written)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CaptureError(f"{where}: not valid UTF-8 (byte {exc.start}: {exc.reason}); convert it to UTF-8 first, "
+                           "e.g. `iconv -f SHIFT_JIS -t UTF-8` (nothing was written)") from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")   # as text-mode reads give it
 
 
 def check_text(text: str) -> tuple[dict[str, Any], str]:
