@@ -126,6 +126,10 @@ def test_smart_and_full_width_quotes_minus_and_colon_are_the_ascii_syntax() -> N
     q = parse_query("リトライ\u3000－Prefect tag：日記")
     assert (q.text, q.excluded, q.tags) == ("リトライ", ("Prefect",), ("日記",))
     assert parse_query("A－B 「手をつないで」").text == "A－B 「手をつないで」"     # inside a word: not a minus
+    # macOS' Japanese input types its full-width minus as U+2212 (`JSON −便利` excluded nothing; helper s36-nu2)
+    q = parse_query("JSON \u2212便利 tag：日記")
+    assert (q.text, q.excluded, q.tags) == ("JSON", ("便利",), ("日記",))
+    assert parse_query("A\u2212B").text == "A\u2212B"
     with pytest.raises(QuerySyntaxError, match="unclosed"):
         parse_query("“手をつないで")
 

@@ -20,7 +20,7 @@ notes that pass them, by vault path, as Obsidian's search does for ``tag:#recipe
 
 Typed quotes and minus signs count as the ASCII ones (:func:`ascii_syntax`): ``“…”`` and ``„…“`` (smart quotes, as
 macOS and iOS type them) and the full-width ``＂`` are ``"``; a full-width ``－`` (U+FF0D, a Japanese keyboard's
-minus) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
+minus) or ``−`` (U+2212, the full-width minus of macOS' Japanese input) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
 brackets ``「…」`` stay words: a question is often written inside them.
 
 Filters and operators are parsed here (no SQL, no search); :class:`ParsedQuery` says what to rank and what to keep.
@@ -215,8 +215,10 @@ def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str]
 
 #: quote characters read as ``"``: smart quotes (U+201C, U+201D, U+201E) and the full-width one (U+FF02)
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\uff02": '"'})
-_WIDE_MINUS = re.compile(r"(^|\s)\uff0d")                  # a full-width minus that starts a word
-_WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d)(source|tag|path)\uff1a")
+#: a full-width minus that starts a word: U+FF0D (Windows' IME) or U+2212 (macOS' Japanese input, whose full-width
+#: minus is the MINUS SIGN: `−便利` excluded nothing)
+_WIDE_MINUS = re.compile(r"(^|\s)[\uff0d\u2212]")
+_WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d|\u2212)(source|tag|path)\uff1a")
 
 
 def ascii_syntax(query: str) -> str:
