@@ -376,3 +376,12 @@ def test_tags_surrounding_spaces_are_dropped(tmp_path: Path) -> None:
     got = write_capture(src, "Body about voles.\n", title="Voles", agent="a", correlation_id="c1",
                         tags=[" journal ", " #til"], now=NOW)
     assert "tags:\n- journal\n- til\n" in got.path.read_text(encoding="utf-8")
+
+
+def test_a_full_width_hash_before_a_tag_is_dropped_as_hash_is(tmp_path: Path) -> None:
+    """`--tag ＃学び` (a Japanese IME types # as ＃) was written as the tag `＃学び`, which Obsidian reads as a tag
+    of its own, not 学び (found by helper s36-nu2); the text's own `学び` and ours are then one tag."""
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "---\ntags: [学び]\n---\nタグのテスト。\n", agent="a", correlation_id="c1",
+                        tags=["＃学び", "＃＃til", "＃"], now=NOW)
+    assert "tags:\n- 学び\n- til\n" in got.path.read_text(encoding="utf-8")

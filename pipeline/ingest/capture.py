@@ -441,7 +441,7 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
         if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
             replaced[key] = text_fm[key]
             theirs = []
-        norm = (lambda t: t.lstrip("#").casefold()) if key == "tags" else (lambda t: t)
+        norm = (lambda t: t.lstrip("#＃").casefold()) if key == "tags" else (lambda t: t)
         merged = list(theirs)
         seen = {norm(t) for t in merged}
         for item in ours:
@@ -537,7 +537,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     if related:
         own["related"] = list(related)
     if tags:
-        own["tags"] = [t.strip().lstrip("#") for t in tags if t.strip("# ")]
+        # a Japanese IME types `#` as `＃`: Obsidian would read `＃学び` as a tag of its own, not 学び
+        own["tags"] = [t.strip().lstrip("#＃") for t in tags if t.strip("#＃ ")]
     fm = merge_frontmatter(own, text_fm)
     head = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False, width=1000)
     body = re.sub(r"\A(?:[ \t]*\r?\n)+", "", text.rstrip())
