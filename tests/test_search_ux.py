@@ -76,6 +76,9 @@ def test_clean_text_html_attributes_never_leak() -> None:
     ("| [[Home\\|]] | x |", "Home | x"),                      # an empty alias: the page
     ("| [[Home\\|a\\|b]] | x |", "a | b | x"),                 # as [[Home|a|b]]
     ("| ![[pic.png\\|200]] | x |", "x"),                       # an embed with a size goes
+    # an embedded note shows as its name, as a link to it does: `See ![[Guide#Install]].` read `See .` (helper s36-nu2)
+    ("See ![[DuckDB メモ#Parquet の読み込み]].", "See DuckDB メモ."),
+    ("Intro\n![[Guide.md|alias]]\n![[#見出し]]\n![[Board.canvas]] ![[doc.pdf#page=2]] end", "Intro Guide 見出し end"),
 ])
 def test_clean_text_wikilink_with_an_escaped_pipe(md: str, expected: str) -> None:
     assert clean_text(md) == expected
