@@ -378,6 +378,25 @@ def test_tags_surrounding_spaces_are_dropped(tmp_path: Path) -> None:
     assert "tags:\n- journal\n- til\n" in got.path.read_text(encoding="utf-8")
 
 
+def test_a_name_s_folder_is_the_existing_one_that_differs_only_in_case_or_unicode_form(tmp_path: Path) -> None:
+    """`--name "english notes/新規"` beside `English notes/` made a second folder (helper s36-nu2): one folder on
+    macOS and Windows, two on Linux, which a synced vault cannot hold. The existing folder is used as spelled,
+    also one named in NFD (a vault synced from macOS); a missing folder is still made as given."""
+    src = _local(tmp_path / "inbox")
+    (tmp_path / "inbox" / "English notes").mkdir()
+    nfd = unicodedata.normalize("NFD", "データ")
+    (tmp_path / "inbox" / nfd).mkdir()
+    got = {n: write_capture(src, "テキスト", name=n, agent="a", correlation_id="c", now=NOW)
+           for n in ("english notes/新規", "データ/メモ", "daily/2026/x")}
+    assert {n: (g.path.relative_to(tmp_path / "inbox").as_posix(), g.vault_path) for n, g in got.items()} == {
+        "english notes/新規": ("English notes/新規.md", "inbox/English notes/新規.md"),
+        "データ/メモ": (f"{nfd}/メモ.md", "inbox/データ/メモ.md"),
+        "daily/2026/x": ("daily/2026/x.md", "inbox/daily/2026/x.md")}
+    assert sorted(p.name for p in (tmp_path / "inbox").iterdir()) == sorted(["English notes", nfd, "daily"])
+    with pytest.raises(CaptureError, match="already exists"):
+        write_capture(src, "もう一つ", name="ENGLISH NOTES/新規", agent="a", correlation_id="c", now=NOW)
+
+
 def test_a_full_width_hash_before_a_tag_is_dropped_as_hash_is(tmp_path: Path) -> None:
     """`--tag ＃学び` (a Japanese IME types # as ＃) was written as the tag `＃学び`, which Obsidian reads as a tag
     of its own, not 学び (found by helper s36-nu2); the text's own `学び` and ours are then one tag."""

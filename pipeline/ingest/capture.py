@@ -47,6 +47,7 @@ __all__ = [
     "capture_targets",
     "check_name",
     "decode_text",
+    "folders_as_spelled",
     "merge_frontmatter",
     "name_from_title",
     "split_text",
@@ -510,13 +511,14 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     heading = bool(title and title.strip())
     title = " ".join((title or "").split()) if heading else (_fm_title(text_fm) or _title_of_body(text))
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
-    problem = capture_problem(source, fname)
-    if problem:
-        raise CaptureError(f"{problem}: pass another {name_option} or source (nothing was written)")
     root = source.path[0].resolve()
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
                            "sources.yaml")
+    fname = folders_as_spelled(root, fname)
+    problem = capture_problem(source, fname)
+    if problem:
+        raise CaptureError(f"{problem}: pass another {name_option} or source (nothing was written)")
     target = (root / f"{fname}.md")
 
     def refuse_outside() -> None:      # a folder of the name that is (or was just made) a link out of the source
@@ -555,6 +557,28 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
     return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
                     related=tuple(related))
+
+
+def folders_as_spelled(root: Path, name: str) -> str:
+    """``name`` (``folder/…/file``) with each folder that exists in ``root`` under another case or Unicode form
+    spelled as it is there: ``english notes/新規`` goes into ``English notes/`` (found by helper s36-nu2: a
+    second folder ``english notes`` was made beside it, one folder on macOS and Windows, two on Linux, which a
+    synced vault cannot hold); a folder not there yet stays as given (it is made)."""
+    parts = name.split("/")
+    here = root
+    for i, part in enumerate(parts[:-1]):
+        try:
+            names = sorted(p.name for p in here.iterdir() if p.is_dir())
+        except OSError:
+            break
+        if part not in names:
+            key = unicodedata.normalize("NFC", part).casefold()
+            same = [n for n in names if unicodedata.normalize("NFC", n).casefold() == key]
+            if not same:
+                break
+            parts[i] = same[0]
+        here = here / parts[i]
+    return "/".join(parts)
 
 
 def related_for(searcher: object, title: str, text: str, k: int = 3) -> list[str]:
