@@ -822,16 +822,16 @@ def embed(
 
 @app.command()
 def read(
-    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias.")],
+    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias; or a link as a note writes it ('Note#Heading', '[[Note#Heading|text]]': the page of that heading).")],
     page: Annotated[int, typer.Option("--page", "-p", metavar="N", min=1, help="Page number (pages are ~1,000 characters).")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter, added_before/added_after (fence lines re-opening/closing a code block cut by the page), outlinks, backlinks, outlinks_total, backlinks_total).")] = False,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
-    from pipeline.search.reader import NoteNotFoundError, find_note, read_note
+    from pipeline.search.reader import NoteNotFoundError, read_link
 
     s = settings()
     try:
-        pg = read_note(s.vault_dir, find_note(s.vault_dir, note, s.warehouse_path), page)
+        pg = read_link(s.vault_dir, note, page, s.warehouse_path)
     except NoteNotFoundError as exc:
         fail(note_missing_message(s, note, exc))
         return
@@ -864,6 +864,17 @@ def read(
 # capture
 
 
+def _capture_input(file: Path | None) -> str:
+    """The text ``capture`` reads from ``file`` (``-`` or None: stdin), read as bytes and decoded by
+    :func:`pipeline.ingest.capture.decode_text` (a BOM dropped; not UTF-8 is a one-line error)."""
+    from pipeline.ingest.capture import decode_text
+
+    if file is not None and str(file) != "-":
+        return decode_text(file.read_bytes(), str(file))
+    stream = getattr(sys.stdin, "buffer", None)
+    return decode_text(stream.read(), "the text on stdin") if stream is not None else sys.stdin.read()
+
+
 @app.command()
 def capture(
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
@@ -894,17 +905,18 @@ def capture(
     if not no_build:        # refused before the note is written: a rerun with the right --data makes no second copy
         refuse_unwritable_dirs(s)
     try:
-        if file is not None:
-            body = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
-        elif text is not None:
+        if text is not None and file is None:
             body = text
-        elif not sys.stdin.isatty():
-            body = sys.stdin.read()
+        elif file is not None or not sys.stdin.isatty():
+            body = _capture_input(file)
         else:
             fail("nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin")
             return
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}")
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}")
+        return
+    except PipelineError as exc:
+        fail(str(exc))
         return
     try:
         src = capture_source(load_sources(s.sources_file), source)

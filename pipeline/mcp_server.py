@@ -43,7 +43,7 @@ from typing import Any, Self
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
-from pipeline.search.reader import find_note, locate_match, note_body, page_of, paginate, read_note
+from pipeline.search.reader import find_link, locate_match, note_body, page_of, paginate, read_link
 
 log = logging.getLogger("docsvault.mcp")
 
@@ -393,7 +393,7 @@ class VaultService:
 
         s = self.settings
         try:
-            pg = read_note(s.vault_dir, find_note(s.vault_dir, path, s.warehouse_path), page)
+            pg = read_link(s.vault_dir, path, page, s.warehouse_path)
         except NoteNotFoundError as exc:
             from pipeline.service import note_missing_message
 
@@ -416,7 +416,7 @@ class VaultService:
         s = self.settings
         if not s.warehouse_path.exists():
             raise ToolFailure(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
-        note = find_note(s.vault_dir, path, s.warehouse_path)
+        note = find_link(s.vault_dir, path, s.warehouse_path)[0]
         rows = related(s.warehouse_path, note, k)
         return {"path": note, "related": rows,
                 **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
@@ -992,7 +992,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "\"a b\" OR \"c d\", source:NAME, tag:TAG, path:PREFIX; a query of filters alone (tag:recipe) lists "
             "the notes that pass them by path. Optional `source` (a source name from status, "
             "or a list of them), `tag` (frontmatter or inline #tag) and `lanes` (any of bm25, bm25_page, vector, "
-            "graph, hybrid) narrow the search."
+            "crosslingual, graph, hybrid, hybrid+graph) narrow the search."
         ),
         annotations=read_only,
     )
@@ -1004,7 +1004,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         name="read",
         description=(
             "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'; "
-            "a note's file name, title or alias works too), one page of about 1,000 characters at a time. "
+            "a note's file name, title or alias works too, and a link as a note writes it: [[Note#Heading|text]] "
+            "or Note#Heading opens the page where that heading starts), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
             "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "
@@ -1019,7 +1020,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         name="related",
         description=(
             "Notes related to a note through the link graph (its outlinks, backlinks and their neighbours), ranked "
-            "by link weight and vector similarity. Give the note's `path` (as search returns it); returns up to k "
+            "by link weight and vector similarity. Give the note's `path` (as search returns it, or a name or link as "
+            "read takes it); returns up to k "
             "(1-20) rows with `path`, `title`, `score`, `hops`, `link_weight`, `similarity`."
         ),
         annotations=read_only,

@@ -56,6 +56,15 @@ def _files(root: Path) -> list[str]:
     ("v1.2 is out", "v1.2 is out", "v1.2 is out"),
     # a thematic break above the first line is no title
     ("---\n\nAfter a rule. More.", "After a rule.", "After a rule"),
+    # inline Markdown is titled and named as its text: `[[ウィンドウ関数]] の復習` was named `ウィンドウ関数-- の復習.md`
+    # (found by a Japanese note-taker, helper s36-nu2)
+    ("[[ウィンドウ関数]] の復習。rank の違い。", "ウィンドウ関数 の復習。", "ウィンドウ関数 の復習"),
+    ("[[Guide#Install|the install]] notes. More.", "the install notes.", "the install notes"),
+    ("**重要**: [docs](https://x.y/z) を読む", "重要: docs を読む", "重要- docs を読む"),
+    ("# `read_csv` と ~~旧~~ [[新 API]]\n本文", "read_csv と 旧 新 API", "read_csv と 旧 新 API"),
+    ("![[図.png]] 図の説明。続き", "図の説明。", "図の説明"),
+    ("# ![[only.png]]\n\n本文の一行目。", "本文の一行目。", "本文の一行目"),
+    ("__init__.py で x==1 のとき", "__init__.py で x==1 のとき", "__init__.py で x==1 のとき"),
 ])
 def test_title_and_name_of_a_first_sentence(text: str, title: str, name: str) -> None:
     assert title_of(text) == title
@@ -322,6 +331,32 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
         ["Seed.md", f"{LONG_NAME}.md", "アイアイ" + "の長い名前" * 12 + "の.md", "Pre.md", "日本語のメモ.md"])
 
 
+def test_cli_capture_reads_shift_jis_and_bom_texts_as_one_line_errors_or_clean_text(cap_env: Path) -> None:
+    """A Japanese note-taker (helper s36-nu2) piped a Shift_JIS memo to `capture`: a traceback
+    (UnicodeEncodeError); `--file` of it gave Python's codec message and no fix. A file saved with a BOM (Windows
+    Notepad) was titled '\\uFEFF# BOM付き' and its `# heading` kept the BOM in front, so it was no heading."""
+    sjis = "シフトJISのメモ。".encode("shift_jis")
+    (cap_env / "memo.txt").write_bytes(sjis)
+    fix = ("not valid UTF-8 (byte 0: invalid start byte); convert it to UTF-8 first, e.g. `iconv -f SHIFT_JIS -t "
+           "UTF-8` (nothing was written)\n")
+    result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build"], input=sjis)
+    assert (result.exit_code, result.output) == (1, "error: the text on stdin: " + fix)
+    assert run("capture", "--source", "mynotes", "--no-build", "--file", str(cap_env / "memo.txt"), code=1) == (
+        f"error: {cap_env / 'memo.txt'}: " + fix)
+    result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build"], input=b"a\x00b")
+    assert (result.exit_code, result.output) == (1, "error: the text on stdin: binary data (it holds NUL bytes), "
+                                                    "not a note's text (nothing was written)\n")
+    assert sorted(p.name for p in (cap_env / "mynotes").iterdir()) == ["Seed.md"]
+    bom = "\ufeff# BOM付き\r\n\r\n本文。\r\n".encode()                # Notepad: a BOM and CRLF line ends
+    (cap_env / "bom.md").write_bytes(bom)
+    run("capture", "--source", "mynotes", "--no-build", "--file", str(cap_env / "bom.md"))
+    result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build", "--name", "piped"], input=bom)
+    assert result.exit_code == 0, result.output
+    for name in ("BOM付き.md", "piped.md"):
+        text = (cap_env / "mynotes" / name).read_text(encoding="utf-8")
+        assert "\ufeff" not in text and "\ntitle: BOM付き\n" in text and text.endswith("---\n\n# BOM付き\n\n本文。\n")
+
+
 def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 
@@ -341,3 +376,31 @@ def test_tags_surrounding_spaces_are_dropped(tmp_path: Path) -> None:
     got = write_capture(src, "Body about voles.\n", title="Voles", agent="a", correlation_id="c1",
                         tags=[" journal ", " #til"], now=NOW)
     assert "tags:\n- journal\n- til\n" in got.path.read_text(encoding="utf-8")
+
+
+def test_a_name_s_folder_is_the_existing_one_that_differs_only_in_case_or_unicode_form(tmp_path: Path) -> None:
+    """`--name "english notes/新規"` beside `English notes/` made a second folder (helper s36-nu2): one folder on
+    macOS and Windows, two on Linux, which a synced vault cannot hold. The existing folder is used as spelled,
+    also one named in NFD (a vault synced from macOS); a missing folder is still made as given."""
+    src = _local(tmp_path / "inbox")
+    (tmp_path / "inbox" / "English notes").mkdir()
+    nfd = unicodedata.normalize("NFD", "データ")
+    (tmp_path / "inbox" / nfd).mkdir()
+    got = {n: write_capture(src, "テキスト", name=n, agent="a", correlation_id="c", now=NOW)
+           for n in ("english notes/新規", "データ/メモ", "daily/2026/x")}
+    assert {n: (g.path.relative_to(tmp_path / "inbox").as_posix(), g.vault_path) for n, g in got.items()} == {
+        "english notes/新規": ("English notes/新規.md", "inbox/English notes/新規.md"),
+        "データ/メモ": (f"{nfd}/メモ.md", "inbox/データ/メモ.md"),
+        "daily/2026/x": ("daily/2026/x.md", "inbox/daily/2026/x.md")}
+    assert sorted(p.name for p in (tmp_path / "inbox").iterdir()) == sorted(["English notes", nfd, "daily"])
+    with pytest.raises(CaptureError, match="already exists"):
+        write_capture(src, "もう一つ", name="ENGLISH NOTES/新規", agent="a", correlation_id="c", now=NOW)
+
+
+def test_a_full_width_hash_before_a_tag_is_dropped_as_hash_is(tmp_path: Path) -> None:
+    """`--tag ＃学び` (a Japanese IME types # as ＃) was written as the tag `＃学び`, which Obsidian reads as a tag
+    of its own, not 学び (found by helper s36-nu2); the text's own `学び` and ours are then one tag."""
+    src = _local(tmp_path / "inbox")
+    got = write_capture(src, "---\ntags: [学び]\n---\nタグのテスト。\n", agent="a", correlation_id="c1",
+                        tags=["＃学び", "＃＃til", "＃"], now=NOW)
+    assert "tags:\n- 学び\n- til\n" in got.path.read_text(encoding="utf-8")

@@ -407,6 +407,35 @@ def test_embed_progress_is_one_task_over_the_per_language_and_cross_lingual_pass
     assert [done for _, done, _ in calls] == [0, n, n, 2 * n]     # one batch per pass (tiny has < 64 texts)
 
 
+def test_a_source_without_files_reports_no_running_normalize_or_chunk(tiny_env: Path) -> None:
+    """An empty local source (a new inbox) showed `normalize inbox running for 44 s; chunk inbox running for 41 s`
+    on every progress line of a build (found by helper s36-nu2): its stages reported (0, 0), which reads as "total
+    unknown", and never finished. They now report nothing; a source with files reports its start and its end."""
+    settings = Settings.from_env()
+    (s,) = load_sources(settings.sources_file)
+    calls: list[tuple[str, int, int]] = []
+    hook = lambda stage, name, done, total: calls.append((stage, done, total))  # noqa: E731
+
+    def stages() -> list[tuple[str, int, int]]:
+        calls.clear()
+        b.PROGRESS_HOOKS.append(hook)
+        try:
+            b.fetch_stage(settings, s)
+            b.normalize_stage(settings, s)
+            b.vault_stage(settings, s)
+            b.chunk_stage(settings, s, load_embedder)
+        finally:
+            b.PROGRESS_HOOKS.remove(hook)
+        return [c for c in calls if c[0] in ("normalize", "chunk")]
+
+    files = len([p for p in (tiny_env / "tinyvault").rglob("*.md")])
+    assert stages() == [("normalize", 0, files), ("normalize", files, files), ("chunk", 0, 5), ("chunk", 5, 5)]
+    for f in (tiny_env / "tinyvault").rglob("*"):
+        if f.is_file():
+            f.unlink()
+    assert stages() == []
+
+
 _FIRST_KEYS = {
     "fetch": ["strategy", "revision", "changed", "files", "requests", "bytes", "seconds", "warnings", "warning_lines"],
     "normalize": ["notes", "errors", "error_lines", "kept_last_good", "parsed", "parse_cached", "dangling",

@@ -78,6 +78,9 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
                     hit = _payload(out["search"])["hits"][0]
                     out["read"] = await session.call_tool("read", hit["read"])
                     out["read_src"] = await session.call_tool("read", {"path": "Ducks.md"})   # a source path
+                    # a link as a note writes it, which an agent copies: its note (it was "no note")
+                    out["read_link"] = await session.call_tool("read", {"path": "[[Ducks#Ducks|the ducks]]"})
+                    out["related_link"] = await session.call_tool("related", {"path": "Ducks#Ducks"})
                     out["tagged"] = await session.call_tool("search", {"query": "welcome", "tag": "start"})
                     out["bad_source"] = await session.call_tool("search", {"query": "ducks", "source": "nope"})
                     out["list_source"] = await session.call_tool("search", {"query": "ducks", "source": ["tiny"]})
@@ -114,6 +117,8 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     assert page["text"] == "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n"
     assert page["backlinks"] == [{"path": "tiny/Home.md", "title": "Home", "links": 1}] and page["outlinks"] == []
     assert _payload(out["read_src"])["path"] == "tiny/Ducks.md"
+    assert (_payload(out["read_link"])["path"], _payload(out["read_link"])["page"]) == ("tiny/Ducks.md", 1)
+    assert _payload(out["related_link"])["path"] == "tiny/Ducks.md"
 
     assert [h["path"] for h in _payload(out["tagged"])["hits"]] == ["tiny/Home.md"]
     assert out["bad_source"].is_error and "tiny" in _text(out["bad_source"])

@@ -13,10 +13,12 @@ from pipeline.search.reader import (
     NoteNotFoundError,
     PathRefusedError,
     excerpt,
+    find_link,
     find_note,
     locate,
     page_of,
     paginate,
+    read_link,
     read_note,
     resolve_note_path,
 )
@@ -200,6 +202,38 @@ def test_a_name_as_written_wins_over_one_that_matches_only_case_folded(vault: Pa
                 "ABC.md": "src/ABC.md", "Abc": "src/ABC.md", "abc (2)": "src/abc (2).md",
                 "Home": "src/Home.md", "home": "src/t.md", "HOME": "src/Home.md"}
     assert {name: find_note(vault, name, path) for name in expected} == expected
+
+
+def test_an_obsidian_link_as_written_reads_its_note_at_its_heading(vault: Path, tmp_path: Path) -> None:
+    """An agent copies `[[メモ#CSV の自動検出|CSV]]` from a note's text into read: it was "no note" (found by a
+    Japanese note-taker driving MCP, helper s36-nu2). The link's note is read, page 1 of a link with a heading or
+    block opens the page where it starts (headings compared as Obsidian does: punctuation as spaces, case
+    ignored; one inside a code fence is none), an explicit page wins, a missing heading opens page 1; a title with
+    `#` in it is found as written; a link to no note names the note's name."""
+    from pipeline.models import Note
+
+    sections = "".join(f"## 節 {i}\n\n" + "カワウソの話。" * 60 + "\n\n" for i in range(1, 9))
+    body = "# メモ\n\n```\n## Setup: quick\n```\n\n" + sections + "## Setup: quick\n\nRun it. ^run-1\n"
+    (vault / "src" / "メモ.md").write_text(body, encoding="utf-8")
+    (vault / "src" / "C-.md").write_text("# C# tips\n", encoding="utf-8")
+    notes = [Note("src", "メモ.md", "メモ.md", "メモ", {"title": "メモ"}, "カワウソ"),
+             Note("src", "C#.md", "C-.md", "C# tips", {"title": "C# tips"}, "Tips.")]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    starts = paginate(body)
+    last = len(starts)
+    at = {n: read_link(vault, n, warehouse_path=path).page for n in (
+        "メモ#節 5", "[[メモ#節 5|five]]", "![[src/メモ.md#節 5]]", "メモ#SETUP quick", "[[メモ#^run-1]]",
+        "メモ#節 5#Setup: quick", "メモ#節 9", "[[メモ|the memo]]", "メモ#^nope")}
+    assert at == {"メモ#節 5": page_of(starts, body.index("## 節 5")), "[[メモ#節 5|five]]": at["メモ#節 5"],
+                  "![[src/メモ.md#節 5]]": at["メモ#節 5"], "メモ#SETUP quick": last, "[[メモ#^run-1]]": last,
+                  "メモ#節 5#Setup: quick": last, "メモ#節 9": 1, "[[メモ|the memo]]": 1, "メモ#^nope": 1}
+    assert 1 < at["メモ#節 5"] < last
+    assert read_link(vault, "メモ#節 5", 2, path).page == 2                  # an explicit page wins
+    assert find_link(vault, "C# tips", path) == ("src/C-.md", "")          # a title with # in it, as written
+    assert find_link(vault, "[[メモ#節 5|five]]", path) == ("src/メモ.md", "節 5")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_link(vault, "Nowhere#節 5", path)
+    assert str(info.value).startswith("no note 'Nowhere': ")
 
 
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:

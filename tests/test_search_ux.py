@@ -76,6 +76,9 @@ def test_clean_text_html_attributes_never_leak() -> None:
     ("| [[Home\\|]] | x |", "Home | x"),                      # an empty alias: the page
     ("| [[Home\\|a\\|b]] | x |", "a | b | x"),                 # as [[Home|a|b]]
     ("| ![[pic.png\\|200]] | x |", "x"),                       # an embed with a size goes
+    # an embedded note shows as its name, as a link to it does: `See ![[Guide#Install]].` read `See .` (helper s36-nu2)
+    ("See ![[DuckDB メモ#Parquet の読み込み]].", "See DuckDB メモ."),
+    ("Intro\n![[Guide.md|alias]]\n![[#見出し]]\n![[Board.canvas]] ![[doc.pdf#page=2]] end", "Intro Guide 見出し end"),
 ])
 def test_clean_text_wikilink_with_an_escaped_pipe(md: str, expected: str) -> None:
     assert clean_text(md) == expected
@@ -126,6 +129,10 @@ def test_smart_and_full_width_quotes_minus_and_colon_are_the_ascii_syntax() -> N
     q = parse_query("リトライ\u3000－Prefect tag：日記")
     assert (q.text, q.excluded, q.tags) == ("リトライ", ("Prefect",), ("日記",))
     assert parse_query("A－B 「手をつないで」").text == "A－B 「手をつないで」"     # inside a word: not a minus
+    # macOS' Japanese input types its full-width minus as U+2212 (`JSON −便利` excluded nothing; helper s36-nu2)
+    q = parse_query("JSON \u2212便利 tag：日記")
+    assert (q.text, q.excluded, q.tags) == ("JSON", ("便利",), ("日記",))
+    assert parse_query("A\u2212B").text == "A\u2212B"
     with pytest.raises(QuerySyntaxError, match="unclosed"):
         parse_query("“手をつないで")
 
@@ -168,6 +175,23 @@ def test_text_matching_is_word_bounded_for_latin_and_substring_for_cjk() -> None
     p = parse_query("x path:guide/ path:*/api/*.md")
     assert p.keeps_path("guide/install.md") and p.keeps_path("src/api/connect.md") and not p.keeps_path("api/x.md")
 
+
+
+def test_phrases_and_exclusions_compare_nfkc_as_bm25_and_tags_do() -> None:
+    """A Japanese note-taker (helper s36-nu2) wrote `ＤｕｃｋＤＢ　を採用` with the IME's full-width letters and
+    space: `"DuckDB を採用"` found no note, though BM25 (NFKC) ranked it; a phrase typed in NFD (macOS) missed
+    every NFC note, and `-ＪＳＯＮ` kept the notes that say JSON. Both sides now compare in NFKC."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "データベース")
+    assert parse_query('"DuckDB を採用"').keeps_text("議事録。ＤｕｃｋＤＢ\u3000を採用。")
+    assert parse_query('"ＤｕｃｋＤＢ を採用"').keeps_text("議事録。DuckDB を採用。")
+    assert parse_query(f'"{nfd}"').keeps_text("分析用データベースです")
+    assert parse_query('"データベース"').keeps_text(f"分析用{nfd}です")
+    assert parse_query('"ｶﾀｶﾅ"').keeps_text("カタカナのメモ")
+    assert not parse_query("DuckDB -ＪＳＯＮ").keeps_text("DuckDB の JSON 読み込み")
+    assert parse_query("DuckDB -ＪＳＯＮ").keeps_text("DuckDB の JSONL 読み込み")          # still a whole word
+    assert not parse_query('"DuckDB を採用"').keeps_text("DuckDBを不採用")
 
 
 def test_a_phrase_matches_through_inline_html_and_inline_code() -> None:

@@ -154,6 +154,16 @@ def test_missing_file_says_what_to_do(tmp_path: Path) -> None:
         load_sources(tmp_path / "nope.yaml")
 
 
+def test_a_sources_file_not_in_utf8_says_so_and_what_to_do(tmp_path: Path) -> None:
+    """A sources.yaml saved as Shift_JIS (a Japanese source name, helper s36-nu2) gave Python's codec message
+    ("cannot read: 'utf-8' codec can't decode byte 0x93 in position 40: …") and no fix; now as synonyms.yaml."""
+    p = tmp_path / "sources.yaml"
+    p.write_bytes("sources:\n  - name: 日本語\n    kind: local\n    path: x\n".encode("shift_jis"))
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(p)
+    assert str(err.value) == f"{p}: not UTF-8 (invalid start byte at byte 19); save it as UTF-8"
+
+
 def test_select_unknown_lists_known(tmp_path: Path) -> None:
     p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n")
     with pytest.raises(SourceConfigError, match=r"^unknown source\(s\) 'b'; known sources: a$"):

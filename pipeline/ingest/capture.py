@@ -46,6 +46,8 @@ __all__ = [
     "capture_source",
     "capture_targets",
     "check_name",
+    "decode_text",
+    "folders_as_spelled",
     "merge_frontmatter",
     "name_from_title",
     "split_text",
@@ -190,7 +192,7 @@ def name_from_title(title: str) -> str:
     in the vault), ``_`` after a Windows device name (``CON``…) as the vault adds it."""
     from pipeline.ingest.normalize import _ILLEGAL, _RESERVED, MAX_COMPONENT_BYTES
 
-    name = _ILLEGAL.sub("-", _UNSAFE.sub("-", unicodedata.normalize("NFC", title)))
+    name = _ILLEGAL.sub("-", _UNSAFE.sub("-", unicodedata.normalize("NFC", plain_title(title) or title)))
     name = _NAME_END.sub("", re.sub(r"\.{2,}", ".", " ".join(name.split()))).lstrip(" .-")
     budget = MAX_COMPONENT_BYTES - len(".md")
     name = name[:MAX_NAME_CHARS].encode("utf-8")[:budget].decode("utf-8", "ignore")
@@ -223,21 +225,49 @@ def _fm_title(fm: dict[str, Any]) -> str:
     return " ".join(str(value).split())
 
 
+_ATX = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+
+
 def _title_of_body(text: str) -> str:
-    for line in text.splitlines():
-        m = re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
-        if m:
-            return _cut_title(m.group(1))
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not _RULE.match(ln)), "")
+    """:func:`title_of` of a text without frontmatter: the first heading, else the first sentence of the first line,
+    as :func:`plain_title` shows them (a heading or line that is only an embed is passed over)."""
+    lines = text.splitlines()
+    heading = next((plain_title(m.group(1)) for m in map(_ATX.match, lines) if m and plain_title(m.group(1))), "")
+    if heading:
+        return _cut_title(heading)
+    first = next((plain_title(ln) for ln in lines if ln.strip() and not _RULE.match(ln) and not _ATX.match(ln)
+                  and plain_title(ln)), "") \
+        or next((ln.strip() for ln in lines if ln.strip() and not _RULE.match(ln)), "")
     sentence = _SENTENCE.match(first)
     return _cut_title(sentence.group(1) if sentence else first)
+
+
+#: inline Markdown a title shows as its text: embeds and images (gone), wikilinks (their text), links, bold, code
+_TITLE_MARKUP: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (re.compile(r"!\[\[[^\]\n]*\]\]|!\[[^\]\n]*\]\([^)\n]*\)"), " "),
+    (re.compile(r"\[\[([^\]|\n]*)(?:\|([^\]\n]*))?\]\]"),
+     lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).strip()),
+    (re.compile(r"\[([^\]\n]+)\]\([^)\n]*\)"), r"\1"),
+    (re.compile(r"(\*\*|~~)(?=\S)(.+?)(?<=\S)\1"), r"\2"),      # not __ or ==: `__init__.py`, `x==1 or y==2`
+    (re.compile(r"(`+)(.+?)\1"), r"\2"),
+)
+
+
+def plain_title(text: str) -> str:
+    """``text`` (a heading or a first line) as a title shows it: ``[[ウィンドウ関数]] の復習`` -> ``ウィンドウ関数 の復習``,
+    ``[[a#b|text]]`` -> ``text``, ``[x](url)`` -> ``x``, ``**bold**``, ``~~del~~`` and `` `code` `` as their
+    text, embeds and images dropped; whitespace collapsed. Before, a first line ``[[ウィンドウ関数]] の復習``
+    was titled with its brackets and named ``ウィンドウ関数-- の復習.md``."""
+    for pattern, repl in _TITLE_MARKUP:
+        text = pattern.sub(repl, text)
+    return " ".join(text.split())
 
 
 def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
     """``(frontmatter, rest)``: the text's own YAML frontmatter block and the text after it, as a note file's
     frontmatter is read (:func:`pipeline.common.frontmatter.split_frontmatter`: line 1 ``---``, closed by the next
     ``---`` or ``...`` line; leading blank lines and a BOM before it are ignored). ``({}, text)`` when the text has
-    none; an opening ``---`` never closed is a thematic break, kept as text.
+    none (its leading BOM dropped); an opening ``---`` never closed is a thematic break, kept as text.
 
     Raises:
         CaptureError: ``strict`` and the block is not valid YAML or not a mapping (one line naming the line of the
@@ -246,6 +276,7 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import normalize_newlines, split_frontmatter
 
+    text = text.removeprefix("\ufeff")  # a file saved with a BOM (Windows Notepad): it hid the text's `# heading`
     lead = normalize_newlines(re.sub(r"\A(?:[ \t]*(?:\r\n|\r|\n))+", "", text.lstrip("\ufeff")))
     if not (lead.startswith("---\n") or lead == "---"):
         return {}, text
@@ -261,6 +292,25 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
 
 #: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``)
 _NO_WORD = re.compile(r"[\s!-/:-@\[-`{-~]")
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """The bytes of a text to capture (a file, stdin) as text: UTF-8, a leading BOM dropped, line ends ``\\n`` (as
+    Python's text mode reads them: ``\\r\\n`` and ``\\r`` too).
+
+    Raises:
+        CaptureError: NUL bytes (binary data) or not UTF-8 (the byte, and how to convert a Shift_JIS text); one
+            line naming ``where`` (``memo.txt``, ``the text on stdin``). Before, Shift_JIS piped to ``capture``
+            ended in a traceback.
+    """
+    if b"\x00" in data:
+        raise CaptureError(f"{where}: binary data (it holds NUL bytes), not a note's text (nothing was written)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CaptureError(f"{where}: not valid UTF-8 (byte {exc.start}: {exc.reason}); convert it to UTF-8 first, "
+                           "e.g. `iconv -f SHIFT_JIS -t UTF-8` (nothing was written)") from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")   # as text-mode reads give it
 
 
 def check_text(text: str) -> tuple[dict[str, Any], str]:
@@ -392,7 +442,7 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
         if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
             replaced[key] = text_fm[key]
             theirs = []
-        norm = (lambda t: t.lstrip("#").casefold()) if key == "tags" else (lambda t: t)
+        norm = (lambda t: t.lstrip("#＃").casefold()) if key == "tags" else (lambda t: t)
         merged = list(theirs)
         seen = {norm(t) for t in merged}
         for item in ours:
@@ -461,13 +511,14 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     heading = bool(title and title.strip())
     title = " ".join((title or "").split()) if heading else (_fm_title(text_fm) or _title_of_body(text))
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
-    problem = capture_problem(source, fname)
-    if problem:
-        raise CaptureError(f"{problem}: pass another {name_option} or source (nothing was written)")
     root = source.path[0].resolve()
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
                            "sources.yaml")
+    fname = folders_as_spelled(root, fname)
+    problem = capture_problem(source, fname)
+    if problem:
+        raise CaptureError(f"{problem}: pass another {name_option} or source (nothing was written)")
     target = (root / f"{fname}.md")
 
     def refuse_outside() -> None:      # a folder of the name that is (or was just made) a link out of the source
@@ -488,7 +539,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     if related:
         own["related"] = list(related)
     if tags:
-        own["tags"] = [t.strip().lstrip("#") for t in tags if t.strip("# ")]
+        # a Japanese IME types `#` as `＃`: Obsidian would read `＃学び` as a tag of its own, not 学び
+        own["tags"] = [t.strip().lstrip("#＃") for t in tags if t.strip("#＃ ")]
     fm = merge_frontmatter(own, text_fm)
     head = yaml.safe_dump(fm, allow_unicode=True, sort_keys=False, width=1000)
     body = re.sub(r"\A(?:[ \t]*\r?\n)+", "", text.rstrip())
@@ -505,6 +557,28 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
     return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
                     related=tuple(related))
+
+
+def folders_as_spelled(root: Path, name: str) -> str:
+    """``name`` (``folder/…/file``) with each folder that exists in ``root`` under another case or Unicode form
+    spelled as it is there: ``english notes/新規`` goes into ``English notes/`` (found by helper s36-nu2: a
+    second folder ``english notes`` was made beside it, one folder on macOS and Windows, two on Linux, which a
+    synced vault cannot hold); a folder not there yet stays as given (it is made)."""
+    parts = name.split("/")
+    here = root
+    for i, part in enumerate(parts[:-1]):
+        try:
+            names = sorted(p.name for p in here.iterdir() if p.is_dir())
+        except OSError:
+            break
+        if part not in names:
+            key = unicodedata.normalize("NFC", part).casefold()
+            same = [n for n in names if unicodedata.normalize("NFC", n).casefold() == key]
+            if not same:
+                break
+            parts[i] = same[0]
+        here = here / parts[i]
+    return "/".join(parts)
 
 
 def related_for(searcher: object, title: str, text: str, k: int = 3) -> list[str]:

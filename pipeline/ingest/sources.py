@@ -383,8 +383,10 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         raise SourceConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise _yaml_error(path, text, exc) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SourceConfigError(f"{path}: cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:        # as synonyms.yaml says it (a Shift_JIS file gave Python's codec text)
+        raise SourceConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise SourceConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         near = [k for k in data if isinstance(k, str) and k != "sources"
                 and SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75] if isinstance(data, dict) else []

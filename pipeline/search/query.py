@@ -20,7 +20,7 @@ notes that pass them, by vault path, as Obsidian's search does for ``tag:#recipe
 
 Typed quotes and minus signs count as the ASCII ones (:func:`ascii_syntax`): ``“…”`` and ``„…“`` (smart quotes, as
 macOS and iOS type them) and the full-width ``＂`` are ``"``; a full-width ``－`` (U+FF0D, a Japanese keyboard's
-minus) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
+minus) or ``−`` (U+2212, the full-width minus of macOS' Japanese input) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
 brackets ``「…」`` stay words: a question is often written inside them.
 
 Filters and operators are parsed here (no SQL, no search); :class:`ParsedQuery` says what to rank and what to keep.
@@ -75,8 +75,10 @@ class ParsedQuery:
 
     def keeps_text(self, plain: str) -> bool:
         """Whether a note whose plain text (title and body, see :func:`pipeline.search.snippet.clean_text`) is ``plain``
-        passes the required and excluded terms."""
-        folded = " ".join(plain.replace("`", "").split()).casefold()      # inline code's backticks are markup
+        passes the required and excluded terms. Both sides are compared in NFKC (as BM25 and tags compare them):
+        ``"DuckDB を採用"`` is in ``ＤｕｃｋＤＢ　を採用``, and a phrase typed in NFD (macOS) is in a note written in NFC
+        and the other way round."""
+        folded = _fold(plain.replace("`", ""))                                 # inline code's backticks are markup
         if any(text_contains(folded, term) for term in self.excluded):
             return False
         return all(any(text_contains(folded, alt) for alt in group) for group in self.required)
@@ -125,11 +127,17 @@ def tag_problem(tag: str, subject: str | None = None) -> str | None:
             f"(use {'-'.join(words)} or {'/'.join(words)})")
 
 
+def _fold(text: str) -> str:
+    """``text`` as :func:`text_contains` compares it: NFKC (full-width Latin and half-width kana are the usual
+    forms, NFD is NFC), whitespace collapsed (an ideographic space too), casefolded."""
+    return " ".join(unicodedata.normalize("NFKC", text).split()).casefold()
+
+
 def text_contains(folded_text: str, term: str) -> bool:
-    """Whether casefolded, whitespace-collapsed ``folded_text`` contains ``term``: at word boundaries for Latin
-    terms (``cat`` does not match ``category``; a CJK character beside it is a boundary: ``lora`` is in
-    ``でloraを``), anywhere for terms with CJK characters."""
-    t = " ".join(term.replace("`", "").split()).casefold()
+    """Whether ``folded_text`` (:func:`_fold`: NFKC, whitespace-collapsed, casefolded) contains ``term``: at word
+    boundaries for Latin terms (``cat`` does not match ``category``; a CJK character beside it is a boundary:
+    ``lora`` is in ``でloraを``), anywhere for terms with CJK characters."""
+    t = _fold(term.replace("`", ""))
     if not t:
         return True
     if _CJK.search(t):
@@ -207,8 +215,10 @@ def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str]
 
 #: quote characters read as ``"``: smart quotes (U+201C, U+201D, U+201E) and the full-width one (U+FF02)
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\uff02": '"'})
-_WIDE_MINUS = re.compile(r"(^|\s)\uff0d")                  # a full-width minus that starts a word
-_WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d)(source|tag|path)\uff1a")
+#: a full-width minus that starts a word: U+FF0D (Windows' IME) or U+2212 (macOS' Japanese input, whose full-width
+#: minus is the MINUS SIGN: `−便利` excluded nothing)
+_WIDE_MINUS = re.compile(r"(^|\s)[\uff0d\u2212]")
+_WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d|\u2212)(source|tag|path)\uff1a")
 
 
 def ascii_syntax(query: str) -> str:

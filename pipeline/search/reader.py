@@ -38,11 +38,14 @@ __all__ = [
     "NotePage",
     "PathRefusedError",
     "excerpt",
+    "find_link",
     "find_note",
+    "link_parts",
     "locate",
     "note_body",
     "page_of",
     "paginate",
+    "read_link",
     "read_note",
     "resolve_note_path",
 ]
@@ -503,6 +506,78 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+#: an Obsidian link as a note writes it: ``[[Guide#Install|the install]]``, ``![[Guide#^b1]]``
+_WIKILINK = re.compile(r"!?\[\[([^\[\]\n]*)\]\]")
+
+
+def link_parts(note: str) -> tuple[str, str]:
+    """``(note name, subpath)`` of ``note`` written as an Obsidian link, as an agent copies it from a note's text:
+    ``[[Guide#Install|the install]]``, ``[[Guide#Install]]`` and ``Guide#Install`` give ``("Guide", "Install")``,
+    ``Guide#^b1`` gives ``("Guide", "^b1")``, ``[[Guide|text]]`` ``("Guide", "")``; anything else is ``(note, "")``."""
+    m = _WIKILINK.fullmatch(note.strip())
+    target = m.group(1).split("|", 1)[0] if m else note
+    name, _, sub = target.partition("#")
+    return name.strip(), sub.strip()
+
+
+def find_link(vault_dir: Path, note: str, warehouse_path: Path | None = None) -> tuple[str, str]:
+    """``(vault path, subpath)`` of ``note``: :func:`find_note`'s note with no subpath; else, when no note has
+    that name and ``note`` is an Obsidian link (:func:`link_parts`: ``Guide#Install``, ``[[Guide#Install|text]]``),
+    the note it links to and the ``#heading`` or ``#^block`` it names (a vault path has no ``#``: the vault
+    writes it as ``-``). A title or alias with ``#`` in it (``C# tips``) is found as written first.
+
+    Raises:
+        As :func:`find_note`; a link to no note raises the error of the note's name (``no note 'Guide'``).
+    """
+    try:
+        return find_note(vault_dir, note, warehouse_path), ""
+    except NoteNotFoundError as exc:
+        name, sub = link_parts(note)
+        if isinstance(exc, AmbiguousNoteError) or not name or (name, sub) == (note, ""):
+            raise
+    return find_note(vault_dir, name, warehouse_path), sub
+
+
+def subpath_offset(body: str, subpath: str) -> int | None:
+    """Body offset of the line a link's subpath names, as Obsidian opens it: ``^id`` the line ending in that block
+    id, ``A#B`` the heading B after the heading A (headings outside fenced code, compared as
+    :func:`pipeline.index.graph.heading_key` compares them: punctuation as spaces, case ignored); None when the
+    note has no such heading or block."""
+    from pipeline.index.graph import heading_key
+
+    blocks = fenced_blocks(body)
+    if subpath.startswith("^"):
+        want = re.compile(rf"[ \t]\^{re.escape(subpath[1:])}[ \t]*$|^\^{re.escape(subpath[1:])}[ \t]*$",
+                          re.MULTILINE | re.IGNORECASE)
+        for m in want.finditer(body):
+            if _block_at(blocks, m.start()) is None:
+                return body.rfind("\n", 0, m.start() + 1) + 1
+        return None
+    at = None
+    pos = 0
+    for part in (p for p in subpath.split("#") if p.strip()):
+        want_key = heading_key(part)
+        at = next((m.start() for m in _HEADING.finditer(body, pos)
+                   if _block_at(blocks, m.start()) is None and heading_key(m.group(2)) == want_key), None)
+        if at is None:
+            return None
+        pos = at + 1
+    return at
+
+
+def read_link(vault_dir: Path, note: str, page: int = 1, warehouse_path: Path | None = None,
+              size: int = PAGE_CHARS) -> NotePage:
+    """:func:`read_note` of the note :func:`find_link` finds, at ``page``; page 1 (the default) of a link with a
+    ``#heading`` or ``#^block`` is the page where that heading or block starts (``read('Guide#Install')`` opens
+    Install's page; page 1 when the note has no such heading)."""
+    vault_path, sub = find_link(vault_dir, note, warehouse_path)
+    if page == 1 and sub:
+        body = note_body(vault_dir, vault_path)[1]
+        at = subpath_offset(body, sub)
+        page = page_of(paginate(body, size), at) if at is not None else 1
+    return read_note(vault_dir, vault_path, page, size)
 
 
 #: at most this many vault paths are listed for a name several notes have

@@ -4,7 +4,7 @@
 code (`` `SELECT 1` ``, the language tag dropped), callout markers (``> [!note] Title``) and quote markers go,
 HTML comments and Obsidian's ``%%comments%%`` go, HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), footnote markers go (``[^1]``; a footnote's text stays), links keep their
 text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` and, in a table row, ``[[Note\\|alias]]`` -> ``alias``), images
-and embeds go, emphasis, heading and list markers go. :func:`cut_around` cuts such a line to about ``width``
+and embeds of files go, an embedded note shows as its name (``![[Note#Part]]`` -> ``Note``), emphasis, heading and list markers go. :func:`cut_around` cuts such a line to about ``width``
 characters around the first query match, at a sentence start when one is near, else at a word boundary; cut ends are
 marked with ``…``.
 """
@@ -54,6 +54,22 @@ def _wikilink_text(m: re.Match[str]) -> str:
     return (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|").strip()
 
 
+_FILE_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
+
+
+def _embed_text(m: re.Match[str]) -> str:
+    """An embed as a snippet shows it: a note's (``![[Guide#Install]]``, no file extension or ``.md``) as the
+    note's name, as a link to it reads (``See ![[Guide#Install]].`` read ``See .``); a file's (image, PDF, canvas)
+    goes."""
+    target = re.split(r"\\?\|", m.group(0)[3:-2], maxsplit=1)[0]
+    name = target.split("#")[0].strip() or target.strip().lstrip("#")
+    if name.lower().endswith(".md"):
+        name = name[:-3]
+    elif _FILE_EXT.search(name):
+        return " "
+    return name or " "
+
+
 #: :func:`clean_text`'s substitutions in order: (a string every match contains, or "" to run it always; pattern;
 #: replacement)
 _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
@@ -61,7 +77,7 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("%%", _OBSIDIAN_COMMENT, " "),
     ("<", _HTML_BLOCK_DROP, " "),
     ("![", _IMAGE, " "),
-    ("![", _EMBED, " "),
+    ("![", _EMBED, _embed_text),
     ("<", _INLINE_HTML_TAG, ""),
     ("<", _HTML_TAG, " "),
     (">", _CALLOUT, ""),

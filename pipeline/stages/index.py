@@ -83,7 +83,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         old_warnings: dict[str, str] = dict(state.get("chunk_warnings") or {}) if previous else {}
         cut: dict[str, str] = {}          # note id -> the line of a note cut at the chunk cap
         used: dict[str, Any] = {}        # model spec -> embedder whose tokenizer counted tokens
-        notify("chunk", source.name, 0, len(notes))
+        if notes:       # (0, 0) is "total unknown" (see normalize): no line for a source without notes
+            notify("chunk", source.name, 0, len(notes))
         for i, note in enumerate(notes, start=1):
             if i % 50 == 0:
                 notify("chunk", source.name, i, len(notes))
@@ -121,7 +122,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             log.warning(warning)
         if used and rechunked > KEEP_LOADED_MAX_TEXTS:
             release_models(used.values())       # e5's tokenizer alone holds ~0.3 GB; a few notes keep it for embed
-        notify("chunk", source.name, len(notes), len(notes))
+        if notes:
+            notify("chunk", source.name, len(notes), len(notes))
         sha = artifacts.write_lines(path, [c.line if isinstance(c, artifacts.ChunkLine) else artifacts.chunk_line(c)
                                            for c in chunks])
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))

@@ -151,11 +151,13 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
         cache, stale = versioned_cache(settings, "normalize", source.name, "normalize", binary=True,
                                        fresh=forced(source.name))
         n_files = len(fetched.files)
-        notify("normalize", source.name, 0, n_files)
+        if n_files:     # (0, 0) is "total unknown": an empty source's step read "running for 44 s" all build long
+            notify("normalize", source.name, 0, n_files)
         result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or now(),
                                   cache=CountingCache(cache, lambda n: notify("normalize", source.name,
                                                                                 min(n, n_files), n_files)))
-        notify("normalize", source.name, n_files, n_files)
+        if n_files:
+            notify("normalize", source.name, n_files, n_files)
         result, kept = _keep_last_good(settings, source, fetched.files, result)
         result = result._replace(errors=[*twins, *result.errors])      # notes the fetch skipped: skipped files too
         if not result.notes and fetched.files:
