@@ -241,6 +241,27 @@ def test_a_worker_loads_the_definitions_again_when_the_sources_file_changed(
     assert reload_definitions_if_sources_changed() is False
 
 
+def test_the_workers_celery_config_connects_the_reload_before_each_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``celery -A dagster_celery.app worker`` imports deploy/dagster_celery_config.py: its settings are
+    :func:`celery_settings`'s and Celery's ``task_prerun`` calls the reload handler."""
+    import importlib
+
+    from celery.signals import task_prerun
+
+    from pipeline.distributed import celery_settings, reload_definitions_if_sources_changed
+
+    monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "redis://127.0.0.1:1/0")
+    monkeypatch.syspath_prepend(str(REPO / "deploy"))
+    monkeypatch.delitem(sys.modules, "dagster_celery_config", raising=False)
+    config = importlib.import_module("dagster_celery_config")
+    try:
+        assert {k: getattr(config, k) for k in celery_settings()} == celery_settings()
+        assert reload_definitions_if_sources_changed in [r for r in task_prerun._live_receivers(None)]
+    finally:
+        task_prerun.disconnect(reload_definitions_if_sources_changed)
+        sys.modules.pop("dagster_celery_config", None)
+
+
 def _plan_context(instance: dg.DagsterInstance, run: DagsterRun, job: dg.JobDefinition,
                   run_config: dict[str, Any], said: list[str]) -> Any:
     """The parts of Dagster's PlanOrchestrationContext the wrapper reads."""
