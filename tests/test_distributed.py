@@ -243,7 +243,9 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
     assert {k: v for k, v in log1["tags"].items() if k != "docsvault/pid_start"} == {
         "docsvault/host": host, "docsvault/pid": str(run.pid), "docsvault/pid_run": log1["run_id"],
         "docsvault/data_dir": str(data), "docsvault/vault_dir": str((out / "vault").resolve()),
-        "docsvault/sources_sha256": hashlib.sha256(sources.read_bytes()).hexdigest()}
+        "docsvault/sources_sha256": hashlib.sha256(sources.read_bytes()).hexdigest(),
+        "docsvault/model": "hash", "docsvault/multilingual_model": "multilingual-e5-small",
+        "docsvault/crosslingual_model": "usem3", "docsvault/crosslingual_depth": "4"}
     log3 = runs[2]
     assert log3["failures"] == {f"{s}__raw_docs": (
         f"run {log3['run_id']} builds data folder {data}, but this worker (host {host}) has data folder "

@@ -203,6 +203,7 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
         run = None
     if run is not None:
         docsvault.check_run_folders(run.run_id, run.tags)
+        docsvault.check_run_models(run.run_id, run.tags)
         docsvault.check_run_sources(run.run_id, run.tags)
     return docsvault.settings()
 

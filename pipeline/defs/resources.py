@@ -61,6 +61,20 @@ def forget_changed_sources() -> list[str]:
     return changed
 
 
+#: run tags naming the embedding settings a distributed run builds with (:func:`run_model_tags`), recorded by its
+#: run process, compared by every step (:meth:`DocsvaultResource.check_run_models`): tag -> (resource field, the
+#: variable that sets it)
+_MODEL_TAGS = {"docsvault/model": ("model", "DOCSVAULT_MODEL"),
+               "docsvault/multilingual_model": ("multilingual_model", "DOCSVAULT_MULTILINGUAL_MODEL"),
+               "docsvault/crosslingual_model": ("crosslingual_model", "DOCSVAULT_CROSSLINGUAL_MODEL"),
+               "docsvault/crosslingual_depth": ("crosslingual_depth", "DOCSVAULT_CROSSLINGUAL_DEPTH")}
+
+
+def run_model_tags(config: Mapping[str, Any]) -> dict[str, str]:
+    """The embedding settings of a ``docsvault`` resource config as run tags (:data:`_MODEL_TAGS`)."""
+    return {tag: str(config[field]) for tag, (field, _) in _MODEL_TAGS.items() if field in config}
+
+
 class WorkerSettingsError(PipelineError):
     """A step runs in a process (a Celery worker) whose data or vault folder is not the one its run builds."""
 
@@ -190,6 +204,25 @@ class DocsvaultResource(dg.ConfigurableResource):
                 + f": start the worker with the same {names} as the run process "
                 "(docs/deploy.md, \"Instance\")")
 
+
+    def check_run_models(self, run_id: str, run_tags: Mapping[str, str]) -> None:
+        """Refuse a step whose embedding settings (this process's resource config) are not its run's (a
+        distributed run's tags, :func:`run_model_tags`): a Celery worker started with another
+        ``DOCSVAULT_MODEL`` embedded the sources it took with that model and the run published them, with
+        success. A tag the run does not have is not checked.
+
+        Raises:
+            WorkerSettingsError: one line naming each setting that differs, the run's value and this worker's.
+        """
+        mine = run_model_tags(self.model_dump())
+        differ = [tag for tag in _MODEL_TAGS if tag in run_tags and run_tags[tag] != mine[tag]]
+        if differ:
+            raise WorkerSettingsError(
+                f"run {run_id} embeds with " + " and ".join(f"{_MODEL_TAGS[t][0]} {run_tags[t]}" for t in differ)
+                + f", but this worker (host {socket.gethostname()}) has "
+                + " and ".join(f"{_MODEL_TAGS[t][0]} {mine[t]}" for t in differ)
+                + f": start the worker with the same {' and '.join(_MODEL_TAGS[t][1] for t in differ)} as the "
+                "run process (docs/deploy.md, \"Instance\")")
 
     def check_run_sources(self, run_id: str, run_tags: Mapping[str, str]) -> None:
         """Refuse a step whose process built its assets from another version of the sources file than its
