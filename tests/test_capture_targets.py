@@ -163,14 +163,14 @@ def test_mcp_save_note_says_why_the_rebuild_left_it_unsearchable(mixed: Path, mo
 
     svc = VaultService(Settings.from_env())
     line = "warehouse: 1 source(s) have a vault folder but were never built in data dir /d (tiny): …"
-    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0: {
+    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0, evaluate=True: {
         "ok": False, "seconds": 1.0, "counts": {"added": 0, "changed": 0, "removed": 0},
         "outcomes": [{"name": "inbox", "status": "built", "error": None}],
         "shared": {"ok": False, "error": line}})
     out = svc.save_note("Kites hover.", title="Kites", source="inbox")
     assert (out["searchable"], out["error"]) == (False, f"the note is saved but the rebuild failed: {line}")
     assert (mixed / "inbox" / "Kites.md").is_file()
-    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0: {
+    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0, evaluate=True: {
         "ok": False, "outcomes": [{"name": "inbox", "status": "failed", "error": "inbox: no file"}],
         "shared": {"ok": True, "error": None}})
     assert svc.save_note("Owls.", title="Owls", source="inbox")["error"] == \
