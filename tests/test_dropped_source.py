@@ -211,3 +211,44 @@ def test_the_refusal_names_the_first_five_built_sources() -> None:
     assert no_sources_problem(["a", "b", "c", "d", "e"]) == "lists no sources, but 5 source(s) are built (a, b, c, d, e)"
     assert no_sources_problem(list("abcdefg")) == \
         "lists no sources, but 7 source(s) are built (a, b, c, d, e and 2 more)"
+
+
+def test_a_build_on_a_copied_vault_keeps_the_warehouse_of_the_sources_built_elsewhere(
+        built_tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP reader host as docs/deploy.md sets it up: a copy of the vault and of warehouse.duckdb, nothing else
+    of the data dir. A capture (the save_note tool) there built its local source and published a warehouse of
+    that source alone: the team's search lost every other source (1,502 chunks -> 3). Now the build refuses to
+    publish, naming the sources it never built here, the published warehouse stays, and the note is kept."""
+    import shutil
+
+    from pipeline.common.errors import SourceConfigError
+    from pipeline.config import Settings
+    from pipeline.ingest.sources import load_sources
+    from pipeline.stages import warehouse_stage
+
+    reader = built_tiny_env / "reader"
+    (reader / "data").mkdir(parents=True)
+    shutil.copytree(built_tiny_env / "vault", reader / "vault")
+    shutil.copy(built_tiny_env / "data" / "warehouse.duckdb", reader / "data" / "warehouse.duckdb")
+    (reader / "inbox").mkdir()
+    sources = built_tiny_env / "sources.yaml"
+    sources.write_text(sources.read_text(encoding="utf-8")
+                       + f"  - name: inbox\n    kind: local\n    path: {reader / 'inbox'}\n", encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_DATA", str(reader / "data"))
+    monkeypatch.setenv("DOCSVAULT_VAULT", str(reader / "vault"))
+    published = (reader / "data" / "warehouse.duckdb").read_bytes()
+    line = (f"1 source(s) have a vault folder but were never built in data dir {reader / 'data'} "
+            "(tiny): publishing would drop them from search, so warehouse.duckdb is left as it is; build them "
+            "here (`docsvault build --source tiny`), or, on a host serving a copied warehouse, give it a "
+            'sources.yaml without `local` sources (docs/deploy.md, "Read-only copies per reader host")')
+
+    result = runner.invoke(app, ["capture", "Geese fly south.", "--title", "Geese", "--source", "inbox", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["build"]["error"] == f"warehouse: {line}"
+    assert (reader / "inbox" / "Geese.md").read_text(encoding="utf-8").endswith("# Geese\n\nGeese fly south.\n")
+    assert (reader / "data" / "warehouse.duckdb").read_bytes() == published
+    assert "Ducks" in _run("search", "ducks swim")
+    with pytest.raises(SourceConfigError) as err:        # the Dagster warehouse asset's call
+        warehouse_stage(Settings.from_env(), load_sources(sources), lambda spec: None)
+    assert str(err.value) == line
+    assert (reader / "data" / "warehouse.duckdb").read_bytes() == published

@@ -34,7 +34,7 @@ from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
-from pipeline.defs.resources import DocsvaultResource, cached_embedder
+from pipeline.defs.resources import DocsvaultResource, cached_embedder, record_loaded_sources, sources_digest
 from pipeline.ingest.sources import asset_slug
 from pipeline.models import Source, plain
 from pipeline.stages.results import EvalStageResult, StageResult
@@ -203,6 +203,8 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
         run = None
     if run is not None:
         docsvault.check_run_folders(run.run_id, run.tags)
+        docsvault.check_run_models(run.run_id, run.tags)
+        docsvault.check_run_sources(run.run_id, run.tags)
     return docsvault.settings()
 
 
@@ -631,7 +633,9 @@ def asset_defs(settings: Settings) -> dg.Definitions:
     """
     from pipeline.ingest.sources import load_sources
 
+    digest = sources_digest(settings.sources_file)
     sources = load_sources(settings.sources_file)   # also rejects two names with one asset key
+    record_loaded_sources(settings.sources_file, digest)
     assets: list[Any] = []
     for s in sources:
         assets.extend(source_assets(s, settings))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +23,56 @@ DATA_DIR_TAG, VAULT_DIR_TAG = "docsvault/data_dir", "docsvault/vault_dir"
 #: tag -> (what the folder is called in a message, the variable that sets it)
 _FOLDER_TAGS = {DATA_DIR_TAG: ("data folder", "DOCSVAULT_DATA"),
                 VAULT_DIR_TAG: ("vault folder", "DOCSVAULT_VAULT")}
+
+
+#: run tag holding the sha256 of the sources file a distributed run's process built its assets from
+#: (:func:`loaded_sources_digest`), compared by every step (:meth:`DocsvaultResource.check_run_sources`)
+SOURCES_DIGEST_TAG = "docsvault/sources_sha256"
+
+#: resolved sources file -> sha256 of the bytes this process's definitions were built from
+#: (:func:`record_loaded_sources`; a Celery worker keeps them from one run to the next)
+_LOADED_SOURCES: dict[str, str] = {}
+
+
+def sources_digest(path: str | Path) -> str:
+    """The sha256 of the file's bytes; "" when it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def record_loaded_sources(path: str | Path, digest: str) -> None:
+    """Note that this process's definitions were built from ``path`` with content ``digest``."""
+    _LOADED_SOURCES[str(Path(path).expanduser().resolve())] = digest
+
+
+def loaded_sources_digest(path: str | Path) -> str | None:
+    """The digest :func:`record_loaded_sources` noted for ``path``; None when no definitions of it were built here."""
+    return _LOADED_SOURCES.get(str(Path(path).expanduser().resolve()))
+
+
+def forget_changed_sources() -> list[str]:
+    """The sources files this process built definitions from whose content has changed since, each dropped from
+    the record (the definitions loaded next record it again)."""
+    changed = [path for path, digest in _LOADED_SOURCES.items() if sources_digest(path) != digest]
+    for path in changed:
+        del _LOADED_SOURCES[path]
+    return changed
+
+
+#: run tags naming the embedding settings a distributed run builds with (:func:`run_model_tags`), recorded by its
+#: run process, compared by every step (:meth:`DocsvaultResource.check_run_models`): tag -> (resource field, the
+#: variable that sets it)
+_MODEL_TAGS = {"docsvault/model": ("model", "DOCSVAULT_MODEL"),
+               "docsvault/multilingual_model": ("multilingual_model", "DOCSVAULT_MULTILINGUAL_MODEL"),
+               "docsvault/crosslingual_model": ("crosslingual_model", "DOCSVAULT_CROSSLINGUAL_MODEL"),
+               "docsvault/crosslingual_depth": ("crosslingual_depth", "DOCSVAULT_CROSSLINGUAL_DEPTH")}
+
+
+def run_model_tags(config: Mapping[str, Any]) -> dict[str, str]:
+    """The embedding settings of a ``docsvault`` resource config as run tags (:data:`_MODEL_TAGS`)."""
+    return {tag: str(config[field]) for tag, (field, _) in _MODEL_TAGS.items() if field in config}
 
 
 class WorkerSettingsError(PipelineError):
@@ -151,6 +202,43 @@ class DocsvaultResource(dg.ConfigurableResource):
                 + f", but this worker (host {socket.gethostname()}) has "
                 + " and ".join(f"{_FOLDER_TAGS[t][0]} {mine[t]}" for t in differ)
                 + f": start the worker with the same {names} as the run process "
+                "(docs/deploy.md, \"Instance\")")
+
+
+    def check_run_models(self, run_id: str, run_tags: Mapping[str, str]) -> None:
+        """Refuse a step whose embedding settings (this process's resource config) are not its run's (a
+        distributed run's tags, :func:`run_model_tags`): a Celery worker started with another
+        ``DOCSVAULT_MODEL`` embedded the sources it took with that model and the run published them, with
+        success. A tag the run does not have is not checked.
+
+        Raises:
+            WorkerSettingsError: one line naming each setting that differs, the run's value and this worker's.
+        """
+        mine = run_model_tags(self.model_dump())
+        differ = [tag for tag in _MODEL_TAGS if tag in run_tags and run_tags[tag] != mine[tag]]
+        if differ:
+            raise WorkerSettingsError(
+                f"run {run_id} embeds with " + " and ".join(f"{_MODEL_TAGS[t][0]} {run_tags[t]}" for t in differ)
+                + f", but this worker (host {socket.gethostname()}) has "
+                + " and ".join(f"{_MODEL_TAGS[t][0]} {mine[t]}" for t in differ)
+                + f": start the worker with the same {' and '.join(_MODEL_TAGS[t][1] for t in differ)} as the "
+                "run process (docs/deploy.md, \"Instance\")")
+
+    def check_run_sources(self, run_id: str, run_tags: Mapping[str, str]) -> None:
+        """Refuse a step whose process built its assets from another version of the sources file than its
+        run's process (the run's :data:`SOURCES_DIGEST_TAG`): a Celery worker keeps the definitions it loaded
+        from one run to the next, and would build a source with the paths or format it had before an edit and
+        report success. A run without the tag (in-process, older) is not checked.
+
+        Raises:
+            WorkerSettingsError: the digests differ; one line naming the file, both digests and what to do.
+        """
+        want, mine = run_tags.get(SOURCES_DIGEST_TAG), loaded_sources_digest(self.sources_file)
+        if want and mine is not None and want != mine:
+            raise WorkerSettingsError(
+                f"run {run_id} was planned from {self.sources_file} with sha256 {want[:12]}, but this worker "
+                f"(host {socket.gethostname()}) built its steps from sha256 {mine[:12]}: the file changed during "
+                "the run: run it again; restart a worker that keeps building an older version of it "
                 "(docs/deploy.md, \"Instance\")")
 
 

@@ -163,6 +163,28 @@ def refuse_removing_every_source(settings: Settings, sources: Sequence[Source], 
             f"`docsvault build {REMOVE_ALL_OPTION}` to remove them all")
 
 
+def refuse_sources_built_elsewhere(settings: Settings, names: Sequence[str]) -> None:
+    """Refuse to publish a warehouse over sources whose vault folder is here but that were never built in this
+    data dir (no ``<data>/state/<name>.json``): a vault copied from the host that built it (an MCP reader's copy,
+    docs/deploy.md), or a data dir removed since. Their chunks are not here, so the warehouse would drop them from
+    search; on a reader, one ``save_note`` or ``refresh`` left the team's search with the reader's local notes only.
+
+    Raises:
+        SourceConfigError: one line naming the sources (the first five), the data dir and what to do; the
+            published warehouse is left as it is.
+    """
+    from pipeline.common.errors import SourceConfigError
+
+    elsewhere = [n for n in names if not artifacts.state_path(settings, n).is_file()]
+    if elsewhere:
+        raise SourceConfigError(
+            f"{len(elsewhere)} source(s) have a vault folder but were never built in data dir "
+            f"{settings.data_dir} ({_first_five(elsewhere)}): publishing would drop them from search, so "
+            f"{settings.warehouse_path.name} is left as it is; build them here (`docsvault build --source "
+            f"{elsewhere[0]}`), or, on a host serving a copied warehouse, give it a sources.yaml without `local` "
+            f"sources (docs/deploy.md, \"Read-only copies per reader host\")")
+
+
 def no_sources_problem(built: Sequence[str]) -> str:
     """``lists no sources, but 3 source(s) are built (a, b, c)``: the first five names, then ``and N more``."""
     return f"lists no sources, but {len(built)} source(s) are built ({_first_five(built)})"

@@ -39,7 +39,7 @@ from pipeline.stages.index import (
     graph_inputs_key,
     shared_state,
 )
-from pipeline.stages.layout import refuse_removing_every_source
+from pipeline.stages.layout import refuse_removing_every_source, refuse_sources_built_elsewhere
 from pipeline.stages.results import WarehouseResult
 
 log = logging.getLogger("docsvault")
@@ -363,6 +363,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         refuse_removing_every_source(settings, sources, vault=False)     # `sources: []` from the UI or a schedule
         started = time.perf_counter()
         names = built_sources(settings, sources)
+        refuse_sources_built_elsewhere(settings, names)
         by_name = {s.name: s for s in sources}
         key = _warehouse_key(settings, names, by_name)
         meta, problem = _current_warehouse(settings)
