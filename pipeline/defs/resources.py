@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,19 @@ _MODEL_TAGS = {"docsvault/model": ("model", "DOCSVAULT_MODEL"),
                "docsvault/multilingual_model": ("multilingual_model", "DOCSVAULT_MULTILINGUAL_MODEL"),
                "docsvault/crosslingual_model": ("crosslingual_model", "DOCSVAULT_CROSSLINGUAL_MODEL"),
                "docsvault/crosslingual_depth": ("crosslingual_depth", "DOCSVAULT_CROSSLINGUAL_DEPTH")}
+
+
+def _settings_differ(run_id: str, verb: str, labels: Mapping[str, tuple[str, str]], differ: Sequence[str],
+                     run_tags: Mapping[str, str], mine: Mapping[str, str]) -> WorkerSettingsError:
+    """The one-line error of a step whose settings (tags ``differ`` of ``labels``: tag -> (what, env variable))
+    are not its run's: ``run R builds data folder A, but this worker (host H) has data folder B: start the
+    worker with the same DOCSVAULT_DATA as the run process (docs/deploy.md, "Instance")``."""
+    return WorkerSettingsError(
+        f"run {run_id} {verb} " + " and ".join(f"{labels[t][0]} {run_tags[t]}" for t in differ)
+        + f", but this worker (host {socket.gethostname()}) has "
+        + " and ".join(f"{labels[t][0]} {mine[t]}" for t in differ)
+        + f": start the worker with the same {' and '.join(labels[t][1] for t in differ)} as the run process "
+        "(docs/deploy.md, \"Instance\")")
 
 
 def run_model_tags(config: Mapping[str, Any]) -> dict[str, str]:
@@ -196,14 +209,7 @@ class DocsvaultResource(dg.ConfigurableResource):
         differ = [tag for tag in _FOLDER_TAGS
                   if tag in run_tags and str(Path(run_tags[tag]).expanduser().resolve()) != mine[tag]]
         if differ:
-            names = " and ".join(_FOLDER_TAGS[tag][1] for tag in differ)
-            raise WorkerSettingsError(
-                f"run {run_id} builds " + " and ".join(f"{_FOLDER_TAGS[t][0]} {run_tags[t]}" for t in differ)
-                + f", but this worker (host {socket.gethostname()}) has "
-                + " and ".join(f"{_FOLDER_TAGS[t][0]} {mine[t]}" for t in differ)
-                + f": start the worker with the same {names} as the run process "
-                "(docs/deploy.md, \"Instance\")")
-
+            raise _settings_differ(run_id, "builds", _FOLDER_TAGS, differ, run_tags, mine)
 
     def check_run_models(self, run_id: str, run_tags: Mapping[str, str]) -> None:
         """Refuse a step whose embedding settings (this process's resource config) are not its run's (a
@@ -217,12 +223,7 @@ class DocsvaultResource(dg.ConfigurableResource):
         mine = run_model_tags(self.model_dump())
         differ = [tag for tag in _MODEL_TAGS if tag in run_tags and run_tags[tag] != mine[tag]]
         if differ:
-            raise WorkerSettingsError(
-                f"run {run_id} embeds with " + " and ".join(f"{_MODEL_TAGS[t][0]} {run_tags[t]}" for t in differ)
-                + f", but this worker (host {socket.gethostname()}) has "
-                + " and ".join(f"{_MODEL_TAGS[t][0]} {mine[t]}" for t in differ)
-                + f": start the worker with the same {' and '.join(_MODEL_TAGS[t][1] for t in differ)} as the "
-                "run process (docs/deploy.md, \"Instance\")")
+            raise _settings_differ(run_id, "embeds with", _MODEL_TAGS, differ, run_tags, mine)
 
     def check_run_sources(self, run_id: str, run_tags: Mapping[str, str]) -> None:
         """Refuse a step whose process built its assets from another version of the sources file than its
