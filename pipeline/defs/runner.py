@@ -253,8 +253,8 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             tools: their ``wait`` argument).
         progress: called as ``progress(stage, source, done, total)`` while long stages run (embedding).
         remove_all_sources: when sources.yaml lists no sources, remove every built source (refused otherwise).
-        evaluate: False leaves ``retrieval_eval`` out of the run (a capture's build: its note is searchable ~3 s
-            sooner on the five corpora). The eval's key is the warehouse's content, so the next build that
+        evaluate: False leaves ``retrieval_eval`` out of the run (a capture's build: its note is searchable ~2 s
+            sooner beside the five corpora). The eval's key is the warehouse's content, so the next build that
             includes it evaluates this warehouse; meanwhile Dagster shows the asset stale. Not recorded for the
             no-op path (its record would say the eval is current).
 
