@@ -26,6 +26,22 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<in
 #: blockquote markers (and indentation) at the start of a line
 QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 
+# inline links and embeds, for what shows a note's text plainly (search snippets and headings, capture titles)
+#: an image ``![alt](url)``
+IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+#: an Obsidian embed ``![[target]]``
+EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
+#: a link ``[text](url)``, its text group 1 (a URL may hold one level of parentheses)
+LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
+#: a wikilink ``[[target#heading|alias]]``: target group 1, alias group 2 (``\|``: the alias pipe in a table row)
+WIKILINK = re.compile(r"\[\[([^\]|\n]+?)(?:\\?\|([^\]\n]*))?\]\]")
+
+
+def wikilink_text(m: re.Match[str]) -> str:
+    """What a :data:`WIKILINK` match reads as: its alias, else its note's name (``[[Note#Part]]`` -> ``Note``),
+    else its target (``[[#Part]]`` -> ``#Part``)."""
+    return (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|").strip()
+
 
 def split_tag_list(value: str) -> list[str]:
     """A tags string as Obsidian reads it (``tags: project/alpha, urgent``, a ``--tag`` given as a list): its tags,

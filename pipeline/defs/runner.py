@@ -54,6 +54,7 @@ from pipeline.defs.executor import (
     release_killed_builds,
     release_runs_of_dead_processes,
 )
+from pipeline.defs.resources import sources_digest
 from pipeline.ingest.sources import load_sources, select_sources
 from pipeline.models import Source
 from pipeline.stages.results import BuildReport, KilledRun, SourceStatus
@@ -220,11 +221,7 @@ def _keyed_global_job(definitions_key: str) -> dg.JobDefinition:
 def _definitions_key(settings: Settings) -> str:
     """What :func:`_global_job` builds its definitions from: the settings and the bytes of their sources file (a
     hex digest; an unreadable file counts as empty, and fails later with its own error)."""
-    try:
-        sources = settings.sources_file.read_bytes()
-    except OSError:
-        sources = b""
-    return hashlib.sha256(repr(settings).encode("utf-8") + b"\0" + sources).hexdigest()
+    return hashlib.sha256(f"{settings!r}\0{sources_digest(settings.sources_file)}".encode()).hexdigest()
 
 
 def _reconstructable_job(settings: Settings) -> dg.ReconstructableJob:

@@ -33,7 +33,7 @@ import yaml
 
 from pipeline.common.errors import PipelineError
 from pipeline.common.frontmatter import kept_originals
-from pipeline.common.markdown import split_tag_list
+from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, split_tag_list, wikilink_text
 from pipeline.config import env_value
 from pipeline.models import Source
 
@@ -232,11 +232,11 @@ def _title_of_body(text: str) -> str:
     """:func:`title_of` of a text without frontmatter: the first heading, else the first sentence of the first line,
     as :func:`plain_title` shows them (a heading or line that is only an embed is passed over)."""
     lines = text.splitlines()
-    heading = next((plain_title(m.group(1)) for m in map(_ATX.match, lines) if m and plain_title(m.group(1))), "")
+    heading = next((t for m in map(_ATX.match, lines) if m and (t := plain_title(m.group(1)))), "")
     if heading:
         return _cut_title(heading)
-    first = next((plain_title(ln) for ln in lines if ln.strip() and not _RULE.match(ln) and not _ATX.match(ln)
-                  and plain_title(ln)), "") \
+    first = next((t for ln in lines if ln.strip() and not _RULE.match(ln) and not _ATX.match(ln)
+                  and (t := plain_title(ln))), "") \
         or next((ln.strip() for ln in lines if ln.strip() and not _RULE.match(ln)), "")
     sentence = _SENTENCE.match(first)
     return _cut_title(sentence.group(1) if sentence else first)
@@ -244,10 +244,10 @@ def _title_of_body(text: str) -> str:
 
 #: inline Markdown a title shows as its text: embeds and images (gone), wikilinks (their text), links, bold, code
 _TITLE_MARKUP: tuple[tuple[re.Pattern[str], Any], ...] = (
-    (re.compile(r"!\[\[[^\]\n]*\]\]|!\[[^\]\n]*\]\([^)\n]*\)"), " "),
-    (re.compile(r"\[\[([^\]|\n]*)(?:\|([^\]\n]*))?\]\]"),
-     lambda m: (m.group(2) or m.group(1).split("#")[0] or m.group(1)).strip()),
-    (re.compile(r"\[([^\]\n]+)\]\([^)\n]*\)"), r"\1"),
+    (EMBED, " "),
+    (IMAGE, " "),
+    (WIKILINK, wikilink_text),
+    (LINK, r"\1"),
     (re.compile(r"(\*\*|~~)(?=\S)(.+?)(?<=\S)\1"), r"\2"),      # not __ or ==: `__init__.py`, `x==1 or y==2`
     (re.compile(r"(`+)(.+?)\1"), r"\2"),
 )
@@ -276,8 +276,8 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import normalize_newlines, split_frontmatter
 
-    text = text.removeprefix("\ufeff")  # a file saved with a BOM (Windows Notepad): it hid the text's `# heading`
-    lead = normalize_newlines(re.sub(r"\A(?:[ \t]*(?:\r\n|\r|\n))+", "", text.lstrip("\ufeff")))
+    text = text.lstrip("\ufeff")  # a file saved with a BOM (Windows Notepad): it hid the text's `# heading`
+    lead = normalize_newlines(re.sub(r"\A(?:[ \t]*(?:\r\n|\r|\n))+", "", text))
     if not (lead.startswith("---\n") or lead == "---"):
         return {}, text
     if not any(line.rstrip(" \t") in ("---", "...") for line in lead.split("\n")[1:]):

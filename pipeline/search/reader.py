@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.common.errors import NoteError, PipelineError
 from pipeline.common.frontmatter import decode_bytes, split_frontmatter
-from pipeline.common.markdown import FENCE, split_code
+from pipeline.common.markdown import FENCE, WIKILINK, split_code
 from pipeline.search.snippet import strip_controls
 
 __all__ = [
@@ -508,16 +508,12 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                                 "the search tool)") from None
 
 
-#: an Obsidian link as a note writes it: ``[[Guide#Install|the install]]``, ``![[Guide#^b1]]``
-_WIKILINK = re.compile(r"!?\[\[([^\[\]\n]*)\]\]")
-
-
 def link_parts(note: str) -> tuple[str, str]:
     """``(note name, subpath)`` of ``note`` written as an Obsidian link, as an agent copies it from a note's text:
     ``[[Guide#Install|the install]]``, ``[[Guide#Install]]`` and ``Guide#Install`` give ``("Guide", "Install")``,
     ``Guide#^b1`` gives ``("Guide", "^b1")``, ``[[Guide|text]]`` ``("Guide", "")``; anything else is ``(note, "")``."""
-    m = _WIKILINK.fullmatch(note.strip())
-    target = m.group(1).split("|", 1)[0] if m else note
+    m = WIKILINK.fullmatch(note.strip().removeprefix("!"))       # ``[[Guide#Install|the install]]``, ``![[…]]``
+    target = m.group(1) if m else note
     name, _, sub = target.partition("#")
     return name.strip(), sub.strip()
 

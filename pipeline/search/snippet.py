@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pipeline.common.markdown import code_lines, replace_code
+from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, code_lines, replace_code, wikilink_text
 
 __all__ = ["clean_text", "cut_around", "heading_at", "make_snippet", "match_position", "plain_heading",
            "strip_controls"]
@@ -36,22 +36,14 @@ _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
 _LIST = re.compile(r"^[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
 _RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.MULTILINE)
 _TABLE_SEP = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$", re.MULTILINE)
-_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
-_EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
-_LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 _REF_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
 _FOOTNOTE_DEF = re.compile(r"^[ \t]*\[\^[^\]\n]+\]:[ \t]*", re.MULTILINE)   # ``[^1]: text`` -> ``text``
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\n]+\]")                                # ``word[^1]`` -> ``word``
 _INLINE_FOOTNOTE = re.compile(r"\^\[([^\]\n]+)\]")                          # Obsidian's ``^[text]`` -> ``text``
-_WIKILINK = re.compile(r"\[\[([^\]|\n]+?)(?:\\?\|([^\]\n]*))?\]\]")   # ``\|``: the alias pipe in a table row
 _EMPHASIS = re.compile(r"(\*\*|__|~~|==)(?=\S)(.+?)(?<=\S)\1")
 _STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 _ENTITY = {"&nbsp;": " ", "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'"}
-
-
-def _wikilink_text(m: re.Match[str]) -> str:
-    return (m.group(2) or m.group(1).split("#")[0] or m.group(1)).replace("\\|", "|").strip()
 
 
 _FILE_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
@@ -76,8 +68,8 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("<", _COMMENT, " "),
     ("%%", _OBSIDIAN_COMMENT, " "),
     ("<", _HTML_BLOCK_DROP, " "),
-    ("![", _IMAGE, " "),
-    ("![", _EMBED, _embed_text),
+    ("![", IMAGE, " "),
+    ("![", EMBED, _embed_text),
     ("<", _INLINE_HTML_TAG, ""),
     ("<", _HTML_TAG, " "),
     (">", _CALLOUT, ""),
@@ -89,8 +81,8 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("[^", _FOOTNOTE_DEF, ""),
     ("[^", _FOOTNOTE_REF, ""),
     ("^[", _INLINE_FOOTNOTE, r"\1"),
-    ("[", _WIKILINK, _wikilink_text),
-    ("[", _LINK, r"\1"),
+    ("[", WIKILINK, wikilink_text),
+    ("[", LINK, r"\1"),
     ("[", _REF_LINK, r"\1"),
 )
 
@@ -118,7 +110,7 @@ def plain_heading(heading: str) -> str:
         for pattern, repl in ((_COMMENT, " "), (_INLINE_HTML_TAG, ""), (_HTML_TAG, " ")):
             text = pattern.sub(repl, text)
     if "[" in text:
-        for pattern, repl in ((_IMAGE, " "), (_EMBED, " "), (_WIKILINK, _wikilink_text), (_LINK, r"\1"),
+        for pattern, repl in ((IMAGE, " "), (EMBED, " "), (WIKILINK, wikilink_text), (LINK, r"\1"),
                               (_REF_LINK, r"\1")):
             text = pattern.sub(repl, text)
     if "&" in text:
