@@ -842,6 +842,8 @@ def read(
 
     record(s.data_dir, pg.path)
     links = note_links(s, pg.path)
+    if pg.warning:                                 # `Note#NoSuchHeading`: the note is read, the heading named
+        typer.echo(f"warning: {pg.warning}", err=True)
     if as_json:
         typer.echo(json.dumps({**pg.to_dict(), **links}, ensure_ascii=False, indent=2))
         return
