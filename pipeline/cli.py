@@ -1238,11 +1238,19 @@ def mcp(
                                                          "the URL (repeatable; checked against Host/Origin).")] = None,
     stateless: Annotated[bool, typer.Option("--stateless", help="No MCP sessions: any of several server processes "
                                             "behind a load balancer can answer any call.")] = False,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the tools that read (search, read, "
+                                            "related, status): no save_note, no refresh, for a team's readers "
+                                            "[env DOCSVAULT_MCP_READ_ONLY=1].")] = False,
 ) -> None:
     """Serve the MCP tools search, read, related, status, refresh and save_note (stdio by default; logs go to
-    stderr)."""
-    from pipeline.mcp_server import serve
+    stderr); with --read-only, only search, read, related and status."""
+    from pipeline.mcp_server import read_only_env, serve
 
+    try:
+        read_only = read_only or read_only_env()
+    except PipelineError as exc:
+        fail(str(exc))
+        return
     if http:
         import socket
 
@@ -1250,7 +1258,7 @@ def mcp(
 
         try:
             opts = HttpOptions(host=host, port=port, token=load_token(token_file), allow_hosts=tuple(allow_host or ()),
-                               stateless=stateless)
+                               stateless=stateless, read_only=read_only)
             check_http_options(opts)
         except PipelineError as exc:
             fail(str(exc))
@@ -1267,7 +1275,7 @@ def mcp(
             fail(str(exc))
         return
     try:
-        serve(settings(), transport="stdio", port=port)
+        serve(settings(), transport="stdio", port=port, read_only=read_only)
     except PipelineError as exc:
         fail(str(exc))
 
