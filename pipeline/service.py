@@ -7,6 +7,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,7 +380,10 @@ def write_dirs_problem(s: Settings) -> str | None:
 class SourceStatus(Record):
     """One source in ``status``: counts in the warehouse, files the last normalize skipped, the last fetch and
     error (as the source's state file has them: ``last_error`` is ``{"stage", "error", "at"}`` or None), and the
-    vault files the build did not write."""
+    vault files the build did not write. ``fetch_status`` is ``copied`` for a source this data dir never fetched
+    whose notes the warehouse has (a warehouse copied from the host that built it, docs/deploy.md's reader): its
+    ``last_fetch`` is then the source's last fetch where the warehouse was built (its ``meta`` ``fetched_at``;
+    None in a warehouse that does not record it)."""
 
     name: str
     kind: str
@@ -416,7 +420,8 @@ class WarehouseStatus(Record):
     dangling_links: int = 0
     models: tuple[ModelStatus, ...] = ()
     crosslingual_depth: int | None = None   # what the build embedded by (None: a warehouse built before it was kept)
-
+    built_on: str = ""                      # the host that published it ("" when a warehouse before it was kept)
+    built_data_dir: str = ""                # the data dir it was published from (likewise)
     def as_dict(self) -> dict[str, Any]:
         full = super().as_dict()
         return full if self.built else {"path": self.path, "built": False}
@@ -442,7 +447,8 @@ class Status(Record):
 
 
 def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
-    """The warehouse's status and its per-source counts (``{source: {"notes", "chunks"}}``, empty without one)."""
+    """The warehouse's status and its per-source counts (``{source: {"notes", "chunks", "fetched_at"}}``, empty
+    without one; ``fetched_at``: the source's last fetch where the warehouse was built, None when not recorded)."""
     if not s.warehouse_path.exists():
         return WarehouseStatus(path=str(s.warehouse_path), built=False), {}
     from pipeline import warehouse as wh
@@ -452,6 +458,7 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
         st = wh.stats(con)
     finally:
         con.close()
+    fetched = _fetched(st["meta"].get("fetched_at"))
     return WarehouseStatus(
         path=str(s.warehouse_path), built=True, bytes=s.warehouse_path.stat().st_size,
         built_at=st["meta"].get("built_at", ""), notes=int(st["notes"]), chunks=int(st["chunks"]),
@@ -459,7 +466,19 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
         models=tuple(ModelStatus(model_id=m["model_id"], dim=m["dim"], vectors=m["n"]) for m in st["models"]),
         crosslingual_depth=(int(st["meta"]["crosslingual_depth"])
                             if str(st["meta"].get("crosslingual_depth", "")).isdigit() else None),
-    ), st["sources"]
+        built_on=st["meta"].get("built_on", ""), built_data_dir=st["meta"].get("built_data_dir", ""),
+    ), {name: {**c, "fetched_at": fetched.get(name)} for name, c in st["sources"].items()}
+
+
+def _fetched(raw: str | None) -> dict[str, str | None]:
+    """The warehouse's ``meta`` ``fetched_at`` (JSON ``{source: last fetch}``) as a dict; {} when absent or bad."""
+    import json
+
+    try:
+        got = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
 def status_report(s: Settings) -> Status:
@@ -486,10 +505,12 @@ def status_report(s: Settings) -> Status:
     for name, kind, src in listed:
         state = load_state(s, name)
         c = counts.get(name, {})
+        copied = not state and bool(c.get("notes"))        # never fetched here, yet in the warehouse: copied
         rows.append(SourceStatus(
             name=name, kind=kind, notes=int(c.get("notes", 0)), chunks=int(c.get("chunks", 0)),
             skipped=skipped_count(s, name),
-            fetch_status=state.get("fetch_status", "never"), last_fetch=state.get("fetched_at"),
+            fetch_status="copied" if copied else state.get("fetch_status", "never"),
+            last_fetch=c.get("fetched_at") if copied else state.get("fetched_at"),
             fetch_error=state.get("fetch_error"), last_error=state.get("last_error"),
             vault_files=tuple(user_files_lines(s, src)) if src is not None else (),
         ))
@@ -499,6 +520,23 @@ def status_report(s: Settings) -> Status:
         crosslingual_depth=s.crosslingual_depth,
         vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home), sources_error=sources_error,
     )
+
+
+def copied_line(data: dict[str, Any]) -> str:
+    """The line ``status`` adds under its table when sources are ``copied`` (:class:`SourceStatus`): which, where
+    the warehouse holding them was built (host and data dir, as its ``meta`` has them) and when; "" when none."""
+    names = [r["name"] for r in data["sources"] if r["fetch_status"] == "copied"]
+    if not names:
+        return ""
+    w = data["warehouse"]
+    here = socket.gethostname()
+    host = w.get("built_on") or ""
+    where = ("on another host or data dir (this warehouse does not record which)" if not host else
+             f"on host {host}" + (f" in {w['built_data_dir']}" if w.get("built_data_dir") else "") if host != here
+             else f"on this host in {w.get('built_data_dir') or 'another data dir'}")
+    return (f"{', '.join(names)}: not fetched in this data dir: the warehouse was built {where} at "
+            f"{w.get('built_at') or '?'} and copied here (last fetch: there); build them there and copy it again "
+            "to update them")
 
 
 def status_data(s: Settings) -> dict[str, Any]:

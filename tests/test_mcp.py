@@ -122,8 +122,8 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     assert _payload(out["related_link"])["path"] == "tiny/Ducks.md"
     no_heading = _payload(out["read_no_heading"])         # the note, and one line naming the missing heading
     assert (no_heading["path"], no_heading["page"], no_heading["warning"]) == (
-        "tiny/Install guide.md", 1, "heading 'Windos' not found in 'Install guide' (tiny/Install guide.md); "
-        "showing page 1; closest headings: 'Windows'; e.g. read 'Install guide#Windows'")
+        "tiny/Install guide.md", 1, ("heading 'Windos' not found in 'Install guide' (tiny/Install guide.md); "
+                                     "showing page 1; closest headings: 'Windows'; e.g. read 'Install guide#Windows'"))
     assert "warning" not in _payload(out["read_link"])
 
     assert [h["path"] for h in _payload(out["tagged"])["hits"]] == ["tiny/Home.md"]
