@@ -179,18 +179,20 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return empty
 
 
-def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]] | None:
-    """``(note vault path, link as written)`` of every dangling link in the vault (``docsvault check-vault``):
-    the first list of :func:`link_problems`; None when a note of the vault cannot be read."""
+def dangling_links(s: Settings, sources: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """Every dangling link in the vault (``docsvault check-vault``): the first list of :func:`link_problems`;
+    None when a note of the vault cannot be read."""
     found = link_problems(s, sources)
     return None if found is None else found[0]
 
 
 def link_problems(s: Settings, sources: Sequence[Any]
-                  ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
-    """``(dangling, missing_heading)``: ``(note vault path, link as written)`` of the vault's links that
-    ``docsvault check-vault`` names, resolved over the notes of every built source of ``sources`` (those with
-    a vault folder) as the build's link graph resolves them.
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """``(dangling, missing_heading)``: the vault's links that ``docsvault check-vault`` names, resolved over the
+    notes of every built source of ``sources`` (those with a vault folder) as the build's link graph resolves
+    them; each ``{"path": note vault path, "link": the link as the vault has it (:func:`_as_written`), "file":
+    the note's source path, "line": the line of that file the link is on (None when not found there),
+    "written": the link as written in that file (:func:`_as_in_files`; else ``link``)}``.
 
     ``dangling``: a link of a built source's note that resolves to no note and to no attachment; one per note,
     target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling, after a
@@ -222,9 +224,87 @@ def link_problems(s: Settings, sources: Sequence[Any]
             key = (link.target, "embed" if link.embed else link.kind)
             if key in dangling[note.note_id]:
                 dangling[note.note_id].discard(key)
-                out.append((note.vault_path, _as_written(link)))
-    missing = [(path, _as_written(link)) for path, link in missing_subpaths(notes, parse)]
-    return out, missing
+                out.append((note.vault_path, link))
+    by_path = {n.vault_path: n for n in notes}
+    files = _note_files(s, sources)
+    return (_as_in_files(out, by_path, files),
+            _as_in_files(missing_subpaths(notes, parse), by_path, files))
+
+
+def _note_files(s: Settings, sources: Sequence[Any]) -> dict[tuple[str, str], Path]:
+    """``{(source, source path): the file it was fetched from}`` (the fetch state's ``files``): a local source's
+    own files, the checkout or download of the others."""
+    from pipeline.ingest.fetch.base import read_state
+
+    out: dict[tuple[str, str], Path] = {}
+    for src in sources:
+        for f in (read_state(src, s) or {}).get("files") or []:
+            if isinstance(f, dict) and f.get("source_path") and f.get("path"):
+                out[(src.name, str(f["source_path"]))] = Path(str(f["path"]))
+    return out
+
+
+def _as_in_files(found: Sequence[tuple[str, Any]], notes: Mapping[str, Any],
+                 files: Mapping[tuple[str, str], Path]) -> list[dict[str, Any]]:
+    """``found`` (``(note vault path, link)``, each note's in its order) as :func:`link_problems` reports them:
+    each link quoted as written in the note's file, with its line (:func:`_written_links`): what the user wrote,
+    not the vault's form of it (normalize rewrites links: ``[text](Install%20guide.md)``, a Markdown link to a
+    note made a wikilink, a name another source shares qualified)."""
+    from itertools import groupby
+
+    out = []
+    for path, group in groupby(found, key=lambda pair: pair[0]):
+        links = [link for _, link in group]
+        note = notes[path]
+        where = _written_links(files.get((note.source, note.source_path)), links)
+        for link, at in zip(links, where, strict=True):
+            out.append({"path": path, "link": _as_written(link), "file": note.source_path,
+                        "line": at[1] if at else None, "written": at[0] if at else _as_written(link)})
+    return out
+
+
+def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, int] | None]:
+    """For each of ``links`` (a note's, in its order) the link as written in ``file`` and its 1-based line: the
+    first link of the file not taken yet that parses the same (:func:`pipeline.index.graph.link_spans`), else the
+    first that has its embed mark, heading, block and note name (the target's last part, without ``.md``, case
+    ignored: the vault may have qualified or converted it); None when the file has no such link (or cannot be
+    read). The file's frontmatter is no part of it."""
+    import unicodedata
+
+    from pipeline.index.graph import link_spans
+
+    try:
+        raw = file.read_text(encoding="utf-8", errors="replace") if file else ""
+    except OSError:
+        raw = ""
+    lines = re.sub(r"\r\n?", "\n", raw.removeprefix("\ufeff")).split("\n")
+    if lines[0].rstrip() == "---":                   # blank the frontmatter, keeping its lines
+        end = next((i for i in range(1, len(lines)) if lines[i].rstrip(" \t") in ("---", "...")), 0)
+        lines[: end + 1] = [""] * (end + 1)
+    text = "\n".join(lines)
+    spans = link_spans(text) if "[" in text else []
+
+    def name(link: Any) -> str:
+        leaf = link.target.rstrip("/").rsplit("/", 1)[-1]
+        return unicodedata.normalize("NFC", leaf.removesuffix(".md")).casefold()
+
+    def like(written: Any, link: Any, exact: bool) -> bool:
+        return written == link if exact else (
+            (written.embed, written.heading, written.block, name(written)) ==
+            (link.embed, link.heading, link.block, name(link)))
+
+    taken: set[int] = set()
+    out: list[tuple[str, int] | None] = []
+    for link in links:
+        at = next((i for exact in (True, False) for i, (_, _, w) in enumerate(spans)
+                   if i not in taken and like(w, link, exact)), None)
+        if at is None:
+            out.append(None)
+            continue
+        taken.add(at)
+        start, end, _ = spans[at]
+        out.append((text[start:end], text.count("\n", 0, start) + 1))
+    return out
 
 
 def _as_written(link: Any) -> str:
