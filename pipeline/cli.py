@@ -36,6 +36,7 @@ from pipeline.service import (
     build_outcome,
     capture_related,
     child_env,
+    copied_line,
     link_problems,
     missing_words_line,
     no_notes_line,
@@ -842,6 +843,8 @@ def read(
 
     record(s.data_dir, pg.path)
     links = note_links(s, pg.path)
+    if pg.warning:                                 # `Note#NoSuchHeading`: the note is read, the heading named
+        typer.echo(f"warning: {pg.warning}", err=True)
     if as_json:
         typer.echo(json.dumps({**pg.to_dict(), **links}, ensure_ascii=False, indent=2))
         return
@@ -1085,6 +1088,29 @@ def eval_(
 # status, sources
 
 
+def _status_sources(data: dict[str, Any]) -> None:
+    """``status``'s table of sources and the lines about them (skipped files, your vault files, failures, sources
+    of a warehouse copied here: :func:`pipeline.service.copied_line`)."""
+    typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
+    for r in data["sources"]:
+        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped']:>7}  "
+                   f"{r['fetch_status']:7} {r['last_fetch'] or '-'}")
+    if copied := copied_line(data):                 # a reader host: "never" would be wrong
+        typer.echo(f"  {copied}")
+    for r in data["sources"]:
+        if r["skipped"]:
+            typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
+                       f"{_errors_file(settings(), r['name'])}")
+        for line in r.get("vault_files") or []:
+            typer.echo(f"  {line}")
+        if r["fetch_status"] == "failed" and r["fetch_error"]:
+            kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
+            typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
+        err = r["last_error"]
+        if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
+            typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
+
+
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Status as JSON on stdout.")] = False,
@@ -1107,22 +1133,7 @@ def status(
                    "at one; the sources listed are the warehouse's)")
     elif data.get("sources_error"):
         typer.echo("  (sources.yaml is invalid, see the error below: the sources listed are the warehouse's)")
-    typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
-    for r in data["sources"]:
-        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped']:>7}  "
-                   f"{r['fetch_status']:7} {r['last_fetch'] or '-'}")
-    for r in data["sources"]:
-        if r["skipped"]:
-            typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
-                       f"{_errors_file(settings(), r['name'])}")
-        for line in r.get("vault_files") or []:
-            typer.echo(f"  {line}")
-        if r["fetch_status"] == "failed" and r["fetch_error"]:
-            kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
-            typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
-        err = r["last_error"]
-        if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
-            typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
+    _status_sources(data)
     w = data["warehouse"]
     if w["built"]:
         named = ": `docsvault check-vault` names them" if w["dangling_links"] else ""
@@ -1236,11 +1247,19 @@ def mcp(
                                                          "the URL (repeatable; checked against Host/Origin).")] = None,
     stateless: Annotated[bool, typer.Option("--stateless", help="No MCP sessions: any of several server processes "
                                             "behind a load balancer can answer any call.")] = False,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Offer only the tools that read (search, read, "
+                                            "related, status): no save_note, no refresh, for a team's readers "
+                                            "[env DOCSVAULT_MCP_READ_ONLY=1].")] = False,
 ) -> None:
     """Serve the MCP tools search, read, related, status, refresh and save_note (stdio by default; logs go to
-    stderr)."""
-    from pipeline.mcp_server import serve
+    stderr); with --read-only, only search, read, related and status."""
+    from pipeline.mcp_server import read_only_env, serve
 
+    try:
+        read_only = read_only or read_only_env()
+    except PipelineError as exc:
+        fail(str(exc))
+        return
     if http:
         import socket
 
@@ -1248,7 +1267,7 @@ def mcp(
 
         try:
             opts = HttpOptions(host=host, port=port, token=load_token(token_file), allow_hosts=tuple(allow_host or ()),
-                               stateless=stateless)
+                               stateless=stateless, read_only=read_only)
             check_http_options(opts)
         except PipelineError as exc:
             fail(str(exc))
@@ -1265,7 +1284,7 @@ def mcp(
             fail(str(exc))
         return
     try:
-        serve(settings(), transport="stdio", port=port)
+        serve(settings(), transport="stdio", port=port, read_only=read_only)
     except PipelineError as exc:
         fail(str(exc))
 

@@ -32,8 +32,10 @@ runs compares its folders with the run's tags and fails at once on a mismatch
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -73,6 +75,62 @@ DEFAULT_VISIBILITY_S = 7200
 
 class DeployConfigError(PipelineError):
     """The distributed deployment's environment is incomplete or invalid (the message names the variable)."""
+
+
+#: Python warnings that ``dagster asset materialize -m pipeline.distributed`` printed on every run, known harmless
+#: and not actionable by whoever runs the build, as ``(message regex, category name, module regex)``; silenced by
+#: :func:`quiet_known_warnings` (only these: every other warning, of these categories too, is still shown):
+KNOWN_HARMLESS_WARNINGS = (
+    # Dagster's own parse of `--select '*'` calls AssetSelection.all(include_sources=…), a parameter in beta; no
+    # code of docsvault's uses it and the user has nothing to change
+    (r"Parameter `include_sources` of function `AssetSelection\.all`", "BetaWarning", r"dagster\."),
+    # dagster-celery's executor calls create_task(app) for every step it submits, and Celery warns, once per run
+    # process, that the task name 'execute_plan' is registered already: it is the same task (dagster-celery's
+    # design), whose first registration is the one Celery uses
+    (r"Task name 'execute_plan' is already registered", "DuplicateTaskNameWarning", r"dagster_celery\."),
+)
+# Not silenced: Dagster's SupersessionWarning for `dagster asset materialize` (printed before this module loads;
+# `dg launch` is its successor) and Celery's SecurityWarning for a worker run as root (run it as another user).
+
+
+def quiet_known_warnings() -> None:
+    """Ignore the warnings of :data:`KNOWN_HARMLESS_WARNINGS` in this process (Dagster loads :func:`defs` in the
+    run process and in every worker before the warnings are raised)."""
+    from celery.exceptions import DuplicateTaskNameWarning
+
+    categories: dict[str, type[Warning]] = {"BetaWarning": dg.BetaWarning,
+                                            "DuplicateTaskNameWarning": DuplicateTaskNameWarning}
+    for message, category, module in KNOWN_HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=categories[category], module=module)
+
+
+#: a line of Dagster's console log: ``2026-12-06 08:25:31 +0000 - dagster - DEBUG - …``
+_DAGSTER_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4} - dagster - (DEBUG|INFO) - ")
+
+
+class DagsterLinesAtTheirLevel(logging.Filter):
+    """For Celery's ``celery.redirected`` logger in a worker: a Celery worker logs every line a step prints as a
+    WARNING (``worker_redirect_stdouts_level``), so each of Dagster's DEBUG and INFO event lines (``STEP_START``,
+    ``ASSET_MATERIALIZATION``, …, 25 a step) came as ``WARNING/MainProcess``. Such a line gets its own level
+    back, and is dropped when the worker's ``--loglevel`` is above it; every other line (Dagster's WARNING and
+    ERROR lines, tracebacks, prints) stays a WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        m = _DAGSTER_LINE.match(str(record.msg)) if record.levelno == logging.WARNING else None
+        if m is None:
+            return True
+        level = logging.DEBUG if m.group(1) == "DEBUG" else logging.INFO
+        record.levelno, record.levelname = level, logging.getLevelName(level)
+        return logging.getLogger(record.name).isEnabledFor(level)
+
+
+def quiet_worker_output(logger: str = "celery.redirected") -> None:
+    """Give a worker's redirected Dagster lines their own level (:class:`DagsterLinesAtTheirLevel`; once per
+    logger) and ignore :data:`KNOWN_HARMLESS_WARNINGS`: called by ``deploy/dagster_celery_config.py``."""
+    target = logging.getLogger(logger)
+    if not any(isinstance(f, DagsterLinesAtTheirLevel) for f in target.filters):
+        target.addFilter(DagsterLinesAtTheirLevel())
+    quiet_known_warnings()
 
 
 def celery_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -315,4 +373,5 @@ def defs() -> dg.Definitions:
     # every process that loads these definitions (run process, Celery workers) runs stages without the host-local
     # lock; set here rather than at import, so importing the module (tests, tools) changes nothing
     library_env_default("DOCSVAULT_STAGE_LOCK", "off")
+    quiet_known_warnings()          # before Dagster parses `--select` and submits the steps
     return distributed_definitions(Settings.from_env())

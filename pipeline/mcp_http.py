@@ -100,6 +100,8 @@ class HttpOptions:
     token: str | None = field(default=None, repr=False)
     allow_hosts: tuple[str, ...] = ()
     stateless: bool = False
+    #: no write tools (save_note, refresh): ``docsvault mcp --read-only`` / DOCSVAULT_MCP_READ_ONLY=1
+    read_only: bool = False
 
     def allowed_hosts(self) -> list[str]:
         """Host header values accepted (``name`` and ``name:*``)."""
@@ -317,7 +319,7 @@ def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
     from pipeline.mcp_server import create_server
 
     check_http_options(opts)
-    server = create_server(settings, service)
+    server = create_server(settings, service, read_only=opts.read_only)
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                          allowed_hosts=opts.allowed_hosts(), allowed_origins=opts.allowed_origins())
     app = InvalidMessageReply(ArrivalOrder(server.streamable_http_app(host=opts.host, transport_security=security,
@@ -342,9 +344,10 @@ def serve_http(settings: Settings, opts: HttpOptions) -> None:
                         force=True)         # over the CLI's bare warning lines (cli._log_lines)
     app = http_app(settings, opts)
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-    log.info("serving MCP over streamable HTTP on http://%s:%d/mcp (%s%s)", shown, opts.port,
+    log.info("serving MCP over streamable HTTP on http://%s:%d/mcp (%s%s%s)", shown, opts.port,
              "bearer token required" if opts.token else "no token: loopback only",
-             ", stateless" if opts.stateless else "")
+             ", stateless" if opts.stateless else "",
+             ", read-only: no save_note or refresh" if opts.read_only else "")
 
     class Server(uvicorn.Server):
         """Records the signals that stopped it (uvicorn handles SIGINT / SIGTERM itself and returns normally)."""

@@ -43,6 +43,7 @@ from typing import Any, Self
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
+from pipeline.config import environ as config_environ
 from pipeline.search.reader import find_link, locate_match, note_body, page_of, paginate, read_link
 
 log = logging.getLogger("docsvault.mcp")
@@ -74,6 +75,45 @@ INSTRUCTIONS = (
     "`save_note` saves what you learned as a note. `status` lists the sources; `refresh` rebuilds local sources "
     "after notes were written."
 )
+
+
+#: the tools that write (a note, the vault, the warehouse): a read-only server (``docsvault mcp --read-only``,
+#: env :data:`READ_ONLY_ENV`) does not offer them
+WRITE_TOOLS = ("save_note", "refresh")
+#: the environment variable that makes ``docsvault mcp`` read-only (``1``/``true``/``yes``/``on``)
+READ_ONLY_ENV = "DOCSVAULT_MCP_READ_ONLY"
+READ_ONLY_INSTRUCTIONS = (
+    "docsvault (read-only): local documentation and Obsidian notes with hybrid search. Call `search` with a question "
+    "or keywords; each hit has `path` and a `continue_with` read call that opens the note at the hit. Call "
+    "`read(path, page)` to read a note in ~1,000-character pages (with its outlinks and backlinks); `related` walks "
+    "the link graph; `status` lists the sources. This server does not save notes or rebuild sources."
+)
+
+
+class ReadOnlyConfigError(PipelineError):
+    """:data:`READ_ONLY_ENV` holds a value that is neither true nor false."""
+
+
+def read_only_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether :data:`READ_ONLY_ENV` asks for a read-only server: ``1``, ``true``, ``yes``, ``on`` (any case) true;
+    unset, empty, ``0``, ``false``, ``no``, ``off`` false.
+
+    Raises:
+        ReadOnlyConfigError: any other value: a typo must not leave the write tools on for readers.
+    """
+    raw = (config_environ() if environ is None else environ).get(READ_ONLY_ENV, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ReadOnlyConfigError(f"{READ_ONLY_ENV}={raw!r} is not a yes or no: set it to 1 (a read-only server: no "
+                              "save_note, no refresh) or 0, or unset it")
+
+
+def read_only_refusal(name: str) -> str:
+    """The tool error of a write tool (:data:`WRITE_TOOLS`) called on a read-only server."""
+    return (f"{name}: this server is read-only (docsvault mcp --read-only or {READ_ONLY_ENV}=1): it does not save "
+            "notes or refresh sources; its tools: search, read, related, status")
 
 
 class ToolFailure(Exception):
@@ -910,9 +950,11 @@ def bad_line_reply(exc: Exception) -> Any:
                                             f"({why})"))
 
 
-def create_server(settings: Settings, service: VaultService | None = None) -> Any:
+def create_server(settings: Settings, service: VaultService | None = None, read_only: bool = False) -> Any:
     """The MCPServer with the tools over ``service`` (default: a VaultService over ``settings``); its tool calls
-    run one at a time per session in arrival order (:class:`CallQueues`, ``server.call_queues``).
+    run one at a time per session in arrival order (:class:`CallQueues`, ``server.call_queues``). ``read_only``:
+    the write tools (:data:`WRITE_TOOLS`) are not offered, and a call of one is refused in one line naming the
+    option (:func:`read_only_refusal`).
 
     Long: a factory of the MCP tools: each tool is a closure over the service whose docstring is the tool's
     description; its length is the tools.
@@ -955,6 +997,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             """MCPServer's call_tool, every failure one line (:func:`tool_error`, :func:`unknown_tool`)."""
             tool = self._tool_manager.get_tool(name)
+            if tool is None and read_only and name in WRITE_TOOLS:
+                raise ToolError(read_only_refusal(name))
             if tool is None:
                 raise ToolError(unknown_tool(name, [t.name for t in self._tool_manager.list_tools()]))
             known = tool.parameters.get("properties") or {}
@@ -973,7 +1017,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
 
     svc = service or VaultService(settings)
     queues = CallQueues()
-    server = Server(name="docsvault", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+    server = Server(name="docsvault", version=__version__,
+                    instructions=READ_ONLY_INSTRUCTIONS if read_only else INSTRUCTIONS, log_level="WARNING",
                     middleware=[explain_invalid_params, queues.in_order])
     server.call_queues = queues
     server.drain_seconds = float(getattr(svc, "refresh_timeout", DEFAULT_REFRESH_TIMEOUT)) + DRAIN_MARGIN
@@ -984,7 +1029,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         except (ToolFailure, PipelineError) as exc:
             raise ToolError(" ".join(str(exc).split("\n")[0].split())) from None
 
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(
         name="search",
@@ -998,7 +1043,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "or a list of them), `tag` (frontmatter or inline #tag) and `lanes` (any of bm25, bm25_page, vector, "
             "crosslingual, graph, hybrid, hybrid+graph) narrow the search."
         ),
-        annotations=read_only,
+        annotations=reads,
     )
     def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None,
                lanes: list[str] | None = None) -> dict[str, Any]:
@@ -1015,7 +1060,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "
             "notes inside the vault can be read."
         ),
-        annotations=read_only,
+        annotations=reads,
     )
     def read(path: str, page: int = 1) -> dict[str, Any]:
         return guarded(svc.read, path, page)
@@ -1028,7 +1073,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "read takes it); returns up to k "
             "(1-20) rows with `path`, `title`, `score`, `hops`, `link_weight`, `similarity`."
         ),
-        annotations=read_only,
+        annotations=reads,
     )
     def related(path: str, k: int = 10) -> dict[str, Any]:
         return guarded(svc.related, path, k)
@@ -1062,7 +1107,7 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
             "warehouse (path, size, build time, counts) and the embedding model. Use source names from here "
             "as the `source` of search and refresh."
         ),
-        annotations=read_only,
+        annotations=reads,
     )
     def status() -> dict[str, Any]:
         return guarded(svc.status)
@@ -1084,14 +1129,20 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
     def refresh(source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
         return guarded(svc.refresh, source, full, wait)
 
+    if read_only:                       # readers of a team service: nothing that writes is offered
+        for name in WRITE_TOOLS:
+            server.remove_tool(name)
     return server
 
 
-def serve(settings: Settings, transport: str = "stdio", port: int = 8765) -> None:
-    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP on 127.0.0.1:port)."""
+def serve(settings: Settings, transport: str = "stdio", port: int = 8765, read_only: bool = False) -> None:
+    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP on 127.0.0.1:port);
+    ``read_only``: without the write tools (:func:`create_server`)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s",
                         force=True)         # over the CLI's bare warning lines (cli._log_lines)
-    server = create_server(settings)
+    server = create_server(settings, read_only=read_only)
+    if read_only:
+        log.info("read-only: save_note and refresh are not offered")
     if transport == "stdio":
         server.run("stdio")
     elif transport == "streamable-http":

@@ -7,6 +7,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,18 +179,20 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return empty
 
 
-def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]] | None:
-    """``(note vault path, link as written)`` of every dangling link in the vault (``docsvault check-vault``):
-    the first list of :func:`link_problems`; None when a note of the vault cannot be read."""
+def dangling_links(s: Settings, sources: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """Every dangling link in the vault (``docsvault check-vault``): the first list of :func:`link_problems`;
+    None when a note of the vault cannot be read."""
     found = link_problems(s, sources)
     return None if found is None else found[0]
 
 
 def link_problems(s: Settings, sources: Sequence[Any]
-                  ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
-    """``(dangling, missing_heading)``: ``(note vault path, link as written)`` of the vault's links that
-    ``docsvault check-vault`` names, resolved over the notes of every built source of ``sources`` (those with
-    a vault folder) as the build's link graph resolves them.
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """``(dangling, missing_heading)``: the vault's links that ``docsvault check-vault`` names, resolved over the
+    notes of every built source of ``sources`` (those with a vault folder) as the build's link graph resolves
+    them; each ``{"path": note vault path, "link": the link as the vault has it (:func:`_as_written`), "file":
+    the note's source path, "line": the line of that file the link is on (None when not found there),
+    "written": the link as written in that file (:func:`_as_in_files`; else ``link``)}``.
 
     ``dangling``: a link of a built source's note that resolves to no note and to no attachment; one per note,
     target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling, after a
@@ -221,9 +224,87 @@ def link_problems(s: Settings, sources: Sequence[Any]
             key = (link.target, "embed" if link.embed else link.kind)
             if key in dangling[note.note_id]:
                 dangling[note.note_id].discard(key)
-                out.append((note.vault_path, _as_written(link)))
-    missing = [(path, _as_written(link)) for path, link in missing_subpaths(notes, parse)]
-    return out, missing
+                out.append((note.vault_path, link))
+    by_path = {n.vault_path: n for n in notes}
+    files = _note_files(s, sources)
+    return (_as_in_files(out, by_path, files),
+            _as_in_files(missing_subpaths(notes, parse), by_path, files))
+
+
+def _note_files(s: Settings, sources: Sequence[Any]) -> dict[tuple[str, str], Path]:
+    """``{(source, source path): the file it was fetched from}`` (the fetch state's ``files``): a local source's
+    own files, the checkout or download of the others."""
+    from pipeline.ingest.fetch.base import read_state
+
+    out: dict[tuple[str, str], Path] = {}
+    for src in sources:
+        for f in (read_state(src, s) or {}).get("files") or []:
+            if isinstance(f, dict) and f.get("source_path") and f.get("path"):
+                out[(src.name, str(f["source_path"]))] = Path(str(f["path"]))
+    return out
+
+
+def _as_in_files(found: Sequence[tuple[str, Any]], notes: Mapping[str, Any],
+                 files: Mapping[tuple[str, str], Path]) -> list[dict[str, Any]]:
+    """``found`` (``(note vault path, link)``, each note's in its order) as :func:`link_problems` reports them:
+    each link quoted as written in the note's file, with its line (:func:`_written_links`): what the user wrote,
+    not the vault's form of it (normalize rewrites links: ``[text](Install%20guide.md)``, a Markdown link to a
+    note made a wikilink, a name another source shares qualified)."""
+    from itertools import groupby
+
+    out = []
+    for path, group in groupby(found, key=lambda pair: pair[0]):
+        links = [link for _, link in group]
+        note = notes[path]
+        where = _written_links(files.get((note.source, note.source_path)), links)
+        for link, at in zip(links, where, strict=True):
+            out.append({"path": path, "link": _as_written(link), "file": note.source_path,
+                        "line": at[1] if at else None, "written": at[0] if at else _as_written(link)})
+    return out
+
+
+def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, int] | None]:
+    """For each of ``links`` (a note's, in its order) the link as written in ``file`` and its 1-based line: the
+    first link of the file not taken yet that parses the same (:func:`pipeline.index.graph.link_spans`), else the
+    first that has its embed mark, heading, block and note name (the target's last part, without ``.md``, case
+    ignored: the vault may have qualified or converted it); None when the file has no such link (or cannot be
+    read). The file's frontmatter is no part of it."""
+    import unicodedata
+
+    from pipeline.index.graph import link_spans
+
+    try:
+        raw = file.read_text(encoding="utf-8", errors="replace") if file else ""
+    except OSError:
+        raw = ""
+    lines = re.sub(r"\r\n?", "\n", raw.removeprefix("\ufeff")).split("\n")
+    if lines[0].rstrip() == "---":                   # blank the frontmatter, keeping its lines
+        end = next((i for i in range(1, len(lines)) if lines[i].rstrip(" \t") in ("---", "...")), 0)
+        lines[: end + 1] = [""] * (end + 1)
+    text = "\n".join(lines)
+    spans = link_spans(text) if "[" in text else []
+
+    def name(link: Any) -> str:
+        leaf = link.target.rstrip("/").rsplit("/", 1)[-1]
+        return unicodedata.normalize("NFC", leaf.removesuffix(".md")).casefold()
+
+    def like(written: Any, link: Any, exact: bool) -> bool:
+        return written == link if exact else (
+            (written.embed, written.heading, written.block, name(written)) ==
+            (link.embed, link.heading, link.block, name(link)))
+
+    taken: set[int] = set()
+    out: list[tuple[str, int] | None] = []
+    for link in links:
+        at = next((i for exact in (True, False) for i, (_, _, w) in enumerate(spans)
+                   if i not in taken and like(w, link, exact)), None)
+        if at is None:
+            out.append(None)
+            continue
+        taken.add(at)
+        start, end, _ = spans[at]
+        out.append((text[start:end], text.count("\n", 0, start) + 1))
+    return out
 
 
 def _as_written(link: Any) -> str:
@@ -379,7 +460,10 @@ def write_dirs_problem(s: Settings) -> str | None:
 class SourceStatus(Record):
     """One source in ``status``: counts in the warehouse, files the last normalize skipped, the last fetch and
     error (as the source's state file has them: ``last_error`` is ``{"stage", "error", "at"}`` or None), and the
-    vault files the build did not write."""
+    vault files the build did not write. ``fetch_status`` is ``copied`` for a source this data dir never fetched
+    whose notes the warehouse has (a warehouse copied from the host that built it, docs/deploy.md's reader): its
+    ``last_fetch`` is then the source's last fetch where the warehouse was built (its ``meta`` ``fetched_at``;
+    None in a warehouse that does not record it)."""
 
     name: str
     kind: str
@@ -416,7 +500,8 @@ class WarehouseStatus(Record):
     dangling_links: int = 0
     models: tuple[ModelStatus, ...] = ()
     crosslingual_depth: int | None = None   # what the build embedded by (None: a warehouse built before it was kept)
-
+    built_on: str = ""                      # the host that published it ("" when a warehouse before it was kept)
+    built_data_dir: str = ""                # the data dir it was published from (likewise)
     def as_dict(self) -> dict[str, Any]:
         full = super().as_dict()
         return full if self.built else {"path": self.path, "built": False}
@@ -442,7 +527,8 @@ class Status(Record):
 
 
 def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
-    """The warehouse's status and its per-source counts (``{source: {"notes", "chunks"}}``, empty without one)."""
+    """The warehouse's status and its per-source counts (``{source: {"notes", "chunks", "fetched_at"}}``, empty
+    without one; ``fetched_at``: the source's last fetch where the warehouse was built, None when not recorded)."""
     if not s.warehouse_path.exists():
         return WarehouseStatus(path=str(s.warehouse_path), built=False), {}
     from pipeline import warehouse as wh
@@ -452,6 +538,7 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
         st = wh.stats(con)
     finally:
         con.close()
+    fetched = _fetched(st["meta"].get("fetched_at"))
     return WarehouseStatus(
         path=str(s.warehouse_path), built=True, bytes=s.warehouse_path.stat().st_size,
         built_at=st["meta"].get("built_at", ""), notes=int(st["notes"]), chunks=int(st["chunks"]),
@@ -459,7 +546,19 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
         models=tuple(ModelStatus(model_id=m["model_id"], dim=m["dim"], vectors=m["n"]) for m in st["models"]),
         crosslingual_depth=(int(st["meta"]["crosslingual_depth"])
                             if str(st["meta"].get("crosslingual_depth", "")).isdigit() else None),
-    ), st["sources"]
+        built_on=st["meta"].get("built_on", ""), built_data_dir=st["meta"].get("built_data_dir", ""),
+    ), {name: {**c, "fetched_at": fetched.get(name)} for name, c in st["sources"].items()}
+
+
+def _fetched(raw: str | None) -> dict[str, str | None]:
+    """The warehouse's ``meta`` ``fetched_at`` (JSON ``{source: last fetch}``) as a dict; {} when absent or bad."""
+    import json
+
+    try:
+        got = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
 def status_report(s: Settings) -> Status:
@@ -486,10 +585,12 @@ def status_report(s: Settings) -> Status:
     for name, kind, src in listed:
         state = load_state(s, name)
         c = counts.get(name, {})
+        copied = not state and bool(c.get("notes"))        # never fetched here, yet in the warehouse: copied
         rows.append(SourceStatus(
             name=name, kind=kind, notes=int(c.get("notes", 0)), chunks=int(c.get("chunks", 0)),
             skipped=skipped_count(s, name),
-            fetch_status=state.get("fetch_status", "never"), last_fetch=state.get("fetched_at"),
+            fetch_status="copied" if copied else state.get("fetch_status", "never"),
+            last_fetch=c.get("fetched_at") if copied else state.get("fetched_at"),
             fetch_error=state.get("fetch_error"), last_error=state.get("last_error"),
             vault_files=tuple(user_files_lines(s, src)) if src is not None else (),
         ))
@@ -499,6 +600,23 @@ def status_report(s: Settings) -> Status:
         crosslingual_depth=s.crosslingual_depth,
         vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home), sources_error=sources_error,
     )
+
+
+def copied_line(data: dict[str, Any]) -> str:
+    """The line ``status`` adds under its table when sources are ``copied`` (:class:`SourceStatus`): which, where
+    the warehouse holding them was built (host and data dir, as its ``meta`` has them) and when; "" when none."""
+    names = [r["name"] for r in data["sources"] if r["fetch_status"] == "copied"]
+    if not names:
+        return ""
+    w = data["warehouse"]
+    here = socket.gethostname()
+    host = w.get("built_on") or ""
+    where = ("on another host or data dir (this warehouse does not record which)" if not host else
+             f"on host {host}" + (f" in {w['built_data_dir']}" if w.get("built_data_dir") else "") if host != here
+             else f"on this host in {w.get('built_data_dir') or 'another data dir'}")
+    return (f"{', '.join(names)}: not fetched in this data dir: the warehouse was built {where} at "
+            f"{w.get('built_at') or '?'} and copied here (last fetch: there); build them there and copy it again "
+            "to update them")
 
 
 def status_data(s: Settings) -> dict[str, Any]:

@@ -386,17 +386,19 @@ def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[3:] == [
         "  me: 15 dangling link(s), to a note no source has (create the note or fix the link):",
-        "  me: me/Home.md -> [[Nowhere#Setup|the setup]]",
-        "  me: me/Home.md -> ![[Gone]]",
-        "  me: me/Home.md -> [[Gone]]",
-        "  me: me/Home.md -> […](Gone.md)",
-        *(f"  me: me/Other.md -> [[M{i}]]" for i in range(6)),
+        "  me: Home.md:3 -> [[Nowhere#Setup|the setup]]",
+        "  me: Home.md:3 -> ![[Gone]]",
+        "  me: Home.md:3 -> [[Gone]]",
+        "  me: Home.md:3 -> [x](Gone.md)",
+        *(f"  me: Other.md:3 -> [[M{i}]]" for i in range(6)),
         "  me: … and 5 more dangling links (`docsvault check-vault --json` lists them all)",
         "ok"]
     row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
     assert (row["dangling_links"], len(row["dangling"])) == (15, 15)
-    assert row["dangling"][0] == {"path": "me/Home.md", "link": "[[Nowhere#Setup|the setup]]"}
-    assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]"}
+    assert row["dangling"][0] == {"path": "me/Home.md", "link": "[[Nowhere#Setup|the setup]]", "file": "Home.md",
+                                  "line": 3, "written": "[[Nowhere#Setup|the setup]]"}
+    assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]", "file": "Other.md", "line": 3,
+                                   "written": "[[M10]]"}
 
 
 def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,
@@ -415,7 +417,8 @@ def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,
     root = tmp_path / "me"
     root.mkdir()
     (root / "Guide.md").write_text("# Guide\n\n## Install: quickly\n\nSteps. ^steps\n", encoding="utf-8")
-    (root / "Home.md").write_text("# Home\n\n[[Guide#Install quickly]], [[Guide#Instal|install]], "
+    (root / "Home.md").write_text("---\ntags: [a]\nup: '[[Guide#Instal|install]]'\n---\n# Home\n\n"
+                                  "[[Guide#Install quickly]], [[Guide#Instal|install]],\n"
                                   "[[Guide#^steps]], ![[Guide#^step]], [[Nowhere#Setup]]\n", encoding="utf-8")
     _settings(tmp_path, root)
     _tiny_setenv(tmp_path, monkeypatch)
@@ -425,16 +428,18 @@ def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[3:] == [
         "  me: 1 dangling link(s), to a note no source has (create the note or fix the link):",
-        "  me: me/Home.md -> [[Nowhere#Setup]]",
+        "  me: Home.md:8 -> [[Nowhere#Setup]]",           # the file's line, its frontmatter counted, not searched
         "  me: 2 link(s) to a missing heading: the note exists but has no such #heading or #^block (Obsidian "
         "opens it at the top; fix the link or the heading):",
-        "  me: me/Home.md -> [[Guide#Instal|install]]",
-        "  me: me/Home.md -> ![[Guide#^step]]",
+        "  me: Home.md:7 -> [[Guide#Instal|install]]",
+        "  me: Home.md:8 -> ![[Guide#^step]]",
         "ok"]
     row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
     assert (row["dangling_links"], row["missing_heading_links"]) == (1, 2)
-    assert row["missing_headings"] == [{"path": "me/Home.md", "link": "[[Guide#Instal|install]]"},
-                                       {"path": "me/Home.md", "link": "![[Guide#^step]]"}]
+    assert row["missing_headings"] == [
+        {"path": "me/Home.md", "link": "[[Guide#Instal|install]]", "file": "Home.md", "line": 7,
+         "written": "[[Guide#Instal|install]]"},
+        {"path": "me/Home.md", "link": "![[Guide#^step]]", "file": "Home.md", "line": 8, "written": "![[Guide#^step]]"}]
 
 
 def test_check_vault_says_site_absolute_dangling_links_need_the_site_url(tmp_path: Path,
@@ -470,9 +475,9 @@ def test_check_vault_says_site_absolute_dangling_links_need_the_site_url(tmp_pat
     assert result.output.splitlines()[3:] == [
         "  duckdb: 3 dangling link(s), to a note no source has (fix the link or the source's site_url, see "
         "below):",
-        "  duckdb: duckdb/stable/index.md -> […](/docs/stable/data/parquet/overview.md)",
-        "  duckdb: duckdb/stable/index.md -> […](/docs/stable/data/csv/overview.md)",
-        "  duckdb: duckdb/stable/index.md -> […](/docs/stable/index.md)",
+        "  duckdb: stable/index.md:3 -> [Parquet](/docs/stable/data/parquet/overview.md)",
+        "  duckdb: stable/index.md:3 -> [CSV](/docs/stable/data/csv/overview.md)",
+        "  duckdb: stable/index.md:3 -> [x](/docs/stable/index.md)",
         "  duckdb: 2 of them are site-absolute (/docs/stable/…) and match notes of this source without the "
         "'/docs' prefix: set `site_url: https://<its site>/docs` for it in sources.yaml, so such links "
         "resolve to its notes (README: sources.yaml)",
@@ -485,6 +490,12 @@ def test_check_vault_says_site_absolute_dangling_links_need_the_site_url(tmp_pat
     assert CliRunner().invoke(app, ["build"]).exit_code == 0
     row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
     assert (row["dangling"], row["site_absolute"]) == ([], None)      # the CSV link now goes to the site
+    # the vault made the link to a heading Parquet has not a wikilink; check-vault quotes it as the user wrote it
+    assert row["missing_headings"] == [{
+        "path": "duckdb/stable/index.md", "link": "[[duckdb/stable/data/parquet/overview#read|again]]",
+        "file": "stable/index.md", "line": 3, "written": "[again](/docs/stable/data/parquet/overview.md#read)"}]
+    assert CliRunner().invoke(app, ["check-vault"]).output.splitlines()[-2] == (
+        "  duckdb: stable/index.md:3 -> [again](/docs/stable/data/parquet/overview.md#read)")
     text = (tmp_path / "vault" / "duckdb" / "stable" / "index.md").read_text(encoding="utf-8")
     assert ("See [[duckdb/stable/data/parquet/overview|Parquet]], [[duckdb/stable/data/parquet/overview#read|"
             "again]], [CSV](https://duckdb.org/docs/stable/data/csv/overview.md)") in text
@@ -555,3 +566,19 @@ def test_check_vault_takes_a_built_sites_braces_as_its_text(tmp_path: Path, monk
 
     rows = {r["name"]: (r["markup"], r["examples"]["markup"]) for r in json.loads(result.stdout)["sources"]}
     assert rows == {"site": (0, []), "docs": (1, ["docs/Page.md: liquid: {{ site.title }}"])}
+
+
+def test_check_vault_finds_each_link_as_written_in_the_users_file(tmp_path: Path) -> None:
+    """The vault's form of a link (qualified, decoded, converted) is matched to the text the user wrote: first an
+    equal link, else one with the same embed mark, heading, block and note name; each written link once, in
+    order; CRLF and frontmatter lines counted; a link the file has not (or no file) gives None."""
+    from pipeline.models import WikiLink
+    from pipeline.service import _written_links
+
+    f = tmp_path / "Home.md"
+    f.write_bytes("---\r\nrel: '[[Home]]'\r\n---\r\n# Home\r\n\r\n[[Home]] and [[Home]]\r\n"
+                  "[see](My%20Note.md#Part) `[[Nope]]`\r\n".encode())
+    links = [WikiLink("me/Home"), WikiLink("Home"), WikiLink("work/My Note", heading="Part"), WikiLink("Nope")]
+    assert _written_links(f, links) == [("[[Home]]", 6), ("[[Home]]", 6), ("[see](My%20Note.md#Part)", 7), None]
+    assert _written_links(tmp_path / "gone.md", links[:1]) == [None]
+    assert _written_links(None, links[:1]) == [None]

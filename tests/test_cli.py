@@ -328,7 +328,16 @@ def _human_outputs_after_a_build() -> None:
         "computer.\n\n## Linux\n\nRun the package manager to install it.\n\n## Windows\n\nDownload the "
         "installer and run it.\n\n-- linked from: Home (tiny/Home.md)\n"
     )
+    # a link to a heading the note has not: the note still opens, one line names the heading and the closest
+    # ones to retry with (it opened page 1 without a word)
+    assert run("read", "Install guide#Windos") == (
+        "warning: heading 'Windos' not found in 'Install guide' (tiny/Install guide.md); showing page 1; closest "
+        "headings: 'Windows'; e.g. read 'Install guide#Windows'\n"
+        + run("read", "tiny/Install guide.md"))
+    assert json.loads(run("read", "Ducks#Nothing like it", "--json").split("\n", 1)[1])["warning"] == (
+        "heading 'Nothing like it' not found in 'Ducks' (tiny/Ducks.md); showing page 1; its headings: 'Ducks'")
     page = json.loads(run("read", "Ducks.md", "--json"))          # a source path resolves through the warehouse
+    assert "warning" not in page
     assert (page["path"], page["page"], page["pages"], page["next_page"]) == ("tiny/Ducks.md", 1, 1, None)
     assert page["frontmatter"]["source_path"] == "Ducks.md"
     assert run("read", "tiny/Ducks.md", "--page", "2", code=1) == (

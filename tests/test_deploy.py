@@ -6,6 +6,7 @@ folders."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -278,7 +279,11 @@ def test_the_workers_celery_config_connects_the_reload_before_each_task(monkeypa
 
     from celery.signals import task_prerun
 
-    from pipeline.distributed import celery_settings, reload_definitions_if_sources_changed
+    from pipeline.distributed import (
+        DagsterLinesAtTheirLevel,
+        celery_settings,
+        reload_definitions_if_sources_changed,
+    )
 
     monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "redis://127.0.0.1:1/0")
     monkeypatch.syspath_prepend(str(REPO / "deploy"))
@@ -287,9 +292,71 @@ def test_the_workers_celery_config_connects_the_reload_before_each_task(monkeypa
     try:
         assert {k: getattr(config, k) for k in celery_settings()} == celery_settings()
         assert reload_definitions_if_sources_changed in [r for r in task_prerun._live_receivers(None)]
+        assert any(isinstance(f, DagsterLinesAtTheirLevel) for f in logging.getLogger("celery.redirected").filters)
     finally:
         task_prerun.disconnect(reload_definitions_if_sources_changed)
         sys.modules.pop("dagster_celery_config", None)
+
+
+def test_only_the_known_harmless_warnings_are_silenced() -> None:
+    """`dagster asset materialize -m pipeline.distributed` printed Dagster's BetaWarning about `include_sources`
+    (its own parse of `--select`) and Celery's DuplicateTaskNameWarning (dagster-celery registers its task per
+    step) on every run: silenced. Another BetaWarning or DuplicateTaskNameWarning, a warning of the same text
+    from another module, and any other warning are still shown."""
+    import warnings
+
+    from celery.exceptions import DuplicateTaskNameWarning
+
+    from pipeline.distributed import quiet_known_warnings
+
+    beta = ("Parameter `include_sources` of function `AssetSelection.all` is currently in beta, and may have "
+            "breaking changes in minor version releases, with behavior changes in patch releases.")
+    dup = "Task name 'execute_plan' is already registered to a different callable."
+    cases = [(beta, dg.BetaWarning, "dagster._core.definitions.antlr_asset_selection.antlr_asset_selection"),
+             (dup, DuplicateTaskNameWarning, "dagster_celery.executor"),
+             ("Parameter `x` of function `f` is currently in beta", dg.BetaWarning, "dagster._core.x"),
+             ("Task name 'mine' is already registered to a different callable.", DuplicateTaskNameWarning,
+              "dagster_celery.executor"),
+             (dup, DuplicateTaskNameWarning, "myproject.tasks"),
+             ("You're running the worker with superuser privileges", UserWarning, "celery.platforms")]
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        for message, category, module in cases:
+            warnings.warn_explicit(message, category, f"{module.replace('.', '/')}.py", 1, module=module)
+    assert [str(w.message) for w in shown] == [c[0] for c in cases[2:]]
+
+
+def test_a_workers_dagster_lines_keep_their_level() -> None:
+    """Celery logs every line a step prints as a WARNING: Dagster's DEBUG/INFO event lines get their level
+    back (DEBUG ones dropped at a worker's --loglevel INFO); Dagster's WARNING/ERROR lines and any other line
+    (a traceback, a print) stay WARNING."""
+    from pipeline.distributed import DagsterLinesAtTheirLevel
+
+    logger = logging.getLogger("test.celery.redirected")
+    logger.setLevel(logging.INFO)
+    seen: list[tuple[str, str]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.levelname, record.getMessage()))
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logger.addFilter(DagsterLinesAtTheirLevel())
+    logger.propagate = False
+    stamp = "2026-12-06 08:25:31 +0000 - dagster - "
+    lines = [f"{stamp}DEBUG - __ASSET_JOB - r1 - 3720 - me__raw_docs - STEP_START - Started",
+             f"{stamp}INFO - __ASSET_JOB - r1 - me__raw_docs - me: 3 files via local",
+             f"{stamp}WARNING - __ASSET_JOB - r1 - me__vault - source 'me': a.png is not in the source",
+             f"{stamp}ERROR - __ASSET_JOB - r1 - 3720 - me__chunks - STEP_FAILURE - Execution failed",
+             "Traceback (most recent call last):"]
+    try:
+        for line in lines:
+            logger.warning(line)
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [("INFO", lines[1]), ("WARNING", lines[2]), ("WARNING", lines[3]), ("WARNING", lines[4])]
 
 
 def _plan_context(instance: dg.DagsterInstance, run: DagsterRun, job: dg.JobDefinition,

@@ -81,6 +81,7 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
                     # a link as a note writes it, which an agent copies: its note (it was "no note")
                     out["read_link"] = await session.call_tool("read", {"path": "[[Ducks#Ducks|the ducks]]"})
                     out["related_link"] = await session.call_tool("related", {"path": "Ducks#Ducks"})
+                    out["read_no_heading"] = await session.call_tool("read", {"path": "Install guide#Windos"})
                     out["tagged"] = await session.call_tool("search", {"query": "welcome", "tag": "start"})
                     out["bad_source"] = await session.call_tool("search", {"query": "ducks", "source": "nope"})
                     out["list_source"] = await session.call_tool("search", {"query": "ducks", "source": ["tiny"]})
@@ -119,6 +120,11 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     assert _payload(out["read_src"])["path"] == "tiny/Ducks.md"
     assert (_payload(out["read_link"])["path"], _payload(out["read_link"])["page"]) == ("tiny/Ducks.md", 1)
     assert _payload(out["related_link"])["path"] == "tiny/Ducks.md"
+    no_heading = _payload(out["read_no_heading"])         # the note, and one line naming the missing heading
+    assert (no_heading["path"], no_heading["page"], no_heading["warning"]) == (
+        "tiny/Install guide.md", 1, ("heading 'Windos' not found in 'Install guide' (tiny/Install guide.md); "
+                                     "showing page 1; closest headings: 'Windows'; e.g. read 'Install guide#Windows'"))
+    assert "warning" not in _payload(out["read_link"])
 
     assert [h["path"] for h in _payload(out["tagged"])["hits"]] == ["tiny/Home.md"]
     assert out["bad_source"].is_error and "tiny" in _text(out["bad_source"])

@@ -231,6 +231,19 @@ def test_an_obsidian_link_as_written_reads_its_note_at_its_heading(vault: Path, 
     assert read_link(vault, "メモ#節 5", 2, path).page == 2                  # an explicit page wins
     assert find_link(vault, "C# tips", path) == ("src/C-.md", "")          # a title with # in it, as written
     assert find_link(vault, "[[メモ#節 5|five]]", path) == ("src/メモ.md", "節 5")
+    warnings = {n: read_link(vault, n, warehouse_path=path).warning for n in (
+        "メモ#節 9", "メモ#^nope", "[[メモ#Setup quik|q]]", "メモ#節 5", "メモ#Zebra")}
+    assert warnings == {
+        "メモ#節 9": "heading '節 9' not found in 'メモ' (src/メモ.md); showing page 1; closest headings: '節 8', "
+                     "'節 7', '節 6'; e.g. read 'メモ#節 8'",
+        "メモ#^nope": "block '^nope' not found in 'メモ' (src/メモ.md); showing page 1; its block ids: '^run-1'",
+        "[[メモ#Setup quik|q]]": "heading 'Setup quik' not found in 'メモ' (src/メモ.md); showing page 1; closest "
+                                 "headings: 'Setup: quick'; e.g. read 'メモ#Setup: quick'",
+        "メモ#節 5": "",
+        "メモ#Zebra": "heading 'Zebra' not found in 'メモ' (src/メモ.md); showing page 1; its headings: 'メモ', "
+                      "'節 1', '節 2', '節 3', '節 4', '節 5' … (10 in all)"}
+    assert read_link(vault, "メモ#Zebra", 3, path).warning.split("; ")[0:2] == [
+        "heading 'Zebra' not found in 'メモ' (src/メモ.md)", "showing page 3"]       # an explicit page is kept
     with pytest.raises(NoteNotFoundError) as info:
         find_link(vault, "Nowhere#節 5", path)
     assert str(info.value).startswith("no note 'Nowhere': ")

@@ -47,6 +47,7 @@ __all__ = [
     "build_graph",
     "export_graph",
     "heading_key",
+    "link_spans",
     "missing_subpaths",
     "parse_links",
 ]
@@ -169,16 +170,23 @@ def parse_links(markdown: str) -> list[WikiLink]:
     Returns:
         One WikiLink per occurrence (duplicates kept).
     """
+    return [link for _, _, link in link_spans(markdown)]
+
+
+def link_spans(markdown: str) -> list[tuple[int, int, WikiLink]]:
+    """:func:`parse_links` with where each link is: ``(start, end, link)``, ``markdown[start:end]`` the link as
+    written (``[[Guide#Install|the install]]``, ``[text](Install%20guide.md#Nope)``), offsets in ``markdown``
+    with its CRLF / CR line breaks read as LF (an LF-only text's own offsets)."""
     blocks = _mask_blocks(re.sub(r"\r\n?", "\n", markdown))   # line breaks as markdown-it counts them
     text = _mask_inline(blocks)
-    found: list[tuple[int, WikiLink]] = []
+    found: list[tuple[int, int, WikiLink]] = []
     for m in _WIKILINK.finditer(blocks):
         if text[m.start()] != blocks[m.start()]:     # opens inside inline code: `[[x]]` is no link
             continue
         # inline code inside the link is its text: [[Note#`.output`: Files]] links that heading, as Obsidian reads it
         link = _parse_wikilink(m.group(2), embed=bool(m.group(1)))
         if link is not None:
-            found.append((m.start(), link))
+            found.append((m.start(), m.end(), link))
     # blank the wikilinks so their text cannot be read as Markdown links
     no_wiki = _WIKILINK.sub(lambda m: " " * len(m.group()), text)
     for m in _MD_LINK.finditer(no_wiki):
@@ -186,9 +194,9 @@ def parse_links(markdown: str) -> list[WikiLink]:
             continue
         link = _parse_md_link(m.group(2))
         if link is not None:
-            found.append((m.start(), link))
+            found.append((m.start(), m.end(), link))
     found.sort(key=lambda item: item[0])
-    return [link for _, link in found]
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------------

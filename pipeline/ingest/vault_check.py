@@ -32,7 +32,7 @@ import posixpath
 import re
 import stat
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +119,13 @@ class _VaultFiles:
 
 
 def check_vault(settings: Settings, sources: Sequence[Source],
-                dangling: Sequence[tuple[str, str]] | None = None,
-                missing_headings: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
+                dangling: Sequence[Mapping[str, Any]] | None = None,
+                missing_headings: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Run the checks (module doc) over the built vault for these sources.
 
     Args:
-        dangling: ``(note vault path, link as written)`` of every dangling link of the vault
+        dangling: every dangling link of the vault, ``{"path": note vault path, "link": as the vault has it,
+            "file": the note's source path, "line": its line there or None, "written": as written there}``
             (:func:`pipeline.service.link_problems`); None: not checked.
         missing_headings: the same of every link to a heading or block its note does not have
             (:func:`pipeline.service.link_problems`); None: not checked.
@@ -133,7 +134,8 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         ``{"vault", "ok", "expected_mode" ("0644"), "sources": [{"name", "notes", "attachments_in_vault",
         "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
         source), "bad_mode", "user_files", "edited", "edited_copies", "dangling_links" (their count, None when
-        ``dangling`` is), "dangling" (all of them: ``[{"path", "link"}]``, in path order),
+        ``dangling`` is), "dangling" (all of them: ``[{"path", "link", "file", "line", "written"}]``, in path
+        order),
         "missing_heading_links" (their count, None when ``missing_headings`` is), "missing_headings" (all of
         them, as ``dangling``), "site_absolute" (:func:`site_absolute_hint`),
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
@@ -213,11 +215,12 @@ def check_vault(settings: Settings, sources: Sequence[Source],
 
 
 def _add_links(rows: list[dict[str, Any]], count_key: str, list_key: str,
-               links: Sequence[tuple[str, str]] | None) -> None:
+               links: Sequence[Mapping[str, Any]] | None) -> None:
     """``rows`` (of :func:`check_vault`), each given its source's ``links`` as ``row[list_key]``
-    (``[{"path", "link"}]``) and their number as ``row[count_key]`` (None when ``links`` is)."""
+    (``[{"path", "link", "file", "line", "written"}]``) and their number as ``row[count_key]`` (None when
+    ``links`` is)."""
     for row in rows:
-        mine = [{"path": p, "link": link} for p, link in links or () if p.startswith(f"{row['name']}/")]
+        mine = [dict(d) for d in links or () if d["path"].startswith(f"{row['name']}/")]
         row[count_key], row[list_key] = (None if links is None else len(mine)), mine
 
 
@@ -300,8 +303,8 @@ DANGLING_LINES = 10
 
 def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem, then the source's
-    dangling links: ``<source>: <note vault path> -> [[target]]``, at most :data:`DANGLING_LINES`, then a
-    count of the rest; then its links to a missing heading, the same way)."""
+    dangling links: ``<source>: <file>:<line> -> <link as written there>``, at most :data:`DANGLING_LINES`, then
+    a count of the rest; then its links to a missing heading, the same way)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
@@ -343,10 +346,19 @@ def format_report(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _link_lines(source: str, links: Sequence[dict[str, str]], what: str) -> list[str]:
-    """``<source>: <note> -> <link>`` for the first :data:`DANGLING_LINES` of ``links``, then the count of the
-    rest (``what``: their name in that line)."""
-    lines = [f"  {source}: {d['path']} -> {d['link']}" for d in links[:DANGLING_LINES]]
+def _where(link: Mapping[str, Any]) -> str:
+    """``file:line`` of a link of :func:`check_vault`'s lists (``file`` alone without a line; its note's vault
+    path when the caller gave no file)."""
+    where = link.get("file") or link["path"]
+    return f"{where}:{link['line']}" if link.get("line") else where
+
+
+def _link_lines(source: str, links: Sequence[dict[str, Any]], what: str) -> list[str]:
+    """``<source>: <file>:<line> -> <link as written>`` (the note's file in its source and the link as the user
+    wrote it there; without a line, ``<file>`` and the link as the vault has it, when the file does not have it)
+    for the first :data:`DANGLING_LINES` of ``links``, then the count of the rest (``what``: their name in that
+    line)."""
+    lines = [f"  {source}: {_where(d)} -> {d.get('written') or d['link']}" for d in links[:DANGLING_LINES]]
     if len(links) > DANGLING_LINES:
         lines.append(f"  {source}: … and {len(links) - DANGLING_LINES} more {what} "
                      "(`docsvault check-vault --json` lists them all)")

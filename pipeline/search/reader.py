@@ -21,7 +21,7 @@ import json
 import posixpath
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "read_link",
     "read_note",
     "resolve_note_path",
+    "subpath_missing",
 ]
 
 PAGE_CHARS = 1000                 # target page size, chars
@@ -96,6 +97,8 @@ class NotePage:
             ``>`` markers, fence characters and language, e.g. ``"```python\n"``), else ``""``.
         added_after: the fence line closing the block the page ends inside (``"```\n"``, with a newline before
             it when the page does not end at a line end), else ``""``.
+        warning: one line when the page was asked for by a link whose ``#heading`` or ``#^block`` the note has
+            not (:func:`read_link`: it names the note and its closest headings), else ``""``.
     """
 
     path: str
@@ -108,6 +111,7 @@ class NotePage:
     frontmatter: dict[str, Any] | None = None
     added_before: str = ""
     added_after: str = ""
+    warning: str = ""
 
     @property
     def next_page(self) -> int | None:
@@ -120,7 +124,8 @@ class NotePage:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict: path, title, page, pages, next_page, total_chars, text, frontmatter (page 1),
-        added_before / added_after (only when the page re-opens / closes a fenced code block)."""
+        added_before / added_after (only when the page re-opens / closes a fenced code block), warning (only
+        when the link's heading or block was not found)."""
         out: dict[str, Any] = {
             "path": self.path, "title": self.title, "page": self.page, "pages": self.pages,
             "next_page": self.next_page, "total_chars": self.total_chars, "text": self.text,
@@ -131,6 +136,8 @@ class NotePage:
             out["added_before"] = self.added_before
         if self.added_after:
             out["added_after"] = self.added_after
+        if self.warning:
+            out["warning"] = self.warning
         return out
 
 
@@ -569,11 +576,62 @@ def read_link(vault_dir: Path, note: str, page: int = 1, warehouse_path: Path | 
     ``#heading`` or ``#^block`` is the page where that heading or block starts (``read('Guide#Install')`` opens
     Install's page; page 1 when the note has no such heading)."""
     vault_path, sub = find_link(vault_dir, note, warehouse_path)
-    if page == 1 and sub:
+    warning = ""
+    if sub:
         body = note_body(vault_dir, vault_path)[1]
         at = subpath_offset(body, sub)
-        page = page_of(paginate(body, size), at) if at is not None else 1
-    return read_note(vault_dir, vault_path, page, size)
+        if page == 1 and at is not None:
+            page = page_of(paginate(body, size), at)
+        if at is None:
+            warning = subpath_missing(body, link_parts(note)[0], vault_path, sub, page)
+    pg = read_note(vault_dir, vault_path, page, size)
+    return replace(pg, warning=warning) if warning else pg
+
+
+#: at most this many headings (or block ids) are named when a link's heading is not found
+CLOSEST_LISTED = 3
+#: at most this many of the note's headings are named when none is close to the link's
+LISTED_WHEN_NONE_CLOSE = 6
+
+
+def _headings(body: str) -> list[str]:
+    """The note's headings outside fenced code, as written (``Install: quickly``), in order, each once."""
+    blocks = fenced_blocks(body)
+    seen = [m.group(2).strip() for m in _HEADING.finditer(body) if _block_at(blocks, m.start()) is None]
+    return list(dict.fromkeys(seen))
+
+
+def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: int) -> str:
+    """The one line :func:`read_link` adds when the note has no heading (or block) ``subpath``: which one, in
+    which note (``name`` as the link gave it and its ``vault_path``), the page shown instead, and the closest of
+    its headings (or ``^block`` ids; :func:`difflib.get_close_matches` on :func:`~pipeline.index.graph.heading_key`,
+    ratio >= 0.5) with the first written as a link to retry with (``e.g. read 'Guide#Install'``); else its first
+    headings (or block ids)."""
+    import difflib
+
+    from pipeline.index.graph import heading_key
+
+    block = subpath.startswith("^")
+    what = f"block {subpath!r}" if block else f"heading {subpath!r}"
+    if block:
+        blocks = fenced_blocks(body)
+        have = list(dict.fromkeys(
+            "^" + m.group(1) for m in re.finditer(r"(?:^|[ \t])\^([\w-]+)[ \t]*$", body, re.MULTILINE)
+            if _block_at(blocks, m.start()) is None))
+    else:
+        have = _headings(body)
+    where = f"{what} not found in {name!r} ({vault_path}); showing page {page}"
+    if not have:
+        return f"{where}; the note has no {'block ids' if block else 'headings'}"
+    keys = {heading_key(h) if not block else h.casefold(): h for h in reversed(have)}   # first one of a key wins
+    want = heading_key(subpath.split("#")[-1]) if not block else subpath.casefold()
+    close = [keys[k] for k in difflib.get_close_matches(want, list(keys), n=CLOSEST_LISTED, cutoff=0.5)]
+    kind = "block ids" if block else "headings"
+    if not close:                                   # nothing like it: the note's own, to pick from
+        more = f" … ({len(have)} in all)" if len(have) > LISTED_WHEN_NONE_CLOSE else ""
+        return f"{where}; its {kind}: " + ", ".join(map(repr, have[:LISTED_WHEN_NONE_CLOSE])) + more
+    return (f"{where}; closest {kind}: " + ", ".join(map(repr, close))
+            + f"; e.g. read {name + '#' + close[0]!r}")
 
 
 #: at most this many vault paths are listed for a name several notes have

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import marshal
+import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -305,6 +307,15 @@ def _cached_vectors(settings: Settings, wanted: dict[str, list[Chunk]], *, lazy:
     return arrays, missing, unembedded
 
 
+def _where_built(settings: Settings, names: Sequence[str]) -> dict[str, str]:
+    """The ``meta`` facts of where and from what a warehouse is built: ``built_on`` (host), ``built_data_dir`` and
+    ``fetched_at`` (JSON ``{source: its last fetch}``, from the sources' state files): what ``status`` shows on a
+    host the warehouse was copied to (docs/deploy.md's readers), which has no state of those sources."""
+    fetched = {name: artifacts.load_state(settings, name).get("fetched_at") for name in names}
+    return {"built_on": socket.gethostname(), "built_data_dir": str(settings.data_dir),
+            "fetched_at": json.dumps(fetched, sort_keys=True)}
+
+
 def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, Source]) -> str:
     from pipeline.warehouse import SCHEMA_VERSION
 
@@ -431,6 +442,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             vectors=arrays,
             bm25_blobs=bm25_blobs,
             run_info={"built_at": now(), "sources": ",".join(names), "input_key": key,
+                      **_where_built(settings, names),
                       "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
                                              if settings.crosslingual else ""),
                       "crosslingual_depth": str(max(settings.crosslingual_depth, 0))},
