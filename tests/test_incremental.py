@@ -556,3 +556,28 @@ def test_a_located_vector_that_cannot_be_read_falls_back_to_gathering(settings: 
     assert (lazy["missing_vectors"], lazy["missing_vectors_in"]) == (1, f"tiny 1 of {n_chunks}")
     assert (lazy["mode"], lazy["vectors_added"], lazy["vectors_removed"]) == ("incremental", 0, 1)
     assert lazy == eager and lazy_rows == eager_rows
+
+
+def test_graph_files_written_again_only_when_the_graph_changed(settings: Settings, tiny_env: Path) -> None:
+    """A text-only edit rebuilds the graph (its vault folder changed) but leaves links.graphml / links.json as they
+    were; an edit of a link writes both again, with the new link."""
+    run_chain(settings, warehouse=False)
+    files = [settings.graph_dir / "links.graphml", settings.graph_dir / "links.json"]
+
+    def stamps() -> list[tuple[int, int]]:
+        return [(p.stat().st_mtime_ns, p.stat().st_ino) for p in files]
+
+    before, before_json = stamps(), files[1].read_bytes()
+    edited = tiny_env / "tinyvault" / "Install guide.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nOne more line of text.\n", encoding="utf-8")
+    again = run_chain(settings, warehouse=False)
+    assert again["graph"]["skipped"] is False          # the folder changed: the graph was built again ...
+    assert stamps() == before                          # ... and found equal to the files'
+    assert files[1].read_bytes() == before_json
+
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nSee [[A note nobody wrote]].\n", encoding="utf-8")
+    linked = run_chain(settings, warehouse=False)
+    assert linked["graph"]["skipped"] is False
+    assert [s[1] for s in stamps()] != [s[1] for s in before]          # replaced (temp file + rename)
+    assert "A note nobody wrote" in files[1].read_text(encoding="utf-8")
+    assert "A note nobody wrote" not in before_json.decode("utf-8")

@@ -46,6 +46,7 @@ __all__ = [
     "LinksCache",
     "build_graph",
     "export_graph",
+    "graph_content",
     "heading_key",
     "link_spans",
     "missing_subpaths",
@@ -557,6 +558,14 @@ def _xml_safe(value: Any) -> Any:
     """``value`` with the characters XML cannot hold removed when it is a string (GraphML only; links.json keeps
     the text as is)."""
     return _XML_INVALID.sub("", value) if isinstance(value, str) else value
+
+
+def graph_content(lg: LinkGraph) -> list[Any]:
+    """Everything :func:`export_graph` writes of ``lg``, as JSON-able lists (nodes and linked pairs with their
+    attributes, sorted; the edges, unresolved links and attachment count): equal lists, equal files."""
+    return [[[node, sorted(lg.graph.nodes[node].items())] for node in sorted(lg.graph.nodes)],
+            [[src, dst, sorted(lg.graph.edges[src, dst].items())] for src, dst in sorted(lg.graph.edges)],
+            [[e.src, e.dst, e.target, e.kind, e.count] for e in lg.edges], lg.unresolved, lg.attachments]
 
 
 def export_graph(lg: LinkGraph, out_dir: Path) -> dict[str, Path]:
