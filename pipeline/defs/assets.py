@@ -386,6 +386,13 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             written = build.vault_stage(s, source)
             for line in written.warning_lines or ():     # missing attachments, ambiguous links, '#' names
                 context.log.warning(line)
+            # the user's edits moved aside and the notes removed: `docsvault build` prints them, the run's log too
+            for record in written.conflicts:
+                context.log.warning(f"source '{source.name}': {build.conflict_line(source.name, record)}")
+            if written.removed_files:
+                more = written.removed - len(written.removed_files)
+                context.log.info(f"source '{source.name}': removed from vault/{source.name}/ (their pages left the "
+                                 f"source): {', '.join(written.removed_files)}" + (f" and {more} more" if more else ""))
             return written
 
         return _run_source_stage(context, docsvault, "vault", source, run, loaded, checks)
