@@ -234,6 +234,19 @@ def test_an_obsidian_link_as_written_reads_its_note_at_its_heading(vault: Path, 
     with pytest.raises(NoteNotFoundError) as info:
         find_link(vault, "Nowhere#節 5", path)
     assert str(info.value).startswith("no note 'Nowhere': ")
+    # the page says when the link's heading or block is not in the note (it read as if page 1 held it)
+    messages = {n: read_link(vault, n, warehouse_path=path).message for n in (
+        "メモ#節 9", "メモ#^nope", "メモ#節 5", "[[メモ|the memo]]", "メモ#節 5#節 4")}
+    assert messages == {
+        "メモ#節 9": "src/メモ.md has no heading '節 9': showing page 1 (Obsidian opens such a link at the note's top)",
+        "メモ#^nope": "src/メモ.md has no block '^nope': showing page 1 (Obsidian opens such a link at the note's top)",
+        "メモ#節 5": "", "[[メモ|the memo]]": "",
+        "メモ#節 5#節 4": "src/メモ.md has no heading '節 5#節 4': showing page 1 (Obsidian opens such a link at the "
+                        "note's top)"}
+    assert read_link(vault, "メモ#節 9", 2, path).message.endswith(": showing page 2 (Obsidian opens such a link at "
+                                                                 "the note's top)")
+    assert read_link(vault, "メモ#節 9", warehouse_path=path).to_dict()["message"] == messages["メモ#節 9"]
+    assert "message" not in read_link(vault, "メモ#節 5", warehouse_path=path).to_dict()
 
 
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:

@@ -21,7 +21,7 @@ import json
 import posixpath
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,8 @@ class NotePage:
             ``>`` markers, fence characters and language, e.g. ``"```python\n"``), else ``""``.
         added_after: the fence line closing the block the page ends inside (``"```\n"``, with a newline before
             it when the page does not end at a line end), else ``""``.
+        message: "" or, when the note was asked for by a link whose ``#heading`` or ``#^block`` it does not have,
+            the line saying so (:func:`read_link`; Obsidian opens such a link at the note's top).
     """
 
     path: str
@@ -108,6 +110,7 @@ class NotePage:
     frontmatter: dict[str, Any] | None = None
     added_before: str = ""
     added_after: str = ""
+    message: str = ""
 
     @property
     def next_page(self) -> int | None:
@@ -120,11 +123,14 @@ class NotePage:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict: path, title, page, pages, next_page, total_chars, text, frontmatter (page 1),
-        added_before / added_after (only when the page re-opens / closes a fenced code block)."""
+        added_before / added_after (only when the page re-opens / closes a fenced code block), message (only when
+        a link's heading or block is not in the note)."""
         out: dict[str, Any] = {
             "path": self.path, "title": self.title, "page": self.page, "pages": self.pages,
             "next_page": self.next_page, "total_chars": self.total_chars, "text": self.text,
         }
+        if self.message:
+            out["message"] = self.message
         if self.frontmatter is not None:
             out["frontmatter"] = self.frontmatter
         if self.added_before:
@@ -567,13 +573,24 @@ def read_link(vault_dir: Path, note: str, page: int = 1, warehouse_path: Path | 
               size: int = PAGE_CHARS) -> NotePage:
     """:func:`read_note` of the note :func:`find_link` finds, at ``page``; page 1 (the default) of a link with a
     ``#heading`` or ``#^block`` is the page where that heading or block starts (``read('Guide#Install')`` opens
-    Install's page; page 1 when the note has no such heading)."""
+    Install's page; page 1 when the note has no such heading, and the page's ``message`` says so: before, the
+    reader could not tell a heading that is not there from one on page 1)."""
     vault_path, sub = find_link(vault_dir, note, warehouse_path)
-    if page == 1 and sub:
-        body = note_body(vault_dir, vault_path)[1]
-        at = subpath_offset(body, sub)
-        page = page_of(paginate(body, size), at) if at is not None else 1
-    return read_note(vault_dir, vault_path, page, size)
+    if not sub:
+        return read_note(vault_dir, vault_path, page, size)
+    body = note_body(vault_dir, vault_path)[1]
+    at = subpath_offset(body, sub)
+    if page == 1 and at is not None:
+        page = page_of(paginate(body, size), at)
+    pg = read_note(vault_dir, vault_path, page, size)
+    return pg if at is not None else replace(pg, message=missing_subpath_message(vault_path, sub, pg.page))
+
+
+def missing_subpath_message(vault_path: str, sub: str, page: int) -> str:
+    """The line for a link's ``#heading`` / ``#^block`` (``sub``, without its ``#``) that ``vault_path`` lacks,
+    ``page`` the page shown instead."""
+    what = f"block '{sub}'" if sub.startswith("^") else f"heading '{sub}'"
+    return f"{vault_path} has no {what}: showing page {page} (Obsidian opens such a link at the note's top)"
 
 
 #: at most this many vault paths are listed for a name several notes have
