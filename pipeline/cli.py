@@ -44,6 +44,7 @@ from pipeline.service import (
     note_missing_message,
     open_searcher,
     pages_not_fetched_line,
+    related_notes,
     parse_lanes,
     paths_warning_lines,
     query_problem,
@@ -842,6 +843,8 @@ def read(
 
     record(s.data_dir, pg.path)
     links = note_links(s, pg.path)
+    if pg.message:          # a link's heading or block the note does not have
+        typer.echo(f"warning: {pg.message}", err=True)
     if as_json:
         typer.echo(json.dumps({**pg.to_dict(), **links}, ensure_ascii=False, indent=2))
         return
@@ -858,6 +861,35 @@ def read(
                 more = links[f"{key}_total"] - len(links[key])
                 typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})" for r in links[key])
                            + (f"; … {more} more" if more > 0 else ""))
+
+
+@app.command()
+def related(
+    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note as `read` takes it: its vault path, source path, name, title, alias or a link ('[[Note]]').")],
+    k: Annotated[int, typer.Option("-k", min=1, max=50, metavar="N", help="How many related notes (1-50).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON: path, related (path, title, score, hops, link_weight, similarity), message when the note has no links.")] = False,
+) -> None:
+    """Notes related to NOTE through the link graph (up to two hops), ranked by link weight and vector similarity
+    (the MCP `related` tool)."""
+    from pipeline.search.reader import NoteNotFoundError
+
+    s = settings()
+    try:
+        out = related_notes(s, note, k)
+    except NoteNotFoundError as exc:
+        fail(note_missing_message(s, note, exc))
+        return
+    except PipelineError as exc:
+        fail(str(exc))
+        return
+    if as_json:
+        typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"related to {out['path']}:" if out["related"] else f"{out['path']}: {out['message']}")
+    for i, row in enumerate(out["related"], 1):
+        hops = "1 hop" if row["hops"] == 1 else f"{row['hops']} hops"
+        typer.echo(f"{i:2d}. {row['score']:.3f}  {row['path']} — {row['title']} ({hops}, link weight "
+                   f"{row['link_weight']}, similarity {row['similarity']})")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from typing import Any, Self
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
-from pipeline.search.reader import find_link, locate_match, note_body, page_of, paginate, read_link
+from pipeline.search.reader import locate_match, note_body, page_of, paginate, read_link
 
 log = logging.getLogger("docsvault.mcp")
 
@@ -409,17 +409,11 @@ class VaultService:
     def related(self, path: str, k: int = 10) -> dict[str, Any]:
         """Notes linked to ``path`` (one and two hops), ranked by link weight and vector similarity
         (:func:`pipeline.search.neighbours.related`)."""
-        from pipeline.search.neighbours import related
+        from pipeline.service import related_notes
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
-        s = self.settings
-        if not s.warehouse_path.exists():
-            raise ToolFailure(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
-        note = find_link(s.vault_dir, path, s.warehouse_path)[0]
-        rows = related(s.warehouse_path, note, k)
-        return {"path": note, "related": rows,
-                **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
+        return related_notes(self.settings, path, k)
 
     def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
                   agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,

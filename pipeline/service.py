@@ -25,7 +25,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
-    "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems",
+    "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes",
     "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report",  # noqa: F822
     "writable_dir_problem", "write_dirs_problem",
@@ -176,6 +176,27 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
     except PipelineError:
         return empty
+
+
+def related_notes(s: Settings, note: str, k: int = 10) -> dict[str, Any]:
+    """The notes related to ``note`` (a vault path, name, title, alias or link, as ``read`` takes it) through the
+    link graph, up to two hops, ranked by link weight and vector similarity (:func:`pipeline.search.neighbours.
+    related`; ``docsvault related`` and the MCP ``related`` tool): ``{"path", "related"}`` (rows ``path``,
+    ``title``, ``score``, ``hops``, ``link_weight``, ``similarity``; at most ``k``), with ``message`` when the note
+    has no links.
+
+    Raises:
+        PipelineError: no warehouse yet; NoteNotFoundError: no such note (see :func:`note_missing_message`).
+    """
+    from pipeline.search.neighbours import related
+    from pipeline.search.reader import find_link
+
+    if not s.warehouse_path.exists():
+        raise PipelineError(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
+    path = find_link(s.vault_dir, note, s.warehouse_path)[0]
+    rows = related(s.warehouse_path, path, k)
+    return {"path": path, "related": rows,
+            **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
 
 
 def dangling_links(s: Settings, sources: Sequence[Any]) -> list[tuple[str, str]] | None:

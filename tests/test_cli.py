@@ -42,7 +42,7 @@ COMMANDS = [path for path, _ in _commands()]
 
 def test_the_command_set() -> None:
     assert sorted(" ".join(p) for p in COMMANDS) == [
-        "build", "capture", "check-vault", "embed", "eval", "mcp", "read", "search", "sources list",
+        "build", "capture", "check-vault", "embed", "eval", "mcp", "read", "related", "search", "sources list",
         "sources validate", "status", "ui",
     ]
 

@@ -52,3 +52,50 @@ def test_a_dagster_run_logs_the_edits_it_moved_aside_and_the_notes_it_removed(
                           "as vault/me/Home (edited).md"),
         (logging.INFO, "source 'me': removed from vault/me/ (their pages left the source): Old.md"),
     ]
+
+
+def test_read_says_when_the_links_heading_is_not_in_the_note(built_tiny_env: Path) -> None:
+    """`read 'Home#Nowhere'` showed page 1 as if it held the heading (left open in session 36)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    line = "tiny/Home.md has no heading 'Nowhere': showing page 1 (Obsidian opens such a link at the note's top)"
+    result = CliRunner().invoke(app, ["read", "Home#Nowhere"])
+    assert (result.exit_code, result.stderr) == (0, f"warning: {line}\n")
+    assert result.stdout.startswith("tiny/Home.md — Home (page 1/1)\n")
+    result = CliRunner().invoke(app, ["read", "[[Home#Nowhere|x]]", "--json"])
+    assert json.loads(result.stdout)["message"] == line
+    result = CliRunner().invoke(app, ["read", "Home#Home"])
+    assert (result.exit_code, result.stderr) == (0, "")
+
+
+def test_related_is_a_command_as_it_is_an_mcp_tool(built_tiny_env: Path) -> None:
+    """`docsvault related NOTE` was "No such command 'related'. Did you mean 'read'?": only the MCP server had it.
+    It gives the MCP tool's rows (the same service function), one line each, or the tool's object with --json."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.config import Settings
+    from pipeline.mcp_server import VaultService
+
+    result = CliRunner().invoke(app, ["related", "Home", "--json", "-k", "3"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out == VaultService(Settings.from_env()).related("Home", 3)
+    assert out["path"] == "tiny/Home.md" and {r["path"] for r in out["related"]} >= {"tiny/Ducks.md"}
+    result = CliRunner().invoke(app, ["related", "Home", "-k", "3"])
+    lines = result.stdout.splitlines()
+    assert lines[0] == "related to tiny/Home.md:"
+    first = out["related"][0]
+    assert lines[1] == (f" 1. {first['score']:.3f}  {first['path']} — {first['title']} ({first['hops']} hop"
+                        f"{'' if first['hops'] == 1 else 's'}, link weight {first['link_weight']}, similarity "
+                        f"{first['similarity']})")
+    assert len(lines) == 1 + len(out["related"])
+    result = CliRunner().invoke(app, ["related", "Nowhere"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: no note 'Nowhere': ")
