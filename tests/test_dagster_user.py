@@ -99,3 +99,25 @@ def test_related_is_a_command_as_it_is_an_mcp_tool(built_tiny_env: Path) -> None
     result = CliRunner().invoke(app, ["related", "Nowhere"])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: no note 'Nowhere': ")
+
+
+def test_make_runs_dagster_on_the_instance_of_the_data_dir_docsvault_uses(tmp_path: Path) -> None:
+    """With DOCSVAULT_DATA exported (README "Start"), `make ui` ran Dagster on <checkout>/data/dagster while
+    `docsvault build` recorded into $DOCSVAULT_DATA/dagster: two instances, and a second daemon over one data dir."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "DOCSVAULT_DATA", "DATA")}
+
+    def home(**extra: str) -> str:
+        out = subprocess.run(["make", "-s", "-f", "Makefile", "-f", "-", "print-home"], cwd=repo, env={**env, **extra},
+                             input="print-home: ; @echo $(DAGSTER_HOME)\n", capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    assert home(DOCSVAULT_DATA=str(tmp_path / "d")) == f"{tmp_path}/d/dagster"
+    assert home() == f"{repo}/data/dagster"
+    assert home(DOCSVAULT_DATA=str(tmp_path / "d"), DAGSTER_HOME="/elsewhere") == "/elsewhere"
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    assert "DAGSTER_HOME=$PWD/data/dagster" not in readme
+    assert readme.count("DAGSTER_HOME=${DOCSVAULT_DATA:-$PWD/data}/dagster") == 2
