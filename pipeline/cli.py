@@ -277,10 +277,13 @@ def build(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),
                 nd=ev.get("ndcg_at_10", 0))
                 + (f" ({ev['unreachable']} of the {ev['n']} cases expect a page that is not built, scored as misses: "
-                   "`docsvault eval` lists them)" if ev.get("unreachable") else ""))
+                   "`docsvault eval` lists them)" if ev.get("unreachable") else "")
+                + (f" ({ev['skipped_cases']} case(s) left out, their corpus is no built source: "
+                   f"{ev['skipped_corpora']}; fix `corpus:` or build the source)" if ev.get("skipped_cases") else ""))
         elif "eval_files" in ev:
-            typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}); point "
-                       "DOCSVAULT_EVALS at your cases (README: Eval files)")
+            typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}"
+                       + (f"; their corpora: {ev['skipped_corpora']}" if ev.get("skipped_corpora") else "")
+                       + "); point DOCSVAULT_EVALS at your cases (README: Eval files)")
         elif no_eval and not report.noop:
             typer.echo("eval: not run (--no-eval); the next build evaluates this warehouse")
     else:

@@ -683,7 +683,8 @@ def build_outcome(report: Any) -> BuildOutcome:
         mode = "unchanged" if wh.get("skipped") else ("incremental" if wh.get("mode") == "incremental" else "full")
         warehouse = WarehouseOutcome(notes=int(wh.get("notes", 0)), chunks=int(wh.get("chunks", 0)),
                                      path=wh.get("path"), mode=mode)
-    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
+    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10", "unreachable",
+                                "skipped_cases", "skipped_corpora") if k in ev} or None
     return BuildOutcome(
         ok=report.ok, sources=tuple(_source_outcome(st) for st in report.sources),
         removed=tuple(getattr(report, "removed", [])),

@@ -610,6 +610,9 @@ def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
         meta["eval_files"] = ", ".join(report.files or ()) or "none"
     if report.unreachable:                                   # cases whose expected page was not built: misses
         meta["unreachable"] = len(report.unreachable)
+    if report.skipped_cases:                                 # cases of a corpus that is no built source: left out
+        meta["skipped_cases"] = sum(report.skipped_cases.values())
+        meta["skipped_corpora"] = ", ".join(f"{name} ({n})" for name, n in report.skipped_cases.items())
     for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
         if metric in overall:
             meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
