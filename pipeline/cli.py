@@ -10,6 +10,7 @@ import errno
 import gc
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -1493,7 +1494,8 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
             running = (f"a Dagster daemon already runs for DAGSTER_HOME={home} (`dg dev`, `dagster dev` or "
                        f"`dagster-daemon`; last heartbeat {beat:.0f} s ago): use its UI, or start a second UI only "
                        "with --port PORT --webserver-only (two daemons on one instance fight over its sensors and "
-                       "run queue)")
+                       "run queue); if you have just stopped or killed it, its last heartbeat counts as a running "
+                       f"daemon for {max(1, math.ceil(DAEMON_ALIVE_S - beat))} s more: try again then")
             return f"{port_problem}; also, {running}" if port_problem else running
         if port_problem:             # nothing starts: let go at once, naming nobody
             lock.release()

@@ -568,6 +568,9 @@ def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path
     assert result.exit_code == 1 and calls == []
     assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
     assert "--port PORT --webserver-only" in result.output
+    # a daemon just killed (`dg dev` that hung on Ctrl-C, then kill -9) is refused for the rest of the 90 s: said
+    wait = int(result.output.split("counts as a running daemon for ")[1].split(" s more")[0])
+    assert 1 <= wait <= 85 and result.output.rstrip().endswith(" s more: try again then")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 600, "SENSOR", "other-daemon", None))
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port)])
