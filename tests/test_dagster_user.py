@@ -48,8 +48,8 @@ def test_a_dagster_run_logs_the_edits_it_moved_aside_and_the_notes_it_removed(
     assert result.stderr == ""
     assert "vault で追記した行" in (tmp_path / "vault" / "me" / "Home (edited).md").read_text(encoding="utf-8")
     assert _vault_step_logs("me") == [
-        (logging.WARNING, "source 'me': vault/me/Home.md was edited since the build wrote it: your version is kept "
-                          "as vault/me/Home (edited).md"),
+        (logging.WARNING, ("source 'me': vault/me/Home.md was edited since the build wrote it: your version is "
+                           "kept as vault/me/Home (edited).md")),
         (logging.INFO, "source 'me': removed from vault/me/ (their pages left the source): Old.md"),
     ]
 
