@@ -1003,7 +1003,8 @@ def create_server(settings: Settings, service: VaultService | None = None) -> An
         description=(
             "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'; "
             "a note's file name, title or alias works too, and a link as a note writes it: [[Note#Heading|text]] "
-            "or Note#Heading opens the page where that heading starts), one page of about 1,000 characters at a time. "
+            "or Note#Heading opens the page where that heading starts; `message` says when the note has no such "
+            "heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
             "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "

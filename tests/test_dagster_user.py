@@ -70,6 +70,10 @@ def test_read_says_when_the_links_heading_is_not_in_the_note(built_tiny_env: Pat
     assert json.loads(result.stdout)["message"] == line
     result = CliRunner().invoke(app, ["read", "Home#Home"])
     assert (result.exit_code, result.stderr) == (0, "")
+    from pipeline.config import Settings
+    from pipeline.mcp_server import VaultService
+
+    assert VaultService(Settings.from_env()).read("Home#Nowhere")["message"] == line     # the MCP read tool
 
 
 def test_related_is_a_command_as_it_is_an_mcp_tool(built_tiny_env: Path) -> None:
