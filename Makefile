@@ -4,7 +4,9 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DATA ?= $(CURDIR)/data
+# the data dir docsvault itself uses: $DOCSVAULT_DATA when set (README "Start" exports it), so `make ui` and
+# `make demo` run Dagster on the instance the CLI's builds record into (<data>/dagster), not a second one
+DATA ?= $(or $(DOCSVAULT_DATA),$(CURDIR)/data)
 TEST_WORKERS ?= 2
 export OPENBLAS_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE ?= 1

@@ -10,6 +10,7 @@ import errno
 import gc
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -48,6 +49,7 @@ from pipeline.service import (
     parse_lanes,
     paths_warning_lines,
     query_problem,
+    related_notes,
     search_lanes,
     skipped_files,
     status_data,
@@ -277,10 +279,13 @@ def build(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),
                 nd=ev.get("ndcg_at_10", 0))
                 + (f" ({ev['unreachable']} of the {ev['n']} cases expect a page that is not built, scored as misses: "
-                   "`docsvault eval` lists them)" if ev.get("unreachable") else ""))
+                   "`docsvault eval` lists them)" if ev.get("unreachable") else "")
+                + (f" ({ev['skipped_cases']} case(s) left out, their corpus is no built source: "
+                   f"{ev['skipped_corpora']}; fix `corpus:` or build the source)" if ev.get("skipped_cases") else ""))
         elif "eval_files" in ev:
-            typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}); point "
-                       "DOCSVAULT_EVALS at your cases (README: Eval files)")
+            typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}"
+                       + (f"; their corpora: {ev['skipped_corpora']}" if ev.get("skipped_corpora") else "")
+                       + "); point DOCSVAULT_EVALS at your cases (README: Eval files)")
         elif no_eval and not report.noop:
             typer.echo("eval: not run (--no-eval); the next build evaluates this warehouse")
     else:
@@ -861,6 +866,35 @@ def read(
                 more = links[f"{key}_total"] - len(links[key])
                 typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})" for r in links[key])
                            + (f"; … {more} more" if more > 0 else ""))
+
+
+@app.command()
+def related(
+    note: Annotated[str, typer.Argument(metavar="NOTE", help="A note as `read` takes it: its vault path, source path, name, title, alias or a link ('[[Note]]').")],
+    k: Annotated[int, typer.Option("-k", min=1, max=50, metavar="N", help="How many related notes (1-50).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="As JSON: path, related (path, title, score, hops, link_weight, similarity), message when the note has no links.")] = False,
+) -> None:
+    """Notes related to NOTE through the link graph (up to two hops), ranked by link weight and vector similarity
+    (the MCP `related` tool)."""
+    from pipeline.search.reader import NoteNotFoundError
+
+    s = settings()
+    try:
+        out = related_notes(s, note, k)
+    except NoteNotFoundError as exc:
+        fail(note_missing_message(s, note, exc))
+        return
+    except PipelineError as exc:
+        fail(str(exc))
+        return
+    if as_json:
+        typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"related to {out['path']}:" if out["related"] else f"{out['path']}: {out['message']}")
+    for i, row in enumerate(out["related"], 1):
+        hops = "1 hop" if row["hops"] == 1 else f"{row['hops']} hops"
+        typer.echo(f"{i:2d}. {row['score']:.3f}  {row['path']} — {row['title']} ({hops}, link weight "
+                   f"{row['link_weight']}, similarity {row['similarity']})")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1477,7 +1511,8 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
             running = (f"a Dagster daemon already runs for DAGSTER_HOME={home} (`dg dev`, `dagster dev` or "
                        f"`dagster-daemon`; last heartbeat {beat:.0f} s ago): use its UI, or start a second UI only "
                        "with --port PORT --webserver-only (two daemons on one instance fight over its sensors and "
-                       "run queue)")
+                       "run queue); if you have just stopped or killed it, its last heartbeat counts as a running "
+                       f"daemon for {max(1, math.ceil(DAEMON_ALIVE_S - beat))} s more: try again then")
             return f"{port_problem}; also, {running}" if port_problem else running
         if port_problem:             # nothing starts: let go at once, naming nobody
             lock.release()

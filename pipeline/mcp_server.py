@@ -44,7 +44,7 @@ from typing import Any, Self
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
 from pipeline.config import environ as config_environ
-from pipeline.search.reader import find_link, locate_match, note_body, page_of, paginate, read_link
+from pipeline.search.reader import locate_match, note_body, page_of, paginate, read_link
 
 log = logging.getLogger("docsvault.mcp")
 
@@ -449,17 +449,11 @@ class VaultService:
     def related(self, path: str, k: int = 10) -> dict[str, Any]:
         """Notes linked to ``path`` (one and two hops), ranked by link weight and vector similarity
         (:func:`pipeline.search.neighbours.related`)."""
-        from pipeline.search.neighbours import related
+        from pipeline.service import related_notes
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
-        s = self.settings
-        if not s.warehouse_path.exists():
-            raise ToolFailure(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
-        note = find_link(s.vault_dir, path, s.warehouse_path)[0]
-        rows = related(s.warehouse_path, note, k)
-        return {"path": note, "related": rows,
-                **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
+        return related_notes(self.settings, path, k)
 
     def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
                   agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,
@@ -1054,7 +1048,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         description=(
             "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'; "
             "a note's file name, title or alias works too, and a link as a note writes it: [[Note#Heading|text]] "
-            "or Note#Heading opens the page where that heading starts), one page of about 1,000 characters at a time. "
+            "or Note#Heading opens the page where that heading starts; `message` says when the note has no such "
+            "heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
             "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "

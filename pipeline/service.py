@@ -26,7 +26,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
     "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
-    "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems",
+    "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes",
     "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report",  # noqa: F822
     "writable_dir_problem", "write_dirs_problem",
@@ -177,6 +177,27 @@ def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
         return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
     except PipelineError:
         return empty
+
+
+def related_notes(s: Settings, note: str, k: int = 10) -> dict[str, Any]:
+    """The notes related to ``note`` (a vault path, name, title, alias or link, as ``read`` takes it) through the
+    link graph, up to two hops, ranked by link weight and vector similarity (:func:`pipeline.search.neighbours.
+    related`; ``docsvault related`` and the MCP ``related`` tool): ``{"path", "related"}`` (rows ``path``,
+    ``title``, ``score``, ``hops``, ``link_weight``, ``similarity``; at most ``k``), with ``message`` when the note
+    has no links.
+
+    Raises:
+        PipelineError: no warehouse yet; NoteNotFoundError: no such note (see :func:`note_missing_message`).
+    """
+    from pipeline.search.neighbours import related
+    from pipeline.search.reader import find_link
+
+    if not s.warehouse_path.exists():
+        raise PipelineError(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
+    path = find_link(s.vault_dir, note, s.warehouse_path)[0]
+    rows = related(s.warehouse_path, path, k)
+    return {"path": path, "related": rows,
+            **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
 
 
 def dangling_links(s: Settings, sources: Sequence[Any]) -> list[dict[str, Any]] | None:
@@ -780,7 +801,8 @@ def build_outcome(report: Any) -> BuildOutcome:
         mode = "unchanged" if wh.get("skipped") else ("incremental" if wh.get("mode") == "incremental" else "full")
         warehouse = WarehouseOutcome(notes=int(wh.get("notes", 0)), chunks=int(wh.get("chunks", 0)),
                                      path=wh.get("path"), mode=mode)
-    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10") if k in ev} or None
+    evals = {k: ev[k] for k in ("n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10", "unreachable",
+                                "skipped_cases", "skipped_corpora") if k in ev} or None
     return BuildOutcome(
         ok=report.ok, sources=tuple(_source_outcome(st) for st in report.sources),
         removed=tuple(getattr(report, "removed", [])),

@@ -42,7 +42,7 @@ COMMANDS = [path for path, _ in _commands()]
 
 def test_the_command_set() -> None:
     assert sorted(" ".join(p) for p in COMMANDS) == [
-        "build", "capture", "check-vault", "embed", "eval", "mcp", "read", "search", "sources list",
+        "build", "capture", "check-vault", "embed", "eval", "mcp", "read", "related", "search", "sources list",
         "sources validate", "status", "ui",
     ]
 
@@ -577,6 +577,9 @@ def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path
     assert result.exit_code == 1 and calls == []
     assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
     assert "--port PORT --webserver-only" in result.output
+    # a daemon just killed (`dg dev` that hung on Ctrl-C, then kill -9) is refused for the rest of the 90 s: said
+    wait = int(result.output.split("counts as a running daemon for ")[1].split(" s more")[0])
+    assert 1 <= wait <= 85 and result.output.rstrip().endswith(" s more: try again then")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 600, "SENSOR", "other-daemon", None))
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port)])
@@ -674,8 +677,8 @@ def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, mo
     monkeypatch.setenv("DOCSVAULT_EVALS", str(other))
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0, result.output
-    assert (f"eval: no eval case is about a built source (eval files: {other}); point DOCSVAULT_EVALS at your "
-            "cases (README: Eval files)") in result.output.splitlines()
+    assert (f"eval: no eval case is about a built source (eval files: {other}; their corpora: elsewhere (1)); point "
+            "DOCSVAULT_EVALS at your cases (README: Eval files)") in result.output.splitlines()
 
 
 def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:
@@ -690,6 +693,29 @@ def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, 
     line = next(ln for ln in result.output.splitlines() if ln.startswith("eval: n=2 "))
     assert line.endswith(" (1 of the 2 cases expect a page that is not built, scored as misses: `docsvault eval` "
                          "lists them)")
+
+
+def test_build_says_how_many_eval_cases_it_left_out_for_a_corpus_that_is_no_built_source(
+        tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source renamed in sources.yaml (or a typo in `corpus:`): its cases were dropped without a word, and the
+    build's eval line read as if every case had been scored (session 37). The Dagster asset's metadata says it too."""
+    import dagster as dg
+
+    evals = tiny_env / "renamed-evals"
+    evals.mkdir()
+    (evals / "cases.yaml").write_text("corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n"
+                                      "    expected: [Ducks.md]\n", encoding="utf-8")
+    (evals / "old.yaml").write_text("corpus: my-notes\ncases:\n" + "".join(
+        f"  - id: m-{i}\n    query: ducks {i}\n    expected: [Ducks.md]\n" for i in range(3)), encoding="utf-8")
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("eval: n=1 "))
+    assert line.endswith(" (3 case(s) left out, their corpus is no built source: my-notes (3); fix `corpus:` or "
+                         "build the source)")
+    instance = dg.DagsterInstance.get()
+    meta = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval")).asset_materialization.metadata
+    assert (meta["skipped_cases"].value, meta["skipped_corpora"].value) == (3, "my-notes (3)")
 
 
 def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path,

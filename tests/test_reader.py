@@ -247,6 +247,13 @@ def test_an_obsidian_link_as_written_reads_its_note_at_its_heading(vault: Path, 
     with pytest.raises(NoteNotFoundError) as info:
         find_link(vault, "Nowhere#節 5", path)
     assert str(info.value).startswith("no note 'Nowhere': ")
+    # no warning for a link without a heading; a nested heading path the note has not gets one
+    assert read_link(vault, "[[メモ|the memo]]", warehouse_path=path).warning == ""
+    assert read_link(vault, "メモ#節 5#節 4", warehouse_path=path).warning == (
+        "heading '節 5#節 4' not found in 'メモ' (src/メモ.md); showing page 1; closest headings: '節 4', '節 8', "
+        "'節 7'; e.g. read 'メモ#節 4'")
+    assert read_link(vault, "メモ#節 9", warehouse_path=path).to_dict()["warning"] == warnings["メモ#節 9"]
+    assert "warning" not in read_link(vault, "メモ#節 5", warehouse_path=path).to_dict()
 
 
 def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:

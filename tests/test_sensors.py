@@ -427,3 +427,35 @@ def test_an_edit_of_any_field_of_a_sources_entry_is_requested_once(two_sources):
     assert _evaluate(upstream_change_sensor(edited, settings), result.cursor).run_requests == []
     back = _evaluate(upstream_change_sensor(sources, settings), result.cursor)     # undone: requested again
     assert [r.run_key for r in back.run_requests] != [] and back.run_requests[0].run_key != result.run_requests[0].run_key
+
+
+def test_a_source_removed_from_sources_yaml_is_removed_from_search_unattended(two_sources, tmp_path):
+    """A user removed a source from sources.yaml and reloaded the code location: every tick said "no source moved",
+    so its notes stayed in search and its folder in the vault until some other source moved (found by a Dagster
+    user, session 37). Now a quiet tick requests the shared stages once (their warehouse step removes it), none
+    while a run is in progress, none once it is removed."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from pipeline import stages as build
+
+    _, sources, settings, _ = two_sources
+    for s in sources:
+        build.fetch_stage(settings, s)
+    kept = [s for s in sources if s.name == "repo-docs"]
+    sensor = upstream_change_sensor(kept, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        _, evaluate = _runless(instance, sensor)
+        first = result = evaluate()
+        assert [(r.run_key[:8], r.tags["docsvault/trigger"], set(r.asset_selection)) for r in result.run_requests] == [
+            ("removed:", "source_removed", {dg.AssetKey([s]) for s in SHARED_STAGES})]
+        assert evaluate(first.cursor).run_requests[0].run_key == result.run_requests[0].run_key   # once per removal
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="busy", status=dg.DagsterRunStatus.STARTED))
+        assert evaluate(first.cursor).run_requests == []     # a run in progress may remove it
+        instance.report_run_failed(instance.get_run_by_id("busy"))
+        assert build.remove_dropped_sources(settings, kept) == []    # what the requested warehouse step does
+        quiet = evaluate(first.cursor)
+        assert (quiet.run_requests, quiet.skip_reason.skip_message) == ([], "no source moved (1 checked)")
+        # sources.yaml listing no source: a build refuses to remove them all, so nothing is requested
+        build.fetch_stage(settings, sources[1])
+        assert upstream_change_sensor([], settings)(dg.build_sensor_context(instance=instance)).run_requests == []

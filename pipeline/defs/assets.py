@@ -386,6 +386,13 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
             written = build.vault_stage(s, source)
             for line in written.warning_lines or ():     # missing attachments, ambiguous links, '#' names
                 context.log.warning(line)
+            # the user's edits moved aside and the notes removed: `docsvault build` prints them, the run's log too
+            for record in written.conflicts:
+                context.log.warning(f"source '{source.name}': {build.conflict_line(source.name, record)}")
+            if written.removed_files:
+                more = written.removed - len(written.removed_files)
+                context.log.info(f"source '{source.name}': removed from vault/{source.name}/ (their pages left the "
+                                 f"source): {', '.join(written.removed_files)}" + (f" and {more} more" if more else ""))
             return written
 
         return _run_source_stage(context, docsvault, "vault", source, run, loaded, checks)
@@ -603,6 +610,9 @@ def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
         meta["eval_files"] = ", ".join(report.files or ()) or "none"
     if report.unreachable:                                   # cases whose expected page was not built: misses
         meta["unreachable"] = len(report.unreachable)
+    if report.skipped_cases:                                 # cases of a corpus that is no built source: left out
+        meta["skipped_cases"] = sum(report.skipped_cases.values())
+        meta["skipped_corpora"] = ", ".join(f"{name} ({n})" for name, n in report.skipped_cases.items())
     for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
         if metric in overall:
             meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))

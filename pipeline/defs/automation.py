@@ -177,6 +177,11 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 tags={"docsvault/trigger": "unpublished", **RETRY_TAGS}))
             context.log.info(f"{', '.join(behind[1])}: embedded after the warehouse's last publish (a run stopped "
                              "before the shared stages); requesting link_graph, warehouse and retrieval_eval")
+        if not requests and not stale and instance is not None:
+            removal = removal_request(instance, current, list(checked))
+            if removal is not None:
+                requests.append(removal[0])
+                context.log.info(removal[1])
         if retried:
             cursor[RETRIED_KEY] = retried
         new_cursor = json.dumps(cursor, sort_keys=True)
@@ -236,6 +241,37 @@ def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tupl
     newer = [name for k, name in keys.items() if (last.get(k) is not None and
                                                     last[k].storage_id > published.storage_id)]
     return (published.storage_id, newer) if newer else None
+
+
+def removal_request(instance: dg.DagsterInstance, settings: Settings,
+                    names: Sequence[str]) -> tuple[dg.RunRequest, str] | None:
+    """A run of the shared stages (their ``warehouse`` step removes what was built of sources no longer in
+    sources.yaml: :func:`pipeline.stages.remove_dropped_sources`) and the line for the tick's log, when sources
+    that earlier builds wrote (:func:`pipeline.stages.built_source_names`) are not among ``names`` (the sources of
+    sources.yaml, as loaded) and no run is queued or in progress (it may publish). Before, a source removed from
+    sources.yaml stayed in search and in the vault until some other source moved: every tick said "no source
+    moved". ``run_key`` ``removed:<hash of the names and their state files' times>``, so one removal is requested
+    once; none when sources.yaml lists no source (a build refuses to remove every source)."""
+    from pipeline.stages import built_source_names
+    from pipeline.stages.base import digest
+
+    gone = [n for n in built_source_names(settings) if n not in set(names)]
+    if not gone or not names or instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+        return None
+
+    def stamp(name: str) -> int:
+        for path in (settings.state_dir / f"{name}.json", settings.vault_dir / name):
+            try:
+                return path.stat().st_mtime_ns
+            except OSError:
+                continue
+        return 0
+
+    request = dg.RunRequest(run_key=f"removed:{digest([(n, stamp(n)) for n in gone])[:16]}",
+                            asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
+                            tags={"docsvault/trigger": "source_removed", **RETRY_TAGS})
+    return request, (f"{', '.join(gone)}: no longer in sources.yaml but still built (in search and the vault); "
+                     "requesting link_graph, warehouse and retrieval_eval to remove them")
 
 
 def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, int]:

@@ -67,6 +67,7 @@ from pipeline.stages.index import (
 )
 from pipeline.stages.ingest import (
     KEPT_SUFFIX,
+    conflict_line,
     fetch_stage,
     frontmatter_check,
     kept_line,
@@ -131,6 +132,7 @@ __all__ = [
     "chunk_stage",
     "cleanup_leftovers",
     "code_version",
+    "conflict_line",
     "embed_stage",
     "eval_files",
     "eval_stage",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -305,10 +306,12 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     if last.get("key") == key and last_report and not forced():
         return EvalStageResult.from_dict(last_report, skipped=True, history_rows=0)
     history = eval_history_path(settings.data_dir)
-    cases = load_cases(files) if files else []
-    cases = [c for c in cases if c.corpus in set(names)]
+    loaded = load_cases(files) if files else []
+    cases = [c for c in loaded if c.corpus in set(names)]
+    left_out = Counter(c.corpus for c in loaded if c.corpus not in set(names))   # said by the build, not dropped silently
     report: dict[str, Any] = {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "setups": {},
-                              "files": [str(f) for f in files], "history": str(history), "history_rows": 0}
+                              "files": [str(f) for f in files], "history": str(history), "history_rows": 0,
+                              "skipped_cases": dict(sorted(left_out.items()))}
     rows: list[dict[str, Any]] = []
     if cases:
         con = connect(settings.warehouse_path, read_only=True)

@@ -263,7 +263,9 @@ class EvalStageResult(StageResult):
     ``lanes``, ``cases``, ``unreachable``, ``scope``, as :class:`pipeline.evaluate.EvalReport`), ``setups`` (set-up
     -> ``{lanes, scope, overall, by_source, by_kind}``), the eval ``files``, the ``history`` file and the rows
     appended to it, the ``hybrid unscoped`` report, the searcher's ``config``, the run's id and time and the
-    warehouse's build time. ``None`` (left out): not produced because no case was scored."""
+    warehouse's build time. ``None`` (left out): not produced because no case was scored.
+    ``skipped_cases``: corpus -> number of cases left out because the corpus is no built source (a typo in
+    ``corpus:``, a source renamed or not built yet); ``{}`` when none."""
 
     overall: Mapping[str, Any]
     by_source: Mapping[str, Any]
@@ -282,6 +284,7 @@ class EvalStageResult(StageResult):
     run_at: str | None = None
     warehouse_built_at: str | None = None
     ablation: Mapping[str, Any] | None = None
+    skipped_cases: Mapping[str, int] | None = None
     skipped: bool = False
 
 
