@@ -55,9 +55,11 @@ class BuildInterrupted(KeyboardInterrupt):
     """A build stopped by SIGINT (Ctrl-C) or SIGTERM, while it waited for a lock or ran a stage; what it held is
     released (locks, a Dagster step's pool slot). ``signum`` is the signal when known (the CLI exits 128 + it)."""
 
-    def __init__(self, signum: int | None = None) -> None:
+    def __init__(self, signum: int | None = None, terminated: bool = False) -> None:
         super().__init__(signum)
         self.signum = signum
+        #: the build's Dagster run was terminated (the UI's Terminate), not the process signalled
+        self.terminated = terminated
 
     def __str__(self) -> str:
         return self.line()
@@ -67,5 +69,8 @@ class BuildInterrupted(KeyboardInterrupt):
         for a forced one: a plain build would find the sources it had already redone unchanged and stop there)."""
         import signal
 
+        if self.terminated:
+            return (f"build terminated: its Dagster run was terminated (Terminate in the UI); stopped after the step "
+                    f"that was running, its locks released; run `{again}` again to finish it")
         how = f" by {signal.Signals(self.signum).name}" if self.signum else ""
         return f"build interrupted{how}: stopped, its locks released; run `{again}` again to finish it"

@@ -50,6 +50,7 @@ from pipeline.defs.executor import (
     IN_PROCESS_RUN_CONFIG,
     PID_RUN_TAG,
     PID_TAG,
+    TERMINATED_SUFFIX,
     free_slots_of_ended_runs,
     release_killed_builds,
     release_runs_of_dead_processes,
@@ -420,8 +421,9 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
             meta = _metadata(result)
             checks = _failed_checks(result)
             warnings = _shared_check_warnings(_failed_checks(result, ("ERROR", "WARN")))
-    except DagsterExecutionInterruptedError:
-        raise BuildInterrupted() from None
+    except DagsterExecutionInterruptedError as exc:
+        # a run the UI terminated (pipeline.defs.executor._in_process_iterator) or a signal to this process
+        raise BuildInterrupted(terminated=str(exc).endswith(TERMINATED_SUFFIX)) from None
     report = _report(settings, sources, removed, failures, meta, checks, shared)
     report.check_warnings = warnings
     return report
