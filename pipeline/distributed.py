@@ -21,7 +21,7 @@ Workers: ``celery -A dagster_celery.app worker -Q dagster -n NAME@%h`` with ``de
 ``dagster_celery_config.py``, which reads the same variables) and the project on ``PYTHONPATH``.
 
 The run process executes dagster-celery's executor wrapped in :class:`DocsvaultCeleryExecutor`: it records its
-process (``docsvault/host``, ``docsvault/pid``...) and the run's resolved data and vault folders
+process (``.dagster/docsvault/host``, ``.dagster/docsvault/pid``...: hidden in the UI) and the run's resolved data and vault folders
 (``docsvault/data_dir``, ``docsvault/vault_dir``) in the run's tags; it releases, at its start and every few
 seconds while it executes (:class:`HeldPoolWatch`), the runs of this host whose process is gone and the slots
 of runs that ended, and says in the run's log which run holds a pool its steps wait for. Every step a worker

@@ -30,6 +30,7 @@ from pipeline.defs.executor import (
     PoolSlotWait,
     process_alive,
     process_start,
+    process_tags,
     release_runs_of_dead_processes,
 )
 
@@ -110,6 +111,21 @@ def test_runs_of_dead_processes_on_this_host_are_released_and_no_other(instance:
         f"run {run_id}: its process (pid {pid} on this host) is gone (killed); marked it failed and freed its pool "
         "slots" for run_id, pid in (("killed-materialize", dead), ("reused-pid", me))]
     assert release_runs_of_dead_processes(instance) == []                               # once
+
+
+def test_a_killed_run_tagged_before_session_37_is_released(instance: dg.DagsterInstance) -> None:
+    """The process tags moved under Dagster's hidden prefix (off the UI's Runs page); a run of an older docsvault,
+    tagged ``docsvault/host`` …, whose process is gone is still released, and a live one is not."""
+    assert (HOST_TAG, PID_TAG) == (".dagster/docsvault/host", ".dagster/docsvault/pid")
+    dead = _dead_pid()
+    for run_id, pid, start in (("old-killed", dead, "x:1"), ("old-live", os.getpid(), process_start(os.getpid()))):
+        tags = {"docsvault/host": HOST, "docsvault/pid": str(pid), "docsvault/pid_start": start,
+                "docsvault/pid_run": run_id}
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
+                                    tags=tags))
+    assert release_runs_of_dead_processes(instance) == ["old-killed"]
+    assert process_tags({"docsvault/pid": "7", PID_RUN_TAG: "r", "docsvault/run": "build"}) == {
+        PID_TAG: "7", PID_RUN_TAG: "r"}
 
 
 @pytest.mark.parametrize("context", [PoolSlotWait, MultiprocessPoolSlotWait])

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_START_TAG, PID_TAG
 from tests.servers import postgres_server, redis_server, stop
 
 REPO = Path(__file__).resolve().parents[1]
@@ -240,8 +241,8 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
     log1 = runs[0]
     # the run process (the Celery executor's wrapper) recorded itself and the run's folders
     host, data = socket.gethostname(), (out / "data").resolve()
-    assert {k: v for k, v in log1["tags"].items() if k != "docsvault/pid_start"} == {
-        "docsvault/host": host, "docsvault/pid": str(run.pid), "docsvault/pid_run": log1["run_id"],
+    assert {k: v for k, v in log1["tags"].items() if k != PID_START_TAG} == {
+        HOST_TAG: host, PID_TAG: str(run.pid), PID_RUN_TAG: log1["run_id"],
         "docsvault/data_dir": str(data), "docsvault/vault_dir": str((out / "vault").resolve()),
         "docsvault/sources_sha256": hashlib.sha256(sources.read_bytes()).hexdigest(),
         "docsvault/model": "hash", "docsvault/multilingual_model": "multilingual-e5-small",

@@ -43,7 +43,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,8 +92,19 @@ def _with_non_blocking(config: Any) -> dict[str, Any]:
 
 #: run tags naming the process that executes a run (:func:`record_run_process`): its host (``socket.gethostname()``),
 #: pid, start (:func:`process_start`) and the run they were recorded for (a re-executed run may copy its parent's
-#: tags, which name the parent's process)
-HOST_TAG, PID_TAG, PID_START_TAG, PID_RUN_TAG = "docsvault/host", "docsvault/pid", "docsvault/pid_start", "docsvault/pid_run"
+#: tags, which name the parent's process). Under Dagster's hidden-tag prefix (``.dagster/``), as Dagster's own run
+#: worker and gRPC tags are: bookkeeping, not for the Runs page, where four such tags took a run's whole row
+#: (session 37; runs recorded before carry them as ``docsvault/host`` …, read too: :func:`process_tags`)
+HOST_TAG, PID_TAG, PID_START_TAG, PID_RUN_TAG = (f".dagster/docsvault/{name}" for name in ("host", "pid", "pid_start",
+                                                                                        "pid_run"))
+_PROCESS_TAGS = (HOST_TAG, PID_TAG, PID_START_TAG, PID_RUN_TAG)
+
+
+def process_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The process tags (:data:`HOST_TAG` …) of a run's ``tags``, also of a run that recorded them under their
+    names before session 37 (``docsvault/host`` …), by the current names."""
+    return {name: tags[name] if name in tags else tags[name.removeprefix(".dagster/")]
+            for name in _PROCESS_TAGS if name in tags or name.removeprefix(".dagster/") in tags}
 
 #: statuses of a run whose process may have been killed (:func:`release_runs_of_dead_processes`)
 EXECUTING = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -167,16 +178,18 @@ def release_runs_of_dead_processes(instance: dg.DagsterInstance) -> list[str]:
     """
     host = socket.gethostname()
     released = []
-    records = instance.get_run_records(filters=dg.RunsFilter(statuses=EXECUTING, tags={HOST_TAG: host}))
-    for record in sorted(records, key=lambda r: r.create_timestamp):          # oldest first
-        run = record.dagster_run
-        if run.tags.get(PID_RUN_TAG) != run.run_id:
+    records = [r for name in (HOST_TAG, HOST_TAG.removeprefix(".dagster/"))      # the tag's name now and before
+               for r in instance.get_run_records(filters=dg.RunsFilter(statuses=EXECUTING, tags={name: host}))]
+    for record in sorted({r.dagster_run.run_id: r for r in records}.values(), key=lambda r: r.create_timestamp):
+        run = record.dagster_run                                               # oldest first
+        tags = process_tags(run.tags)
+        if tags.get(PID_RUN_TAG) != run.run_id:
             continue
         try:
-            pid = int(run.tags.get(PID_TAG, ""))
+            pid = int(tags.get(PID_TAG, ""))
         except ValueError:
             continue
-        if process_alive(pid, run.tags.get(PID_START_TAG, "")):
+        if process_alive(pid, tags.get(PID_START_TAG, "")):
             continue
         current = instance.get_run_by_id(run.run_id)       # its process may have ended it just before it exited
         if current is None or current.status not in EXECUTING:

@@ -52,6 +52,7 @@ from pipeline.defs.executor import (
     PID_TAG,
     TERMINATED_SUFFIX,
     free_slots_of_ended_runs,
+    process_tags,
     release_killed_builds,
     release_runs_of_dead_processes,
 )
@@ -364,7 +365,8 @@ def pools_held_by_other_runs(instance: dg.DagsterInstance, pools: Sequence[str],
             status = run.status.value if run is not None else "gone"
             line = (f"pool {pool} is held by run {slot.run_id} ({status}, step {slot.step_key}): {waiter}'s "
                     "steps of that pool wait until it is done (the Dagster UI shows the run); ")
-            tags = run.tags if run is not None and run.tags.get(PID_RUN_TAG) == run.run_id else {}
+            tags = process_tags(run.tags) if run is not None else {}
+            tags = tags if tags.get(PID_RUN_TAG) == slot.run_id else {}
             host = tags.get(HOST_TAG)
             if host == socket.gethostname():
                 line += (f"it runs in pid {tags.get(PID_TAG, '?')} on this host: if that process is killed, the run "
