@@ -509,7 +509,9 @@ def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | i
     """The parts whose sum is the hit's score: per lane ``{"rank", "weight", "score"}`` (the page's rank in
     that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``), then
     ``"usage_boost": {"score"}`` when the usage boost added something to the page (``Hit.boost`` != 0;
-    ``--usage-boost``). Scores rounded to 6 decimals."""
+    ``--usage-boost``), then ``"exact": {"score"}``, what the page was given to come first: its title or an alias
+    is the query, or it holds every code identifier of the query (``Searcher._named_first``,
+    ``Searcher._exact_first``). Scores rounded to 6 decimals."""
     from pipeline.search.searcher import rrf
 
     out: dict[str, dict[str, float | int]] = {}
@@ -518,12 +520,17 @@ def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | i
         out[lane] = {"rank": int(rank), "weight": w, "score": round(rrf(w, rank, searcher.k_rrf), 6)}
     if hit.boost:
         out["usage_boost"] = {"score": round(hit.boost, 6)}
+    moved = hit.score - sum(rrf(float(searcher.weights.get(lane, 1.0)), rank, searcher.k_rrf)
+                            for lane, rank in hit.lanes.items()) - hit.boost
+    if moved > 1e-6:
+        out["exact"] = {"score": round(moved, 6)}
     return out
 
 
 def _explain_line(hit: Hit, searcher: Searcher) -> str:
     parts = explain_parts(hit, searcher)
     boost = parts.pop("usage_boost", None)
+    exact = parts.pop("exact", None)
     k = f"{searcher.k_rrf:g}"
     shown = []
     lanes = list(searcher.default_lanes)
@@ -536,6 +543,8 @@ def _explain_line(hit: Hit, searcher: Searcher) -> str:
         shown.append(f"{lane} #{p['rank']} ({w}1/({k}+{p['rank']})={p['score']:.4f})")
     if boost is not None:
         shown.append(f"usage boost {boost['score']:.4f}")
+    if exact is not None:
+        shown.append(f"exact match first {exact['score']:.4f}")
     return "explain: " + " + ".join(shown) + f" = {hit.score:.4f}"
 
 

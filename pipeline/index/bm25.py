@@ -123,6 +123,14 @@ class Bm25Index:
         start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
         return end > start if scope is None else bool(scope[self._indices[start:end]].any())
 
+    def docs_with(self, token: str) -> list[str]:
+        """Ids of the documents that have the analysed term ``token`` (index order; [] for an unknown term)."""
+        tid = self._vocab.get(token)
+        if tid is None:
+            return []
+        ids = self.doc_ids
+        return [ids[i] for i in self._indices[int(self._indptr[tid]):int(self._indptr[tid + 1])].tolist()]
+
     def scores_in_scope(self, query_tokens: Sequence[str], scope: np.ndarray,
                         weights: Sequence[float] | None = None) -> np.ndarray:
         """BM25 scores as if the index held only the documents of ``scope`` (bool (n_docs,)) for the IDF: each query
