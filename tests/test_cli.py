@@ -669,28 +669,31 @@ def test_a_failed_check_of_a_shared_stage_is_a_warning_of_the_build(tiny_env: Pa
     assert json.loads(result.stdout)["shared"]["warnings"] == lines[:1]
 
 
-def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, monkeypatch) -> None:
-    other = tiny_env / "other-evals"
-    other.mkdir()
-    (other / "cases.yaml").write_text("corpus: elsewhere\ncases:\n  - id: x-1\n    query: ducks\n"
-                                      "    expected: [Ducks.md]\n", encoding="utf-8")
-    monkeypatch.setenv("DOCSVAULT_EVALS", str(other))
-    result = runner.invoke(app, ["build"])
-    assert result.exit_code == 0, result.output
-    assert (f"eval: no eval case is about a built source (eval files: {other}; their corpora: elsewhere (1)); point "
-            "DOCSVAULT_EVALS at your cases (README: Eval files)") in result.output.splitlines()
-
-
-def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:
-    evals = tiny_env / "partial-evals"
+def _build_with_evals(tiny_env: Path, monkeypatch: pytest.MonkeyPatch, folder: str, files: dict[str, str]) -> str:
+    """``docsvault build`` with DOCSVAULT_EVALS at a new folder of eval ``files`` (name -> YAML); its output."""
+    evals = tiny_env / folder
     evals.mkdir()
-    (evals / "cases.yaml").write_text("corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n"
-                                      "    expected: [Ducks.md]\n  - id: t-2\n    query: geese\n"
-                                      "    expected: [Geese.md]\n", encoding="utf-8")
+    for name, text in files.items():
+        (evals / name).write_text(text, encoding="utf-8")
     monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0, result.output
-    line = next(ln for ln in result.output.splitlines() if ln.startswith("eval: n=2 "))
+    return result.output
+
+
+def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, monkeypatch) -> None:
+    output = _build_with_evals(tiny_env, monkeypatch, "other-evals", {"cases.yaml": (
+        "corpus: elsewhere\ncases:\n  - id: x-1\n    query: ducks\n    expected: [Ducks.md]\n")})
+    other = tiny_env / "other-evals"
+    assert (f"eval: no eval case is about a built source (eval files: {other}; their corpora: elsewhere (1)); point "
+            "DOCSVAULT_EVALS at your cases (README: Eval files)") in output.splitlines()
+
+
+def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:
+    output = _build_with_evals(tiny_env, monkeypatch, "partial-evals", {"cases.yaml": (
+        "corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n    expected: [Ducks.md]\n  - id: t-2\n"
+        "    query: geese\n    expected: [Geese.md]\n")})
+    line = next(ln for ln in output.splitlines() if ln.startswith("eval: n=2 "))
     assert line.endswith(" (1 of the 2 cases expect a page that is not built, scored as misses: `docsvault eval` "
                          "lists them)")
 
@@ -701,16 +704,11 @@ def test_build_says_how_many_eval_cases_it_left_out_for_a_corpus_that_is_no_buil
     build's eval line read as if every case had been scored (session 37). The Dagster asset's metadata says it too."""
     import dagster as dg
 
-    evals = tiny_env / "renamed-evals"
-    evals.mkdir()
-    (evals / "cases.yaml").write_text("corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n"
-                                      "    expected: [Ducks.md]\n", encoding="utf-8")
-    (evals / "old.yaml").write_text("corpus: my-notes\ncases:\n" + "".join(
-        f"  - id: m-{i}\n    query: ducks {i}\n    expected: [Ducks.md]\n" for i in range(3)), encoding="utf-8")
-    monkeypatch.setenv("DOCSVAULT_EVALS", str(evals))
-    result = runner.invoke(app, ["build"])
-    assert result.exit_code == 0, result.output
-    line = next(ln for ln in result.output.splitlines() if ln.startswith("eval: n=1 "))
+    output = _build_with_evals(tiny_env, monkeypatch, "renamed-evals", {
+        "cases.yaml": "corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n    expected: [Ducks.md]\n",
+        "old.yaml": "corpus: my-notes\ncases:\n" + "".join(
+            f"  - id: m-{i}\n    query: ducks {i}\n    expected: [Ducks.md]\n" for i in range(3))})
+    line = next(ln for ln in output.splitlines() if ln.startswith("eval: n=1 "))
     assert line.endswith(" (3 case(s) left out, their corpus is no built source: my-notes (3); fix `corpus:` or "
                          "build the source)")
     instance = dg.DagsterInstance.get()
