@@ -142,11 +142,11 @@ def _load_file(path: Path) -> list[EvalCase]:
         raise EvalFileError(f"{path}: cannot read eval cases ({exc})") from exc
     except DuplicateKeyError as exc:
         raise EvalFileError(f"{path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        what = ", ".join(p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
-        raise EvalFileError(f"{path}: invalid YAML{line}: {what or str(exc).splitlines()[0]}") from exc
+    except yaml.YAMLError as exc:       # the line to fix: where an unclosed quote or bracket opens, not the end
+        from pipeline.common.frontmatter import yaml_error_parts
+
+        line, problem, fix = yaml_error_parts(exc, first_line=1)
+        raise EvalFileError(f"{path}: invalid YAML at line {line}: {problem}; {fix}") from exc
     if doc is None:
         return []
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):

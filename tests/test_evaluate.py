@@ -401,8 +401,15 @@ def test_load_cases_yaml_error_names_the_line(tmp_path: Path):
     path = _write(tmp_path / "broken.yaml", 'corpus: d\ncases:\n  - id: "a\n    query: q\n')
     with pytest.raises(EvalFileError) as err:
         load_cases([path])
-    assert str(err.value) == (f"{path}: invalid YAML at line 5: while scanning a quoted scalar, "
-                              f"found unexpected end of stream")
+    # the line the quote opens on (s37-nu3: it said "line 5", past the end of the 4-line file); a bracket too
+    assert str(err.value) == (f"{path}: invalid YAML at line 3: the quoted value that starts on line 3 is never "
+                              "closed; close the quote (a quote character inside the value: write it twice in '…', "
+                              "as \\\" in \"…\")")
+    path = _write(tmp_path / "bracket.yaml", "corpus: d\ncases:\n  - id: a\n    expected: [x.md\n    query: q\n")
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value) == (f"{path}: invalid YAML at line 4: expected ',' or ']', but got ':' on line 5, in the "
+                              "flow sequence that starts on line 4; fix or quote the value")
 
 
 def test_load_cases_duplicate_key_names_both_lines(tmp_path: Path):
