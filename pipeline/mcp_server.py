@@ -456,7 +456,14 @@ class VaultService:
         s = self.settings
         if not s.warehouse_path.exists():
             raise ToolFailure(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
-        note = find_link(s.vault_dir, path, s.warehouse_path)[0]
+        from pipeline.search.reader import NoteNotFoundError
+
+        try:
+            note = find_link(s.vault_dir, path, s.warehouse_path)[0]
+        except NoteNotFoundError as exc:         # a note the build skipped: why, as read says it
+            from pipeline.service import note_missing_message
+
+            raise ToolFailure(note_missing_message(s, path, exc)) from None
         rows = related(s.warehouse_path, note, k)
         return {"path": note, "related": rows,
                 **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}

@@ -425,8 +425,8 @@ def test_a_link_to_a_note_the_build_skipped_says_so_and_read_finds_it_by_name(
     _tiny_setenv(tmp_path, monkeypatch)
     built = CliRunner().invoke(app, ["build"])
     assert built.exit_code == 0, built.output
-    reason = ("line 3: invalid YAML frontmatter: expected ',' or ']', but got '<stream end>' on line 5, in the "
-              "flow sequence that starts on line 3; fix or quote the value")
+    reason = ("line 3: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 3 is never closed; add "
+              "the closing ']'")
     errors = (tmp_path / "data" / "state" / "me.errors.txt").read_text(encoding="utf-8")
     assert f"source 'me': Inbox/壊れたYAML.md: {reason}\n" in errors, errors
     result = CliRunner().invoke(app, ["check-vault"])
@@ -448,6 +448,13 @@ def test_a_link_to_a_note_the_build_skipped_says_so_and_read_finds_it_by_name(
     deep = CliRunner().invoke(app, ["read", "deep/壊れたyaml"]).output    # more of the path: the other file
     assert deep.startswith("error: me/Inbox/deep/壊れたyaml.md is not in the vault"), deep
     assert CliRunner().invoke(app, ["read", "nbox/壊れたYAML"]).output.startswith("error: no note 'nbox/壊れたYAML'")
+    # the MCP read and related tools say the same (related said "no note")
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    for tool in ("read", "related"):
+        with pytest.raises(ToolFailure) as err:
+            getattr(VaultService(Settings.from_env()), tool)("壊れたYAML")
+        assert str(err.value) == line[len("error: "):-1], tool
 
 
 def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,
