@@ -432,10 +432,10 @@ def test_a_link_to_a_note_the_build_skipped_says_so_and_read_finds_it_by_name(
     result = CliRunner().invoke(app, ["check-vault"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[3:] == [
-        "  me: 2 dangling link(s), to a note no source has (create the note or fix the link; 1 of them to a file "
-        "the last build skipped, which is in the source: fix that file):",
-        f"  me: Home.md:3 -> [[壊れたYAML]] (Inbox/壊れたYAML.md is in the source, but the last build skipped it: "
-        f"{reason})",
+        ("  me: 2 dangling link(s), to a note no source has (create the note or fix the link; 1 of them to a file "
+         "the last build skipped, which is in the source: fix that file):"),
+        (f"  me: Home.md:3 -> [[壊れたYAML]] (Inbox/壊れたYAML.md is in the source, but the last build skipped it: "
+         f"{reason})"),
         "  me: Home.md:4 -> [[Nowhere]]",
         "ok"]
     row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]

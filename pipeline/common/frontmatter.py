@@ -239,8 +239,8 @@ _CLOSE_QUOTE = "close the quote (a quote character inside the value: write it tw
 
 def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str, str]:
     """``(file line to fix, problem, what to do)`` for a YAML error in a frontmatter block (its first line is file
-    line ``first_line``, 2; 1 for a YAML file of its own: an eval file, synonyms.yaml), from PyYAML's problem mark (where the parser stopped) and context mark (what it was reading, from
-    where): an unclosed quote or bracket is named where it opens, a bad indentation on its own line with the
+    line ``first_line``, 2; 1 for a YAML file of its own: an eval file, synonyms.yaml), from PyYAML's problem mark
+    (where the parser stopped) and context mark (what it was reading, from where): an unclosed quote or bracket is named where it opens, a bad indentation on its own line with the
     enclosing block's first line mentioned, a tab with "replace the tab with spaces", a duplicate key on the
     second of its two lines, naming both, with "remove or rename one of the two keys"."""
     mark = getattr(exc, "problem_mark", None)
