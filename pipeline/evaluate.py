@@ -533,10 +533,28 @@ def _nearest_pages(expected: Sequence[str], paths: Collection[str], corpus: str 
     for want in expected:
         k = key(want)
         k = k[len(prefix):] if prefix and k.startswith(prefix) and k[len(prefix):] else k
-        near = by_key.get(k) or next(iter(difflib.get_close_matches(want, ordered, n=1, cutoff=0.8)), None)
+        near = by_key.get(k) or _named_page(k, by_key) or next(
+            iter(difflib.get_close_matches(want, ordered, n=1, cutoff=0.8)), None)
         if near and near not in out:
             out.append(near)
     return out
+
+
+def _named_page(k: str, by_key: Mapping[str, str]) -> str | None:
+    """The page an expected entry written as a note's name names (``k`` case-folded): a link as a note writes it
+    (``[[週次レビュー#Steps|review]]``), or a name without ``.md`` or its folders, as Obsidian resolves a link (the
+    path itself, else the shortest path ending in ``/<name>.md``); None when it names none."""
+    name = k.strip()
+    if name.startswith("[[") and name.endswith("]]"):
+        name = name[2:-2]
+    name = name.split("|", 1)[0].split("#", 1)[0].strip().strip("/")
+    if not name:
+        return None
+    for cand in dict.fromkeys([name, f"{name}.md"]):
+        if cand in by_key:
+            return by_key[cand]
+    ends = [p for kk, p in by_key.items() if kk.endswith((f"/{name}", f"/{name}.md"))]
+    return min(ends, key=lambda p: (len(p), p)) if ends else None
 
 
 def format_unreachable(report: Mapping[str, Any]) -> list[str]:

@@ -445,3 +445,19 @@ def test_format_skipped_one_line_per_corpus():
         "  prefect                1 case(s)",
     ]
     assert format_skipped({"skipped": []}) == []
+
+
+def test_an_expected_page_written_as_a_note_name_or_link_suggests_its_path():
+    """Finding of a Japanese note-taker (s37-nu3): eval cases written as Obsidian names a note,
+    ``expected: ["週次レビュー"]`` or ``["[[週次レビュー]]"]``, and a file name without its folder
+    (``ウィンドウ関数.md`` for ``SQL/ウィンドウ関数.md``), are misses (the match stays exact); the link form got
+    no "did you mean". Each now names the page as Obsidian resolves the name: the path, else the shortest path
+    ending in it."""
+    from pipeline.evaluate import _nearest_pages
+
+    paths = ["週次レビュー.md", "SQL/ウィンドウ関数.md", "deep/SQL/ウィンドウ関数.md", "Ducks.md"]
+    assert _nearest_pages(["[[週次レビュー#手順|review]]"], paths, "me") == ["週次レビュー.md"]
+    assert _nearest_pages(["me/週次レビュー"], paths, "me") == ["週次レビュー.md"]
+    assert _nearest_pages(["ウィンドウ関数"], paths, "me") == ["SQL/ウィンドウ関数.md"]
+    assert _nearest_pages(["[[sql/ウィンドウ関数]]"], paths, "me") == ["SQL/ウィンドウ関数.md"]
+    assert _nearest_pages(["Duck.md", "[[]]", "[[Zebra]]"], paths, "me") == ["Ducks.md"]
