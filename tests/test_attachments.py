@@ -357,6 +357,34 @@ def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path
     assert "not copied" not in again.stdout
 
 
+def test_a_moved_attachment_linked_by_its_old_path_names_where_the_file_is_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a Japanese note-taker (s37-nu3): ``attachments/diagram.png`` moved to ``画像/diagram.png`` (in a
+    file manager, so Obsidian did not update the link) gave "is not in the source (deleted or moved?)", which left
+    the user to search the vault for it. The line now says where a file of that name is (the shortest path), so
+    the link can be fixed; a link by bare name (``![[diagram.png]]``) resolves there anyway, as in Obsidian."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    (root / "画像" / "old").mkdir(parents=True)
+    (root / "設計メモ.md").write_text("# 設計\n\n![[attachments/diagram.png]]\n\n![[diagram.png|200]]\n"
+                                   "![[attachments/gone.png]]\n", encoding="utf-8")
+    (root / "画像" / "diagram.png").write_bytes(b"PNG")
+    (root / "画像" / "old" / "diagram.png").write_bytes(b"PNG2")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    assert built.stderr.splitlines() == [
+        "warning: source 'me': 設計メモ.md: attachments/diagram.png (line 3; a file of that name is at "
+        "画像/diagram.png), attachments/gone.png (line 6) are not in the source (deleted or moved?): the note's "
+        "embeds/links of them are broken in the vault; restore the files or fix the links"]
+    assert (tmp_path / "vault" / "me" / "画像" / "diagram.png").read_bytes() == b"PNG"   # the bare-name embed's
+
+
 def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding of an Obsidian note-taker: ``status`` said ``(4 dangling)`` and no command said which.
