@@ -378,10 +378,10 @@ def test_a_moved_attachment_linked_by_its_old_path_names_where_the_file_is_now(
     _tiny_setenv(tmp_path, monkeypatch)
     built = CliRunner().invoke(app, ["build"])
     assert built.exit_code == 0, built.output
-    assert built.stderr.splitlines() == [
+    assert built.stderr.splitlines() == [(
         "warning: source 'me': 設計メモ.md: attachments/diagram.png (line 3; a file of that name is at "
         "画像/diagram.png), attachments/gone.png (line 6) are not in the source (deleted or moved?): the note's "
-        "embeds/links of them are broken in the vault; restore the files or fix the links"]
+        "embeds/links of them are broken in the vault; restore the files or fix the links")]
     assert (tmp_path / "vault" / "me" / "画像" / "diagram.png").read_bytes() == b"PNG"   # the bare-name embed's
 
 

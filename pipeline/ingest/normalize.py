@@ -1585,9 +1585,8 @@ def skipped_reason(settings: Settings, note: str) -> str | None:
     if not settings.state_dir.is_dir():
         return None
     note = note.strip().strip("/")
-    records = {path.name[: -len(ERRORS_SUFFIX)]: {} for path in sorted(settings.state_dir.glob(f"*{ERRORS_SUFFIX}"))}
-    for source in records:
-        records[source] = skipped_files(settings, source)
+    sources = [path.name[: -len(ERRORS_SUFFIX)] for path in sorted(settings.state_dir.glob(f"*{ERRORS_SUFFIX}"))]
+    records = {source: skipped_files(settings, source) for source in sources}
     for exact in (True, False):
         for source, skipped in records.items():
             for want in dict.fromkeys([note.removeprefix(f"{source}/"), note]):

@@ -236,8 +236,7 @@ def _mark_skipped(settings: Settings, source: str, dangling: Sequence[dict[str, 
     skipped = skipped_files(settings, source)
     for d in dangling if skipped else ():
         target = _written_target(d.get("written") or d["link"])
-        sp = next((sp for name in (target, f"{target}.md") if target
-                   for sp in [skipped_by_name(skipped, name)] if sp), None)
+        sp = (skipped_by_name(skipped, target) or skipped_by_name(skipped, f"{target}.md")) if target else None
         if sp:
             d["skipped"] = {"file": sp, "reason": skipped[sp]}
 
