@@ -152,8 +152,29 @@ def decode_bytes(data: bytes, where: str) -> str:
     except UnicodeDecodeError as exc:
         raise NoteError(
             f"{where}: not valid UTF-8 (byte {exc.start}: {exc.reason}); re-save the file as UTF-8"
+            f"{_japanese_encoding_hint(data)}"
         ) from None
     return text[1:] if text.startswith(_BOM) else text
+
+
+#: hiragana and full-width katakana: Japanese prose has many; bytes of another encoding read as Shift_JIS or
+#: EUC-JP give mostly kanji and half-width katakana instead
+_KANA = re.compile(r"[\u3041-\u3096\u30a1-\u30fa\u30fc]")
+
+
+def _japanese_encoding_hint(data: bytes) -> str:
+    """`` (it reads as SHIFT_JIS: e.g. `iconv -f SHIFT_JIS -t UTF-8`)`` when ``data`` (not UTF-8) decodes as
+    Shift_JIS (Windows' cp932) or EUC-JP to Japanese text, as a note saved by an older Japanese Windows or Unix
+    editor does: the encoding whose text has the most kana, at least 2 of them; "" otherwise."""
+    best, most = "", 1
+    for codec, name in (("cp932", "SHIFT_JIS"), ("euc_jp", "EUC-JP")):
+        try:
+            kana = len(_KANA.findall(data.decode(codec)))
+        except UnicodeDecodeError:
+            continue
+        if kana > most:
+            best, most = name, kana
+    return f" (it reads as {best}: e.g. `iconv -f {best} -t UTF-8`)" if best else ""
 
 
 def normalize_newlines(text: str) -> str:
