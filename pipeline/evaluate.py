@@ -142,11 +142,11 @@ def _load_file(path: Path) -> list[EvalCase]:
         raise EvalFileError(f"{path}: cannot read eval cases ({exc})") from exc
     except DuplicateKeyError as exc:
         raise EvalFileError(f"{path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        what = ", ".join(p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
-        raise EvalFileError(f"{path}: invalid YAML{line}: {what or str(exc).splitlines()[0]}") from exc
+    except yaml.YAMLError as exc:       # the line to fix: where an unclosed quote or bracket opens, not the end
+        from pipeline.common.frontmatter import yaml_error_parts
+
+        line, problem, fix = yaml_error_parts(exc, first_line=1)
+        raise EvalFileError(f"{path}: invalid YAML at line {line}: {problem}; {fix}") from exc
     if doc is None:
         return []
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
@@ -533,10 +533,28 @@ def _nearest_pages(expected: Sequence[str], paths: Collection[str], corpus: str 
     for want in expected:
         k = key(want)
         k = k[len(prefix):] if prefix and k.startswith(prefix) and k[len(prefix):] else k
-        near = by_key.get(k) or next(iter(difflib.get_close_matches(want, ordered, n=1, cutoff=0.8)), None)
+        near = by_key.get(k) or _named_page(k, by_key) or next(
+            iter(difflib.get_close_matches(want, ordered, n=1, cutoff=0.8)), None)
         if near and near not in out:
             out.append(near)
     return out
+
+
+def _named_page(k: str, by_key: Mapping[str, str]) -> str | None:
+    """The page an expected entry written as a note's name names (``k`` case-folded): a link as a note writes it
+    (``[[週次レビュー#Steps|review]]``), or a name without ``.md`` or its folders, as Obsidian resolves a link (the
+    path itself, else the shortest path ending in ``/<name>.md``); None when it names none."""
+    name = k.strip()
+    if name.startswith("[[") and name.endswith("]]"):
+        name = name[2:-2]
+    name = name.split("|", 1)[0].split("#", 1)[0].strip().strip("/")
+    if not name:
+        return None
+    for cand in dict.fromkeys([name, f"{name}.md"]):
+        if cand in by_key:
+            return by_key[cand]
+    ends = [p for kk, p in by_key.items() if kk.endswith((f"/{name}", f"/{name}.md"))]
+    return min(ends, key=lambda p: (len(p), p)) if ends else None
 
 
 def format_unreachable(report: Mapping[str, Any]) -> list[str]:

@@ -239,9 +239,10 @@ async def explain_invalid_params(ctx: Any, call_next: Any) -> Any:
                                                     f"initialized; send initialize first") from None
 
 
-def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
-    """What is wrong with search's ``k``, ``query`` (:func:`pipeline.service.query_problem`) or ``tag`` (empty, as
-    the CLI's ``--tag ''``, or with a space: :func:`pipeline.search.query.tag_problem`), None when nothing."""
+def _search_argument_problem(query: str, k: Any, tag: str | list[str] | None) -> str | None:
+    """What is wrong with search's ``k``, ``query`` (:func:`pipeline.service.query_problem`) or ``tag`` (one tag or
+    a list, as the CLI's repeated ``--tag``: one empty, as ``--tag ''``, or with a space:
+    :func:`pipeline.search.query.tag_problem`), None when nothing."""
     from pipeline.search.query import tag_problem
     from pipeline.service import query_problem
 
@@ -249,10 +250,13 @@ def _search_argument_problem(query: str, k: Any, tag: str | None) -> str | None:
         return f"k must be between 1 and {MAX_K}, got {k!r}"
     if problem := query_problem(query):
         return problem
-    if tag is not None and not tag.strip().lstrip("#"):
-        return "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"
-    if tag is not None and (problem := tag_problem(tag)):
-        return problem
+    for one in [tag] if isinstance(tag, str) else tag or ():
+        if not isinstance(one, str):
+            return f"the `tag` argument must be a tag or a list of tags, got {one!r} in it"
+        if not one.strip().lstrip("#"):
+            return "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"
+        if problem := tag_problem(one):
+            return problem
     return None
 
 
@@ -340,11 +344,12 @@ class VaultService:
             return self._searcher
 
     # ---- tools ----
-    def search(self, query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None,
-               lanes: str | list[str] | None = None) -> dict[str, Any]:
+    def search(self, query: str, k: int = 8, source: str | list[str] | None = None,
+               tag: str | list[str] | None = None, lanes: str | list[str] | None = None) -> dict[str, Any]:
         """Hits (one per note) with path, title, heading, score, clean bounded text, the note's links and the read
         call that continues at the hit. ``query`` takes the query syntax of :mod:`pipeline.search.query`; ``source``: one
-        source name or several (a list), empty means all; ``lanes``: lane names (a list or comma-separated)."""
+        source name or several (a list), empty means all; ``tag``: one tag or several (a list: a note with any of
+        them); ``lanes``: lane names (a list or comma-separated)."""
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
         from pipeline.search.searcher import MAX_QUERY_CHARS
@@ -361,7 +366,7 @@ class VaultService:
         searcher = self.searcher()
         wanted = [source] if isinstance(source, str) else list(source or [])
         wanted = [w for w in wanted if w] + list(parsed.sources)
-        tags = ([tag] if tag else []) + list(parsed.tags)
+        tags = ([tag] if isinstance(tag, str) else list(tag or [])) + list(parsed.tags)
         filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
         try:
             from pipeline.search.usage import boost_enabled, boosts, load
@@ -453,7 +458,13 @@ class VaultService:
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
-        return related_notes(self.settings, path, k)
+        from pipeline.search.reader import NoteNotFoundError
+        from pipeline.service import note_missing_message
+
+        try:
+            return related_notes(self.settings, path, k)
+        except NoteNotFoundError as exc:         # a note the build skipped: why, as read says it
+            raise ToolFailure(note_missing_message(self.settings, path, exc)) from None
 
     def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
                   agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,
@@ -1034,12 +1045,12 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             "at the hit. One hit per note. Query syntax: \"exact phrase\" (required), -word (excluded), "
             "\"a b\" OR \"c d\", source:NAME, tag:TAG, path:PREFIX; a query of filters alone (tag:recipe) lists "
             "the notes that pass them by path. Optional `source` (a source name from status, "
-            "or a list of them), `tag` (frontmatter or inline #tag) and `lanes` (any of bm25, bm25_page, vector, "
-            "crosslingual, graph, hybrid, hybrid+graph) narrow the search."
+            "or a list of them), `tag` (frontmatter or inline #tag; a list: any of them) and `lanes` (any of "
+            "bm25, bm25_page, vector, crosslingual, graph, hybrid, hybrid+graph) narrow the search."
         ),
         annotations=reads,
     )
-    def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | None = None,
+    def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | list[str] | None = None,
                lanes: list[str] | None = None) -> dict[str, Any]:
         return guarded(svc.search, query, k, source, tag, lanes)
 

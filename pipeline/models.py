@@ -118,11 +118,19 @@ class Note:
     def aliases(self) -> tuple[str, ...]:
         """Frontmatter ``aliases`` as strings: a list's items, or a single value of any YAML type as one item
         (``aliases: 2024`` -> ``("2024",)``, ``true`` -> ``("True",)``, as the items of ``[2024, true]``); empty
-        and false-y values (``""``, ``0``, ``false``, null) give none."""
-        value = self.frontmatter.get("aliases") or ()
-        if not isinstance(value, (list, tuple)):
-            value = [value]
-        return tuple(str(v) for v in value if v)
+        and false-y values (``""``, ``0``, ``false``, null) give none. As Obsidian reads them (its
+        ``parseFrontMatterAliases``): a string value is a comma-separated list (``aliases: ベツメイ, other`` is two
+        aliases), and its deprecated ``alias`` key (its help, Properties: "Deprecated alias for aliases"), which
+        older vaults still have, adds its values after them."""
+        out: list[str] = []
+        for key in ("aliases", "alias"):
+            value = self.frontmatter.get(key) or ()
+            if isinstance(value, str):
+                value = [part.strip() for part in value.split(",")]
+            elif not isinstance(value, (list, tuple)):
+                value = [value]
+            out += [str(v) for v in value if v and str(v) not in out]
+        return tuple(out)
 
     @property
     def description(self) -> str:

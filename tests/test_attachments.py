@@ -357,6 +357,34 @@ def test_build_warns_about_an_attachment_deleted_while_a_note_embeds_it(tmp_path
     assert "not copied" not in again.stdout
 
 
+def test_a_moved_attachment_linked_by_its_old_path_names_where_the_file_is_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a Japanese note-taker (s37-nu3): ``attachments/diagram.png`` moved to ``画像/diagram.png`` (in a
+    file manager, so Obsidian did not update the link) gave "is not in the source (deleted or moved?)", which left
+    the user to search the vault for it. The line now says where a file of that name is (the shortest path), so
+    the link can be fixed; a link by bare name (``![[diagram.png]]``) resolves there anyway, as in Obsidian."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    (root / "画像" / "old").mkdir(parents=True)
+    (root / "設計メモ.md").write_text("# 設計\n\n![[attachments/diagram.png]]\n\n![[diagram.png|200]]\n"
+                                   "![[attachments/gone.png]]\n", encoding="utf-8")
+    (root / "画像" / "diagram.png").write_bytes(b"PNG")
+    (root / "画像" / "old" / "diagram.png").write_bytes(b"PNG2")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    assert built.stderr.splitlines() == [(
+        "warning: source 'me': 設計メモ.md: attachments/diagram.png (line 3; a file of that name is at "
+        "画像/diagram.png), attachments/gone.png (line 6) are not in the source (deleted or moved?): the note's "
+        "embeds/links of them are broken in the vault; restore the files or fix the links")]
+    assert (tmp_path / "vault" / "me" / "画像" / "diagram.png").read_bytes() == b"PNG"   # the bare-name embed's
+
+
 def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding of an Obsidian note-taker: ``status`` said ``(4 dangling)`` and no command said which.
@@ -399,6 +427,62 @@ def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
                                   "line": 3, "written": "[[Nowhere#Setup|the setup]]"}
     assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]", "file": "Other.md", "line": 3,
                                    "written": "[[M10]]"}
+
+
+def test_a_link_to_a_note_the_build_skipped_says_so_and_read_finds_it_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a Japanese note-taker (s37-nu3): a note with a frontmatter typo in a subfolder,
+    ``Inbox/壊れたYAML.md``, linked as ``[[壊れたYAML]]``: check-vault listed the link as "to a note no source has
+    (create the note …)", though the note is in the source, and ``read 壊れたYAML`` said "no note" (only a note at
+    the source's root was looked up by name). Now the link line names the skipped file and its reason, and
+    ``read`` (and MCP ``read``) finds it by name as Obsidian resolves a link: any folder, the shortest path."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    (root / "Inbox" / "deep").mkdir(parents=True)
+    (root / "Home.md").write_text("# Home\n\n- [[壊れたYAML]] を直す\n- [[Nowhere]]\n", encoding="utf-8")
+    bad = "---\ntitle: 壊れた\ntags: [a, b\n---\n大事な本文。\n"
+    (root / "Inbox" / "壊れたYAML.md").write_text(bad, encoding="utf-8")
+    (root / "Inbox" / "deep" / "壊れたyaml.md").write_text(bad, encoding="utf-8")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    reason = ("line 3: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 3 is never closed; add "
+              "the closing ']'")
+    errors = (tmp_path / "data" / "state" / "me.errors.txt").read_text(encoding="utf-8")
+    assert f"source 'me': Inbox/壊れたYAML.md: {reason}\n" in errors, errors
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3:] == [
+        ("  me: 2 dangling link(s), to a note no source has (create the note or fix the link; 1 of them to a file "
+         "the last build skipped, which is in the source: fix that file):"),
+        (f"  me: Home.md:3 -> [[壊れたYAML]] (Inbox/壊れたYAML.md is in the source, but the last build skipped it: "
+         f"{reason})"),
+        "  me: Home.md:4 -> [[Nowhere]]",
+        "ok"]
+    row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
+    assert row["dangling"][0]["skipped"] == {"file": "Inbox/壊れたYAML.md", "reason": reason}
+    assert "skipped" not in row["dangling"][1]
+    line = f"error: me/Inbox/壊れたYAML.md is not in the vault: the last build skipped it ({reason})\n"
+    for name in ("壊れたYAML", "壊れたyaml.md", "inbox/壊れたYAML", "me/Inbox/壊れたYAML.md", "[[壊れたYAML]]"[2:-2]):
+        got = CliRunner().invoke(app, ["read", name])
+        assert (got.exit_code, got.output) == (1, line), name
+    deep = CliRunner().invoke(app, ["read", "deep/壊れたyaml"]).output    # more of the path: the other file
+    assert deep.startswith("error: me/Inbox/deep/壊れたyaml.md is not in the vault"), deep
+    assert CliRunner().invoke(app, ["read", "nbox/壊れたYAML"]).output.startswith("error: no note 'nbox/壊れたYAML'")
+    # the MCP read and related tools say the same (related said "no note")
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    for tool in ("read", "related"):
+        with pytest.raises(ToolFailure) as err:
+            getattr(VaultService(Settings.from_env()), tool)("壊れたYAML")
+        assert str(err.value) == line[len("error: "):-1], tool
 
 
 def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,

@@ -401,8 +401,15 @@ def test_load_cases_yaml_error_names_the_line(tmp_path: Path):
     path = _write(tmp_path / "broken.yaml", 'corpus: d\ncases:\n  - id: "a\n    query: q\n')
     with pytest.raises(EvalFileError) as err:
         load_cases([path])
-    assert str(err.value) == (f"{path}: invalid YAML at line 5: while scanning a quoted scalar, "
-                              f"found unexpected end of stream")
+    # the line the quote opens on (s37-nu3: it said "line 5", past the end of the 4-line file); a bracket too
+    assert str(err.value) == (f"{path}: invalid YAML at line 3: the quoted value that starts on line 3 is never "
+                              "closed; close the quote (a quote character inside the value: write it twice in '…', "
+                              "as \\\" in \"…\")")
+    path = _write(tmp_path / "bracket.yaml", "corpus: d\ncases:\n  - id: a\n    expected: [x.md\n    query: q\n")
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value) == (f"{path}: invalid YAML at line 4: expected ',' or ']', but got ':' on line 5, in the "
+                              "flow sequence that starts on line 4; fix or quote the value")
 
 
 def test_load_cases_duplicate_key_names_both_lines(tmp_path: Path):
@@ -438,3 +445,19 @@ def test_format_skipped_one_line_per_corpus():
         "  prefect                1 case(s)",
     ]
     assert format_skipped({"skipped": []}) == []
+
+
+def test_an_expected_page_written_as_a_note_name_or_link_suggests_its_path():
+    """Finding of a Japanese note-taker (s37-nu3): eval cases written as Obsidian names a note,
+    ``expected: ["週次レビュー"]`` or ``["[[週次レビュー]]"]``, and a file name without its folder
+    (``ウィンドウ関数.md`` for ``SQL/ウィンドウ関数.md``), are misses (the match stays exact); the link form got
+    no "did you mean". Each now names the page as Obsidian resolves the name: the path, else the shortest path
+    ending in it."""
+    from pipeline.evaluate import _nearest_pages
+
+    paths = ["週次レビュー.md", "SQL/ウィンドウ関数.md", "deep/SQL/ウィンドウ関数.md", "Ducks.md"]
+    assert _nearest_pages(["[[週次レビュー#手順|review]]"], paths, "me") == ["週次レビュー.md"]
+    assert _nearest_pages(["me/週次レビュー"], paths, "me") == ["週次レビュー.md"]
+    assert _nearest_pages(["ウィンドウ関数"], paths, "me") == ["SQL/ウィンドウ関数.md"]
+    assert _nearest_pages(["[[sql/ウィンドウ関数]]"], paths, "me") == ["SQL/ウィンドウ関数.md"]
+    assert _nearest_pages(["Duck.md", "[[]]", "[[Zebra]]"], paths, "me") == ["Ducks.md"]

@@ -294,3 +294,25 @@ def test_a_date_that_is_none_stays_the_string_written(raw: str, value: str) -> N
     assert split_frontmatter(text, "n.md") == ({"title": "a", "date": value, "list": ["ok", value]}, "body\n")
     anchored = f"---\ndate: &d {raw}\nagain: *d\n---\n"             # an anchor: the pure-Python loader
     assert split_frontmatter(anchored, "n.md") == ({"date": value, "again": value}, "")
+
+
+def test_a_note_saved_as_shift_jis_or_euc_jp_is_named_with_the_command_that_converts_it():
+    """Finding of a Japanese note-taker (s37-nu3): a note saved by an older Windows editor in Shift_JIS was skipped
+    with "re-save the file as UTF-8", while `capture` of the same bytes named `iconv -f SHIFT_JIS -t UTF-8`. The
+    build's line now names the encoding the bytes read as (the one giving Japanese text: the most kana) and the
+    command; bytes that read as no Japanese text get no guess."""
+    from pipeline.common.errors import NoteError
+    from pipeline.common.frontmatter import decode_bytes
+
+    def message(data: bytes) -> str:
+        with pytest.raises(NoteError) as err:
+            decode_bytes(data, "source 'me': Inbox/sjis.md")
+        return str(err.value)
+
+    base = "source 'me': Inbox/sjis.md: not valid UTF-8 (byte {}: invalid start byte); re-save the file as UTF-8"
+    assert message("# 文字コード\nシフトJISで保存したメモ。\n".encode("cp932")) == (
+        base.format(2) + " (it reads as SHIFT_JIS: e.g. `iconv -f SHIFT_JIS -t UTF-8`)")
+    assert message("# 文字コード\nEUCのメモです。\n".encode("euc_jp")) == (
+        base.format(4) + " (it reads as EUC-JP: e.g. `iconv -f EUC-JP -t UTF-8`)")
+    assert message(b"\xff\xfe\xfa") == base.format(0)                        # no Japanese text: no guess
+    assert message("café Ærø".encode("latin-1")).endswith("invalid continuation byte); re-save the file as UTF-8")

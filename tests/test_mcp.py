@@ -252,6 +252,35 @@ def test_the_tag_argument_is_compared_as_the_cli_compares_tags(built_env: Path) 
         assert [h["path"] for h in svc.search(query, tag=tag)["hits"]] == ["tiny/Home.md"], (tag, query)
 
 
+def test_the_tag_argument_takes_a_list_as_the_cli_takes_several_tags(built_env: Path) -> None:
+    """Finding of an agent user (s37-nu3): ``--tag`` repeats in the CLI and ``source`` takes a list, but
+    ``tag: ["日記", "journal"]`` was refused (``argument 'tag' must be a string``). A list now means any of its tags;
+    each is checked as one tag is."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from pipeline.mcp_server import ToolFailure, VaultService, create_server
+
+    svc = VaultService(Settings.from_env())
+    assert [h["path"] for h in svc.search("welcome", tag=["nobody", "ＳＴＡＲＴ"])["hits"]] == ["tiny/Home.md"]
+    assert svc.search("welcome", tag=["nobody"])["message"] == (
+        "No results: no note has the tag 'nobody' (frontmatter or inline #tag)")
+    for tag, message in ((["start", " "], "the `tag` argument is empty: pass a tag, e.g. journal, or leave `tag` out"),
+                         (["start", 5], "the `tag` argument must be a tag or a list of tags, got 5 in it")):
+        with pytest.raises(ToolFailure) as err:
+            svc.search("welcome", tag=tag)
+        assert str(err.value) == message
+    server = create_server(Settings.from_env())
+
+    async def call(tag: Any) -> Any:
+        return await server.call_tool("search", {"query": "welcome", "tag": tag})
+
+    out = anyio.run(call, ["nobody", "start"])
+    assert '"path": "tiny/Home.md"' in json.dumps(out, default=str).replace('\\"', '"')
+    with pytest.raises(ToolError) as terr:
+        anyio.run(call, 5)
+    assert str(terr.value) == "search: argument 'tag' must be a string or a list, got 5"
+
+
 def test_a_line_that_is_not_json_rpc_gets_a_parse_error_and_the_server_goes_on(built_env: Path) -> None:
     """JSON-RPC's parse error (-32700, id null) for a line that is not JSON, Invalid Request (-32600, with the
     line's id) for JSON that is no JSON-RPC 2.0 message, nothing for a blank line, one warning on stderr per reply,

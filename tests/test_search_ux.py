@@ -256,6 +256,34 @@ def test_a_frontmatter_tags_string_is_split_at_commas_as_obsidian_does(tmp_path:
         assert s.search("otters", k=10, tags=["alpha, urgent"]) == []
 
 
+def test_obsidians_deprecated_tag_and_alias_keys_still_tag_and_name_a_note(tmp_path: Path) -> None:
+    """Finding of a Japanese note-taker (s37-nu3): an older vault's ``tag: 旧タグ`` and ``alias: 旧名`` (Obsidian's
+    help, Properties: "Deprecated alias for tags / aliases", which Obsidian still reads) were ignored: ``--tag 旧タグ``
+    found nothing and ``read 旧名`` said "no note". Now they count as ``tags``/``aliases`` do, after them. And
+    ``aliases: ベツメイ, another name`` is two aliases, as Obsidian splits a string alias at commas (``read ベツメイ``
+    said "no note; did you mean 'ベツメイ, another name'?")."""
+    from pipeline.warehouse import note_names
+    from pipeline.warehouse.queries import note_tags
+
+    fm = {"title": "古い", "tags": ["新"], "tag": "旧タグ, other", "aliases": ["A"], "alias": ["旧名", "A"]}
+    notes = [Note("g", "a.md", "a.md", "古い", fm, "otters swim."),
+             Note("g", "b.md", "b.md", "Beta", {"title": "Beta", "alias": "ベータ"}, "otters sleep."),
+             Note("g", "c.md", "c.md", "Gamma", {"aliases": "ベツメイ, another name,, ", "alias": 2024}, "c.")]
+    assert [n.aliases for n in notes] == [("A", "旧名"), ("ベータ",), ("ベツメイ", "another name", "2024")]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "g", 0, (), n.title, n.body) for n in notes]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert note_tags(con)[notes[0].note_id] == ("新", "旧タグ, other")
+        assert note_names(con)[notes[1].note_id] == ("Beta", "b", "ベータ")
+        assert note_names(con)[notes[2].note_id] == ("Gamma", "c", "ベツメイ", "another name", "2024")
+    with _searcher(path) as s:
+        for tag in ("旧タグ", "other", "新"):
+            assert [h.vault_path for h in s.search("otters", k=10, tags=[tag])] == ["g/a.md"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # a toy warehouse with links and inline tags
 

@@ -47,7 +47,11 @@ def test_missing_file_means_none(tmp_path: Path) -> None:
     ("groups:\n  - [refund, the]\n", "'the' has no searchable term"),
     ("expand:\n  k8s: 3\n", "expand entry 'k8s' must map to a list of phrases"),
     ("synonyms:\n  - [a, b]\n", "expected a mapping with `groups:`"),
-    ("groups:\n  - [a, b\n", "line 3 is not valid YAML"),
+    # the line where the bracket opens (the file has 2 lines: it said "line 3", the end of the stream)
+    ("groups:\n  - [a, b\n", ("line 2 is not valid YAML (the flow sequence ([…]) that starts on line 2 is never "
+                               "closed; add the closing ']')")),
+    ("a: b\n\tc: d\n", ("line 2 is not valid YAML (found character '\\t' that cannot start any token; replace "
+                         "the tab with spaces)")),
     ("groups:\n  - [[a], b]\n", "every phrase must be a string"),
 ])
 def test_malformed_file_names_file_and_problem(tmp_path: Path, text: str, message: str) -> None:

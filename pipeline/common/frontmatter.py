@@ -152,8 +152,29 @@ def decode_bytes(data: bytes, where: str) -> str:
     except UnicodeDecodeError as exc:
         raise NoteError(
             f"{where}: not valid UTF-8 (byte {exc.start}: {exc.reason}); re-save the file as UTF-8"
+            f"{_japanese_encoding_hint(data)}"
         ) from None
     return text[1:] if text.startswith(_BOM) else text
+
+
+#: hiragana and full-width katakana: Japanese prose has many; bytes of another encoding read as Shift_JIS or
+#: EUC-JP give mostly kanji and half-width katakana instead
+_KANA = re.compile(r"[\u3041-\u3096\u30a1-\u30fa\u30fc]")
+
+
+def _japanese_encoding_hint(data: bytes) -> str:
+    """`` (it reads as SHIFT_JIS: e.g. `iconv -f SHIFT_JIS -t UTF-8`)`` when ``data`` (not UTF-8) decodes as
+    Shift_JIS (Windows' cp932) or EUC-JP to Japanese text, as a note saved by an older Japanese Windows or Unix
+    editor does: the encoding whose text has the most kana, at least 2 of them; "" otherwise."""
+    best, most = "", 1
+    for codec, name in (("cp932", "SHIFT_JIS"), ("euc_jp", "EUC-JP")):
+        try:
+            kana = len(_KANA.findall(data.decode(codec)))
+        except UnicodeDecodeError:
+            continue
+        if kana > most:
+            best, most = name, kana
+    return f" (it reads as {best}: e.g. `iconv -f {best} -t UTF-8`)" if best else ""
 
 
 def normalize_newlines(text: str) -> str:
@@ -237,19 +258,19 @@ _BRACKETS = {"while parsing a flow sequence": "[]", "while parsing a flow mappin
 _CLOSE_QUOTE = "close the quote (a quote character inside the value: write it twice in '…', as \\\" in \"…\")"
 
 
-def _yaml_error_parts(exc: yaml.YAMLError) -> tuple[int, str, str]:
+def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str, str]:
     """``(file line to fix, problem, what to do)`` for a YAML error in a frontmatter block (its first line is file
-    line 2), from PyYAML's problem mark (where the parser stopped) and context mark (what it was reading, from
-    where): an unclosed quote or bracket is named where it opens, a bad indentation on its own line with the
+    line ``first_line``, 2; 1 for a YAML file of its own: an eval file, synonyms.yaml), from PyYAML's problem mark
+    (where the parser stopped) and context mark (what it was reading, from where): an unclosed quote or bracket is named where it opens, a bad indentation on its own line with the
     enclosing block's first line mentioned, a tab with "replace the tab with spaces", a duplicate key on the
     second of its two lines, naming both, with "remove or rename one of the two keys"."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["unknown error"])[0]
     if mark is None:
-        return 2, problem, "fix or quote the value"
-    line, fix = mark.line + 2, "fix or quote the value"
+        return first_line, problem, "fix or quote the value"
+    line, fix = mark.line + first_line, "fix or quote the value"
     if isinstance(exc, DuplicateKeyError):        # its lines count from the block's first line: file line 2
-        return line, f"duplicate key {exc.key!r} on lines {exc.first_line + 1} and {line}", \
+        return line, f"duplicate key {exc.key!r} on lines {exc.first_line + first_line - 1} and {line}", \
             "remove or rename one of the two keys"
     ctx, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
     if "'\\t'" in problem:                          # found character '\t' that cannot start any token
@@ -258,7 +279,7 @@ def _yaml_error_parts(exc: yaml.YAMLError) -> tuple[int, str, str]:
         fix = "write a backslash as \\\\ inside \"…\", or use '…' quotes"
     if ctx is None:
         return line, problem, fix
-    start = ctx.line + 2
+    start = ctx.line + first_line
     what = re.sub(r"^(while (parsing|scanning|constructing) )?(an? )?", "", context)
     # the closing `---` ends the block (the YAML stream) with a quote or bracket still open
     if context == "while scanning a quoted scalar" and "end of stream" in problem:
@@ -296,7 +317,7 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
 
     Raises:
         NoteError: the YAML is invalid (message names ``where`` and the file line to fix, see
-            :func:`_yaml_error_parts`), is not a mapping, or the block is never closed.
+            :func:`yaml_error_parts`), is not a mapping, or the block is never closed.
     """
     text = normalize_newlines(text)
     if not (text.startswith("---\n") or text == "---"):
@@ -325,7 +346,7 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
     except _Limits as exc:
         raise NoteError(f"{where}: line 2: frontmatter refused: {exc}; simplify it") from None
     except yaml.YAMLError as exc:
-        line, problem, fix = _yaml_error_parts(exc)
+        line, problem, fix = yaml_error_parts(exc)
         raise NoteError(f"{where}: line {line}: invalid YAML frontmatter: {problem}; {fix}") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
         line = _bad_value_line(raw) or 2

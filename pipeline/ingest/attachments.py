@@ -24,7 +24,7 @@ import os
 import posixpath
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -49,13 +49,16 @@ class AttachmentPlan(NamedTuple):
     ``skipped``: one line per file not copied (``source 'x': path: reason``); ``unresolved``: ``(note source_path,
     target)`` of attachment links whose file is not in the source (nothing to copy); ``missing``: those of them
     whose target is no file of the source's tree at all (not a symlink the fetch skipped, which it reports):
-    deleted or moved files, see :func:`missing_lines`."""
+    deleted or moved files, see :func:`missing_lines`; ``moved``: for those of them written with a folder whose
+    file name a file of the source has elsewhere (``attachments/a.png`` moved to ``img/a.png``), that file's source
+    path (the shortest), which the warning names."""
 
     files: dict[str, Path]
     bytes: int
     skipped: list[str]
     unresolved: list[tuple[str, str]]
     missing: list[tuple[str, str]]
+    moved: Mapping[tuple[str, str], str] = {}
 
 
 def extension(path: str) -> str:
@@ -244,6 +247,7 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
     wanted: set[str] = {sp for sp in candidates if extension(sp) == "canvas"}
     unresolved: list[tuple[str, str]] = []
     missing: set[tuple[str, str]] = set()
+    moved: dict[tuple[str, str], str] = {}
     for note in notes:
         sp = unicodedata.normalize("NFC", note.source_path)
         for target, markdown in _memo_targets(note.body, memo):
@@ -252,6 +256,9 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
                 unresolved.append((note.source_path, target))
                 if skipped_index.resolve(target, sp, markdown) is None:
                     missing.add((note.source_path, target))
+                    elsewhere = index.by_name.get(posixpath.basename(target.replace("\\", "/")).casefold())
+                    if elsewhere:
+                        moved[(note.source_path, target)] = elsewhere[0]
             else:
                 wanted.add(hit)
     files: dict[str, Path] = {}
@@ -281,7 +288,7 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
         taken.add(rel.casefold())
         files[rel] = path
         total += size
-    return AttachmentPlan(files, total, skipped, sorted(set(unresolved)), sorted(missing))
+    return AttachmentPlan(files, total, skipped, sorted(set(unresolved)), sorted(missing), moved)
 
 
 #: at most this many notes with a missing attachment are named one by one per source in :func:`missing_lines`
@@ -320,16 +327,28 @@ def _leaves_source(note_sp: str, target: str, folders: Sequence[str] = ()) -> bo
     return bool(folders) and ".." in target.split("/") and not path.startswith(tuple(folders))
 
 
+def _where_missing(line: int | None, elsewhere: str | None) -> str:
+    """`` (line 3; a file of that name is at img/a.png)`` after a missing target in :func:`missing_lines`: the line
+    of the note that links it and the file of its name elsewhere in the source, each when known; "" when neither."""
+    from pipeline.ingest.fetch.local import printable_path
+
+    parts = ([f"line {line}"] if line else []) + (
+        [f"a file of that name is at {printable_path(elsewhere)}"] if elsewhere else [])
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dict[str, Path] | None = None,
-                  folders: Sequence[str] = ()) -> list[str]:
+                  folders: Sequence[str] = (), moved: Mapping[tuple[str, str], str] | None = None) -> list[str]:
     """One warning line per note that embeds or links an attachment file that is not in the source (an image
     deleted or moved while a note still shows it: its embed is broken in the vault), naming the note's source
     path and the missing targets (with the line of the note's file that holds each, when ``files`` maps the
     note's source path to it and the target is written there as is); at most :data:`MISSING_LINES` notes, then
     one ``… and N more`` line. A target that climbs out of the source (``../``) gets a line of its own saying so.
     ``unresolved``: :attr:`AttachmentPlan.missing`; ``folders``: the source path prefixes of a source with several
-    folders (:func:`_leaves_source`). A link to a missing *note* is a dangling link instead, counted by the graph
-    and the warehouse, not warned about."""
+    folders (:func:`_leaves_source`); ``moved``: :attr:`AttachmentPlan.moved`, a file of the same name elsewhere
+    in the source, named after the target (``attachments/a.png (line 3; a file of that name is at img/a.png)``).
+    A link to a missing *note* is a dangling link instead, counted by the graph and the warehouse, not warned
+    about."""
     from pipeline.ingest.fetch.local import printable_path
 
     by_note: dict[str, list[str]] = {}
@@ -343,7 +362,7 @@ def missing_lines(source: str, unresolved: Sequence[tuple[str, str]], files: dic
             if not targets:
                 continue
             targets.sort(key=lambda t: (at.get(t, float("inf")), t))     # in the note's order
-            shown = ", ".join(printable_path(t) + (f" (line {at[t]})" if t in at else "")
+            shown = ", ".join(printable_path(t) + _where_missing(at.get(t), (moved or {}).get((note, t)))
                               for t in targets[:MISSING_PER_NOTE])
             more = f" and {len(targets) - MISSING_PER_NOTE} more" if len(targets) > MISSING_PER_NOTE else ""
             one = len(targets) == 1

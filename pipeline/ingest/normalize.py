@@ -24,7 +24,7 @@ import posixpath
 import re
 import stat
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
@@ -1537,25 +1537,62 @@ def skipped_count(settings: Settings, source: str) -> int:
         return 0
 
 
+_SKIPPED_LINE = re.compile(r"(.+?\.[A-Za-z0-9]+): (.*)\Z")
+
+
+def skipped_files(settings: Settings, source: str) -> dict[str, str]:
+    """The files the source's last normalize skipped, ``{source path: reason}`` in the errors file's order (lines
+    ``source 'x': path: reason``); empty when there is no record."""
+    prefix = f"source '{source}': "
+    try:
+        lines = errors_file(settings, source).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in lines:
+        m = _SKIPPED_LINE.match(line.removeprefix(prefix)) if line.startswith(prefix) else None
+        if m:                               # the path ends at its extension: ``a: b.md: reason`` is ``a: b.md``
+            out.setdefault(m.group(1), m.group(2))
+    return out
+
+
+def skipped_by_name(skipped: Mapping[str, str], name: str) -> str | None:
+    """The source path in ``skipped`` (:func:`skipped_files`) that ``name`` names as an Obsidian link names a
+    note: the path itself, else a path ending in ``/<name>`` (``壊れたYAML.md`` is ``Inbox/壊れたYAML.md``),
+    compared in NFC and case-folded, the shortest path first (Obsidian's tie-break); None when none is.
+
+    >>> skipped_by_name({"Inbox/a/Broken.md": "x", "b/broken.md": "y"}, "Broken.md")
+    'b/broken.md'
+    >>> skipped_by_name({"Inbox/Broken.md": "x"}, "nbox/Broken.md") is None
+    True
+    """
+    def fold(text: str) -> str:
+        return unicodedata.normalize("NFC", text).strip().strip("/").casefold()
+
+    want = fold(name)
+    if not want:
+        return None
+    if name in skipped:
+        return name
+    hits = [sp for sp in skipped if fold(sp) == want or fold(sp).endswith("/" + want)]
+    return min(hits, key=lambda sp: (len(sp), sp)) if hits else None
+
+
 def skipped_reason(settings: Settings, note: str) -> str | None:
-    """Why the last build skipped ``note`` (a vault path ``source/path.md`` or a source path), from the sources'
-    errors files (lines ``source 'x': path: reason``); None when no build skipped it."""
+    """Why the last build skipped ``note`` (a vault path ``source/path.md``, a source path, or a note's path as a
+    link names it, ``Broken.md`` for ``Inbox/Broken.md``: :func:`skipped_by_name`), from the sources' errors files
+    (lines ``source 'x': path: reason``); None when no build skipped it. A path as written wins over a name."""
     if not settings.state_dir.is_dir():
         return None
     note = note.strip().strip("/")
-    for path in sorted(settings.state_dir.glob(f"*{ERRORS_SUFFIX}")):
-        source = path.name[: -len(ERRORS_SUFFIX)]
-        wanted = {note, note[len(source) + 1:] if note.startswith(source + "/") else note}
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            prefix = f"source '{source}': "
-            for sp in wanted:
-                if line.startswith(f"{prefix}{sp}: "):
-                    return (f"{source}/{sp} is not in the vault: the last build skipped it "
-                            f"({line[len(prefix) + len(sp) + 2:]})")
+    sources = [path.name[: -len(ERRORS_SUFFIX)] for path in sorted(settings.state_dir.glob(f"*{ERRORS_SUFFIX}"))]
+    records = {source: skipped_files(settings, source) for source in sources}
+    for exact in (True, False):
+        for source, skipped in records.items():
+            for want in dict.fromkeys([note.removeprefix(f"{source}/"), note]):
+                sp = (want if want in skipped else None) if exact else skipped_by_name(skipped, want)
+                if sp is not None:
+                    return f"{source}/{sp} is not in the vault: the last build skipped it ({skipped[sp]})"
     return None
 
 

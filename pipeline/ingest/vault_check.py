@@ -211,6 +211,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     _add_links(rows, "missing_heading_links", "missing_headings", missing_headings)
     for source, row in zip(sources, rows, strict=True):
         row["site_absolute"] = site_absolute_hint(source, row["dangling"], stems.get(source.name, set()))
+        _mark_skipped(settings, source.name, row["dangling"])
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
@@ -222,6 +223,22 @@ def _add_links(rows: list[dict[str, Any]], count_key: str, list_key: str,
     for row in rows:
         mine = [dict(d) for d in links or () if d["path"].startswith(f"{row['name']}/")]
         row[count_key], row[list_key] = (None if links is None else len(mine)), mine
+
+
+def _mark_skipped(settings: Settings, source: str, dangling: Sequence[dict[str, Any]] | None) -> None:
+    """Give each dangling link whose target is a file of ``source`` that its last build skipped (a frontmatter
+    typo, a bad encoding: :func:`pipeline.ingest.normalize.skipped_files`) ``"skipped": {"file", "reason"}``:
+    the note exists in the source, so "create the note" would be the wrong advice."""
+    from pipeline.ingest.normalize import skipped_by_name, skipped_files
+
+    if not dangling:
+        return
+    skipped = skipped_files(settings, source)
+    for d in dangling if skipped else ():
+        target = _written_target(d.get("written") or d["link"])
+        sp = (skipped_by_name(skipped, target) or skipped_by_name(skipped, f"{target}.md")) if target else None
+        if sp:
+            d["skipped"] = {"file": sp, "reason": skipped[sp]}
 
 
 def _note_stems(rel_paths: Iterable[str]) -> set[str]:
@@ -326,8 +343,11 @@ def format_report(report: dict[str, Any]) -> list[str]:
         if r.get("dangling_links"):
             fix = "fix the link or the source's site_url, see below" if r.get("site_absolute") else \
                 "create the note or fix the link"
+            n_skipped = sum(1 for d in r["dangling"] if d.get("skipped"))
+            also = (f"; {n_skipped} of them to a file the last build skipped, which is in the source: fix that "
+                    "file") if n_skipped else ""
             lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
-                         f"({fix}):")
+                         f"({fix}{also}):")
             lines += _link_lines(r["name"], r["dangling"], "dangling links")
             hint = r.get("site_absolute")
             if hint:
@@ -353,12 +373,20 @@ def _where(link: Mapping[str, Any]) -> str:
     return f"{where}:{link['line']}" if link.get("line") else where
 
 
+def _skipped_note(link: Mapping[str, Any]) -> str:
+    """`` (<file> is in the source, but the last build skipped it: <reason>)`` for a dangling link to a skipped
+    file (:func:`_mark_skipped`), else ""."""
+    sk = link.get("skipped")
+    return f" ({sk['file']} is in the source, but the last build skipped it: {sk['reason']})" if sk else ""
+
+
 def _link_lines(source: str, links: Sequence[dict[str, Any]], what: str) -> list[str]:
     """``<source>: <file>:<line> -> <link as written>`` (the note's file in its source and the link as the user
     wrote it there; without a line, ``<file>`` and the link as the vault has it, when the file does not have it)
     for the first :data:`DANGLING_LINES` of ``links``, then the count of the rest (``what``: their name in that
     line)."""
-    lines = [f"  {source}: {_where(d)} -> {d.get('written') or d['link']}" for d in links[:DANGLING_LINES]]
+    lines = [f"  {source}: {_where(d)} -> {d.get('written') or d['link']}{_skipped_note(d)}"
+             for d in links[:DANGLING_LINES]]
     if len(links) > DANGLING_LINES:
         lines.append(f"  {source}: … and {len(links) - DANGLING_LINES} more {what} "
                      "(`docsvault check-vault --json` lists them all)")

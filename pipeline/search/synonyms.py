@@ -176,9 +176,10 @@ def load_synonyms(path: Path | None, analyze: Callable[[str], list[str]], requir
         data = safe_load(text)
     except DuplicateKeyError as exc:
         raise SynonymsError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SynonymsError(f"{path}:{line} is not valid YAML ({problem}); see the format in the README") from exc
+    except yaml.YAMLError as exc:       # the line to fix: where an unclosed quote or bracket opens, not the end
+        from pipeline.common.frontmatter import yaml_error_parts
+
+        line, problem, fix = yaml_error_parts(exc, first_line=1)
+        raise SynonymsError(f"{path}: line {line} is not valid YAML ({problem}; {fix}); see the format in the "
+                            "README") from exc
     return Synonyms.from_mapping(data, analyze, where=str(path), path=path)

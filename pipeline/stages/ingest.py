@@ -321,7 +321,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                      if isinstance(f, dict)}
             folders = [prefix for prefix, _ in source_roots(source, settings.raw_dir) if prefix]
             # the links as written: qualifying one whose name another source also has keeps the same choice
-            missing = missing_lines(source.name, plan.missing, files, folders) + ambiguous_link_lines(
+            missing = missing_lines(source.name, plan.missing, files, folders, plan.moved) + ambiguous_link_lines(
                 source.name, given, files) + unlinkable_lines(source.name,
                                                               {n.source_path: n.rel_path for n in given})
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),

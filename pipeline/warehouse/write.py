@@ -59,6 +59,12 @@ def _str_list(value: Any) -> list[str]:
     return [str(value)]
 
 
+def _frontmatter_tags(fm: Mapping[str, Any]) -> list[str]:
+    """A note's frontmatter ``tags`` values, then those of Obsidian's deprecated ``tag`` key (its help, Properties:
+    "Deprecated alias for tags"), which older vaults still have: ``--tag`` finds a note by either."""
+    return _str_list(fm.get("tags")) + _str_list(fm.get("tag"))
+
+
 def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]) -> pa.Table:
     ids = [n.note_id for n in notes]
     m = [metrics.get(i, (0, 0.0)) for i in ids]
@@ -71,7 +77,7 @@ def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]
             "title": pa.array([n.title for n in notes], pa.string()),
             "url": pa.array([n.url for n in notes], pa.string()),
             "aliases": pa.array([list(n.aliases) for n in notes], pa.list_(pa.string())),
-            "tags": pa.array([_str_list(n.frontmatter.get("tags")) for n in notes], pa.list_(pa.string())),
+            "tags": pa.array([_frontmatter_tags(n.frontmatter) for n in notes], pa.list_(pa.string())),
             "description": pa.array([n.description for n in notes], pa.string()),
             "frontmatter": pa.array(
                 [json.dumps(n.frontmatter, ensure_ascii=False, default=str) for n in notes], pa.string()
