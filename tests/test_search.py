@@ -317,3 +317,22 @@ def test_a_pasted_long_text_is_ranked_on_its_first_max_query_chars(searcher: Sea
     long = words + " " + "otterwombat " * 10_000
     assert [h.vault_path for h in searcher.search(long, k=3)] == [h.vault_path for h in searcher.search(clipped, k=3)]
     assert searcher.rank_pages(long) == searcher.rank_pages(clipped)
+
+
+def test_invisible_characters_of_a_pasted_query_are_dropped(searcher: Searcher):
+    """`Excel\\u200bの読み込み` (a zero-width space from a web page) searched as two words no note has together."""
+    from pipeline.search.searcher import clip_query
+
+    assert clip_query("Excel\u200bの読み込み\u2060\ufeff") == "Excelの読み込み"
+    assert clip_query("pub\u00adlish") == "publish"
+    assert clip_query("#👨\u200d💻") == "#👨\u200d💻"                    # the zero-width joiner holds an emoji
+    assert searcher.rank_pages("publish ware\u200bhouse") == searcher.rank_pages("publish warehouse")
+    assert [h.snippet for h in searcher.search("publish ware\u200bhouse", k=2)] == [
+        h.snippet for h in searcher.search("publish warehouse", k=2)]
+
+
+def test_invisible_characters_in_a_phrase_are_dropped() -> None:
+    from pipeline.search.query import parse_query
+
+    assert parse_query('"ware\u200bhouse" tag:日\u200b記').required == parse_query('"warehouse" tag:日記').required
+    assert parse_query('"ware\u200bhouse" tag:日\u200b記').tags == ("日記",)

@@ -47,7 +47,7 @@ from pipeline.index.bm25 import Bm25Index
 from pipeline.index.embed import Embedder, UsemEmbedder, english_only, load_embedder
 from pipeline.index.language import detect_language
 from pipeline.models import Hit
-from pipeline.search.query import ParsedQuery
+from pipeline.search.query import INVISIBLE, ParsedQuery
 from pipeline.search.synonyms import Synonyms, load_synonyms
 from pipeline.search.translate import Translator
 
@@ -80,7 +80,9 @@ class MissingWords(NamedTuple):
 
 
 def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
-    """``query`` cut to at most ``limit`` characters, at the last whitespace of its final 100 when there is one."""
+    """``query`` without :data:`pipeline.search.query.INVISIBLE` characters, cut to at most ``limit`` characters, at the last whitespace
+    of its final 100 when there is one."""
+    query = query.translate(INVISIBLE)
     if len(query) <= limit:
         return query
     head = query[:limit]
