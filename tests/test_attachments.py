@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.ingest import attachments
-
 from pipeline import stages as build
-from pipeline.ingest.attachments import plan_attachments
 from pipeline.config import Settings
+from pipeline.ingest import attachments
+from pipeline.ingest.attachments import plan_attachments
 from pipeline.ingest.sources import load_sources
 from pipeline.ingest.vault_check import check_vault
 
@@ -660,8 +659,8 @@ def test_check_vault_finds_each_link_as_written_in_the_users_file(tmp_path: Path
     from pipeline.service import _written_links
 
     f = tmp_path / "Home.md"
-    f.write_bytes("---\r\nrel: '[[Home]]'\r\n---\r\n# Home\r\n\r\n[[Home]] and [[Home]]\r\n"
-                  "[see](My%20Note.md#Part) `[[Nope]]`\r\n".encode())
+    f.write_bytes(b"---\r\nrel: '[[Home]]'\r\n---\r\n# Home\r\n\r\n[[Home]] and [[Home]]\r\n"
+                  b"[see](My%20Note.md#Part) `[[Nope]]`\r\n")
     links = [WikiLink("me/Home"), WikiLink("Home"), WikiLink("work/My Note", heading="Part"), WikiLink("Nope")]
     assert _written_links(f, links) == [("[[Home]]", 6), ("[[Home]]", 6), ("[see](My%20Note.md#Part)", 7), None]
     assert _written_links(tmp_path / "gone.md", links[:1]) == [None]

@@ -96,12 +96,12 @@ def test_a_team_reader_with_a_valid_token_cannot_save_a_note(tiny_env: Path, tmp
     port = free_port()
 
     async def scenario(url: str) -> tuple[list[str], Any]:
-        async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
-            async with streamable_http_client(url, http_client=client) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    names = sorted(t.name for t in (await session.list_tools()).tools)
-                    return names, await session.call_tool("save_note", {"text": "# Leak\n\nx"})
+        async with create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"}) as client, \
+                streamable_http_client(url, http_client=client) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            names = sorted(t.name for t in (await session.list_tools()).tools)
+            return names, await session.call_tool("save_note", {"text": "# Leak\n\nx"})
 
     args = ["--host", "0.0.0.0", "--port", str(port), "--token-file", str(token_file), "--read-only"]
     with mcp_server(args, _env(), tmp_path / "server.log"):

@@ -16,7 +16,6 @@ from pipeline.common.errors import BuildInterrupted
 from pipeline.defs.executor import docsvault_executor
 
 
-
 def _ran(name: str) -> None:
     """Record that an asset's body ran, in the file the test names (the run may reconstruct the job anew)."""
     import os
@@ -26,7 +25,7 @@ def _ran(name: str) -> None:
 
 
 @dg.asset
-def first(context) -> int:  # noqa: ANN001 - a string annotation (this module's __future__ import) is one Dagster rejects
+def first(context) -> int:
     _ran("first")
     context.instance.report_run_canceling(context.run)      # what the UI's Terminate does
     return 1
