@@ -1,4 +1,4 @@
-"""The UI's Terminate stops an in-process run (pipeline.defs.executor._in_process_iterator).
+"""The UI's Terminate stops an in-process run (pipeline.defs.executor.InProcessPoolSlotWait).
 
 An in-process run (`docsvault build`, `dg launch`, `dagster asset materialize`) has no process the UI can signal:
 Terminate marked it CANCELING, answered "Unable to terminate run", and the run went on to the warehouse (found by a
@@ -84,3 +84,34 @@ def test_a_terminated_build_says_so() -> None:
         "running, its locks released; run `docsvault build` again to finish it")
     assert BuildInterrupted().line() == ("build interrupted: stopped, its locks released; run `docsvault build` "
                                          "again to finish it")
+
+
+def test_a_build_terminated_in_the_ui_stops_after_its_step_and_says_so(tiny_env: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`docsvault build` whose run is terminated from the UI while its normalize step runs: the step finishes, no
+    other starts (no warehouse), the run ends CANCELED, the CLI says so in one line (exit 130); the next build
+    builds."""
+    from typer.testing import CliRunner
+
+    from pipeline import stages
+    from pipeline.cli import app
+    from pipeline.config import Settings
+
+    normalize = stages.normalize_stage
+
+    def terminated_meanwhile(settings: Settings, source: object) -> object:
+        instance = dg.DagsterInstance.get()
+        for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+            instance.report_run_canceling(run)                           # the UI's Terminate
+        return normalize(settings, source)
+
+    monkeypatch.setattr(stages, "normalize_stage", terminated_meanwhile)
+    result = CliRunner().invoke(app, ["build"])
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (130, BuildInterrupted(terminated=True).line().join(
+        ("error: ", "")))
+    settings = Settings.from_env()
+    assert not settings.warehouse_path.exists()
+    assert [r.status for r in dg.DagsterInstance.get().get_runs()] == [dg.DagsterRunStatus.CANCELED]
+    monkeypatch.setattr(stages, "normalize_stage", normalize)
+    assert CliRunner().invoke(app, ["build"]).exit_code == 0
+    assert settings.warehouse_path.exists()

@@ -284,32 +284,36 @@ class MultiprocessPoolSlotWait(PoolSlotWait):
 
 #: run statuses that the UI's Terminate (or ``instance.report_run_canceling``) gives a run
 TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
-#: the end of the message of the interruption that stops a terminated run (:func:`_in_process_iterator`)
+#: the end of the message of the interruption that stops a terminated run (:class:`InProcessPoolSlotWait`)
 TERMINATED_SUFFIX = ": terminated, no further step starts"
 
 
-def _in_process_iterator(job_context: PlanExecutionContext, execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
-    """``dagster._core.executor.in_process.inprocess_execution_iterator`` with :class:`PoolSlotWait`, stopping
-    after a step when the run was terminated.
+class InProcessPoolSlotWait(PoolSlotWait):
+    """:class:`PoolSlotWait` of an in-process run, which also stops the run between two steps once it is terminated.
 
     An in-process run (``docsvault build``, ``dg launch``, ``dagster asset materialize``, a sensor's or the UI's run
     without a run worker of its own) has no process the UI can signal: its Terminate marked the run CANCELING, said
     "Unable to terminate run", and the run went on to publish the warehouse (Force termination marked it CANCELED
-    while it still ran, and the refresh sensor then requested the unfinished chain again). Now each step's end
-    looks at the run's status (one query of the instance), and a run marked CANCELING or CANCELED starts no further
-    step: ``DagsterExecutionInterruptedError`` ends it as Dagster ends a terminated run (CANCELING becomes CANCELED)
-    and the step running when Terminate was pressed finishes first, so no stage stops half-written."""
-    from dagster._core.errors import DagsterExecutionInterruptedError
+    while it still ran, and the refresh sensor then requested the unfinished chain again). Dagster's step loop
+    asks its concurrency context for the pending claims once between two steps
+    (``ActiveExecution.concurrency_event_iterator``); here that also looks at the run's status (one query of the
+    instance), and a run marked CANCELING or CANCELED raises ``DagsterExecutionInterruptedError`` there, out of the
+    loop: the step running when Terminate was pressed has finished (no stage stops half-written), no further step
+    starts, and Dagster ends the run as a terminated one (CANCELING becomes CANCELED)."""
 
-    instance, run_id = job_context.instance, job_context.run_id
-    with PoolSlotWait(instance, job_context.dagster_run) as concurrency:
-        for event in inner_plan_execution_iterator(job_context, execution_plan, concurrency):
-            yield event
-            if event.is_step_success or event.is_step_failure or event.is_step_skipped:
-                run = instance.get_run_by_id(run_id)
-                if run is not None and run.status in TERMINATING:
-                    raise DagsterExecutionInterruptedError(
-                        f"run {run_id} is {run.status.value} after step {event.step_key}{TERMINATED_SUFFIX}")
+    def pending_claim_steps(self) -> list[str]:
+        run = self._instance.get_run_by_id(self._run_id)
+        if run is not None and run.status in TERMINATING:
+            from dagster._core.errors import DagsterExecutionInterruptedError
+
+            raise DagsterExecutionInterruptedError(f"run {self._run_id} is {run.status.value}{TERMINATED_SUFFIX}")
+        return super().pending_claim_steps()
+
+
+def _in_process_iterator(job_context: PlanExecutionContext, execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
+    """``dagster._core.executor.in_process.inprocess_execution_iterator`` with :class:`InProcessPoolSlotWait`."""
+    with InProcessPoolSlotWait(job_context.instance, job_context.dagster_run) as concurrency:
+        yield from inner_plan_execution_iterator(job_context, execution_plan, concurrency)
 
 
 class InProcessPoolWaitExecutor(InProcessExecutor):

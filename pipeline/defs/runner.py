@@ -417,6 +417,8 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
         with _settings_env(settings), _log_tails_outside_the_terminal_group(), \
                 dg.execute_job(_reconstructable_job(settings), instance=instance, run_config=run_config,
                                asset_selection=selection, tags={"docsvault/run": "build"}) as result:
+            if _terminated(result):
+                raise BuildInterrupted(terminated=True)
             if _interrupted(result):
                 raise BuildInterrupted()
             failures = _failures(result)
@@ -429,6 +431,15 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
     report = _report(settings, sources, removed, failures, meta, checks, shared)
     report.check_warnings = warnings
     return report
+
+
+def _terminated(result: Any) -> bool:
+    """True when the run ended as terminated from the Dagster UI (its Terminate: the project's in-process executor
+    starts no further step, :class:`pipeline.defs.executor.InProcessPoolSlotWait`, and Dagster reports the run
+    canceled)."""
+    from dagster._core.events import DagsterEventType
+
+    return any(event.event_type == DagsterEventType.RUN_CANCELED for event in result.all_events)
 
 
 def _interrupted(result: Any) -> bool:
