@@ -397,40 +397,37 @@ def test_floors_from_env():
             floors_from_env({"DOCSVAULT_EVAL_MIN_MRR": bad})
 
 
+def _load_error(path: Path) -> str:
+    """The message of the EvalFileError that loading ``path`` raises."""
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    return str(err.value)
+
+
 def test_load_cases_yaml_error_names_the_line(tmp_path: Path):
     path = _write(tmp_path / "broken.yaml", 'corpus: d\ncases:\n  - id: "a\n    query: q\n')
-    with pytest.raises(EvalFileError) as err:
-        load_cases([path])
     # the line the quote opens on (s37-nu3: it said "line 5", past the end of the 4-line file); a bracket too
-    assert str(err.value) == (f"{path}: invalid YAML at line 3: the quoted value that starts on line 3 is never "
-                              "closed; close the quote (a quote character inside the value: write it twice in '…', "
-                              "as \\\" in \"…\")")
+    assert _load_error(path) == (f"{path}: invalid YAML at line 3: the quoted value that starts on line 3 is never "
+                                 "closed; close the quote (a quote character inside the value: write it twice in "
+                                 "'…', as \\\" in \"…\")")
     path = _write(tmp_path / "bracket.yaml", "corpus: d\ncases:\n  - id: a\n    expected: [x.md\n    query: q\n")
-    with pytest.raises(EvalFileError) as err:
-        load_cases([path])
-    assert str(err.value) == (f"{path}: invalid YAML at line 4: expected ',' or ']', but got ':' on line 5, in the "
-                              "flow sequence that starts on line 4; fix or quote the value")
+    assert _load_error(path) == (f"{path}: invalid YAML at line 4: expected ',' or ']', but got ':' on line 5, in "
+                                 "the flow sequence that starts on line 4; fix or quote the value")
 
 
 def test_load_cases_duplicate_key_names_both_lines(tmp_path: Path):
     path = _write(tmp_path / "dup.yaml", "corpus: d\ncases:\n  - id: a\n    query: q\n    query: r\n    expected: [x]\n")
-    with pytest.raises(EvalFileError) as err:
-        load_cases([path])
-    assert str(err.value) == f"{path}: duplicate key 'query' at line 5 (first at line 4); keep one"
+    assert _load_error(path) == f"{path}: duplicate key 'query' at line 5 (first at line 4); keep one"
 
 
 def test_load_cases_unknown_case_key_names_file_line_and_closest_key(tmp_path: Path):
     path = _write(tmp_path / "typo.yaml", "corpus: d\ncases:\n  - id: a\n    query: q\n    expected: [x]\n"
                                           "  - id: b\n    query: q\n    expectd: [x]\n")
-    with pytest.raises(EvalFileError) as err:
-        load_cases([path])
-    assert str(err.value) == (f"{path}: line 8: case 'b': unknown key 'expectd'; did you mean 'expected'? "
-                              "(allowed: ['id', 'query', 'expected', 'kind', 'corpus'])")
+    assert _load_error(path) == (f"{path}: line 8: case 'b': unknown key 'expectd'; did you mean 'expected'? "
+                                 "(allowed: ['id', 'query', 'expected', 'kind', 'corpus'])")
     path = _write(tmp_path / "flow.yaml", "corpus: d\ncases:\n  - {query: q, expected: [x], weight: 2}\n")
-    with pytest.raises(EvalFileError) as err:
-        load_cases([path])
-    assert str(err.value) == (f"{path}: line 3: case #1: unknown key 'weight'; remove it or use an allowed key: "
-                              "['id', 'query', 'expected', 'kind', 'corpus']")
+    assert _load_error(path) == (f"{path}: line 3: case #1: unknown key 'weight'; remove it or use an allowed key: "
+                                 "['id', 'query', 'expected', 'kind', 'corpus']")
 
 
 def test_format_skipped_one_line_per_corpus():
