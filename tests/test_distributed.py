@@ -170,7 +170,7 @@ for run in reversed(instance.get_runs()):
             success.append(e.step_key)
     runs.append({"run_id": run.run_id, "status": run.status.value, "workers": workers, "success": success,
                  "failures": failures, "pids": {k: sorted(v) for k, v in pids.items()},
-                 "tags": {k: v for k, v in run.tags.items() if k.startswith("docsvault/")}})
+                 "tags": {k: v for k, v in run.tags.items() if k.startswith(("docsvault/", ".dagster/docsvault/"))}})
 print(json.dumps(runs))
 """
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True)
