@@ -548,13 +548,9 @@ def _named_page(k: str, by_key: Mapping[str, str]) -> str | None:
     if name.startswith("[[") and name.endswith("]]"):
         name = name[2:-2]
     name = name.split("|", 1)[0].split("#", 1)[0].strip().strip("/")
-    if not name:
-        return None
-    for cand in dict.fromkeys([name, f"{name}.md"]):
-        if cand in by_key:
-            return by_key[cand]
-    ends = [p for kk, p in by_key.items() if kk.endswith((f"/{name}", f"/{name}.md"))]
-    return min(ends, key=lambda p: (len(p), p)) if ends else None
+    from pipeline.common.markdown import shortest_named
+
+    return shortest_named(by_key, list(dict.fromkeys([name, f"{name}.md"]))) if name else None
 
 
 def format_unreachable(report: Mapping[str, Any]) -> list[str]:

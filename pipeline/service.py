@@ -292,15 +292,16 @@ def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, i
     read). The file's frontmatter is no part of it."""
     import unicodedata
 
+    from pipeline.common.frontmatter import frontmatter_end, normalize_newlines
     from pipeline.index.graph import link_spans
 
     try:
         raw = file.read_text(encoding="utf-8", errors="replace") if file else ""
     except OSError:
         raw = ""
-    lines = re.sub(r"\r\n?", "\n", raw.removeprefix("\ufeff")).split("\n")
-    if lines[0].rstrip() == "---":                   # blank the frontmatter, keeping its lines
-        end = next((i for i in range(1, len(lines)) if lines[i].rstrip(" \t") in ("---", "...")), 0)
+    lines = normalize_newlines(raw).split("\n")
+    end = frontmatter_end(lines)
+    if end is not None:                              # blank the frontmatter, keeping its lines
         lines[: end + 1] = [""] * (end + 1)
     text = "\n".join(lines)
     spans = link_spans(text) if "[" in text else []
@@ -523,6 +524,7 @@ class WarehouseStatus(Record):
     crosslingual_depth: int | None = None   # what the build embedded by (None: a warehouse built before it was kept)
     built_on: str = ""                      # the host that published it ("" when a warehouse before it was kept)
     built_data_dir: str = ""                # the data dir it was published from (likewise)
+
     def as_dict(self) -> dict[str, Any]:
         full = super().as_dict()
         return full if self.built else {"path": self.path, "built": False}

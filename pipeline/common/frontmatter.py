@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -301,6 +301,15 @@ def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str
     return line, f"{problem}, in the {what} that starts on line {start}", fix
 
 
+def frontmatter_end(lines: Sequence[str]) -> int | None:
+    """Index in ``lines`` (a note's LF-split lines) of the line closing its frontmatter block: the first line after
+    an opening ``---`` (line 1, exactly) that is ``---`` or ``...``; None when line 1 opens none or it is never
+    closed."""
+    if not lines or lines[0] != "---":
+        return None
+    return next((i for i in range(1, len(lines)) if lines[i].rstrip(" \t") in _CLOSERS), None)
+
+
 def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
     """Split a note into (frontmatter, body).
 
@@ -323,11 +332,7 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
     if not (text.startswith("---\n") or text == "---"):
         return {}, text
     lines = text.split("\n")
-    end = None
-    for i in range(1, len(lines)):
-        if lines[i].rstrip(" \t") in _CLOSERS:
-            end = i
-            break
+    end = frontmatter_end(lines)
     if end is None:
         raise NoteError(f"{where}: line 1: frontmatter opened with '---' is never closed; add a closing '---' line")
     raw = "\n".join(lines[1:end])

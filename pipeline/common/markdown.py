@@ -19,7 +19,7 @@ which CommonMark reads as indented code, is code either way.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 #: an opening fence line: indentation, blockquote markers, 3+ backticks or tildes, the info string
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
@@ -35,6 +35,19 @@ EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
 LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 #: a wikilink ``[[target#heading|alias]]``: target group 1, alias group 2 (``\|``: the alias pipe in a table row)
 WIKILINK = re.compile(r"\[\[([^\]|\n]+?)(?:\\?\|([^\]\n]*))?\]\]")
+
+
+def shortest_named(by_key: Mapping[str, str], names: Sequence[str]) -> str | None:
+    """The path an Obsidian link's note name names: ``by_key`` maps each path's key (NFC, case-folded) to the path,
+    ``names`` are the keys of the name to try in order (``name``, ``name.md``). A path whose key is one of them,
+    else the shortest path (then the first in order) whose key ends in ``/<name>``, as Obsidian breaks the tie;
+    None when none does."""
+    for name in names:
+        if name in by_key:
+            return by_key[name]
+    ends = tuple(f"/{name}" for name in names)
+    hits = [path for key, path in by_key.items() if key.endswith(ends)]
+    return min(hits, key=lambda path: (len(path), path)) if hits else None
 
 
 def wikilink_text(m: re.Match[str]) -> str:

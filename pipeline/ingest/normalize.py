@@ -1569,13 +1569,14 @@ def skipped_by_name(skipped: Mapping[str, str], name: str) -> str | None:
     def fold(text: str) -> str:
         return unicodedata.normalize("NFC", text).strip().strip("/").casefold()
 
+    from pipeline.common.markdown import shortest_named
+
     want = fold(name)
     if not want:
         return None
     if name in skipped:
         return name
-    hits = [sp for sp in skipped if fold(sp) == want or fold(sp).endswith("/" + want)]
-    return min(hits, key=lambda sp: (len(sp), sp)) if hits else None
+    return shortest_named({fold(sp): sp for sp in skipped}, [want])
 
 
 def skipped_reason(settings: Settings, note: str) -> str | None:
