@@ -885,15 +885,9 @@ def related(
 ) -> None:
     """Notes related to NOTE through the link graph (up to two hops), ranked by link weight and vector similarity
     (the MCP `related` tool)."""
-    from pipeline.search.reader import NoteNotFoundError
-
-    s = settings()
     try:
-        out = related_notes(s, note, k)
-    except NoteNotFoundError as exc:
-        fail(note_missing_message(s, note, exc))
-        return
-    except PipelineError as exc:
+        out = related_notes(settings(), note, k)
+    except PipelineError as exc:                    # no warehouse; no such note (why, when the build skipped it)
         fail(str(exc))
         return
     if as_json:

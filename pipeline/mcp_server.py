@@ -458,13 +458,10 @@ class VaultService:
 
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
-        from pipeline.search.reader import NoteNotFoundError
-        from pipeline.service import note_missing_message
-
         try:
             return related_notes(self.settings, path, k)
-        except NoteNotFoundError as exc:         # a note the build skipped: why, as read says it
-            raise ToolFailure(note_missing_message(self.settings, path, exc)) from None
+        except PipelineError as exc:             # no such note (why, when the build skipped it), no warehouse
+            raise ToolFailure(str(exc)) from None
 
     def save_note(self, text: str, title: str | None = None, name: str | None = None, source: str | None = None,
                   agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,
@@ -1059,7 +1056,7 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         description=(
             "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'; "
             "a note's file name, title or alias works too, and a link as a note writes it: [[Note#Heading|text]] "
-            "or Note#Heading opens the page where that heading starts; `message` says when the note has no such "
+            "or Note#Heading opens the page where that heading starts; `warning` says when the note has no such "
             "heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
             "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "

@@ -187,14 +187,18 @@ def related_notes(s: Settings, note: str, k: int = 10) -> dict[str, Any]:
     has no links.
 
     Raises:
-        PipelineError: no warehouse yet; NoteNotFoundError: no such note (see :func:`note_missing_message`).
+        PipelineError: no warehouse yet; NoteNotFoundError: no such note, its message
+            :func:`note_missing_message`'s (why the last build skipped it, when it did).
     """
     from pipeline.search.neighbours import related
-    from pipeline.search.reader import find_link
+    from pipeline.search.reader import NoteNotFoundError, find_link
 
     if not s.warehouse_path.exists():
         raise PipelineError(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
-    path = find_link(s.vault_dir, note, s.warehouse_path)[0]
+    try:
+        path = find_link(s.vault_dir, note, s.warehouse_path)[0]
+    except NoteNotFoundError as exc:                # a note the build skipped: why, as read says it
+        raise type(exc)(note_missing_message(s, note, exc)) from None
     rows = related(s.warehouse_path, path, k)
     return {"path": path, "related": rows,
             **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
