@@ -510,7 +510,7 @@ def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | i
     that lane, the lane weight and its RRF part ``weight / (k_rrf + rank)``), then
     ``"usage_boost": {"score"}`` when the usage boost added something to the page (``Hit.boost`` != 0;
     ``--usage-boost``), then ``"exact": {"score"}``, what the page was given to come first: its title or an alias
-    is the query, or it holds every code identifier of the query (``Searcher._named_first``,
+    is the query, it holds the query verbatim or every code identifier of it (``Searcher._named_first``,
     ``Searcher._exact_first``). Scores rounded to 6 decimals."""
     from pipeline.search.searcher import rrf
 

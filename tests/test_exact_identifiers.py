@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import Bm25Index
-from pipeline.search.searcher import IDENTIFIER_DEPTH, Searcher
+from pipeline.search.searcher import EXACT_DEPTH, Searcher
 
 PAGES = {
     "ja-1": "スケジュールの間隔を設定する。schedule の interval を秒で指定します。",
@@ -29,6 +29,7 @@ def searcher() -> Searcher:
     sr.analyzer = Analyzer()
     sr._bm25_pages = Bm25Index.build(list(PAGES), [sr.analyzer.tokens(t) for t in PAGES.values()])
     sr.exact_identifiers = True
+    sr.exact_phrases = False            # the verbatim lookup: tests/test_exact_phrases.py
     return sr
 
 
@@ -59,7 +60,7 @@ def test_off_and_beyond_the_depth(searcher: Searcher) -> None:
     searcher.exact_identifiers = False
     assert searcher._exact_first(list(FUSED), "minimum_interval_seconds") == FUSED
     searcher.exact_identifiers = True
-    deep = [(f"p{i}", 1.0 - i / 100, {}) for i in range(IDENTIFIER_DEPTH)] + [("note", 0.1, {})]
+    deep = [(f"p{i}", 1.0 - i / 100, {}) for i in range(EXACT_DEPTH)] + [("note", 0.1, {})]
     assert searcher._exact_first(list(deep), "minimum_interval_seconds") == deep      # only the top is reordered
 
 

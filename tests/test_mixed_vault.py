@@ -34,6 +34,10 @@ SOURCES = {
         "Restarting services.md": (
             "# Restarting services\n\nTo restart a service on a virtual machine, use systemctl restart and check "
             "its status afterwards. Restarting clears in-memory caches.\n"),
+        "Dashboards.md": (
+            "# Dashboards\n\nEvery dashboard has an owner: the person in charge of it keeps its panels current and "
+            "answers for its alerts. Assign a dashboard owner when you create one.\n\n## Owners\n\nThe owner of "
+            "a dashboard is listed on its settings page.\n"),
         "Scaling.md": (
             "# Scaling\n\nScale a deployment by changing its replicas, or let the horizontal pod autoscaler add "
             "pods when the CPU load grows.\n"),
@@ -59,7 +63,8 @@ SOURCES = {
     },
     "nikki": {
         "旅行/京都.md": "# 京都旅行\n\n金閣寺と清水寺を見て、夜は鴨川沿いで食事をしました。ファイルに写真を整理しました。\n",
-        "仕事/会議.md": "# 会議メモ\n\nデータの読み込みが遅いので、ファイルの形式を見直すことになった。\n",
+        "仕事/会議.md": "# 会議メモ\n\nデータの読み込みが遅いので、ファイルの形式を見直すことになった。"
+                      "ダッシュボードの担当は山田さん。\n",
         "料理/カレー.md": "# カレーの作り方\n\n玉ねぎをよく炒めてから、肉と野菜を入れて煮込む。\n",
         "読書/本.md": "# 読んだ本\n\n今月はファイル整理の本を読んだ。ファイルを読むのが好きだ。\n",
     },
@@ -110,6 +115,18 @@ def test_japanese_notes_get_the_multilingual_model_without_configuration(mixed: 
 
 def test_exact_command_ranks_its_only_note_first(mixed: Settings) -> None:
     assert _ranked(mixed, "kubectl rollout restart")[0] == "ops/Deploy checklist.md"
+
+
+def test_a_phrase_typed_from_a_note_ranks_that_note_first(mixed: Settings) -> None:
+    # each phrase is written so in one note only (Searcher._exact_first: the query verbatim); without that lookup
+    # `ダッシュボードの担当` ranked the English page on dashboard owners first (session 38): it has the dense votes
+    # of both multilingual lanes
+    with Searcher(mixed.warehouse_path, query_threads=1) as s:
+        ranked = {q: [f"{h.source}/{h.source_path}" for h in s.search(q, k=10)]
+                  for q in ("ダッシュボードの担当", "山田さん 担当", "写真を整理")}
+    assert {q: r[0] for q, r in ranked.items()} == {"ダッシュボードの担当": "nikki/仕事/会議.md",
+                                                    "山田さん 担当": "nikki/仕事/会議.md",
+                                                    "写真を整理": "nikki/旅行/京都.md"}
 
 
 def test_japanese_question_finds_the_english_page(mixed: Settings) -> None:

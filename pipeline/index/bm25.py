@@ -131,6 +131,23 @@ class Bm25Index:
         ids = self.doc_ids
         return [ids[i] for i in self._indices[int(self._indptr[tid]):int(self._indptr[tid + 1])].tolist()]
 
+    def docs_with_all(self, tokens: Sequence[str]) -> list[str]:
+        """Ids of the documents that have every analysed term of ``tokens`` (index order; [] when ``tokens`` is
+        empty or a term is unknown): the terms' posting lists intersected in numpy."""
+        hits: np.ndarray | None = None
+        for token in dict.fromkeys(tokens):
+            tid = self._vocab.get(token)
+            if tid is None:
+                return []
+            docs = self._indices[int(self._indptr[tid]):int(self._indptr[tid + 1])]
+            hits = docs if hits is None else np.intersect1d(hits, docs, assume_unique=True)
+            if not len(hits):
+                return []
+        if hits is None:
+            return []
+        ids = self.doc_ids
+        return [ids[i] for i in np.sort(hits).tolist()]
+
     def scores_in_scope(self, query_tokens: Sequence[str], scope: np.ndarray,
                         weights: Sequence[float] | None = None) -> np.ndarray:
         """BM25 scores as if the index held only the documents of ``scope`` (bool (n_docs,)) for the IDF: each query

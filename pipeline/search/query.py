@@ -32,6 +32,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.common.errors import PipelineError
@@ -145,6 +146,36 @@ def text_contains(folded_text: str, term: str) -> bool:
     left = WORD_START if re.match(r"\w", t) else ""       # `LoRA` in `でLoRAを` is a word: CJK is no letter of it
     right = WORD_END if re.search(r"\w$", t) else ""
     return re.search(left + re.escape(t) + right, folded_text) is not None
+
+
+#: what is trimmed from each end of a query's verbatim phrase: question marks and sentence punctuation
+VERBATIM_TRIM = " ?!.,:;'\"()[]？！。、，：；「」『』（）"
+
+
+def verbatim_terms(query: str) -> tuple[str, ...]:
+    """What a page must contain (:func:`text_contains` of each) for ``query`` to be found in it verbatim, as
+    quoted terms would be: for a query with CJK characters, each of its whitespace-separated parts (Japanese
+    users separate keywords with spaces: ``山田さん 担当``; ``ダッシュボードの担当`` is one part); for another
+    query of two words or more, the whole query as one phrase (``kubectl rollout restart``, ``warning-wombat``).
+    Each end of a part loses its question marks and sentence punctuation.
+
+    Returns:
+        The terms, folded (:func:`_fold`); () for one Latin word (BM25 and the identifier lookup read it) and for
+        parts of fewer than two characters in all (one kanji is in too many pages to say anything).
+    """
+    folded = _fold(query.replace("`", ""))
+    if _CJK.search(folded):
+        parts = tuple(p for p in (part.strip(VERBATIM_TRIM) for part in folded.split(" ")) if p)
+        return parts if sum(map(len, parts)) >= 2 else ()
+    phrase = folded.strip(VERBATIM_TRIM)
+    return (phrase,) if len(re.findall(r"\w+", phrase)) >= 2 else ()
+
+
+def holds_verbatim(plain: str, terms: Sequence[str]) -> bool:
+    """Whether the plain text ``plain`` (:func:`pipeline.search.snippet.clean_text`) contains every term of
+    :func:`verbatim_terms` (compared as :meth:`ParsedQuery.keeps_text` compares quoted terms)."""
+    folded = _fold(plain.replace("`", ""))
+    return bool(terms) and all(text_contains(folded, term) for term in terms)
 
 
 def _filter_value(key: str, value: str, negated: bool) -> str:

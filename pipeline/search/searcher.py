@@ -47,7 +47,7 @@ from pipeline.index.bm25 import Bm25Index
 from pipeline.index.embed import Embedder, UsemEmbedder, english_only, load_embedder
 from pipeline.index.language import detect_language
 from pipeline.models import Hit
-from pipeline.search.query import INVISIBLE, ParsedQuery
+from pipeline.search.query import INVISIBLE, ParsedQuery, holds_verbatim, verbatim_terms
 from pipeline.search.synonyms import Synonyms, load_synonyms
 from pipeline.search.translate import Translator
 
@@ -130,8 +130,9 @@ GLOSS_WEIGHT_POWER = 0.5
 MIN_LANE_PAGES = 30          # a lane widens its chunk fetch until it covers this many distinct pages ...
 MAX_LANE_FETCH = 4000        # ... or has fetched this many chunks
 PER_PAGE_IN_LANE = 5         # chunks of one page a lane keeps (page score uses the best two)
-#: fused pages among which those holding every code identifier of the query come first (:meth:`Searcher._exact_first`)
-IDENTIFIER_DEPTH = 30
+#: fused pages among which those holding what the query names exactly (its code identifiers, the query verbatim) come
+#: first (:meth:`Searcher._exact_first`)
+EXACT_DEPTH = 30
 #: a code identifier as a query writes it: snake_case, dotted (``flow_run.parameters``), camelCase or PascalCase with
 #: an inner capital (``useImmerReducer``, ``DeepCacheSDHelper``); the analyzer keeps each one whole as a term
 IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*"
@@ -371,6 +372,22 @@ def _minus_score(hit: tuple[str, float]) -> float:
     return -hit[1]
 
 
+def _first_among(pages: list[tuple[str, float, dict[str, int]]], holding: set[str], depth: int
+                 ) -> list[tuple[str, float, dict[str, int]]]:
+    """``pages`` (fused, best first) with, among the first ``depth``, those in ``holding`` moved before the others,
+    each group in its order; the moved pages' scores are raised by one amount, the least that puts the lowest of
+    them above every other page of the top (scores stay in order). Unchanged when no page of the top, or every
+    one, is in ``holding``."""
+    head = pages[:depth]
+    first = [p for p in head if p[0] in holding]
+    rest = [p for p in head if p[0] not in holding]
+    if not first or not rest:
+        return pages
+    lift = max(0.0, max(p[1] for p in rest) - min(p[1] for p in first))
+    lift = lift + 1e-9 if lift else 0.0
+    return [(nid, score + lift, r) for nid, score, r in first] + rest + pages[depth:]
+
+
 def _fused_order(fused: Mapping[str, float], ranks: Mapping[str, Mapping[str, int]], lanes: Sequence[str]
                  ) -> list[str]:
     """Page ids by fused score, best first. Exact ties (a page ranked r in BM25 and s in vectors vs one ranked s and
@@ -574,6 +591,8 @@ class Searcher:
         self.cross_rank_among_all = True
         #: pages holding every code identifier of the query come first among the fused top (:meth:`_exact_first`)
         self.exact_identifiers = True
+        #: pages holding the query verbatim come first among the fused top, before those (:meth:`_exact_first`)
+        self.exact_phrases = True
         #: a scope with fewer background chunks is standardised against the model's whole background (_background)
         self.min_scope_background = MIN_SCOPE_BACKGROUND
         #: model id -> (mean, sd) for a model with too few chunks for a background of its own (BACKGROUND_PRIORS)
@@ -1482,36 +1501,59 @@ class Searcher:
 
     def _exact_first(self, pages: list[tuple[str, float, dict[str, int]]], query: str
                      ) -> list[tuple[str, float, dict[str, int]]]:
-        """Fused pages with, among the first :data:`IDENTIFIER_DEPTH`, those whose text holds every code identifier
-        of the query (:data:`IDENTIFIER`, a term of the ``bm25_page`` index) moved before those that do not, in
-        fused order; each moved page's score is raised by the same amount, the least that puts them all above
-        the others (scores stay in order; ``search --explain`` shows it as ``exact``). A query naming
-        ``minimum_interval_seconds`` or ``useImmerReducer`` looks that identifier up: a page without it is not
-        the answer, however its other lanes vote (an English note holding the identifier, #1 in the BM25 lanes
-        and `vector`, came after Japanese pages without it that the cross-lingual lane voted for). Measured
-        out-of-fold on the 417 cases (``bench/cv.py --both``, session 37): +0.005 [+0.001, +0.011] scoped,
-        +0.007 [+0.002, +0.013] unscoped; ``exact_identifiers`` False turns it off."""
+        """Fused pages with, among the first :data:`EXACT_DEPTH`, those that hold what the query names exactly moved
+        before those that do not, in fused order (:func:`_first_among`; ``search --explain`` shows the raise as
+        ``exact``): first the pages holding every code identifier of the query (:meth:`_holding_identifiers`),
+        then, above them, the pages holding the query verbatim (:meth:`_holding_verbatim`). A page without what
+        the query names exactly is not the answer, however its other lanes vote."""
+        if len(pages) < 2:
+            return pages
+        head = {nid for nid, _, _ in pages[:EXACT_DEPTH]}
+        for holding in (self._holding_identifiers(query), self._holding_verbatim(query, head)):
+            if holding:
+                pages = _first_among(pages, holding, EXACT_DEPTH)
+        return pages
+
+    def _holding_identifiers(self, query: str) -> set[str] | None:
+        """Note ids of the pages whose text holds every code identifier of the query (:data:`IDENTIFIER`, a term of
+        the ``bm25_page`` index); None when the query has none (or ``exact_identifiers`` is off). A query naming
+        ``minimum_interval_seconds`` or ``useImmerReducer`` looks that identifier up: an English note holding the
+        identifier, #1 in the BM25 lanes and `vector`, came after Japanese pages without it that the cross-lingual
+        lane voted for. Measured out-of-fold on the 417 cases (``bench/cv.py --both``, session 37): +0.005 [+0.001,
+        +0.011] scoped, +0.007 [+0.002, +0.013] unscoped."""
         index = self._bm25_pages
-        if not self.exact_identifiers or len(pages) < 2 or index is None:
-            return pages
+        if not self.exact_identifiers or index is None:
+            return None
         terms = {m.group().lower() for m in IDENTIFIER.finditer(query)}
-        if not terms:
-            return pages
         terms &= set(self.analyzer.tokens(query))          # as the analyzer keeps them, whole
-        holding: set[str] | None = None
-        for term in sorted(terms):
-            found = set(index.docs_with(term))
-            holding = found if holding is None else holding & found
-        if not holding:
-            return pages
-        head = pages[:IDENTIFIER_DEPTH]
-        first = [p for p in head if p[0] in holding]
-        rest = [p for p in head if p[0] not in holding]
-        if not first or not rest:
-            return pages
-        lift = max(0.0, max(p[1] for p in rest) - min(p[1] for p in first))
-        lift = lift + 1e-9 if lift else 0.0
-        return [(nid, score + lift, r) for nid, score, r in first] + rest + pages[IDENTIFIER_DEPTH:]
+        if not terms:
+            return None
+        return set(index.docs_with_all(sorted(terms)))
+
+    def _holding_verbatim(self, query: str, head: set[str]) -> set[str] | None:
+        """Note ids among ``head`` of the pages with a chunk (its title, breadcrumb and text, as plain text) that
+        holds the query verbatim, as quoted terms would (:func:`pipeline.search.query.verbatim_terms`: a Japanese
+        phrase or each space-separated part, or an English phrase of two words or more); None when the query is
+        not such a phrase (or ``exact_phrases`` is off). Only the chunks holding every BM25 term of the query are
+        read (from the chunk rows of the hits' start-up cache). A note-taker who types ``ダッシュボードの担当``,
+        written so in one meeting note, wants that note: the lanes put four English dashboard pages before it
+        (two dense votes each). No eval question is found verbatim in a page, so the 417 cases do not move
+        (``bench/cv.py --both``, session 38: 0 of 834 rankings changed)."""
+        from pipeline.search.snippet import clean_text
+
+        terms = verbatim_terms(query) if self.exact_phrases and self._bm25 is not None else ()
+        if not terms:
+            return None
+        note_of = self._note_of
+        chunks = [c for c in self._bm25.docs_with_all(self.analyzer.tokens(query))     # type: ignore[union-attr]
+                  if note_of.get(c) in head]
+        found: set[str] = set()
+        for cid, row in (self._chunk_rows(chunks) if chunks else {}).items():
+            nid = note_of[cid]
+            if nid not in found and holds_verbatim(
+                    clean_text("\n\n".join(row.get(col) or "" for col in ("title", "breadcrumb", "text"))), terms):
+                found.add(nid)
+        return found
 
     def _named_first(self, pages: list[tuple[str, float, dict[str, int]]], query: str
                      ) -> list[tuple[str, float, dict[str, int]]]:
