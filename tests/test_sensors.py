@@ -197,6 +197,53 @@ def test_sensor_finishes_a_chain_a_dead_run_left_after_its_fetch(two_sources, tm
         assert evaluate(result.cursor).run_requests == []
 
 
+def test_a_chain_the_user_terminated_is_not_started_again(two_sources, tmp_path):
+    """A user terminates a run in the UI after its fetch (or after its embeddings): the next tick requested the same
+    chain again (its unfinished-chain rule), so Terminate did not stick. A run that ended CANCELED is now left
+    alone, and the tick's skip reason says so; a killed or failed run is still finished (tests above)."""
+    import time
+
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        materialize, evaluate = _runless(instance, sensor)
+
+        def in_run(run_id: str, status: dg.DagsterRunStatus, *keys: list[str]) -> None:
+            instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=status))
+            for k in keys:
+                instance.store_event(EventLogEntry(
+                    error_info=None, level="debug", user_message="", run_id=run_id, timestamp=time.time(),
+                    dagster_event=DagsterEvent(DagsterEventType.ASSET_MATERIALIZATION.value, "__ASSET_JOB",
+                                               event_specific_data=StepMaterializationData(
+                                                   dg.AssetMaterialization(asset_key=dg.AssetKey(k))))))
+
+        every = [[s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES]
+        materialize(*every, *([s] for s in SHARED_STAGES))
+        in_run("stopped-early", dg.DagsterRunStatus.CANCELED, ["notes", "raw_docs"], ["notes", "notes"])
+        result = evaluate()
+        assert result.run_requests == []
+        assert result.skip_reason is not None and result.skip_reason.skip_message.endswith(
+            "; not restarted: the run building notes was terminated before it published (materialize the "
+            "source's assets or run `docsvault build` to finish it)")
+        materialize(["notes", "chunks"], ["notes", "embeddings"])            # finished by hand
+        in_run("stopped-late", dg.DagsterRunStatus.CANCELED, ["repo_docs", "raw_docs"], ["repo_docs", "notes"],
+               ["repo_docs", "chunks"], ["repo_docs", "embeddings"])         # terminated before the warehouse
+        result = evaluate()
+        # notes (by hand, not terminated) is published; repo_docs (terminated) is not, and is named
+        published = instance.get_asset_records([dg.AssetKey(["warehouse"])])[0] \
+            .asset_entry.last_materialization_record.storage_id
+        assert [(r.run_key, r.tags["docsvault/trigger"]) for r in result.run_requests] == [
+            (f"unpublished:{published}", "unpublished")]
+        materialize(*([s] for s in SHARED_STAGES))                       # that run publishes repo_docs' too
+        result = evaluate()
+        assert result.run_requests == [] and result.skip_reason.skip_message == "no source moved (2 checked)"
+
+
 def test_a_source_removed_and_added_back_unchanged_is_requested_again(tmp_path):
     """`memo` built, removed by a build (vault/memo/ and its data go), then added back with the same entry: it has
     nothing built again, so the sensor requests it once per removal, under a run key Dagster has not seen (the

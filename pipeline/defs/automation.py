@@ -130,7 +130,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         checked, stale = (by_name, "") if sources_file is None else sources_now(by_name, sources_file)
         if stale:
             context.log.warning(stale)
-        unfinished = unfinished_chains(instance, list(checked.values())) if instance is not None else {}
+        unfinished, terminated = (unfinished_chains(instance, list(checked.values())) if instance is not None
+                                  else ({}, []))
 
         def request(source: Source, run_key: str, trigger: str, why: str) -> None:
             requests.append(dg.RunRequest(
@@ -170,7 +171,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 request(source, f"fetch_failed:{failing}", "fetch_failed",
                         f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
                         f"answers again ({check.detail}); requesting a run to retry it")
-        behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
+        behind = unpublished(instance, list(checked.values()), terminated) if instance is not None and not requests \
+            else None
         if behind is not None:
             requests.append(dg.RunRequest(
                 run_key=f"unpublished:{behind[0]}", asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
@@ -190,7 +192,11 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         why = f"no source moved ({len(checked)} checked"
         if unreachable:
             why += f"; {len(unreachable)} could not be checked: {', '.join(unreachable)} (see the tick's log)"
-        return dg.SensorResult(skip_reason=why + ")" + (f"; {stale}" if stale else ""), cursor=new_cursor)
+        why += ")"
+        if terminated:
+            why += (f"; not restarted: the run building {', '.join(sorted(set(terminated)))} was terminated before "
+                    "it published (materialize the source's assets or run `docsvault build` to finish it)")
+        return dg.SensorResult(skip_reason=why + (f"; {stale}" if stale else ""), cursor=new_cursor)
 
     return _sensor
 
@@ -222,13 +228,15 @@ ACTIVE_RUN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_START
                        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
-def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tuple[int, list[str]] | None:
+def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source], terminated: list[str] | None = None
+                ) -> tuple[int, list[str]] | None:
     """The storage id of the warehouse's last materialization and the sources whose ``embeddings`` materialized
     after it: a run that built them stopped before the shared stages (``dg launch --assets group:<source>``, a
     run killed or failed before ``warehouse``), so the vault holds notes that search does not, and upstream looks
     unchanged. None when every source's embeddings are older, when the warehouse was never published, or while a
     run is queued or in progress (it may publish). Keyed by the warehouse's materialization, so a warehouse that
-    keeps failing is requested once, not on every tick."""
+    keeps failing is requested once, not on every tick. A source whose embeddings a terminated run made
+    (:func:`ended_by_terminate`) is not counted: it is appended to ``terminated`` instead."""
     if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
         return None
     warehouse = dg.AssetKey(["warehouse"])
@@ -240,7 +248,21 @@ def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tupl
         return None
     newer = [name for k, name in keys.items() if (last.get(k) is not None and
                                                     last[k].storage_id > published.storage_id)]
+    stopped = [name for k, name in keys.items() if name in newer and ended_by_terminate(instance, last[k])]
+    if terminated is not None:
+        terminated.extend(stopped)
+    newer = [name for name in newer if name not in stopped]
     return (published.storage_id, newer) if newer else None
+
+
+def ended_by_terminate(instance: dg.DagsterInstance, record: Any) -> bool:
+    """Whether the run of a materialization ``record`` (an ``EventLogRecord``) was terminated: it ended CANCELED
+    (the UI's Terminate, ``dagster run terminate``). The sensor does not start such a chain again by itself: a
+    user who stops a run wants it stopped (it came back at the next tick); the next upstream change, the schedule,
+    or a materialization by hand finishes it. A killed or failed run (FAILURE) is finished by the sensor."""
+    run_id = getattr(record, "run_id", None)
+    run = instance.get_run_by_id(run_id) if run_id else None
+    return run is not None and run.status == dg.DagsterRunStatus.CANCELED
 
 
 def removal_request(instance: dg.DagsterInstance, settings: Settings,
@@ -274,22 +296,27 @@ def removal_request(instance: dg.DagsterInstance, settings: Settings,
                      "requesting link_graph, warehouse and retrieval_eval to remove them")
 
 
-def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, int]:
+def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tuple[dict[str, int], list[str]]:
     """Sources whose chain a run left unfinished: ``<source>/raw_docs`` materialized after the source's last
     ``embeddings`` (the run was killed or crashed between them; its fetch is recorded, so the upstream check sees
     nothing new and would never finish the chain). Source name -> storage id of that ``raw_docs`` materialization
-    (one request per interrupted fetch). Empty while any run is queued or in progress: it may be finishing them."""
+    (one request per interrupted fetch), and apart the sources whose run was terminated (:func:`ended_by_terminate`),
+    which are not requested. Empty while any run is queued or in progress: it may be finishing them."""
     if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
-        return {}
+        return {}, []
     out: dict[str, int] = {}
+    terminated: list[str] = []
     for source in sources:
         raw, emb = key("raw_docs", source), key("embeddings", source)
         last = {r.asset_entry.asset_key: r.asset_entry.last_materialization_record
                 for r in instance.get_asset_records([raw, emb])}
         fetched, embedded = last.get(raw), last.get(emb)
         if fetched is not None and (embedded is None or embedded.storage_id < fetched.storage_id):
-            out[source.name] = fetched.storage_id
-    return out
+            if ended_by_terminate(instance, fetched):
+                terminated.append(source.name)
+            else:
+                out[source.name] = fetched.storage_id
+    return out, terminated
 
 
 def automation_defs(settings: Settings) -> dg.Definitions:
