@@ -29,6 +29,8 @@ from pipeline.search.searcher import EXACT_DEPTH, Searcher
     ("ＤｕｃｋＤＢ ｍａｃｒｏｓ", ("duckdb macros",)),                       # NFKC, case-folded
     ("install", ()),                                                        # one Latin word: BM25 reads it
     ("猫", ()),                                                             # one kanji is in too many pages
+    ("DuckDB で CSV を 読む", ("duckdb", "csv", "読む")),                    # particles written apart: left out
+    ("ね こ", ()),
     ("   ", ()),
 ])
 def test_verbatim_terms(query: str, terms: tuple[str, ...]) -> None:

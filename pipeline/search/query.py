@@ -157,16 +157,16 @@ def verbatim_terms(query: str) -> tuple[str, ...]:
     quoted terms would be: for a query with CJK characters, each of its whitespace-separated parts (Japanese
     users separate keywords with spaces: ``山田さん 担当``; ``ダッシュボードの担当`` is one part); for another
     query of two words or more, the whole query as one phrase (``kubectl rollout restart``, ``warning-wombat``).
-    Each end of a part loses its question marks and sentence punctuation.
+    Each end of a part loses its question marks and sentence punctuation, and a part of one character is left out
+    (a particle written apart, `DuckDB で CSV を 読む`; one kanji is in too many pages to say anything).
 
     Returns:
-        The terms, folded (:func:`_fold`); () for one Latin word (BM25 and the identifier lookup read it) and for
-        parts of fewer than two characters in all (one kanji is in too many pages to say anything).
+        The terms, folded (:func:`_fold`); () for one Latin word (BM25 and the identifier lookup read it) and when
+        no part is left.
     """
     folded = _fold(query.replace("`", ""))
     if _CJK.search(folded):
-        parts = tuple(p for p in (part.strip(VERBATIM_TRIM) for part in folded.split(" ")) if p)
-        return parts if sum(map(len, parts)) >= 2 else ()
+        return tuple(p for p in (part.strip(VERBATIM_TRIM) for part in folded.split(" ")) if len(p) >= 2)
     phrase = folded.strip(VERBATIM_TRIM)
     return (phrase,) if len(re.findall(r"\w+", phrase)) >= 2 else ()
 
