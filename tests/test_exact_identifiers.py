@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import Bm25Index
-from pipeline.search.searcher import EXACT_DEPTH, Searcher
+from pipeline.search.searcher import Searcher
 
 PAGES = {
     "ja-1": "スケジュールの間隔を設定する。schedule の interval を秒で指定します。",
@@ -22,15 +22,25 @@ PAGES = {
 }
 
 
-@pytest.fixture
-def searcher() -> Searcher:
-    """A Searcher with only what ``_exact_first`` reads: the analyzer and a page index over PAGES."""
+def stub_searcher(**attributes: object) -> Searcher:
+    """A Searcher with only the analyzer and ``attributes`` (what ``_exact_first`` reads), both lookups on."""
     sr = Searcher.__new__(Searcher)
     sr.analyzer = Analyzer()
-    sr._bm25_pages = Bm25Index.build(list(PAGES), [sr.analyzer.tokens(t) for t in PAGES.values()])
-    sr.exact_identifiers = True
-    sr.exact_phrases = False            # the verbatim lookup: tests/test_exact_phrases.py
+    sr.exact_identifiers = sr.exact_phrases = True
+    for name, value in attributes.items():
+        setattr(sr, name, value)
     return sr
+
+
+def identifier_searcher() -> Searcher:
+    """A page index over PAGES; the verbatim lookup (tests/test_exact_phrases.py) off."""
+    return stub_searcher(_bm25_pages=Bm25Index.build(list(PAGES), [Analyzer().tokens(t) for t in PAGES.values()]),
+                         exact_phrases=False)
+
+
+@pytest.fixture
+def searcher() -> Searcher:
+    return identifier_searcher()
 
 
 FUSED = [("ja-1", 0.142, {"crosslingual": 1}), ("ja-2", 0.141, {"crosslingual": 2}),
@@ -54,14 +64,6 @@ def test_every_identifier_of_the_query_is_needed(searcher: Searcher) -> None:
 @pytest.mark.parametrize("query", ["how often does a sensor run", "unknown_identifier_xyz", "Sensors"])
 def test_a_query_without_an_identifier_the_pages_hold_changes_nothing(searcher: Searcher, query: str) -> None:
     assert searcher._exact_first(list(FUSED), query) == FUSED
-
-
-def test_off_and_beyond_the_depth(searcher: Searcher) -> None:
-    searcher.exact_identifiers = False
-    assert searcher._exact_first(list(FUSED), "minimum_interval_seconds") == FUSED
-    searcher.exact_identifiers = True
-    deep = [(f"p{i}", 1.0 - i / 100, {}) for i in range(EXACT_DEPTH)] + [("note", 0.1, {})]
-    assert searcher._exact_first(list(deep), "minimum_interval_seconds") == deep      # only the top is reordered
 
 
 def test_explain_shows_the_raise_as_exact(searcher: Searcher) -> None:

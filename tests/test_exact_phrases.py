@@ -9,12 +9,16 @@ Japanese phrase or each space-separated part, an English phrase of two words or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import Bm25Index
 from pipeline.search.query import holds_verbatim, verbatim_terms
 from pipeline.search.searcher import EXACT_DEPTH, Searcher
+from tests.test_exact_identifiers import FUSED as IDENTIFIER_FUSED
+from tests.test_exact_identifiers import identifier_searcher, stub_searcher
 
 
 @pytest.mark.parametrize(("query", "terms"), [
@@ -68,19 +72,17 @@ CHUNKS = {   # chunk id -> (note id, title, breadcrumb, text)
 }
 
 
+def phrase_searcher() -> Searcher:
+    """A chunk index over CHUNKS and their rows (``_chunk_rows``), no page index."""
+    return stub_searcher(
+        _bm25=Bm25Index.build(list(CHUNKS), [Analyzer().tokens(f"{c[1]} {c[3]}") for c in CHUNKS.values()]),
+        _bm25_pages=None, _note_of={cid: c[0] for cid, c in CHUNKS.items()},
+        _chunk_rows=lambda ids: {cid: dict(zip(("title", "breadcrumb", "text"), CHUNKS[cid][1:])) for cid in ids})
+
+
 @pytest.fixture
 def searcher() -> Searcher:
-    """A Searcher with only what ``_exact_first`` reads: the analyzer, a chunk index over CHUNKS and their rows."""
-    sr = Searcher.__new__(Searcher)
-    sr.analyzer = Analyzer()
-    sr._bm25 = Bm25Index.build(list(CHUNKS), [sr.analyzer.tokens(f"{c[1]} {c[3]}") for c in CHUNKS.values()])
-    sr._bm25_pages = None
-    sr._note_of = {cid: c[0] for cid, c in CHUNKS.items()}
-    sr.exact_identifiers = True
-    sr.exact_phrases = True
-    sr._chunk_rows = lambda ids: {cid: {"title": CHUNKS[cid][1], "breadcrumb": CHUNKS[cid][2],  # type: ignore[method-assign]
-                                        "text": CHUNKS[cid][3]} for cid in ids}
-    return sr
+    return phrase_searcher()
 
 
 FUSED = [("dash", 0.149, {"vector": 1}), ("runs", 0.138, {"crosslingual": 1}), ("other", 0.12, {"bm25": 3}),
@@ -115,24 +117,27 @@ def test_a_query_no_page_holds_verbatim_changes_nothing(searcher: Searcher, quer
     assert searcher._exact_first(list(FUSED), query) == FUSED
 
 
-def test_off_and_beyond_the_depth(searcher: Searcher) -> None:
-    searcher.exact_phrases = False
-    assert searcher._exact_first(list(FUSED), "ダッシュボードの担当") == FUSED
-    searcher.exact_phrases = True
-    deep = [(f"p{i}", 1.0 - i / 100, {}) for i in range(EXACT_DEPTH)] + [("memo", 0.1, {})]
-    assert searcher._exact_first(list(deep), "ダッシュボードの担当") == deep          # only the top is reordered
+@pytest.mark.parametrize(("make", "fused", "switch", "query", "moved"), [
+    (phrase_searcher, FUSED, "exact_phrases", "ダッシュボードの担当", "memo"),
+    (identifier_searcher, IDENTIFIER_FUSED, "exact_identifiers", "minimum_interval_seconds", "note"),
+])
+def test_off_and_beyond_the_depth(make: Callable[[], Searcher], fused: list, switch: str, query: str,
+                                  moved: str) -> None:
+    searcher = make()
+    setattr(searcher, switch, False)
+    assert searcher._exact_first(list(fused), query) == fused
+    setattr(searcher, switch, True)
+    assert searcher._exact_first(list(fused), query)[0][0] == moved
+    deep = [(f"p{i}", 1.0 - i / 100, {}) for i in range(EXACT_DEPTH)] + [(moved, 0.1, {})]
+    assert searcher._exact_first(list(deep), query) == deep          # only the top is reordered
 
 
 def test_the_verbatim_page_comes_before_a_page_holding_the_identifier_only() -> None:
-    sr = Searcher.__new__(Searcher)
-    sr.analyzer = Analyzer()
     texts = {"ref": "deployment/api and restart_policy", "note": "Set restart_policy to always, then kubectl rollout "
              "restart restart_policy pods.", "misc": "Nothing here."}
-    sr._bm25 = Bm25Index.build(list(texts), [sr.analyzer.tokens(t) for t in texts.values()])
-    sr._bm25_pages = sr._bm25
-    sr._note_of = {k: k for k in texts}
-    sr.exact_identifiers = sr.exact_phrases = True
-    sr._chunk_rows = lambda ids: {i: {"title": "", "breadcrumb": "", "text": texts[i]} for i in ids}  # type: ignore[method-assign]
+    index = Bm25Index.build(list(texts), [Analyzer().tokens(t) for t in texts.values()])
+    sr = stub_searcher(_bm25=index, _bm25_pages=index, _note_of={k: k for k in texts},
+                       _chunk_rows=lambda ids: {i: {"title": "", "breadcrumb": "", "text": texts[i]} for i in ids})
     fused = [("misc", 0.3, {}), ("ref", 0.2, {}), ("note", 0.1, {})]
     assert [p[0] for p in sr._exact_first(list(fused), "rollout restart restart_policy")] == ["note", "ref", "misc"]
     assert [p[0] for p in sr._exact_first(list(fused), "restart_policy")] == ["ref", "note", "misc"]
