@@ -26,6 +26,7 @@ def stub_searcher(**attributes: object) -> Searcher:
     """A Searcher with only the analyzer and ``attributes`` (what ``_exact_first`` reads), both lookups on."""
     sr = Searcher.__new__(Searcher)
     sr.analyzer = Analyzer()
+    sr._query_token_memo = (None, {})
     sr.exact_identifiers = sr.exact_phrases = True
     for name, value in attributes.items():
         setattr(sr, name, value)

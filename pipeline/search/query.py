@@ -141,7 +141,7 @@ def text_contains(folded_text: str, term: str) -> bool:
     t = _fold(term.replace("`", ""))
     if not t:
         return True
-    if _CJK.search(t):
+    if _CJK.search(t) or t not in folded_text:     # no need to compile a word-boundary pattern (~1-5 ms a term)
         return t in folded_text
     left = WORD_START if re.match(r"\w", t) else ""       # `LoRA` in `でLoRAを` is a word: CJK is no letter of it
     right = WORD_END if re.search(r"\w$", t) else ""

@@ -608,6 +608,7 @@ class Searcher:
         # them)
         self._query_terms: tuple[tuple[Any, ...], dict[str, tuple[tuple[str, ...], tuple[float, ...] | None]]] = (
             (), {})
+        self._query_token_memo: tuple[Any, dict[str, tuple[str, ...]]] = (None, {})    # _query_tokens' memo
         self._lock = threading.RLock()
         self._cache_lock = threading.Lock()     # the FIFO caches the model threads of one search share
         self._masks: dict[tuple, np.ndarray] = {}        # _scope_mask's and other per-scope boolean masks
@@ -886,6 +887,20 @@ class Searcher:
         query, whose English glosses would be weighed by how rare English is in a Japanese source, not by how specific
         they are (measured: README, Search quality)."""
         return self.scope_idf and not is_japanese(query)
+
+    def _query_tokens(self, query: str) -> tuple[str, ...]:
+        """The analyzer's terms of the query itself (no translation, no synonyms), memoized like
+        :meth:`_bm25_query`'s (an eval searches each question twice, a user retypes a query)."""
+        analyzer, memo = self._query_token_memo
+        if analyzer is not self.analyzer:           # an override swapped the analyzer
+            memo = {}
+            self._query_token_memo = (self.analyzer, memo)
+        got = memo.get(query)
+        if got is None:
+            if len(memo) >= QUERY_CACHE:
+                memo.pop(next(iter(memo)))
+            got = memo[query] = tuple(self.analyzer.tokens(query))
+        return got
 
     def _bm25_query(self, query: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
         """BM25 query terms and their weights (None: every term 1): the query's own terms (1 each), plus those of
@@ -1525,7 +1540,8 @@ class Searcher:
         if not self.exact_identifiers or index is None:
             return None
         terms = {m.group().lower() for m in IDENTIFIER.finditer(query)}
-        terms &= set(self.analyzer.tokens(query))          # as the analyzer keeps them, whole
+        if terms:
+            terms &= set(self._query_tokens(query))          # as the analyzer keeps them, whole
         if not terms:
             return None
         return set(index.docs_with_all(sorted(terms)))
@@ -1545,7 +1561,7 @@ class Searcher:
         if not terms:
             return None
         note_of = self._note_of
-        chunks = [c for c in self._bm25.docs_with_all(self.analyzer.tokens(query))     # type: ignore[union-attr]
+        chunks = [c for c in self._bm25.docs_with_all(self._query_tokens(query))     # type: ignore[union-attr]
                   if note_of.get(c) in head]
         found: set[str] = set()
         for cid, row in (self._chunk_rows(chunks) if chunks else {}).items():
