@@ -91,6 +91,41 @@ def test_source_removed_from_config_keeps_the_users_files(tmp_path: Path) -> Non
     assert not (tmp_path / "gone").exists()                  # nothing of the user's: the folder goes
 
 
+def test_a_renamed_copy_survives_its_source_removed_and_added_back(tmp_path: Path) -> None:
+    """A user renamed a generated note in Obsidian (`C- tips.md` -> `CSharp tips.md`, unedited), then removed the
+    source from sources.yaml and added it back. The removal kept the renamed copy as theirs and took the manifest
+    with it; the next build read the folder as one written before manifests, counted the copy (its frontmatter
+    and content_hash are the build's) as a generated note whose page had left the source, and deleted it
+    ("removed (their pages left the source): CSharp tips.md"). Now a file whose source_path the build writes at
+    another path is the user's copy: kept."""
+    from pipeline.models import text_hash
+
+    def tips() -> Note:
+        fm = {"title": "C# tips", "source": "demo", "source_path": "C# tips.md",
+              "content_hash": text_hash("Use var.\n")}
+        return Note(source="demo", source_path="C# tips.md", rel_path="C- tips.md", title="C# tips", frontmatter=fm,
+                    body="Use var.\n")
+
+    def plain(rel: str, body: str) -> Note:
+        note = _note(rel, body)
+        return dataclasses.replace(note, frontmatter={**note.frontmatter, "content_hash": text_hash(body)})
+
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [tips(), plain("a.md", "A.\n")])
+    (root / "C- tips.md").rename(root / "CSharp tips.md")          # Obsidian's rename: the bytes stay the same
+    renamed = (root / "CSharp tips.md").read_bytes()
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path, tmp_path / "evals")
+    assert build.remove_dropped_sources(settings, [], remove_all=True) == [
+        ("removed vault/demo/: source 'demo' is no longer in sources.yaml (kept 1 file(s) docsvault did not write, "
+         "or that were edited since: CSharp tips.md)")]
+    back = write_source(tmp_path, "demo", [tips(), plain("a.md", "A.\n")])
+    assert (back.written, back.removed, back.kept) == (["C- tips.md", "a.md"], [], ["CSharp tips.md"])
+    assert (root / "CSharp tips.md").read_bytes() == renamed
+    # a generated note of a page that left the source is still the build's when the manifest is gone
+    (root / ".docsvault" / "manifest.json").unlink()
+    assert write_source(tmp_path, "demo", [tips()]).removed == ["a.md"]
+
+
 def test_vault_without_manifest_keeps_edited_and_foreign_files(tmp_path: Path) -> None:
     """A vault written before manifests: unedited generated notes are recognised by their content_hash."""
     from pipeline.models import text_hash

@@ -17,7 +17,8 @@ build's while its bytes hash to one of its listed values (normally one; two whil
 build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
 moving or restoring the vault keeps ownership. A vault written before manifests existed (no manifest): a ``.md``
 file counts as the build's when its frontmatter says ``source: <source>`` and its ``content_hash`` matches its body
-(or it is the source's ``docsvault: index`` note); any other file is the user's.
+(or it is the source's ``docsvault: index`` note), and it is not a renamed or moved copy (its ``source_path`` is
+written elsewhere); any other file is the user's.
 """
 
 from __future__ import annotations
@@ -100,10 +101,17 @@ def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[s
     write_atomic(manifest_path(root), (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
-def legacy_owned(root: Path, source: str) -> Manifest:
-    """Ownership of a source folder written before manifests: its ``.md`` files whose frontmatter has ``source:
-    <source>`` and a ``content_hash`` equal to the hash of their body (unedited generated notes), and its
-    ``docsvault: index`` note; each with its current hash."""
+def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = None) -> Manifest:
+    """Ownership of a source folder written before manifests (or of a dropped source's folder, whose manifest went
+    when it was removed, added back): its ``.md`` files whose frontmatter has ``source: <source>`` and a
+    ``content_hash`` equal to the hash of their body (unedited generated notes), and its ``docsvault: index``
+    note; each with its current hash.
+
+    Args:
+        written: source path -> vault rel path of the notes the build writes now. A file whose ``source_path`` is
+            written at another rel path is a copy someone renamed or moved (Obsidian's rename), the user's: it
+            counted as the build's, so a source removed and added back deleted that copy as "left the source".
+    """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
     from pipeline.models import text_hash
@@ -118,6 +126,9 @@ def legacy_owned(root: Path, source: str) -> Manifest:
         except (OSError, NoteError):
             continue
         if not isinstance(fm, dict) or fm.get("source") != source:
+            continue
+        at = (written or {}).get(unicodedata.normalize("NFC", str(fm.get("source_path", ""))))
+        if at is not None and at != rel:
             continue
         if fm.get(INDEX_KEY) == INDEX_VALUE or fm.get("content_hash") == text_hash(body):
             owned[rel] = {hashlib.sha256(data).hexdigest()}

@@ -290,7 +290,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     new_hash.update({rel: digest for rel, (_, _, digest) in copies.items()})
 
     manifest = load_manifest(root)
-    owned = manifest if manifest is not None else legacy_owned(root, source)
+    owned = manifest if manifest is not None else legacy_owned(
+        root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes})
     before = walk_files(root)
     # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
     # knows them next time)
