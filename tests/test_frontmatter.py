@@ -67,6 +67,32 @@ def test_invalid_yaml_names_file_and_line():
     assert "invalid YAML" in msg
 
 
+@pytest.mark.parametrize(("frontmatter", "line", "problem", "fix"), [
+    ("date: {{date}}\ntags: [daily]", 2, "{{date}} is a template placeholder", 'date: "{{date}}"'),
+    ("title: x\ncreated: {{date:YYYY-MM-DD}} {{time}}", 3, "{{date:YYYY-MM-DD}} is a template placeholder",
+     'created: "{{date:YYYY-MM-DD}} {{time}}"'),
+    ("aliases: [{{title}}, Daily]", 2, "{{title}} is a template placeholder", 'aliases: ["{{title}}", Daily]'),
+    ("tags:\n  - {{tag}}", 3, "{{tag}} is a template placeholder", '- "{{tag}}"'),
+])
+def test_a_template_placeholder_in_frontmatter_is_named_with_the_quoted_value(frontmatter, line, problem, fix):
+    """An Obsidian templates folder (`Templates/Daily.md` with `date: {{date}}`) was skipped with "found unhashable
+    key; fix or quote the value": YAML's words, not the user's. Now the line names the placeholder and gives the
+    line quoted, as Obsidian's Templates help writes it."""
+    with pytest.raises(NoteError) as exc:
+        split_frontmatter(f"---\n{frontmatter}\n---\n# {{{{title}}}}\n", "Templates/Daily.md")
+    assert str(exc.value) == (f"Templates/Daily.md: line {line}: invalid YAML frontmatter: {problem}, which YAML "
+                              f"reads as a mapping; quote it: {fix} (as Obsidian's Templates help writes it)")
+
+
+def test_a_placeholder_yaml_reads_as_text_is_no_template_error():
+    """`title: My {{title}}` is a plain text value: an error on that line is YAML's own."""
+    assert split_frontmatter("---\ntitle: My {{title}}\n---\nx\n", "a.md") == ({"title": "My {{title}}"}, "x\n")
+    with pytest.raises(NoteError) as exc:
+        split_frontmatter("---\ntitle: My {{title}}\n  bad: 1\n---\nx\n", "a.md")
+    assert str(exc.value) == "a.md: line 3: invalid YAML frontmatter: mapping values are not allowed here; fix or " \
+                             "quote the value"
+
+
 def test_non_mapping_frontmatter():
     with pytest.raises(NoteError, match="mapping"):
         split_frontmatter("---\n- a\n- b\n---\nbody\n", "a.md")

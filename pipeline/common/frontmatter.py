@@ -301,6 +301,32 @@ def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str
     return line, f"{problem}, in the {what} that starts on line {start}", fix
 
 
+_PLACEHOLDER = re.compile(r"\{\{[^{}\n]*\}\}")
+#: ``key: value``, ``- key: value`` or a list item ``- value``: (what precedes the value, the value)
+_KEY_VALUE = re.compile(r"^(\s*(?:- )?[^\s:#'\"{\[-][^:]*:\s+|\s*- )(.*?)\s*$")
+
+
+def _placeholder_parts(text: str) -> tuple[str, str] | None:
+    """``(problem, what to do)`` for a frontmatter line that holds an unquoted template placeholder (``date:
+    {{date}}`` in a templates folder, Obsidian's Templates or Daily notes syntax), which YAML reads as a mapping
+    and rejects with "found unhashable key" or "expected <block end>"; None for any other line. The fix quotes
+    the value as Obsidian's Templates help does (``date: "{{date}}"``), or each placeholder inside a ``[…]`` list."""
+    found = _PLACEHOLDER.search(text)
+    match = _KEY_VALUE.match(text)
+    if found is None or match is None:
+        return None
+    key, value = match.groups()
+    # only a placeholder where YAML reads its braces as a mapping: `title: My {{title}}` is a plain text value
+    if not (value.startswith("{{") or (value.startswith("[") and re.search(r"[\[,]\s*\{\{", value))):
+        return None
+    if value.startswith("["):
+        quoted = _PLACEHOLDER.sub(lambda m: f'"{m.group(0)}"', value)
+    else:
+        quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return (f"{found.group(0)} is a template placeholder, which YAML reads as a mapping",
+            f"quote it: {key.strip()} {quoted} (as Obsidian's Templates help writes it)")
+
+
 def frontmatter_end(lines: Sequence[str]) -> int | None:
     """Index in ``lines`` (a note's LF-split lines) of the line closing its frontmatter block: the first line after
     an opening ``---`` (line 1, exactly) that is ``---`` or ``...``; None when line 1 opens none or it is never
@@ -352,6 +378,7 @@ def split_frontmatter(text: str, where: str) -> tuple[dict[str, Any], str]:
         raise NoteError(f"{where}: line 2: frontmatter refused: {exc}; simplify it") from None
     except yaml.YAMLError as exc:
         line, problem, fix = yaml_error_parts(exc)
+        problem, fix = _placeholder_parts(lines[line - 1] if 1 < line <= end else "") or (problem, fix)
         raise NoteError(f"{where}: line {line}: invalid YAML frontmatter: {problem}; {fix}") from None
     except (ValueError, TypeError, OverflowError) as exc:   # e.g. `due: 2021-13-45` (YAML's date constructor)
         line = _bad_value_line(raw) or 2
