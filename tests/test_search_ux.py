@@ -153,6 +153,10 @@ def test_a_word_starting_with_two_dashes_is_a_word_not_an_exclusion() -> None:
     ("ducks OR", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
     ("OR ducks", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
     ('x ""', 'empty phrase "" in the query: put words between the quotes'),
+    ("tag:a OR source:b", ("OR between a tag: and a source: filter: filters of different kinds all apply; OR works "
+                           "between words or phrases, or between filters of one kind (tag:a OR tag:b, the same as "
+                           "tag:a tag:b)")),
+    ("tag:a OR ducks", 'OR needs a word or a phrase on both sides, e.g. "sync" OR "backup"'),
     ("-ducks -geese", "nothing to search for: the query has only exclusions; add words or a filter, e.g. "
                       "`sync -mobile` or `tag:howto -mobile`"),
 ])
@@ -160,6 +164,19 @@ def test_bad_query_syntax_is_one_line(query: str, message: str) -> None:
     with pytest.raises(QuerySyntaxError) as err:
         parse_query(query)
     assert str(err.value) == message
+
+
+def test_or_between_filters_of_one_kind_is_what_they_mean_alone() -> None:
+    """`tag:日記 OR tag:books` (Obsidian's search writes it so) was an error, "OR needs a word or a phrase on both
+    sides", though two tag filters already match any of them: now it is `tag:日記 tag:books`, for path: and source:
+    too, and words and phrases around it keep their OR."""
+    assert parse_query("tag:日記 OR tag:books") == parse_query("tag:日記 tag:books")
+    q = parse_query("path:me/日記 OR path:me/Projects draft")
+    assert (q.text, q.paths, q.required) == ("draft", ("me/日記", "me/Projects"), ())
+    q = parse_query('"a b" OR "c d" source:x OR source:y')
+    assert (q.text, q.required, q.sources) == ("a b c d", (("a b", "c d"),), ("x", "y"))
+    q = parse_query('"a b" tag:x OR "c d"')       # an OR between phrases, a filter beside it: as before
+    assert (q.text, q.required, q.tags) == ("a b c d", (("a b", "c d"),), ("x",))
 
 
 def test_text_matching_is_word_bounded_for_latin_and_substring_for_cjk() -> None:

@@ -198,8 +198,8 @@ def _filter_value(key: str, value: str, negated: bool) -> str:
 
 
 def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str], list[str]]:
-    """The query's items ``(kind: word | phrase | or, value, negated)`` in order, and its ``source:``, ``tag:`` and
-    ``path:`` filter values.
+    """The query's items ``(kind: word | phrase | or | filter, value, negated)`` in order (a filter's value is its
+    key, ``tag``), and its ``source:``, ``tag:`` and ``path:`` filter values.
 
     Raises:
         QuerySyntaxError: an empty filter, a negated filter, a ``tag:"a b"`` with a space or an empty phrase.
@@ -223,6 +223,7 @@ def _scan(query: str) -> tuple[list[tuple[str, str, bool]], list[str], list[str]
             value = (inner if quoted is not None else bare or "").strip()
             {"source": sources, "tag": tags, "path": paths}[key.lower()].append(
                 _filter_value(key.lower(), value, bool(neg)))
+            items.append(("filter", key.lower(), False))     # where it stood, for an OR beside it (_drop_filters)
             continue
         if quoted is not None:
             if not inner.strip():
@@ -258,6 +259,33 @@ _WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d|\u2212)(source|tag|path)\uff1a")
 INVISIBLE = str.maketrans("", "", "\u200b\u2060\ufeff\u00ad")
 
 
+def _drop_filters(items: list[tuple[str, str, bool]]) -> list[tuple[str, str, bool]]:
+    """``items`` without the filters' places, and without an ``OR`` between two filters of one key (``tag:a OR
+    tag:b``, Obsidian's way to write it): filters of one key already match any of their values. Before session 38
+    that query was an error ("OR needs a word or a phrase on both sides").
+
+    Raises:
+        QuerySyntaxError: an ``OR`` between filters of two keys (``tag:a OR source:b``): filters of different keys
+            all apply.
+    """
+    out: list[tuple[str, str, bool]] = []
+    for i, item in enumerate(items):
+        if item[0] != "or":
+            if item[0] != "filter":
+                out.append(item)
+            continue
+        before, after = items[i - 1] if i else None, items[i + 1] if i + 1 < len(items) else None
+        if before is not None and after is not None and before[0] == after[0] == "filter":
+            if before[1] == after[1]:
+                continue
+            raise QuerySyntaxError(
+                f"OR between a {before[1]}: and a {after[1]}: filter: filters of different kinds all apply; OR "
+                f"works between words or phrases, or between filters of one kind (tag:a OR tag:b, the same as "
+                f"tag:a tag:b)")
+        out.append(item)
+    return out
+
+
 def ascii_syntax(query: str) -> str:
     """``query`` with its typed syntax characters as the ASCII ones the parser reads (module docstring): smart and
     full-width quotes -> ``"``, a full-width minus starting a word -> ``-``, ``tag：`` -> ``tag:``; the
@@ -286,6 +314,7 @@ def parse_query(query: str) -> ParsedQuery:
     if query.count('"') % 2:
         raise QuerySyntaxError('unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote')
     items, sources, tags, paths = _scan(query)
+    items = _drop_filters(items)
     # OR groups
     groups: list[list[tuple[str, str]]] = []
     excluded: list[str] = []
