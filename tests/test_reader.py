@@ -422,3 +422,26 @@ def test_a_name_of_many_notes_says_how_many_and_how_to_narrow_it(vault: Path, tm
                                "to narrow it (a vault path ends in it), e.g. 'd00/index', or one whole vault "
                                "path")
     assert find_note(vault, "d11/index", path) == "docs/d11/index.md"
+
+
+def test_a_name_without_a_warehouse_says_to_build_not_that_only_md_can_be_read(vault: Path, tmp_path: Path) -> None:
+    """`read Home` while the warehouse is missing (before the first build, or moved away): names are looked up
+    there, so the error says to build (and names the vault file of that name); it said "refused 'Home': only
+    Markdown notes (.md) can be read". A link to it says the same of its note; a vault path still reads."""
+    (vault / "src" / "ホーム.md").write_text("# ホーム\n", encoding="utf-8")
+    missing = tmp_path / "none.duckdb"
+    start = "at that vault path, and note names, titles and aliases are looked up in the warehouse, which is not built"
+    build = f"(no warehouse at {missing}): run `docsvault build` first (or the refresh tool), or "
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "ホーム", missing)
+    assert str(info.value) == f"no note 'ホーム' {start} {build}read it by its vault path, e.g. 'src/ホーム.md'"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_link(vault, "[[ホーム#見出し|家]]", missing)
+    assert str(info.value) == f"no note 'ホーム' {start} {build}read it by its vault path, e.g. 'src/ホーム.md'"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "Nowhere", missing)
+    assert str(info.value) == (f"no note 'Nowhere' {start} {build}give a note's vault path, e.g. "
+                               "'source/folder/Note.md'")
+    assert find_note(vault, "src/ホーム.md", missing) == "src/ホーム.md"
+    with pytest.raises(PathRefusedError, match="only Markdown notes"):
+        find_note(vault, "src/notes.txt", missing)            # a vault file that is no note: refused as before

@@ -488,7 +488,11 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 return f"{note}.md"
             except (NoteNotFoundError, PathRefusedError):
                 pass
-        if warehouse_path is None or not Path(warehouse_path).exists():
+        if warehouse_path is None:
+            raise
+        if not Path(warehouse_path).exists():
+            if isinstance(exc, _NotMarkdownError) and not (Path(vault_dir) / note).is_file():
+                raise NoteNotFoundError(_unbuilt_name(Path(vault_dir), note, Path(warehouse_path))) from None
             raise
         # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`): only a note's title or alias may be written so
         # (the warehouse names the note's own vault path, which is read and checked as any other); a file of the
@@ -690,6 +694,18 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         if seen >= limit:
             break
     return sorted(found)
+
+
+def _unbuilt_name(vault_dir: Path, note: str, warehouse_path: Path) -> str:
+    """Why ``note``, no vault path, opens nothing while there is no warehouse: names, titles, aliases and source
+    paths are looked up there (before, ``read Home`` was refused as "only Markdown notes (.md) can be read");
+    with the vault files of that name, the path to read instead."""
+    files = _vault_files_named(vault_dir, link_parts(note)[0])
+    instead = (f"read it by its vault path, e.g. {files[0]!r}" if files
+               else "give a note's vault path, e.g. 'source/folder/Note.md'")
+    return (f"no note {note!r} at that vault path, and note names, titles and aliases are looked up in the "
+            f"warehouse, which is not built (no warehouse at {warehouse_path}): run `docsvault build` first "
+            f"(or the refresh tool), or {instead}")
 
 
 def _exact_name(name: str) -> str:
