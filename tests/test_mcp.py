@@ -372,6 +372,32 @@ def test_words_no_note_contains_are_named(built_env: Path) -> None:
     assert result.output.splitlines()[0] == f"(no note contains 'platypus'{skipped})"
 
 
+def test_a_skipped_file_serving_its_last_good_version_is_not_called_unsearched(built_env: Path) -> None:
+    """A note whose file broke (a frontmatter typo, an emptied file) keeps its last good version in search, but a
+    missing word's line said "2 files the build skipped are not searched" of those two: they are searched, as they
+    last built. A file never built is still "not searched"; both kinds together are told apart."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.ingest.normalize import errors_file
+    from pipeline.mcp_server import VaultService
+    from pipeline.stages import KEPT_SUFFIX
+
+    service = VaultService(Settings.from_env())
+    kept = [f"source 'tiny': {name}: invalid frontmatter{KEPT_SUFFIX}" for name in ("旅行.md", "Shopping.md")]
+    errors_file(Settings.from_env(), "tiny").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    stale = "; 2 files the build skipped are searched as they last built, not as they are now"
+    assert service.search("ducks platypus", k=2)["message"] == (
+        f"no note contains 'platypus'{stale} (`docsvault status` names them)")
+    result = CliRunner().invoke(app, ["search", "ducks platypus", "-k", "1"])
+    assert result.output.splitlines()[0] == f"(no note contains 'platypus'{stale} (`docsvault status` names them))"
+    errors_file(Settings.from_env(), "tiny").write_text(
+        "\n".join([kept[0], "source 'tiny': Broken.md: invalid frontmatter"]) + "\n", encoding="utf-8")
+    assert service.search("ducks platypus", k=2, source="tiny")["message"] == (
+        "no note of tiny contains 'platypus'; of the files the build skipped, 1 is not searched and 1 is searched "
+        "as it last built, not as it is now (`docsvault status` names them)")
+
+
 def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None:
     """A word is in a note when one of its BM25 terms is (stemmed, split); stopwords are never searched for."""
     from pipeline.service import open_searcher
