@@ -445,3 +445,19 @@ def test_a_name_without_a_warehouse_says_to_build_not_that_only_md_can_be_read(v
     assert find_note(vault, "src/ホーム.md", missing) == "src/ホーム.md"
     with pytest.raises(PathRefusedError, match="only Markdown notes"):
         find_note(vault, "src/notes.txt", missing)            # a vault file that is no note: refused as before
+
+
+def test_a_heading_misspelled_in_its_first_words_suggests_the_heading_it_begins() -> None:
+    """`read 'Internal links#Link to a blok'` offered 'Link to a file' first (difflib's ratio favours a heading of
+    the same length), and an agent retried with it; the heading the link begins is now offered first."""
+    from pipeline.search.reader import subpath_missing
+
+    body = ("# Internal links\n\n## Link to a file\n\nx\n\n## Link to a heading in a note\n\ny\n\n"
+            "## Link to a block in a note\n\nz\n")
+    assert subpath_missing(body, "Internal links", "h/Internal links.md", "Link to a blok", 1) == (
+        "heading 'Link to a blok' not found in 'Internal links' (h/Internal links.md); showing page 1; closest "
+        "headings: 'Link to a block in a note', 'Link to a file', 'Link to a heading in a note'; e.g. read "
+        "'Internal links#Link to a block in a note'")
+    assert subpath_missing(body, "Internal links", "h/Internal links.md", "Link to a fil", 1).endswith(
+        "closest headings: 'Link to a file', 'Link to a block in a note', 'Link to a heading in a note'; e.g. read "
+        "'Internal links#Link to a file'")

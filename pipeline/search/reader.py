@@ -608,11 +608,9 @@ def _headings(body: str) -> list[str]:
 def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: int) -> str:
     """The one line :func:`read_link` adds when the note has no heading (or block) ``subpath``: which one, in
     which note (``name`` as the link gave it and its ``vault_path``), the page shown instead, and the closest of
-    its headings (or ``^block`` ids; :func:`difflib.get_close_matches` on :func:`~pipeline.index.graph.heading_key`,
-    ratio >= 0.5) with the first written as a link to retry with (``e.g. read 'Guide#Install'``); else its first
-    headings (or block ids)."""
-    import difflib
-
+    its headings (or ``^block`` ids; :func:`_closest` on :func:`~pipeline.index.graph.heading_key`, ratio >= 0.5,
+    of the heading or of its start) with the first written as a link to retry with (``e.g. read
+    'Guide#Install'``); else its first headings (or block ids)."""
     from pipeline.index.graph import heading_key
 
     block = subpath.startswith("^")
@@ -629,13 +627,39 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
         return f"{where}; the note has no {'block ids' if block else 'headings'}"
     keys = {heading_key(h) if not block else h.casefold(): h for h in reversed(have)}   # first one of a key wins
     want = heading_key(subpath.split("#")[-1]) if not block else subpath.casefold()
-    close = [keys[k] for k in difflib.get_close_matches(want, list(keys), n=CLOSEST_LISTED, cutoff=0.5)]
+    close = [keys[k] for k in _closest(want, list(keys), CLOSEST_LISTED, 0.5)]
     kind = "block ids" if block else "headings"
     if not close:                                   # nothing like it: the note's own, to pick from
         more = f" … ({len(have)} in all)" if len(have) > LISTED_WHEN_NONE_CLOSE else ""
         return f"{where}; its {kind}: " + ", ".join(map(repr, have[:LISTED_WHEN_NONE_CLOSE])) + more
     return (f"{where}; closest {kind}: " + ", ".join(map(repr, close))
             + f"; e.g. read {name + '#' + close[0]!r}")
+
+
+#: a heading's start as long as the wanted one counts as close at this ratio (:func:`_closest`)
+PREFIX_CUTOFF = 0.75
+
+
+def _closest(want: str, keys: list[str], n: int, cutoff: float) -> list[str]:
+    """:func:`difflib.get_close_matches`, each key scored by the better of its ratio and that of its start as long
+    as ``want`` (a heading written short or misspelled in its first words: ``Link to a blok`` is closest to ``Link
+    to a block in a note``, which it begins, not to ``Link to a file``, which was offered first to retry with)."""
+    import difflib
+    import heapq
+
+    m = difflib.SequenceMatcher()
+    m.set_seq2(want)
+    scored = []
+    for key in keys:
+        score = 0.0
+        # the start counts only when close (0.75): short starts of unrelated headings share a few letters
+        for seq, least in dict.fromkeys(((key, cutoff), (key[: len(want)], max(cutoff, PREFIX_CUTOFF)))):
+            m.set_seq1(seq)
+            if m.real_quick_ratio() >= least and m.quick_ratio() >= least and m.ratio() >= least:
+                score = max(score, m.ratio())
+        if score >= cutoff:
+            scored.append((score, key))
+    return [key for _, key in heapq.nlargest(n, scored)]
 
 
 #: at most this many vault paths are listed for a name several notes have
