@@ -556,7 +556,8 @@ class ModelStatus(Record):
 
 @dataclass(frozen=True)
 class WarehouseStatus(Record):
-    """The warehouse file; without one (``built`` False) only ``path`` and ``built`` are reported."""
+    """The warehouse file; without one (``built`` False) only ``path`` and ``built`` are reported, and ``error``
+    (the one-line error) when a file is there that cannot be read (corrupt, another schema)."""
 
     path: str
     built: bool
@@ -570,10 +571,12 @@ class WarehouseStatus(Record):
     crosslingual_depth: int | None = None   # what the build embedded by (None: a warehouse built before it was kept)
     built_on: str = ""                      # the host that published it ("" when a warehouse before it was kept)
     built_data_dir: str = ""                # the data dir it was published from (likewise)
+    error: str = ""                         # a file that cannot be read: why (then ``built`` is False)
 
     def as_dict(self) -> dict[str, Any]:
-        full = super().as_dict()
-        return full if self.built else {"path": self.path, "built": False}
+        full = {k: v for k, v in super().as_dict().items() if k != "error"}
+        return full if self.built else {"path": self.path, "built": False, **({"error": self.error} if self.error
+                                                                               else {})}
 
 
 @dataclass(frozen=True)
@@ -601,8 +604,12 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
     if not s.warehouse_path.exists():
         return WarehouseStatus(path=str(s.warehouse_path), built=False), {}
     from pipeline import warehouse as wh
+    from pipeline.common.errors import WarehouseCorruptError
 
-    con = wh.connect(s.warehouse_path, read_only=True)
+    try:                # a file that cannot be read: status still shows the sources and says so (it failed whole)
+        con = wh.connect(s.warehouse_path, read_only=True)
+    except WarehouseCorruptError as exc:
+        return WarehouseStatus(path=str(s.warehouse_path), built=False, error=str(exc)), {}
     try:
         st = wh.stats(con)
     finally:
@@ -633,11 +640,8 @@ def _fetched(raw: str | None) -> dict[str, str | None]:
 def status_report(s: Settings) -> Status:
     """What ``status`` shows, as a typed record. An invalid sources.yaml does not stop it (the warehouse and search
     still work while the file is fixed): ``sources_error`` holds the file's one-line error, and the sources listed
-    are the warehouse's (``kind`` "?").
-
-    Raises:
-        WarehouseCorruptError: the warehouse file cannot be read.
-    """
+    are the warehouse's (``kind`` "?"). Nor does a warehouse file that cannot be read: the warehouse's ``error``
+    says why, and the sources show no notes or chunks (before, status was that one error line)."""
     from pipeline.common.artifacts import load_state
     from pipeline.common.errors import SourceConfigError
     from pipeline.ingest.normalize import skipped_count
