@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from pipeline.stages.results import BuildReport
 
 __all__ = [
-    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SkippedFiles", "SourceOutcome", "SourceStatus", "Status",
-    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
+    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SkippedFiles", "SourceOutcome", "SourceStatus",
+    "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes",
-    "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report",  # noqa: F822
-    "writable_dir_problem", "write_dirs_problem",
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "status_data",  # noqa: F822
+    "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
@@ -123,6 +123,15 @@ def skipped_files(s: Settings, sources: Sequence[str] = ()) -> SkippedFiles:
         stale += kept
         unsearched += sum(1 for line in lines if line.strip()) - kept
     return SkippedFiles(unsearched, stale)
+
+
+def skipped_file_reasons(s: Settings, source: str, cap: int = 50) -> list[dict[str, str]]:
+    """The files the last build of ``source`` skipped, ``[{"file": source path, "reason"}]`` in the errors file's
+    order, at most ``cap``: what the MCP ``refresh`` names, so an agent whose note has a frontmatter typo learns
+    that it is not searchable, and why (its outcome gave only ``skipped_files``, a count)."""
+    from pipeline.ingest.normalize import skipped_files as reasons
+
+    return [{"file": f, "reason": r} for f, r in list(reasons(s, source).items())[:cap]]
 
 
 def child_env(s: Settings) -> dict[str, str]:

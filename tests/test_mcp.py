@@ -163,6 +163,29 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     _search_names_a_configured_source_without_notes(built_env)
 
 
+def test_refresh_names_the_files_it_skipped_and_why(built_env: Path) -> None:
+    """An agent that wrote a note with a frontmatter typo and called refresh got `ok: true, skipped_files: 1` and
+    nothing else: not which note, nor why it is not searchable. Each outcome with skipped files now lists them with
+    their reasons (the lines `docsvault build` prints), none when there are none."""
+    from pipeline.ingest.normalize import errors_file
+    from pipeline.mcp_server import VaultService
+
+    settings = Settings.from_env()
+    svc = VaultService(settings)
+    errors_file(settings, "tiny").write_text(
+        "source 'tiny': 壊れたメモ.md: line 2: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 2 "
+        "is never closed; add the closing ']'\nsource 'tiny': Empty.md: empty file (no text); add content or "
+        "exclude it\n", encoding="utf-8")
+    outcome = {"name": "tiny", "status": "built", "notes": 5, "skipped_files": 2, "warning": None,
+               "failed_stage": None, "error": None, "embedded": 1}
+    assert svc._outcome(outcome) == {
+        **{k: v for k, v in outcome.items() if k != "embedded"},
+        "skipped": [{"file": "壊れたメモ.md", "reason": "line 2: invalid YAML frontmatter: the flow sequence ([…]) "
+                     "that starts on line 2 is never closed; add the closing ']'"},
+                    {"file": "Empty.md", "reason": "empty file (no text); add content or exclude it"}]}
+    assert "skipped" not in svc._outcome({**outcome, "skipped_files": 0})
+
+
 def _search_names_a_configured_source_without_notes(built_env: Path) -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 
