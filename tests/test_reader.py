@@ -461,3 +461,26 @@ def test_a_heading_misspelled_in_its_first_words_suggests_the_heading_it_begins(
     assert subpath_missing(body, "Internal links", "h/Internal links.md", "Link to a fil", 1).endswith(
         "closest headings: 'Link to a file', 'Link to a block in a note', 'Link to a heading in a note'; e.g. read "
         "'Internal links#Link to a file'")
+
+
+def test_a_source_index_named_by_read_is_not_called_the_users_own_file(vault: Path, tmp_path: Path) -> None:
+    """`read _index` said the vault's `src/_index.md` (each source's index, written by the build) was "a file no
+    build wrote (your own, not searched)"; a file the manifest lists is now named as the build's."""
+    from pipeline.ingest.ownership import save_manifest, sha256_file
+    from pipeline.models import Note
+
+    (vault / "src" / "_index.md").write_text("---\ndocsvault: index\nsource: src\n---\n# src\n", encoding="utf-8")
+    save_manifest(vault / "src", "src", {"_index.md": {sha256_file(vault / "src" / "_index.md") or ""}})
+    (vault / "src" / "Mine.md").write_text("# Mine\n", encoding="utf-8")
+    path = _publish_one_chunk_each([Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")],
+                                   tmp_path / "warehouse.duckdb")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "_index", path)
+    assert str(info.value) == ("no note '_index' among the built notes; the vault has src/_index.md, written by the "
+                               "build, not searched (a source's index of its notes): read it by that path, e.g. "
+                               "`docsvault read 'src/_index.md'`")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "mine", path)
+    assert str(info.value) == ("no note 'mine' among the built notes; the vault has src/Mine.md, a file no build "
+                               "wrote (your own, not searched): read it by that path, e.g. `docsvault read "
+                               "'src/Mine.md'`")

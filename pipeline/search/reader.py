@@ -509,9 +509,12 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             raise
         files = _vault_files_named(Path(vault_dir), note)
         if files:
+            whose = ("written by the build, not searched (a source's index of its notes)"
+                     if all(_written_by_build(Path(vault_dir), f) for f in files[:3])
+                     else "a file no build wrote (your own, not searched)")
             raise NoteNotFoundError(
-                f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, a file no build "
-                f"wrote (your own, not searched): read it by that path, e.g. `docsvault read {files[0]!r}`") from None
+                f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
+                f"by that path, e.g. `docsvault read {files[0]!r}`") from None
         near = _close_names(Path(warehouse_path), note)
         hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
@@ -718,6 +721,15 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         if seen >= limit:
             break
     return sorted(found)
+
+
+def _written_by_build(vault_dir: Path, vault_path: str) -> bool:
+    """Whether the build wrote the vault file ``vault_path`` (its source folder's manifest lists it: a source's
+    ``_index.md``, which is no note of the warehouse), not the user."""
+    from pipeline.ingest.ownership import load_manifest
+
+    source, _, rel = vault_path.partition("/")
+    return bool(rel) and rel in (load_manifest(vault_dir / source) or {})
 
 
 def _unbuilt_name(vault_dir: Path, note: str, warehouse_path: Path) -> str:
