@@ -484,3 +484,24 @@ def test_a_source_index_named_by_read_is_not_called_the_users_own_file(vault: Pa
     assert str(info.value) == ("no note 'mine' among the built notes; the vault has src/Mine.md, a file no build "
                                "wrote (your own, not searched): read it by that path, e.g. `docsvault read "
                                "'src/Mine.md'`")
+
+
+def test_a_folder_named_by_read_says_how_to_list_its_notes(vault: Path, tmp_path: Path) -> None:
+    """An agent's `read('日記')` (a folder of daily notes) got "no note '日記'"; a folder of the vault, named by its
+    vault path or by its path inside a source folder, now says it is one and gives the query that lists it."""
+    from pipeline.models import Note
+
+    (vault / "src" / "日記").mkdir()
+    (vault / "src" / "日記" / "2026-11-28.md").write_text("# 2026-11-28\n", encoding="utf-8")
+    path = _publish_one_chunk_each([Note("src", "日記/2026-11-28.md", "日記/2026-11-28.md", "2026-11-28",
+                                         {"title": "2026-11-28"}, "雨。")], tmp_path / "warehouse.duckdb")
+    listing = ("it is a folder of the vault (src/日記/); list its notes with the query `path:src/日記/` (`docsvault "
+               "search 'path:src/日記/'` / the search tool)")
+    for name in ("日記", "日記/", "src/日記", "src/日記/"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_note(vault, name, path)
+        assert str(info.value) == f"no note {name!r}: {listing}", name
+    with pytest.raises(PathRefusedError, match="^refused 'src/.obsidian': hidden files and folders are not notes"):
+        find_note(vault, "src/.obsidian", path)                   # a hidden folder is no folder to list
+    with pytest.raises(NoteNotFoundError, match="^no note '会議': no vault path"):
+        find_note(vault, "会議", path)                             # no folder of that name

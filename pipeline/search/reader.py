@@ -515,6 +515,12 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             raise NoteNotFoundError(
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
                 f"by that path, e.g. `docsvault read {files[0]!r}`") from None
+        folders = _vault_folders_named(Path(vault_dir), note)
+        if folders:
+            raise NoteNotFoundError(
+                f"no note {note!r}: it is a folder of the vault ({', '.join(f + '/' for f in folders[:3])}); list its "
+                f"notes with the query `path:{folders[0]}/` (`docsvault search 'path:{folders[0]}/'` / the search tool)"
+            ) from None
         near = _close_names(Path(warehouse_path), note)
         hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
@@ -721,6 +727,23 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         if seen >= limit:
             break
     return sorted(found)
+
+
+def _vault_folders_named(vault_dir: Path, note: str) -> list[str]:
+    """Vault paths (sorted) of the folders ``note`` names: ``note`` itself as a vault path (``memo/日記``), else a
+    folder of that path in a source folder (``日記``, ``仕事/会議``): what ``read`` names instead of "no note" (an
+    agent reads a folder to list it). Hidden folders and paths leaving the vault are none."""
+    want = unicodedata.normalize("NFC", note.strip().strip("/"))
+    parts = want.split("/")
+    if not want or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        return []
+    if (vault_dir / want).is_dir():
+        return [want]
+    try:
+        sources = sorted(d.name for d in vault_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        return []
+    return [f"{src}/{want}" for src in sources if (vault_dir / src / want).is_dir()]
 
 
 def _written_by_build(vault_dir: Path, vault_path: str) -> bool:
