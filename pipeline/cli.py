@@ -1161,7 +1161,7 @@ def status(
         return
     if as_json:
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
-        if data.get("sources_error"):
+        if data.get("sources_error") or data["warehouse"].get("error"):
             raise typer.Exit(1)
         return
     typer.echo(f"sources: {data['sources_file']}")
@@ -1179,6 +1179,9 @@ def status(
                    f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
+    elif w.get("error"):
+        typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
+                   "it; the sources' counts are unknown until then)")
     else:
         typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
     built_depth = w.get("crosslingual_depth")
@@ -1193,8 +1196,11 @@ def status(
                f"{data['crosslingual_model']} ({cross})")
     typer.echo(f"vault: {data['vault']}")
     typer.echo(f"dagster home: {data['dagster_home']}")
-    if data.get("sources_error"):
-        fail(data["sources_error"])
+    errors = [e for e in (data.get("sources_error"), w.get("error")) if e]     # an invalid file, an unreadable one
+    for e in errors[:-1]:
+        typer.echo(f"error: {' '.join(e.splitlines()[0].split())}", err=True)
+    if errors:
+        fail(errors[-1])
 
 
 @app.command("check-vault")

@@ -598,6 +598,16 @@ class VaultService:
             + (f"The build's last warning: {said[-1][:600]}. " if said else "")
             + f"Run `docsvault build --source {names[0]}` in a terminal")
 
+    def _outcome(self, o: Mapping[str, Any]) -> dict[str, Any]:
+        """One source's outcome as ``refresh`` returns it, with ``skipped`` (``[{"file", "reason"}]``, at most
+        :data:`LIST_CAP`) when the build skipped files of it: which notes are not searchable as they are, and why."""
+        from pipeline.service import skipped_file_reasons
+
+        row = {k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage", "error")}
+        if o.get("skipped_files"):
+            row["skipped"] = skipped_file_reasons(self.settings, str(o.get("name")), LIST_CAP)
+        return row
+
     def _refresh(self, names: list[str], full: bool = False, wait: float = 0.0,
                  evaluate: bool = True) -> dict[str, Any]:
         import json
@@ -641,8 +651,7 @@ class VaultService:
         changed = sorted(p for p in set(after) & set(before) if after[p] != before[p])
         return {
             "sources": names, "ok": bool(outcome.get("ok")), "seconds": seconds, "notes": len(after),
-            "outcomes": [{k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage",
-                                                "error")} for o in outcomes],
+            "outcomes": [self._outcome(o) for o in outcomes],
             "shared": shared,
             "counts": {"added": len(added), "changed": len(changed), "removed": len(removed)},
             "added": added[:LIST_CAP], "changed": changed[:LIST_CAP], "removed": removed[:LIST_CAP],
@@ -1088,7 +1097,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             "`source`: a local source that reads Markdown; the error of any other names the sources that can take "
             "it), with frontmatter (created, agent, status: raw, correlation_id, related: the top notes a "
             "search for it finds), then rebuild that source so the note is searchable at once (seconds to minutes). "
-            "`title` heads the note as `# title` unless the text starts with a level-1 heading. "
+            "`title` heads the note as `# title` unless the text starts with a level-1 heading (default: the text's "
+            "first heading, else the `name`'s file name, else its first sentence). "
             "`name` is a file name without .md, or folders and a file name (daily/2026-12-04) (default: from the title or first heading); an existing note is "
             f"never overwritten. `wait` (seconds, 0-{MAX_WAIT}, default 0): how long the rebuild waits for another "
             "running build to finish; with 0 it fails at once while one runs (the note is saved either way: "

@@ -11,7 +11,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, environ
@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from pipeline.stages.results import BuildReport
 
 __all__ = [
-    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SourceOutcome", "SourceStatus", "Status",
-    "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
+    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SkippedFiles", "SourceOutcome", "SourceStatus",
+    "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes",
-    "skipped_count", "skipped_files", "skipped_reason", "status_data", "status_report",  # noqa: F822
-    "writable_dir_problem", "write_dirs_problem",
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "status_data",  # noqa: F822
+    "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
@@ -51,36 +51,87 @@ def __getattr__(name: str) -> Any:
 NO_RESULTS = "No results"
 
 
+class SkippedFiles(NamedTuple):
+    """The files the last build of some sources skipped (:func:`skipped_files`): ``unsearched``, never built (no
+    note of them is searched), and ``stale``, those whose last good version is served (:data:`pipeline.stages.
+    KEPT_SUFFIX`: searched as they last built, not as they are now)."""
+
+    unsearched: int = 0
+    stale: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.unsearched or self.stale)
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'s' if n != 1 else ''} the build skipped {'are' if n != 1 else 'is'}"
+
+
 def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
-                          skipped: int = 0) -> str:
+                          skipped: int | SkippedFiles = 0) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
     searched word is in any note, so the hits are only near in meaning (the vector lanes); ``skipped``: files of
-    those sources the last build skipped (:func:`skipped_files`), which may hold the words.
+    those sources the last build skipped (:func:`skipped_files`; an int: files never built), which may hold the
+    words: a file never built is not searched, one serving its last good version is searched as it last built.
 
     >>> missing_words_message(["platypus", "lantern"], True)
     "no note contains 'platypus' or 'lantern': these notes are only near in meaning"
     >>> missing_words_message(["lantern"], False, ["duckdb"], skipped=2)
     "no note of duckdb contains 'lantern'; 2 files the build skipped are not searched (`docsvault status` names them)"
+    >>> missing_words_message(["雨"], False, [], SkippedFiles(unsearched=0, stale=1))
+    "no note contains '雨'; 1 file the build skipped is searched as it last built, not as it is now (`docsvault status` names them)"
+    >>> missing_words_message(["雨"], False, [], SkippedFiles(unsearched=1, stale=2))
+    "no note contains '雨'; of the files the build skipped, 1 is not searched and 2 are searched as they last built, not as they are now (`docsvault status` names them)"
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     words = " or ".join(repr(w) for w in missing)
-    note = (f"; {skipped} file{'s' if skipped != 1 else ''} the build skipped {'are' if skipped != 1 else 'is'} "
-            "not searched (`docsvault status` names them)") if skipped else ""
+    files = SkippedFiles(skipped) if isinstance(skipped, int) else skipped
+    stale = (f"searched as {'they' if files.stale != 1 else 'it'} last built, not as "
+             f"{'they are' if files.stale != 1 else 'it is'} now")
+    if files.unsearched and files.stale:
+        what = (f"of the files the build skipped, {files.unsearched} {'are' if files.unsearched != 1 else 'is'} "
+                f"not searched and {files.stale} {'are' if files.stale != 1 else 'is'} {stale}")
+    else:
+        what = (f"{_files(files.unsearched)} not searched" if files.unsearched
+                else f"{_files(files.stale)} {stale}" if files.stale else "")
+    note = f"; {what} (`docsvault status` names them)" if what else ""
     return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "") + note
 
 
-def missing_words_line(missing: Sequence[str], every: bool, sources: Sequence[str] = (), skipped: int = 0) -> str:
+def missing_words_line(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
+                       skipped: int | SkippedFiles = 0) -> str:
     """:func:`missing_words_message` as the CLI prints it, in parentheses like its other notes."""
     return f"({missing_words_message(missing, every, sources, skipped)})"
 
 
-def skipped_files(s: Settings, sources: Sequence[str] = ()) -> int:
+def skipped_files(s: Settings, sources: Sequence[str] = ()) -> SkippedFiles:
     """Files the last build of ``sources`` (every source with a record when empty) skipped: malformed notes,
-    unreadable files (the lines of their ``<data>/state/<source>.errors.txt``)."""
-    from pipeline.ingest.normalize import ERRORS_SUFFIX, skipped_count
+    unreadable files (the lines of their ``<data>/state/<source>.errors.txt``); ``stale`` those serving their
+    last good version (the line ends in :data:`pipeline.stages.KEPT_SUFFIX`: the note is searched as it last
+    built; before, they were counted as not searched)."""
+    from pipeline.ingest.normalize import ERRORS_SUFFIX, errors_file
+    from pipeline.stages import KEPT_SUFFIX
 
     names = list(sources) or [p.name[: -len(ERRORS_SUFFIX)] for p in s.state_dir.glob(f"*{ERRORS_SUFFIX}")]
-    return sum(skipped_count(s, name) for name in names)
+    unsearched = stale = 0
+    for name in names:
+        try:
+            lines = errors_file(s, name).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        kept = sum(1 for line in lines if line.strip().endswith(KEPT_SUFFIX.strip()))
+        stale += kept
+        unsearched += sum(1 for line in lines if line.strip()) - kept
+    return SkippedFiles(unsearched, stale)
+
+
+def skipped_file_reasons(s: Settings, source: str, cap: int = 50) -> list[dict[str, str]]:
+    """The files the last build of ``source`` skipped, ``[{"file": source path, "reason"}]`` in the errors file's
+    order, at most ``cap``: what the MCP ``refresh`` names, so an agent whose note has a frontmatter typo learns
+    that it is not searchable, and why (its outcome gave only ``skipped_files``, a count)."""
+    from pipeline.ingest.normalize import skipped_files as reasons
+
+    return [{"file": f, "reason": r} for f, r in list(reasons(s, source).items())[:cap]]
 
 
 def child_env(s: Settings) -> dict[str, str]:
@@ -514,7 +565,8 @@ class ModelStatus(Record):
 
 @dataclass(frozen=True)
 class WarehouseStatus(Record):
-    """The warehouse file; without one (``built`` False) only ``path`` and ``built`` are reported."""
+    """The warehouse file; without one (``built`` False) only ``path`` and ``built`` are reported, and ``error``
+    (the one-line error) when a file is there that cannot be read (corrupt, another schema)."""
 
     path: str
     built: bool
@@ -528,10 +580,12 @@ class WarehouseStatus(Record):
     crosslingual_depth: int | None = None   # what the build embedded by (None: a warehouse built before it was kept)
     built_on: str = ""                      # the host that published it ("" when a warehouse before it was kept)
     built_data_dir: str = ""                # the data dir it was published from (likewise)
+    error: str = ""                         # a file that cannot be read: why (then ``built`` is False)
 
     def as_dict(self) -> dict[str, Any]:
-        full = super().as_dict()
-        return full if self.built else {"path": self.path, "built": False}
+        full = {k: v for k, v in super().as_dict().items() if k != "error"}
+        return full if self.built else {"path": self.path, "built": False, **({"error": self.error} if self.error
+                                                                               else {})}
 
 
 @dataclass(frozen=True)
@@ -559,8 +613,12 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
     if not s.warehouse_path.exists():
         return WarehouseStatus(path=str(s.warehouse_path), built=False), {}
     from pipeline import warehouse as wh
+    from pipeline.common.errors import WarehouseCorruptError
 
-    con = wh.connect(s.warehouse_path, read_only=True)
+    try:                # a file that cannot be read: status still shows the sources and says so (it failed whole)
+        con = wh.connect(s.warehouse_path, read_only=True)
+    except WarehouseCorruptError as exc:
+        return WarehouseStatus(path=str(s.warehouse_path), built=False, error=str(exc)), {}
     try:
         st = wh.stats(con)
     finally:
@@ -591,11 +649,8 @@ def _fetched(raw: str | None) -> dict[str, str | None]:
 def status_report(s: Settings) -> Status:
     """What ``status`` shows, as a typed record. An invalid sources.yaml does not stop it (the warehouse and search
     still work while the file is fixed): ``sources_error`` holds the file's one-line error, and the sources listed
-    are the warehouse's (``kind`` "?").
-
-    Raises:
-        WarehouseCorruptError: the warehouse file cannot be read.
-    """
+    are the warehouse's (``kind`` "?"). Nor does a warehouse file that cannot be read: the warehouse's ``error``
+    says why, and the sources show no notes or chunks (before, status was that one error line)."""
     from pipeline.common.artifacts import load_state
     from pipeline.common.errors import SourceConfigError
     from pipeline.ingest.normalize import skipped_count

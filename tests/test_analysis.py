@@ -125,3 +125,10 @@ def test_words_as_written_with_their_terms():
     assert [t for _, terms in a.words("Parquetファイルを読む") for t in terms] == a.tokens("Parquetファイルを読む")
     # verbs and adjectives left out on request (missing words name what one looks for, not つける)
     assert a.words("順位をつける速いズンドコ", skip_inflected=True) == [("順位", ["順位"]), ("ズンドコ", ["ずんどこ"])]
+    # and adverbs and adverbial nouns written in hiragana: 「予算の話はどうなった」 named どう as missing, 「肩が痛いとき
+    # どうする」 とき and どう; a katakana one (ズンドコ, an adverb to Sudachi) and a kanji one (今日) stay
+    assert a.words("肩が痛いときどうする", skip_inflected=True) == [("肩", ["肩"])]
+    assert a.words("予算の話はどうなった", skip_inflected=True) == [("予算", ["予算"]), ("話", ["話"])]
+    assert a.words("もっとゆっくり休む方法", skip_inflected=True) == [("方法", ["方法"])]
+    assert a.words("今日のズンドコ", skip_inflected=True) == [("今日", ["今日"]), ("ズンドコ", ["ずんどこ"])]
+    assert a.words("どうする") == [("どう", ["どう"])]                # only on request

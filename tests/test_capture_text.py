@@ -404,3 +404,20 @@ def test_a_full_width_hash_before_a_tag_is_dropped_as_hash_is(tmp_path: Path) ->
     got = write_capture(src, "---\ntags: [学び]\n---\nタグのテスト。\n", agent="a", correlation_id="c1",
                         tags=["＃学び", "＃＃til", "＃"], now=NOW)
     assert "tags:\n- 学び\n- til\n" in got.path.read_text(encoding="utf-8")
+
+
+def test_a_named_note_without_a_title_of_its_own_is_titled_by_its_file_name(tmp_path: Path) -> None:
+    """`save_note(text="今日は晴れ。…", name="日記/2026-12-06")` was titled `今日は晴れ。` (its first sentence) beside
+    the user's daily notes titled by their date, as Obsidian titles a note by its file name; a title, the text's
+    frontmatter title or its first heading still win, and without a name the first sentence stays the title."""
+    src = _local(tmp_path, "inbox")
+    got = write_capture(src, "今日は晴れ。[[週次レビュー]]を見直した。", name="日記/2026-12-06", agent="a",
+                        correlation_id="c1", now=NOW)
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: '2026-12-06'\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n---\n\n"
+        "今日は晴れ。[[週次レビュー]]を見直した。\n")
+    assert "\ntitle: 見出し\n" in write_capture(src, "# 見出し\n\n本文。", name="n1").path.read_text(encoding="utf-8")
+    assert "\ntitle: Given\n" in write_capture(src, "本文。", name="n2", title="Given").path.read_text(encoding="utf-8")
+    assert "\ntitle: Theirs\n" in write_capture(src, "---\ntitle: Theirs\n---\n本文。", name="n3").path.read_text(
+        encoding="utf-8")
+    assert "\ntitle: 本文。\n" in write_capture(src, "本文。続き").path.read_text(encoding="utf-8")

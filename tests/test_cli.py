@@ -149,6 +149,35 @@ def test_status_says_a_missing_sources_file_is_missing_not_invalid(tmp_path: Pat
                              "DOCSVAULT_SOURCES / --sources at one\n")
 
 
+def test_status_with_an_unreadable_warehouse_still_shows_the_sources(tmp_path: Path) -> None:
+    """A truncated warehouse file made `docsvault status` (and the MCP status tool) one error line, with nothing
+    about the sources, their last builds or the vault: what a user runs to see what is wrong. Now it prints
+    everything, says the warehouse cannot be read (the error line last, exit 1), and `--json` has its `error`."""
+    (tmp_path / "notes").mkdir()
+    p = tmp_path / "sources.yaml"
+    p.write_text("sources:\n  - name: me\n    kind: local\n    path: notes\n", encoding="utf-8")
+    (tmp_path / "d").mkdir()
+    wh_file = tmp_path / "d" / "warehouse.duckdb"
+    wh_file.write_bytes(b"not a duckdb file" * 100)
+    args = ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"), "status"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[:3] == [f"sources: {p}", "  name                     kind      notes  chunks skipped  fetch   last fetch",
+                         "  me                       local         0       0       0  never   -"]
+    assert lines[3] == (f"warehouse: {wh_file} (cannot be read, see the error below: run `docsvault build` to rebuild "
+                        "it; the sources' counts are unknown until then)")
+    assert lines[-1] == f"dagster home: {tmp_path / 'd' / 'dagster'}"
+    assert result.stderr.startswith(f"error: cannot open the warehouse {wh_file}: ")
+    assert result.stderr.endswith("Run `docsvault build` to rebuild it\n") and result.stderr.count("\n") == 1
+    result = runner.invoke(app, [*args, "--json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and [r["name"] for r in data["sources"]] == ["me"]
+    assert set(data["warehouse"]) == {"path", "built", "error"} and data["warehouse"]["built"] is False
+    assert data["warehouse"]["error"].startswith(f"cannot open the warehouse {wh_file}: ")
+    assert data["warehouse"]["error"].endswith("Run `docsvault build` to rebuild it") and result.stderr == ""
+
+
 def test_sources_validate_checks_local_folders(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "file.md").write_text("# f\n", encoding="utf-8")

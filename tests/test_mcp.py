@@ -163,6 +163,29 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     _search_names_a_configured_source_without_notes(built_env)
 
 
+def test_refresh_names_the_files_it_skipped_and_why(built_env: Path) -> None:
+    """An agent that wrote a note with a frontmatter typo and called refresh got `ok: true, skipped_files: 1` and
+    nothing else: not which note, nor why it is not searchable. Each outcome with skipped files now lists them with
+    their reasons (the lines `docsvault build` prints), none when there are none."""
+    from pipeline.ingest.normalize import errors_file
+    from pipeline.mcp_server import VaultService
+
+    settings = Settings.from_env()
+    svc = VaultService(settings)
+    errors_file(settings, "tiny").write_text(
+        "source 'tiny': 壊れたメモ.md: line 2: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 2 "
+        "is never closed; add the closing ']'\nsource 'tiny': Empty.md: empty file (no text); add content or "
+        "exclude it\n", encoding="utf-8")
+    outcome = {"name": "tiny", "status": "built", "notes": 5, "skipped_files": 2, "warning": None,
+               "failed_stage": None, "error": None, "embedded": 1}
+    assert svc._outcome(outcome) == {
+        **{k: v for k, v in outcome.items() if k != "embedded"},
+        "skipped": [{"file": "壊れたメモ.md", "reason": "line 2: invalid YAML frontmatter: the flow sequence ([…]) "
+                     "that starts on line 2 is never closed; add the closing ']'"},
+                    {"file": "Empty.md", "reason": "empty file (no text); add content or exclude it"}]}
+    assert "skipped" not in svc._outcome({**outcome, "skipped_files": 0})
+
+
 def _search_names_a_configured_source_without_notes(built_env: Path) -> None:
     from pipeline.mcp_server import ToolFailure, VaultService
 
@@ -370,6 +393,32 @@ def test_words_no_note_contains_are_named(built_env: Path) -> None:
     assert service.search("ducks platypus", k=2)["message"] == "no note contains 'platypus'" + skipped
     result = runner.invoke(app, ["search", "ducks platypus", "-k", "1"])
     assert result.output.splitlines()[0] == f"(no note contains 'platypus'{skipped})"
+
+
+def test_a_skipped_file_serving_its_last_good_version_is_not_called_unsearched(built_env: Path) -> None:
+    """A note whose file broke (a frontmatter typo, an emptied file) keeps its last good version in search, but a
+    missing word's line said "2 files the build skipped are not searched" of those two: they are searched, as they
+    last built. A file never built is still "not searched"; both kinds together are told apart."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.ingest.normalize import errors_file
+    from pipeline.mcp_server import VaultService
+    from pipeline.stages import KEPT_SUFFIX
+
+    service = VaultService(Settings.from_env())
+    kept = [f"source 'tiny': {name}: invalid frontmatter{KEPT_SUFFIX}" for name in ("旅行.md", "Shopping.md")]
+    errors_file(Settings.from_env(), "tiny").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    stale = "; 2 files the build skipped are searched as they last built, not as they are now"
+    assert service.search("ducks platypus", k=2)["message"] == (
+        f"no note contains 'platypus'{stale} (`docsvault status` names them)")
+    result = CliRunner().invoke(app, ["search", "ducks platypus", "-k", "1"])
+    assert result.output.splitlines()[0] == f"(no note contains 'platypus'{stale} (`docsvault status` names them))"
+    errors_file(Settings.from_env(), "tiny").write_text(
+        "\n".join([kept[0], "source 'tiny': Broken.md: invalid frontmatter"]) + "\n", encoding="utf-8")
+    assert service.search("ducks platypus", k=2, source="tiny")["message"] == (
+        "no note of tiny contains 'platypus'; of the files the build skipped, 1 is not searched and 1 is searched "
+        "as it last built, not as it is now (`docsvault status` names them)")
 
 
 def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None:

@@ -422,3 +422,86 @@ def test_a_name_of_many_notes_says_how_many_and_how_to_narrow_it(vault: Path, tm
                                "to narrow it (a vault path ends in it), e.g. 'd00/index', or one whole vault "
                                "path")
     assert find_note(vault, "d11/index", path) == "docs/d11/index.md"
+
+
+def test_a_name_without_a_warehouse_says_to_build_not_that_only_md_can_be_read(vault: Path, tmp_path: Path) -> None:
+    """`read Home` while the warehouse is missing (before the first build, or moved away): names are looked up
+    there, so the error says to build (and names the vault file of that name); it said "refused 'Home': only
+    Markdown notes (.md) can be read". A link to it says the same of its note; a vault path still reads."""
+    (vault / "src" / "ホーム.md").write_text("# ホーム\n", encoding="utf-8")
+    missing = tmp_path / "none.duckdb"
+    start = "at that vault path, and note names, titles and aliases are looked up in the warehouse, which is not built"
+    build = f"(no warehouse at {missing}): run `docsvault build` first (or the refresh tool), or "
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "ホーム", missing)
+    assert str(info.value) == f"no note 'ホーム' {start} {build}read it by its vault path, e.g. 'src/ホーム.md'"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_link(vault, "[[ホーム#見出し|家]]", missing)
+    assert str(info.value) == f"no note 'ホーム' {start} {build}read it by its vault path, e.g. 'src/ホーム.md'"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "Nowhere", missing)
+    assert str(info.value) == (f"no note 'Nowhere' {start} {build}give a note's vault path, e.g. "
+                               "'source/folder/Note.md'")
+    assert find_note(vault, "src/ホーム.md", missing) == "src/ホーム.md"
+    with pytest.raises(PathRefusedError, match="only Markdown notes"):
+        find_note(vault, "src/notes.txt", missing)            # a vault file that is no note: refused as before
+
+
+def test_a_heading_misspelled_in_its_first_words_suggests_the_heading_it_begins() -> None:
+    """`read 'Internal links#Link to a blok'` offered 'Link to a file' first (difflib's ratio favours a heading of
+    the same length), and an agent retried with it; the heading the link begins is now offered first."""
+    from pipeline.search.reader import subpath_missing
+
+    body = ("# Internal links\n\n## Link to a file\n\nx\n\n## Link to a heading in a note\n\ny\n\n"
+            "## Link to a block in a note\n\nz\n")
+    assert subpath_missing(body, "Internal links", "h/Internal links.md", "Link to a blok", 1) == (
+        "heading 'Link to a blok' not found in 'Internal links' (h/Internal links.md); showing page 1; closest "
+        "headings: 'Link to a block in a note', 'Link to a file', 'Link to a heading in a note'; e.g. read "
+        "'Internal links#Link to a block in a note'")
+    assert subpath_missing(body, "Internal links", "h/Internal links.md", "Link to a fil", 1).endswith(
+        "closest headings: 'Link to a file', 'Link to a block in a note', 'Link to a heading in a note'; e.g. read "
+        "'Internal links#Link to a file'")
+
+
+def test_a_source_index_named_by_read_is_not_called_the_users_own_file(vault: Path, tmp_path: Path) -> None:
+    """`read _index` said the vault's `src/_index.md` (each source's index, written by the build) was "a file no
+    build wrote (your own, not searched)"; a file the manifest lists is now named as the build's."""
+    from pipeline.ingest.ownership import save_manifest, sha256_file
+    from pipeline.models import Note
+
+    (vault / "src" / "_index.md").write_text("---\ndocsvault: index\nsource: src\n---\n# src\n", encoding="utf-8")
+    save_manifest(vault / "src", "src", {"_index.md": {sha256_file(vault / "src" / "_index.md") or ""}})
+    (vault / "src" / "Mine.md").write_text("# Mine\n", encoding="utf-8")
+    path = _publish_one_chunk_each([Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")],
+                                   tmp_path / "warehouse.duckdb")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "_index", path)
+    assert str(info.value) == ("no note '_index' among the built notes; the vault has src/_index.md, written by the "
+                               "build, not searched (a source's index of its notes): read it by that path, e.g. "
+                               "`docsvault read 'src/_index.md'`")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "mine", path)
+    assert str(info.value) == ("no note 'mine' among the built notes; the vault has src/Mine.md, a file no build "
+                               "wrote (your own, not searched): read it by that path, e.g. `docsvault read "
+                               "'src/Mine.md'`")
+
+
+def test_a_folder_named_by_read_says_how_to_list_its_notes(vault: Path, tmp_path: Path) -> None:
+    """An agent's `read('日記')` (a folder of daily notes) got "no note '日記'"; a folder of the vault, named by its
+    vault path or by its path inside a source folder, now says it is one and gives the query that lists it."""
+    from pipeline.models import Note
+
+    (vault / "src" / "日記").mkdir()
+    (vault / "src" / "日記" / "2026-11-28.md").write_text("# 2026-11-28\n", encoding="utf-8")
+    path = _publish_one_chunk_each([Note("src", "日記/2026-11-28.md", "日記/2026-11-28.md", "2026-11-28",
+                                         {"title": "2026-11-28"}, "雨。")], tmp_path / "warehouse.duckdb")
+    listing = ("it is a folder of the vault (src/日記/); list its notes with the query `path:src/日記/` (`docsvault "
+               "search 'path:src/日記/'` / the search tool)")
+    for name in ("日記", "日記/", "src/日記", "src/日記/"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_note(vault, name, path)
+        assert str(info.value) == f"no note {name!r}: {listing}", name
+    with pytest.raises(PathRefusedError, match="^refused 'src/.obsidian': hidden files and folders are not notes"):
+        find_note(vault, "src/.obsidian", path)                   # a hidden folder is no folder to list
+    with pytest.raises(NoteNotFoundError, match="^no note '会議': no vault path"):
+        find_note(vault, "会議", path)                             # no folder of that name

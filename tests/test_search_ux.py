@@ -762,3 +762,22 @@ def test_inline_tags_may_hold_emoji():
 
     assert inline_tags("Launch #🚀 and #idea💡 #✅done, #日記。 #a/b #1984 #❤️\n# Heading") == {
         "🚀", "idea💡", "✅done", "日記", "a/b", "❤️"}
+
+
+def test_a_japanese_word_written_inside_a_longer_word_is_not_named_missing(tmp_path: Path) -> None:
+    """肩 in a note that writes 肩こり (one Sudachi word, term 肩凝り), 担当 in 担当者: no BM25 term, but the notes hold
+    the word as written, so it is not named missing (a note-taker's 「肩が痛い」 was told "no note contains '肩'"
+    above their two notes about 肩こり); within the scope only, and a word no note holds is still named."""
+    from tests.tiny_warehouse import publish_pages
+
+    path = tmp_path / "warehouse.duckdb"
+    publish_pages(path, {("me", "健康.md", "健康"): ["肩こりにはストレッチが効く。"],
+                         ("me", "会議.md", "会議"): ["ダッシュボードの担当者が決まった。"],
+                         ("docs", "Tags.md", "Tags"): ["Tags help you find notes."]})
+    assert Analyzer().tokens("肩こり 担当者") == ["肩凝り", "担当者"]
+    with _searcher(path) as s:
+        assert s.missing_words("肩が痛い") == (("肩",), ())
+        assert s.missing_words("担当は誰") == (("担当",), ())
+        assert s.missing_words("膝と肩") == (("膝", "肩"), ("膝",))
+        assert s.missing_words("肩", source="docs") == (("肩",), ("肩",))
+        assert s.missing_words("担当", source=["me"]) == (("担当",), ())

@@ -101,6 +101,17 @@ def is_japanese(text: str, threshold: float = 0.2) -> bool:
     return len(_JA_CHAR.findall(text)) / letters >= threshold
 
 
+_HIRAGANA = re.compile("[\u3041-\u309fー]+")
+
+
+def _not_a_name(pos: Sequence[str], surface: str) -> bool:
+    """Whether a Sudachi word is one a question is phrased with rather than a name looked for (see
+    :meth:`Analyzer.words`' ``skip_inflected``): a verb, an adjective, or an adverb or adverbial noun written in
+    hiragana (どう, よく, とき; not ズンドコ, which Sudachi also reads as an adverb, nor 今日)."""
+    adverbial = pos[0] == "副詞" or (pos[0] == "名詞" and len(pos) > 2 and pos[2] == "副詞可能")
+    return pos[0] in ("動詞", "形容詞") or (adverbial and bool(_HIRAGANA.fullmatch(surface)))
+
+
 class Analyzer:
     """BM25 tokenizer, identical for documents and queries.
 
@@ -158,7 +169,8 @@ class Analyzer:
         a Japanese run is split into Sudachi's words (``京都のズンドコ`` -> ``("京都", ["京都"])``,
         ``("ズンドコ", ["ずんどこ"])``: the surface as written, the term normalised), other text into its words;
         a word with no term (a particle, a stopword, punctuation) is left out, and with ``skip_inflected`` a
-        Japanese verb or adjective (動詞, 形容詞: つける, 速い). NFKC-normalised like :meth:`tokens`."""
+        Japanese verb or adjective (動詞, 形容詞: つける, 速い), and an adverb (副詞: どう, よく) or adverbial noun (名詞
+        副詞可能: とき) written in hiragana: words a question is phrased with, not names a note is looked for by. NFKC-normalised like :meth:`tokens`."""
         out: list[tuple[str, list[str]]] = []
         text = unicodedata.normalize("NFKC", text or "")
         pos = 0
@@ -172,7 +184,7 @@ class Analyzer:
                 break
             for morpheme in self._tokenizer().tokenize(m.group()):
                 kept = self._kept_lemma(morpheme)
-                if kept is not None and not (skip_inflected and morpheme.part_of_speech()[0] in ("動詞", "形容詞")):
+                if kept is not None and not (skip_inflected and _not_a_name(morpheme.part_of_speech(), morpheme.surface())):
                     out.append((morpheme.surface(), [kept]))
             pos = m.end()
         return out

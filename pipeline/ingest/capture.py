@@ -228,13 +228,26 @@ def _fm_title(fm: dict[str, Any]) -> str:
 _ATX = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
 
 
+def _heading_of_body(text: str) -> str:
+    """The first heading of a text without frontmatter, as :func:`plain_title` shows it ("" when none)."""
+    heading = next((t for m in map(_ATX.match, text.splitlines()) if m and (t := plain_title(m.group(1)))), "")
+    return _cut_title(heading) if heading else ""
+
+
+def _title_of_name(name: str | None) -> str:
+    """The title a note ``name`` gives when the text has none of its own: its file name, as Obsidian titles a
+    note (``daily/2026-12-04`` -> ``2026-12-04``; before, the text's first sentence, so a daily note saved
+    as ``今日は晴れ。…`` was titled ``今日は晴れ。`` beside daily notes titled by their date); "" without a name."""
+    return " ".join((name or "").replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".md").split())
+
+
 def _title_of_body(text: str) -> str:
     """:func:`title_of` of a text without frontmatter: the first heading, else the first sentence of the first line,
     as :func:`plain_title` shows them (a heading or line that is only an embed is passed over)."""
-    lines = text.splitlines()
-    heading = next((t for m in map(_ATX.match, lines) if m and (t := plain_title(m.group(1)))), "")
+    heading = _heading_of_body(text)
     if heading:
-        return _cut_title(heading)
+        return heading
+    lines = text.splitlines()
     first = next((t for ln in lines if ln.strip() and not _RULE.match(ln) and not _ATX.match(ln)
                   and (t := plain_title(ln))), "") \
         or next((ln.strip() for ln in lines if ln.strip() and not _RULE.match(ln)), "")
@@ -485,8 +498,9 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         source: a local source that reads Markdown (:func:`capture_source`).
         text: the note's Markdown; a frontmatter block it starts with (:func:`split_text`) is merged into the
             note's frontmatter (:func:`merge_frontmatter`).
-        title: the note's title (default: the ``title`` of the text's frontmatter, else its first heading or the
-            first sentence of its first line: :func:`title_of`); when given, a text that does not start with a
+        title: the note's title (default: the ``title`` of the text's frontmatter, else its first heading, else
+            ``name``'s file name (:func:`_title_of_name`), else the first sentence of its first line:
+            :func:`title_of`); when given, a text that does not start with a
             level-1 heading gets ``# <title>`` on top.
         name: the file name (default: from the title, one the vault keeps unchanged: :func:`name_from_title`;
             checked by :func:`check_name`).
@@ -509,7 +523,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     """
     text_fm, text = check_text(text)
     heading = bool(title and title.strip())
-    title = " ".join((title or "").split()) if heading else (_fm_title(text_fm) or _title_of_body(text))
+    title = " ".join((title or "").split()) if heading else (
+        _fm_title(text_fm) or _heading_of_body(text) or _title_of_name(name) or _title_of_body(text))
     fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
     root = source.path[0].resolve()
     if not root.is_dir():

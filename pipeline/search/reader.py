@@ -488,7 +488,11 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 return f"{note}.md"
             except (NoteNotFoundError, PathRefusedError):
                 pass
-        if warehouse_path is None or not Path(warehouse_path).exists():
+        if warehouse_path is None:
+            raise
+        if not Path(warehouse_path).exists():
+            if isinstance(exc, _NotMarkdownError) and not (Path(vault_dir) / note).is_file():
+                raise NoteNotFoundError(_unbuilt_name(Path(vault_dir), note, Path(warehouse_path))) from None
             raise
         # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`): only a note's title or alias may be written so
         # (the warehouse names the note's own vault path, which is read and checked as any other); a file of the
@@ -505,9 +509,18 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             raise
         files = _vault_files_named(Path(vault_dir), note)
         if files:
+            whose = ("written by the build, not searched (a source's index of its notes)"
+                     if all(_written_by_build(Path(vault_dir), f) for f in files[:3])
+                     else "a file no build wrote (your own, not searched)")
             raise NoteNotFoundError(
-                f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, a file no build "
-                f"wrote (your own, not searched): read it by that path, e.g. `docsvault read {files[0]!r}`") from None
+                f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
+                f"by that path, e.g. `docsvault read {files[0]!r}`") from None
+        folders = _vault_folders_named(Path(vault_dir), note)
+        if folders:
+            raise NoteNotFoundError(
+                f"no note {note!r}: it is a folder of the vault ({', '.join(f + '/' for f in folders[:3])}); list its "
+                f"notes with the query `path:{folders[0]}/` (`docsvault search 'path:{folders[0]}/'` / the search tool)"
+            ) from None
         near = _close_names(Path(warehouse_path), note)
         hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
@@ -604,11 +617,9 @@ def _headings(body: str) -> list[str]:
 def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: int) -> str:
     """The one line :func:`read_link` adds when the note has no heading (or block) ``subpath``: which one, in
     which note (``name`` as the link gave it and its ``vault_path``), the page shown instead, and the closest of
-    its headings (or ``^block`` ids; :func:`difflib.get_close_matches` on :func:`~pipeline.index.graph.heading_key`,
-    ratio >= 0.5) with the first written as a link to retry with (``e.g. read 'Guide#Install'``); else its first
-    headings (or block ids)."""
-    import difflib
-
+    its headings (or ``^block`` ids; :func:`_closest` on :func:`~pipeline.index.graph.heading_key`, ratio >= 0.5,
+    of the heading or of its start) with the first written as a link to retry with (``e.g. read
+    'Guide#Install'``); else its first headings (or block ids)."""
     from pipeline.index.graph import heading_key
 
     block = subpath.startswith("^")
@@ -625,13 +636,39 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
         return f"{where}; the note has no {'block ids' if block else 'headings'}"
     keys = {heading_key(h) if not block else h.casefold(): h for h in reversed(have)}   # first one of a key wins
     want = heading_key(subpath.split("#")[-1]) if not block else subpath.casefold()
-    close = [keys[k] for k in difflib.get_close_matches(want, list(keys), n=CLOSEST_LISTED, cutoff=0.5)]
+    close = [keys[k] for k in _closest(want, list(keys), CLOSEST_LISTED, 0.5)]
     kind = "block ids" if block else "headings"
     if not close:                                   # nothing like it: the note's own, to pick from
         more = f" … ({len(have)} in all)" if len(have) > LISTED_WHEN_NONE_CLOSE else ""
         return f"{where}; its {kind}: " + ", ".join(map(repr, have[:LISTED_WHEN_NONE_CLOSE])) + more
     return (f"{where}; closest {kind}: " + ", ".join(map(repr, close))
             + f"; e.g. read {name + '#' + close[0]!r}")
+
+
+#: a heading's start as long as the wanted one counts as close at this ratio (:func:`_closest`)
+PREFIX_CUTOFF = 0.75
+
+
+def _closest(want: str, keys: list[str], n: int, cutoff: float) -> list[str]:
+    """:func:`difflib.get_close_matches`, each key scored by the better of its ratio and that of its start as long
+    as ``want`` (a heading written short or misspelled in its first words: ``Link to a blok`` is closest to ``Link
+    to a block in a note``, which it begins, not to ``Link to a file``, which was offered first to retry with)."""
+    import difflib
+    import heapq
+
+    m = difflib.SequenceMatcher()
+    m.set_seq2(want)
+    scored = []
+    for key in keys:
+        score = 0.0
+        # the start counts only when close (0.75): short starts of unrelated headings share a few letters
+        for seq, least in dict.fromkeys(((key, cutoff), (key[: len(want)], max(cutoff, PREFIX_CUTOFF)))):
+            m.set_seq1(seq)
+            if m.real_quick_ratio() >= least and m.quick_ratio() >= least and m.ratio() >= least:
+                score = max(score, m.ratio())
+        if score >= cutoff:
+            scored.append((score, key))
+    return [key for _, key in heapq.nlargest(n, scored)]
 
 
 #: at most this many vault paths are listed for a name several notes have
@@ -690,6 +727,44 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         if seen >= limit:
             break
     return sorted(found)
+
+
+def _vault_folders_named(vault_dir: Path, note: str) -> list[str]:
+    """Vault paths (sorted) of the folders ``note`` names: ``note`` itself as a vault path (``memo/日記``), else a
+    folder of that path in a source folder (``日記``, ``仕事/会議``): what ``read`` names instead of "no note" (an
+    agent reads a folder to list it). Hidden folders and paths leaving the vault are none."""
+    want = unicodedata.normalize("NFC", note.strip().strip("/"))
+    parts = want.split("/")
+    if not want or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        return []
+    if (vault_dir / want).is_dir():
+        return [want]
+    try:
+        sources = sorted(d.name for d in vault_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        return []
+    return [f"{src}/{want}" for src in sources if (vault_dir / src / want).is_dir()]
+
+
+def _written_by_build(vault_dir: Path, vault_path: str) -> bool:
+    """Whether the build wrote the vault file ``vault_path`` (its source folder's manifest lists it: a source's
+    ``_index.md``, which is no note of the warehouse), not the user."""
+    from pipeline.ingest.ownership import load_manifest
+
+    source, _, rel = vault_path.partition("/")
+    return bool(rel) and rel in (load_manifest(vault_dir / source) or {})
+
+
+def _unbuilt_name(vault_dir: Path, note: str, warehouse_path: Path) -> str:
+    """Why ``note``, no vault path, opens nothing while there is no warehouse: names, titles, aliases and source
+    paths are looked up there (before, ``read Home`` was refused as "only Markdown notes (.md) can be read");
+    with the vault files of that name, the path to read instead."""
+    files = _vault_files_named(vault_dir, link_parts(note)[0])
+    instead = (f"read it by its vault path, e.g. {files[0]!r}" if files
+               else "give a note's vault path, e.g. 'source/folder/Note.md'")
+    return (f"no note {note!r} at that vault path, and note names, titles and aliases are looked up in the "
+            f"warehouse, which is not built (no warehouse at {warehouse_path}): run `docsvault build` first "
+            f"(or the refresh tool), or {instead}")
 
 
 def _exact_name(name: str) -> str:

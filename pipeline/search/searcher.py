@@ -1722,7 +1722,8 @@ class Searcher:
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
         ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms is
         in any of their chunks (page fields included), nor, for a Japanese word, any term of its English
-        translation (:meth:`translation_terms`: the English pages it finds). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
+        translation (:meth:`translation_terms`: the English pages it finds), nor is the Japanese word written in one of
+        them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
         never missing. When every word is missing, the hits of a search can only be near in meaning (the vector
         lanes): the CLI and MCP say so. A warehouse without a BM25 index (built before it had one) has no missing
         word: nothing tells. Raises UnknownSourceError as a search does."""
@@ -1733,18 +1734,30 @@ class Searcher:
         searched: list[str] = []
         missing: list[str] = []
         units: dict[str, list[str]] = {}        # word as shown -> its BM25 terms
+        japanese: set[str] = set()
         for word in (w.strip("\"'`.,;:!?()[]{}<>") for w in query.split()):
             if word and is_japanese(word):      # written without spaces: each of its words (Sudachi) is one
                 for surface, terms in self.analyzer.words(word, skip_inflected=True):
                     units.setdefault(surface, terms)
+                    japanese.add(surface)
             elif terms := self.analyzer.tokens(word) if word else []:
                 units.setdefault(word, terms)
         for word, terms in units.items():
             searched.append(word)
             if index is not None and not any(index.contains(t, scope)
                                              for t in (*terms, *self.translation_terms(word))):
+                # 肩 in a note that writes 肩こり (one Sudachi word, term 肩こり): no term, but written there
+                if word in japanese and self._written(word, sources):
+                    continue
                 missing.append(word)
         return MissingWords(tuple(searched), tuple(missing))
+
+    def _written(self, word: str, sources: frozenset[str] | None) -> bool:
+        """Whether a chunk (text, title, headings) or an alias of the sources (None: all) holds ``word`` as written
+        (:func:`pipeline.warehouse.text_holds`): a Japanese word that Sudachi reads only inside a longer word of
+        the notes is in them all the same, so it is not named missing."""
+        with self._lock:
+            return bool(wh.text_holds(self._con, word, None if sources is None else sorted(sources)))
 
     def _listed(self, source: str | Sequence[str] | None, tags: str | Sequence[str] | None
                 ) -> list[tuple[str, float, dict[str, int]]]:

@@ -59,6 +59,7 @@ from pipeline.warehouse.queries import (
     read_meta,
     rows_from_table,
     stats,
+    text_holds,
     warehouse_cache_key,
 )
 from pipeline.warehouse.schema import (
@@ -138,6 +139,7 @@ __all__ = [
     "read_meta",
     "rows_from_table",
     "stats",
+    "text_holds",
     "vector_search",
     "vector_table_name",
     "vectors_by_text_hash",

@@ -353,6 +353,19 @@ def note_texts(con: duckdb.DuckDBPyConnection, note_ids: Sequence[str]) -> dict[
     return {r[0]: "\n\n".join(part for part in (r[1] or "", r[2] or "", r[3] or "") if part) for r in rows}
 
 
+def text_holds(con: duckdb.DuckDBPyConnection, word: str, sources: Sequence[str] | None = None) -> bool:
+    """Whether a chunk of the sources (None: all) holds ``word`` as written, in its text or its breadcrumb (title
+    and headings), or a note's alias does: a plain substring test, no analysis."""
+    scoped = "" if sources is None else " AND list_contains(string_split(?, chr(31)), n.source)"
+    params: list[Any] = [word, word, word]
+    if sources is not None:
+        params.append("\x1f".join(sources))
+    return con.execute(
+        "SELECT EXISTS (SELECT 1 FROM chunks c JOIN notes n USING (note_id) WHERE (strpos(c.text, ?) > 0 "
+        "OR strpos(c.breadcrumb, ?) > 0 OR strpos(array_to_string(n.aliases, chr(10)), ?) > 0)" + scoped + ")",
+        params).fetchone()[0]
+
+
 def chunk_texts_with_tags(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     """``[(note_id, chunk text)]`` of the chunks that may hold an inline ``#tag`` (a ``#`` after whitespace or at
     the start, followed by a non-space); the caller parses them (:func:`pipeline.search.tags.inline_tags`)."""
