@@ -149,10 +149,12 @@ def test_status_says_a_missing_sources_file_is_missing_not_invalid(tmp_path: Pat
                              "DOCSVAULT_SOURCES / --sources at one\n")
 
 
-def test_status_with_an_unreadable_warehouse_still_shows_the_sources(tmp_path: Path) -> None:
+def test_status_with_an_unreadable_warehouse_still_shows_the_sources(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A truncated warehouse file made `docsvault status` (and the MCP status tool) one error line, with nothing
     about the sources, their last builds or the vault: what a user runs to see what is wrong. Now it prints
     everything, says the warehouse cannot be read (the error line last, exit 1), and `--json` has its `error`."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)      # `make test` sets one; the data dir's is the default
     (tmp_path / "notes").mkdir()
     p = tmp_path / "sources.yaml"
     p.write_text("sources:\n  - name: me\n    kind: local\n    path: notes\n", encoding="utf-8")
