@@ -109,19 +109,16 @@ def skipped_files(s: Settings, sources: Sequence[str] = ()) -> SkippedFiles:
     unreadable files (the lines of their ``<data>/state/<source>.errors.txt``); ``stale`` those serving their
     last good version (the line ends in :data:`pipeline.stages.KEPT_SUFFIX`: the note is searched as it last
     built; before, they were counted as not searched)."""
-    from pipeline.ingest.normalize import ERRORS_SUFFIX, errors_file
+    from pipeline.ingest.normalize import ERRORS_SUFFIX, skipped_lines
     from pipeline.stages import KEPT_SUFFIX
 
     names = list(sources) or [p.name[: -len(ERRORS_SUFFIX)] for p in s.state_dir.glob(f"*{ERRORS_SUFFIX}")]
     unsearched = stale = 0
     for name in names:
-        try:
-            lines = errors_file(s, name).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
+        lines = skipped_lines(s, name)
         kept = sum(1 for line in lines if line.strip().endswith(KEPT_SUFFIX.strip()))
         stale += kept
-        unsearched += sum(1 for line in lines if line.strip()) - kept
+        unsearched += len(lines) - kept
     return SkippedFiles(unsearched, stale)
 
 

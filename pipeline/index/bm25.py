@@ -123,14 +123,6 @@ class Bm25Index:
         start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
         return end > start if scope is None else bool(scope[self._indices[start:end]].any())
 
-    def docs_with(self, token: str) -> list[str]:
-        """Ids of the documents that have the analysed term ``token`` (index order; [] for an unknown term)."""
-        tid = self._vocab.get(token)
-        if tid is None:
-            return []
-        ids = self.doc_ids
-        return [ids[i] for i in self._indices[int(self._indptr[tid]):int(self._indptr[tid + 1])].tolist()]
-
     def docs_with_all(self, tokens: Sequence[str]) -> list[str]:
         """Ids of the documents that have every analysed term of ``tokens`` (index order; [] when ``tokens`` is
         empty or a term is unknown): the terms' posting lists intersected in numpy."""

@@ -1523,18 +1523,24 @@ ERRORS_SUFFIX = ".errors.txt"
 
 def errors_file(settings: Settings, source: str) -> Path:
     """``<data>/state/<source>.errors.txt``: one line per file the last normalize skipped, with its reason
-    (written by :func:`write_report`, read by :func:`skipped_count` and :func:`skipped_reason`)."""
+    (written by :func:`write_report`, read by :func:`skipped_lines`)."""
     return settings.state_dir / f"{source}{ERRORS_SUFFIX}"
 
 
-def skipped_count(settings: Settings, source: str) -> int:
-    """Files the source's last normalize skipped (malformed notes, undecodable files): lines of its errors file;
-    0 when there is none."""
+def skipped_lines(settings: Settings, source: str) -> list[str]:
+    """The lines of the source's errors file (:func:`errors_file`), one per file its last normalize skipped
+    (malformed notes, undecodable files), blank lines left out; [] when there is no record."""
     try:
-        with errors_file(settings, source).open(encoding="utf-8", errors="replace") as fh:
-            return sum(1 for line in fh if line.strip())
+        text = errors_file(settings, source).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return 0
+        return []
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def skipped_count(settings: Settings, source: str) -> int:
+    """Files the source's last normalize skipped: lines of its errors file (:func:`skipped_lines`); 0 when there
+    is none."""
+    return len(skipped_lines(settings, source))
 
 
 _SKIPPED_LINE = re.compile(r"(.+?\.[A-Za-z0-9]+): (.*)\Z")
@@ -1544,12 +1550,8 @@ def skipped_files(settings: Settings, source: str) -> dict[str, str]:
     """The files the source's last normalize skipped, ``{source path: reason}`` in the errors file's order (lines
     ``source 'x': path: reason``); empty when there is no record."""
     prefix = f"source '{source}': "
-    try:
-        lines = errors_file(settings, source).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return {}
     out: dict[str, str] = {}
-    for line in lines:
+    for line in skipped_lines(settings, source):
         m = _SKIPPED_LINE.match(line.removeprefix(prefix)) if line.startswith(prefix) else None
         if m:                               # the path ends at its extension: ``a: b.md: reason`` is ``a: b.md``
             out.setdefault(m.group(1), m.group(2))

@@ -918,7 +918,7 @@ class Searcher:
             self._query_terms = (deps, memo)
         if query in memo:                           # both BM25 lanes, and a query searched again (the eval's scopes)
             return memo[query]
-        tokens = self.analyzer.tokens(query)
+        tokens = list(self._query_tokens(query))
         weights = [1.0] * len(tokens)
         if self.translate_bm25:
             for group in self._gloss_groups(query) or ():
