@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,14 +172,15 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 request(source, f"fetch_failed:{failing}", "fetch_failed",
                         f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
                         f"answers again ({check.detail}); requesting a run to retry it")
-        behind = unpublished(instance, list(checked.values()), terminated) if instance is not None and not requests \
-            else None
+        behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
         if behind is not None:
+            terminated += behind.terminated
+        if behind is not None and behind.sources:
             requests.append(dg.RunRequest(
-                run_key=f"unpublished:{behind[0]}", asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
+                run_key=f"unpublished:{behind.storage_id}", asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
                 tags={"docsvault/trigger": "unpublished", **RETRY_TAGS}))
-            context.log.info(f"{', '.join(behind[1])}: embedded after the warehouse's last publish (a run stopped "
-                             "before the shared stages); requesting link_graph, warehouse and retrieval_eval")
+            context.log.info(f"{', '.join(behind.sources)}: embedded after the warehouse's last publish (a run "
+                             "stopped before the shared stages); requesting link_graph, warehouse and retrieval_eval")
         if not requests and not stale and instance is not None:
             removal = removal_request(instance, current, list(checked))
             if removal is not None:
@@ -228,15 +230,29 @@ ACTIVE_RUN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_START
                        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
-def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source], terminated: list[str] | None = None
-                ) -> tuple[int, list[str]] | None:
-    """The storage id of the warehouse's last materialization and the sources whose ``embeddings`` materialized
-    after it: a run that built them stopped before the shared stages (``dg launch --assets group:<source>``, a
-    run killed or failed before ``warehouse``), so the vault holds notes that search does not, and upstream looks
-    unchanged. None when every source's embeddings are older, when the warehouse was never published, or while a
-    run is queued or in progress (it may publish). Keyed by the warehouse's materialization, so a warehouse that
-    keeps failing is requested once, not on every tick. A source whose embeddings a terminated run made
-    (:func:`ended_by_terminate`) is not counted: it is appended to ``terminated`` instead."""
+@dataclass(frozen=True)
+class Unpublished:
+    """What the warehouse's last publish left out (:func:`unpublished`).
+
+    Attributes:
+        storage_id: the storage id of the warehouse's last materialization (the sensor's run key: one request per
+            publish, so a warehouse that keeps failing is requested once, not on every tick).
+        sources: sources whose ``embeddings`` materialized after it, by a run that was not terminated: to publish.
+        terminated: sources whose ``embeddings`` materialized after it by a terminated run
+            (:func:`ended_by_terminate`): not started again by the sensor, only named in its skip reason.
+    """
+
+    storage_id: int
+    sources: list[str]
+    terminated: list[str]
+
+
+def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> Unpublished | None:
+    """The sources of ``sources`` whose ``embeddings`` materialized after the warehouse's last materialization: a
+    run that built them stopped before the shared stages (``dg launch --assets group:<source>``, a run killed or
+    failed before ``warehouse``), so the vault holds notes that search does not, and upstream looks unchanged.
+    None when the warehouse was never published, or while a run is queued or in progress (it may publish); both
+    lists empty when every source's embeddings are older."""
     if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
         return None
     warehouse = dg.AssetKey(["warehouse"])
@@ -246,13 +262,10 @@ def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source], termina
     published = last.get(warehouse)
     if published is None:
         return None
-    newer = [name for k, name in keys.items() if (last.get(k) is not None and
-                                                    last[k].storage_id > published.storage_id)]
-    stopped = [name for k, name in keys.items() if name in newer and ended_by_terminate(instance, last[k])]
-    if terminated is not None:
-        terminated.extend(stopped)
-    newer = [name for name in newer if name not in stopped]
-    return (published.storage_id, newer) if newer else None
+    newer = {name: last[k] for k, name in keys.items()
+             if last.get(k) is not None and last[k].storage_id > published.storage_id}
+    stopped = [name for name, record in newer.items() if ended_by_terminate(instance, record)]
+    return Unpublished(published.storage_id, [name for name in newer if name not in stopped], stopped)
 
 
 def ended_by_terminate(instance: dg.DagsterInstance, record: Any) -> bool:
