@@ -50,6 +50,7 @@ __all__ = [
     "folders_as_spelled",
     "merge_frontmatter",
     "name_from_title",
+    "related_link",
     "split_text",
     "title_of",
     "vault_rel_path",
@@ -436,6 +437,27 @@ def _as_list(value: Any) -> list[str] | None:
     return None
 
 
+def related_link(vault_path: str, source: str) -> str:
+    """A related note's vault path as the wikilink the ``related`` property holds, as an Obsidian user writes a
+    link property (``related: ["[[Note]]"]``, which Obsidian shows as a link and counts as one): the note's path
+    without ``.md``, from the vault root for another source's note (``duckdb/data/overview.md`` ->
+    ``[[duckdb/data/overview]]``, which resolves in docsvault's vault) and from the source's own root for a note of
+    the capture source itself (``inbox/sub/Otter.md`` -> ``[[sub/Otter]]``, which resolves in the user's own vault
+    and, by its end, in docsvault's). A path a wikilink cannot hold (``|``, ``[``, ``]``) stays a plain path.
+    ``read`` and ``related`` take either form."""
+    rel = vault_path.removeprefix(f"{source}/")
+    target = rel[:-3] if rel.lower().endswith(".md") else rel
+    return vault_path if re.search(r"[\[\]|#^\n]", target) or not target else f"[[{target}]]"
+
+
+def _related_key(item: str) -> str:
+    """What a ``related`` entry names, to tell a text's entry from one of capture's: ``[[a/b|x]]``, ``[[a/b]]``,
+    ``a/b.md`` and ``a/b`` (a capture before links, or a path an agent wrote) are one note ``a/b``."""
+    m = re.fullmatch(r"\s*\[\[([^\]|#]*)(?:#[^\]|]*)?(?:\|[^\]]*)?\]\]\s*", item)
+    target = (m.group(1) if m else item).strip()
+    return unicodedata.normalize("NFC", target[:-3] if target.lower().endswith(".md") else target).casefold()
+
+
 def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str, Any]:
     """The note's frontmatter: capture's keys (``own``: title, created, agent, status, correlation_id, related,
     tags) first, then the text's own keys in their order.
@@ -455,7 +477,7 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
         if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
             replaced[key] = text_fm[key]
             theirs = []
-        norm = (lambda t: t.lstrip("#＃").casefold()) if key == "tags" else (lambda t: t)
+        norm = (lambda t: t.lstrip("#＃").casefold()) if key == "tags" else _related_key
         merged = list(theirs)
         seen = {norm(t) for t in merged}
         for item in ours:
@@ -506,7 +528,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
             checked by :func:`check_name`).
         agent: who wrote it (the model or agent name; ``agent`` in the frontmatter).
         correlation_id: ties the note to a conversation/run (default: a new UUID4 hex).
-        related: vault paths of related notes (the top search hits of the text).
+        related: vault paths of related notes (the top search hits of the text); the frontmatter's ``related``
+            holds them as wikilinks (:func:`related_link`), ``Captured.related`` as given.
         tags: frontmatter tags.
         now: the creation time (default: now, UTC).
         name_option: how the caller's interface passes ``name``, for the errors (``--name``; MCP: ```name```).
@@ -552,7 +575,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
                            "status": "raw", "correlation_id": cid}
     if related:
-        own["related"] = list(related)
+        own["related"] = [related_link(p, source.name) for p in related]
     if tags:
         # a Japanese IME types `#` as `＃`: Obsidian would read `＃学び` as a tag of its own, not 学び
         own["tags"] = [t.strip().lstrip("#＃") for t in tags if t.strip("#＃ ")]
