@@ -151,10 +151,12 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     (built_env / "tinyvault" / "Heron.md").write_text("# Heron\n\nA heron stands still in shallow water.\n",
                                                      encoding="utf-8")
     (built_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack loudly.\n", encoding="utf-8")
+    parquet = built_env / "tinyvault" / "sub" / "Parquet files.md"        # retagged in Obsidian: the body unchanged
+    parquet.write_text("---\ntags: [tech/duckdb]\n---\n" + parquet.read_text(encoding="utf-8"), encoding="utf-8")
     report = svc.refresh("tiny")
     assert report["sources"] == ["tiny"]
-    assert report["counts"] == {"added": 1, "changed": 1, "removed": 0}
-    assert report["added"] == ["tiny/Heron.md"] and report["changed"] == ["tiny/Ducks.md"]
+    assert report["counts"] == {"added": 1, "changed": 2, "removed": 0}       # the retagged note was not "changed"
+    assert report["added"] == ["tiny/Heron.md"] and report["changed"] == ["tiny/Ducks.md", "tiny/sub/Parquet files.md"]
     assert svc.search("heron shallow water", k=3)["hits"][0]["path"] == "tiny/Heron.md"   # searchable at once
     with pytest.raises(ToolFailure, match="unknown source 'nope'; sources: tiny"):
         svc.refresh("nope")
@@ -435,3 +437,28 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
         assert searcher.missing_words("ピカチュウの池") == (("ピカチュウ", "池"), ("ピカチュウ",))
         # named as typed, not in Sudachi's normalised form (ずんどこ), English words in it too
         assert searcher.missing_words("ズンドコのPondsを") == (("ズンドコ", "Ponds"), ("ズンドコ",))
+
+
+def test_note_hashes_tell_a_retagged_note_and_not_a_new_fetch_time() -> None:
+    """refresh's `changed` compares these: a note whose frontmatter alone changed (retagged in Obsidian) is
+    changed; a new `fetched_at` (set by every fetch) is not."""
+    import json
+
+    import duckdb
+
+    from pipeline.warehouse import note_hashes
+    from pipeline.warehouse.schema import _TABLES
+
+    def hashes(tags: list[str], fetched: str) -> dict[str, str]:
+        con = duckdb.connect(":memory:")
+        con.execute(_TABLES["notes"])
+        fm = {"title": "A", "tags": tags, "content_hash": "h1", "fetched_at": fetched}
+        con.execute("INSERT INTO notes (note_id, source, source_path, vault_path, content_hash, frontmatter) VALUES "
+                    "('1', 'me', 'A.md', 'me/A.md', 'h1', ?), ('2', 'other', 'B.md', 'other/B.md', 'h2', NULL)",
+                    [json.dumps(fm)])
+        return note_hashes(con, ["me"])
+
+    first = hashes(["x"], "2026-01-01T00:00:00+00:00")
+    assert list(first) == ["me/A.md"]
+    assert hashes(["x"], "2026-02-02T00:00:00+00:00") == first
+    assert hashes(["x", "y/z"], "2026-01-01T00:00:00+00:00") != first

@@ -136,3 +136,4 @@ def test_range_problem_reads_the_one_table(arg: str, value: Any, problem: str | 
     from pipeline.mcp_server import range_problem
 
     assert range_problem(arg, value) == problem
+
