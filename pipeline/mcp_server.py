@@ -700,10 +700,14 @@ class VaultService:
 
     def _outcome(self, o: Mapping[str, Any]) -> dict[str, Any]:
         """One source's outcome as ``refresh`` returns it, with ``skipped`` (``[{"file", "reason"}]``, at most
-        :data:`LIST_CAP`) when the build skipped files of it: which notes are not searchable as they are, and why."""
+        :data:`LIST_CAP`) when the build skipped files of it: which notes are not searchable as they are, and why;
+        and ``kept_edits`` (at most :data:`LIST_CAP` lines) when the build replaced generated notes that held the
+        user's edits: where each edit is kept now."""
         from pipeline.service import skipped_file_reasons
 
         row = {k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage", "error")}
+        if o.get("kept_edits"):             # a user's edit of a generated note, moved aside: say where it is now
+            row["kept_edits"] = list(o["kept_edits"])[:LIST_CAP]
         if o.get("skipped_files"):
             row["skipped"] = skipped_file_reasons(self.settings, str(o.get("name")), LIST_CAP)
         return row

@@ -153,8 +153,13 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     (built_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack loudly.\n", encoding="utf-8")
     parquet = built_env / "tinyvault" / "sub" / "Parquet files.md"        # retagged in Obsidian: the body unchanged
     parquet.write_text("---\ntags: [tech/duckdb]\n---\n" + parquet.read_text(encoding="utf-8"), encoding="utf-8")
+    home = built_env / "vault" / "tiny" / "Home.md"                        # the user writes in a generated note
+    home.write_text(home.read_text(encoding="utf-8") + "\nMy own line.\n", encoding="utf-8")
     report = svc.refresh("tiny")
     assert report["sources"] == ["tiny"]
+    assert report["outcomes"][0]["kept_edits"] == [              # refresh said nothing of the edit it moved aside
+        "vault/tiny/Home.md was edited since the build wrote it: your version is kept as vault/tiny/Home (edited).md"]
+    assert "My own line." in (built_env / "vault" / "tiny" / "Home (edited).md").read_text(encoding="utf-8")
     assert report["counts"] == {"added": 1, "changed": 2, "removed": 0}       # the retagged note was not "changed"
     assert report["added"] == ["tiny/Heron.md"] and report["changed"] == ["tiny/Ducks.md", "tiny/sub/Parquet files.md"]
     assert svc.search("heron shallow water", k=3)["hits"][0]["path"] == "tiny/Heron.md"   # searchable at once
