@@ -443,12 +443,15 @@ def test_related_of_an_older_capture_or_a_link_is_not_repeated(tmp_path: Path) -
     """A text that carries `related` as an older capture wrote it (plain vault paths) or as a user writes it (a
     link with an alias) keeps its entries as written; capture adds only the notes they do not name."""
     src = _local(tmp_path / "inbox")
-    text = "---\nrelated: [tiny/Ducks.md, '[[notes/Otter|otters]]', '[[Kb/Seal#Diet]]']\n---\nSeals and otters.\n"
+    text = ("---\nrelated: [tiny/Ducks.md, '[[notes/Otter|otters]]', '[[Kb/Seal#Diet]]', inbox/旅行.md, '[[Fish]]']\n"
+            "---\nSeals and otters.\n")
     got = write_capture(src, text, title="Seals", agent="a", correlation_id="c1", now=NOW,
-                        related=["tiny/Ducks.md", "notes/otter.md", "kb/Seal.md", "tiny/Home.md"])
+                        related=["tiny/Ducks.md", "notes/otter.md", "kb/Seal.md", "inbox/旅行.md", "inbox/Fish.md",
+                                 "tiny/Home.md"])
     assert got.path.read_text(encoding="utf-8") == (
         "---\ntitle: Seals\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
-        "related:\n- tiny/Ducks.md\n- '[[notes/Otter|otters]]'\n- '[[Kb/Seal#Diet]]'\n- '[[tiny/Home]]'\n---\n\n"
+        "related:\n- tiny/Ducks.md\n- '[[notes/Otter|otters]]'\n- '[[Kb/Seal#Diet]]'\n- inbox/旅行.md\n- '[[Fish]]'\n"
+        "- '[[tiny/Home]]'\n---\n\n"
         "# Seals\n\nSeals and otters.\n")
 
 

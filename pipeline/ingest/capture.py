@@ -574,8 +574,11 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     cid = correlation_id or uuid.uuid4().hex
     own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
                            "status": "raw", "correlation_id": cid}
-    if related:
-        own["related"] = [related_link(p, source.name) for p in related]
+    named = {_related_key(t) for t in _as_list(text_fm.get("related")) or ()}   # the text's own, in either form
+    links = [related_link(p, source.name) for p in related
+             if not {_related_key(p), _related_key(related_link(p, source.name))} & named]
+    if links:
+        own["related"] = links
     if tags:
         # a Japanese IME types `#` as `＃`: Obsidian would read `＃学び` as a tag of its own, not 学び
         own["tags"] = [t.strip().lstrip("#＃") for t in tags if t.strip("#＃ ")]
