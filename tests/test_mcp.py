@@ -467,3 +467,27 @@ def test_note_hashes_tell_a_retagged_note_and_not_a_new_fetch_time() -> None:
     assert list(first) == ["me/A.md"]
     assert hashes(["x"], "2026-02-02T00:00:00+00:00") == first
     assert hashes(["x", "y/z"], "2026-01-01T00:00:00+00:00") != first
+
+
+def test_read_and_related_of_an_overlong_name_are_one_bounded_line(built_env: Path) -> None:
+    """A name longer than a file name can be (300 chars: ENAMETOOLONG from the file system) was an internal error
+    of `read`; a pasted 100,000-character one was that, or a 200,000-character "no note" line quoting it twice."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+    from pipeline.search.reader import PathRefusedError, read_link
+
+    svc = VaultService(Settings.from_env())
+    settings = Settings.from_env()
+    for name in ("x" * 300, "日" * 300, "a/" + "x" * 300 + ".md"):
+        for call in (lambda n: svc.read(n), lambda n: svc.related(n)):
+            with pytest.raises(ToolFailure, match="^no note ") as err:
+                call(name)
+            assert len(str(err.value)) < 2200
+    huge = "x" * 100_000
+    for call in (lambda n: svc.read(n), lambda n: svc.related(n)):
+        with pytest.raises((ToolFailure, PathRefusedError)) as err:     # either is the tool's one error line
+            call(huge)
+        assert str(err.value) == (f"refused {'x' * 117 + '...'!r}: it is 100,000 characters; a vault path, note "
+                                  "name, title, alias or link is at most 4,096; give a note's vault path as search "
+                                  "returns it, e.g. 'source/folder/Note.md'")
+    with pytest.raises(PathRefusedError):
+        read_link(settings.vault_dir, huge, 1, settings.warehouse_path)
