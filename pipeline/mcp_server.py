@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from pydantic import Field, WithJsonSchema
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
 from pipeline.config import environ as config_environ
+from pipeline.ingest.capture import MAX_CORRELATION_CHARS
 from pipeline.search.reader import locate_match, note_body, page_of, paginate, read_link
 
 log = logging.getLogger("docsvault.mcp")
@@ -172,8 +174,8 @@ AgentArg = Annotated[str, Field(description=(
     "Who writes the note (your model or agent name), stored as `agent` in its frontmatter (first 100 characters). "
     "Default: \"mcp agent\"."))]
 CorrelationArg = Annotated[str | None, Field(description=(
-    "An id tying the note to your conversation or run, stored as `correlation_id` in its frontmatter and "
-    "returned. Default: a new random 32-hex-digit id."))]
+    "An id tying the note to your conversation or run (at most 200 characters), stored as `correlation_id` in "
+    "its frontmatter and returned. Default: a new random 32-hex-digit id."), max_length=MAX_CORRELATION_CHARS)]
 NoteTagsArg = Annotated[list[str] | None, Field(description=(
     "Tags for the note's frontmatter, e.g. [\"til\", \"project/alpha\"] (nested with /); a leading # or ＃ is "
     "dropped; no spaces. Default: none."))]
@@ -233,6 +235,9 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
         return f"{tool}: missing argument {arg!r}"
     if arg in BOUNDS and any(e["type"] in ("greater_than_equal", "less_than_equal") for e in mine):
         return f"{tool}: {range_problem(arg, arguments.get(arg))}"     # the schema's bounds, as the service says
+    if too_long := next((e for e in mine if e["type"] == "string_too_long"), None):
+        return (f"{tool}: argument {arg!r} is {len(str(arguments.get(arg))):,} characters; at most "
+                f"{too_long.get('ctx', {}).get('max_length')}")
     wanted: list[str] = []
     for e in mine:
         one, many = _MUST_BE.get(str(e["type"]).split("_")[0], (None, None))
@@ -267,11 +272,23 @@ def boolean_number(tool: str, arguments: dict[str, Any] | None, known: dict[str,
     return None
 
 
+#: a quoted value longer than this in a tool's error or message is cut (:func:`shorten_quoted`)
+QUOTED_CHARS = 120
+_LONG_QUOTED = re.compile(rf"'([^'\n]{{{QUOTED_CHARS + 1},}})'")
+
+
+def shorten_quoted(text: str) -> str:
+    """``text`` with every single-quoted value longer than :data:`QUOTED_CHARS` cut to its first 117 characters
+    and ``...``: an error or message that echoes an argument (``unknown source '<100,000 characters>'``) stays
+    one readable line, and says what to do after it."""
+    return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:QUOTED_CHARS - 3]}...'", text)
+
+
 def tool_error(tool: str, text: str) -> str:
     """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
-    ``search: ``) is dropped, and only the first line is kept."""
-    line = " ".join(str(text).split("\n")[0].split())
+    ``search: ``) is dropped, only the first line is kept, and a long quoted value is cut (:func:`shorten_quoted`)."""
+    line = shorten_quoted(" ".join(str(text).split("\n")[0].split()))
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
     while (found := next((p for p in prefixes if line.startswith(p)), None)) is not None:
         line = line[len(found):]
@@ -493,8 +510,9 @@ class VaultService:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
             if tags and not searcher.tagged_notes(tags, wanted or None):
-                return {"query": query[:200], "hits": out, "message": f"{NO_RESULTS}: no note has the tag "
-                        f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)"}
+                return {"query": query[:200], "hits": out, "message": shorten_quoted(
+                    f"{NO_RESULTS}: no note has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
+                    "#tag)")}
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         if not parsed.text:
             cut = f" More notes pass them: raise k (at most {MAX_K}) or add a filter." if more else ""

@@ -31,7 +31,8 @@ EXPECTED: dict[str, dict[str, dict[str, Any]]] = {
     "save_note": {
         "text": {"type": "string"},
         **{arg: {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}
-           for arg in ("title", "name", "source", "correlation_id")},
+           for arg in ("title", "name", "source")},
+        "correlation_id": {"anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}], "default": None},
         "agent": {"type": "string", "default": "mcp agent"},
         "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}], "default": None},
         "wait": {"type": "number", "default": 0, "minimum": 0, "maximum": 120},
@@ -60,7 +61,7 @@ SAYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("save_note", "name"): ("without .md", "120 characters", "daily/2026-12-04", "never overwritten"),
     ("save_note", "source"): ("local source", "DOCSVAULT_CAPTURE_SOURCE"),
     ("save_note", "agent"): ("frontmatter", '"mcp agent"'),
-    ("save_note", "correlation_id"): ("correlation_id", "Default"),
+    ("save_note", "correlation_id"): ("correlation_id", "at most 200 characters", "Default"),
     ("save_note", "tags"): ("project/alpha", "no spaces"),
     ("save_note", "wait"): ("Seconds", "0-120", "default 0"),
     ("refresh", "source"): ("local source", "Default: every local source", "Git"),
@@ -137,3 +138,63 @@ def test_range_problem_reads_the_one_table(arg: str, value: Any, problem: str | 
 
     assert range_problem(arg, value) == problem
 
+
+
+LONG = "z" * 100_000
+CUT = "z" * 117 + "..."
+
+
+@pytest.mark.parametrize(("tool", "arguments", "line"), [
+    ("refresh", {"source": LONG}, f"refresh: unknown source '{CUT}'; sources: tiny"),
+    ("save_note", {"text": "Voles.", "correlation_id": "c" * 201},
+     "save_note: argument 'correlation_id' is 201 characters; at most 200"),
+])
+def test_an_error_echoing_a_long_argument_is_one_short_line(tiny_env: Path, tool: str, arguments: dict[str, Any],
+                                                            line: str) -> None:
+    """A 100,000-character source came back whole in the error (and a correlation id was written whole into the
+    note's frontmatter): a quoted value is cut at 117 characters, a correlation id is at most 200."""
+    from pipeline.mcp_server import create_server
+
+    async def called() -> Any:
+        async with Client(create_server(Settings.from_env())) as client:
+            return await client.call_tool(tool, arguments)
+
+    result = anyio.run(called)
+    assert result.is_error and [c.text for c in result.content] == [line]
+    assert not list((tiny_env / "tinyvault").rglob("Voles*.md"))
+
+
+def test_a_long_correlation_id_is_refused_by_capture(tmp_path: Path) -> None:
+    from pipeline.ingest.capture import CaptureError, write_capture
+    from pipeline.models import Source
+
+    root = tmp_path / "inbox"
+    root.mkdir()
+    src = Source(name="inbox", kind="local", path=(root,))
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "Voles.", correlation_id="c" * 201)
+    assert str(err.value) == "the correlation id is 201 characters; at most 200 (nothing was written)"
+    assert list(root.iterdir()) == []
+    assert write_capture(src, "Voles.", correlation_id="c" * 200).correlation_id == "c" * 200
+
+
+def test_shorten_quoted_cuts_only_long_quoted_values() -> None:
+    from pipeline.mcp_server import shorten_quoted
+
+    assert shorten_quoted(f"no tag '{LONG}' or 'ok' here") == f"no tag '{CUT}' or 'ok' here"
+    assert shorten_quoted("a 'short' one") == "a 'short' one"
+
+
+def test_search_quotes_a_long_source_or_tag_cut(built_tiny_env: Path) -> None:
+    from pipeline.mcp_server import create_server
+
+    async def called() -> list[Any]:
+        async with Client(create_server(Settings.from_env())) as client:
+            return [await client.call_tool("search", {"query": "ducks", "source": LONG}),
+                    await client.call_tool("search", {"query": "ducks", "tag": LONG})]
+
+    source, tag = anyio.run(called)
+    assert source.is_error and source.content[0].text.startswith(f"search: unknown source '{CUT}'; the warehouse ")
+    assert len(source.content[0].text) < 400
+    assert tag.structured_content["message"] == (f"No results: no note has the tag '{CUT}' (frontmatter or inline "
+                                                 "#tag)")
