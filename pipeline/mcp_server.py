@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,11 +40,14 @@ from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Annotated, Any, Self
+
+from pydantic import Field, WithJsonSchema
 
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
 from pipeline.config import environ as config_environ
+from pipeline.ingest.capture import MAX_CORRELATION_CHARS
 from pipeline.search.reader import locate_match, note_body, page_of, paginate, read_link
 
 log = logging.getLogger("docsvault.mcp")
@@ -90,6 +94,102 @@ READ_ONLY_INSTRUCTIONS = (
 )
 
 
+#: the inclusive bounds (low, high; None: no upper bound) of the tools' numeric arguments, the one table that both
+#: the input schemas (``minimum``/``maximum``: :func:`_bounds`) and the server's checks (:func:`range_problem`)
+#: read, so what an agent is told is what the server enforces
+BOUNDS: dict[str, tuple[int, int | None]] = {"k": (1, MAX_K), "page": (1, None), "wait": (0, MAX_WAIT)}
+#: the unit an argument's range error names after its bounds
+_UNITS = {"wait": " seconds"}
+#: the names the ``lanes`` argument of search takes (:func:`pipeline.service.parse_lanes` checks them; a test
+#: keeps this list equal to :data:`pipeline.search.searcher.LANES` plus the two combinations)
+LANE_CHOICES = ("bm25", "bm25_page", "vector", "crosslingual", "graph", "hybrid", "hybrid+graph")
+
+
+def range_problem(arg: str, value: Any) -> str | None:
+    """Why ``value`` is out of the bounds of the numeric argument ``arg`` (:data:`BOUNDS`), one clause (``k must
+    be between 1 and 20, got 99``, ``page must be 1 or more, got 0``), or None when it is within them. ``k`` and
+    ``page`` must be integers; true/false is no number."""
+    low, high = BOUNDS[arg]
+    kinds = (int,) if arg in ("k", "page") else (int, float)
+    if not isinstance(value, bool) and isinstance(value, kinds) and low <= value and (high is None or value <= high):
+        return None
+    if high is None:
+        return f"{arg} must be {low} or more{_UNITS.get(arg, '')}, got {value!r}"
+    return f"{arg} must be between {low} and {high}{_UNITS.get(arg, '')}, got {value!r}"
+
+
+def _bounds(arg: str) -> dict[str, int]:
+    """The pydantic ``Field`` bounds of ``arg`` (``ge``, and ``le`` when it has an upper bound): :data:`BOUNDS`."""
+    low, high = BOUNDS[arg]
+    return {"ge": low} | ({"le": high} if high is not None else {})
+
+
+# The tools' arguments as an agent reads them in the input schema: each has a description (units, default,
+# format, valid values), and the numeric ones their bounds (:data:`BOUNDS`). Module-level: the tool functions'
+# annotations are resolved in this module's namespace.
+_NOTE = ("The note: the `path` of a search hit (its vault path, 'source/folder/Note.md'), or its file name, title or "
+         "alias ('Note'), or a link as a note writes it ('[[Note#Heading|text]]', 'Note#Heading'). Only Markdown "
+         "notes inside the vault.")
+QueryArg = Annotated[str, Field(description=(
+    "What to find: a question or keywords, in English or Japanese (ranked on its first 2,000 characters; it needs a "
+    "letter or digit). Syntax: \"exact phrase\" (required), -word or -\"a phrase\" (excluded), \"a b\" OR \"c d\" "
+    "(one of them required), source:NAME, tag:TAG (a matches a/b), path:PREFIX (a vault path prefix, or a glob with "
+    "* ? [). Filters alone (tag:recipe) list the notes that pass them by vault path, unranked."))]
+SearchKArg = Annotated[int, Field(description="How many hits to return, one per note, best first (1-20; default 8).",
+                                  **_bounds("k"))]
+SourcesArg = Annotated[str | list[str] | None, Field(description=(
+    "Only these sources: a source name as `status` lists it, or a list of them (any of them). Default: every "
+    "source. Adds to source: in the query."))]
+TagsArg = Annotated[str | list[str] | None, Field(description=(
+    "Only notes with this tag (frontmatter tags or an inline #tag; a leading # is ignored; no spaces; a parent tag "
+    "matches its nested tags: project matches project/alpha), or a list of tags (a note with any of them). "
+    "Default: no tag filter. Adds to tag: in the query."))]
+#: a lane name: the schema lists the names (``enum``); the check is parse_lanes', whose error lists them too
+_LaneName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(LANE_CHOICES)})]
+LanesArg = Annotated[list[_LaneName] | None, Field(description=(
+    "The ranking lanes to fuse, a list of: bm25 (keyword, chunks), bm25_page (keyword, whole notes), vector, "
+    "crosslingual (across languages), graph (one hop along wikilinks), hybrid (= bm25, bm25_page, vector, "
+    "crosslingual), hybrid+graph. Default: hybrid. [\"bm25\"] is keyword-only search."))]
+NoteArg = Annotated[str, Field(description=_NOTE)]
+PageArg = Annotated[int, Field(description=(
+    "Which page of about 1,000 characters, from 1 (default 1); `pages` in the result says how many there are and "
+    "`next` gives the call for the next page. With a #Heading link, page 1 opens where the heading starts."),
+    **_bounds("page"))]
+RelatedKArg = Annotated[int, Field(description="How many related notes to return, best first (1-20; default 10).",
+                                   **_bounds("k"))]
+TextArg = Annotated[str, Field(description=(
+    "The note's Markdown (at most 1,000,000 characters, with at least one word). It may start with its own YAML "
+    "frontmatter block (---), merged into the note's: its aliases, tags and other keys are kept."))]
+TitleArg = Annotated[str | None, Field(description=(
+    "The note's title; the note is headed `# title` unless the text starts with a level-1 heading. Default: the "
+    "text's frontmatter title, else its first heading, else the file name of `name`, else its first sentence."))]
+NameArg = Annotated[str | None, Field(description=(
+    "The file name without .md (at most 120 characters), optionally under up to 4 folders joined by / "
+    "(daily/2026-12-04; a missing folder is made). No \\, .., empty parts, a leading '.', control characters or "
+    ":*?\"<>|. Default: made from the title. An existing note is never overwritten: a taken name is an error."))]
+CaptureSourceArg = Annotated[str | None, Field(description=(
+    "The local source (a name `status` lists) to write the note into; it must read Markdown. Default: the server's "
+    "DOCSVAULT_CAPTURE_SOURCE (an error names the sources that can take it when none is set)."))]
+AgentArg = Annotated[str, Field(description=(
+    "Who writes the note (your model or agent name), stored as `agent` in its frontmatter (first 100 characters). "
+    "Default: \"mcp agent\"."))]
+CorrelationArg = Annotated[str | None, Field(description=(
+    "An id tying the note to your conversation or run (at most 200 characters), stored as `correlation_id` in "
+    "its frontmatter and returned. Default: a new random 32-hex-digit id."), max_length=MAX_CORRELATION_CHARS)]
+NoteTagsArg = Annotated[list[str] | None, Field(description=(
+    "Tags for the note's frontmatter, e.g. [\"til\", \"project/alpha\"] (nested with /); a leading # or ＃ is "
+    "dropped; no spaces. Default: none."))]
+WaitArg = Annotated[float, Field(description=(
+    "Seconds (0-120, default 0) to wait for another running build or refresh to finish before rebuilding; with 0 "
+    "the rebuild fails at once while one runs."), **_bounds("wait"))]
+RefreshSourceArg = Annotated[str | None, Field(description=(
+    "The one local source to rebuild (a name `status` lists). Default: every local source. Git and web sources "
+    "are refused (they are rebuilt from a terminal)."))]
+FullArg = Annotated[bool, Field(description=(
+    "true: rebuild from scratch (every chunk embedded again, the index written in full; slower). Default false: "
+    "only what changed."))]
+
+
 class ReadOnlyConfigError(PipelineError):
     """:data:`READ_ONLY_ENV` holds a value that is neither true nor false."""
 
@@ -133,6 +233,11 @@ def argument_error(tool: str, errors: list[dict[str, Any]], arguments: dict[str,
     mine = [e for e in errors if e["loc"] and str(e["loc"][0]) == arg]
     if any(e["type"] == "missing" for e in mine):
         return f"{tool}: missing argument {arg!r}"
+    if arg in BOUNDS and any(e["type"] in ("greater_than_equal", "less_than_equal") for e in mine):
+        return f"{tool}: {range_problem(arg, arguments.get(arg))}"     # the schema's bounds, as the service says
+    if too_long := next((e for e in mine if e["type"] == "string_too_long"), None):
+        return (f"{tool}: argument {arg!r} is {len(str(arguments.get(arg))):,} characters; at most "
+                f"{too_long.get('ctx', {}).get('max_length')}")
     wanted: list[str] = []
     for e in mine:
         one, many = _MUST_BE.get(str(e["type"]).split("_")[0], (None, None))
@@ -167,11 +272,23 @@ def boolean_number(tool: str, arguments: dict[str, Any] | None, known: dict[str,
     return None
 
 
+#: a quoted value longer than this in a tool's error or message is cut (:func:`shorten_quoted`)
+QUOTED_CHARS = 120
+_LONG_QUOTED = re.compile(rf"'([^'\n]{{{QUOTED_CHARS + 1},}})'")
+
+
+def shorten_quoted(text: str) -> str:
+    """``text`` with every single-quoted value longer than :data:`QUOTED_CHARS` cut to its first 117 characters
+    and ``...``: an error or message that echoes an argument (``unknown source '<100,000 characters>'``) stays
+    one readable line, and says what to do after it."""
+    return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:QUOTED_CHARS - 3]}...'", text)
+
+
 def tool_error(tool: str, text: str) -> str:
     """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
-    ``search: ``) is dropped, and only the first line is kept."""
-    line = " ".join(str(text).split("\n")[0].split())
+    ``search: ``) is dropped, only the first line is kept, and a long quoted value is cut (:func:`shorten_quoted`)."""
+    line = shorten_quoted(" ".join(str(text).split("\n")[0].split()))
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
     while (found := next((p for p in prefixes if line.startswith(p)), None)) is not None:
         line = line[len(found):]
@@ -246,8 +363,8 @@ def _search_argument_problem(query: str, k: Any, tag: str | list[str] | None) ->
     from pipeline.search.query import tag_problem
     from pipeline.service import query_problem
 
-    if not isinstance(k, int) or not 1 <= k <= MAX_K:
-        return f"k must be between 1 and {MAX_K}, got {k!r}"
+    if problem := range_problem("k", k):
+        return problem
     if problem := query_problem(query):
         return problem
     for one in [tag] if isinstance(tag, str) else tag or ():
@@ -273,8 +390,8 @@ def _wait_seconds(wait: Any) -> float:
     Raises:
         ToolFailure: not a number from 0 to :data:`MAX_WAIT`.
     """
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
-        raise ToolFailure(f"wait must be between 0 and {MAX_WAIT} seconds, got {wait!r}")
+    if problem := range_problem("wait", wait):
+        raise ToolFailure(problem)
     return float(wait)
 
 
@@ -393,8 +510,9 @@ class VaultService:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
             if tags and not searcher.tagged_notes(tags, wanted or None):
-                return {"query": query[:200], "hits": out, "message": f"{NO_RESULTS}: no note has the tag "
-                        f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)"}
+                return {"query": query[:200], "hits": out, "message": shorten_quoted(
+                    f"{NO_RESULTS}: no note has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
+                    "#tag)")}
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         if not parsed.text:
             cut = f" More notes pass them: raise k (at most {MAX_K}) or add a filter." if more else ""
@@ -456,8 +574,8 @@ class VaultService:
         (:func:`pipeline.search.neighbours.related`)."""
         from pipeline.service import related_notes
 
-        if not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise ToolFailure(f"k must be between 1 and {MAX_K}, got {k!r}")
+        if problem := range_problem("k", k):
+            raise ToolFailure(problem)
         try:
             return related_notes(self.settings, path, k)
         except PipelineError as exc:             # no such note (why, when the build skipped it), no warehouse
@@ -600,10 +718,14 @@ class VaultService:
 
     def _outcome(self, o: Mapping[str, Any]) -> dict[str, Any]:
         """One source's outcome as ``refresh`` returns it, with ``skipped`` (``[{"file", "reason"}]``, at most
-        :data:`LIST_CAP`) when the build skipped files of it: which notes are not searchable as they are, and why."""
+        :data:`LIST_CAP`) when the build skipped files of it: which notes are not searchable as they are, and why;
+        and ``kept_edits`` (at most :data:`LIST_CAP` lines) when the build replaced generated notes that held the
+        user's edits: where each edit is kept now."""
         from pipeline.service import skipped_file_reasons
 
         row = {k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage", "error")}
+        if o.get("kept_edits"):             # a user's edit of a generated note, moved aside: say where it is now
+            row["kept_edits"] = list(o["kept_edits"])[:LIST_CAP]
         if o.get("skipped_files"):
             row["skipped"] = skipped_file_reasons(self.settings, str(o.get("name")), LIST_CAP)
         return row
@@ -1056,8 +1178,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         ),
         annotations=reads,
     )
-    def search(query: str, k: int = 8, source: str | list[str] | None = None, tag: str | list[str] | None = None,
-               lanes: list[str] | None = None) -> dict[str, Any]:
+    def search(query: QueryArg, k: SearchKArg = 8, source: SourcesArg = None, tag: TagsArg = None,
+               lanes: LanesArg = None) -> dict[str, Any]:
         return guarded(svc.search, query, k, source, tag, lanes)
 
     @server.tool(
@@ -1074,7 +1196,7 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         ),
         annotations=reads,
     )
-    def read(path: str, page: int = 1) -> dict[str, Any]:
+    def read(path: NoteArg, page: PageArg = 1) -> dict[str, Any]:
         return guarded(svc.read, path, page)
 
     @server.tool(
@@ -1087,7 +1209,7 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         ),
         annotations=reads,
     )
-    def related(path: str, k: int = 10) -> dict[str, Any]:
+    def related(path: NoteArg, k: RelatedKArg = 10) -> dict[str, Any]:
         return guarded(svc.related, path, k)
 
     @server.tool(
@@ -1108,9 +1230,9 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                     open_world_hint=False),
     )
-    def save_note(text: str, title: str | None = None, name: str | None = None, source: str | None = None,
-                  agent: str = "mcp agent", correlation_id: str | None = None, tags: list[str] | None = None,
-                  wait: float = 0) -> dict[str, Any]:
+    def save_note(text: TextArg, title: TitleArg = None, name: NameArg = None, source: CaptureSourceArg = None,
+                  agent: AgentArg = "mcp agent", correlation_id: CorrelationArg = None, tags: NoteTagsArg = None,
+                  wait: WaitArg = 0) -> dict[str, Any]:
         return guarded(svc.save_note, text, title, name, source, agent, correlation_id, tags, wait)
 
     @server.tool(
@@ -1139,7 +1261,7 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                     open_world_hint=False),
     )
-    def refresh(source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
+    def refresh(source: RefreshSourceArg = None, full: FullArg = False, wait: WaitArg = 0) -> dict[str, Any]:
         return guarded(svc.refresh, source, full, wait)
 
     if read_only:                       # readers of a team service: nothing that writes is offered

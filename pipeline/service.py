@@ -710,7 +710,10 @@ def status_data(s: Settings) -> dict[str, Any]:
 @dataclass(frozen=True)
 class SourceOutcome(Record):
     """One source of a build: ``status`` built | unchanged | failed; counts None when the stage did not run;
-    ``warning`` the "has no notes" line of an empty source."""
+    ``warning`` the "has no notes" line of an empty source; ``kept_edits`` one line per generated note this build
+    replaced while it held the user's edit (or per user file where the source now has a note): where the user's
+    version is now (``vault/me/Home.md was edited since the build wrote it: your version is kept as vault/me/Home
+    (edited).md``), as ``docsvault build`` prints it."""
 
     name: str
     status: str
@@ -721,6 +724,7 @@ class SourceOutcome(Record):
     warning: str | None
     failed_stage: str | None
     error: str | None
+    kept_edits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -835,6 +839,8 @@ def pages_not_fetched_line(st: Any, shown: int = 3) -> str | None:
 
 
 def _source_outcome(st: Any) -> SourceOutcome:
+    from pipeline.stages.ingest import conflict_line
+
     vault_meta = st.metadata.get("vault", {})
     chunk_meta = st.metadata.get("chunks", {})
     emb = st.metadata.get("embeddings", {})
@@ -847,6 +853,7 @@ def _source_outcome(st: Any) -> SourceOutcome:
         embedded=emb.get("embedded"), skipped_files=int(st.metadata.get("notes", {}).get("errors") or 0),
         warning=no_notes_line(st) if empty else None,
         failed_stage=st.failed_stage or None, error=st.error or None,
+        kept_edits=tuple(conflict_line(st.name, c) for c in vault_meta.get("conflicts") or ()),
     )
 
 

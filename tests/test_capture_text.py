@@ -199,7 +199,7 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
     assert got.vault_path == "inbox/My title.md"
     assert got.path.read_text(encoding="utf-8") == (
         "---\ntitle: My title\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
-        "related:\n- notes/a.md\n- tiny/Ducks.md\ntags:\n- x\n- Til\n- new\n"
+        "related:\n- notes/a.md\n- '[[tiny/Ducks]]'\ntags:\n- x\n- Til\n- new\n"
         "original_title: Their title\noriginal_created: '2025-05-06'\noriginal_status: draft\n"
         "original_correlation_id: theirs\naliases:\n- otter\nrating: 5\n---\n\n# My title\n\nOtters hold hands.\n")
     with pytest.raises(CaptureError, match="nothing to capture: the text is empty"):
@@ -421,3 +421,53 @@ def test_a_named_note_without_a_title_of_its_own_is_titled_by_its_file_name(tmp_
     assert "\ntitle: Theirs\n" in write_capture(src, "---\ntitle: Theirs\n---\n本文。", name="n3").path.read_text(
         encoding="utf-8")
     assert "\ntitle: 本文。\n" in write_capture(src, "本文。続き").path.read_text(encoding="utf-8")
+
+
+def test_related_is_a_list_of_wikilinks_as_obsidian_writes_a_link_property(tmp_path: Path) -> None:
+    """`related:` held vault paths (`- tiny/Ducks.md`), which Obsidian shows as text: an Obsidian user writes a
+    link property as `"[[Note]]"`. Another source's note is linked from the vault root, a note of the capture
+    source from the source's own root (it resolves in the user's vault too); a path no wikilink can hold stays."""
+    src = _local(tmp_path / "inbox")
+    related = ["duckdb/data/parquet/overview.md", "inbox/日記/2026-01-01.md", "inbox/Board.canvas.md",
+               "tiny/a|b.md"]
+    got = write_capture(src, "Otters hold hands.", title="Otters", agent="a", correlation_id="c1",
+                        related=related, now=NOW)
+    assert got.related == tuple(related)                          # what capture --json and save_note return
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: Otters\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
+        "related:\n- '[[duckdb/data/parquet/overview]]'\n- '[[日記/2026-01-01]]'\n- '[[Board.canvas]]'\n"
+        "- tiny/a|b.md\n---\n\n# Otters\n\nOtters hold hands.\n")
+
+
+def test_related_of_an_older_capture_or_a_link_is_not_repeated(tmp_path: Path) -> None:
+    """A text that carries `related` as an older capture wrote it (plain vault paths) or as a user writes it (a
+    link with an alias) keeps its entries as written; capture adds only the notes they do not name."""
+    src = _local(tmp_path / "inbox")
+    text = ("---\nrelated: [tiny/Ducks.md, '[[notes/Otter|otters]]', '[[Kb/Seal#Diet]]', inbox/旅行.md, '[[Fish]]']\n"
+            "---\nSeals and otters.\n")
+    got = write_capture(src, text, title="Seals", agent="a", correlation_id="c1", now=NOW,
+                        related=["tiny/Ducks.md", "notes/otter.md", "kb/Seal.md", "inbox/旅行.md", "inbox/Fish.md",
+                                 "tiny/Home.md"])
+    assert got.path.read_text(encoding="utf-8") == (
+        "---\ntitle: Seals\ncreated: '2026-01-02T03:04:05Z'\nagent: a\nstatus: raw\ncorrelation_id: c1\n"
+        "related:\n- tiny/Ducks.md\n- '[[notes/Otter|otters]]'\n- '[[Kb/Seal#Diet]]'\n- inbox/旅行.md\n- '[[Fish]]'\n"
+        "- '[[tiny/Home]]'\n---\n\n"
+        "# Seals\n\nSeals and otters.\n")
+
+
+def test_each_related_link_of_a_capture_reads_its_note(built_tiny_env: Path) -> None:
+    """The links capture writes are ones `read` (CLI and MCP) opens: the same note as the vault path returned."""
+    from pipeline.ingest.capture import split_text
+    from pipeline.search.reader import read_link
+
+    s = Settings.from_env()
+    result = CliRunner().invoke(app, ["capture", "--source", "tiny", "--no-build", "--json", "--title",
+                                      "Pond birds", "Ducks swim in the pond; a duck is a water bird."])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    fm, _ = split_text((built_tiny_env / "tinyvault" / "Pond birds.md").read_text(encoding="utf-8"))
+    assert out["related"] and len(fm["related"]) == len(out["related"])
+    assert "[[Ducks]]" in fm["related"] and "tiny/Ducks.md" in out["related"]
+    for link, path in zip(fm["related"], out["related"], strict=True):
+        assert link == f"[[{path.removeprefix('tiny/')[:-3]}]]"
+        assert read_link(s.vault_dir, link, 1, s.warehouse_path).path == path

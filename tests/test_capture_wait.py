@@ -100,7 +100,9 @@ def test_mcp_tools_take_a_wait_argument(tiny_env: Path) -> None:
 
     tools = {t.name: t for t in anyio.run(create_server(Settings.from_env()).list_tools)}
     for name in ("save_note", "refresh"):
-        assert tools[name].input_schema["properties"]["wait"] == {"default": 0, "title": "Wait", "type": "number"}
+        wait = dict(tools[name].input_schema["properties"]["wait"])
+        assert wait.pop("description").startswith("Seconds (0-120, default 0) to wait for another running build")
+        assert wait == {"default": 0, "title": "Wait", "type": "number", "minimum": 0, "maximum": 120}
         assert "`wait` (seconds, 0-120, default 0)" in (tools[name].description or "")
 
 

@@ -134,7 +134,8 @@ def test_build_outcome_json_is_pinned() -> None:
     from pipeline.service import BuildOutcome, build_outcome
 
     built = NS(name="docs", ok=True, failed_stage="", error="", metadata={
-        "raw_docs": {"files": 3}, "notes": {"errors": 2}, "vault": {"notes": 3, "skipped": False},
+        "raw_docs": {"files": 3}, "notes": {"errors": 2}, "vault": {"notes": 3, "skipped": False,
+                                                               "conflicts": ["Home.md -> Home (edited).md"]},
         "chunks": {"skipped": False}, "embeddings": {"chunks": 7, "embedded": 5}})
     empty = NS(name="empty", ok=True, failed_stage="", error="", metadata={
         "raw_docs": {"files": 0, "warning_lines": ["source 'empty' has no notes: folder is empty"]},
@@ -161,7 +162,10 @@ EXPECTED_BUILD_JSON = """{
       "skipped_files": 2,
       "warning": null,
       "failed_stage": null,
-      "error": null
+      "error": null,
+      "kept_edits": [
+        "vault/docs/Home.md was edited since the build wrote it: your version is kept as vault/docs/Home (edited).md"
+      ]
     },
     {
       "name": "empty",
@@ -172,7 +176,8 @@ EXPECTED_BUILD_JSON = """{
       "skipped_files": 0,
       "warning": "source 'empty' has no notes: folder is empty",
       "failed_stage": null,
-      "error": null
+      "error": null,
+      "kept_edits": []
     },
     {
       "name": "bad",
@@ -183,7 +188,8 @@ EXPECTED_BUILD_JSON = """{
       "skipped_files": 0,
       "warning": null,
       "failed_stage": "normalize",
-      "error": "boom"
+      "error": "boom",
+      "kept_edits": []
     }
   ],
   "removed": [

@@ -151,10 +151,17 @@ def test_refresh_rebuilds_a_local_source_and_reports_changes(built_env: Path) ->
     (built_env / "tinyvault" / "Heron.md").write_text("# Heron\n\nA heron stands still in shallow water.\n",
                                                      encoding="utf-8")
     (built_env / "tinyvault" / "Ducks.md").write_text("# Ducks\n\nDucks quack loudly.\n", encoding="utf-8")
+    parquet = built_env / "tinyvault" / "sub" / "Parquet files.md"        # retagged in Obsidian: the body unchanged
+    parquet.write_text("---\ntags: [tech/duckdb]\n---\n" + parquet.read_text(encoding="utf-8"), encoding="utf-8")
+    home = built_env / "vault" / "tiny" / "Home.md"                        # the user writes in a generated note
+    home.write_text(home.read_text(encoding="utf-8") + "\nMy own line.\n", encoding="utf-8")
     report = svc.refresh("tiny")
     assert report["sources"] == ["tiny"]
-    assert report["counts"] == {"added": 1, "changed": 1, "removed": 0}
-    assert report["added"] == ["tiny/Heron.md"] and report["changed"] == ["tiny/Ducks.md"]
+    assert report["outcomes"][0]["kept_edits"] == [              # refresh said nothing of the edit it moved aside
+        "vault/tiny/Home.md was edited since the build wrote it: your version is kept as vault/tiny/Home (edited).md"]
+    assert "My own line." in (built_env / "vault" / "tiny" / "Home (edited).md").read_text(encoding="utf-8")
+    assert report["counts"] == {"added": 1, "changed": 2, "removed": 0}       # the retagged note was not "changed"
+    assert report["added"] == ["tiny/Heron.md"] and report["changed"] == ["tiny/Ducks.md", "tiny/sub/Parquet files.md"]
     assert svc.search("heron shallow water", k=3)["hits"][0]["path"] == "tiny/Heron.md"   # searchable at once
     with pytest.raises(ToolFailure, match="unknown source 'nope'; sources: tiny"):
         svc.refresh("nope")
@@ -435,3 +442,52 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
         assert searcher.missing_words("ピカチュウの池") == (("ピカチュウ", "池"), ("ピカチュウ",))
         # named as typed, not in Sudachi's normalised form (ずんどこ), English words in it too
         assert searcher.missing_words("ズンドコのPondsを") == (("ズンドコ", "Ponds"), ("ズンドコ",))
+
+
+def test_note_hashes_tell_a_retagged_note_and_not_a_new_fetch_time() -> None:
+    """refresh's `changed` compares these: a note whose frontmatter alone changed (retagged in Obsidian) is
+    changed; a new `fetched_at` (set by every fetch) is not."""
+    import json
+
+    import duckdb
+
+    from pipeline.warehouse import note_hashes
+    from pipeline.warehouse.schema import _TABLES
+
+    def hashes(tags: list[str], fetched: str) -> dict[str, str]:
+        con = duckdb.connect(":memory:")
+        con.execute(_TABLES["notes"])
+        fm = {"title": "A", "tags": tags, "content_hash": "h1", "fetched_at": fetched}
+        con.execute("INSERT INTO notes (note_id, source, source_path, vault_path, content_hash, frontmatter) VALUES "
+                    "('1', 'me', 'A.md', 'me/A.md', 'h1', ?), ('2', 'other', 'B.md', 'other/B.md', 'h2', NULL)",
+                    [json.dumps(fm)])
+        return note_hashes(con, ["me"])
+
+    first = hashes(["x"], "2026-01-01T00:00:00+00:00")
+    assert list(first) == ["me/A.md"]
+    assert hashes(["x"], "2026-02-02T00:00:00+00:00") == first
+    assert hashes(["x", "y/z"], "2026-01-01T00:00:00+00:00") != first
+
+
+def test_read_and_related_of_an_overlong_name_are_one_bounded_line(built_env: Path) -> None:
+    """A name longer than a file name can be (300 chars: ENAMETOOLONG from the file system) was an internal error
+    of `read`; a pasted 100,000-character one was that, or a 200,000-character "no note" line quoting it twice."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+    from pipeline.search.reader import PathRefusedError, read_link
+
+    svc = VaultService(Settings.from_env())
+    settings = Settings.from_env()
+    for name in ("x" * 300, "日" * 300, "a/" + "x" * 300 + ".md"):
+        for call in (lambda n: svc.read(n), lambda n: svc.related(n)):
+            with pytest.raises(ToolFailure, match="^no note ") as err:
+                call(name)
+            assert len(str(err.value)) < 2200
+    huge = "x" * 100_000
+    for call in (lambda n: svc.read(n), lambda n: svc.related(n)):
+        with pytest.raises((ToolFailure, PathRefusedError)) as err:     # either is the tool's one error line
+            call(huge)
+        assert str(err.value) == (f"refused {'x' * 117 + '...'!r}: it is 100,000 characters; a vault path, note "
+                                  "name, title, alias or link is at most 4,096; give a note's vault path as search "
+                                  "returns it, e.g. 'source/folder/Note.md'")
+    with pytest.raises(PathRefusedError):
+        read_link(settings.vault_dir, huge, 1, settings.warehouse_path)

@@ -708,6 +708,18 @@ def test_canvas_becomes_note_of_cards(tmp_path):
     assert len(result.errors) == 1 and result.errors[0].startswith("source 'demo': bad.canvas: not a valid .canvas")
 
 
+def test_canvas_is_titled_by_its_file_name_without_canvas(tmp_path):
+    """Obsidian names a canvas by its file name: ``Plan.canvas`` is ``Plan`` in search hits and read (it was
+    ``Plan.canvas``), also when its first card has a heading of its own (a card, not the canvas's title)."""
+    import json as _json
+    cards = {"nodes": [{"id": "1", "type": "text", "text": "# Goals\nShip it", "x": 0, "y": 0}]}
+    plain = {"nodes": [{"id": "1", "type": "text", "text": "Ship it", "x": 0, "y": 0}]}
+    result = _norm(tmp_path, {"Plan.canvas": _json.dumps(plain), "計画/ボード.CANVAS": _json.dumps(cards)})
+    assert sorted((n.rel_path, n.title, n.frontmatter["title"]) for n in result.notes) == [
+        ("Plan.canvas.md", "Plan", "Plan"),
+        ("計画/ボード.CANVAS.md", "ボード", "ボード")]
+
+
 def test_oversized_file_is_reported_not_read(tmp_path, monkeypatch):
     import pipeline.ingest.normalize as nz
 

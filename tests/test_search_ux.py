@@ -514,7 +514,7 @@ def test_write_capture_frontmatter_and_safety(tmp_path: Path) -> None:
     assert got.path == root / "What I learned.md" and got.vault_path == "inbox/What I learned.md"
     assert got.path.read_text(encoding="utf-8") == (
         "---\ntitle: What I learned\ncreated: '2026-01-02T03:04:05Z'\nagent: claude-x\nstatus: raw\n"
-        "correlation_id: c1\nrelated:\n- docs/a.md\ntags:\n- til\n---\n\n# What I learned\n\nDuckDB reads parquet.\n")
+        "correlation_id: c1\nrelated:\n- '[[docs/a]]'\ntags:\n- til\n---\n\n# What I learned\n\nDuckDB reads parquet.\n")
     with pytest.raises(CaptureError, match="already exists"):
         write_capture(src, "# What I learned\nagain")
     assert "again" not in got.path.read_text(encoding="utf-8")           # never overwritten

@@ -38,6 +38,7 @@ from pipeline.config import env_value
 from pipeline.models import Source
 
 __all__ = [
+    "MAX_CORRELATION_CHARS",
     "MAX_NAME_CHARS",
     "MAX_TEXT_CHARS",
     "CaptureError",
@@ -50,6 +51,7 @@ __all__ = [
     "folders_as_spelled",
     "merge_frontmatter",
     "name_from_title",
+    "related_link",
     "split_text",
     "title_of",
     "vault_rel_path",
@@ -58,6 +60,7 @@ __all__ = [
 
 MAX_NAME_CHARS = 120           # file name length without ``.md``
 MAX_TEXT_CHARS = 1_000_000     # a captured note's text (chars)
+MAX_CORRELATION_CHARS = 200    # a correlation id (chars): it is written in the frontmatter and returned
 ENV_SOURCE = "DOCSVAULT_CAPTURE_SOURCE"
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f/\\:*?"<>|]')
 
@@ -436,6 +439,35 @@ def _as_list(value: Any) -> list[str] | None:
     return None
 
 
+def related_link(vault_path: str, source: str) -> str:
+    """A related note's vault path as the wikilink the ``related`` property holds, as an Obsidian user writes a
+    link property (``related: ["[[Note]]"]``, which Obsidian shows as a link and counts as one): the note's path
+    without ``.md``, from the vault root for another source's note (``duckdb/data/overview.md`` ->
+    ``[[duckdb/data/overview]]``, which resolves in docsvault's vault) and from the source's own root for a note of
+    the capture source itself (``inbox/sub/Otter.md`` -> ``[[sub/Otter]]``, which resolves in the user's own vault
+    and, by its end, in docsvault's). A path a wikilink cannot hold (``|``, ``[``, ``]``) stays a plain path.
+    ``read`` and ``related`` take either form."""
+    rel = vault_path.removeprefix(f"{source}/")
+    target = rel[:-3] if rel.lower().endswith(".md") else rel
+    return vault_path if re.search(r"[\[\]|#^\n]", target) or not target else f"[[{target}]]"
+
+
+def _related_key(item: str) -> str:
+    """What a ``related`` entry names, to tell a text's entry from one of capture's: ``[[a/b|x]]``, ``[[a/b]]``,
+    ``a/b.md`` and ``a/b`` (a capture before links, or a path an agent wrote) are one note ``a/b``."""
+    m = re.fullmatch(r"\s*\[\[([^\]|#]*)(?:#[^\]|]*)?(?:\|[^\]]*)?\]\]\s*", item)
+    target = (m.group(1) if m else item).strip()
+    return unicodedata.normalize("NFC", target[:-3] if target.lower().endswith(".md") else target).casefold()
+
+
+def _new_related_links(related: Sequence[str], source: str, text_fm: dict[str, Any]) -> list[str]:
+    """The vault paths ``related`` as the ``related`` property's wikilinks (:func:`related_link`), leaving out the
+    notes the text's own ``related`` names already, in either form (a path of an older capture or a link)."""
+    named = {_related_key(t) for t in _as_list(text_fm.get("related")) or ()}
+    return [related_link(p, source) for p in related
+            if not {_related_key(p), _related_key(related_link(p, source))} & named]
+
+
 def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str, Any]:
     """The note's frontmatter: capture's keys (``own``: title, created, agent, status, correlation_id, related,
     tags) first, then the text's own keys in their order.
@@ -455,7 +487,7 @@ def merge_frontmatter(own: dict[str, Any], text_fm: dict[str, Any]) -> dict[str,
         if theirs is None:                      # a mapping: cannot merge, capture's list wins, theirs is kept
             replaced[key] = text_fm[key]
             theirs = []
-        norm = (lambda t: t.lstrip("#＃").casefold()) if key == "tags" else (lambda t: t)
+        norm = (lambda t: t.lstrip("#＃").casefold()) if key == "tags" else _related_key
         merged = list(theirs)
         seen = {norm(t) for t in merged}
         for item in ours:
@@ -505,8 +537,10 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         name: the file name (default: from the title, one the vault keeps unchanged: :func:`name_from_title`;
             checked by :func:`check_name`).
         agent: who wrote it (the model or agent name; ``agent`` in the frontmatter).
-        correlation_id: ties the note to a conversation/run (default: a new UUID4 hex).
-        related: vault paths of related notes (the top search hits of the text).
+        correlation_id: ties the note to a conversation/run (default: a new UUID4 hex); at most
+            :data:`MAX_CORRELATION_CHARS`.
+        related: vault paths of related notes (the top search hits of the text); the frontmatter's ``related``
+            holds them as wikilinks (:func:`related_link`), ``Captured.related`` as given.
         tags: frontmatter tags.
         now: the creation time (default: now, UTC).
         name_option: how the caller's interface passes ``name``, for the errors (``--name``; MCP: ```name```).
@@ -521,6 +555,9 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
             outside the root, or one the source would not read (:func:`capture_problem`: its
             ``include``/``exclude`` leave the name out).
     """
+    if correlation_id and len(correlation_id) > MAX_CORRELATION_CHARS:
+        raise CaptureError(f"the correlation id is {len(correlation_id):,} characters; at most "
+                           f"{MAX_CORRELATION_CHARS} (nothing was written)")
     text_fm, text = check_text(text)
     heading = bool(title and title.strip())
     title = " ".join((title or "").split()) if heading else (
@@ -551,8 +588,8 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     cid = correlation_id or uuid.uuid4().hex
     own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
                            "status": "raw", "correlation_id": cid}
-    if related:
-        own["related"] = list(related)
+    if links := _new_related_links(related, source.name, text_fm):
+        own["related"] = links
     if tags:
         # a Japanese IME types `#` as `＃`: Obsidian would read `＃学び` as a tag of its own, not 学び
         own["tags"] = [t.strip().lstrip("#＃") for t in tags if t.strip("#＃ ")]

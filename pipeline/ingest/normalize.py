@@ -1191,6 +1191,12 @@ def page_url(source: Source, source_path: str) -> str | None:
 
 
 def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
+    """A note's title: its frontmatter ``title``, else its leading level-1 heading, else its file name without the
+    extension. A ``.canvas`` file is titled by its file name without ``.canvas``, as Obsidian names it
+    (``Plan.canvas`` is ``Plan``; its first card's heading is a card, not the canvas's title)."""
+    name = source_path.rsplit("/", 1)[-1]
+    if name.lower().endswith(".canvas") and len(name) > len(".canvas"):
+        return name[: -len(".canvas")]
     value = frontmatter.get("title")
     if isinstance(value, (str, int, float)) and str(value).strip():
         return str(value).strip()
@@ -1199,7 +1205,6 @@ def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
         h1 = _ANCHOR_JSX.sub("", _ANCHOR_ID.sub("", _ANCHOR_DOCBUILDER.sub("", h1))).strip()
         if h1:
             return h1
-    name = source_path.rsplit("/", 1)[-1]
     for ext in MARKDOWN_EXTS:
         if name.lower().endswith(ext) and len(name) > len(ext):
             return name[: -len(ext)]

@@ -145,11 +145,26 @@ class NotePage:
 # paths
 
 
+#: the longest note argument ``read``/``related`` look up (chars): Linux's PATH_MAX; a longer one names no note,
+#: and its "no note '…'" error quoted it whole (twice: 200,000 characters for a pasted 100,000-character path)
+MAX_NOTE_ARG_CHARS = 4096
+
+
 def _refuse(note: str, why: str) -> PathRefusedError:
     shown = note if len(note) <= 120 else note[:117] + "..."
     return PathRefusedError(
         f"refused {shown!r}: {why}; give a note's vault path as search returns it, e.g. 'source/folder/Note.md'"
     )
+
+
+def _on_disk(path: Path, folder: bool = False) -> bool:
+    """Whether ``path`` is a file (``folder``: a folder); False when the file system cannot even look it up: a
+    name the client gave that is longer than a file name can be (ENAMETOOLONG) names no file, and must not
+    crash ``read`` (it was an internal error)."""
+    try:
+        return path.is_dir() if folder else path.is_file()
+    except OSError:
+        return False
 
 
 def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
@@ -193,7 +208,7 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
         raise _refuse(note, f"cannot resolve ({exc.__class__.__name__})") from None
     if not real.is_relative_to(root):
         raise _refuse(note, "it resolves outside the vault (symlink)")
-    if not real.is_file():
+    if not _on_disk(real):
         raise NoteNotFoundError(
             f"no note {norm!r} in the vault {root}; use a vault_path from search results "
             "(`docsvault search ...` / the search tool)"
@@ -491,14 +506,14 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         if warehouse_path is None:
             raise
         if not Path(warehouse_path).exists():
-            if isinstance(exc, _NotMarkdownError) and not (Path(vault_dir) / note).is_file():
+            if isinstance(exc, _NotMarkdownError) and not _on_disk(Path(vault_dir) / note):
                 raise NoteNotFoundError(_unbuilt_name(Path(vault_dir), note, Path(warehouse_path))) from None
             raise
         # refused as a path (`.NET`, `C:\Windows tips`, `50%2F50`): only a note's title or alias may be written so
         # (the warehouse names the note's own vault path, which is read and checked as any other); a file of the
         # vault that is no note (an attachment's copy) is not read as a name either
         refused = isinstance(exc, PathRefusedError) and not isinstance(exc, _NotMarkdownError)
-        file_here = isinstance(exc, _NotMarkdownError) and (Path(vault_dir) / note).is_file()
+        file_here = isinstance(exc, _NotMarkdownError) and _on_disk(Path(vault_dir) / note)
         found, what = _notes_called(Path(warehouse_path), unicodedata.normalize("NFC", note),
                                     paths=not refused, names=not file_here)
         if len(found) == 1:
@@ -545,8 +560,12 @@ def find_link(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     writes it as ``-``). A title or alias with ``#`` in it (``C# tips``) is found as written first.
 
     Raises:
-        As :func:`find_note`; a link to no note raises the error of the note's name (``no note 'Guide'``).
+        As :func:`find_note`; a link to no note raises the error of the note's name (``no note 'Guide'``);
+        PathRefusedError: ``note`` is longer than :data:`MAX_NOTE_ARG_CHARS`.
     """
+    if isinstance(note, str) and len(note) > MAX_NOTE_ARG_CHARS:
+        raise _refuse(note, f"it is {len(note):,} characters; a vault path, note name, title, alias or link is "
+                            f"at most {MAX_NOTE_ARG_CHARS:,}")
     try:
         return find_note(vault_dir, note, warehouse_path), ""
     except NoteNotFoundError as exc:
@@ -737,13 +756,13 @@ def _vault_folders_named(vault_dir: Path, note: str) -> list[str]:
     parts = want.split("/")
     if not want or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
         return []
-    if (vault_dir / want).is_dir():
+    if _on_disk(vault_dir / want, folder=True):
         return [want]
     try:
         sources = sorted(d.name for d in vault_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
     except OSError:
         return []
-    return [f"{src}/{want}" for src in sources if (vault_dir / src / want).is_dir()]
+    return [f"{src}/{want}" for src in sources if _on_disk(vault_dir / src / want, folder=True)]
 
 
 def _written_by_build(vault_dir: Path, vault_path: str) -> bool:

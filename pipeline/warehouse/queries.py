@@ -287,10 +287,27 @@ def notes_named(con: duckdb.DuckDBPyConnection, name: str, key: Callable[[str], 
 
 
 def note_hashes(con: duckdb.DuckDBPyConnection, sources: Sequence[str] | None = None) -> dict[str, str]:
-    """vault_path -> content_hash of the notes (of ``sources`` only, when given): to tell what a rebuild changed."""
-    rows = con.execute("SELECT source, vault_path, content_hash FROM notes").fetchall()
+    """vault_path -> a digest of each note's body (its ``content_hash``) and frontmatter (of ``sources`` only, when
+    given): to tell what a rebuild changed. The frontmatter counts (a retagged note, a new alias or date is a
+    changed note: before, only a body change was), except ``fetched_at``, which a fetch sets without a change."""
+    import hashlib
+    import json
+
+    rows = con.execute("SELECT source, vault_path, content_hash, frontmatter FROM notes").fetchall()
     wanted = set(sources) if sources is not None else None
-    return {r[1]: r[2] or "" for r in rows if wanted is None or r[0] in wanted}
+    out: dict[str, str] = {}
+    for source, vault_path, content_hash, frontmatter in rows:
+        if wanted is not None and source not in wanted:
+            continue
+        try:
+            fm = json.loads(frontmatter) if frontmatter else {}
+        except ValueError:
+            fm = {"frontmatter": frontmatter}
+        if isinstance(fm, dict):
+            fm.pop("fetched_at", None)
+        digest = json.dumps([content_hash or "", fm], sort_keys=True, ensure_ascii=False, default=str)
+        out[vault_path] = hashlib.sha256(digest.encode("utf-8")).hexdigest()
+    return out
 
 
 def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> list[dict[str, str]]:
