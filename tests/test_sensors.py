@@ -561,3 +561,8 @@ def test_a_second_instances_sensor_over_the_same_data_folder_requests_nothing(tm
             == ["notes"]
         record.write_text(json.dumps({**held, "host": "elsewhere"}))   # another host's live holder: not judged
         assert not sensor(dg.build_sensor_context(instance=b)).run_requests
+        # a record copied along with the data folder (another folder's inode): not a holder of this one
+        record.write_text(json.dumps({**held, "host": "elsewhere", "folder": held["folder"] + 1}))
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=b)).run_requests] \
+            == ["notes"]
+        assert json.loads(record.read_text())["instance"] == str(home_b)
