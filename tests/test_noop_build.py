@@ -307,3 +307,18 @@ def test_a_source_added_in_the_same_process_is_built(tiny_env: Path) -> None:
         f.write(f"  - name: inbox\n    kind: local\n    path: {inbox}\n    format: obsidian\n")
     report = _build()
     assert {s["name"]: s["status"] for s in report["sources"]} == {"tiny": "unchanged", "inbox": "built"}
+
+
+def test_a_sensor_tick_over_the_data_folder_keeps_the_no_op_build(built_tiny_env: Path) -> None:
+    """The upstream_change sensor records each tick in <data>/state/.sensor.json (the instance that ticks over the
+    data folder): that is no change to build, so a build after a tick is still answered without Dagster."""
+    import time
+
+    from pipeline.common.artifacts import claim_sensor
+
+    _build()                                     # the record is this folder's (a restored copy's runs.db differs)
+    runs = _runs(built_tiny_env)
+    assert claim_sensor(Settings.from_env(), "/srv/dagster", 90.0, time.time()) is None
+    src = _build()["sources"][0]
+    assert (src["status"], src["embedded"]) == ("unchanged", 0)
+    assert _runs(built_tiny_env) == runs                   # answered from the record

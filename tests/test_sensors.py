@@ -506,3 +506,63 @@ def test_a_source_removed_from_sources_yaml_is_removed_from_search_unattended(tw
         # sources.yaml listing no source: a build refuses to remove them all, so nothing is requested
         build.fetch_stage(settings, sources[1])
         assert upstream_change_sensor([], settings)(dg.build_sensor_context(instance=instance)).run_requests == []
+
+
+def test_a_second_instances_sensor_over_the_same_data_folder_requests_nothing(tmp_path, monkeypatch):
+    """Two daemons (two DAGSTER_HOMEs) over one data folder: each sensor requested a run for every change. The
+    sensor of the instance that ticks there first keeps the folder; the other's tick requests nothing and says
+    why, until the first one's process is gone or it has not ticked for SENSOR_LIVE_TICKS intervals."""
+    import json
+    import os
+    import socket
+
+    from pipeline.defs.automation import SENSOR_LIVE_TICKS
+
+    monkeypatch.setenv("DOCSVAULT_SENSOR_INTERVAL", "60")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "n.md").write_text("# N\n")
+    settings = _settings(tmp_path)
+    sensor = upstream_change_sensor([Source(name="notes", kind="local", path=(notes,))], settings)
+    record = settings.state_dir / ".sensor.json"
+    home_a, home_b = (tmp_path / "home-a").resolve(), (tmp_path / "home-b").resolve()
+    home_a.mkdir()
+    home_b.mkdir()
+    with dg.instance_for_test(temp_dir=str(home_a)) as a, dg.instance_for_test(temp_dir=str(home_b)) as b:
+        first = sensor(dg.build_sensor_context(instance=a))
+        assert [r.tags["docsvault/source"] for r in first.run_requests] == ["notes"]       # never built
+        held = json.loads(record.read_text())
+        assert (held["instance"], held["host"], held["pid"]) == (str(home_a), socket.gethostname(), os.getpid())
+
+        second = sensor(dg.build_sensor_context(instance=b))
+        assert not second.run_requests
+        assert second.skip_reason is not None and second.skip_reason.skip_message == (
+            f"data folder {settings.data_dir} is built by the upstream_change sensor of another Dagster instance "
+            f"(DAGSTER_HOME {home_a}, pid {os.getpid()} on {socket.gethostname()}, last tick at {held['at_iso']}): "
+            f"this sensor (DAGSTER_HOME {home_b}) requests nothing, so no change is built twice; stop one of the "
+            "two daemons, or start this one with the other's DAGSTER_HOME or its own DOCSVAULT_DATA")
+        assert json.loads(record.read_text()) == held                 # the other's record is left as it was
+
+        again = sensor(dg.build_sensor_context(instance=a, cursor=first.cursor))     # the holder goes on ticking
+        assert not again.run_requests
+        assert again.skip_reason is not None
+        assert again.skip_reason.skip_message == "no source moved (1 checked)"
+
+        gone = subprocess.Popen(["true"])                # the holder's process is gone (same host): taken over
+        gone.wait()
+        record.write_text(json.dumps({**held, "pid": gone.pid}))
+        taken = sensor(dg.build_sensor_context(instance=b))
+        assert [r.tags["docsvault/source"] for r in taken.run_requests] == ["notes"]
+        assert json.loads(record.read_text())["instance"] == str(home_b)
+
+        # a holder that has not ticked for SENSOR_LIVE_TICKS intervals (its daemon stopped on another host)
+        record.write_text(json.dumps({**held, "host": "elsewhere", "at": held["at"] - SENSOR_LIVE_TICKS * 60 - 1}))
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=b)).run_requests] \
+            == ["notes"]
+        record.write_text(json.dumps({**held, "host": "elsewhere"}))   # another host's live holder: not judged
+        assert not sensor(dg.build_sensor_context(instance=b)).run_requests
+        # a record copied along with the data folder (another folder's inode): not a holder of this one
+        record.write_text(json.dumps({**held, "host": "elsewhere", "folder": held["folder"] + 1}))
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=b)).run_requests] \
+            == ["notes"]
+        assert json.loads(record.read_text())["instance"] == str(home_b)

@@ -225,3 +225,49 @@ def removed_at(settings: Settings, source: str) -> str | None:
     """When a build last removed ``source`` (ISO 8601 UTC), None if never (see :data:`REMOVED_STATE`)."""
     value = load_state(settings, REMOVED_STATE).get(source)
     return str(value) if value else None
+
+
+#: ``<data>/state/.sensor.json``: the Dagster instance whose ``upstream_change`` sensor last ticked over this data
+#: folder (``instance``: its DAGSTER_HOME), the process that evaluated the tick (``host``, ``pid``), when (``at``,
+#: seconds since the epoch; ``at_iso``) and the folder's inode (``folder``: a copy of the data folder has another,
+#: a shared volume the same on every host)
+SENSOR_STATE = ".sensor"
+
+
+def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float) -> dict[str, Any] | None:
+    """Record that the sensor of ``instance`` ticks over ``settings.data_dir`` now, unless the sensor of another
+    instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds`` and whose process
+    is not known to be gone (on this host: its pid is not alive), in this very folder (not a record copied along
+    with the data folder to another disk or machine: its ``folder`` inode differs). Two daemons over one data
+    folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only its own runs.
+
+    Returns:
+        The other instance's record (nothing written) while it holds the folder, else None (this tick recorded).
+    """
+    import socket
+    from datetime import UTC, datetime
+
+    from pipeline.common.lock import pid_alive
+
+    other = load_state(settings, SENSOR_STATE)
+    host = socket.gethostname()
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)    # the record goes there: the folder's inode is final
+        folder = settings.data_dir.stat().st_ino
+    except OSError:
+        folder = 0
+    if other.get("instance") and other.get("instance") != instance and other.get("folder") == folder:
+        try:
+            age = now - float(other.get("at") or 0)
+        except (TypeError, ValueError):
+            age = live_seconds
+        try:
+            pid = int(other.get("pid") or 0)
+        except (TypeError, ValueError):
+            pid = 0
+        gone = other.get("host") == host and not pid_alive(pid)
+        if age < live_seconds and not gone:
+            return other
+    update_state(settings, SENSOR_STATE, instance=instance, host=host, pid=os.getpid(), at=now, folder=folder,
+                 at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
+    return None

@@ -114,6 +114,10 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         if context.instance_ref is not None:      # a killed `docsvault build` must not keep holding a pool slot
             for run_id in release_dead_builds(current, context.instance):
                 context.log.warning(f"released the pool slots of run {run_id}: its process is gone or the run has ended")
+        held = other_sensor(context, current)
+        if held:                                  # another daemon's sensor builds this data folder
+            context.log.warning(held)
+            return dg.SensorResult(skip_reason=held, cursor=context.cursor)
         try:
             loaded = json.loads(context.cursor) if context.cursor else {}
         except ValueError:
@@ -201,6 +205,36 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         return dg.SensorResult(skip_reason=why + (f"; {stale}" if stale else ""), cursor=new_cursor)
 
     return _sensor
+
+
+#: ticks another Dagster instance's sensor may miss and still hold a data folder (:func:`other_sensor`)
+SENSOR_LIVE_TICKS = 3
+
+
+def other_sensor(context: dg.SensorEvaluationContext, settings: Settings) -> str:
+    """"" when this instance's sensor may tick over ``settings.data_dir`` (the tick is recorded there:
+    :func:`pipeline.common.artifacts.claim_sensor`), else the line saying which other instance's sensor builds it:
+    one that ticked within the last :data:`SENSOR_LIVE_TICKS` intervals from a process that is not gone. Two
+    daemons over one data folder (a `docsvault ui` or `dg dev` with another DAGSTER_HOME beside the service) each
+    requested a run for every change, and each UI showed only its own runs. "" too without an instance (a test)."""
+    import time
+
+    from pipeline.common import artifacts
+
+    try:
+        instance = context.instance
+    except dg.DagsterInvariantViolationError:
+        return ""
+    now = time.time()
+    home = str(Path(instance.root_directory).resolve())
+    other = artifacts.claim_sensor(settings, home, SENSOR_LIVE_TICKS * sensor_interval(), now)
+    if other is None:
+        return ""
+    ago = f", last tick at {other['at_iso']}" if other.get("at_iso") else ""
+    return (f"data folder {settings.data_dir} is built by the upstream_change sensor of another Dagster instance "
+            f"(DAGSTER_HOME {other.get('instance')}, pid {other.get('pid')} on {other.get('host')}{ago}): this "
+            f"sensor (DAGSTER_HOME {home}) requests nothing, so no change is built twice; stop one of the two "
+            "daemons, or start this one with the other's DAGSTER_HOME or its own DOCSVAULT_DATA")
 
 
 def sources_now(loaded: dict[str, Source], sources_file: Path) -> tuple[dict[str, Source], str]:

@@ -304,7 +304,8 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     last = shared_state(settings).get("eval") or {}
     last_report = last.get("report") if isinstance(last.get("report"), dict) else {}
     if last.get("key") == key and last_report and not forced():
-        return EvalStageResult.from_dict(last_report, skipped=True, history_rows=0)
+        return EvalStageResult.from_dict(last_report, skipped=True, history_rows=0,
+                                         history=str(eval_history_path(settings.data_dir)))
     history = eval_history_path(settings.data_dir)
     loaded = load_cases(files) if files else []
     cases = [c for c in loaded if c.corpus in set(names)]

@@ -443,7 +443,9 @@ def graph_stage(settings: Settings, sources: Sequence[Source]) -> GraphResult:
         paths = {"graphml": settings.graph_dir / "links.graphml", "json": settings.graph_dir / "links.json"}
         if last.get("key") == key and all(p.is_file() for p in paths.values()) \
                 and last.get("json_sha") == file_sha(paths["json"]):
-            return GraphResult.from_dict(last.get("meta") or {}, skipped=True)
+            # the export files where they are now (not the paths recorded by the build that wrote them)
+            return GraphResult.from_dict(last.get("meta") or {}, skipped=True, graphml=str(paths["graphml"]),
+                                         json=str(paths["json"]))
         notes = read_notes(settings.vault_dir, names)
         lg = build_link_graph(settings, notes)
         content = digest(graph_content(lg), code_version("graph"))

@@ -385,7 +385,11 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             last = shared_state(settings).get("warehouse") or {}
             if last.get("input_key") == key:
                 kept = WarehouseResult.from_dict(last.get("meta") or {})
+                # the file as it is now, where it is now (a data folder moved or copied elsewhere: not the
+                # path and size its last publish recorded)
                 return replace(kept, publish={**kept.publish, "mode": "unchanged"}, rebuilt_because="",
+                               path=str(settings.warehouse_path),
+                               size_mb=round(settings.warehouse_path.stat().st_size / 1e6, 2),
                                skipped=True, seconds=round(time.perf_counter() - started, 3))
         incremental = not problem and not forced()
         # the copy an incremental publish starts from is made while the notes, chunks and BM25 are prepared
