@@ -147,7 +147,7 @@ class WikiLink:
     block: str | None = None              # "#^block" id (without '#^'), None when absent
     alias: str | None = None
     embed: bool = False
-    kind: Literal["wikilink", "markdown"] = "wikilink"
+    kind: Literal["wikilink", "markdown", "property"] = "wikilink"   # property: in a frontmatter value
 
 
 @dataclass(frozen=True)

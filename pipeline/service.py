@@ -278,7 +278,7 @@ def link_problems(s: Settings, sources: Sequence[Any]
     from collections import defaultdict
 
     from pipeline.common.errors import NoteError
-    from pipeline.index.graph import build_graph, missing_subpaths, parse_links
+    from pipeline.index.graph import build_graph, missing_subpaths, parse_links, property_links
     from pipeline.ingest.vault import read_notes
     from pipeline.stages.index import built_sources
 
@@ -293,7 +293,7 @@ def link_problems(s: Settings, sources: Sequence[Any]
             dangling[e.src].add((e.target, e.kind))
     out = []
     for note in sorted((n for n in notes if n.note_id in dangling), key=lambda n: n.vault_path):
-        for link in parse(note.body):
+        for link in [*property_links(note.frontmatter), *parse(note.body)]:     # the file's order
             key = (link.target, "embed" if link.embed else link.kind)
             if key in dangling[note.note_id]:
                 dangling[note.note_id].discard(key)
@@ -341,10 +341,13 @@ def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, i
     first link of the file not taken yet that parses the same (:func:`pipeline.index.graph.link_spans`), else the
     first that has its embed mark, heading, block and note name (the target's last part, without ``.md``, case
     ignored: the vault may have qualified or converted it); None when the file has no such link (or cannot be
-    read). The file's frontmatter is no part of it."""
+    read). A link of the note's properties (``kind`` "property") is looked for in the file's frontmatter, any
+    other in the text after it."""
     import unicodedata
 
     from pipeline.common.frontmatter import frontmatter_end, normalize_newlines
+    from dataclasses import replace
+
     from pipeline.index.graph import link_spans
 
     try:
@@ -353,10 +356,12 @@ def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, i
         raw = ""
     lines = normalize_newlines(raw).split("\n")
     end = frontmatter_end(lines)
-    if end is not None:                              # blank the frontmatter, keeping its lines
-        lines[: end + 1] = [""] * (end + 1)
-    text = "\n".join(lines)
+    head = end + 1 if end is not None else 0
+    # the text with its frontmatter blanked, and the frontmatter with the text blanked, each keeping its lines
+    text = "\n".join([""] * head + lines[head:])
     spans = link_spans(text) if "[" in text else []
+    props = "\n".join(lines[:head] + [""] * (len(lines) - head))
+    prop_spans = [(a, b, replace(w, kind="property")) for a, b, w in link_spans(props)] if "[[" in props else []
 
     def name(link: Any) -> str:
         leaf = link.target.rstrip("/").rsplit("/", 1)[-1]
@@ -367,17 +372,19 @@ def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, i
             (written.embed, written.heading, written.block, name(written)) ==
             (link.embed, link.heading, link.block, name(link)))
 
-    taken: set[int] = set()
+    taken: set[tuple[bool, int]] = set()
     out: list[tuple[str, int] | None] = []
     for link in links:
-        at = next((i for exact in (True, False) for i, (_, _, w) in enumerate(spans)
-                   if i not in taken and like(w, link, exact)), None)
+        prop = link.kind == "property"
+        pool, source = (prop_spans, props) if prop else (spans, text)
+        at = next((i for exact in (True, False) for i, (_, _, w) in enumerate(pool)
+                   if (prop, i) not in taken and like(w, link, exact)), None)
         if at is None:
             out.append(None)
             continue
-        taken.add(at)
-        start, end, _ = spans[at]
-        out.append((text[start:end], text.count("\n", 0, start) + 1))
+        taken.add((prop, at))
+        start, end, _ = pool[at]
+        out.append((source[start:end], source.count("\n", 0, start) + 1))
     return out
 
 

@@ -665,3 +665,30 @@ def test_check_vault_finds_each_link_as_written_in_the_users_file(tmp_path: Path
     assert _written_links(f, links) == [("[[Home]]", 6), ("[[Home]]", 6), ("[see](My%20Note.md#Part)", 7), None]
     assert _written_links(tmp_path / "gone.md", links[:1]) == [None]
     assert _written_links(None, links[:1]) == [None]
+
+
+def test_check_vault_names_a_dangling_link_of_a_property_with_its_frontmatter_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link in a property (``up: "[[Nowhere]]"``) counts among the note's links, as in Obsidian: one to no note
+    is dangling in ``status`` and named by check-vault on its frontmatter line, before the text's."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import _tiny_setenv
+
+    root = tmp_path / "me"
+    root.mkdir()
+    (root / "Home.md").write_text('---\ntags: [x]\nup: "[[Nowhere]]"\nrelated:\n  - "[[Other|the other]]"\n---\n'
+                                  "# Home\n\n[[Gone]]\n", encoding="utf-8")
+    (root / "Other.md").write_text("# Other\n", encoding="utf-8")
+    _settings(tmp_path, root)
+    _tiny_setenv(tmp_path, monkeypatch)
+    built = CliRunner().invoke(app, ["build"])
+    assert built.exit_code == 0, built.output
+    assert "3 links (2 dangling: `docsvault check-vault` names them)" in CliRunner().invoke(app, ["status"]).output
+    result = CliRunner().invoke(app, ["check-vault"])
+    assert result.output.splitlines()[3:] == [
+        "  me: 2 dangling link(s), to a note no source has (create the note or fix the link):",
+        "  me: Home.md:3 -> [[Nowhere]]",
+        "  me: Home.md:9 -> [[Gone]]",
+        "ok"]

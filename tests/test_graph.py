@@ -362,3 +362,27 @@ def test_inline_code_inside_a_wikilink_is_its_text() -> None:
     target = "# Dots\n\n## `.output`: Writing Results to a File\n\ntext\n"
     found = missing_subpaths([note("Dots.md", target), note("Home.md", home)])
     assert [(p, link.heading) for p, link in found] == [("v/Home.md", "`.mode`")]
+
+
+def test_links_in_properties_count_as_obsidian_counts_them() -> None:
+    """An Obsidian note-taker's ``up: "[[Home]]"`` (a map-of-content property) and ``related: ["[[A]]", …]``:
+    Obsidian lists them among the note's outgoing links and backlinks; the graph did not (a finding of session
+    39). Quoted text values and text items of lists count; YAML's nested list of an unquoted ``[[Home]]``,
+    numbers and plain text do not; ``![[x]]`` in a property links x; a property link to no note is dangling."""
+    from pipeline.index.graph import property_links
+
+    fm = {"up": "[[Home]]", "related": ["[[A|the a note]]", "plain", 3, "[[B#Part]] and [[#Self]]"],
+          "unquoted": [["Home"]], "when": "2026-12-06", "gone": "![[Nowhere]]"}
+    assert property_links(fm) == [
+        WikiLink(target="Home", kind="property"), WikiLink(target="A", alias="the a note", kind="property"),
+        WikiLink(target="B", heading="Part", kind="property"), WikiLink(target="Nowhere", kind="property")]
+    lg = build_graph([note("Day.md", "Went to [[A]].\n", **fm), note("Home.md", "# Home\n"), note("A.md", "# A\n"),
+                      note("B.md", "# B\n\n## Part\n")])
+    ids = {name: note(f"{name}.md", "").note_id for name in ("Day", "Home", "A", "B")}
+    assert {(e.dst, e.target, e.kind, e.count) for e in lg.edges} == {
+        (ids["Home"], "Home", "property", 1), (ids["A"], "A", "property", 1), (ids["A"], "A", "wikilink", 1),
+        (ids["B"], "B", "property", 1), (None, "Nowhere", "property", 1)}
+    assert lg.graph.edges[ids["Day"], ids["A"]]["kind"] == "property|wikilink"
+    assert lg.graph.edges[ids["Day"], ids["A"]]["count"] == 2
+    assert lg.graph.nodes[ids["Home"]]["in_degree"] == 1
+    assert lg.unresolved == [("v/Day.md", "Nowhere")]

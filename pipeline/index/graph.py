@@ -28,6 +28,7 @@ import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -51,6 +52,7 @@ __all__ = [
     "link_spans",
     "missing_subpaths",
     "parse_links",
+    "property_links",
 ]
 
 _ATTACHMENTS_TEXT = (
@@ -172,6 +174,32 @@ def parse_links(markdown: str) -> list[WikiLink]:
         One WikiLink per occurrence (duplicates kept).
     """
     return [link for _, _, link in link_spans(markdown)]
+
+
+def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
+    """Links of a note's properties, as Obsidian counts them among the note's links (outgoing links, backlinks,
+    the graph view): each ``[[target#heading|alias]]`` in a text property or in a text item of a list property
+    (``up: "[[Home]]"``, ``related: ["[[A]]", "[[B|b]]"]``), in key then item order, ``kind`` "property"
+    (``![[x]]`` there is a link to x, not an embed). Obsidian's help has links in properties quoted: YAML reads
+    an unquoted ``up: [[Home]]`` as a nested list, which Obsidian shows as no link, and so has none here; nor do
+    numbers, dates or mappings.
+
+    Args:
+        frontmatter: a note's frontmatter (:attr:`pipeline.models.Note.frontmatter`: JSON-safe values).
+
+    Returns:
+        One WikiLink per occurrence (self-links ``[[#Heading]]`` left out).
+    """
+    out: list[WikiLink] = []
+    for value in frontmatter.values():
+        for text in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
+            if not isinstance(text, str) or "[[" not in text:
+                continue
+            for m in _WIKILINK.finditer(text):
+                link = _parse_wikilink(m.group(2), embed=False)
+                if link is not None and link.target:
+                    out.append(replace(link, kind="property"))
+    return out
 
 
 def link_spans(markdown: str) -> list[tuple[int, int, WikiLink]]:
@@ -392,7 +420,8 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
     """Parse and resolve every note's links into a LinkGraph.
 
     Self-links (``[[#Heading]]``) and links from a note to itself make no edge. An edge between two notes carries
-    ``count`` (occurrences), ``kind`` ("wikilink", "embed", "markdown"; several joined by "|" in sorted order) and
+    ``count`` (occurrences), ``kind`` ("wikilink", "embed", "markdown", "property": a link in a frontmatter value,
+    :func:`property_links`; several joined by "|" in sorted order) and
     ``headings`` (sorted distinct linked headings, block refs as ``^id``, joined by "|"). Node metrics:
     ``in_degree`` (distinct linking notes) and ``pagerank`` (weight = count).
 
@@ -423,7 +452,7 @@ def build_graph(notes: Sequence[Note], parse: Callable[[str], list[WikiLink]] = 
 
     for path, note in by_path.items():
         src = note.note_id
-        for link in parse(note.body):
+        for link in [*parse(note.body), *property_links(note.frontmatter)]:
             if not link.target:
                 continue  # self-link
             kind = "embed" if link.embed else link.kind
