@@ -344,10 +344,9 @@ def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, i
     read). A link of the note's properties (``kind`` "property") is looked for in the file's frontmatter, any
     other in the text after it."""
     import unicodedata
-
-    from pipeline.common.frontmatter import frontmatter_end, normalize_newlines
     from dataclasses import replace
 
+    from pipeline.common.frontmatter import frontmatter_end, normalize_newlines
     from pipeline.index.graph import link_spans
 
     try:
