@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-
 # Issue 19 targets ("Faster where users wait"); bench/run.py, search_cold.py and search_latency.py print them
 T_FULL_S, T_FULL_RSS_GB = 360, 2.0
 T_NOOP_S, T_PAGES_S, T_ADD_S = 3, 10, 15

@@ -43,13 +43,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from pipeline.common import artifacts
-    from pipeline.stages import chunk_models
     from pipeline.config import Settings
-    from pipeline.index.embed import load_embedder
     from pipeline.evaluate import load_cases
-    from pipeline.search.searcher import Searcher
+    from pipeline.index.embed import load_embedder
     from pipeline.ingest.sources import load_sources
+    from pipeline.search.searcher import Searcher
     from pipeline.search.translate import Translator
+    from pipeline.stages import chunk_models
 
     settings = Settings.from_env(data_dir=args.data)
     by_model: dict[str, list] = {}

@@ -332,9 +332,9 @@ def flop_rows(t: Table, build: dict, settings, cpu, sample: int) -> None:
     import random
 
     from pipeline.common import artifacts
-    from pipeline.stages import chunk_models
     from pipeline.index.embed import load_embedder
     from pipeline.ingest.sources import load_sources
+    from pipeline.stages import chunk_models
 
     bound = flop_bound(cpu)
     t.row("  machine", f"{cpu.model or '?'}: {cpu.cores} cores × {cpu.mhz / 1000:.2f} GHz ({cpu.mhz_source}), "
@@ -653,12 +653,12 @@ def main() -> None:
 
 def baselines(t: Table, settings, searcher, cases, queries, lat, corpora) -> None:
     """Exact scan vs HNSW in the vector lane, HNSW vs brute force, BM25 rebuilt per query vs the built index."""
-    from pipeline.common import artifacts
     from pipeline import warehouse as wh
+    from pipeline.common import artifacts
     from pipeline.index.analysis import Analyzer
     from pipeline.index.bm25 import Bm25Index, chunk_token_lists
-    from pipeline.search.searcher import Searcher
     from pipeline.ingest.vault import read_notes
+    from pipeline.search.searcher import Searcher
 
     hnsw_searcher = Searcher(settings.warehouse_path, exact_max_rows=0)
     lane_t: dict[str, list[float]] = {"exact": [], "hnsw": []}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.common.errors import WarehouseCorruptError
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import Bm25Index, build_chunk_index, chunk_token_lists
-from pipeline.common.errors import WarehouseCorruptError
 from pipeline.models import Chunk, Note
 
 IDS = ["cat", "dog", "bird", "fish", "empty"]

@@ -531,8 +531,8 @@ def test_ctrl_c_in_a_command_prints_one_line_and_exits_130(monkeypatch: pytest.M
     """Ctrl-C inside a command (Typer turns it into exit code 130) says so on stderr, as outside one."""
     import sys
 
-    import pipeline.cli as cli
-    import pipeline.ingest.sources as sources
+    from pipeline import cli
+    from pipeline.ingest import sources
 
     def interrupted(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt

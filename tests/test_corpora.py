@@ -10,19 +10,23 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import networkx as nx
 import pytest
 import yaml
 
-from pipeline.common import artifacts
-
 from pipeline import stages as build
+from pipeline.common import artifacts
 from pipeline.config import Settings
-from pipeline.ingest.fetch import load_fetch_result
 from pipeline.index.graph import LinkResolver, build_graph, parse_links
-from pipeline.ingest.normalize import NormalizeResult, normalize_source, split_code, write_report, _protect_inline_code
+from pipeline.ingest.fetch import load_fetch_result
+from pipeline.ingest.normalize import (
+    NormalizeResult,
+    _protect_inline_code,
+    normalize_source,
+    split_code,
+    write_report,
+)
 from pipeline.ingest.sources import load_sources
 from pipeline.ingest.vault import INDEX_KEY, read_notes
 

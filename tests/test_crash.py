@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ("duck pond water bird install linux windows package parquet column storage query index vector search graph "
-         "link note vault chunk heading embed model cache build lock crash kill signal warehouse table schema").split()
+WORDS = ["duck", "pond", "water", "bird", "install", "linux", "windows", "package", "parquet", "column", "storage", "query", "index", "vector", "search", "graph", "link", "note", "vault", "chunk", "heading", "embed", "model", "cache", "build", "lock", "crash", "kill", "signal", "warehouse", "table", "schema"]
 
 
 def _make_vault(root: Path, n: int = 80) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.common.errors import EmbeddingError
 from pipeline.index.embed import (
     EmbeddingCache,
     HashEmbedder,
@@ -15,7 +16,6 @@ from pipeline.index.embed import (
     load_embedder,
     model_slug,
 )
-from pipeline.common.errors import EmbeddingError
 from pipeline.models import Chunk
 
 
@@ -124,7 +124,7 @@ def test_a_shard_never_replaces_one_a_concurrent_writer_placed(tmp_path: Path, m
     cache = EmbeddingCache(tmp_path, "hash-4")
     cache.put_many(["a"], np.ones((1, 4), dtype=np.float32))
     theirs = (cache.dir / "shard-0.npz").read_bytes()
-    monkeypatch.setattr(cache, "shards", lambda: [])      # it picks shard-0 as another writer takes it
+    monkeypatch.setattr(cache, "shards", list)      # it picks shard-0 as another writer takes it
     cache.put_many(["b"], np.zeros((1, 4), dtype=np.float32))
     assert sorted(p.name for p in cache.dir.iterdir()) == ["shard-0.npz", "shard-1.npz"]   # no temp files left
     assert (cache.dir / "shard-0.npz").read_bytes() == theirs

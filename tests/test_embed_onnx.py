@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from pipeline.index.embed import HashEmbedder, SentenceTransformerEmbedder, load_embedder
 from pipeline.common.errors import EmbeddingError
+from pipeline.index.embed import HashEmbedder, SentenceTransformerEmbedder, load_embedder
 from pipeline.index.onnx_embed import MINILM_ID, MINILM_INT8_ID, OnnxEmbedder, export_minilm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_corrupt_model_is_exported_again(cache: Path, tmp_path: Path, caplog: py
 @pytest.mark.integration   # exports / loads the real model (MiniLM or e5)
 def test_sessions_open_from_an_optimized_copy_with_the_same_vectors(cache: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch):
-    import pipeline.index.onnx_embed as onnx_embed
+    from pipeline.index import onnx_embed
 
     shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
     folder = tmp_path / "sentence_transformers_all_minilm_l6_v2_onnx_int8"

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from pipeline.cli import app

@@ -151,7 +151,7 @@ def test_changed_cases_recompute_the_ablation(settings: Settings, tiny_env: Path
 
 
 def test_the_serves_queries_check_embeds_its_sample_query_once(settings: Settings, tiny_env: Path) -> None:
-    counting = lambda spec: CountingEmbedder(load_embedder(spec))    # noqa: E731
+    counting = lambda spec: CountingEmbedder(load_embedder(spec))
     build(settings)
     CountingEmbedder.embedded.clear()
     first = b.search_index_stage(settings, embedder_factory=counting)

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline import warehouse as wh
+from pipeline.cli import app
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import build_chunk_index
-from pipeline.cli import app
 from pipeline.index.embed import HashEmbedder, embed_chunks
 from pipeline.models import Chunk, Note
 

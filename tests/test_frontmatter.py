@@ -7,7 +7,13 @@ import json
 import pytest
 
 from pipeline.common.errors import NoteError
-from pipeline.common.frontmatter import canonical_body, decode_bytes, json_safe, render_note, split_frontmatter
+from pipeline.common.frontmatter import (
+    canonical_body,
+    decode_bytes,
+    json_safe,
+    render_note,
+    split_frontmatter,
+)
 
 
 def test_split_basic():

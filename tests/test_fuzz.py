@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.index.chunk import chunk_note
 from pipeline.common.errors import NoteError
-from pipeline.ingest.fetch.llms_txt import LlmsTxtError, parse_llms_txt
 from pipeline.common.frontmatter import canonical_body, render_note, split_frontmatter
+from pipeline.index.chunk import chunk_note
 from pipeline.index.graph import LinkResolver, parse_links
-from pipeline.models import Note, Source
+from pipeline.ingest.fetch.llms_txt import LlmsTxtError, parse_llms_txt
 from pipeline.ingest.normalize import _LinkIndex, _tidy, clean_body, collect_headings, convert_links
+from pipeline.models import Note, Source
 
 EXAMPLES = int(os.environ.get("DOCSVAULT_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
@@ -129,7 +129,7 @@ def test_no_links_from_fenced_code(before, lines, fence):
 def documents(draw):
     """(body, words that must be covered). Words are unique tokens w<n>; heading words are not required."""
     counter = iter(range(10**6))
-    word = lambda: f"w{next(counter)}"  # noqa: E731
+    word = lambda: f"w{next(counter)}"
     blocks, required = [], []
     for kind in draw(st.lists(st.sampled_from(["h", "p", "code", "list", "quote", "table", "long"]), max_size=12)):
         if kind == "h":

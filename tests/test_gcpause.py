@@ -11,10 +11,9 @@ from pipeline.common.gcpause import collector_paused
 
 def test_collector_paused_restores_the_state_it_found():
     assert gc.isenabled()
-    with pytest.raises(RuntimeError):
-        with collector_paused():
-            assert not gc.isenabled()
-            raise RuntimeError("a stage failed")
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a stage failed")
     assert gc.isenabled()                   # back on after an error
     gc.disable()
     try:

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.index.chunk import chunk_note
-from pipeline.config import Settings
 from pipeline.common.errors import NoteError, SourceConfigError
-from pipeline.ingest.fetch.local import fetch_local
+from pipeline.config import Settings
+from pipeline.index.chunk import chunk_note
 from pipeline.index.graph import build_graph
-from pipeline.models import Note, RawFile, Source
+from pipeline.ingest.fetch.local import fetch_local
 from pipeline.ingest.normalize import normalize_source, write_report
 from pipeline.ingest.sources import parse_source
 from pipeline.ingest.vault import read_notes, write_source
+from pipeline.models import Note, RawFile, Source
 
 FETCHED = "2026-01-01T00:00:00+00:00"
 

@@ -65,8 +65,8 @@ def test_jekyll_site_variables_come_from_config() -> None:
 
 
 def test_site_config_is_read_from_the_source_root(tmp_path) -> None:
-    from pipeline.models import RawFile, Source
     from pipeline.ingest.normalize import normalize_source
+    from pipeline.models import RawFile, Source
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "_config.yml").write_text("current_duckdb_version: 1.4.2\n", encoding="utf-8")
@@ -141,8 +141,8 @@ def test_html_tables_from_converter_bug_reports(html: str, expected: str) -> Non
 
 
 def test_markdown_block_reference_stays_a_block_reference(tmp_path) -> None:
-    from pipeline.models import RawFile, Source
     from pipeline.ingest.normalize import normalize_source
+    from pipeline.models import RawFile, Source
 
     (tmp_path / "a.md").write_text("# A\n\nSee [that paragraph](b.md#^p1) and [the part](b.md#part).\n")
     (tmp_path / "b.md").write_text("# B\n\n## Part\n\nA paragraph. ^p1\n")
@@ -181,8 +181,8 @@ def test_inline_html_becomes_markdown(text: str, expected: str) -> None:
 
 def test_inline_anchor_to_another_page_becomes_a_wikilink(tmp_path) -> None:
     """An internal ``<a href>`` is a link of the graph like any Markdown link (prefect's examples pages)."""
-    from pipeline.models import RawFile, Source
     from pipeline.ingest.normalize import normalize_source
+    from pipeline.models import RawFile, Source
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.mdx").write_text(
@@ -203,8 +203,8 @@ def test_prefect_notes_keep_no_raw_anchor() -> None:
     import re
 
     from pipeline.common.markdown import split_code
-    from pipeline.models import RawFile, Source
     from pipeline.ingest.normalize import _protect_inline_code, normalize_source
+    from pipeline.models import RawFile, Source
 
     from .conftest import shared_path
 

@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.common import artifacts
 from pipeline import stages as b
 from pipeline import warehouse as wh
+from pipeline.common import artifacts
 from pipeline.config import Settings
 from pipeline.index.embed import load_embedder
-from pipeline.search.searcher import Searcher
 from pipeline.ingest.sources import load_sources
-
+from pipeline.search.searcher import Searcher
 
 
 @pytest.fixture(autouse=True)
@@ -396,7 +395,7 @@ def test_embed_progress_is_one_task_over_the_per_language_and_cross_lingual_pass
     b.chunk_stage(settings, s, load_embedder)
     n = len({c.embed_text for c in artifacts.load_chunks(settings, s.name)})
     calls: list[tuple[str, int, int]] = []
-    hook = lambda stage, name, done, total: calls.append((stage, done, total))  # noqa: E731
+    hook = lambda stage, name, done, total: calls.append((stage, done, total))
     b.PROGRESS_HOOKS.append(hook)
     try:
         meta = b.embed_stage(settings, s, load_embedder)
@@ -414,7 +413,7 @@ def test_a_source_without_files_reports_no_running_normalize_or_chunk(tiny_env: 
     settings = Settings.from_env()
     (s,) = load_sources(settings.sources_file)
     calls: list[tuple[str, int, int]] = []
-    hook = lambda stage, name, done, total: calls.append((stage, done, total))  # noqa: E731
+    hook = lambda stage, name, done, total: calls.append((stage, done, total))
 
     def stages() -> list[tuple[str, int, int]]:
         calls.clear()

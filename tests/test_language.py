@@ -70,7 +70,7 @@ def test_translation_keeps_latin_words_and_translates_japanese() -> None:
 
 
 def test_no_dictionary_no_translation(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    import pipeline.search.translate as translate
+    from pipeline.search import translate
 
     monkeypatch.setattr(translate, "dictionary_path", lambda: None)
     tr = translate.Translator()

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Settings
 from pipeline.common.errors import FetchError
+from pipeline.config import Settings
 from pipeline.ingest.fetch import fetch_source, load_fetch_result
 from pipeline.ingest.fetch.llms_txt import LlmsTxtError, markdown_candidates, parse_llms_txt, split_llms_full
-from pipeline.models import Source
 from pipeline.ingest.normalize import normalize_source
+from pipeline.models import Source
 from tests.conftest import SHARED, shared_path
 from tests.loopback import serve
 

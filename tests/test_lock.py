@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -41,9 +41,8 @@ def test_second_build_refuses_naming_the_holder(tmp_path: Path) -> None:
     try:
         info = lock_holder(tmp_path / LOCK_NAME)
         assert info["pid"] == proc.pid and info["started_at"]
-        with pytest.raises(BuildLockedError) as exc:
-            with build_lock(tmp_path, wait=0):
-                pass
+        with pytest.raises(BuildLockedError) as exc, build_lock(tmp_path, wait=0):
+            pass
         msg = str(exc.value)
         assert f"pid {proc.pid}" in msg and info["started_at"] in msg
         assert "; wait for it to finish, or pass --wait SECONDS. A lock" in msg

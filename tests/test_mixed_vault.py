@@ -12,8 +12,6 @@ cross-lingual model. Searched unscoped, as a user searches:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pipeline.common import artifacts

@@ -4,7 +4,6 @@ every one is named in the fetch's warnings. Everything runs against loopback ser
 
 from __future__ import annotations
 
-import gzip
 import http.server
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ class Hostile(ScriptedHandler):
     other = ""                     # base URL of the other server (set by the test)
     sent: dict[str, int] = {}      # path -> body bytes written before the client hung up
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.server.requests.append(self.path)  # type: ignore[attr-defined]
         if self.path == "/llms.txt":
             text = (
@@ -100,7 +99,7 @@ class Other(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.server.requests.append(self.path)  # type: ignore[attr-defined]
         body = b"# Stolen\n\nmust never be fetched\n"
         self.send_response(200)
@@ -149,7 +148,7 @@ class Drip(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/markdown")
         self.end_headers()

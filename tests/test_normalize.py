@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.models import RawFile, Source, text_hash
 from pipeline.ingest.normalize import (
     assign_rel_paths,
     clean_body,
@@ -16,6 +15,7 @@ from pipeline.ingest.normalize import (
     rel_path_for,
     split_code,
 )
+from pipeline.models import RawFile, Source, text_hash
 
 FETCHED = "2026-01-02T03:04:05+00:00"
 CORPORA = Path("/work/shared/corpora")

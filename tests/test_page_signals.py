@@ -9,7 +9,13 @@ import pytest
 
 from pipeline import warehouse as wh
 from pipeline.index.analysis import Analyzer
-from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index, page_token_lists, split_blobs
+from pipeline.index.bm25 import (
+    PAGE_PREFIX,
+    build_chunk_index,
+    build_page_index,
+    page_token_lists,
+    split_blobs,
+)
 from pipeline.models import Chunk, Note
 from pipeline.search.searcher import DEFAULT_LANES, DEFAULT_WEIGHTS, Searcher
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from pipeline import warehouse as wh
+from pipeline.common.errors import UnknownSourceError
 from pipeline.index.analysis import Analyzer
 from pipeline.index.bm25 import build_chunk_index
 from pipeline.index.embed import HashEmbedder, embed_chunks
-from pipeline.common.errors import UnknownSourceError
 from pipeline.models import Chunk, Note
 from pipeline.search.searcher import Searcher, make_snippet, page_ranking
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.index.analysis import Analyzer
 from pipeline.common.errors import SynonymsError
+from pipeline.index.analysis import Analyzer
 from pipeline.search.synonyms import Synonyms, load_synonyms
 
 AN = Analyzer()
@@ -62,8 +62,8 @@ def test_malformed_file_names_file_and_problem(tmp_path: Path, text: str, messag
 
 
 def test_search_uses_synonyms_in_bm25_lane(tmp_path: Path) -> None:
-    from tests.test_search import _build, CountingFactory
     from pipeline.search.searcher import Searcher
+    from tests.test_search import CountingFactory, _build
 
     path = tmp_path / "warehouse.duckdb"
     _build(path)

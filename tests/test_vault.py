@@ -7,9 +7,9 @@ import os
 import pytest
 
 from pipeline.common.errors import NoteError
-from pipeline.models import Note, RawFile, Source
 from pipeline.ingest.normalize import normalize_source
 from pipeline.ingest.vault import VaultResult, read_notes, write_source
+from pipeline.models import Note, RawFile, Source
 
 
 def _note(rel: str, body: str = "# T\n\nText.\n", source: str = "demo", **fm) -> Note:

@@ -9,9 +9,9 @@ import collections
 
 import pytest
 
-from pipeline.models import RawFile, Source
 from pipeline.ingest.normalize import normalize_source
 from pipeline.ingest.vault_check import markup_residue
+from pipeline.models import RawFile, Source
 
 from .conftest import shared_path
 

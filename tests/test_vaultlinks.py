@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.models import Note, text_hash
-from pipeline.ingest.vault import write_source
 from pipeline.index.vaultlinks import ambiguous_names, other_note_names, qualify_ambiguous_links
+from pipeline.ingest.vault import write_source
+from pipeline.models import Note, text_hash
 
 BODY = ("See [[Home|Open]] and [[Home#Setup]], [[Unique]], [[en/Home]].\n\n![[Home#^b1]]\n\n"
         "| a | b |\n|---|---|\n| [[Translations]] | [[Home\\|Start]] |\n\n`[[Home]]` in code\n")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from pipeline import warehouse as wh
-from pipeline.index.bm25 import Bm25Index
 from pipeline.common.errors import EmbeddingError, WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.index.bm25 import Bm25Index
 from pipeline.models import Chunk, Edge, Note
 
 N_CHUNKS = 300
