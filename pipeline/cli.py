@@ -187,7 +187,7 @@ def build(
                     _stop_on_signals():
                 report = run_build(s, source, log_level="INFO" if verbose else "CRITICAL", wait=wait,
                                    progress=bar.update, remove_all_sources=remove_all_sources, wait_arg=wait_arg,
-                                   evaluate=not no_eval)
+                                   evaluate=not no_eval, note_changes=as_json)
     except PipelineError as exc:
         fail(str(exc))
         return

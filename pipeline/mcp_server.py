@@ -735,6 +735,7 @@ class VaultService:
         import json
 
         from pipeline.service import child_env
+        from pipeline.warehouse import note_changes as wh_note_changes
 
         before = self._note_hashes(names)
         cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else []),
@@ -768,9 +769,11 @@ class VaultService:
                 + "; the last good copy keeps serving search"
             )
         after = self._note_hashes(names)
-        added = sorted(set(after) - set(before))
-        removed = sorted(set(before) - set(after))
-        changed = sorted(p for p in set(after) & set(before) if after[p] != before[p])
+        # the build's own changes, compared under its lock (a refresh that waited for another build: not that
+        # build's); this process's own comparison when the build did not say (an older build's output)
+        found = outcome.get("note_changes")
+        diff = found if isinstance(found, dict) else wh_note_changes(before, after)
+        added, changed, removed = (list(diff.get(k) or []) for k in ("added", "changed", "removed"))
         return {
             "sources": names, "ok": bool(outcome.get("ok")), "seconds": seconds, "notes": len(after),
             "outcomes": [self._outcome(o) for o in outcomes],

@@ -767,6 +767,7 @@ class BuildOutcome(Record):
     removed: tuple[str, ...]
     shared: SharedOutcome
     resumed: tuple[str, ...] = ()
+    note_changes: dict[str, list[str]] | None = None    # BuildReport.note_changes (build --json; else None)
 
 
 def query_problem(query: str | None) -> str | None:
@@ -879,5 +880,7 @@ def build_outcome(report: Any) -> BuildOutcome:
         removed=tuple(getattr(report, "removed", [])),
         shared=SharedOutcome(ok=report.shared_ok, error=report.shared_error or None, warehouse=warehouse,
                              eval=evals, warnings=tuple(getattr(report, "check_warnings", []))),
-        resumed=tuple(getattr(report, "resumed", [])))
+        resumed=tuple(getattr(report, "resumed", [])),
+        note_changes=report.note_changes if report.note_changes is not None or not report.noop else
+        {"added": [], "changed": [], "removed": []})
 

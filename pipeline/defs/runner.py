@@ -239,7 +239,7 @@ def _reconstructable_job(settings: Settings) -> dg.ReconstructableJob:
 def run_build(settings: Settings, source_names: Sequence[str] | None = None, log_level: str = "CRITICAL",
               *, wait: float = 0.0, progress: Callable[[str, str, int, int], None] | None = None,
               remove_all_sources: bool = False, wait_arg: str = "--wait SECONDS",
-              evaluate: bool = True) -> BuildReport:
+              evaluate: bool = True, note_changes: bool = False) -> BuildReport:
     """Materialize the chains of the selected sources (default: all), then the shared stages.
 
     Args:
@@ -256,6 +256,9 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             sooner beside the five corpora). The eval's key is the warehouse's content, so the next build that
             includes it evaluates this warehouse; meanwhile Dagster shows the asset stale. Not recorded for the
             no-op path (its record would say the eval is current).
+        note_changes: record in the report which notes of the selected sources this build added, changed and
+            removed (``BuildReport.note_changes``), compared in the warehouse once this build holds the lock: a
+            caller that waited for another build (the MCP refresh) is told this build's changes, not that one's.
 
     A build of every source that succeeded is recorded for :func:`pipeline.service.noop_build` (a later build with
     nothing to do answers without Dagster); a failed one forgets the record.
@@ -268,6 +271,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             or ran; every lock it took is released.
     """
     from pipeline import stages as build
+    from pipeline import warehouse as wh
     from pipeline.common.lock import TURN_WAIT_ARG, build_lock, build_run_lock, turn_wait
     from pipeline.stages.noop import record_noop
 
@@ -279,12 +283,16 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             sources, removed, killed = _prepare(settings, source_names, remove_all_sources)
         if progress is not None:
             build.PROGRESS_HOOKS.append(progress)
+        names = [s.name for s in sources]
+        before = wh.note_hashes_of(settings.warehouse_path, names) if note_changes else {}
         try:
             report = _run(settings, sources, removed, log_level,
                           SHARED_STAGES if evaluate else tuple(st for st in SHARED_STAGES if st != "retrieval_eval"))
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
+        if note_changes:
+            report.note_changes = wh.note_changes(before, wh.note_hashes_of(settings.warehouse_path, names))
         report.resumed = [k.started for k in killed]
         report.resumed_runs = [k for k in killed if k.run_id]
         if not source_names and evaluate:    # a build of every source: what the next no-op build answers from

@@ -331,6 +331,10 @@ class BuildReport:
     check_warnings: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     resumed_runs: list[KilledRun] = field(default_factory=list)
+    #: the notes of the built sources this build added, changed and removed (``{"added", "changed", "removed"}``:
+    #: sorted vault paths, compared in the warehouse under the build's lock: :func:`pipeline.warehouse.note_changes`),
+    #: when the caller asked (``run_build(note_changes=True)``; else None); empty lists for a no-op build
+    note_changes: dict[str, list[str]] | None = None
 
     @property
     def ok(self) -> bool:

@@ -286,6 +286,32 @@ def notes_named(con: duckdb.DuckDBPyConnection, name: str, key: Callable[[str], 
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
 
+def note_changes(before: dict[str, str], after: dict[str, str]) -> dict[str, list[str]]:
+    """What a rebuild changed between two :func:`note_hashes` snapshots: ``{"added", "changed", "removed"}``, each
+    a sorted list of vault paths."""
+    return {"added": sorted(set(after) - set(before)), "removed": sorted(set(before) - set(after)),
+            "changed": sorted(p for p in set(after) & set(before) if after[p] != before[p])}
+
+
+def note_hashes_of(path: Path, sources: Sequence[str] | None = None) -> dict[str, str]:
+    """:func:`note_hashes` of the warehouse file at ``path``; {} when there is none or it cannot be read (a first
+    build; a corrupt file, which the build replaces)."""
+    from pipeline.warehouse.schema import connect
+
+    if not path.exists():
+        return {}
+    try:
+        con = connect(path, read_only=True)
+    except (duckdb.Error, OSError):
+        return {}
+    try:
+        return note_hashes(con, sources)
+    except duckdb.Error:
+        return {}
+    finally:
+        con.close()
+
+
 def note_hashes(con: duckdb.DuckDBPyConnection, sources: Sequence[str] | None = None) -> dict[str, str]:
     """vault_path -> a digest of each note's body (its ``content_hash``) and frontmatter (of ``sources`` only, when
     given): to tell what a rebuild changed. The frontmatter counts (a retagged note, a new alias or date is a
