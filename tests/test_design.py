@@ -144,7 +144,8 @@ def test_build_outcome_json_is_pinned() -> None:
     report = NS(sources=[built, empty, failed], ok=False, shared_ok=True, shared_error="", removed=["removed vault/old/: gone"],
                 check_warnings=["asset check eval_floors of retrieval_eval failed: mrr@10 0.625 < 0.700 (see the Dagster UI)"],
                 shared_metadata={"warehouse": {"notes": 3, "chunks": 7, "path": "/d/warehouse.duckdb", "mode": "incremental"},
-                                 "retrieval_eval": {"n": 4, "hit_at_1": 0.5, "mrr_at_10": 0.625, "other": 1}})
+                                 "retrieval_eval": {"n": 4, "hit_at_1": 0.5, "mrr_at_10": 0.625, "other": 1}},
+                noop=False, note_changes={"added": ["docs/New.md"], "changed": ["docs/Home.md"], "removed": []})
     out = build_outcome(report)
     assert isinstance(out, BuildOutcome) and out.sources[2].failed_stage == "normalize"
     assert json.dumps(out.as_dict(), ensure_ascii=False, indent=2) + "\n" == EXPECTED_BUILD_JSON
@@ -213,6 +214,15 @@ EXPECTED_BUILD_JSON = """{
       "asset check eval_floors of retrieval_eval failed: mrr@10 0.625 < 0.700 (see the Dagster UI)"
     ]
   },
-  "resumed": []
+  "resumed": [],
+  "note_changes": {
+    "added": [
+      "docs/New.md"
+    ],
+    "changed": [
+      "docs/Home.md"
+    ],
+    "removed": []
+  }
 }
 """
