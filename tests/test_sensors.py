@@ -566,3 +566,29 @@ def test_a_second_instances_sensor_over_the_same_data_folder_requests_nothing(tm
         assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=b)).run_requests] \
             == ["notes"]
         assert json.loads(record.read_text())["instance"] == str(home_b)
+
+
+def _notes_sensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, Any]:
+    monkeypatch.setenv("DOCSVAULT_SENSOR_INTERVAL", "60")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "n.md").write_text("# N\n")
+    settings = _settings(tmp_path)
+    return settings, upstream_change_sensor([Source(name="notes", kind="local", path=(notes,))], settings)
+
+
+@pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
+def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
+    """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick
+    fail with AttributeError ('list' object has no attribute 'get'), so nothing was built unattended."""
+    import json
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(text)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        result = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in result.run_requests] == ["notes"]
+        assert json.loads(record.read_text())["instance"] == str((tmp_path / "home").resolve())

@@ -194,11 +194,14 @@ def state_path(settings: Settings, source: str) -> Path:
 
 
 def load_state(settings: Settings, source: str) -> dict[str, Any]:
+    """<data>/state/<source>.json as a dict; {} when missing, unreadable, not JSON or no JSON object (``null``, a
+    list: a hand edit), so that a caller's ``.get`` and :func:`update_state` never fail on it."""
     path = state_path(settings, source)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def update_state(settings: Settings, source: str, **values: Any) -> dict[str, Any]:
