@@ -577,6 +577,42 @@ def _notes_sensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Sett
     return settings, upstream_change_sensor([Source(name="notes", kind="local", path=(notes,))], settings)
 
 
+def test_the_sensor_claim_tells_instances_apart_by_their_run_storage_not_their_home_path(tmp_path, monkeypatch):
+    """Two team deployments on two hosts over one shared data volume, each with its own Postgres but the same
+    DAGSTER_HOME path (/opt/dagster/dagster_home in every container): the record named only the path, so each
+    took the other's record for its own and both built every change. And one instance whose ticks run on two
+    hosts with different DAGSTER_HOME paths (code servers in two pods) held the folder against itself. An
+    instance is now its run storage's id (the same on every host of a Postgres instance, another for another
+    instance even at the same path)."""
+    import json
+    import time
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    home = (tmp_path / "home").resolve()
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in first.run_requests] == ["notes"]
+        mine = json.loads(record.read_text())
+        assert mine["storage"] == instance.run_storage.get_run_storage_id()
+        # another instance, same DAGSTER_HOME path, on another host, ticking now: it holds the folder
+        other = {**mine, "host": "elsewhere", "pid": 1, "storage": "another-instance", "at": time.time()}
+        record.write_text(json.dumps(other))
+        held = sensor(dg.build_sensor_context(instance=instance))
+        assert held.run_requests == []
+        assert held.skip_reason is not None
+        assert held.skip_reason.skip_message.startswith(f"data folder {settings.data_dir} is built by the "
+                                                        f"upstream_change sensor of another Dagster instance "
+                                                        f"(DAGSTER_HOME {home}, pid 1 on elsewhere")
+        assert json.loads(record.read_text()) == other
+        # this very instance (its storage) ticking on another host with another DAGSTER_HOME path: not another one
+        record.write_text(json.dumps({**other, "instance": "/srv/other/home", "storage": mine["storage"]}))
+        again = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in again.run_requests] == ["notes"]
+        assert json.loads(record.read_text())["host"] == mine["host"]
+
+
 @pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
 def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
     """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick

@@ -237,12 +237,17 @@ def removed_at(settings: Settings, source: str) -> str | None:
 SENSOR_STATE = ".sensor"
 
 
-def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float) -> dict[str, Any] | None:
+def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float, storage: str = ""
+                 ) -> dict[str, Any] | None:
     """Record that the sensor of ``instance`` ticks over ``settings.data_dir`` now, unless the sensor of another
     instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds`` and whose process
     is not known to be gone (on this host: its pid is not alive), in this very folder (not a record copied along
     with the data folder to another disk or machine: its ``folder`` inode differs). Two daemons over one data
     folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only its own runs.
+
+    An instance is its run storage's id (``storage``, Dagster's ``get_run_storage_id``: one for every host of a
+    Postgres instance, another for each other instance even at the same DAGSTER_HOME path) when both records
+    have one, else its DAGSTER_HOME (``instance``).
 
     Returns:
         The other instance's record (nothing written) while it holds the folder, else None (this tick recorded).
@@ -259,7 +264,8 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
         folder = settings.data_dir.stat().st_ino
     except OSError:
         folder = 0
-    if other.get("instance") and other.get("instance") != instance and other.get("folder") == folder:
+    same = other.get("storage") == storage if storage and other.get("storage") else other.get("instance") == instance
+    if other.get("instance") and not same and other.get("folder") == folder:
         try:
             age = now - float(other.get("at") or 0)
         except (TypeError, ValueError):
@@ -271,6 +277,7 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
         gone = other.get("host") == host and not pid_alive(pid)
         if age < live_seconds and not gone:
             return other
-    update_state(settings, SENSOR_STATE, instance=instance, host=host, pid=os.getpid(), at=now, folder=folder,
+    update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(), at=now,
+                 folder=folder,
                  at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
     return None

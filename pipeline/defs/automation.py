@@ -227,7 +227,11 @@ def other_sensor(context: dg.SensorEvaluationContext, settings: Settings) -> str
         return ""
     now = time.time()
     home = str(Path(instance.root_directory).resolve())
-    other = artifacts.claim_sensor(settings, home, SENSOR_LIVE_TICKS * sensor_interval(), now)
+    try:                             # the instance itself: DAGSTER_HOME paths are alike across hosts and containers
+        storage = str(instance.run_storage.get_run_storage_id() or "")
+    except Exception:                # a storage without an id: the instance is its DAGSTER_HOME
+        storage = ""
+    other = artifacts.claim_sensor(settings, home, SENSOR_LIVE_TICKS * sensor_interval(), now, storage)
     if other is None:
         return ""
     ago = f", last tick at {other['at_iso']}" if other.get("at_iso") else ""
