@@ -613,6 +613,34 @@ def test_the_sensor_claim_tells_instances_apart_by_their_run_storage_not_their_h
         assert json.loads(record.read_text())["host"] == mine["host"]
 
 
+def test_a_sensor_record_from_a_clock_far_ahead_holds_the_folder_no_longer_than_a_live_one(tmp_path, monkeypatch):
+    """A holder on another host whose clock is ahead (a VM's clock off by a day) wrote ``at`` in this host's
+    future: its age here was negative, so once its daemon stopped, this one waited out the skew plus 3 intervals
+    (a day; forever for ``at`` 1e308) and nothing was built, where the README promises a takeover after 3
+    intervals. A record dated more than SENSOR_LIVE_TICKS intervals ahead holds nothing; a little ahead, it holds."""
+    import json
+    import time
+
+    from pipeline.defs.automation import SENSOR_LIVE_TICKS
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        mine = json.loads(record.read_text())
+        other = {**mine, "instance": "/srv/other", "storage": "another-instance", "host": "elsewhere", "pid": 1}
+        record.write_text(json.dumps({**other, "at": time.time() + 60}))          # a minute ahead: it holds
+        assert sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor)).skip_reason.skip_message \
+            .startswith(f"data folder {settings.data_dir} is built by the upstream_change sensor of another")
+        for at in (time.time() + 86_400, 1e308):
+            record.write_text(json.dumps({**other, "at": at}))
+            taken = sensor(dg.build_sensor_context(instance=instance))
+            assert [r.tags["docsvault/source"] for r in taken.run_requests] == ["notes"], at
+            assert json.loads(record.read_text())["storage"] == mine["storage"]
+        assert SENSOR_LIVE_TICKS * 60 < 86_400
+
+
 @pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
 def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
     """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick

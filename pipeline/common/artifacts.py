@@ -245,6 +245,7 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
     with the data folder to another disk or machine: its ``folder`` inode differs). Two daemons over one data
     folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only its own runs.
 
+    A record dated more than ``live_seconds`` after ``now`` (its host's clock is that far ahead) holds nothing.
     An instance is its run storage's id (``storage``, Dagster's ``get_run_storage_id``: one for every host of a
     Postgres instance, another for each other instance even at the same DAGSTER_HOME path) when both records
     have one, else its DAGSTER_HOME (``instance``).
@@ -275,7 +276,9 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
         except (TypeError, ValueError):
             pid = 0
         gone = other.get("host") == host and not pid_alive(pid)
-        if age < live_seconds and not gone:
+        # a tick dated more than live_seconds ahead (another host's clock far ahead) would hold the folder for as
+        # long as the skew once that daemon stops: it holds nothing
+        if -live_seconds < age < live_seconds and not gone:
             return other
     update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(), at=now,
                  folder=folder,
