@@ -641,6 +641,36 @@ def test_a_sensor_record_from_a_clock_far_ahead_holds_the_folder_no_longer_than_
         assert SENSOR_LIVE_TICKS * 60 < 86_400
 
 
+def test_a_holder_in_another_pid_namespace_of_this_host_is_judged_by_time_not_by_its_pid(tmp_path, monkeypatch):
+    """Two containers of one machine that share its host name (network_mode: host, hostNetwork, or the same
+    ``hostname:``) but not its processes: the holder's pid was looked up among this container's processes, found
+    gone, and the folder taken over on every tick, so both instances built every change. The pid is judged only
+    in the holder's own pid namespace (``pidns`` in the record); elsewhere, by time as another host's."""
+    import json
+    import os
+    import socket
+    import time
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        mine = json.loads(record.read_text())
+        assert mine["pidns"] == os.readlink("/proc/self/ns/pid")
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        other = {**mine, "instance": "/srv/other", "storage": "another-instance", "host": socket.gethostname(),
+                 "pid": gone.pid, "at": time.time()}
+        record.write_text(json.dumps({**other, "pidns": "pid:[1]"}))       # another container's process
+        held = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+        assert held.run_requests == [] and held.skip_reason is not None
+        assert held.skip_reason.skip_message.startswith(f"data folder {settings.data_dir} is built by the ")
+        record.write_text(json.dumps(other))                                # this namespace's process, gone
+        taken = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in taken.run_requests] == ["notes"]
+
+
 @pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
 def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
     """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick

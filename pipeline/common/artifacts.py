@@ -241,7 +241,7 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
                  ) -> dict[str, Any] | None:
     """Record that the sensor of ``instance`` ticks over ``settings.data_dir`` now, unless the sensor of another
     instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds`` and whose process
-    is not known to be gone (on this host: its pid is not alive), in this very folder (not a record copied along
+    is not known to be gone (on this host and in this pid namespace: its pid is not alive), in this very folder (not a record copied along
     with the data folder to another disk or machine: its ``folder`` inode differs). Two daemons over one data
     folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only its own runs.
 
@@ -261,6 +261,10 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
     other = load_state(settings, SENSOR_STATE)
     host = socket.gethostname()
     try:
+        pidns = os.readlink("/proc/self/ns/pid")        # 'pid:[4026531836]'; "" where there is no such file
+    except OSError:
+        pidns = ""
+    try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)    # the record goes there: the folder's inode is final
         folder = settings.data_dir.stat().st_ino
     except OSError:
@@ -275,12 +279,14 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
             pid = int(other.get("pid") or 0)
         except (TypeError, ValueError):
             pid = 0
-        gone = other.get("host") == host and not pid_alive(pid)
+        # its pid is looked up only among its own processes: this host's, in this pid namespace (two containers
+        # that share the host name, network_mode: host, see none of each other's processes)
+        gone = other.get("host") == host and other.get("pidns", pidns) == pidns and not pid_alive(pid)
         # a tick dated more than live_seconds ahead (another host's clock far ahead) would hold the folder for as
         # long as the skew once that daemon stops: it holds nothing
         if -live_seconds < age < live_seconds and not gone:
             return other
-    update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(), at=now,
-                 folder=folder,
+    update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(),
+                 pidns=pidns, at=now, folder=folder,
                  at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
     return None
