@@ -671,6 +671,31 @@ def test_a_holder_in_another_pid_namespace_of_this_host_is_judged_by_time_not_by
         assert [r.tags["docsvault/source"] for r in taken.run_requests] == ["notes"]
 
 
+def test_a_data_folder_the_daemon_cannot_write_fails_no_tick(tmp_path, monkeypatch, caplog):
+    """A daemon that reads the data folder but may not write it (a read-only mount: the runs write it, the
+    sensor only reads): before the sensor's record, its ticks wrote nothing there; the record's write raised
+    OSError and every tick failed, so nothing was built. The tick goes on unrecorded (it cannot hold the folder)."""
+    import errno
+
+    from pipeline.common import artifacts
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    settings.state_dir.mkdir(parents=True)
+
+    def read_only(path: Path, data: bytes, **_: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(artifacts, "write_atomic", read_only)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance, caplog.at_level("WARNING", "docsvault"):
+        result = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in result.run_requests] == ["notes"]
+    assert not (settings.state_dir / ".sensor.json").exists()
+    assert [r.getMessage() for r in caplog.records if "sensor" in r.getMessage()] == [
+        f"cannot record the sensor's tick in {settings.state_dir / '.sensor.json'} (Read-only file system): a "
+        "second daemon over this data folder is not held off"]
+
+
 @pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
 def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
     """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick

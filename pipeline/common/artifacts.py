@@ -251,7 +251,8 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
     have one, else its DAGSTER_HOME (``instance``).
 
     Returns:
-        The other instance's record (nothing written) while it holds the folder, else None (this tick recorded).
+        The other instance's record (nothing written) while it holds the folder, else None (this tick recorded,
+        unless the folder cannot be written: then this tick holds nothing, and goes on).
     """
     import socket
     from datetime import UTC, datetime
@@ -286,7 +287,14 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
         # long as the skew once that daemon stops: it holds nothing
         if -live_seconds < age < live_seconds and not gone:
             return other
-    update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(),
-                 pidns=pidns, at=now, folder=folder,
-                 at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
+    try:
+        update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(),
+                     pidns=pidns, at=now, folder=folder,
+                     at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
+    except OSError as exc:   # a data folder this process may only read (the runs write it): the tick goes on
+        import logging
+
+        logging.getLogger("docsvault").warning(
+            "cannot record the sensor's tick in %s (%s): a second daemon over this data folder is not held off",
+            state_path(settings, SENSOR_STATE), exc.strerror or exc)
     return None
