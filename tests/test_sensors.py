@@ -696,6 +696,36 @@ def test_a_data_folder_the_daemon_cannot_write_fails_no_tick(tmp_path, monkeypat
         "second daemon over this data folder is not held off"]
 
 
+def test_a_holder_is_judged_live_by_its_own_tick_interval(tmp_path, monkeypatch):
+    """The service's daemon ticks every 15 minutes (the default); a `docsvault ui` beside it with
+    DOCSVAULT_SENSOR_INTERVAL=60 judged the service's record by its own 3 x 60 s, took the folder 3 minutes after
+    the service's tick, and requested again the change whose run the service had just requested (and not yet
+    fetched): one change built by both. The record carries its holder's live window (``live``); the longer of
+    the two is the one a holder keeps the folder for (at most a day)."""
+    import json
+    import time
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)                 # this sensor: every 60 s
+    record = settings.state_dir / ".sensor.json"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        mine = json.loads(record.read_text())
+        assert mine["live"] == 180
+        service = {**mine, "instance": "/srv/dagster", "storage": "the-service", "host": "elsewhere", "pid": 1,
+                   "live": 2700}
+        record.write_text(json.dumps({**service, "at": time.time() - 400}))     # ticked 400 s ago
+        held = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+        assert held.run_requests == [] and held.skip_reason is not None
+        assert held.skip_reason.skip_message.startswith(f"data folder {settings.data_dir} is built by the ")
+        record.write_text(json.dumps({**service, "at": time.time() - 2701}))    # missed its 3 ticks
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=instance)).run_requests] \
+            == ["notes"]
+        record.write_text(json.dumps({**service, "live": 1e300, "at": time.time() - 86_401}))   # at most a day
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=instance)).run_requests] \
+            == ["notes"]
+
+
 @pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
 def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
     """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick

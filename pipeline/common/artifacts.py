@@ -237,15 +237,21 @@ def removed_at(settings: Settings, source: str) -> str | None:
 SENSOR_STATE = ".sensor"
 
 
+#: the longest a sensor's record holds a data folder after its last tick (seconds), whatever its ``live`` says
+MAX_SENSOR_LIVE_S = 86_400.0
+
+
 def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float, storage: str = ""
                  ) -> dict[str, Any] | None:
     """Record that the sensor of ``instance`` ticks over ``settings.data_dir`` now, unless the sensor of another
-    instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds`` and whose process
-    is not known to be gone (on this host and in this pid namespace: its pid is not alive), in this very folder (not a record copied along
-    with the data folder to another disk or machine: its ``folder`` inode differs). Two daemons over one data
-    folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only its own runs.
+    instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds``, or than the
+    holder's own window (``live`` in its record, at most :data:`MAX_SENSOR_LIVE_S`) when longer, and whose process
+    is not known to be gone (on this host and in this pid namespace: its pid is not alive), in this very folder
+    (not a record copied along with the data folder to another disk or machine: its ``folder`` inode differs).
+    Two daemons over one data folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only
+    its own runs.
 
-    A record dated more than ``live_seconds`` after ``now`` (its host's clock is that far ahead) holds nothing.
+    A record dated more than that window after ``now`` (its host's clock is that far ahead) holds nothing.
     An instance is its run storage's id (``storage``, Dagster's ``get_run_storage_id``: one for every host of a
     Postgres instance, another for each other instance even at the same DAGSTER_HOME path) when both records
     have one, else its DAGSTER_HOME (``instance``).
@@ -272,10 +278,14 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
         folder = 0
     same = other.get("storage") == storage if storage and other.get("storage") else other.get("instance") == instance
     if other.get("instance") and not same and other.get("folder") == folder:
+        try:                 # the holder's own window (its interval may be longer than this sensor's), a day at most
+            live = max(live_seconds, min(float(other.get("live") or 0), MAX_SENSOR_LIVE_S))
+        except (TypeError, ValueError):
+            live = live_seconds
         try:
             age = now - float(other.get("at") or 0)
         except (TypeError, ValueError):
-            age = live_seconds
+            age = live
         try:
             pid = int(other.get("pid") or 0)
         except (TypeError, ValueError):
@@ -285,11 +295,11 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
         gone = other.get("host") == host and other.get("pidns", pidns) == pidns and not pid_alive(pid)
         # a tick dated more than live_seconds ahead (another host's clock far ahead) would hold the folder for as
         # long as the skew once that daemon stops: it holds nothing
-        if -live_seconds < age < live_seconds and not gone:
+        if -live < age < live and not gone:
             return other
     try:
         update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(),
-                     pidns=pidns, at=now, folder=folder,
+                     pidns=pidns, at=now, live=live_seconds, folder=folder,
                      at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
     except OSError as exc:   # a data folder this process may only read (the runs write it): the tick goes on
         import logging
