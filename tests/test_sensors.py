@@ -691,9 +691,9 @@ def test_a_data_folder_the_daemon_cannot_write_fails_no_tick(tmp_path, monkeypat
         result = sensor(dg.build_sensor_context(instance=instance))
         assert [r.tags["docsvault/source"] for r in result.run_requests] == ["notes"]
     assert not (settings.state_dir / ".sensor.json").exists()
-    assert [r.getMessage() for r in caplog.records if "sensor" in r.getMessage()] == [
+    assert [r.getMessage() for r in caplog.records if "sensor" in r.getMessage()] == [(
         f"cannot record the sensor's tick in {settings.state_dir / '.sensor.json'} (Read-only file system): a "
-        "second daemon over this data folder is not held off"]
+        "second daemon over this data folder is not held off")]
 
 
 def test_a_holder_is_judged_live_by_its_own_tick_interval(tmp_path, monkeypatch):
