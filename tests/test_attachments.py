@@ -704,5 +704,6 @@ def test_a_property_links_line_is_the_line_whose_value_it_is(tmp_path: Path) -> 
     f = tmp_path / "Cargo.md"
     f.write_text('---\ntitle: "The [[bin]] table"\naliases: [\'[[bin]] targets\']\nup: "[[bin]]"\n'
                  "related: ['[[A]]', \"[[bin]]\"]\n---\n# Cargo\n", encoding="utf-8")
-    fm = {"title": "The [[bin]] table", "aliases": ["[[bin]] targets"], "up": "[[bin]]", "related": ["[[A]]", "[[bin]]"]}
+    fm = {"title": "The [[bin]] table", "aliases": ["[[bin]] targets"], "up": "[[bin]]",
+          "related": ["[[A]]", "[[bin]]"]}
     assert _written_links(f, property_links(fm)) == [("[[bin]]", 4), ("[[A]]", 5), ("[[bin]]", 5)]
