@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -272,23 +271,35 @@ def boolean_number(tool: str, arguments: dict[str, Any] | None, known: dict[str,
     return None
 
 
-#: a quoted value longer than this in a tool's error or message is cut (:func:`shorten_quoted`)
+#: an argument longer than this, quoted in a tool's error or message, is cut (:func:`shorten_quoted`)
 QUOTED_CHARS = 120
-_LONG_QUOTED = re.compile(rf"'([^'\n]{{{QUOTED_CHARS + 1},}})'")
 
 
-def shorten_quoted(text: str) -> str:
-    """``text`` with every single-quoted value longer than :data:`QUOTED_CHARS` cut to its first 117 characters
-    and ``...``: an error or message that echoes an argument (``unknown source '<100,000 characters>'``) stays
-    one readable line, and says what to do after it."""
-    return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:QUOTED_CHARS - 3]}...'", text)
+def shorten_quoted(text: str, arguments: Mapping[str, Any]) -> str:
+    """``text`` with every quoted echo (``'…'``, ``"…"``, a repr) of a string argument of ``arguments`` (or of a
+    string in a list argument) longer than :data:`QUOTED_CHARS` cut to its first 117 characters and ``...``: an
+    error or message that echoes an argument (``unknown source '<100,000 characters>'``) stays one readable line,
+    and says what to do after it. Nothing else is cut: a long vault path or title the message suggests is the
+    agent's next argument, and the words between two apostrophes (team's … don't) are no quoted value."""
+    import unicodedata
+
+    values = [v for value in arguments.values() for v in (value if isinstance(value, list) else [value])
+              if isinstance(v, str) and len(v) > QUOTED_CHARS]
+    for value in sorted(set(values), key=len, reverse=True):
+        for form in dict.fromkeys((value, value.strip(), unicodedata.normalize("NFC", value.strip()))):
+            if len(form) > QUOTED_CHARS:
+                cut = form[:QUOTED_CHARS - 3] + "..."
+                for quoted, short in ((repr(form), repr(cut)), (f"'{form}'", f"'{cut}'"), (f'"{form}"', f'"{cut}"')):
+                    text = text.replace(quoted, short)
+    return text
 
 
-def tool_error(tool: str, text: str) -> str:
+def tool_error(tool: str, text: str, arguments: Mapping[str, Any] | None = None) -> str:
     """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
-    ``search: ``) is dropped, only the first line is kept, and a long quoted value is cut (:func:`shorten_quoted`)."""
-    line = shorten_quoted(" ".join(str(text).split("\n")[0].split()))
+    ``search: ``) is dropped, only the first line is kept, and a long argument of the call (``arguments``) quoted
+    in it is cut (:func:`shorten_quoted`)."""
+    line = shorten_quoted(" ".join(str(text).split("\n")[0].split()), arguments or {})
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
     while (found := next((p for p in prefixes if line.startswith(p)), None)) is not None:
         line = line[len(found):]
@@ -512,7 +523,7 @@ class VaultService:
             if tags and not searcher.tagged_notes(tags, wanted or None):
                 return {"query": query[:200], "hits": out, "message": shorten_quoted(
                     f"{NO_RESULTS}: no note has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
-                    "#tag)")}
+                    "#tag)", {"tag": list(tags)})}
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         if not parsed.text:
             cut = f" More notes pass them: raise k (at most {MAX_K}) or add a filter." if more else ""
@@ -1149,7 +1160,7 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
                 cause = exc.__cause__
                 if isinstance(cause, ValidationError):
                     raise ToolError(argument_error(name, cause.errors(), arguments)) from cause
-                raise ToolError(tool_error(name, str(cause or exc))) from cause
+                raise ToolError(tool_error(name, str(cause or exc), arguments)) from cause
 
     svc = service or VaultService(settings)
     queues = CallQueues()

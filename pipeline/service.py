@@ -360,7 +360,13 @@ def _written_links(file: Path | None, links: Sequence[Any]) -> list[tuple[str, i
     text = "\n".join([""] * head + lines[head:])
     spans = link_spans(text) if "[" in text else []
     props = "\n".join(lines[:head] + [""] * (len(lines) - head))
-    prop_spans = [(a, b, replace(w, kind="property")) for a, b, w in link_spans(props)] if "[[" in props else []
+
+    def whole_value(start: int, end: int) -> bool:      # "[[x]]" or '[[x]]', not "text [[x]]": a property link
+        before, after = props[:start].rstrip(" \t")[-1:], props[end:].lstrip(" \t")[:1]
+        return before in ("'", '"') and after == before
+
+    prop_spans = [(a, b, replace(w, kind="property")) for a, b, w in link_spans(props) if whole_value(a, b)] \
+        if "[[" in props else []
 
     def name(link: Any) -> str:
         leaf = link.target.rstrip("/").rsplit("/", 1)[-1]

@@ -692,3 +692,18 @@ def test_check_vault_names_a_dangling_link_of_a_property_with_its_frontmatter_li
         "  me: Home.md:3 -> [[Nowhere]]",
         "  me: Home.md:9 -> [[Gone]]",
         "ok"]
+
+
+def test_a_property_links_line_is_the_line_whose_value_it_is(tmp_path: Path) -> None:
+    """check-vault names a dangling property link on its frontmatter line: the first ``[[bin]]`` of the
+    frontmatter was taken, so a title quoting TOML's ``[[bin]]`` table (no link: text around it) was named as the
+    line of ``up: "[[bin]]"``. Only a quoted value that is the whole link is a property link's line."""
+    from pipeline.index.graph import property_links
+    from pipeline.service import _written_links
+
+    f = tmp_path / "Cargo.md"
+    f.write_text('---\ntitle: "The [[bin]] table"\naliases: [\'[[bin]] targets\']\nup: "[[bin]]"\n'
+                 "related: ['[[A]]', \"[[bin]]\"]\n---\n# Cargo\n", encoding="utf-8")
+    fm = {"title": "The [[bin]] table", "aliases": ["[[bin]] targets"], "up": "[[bin]]",
+          "related": ["[[A]]", "[[bin]]"]}
+    assert _written_links(f, property_links(fm)) == [("[[bin]]", 4), ("[[A]]", 5), ("[[bin]]", 5)]

@@ -368,11 +368,11 @@ def test_links_in_properties_count_as_obsidian_counts_them() -> None:
     """An Obsidian note-taker's ``up: "[[Home]]"`` (a map-of-content property) and ``related: ["[[A]]", …]``:
     Obsidian lists them among the note's outgoing links and backlinks; the graph did not (a finding of session
     39). Quoted text values and text items of lists count; YAML's nested list of an unquoted ``[[Home]]``,
-    numbers and plain text do not; ``![[x]]`` in a property links x; a property link to no note is dangling."""
+    numbers and plain text do not; a property link to no note is dangling."""
     from pipeline.index.graph import property_links
 
-    fm = {"up": "[[Home]]", "related": ["[[A|the a note]]", "plain", 3, "[[B#Part]] and [[#Self]]"],
-          "unquoted": [["Home"]], "when": "2026-12-06", "gone": "![[Nowhere]]"}
+    fm = {"up": "[[Home]]", "related": ["[[A|the a note]]", "plain", 3, "[[B#Part]]", "[[#Self]]"],
+          "unquoted": [["Home"]], "when": "2026-12-06", "gone": "[[Nowhere]]"}
     assert property_links(fm) == [
         WikiLink(target="Home", kind="property"), WikiLink(target="A", alias="the a note", kind="property"),
         WikiLink(target="B", heading="Part", kind="property"), WikiLink(target="Nowhere", kind="property")]
@@ -386,3 +386,18 @@ def test_links_in_properties_count_as_obsidian_counts_them() -> None:
     assert lg.graph.edges[ids["Day"], ids["A"]]["count"] == 2
     assert lg.graph.nodes[ids["Home"]]["in_degree"] == 1
     assert lg.unresolved == [("v/Day.md", "Nowhere")]
+
+
+def test_a_property_is_a_link_only_when_its_whole_value_is_one_wikilink() -> None:
+    """Obsidian counts a property as a link when its value (or a list item) is one quoted wikilink, ``up: "[[Home]]"``;
+    text around it is plain text there. Any ``[[…]]`` inside a value counted, so a title or description quoting
+    code (TOML's ``[[bin]]`` table, bash's ``[[ -f x ]]``) linked to notes 'bin' and '-f x', dangling in status
+    and check-vault, and an edge of the graph lane. Nor is ``![[x]]`` in a property a link in Obsidian."""
+    from pipeline.index.graph import property_links
+
+    fm = {"title": "The [[bin]] table of Cargo.toml", "description": "Test a file with [[ -f x ]] in bash",
+          "up": " [[Home]] ", "related": ["[[A|the a]]", "see [[B]]", "[[C]] and [[D]]", "[[E#Part]]"],
+          "cover": "![[cover.png]]", "self": "[[#Heading]]"}
+    assert property_links(fm) == [WikiLink(target="Home", kind="property"),
+                                  WikiLink(target="A", alias="the a", kind="property"),
+                                  WikiLink(target="E", heading="Part", kind="property")]

@@ -181,8 +181,8 @@ def test_a_long_correlation_id_is_refused_by_capture(tmp_path: Path) -> None:
 def test_shorten_quoted_cuts_only_long_quoted_values() -> None:
     from pipeline.mcp_server import shorten_quoted
 
-    assert shorten_quoted(f"no tag '{LONG}' or 'ok' here") == f"no tag '{CUT}' or 'ok' here"
-    assert shorten_quoted("a 'short' one") == "a 'short' one"
+    assert shorten_quoted(f"no tag '{LONG}' or 'ok' here", {"tag": LONG}) == f"no tag '{CUT}' or 'ok' here"
+    assert shorten_quoted("a 'short' one", {"tag": "short"}) == "a 'short' one"
 
 
 def test_search_quotes_a_long_source_or_tag_cut(built_tiny_env: Path) -> None:
@@ -198,3 +198,42 @@ def test_search_quotes_a_long_source_or_tag_cut(built_tiny_env: Path) -> None:
     assert len(source.content[0].text) < 400
     assert tag.structured_content["message"] == (f"No results: no note has the tag '{CUT}' (frontmatter or inline "
                                                  "#tag)")
+
+
+#: a note name of 128 characters with an apostrophe in it
+LONG_NAME = ("How the nightly export of the team's shared reading list is rebuilt when a source moves and what the "
+             "operator should check first")
+
+
+def test_an_error_keeps_a_long_name_it_suggests_and_text_between_apostrophes(tiny_env: Path) -> None:
+    """Every span of over 120 characters between two apostrophes was cut as a 'quoted value': the suggestion of a
+    note with a long name ('did you mean "…"?', which the agent is to call read with) came back cut, and an
+    apostrophe in a name (team's) made the cut take the message's own words out between two of them ('no vault
+    path, source...'s shared reading list'). Only an echo of the call's own long argument is cut."""
+    from pipeline.defs.runner import run_build
+    from pipeline.mcp_server import create_server
+
+    (tiny_env / "tinyvault" / f"{LONG_NAME}.md").write_text("# Export\n\nThe export is rebuilt nightly.\n")
+    assert run_build(Settings.from_env()).ok
+    typo = LONG_NAME[:-6] + "firsts"
+
+    async def called() -> Any:
+        async with Client(create_server(Settings.from_env())) as client:
+            return await client.call_tool("read", {"path": typo})
+
+    result = anyio.run(called)
+    echo = typo[:117] + "..."                           # the call's own 128-character argument, cut
+    assert result.is_error and [c.text for c in result.content] == [(
+        f'read: no note "{echo}": no vault path, source path, note name, title or alias is "{echo}"; did you mean '
+        f'"{LONG_NAME}"? Else use a vault_path from search results (`docsvault search ...` / the search tool)')]
+
+
+def test_shorten_quoted_cuts_the_echoes_of_long_arguments_only() -> None:
+    from pipeline.mcp_server import shorten_quoted
+
+    line = f"no note {LONG_NAME!r}: did you mean '{'y' * 150}'?"
+    assert shorten_quoted(line, {"path": LONG_NAME[:-1]}) == line
+    assert shorten_quoted(line, {"path": LONG_NAME}) == f"no note {LONG_NAME[:117] + '...'!r}: did you mean " \
+                                                         f"'{'y' * 150}'?"
+    assert shorten_quoted(f"unknown source '{LONG}'", {"source": [LONG]}) == f"unknown source '{CUT}'"
+    assert shorten_quoted(f"bad {'a' * 130!r}", {"k": 3}) == f"bad {'a' * 130!r}"

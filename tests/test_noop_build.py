@@ -322,3 +322,22 @@ def test_a_sensor_tick_over_the_data_folder_keeps_the_no_op_build(built_tiny_env
     src = _build()["sources"][0]
     assert (src["status"], src["embedded"]) == ("unchanged", 0)
     assert _runs(built_tiny_env) == runs                   # answered from the record
+
+
+def test_the_sensor_records_temp_file_is_no_input_of_a_build(tmp_path: Path) -> None:
+    """A tick writes .sensor.json through a temp file beside it (``..sensor.json.<random>.tmp``, renamed over it):
+    a no-op check or a build's fingerprint taken in that moment listed the temp file, so the next build went
+    through Dagster although nothing changed. The temp file of a state file a build does read still counts."""
+    from pipeline.models import Source
+    from pipeline.stages.noop import fingerprint
+
+    settings = Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                        vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals")
+    sources = [Source(name="notes", kind="local", path=(tmp_path / "notes",))]
+    settings.state_dir.mkdir(parents=True)
+    (settings.state_dir / "notes.json").write_text("{}")
+    before = fingerprint(settings, sources)
+    (settings.state_dir / "..sensor.json.k2x9w1.tmp").write_text("{}")
+    assert fingerprint(settings, sources) == before
+    (settings.state_dir / ".notes.json.k2x9w1.tmp").write_text("{}")
+    assert fingerprint(settings, sources) != before

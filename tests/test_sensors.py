@@ -566,3 +566,180 @@ def test_a_second_instances_sensor_over_the_same_data_folder_requests_nothing(tm
         assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=b)).run_requests] \
             == ["notes"]
         assert json.loads(record.read_text())["instance"] == str(home_b)
+
+
+def _notes_sensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, Any]:
+    monkeypatch.setenv("DOCSVAULT_SENSOR_INTERVAL", "60")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "n.md").write_text("# N\n")
+    settings = _settings(tmp_path)
+    return settings, upstream_change_sensor([Source(name="notes", kind="local", path=(notes,))], settings)
+
+
+def test_the_sensor_claim_tells_instances_apart_by_their_run_storage_not_their_home_path(tmp_path, monkeypatch):
+    """Two team deployments on two hosts over one shared data volume, each with its own Postgres but the same
+    DAGSTER_HOME path (/opt/dagster/dagster_home in every container): the record named only the path, so each
+    took the other's record for its own and both built every change. And one instance whose ticks run on two
+    hosts with different DAGSTER_HOME paths (code servers in two pods) held the folder against itself. An
+    instance is now its run storage's id (the same on every host of a Postgres instance, another for another
+    instance even at the same path)."""
+    import json
+    import time
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    home = (tmp_path / "home").resolve()
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in first.run_requests] == ["notes"]
+        mine = json.loads(record.read_text())
+        assert mine["storage"] == instance.run_storage.get_run_storage_id()
+        # another instance, same DAGSTER_HOME path, on another host, ticking now: it holds the folder
+        other = {**mine, "host": "elsewhere", "pid": 1, "storage": "another-instance", "at": time.time()}
+        record.write_text(json.dumps(other))
+        held = sensor(dg.build_sensor_context(instance=instance))
+        assert held.run_requests == []
+        assert held.skip_reason is not None
+        assert held.skip_reason.skip_message == (
+            f"data folder {settings.data_dir} is built by the upstream_change sensor of another Dagster instance "
+            f"(DAGSTER_HOME {home}, pid 1 on elsewhere, last tick at {mine['at_iso']}): this sensor (DAGSTER_HOME "
+            f"{home}) requests nothing, so no change is built twice; stop one of the two daemons, or point both at "
+            "one run storage (the same dagster.yaml storage) or start this one with its own DOCSVAULT_DATA")
+        assert json.loads(record.read_text()) == other
+        # this very instance (its storage) ticking on another host with another DAGSTER_HOME path: not another one
+        record.write_text(json.dumps({**other, "instance": "/srv/other/home", "storage": mine["storage"]}))
+        again = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in again.run_requests] == ["notes"]
+        assert json.loads(record.read_text())["host"] == mine["host"]
+
+
+def test_a_sensor_record_from_a_clock_far_ahead_holds_the_folder_no_longer_than_a_live_one(tmp_path, monkeypatch):
+    """A holder on another host whose clock is ahead (a VM's clock off by a day) wrote ``at`` in this host's
+    future: its age here was negative, so once its daemon stopped, this one waited out the skew plus 3 intervals
+    (a day; forever for ``at`` 1e308) and nothing was built, where the README promises a takeover after 3
+    intervals. A record dated more than SENSOR_LIVE_TICKS intervals ahead holds nothing; a little ahead, it holds."""
+    import json
+    import time
+
+    from pipeline.defs.automation import SENSOR_LIVE_TICKS
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        mine = json.loads(record.read_text())
+        other = {**mine, "instance": "/srv/other", "storage": "another-instance", "host": "elsewhere", "pid": 1}
+        record.write_text(json.dumps({**other, "at": time.time() + 60}))          # a minute ahead: it holds
+        assert sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor)).skip_reason.skip_message \
+            .startswith(f"data folder {settings.data_dir} is built by the upstream_change sensor of another")
+        for at in (time.time() + 86_400, 1e308):
+            record.write_text(json.dumps({**other, "at": at}))
+            taken = sensor(dg.build_sensor_context(instance=instance))
+            assert [r.tags["docsvault/source"] for r in taken.run_requests] == ["notes"], at
+            assert json.loads(record.read_text())["storage"] == mine["storage"]
+        assert SENSOR_LIVE_TICKS * 60 < 86_400
+
+
+def test_a_holder_in_another_pid_namespace_of_this_host_is_judged_by_time_not_by_its_pid(tmp_path, monkeypatch):
+    """Two containers of one machine that share its host name (network_mode: host, hostNetwork, or the same
+    ``hostname:``) but not its processes: the holder's pid was looked up among this container's processes, found
+    gone, and the folder taken over on every tick, so both instances built every change. The pid is judged only
+    in the holder's own pid namespace (``pidns`` in the record); elsewhere, by time as another host's."""
+    import json
+    import os
+    import socket
+    import time
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        mine = json.loads(record.read_text())
+        assert mine["pidns"] == os.readlink("/proc/self/ns/pid")
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        other = {**mine, "instance": "/srv/other", "storage": "another-instance", "host": socket.gethostname(),
+                 "pid": gone.pid, "at": time.time()}
+        record.write_text(json.dumps({**other, "pidns": "pid:[1]"}))       # another container's process
+        held = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+        assert held.run_requests == [] and held.skip_reason is not None
+        assert held.skip_reason.skip_message.startswith(f"data folder {settings.data_dir} is built by the ")
+        record.write_text(json.dumps(other))                                # this namespace's process, gone
+        taken = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in taken.run_requests] == ["notes"]
+
+
+def test_a_data_folder_the_daemon_cannot_write_fails_no_tick(tmp_path, monkeypatch, caplog):
+    """A daemon that reads the data folder but may not write it (a read-only mount: the runs write it, the
+    sensor only reads): before the sensor's record, its ticks wrote nothing there; the record's write raised
+    OSError and every tick failed, so nothing was built. The tick goes on unrecorded (it cannot hold the folder)."""
+    import errno
+
+    from pipeline.common import artifacts
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    settings.state_dir.mkdir(parents=True)
+
+    def read_only(path: Path, data: bytes, **_: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(artifacts, "write_atomic", read_only)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance, caplog.at_level("WARNING", "docsvault"):
+        result = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in result.run_requests] == ["notes"]
+    assert not (settings.state_dir / ".sensor.json").exists()
+    assert [r.getMessage() for r in caplog.records if "sensor" in r.getMessage()] == [(
+        f"cannot record the sensor's tick in {settings.state_dir / '.sensor.json'} (Read-only file system): a "
+        "second daemon over this data folder is not held off")]
+
+
+def test_a_holder_is_judged_live_by_its_own_tick_interval(tmp_path, monkeypatch):
+    """The service's daemon ticks every 15 minutes (the default); a `docsvault ui` beside it with
+    DOCSVAULT_SENSOR_INTERVAL=60 judged the service's record by its own 3 x 60 s, took the folder 3 minutes after
+    the service's tick, and requested again the change whose run the service had just requested (and not yet
+    fetched): one change built by both. The record carries its holder's live window (``live``); the longer of
+    the two is the one a holder keeps the folder for (at most a day)."""
+    import json
+    import time
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)                 # this sensor: every 60 s
+    record = settings.state_dir / ".sensor.json"
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        first = sensor(dg.build_sensor_context(instance=instance))
+        mine = json.loads(record.read_text())
+        assert mine["live"] == 180
+        service = {**mine, "instance": "/srv/dagster", "storage": "the-service", "host": "elsewhere", "pid": 1,
+                   "live": 2700}
+        record.write_text(json.dumps({**service, "at": time.time() - 400}))     # ticked 400 s ago
+        held = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+        assert held.run_requests == [] and held.skip_reason is not None
+        assert held.skip_reason.skip_message.startswith(f"data folder {settings.data_dir} is built by the ")
+        record.write_text(json.dumps({**service, "at": time.time() - 2701}))    # missed its 3 ticks
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=instance)).run_requests] \
+            == ["notes"]
+        record.write_text(json.dumps({**service, "live": 1e300, "at": time.time() - 86_401}))   # at most a day
+        assert [r.tags["docsvault/source"] for r in sensor(dg.build_sensor_context(instance=instance)).run_requests] \
+            == ["notes"]
+
+
+@pytest.mark.parametrize("text", ["null", "[]", "\"x\"", "3", "{\"instance\": \"/a\", \"at\": \"soon\", \"pid\": []"])
+def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monkeypatch, text):
+    """A .sensor.json holding JSON that is no object (null, a list: a hand edit, another tool) made every tick
+    fail with AttributeError ('list' object has no attribute 'get'), so nothing was built unattended."""
+    import json
+
+    settings, sensor = _notes_sensor(tmp_path, monkeypatch)
+    record = settings.state_dir / ".sensor.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(text)
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        result = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.tags["docsvault/source"] for r in result.run_requests] == ["notes"]
+        assert json.loads(record.read_text())["instance"] == str((tmp_path / "home").resolve())

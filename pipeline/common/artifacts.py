@@ -194,11 +194,14 @@ def state_path(settings: Settings, source: str) -> Path:
 
 
 def load_state(settings: Settings, source: str) -> dict[str, Any]:
+    """<data>/state/<source>.json as a dict; {} when missing, unreadable, not JSON or no JSON object (``null``, a
+    list: a hand edit), so that a caller's ``.get`` and :func:`update_state` never fail on it."""
     path = state_path(settings, source)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def update_state(settings: Settings, source: str, **values: Any) -> dict[str, Any]:
@@ -234,15 +237,28 @@ def removed_at(settings: Settings, source: str) -> str | None:
 SENSOR_STATE = ".sensor"
 
 
-def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float) -> dict[str, Any] | None:
+#: the longest a sensor's record holds a data folder after its last tick (seconds), whatever its ``live`` says
+MAX_SENSOR_LIVE_S = 86_400.0
+
+
+def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float, storage: str = ""
+                 ) -> dict[str, Any] | None:
     """Record that the sensor of ``instance`` ticks over ``settings.data_dir`` now, unless the sensor of another
-    instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds`` and whose process
-    is not known to be gone (on this host: its pid is not alive), in this very folder (not a record copied along
-    with the data folder to another disk or machine: its ``folder`` inode differs). Two daemons over one data
-    folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only its own runs.
+    instance does: one whose last tick (:data:`SENSOR_STATE`) is younger than ``live_seconds``, or than the
+    holder's own window (``live`` in its record, at most :data:`MAX_SENSOR_LIVE_S`) when longer, and whose process
+    is not known to be gone (on this host and in this pid namespace: its pid is not alive), in this very folder
+    (not a record copied along with the data folder to another disk or machine: its ``folder`` inode differs).
+    Two daemons over one data folder (two DAGSTER_HOMEs) requested every change twice and each UI showed only
+    its own runs.
+
+    A record dated more than that window after ``now`` (its host's clock is that far ahead) holds nothing.
+    An instance is its run storage's id (``storage``, Dagster's ``get_run_storage_id``: one for every host of a
+    Postgres instance, another for each other instance even at the same DAGSTER_HOME path) when both records
+    have one, else its DAGSTER_HOME (``instance``).
 
     Returns:
-        The other instance's record (nothing written) while it holds the folder, else None (this tick recorded).
+        The other instance's record (nothing written) while it holds the folder, else None (this tick recorded,
+        unless the folder cannot be written: then this tick holds nothing, and goes on).
     """
     import socket
     from datetime import UTC, datetime
@@ -252,22 +268,43 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
     other = load_state(settings, SENSOR_STATE)
     host = socket.gethostname()
     try:
+        pidns = os.readlink("/proc/self/ns/pid")        # 'pid:[4026531836]'; "" where there is no such file
+    except OSError:
+        pidns = ""
+    try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)    # the record goes there: the folder's inode is final
         folder = settings.data_dir.stat().st_ino
     except OSError:
         folder = 0
-    if other.get("instance") and other.get("instance") != instance and other.get("folder") == folder:
+    same = other.get("storage") == storage if storage and other.get("storage") else other.get("instance") == instance
+    if other.get("instance") and not same and other.get("folder") == folder:
+        try:                 # the holder's own window (its interval may be longer than this sensor's), a day at most
+            live = max(live_seconds, min(float(other.get("live") or 0), MAX_SENSOR_LIVE_S))
+        except (TypeError, ValueError):
+            live = live_seconds
         try:
             age = now - float(other.get("at") or 0)
         except (TypeError, ValueError):
-            age = live_seconds
+            age = live
         try:
             pid = int(other.get("pid") or 0)
         except (TypeError, ValueError):
             pid = 0
-        gone = other.get("host") == host and not pid_alive(pid)
-        if age < live_seconds and not gone:
+        # its pid is looked up only among its own processes: this host's, in this pid namespace (two containers
+        # that share the host name, network_mode: host, see none of each other's processes)
+        gone = other.get("host") == host and other.get("pidns", pidns) == pidns and not pid_alive(pid)
+        # a tick dated more than live_seconds ahead (another host's clock far ahead) would hold the folder for as
+        # long as the skew once that daemon stops: it holds nothing
+        if -live < age < live and not gone:
             return other
-    update_state(settings, SENSOR_STATE, instance=instance, host=host, pid=os.getpid(), at=now, folder=folder,
-                 at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
+    try:
+        update_state(settings, SENSOR_STATE, instance=instance, storage=storage, host=host, pid=os.getpid(),
+                     pidns=pidns, at=now, live=live_seconds, folder=folder,
+                     at_iso=datetime.fromtimestamp(now, UTC).replace(microsecond=0).isoformat())
+    except OSError as exc:   # a data folder this process may only read (the runs write it): the tick goes on
+        import logging
+
+        logging.getLogger("docsvault").warning(
+            "cannot record the sensor's tick in %s (%s): a second daemon over this data folder is not held off",
+            state_path(settings, SENSOR_STATE), exc.strerror or exc)
     return None

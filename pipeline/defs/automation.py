@@ -227,14 +227,23 @@ def other_sensor(context: dg.SensorEvaluationContext, settings: Settings) -> str
         return ""
     now = time.time()
     home = str(Path(instance.root_directory).resolve())
-    other = artifacts.claim_sensor(settings, home, SENSOR_LIVE_TICKS * sensor_interval(), now)
+    try:                             # the instance itself: DAGSTER_HOME paths are alike across hosts and containers
+        storage = str(instance.run_storage.get_run_storage_id() or "")
+    except Exception:  # noqa: BLE001 - a storage without an id: the instance is its DAGSTER_HOME
+        storage = ""
+    other = artifacts.claim_sensor(settings, home, SENSOR_LIVE_TICKS * sensor_interval(), now, storage)
     if other is None:
         return ""
     ago = f", last tick at {other['at_iso']}" if other.get("at_iso") else ""
+    # the same DAGSTER_HOME path with another run storage (another machine's or container's instance): that path
+    # is no remedy, one storage is
+    fix = ("point both at one run storage (the same dagster.yaml storage) or start this one with its own "
+           "DOCSVAULT_DATA") if other.get("instance") == home else \
+        "start this one with the other's DAGSTER_HOME or its own DOCSVAULT_DATA"
     return (f"data folder {settings.data_dir} is built by the upstream_change sensor of another Dagster instance "
             f"(DAGSTER_HOME {other.get('instance')}, pid {other.get('pid')} on {other.get('host')}{ago}): this "
             f"sensor (DAGSTER_HOME {home}) requests nothing, so no change is built twice; stop one of the two "
-            "daemons, or start this one with the other's DAGSTER_HOME or its own DOCSVAULT_DATA")
+            f"daemons, or {fix}")
 
 
 def sources_now(loaded: dict[str, Source], sources_file: Path) -> tuple[dict[str, Source], str]:

@@ -178,11 +178,12 @@ def parse_links(markdown: str) -> list[WikiLink]:
 
 def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
     """Links of a note's properties, as Obsidian counts them among the note's links (outgoing links, backlinks,
-    the graph view): each ``[[target#heading|alias]]`` in a text property or in a text item of a list property
-    (``up: "[[Home]]"``, ``related: ["[[A]]", "[[B|b]]"]``), in key then item order, ``kind`` "property"
-    (``![[x]]`` there is a link to x, not an embed). Obsidian's help has links in properties quoted: YAML reads
-    an unquoted ``up: [[Home]]`` as a nested list, which Obsidian shows as no link, and so has none here; nor do
-    numbers, dates or mappings.
+    the graph view): a text property or a text item of a list property whose whole value (spaces around left
+    out) is one ``[[target#heading|alias]]`` (``up: "[[Home]]"``, ``related: ["[[A]]", "[[B|b]]"]``), in key then
+    item order, ``kind`` "property". Text around a link (``"see [[B]]"``, a title quoting TOML's ``[[bin]]``) is
+    plain text in Obsidian, and so is ``![[x]]``: no link here either. Obsidian's help has links in properties
+    quoted: YAML reads an unquoted ``up: [[Home]]`` as a nested list, which Obsidian shows as no link, and so has
+    none here; nor do numbers, dates or mappings.
 
     Args:
         frontmatter: a note's frontmatter (:attr:`pipeline.models.Note.frontmatter`: JSON-safe values).
@@ -195,10 +196,10 @@ def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
         for text in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
             if not isinstance(text, str) or "[[" not in text:
                 continue
-            for m in _WIKILINK.finditer(text):
-                link = _parse_wikilink(m.group(2), embed=False)
-                if link is not None and link.target:
-                    out.append(replace(link, kind="property"))
+            m = _WIKILINK.fullmatch(text.strip())
+            link = _parse_wikilink(m.group(2), embed=False) if m and not m.group(1) else None
+            if link is not None and link.target:
+                out.append(replace(link, kind="property"))
     return out
 
 

@@ -55,11 +55,14 @@ def _stats(root: Path, recurse: bool = True) -> list[tuple[str, int, int]]:
     """(path relative to ``root``, size, mtime_ns) of the files under ``root`` (only its own files when not
     ``recurse``), sorted; dot folders other than ``.docsvault``, :data:`NOOP_STATE` and the sensor's record of
     its ticks (:data:`~pipeline.common.artifacts.SENSOR_STATE`: no change to build) left out; [] when missing."""
-    return file_stats(root, recurse=recurse, dot_dirs=(".docsvault",), keep=lambda name: name not in _NOT_INPUTS)
+    return file_stats(root, recurse=recurse, dot_dirs=(".docsvault",),
+                      keep=lambda name: name not in _NOT_INPUTS and not name.startswith(_SENSOR_TEMP))
 
 
 #: files of <data>/state/ that are no input of a build
 _NOT_INPUTS = frozenset({NOOP_STATE, f"{artifacts.SENSOR_STATE}.json"})
+#: the temp file a tick writes the sensor's record through (:func:`pipeline.common.artifacts.write_atomic`)
+_SENSOR_TEMP = f".{artifacts.SENSOR_STATE}.json."
 
 
 def _contents(paths: Iterable[Path]) -> list[tuple[str, str | None]]:
