@@ -31,7 +31,16 @@ def _chain(settings: Settings) -> dict[str, object]:
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+    """sha256 of each file under ``root``, a note's ``fetched_at:`` line left out: a fetch sets it, and a rebuild
+    does not rewrite a note for it alone (``vault._same_content``), so a fresh build a second later has another
+    (the comparison below failed whenever the clock's second turned between the builds)."""
+    from pipeline.ingest.vault import _without_volatile
+
+    def content(p: Path) -> bytes:
+        data = p.read_bytes()
+        return _without_volatile(data) or data
+
+    return {p.relative_to(root).as_posix(): hashlib.sha256(content(p)).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
