@@ -746,9 +746,7 @@ class VaultService:
         import json
 
         from pipeline.service import child_env
-        from pipeline.warehouse import note_changes as wh_note_changes
 
-        before = self._note_hashes(names)
         cmd = [sys.executable, "-m", "pipeline.cli", "build", "--json", *(["--force"] if full else []),
                *([] if evaluate else ["--no-eval"]), "--wait", f"{wait:g}", "--wait-arg", WAIT_ARG]
         for n in names:
@@ -781,9 +779,8 @@ class VaultService:
             )
         after = self._note_hashes(names)
         # the build's own changes, compared under its lock (a refresh that waited for another build: not that
-        # build's); this process's own comparison when the build did not say (an older build's output)
-        found = outcome.get("note_changes")
-        diff = found if isinstance(found, dict) else wh_note_changes(before, after)
+        # build's, which a comparison here, before and after the child, would count)
+        diff = outcome.get("note_changes") or {}
         added, changed, removed = (list(diff.get(k) or []) for k in ("added", "changed", "removed"))
         return {
             "sources": names, "ok": bool(outcome.get("ok")), "seconds": seconds, "notes": len(after),

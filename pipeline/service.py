@@ -886,7 +886,5 @@ def build_outcome(report: Any) -> BuildOutcome:
         removed=tuple(getattr(report, "removed", [])),
         shared=SharedOutcome(ok=report.shared_ok, error=report.shared_error or None, warehouse=warehouse,
                              eval=evals, warnings=tuple(getattr(report, "check_warnings", []))),
-        resumed=tuple(getattr(report, "resumed", [])),
-        note_changes=report.note_changes if report.note_changes is not None or not report.noop else
-        {"added": [], "changed": [], "removed": []})
+        resumed=tuple(getattr(report, "resumed", [])), note_changes=report.note_changes)
 

@@ -176,4 +176,5 @@ def noop_report(settings: Settings, sources: Sequence[Source]) -> BuildReport | 
     statuses = [SourceStatus(name=s.name, metadata={stage: _unchanged(m) for stage, m in metadata[s.name].items()})
                 for s in sources]
     shared = {**shared, "warehouse": _unchanged(shared.get("warehouse") or {})}
-    return BuildReport(sources=statuses, shared_ok=True, shared_metadata=shared, noop=True, check_warnings=warnings)
+    return BuildReport(sources=statuses, shared_ok=True, shared_metadata=shared, noop=True, check_warnings=warnings,
+                       note_changes={"added": [], "changed": [], "removed": []})

@@ -334,6 +334,7 @@ class BuildReport:
     #: the notes of the built sources this build added, changed and removed (``{"added", "changed", "removed"}``:
     #: sorted vault paths, compared in the warehouse under the build's lock: :func:`pipeline.warehouse.note_changes`),
     #: when the caller asked (``run_build(note_changes=True)``; else None); empty lists for a no-op build
+    #: (:mod:`pipeline.stages.noop`: nothing changed)
     note_changes: dict[str, list[str]] | None = None
 
     @property
