@@ -388,6 +388,17 @@ def test_links_in_properties_count_as_obsidian_counts_them() -> None:
     assert lg.unresolved == [("v/Day.md", "Nowhere")]
 
 
+def test_tags_aliases_and_css_classes_hold_no_property_links() -> None:
+    """Obsidian gives ``tags``, ``aliases`` and ``cssclasses`` types of their own (Tags, Aliases, a list of class
+    names): a ``"[[x]]"`` there is a tag, a name or a class, no link. They counted as links (session 39), so an
+    alias written ``"[[Old name]]"`` was a dangling link in status and check-vault."""
+    from pipeline.index.graph import property_links
+
+    fm = {"tags": ["[[Home]]"], "Aliases": "[[Old name]]", "alias": ["[[Other]]"], "cssclasses": ["[[wide]]"],
+          "tag": "[[t]]", "cssclass": "[[c]]", "up": "[[Home]]"}
+    assert property_links(fm) == [WikiLink(target="Home", kind="property")]
+
+
 def test_a_property_is_a_link_only_when_its_whole_value_is_one_wikilink() -> None:
     """Obsidian counts a property as a link when its value (or a list item) is one quoted wikilink, ``up: "[[Home]]"``;
     text around it is plain text there. Any ``[[…]]`` inside a value counted, so a title or description quoting

@@ -176,6 +176,11 @@ def parse_links(markdown: str) -> list[WikiLink]:
     return [link for _, _, link in link_spans(markdown)]
 
 
+#: Obsidian's own properties with types of their own (Tags, Aliases, the list of CSS classes), whose values are
+#: never links there, and their older singular names; compared case-insensitively.
+NOT_LINK_PROPERTIES = frozenset({"tags", "tag", "aliases", "alias", "cssclasses", "cssclass"})
+
+
 def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
     """Links of a note's properties, as Obsidian counts them among the note's links (outgoing links, backlinks,
     the graph view): a text property or a text item of a list property whose whole value (spaces around left
@@ -183,7 +188,8 @@ def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
     item order, ``kind`` "property". Text around a link (``"see [[B]]"``, a title quoting TOML's ``[[bin]]``) is
     plain text in Obsidian, and so is ``![[x]]``: no link here either. Obsidian's help has links in properties
     quoted: YAML reads an unquoted ``up: [[Home]]`` as a nested list, which Obsidian shows as no link, and so has
-    none here; nor do numbers, dates or mappings.
+    none here; nor do numbers, dates or mappings, nor the values of ``tags``, ``aliases`` and ``cssclasses``
+    (:data:`NOT_LINK_PROPERTIES`), which Obsidian reads as tags, alternative names and CSS classes.
 
     Args:
         frontmatter: a note's frontmatter (:attr:`pipeline.models.Note.frontmatter`: JSON-safe values).
@@ -192,7 +198,9 @@ def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
         One WikiLink per occurrence (self-links ``[[#Heading]]`` left out).
     """
     out: list[WikiLink] = []
-    for value in frontmatter.values():
+    for key, value in frontmatter.items():
+        if str(key).lower() in NOT_LINK_PROPERTIES:
+            continue
         for text in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
             if not isinstance(text, str) or "[[" not in text:
                 continue
