@@ -743,3 +743,36 @@ def test_a_corrupt_sensor_record_is_overwritten_not_a_failed_tick(tmp_path, monk
         result = sensor(dg.build_sensor_context(instance=instance))
         assert [r.tags["docsvault/source"] for r in result.run_requests] == ["notes"]
         assert json.loads(record.read_text())["instance"] == str((tmp_path / "home").resolve())
+
+
+def test_two_sensors_claiming_at_the_same_moment_see_each_others_claim(tmp_path, monkeypatch):
+    """Two daemons' ticks that read the record at the same moment both saw no holder and both claimed the folder
+    for that tick (each then requested the change). The claim reads and writes under a lock of ``<data>/state``:
+    a tick that comes while another claims waits, then sees that claim and holds off."""
+    import fcntl
+    import json
+    import os
+    import socket
+    import threading
+    import time
+
+    from pipeline.common.artifacts import claim_sensor
+
+    settings, _ = _notes_sensor(tmp_path, monkeypatch)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    got: list[object] = []
+    fd = os.open(settings.state_dir, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)                   # instance A is claiming (between its read and its write)
+    try:
+        b = threading.Thread(target=lambda: got.append(claim_sensor(settings, "/srv/b", 90.0, time.time())))
+        b.start()
+        b.join(timeout=1.0)                          # B must wait for A's claim, not read before it
+        a = {"instance": "/srv/a", "storage": "", "host": socket.gethostname(), "pid": os.getpid(),
+             "pidns": os.readlink("/proc/self/ns/pid"), "at": time.time(), "live": 90.0,
+             "folder": settings.data_dir.stat().st_ino, "at_iso": "2026-12-06T00:00:00+00:00"}
+        (settings.state_dir / ".sensor.json").write_text(json.dumps(a))
+    finally:
+        os.close(fd)
+    b.join(timeout=30)
+    assert got == [a]                                # B sees A's claim and holds off
+    assert json.loads((settings.state_dir / ".sensor.json").read_text()) == a

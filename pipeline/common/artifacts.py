@@ -11,6 +11,7 @@ import os
 import re
 import tempfile
 import threading
+from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -256,10 +257,42 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
     Postgres instance, another for each other instance even at the same DAGSTER_HOME path) when both records
     have one, else its DAGSTER_HOME (``instance``).
 
+    The record is read and written under an exclusive ``flock`` of ``<data>/state`` itself (no lock file: a
+    read-only folder is locked too), so two sensors ticking at the same moment see each other's claim: both read
+    no holder and both claimed the folder for that tick before.
+
     Returns:
         The other instance's record (nothing written) while it holds the folder, else None (this tick recorded,
         unless the folder cannot be written: then this tick holds nothing, and goes on).
     """
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)    # the record goes there: the folder's inode is final
+    except OSError:
+        pass
+    with _folder_flock(settings.state_dir):
+        return _claim_sensor(settings, instance, live_seconds, now, storage)
+
+
+@contextmanager
+def _folder_flock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` of a folder while the block runs; no lock where the folder cannot be opened."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)                 # releases the lock
+
+
+def _claim_sensor(settings: Settings, instance: str, live_seconds: float, now: float, storage: str
+                  ) -> dict[str, Any] | None:
+    """:func:`claim_sensor` under its lock."""
     import socket
     from datetime import UTC, datetime
 
@@ -272,7 +305,6 @@ def claim_sensor(settings: Settings, instance: str, live_seconds: float, now: fl
     except OSError:
         pidns = ""
     try:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)    # the record goes there: the folder's inode is final
         folder = settings.data_dir.stat().st_ino
     except OSError:
         folder = 0
