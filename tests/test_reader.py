@@ -463,6 +463,20 @@ def test_a_heading_misspelled_in_its_first_words_suggests_the_heading_it_begins(
         "'Internal links#Link to a file'")
 
 
+def test_a_heading_ending_in_a_hash_keeps_it() -> None:
+    """``## Learn C#`` is the heading "Learn C#" (CommonMark drops a closing run of ``#`` only after a space), as
+    the build titles it; read named it "Learn C" among the closest headings, and a search hit under it (heading
+    "Learn C#") was not located in its note. A closing sequence after a space still goes."""
+    from pipeline.search.reader import subpath_missing, subpath_offset
+
+    body = "# Languages\n\n## Learn C#\n\nx\n\n## Learn F# ##\n\ny\n"
+    assert locate(body, "Learn C#") == body.index("## Learn C#")
+    assert subpath_offset(body, "Learn C") == body.index("## Learn C#")   # Obsidian's link: [[Languages#Learn C]]
+    assert subpath_missing(body, "Languages", "l/Languages.md", "Lern C", 1) == (
+        "heading 'Lern C' not found in 'Languages' (l/Languages.md); showing page 1; closest headings: 'Learn C#', "
+        "'Learn F#'; e.g. read 'Languages#Learn C#'")
+
+
 def test_a_source_index_named_by_read_is_not_called_the_users_own_file(vault: Path, tmp_path: Path) -> None:
     """`read _index` said the vault's `src/_index.md` (each source's index, written by the build) was "a file no
     build wrote (your own, not searched)"; a file the manifest lists is now named as the build's."""

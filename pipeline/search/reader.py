@@ -402,7 +402,8 @@ def read_note(vault_dir: Path, note: str, page: int = 1, size: int = PAGE_CHARS)
 # ---------------------------------------------------------------------------------------------------------------
 # where a search hit sits in its note
 
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+#: an ATX heading line; its optional closing ``#``s follow a space or tab (CommonMark): ``## Learn C#`` is ``Learn C#``
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
 _MD_NOISE = re.compile(r"[*_`\[\]]")
 
 
