@@ -346,6 +346,18 @@ def test_missing_subpaths_names_links_whose_note_lacks_the_heading_or_block() ->
     ]
 
 
+def test_missing_subpaths_knows_a_heading_whose_slug_an_earlier_heading_has() -> None:
+    """A reviewer's finding: a note's headings were read from the slug map, where a heading whose GitHub slug an
+    earlier heading had (`## NodeJS` after `## Node.js`, both `nodejs`; `## APIs` after `## API's`) was left out, so
+    `check-vault` named `[[Guide#NodeJS]]` and `[[Guide#APIs]]`, links to existing headings, as missing."""
+    from pipeline.index.graph import missing_subpaths
+
+    guide = "# Guide\n\n## Node.js\n\n## NodeJS\n\n## API's\n\n## APIs\n"
+    home = "[[Guide#NodeJS]] [[Guide#Node js]] [[Guide#APIs]] [[Guide#API's]] [[Guide#Nope]]\n"
+    found = missing_subpaths([note("Guide.md", guide), note("Home.md", home)])
+    assert [(p, link.heading) for p, link in found] == [("v/Home.md", "Nope")]
+
+
 def test_inline_code_inside_a_wikilink_is_its_text() -> None:
     """A new user's finding: `check-vault` named 41 of duckdb's links to a heading with inline code as links to a
     missing heading, written without their code (`[[…/dot_commands#: Writing Results to a File|output to a file]]`

@@ -779,6 +779,20 @@ def test_link_to_a_setext_heading_after_a_thematic_break(tmp_path, rule):
     assert body == "See [[demo/b#First *Steps*|the setup]] and [[demo/b#Other Heading|more]].\n"
 
 
+def test_a_link_to_a_repeated_heading_slug_names_the_heading(tmp_path):
+    """A reviewer's finding: GitHub numbers a repeated slug (`## Example` twice: `#example`, `#example-1`; `## NodeJS`
+    after `## Node.js`: `#nodejs-1`), but only a heading's first slug was known, so `[x](b.md#example-1)` became
+    `[[demo/b#example-1|x]]`, a heading Obsidian does not find, and `[y](#nodejs-1)` stayed a link to a slug.
+    Each numbered slug now names its heading's text (Obsidian opens a repeated heading's first occurrence)."""
+    files = {
+        "a.md": "See [x](b.md#example-1), [z](b.md#example-2) and [n](b.md#nodejs-1).\n",
+        "b.md": "# B\n\n## Example\n\n## Node.js\n\n## Example\n\n## NodeJS\n\n## Example\n\n[y](#nodejs-1)\n",
+    }
+    notes = {n.source_path: n.body for n in _norm(tmp_path, files, format="markdown").notes}
+    assert notes["a.md"] == "See [[demo/b#Example|x]], [[demo/b#Example|z]] and [[demo/b#NodeJS|n]].\n"
+    assert notes["b.md"].endswith("## Example\n\n[[#NodeJS|y]]\n")
+
+
 # ---- frontmatter values of any YAML type; the build's own `docsvault` marker ----
 
 def test_a_scalar_alias_or_tag_of_any_yaml_type_is_one_item_like_a_list_item(tmp_path):

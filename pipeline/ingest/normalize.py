@@ -199,9 +199,12 @@ def collect_headings(body: str) -> dict[str, str]:
     (:func:`_setext_headings`).
 
     Explicit ids (``{/*id*/}``, ``{#id}``, ``[[id]]``) and the GitHub-style slug of the heading text both map to the
-    heading text without the anchor.
+    heading text without the anchor. A slug taken by an earlier heading gets ``-1``, ``-2``… as GitHub, kramdown and
+    Docusaurus number it (the second ``## Example`` is ``#example-1``; ``## NodeJS`` after ``## Node.js`` is
+    ``#nodejs-1``), so every heading is in the map.
     """
     found: dict[str, str] = {}
+    slugs: set[str] = set()
     for is_code, chunk in split_code(body):
         if is_code:
             continue
@@ -221,7 +224,13 @@ def collect_headings(body: str) -> dict[str, str]:
                     ids.append(am.group(1))
                     text = text[:am.start()]
             display = _heading_display(text)
-            for key in [*ids, slugify(text)]:
+            slug = base = slugify(text)
+            n = 0
+            while slug and slug in slugs:
+                n += 1
+                slug = f"{base}-{n}"
+            slugs.add(slug)
+            for key in [*ids, slug]:
                 if key and key not in found:
                     found[key] = display
     return found
