@@ -109,8 +109,8 @@ class _VaultFiles:
             tries.insert(0, posixpath.normpath(posixpath.join(here, t)))
         if any(c.casefold() in self.paths for c in tries):
             return True
-        if markdown and not t.startswith("/"):
-            return False            # a relative Markdown link must resolve relative to its note
+        # then by path suffix or bare name, Markdown links too, as Obsidian (and the build's copy,
+        # pipeline.ingest.attachments) resolves them: `![p](pic.png)` shows attachments/pic.png
         parts = [p for p in t.lstrip("/").split("/") if p not in ("", ".", "..")]
         if not parts:
             return False
