@@ -175,3 +175,17 @@ def test_a_link_to_a_canvas_or_mdx_file_several_notes_were_made_from_is_named_by
         "path order), not b/Board.canvas; write [[a/Board.canvas]] or [[b/Board.canvas]] to choose",
         "source 'me': Plan.md: [[Intro.mdx]] could mean 2 notes: it links to a/Intro.mdx (the first in path "
         "order), not b/Intro.mdx; write [[a/Intro.mdx]] or [[b/Intro.mdx]] to choose"]
+
+
+def test_a_link_in_code_is_not_qualified_as_the_graph_reads_no_link_there() -> None:
+    """A reviewer's finding: the rewrite skipped fenced and inline code only, so a `[[Home]]` in an indented code
+    block (an example of Obsidian's syntax; the link graph and Obsidian read no link there) was rewritten to
+    `[[s/Home|Home]]` inside the code. The links rewritten are now those the link graph reads; a paragraph of a
+    list item, indented as much, is prose and its link is qualified."""
+    body = ("See [[Home]].\n\nExample:\n\n    [[Home]] written in code\n\n- item\n\n    [[Home]] in the item\n\n"
+            "```\n[[Home]]\n```\n\n`[[Home]]` and [[Nowhere]]\n")
+    notes = [_n("s", "Home.md"), _n("s", "A.md", body)]
+    out, n = qualify_ambiguous_links("s", notes, {"home", "nowhere"})
+    assert n == 2
+    assert out[1].body == ("See [[s/Home|Home]].\n\nExample:\n\n    [[Home]] written in code\n\n- item\n\n"
+                           "    [[s/Home|Home]] in the item\n\n```\n[[Home]]\n```\n\n`[[Home]]` and [[Nowhere]]\n")

@@ -14,6 +14,7 @@ depend on the order in which sources are written.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import os
@@ -22,6 +23,7 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline.models import Note, text_hash
 
@@ -61,9 +63,10 @@ def other_note_names(vault_dir: Path, source: str | Collection[str]) -> set[str]
 def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]) -> tuple[list[Note], int]:
     """Rewrite bare links of ``notes`` whose name is also a note name in ``others`` (see
     :func:`other_note_names`) to path form when they resolve within the source; returns ``(notes, links
-    rewritten)``. A rewritten note's ``content_hash`` is recomputed."""
+    rewritten)``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads
+    (:func:`pipeline.index.graph.link_spans`): a ``[[name]]`` in code (fenced, indented or inline) is text and
+    stays as written."""
     from pipeline.index.graph import LinkResolver
-    from pipeline.ingest.normalize import _table_rows, map_prose
 
     paths = [n.vault_path for n in notes]
     resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases},
@@ -71,45 +74,7 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
     count = 0
     out: list[Note] = []
     for note in notes:
-        if "[[" not in note.body:
-            out.append(note)
-            continue
-        changed = 0
-
-        def fix(text: str, note: Note = note) -> str:
-            nonlocal changed
-            lines = text.split("\n")
-            rows = _table_rows(lines) if "|" in text else [False] * len(lines)
-            for i, line in enumerate(lines):
-                if "[[" not in line:
-                    continue
-
-                def one(m: re.Match[str], in_table: bool = rows[i]) -> str:
-                    nonlocal changed
-                    inner = m.group(2)
-                    parts = re.split(r"\\?\|", inner, maxsplit=1)
-                    target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
-                    target, hash_, sub = target_sub.partition("#")
-                    target = target.strip()
-                    if not target or target.startswith(f"{source}/") or \
-                            _key(posixpath.basename(target.removesuffix(".md"))) not in others:
-                        return m.group()
-                    if LinkResolver.is_attachment(target):
-                        return m.group()
-                    resolved = resolver.resolve(target, note.vault_path)
-                    if resolved is None:
-                        return m.group()
-                    new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
-                    if alias is None and not m.group(1):
-                        alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
-                    pipe = "\\|" if in_table else "|"
-                    changed += 1
-                    return f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "") + "]]"
-
-                lines[i] = _WIKI.sub(one, line)
-            return "\n".join(lines)
-
-        body = map_prose(note.body, fix)
+        body, changed = _qualified_body(source, note, others, resolver)
         if changed:
             count += changed
             fm = {**note.frontmatter, "content_hash": text_hash(body)} if "content_hash" in note.frontmatter \
@@ -117,6 +82,49 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
             note = dataclasses.replace(note, body=body, frontmatter=fm)
         out.append(note)
     return out, count
+
+
+def _may_qualify(inner: str, source: str, others: set[str]) -> bool:
+    """Whether ``[[inner]]`` is a bare link whose name ``others`` holds (a cheap test before parsing a note)."""
+    target = re.split(r"\\?\||#", inner, maxsplit=1)[0].strip()
+    return bool(target) and not target.startswith(f"{source}/") and \
+        _key(posixpath.basename(target.removesuffix(".md"))) in others
+
+
+def _qualified_body(source: str, note: Note, others: set[str], resolver: Any) -> tuple[str, int]:
+    """``(body, links rewritten)`` of one note for :func:`qualify_ambiguous_links`; ``resolver``: a
+    :class:`pipeline.index.graph.LinkResolver` of the source's notes."""
+    from pipeline.index.graph import LinkResolver, link_spans
+    from pipeline.ingest.normalize import _table_rows
+
+    body = note.body
+    if "[[" not in body or not any(_may_qualify(m.group(2), source, others) for m in _WIKI.finditer(body)):
+        return body, 0
+    line_starts = [0] + [i + 1 for i, c in enumerate(body) if c == "\n"]
+    rows = _table_rows(body.split("\n")) if "|" in body else [False] * len(line_starts)
+    pieces: list[str] = []
+    pos = changed = 0
+    for start, end, link in link_spans(body):
+        m = _WIKI.fullmatch(body, start, end)
+        if m is None or link.kind != "wikilink" or not _may_qualify(m.group(2), source, others):
+            continue
+        inner = m.group(2)
+        parts = re.split(r"\\?\|", inner, maxsplit=1)
+        target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
+        target, hash_, sub = target_sub.partition("#")
+        target = target.strip()
+        resolved = None if LinkResolver.is_attachment(target) else resolver.resolve(target, note.vault_path)
+        if resolved is None:
+            continue
+        new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
+        if alias is None and not m.group(1):
+            alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
+        pipe = "\\|" if rows[bisect.bisect_right(line_starts, start) - 1] else "|"
+        pieces += [body[pos:start], f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "")
+                   + "]]"]
+        pos = end
+        changed += 1
+    return "".join(pieces) + body[pos:], changed
 
 
 def ambiguous_names(notes: Sequence[Note], others: set[str]) -> list[str]:
