@@ -767,6 +767,19 @@ def test_a_page_title_is_an_h1_that_heads_the_page_not_one_after_code_or_heading
     assert _title({}, "## Part\n\n# Later\n", "notes/Part and later.md") == "Part and later"
 
 
+def test_a_heading_ending_in_a_hash_keeps_it_only_a_spaced_closing_sequence_goes() -> None:
+    """A reviewer's finding: the ATX pattern dropped any `#`s at a heading's end, so a page `# Learn C#` was titled
+    `Learn C`. CommonMark ends a heading at a closing sequence only after a space or tab (`# Closed ##`); `C#`,
+    `F#` keep theirs."""
+    from pipeline.ingest.normalize import _title, first_h1, leading_h1
+
+    assert _title({}, "# Learn C#\n\nText.\n", "x.md") == "Learn C#"
+    assert leading_h1("# F# ##\n") == "F#"
+    assert leading_h1("# Closed ##  \n") == "Closed"
+    assert first_h1("## Two\n\n# Using C#\n") == "Using C#"
+    assert leading_h1("# ###\n\n# Real\n") == "Real"       # `# ###` is an empty heading, as before
+
+
 @pytest.mark.parametrize("rule", ["---", "***"])
 def test_link_to_a_setext_heading_after_a_thematic_break(tmp_path, rule):
     """`Title` underlined by dashes right after a rule is a heading (CommonMark, read by markdown-it-py): a link to

@@ -162,7 +162,8 @@ def _tidy(text: str) -> str:
 # =====================================================================================================================
 
 _COMMONMARK = MarkdownIt("commonmark")
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*#*[ \t]*$")
+#: an ATX heading; its optional closing ``#``s follow a space or tab (CommonMark): ``# Learn C#`` is ``Learn C#``
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
 _ANCHOR_JSX = re.compile(r"\s*\{/\*\s*(.*?)\s*\*/\}\s*$")
 _ANCHOR_ID = re.compile(r"\s*\{#([^}\s]+)\}\s*$")
 _ANCHOR_DOCBUILDER = re.compile(r"\s*\[\[([\w.-]+)\]\]\s*$")
