@@ -482,6 +482,26 @@ def test_a_link_to_a_heading_of_the_same_page_becomes_a_heading_wikilink(tmp_pat
     assert body.endswith("\n`[code](#creating-structs)`\n")
 
 
+def test_a_link_whose_text_wraps_onto_the_next_line_is_converted(tmp_path):
+    """A reviewer's finding: links were looked for line by line, so in hard-wrapped prose `[installation\nguide](b.md)`
+    (a link in CommonMark and Obsidian: the break is a soft one) stayed a Markdown link to the source's file name
+    (prefect's `.mdx` pages have four), no edge of the graph and no dangling link either. Its text may now go on over
+    one line break, not into a blank line, a list item or a table row."""
+    files = {
+        "a.md": ("Read the [installation\nguide](b.md#setup) first, or [the\n`cli`\nreference](b.md).\n\n"
+                 "[not\n\na link](b.md) [not\n- an item](b.md)\n\n"
+                 "[gone\npage](none.md)\n\n| a | b |\n|---|---|\n| [x](b.md) | [y\n| z](b.md) |\n"),
+        "b.md": "# B\n\n## Setup\n",
+    }
+    result = _norm(tmp_path, files, format="markdown")
+    a = next(n for n in result.notes if n.source_path == "a.md")
+    assert a.body == (
+        "Read the [[demo/b#Setup|installation guide]] first, or [[demo/b|the `cli` reference]].\n\n"
+        "[not\n\na link](b.md) [not\n- an item](b.md)\n\n"
+        "[gone\npage](none.md)\n\n| a | b |\n|---|---|\n| [[demo/b\\|x]] | [y\n| z](b.md) |\n")
+    assert [d.target for d in result.dangling] == ["none.md"]
+
+
 def test_unresolvable_links_kept_without_site_url(tmp_path):
     body = _body(tmp_path, "markdown", "[a](/x/y) [b](../up.md) [c](nope.md)\n")
     assert body == "[a](/x/y) [b](../up.md) [c](nope.md)\n"

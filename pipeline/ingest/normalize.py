@@ -17,7 +17,9 @@ first (:func:`pipeline.common.markdown.split_code`, the one fence scanner) and o
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import logging
 import posixpath
@@ -765,8 +767,10 @@ def _docbuilder(body: str) -> str:
 # Links
 # =====================================================================================================================
 
+#: a link ``[text](target "title")``; its text may go on over single line breaks, as a paragraph's soft breaks, but
+#: not into a blank line, a heading, a quote, a table row or a list item
 _LINK = re.compile(
-    r"(?<![!\\\]])\[(?P<text>(?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]"
+    r"(?<![!\\\]])\[(?P<text>(?:[^\[\]\n]|\n(?![ \t]*(?:\n|$|[#>|]|[-*+][ \t]|\d{1,9}[.)][ \t]))|\[[^\[\]\n]*\])*)\]"
     r"\(\s*(?P<target><[^<>\n]*>|(?:[^\s()]|\([^\s()]*\))*)(?P<title>\s+(?:\"[^\"\n]*\"|'[^'\n]*'))?\s*\)"
 )
 _TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
@@ -995,12 +999,20 @@ def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None,
     """
 
     def fix(text: str) -> str:
+        if "](" not in text:
+            return text
         lines = text.split("\n")
         table = _table_rows(lines)
-        return "\n".join(
-            _LINK.sub(lambda m, t=table[i]: _convert_link(m, index, sp, page_url, t, dangling), line) if "](" in line else line
-            for i, line in enumerate(lines)
-        )
+        starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+
+        def one(m: re.Match[str]) -> str:
+            first = bisect.bisect_right(starts, m.start()) - 1
+            rows = table[first:first + m.group().count("\n") + 1]
+            if len(rows) > 1 and any(rows):
+                return m.group()            # a link that would run into or out of a table row is none
+            return _convert_link(m, index, sp, page_url, rows[0], dangling)
+
+        return _LINK.sub(one, text)
 
     return map_prose(body, fix)
 
