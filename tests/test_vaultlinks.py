@@ -189,3 +189,34 @@ def test_a_link_in_code_is_not_qualified_as_the_graph_reads_no_link_there() -> N
     assert n == 2
     assert out[1].body == ("See [[s/Home|Home]].\n\nExample:\n\n    [[Home]] written in code\n\n- item\n\n"
                            "    [[s/Home|Home]] in the item\n\n```\n[[Home]]\n```\n\n`[[Home]]` and [[Nowhere]]\n")
+
+
+def test_a_property_link_is_qualified_as_a_link_of_the_body_is() -> None:
+    """A reviewer's finding: `up: "[[Home]]"` is a link in Obsidian (and in the link graph), resolved over the whole
+    vault as a body link is, but only the body's links were written in path form, so with another source's
+    `Home.md` in the vault the property could open that note. A text property or list item that is one link as a
+    whole is qualified now; text around a link, an embed and the build's own keys (`title`) are left alone."""
+    fm = {"source": "s", "source_path": "A.md", "title": "[[Home]]", "up": " [[Home]] ",
+          "related": ["[[Home#Setup|the setup]]", "see [[Home]]", "![[Home]]", 3], "next": "[[Unique]]",
+          "content_hash": text_hash("x\n")}
+    notes = [_n("s", "Home.md"), _n("s", "Unique.md"), Note("s", "A.md", "A.md", "A", fm, "x\n")]
+    out, n = qualify_ambiguous_links("s", notes, {"home"})
+    assert n == 2
+    assert out[2].frontmatter == {**fm, "up": "[[s/Home|Home]]",
+                                  "related": ["[[s/Home#Setup|the setup]]", "see [[Home]]", "![[Home]]", 3]}
+    assert out[2].body == "x\n" and out[:2] == notes[:2]
+
+
+def test_the_vault_stage_memo_sees_a_property_link_added_to_an_unchanged_body() -> None:
+    """The vault stage skips a note the qualification left as it was for the same body; a property link added
+    later (same body) is qualified all the same: the memo key holds the properties too."""
+    from pipeline.common.memo import MemoCache
+    from pipeline.stages.ingest import _qualify_links
+
+    memo = MemoCache()
+    plain = Note("s", "A.md", "A.md", "A", {"source": "s"}, "x\n")
+    notes = [_n("s", "Home.md"), plain]
+    assert _qualify_links("s", notes, {"home"}, memo) == (notes, 0)
+    linked = Note("s", "A.md", "A.md", "A", {"source": "s", "up": "[[Home]]"}, "x\n")
+    out, n = _qualify_links("s", [notes[0], linked], {"home"}, memo)
+    assert (n, out[1].frontmatter["up"]) == (1, "[[s/Home|Home]]")

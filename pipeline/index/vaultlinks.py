@@ -63,9 +63,10 @@ def other_note_names(vault_dir: Path, source: str | Collection[str]) -> set[str]
 def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]) -> tuple[list[Note], int]:
     """Rewrite bare links of ``notes`` whose name is also a note name in ``others`` (see
     :func:`other_note_names`) to path form when they resolve within the source; returns ``(notes, links
-    rewritten)``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads
-    (:func:`pipeline.index.graph.link_spans`): a ``[[name]]`` in code (fenced, indented or inline) is text and
-    stays as written."""
+    rewritten)``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads:
+    in the body (:func:`pipeline.index.graph.link_spans`: a ``[[name]]`` in code, fenced, indented or inline, is
+    text and stays as written) and in the properties (:func:`pipeline.index.graph.property_links`: ``up:
+    "[[Home]]"``; not the build's own keys, such as ``title``)."""
     from pipeline.index.graph import LinkResolver
 
     paths = [n.vault_path for n in notes]
@@ -75,10 +76,11 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
     out: list[Note] = []
     for note in notes:
         body, changed = _qualified_body(source, note, others, resolver)
+        fm, in_fm = _qualified_properties(source, note, others, resolver)
         if changed:
-            count += changed
-            fm = {**note.frontmatter, "content_hash": text_hash(body)} if "content_hash" in note.frontmatter \
-                else note.frontmatter
+            fm = {**fm, "content_hash": text_hash(body)} if "content_hash" in fm else fm
+        if changed or in_fm:
+            count += changed + in_fm
             note = dataclasses.replace(note, body=body, frontmatter=fm)
         out.append(note)
     return out, count
@@ -91,10 +93,29 @@ def _may_qualify(inner: str, source: str, others: set[str]) -> bool:
         _key(posixpath.basename(target.removesuffix(".md"))) in others
 
 
+def _qualified_link(m: re.Match[str], note: Note, resolver: Any, pipe: str = "|") -> str | None:
+    """The path form of the wikilink ``m`` (a :data:`_WIKI` match) of ``note``, its display text kept (the name as
+    written, ``Note > Heading`` for a heading link, when it had none); None when it resolves to no note of the
+    source or names an attachment. ``pipe``: ``\\|`` in a table row."""
+    from pipeline.index.graph import LinkResolver
+
+    parts = re.split(r"\\?\|", m.group(2), maxsplit=1)
+    target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
+    target, hash_, sub = target_sub.partition("#")
+    target = target.strip()
+    resolved = None if LinkResolver.is_attachment(target) else resolver.resolve(target, note.vault_path)
+    if resolved is None:
+        return None
+    new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
+    if alias is None and not m.group(1):
+        alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
+    return f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "") + "]]"
+
+
 def _qualified_body(source: str, note: Note, others: set[str], resolver: Any) -> tuple[str, int]:
     """``(body, links rewritten)`` of one note for :func:`qualify_ambiguous_links`; ``resolver``: a
     :class:`pipeline.index.graph.LinkResolver` of the source's notes."""
-    from pipeline.index.graph import LinkResolver, link_spans
+    from pipeline.index.graph import link_spans
     from pipeline.ingest.normalize import _table_rows
 
     body = note.body
@@ -108,23 +129,35 @@ def _qualified_body(source: str, note: Note, others: set[str], resolver: Any) ->
         m = _WIKI.fullmatch(body, start, end)
         if m is None or link.kind != "wikilink" or not _may_qualify(m.group(2), source, others):
             continue
-        inner = m.group(2)
-        parts = re.split(r"\\?\|", inner, maxsplit=1)
-        target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
-        target, hash_, sub = target_sub.partition("#")
-        target = target.strip()
-        resolved = None if LinkResolver.is_attachment(target) else resolver.resolve(target, note.vault_path)
-        if resolved is None:
-            continue
-        new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
-        if alias is None and not m.group(1):
-            alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
-        pipe = "\\|" if rows[bisect.bisect_right(line_starts, start) - 1] else "|"
-        pieces += [body[pos:start], f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "")
-                   + "]]"]
-        pos = end
-        changed += 1
+        new = _qualified_link(m, note, resolver, "\\|" if rows[bisect.bisect_right(line_starts, start) - 1] else "|")
+        if new is not None:
+            pieces += [body[pos:start], new]
+            pos = end
+            changed += 1
     return "".join(pieces) + body[pos:], changed
+
+
+def _qualified_properties(source: str, note: Note, others: set[str], resolver: Any) -> tuple[dict[str, Any], int]:
+    """``(frontmatter, links rewritten)`` of one note for :func:`qualify_ambiguous_links`: a text property, or a
+    text item of a list property, that is one link as a whole (:func:`pipeline.index.graph.property_links`),
+    spaces around it dropped once rewritten; the build's own keys (``title``, ``source``…) are left alone."""
+    from pipeline.ingest.normalize import OWN_KEYS
+
+    changed = 0
+
+    def one(value: Any) -> Any:
+        nonlocal changed
+        m = _WIKI.fullmatch(value.strip()) if isinstance(value, str) and "[[" in value else None
+        new = _qualified_link(m, note, resolver) if m and not m.group(1) and _may_qualify(m.group(2), source, others) \
+            else None
+        changed += new is not None
+        return value if new is None else new
+
+    fm = note.frontmatter
+    if not any(isinstance(v, (str, list)) and "[[" in str(v) for k, v in fm.items() if k not in OWN_KEYS):
+        return fm, 0
+    out = {k: v if k in OWN_KEYS else [one(x) for x in v] if isinstance(v, list) else one(v) for k, v in fm.items()}
+    return (out, changed) if changed else (fm, 0)
 
 
 def ambiguous_names(notes: Sequence[Note], others: set[str]) -> list[str]:
