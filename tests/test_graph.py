@@ -413,3 +413,20 @@ def test_a_property_is_a_link_only_when_its_whole_value_is_one_wikilink() -> Non
     assert property_links(fm) == [WikiLink(target="Home", kind="property"),
                                   WikiLink(target="A", alias="the a", kind="property"),
                                   WikiLink(target="E", heading="Part", kind="property")]
+
+
+def test_a_markdown_link_to_a_name_without_extension_is_a_note_link() -> None:
+    """A reviewer's finding: Obsidian's help ("Internal links") gives `[Three laws of motion](Three%20laws%20of%20motion)`
+    and `[…](Three%20laws%20of%20motion.md)` as the same link, but only the `.md` form was read: the other made no
+    edge and, when its note was missing, no dangling link. A name without extension is a note now (target as
+    written); a file with another extension, a folder and a web address are still no note link."""
+    home = ("[a](Three%20laws%20of%20motion) [b](Three%20laws%20of%20motion.md#Part) [c](../v/Gone#x) "
+            "[d](pic.png) [e](v1.2) [f](docs/) [g](https://x.org/Page)\n")
+    notes = [note("Three laws of motion.md", "# Laws\n\n## Part\n"), note("Home.md", home)]
+    assert [(ln.target, ln.heading) for ln in parse_links(home)] == [
+        ("Three laws of motion", None), ("Three laws of motion.md", "Part"), ("../v/Gone", "x")]
+    lg = build_graph(notes)
+    laws, src = notes[0].note_id, notes[1].note_id
+    assert {(e.dst, e.target, e.count) for e in lg.edges} == {(laws, "Three laws of motion", 2), (None, "../v/Gone", 1)}
+    assert lg.unresolved == [("v/Home.md", "../v/Gone")]
+    assert lg.graph.edges[src, laws]["headings"] == "Part"
