@@ -502,6 +502,18 @@ def test_a_link_whose_text_wraps_onto_the_next_line_is_converted(tmp_path):
     assert [d.target for d in result.dangling] == ["none.md"]
 
 
+def test_a_wikilink_in_a_table_inside_a_callout_escapes_its_pipe(tmp_path):
+    """A reviewer's finding: a table row's wikilink gets `\\|` (an unescaped pipe ends the cell in Obsidian), but a
+    table inside a blockquote or callout (an MDX `<Note>` around a table, `> | a | b |`) was not seen as one, so
+    `[[demo/b|Ref]]` split its row in two cells. Rows behind `>` markers are table rows too."""
+    files = {"a.mdx": ("# A\n\n<Note>\n\n| Page | Why |\n| --- | --- |\n| [Ref](b.mdx) | first |\n\n</Note>\n\n"
+                       "> | x | y |\n> |---|---|\n> | [[b|bee]] | [c](b.mdx) |\n>\n> [d](b.mdx) after it\n"),
+             "b.mdx": "# B\n"}
+    a = next(n for n in _norm(tmp_path, files, format="mdx").notes if n.source_path == "a.mdx")
+    assert a.body == ("# A\n\n> [!note]\n> | Page | Why |\n> | --- | --- |\n> | [[demo/b\\|Ref]] | first |\n\n"
+                      "> | x | y |\n> |---|---|\n> | [[b\\|bee]] | [[demo/b\\|c]] |\n>\n> [[demo/b|d]] after it\n")
+
+
 def test_unresolvable_links_kept_without_site_url(tmp_path):
     body = _body(tmp_path, "markdown", "[a](/x/y) [b](../up.md) [c](nope.md)\n")
     assert body == "[a](/x/y) [b](../up.md) [c](nope.md)\n"

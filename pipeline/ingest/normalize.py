@@ -43,7 +43,7 @@ from pipeline.common.frontmatter import (
     split_frontmatter,
 )
 from pipeline.common.markdown import dedent as _dedent
-from pipeline.common.markdown import heading_slug, split_code
+from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, split_code
 from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
@@ -959,12 +959,16 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
 
 
 def _table_rows(lines: list[str]) -> list[bool]:
-    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row, the rows up to a blank line)."""
+    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row, the rows up to a blank line),
+    also one inside a blockquote or callout (``> | a | b |``: its ``>`` markers are not part of the row)."""
     table = [False] * len(lines)
-    for i in range(1, len(lines)):
-        if _TABLE_DELIM.match(lines[i]) and "|" in lines[i - 1] and "-" in lines[i]:
+    if not any("|" in line for line in lines):
+        return table
+    bare = [QUOTE_PREFIX.sub("", line, count=1) if line.lstrip().startswith(">") else line for line in lines]
+    for i in range(1, len(bare)):
+        if _TABLE_DELIM.match(bare[i]) and "|" in bare[i - 1] and "-" in bare[i]:
             j = i - 1
-            while j < len(lines) and lines[j].strip():
+            while j < len(bare) and bare[j].strip():
                 table[j] = True
                 j += 1
     return table
