@@ -220,3 +220,20 @@ def test_the_vault_stage_memo_sees_a_property_link_added_to_an_unchanged_body() 
     linked = Note("s", "A.md", "A.md", "A", {"source": "s", "up": "[[Home]]"}, "x\n")
     out, n = _qualify_links("s", [notes[0], linked], {"home"}, memo)
     assert (n, out[1].frontmatter["up"]) == (1, "[[s/Home|Home]]")
+
+
+def test_a_link_by_an_alias_is_written_with_its_notes_path() -> None:
+    """A reviewer's finding: the link table resolves `[[AI]]` to the note with `aliases: [AI]`, but Obsidian does
+    not (it offers the alias while a link is typed and writes `[[Artificial intelligence|AI]]`; a bare `[[AI]]` is
+    unresolved and a click makes an empty `AI.md`), so the vault showed a broken link where the graph had an edge.
+    Such a link is written with its note's path, the alias as its text; a name that is a note's own is not."""
+    ai = Note("s", "Artificial intelligence.md", "Artificial intelligence.md", "Artificial intelligence",
+              {"aliases": ["AI", "Home"]}, "x\n")
+    body = "[[AI]], [[ai#History|its history]], ![[AI]], [[Home]], [[Nowhere]]\n"
+    notes = [ai, _n("s", "Home.md"), Note("s", "A.md", "A.md", "A", {"up": "[[AI]]"}, body)]
+    out, n = qualify_ambiguous_links("s", notes, set())
+    assert n == 4
+    assert out[2].body == ("[[s/Artificial intelligence|AI]], [[s/Artificial intelligence#History|its history]], "
+                           "![[s/Artificial intelligence]], [[Home]], [[Nowhere]]\n")
+    assert out[2].frontmatter == {"up": "[[s/Artificial intelligence|AI]]"}
+    assert out[:2] == notes[:2]

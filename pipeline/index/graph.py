@@ -7,7 +7,9 @@ Resolution (``LinkResolver.resolve``), each source folder ``vault/<source>/`` be
    Markdown links are first tried relative to the linking note's folder;
 2. else every note whose path ends with ``/<target>`` (component-wise), best first by: same source folder, the
    linking note's own folder (ancestors do not count), exact case, shortest path string, lexical order;
-3. else a note with a frontmatter alias equal to the target (case-insensitive), same ordering.
+3. else a note with a frontmatter alias equal to the target (case-insensitive), same ordering. Obsidian itself does
+   not follow a bare ``[[Alias]]``; the vault stage writes such links with their note's path
+   (:func:`pipeline.index.vaultlinks.qualify_ambiguous_links`), so the vault opens the note this resolves.
 
 A note made from a file that is not ``.md`` (a ``.canvas`` file's note ``Board.canvas.md``, ``Intro.mdx``'s
 ``Intro.md``) is also found by that file's own name, extension and all, as Obsidian links the file:

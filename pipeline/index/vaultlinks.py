@@ -63,7 +63,11 @@ def other_note_names(vault_dir: Path, source: str | Collection[str]) -> set[str]
 def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]) -> tuple[list[Note], int]:
     """Rewrite bare links of ``notes`` whose name is also a note name in ``others`` (see
     :func:`other_note_names`) to path form when they resolve within the source; returns ``(notes, links
-    rewritten)``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads:
+    rewritten)``. So is a link by an alias that no note of the source has as its name (``[[AI]]`` for the note
+    ``Artificial intelligence.md`` with ``aliases: [AI]``): the link table resolves it, Obsidian does not (it
+    offers an alias when a link is typed and writes ``[[Artificial intelligence|AI]]``; a bare ``[[AI]]`` is
+    unresolved there, and a click makes an empty ``AI.md``), so it becomes ``[[<source>/Artificial
+    intelligence|AI]]``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads:
     in the body (:func:`pipeline.index.graph.link_spans`: a ``[[name]]`` in code, fenced, indented or inline, is
     text and stays as written) and in the properties (:func:`pipeline.index.graph.property_links`: ``up:
     "[[Home]]"``; not the build's own keys, such as ``title``)."""
@@ -72,11 +76,13 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
     paths = [n.vault_path for n in notes]
     resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases},
                             {n.vault_path: n.source_path for n in notes})
+    names = note_names(paths) | {_key(posixpath.basename(n.source_path)) for n in notes}
+    wanted = others | ({_key(a.strip()) for n in notes for a in n.aliases} - names)
     count = 0
     out: list[Note] = []
     for note in notes:
-        body, changed = _qualified_body(source, note, others, resolver)
-        fm, in_fm = _qualified_properties(source, note, others, resolver)
+        body, changed = _qualified_body(source, note, wanted, resolver)
+        fm, in_fm = _qualified_properties(source, note, wanted, resolver)
         if changed:
             fm = {**fm, "content_hash": text_hash(body)} if "content_hash" in fm else fm
         if changed or in_fm:
