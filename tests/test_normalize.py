@@ -514,6 +514,18 @@ def test_a_wikilink_in_a_table_inside_a_callout_escapes_its_pipe(tmp_path):
                       "> | x | y |\n> |---|---|\n> | [[b\\|bee]] | [[demo/b\\|c]] |\n>\n> [[demo/b|d]] after it\n")
 
 
+def test_a_line_with_a_pipe_over_a_rule_is_no_table_row():
+    """A reviewer's finding: a line holding `|` over a `---` line was read as a table's header (ja-react's hooks page:
+    a list item linking `[[…|`useEffectEvent`]]` above a rule), so its wikilink got a table's `\\|` outside any
+    table. A delimiter row has a `|` (GFM); a bare `---` is a rule or a setext underline."""
+    from pipeline.ingest.normalize import escape_table_wikilinks
+
+    assert escape_table_wikilinks("- [[a|b]] item\n---\n") == "- [[a|b]] item\n---\n"
+    assert escape_table_wikilinks("See [[x|y]] | b\n---\n") == "See [[x|y]] | b\n---\n"
+    assert escape_table_wikilinks("| a |\n| --- |\n| [[x|y]] |\n") == "| a |\n| --- |\n| [[x\\|y]] |\n"
+    assert escape_table_wikilinks("a | b\n--- | ---\n[[x|y]] | c\n") == "a | b\n--- | ---\n[[x\\|y]] | c\n"
+
+
 def test_unresolvable_links_kept_without_site_url(tmp_path):
     body = _body(tmp_path, "markdown", "[a](/x/y) [b](../up.md) [c](nope.md)\n")
     assert body == "[a](/x/y) [b](../up.md) [c](nope.md)\n"

@@ -959,14 +959,15 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
 
 
 def _table_rows(lines: list[str]) -> list[bool]:
-    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row, the rows up to a blank line),
-    also one inside a blockquote or callout (``> | a | b |``: its ``>`` markers are not part of the row)."""
+    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row with ``|``, the rows up to a
+    blank line), also one inside a blockquote or callout (``> | a | b |``: its ``>`` markers are not part of the
+    row). A ``---`` line without ``|`` under a line with one is a setext heading's underline, not a table."""
     table = [False] * len(lines)
     if not any("|" in line for line in lines):
         return table
     bare = [QUOTE_PREFIX.sub("", line, count=1) if line.lstrip().startswith(">") else line for line in lines]
     for i in range(1, len(bare)):
-        if _TABLE_DELIM.match(bare[i]) and "|" in bare[i - 1] and "-" in bare[i]:
+        if _TABLE_DELIM.match(bare[i]) and "|" in bare[i - 1] and "-" in bare[i] and "|" in bare[i]:
             j = i - 1
             while j < len(bare) and bare[j].strip():
                 table[j] = True
