@@ -707,3 +707,27 @@ def test_a_property_links_line_is_the_line_whose_value_it_is(tmp_path: Path) -> 
     fm = {"title": "The [[bin]] table", "aliases": ["[[bin]] targets"], "up": "[[bin]]",
           "related": ["[[A]]", "[[bin]]"]}
     assert _written_links(f, property_links(fm)) == [("[[bin]]", 4), ("[[A]]", 5), ("[[bin]]", 5)]
+
+
+def test_check_vault_finds_a_markdown_embed_by_its_name_as_the_build_copies_it(tmp_path: Path) -> None:
+    """A reviewer's finding: `![p](pic.png)` in notes/A.md with the image at attachments/pic.png is shown by
+    Obsidian (a Markdown link's path is found by name as a wikilink's is; Obsidian's "shortest path" link format
+    writes it so) and the build copies it, but check-vault looked a Markdown link up only relative to its note and
+    named it an unresolved embed of a source file, exit 1. It is found by path suffix or bare name now too; a file
+    the source does not have is still no problem of the vault (unresolved_elsewhere)."""
+    root = tmp_path / "me"
+    (root / "notes").mkdir(parents=True)
+    (root / "attachments").mkdir()
+    (root / "notes" / "A.md").write_text("# A\n\n![p](pic.png)\n[r](attachments/report.pdf)\n![g](gone.png)\n",
+                                         encoding="utf-8")
+    (root / "attachments" / "pic.png").write_text("PNG", encoding="utf-8")
+    (root / "attachments" / "report.pdf").write_text("%PDF", encoding="utf-8")
+    settings = _settings(tmp_path, root)
+    source = load_sources(settings.sources_file)[0]
+    build.fetch_stage(settings, source)
+    build.normalize_stage(settings, source)
+    vmeta = build.vault_stage(settings, source)
+    assert (vmeta["attachments"], vmeta["unresolved_embeds"]) == (2, 1)
+    report = check_vault(settings, [source])
+    row = report["sources"][0]
+    assert (row["unresolved_in_source"], row["unresolved_elsewhere"], report["ok"]) == (0, 1, True)

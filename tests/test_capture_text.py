@@ -65,6 +65,9 @@ def _files(root: Path) -> list[str]:
     ("![[図.png]] 図の説明。続き", "図の説明。", "図の説明"),
     ("# ![[only.png]]\n\n本文の一行目。", "本文の一行目。", "本文の一行目"),
     ("__init__.py で x==1 のとき", "__init__.py で x==1 のとき", "__init__.py で x==1 のとき"),
+    # a heading's closing #s follow a space (CommonMark): `# Learn C#` was titled `Learn C` (reviewer, s40)
+    ("# Learn C#\n本文", "Learn C#", "Learn C"),
+    ("# Closed heading ##\n本文", "Closed heading", "Closed heading"),
 ])
 def test_title_and_name_of_a_first_sentence(text: str, title: str, name: str) -> None:
     assert title_of(text) == title

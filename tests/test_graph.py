@@ -346,6 +346,18 @@ def test_missing_subpaths_names_links_whose_note_lacks_the_heading_or_block() ->
     ]
 
 
+def test_missing_subpaths_knows_a_heading_whose_slug_an_earlier_heading_has() -> None:
+    """A reviewer's finding: a note's headings were read from the slug map, where a heading whose GitHub slug an
+    earlier heading had (`## NodeJS` after `## Node.js`, both `nodejs`; `## APIs` after `## API's`) was left out, so
+    `check-vault` named `[[Guide#NodeJS]]` and `[[Guide#APIs]]`, links to existing headings, as missing."""
+    from pipeline.index.graph import missing_subpaths
+
+    guide = "# Guide\n\n## Node.js\n\n## NodeJS\n\n## API's\n\n## APIs\n"
+    home = "[[Guide#NodeJS]] [[Guide#Node js]] [[Guide#APIs]] [[Guide#API's]] [[Guide#Nope]]\n"
+    found = missing_subpaths([note("Guide.md", guide), note("Home.md", home)])
+    assert [(p, link.heading) for p, link in found] == [("v/Home.md", "Nope")]
+
+
 def test_inline_code_inside_a_wikilink_is_its_text() -> None:
     """A new user's finding: `check-vault` named 41 of duckdb's links to a heading with inline code as links to a
     missing heading, written without their code (`[[…/dot_commands#: Writing Results to a File|output to a file]]`
@@ -412,3 +424,20 @@ def test_a_property_is_a_link_only_when_its_whole_value_is_one_wikilink() -> Non
     assert property_links(fm) == [WikiLink(target="Home", kind="property"),
                                   WikiLink(target="A", alias="the a", kind="property"),
                                   WikiLink(target="E", heading="Part", kind="property")]
+
+
+def test_a_markdown_link_to_a_name_without_extension_is_a_note_link() -> None:
+    """A reviewer's finding: Obsidian's help ("Internal links") gives `[Three laws of motion](Three%20laws%20of%20motion)`
+    and `[…](Three%20laws%20of%20motion.md)` as the same link, but only the `.md` form was read: the other made no
+    edge and, when its note was missing, no dangling link. A name without extension is a note now (target as
+    written); a file with another extension, a folder and a web address are still no note link."""
+    home = ("[a](Three%20laws%20of%20motion) [b](Three%20laws%20of%20motion.md#Part) [c](../v/Gone#x) "
+            "[d](pic.png) [e](v1.2) [f](docs/) [g](https://x.org/Page)\n")
+    notes = [note("Three laws of motion.md", "# Laws\n\n## Part\n"), note("Home.md", home)]
+    assert [(ln.target, ln.heading) for ln in parse_links(home)] == [
+        ("Three laws of motion", None), ("Three laws of motion.md", "Part"), ("../v/Gone", "x")]
+    lg = build_graph(notes)
+    laws, src = notes[0].note_id, notes[1].note_id
+    assert {(e.dst, e.target, e.count) for e in lg.edges} == {(laws, "Three laws of motion", 2), (None, "../v/Gone", 1)}
+    assert lg.unresolved == [("v/Home.md", "../v/Gone")]
+    assert lg.graph.edges[src, laws]["headings"] == "Part"

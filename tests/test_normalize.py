@@ -482,6 +482,50 @@ def test_a_link_to_a_heading_of_the_same_page_becomes_a_heading_wikilink(tmp_pat
     assert body.endswith("\n`[code](#creating-structs)`\n")
 
 
+def test_a_link_whose_text_wraps_onto_the_next_line_is_converted(tmp_path):
+    """A reviewer's finding: links were looked for line by line, so in hard-wrapped prose `[installation\nguide](b.md)`
+    (a link in CommonMark and Obsidian: the break is a soft one) stayed a Markdown link to the source's file name
+    (prefect's `.mdx` pages have four), no edge of the graph and no dangling link either. Its text may now go on over
+    one line break, not into a blank line, a list item or a table row."""
+    files = {
+        "a.md": ("Read the [installation\nguide](b.md#setup) first, or [the\n`cli`\nreference](b.md).\n\n"
+                 "[not\n\na link](b.md) [not\n- an item](b.md)\n\n"
+                 "[gone\npage](none.md)\n\n| a | b |\n|---|---|\n| [x](b.md) | [y\n| z](b.md) |\n"),
+        "b.md": "# B\n\n## Setup\n",
+    }
+    result = _norm(tmp_path, files, format="markdown")
+    a = next(n for n in result.notes if n.source_path == "a.md")
+    assert a.body == (
+        "Read the [[demo/b#Setup|installation guide]] first, or [[demo/b|the `cli` reference]].\n\n"
+        "[not\n\na link](b.md) [not\n- an item](b.md)\n\n"
+        "[gone\npage](none.md)\n\n| a | b |\n|---|---|\n| [[demo/b\\|x]] | [y\n| z](b.md) |\n")
+    assert [d.target for d in result.dangling] == ["none.md"]
+
+
+def test_a_wikilink_in_a_table_inside_a_callout_escapes_its_pipe(tmp_path):
+    """A reviewer's finding: a table row's wikilink gets `\\|` (an unescaped pipe ends the cell in Obsidian), but a
+    table inside a blockquote or callout (an MDX `<Note>` around a table, `> | a | b |`) was not seen as one, so
+    `[[demo/b|Ref]]` split its row in two cells. Rows behind `>` markers are table rows too."""
+    files = {"a.mdx": ("# A\n\n<Note>\n\n| Page | Why |\n| --- | --- |\n| [Ref](b.mdx) | first |\n\n</Note>\n\n"
+                       "> | x | y |\n> |---|---|\n> | [[b|bee]] | [c](b.mdx) |\n>\n> [d](b.mdx) after it\n"),
+             "b.mdx": "# B\n"}
+    a = next(n for n in _norm(tmp_path, files, format="mdx").notes if n.source_path == "a.mdx")
+    assert a.body == ("# A\n\n> [!note]\n> | Page | Why |\n> | --- | --- |\n> | [[demo/b\\|Ref]] | first |\n\n"
+                      "> | x | y |\n> |---|---|\n> | [[b\\|bee]] | [[demo/b\\|c]] |\n>\n> [[demo/b|d]] after it\n")
+
+
+def test_a_line_with_a_pipe_over_a_rule_is_no_table_row():
+    """A reviewer's finding: a line holding `|` over a `---` line was read as a table's header (ja-react's hooks page:
+    a list item linking `[[…|`useEffectEvent`]]` above a rule), so its wikilink got a table's `\\|` outside any
+    table. A delimiter row has a `|` (GFM); a bare `---` is a rule or a setext underline."""
+    from pipeline.ingest.normalize import escape_table_wikilinks
+
+    assert escape_table_wikilinks("- [[a|b]] item\n---\n") == "- [[a|b]] item\n---\n"
+    assert escape_table_wikilinks("See [[x|y]] | b\n---\n") == "See [[x|y]] | b\n---\n"
+    assert escape_table_wikilinks("| a |\n| --- |\n| [[x|y]] |\n") == "| a |\n| --- |\n| [[x\\|y]] |\n"
+    assert escape_table_wikilinks("a | b\n--- | ---\n[[x|y]] | c\n") == "a | b\n--- | ---\n[[x\\|y]] | c\n"
+
+
 def test_unresolvable_links_kept_without_site_url(tmp_path):
     body = _body(tmp_path, "markdown", "[a](/x/y) [b](../up.md) [c](nope.md)\n")
     assert body == "[a](/x/y) [b](../up.md) [c](nope.md)\n"
@@ -767,6 +811,19 @@ def test_a_page_title_is_an_h1_that_heads_the_page_not_one_after_code_or_heading
     assert _title({}, "## Part\n\n# Later\n", "notes/Part and later.md") == "Part and later"
 
 
+def test_a_heading_ending_in_a_hash_keeps_it_only_a_spaced_closing_sequence_goes() -> None:
+    """A reviewer's finding: the ATX pattern dropped any `#`s at a heading's end, so a page `# Learn C#` was titled
+    `Learn C`. CommonMark ends a heading at a closing sequence only after a space or tab (`# Closed ##`); `C#`,
+    `F#` keep theirs."""
+    from pipeline.ingest.normalize import _title, first_h1, leading_h1
+
+    assert _title({}, "# Learn C#\n\nText.\n", "x.md") == "Learn C#"
+    assert leading_h1("# F# ##\n") == "F#"
+    assert leading_h1("# Closed ##  \n") == "Closed"
+    assert first_h1("## Two\n\n# Using C#\n") == "Using C#"
+    assert leading_h1("# ###\n\n# Real\n") == "Real"       # `# ###` is an empty heading, as before
+
+
 @pytest.mark.parametrize("rule", ["---", "***"])
 def test_link_to_a_setext_heading_after_a_thematic_break(tmp_path, rule):
     """`Title` underlined by dashes right after a rule is a heading (CommonMark, read by markdown-it-py): a link to
@@ -777,6 +834,20 @@ def test_link_to_a_setext_heading_after_a_thematic_break(tmp_path, rule):
     }
     body = next(n.body for n in _norm(tmp_path, files, format="markdown").notes if n.source_path == "a.md")
     assert body == "See [[demo/b#First *Steps*|the setup]] and [[demo/b#Other Heading|more]].\n"
+
+
+def test_a_link_to_a_repeated_heading_slug_names_the_heading(tmp_path):
+    """A reviewer's finding: GitHub numbers a repeated slug (`## Example` twice: `#example`, `#example-1`; `## NodeJS`
+    after `## Node.js`: `#nodejs-1`), but only a heading's first slug was known, so `[x](b.md#example-1)` became
+    `[[demo/b#example-1|x]]`, a heading Obsidian does not find, and `[y](#nodejs-1)` stayed a link to a slug.
+    Each numbered slug now names its heading's text (Obsidian opens a repeated heading's first occurrence)."""
+    files = {
+        "a.md": "See [x](b.md#example-1), [z](b.md#example-2) and [n](b.md#nodejs-1).\n",
+        "b.md": "# B\n\n## Example\n\n## Node.js\n\n## Example\n\n## NodeJS\n\n## Example\n\n[y](#nodejs-1)\n",
+    }
+    notes = {n.source_path: n.body for n in _norm(tmp_path, files, format="markdown").notes}
+    assert notes["a.md"] == "See [[demo/b#Example|x]], [[demo/b#Example|z]] and [[demo/b#NodeJS|n]].\n"
+    assert notes["b.md"].endswith("## Example\n\n[[#NodeJS|y]]\n")
 
 
 # ---- frontmatter values of any YAML type; the build's own `docsvault` marker ----
@@ -804,10 +875,11 @@ def test_a_scalar_alias_or_tag_of_any_yaml_type_is_one_item_like_a_list_item(tmp
     assert {sp: page_labels(n) for sp, n in notes.items()} == {
         "int.md": ["7"], "float.md": ["2.5"], "bool.md": ["True"], "list.md": ["2024", "True"], "date.md": [],
         "off.md": ["False"], "map.md": []}
-    # what the vault stage does with them (link resolution by alias, writing, reading back) fails on none
+    # what the vault stage does with them (link resolution by alias, writing, reading back) fails on none; `[[2024]]`,
+    # a link by an alias, which Obsidian does not follow, is written with the path of its note (the shorter of two)
     qualified, _ = qualify_ambiguous_links("demo", list(notes.values()), {"int"})
     assert next(n for n in qualified if n.source_path == "list.md").body == (
-        "See [[demo/int|int]] and [[2024]].\n")
+        "See [[demo/int|int]] and [[demo/int|2024]].\n")
     write_source(tmp_path / "vault", "demo", result.notes)
     assert {n.source_path: n.aliases for n in read_notes(tmp_path / "vault")}["int.md"] == ("2024",)
 

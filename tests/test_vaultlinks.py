@@ -175,3 +175,65 @@ def test_a_link_to_a_canvas_or_mdx_file_several_notes_were_made_from_is_named_by
         "path order), not b/Board.canvas; write [[a/Board.canvas]] or [[b/Board.canvas]] to choose",
         "source 'me': Plan.md: [[Intro.mdx]] could mean 2 notes: it links to a/Intro.mdx (the first in path "
         "order), not b/Intro.mdx; write [[a/Intro.mdx]] or [[b/Intro.mdx]] to choose"]
+
+
+def test_a_link_in_code_is_not_qualified_as_the_graph_reads_no_link_there() -> None:
+    """A reviewer's finding: the rewrite skipped fenced and inline code only, so a `[[Home]]` in an indented code
+    block (an example of Obsidian's syntax; the link graph and Obsidian read no link there) was rewritten to
+    `[[s/Home|Home]]` inside the code. The links rewritten are now those the link graph reads; a paragraph of a
+    list item, indented as much, is prose and its link is qualified."""
+    body = ("See [[Home]].\n\nExample:\n\n    [[Home]] written in code\n\n- item\n\n    [[Home]] in the item\n\n"
+            "```\n[[Home]]\n```\n\n`[[Home]]` and [[Nowhere]]\n")
+    notes = [_n("s", "Home.md"), _n("s", "A.md", body)]
+    out, n = qualify_ambiguous_links("s", notes, {"home", "nowhere"})
+    assert n == 2
+    assert out[1].body == ("See [[s/Home|Home]].\n\nExample:\n\n    [[Home]] written in code\n\n- item\n\n"
+                           "    [[s/Home|Home]] in the item\n\n```\n[[Home]]\n```\n\n`[[Home]]` and [[Nowhere]]\n")
+
+
+def test_a_property_link_is_qualified_as_a_link_of_the_body_is() -> None:
+    """A reviewer's finding: `up: "[[Home]]"` is a link in Obsidian (and in the link graph), resolved over the whole
+    vault as a body link is, but only the body's links were written in path form, so with another source's
+    `Home.md` in the vault the property could open that note. A text property or list item that is one link as a
+    whole is qualified now; text around a link, an embed and the build's own keys (`title`) are left alone."""
+    fm = {"source": "s", "source_path": "A.md", "title": "[[Home]]", "up": " [[Home]] ",
+          "related": ["[[Home#Setup|the setup]]", "see [[Home]]", "![[Home]]", 3], "next": "[[Unique]]",
+          "content_hash": text_hash("x\n")}
+    notes = [_n("s", "Home.md"), _n("s", "Unique.md"), Note("s", "A.md", "A.md", "A", fm, "x\n")]
+    out, n = qualify_ambiguous_links("s", notes, {"home"})
+    assert n == 2
+    assert out[2].frontmatter == {**fm, "up": "[[s/Home|Home]]",
+                                  "related": ["[[s/Home#Setup|the setup]]", "see [[Home]]", "![[Home]]", 3]}
+    assert out[2].body == "x\n" and out[:2] == notes[:2]
+
+
+def test_the_vault_stage_memo_sees_a_property_link_added_to_an_unchanged_body() -> None:
+    """The vault stage skips a note the qualification left as it was for the same body; a property link added
+    later (same body) is qualified all the same: the memo key holds the properties too."""
+    from pipeline.common.memo import MemoCache
+    from pipeline.stages.ingest import _qualify_links
+
+    memo = MemoCache()
+    plain = Note("s", "A.md", "A.md", "A", {"source": "s"}, "x\n")
+    notes = [_n("s", "Home.md"), plain]
+    assert _qualify_links("s", notes, {"home"}, memo) == (notes, 0)
+    linked = Note("s", "A.md", "A.md", "A", {"source": "s", "up": "[[Home]]"}, "x\n")
+    out, n = _qualify_links("s", [notes[0], linked], {"home"}, memo)
+    assert (n, out[1].frontmatter["up"]) == (1, "[[s/Home|Home]]")
+
+
+def test_a_link_by_an_alias_is_written_with_its_notes_path() -> None:
+    """A reviewer's finding: the link table resolves `[[AI]]` to the note with `aliases: [AI]`, but Obsidian does
+    not (it offers the alias while a link is typed and writes `[[Artificial intelligence|AI]]`; a bare `[[AI]]` is
+    unresolved and a click makes an empty `AI.md`), so the vault showed a broken link where the graph had an edge.
+    Such a link is written with its note's path, the alias as its text; a name that is a note's own is not."""
+    ai = Note("s", "Artificial intelligence.md", "Artificial intelligence.md", "Artificial intelligence",
+              {"aliases": ["AI", "Home"]}, "x\n")
+    body = "[[AI]], [[ai#History|its history]], ![[AI]], [[Home]], [[Nowhere]]\n"
+    notes = [ai, _n("s", "Home.md"), Note("s", "A.md", "A.md", "A", {"up": "[[AI]]"}, body)]
+    out, n = qualify_ambiguous_links("s", notes, set())
+    assert n == 4
+    assert out[2].body == ("[[s/Artificial intelligence|AI]], [[s/Artificial intelligence#History|its history]], "
+                           "![[s/Artificial intelligence]], [[Home]], [[Nowhere]]\n")
+    assert out[2].frontmatter == {"up": "[[s/Artificial intelligence|AI]]"}
+    assert out[:2] == notes[:2]

@@ -7,7 +7,9 @@ Resolution (``LinkResolver.resolve``), each source folder ``vault/<source>/`` be
    Markdown links are first tried relative to the linking note's folder;
 2. else every note whose path ends with ``/<target>`` (component-wise), best first by: same source folder, the
    linking note's own folder (ancestors do not count), exact case, shortest path string, lexical order;
-3. else a note with a frontmatter alias equal to the target (case-insensitive), same ordering.
+3. else a note with a frontmatter alias equal to the target (case-insensitive), same ordering. Obsidian itself does
+   not follow a bare ``[[Alias]]``; the vault stage writes such links with their note's path
+   (:func:`pipeline.index.vaultlinks.qualify_ambiguous_links`), so the vault opens the note this resolves.
 
 A note made from a file that is not ``.md`` (a ``.canvas`` file's note ``Board.canvas.md``, ``Intro.mdx``'s
 ``Intro.md``) is also found by that file's own name, extension and all, as Obsidian links the file:
@@ -146,8 +148,9 @@ def _parse_md_link(dest: str) -> WikiLink | None:
     path, _, fragment = dest.partition("#")
     path = path.split("?", 1)[0]
     path = unquote(path)
-    if not path.lower().endswith(".md"):
-        return None
+    name = path.rsplit("/", 1)[-1]
+    if not path.lower().endswith(".md") and (not name or "." in name):
+        return None     # a file (pic.png), a folder (docs/); a name without extension is a note, as in Obsidian
     heading: str | None = None
     block: str | None = None
     fragment = unquote(fragment).strip()
@@ -162,9 +165,11 @@ def parse_links(markdown: str) -> list[WikiLink]:
     """Links of a note body, in order of appearance.
 
     Recognises ``[[target#heading|alias]]``, ``[[target#^block]]``, embeds ``![[...]]``, table-escaped pipes
-    ``[[target\\|alias]]`` and self-links ``[[#Heading]]`` (target ""), plus relative Markdown links to ``.md``
-    files (``[text](../x/Note.md#h)``, URL-decoded, kind "markdown"; http(s)/mailto/other schemes, images and
-    anchor-only links are skipped). Nothing inside fenced code (``` or ~~~, any length), indented code or inline
+    ``[[target\\|alias]]`` and self-links ``[[#Heading]]`` (target ""), plus relative Markdown links to notes:
+    ``.md`` files or a name without extension, which Obsidian's help gives as the same link
+    (``[text](../x/Note.md#h)``, ``[Three laws of motion](Three%20laws%20of%20motion)``; URL-decoded, kind
+    "markdown", target as written; http(s)/mailto/other schemes, images, files with another extension, folders
+    and anchor-only links are skipped). Nothing inside fenced code (``` or ~~~, any length), indented code or inline
     code counts; inline code inside a wikilink is part of it (``[[Note#`.output`: Files|the `x` page]]``).
 
     Args:

@@ -14,6 +14,7 @@ depend on the order in which sources are written.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import os
@@ -22,6 +23,7 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline.models import Note, text_hash
 
@@ -61,62 +63,107 @@ def other_note_names(vault_dir: Path, source: str | Collection[str]) -> set[str]
 def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]) -> tuple[list[Note], int]:
     """Rewrite bare links of ``notes`` whose name is also a note name in ``others`` (see
     :func:`other_note_names`) to path form when they resolve within the source; returns ``(notes, links
-    rewritten)``. A rewritten note's ``content_hash`` is recomputed."""
+    rewritten)``. So is a link by an alias that no note of the source has as its name (``[[AI]]`` for the note
+    ``Artificial intelligence.md`` with ``aliases: [AI]``): the link table resolves it, Obsidian does not (it
+    offers an alias when a link is typed and writes ``[[Artificial intelligence|AI]]``; a bare ``[[AI]]`` is
+    unresolved there, and a click makes an empty ``AI.md``), so it becomes ``[[<source>/Artificial
+    intelligence|AI]]``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads:
+    in the body (:func:`pipeline.index.graph.link_spans`: a ``[[name]]`` in code, fenced, indented or inline, is
+    text and stays as written) and in the properties (:func:`pipeline.index.graph.property_links`: ``up:
+    "[[Home]]"``; not the build's own keys, such as ``title``)."""
     from pipeline.index.graph import LinkResolver
-    from pipeline.ingest.normalize import _table_rows, map_prose
 
     paths = [n.vault_path for n in notes]
     resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases},
                             {n.vault_path: n.source_path for n in notes})
+    names = note_names(paths) | {_key(posixpath.basename(n.source_path)) for n in notes}
+    wanted = others | ({_key(a.strip()) for n in notes for a in n.aliases} - names)
     count = 0
     out: list[Note] = []
     for note in notes:
-        if "[[" not in note.body:
-            out.append(note)
-            continue
-        changed = 0
-
-        def fix(text: str, note: Note = note) -> str:
-            nonlocal changed
-            lines = text.split("\n")
-            rows = _table_rows(lines) if "|" in text else [False] * len(lines)
-            for i, line in enumerate(lines):
-                if "[[" not in line:
-                    continue
-
-                def one(m: re.Match[str], in_table: bool = rows[i]) -> str:
-                    nonlocal changed
-                    inner = m.group(2)
-                    parts = re.split(r"\\?\|", inner, maxsplit=1)
-                    target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
-                    target, hash_, sub = target_sub.partition("#")
-                    target = target.strip()
-                    if not target or target.startswith(f"{source}/") or \
-                            _key(posixpath.basename(target.removesuffix(".md"))) not in others:
-                        return m.group()
-                    if LinkResolver.is_attachment(target):
-                        return m.group()
-                    resolved = resolver.resolve(target, note.vault_path)
-                    if resolved is None:
-                        return m.group()
-                    new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
-                    if alias is None and not m.group(1):
-                        alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
-                    pipe = "\\|" if in_table else "|"
-                    changed += 1
-                    return f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "") + "]]"
-
-                lines[i] = _WIKI.sub(one, line)
-            return "\n".join(lines)
-
-        body = map_prose(note.body, fix)
+        body, changed = _qualified_body(source, note, wanted, resolver)
+        fm, in_fm = _qualified_properties(source, note, wanted, resolver)
         if changed:
-            count += changed
-            fm = {**note.frontmatter, "content_hash": text_hash(body)} if "content_hash" in note.frontmatter \
-                else note.frontmatter
+            fm = {**fm, "content_hash": text_hash(body)} if "content_hash" in fm else fm
+        if changed or in_fm:
+            count += changed + in_fm
             note = dataclasses.replace(note, body=body, frontmatter=fm)
         out.append(note)
     return out, count
+
+
+def _may_qualify(inner: str, source: str, others: set[str]) -> bool:
+    """Whether ``[[inner]]`` is a bare link whose name ``others`` holds (a cheap test before parsing a note)."""
+    target = re.split(r"\\?\||#", inner, maxsplit=1)[0].strip()
+    return bool(target) and not target.startswith(f"{source}/") and \
+        _key(posixpath.basename(target.removesuffix(".md"))) in others
+
+
+def _qualified_link(m: re.Match[str], note: Note, resolver: Any, pipe: str = "|") -> str | None:
+    """The path form of the wikilink ``m`` (a :data:`_WIKI` match) of ``note``, its display text kept (the name as
+    written, ``Note > Heading`` for a heading link, when it had none); None when it resolves to no note of the
+    source or names an attachment. ``pipe``: ``\\|`` in a table row."""
+    from pipeline.index.graph import LinkResolver
+
+    parts = re.split(r"\\?\|", m.group(2), maxsplit=1)
+    target_sub, alias = parts[0], (parts[1] if len(parts) > 1 else None)
+    target, hash_, sub = target_sub.partition("#")
+    target = target.strip()
+    resolved = None if LinkResolver.is_attachment(target) else resolver.resolve(target, note.vault_path)
+    if resolved is None:
+        return None
+    new_target = resolved[:-3] + (f"#{sub}" if hash_ else "")
+    if alias is None and not m.group(1):
+        alias = target + (" > " + sub.lstrip("^") if hash_ and sub else "")
+    return f"{m.group(1)}[[{new_target}" + (f"{pipe}{alias}" if alias is not None else "") + "]]"
+
+
+def _qualified_body(source: str, note: Note, others: set[str], resolver: Any) -> tuple[str, int]:
+    """``(body, links rewritten)`` of one note for :func:`qualify_ambiguous_links`; ``resolver``: a
+    :class:`pipeline.index.graph.LinkResolver` of the source's notes."""
+    from pipeline.index.graph import link_spans
+    from pipeline.ingest.normalize import _table_rows
+
+    body = note.body
+    if "[[" not in body or not any(_may_qualify(m.group(2), source, others) for m in _WIKI.finditer(body)):
+        return body, 0
+    line_starts = [0] + [i + 1 for i, c in enumerate(body) if c == "\n"]
+    rows = _table_rows(body.split("\n")) if "|" in body else [False] * len(line_starts)
+    pieces: list[str] = []
+    pos = changed = 0
+    for start, end, link in link_spans(body):
+        m = _WIKI.fullmatch(body, start, end)
+        if m is None or link.kind != "wikilink" or not _may_qualify(m.group(2), source, others):
+            continue
+        new = _qualified_link(m, note, resolver, "\\|" if rows[bisect.bisect_right(line_starts, start) - 1] else "|")
+        if new is not None:
+            pieces += [body[pos:start], new]
+            pos = end
+            changed += 1
+    return "".join(pieces) + body[pos:], changed
+
+
+def _qualified_properties(source: str, note: Note, others: set[str], resolver: Any) -> tuple[dict[str, Any], int]:
+    """``(frontmatter, links rewritten)`` of one note for :func:`qualify_ambiguous_links`: a text property, or a
+    text item of a list property, that is one link as a whole (:func:`pipeline.index.graph.property_links`),
+    spaces around it dropped once rewritten; the build's own keys (``title``, ``source``…) are left alone."""
+    from pipeline.ingest.normalize import OWN_KEYS
+
+    changed = 0
+
+    def one(value: Any) -> Any:
+        nonlocal changed
+        m = _WIKI.fullmatch(value.strip()) if isinstance(value, str) and "[[" in value else None
+        new = _qualified_link(m, note, resolver) if m and not m.group(1) and _may_qualify(m.group(2), source, others) \
+            else None
+        changed += new is not None
+        return value if new is None else new
+
+    fm = note.frontmatter
+    if not any(isinstance(v, (str, list)) and "[[" in str(v) for k, v in fm.items() if k not in OWN_KEYS):
+        return fm, 0
+    out = {k: v if k in OWN_KEYS else [one(x) for x in v] if isinstance(v, list) else one(v) for k, v in fm.items()}
+    return (out, changed) if changed else (fm, 0)
 
 
 def ambiguous_names(notes: Sequence[Note], others: set[str]) -> list[str]:

@@ -228,7 +228,7 @@ def _fm_title(fm: dict[str, Any]) -> str:
     return " ".join(str(value).split())
 
 
-_ATX = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+_ATX = re.compile(r"^#{1,6}\s+(.+?)(?:\s+#+)?\s*$")     # closing #s after a space: `# Learn C#` is `Learn C#`
 
 
 def _heading_of_body(text: str) -> str:

@@ -17,7 +17,9 @@ first (:func:`pipeline.common.markdown.split_code`, the one fence scanner) and o
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import logging
 import posixpath
@@ -41,7 +43,7 @@ from pipeline.common.frontmatter import (
     split_frontmatter,
 )
 from pipeline.common.markdown import dedent as _dedent
-from pipeline.common.markdown import heading_slug, split_code
+from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, split_code
 from pipeline.config import Settings
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
@@ -162,7 +164,8 @@ def _tidy(text: str) -> str:
 # =====================================================================================================================
 
 _COMMONMARK = MarkdownIt("commonmark")
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*#*[ \t]*$")
+#: an ATX heading; its optional closing ``#``s follow a space or tab (CommonMark): ``# Learn C#`` is ``Learn C#``
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
 _ANCHOR_JSX = re.compile(r"\s*\{/\*\s*(.*?)\s*\*/\}\s*$")
 _ANCHOR_ID = re.compile(r"\s*\{#([^}\s]+)\}\s*$")
 _ANCHOR_DOCBUILDER = re.compile(r"\s*\[\[([\w.-]+)\]\]\s*$")
@@ -199,9 +202,12 @@ def collect_headings(body: str) -> dict[str, str]:
     (:func:`_setext_headings`).
 
     Explicit ids (``{/*id*/}``, ``{#id}``, ``[[id]]``) and the GitHub-style slug of the heading text both map to the
-    heading text without the anchor.
+    heading text without the anchor. A slug taken by an earlier heading gets ``-1``, ``-2``… as GitHub, kramdown and
+    Docusaurus number it (the second ``## Example`` is ``#example-1``; ``## NodeJS`` after ``## Node.js`` is
+    ``#nodejs-1``), so every heading is in the map.
     """
     found: dict[str, str] = {}
+    slugs: set[str] = set()
     for is_code, chunk in split_code(body):
         if is_code:
             continue
@@ -221,7 +227,13 @@ def collect_headings(body: str) -> dict[str, str]:
                     ids.append(am.group(1))
                     text = text[:am.start()]
             display = _heading_display(text)
-            for key in [*ids, slugify(text)]:
+            slug = base = slugify(text)
+            n = 0
+            while slug and slug in slugs:
+                n += 1
+                slug = f"{base}-{n}"
+            slugs.add(slug)
+            for key in [*ids, slug]:
                 if key and key not in found:
                     found[key] = display
     return found
@@ -755,8 +767,10 @@ def _docbuilder(body: str) -> str:
 # Links
 # =====================================================================================================================
 
+#: a link ``[text](target "title")``; its text may go on over single line breaks, as a paragraph's soft breaks, but
+#: not into a blank line, a heading, a quote, a table row or a list item
 _LINK = re.compile(
-    r"(?<![!\\\]])\[(?P<text>(?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]"
+    r"(?<![!\\\]])\[(?P<text>(?:[^\[\]\n]|\n(?![ \t]*(?:\n|$|[#>|]|[-*+][ \t]|\d{1,9}[.)][ \t]))|\[[^\[\]\n]*\])*)\]"
     r"\(\s*(?P<target><[^<>\n]*>|(?:[^\s()]|\([^\s()]*\))*)(?P<title>\s+(?:\"[^\"\n]*\"|'[^'\n]*'))?\s*\)"
 )
 _TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
@@ -945,12 +959,17 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
 
 
 def _table_rows(lines: list[str]) -> list[bool]:
-    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row, the rows up to a blank line)."""
+    """Which lines belong to a GFM table (a header line with ``|``, a delimiter row with ``|``, the rows up to a
+    blank line), also one inside a blockquote or callout (``> | a | b |``: its ``>`` markers are not part of the
+    row). A ``---`` line without ``|`` under a line with one is a setext heading's underline, not a table."""
     table = [False] * len(lines)
-    for i in range(1, len(lines)):
-        if _TABLE_DELIM.match(lines[i]) and "|" in lines[i - 1] and "-" in lines[i]:
+    if not any("|" in line for line in lines):
+        return table
+    bare = [QUOTE_PREFIX.sub("", line, count=1) if line.lstrip().startswith(">") else line for line in lines]
+    for i in range(1, len(bare)):
+        if _TABLE_DELIM.match(bare[i]) and "|" in bare[i - 1] and "-" in bare[i] and "|" in bare[i]:
             j = i - 1
-            while j < len(lines) and lines[j].strip():
+            while j < len(bare) and bare[j].strip():
                 table[j] = True
                 j += 1
     return table
@@ -985,12 +1004,20 @@ def convert_links(body: str, index: _LinkIndex, sp: str, page_url: str | None,
     """
 
     def fix(text: str) -> str:
+        if "](" not in text:
+            return text
         lines = text.split("\n")
         table = _table_rows(lines)
-        return "\n".join(
-            _LINK.sub(lambda m, t=table[i]: _convert_link(m, index, sp, page_url, t, dangling), line) if "](" in line else line
-            for i, line in enumerate(lines)
-        )
+        starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+
+        def one(m: re.Match[str]) -> str:
+            first = bisect.bisect_right(starts, m.start()) - 1
+            rows = table[first:first + m.group().count("\n") + 1]
+            if len(rows) > 1 and any(rows):
+                return m.group()            # a link that would run into or out of a table row is none
+            return _convert_link(m, index, sp, page_url, rows[0], dangling)
+
+        return _LINK.sub(one, text)
 
     return map_prose(body, fix)
 

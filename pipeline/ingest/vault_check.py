@@ -28,7 +28,6 @@ suffix / bare name of any file in the vault.
 
 from __future__ import annotations
 
-import posixpath
 import re
 import stat
 import unicodedata
@@ -90,32 +89,18 @@ def _names(rels: Sequence[str], limit: int = 10) -> str:
 
 
 class _VaultFiles:
-    """Every file of the vault (posix, NFC, relative to the vault root), for Obsidian-style link resolution."""
+    """Every file of the vault (posix, NFC, relative to the vault root), found for a link as the build finds an
+    attachment in the source to copy it (:class:`pipeline.ingest.attachments._Index`: relative to the note for a
+    Markdown link or ``./``/``../``, from the root, then by path suffix or bare name)."""
 
     def __init__(self, vault: Path) -> None:
+        from pipeline.ingest.attachments import _Index
         from pipeline.ingest.ownership import walk_files
 
-        self.paths = {rel.casefold(): rel for rel in walk_files(vault)}
-        self.by_name: dict[str, list[str]] = {}
-        for rel in self.paths.values():
-            self.by_name.setdefault(rel.rsplit("/", 1)[-1].casefold(), []).append(rel)
+        self._index = _Index(walk_files(vault))
 
     def resolves(self, target: str, note_vault_path: str, markdown: bool) -> bool:
-        t = unicodedata.normalize("NFC", target)
-        here = posixpath.dirname(note_vault_path)
-        source = note_vault_path.split("/", 1)[0]
-        tries = [posixpath.normpath(t.lstrip("/")), posixpath.normpath(f"{source}/{t.lstrip('/')}")]
-        if markdown or t.startswith(("./", "../")):
-            tries.insert(0, posixpath.normpath(posixpath.join(here, t)))
-        if any(c.casefold() in self.paths for c in tries):
-            return True
-        if markdown and not t.startswith("/"):
-            return False            # a relative Markdown link must resolve relative to its note
-        parts = [p for p in t.lstrip("/").split("/") if p not in ("", ".", "..")]
-        if not parts:
-            return False
-        suffix = "/" + "/".join(parts).casefold()
-        return any(("/" + rel.casefold()).endswith(suffix) for rel in self.by_name.get(parts[-1].casefold(), ()))
+        return self._index.resolve(target, note_vault_path, markdown) is not None
 
 
 def check_vault(settings: Settings, sources: Sequence[Source],

@@ -364,8 +364,8 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
 
 def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: Any) -> tuple[list[Note], int]:
     """:func:`pipeline.index.vaultlinks.qualify_ambiguous_links` of ``notes``, skipping each note it left as it was
-    the last time it saw the same body at the same path with the same names elsewhere (``others``) and the same
-    link table (every note's path, aliases and source path): such a note is passed with an empty body (it
+    the last time it saw the same body and properties at the same path with the same names elsewhere (``others``)
+    and the same link table (every note's path, aliases and source path): such a note is passed with an empty body (it
     still resolves links: its path, aliases and source path are what the link table reads) and returned as
     given. Recorded in ``memo`` (the vault stage's ``<cache>/vaultlinks`` memo: ``"q:" + sha1`` -> 0).
     Returns ``(notes, links rewritten)``, those of the call on every note."""
@@ -375,8 +375,8 @@ def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: A
     from pipeline.index.vaultlinks import qualify_ambiguous_links
 
     scope = digest(source, sorted(others), [(n.vault_path, n.aliases, n.source_path) for n in notes])
-    keys = ["q:" + hashlib.sha1(f"{scope}\0{n.vault_path}\0{n.body}".encode("utf-8", "surrogatepass")).hexdigest()
-            for n in notes]
+    keys = ["q:" + hashlib.sha1(f"{scope}\0{n.vault_path}\0{n.body}\0{_props(n)}".encode("utf-8", "surrogatepass"))
+            .hexdigest() for n in notes]
     same = [memo.get(k) is not None for k in keys]
     given = [replace(n, body="") if kept else n for n, kept in zip(notes, same)]
     out, count = qualify_ambiguous_links(source, given, others)
@@ -386,6 +386,14 @@ def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: A
             memo[k] = 0
         result.append(note if kept else got)
     return result, count
+
+
+def _props(note: Note) -> str:
+    """A note's frontmatter as one string, for a memo key ("" when it holds no ``[[``: no property link)."""
+    import json
+
+    text = json.dumps(note.frontmatter, ensure_ascii=False, sort_keys=True, default=str)
+    return text if "[[" in text else ""
 
 
 def _stat_rows(files: Sequence[Sequence[str]]) -> list[tuple[str, str, int, int]]:
