@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.execution.step_dependency_config import StepDependencyConfig
 
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, library_env_default
@@ -62,7 +64,7 @@ from pipeline.defs.resources import (
 if TYPE_CHECKING:
     from dagster._core.events import DagsterEvent
     from dagster._core.execution.context.system import PlanOrchestrationContext
-    from dagster._core.execution.plan.plan import ExecutionPlan
+    from dagster._core.execution.plan.active import ActiveExecution
     from dagster._core.execution.retries import RetryMode
 
 log = logging.getLogger(__name__)
@@ -287,6 +289,30 @@ def record_run_start(plan_context: PlanOrchestrationContext) -> None:
         instance.add_run_tags(run_id, folders)
 
 
+class NonBlockingPlan(ExecutionPlan):
+    """The run's execution plan, started with ``require_upstream_step_success: false``, as
+    :mod:`pipeline.defs.executor` starts it in process (:meth:`of`).
+
+    dagster-celery's run loop starts the plan with Dagster's default (every upstream step must succeed) and has no
+    ``step_dependency_config`` of its own: a source that failed (its blocking ``ran_without_error`` check) stopped
+    ``link_graph``, ``warehouse`` and ``retrieval_eval`` of the whole run ("Dependencies for step warehouse were
+    not executed"), so one unreachable source kept every other source's change out of search in the team
+    deployment, while the in-process run published them over the failed source's last good copy. The loop reads
+    the plan, checks that it is an ``ExecutionPlan`` and calls its ``start``: this subclass, with the same fields,
+    adds the config there. A step that fails without an output (a bug) still stops what depends on it."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, plan: ExecutionPlan) -> NonBlockingPlan:
+        """``plan``'s fields in a :class:`NonBlockingPlan`."""
+        return cls._make(plan)
+
+    def start(self, *args: Any, **kwargs: Any) -> ActiveExecution:
+        kwargs.setdefault("step_dependency_config", StepDependencyConfig.from_config(docsvault_executor.NON_BLOCKING))
+        return super().start(*args, **kwargs)
+
+
 class DocsvaultCeleryExecutor(dg.Executor):
     """dagster-celery's executor (``CeleryExecutor``, made from the same config) after
     :func:`record_run_start` and a first pass of :class:`HeldPoolWatch` (the runs of this host whose process
@@ -315,7 +341,7 @@ class DocsvaultCeleryExecutor(dg.Executor):
                               plan_context.log.warning)
         watch.check()
         with watch:
-            yield from self._celery.execute(plan_context, execution_plan)
+            yield from self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan))
 
 
 def reload_definitions_if_sources_changed(**_signal: Any) -> bool:

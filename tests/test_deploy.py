@@ -410,10 +410,11 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     of this host whose process is gone or that ended are released, in one line of the run's log (a kill -9'd
     distributed run held the warehouse pool for good); then the wrapped executor runs with its own retries
     and Celery app arguments."""
+    from dagster._core.execution.api import create_execution_plan
     from dagster._core.execution.retries import RetryMode
 
     from pipeline.defs import build_definitions
-    from pipeline.distributed import DocsvaultCeleryExecutor
+    from pipeline.distributed import DocsvaultCeleryExecutor, NonBlockingPlan
 
     settings = Settings.from_env()
     job = build_definitions(settings).resolve_implicit_global_asset_job_def()
@@ -434,11 +435,12 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
         def execute(self, plan_context: Any, plan: Any) -> Iterator[str]:
             seen["tags"] = dict(instance.get_run_by_id("celery-run").tags)
             seen["slots"] = instance.event_log_storage.get_concurrency_run_ids()
+            seen["plan"] = plan
             yield "an event"
 
     executor = DocsvaultCeleryExecutor(Celery())
     assert (executor.retries, executor.app_args()) == (RetryMode.DISABLED, {"broker": "redis://b"})
-    plan = SimpleNamespace(get_steps_to_execute_in_topo_order=lambda: [SimpleNamespace(pool=WAREHOUSE)])
+    plan = create_execution_plan(job)
     said: list[str] = []
     assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == ["an event"]
     assert seen["tags"] == {**_process_tags("celery-run", os.getpid()), DATA_DIR_TAG: str(settings.data_dir),
@@ -448,6 +450,8 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
                             "docsvault/crosslingual_depth": str(settings.crosslingual_depth),
                             SOURCES_DIGEST_TAG: sources_digest(settings.sources_file)}
     assert seen["slots"] == set()
+    # the plan, as a NonBlockingPlan: its steps run past a failed source (test below)
+    assert type(seen["plan"]) is NonBlockingPlan and tuple(seen["plan"]) == tuple(plan)
     assert {r.run_id: r.status.value for r in instance.get_runs()} == {
         "killed-run": "FAILURE", "ui-terminated": "CANCELED", "celery-run": "STARTED"}
     assert said == [_released("killed-run", "ui-terminated")]
@@ -545,3 +549,34 @@ def test_a_run_already_waiting_goes_on_when_the_holder_is_killed(instance: dg.Da
     assert said == [_held_here("holder", "warehouse", holder.pid), _released("holder")]
     assert thread is not None and not thread.is_alive()
     assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is True
+
+
+def test_a_failed_source_does_not_stop_the_shared_stages_of_a_celery_run(
+        built_tiny_env: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The distributed run goes on past a failed source as the in-process one does: the source's later stages
+    keep its last good copy and `link_graph`, `warehouse` and `retrieval_eval` run (the run still fails). Before,
+    dagster-celery's loop started the plan with Dagster's default (every upstream step must succeed): "Dependencies
+    for step warehouse were not executed", and one unreachable source kept every other change out of search.
+    dagster-celery's own loop and task run here, the task eagerly in this process (Celery's task_always_eager)."""
+    import shutil
+
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+    from pipeline import distributed
+
+    settings = distributed.celery_settings
+    monkeypatch.setattr(distributed, "celery_settings", lambda environ=None: {**settings(environ),
+                                                                               "task_always_eager": True})
+    monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "memory://")
+    monkeypatch.setenv("DOCSVAULT_CELERY_BACKEND", "cache+memory://")
+    monkeypatch.setenv("DOCSVAULT_STAGE_LOCK", "off")      # what loading pipeline.distributed sets, undone after
+    shutil.rmtree(built_tiny_env / "tinyvault")
+    job = ReconstructableRepository.for_module("pipeline.distributed", "defs", working_directory=str(REPO)) \
+        .get_reconstructable_job("__ASSET_JOB")
+    result = dg.execute_job(job, instance=instance, raise_on_error=False)
+    steps = {e.step_key: e.event_type_value for e in result.all_events
+             if e.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED")}
+    assert not result.success
+    assert steps == {"tiny__raw_docs": "STEP_FAILURE", "tiny__notes": "STEP_SUCCESS", "tiny__vault": "STEP_SUCCESS",
+                     "tiny__chunks": "STEP_SUCCESS", "tiny__embeddings": "STEP_SUCCESS",
+                     "link_graph": "STEP_SUCCESS", "warehouse": "STEP_SUCCESS", "retrieval_eval": "STEP_SUCCESS"}
