@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
+from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.step_dependency_config import StepDependencyConfig
 
@@ -62,7 +63,6 @@ from pipeline.defs.resources import (
 )
 
 if TYPE_CHECKING:
-    from dagster._core.events import DagsterEvent
     from dagster._core.execution.context.system import PlanOrchestrationContext
     from dagster._core.execution.plan.active import ActiveExecution
     from dagster._core.execution.retries import RetryMode
@@ -313,6 +313,26 @@ class NonBlockingPlan(ExecutionPlan):
         return super().start(*args, **kwargs)
 
 
+def worker_failure_line(event: DagsterEvent) -> str | None:
+    """The line the run process logs for a worker's failed step or failed ERROR check (None for any other event).
+
+    A step's own log lines are written where the step runs, by the worker: the console of ``dagster asset
+    materialize -m pipeline.distributed`` (a CI job's log) said only ``Steps failed: ['team_notes__raw_docs']``
+    and "1 blocking asset check failed", never why, while the in-process run prints the source's error line. The
+    failed ``ran_without_error`` check carries that line as its description; a step that raised, its error."""
+    if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+        check = event.asset_check_evaluation_data
+        if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
+            return (f"{check.asset_key.to_user_string()}: check {check.check_name} failed on a worker: "
+                    f"{check.description or '(no description: see the step in the Dagster UI)'}")
+    elif event.event_type == DagsterEventType.STEP_FAILURE:
+        error = event.step_failure_data.error
+        if error is not None and error.cls_name != "DagsterAssetCheckFailedError":     # said by the check's line
+            first = next(iter(error.message.strip().splitlines()), "") or error.cls_name
+            return f"step {event.step_key} failed on a worker: {first}"
+    return None
+
+
 class DocsvaultCeleryExecutor(dg.Executor):
     """dagster-celery's executor (``CeleryExecutor``, made from the same config) after
     :func:`record_run_start` and a first pass of :class:`HeldPoolWatch` (the runs of this host whose process
@@ -341,7 +361,11 @@ class DocsvaultCeleryExecutor(dg.Executor):
                               plan_context.log.warning)
         watch.check()
         with watch:
-            yield from self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan))
+            for event in self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan)):
+                yield event
+                line = worker_failure_line(event)
+                if line:
+                    plan_context.log.error(line)
 
 
 def reload_definitions_if_sources_changed(**_signal: Any) -> bool:

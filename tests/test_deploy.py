@@ -410,6 +410,7 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     of this host whose process is gone or that ended are released, in one line of the run's log (a kill -9'd
     distributed run held the warehouse pool for good); then the wrapped executor runs with its own retries
     and Celery app arguments."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
     from dagster._core.execution.api import create_execution_plan
     from dagster._core.execution.retries import RetryMode
 
@@ -425,6 +426,7 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     instance.report_run_canceled(instance.get_run_by_id("ui-terminated"))
     run = _started(instance, "celery-run")
     seen: dict[str, Any] = {}
+    event = DagsterEvent(DagsterEventType.ENGINE_EVENT.value, "__ASSET_JOB", event_specific_data=EngineEventData())
 
     class Celery:                               # stands for dagster-celery's CeleryExecutor
         retries = RetryMode.DISABLED
@@ -436,13 +438,13 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
             seen["tags"] = dict(instance.get_run_by_id("celery-run").tags)
             seen["slots"] = instance.event_log_storage.get_concurrency_run_ids()
             seen["plan"] = plan
-            yield "an event"
+            yield event
 
     executor = DocsvaultCeleryExecutor(Celery())
     assert (executor.retries, executor.app_args()) == (RetryMode.DISABLED, {"broker": "redis://b"})
     plan = create_execution_plan(job)
     said: list[str] = []
-    assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == ["an event"]
+    assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == [event]
     assert seen["tags"] == {**_process_tags("celery-run", os.getpid()), DATA_DIR_TAG: str(settings.data_dir),
                             VAULT_DIR_TAG: str(settings.vault_dir),
                             "docsvault/model": "hash", "docsvault/multilingual_model": "hash",
@@ -580,3 +582,38 @@ def test_a_failed_source_does_not_stop_the_shared_stages_of_a_celery_run(
     assert steps == {"tiny__raw_docs": "STEP_FAILURE", "tiny__notes": "STEP_SUCCESS", "tiny__vault": "STEP_SUCCESS",
                      "tiny__chunks": "STEP_SUCCESS", "tiny__embeddings": "STEP_SUCCESS",
                      "link_graph": "STEP_SUCCESS", "warehouse": "STEP_SUCCESS", "retrieval_eval": "STEP_SUCCESS"}
+    # why, in the run process's own log (its console: a CI job's output), not only in the worker's
+    said = [e.user_message for e in instance.all_logs(result.run_id) if "on a worker" in e.user_message]
+    assert said == [(f"tiny/raw_docs: check ran_without_error failed on a worker: source 'tiny': local path "
+                     f"{built_tiny_env}/tinyvault does not exist or is not a folder; fix 'path' in sources.yaml "
+                     "(serving: last good copy)")]
+
+
+def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
+    """What the run process says for an event a worker sent: a failed ERROR check with its description, a step
+    that raised with the first line of its error; nothing for a passed or WARN check, nor for the step failure a
+    failed blocking check causes (its check's line says why)."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepFailureData
+    from dagster_shared.error import SerializableErrorInfo
+
+    from pipeline.distributed import worker_failure_line
+
+    def check(passed: bool, severity: dg.AssetCheckSeverity, description: str | None) -> DagsterEvent:
+        data = dg.AssetCheckEvaluation(asset_key=dg.AssetKey(["beta", "raw_docs"]), check_name="ran_without_error",
+                                       passed=passed, severity=severity, description=description)
+        return DagsterEvent(DagsterEventType.ASSET_CHECK_EVALUATION.value, "job", event_specific_data=data)
+
+    def failure(cls_name: str, message: str) -> DagsterEvent:
+        data = StepFailureData(error=SerializableErrorInfo(message, [], cls_name), user_failure_data=None)
+        return DagsterEvent(DagsterEventType.STEP_FAILURE.value, "job", step_key="beta__chunks",
+                            event_specific_data=data)
+
+    assert worker_failure_line(check(False, dg.AssetCheckSeverity.ERROR, "source 'beta': gone")) == (
+        "beta/raw_docs: check ran_without_error failed on a worker: source 'beta': gone")
+    assert worker_failure_line(check(False, dg.AssetCheckSeverity.ERROR, None)) == (
+        "beta/raw_docs: check ran_without_error failed on a worker: (no description: see the step in the Dagster UI)")
+    assert worker_failure_line(check(False, dg.AssetCheckSeverity.WARN, "below floor")) is None
+    assert worker_failure_line(check(True, dg.AssetCheckSeverity.ERROR, None)) is None
+    assert worker_failure_line(failure("KeyError", "KeyError: 'x'\n  more")) == (
+        "step beta__chunks failed on a worker: KeyError: 'x'")
+    assert worker_failure_line(failure("DagsterAssetCheckFailedError", "1 blocking asset check failed")) is None
