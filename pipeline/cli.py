@@ -1184,10 +1184,10 @@ def status(
                        "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
                        "embeds them")
         if w.get("behind"):
-            typer.echo("  behind the vault: notes or chunks built here changed since it was published (a Dagster "
-                       "run of some sources' assets without `warehouse`, a run stopped before it, files copied "
-                       "without their times); search may not see those changes until `docsvault build` publishes "
-                       "it again")
+            typer.echo("  behind: what it is published from changed since (notes or chunks built here by a Dagster "
+                       "run of some sources' assets without `warehouse` or one stopped before it, another version "
+                       "of docsvault, files copied without their times); search may not see those changes until "
+                       "`docsvault build` publishes it again")
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")

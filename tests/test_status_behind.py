@@ -18,9 +18,9 @@ from pipeline.defs import build_definitions
 
 runner = CliRunner()
 
-BEHIND = ("  behind the vault: notes or chunks built here changed since it was published (a Dagster run of some "
-          "sources' assets without `warehouse`, a run stopped before it, files copied without their times); search "
-          "may not see those changes until `docsvault build` publishes it again")
+BEHIND = ("  behind: what it is published from changed since (notes or chunks built here by a Dagster run of some "
+          "sources' assets without `warehouse` or one stopped before it, another version of docsvault, files copied "
+          "without their times); search may not see those changes until `docsvault build` publishes it again")
 
 
 def _status() -> tuple[dict, list[str]]:
