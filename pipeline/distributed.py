@@ -355,6 +355,9 @@ class DocsvaultCeleryExecutor(dg.Executor):
     def execute(self, plan_context: PlanOrchestrationContext,
                 execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
         record_run_start(plan_context)
+        warning = docsvault_executor.whole_job_warning(plan_context.dagster_run)
+        if warning:
+            plan_context.log.warning(warning)
         pools = sorted({step.pool for step in execution_plan.get_steps_to_execute_in_topo_order()
                         if getattr(step, "pool", None)})
         watch = HeldPoolWatch(plan_context.instance, plan_context.dagster_run.run_id, pools,

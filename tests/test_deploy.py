@@ -24,7 +24,14 @@ from dagster._core.storage.dagster_run import DagsterRun
 from pipeline import stages as build
 from pipeline.common.lock import LOCK_NAME
 from pipeline.config import Settings
-from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_START_TAG, PID_TAG, process_start
+from pipeline.defs.executor import (
+    HOST_TAG,
+    PID_RUN_TAG,
+    PID_START_TAG,
+    PID_TAG,
+    WHOLE_JOB_WARNING,
+    process_start,
+)
 from pipeline.defs.resources import (
     DATA_DIR_TAG,
     SOURCES_DIGEST_TAG,
@@ -456,7 +463,7 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     assert type(seen["plan"]) is NonBlockingPlan and tuple(seen["plan"]) == tuple(plan)
     assert {r.run_id: r.status.value for r in instance.get_runs()} == {
         "killed-run": "FAILURE", "ui-terminated": "CANCELED", "celery-run": "STARTED"}
-    assert said == [_released("killed-run", "ui-terminated")]
+    assert said == [WHOLE_JOB_WARNING, _released("killed-run", "ui-terminated")]    # a run without a selection
 
     # a Launchpad run config that sets the resource: its folders are the run's
     config = {**DocsvaultResource.from_settings(settings).model_dump(), "data_dir": str(tiny_env / "d2"),
