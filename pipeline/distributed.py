@@ -337,7 +337,9 @@ class DocsvaultCeleryExecutor(dg.Executor):
     """dagster-celery's executor (``CeleryExecutor``, made from the same config) after
     :func:`record_run_start` and a first pass of :class:`HeldPoolWatch` (the runs of this host whose process
     is gone and the slots of runs that ended are released, as ``docsvault build`` does at its start), then
-    under the watch; steps, queues, retries and Celery settings are dagster-celery's.
+    under the watch, over a :class:`NonBlockingPlan` (a failed source does not stop the shared stages), logging
+    :func:`worker_failure_line` for what failed on a worker; steps, queues, retries and Celery settings are
+    dagster-celery's.
 
     Dagster-celery's run loop reads ``app_args()`` and ``retries`` from the run's executor (this one): both
     are the wrapped executor's."""
