@@ -1179,6 +1179,15 @@ def status(
                    f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
+        if w.get("missing_vectors_in"):
+            typer.echo(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
+                       "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
+                       "embeds them")
+        if w.get("behind"):
+            typer.echo("  behind: what it is published from changed since (notes or chunks built here by a Dagster "
+                       "run of some sources' assets without `warehouse` or one stopped before it, another version "
+                       "of docsvault, files copied without their times); search may not see those changes until "
+                       "`docsvault build` publishes it again")
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")

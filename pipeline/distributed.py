@@ -40,6 +40,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
+from dagster._core.events import DagsterEvent, DagsterEventType
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.execution.step_dependency_config import StepDependencyConfig
 
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, library_env_default
@@ -60,9 +63,8 @@ from pipeline.defs.resources import (
 )
 
 if TYPE_CHECKING:
-    from dagster._core.events import DagsterEvent
     from dagster._core.execution.context.system import PlanOrchestrationContext
-    from dagster._core.execution.plan.plan import ExecutionPlan
+    from dagster._core.execution.plan.active import ActiveExecution
     from dagster._core.execution.retries import RetryMode
 
 log = logging.getLogger(__name__)
@@ -287,11 +289,57 @@ def record_run_start(plan_context: PlanOrchestrationContext) -> None:
         instance.add_run_tags(run_id, folders)
 
 
+class NonBlockingPlan(ExecutionPlan):
+    """The run's execution plan, started with ``require_upstream_step_success: false``, as
+    :mod:`pipeline.defs.executor` starts it in process (:meth:`of`).
+
+    dagster-celery's run loop starts the plan with Dagster's default (every upstream step must succeed) and has no
+    ``step_dependency_config`` of its own: a source that failed (its blocking ``ran_without_error`` check) stopped
+    ``link_graph``, ``warehouse`` and ``retrieval_eval`` of the whole run ("Dependencies for step warehouse were
+    not executed"), so one unreachable source kept every other source's change out of search in the team
+    deployment, while the in-process run published them over the failed source's last good copy. The loop reads
+    the plan, checks that it is an ``ExecutionPlan`` and calls its ``start``: this subclass, with the same fields,
+    adds the config there. A step that fails without an output (a bug) still stops what depends on it."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, plan: ExecutionPlan) -> NonBlockingPlan:
+        """``plan``'s fields in a :class:`NonBlockingPlan`."""
+        return cls._make(plan)
+
+    def start(self, *args: Any, **kwargs: Any) -> ActiveExecution:
+        kwargs.setdefault("step_dependency_config", StepDependencyConfig.from_config(docsvault_executor.NON_BLOCKING))
+        return super().start(*args, **kwargs)
+
+
+def worker_failure_line(event: DagsterEvent) -> str | None:
+    """The line the run process logs for a worker's failed step or failed ERROR check (None for any other event).
+
+    A step's own log lines are written where the step runs, by the worker: the console of ``dagster asset
+    materialize -m pipeline.distributed`` (a CI job's log) said only ``Steps failed: ['team_notes__raw_docs']``
+    and "1 blocking asset check failed", never why, while the in-process run prints the source's error line. The
+    failed ``ran_without_error`` check carries that line as its description; a step that raised, its error."""
+    if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+        check = event.asset_check_evaluation_data
+        if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
+            return (f"{check.asset_key.to_user_string()}: check {check.check_name} failed on a worker: "
+                    f"{check.description or '(no description: see the step in the Dagster UI)'}")
+    elif event.event_type == DagsterEventType.STEP_FAILURE:
+        error = event.step_failure_data.error
+        if error is not None and error.cls_name != "DagsterAssetCheckFailedError":     # said by the check's line
+            first = next(iter(error.message.strip().splitlines()), "") or error.cls_name
+            return f"step {event.step_key} failed on a worker: {first}"
+    return None
+
+
 class DocsvaultCeleryExecutor(dg.Executor):
     """dagster-celery's executor (``CeleryExecutor``, made from the same config) after
     :func:`record_run_start` and a first pass of :class:`HeldPoolWatch` (the runs of this host whose process
     is gone and the slots of runs that ended are released, as ``docsvault build`` does at its start), then
-    under the watch; steps, queues, retries and Celery settings are dagster-celery's.
+    under the watch, over a :class:`NonBlockingPlan` (a failed source does not stop the shared stages), logging
+    :func:`worker_failure_line` for what failed on a worker; steps, queues, retries and Celery settings are
+    dagster-celery's.
 
     Dagster-celery's run loop reads ``app_args()`` and ``retries`` from the run's executor (this one): both
     are the wrapped executor's."""
@@ -309,13 +357,20 @@ class DocsvaultCeleryExecutor(dg.Executor):
     def execute(self, plan_context: PlanOrchestrationContext,
                 execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
         record_run_start(plan_context)
+        warning = docsvault_executor.whole_job_warning(plan_context.dagster_run)
+        if warning:
+            plan_context.log.warning(warning)
         pools = sorted({step.pool for step in execution_plan.get_steps_to_execute_in_topo_order()
                         if getattr(step, "pool", None)})
         watch = HeldPoolWatch(plan_context.instance, plan_context.dagster_run.run_id, pools,
                               plan_context.log.warning)
         watch.check()
         with watch:
-            yield from self._celery.execute(plan_context, execution_plan)
+            for event in self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan)):
+                yield event
+                line = worker_failure_line(event)
+                if line:
+                    plan_context.log.error(line)
 
 
 def reload_definitions_if_sources_changed(**_signal: Any) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -590,6 +590,8 @@ class WarehouseStatus(Record):
     built_on: str = ""                      # the host that published it ("" when a warehouse before it was kept)
     built_data_dir: str = ""                # the data dir it was published from (likewise)
     error: str = ""                         # a file that cannot be read: why (then ``built`` is False)
+    missing_vectors_in: str = ""            # "<source> <n> of <chunks>, …": chunks published without a vector
+    behind: bool | None = None              # the sources built here changed since it was published (None: unknown)
 
     def as_dict(self) -> dict[str, Any]:
         full = {k: v for k, v in super().as_dict().items() if k != "error"}
@@ -616,18 +618,19 @@ class Status(Record):
                                          # (0: every chunk); the warehouse's own is ``warehouse.crosslingual_depth``
 
 
-def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
-    """The warehouse's status and its per-source counts (``{source: {"notes", "chunks", "fetched_at"}}``, empty
-    without one; ``fetched_at``: the source's last fetch where the warehouse was built, None when not recorded)."""
+def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any], dict[str, str]]:
+    """The warehouse's status, its per-source counts (``{source: {"notes", "chunks", "fetched_at"}}``, empty
+    without one; ``fetched_at``: the source's last fetch where the warehouse was built, None when not recorded)
+    and its ``meta`` ({} without one)."""
     if not s.warehouse_path.exists():
-        return WarehouseStatus(path=str(s.warehouse_path), built=False), {}
+        return WarehouseStatus(path=str(s.warehouse_path), built=False), {}, {}
     from pipeline import warehouse as wh
     from pipeline.common.errors import WarehouseCorruptError
 
     try:                # a file that cannot be read: status still shows the sources and says so (it failed whole)
         con = wh.connect(s.warehouse_path, read_only=True)
     except WarehouseCorruptError as exc:
-        return WarehouseStatus(path=str(s.warehouse_path), built=False, error=str(exc)), {}
+        return WarehouseStatus(path=str(s.warehouse_path), built=False, error=str(exc)), {}, {}
     try:
         st = wh.stats(con)
     finally:
@@ -641,7 +644,8 @@ def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any]]:
         crosslingual_depth=(int(st["meta"]["crosslingual_depth"])
                             if str(st["meta"].get("crosslingual_depth", "")).isdigit() else None),
         built_on=st["meta"].get("built_on", ""), built_data_dir=st["meta"].get("built_data_dir", ""),
-    ), {name: {**c, "fetched_at": fetched.get(name)} for name, c in st["sources"].items()}
+        missing_vectors_in=st["meta"].get("missing_vectors_in", ""),
+    ), {name: {**c, "fetched_at": fetched.get(name)} for name, c in st["sources"].items()}, st["meta"]
 
 
 def _fetched(raw: str | None) -> dict[str, str | None]:
@@ -665,11 +669,15 @@ def status_report(s: Settings) -> Status:
     from pipeline.ingest.normalize import skipped_count
     from pipeline.ingest.sources import load_sources
     from pipeline.ingest.vault_check import user_files_lines
+    from pipeline.stages.warehouse import warehouse_behind
 
-    warehouse, counts = _warehouse_status(s)
+    warehouse, counts, meta = _warehouse_status(s)
     sources_error = None
     try:
-        listed = [(src.name, src.kind, src) for src in load_sources(s.sources_file)]
+        loaded = load_sources(s.sources_file)
+        listed = [(src.name, src.kind, src) for src in loaded]
+        if warehouse.built:
+            warehouse = replace(warehouse, behind=warehouse_behind(s, loaded, meta))
     except SourceConfigError as exc:
         sources_error, listed = str(exc), [(name, "?", None) for name in sorted(counts)]
     rows = []

@@ -24,7 +24,14 @@ from dagster._core.storage.dagster_run import DagsterRun
 from pipeline import stages as build
 from pipeline.common.lock import LOCK_NAME
 from pipeline.config import Settings
-from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_START_TAG, PID_TAG, process_start
+from pipeline.defs.executor import (
+    HOST_TAG,
+    PID_RUN_TAG,
+    PID_START_TAG,
+    PID_TAG,
+    WHOLE_JOB_WARNING,
+    process_start,
+)
 from pipeline.defs.resources import (
     DATA_DIR_TAG,
     SOURCES_DIGEST_TAG,
@@ -410,10 +417,12 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     of this host whose process is gone or that ended are released, in one line of the run's log (a kill -9'd
     distributed run held the warehouse pool for good); then the wrapped executor runs with its own retries
     and Celery app arguments."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
+    from dagster._core.execution.api import create_execution_plan
     from dagster._core.execution.retries import RetryMode
 
     from pipeline.defs import build_definitions
-    from pipeline.distributed import DocsvaultCeleryExecutor
+    from pipeline.distributed import DocsvaultCeleryExecutor, NonBlockingPlan
 
     settings = Settings.from_env()
     job = build_definitions(settings).resolve_implicit_global_asset_job_def()
@@ -424,6 +433,7 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     instance.report_run_canceled(instance.get_run_by_id("ui-terminated"))
     run = _started(instance, "celery-run")
     seen: dict[str, Any] = {}
+    event = DagsterEvent(DagsterEventType.ENGINE_EVENT.value, "__ASSET_JOB", event_specific_data=EngineEventData())
 
     class Celery:                               # stands for dagster-celery's CeleryExecutor
         retries = RetryMode.DISABLED
@@ -434,13 +444,14 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
         def execute(self, plan_context: Any, plan: Any) -> Iterator[str]:
             seen["tags"] = dict(instance.get_run_by_id("celery-run").tags)
             seen["slots"] = instance.event_log_storage.get_concurrency_run_ids()
-            yield "an event"
+            seen["plan"] = plan
+            yield event
 
     executor = DocsvaultCeleryExecutor(Celery())
     assert (executor.retries, executor.app_args()) == (RetryMode.DISABLED, {"broker": "redis://b"})
-    plan = SimpleNamespace(get_steps_to_execute_in_topo_order=lambda: [SimpleNamespace(pool=WAREHOUSE)])
+    plan = create_execution_plan(job)
     said: list[str] = []
-    assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == ["an event"]
+    assert list(executor.execute(_plan_context(instance, run, job, {}, said), plan)) == [event]
     assert seen["tags"] == {**_process_tags("celery-run", os.getpid()), DATA_DIR_TAG: str(settings.data_dir),
                             VAULT_DIR_TAG: str(settings.vault_dir),
                             "docsvault/model": "hash", "docsvault/multilingual_model": "hash",
@@ -448,9 +459,11 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
                             "docsvault/crosslingual_depth": str(settings.crosslingual_depth),
                             SOURCES_DIGEST_TAG: sources_digest(settings.sources_file)}
     assert seen["slots"] == set()
+    # the plan, as a NonBlockingPlan: its steps run past a failed source (test below)
+    assert type(seen["plan"]) is NonBlockingPlan and tuple(seen["plan"]) == tuple(plan)
     assert {r.run_id: r.status.value for r in instance.get_runs()} == {
         "killed-run": "FAILURE", "ui-terminated": "CANCELED", "celery-run": "STARTED"}
-    assert said == [_released("killed-run", "ui-terminated")]
+    assert said == [WHOLE_JOB_WARNING, _released("killed-run", "ui-terminated")]    # a run without a selection
 
     # a Launchpad run config that sets the resource: its folders are the run's
     config = {**DocsvaultResource.from_settings(settings).model_dump(), "data_dir": str(tiny_env / "d2"),
@@ -545,3 +558,69 @@ def test_a_run_already_waiting_goes_on_when_the_holder_is_killed(instance: dg.Da
     assert said == [_held_here("holder", "warehouse", holder.pid), _released("holder")]
     assert thread is not None and not thread.is_alive()
     assert _claim(instance, WAREHOUSE, "waiting-run", "link_graph") is True
+
+
+def test_a_failed_source_does_not_stop_the_shared_stages_of_a_celery_run(
+        built_tiny_env: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The distributed run goes on past a failed source as the in-process one does: the source's later stages
+    keep its last good copy and `link_graph`, `warehouse` and `retrieval_eval` run (the run still fails). Before,
+    dagster-celery's loop started the plan with Dagster's default (every upstream step must succeed): "Dependencies
+    for step warehouse were not executed", and one unreachable source kept every other change out of search.
+    dagster-celery's own loop and task run here, the task eagerly in this process (Celery's task_always_eager)."""
+    import shutil
+
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+    from pipeline import distributed
+
+    settings = distributed.celery_settings
+    monkeypatch.setattr(distributed, "celery_settings", lambda environ=None: {**settings(environ),
+                                                                               "task_always_eager": True})
+    monkeypatch.setenv("DOCSVAULT_CELERY_BROKER", "memory://")
+    monkeypatch.setenv("DOCSVAULT_CELERY_BACKEND", "cache+memory://")
+    monkeypatch.setenv("DOCSVAULT_STAGE_LOCK", "off")      # what loading pipeline.distributed sets, undone after
+    shutil.rmtree(built_tiny_env / "tinyvault")
+    job = ReconstructableRepository.for_module("pipeline.distributed", "defs", working_directory=str(REPO)) \
+        .get_reconstructable_job("__ASSET_JOB")
+    result = dg.execute_job(job, instance=instance, raise_on_error=False)
+    steps = {e.step_key: e.event_type_value for e in result.all_events
+             if e.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED")}
+    assert not result.success
+    assert steps == {"tiny__raw_docs": "STEP_FAILURE", "tiny__notes": "STEP_SUCCESS", "tiny__vault": "STEP_SUCCESS",
+                     "tiny__chunks": "STEP_SUCCESS", "tiny__embeddings": "STEP_SUCCESS",
+                     "link_graph": "STEP_SUCCESS", "warehouse": "STEP_SUCCESS", "retrieval_eval": "STEP_SUCCESS"}
+    # why, in the run process's own log (its console: a CI job's output), not only in the worker's
+    said = [e.user_message for e in instance.all_logs(result.run_id) if "on a worker" in e.user_message]
+    assert said == [(f"tiny/raw_docs: check ran_without_error failed on a worker: source 'tiny': local path "
+                     f"{built_tiny_env}/tinyvault does not exist or is not a folder; fix 'path' in sources.yaml "
+                     "(serving: last good copy)")]
+
+
+def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
+    """What the run process says for an event a worker sent: a failed ERROR check with its description, a step
+    that raised with the first line of its error; nothing for a passed or WARN check, nor for the step failure a
+    failed blocking check causes (its check's line says why)."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepFailureData
+    from dagster_shared.error import SerializableErrorInfo
+
+    from pipeline.distributed import worker_failure_line
+
+    def check(passed: bool, severity: dg.AssetCheckSeverity, description: str | None) -> DagsterEvent:
+        data = dg.AssetCheckEvaluation(asset_key=dg.AssetKey(["beta", "raw_docs"]), check_name="ran_without_error",
+                                       passed=passed, severity=severity, description=description)
+        return DagsterEvent(DagsterEventType.ASSET_CHECK_EVALUATION.value, "job", event_specific_data=data)
+
+    def failure(cls_name: str, message: str) -> DagsterEvent:
+        data = StepFailureData(error=SerializableErrorInfo(message, [], cls_name), user_failure_data=None)
+        return DagsterEvent(DagsterEventType.STEP_FAILURE.value, "job", step_key="beta__chunks",
+                            event_specific_data=data)
+
+    assert worker_failure_line(check(False, dg.AssetCheckSeverity.ERROR, "source 'beta': gone")) == (
+        "beta/raw_docs: check ran_without_error failed on a worker: source 'beta': gone")
+    assert worker_failure_line(check(False, dg.AssetCheckSeverity.ERROR, None)) == (
+        "beta/raw_docs: check ran_without_error failed on a worker: (no description: see the step in the Dagster UI)")
+    assert worker_failure_line(check(False, dg.AssetCheckSeverity.WARN, "below floor")) is None
+    assert worker_failure_line(check(True, dg.AssetCheckSeverity.ERROR, None)) is None
+    assert worker_failure_line(failure("KeyError", "KeyError: 'x'\n  more")) == (
+        "step beta__chunks failed on a worker: KeyError: 'x'")
+    assert worker_failure_line(failure("DagsterAssetCheckFailedError", "1 blocking asset check failed")) is None

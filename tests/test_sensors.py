@@ -776,3 +776,45 @@ def test_two_sensors_claiming_at_the_same_moment_see_each_others_claim(tmp_path,
     b.join(timeout=30)
     assert got == [a]                                # B sees A's claim and holds off
     assert json.loads((settings.state_dir / ".sensor.json").read_text()) == a
+
+
+def test_stages_built_by_other_code_are_rebuilt_once_after_an_upgrade(two_sources, tmp_path):
+    """After an upgrade (a `git pull`, the services restarted) every tick said "no source moved", and the data
+    folder kept what the older code built until upstream moved (an operator, session 40). A source whose stages
+    were last materialized with another code version is requested once per version of the code (its chain with
+    the shared stages); when only a shared stage's code changed, the shared stages; nothing while a run is in
+    progress, nor for materializations that record no code version."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from pipeline import stages as build
+    from pipeline.defs.assets import CODE_OF
+    from pipeline.stages.base import digest
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
+    token = digest(sorted(now.items()))[:16]
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        def materialize(*keys: list[str], code: str | None = None) -> None:
+            for k in keys:
+                tags = {"dagster/code_version": code or now[k[-1]]}
+                instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(k), tags=tags))
+
+        def requested(cursor: str | None = None) -> list[tuple[str, str, set]]:
+            result = sensor(dg.build_sensor_context(cursor=cursor, instance=instance))
+            return [(r.run_key, r.tags["docsvault/trigger"], set(r.asset_selection)) for r in result.run_requests]
+
+        materialize(*([s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES))
+        materialize(*([s] for s in SHARED_STAGES))
+        assert requested() == []
+        materialize(["notes", "notes"], ["notes", "chunks"], code="0ld0ld0ld0ld0ld0")      # built by the old code
+        assert requested() == [(f"notes:code:{token}", "code_changed", _expected_keys("notes"))]
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="busy", status=dg.DagsterRunStatus.STARTED))
+        assert requested() == []                                    # a run in progress may rebuild them
+        instance.report_run_failed(instance.get_run_by_id("busy"))
+        materialize(["notes", "notes"], ["notes", "chunks"])
+        materialize(["warehouse"], code="0ld0ld0ld0ld0ld0")
+        assert requested() == [(f"code:{token}", "code_changed", {dg.AssetKey([s]) for s in SHARED_STAGES})]
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(["warehouse"])))
+        assert requested() == []                                    # no code version recorded: not judged

@@ -185,6 +185,18 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 tags={"docsvault/trigger": "unpublished", **RETRY_TAGS}))
             context.log.info(f"{', '.join(behind.sources)}: embedded after the warehouse's last publish (a run "
                              "stopped before the shared stages); requesting link_graph, warehouse and retrieval_eval")
+        upgraded = code_changed(instance, list(checked.values())) if instance is not None and not requests else None
+        if upgraded is not None:
+            for name_, stages in upgraded.by_source.items():
+                request(checked[name_], f"code:{upgraded.token}", "code_changed",
+                        f"{', '.join(stages)} last built by other code than this version's (an upgrade); "
+                        "requesting a run to rebuild what the new code changes")
+            if not upgraded.by_source and upgraded.shared:
+                requests.append(dg.RunRequest(
+                    run_key=f"code:{upgraded.token}", asset_selection=[dg.AssetKey([s]) for s in SHARED_STAGES],
+                    tags={"docsvault/trigger": "code_changed", **RETRY_TAGS}))
+                context.log.info(f"{', '.join(upgraded.shared)} last built by other code than this version's (an "
+                                 "upgrade); requesting link_graph, warehouse and retrieval_eval")
         if not requests and not stale and instance is not None:
             removal = removal_request(instance, current, list(checked))
             if removal is not None:
@@ -309,6 +321,55 @@ def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> Unpu
              if last.get(k) is not None and last[k].storage_id > published.storage_id}
     stopped = [name for name, record in newer.items() if ended_by_terminate(instance, record)]
     return Unpublished(published.storage_id, [name for name in newer if name not in stopped], stopped)
+
+
+@dataclass(frozen=True)
+class CodeChanged:
+    """Stages last materialized by other code than the loaded one (:func:`code_changed`).
+
+    Attributes:
+        by_source: source -> its stages (``raw_docs`` …) whose last materialization has another code version.
+        shared: the shared stages (``warehouse`` …) likewise.
+        token: a hash of the loaded code versions (the run keys: one request per version of the code).
+    """
+
+    by_source: dict[str, list[str]]
+    shared: list[str]
+    token: str
+
+
+def code_changed(instance: dg.DagsterInstance, sources: Sequence[Source]) -> CodeChanged | None:
+    """The stages whose last materialization carries another ``dagster/code_version`` than the stage has now
+    (:data:`pipeline.defs.assets.CODE_OF`): after an upgrade of docsvault (a `git pull`, the services restarted)
+    the sensor said "no source moved" on every tick, and the data folder kept what the old code built until
+    upstream moved (found by an operator, session 40). None while a run is queued or in progress (it may rebuild
+    them) or when nothing differs; a stage never materialized, or recorded without a code version, does not
+    count."""
+    from pipeline import stages as build
+    from pipeline.defs.assets import CODE_OF
+    from pipeline.stages.base import digest
+
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+        return None
+    now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
+
+    def differs(keys: dict[dg.AssetKey, str]) -> list[str]:
+        out = []
+        for record in instance.get_asset_records(list(keys)):
+            last = record.asset_entry.last_materialization_record
+            materialization = last.asset_materialization if last is not None else None
+            was = (materialization.tags or {}).get("dagster/code_version") if materialization is not None else None
+            stage = keys[record.asset_entry.asset_key]
+            if was and was != now[stage]:
+                out.append(stage)
+        return sorted(out, key=list(CODE_OF).index)
+
+    by_source = {s.name: found for s in sources
+                 if (found := differs({key(stage, s): stage for stage in PER_SOURCE_STAGES}))}
+    shared = differs({dg.AssetKey([stage]): stage for stage in SHARED_STAGES})
+    if not by_source and not shared:
+        return None
+    return CodeChanged(by_source, shared, digest(sorted(now.items()))[:16])
 
 
 def ended_by_terminate(instance: dg.DagsterInstance, record: Any) -> bool:

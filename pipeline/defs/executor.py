@@ -323,6 +323,9 @@ class InProcessPoolWaitExecutor(InProcessExecutor):
     def execute(self, plan_context: PlanOrchestrationContext,
                 execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
         steps, pid = execution_plan.step_keys_to_execute, os.getpid()
+        warning = whole_job_warning(plan_context.dagster_run)
+        if warning:
+            plan_context.log.warning(warning)
         yield DagsterEvent.engine_event(plan_context, f"Executing steps in process (pid: {pid})",
                                         event_specific_data=EngineEventData.in_process(pid, steps))
         with time_execution_scope() as timer:
@@ -338,6 +341,29 @@ class InProcessPoolWaitExecutor(InProcessExecutor):
         yield DagsterEvent.engine_event(
             plan_context, f"Finished steps in process (pid: {pid}) in {format_duration(timer.millis)}",
             event_specific_data=EngineEventData.in_process(pid, steps))
+
+
+#: what a run of every asset without an asset selection logs first (:func:`whole_job_warning`)
+WHOLE_JOB_WARNING = (
+    "this run builds every asset: it has no asset selection. A --select (dagster asset materialize) or --assets "
+    "(dg launch) that matches no asset, such as a misspelt key or a source's name with '-' instead of its group "
+    "'obsidian_help', runs them all (Dagster's own behaviour, exit status 0); `dg list defs` without --assets lists "
+    "the keys and groups")
+
+
+def whole_job_warning(dagster_run: Any) -> str | None:
+    """:data:`WHOLE_JOB_WARNING` for a run of the implicit asset job without an asset selection, else None.
+
+    Dagster's ``dagster asset materialize --select`` and ``dg launch --assets`` resolve a selection that matches
+    no asset (``key:warehous``, ``group:"obsidian-help"``) to the empty list, which ``execute_job`` takes as no
+    selection: every asset of every source was built and the command exited 0 (an operator's CI typo, session
+    40). A selection that matches assets (``'*'`` too), the UI's, a sensor's and ``docsvault build``'s runs name
+    their assets, so only such a run has none."""
+    from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME
+
+    if dagster_run.job_name == IMPLICIT_ASSET_JOB_NAME and dagster_run.asset_selection is None:
+        return WHOLE_JOB_WARNING
+    return None
 
 
 def _requirements(config: Any) -> Any:

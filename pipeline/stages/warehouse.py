@@ -307,6 +307,12 @@ def _cached_vectors(settings: Settings, wanted: dict[str, list[Chunk]], *, lazy:
     return arrays, missing, unembedded
 
 
+def _missing_in(names: Sequence[str], chunks: Sequence[Chunk], unembedded: dict[str, Any]) -> str:
+    """``"<source> <n> of <chunks>, ..."``: the sources with chunks that have no vector of some model; "" when none."""
+    return ", ".join(f"{name} {len(unembedded[name])} of {sum(c.source == name for c in chunks)}"
+                     for name in names if name in unembedded)
+
+
 def _where_built(settings: Settings, names: Sequence[str]) -> dict[str, str]:
     """The ``meta`` facts of where and from what a warehouse is built: ``built_on`` (host), ``built_data_dir`` and
     ``fetched_at`` (JSON ``{source: its last fetch}``, from the sources' state files): what ``status`` shows on a
@@ -327,6 +333,18 @@ def _warehouse_key(settings: Settings, names: Sequence[str], by_name: dict[str, 
                       st.get("models"),
                       st.get("embed_key")))
     return digest(SCHEMA_VERSION, code_version("warehouse"), parts)
+
+
+def warehouse_behind(settings: Settings, sources: Sequence[Source], meta: dict[str, str]) -> bool | None:
+    """Whether the sources built in this data dir changed since the warehouse whose ``meta`` is given was
+    published (its ``input_key`` is not what the warehouse stage would compute now: a Dagster run of one source's
+    group, a run stopped before ``warehouse``, a source removed from sources.yaml, a new program version), so the
+    next build publishes it again. None when it cannot be told: no ``input_key``, no source built here, or a
+    source whose vault folder is here but whose state is not (a vault copied from the host that built it)."""
+    names = built_sources(settings, sources)
+    if not meta.get("input_key") or not names or not all(artifacts.load_state(settings, n) for n in names):
+        return None
+    return meta["input_key"] != _warehouse_key(settings, names, {s.name: s for s in sources})
 
 
 def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
@@ -446,6 +464,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             vectors=arrays,
             bm25_blobs=bm25_blobs,
             run_info={"built_at": now(), "sources": ",".join(names), "input_key": key,
+                      "missing_vectors_in": _missing_in(names, chunks, unembedded),
                       **_where_built(settings, names),
                       "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
                                              if settings.crosslingual else ""),
@@ -457,7 +476,8 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         except _VectorsUnreadable as exc:      # nothing written: every vector gathered now, as the cache reads them
             log.warning("embedding cache changed or unreadable while publishing (%s): gathering every vector", exc)
             arrays, missing, unembedded = _cached_vectors(settings, wanted, lazy=False)
-            data = replace(data, vectors=arrays)
+            data = replace(data, vectors=arrays, run_info={
+                **data.run_info, "missing_vectors_in": _missing_in(names, chunks, unembedded)})
             stats = publish(settings.warehouse_path, data, incremental=incremental)
         del wanted
         timings["publish_s"] = time.perf_counter() - t
@@ -469,9 +489,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
             tokens_cached=hits, tokens_analysed=misses, rebuilt_because=problem,
             publish={k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "models"},
             timings={k: round(v, 3) for k, v in timings.items()},
-            missing_vectors_in=", ".join(
-                f"{name} {len(unembedded[name])} of {sum(c.source == name for c in chunks)}"
-                for name in names if name in unembedded),
+            missing_vectors_in=_missing_in(names, chunks, unembedded),
         )
         if out.missing_vectors_in:
             log.warning("chunks without a vector (their embeddings step did not finish; BM25 finds them, the "

@@ -1,0 +1,62 @@
+"""`docsvault status` says when the warehouse does not serve what the data dir built: after a Dagster run of one
+source's assets without `warehouse` (the README's partial selection, `dagster asset materialize --select
+'group:<source>'`) it is behind the vault, and after a publish over a source whose embeddings step did not finish
+(a run terminated in the UI while another run published) some chunks have no vector. Before, status showed the
+counts as if search served the vault (an operator found both, session 40)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import Settings
+from pipeline.defs import build_definitions
+
+runner = CliRunner()
+
+BEHIND = ("  behind: what it is published from changed since (notes or chunks built here by a Dagster run of some "
+          "sources' assets without `warehouse` or one stopped before it, another version of docsvault, files copied "
+          "without their times); search may not see those changes until `docsvault build` publishes it again")
+
+
+def _status() -> tuple[dict, list[str]]:
+    data = runner.invoke(app, ["status", "--json"])
+    text = runner.invoke(app, ["status"])
+    assert (data.exit_code, text.exit_code) == (0, 0), text.output
+    return json.loads(data.output)["warehouse"], text.output.splitlines()
+
+
+def _materialize(*keys: str) -> None:
+    job = build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(asset_selection=[dg.AssetKey(k.split("/")) for k in keys],
+                                    instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+
+
+def test_status_says_the_warehouse_is_behind_or_lacks_vectors(built_tiny_env: Path) -> None:
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["missing_vectors_in"]) == (False, "")
+    assert not [line for line in lines if "behind" in line or "without a vector" in line]
+
+    with (built_tiny_env / "tinyvault" / "Ducks.md").open("a", encoding="utf-8") as f:
+        f.write("\n## Geese\n\nGeese honk loudly at dawn.\n")
+    _materialize("tiny/raw_docs", "tiny/notes", "tiny/vault", "tiny/chunks")      # no embeddings, no warehouse
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["missing_vectors_in"]) == (True, "")
+    assert BEHIND in lines
+
+    _materialize("link_graph", "warehouse")           # published over chunks whose embeddings step never ran
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["missing_vectors_in"]) == (False, "tiny 1 of 5")
+    assert ("  chunks without a vector (their embeddings step did not finish): tiny 1 of 5; keyword search finds "
+            "them, the vector lanes do not until `docsvault build --source <name>` embeds them") in lines
+    assert BEHIND not in lines
+
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["missing_vectors_in"]) == (False, "")
+    assert not [line for line in lines if "behind" in line or "without a vector" in line]
