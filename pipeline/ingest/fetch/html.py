@@ -226,7 +226,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     continue
                 from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
-                doc = html_to_markdown(resp.body, final)
+                doc = html_to_markdown(resp.html_input(), final)
                 if doc.refresh and doc.refresh != final:     # a redirect stub: follow it, keep no note
                     target = normalize_url(doc.refresh)
                     aliases[url] = target

@@ -255,7 +255,7 @@ def _fetch_link(client: HttpClient, link: LlmsLink, old: dict[str, Any] | None, 
             if not _is_markdown_response(resp):
                 last = PageError(f"{url}: answered with HTML, not Markdown", url)
                 continue
-            data = resp.body
+            data = resp.utf8_body()          # a page served as iso-8859-1 or shift_jis is stored as UTF-8
             sp = url_source_path(resp.final_url, host_prefix=other)
         else:
             if not resp.is_html:
@@ -264,7 +264,7 @@ def _fetch_link(client: HttpClient, link: LlmsLink, old: dict[str, Any] | None, 
                 continue
             from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
-            data = html_to_markdown(resp.body, resp.final_url).markdown.encode("utf-8")
+            data = html_to_markdown(resp.html_input(), resp.final_url).markdown.encode("utf-8")
             sp = url_source_path(resp.final_url, host_prefix=other)
         stage.write(sp, data)
         return {"source_path": sp, "fetched_url": url, "kind": kind, "etag": resp.etag,
@@ -395,7 +395,7 @@ def _read_index(source: Source, client: HttpClient, index_url: str, state: dict[
             body = copy.read_bytes()
             entry = dict(old)
         else:
-            body = resp.body
+            body = resp.utf8_body()
             entry = {"url": url, "etag": resp.etag, "last_modified": resp.last_modified, "sha256": sha256(body)}
             atomic_write_text(copy, body.decode("utf-8-sig", errors="replace"))
         text = body.decode("utf-8-sig", errors="replace")
