@@ -369,5 +369,5 @@ def test_pages_in_the_charset_their_server_declares_are_stored_as_utf8(tmp_path)
     assert by_sp["n.md"] == "# N\n\ncaf\u00e9\n".encode("latin-1")      # no charset: as sent, normalize names it
     notes = normalize_source(source, load_fetch_result(source, settings).files, "2026-01-01T00:00:00+00:00")
     assert sorted(n.title for n in notes.notes) == sorted(["Caf\u00e9", "M\u00fcnchen", "Stra\u00dfe", "設定"])
-    assert notes.errors == ["source 'site': n.md: not valid UTF-8 (byte 8: invalid continuation byte); re-save the "
-                            "file as UTF-8"]
+    assert notes.errors == [("source 'site': n.md: not valid UTF-8 (byte 8: invalid continuation byte); re-save the "
+                             "file as UTF-8")]
