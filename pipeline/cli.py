@@ -1269,8 +1269,10 @@ def sources_list() -> None:
     except PipelineError as exc:
         fail(str(exc))
         return
-    for src in sources:
-        where = src.url or ", ".join(str(p) for p in src.path)
+    from pipeline.ingest.fetch.http import redact
+
+    for src in sources:     # a URL's credentials (https://user:token@…) are not printed
+        where = redact(src.url) if src.url else ", ".join(str(p) for p in src.path)
         typer.echo(f"{src.name:24} {src.kind:8} {src.format or 'auto':10} {where}")
 
 

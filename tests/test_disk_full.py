@@ -81,5 +81,3 @@ def test_any_other_error_still_raises(tiny_env: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(cli, "app", lambda **kw: app(prog_name="docsvault", **kw))
     with pytest.raises(ZeroDivisionError):
         cli._main()
-
-

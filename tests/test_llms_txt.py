@@ -371,3 +371,23 @@ def test_pages_in_the_charset_their_server_declares_are_stored_as_utf8(tmp_path)
     assert sorted(n.title for n in notes.notes) == sorted(["Caf\u00e9", "M\u00fcnchen", "Stra\u00dfe", "設定"])
     assert notes.errors == [("source 'site': n.md: not valid UTF-8 (byte 8: invalid continuation byte); re-save the "
                              "file as UTF-8")]
+
+
+def test_credentials_in_the_llms_txt_url_stay_out_of_notes_and_warnings(tmp_path):
+    """A relative link of an llms.txt fetched as ``http://bob:hunter2@host/llms.txt`` resolves with the credentials;
+    before session 40 they went into the note's ``url:`` frontmatter and the build's warning lines."""
+    settings = _settings(tmp_path)
+    with serve(handler=SiteHandler) as (base, _):
+        SiteHandler.pages = {
+            "/llms.txt": ("text/plain", b"# Site\n\n## Docs\n\n- [R](r.md): relative\n- [G](gone.md): missing\n"
+                                        b"- [H](h): html\n"),
+            "/r.md": ("text/markdown", b"# R\n\nrelative page\n"),
+            "/h.md": ("text/html", b"<html><body>SPA shell</body></html>"),
+            "/h": ("text/html", b"<html><main><h1>H</h1><p><a href='r.md'>r</a></p></main></html>"),
+        }
+        source = Source(name="site", kind="llms_txt", url=f"{base.replace('http://', 'http://bob:hunter2@')}/llms.txt",
+                        rate_limit=0)
+        result = fetch_source(source, settings)
+    assert [(f.source_path, f.url) for f in result.files] == [("h.md", f"{base}/h"), ("r.md", f"{base}/r.md")]
+    assert result.files[0].path.read_text() == f"# H\n\n[r]({base}/r.md)\n"
+    assert result.warnings == (f"source 'site': {base}/gone.md: page skipped: HTTP 404 Not Found",)

@@ -117,6 +117,21 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
     return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
 
 
+def userinfo(url: str) -> str:
+    """The ``user:password@`` part of a URL (``""`` when it has none): the credentials a source's ``url`` may carry."""
+    from urllib.parse import urlsplit
+
+    netloc = urlsplit(url).netloc
+    return netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
+
+
+def scrub(value: str, info: str) -> str:
+    """``value`` (a page's URL, Markdown or a warning line) without the credentials ``info`` (:func:`userinfo` of
+    the source's URL): what the vault, the build's output and Dagster's log keep of a fetched page. The client
+    keeps them, for the requests."""
+    return value.replace(info, "") if info else value
+
+
 def host_of(url: str) -> str:
     """``host[:port]`` of a URL, lower-case (default ports dropped)."""
     parts = urlsplit(url)
