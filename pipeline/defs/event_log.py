@@ -45,11 +45,17 @@ __all__ = ["OPEN_SHARDS", "WalSqliteEventLogStorage"]
 OPEN_SHARDS = 8
 
 
-def _dispose_all(engines: OrderedDict[str, Engine], lock: Any) -> None:
-    """Dispose every open engine (their connections closed: SQLite checkpoints each WAL file and deletes it)."""
-    with lock:
+def _dispose_all(engines: OrderedDict[str, Engine], lock: Any, timeout: float = -1) -> None:
+    """Dispose every open engine (their connections closed: SQLite checkpoints each WAL file and deletes it).
+    ``timeout`` (seconds): give up when the storage's lock is not free by then (at exit, a daemon thread may hold it
+    mid-write: the WAL files then stay, which loses nothing); -1 waits."""
+    if not lock.acquire(timeout=timeout):
+        return
+    try:
         while engines:
             engines.popitem()[1].dispose()
+    finally:
+        lock.release()
 
 
 def _synchronous_normal(dbapi_connection: Any, _record: Any) -> None:
@@ -70,7 +76,7 @@ class WalSqliteEventLogStorage(SqliteEventLogStorage):
         # closed when the process ends (atexit, or a multiprocessing child's own exit), also when nobody disposes the
         # instance (`docsvault build` does not): closing a WAL database's last connection checkpoints it and deletes
         # its -wal file; an engine left open kept ~4 MB of `<run>.db-wal` per run in DAGSTER_HOME for good
-        Finalize(self, _dispose_all, args=(self._engines, self._db_lock), exitpriority=0)
+        Finalize(self, _dispose_all, args=(self._engines, self._db_lock, 5.0), exitpriority=0)
 
     @classmethod
     def config_type(cls) -> Any:
