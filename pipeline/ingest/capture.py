@@ -600,13 +600,22 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
         body = f"# {title}\n\n{body}" if body else f"# {title}"
     content = f"---\n{head}---\n\n{body}\n" if body else f"---\n{head}---\n"
     try:
-        with open(target, "x", encoding="utf-8", newline="\n") as fh:
-            fh.write(content)
+        fh = open(target, "x", encoding="utf-8", newline="\n")
     except FileExistsError:
         raise CaptureError(f"a note named {fname + '.md'!r} already exists in {root}: pass another {name_option} "
                            "(nothing was overwritten)") from None
     except OSError as exc:
         raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        with fh:
+            fh.write(content)
+    except BaseException as exc:
+        # the file is this call's (made with "x"): a part of the note (a full disk: 60 KB of a 200 KB text) is
+        # removed, so the name stays free for the retry; before session 40 it stayed, and the retry was refused
+        target.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CaptureError(f"cannot write {target}: {exc.strerror or exc} (nothing was written)") from None
+        raise
     return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
                     related=tuple(related))
 
