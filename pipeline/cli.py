@@ -29,7 +29,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError
+from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError, storage_error_line
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
@@ -1278,8 +1278,10 @@ def sources_list() -> None:
     except PipelineError as exc:
         fail(str(exc))
         return
-    for src in sources:
-        where = src.url or ", ".join(str(p) for p in src.path)
+    from pipeline.ingest.fetch.http import redact
+
+    for src in sources:     # a URL's credentials (https://user:token@…) are not printed
+        where = redact(src.url) if src.url else ", ".join(str(p) for p in src.path)
         typer.echo(f"{src.name:24} {src.kind:8} {src.format or 'auto':10} {where}")
 
 
@@ -1697,6 +1699,13 @@ def _log_lines() -> None:
         logging.root.setLevel(logging.WARNING)
 
 
+def _storage_problem(exc: BaseException) -> str | None:
+    """The one line of :func:`storage_error_line` for an error a command did not catch, naming this command's
+    DAGSTER_HOME and data dir (when its options were read); None when a full or read-only disk did not cause it."""
+    s = _state.get("settings")
+    return storage_error_line(exc, dagster_home=s.dagster_home if s else None, data_dir=s.data_dir if s else None)
+
+
 def _main() -> None:
     _log_lines()
     try:
@@ -1715,6 +1724,12 @@ def _main() -> None:
             typer.echo(ctx.get_help())
             sys.exit(0)
         typer.echo(f"error: {usage_error_line(exc, sys.argv[1:])}", err=True)
+        sys.exit(1)
+    except Exception as exc:                  # a full or read-only disk (Dagster's SQLite, a lock file): one line
+        line = _storage_problem(exc)
+        if line is None:
+            raise
+        typer.echo(f"error: {line}", err=True)
         sys.exit(1)
     if rv == INTERRUPTED:                 # no command returns 130 itself (`build` exits with its own line)
         typer.echo("interrupted", err=True)

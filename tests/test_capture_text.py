@@ -474,3 +474,40 @@ def test_each_related_link_of_a_capture_reads_its_note(built_tiny_env: Path) -> 
     for link, path in zip(fm["related"], out["related"], strict=True):
         assert link == f"[[{path.removeprefix('tiny/')[:-3]}]]"
         assert read_link(s.vault_dir, link, 1, s.warehouse_path).path == path
+
+
+def test_a_note_the_disk_could_not_take_leaves_no_part_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """A full disk while the note is written: before session 40 the part written (60 KB of a 200 KB text) stayed as
+    the note, and the retry was refused ("a note named … already exists"). Now nothing stays, and the retry
+    writes it."""
+    import errno
+
+    from pipeline.ingest import capture
+
+    src = _local(tmp_path / "inbox")
+    real_open = open
+
+    class _Full:
+        def __init__(self, fh: object) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> _Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()      # type: ignore[attr-defined]
+
+        def write(self, text: str) -> int:
+            self.fh.write(text[: len(text) // 2])      # type: ignore[attr-defined]
+            self.fh.flush()                            # type: ignore[attr-defined]
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(capture, "open", lambda *a, **k: _Full(real_open(*a, **k)), raising=False)
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "words " * 1000, name="big", now=NOW)
+    target = tmp_path / "inbox" / "big.md"
+    assert str(err.value) == f"cannot write {target}: No space left on device (nothing was written)"
+    assert list((tmp_path / "inbox").iterdir()) == []
+    monkeypatch.undo()
+    assert write_capture(src, "words " * 1000, name="big", now=NOW).path == target

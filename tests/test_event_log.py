@@ -87,3 +87,31 @@ def test_the_checkouts_dagster_yaml_opens_without_dagster_home(tmp_path: Path, m
         assert type(instance.event_log_storage) is SqliteEventLogStorage
     assert instance_config() == ((REPO / "dagster.yaml").read_text(encoding="utf-8")
                                  + (REPO / "dagster-event-log.yaml").read_text(encoding="utf-8"))
+
+
+_STORE_AND_EXIT = """
+import sys, time
+from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
+from dagster._core.events.log import EventLogEntry
+from pipeline.defs.event_log import WalSqliteEventLogStorage
+storage = WalSqliteEventLogStorage(sys.argv[1])
+for i in range(200):
+    storage.store_event(EventLogEntry(error_info=None, level=20, user_message=f"message {i}", run_id="run1",
+                                      timestamp=time.time(), step_key="step", job_name="job",
+                                      dagster_event=DagsterEvent(DagsterEventType.ENGINE_EVENT.value, "job",
+                                                                 event_specific_data=EngineEventData())))
+# no dispose: `docsvault build` never disposes its instance
+"""
+
+
+def test_a_process_that_ends_without_dispose_leaves_no_wal_file(tmp_path: Path) -> None:
+    """Before session 40 every run left its ``<run>.db-wal`` (~4 MB after a build) in DAGSTER_HOME for good: the
+    engines kept open were never closed, and SQLite deletes a WAL file only when its last connection closes."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", _STORE_AND_EXIT, str(tmp_path)], check=True, cwd=REPO, timeout=120)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.db", "run1.db"]
+    ours = WalSqliteEventLogStorage(str(tmp_path))
+    assert len(ours.get_logs_for_run("run1")) == 200
+    ours.dispose()

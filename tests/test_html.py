@@ -498,3 +498,18 @@ def test_heading_anchors_that_are_not_slugs_resolve_to_the_heading(tmp_path: Pat
         "q.html": "# Q\n\nSee [[site/p#C(x, y)|C]], [[site/p#Plain Heading|sec]], [[site/p#Plain Heading|plain]] "
                   "and [[site/p#Named|named]].\n"}
     assert result.dangling == ()
+
+
+def test_credentials_in_the_start_url_stay_out_of_notes_and_warnings(tmp_path):
+    """Before session 40 a start URL with ``user:password@`` put the password in every note's ``url:`` (the vault
+    Obsidian syncs), in each page's absolute links and in the warning lines the build prints; the requests keep
+    them."""
+    site = _site(tmp_path / "site")
+    with serve(site) as (base, _):
+        with_creds = base.replace("http://", "http://bob:hunter2@")
+        result = fetch_source(Source(name="mini", kind="html", url=f"{with_creds}/docs/", rate_limit=0),
+                              _settings(tmp_path))
+    assert [f.url for f in result.files] == [f"{base}/docs/api.html", f"{base}/docs/guide/", f"{base}/docs/"]
+    assert result.files[0].path.read_text() == "# API\n\nCalls.\n\n[copy](" + base + "/docs/copy.html)\n"
+    assert result.warnings and not any("hunter2" in w for w in result.warnings)
+    assert not any("hunter2" in f.path.read_text() for f in result.files)

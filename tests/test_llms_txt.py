@@ -335,3 +335,59 @@ def test_a_page_that_failed_is_named_as_not_fetched_not_as_an_attachment(tmp_pat
     assert pages_not_fetched_line(html) == (
         "h: at least 4 page(s) not fetched (HTTP 500: https://a.example/x; disallowed by robots.txt: "
         "https://a.example/y; HTTP 404: https://a.example/z; … and 1 more)")
+
+
+def test_pages_in_the_charset_their_server_declares_are_stored_as_utf8(tmp_path):
+    """Before session 40 a page served as ``text/markdown; charset=iso-8859-1`` (or shift_jis) was stored as its
+    bytes, and normalize skipped it: "not valid UTF-8 …; re-save the file as UTF-8", which nobody can do to a web
+    page. The declared charset is used; a page that names its own (``<meta charset>``) keeps it."""
+    settings = _settings(tmp_path)
+    with serve(handler=SiteHandler) as (base, _):
+        SiteHandler.pages = {
+            "/llms.txt": ("text/plain; charset=iso-8859-1",
+                          (f"# Site\n\n> Caf\u00e9 docs.\n\n## Docs\n\n- [L]({base}/l.md): latin-1\n"
+                           f"- [J]({base}/j.md): shift_jis\n- [H]({base}/h): html, header charset only\n"
+                           f"- [M]({base}/m): html with its own meta\n- [N]({base}/n.md): none declared\n"
+                           ).encode("iso-8859-1")),
+            "/l.md": ("text/markdown; charset=ISO-8859-1", "# Caf\u00e9\n\nna\u00efve cr\u00e8me\n".encode("latin-1")),
+            "/j.md": ('text/markdown; charset="Shift_JIS"', "# 設定\n\n設定ファイルを編集します。\n".encode("shift_jis")),
+            "/h.md": ("text/html", b"<html><body>SPA shell</body></html>"),
+            "/h": ("text/html; charset=windows-1252",
+                   "<html><main><h1>Stra\u00dfe</h1><p>\u201cquoted\u201d</p></main></html>".encode("cp1252")),
+            "/m.md": ("text/html", b"<html><body>SPA shell</body></html>"),
+            "/m": ("text/html; charset=iso-8859-1",
+                   '<html><head><meta charset="utf-8"></head><main><h1>M\u00fcnchen</h1></main></html>'.encode()),
+            "/n.md": ("text/markdown", "# N\n\ncaf\u00e9\n".encode("latin-1")),
+        }
+        source = Source(name="site", kind="llms_txt", url=f"{base}/llms.txt", rate_limit=0)
+        result = fetch_source(source, settings)
+    by_sp = {f.source_path: f.path.read_bytes() for f in result.files}
+    assert by_sp["l.md"] == "# Caf\u00e9\n\nna\u00efve cr\u00e8me\n".encode()
+    assert by_sp["j.md"] == "# 設定\n\n設定ファイルを編集します。\n".encode()
+    assert by_sp["h.md"] == "# Stra\u00dfe\n\n\u201cquoted\u201d\n".encode()
+    assert by_sp["m.md"] == "# M\u00fcnchen\n".encode()
+    assert by_sp["n.md"] == "# N\n\ncaf\u00e9\n".encode("latin-1")      # no charset: as sent, normalize names it
+    notes = normalize_source(source, load_fetch_result(source, settings).files, "2026-01-01T00:00:00+00:00")
+    assert sorted(n.title for n in notes.notes) == sorted(["Caf\u00e9", "M\u00fcnchen", "Stra\u00dfe", "設定"])
+    assert notes.errors == [("source 'site': n.md: not valid UTF-8 (byte 8: invalid continuation byte); re-save the "
+                             "file as UTF-8")]
+
+
+def test_credentials_in_the_llms_txt_url_stay_out_of_notes_and_warnings(tmp_path):
+    """A relative link of an llms.txt fetched as ``http://bob:hunter2@host/llms.txt`` resolves with the credentials;
+    before session 40 they went into the note's ``url:`` frontmatter and the build's warning lines."""
+    settings = _settings(tmp_path)
+    with serve(handler=SiteHandler) as (base, _):
+        SiteHandler.pages = {
+            "/llms.txt": ("text/plain", b"# Site\n\n## Docs\n\n- [R](r.md): relative\n- [G](gone.md): missing\n"
+                                        b"- [H](h): html\n"),
+            "/r.md": ("text/markdown", b"# R\n\nrelative page\n"),
+            "/h.md": ("text/html", b"<html><body>SPA shell</body></html>"),
+            "/h": ("text/html", b"<html><main><h1>H</h1><p><a href='r.md'>r</a></p></main></html>"),
+        }
+        source = Source(name="site", kind="llms_txt", url=f"{base.replace('http://', 'http://bob:hunter2@')}/llms.txt",
+                        rate_limit=0)
+        result = fetch_source(source, settings)
+    assert [(f.source_path, f.url) for f in result.files] == [("h.md", f"{base}/h"), ("r.md", f"{base}/r.md")]
+    assert result.files[0].path.read_text() == f"# H\n\n[r]({base}/r.md)\n"
+    assert result.warnings == (f"source 'site': {base}/gone.md: page skipped: HTTP 404 Not Found",)

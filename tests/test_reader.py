@@ -158,6 +158,13 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
                                "build wrote (your own, not searched): read it by that path, e.g. `docsvault read "
                                "'src/projects/Ideas.md'`")
     assert read_note(vault, find_note(vault, "src/projects/Ideas.md", path)).text == "# Ideas\n"
+    # a symlink of yours out of the vault: `read` refuses its path, so it is not offered as one to read
+    (tmp_path / "secret.md").write_text("# Secret\n", encoding="utf-8")
+    (vault / "src" / "projects" / "Evil.md").symlink_to(tmp_path / "secret.md")
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "evil", path)
+    assert str(info.value) == ("no note 'evil': no vault path, source path, note name, title or alias is 'evil'; "
+                               "use a vault_path from search results (`docsvault search ...` / the search tool)")
 
 
 def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_path: Path) -> None:

@@ -161,6 +161,24 @@ def test_garbage_and_wrong_schema(tmp_path: Path):
         wh.connect(bare)
 
 
+def test_a_damaged_block_is_named_as_damage_not_as_another_file(tmp_path: Path):
+    """Before session 40 a block failing its checksum read "is not a docsvault warehouse (no meta table: IO Error:
+    Corrupt database file …)", as if the file were something else."""
+    path = tmp_path / "w.duckdb"
+    wh.publish(path, toy_data(30)[0])
+    con = duckdb.connect(str(path))
+    block = con.execute("SELECT min(block_id) FROM pragma_storage_info('meta') WHERE block_id >= 0").fetchone()[0]
+    con.close()
+    with open(path, "r+b") as f:             # DuckDB: a 12 KiB header, then 256 KiB blocks, each checksummed
+        f.seek(12288 + block * 262144 + 8)
+        f.write(b"\xff" * 64)
+    with pytest.raises(WarehouseCorruptError) as err:
+        wh.connect(path)
+    assert str(err.value).startswith(f"the warehouse {path} is damaged (IO Error: Corrupt database file: computed "
+                                     "checksum ")
+    assert str(err.value).endswith("); run `docsvault build` to rebuild it")
+
+
 def test_publish_over_open_reader(tmp_path: Path):
     path = tmp_path / "w.duckdb"
     wh.publish(path, toy_data(30)[0])

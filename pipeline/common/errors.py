@@ -74,3 +74,49 @@ class BuildInterrupted(KeyboardInterrupt):
                     f"that was running, its locks released; run `{again}` again to finish it")
         how = f" by {signal.Signals(self.signum).name}" if self.signum else ""
         return f"build interrupted{how}: stopped, its locks released; run `{again}` again to finish it"
+
+
+#: errno values of a storage that cannot take a write: the disk is full, a quota is reached, it is read-only, or it
+#: failed; what to do is the user's (free space, remount), not a bug to report
+_STORAGE_ERRNOS = {28: "no space left on the device", 122: "disk quota exceeded", 30: "the file system is read-only",
+                   5: "input/output error"}
+#: SQLite's own texts for the same (Dagster's run storage in DAGSTER_HOME is SQLite: it names no file)
+_SQLITE_STORAGE = {"database or disk is full": "no space left on the device",
+                   "disk i/o error": "disk I/O error (is the disk full?)"}
+
+
+def storage_error_line(exc: BaseException, dagster_home: object = None, data_dir: object = None) -> str | None:
+    """One line for an error that a full, read-only or failing disk caused, found anywhere in ``exc``'s chain
+    (``__cause__``/``__context__``, as SQLAlchemy wraps sqlite3's error); None for any other error.
+
+    Args:
+        exc: the error a command did not catch.
+        dagster_home: DAGSTER_HOME, named for SQLite's errors (Dagster's run storage names no file).
+        data_dir: the data dir, named for an OSError without a file name (a write to an open lock file).
+
+    Returns:
+        ``cannot write <where>: <what>; free space there (or make it writable) and run the command again: what the
+        last build published still serves search``, or None.
+    """
+    import sqlite3
+
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
+            where = err.filename or (f"in the data dir {data_dir}" if data_dir else "a file")
+            return _storage_line(str(where), _STORAGE_ERRNOS[err.errno])
+        if isinstance(err, sqlite3.OperationalError):
+            what = next((v for k, v in _SQLITE_STORAGE.items() if k in str(err).lower()), None)
+            if what is not None:
+                where = f"Dagster's run storage in DAGSTER_HOME {dagster_home}" if dagster_home else \
+                    "Dagster's run storage (DAGSTER_HOME)"
+                return _storage_line(where, what)
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _storage_line(where: str, what: str) -> str:
+    return (f"cannot write {where}: {what}; free space there (or make it writable) and run the command again: "
+            "what the last build published still serves search")

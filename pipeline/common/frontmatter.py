@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from pipeline.common.errors import NoteError
-from pipeline.common.yamlload import DuplicateKeyError, UniqueKeys, UniqueKeySafeLoader, load_with
+from pipeline.common.yamlload import DuplicateKeyError, UniqueKeys, load_with
 
 _BOM = "\ufeff"
 _CLOSERS = ("---", "...")
@@ -53,9 +53,10 @@ def _timestamp_or_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
         return node.value
 
 
-class _SafeLoader(UniqueKeySafeLoader):
-    """``yaml.SafeLoader`` that refuses duplicate keys (:class:`pipeline.common.yamlload.UniqueKeySafeLoader`), too many
-    aliases and too deep nesting."""
+class _SafeLoader(UniqueKeys, yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys (:class:`pipeline.common.yamlload.UniqueKeys`), too many
+    aliases and too deep nesting (its own bounds, tighter than a config file's
+    :class:`pipeline.common.yamlload.BoundedAliases`: a note's frontmatter is refused past :data:`MAX_NODES`)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -96,7 +97,8 @@ _SafeLoader.add_constructor(_TIMESTAMP_TAG, _timestamp_or_text)
 
 
 class _FastLoader(UniqueKeys, _CLoader or yaml.SafeLoader):     # type: ignore[misc]
-    """libyaml's parser with the same constructor (duplicate keys refused as :class:`UniqueKeySafeLoader` does)."""
+    """libyaml's parser with the same constructor (duplicate keys refused as
+    :class:`pipeline.common.yamlload.UniqueKeySafeLoader` does)."""
 
 
 _FastLoader.add_constructor(_TIMESTAMP_TAG, _timestamp_or_text)

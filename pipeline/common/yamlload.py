@@ -1,5 +1,5 @@
 """YAML for the user's config files (sources.yaml, synonyms.yaml, eval cases): ``yaml.safe_load`` that refuses a
-duplicate key in a mapping.
+duplicate key in a mapping and an alias bomb.
 
 YAML forbids duplicate keys but PyYAML silently keeps the last one: two top-level ``sources:`` keys would drop the
 first list, a ``path:`` given twice in one source block would keep the second. :func:`safe_load` raises
@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DuplicateKeyError", "UniqueKeySafeLoader", "UniqueKeys", "load_with", "safe_load"]
+__all__ = ["MAX_EXPANDED", "BoundedAliases", "DuplicateKeyError", "UniqueKeySafeLoader", "UniqueKeys", "load_with",
+           "safe_load"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -48,8 +49,45 @@ class UniqueKeys:
         return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
 
 
-class UniqueKeySafeLoader(UniqueKeys, yaml.SafeLoader):
-    """``yaml.SafeLoader`` that raises :class:`DuplicateKeyError` when a mapping repeats a scalar key."""
+#: values a config file may hold once its aliases are expanded: a real sources.yaml, synonyms or eval file holds
+#: thousands at most; nine nested lists of nine aliases each hold 387 million (a "billion laughs" file)
+MAX_EXPANDED = 1_000_000
+
+
+class BoundedAliases:
+    """Loader mixin (before a ``yaml`` loader class in the bases): raise a :class:`yaml.MarkedYAMLError` at the
+    alias (``*name``) that makes the document hold more than :data:`MAX_EXPANDED` values once aliases are expanded.
+
+    PyYAML shares an aliased node instead of copying it, so such a document loads in a millisecond; whatever then
+    walks it (validating every ``include`` glob of sources.yaml) walks hundreds of millions of values. Before
+    session 40 `docsvault sources validate` (and `build`) of such a file ran for minutes at 1.8 GB and more.
+    Each node's expanded size is counted once, when it is composed (an alias adds its anchor's size)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        is_alias = self.check_event(yaml.AliasEvent)  # type: ignore[attr-defined]
+        alias_mark = self.peek_event().start_mark if is_alias else None  # type: ignore[attr-defined]
+        node = super().compose_node(parent, index)  # type: ignore[misc]
+        sizes: dict[int, int] = self.__dict__.setdefault("_expanded", {})
+        size = sizes.get(id(node))
+        if size is None:
+            if isinstance(node, yaml.SequenceNode):
+                size = 1 + sum(sizes.get(id(c), 1) for c in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                size = 1 + sum(sizes.get(id(k), 1) + sizes.get(id(v), 1) for k, v in node.value)
+            else:
+                size = 1
+            sizes[id(node)] = size
+        if size > MAX_EXPANDED:
+            raise yaml.MarkedYAMLError(
+                problem=f"more than {MAX_EXPANDED:,} values once its aliases (*name) are expanded (an alias bomb?); "
+                        "write the values out or use fewer aliases",
+                problem_mark=alias_mark or node.start_mark)
+        return node
+
+
+class UniqueKeySafeLoader(BoundedAliases, UniqueKeys, yaml.SafeLoader):
+    """``yaml.SafeLoader`` that raises :class:`DuplicateKeyError` when a mapping repeats a scalar key, and refuses
+    an alias bomb (:class:`BoundedAliases`)."""
 
 
 def load_with(loader_class: type[yaml.SafeLoader], text: str) -> Any:

@@ -295,10 +295,26 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             report.note_changes = wh.note_changes(before, wh.note_hashes_of(settings.warehouse_path, names))
         report.resumed = [k.started for k in killed]
         report.resumed_runs = [k for k in killed if k.run_id]
+        if killed:
+            _name_unreported_edits(settings, report, min(k.started for k in killed))
         if not source_names and evaluate:    # a build of every source: what the next no-op build answers from
             with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
                 record_noop(settings, sources, report)
         return report
+
+
+def _name_unreported_edits(settings: Settings, report: BuildReport, since: str) -> None:
+    """A source whose vault stage this build skipped, since the killed build(s) it finished (started at ``since``
+    or later) had done it, reports the edited notes that stage moved aside (``vault`` metadata ``conflicts``), which
+    the killed build never got to print (:func:`pipeline.stages.unreported_conflicts`)."""
+    from pipeline import stages as build
+
+    for st in report.sources:
+        vault = st.metadata.get("vault")
+        if st.ok and isinstance(vault, dict) and vault.get("skipped") and not vault.get("conflicts"):
+            lines = build.unreported_conflicts(settings, st.name, since)
+            if lines:
+                st.metadata["vault"] = {**vault, "conflicts": lines}
 
 
 def _iso(epoch: float) -> str:

@@ -599,16 +599,34 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     if heading and not _starts_with_h1(body):
         body = f"# {title}\n\n{body}" if body else f"# {title}"
     content = f"---\n{head}---\n\n{body}\n" if body else f"---\n{head}---\n"
-    try:
-        with open(target, "x", encoding="utf-8", newline="\n") as fh:
-            fh.write(content)
-    except FileExistsError:
-        raise CaptureError(f"a note named {fname + '.md'!r} already exists in {root}: pass another {name_option} "
-                           "(nothing was overwritten)") from None
-    except OSError as exc:
-        raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
+    _write_new(target, content, f"a note named {fname + '.md'!r} already exists in {root}: pass another "
+                                f"{name_option} (nothing was overwritten)")
     return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
                     related=tuple(related))
+
+
+def _write_new(target: Path, content: str, taken: str) -> None:
+    """Write ``content`` to ``target``, a file that must not exist yet (``taken``: the error when it does).
+
+    Raises:
+        CaptureError: ``target`` exists (nothing overwritten), or it could not be written: then nothing of it stays
+            (a full disk: 60 KB of a 200 KB text), so the name is free for the retry; before session 40 the part
+            stayed, and the retry was refused as "already exists".
+    """
+    try:
+        fh = open(target, "x", encoding="utf-8", newline="\n")
+    except FileExistsError:
+        raise CaptureError(taken) from None
+    except OSError as exc:
+        raise CaptureError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        with fh:
+            fh.write(content)
+    except BaseException as exc:
+        target.unlink(missing_ok=True)          # the file is this call's (made with "x")
+        if isinstance(exc, OSError):
+            raise CaptureError(f"cannot write {target}: {exc.strerror or exc} (nothing was written)") from None
+        raise
 
 
 def folders_as_spelled(root: Path, name: str) -> str:

@@ -739,11 +739,15 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         return []
     found: list[str] = []
     seen = 0
+    root = vault_dir.resolve()
     for folder, dirs, names in os.walk(vault_dir):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         seen += len(names)
+        # a symlink out of the vault is refused by `read`: not named as a file to read (before session 40 it was,
+        # and the command the error offered was then refused)
         found += [Path(folder, n).relative_to(vault_dir).as_posix() for n in names
-                  if unicodedata.normalize("NFC", n).casefold() == want]
+                  if unicodedata.normalize("NFC", n).casefold() == want
+                  and Path(folder, n).resolve().is_relative_to(root)]
         if seen >= limit:
             break
     return sorted(found)

@@ -72,6 +72,7 @@ from pipeline.stages.ingest import (
     frontmatter_check,
     kept_line,
     normalize_stage,
+    unreported_conflicts,
     vault_skipped_path,
     vault_stage,
 )
@@ -148,6 +149,7 @@ __all__ = [
     "search_index_stage",
     "stage_lock",
     "stored_query_vectors",
+    "unreported_conflicts",
     "vault_listing",
     "vault_listings",
     "vault_skipped_path",

@@ -347,7 +347,8 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         artifacts.update_state(settings, source.name, vault_key=key, vault_notes=len(notes),
                                vault_listing=notes_listing, vault_file_listing=files_listing,
                                vault_kept=result.kept,
-                               vault_conflicts=conflicts, vault_attachments=result.attachments,
+                               vault_conflicts=conflicts, vault_written_at=now(),
+                               vault_attachments=result.attachments,
                                vault_attachments_skipped=len(skip_lines), vault_fast=fast)
     for line in conflicts:      # info: the build's own report names each once (its table; Dagster's metadata)
         log.info("source '%s': %s", source.name, conflict_line(source.name, line))
@@ -360,6 +361,22 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         unresolved_embeds=len(plan.unresolved), qualified_links=qualified, vault_dir=vault_dir, skipped=False,
         warning_lines=tuple(missing) or None,
     )
+
+
+def unreported_conflicts(settings: Settings, source: str, killed_since: str) -> list[str]:
+    """The ``"<rel> -> <copy>"`` lines of edited notes the vault stage moved aside in a build that was killed
+    before it reported them: those its last write recorded, when that write came at or after ``killed_since``
+    (the earliest start of the killed builds a build finished, ISO 8601 UTC); [] otherwise. The build that
+    finishes a killed one skips the vault stage (done already) and would name none of them (before session 40 a
+    ``kill -9`` after the vault step left 80 edits moved to ``(edited)`` copies without a word)."""
+    state = artifacts.load_state(settings, source)
+    written = state.get("vault_written_at")
+    try:
+        if not written or datetime.fromisoformat(str(written)) < datetime.fromisoformat(killed_since):
+            return []
+    except ValueError:
+        return []
+    return [str(c) for c in state.get("vault_conflicts") or []]
 
 
 def _qualify_links(source: str, notes: Sequence[Note], others: set[str], memo: Any) -> tuple[list[Note], int]:

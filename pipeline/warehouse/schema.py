@@ -189,8 +189,13 @@ def connect(path: Path, read_only: bool = True, *, lazy_extensions: bool = True)
         row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     except duckdb.Error as exc:
         con.close()
+        if isinstance(exc, duckdb.CatalogException):
+            raise WarehouseCorruptError(
+                f"{path} is not a docsvault warehouse (no meta table: {exc}); run `docsvault build` to rebuild it"
+            ) from exc
+        # a block that fails its checksum (a disk error, a copy cut short): the file is a warehouse, a damaged one
         raise WarehouseCorruptError(
-            f"{path} is not a docsvault warehouse (no meta table: {exc}); run `docsvault build` to rebuild it"
+            f"the warehouse {path} is damaged ({exc}); run `docsvault build` to rebuild it"
         ) from exc
     if row is None or row[0] != SCHEMA_VERSION:
         con.close()

@@ -27,7 +27,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import now_iso, read_state, write_state
-from pipeline.ingest.fetch.http import HttpClient, HttpPolicy, PageError, host_of
+from pipeline.ingest.fetch.http import HttpClient, HttpPolicy, PageError, host_of, scrub, userinfo
 from pipeline.ingest.fetch.pages import PageStage, revision_of, sha256, url_source_path
 from pipeline.models import FetchResult, RawFile, Source
 
@@ -147,6 +147,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
     if not start:
         raise FetchError(f"source '{source.name}': kind html needs 'url' (the start page)")
     scope = _Scope(start, source.allowed_hosts)
+    info = userinfo(start)          # credentials in the URL: for the requests, never in a note or a warning
     own_client = client is None
     client = make_client(source, scope.hosts, client)
     state = read_state(source, settings) or {}
@@ -226,7 +227,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     continue
                 from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
-                doc = html_to_markdown(resp.body, final)
+                doc = html_to_markdown(resp.html_input(), final)
                 if doc.refresh and doc.refresh != final:     # a redirect stub: follow it, keep no note
                     target = normalize_url(doc.refresh)
                     aliases[url] = target
@@ -237,7 +238,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                 canonical = normalize_url(doc.canonical) if doc.canonical and scope.follows(doc.canonical) else None
                 links = [normalize_url(u) for u in doc.links]
                 sp = url_source_path(final, host_prefix=host_of(final) != host_of(scope.origin))
-                data = doc.markdown.encode("utf-8")
+                data = scrub(doc.markdown, info).encode("utf-8")
                 entry = {"source_path": sp, "fetched_url": final, "etag": resp.etag,
                          "last_modified": resp.last_modified, "sha256": sha256(data), "kind": "html",
                          "title": doc.title, "canonical": canonical, "links": links}
@@ -263,14 +264,14 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
             raise FetchError(f"source '{source.name}': no HTML page could be fetched from {start}")
         files = tuple(sorted(
             (RawFile(source=source.name, source_path=e["source_path"], path=stage.final_path(e["source_path"]),
-                     url=u) for u, e in taken.items()),
+                     url=scrub(u, info)) for u, e in taken.items()),
             key=lambda f: f.source_path))
         revision = revision_of(taken)
         changed = revision != state.get("revision") or state.get("strategy") != "html"
         stats = {**client.stats, "seconds": round(time.monotonic() - started, 3), "pages": len(files),
                  "warnings": len(warnings), "files": len(files)}
         result = FetchResult(source=source.name, strategy="html", revision=revision, files=files, changed=changed,
-                             stats=stats, warnings=tuple(warnings))
+                             stats=stats, warnings=tuple(scrub(w, info) for w in warnings))
         stage.commit()
     except BaseException:
         stage.abort()

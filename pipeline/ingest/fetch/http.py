@@ -68,6 +68,7 @@ class Response:
     content_type: str         # media type only, lower-case ("text/html")
     etag: str | None
     last_modified: str | None
+    charset: str | None = None  # the Content-Type's charset parameter, lower-case ("iso-8859-1"), None when absent
 
     @property
     def not_modified(self) -> bool:
@@ -78,8 +79,32 @@ class Response:
         return self.content_type in HTML_TYPES
 
     def text(self) -> str:
-        """Body decoded as UTF-8 (BOM dropped, invalid bytes replaced)."""
-        return self.body.decode("utf-8-sig", errors="replace")
+        """Body decoded in the declared charset (:meth:`utf8_body`), as UTF-8 (BOM dropped, invalid bytes
+        replaced)."""
+        return self.utf8_body().decode("utf-8-sig", errors="replace")
+
+    def html_input(self) -> str | bytes:
+        """What to give the HTML parser: the body as text in the header's charset when the page itself names none
+        (no ``charset`` in its first 2 KiB: a ``<meta charset>`` or ``http-equiv`` one, which lxml reads, wins, as
+        it did before); else the bytes."""
+        if self.charset and b"charset" not in self.body[:2048].lower():
+            return self.text()
+        return self.body
+
+    def utf8_body(self) -> bytes:
+        """The body as UTF-8 bytes: decoded from the charset the server declared (``text/markdown;
+        charset=iso-8859-1``, ``shift_jis``) and encoded as UTF-8; the body as received when it declares UTF-8 or
+        none, names a charset Python does not know, or does not decode in it (normalize then names the bad byte)."""
+        import codecs
+
+        if not self.charset:
+            return self.body
+        try:
+            if codecs.lookup(self.charset).name == "utf-8":
+                return self.body
+            return self.body.decode(self.charset).encode("utf-8")
+        except (LookupError, UnicodeDecodeError):
+            return self.body
 
 
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
@@ -90,6 +115,21 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
         if s:
             text = text.replace(s, "***")
     return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
+
+
+def userinfo(url: str) -> str:
+    """The ``user:password@`` part of a URL (``""`` when it has none): the credentials a source's ``url`` may carry."""
+    from urllib.parse import urlsplit
+
+    netloc = urlsplit(url).netloc
+    return netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
+
+
+def scrub(value: str, info: str) -> str:
+    """``value`` (a page's URL, Markdown or a warning line) without the credentials ``info`` (:func:`userinfo` of
+    the source's URL): what the vault, the build's output and Dagster's log keep of a fetched page. The client
+    keeps them, for the requests."""
+    return value.replace(info, "") if info else value
 
 
 def host_of(url: str) -> str:
@@ -284,6 +324,7 @@ class HttpClient:
             status = resp.status_code
             ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
             common = {"url": url, "final_url": final, "status": status, "content_type": ctype,
+                      "charset": _charset(resp.headers.get("Content-Type", "")),
                       "etag": resp.headers.get("ETag"), "last_modified": resp.headers.get("Last-Modified")}
             if status == 304:
                 self.stats["not_modified"] += 1
@@ -314,6 +355,16 @@ class HttpClient:
             return Response(body=b"".join(chunks), **common)  # type: ignore[arg-type]
         finally:
             resp.close()
+
+
+def _charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a Content-Type header, lower-case and unquoted (``text/markdown;
+    charset="Shift_JIS"`` -> ``shift_jis``); None when there is none."""
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').strip("'"):
+            return value.strip().strip('"').strip("'").lower()
+    return None
 
 
 _OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")

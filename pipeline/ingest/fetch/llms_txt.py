@@ -40,7 +40,7 @@ from pipeline.common.markdown import outside_fences
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import atomic_write_text, now_iso, read_state, write_state
 from pipeline.ingest.fetch.html import DEFAULT_MAX_PAGES, HTML_ACCEPT, make_client
-from pipeline.ingest.fetch.http import HttpClient, PageError, Response, host_of
+from pipeline.ingest.fetch.http import HttpClient, PageError, Response, host_of, scrub, userinfo
 from pipeline.ingest.fetch.pages import PageStage, revision_of, sha256, url_source_path
 from pipeline.models import FetchResult, RawFile, Source
 
@@ -224,7 +224,7 @@ def _is_markdown_response(resp: Response) -> bool:
 
 
 def _fetch_link(client: HttpClient, link: LlmsLink, old: dict[str, Any] | None, stage: PageStage,
-                own_host: str) -> dict[str, Any]:
+                own_host: str, info: str = "") -> dict[str, Any]:
     """Fetch one link into the stage; returns its page entry. Raises PageError (last cause) when nothing worked."""
     other = host_of(link.url) != own_host
     meta = {"llms_section": link.section, "llms_optional": link.optional}
@@ -255,7 +255,7 @@ def _fetch_link(client: HttpClient, link: LlmsLink, old: dict[str, Any] | None, 
             if not _is_markdown_response(resp):
                 last = PageError(f"{url}: answered with HTML, not Markdown", url)
                 continue
-            data = resp.body
+            data = resp.utf8_body()          # a page served as iso-8859-1 or shift_jis is stored as UTF-8
             sp = url_source_path(resp.final_url, host_prefix=other)
         else:
             if not resp.is_html:
@@ -264,8 +264,10 @@ def _fetch_link(client: HttpClient, link: LlmsLink, old: dict[str, Any] | None, 
                 continue
             from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
-            data = html_to_markdown(resp.body, resp.final_url).markdown.encode("utf-8")
+            data = html_to_markdown(resp.html_input(), resp.final_url).markdown.encode("utf-8")
             sp = url_source_path(resp.final_url, host_prefix=other)
+        if info:                    # a page's links made absolute against a URL with credentials
+            data = scrub(data.decode("utf-8", "surrogateescape"), info).encode("utf-8", "surrogateescape")
         stage.write(sp, data)
         return {"source_path": sp, "fetched_url": url, "kind": kind, "etag": resp.etag,
                 "last_modified": resp.last_modified, "sha256": sha256(data), "meta": meta}
@@ -298,6 +300,7 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
     if not index_url:
         raise FetchError(f"source '{source.name}': kind llms_txt needs 'url' (the llms.txt URL)")
     own_host = host_of(index_url)
+    info = userinfo(index_url)      # credentials in the URL: for the requests, never in a note or a warning
     hosts = {own_host, *source.allowed_hosts}
     own_client = client is None
     client = make_client(source, hosts, client)
@@ -332,7 +335,7 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
                                     "is not allowed (add it to allowed_hosts)")
                     continue
                 try:
-                    entry = _fetch_link(client, link, old_pages.get(link.url), stage, own_host)
+                    entry = _fetch_link(client, link, old_pages.get(link.url), stage, own_host, info)
                 except PageError as exc:
                     warnings.append(f"source '{source.name}': {link.url}: page skipped: "
                                     f"{str(exc).split(': ', 2)[-1] if str(exc).startswith('source ') else exc}")
@@ -343,11 +346,13 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
                     continue
                 taken[link.url] = entry
             if not taken:
-                raise FetchError(f"source '{source.name}': none of the {len(links)} link(s) of {index_url} could be "
-                                 f"fetched; first problem: {warnings[0] if warnings else 'no links'}")
+                raise FetchError(scrub(f"source '{source.name}': none of the {len(links)} link(s) of {index_url} "
+                                       f"could be fetched; first problem: {warnings[0] if warnings else 'no links'}",
+                                       info))
         files = tuple(sorted(
             (RawFile(source=source.name, source_path=e["source_path"], path=stage.final_path(e["source_path"]),
-                     url=e.get("url", u) if e.get("kind") == "llms-full" else u, meta=dict(e.get("meta") or {}))
+                     url=scrub(e.get("url", u) if e.get("kind") == "llms-full" else u, info),
+                     meta=dict(e.get("meta") or {}))
              for u, e in taken.items()),
             key=lambda f: f.source_path))
         revision = revision_of(taken)
@@ -356,7 +361,7 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
                  "links": len(links), "optional": sum(1 for f in files if f.meta.get("llms_optional")),
                  "warnings": len(warnings), "files": len(files)}
         result = FetchResult(source=source.name, strategy="llms_txt", revision=revision, files=files,
-                             changed=changed, stats=stats, warnings=tuple(warnings))
+                             changed=changed, stats=stats, warnings=tuple(scrub(w, info) for w in warnings))
         stage.commit()
     except BaseException:
         stage.abort()
@@ -395,7 +400,7 @@ def _read_index(source: Source, client: HttpClient, index_url: str, state: dict[
             body = copy.read_bytes()
             entry = dict(old)
         else:
-            body = resp.body
+            body = resp.utf8_body()
             entry = {"url": url, "etag": resp.etag, "last_modified": resp.last_modified, "sha256": sha256(body)}
             atomic_write_text(copy, body.decode("utf-8-sig", errors="replace"))
         text = body.decode("utf-8-sig", errors="replace")

@@ -1,0 +1,83 @@
+"""A full (or read-only, or failing) disk is one line naming where and what to do, never a traceback: the lock file's
+write, Dagster's SQLite run storage (SQLAlchemy wraps sqlite3's error, which names no file) and any OSError with a
+file name, in every command (found by filling a small tmpfs under a build, session 40)."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli
+from pipeline.cli import app
+from pipeline.common.errors import storage_error_line
+
+AGAIN = ("free space there (or make it writable) and run the command again: what the last build published still "
+         "serves search")
+
+
+def _wrapped(inner: BaseException) -> Exception:
+    """``inner`` as SQLAlchemy raises it: another exception whose ``__cause__`` it is."""
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            raise RuntimeError("(sqlite3.OperationalError) …\n[SQL: PRAGMA main.table_xinfo(\"runs\")]") from exc
+    except RuntimeError as outer:
+        return outer
+
+
+def test_the_line_names_the_file_or_the_folder_and_what_happened() -> None:
+    full = OSError(errno.ENOSPC, "No space left on device", "/d/data/state/me.json")
+    assert storage_error_line(full) == f"cannot write /d/data/state/me.json: no space left on the device; {AGAIN}"
+    no_name = OSError(errno.ENOSPC, "No space left on device")          # os.write() to the open lock file
+    assert storage_error_line(no_name, data_dir=Path("/d/data")) == (
+        f"cannot write in the data dir /d/data: no space left on the device; {AGAIN}")
+    assert storage_error_line(OSError(errno.EROFS, "Read-only file system", "/d/v/x.md")) == (
+        f"cannot write /d/v/x.md: the file system is read-only; {AGAIN}")
+    assert storage_error_line(OSError(errno.EDQUOT, "Disk quota exceeded", "/d/x")) == (
+        f"cannot write /d/x: disk quota exceeded; {AGAIN}")
+
+
+def test_sqlites_errors_under_sqlalchemy_name_dagster_home() -> None:
+    assert storage_error_line(_wrapped(sqlite3.OperationalError("database or disk is full")),
+                              dagster_home=Path("/d/data/dagster")) == (
+        f"cannot write Dagster's run storage in DAGSTER_HOME /d/data/dagster: no space left on the device; {AGAIN}")
+    assert storage_error_line(_wrapped(sqlite3.OperationalError("disk I/O error")), dagster_home=Path("/h")) == (
+        f"cannot write Dagster's run storage in DAGSTER_HOME /h: disk I/O error (is the disk full?); {AGAIN}")
+
+
+def test_other_errors_are_not_taken_for_a_full_disk() -> None:
+    assert storage_error_line(ValueError("x")) is None
+    assert storage_error_line(OSError(errno.ENOENT, "No such file or directory", "/x")) is None
+    assert storage_error_line(_wrapped(sqlite3.OperationalError("no such table: runs"))) is None
+
+
+def test_a_build_that_fills_the_disk_is_one_line_and_exit_1(tiny_env: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "noop_build", full)
+    monkeypatch.setattr(sys, "argv", ["docsvault", "build"])
+    monkeypatch.setattr(cli, "app", lambda **kw: app(prog_name="docsvault", **kw))
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    out, err = capsys.readouterr()
+    data = cli.settings().data_dir
+    assert (exit_.value.code, out, err) == (
+        1, "", f"error: cannot write in the data dir {data}: no space left on the device; {AGAIN}\n")
+
+
+def test_any_other_error_still_raises(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def bug(*_a: object, **_k: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(cli, "noop_build", bug)
+    monkeypatch.setattr(sys, "argv", ["docsvault", "build"])
+    monkeypatch.setattr(cli, "app", lambda **kw: app(prog_name="docsvault", **kw))
+    with pytest.raises(ZeroDivisionError):
+        cli._main()
