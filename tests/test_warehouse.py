@@ -582,3 +582,28 @@ def test_a_copy_ahead_no_publish_took_is_removed(tmp_path: Path):
         ahead._thread.join()
         assert ahead.tmp.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wh.duckdb"]
+
+
+def test_a_model_without_any_vector_does_not_replace_the_vectors_search_uses(built_tiny_env: Path) -> None:
+    """With a model that cannot be loaded (``DOCSVAULT_MODEL=bogus-model``: its sources failed, the other sources
+    were never embedded by it) the warehouse was published with no vector at all, and the vector lanes answered
+    nothing until a good build (a hostile tester, session 40). Such a publish is refused and the warehouse kept;
+    a model with some vectors, or one that only joins those served, is published as before."""
+    from pipeline.common import artifacts
+    from pipeline.common.errors import PipelineError
+    from pipeline.config import Settings
+    from pipeline.stages.warehouse import refuse_dropping_vectors
+
+    s = Settings.from_env()
+    chunks = artifacts.load_chunks(s, "tiny")
+    with pytest.raises(PipelineError) as err:
+        refuse_dropping_vectors(s, {"bogus-model": chunks}, {}, "")
+    assert str(err.value) == (
+        f"warehouse kept as published: no chunk has a vector of 'bogus-model' (its embeddings failed: see the "
+        f"sources' errors), and publishing now would drop the {len(chunks)} vectors of 'hash-384' that search uses; "
+        "fix the model setting (DOCSVAULT_MODEL, DOCSVAULT_MULTILINGUAL_MODEL, DOCSVAULT_CROSSLINGUAL_MODEL or a "
+        "source's `embedding`) and build again")
+    have = {"hash-384": ([c.chunk_id for c in chunks], None)}
+    refuse_dropping_vectors(s, {"hash-384": chunks, "e5": chunks[:1]}, have, "")      # e5 joins: published
+    refuse_dropping_vectors(s, {"bogus-model": chunks}, {}, "no meta table")           # unusable: rebuilt
+    refuse_dropping_vectors(s, {"bogus-model": chunks, "hash-384": chunks}, have, "")  # nothing dropped

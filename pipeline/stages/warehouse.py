@@ -347,6 +347,46 @@ def warehouse_behind(settings: Settings, sources: Sequence[Source], meta: dict[s
     return meta["input_key"] != _warehouse_key(settings, names, {s.name: s for s in sources})
 
 
+def refuse_dropping_vectors(settings: Settings, wanted: dict[str, list[Chunk]],
+                            arrays: dict[str, tuple[list[str], Any]], problem: str) -> None:
+    """Refuse a publish that would serve no vector of a model its chunks want while dropping the vectors of a model
+    the current warehouse serves: a model that cannot be loaded (``DOCSVAULT_MODEL=bogus-model``: its sources
+    failed, the others were not embedded by it) replaced every source's vectors with none, so the vector lanes
+    answered nothing until a good build. A model that has some vectors (a partial re-embedding), or one that only
+    joins the models served (a new source's first embedding killed early), is published as before.
+
+    Args:
+        wanted: model id -> the chunks that want its vectors; ``arrays``: the models with some vector
+            (:func:`_cached_vectors`); ``problem``: why the current warehouse cannot be used ("" when it can).
+
+    Raises:
+        PipelineError: the publish would drop served vectors; the warehouse is kept as it is.
+    """
+    absent = sorted(m for m, group in wanted.items() if group and m not in arrays)
+    if not absent or problem or not settings.warehouse_path.is_file():
+        return
+    from pipeline.warehouse import connect, list_models
+
+    try:
+        con = connect(settings.warehouse_path, read_only=True)
+    except Exception:  # noqa: BLE001 - unreadable: the publish rebuilds it, nothing of it to keep
+        return
+    try:
+        served = {m["model_id"]: m["n"] for m in list_models(con)}
+    finally:
+        con.close()
+    dropped = sorted(m for m, n in served.items() if n and m not in wanted)
+    if dropped:
+        from pipeline.common.errors import PipelineError
+
+        raise PipelineError(
+            f"warehouse kept as published: no chunk has a vector of {', '.join(repr(m) for m in absent)} (its "
+            f"embeddings failed: see the sources' errors), and publishing now would drop the "
+            f"{sum(served[m] for m in dropped)} vectors of {', '.join(repr(m) for m in dropped)} that search uses; "
+            "fix the model setting (DOCSVAULT_MODEL, DOCSVAULT_MULTILINGUAL_MODEL, DOCSVAULT_CROSSLINGUAL_MODEL or a "
+            "source's `embedding`) and build again")
+
+
 def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
     """(meta of the current warehouse, problem) — problem is "" when it opens fine, else why it must be rebuilt."""
     from pipeline.warehouse import connect, read_meta
@@ -447,6 +487,7 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         # model id -> chunk ids, a reader of their vectors (read by the publish: only the inserted ones when it
         # is incremental); source -> its chunk ids without a vector of some model
         arrays, missing, unembedded = _cached_vectors(settings, wanted)
+        refuse_dropping_vectors(settings, wanted, arrays, problem)
         timings["vectors_s"] = time.perf_counter() - t
         notify("warehouse", "all", 3, 5)
         t = time.perf_counter()
