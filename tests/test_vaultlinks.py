@@ -237,3 +237,32 @@ def test_a_link_by_an_alias_is_written_with_its_notes_path() -> None:
                            "![[s/Artificial intelligence]], [[Home]], [[Nowhere]]\n")
     assert out[2].frontmatter == {"up": "[[s/Artificial intelligence|AI]]"}
     assert out[:2] == notes[:2]
+
+
+def test_a_table_shown_in_code_does_not_make_the_next_line_a_table_row() -> None:
+    """A review finding (session 40): the rewrite read table rows over the whole body, code too, so a Markdown
+    table shown in a fenced block made every line after it up to a blank line a "row": a paragraph right after the
+    closing fence (and a table right before an opening one) got `[[s/Home\\|the home]]`, a table's escaped pipe
+    outside any table, which Obsidian does not read as `|`. Fenced code ends a table, as in GFM, and a table
+    inside code is none; a real table's row still escapes its pipe."""
+    body = ("```\n| a | b |\n|---|---|\n| 1 | 2 |\n```\nSee [[Home|the home]].\n\n"
+            "| x | y |\n|---|---|\n| [[Home]] | 1 |\n~~~\ncode\n~~~\n[[Home]] after the fence\n")
+    notes = [_n("s", "Home.md"), _n("s", "A.md", body)]
+    out, n = qualify_ambiguous_links("s", notes, {"home"})
+    assert n == 3
+    assert out[1].body == ("```\n| a | b |\n|---|---|\n| 1 | 2 |\n```\nSee [[s/Home|the home]].\n\n"
+                           "| x | y |\n|---|---|\n| [[s/Home\\|Home]] | 1 |\n~~~\ncode\n~~~\n"
+                           "[[s/Home|Home]] after the fence\n")
+
+
+def test_tags_aliases_and_css_classes_are_not_rewritten_as_property_links() -> None:
+    """A review finding (session 40): the link graph reads no link in `tags`, `aliases` and `cssclasses` (nor their
+    singular forms, any case: Obsidian gives them types of their own), but the vault stage qualified a `[[Home]]`
+    there as a property link, so an alias written "[[Home]]" became "[[s/Home|Home]]" in the vault: a value the
+    user wrote, changed, though no link is read there. They are left as written; `up` is still qualified."""
+    fm = {"source": "s", "aliases": ["[[Home]]"], "Tags": ["[[Home]]"], "cssclasses": "[[Home]]",
+          "alias": "[[Home]]", "up": "[[Home]]"}
+    notes = [_n("s", "Home.md"), Note("s", "A.md", "A.md", "A", fm, "x\n")]
+    out, n = qualify_ambiguous_links("s", notes, {"home"})
+    assert n == 1
+    assert out[1].frontmatter == {**fm, "up": "[[s/Home|Home]]"}

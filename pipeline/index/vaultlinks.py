@@ -122,13 +122,12 @@ def _qualified_body(source: str, note: Note, others: set[str], resolver: Any) ->
     """``(body, links rewritten)`` of one note for :func:`qualify_ambiguous_links`; ``resolver``: a
     :class:`pipeline.index.graph.LinkResolver` of the source's notes."""
     from pipeline.index.graph import link_spans
-    from pipeline.ingest.normalize import _table_rows
 
     body = note.body
     if "[[" not in body or not any(_may_qualify(m.group(2), source, others) for m in _WIKI.finditer(body)):
         return body, 0
     line_starts = [0] + [i + 1 for i, c in enumerate(body) if c == "\n"]
-    rows = _table_rows(body.split("\n")) if "|" in body else [False] * len(line_starts)
+    rows = _prose_table_rows(body) if "|" in body else [False] * len(line_starts)
     pieces: list[str] = []
     pos = changed = 0
     for start, end, link in link_spans(body):
@@ -143,11 +142,28 @@ def _qualified_body(source: str, note: Note, others: set[str], resolver: Any) ->
     return "".join(pieces) + body[pos:], changed
 
 
+def _prose_table_rows(body: str) -> list[bool]:
+    """Which lines of ``body`` (``body.split("\\n")``) are rows of a table in its prose: fenced code reads as blank
+    lines, so a table shown inside code is none and a fence ends a table (as GFM reads them, and as the rewrite
+    did when it ran on the prose between fences: a paragraph right after a fence got a table's ``\\|``)."""
+    from pipeline.common.markdown import split_code
+    from pipeline.ingest.normalize import _table_rows
+
+    masked = "".join("\n" * piece.count("\n") if is_code else piece for is_code, piece in split_code(body))
+    return _table_rows(masked.split("\n"))
+
+
 def _qualified_properties(source: str, note: Note, others: set[str], resolver: Any) -> tuple[dict[str, Any], int]:
     """``(frontmatter, links rewritten)`` of one note for :func:`qualify_ambiguous_links`: a text property, or a
     text item of a list property, that is one link as a whole (:func:`pipeline.index.graph.property_links`),
-    spaces around it dropped once rewritten; the build's own keys (``title``, ``source``…) are left alone."""
+    spaces around it dropped once rewritten; the build's own keys (``title``, ``source``…) are left alone, and so
+    are ``tags``, ``aliases`` and ``cssclasses``, whose values the link graph reads as no link
+    (:data:`pipeline.index.graph.NOT_LINK_PROPERTIES`)."""
+    from pipeline.index.graph import NOT_LINK_PROPERTIES
     from pipeline.ingest.normalize import OWN_KEYS
+
+    def kept(k: Any) -> bool:
+        return k in OWN_KEYS or str(k).lower() in NOT_LINK_PROPERTIES
 
     changed = 0
 
@@ -160,9 +176,9 @@ def _qualified_properties(source: str, note: Note, others: set[str], resolver: A
         return value if new is None else new
 
     fm = note.frontmatter
-    if not any(isinstance(v, (str, list)) and "[[" in str(v) for k, v in fm.items() if k not in OWN_KEYS):
+    if not any(isinstance(v, (str, list)) and "[[" in str(v) for k, v in fm.items() if not kept(k)):
         return fm, 0
-    out = {k: v if k in OWN_KEYS else [one(x) for x in v] if isinstance(v, list) else one(v) for k, v in fm.items()}
+    out = {k: v if kept(k) else [one(x) for x in v] if isinstance(v, list) else one(v) for k, v in fm.items()}
     return (out, changed) if changed else (fm, 0)
 
 
