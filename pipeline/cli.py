@@ -1148,6 +1148,28 @@ def _status_sources(data: dict[str, Any]) -> None:
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
 
 
+def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
+    """The lines ``status`` prints under the warehouse line when it does not serve what the data dir built: chunks
+    without a vector, sources it serves that sources.yaml no longer lists, else ``behind``."""
+    lines = []
+    if w.get("missing_vectors_in"):
+        lines.append(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
+                     "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
+                     "embeds them")
+    gone = w.get("not_in_sources") or []
+    one = len(gone) == 1
+    if gone:
+        lines.append(f"  serves {'a source' if one else f'{len(gone)} sources'} no longer in sources.yaml: "
+                     f"{', '.join(gone)}; search finds {'its' if one else 'their'} notes until `docsvault build` "
+                     f"removes {'it' if one else 'them'}")
+    elif w.get("behind"):
+        lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
+                     "of some sources' assets without `warehouse` or one stopped before it, another version of "
+                     "docsvault, files copied without their times); search may not see those changes until "
+                     "`docsvault build` publishes it again")
+    return lines
+
+
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Status as JSON on stdout.")] = False,
@@ -1179,15 +1201,8 @@ def status(
                    f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
-        if w.get("missing_vectors_in"):
-            typer.echo(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
-                       "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
-                       "embeds them")
-        if w.get("behind"):
-            typer.echo("  behind: what it is published from changed since (notes or chunks built here by a Dagster "
-                       "run of some sources' assets without `warehouse` or one stopped before it, another version "
-                       "of docsvault, files copied without their times); search may not see those changes until "
-                       "`docsvault build` publishes it again")
+        for line in _warehouse_lag_lines(w):
+            typer.echo(line)
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")

@@ -592,6 +592,7 @@ class WarehouseStatus(Record):
     error: str = ""                         # a file that cannot be read: why (then ``built`` is False)
     missing_vectors_in: str = ""            # "<source> <n> of <chunks>, …": chunks published without a vector
     behind: bool | None = None              # the sources built here changed since it was published (None: unknown)
+    not_in_sources: tuple[str, ...] = ()    # sources it serves that sources.yaml no longer lists (a build removes them)
 
     def as_dict(self) -> dict[str, Any]:
         full = {k: v for k, v in super().as_dict().items() if k != "error"}
@@ -677,7 +678,8 @@ def status_report(s: Settings) -> Status:
         loaded = load_sources(s.sources_file)
         listed = [(src.name, src.kind, src) for src in loaded]
         if warehouse.built:
-            warehouse = replace(warehouse, behind=warehouse_behind(s, loaded, meta))
+            warehouse = replace(warehouse, behind=warehouse_behind(s, loaded, meta),
+                                not_in_sources=tuple(sorted(set(counts) - {src.name for src in loaded})))
     except SourceConfigError as exc:
         sources_error, listed = str(exc), [(name, "?", None) for name in sorted(counts)]
     rows = []

@@ -60,3 +60,30 @@ def test_status_says_the_warehouse_is_behind_or_lacks_vectors(built_tiny_env: Pa
     warehouse, lines = _status()
     assert (warehouse["behind"], warehouse["missing_vectors_in"]) == (False, "")
     assert not [line for line in lines if "behind" in line or "without a vector" in line]
+
+
+def test_status_names_a_source_the_warehouse_serves_that_sources_yaml_no_longer_lists(built_tiny_env: Path) -> None:
+    """A review finding (session 40): with a source removed from sources.yaml, status listed only the others, said
+    `behind` with causes that were not it (a Dagster run without `warehouse`, another version, copied files), and
+    nothing said that search still served the removed source's notes. It names it now, until a build removes it."""
+    other = built_tiny_env / "other"
+    other.mkdir()
+    (other / "Geese.md").write_text("# Geese\n\nGeese honk.\n", encoding="utf-8")
+    listed = (built_tiny_env / "sources.yaml").read_text(encoding="utf-8")
+    (built_tiny_env / "sources.yaml").write_text(
+        listed + f"  - name: other\n    kind: local\n    path: {other}\n    format: obsidian\n", encoding="utf-8")
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, _ = _status()
+    assert (warehouse["behind"], warehouse["not_in_sources"]) == (False, [])
+
+    (built_tiny_env / "sources.yaml").write_text(listed, encoding="utf-8")
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["not_in_sources"]) == (True, ["other"])
+    assert ("  serves a source no longer in sources.yaml: other; search finds its notes until "
+            "`docsvault build` removes it") in lines
+    assert BEHIND not in lines                  # the line above says why
+
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["not_in_sources"]) == (False, [])
+    assert not [line for line in lines if "no longer in sources.yaml" in line or "behind" in line]
