@@ -818,3 +818,38 @@ def test_stages_built_by_other_code_are_rebuilt_once_after_an_upgrade(two_source
         assert requested() == [(f"code:{token}", "code_changed", {dg.AssetKey([s]) for s in SHARED_STAGES})]
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=dg.AssetKey(["warehouse"])))
         assert requested() == []                                    # no code version recorded: not judged
+
+
+def test_an_upgrade_run_is_requested_once_not_on_every_tick_after_it(two_sources, tmp_path):
+    """A review finding (session 40): the sensor kept no record of the upgrade run it requested. While the stages
+    still carried the old code version (that run terminated, or failed before they materialized) every tick
+    requested it again: Dagster skipped the repeated run key, but the tick said "requesting a run to rebuild" for
+    ever, never "no source moved", and never reached the request that publishes a removal. The cursor now keeps the
+    code version requested: the next tick requests nothing for it; another version of the code is requested."""
+    import json
+
+    from pipeline import stages as build
+    from pipeline.defs.assets import CODE_OF
+    from pipeline.stages.base import digest
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
+    token = digest(sorted(now.items()))[:16]
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        for k in ([s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES):
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                asset_key=dg.AssetKey(k), tags={"dagster/code_version": now[k[-1]]}))
+        for k in SHARED_STAGES:
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                asset_key=dg.AssetKey([k]), tags={"dagster/code_version": now[k]}))
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            asset_key=dg.AssetKey(["notes", "chunks"]), tags={"dagster/code_version": "0ld0ld0ld0ld0ld0"}))
+        first = sensor(dg.build_sensor_context(instance=instance))
+        assert [r.run_key for r in first.run_requests] == [f"notes:code:{token}"]
+        again = sensor(dg.build_sensor_context(cursor=first.cursor, instance=instance))   # the run did not rebuild it
+        assert again.run_requests == [] and again.skip_reason.skip_message == "no source moved (2 checked)"
+        assert json.loads(again.cursor)[".code"] == token
+        other = sensor(dg.build_sensor_context(cursor=json.dumps({".code": "0ld0ld0ld0ld0ld0"}), instance=instance))
+        assert [r.run_key for r in other.run_requests] == [f"notes:code:{token}"]

@@ -66,6 +66,9 @@ def source_selection(source: Source) -> list[dg.AssetKey]:
 #: the cursor's entry of the failed fetches a retry was requested for (source -> its ``failing_since``); a
 #: source name cannot start with a dot, so it is no source's entry
 RETRIED_KEY = ".retried"
+#: the cursor's entry of the code version (:attr:`CodeChanged.token`) an upgrade run was requested for: once, not on
+#: every tick while its stages still carry the older version (a run terminated or failed before they materialized)
+CODE_KEY = ".code"
 
 
 def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Callable[[], Settings],
@@ -186,7 +189,10 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             context.log.info(f"{', '.join(behind.sources)}: embedded after the warehouse's last publish (a run "
                              "stopped before the shared stages); requesting link_graph, warehouse and retrieval_eval")
         upgraded = code_changed(instance, list(checked.values())) if instance is not None and not requests else None
+        if upgraded is not None and upgraded.token == loaded.get(CODE_KEY):
+            upgraded = None                       # requested on an earlier tick: once per version of the code
         if upgraded is not None:
+            cursor[CODE_KEY] = upgraded.token
             for name_, stages in upgraded.by_source.items():
                 request(checked[name_], f"code:{upgraded.token}", "code_changed",
                         f"{', '.join(stages)} last built by other code than this version's (an upgrade); "
@@ -204,6 +210,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 context.log.info(removal[1])
         if retried:
             cursor[RETRIED_KEY] = retried
+        if CODE_KEY not in cursor and isinstance(loaded.get(CODE_KEY), str):
+            cursor[CODE_KEY] = loaded[CODE_KEY]
         new_cursor = json.dumps(cursor, sort_keys=True)
         if requests:
             return dg.SensorResult(run_requests=requests, cursor=new_cursor)
