@@ -391,3 +391,21 @@ def test_credentials_in_the_llms_txt_url_stay_out_of_notes_and_warnings(tmp_path
     assert [(f.source_path, f.url) for f in result.files] == [("h.md", f"{base}/h"), ("r.md", f"{base}/r.md")]
     assert result.files[0].path.read_text() == f"# H\n\n[r]({base}/r.md)\n"
     assert result.warnings == (f"source 'site': {base}/gone.md: page skipped: HTTP 404 Not Found",)
+
+
+def test_a_utf8_page_served_with_a_legacy_charset_stays_utf8():
+    """A review finding (session 40): since pages are decoded in their server's declared charset, a UTF-8 page
+    served as ``charset=iso-8859-1`` (a server's default for text files, common) was stored as mojibake (``café``
+    as ``cafÃ©``) with no error, where before it was stored right. A body that is valid UTF-8 is kept as it is, as
+    Latin-1 or Shift_JIS text almost never is; one that is not is decoded in the declared charset, as before."""
+    from pipeline.ingest.fetch.http import Response
+
+    def body(data: bytes, charset: str) -> bytes:
+        return Response("u", "u", 200, data, "text/markdown", None, None, charset).utf8_body()
+
+    assert body("# Caf\u00e9 \u2014 \u8a2d\u5b9a\n".encode(), "iso-8859-1") == "# Caf\u00e9 \u2014 \u8a2d\u5b9a\n".encode()
+    assert body("# Caf\u00e9\n".encode(), "shift_jis") == "# Caf\u00e9\n".encode()
+    assert body("# Caf\u00e9\n".encode("latin-1"), "iso-8859-1") == "# Caf\u00e9\n".encode()
+    assert body("# \u8a2d\u5b9a\n".encode("shift_jis"), "shift_jis") == "# \u8a2d\u5b9a\n".encode()
+    html = Response("u", "u", 200, "<p>Stra\u00dfe</p>".encode(), "text/html", None, None, "windows-1252")
+    assert html.html_input() == "<p>Stra\u00dfe</p>"

@@ -94,17 +94,29 @@ class Response:
     def utf8_body(self) -> bytes:
         """The body as UTF-8 bytes: decoded from the charset the server declared (``text/markdown;
         charset=iso-8859-1``, ``shift_jis``) and encoded as UTF-8; the body as received when it declares UTF-8 or
-        none, names a charset Python does not know, or does not decode in it (normalize then names the bad byte)."""
+        none, names a charset Python does not know, or does not decode in it (normalize then names the bad byte),
+        and when it is valid UTF-8 under a one- or two-byte legacy charset: a UTF-8 page served with a server's
+        default ``charset=iso-8859-1`` (Latin-1 or Shift_JIS text is almost never valid UTF-8; decoded in the
+        declared charset, such a page was stored as mojibake, ``café`` as ``cafÃ©``)."""
         import codecs
 
         if not self.charset:
             return self.body
         try:
-            if codecs.lookup(self.charset).name == "utf-8":
+            name = codecs.lookup(self.charset).name
+            if name == "utf-8" or (not name.startswith(("utf-16", "utf-32")) and _is_utf8(self.body)):
                 return self.body
             return self.body.decode(self.charset).encode("utf-8")
         except (LookupError, UnicodeDecodeError):
             return self.body
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
