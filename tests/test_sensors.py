@@ -853,3 +853,23 @@ def test_an_upgrade_run_is_requested_once_not_on_every_tick_after_it(two_sources
         assert json.loads(again.cursor)[".code"] == token
         other = sensor(dg.build_sensor_context(cursor=json.dumps({".code": "0ld0ld0ld0ld0ld0"}), instance=instance))
         assert [r.run_key for r in other.run_requests] == [f"notes:code:{token}"]
+
+
+def test_a_folder_that_cannot_be_locked_still_records_the_claim(tmp_path, monkeypatch):
+    """A file system without ``flock`` (ENOLCK on some network mounts) failed every tick of the sensor once its
+    claim took a lock; the claim now goes on unlocked there, as it did before the lock."""
+    import errno
+    import fcntl
+    import json
+    import time
+
+    from pipeline.common.artifacts import claim_sensor
+
+    settings, _ = _notes_sensor(tmp_path, monkeypatch)
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert claim_sensor(settings, "/srv/a", 90.0, time.time()) is None
+    assert json.loads((settings.state_dir / ".sensor.json").read_text())["instance"] == "/srv/a"

@@ -284,7 +284,10 @@ def _folder_flock(folder: Path) -> Iterator[None]:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:              # a file system without flock (ENOLCK): the claim goes on unlocked, as before
+            pass
         yield
     finally:
         os.close(fd)                 # releases the lock
