@@ -81,3 +81,26 @@ def test_any_other_error_still_raises(tiny_env: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(cli, "app", lambda **kw: app(prog_name="docsvault", **kw))
     with pytest.raises(ZeroDivisionError):
         cli._main()
+
+
+def test_a_file_write_that_fills_the_disk_names_the_file(tmp_path: Path) -> None:
+    """A vault or state file whose write failed on a full disk raised ``[Errno 28] No space left on device`` with
+    no file in it, so the failed stage's line named nothing (a hostile tester, session 40). The error now names
+    the file being written; no temp file is left, and an error that names its file keeps it."""
+    from pipeline.common.artifacts import write_atomic_with
+
+    def full(fh: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    target = tmp_path / "vault" / "me" / "Note.md"
+    with pytest.raises(OSError) as err:
+        write_atomic_with(target, full)
+    assert str(err.value) == f"[Errno 28] No space left on device: '{target}'"
+    assert list(target.parent.iterdir()) == []
+
+    def denied(fh: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", "/elsewhere")
+
+    with pytest.raises(PermissionError) as err:
+        write_atomic_with(target, denied)
+    assert err.value.filename == "/elsewhere"

@@ -50,7 +50,8 @@ def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusi
 
     Raises:
         FileExistsError: ``exclusive`` and ``path`` exists (nothing written).
-        OSError: the folder or the file cannot be written (the temp file is removed).
+        OSError: the folder or the file cannot be written (the temp file is removed); one that names no file (a
+            full disk: ``[Errno 28] No space left on device``) names ``path``.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -64,6 +65,10 @@ def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusi
             _link_new(tmp, path)
         else:
             os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None:    # a write or fsync that failed: the stage's error line names the file
+            exc.filename = str(path)
+        raise
     finally:
         Path(tmp).unlink(missing_ok=True)       # gone after a replace; left behind by a link or a failure
 
