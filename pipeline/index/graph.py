@@ -55,6 +55,7 @@ __all__ = [
     "missing_subpaths",
     "parse_links",
     "property_links",
+    "whole_value_link",
 ]
 
 _ATTACHMENTS_TEXT = (
@@ -186,6 +187,16 @@ def parse_links(markdown: str) -> list[WikiLink]:
 NOT_LINK_PROPERTIES = frozenset({"tags", "tag", "aliases", "alias", "cssclasses", "cssclass"})
 
 
+def whole_value_link(value: object) -> re.Match[str] | None:
+    """The wikilink match (a ``_WIKILINK`` match: group 2 the link's inner text) of a property value that is one
+    link as a whole, spaces around left out (``" [[Home]] "``), and no embed; None for any other value (text around
+    a link, a number)."""
+    if not isinstance(value, str) or "[[" not in value:
+        return None
+    m = _WIKILINK.fullmatch(value.strip())
+    return m if m and not m.group(1) else None
+
+
 def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
     """Links of a note's properties, as Obsidian counts them among the note's links (outgoing links, backlinks,
     the graph view): a text property or a text item of a list property whose whole value (spaces around left
@@ -207,10 +218,8 @@ def property_links(frontmatter: Mapping[str, Any]) -> list[WikiLink]:
         if str(key).lower() in NOT_LINK_PROPERTIES:
             continue
         for text in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
-            if not isinstance(text, str) or "[[" not in text:
-                continue
-            m = _WIKILINK.fullmatch(text.strip())
-            link = _parse_wikilink(m.group(2), embed=False) if m and not m.group(1) else None
+            m = whole_value_link(text)
+            link = _parse_wikilink(m.group(2), embed=False) if m else None
             if link is not None and link.target:
                 out.append(replace(link, kind="property"))
     return out

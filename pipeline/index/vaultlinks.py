@@ -159,7 +159,7 @@ def _qualified_properties(source: str, note: Note, others: set[str], resolver: A
     spaces around it dropped once rewritten; the build's own keys (``title``, ``source``…) are left alone, and so
     are ``tags``, ``aliases`` and ``cssclasses``, whose values the link graph reads as no link
     (:data:`pipeline.index.graph.NOT_LINK_PROPERTIES`)."""
-    from pipeline.index.graph import NOT_LINK_PROPERTIES
+    from pipeline.index.graph import NOT_LINK_PROPERTIES, whole_value_link
     from pipeline.ingest.normalize import OWN_KEYS
 
     def kept(k: Any) -> bool:
@@ -169,9 +169,8 @@ def _qualified_properties(source: str, note: Note, others: set[str], resolver: A
 
     def one(value: Any) -> Any:
         nonlocal changed
-        m = _WIKI.fullmatch(value.strip()) if isinstance(value, str) and "[[" in value else None
-        new = _qualified_link(m, note, resolver) if m and not m.group(1) and _may_qualify(m.group(2), source, others) \
-            else None
+        m = whole_value_link(value)
+        new = _qualified_link(m, note, resolver) if m and _may_qualify(m.group(2), source, others) else None
         changed += new is not None
         return value if new is None else new
 
