@@ -253,3 +253,29 @@ def test_a_refresh_stopped_at_its_timeout_says_what_the_build_waited_for(tiny_en
         "refresh of tiny took longer than 1.5 s and was stopped; the previous index still serves. The build's last "
         "warning: pool docsvault_source_tiny is held by run 87cd9b08 (STARTED, step tiny__raw_docs). Run "
         "`docsvault build --source tiny` in a terminal")
+
+
+def test_a_folder_with_nothing_in_it_keeps_the_last_copy_as_an_unmounted_drive(tiny_env: Path) -> None:
+    """A mount point whose drive is not mounted is an empty folder: the build fails the source and keeps its notes;
+    a folder that still holds anything (here a dot-file) is mounted and builds as an empty source."""
+    import shutil
+
+    folder = tiny_env / "tinyvault"
+    _run("build")
+    shutil.rmtree(folder)
+    folder.mkdir()                                                   # the bare mount point
+    out, _ = _run("build", code=1)
+    assert (f"tiny                     failed         -       -         -  failed at raw_docs: source 'tiny': local "
+            f"path {folder} is empty (nothing in it at all) but held 5 file(s) at the last fetch; is its drive or "
+            "share unmounted? Its notes keep serving search; if you emptied it on purpose, remove the source from "
+            "sources.yaml, or put any file in the folder (e.g. .keep) and build again") in out.splitlines()
+    assert _run("search", "water bird in the pond", "--files", "-k", "1")[0].startswith("tiny/Ducks.md\t")
+    assert len(list((tiny_env / "vault" / "tiny").rglob("*.md"))) == 6
+    _run("build", code=1)                                            # still refused on the next build
+
+    (folder / ".keep").write_text("", encoding="utf-8")
+    out, err = _run("build")
+    assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
+                   "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
+    assert out.splitlines()[1] == "tiny                     built          0       0         0  0 written, 6 removed"
+    assert _run("search", "ducks", code=1)[0] == "No results\n"

@@ -12,7 +12,9 @@ Names with control characters are listed (the vault path is sanitized by the nor
 ``changed`` is cheap to compute.
 
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
-``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays.
+``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays,
+and so is a root with nothing in it at all whose last fetch listed files (an unmounted drive's mount point:
+:func:`_refuse_unmounted`).
 """
 
 from __future__ import annotations
@@ -193,6 +195,34 @@ def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[t
     return digest.hexdigest()
 
 
+def _refuse_unmounted(source: Source, settings: Settings, roots: Sequence[Path]) -> None:
+    """Raise when a root holds nothing at all, not even a dot-file, while the source's last fetch listed files
+    under it: that is how the mount point of an unmounted drive (or a network share that is down) looks, and
+    building it as an empty source would remove every note it had from the vault and search. A folder that still
+    holds something (``.obsidian/``, a subfolder, a file that is no note) is mounted: its notes were deleted.
+
+    Raises:
+        FetchError: naming the folder, how many files the last fetch listed under it, and what to do.
+    """
+    previous = read_state(source, settings) or {}
+    listed = [str(f.get("path", "")) for f in previous.get("files", []) if isinstance(f, dict)]
+    for root in roots:
+        try:
+            with os.scandir(root) as entries:
+                if next(entries, None) is not None:
+                    continue
+        except OSError:
+            continue                # unreadable: _walk_root has raised already
+        under = str(root.resolve()) + os.sep
+        before = sum(1 for p in listed if p.startswith(under))
+        if before:
+            raise FetchError(
+                f"source '{source.name}': local path {printable_path(root)} is empty (nothing in it at all) but "
+                f"held {before} file(s) at the last fetch; is its drive or share unmounted? Its notes keep serving "
+                "search; if you emptied it on purpose, remove the source from sources.yaml, or put any file in the "
+                "folder (e.g. .keep) and build again")
+
+
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
 
@@ -229,6 +259,8 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         name_twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
     selected = select_paths(source, listing)
     skipped_notes = _twin_lines(source, name_twins, selected, warnings)
+    if not selected:
+        _refuse_unmounted(source, settings, roots)
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(
             f"source '{source.name}' has no notes: no files match under {', '.join(printable_path(r) for r in roots)} "
