@@ -89,10 +89,11 @@ def test_token_lists_are_field_text_of_each_chunk_and_the_pages_fields_then_thei
     assert ids == [notes[0].note_id, notes[1].note_id, "no-such-note", notes[2].note_id]
     fields = ["read", "parquet", "parquet", "file", "2024", "how", "read_csv_auto", "read", "csv", "auto",
               "parquet", "io", "format", "true"]
-    body = ["parquet", "columnar", "parquet", "file", "fast", "use", "read_parquet", "read", "parquet", "x.parquet",
-            "x", "parquet"]
-    assert lists[0] == fields + fields + body                     # chunks by ordinal, the empty one adds nothing
-    assert lists[2] == ["orphan", "chunk", "text"]
+    body = ["parquet", "columnar", "parquet", "file", "fast", "usag", "use", "read_parquet", "read", "parquet",
+            "x.parquet", "x", "parquet"]
+    # chunks by ordinal, each section heading once before the first chunk it heads; the empty chunk adds nothing
+    assert lists[0] == fields + fields + body
+    assert lists[2] == ["lost", "orphan", "chunk", "text"]
     assert lists[3] == ["empti", "empti", "use", "read_parquet", "read", "parquet", "x.parquet", "x", "parquet"]
 
 
@@ -129,7 +130,7 @@ def test_warehouse_bm25_blobs_are_the_two_indexes_and_reuse_the_token_cache(tmp_
     want = build_chunk_index(chunks, notes, Analyzer()).to_blobs()
     want.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, Analyzer()).to_blobs().items()})
     texts = {t for n in notes for t in (n.title, *n.aliases, n.description, *page_labels(n))}
-    texts |= {t for c in chunks for t in (c.breadcrumb, c.text)}
+    texts |= {t for c in chunks for t in (c.breadcrumb, c.text, *c.heading_path)}
     texts.discard("")
     assert bm25_index_blobs(TokenCache(tmp_path, "v1"), chunks, notes) == (want, 0, len(texts))
     assert bm25_index_blobs(TokenCache(tmp_path, "v1"), chunks, notes) == (want, len(texts), 0)

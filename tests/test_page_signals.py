@@ -34,7 +34,22 @@ def test_page_token_lists_are_fields_twice_then_every_chunk_in_order():
     notes, chunks = _notes_and_chunks({"Otters.md": ["otters swim", "otters eat fish"], "Empty.md": []})
     ids, lists = page_token_lists(list(reversed(chunks)), notes, Analyzer())
     assert ids == [notes[0].note_id]                   # a page without chunks is not indexed
-    assert lists == [["otter", "otter", "otter", "swim", "otter", "eat", "fish"]]
+    assert lists == [["otter", "otter", "s0", "otter", "swim", "s1", "otter", "eat", "fish"]]
+
+
+def test_the_page_document_holds_each_section_heading_once_where_it_first_heads_a_chunk():
+    """A section that is a chunk of its own has its heading in the breadcrumb, not in the text: the page's BM25
+    document still holds it (`## Window functions` made no page of the bm25_page lane hold 'window')."""
+    note = Note("zoo", "Guide.md", "Guide.md", "Guide", {"title": "Guide"}, "")
+    chunks = [Chunk("c0", note.note_id, "zoo", 0, (), "Guide", "intro text"),
+              Chunk("c1", note.note_id, "zoo", 1, ("Window functions",), "Guide > Window functions", "rank rows"),
+              Chunk("c2", note.note_id, "zoo", 2, ("Window functions", "Frames"), "Guide > Window functions > Frames",
+                    "rows between"),
+              Chunk("c3", note.note_id, "zoo", 3, ("Window functions", "Frames"), "Guide > Window functions > Frames",
+                    "more rows")]
+    ids, lists = page_token_lists(chunks, [note], Analyzer())
+    assert lists == [["guid", "guid", "intro", "text", "window", "function", "rank", "row", "frame", "row",
+                      "between", "more", "row"]]
 
 
 def test_split_blobs_separates_the_page_index():

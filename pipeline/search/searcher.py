@@ -3,7 +3,7 @@
 Lanes:
 
 - ``bm25`` ranks chunks (the in-memory ``Bm25Index``), then pages by ``best chunk score + 0.1 x second-best``.
-- ``bm25_page`` ranks whole pages (a BM25 index whose documents are pages: all their chunks' text).
+- ``bm25_page`` ranks whole pages (a BM25 index whose documents are pages: all their chunks' text and headings).
 - ``vector`` ranks chunks by cosine similarity, each note's chunks under the model of its language (MiniLM for
   English, multilingual-e5 for Japanese/Chinese/Korean: :meth:`pipeline.config.Settings.model_for`), by an exact
   in-memory scan (or its DuckDB HNSW index above ``EXACT_MAX_ROWS``), then pages by ``best + 0.1 x second-best +
