@@ -275,6 +275,20 @@ def test_stable_ids() -> None:
     assert len({c.chunk_id for c in a}) == 3
 
 
+def test_a_heading_that_reads_like_a_path_has_an_id_of_its_own() -> None:
+    """``## Settings > Privacy`` and ``## Settings`` + ``### Privacy`` join to the same path text; the second one
+    counts as a repeat of it (occurrence 1) instead of sharing its id, which failed every later publish ("two chunks
+    share the id")."""
+    body = ("## Settings > Privacy\nThe menu path of the privacy page.\n\n## Settings\nIntro.\n\n"
+            "### Privacy\nWhat the privacy page holds.\n")
+    chunks = chunk_note(mk(body), count_tokens=len, min_tokens=0)
+    note_id = mk(body).note_id
+    assert [c.heading_path for c in chunks] == [("Settings > Privacy",), ("Settings",), ("Settings", "Privacy")]
+    assert [c.chunk_id for c in chunks] == [stable_id(note_id, "Settings > Privacy", "0"),
+                                            stable_id(note_id, "Settings", "0"),
+                                            stable_id(note_id, "Settings > Privacy", "0", "1")]
+
+
 def test_overlong_breadcrumb_is_shortened() -> None:
     chunks = chunk_note(mk("## " + "Very long heading " * 40 + "\nBody."), count_tokens=len, max_tokens=100)
     assert all(len(c.embed_text) <= 100 for c in chunks)

@@ -35,8 +35,10 @@ How a note body becomes chunks:
    for minutes on every change. The character cap (8,192 for 256 tokens) is above every chunk of the five shared
    corpora (the longest: 4,331 characters), so it cuts only such runs.
 7. ``chunk_id = stable_id(note_id, " > ".join(heading_path), str(piece))`` where ``piece`` is the piece index
-   within the section; when the same heading path occurs again in the note, its occurrence index n ≥ 1 is added as
-   a fourth part (``stable_id(note_id, path, str(piece), str(n))``). ``ordinal`` is the position in the note.
+   within the section; when the same heading path text occurs again in the note, its occurrence index n ≥ 1 is
+   added as a fourth part (``stable_id(note_id, path, str(piece), str(n))``). Paths are compared as that joined
+   text, so ``## Settings > Privacy`` and ``## Settings`` + ``### Privacy`` (the same text) never share an id: the
+   later one is occurrence 1. ``ordinal`` is the position in the note.
 8. A note whose body has no text gives one chunk (breadcrumb = title, text = ``note.description`` or "") so that
    a frontmatter-only note stays findable; a note with neither title nor body nor description gives no chunk.
    When that body has headings other than the title's H1 (``# Quagga heading`` under ``title: Beta note``), their
@@ -416,20 +418,21 @@ class _Chunker:
         sections = _sections(_blocks(text), self.note.title) if text.strip() else []
         groups = self._groups(sections)
         chunks: list[Chunk] = []
-        seen: dict[tuple[str, ...], int] = {}
+        seen: dict[str, int] = {}       # path text -> its occurrences so far (("A > B",) reads as ("A", "B"))
         for path, start, end, section in groups:
             if self.max_chunks is not None and len(chunks) >= self.max_chunks:
                 self.capped_at = path
                 break
-            occurrence = seen.get(path, 0)
-            seen[path] = occurrence + 1
+            joined = " > ".join(path)
+            occurrence = seen.get(joined, 0)
+            seen[joined] = occurrence + 1
             bc = self.breadcrumb(path)
             pieces = [text[start:end]] if self.fits_span(bc, start, end) else self._split(bc, section)
             if self.max_chunks is not None and len(chunks) + len(pieces) > self.max_chunks:
                 pieces = pieces[: self.max_chunks - len(chunks)]
                 self.capped_at, self.capped_within = path, True
             for piece_no, piece in enumerate(pieces):
-                parts = [self.note.note_id, " > ".join(path), str(piece_no)]
+                parts = [self.note.note_id, joined, str(piece_no)]
                 if occurrence:
                     parts.append(str(occurrence))
                 chunks.append(
