@@ -405,9 +405,10 @@ def _current_models(con: duckdb.DuckDBPyConnection, path: Path, vec_tables: Mapp
 
 
 _KEY_COLUMNS = {k: _CHUNK_COLUMNS[k] for k in ("chunk_id", "note_id", "source", "ordinal", "heading", "breadcrumb",
-                                                 "text_hash")}
-"""The chunk columns an update compares: a chunk whose values differ is replaced (its text and language follow its
-text hash and note)."""
+                                                 "text_hash", "language")}
+"""The chunk columns an update compares: a chunk whose values differ is replaced (its text follows its text hash).
+The language is compared too: it is its note's, so an edit elsewhere in the note can change it (a section rewritten
+in Japanese makes the note's unchanged English sections chunks of a Japanese note)."""
 
 
 def _chunk_diff(con: duckdb.DuckDBPyConnection, chunks: Sequence[Chunk]) -> tuple[list[str], list[str], set[str]]:

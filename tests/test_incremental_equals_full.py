@@ -1,0 +1,108 @@
+"""The warehouse after incremental updates holds what a full build of the same content holds, table by table and row
+by row (the vector tables as their live vectors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline import stages as b
+from pipeline import warehouse as wh
+from pipeline.config import Settings
+from pipeline.index.embed import load_embedder
+from pipeline.ingest.sources import load_sources
+from tests.test_incremental import run_chain
+
+ENGLISH = ("Alpha holds the settings that every install shares, from the folder the tool writes to and the port "
+           "it listens on to the colour of its window and the language of its menus. ")
+JAPANESE = "ベータはあとからかきかえたせつめいで、ひらがなとカタカナだけでかいてあります。" * 6
+
+
+@pytest.fixture(autouse=True)
+def _no_growth_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Updates of a warehouse of a few blocks pass the 4 % bound; the delta logic is what is compared here."""
+    monkeypatch.setattr("pipeline.warehouse.write.MAX_GROWTH", 100.0)
+
+
+@pytest.fixture
+def settings(tiny_env: Path) -> Settings:
+    return Settings.from_env()
+
+
+def _logical_rows(settings: Settings) -> dict[str, Any]:
+    """Every table as a build would be judged by: rows sorted; meta without times, sizes and the update count;
+    ``models`` as (model, table, dim, live vectors); each vector table as its live (chunk id, vector) pairs."""
+    con = wh.connect(settings.warehouse_path)
+    try:
+        out: dict[str, Any] = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+                               for t in ("notes", "chunks", "links", "bm25_index")}
+        out["meta"] = sorted(r for r in con.execute("SELECT key, value FROM meta").fetchall()
+                             if r[0] not in ("built_at", "full_built_at", "full_bytes", "updates"))
+        out["models"] = [(m["model_id"], m["table_name"], m["dim"], m["n"]) for m in wh.list_models(con)]
+        for m in wh.list_models(con):
+            ids, vecs = wh.load_live_vectors(con, m["table_name"])
+            out[m["table_name"]] = (ids, np.asarray(vecs).tolist())
+    finally:
+        con.close()
+    return out
+
+
+def _full_build_rows(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The warehouse written in full (forced) from the same vault, chunks and caches; the incremental file is put
+    back after, so the next update starts from it (updates accumulate)."""
+    import shutil
+
+    kept = settings.warehouse_path.with_name("incremental.duckdb")
+    shutil.copyfile(settings.warehouse_path, kept)
+    with monkeypatch.context() as m:
+        m.setenv("DOCSVAULT_FORCE", "*")
+        got = b.warehouse_stage(settings, load_sources(settings.sources_file), load_embedder)
+    assert got.publish["mode"] == "full"
+    rows = _logical_rows(settings)
+    kept.replace(settings.warehouse_path)
+    return rows
+
+
+def test_a_note_whose_language_flips_keeps_no_stale_language_in_its_unchanged_chunks(
+        settings: Settings, tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A note's second section rewritten in Japanese makes the note Japanese: its first section, unchanged, is a
+    Japanese note's chunk too. The incremental update kept that chunk's row, and with it language 'en'."""
+    mixed = tiny_env / "tinyvault" / "Mixed.md"
+    mixed.write_text(f"# Mixed\n\n## Alpha\n\n{ENGLISH}\n\n## Beta\n\n{ENGLISH}\n", encoding="utf-8")
+    run_chain(settings)
+    mixed.write_text(f"# Mixed\n\n## Alpha\n\n{ENGLISH}\n\n## Beta\n\n{JAPANESE}\n", encoding="utf-8")
+    out = run_chain(settings)
+    assert out["warehouse"]["mode"] == "incremental"
+    incremental = _logical_rows(settings)
+    languages = sorted((r[5], r[8]) for r in incremental["chunks"] if r[5].startswith("Mixed"))
+    assert languages == [("Mixed > Alpha", "ja"), ("Mixed > Beta", "ja")]
+    assert incremental == _full_build_rows(settings, monkeypatch)
+
+
+def test_n_incremental_updates_equal_a_full_build(settings: Settings, tiny_env: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edits, an edit undone (A -> B -> A), a note added, one deleted, a link added, a language flipped: after each
+    incremental update the warehouse equals a full build of the same content."""
+    vault = tiny_env / "tinyvault"
+    guide = vault / "Install guide.md"
+    original = guide.read_text(encoding="utf-8")
+    mixed = vault / "Mixed.md"
+    edits = [
+        lambda: guide.write_text(original.replace("Download the installer", "Fetch the MSI package"), "utf-8"),
+        lambda: guide.write_text(original, "utf-8"),                                    # A -> B -> A
+        lambda: mixed.write_text(f"# Mixed\n\n## Alpha\n\n{ENGLISH}\n\n## Beta\n\n{ENGLISH}\n", "utf-8"),
+        lambda: (vault / "Ducks.md").unlink(),
+        lambda: (vault / "Home.md").write_text((vault / "Home.md").read_text("utf-8") + "\nAlso [[Mixed]].\n",
+                                               "utf-8"),
+        lambda: mixed.write_text(f"# Mixed\n\n## Alpha\n\n{ENGLISH}\n\n## Beta\n\n{JAPANESE}\n", "utf-8"),
+    ]
+    run_chain(settings)
+    for i, edit in enumerate(edits):
+        edit()
+        out = run_chain(settings)
+        assert out["warehouse"]["mode"] == "incremental", i
+        incremental = _logical_rows(settings)
+        assert incremental == _full_build_rows(settings, monkeypatch), f"after edit {i}"
