@@ -1,5 +1,5 @@
 """The warehouse after incremental updates holds what a full build of the same content holds, table by table and row
-by row (the vector tables as their live vectors)."""
+by row (the vector tables as their live vectors), and a model reached by two specs gets each chunk's vector once."""
 
 from __future__ import annotations
 
@@ -106,3 +106,24 @@ def test_n_incremental_updates_equal_a_full_build(settings: Settings, tiny_env: 
         assert out["warehouse"]["mode"] == "incremental", i
         incremental = _logical_rows(settings)
         assert incremental == _full_build_rows(settings, monkeypatch), f"after edit {i}"
+
+
+def test_a_model_reached_by_two_specs_gets_one_vector_per_chunk(tiny_env: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cross-lingual lane on 'hash:384', the notes' model 'hash': one model id (hash-384) by two specs. Every
+    chunk was listed twice for that model (its language's pass and the cross-lingual one), so the vector table
+    held two rows of each chunk id."""
+    monkeypatch.setenv("DOCSVAULT_CROSSLINGUAL_MODEL", "hash:384")
+    settings = Settings.from_env()
+    out = run_chain(settings)
+    con = wh.connect(settings.warehouse_path)
+    try:
+        n_chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        ((model,),) = [(m["model_id"],) for m in wh.list_models(con)]
+        rows = con.execute("SELECT count(*), count(DISTINCT chunk_id) FROM vec_hash_384").fetchone()
+        n = wh.list_models(con)[0]["n"]
+    finally:
+        con.close()
+    assert model == "hash-384"
+    assert rows == (n_chunks, n_chunks) and n == n_chunks
+    assert out["warehouse"]["vectors"] == n_chunks and out["embed"]["models"] == {"hash-384": n_chunks}

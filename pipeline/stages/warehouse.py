@@ -478,12 +478,16 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
-        wanted: dict[str, list[Chunk]] = {}     # model id -> its chunks over every source, in source order
+        # model id -> its chunks over every source, in source order, each once: two specs of one model (the
+        # cross-lingual lane on an alias of the notes' model) list a chunk twice
+        by_model: dict[str, dict[str, Chunk]] = {}
         for name in names:
             source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
             chunks.extend(source_chunks)
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
-                wanted.setdefault(embedder_factory(spec).model_id, []).extend(group)
+                by_model.setdefault(embedder_factory(spec).model_id, {}).update((c.chunk_id, c) for c in group)
+        wanted = {model_id: list(group.values()) for model_id, group in by_model.items()}
+        del by_model
         # model id -> chunk ids, a reader of their vectors (read by the publish: only the inserted ones when it
         # is incremental); source -> its chunk ids without a vector of some model
         arrays, missing, unembedded = _cached_vectors(settings, wanted)
