@@ -127,3 +127,27 @@ def test_a_model_reached_by_two_specs_gets_one_vector_per_chunk(tiny_env: Path,
     assert model == "hash-384"
     assert rows == (n_chunks, n_chunks) and n == n_chunks
     assert out["warehouse"]["vectors"] == n_chunks and out["embed"]["models"] == {"hash-384": n_chunks}
+
+
+def test_the_warehouse_code_version_covers_the_code_that_shapes_its_notes_and_links(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warehouse is skipped when its key, which holds ``code_version("warehouse")``, is unchanged. Its notes rows
+    come from ``read_notes`` (ingest/vault.py, common/frontmatter.py) as :class:`~pipeline.models.Note` values
+    (models.py: aliases, description, url), its links from the graph code: a change to any of these left the
+    published rows as the old code made them (a new program version re-ran the chunk and graph stages, not the
+    warehouse)."""
+    import shutil
+
+    from pipeline.stages import base
+
+    shaping = {"models.py", "ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", *base._CODE["graph"],
+               *base._CODE["bm25"]}
+    assert shaping - set(base._CODE["warehouse"]) == set()
+    for rel in base._CODE["warehouse"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base._PKG / rel, tmp_path / rel)
+    monkeypatch.setattr(base, "_PKG", tmp_path)
+    before = base.code_version.__wrapped__("warehouse")
+    with (tmp_path / "models.py").open("a", encoding="utf-8") as f:
+        f.write("# changed\n")
+    assert base.code_version.__wrapped__("warehouse") != before

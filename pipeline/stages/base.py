@@ -49,8 +49,11 @@ _CODE = {
     "eval": ("evaluate.py", "search/searcher.py", "search/query.py", "search/synonyms.py", "search/translate.py",
              "search/tags.py", "index/analysis.py", "index/bm25.py", "index/embed.py", "index/onnx_embed.py",
              "index/unigram.py"),
+    # the publish, BM25, the links (graph), and the notes rows: read_notes (vault, frontmatter, which files the
+    # manifest says are notes) as Note values (models: aliases, description, url)
     "warehouse": ("warehouse/schema.py", "warehouse/write.py", "warehouse/vectors.py", "index/bm25.py",
-                  "index/analysis.py", "index/graph.py", "stages/warehouse.py", "stages/index.py"),
+                  "index/analysis.py", "index/graph.py", "stages/warehouse.py", "stages/index.py", "models.py",
+                  "ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py"),
 }
 
 
