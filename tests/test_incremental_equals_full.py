@@ -151,3 +151,27 @@ def test_the_warehouse_code_version_covers_the_code_that_shapes_its_notes_and_li
     with (tmp_path / "models.py").open("a", encoding="utf-8") as f:
         f.write("# changed\n")
     assert base.code_version.__wrapped__("warehouse") != before
+
+
+def test_a_new_sudachi_dictionary_analyses_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BM25 tokens come from SudachiDict and PyStemmer as much as from analysis.py; the token cache, the warehouse
+    key and the no-op fingerprint held only the code, so after `pip install -U sudachidict-core` every build kept
+    the old dictionary's tokens while questions were analysed with the new one. Their versions count now."""
+    import importlib.metadata
+
+    from pipeline.models import Source
+    from pipeline.stages import base
+    from pipeline.stages.noop import fingerprint
+
+    settings = Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                        vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals", model="hash",
+                        multilingual_model="hash", crosslingual_model="none")
+    sources = [Source(name="notes", kind="local", path=(tmp_path / "notes",))]
+    real = importlib.metadata.version
+    before = {s: base.code_version.__wrapped__(s) for s in ("bm25", "warehouse", "eval", "chunk")}
+    noop = fingerprint(settings, sources)
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "20991231" if name == "SudachiDict-core" else real(name))
+    after = {s: base.code_version.__wrapped__(s) for s in ("bm25", "warehouse", "eval", "chunk")}
+    assert [s for s in before if before[s] != after[s]] == ["bm25", "warehouse", "eval"]
+    assert fingerprint(settings, sources) != noop

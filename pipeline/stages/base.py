@@ -57,6 +57,26 @@ _CODE = {
 }
 
 
+#: the libraries whose output is part of a stage's: the BM25 analyzer's tokens come from Sudachi's dictionary and
+#: PyStemmer's stemmer, so a new dictionary must analyse every text again (the token cache, the warehouse's BM25
+#: and the eval are keyed on these versions too)
+_LIBRARIES = {stage: ("SudachiPy", "SudachiDict-core", "PyStemmer")
+              for stage, files in _CODE.items() if "index/analysis.py" in files}
+
+
+def library_versions(stage: str) -> list[str]:
+    """``name==version`` of each library of :data:`_LIBRARIES` for ``stage`` (``name==missing``: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in _LIBRARIES.get(stage, ()):
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name}==missing")
+    return out
+
+
 def now() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
@@ -68,11 +88,14 @@ def digest(*parts: Any) -> str:
 
 @cache
 def code_version(stage: str) -> str:
-    """Hash of the source files whose code shapes a stage's output (+ the package version): a code change redoes
-    the stage. Unknown stage: the package version only."""
+    """Hash of the source files whose code shapes a stage's output (+ the package version, + the versions of the
+    libraries whose output is part of it: :data:`_LIBRARIES`): a code change redoes the stage. Unknown stage: the
+    package version only."""
     from pipeline import __version__
 
     h = hashlib.sha256(__version__.encode())
+    for lib in library_versions(stage):
+        h.update(lib.encode() + b"\0")
     for rel in _CODE.get(stage, ()):
         try:
             h.update(rel.encode() + b"\0" + (_PKG / rel).read_bytes())

@@ -12,7 +12,8 @@ nothing written) when, under the build locks:
 - the fingerprint is the recorded one.
 
 The fingerprint is a sha256 over: the ``pipeline`` package's source files (any code change), the settings and
-the model id each embedding spec means here (``DOCSVAULT_EMBED_BACKEND``, a model file replaced), the
+the model id each embedding spec means here (``DOCSVAULT_EMBED_BACKEND``, a model file replaced), the versions
+of the analyzer's libraries (a new Sudachi dictionary), the
 sources file, the eval files, the synonyms file, the (path, size, mtime_ns) of every file the stages' skip checks
 read (``<data>/state``, ``notes``, ``chunks``, ``graph``, each source's ``fetch.json``, the warehouse; not the lock
 files, which every build touches), the Dagster instance's run storage (a deleted ``DAGSTER_HOME`` builds again) and of the
@@ -33,7 +34,7 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
-from pipeline.stages.base import digest, file_sha, file_stats, forced, now
+from pipeline.stages.base import digest, file_sha, file_stats, forced, library_versions, now
 from pipeline.stages.results import BuildReport, SourceStatus
 
 __all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
@@ -87,6 +88,7 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
         [(p.name, *_stat(p)) for p in (settings.warehouse_path, Path(f"{settings.warehouse_path}.wal"))],
         _instance(settings),
         _models(settings, sources),
+        library_versions("bm25"),
     )
 
 
