@@ -175,3 +175,24 @@ def test_a_new_sudachi_dictionary_analyses_again(tmp_path: Path, monkeypatch: py
     after = {s: base.code_version.__wrapped__(s) for s in ("bm25", "warehouse", "eval", "chunk")}
     assert [s for s in before if before[s] != after[s]] == ["bm25", "warehouse", "eval"]
     assert fingerprint(settings, sources) != noop
+
+
+def test_the_embed_stage_code_version_covers_which_chunks_each_model_embeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embed stage is skipped while its key (chunks file, models, depth, ``code_version("embed")``) holds; "embed"
+    had no files, so its version was the package version only: a change to which chunks a model embeds
+    (``chunk_models`` in stages/index.py, ``Settings.crosslingual_embeds`` in config.py) skipped the stage, and the
+    warehouse published the chunks it now wants vectors for without them."""
+    import shutil
+
+    from pipeline.stages import base
+
+    assert {"stages/index.py", "config.py", "index/embed.py"} - set(base._CODE.get("embed", ())) == set()
+    for rel in base._CODE["embed"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base._PKG / rel, tmp_path / rel)
+    monkeypatch.setattr(base, "_PKG", tmp_path)
+    before = base.code_version.__wrapped__("embed")
+    with (tmp_path / "config.py").open("a", encoding="utf-8") as f:
+        f.write("# changed\n")
+    assert base.code_version.__wrapped__("embed") != before

@@ -46,6 +46,9 @@ _CODE = {
               "common/markdown.py", "index/unigram.py"),     # e5's token counts of a few texts (E5Embedder)
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
+    # the embed stage's skip key: which chunks each model embeds (chunk_models, Settings.crosslingual_embeds) and
+    # how they reach the cache (the vectors themselves are keyed by model id + text, never by this)
+    "embed": ("stages/index.py", "config.py", "index/embed.py", "index/embed_child.py"),
     "eval": ("evaluate.py", "search/searcher.py", "search/query.py", "search/synonyms.py", "search/translate.py",
              "search/tags.py", "index/analysis.py", "index/bm25.py", "index/embed.py", "index/onnx_embed.py",
              "index/unigram.py"),
