@@ -196,3 +196,26 @@ def test_the_embed_stage_code_version_covers_which_chunks_each_model_embeds(
     with (tmp_path / "config.py").open("a", encoding="utf-8") as f:
         f.write("# changed\n")
     assert base.code_version.__wrapped__("embed") != before
+
+
+def test_a_chunks_file_edited_since_its_chunk_stage_is_never_published(settings: Settings, tiny_env: Path) -> None:
+    """The chunk stage trusts its chunks file only when its sha256 is the one it recorded; the warehouse stage read
+    the file as it was, so a run of the warehouse alone (a Dagster run of that asset) published a hand-edited text
+    (a damaged line failed with a bare JSON error naming no file). Now it refuses in one line naming the file and
+    what to run, and the warehouse stays as published."""
+    from pipeline.common import artifacts
+    from pipeline.common.errors import PipelineError
+
+    run_chain(settings)
+    path = artifacts.chunks_path(settings, "tiny")
+    before = _logical_rows(settings)
+    path.write_text(path.read_text("utf-8").replace("Download the installer", "Download this other thing"), "utf-8")
+    with pytest.raises(PipelineError) as err:
+        b.warehouse_stage(settings, load_sources(settings.sources_file), load_embedder)
+    assert str(err.value) == (
+        f"{path}: not the chunks file the chunk stage wrote (edited or replaced since: its sha256 is not the one "
+        f"recorded in {artifacts.state_path(settings, 'tiny')}); the warehouse is kept as published: run "
+        "`docsvault build --source tiny` to chunk the source again")
+    assert _logical_rows(settings) == before
+    out = run_chain(settings)           # the chunk stage writes the file again: its text is the note's
+    assert out["chunk"]["rechunked"] > 0 and _logical_rows(settings) == before
