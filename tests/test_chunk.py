@@ -200,7 +200,8 @@ def test_a_long_line_of_sentences_is_split_in_linear_work() -> None:
     """Each period of a line took a copy and a regex search of the whole line before it: a 0.44 MB paragraph
     without a line break (a one-line export, a pasted log) took 85 s to chunk, a 4 MB one hours, on every edit of
     the note. The slices taken now add up to a few times the text, and the sentences are the same."""
-    text = _CountingText(" ".join(f"Step {i} of the job ran fine. See e.g. the log, etc. for more." for i in range(2000)))
+    text = _CountingText(" ".join(f"Step {i} of the job ran fine. See e.g. the log, etc. for more."
+                                  for i in range(2000)))
     _CountingText.sliced = 0
     got = split_sentences(text)
     assert _CountingText.sliced <= 3 * len(text)

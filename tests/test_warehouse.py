@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from pipeline import warehouse as wh
-from pipeline.common.errors import EmbeddingError, PipelineError, WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.common.errors import (
+    EmbeddingError,
+    PipelineError,
+    WarehouseCorruptError,
+    WarehouseNotBuiltError,
+)
 from pipeline.index.bm25 import Bm25Index
 from pipeline.models import Chunk, Edge, Note
 
@@ -234,7 +239,7 @@ def test_bad_vectors_are_refused(tmp_path: Path):
 def test_a_chunk_id_two_chunks_share_is_refused_naming_their_notes(tmp_path: Path):
     """The refusal named the id only ("two chunks share the id 'c000'; fix the duplicate"), which no user can
     find: it names the notes now, and the previous warehouse stays."""
-    data, vecs = toy_data()
+    data, _ = toy_data()
     path = tmp_path / "w.duckdb"
     wh.publish(path, data)
     before = path.read_bytes()
