@@ -309,6 +309,16 @@ def embed_backend() -> str:
     return os.environ.get("DOCSVAULT_EMBED_BACKEND", "onnx").strip().lower()
 
 
+def onnx_usable() -> bool:
+    """True unless ``DOCSVAULT_EMBED_BACKEND=torch`` or onnxruntime / tokenizers are not installed (not imported):
+    what :func:`pipeline.common.embedding_models.resolve`'s ``onnx`` asks in a build or search process."""
+    if embed_backend() == "torch":
+        return False
+    from importlib.util import find_spec
+
+    return find_spec("onnxruntime") is not None and find_spec("tokenizers") is not None
+
+
 def library_env_default(name: str, value: str) -> None:
     """Set an environment variable unless the user set it: a third-party library's (``OMP_WAIT_POLICY``,
     ``HF_HUB_OFFLINE``), or a default for the processes a shell starts (``DOCSVAULT_STAGE_LOCK=off`` in the

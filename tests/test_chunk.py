@@ -174,6 +174,53 @@ def test_split_sentences(text: str, expected: list[str]) -> None:
 
 
 # ---- budgets, splitting, overlap -----------------------------------------------------------------------------------
+class _CountingText(str):
+    """A text that adds up the length of every slice taken of it (``text[a:b]``)."""
+
+    sliced = 0
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(len(self))
+            _CountingText.sliced += max(0, stop - start)
+        return str.__getitem__(self, key)
+
+
+def _ends_sentence_before(text: str, i: int) -> bool:
+    """The period rule as it was written first (the whole line before the period sliced and searched)."""
+    before = text[text.rfind("\n", 0, i) + 1 : i]
+    if before.strip().isdigit():
+        return False
+    m = re.search(r"([A-Za-z][A-Za-z.]*)$", before)
+    return not (m and m.group(1).lower() in {"e.g", "i.e", "etc", "vs", "cf", "fig", "no", "approx", "mr", "mrs",
+                                             "dr", "st"})
+
+
+def test_a_long_line_of_sentences_is_split_in_linear_work() -> None:
+    """Each period of a line took a copy and a regex search of the whole line before it: a 0.44 MB paragraph
+    without a line break (a one-line export, a pasted log) took 85 s to chunk, a 4 MB one hours, on every edit of
+    the note. The slices taken now add up to a few times the text, and the sentences are the same."""
+    text = _CountingText(" ".join(f"Step {i} of the job ran fine. See e.g. the log, etc. for more."
+                                  for i in range(2000)))
+    _CountingText.sliced = 0
+    got = split_sentences(text)
+    assert _CountingText.sliced <= 3 * len(text)
+    assert "".join(got) == text and len(got) == 4000
+    assert got[:2] == ["Step 0 of the job ran fine. ", "See e.g. the log, etc. for more. "]
+
+
+@pytest.mark.parametrize("text", [
+    "1. Item one. 2. Item two.", "   12.   More.", "x ..e.g. then", "a....e.g. z", "Call Dr. Who. Then ETC. ok",
+    "v1.2.3 is out. Next.", "no. 5 is here", "x\n  42. y. z", "\u00b2. sup", "e.g.\nnext. line", "AB.CD. end",
+])
+def test_the_period_rule_is_what_it_was(text: str) -> None:
+    from pipeline.index.chunk import _ends_sentence_with_period
+
+    for i, ch in enumerate(text):
+        if ch == ".":
+            assert _ends_sentence_with_period(text, i, text.rfind("\n", 0, i) + 1) == _ends_sentence_before(text, i)
+
+
 def test_long_section_splits_at_paragraphs_then_sentences_with_overlap() -> None:
     def para(p: str, idx: range) -> str:
         return " ".join(f"{p} {i} has exactly six words." for i in idx)
@@ -273,6 +320,20 @@ def test_stable_ids() -> None:
     assert a[1].chunk_id == stable_id(note_id, "Example", "0")
     assert a[2].chunk_id == stable_id(note_id, "Example", "0", "1")
     assert len({c.chunk_id for c in a}) == 3
+
+
+def test_a_heading_that_reads_like_a_path_has_an_id_of_its_own() -> None:
+    """``## Settings > Privacy`` and ``## Settings`` + ``### Privacy`` join to the same path text; the second one
+    counts as a repeat of it (occurrence 1) instead of sharing its id, which failed every later publish ("two chunks
+    share the id")."""
+    body = ("## Settings > Privacy\nThe menu path of the privacy page.\n\n## Settings\nIntro.\n\n"
+            "### Privacy\nWhat the privacy page holds.\n")
+    chunks = chunk_note(mk(body), count_tokens=len, min_tokens=0)
+    note_id = mk(body).note_id
+    assert [c.heading_path for c in chunks] == [("Settings > Privacy",), ("Settings",), ("Settings", "Privacy")]
+    assert [c.chunk_id for c in chunks] == [stable_id(note_id, "Settings > Privacy", "0"),
+                                            stable_id(note_id, "Settings", "0"),
+                                            stable_id(note_id, "Settings > Privacy", "0", "1")]
 
 
 def test_overlong_breadcrumb_is_shortened() -> None:
@@ -402,6 +463,30 @@ def test_cap_inside_a_section_keeps_its_first_pieces() -> None:
     capped = chunk_note(note, count_tokens=words, max_tokens=20, overlap_tokens=0, max_chunks=2, warnings=warnings)
     assert (len(full), capped) == (8, full[:2])
     assert "(0.0 MB of text, not indexed within section '(no heading)' on)" in warnings[0]
+
+
+def test_the_cap_stops_the_splitting_of_a_section_not_only_its_output() -> None:
+    """A 4 MB pasted log (one section) was split whole, 63k token counts, and only then cut to the cap: the cap
+    bounded the chunks, not the chunking. Now the section's splitting stops once the cap is passed: nothing past
+    the piece after the cap is counted but the section's size (once), and the chunks (ids included) and the
+    warning are as before."""
+    note = mk("# Log\n\n" + " ".join(f"Line {i} says hello." for i in range(300)) + " SENTINEL here.\n",
+              title="Log")
+    asked: list[str] = []
+
+    def counting(text: str) -> int:
+        asked.append(text)
+        return words(text)
+
+    full = chunk_note(note, count_tokens=words, max_tokens=20, overlap_tokens=4, max_chunks=None)
+    warnings: list[str] = []
+    capped = chunk_note(note, count_tokens=counting, max_tokens=20, overlap_tokens=4, max_chunks=2,
+                        warnings=warnings)
+    assert capped == full[:2] and len(full) > 50
+    body = note.body[len("# Log\n\n"):].strip()
+    assert [t for t in asked if "SENTINEL" in t] == [body]      # its size, once (whether it merges with the next)
+    assert max(int(n) for t in asked if t != body for n in re.findall(r"Line (\d+) ", t)) < 20
+    assert "not indexed within section '(no heading)' on" in warnings[0]
 
 
 def test_a_note_at_the_cap_gives_no_warning_and_the_default_cap_is_1500() -> None:

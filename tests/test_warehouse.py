@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from pipeline import warehouse as wh
-from pipeline.common.errors import EmbeddingError, WarehouseCorruptError, WarehouseNotBuiltError
+from pipeline.common.errors import (
+    EmbeddingError,
+    PipelineError,
+    WarehouseCorruptError,
+    WarehouseNotBuiltError,
+)
 from pipeline.index.bm25 import Bm25Index
 from pipeline.models import Chunk, Edge, Note
 
@@ -229,6 +234,26 @@ def test_bad_vectors_are_refused(tmp_path: Path):
     with pytest.raises(EmbeddingError, match="not in the build"):
         wh.publish(tmp_path / "w.duckdb", unknown)
     assert not (tmp_path / "w.duckdb").exists()
+
+
+def test_a_chunk_id_two_chunks_share_is_refused_naming_their_notes(tmp_path: Path):
+    """The refusal named the id only ("two chunks share the id 'c000'; fix the duplicate"), which no user can
+    find: it names the notes now, and the previous warehouse stays."""
+    data, _ = toy_data()
+    path = tmp_path / "w.duckdb"
+    wh.publish(path, data)
+    before = path.read_bytes()
+    chunks = list(data.chunks)
+    c = chunks[1]
+    chunks[1] = Chunk(chunks[0].chunk_id, c.note_id, c.source, c.ordinal, c.heading_path, c.breadcrumb, c.text)
+    dup = wh.WarehouseData(notes=data.notes, chunks=chunks, vectors={})
+    with pytest.raises(PipelineError) as err:
+        wh.publish(path, dup, incremental=True)
+    assert str(err.value) == (
+        "two chunks share the id 'c000' (in docs/p0.md, docs/p1.md): the warehouse is kept as it was; rename one "
+        "of the headings they are under (two headings whose paths read alike, e.g. 'A > B' and 'A' over 'B') and "
+        "build again")
+    assert path.read_bytes() == before
 
 
 _EC19_WRITER = textwrap.dedent(

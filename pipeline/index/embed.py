@@ -30,7 +30,7 @@ from pipeline.common.embedding_models import (
     resolve,
 )
 from pipeline.common.errors import EmbeddingError
-from pipeline.config import DEFAULT_MODEL, embed_backend, int_env, library_env_default
+from pipeline.config import DEFAULT_MODEL, int_env, library_env_default, onnx_usable
 from pipeline.models import Chunk, model_slug, text_hash
 
 log = logging.getLogger(__name__)
@@ -1294,12 +1294,8 @@ def build_embedder(record: EmbeddingModel) -> Embedder:
 
 
 def _onnx_backend() -> bool:
-    """True unless ``DOCSVAULT_EMBED_BACKEND=torch`` or onnxruntime / tokenizers are not installed (not imported)."""
-    if embed_backend() == "torch":
-        return False
-    from importlib.util import find_spec
-
-    return find_spec("onnxruntime") is not None and find_spec("tokenizers") is not None
+    """:func:`pipeline.config.onnx_usable` (a name of this module, which tests replace)."""
+    return onnx_usable()
 
 
 def release_models(embedders: Iterable[Any]) -> None:

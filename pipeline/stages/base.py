@@ -46,12 +46,38 @@ _CODE = {
               "common/markdown.py", "index/unigram.py"),     # e5's token counts of a few texts (E5Embedder)
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
+    # the embed stage's skip key: which chunks each model embeds (chunk_models, Settings.crosslingual_embeds) and
+    # how they reach the cache (the vectors themselves are keyed by model id + text, never by this)
+    "embed": ("stages/index.py", "config.py", "index/embed.py", "index/embed_child.py"),
     "eval": ("evaluate.py", "search/searcher.py", "search/query.py", "search/synonyms.py", "search/translate.py",
              "search/tags.py", "index/analysis.py", "index/bm25.py", "index/embed.py", "index/onnx_embed.py",
              "index/unigram.py"),
+    # the publish, BM25, the links (graph), and the notes rows: read_notes (vault, frontmatter, which files the
+    # manifest says are notes) as Note values (models: aliases, description, url)
     "warehouse": ("warehouse/schema.py", "warehouse/write.py", "warehouse/vectors.py", "index/bm25.py",
-                  "index/analysis.py", "index/graph.py", "stages/warehouse.py", "stages/index.py"),
+                  "index/analysis.py", "index/graph.py", "stages/warehouse.py", "stages/index.py", "models.py",
+                  "ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py"),
 }
+
+
+#: the libraries whose output is part of a stage's: the BM25 analyzer's tokens come from Sudachi's dictionary and
+#: PyStemmer's stemmer, so a new dictionary must analyse every text again (the token cache, the warehouse's BM25
+#: and the eval are keyed on these versions too)
+_LIBRARIES = {stage: ("SudachiPy", "SudachiDict-core", "PyStemmer")
+              for stage, files in _CODE.items() if "index/analysis.py" in files}
+
+
+def library_versions(stage: str) -> list[str]:
+    """``name==version`` of each library of :data:`_LIBRARIES` for ``stage`` (``name==missing``: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in _LIBRARIES.get(stage, ()):
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name}==missing")
+    return out
 
 
 def now() -> str:
@@ -65,11 +91,14 @@ def digest(*parts: Any) -> str:
 
 @cache
 def code_version(stage: str) -> str:
-    """Hash of the source files whose code shapes a stage's output (+ the package version): a code change redoes
-    the stage. Unknown stage: the package version only."""
+    """Hash of the source files whose code shapes a stage's output (+ the package version, + the versions of the
+    libraries whose output is part of it: :data:`_LIBRARIES`): a code change redoes the stage. Unknown stage: the
+    package version only."""
     from pipeline import __version__
 
     h = hashlib.sha256(__version__.encode())
+    for lib in library_versions(stage):
+        h.update(lib.encode() + b"\0")
     for rel in _CODE.get(stage, ()):
         try:
             h.update(rel.encode() + b"\0" + (_PKG / rel).read_bytes())

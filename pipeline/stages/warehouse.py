@@ -307,6 +307,25 @@ def _cached_vectors(settings: Settings, wanted: dict[str, list[Chunk]], *, lazy:
     return arrays, missing, unembedded
 
 
+def _built_chunks(settings: Settings, name: str) -> list[Chunk]:
+    """The chunks of source ``name`` from its chunks file, when that is the file its last chunk stage wrote (the
+    sha256 it recorded; a state without one, from an older build: the file as it is).
+
+    Raises:
+        PipelineError: the file was edited, cut or replaced since (the chunk stage would chunk the source again
+            rather than serve it; a run of the warehouse alone published it).
+    """
+    path = artifacts.chunks_path(settings, name)
+    recorded = artifacts.load_state(settings, name).get("chunks_sha")
+    if recorded and path.is_file() and file_sha(path) != recorded:
+        from pipeline.common.errors import PipelineError
+
+        raise PipelineError(f"{path}: not the chunks file the chunk stage wrote (edited or replaced since: its sha256 "
+                            f"is not the one recorded in {artifacts.state_path(settings, name)}); the warehouse is "
+                            f"kept as published: run `docsvault build --source {name}` to chunk the source again")
+    return artifacts.load_chunks(settings, name)
+
+
 def _missing_in(names: Sequence[str], chunks: Sequence[Chunk], unembedded: dict[str, Any]) -> str:
     """``"<source> <n> of <chunks>, ..."``: the sources with chunks that have no vector of some model; "" when none."""
     return ", ".join(f"{name} {len(unembedded[name])} of {sum(c.source == name for c in chunks)}"
@@ -478,12 +497,16 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
         notify("warehouse", "all", 2, 5)
         t = time.perf_counter()
         chunks: list[Chunk] = []
-        wanted: dict[str, list[Chunk]] = {}     # model id -> its chunks over every source, in source order
+        # model id -> its chunks over every source, in source order, each once: two specs of one model (the
+        # cross-lingual lane on an alias of the notes' model) list a chunk twice
+        by_model: dict[str, dict[str, Chunk]] = {}
         for name in names:
-            source_chunks = [c for c in artifacts.load_chunks(settings, name) if c.note_id in note_ids]
+            source_chunks = [c for c in _built_chunks(settings, name) if c.note_id in note_ids]
             chunks.extend(source_chunks)
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
-                wanted.setdefault(embedder_factory(spec).model_id, []).extend(group)
+                by_model.setdefault(embedder_factory(spec).model_id, {}).update((c.chunk_id, c) for c in group)
+        wanted = {model_id: list(group.values()) for model_id, group in by_model.items()}
+        del by_model
         # model id -> chunk ids, a reader of their vectors (read by the publish: only the inserted ones when it
         # is incremental); source -> its chunk ids without a vector of some model
         arrays, missing, unembedded = _cached_vectors(settings, wanted)

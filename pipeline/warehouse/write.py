@@ -405,9 +405,10 @@ def _current_models(con: duckdb.DuckDBPyConnection, path: Path, vec_tables: Mapp
 
 
 _KEY_COLUMNS = {k: _CHUNK_COLUMNS[k] for k in ("chunk_id", "note_id", "source", "ordinal", "heading", "breadcrumb",
-                                                 "text_hash")}
-"""The chunk columns an update compares: a chunk whose values differ is replaced (its text and language follow its
-text hash and note)."""
+                                                 "text_hash", "language")}
+"""The chunk columns an update compares: a chunk whose values differ is replaced (its text follows its text hash).
+The language is compared too: it is its note's, so an edit elsewhere in the note can change it (a section rewritten
+in Japanese makes the note's unchanged English sections chunks of a Japanese note)."""
 
 
 def _chunk_diff(con: duckdb.DuckDBPyConnection, chunks: Sequence[Chunk]) -> tuple[list[str], list[str], set[str]]:
@@ -583,6 +584,23 @@ def _publish_incremental(path: Path, tmp: Path, data: WarehouseData, vec_tables:
             "links_rewritten": int(not links_same)}
 
 
+def _refuse_shared_ids(data: WarehouseData) -> None:
+    """Raises PipelineError naming the notes (vault paths) when two notes or two chunks share an id: the publish
+    would fail on the table's key, or serve one row for two."""
+    paths = {n.note_id: n.vault_path for n in data.notes}
+    fixes = {"note": "rename one of the files",
+             "chunk": "rename one of the headings they are under (two headings whose paths read alike, e.g. "
+                      "'A > B' and 'A' over 'B')"}
+    for what, items in (("note", [(n.note_id, n.vault_path) for n in data.notes]),
+                        ("chunk", [(c.chunk_id, paths.get(c.note_id, c.note_id)) for c in data.chunks])):
+        counts = Counter(i for i, _ in items)
+        if len(counts) != len(items):
+            dup = counts.most_common(1)[0][0]
+            where = ", ".join(sorted({path for i, path in items if i == dup}))
+            raise PipelineError(f"two {what}s share the id {dup!r} (in {where}): the warehouse is kept as it was; "
+                                f"{fixes[what]} and build again")
+
+
 def _checked_vectors(data: WarehouseData) -> dict[str, _Vectors]:
     """``{model_id: its vectors}`` after checking ids and vectors: shape, chunk ids of the build and finite values
     of arrays now; a :class:`~pipeline.warehouse.schema.VectorReader`'s size and ids now, the vectors it reads when
@@ -593,10 +611,7 @@ def _checked_vectors(data: WarehouseData) -> dict[str, _Vectors]:
         EmbeddingError: vectors of the wrong shape, for chunks not in the build, or with NaN/inf; or two model ids
             map to one vector table.
     """
-    for what, ids in (("note", [n.note_id for n in data.notes]), ("chunk", [c.chunk_id for c in data.chunks])):
-        if len(set(ids)) != len(ids):
-            dup = Counter(ids).most_common(1)[0][0]
-            raise PipelineError(f"two {what}s share the id {dup!r}; fix the duplicate before publishing")
+    _refuse_shared_ids(data)
     known = {c.chunk_id for c in data.chunks}
     vec_tables: dict[str, _Vectors] = {}
     for model_id, (chunk_ids, vecs) in data.vectors.items():
