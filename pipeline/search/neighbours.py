@@ -6,7 +6,8 @@ hit's.
 Link weight follows the graph lane of search: an outlink counts its links x1, a backlink x0.5; a two-hop neighbour
 gets the product of its two hops' shares, x0.5. ``related`` scores a neighbour
 ``LINK_WEIGHT x weight / max weight + SIMILARITY_WEIGHT x cosine(note vector, neighbour vector)``, where a note's
-vector is the normalised mean of its chunk vectors in the note's model (0 when the two notes have no vectors in a
+vector is the normalised mean of its chunk vectors: in the cross-lingual model when both notes have vectors there
+(one scale for every pair of languages), else in the best model both have (0 when they have no vectors in a
 common model).
 """
 
@@ -72,6 +73,34 @@ def links_for_paths(warehouse_path: Path, vault_paths: list[str], cap: int = LIN
         con.close()
 
 
+def _similarities(con: Any, me: str, ids: list[str]) -> dict[str, float]:
+    """note_id -> cosine of its note vector and ``me``'s, for the ``ids`` with a vector in a model ``me`` has too.
+
+    One scale for every pair: the cross-lingual model's (the warehouse's ``crosslingual_model``, which embeds every
+    note whatever its language) when both notes have vectors in it; only the others are compared in the best of
+    the models both have. The models' cosines are not comparable: multilingual-e5 gives any two Japanese notes
+    0.85-0.95, the cross-lingual model a Japanese and an English note on the same topic 0.04-0.5, so the best
+    over the models put every Japanese neighbour of a Japanese note above its English ones, a direct link below
+    an unrelated two-hop note (session 41)."""
+    models = wh.list_models(con)
+    cross_id = wh.read_meta(con).get("crosslingual_model", "")
+    cross = [m for m in models if cross_id and m["model_id"] == cross_id]
+    sims: dict[str, float] = {}
+    for model in cross:
+        vecs = wh.note_vectors(con, model["table_name"], [me, *ids])
+        if me in vecs:
+            sims = {nid: float(np.dot(vecs[me], vecs[nid])) for nid in ids if nid in vecs}
+    rest = [nid for nid in ids if nid not in sims]
+    for model in (m for m in models if m not in cross) if rest else ():
+        vecs = wh.note_vectors(con, model["table_name"], [me, *rest])
+        if me not in vecs:
+            continue
+        for nid in rest:
+            if nid in vecs:
+                sims[nid] = max(sims.get(nid, -1.0), float(np.dot(vecs[me], vecs[nid])))
+    return sims
+
+
 def related(warehouse_path: Path, vault_path: str, k: int = 10) -> list[dict[str, Any]]:
     """Notes related to a note through the link graph (one and two hops), best first.
 
@@ -123,15 +152,7 @@ def related(warehouse_path: Path, vault_path: str, k: int = 10) -> list[dict[str
             return []
         ranked_by_link = sorted(cand.items(), key=lambda kv: -kv[1][0])[:RELATED_CANDIDATES]
         cand = dict(ranked_by_link)
-        sims: dict[str, float] = {}
-        ids = [me, *cand]
-        for model in wh.list_models(con):
-            vecs = wh.note_vectors(con, model["table_name"], ids)
-            if me not in vecs:
-                continue
-            for nid in cand:
-                if nid in vecs:
-                    sims[nid] = max(sims.get(nid, -1.0), float(np.dot(vecs[me], vecs[nid])))
+        sims = _similarities(con, me, list(cand))
     finally:
         con.close()
     top = max(v[0] for v in cand.values()) or 1.0
