@@ -226,6 +226,12 @@ def test_a_tags_string_of_the_text_is_merged_as_its_tags(tmp_path: Path) -> None
     ("---\ntitle: Only a title\n---\n", None, "the text is only a frontmatter block"),
     ("---\ntitle: Only a title\n---\n\n", "T", "the text is only a frontmatter block"),
     ("---\ntags: [x]\n...\n---\n", None, "the text has no words besides its frontmatter, only '---'"),
+    # Japanese punctuation is none either (session 41: "。。。" and "「」" were notes, "？" an error that
+    # 'capture.md' already exists)
+    ("。。。", None, "the text has no words, only '。。。'"),
+    ("「」\n・・・", None, "the text has no words, only '「」 ・・・'"),
+    ("？", "T", "the text has no words, only '？'"),
+    ("---\ntitle: 題\n---\n……！", None, "the text has no words besides its frontmatter, only '……！'"),
 ])
 def test_a_text_without_words_is_refused(tmp_path: Path, text: str, title: str | None, error: str) -> None:
     # as a blank text is: one line, nothing written (a lone '---' made notes/capture.md with title '')

@@ -306,8 +306,15 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
         raise CaptureError(f"{' '.join(str(exc).split())} (nothing was written)") from None
 
 
-#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``)
+#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``); any
+#: other punctuation (Unicode category P: ``。、「」・…？！``) is none either (:func:`_no_word`)
 _NO_WORD = re.compile(r"[\s!-/:-@\[-`{-~]")
+
+
+def _no_word(c: str) -> bool:
+    """Whether ``c`` is no part of a word: :data:`_NO_WORD`, or punctuation of any script (a Japanese memo of
+    ``。。。`` or ``？`` has no word, as ``---`` has none; an emoji is a word: ``🦦`` is a note)."""
+    return bool(_NO_WORD.match(c)) or unicodedata.category(c).startswith("P")
 
 
 def decode_text(data: bytes, where: str) -> str:
@@ -335,8 +342,8 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
     Raises:
         CaptureError: an empty or blank text ("nothing to capture: the text is empty"), one over
             :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text
-            with no words once its frontmatter block is taken off: only whitespace and ASCII punctuation
-            (``---``, a block and nothing after it); nothing is written then.
+            with no words once its frontmatter block is taken off: only whitespace and punctuation
+            (``---``, ``。。。``, a block and nothing after it); nothing is written then.
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
@@ -346,7 +353,7 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
     text_fm, rest = split_text(text)
     if not rest.strip() and not text_fm:
         raise CaptureError("nothing to capture: the text is empty")
-    if all(_NO_WORD.match(c) for c in rest):
+    if all(_no_word(c) for c in rest):
         marks = " ".join(rest.split())
         besides = " besides its frontmatter" if text_fm else ""
         what = (f"has no words{besides}, only {_cut_title(marks, 20)!r}" if marks else
