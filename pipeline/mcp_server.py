@@ -163,7 +163,7 @@ TitleArg = Annotated[str | None, Field(description=(
     "The note's title; the note is headed `# title` unless the text starts with a level-1 heading. Default: the "
     "text's frontmatter title, else its first heading, else the file name of `name`, else its first sentence."))]
 NameArg = Annotated[str | None, Field(description=(
-    "The file name without .md (at most 120 characters), optionally under up to 4 folders joined by / "
+    "The file name without .md (at most 120 characters and 252 UTF-8 bytes: about 84 Japanese characters), optionally under up to 4 folders joined by / "
     "(daily/2026-12-04; a missing folder is made). No \\, .., empty parts, a leading '.', control characters or "
     ":*?\"<>|. Default: made from the title. An existing note is never overwritten: a taken name is an error."))]
 CaptureSourceArg = Annotated[str | None, Field(description=(
