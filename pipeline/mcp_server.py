@@ -1201,7 +1201,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             "or Note#Heading opens the page where that heading starts; `warning` says when the note has no such "
             "heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
-            "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "
+            "on page 1, the note's `outlinks`/`backlinks` (up to 10 each, with their totals; `related` ranks its "
+            "neighbours), and `next`: the call for the next page (null on the last page). A page cut inside a "
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "
             "notes inside the vault can be read."
         ),
