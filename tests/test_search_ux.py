@@ -528,6 +528,10 @@ def test_related_compares_every_pair_in_the_cross_lingual_model(tmp_path: Path) 
     wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges,            # no cross-lingual model:
                                       vectors={"e5-test": e5, "minilm-test": minilm}))    # the best model both have
     assert [(r["path"], r["similarity"]) for r in related(path, "me/home.md")] == [("me/ja.md", 0.92), ("me/en.md", 0.0)]
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges[:1],         # one language: as before,
+                                      vectors={"e5-test": e5, "minilm-test": minilm, "usem3-test": cross},
+                                      run_info={"crosslingual_model": "usem3-test"}))       # the best of the models
+    assert [(r["path"], r["similarity"]) for r in related(path, "me/home.md")] == [("me/ja.md", 0.92)]
 
 
 # ---------------------------------------------------------------------------------------------------------------

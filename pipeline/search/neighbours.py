@@ -6,9 +6,9 @@ hit's.
 Link weight follows the graph lane of search: an outlink counts its links x1, a backlink x0.5; a two-hop neighbour
 gets the product of its two hops' shares, x0.5. ``related`` scores a neighbour
 ``LINK_WEIGHT x weight / max weight + SIMILARITY_WEIGHT x cosine(note vector, neighbour vector)``, where a note's
-vector is the normalised mean of its chunk vectors: in the cross-lingual model when both notes have vectors there
-(one scale for every pair of languages), else in the best model both have (0 when they have no vectors in a
-common model).
+vector is the normalised mean of its chunk vectors, compared in the best model both notes have (0 when they have
+none in common), or, when some neighbours share only the cross-lingual model with the note (another language),
+every neighbour in that model: one scale for all.
 """
 
 from __future__ import annotations
@@ -76,28 +76,24 @@ def links_for_paths(warehouse_path: Path, vault_paths: list[str], cap: int = LIN
 def _similarities(con: Any, me: str, ids: list[str]) -> dict[str, float]:
     """note_id -> cosine of its note vector and ``me``'s, for the ``ids`` with a vector in a model ``me`` has too.
 
-    One scale for every pair: the cross-lingual model's (the warehouse's ``crosslingual_model``, which embeds every
-    note whatever its language) when both notes have vectors in it; only the others are compared in the best of
-    the models both have. The models' cosines are not comparable: multilingual-e5 gives any two Japanese notes
-    0.85-0.95, the cross-lingual model a Japanese and an English note on the same topic 0.04-0.5, so the best
-    over the models put every Japanese neighbour of a Japanese note above its English ones, a direct link below
-    an unrelated two-hop note (session 41)."""
+    The best over the models both notes have, unless some of ``ids`` share only the cross-lingual model with
+    ``me`` (the warehouse's ``crosslingual_model``: a Japanese note's English neighbours): then every pair is
+    compared in that model, one scale for all. The models' cosines are not comparable: multilingual-e5 gives any
+    two Japanese notes 0.85-0.95, the cross-lingual model a Japanese and an English note on the same topic 0.04-0.5,
+    so the best over the models put a Japanese note's unrelated two-hop Japanese neighbours above its English
+    outlinks (session 41). A vault of one language ranks as before."""
     models = wh.list_models(con)
     cross_id = wh.read_meta(con).get("crosslingual_model", "")
-    cross = [m for m in models if cross_id and m["model_id"] == cross_id]
+    vecs = {m["model_id"]: wh.note_vectors(con, m["table_name"], [me, *ids]) for m in models}
+    vecs = {model: v for model, v in vecs.items() if me in v}
+    own = {nid for model, v in vecs.items() if model != cross_id for nid in ids if nid in v}
+    if cross_id in vecs and any(nid in vecs[cross_id] and nid not in own for nid in ids):
+        vecs = {cross_id: vecs[cross_id]}
     sims: dict[str, float] = {}
-    for model in cross:
-        vecs = wh.note_vectors(con, model["table_name"], [me, *ids])
-        if me in vecs:
-            sims = {nid: float(np.dot(vecs[me], vecs[nid])) for nid in ids if nid in vecs}
-    rest = [nid for nid in ids if nid not in sims]
-    for model in (m for m in models if m not in cross) if rest else ():
-        vecs = wh.note_vectors(con, model["table_name"], [me, *rest])
-        if me not in vecs:
-            continue
-        for nid in rest:
-            if nid in vecs:
-                sims[nid] = max(sims.get(nid, -1.0), float(np.dot(vecs[me], vecs[nid])))
+    for v in vecs.values():
+        for nid in ids:
+            if nid in v:
+                sims[nid] = max(sims.get(nid, -1.0), float(np.dot(v[me], v[nid])))
     return sims
 
 
