@@ -163,7 +163,7 @@ TitleArg = Annotated[str | None, Field(description=(
     "The note's title; the note is headed `# title` unless the text starts with a level-1 heading. Default: the "
     "text's frontmatter title, else its first heading, else the file name of `name`, else its first sentence."))]
 NameArg = Annotated[str | None, Field(description=(
-    "The file name without .md (at most 120 characters), optionally under up to 4 folders joined by / "
+    "The file name without .md (at most 120 characters and 252 UTF-8 bytes: about 84 Japanese characters), optionally under up to 4 folders joined by / "
     "(daily/2026-12-04; a missing folder is made). No \\, .., empty parts, a leading '.', control characters or "
     ":*?\"<>|. Default: made from the title. An existing note is never overwritten: a taken name is an error."))]
 CaptureSourceArg = Annotated[str | None, Field(description=(
@@ -1201,7 +1201,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             "or Note#Heading opens the page where that heading starts; `warning` says when the note has no such "
             "heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
-            "on page 1, and `next`: the call for the next page (null on the last page). A page cut inside a "
+            "on page 1, the note's `outlinks`/`backlinks` (up to 10 each, with their totals; `related` ranks its "
+            "neighbours), and `next`: the call for the next page (null on the last page). A page cut inside a "
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "
             "notes inside the vault can be read."
         ),

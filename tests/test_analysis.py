@@ -132,3 +132,45 @@ def test_words_as_written_with_their_terms():
     assert a.words("もっとゆっくり休む方法", skip_inflected=True) == [("方法", ["方法"])]
     assert a.words("今日のズンドコ", skip_inflected=True) == [("今日", ["今日"]), ("ズンドコ", ["ずんどこ"])]
     assert a.words("どうする") == [("どう", ["どう"])]                # only on request
+
+
+def test_each_thread_gets_its_own_sudachi_tokenizer() -> None:
+    """One analyzer serves every worker thread of the MCP HTTP server; a Sudachi tokenizer used by two threads at
+    once raises "Tokenizer is already in use" (session 41: 3 of 60 searches by 4 HTTP sessions were internal
+    errors), so each thread tokenizes with its own."""
+    import threading
+
+    a = Analyzer()
+    mine = a._tokenizer()
+    theirs: list[object] = []
+    t = threading.Thread(target=lambda: theirs.extend([a._tokenizer(), a._tokenizer()]))
+    t.start()
+    t.join()
+    assert a._tokenizer() is mine                   # reused within a thread
+    assert theirs[0] is theirs[1] and theirs[0] is not mine
+
+
+def test_japanese_tokens_from_several_threads_at_once() -> None:
+    """Four threads analysing Japanese text with one analyzer all get its tokens and no error."""
+    import threading
+
+    a = Analyzer()
+    text = "カワウソは川に住む哺乳類で、魚や甲殻類を食べる。" * 50
+    expected = a.tokens(text)
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for _ in range(20):
+            try:
+                results.append(a.tokens(text))
+            except Exception as exc:     # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 80 and all(r == expected for r in results)

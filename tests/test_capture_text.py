@@ -226,6 +226,12 @@ def test_a_tags_string_of_the_text_is_merged_as_its_tags(tmp_path: Path) -> None
     ("---\ntitle: Only a title\n---\n", None, "the text is only a frontmatter block"),
     ("---\ntitle: Only a title\n---\n\n", "T", "the text is only a frontmatter block"),
     ("---\ntags: [x]\n...\n---\n", None, "the text has no words besides its frontmatter, only '---'"),
+    # Japanese punctuation is none either (session 41: "。。。" and "「」" were notes, "？" an error that
+    # 'capture.md' already exists)
+    ("。。。", None, "the text has no words, only '。。。'"),
+    ("「」\n・・・", None, "the text has no words, only '「」 ・・・'"),
+    ("？", "T", "the text has no words, only '？'"),
+    ("---\ntitle: 題\n---\n……！", None, "the text has no words besides its frontmatter, only '……！'"),
 ])
 def test_a_text_without_words_is_refused(tmp_path: Path, text: str, title: str | None, error: str) -> None:
     # as a blank text is: one line, nothing written (a lone '---' made notes/capture.md with title '')
@@ -511,3 +517,21 @@ def test_a_note_the_disk_could_not_take_leaves_no_part_behind(tmp_path: Path, mo
     assert list((tmp_path / "inbox").iterdir()) == []
     monkeypatch.undo()
     assert write_capture(src, "words " * 1000, name="big", now=NOW).path == target
+
+
+def test_a_name_too_long_in_bytes_is_refused_before_the_file_system_does(tmp_path: Path) -> None:
+    """90 kanji are within the 120-character cap but 273 bytes with .md: the note failed with the OS's "File name
+    too long" (session 41). One line says the limit in bytes and what to do; nothing is written."""
+    src = _local(tmp_path / "inbox")
+    with pytest.raises(CaptureError) as err:
+        write_capture(src, "長い名前", name="長" * 90)
+    assert str(err.value) == (
+        "note name too long: the file name '" + "長" * 37 + "...' is 273 bytes in UTF-8 with .md (90 characters), "
+        "more than the 255 a file system takes (about 84 Japanese characters); pass a shorter --name (nothing was "
+        "written)")
+    with pytest.raises(CaptureError, match=r"^note name too long: the folder name '日+\.\.\.' is 258 bytes in UTF-8 "
+                                           r"\(86 characters\), .* pass a shorter `name` \(nothing was written\)$"):
+        write_capture(src, "x", name="日" * 86 + "/memo", name_option="`name`")
+    assert _files(tmp_path / "inbox") == []
+    assert write_capture(src, "ok", name="長" * 84, agent="a", correlation_id="c1", now=NOW).path.name == \
+        "長" * 84 + ".md"                                                   # 255 bytes with .md: taken

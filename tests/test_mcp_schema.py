@@ -58,7 +58,7 @@ SAYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("related", "k"): ("1-20", "default 10"),
     ("save_note", "text"): ("Markdown", "1,000,000 characters", "frontmatter"),
     ("save_note", "title"): ("# title", "Default"),
-    ("save_note", "name"): ("without .md", "120 characters", "daily/2026-12-04", "never overwritten"),
+    ("save_note", "name"): ("without .md", "120 characters", "252 UTF-8 bytes", "daily/2026-12-04", "never overwritten"),
     ("save_note", "source"): ("local source", "DOCSVAULT_CAPTURE_SOURCE"),
     ("save_note", "agent"): ("frontmatter", '"mcp agent"'),
     ("save_note", "correlation_id"): ("correlation_id", "at most 200 characters", "Default"),
@@ -95,6 +95,8 @@ def test_every_argument_has_a_description_and_the_enforced_bounds(tiny_env: Path
                 assert words in description, (name, arg, words)
     assert tools["search"].input_schema["required"] == ["query"]
     assert tools["save_note"].input_schema["required"] == ["text"]
+    # read returns the note's links: an agent walking the graph learns it from the description (session 41)
+    assert "`outlinks`/`backlinks`" in tools["read"].description
 
 
 def test_the_lane_names_of_the_schema_are_the_searchers() -> None:

@@ -811,6 +811,19 @@ def test_a_page_title_is_an_h1_that_heads_the_page_not_one_after_code_or_heading
     assert _title({}, "## Part\n\n# Later\n", "notes/Part and later.md") == "Part and later"
 
 
+def test_a_title_of_template_placeholders_is_none_the_file_name_titles_the_note() -> None:
+    """An Obsidian templates folder's note (`# {{title}}`) was titled `{{title}}` in search hits, related and the
+    source's index (session 41); it is titled by its file name, as Obsidian names it."""
+    from pipeline.ingest.normalize import _title
+
+    assert _title({}, "# {{title}}\n\n## 今日のこと\n", "テンプレート/日記テンプレート.md") == "日記テンプレート"
+    assert _title({}, "# {{date:YYYY-MM-DD}} {{time}}\n", "Templates/Daily.md") == "Daily"
+    assert _title({"title": "<% tp.file.title %>"}, "text", "Templates/Meeting.md") == "Meeting"
+    assert _title({"title": "{{title}}"}, "# {{title}}\n", "t/Plain.md") == "Plain"
+    assert _title({}, "# {{title}} の振り返り\n", "t/Review.md") == "{{title}} の振り返り"    # text besides: a title
+    assert _title({"title": "Vue {{ x }} tips"}, "", "t/vue.md") == "Vue {{ x }} tips"
+
+
 def test_a_heading_ending_in_a_hash_keeps_it_only_a_spaced_closing_sequence_goes() -> None:
     """A reviewer's finding: the ATX pattern dropped any `#`s at a heading's end, so a page `# Learn C#` was titled
     `Learn C`. CommonMark ends a heading at a closing sequence only after a space or tab (`# Closed ##`); `C#`,

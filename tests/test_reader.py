@@ -526,3 +526,18 @@ def test_a_folder_named_by_read_says_how_to_list_its_notes(vault: Path, tmp_path
         find_note(vault, "src/.obsidian", path)                   # a hidden folder is no folder to list
     with pytest.raises(NoteNotFoundError, match="^no note '会議': no vault path"):
         find_note(vault, "会議", path)                             # no folder of that name
+
+
+def test_a_heading_typed_in_another_width_is_offered_as_the_closest() -> None:
+    """`read 'DuckDB 入門#ｲﾝｽﾄｰﾙ'` (half-width katakana) named no close heading and listed the note's first ones
+    (session 41); the heading it spells is offered to retry with. The link itself still does not reach it, as in
+    Obsidian, which compares headings as written."""
+    from pipeline.search.reader import subpath_missing, subpath_offset
+
+    body = "# DuckDB 入門\n\n## インストール\n\npip\n\n## Setup guide\n\nx\n\n## 参考\n"
+    assert subpath_offset(body, "ｲﾝｽﾄｰﾙ") is None
+    assert subpath_missing(body, "DuckDB 入門", "notes/DuckDB 入門.md", "ｲﾝｽﾄｰﾙ", 1) == (
+        "heading 'ｲﾝｽﾄｰﾙ' not found in 'DuckDB 入門' (notes/DuckDB 入門.md); showing page 1; closest headings: "
+        "'インストール'; e.g. read 'DuckDB 入門#インストール'")
+    assert subpath_missing(body, "DuckDB 入門", "notes/DuckDB 入門.md", "ＳＥＴＵＰ　ｇｕｉｄｅ", 1).endswith(
+        "closest headings: 'Setup guide'; e.g. read 'DuckDB 入門#Setup guide'")

@@ -497,6 +497,43 @@ def test_related_ranks_one_and_two_hop_neighbours(toy: Path) -> None:
         related(toy, "g/nope.md")
 
 
+def _unit(*xs: float) -> list[float]:
+    """An 8-d vector starting with ``xs`` (the caller keeps it of length 1)."""
+    return [*xs, *([0.0] * (8 - len(xs)))]
+
+
+def test_related_compares_every_pair_in_the_cross_lingual_model(tmp_path: Path) -> None:
+    """A Japanese note's Japanese and English neighbours, one link each: multilingual-e5 gives the two Japanese
+    notes 0.92 (its cosines of any two Japanese texts are 0.85-0.95), the cross-lingual model 0.1, and puts the
+    English one at 0.6. The cross-lingual model's cosines rank both (before session 41 the best over the models
+    did: 0.92 against 0.6, and the Japanese neighbour came first)."""
+    import numpy as np
+
+    notes = [Note("me", rel, rel, title, {"title": title}, title) for rel, title in
+             (("home.md", "ホーム"), ("ja.md", "日記"), ("en.md", "Move checklist"))]
+    nid = {n.rel_path: n.note_id for n in notes}
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "me", 0, (), n.title, n.title) for n in notes]
+    cid = {rel: f"{nid[rel]}-0" for rel in nid}
+    e5 = ([cid["home.md"], cid["ja.md"]], np.array([_unit(1.0), _unit(0.92, (1 - 0.92 ** 2) ** 0.5)], np.float32))
+    minilm = ([cid["en.md"]], np.array([_unit(1.0)], np.float32))
+    cross = ([cid["home.md"], cid["ja.md"], cid["en.md"]],
+             np.array([_unit(1.0), _unit(0.1, (1 - 0.01) ** 0.5), _unit(0.6, 0.8)], np.float32))
+    edges = [Edge(nid["home.md"], nid["ja.md"], "日記", "wikilink"), Edge(nid["home.md"], nid["en.md"], "Move", "wikilink")]
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges,
+                                      vectors={"e5-test": e5, "minilm-test": minilm, "usem3-test": cross},
+                                      run_info={"crosslingual_model": "usem3-test"}))
+    rows = related(path, "me/home.md")
+    assert [(r["path"], r["similarity"], r["score"]) for r in rows] == [("me/en.md", 0.6, 0.8), ("me/ja.md", 0.1, 0.55)]
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges,            # no cross-lingual model:
+                                      vectors={"e5-test": e5, "minilm-test": minilm}))    # the best model both have
+    assert [(r["path"], r["similarity"]) for r in related(path, "me/home.md")] == [("me/ja.md", 0.92), ("me/en.md", 0.0)]
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges[:1],         # one language: as before,
+                                      vectors={"e5-test": e5, "minilm-test": minilm, "usem3-test": cross},
+                                      run_info={"crosslingual_model": "usem3-test"}))       # the best of the models
+    assert [(r["path"], r["similarity"]) for r in related(path, "me/home.md")] == [("me/ja.md", 0.92)]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # capture
 

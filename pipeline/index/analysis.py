@@ -19,6 +19,7 @@ Text is NFKC-normalised (full-width ASCII -> ASCII, half-width katakana -> full-
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
@@ -115,8 +116,9 @@ def _not_a_name(pos: Sequence[str], surface: str) -> bool:
 class Analyzer:
     """BM25 tokenizer, identical for documents and queries.
 
-    The Sudachi tokenizer is created lazily on first Japanese input and reused; stemming is memoised. One instance
-    is not thread-safe (Sudachi's tokenizer is not); use one per thread.
+    The Sudachi tokenizer is created lazily on first Japanese input and reused, one per thread: a Sudachi tokenizer
+    cannot be used by two threads at once ("Tokenizer is already in use"), and one analyzer serves every thread of
+    a server (the MCP HTTP server answers its sessions' calls in worker threads). Stemming is memoised.
 
     Args:
         ja_bigrams: also emit character bigrams of kanji and katakana runs (``検索機能`` -> 検索, 索機, 機能).
@@ -125,7 +127,7 @@ class Analyzer:
 
     def __init__(self, *, ja_bigrams: bool = False, stem_cache_size: int = 200_000) -> None:
         self.ja_bigrams = ja_bigrams
-        self._sudachi: Any = None
+        self._sudachi = threading.local()     # .tokenizer: this thread's Sudachi tokenizer
         import Stemmer  # PyStemmer
 
         stemmer = Stemmer.Stemmer("english")
@@ -227,15 +229,19 @@ class Analyzer:
 
     # ---- Japanese ----
     def _tokenizer(self) -> Any:
-        if self._sudachi is None:
+        """This thread's Sudachi tokenizer (mode C), made on its first use in the thread from the process's one
+        dictionary."""
+        tokenizer = getattr(self._sudachi, "tokenizer", None)
+        if tokenizer is None:
             from sudachipy import SplitMode
 
             dictionary = sudachi_dictionary()
             if hasattr(dictionary, "tokenizer"):  # SudachiPy >= 0.7
-                self._sudachi = dictionary.tokenizer(mode=SplitMode.C)
+                tokenizer = dictionary.tokenizer(mode=SplitMode.C)
             else:  # pragma: no cover - SudachiPy 0.6
-                self._sudachi = dictionary.create(mode=SplitMode.C)
-        return self._sudachi
+                tokenizer = dictionary.create(mode=SplitMode.C)
+            self._sudachi.tokenizer = tokenizer
+        return tokenizer
 
     def _japanese_runs(self, runs: list[str]) -> list[list[str]]:
         """Tokens of each run; runs are joined by newlines into few Sudachi calls (each < 49 KB)."""

@@ -39,6 +39,7 @@ from pipeline.models import Source
 
 __all__ = [
     "MAX_CORRELATION_CHARS",
+    "MAX_NAME_BYTES",
     "MAX_NAME_CHARS",
     "MAX_TEXT_CHARS",
     "CaptureError",
@@ -154,13 +155,35 @@ def capture_source(sources: Sequence[Source], name: str | None = None, arg: str 
 MAX_NAME_FOLDERS = 4           # folders a captured note's name may put it in (``daily/2026/12/04``)
 
 
-def check_name(name: str) -> str:
+#: bytes a file or folder name may have on Linux and macOS (NAME_MAX); a longer one is ENAMETOOLONG
+MAX_NAME_BYTES = 255
+
+
+def _name_bytes_problem(parts: list[str], name_option: str) -> str | None:
+    """The error of the first part of a name whose UTF-8 bytes (the file's with ``.md``) no file system takes: 120
+    Japanese characters are 360 bytes, so a name within :data:`MAX_NAME_CHARS` failed with the OS's "File name too
+    long" (session 41); None when every part fits."""
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        size = len((part + ".md" if last else part).encode("utf-8"))
+        if size > MAX_NAME_BYTES:
+            shown = part if len(part) <= 40 else part[:37] + "..."
+            what = "file name" if last else "folder name"
+            return (f"note name too long: the {what} {shown!r} is {size} bytes in UTF-8{' with .md' if last else ''} "
+                    f"({len(part)} characters), more than the {MAX_NAME_BYTES} a file system takes (about "
+                    f"{(MAX_NAME_BYTES - (3 if last else 0)) // 3} Japanese characters); pass a shorter {name_option} "
+                    "(nothing was written)")
+    return None
+
+
+def check_name(name: str, name_option: str = "--name") -> str:
     """A safe note name (without ``.md``; a trailing ``.md`` is dropped): a file name, or folders of the source
     and a file name joined by ``/`` (``daily/2026-12-04``: the note goes into that folder, made when missing), at
     most :data:`MAX_NAME_FOLDERS` folders.
 
     Raises:
-        CaptureError: empty, too long, an absolute path or one with an empty, ``.``/``..`` or hidden (leading ``.``)
+        CaptureError: empty, too long (over :data:`MAX_NAME_CHARS` characters, or a part over :data:`MAX_NAME_BYTES`
+            UTF-8 bytes), an absolute path or one with an empty, ``.``/``..`` or hidden (leading ``.``)
             part, ``\\``, or holding control or ``:*?"<>|`` characters.
     """
     raw = name
@@ -180,7 +203,9 @@ def check_name(name: str) -> str:
         raise CaptureError(f"unsafe note name {shown!r}: hidden names (a leading '.') are not notes")
     if len(parts[-1]) > MAX_NAME_CHARS:
         raise CaptureError(f"note name too long ({len(parts[-1])} chars, at most {MAX_NAME_CHARS}): pass a shorter "
-                           "--name")
+                           f"{name_option}")
+    if problem := _name_bytes_problem(parts, name_option):
+        raise CaptureError(problem)
     return name
 
 
@@ -306,8 +331,15 @@ def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
         raise CaptureError(f"{' '.join(str(exc).split())} (nothing was written)") from None
 
 
-#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``)
+#: a character that is no part of a word: whitespace or ASCII punctuation (Markdown marks: ``---``, ``#``); any
+#: other punctuation (Unicode category P: ``。、「」・…？！``) is none either (:func:`_no_word`)
 _NO_WORD = re.compile(r"[\s!-/:-@\[-`{-~]")
+
+
+def _no_word(c: str) -> bool:
+    """Whether ``c`` is no part of a word: :data:`_NO_WORD`, or punctuation of any script (a Japanese memo of
+    ``。。。`` or ``？`` has no word, as ``---`` has none; an emoji is a word: ``🦦`` is a note)."""
+    return bool(_NO_WORD.match(c)) or unicodedata.category(c).startswith("P")
 
 
 def decode_text(data: bytes, where: str) -> str:
@@ -335,8 +367,8 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
     Raises:
         CaptureError: an empty or blank text ("nothing to capture: the text is empty"), one over
             :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text
-            with no words once its frontmatter block is taken off: only whitespace and ASCII punctuation
-            (``---``, a block and nothing after it); nothing is written then.
+            with no words once its frontmatter block is taken off: only whitespace and punctuation
+            (``---``, ``。。。``, a block and nothing after it); nothing is written then.
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
@@ -346,7 +378,7 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
     text_fm, rest = split_text(text)
     if not rest.strip() and not text_fm:
         raise CaptureError("nothing to capture: the text is empty")
-    if all(_NO_WORD.match(c) for c in rest):
+    if all(_no_word(c) for c in rest):
         marks = " ".join(rest.split())
         besides = " besides its frontmatter" if text_fm else ""
         what = (f"has no words{besides}, only {_cut_title(marks, 20)!r}" if marks else
@@ -562,7 +594,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     heading = bool(title and title.strip())
     title = " ".join((title or "").split()) if heading else (
         _fm_title(text_fm) or _heading_of_body(text) or _title_of_name(name) or _title_of_body(text))
-    fname = check_name(name) if name else check_name(name_from_title(title) or "capture")
+    fname = check_name(name, name_option) if name else check_name(name_from_title(title) or "capture")
     root = source.path[0].resolve()
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "

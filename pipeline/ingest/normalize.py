@@ -168,6 +168,9 @@ _COMMONMARK = MarkdownIt("commonmark")
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
 _ANCHOR_JSX = re.compile(r"\s*\{/\*\s*(.*?)\s*\*/\}\s*$")
 _ANCHOR_ID = re.compile(r"\s*\{#([^}\s]+)\}\s*$")
+#: a title that is only template placeholders (an Obsidian templates folder's ``# {{title}}``, ``{{date:YYYY-MM-DD}}``,
+#: Templater's ``<% tp.file.title %>``): it names no note, so the note is titled by its file name
+_PLACEHOLDER_TITLE = re.compile(r"(?:\s*(?:\{\{[^{}]*\}\}|<%.*?%>))+\s*")
 _ANCHOR_DOCBUILDER = re.compile(r"\s*\[\[([\w.-]+)\]\]\s*$")
 
 
@@ -1219,18 +1222,19 @@ def page_url(source: Source, source_path: str) -> str | None:
 
 def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
     """A note's title: its frontmatter ``title``, else its leading level-1 heading, else its file name without the
-    extension. A ``.canvas`` file is titled by its file name without ``.canvas``, as Obsidian names it
+    extension; a title or heading that is only template placeholders (``# {{title}}`` in a templates folder) is
+    none. A ``.canvas`` file is titled by its file name without ``.canvas``, as Obsidian names it
     (``Plan.canvas`` is ``Plan``; its first card's heading is a card, not the canvas's title)."""
     name = source_path.rsplit("/", 1)[-1]
     if name.lower().endswith(".canvas") and len(name) > len(".canvas"):
         return name[: -len(".canvas")]
     value = frontmatter.get("title")
-    if isinstance(value, (str, int, float)) and str(value).strip():
+    if isinstance(value, (str, int, float)) and str(value).strip() and not _PLACEHOLDER_TITLE.fullmatch(str(value)):
         return str(value).strip()
     h1 = leading_h1(body)
     if h1:
         h1 = _ANCHOR_JSX.sub("", _ANCHOR_ID.sub("", _ANCHOR_DOCBUILDER.sub("", h1))).strip()
-        if h1:
+        if h1 and not _PLACEHOLDER_TITLE.fullmatch(h1):
             return h1
     for ext in MARKDOWN_EXTS:
         if name.lower().endswith(ext) and len(name) > len(ext):

@@ -6,8 +6,9 @@ hit's.
 Link weight follows the graph lane of search: an outlink counts its links x1, a backlink x0.5; a two-hop neighbour
 gets the product of its two hops' shares, x0.5. ``related`` scores a neighbour
 ``LINK_WEIGHT x weight / max weight + SIMILARITY_WEIGHT x cosine(note vector, neighbour vector)``, where a note's
-vector is the normalised mean of its chunk vectors in the note's model (0 when the two notes have no vectors in a
-common model).
+vector is the normalised mean of its chunk vectors, compared in the best model both notes have (0 when they have
+none in common), or, when some neighbours share only the cross-lingual model with the note (another language),
+every neighbour in that model: one scale for all.
 """
 
 from __future__ import annotations
@@ -72,6 +73,30 @@ def links_for_paths(warehouse_path: Path, vault_paths: list[str], cap: int = LIN
         con.close()
 
 
+def _similarities(con: Any, me: str, ids: list[str]) -> dict[str, float]:
+    """note_id -> cosine of its note vector and ``me``'s, for the ``ids`` with a vector in a model ``me`` has too.
+
+    The best over the models both notes have, unless some of ``ids`` share only the cross-lingual model with
+    ``me`` (the warehouse's ``crosslingual_model``: a Japanese note's English neighbours): then every pair is
+    compared in that model, one scale for all. The models' cosines are not comparable: multilingual-e5 gives any
+    two Japanese notes 0.85-0.95, the cross-lingual model a Japanese and an English note on the same topic 0.04-0.5,
+    so the best over the models put a Japanese note's unrelated two-hop Japanese neighbours above its English
+    outlinks (session 41). A vault of one language ranks as before."""
+    models = wh.list_models(con)
+    cross_id = wh.read_meta(con).get("crosslingual_model", "")
+    vecs = {m["model_id"]: wh.note_vectors(con, m["table_name"], [me, *ids]) for m in models}
+    vecs = {model: v for model, v in vecs.items() if me in v}
+    own = {nid for model, v in vecs.items() if model != cross_id for nid in ids if nid in v}
+    if cross_id in vecs and any(nid in vecs[cross_id] and nid not in own for nid in ids):
+        vecs = {cross_id: vecs[cross_id]}
+    sims: dict[str, float] = {}
+    for v in vecs.values():
+        for nid in ids:
+            if nid in v:
+                sims[nid] = max(sims.get(nid, -1.0), float(np.dot(v[me], v[nid])))
+    return sims
+
+
 def related(warehouse_path: Path, vault_path: str, k: int = 10) -> list[dict[str, Any]]:
     """Notes related to a note through the link graph (one and two hops), best first.
 
@@ -123,15 +148,7 @@ def related(warehouse_path: Path, vault_path: str, k: int = 10) -> list[dict[str
             return []
         ranked_by_link = sorted(cand.items(), key=lambda kv: -kv[1][0])[:RELATED_CANDIDATES]
         cand = dict(ranked_by_link)
-        sims: dict[str, float] = {}
-        ids = [me, *cand]
-        for model in wh.list_models(con):
-            vecs = wh.note_vectors(con, model["table_name"], ids)
-            if me not in vecs:
-                continue
-            for nid in cand:
-                if nid in vecs:
-                    sims[nid] = max(sims.get(nid, -1.0), float(np.dot(vecs[me], vecs[nid])))
+        sims = _similarities(con, me, list(cand))
     finally:
         con.close()
     top = max(v[0] for v in cand.values()) or 1.0

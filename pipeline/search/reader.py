@@ -654,8 +654,11 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
     where = f"{what} not found in {name!r} ({vault_path}); showing page {page}"
     if not have:
         return f"{where}; the note has no {'block ids' if block else 'headings'}"
-    keys = {heading_key(h) if not block else h.casefold(): h for h in reversed(have)}   # first one of a key wins
-    want = heading_key(subpath.split("#")[-1]) if not block else subpath.casefold()
+    # compared in NFKC: a heading typed in half-width katakana or full-width Latin (ｲﾝｽﾄｰﾙ, ＳＥＴＵＰ) is closest to
+    # the one it spells (インストール), which the link does not reach (Obsidian compares headings as written)
+    keys = {unicodedata.normalize("NFKC", heading_key(h) if not block else h.casefold()): h
+            for h in reversed(have)}                                              # first one of a key wins
+    want = unicodedata.normalize("NFKC", heading_key(subpath.split("#")[-1]) if not block else subpath.casefold())
     close = [keys[k] for k in _closest(want, list(keys), CLOSEST_LISTED, 0.5)]
     kind = "block ids" if block else "headings"
     if not close:                                   # nothing like it: the note's own, to pick from
