@@ -204,6 +204,9 @@ def build(
         return
     for line in report.removed:
         typer.echo(line)
+    if report.upgraded:
+        typer.echo(f"upgrade: stages last built by another version of docsvault run again: {'; '.join(report.upgraded)} "
+                   "(only what their new code changes is rewritten; cached embeddings of unchanged text are reused)")
     typer.echo(f"{'source':24} {'status':9} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
     outcomes = {o.name: o for o in build_outcome(report).sources}
     for st in report.sources:

@@ -784,6 +784,7 @@ class BuildOutcome(Record):
     shared: SharedOutcome
     resumed: tuple[str, ...] = ()
     note_changes: dict[str, list[str]] | None = None    # BuildReport.note_changes (build --json; else None)
+    upgraded: tuple[str, ...] = ()                        # BuildReport.upgraded: stages another version built last
 
 
 def query_problem(query: str | None) -> str | None:
@@ -896,5 +897,6 @@ def build_outcome(report: Any) -> BuildOutcome:
         removed=tuple(getattr(report, "removed", [])),
         shared=SharedOutcome(ok=report.shared_ok, error=report.shared_error or None, warehouse=warehouse,
                              eval=evals, warnings=tuple(getattr(report, "check_warnings", []))),
-        resumed=tuple(getattr(report, "resumed", [])), note_changes=report.note_changes)
+        resumed=tuple(getattr(report, "resumed", [])), note_changes=report.note_changes,
+        upgraded=tuple(getattr(report, "upgraded", [])))
 

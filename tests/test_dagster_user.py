@@ -125,3 +125,35 @@ def test_make_runs_dagster_on_the_instance_of_the_data_dir_docsvault_uses(tmp_pa
     readme = (repo / "README.md").read_text(encoding="utf-8")
     assert "DAGSTER_HOME=$PWD/data/dagster" not in readme
     assert readme.count("DAGSTER_HOME=${DOCSVAULT_DATA:-$PWD/data}/dagster") == 2
+
+
+def test_a_build_after_an_upgrade_says_which_stages_another_version_built(
+        built_tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an upgrade of docsvault, `docsvault build` redid the stages whose code changed and said only
+    "4 notes re-chunked", not why, while the sensor's run said "chunks last built by other code than this
+    version's (an upgrade)" (found by an operator upgrading a data folder built 80 commits earlier, session 41). The
+    build now names those stages in one line before its table; a build after it has nothing to say."""
+    import dagster as dg
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.config import Settings
+    from pipeline.defs.runner import run_build
+    from pipeline.stages.results import BuildReport
+
+    instance = dg.DagsterInstance.get()
+    for asset in (["tiny", "chunks"], ["warehouse"]):      # last materialized by an older version of the code
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            asset_key=dg.AssetKey(asset), tags={"dagster/code_version": "older"}))
+    report = run_build(Settings.from_env())
+    assert report.ok and report.upgraded == ["tiny: chunks", "warehouse"]
+    assert run_build(Settings.from_env()).upgraded == []          # rebuilt by this version: nothing to say
+
+    monkeypatch.setattr("pipeline.cli.noop_build", lambda *a, **k: BuildReport(
+        sources=[], shared_ok=True, upgraded=["tiny: notes, vault, chunks", "link_graph, warehouse"]))
+    result = CliRunner().invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == (
+        "upgrade: stages last built by another version of docsvault run again: tiny: notes, vault, chunks; "
+        "link_graph, warehouse (only what their new code changes is rewritten; cached embeddings of unchanged text "
+        "are reused)")

@@ -228,6 +228,7 @@ def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Pa
     assert graph.get_all_asset_keys() == built.resolve_asset_graph().get_all_asset_keys()
     assert {c.to_user_string() for c in graph.asset_check_keys} == {
         "tiny/raw_docs:ran_without_error", "tiny/raw_docs:has_files", "tiny/notes:ran_without_error",
+        "tiny/notes:all_files_read",
         "tiny/vault:ran_without_error", "tiny/vault:frontmatter_valid", "tiny/chunks:ran_without_error",
         "tiny/embeddings:ran_without_error",
         "warehouse:hnsw_index_used", "warehouse:serves_queries", "retrieval_eval:eval_floors",

@@ -116,6 +116,7 @@ def test_quality_gates_report_warn_and_data_checks_error(built_tiny_env: Path) -
         **{f"tiny/{stage}:ran_without_error": (True, "ERROR")
            for stage in ("raw_docs", "notes", "vault", "chunks", "embeddings")},
         "tiny/raw_docs:has_files": (True, "ERROR"), "tiny/vault:frontmatter_valid": (True, "ERROR"),
+        "tiny/notes:all_files_read": (True, "WARN"),
         "warehouse:hnsw_index_used": (True, "ERROR"), "warehouse:serves_queries": (True, "ERROR"),
         "retrieval_eval:eval_floors": (False, "WARN"), "retrieval_eval:hybrid_beats_single_lanes": (True, "WARN"),
     }
@@ -180,7 +181,41 @@ def test_a_source_whose_folder_vanished_says_why_on_its_checks_and_assets(built_
     }
     assert _materialized(fetched) == {"tiny/raw_docs": {"status": "failed", "error": error,
                                                         "serving": "last good copy"}}
-    assert _evaluations(notes) == {"tiny/notes:ran_without_error": (True, {"status": "skipped"}, None)}
+    assert _evaluations(notes) == {"tiny/notes:ran_without_error": (True, {"status": "skipped"}, None),
+                                   "tiny/notes:all_files_read": (True, {"skipped_files": 0}, None)}
     assert _materialized(notes) == {"tiny/notes": {"status": "skipped", "skipped": True,
                                                    "kept": "last good copy: tiny/raw_docs failed",
                                                    "cause_error": error}}
+
+
+def test_a_file_the_build_skipped_fails_the_notes_warn_check(built_tiny_env: Path) -> None:
+    """A note the normalize stage skips (here an unclosed quote in its frontmatter) is not in the vault or search:
+    `docsvault build` listed it and `status` counted it, but a Dagster run was green, the file named only in a
+    warning line of the run's log (found by a Dagster user, session 41). The notes asset's `all_files_read` check
+    (WARN: the source still builds) now fails, naming the file, its reason and the errors file; the fixed file
+    passes it again."""
+    broken = built_tiny_env / "tinyvault" / "Broken.md"
+    broken.write_text('---\ntitle: "Broken\n---\nbody\n', encoding="utf-8")
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    selection = [dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey(["tiny", "notes"])]
+    result = job.execute_in_process(asset_selection=selection, instance=dg.DagsterInstance.ephemeral(),
+                                    raise_on_error=False)
+    assert result.success is True
+    errors = settings.state_dir / "tiny.errors.txt"
+    line = ("source 'tiny': Broken.md: line 2: invalid YAML frontmatter: the quoted value that starts on line 2 is "
+            "never closed; close the quote (a quote character inside the value: write it twice in '…', as \\\" in "
+            "\"…\")")
+    assert _evaluations(result)["tiny/notes:all_files_read"] == (
+        False, {"skipped_files": 1, "first_skipped": [line], "errors_file": str(errors)},
+        (f"1 file(s) skipped, not in the vault or search (or serving their last good version): {line}; each with "
+         f"its reason in {errors}"))
+    assert _severities(result)["tiny/notes:all_files_read"] == (False, "WARN")
+
+    built = CliRunner().invoke(app, ["build"])          # a WARN check of a source fails no source: exit 0
+    assert built.exit_code == 0, built.output
+    assert f"  tiny: 1 file(s) skipped, each with its reason in {errors}" in built.stdout.splitlines()
+
+    broken.write_text("---\ntitle: Broken\n---\nbody\n", encoding="utf-8")
+    fixed = job.execute_in_process(asset_selection=selection, instance=dg.DagsterInstance.ephemeral())
+    assert _evaluations(fixed)["tiny/notes:all_files_read"] == (True, {"skipped_files": 0}, None)

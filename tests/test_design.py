@@ -223,6 +223,7 @@ EXPECTED_BUILD_JSON = """{
       "docs/Home.md"
     ],
     "removed": []
-  }
+  },
+  "upgraded": []
 }
 """

@@ -165,6 +165,27 @@ def test_zero_matching_files_raises(tmp_path, remote):
     assert not (settings.raw_dir / "empty" / "repo").exists()
 
 
+def test_include_globs_written_from_inside_the_paths_folder_get_the_rooted_globs(tmp_path, remote):
+    """`paths: [docs]` with `include: ["ja/**"]` (a glob written from inside the folder) selected nothing, and the
+    error said to check the folder names in `paths`, which were right (found by a new user, session 41): globs match
+    a file's whole path in the repository. The error now gives the include that selects files."""
+    bare, _ = remote
+    settings = _settings(tmp_path)
+    source = _git_source(bare, name="rel", include=("ja/**", "*.txt"))
+    with pytest.raises(FetchError) as exc:
+        fetch_source(source, settings)
+    assert str(exc.value) == (
+        f"source 'rel': cannot fetch file://{bare}: no files match paths=['docs'] include=['ja/**', '*.txt'] "
+        "exclude=[]; include/exclude globs match a file's whole path in the repository, 'paths' folder included: "
+        "did you mean include: ['docs/ja/**', '*.txt']?")
+    result = fetch_source(_git_source(bare, name="rel", include=("docs/ja/**", "*.txt")), settings)
+    assert [f.source_path for f in result.files] == ["docs/ja/b.md"]
+    with pytest.raises(FetchError) as exc:           # nothing to suggest: the old advice
+        fetch_source(_git_source(bare, name="rel2", include=("nowhere/**",)), settings)
+    assert str(exc.value).endswith("include=['nowhere/**'] exclude=[] (check the folder names in 'paths' against "
+                                   "the repository)")
+
+
 @pytest.mark.parametrize("paths", [("README.md", "docs/ja/*.md"), ("docs/ja/*.md", "README.md")])
 def test_paths_mixing_a_file_and_a_glob_select_the_union(tmp_path, remote, paths):
     bare, _ = remote

@@ -296,6 +296,33 @@ def _ran_without_error_result(error: str, meta: dict[str, Any]) -> dg.AssetCheck
                      f"{meta['cause']}: nothing to serve (never built)" if never_built else None))
 
 
+#: the WARN check of every ``<source>/notes``: the files its last normalize skipped (:func:`all_files_read_result`)
+ALL_FILES_READ = "all_files_read"
+
+
+def all_files_read_result(settings: Settings, source: Source) -> dg.AssetCheckResult:
+    """The ``all_files_read`` evaluation of ``source``'s notes: the files its last normalize skipped, as the source's
+    state records them (this run's normalize, or the last one when this run's did not run: the notes served are
+    that one's). Severity WARN: the source built; the files left out are the user's to fix. Before, only
+    `docsvault build` and `status` said so: a Dagster run was green, with a warning line in its log."""
+    from pipeline.ingest.normalize import errors_file
+
+    state = artifacts.load_state(settings, source.name)
+    n = int(state.get("normalize_errors") or 0)
+    lines = [str(line) for line in state.get("normalize_error_lines") or []]
+    where = str(errors_file(settings, source.name))
+    if not n:
+        return dg.AssetCheckResult(check_name=ALL_FILES_READ, passed=True, metadata={"skipped_files": 0},
+                                   severity=dg.AssetCheckSeverity.WARN)
+    more = f" and {n - 1} more" if n > 1 else ""
+    return dg.AssetCheckResult(
+        check_name=ALL_FILES_READ, passed=False, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"skipped_files": n, "first_skipped": dg.MetadataValue.json(lines[:10]),
+                  "errors_file": dg.MetadataValue.path(where)},
+        description=f"{n} file(s) skipped, not in the vault or search (or serving their last good version): "
+                    f"{lines[0] if lines else '?'}{more}; each with its reason in {where}")
+
+
 # ---------------------------------------------------------------- per source
 def _ran_without_error_spec(asset_key: dg.AssetKey) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(RAN_WITHOUT_ERROR, asset=asset_key, blocking=True,
@@ -355,7 +382,14 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
 
     notes_key = key("notes", source)
 
-    @dg.asset(**spec("notes"), deps=[raw_docs], kinds={"markdown"}, check_specs=[_ran_without_error_spec(notes_key)],
+    @dg.asset(**spec("notes"), deps=[raw_docs], kinds={"markdown"},
+              check_specs=[_ran_without_error_spec(notes_key), dg.AssetCheckSpec(
+                  ALL_FILES_READ, asset=notes_key,
+                  description="Every fetched file of the source became a note: a file the last normalize skipped "
+                              "(invalid frontmatter, not UTF-8, empty...) fails it, naming the file and its reason; "
+                              "such a file is not in the vault or search (or keeps its last good version)."
+                              " Severity WARN: does not block (`docsvault build` lists the skipped files, "
+                              "`docsvault status` counts them).")],
               description=f"Normalized Markdown notes of `{source.name}` with merged frontmatter.")
     def notes(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         def run(s: Settings) -> StageResult:
@@ -366,7 +400,10 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
                 context.log.warning(build.kept_line(source.name, normalized.kept_last_good))
             return normalized
 
-        return _run_source_stage(context, docsvault, "notes", source, run, loaded)
+        def checks(s: Settings, _: Any) -> list[dg.AssetCheckResult]:
+            return [all_files_read_result(s, source)]
+
+        return _run_source_stage(context, docsvault, "notes", source, run, loaded, checks)
 
     vault_key = key("vault", source)
 

@@ -285,6 +285,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             build.PROGRESS_HOOKS.append(progress)
         names = [s.name for s in sources]
         before = wh.note_hashes_of(settings.warehouse_path, names) if note_changes else {}
+        upgraded = upgraded_stages(dg.DagsterInstance.get(), sources)
         try:
             report = _run(settings, sources, removed, log_level,
                           SHARED_STAGES if evaluate else tuple(st for st in SHARED_STAGES if st != "retrieval_eval"))
@@ -293,6 +294,7 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
                 build.PROGRESS_HOOKS.remove(progress)
         if note_changes:
             report.note_changes = wh.note_changes(before, wh.note_hashes_of(settings.warehouse_path, names))
+        report.upgraded = upgraded
         report.resumed = [k.started for k in killed]
         report.resumed_runs = [k for k in killed if k.run_id]
         if killed:
@@ -301,6 +303,21 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             with build_lock(settings.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
                 record_noop(settings, sources, report)
         return report
+
+
+def upgraded_stages(instance: dg.DagsterInstance, sources: Sequence[Source]) -> list[str]:
+    """The stages of ``sources`` (and the shared ones) last materialized by another version of docsvault (their
+    ``dagster/code_version`` is not this code's: :func:`pipeline.defs.automation.code_changed`, what the sensor
+    requests an upgrade run for), as ``BuildReport.upgraded`` lines; [] when none, or while a run of the instance is
+    queued or in progress (it may rebuild them). Before, a build after an upgrade said only "16 notes re-chunked",
+    not why."""
+    from pipeline.defs.automation import code_changed
+
+    changed = code_changed(instance, sources)
+    if changed is None:
+        return []
+    lines = [f"{name}: {', '.join(stages)}" for name, stages in changed.by_source.items()]
+    return lines + ([", ".join(changed.shared)] if changed.shared else [])
 
 
 def _name_unreported_edits(settings: Settings, report: BuildReport, since: str) -> None:

@@ -336,6 +336,10 @@ class BuildReport:
     #: when the caller asked (``run_build(note_changes=True)``; else None); empty lists for a no-op build
     #: (:mod:`pipeline.stages.noop`: nothing changed)
     note_changes: dict[str, list[str]] | None = None
+    #: the stages this build ran again because another version of docsvault built them last (an upgrade), as
+    #: ``"<source>: notes, vault, chunks"`` and, for the shared stages, ``"link_graph, warehouse"`` (their last
+    #: materialization's ``dagster/code_version`` differs from this code's); [] when none
+    upgraded: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -25,6 +25,8 @@ import re
 import shutil
 import time
 import unicodedata
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +159,17 @@ def _tree_files(runner: _GitRunner, repo: Path, commit: str) -> list[str]:
 
 
 def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
-    """The union of what each ``paths`` entry selects (a folder, a file or a glob), after include/exclude."""
+    """The union of what each ``paths`` entry selects (a folder, a file or a glob), after include/exclude.
+
+    Raises:
+        FetchError: it selects no file (:func:`_no_files_error`).
+    """
     tree = _tree_files(runner, repo, commit)
-    return select_paths(source, [p for p in tree if _in_sparse_paths(p, source.paths)])
+    candidates = [p for p in tree if _in_sparse_paths(p, source.paths)]
+    selected = select_paths(source, candidates)
+    if not selected:
+        raise _no_files_error(runner, source, candidates)
+    return selected
 
 
 def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commit: str) -> tuple[str, ...]:
@@ -178,12 +188,35 @@ def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commi
     return tuple(warnings)
 
 
-def _no_files_error(runner: _GitRunner, source: Source) -> FetchError:
+def _no_files_error(runner: _GitRunner, source: Source, candidates: Sequence[str] = ()) -> FetchError:
+    """The error of a fetch that selects no file; ``candidates``: the files the ``paths`` entries hold, before
+    include/exclude (:func:`_rooted_include`)."""
+    rooted = _rooted_include(source, candidates)
+    hint = (f"; include/exclude globs match a file's whole path in the repository, 'paths' folder included: did "
+            f"you mean include: {rooted}?" if rooted else " (check the folder names in 'paths' against the repository)")
     return runner.error(
         f"no files match paths={list(source.paths) or ['.']} "
-        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)} "
-        "(check the folder names in 'paths' against the repository)"
+        f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)}"
+        + hint
     )
+
+
+def _rooted_include(source: Source, candidates: Sequence[str]) -> list[str]:
+    """``include`` with a ``paths`` folder put in front of its globs that have a ``/`` (a glob without one matches
+    a file name at any depth already), when that selects files among ``candidates``: globs written from inside
+    the folder (``paths: [en]``, ``include: ["Linking notes and files/**"]``) select nothing, since globs match a
+    file's path from the repository's root (``en/Linking notes and files/Aliases.md``). [] when no folder does."""
+    if not any("/" in g for g in source.include):
+        return []
+    for entry in source.paths:
+        folder = entry.strip("/")
+        if is_glob(folder) or folder in ("", "."):
+            continue
+        rooted = [f"{folder}/{g.lstrip('/')}" if "/" in g and not g.startswith(folder + "/") else g
+                  for g in source.include]
+        if select_paths(replace(source, include=tuple(rooted)), candidates):
+            return rooted
+    return []
 
 
 def _sparse_set(runner: _GitRunner, source: Source, repo: Path) -> str:
@@ -236,8 +269,6 @@ def _clone(runner: _GitRunner, source: Source, repo_dir: Path) -> tuple[str, lis
         else:
             commit = runner.run(["rev-parse", "HEAD^{commit}"], cwd=tmp)
         selected = _select(runner, source, tmp, commit)
-        if not selected:
-            raise _no_files_error(runner, source)
         mode = _sparse_set(runner, source, tmp)
         runner.run(["checkout", "-q", "--detach", commit], cwd=tmp)
         if not any((tmp / p).is_file() for p in selected):
@@ -259,8 +290,6 @@ def _update(runner: _GitRunner, source: Source, repo_dir: Path) -> tuple[str, li
     runner.run(["fetch", "-q", "--depth=1", "--filter=blob:none", "origin", target], cwd=repo_dir)
     commit = runner.run(["rev-parse", "FETCH_HEAD^{commit}"], cwd=repo_dir)
     selected = _select(runner, source, repo_dir, commit)
-    if not selected:
-        raise _no_files_error(runner, source)
     runner.run(["reset", "-q", "--hard", commit], cwd=repo_dir)
     return commit, selected, 1
 
@@ -296,8 +325,6 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
         head = runner.run(["rev-parse", "HEAD"], cwd=repo_dir)
         if remote == state["revision"] and head == remote:
             selected = _select(runner, source, repo_dir, head)
-            if not selected:
-                raise _no_files_error(runner, source)
             commit, moved = head, False
         else:
             commit, selected, n = _update(runner, source, repo_dir)
