@@ -14,7 +14,7 @@ Names with control characters are listed (the vault path is sanitized by the nor
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
 ``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays,
 and so is a root with nothing in it at all whose last fetch listed files (an unmounted drive's mount point:
-:func:`_refuse_unmounted`).
+:func:`_empty_source_line`).
 """
 
 from __future__ import annotations
@@ -195,14 +195,15 @@ def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[t
     return digest.hexdigest()
 
 
-def _refuse_unmounted(source: Source, settings: Settings, roots: Sequence[Path]) -> None:
-    """Raise when a root holds nothing at all, not even a dot-file, while the source's last fetch listed files
-    under it: that is how the mount point of an unmounted drive (or a network share that is down) looks, and
-    building it as an empty source would remove every note it had from the vault and search. A folder that still
-    holds something (``.obsidian/``, a subfolder, a file that is no note) is mounted: its notes were deleted.
+def _empty_source_line(source: Source, settings: Settings, roots: Sequence[Path]) -> str:
+    """The ``has no notes`` warning of a source that selects no file, after checking that it is not unmounted: a
+    root that holds nothing at all, not even a dot-file, while the source's last fetch listed files under it is
+    how the mount point of an unmounted drive (or a network share that is down) looks, and building it as an
+    empty source would remove every note it had from the vault and search. A folder that still holds something
+    (``.obsidian/``, a subfolder, a file that is no note) is mounted: its notes were deleted.
 
     Raises:
-        FetchError: naming the folder, how many files the last fetch listed under it, and what to do.
+        FetchError: such a root, naming the folder, how many files the last fetch listed under it, and what to do.
     """
     previous = read_state(source, settings) or {}
     listed = [str(f.get("path", "")) for f in previous.get("files", []) if isinstance(f, dict)]
@@ -221,6 +222,9 @@ def _refuse_unmounted(source: Source, settings: Settings, roots: Sequence[Path])
                 f"held {before} file(s) at the last fetch; is its drive or share unmounted? Its notes keep serving "
                 "search; if you emptied it on purpose, remove the source from sources.yaml, or put any file in the "
                 "folder (e.g. .keep) and build again")
+    return (f"source '{source.name}' has no notes: no files match under {', '.join(printable_path(r) for r in roots)} "
+            f"(include={list(source.include) or 'default ' + '/'.join(select_default(source))}, "
+            f"exclude={list(source.exclude)})")
 
 
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
@@ -259,14 +263,8 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         name_twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
     selected = select_paths(source, listing)
     skipped_notes = _twin_lines(source, name_twins, selected, warnings)
-    if not selected:
-        _refuse_unmounted(source, settings, roots)
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
-        warnings.append(
-            f"source '{source.name}' has no notes: no files match under {', '.join(printable_path(r) for r in roots)} "
-            f"(include={list(source.include) or 'default ' + '/'.join(select_default(source))}, "
-            f"exclude={list(source.exclude)})"
-        )
+        warnings.append(_empty_source_line(source, settings, roots))
     total = 0
     files: list[RawFile] = []
     stamps: list[tuple[str, os.stat_result]] = []
