@@ -554,7 +554,7 @@ def test_a_page_nested_too_deeply_is_skipped_with_a_warning_and_the_site_fetched
                      encoding="utf-8")
     with serve(site) as (base, _):
         result = fetch_source(Source(name="mini", kind="html", url=f"{base}/docs/", rate_limit=0), _settings(tmp_path))
-    assert f"source 'mini': {base}/docs/deep.html: nested too deeply to convert (thousands of elements inside one " \
-           "another, e.g. unclosed <div> tags); skipped" in result.warnings
+    assert f"source 'mini': {base}/docs/deep.html: skipped, nested too deeply to convert (thousands of elements " \
+           "inside one another, e.g. unclosed <div> tags)" in result.warnings
     assert "docs/index.md" in [f.source_path for f in result.files]
     assert "docs/deep.md" not in [f.source_path for f in result.files]

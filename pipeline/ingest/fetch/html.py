@@ -230,7 +230,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                 try:
                     doc = html_to_markdown(resp.html_input(), final)
                 except RecursionError:                       # one such page failed the whole site's fetch
-                    warnings.append(f"source '{source.name}': {url}: {TOO_DEEP}")
+                    warnings.append(f"source '{source.name}': {url}: skipped, {TOO_DEEP}")   # as build names it
                     continue
                 if doc.refresh and doc.refresh != final:     # a redirect stub: follow it, keep no note
                     target = normalize_url(doc.refresh)

@@ -297,8 +297,7 @@ def _holds_sections(el: Tag) -> bool:
 
 #: what a page whose elements nest too deep to convert is told (thousands of unclosed ``<div>``s: each opens
 #: inside the last); the conversion walks the tree recursively and stops at Python's recursion limit
-TOO_DEEP = ("nested too deeply to convert (thousands of elements inside one another, e.g. unclosed <div> tags); "
-            "skipped")
+TOO_DEEP = "nested too deeply to convert (thousands of elements inside one another, e.g. unclosed <div> tags)"
 
 
 def _decomposed(el: PageElement) -> bool:
