@@ -65,11 +65,13 @@ class Settings:
     def from_env(cls, **overrides: object) -> "Settings":
         """Read paths from the environment; keyword overrides (not None) win. Relative paths resolve against cwd."""
         env = os.environ
+        # a path variable set to "" (`export DOCSVAULT_DATA=$UNSET`) is unset, as XDG reads its variables: Path("")
+        # is the working directory, where a build scattered its data files (or wrote the vault's source folders)
         values: dict[str, object] = {
-            "sources_file": Path(env.get("DOCSVAULT_SOURCES", "sources.yaml")),
-            "data_dir": Path(env.get("DOCSVAULT_DATA", "data")),
-            "vault_dir": Path(env.get("DOCSVAULT_VAULT", "vault")),
-            "evals_dir": Path(env.get("DOCSVAULT_EVALS", "evals")),
+            "sources_file": Path(env.get("DOCSVAULT_SOURCES") or "sources.yaml"),
+            "data_dir": Path(env.get("DOCSVAULT_DATA") or "data"),
+            "vault_dir": Path(env.get("DOCSVAULT_VAULT") or "vault"),
+            "evals_dir": Path(env.get("DOCSVAULT_EVALS") or "evals"),
             "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
             "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL", DEFAULT_MULTILINGUAL_MODEL),
             "crosslingual_model": env.get("DOCSVAULT_CROSSLINGUAL_MODEL", DEFAULT_CROSSLINGUAL_MODEL),
@@ -283,25 +285,42 @@ def megabytes_env(name: str, default_mb: float) -> int:
 
 def onnx_cache_dir() -> Path:
     """Where exported ONNX models live: ``DOCSVAULT_ONNX_CACHE``, else ``$XDG_CACHE_HOME/docsvault/onnx``, else
-    ``~/.cache/docsvault/onnx``."""
+    ``~/.cache/docsvault/onnx``, else (no home, see :func:`_cache_base`) ``<temp dir>/docsvault-<uid>/onnx``."""
     env = os.environ.get("DOCSVAULT_ONNX_CACHE")
     if env:
         return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "docsvault" / "onnx"
+    base = _cache_base()
+    if base is None:        # no home: a folder of this user's under the temp dir
+        import tempfile
+
+        return Path(tempfile.gettempdir()) / f"docsvault-{os.getuid()}" / "onnx"
+    return base / "docsvault" / "onnx"
+
+
+def _cache_base() -> Path | None:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``; None when there is no home: ``HOME`` unset and the user id without
+    a passwd entry (a container started with ``--user 4242``, ``env -i``), where ``Path.home()`` raises
+    RuntimeError and every search ended in that traceback."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg)
+    try:
+        return Path.home() / ".cache"
+    except RuntimeError:
+        return None
 
 
 def search_cache_dir() -> Path | None:
     """Where search start-up caches live (``pipeline.index.fastcache``; not created): ``DOCSVAULT_SEARCH_CACHE``
     (``off``/``0``/``none``/``false``: None, no cache), else ``$XDG_CACHE_HOME/docsvault/search``, else
-    ``~/.cache/docsvault/search``."""
+    ``~/.cache/docsvault/search``, else (no home, see :func:`_cache_base`) None."""
     env = os.environ.get("DOCSVAULT_SEARCH_CACHE", "").strip()
     if env.lower() in ("off", "0", "none", "false"):
         return None
     if env:
         return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "docsvault" / "search"
+    base = _cache_base()
+    return None if base is None else base / "docsvault" / "search"      # no home: no cache (it is optional)
 
 
 def embed_backend() -> str:

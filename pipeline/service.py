@@ -537,8 +537,16 @@ def write_dirs_problem(s: Settings) -> str | None:
     failure is recorded."""
     dirs = [(s.data_dir, "data dir", "check --data / DOCSVAULT_DATA"),
             (s.vault_dir, "vault dir", "check --vault / DOCSVAULT_VAULT")]
-    if not s.dagster_home.is_relative_to(s.data_dir):
+    inside = s.dagster_home.is_relative_to(s.data_dir)
+    if not inside:
         dirs.append((s.dagster_home, "Dagster home", "check DAGSTER_HOME"))
+    if "?" in str(s.dagster_home):
+        # Dagster's SQLite storage puts the path into a URL unquoted: it is cut at the '?', so the run storage
+        # was made next to the folder (a file 'what' for '…/what?/data/dagster') and every build failed in a
+        # SQLAlchemy traceback ("no such table: event_logs")
+        hint = "check --data / DOCSVAULT_DATA, or set DAGSTER_HOME" if inside else "check DAGSTER_HOME"
+        return (f"cannot use the Dagster home {s.dagster_home}: its path has a '?', which Dagster's SQLite storage "
+                f"cannot open (it cuts the path there); use a folder without '?' ({hint})")
     return next((problem for problem in (writable_dir_problem(*d) for d in dirs) if problem), None)
 
 

@@ -513,3 +513,48 @@ def test_credentials_in_the_start_url_stay_out_of_notes_and_warnings(tmp_path):
     assert result.files[0].path.read_text() == "# API\n\nCalls.\n\n[copy](" + base + "/docs/copy.html)\n"
     assert result.warnings and not any("hunter2" in w for w in result.warnings)
     assert not any("hunter2" in f.path.read_text() for f in result.files)
+
+
+def _nested_page(depth: int) -> str:
+    """A page of ``depth`` unclosed ``<div>``s, each opening inside the last (a broken generator's output)."""
+    return "<html><body><main><h1>Deep</h1>" + "<div><p>word " * depth + "</main></body></html>"
+
+
+def test_boilerplate_stripping_does_not_search_subtrees_of_a_deeply_nested_page(monkeypatch):
+    """BeautifulSoup's ``decomposed`` falls through to ``Tag.__getattr__`` (a search of the tag's subtree) on a tag
+    never decomposed: asked of every element, a page of unclosed <div>s took quadratic time (2,000: 6 s; the
+    hostile tester's 200,000 held a fetch for hours). The stripping now reads no attribute through it."""
+    from bs4 import BeautifulSoup
+    from bs4.element import Tag
+
+    from pipeline.ingest.fetch import htmlmd
+
+    soup = BeautifulSoup(_nested_page(500), "lxml")
+    container = htmlmd._pick_container(soup)
+    looked_up: list[str] = []
+    original = Tag.__getattr__
+
+    def counting(self, name):
+        looked_up.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(Tag, "__getattr__", counting)
+    htmlmd._strip_boilerplate(container)
+    assert looked_up == []
+    assert len(container.find_all("div")) == 500                    # nothing of the page's text dropped
+
+
+def test_a_page_nested_too_deeply_is_skipped_with_a_warning_and_the_site_fetched(tmp_path):
+    """Such a page (deeper than the conversion's recursion can go) failed the whole site's fetch with a
+    RecursionError; it is one warning now, and the other pages are fetched."""
+    site = _site(tmp_path / "site")
+    (site / "docs" / "deep.html").write_text(_nested_page(3000), encoding="utf-8")
+    index = site / "docs" / "index.html"
+    index.write_text(index.read_text(encoding="utf-8").replace("</main>", '<a href="deep.html">deep</a></main>'),
+                     encoding="utf-8")
+    with serve(site) as (base, _):
+        result = fetch_source(Source(name="mini", kind="html", url=f"{base}/docs/", rate_limit=0), _settings(tmp_path))
+    assert f"source 'mini': {base}/docs/deep.html: skipped, nested too deeply to convert (thousands of elements " \
+           "inside one another, e.g. unclosed <div> tags)" in result.warnings
+    assert "docs/index.md" in [f.source_path for f in result.files]
+    assert "docs/deep.md" not in [f.source_path for f in result.files]

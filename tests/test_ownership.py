@@ -261,3 +261,38 @@ def test_build_table_uses_the_json_words_and_names_an_edited_note_once(tiny_env:
     assert (third.exit_code, third.stdout.splitlines()[1].split()[:2]) == (0, ["tiny", "unchanged"])
     assert third.stdout.splitlines()[1].endswith("nothing changed since the last build")
     # `build --json` says "unchanged" for such a source: tests/test_dropped_source.py, test_search_ux_cli.py
+
+
+def test_a_folder_at_a_notes_path_and_a_file_at_a_folders_path_are_moved_aside(tmp_path: Path) -> None:
+    """A folder of the user's named like a generated note (vault/demo/Ducks.md/) and a file where the source's
+    notes have a folder (vault/demo/Projects) failed the source's vault step on every build ([Errno 21] Is a
+    directory, [Errno 17] File exists); they are moved aside as a file of the user's at a note's path is, with
+    everything in them, and the notes are written."""
+    from pipeline.stages.ingest import FOREIGN, conflict_line
+
+    notes = [_note("Ducks.md", "Ducks quack.\n"), _note("Projects/Alpha.md", "Alpha.\n")]
+    write_source(tmp_path, "demo", notes)
+    root = tmp_path / "demo"
+    (root / "Ducks.md").unlink()
+    (root / "Ducks.md").mkdir()
+    (root / "Ducks.md" / "mine.txt").write_text("my stuff", encoding="utf-8")
+    (root / "Projects" / "Alpha.md").unlink()
+    (root / "Projects").rmdir()
+    (root / "Projects").write_text("my file", encoding="utf-8")
+
+    result = write_source(tmp_path, "demo", notes)
+
+    assert result.conflicts == [("Ducks.md", "Ducks (edited).md/"), ("Projects/", "Projects (edited)")]
+    assert result.foreign == ["Ducks.md", "Projects/"]
+    assert (root / "Ducks (edited).md" / "mine.txt").read_text(encoding="utf-8") == "my stuff"
+    assert (root / "Projects (edited)").read_text(encoding="utf-8") == "my file"
+    assert read_notes(tmp_path, ["demo"])[0].body == "Ducks quack.\n"
+    assert (root / "Projects" / "Alpha.md").is_file()
+    assert sorted(audit(root, "demo").user_files) == ["Ducks (edited).md/mine.txt"]
+    assert [conflict_line("demo", f"{rel} -> {copy}{FOREIGN}") for rel, copy in result.conflicts] == [
+        "vault/demo/Ducks.md is a folder docsvault did not write, and the source now has a note at that path: "
+        "your folder is kept as vault/demo/Ducks (edited).md/",
+        "vault/demo/Projects is a file docsvault did not write, and the source now has a folder of notes at that "
+        "path: your file is kept as vault/demo/Projects (edited)"]
+    again = write_source(tmp_path, "demo", notes)                      # the next build has nothing to move
+    assert (again.conflicts, again.written) == ([], [])

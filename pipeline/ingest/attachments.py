@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from pipeline.config import megabytes_env
+from pipeline.ingest.fetch.base import LFS_POINTER_MAX_BYTES, is_lfs_pointer, lfs_pointer_reason
 from pipeline.models import COPY_EXTENSIONS, Note, Source
 
 MAX_FILE_BYTES = megabytes_env("DOCSVAULT_ATTACHMENT_MAX_MB", 50)
@@ -219,6 +220,16 @@ def _memo_targets(body: str, memo: Any) -> list[tuple[str, bool]]:
     return [(str(t), bool(md)) for t, md in got]
 
 
+def _lfs_pointer(path: Path) -> bool:
+    """Whether the file is a Git LFS pointer (:func:`pipeline.ingest.fetch.base.is_lfs_pointer`): copied, it was
+    an image Obsidian cannot show, without a word."""
+    try:
+        with open(path, "rb") as fh:
+            return is_lfs_pointer(fh.read(LFS_POINTER_MAX_BYTES))
+    except OSError:
+        return False
+
+
 def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
                      max_file_bytes: int | None = None, max_total_bytes: int | None = None,
                      memo: Any = None) -> AttachmentPlan:
@@ -270,6 +281,9 @@ def plan_attachments(source: Source, notes: Sequence[Note], raw_dir: Path,
             size = path.stat().st_size
         except OSError as exc:
             skipped.append(f"source '{source.name}': {sp}: cannot read: {exc.strerror or exc}")
+            continue
+        if size < LFS_POINTER_MAX_BYTES and _lfs_pointer(path):
+            skipped.append(f"source '{source.name}': {sp}: {lfs_pointer_reason()}; not copied")
             continue
         if size > per_file:
             skipped.append(f"source '{source.name}': {sp}: {size / 2**20:.1f} MiB, above the "

@@ -45,6 +45,7 @@ from pipeline.common.frontmatter import (
 from pipeline.common.markdown import dedent as _dedent
 from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, split_code
 from pipeline.config import Settings
+from pipeline.ingest.fetch.base import is_lfs_pointer, lfs_pointer_reason
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
 
 log = logging.getLogger(__name__)
@@ -1477,6 +1478,9 @@ def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: d
                               "limit for one note; split it or exclude it from the source")
                 continue
             data = raw.path.read_bytes()
+            if is_lfs_pointer(data):
+                errors.append(f"{where}: {lfs_pointer_reason()}")
+                continue
             text = decode_bytes(data, where)
             if not text.strip():
                 errors.append(f"{where}: empty file (no text); add content or exclude it")

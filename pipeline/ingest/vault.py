@@ -44,7 +44,9 @@ class VaultResult(NamedTuple):
     wrote it, whose edited version was moved to ``copy`` before the new version was written;
     ``attachments_written`` / ``attachments``: attachment files copied this time / in the folder after the write;
     ``foreign``: the rel_paths of ``conflicts`` whose file the build had never written (your own file at the path
-    where the source now has a note, moved aside all the same)."""
+    where the source now has a note, moved aside all the same). Two kinds of such conflicts are marked by a
+    trailing ``/`` (:func:`_move_in_the_way`): ``(rel, "<copy>/")``, your folder at a note's path, and
+    ``("<folder>/", copy)``, your file at the path of a folder the source's notes go in."""
 
     written: list[str]
     unchanged: list[str]
@@ -211,6 +213,37 @@ def _copy_atomic(src: Path, path: Path) -> None:
         write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
+def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, set[str]]
+                     ) -> list[tuple[str, str]]:
+    """Before ``root/rel`` is written: a file of the user's where one of its folders goes (``Projects`` where
+    ``Projects/Alpha.md`` goes) and a folder of the user's at its path (``Ducks.md/``) are moved aside to their
+    conflict names (:func:`pipeline.ingest.ownership.conflict_name`; ``taken`` updated), as a file of the user's at
+    a note's path is; a file the build wrote there, unchanged (``owned``), is removed. Both made the source's
+    vault step fail on every build (``[Errno 17] File exists``, ``[Errno 21] Is a directory``).
+
+    Returns:
+        ``("<folder>/", copy)`` for a file moved out of a folder's way, ``(rel, "<copy>/")`` for a folder moved
+        out of a note's (the trailing ``/`` marks which; see :class:`VaultResult`).
+    """
+    from pipeline.ingest.ownership import conflict_name, sha256_file
+
+    moved: list[tuple[str, str]] = []
+    parts = PurePosixPath(rel).parts
+    for depth in range(1, len(parts) + 1):
+        sub, path = "/".join(parts[:depth]), root.joinpath(*parts[:depth])
+        last = depth == len(parts)
+        if path.is_symlink() or not (path.is_dir() if last else path.exists() and not path.is_dir()):
+            continue
+        if not last and sha256_file(path) in owned.get(sub, ()):
+            path.unlink()
+            continue
+        copy = conflict_name(sub, taken)
+        taken.add(copy.casefold())
+        os.replace(path, path.with_name(PurePosixPath(copy).name))
+        moved.append((sub, copy + "/") if last else (sub + "/", copy))
+    return moved
+
+
 def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True,
                  attachments: Mapping[str, Path] | None = None, render_memo: Any = None) -> VaultResult:
     """Make ``vault_dir/<source>/`` hold these notes (and attachments), never losing a file the user wrote there.
@@ -310,7 +343,11 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     att_written: list[str] = []
 
     def make_room(rel: str, path: Path) -> bool:
-        """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away."""
+        """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away (and
+        a file or folder of the user's in its way, :func:`_move_in_the_way`)."""
+        for moved in _move_in_the_way(root, rel, taken, owned):
+            conflicts.append(moved)
+            foreign.append(moved[0])
         if path.is_symlink():
             path.unlink()               # the build never writes symlinks; the link's target is not touched
             return True
@@ -371,7 +408,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                 pass
         recorded = {copy: rel for copy, rel in load_conflicts(root).items()
                     if root.joinpath(*PurePosixPath(copy).parts).is_file()}      # the copies still there
-        save_manifest(root, source, final, {**recorded, **{copy: rel for rel, copy in conflicts}})
+        save_manifest(root, source, final, {**recorded, **{copy.rstrip("/"): rel.rstrip("/") for rel, copy in conflicts}})
     after = audit(root, source) if root.is_dir() else None
     kept = sorted(after.user_files + after.copies) if after is not None else []
     return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies),

@@ -43,6 +43,12 @@ def conflict_line(source: str, record: str) -> str:
     generated note, or your own file where the source now has a note, and where your version is now."""
     foreign = record.endswith(FOREIGN)
     rel, copy = record.removesuffix(FOREIGN).split(" -> ", 1)
+    if copy.endswith("/"):          # pipeline.ingest.vault._move_in_the_way: a folder at a note's path
+        return (f"vault/{source}/{rel} is a folder docsvault did not write, and the source now has a note at that "
+                f"path: your folder is kept as vault/{source}/{copy}")
+    if rel.endswith("/"):           # a file at the path of a folder the source's notes go in
+        return (f"vault/{source}/{rel[:-1]} is a file docsvault did not write, and the source now has a folder of "
+                f"notes at that path: your file is kept as vault/{source}/{copy}")
     if foreign:
         return (f"vault/{source}/{rel} is a file docsvault did not write, and the source now has a note at that path: "
                 f"your file is kept as vault/{source}/{copy}")

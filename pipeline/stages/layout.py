@@ -256,14 +256,22 @@ def remove_dropped_sources(settings: Settings, sources: Sequence[Source], *, rem
 
 def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
     """Refuse a vault or data dir inside a local source's folder (or a folder inside them): each build would read
-    its own output back as notes (vault/x/x/x/...).
+    its own output back as notes (vault/x/x/x/...); and one folder as both the vault and the data dir: the vault's
+    source folders would mix with the data's (a source named ``notes`` or ``cache`` would share its folder with
+    the data's ``notes/`` or ``cache/``, and Obsidian would show the data's clones as notes).
 
     Raises:
-        SourceConfigError: naming the source, its folder and the overlapping output folder.
+        SourceConfigError: naming the source, its folder and the overlapping output folder (or the one folder).
     """
     from pipeline.common.errors import SourceConfigError
 
     outputs = {"vault": settings.vault_dir.resolve(), "data": settings.data_dir.resolve()}
+    if outputs["vault"] == outputs["data"]:
+        raise SourceConfigError(
+            f"the vault dir and the data dir are one folder, {outputs['vault']}: the vault's source folders would "
+            "mix with the data's (notes/, cache/, raw/ …); give them separate folders (--vault / DOCSVAULT_VAULT, "
+            "--data / DOCSVAULT_DATA), e.g. ./vault and ./data"
+        )
     for source in sources:
         for root in source.path:
             root = root.resolve()

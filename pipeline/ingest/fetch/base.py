@@ -20,6 +20,23 @@ DEFAULT_INCLUDE: tuple[str, ...] = ("*.md", "*.mdx", "*.markdown", "*.canvas")
 
 DEFAULT_INCLUDE: tuple[str, ...] = ("*.md", "*.mdx", "*.markdown", "*.canvas")
 STATE_FILE = "fetch.json"
+#: the first line of a Git LFS pointer file (and of the spec's pre-release name), and the largest pointer file
+LFS_POINTER_STARTS = (b"version https://git-lfs.github.com/spec/", b"version https://hawser.github.com/spec/")
+LFS_POINTER_MAX_BYTES = 1024
+
+
+def is_lfs_pointer(data: bytes) -> bool:
+    """True when ``data`` (a file's first bytes, at least :data:`LFS_POINTER_MAX_BYTES` of them, or all) is a Git
+    LFS pointer: the few lines (``version …``, ``oid sha256:…``, ``size N``) a repository holds in place of a file
+    it keeps in LFS. A clone without ``git lfs`` (docsvault's own, a checkout made without it) has these where the
+    notes and images are."""
+    return len(data) < LFS_POINTER_MAX_BYTES and data.startswith(LFS_POINTER_STARTS) and b"\noid sha256:" in data
+
+
+def lfs_pointer_reason() -> str:
+    """What a note or attachment that is an LFS pointer is told (after ``source 'x': path: ``)."""
+    return ("a Git LFS pointer, not the file (the repository keeps it in Git LFS, which docsvault does not fetch); "
+            "build it from a checkout where `git lfs pull` has run (a local source), or exclude it")
 GLOB_CHARS = frozenset("*?[")
 
 

@@ -225,9 +225,13 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     warnings.append(f"source '{source.name}': {url}: skipped, content type "
                                     f"{resp.content_type or 'unknown'} is not HTML")
                     continue
-                from pipeline.ingest.fetch.htmlmd import html_to_markdown
+                from pipeline.ingest.fetch.htmlmd import TOO_DEEP, html_to_markdown
 
-                doc = html_to_markdown(resp.html_input(), final)
+                try:
+                    doc = html_to_markdown(resp.html_input(), final)
+                except RecursionError:                       # one such page failed the whole site's fetch
+                    warnings.append(f"source '{source.name}': {url}: skipped, {TOO_DEEP}")   # as build names it
+                    continue
                 if doc.refresh and doc.refresh != final:     # a redirect stub: follow it, keep no note
                     target = normalize_url(doc.refresh)
                     aliases[url] = target

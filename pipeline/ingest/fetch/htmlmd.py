@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from bs4 import BeautifulSoup, Comment, NavigableString, Tag
+from bs4 import BeautifulSoup, Comment, NavigableString, PageElement, Tag
 from markdownify import MarkdownConverter
 
 from pipeline.common.markdown import code_lines, heading_slug
@@ -295,14 +295,31 @@ def _holds_sections(el: Tag) -> bool:
     return linked * 2 <= text
 
 
+#: what a page whose elements nest too deep to convert is told (thousands of unclosed ``<div>``s: each opens
+#: inside the last); the conversion walks the tree recursively and stops at Python's recursion limit
+TOO_DEEP = "nested too deeply to convert (thousands of elements inside one another, e.g. unclosed <div> tags)"
+
+
+def _decomposed(el: PageElement) -> bool:
+    """``el.decomposed`` in constant time: BeautifulSoup's property reads ``_decomposed`` with ``getattr``, which
+    on a Tag never decomposed falls through to ``Tag.__getattr__``, a search of its whole subtree for a tag named
+    ``_decomposed``; asked of every element of a deeply nested page that is quadratic (a page of 2,000 unclosed
+    ``<div>``s took 6 s, one of 200,000 hours)."""
+    return bool(vars(el).get("_decomposed", False))
+
+
 def _strip_boilerplate(root: Tag) -> None:
+    """Drop the boilerplate elements under ``root`` (:func:`_should_drop`), never inside ``<pre>``. Linear in a
+    deeply nested page: the elements inside a ``<pre>`` are found once, not by walking each element's ancestors,
+    and :func:`_decomposed` is asked, not BeautifulSoup's ``decomposed``."""
+    in_pre = {id(d) for pre in root.find_all("pre") for d in pre.descendants} if not _is_in_pre(root) else None
     for el in list(root.find_all(True)):
-        if el.decomposed or not isinstance(el, Tag) or el.name in ("pre", "code", "table", "h1"):
+        if _decomposed(el) or not isinstance(el, Tag) or el.name in ("pre", "code", "table", "h1"):
             continue
         if el.name in ("header",) and not _h1s(el):
             el.decompose()
             continue
-        if _is_in_pre(el):
+        if in_pre is None or id(el) in in_pre:
             continue
         if _should_drop(el) and not _h1s(el):
             el.decompose()
@@ -401,7 +418,7 @@ def _drop_api_source(root: Tag) -> None:
     versions, ``class="quote"``) a ``<details>`` whose ``<summary>`` reads "Source code in ``path``". The API
     docs around them stay, and so does any other ``<details>``."""
     for details in list(root.find_all("details")):
-        if details.decomposed:
+        if _decomposed(details):
             continue
         summary = details.find("summary", recursive=False)
         label = summary.get_text(" ", strip=True) if isinstance(summary, Tag) else ""
@@ -572,7 +589,7 @@ def html_to_markdown(html: str | bytes, url: str | None = None) -> HtmlDoc:
     if isinstance(h1, Tag):
         # nothing before the page's H1 (breadcrumbs, version badges, "edit" links that survived)
         for prev in list(h1.find_all_previous()):
-            if prev.decomposed or prev is container or container not in prev.parents:
+            if _decomposed(prev) or prev is container or container not in prev.parents:
                 continue
             if h1 not in prev.descendants:
                 prev.decompose()

@@ -262,9 +262,13 @@ def _fetch_link(client: HttpClient, link: LlmsLink, old: dict[str, Any] | None, 
                 last = PageError(f"{url}: content type {resp.content_type or 'unknown'} is neither Markdown nor HTML",
                                  url)
                 continue
-            from pipeline.ingest.fetch.htmlmd import html_to_markdown
+            from pipeline.ingest.fetch.htmlmd import TOO_DEEP, html_to_markdown
 
-            data = html_to_markdown(resp.html_input(), resp.final_url).markdown.encode("utf-8")
+            try:
+                data = html_to_markdown(resp.html_input(), resp.final_url).markdown.encode("utf-8")
+            except RecursionError:
+                last = PageError(f"{url}: {TOO_DEEP}", url)
+                continue
             sp = url_source_path(resp.final_url, host_prefix=other)
         if info:                    # a page's links made absolute against a URL with credentials
             data = scrub(data.decode("utf-8", "surrogateescape"), info).encode("utf-8", "surrogateescape")
