@@ -129,6 +129,22 @@ def test_a_model_reached_by_two_specs_gets_one_vector_per_chunk(tiny_env: Path,
     assert out["warehouse"]["vectors"] == n_chunks and out["embed"]["models"] == {"hash-384": n_chunks}
 
 
+def _version_moves_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, rel: str) -> bool:
+    """Whether ``code_version(stage)`` changes when the package file ``rel`` does (on a copy of the stage's files)."""
+    import shutil
+
+    from pipeline.stages import base
+
+    for name in base._CODE[stage]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base._PKG / name, tmp_path / name)
+    monkeypatch.setattr(base, "_PKG", tmp_path)
+    before = base.code_version.__wrapped__(stage)
+    with (tmp_path / rel).open("a", encoding="utf-8") as f:
+        f.write("# changed\n")
+    return base.code_version.__wrapped__(stage) != before
+
+
 def test_the_warehouse_code_version_covers_the_code_that_shapes_its_notes_and_links(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The warehouse is skipped when its key, which holds ``code_version("warehouse")``, is unchanged. Its notes rows
@@ -136,21 +152,13 @@ def test_the_warehouse_code_version_covers_the_code_that_shapes_its_notes_and_li
     (models.py: aliases, description, url), its links from the graph code: a change to any of these left the
     published rows as the old code made them (a new program version re-ran the chunk and graph stages, not the
     warehouse)."""
-    import shutil
 
     from pipeline.stages import base
 
     shaping = {"models.py", "ingest/vault.py", "common/frontmatter.py", "ingest/ownership.py", *base._CODE["graph"],
                *base._CODE["bm25"]}
     assert shaping - set(base._CODE["warehouse"]) == set()
-    for rel in base._CODE["warehouse"]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(base._PKG / rel, tmp_path / rel)
-    monkeypatch.setattr(base, "_PKG", tmp_path)
-    before = base.code_version.__wrapped__("warehouse")
-    with (tmp_path / "models.py").open("a", encoding="utf-8") as f:
-        f.write("# changed\n")
-    assert base.code_version.__wrapped__("warehouse") != before
+    assert _version_moves_with(tmp_path, monkeypatch, "warehouse", "models.py")
 
 
 def test_a_new_sudachi_dictionary_analyses_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,19 +191,11 @@ def test_the_embed_stage_code_version_covers_which_chunks_each_model_embeds(
     had no files, so its version was the package version only: a change to which chunks a model embeds
     (``chunk_models`` in stages/index.py, ``Settings.crosslingual_embeds`` in config.py) skipped the stage, and the
     warehouse published the chunks it now wants vectors for without them."""
-    import shutil
 
     from pipeline.stages import base
 
     assert {"stages/index.py", "config.py", "index/embed.py"} - set(base._CODE.get("embed", ())) == set()
-    for rel in base._CODE["embed"]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(base._PKG / rel, tmp_path / rel)
-    monkeypatch.setattr(base, "_PKG", tmp_path)
-    before = base.code_version.__wrapped__("embed")
-    with (tmp_path / "config.py").open("a", encoding="utf-8") as f:
-        f.write("# changed\n")
-    assert base.code_version.__wrapped__("embed") != before
+    assert _version_moves_with(tmp_path, monkeypatch, "embed", "config.py")
 
 
 def test_a_chunks_file_edited_since_its_chunk_stage_is_never_published(settings: Settings, tiny_env: Path) -> None:

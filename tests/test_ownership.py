@@ -290,9 +290,9 @@ def test_a_folder_at_a_notes_path_and_a_file_at_a_folders_path_are_moved_aside(t
     assert (root / "Projects" / "Alpha.md").is_file()
     assert sorted(audit(root, "demo").user_files) == ["Ducks (edited).md/mine.txt"]
     assert [conflict_line("demo", f"{rel} -> {copy}{FOREIGN}") for rel, copy in result.conflicts] == [
-        "vault/demo/Ducks.md is a folder docsvault did not write, and the source now has a note at that path: "
-        "your folder is kept as vault/demo/Ducks (edited).md/",
-        "vault/demo/Projects is a file docsvault did not write, and the source now has a folder of notes at that "
-        "path: your file is kept as vault/demo/Projects (edited)"]
+        ("vault/demo/Ducks.md is a folder docsvault did not write, and the source now has a note at that path: "
+         "your folder is kept as vault/demo/Ducks (edited).md/"),
+        ("vault/demo/Projects is a file docsvault did not write, and the source now has a folder of notes at that "
+         "path: your file is kept as vault/demo/Projects (edited)")]
     again = write_source(tmp_path, "demo", notes)                      # the next build has nothing to move
     assert (again.conflicts, again.written) == ([], [])

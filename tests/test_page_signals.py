@@ -47,7 +47,7 @@ def test_the_page_document_holds_each_section_heading_once_where_it_first_heads_
                     "rows between"),
               Chunk("c3", note.note_id, "zoo", 3, ("Window functions", "Frames"), "Guide > Window functions > Frames",
                     "more rows")]
-    ids, lists = page_token_lists(chunks, [note], Analyzer())
+    _, lists = page_token_lists(chunks, [note], Analyzer())
     assert lists == [["guid", "guid", "intro", "text", "window", "function", "rank", "row", "frame", "row",
                       "between", "more", "row"]]
 
