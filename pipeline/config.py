@@ -72,8 +72,10 @@ class Settings:
             "data_dir": Path(env.get("DOCSVAULT_DATA") or "data"),
             "vault_dir": Path(env.get("DOCSVAULT_VAULT") or "vault"),
             "evals_dir": Path(env.get("DOCSVAULT_EVALS") or "evals"),
-            "model": env.get("DOCSVAULT_MODEL", DEFAULT_MODEL),
-            "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL", DEFAULT_MULTILINGUAL_MODEL),
+            # an empty model variable is unset too (it was "empty embedding model spec: set DOCSVAULT_MODEL"); an
+            # empty DOCSVAULT_CROSSLINGUAL_MODEL stays "no cross-lingual lane", as `none`
+            "model": env.get("DOCSVAULT_MODEL") or DEFAULT_MODEL,
+            "multilingual_model": env.get("DOCSVAULT_MULTILINGUAL_MODEL") or DEFAULT_MULTILINGUAL_MODEL,
             "crosslingual_model": env.get("DOCSVAULT_CROSSLINGUAL_MODEL", DEFAULT_CROSSLINGUAL_MODEL),
             "crosslingual_depth": _depth(env.get("DOCSVAULT_CROSSLINGUAL_DEPTH", "")),
         }

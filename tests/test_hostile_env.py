@@ -38,6 +38,18 @@ def test_an_empty_path_variable_is_its_default_not_the_working_directory(
     assert getattr(Settings.from_env(), key) == tmp_path / default
 
 
+def test_an_empty_model_variable_is_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DOCSVAULT_MODEL=` failed every source with "empty embedding model spec: set DOCSVAULT_MODEL", which is set.
+    An empty DOCSVAULT_CROSSLINGUAL_MODEL keeps meaning "no cross-lingual lane", as `none` does."""
+    from pipeline import config
+
+    for name in ("DOCSVAULT_MODEL", "DOCSVAULT_MULTILINGUAL_MODEL", "DOCSVAULT_CROSSLINGUAL_MODEL"):
+        monkeypatch.setenv(name, "")
+    settings = Settings.from_env()
+    assert (settings.model, settings.multilingual_model, settings.crosslingual) == (
+        config.DEFAULT_MODEL, config.DEFAULT_MULTILINGUAL_MODEL, None)
+
+
 def test_a_build_with_an_empty_data_variable_writes_no_file_in_the_working_directory(
         tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tiny_env / "work"
