@@ -778,6 +778,16 @@ def test_two_sensors_claiming_at_the_same_moment_see_each_others_claim(tmp_path,
     assert json.loads((settings.state_dir / ".sensor.json").read_text()) == a
 
 
+def _code_versions() -> tuple[dict[str, str], str]:
+    """Each asset's code version now (asset name -> version) and the sensor's token of them all."""
+    from pipeline import stages as build
+    from pipeline.defs.assets import CODE_OF
+    from pipeline.stages.base import digest
+
+    now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
+    return now, digest(sorted(now.items()))[:16]
+
+
 def test_stages_built_by_other_code_are_rebuilt_once_after_an_upgrade(two_sources, tmp_path):
     """After an upgrade (a `git pull`, the services restarted) every tick said "no source moved", and the data
     folder kept what the older code built until upstream moved (an operator, session 40). A source whose stages
@@ -786,14 +796,9 @@ def test_stages_built_by_other_code_are_rebuilt_once_after_an_upgrade(two_source
     progress, nor for materializations that record no code version."""
     from dagster._core.storage.dagster_run import DagsterRun
 
-    from pipeline import stages as build
-    from pipeline.defs.assets import CODE_OF
-    from pipeline.stages.base import digest
-
     _, sources, settings, _ = two_sources
     sensor = upstream_change_sensor(sources, settings)
-    now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
-    token = digest(sorted(now.items()))[:16]
+    now, token = _code_versions()
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         def materialize(*keys: list[str], code: str | None = None) -> None:
@@ -828,14 +833,9 @@ def test_an_upgrade_run_is_requested_once_not_on_every_tick_after_it(two_sources
     code version requested: the next tick requests nothing for it; another version of the code is requested."""
     import json
 
-    from pipeline import stages as build
-    from pipeline.defs.assets import CODE_OF
-    from pipeline.stages.base import digest
-
     _, sources, settings, _ = two_sources
     sensor = upstream_change_sensor(sources, settings)
-    now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
-    token = digest(sorted(now.items()))[:16]
+    now, token = _code_versions()
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         for k in ([s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES):
