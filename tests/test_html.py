@@ -17,7 +17,7 @@ from pipeline.ingest.fetch.htmlmd import html_to_markdown
 from pipeline.ingest.normalize import clean_body, normalize_source
 from pipeline.models import Source
 from tests.conftest import shared_path
-from tests.loopback import serve
+from tests.loopback import ScriptedHandler, serve
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -558,3 +558,42 @@ def test_a_page_nested_too_deeply_is_skipped_with_a_warning_and_the_site_fetched
            "inside one another, e.g. unclosed <div> tags)" in result.warnings
     assert "docs/index.md" in [f.source_path for f in result.files]
     assert "docs/deep.md" not in [f.source_path for f in result.files]
+
+
+class _LoopHandler(ScriptedHandler):
+    """/docs/ -> /docs/a/ -> /docs/ (a redirect loop through the start page); /docs/self/ -> itself; /docs/b.html
+    is a page linking to /docs/self/."""
+
+    content_type = "text/html"
+
+    def do_GET(self) -> None:
+        hops = {"/docs/": "/docs/a/", "/docs/a/": "/docs/", "/loop/": "/loop/", "/docs/self/": "/docs/self/"}
+        if self.path in hops:
+            self.send_response(302)
+            self.send_header("Location", hops[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if self.path == "/ok/":
+            return self._send(200, b'<html><main><h1>Ok</h1><p><a href="/ok/self/">self</a></p></main></html>')
+        if self.path == "/ok/self/":
+            self.send_response(301)
+            self.send_header("Location", "/ok/self/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return self._send(404, b"nope")
+
+
+def test_redirect_loop_is_named_as_one(tmp_path):
+    """A start page that redirects back to itself (directly or through another page) is a redirect loop, said so;
+    it was "start page … is of unknown type, not HTML". A linked page that does so is skipped with the same words."""
+    with serve(handler=_LoopHandler) as (base, _):
+        for url in (f"{base}/docs/", f"{base}/loop/"):
+            with pytest.raises(FetchError) as err:
+                fetch_source(Source(name="mini", kind="html", url=url, rate_limit=0), _settings(tmp_path))
+            assert str(err.value) == (f"source 'mini': start page {url} redirects back to itself (a redirect loop): "
+                                      "fix the site's redirects, or set url: to the page they should end at")
+        got = fetch_source(Source(name="ok", kind="html", url=f"{base}/ok/", rate_limit=0), _settings(tmp_path))
+    assert [f.source_path for f in got.files] == ["ok/index.md"]
+    assert f"source 'ok': {base}/ok/self/: skipped, it redirects back to itself (a redirect loop)" in got.warnings

@@ -27,7 +27,15 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import now_iso, read_state, write_state
-from pipeline.ingest.fetch.http import HttpClient, HttpPolicy, PageError, host_of, scrub, userinfo
+from pipeline.ingest.fetch.http import (
+    REDIRECT_STATUS,
+    HttpClient,
+    HttpPolicy,
+    PageError,
+    host_of,
+    scrub,
+    userinfo,
+)
 from pipeline.ingest.fetch.pages import PageStage, revision_of, sha256, url_source_path
 from pipeline.models import FetchResult, RawFile, Source
 
@@ -39,6 +47,8 @@ ASSET_EXTS = (
     ".txt", ".ipynb", ".py", ".whl", ".csv", ".parquet", ".rss", ".atom",
 )
 HTML_ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1"
+#: what a page is whose redirects lead back to it (directly, or through other pages), in errors and warnings
+REDIRECT_LOOP = "redirects back to itself (a redirect loop)"
 
 
 def make_client(source: Source, hosts: set[str], client: HttpClient | None = None) -> HttpClient:
@@ -207,6 +217,12 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     warnings.append(str(exc))
                 continue
             final = normalize_url(resp.final_url)
+            if resp.status in REDIRECT_STATUS and final == url:     # its redirects lead back to it: a loop
+                if url == start_norm:
+                    raise FetchError(f"source '{source.name}': start page {start_named} {REDIRECT_LOOP}: fix the "
+                                     "site's redirects, or set url: to the page they should end at")
+                warnings.append(f"source '{source.name}': {url}: skipped, it {REDIRECT_LOOP}")
+                continue
             if final != url:
                 aliases[url] = final
                 if 300 <= resp.status < 400 or final in taken or not scope.follows(final):

@@ -31,6 +31,8 @@ USER_AGENT = "docsvault/0.1 (docs-to-vault fetcher; +https://github.com/docsvaul
 ROBOTS_AGENT = "docsvault"
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: the statuses a GET follows through ``Location`` (304 Not Modified is not one)
+REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,7 @@ class HttpClient:
             if self._token and (not self.hosts or host_of(current) in self.hosts):
                 headers["Authorization"] = f"Bearer {self._token}"
             resp = self._send(current, headers)
-            if resp.status_code in (301, 302, 303, 307, 308) and resp.headers.get("Location"):
+            if resp.status_code in REDIRECT_STATUS and resp.headers.get("Location"):
                 resp.close()
                 target = urljoin(current, resp.headers["Location"])
                 if follow is not None and not follow(target):
