@@ -597,3 +597,35 @@ def test_redirect_loop_is_named_as_one(tmp_path):
         got = fetch_source(Source(name="ok", kind="html", url=f"{base}/ok/", rate_limit=0), _settings(tmp_path))
     assert [f.source_path for f in got.files] == ["ok/index.md"]
     assert f"source 'ok': {base}/ok/self/: skipped, it redirects back to itself (a redirect loop)" in got.warnings
+
+
+class _TwinHandler(ScriptedHandler):
+    """/docs/ links to page, page/ and other/ and other; /docs/page and /docs/page/ answer the same HTML without a
+    redirect; /docs/other and /docs/other/ answer different HTML."""
+
+    content_type = "text/html"
+
+    def do_GET(self) -> None:
+        bodies = {"/docs/": '<main><h1>Home</h1><a href="page">a</a> <a href="page/">b</a> <a href="other/">c</a>'
+                            ' <a href="other">d</a></main>',
+                  "/docs/page": "<main><h1>Page</h1><p>Same text.</p></main>",
+                  "/docs/page/": "<main><h1>Page</h1><p>Same text.</p></main>",
+                  "/docs/other/": "<main><h1>Other</h1><p>One text.</p></main>",
+                  "/docs/other": "<main><h1>Other</h1><p>Another text.</p></main>"}
+        if self.path in bodies:
+            return self._send(200, f"<html>{bodies[self.path]}</html>".encode(), Last_Modified="Mon, 01 Jan 2024 "
+                              "00:00:00 GMT")
+        return self._send(404, b"nope")
+
+
+def test_page_served_under_both_spellings_is_one_note(tmp_path):
+    """`/page` and `/page/` answered alike without a redirect are one page (the first crawled), on the first crawl
+    and on a re-crawl; two spellings with different text stay two pages."""
+    settings = _settings(tmp_path)
+    with serve(handler=_TwinHandler) as (base, _):
+        source = Source(name="twins", kind="html", url=f"{base}/docs/", rate_limit=0)
+        first = fetch_source(source, settings)
+        again = fetch_source(source, settings)
+    want = ["docs/index.md", "docs/other.md", "docs/other/index.md", "docs/page.md"]
+    assert [f.source_path for f in first.files] == want
+    assert [f.source_path for f in again.files] == want and again.revision == first.revision

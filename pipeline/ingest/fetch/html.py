@@ -78,6 +78,18 @@ def normalize_url(url: str) -> str:
     return parts._replace(path=path, fragment="").geturl()
 
 
+def _twin_taken(url: str, digest: str | None, taken: dict[str, dict[str, Any]]) -> bool:
+    """Whether the crawl already took this page under its other spelling, ``/page`` for ``/page/`` or the reverse,
+    with the same converted text (``digest``: its sha256): a server that answers both without a redirect serves one
+    page twice, and it would be two notes. Different text under the two spellings stays two notes."""
+    parts = urlsplit(url)
+    if not digest or parts.path in ("", "/"):
+        return False
+    path = parts.path[:-1] if parts.path.endswith("/") else parts.path + "/"
+    twin = taken.get(parts._replace(path=path).geturl())
+    return twin is not None and twin.get("sha256") == digest
+
+
 class _Scope:
     def __init__(self, start_url: str, extra_hosts: tuple[str, ...]) -> None:
         self.origin, self.prefix = scope_of(start_url)
@@ -229,6 +241,8 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     continue                                 # redirect to a page we have (or will) fetch
                 seen.add(final)
             if resp.not_modified and old is not None:
+                if _twin_taken(final, old.get("sha256"), taken):
+                    continue
                 stage.keep(old["source_path"])
                 entry = dict(old)
                 links = list(old.get("links", []))
@@ -265,7 +279,7 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                 if canonical and canonical != final and canonical in canon_taken:
                     aliases[url] = canonical                   # duplicate of a page already taken
                     continue
-                if sp in stage.paths:
+                if sp in stage.paths or _twin_taken(final, entry["sha256"], taken):
                     continue
                 stage.write(sp, data)
             if canonical:
