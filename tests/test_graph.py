@@ -39,6 +39,16 @@ def test_ec05_escaped_pipe_in_tables() -> None:
     assert not any("\\" in (part or "") for link in links for part in (link.target, link.heading, link.alias))
 
 
+def test_single_brackets_in_the_alias_keep_the_link() -> None:
+    """normalize writes `[the [RFC] text](b.md)` as `[[b|the [RFC] text]]`; the graph lost that edge (two links in
+    ja-react). `[[` inside an alias still starts the next link."""
+    assert parse_links("See [[b|the [RFC] text]] and [[c|x]].") == [WikiLink(target="b", alias="the [RFC] text"),
+                                                                   WikiLink(target="c", alias="x")]
+    assert parse_links("[[a|[[b]]") == [WikiLink(target="b")]
+    lg = build_graph([note("a.md", "See [[b|the [RFC] text]].\n"), note("b.md", "Body.\n")])
+    assert list(lg.graph.edges) == [(note("a.md", "").note_id, note("b.md", "").note_id)]
+
+
 def test_ec05_graph_one_edge_no_phantom_node() -> None:
     lg = build_graph([note("index.md", EC05), note("Setup Guide.md", "Steps.\n\n## Install steps\n")])
     index_id, guide_id = note("index.md", "").note_id, note("Setup Guide.md", "").note_id

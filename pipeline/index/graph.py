@@ -66,7 +66,9 @@ _ATTACHMENTS_TEXT = (
 ATTACHMENT_EXTENSIONS: frozenset[str] = frozenset(_ATTACHMENTS_TEXT.split())
 
 _MD = MarkdownIt("commonmark").enable("table")
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]\n]+?)\]\]")
+#: ``[[target|alias]]``: group 1 ``!`` of an embed, group 2 the inner text. The alias may hold single brackets
+#: (``[[RFC 7231|the [RFC] text]]``, as normalize writes a Markdown link whose text has them), not ``[[`` or ``]]``
+_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|\n]+?(?:\\?\|(?:[^\[\]\n]|\[(?!\[)|\](?!\]))*)?)\]\]")
 # [text](dest "title") with one level of nested brackets in the text; dest either <...> or without spaces.
 _MD_LINK = re.compile(
     r"(!?)\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]"
