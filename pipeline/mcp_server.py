@@ -480,13 +480,14 @@ class VaultService:
         them); ``lanes``: lane names (a list or comma-separated)."""
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
-        from pipeline.search.searcher import MAX_QUERY_CHARS
         from pipeline.service import search_lanes
 
         if problem := _search_argument_problem(query, k, tag):
             raise ToolFailure(problem)
         try:
-            parsed = parse_query(query[:MAX_QUERY_CHARS])     # the searcher ranks no more of it
+            # the whole query, as the CLI parses it: the searcher ranks the first MAX_QUERY_CHARS of its words, but
+            # a cut there made a phrase closed past it an "unclosed \"" error and dropped the filters after it
+            parsed = parse_query(query)
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes
             lane_list = search_lanes(spec, "the `lanes` argument") if lanes else None
         except (PipelineError, ValueError) as exc:
