@@ -66,3 +66,55 @@ def test_a_filter_past_2000_chars_applies_in_mcp_as_in_the_cli(birds: Settings) 
     with pytest.raises(ToolFailure) as exc:
         VaultService(birds).search(query)
     assert str(exc.value).startswith("unknown source 'nope'")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# an unknown source: the closest known one is suggested
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    ("tinny", "unknown source 'tinny' (did you mean 'tiny'?)"),
+    ("Tiny", "unknown source 'Tiny' (did you mean 'tiny'?)"),
+    ("zzz", "unknown source 'zzz'"),
+])
+def test_an_unknown_source_names_the_closest_one(birds: Settings, typed: str, said: str) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    whole = f"{said}; the warehouse {birds.warehouse_path} has: tiny"
+    result = runner.invoke(app, ["search", f"water source:{typed}"])
+    assert (result.exit_code, result.stderr) == (1, f"error: {whole}\n")
+    with pytest.raises(ToolFailure) as exc:
+        VaultService(birds).search("water", source=typed)
+    assert str(exc.value) == whole
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# full-width syntax: a Japanese IME in full-width mode types the filter keys and OR in full-width letters
+
+
+@pytest.mark.parametrize(("typed", "tags", "sources", "paths", "text"), [
+    ("ｔａｇ：鳥", ("鳥",), (), (), ""),
+    ("ＴＡＧ:鳥 水鳥", ("鳥",), (), (), "水鳥"),
+    ("水鳥 ｓｏｕｒｃｅ：tiny", (), ("tiny",), (), "水鳥"),
+    ("ｐａｔｈ：日記/ 天気", (), (), ("日記/",), "天気"),
+    ("－ｔａｇ：x 天気", None, None, None, None),          # a negated filter stays an error
+    ("ｔａｇｓ：x", (), (), (), "ｔａｇｓ：x"),            # no filter key: words
+])
+def test_full_width_filter_keys_are_filters(typed: str, tags: tuple[str, ...] | None,
+                                           sources: tuple[str, ...] | None, paths: tuple[str, ...] | None,
+                                           text: str | None) -> None:
+    from pipeline.search.query import QuerySyntaxError, parse_query
+
+    if tags is None:
+        with pytest.raises(QuerySyntaxError, match="^-tag: is not supported"):
+            parse_query(typed)
+        return
+    parsed = parse_query(typed)
+    assert (parsed.tags, parsed.sources, parsed.paths, parsed.text) == (tags, sources, paths, text)
+
+
+def test_a_full_width_or_is_or() -> None:
+    from pipeline.search.query import parse_query
+
+    assert parse_query('"水鳥" ＯＲ "白鳥"').required == (("水鳥", "白鳥"),)
+    assert parse_query("ＯＲＡＣＬＥ").text == "ＯＲＡＣＬＥ"
