@@ -475,29 +475,37 @@ def progress_mode(quiet: bool, verbose: bool = False) -> str:
 
 
 def query_terms(query: str, analyzer_tokens: Sequence[str] = ()) -> list[str]:
-    """Terms to highlight: the query's words (2+ letters, English stopwords dropped), its Japanese analyzer terms
-    (2+ characters) and its Japanese words as typed: the katakana runs (2+) and kanji runs (any length: 岩 is a
+    """Terms to highlight: the query's words (in NFKC, 2+ letters, English stopwords dropped), its analyzer terms
+    (Japanese ones of 2+ characters, Latin stems of 3+ letters: ``feed`` of ``feeding`` marks ``feeds``) and its
+    Japanese words as typed: the katakana runs (2+) and kanji runs (any length: 岩 is a
     word) of the query. The analyzer's terms are normalised forms (カワウソ -> 川獺) that a page may not contain
     as written."""
+    import unicodedata
+
     from pipeline.index.analysis import STOPWORDS_EN
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-    terms = {w.casefold() for w in re.findall(r"\w+", query) if not cjk.search(w)}
+    query = unicodedata.normalize("NFKC", query)           # ＤｕｃｋＤＢ typed with an IME: the word duckdb
+    # lower(), not casefold(): 'straße' casefolds to 'strasse', which no regex matches in 'Straße'
+    terms = {w.lower() for w in re.findall(r"\w+", query) if not cjk.search(w)}
     terms |= {t.casefold() for t in analyzer_tokens if cjk.search(t) and len(t) >= 2}
-    terms = {t for t in terms if t not in STOPWORDS_EN and len(t) >= 2}
+    terms = {t for t in terms if t.casefold() not in STOPWORDS_EN and len(t) >= 2}
+    terms |= {t for t in analyzer_tokens if not cjk.search(t) and len(t) >= 3 and t not in STOPWORDS_EN}   # stems
     terms |= set(re.findall("[\u30a0-\u30ff]{2,}", query))                     # katakana words as typed
     terms |= set(re.findall("[\u3400-\u4dbf\u4e00-\u9fff]+", query))          # kanji words, 岩 too
     return sorted(terms, key=lambda t: (-len(t), t))
 
 
 def term_pattern(terms: list[str]) -> re.Pattern[str] | None:
-    """A regex matching any term: Latin terms at a word start (the rest of the word too), CJK terms anywhere."""
+    """A regex matching any term: Latin terms at a word start (the rest of the word too), also written in
+    full-width characters (:func:`~pipeline.search.snippet.width_insensitive`), CJK terms anywhere."""
     if not terms:
         return None
-    from pipeline.search.snippet import LATIN_WORD_CHAR, WORD_START
+    from pipeline.search.snippet import LATIN_WORD_CHAR, WORD_START, width_insensitive
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-    parts = [re.escape(t) if cjk.search(t) else f"{WORD_START}{re.escape(t)}{LATIN_WORD_CHAR}*" for t in terms]
+    parts = [re.escape(t) if cjk.search(t) else f"{WORD_START}{width_insensitive(t)}{LATIN_WORD_CHAR}*"
+             for t in terms]
     return re.compile("|".join(parts), re.IGNORECASE)
 
 

@@ -485,9 +485,7 @@ class VaultService:
         if problem := _search_argument_problem(query, k, tag):
             raise ToolFailure(problem)
         try:
-            # the whole query, as the CLI parses it: the searcher ranks the first MAX_QUERY_CHARS of its words, but
-            # a cut there made a phrase closed past it an "unclosed \"" error and dropped the filters after it
-            parsed = parse_query(query)
+            parsed = parse_query(query)     # whole, as the CLI: a cut broke a phrase and dropped filters past it
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes
             lane_list = search_lanes(spec, "the `lanes` argument") if lanes else None
         except (PipelineError, ValueError) as exc:

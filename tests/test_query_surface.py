@@ -118,3 +118,34 @@ def test_a_full_width_or_is_or() -> None:
 
     assert parse_query('"水鳥" ＯＲ "白鳥"').required == (("水鳥", "白鳥"),)
     assert parse_query("ＯＲＡＣＬＥ").text == "ＯＲＡＣＬＥ"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what the CLI highlights: the words as the page writes them (full-width, ß, stems)
+
+
+def _marked(query: str, text: str, tokens: list[str] | None = None) -> str:
+    from pipeline.cli import highlight, query_terms, term_pattern
+    from pipeline.index.analysis import Analyzer
+
+    tokens = Analyzer().tokens(query) if tokens is None else tokens
+    return highlight(text, term_pattern(query_terms(query, tokens)), color=True).replace(
+        "\x1b[1;33m", "[").replace("\x1b[0m", "]")
+
+
+@pytest.mark.parametrize(("query", "text", "marked"), [
+    ("ＤｕｃｋＤＢ", "DuckDB is fast", "[DuckDB] is fast"),                      # typed full-width (an IME)
+    ("duckdb", "ＤｕｃｋＤＢで読む", "[ＤｕｃｋＤＢ]で読む"),                    # written full-width
+    ("straße", "Die Straße", "Die [Straße]"),                                  # casefold made it 'strasse'
+    ("ducks feeding", "A duck feeds.", "A [duck] [feeds]."),                   # the analyzer's stems
+    ("C++ tips", "C++ tips and ｔｉｐｓ", "C++ [tips] and [ｔｉｐｓ]"),
+])
+def test_the_cli_highlights_the_words_as_the_page_writes_them(query: str, text: str, marked: str) -> None:
+    assert _marked(query, text) == marked
+
+
+def test_the_snippet_is_cut_around_a_full_width_match() -> None:
+    from pipeline.search.snippet import match_position
+
+    text = "前置き。" * 10 + "ＤｕｃｋＤＢでCSVを読む"
+    assert match_position(text, "duckdb") == text.index("ＤｕｃｋＤＢ")
