@@ -67,6 +67,10 @@ def _files(n: int) -> str:
     return f"{n} file{'s' if n != 1 else ''} the build skipped {'are' if n != 1 else 'is'}"
 
 
+#: a word of the query longer than this is cut in :func:`missing_words_message`
+SHOWN_WORD_CHARS = 40
+
+
 def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
                           skipped: int | SkippedFiles = 0) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
@@ -84,7 +88,8 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
     "no note contains '雨'; of the files the build skipped, 1 is not searched and 2 are searched as they last built, not as they are now (`docsvault status` names them)"
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
-    words = " or ".join(repr(w) for w in missing)
+    # a word is cut to its first SHOWN_WORD_CHARS - 1 and `…`: a pasted 10 kB word made this note 2,000 chars long
+    words = " or ".join(repr(w if len(w) <= SHOWN_WORD_CHARS else w[:SHOWN_WORD_CHARS - 1] + "…") for w in missing)
     files = SkippedFiles(skipped) if isinstance(skipped, int) else skipped
     stale = (f"searched as {'they' if files.stale != 1 else 'it'} last built, not as "
              f"{'they are' if files.stale != 1 else 'it is'} now")

@@ -149,3 +149,26 @@ def test_the_snippet_is_cut_around_a_full_width_match() -> None:
 
     text = "前置き。" * 10 + "ＤｕｃｋＤＢでCSVを読む"
     assert match_position(text, "duckdb") == text.index("ＤｕｃｋＤＢ")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the note on words no note has stays one short line, however long the word
+
+
+def test_the_missing_words_note_cuts_a_long_word() -> None:
+    from pipeline.service import missing_words_message
+
+    assert missing_words_message(["x" * 2000, "otter"], True) == (
+        f"no note contains '{'x' * 39}…' or 'otter': these notes are only near in meaning")
+    assert missing_words_message(["x" * 40], False) == f"no note contains '{'x' * 40}'"
+
+
+def test_a_pasted_10_kb_word_gives_a_short_note_in_both_shells(birds: Settings) -> None:
+    from pipeline.mcp_server import VaultService
+
+    query = "pelican " + "x" * 10_000
+    result = runner.invoke(app, ["search", "--files", query])
+    assert result.exit_code == 0
+    assert result.stderr == f"(no note contains '{'x' * 39}…')\n"
+    answer = VaultService(birds).search(query)
+    assert answer["message"] == f"no note contains '{'x' * 39}…'"
