@@ -29,7 +29,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError, storage_error_line
+from pipeline.common.errors import BuildInterrupted, PipelineError, storage_error_line
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
@@ -50,6 +50,7 @@ from pipeline.service import (
     paths_warning_lines,
     query_problem,
     related_notes,
+    run_search,
     search_lanes,
     skipped_files,
     status_data,
@@ -694,9 +695,6 @@ def search(
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
-    sources = [*(source or []), *parsed.sources]
-    tags = [*(tag or []), *parsed.tags]
-    filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
     try:
         boost = {}
         if usage_boost or _usage_boost_on():
@@ -705,16 +703,8 @@ def search(
             boost = boosts(load(settings().data_dir))
         searcher = open_searcher(settings(), usage_boost=boost, preload_encoders=True)
         try:
-            try:
-                listing = not parsed.text       # filters alone: the notes that pass them, by vault path
-                hits = searcher.search(parsed.text, k=k + listing, source=sources or None, tags=tags or None,
-                                       lanes=lane_list, filters=filters)
-                more, hits = len(hits) > k, hits[:k]
-            except UnknownSourceError as exc:
-                from pipeline.ingest.sources import unbuilt_sources_message
-
-                why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
-                raise UnknownSourceError(why) if why else exc from None
+            listing = not parsed.text           # filters alone: the notes that pass them, by vault path
+            hits, more, sources, tags = run_search(settings(), searcher, parsed, k, source or (), tag or (), lane_list)
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()

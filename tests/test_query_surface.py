@@ -172,3 +172,21 @@ def test_a_pasted_10_kb_word_gives_a_short_note_in_both_shells(birds: Settings) 
     assert result.stderr == f"(no note contains '{'x' * 39}…')\n"
     answer = VaultService(birds).search(query)
     assert answer["message"] == f"no note contains '{'x' * 39}…'"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one search flow for both shells (pipeline.service.run_search)
+
+
+def test_run_search_merges_the_callers_and_the_querys_filters(birds: Settings) -> None:
+    from pipeline.index.embed import HashEmbedder
+    from pipeline.search.query import parse_query
+    from pipeline.search.searcher import Searcher
+    from pipeline.service import run_search
+
+    with Searcher(birds.warehouse_path, embedder_factory=lambda m: HashEmbedder(384)) as searcher:  # type: ignore[arg-type]
+        listed = run_search(birds, searcher, parse_query("source:tiny -zebra"), 1, ["", "tiny"])
+        assert ([h.vault_path for h in listed.hits], listed.more, listed.sources, listed.tags) == (
+            ["tiny/Pelican.md"], True, ["tiny", "tiny"], [])
+        ranked = run_search(birds, searcher, parse_query('"water bird" -stork'), 5)
+        assert ([h.vault_path for h in ranked.hits], ranked.more) == (["tiny/Pelican.md"], False)
