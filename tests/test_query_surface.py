@@ -190,3 +190,25 @@ def test_run_search_merges_the_callers_and_the_querys_filters(birds: Settings) -
             ["tiny/Pelican.md"], True, ["tiny", "tiny"], [])
         ranked = run_search(birds, searcher, parse_query('"water bird" -stork'), 5)
         assert ([h.vault_path for h in ranked.hits], ranked.more) == (["tiny/Pelican.md"], False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a tag with a comma (frontmatter's `tags: a, b` written as one filter) is refused, as one with a space
+
+
+COMMA = "has a comma; Obsidian tags cannot contain commas or spaces (give 'animals', '鳥' as 2 separate tags)"
+
+
+def test_a_tag_with_a_comma_is_refused_in_the_query_the_cli_and_mcp(birds: Settings) -> None:
+    from pipeline.mcp_server import ToolFailure, VaultService
+    from pipeline.search.query import QuerySyntaxError, parse_query, tag_problem
+
+    with pytest.raises(QuerySyntaxError) as err:
+        parse_query("water tag:animals,鳥")
+    assert str(err.value) == f'tag:"animals,鳥" in the query {COMMA}'
+    result = runner.invoke(app, ["search", "water", "--tag", "animals,鳥"])
+    assert (result.exit_code, result.stderr) == (1, f"error: --tag 'animals,鳥' {COMMA}\n")
+    with pytest.raises(ToolFailure) as exc:
+        VaultService(birds).search("water", tag="#animals,鳥")
+    assert str(exc.value) == f"tag '#animals,鳥' {COMMA}"
+    assert tag_problem("a,") is None and tag_problem("animals/birds") is None

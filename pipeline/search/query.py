@@ -108,8 +108,8 @@ def _nfc(text: str) -> str:
 
 def tag_problem(tag: str, subject: str | None = None) -> str | None:
     """Why ``tag`` can be no Obsidian tag (one line), or None: it has whitespace (also an ideographic space) inside,
-    after its surrounding whitespace and ``#`` are dropped (with a comma too, ``journal, urgent``, it names the
-    separate tags to give). Such a filter never matches; such a frontmatter tag is
+    after its surrounding whitespace and ``#`` are dropped, or a comma between two tags (``journal,urgent``; with a
+    comma, ``journal, urgent`` too, it names the separate tags to give). Such a filter never matches; such a frontmatter tag is
     broken. An empty tag is the caller's to refuse.
 
     Args:
@@ -117,9 +117,14 @@ def tag_problem(tag: str, subject: str | None = None) -> str | None:
         subject: how the message names it (default ``tag 'my tag'``; the CLI: ``--tag 'my tag'``).
     """
     words = tag.strip().lstrip("#").split()
+    subject = subject or f"tag {tag.strip()!r}"
+    if len(words) == 1 and "," in tag:              # 'journal,urgent': frontmatter's list written as one tag
+        parts = [p.lstrip("#") for p in split_tag_list(tag) if p.lstrip("#")]
+        if len(parts) >= 2:
+            return (f"{subject} has a comma; Obsidian tags cannot contain commas or spaces "
+                    f"(give {', '.join(map(repr, parts))} as {len(parts)} separate tags)")
     if len(words) < 2:
         return None
-    subject = subject or f"tag {tag.strip()!r}"
     if "," in tag:                      # a list of tags ('journal, urgent'), not one tag: 'journal,-urgent' is no fix
         parts = [p.lstrip("#") for p in split_tag_list(tag) if p.lstrip("#")]
         return (f"{subject} has a space; Obsidian tags cannot contain spaces or commas "
