@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _evalkit import SHARED, cached_embedder_factory, evaluate_setting, per_case_arrays
+from _evalkit import SHARED, cached_embedder_factory, evaluate_setting
 from cv import paired_bootstrap
 
 #: the eval kinds asked in English about English pages (issue 13's "English questions")
@@ -30,6 +31,23 @@ ENGLISH_KINDS = ("paraphrase", "task", "keyword", "synonym")
 def _interval(diff: np.ndarray) -> str:
     mean, lo, hi = paired_bootstrap(diff)
     return f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def paired_cases(ra: Mapping[str, Any], rb: Mapping[str, Any], metric: str = "mrr@10"
+                 ) -> tuple[np.ndarray, np.ndarray, list[Mapping[str, Any]], list[str]]:
+    """Per-case ``metric`` of two run_eval reports of the same cases, paired by case id: ``(a values, b values,
+    the case rows, ids scored by one report only)``, over the cases both scored, in ``ra``'s order. A case whose
+    source one warehouse lacks is skipped there; pairing the reports' case lists by position would then set one
+    case's figure against another's (two lists of one length are paired silently: before session 42, a wrong
+    interval).
+    """
+    b_by_id = {c["id"]: c for c in rb["cases"]}
+    rows = [c for c in ra["cases"] if c["id"] in b_by_id]
+    a_ids = {c["id"] for c in ra["cases"]}
+    only = [c["id"] for c in ra["cases"] if c["id"] not in b_by_id] + [i for i in b_by_id if i not in a_ids]
+    a = np.array([c[metric] for c in rows], dtype=np.float64)
+    b = np.array([b_by_id[c["id"]][metric] for c in rows], dtype=np.float64)
+    return a, b, rows, only
 
 
 def compare_warehouses(a: Path, b: Path, evals: Sequence[Path], labels: tuple[str, str] = ("A", "B"),
@@ -42,16 +60,22 @@ def compare_warehouses(a: Path, b: Path, evals: Sequence[Path], labels: tuple[st
     factory = cached_embedder_factory()
     ra_all, rb_all = (evaluate_setting(w, cases, {}, factory, scopes=("scoped", "unscoped")) for w in (a, b))
     for scope in ("scoped", "unscoped"):
-        ra, rb = per_case_arrays(ra_all[scope])["mrr@10"], per_case_arrays(rb_all[scope])["mrr@10"]
+        ra, rb, rows, only = paired_cases(ra_all[scope], rb_all[scope])
+        if only:
+            print(f"{scope}: {len(only)} case(s) scored on one warehouse only (its source is not in the other), "
+                  f"left out: {', '.join(only[:10])}{' …' if len(only) > 10 else ''}")
+        if not rows:
+            print(f"{scope}: no case scored on both warehouses")
+            continue
         print(f"{scope}: MRR@10 {labels[0]} {ra.mean():.4f}  {labels[1]} {rb.mean():.4f}  {_interval(rb - ra)}  "
               f"reciprocal rank moved for {int((ra != rb).sum())} of {len(ra)} cases")
-        kinds = np.array([c["kind"] for c in ra_all[scope]["cases"]])
+        kinds = np.array([c["kind"] for c in rows])
         english = np.isin(kinds, ENGLISH_KINDS)
         if english.any():
             print(f"  English questions n={int(english.sum()):3d}  {ra[english].mean():.3f} -> "
                   f"{rb[english].mean():.3f}  {_interval(rb[english] - ra[english])}")
         for key in ("kind", "corpus"):
-            values = np.array([c[key] for c in ra_all[scope]["cases"]])
+            values = np.array([c[key] for c in rows])
             for value in sorted(set(values)):
                 m = values == value
                 if slices or (ra[m] != rb[m]).any():

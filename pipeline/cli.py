@@ -29,7 +29,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import BuildInterrupted, PipelineError, UnknownSourceError, storage_error_line
+from pipeline.common.errors import BuildInterrupted, PipelineError, storage_error_line
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
@@ -50,6 +50,7 @@ from pipeline.service import (
     paths_warning_lines,
     query_problem,
     related_notes,
+    run_search,
     search_lanes,
     skipped_files,
     status_data,
@@ -475,29 +476,37 @@ def progress_mode(quiet: bool, verbose: bool = False) -> str:
 
 
 def query_terms(query: str, analyzer_tokens: Sequence[str] = ()) -> list[str]:
-    """Terms to highlight: the query's words (2+ letters, English stopwords dropped), its Japanese analyzer terms
-    (2+ characters) and its Japanese words as typed: the katakana runs (2+) and kanji runs (any length: 岩 is a
+    """Terms to highlight: the query's words (in NFKC, 2+ letters, English stopwords dropped), its analyzer terms
+    (Japanese ones of 2+ characters, Latin stems of 3+ letters: ``feed`` of ``feeding`` marks ``feeds``) and its
+    Japanese words as typed: the katakana runs (2+) and kanji runs (any length: 岩 is a
     word) of the query. The analyzer's terms are normalised forms (カワウソ -> 川獺) that a page may not contain
     as written."""
+    import unicodedata
+
     from pipeline.index.analysis import STOPWORDS_EN
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-    terms = {w.casefold() for w in re.findall(r"\w+", query) if not cjk.search(w)}
+    query = unicodedata.normalize("NFKC", query)           # ＤｕｃｋＤＢ typed with an IME: the word duckdb
+    # lower(), not casefold(): 'straße' casefolds to 'strasse', which no regex matches in 'Straße'
+    terms = {w.lower() for w in re.findall(r"\w+", query) if not cjk.search(w)}
     terms |= {t.casefold() for t in analyzer_tokens if cjk.search(t) and len(t) >= 2}
-    terms = {t for t in terms if t not in STOPWORDS_EN and len(t) >= 2}
+    terms = {t for t in terms if t.casefold() not in STOPWORDS_EN and len(t) >= 2}
+    terms |= {t for t in analyzer_tokens if not cjk.search(t) and len(t) >= 3 and t not in STOPWORDS_EN}   # stems
     terms |= set(re.findall("[\u30a0-\u30ff]{2,}", query))                     # katakana words as typed
     terms |= set(re.findall("[\u3400-\u4dbf\u4e00-\u9fff]+", query))          # kanji words, 岩 too
     return sorted(terms, key=lambda t: (-len(t), t))
 
 
 def term_pattern(terms: list[str]) -> re.Pattern[str] | None:
-    """A regex matching any term: Latin terms at a word start (the rest of the word too), CJK terms anywhere."""
+    """A regex matching any term: Latin terms at a word start (the rest of the word too), also written in
+    full-width characters (:func:`~pipeline.search.snippet.width_insensitive`), CJK terms anywhere."""
     if not terms:
         return None
-    from pipeline.search.snippet import LATIN_WORD_CHAR, WORD_START
+    from pipeline.search.snippet import LATIN_WORD_CHAR, WORD_START, width_insensitive
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-    parts = [re.escape(t) if cjk.search(t) else f"{WORD_START}{re.escape(t)}{LATIN_WORD_CHAR}*" for t in terms]
+    parts = [re.escape(t) if cjk.search(t) else f"{WORD_START}{width_insensitive(t)}{LATIN_WORD_CHAR}*"
+             for t in terms]
     return re.compile("|".join(parts), re.IGNORECASE)
 
 
@@ -686,9 +695,6 @@ def search(
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return
-    sources = [*(source or []), *parsed.sources]
-    tags = [*(tag or []), *parsed.tags]
-    filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
     try:
         boost = {}
         if usage_boost or _usage_boost_on():
@@ -697,16 +703,8 @@ def search(
             boost = boosts(load(settings().data_dir))
         searcher = open_searcher(settings(), usage_boost=boost, preload_encoders=True)
         try:
-            try:
-                listing = not parsed.text       # filters alone: the notes that pass them, by vault path
-                hits = searcher.search(parsed.text, k=k + listing, source=sources or None, tags=tags or None,
-                                       lanes=lane_list, filters=filters)
-                more, hits = len(hits) > k, hits[:k]
-            except UnknownSourceError as exc:
-                from pipeline.ingest.sources import unbuilt_sources_message
-
-                why = unbuilt_sources_message(settings().sources_file, sources, searcher.sources)
-                raise UnknownSourceError(why) if why else exc from None
+            listing = not parsed.text           # filters alone: the notes that pass them, by vault path
+            hits, more, sources, tags = run_search(settings(), searcher, parsed, k, source or (), tag or (), lane_list)
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()

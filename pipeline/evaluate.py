@@ -276,7 +276,9 @@ class EvalReport(MappingRecord):
     ``overall``, ``by_source[s]``, ``by_kind[k]``: ``{"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}``; ``cases``:
     ``{"id", "query", "corpus", "kind", "rank", "top", **metrics}`` per scored case; ``skipped``:
     ``{"id", "corpus", "reason"}``; ``unreachable``: ``{"id", "corpus", "expected"}`` and ``"did_you_mean"`` (the
-    corpus's pages closest to ``expected``) when there are any.
+    corpus's pages closest to ``expected``) when there are any; ``partly_unreachable``: ``{"id", "corpus",
+    "missing"}`` (and ``"did_you_mean"``) of a case some of whose expected pages are in the warehouse and some not
+    (its nDCG@10 counts the missing ones, so it stays below 1).
     """
 
     lanes: tuple[str, ...]
@@ -287,12 +289,13 @@ class EvalReport(MappingRecord):
     skipped: tuple[Mapping[str, str], ...]
     unreachable: tuple[Mapping[str, Any], ...]
     scope: str
+    partly_unreachable: tuple[Mapping[str, Any], ...] = ()
 
     def public(self) -> dict[str, Any]:
         """What ``docsvault eval --json`` prints of it: scope, overall, by_source, by_kind, and skipped /
-        unreachable when there are any."""
+        unreachable / partly_unreachable when there are any."""
         out = {k: plain(getattr(self, k)) for k in ("scope", "overall", "by_source", "by_kind")}
-        for key in ("skipped", "unreachable"):
+        for key in ("skipped", "unreachable", "partly_unreachable"):
             if getattr(self, key):
                 out[key] = plain(getattr(self, key))
         return out
@@ -353,6 +356,7 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     per_case: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     unreachable: list[dict[str, Any]] = []
+    partly: list[dict[str, Any]] = []
     page_paths = getattr(searcher, "page_paths", None)
     for case in cases:
         if case.corpus not in known:
@@ -360,12 +364,9 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
                             "reason": f"source {case.corpus!r} is not in the warehouse"})
             continue
         case = _with_source_paths(searcher, case)
-        if page_paths is not None and not set(case.expected) & page_paths(case.corpus):
-            # still scored (a miss), but named: a typo in the case or a page the build skipped can never be found
-            row: dict[str, Any] = {"id": case.id, "corpus": case.corpus, "expected": list(case.expected)}
-            if hint := _nearest_pages(case.expected, page_paths(case.corpus), case.corpus):
-                row["did_you_mean"] = hint
-            unreachable.append(row)
+        if page_paths is not None and (row := _missing_pages(case, page_paths(case.corpus))) is not None:
+            # still scored, but named: a typo in the case or a page the build skipped can never be found
+            (partly if "missing" in row else unreachable).append(row)
         task = rank_task(case, lanes, scope)
         rows = ranked.get(task) if ranked is not None else None
         if rows is None:
@@ -398,7 +399,22 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
         skipped=tuple(skipped),
         unreachable=tuple(unreachable),
         scope=scope,
+        partly_unreachable=tuple(partly),
     )
+
+
+def _missing_pages(case: EvalCase, paths: Collection[str]) -> dict[str, Any] | None:
+    """The row naming ``case``'s expected pages that are not among its corpus's pages ``paths``: ``{"id",
+    "corpus", "expected"}`` when none is there (an ``unreachable`` case: a miss), ``{"id", "corpus", "missing"}``
+    when some are (``partly_unreachable``), each with ``did_you_mean`` when a page is close; None when all are."""
+    missing = [e for e in case.expected if e not in paths]
+    if not missing:
+        return None
+    key = "expected" if len(missing) == len(case.expected) else "missing"
+    row: dict[str, Any] = {"id": case.id, "corpus": case.corpus, key: missing}
+    if hint := _nearest_pages(missing, paths, case.corpus):
+        row["did_you_mean"] = hint
+    return row
 
 
 def _with_source_paths(searcher: PageRanker, case: EvalCase) -> EvalCase:
@@ -554,15 +570,20 @@ def _named_page(k: str, by_key: Mapping[str, str]) -> str | None:
 
 
 def format_unreachable(report: Mapping[str, Any]) -> list[str]:
-    """Lines naming the cases whose expected pages are not in the warehouse ([] when none)."""
-    rows = report.get("unreachable") or []
-    if not rows:
-        return []
-    lines = ["", f"expected page not in the warehouse ({len(rows)}; scored as misses: fix the path in the case, or "
-                 f"see the source's skipped files in `docsvault status`):"]
-    for r in rows:
-        hint = f" (did you mean {' | '.join(r['did_you_mean'])}?)" if r.get("did_you_mean") else ""
-        lines.append(f"  {r['id']:<22} {r['corpus']}: {' | '.join(r['expected'])}{hint}")
+    """Lines naming the cases whose expected pages are not in the warehouse, then those some of whose expected
+    pages are not ([] when none)."""
+    lines: list[str] = []
+    for key, field, title in (
+            ("unreachable", "expected", "expected page not in the warehouse ({n}; scored as misses: fix the path in "
+                                        "the case, or see the source's skipped files in `docsvault status`):"),
+            ("partly_unreachable", "missing", "expected page partly not in the warehouse ({n}; nDCG@10 counts it, "
+                                              "so it stays below 1: fix the path or drop it):")):
+        rows = report.get(key) or []
+        if rows:
+            lines += ["", title.format(n=len(rows))]
+        for r in rows:
+            hint = f" (did you mean {' | '.join(r['did_you_mean'])}?)" if r.get("did_you_mean") else ""
+            lines.append(f"  {r['id']:<22} {r['corpus']}: {' | '.join(r[field])}{hint}")
     return lines
 
 

@@ -480,36 +480,25 @@ class VaultService:
         them); ``lanes``: lane names (a list or comma-separated)."""
         from pipeline.search.neighbours import links_for_paths
         from pipeline.search.query import parse_query
-        from pipeline.search.searcher import MAX_QUERY_CHARS
-        from pipeline.service import search_lanes
+        from pipeline.service import run_search, search_lanes
 
         if problem := _search_argument_problem(query, k, tag):
             raise ToolFailure(problem)
         try:
-            parsed = parse_query(query[:MAX_QUERY_CHARS])     # the searcher ranks no more of it
+            parsed = parse_query(query)     # whole, as the CLI: a cut broke a phrase and dropped filters past it
             spec = ",".join(lanes) if isinstance(lanes, list) else lanes
             lane_list = search_lanes(spec, "the `lanes` argument") if lanes else None
         except (PipelineError, ValueError) as exc:
             raise ToolFailure(str(exc)) from None
         searcher = self.searcher()
-        wanted = [source] if isinstance(source, str) else list(source or [])
-        wanted = [w for w in wanted if w] + list(parsed.sources)
-        tags = ([tag] if isinstance(tag, str) else list(tag or [])) + list(parsed.tags)
-        filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
         try:
             from pipeline.search.usage import boost_enabled, boosts, load
 
             searcher.usage_boost = boosts(load(self.settings.data_dir)) if boost_enabled() else {}
-            listing = not parsed.text                 # filters alone: one more hit tells whether the list was cut
-            hits = searcher.search(parsed.text, k=k + listing, source=wanted or None, tags=tags or None,
-                                   lanes=lane_list, filters=filters)
-            more, hits = len(hits) > k, hits[:k]
-        except UnknownSourceError as exc:
-            from pipeline.ingest.sources import unbuilt_sources_message
-
-            why = unbuilt_sources_message(self.settings.sources_file, wanted, searcher.sources)
-            raise ToolFailure(why or str(exc)) from None
-        except ValueError as exc:
+            hits, more, wanted, tags = run_search(
+                self.settings, searcher, parsed, k, [source] if isinstance(source, str) else source or (),
+                [tag] if isinstance(tag, str) else tag or (), lane_list)
+        except (UnknownSourceError, ValueError) as exc:
             raise ToolFailure(str(exc)) from None
         try:
             links = links_for_paths(self.settings.warehouse_path, [h.vault_path for h in hits], cap=HIT_LINKS_CAP)

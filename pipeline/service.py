@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from pipeline.stages.results import BuildReport
 
 __all__ = [
-    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SharedOutcome", "SkippedFiles", "SourceOutcome", "SourceStatus",
-    "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
+    "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
+    "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
-    "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "search_lanes",
+    "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
     "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "status_data",  # noqa: F822
     "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
@@ -67,6 +67,10 @@ def _files(n: int) -> str:
     return f"{n} file{'s' if n != 1 else ''} the build skipped {'are' if n != 1 else 'is'}"
 
 
+#: a word of the query longer than this is cut in :func:`missing_words_message`
+SHOWN_WORD_CHARS = 40
+
+
 def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
                           skipped: int | SkippedFiles = 0) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
@@ -84,7 +88,8 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
     "no note contains '雨'; of the files the build skipped, 1 is not searched and 2 are searched as they last built, not as they are now (`docsvault status` names them)"
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
-    words = " or ".join(repr(w) for w in missing)
+    # a word is cut to its first SHOWN_WORD_CHARS - 1 and `…`: a pasted 10 kB word made this note 2,000 chars long
+    words = " or ".join(repr(w if len(w) <= SHOWN_WORD_CHARS else w[:SHOWN_WORD_CHARS - 1] + "…") for w in missing)
     files = SkippedFiles(skipped) if isinstance(skipped, int) else skipped
     stale = (f"searched as {'they' if files.stale != 1 else 'it'} last built, not as "
              f"{'they are' if files.stale != 1 else 'it is'} now")
@@ -169,6 +174,45 @@ def open_searcher(s: Settings, embedder_factory: Any = None, **options: Any) -> 
             raise WarehouseNotBuiltError(f"no warehouse at {s.warehouse_path} yet: the first build is "
                                          f"running ({running}); search works when it has finished") from exc
         raise
+
+
+class SearchAnswer(NamedTuple):
+    """What :func:`run_search` found: the hits (at most k), whether more pass a query of filters alone
+    (``more``; False for a ranked query), and the sources and tags searched (the caller's and the query's)."""
+
+    hits: list[Any]
+    more: bool
+    sources: list[str]
+    tags: list[str]
+
+
+def run_search(s: Settings, searcher: Searcher, parsed: Any, k: int, sources: Sequence[str] = (),
+               tags: Sequence[str] = (), lanes: Sequence[str] | None = None) -> SearchAnswer:
+    """One search as both shells make it: ``parsed`` (:func:`pipeline.search.query.parse_query`) with the caller's
+    ``sources`` and ``tags`` (``--source``/``--tag``, the MCP arguments) before the query's own, its required and
+    excluded words and ``path:`` filters; a query of filters alone lists the notes that pass them (one more
+    asked for, to tell whether the list was cut).
+
+    Raises:
+        UnknownSourceError: a source is not in the warehouse; the message says when it is configured but has no
+            notes yet (:func:`pipeline.ingest.sources.unbuilt_sources_message`).
+        ValueError: an unknown lane.
+    """
+    from pipeline.common.errors import UnknownSourceError
+
+    sources = [*(w for w in sources if w), *parsed.sources]
+    tags = [*tags, *parsed.tags]
+    filters = parsed if (parsed.required or parsed.excluded or parsed.paths) else None
+    listing = not parsed.text
+    try:
+        hits = searcher.search(parsed.text, k=k + listing, source=sources or None, tags=tags or None, lanes=lanes,
+                               filters=filters)
+    except UnknownSourceError as exc:
+        from pipeline.ingest.sources import unbuilt_sources_message
+
+        why = unbuilt_sources_message(s.sources_file, sources, searcher.sources)
+        raise UnknownSourceError(why) if why else exc from None
+    return SearchAnswer(hits[:k], len(hits) > k, sources, tags)
 
 
 def search_lanes(spec: str | None, arg: str = "--lanes") -> list[str] | None:

@@ -119,7 +119,8 @@ def test_eval_report_json_is_pinned() -> None:
         '"by_kind": {"keyword": {"n": 1, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}, '
         '"task": {"n": 1, "hit@1": 0.0, "hit@3": 1.0, "mrr@10": 0.5, "ndcg@10": 0.6309}}, '
         '"skipped": [{"id": "x1", "corpus": "gone", "reason": "source \'gone\' is not in the warehouse"}]}')
-    assert list(report) == ["lanes", "overall", "by_source", "by_kind", "cases", "skipped", "unreachable", "scope"]
+    assert list(report) == ["lanes", "overall", "by_source", "by_kind", "cases", "skipped", "unreachable", "scope",
+                            "partly_unreachable"]
     assert report["cases"][0] == {"id": "i1", "query": "install", "corpus": "docs", "kind": "task", "rank": 2,
                                   "top": ["b.md", "a.md"], "hit@1": 0.0, "hit@3": 1.0, "mrr@10": 0.5,
                                   "ndcg@10": 0.6309297535714575}

@@ -458,3 +458,20 @@ def test_an_expected_page_written_as_a_note_name_or_link_suggests_its_path():
     assert _nearest_pages(["ウィンドウ関数"], paths, "me") == ["SQL/ウィンドウ関数.md"]
     assert _nearest_pages(["[[sql/ウィンドウ関数]]"], paths, "me") == ["SQL/ウィンドウ関数.md"]
     assert _nearest_pages(["Duck.md", "[[]]", "[[Zebra]]"], paths, "me") == ["Ducks.md"]
+
+
+def test_a_case_with_some_expected_pages_missing_is_named():
+    """A case with two accepted pages, one not in the warehouse (a typo, another source's page), is scored (its
+    first page is found, so MRR and hit@k are whole) but its nDCG@10 can never reach 1: it is named under
+    ``partly_unreachable`` with the missing page and the closest one, not silently capped (session 42)."""
+    cases = [EvalCase("p1", "docs", "q1", ("docs/b.md", "A.md")), EvalCase("v5", "docs", "q3", ("other/z.md",))]
+    report = run_eval(VaultPathSearcher(), cases, lanes=("bm25",))
+    assert report["cases"][0]["mrr@10"] == 0.5 and report["cases"][0]["ndcg@10"] == pytest.approx(0.3869, abs=1e-4)
+    assert report["partly_unreachable"] == [{"id": "p1", "corpus": "docs", "missing": ["A.md"],
+                                             "did_you_mean": ["a.md"]}]
+    assert report["unreachable"] == [{"id": "v5", "corpus": "docs", "expected": ["other/z.md"]}]
+    assert report.public()["partly_unreachable"] == report["partly_unreachable"]
+    assert format_report(report).splitlines()[-2:] == [
+        "expected page partly not in the warehouse (1; nDCG@10 counts it, so it stays below 1: fix the path or "
+        "drop it):",
+        "  p1                     docs: A.md (did you mean a.md?)"]

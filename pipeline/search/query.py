@@ -20,7 +20,7 @@ notes that pass them, by vault path, as Obsidian's search does for ``tag:#recipe
 
 Typed quotes and minus signs count as the ASCII ones (:func:`ascii_syntax`): ``“…”`` and ``„…“`` (smart quotes, as
 macOS and iOS type them) and the full-width ``＂`` are ``"``; a full-width ``－`` (U+FF0D, a Japanese keyboard's
-minus) or ``−`` (U+2212, the full-width minus of macOS' Japanese input) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``. Japanese
+minus) or ``−`` (U+2212, the full-width minus of macOS' Japanese input) that starts a word is ``-``; a full-width ``：`` after ``source``, ``tag`` or ``path`` is ``:``, and so are those keys and ``OR`` typed in full-width letters (``ｔａｇ：日記``, ``ＯＲ``: an IME in full-width mode). Japanese
 brackets ``「…」`` stay words: a question is often written inside them.
 
 Filters and operators are parsed here (no SQL, no search); :class:`ParsedQuery` says what to rank and what to keep.
@@ -108,8 +108,8 @@ def _nfc(text: str) -> str:
 
 def tag_problem(tag: str, subject: str | None = None) -> str | None:
     """Why ``tag`` can be no Obsidian tag (one line), or None: it has whitespace (also an ideographic space) inside,
-    after its surrounding whitespace and ``#`` are dropped (with a comma too, ``journal, urgent``, it names the
-    separate tags to give). Such a filter never matches; such a frontmatter tag is
+    after its surrounding whitespace and ``#`` are dropped, or a comma between two tags (``journal,urgent``; with a
+    comma, ``journal, urgent`` too, it names the separate tags to give). Such a filter never matches; such a frontmatter tag is
     broken. An empty tag is the caller's to refuse.
 
     Args:
@@ -117,9 +117,14 @@ def tag_problem(tag: str, subject: str | None = None) -> str | None:
         subject: how the message names it (default ``tag 'my tag'``; the CLI: ``--tag 'my tag'``).
     """
     words = tag.strip().lstrip("#").split()
+    subject = subject or f"tag {tag.strip()!r}"
+    if len(words) == 1 and "," in tag:              # 'journal,urgent': frontmatter's list written as one tag
+        parts = [p.lstrip("#") for p in split_tag_list(tag) if p.lstrip("#")]
+        if len(parts) >= 2:
+            return (f"{subject} has a comma; Obsidian tags cannot contain commas or spaces "
+                    f"(give {', '.join(map(repr, parts))} as {len(parts)} separate tags)")
     if len(words) < 2:
         return None
-    subject = subject or f"tag {tag.strip()!r}"
     if "," in tag:                      # a list of tags ('journal, urgent'), not one tag: 'journal,-urgent' is no fix
         parts = [p.lstrip("#") for p in split_tag_list(tag) if p.lstrip("#")]
         return (f"{subject} has a space; Obsidian tags cannot contain spaces or commas "
@@ -250,7 +255,11 @@ _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\uff02": 
 #: a full-width minus that starts a word: U+FF0D (Windows' IME) or U+2212 (macOS' Japanese input, whose full-width
 #: minus is the MINUS SIGN: `−便利` excluded nothing)
 _WIDE_MINUS = re.compile(r"(^|\s)[\uff0d\u2212]")
+#: a filter key typed in full-width letters (a Japanese IME in full-width mode: ``ｔａｇ：日記``), either colon
+_WIDE_KEY = re.compile(r"(?i)(^|\s|-|\uff0d|\u2212)(ｓｏｕｒｃｅ|ｔａｇ|ｐａｔｈ)([:\uff1a])")
 _WIDE_COLON = re.compile(r"(?i)(^|\s|-|\uff0d|\u2212)(source|tag|path)\uff1a")
+#: ``ＯＲ`` in full-width letters, as a word of its own
+_WIDE_OR = re.compile(r"(?<!\S)ＯＲ(?!\S)")
 
 
 #: invisible characters a query pasted from a web page or a note may hold (zero-width space, word joiner, BOM, soft
@@ -288,9 +297,13 @@ def _drop_filters(items: list[tuple[str, str, bool]]) -> list[tuple[str, str, bo
 
 def ascii_syntax(query: str) -> str:
     """``query`` with its typed syntax characters as the ASCII ones the parser reads (module docstring): smart and
-    full-width quotes -> ``"``, a full-width minus starting a word -> ``-``, ``tag：`` -> ``tag:``; the
-    :data:`INVISIBLE` characters dropped; the rest as is."""
+    full-width quotes -> ``"``, a full-width minus starting a word -> ``-``, ``tag：`` and ``ｔａｇ：`` -> ``tag:``
+    (a key in full-width letters too), ``ＯＲ`` -> ``OR``; the :data:`INVISIBLE` characters dropped; the rest as
+    is."""
     query = query.translate(_QUOTES).translate(INVISIBLE)
+    if not query.isascii():
+        query = _WIDE_KEY.sub(lambda m: f"{m.group(1)}{unicodedata.normalize('NFKC', m.group(2))}:", query)
+        query = _WIDE_OR.sub("OR", query)
     query = _WIDE_COLON.sub(lambda m: f"{m.group(1)}{m.group(2)}:", query)
     return _WIDE_MINUS.sub(r"\1-", query)
 

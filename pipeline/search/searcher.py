@@ -79,6 +79,19 @@ class MissingWords(NamedTuple):
         return bool(self.words) and len(self.missing) == len(self.words)
 
 
+def closest_name(name: str, known: Sequence[str]) -> str | None:
+    """The one of ``known`` (source names) that ``name`` probably meant: the same name in another case (``Tiny``
+    -> ``tiny``), else the closest spelling (:func:`difflib.get_close_matches`, ratio >= 0.75: ``tinny`` ->
+    ``tiny``); None when none is close."""
+    from difflib import get_close_matches
+
+    folded = {k.casefold(): k for k in known}
+    if name.casefold() in folded:
+        return folded[name.casefold()]
+    close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
 def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     """``query`` without :data:`pipeline.search.query.INVISIBLE` characters, cut to at most ``limit`` characters, at the last whitespace
     of its final 100 when there is one."""
@@ -944,8 +957,10 @@ class Searcher:
             return None
         unknown = sorted(wanted - set(self.sources))
         if unknown:
+            hints = [close for name in unknown if (close := closest_name(name, self.sources))]
+            hint = f" (did you mean {', '.join(map(repr, dict.fromkeys(hints)))}?)" if hints else ""
             raise UnknownSourceError(
-                f"unknown source {', '.join(map(repr, unknown))}; the warehouse {self.path} has: "
+                f"unknown source {', '.join(map(repr, unknown))}{hint}; the warehouse {self.path} has: "
                 f"{', '.join(self.sources) or '(none)'}"
             )
         return frozenset(wanted)

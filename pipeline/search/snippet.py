@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -156,6 +157,21 @@ _ESCAPE = re.compile(r"\\([!-/:-@\[-`{}~])")      # not ``\|``: a table cell's p
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
 
 
+def width_insensitive(term: str) -> str:
+    """A regex of ``term`` (escaped) that also matches it written in full-width characters: each printable ASCII
+    character as a class of it and its full-width form (``db`` -> ``[dｄ][bｂ]``; with IGNORECASE ``ＤＢ`` too).
+    Japanese pages write Latin words in full width (``ＤｕｃｋＤＢ``), which BM25 reads as ``duckdb`` (NFKC); a
+    query's ``duckdb`` found such a page but neither placed its snippet nor was highlighted there."""
+    out = []
+    for ch in term:
+        if "!" <= ch <= "~":
+            wide = chr(ord(ch) + 0xFEE0)
+            out.append(f"[{re.escape(ch)}{wide}]" if ch not in "\\]^-" else f"(?:{re.escape(ch)}|{wide})")
+        else:
+            out.append(re.escape(ch))
+    return "".join(out)
+
+
 def clean_text(markdown: str) -> str:
     """One line of plain text from Markdown (see the module docstring); whitespace collapsed, code kept as
     `` `inline code` `` (its inner whitespace collapsed too)."""
@@ -204,6 +220,7 @@ def clean_text(markdown: str) -> str:
 def _terms(query: str, extra_terms: Iterable[str]) -> list[str]:
     from pipeline.index.analysis import STOPWORDS_EN
 
+    query = unicodedata.normalize("NFKC", query)        # ＤｕｃｋＤＢ typed: width_insensitive matches both forms
     terms = {w.casefold() for w in re.findall(r"\w+", query)} | {t.casefold() for t in extra_terms}
     return sorted((t for t in terms if t and t not in STOPWORDS_EN and (len(t) >= 2 or _CJK.search(t))),
                   key=lambda t: (-len(t), t))
@@ -249,7 +266,7 @@ def term_matches(text: str, terms: Sequence[str]) -> list[tuple[int, str]]:
     start is checked here: that pattern holds the class once per term and is new for every query (~50 ms to
     compile for a long question with its synonyms, more than the rest of a search)."""
     cjk = [re.escape(t) for t in terms if _CJK.search(t)]
-    latin = [re.escape(t) for t in terms if not _CJK.search(t)]
+    latin = [width_insensitive(t) for t in terms if not _CJK.search(t)]
     # a CJK term and a Latin one match at the same offset only when the CJK one is the longer (a Latin term has no
     # CJK character), which the terms' order (longest first) would try first: so CJK terms go first
     pattern = _term_alternation(tuple(cjk), tuple(latin))
