@@ -167,6 +167,35 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
                                "use a vault_path from search results (`docsvault search ...` / the search tool)")
 
 
+def test_a_link_by_path_reads_the_note_at_that_path_though_another_folder_shares_its_name(
+        vault: Path, tmp_path: Path) -> None:
+    """`[[DuckDB 入門]]` in a note is the source root's DuckDB 入門.md, as Obsidian and the build resolve it, also
+    beside Ideas/DuckDB 入門.md (a note-taker's second note of that title): `read` and `related` open it by that
+    name and by the link as written (before, both were "the name of several notes", although the note's
+    backlinks said where the link goes); two notes of the name in two folders, neither at that path, stay
+    listed; the other note opens by its own path."""
+    from pipeline.models import Note
+    from pipeline.search.reader import find_link
+
+    (vault / "src" / "Ideas").mkdir()
+    (vault / "src" / "DuckDB 入門.md").write_text("# DuckDB 入門\n\n## インストール\n\npip.\n", encoding="utf-8")
+    (vault / "src" / "Ideas" / "DuckDB 入門.md").write_text("# DuckDB 入門\n\nアイデア。\n", encoding="utf-8")
+    notes = [Note("src", "DuckDB 入門.md", "DuckDB 入門.md", "DuckDB 入門", {}, "pip."),
+             Note("src", "Ideas/DuckDB 入門.md", "Ideas/DuckDB 入門.md", "DuckDB 入門", {}, "アイデア。"),
+             Note("src", "a/Meeting.md", "a/Meeting.md", "Meeting", {}, "A."),
+             Note("src", "b/Meeting.md", "b/Meeting.md", "Meeting", {}, "B.")]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    for name in ("DuckDB 入門", "[[DuckDB 入門]]", "![[DuckDB 入門|入門]]"):
+        assert find_link(vault, name, path) == ("src/DuckDB 入門.md", ""), name
+    assert find_link(vault, "[[DuckDB 入門#インストール|x]]", path) == ("src/DuckDB 入門.md", "インストール")
+    assert find_link(vault, "Ideas/DuckDB 入門", path) == ("src/Ideas/DuckDB 入門.md", "")
+    for name in ("Meeting", "[[Meeting]]"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_link(vault, name, path)
+        assert str(info.value) == ("'Meeting' is the name of several notes; give one of the vault paths: "
+                                   "src/a/Meeting.md, src/b/Meeting.md"), name
+
+
 def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_path: Path) -> None:
     """`read Foo` reads the note whose frontmatter has ``aliases: [Foo]`` (or whose title is Foo), compared as
     search compares page names (case, punctuation and spacing ignored); an alias two notes share lists both; a
