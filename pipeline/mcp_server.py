@@ -627,7 +627,8 @@ class VaultService:
         except PipelineError as exc:
             raise ToolFailure(str(exc)) from None
         out: dict[str, Any] = {"path": note.vault_path, "source": note.source, "file": str(note.path),
-                               "correlation_id": note.correlation_id, "related": list(note.related)}
+                               "correlation_id": note.correlation_id, "related": list(note.related),
+                               **({"warning": note.warning} if note.warning else {})}
         try:
             result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
