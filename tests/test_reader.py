@@ -126,6 +126,7 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     """`read Home` (a note's name, as in [[Home]]) reads the one note of that file name, case-insensitively, also
     with a partial path; several notes of that name are listed; an unknown name keeps its refusal."""
     from pipeline.models import Note
+    from pipeline.search.reader import find_link
 
     (vault / "src" / "guide").mkdir()
     (vault / "src" / "guide" / "Home.md").write_text("# Home\n\nWelcome.\n", encoding="utf-8")
@@ -149,6 +150,12 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'Hmoe': no vault path, source path, note name, title or alias is "
                                "'Hmoe'; did you mean 'Home'? Else use a vault_path from search results (`docsvault "
                                "search ...` / the search tool)")
+    # a link by the path a note had before it moved ([[old/Home]], dangling as in Obsidian): its name is offered
+    with pytest.raises(NoteNotFoundError) as info:
+        find_link(vault, "[[old/Home|start]]", path)
+    assert str(info.value) == ("no note 'old/Home': no vault path, source path, note name, title or alias is "
+                               "'old/Home'; did you mean 'Home'? Else use a vault_path from search results "
+                               "(`docsvault search ...` / the search tool)")
     # a file of yours in the vault (no build wrote it, so it is no note of the warehouse): named, with its path
     (vault / "src" / "projects").mkdir()
     (vault / "src" / "projects" / "Ideas.md").write_text("# Ideas\n", encoding="utf-8")

@@ -538,6 +538,8 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 f"notes with the query `path:{folders[0]}/` (`docsvault search 'path:{folders[0]}/'` / the search tool)"
             ) from None
         near = _close_names(Path(warehouse_path), note)
+        if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
+            near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
         hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
