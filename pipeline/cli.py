@@ -988,9 +988,12 @@ def capture(
     if as_json:
         typer.echo(json.dumps({"path": str(note.path), "vault_path": note.vault_path, "source": note.source,
                                "correlation_id": note.correlation_id, "related": list(note.related),
+                               **({"warning": note.warning} if note.warning else {}),
                                "build": built}, ensure_ascii=False, indent=2))
     else:
         typer.echo(f"captured {note.path} ({note.vault_path}, correlation id {note.correlation_id})")
+        if note.warning:
+            typer.echo(f"warning: {note.warning}", err=True)
         if note.related:
             typer.echo(f"  related: {', '.join(note.related)}")
         if built is not None:

@@ -616,7 +616,8 @@ class VaultService:
         except PipelineError as exc:
             raise ToolFailure(str(exc)) from None
         out: dict[str, Any] = {"path": note.vault_path, "source": note.source, "file": str(note.path),
-                               "correlation_id": note.correlation_id, "related": list(note.related)}
+                               "correlation_id": note.correlation_id, "related": list(note.related),
+                               **({"warning": note.warning} if note.warning else {})}
         try:
             result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
@@ -1187,8 +1188,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         description=(
             "Read a note of the vault by its path (the `path` of a search hit, e.g. 'source/folder/Note.md'; "
             "a note's file name, title or alias works too, and a link as a note writes it: [[Note#Heading|text]] "
-            "or Note#Heading opens the page where that heading starts; `warning` says when the note has no such "
-            "heading), one page of about 1,000 characters at a time. "
+            "or Note#Heading (Note#^block-id) opens the page where that heading (block) starts; `warning` says when "
+            "the note has no such heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
             "on page 1, the note's `outlinks`/`backlinks` (up to 10 each, with their totals; `related` ranks its "
             "neighbours), and `next`: the call for the next page (null on the last page). A page cut inside a "
@@ -1226,7 +1227,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             f"never overwritten. `wait` (seconds, 0-{MAX_WAIT}, default 0): how long the rebuild waits for another "
             "running build to finish; with 0 it fails at once while one runs (the note is saved either way: "
             "`searchable` false, `error` says why). Returns the note's `path` (for read/search), `correlation_id`, "
-            "`related`, `searchable`."
+            "`related`, `searchable`, and `warning` when no [[link]] can reach the note by its name (a name with "
+            "# ^ [ ]: pick another name to link it)."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                     open_world_hint=False),

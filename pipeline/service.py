@@ -291,9 +291,32 @@ def related_notes(s: Settings, note: str, k: int = 10) -> dict[str, Any]:
         path = find_link(s.vault_dir, note, s.warehouse_path)[0]
     except NoteNotFoundError as exc:                # a note the build skipped: why, as read says it
         raise type(exc)(note_missing_message(s, note, exc)) from None
-    rows = related(s.warehouse_path, path, k)
+    try:
+        rows = related(s.warehouse_path, path, k)
+    except NoteNotFoundError as exc:                # a file of the vault no build reads: say so, not "build"
+        raise type(exc)(_not_built_file(s, path) or str(exc)) from None
     return {"path": path, "related": rows,
             **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
+
+
+def _not_built_file(s: Settings, vault_path: str) -> str | None:
+    """Why the vault file ``vault_path``, which ``read`` opens, is no note of the warehouse when no build wrote
+    it: a file of the user's outside the source folders (``Inbox/x.md``), or in one (``me/x.md``), which no build
+    reads, so a build would not make it one (before session 42 ``related`` said to run one); None for a file the
+    build wrote (a note not yet published)."""
+    from pipeline.ingest.ownership import load_manifest
+
+    import unicodedata
+
+    source, _, rel = vault_path.partition("/")
+    manifest = load_manifest(s.vault_dir / source) if rel else None
+    if manifest is not None and unicodedata.normalize("NFC", rel) in manifest:
+        return None
+    where = (f"in the source folder vault/{source}/ (a file docsvault did not write)" if manifest is not None
+             else "outside the source folders of the vault")
+    return (f"{vault_path!r} is your own file {where}: no build reads it, so it has no links or related notes; "
+            f"to have it searched and linked, move it into the folder a `local` source of {s.sources_file} reads "
+            "(not the vault) and run `docsvault build` (or the refresh tool)")
 
 
 def dangling_links(s: Settings, sources: Sequence[Any]) -> list[dict[str, Any]] | None:

@@ -380,6 +380,30 @@ def test_mcp_save_note_long_name_is_readable(cap_env: Path) -> None:
     assert not (cap_env / "mynotes" / "capture.md").exists()
 
 
+def test_a_name_no_link_reaches_is_kept_and_said_at_once(cap_env: Path) -> None:
+    """`capture --name '料理 #1'` (or save_note's `name`) keeps the name, but Obsidian reads [[料理 #1]] as heading
+    1 of note 料理: the capture said nothing, and every later build told the user to rename the file. The
+    capture now gives the build's line at once: `warning:` on stderr, `warning` in --json and in save_note's
+    result; a name without # ^ [ ] has none."""
+    from pipeline.mcp_server import VaultService
+
+    line = ("source 'mynotes': 料理 #1.md is written as '料理 -1.md': a name Obsidian can link cannot hold '#' "
+            "(Obsidian reads [[料理 #1]] as heading '1' of note '料理'), so no [[…]] link reaches this note by its "
+            "name; rename the file without '#' to link to it")
+    result = CliRunner().invoke(app, ["capture", "--source", "mynotes", "--no-build", "--name", "料理 #1",
+                                      "肉じゃが。"])
+    assert result.exit_code == 0 and result.stderr == f"warning: {line}\n"
+    assert result.stdout.startswith(f"captured {cap_env / 'mynotes' / '料理 #1.md'} (mynotes/料理 -1.md, ")
+    got = json.loads(CliRunner().invoke(app, ["capture", "--source", "mynotes", "--no-build", "--json", "--name",
+                                              "Plain", "x"]).stdout)
+    assert "warning" not in got
+    out = VaultService(Settings.from_env()).save_note("caret", name="日記/F^x", source="mynotes")
+    assert out["warning"] == ("source 'mynotes': 日記/F^x.md is written as '日記/F-x.md': a name Obsidian can link "
+                              "cannot hold '^' (Obsidian reads '^' in a link as a block id), so no [[…]] link reaches "
+                              "this note by its name; rename the file without '^' to link to it")
+    assert out["path"] == "mynotes/日記/F-x.md" and out["searchable"] is True
+
+
 def test_tags_surrounding_spaces_are_dropped(tmp_path: Path) -> None:
     src = _local(tmp_path / "inbox")
     got = write_capture(src, "Body about voles.\n", title="Voles", agent="a", correlation_id="c1",

@@ -145,8 +145,13 @@ def test_a_build_after_an_upgrade_says_which_stages_another_version_built(
     for asset in (["tiny", "chunks"], ["warehouse"]):      # last materialized by an older version of the code
         instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key=dg.AssetKey(asset), tags={"dagster/code_version": "older"}))
-    report = run_build(Settings.from_env())
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        asset_key=dg.AssetKey(["retrieval_eval"]), tags={"dagster/code_version": "older"}))
+    # a build without the eval (a capture's) does not name it: it does not run it (session 42)
+    report = run_build(Settings.from_env(), evaluate=False)
     assert report.ok and report.upgraded == ["tiny: chunks", "warehouse"]
+    report = run_build(Settings.from_env())
+    assert report.ok and report.upgraded == ["retrieval_eval"]
     assert run_build(Settings.from_env()).upgraded == []          # rebuilt by this version: nothing to say
 
     monkeypatch.setattr("pipeline.cli.noop_build", lambda *a, **k: BuildReport(

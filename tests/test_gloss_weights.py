@@ -67,3 +67,19 @@ def test_an_english_page_found_by_a_japanese_question_shows_the_text_its_transla
         hits = {h.source_path: h.snippet for h in s.search("カメラ", k=2, lanes=["bm25"])}
         assert hits["camera.md"].endswith("Pack a camera for the trip.") and hits["camera.md"].startswith("…")
         assert hits["旅.md"].startswith("カメラ あいうえお")
+
+
+@needs_dictionary
+def test_a_question_in_half_width_katakana_is_translated_as_its_full_width_form(tmp_path: Path) -> None:
+    """ﾌﾟﾛﾊﾟﾃｨ (half-width, as an old IME or a pasted form writes it) is プロパティ for BM25, so its translation is the
+    same too: before, it had no Japanese character of the translator's ranges, so the English pages about "property"
+    were not found by keyword and the word was named as in no note."""
+    path = tmp_path / "wh.duckdb"
+    publish_pages(path, NOTES)
+    with Searcher(path) as s:
+        full = s.translation_terms("プロパティ")
+        assert full and s.translation_terms("ﾌﾟﾛﾊﾟﾃｨ") == full
+        assert s._bm25_query("ﾌﾟﾛﾊﾟﾃｨ") == s._bm25_query("プロパティ")
+        assert s.missing_words("ﾌﾟﾛﾊﾟﾃｨ").missing == ()
+        assert [p for _, p, _ in s.rank_pages("ﾌﾟﾛﾊﾟﾃｨ", lanes=["bm25"])][:2] == \
+            [p for _, p, _ in s.rank_pages("プロパティ", lanes=["bm25"])][:2]

@@ -495,3 +495,27 @@ def test_read_and_related_of_an_overlong_name_are_one_bounded_line(built_env: Pa
                                   "returns it, e.g. 'source/folder/Note.md'")
     with pytest.raises(PathRefusedError):
         read_link(settings.vault_dir, huge, 1, settings.warehouse_path)
+
+
+def test_related_of_a_file_of_yours_in_the_vault_says_no_build_reads_it(built_env: Path) -> None:
+    """A note-taker's `vault/Inbox/受信箱.md` (outside the source folders) and `vault/tiny/私のファイル.md` (in one,
+    not written by the build) open with `read`, but `related` said "run `docsvault build` if the note is new",
+    which never makes them notes; it now says whose file it is and where to put it. A note the build wrote keeps
+    its neighbours."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    vault = built_env / "vault"
+    (vault / "Inbox").mkdir()
+    (vault / "Inbox" / "受信箱.md").write_text("# 受信箱\n\nvault に直接書いた。\n", encoding="utf-8")
+    (vault / "tiny" / "私のファイル.md").write_text("# mine\n", encoding="utf-8")
+    svc = VaultService(Settings.from_env())
+    assert svc.read("Inbox/受信箱.md")["title"] == "受信箱"
+    move = (f"no build reads it, so it has no links or related notes; to have it searched and linked, move it into "
+            f"the folder a `local` source of {built_env / 'sources.yaml'} reads (not the vault) and run "
+            "`docsvault build` (or the refresh tool)")
+    for note, where in [("Inbox/受信箱.md", "outside the source folders of the vault"),
+                        ("tiny/私のファイル.md", "in the source folder vault/tiny/ (a file docsvault did not write)")]:
+        with pytest.raises(ToolFailure) as failure:
+            svc.related(note)
+        assert str(failure.value) == f"{note!r} is your own file {where}: {move}"
+    assert svc.related("tiny/Ducks.md")["path"] == "tiny/Ducks.md"

@@ -126,6 +126,7 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     """`read Home` (a note's name, as in [[Home]]) reads the one note of that file name, case-insensitively, also
     with a partial path; several notes of that name are listed; an unknown name keeps its refusal."""
     from pipeline.models import Note
+    from pipeline.search.reader import find_link
 
     (vault / "src" / "guide").mkdir()
     (vault / "src" / "guide" / "Home.md").write_text("# Home\n\nWelcome.\n", encoding="utf-8")
@@ -149,6 +150,12 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'Hmoe': no vault path, source path, note name, title or alias is "
                                "'Hmoe'; did you mean 'Home'? Else use a vault_path from search results (`docsvault "
                                "search ...` / the search tool)")
+    # a link by the path a note had before it moved ([[old/Home]], dangling as in Obsidian): its name is offered
+    with pytest.raises(NoteNotFoundError) as info:
+        find_link(vault, "[[old/Home|start]]", path)
+    assert str(info.value) == ("no note 'old/Home': no vault path, source path, note name, title or alias is "
+                               "'old/Home'; did you mean 'Home'? Else use a vault_path from search results "
+                               "(`docsvault search ...` / the search tool)")
     # a file of yours in the vault (no build wrote it, so it is no note of the warehouse): named, with its path
     (vault / "src" / "projects").mkdir()
     (vault / "src" / "projects" / "Ideas.md").write_text("# Ideas\n", encoding="utf-8")
@@ -165,6 +172,35 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
         find_note(vault, "evil", path)
     assert str(info.value) == ("no note 'evil': no vault path, source path, note name, title or alias is 'evil'; "
                                "use a vault_path from search results (`docsvault search ...` / the search tool)")
+
+
+def test_a_link_by_path_reads_the_note_at_that_path_though_another_folder_shares_its_name(
+        vault: Path, tmp_path: Path) -> None:
+    """`[[DuckDB 入門]]` in a note is the source root's DuckDB 入門.md, as Obsidian and the build resolve it, also
+    beside Ideas/DuckDB 入門.md (a note-taker's second note of that title): `read` and `related` open it by that
+    name and by the link as written (before, both were "the name of several notes", although the note's
+    backlinks said where the link goes); two notes of the name in two folders, neither at that path, stay
+    listed; the other note opens by its own path."""
+    from pipeline.models import Note
+    from pipeline.search.reader import find_link
+
+    (vault / "src" / "Ideas").mkdir()
+    (vault / "src" / "DuckDB 入門.md").write_text("# DuckDB 入門\n\n## インストール\n\npip.\n", encoding="utf-8")
+    (vault / "src" / "Ideas" / "DuckDB 入門.md").write_text("# DuckDB 入門\n\nアイデア。\n", encoding="utf-8")
+    notes = [Note("src", "DuckDB 入門.md", "DuckDB 入門.md", "DuckDB 入門", {}, "pip."),
+             Note("src", "Ideas/DuckDB 入門.md", "Ideas/DuckDB 入門.md", "DuckDB 入門", {}, "アイデア。"),
+             Note("src", "a/Meeting.md", "a/Meeting.md", "Meeting", {}, "A."),
+             Note("src", "b/Meeting.md", "b/Meeting.md", "Meeting", {}, "B.")]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    for name in ("DuckDB 入門", "[[DuckDB 入門]]", "![[DuckDB 入門|入門]]"):
+        assert find_link(vault, name, path) == ("src/DuckDB 入門.md", ""), name
+    assert find_link(vault, "[[DuckDB 入門#インストール|x]]", path) == ("src/DuckDB 入門.md", "インストール")
+    assert find_link(vault, "Ideas/DuckDB 入門", path) == ("src/Ideas/DuckDB 入門.md", "")
+    for name in ("Meeting", "[[Meeting]]"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_link(vault, name, path)
+        assert str(info.value) == ("'Meeting' is the name of several notes; give one of the vault paths: "
+                                   "src/a/Meeting.md, src/b/Meeting.md"), name
 
 
 def test_a_title_or_alias_reads_its_note_as_search_names_it(vault: Path, tmp_path: Path) -> None:

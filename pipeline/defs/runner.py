@@ -285,10 +285,10 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
             build.PROGRESS_HOOKS.append(progress)
         names = [s.name for s in sources]
         before = wh.note_hashes_of(settings.warehouse_path, names) if note_changes else {}
-        upgraded = upgraded_stages(dg.DagsterInstance.get(), sources)
+        shared = SHARED_STAGES if evaluate else tuple(st for st in SHARED_STAGES if st != "retrieval_eval")
+        upgraded = upgraded_stages(dg.DagsterInstance.get(), sources, shared)
         try:
-            report = _run(settings, sources, removed, log_level,
-                          SHARED_STAGES if evaluate else tuple(st for st in SHARED_STAGES if st != "retrieval_eval"))
+            report = _run(settings, sources, removed, log_level, shared)
         finally:
             if progress is not None:
                 build.PROGRESS_HOOKS.remove(progress)
@@ -305,19 +305,21 @@ def run_build(settings: Settings, source_names: Sequence[str] | None = None, log
         return report
 
 
-def upgraded_stages(instance: dg.DagsterInstance, sources: Sequence[Source]) -> list[str]:
-    """The stages of ``sources`` (and the shared ones) last materialized by another version of docsvault (their
-    ``dagster/code_version`` is not this code's: :func:`pipeline.defs.automation.code_changed`, what the sensor
-    requests an upgrade run for), as ``BuildReport.upgraded`` lines; [] when none, or while a run of the instance is
-    queued or in progress (it may rebuild them). Before, a build after an upgrade said only "16 notes re-chunked",
-    not why."""
+def upgraded_stages(instance: dg.DagsterInstance, sources: Sequence[Source],
+                    shared: Sequence[str] = SHARED_STAGES) -> list[str]:
+    """The stages of ``sources`` (and of the ``shared`` ones the build runs) last materialized by another version
+    of docsvault (their ``dagster/code_version`` is not this code's: :func:`pipeline.defs.automation.code_changed`,
+    what the sensor requests an upgrade run for), as ``BuildReport.upgraded`` lines; [] when none, or while a run
+    of the instance is queued or in progress (it may rebuild them). Before, a build after an upgrade said only "16
+    notes re-chunked", not why; and a `--no-eval` build (a capture's) named retrieval_eval, which it does not run."""
     from pipeline.defs.automation import code_changed
 
     changed = code_changed(instance, sources)
     if changed is None:
         return []
     lines = [f"{name}: {', '.join(stages)}" for name, stages in changed.by_source.items()]
-    return lines + ([", ".join(changed.shared)] if changed.shared else [])
+    ran = [st for st in changed.shared if st in shared]
+    return lines + ([", ".join(ran)] if ran else [])
 
 
 def _name_unreported_edits(settings: Settings, report: BuildReport, since: str) -> None:

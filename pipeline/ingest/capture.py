@@ -81,6 +81,7 @@ class Captured:
     vault_path: str
     correlation_id: str
     related: tuple[str, ...]
+    warning: str = ""          # the build's line for a name no [[link]] reaches (``C# tips``), "" for most
 
 
 def _root_path(source: Source, fname: str) -> str:
@@ -634,7 +635,18 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     _write_new(target, content, f"a note named {fname + '.md'!r} already exists in {root}: pass another "
                                 f"{name_option} (nothing was overwritten)")
     return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
-                    related=tuple(related))
+                    related=tuple(related), warning=_unlinkable(source, fname, rel))
+
+
+def _unlinkable(source: Source, fname: str, rel: str) -> str:
+    """The build's warning for a captured note named ``fname`` that no ``[[link]]`` reaches by its name (it holds
+    ``# ^ [ ]``: ``C# tips`` is written ``C- tips.md`` in the vault; :func:`pipeline.ingest.normalize.
+    unlinkable_lines`), "" for any other: the name is kept, and now said at once, as every build of the source
+    says it (before session 42 capture and save_note said nothing, and the next build told the user to rename)."""
+    from pipeline.ingest.normalize import unlinkable_lines
+
+    lines = unlinkable_lines(source.name, {_root_path(source, fname): rel})
+    return lines[0] if lines else ""
 
 
 def _write_new(target: Path, content: str, taken: str) -> None:

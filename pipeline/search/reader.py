@@ -538,6 +538,8 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 f"notes with the query `path:{folders[0]}/` (`docsvault search 'path:{folders[0]}/'` / the search tool)"
             ) from None
         near = _close_names(Path(warehouse_path), note)
+        if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
+            near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
         hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
@@ -571,7 +573,10 @@ def find_link(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         return find_note(vault_dir, note, warehouse_path), ""
     except NoteNotFoundError as exc:
         name, sub = link_parts(note)
-        if isinstance(exc, AmbiguousNoteError) or not name or (name, sub) == (note, ""):
+        # `[[Guide]]` whole is compared as a title too (punctuation ignored), which several notes may share;
+        # the link's own name then decides, as Obsidian resolves the link (a `C# tips` title stays as written)
+        bracketed = note.strip().removeprefix("!").startswith("[[")
+        if (isinstance(exc, AmbiguousNoteError) and not bracketed) or not name or (name, sub) == (note, ""):
             raise
     return find_note(vault_dir, name, warehouse_path), sub
 
@@ -814,6 +819,10 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
     try:
         if paths:
             found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
+        if paths and not found and not wanted.lower().endswith(".md"):
+            # a link by its path in the source, `[[DuckDB 入門]]` for the root's DuckDB 入門.md, is that note, as
+            # Obsidian resolves it, also when Ideas/DuckDB 入門.md shares its name (before, "several notes")
+            found = wh.notes_by_source_path(con, wanted + ".md")
         # a name as written (case and all) wins over one that matches only case-folded: `read abc` opens the
         # source's abc.md (written as `abc (2).md`, its vault name taken by ABC.md), `read ABC` opens ABC.md
         if paths and names and not found:                  # a name, as an Obsidian link: `read Home`

@@ -66,6 +66,9 @@ K_RRF = 20.0
 MAX_QUERY_CHARS = 2000
 
 
+_HALF_WIDTH_KANA = re.compile("[\uff61-\uff9f]+")   # ｶﾀｶﾅ, ｰ, ﾞ, ﾟ and ｡｢｣､･: NFKC makes them full width
+
+
 class MissingWords(NamedTuple):
     """:meth:`Searcher.missing_words`: the query's words that were searched for (those that analyse to BM25 terms)
     and those of them no note of the scope contains."""
@@ -879,6 +882,9 @@ class Searcher:
     def _gloss_groups(self, query: str) -> tuple[str, ...] | None:
         """A Japanese query's translation word by word (``Translator.translate_groups``), None for an English query or
         without a dictionary; remembered per query."""
+        # half-width katakana in NFKC, as BM25 reads it: ﾌﾟﾛﾊﾟﾃｨ is プロパティ (before session 42 it was no
+        # Japanese, so not translated, and "no note contains 'ﾌﾟﾛﾊﾟﾃｨ'" while プロパティ found Properties)
+        query = _HALF_WIDTH_KANA.sub(lambda m: unicodedata.normalize("NFKC", m.group()), query)
         if self.translator is None or not is_japanese(query):
             return None
         if query not in self._translations:
