@@ -83,3 +83,14 @@ def test_a_question_in_half_width_katakana_is_translated_as_its_full_width_form(
         assert s.missing_words("ﾌﾟﾛﾊﾟﾃｨ").missing == ()
         assert [p for _, p, _ in s.rank_pages("ﾌﾟﾛﾊﾟﾃｨ", lanes=["bm25"])][:2] == \
             [p for _, p, _ in s.rank_pages("プロパティ", lanes=["bm25"])][:2]
+
+
+def test_a_question_in_half_width_katakana_is_ranked_as_its_full_width_form(tmp_path: Path) -> None:
+    """Every lane reads ｶﾀｶﾅ as カタカナ (NFKC, as BM25 always did): before, the vector lanes embedded the
+    half-width text and the question counted as English for the cross-lingual bridge, so ｺｰﾙｱｳﾄ put Obsidian's
+    Callouts page 3rd where コールアウト put it 1st (a Japanese note-taker, session 42)."""
+    path = tmp_path / "wh.duckdb"
+    publish_pages(path, NOTES)
+    with Searcher(path) as s:
+        assert s.rank_pages("ｶﾚｰの作り方") == s.rank_pages("カレーの作り方")
+        assert [h.source_path for h in s.search("ｶﾚｰ")] == [h.source_path for h in s.search("カレー")]

@@ -96,9 +96,11 @@ def closest_name(name: str, known: Sequence[str]) -> str | None:
 
 
 def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
-    """``query`` without :data:`pipeline.search.query.INVISIBLE` characters, cut to at most ``limit`` characters, at the last whitespace
-    of its final 100 when there is one."""
-    query = query.translate(INVISIBLE)
+    """``query`` without :data:`pipeline.search.query.INVISIBLE` characters, its half-width katakana made full width
+    (NFKC, as BM25 reads it: every lane, the translation and the snippets then read ``ｶﾀｶﾅ`` as ``カタカナ``; before
+    session 42 the vector lanes embedded the half-width text and the bridge took it for English), cut to at most
+    ``limit`` characters, at the last whitespace of its final 100 when there is one."""
+    query = _HALF_WIDTH_KANA.sub(lambda m: unicodedata.normalize("NFKC", m.group()), query.translate(INVISIBLE))
     if len(query) <= limit:
         return query
     head = query[:limit]
