@@ -523,7 +523,10 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
 
     @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="warehouse", kinds={"networkx"},
               pool=WAREHOUSE_POOL, code_version=build.code_version("graph"),
-              description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
+              description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON. "
+                          "`edges`: pairs of linked notes; `links_resolved` / `links_dangling`: links as written, "
+                          "each time (a note linking a missing note twice counts 2; `docsvault status` and "
+                          "`docsvault check-vault` count each note's dangling target once).")
     def link_graph(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = _run_settings(context, docsvault, loaded_sources)
         graph = build.graph_stage(settings, sources)
