@@ -39,6 +39,7 @@ from pipeline.service import (
     child_env,
     copied_line,
     link_problems,
+    missing_vectors_line,
     missing_words_line,
     no_notes_line,
     noop_build,
@@ -275,9 +276,7 @@ def build(
         if wh.get("rebuilt_because"):
             typer.echo(f"  the previous warehouse could not be used and was rebuilt: {wh['rebuilt_because']}")
         if wh.get("missing_vectors_in"):
-            typer.echo(f"warning: chunks without a vector (their embeddings step did not finish): "
-                       f"{wh['missing_vectors_in']}; keyword search finds them, the vector lanes do not until "
-                       "`docsvault build --source <name>` embeds them", err=True)
+            typer.echo(f"warning: {missing_vectors_line(wh['missing_vectors_in'])}", err=True)
         if ev.get("n"):
             typer.echo("eval: n={n} hit@1={h1:.3f} hit@3={h3:.3f} MRR@10={mrr:.3f} nDCG@10={nd:.3f}".format(
                 n=ev["n"], h1=ev.get("hit_at_1", 0), h3=ev.get("hit_at_3", 0), mrr=ev.get("mrr_at_10", 0),

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
     "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
-    "dangling_links", "errors_file", "missing_words_line", "missing_words_message", "no_notes_line",  # noqa: F822
+    "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
+    "no_notes_line",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
     "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "status_data",  # noqa: F822
@@ -892,6 +893,14 @@ def noop_build(s: Settings, source_names: Sequence[str] | None = None, wait: flo
     with build_run_lock(s.data_dir, wait=wait, wait_arg=wait_arg), \
             build_lock(s.data_dir, wait=turn_wait(wait), wait_arg=TURN_WAIT_ARG):
         return noop_report(s, sources)
+
+
+def missing_vectors_line(missing_vectors_in: str) -> str:
+    """What a warehouse that holds chunks without a vector means (``missing_vectors_in``: ``"<source> <n> of
+    <chunks>, ..."``): `docsvault build`'s ``warning:`` line, the Dagster warehouse step's log line and the
+    description of its failed ``all_chunks_embedded`` check."""
+    return (f"chunks without a vector (their embeddings step did not finish): {missing_vectors_in}; keyword search "
+            "finds them, the vector lanes do not until `docsvault build --source <name>` embeds them")
 
 
 def no_notes_line(st: Any) -> str:

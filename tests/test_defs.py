@@ -231,7 +231,8 @@ def test_defs_folder_is_what_dg_loads_and_matches_build_definitions(tiny_env: Pa
         "tiny/notes:all_files_read",
         "tiny/vault:ran_without_error", "tiny/vault:frontmatter_valid", "tiny/chunks:ran_without_error",
         "tiny/embeddings:ran_without_error",
-        "warehouse:hnsw_index_used", "warehouse:serves_queries", "retrieval_eval:eval_floors",
+        "warehouse:hnsw_index_used", "warehouse:serves_queries", "warehouse:all_chunks_embedded",
+        "retrieval_eval:eval_floors",
         "retrieval_eval:hybrid_beats_single_lanes"}
     assert loaded.executor is docsvault_executor
     pools = {k.to_user_string(): graph.get(k).pools for k in graph.get_all_asset_keys()}

@@ -118,6 +118,7 @@ def test_quality_gates_report_warn_and_data_checks_error(built_tiny_env: Path) -
         "tiny/raw_docs:has_files": (True, "ERROR"), "tiny/vault:frontmatter_valid": (True, "ERROR"),
         "tiny/notes:all_files_read": (True, "WARN"),
         "warehouse:hnsw_index_used": (True, "ERROR"), "warehouse:serves_queries": (True, "ERROR"),
+        "warehouse:all_chunks_embedded": (True, "WARN"),
         "retrieval_eval:eval_floors": (False, "WARN"), "retrieval_eval:hybrid_beats_single_lanes": (True, "WARN"),
     }
     floors = defs.resolve_assets_def(dg.AssetKey(["retrieval_eval"])).check_specs_by_output_name

@@ -37,6 +37,7 @@ from pipeline.config import Settings
 from pipeline.defs.resources import DocsvaultResource, cached_embedder, record_loaded_sources, sources_digest
 from pipeline.ingest.sources import asset_slug
 from pipeline.models import Source, plain
+from pipeline.service import missing_vectors_line
 from pipeline.stages.results import EvalStageResult, StageResult
 
 PER_SOURCE_STAGES = ("raw_docs", "notes", "vault", "chunks", "embeddings")
@@ -507,7 +508,8 @@ def _warehouse_tables(settings: Settings) -> dict[str, Any]:
 
 #: warehouse metadata that describes the published file (true after a no-op too); everything else is the work
 #: of the run that published it and is recorded only by that run
-_WAREHOUSE_STATE_KEYS = ("sources", "models", "notes", "chunks", "vectors", "links", "path", "size_mb")
+_WAREHOUSE_STATE_KEYS = ("sources", "models", "notes", "chunks", "vectors", "links", "path", "size_mb",
+                         "missing_vectors_in")
 
 
 def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
@@ -521,7 +523,10 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
 
     @dg.asset(key=key("link_graph"), deps=vault_keys, group_name="warehouse", kinds={"networkx"},
               pool=WAREHOUSE_POOL, code_version=build.code_version("graph"),
-              description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON.")
+              description="Wikilink graph of the vault (Obsidian resolution), exported as GraphML and JSON. "
+                          "`edges`: pairs of linked notes; `links_resolved` / `links_dangling`: links as written, "
+                          "each time (a note linking a missing note twice counts 2; `docsvault status` and "
+                          "`docsvault check-vault` count each note's dangling target once).")
     def link_graph(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = _run_settings(context, docsvault, loaded_sources)
         graph = build.graph_stage(settings, sources)
@@ -539,6 +544,12 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
                   dg.AssetCheckSpec("serves_queries", asset=wh_key,
                                     description="The published file opens as search opens it and answers a sample "
                                                 "hybrid query."),
+                  dg.AssetCheckSpec(ALL_CHUNKS_EMBEDDED, asset=wh_key,
+                                    description="Every chunk of the published file has its vectors: the chunks of a "
+                                                "source whose embeddings step did not finish (a terminated or failed "
+                                                "run, a run of its chunks without its embeddings) are found by "
+                                                "keyword search only, until its embeddings materialize and the "
+                                                "warehouse publishes again." + _WARN_NOTE),
               ],
               description="One DuckDB file: notes, chunks, links, vectors (HNSW, cosine) and BM25; published "
                           "atomically, updated incrementally, not at all when nothing changed.")
@@ -554,6 +565,8 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
                     **{k: meta[k] for k in _WAREHOUSE_STATE_KEYS if k in meta}}
         context.log.info(f"warehouse: {meta.get('notes')} notes, {meta.get('chunks')} chunks -> "
                          f"{published.path} ({meta.get('mode')})")
+        if published.missing_vectors_in:
+            context.log.warning(missing_vectors_line(published.missing_vectors_in))
         out = _clean(meta)
         out.update(_warehouse_tables(settings))
         last = artifacts.load_state(settings, build.SHARED_STATE).get("warehouse") or {}
@@ -613,22 +626,33 @@ def remove_dropped(settings: Settings, sources: Sequence[Source]) -> list[str]:
         return build.remove_dropped_sources(settings, sources)
 
 
+#: the WARN check of ``warehouse``: every published chunk has its vectors (:func:`_warehouse_checks`)
+ALL_CHUNKS_EMBEDDED = "all_chunks_embedded"
+
+
 def _warehouse_checks(settings: Settings) -> list[dg.AssetCheckResult]:
-    """``hnsw_index_used`` and ``serves_queries`` from :func:`pipeline.stages.search_index_stage` (one read-only open
-    of the published file: its counts, every model's vector search plan and a sample query)."""
+    """``hnsw_index_used``, ``serves_queries`` and ``all_chunks_embedded`` (WARN) from
+    :func:`pipeline.stages.search_index_stage` (one read-only open of the published file: its counts, every model's
+    vector search plan, a sample query and the sources whose chunks it holds without a vector)."""
     if not settings.warehouse_path.exists():
-        return [dg.AssetCheckResult(check_name=n, passed=False, metadata={"error": "no warehouse file"})
-                for n in ("hnsw_index_used", "serves_queries")]
+        return [dg.AssetCheckResult(check_name=n, passed=False, metadata={"error": "no warehouse file"},
+                                    severity=dg.AssetCheckSeverity.WARN if n == ALL_CHUNKS_EMBEDDED
+                                    else dg.AssetCheckSeverity.ERROR)
+                for n in ("hnsw_index_used", "serves_queries", ALL_CHUNKS_EMBEDDED)]
     serving = build.search_index_stage(settings, embedder_factory=cached_embedder)
     served = serving.as_dict()
     n_chunks, models = int(serving.chunks or 0), list(serving.models or ())
     ok = bool(serving.hnsw_index_scan) if models else n_chunks == 0
+    missing = str(serving.missing_vectors_in or "")
     return [
         dg.AssetCheckResult(check_name="hnsw_index_used", passed=ok, metadata={"models": models,
                                                                                "chunks": n_chunks}),
         dg.AssetCheckResult(check_name="serves_queries", passed=bool(serving.sample_hits) or n_chunks == 0,
                             metadata=_clean({k: served[k] for k in ("sample_query_ms", "sample_hits", "models")
                                              if k in served})),
+        dg.AssetCheckResult(check_name=ALL_CHUNKS_EMBEDDED, passed=not missing, severity=dg.AssetCheckSeverity.WARN,
+                            metadata={"chunks": n_chunks, "missing_vectors_in": missing or "none"},
+                            description=missing_vectors_line(missing) if missing else None),
     ]
 
 

@@ -201,7 +201,8 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
 
     version = _warehouse_version(settings)
     last = shared_state(settings).get("search_index") or {}
-    if version and last.get("version") == version:
+    # a check recorded before ``missing_vectors_in`` was (an upgrade) reads the file again
+    if version and last.get("version") == version and "missing_vectors_in" in (last.get("meta") or {}):
         return SearchIndexResult.from_dict(last.get("meta") or {}, skipped=True)
     con = connect(settings.warehouse_path, read_only=True)
     try:
@@ -233,6 +234,7 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
         hnsw_index_scan=hnsw,
         sample_query_ms=round(seconds * 1000, 1),
         sample_hits=tuple(f"{h.vault_path} > {h.heading}" for h in hits),
+        missing_vectors_in=str(counts["meta"].get("missing_vectors_in") or ""),
     )
     meta = {k: v for k, v in result.as_dict().items() if k != "skipped"}
     with stage_lock(settings):

@@ -159,9 +159,8 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
         n_files = len(fetched.files)
         if n_files:     # (0, 0) is "total unknown": an empty source's step read "running for 44 s" all build long
             notify("normalize", source.name, 0, n_files)
-        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or now(),
-                                  cache=CountingCache(cache, lambda n: notify("normalize", source.name,
-                                                                                min(n, n_files), n_files)))
+        counting = CountingCache(cache, lambda n: notify("normalize", source.name, min(n, n_files), n_files))
+        result = normalize_source(source, fetched.files, fetched_at=state.get("fetched_at") or now(), cache=counting)
         if n_files:
             notify("normalize", source.name, n_files, n_files)
         result, kept = _keep_last_good(settings, source, fetched.files, result)
@@ -179,7 +178,8 @@ def normalize_stage(settings: Settings, source: Source) -> NormalizeResult:
                                normalize_error_lines=list(result.errors[:50]), dangling=len(result.dangling))
     return NormalizeResult(
         notes=len(result.notes), errors=len(result.errors), error_lines=tuple(result.errors[:50]),
-        kept_last_good=tuple(kept), parsed=cache.misses, parse_cached=cache.hits, dangling=len(result.dangling),
+        kept_last_good=tuple(kept), parsed=counting.misses, parse_cached=counting.hits,
+        dangling=len(result.dangling),
         errors_file=str(report["errors"]), dangling_file=str(report["dangling"]), skipped=False,
         seconds=round(time.perf_counter() - started, 3))
 

@@ -244,7 +244,9 @@ class WarehouseResult(StageResult):
 @dataclass(frozen=True, eq=False)
 class SearchIndexResult(StageResult):
     """``search_index_stage``: the published file's counts, its model ids, whether every vector search plan uses
-    the HNSW index, the sample query's time (ms) and hits (``"<vault path> > <heading>"``)."""
+    the HNSW index, the sample query's time (ms) and hits (``"<vault path> > <heading>"``), and the sources whose
+    chunks the file holds without a vector (``"<source> <n> of <chunks>, ..."``, the publish's ``missing_vectors_in``;
+    "" when every chunk has its vectors)."""
 
     notes: int
     chunks: int
@@ -254,6 +256,7 @@ class SearchIndexResult(StageResult):
     hnsw_index_scan: bool
     sample_query_ms: float
     sample_hits: tuple[str, ...]
+    missing_vectors_in: str = ""
     skipped: bool = False
 
 
