@@ -15,6 +15,8 @@ Layout: ``<raw>/<name>/repo`` (the checkout) and ``<raw>/<name>/fetch.json`` (co
 - ``token_env`` names an environment variable holding a token for private https remotes. The token is passed to git
   as an ``http.extraHeader`` through ``GIT_CONFIG_*`` environment variables of the git process only: it is never on a
   command line, never in ``.git/config`` and never in logs; error messages have it replaced by ``***``.
+- A submodule (gitlink) inside ``paths`` is not fetched (its files are another repository's): a warning names it,
+  and the error of a fetch that selects no file names the submodules its ``paths`` hold.
 """
 
 from __future__ import annotations
@@ -147,15 +149,36 @@ def _in_sparse_paths(path: str, paths: tuple[str, ...]) -> bool:
     return False
 
 
-def _tree_files(runner: _GitRunner, repo: Path, commit: str) -> list[str]:
-    """Regular files (no symlinks/submodules) of a commit's tree, read from the tree objects (no blobs needed)."""
+def _tree_entries(runner: _GitRunner, repo: Path, commit: str) -> tuple[list[str], list[str]]:
+    """(regular files, submodule paths) of a commit's tree, read from the tree objects (no blobs needed); symlinks
+    are neither."""
     out = runner.run(["ls-tree", "-r", "-z", "--full-tree", commit], cwd=repo)
     files: list[str] = []
+    submodules: list[str] = []
     for entry in out.split("\x00"):
         meta, _, path = entry.partition("\t")
-        if path and meta.split(" ")[0] in ("100644", "100755"):
+        mode = meta.split(" ")[0]
+        if path and mode in ("100644", "100755"):
             files.append(path)
-    return files
+        elif path and mode == "160000":
+            submodules.append(path)
+    return files, submodules
+
+
+def _submodules(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
+    """The submodules (gitlinks) of a commit inside the source's ``paths``: their files are in another repository,
+    which a clone does not fetch."""
+    return [p for p in _tree_entries(runner, repo, commit)[1] if _in_sparse_paths(p, source.paths)]
+
+
+def _submodule_note(source: Source, submodules: Sequence[str]) -> str:
+    """The sentence naming the submodules in ``paths`` ("" when none)."""
+    if not submodules:
+        return ""
+    shown = ", ".join(submodules[:5]) + (f" and {len(submodules) - 5} more" if len(submodules) > 5 else "")
+    return (f"source '{source.name}': {shown} {'is a git submodule' if len(submodules) == 1 else 'are git submodules'}"
+            f", whose files live in another repository, which docsvault does not fetch: add that repository as a git "
+            f"source of its own to build them")
 
 
 def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
@@ -164,11 +187,12 @@ def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list
     Raises:
         FetchError: it selects no file (:func:`_no_files_error`).
     """
-    tree = _tree_files(runner, repo, commit)
+    tree, submodules = _tree_entries(runner, repo, commit)
     candidates = [p for p in tree if _in_sparse_paths(p, source.paths)]
     selected = select_paths(source, candidates)
     if not selected:
-        raise _no_files_error(runner, source, candidates)
+        inside = [p for p in submodules if _in_sparse_paths(p, source.paths)]
+        raise _no_files_error(runner, source, candidates, inside)
     return selected
 
 
@@ -188,12 +212,16 @@ def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commi
     return tuple(warnings)
 
 
-def _no_files_error(runner: _GitRunner, source: Source, candidates: Sequence[str] = ()) -> FetchError:
+def _no_files_error(runner: _GitRunner, source: Source, candidates: Sequence[str] = (),
+                    submodules: Sequence[str] = ()) -> FetchError:
     """The error of a fetch that selects no file; ``candidates``: the files the ``paths`` entries hold, before
-    include/exclude (:func:`_rooted_include`)."""
+    include/exclude (:func:`_rooted_include`); ``submodules``: the submodules they hold (named, see
+    :func:`_submodule_note`)."""
     rooted = _rooted_include(source, candidates)
     hint = (f"; include/exclude globs match a file's whole path in the repository, 'paths' folder included: did "
             f"you mean include: {rooted}?" if rooted else " (check the folder names in 'paths' against the repository)")
+    if submodules:
+        hint = "; " + _submodule_note(source, submodules).removeprefix(f"source '{source.name}': ")
     return runner.error(
         f"no files match paths={list(source.paths) or ['.']} "
         f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)}"
@@ -339,7 +367,8 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
                   for p in selected if p in on_disk)
     if not files:
         raise _no_files_error(runner, source)
-    warnings = _path_warnings(source, selected, on_disk, commit)
+    warnings = _path_warnings(source, selected, on_disk, commit) + tuple(
+        filter(None, [_submodule_note(source, _submodules(runner, source, repo_dir, commit))]))
     recorded = [f.get("source_path") for f in (state or {}).get("files", [])] if state else []
     changed = moved or [f.source_path for f in files] != recorded
     size = sum(f.path.stat().st_size for f in files) if changed else 0
