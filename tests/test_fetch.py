@@ -445,8 +445,8 @@ def test_submodule_in_paths_is_named_not_silently_empty(tmp_path, remote):
     result = fetch_source(_git_source(bare), settings)
     assert [f.source_path for f in result.files] == ["docs/a.md", "docs/ja/b.md"]
     assert result.warnings == (
-        "source 'demo': docs/ext is a git submodule, whose files live in another repository, which docsvault does "
-        "not fetch: add that repository as a git source of its own to build them",)
+        ("source 'demo': docs/ext is a git submodule, whose files live in another repository, which docsvault does "
+         "not fetch: add that repository as a git source of its own to build them"),)
     assert fetch_source(_git_source(bare), settings).warnings == result.warnings     # unchanged fetch: still said
     assert fetch_source(_git_source(bare, name="nosub", paths=("docs/ja",)), settings).warnings == ()
     with pytest.raises(FetchError) as exc:

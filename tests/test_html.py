@@ -558,3 +558,29 @@ def test_a_page_nested_too_deeply_is_skipped_with_a_warning_and_the_site_fetched
            "inside one another, e.g. unclosed <div> tags)" in result.warnings
     assert "docs/index.md" in [f.source_path for f in result.files]
     assert "docs/deep.md" not in [f.source_path for f in result.files]
+
+
+def test_a_redirect_loop_is_named_as_one(tmp_path):
+    """/docs/a -> /docs/b -> /docs/a was reported as `skipped, content type unknown is not HTML` (the crawler
+    declines a redirect to a page it has seen, itself included, and then read the empty 302 as a page; found by
+    the s42 hostile tester). It is a redirect loop, named so, and the build lists it among the pages not fetched."""
+    from tests.loopback import ScriptedHandler
+
+    class Loop(ScriptedHandler):
+        def do_GET(self) -> None:
+            if self.path == "/docs/":
+                self._send(200, b'<html><main><h1>Home</h1><p>Hi.</p><a href="a">a</a></main></html>', "text/html")
+            else:
+                self._send(302, b"", "text/html", Location="/docs/b" if self.path == "/docs/a" else "/docs/a")
+
+    with serve(handler=Loop) as (base, _):
+        result = fetch_source(Source(name="mini", kind="html", url=f"{base}/docs/", rate_limit=0), _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["docs/index.md"]
+    assert result.warnings == ((f"source 'mini': cannot fetch {base}/docs/a: redirect loop (its redirects lead "
+                                "back to it)"),)
+    from types import SimpleNamespace
+
+    from pipeline.service import pages_not_fetched_line
+    st = SimpleNamespace(name="mini", metadata={"raw_docs": {"warning_lines": list(result.warnings), "warnings": 1}})
+    assert pages_not_fetched_line(st) == f"mini: 1 page(s) not fetched (redirect loop (its redirects lead back to " \
+                                         f"it): {base}/docs/a)"

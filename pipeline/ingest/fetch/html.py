@@ -207,6 +207,10 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     warnings.append(str(exc))
                 continue
             final = normalize_url(resp.final_url)
+            if resp.status in (301, 302, 303, 307, 308) and final == url:   # a -> b -> a: declined, a page seen
+                warnings.append(f"source '{source.name}': cannot fetch {url}: redirect loop (its redirects lead "
+                                f"back to it)")
+                continue
             if final != url:
                 aliases[url] = final
                 if 300 <= resp.status < 400 or final in taken or not scope.follows(final):
