@@ -455,3 +455,21 @@ def test_submodule_in_paths_is_named_not_silently_empty(tmp_path, remote):
         f"source 'only': cannot fetch file://{bare}: no files match paths=['docs/ext'] include=default "
         "*.md/*.mdx/*.markdown/*.canvas exclude=[]; docs/ext is a git submodule, whose files live in another "
         "repository, which docsvault does not fetch: add that repository as a git source of its own to build them")
+
+
+def test_a_symlinked_note_in_the_repository_is_named_not_silently_left_out(tmp_path, remote):
+    """`docs/Intro.md -> ../README.md` in a git source was dropped without a word (found by the s42 hostile
+    tester); a local source names its symlinks, a git source now too (only those `include` selects)."""
+    bare, work = remote
+    root = Path(work.working_tree_dir)
+    (root / "docs" / "Intro.md").symlink_to("../README.md")
+    (root / "docs" / "x.py").symlink_to("../src/x.py")                  # not selected by include: not named
+    work.index.add(["docs/Intro.md", "docs/x.py"])
+    actor = git.Actor("t", "t@localhost")
+    work.index.commit("links", author=actor, committer=actor)
+    work.remote("origin").push("main:main")
+    result = fetch_source(_git_source(bare), _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["docs/a.md", "docs/ja/b.md"]
+    assert result.warnings == (
+        ("source 'demo': docs/Intro.md is a symlink in the repository, which docsvault does not follow: not read (a "
+         "target is read at its own path when 'paths' selects it)"),)

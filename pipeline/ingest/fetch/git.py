@@ -16,7 +16,8 @@ Layout: ``<raw>/<name>/repo`` (the checkout) and ``<raw>/<name>/fetch.json`` (co
   as an ``http.extraHeader`` through ``GIT_CONFIG_*`` environment variables of the git process only: it is never on a
   command line, never in ``.git/config`` and never in logs; error messages have it replaced by ``***``.
 - A submodule (gitlink) inside ``paths`` is not fetched (its files are another repository's): a warning names it,
-  and the error of a fetch that selects no file names the submodules its ``paths`` hold.
+  and the error of a fetch that selects no file names the submodules its ``paths`` hold. A symlink that
+  ``include`` selects is not followed either, and named the same way.
 """
 
 from __future__ import annotations
@@ -149,26 +150,33 @@ def _in_sparse_paths(path: str, paths: tuple[str, ...]) -> bool:
     return False
 
 
-def _tree_entries(runner: _GitRunner, repo: Path, commit: str) -> tuple[list[str], list[str]]:
-    """(regular files, submodule paths) of a commit's tree, read from the tree objects (no blobs needed); symlinks
-    are neither."""
+def _tree_entries(runner: _GitRunner, repo: Path, commit: str) -> tuple[list[str], list[str], list[str]]:
+    """(regular files, submodule paths, symlink paths) of a commit's tree, read from the tree objects (no blobs
+    needed)."""
     out = runner.run(["ls-tree", "-r", "-z", "--full-tree", commit], cwd=repo)
-    files: list[str] = []
-    submodules: list[str] = []
+    kinds: dict[str, list[str]] = {"file": [], "160000": [], "120000": []}
     for entry in out.split("\x00"):
         meta, _, path = entry.partition("\t")
         mode = meta.split(" ")[0]
-        if path and mode in ("100644", "100755"):
-            files.append(path)
-        elif path and mode == "160000":
-            submodules.append(path)
-    return files, submodules
+        kind = "file" if mode in ("100644", "100755") else mode
+        if path and kind in kinds:
+            kinds[kind].append(path)
+    return kinds["file"], kinds["160000"], kinds["120000"]
 
 
-def _submodules(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
-    """The submodules (gitlinks) of a commit inside the source's ``paths``: their files are in another repository,
-    which a clone does not fetch."""
-    return [p for p in _tree_entries(runner, repo, commit)[1] if _in_sparse_paths(p, source.paths)]
+def _unfetched_lines(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
+    """The warnings naming what the source's ``paths`` hold that is not read: submodules (their files are in another
+    repository, which a clone does not fetch) and symlinks that ``include``/``exclude`` would select (a symlinked
+    note is not followed; a local source says the same of its symlinks)."""
+    _, submodules, symlinks = _tree_entries(runner, repo, commit)
+    lines = [_submodule_note(source, [p for p in submodules if _in_sparse_paths(p, source.paths)])]
+    links = select_paths(source, [p for p in symlinks if _in_sparse_paths(p, source.paths)])
+    if links:
+        shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+        lines.append(f"source '{source.name}': {shown} {'is a symlink' if len(links) == 1 else 'are symlinks'} in "
+                     f"the repository, which docsvault does not follow: not read (a target is read at its own path "
+                     f"when 'paths' selects it)")
+    return [ln for ln in lines if ln]
 
 
 def _submodule_note(source: Source, submodules: Sequence[str]) -> str:
@@ -187,7 +195,7 @@ def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list
     Raises:
         FetchError: it selects no file (:func:`_no_files_error`).
     """
-    tree, submodules = _tree_entries(runner, repo, commit)
+    tree, submodules, _ = _tree_entries(runner, repo, commit)
     candidates = [p for p in tree if _in_sparse_paths(p, source.paths)]
     selected = select_paths(source, candidates)
     if not selected:
@@ -368,7 +376,7 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
     if not files:
         raise _no_files_error(runner, source)
     warnings = _path_warnings(source, selected, on_disk, commit) + tuple(
-        filter(None, [_submodule_note(source, _submodules(runner, source, repo_dir, commit))]))
+        _unfetched_lines(runner, source, repo_dir, commit))
     recorded = [f.get("source_path") for f in (state or {}).get("files", [])] if state else []
     changed = moved or [f.source_path for f in files] != recorded
     size = sum(f.path.stat().st_size for f in files) if changed else 0
