@@ -365,7 +365,7 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) 
         lines.append(f"{name}: removed (their pages left the source): {', '.join(shown)}{more}")
     if meta.get("attachments_written"):
         lines.append(f"{name}: {meta['attachments_written']} attachment(s) copied "
-                     f"({meta.get('attachments', 0)} in the vault, {meta.get('attachment_bytes', 0) / 1e6:.1f} MB)")
+                     f"({meta.get('attachments', 0)} in the vault, {meta.get('attachment_bytes', 0) / 2**20:.1f} MiB)")
     if meta.get("attachments_skipped") and not meta.get("skipped"):
         lines.append(f"{name}: {meta['attachments_skipped']} attachment(s)/link(s) not copied, each with its reason "
                      f"in {state_dir or '<data>/state'}/{name}.vault-skipped.txt")

@@ -197,14 +197,24 @@ def env_value(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
+_flag_warned: set[tuple[str, str]] = set()
+
+
 def env_flag(name: str, default: bool) -> bool:
-    """A switch: ``0/false/off/no`` -> False, ``1/true/on/yes`` -> True, unset -> ``default``; any other value
-    counts as the non-default (as each switch read it before: on-by-default switches turn off only on an "off" word,
-    off-by-default ones turn on only on an "on" word)."""
+    """A switch: ``0/false/off/no`` -> False, ``1/true/on/yes`` -> True, unset or blank -> ``default``; any other
+    value counts as the default (as each switch read it before: on-by-default switches turn off only on an "off"
+    word, off-by-default ones turn on only on an "on" word), with one warning per process naming the variable, its
+    value and what it counts as: before session 42 ``DOCSVAULT_USAGE_LOG=disable`` went on recording reads without a
+    word, and ``DOCSVAULT_USAGE_BOOST=enable`` boosted nothing."""
     raw = os.environ.get(name)
     if raw is None:
         return default
     word = raw.strip().lower()
+    if word and word not in _ON + _OFF and (name, raw) not in _flag_warned:
+        _flag_warned.add((name, raw))
+        logging.getLogger("docsvault").warning(
+            "%s=%r is neither on (%s) nor off (%s); it counts as %s (or unset it)", name, raw, "/".join(_ON),
+            "/".join(_OFF), "on" if default else "off")
     return word not in _OFF if default else word in _ON
 
 

@@ -435,6 +435,7 @@ class VaultService:
         self._refresh_lock = threading.Lock()
         self._searcher: Any = None
         self._identity: tuple[int, int, int, int | None] | None = None
+        self._build: subprocess.Popen | None = None       # the refresh's running build (stop_build)
 
     # ---- searcher (reopened when a build swapped the file) ----
     def searcher(self) -> Any:
@@ -717,6 +718,22 @@ class VaultService:
             + (f"The build's last warning: {said[-1][:600]}. " if said else "")
             + f"Run `docsvault build --source {names[0]}` in a terminal")
 
+    def stop_build(self, grace: float = 10.0) -> int | None:
+        """Stop the build a refresh (or save_note) of this server runs, if one does: TERM to its process group (the
+        build stops at once and releases its locks, as at a Ctrl-C), KILL after ``grace`` seconds. It runs in a
+        session of its own, which a signal to the server does not reach. Returns its pid, None when none ran."""
+        proc = self._build
+        if proc is None or proc.poll() is not None:
+            return None
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return proc.pid
+
     def _outcome(self, o: Mapping[str, Any]) -> dict[str, Any]:
         """One source's outcome as ``refresh`` returns it, with ``skipped`` (``[{"file", "reason"}]``, at most
         :data:`LIST_CAP`) when the build skipped files of it: which notes are not searchable as they are, and why;
@@ -746,10 +763,13 @@ class VaultService:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=child_env(self.settings), start_new_session=True, text=True,
                                 encoding="utf-8", errors="replace")
+        self._build = proc
         try:
             output, errout = proc.communicate(timeout=self.refresh_timeout)
         except subprocess.TimeoutExpired:
             raise self._stopped(proc, names) from None
+        finally:
+            self._build = None
         seconds = round(time.monotonic() - started, 1)
         tail = errout[-OUTPUT_TAIL_CHARS:]
         try:
@@ -1273,15 +1293,37 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
     return server
 
 
+def stop_on_signals(svc: VaultService) -> None:
+    """Ctrl-C (SIGINT) and SIGTERM end the stdio server at once (exit 130 / 143; Ctrl-C prints ``interrupted``, as
+    every command), first stopping the build a refresh of it runs (:meth:`VaultService.stop_build`). Before session
+    42 a Ctrl-C left the server waiting until stdin closed (the SDK reads stdin in a worker thread, which the end of
+    the event loop waits for: in a terminal, for ever), and a SIGTERM left a refresh's build running on alone, holding
+    the build lock. Only from the main thread (signal handlers cannot be set elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        pid = svc.stop_build()
+        said = f"docsvault-mcp INFO stopped the refresh's build (pid {pid})\n" if pid else ""
+        said += "interrupted\n" if signum == signal.SIGINT else ""
+        os.write(2, said.encode())
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
 def serve(settings: Settings, transport: str = "stdio", port: int = 8765, read_only: bool = False) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (HTTP on 127.0.0.1:port);
     ``read_only``: without the write tools (:func:`create_server`)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s",
                         force=True)         # over the CLI's bare warning lines (cli._log_lines)
-    server = create_server(settings, read_only=read_only)
+    svc = VaultService(settings)
+    server = create_server(settings, svc, read_only=read_only)
     if read_only:
         log.info("read-only: save_note and refresh are not offered")
     if transport == "stdio":
+        stop_on_signals(svc)
         server.run("stdio")
     elif transport == "streamable-http":
         log.info("serving MCP over streamable HTTP on http://127.0.0.1:%d/mcp", port)

@@ -911,10 +911,13 @@ def no_notes_line(st: Any) -> str:
 
 
 def paths_warning_lines(st: Any) -> list[str]:
-    """The fetch's warnings about a git source's ``paths`` (``source 'X': paths entry 'p' matches no file …``, and
-    selected files the sparse checkout did not write); ``st`` one source of a build report."""
+    """The fetch's warnings about a git source's ``paths`` (``source 'X': paths entry 'p' matches no file …``,
+    selected files the sparse checkout did not write, submodules in them, whose files are not fetched, and symlinks,
+    which are not followed); ``st`` one source of a build report."""
     lines = st.metadata.get("raw_docs", {}).get("warning_lines") or []
-    return [ln for ln in lines if ": paths entry '" in ln or "not in the sparse checkout" in ln]
+    return [ln for ln in lines
+            if ": paths entry '" in ln or "not in the sparse checkout" in ln or " git submodule" in ln
+            or " in the repository, which docsvault does not follow" in ln]
 
 
 _PAGE_NOT_FETCHED = (

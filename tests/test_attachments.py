@@ -731,3 +731,12 @@ def test_check_vault_finds_a_markdown_embed_by_its_name_as_the_build_copies_it(t
     report = check_vault(settings, [source])
     row = report["sources"][0]
     assert (row["unresolved_in_source"], row["unresolved_elsewhere"], report["ok"]) == (0, 1, True)
+
+
+def test_the_copied_size_is_in_the_limits_unit():
+    """A 49 MiB attachment was copied as `(1 in the vault, 51.4 MB)` beside the `50 MiB limit for one attachment`
+    of a skipped one: it read as above the limit (found by the s42 hostile tester). Both are MiB now."""
+    from pipeline.cli import vault_lines
+
+    meta = {"attachments_written": 1, "attachments": 1, "attachment_bytes": 49 * 2**20}
+    assert vault_lines("me", meta) == ["me: 1 attachment(s) copied (1 in the vault, 49.0 MiB)"]

@@ -427,3 +427,49 @@ def test_integration_obsidian_help_mirror(tmp_path):
     assert len(result.files) == 173
     assert "en/Linking notes and files/Internal links.md" in [f.source_path for f in result.files]
     assert fetch_source(source, settings).changed is False
+
+
+def test_submodule_in_paths_is_named_not_silently_empty(tmp_path, remote):
+    """A submodule inside `paths` (docs/ext, a docs repository pulled in as a submodule) was skipped without a word:
+    its notes were simply missing from the vault (found by the s42 hostile tester). The fetch now names it, and a
+    `paths` entry that is only a submodule fails saying so instead of "check the folder names"."""
+    bare, work = remote
+    sub = git.Repo.init(tmp_path / "sub", initial_branch="main")
+    _commit(sub, {"Sub.md": "# Sub\n"}, "sub")
+    subprocess.run(["git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(tmp_path / "sub"),
+                    "docs/ext"], cwd=work.working_tree_dir, check=True, capture_output=True)
+    actor = git.Actor("t", "t@localhost")
+    work.index.commit("submodule", author=actor, committer=actor)
+    work.remote("origin").push("main:main")
+    settings = _settings(tmp_path)
+    result = fetch_source(_git_source(bare), settings)
+    assert [f.source_path for f in result.files] == ["docs/a.md", "docs/ja/b.md"]
+    assert result.warnings == (
+        ("source 'demo': docs/ext is a git submodule, whose files live in another repository, which docsvault does "
+         "not fetch: add that repository as a git source of its own to build them"),)
+    assert fetch_source(_git_source(bare), settings).warnings == result.warnings     # unchanged fetch: still said
+    assert fetch_source(_git_source(bare, name="nosub", paths=("docs/ja",)), settings).warnings == ()
+    with pytest.raises(FetchError) as exc:
+        fetch_source(_git_source(bare, name="only", paths=("docs/ext",)), settings)
+    assert str(exc.value) == (
+        f"source 'only': cannot fetch file://{bare}: no files match paths=['docs/ext'] include=default "
+        "*.md/*.mdx/*.markdown/*.canvas exclude=[]; docs/ext is a git submodule, whose files live in another "
+        "repository, which docsvault does not fetch: add that repository as a git source of its own to build them")
+
+
+def test_a_symlinked_note_in_the_repository_is_named_not_silently_left_out(tmp_path, remote):
+    """`docs/Intro.md -> ../README.md` in a git source was dropped without a word (found by the s42 hostile
+    tester); a local source names its symlinks, a git source now too (only those `include` selects)."""
+    bare, work = remote
+    root = Path(work.working_tree_dir)
+    (root / "docs" / "Intro.md").symlink_to("../README.md")
+    (root / "docs" / "x.py").symlink_to("../src/x.py")                  # not selected by include: not named
+    work.index.add(["docs/Intro.md", "docs/x.py"])
+    actor = git.Actor("t", "t@localhost")
+    work.index.commit("links", author=actor, committer=actor)
+    work.remote("origin").push("main:main")
+    result = fetch_source(_git_source(bare), _settings(tmp_path))
+    assert [f.source_path for f in result.files] == ["docs/a.md", "docs/ja/b.md"]
+    assert result.warnings == (
+        ("source 'demo': docs/Intro.md is a symlink in the repository, which docsvault does not follow: not read (a "
+         "target is read at its own path when 'paths' selects it)"),)

@@ -132,3 +132,27 @@ def test_search_without_a_home_answers(tiny_env: Path, monkeypatch: pytest.Monke
     code, out, err = _invoke("search", "--json", "-k", "1", "duck")
     assert (code, err) == (0, "")
     assert len(json.loads(out)) == 1
+
+
+def test_a_switch_set_to_neither_on_nor_off_is_warned_about_once(monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """`DOCSVAULT_USAGE_LOG=disable` kept recording every read without a word, and `DOCSVAULT_USAGE_BOOST=enable`
+    boosted nothing (found by the s42 hostile tester): such a value still counts as the default, and says so."""
+    from pipeline.search.usage import boost_enabled, recording_enabled
+
+    monkeypatch.setattr(config, "_flag_warned", set())
+    monkeypatch.setenv("DOCSVAULT_USAGE_LOG", "disable")
+    monkeypatch.setenv("DOCSVAULT_USAGE_BOOST", "enable")
+    with caplog.at_level("WARNING", logger="docsvault"):
+        assert recording_enabled() is True and recording_enabled() is True
+        assert boost_enabled() is False
+    assert [r.getMessage() for r in caplog.records] == [
+        ("DOCSVAULT_USAGE_LOG='disable' is neither on (1/true/on/yes) nor off (0/false/off/no); it counts as on (or "
+         "unset it)"),
+        ("DOCSVAULT_USAGE_BOOST='enable' is neither on (1/true/on/yes) nor off (0/false/off/no); it counts as off (or "
+         "unset it)")]
+    caplog.clear()
+    for value, on in (("OFF", False), (" yes ", True), ("", False)):
+        monkeypatch.setenv("DOCSVAULT_USAGE_BOOST", value)
+        assert boost_enabled() is on
+    assert caplog.records == []

@@ -69,6 +69,6 @@ def test_two_notes_named_alike_in_nfc_and_nfd_one_is_a_skipped_note_not_an_attac
     assert (meta.attachments_written, meta.attachments_skipped, meta.attachment_skip_lines) == (1, 1, (file_line,))
     assert (settings.vault_dir / "me" / "Crème.png").read_bytes() == b"PNG nfd"       # the file the fetch keeps
     assert vault_lines("me", meta.as_dict(), settings.state_dir) == [
-        "me: 1 attachment(s) copied (1 in the vault, 0.0 MB)",
+        "me: 1 attachment(s) copied (1 in the vault, 0.0 MiB)",
         f"me: 1 attachment(s)/link(s) not copied, each with its reason in {settings.state_dir}/me.vault-skipped.txt",
         f"  {file_line}"]

@@ -145,7 +145,7 @@ def test_a_no_op_build_counts_no_attachment_copied(built_tiny_env: Path) -> None
     (tiny / "duck.png").write_bytes(b"\x89PNG\r\n\x1a\nduck")
     (tiny / "Ducks.md").write_text("# Ducks\n\nDucks swim.\n\n![[duck.png]]\n", encoding="utf-8")
     copied = [ln.strip() for ln in runner.invoke(app, ["build"]).stdout.splitlines() if "attachment(s)" in ln]
-    assert copied == ["tiny: 1 attachment(s) copied (1 in the vault, 0.0 MB)"]
+    assert copied == ["tiny: 1 attachment(s) copied (1 in the vault, 0.0 MiB)"]
     again = runner.invoke(app, ["build"])
     assert again.exit_code == 0 and _runs(built_tiny_env) == 2          # answered from the record
     assert "no Dagster run was needed" in again.stdout
@@ -167,7 +167,7 @@ def test_a_copied_attachment_edited_or_deleted_in_the_vault_is_built_again(built
     copied.write_bytes(b"my drawing")
     edited = runner.invoke(app, ["build"])
     assert edited.exit_code == 0 and _runs(built_tiny_env) == 3
-    assert "tiny: 1 attachment(s) copied (1 in the vault, 0.0 MB)" in edited.stdout
+    assert "tiny: 1 attachment(s) copied (1 in the vault, 0.0 MiB)" in edited.stdout
     assert "tiny: vault/tiny/ラッコ.png was edited since the build wrote it: your version is kept as " \
            "vault/tiny/ラッコ (edited).png" in edited.stdout + edited.stderr
     assert copied.read_bytes() == b"\x89PNG\r\n\x1a\notter"

@@ -24,7 +24,8 @@ __all__ = ["PREFIX", "UNITS", "PlainProgress", "format_seconds"]
 
 PREFIX = "progress: "
 #: what a stage counts
-UNITS = {"fetch": "files", "normalize": "files", "chunk": "notes", "embed": "vectors", "warehouse": "steps"}
+UNITS = {"fetch": "files", "normalize": "files", "vault": "notes", "chunk": "notes", "embed": "vectors",
+         "warehouse": "steps"}
 
 
 def format_seconds(seconds: float) -> str:

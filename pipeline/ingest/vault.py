@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
@@ -245,7 +245,8 @@ def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, 
 
 
 def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: bool = True,
-                 attachments: Mapping[str, Path] | None = None, render_memo: Any = None) -> VaultResult:
+                 attachments: Mapping[str, Path] | None = None, render_memo: Any = None,
+                 progress: Callable[[int, int], None] | None = None) -> VaultResult:
     """Make ``vault_dir/<source>/`` hold these notes (and attachments), never losing a file the user wrote there.
 
     What the build wrote is recorded in the folder's manifest (:mod:`pipeline.ingest.ownership`). A file is overwritten or
@@ -262,6 +263,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         attachments: rel_path (inside the folder, not ``.md``) -> file on disk to copy there (images, PDFs,
             canvases the notes use; see :mod:`pipeline.ingest.attachments`); copied only when the bytes differ.
         render_memo: optional memo of frontmatter YAML dumps (``render_note``'s ``memo``).
+        progress: called with (notes gone through, notes to write: the index note counts) before each and
+            once at the end (not called when there is no note).
 
     The folder and its manifest exist after the call, also when there is no note (an empty source): its manifest
     then lists no file, and a folder left with no file at all is still the source's (:mod:`pipeline.stages.layout`
@@ -362,7 +365,9 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             foreign.append(rel)
         return True
 
-    for rel, (path, data) in sorted(targets.items()):
+    for done, (rel, (path, data)) in enumerate(sorted(targets.items())):
+        if progress is not None:
+            progress(done, len(targets))
         try:
             old = path.read_bytes() if path.is_file() and not path.is_symlink() else None
         except OSError:
@@ -375,6 +380,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         write_atomic(path, data)
         written.append(rel)
         final[rel] = {new_hash[rel]}
+    if progress is not None and targets:
+        progress(len(targets), len(targets))
     for rel, (path, src, digest) in copies.items():
         if sha256_file(path) == digest:
             final[rel] = {digest}

@@ -340,7 +340,8 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                 artifacts.update_state(settings, source.name, vault_fast=fast)
             return _vault_skipped(state, facts, vault_dir)
         memo, stale = versioned_cache(settings, "vault", source.name, "vault", fresh=forced(source.name))
-        result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files, render_memo=memo)
+        result = write_source(settings.vault_dir, source.name, notes, attachments=plan.files, render_memo=memo,
+                              progress=lambda done, total: notify("vault", source.name, done, total))
         memo.save(stale)
         links_memo.save(links_stale)
         conflicts = [f"{rel} -> {copy}" + (FOREIGN if rel in result.foreign else "") for rel, copy in result.conflicts]

@@ -15,6 +15,9 @@ Layout: ``<raw>/<name>/repo`` (the checkout) and ``<raw>/<name>/fetch.json`` (co
 - ``token_env`` names an environment variable holding a token for private https remotes. The token is passed to git
   as an ``http.extraHeader`` through ``GIT_CONFIG_*`` environment variables of the git process only: it is never on a
   command line, never in ``.git/config`` and never in logs; error messages have it replaced by ``***``.
+- A submodule (gitlink) inside ``paths`` is not fetched (its files are another repository's): a warning names it,
+  and the error of a fetch that selects no file names the submodules its ``paths`` hold. A symlink that
+  ``include`` selects is not followed either, and named the same way.
 """
 
 from __future__ import annotations
@@ -147,15 +150,43 @@ def _in_sparse_paths(path: str, paths: tuple[str, ...]) -> bool:
     return False
 
 
-def _tree_files(runner: _GitRunner, repo: Path, commit: str) -> list[str]:
-    """Regular files (no symlinks/submodules) of a commit's tree, read from the tree objects (no blobs needed)."""
+def _tree_entries(runner: _GitRunner, repo: Path, commit: str) -> tuple[list[str], list[str], list[str]]:
+    """(regular files, submodule paths, symlink paths) of a commit's tree, read from the tree objects (no blobs
+    needed)."""
     out = runner.run(["ls-tree", "-r", "-z", "--full-tree", commit], cwd=repo)
-    files: list[str] = []
+    kinds: dict[str, list[str]] = {"file": [], "160000": [], "120000": []}
     for entry in out.split("\x00"):
         meta, _, path = entry.partition("\t")
-        if path and meta.split(" ")[0] in ("100644", "100755"):
-            files.append(path)
-    return files
+        mode = meta.split(" ")[0]
+        kind = "file" if mode in ("100644", "100755") else mode
+        if path and kind in kinds:
+            kinds[kind].append(path)
+    return kinds["file"], kinds["160000"], kinds["120000"]
+
+
+def _unfetched_lines(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
+    """The warnings naming what the source's ``paths`` hold that is not read: submodules (their files are in another
+    repository, which a clone does not fetch) and symlinks that ``include``/``exclude`` would select (a symlinked
+    note is not followed; a local source says the same of its symlinks)."""
+    _, submodules, symlinks = _tree_entries(runner, repo, commit)
+    lines = [_submodule_note(source, [p for p in submodules if _in_sparse_paths(p, source.paths)])]
+    links = select_paths(source, [p for p in symlinks if _in_sparse_paths(p, source.paths)])
+    if links:
+        shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+        lines.append(f"source '{source.name}': {shown} {'is a symlink' if len(links) == 1 else 'are symlinks'} in "
+                     f"the repository, which docsvault does not follow: not read (a target is read at its own path "
+                     f"when 'paths' selects it)")
+    return [ln for ln in lines if ln]
+
+
+def _submodule_note(source: Source, submodules: Sequence[str]) -> str:
+    """The sentence naming the submodules in ``paths`` ("" when none)."""
+    if not submodules:
+        return ""
+    shown = ", ".join(submodules[:5]) + (f" and {len(submodules) - 5} more" if len(submodules) > 5 else "")
+    return (f"source '{source.name}': {shown} {'is a git submodule' if len(submodules) == 1 else 'are git submodules'}"
+            f", whose files live in another repository, which docsvault does not fetch: add that repository as a git "
+            f"source of its own to build them")
 
 
 def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
@@ -164,11 +195,12 @@ def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list
     Raises:
         FetchError: it selects no file (:func:`_no_files_error`).
     """
-    tree = _tree_files(runner, repo, commit)
+    tree, submodules, _ = _tree_entries(runner, repo, commit)
     candidates = [p for p in tree if _in_sparse_paths(p, source.paths)]
     selected = select_paths(source, candidates)
     if not selected:
-        raise _no_files_error(runner, source, candidates)
+        inside = [p for p in submodules if _in_sparse_paths(p, source.paths)]
+        raise _no_files_error(runner, source, candidates, inside)
     return selected
 
 
@@ -188,12 +220,16 @@ def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commi
     return tuple(warnings)
 
 
-def _no_files_error(runner: _GitRunner, source: Source, candidates: Sequence[str] = ()) -> FetchError:
+def _no_files_error(runner: _GitRunner, source: Source, candidates: Sequence[str] = (),
+                    submodules: Sequence[str] = ()) -> FetchError:
     """The error of a fetch that selects no file; ``candidates``: the files the ``paths`` entries hold, before
-    include/exclude (:func:`_rooted_include`)."""
+    include/exclude (:func:`_rooted_include`); ``submodules``: the submodules they hold (named, see
+    :func:`_submodule_note`)."""
     rooted = _rooted_include(source, candidates)
     hint = (f"; include/exclude globs match a file's whole path in the repository, 'paths' folder included: did "
             f"you mean include: {rooted}?" if rooted else " (check the folder names in 'paths' against the repository)")
+    if submodules:
+        hint = "; " + _submodule_note(source, submodules).removeprefix(f"source '{source.name}': ")
     return runner.error(
         f"no files match paths={list(source.paths) or ['.']} "
         f"include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'} exclude={list(source.exclude)}"
@@ -339,7 +375,8 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
                   for p in selected if p in on_disk)
     if not files:
         raise _no_files_error(runner, source)
-    warnings = _path_warnings(source, selected, on_disk, commit)
+    warnings = _path_warnings(source, selected, on_disk, commit) + tuple(
+        _unfetched_lines(runner, source, repo_dir, commit))
     recorded = [f.get("source_path") for f in (state or {}).get("files", [])] if state else []
     changed = moved or [f.source_path for f in files] != recorded
     size = sum(f.path.stat().st_size for f in files) if changed else 0

@@ -229,11 +229,12 @@ def fetch_html(source: Source, settings: Settings, client: HttpClient | None = N
                     warnings.append(str(exc))
                 continue
             final = normalize_url(resp.final_url)
-            if resp.status in REDIRECT_STATUS and final == url:     # its redirects lead back to it: a loop
+            if resp.status in REDIRECT_STATUS and final == url:     # a -> b -> a: declined, a page seen: a loop
                 if url == start_norm:
                     raise FetchError(f"source '{source.name}': start page {start_named} {REDIRECT_LOOP}: fix the "
                                      "site's redirects, or set url: to the page they should end at")
-                warnings.append(f"source '{source.name}': {url}: skipped, it {REDIRECT_LOOP}")
+                warnings.append(f"source '{source.name}': cannot fetch {url}: redirect loop (its redirects lead "
+                                f"back to it)")
                 continue
             if final != url:
                 aliases[url] = final
