@@ -305,9 +305,9 @@ def _not_built_file(s: Settings, vault_path: str) -> str | None:
     it: a file of the user's outside the source folders (``Inbox/x.md``), or in one (``me/x.md``), which no build
     reads, so a build would not make it one (before session 42 ``related`` said to run one); None for a file the
     build wrote (a note not yet published)."""
-    from pipeline.ingest.ownership import load_manifest
-
     import unicodedata
+
+    from pipeline.ingest.ownership import load_manifest
 
     source, _, rel = vault_path.partition("/")
     manifest = load_manifest(s.vault_dir / source) if rel else None

@@ -277,6 +277,7 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     Long: skip check, ablation run, history append under the lock and state record: one sequence whose order keeps
     the history consistent.
     """
+    from pipeline.config import env_flag
     from pipeline.evaluate import (
         HYBRID,
         UNSCOPED_SETUP,
@@ -288,7 +289,6 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
         run_ablation,
         run_eval,
     )
-    from pipeline.config import env_flag
     from pipeline.search.searcher import LANES, Searcher
     from pipeline.warehouse import append_eval_runs, connect, load_graph, read_meta
 
