@@ -561,27 +561,17 @@ def test_a_page_nested_too_deeply_is_skipped_with_a_warning_and_the_site_fetched
 
 
 class _LoopHandler(ScriptedHandler):
-    """/docs/ -> /docs/a/ -> /docs/ (a redirect loop through the start page); /docs/self/ -> itself; /docs/b.html
-    is a page linking to /docs/self/."""
+    """/docs/ -> /docs/a/ -> /docs/ (a redirect loop through the start page); /loop/ and /ok/self/ -> themselves;
+    /ok/ is a page linking to /ok/self/."""
 
     content_type = "text/html"
+    HOPS = {"/docs/": "/docs/a/", "/docs/a/": "/docs/", "/loop/": "/loop/", "/ok/self/": "/ok/self/"}
 
     def do_GET(self) -> None:
-        hops = {"/docs/": "/docs/a/", "/docs/a/": "/docs/", "/loop/": "/loop/", "/docs/self/": "/docs/self/"}
-        if self.path in hops:
-            self.send_response(302)
-            self.send_header("Location", hops[self.path])
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return None
+        if self.path in self.HOPS:
+            return self._send(302, Location=self.HOPS[self.path])
         if self.path == "/ok/":
             return self._send(200, b'<html><main><h1>Ok</h1><p><a href="/ok/self/">self</a></p></main></html>')
-        if self.path == "/ok/self/":
-            self.send_response(301)
-            self.send_header("Location", "/ok/self/")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return None
         return self._send(404, b"nope")
 
 

@@ -237,11 +237,17 @@ def test_stop_build_stops_the_refresh_build_and_its_group(tmp_path: Path) -> Non
     svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
                                 vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"))
     assert svc.stop_build() is None                          # no refresh running: nothing to stop
-    build = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    # a full fast run once saw the child killed after the grace (-9), cause not found; the child now takes SIGTERM's
+    # default action and unblocks it whatever it inherited from the pytest worker, and is stopped once it runs
+    child = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+             "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM}); print('ready', flush=True); time.sleep(600)")
+    build = subprocess.Popen([sys.executable, "-c", child], start_new_session=True, stdout=subprocess.PIPE, text=True)
     svc._build = build
     try:
+        assert build.stdout.readline() == "ready\n"
         assert svc.stop_build() == build.pid
         assert build.wait(timeout=30) == -15
     finally:
         if build.poll() is None:
             build.kill()
+        build.stdout.close()
