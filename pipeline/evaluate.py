@@ -574,10 +574,10 @@ def format_unreachable(report: Mapping[str, Any]) -> list[str]:
     pages are not ([] when none)."""
     lines: list[str] = []
     for key, field, title in (
-            ("unreachable", "expected", "expected page not in the warehouse ({n}; scored as misses: fix the path in "
-                                        "the case, or see the source's skipped files in `docsvault status`):"),
-            ("partly_unreachable", "missing", "expected page partly not in the warehouse ({n}; nDCG@10 counts it, "
-                                              "so it stays below 1: fix the path or drop it):")):
+            ("unreachable", "expected", ("expected page not in the warehouse ({n}; scored as misses: fix the path "
+                                         "in the case, or see the source's skipped files in `docsvault status`):")),
+            ("partly_unreachable", "missing", ("expected page partly not in the warehouse ({n}; nDCG@10 counts it, "
+                                               "so it stays below 1: fix the path or drop it):"))):
         rows = report.get(key) or []
         if rows:
             lines += ["", title.format(n=len(rows))]

@@ -472,6 +472,6 @@ def test_a_case_with_some_expected_pages_missing_is_named():
     assert report["unreachable"] == [{"id": "v5", "corpus": "docs", "expected": ["other/z.md"]}]
     assert report.public()["partly_unreachable"] == report["partly_unreachable"]
     assert format_report(report).splitlines()[-2:] == [
-        "expected page partly not in the warehouse (1; nDCG@10 counts it, so it stays below 1: fix the path or "
-        "drop it):",
+        ("expected page partly not in the warehouse (1; nDCG@10 counts it, so it stays below 1: fix the path or "
+         "drop it):"),
         "  p1                     docs: A.md (did you mean a.md?)"]

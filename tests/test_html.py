@@ -560,16 +560,18 @@ def test_a_page_nested_too_deeply_is_skipped_with_a_warning_and_the_site_fetched
     assert "docs/deep.md" not in [f.source_path for f in result.files]
 
 
+_LOOP_HOPS = {"/docs/": "/docs/a/", "/docs/a/": "/docs/", "/loop/": "/loop/", "/ok/self/": "/ok/self/"}
+
+
 class _LoopHandler(ScriptedHandler):
     """/docs/ -> /docs/a/ -> /docs/ (a redirect loop through the start page); /loop/ and /ok/self/ -> themselves;
     /ok/ is a page linking to /ok/self/."""
 
     content_type = "text/html"
-    HOPS = {"/docs/": "/docs/a/", "/docs/a/": "/docs/", "/loop/": "/loop/", "/ok/self/": "/ok/self/"}
 
     def do_GET(self) -> None:
-        if self.path in self.HOPS:
-            return self._send(302, Location=self.HOPS[self.path])
+        if self.path in _LOOP_HOPS:
+            return self._send(302, Location=_LOOP_HOPS[self.path])
         if self.path == "/ok/":
             return self._send(200, b'<html><main><h1>Ok</h1><p><a href="/ok/self/">self</a></p></main></html>')
         return self._send(404, b"nope")
