@@ -33,9 +33,11 @@ IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 EMBED = re.compile(r"!\[\[[^\]\n]*\]\]")
 #: a link ``[text](url)``, its text group 1 (a URL may hold one level of parentheses)
 LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
-#: a wikilink ``[[target#heading|alias]]``: target group 1, alias group 2 (``\|``: the alias pipe in a table row);
-#: the alias may hold single brackets (``[[b|the [RFC] text]]``), not ``[[`` or ``]]``
-WIKILINK = re.compile(r"\[\[([^\]|\n]+?)(?:\\?\|((?:[^\[\]\n]|\[(?!\[)|\](?!\]))*))?\]\]")
+#: a wikilink's alias (the text after ``|``): it may hold single brackets (``[[b|the [RFC] text]]``, as normalize
+#: writes ``[the [RFC] text](b.md)``), not ``[[`` or ``]]``, nor a line break
+WIKILINK_ALIAS = r"(?:[^\[\]\n]|\[(?!\[)|\](?!\]))*"
+#: a wikilink ``[[target#heading|alias]]``: target group 1, alias group 2 (``\|``: the alias pipe in a table row)
+WIKILINK = re.compile(rf"\[\[([^\]|\n]+?)(?:\\?\|({WIKILINK_ALIAS}))?\]\]")
 
 
 def shortest_named(by_key: Mapping[str, str], names: Sequence[str]) -> str | None:

@@ -39,6 +39,7 @@ import networkx as nx
 from markdown_it import MarkdownIt
 
 from pipeline.common.artifacts import write_atomic, write_atomic_with
+from pipeline.common.markdown import WIKILINK_ALIAS
 from pipeline.common.memo import MemoCache
 from pipeline.models import Edge, Note, WikiLink
 
@@ -66,9 +67,8 @@ _ATTACHMENTS_TEXT = (
 ATTACHMENT_EXTENSIONS: frozenset[str] = frozenset(_ATTACHMENTS_TEXT.split())
 
 _MD = MarkdownIt("commonmark").enable("table")
-#: ``[[target|alias]]``: group 1 ``!`` of an embed, group 2 the inner text. The alias may hold single brackets
-#: (``[[RFC 7231|the [RFC] text]]``, as normalize writes a Markdown link whose text has them), not ``[[`` or ``]]``
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|\n]+?(?:\\?\|(?:[^\[\]\n]|\[(?!\[)|\](?!\]))*)?)\]\]")
+#: ``[[target|alias]]``: group 1 ``!`` of an embed, group 2 the inner text (the alias as :data:`WIKILINK_ALIAS`)
+_WIKILINK = re.compile(rf"(!?)\[\[([^\[\]|\n]+?(?:\\?\|{WIKILINK_ALIAS})?)\]\]")
 # [text](dest "title") with one level of nested brackets in the text; dest either <...> or without spaces.
 _MD_LINK = re.compile(
     r"(!?)\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]"

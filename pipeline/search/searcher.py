@@ -69,6 +69,11 @@ MAX_QUERY_CHARS = 2000
 _HALF_WIDTH_KANA = re.compile("[\uff61-\uff9f]+")   # ｶﾀｶﾅ, ｰ, ﾞ, ﾟ and ｡｢｣､･: NFKC makes them full width
 
 
+def full_width_kana(text: str) -> str:
+    """``text`` with its half-width katakana in NFKC (``ﾌﾟﾛﾊﾟﾃｨ`` -> ``プロパティ``), as BM25 reads it; the rest as is."""
+    return _HALF_WIDTH_KANA.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+
+
 class MissingWords(NamedTuple):
     """:meth:`Searcher.missing_words`: the query's words that were searched for (those that analyse to BM25 terms)
     and those of them no note of the scope contains."""
@@ -100,7 +105,7 @@ def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     (NFKC, as BM25 reads it: every lane, the translation and the snippets then read ``ｶﾀｶﾅ`` as ``カタカナ``; before
     session 42 the vector lanes embedded the half-width text and the bridge took it for English), cut to at most
     ``limit`` characters, at the last whitespace of its final 100 when there is one."""
-    query = _HALF_WIDTH_KANA.sub(lambda m: unicodedata.normalize("NFKC", m.group()), query.translate(INVISIBLE))
+    query = full_width_kana(query.translate(INVISIBLE))
     if len(query) <= limit:
         return query
     head = query[:limit]
@@ -884,9 +889,9 @@ class Searcher:
     def _gloss_groups(self, query: str) -> tuple[str, ...] | None:
         """A Japanese query's translation word by word (``Translator.translate_groups``), None for an English query or
         without a dictionary; remembered per query."""
-        # half-width katakana in NFKC, as BM25 reads it: ﾌﾟﾛﾊﾟﾃｨ is プロパティ (before session 42 it was no
-        # Japanese, so not translated, and "no note contains 'ﾌﾟﾛﾊﾟﾃｨ'" while プロパティ found Properties)
-        query = _HALF_WIDTH_KANA.sub(lambda m: unicodedata.normalize("NFKC", m.group()), query)
+        # ﾌﾟﾛﾊﾟﾃｨ is プロパティ (before session 42 it was no Japanese, so not translated, and "no note contains
+        # 'ﾌﾟﾛﾊﾟﾃｨ'" while プロパティ found Properties); missing_words and translation_terms come here unclipped
+        query = full_width_kana(query)
         if self.translator is None or not is_japanese(query):
             return None
         if query not in self._translations:

@@ -150,9 +150,23 @@ def _in_sparse_paths(path: str, paths: tuple[str, ...]) -> bool:
     return False
 
 
+#: :func:`_tree_entries` of the last few (repository, commit): a commit's tree never changes, and one fetch reads it
+#: twice (the selection, then the warnings about what is not read)
+_TREES: dict[tuple[str, str], tuple[list[str], list[str], list[str]]] = {}
+
+
 def _tree_entries(runner: _GitRunner, repo: Path, commit: str) -> tuple[list[str], list[str], list[str]]:
     """(regular files, submodule paths, symlink paths) of a commit's tree, read from the tree objects (no blobs
-    needed)."""
+    needed); one ``git ls-tree`` per repository and commit (:data:`_TREES`)."""
+    key = (str(repo), commit)
+    if key not in _TREES:
+        while len(_TREES) >= 8:
+            _TREES.pop(next(iter(_TREES)))
+        _TREES[key] = _read_tree(runner, repo, commit)
+    return _TREES[key]
+
+
+def _read_tree(runner: _GitRunner, repo: Path, commit: str) -> tuple[list[str], list[str], list[str]]:
     out = runner.run(["ls-tree", "-r", "-z", "--full-tree", commit], cwd=repo)
     kinds: dict[str, list[str]] = {"file": [], "160000": [], "120000": []}
     for entry in out.split("\x00"):
@@ -172,19 +186,22 @@ def _unfetched_lines(runner: _GitRunner, source: Source, repo: Path, commit: str
     lines = [_submodule_note(source, [p for p in submodules if _in_sparse_paths(p, source.paths)])]
     links = select_paths(source, [p for p in symlinks if _in_sparse_paths(p, source.paths)])
     if links:
-        shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
-        lines.append(f"source '{source.name}': {shown} {'is a symlink' if len(links) == 1 else 'are symlinks'} in "
+        lines.append(f"source '{source.name}': {_first_five(links)} {'is a symlink' if len(links) == 1 else 'are symlinks'} in "
                      f"the repository, which docsvault does not follow: not read (a target is read at its own path "
                      f"when 'paths' selects it)")
     return [ln for ln in lines if ln]
+
+
+def _first_five(paths: Sequence[str]) -> str:
+    """``a, b, c, d, e and 3 more``: the first five of ``paths`` and how many others."""
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _submodule_note(source: Source, submodules: Sequence[str]) -> str:
     """The sentence naming the submodules in ``paths`` ("" when none)."""
     if not submodules:
         return ""
-    shown = ", ".join(submodules[:5]) + (f" and {len(submodules) - 5} more" if len(submodules) > 5 else "")
-    return (f"source '{source.name}': {shown} {'is a git submodule' if len(submodules) == 1 else 'are git submodules'}"
+    return (f"source '{source.name}': {_first_five(submodules)} {'is a git submodule' if len(submodules) == 1 else 'are git submodules'}"
             f", whose files live in another repository, which docsvault does not fetch: add that repository as a git "
             f"source of its own to build them")
 
