@@ -134,6 +134,15 @@ def test_words_as_written_with_their_terms():
     assert a.words("どうする") == [("どう", ["どう"])]                # only on request
 
 
+def test_words_of_a_japanese_run_longer_than_sudachi_takes():
+    """A pasted query of 20,000 kana with no punctuation (60,000 bytes) was a SudachiError traceback in `docsvault
+    search` and "search: internal error" in MCP: missing words passed the run to Sudachi whole."""
+    a = Analyzer()
+    words = a.words("日本" * 10_000)
+    assert len(words) == 10_000
+    assert all(w == ("日本", ["日本"]) for w in words)
+
+
 def test_each_thread_gets_its_own_sudachi_tokenizer() -> None:
     """One analyzer serves every worker thread of the MCP HTTP server; a Sudachi tokenizer used by two threads at
     once raises "Tokenizer is already in use" (session 41: 3 of 60 searches by 4 HTTP sessions were internal

@@ -184,7 +184,9 @@ class Analyzer:
                     out.append((w.group(), terms))
             if m is None:
                 break
-            for morpheme in self._tokenizer().tokenize(m.group()):
+            run = m.group()         # in pieces SudachiPy takes (a pasted run of 16,384 kana was a SudachiError)
+            for morpheme in (mo for i in range(0, len(run), SUDACHI_MAX_CHARS)
+                             for mo in self._tokenizer().tokenize(run[i : i + SUDACHI_MAX_CHARS])):
                 kept = self._kept_lemma(morpheme)
                 if kept is not None and not (skip_inflected and _not_a_name(morpheme.part_of_speech(), morpheme.surface())):
                     out.append((morpheme.surface(), [kept]))
