@@ -139,6 +139,8 @@ def _marked(query: str, text: str, tokens: list[str] | None = None) -> str:
     ("straße", "Die Straße", "Die [Straße]"),                                  # casefold made it 'strasse'
     ("ducks feeding", "A duck feeds.", "A [duck] [feeds]."),                   # the analyzer's stems
     ("C++ tips", "C++ tips and ｔｉｐｓ", "C++ [tips] and [ｔｉｐｓ]"),
+    ("コーヒーを飲む", "ｺｰﾋｰを２杯飲んだ", "[ｺｰﾋｰ]を２杯[飲]んだ"),          # written in half-width katakana
+    ("エスプレッソ", "ｴｽﾌﾟﾚｯｿとエスプレッソ", "[ｴｽﾌﾟﾚｯｿ]と[エスプレッソ]"),    # a voiced kana: two characters
 ])
 def test_the_cli_highlights_the_words_as_the_page_writes_them(query: str, text: str, marked: str) -> None:
     assert _marked(query, text) == marked
@@ -149,6 +151,19 @@ def test_the_snippet_is_cut_around_a_full_width_match() -> None:
 
     text = "前置き。" * 10 + "ＤｕｃｋＤＢでCSVを読む"
     assert match_position(text, "duckdb") == text.index("ＤｕｃｋＤＢ")
+
+
+def test_the_snippet_is_cut_around_a_half_width_katakana_match() -> None:
+    """A note typed with a half-width IME (ｴｽﾌﾟﾚｯｿﾏｼﾝ) is found by BM25 (NFKC), but until session 43 its snippet
+    began at the chunk's start, far from the word, and the CLI highlighted nothing there."""
+    from pipeline.search.snippet import half_width_kana, match_position
+
+    text = "前置き。" * 10 + "昨日買ったｴｽﾌﾟﾚｯｿﾏｼﾝが届いた。ｺｰﾋｰを淹れた。"
+    assert match_position(text, "エスプレッソマシン") == text.index("ｴｽﾌﾟﾚｯｿﾏｼﾝ")
+    assert match_position(text, "コーヒー") == text.index("ｺｰﾋｰ")
+    assert match_position("ガイドとｶﾞｲﾄﾞ", "ガイド") == 0
+    assert half_width_kana("パーケット・ファイルのガイド") == "ﾊﾟｰｹｯﾄ･ﾌｧｲﾙのｶﾞｲﾄﾞ"
+    assert half_width_kana("京都が好き") == "京都が好き"
 
 
 # ---------------------------------------------------------------------------------------------------------------

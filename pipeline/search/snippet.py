@@ -267,8 +267,9 @@ def term_matches(text: str, terms: Sequence[str]) -> list[tuple[int, str]]:
     compile for a long question with its synonyms, more than the rest of a search)."""
     pattern = _term_alternation(tuple(terms))
     # a Latin word written in full width (ＤｕｃｋＤＢ) is matched in the text read as ASCII, one character for one
-    # (offsets kept); a regex of width classes (:func:`width_insensitive`) lost its literal search: +4 ms a query
-    folded = text.translate(_FULL_WIDTH_TO_ASCII)
+    # (offsets kept); a regex of width classes (:func:`width_insensitive`) lost its literal search: +4 ms a query.
+    # Half-width katakana (ｺｰﾋｰ, ﾌﾟ) is read in full width in the same pass, its voiced marks combining (NFD)
+    folded = text.translate(_WIDTH_FOLD)
     found: list[tuple[int, str]] = []
     pos = 0
     while (m := pattern.search(folded, pos)) is not None:
@@ -283,6 +284,25 @@ def term_matches(text: str, terms: Sequence[str]) -> list[tuple[int, str]]:
 
 #: the full-width forms of the printable ASCII characters (U+FF01-U+FF5E: ＤｕｃｋＤＢ) -> those characters
 _FULL_WIDTH_TO_ASCII = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
+#: the half-width katakana and its punctuation (U+FF61-U+FF9F: ｺｰﾋｰ, ｡) -> their full-width forms, one character
+#: for one (NFKC, the voiced marks ﾞ ﾟ as the combining U+3099 U+309A: ﾌﾟ reads as プ in NFD)
+_HALF_WIDTH_KANA_FOLD = {c: ord(unicodedata.normalize("NFKC", chr(c))) for c in range(0xFF61, 0xFFA0)}
+_WIDTH_FOLD = {**_FULL_WIDTH_TO_ASCII, **_HALF_WIDTH_KANA_FOLD}
+#: what :func:`half_width_kana` writes for a full-width character: the inverse of :data:`_HALF_WIDTH_KANA_FOLD`
+_TO_HALF_WIDTH_KANA = {v: k for k, v in _HALF_WIDTH_KANA_FOLD.items()}
+
+
+def half_width_kana(term: str) -> str:
+    """``term`` with its katakana (and ー ・) in half width, a voiced one as two characters (``コーヒー`` -> ``ｺｰﾋｰ``,
+    ``プ`` -> ``ﾌﾟ``); hiragana, kanji and the rest as they are. How a note typed with a half-width IME, or pasted
+    from an old system, writes a word that BM25 reads in NFKC: the CLI highlights that form too."""
+    out: list[str] = []
+    kana = False                        # the last character was katakana made half width: a voiced mark follows it
+    for ch in unicodedata.normalize("NFD", term):
+        half = _TO_HALF_WIDTH_KANA.get(ord(ch))
+        kana = half is not None and ("\u30a0" <= ch <= "\u30ff" or (kana and ch in "\u3099\u309a"))
+        out.append(chr(half) if kana and half is not None else ch)
+    return unicodedata.normalize("NFC", "".join(out))
 
 
 @functools.lru_cache(maxsize=64)
@@ -290,7 +310,8 @@ def _term_alternation(terms: tuple[str, ...]) -> re.Pattern[str]:
     """:func:`term_matches`' alternation of ``terms``. A CJK term and a Latin one match at the same offset only
     when the CJK one is the longer (a Latin term has no CJK character), which the terms' order (longest first)
     would try first: so CJK terms go first."""
-    cjk = "|".join(re.escape(t) for t in terms if _CJK.search(t)) or "(?!)"
+    cjk = "|".join(re.escape(v) for t in terms if _CJK.search(t)
+                   for v in dict.fromkeys((t, unicodedata.normalize("NFD", t)))) or "(?!)"   # ﾌﾟ folded is NFD
     latin = "|".join(re.escape(t) for t in terms if not _CJK.search(t)) or "(?!)"
     return re.compile(f"(?P<cjk>{cjk})|(?P<latin>{latin})", re.IGNORECASE)
 
