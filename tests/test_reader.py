@@ -336,6 +336,26 @@ def test_pages_cut_at_paragraphs_then_lines_then_words() -> None:
     assert paginate("", 1000) == [0]
 
 
+def test_a_page_never_ends_with_a_heading_so_a_heading_link_opens_its_section(vault: Path, tmp_path: Path) -> None:
+    """A Japanese note-taker's long note of chapters (`## 第N章` then ~530 characters each): page 41 ended with
+    `## 第42章`, its text on page 42, and `read '長いメモ#第42章'` opened page 41, chapter 41 (helper s43-ja)."""
+    body = "# 長いメモ\n\n" + "".join(f"## 第{i}章\n\n" + "これは長いメモの本文です。" * 40 + f" キーワード{i}。\n\n"
+                                   for i in range(1, 60))
+    starts = paginate(body)
+    assert [body[s:].split("\n", 1)[0] for s in starts[1:4]] == ["## 第2章", "## 第3章", "## 第4章"]
+    assert not any(body[:s].rstrip("\n").rsplit("\n", 1)[-1].startswith("## ") for s in starts[1:])
+    from pipeline.models import Note
+
+    (vault / "src" / "長いメモ.md").write_text(body, encoding="utf-8")
+    path = _publish_one_chunk_each([Note("src", "長いメモ.md", "長いメモ.md", "長いメモ", {"title": "長いメモ"}, "本文")],
+                                   tmp_path / "warehouse.duckdb")
+    page = read_link(vault, "長いメモ#第42章", warehouse_path=path)
+    assert page.page == 42 and page.text.startswith("## 第42章\n\nこれは")
+    # a heading line is not cut inside either: a page of a long heading ends before it
+    text = "a" * 600 + "\n\n## " + "word " * 100 + "\n\nbody"
+    assert paginate(text, 1000)[1] == 602
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab \n。x"), max_size=5000), st.integers(min_value=10, max_value=1200))
 def test_pages_reassemble_the_text_and_are_bounded(text: str, size: int) -> None:

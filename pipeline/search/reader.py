@@ -7,8 +7,8 @@ resolve outside the vault and non-``.md`` files are refused with :class:`PathRef
 is read. ``sub/../a.md`` normalises inside the vault and is allowed.
 
 Every output is bounded: a note's body is cut into pages of about :data:`PAGE_CHARS` characters (chars, not
-tokens; cut at a paragraph, line, sentence or word boundary when one is near, outside fenced code blocks when
-one is there or a block fits on the next page), frontmatter is capped at :data:`FRONTMATTER_CHARS`, and files
+tokens; cut at a paragraph, line, sentence or word boundary when one is near, not in or right after a heading line,
+outside fenced code blocks when one is there or a block fits on the next page), frontmatter is capped at :data:`FRONTMATTER_CHARS`, and files
 larger than :data:`MAX_NOTE_BYTES` are refused. A page that starts inside a fenced code block too long for one
 page re-opens the fence and one that ends inside it closes it (:attr:`NotePage.added_before` /
 :attr:`NotePage.added_after`, the only text a page has that the note has not).
@@ -287,15 +287,20 @@ def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
 
 def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] | None = None) -> int | None:
     """The end of the last boundary in ``(lo, hi]`` of the first kind of :data:`_BREAKS` that has one; with
-    ``blocks``, only a boundary whose end is not inside a fenced block counts."""
+    ``blocks``, only a boundary whose end is not inside a fenced block counts. A boundary in or right after a
+    heading line does not count: a page that ended with ``## 第42章`` left the section to the next page, and
+    ``read 'Note#第42章'`` opened the page of chapter 41 (before session 43)."""
     for pattern in _BREAKS:
-        last = None
-        for m in pattern.finditer(text, lo, hi):
-            if lo < m.end() <= hi and (blocks is None or _block_at(blocks, m.end()) is None):
-                last = m.end()
-        if last is not None:
-            return last
+        ends = [m for m in pattern.finditer(text, lo, hi)
+                if lo < m.end() <= hi and (blocks is None or _block_at(blocks, m.end()) is None)]
+        for m in reversed(ends):
+            if not _HEADING_LINE.match(text, text.rfind("\n", 0, m.start()) + 1):
+                return m.end()
     return None
+
+
+#: an ATX heading line's start (``## 第42章``), as :data:`_HEADING` reads one
+_HEADING_LINE = re.compile(r"#{1,6}[ \t]")
 
 
 def _fence_lines(text: str, blocks: list[tuple[int, int, int]], start: int, end: int) -> tuple[str, str]:
