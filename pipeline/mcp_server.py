@@ -516,7 +516,7 @@ class VaultService:
                     "#tag)", {"tag": list(tags)})}
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         if not parsed.text:
-            cut = f" More notes pass them: raise k (at most {MAX_K}) or add a filter." if more else ""
+            cut = f"; more notes pass them: raise k (at most {MAX_K}) or add a filter" if more else ""
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
         missing = searcher.missing_words(parsed.text, wanted or None)
         if missing.missing:        # words no note has: an agent should not read the hits as matches of them

@@ -351,7 +351,7 @@ def test_search_tool_lists_the_notes_of_a_query_of_filters_alone(built_env: Path
     out = VaultService(Settings.from_env()).search("source:tiny -pond", k=2)
     assert ([h["path"] for h in out["hits"]], [h["score"] for h in out["hits"]], out["message"], out["more"]) == (
         ["tiny/Home.md", "tiny/Install guide.md"], [0.0, 0.0],
-        LISTING_MESSAGE + " More notes pass them: raise k (at most 20) or add a filter.", True)
+        LISTING_MESSAGE + "; more notes pass them: raise k (at most 20) or add a filter", True)  # was ") More notes"
     out = VaultService(Settings.from_env()).search("source:tiny -pond", k=4)
     assert (len(out["hits"]), out["message"], out["more"]) == (4, LISTING_MESSAGE, False)
 
