@@ -597,3 +597,17 @@ def test_a_heading_typed_in_another_width_is_offered_as_the_closest() -> None:
         "'インストール'; e.g. read 'DuckDB 入門#インストール'")
     assert subpath_missing(body, "DuckDB 入門", "notes/DuckDB 入門.md", "ＳＥＴＵＰ　ｇｕｉｄｅ", 1).endswith(
         "closest headings: 'Setup guide'; e.g. read 'DuckDB 入門#Setup guide'")
+
+
+def test_a_heading_with_an_ideographic_space_is_offered_as_written_to_copy_back() -> None:
+    """`## 第１章　はじめに` (U+3000 between, as a Japanese IME types it) was offered as `'第１章\\u3000はじめに'`, which an
+    agent or a user copied back into read and did not reach (helper s43-ja); controls stay escaped."""
+    from pipeline.search.reader import subpath_missing, subpath_offset
+
+    body = "# 見出し\n\n## 第１章　はじめに\n\n本文。\n"
+    line = subpath_missing(body, "見出し", "notes/見出し.md", "第1章 はじめに", 1)
+    assert line == ("heading '第1章 はじめに' not found in '見出し' (notes/見出し.md); showing page 1; closest headings: "
+                    "'第１章　はじめに'; e.g. read '見出し#第１章　はじめに'")
+    assert subpath_offset(body, line.rsplit("#", 1)[1].rstrip("'")) == body.index("## 第１章")
+    assert subpath_missing(body, "見出し", "notes/見出し.md", "第1章\x1b[31m", 1).startswith(
+        "heading '第1章\\x1b[31m' not found")

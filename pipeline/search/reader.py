@@ -535,7 +535,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                      else "a file no build wrote (your own, not searched)")
             raise NoteNotFoundError(
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
-                f"by that path, e.g. `docsvault read {files[0]!r}`") from None
+                f"by that path, e.g. `docsvault read {_quoted(files[0])}`") from None
         folders = _vault_folders_named(Path(vault_dir), note)
         if folders:
             raise NoteNotFoundError(
@@ -545,7 +545,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         near = _close_names(Path(warehouse_path), note)
         if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
             near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
-        hint = f"; did you mean {' or '.join(repr(n) for n in near)}? Else" if near else ";"
+        hint = f"; did you mean {' or '.join(_quoted(n) for n in near)}? Else" if near else ";"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
@@ -644,6 +644,16 @@ def _headings(body: str) -> list[str]:
     return list(dict.fromkeys(seen))
 
 
+def _quoted(text: str) -> str:
+    """``repr(text)``, but a space of another width (the ideographic space U+3000 of ``第１章　はじめに``, a no-break
+    space) stays as written: the line's ``e.g. read '…'`` is to be copied back, and ``'第１章\\u3000はじめに'`` was not
+    the heading (before session 43). Control and other invisible characters stay escaped."""
+    shown = repr(text)
+    for ch in {c for c in text if unicodedata.category(c) == "Zs" and not c.isprintable()}:
+        shown = shown.replace(repr(ch)[1:-1], ch)
+    return shown
+
+
 def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: int) -> str:
     """The one line :func:`read_link` adds when the note has no heading (or block) ``subpath``: which one, in
     which note (``name`` as the link gave it and its ``vault_path``), the page shown instead, and the closest of
@@ -653,7 +663,7 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
     from pipeline.index.graph import heading_key
 
     block = subpath.startswith("^")
-    what = f"block {subpath!r}" if block else f"heading {subpath!r}"
+    what = f"block {_quoted(subpath)}" if block else f"heading {_quoted(subpath)}"
     if block:
         blocks = fenced_blocks(body)
         have = list(dict.fromkeys(
@@ -661,7 +671,7 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
             if _block_at(blocks, m.start()) is None))
     else:
         have = _headings(body)
-    where = f"{what} not found in {name!r} ({vault_path}); showing page {page}"
+    where = f"{what} not found in {_quoted(name)} ({vault_path}); showing page {page}"
     if not have:
         return f"{where}; the note has no {'block ids' if block else 'headings'}"
     # compared in NFKC: a heading typed in half-width katakana or full-width Latin (ｲﾝｽﾄｰﾙ, ＳＥＴＵＰ) is closest to
@@ -673,9 +683,9 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
     kind = "block ids" if block else "headings"
     if not close:                                   # nothing like it: the note's own, to pick from
         more = f" … ({len(have)} in all)" if len(have) > LISTED_WHEN_NONE_CLOSE else ""
-        return f"{where}; its {kind}: " + ", ".join(map(repr, have[:LISTED_WHEN_NONE_CLOSE])) + more
-    return (f"{where}; closest {kind}: " + ", ".join(map(repr, close))
-            + f"; e.g. read {name + '#' + close[0]!r}")
+        return f"{where}; its {kind}: " + ", ".join(map(_quoted, have[:LISTED_WHEN_NONE_CLOSE])) + more
+    return (f"{where}; closest {kind}: " + ", ".join(map(_quoted, close))
+            + f"; e.g. read {_quoted(name + '#' + close[0])}")
 
 
 #: a heading's start as long as the wanted one counts as close at this ratio (:func:`_closest`)
@@ -717,7 +727,7 @@ def _ambiguous(note: str, what: str, paths: list[str]) -> str:
     example = "/".join(paths[0].removesuffix(".md").split("/")[-2:])
     return (f"{note!r} is {what.replace('several', str(len(paths)))}: "
             + ", ".join(paths[:AMBIGUOUS_LISTED]) + f" and {len(paths) - AMBIGUOUS_LISTED} more; give more "
-            f"of the path to narrow it (a vault path ends in it), e.g. {example!r}, or one whole vault path")
+            f"of the path to narrow it (a vault path ends in it), e.g. {_quoted(example)}, or one whole vault path")
 
 
 def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
@@ -797,7 +807,7 @@ def _unbuilt_name(vault_dir: Path, note: str, warehouse_path: Path) -> str:
     paths are looked up there (before, ``read Home`` was refused as "only Markdown notes (.md) can be read");
     with the vault files of that name, the path to read instead."""
     files = _vault_files_named(vault_dir, link_parts(note)[0])
-    instead = (f"read it by its vault path, e.g. {files[0]!r}" if files
+    instead = (f"read it by its vault path, e.g. {_quoted(files[0])}" if files
                else "give a note's vault path, e.g. 'source/folder/Note.md'")
     return (f"no note {note!r} at that vault path, and note names, titles and aliases are looked up in the "
             f"warehouse, which is not built (no warehouse at {warehouse_path}): run `docsvault build` first "
