@@ -611,3 +611,15 @@ def test_a_heading_with_an_ideographic_space_is_offered_as_written_to_copy_back(
     assert subpath_offset(body, line.rsplit("#", 1)[1].rstrip("'")) == body.index("## 第１章")
     assert subpath_missing(body, "見出し", "notes/見出し.md", "第1章\x1b[31m", 1).startswith(
         "heading '第1章\\x1b[31m' not found")
+
+
+def test_a_vault_path_typed_in_nfd_is_found_as_the_vault_writes_it(vault: Path) -> None:
+    """macOS input gives `notes/ガイド.md` in NFD (カ + U+3099): read opened the note, but find_note handed the path
+    on as typed, and `related` (CLI and MCP) said "no note 'notes/ガイド.md' in the warehouse" (helper s43-ja)."""
+    import unicodedata
+
+    (vault / "src" / "ガイド.md").write_text("# ガイド\n", encoding="utf-8")
+    typed = unicodedata.normalize("NFD", "src/ガイド.md")
+    assert typed != "src/ガイド.md"
+    assert find_note(vault, typed) == "src/ガイド.md"
+    assert find_note(vault, "src/./sub/b.md") == "src/sub/b.md"

@@ -499,9 +499,8 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         AmbiguousNoteError: several notes have that source path, name, title or alias (the message lists their
             vault paths).
     """
-    try:
-        resolve_note_path(vault_dir, note)
-        return note
+    try:           # the vault path as the vault writes it (NFC): a path typed in NFD (macOS) was "no note" to related
+        return resolve_note_path(vault_dir, note)[1]
     except (NoteNotFoundError, PathRefusedError) as exc:
         if isinstance(exc, _NotMarkdownError):        # `src/Board.canvas`: the note made from that file
             try:
