@@ -95,6 +95,14 @@ def test_cut_around_starts_at_the_sentence_and_ends_on_a_boundary() -> None:
     assert s2.startswith("…Second has the parquet word")
 
 
+def test_a_japanese_snippet_that_ends_the_chunk_starts_at_a_sentence() -> None:
+    """A match at the end of a long Japanese chunk (`キーワード42` of a note of chapters): the cut went back a width
+    from the end and, with no space to start at, began mid-sentence (`…が続きます。これは…`, helper s43-ja)."""
+    text = "これは長いメモの本文です。日本語の文章が続きます。" * 20 + " キーワード42。"
+    snip = cut_around(text, text.index("キーワード42"), 240)
+    assert snip.startswith("…これは長いメモの本文です。") and snip.endswith(" キーワード42。") and len(snip) <= 242
+
+
 def test_make_snippet_short_text_is_clean_and_whole() -> None:
     assert make_snippet("# Title\n\nSome **bold** [link](http://x)", "bold") == "Title Some bold link"
     ja = "前置き" * 100 + "ベクトル検索の説明。" + "後書き" * 100

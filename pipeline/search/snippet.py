@@ -367,6 +367,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
         space = text.find(" ", start, start + 30)
         if space != -1:
             start = space + 1
+        elif (m := _SENTENCE_END.search(text, start, start + 30)) is not None:
+            start = m.end()          # Japanese has no spaces: after a 。 (it began mid-sentence: "…が続きます。")
     if end < len(text):
         best = None
         for m in _SENTENCE_END.finditer(text, start + width // 2, end + 1):
