@@ -865,10 +865,14 @@ class BuildOutcome(Record):
 
 def query_problem(query: str | None) -> str | None:
     """Why a search query cannot be run (one line), or None: empty, or no letter or digit in it (punctuation or
-    emoji alone match nothing by word, and the vector lanes would rank arbitrary pages)."""
+    emoji alone match nothing by word, and the vector lanes would rank arbitrary pages). A modifier letter is no
+    word either: the long vowel mark and iteration marks of a kaomoji (``(^ー^)``, ``ーー``, ``々``) ranked arbitrary
+    notes without a word (before session 43)."""
+    import unicodedata
+
     if not query or not query.strip():
         return "query is empty: pass words or a question"
-    if not any(ch.isalnum() for ch in query):
+    if not any(ch.isalnum() and unicodedata.category(ch) != "Lm" for ch in query):
         return f"query {query.strip()[:40]!r} has no words (letters or digits) to search for: pass words or a question"
     return None
 

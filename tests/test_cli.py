@@ -101,7 +101,7 @@ def test_empty_query_is_an_error_as_in_mcp(tmp_path: Path) -> None:
     for query in ("", "   "):
         result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
         assert (result.exit_code, result.output) == (1, "error: query is empty: pass words or a question\n")
-    for query in ("🦆🦆", "?!.,;"):         # no word to search for: an error, not arbitrary vector hits
+    for query in ("🦆🦆", "?!.,;", "(^ー^)", "ｰｰ", "々"):   # no word to search for: an error, not arbitrary hits
         result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
         assert (result.exit_code, result.output) == (1, (
             f"error: query {query!r} has no words (letters or digits) to search for: pass words or a question\n"))
