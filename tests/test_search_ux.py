@@ -672,6 +672,30 @@ def test_plain_progress_lines_every_interval() -> None:
     ]
 
 
+def test_plain_progress_rate_starts_with_the_first_units_not_before_a_model_load() -> None:
+    """A Japanese vault's build: 1 vector came at once, then multilingual-e5 loaded for 70 s on a busy machine, and
+    the line read `embed notes 1/192 vectors (0%), 0.0/s, ETA 3 h 47 min` for a stage that took 1 min 31 s (helper
+    s43-ja); the rate is counted from the first units done."""
+    import io
+
+    from pipeline.common.progress import PlainProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    p = PlainProgress(out, interval=10, clock=lambda: now[0], timer=False)
+    p.update("embed", "notes", 0, 192)
+    now[0] = 1.0
+    p.update("embed", "notes", 1, 192)
+    now[0] = 71.0
+    p.tick()                                           # the model still loading: no rate to tell
+    now[0] = 81.0
+    p.update("embed", "notes", 96, 192)
+    assert out.getvalue().splitlines() == [
+        "progress: embed notes 1/192 vectors (0%), running for 1 min 11 s",
+        "progress: embed notes 96/192 vectors (50%), 1.2/s, ETA 1 min 21 s",
+    ]
+
+
 def test_mcp_save_note_writes_then_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.config import Settings
     from pipeline.mcp_server import ToolFailure, VaultService
