@@ -1088,6 +1088,11 @@ def bad_line_reply(exc: Exception) -> Any:
     errors = exc.errors() if callable(getattr(exc, "errors", None)) else []
     first = errors[0] if errors else {}
     raw = first.get("input")
+    bad = next((i for i, ch in enumerate(raw) if "\udc80" <= ch <= "\udcff"), None) if isinstance(raw, str) else None
+    if bad is not None:             # a byte that is no UTF-8, kept by surrogateescape (run_stdio_async)
+        return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=types.PARSE_ERROR, message=(
+            f"Parse error: the line is not UTF-8 (byte 0x{ord(raw[bad]) - 0xDC00:02x} at character {bad + 1}): "
+            "send JSON-RPC messages in UTF-8")))
     if first.get("type") == "json_invalid" or not errors:
         if isinstance(raw, str) and not raw.strip():
             return None
@@ -1137,8 +1142,15 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             from mcp.shared._context_streams import create_context_streams
 
             in_flight = InFlight(self.call_queues)
+            # stdin claimed as the SDK claims it, but read with surrogateescape, not "replace": a line that is not
+            # UTF-8 (a Shift_JIS client) is a parse error (:func:`bad_line_reply`), as over HTTP; it was decoded
+            # to U+FFFD and save_note wrote the note '�V�t�gJIS.md' (before session 43)
+            from mcp.server import stdio as sdk_stdio
+
+            buffer, release = sdk_stdio._claim_fd(0, sys.stdin, "rb", sdk_stdio._open_stdin_diversion)
+            stdin = anyio.wrap_file(sdk_stdio._UnownedTextWrapper(buffer, encoding="utf-8", errors="surrogateescape"))
             try:
-                async with stdio_server() as (read_stream, write_stream):
+                async with stdio_server(stdin=stdin) as (read_stream, write_stream):
                     sink, messages = create_context_streams[Any](0)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(answer_parse_errors, read_stream, sink, write_stream, in_flight,
@@ -1147,6 +1159,9 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
                                                         self._lowlevel_server.create_initialization_options())
             except* BrokenPipeError:
                 log.warning("stdout was closed by the client: answers can no longer be delivered; exiting")
+            finally:
+                if release is not None:
+                    release()
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             """MCPServer's call_tool, every failure one line (:func:`tool_error`, :func:`unknown_tool`)."""

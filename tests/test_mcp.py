@@ -344,6 +344,32 @@ def test_a_line_that_is_not_json_rpc_gets_a_parse_error_and_the_server_goes_on(b
             "2): answered with error -32700") in err
 
 
+def test_a_line_that_is_not_utf8_gets_a_parse_error_not_a_note_of_replacement_characters(built_env: Path) -> None:
+    """A client writing Shift_JIS on stdio: the SDK decoded the line with "replace", and save_note wrote the note
+    '�V�t�gJIS.md' of U+FFFD (helper s43-ja; HTTP answered -32700). Now the line gets the parse error, naming the
+    first byte that is no UTF-8, and the server goes on."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "save_note", "arguments": {"text": "シフトJISのメモ", "title": "シフトJIS"}}}
+        data = (json.dumps(call, ensure_ascii=False).encode("cp932") + b"\n"
+                + json.dumps(init, ensure_ascii=False).encode("utf-8") + b"\n")
+        out, err = proc.communicate(data, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first, last = [json.loads(line) for line in out.decode("utf-8").splitlines()]
+    at = json.dumps(call, ensure_ascii=False).index("シ") + 1
+    assert first == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": (
+        f"Parse error: the line is not UTF-8 (byte 0x83 at character {at}): send JSON-RPC messages in UTF-8")}}
+    assert last["id"] == 1 and last["result"]["serverInfo"]["name"] == "docsvault"
+    assert proc.returncode == 0 and b"answered with error -32700" in err
+
+
 def test_search_tool_lists_the_notes_of_a_query_of_filters_alone(built_env: Path) -> None:
     """``source:tiny`` alone: the notes by vault path, score 0, with a message saying the hits are a listing."""
     from pipeline.mcp_server import LISTING_MESSAGE, VaultService
