@@ -533,7 +533,7 @@ class VaultService:
         page of the note the hit is on."""
         from pipeline.search.snippet import make_snippet
 
-        text = make_snippet(h.chunk_text, text_query, width=HIT_TEXT_CHARS,
+        text = make_snippet(h.chunk_text, text_query, width=HIT_TEXT_CHARS - 2,   # its … marks count: ≤ 600
                             fallback_terms=glossed) or h.snippet   # image-only chunk
         page = 1
         try:

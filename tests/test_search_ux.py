@@ -850,3 +850,22 @@ def test_a_japanese_word_written_inside_a_longer_word_is_not_named_missing(tmp_p
         assert s.missing_words("膝と肩") == (("膝", "肩"), ("膝",))
         assert s.missing_words("肩", source="docs") == (("肩",), ("肩",))
         assert s.missing_words("担当", source=["me"]) == (("担当",), ())
+
+
+def test_an_mcp_hit_text_is_at_most_600_characters_with_its_cut_marks(tmp_path: Path) -> None:
+    """The search tool promises "up to 600 characters of `text`"; a long Japanese chunk cut at both ends gave 601
+    or 602 (the two … marks came on top, helper s43-ja)."""
+    from types import SimpleNamespace
+
+    from pipeline.config import Settings
+    from pipeline.mcp_server import HIT_TEXT_CHARS, VaultService
+
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    svc = VaultService(Settings.from_env(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                         vault_dir=tmp_path / "vault"))
+    chunk = "前置きの文" * 400 + "キーワードはここ" + "後ろの文" * 400          # no 。 or space to cut at
+    hit = SimpleNamespace(chunk_text=chunk, snippet="", vault_path="notes/長い.md", heading="", rank=1,
+                          source="notes", source_path="長い.md", title="長い", score=0.1, context="")
+    text = svc._hit(hit, "キーワード", (), {})["text"]
+    assert text.startswith("…") and text.endswith("…") and "キーワードはここ" in text
+    assert len(text) <= HIT_TEXT_CHARS == 600
