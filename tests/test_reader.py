@@ -623,3 +623,22 @@ def test_a_vault_path_typed_in_nfd_is_found_as_the_vault_writes_it(vault: Path) 
     assert typed != "src/ガイド.md"
     assert find_note(vault, typed) == "src/ガイド.md"
     assert find_note(vault, "src/./sub/b.md") == "src/sub/b.md"
+
+
+def test_a_read_call_or_a_quoted_path_passed_as_the_path_says_what_to_pass(vault: Path, tmp_path: Path) -> None:
+    """An agent passed a search hit's `continue_with` whole, or the path in quotes, and was told only that no note
+    has that name (helper s43-ja); the error now gives the arguments to pass. A name nobody has stays "no note"."""
+    from pipeline.models import Note
+
+    (vault / "src" / "ホーム.md").write_text("# ホーム\n", encoding="utf-8")
+    path = _publish_one_chunk_each([Note("src", "ホーム.md", "ホーム.md", "ホーム", {"title": "ホーム"}, "入口")],
+                                   tmp_path / "warehouse.duckdb")
+    call = "it is the read call itself; pass its arguments: path='src/ホーム.md', page=2"
+    for note, said in (('read(path="src/ホーム.md", page=2)', call),
+                       ('"src/ホーム.md"', "the quotes are no part of the path; pass path='src/ホーム.md'")):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_note(vault, note, path)
+        assert str(info.value) == f"no note {note!r}: {said}"
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, '"nowhere"', path)
+    assert "no vault path, source path, note name, title or alias is" in str(info.value)

@@ -541,6 +541,8 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 f"no note {note!r}: it is a folder of the vault ({', '.join(f + '/' for f in folders[:3])}); list its "
                 f"notes with the query `path:{folders[0]}/` (`docsvault search 'path:{folders[0]}/'` / the search tool)"
             ) from None
+        if (unwrapped := _unwrapped(vault_dir, note, warehouse_path)) is not None:
+            raise NoteNotFoundError(f"no note {note!r}: {unwrapped}") from None
         near = _close_names(Path(warehouse_path), note)
         if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
             near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
@@ -548,6 +550,29 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+#: a search hit's ``continue_with`` passed whole as the path (``read(path="notes/ホーム.md", page=2)``), and a path
+#: in quotes or backticks: what an agent copies with the path
+_READ_CALL = re.compile(r"""read\(\s*path\s*=\s*(["'])(?P<path>.+?)\1\s*(?:,\s*page\s*=\s*(?P<page>\d+)\s*)?\)""")
+_QUOTED = re.compile(r"""(["'`“「])(?P<path>.+)[”」"'`]""")
+
+
+def _unwrapped(vault_dir: Path, note: str, warehouse_path: Path | None) -> str | None:
+    """What to pass instead of ``note`` when it is a read call or a quoted path whose path is a note (``pass its
+    arguments: path='notes/ホーム.md', page=2``), else None. Before session 43 an agent that passed a hit's
+    ``continue_with`` as the path was told only that no note has that name."""
+    call = _READ_CALL.fullmatch(note.strip())
+    m = call or _QUOTED.fullmatch(note.strip())
+    if m is None:
+        return None
+    try:
+        path = find_note(vault_dir, m.group("path"), warehouse_path)
+    except PipelineError:
+        return None
+    page = f", page={call.group('page')}" if call and call.group("page") else ""
+    what = "it is the read call itself; pass its arguments:" if call else "the quotes are no part of the path; pass"
+    return f"{what} path={_quoted(path)}{page}"
 
 
 def link_parts(note: str) -> tuple[str, str]:
