@@ -639,6 +639,7 @@ def test_a_read_call_or_a_quoted_path_passed_as_the_path_says_what_to_pass(vault
         with pytest.raises(NoteNotFoundError) as info:
             find_note(vault, note, path)
         assert str(info.value) == f"no note {note!r}: {said}"
-    with pytest.raises(NoteNotFoundError) as info:
-        find_note(vault, '"nowhere"', path)
-    assert "no vault path, source path, note name, title or alias is" in str(info.value)
+    for note in ('"nowhere"', '"' * 2000 + "src/ホーム.md" + '"' * 2000):     # one layer of quotes is unwrapped
+        with pytest.raises(NoteNotFoundError) as info:
+            find_note(vault, note, path)
+        assert "no vault path, source path, note name, title or alias is" in str(info.value)

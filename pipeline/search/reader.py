@@ -564,8 +564,8 @@ def _unwrapped(vault_dir: Path, note: str, warehouse_path: Path | None) -> str |
     ``continue_with`` as the path was told only that no note has that name."""
     call = _READ_CALL.fullmatch(note.strip())
     m = call or _QUOTED.fullmatch(note.strip())
-    if m is None:
-        return None
+    if m is None or _READ_CALL.fullmatch(m.group("path").strip()) or _QUOTED.fullmatch(m.group("path").strip()):
+        return None                     # one layer only: '""…""' of 4,000 quotes would recurse as deep
     try:
         path = find_note(vault_dir, m.group("path"), warehouse_path)
     except PipelineError:
