@@ -15,6 +15,7 @@ from pipeline.search.reader import (
     excerpt,
     find_link,
     find_note,
+    link_parts,
     locate,
     page_of,
     paginate,
@@ -165,6 +166,18 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
                                "build wrote (your own, not searched): read it by that path, e.g. `docsvault read "
                                "'src/projects/Ideas.md'`")
     assert read_note(vault, find_note(vault, "src/projects/Ideas.md", path)).text == "# Ideas\n"
+    # named with its folder, as an Obsidian link names it ([[projects/Ideas#^b1]]: a generated note you edited whose
+    # page then left the source stays as your file): the same answer; it was "did you mean …" another note, or
+    # "no note 'projects/Ideas.md' in the vault" (session 43)
+    for name in ("projects/Ideas", "Projects/ideas.md", "[[projects/Ideas#^b1]]"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_link(vault, name, path)
+        assert str(info.value) == (f"no note {link_parts(name)[0]!r} among the built notes; the vault has "
+                                   "src/projects/Ideas.md, a file no build wrote (your own, not searched): read it by "
+                                   "that path, e.g. `docsvault read 'src/projects/Ideas.md'`"), name
+    with pytest.raises(NoteNotFoundError) as info:                           # at a folder boundary only
+        find_note(vault, "jects/Ideas", path)
+    assert "among the built notes" not in str(info.value)
     # a symlink of yours out of the vault: `read` refuses its path, so it is not offered as one to read
     (tmp_path / "secret.md").write_text("# Secret\n", encoding="utf-8")
     (vault / "src" / "projects" / "Evil.md").symlink_to(tmp_path / "secret.md")
