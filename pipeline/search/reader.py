@@ -530,7 +530,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                      else "a file no build wrote (your own, not searched)")
             raise NoteNotFoundError(
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
-                f"by that path, e.g. `docsvault read {files[0]!r}`") from None
+                f"by that path, e.g. `docsvault read {files[0]!r}` (the MCP read tool: path {files[0]!r})") from None
         if not isinstance(exc, _NotMarkdownError):
             raise
         folders = _vault_folders_named(Path(vault_dir), note)
