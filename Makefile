@@ -12,6 +12,8 @@ export OPENBLAS_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export DAGSTER_HOME ?= $(DATA)/dagster
+# the Dagster UI's port on 127.0.0.1 (`make ui UI_PORT=3001` when 3000 is taken)
+UI_PORT ?= 3000
 
 .PHONY: install install-dev demo test test-integration test-all ui clean
 
@@ -51,7 +53,7 @@ test-all: test test-integration
 
 ui: install
 	@mkdir -p $(DAGSTER_HOME) && [ -f $(DAGSTER_HOME)/dagster.yaml ] || cat dagster.yaml dagster-event-log.yaml > $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/docsvault ui --port 3000
+	$(BIN)/docsvault ui --port $(UI_PORT)
 
 clean:
 	rm -rf data

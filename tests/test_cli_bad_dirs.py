@@ -230,3 +230,20 @@ def test_read_of_a_skipped_symlink_in_a_source_of_several_folders(tmp_path: Path
         1, "", ("error: mynotes/two/out.md is not in the vault: the last build skipped it (symlink leaving the "
                "root)\n"))
     assert _read(s, "mynotes/one/out.md")[2].startswith("error: no note 'mynotes/one/out.md' in the vault ")
+
+
+def test_a_source_folder_inside_the_vault_is_told_to_move_out(tmp_path: Path) -> None:
+    """A user who wrote notes in vault/Inbox (as README "Your notes in the vault" says) and added that folder as a
+    source was told to "put the vault dir outside the source", though the vault holds the source (session 43)."""
+    (tmp_path / "vault" / "Inbox").mkdir(parents=True)
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n  - name: inbox\n    kind: local\n    path: vault/Inbox\n", encoding="utf-8")
+    common = ("--sources", str(sources), "--vault", str(tmp_path / "vault"), "--data", str(tmp_path / "data"))
+    assert _invoke(*common, "sources", "validate") == (
+        1, "", (f"error: {sources}: source 'inbox': its folder {tmp_path}/vault/Inbox is inside the vault dir "
+               f"{tmp_path}/vault, which the build writes; move the folder out of it (notes of yours to search: an "
+               "Obsidian vault of their own, added as a local source)\n"))
+    sources.write_text("sources:\n  - name: all\n    kind: local\n    path: .\n", encoding="utf-8")
+    assert _invoke(*common, "sources", "validate") == (             # the vault inside the source: as before
+        1, "", (f"error: {sources}: source 'all': its folder {tmp_path} overlaps the vault dir {tmp_path}/vault; put "
+               "the vault dir (--vault / DOCSVAULT_VAULT) outside the source\n"))

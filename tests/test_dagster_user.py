@@ -127,6 +127,24 @@ def test_make_runs_dagster_on_the_instance_of_the_data_dir_docsvault_uses(tmp_pa
     assert readme.count("DAGSTER_HOME=${DOCSVAULT_DATA:-$PWD/data}/dagster") == 2
 
 
+def test_make_ui_takes_another_port() -> None:
+    """`make ui` had port 3000 fixed: when it was taken, docsvault said to pass --port, which make gave no way to
+    (session 43); `make ui UI_PORT=N` now passes it."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("UI_PORT", "MAKEFLAGS", "MAKELEVEL")}
+
+    def ui_line(*args: str) -> str:
+        out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "ui", *args], cwd=repo, env=env,
+                             capture_output=True, text=True, check=True)
+        return next(line for line in out.stdout.splitlines() if " ui --port" in line)
+
+    assert ui_line().endswith("/docsvault ui --port 3000")
+    assert ui_line("UI_PORT=3743").endswith("/docsvault ui --port 3743")
+
+
 def test_a_build_after_an_upgrade_says_which_stages_another_version_built(
         built_tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After an upgrade of docsvault, `docsvault build` redid the stages whose code changed and said only

@@ -70,6 +70,51 @@ def test_second_build_waits_for_the_first(tmp_path: Path) -> None:
         proc.wait()
 
 
+SENSOR_HOLD = textwrap.dedent(
+    """
+    import sys, time
+    from pipeline.common.lock import build_run_lock
+    with build_run_lock(sys.argv[1], brief="the upstream_change sensor's tick"):
+        print("locked", flush=True)
+        time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+def test_a_build_waits_out_the_sensor_tick_s_moment_at_the_run_lock(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upstream_change sensor's tick holds build-run.lock a moment to release dead builds' runs: a build (or a
+    capture) that came then was refused as if "another docsvault build" ran, naming the Dagster code server's pid
+    (session 43). Now it waits the tick out, and a tick that holds on names itself."""
+    from pipeline.common import lock as lock_mod
+
+    proc = subprocess.Popen([sys.executable, "-c", SENSOR_HOLD, str(tmp_path), "1.0"], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        assert lock_holder(tmp_path / RUN_LOCK_NAME)["brief"] == "the upstream_change sensor's tick"
+        with build_run_lock(tmp_path, wait=0) as lock:           # refused at once before
+            assert lock.held and lock_holder(tmp_path / RUN_LOCK_NAME)["pid"] == os.getpid()
+            assert "brief" not in lock_holder(tmp_path / RUN_LOCK_NAME)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    monkeypatch.setattr(lock_mod, "BRIEF_HOLD_WAIT", 0.2)
+    proc = subprocess.Popen([sys.executable, "-c", SENSOR_HOLD, str(tmp_path), "30"], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        with pytest.raises(BuildLockedError) as exc, build_run_lock(tmp_path, wait=0):
+            pass
+        assert str(exc.value).startswith(
+            f"another process holds {(tmp_path / RUN_LOCK_NAME).resolve()} (the upstream_change sensor's tick, "
+            f"pid {proc.pid} on ")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_stale_lock_of_a_killed_build_is_taken_over(tmp_path: Path) -> None:
     proc = _hold(tmp_path, 60)
     proc.send_signal(signal.SIGKILL)

@@ -472,6 +472,10 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
         assert searcher.missing_words("ピカチュウの池") == (("ピカチュウ", "池"), ("ピカチュウ",))
         # named as typed, not in Sudachi's normalised form (ずんどこ), English words in it too
         assert searcher.missing_words("ズンドコのPondsを") == (("ズンドコ", "Ponds"), ("ズンドコ",))
+        # an English question's words are no names a note is looked for by, as a Japanese question's どう: "how do I
+        # read parquet" said "(no note contains 'how')" over a vault of notes (session 43)
+        assert searcher.missing_words("How do I keep my ducks?") == (("keep", "ducks"), ("keep",))
+        assert searcher.missing_words("what did you do with platypus") == (("platypus",), ("platypus",))
 
 
 def test_note_hashes_tell_a_retagged_note_and_not_a_new_fetch_time() -> None:

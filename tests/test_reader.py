@@ -15,6 +15,7 @@ from pipeline.search.reader import (
     excerpt,
     find_link,
     find_note,
+    link_parts,
     locate,
     page_of,
     paginate,
@@ -163,8 +164,21 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
         find_note(vault, "ideas", path)
     assert str(info.value) == ("no note 'ideas' among the built notes; the vault has src/projects/Ideas.md, a file no "
                                "build wrote (your own, not searched): read it by that path, e.g. `docsvault read "
-                               "'src/projects/Ideas.md'`")
+                               "'src/projects/Ideas.md'` (the MCP read tool: path 'src/projects/Ideas.md')")
     assert read_note(vault, find_note(vault, "src/projects/Ideas.md", path)).text == "# Ideas\n"
+    # named with its folder, as an Obsidian link names it ([[projects/Ideas#^b1]]: a generated note you edited whose
+    # page then left the source stays as your file): the same answer; it was "did you mean …" another note, or
+    # "no note 'projects/Ideas.md' in the vault" (session 43)
+    for name in ("projects/Ideas", "Projects/ideas.md", "[[projects/Ideas#^b1]]"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_link(vault, name, path)
+        assert str(info.value) == (f"no note {link_parts(name)[0]!r} among the built notes; the vault has "
+                                   "src/projects/Ideas.md, a file no build wrote (your own, not searched): read it by "
+                                   "that path, e.g. `docsvault read 'src/projects/Ideas.md'` (the MCP read tool: "
+                                   "path 'src/projects/Ideas.md')"), name
+    with pytest.raises(NoteNotFoundError) as info:                           # at a folder boundary only
+        find_note(vault, "jects/Ideas", path)
+    assert "among the built notes" not in str(info.value)
     # a symlink of yours out of the vault: `read` refuses its path, so it is not offered as one to read
     (tmp_path / "secret.md").write_text("# Secret\n", encoding="utf-8")
     (vault / "src" / "projects" / "Evil.md").symlink_to(tmp_path / "secret.md")
@@ -542,7 +556,8 @@ def test_a_heading_ending_in_a_hash_keeps_it() -> None:
 
 def test_a_source_index_named_by_read_is_not_called_the_users_own_file(vault: Path, tmp_path: Path) -> None:
     """`read _index` said the vault's `src/_index.md` (each source's index, written by the build) was "a file no
-    build wrote (your own, not searched)"; a file the manifest lists is now named as the build's."""
+    build wrote (your own, not searched)"; a file the manifest lists is now named as the build's. The path to read
+    it by is given for the MCP read tool too (an agent got only the CLI command before session 43)."""
     from pipeline.ingest.ownership import save_manifest, sha256_file
     from pipeline.models import Note
 
@@ -555,12 +570,12 @@ def test_a_source_index_named_by_read_is_not_called_the_users_own_file(vault: Pa
         find_note(vault, "_index", path)
     assert str(info.value) == ("no note '_index' among the built notes; the vault has src/_index.md, written by the "
                                "build, not searched (a source's index of its notes): read it by that path, e.g. "
-                               "`docsvault read 'src/_index.md'`")
+                               "`docsvault read 'src/_index.md'` (the MCP read tool: path 'src/_index.md')")
     with pytest.raises(NoteNotFoundError) as info:
         find_note(vault, "mine", path)
     assert str(info.value) == ("no note 'mine' among the built notes; the vault has src/Mine.md, a file no build "
                                "wrote (your own, not searched): read it by that path, e.g. `docsvault read "
-                               "'src/Mine.md'`")
+                               "'src/Mine.md'` (the MCP read tool: path 'src/Mine.md')")
 
 
 def test_a_folder_named_by_read_says_how_to_list_its_notes(vault: Path, tmp_path: Path) -> None:

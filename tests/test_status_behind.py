@@ -62,6 +62,24 @@ def test_status_says_the_warehouse_is_behind_or_lacks_vectors(built_tiny_env: Pa
     assert not [line for line in lines if "behind" in line or "without a vector" in line]
 
 
+def test_status_says_behind_after_a_run_stopped_between_a_source_s_fetch_and_its_embeddings(
+        built_tiny_env: Path) -> None:
+    """A run terminated in the UI after a source's `notes` (or one that failed or was killed before its vault)
+    changed nothing the warehouse is published from (vault listing, chunks), so status said `behind: false` and
+    `fetch ok` while the sensor's tick said the run "was terminated before it published" and search lacked the
+    edit (a new user, session 43)."""
+    with (built_tiny_env / "tinyvault" / "Ducks.md").open("a", encoding="utf-8") as f:
+        f.write("\n## Swans\n\nSwans glide in pairs.\n")
+    _materialize("tiny/raw_docs", "tiny/notes")                  # stopped before tiny/vault
+    warehouse, lines = _status()
+    assert warehouse["behind"] is True
+    assert BEHIND in lines
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert warehouse["behind"] is False
+    assert BEHIND not in lines
+
+
 def test_status_names_a_source_the_warehouse_serves_that_sources_yaml_no_longer_lists(built_tiny_env: Path) -> None:
     """A review finding (session 40): with a source removed from sources.yaml, status listed only the others, said
     `behind` with causes that were not it (a Dagster run without `warehouse`, another version, copied files), and

@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger("docsvault")
 
-__all__ = ["LOCK_NAME", "RUN_LOCK_NAME", "TURN_WAIT_ARG", "BuildLock", "ExecLock", "build_lock", "build_run_lock",
+__all__ = ["BRIEF_HOLD_WAIT", "LOCK_NAME", "RUN_LOCK_NAME", "TURN_WAIT_ARG", "BuildLock", "ExecLock", "build_lock", "build_run_lock",
            "hold_across_exec", "lock_holder", "pid_alive", "turn_wait"]
 
 LOCK_NAME = "build.lock"
@@ -101,7 +101,13 @@ def turn_wait(wait: float) -> float:
 def _describe(info: dict[str, Any]) -> str:
     if not info.get("pid"):      # empty, or only what a dead forced build left (``unfinished_force``)
         return "a step of a Dagster run (per-source steps hold it shared and are not named: see the runs in the UI)"
-    return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
+    who = f"{info['brief']}, " if isinstance(info.get("brief"), str) else ""
+    return f"{who}pid {info.get('pid', '?')} on {info.get('host', '?')}, started at {info.get('started_at', '?')}"
+
+
+#: seconds a process waits, beyond its own ``wait``, for a holder that holds the lock only for a moment (``brief``:
+#: the upstream_change sensor's tick takes ``build-run.lock`` to release dead builds' runs), instead of being refused
+BRIEF_HOLD_WAIT = 30.0
 
 
 _force_warned: set[tuple[Any, Any]] = set()      # (pid, host) of dead forced builds already warned about
@@ -211,6 +217,8 @@ class BuildLock:
         poll: seconds between two attempts while waiting.
         wait_arg: how the caller's user sets ``wait``, for the error's advice (``--wait SECONDS`` in the CLI; the
             MCP tools pass their ``wait`` argument's wording).
+        brief: set by a holder that keeps the lock only a moment (the sensor's tick): what it is, written in the
+            file; another process finding such a holder waits up to ``BRIEF_HOLD_WAIT`` more before refusing.
 
     Raises (from :meth:`acquire`):
         BuildLockedError: another live process holds the lock after ``wait`` seconds (names its pid and start).
@@ -219,8 +227,9 @@ class BuildLock:
     """
 
     def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False,
-                 wait_arg: str = "--wait SECONDS") -> None:
+                 wait_arg: str = "--wait SECONDS", brief: str | None = None) -> None:
         self.path = Path(path).resolve()
+        self.brief = brief         # what holds it for a moment only (written as ``brief``: others wait it out)
         self.wait = wait
         self.wait_arg = wait_arg
         self.poll = poll
@@ -243,7 +252,7 @@ class BuildLock:
         except OSError as exc:
             raise self._unusable(exc) from None
         deadline = time.monotonic() + max(self.wait, 0.0)
-        told = False
+        told = brief_waited = False
         while True:
             if self._try():
                 with _held_guard:
@@ -255,10 +264,15 @@ class BuildLock:
                             _describe(lock_holder(self.path)), self.wait)
             if time.monotonic() >= deadline:
                 info = lock_holder(self.path)
+                if info.get("brief") and self.brief is None and not brief_waited:   # a moment's hold: wait it out
+                    brief_waited = True
+                    deadline = time.monotonic() + BRIEF_HOLD_WAIT
+                    continue
                 advice = (f"it is still held after waiting {self.wait:g} s; wait longer: pass a larger "
                           f"{self.wait_arg}" if self.wait > 0 else f"wait for it to finish, or pass {self.wait_arg}")
                 raise BuildLockedError(
-                    f"another docsvault build holds {self.path} ({_describe(info)}); {advice}. A lock left by a "
+                    f"{'another docsvault build' if not info.get('brief') else 'another process'} holds {self.path} "
+                    f"({_describe(info)}); {advice}. A lock left by a "
                     f"process that died is taken over automatically"
                 )
             time.sleep(self.poll)
@@ -323,6 +337,8 @@ class BuildLock:
             "host": socket.gethostname(),
             "argv": _command_line(),
         }
+        if self.brief:
+            info["brief"] = self.brief
         if force_spec():                       # a forced rebuild (`build --force`, MCP `refresh(full=true)`)
             info["force"] = force_spec()[:300]
         if self.unfinished_force is not None:
@@ -396,14 +412,16 @@ def build_lock(data_dir: Path, wait: float = 0.0, shared: bool = False,
 
 
 @contextmanager
-def build_run_lock(data_dir: Path, wait: float = 0.0, wait_arg: str = "--wait SECONDS") -> Iterator[BuildLock]:
+def build_run_lock(data_dir: Path, wait: float = 0.0, wait_arg: str = "--wait SECONDS",
+                   brief: str | None = None) -> Iterator[BuildLock]:
     """Hold ``<data_dir>/build-run.lock`` for a whole ``docsvault build`` (see :data:`RUN_LOCK_NAME`); ``wait_arg``:
-    how the caller's user sets ``wait`` (the error's advice: :class:`BuildLock`).
+    how the caller's user sets ``wait`` (the error's advice: :class:`BuildLock`); ``brief``: what holds it for a
+    moment only (the sensor's tick: :class:`BuildLock`), which a build then waits for instead of refusing.
 
     Raises:
         BuildLockedError: another ``docsvault build`` runs (the message names its pid and start time).
     """
-    with BuildLock(Path(data_dir) / RUN_LOCK_NAME, wait=wait, wait_arg=wait_arg) as lock:
+    with BuildLock(Path(data_dir) / RUN_LOCK_NAME, wait=wait, wait_arg=wait_arg, brief=brief) as lock:
         yield lock
 
 

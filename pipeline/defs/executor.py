@@ -411,7 +411,7 @@ def release_dead_builds(settings: Settings, instance: dg.DagsterInstance) -> lis
 
     dead = release_runs_of_dead_processes(instance)
     try:
-        with build_run_lock(settings.data_dir, wait=0):
+        with build_run_lock(settings.data_dir, wait=0, brief="the upstream_change sensor's tick"):
             return sorted(set(dead + release_build_runs(instance)))
     except BuildLockedError:
         return sorted(set(dead + free_slots_of_ended_runs(instance)))

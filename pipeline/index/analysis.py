@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["STOPWORDS_EN", "SUDACHI_MAX_CHARS", "Analyzer", "field_text", "is_japanese"]
+__all__ = ["QUESTION_WORDS_EN", "STOPWORDS_EN", "SUDACHI_MAX_CHARS", "Analyzer", "field_text", "is_japanese"]
 
 # Lucene's English stop set (the one bm25s ships as STOPWORDS_EN): small enough not to eat technical words such as
 # "where", "from", "select", "case".
@@ -34,6 +34,15 @@ _STOPWORDS_TEXT = (
     "these they this to was will with "
 )
 STOPWORDS_EN: frozenset[str] = frozenset(_STOPWORDS_TEXT.split())
+#: the words an English question is phrased with (interrogatives, auxiliaries, the asker's pronouns): BM25 searches
+#: them (not stopwords: ``where`` and ``case`` are SQL), but a note lacking one is no news, so
+#: :meth:`pipeline.search.searcher.Searcher.missing_words` never names them, as it leaves out a Japanese question's
+#: どう and とき (``how do I read parquet`` said "no note contains 'how'" over a vault of notes)
+_QUESTION_WORDS_TEXT = (
+    "how what when where why who whom whose which do does did done can could should would shall may might must "
+    "am been have has had i i'm i've me my we our us you your don't doesn't didn't can't what's how's"
+)
+QUESTION_WORDS_EN: frozenset[str] = frozenset(_QUESTION_WORDS_TEXT.split())
 
 # Japanese: hiragana, katakana (+ ー, ヵヶ), CJK ideographs (incl. ext. A, compatibility), 々〆.
 _JA_CHARS = "\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006"

@@ -525,16 +525,18 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
             return found[0]["vault_path"]
         if len(found) > 1:
             raise AmbiguousNoteError(_ambiguous(note, what, [f["vault_path"] for f in found])) from None
-        if refused or file_here or not isinstance(exc, _NotMarkdownError):
+        if refused or file_here:
             raise
-        files = _vault_files_named(Path(vault_dir), note)
+        files = _vault_files_named(Path(vault_dir), note)       # also `daily/x.md`, a source path of your file
         if files:
             whose = ("written by the build, not searched (a source's index of its notes)"
                      if all(_written_by_build(Path(vault_dir), f) for f in files[:3])
                      else "a file no build wrote (your own, not searched)")
             raise NoteNotFoundError(
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
-                f"by that path, e.g. `docsvault read {_quoted(files[0])}`") from None
+                f"by that path, e.g. `docsvault read {_quoted(files[0])}` (the MCP read tool: path {_quoted(files[0])})") from None
+        if not isinstance(exc, _NotMarkdownError):
+            raise
         folders = _vault_folders_named(Path(vault_dir), note)
         if folders:
             raise NoteNotFoundError(
@@ -776,14 +778,18 @@ def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
 
 def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[str]:
     """Vault paths (sorted, POSIX) of the Markdown files anywhere in ``vault_dir`` whose name is ``note`` (with or
-    without ``.md``; compared NFC and case-folded), dot folders skipped, at most ``limit`` files looked at: what
-    ``read`` names when no built note has that name (a user's own file in the vault is not in the warehouse)."""
+    without ``.md``; compared NFC and case-folded), or, for a name written with folders (``daily/2026-12-02``, as
+    an Obsidian link names a note), whose vault path ends with it at a folder boundary; dot folders skipped, at
+    most ``limit`` files looked at: what ``read`` names when no built note has that name (a user's own file in
+    the vault is not in the warehouse)."""
     import os
 
-    want = unicodedata.normalize("NFC", note.strip()).casefold()
+    want = unicodedata.normalize("NFC", note.strip().strip("/")).casefold()
     want = want if want.endswith(".md") else want + ".md"
-    if "/" in want or not want.strip(".md"):
+    parts = want.split("/")
+    if not parts[-1].strip(".md") or any(p in ("", ".", "..") for p in parts):
         return []
+    name = parts[-1]
     found: list[str] = []
     seen = 0
     root = vault_dir.resolve()
@@ -792,8 +798,9 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         seen += len(names)
         # a symlink out of the vault is refused by `read`: not named as a file to read (before session 40 it was,
         # and the command the error offered was then refused)
-        found += [Path(folder, n).relative_to(vault_dir).as_posix() for n in names
-                  if unicodedata.normalize("NFC", n).casefold() == want
+        found += [rel for n in names if unicodedata.normalize("NFC", n).casefold() == name
+                  and (rel := Path(folder, n).relative_to(vault_dir).as_posix())
+                  and (len(parts) == 1 or f"/{unicodedata.normalize('NFC', rel).casefold()}".endswith(f"/{want}"))
                   and Path(folder, n).resolve().is_relative_to(root)]
         if seen >= limit:
             break

@@ -42,7 +42,7 @@ import numpy as np
 from pipeline import warehouse as wh
 from pipeline.common.errors import UnknownSourceError
 from pipeline.config import int_env
-from pipeline.index.analysis import Analyzer, is_japanese
+from pipeline.index.analysis import QUESTION_WORDS_EN, Analyzer, is_japanese
 from pipeline.index.bm25 import Bm25Index
 from pipeline.index.embed import Embedder, UsemEmbedder, english_only, load_embedder
 from pipeline.index.language import detect_language
@@ -1752,7 +1752,7 @@ class Searcher:
         in any of their chunks (page fields included), nor, for a Japanese word, any term of its English
         translation (:meth:`translation_terms`: the English pages it finds), nor is the Japanese word written in one of
         them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
-        never missing. When every word is missing, the hits of a search can only be near in meaning (the vector
+        never missing; nor is an English question word (``QUESTION_WORDS_EN``: how, what, did, I ...). When every word is missing, the hits of a search can only be near in meaning (the vector
         lanes): the CLI and MCP say so. A warehouse without a BM25 index (built before it had one) has no missing
         word: nothing tells. Raises UnknownSourceError as a search does."""
         sources = self._resolve_sources(source)
@@ -1768,6 +1768,8 @@ class Searcher:
                 for surface, terms in self.analyzer.words(word, skip_inflected=True):
                     units.setdefault(surface, terms)
                     japanese.add(surface)
+            elif word.casefold() in QUESTION_WORDS_EN:     # "how", "did": how a question is asked, no name
+                continue
             elif terms := self.analyzer.tokens(word) if word else []:
                 units.setdefault(word, terms)
         for word, terms in units.items():

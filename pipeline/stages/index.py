@@ -68,6 +68,8 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         key = digest(listing, config)
         if state.get("chunk_key") == key and path.is_file() and state.get("chunks_sha") == file_sha(path) \
                 and not forced(source.name):
+            if state.get("chain_revision") != state.get("revision"):     # the chain carried this fetch to chunks
+                artifacts.update_state(settings, source.name, chain_revision=state.get("revision"))
             return ChunkResult(notes=int(state.get("chunk_notes", 0)), chunks=int(state.get("chunks", 0)),
                                rechunked=0, skipped=True, languages=dict(state.get("languages") or {}),
                                language_warning=str(state.get("language_warning") or ""),
@@ -129,7 +131,7 @@ def chunk_stage(settings: Settings, source: Source, embedder_factory: Callable[[
         artifacts.write_atomic(index_path, json.dumps({"config": config, "notes": hashes}).encode("utf-8"))
         artifacts.update_state(settings, source.name, chunk_key=key, chunks_sha=sha, chunks=len(chunks),
                                chunk_notes=len(notes), languages=languages, language_warning=warning,
-                               chunk_warnings=cut)
+                               chunk_warnings=cut, chain_revision=state.get("revision"))
     return ChunkResult(notes=len(notes), chunks=len(chunks), rechunked=rechunked, skipped=False,
                        languages=languages, language_warning=warning, warning_lines=tuple(cut.values()))
 

@@ -276,7 +276,13 @@ def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
         for root in source.path:
             root = root.resolve()
             for what, out in outputs.items():
-                if out == root or root in out.parents or out in root.parents:
+                if out in root.parents:      # the source's folder inside the output (your notes in vault/Inbox)
+                    raise SourceConfigError(
+                        f"{settings.sources_file}: source '{source.name}': its folder {root} is inside the {what} "
+                        f"dir {out}, which the build writes; move the folder out of it (notes of yours to search: "
+                        "an Obsidian vault of their own, added as a local source)"
+                    )
+                if out == root or root in out.parents:
                     raise SourceConfigError(
                         f"{settings.sources_file}: source '{source.name}': its folder {root} overlaps the {what} "
                         f"dir {out}; put the {what} dir (--{what} / DOCSVAULT_{what.upper()}) outside the source"

@@ -359,11 +359,16 @@ def warehouse_behind(settings: Settings, sources: Sequence[Source], meta: dict[s
     published (its ``input_key`` is not what the warehouse stage would compute now: a Dagster run of one source's
     group, a run stopped before ``warehouse``, a source removed from sources.yaml, a new program version), so the
     next build publishes it again. None when it cannot be told: no ``input_key``, no source built here, or a
-    source whose vault folder is here but whose state is not (a vault copied from the host that built it)."""
+    source whose vault folder is here but whose state is not (a vault copied from the host that built it).
+    Behind too when a source's last fetch is not the one its chunk stage last carried through
+    (``chain_revision``): a run stopped between them (terminated in the UI after ``notes``) changed nothing the
+    warehouse is published from, yet its fetch is not in search."""
     names = built_sources(settings, sources)
-    if not meta.get("input_key") or not names or not all(artifacts.load_state(settings, n) for n in names):
+    states = [artifacts.load_state(settings, n) for n in names]
+    if not meta.get("input_key") or not names or not all(states):
         return None
-    return meta["input_key"] != _warehouse_key(settings, names, {s.name: s for s in sources})
+    return meta["input_key"] != _warehouse_key(settings, names, {s.name: s for s in sources}) or any(
+        "chain_revision" in st and st["chain_revision"] != st.get("revision") for st in states)
 
 
 def refuse_dropping_vectors(settings: Settings, wanted: dict[str, list[Chunk]],
