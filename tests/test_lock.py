@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.common.errors import BuildLockedError
 from pipeline.common.lock import LOCK_NAME, RUN_LOCK_NAME, BuildLock, build_lock, build_run_lock, lock_holder
+from pipeline.ingest import sources as _sources  # noqa: F401 - sets lock.source_kinds, as every build's process does
 
 HOLDER = textwrap.dedent(
     """
