@@ -296,3 +296,18 @@ def test_a_folder_at_a_notes_path_and_a_file_at_a_folders_path_are_moved_aside(t
          "path: your file is kept as vault/demo/Projects (edited)")]
     again = write_source(tmp_path, "demo", notes)                      # the next build has nothing to move
     assert (again.conflicts, again.written) == ([], [])
+
+
+def test_a_page_that_left_the_source_is_not_removed_through_a_symlinked_folder(tmp_path: Path) -> None:
+    """The user moved ``guide/`` out of the vault and linked it back: the page leaving the source removed the file
+    at the link's target, outside ``vault/<source>/`` (session 43)."""
+    vault, outside = tmp_path / "vault", tmp_path / "elsewhere" / "guide"
+    write_source(vault, "demo", [_note("a.md", "A.\n"), _note("guide/g.md", "G.\n")])
+    outside.parent.mkdir()
+    (vault / "demo" / "guide").rename(outside)
+    os.symlink(outside, vault / "demo" / "guide")
+    kept = (outside / "g.md").read_bytes()
+    result = write_source(vault, "demo", [_note("a.md", "A.\n")])
+    assert result.removed == []
+    assert (outside / "g.md").read_bytes() == kept
+    assert (vault / "demo" / "guide").is_symlink()

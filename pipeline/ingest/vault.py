@@ -398,8 +398,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     for rel, hashes in sorted(owned.items()):
         if rel in final:
             continue
-        path = root.joinpath(*PurePosixPath(rel).parts)
-        if sha256_file(path) in hashes:
+        # as listed before the write: never through a symlinked folder (walk_files does not enter one: the
+        # file there is not in the vault), and by its name on disk (an NFD name a macOS sync left)
+        path = before.get(rel)
+        if path is not None and sha256_file(path) in hashes:
             path.unlink()
             if rel.endswith(".md"):
                 removed.append(rel)
