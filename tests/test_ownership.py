@@ -311,3 +311,21 @@ def test_a_page_that_left_the_source_is_not_removed_through_a_symlinked_folder(t
     assert result.removed == []
     assert (outside / "g.md").read_bytes() == kept
     assert (vault / "demo" / "guide").is_symlink()
+
+
+def test_a_file_made_while_the_build_runs_is_not_replaced_by_a_conflict_copy(tmp_path: Path) -> None:
+    """The user wrote ``b (edited).md`` after the build listed the folder, then the build moved their edited ``b.md``
+    to that name with os.replace: the file they had just written was gone (session 43)."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B.\n")])
+    (root / "b.md").write_text("my edit of b\n", encoding="utf-8")
+
+    def user_writes(done: int, total: int) -> None:
+        if done == 1:           # after a.md, before b.md
+            (root / "b (edited).md").write_text("my own note\n", encoding="utf-8")
+
+    result = write_source(tmp_path, "demo", [_note("a.md", "A2.\n"), _note("b.md", "B2.\n")], progress=user_writes)
+    assert result.conflicts == [("b.md", "b (edited 2).md")]
+    assert (root / "b (edited).md").read_text(encoding="utf-8") == "my own note\n"
+    assert (root / "b (edited 2).md").read_text(encoding="utf-8") == "my edit of b\n"
+

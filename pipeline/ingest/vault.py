@@ -213,6 +213,22 @@ def _copy_atomic(src: Path, path: Path) -> None:
         write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
+def _move_aside(root: Path, rel: str, taken: set[str]) -> str:
+    """Move ``root/rel`` (a file, symlink or folder) to its conflict name (:func:`pipeline.ingest.ownership.
+    conflict_name`), one neither in ``taken`` (updated) nor on disk now: a file the user made there while the build
+    ran is never replaced (``os.replace`` replaces one silently). Returns the copy's rel_path."""
+    from pipeline.ingest.ownership import conflict_name
+
+    path = root.joinpath(*PurePosixPath(rel).parts)
+    while True:
+        copy = conflict_name(rel, taken)
+        taken.add(copy.casefold())
+        dest = path.with_name(PurePosixPath(copy).name)
+        if not os.path.lexists(dest):
+            os.replace(path, dest)
+            return copy
+
+
 def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, set[str]]
                      ) -> list[tuple[str, str]]:
     """Before ``root/rel`` is written: a file of the user's where one of its folders goes (``Projects`` where
@@ -225,7 +241,7 @@ def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, 
         ``("<folder>/", copy)`` for a file moved out of a folder's way, ``(rel, "<copy>/")`` for a folder moved
         out of a note's (the trailing ``/`` marks which; see :class:`VaultResult`).
     """
-    from pipeline.ingest.ownership import conflict_name, sha256_file
+    from pipeline.ingest.ownership import sha256_file
 
     moved: list[tuple[str, str]] = []
     parts = PurePosixPath(rel).parts
@@ -237,9 +253,7 @@ def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, 
         if not last and sha256_file(path) in owned.get(sub, ()):
             path.unlink()
             continue
-        copy = conflict_name(sub, taken)
-        taken.add(copy.casefold())
-        os.replace(path, path.with_name(PurePosixPath(copy).name))
+        copy = _move_aside(root, sub, taken)
         moved.append((sub, copy + "/") if last else (sub + "/", copy))
     return moved
 
@@ -286,7 +300,6 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
 
     from pipeline.ingest.ownership import (
         audit,
-        conflict_name,
         legacy_owned,
         load_conflicts,
         load_manifest,
@@ -357,9 +370,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         current = sha256_file(path)
         if current is None or current in owned.get(rel, ()):
             return True
-        copy = conflict_name(rel, taken)
-        taken.add(copy.casefold())
-        os.replace(path, path.with_name(PurePosixPath(copy).name))
+        copy = _move_aside(root, rel, taken)
         conflicts.append((rel, copy))
         if rel not in owned:
             foreign.append(rel)
