@@ -329,3 +329,39 @@ def test_a_file_made_while_the_build_runs_is_not_replaced_by_a_conflict_copy(tmp
     assert (root / "b (edited).md").read_text(encoding="utf-8") == "my own note\n"
     assert (root / "b (edited 2).md").read_text(encoding="utf-8") == "my edit of b\n"
 
+
+@pytest.mark.parametrize("target", ["mine.md", "../../outside.md"])
+def test_a_symlink_of_the_users_at_a_notes_path_is_moved_aside(tmp_path: Path, target: str) -> None:
+    """A symlink the user made where the source now has a note was deleted without a word when it pointed into the
+    folder, and failed the source's vault step on every build when it pointed out of it (session 43)."""
+    root = tmp_path / "vault" / "demo"
+    write_source(root.parent, "demo", [_note("a.md", "A.\n")])
+    (root / "mine.md").write_text("mine\n", encoding="utf-8")
+    (tmp_path / "outside.md").write_text("outside\n", encoding="utf-8")
+    os.symlink(target, root / "Future.md")
+    result = write_source(root.parent, "demo", [_note("a.md", "A.\n"), _note("Future.md", "F.\n")])
+    assert (result.conflicts, result.foreign) == ([("Future.md", "Future (edited).md")], ["Future.md"])
+    assert os.readlink(root / "Future (edited).md") == target
+    assert not (root / "Future.md").is_symlink()
+    assert (root / "Future.md").read_text(encoding="utf-8").endswith("\nF.\n")
+    assert (root / "mine.md").read_text(encoding="utf-8") == "mine\n"
+    assert (tmp_path / "outside.md").read_text(encoding="utf-8") == "outside\n"
+
+
+def test_a_file_the_build_cannot_read_at_a_notes_path_is_moved_aside(tmp_path: Path, monkeypatch) -> None:
+    """A file of another user (mode 0600) at a note's path hashed as None, "no file", and was replaced (session 43)."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n")])
+    (root / "Future.md").write_text("theirs\n", encoding="utf-8")
+    real_open = Path.open
+
+    def open_(self, *args, **kwargs):
+        if self.name == "Future.md" and args[:1] == ("rb",):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", open_)
+    result = write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("Future.md", "F.\n")])
+    monkeypatch.undo()
+    assert result.conflicts == [("Future.md", "Future (edited).md")]
+    assert (root / "Future (edited).md").read_text(encoding="utf-8") == "theirs\n"

@@ -137,8 +137,8 @@ def _safe_target(root: Path, rel_path: str, source: str, resolved: dict[Path, Pa
     """``root / rel_path`` after checking it stays inside ``root`` (no absolute paths, ``..``, or symlink escapes).
 
     ``resolved``: a memo of resolved folders (path -> ``path.resolve()``) shared by the calls of one write: the
-    target resolves as its resolved folder joined with its name, or fully when the name is a symlink (what
-    ``target.resolve()`` gives; one ``realpath`` per folder instead of one per note)."""
+    target resolves as its resolved folder joined with its name (one ``realpath`` per folder instead of one per
+    note); a symlink at the name itself is the user's file, which :func:`write_source` moves aside."""
     pure = PurePosixPath(rel_path)
     if (not rel_path or pure.is_absolute() or "\\" in rel_path or ".." in pure.parts or "\x00" in rel_path
             or not rel_path.endswith(".md") or (pure.parts and pure.parts[0].endswith(":"))):
@@ -153,8 +153,8 @@ def _safe_target(root: Path, rel_path: str, source: str, resolved: dict[Path, Pa
         return memo[path]
 
     try:
-        full = real(target.parent) / target.name if not target.is_symlink() else target.resolve()
-        full.relative_to(real(root))
+        # the folder only: a symlink at the path itself is the user's, moved aside, never written through
+        (real(target.parent) / target.name).relative_to(real(root))
     except ValueError:
         raise NoteError(f"source '{source}': note path {rel_path!r} resolves outside vault/{source}/ "
                         "(a symlink?); remove the link") from None
@@ -364,11 +364,11 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         for moved in _move_in_the_way(root, rel, taken, owned):
             conflicts.append(moved)
             foreign.append(moved[0])
-        if path.is_symlink():
-            path.unlink()               # the build never writes symlinks; the link's target is not touched
+        if not os.path.lexists(path):
             return True
-        current = sha256_file(path)
-        if current is None or current in owned.get(rel, ()):
+        # the build never writes symlinks: one here is the user's, moved aside as their file is (its target is
+        # not touched); so is a file the build cannot read (sha256_file: None), never replaced unseen
+        if not path.is_symlink() and sha256_file(path) in owned.get(rel, ()):
             return True
         copy = _move_aside(root, rel, taken)
         conflicts.append((rel, copy))
