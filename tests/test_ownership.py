@@ -365,3 +365,16 @@ def test_a_file_the_build_cannot_read_at_a_notes_path_is_moved_aside(tmp_path: P
     monkeypatch.undo()
     assert result.conflicts == [("Future.md", "Future (edited).md")]
     assert (root / "Future (edited).md").read_text(encoding="utf-8") == "theirs\n"
+
+
+def test_an_empty_folder_the_user_made_is_kept(tmp_path: Path) -> None:
+    """Every build removed every empty folder of ``vault/<source>/``: a folder the user had just made in Obsidian
+    (to write in) was gone after the next build (session 43); a folder a removed page leaves empty still goes."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("old/deep/b.md", "B.\n")])
+    (root / "Drafts" / "2026").mkdir(parents=True)
+    (root / "old" / "Mine").mkdir()
+    result = write_source(tmp_path, "demo", [_note("a.md", "A.\n")])
+    assert result.removed == ["old/deep/b.md"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir()) == [
+        ".docsvault", "Drafts", "Drafts/2026", "old", "old/Mine"]

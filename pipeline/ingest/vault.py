@@ -406,6 +406,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             if index_rel in bucket:
                 bucket.remove(index_rel)
     removed: list[str] = []
+    emptied: set[Path] = set()              # the folders of removed files, up to (not including) root
     for rel, hashes in sorted(owned.items()):
         if rel in final:
             continue
@@ -414,18 +415,17 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         path = before.get(rel)
         if path is not None and sha256_file(path) in hashes:
             path.unlink()
+            emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
                 removed.append(rel)
+    # only the folders a removal may have left empty: an empty folder the user made (Obsidian's "New folder")
+    # is theirs
+    for folder in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()              # only succeeds when empty
+        except OSError:
+            pass
     if root.is_dir():
-        for folder in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
-                             key=lambda p: len(p.parts), reverse=True):
-            rel_parts = folder.relative_to(root).parts
-            if any(part.startswith(".") for part in rel_parts):
-                continue
-            try:
-                folder.rmdir()          # only succeeds when empty
-            except OSError:
-                pass
         recorded = {copy: rel for copy, rel in load_conflicts(root).items()
                     if root.joinpath(*PurePosixPath(copy).parts).is_file()}      # the copies still there
         save_manifest(root, source, final, {**recorded, **{copy.rstrip("/"): rel.rstrip("/") for rel, copy in conflicts}})
