@@ -378,3 +378,25 @@ def test_an_empty_folder_the_user_made_is_kept(tmp_path: Path) -> None:
     assert result.removed == ["old/deep/b.md"]
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir()) == [
         ".docsvault", "Drafts", "Drafts/2026", "old", "old/Mine"]
+
+
+def test_a_note_whose_name_a_macos_sync_left_in_nfd_is_rewritten_in_place(tmp_path: Path) -> None:
+    """``café.md`` with its name decomposed (NFD, as a sync from a macOS vault leaves it on Linux): the build wrote
+    an NFC ``café.md`` beside it, both were read as notes of the source, and the NFD one stayed stale for good
+    (session 43). It is renamed to the note's NFC path and updated there; of two such twins one note is read."""
+    import unicodedata
+
+    nfc, nfd = "café.md", unicodedata.normalize("NFD", "café.md")
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note(nfc, "A.\n"), _note("Entrées/b.md", "B.\n")])
+    os.rename(root / nfc, root / nfd)
+    os.rename(root / "Entrées", root / unicodedata.normalize("NFD", "Entrées"))
+    result = write_source(tmp_path, "demo", [_note(nfc, "A2.\n"), _note("Entrées/b.md", "B2.\n")])
+    assert (result.written, result.kept, result.conflicts) == (["Entrées/b.md", nfc], [], [])
+    assert sorted(p.name for p in root.iterdir()) == [".docsvault", "Entrées", "_index.md", nfc]
+    assert [n.rel_path for n in read_notes(tmp_path, ["demo"])] == ["Entrées/b.md", nfc]
+    assert (root / nfc).read_text(encoding="utf-8").endswith("\nA2.\n")
+
+    (root / nfd).write_bytes((root / nfc).read_bytes().replace(b"A2.", b"old"))      # twins, as before the fix
+    assert [(n.rel_path, n.body) for n in read_notes(tmp_path, ["demo"]) if n.rel_path != "Entrées/b.md"] == [
+        (nfc, "A2.\n")]

@@ -376,9 +376,24 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             foreign.append(rel)
         return True
 
+    emptied: set[Path] = set()              # folders a move or removal may leave empty, up to (not incl.) root
+
+    def adopt(rel: str, path: Path) -> None:
+        """The file of ``rel`` listed under another Unicode form of its name (an NFD name a sync from a macOS vault
+        left, on a file system that tells the forms apart) is renamed to the note's (NFC) path, which then holds
+        it: writing beside it left two notes of one name in the folder, both read as the source's, the other one
+        stale for good."""
+        on_disk = before.get(rel)
+        if on_disk is None or on_disk == path or os.path.lexists(path) or on_disk.is_symlink():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(on_disk, path)
+        emptied.update(on_disk.parents[:len(PurePosixPath(rel).parts) - 1])
+
     for done, (rel, (path, data)) in enumerate(sorted(targets.items())):
         if progress is not None:
             progress(done, len(targets))
+        adopt(rel, path)
         try:
             old = path.read_bytes() if path.is_file() and not path.is_symlink() else None
         except OSError:
@@ -394,6 +409,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     if progress is not None and targets:
         progress(len(targets), len(targets))
     for rel, (path, src, digest) in copies.items():
+        adopt(rel, path)
         if sha256_file(path) == digest:
             final[rel] = {digest}
             continue
@@ -406,7 +422,6 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             if index_rel in bucket:
                 bucket.remove(index_rel)
     removed: list[str] = []
-    emptied: set[Path] = set()              # the folders of removed files, up to (not including) root
     for rel, hashes in sorted(owned.items()):
         if rel in final:
             continue
@@ -473,7 +488,14 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
                     rel = path.relative_to(root).as_posix()
                     if owned is None or unicodedata.normalize("NFC", rel) in owned:
                         found.append((rel, path))
-        for rel, path in sorted(found):
+        # one note per name: of two files whose names differ only in Unicode form (NFC and NFD twins, which a
+        # file system that tells them apart can hold), the NFC one, the name the build writes
+        seen: set[str] = set()
+        nfc = {rel: unicodedata.normalize("NFC", rel) for rel, _ in found}
+        for rel, path in sorted(found, key=lambda f: (nfc[f[0]], f[0] != nfc[f[0]], f[0])):
+            if nfc[rel] in seen:
+                continue
+            seen.add(nfc[rel])
             where = f"vault/{name}/{rel}"
             try:
                 data = path.read_bytes()
