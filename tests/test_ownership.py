@@ -400,3 +400,16 @@ def test_a_note_whose_name_a_macos_sync_left_in_nfd_is_rewritten_in_place(tmp_pa
     (root / nfd).write_bytes((root / nfc).read_bytes().replace(b"A2.", b"old"))      # twins, as before the fix
     assert [(n.rel_path, n.body) for n in read_notes(tmp_path, ["demo"]) if n.rel_path != "Entrées/b.md"] == [
         (nfc, "A2.\n")]
+
+
+def test_a_case_only_rename_on_a_file_system_that_ignores_case_is_no_conflict(tmp_path: Path) -> None:
+    """The source renames ``Foo.md`` to ``foo.md``: on macOS or Windows ``vault/demo/foo.md`` is the build's
+    ``Foo.md``, which was moved aside as "a file docsvault did not write" (``foo (edited).md``, a stale copy of a
+    generated note, session 43). Simulated here by a hard link: both names reach one file, as there."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("Foo.md", "Foo.\n")])
+    os.link(root / "Foo.md", root / "foo.md")
+    result = write_source(tmp_path, "demo", [_note("foo.md", "Foo, renamed.\n")])
+    assert (result.written, result.conflicts, result.foreign) == (["foo.md"], [], [])
+    assert (root / "foo.md").read_text(encoding="utf-8").endswith("\nFoo, renamed.\n")
+    assert sorted(load_manifest(root)) == ["_index.md", "foo.md"]

@@ -213,6 +213,14 @@ def _copy_atomic(src: Path, path: Path) -> None:
         write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """True when both paths reach one file (``Foo.md`` and ``foo.md`` on a file system that ignores case)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _move_aside(root: Path, rel: str, taken: set[str]) -> str:
     """Move ``root/rel`` (a file, symlink or folder) to its conflict name (:func:`pipeline.ingest.ownership.
     conflict_name`), one neither in ``taken`` (updated) nor on disk now: a file the user made there while the build
@@ -358,6 +366,19 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     foreign: list[str] = []
     att_written: list[str] = []
 
+    folded: dict[str, list[str]] = {}
+    for rel in owned:
+        folded.setdefault(rel.casefold(), []).append(rel)
+
+    def case_twin(rel: str, path: Path) -> str | None:
+        """The build's file under another case of ``rel``'s name that is the very file at ``path`` (a file system
+        that ignores case: macOS, Windows), None when there is none: a page renamed in case only in the source
+        (``Foo.md`` -> ``foo.md``) is still the build's file, not one of the user's to move aside."""
+        for other in folded.get(rel.casefold(), ()):
+            if other != rel and (at := before.get(other)) is not None and _same_file(at, path):
+                return other
+        return None
+
     def make_room(rel: str, path: Path) -> bool:
         """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away (and
         a file or folder of the user's in its way, :func:`_move_in_the_way`)."""
@@ -368,7 +389,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             return True
         # the build never writes symlinks: one here is the user's, moved aside as their file is (its target is
         # not touched); so is a file the build cannot read (sha256_file: None), never replaced unseen
-        if not path.is_symlink() and sha256_file(path) in owned.get(rel, ()):
+        if not path.is_symlink() and (current := sha256_file(path)) is not None and (
+                current in owned.get(rel, ()) or current in owned.get(case_twin(rel, path) or rel, ())):
             return True
         copy = _move_aside(root, rel, taken)
         conflicts.append((rel, copy))
@@ -422,13 +444,19 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             if index_rel in bucket:
                 bucket.remove(index_rel)
     removed: list[str] = []
+    folded_final: dict[str, list[str]] = {}
+    for rel in final:
+        folded_final.setdefault(rel.casefold(), []).append(rel)
     for rel, hashes in sorted(owned.items()):
         if rel in final:
             continue
         # as listed before the write: never through a symlinked folder (walk_files does not enter one: the
         # file there is not in the vault), and by its name on disk (an NFD name a macOS sync left)
         path = before.get(rel)
-        if path is not None and sha256_file(path) in hashes:
+        if path is None or any(_same_file(path, targets[t][0] if t in targets else copies[t][0])
+                               for t in folded_final.get(rel.casefold(), ())):
+            continue                    # Foo.md, where the note is foo.md now, on a file system ignoring case
+        if sha256_file(path) in hashes:
             path.unlink()
             emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
