@@ -413,3 +413,23 @@ def test_a_case_only_rename_on_a_file_system_that_ignores_case_is_no_conflict(tm
     assert (result.written, result.conflicts, result.foreign) == (["foo.md"], [], [])
     assert (root / "foo.md").read_text(encoding="utf-8").endswith("\nFoo, renamed.\n")
     assert sorted(load_manifest(root)) == ["_index.md", "foo.md"]
+
+
+def test_a_folder_the_build_may_not_write_is_one_line_naming_the_file_and_what_to_do(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """The vault step failed with ``[Errno 1] Operation not permitted: '…/sub/.B.md.et9lsevi.tmp'``: a hidden temp
+    file's name and no hint (session 43)."""
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest import vault
+
+    write_source(tmp_path, "demo", [_note("sub/b.md", "B.\n")])
+
+    def refuse(path: Path, data: bytes) -> None:
+        raise PermissionError(1, "Operation not permitted", str(path.parent / f".{path.name}.et9lsevi.tmp"))
+
+    monkeypatch.setattr(vault, "write_atomic", refuse)
+    with pytest.raises(NoteError) as err:
+        write_source(tmp_path, "demo", [_note("sub/b.md", "B2.\n")])
+    assert str(err.value) == (
+        "source 'demo': cannot write vault/demo/sub/b.md: Operation not permitted; make vault/demo/sub/ writable for "
+        "docsvault (its owner and permissions, an immutable flag, a read-only mount) and build again")

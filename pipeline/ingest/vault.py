@@ -18,6 +18,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
@@ -213,6 +214,22 @@ def _copy_atomic(src: Path, path: Path) -> None:
         write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
+def _unwritable(source: str, rel: str, exc: OSError) -> NoteError:
+    """The error of a file of ``vault/<source>/`` that could not be written (or moved aside), naming it and what
+    to do."""
+    import errno
+
+    where = f"vault/{source}/{rel}"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        todo = (f"make {where.rsplit('/', 1)[0]}/ writable for docsvault (its owner and permissions, an immutable "
+                "flag, a read-only mount) and build again")
+    elif exc.errno == errno.ENOSPC:
+        todo = "free space on its disk and build again"
+    else:
+        todo = "fix that and build again"
+    return NoteError(f"source '{source}': cannot write {where}: {exc.strerror or exc}; {todo}")
+
+
 def _same_file(a: Path, b: Path) -> bool:
     """True when both paths reach one file (``Foo.md`` and ``foo.md`` on a file system that ignores case)."""
     try:
@@ -357,7 +374,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         pending.setdefault(rel, set()).add(digest)
     # always, with no note too: the folder and its manifest record that the source's vault was written (an empty
     # source's chunk stage reads that folder; once the source is dropped, its manifest marks the folder as docsvault's)
-    save_manifest(root, source, pending)
+    try:
+        save_manifest(root, source, pending)
+    except OSError as exc:
+        raise _unwritable(source, ".docsvault/manifest.json", exc) from None
     taken = {rel.casefold() for rel in before} | {rel.casefold() for rel in new_hash}
     final: dict[str, set[str]] = {}
     written: list[str] = []
@@ -365,6 +385,15 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     conflicts: list[tuple[str, str]] = []
     foreign: list[str] = []
     att_written: list[str] = []
+
+    def put(rel: str, path: Path, write: Callable[[], None]) -> None:
+        """Make room for ``rel`` and write it; an OSError (a folder the build may not write) is one line naming
+        the file and what to do, not the hidden temp file's name (``.B.md.et9lsevi.tmp``)."""
+        try:
+            make_room(rel, path)
+            write()
+        except OSError as exc:
+            raise _unwritable(source, rel, exc) from None
 
     folded: dict[str, list[str]] = {}
     for rel in owned:
@@ -424,8 +453,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             unchanged.append(rel)
             final[rel] = {hashlib.sha256(old).hexdigest()}
             continue
-        make_room(rel, path)
-        write_atomic(path, data)
+        put(rel, path, partial(write_atomic, path, data))
         written.append(rel)
         final[rel] = {new_hash[rel]}
     if progress is not None and targets:
@@ -435,8 +463,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         if sha256_file(path) == digest:
             final[rel] = {digest}
             continue
-        make_room(rel, path)
-        _copy_atomic(src, path)
+        put(rel, path, partial(_copy_atomic, src, path))
         att_written.append(rel)
         final[rel] = {digest}
     if index_rel is not None:
