@@ -424,12 +424,33 @@ def test_a_folder_the_build_may_not_write_is_one_line_naming_the_file_and_what_t
 
     write_source(tmp_path, "demo", [_note("sub/b.md", "B.\n")])
 
-    def refuse(path: Path, data: bytes) -> None:
+    def refuse(path: Path, fill, **kwargs) -> None:
         raise PermissionError(1, "Operation not permitted", str(path.parent / f".{path.name}.et9lsevi.tmp"))
 
-    monkeypatch.setattr(vault, "write_atomic", refuse)
+    monkeypatch.setattr(vault, "write_atomic_with", refuse)
     with pytest.raises(NoteError) as err:
         write_source(tmp_path, "demo", [_note("sub/b.md", "B2.\n")])
     assert str(err.value) == (
         "source 'demo': cannot write vault/demo/sub/b.md: Operation not permitted; make vault/demo/sub/ writable for "
         "docsvault (its owner and permissions, an immutable flag, a read-only mount) and build again")
+
+
+def test_an_edit_saved_while_the_build_flushes_the_new_version_is_kept(tmp_path: Path, monkeypatch) -> None:
+    """The build hashed ``b.md`` (the build's, unedited), then wrote and fsynced the new version, then replaced
+    the file: an edit the user saved meanwhile (Obsidian saves every ~2 s while one types) was replaced without a
+    copy (session 43). The file is now judged right before the replace."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B.\n")])
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1].startswith(".b.md."):    # b.md's new version
+            (root / "b.md").write_text("saved while the build ran\n", encoding="utf-8")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    result = write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B2.\n")])
+    monkeypatch.undo()
+    assert result.conflicts == [("b.md", "b (edited).md")]
+    assert (root / "b (edited).md").read_text(encoding="utf-8") == "saved while the build ran\n"
+    assert (root / "b.md").read_text(encoding="utf-8").endswith("\nB2.\n")

@@ -20,9 +20,9 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
-from pipeline.common.artifacts import write_atomic
+from pipeline.common.artifacts import write_atomic_with
 from pipeline.common.errors import NoteError
 from pipeline.common.frontmatter import (
     INDEX_KEY,
@@ -204,14 +204,16 @@ def _same_content(old: bytes, new: bytes, where: str) -> bool:
     return old_body == new_body and strip(old_fm) == strip(new_fm)
 
 
-def _copy_atomic(src: Path, path: Path) -> None:
-    """Copy a file's bytes to ``path`` through a temp file + ``os.replace``, with the umask's mode."""
+def _write_bytes(data: bytes, out: BinaryIO) -> None:
+    out.write(data)
+
+
+def _copy_from(src: Path, out: BinaryIO) -> None:
+    """Copy a file's bytes into ``out`` (an attachment's temp file in the vault)."""
     import shutil
 
-    from pipeline.common.artifacts import write_atomic_with
-
     with open(src, "rb") as inp:
-        write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
+        shutil.copyfileobj(inp, out, 1 << 20)
 
 
 def _unwritable(source: str, rel: str, exc: OSError) -> NoteError:
@@ -386,12 +388,16 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     foreign: list[str] = []
     att_written: list[str] = []
 
-    def put(rel: str, path: Path, write: Callable[[], None]) -> None:
-        """Make room for ``rel`` and write it; an OSError (a folder the build may not write) is one line naming
-        the file and what to do, not the hidden temp file's name (``.B.md.et9lsevi.tmp``)."""
+    def put(rel: str, path: Path, fill: Callable[[BinaryIO], object]) -> None:
+        """Write ``rel``: a file or folder of the user's in its way moved aside first (:func:`_move_in_the_way`),
+        the file at its path judged right before the replace (:func:`make_room`). An OSError (a folder the build
+        may not write) is one line naming the file and what to do, not the hidden temp file's name
+        (``.B.md.et9lsevi.tmp``)."""
         try:
-            make_room(rel, path)
-            write()
+            for moved in _move_in_the_way(root, rel, taken, owned):
+                conflicts.append(moved)
+                foreign.append(moved[0])
+            write_atomic_with(path, fill, before_replace=lambda: make_room(rel, path))
         except OSError as exc:
             raise _unwritable(source, rel, exc) from None
 
@@ -408,24 +414,20 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                 return other
         return None
 
-    def make_room(rel: str, path: Path) -> bool:
-        """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away (and
-        a file or folder of the user's in its way, :func:`_move_in_the_way`)."""
-        for moved in _move_in_the_way(root, rel, taken, owned):
-            conflicts.append(moved)
-            foreign.append(moved[0])
+    def make_room(rel: str, path: Path) -> None:
+        """Right before the new version replaces ``path`` (its bytes are on disk by then: an edit saved while
+        they were written is seen): moves an edited or foreign file there away."""
         if not os.path.lexists(path):
-            return True
+            return
         # the build never writes symlinks: one here is the user's, moved aside as their file is (its target is
         # not touched); so is a file the build cannot read (sha256_file: None), never replaced unseen
         if not path.is_symlink() and (current := sha256_file(path)) is not None and (
                 current in owned.get(rel, ()) or current in owned.get(case_twin(rel, path) or rel, ())):
-            return True
+            return
         copy = _move_aside(root, rel, taken)
         conflicts.append((rel, copy))
         if rel not in owned:
             foreign.append(rel)
-        return True
 
     emptied: set[Path] = set()              # folders a move or removal may leave empty, up to (not incl.) root
 
@@ -453,7 +455,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             unchanged.append(rel)
             final[rel] = {hashlib.sha256(old).hexdigest()}
             continue
-        put(rel, path, partial(write_atomic, path, data))
+        put(rel, path, partial(_write_bytes, data))
         written.append(rel)
         final[rel] = {new_hash[rel]}
     if progress is not None and targets:
@@ -463,7 +465,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         if sha256_file(path) == digest:
             final[rel] = {digest}
             continue
-        put(rel, path, partial(_copy_atomic, src, path))
+        put(rel, path, partial(_copy_from, src))
         att_written.append(rel)
         final[rel] = {digest}
     if index_rel is not None:
