@@ -273,3 +273,23 @@ def test_a_build_on_a_copied_vault_keeps_the_warehouse_of_the_sources_built_else
         warehouse_stage(Settings.from_env(), load_sources(sources), lambda spec: None)
     assert str(err.value) == line
     assert (reader / "data" / "warehouse.duckdb").read_bytes() == published
+
+
+def test_a_dropped_sources_folder_whose_index_note_you_deleted_goes(tmp_path: Path) -> None:
+    """The folder was recognised as docsvault's by its ``_index.md`` (or an empty manifest): with the index note
+    deleted in Obsidian, a dropped source's folder stayed with every generated note in it, without a line (session
+    43). Its manifest names the source: it goes, your files stay."""
+    from pipeline.config import Settings
+    from pipeline.ingest.vault import write_source
+    from pipeline.models import Note
+    from pipeline.stages import remove_dropped_sources
+
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    fm = {"title": "A", "source": "gone", "source_path": "a.md"}
+    write_source(settings.vault_dir, "gone", [Note("gone", "a.md", "a.md", "A", fm, "A.\n")])
+    (settings.vault_dir / "gone" / "_index.md").unlink()
+    (settings.vault_dir / "gone" / "mine.md").write_text("# mine\n", encoding="utf-8")
+    assert remove_dropped_sources(settings, [], remove_all=True) == [
+        ("removed vault/gone/: source 'gone' is no longer in sources.yaml (kept 1 file(s) docsvault did not write, "
+         "or that were edited since: mine.md)")]
+    assert _files(settings.vault_dir / "gone") == ["mine.md"]

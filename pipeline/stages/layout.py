@@ -53,14 +53,15 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
 def _generated_vault_folder(folder: Path) -> bool:
     """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
     name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``), or
-    the folder of a source whose last build had no note (no index note then): its manifest
-    (``.docsvault/manifest.json``) names the source and lists no file."""
+    a manifest (``.docsvault/manifest.json``) that names the source: the folder of a source whose last build had no
+    note (no index note then), or one whose index note the user deleted (before session 43 such a folder stayed,
+    with every generated note in it, when the source left sources.yaml)."""
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
 
     if folder.is_symlink() or not folder.is_dir():
         return False
-    if _empty_source_manifest(folder):
+    if _source_manifest(folder):
         return True
     for path in sorted(folder.glob("_index*.md")):
         if path.is_symlink() or not path.is_file():
@@ -74,9 +75,9 @@ def _generated_vault_folder(folder: Path) -> bool:
     return False
 
 
-def _empty_source_manifest(folder: Path) -> bool:
+def _source_manifest(folder: Path) -> bool:
     """True when ``folder`` has a manifest (a real file in a real ``.docsvault`` folder) written for the source of
-    that name that lists no file: what the vault stage of a source with no note leaves."""
+    that name (what every vault stage of the source leaves, also of one with no note)."""
     import json
 
     from pipeline.ingest.ownership import MANIFEST_DIR, manifest_path
@@ -88,7 +89,7 @@ def _empty_source_manifest(folder: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("source") == folder.name and data.get("files") == {}
+    return isinstance(data, dict) and data.get("source") == folder.name and isinstance(data.get("files"), dict)
 
 
 #: a temp file of a killed atomic write in the vault (``.<name>.<8 random>.tmp``: tempfile.mkstemp's)
