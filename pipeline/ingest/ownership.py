@@ -135,9 +135,14 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
     return owned
 
 
-def walk_files(root: Path) -> dict[str, Path]:
+#: the temp file of an atomic write (``.<name>.<8 random>.tmp``: tempfile.mkstemp's) that a killed build left
+WRITE_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def walk_files(root: Path, temps: list[Path] | None = None) -> dict[str, Path]:
     """rel_path (posix, NFC) -> path of every file (and file symlink) under ``root``; dot files and dot folders
-    (``.obsidian``, ``.docsvault``, ``.trash``) skipped, symlinked folders not entered."""
+    (``.obsidian``, ``.docsvault``, ``.trash``) skipped, symlinked folders not entered. ``temps``: gets the
+    temp files of killed writes found (:data:`WRITE_TEMP`, regular files)."""
     found: dict[str, Path] = {}
     root = Path(root)
     if not root.is_dir():
@@ -147,6 +152,8 @@ def walk_files(root: Path) -> dict[str, Path]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
         for name in sorted(filenames):
             if name.startswith("."):
+                if temps is not None and WRITE_TEMP.match(name) and not (here / name).is_symlink():
+                    temps.append(here / name)
                 continue
             path = here / name
             rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())

@@ -368,7 +368,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     manifest = load_manifest(root)
     owned = manifest if manifest is not None else legacy_owned(
         root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes})
-    before = walk_files(root)
+    leftovers: list[Path] = []              # temp files of writes a killed build left (hidden in Obsidian)
+    before = walk_files(root, leftovers)
     # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
     # knows them next time)
     pending = {rel: set(hashes) for rel, hashes in owned.items()}
@@ -490,6 +491,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
                 removed.append(rel)
+    for temp in leftovers:
+        temp.unlink(missing_ok=True)
     # only the folders a removal may have left empty: an empty folder the user made (Obsidian's "New folder")
     # is theirs
     for folder in sorted(emptied, key=lambda p: len(p.parts), reverse=True):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -92,16 +91,13 @@ def _source_manifest(folder: Path) -> bool:
     return isinstance(data, dict) and data.get("source") == folder.name and isinstance(data.get("files"), dict)
 
 
-#: a temp file of a killed atomic write in the vault (``.<name>.<8 random>.tmp``: tempfile.mkstemp's)
-_WRITE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
-
-
 def _remove_generated(folder: Path) -> list[str]:
     """Remove what the build wrote in a dropped source's vault folder (files as it wrote them, per the folder's
-    manifest), the bookkeeping folder ``.docsvault/`` (the manifest and its temp files; the folder itself when that
-    leaves it empty: a file someone else put there stays), temp files of killed writes, then the folders left
-    empty, the source's folder too when nothing else is in it; returns the rel paths of the files kept (the user's
-    own, generated files edited since, and any other file or symlink left: a dot file, a symlinked folder).
+    manifest) and the temp files of killed writes (:func:`pipeline.ingest.vault.write_source`), the bookkeeping
+    folder ``.docsvault/`` (the manifest and its temp files; the folder itself when that leaves it empty: a file
+    someone else put there stays), then the folders left empty, the source's folder too when nothing else is in
+    it; returns the rel paths of the files kept (the user's own, generated files edited since, and any other file
+    or symlink left: a dot file, a symlinked folder).
     Nothing is removed recursively: before session 43 a folder whose only files of the user's were dot files
     (``.private.md``) or symlinked folders went with them (``shutil.rmtree``)."""
     from pipeline.common.errors import NoteError
@@ -116,11 +112,7 @@ def _remove_generated(folder: Path) -> list[str]:
     left: set[str] = set(result.kept)
     for dirpath, dirnames, filenames in os.walk(folder, topdown=False):     # symlinked folders are not entered
         here = Path(dirpath)
-        for name in filenames:
-            if _WRITE_TEMP.match(name) and not (here / name).is_symlink():
-                (here / name).unlink(missing_ok=True)
-            else:
-                left.add((here / name).relative_to(folder).as_posix())
+        left.update((here / name).relative_to(folder).as_posix() for name in filenames)
         left.update((here / d).relative_to(folder).as_posix() for d in dirnames if (here / d).is_symlink())
         try:
             here.rmdir()                # only when empty
