@@ -466,3 +466,18 @@ def test_temp_files_a_killed_write_left_in_the_folder_go(tmp_path: Path) -> None
     (root / ".mine.tmp").write_text("mine\n", encoding="utf-8")
     write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("sub/b.md", "B.\n")])
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob(".*") if p.is_file()) == [".mine.tmp"]
+
+
+def test_the_edited_line_says_where_your_version_stays(tmp_path: Path) -> None:
+    """``status`` and ``check-vault`` said that the next build keeps an edited generated note as ``<name>
+    (edited).md``; when its page has left the source it stays where it is (session 43)."""
+    from types import SimpleNamespace
+
+    from pipeline.ingest.vault_check import user_files_lines
+
+    write_source(tmp_path / "vault", "demo", [_note("a.md", "A.\n")])
+    (tmp_path / "vault" / "demo" / "a.md").write_text("mine now\n", encoding="utf-8")
+    settings = SimpleNamespace(vault_dir=tmp_path / "vault")
+    assert user_files_lines(settings, SimpleNamespace(name="demo")) == [(
+        "demo: 1 generated file(s) edited since the last build: a.md; the next build keeps your version, as "
+        "'<name> (edited).md' next to the note, or where it is when its page has left the source")]
