@@ -160,11 +160,11 @@ def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Pa
     real = own.save_manifest
     calls = []
 
-    def crash_on_final(root, source, files, conflicts=None):
+    def crash_on_final(root, source, files, conflicts=None, yours=None):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
-        real(root, source, files, conflicts)
+        real(root, source, files, conflicts, yours)
 
     monkeypatch.setattr(own, "save_manifest", crash_on_final)
     with pytest.raises(KeyboardInterrupt):
@@ -288,7 +288,8 @@ def test_a_folder_at_a_notes_path_and_a_file_at_a_folders_path_are_moved_aside(t
     assert (root / "Projects (edited)").read_text(encoding="utf-8") == "my file"
     assert read_notes(tmp_path, ["demo"])[0].body == "Ducks quack.\n"
     assert (root / "Projects" / "Alpha.md").is_file()
-    assert sorted(audit(root, "demo").user_files) == ["Ducks (edited).md/mine.txt"]
+    # your file moved out of the folder's way is yours, not a copy of an edit (session 43)
+    assert sorted(audit(root, "demo").user_files) == ["Ducks (edited).md/mine.txt", "Projects (edited)"]
     assert [conflict_line("demo", f"{rel} -> {copy}{FOREIGN}") for rel, copy in result.conflicts] == [
         ("vault/demo/Ducks.md is a folder docsvault did not write, and the source now has a note at that path: "
          "your folder is kept as vault/demo/Ducks (edited).md/"),
@@ -481,3 +482,32 @@ def test_the_edited_line_says_where_your_version_stays(tmp_path: Path) -> None:
     assert user_files_lines(settings, SimpleNamespace(name="demo")) == [(
         "demo: 1 generated file(s) edited since the last build: a.md; the next build keeps your version, as "
         "'<name> (edited).md' next to the note, or where it is when its page has left the source")]
+
+
+def test_your_file_moved_out_of_a_notes_way_stays_yours(tmp_path: Path) -> None:
+    """A file of the user's at the path of a new note, moved to ``Future (edited).md``, was from then on called "a
+    copy of your edits to generated notes (merge and delete them when done)" by ``status``, ``check-vault`` and
+    each build (session 43): it is the user's own file, named with their other files."""
+    from types import SimpleNamespace
+
+    from pipeline.cli import vault_lines
+    from pipeline.ingest.vault_check import user_files_lines
+
+    root = tmp_path / "vault" / "demo"
+    write_source(root.parent, "demo", [_note("a.md", "A.\n")])
+    (root / "Future.md").write_text("my plans\n", encoding="utf-8")
+    (root / "a.md").write_text("edited\n", encoding="utf-8")
+    first = write_source(root.parent, "demo", [_note("a.md", "A2.\n"), _note("Future.md", "F.\n")])
+    assert first.conflicts == [("Future.md", "Future (edited).md"), ("a.md", "a (edited).md")]
+    assert audit(root, "demo")[::5] == (["Future (edited).md"], ["a (edited).md"])
+    again = write_source(root.parent, "demo", [_note("a.md", "A2.\n"), _note("Future.md", "F.\n")])
+    assert again.kept == ["Future (edited).md", "a (edited).md"]
+    meta = {"kept": 2, "kept_files": list(again.kept), "conflicts": [], "vault_dir": str(root)}
+    assert vault_lines("demo", meta) == [
+        "demo: kept 1 file(s) in vault/demo/ that docsvault did not write: Future (edited).md",
+        "demo: kept 1 copy(ies) of your edits to generated notes (merge and delete them when done): a (edited).md"]
+    assert [line.split(":")[1] for line in user_files_lines(SimpleNamespace(vault_dir=root.parent),
+                                                            SimpleNamespace(name="demo"))] == [
+        " 1 file(s) in vault/demo/ that docsvault did not write are kept (never changed or removed by a build)",
+        (" 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
+         "removed by a build; merge and delete them when done)")]

@@ -330,6 +330,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         legacy_owned,
         load_conflicts,
         load_manifest,
+        load_yours,
         save_manifest,
         sha256_file,
         walk_files,
@@ -503,7 +504,12 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     if root.is_dir():
         recorded = {copy: rel for copy, rel in load_conflicts(root).items()
                     if root.joinpath(*PurePosixPath(copy).parts).is_file()}      # the copies still there
-        save_manifest(root, source, final, {**recorded, **{copy.rstrip("/"): rel.rstrip("/") for rel, copy in conflicts}})
+        # the user's own files moved out of a note's way: theirs, not copies of edits (status, the build's lines)
+        moved_foreign = set(foreign)
+        yours = {copy for copy in load_yours(root) if os.path.lexists(root.joinpath(*PurePosixPath(copy).parts))}
+        yours |= {copy.rstrip("/") for rel, copy in conflicts if rel in moved_foreign}
+        save_manifest(root, source, final, {**recorded, **{copy.rstrip("/"): rel.rstrip("/") for rel, copy in conflicts
+                                                          if rel not in moved_foreign}}, yours)
     after = audit(root, source) if root.is_dir() else None
     kept = sorted(after.user_files + after.copies) if after is not None else []
     return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies),
