@@ -338,7 +338,7 @@ def resumed_line(report: BuildReport) -> str:
 def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
-    from pipeline.ingest.ownership import conflict_original
+    from pipeline.ingest.ownership import conflict_original, load_yours
     from pipeline.stages.ingest import FOREIGN, conflict_line
 
     records = list(meta.get("conflicts") or [])
@@ -347,9 +347,11 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) 
     kept = int(meta.get("kept") or 0) - len(copies & set(meta.get("kept_files") or []))
     if kept > 0 and not meta.get("skipped"):
         listed = [f for f in meta.get("kept_files") or [] if f not in copies]
-        # earlier builds' "(edited)" copies of your edits, named apart as `status` and `check-vault` name them
-        older = [f for f in listed if conflict_original(f) is not None]
-        shown = [f for f in listed if conflict_original(f) is None]
+        # earlier builds' "(edited)" copies of your edits, named apart as `status` and `check-vault` name them; not
+        # your own files an earlier build moved out of a note's way (the manifest's `yours`)
+        yours = load_yours(Path(str(meta["vault_dir"]))) if meta.get("vault_dir") else set()
+        older = [f for f in listed if conflict_original(f) is not None and f not in yours]
+        shown = [f for f in listed if f not in older]
         own = kept - len(older)
         if own > 0:
             more = f" and {own - len(shown[:5])} more" if own > len(shown[:5]) else ""

@@ -4,6 +4,7 @@ failure stays visible in `status` until a build of it succeeds."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -91,9 +92,29 @@ def test_a_dropped_sources_bookkeeping_folder_keeps_a_file_someone_put_there(tmp
     (folder / "mine.md").write_text("# mine\n", encoding="utf-8")
     (folder / ".docsvault" / "notes.txt").write_text("mine too\n", encoding="utf-8")
     (folder / ".docsvault" / ".manifest.json.x1.tmp").write_text("{", encoding="utf-8")    # a killed write's temp
-    assert _remove_generated(folder) == ["mine.md"]
+    assert _remove_generated(folder) == [".docsvault/notes.txt", "mine.md"]
     assert _files(folder) == [".docsvault", "mine.md"]
     assert _files(folder / ".docsvault") == ["notes.txt"]
+
+
+def test_a_dropped_sources_folder_keeps_your_dot_files_and_symlinked_folders(tmp_path: Path) -> None:
+    """A folder whose only files of the user's were a dot file and a symlinked folder (none of them listed as
+    kept) was removed with ``shutil.rmtree``: ``.private.md`` and the link were gone (session 43); a killed write's
+    temp file is docsvault's and goes."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.models import Note
+    from pipeline.stages.layout import _remove_generated
+
+    fm = {"title": "A", "source": "gone", "source_path": "sub/a.md"}
+    write_source(tmp_path / "vault", "gone", [Note("gone", "sub/a.md", "sub/a.md", "A", fm, "A.\n")])
+    folder, mine = tmp_path / "vault" / "gone", tmp_path / "mine"
+    mine.mkdir()
+    (folder / ".private.md").write_text("my hidden note\n", encoding="utf-8")
+    os.symlink(mine, folder / "linked")
+    (folder / "sub" / ".a.md.k2j4x9_q.tmp").write_text("half", encoding="utf-8")
+    assert _remove_generated(folder) == [".private.md", "linked"]
+    assert _files(folder) == [".private.md", "linked"]
+    assert (folder / ".private.md").read_text(encoding="utf-8") == "my hidden note\n"
 
 
 def test_a_dropped_empty_sources_folder_goes_and_keeps_a_file_of_yours(tmp_path: Path) -> None:
@@ -252,3 +273,23 @@ def test_a_build_on_a_copied_vault_keeps_the_warehouse_of_the_sources_built_else
         warehouse_stage(Settings.from_env(), load_sources(sources), lambda spec: None)
     assert str(err.value) == line
     assert (reader / "data" / "warehouse.duckdb").read_bytes() == published
+
+
+def test_a_dropped_sources_folder_whose_index_note_you_deleted_goes(tmp_path: Path) -> None:
+    """The folder was recognised as docsvault's by its ``_index.md`` (or an empty manifest): with the index note
+    deleted in Obsidian, a dropped source's folder stayed with every generated note in it, without a line (session
+    43). Its manifest names the source: it goes, your files stay."""
+    from pipeline.config import Settings
+    from pipeline.ingest.vault import write_source
+    from pipeline.models import Note
+    from pipeline.stages import remove_dropped_sources
+
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    fm = {"title": "A", "source": "gone", "source_path": "a.md"}
+    write_source(settings.vault_dir, "gone", [Note("gone", "a.md", "a.md", "A", fm, "A.\n")])
+    (settings.vault_dir / "gone" / "_index.md").unlink()
+    (settings.vault_dir / "gone" / "mine.md").write_text("# mine\n", encoding="utf-8")
+    assert remove_dropped_sources(settings, [], remove_all=True) == [
+        ("removed vault/gone/: source 'gone' is no longer in sources.yaml (kept 1 file(s) docsvault did not write, "
+         "or that were edited since: mine.md)")]
+    assert _files(settings.vault_dir / "gone") == ["mine.md"]

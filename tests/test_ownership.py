@@ -160,11 +160,11 @@ def test_killed_build_between_files_and_manifest_owns_both_versions(tmp_path: Pa
     real = own.save_manifest
     calls = []
 
-    def crash_on_final(root, source, files, conflicts=None):
+    def crash_on_final(root, source, files, conflicts=None, yours=None):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
-        real(root, source, files, conflicts)
+        real(root, source, files, conflicts, yours)
 
     monkeypatch.setattr(own, "save_manifest", crash_on_final)
     with pytest.raises(KeyboardInterrupt):
@@ -288,7 +288,8 @@ def test_a_folder_at_a_notes_path_and_a_file_at_a_folders_path_are_moved_aside(t
     assert (root / "Projects (edited)").read_text(encoding="utf-8") == "my file"
     assert read_notes(tmp_path, ["demo"])[0].body == "Ducks quack.\n"
     assert (root / "Projects" / "Alpha.md").is_file()
-    assert sorted(audit(root, "demo").user_files) == ["Ducks (edited).md/mine.txt"]
+    # your file moved out of the folder's way is yours, not a copy of an edit (session 43)
+    assert sorted(audit(root, "demo").user_files) == ["Ducks (edited).md/mine.txt", "Projects (edited)"]
     assert [conflict_line("demo", f"{rel} -> {copy}{FOREIGN}") for rel, copy in result.conflicts] == [
         ("vault/demo/Ducks.md is a folder docsvault did not write, and the source now has a note at that path: "
          "your folder is kept as vault/demo/Ducks (edited).md/"),
@@ -296,3 +297,217 @@ def test_a_folder_at_a_notes_path_and_a_file_at_a_folders_path_are_moved_aside(t
          "path: your file is kept as vault/demo/Projects (edited)")]
     again = write_source(tmp_path, "demo", notes)                      # the next build has nothing to move
     assert (again.conflicts, again.written) == ([], [])
+
+
+def test_a_page_that_left_the_source_is_not_removed_through_a_symlinked_folder(tmp_path: Path) -> None:
+    """The user moved ``guide/`` out of the vault and linked it back: the page leaving the source removed the file
+    at the link's target, outside ``vault/<source>/`` (session 43)."""
+    vault, outside = tmp_path / "vault", tmp_path / "elsewhere" / "guide"
+    write_source(vault, "demo", [_note("a.md", "A.\n"), _note("guide/g.md", "G.\n")])
+    outside.parent.mkdir()
+    (vault / "demo" / "guide").rename(outside)
+    os.symlink(outside, vault / "demo" / "guide")
+    kept = (outside / "g.md").read_bytes()
+    result = write_source(vault, "demo", [_note("a.md", "A.\n")])
+    assert result.removed == []
+    assert (outside / "g.md").read_bytes() == kept
+    assert (vault / "demo" / "guide").is_symlink()
+
+
+def test_a_file_made_while_the_build_runs_is_not_replaced_by_a_conflict_copy(tmp_path: Path) -> None:
+    """The user wrote ``b (edited).md`` after the build listed the folder, then the build moved their edited ``b.md``
+    to that name with os.replace: the file they had just written was gone (session 43)."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B.\n")])
+    (root / "b.md").write_text("my edit of b\n", encoding="utf-8")
+
+    def user_writes(done: int, total: int) -> None:
+        if done == 1:           # after a.md, before b.md
+            (root / "b (edited).md").write_text("my own note\n", encoding="utf-8")
+
+    result = write_source(tmp_path, "demo", [_note("a.md", "A2.\n"), _note("b.md", "B2.\n")], progress=user_writes)
+    assert result.conflicts == [("b.md", "b (edited 2).md")]
+    assert (root / "b (edited).md").read_text(encoding="utf-8") == "my own note\n"
+    assert (root / "b (edited 2).md").read_text(encoding="utf-8") == "my edit of b\n"
+
+
+@pytest.mark.parametrize("target", ["mine.md", "../../outside.md"])
+def test_a_symlink_of_the_users_at_a_notes_path_is_moved_aside(tmp_path: Path, target: str) -> None:
+    """A symlink the user made where the source now has a note was deleted without a word when it pointed into the
+    folder, and failed the source's vault step on every build when it pointed out of it (session 43)."""
+    root = tmp_path / "vault" / "demo"
+    write_source(root.parent, "demo", [_note("a.md", "A.\n")])
+    (root / "mine.md").write_text("mine\n", encoding="utf-8")
+    (tmp_path / "outside.md").write_text("outside\n", encoding="utf-8")
+    os.symlink(target, root / "Future.md")
+    result = write_source(root.parent, "demo", [_note("a.md", "A.\n"), _note("Future.md", "F.\n")])
+    assert (result.conflicts, result.foreign) == ([("Future.md", "Future (edited).md")], ["Future.md"])
+    assert os.readlink(root / "Future (edited).md") == target
+    assert not (root / "Future.md").is_symlink()
+    assert (root / "Future.md").read_text(encoding="utf-8").endswith("\nF.\n")
+    assert (root / "mine.md").read_text(encoding="utf-8") == "mine\n"
+    assert (tmp_path / "outside.md").read_text(encoding="utf-8") == "outside\n"
+
+
+def test_a_file_the_build_cannot_read_at_a_notes_path_is_moved_aside(tmp_path: Path, monkeypatch) -> None:
+    """A file of another user (mode 0600) at a note's path hashed as None, "no file", and was replaced (session 43)."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n")])
+    (root / "Future.md").write_text("theirs\n", encoding="utf-8")
+    real_open = Path.open
+
+    def open_(self, *args, **kwargs):
+        if self.name == "Future.md" and args[:1] == ("rb",):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", open_)
+    result = write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("Future.md", "F.\n")])
+    monkeypatch.undo()
+    assert result.conflicts == [("Future.md", "Future (edited).md")]
+    assert (root / "Future (edited).md").read_text(encoding="utf-8") == "theirs\n"
+
+
+def test_an_empty_folder_the_user_made_is_kept(tmp_path: Path) -> None:
+    """Every build removed every empty folder of ``vault/<source>/``: a folder the user had just made in Obsidian
+    (to write in) was gone after the next build (session 43); a folder a removed page leaves empty still goes."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("old/deep/b.md", "B.\n")])
+    (root / "Drafts" / "2026").mkdir(parents=True)
+    (root / "old" / "Mine").mkdir()
+    result = write_source(tmp_path, "demo", [_note("a.md", "A.\n")])
+    assert result.removed == ["old/deep/b.md"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir()) == [
+        ".docsvault", "Drafts", "Drafts/2026", "old", "old/Mine"]
+
+
+def test_a_note_whose_name_a_macos_sync_left_in_nfd_is_rewritten_in_place(tmp_path: Path) -> None:
+    """``café.md`` with its name decomposed (NFD, as a sync from a macOS vault leaves it on Linux): the build wrote
+    an NFC ``café.md`` beside it, both were read as notes of the source, and the NFD one stayed stale for good
+    (session 43). It is renamed to the note's NFC path and updated there; of two such twins one note is read."""
+    import unicodedata
+
+    nfc, nfd = "café.md", unicodedata.normalize("NFD", "café.md")
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note(nfc, "A.\n"), _note("Entrées/b.md", "B.\n")])
+    os.rename(root / nfc, root / nfd)
+    os.rename(root / "Entrées", root / unicodedata.normalize("NFD", "Entrées"))
+    result = write_source(tmp_path, "demo", [_note(nfc, "A2.\n"), _note("Entrées/b.md", "B2.\n")])
+    assert (result.written, result.kept, result.conflicts) == (["Entrées/b.md", nfc], [], [])
+    assert sorted(p.name for p in root.iterdir()) == [".docsvault", "Entrées", "_index.md", nfc]
+    assert [n.rel_path for n in read_notes(tmp_path, ["demo"])] == ["Entrées/b.md", nfc]
+    assert (root / nfc).read_text(encoding="utf-8").endswith("\nA2.\n")
+
+    (root / nfd).write_bytes((root / nfc).read_bytes().replace(b"A2.", b"old"))      # twins, as before the fix
+    assert [(n.rel_path, n.body) for n in read_notes(tmp_path, ["demo"]) if n.rel_path != "Entrées/b.md"] == [
+        (nfc, "A2.\n")]
+
+
+def test_a_case_only_rename_on_a_file_system_that_ignores_case_is_no_conflict(tmp_path: Path) -> None:
+    """The source renames ``Foo.md`` to ``foo.md``: on macOS or Windows ``vault/demo/foo.md`` is the build's
+    ``Foo.md``, which was moved aside as "a file docsvault did not write" (``foo (edited).md``, a stale copy of a
+    generated note, session 43). Simulated here by a hard link: both names reach one file, as there."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("Foo.md", "Foo.\n")])
+    os.link(root / "Foo.md", root / "foo.md")
+    result = write_source(tmp_path, "demo", [_note("foo.md", "Foo, renamed.\n")])
+    assert (result.written, result.conflicts, result.foreign) == (["foo.md"], [], [])
+    assert (root / "foo.md").read_text(encoding="utf-8").endswith("\nFoo, renamed.\n")
+    assert sorted(load_manifest(root)) == ["_index.md", "foo.md"]
+
+
+def test_a_folder_the_build_may_not_write_is_one_line_naming_the_file_and_what_to_do(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """The vault step failed with ``[Errno 1] Operation not permitted: '…/sub/.B.md.et9lsevi.tmp'``: a hidden temp
+    file's name and no hint (session 43)."""
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest import vault
+
+    write_source(tmp_path, "demo", [_note("sub/b.md", "B.\n")])
+
+    def refuse(path: Path, fill, **kwargs) -> None:
+        raise PermissionError(1, "Operation not permitted", str(path.parent / f".{path.name}.et9lsevi.tmp"))
+
+    monkeypatch.setattr(vault, "write_atomic_with", refuse)
+    with pytest.raises(NoteError) as err:
+        write_source(tmp_path, "demo", [_note("sub/b.md", "B2.\n")])
+    assert str(err.value) == (
+        "source 'demo': cannot write vault/demo/sub/b.md: Operation not permitted; make vault/demo/sub/ writable for "
+        "docsvault (its owner and permissions, an immutable flag, a read-only mount) and build again")
+
+
+def test_an_edit_saved_while_the_build_flushes_the_new_version_is_kept(tmp_path: Path, monkeypatch) -> None:
+    """The build hashed ``b.md`` (the build's, unedited), then wrote and fsynced the new version, then replaced
+    the file: an edit the user saved meanwhile (Obsidian saves every ~2 s while one types) was replaced without a
+    copy (session 43). The file is now judged right before the replace."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B.\n")])
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1].startswith(".b.md."):    # b.md's new version
+            (root / "b.md").write_text("saved while the build ran\n", encoding="utf-8")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    result = write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("b.md", "B2.\n")])
+    monkeypatch.undo()
+    assert result.conflicts == [("b.md", "b (edited).md")]
+    assert (root / "b (edited).md").read_text(encoding="utf-8") == "saved while the build ran\n"
+    assert (root / "b.md").read_text(encoding="utf-8").endswith("\nB2.\n")
+
+
+def test_temp_files_a_killed_write_left_in_the_folder_go(tmp_path: Path) -> None:
+    """A build killed between writing a note's temp file and replacing the note left ``.b.md.k2j4x9_q.tmp`` in
+    ``vault/<source>/`` for good (hidden in Obsidian, not by git or a sync tool; session 43); the next write of
+    the source removes it. A dot file of the user's stays."""
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("sub/b.md", "B.\n")])
+    (root / "sub" / ".b.md.k2j4x9_q.tmp").write_text("---\ntitle: b\n", encoding="utf-8")
+    (root / ".mine.tmp").write_text("mine\n", encoding="utf-8")
+    write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("sub/b.md", "B.\n")])
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob(".*") if p.is_file()) == [".mine.tmp"]
+
+
+def test_the_edited_line_says_where_your_version_stays(tmp_path: Path) -> None:
+    """``status`` and ``check-vault`` said that the next build keeps an edited generated note as ``<name>
+    (edited).md``; when its page has left the source it stays where it is (session 43)."""
+    from types import SimpleNamespace
+
+    from pipeline.ingest.vault_check import user_files_lines
+
+    write_source(tmp_path / "vault", "demo", [_note("a.md", "A.\n")])
+    (tmp_path / "vault" / "demo" / "a.md").write_text("mine now\n", encoding="utf-8")
+    settings = SimpleNamespace(vault_dir=tmp_path / "vault")
+    assert user_files_lines(settings, SimpleNamespace(name="demo")) == [(
+        "demo: 1 generated file(s) edited since the last build: a.md; the next build keeps your version, as "
+        "'<name> (edited).md' next to the note, or where it is when its page has left the source")]
+
+
+def test_your_file_moved_out_of_a_notes_way_stays_yours(tmp_path: Path) -> None:
+    """A file of the user's at the path of a new note, moved to ``Future (edited).md``, was from then on called "a
+    copy of your edits to generated notes (merge and delete them when done)" by ``status``, ``check-vault`` and
+    each build (session 43): it is the user's own file, named with their other files."""
+    from types import SimpleNamespace
+
+    from pipeline.cli import vault_lines
+    from pipeline.ingest.vault_check import user_files_lines
+
+    root = tmp_path / "vault" / "demo"
+    write_source(root.parent, "demo", [_note("a.md", "A.\n")])
+    (root / "Future.md").write_text("my plans\n", encoding="utf-8")
+    (root / "a.md").write_text("edited\n", encoding="utf-8")
+    first = write_source(root.parent, "demo", [_note("a.md", "A2.\n"), _note("Future.md", "F.\n")])
+    assert first.conflicts == [("Future.md", "Future (edited).md"), ("a.md", "a (edited).md")]
+    assert audit(root, "demo")[::5] == (["Future (edited).md"], ["a (edited).md"])
+    again = write_source(root.parent, "demo", [_note("a.md", "A2.\n"), _note("Future.md", "F.\n")])
+    assert again.kept == ["Future (edited).md", "a (edited).md"]
+    meta = {"kept": 2, "kept_files": list(again.kept), "conflicts": [], "vault_dir": str(root)}
+    assert vault_lines("demo", meta) == [
+        "demo: kept 1 file(s) in vault/demo/ that docsvault did not write: Future (edited).md",
+        "demo: kept 1 copy(ies) of your edits to generated notes (merge and delete them when done): a (edited).md"]
+    assert [line.split(":")[1] for line in user_files_lines(SimpleNamespace(vault_dir=root.parent),
+                                                            SimpleNamespace(name="demo"))] == [
+        " 1 file(s) in vault/demo/ that docsvault did not write are kept (never changed or removed by a build)",
+        (" 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
+         "removed by a build; merge and delete them when done)")]

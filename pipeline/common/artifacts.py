@@ -42,11 +42,13 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
 
 
 def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False,
-                      mode: int | None = None) -> None:
+                      mode: int | None = None, before_replace: Callable[[], object] | None = None) -> None:
     """Like :func:`write_atomic`, the bytes written by ``fill(file)`` (e.g. a copy of another file, ``np.savez``).
 
     ``exclusive``: never replace an existing ``path`` (the temp file is hard-linked to it, so of two writers
     racing for one name, one gets ``FileExistsError``); on a filesystem without hard links, a plain replace.
+    ``before_replace``: called once the new bytes are on disk, right before they take ``path`` (the vault judges
+    the file there then: an edit saved while the new version was written is not replaced unseen).
 
     Raises:
         FileExistsError: ``exclusive`` and ``path`` exists (nothing written).
@@ -61,6 +63,8 @@ def write_atomic_with(path: Path, fill: Callable[[BinaryIO], object], *, exclusi
             fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_replace is not None:
+            before_replace()
         if exclusive:
             _link_new(tmp, path)
         else:

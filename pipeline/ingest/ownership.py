@@ -11,7 +11,8 @@ that file and nobody changed it since; everything else there is the user's and i
 
 The manifest is ``vault/<source>/.docsvault/manifest.json`` (a dot folder: Obsidian, ``read_notes`` and the vault
 listing ignore it), JSON ``{"version": 1, "source": name, "files": {rel_path: [sha256 hex, ...]}, "conflicts":
-{copy rel_path: rel_path}}`` (``conflicts``: the ``(edited)`` copies the build made of your edits, still there); a
+{copy rel_path: rel_path}, "yours": [copy rel_path, ...]}`` (``conflicts``: the ``(edited)`` copies the build made of
+your edits, still there; ``yours``: your own files it moved out of a note's way, named so too); a
 file is the
 build's while its bytes hash to one of its listed values (normally one; two while a write is in progress, so a
 build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
@@ -29,7 +30,7 @@ import os
 import posixpath
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -86,18 +87,32 @@ def load_conflicts(root: Path) -> dict[str, str]:
         return {}
 
 
+def load_yours(root: Path) -> set[str]:
+    """The manifest's ``yours``: the ``(edited)`` names the build gave files of the user's that were in a note's
+    way (their own files, not copies of edits to generated notes); empty when none is recorded or there is no
+    readable manifest."""
+    try:
+        data = json.loads(manifest_path(root).read_text(encoding="utf-8"))
+        return {unicodedata.normalize("NFC", str(rel)) for rel in data.get("yours") or ()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return set()
+
+
 def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[str]],
-                  conflicts: Mapping[str, str] | None = None) -> None:
+                  conflicts: Mapping[str, str] | None = None, yours: Iterable[str] | None = None) -> None:
     """Write the manifest atomically (keys sorted, hash lists sorted). ``conflicts`` (copy -> original rel_path)
-    replaces the recorded ones; None keeps those recorded now."""
+    replaces the recorded ones, ``yours`` (:func:`load_yours`) too; None keeps those recorded now."""
     from pipeline.common.artifacts import write_atomic
 
     if conflicts is None:
         conflicts = load_conflicts(root)
+    yours = load_yours(root) if yours is None else set(yours)
     data: dict[str, object] = {"version": MANIFEST_VERSION, "source": source,
                                "files": {rel: sorted(files[rel]) for rel in sorted(files)}}
     if conflicts:
         data["conflicts"] = {rel: conflicts[rel] for rel in sorted(conflicts)}
+    if yours:
+        data["yours"] = sorted(yours)
     write_atomic(manifest_path(root), (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
@@ -135,9 +150,14 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
     return owned
 
 
-def walk_files(root: Path) -> dict[str, Path]:
+#: the temp file of an atomic write (``.<name>.<8 random>.tmp``: tempfile.mkstemp's) that a killed build left
+WRITE_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def walk_files(root: Path, temps: list[Path] | None = None) -> dict[str, Path]:
     """rel_path (posix, NFC) -> path of every file (and file symlink) under ``root``; dot files and dot folders
-    (``.obsidian``, ``.docsvault``, ``.trash``) skipped, symlinked folders not entered."""
+    (``.obsidian``, ``.docsvault``, ``.trash``) skipped, symlinked folders not entered. ``temps``: gets the
+    temp files of killed writes found (:data:`WRITE_TEMP`, regular files)."""
     found: dict[str, Path] = {}
     root = Path(root)
     if not root.is_dir():
@@ -147,6 +167,8 @@ def walk_files(root: Path) -> dict[str, Path]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink())
         for name in sorted(filenames):
             if name.startswith("."):
+                if temps is not None and WRITE_TEMP.match(name) and not (here / name).is_symlink():
+                    temps.append(here / name)
                 continue
             path = here / name
             rel = unicodedata.normalize("NFC", path.relative_to(root).as_posix())
@@ -189,7 +211,8 @@ class Audit(NamedTuple):
     page is gone); ``missing``: files the build wrote that are gone (the next build writes them again); ``owned``:
     files as the build wrote them; ``has_manifest``: False for a folder written before manifests (ownership then by
     :func:`legacy_owned`); ``copies``: the ``<name> (edited).md`` copies the build made of your edits (recorded in the
-    manifest, or, made before it recorded them, named so after a file it owns), sorted. Neither ``user_files`` nor
+    manifest, or, made before it recorded them, named so after a file it owns; not your own files it moved out of a
+    note's way, its ``yours``: those are ``user_files``), sorted. Neither ``user_files`` nor
     ``copies`` is ever changed or removed by a build."""
 
     user_files: list[str]
@@ -208,12 +231,13 @@ def audit(root: Path, source: str) -> Audit:
     if manifest is None:
         manifest = legacy_owned(root, source)
     files = walk_files(root)
-    recorded = load_conflicts(root)
+    recorded, yours = load_conflicts(root), load_yours(root)
     user, edited, owned, copies = [], [], [], []
     for rel, path in files.items():
         hashes = manifest.get(rel)
         if hashes is None:
-            (copies if rel in recorded or conflict_original(rel) in manifest else user).append(rel)
+            mine = rel in yours or (rel not in recorded and conflict_original(rel) not in manifest)
+            (user if mine else copies).append(rel)
         elif sha256_file(path) in hashes:
             owned.append(rel)
         else:

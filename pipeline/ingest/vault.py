@@ -18,10 +18,11 @@ import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
-from pipeline.common.artifacts import write_atomic
+from pipeline.common.artifacts import write_atomic_with
 from pipeline.common.errors import NoteError
 from pipeline.common.frontmatter import (
     INDEX_KEY,
@@ -137,8 +138,8 @@ def _safe_target(root: Path, rel_path: str, source: str, resolved: dict[Path, Pa
     """``root / rel_path`` after checking it stays inside ``root`` (no absolute paths, ``..``, or symlink escapes).
 
     ``resolved``: a memo of resolved folders (path -> ``path.resolve()``) shared by the calls of one write: the
-    target resolves as its resolved folder joined with its name, or fully when the name is a symlink (what
-    ``target.resolve()`` gives; one ``realpath`` per folder instead of one per note)."""
+    target resolves as its resolved folder joined with its name (one ``realpath`` per folder instead of one per
+    note); a symlink at the name itself is the user's file, which :func:`write_source` moves aside."""
     pure = PurePosixPath(rel_path)
     if (not rel_path or pure.is_absolute() or "\\" in rel_path or ".." in pure.parts or "\x00" in rel_path
             or not rel_path.endswith(".md") or (pure.parts and pure.parts[0].endswith(":"))):
@@ -153,8 +154,8 @@ def _safe_target(root: Path, rel_path: str, source: str, resolved: dict[Path, Pa
         return memo[path]
 
     try:
-        full = real(target.parent) / target.name if not target.is_symlink() else target.resolve()
-        full.relative_to(real(root))
+        # the folder only: a symlink at the path itself is the user's, moved aside, never written through
+        (real(target.parent) / target.name).relative_to(real(root))
     except ValueError:
         raise NoteError(f"source '{source}': note path {rel_path!r} resolves outside vault/{source}/ "
                         "(a symlink?); remove the link") from None
@@ -203,14 +204,56 @@ def _same_content(old: bytes, new: bytes, where: str) -> bool:
     return old_body == new_body and strip(old_fm) == strip(new_fm)
 
 
-def _copy_atomic(src: Path, path: Path) -> None:
-    """Copy a file's bytes to ``path`` through a temp file + ``os.replace``, with the umask's mode."""
+def _write_bytes(data: bytes, out: BinaryIO) -> None:
+    out.write(data)
+
+
+def _copy_from(src: Path, out: BinaryIO) -> None:
+    """Copy a file's bytes into ``out`` (an attachment's temp file in the vault)."""
     import shutil
 
-    from pipeline.common.artifacts import write_atomic_with
-
     with open(src, "rb") as inp:
-        write_atomic_with(path, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
+        shutil.copyfileobj(inp, out, 1 << 20)
+
+
+def _unwritable(source: str, rel: str, exc: OSError) -> NoteError:
+    """The error of a file of ``vault/<source>/`` that could not be written (or moved aside), naming it and what
+    to do."""
+    import errno
+
+    where = f"vault/{source}/{rel}"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        todo = (f"make {where.rsplit('/', 1)[0]}/ writable for docsvault (its owner and permissions, an immutable "
+                "flag, a read-only mount) and build again")
+    elif exc.errno == errno.ENOSPC:
+        todo = "free space on its disk and build again"
+    else:
+        todo = "fix that and build again"
+    return NoteError(f"source '{source}': cannot write {where}: {exc.strerror or exc}; {todo}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """True when both paths reach one file (``Foo.md`` and ``foo.md`` on a file system that ignores case)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _move_aside(root: Path, rel: str, taken: set[str]) -> str:
+    """Move ``root/rel`` (a file, symlink or folder) to its conflict name (:func:`pipeline.ingest.ownership.
+    conflict_name`), one neither in ``taken`` (updated) nor on disk now: a file the user made there while the build
+    ran is never replaced (``os.replace`` replaces one silently). Returns the copy's rel_path."""
+    from pipeline.ingest.ownership import conflict_name
+
+    path = root.joinpath(*PurePosixPath(rel).parts)
+    while True:
+        copy = conflict_name(rel, taken)
+        taken.add(copy.casefold())
+        dest = path.with_name(PurePosixPath(copy).name)
+        if not os.path.lexists(dest):
+            os.replace(path, dest)
+            return copy
 
 
 def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, set[str]]
@@ -225,7 +268,7 @@ def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, 
         ``("<folder>/", copy)`` for a file moved out of a folder's way, ``(rel, "<copy>/")`` for a folder moved
         out of a note's (the trailing ``/`` marks which; see :class:`VaultResult`).
     """
-    from pipeline.ingest.ownership import conflict_name, sha256_file
+    from pipeline.ingest.ownership import sha256_file
 
     moved: list[tuple[str, str]] = []
     parts = PurePosixPath(rel).parts
@@ -237,9 +280,7 @@ def _move_in_the_way(root: Path, rel: str, taken: set[str], owned: Mapping[str, 
         if not last and sha256_file(path) in owned.get(sub, ()):
             path.unlink()
             continue
-        copy = conflict_name(sub, taken)
-        taken.add(copy.casefold())
-        os.replace(path, path.with_name(PurePosixPath(copy).name))
+        copy = _move_aside(root, sub, taken)
         moved.append((sub, copy + "/") if last else (sub + "/", copy))
     return moved
 
@@ -286,10 +327,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
 
     from pipeline.ingest.ownership import (
         audit,
-        conflict_name,
         legacy_owned,
         load_conflicts,
         load_manifest,
+        load_yours,
         save_manifest,
         sha256_file,
         walk_files,
@@ -328,7 +369,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     manifest = load_manifest(root)
     owned = manifest if manifest is not None else legacy_owned(
         root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes})
-    before = walk_files(root)
+    leftovers: list[Path] = []              # temp files of writes a killed build left (hidden in Obsidian)
+    before = walk_files(root, leftovers)
     # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
     # knows them next time)
     pending = {rel: set(hashes) for rel, hashes in owned.items()}
@@ -336,7 +378,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         pending.setdefault(rel, set()).add(digest)
     # always, with no note too: the folder and its manifest record that the source's vault was written (an empty
     # source's chunk stage reads that folder; once the source is dropped, its manifest marks the folder as docsvault's)
-    save_manifest(root, source, pending)
+    try:
+        save_manifest(root, source, pending)
+    except OSError as exc:
+        raise _unwritable(source, ".docsvault/manifest.json", exc) from None
     taken = {rel.casefold() for rel in before} | {rel.casefold() for rel in new_hash}
     final: dict[str, set[str]] = {}
     written: list[str] = []
@@ -345,29 +390,65 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     foreign: list[str] = []
     att_written: list[str] = []
 
-    def make_room(rel: str, path: Path) -> bool:
-        """Before replacing ``path``: True when it may be replaced; moves an edited or foreign file away (and
-        a file or folder of the user's in its way, :func:`_move_in_the_way`)."""
-        for moved in _move_in_the_way(root, rel, taken, owned):
-            conflicts.append(moved)
-            foreign.append(moved[0])
-        if path.is_symlink():
-            path.unlink()               # the build never writes symlinks; the link's target is not touched
-            return True
-        current = sha256_file(path)
-        if current is None or current in owned.get(rel, ()):
-            return True
-        copy = conflict_name(rel, taken)
-        taken.add(copy.casefold())
-        os.replace(path, path.with_name(PurePosixPath(copy).name))
+    def put(rel: str, path: Path, fill: Callable[[BinaryIO], object]) -> None:
+        """Write ``rel``: a file or folder of the user's in its way moved aside first (:func:`_move_in_the_way`),
+        the file at its path judged right before the replace (:func:`make_room`). An OSError (a folder the build
+        may not write) is one line naming the file and what to do, not the hidden temp file's name
+        (``.B.md.et9lsevi.tmp``)."""
+        try:
+            for moved in _move_in_the_way(root, rel, taken, owned):
+                conflicts.append(moved)
+                foreign.append(moved[0])
+            write_atomic_with(path, fill, before_replace=lambda: make_room(rel, path))
+        except OSError as exc:
+            raise _unwritable(source, rel, exc) from None
+
+    folded: dict[str, list[str]] = {}
+    for rel in owned:
+        folded.setdefault(rel.casefold(), []).append(rel)
+
+    def case_twin(rel: str, path: Path) -> str | None:
+        """The build's file under another case of ``rel``'s name that is the very file at ``path`` (a file system
+        that ignores case: macOS, Windows), None when there is none: a page renamed in case only in the source
+        (``Foo.md`` -> ``foo.md``) is still the build's file, not one of the user's to move aside."""
+        for other in folded.get(rel.casefold(), ()):
+            if other != rel and (at := before.get(other)) is not None and _same_file(at, path):
+                return other
+        return None
+
+    def make_room(rel: str, path: Path) -> None:
+        """Right before the new version replaces ``path`` (its bytes are on disk by then: an edit saved while
+        they were written is seen): moves an edited or foreign file there away."""
+        if not os.path.lexists(path):
+            return
+        # the build never writes symlinks: one here is the user's, moved aside as their file is (its target is
+        # not touched); so is a file the build cannot read (sha256_file: None), never replaced unseen
+        if not path.is_symlink() and (current := sha256_file(path)) is not None and (
+                current in owned.get(rel, ()) or current in owned.get(case_twin(rel, path) or rel, ())):
+            return
+        copy = _move_aside(root, rel, taken)
         conflicts.append((rel, copy))
         if rel not in owned:
             foreign.append(rel)
-        return True
+
+    emptied: set[Path] = set()              # folders a move or removal may leave empty, up to (not incl.) root
+
+    def adopt(rel: str, path: Path) -> None:
+        """The file of ``rel`` listed under another Unicode form of its name (an NFD name a sync from a macOS vault
+        left, on a file system that tells the forms apart) is renamed to the note's (NFC) path, which then holds
+        it: writing beside it left two notes of one name in the folder, both read as the source's, the other one
+        stale for good."""
+        on_disk = before.get(rel)
+        if on_disk is None or on_disk == path or os.path.lexists(path) or on_disk.is_symlink():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(on_disk, path)
+        emptied.update(on_disk.parents[:len(PurePosixPath(rel).parts) - 1])
 
     for done, (rel, (path, data)) in enumerate(sorted(targets.items())):
         if progress is not None:
             progress(done, len(targets))
+        adopt(rel, path)
         try:
             old = path.read_bytes() if path.is_file() and not path.is_symlink() else None
         except OSError:
@@ -376,18 +457,17 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             unchanged.append(rel)
             final[rel] = {hashlib.sha256(old).hexdigest()}
             continue
-        make_room(rel, path)
-        write_atomic(path, data)
+        put(rel, path, partial(_write_bytes, data))
         written.append(rel)
         final[rel] = {new_hash[rel]}
     if progress is not None and targets:
         progress(len(targets), len(targets))
     for rel, (path, src, digest) in copies.items():
+        adopt(rel, path)
         if sha256_file(path) == digest:
             final[rel] = {digest}
             continue
-        make_room(rel, path)
-        _copy_atomic(src, path)
+        put(rel, path, partial(_copy_from, src))
         att_written.append(rel)
         final[rel] = {digest}
     if index_rel is not None:
@@ -395,27 +475,41 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             if index_rel in bucket:
                 bucket.remove(index_rel)
     removed: list[str] = []
+    folded_final: dict[str, list[str]] = {}
+    for rel in final:
+        folded_final.setdefault(rel.casefold(), []).append(rel)
     for rel, hashes in sorted(owned.items()):
         if rel in final:
             continue
-        path = root.joinpath(*PurePosixPath(rel).parts)
+        # as listed before the write: never through a symlinked folder (walk_files does not enter one: the
+        # file there is not in the vault), and by its name on disk (an NFD name a macOS sync left)
+        path = before.get(rel)
+        if path is None or any(_same_file(path, targets[t][0] if t in targets else copies[t][0])
+                               for t in folded_final.get(rel.casefold(), ())):
+            continue                    # Foo.md, where the note is foo.md now, on a file system ignoring case
         if sha256_file(path) in hashes:
             path.unlink()
+            emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
                 removed.append(rel)
+    for temp in leftovers:
+        temp.unlink(missing_ok=True)
+    # only the folders a removal may have left empty: an empty folder the user made (Obsidian's "New folder")
+    # is theirs
+    for folder in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()              # only succeeds when empty
+        except OSError:
+            pass
     if root.is_dir():
-        for folder in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
-                             key=lambda p: len(p.parts), reverse=True):
-            rel_parts = folder.relative_to(root).parts
-            if any(part.startswith(".") for part in rel_parts):
-                continue
-            try:
-                folder.rmdir()          # only succeeds when empty
-            except OSError:
-                pass
         recorded = {copy: rel for copy, rel in load_conflicts(root).items()
                     if root.joinpath(*PurePosixPath(copy).parts).is_file()}      # the copies still there
-        save_manifest(root, source, final, {**recorded, **{copy.rstrip("/"): rel.rstrip("/") for rel, copy in conflicts}})
+        # the user's own files moved out of a note's way: theirs, not copies of edits (status, the build's lines)
+        moved_foreign = set(foreign)
+        yours = {copy for copy in load_yours(root) if os.path.lexists(root.joinpath(*PurePosixPath(copy).parts))}
+        yours |= {copy.rstrip("/") for rel, copy in conflicts if rel in moved_foreign}
+        save_manifest(root, source, final, {**recorded, **{copy.rstrip("/"): rel.rstrip("/") for rel, copy in conflicts
+                                                          if rel not in moved_foreign}}, yours)
     after = audit(root, source) if root.is_dir() else None
     kept = sorted(after.user_files + after.copies) if after is not None else []
     return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies),
@@ -460,7 +554,14 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
                     rel = path.relative_to(root).as_posix()
                     if owned is None or unicodedata.normalize("NFC", rel) in owned:
                         found.append((rel, path))
-        for rel, path in sorted(found):
+        # one note per name: of two files whose names differ only in Unicode form (NFC and NFD twins, which a
+        # file system that tells them apart can hold), the NFC one, the name the build writes
+        seen: set[str] = set()
+        nfc = {rel: unicodedata.normalize("NFC", rel) for rel, _ in found}
+        for rel, path in sorted(found, key=lambda f: (nfc[f[0]], f[0] != nfc[f[0]], f[0])):
+            if nfc[rel] in seen:
+                continue
+            seen.add(nfc[rel])
             where = f"vault/{name}/{rel}"
             try:
                 data = path.read_bytes()

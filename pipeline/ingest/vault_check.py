@@ -76,7 +76,8 @@ def user_files_lines(settings: Settings, source: Source) -> list[str]:
                      f"write are kept (never changed or removed by a build): {_names(a.user_files)}")
     if a.edited:
         lines.append(f"{source.name}: {len(a.edited)} generated file(s) edited since the last build: "
-                     f"{_names(a.edited)}; the next build keeps your version as '<name> (edited).md' next to it")
+                     f"{_names(a.edited)}; the next build keeps your version, as '<name> (edited).md' next to the "
+                     "note, or where it is when its page has left the source")
     if a.copies:
         lines.append(f"{source.name}: {len(a.copies)} copy(ies) of your edits to generated notes, kept as a build "
                      f"replaced the note (never changed or removed by a build; merge and delete them when done): "

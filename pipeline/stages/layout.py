@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,14 +52,15 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
 def _generated_vault_folder(folder: Path) -> bool:
     """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
     name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``), or
-    the folder of a source whose last build had no note (no index note then): its manifest
-    (``.docsvault/manifest.json``) names the source and lists no file."""
+    a manifest (``.docsvault/manifest.json``) that names the source: the folder of a source whose last build had no
+    note (no index note then), or one whose index note the user deleted (before session 43 such a folder stayed,
+    with every generated note in it, when the source left sources.yaml)."""
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
 
     if folder.is_symlink() or not folder.is_dir():
         return False
-    if _empty_source_manifest(folder):
+    if _source_manifest(folder):
         return True
     for path in sorted(folder.glob("_index*.md")):
         if path.is_symlink() or not path.is_file():
@@ -72,9 +74,9 @@ def _generated_vault_folder(folder: Path) -> bool:
     return False
 
 
-def _empty_source_manifest(folder: Path) -> bool:
+def _source_manifest(folder: Path) -> bool:
     """True when ``folder`` has a manifest (a real file in a real ``.docsvault`` folder) written for the source of
-    that name that lists no file: what the vault stage of a source with no note leaves."""
+    that name (what every vault stage of the source leaves, also of one with no note)."""
     import json
 
     from pipeline.ingest.ownership import MANIFEST_DIR, manifest_path
@@ -86,17 +88,18 @@ def _empty_source_manifest(folder: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("source") == folder.name and data.get("files") == {}
+    return isinstance(data, dict) and data.get("source") == folder.name and isinstance(data.get("files"), dict)
 
 
 def _remove_generated(folder: Path) -> list[str]:
     """Remove what the build wrote in a dropped source's vault folder (files as it wrote them, per the folder's
-    manifest) and the folder itself when nothing else is left; returns the rel paths of the files kept (the
-    user's own, or generated files edited since). When files are kept, the bookkeeping folder ``.docsvault/`` goes
-    too (the manifest and its temp files; the folder itself when that leaves it empty: a file someone else put
-    there stays)."""
-    import shutil
-
+    manifest) and the temp files of killed writes (:func:`pipeline.ingest.vault.write_source`), the bookkeeping
+    folder ``.docsvault/`` (the manifest and its temp files; the folder itself when that leaves it empty: a file
+    someone else put there stays), then the folders left empty, the source's folder too when nothing else is in
+    it; returns the rel paths of the files kept (the user's own, generated files edited since, and any other file
+    or symlink left: a dot file, a symlinked folder).
+    Nothing is removed recursively: before session 43 a folder whose only files of the user's were dot files
+    (``.private.md``) or symlinked folders went with them (``shutil.rmtree``)."""
     from pipeline.common.errors import NoteError
     from pipeline.ingest.vault import write_source
 
@@ -105,11 +108,17 @@ def _remove_generated(folder: Path) -> list[str]:
     except (NoteError, OSError) as exc:         # not a name docsvault could have written: leave it all
         log.warning("vault/%s/ kept: %s", folder.name, exc)
         return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
-    if not result.kept:
-        shutil.rmtree(folder, ignore_errors=True)
-    else:
-        _remove_bookkeeping(folder)
-    return list(result.kept)
+    _remove_bookkeeping(folder)
+    left: set[str] = set(result.kept)
+    for dirpath, dirnames, filenames in os.walk(folder, topdown=False):     # symlinked folders are not entered
+        here = Path(dirpath)
+        left.update((here / name).relative_to(folder).as_posix() for name in filenames)
+        left.update((here / d).relative_to(folder).as_posix() for d in dirnames if (here / d).is_symlink())
+        try:
+            here.rmdir()                # only when empty
+        except OSError:
+            pass
+    return sorted(left)
 
 
 def _remove_bookkeeping(folder: Path) -> None:
