@@ -524,6 +524,28 @@ def test_a_run_that_cannot_reach_its_broker_says_so_in_one_line(tiny_env: Path,
                          "end there; docs/deploy.md, Instance)")]
 
 
+def test_a_run_whose_steps_no_worker_takes_says_so() -> None:
+    """No Celery worker running (or all started with another broker): the run's steps wait in the queue for good,
+    and its log said nothing after `Submitting celery task` (session 43). The run process asks every minute
+    whether a worker answers, and says so when none does."""
+    from pipeline.distributed import WorkerWatch
+
+    said: list[str] = []
+    replies: list[Any] = []
+    watch = WorkerWatch(lambda: replies, "redis://:secret@10.0.0.5:6379/0", said.append)
+    line = ("no Celery worker answers on DOCSVAULT_CELERY_BROKER redis://:**@10.0.0.5:6379/0: this run's steps wait "
+            "in the queue until one does; start workers with the run process's environment (`celery -A "
+            "dagster_celery.app worker -Q dagster`; docs/deploy.md, Instance)")
+    assert (watch.check(), said) == (line, [line])
+    replies.append({"celery@w1": {"ok": "pong"}})
+    assert (watch.check(), said) == (None, [line])
+
+    def away() -> list[Any]:
+        raise OSError("Connection refused")
+
+    assert WorkerWatch(away, "redis://b", said.append).check() is None      # the broker's own error says it
+
+
 def test_a_waiting_distributed_run_names_the_holder_and_goes_on_once_it_is_killed_or_terminated(
         instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass of the run process's watch: while a step of the run waits for a pool, one line names the run
