@@ -1162,13 +1162,18 @@ def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
         lines.append(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
                      "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
                      "embeds them")
+    failed = w.get("publish_failed")
+    if failed:
+        serves = "" if "serves search" in str(failed.get("error")) else (
+            f"; search serves {'this file' if w.get('built') else 'nothing'} until a build publishes again")
+        lines.append(f"  last publish failed ({failed.get('at')}): {failed.get('error')}{serves}")
     gone = w.get("not_in_sources") or []
     one = len(gone) == 1
     if gone:
         lines.append(f"  serves {'a source' if one else f'{len(gone)} sources'} no longer in sources.yaml: "
                      f"{', '.join(gone)}; search finds {'its' if one else 'their'} notes until `docsvault build` "
                      f"removes {'it' if one else 'them'}")
-    elif w.get("behind"):
+    elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "
                      "docsvault, files copied without their times); search may not see those changes until "
@@ -1214,6 +1219,8 @@ def status(
                    "it; the sources' counts are unknown until then)")
     else:
         typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
+        for line in _warehouse_lag_lines(w):
+            typer.echo(line)
     built_depth = w.get("crosslingual_depth")
     depth = data["crosslingual_depth"] if built_depth is None else built_depth
     cross = ("cross-lingual lane off" if data["crosslingual_model"] == "none" else

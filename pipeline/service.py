@@ -669,11 +669,14 @@ class WarehouseStatus(Record):
     missing_vectors_in: str = ""            # "<source> <n> of <chunks>, …": chunks published without a vector
     behind: bool | None = None              # the sources built here changed since it was published (None: unknown)
     not_in_sources: tuple[str, ...] = ()    # sources it serves that sources.yaml no longer lists (a build removes them)
+    # the last build's warehouse step failed ({"error", "at"}; None once one succeeds): this file is older
+    publish_failed: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         full = {k: v for k, v in super().as_dict().items() if k != "error"}
         return full if self.built else {"path": self.path, "built": False, **({"error": self.error} if self.error
-                                                                               else {})}
+                                                                               else {}),
+                                        **({"publish_failed": self.publish_failed} if self.publish_failed else {})}
 
 
 @dataclass(frozen=True)
@@ -746,9 +749,12 @@ def status_report(s: Settings) -> Status:
     from pipeline.ingest.normalize import skipped_count
     from pipeline.ingest.sources import load_sources
     from pipeline.ingest.vault_check import user_files_lines
-    from pipeline.stages.warehouse import warehouse_behind
+    from pipeline.stages.base import SHARED_STATE
+    from pipeline.stages.warehouse import PUBLISH_FAILED, warehouse_behind
 
     warehouse, counts, meta = _warehouse_status(s)
+    failed = load_state(s, SHARED_STATE).get(PUBLISH_FAILED)
+    warehouse = replace(warehouse, publish_failed=failed if isinstance(failed, dict) else None)
     sources_error = None
     try:
         loaded = load_sources(s.sources_file)

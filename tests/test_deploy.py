@@ -475,6 +475,77 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
     assert (tags[DATA_DIR_TAG], tags[VAULT_DIR_TAG]) == (str(tiny_env / "d2"), str(Path("~/v2").expanduser()))
 
 
+def test_a_run_that_cannot_reach_its_broker_says_so_in_one_line(tiny_env: Path,
+                                                                instance: dg.DagsterInstance) -> None:
+    """An operator's typo in the broker's port (or Redis restarted mid-run): the run failed after ~20 s with "An
+    exception was thrown during execution" and 300 lines of redis and Celery tracebacks (session 43). The run
+    process now logs one ERROR line naming the URLs (no password) and what to do, and still fails."""
+    from types import SimpleNamespace
+
+    import redis
+    from dagster._core.execution.api import create_execution_plan
+    from dagster._core.execution.retries import RetryMode
+
+    from pipeline.defs import build_definitions
+    from pipeline.distributed import DocsvaultCeleryExecutor
+
+    job = build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+
+    class Celery:                               # dagster-celery's CeleryExecutor, its result backend unreachable
+        retries = RetryMode.DISABLED
+
+        def __init__(self, backend: str) -> None:
+            self.backend = backend
+
+        def app_args(self) -> dict[str, str]:
+            return {"broker": "redis://:secret@127.0.0.1:16399/0", "backend": self.backend}
+
+        def execute(self, plan_context: Any, plan: Any) -> Iterator[str]:
+            try:
+                raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:16399. Connection refused.")
+            except redis.exceptions.ConnectionError as exc:
+                raise RuntimeError("\nRetry limit exceeded while trying to reconnect to the Celery result store\n"
+                                   "backend. The Celery application must be restarted.\n") from exc
+            yield ""
+
+    plan = create_execution_plan(job)
+    broker = "DOCSVAULT_CELERY_BROKER redis://:**@127.0.0.1:16399/0"
+    for backend, urls in (("redis://:secret@127.0.0.1:16399/1",
+                           f"{broker}, DOCSVAULT_CELERY_BACKEND redis://:**@127.0.0.1:16399/1"),
+                          ("redis://:secret@127.0.0.1:16399/0", broker)):
+        said: list[str] = []
+        context = _plan_context(instance, _started(instance, f"run-{len(urls)}"), job, {}, [])
+        context.log = SimpleNamespace(warning=lambda _line: None, error=said.append)
+        with pytest.raises(RuntimeError, match="Retry limit exceeded"):
+            list(DocsvaultCeleryExecutor(Celery(backend)).execute(context, plan))
+        assert said == [(f"cannot reach the Celery broker or result backend ({urls}): Error 111 connecting to "
+                         "127.0.0.1:16399. Connection refused; start it (Redis) or fix the URL in the run "
+                         "process's environment, then run again (a step a worker had already taken runs to its "
+                         "end there; docs/deploy.md, Instance)")]
+
+
+def test_a_run_whose_steps_no_worker_takes_says_so() -> None:
+    """No Celery worker running (or all started with another broker): the run's steps wait in the queue for good,
+    and its log said nothing after `Submitting celery task` (session 43). The run process asks every minute
+    whether a worker answers, and says so when none does."""
+    from pipeline.distributed import WorkerWatch
+
+    said: list[str] = []
+    replies: list[Any] = []
+    watch = WorkerWatch(lambda: replies, "redis://:secret@10.0.0.5:6379/0", said.append)
+    line = ("no Celery worker answers on DOCSVAULT_CELERY_BROKER redis://:**@10.0.0.5:6379/0: this run's steps wait "
+            "in the queue until one does; start workers with the run process's environment (`celery -A "
+            "dagster_celery.app worker -Q dagster`; docs/deploy.md, Instance)")
+    assert (watch.check(), said) == (line, [line])
+    replies.append({"celery@w1": {"ok": "pong"}})
+    assert (watch.check(), said) == (None, [line])
+
+    def away() -> list[Any]:
+        raise OSError("Connection refused")
+
+    assert WorkerWatch(away, "redis://b", said.append).check() is None      # the broker's own error says it
+
+
 def test_a_waiting_distributed_run_names_the_holder_and_goes_on_once_it_is_killed_or_terminated(
         instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass of the run process's watch: while a step of the run waits for a pool, one line names the run

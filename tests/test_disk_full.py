@@ -72,6 +72,36 @@ def test_a_build_that_fills_the_disk_is_one_line_and_exit_1(tiny_env: Path, monk
         1, "", f"error: cannot write in the data dir {data}: no space left on the device; {AGAIN}\n")
 
 
+def test_a_stage_that_fills_the_disk_in_a_build_is_the_same_line(tiny_env: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's data dir on a small volume: the warehouse step of `docsvault build` filled it, and the build
+    said `error: shared stages failed: warehouse: [Errno 28] No space left on device: '…/tokens-….ids.marshal'`,
+    not what to do (session 43, a 10 MB tmpfs). A step's storage error is now the line of every other command;
+    DuckDB's own (no errno) names the data dir."""
+    from pipeline import stages
+    from pipeline.config import Settings
+    from pipeline.defs.runner import run_build
+
+    settings = Settings.from_env()
+    target = settings.cache_dir / "bm25" / "tokens-x.ids.marshal"
+
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr(stages, "warehouse_stage", full)
+    report = run_build(settings)
+    assert report.shared_error == (f"warehouse: cannot write {target}: no space left on the device; {AGAIN}; "
+                                   "retrieval_eval: retrieval_eval was not built")
+
+    def duckdb_full(*_a: object, **_k: object) -> None:
+        raise RuntimeError('IO Error: Could not write file "x.duckdb.tmp-1": No space left on device')
+
+    monkeypatch.setattr(stages, "warehouse_stage", duckdb_full)
+    report = run_build(settings)
+    assert report.shared_error.startswith(
+        f"warehouse: cannot write in the data dir {settings.data_dir}: no space left on the device; {AGAIN}")
+
+
 def test_any_other_error_still_raises(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def bug(*_a: object, **_k: object) -> None:
         raise ZeroDivisionError("a bug")

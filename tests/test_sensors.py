@@ -197,6 +197,51 @@ def test_sensor_finishes_a_chain_a_dead_run_left_after_its_fetch(two_sources, tm
         assert evaluate(result.cursor).run_requests == []
 
 
+def test_a_killed_run_that_the_daemon_retries_is_not_also_requested_as_unfinished(two_sources, tmp_path,
+                                                                                   monkeypatch):
+    """An operator kills a sensor run's process (`kill -9`) during `embeddings`. The next tick reports the run
+    failed, and both the daemon's run retry (the sensor's runs carry `dagster/max_retries`) and the tick's
+    unfinished-chain rule started the source's chain again: two runs of one source (seen in session 43). Now a
+    failed run that Dagster will retry counts as in progress until its retry is launched (at most
+    RETRY_WAIT_SECONDS: a retry that never comes holds nothing)."""
+    import time
+
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+
+    from pipeline.defs import automation
+    from pipeline.defs.automation import RETRY_TAGS
+
+    _, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster"), overrides={"run_retries": {"enabled": True}}) \
+            as instance:
+        materialize, evaluate = _runless(instance, sensor)
+        materialize(*([s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES),
+                    *([s] for s in SHARED_STAGES))
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="killed", status=dg.DagsterRunStatus.STARTED,
+                                    tags={"docsvault/source": "notes", **RETRY_TAGS}))
+        for k in (["notes", "raw_docs"], ["notes", "notes"]):
+            instance.store_event(EventLogEntry(
+                error_info=None, level="debug", user_message="", run_id="killed", timestamp=time.time(),
+                dagster_event=DagsterEvent(DagsterEventType.ASSET_MATERIALIZATION.value, "__ASSET_JOB",
+                                           event_specific_data=StepMaterializationData(
+                                               dg.AssetMaterialization(asset_key=dg.AssetKey(k))))))
+        instance.report_run_failed(instance.get_run_by_id("killed"))          # as the tick reports a dead run
+        assert instance.get_run_by_id("killed").tags[WILL_RETRY_TAG] == "true"
+        assert evaluate().run_requests == []                                  # the daemon's retry finishes it
+        monkeypatch.setattr(automation, "RETRY_WAIT_SECONDS", -1)
+        fetched = instance.get_asset_records([dg.AssetKey(["notes", "raw_docs"])])[0] \
+            .asset_entry.last_materialization_record.storage_id
+        assert [r.run_key for r in evaluate().run_requests] == [f"notes:unfinished:{fetched}"]  # it never came
+        monkeypatch.setattr(automation, "RETRY_WAIT_SECONDS", 300)
+        instance.add_run_tags("killed", {AUTO_RETRY_RUN_ID_TAG: "its-retry"})  # launched, and failed for good
+        assert [r.run_key for r in evaluate().run_requests] == [f"notes:unfinished:{fetched}"]
+
+
 def test_a_chain_the_user_terminated_is_not_started_again(two_sources, tmp_path):
     """A user terminates a run in the UI after its fetch (or after its embeddings): the next tick requested the same
     chain again (its unfinished-chain rule), so Terminate did not stick. A run that ended CANCELED is now left

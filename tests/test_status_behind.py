@@ -105,3 +105,44 @@ def test_status_names_a_source_the_warehouse_serves_that_sources_yaml_no_longer_
     warehouse, lines = _status()
     assert (warehouse["behind"], warehouse["not_in_sources"]) == (False, [])
     assert not [line for line in lines if "no longer in sources.yaml" in line or "behind" in line]
+
+
+def test_status_names_a_publish_that_failed_until_one_succeeds(built_tiny_env: Path, monkeypatch) -> None:
+    """An operator's unattended run failed at its warehouse step (a full disk, session 43): `status` gave only the
+    `behind` line, whose causes were not it, and nothing said the last publish had failed. The failure is now
+    recorded (`publish_failed` in status --json, one line in status) until a warehouse step succeeds."""
+    import errno
+
+    from pipeline.stages import warehouse as stage
+
+    publish = stage.publish_stage
+
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/d/cache/bm25/tokens.marshal")
+
+    with (built_tiny_env / "tinyvault" / "Ducks.md").open("a", encoding="utf-8") as f:
+        f.write("\n## Geese\n\nGeese honk loudly at dawn.\n")
+    monkeypatch.setattr(stage, "publish_stage", full)
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 1
+    warehouse, lines = _status()
+    error = ("cannot write /d/cache/bm25/tokens.marshal: no space left on the device; free space there (or make it "
+             "writable) and run the command again: what the last build published still serves search")
+    assert (warehouse["publish_failed"]["error"], warehouse["behind"]) == (error, True)
+    assert [line for line in lines if "publish" in line or "behind" in line] == [
+        f"  last publish failed ({warehouse['publish_failed']['at']}): {error}"]
+
+    def bug(*_a: object, **_k: object) -> None:
+        raise RuntimeError("IO Error: Could not read\nfrom file")
+
+    monkeypatch.setattr(stage, "publish_stage", bug)
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 1
+    warehouse, lines = _status()
+    assert warehouse["publish_failed"]["error"] == "IO Error: Could not read from file"
+    assert (f"  last publish failed ({warehouse['publish_failed']['at']}): IO Error: Could not read from file; "
+            "search serves this file until a build publishes again") in lines
+
+    monkeypatch.setattr(stage, "publish_stage", publish)
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert (warehouse["publish_failed"], warehouse["behind"]) == (None, False)
+    assert not [line for line in lines if "publish" in line or "behind" in line]

@@ -291,6 +291,30 @@ def sources_now(loaded: dict[str, Source], sources_file: Path) -> tuple[dict[str
 
 ACTIVE_RUN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+#: how long a failed run that Dagster will retry (``dagster/will_retry``) counts as in progress while its retry is
+#: not launched yet: the daemon launches it within seconds; one that never comes (the daemon was down when the run
+#: failed: it skips failures older than its start) holds nothing after this
+RETRY_WAIT_SECONDS = 300
+
+
+def runs_in_progress(instance: dg.DagsterInstance) -> bool:
+    """Whether a run is queued or in progress, or failed and about to be retried by the daemon (run retries:
+    the sensor's runs carry :data:`RETRY_TAGS`): either may still finish a chain or publish. Before, a tick
+    right after a run was killed (the tick itself reports it failed, :func:`pipeline.defs.executor.release_dead_builds`)
+    requested the source's unfinished chain while the daemon retried the same run: two runs of one source."""
+    import time
+
+    from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+
+    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+        return True
+    since = time.time() - RETRY_WAIT_SECONDS
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE],
+                                                                 tags={WILL_RETRY_TAG: "true"}), limit=10):
+        ended = record.end_time or record.update_timestamp.timestamp()
+        if AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags and ended >= since:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -316,7 +340,7 @@ def unpublished(instance: dg.DagsterInstance, sources: Sequence[Source]) -> Unpu
     failed before ``warehouse``), so the vault holds notes that search does not, and upstream looks unchanged.
     None when the warehouse was never published, or while a run is queued or in progress (it may publish); both
     lists empty when every source's embeddings are older."""
-    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+    if runs_in_progress(instance):
         return None
     warehouse = dg.AssetKey(["warehouse"])
     keys = {key("embeddings", s): s.name for s in sources}
@@ -357,7 +381,7 @@ def code_changed(instance: dg.DagsterInstance, sources: Sequence[Source]) -> Cod
     from pipeline.defs.assets import CODE_OF
     from pipeline.stages.base import digest
 
-    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+    if runs_in_progress(instance):
         return None
     now = {stage: build.code_version(code) for stage, code in CODE_OF.items()}
 
@@ -403,7 +427,7 @@ def removal_request(instance: dg.DagsterInstance, settings: Settings,
     from pipeline.stages.base import digest
 
     gone = [n for n in built_source_names(settings) if n not in set(names)]
-    if not gone or not names or instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+    if not gone or not names or runs_in_progress(instance):
         return None
 
     def stamp(name: str) -> int:
@@ -427,7 +451,7 @@ def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -
     nothing new and would never finish the chain). Source name -> storage id of that ``raw_docs`` materialization
     (one request per interrupted fetch), and apart the sources whose run was terminated (:func:`ended_by_terminate`),
     which are not requested. Empty while any run is queued or in progress: it may be finishing them."""
-    if instance.get_runs_count(filters=dg.RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+    if runs_in_progress(instance):
         return {}, []
     out: dict[str, int] = {}
     terminated: list[str] = []

@@ -15,6 +15,7 @@ else runs.
 
 from __future__ import annotations
 
+import errno
 import gc
 import hashlib
 import logging
@@ -140,8 +141,9 @@ def _shared_check_warnings(checks: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
-def _failures(result: Any) -> dict[str, str]:
-    """step key -> first line of the error message, for failed steps."""
+def _failures(result: Any, data_dir: Path | None = None) -> dict[str, str]:
+    """step key -> first line of the error message, for failed steps; a full, read-only or failing disk as the
+    line the CLI prints for it anywhere else (:func:`_storage_line`)."""
     failures: dict[str, str] = {}
     for event in result.all_events:
         if event.is_step_failure and event.step_key:
@@ -151,8 +153,36 @@ def _failures(result: Any) -> dict[str, str]:
             # the user error's own message, not Dagster's wrapper line
             if err and err.cause is not None:
                 msg = err.cause.message.strip()
-            failures[event.step_key] = _one_line(msg)
+            failures[event.step_key] = _storage_line(err, data_dir) or _one_line(msg)
     return failures
+
+
+#: an OSError's message as Dagster serializes it: ``OSError: [Errno 28] No space left on device: '/d/x'``
+_OS_ERROR = re.compile(r"^(?:\w+: )?\[Errno (\d+)\] ([^:\n]+?)(?:: '([^'\n]*)')?\s*$")
+
+
+def _storage_line(err: Any, data_dir: Path | None) -> str | None:
+    """:func:`pipeline.common.errors.storage_error_line` of a step's error (Dagster's ``SerializableErrorInfo``:
+    class names and messages only), or None. Before, a build whose warehouse step filled the disk said
+    ``error: shared stages failed: warehouse: [Errno 28] No space left on device: '…'`` and not what to do."""
+    from pipeline.common.errors import storage_error_line
+
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        message = str(err.message).strip()
+        found = _OS_ERROR.match(message)
+        if found:
+            exc = OSError(int(found[1]), found[2], *([found[3]] if found[3] else []))
+        elif "No space left on device" in message:          # DuckDB's IOException, which has no errno
+            exc = OSError(errno.ENOSPC, "No space left on device")
+        else:
+            exc = None
+        line = storage_error_line(exc, data_dir=data_dir) if exc is not None else None
+        if line:
+            return line
+        err = err.cause or err.context
+    return None
 
 
 def _one_line(msg: str) -> str:
@@ -472,7 +502,7 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
                 raise BuildInterrupted(terminated=True)
             if _interrupted(result):
                 raise BuildInterrupted()
-            failures = _failures(result)
+            failures = _failures(result, settings.data_dir)
             meta = _metadata(result)
             checks = _failed_checks(result)
             warnings = _shared_check_warnings(_failed_checks(result, ("ERROR", "WARN")))

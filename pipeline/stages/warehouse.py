@@ -432,8 +432,34 @@ def _current_warehouse(settings: Settings) -> tuple[dict[str, str], str]:
         con.close()
 
 
+#: the key of ``<data>/state/.shared.json`` that holds the last failed publish, ``{"error", "at"}``, until a
+#: warehouse stage succeeds (``status`` shows it: a run whose warehouse step failed left only a "behind" line)
+PUBLISH_FAILED = "publish_failed"
+
+
 def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
                     ) -> WarehouseResult:
+    """:func:`publish_stage`, its failure recorded as :data:`PUBLISH_FAILED` (an interrupted build is no
+    failure), which a success clears."""
+    from pipeline.common.errors import storage_error_line
+
+    try:
+        out = publish_stage(settings, sources, embedder_factory)
+    except Exception as exc:
+        line = storage_error_line(exc, data_dir=settings.data_dir) or \
+            " ".join(str(exc).split())[:500] or type(exc).__name__
+        try:
+            artifacts.update_state(settings, SHARED_STATE, **{PUBLISH_FAILED: {"error": line, "at": now()}})
+        except OSError as again:          # the disk that failed the publish: the step's own error says it
+            log.warning("cannot record the failed publish in %s: %s", settings.state_dir, again)
+        raise
+    if shared_state(settings).get(PUBLISH_FAILED):
+        artifacts.update_state(settings, SHARED_STATE, **{PUBLISH_FAILED: None})
+    return out
+
+
+def publish_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any]
+                  ) -> WarehouseResult:
     """Publish notes, chunks, links, vectors (one HNSW-indexed table per model) and the BM25 index into one DuckDB
     file, atomically. Vectors come from the embedding cache, read by the publish as it needs them (an incremental
     one reads only the vectors it inserts: :func:`_cached_vectors`); a chunk whose vector is missing stays
