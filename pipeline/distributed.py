@@ -172,7 +172,39 @@ def celery_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 WAIT_NOTICE_SECONDS = 60.0
 
 
-class HeldPoolWatch:
+class _Periodic:
+    """A context manager that calls :meth:`tick` every ``period`` seconds on a daemon thread while it is entered
+    (the thread ends at exit)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def period(self) -> float:
+        """Seconds between two ticks (:data:`WAIT_NOTICE_SECONDS`)."""
+        return WAIT_NOTICE_SECONDS
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self.tick()
+
+    def __enter__(self) -> Self:
+        self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.period)
+
+
+class HeldPoolWatch(_Periodic):
     """What a distributed run's process does about the pool slots its steps wait for, on a daemon thread every
     :data:`pipeline.defs.executor.DEAD_RUN_CHECK_SECONDS` (5 s) while the run executes.
 
@@ -198,9 +230,8 @@ class HeldPoolWatch:
     def __init__(self, instance: dg.DagsterInstance, run_id: str, pools: Sequence[str],
                  say: Callable[[str], None]) -> None:
         self._instance, self._run_id, self._pools, self._say = instance, run_id, list(pools), say
+        super().__init__("docsvault-held-pool-watch")
         self._said: dict[str, float] = {}          # line -> when it was last said (time.monotonic())
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failing = False
 
     def check(self) -> list[str]:
@@ -237,28 +268,21 @@ class HeldPoolWatch:
         return [pool for pool in self._pools if any(p.run_id == self._run_id and p.assigned_timestamp is None
                                                     for p in infos[pool].pending_steps)]
 
-    def _loop(self) -> None:
-        while not self._stop.wait(docsvault_executor.DEAD_RUN_CHECK_SECONDS):
-            try:
-                self.check()
-                self._failing = False
-            except Exception as exc:  # noqa: BLE001 - the instance's database away: the next pass retries
-                if not self._failing:
-                    log.warning("run %s: could not look for runs holding its pools: %s", self._run_id, exc)
-                self._failing = True
+    @property
+    def period(self) -> float:
+        return docsvault_executor.DEAD_RUN_CHECK_SECONDS
 
-    def __enter__(self) -> Self:
-        self._thread = threading.Thread(target=self._loop, name="docsvault-held-pool-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=docsvault_executor.DEAD_RUN_CHECK_SECONDS)
+    def tick(self) -> None:
+        try:
+            self.check()
+            self._failing = False
+        except Exception as exc:  # noqa: BLE001 - the instance's database away: the next pass retries
+            if not self._failing:
+                log.warning("run %s: could not look for runs holding its pools: %s", self._run_id, exc)
+            self._failing = True
 
 
-class WorkerWatch:
+class WorkerWatch(_Periodic):
     """Whether any Celery worker answers, asked every :data:`WAIT_NOTICE_SECONDS` on a daemon thread while a
     distributed run executes: with none (none started, or started with another broker), the run's steps wait in
     the queue for good, and the run's log said nothing after `Submitting celery task for step …` (an operator,
@@ -271,9 +295,8 @@ class WorkerWatch:
     """
 
     def __init__(self, ping: Callable[[], list[Any]], broker: str, say: Callable[[str], None]) -> None:
+        super().__init__("docsvault-worker-watch")
         self._ping, self._broker, self._say = ping, broker, say
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def check(self) -> str | None:
         """One ask; the line said when no worker answered, else None (also when the broker cannot be reached:
@@ -291,17 +314,8 @@ class WorkerWatch:
         self._say(line)
         return line
 
-    def _loop(self) -> None:
-        while not self._stop.wait(WAIT_NOTICE_SECONDS):
-            self.check()
-
-    def __enter__(self) -> Self:
-        self._thread = threading.Thread(target=self._loop, name="docsvault-worker-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+    def tick(self) -> None:
+        self.check()
 
 
 def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
