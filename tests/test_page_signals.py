@@ -13,7 +13,9 @@ from pipeline.index.bm25 import (
     PAGE_PREFIX,
     build_chunk_index,
     build_page_index,
+    chunk_token_lists,
     page_token_lists,
+    property_text,
     split_blobs,
 )
 from pipeline.models import Chunk, Note
@@ -50,6 +52,47 @@ def test_the_page_document_holds_each_section_heading_once_where_it_first_heads_
     _, lists = page_token_lists(chunks, [note], Analyzer())
     assert lists == [["guid", "guid", "intro", "text", "window", "function", "rank", "row", "frame", "row",
                       "between", "more", "row"]]
+
+
+def test_the_page_document_holds_the_note_s_properties_once():
+    """Obsidian's search finds a note by a property's value (`著者: 夏目漱石`); the page's BM25 document holds the
+    text values of its other properties once, after its page fields: not docsvault's own keys, not the page fields
+    read apart, not URLs, paths, numbers, booleans or nested mappings (before session 43 none was searched)."""
+    from pipeline.index.bm25 import _NOT_PROPERTIES
+    from pipeline.ingest.normalize import OWN_KEYS
+
+    fm = {"title": "こころ", "source": "me", "url": "https://x/y", "fetched_at": "2026-12-07T00:00:00Z",
+          "tags": ["本"], "著者": "夏目漱石", "status": ["draft", "https://example.com/a", 3], "rating": 5,
+          "read": True, "redirect_from": "/docs/old/page", "meta": {"a": "b"}, "cssclasses": "wide",
+          "sidebarTitle": "Deploy it", "date": "2024-12-05"}
+    note = Note("me", "こころ.md", "こころ.md", "こころ", fm, "先生と私")
+    assert property_text(note) == "夏目漱石\ndraft\nDeploy it"
+    assert set(OWN_KEYS) <= _NOT_PROPERTIES
+    chunks = [Chunk("c0", note.note_id, "me", 0, (), "こころ", "先生と私")]
+    _, lists = page_token_lists(chunks, [note], Analyzer())
+    _, plain = page_token_lists(chunks, [Note("me", "こころ.md", "こころ.md", "こころ", {"title": "こころ", "tags": ["本"]},
+                                              "先生と私")], Analyzer())
+    extra = list(lists[0])
+    for token in plain[0]:
+        extra.remove(token)
+    assert extra == [*Analyzer().tokens("夏目漱石"), "draft", "deploy"]
+    assert chunk_token_lists(chunks, [note], Analyzer()) == chunk_token_lists(
+        chunks, [Note("me", "こころ.md", "こころ.md", "こころ", {"title": "こころ", "tags": ["本"]}, "先生と私")],
+        Analyzer())                                    # a chunk's document: its page fields, no properties
+
+
+def test_a_note_is_found_by_a_property_value_and_the_word_is_not_missing(tmp_path: Path):
+    notes = [Note("me", "こころ.md", "こころ.md", "こころ", {"title": "こころ", "著者": "夏目漱石"}, "先生と私の話。"),
+             Note("me", "料理.md", "料理.md", "料理", {"title": "料理"}, "カレーの作り方。")]
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "me", 0, (), n.title, n.body) for n in notes]
+    analyzer = Analyzer()
+    blobs = build_chunk_index(chunks, notes, analyzer).to_blobs()
+    blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, analyzer).to_blobs().items()})
+    path = tmp_path / "warehouse.duckdb"
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, bm25_blobs=blobs, vectors={}))
+    with Searcher(path, embedder_factory=_factory) as s:
+        assert [h.vault_path for h in s.search("夏目漱石", k=2, lanes=["bm25", "bm25_page"])] == ["me/こころ.md"]
+        assert s.missing_words("夏目漱石の本").missing == ("本",)
 
 
 def test_split_blobs_separates_the_page_index():

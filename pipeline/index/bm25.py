@@ -402,6 +402,30 @@ def page_labels(note: Note) -> list[str]:
     return labels
 
 
+#: frontmatter keys whose values are no text of the note for :func:`property_text`: docsvault's own
+#: (``normalize.OWN_KEYS``), the page fields read apart (title, aliases, description, keywords, tags) and the keys
+#: Obsidian reserves for display and publishing (its help, Properties: cssclasses, publish, permalink)
+_NOT_PROPERTIES = frozenset({"title", "source", "source_path", "url", "content_hash", "fetched_at", "docsvault",
+                             "aliases", "alias", "description", "keywords", "tags", "tag", "cssclasses", "cssclass",
+                             "publish", "permalink"})
+
+
+def property_text(note: Note) -> str:
+    """The text of the note's other frontmatter properties (``著者: 夏目漱石``, ``status: draft``,
+    ``sidebarTitle: Deploy``), one value per line, keys in order: as Obsidian's search finds a note by a property's
+    value. A value counts when it is a string (or a list's string item) with a letter in it and is no URL or path
+    (``/`` without a space: ``redirect_from``, ``github_repository``); numbers, booleans, dates and nested mappings
+    are left out, and so are the keys of :data:`_NOT_PROPERTIES`. "" when there is none."""
+    out: list[str] = []
+    for key, value in note.frontmatter.items():
+        if not isinstance(key, str) or key.lower() in _NOT_PROPERTIES:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and any(c.isalpha() for c in v) and not ("/" in v and " " not in v.strip()):
+                out.append(v.strip())
+    return "\n".join(out)
+
+
 def chunk_token_lists(chunks: Sequence[Chunk], notes: Sequence[Note], analyzer: Analyzer) -> list[list[str]]:
     """BM25 token list of every chunk with its page's fields weighted (``analysis.field_text``).
 
@@ -504,6 +528,8 @@ def _page_pieces(chunks: Sequence[Chunk], notes: Sequence[Note]
         note = by_id.get(note_id)
         doc = (field_text(note.title, note.aliases, note.description, "", "", keywords=page_labels(note),
                           analyzer=by_number) if note is not None else [])
+        if note is not None and (props := property_text(note)):
+            doc.append(numbers[props][0])          # the note's properties, once (the page as written)
         seen: set[str] = set()          # the page's section headings, each once, where it first heads a chunk
         for c in sorted(page_chunks, key=attrgetter("ordinal")):
             for heading in c.heading_path:

@@ -1749,7 +1749,7 @@ class Searcher:
         the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
         ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms is
-        in any of their chunks (page fields included), nor, for a Japanese word, any term of its English
+        in any of their chunks (page fields included) or pages (the page's properties too), nor, for a Japanese word, any term of its English
         translation (:meth:`translation_terms`: the English pages it finds), nor is the Japanese word written in one of
         them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
         never missing; nor is an English question word (``QUESTION_WORDS_EN``: how, what, did, I ...). When every word is missing, the hits of a search can only be near in meaning (the vector
@@ -1759,6 +1759,9 @@ class Searcher:
         index = self._bm25
         scope = (None if sources is None or index is None
                  else self._scope_mask(("bm25", sources), self._bm25_sources, sources))
+        pages = self._bm25_pages            # a page's document also holds its properties (著者: 夏目漱石)
+        page_scope = (None if sources is None or pages is None
+                      else self._scope_mask(("bm25_page", sources), self._page_index_sources, sources))
         searched: list[str] = []
         missing: list[str] = []
         units: dict[str, list[str]] = {}        # word as shown -> its BM25 terms
@@ -1775,6 +1778,7 @@ class Searcher:
         for word, terms in units.items():
             searched.append(word)
             if index is not None and not any(index.contains(t, scope)
+                                             or (pages is not None and pages.contains(t, page_scope))
                                              for t in (*terms, *self.translation_terms(word))):
                 # 肩 in a note that writes 肩こり (one Sudachi word, term 肩こり): no term, but written there
                 if word in japanese and self._written(word, sources):
