@@ -920,7 +920,7 @@ def _capture_input(file: Path | None) -> str:
 
 @app.command()
 def capture(
-    text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown (or use --file, or pipe it on stdin).")] = None,
+    text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown ('-' = stdin; or use --file, or pipe it on stdin).")] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", metavar="FILE", help="Read the text from FILE ('-' = stdin).")] = None,
     title: Annotated[str | None, typer.Option("--title", metavar="TITLE", help="Title (default: the first heading or line); heads the note as '# TITLE' unless the text starts with a level-1 heading.")] = None,
     name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="File name without .md (default: from the title), or folders and a file name: daily/2026-12-04; never overwrites.")] = None,
@@ -948,9 +948,9 @@ def capture(
     if not no_build:        # refused before the note is written: a rerun with the right --data makes no second copy
         refuse_unwritable_dirs(s)
     try:
-        if text is not None and file is None:
+        if text is not None and file is None and text != "-":
             body = text
-        elif file is not None or not sys.stdin.isatty():
+        elif text == "-" or file is not None or not sys.stdin.isatty():    # `capture -`: stdin, as `--file -`
             body = _capture_input(file)
         else:
             fail("nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin")

@@ -143,6 +143,20 @@ def test_cli_capture_from_stdin_gets_the_title_heading_and_its_final_newline(mix
         "# Egrets\n\nWhite.\n")
 
 
+def test_cli_capture_dash_reads_stdin(mixed: Path) -> None:
+    """`capture -` reads the text from stdin, as `--file -` and Unix tools do: before session 43 it captured the
+    text '-' ("no words, only '-'")."""
+    result = runner.invoke(app, ["capture", "-", "--source", "inbox", "--correlation-id", "c3", "--no-build"],
+                           input="# Cranes\n\nTall.\n")
+    assert result.exit_code == 0, result.output
+    assert _no_time((mixed / "inbox" / "Cranes.md").read_text(encoding="utf-8")) == (
+        "---\ntitle: Cranes\ncreated: T\nagent: docsvault capture\nstatus: raw\ncorrelation_id: c3\n---\n\n"
+        "# Cranes\n\nTall.\n")
+    result = runner.invoke(app, ["capture", "-", "--file", "-", "--source", "inbox", "--no-build"], input="x\n")
+    assert result.exit_code == 1
+    assert "not both" in result.output
+
+
 def test_mcp_save_note_gets_the_title_heading(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.mcp_server import VaultService
 
