@@ -23,6 +23,24 @@ def test_definitions_load_with_expected_assets(tiny_env: Path) -> None:
     assert defs.resolve_schedule_def("daily_refresh") is not None
 
 
+def test_the_daily_refresh_runs_at_4_in_the_zone_the_environment_names(monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """04:00 UTC by default (what the schedule and README say now; before session 43 both said only "04:00");
+    DOCSVAULT_SCHEDULE_TIMEZONE names another zone; a name that is no zone is one warning and UTC."""
+    from pipeline.defs import automation
+
+    assert automation.daily_refresh.execution_timezone == "UTC"
+    assert automation.daily_refresh.description.startswith("Every day at 04:00 UTC (DOCSVAULT_SCHEDULE_TIMEZONE")
+    monkeypatch.setenv("DOCSVAULT_SCHEDULE_TIMEZONE", "Asia/Tokyo")
+    assert automation.schedule_timezone() == "Asia/Tokyo"
+    monkeypatch.setenv("DOCSVAULT_SCHEDULE_TIMEZONE", "Tokio")
+    with caplog.at_level("WARNING", logger="docsvault"):
+        assert automation.schedule_timezone() == "UTC"
+    assert [r.getMessage() for r in caplog.records] == [
+        "DOCSVAULT_SCHEDULE_TIMEZONE='Tokio' is no time zone name (e.g. Asia/Tokyo, Europe/Berlin); daily_refresh "
+        "runs at 04:00 UTC"]
+
+
 def test_embeddings_asset_names_the_models_its_source_uses(tiny_env: Path) -> None:
     """A source without `language:` is embedded per note (English model, or the multilingual one for a note
     detected as Japanese): its description names both, not the English model alone; `language:`/`embedding:`
