@@ -36,9 +36,9 @@ def test_the_daily_refresh_runs_at_4_in_the_zone_the_environment_names(monkeypat
     monkeypatch.setenv("DOCSVAULT_SCHEDULE_TIMEZONE", "Tokio")
     with caplog.at_level("WARNING", logger="docsvault"):
         assert automation.schedule_timezone() == "UTC"
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records] == [(
         "DOCSVAULT_SCHEDULE_TIMEZONE='Tokio' is no time zone name (e.g. Asia/Tokyo, Europe/Berlin); daily_refresh "
-        "runs at 04:00 UTC"]
+        "runs at 04:00 UTC")]
 
 
 def test_embeddings_asset_names_the_models_its_source_uses(tiny_env: Path) -> None:
