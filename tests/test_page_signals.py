@@ -59,15 +59,18 @@ def test_the_page_document_holds_the_note_s_properties_once():
     text values of its other properties once, after its page fields: not docsvault's own keys, not the page fields
     read apart, not URLs, paths, numbers, booleans or nested mappings (before session 43 none was searched)."""
     from pipeline.index.bm25 import _NOT_PROPERTIES
+    from pipeline.ingest.capture import CAPTURE_KEYS
     from pipeline.ingest.normalize import OWN_KEYS
 
     fm = {"title": "こころ", "source": "me", "url": "https://x/y", "fetched_at": "2026-12-07T00:00:00Z",
           "tags": ["本"], "著者": "夏目漱石", "status": ["draft", "https://example.com/a", 3], "rating": 5,
           "read": True, "redirect_from": "/docs/old/page", "meta": {"a": "b"}, "cssclasses": "wide",
-          "sidebarTitle": "Deploy it", "date": "2024-12-05"}
+          "sidebarTitle": "Deploy it", "date": "2024-12-05", "updated": "2026-12-07T01:02:03Z",
+          "agent": "docsvault capture", "correlation_id": "c1"}
     note = Note("me", "こころ.md", "こころ.md", "こころ", fm, "先生と私")
     assert property_text(note) == "夏目漱石\ndraft\nDeploy it"
     assert set(OWN_KEYS) <= _NOT_PROPERTIES
+    assert set(CAPTURE_KEYS) - {"title", "status"} <= _NOT_PROPERTIES
     chunks = [Chunk("c0", note.note_id, "me", 0, (), "こころ", "先生と私")]
     _, lists = page_token_lists(chunks, [note], Analyzer())
     _, plain = page_token_lists(chunks, [Note("me", "こころ.md", "こころ.md", "こころ", {"title": "こころ", "tags": ["本"]},

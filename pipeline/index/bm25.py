@@ -13,6 +13,7 @@ import json
 import logging
 import marshal
 import math
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
@@ -407,7 +408,11 @@ def page_labels(note: Note) -> list[str]:
 #: Obsidian reserves for display and publishing (its help, Properties: cssclasses, publish, permalink)
 _NOT_PROPERTIES = frozenset({"title", "source", "source_path", "url", "content_hash", "fetched_at", "docsvault",
                              "aliases", "alias", "description", "keywords", "tags", "tag", "cssclasses", "cssclass",
-                             "publish", "permalink"})
+                             "publish", "permalink",
+                             # capture's bookkeeping (``capture.CAPTURE_KEYS`` but title and status, and related)
+                             "created", "agent", "correlation_id", "related"})
+#: a date or a date and time as YAML and ISO 8601 write them (``2026-12-07``, ``2026-12-07T01:02:03Z``): no text
+_DATE = re.compile(r"\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?")
 
 
 def property_text(note: Note) -> str:
@@ -415,13 +420,15 @@ def property_text(note: Note) -> str:
     ``sidebarTitle: Deploy``), one value per line, keys in order: as Obsidian's search finds a note by a property's
     value. A value counts when it is a string (or a list's string item) with a letter in it and is no URL or path
     (``/`` without a space: ``redirect_from``, ``github_repository``); numbers, booleans, dates and nested mappings
-    are left out, and so are the keys of :data:`_NOT_PROPERTIES`. "" when there is none."""
+    (``2026-12-07T01:02:03Z`` too) are left out, and so are the keys of :data:`_NOT_PROPERTIES` (capture's
+    ``created``/``agent``/``correlation_id`` among them). "" when there is none."""
     out: list[str] = []
     for key, value in note.frontmatter.items():
         if not isinstance(key, str) or key.lower() in _NOT_PROPERTIES:
             continue
         for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, str) and any(c.isalpha() for c in v) and not ("/" in v and " " not in v.strip()):
+            if isinstance(v, str) and any(c.isalpha() for c in v) and not ("/" in v and " " not in v.strip()) \
+                    and not _DATE.fullmatch(v.strip()):
                 out.append(v.strip())
     return "\n".join(out)
 
