@@ -428,7 +428,8 @@ def property_text(note: Note) -> str:
     "" when there is none."""
     out: list[str] = []
     for key, value in note.frontmatter.items():
-        if not isinstance(key, str) or key.lower() in _NOT_PROPERTIES or (key.lower(), str(value)) in _WRITTEN_VALUES:
+        if not isinstance(key, str) or key.lower() in _NOT_PROPERTIES or (
+                isinstance(value, str) and (key.lower(), value.strip()) in _WRITTEN_VALUES):
             continue
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and any(c.isalpha() for c in v) and not ("/" in v and " " not in v.strip()) \
