@@ -476,6 +476,9 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
         # read parquet" said "(no note contains 'how')" over a vault of notes (session 43)
         assert searcher.missing_words("How do I keep my ducks?") == (("keep", "ducks"), ("keep",))
         assert searcher.missing_words("what did you do with platypus") == (("platypus",), ("platypus",))
+        # also with the typographic apostrophe macOS types: "(no note contains 'I’m' or 'what’s')" before
+        assert searcher.missing_words("I’m asking what’s with platypus, don’t I") == (
+            ("asking", "platypus"), ("asking", "platypus"))
 
 
 def test_note_hashes_tell_a_retagged_note_and_not_a_new_fetch_time() -> None:

@@ -436,6 +436,40 @@ def test_a_folder_the_build_may_not_write_is_one_line_naming_the_file_and_what_t
         "docsvault (its owner and permissions, an immutable flag, a read-only mount) and build again")
 
 
+def test_a_rename_or_removal_the_folder_refuses_is_one_line_too(tmp_path: Path, monkeypatch) -> None:
+    """The NFD name a macOS sync left renamed to the note's NFC path, and a page that left the source removed, in a
+    folder the build may not change (an immutable flag): the vault step failed with ``[Errno 1] Operation not
+    permitted: '…/café.md' -> '…/café.md'`` (two names that look alike), not the one line a write gets."""
+    import unicodedata
+
+    from pipeline.common.errors import NoteError
+
+    nfc = "café.md"
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [_note(nfc, "A.\n"), _note("gone.md", "G.\n")])
+    os.rename(root / nfc, root / unicodedata.normalize("NFD", nfc))
+
+    real_replace, real_unlink = os.replace, Path.unlink
+
+    def refuse(src, *args, **kwargs) -> None:         # the folder's entries only: not the manifest's write
+        if Path(src).parent != root or Path(src).name.startswith("."):
+            return (real_unlink if isinstance(src, Path) and not args else real_replace)(src, *args, **kwargs)
+        raise PermissionError(1, "Operation not permitted", str(src))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(NoteError) as err:
+        write_source(tmp_path, "demo", [_note(nfc, "A2.\n"), _note("gone.md", "G.\n")])
+    assert str(err.value) == (
+        "source 'demo': cannot write vault/demo/café.md: Operation not permitted; make vault/demo/ writable for "
+        "docsvault (its owner and permissions, an immutable flag, a read-only mount) and build again")
+    monkeypatch.undo()
+    write_source(tmp_path, "demo", [_note(nfc, "A2.\n"), _note("gone.md", "G.\n")])
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(NoteError) as err:
+        write_source(tmp_path, "demo", [_note(nfc, "A2.\n")])
+    assert str(err.value).startswith("source 'demo': cannot write vault/demo/gone.md: Operation not permitted; ")
+
+
 def test_an_edit_saved_while_the_build_flushes_the_new_version_is_kept(tmp_path: Path, monkeypatch) -> None:
     """The build hashed ``b.md`` (the build's, unedited), then wrote and fsynced the new version, then replaced
     the file: an edit the user saved meanwhile (Obsidian saves every ~2 s while one types) was replaced without a

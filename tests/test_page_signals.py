@@ -84,6 +84,18 @@ def test_the_page_document_holds_the_note_s_properties_once():
         Analyzer())                                    # a chunk's document: its page fields, no properties
 
 
+def test_a_captured_note_s_own_status_is_no_property_text_a_user_s_is():
+    """capture saves every note with `status: raw`: as property text, each captured note matched a query with the
+    word 'raw' ('raw milk') in the page lane; a status the user set (done, draft) is searched as Obsidian does."""
+    from pipeline.ingest.capture import CAPTURE_STATUS
+
+    fm = {"title": "Coffee", "created": "2026-12-07T01:02:03Z", "agent": "claude", "status": CAPTURE_STATUS,
+          "correlation_id": "abc-123", "origin": "Kenya"}
+    assert property_text(Note("me", "c.md", "c.md", "Coffee", fm, "beans")) == "Kenya"
+    assert property_text(Note("me", "c.md", "c.md", "Coffee", {**fm, "status": "done"}, "beans")) == "done\nKenya"
+    assert property_text(Note("me", "c.md", "c.md", "Coffee", {**fm, "status": ["raw", "x"]}, "b")) == "raw\nx\nKenya"
+
+
 def test_a_note_is_found_by_a_property_value_and_the_word_is_not_missing(tmp_path: Path):
     notes = [Note("me", "こころ.md", "こころ.md", "こころ", {"title": "こころ", "著者": "夏目漱石"}, "先生と私の話。"),
              Note("me", "料理.md", "料理.md", "料理", {"title": "料理"}, "カレーの作り方。")]

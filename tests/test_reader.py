@@ -370,6 +370,16 @@ def test_a_page_never_ends_with_a_heading_so_a_heading_link_opens_its_section(va
     assert paginate(text, 1000)[1] == 602
 
 
+def test_an_outline_of_heading_lines_only_is_cut_between_two_headings_not_inside_one() -> None:
+    """A note of empty chapters (`## 第N章` lines only, a draft's outline): with no boundary but after a heading in
+    a page's second half, the page was cut at 1,000 characters, inside a heading (page 2 began `# 第124章`, page 3
+    ` 第235章`, no heading); it is cut after a heading line, as before session 43."""
+    text = "".join(f"## 第{i}章\n" for i in range(1, 300))
+    starts = paginate(text)
+    assert starts == [0, 999, 1998]
+    assert [text[s:].split("\n", 1)[0] for s in starts[1:]] == ["## 第124章", "## 第235章"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab \n。x"), max_size=5000), st.integers(min_value=10, max_value=1200))
 def test_pages_reassemble_the_text_and_are_bounded(text: str, size: int) -> None:

@@ -411,6 +411,9 @@ _NOT_PROPERTIES = frozenset({"title", "source", "source_path", "url", "content_h
                              "publish", "permalink",
                              # capture's bookkeeping (``capture.CAPTURE_KEYS`` but title and status, and related)
                              "created", "agent", "correlation_id", "related"})
+#: (key, value) pairs docsvault writes, no text of the note: capture's ``status: raw`` (``capture.CAPTURE_STATUS``),
+#: in every captured note, made each of them a match of a query with the word 'raw'; ``status: done`` is the user's
+_WRITTEN_VALUES = frozenset({("status", "raw")})
 #: a date or a date and time as YAML and ISO 8601 write them (``2026-12-07``, ``2026-12-07T01:02:03Z``): no text
 _DATE = re.compile(r"\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?")
 
@@ -421,10 +424,12 @@ def property_text(note: Note) -> str:
     value. A value counts when it is a string (or a list's string item) with a letter in it and is no URL or path
     (``/`` without a space: ``redirect_from``, ``github_repository``); numbers, booleans, dates and nested mappings
     (``2026-12-07T01:02:03Z`` too) are left out, and so are the keys of :data:`_NOT_PROPERTIES` (capture's
-    ``created``/``agent``/``correlation_id`` among them). "" when there is none."""
+    ``created``/``agent``/``correlation_id`` among them) and capture's ``status: raw`` (:data:`_WRITTEN_VALUES`).
+    "" when there is none."""
     out: list[str] = []
     for key, value in note.frontmatter.items():
-        if not isinstance(key, str) or key.lower() in _NOT_PROPERTIES:
+        if not isinstance(key, str) or key.lower() in _NOT_PROPERTIES or (
+                isinstance(value, str) and (key.lower(), value.strip()) in _WRITTEN_VALUES):
             continue
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and any(c.isalpha() for c in v) and not ("/" in v and " " not in v.strip()) \

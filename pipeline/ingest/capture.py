@@ -458,6 +458,8 @@ def vault_rel_path(source: Source, fname: str, name_option: str = "--name") -> s
 #: capture's own keys that replace the text's frontmatter values (they record this capture); a differing value of
 #: the text stays as ``original_<key>``
 CAPTURE_KEYS = ("title", "created", "agent", "status", "correlation_id")
+#: the ``status`` every captured note is saved with (the user or an agent changes it once the note is worked on)
+CAPTURE_STATUS = "raw"
 
 
 def _as_list(value: Any) -> list[str] | None:
@@ -620,7 +622,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     created = (now or datetime.now(UTC)).replace(microsecond=0)
     cid = correlation_id or uuid.uuid4().hex
     own: dict[str, Any] = {"title": title, "created": created.isoformat().replace("+00:00", "Z"), "agent": agent,
-                           "status": "raw", "correlation_id": cid}
+                           "status": CAPTURE_STATUS, "correlation_id": cid}
     if links := _new_related_links(related, source.name, text_fm):
         own["related"] = links
     if tags:

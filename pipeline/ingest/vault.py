@@ -441,8 +441,11 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
         on_disk = before.get(rel)
         if on_disk is None or on_disk == path or os.path.lexists(path) or on_disk.is_symlink():
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(on_disk, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(on_disk, path)
+        except OSError as exc:          # one line naming the file, as a write's (:func:`put`)
+            raise _unwritable(source, rel, exc) from None
         emptied.update(on_disk.parents[:len(PurePosixPath(rel).parts) - 1])
 
     for done, (rel, (path, data)) in enumerate(sorted(targets.items())):
@@ -488,7 +491,10 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                                for t in folded_final.get(rel.casefold(), ())):
             continue                    # Foo.md, where the note is foo.md now, on a file system ignoring case
         if sha256_file(path) in hashes:
-            path.unlink()
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise _unwritable(source, rel, exc) from None
             emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
                 removed.append(rel)

@@ -280,21 +280,25 @@ def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
                 cut = block[0]                          # the block fits on the next page: start it there
             else:
                 cut = _last_break(text, lo, window_end)
+        if cut is None:     # only heading lines near the end (an outline): after one, never inside one
+            cut = _last_break(text, lo, window_end, after_headings=True)
         pos = cut if cut is not None else window_end
         starts.append(pos)
     return starts
 
 
-def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] | None = None) -> int | None:
+def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] | None = None,
+                after_headings: bool = False) -> int | None:
     """The end of the last boundary in ``(lo, hi]`` of the first kind of :data:`_BREAKS` that has one; with
     ``blocks``, only a boundary whose end is not inside a fenced block counts. A boundary in or right after a
     heading line does not count: a page that ended with ``## 第42章`` left the section to the next page, and
-    ``read 'Note#第42章'`` opened the page of chapter 41 (before session 43)."""
+    ``read 'Note#第42章'`` opened the page of chapter 41 (before session 43). ``after_headings``: it does, for a
+    stretch of heading lines only (an outline of empty chapters), which was otherwise cut inside a heading."""
     for pattern in _BREAKS:
         ends = [m for m in pattern.finditer(text, lo, hi)
                 if lo < m.end() <= hi and (blocks is None or _block_at(blocks, m.end()) is None)]
         for m in reversed(ends):
-            if not _HEADING_LINE.match(text, text.rfind("\n", 0, m.start()) + 1):
+            if after_headings or not _HEADING_LINE.match(text, text.rfind("\n", 0, m.start()) + 1):
                 return m.end()
     return None
 

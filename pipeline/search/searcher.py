@@ -1771,7 +1771,9 @@ class Searcher:
                 for surface, terms in self.analyzer.words(word, skip_inflected=True):
                     units.setdefault(surface, terms)
                     japanese.add(surface)
-            elif word.casefold() in QUESTION_WORDS_EN:     # "how", "did": how a question is asked, no name
+            # "how", "did": how a question is asked, no name; "I’m" and "don’t" typed with the typographic apostrophe
+            # (macOS and iOS type it, and so do agents) as with "'"
+            elif word.casefold().replace("\u2019", "'") in QUESTION_WORDS_EN:
                 continue
             elif terms := self.analyzer.tokens(word) if word else []:
                 units.setdefault(word, terms)
