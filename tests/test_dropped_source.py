@@ -117,6 +117,22 @@ def test_a_dropped_sources_folder_keeps_your_dot_files_and_symlinked_folders(tmp
     assert (folder / ".private.md").read_text(encoding="utf-8") == "my hidden note\n"
 
 
+def test_a_dropped_sources_folder_keeps_an_empty_folder_you_made(tmp_path: Path) -> None:
+    """An empty folder you made in vault/<source>/ stays when the source is dropped, as on every build (README: "nor
+    is a folder you made there, an empty one too"), and is named; the folders the removal empties go. Before
+    session 43 every empty folder went."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.models import Note
+    from pipeline.stages.layout import _remove_generated
+
+    fm = {"title": "A", "source": "gone", "source_path": "sub/deep/a.md"}
+    write_source(tmp_path / "vault", "gone", [Note("gone", "sub/deep/a.md", "sub/deep/a.md", "A", fm, "A.\n")])
+    folder = tmp_path / "vault" / "gone"
+    (folder / "Mine" / "Later").mkdir(parents=True)
+    assert _remove_generated(folder) == ["Mine/Later/"]
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == ["Mine", "Mine/Later"]
+
+
 def test_a_dropped_empty_sources_folder_goes_and_keeps_a_file_of_yours(tmp_path: Path) -> None:
     """The folder of a source whose last build had no note (no index note, a manifest listing no file) is the
     source's: dropped, it goes, or only its bookkeeping when you put a file there; a folder whose manifest names

@@ -95,9 +95,10 @@ def _remove_generated(folder: Path) -> list[str]:
     """Remove what the build wrote in a dropped source's vault folder (files as it wrote them, per the folder's
     manifest) and the temp files of killed writes (:func:`pipeline.ingest.vault.write_source`), the bookkeeping
     folder ``.docsvault/`` (the manifest and its temp files; the folder itself when that leaves it empty: a file
-    someone else put there stays), then the folders left empty, the source's folder too when nothing else is in
-    it; returns the rel paths of the files kept (the user's own, generated files edited since, and any other file
-    or symlink left: a dot file, a symlinked folder).
+    someone else put there stays), the folders those removals leave empty (``write_source``), and the source's
+    folder when nothing else is in it; returns the rel paths of what is kept (the user's own files, generated files
+    edited since, any other file or symlink left: a dot file, a symlinked folder; an empty folder of the user's as
+    ``name/``: before session 43 every empty folder went).
     Nothing is removed recursively: before session 43 a folder whose only files of the user's were dot files
     (``.private.md``) or symlinked folders went with them (``shutil.rmtree``)."""
     from pipeline.common.errors import NoteError
@@ -110,14 +111,16 @@ def _remove_generated(folder: Path) -> list[str]:
         return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
     _remove_bookkeeping(folder)
     left: set[str] = set(result.kept)
-    for dirpath, dirnames, filenames in os.walk(folder, topdown=False):     # symlinked folders are not entered
+    for dirpath, dirnames, filenames in os.walk(folder):     # symlinked folders are not entered
         here = Path(dirpath)
         left.update((here / name).relative_to(folder).as_posix() for name in filenames)
         left.update((here / d).relative_to(folder).as_posix() for d in dirnames if (here / d).is_symlink())
-        try:
-            here.rmdir()                # only when empty
-        except OSError:
-            pass
+        if here != folder and not dirnames and not filenames:      # a folder you made (write_source removed
+            left.add(here.relative_to(folder).as_posix() + "/")     # those its removals emptied)
+    try:
+        folder.rmdir()                  # only when nothing is left in it
+    except OSError:
+        pass
     return sorted(left)
 
 
