@@ -1147,8 +1147,12 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             # to U+FFFD and save_note wrote the note '�V�t�gJIS.md' (before session 43)
             from mcp.server import stdio as sdk_stdio
 
-            buffer, release = sdk_stdio._claim_fd(0, sys.stdin, "rb", sdk_stdio._open_stdin_diversion)
-            stdin = anyio.wrap_file(sdk_stdio._UnownedTextWrapper(buffer, encoding="utf-8", errors="surrogateescape"))
+            claim, divert, wrapper = (getattr(sdk_stdio, name, None)
+                                      for name in ("_claim_fd", "_open_stdin_diversion", "_UnownedTextWrapper"))
+            stdin, release = None, None     # another SDK release without these private helpers: its own stdin
+            if claim is not None and divert is not None and wrapper is not None:
+                buffer, release = claim(0, sys.stdin, "rb", divert)
+                stdin = anyio.wrap_file(wrapper(buffer, encoding="utf-8", errors="surrogateescape"))
             try:
                 async with stdio_server(stdin=stdin) as (read_stream, write_stream):
                     sink, messages = create_context_streams[Any](0)
