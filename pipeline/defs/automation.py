@@ -34,10 +34,11 @@ def schedule_timezone() -> str:
     """The time zone of ``daily_refresh``'s 04:00: ``$DOCSVAULT_SCHEDULE_TIMEZONE`` (an IANA name such as
     ``Asia/Tokyo``), else UTC, Dagster's default. A name the time-zone database does not know is one warning line
     and UTC (the code location still loads)."""
-    import os
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-    name = (os.environ.get(SCHEDULE_TIMEZONE_ENV) or "").strip()
+    from pipeline.config import env_value
+
+    name = env_value(SCHEDULE_TIMEZONE_ENV).strip()
     if not name:
         return "UTC"
     try:
