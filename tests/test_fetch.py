@@ -330,25 +330,6 @@ def test_local_multi_root_prefix_and_change_detection(tmp_path):
     assert load_fetch_result(source, settings).revision == third.revision
 
 
-def test_local_edit_that_keeps_size_and_mtime_is_a_change(tmp_path):
-    """An edit of the same length whose old mtime is put back (`touch -r`, a sync tool that keeps times) is a change:
-    before session 43 the revision read size and mtime only, and `docsvault build` said nothing changed for good."""
-    import time
-
-    root = tmp_path / "notes"
-    _tree(root, {"Oncall.md": "rotate weekly"})
-    settings = _settings(tmp_path)
-    source = Source(name="n", kind="local", path=(root,))
-    first = fetch_source(source, settings)
-    st = (root / "Oncall.md").stat()
-    time.sleep(0.05)                    # past the file system's timestamp granularity
-    (root / "Oncall.md").write_text("rotate hourly")
-    os.utime(root / "Oncall.md", ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert (root / "Oncall.md").stat().st_size == st.st_size
-    second = fetch_source(source, settings)
-    assert second.changed is True and second.revision != first.revision
-
-
 def test_local_include_exclude(tmp_path):
     root = tmp_path / "docs"
     _tree(root, {"a.md": "", "drafts/b.md": "", "c.txt": "", "deep/er/d.md": ""})

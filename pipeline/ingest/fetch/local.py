@@ -8,7 +8,7 @@ name order is read; the other is skipped with a line (:func:`twin_line`): a note
 :data:`SKIPPED_NOTES` in ``fetch.json`` so the build reports it as a skipped note, not as an attachment.
 Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
 (macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
-``(source_path, size, mtime_ns, ctime_ns)`` listing of its notes and of the files a note could embed (images, PDFs…), so
+``(source_path, size, mtime_ns)`` listing of its notes and of the files a note could embed (images, PDFs…), so
 ``changed`` is cheap to compute.
 
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
@@ -173,9 +173,7 @@ SKIPPED_NOTES = "skipped_notes"
 
 
 def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]]) -> str:
-    """A local source's revision: sha256 over its notes' ``(source path, size, mtime_ns, ctime_ns)`` (``notes``, in
-    order; the change time too, which no program sets: an edit that keeps the size and puts the old mtime back,
-    ``touch -r`` or a sync tool, was never seen before session 43)
+    """A local source's revision: sha256 over its notes' ``(source path, size, mtime_ns)`` (``notes``, in order)
     and then those of every file of ``listing`` a note could embed (an extension of
     :data:`pipeline.models.COPY_EXTENSIONS`, not excluded; an unreadable one left out), in path order: an image
     added or changed after the note that embeds it is a change (it was copied into the vault only when a note
@@ -183,7 +181,7 @@ def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[t
     it."""
     digest = hashlib.sha256()
     for sp, st in notes:
-        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\x00{st.st_ctime_ns}\n".encode())
+        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
     for sp in sorted(listing):
         name = sp.rsplit("/", 1)[-1]
         if "." not in name or name.rsplit(".", 1)[1].lower() not in COPY_EXTENSIONS or \
@@ -193,7 +191,7 @@ def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[t
             st = listing[sp].stat()
         except OSError:
             continue
-        digest.update(f"a\x00{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\x00{st.st_ctime_ns}\n".encode())
+        digest.update(f"a\x00{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
