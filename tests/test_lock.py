@@ -30,10 +30,17 @@ HOLDER = textwrap.dedent(
 )
 
 
-def _hold(data: Path, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(data), str(seconds)], stdout=subprocess.PIPE,
+def _hold(data: Path, seconds: float, script: str = HOLDER) -> subprocess.Popen:
+    """A child running ``script`` (HOLDER: the build lock) on ``data`` for ``seconds``, once it says "locked"
+    (killed when it does not)."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(data), str(seconds)], stdout=subprocess.PIPE,
                             text=True, cwd=Path(__file__).resolve().parents[1])
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     return proc
 
 
@@ -89,10 +96,8 @@ def test_a_build_waits_out_the_sensor_tick_s_moment_at_the_run_lock(tmp_path: Pa
     (session 43). Now it waits the tick out, and a tick that holds on names itself."""
     from pipeline.common import lock as lock_mod
 
-    proc = subprocess.Popen([sys.executable, "-c", SENSOR_HOLD, str(tmp_path), "1.0"], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = _hold(tmp_path, 1.0, SENSOR_HOLD)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
         assert lock_holder(tmp_path / RUN_LOCK_NAME)["brief"] == "the upstream_change sensor's tick"
         with build_run_lock(tmp_path, wait=0) as lock:           # refused at once before
             assert lock.held and lock_holder(tmp_path / RUN_LOCK_NAME)["pid"] == os.getpid()
@@ -102,10 +107,8 @@ def test_a_build_waits_out_the_sensor_tick_s_moment_at_the_run_lock(tmp_path: Pa
         proc.kill()
         proc.wait()
     monkeypatch.setattr(lock_mod, "BRIEF_HOLD_WAIT", 0.2)
-    proc = subprocess.Popen([sys.executable, "-c", SENSOR_HOLD, str(tmp_path), "30"], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = _hold(tmp_path, 30, SENSOR_HOLD)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
         with pytest.raises(BuildLockedError) as exc, build_run_lock(tmp_path, wait=0):
             pass
         assert str(exc.value).startswith(
@@ -331,10 +334,8 @@ def test_a_lock_naming_only_a_killed_forced_rebuild_is_held_by_nobody(tmp_path: 
     from pipeline.common.lock import running_build
 
     assert running_build(tmp_path) is None
-    proc = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(tmp_path), "30"], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = _hold(tmp_path, 30, SHARED_HOLDER)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
         with pytest.raises(BuildLockedError) as exc, build_lock(tmp_path, wait=0):
             pass
     finally:
@@ -381,10 +382,8 @@ def test_run_build_refuses_while_another_build_runs(tiny_env: Path) -> None:
     from pipeline.defs.runner import run_build
 
     settings = Settings.from_env()
-    proc = subprocess.Popen([sys.executable, "-c", RUN_HOLDER, str(settings.data_dir), "30"], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = _hold(settings.data_dir, 30, RUN_HOLDER)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
         with pytest.raises(BuildLockedError, match=f"pid {proc.pid}"):
             run_build(settings)
         assert not settings.warehouse_path.exists()
@@ -449,10 +448,8 @@ SHARED_HOLDER = textwrap.dedent(
 
 def test_shared_holders_coexist_and_exclude_an_exclusive_one(tmp_path: Path) -> None:
     """Per-source steps of different sources (shared) run at once; a build or a shared stage (exclusive) waits."""
-    proc = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(tmp_path), "30"], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[1])
+    proc = _hold(tmp_path, 30, SHARED_HOLDER)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
         with build_lock(tmp_path, shared=True) as lock:          # a second shared holder: at once
             assert lock.held
         with pytest.raises(BuildLockedError):
