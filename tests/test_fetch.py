@@ -14,6 +14,7 @@ import pytest
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
 from pipeline.ingest.fetch import fetch_source, load_fetch_result, path_matches, select_paths
+from pipeline.ingest.fetch.watch import check_upstream
 from pipeline.models import Source
 
 TOOLS = Path("/work/shared/tools/make-git-mirrors")
@@ -328,6 +329,49 @@ def test_local_multi_root_prefix_and_change_detection(tmp_path):
     third = fetch_source(source, settings)
     assert third.changed is True and third.revision != first.revision
     assert load_fetch_result(source, settings).revision == third.revision
+
+
+def test_local_edit_that_keeps_size_and_mtime_is_a_change(tmp_path):
+    """An edit of the same length whose old mtime is put back (`touch -r`, a sync tool that keeps times) is a change:
+    before session 44 the revision read size and mtime only, and `docsvault build` said nothing changed for good."""
+    import time
+
+    root = tmp_path / "notes"
+    _tree(root, {"Oncall.md": "rotate weekly", "img.png": "png"})
+    settings = _settings(tmp_path)
+    source = Source(name="n", kind="local", path=(root,))
+    first = fetch_source(source, settings)
+    st = (root / "Oncall.md").stat()
+    time.sleep(0.05)                    # past the file system's timestamp granularity
+    (root / "Oncall.md").write_text("rotate hourly")
+    os.utime(root / "Oncall.md", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (root / "Oncall.md").stat().st_size == st.st_size
+    second = fetch_source(source, settings)
+    assert second.changed is True and second.revision != first.revision
+    assert check_upstream(source, settings).changed is False      # the build's fetch recorded it
+    st = (root / "img.png").stat()
+    (root / "img.png").write_text("PNG")                            # an embedded image, the same way
+    os.utime(root / "img.png", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert check_upstream(source, settings).changed is True
+    assert fetch_source(source, settings).changed is True
+
+
+def test_local_copy_that_keeps_times_and_touch_are_no_change(tmp_path):
+    """A copy of the folder that keeps the files' times (`cp -a`: new inodes and ctimes) and a `touch` that changes
+    no byte are no change: the revision is of the files' content, read again only where their stat moved."""
+    root = tmp_path / "notes"
+    _tree(root, {"a.md": "alpha", "sub/b.md": "beta", "sub/c.png": "png"})
+    settings = _settings(tmp_path)
+    source = Source(name="n", kind="local", path=(root,))
+    first = fetch_source(source, settings)
+    hashes = json.loads((settings.raw_dir / "n" / "content-hashes.json").read_text())
+    assert sorted(Path(k).name for k in hashes) == ["a.md", "b.md", "c.png"]
+    shutil.move(root, tmp_path / "old")
+    shutil.copytree(tmp_path / "old", root, copy_function=shutil.copy2)
+    os.utime(root / "a.md")                                         # touched: a new mtime, the same bytes
+    assert check_upstream(source, settings).changed is False
+    again = fetch_source(source, settings)
+    assert again.changed is False and again.revision == first.revision
 
 
 def test_local_include_exclude(tmp_path):

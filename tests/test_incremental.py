@@ -95,8 +95,8 @@ def test_touched_but_unchanged_file_reembeds_nothing(settings: Settings, tiny_en
     note = tiny_env / "tinyvault" / "Ducks.md"
     os.utime(note, ns=(note.stat().st_atime_ns, note.stat().st_mtime_ns + 5_000_000_000))
     again = run_chain(settings)
-    assert again["normalize"]["skipped"] is False                # the listing moved: normalize ran ...
-    assert again["vault"]["written"] == 0                        # ... but nothing changed downstream
+    assert again["normalize"]["skipped"] is True                 # the same bytes: the source's revision (of its
+    assert again["vault"]["written"] == 0                        # files' content) did not move; nothing is redone
     assert again["embed"]["embedded"] == 0
     assert again["chunk"].get("rechunked", 0) == 0
 

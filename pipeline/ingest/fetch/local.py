@@ -8,8 +8,10 @@ name order is read; the other is skipped with a line (:func:`twin_line`): a note
 :data:`SKIPPED_NOTES` in ``fetch.json`` so the build reports it as a skipped note, not as an attachment.
 Names with control characters are listed (the vault path is sanitized by the normalizer). Source paths are NFC
 (macOS writes decomposed NFD names; the vault, the warehouse and JSON output all use NFC). ``revision`` is a sha256 over the sorted
-``(source_path, size, mtime_ns)`` listing of its notes and of the files a note could embed (images, PDFs…), so
-``changed`` is cheap to compute.
+``(source_path, content sha256)`` listing of its notes and of the files a note could embed (images, PDFs…); a
+file's content hash is remembered under its stat (size, mtime, ctime, inode: :class:`ContentHashes`), so a
+listing that did not change reads no file, an edit is seen whatever times it keeps, and a copy that keeps the
+files' times (``cp -a``, a restored backup) reads each file once and is unchanged.
 
 Empty vs missing: a folder with no note is an empty source (its notes leave the vault and the index, with a
 ``has no notes`` warning); a root that does not exist or cannot be listed is a FetchError, so the last good copy stays,
@@ -20,15 +22,25 @@ and so is a root with nothing in it at all whose last fetch listed files (an unm
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.common.artifacts import write_atomic
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
-from pipeline.ingest.fetch.base import now_iso, path_matches, read_state, select_default, select_paths, write_state
+from pipeline.ingest.fetch.base import (
+    now_iso,
+    path_matches,
+    read_state,
+    select_default,
+    select_paths,
+    source_dir,
+    write_state,
+)
 from pipeline.models import COPY_EXTENSIONS, FetchResult, RawFile, Source
 
 
@@ -172,16 +184,75 @@ def _walk_root(root: Path, warnings: list[str], source: str,
 SKIPPED_NOTES = "skipped_notes"
 
 
-def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]]) -> str:
-    """A local source's revision: sha256 over its notes' ``(source path, size, mtime_ns)`` (``notes``, in order)
-    and then those of every file of ``listing`` a note could embed (an extension of
-    :data:`pipeline.models.COPY_EXTENSIONS`, not excluded; an unreadable one left out), in path order: an image
-    added or changed after the note that embeds it is a change (it was copied into the vault only when a note
-    changed too). :func:`fetch_local` records it; the upstream check (:mod:`pipeline.ingest.fetch.watch`) compares
-    it."""
+#: in ``<raw>/<name>/``: the content hashes of a local source's files under their stat (:class:`ContentHashes`)
+HASHES_FILE = "content-hashes.json"
+
+
+class ContentHashes:
+    """sha256 of a local source's files, each remembered under its stat key ``(size, mtime_ns, ctime_ns, inode)``
+    in ``<raw>/<name>/content-hashes.json`` (``{absolute path: [size, mtime_ns, ctime_ns, inode, sha256 hex]}``):
+    a file is read again only when one of them changed, as git's index does. So an edit that keeps the length and
+    puts the old mtime back (``touch -r``, a sync tool that keeps times) is read again (its ctime moved) and seen,
+    and a copy that keeps the times (``cp -a``, ``rsync -a``: new ctimes and inodes) is read once and, its content
+    the same, no change. A missing or unreadable file means every file is read once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raw = {}
+        self._known: dict[str, list] = raw if isinstance(raw, dict) else {}
+        self._used: dict[str, list] = {}
+
+    @classmethod
+    def of(cls, source: Source, settings: Settings) -> ContentHashes:
+        """The hashes of ``source`` under ``settings``' raw folder."""
+        return cls(source_dir(source, settings) / HASHES_FILE)
+
+    def sha(self, path: Path, st: os.stat_result) -> str | None:
+        """The sha256 hex of ``path``'s bytes, whose ``os.stat`` is ``st``; None when it cannot be read."""
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        name = str(path)
+        entry = self._known.get(name)
+        if isinstance(entry, list) and len(entry) == 5 and entry[:4] == key and isinstance(entry[4], str):
+            self._used[name] = entry
+            return entry[4]
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError:
+            return None
+        self._used[name] = [*key, digest.hexdigest()]
+        return digest.hexdigest()
+
+    def save(self) -> None:
+        """Write the hashes used since loading (files no longer listed are dropped), when they differ from the
+        file's; an unwritable folder is left as it is (the hashes are only a cache)."""
+        if self._used == self._known:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, json.dumps(self._used, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        except OSError:
+            pass
+
+
+def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]],
+                     hashes: ContentHashes) -> str:
+    """A local source's revision: sha256 over its notes' ``(source path, content sha256)`` (``notes``, in order,
+    with their ``os.stat``; a note that cannot be read counts by its size and mtime) and then those of every file
+    of ``listing`` a note could embed (an extension of :data:`pipeline.models.COPY_EXTENSIONS`, not excluded; an
+    unreadable one left out), in path order: an image added or changed after the note that embeds it is a change
+    (it was copied into the vault only when a note changed too). The contents are read through ``hashes`` (only
+    files whose stat changed; saved at the end). :func:`fetch_local` records it; the upstream check
+    (:mod:`pipeline.ingest.fetch.watch`) compares it."""
     digest = hashlib.sha256()
     for sp, st in notes:
-        digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+        sha = hashes.sha(listing[sp], st) or f"{st.st_size}\x00{st.st_mtime_ns}"
+        digest.update(f"{sp}\x00{sha}\n".encode())
     for sp in sorted(listing):
         name = sp.rsplit("/", 1)[-1]
         if "." not in name or name.rsplit(".", 1)[1].lower() not in COPY_EXTENSIONS or \
@@ -191,7 +262,10 @@ def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[t
             st = listing[sp].stat()
         except OSError:
             continue
-        digest.update(f"a\x00{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
+        sha = hashes.sha(listing[sp], st)
+        if sha is not None:
+            digest.update(f"a\x00{sp}\x00{sha}\n".encode())
+    hashes.save()
     return digest.hexdigest()
 
 
@@ -277,7 +351,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         total += st.st_size
         stamps.append((sp, st))
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
-    revision = listing_revision(source, listing, stamps)
+    revision = listing_revision(source, listing, stamps, ContentHashes.of(source, settings))
     previous = read_state(source, settings)
     changed = previous is None or previous.get("revision") != revision
     result = FetchResult(

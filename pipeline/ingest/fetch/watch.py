@@ -120,7 +120,7 @@ def _git_token(source: Source, state: dict, commit: str, same_config: bool) -> s
 
 def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
     from pipeline.ingest.fetch.base import select_paths
-    from pipeline.ingest.fetch.local import _walk_root, listing_revision
+    from pipeline.ingest.fetch.local import ContentHashes, _walk_root, listing_revision
 
     roots = sorted(source.path)
     multi = len(roots) > 1
@@ -130,7 +130,8 @@ def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamChe
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder")
         for rel, path in _walk_root(root.resolve(), [], source.name).items():
             listing[f"{root.name}/{rel}" if multi else rel] = path
-    token = listing_revision(source, listing, [(sp, listing[sp].stat()) for sp in select_paths(source, listing)])
+    token = listing_revision(source, listing, [(sp, listing[sp].stat()) for sp in select_paths(source, listing)],
+                             ContentHashes.of(source, settings))
     return UpstreamCheck(source.name, token != state.get("revision"), token, "listing hash")
 
 
