@@ -744,6 +744,8 @@ class VaultService:
         row = {k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage", "error")}
         if o.get("kept_edits"):             # a user's edit of a generated note, moved aside: say where it is now
             row["kept_edits"] = list(o["kept_edits"])[:LIST_CAP]
+        if o.get("warnings"):               # a note's missing attachment, an ambiguous link: as the CLI prints them
+            row["warnings"] = list(o["warnings"])[:LIST_CAP]
         if o.get("skipped_files"):
             row["skipped"] = skipped_file_reasons(self.settings, str(o.get("name")), LIST_CAP)
         return row
