@@ -587,7 +587,8 @@ class VaultService:
                   wait: float = 0) -> dict[str, Any]:
         """Write a note into the local capture source (:mod:`pipeline.ingest.capture`), then rebuild that source (as
         ``refresh``, waiting up to ``wait`` seconds for another running build) so it is searchable at once. The note
-        is kept even when the rebuild fails (``searchable`` false, ``error`` says why).
+        is kept even when the rebuild fails (``searchable`` false, ``error`` says why). ``warnings``: the rebuild's
+        warning lines about this note (an embed of a file not in the source, a link several notes could mean).
 
         Raises:
             ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
@@ -623,6 +624,10 @@ class VaultService:
             result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
             out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
+            own = f": {note.vault_path.split('/', 1)[-1]}: "     # the build's lines about this note: a broken embed
+            if mine := [ln for o in result.get("outcomes") or () if o.get("name") == src.name
+                        for ln in o.get("warnings") or () if own in ln]:
+                out["warnings"] = mine
             why = next((o["error"] for o in result.get("outcomes") or () if o.get("error")), None) \
                 or (result.get("shared") or {}).get("error")
             if not result.get("ok") and why:
