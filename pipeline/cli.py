@@ -55,6 +55,7 @@ from pipeline.service import (
     skipped_files,
     source_warning_lines,
     status_data,
+    warnings_about,
     write_dirs_problem,
 )
 
@@ -994,6 +995,8 @@ def capture(
         if note.related:
             typer.echo(f"  related: {', '.join(note.related)}")
         if built is not None:
+            for line in warnings_about((built.get("source") or {}).get("warnings") or (), note.vault_path):
+                typer.echo(f"warning: {line}", err=True)        # the build's lines about it: a broken embed
             if built["ok"]:
                 typer.echo(f"  searchable now: source {src.name} rebuilt")
             else:

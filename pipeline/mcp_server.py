@@ -599,7 +599,7 @@ class VaultService:
         """
         from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
         from pipeline.ingest.sources import load_sources
-        from pipeline.service import capture_related
+        from pipeline.service import capture_related, warnings_about
 
         s = self.settings
         wait = _wait_seconds(wait)
@@ -624,9 +624,8 @@ class VaultService:
             result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
             out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
-            own = f": {note.vault_path.split('/', 1)[-1]}: "     # the build's lines about this note: a broken embed
-            if mine := [ln for o in result.get("outcomes") or () if o.get("name") == src.name
-                        for ln in o.get("warnings") or () if own in ln]:
+            if mine := [ln for o in result.get("outcomes") or () if o.get("name") == src.name     # a broken embed
+                        for ln in warnings_about(o.get("warnings") or (), note.vault_path)]:
                 out["warnings"] = mine
             why = next((o["error"] for o in result.get("outcomes") or () if o.get("error")), None) \
                 or (result.get("shared") or {}).get("error")

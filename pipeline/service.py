@@ -29,7 +29,7 @@ __all__ = [
     "no_notes_line",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
-    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data",  # noqa: F822
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "warnings_about",  # noqa: F822
     "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
@@ -938,6 +938,14 @@ def source_warning_lines(st: Any) -> list[str]:
     lines += [*(st.metadata.get("vault", {}).get("warning_lines") or []),
               *(st.metadata.get("chunks", {}).get("warning_lines") or [])]
     return [str(line) for line in lines]
+
+
+def warnings_about(lines: Sequence[str], vault_path: str) -> list[str]:
+    """The lines of :func:`source_warning_lines` (``lines``) that are about the note at ``vault_path``
+    (``<source>/<path in the source>``): those naming its source path, ``source 'me': Ideas.md: diagram.png (line 8)
+    is not in the source …``; what ``capture`` and the MCP ``save_note`` tell of the note they saved."""
+    own = f": {vault_path.split('/', 1)[-1]}: "
+    return [line for line in lines if own in line]
 
 
 def paths_warning_lines(st: Any) -> list[str]:

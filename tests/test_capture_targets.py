@@ -208,3 +208,23 @@ def test_mcp_save_note_names_the_rebuilds_warnings_about_the_note(mixed: Path) -
     assert (out["searchable"], out["warnings"]) == (True, [ours])
     outcome["warnings"] = [other]
     assert "warnings" not in svc.save_note("A stork.\n", title="Stork facts", source="inbox")
+
+
+def test_cli_capture_names_the_builds_warnings_about_the_note(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`docsvault capture` of text embedding `![[diagram.png]]` said "searchable now" and nothing of the broken
+    embed the build had warned about; it prints the build's `warning:` lines about its note (not the others)."""
+    from types import SimpleNamespace
+
+    import pipeline.cli as cli
+    import pipeline.defs.runner as runner_mod
+
+    ours = "source 'inbox': Heron facts.md: diagram.png (line 8) is not in the source (deleted or moved?): …"
+    other = "source 'inbox': Other.md: [[Meeting]] (line 3) could mean 2 notes: …"
+    monkeypatch.setattr(runner_mod, "run_build", lambda *a, **kw: None)
+    monkeypatch.setattr(cli, "build_outcome", lambda report: SimpleNamespace(as_dict=lambda: {
+        "ok": True, "shared": {"error": None},
+        "sources": [{"name": "inbox", "status": "built", "error": None, "warnings": [other, ours]}]}))
+    result = runner.invoke(app, ["capture", "A heron.\n\n![[diagram.png]]", "--title", "Heron facts",
+                                 "--source", "inbox"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-2:] == [f"warning: {ours}", "  searchable now: source inbox rebuilt"]
