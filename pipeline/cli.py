@@ -48,13 +48,14 @@ from pipeline.service import (
     open_searcher,
     pages_not_fetched_line,
     parse_lanes,
-    paths_warning_lines,
     query_problem,
     related_notes,
     run_search,
     search_lanes,
     skipped_files,
+    source_warning_lines,
     status_data,
+    warnings_about,
     write_dirs_problem,
 )
 
@@ -171,7 +172,6 @@ def build(
     import time as _time
 
     from pipeline.ingest.sources import load_sources, select_sources
-    from pipeline.stages.ingest import kept_line
 
     s = settings()
     started = _time.perf_counter()
@@ -234,13 +234,9 @@ def build(
         )
         if st.ok and st.metadata.get("raw_docs", {}).get("files") == 0:
             typer.echo(f"warning: {no_notes_line(st)}", err=True)
-        for line in paths_warning_lines(st):
+        for line in source_warning_lines(st):
             typer.echo(f"warning: {line}", err=True)
         notes_meta = st.metadata.get("notes", {})
-        if notes_meta.get("kept_last_good"):
-            typer.echo(f"warning: {kept_line(st.name, notes_meta['kept_last_good'])}", err=True)
-        for line in [*(vault_meta.get("warning_lines") or []), *(chunk_meta.get("warning_lines") or [])]:
-            typer.echo(f"warning: {line}", err=True)
         if notes_meta.get("errors"):
             where = notes_meta.get("errors_file") or str(_errors_file(settings(), st.name))
             typer.echo(f"  {st.name}: {notes_meta['errors']} file(s) skipped, each with its reason in {where}")
@@ -999,6 +995,8 @@ def capture(
         if note.related:
             typer.echo(f"  related: {', '.join(note.related)}")
         if built is not None:
+            for line in warnings_about((built.get("source") or {}).get("warnings") or (), note.vault_path):
+                typer.echo(f"warning: {line}", err=True)        # the build's lines about it: a broken embed
             if built["ok"]:
                 typer.echo(f"  searchable now: source {src.name} rebuilt")
             else:

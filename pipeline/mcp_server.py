@@ -587,7 +587,8 @@ class VaultService:
                   wait: float = 0) -> dict[str, Any]:
         """Write a note into the local capture source (:mod:`pipeline.ingest.capture`), then rebuild that source (as
         ``refresh``, waiting up to ``wait`` seconds for another running build) so it is searchable at once. The note
-        is kept even when the rebuild fails (``searchable`` false, ``error`` says why).
+        is kept even when the rebuild fails (``searchable`` false, ``error`` says why). ``warnings``: the rebuild's
+        warning lines about this note (an embed of a file not in the source, a link several notes could mean).
 
         Raises:
             ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
@@ -598,7 +599,7 @@ class VaultService:
         """
         from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
         from pipeline.ingest.sources import load_sources
-        from pipeline.service import capture_related
+        from pipeline.service import capture_related, warnings_about
 
         s = self.settings
         wait = _wait_seconds(wait)
@@ -623,6 +624,9 @@ class VaultService:
             result = self.refresh(src.name, wait=wait, evaluate=False)
             out["searchable"] = bool(note.vault_path in result.get("added", []) or result.get("ok"))
             out["refresh"] = {k: result.get(k) for k in ("ok", "seconds", "counts")}
+            if mine := [ln for o in result.get("outcomes") or () if o.get("name") == src.name     # a broken embed
+                        for ln in warnings_about(o.get("warnings") or (), note.vault_path)]:
+                out["warnings"] = mine
             why = next((o["error"] for o in result.get("outcomes") or () if o.get("error")), None) \
                 or (result.get("shared") or {}).get("error")
             if not result.get("ok") and why:
@@ -744,6 +748,8 @@ class VaultService:
         row = {k: o.get(k) for k in ("name", "status", "notes", "skipped_files", "warning", "failed_stage", "error")}
         if o.get("kept_edits"):             # a user's edit of a generated note, moved aside: say where it is now
             row["kept_edits"] = list(o["kept_edits"])[:LIST_CAP]
+        if o.get("warnings"):               # a note's missing attachment, an ambiguous link: as the CLI prints them
+            row["warnings"] = list(o["warnings"])[:LIST_CAP]
         if o.get("skipped_files"):
             row["skipped"] = skipped_file_reasons(self.settings, str(o.get("name")), LIST_CAP)
         return row

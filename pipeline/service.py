@@ -29,7 +29,7 @@ __all__ = [
     "no_notes_line",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
-    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "status_data",  # noqa: F822
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "warnings_about",  # noqa: F822
     "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
@@ -817,7 +817,8 @@ class SourceOutcome(Record):
     ``warning`` the "has no notes" line of an empty source; ``kept_edits`` one line per generated note this build
     replaced while it held the user's edit (or per user file where the source now has a note): where the user's
     version is now (``vault/me/Home.md was edited since the build wrote it: your version is kept as vault/me/Home
-    (edited).md``), as ``docsvault build`` prints it."""
+    (edited).md``), as ``docsvault build`` prints it; ``warnings`` the source's other ``warning:`` lines of the
+    build's table (:func:`source_warning_lines`: a note's missing attachment, an ambiguous link, …)."""
 
     name: str
     status: str
@@ -829,6 +830,7 @@ class SourceOutcome(Record):
     failed_stage: str | None
     error: str | None
     kept_edits: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -920,6 +922,32 @@ def no_notes_line(st: Any) -> str:
     return next((ln for ln in lines if "has no notes" in ln), f"source '{st.name}' has no notes")
 
 
+def source_warning_lines(st: Any) -> list[str]:
+    """The ``warning:`` lines `docsvault build` prints below a source's row (without ``warning: ``), in its
+    order: the fetch's warnings about ``paths`` (:func:`paths_warning_lines`), the files that failed to normalize
+    and serve their last good version, the vault step's (an attachment a note embeds that is not in the source, a
+    link several notes could mean, a file name no link can reach) and the chunk step's (a note cut at the chunk
+    cap). The "has no notes" line of an empty source is not among them (``SourceOutcome.warning``). ``st``: one
+    source of a build report."""
+    from pipeline.stages.ingest import kept_line
+
+    notes_meta = st.metadata.get("notes", {})
+    lines = list(paths_warning_lines(st))
+    if notes_meta.get("kept_last_good"):
+        lines.append(kept_line(st.name, notes_meta["kept_last_good"]))
+    lines += [*(st.metadata.get("vault", {}).get("warning_lines") or []),
+              *(st.metadata.get("chunks", {}).get("warning_lines") or [])]
+    return [str(line) for line in lines]
+
+
+def warnings_about(lines: Sequence[str], vault_path: str) -> list[str]:
+    """The lines of :func:`source_warning_lines` (``lines``) that are about the note at ``vault_path``
+    (``<source>/<path in the source>``): those naming its source path, ``source 'me': Ideas.md: diagram.png (line 8)
+    is not in the source …``; what ``capture`` and the MCP ``save_note`` tell of the note they saved."""
+    own = f": {vault_path.split('/', 1)[-1]}: "
+    return [line for line in lines if own in line]
+
+
 def paths_warning_lines(st: Any) -> list[str]:
     """The fetch's warnings about a git source's ``paths`` (``source 'X': paths entry 'p' matches no file …``,
     selected files the sparse checkout did not write, submodules in them, whose files are not fetched, and symlinks,
@@ -975,6 +1003,7 @@ def _source_outcome(st: Any) -> SourceOutcome:
         warning=no_notes_line(st) if empty else None,
         failed_stage=st.failed_stage or None, error=st.error or None,
         kept_edits=tuple(conflict_line(st.name, c) for c in vault_meta.get("conflicts") or ()),
+        warnings=tuple(source_warning_lines(st)),
     )
 
 

@@ -189,3 +189,42 @@ def test_mcp_save_note_says_why_the_rebuild_left_it_unsearchable(mixed: Path, mo
         "shared": {"ok": True, "error": None}})
     assert svc.save_note("Owls.", title="Owls", source="inbox")["error"] == \
         "the note is saved but the rebuild failed: inbox: no file"
+
+
+def test_mcp_save_note_names_the_rebuilds_warnings_about_the_note(mixed: Path) -> None:
+    """An agent saved a note embedding `![[diagram.png]]`, which the capture source does not have: the rebuild
+    warned (`docsvault build` printed the line) but `save_note` answered only `searchable: true`. It now returns
+    the rebuild's warning lines about its note, and none about the source's other notes."""
+    from pipeline.mcp_server import VaultService
+
+    svc = VaultService(Settings.from_env())
+    ours = ("source 'inbox': Heron facts.md: diagram.png (line 8) is not in the source (deleted or moved?): the "
+            "note's embed/link of it is broken in the vault; restore the file or fix the link")
+    other = "source 'inbox': Other.md: [[Meeting]] (line 3) could mean 2 notes: …"
+    outcome = {"name": "inbox", "status": "built", "warnings": [other, ours]}
+    svc.refresh = lambda *a, **kw: {"ok": True, "seconds": 1.0, "added": ["inbox/Heron facts.md"],  # type: ignore
+                                    "counts": {"added": 1, "changed": 0, "removed": 0}, "outcomes": [outcome]}
+    out = svc.save_note("A heron.\n\n![[diagram.png]]\n", title="Heron facts", source="inbox")
+    assert (out["searchable"], out["warnings"]) == (True, [ours])
+    outcome["warnings"] = [other]
+    assert "warnings" not in svc.save_note("A stork.\n", title="Stork facts", source="inbox")
+
+
+def test_cli_capture_names_the_builds_warnings_about_the_note(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`docsvault capture` of text embedding `![[diagram.png]]` said "searchable now" and nothing of the broken
+    embed the build had warned about; it prints the build's `warning:` lines about its note (not the others)."""
+    from types import SimpleNamespace
+
+    import pipeline.cli as cli
+    import pipeline.defs.runner as runner_mod
+
+    ours = "source 'inbox': Heron facts.md: diagram.png (line 8) is not in the source (deleted or moved?): …"
+    other = "source 'inbox': Other.md: [[Meeting]] (line 3) could mean 2 notes: …"
+    monkeypatch.setattr(runner_mod, "run_build", lambda *a, **kw: None)
+    monkeypatch.setattr(cli, "build_outcome", lambda report: SimpleNamespace(as_dict=lambda: {
+        "ok": True, "shared": {"error": None},
+        "sources": [{"name": "inbox", "status": "built", "error": None, "warnings": [other, ours]}]}))
+    result = runner.invoke(app, ["capture", "A heron.\n\n![[diagram.png]]", "--title", "Heron facts",
+                                 "--source", "inbox"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-2:] == [f"warning: {ours}", "  searchable now: source inbox rebuilt"]

@@ -574,3 +574,36 @@ def test_token_starts_a_cut_inside_a_word_is_counted() -> None:
     assert chunks == chunk_note(mk(word), count_tokens=toy_count, max_tokens=8)
     assert "Guide\n\n" + "y" * 16 in counted and "Guide\n\n" + "y" * 17 in counted
     assert len(counted) == len(set(counted))     # no text is counted twice
+
+
+# ---- an Excalidraw drawing: its text elements, not the plugin's banner nor the scene's JSON ------------------------
+DRAWING = (
+    "==⚠  Switch to EXCALIDRAW VIEW in the MORE OPTIONS menu of this document. ⚠== You can decompress Drawing data "
+    "with the command palette: 'Decompress current Excalidraw file'. For more info check in plugin settings under "
+    "'Saving'\n\n\n"
+    "# Excalidraw Data\n\n"
+    "## Text Elements\n"
+    "Kyoto itinerary sketch ^aB3dE9fG\n\n"
+    "Day 2: Fushimi Inari ^hJ4kL8mN\n\n"
+    "%%\n"
+    "## Drawing\n"
+    "```compressed-json\n"
+    "N4KAkARALgngDgUwgLgAQQQDwMYEMA2AlgCYBOuA7hADTgQBuCpAzoQPYB2KqATLZMzYBXUtiRoIACyhQ4zZAHoFAc0JRJQgEYA6bGwC2C\n"
+    "```\n"
+    "%%\n"
+)
+
+
+def test_an_excalidraw_drawing_is_searched_by_its_text_elements_only() -> None:
+    """An Obsidian user's drawing (``Kyoto.excalidraw.md``) was chunked with the plugin's banner (the same words in
+    every drawing: a search for "decompress" or "plugin settings" found every drawing) and the scene's base64
+    ``compressed-json`` (a search for a piece of it found the drawing; real scenes are kilobytes of it). Only its
+    text elements are searched now; a Markdown note that has the same lines, without the plugin's key, keeps all."""
+    drawing = Note("me", "Kyoto.excalidraw.md", "Kyoto.excalidraw.md", "Kyoto.excalidraw",
+                   {"excalidraw-plugin": "parsed", "tags": ["excalidraw"]}, DRAWING)
+    chunks = chunk_note(drawing, count_tokens=words)
+    assert [(c.heading_path, c.text) for c in chunks] == [
+        (("Excalidraw Data",), "## Text Elements\nKyoto itinerary sketch\n\nDay 2: Fushimi Inari")]
+    plain = chunk_note(mk(DRAWING), count_tokens=words)
+    assert "N4KAkARALgngDgUwgLgAQQQ" in "".join(c.text for c in plain)
+    assert plain[0].text.startswith("==⚠  Switch to EXCALIDRAW VIEW")

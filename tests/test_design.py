@@ -128,15 +128,19 @@ def test_eval_report_json_is_pinned() -> None:
 
 
 def test_build_outcome_json_is_pinned() -> None:
-    """``build --json`` from the typed BuildOutcome: exactly the JSON the dict version printed (keys, order)."""
+    """``build --json`` from the typed BuildOutcome: exactly the JSON the dict version printed (keys, order), and
+    since session 44 each source's ``warnings``: the ``warning:`` lines the table prints below its row (a note's
+    missing attachment, an ambiguous link, a file serving its last good version), which ``--json`` and the MCP
+    ``refresh`` dropped, so a script or an agent never learned that a note's embed was broken."""
     import json
     from types import SimpleNamespace as NS
 
     from pipeline.service import BuildOutcome, build_outcome
 
     built = NS(name="docs", ok=True, failed_stage="", error="", metadata={
-        "raw_docs": {"files": 3}, "notes": {"errors": 2}, "vault": {"notes": 3, "skipped": False,
-                                                               "conflicts": ["Home.md -> Home (edited).md"]},
+        "raw_docs": {"files": 3}, "notes": {"errors": 2, "kept_last_good": ["Trip.md"]},
+        "vault": {"notes": 3, "skipped": False, "conflicts": ["Home.md -> Home (edited).md"],
+                  "warning_lines": ["source 'docs': Plan.md: map.png (line 5) is not in the source (deleted or moved?)"]},
         "chunks": {"skipped": False}, "embeddings": {"chunks": 7, "embedded": 5}})
     empty = NS(name="empty", ok=True, failed_stage="", error="", metadata={
         "raw_docs": {"files": 0, "warning_lines": ["source 'empty' has no notes: folder is empty"]},
@@ -167,6 +171,10 @@ EXPECTED_BUILD_JSON = """{
       "error": null,
       "kept_edits": [
         "vault/docs/Home.md was edited since the build wrote it: your version is kept as vault/docs/Home (edited).md"
+      ],
+      "warnings": [
+        "source 'docs': 1 file(s) failed to normalize; serving their last good version: Trip.md",
+        "source 'docs': Plan.md: map.png (line 5) is not in the source (deleted or moved?)"
       ]
     },
     {
@@ -179,7 +187,8 @@ EXPECTED_BUILD_JSON = """{
       "warning": "source 'empty' has no notes: folder is empty",
       "failed_stage": null,
       "error": null,
-      "kept_edits": []
+      "kept_edits": [],
+      "warnings": []
     },
     {
       "name": "bad",
@@ -191,7 +200,8 @@ EXPECTED_BUILD_JSON = """{
       "warning": null,
       "failed_stage": "normalize",
       "error": "boom",
-      "kept_edits": []
+      "kept_edits": [],
+      "warnings": []
     }
   ],
   "removed": [

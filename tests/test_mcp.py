@@ -552,3 +552,19 @@ def test_related_of_a_file_of_yours_in_the_vault_says_no_build_reads_it(built_en
             svc.related(note)
         assert str(failure.value) == f"{note!r} is your own file {where}: {move}"
     assert svc.related("tiny/Ducks.md")["path"] == "tiny/Ducks.md"
+
+
+def test_refresh_outcome_names_the_warning_lines_of_the_build() -> None:
+    """An agent that saved a note embedding an image not in the vault, or linking `[[Meeting notes]]` that two
+    notes are named, got `"warning": null` from `refresh` while `docsvault build` printed both lines: the
+    outcome now carries the build's `warnings` (at most LIST_CAP), and none when there are none."""
+    from pipeline.mcp_server import LIST_CAP, VaultService
+
+    svc = VaultService(Settings.from_env())
+    lines = ["source 'me': Plan.md: map.png (line 5) is not in the source (deleted or moved?): …",
+             "source 'me': Garden.md: [[Meeting notes]] (line 6) could mean 2 notes: …"]
+    base = {"name": "me", "status": "built", "notes": 3, "skipped_files": 0, "warning": None,
+            "failed_stage": None, "error": None, "kept_edits": []}
+    assert svc._outcome({**base, "warnings": lines})["warnings"] == lines
+    assert len(svc._outcome({**base, "warnings": lines * LIST_CAP})["warnings"]) == LIST_CAP
+    assert "warnings" not in svc._outcome({**base, "warnings": []})

@@ -937,3 +937,22 @@ def test_a_cache_entry_of_another_shape_is_a_miss_not_a_failure(tmp_path: Path) 
     assert junk.errors == plain.errors == []
     assert [(n.rel_path, n.frontmatter, n.body) for n in junk.notes] == [
         (n.rel_path, n.frontmatter, n.body) for n in plain.notes]
+
+
+def test_an_excalidraw_drawing_is_titled_by_its_file_name(tmp_path):
+    """Every drawing of Obsidian's Excalidraw plugin has the heading `# Excalidraw Data` (`# Text Elements` before
+    its 2.0), so every drawing was titled so in search hits, `read` and `related`, and `read 'Excalidraw Data'`
+    named them all. A drawing is titled by its file name, as Obsidian names it (`Kyoto.excalidraw`); a `title:` of
+    its own still wins."""
+    head = "---\nexcalidraw-plugin: parsed\ntags: [excalidraw]\n---\n==⚠  Switch to EXCALIDRAW VIEW ⚠==\n\n"
+    result = _norm(tmp_path, {
+        "Drawings/Kyoto.excalidraw.md": head + "# Excalidraw Data\n\n## Text Elements\nKyoto sketch ^a1\n",
+        "Old.excalidraw.md": head + "# Text Elements\nOld sketch ^b2\n",
+        "Named.excalidraw.md": head.replace("tags:", "title: Board plan\ntags:") + "# Excalidraw Data\n",
+        "Notes.md": "# Excalidraw Data\n\nA note about the plugin.\n",
+    })
+    assert sorted((n.rel_path, n.title, n.frontmatter["title"]) for n in result.notes) == [
+        ("Drawings/Kyoto.excalidraw.md", "Kyoto.excalidraw", "Kyoto.excalidraw"),
+        ("Named.excalidraw.md", "Board plan", "Board plan"),
+        ("Notes.md", "Excalidraw Data", "Excalidraw Data"),
+        ("Old.excalidraw.md", "Old.excalidraw", "Old.excalidraw")]

@@ -869,3 +869,28 @@ def test_an_mcp_hit_text_is_at_most_600_characters_with_its_cut_marks(tmp_path: 
     text = svc._hit(hit, "キーワード", (), {})["text"]
     assert text.startswith("…") and text.endswith("…") and "キーワードはここ" in text
     assert len(text) <= HIT_TEXT_CHARS == 600
+
+
+def test_a_tag_in_a_heading_is_a_tag_of_the_note(tmp_path: Path) -> None:
+    """An Obsidian user's daily note with ``## Standup #meeting`` (a tag in a heading, which Obsidian indexes as a
+    tag) was not found by ``tag:meeting``: the chunker puts a heading in the chunk's heading, not its text, and
+    only the texts were read for inline tags. A tag in the text still counts, and ``#`` in a heading that is no
+    tag (``C# tips``, ``Issue #42``) still does not."""
+    from pipeline.index.chunk import chunk_note
+
+    notes = [Note("g", "Daily/2026-12-07.md", "Daily/2026-12-07.md", "2026-12-07", {"title": "2026-12-07"},
+                  "# 2026-12-07\n\n## Standup #meeting\nTalked about the otter enclosure with Yamada.\n\n"
+                  "## Lunch\nRamen with the team, #food/ramen.\n"),
+             Note("g", "tips.md", "tips.md", "tips", {"title": "tips"},
+                  "## C# tips\nOtter facts for C programmers.\n\n## Issue #42\nThe otter bug.\n")]
+    chunks = [c for n in notes for c in chunk_note(n, count_tokens=len, max_tokens=200, min_tokens=0)]
+    assert [c.heading for c in chunks] == ["Standup #meeting", "Lunch", "C# tips", "Issue #42"]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with _searcher(path) as s:
+        def tagged(tag: str) -> list[str]:
+            return sorted(h.vault_path for h in s.search("otter", k=10, tags=[tag]))
+
+        assert tagged("meeting") == ["g/Daily/2026-12-07.md"]
+        assert tagged("food") == ["g/Daily/2026-12-07.md"]
+        assert tagged("tips") == [] and tagged("42") == []

@@ -170,3 +170,30 @@ def replace_code(text: str, fn: Callable[[str], str]) -> str:
             piece = fn(fenced_content(piece)) + end
         out.append(piece)
     return "".join(out)
+
+
+# ---- Obsidian Excalidraw drawings (``Drawing 2026-12-08.excalidraw.md``) ----------------------------------------
+#: the frontmatter key the Excalidraw plugin writes into every drawing it saves as Markdown
+EXCALIDRAW_KEY = "excalidraw-plugin"
+#: the plugin's banner line, the same in every drawing (``==⚠  Switch to EXCALIDRAW VIEW in the MORE OPTIONS …``)
+_EXCALIDRAW_BANNER = re.compile(r"^==⚠[ \t]*Switch to EXCALIDRAW VIEW\b[^\n]*\n?", re.MULTILINE)
+#: the drawing's scene: a ``# Drawing`` (1.x) or ``## Drawing`` (2.x) heading, usually after a ``%%`` line, then one
+#: fenced block (``json``, or base64 ``compressed-json``), then the ``%%`` that closes the comment
+_EXCALIDRAW_SCENE = re.compile(
+    r"^(?:%%[ \t]*\n)?#{1,6}[ \t]+Drawing[ \t]*\n[ \t]*(?P<fence>`{3,}|~{3,})[^\n]*\n.*?^[ \t]*(?P=fence)[ \t]*$\n?"
+    r"(?:[ \t\n]*^%%[ \t]*$\n?)?",
+    re.MULTILINE | re.DOTALL)
+
+
+def is_excalidraw(frontmatter: Mapping[str, object]) -> bool:
+    """True for a drawing of Obsidian's Excalidraw plugin: its frontmatter has ``excalidraw-plugin`` (any value:
+    the plugin writes ``parsed`` or ``raw``)."""
+    return EXCALIDRAW_KEY in frontmatter
+
+
+def excalidraw_text(body: str) -> str:
+    """A drawing's readable text: ``body`` (a drawing's Markdown) without the plugin's banner line and without the
+    scene (the ``Drawing`` heading and its fenced ``json``/``compressed-json`` block, with the ``%%`` lines of the
+    comment around it), which are the same words in every drawing or base64; the ``Text Elements``, ``Element
+    Links`` and ``Embedded Files`` sections stay. A scene whose fence is never closed is left as it is."""
+    return _EXCALIDRAW_SCENE.sub("", _EXCALIDRAW_BANNER.sub("", body))

@@ -64,7 +64,7 @@ from typing import NamedTuple
 import yaml
 from markdown_it import MarkdownIt
 
-from pipeline.common.markdown import code_lines
+from pipeline.common.markdown import code_lines, excalidraw_text, is_excalidraw
 from pipeline.models import Chunk, Note, stable_id
 
 __all__ = ["MAX_CHARS_PER_TOKEN", "MAX_CHUNKS_PER_NOTE", "chunk_note", "split_sentences"]
@@ -367,7 +367,10 @@ class _Chunker:
         self.max_chars = max_tokens * MAX_CHARS_PER_TOKEN
         self.overlap = overlap
         self.min = min_tokens
-        self.text = strip_block_ids(_strip_frontmatter(note.body))
+        text = _strip_frontmatter(note.body)
+        if is_excalidraw(note.frontmatter):
+            text = excalidraw_text(text)   # the plugin's banner and the drawing's JSON are no text of it
+        self.text = strip_block_ids(text)
         self._bc_cache: dict[tuple[str, ...], str] = {}
         self._counts: dict[str, int] = {}             # text -> count_tokens(text): the chunker asks again
         self._token_starts = token_starts

@@ -43,7 +43,7 @@ from pipeline.common.frontmatter import (
     split_frontmatter,
 )
 from pipeline.common.markdown import dedent as _dedent
-from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, split_code
+from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, is_excalidraw, split_code
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import is_lfs_pointer, lfs_pointer_reason
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
@@ -1225,14 +1225,16 @@ def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
     """A note's title: its frontmatter ``title``, else its leading level-1 heading, else its file name without the
     extension; a title or heading that is only template placeholders (``# {{title}}`` in a templates folder) is
     none. A ``.canvas`` file is titled by its file name without ``.canvas``, as Obsidian names it
-    (``Plan.canvas`` is ``Plan``; its first card's heading is a card, not the canvas's title)."""
+    (``Plan.canvas`` is ``Plan``; its first card's heading is a card, not the canvas's title). So is a drawing of
+    the Excalidraw plugin (``Sketch.excalidraw.md`` is ``Sketch.excalidraw``): its ``# Excalidraw Data`` (or, before
+    its 2.0, ``# Text Elements``) heading is the plugin's, the same in every drawing."""
     name = source_path.rsplit("/", 1)[-1]
     if name.lower().endswith(".canvas") and len(name) > len(".canvas"):
         return name[: -len(".canvas")]
     value = frontmatter.get("title")
     if isinstance(value, (str, int, float)) and str(value).strip() and not _PLACEHOLDER_TITLE.fullmatch(str(value)):
         return str(value).strip()
-    h1 = leading_h1(body)
+    h1 = None if is_excalidraw(frontmatter) else leading_h1(body)
     if h1:
         h1 = _ANCHOR_JSX.sub("", _ANCHOR_ID.sub("", _ANCHOR_DOCBUILDER.sub("", h1))).strip()
         if h1 and not _PLACEHOLDER_TITLE.fullmatch(h1):

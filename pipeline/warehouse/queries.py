@@ -410,10 +410,14 @@ def text_holds(con: duckdb.DuckDBPyConnection, word: str, sources: Sequence[str]
 
 
 def chunk_texts_with_tags(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
-    """``[(note_id, chunk text)]`` of the chunks that may hold an inline ``#tag`` (a ``#`` after whitespace or at
-    the start, followed by a non-space); the caller parses them (:func:`pipeline.search.tags.inline_tags`)."""
+    """``[(note_id, the chunk's heading, a line break and its text)]`` of the chunks that may hold an inline
+    ``#tag`` (a ``#`` after whitespace or at the start, followed by a non-space) in their text or their heading (a
+    tag in a heading, ``## Standup #meeting``, is a tag of the note, as in Obsidian; a chunk's text holds no heading
+    line of its own); the caller parses them (:func:`pipeline.search.tags.inline_tags`)."""
     return [(r[0], r[1]) for r in con.execute(
-        "SELECT note_id, text FROM chunks WHERE regexp_matches(text, '(^|\\s)#[^\\s#]')").fetchall()]
+        "SELECT note_id, coalesce(heading, '') || chr(10) || text FROM chunks "
+        "WHERE regexp_matches(text, '(^|\\s)#[^\\s#]') OR regexp_matches(coalesce(heading, ''), '(^|\\s)#[^\\s#]')"
+    ).fetchall()]
 
 
 def note_vectors(con: duckdb.DuckDBPyConnection, table: str, note_ids: Sequence[str]) -> dict[str, np.ndarray]:
