@@ -1834,7 +1834,8 @@ class Searcher:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
         the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
-        ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms is
+        ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms, nor the word
+        casefolded whole (``usestate``, which BM25 stems to usest, is the term of a note's ``useState``), is
         in any of their chunks (page fields included) or pages (the page's properties too), nor, for a Japanese word, any term of its English
         translation (:meth:`translation_terms`: the English pages it finds), nor is the Japanese word written in one of
         them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
@@ -1867,7 +1868,9 @@ class Searcher:
             searched.append(word)
             if index is not None and not any(index.contains(t, scope)
                                              or (pages is not None and pages.contains(t, page_scope))
-                                             for t in (*terms, *self.translation_terms(word))):
+                                             # `usestate` typed for useState: stemmed to usest, while the
+                                             # note's identifier is indexed whole, unstemmed: usestate
+                                             for t in (*terms, *self.translation_terms(word), word.casefold())):
                 # 肩 in a note that writes 肩こり (one Sudachi word, term 肩こり): no term, but written there
                 if word in japanese and self._written(word, sources):
                     continue
