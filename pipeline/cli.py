@@ -543,6 +543,8 @@ def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | i
 
 
 def _explain_line(hit: Hit, searcher: Searcher) -> str:
+    if not hit.lanes and not hit.boost and not hit.score:     # listed past the lanes' pages by a filter
+        return "explain: no lane ranked it: it passes the query's filters, listed by vault path = 0.0000"
     parts = explain_parts(hit, searcher)
     boost = parts.pop("usage_boost", None)
     exact = parts.pop("exact", None)

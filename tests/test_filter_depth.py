@@ -155,3 +155,7 @@ def test_cli_and_mcp_say_which_filter_left_nothing(tiny_env: Path) -> None:
     assert [(h["path"], h["text"]) for h in found] == [("g/deep/Target.md", "This is the form for taxes, due in April.")]
     assert json.loads(runner.invoke(app, ["search", "ducks path:g/deep/", "--lanes", "bm25", "--files", "--json"]
                                     ).stdout)[0]["vault_path"] == "g/deep/Other.md"
+    result = runner.invoke(app, ["search", "ducks path:g/deep/", "--lanes", "bm25", "--explain", "-k", "1"])
+    assert (result.exit_code, result.output.splitlines()[0::2]) == (0, [
+        " 1. 0.0000  g/deep/Other.md > Other",
+        "    explain: no lane ranked it: it passes the query's filters, listed by vault path = 0.0000"])
