@@ -119,13 +119,13 @@ def test_after_an_empty_search_one_phrase_is_absent_without_reading_the_notes(wa
     ("foo path:nothere/", ["g"], "No results: no note of g has a path starting with 'nothere/'"),
     ('foo path:"g/*/x*.md" path:a/', [], "No results: no note has a path matching 'g/*/x*.md' or starting with 'a/'"),
     ('Referenced column "usr_id" not found', [],
-     'No results: no note contains "usr_id" (a quoted phrase must be in the note as typed; drop the quotes to rank '
-     'by its words)'),
-    ('"is the" path:g/n', [], 'No results: no note in path:g/n contains "is the" (a quoted phrase must be in the '
-                              'note as typed; drop the quotes to rank by its words)'),
-    ('"ducks swim" "due in april"', [], 'No results: no note contains "ducks swim" and "due in april" together (a '
-                                        'quoted phrase must be in the note as typed; drop the quotes to rank by its '
-                                        'words)'),
+     ('No results: no note contains "usr_id" (a quoted phrase must be in the note as typed; drop the quotes to rank '
+      'by its words)')),
+    ('"is the" path:g/n', [], ('No results: no note in path:g/n contains "is the" (a quoted phrase must be in the '
+                               'note as typed; drop the quotes to rank by its words)')),
+    ('"ducks swim" "due in april"', [], ('No results: no note contains "ducks swim" and "due in april" together '
+                                         '(a quoted phrase must be in the note as typed; drop the quotes to rank by '
+                                         'its words)')),
     ('"due in april" -taxes -"the form"', ["g"],
      'No results: every note of g holding "due in april" contains an excluded term: -taxes or -"the form"'),
 ])
@@ -159,3 +159,46 @@ def test_cli_and_mcp_say_which_filter_left_nothing(tiny_env: Path) -> None:
     assert (result.exit_code, result.output.splitlines()[0::2]) == (0, [
         " 1. 0.0000  g/deep/Other.md > Other",
         "    explain: no lane ranked it: it passes the query's filters, listed by vault path = 0.0000"])
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PAGES published as a build publishes them: with the whole-page BM25 index (``bm25_page``) too."""
+    from pipeline import warehouse as wh
+    from pipeline.index.analysis import Analyzer
+    from pipeline.index.bm25 import PAGE_PREFIX, build_chunk_index, build_page_index
+    from pipeline.index.embed import embed_chunks
+
+    path = tmp_path_factory.mktemp("paged") / "warehouse.duckdb"
+    notes, chunks = [], []
+    for rel, texts in PAGES.items():
+        title = rel.rsplit("/", 1)[-1].removesuffix(".md")
+        note = Note("g", rel, rel, title, {"title": title}, "\n\n".join(texts))
+        notes.append(note)
+        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (title,), title, t) for i, t in enumerate(texts)]
+    emb = HashEmbedder(64)
+    res = embed_chunks(chunks, emb, None)
+    blobs = build_chunk_index(chunks, notes, Analyzer()).to_blobs()
+    blobs.update({PAGE_PREFIX + k: v for k, v in build_page_index(chunks, notes, Analyzer()).to_blobs().items()})
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
+                                      bm25_blobs=blobs))
+    return path
+
+
+def test_only_the_notes_whose_words_allow_a_phrase_are_read(paged: Path) -> None:
+    """The notes past the lanes are read only when their page's BM25 document has every term of a phrase (a
+    superset: a phrase no note holds was a pass over every note's text); a phrase in CJK script, or of stopwords
+    only, cannot be told that way and reads them all (None)."""
+    target = Note("g", "deep/Target.md", "deep/Target.md", "Target", {}, "").note_id
+    other = Note("g", "deep/Other.md", "deep/Other.md", "Other", {}, "").note_id
+    with _searcher(paged) as s:
+        assert s._may_hold(parse_query('"form for taxes"')) == [{target}]
+        assert s._may_hold(parse_query('"due" "taxes"')) == [{target, other}, {target}]
+        assert s._may_hold(parse_query('"no such words"')) == [set()]
+        assert s._may_hold(parse_query('"is the"')) is None            # stopwords only
+        assert s._may_hold(parse_query('"税金の書類"')) is None
+        assert s._may_hold(parse_query("ducks")) is None               # nothing required
+    with _searcher(paged) as s:                  # the search reads those past the lanes: Target, that "ducks" misses
+        parsed = parse_query('ducks "form for taxes"')
+        hits = s.search(parsed.text, k=5, lanes=["bm25"], filters=parsed)
+    assert [h.title for h in hits] == ["Target"]
