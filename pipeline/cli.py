@@ -41,6 +41,7 @@ from pipeline.service import (
     link_problems,
     missing_vectors_line,
     missing_words_line,
+    no_results_message,
     no_notes_line,
     noop_build,
     note_links,
@@ -538,6 +539,8 @@ def explain_parts(hit: Hit, searcher: Searcher) -> dict[str, dict[str, float | i
 
 
 def _explain_line(hit: Hit, searcher: Searcher) -> str:
+    if not hit.lanes and not hit.boost and not hit.score:     # listed past the lanes' pages by a filter
+        return "explain: no lane ranked it: it passes the query's filters, listed by vault path = 0.0000"
     parts = explain_parts(hit, searcher)
     boost = parts.pop("usage_boost", None)
     exact = parts.pop("exact", None)
@@ -705,6 +708,10 @@ def search(
             hits, more, sources, tags = run_search(settings(), searcher, parsed, k, source or (), tag or (), lane_list)
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
+            # which filter left nothing (a pasted error's quoted name, a path: no note has): plain output only
+            misses = (searcher.filter_misses(parsed, sources or None, tags or None, searched=True)
+                      if not hits and not untagged and not as_json and not files
+                      and (parsed.required or parsed.excluded or parsed.paths) else None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
             missing = searcher.missing_words(parsed.text, sources or None) if hits and parsed.text else None
             skipped = skipped_files(settings(), sources) if missing and missing.missing else 0
@@ -760,7 +767,8 @@ def search(
         return
     if not hits:
         typer.echo(f"{NO_RESULTS}: no note{' of ' + ', '.join(sources) if sources else ''} has the tag "
-                   f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)" if untagged else NO_RESULTS)
+                   f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)" if untagged
+                   else no_results_message(misses, parsed, sources) if misses else NO_RESULTS)
         raise typer.Exit(1)
     color = _color()
     pattern = term_pattern(query_terms(parsed.text, tokens))

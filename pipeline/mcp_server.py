@@ -514,6 +514,11 @@ class VaultService:
                 return {"query": query[:200], "hits": out, "message": shorten_quoted(
                     f"{NO_RESULTS}: no note has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
                     "#tag)", {"tag": list(tags)})}
+            if parsed.required or parsed.excluded or parsed.paths:   # which filter left nothing, as the CLI says
+                from pipeline.service import no_results_message
+
+                return {"query": query[:200], "hits": out, "message": no_results_message(
+                    searcher.filter_misses(parsed, wanted or None, tags or None, searched=True), parsed, wanted)}
             return {"query": query[:200], "hits": out, "message": NO_RESULTS}
         if not parsed.text:
             cut = f"; more notes pass them: raise k (at most {MAX_K}) or add a filter" if more else ""

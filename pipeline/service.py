@@ -26,7 +26,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
     "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
-    "no_notes_line",
+    "no_notes_line", "no_results_message",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
     "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "warnings_about",  # noqa: F822
@@ -102,6 +102,46 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
                 else f"{_files(files.stale)} {stale}" if files.stale else "")
     note = f"; {what} (`docsvault status` names them)" if what else ""
     return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "") + note
+
+
+def _shown(term: str) -> str:
+    """``term`` cut to its first SHOWN_WORD_CHARS - 1 characters and ``…`` when longer (a pasted phrase)."""
+    return term if len(term) <= SHOWN_WORD_CHARS else term[:SHOWN_WORD_CHARS - 1] + "…"
+
+
+def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:
+    """What search says when its filters left nothing: :data:`NO_RESULTS` and, from ``misses``
+    (``Searcher.filter_misses``) of the parsed query ``filters``, the filter no note passes (a ``path:``, a quoted
+    phrase, phrases together, or the exclusions); just :data:`NO_RESULTS` when none alone explains it.
+
+    >>> from pipeline.search.searcher import FilterMisses
+    >>> from pipeline.search.query import parse_query
+    >>> no_results_message(FilterMisses(paths=("nothere/",)), parse_query("path:nothere/ foo"), ["duckdb"])
+    "No results: no note of duckdb has a path starting with 'nothere/'"
+    >>> no_results_message(FilterMisses(absent=(("usr_id",),)), parse_query('column "usr_id"'))
+    'No results: no note contains "usr_id" (a quoted phrase must be in the note as typed; drop the quotes to rank by its words)'
+    """
+    where = f"no note of {', '.join(sources)}" if sources else "no note"
+    if misses.paths:
+        shown = " or ".join(("matching " if any(c in p for c in "*?[") else "starting with ") + repr(_shown(p))
+                            for p in misses.paths)
+        return f"{NO_RESULTS}: {where} has a path {shown}"
+    if filters.paths:
+        where += " in " + " or ".join(f"path:{_shown(p)}" for p in filters.paths)
+    hint = " (a quoted phrase must be in the note as typed; drop the quotes to rank by its words)"
+
+    def phrases(groups: Sequence[Sequence[str]], joint: str) -> str:
+        return joint.join(" or ".join(f'"{_shown(alt)}"' for alt in group) for group in groups)
+
+    if misses.absent:
+        return f"{NO_RESULTS}: {where} contains {phrases(misses.absent, ', nor ')}{hint}"
+    if misses.apart:
+        return f"{NO_RESULTS}: {where} contains {phrases(filters.required, ' and ')} together{hint}"
+    if misses.excluded:
+        held = f" holding {phrases(filters.required, ' and ')}" if filters.required else ""
+        return (f"{NO_RESULTS}: every note{where[7:]}{held} contains an excluded term: "
+                + " or ".join(f'-"{_shown(t)}"' if " " in t else f"-{_shown(t)}" for t in filters.excluded))
+    return NO_RESULTS
 
 
 def missing_words_line(missing: Sequence[str], every: bool, sources: Sequence[str] = (),

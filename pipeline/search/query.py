@@ -84,6 +84,14 @@ class ParsedQuery:
             return False
         return all(any(text_contains(folded, alt) for alt in group) for group in self.required)
 
+    def held(self, plain: str) -> tuple[tuple[bool, ...], bool]:
+        """What of the required and excluded terms a note's plain text holds, compared as :meth:`keeps_text`
+        compares them (folded once): for each group of ``required`` whether the text holds one of its
+        alternatives, and whether it holds an excluded term. ``keeps_text`` is ``all(groups) and not excluded``."""
+        folded = _fold(plain.replace("`", ""))
+        return (tuple(any(text_contains(folded, alt) for alt in group) for group in self.required),
+                any(text_contains(folded, term) for term in self.excluded))
+
     def keeps_path(self, vault_path: str, source_path: str = "") -> bool:
         """Whether a note passes the ``path:`` filters (any of them; no filter: True). Both sides are compared in
         NFC (``path:ダウンロード`` typed in NFD matches a path stored in NFC and the other way round) and

@@ -553,10 +553,14 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
             near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
         hint = f"; did you mean {' or '.join(_quoted(n) for n in near)}? Else" if near else ";"
-        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, title or alias "
+        names = "title, alias or page URL" if _URL.match(note.partition("#")[0]) else "title or alias"
+        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, {names} "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
 
+
+#: a web address: a docs page's URL (``notes.url``), read as the note made from that page
+_URL = re.compile(r"https?://[^\s#]+\Z", re.IGNORECASE)
 
 #: a search hit's ``continue_with`` passed whole as the path (``read(path="notes/ホーム.md", page=2)``), and a path
 #: in quotes or backticks: what an agent copies with the path
@@ -637,10 +641,20 @@ def subpath_offset(body: str, subpath: str) -> int | None:
         want_key = heading_key(part)
         at = next((m.start() for m in _HEADING.finditer(body, pos)
                    if _block_at(blocks, m.start()) is None and heading_key(m.group(2)) == want_key), None)
+        if at is None and (want_slug := _slug(part)):     # a web page's #anchor: `…/flows#running-a-flow`
+            at = next((m.start() for m in _HEADING.finditer(body, pos)
+                       if _block_at(blocks, m.start()) is None and _slug(m.group(2)) == want_slug), None)
         if at is None:
             return None
         pos = at + 1
     return at
+
+
+def _slug(heading: str) -> str:
+    """The anchor a docs site gives a heading (GitHub, MkDocs, Mintlify, Jekyll alike): lowercased, its characters
+    other than letters, digits, ``-``, ``_`` and spaces dropped, spaces as ``-`` (``Running a flow`` is
+    ``running-a-flow``, ``` `COPY ... TO` ``` is ``copy--to``)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def read_link(vault_dir: Path, note: str, page: int = 1, warehouse_path: Path | None = None,
@@ -885,6 +899,8 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
             found, what = wh.notes_by_name(con, wanted, many), "the name of several notes"
         if names and not found:                            # a title or alias, as search names: `read Foo`
             found, what = wh.notes_named(con, wanted, name_key, many), "the title or alias of several notes"
+        if paths and not found and _URL.match(wanted):     # a docs page's URL: the note made from that page
+            found, what = wh.notes_by_url(con, wanted, many), "the URL of several notes"
     finally:
         con.close()
     return found, what

@@ -53,7 +53,7 @@ from pipeline.search.translate import Translator
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LANES", "SearchConfig", "Searcher", "make_snippet", "page_ranking", "rrf"]
+__all__ = ["LANES", "FilterMisses", "SearchConfig", "Searcher", "make_snippet", "page_ranking", "rrf"]
 
 LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual", "graph")
 DEFAULT_LANES: tuple[str, ...] = ("bm25", "bm25_page", "vector", "crosslingual")
@@ -66,6 +66,7 @@ K_RRF = 20.0
 MAX_QUERY_CHARS = 2000
 
 
+_CJK_CHARS = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\uff9f]")   # kana, kanji, hangul, full/half width
 _HALF_WIDTH_KANA = re.compile("[\uff61-\uff9f]+")   # ｶﾀｶﾅ, ｰ, ﾞ, ﾟ and ｡｢｣､･: NFKC makes them full width
 
 
@@ -85,6 +86,23 @@ class MissingWords(NamedTuple):
     def every(self) -> bool:
         """True when no searched word is in any note (and there was one): the hits are near in meaning only."""
         return bool(self.words) and len(self.missing) == len(self.words)
+
+
+class FilterMisses(NamedTuple):
+    """:meth:`Searcher.filter_misses`: which filter of a query left no note, so "No results" can say why.
+
+    Attributes:
+        paths: the query's ``path:`` filters when no note of the scope passes any of them; else ().
+        absent: the required groups (phrases; a group's alternatives were joined by OR) that no note of the scope
+            passing the ``path:`` filters contains.
+        apart: True when each required group is in some note but no note holds them all.
+        excluded: True when notes pass the paths and the required groups but every one holds an excluded term.
+    """
+
+    paths: tuple[str, ...] = ()
+    absent: tuple[tuple[str, ...], ...] = ()
+    apart: bool = False
+    excluded: bool = False
 
 
 def closest_name(name: str, known: Sequence[str]) -> str | None:
@@ -1655,7 +1673,9 @@ class Searcher:
             higher is better; ``Hit.rank`` = position in the list, 1-based; ``Hit.lanes`` = lane -> the page's
             rank in that lane;
             ``Hit.context`` = the snippet of the note's second-best chunk, "" when it has one chunk; ``Hit.snippet``
-            of a chunk that is only an image comes from elsewhere in the page: :meth:`_fallback_snippet`).
+            of a chunk that is only an image comes from elsewhere in the page: :meth:`_fallback_snippet`). When
+            fewer than ``k`` ranked pages pass a required phrase or a ``path:`` filter, the scope's unranked pages
+            that pass follow in vault-path order (score 0.0, no lanes, the hit at the chunk holding the phrase).
 
         Raises:
             UnknownSourceError: a source is not in the warehouse (the message lists the known ones).
@@ -1681,7 +1701,18 @@ class Searcher:
             else:
                 pages, chunk_ranks, boost = self._listed(source, tags), {}, {}
             if filters is not None:
+                ranked = {nid for nid, _, _ in pages}
                 pages = self._filtered(pages, filters, k)
+                if query and len(pages) < k and (filters.required or filters.paths):
+                    # the lanes rank a few hundred pages: a note holding the phrase or in the path: folder that
+                    # none of them ranked passes the filter all the same, after the ranked ones, by vault path
+                    # (as a query of filters alone lists them); before, "No results" while notes held the phrase
+                    rest = [p for p in self._listed(source, tags) if p[0] not in ranked and p[0] not in self._not_results]
+                    may = self._may_hold(filters)
+                    if may is not None:         # only the notes whose words allow every phrase are read
+                        both = set.intersection(*may)
+                        rest = [p for p in rest if p[0] in both]
+                    pages += self._filtered(rest, filters, k - len(pages))
             # a page's best chunks across lanes: chunks fused by RRF over their ranks in each lane
             by_note: dict[str, dict[str, float]] = {}
             for lane, cr in chunk_ranks.items():
@@ -1689,12 +1720,16 @@ class Searcher:
                 for cid, r in cr.items():
                     scores = by_note.setdefault(self._note_of[cid], {})
                     scores[cid] = scores.get(cid, 0.0) + rrf(w, r, self.k_rrf)
+            # a page no lane ranked a chunk of (graph lane, or listed past the lanes by a filter): the chunk holding
+            # a required phrase, else its first chunk
+            holding = (self._chunks_holding([nid for nid, _, _ in pages[:k] if nid not in by_note], filters)
+                       if filters is not None and filters.required else {})
             # (note, score, ranks, hit chunk, context chunk or "")
             chosen: list[tuple[str, float, dict[str, int], str, str]] = []
             for note_id, score, ranks in pages:
                 if len(chosen) >= k:
                     break
-                found = by_note.get(note_id) or {self._first_chunk[note_id]: 0.0}   # graph-only page: its first chunk
+                found = by_note.get(note_id) or {holding.get(note_id) or self._first_chunk[note_id]: 0.0}
                 best = [cid for cid, _ in sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))[: max(2, per_note)]]
                 if per_note == 1:
                     chosen.append((note_id, score, ranks, best[0], best[1] if len(best) > 1 else ""))
@@ -1738,17 +1773,100 @@ class Searcher:
             )
         return hits
 
+    def _chunks_holding(self, note_ids: Sequence[str], filters: ParsedQuery) -> dict[str, str]:
+        """Note id -> its first chunk (in note order) whose clean text holds one of the required groups of
+        ``filters``, for the notes of ``note_ids`` that have one. Call under ``self._lock``."""
+        from pipeline.search.snippet import clean_text
+
+        wanted = set(note_ids)
+        if not wanted:
+            return {}
+        rows = self._chunk_rows([c for c, n in self._note_of.items() if n in wanted])
+        out: dict[str, str] = {}
+        for cid, row in sorted(rows.items(), key=lambda kv: (kv[1]["note_id"], kv[1]["ordinal"])):
+            if row["note_id"] not in out and any(filters.held(clean_text(row["text"] or ""))[0]):
+                out[row["note_id"]] = cid
+        return out
+
+    def _may_hold(self, filters: ParsedQuery) -> list[set[str]] | None:
+        """For each required group of ``filters``, the notes that can hold one of its alternatives: those whose
+        whole-page BM25 document (``bm25_page``: every chunk's text, the headings, the page fields) has every
+        analysed term of the alternative (:meth:`Bm25Index.docs_with_all`). A note whose text holds a phrase has its
+        words, analysed as the page was, so these are supersets and only their notes need their text read: a phrase
+        no note holds was a pass over every note's text (2-6 s on the five docs corpora), now a few posting lists.
+        None (read every note) when that cannot be told: no page index, or an alternative with CJK characters
+        (Sudachi may cut a phrase apart from its sentence differently) or with no term (stopwords only). Call under
+        ``self._lock``."""
+        index = self._bm25_pages
+        if index is None or not len(index) or not filters.required:
+            return None
+        out: list[set[str]] = []
+        for group in filters.required:
+            notes: set[str] = set()
+            for alt in group:
+                tokens = () if _CJK_CHARS.search(alt) else tuple(self.analyzer.tokens(alt))
+                if not tokens:
+                    return None
+                notes.update(index.docs_with_all(tokens))
+            out.append(notes)
+        return out
+
     def tagged_notes(self, tags: str | Sequence[str], source: str | Sequence[str] | None = None) -> int:
         """How many notes of the sources (None: all) carry one of ``tags`` (compared as the ``tag:`` filter
         compares them): 0 tells "no note has that tag" from "nothing matched". Raises UnknownSourceError."""
         with self._lock:
             return len(self._notes_with_tags(tags, self._resolve_sources(source)) or ())
 
+    def filter_misses(self, filters: ParsedQuery, source: str | Sequence[str] | None = None,
+                      tags: str | Sequence[str] | None = None, searched: bool = False) -> FilterMisses:
+        """Why a search with ``filters`` (its ``path:`` filters, required phrases and excluded terms) found nothing
+        in the sources (None: all) and ``tags``: each filter checked on its own over every searchable note of that
+        scope (texts compared as the search compares them: :meth:`ParsedQuery.keeps_text`), not only over the
+        pages the lanes ranked. A pasted error message with a quoted name (``Referenced column "usr_id" not
+        found``) requires that phrase; before, it answered a bare "No results". Reads the notes' texts in batches
+        of 256, stopping once every filter has a note: at most one pass over the scope's text (~2 s for 1,900 docs
+        pages). ``searched``: a search with these filters over this scope has just found nothing (it read every
+        note of the scope that passes the ``path:`` filters: the lanes' pages, then the rest), so one required group
+        without an excluded term is absent without reading them again. Raises UnknownSourceError as a search
+        does."""
+        from pipeline.search.snippet import clean_text
+
+        sources = self._resolve_sources(source)
+        with self._lock:
+            tagged = self._notes_with_tags(tags, sources)
+            scope = [nid for nid in self._first_chunk
+                     if (sources is None or self._note_source.get(nid) in sources)
+                     and (tagged is None or nid in tagged) and nid not in self._not_results]
+            passing = [nid for nid in scope
+                       if filters.keeps_path(self._vault_path.get(nid, ""), self._note_path.get(nid, ""))]
+            if not passing:
+                return FilterMisses(paths=tuple(filters.paths) if filters.paths else ())
+            if searched and len(filters.required) == 1 and not filters.excluded:
+                return FilterMisses(absent=filters.required)
+            may = self._may_hold(filters)
+            if may is not None:                 # a note that can hold none of the phrases changes no answer
+                passing = [nid for nid in passing if any(nid in m for m in may)]
+            found = [False] * len(filters.required)
+            joint = kept = False
+            for i in range(0, len(passing), 256):
+                if all(found) and joint and (kept or not filters.excluded):
+                    break
+                for text in wh.note_texts(self._con, passing[i:i + 256]).values():
+                    held, excluded = filters.held(clean_text(text))
+                    found = [f or h for f, h in zip(found, held, strict=True)]
+                    if all(held):
+                        joint = True
+                        kept = kept or not excluded
+        absent = tuple(group for group, hit in zip(filters.required, found, strict=True) if not hit)
+        return FilterMisses(absent=absent, apart=not absent and not joint,
+                            excluded=joint and not kept and bool(filters.excluded))
+
     def missing_words(self, query: str, source: str | Sequence[str] | None = None) -> MissingWords:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
         the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
-        ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms is
+        ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms, nor the word
+        casefolded whole (``usestate``, which BM25 stems to usest, is the term of a note's ``useState``), is
         in any of their chunks (page fields included) or pages (the page's properties too), nor, for a Japanese word, any term of its English
         translation (:meth:`translation_terms`: the English pages it finds), nor is the Japanese word written in one of
         them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
@@ -1781,7 +1899,9 @@ class Searcher:
             searched.append(word)
             if index is not None and not any(index.contains(t, scope)
                                              or (pages is not None and pages.contains(t, page_scope))
-                                             for t in (*terms, *self.translation_terms(word))):
+                                             # `usestate` typed for useState: stemmed to usest, while the
+                                             # note's identifier is indexed whole, unstemmed: usestate
+                                             for t in (*terms, *self.translation_terms(word), word.casefold())):
                 # 肩 in a note that writes 肩こり (one Sudachi word, term 肩こり): no term, but written there
                 if word in japanese and self._written(word, sources):
                     continue

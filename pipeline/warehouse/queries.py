@@ -344,6 +344,20 @@ def notes_by_source_path(con: duckdb.DuckDBPyConnection, source_path: str) -> li
     return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
 
 
+def notes_by_url(con: duckdb.DuckDBPyConnection, url: str, limit: int = 10) -> list[dict[str, str]]:
+    """Notes whose page ``url`` (where the docs site serves it) is ``url``, compared without the scheme, a query
+    string, a trailing ``/``, ``.html``/``.htm``/``.md`` or ``index``, case-insensitively (``http://duckdb.org/docs/stable/
+    data/parquet/overview.html`` is ``https://duckdb.org/docs/stable/data/parquet/overview``); a ``#fragment`` is
+    no part of a page's URL: such a ``url`` finds nothing (the caller reads it as a link's heading). At most
+    ``limit``, ``[{"source", "source_path", "vault_path"}]`` by vault path."""
+    norm = ("lower(rtrim(regexp_replace(regexp_replace(regexp_replace({}, '^[a-zA-Z][a-zA-Z0-9+.-]*://', ''), "
+            "'[?].*$', ''), '(/index)?([.](html?|md))?/*$', ''), '/'))")
+    rows = con.execute(
+        f"SELECT source, source_path, vault_path FROM notes WHERE coalesce(url, '') <> '' AND {norm.format('url')} = "
+        f"{norm.format('?')} ORDER BY vault_path LIMIT ?", [url, limit]).fetchall()
+    return [{"source": r[0], "source_path": r[1], "vault_path": r[2]} for r in rows]
+
+
 def notes_by_name(con: duckdb.DuckDBPyConnection, name: str, limit: int = 10,
                   case_sensitive: bool = False) -> list[dict[str, str]]:
     """Notes a bare name or partial path means, as an Obsidian link ``[[Home]]`` does: those whose vault path is
