@@ -175,6 +175,12 @@ class Analyzer:
                 out.extend(self._latin(seg))
         return out
 
+    @staticmethod
+    def whole(word: str) -> str:
+        """A Latin word as an identifier is kept whole among its terms (:meth:`tokens`): NFKC, accents folded,
+        lower-cased, not stemmed (``useState`` -> ``usestate``, ``Naïve`` -> ``naive``)."""
+        return unicodedata.normalize("NFKC", word).translate(_LATIN_FOLD).lower()
+
     def words(self, text: str, *, skip_inflected: bool = False) -> list[tuple[str, list[str]]]:
         """``text``'s words as written, each with its BM25 terms (:meth:`tokens` of the word), in reading order:
         a Japanese run is split into Sudachi's words (``京都のズンドコ`` -> ``("京都", ["京都"])``,

@@ -946,6 +946,27 @@ class Searcher:
             got = memo[query] = tuple(self.analyzer.tokens(query))
         return got
 
+    def _whole_identifiers(self, query: str, tokens: tuple[str, ...]) -> tuple[str, ...]:
+        """The query's words that are an identifier typed in lower case (``usestate`` for ``useState``,
+        ``stablediffusionpipeline``), as the pages' terms hold them: the analyzer stems such a word as a plain one
+        (``usest``), while a page keeps an identifier whole and unstemmed (``usestate``), so neither BM25 lane found
+        the page (only the exact-name rule did, for a page named so). A Latin word that gives one term, different
+        from the word lower-cased (:meth:`Analyzer.whole`), adds that form when a BM25 index has it as a term: only
+        an identifier kept whole is such a term (a plain word is always stemmed). Japanese words are left as they
+        are. ``tokens``: the query's own terms (not repeated)."""
+        indexes = [i for i in (getattr(self, "_bm25", None), getattr(self, "_bm25_pages", None)) if i is not None]
+        if not indexes or not hasattr(self.analyzer, "words"):
+            return ()
+        extra: list[str] = []
+        for surface, terms in self.analyzer.words(query):
+            if len(terms) != 1 or _CJK_CHARS.search(surface):
+                continue
+            whole = self.analyzer.whole(surface)
+            if whole != terms[0] and whole not in tokens and whole not in extra and \
+                    any(index.contains(whole) for index in indexes):
+                extra.append(whole)
+        return tuple(extra)
+
     def _bm25_query(self, query: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
         """BM25 query terms and their weights (None: every term 1): the query's own terms (1 each), plus those of
         its English translation when it is Japanese (``translate_bm25``), then synonyms (1 each). The English terms
@@ -962,7 +983,8 @@ class Searcher:
             self._query_terms = (deps, memo)
         if query in memo:                           # both BM25 lanes, and a query searched again (the eval's scopes)
             return memo[query]
-        tokens = list(self._query_tokens(query))
+        own = self._query_tokens(query)
+        tokens = [*own, *self._whole_identifiers(query, own)]
         weights = [1.0] * len(tokens)
         if self.translate_bm25:
             for group in self._gloss_groups(query) or ():
