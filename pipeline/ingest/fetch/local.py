@@ -2,7 +2,7 @@
 
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
 and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
-dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files).
+dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files: a note's or a folder of notes' is a skipped note, :func:`bad_name_lines`).
 Of two files whose names differ only in Unicode normalization (``café.md`` written in NFC and in NFD) the first in
 name order is read; the other is skipped with a line (:func:`twin_line`): a note's is kept under
 :data:`SKIPPED_NOTES` in ``fetch.json`` so the build reports it as a skipped note, not as an attachment.
@@ -107,10 +107,14 @@ def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> 
 
 
 def _walk_root(root: Path, warnings: list[str], source: str,
-               twins: dict[str, tuple[str, list[str]]] | None = None) -> dict[str, Path]:
+               twins: dict[str, tuple[str, list[str]]] | None = None,
+               bad_names: list[tuple[str, bool]] | None = None) -> dict[str, Path]:
     """Posix relative path (NFC) -> absolute path of every regular file under root (dot entries skipped). Of files
     whose names differ only in Unicode normalization the first in name order is kept; the others are recorded in
     ``twins`` (relative path -> the kept file's relative path and theirs, as on disk) for the caller to report.
+    A name that is not valid UTF-8 is skipped: given ``bad_names``, recorded there as (its relative path, with the
+    undecodable bytes as surrogates, as ``os`` gives it; whether it is a folder) for the caller to report (see
+    :func:`bad_name_lines`), else as a warning line.
 
     Raises:
         FetchError: the root itself cannot be listed (an unreadable folder is not an empty one: its last good copy
@@ -126,11 +130,14 @@ def _walk_root(root: Path, warnings: list[str], source: str,
                              "check the folder's permissions (or that its drive is mounted)")
         warnings.append(f"source '{source}': skipped unreadable folder {printable_path(where)}: {exc.strerror or exc}")
 
-    def utf8(name: str, path: Path) -> bool:
+    def utf8(name: str, path: Path, folder: bool = False) -> bool:
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            warnings.append(f"source '{source}': skipped a name that is not valid UTF-8: {ascii(str(path))}")
+            if bad_names is not None:
+                bad_names.append((path.relative_to(root).as_posix(), folder))
+            else:
+                warnings.append(f"source '{source}': skipped a name that is not valid UTF-8: {ascii(str(path))}")
             return False
         return True
 
@@ -141,7 +148,7 @@ def _walk_root(root: Path, warnings: list[str], source: str,
                 warnings.append(f"source '{source}': skipped symlinked folder {printable_path(here / d)}: its files are not "
                                 "read (move the folder into the source, or add its target as another path)")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
-                             and utf8(d, here / d))
+                             and utf8(d, here / d, folder=True))
         for name in sorted(filenames):
             if name.startswith(".") or not utf8(name, here / name):
                 continue
@@ -172,14 +179,48 @@ def _walk_root(root: Path, warnings: list[str], source: str,
 SKIPPED_NOTES = "skipped_notes"
 
 
-def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]]) -> str:
+def bad_name_lines(source: Source, root: Path, bad_names: Sequence[tuple[str, bool]], prefix: str = "") -> \
+        tuple[list[str], list[str]]:
+    """The lines of the names :func:`_walk_root` skipped as not valid UTF-8 (``bad_names``, relative to ``root``;
+    ``prefix``: the root's folder name before them, for a source of several roots), the name shown with its bytes
+    as written (``caf\\xe9.md``): (a note's, or a folder's that holds notes of the source, with how many), and
+    (a file's a note could embed). The first are skipped notes (:data:`SKIPPED_NOTES`), the second attachments not
+    copied; a name that is neither is not reported (nothing would read it)."""
+    def shown(rel: str) -> str:
+        return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+    notes: list[str] = []
+    files: list[str] = []
+    where = f"{prefix}/" if prefix else ""
+    for rel, folder in sorted(bad_names):
+        if folder:
+            inside = [shown(Path(d, f).relative_to(root).as_posix())
+                      for d, _, names in os.walk(root / rel) for f in names]
+            count = len(select_paths(source, [where + p for p in inside]))
+            if count:
+                notes.append(f"source '{source.name}': {where}{shown(rel)}/: a folder name that is not valid UTF-8; "
+                             f"its {count} note(s) are not read: rename it in UTF-8 to keep them")
+        elif select_paths(source, [where + shown(rel)]):
+            notes.append(f"source '{source.name}': {where}{shown(rel)}: a file name that is not valid UTF-8; the "
+                         "note is not read: rename it in UTF-8 to keep it")
+        elif "." in rel and rel.rsplit(".", 1)[1].lower() in COPY_EXTENSIONS:
+            files.append(f"source '{source.name}': {where}{shown(rel)}: a file name that is not valid UTF-8; "
+                         "skipped (not copied into the vault): rename it in UTF-8 to keep it")
+    return notes, files
+
+
+def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]],
+                     skipped: Sequence[str] = ()) -> str:
     """A local source's revision: sha256 over its notes' ``(source path, size, mtime_ns)`` (``notes``, in order)
     and then those of every file of ``listing`` a note could embed (an extension of
     :data:`pipeline.models.COPY_EXTENSIONS`, not excluded; an unreadable one left out), in path order: an image
     added or changed after the note that embeds it is a change (it was copied into the vault only when a note
-    changed too). :func:`fetch_local` records it; the upstream check (:mod:`pipeline.ingest.fetch.watch`) compares
-    it."""
+    changed too); then ``skipped``, the lines of the notes whose names are not valid UTF-8 (:func:`bad_name_lines`;
+    none: the digest is as before), so such a note added is a change the build reports. :func:`fetch_local`
+    records it; the upstream check (:mod:`pipeline.ingest.fetch.watch`) compares it."""
     digest = hashlib.sha256()
+    for line in skipped:
+        digest.update(f"u\x00{line}\n".encode())
     for sp, st in notes:
         digest.update(f"{sp}\x00{st.st_size}\x00{st.st_mtime_ns}\n".encode())
     for sp in sorted(listing):
@@ -251,6 +292,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     warnings: list[str] = []
     listing: dict[str, Path] = {}
     name_twins: dict[str, tuple[str, list[str]]] = {}
+    bad_notes: list[str] = []
     for root in roots:
         if not root.is_dir():
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
@@ -258,11 +300,17 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
         twins: dict[str, tuple[str, list[str]]] = {}
-        for rel, path in _walk_root(root, warnings, source.name, twins).items():
+        bad: list[tuple[str, bool]] = []
+        for rel, path in _walk_root(root, warnings, source.name, twins, bad).items():
             listing[f"{prefix}/{rel}" if multi else rel] = path
+        bad_lines, bad_files = bad_name_lines(source, root, bad, prefix if multi else "")
+        bad_notes += bad_lines
+        warnings += bad_files
         name_twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
     selected = select_paths(source, listing)
     skipped_notes = _twin_lines(source, name_twins, selected, warnings)
+    skipped_notes += bad_notes
+    warnings += bad_notes
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(_empty_source_line(source, settings, roots))
     total = 0
@@ -277,7 +325,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         total += st.st_size
         stamps.append((sp, st))
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
-    revision = listing_revision(source, listing, stamps)
+    revision = listing_revision(source, listing, stamps, bad_notes)
     previous = read_state(source, settings)
     changed = previous is None or previous.get("revision") != revision
     result = FetchResult(
