@@ -29,6 +29,7 @@ from pathlib import Path
 from pipeline.common.errors import FetchError
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import now_iso, path_matches, read_state, select_default, select_paths, write_state
+from pipeline.ingest.sources import nested_root_problem
 from pipeline.models import COPY_EXTENSIONS, FetchResult, RawFile, Source
 
 
@@ -276,7 +277,8 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     unmounted for a while keeps serving its last good copy.
 
     Raises:
-        FetchError: a root is missing, not a folder or unreadable, or two roots share a folder name.
+        FetchError: a root is missing, not a folder or unreadable, two roots share a folder name, or one root is
+            inside another (:func:`pipeline.ingest.sources.nested_root_problem`).
     """
     started = time.monotonic()
     if not source.path:
@@ -289,6 +291,9 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
             f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
             "source paths would collide — split them into separate sources"
         )
+    nested = nested_root_problem(source)
+    if nested:
+        raise FetchError(nested)
     warnings: list[str] = []
     listing: dict[str, Path] = {}
     name_twins: dict[str, tuple[str, list[str]]] = {}
