@@ -787,3 +787,23 @@ def test_build_names_your_files_and_earlier_edited_copies_apart() -> None:
         "me: kept 1 file(s) in vault/me/ that docsvault did not write: Ideas.md",
         "me: kept 2 copy(ies) of your edits to generated notes (merge and delete them when done): Kafka (edited).md, "
         "sub/Note (edited 2).md"]
+
+
+def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 44): `docsvault search` run from another folder said "no warehouse at
+    <cwd>/data/warehouse.duckdb: run `docsvault build` first", and that build said "sources file not found". With
+    neither a warehouse nor a sources file there, the line says to run from the project or point the paths at it;
+    a project that is not built yet (its sources.yaml exists) is still told to build."""
+    for name in ("DOCSVAULT_DATA", "DOCSVAULT_SOURCES", "DOCSVAULT_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["search", "coffee"])
+    assert (result.exit_code, result.output) == (1, (
+        f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'} and no sources file at "
+        f"{tmp_path / 'sources.yaml'}: run docsvault from your project's folder, or point --data and --sources "
+        "(DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built (relative paths are read from the current folder)\n"))
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    result = runner.invoke(app, ["search", "coffee"])
+    assert (result.exit_code, result.output) == (
+        1, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
