@@ -540,6 +540,16 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
                 f"by that path, e.g. `docsvault read {_quoted(files[0])}` (the MCP read tool: path {_quoted(files[0])})") from None
         if not isinstance(exc, _NotMarkdownError):
+            # a vault path a note had before it moved or was renamed (a search hit copied earlier, an agent's
+            # memory): its name, as a link by an old path gets; before session 44 no hint
+            stem = note.strip("/").rsplit("/", 1)[-1]
+            near = _close_names(Path(warehouse_path), stem[:-3]) \
+                if isinstance(exc, NoteNotFoundError) and stem.lower().endswith(".md") and len(stem) > 3 else []
+            text = str(exc)
+            if near and "; use a vault_path" in text:
+                raise NoteNotFoundError(text.replace(
+                    "; use a vault_path", f"; did you mean {' or '.join(_quoted(n) for n in near)}? Else use a "
+                    "vault_path", 1)) from None
             raise
         folders = _vault_folders_named(Path(vault_dir), note)
         if folders:
