@@ -269,6 +269,36 @@ def _empty_source_line(source: Source, settings: Settings, roots: Sequence[Path]
             f"exclude={list(source.exclude)})")
 
 
+def overlapping_sources(sources: Sequence[Source]) -> list[str]:
+    """Local sources that read the same notes, one line each (``docsvault sources validate`` warns): a root of one
+    that is, or is inside, a root of another (``path: notes`` and ``path: notes/daily``) whose include/exclude
+    still read that folder (probed with a ``<folder>/x.md`` under it); each such note is then a note of both
+    sources, two search hits. Not an error: a subset may be a source of its own on purpose."""
+    lines: list[str] = []
+    local = [s for s in sources if s.kind == "local"]
+    for outer in local:
+        for inner in local:
+            if inner is outer:
+                continue
+            for o_root in outer.path:
+                for i_root in inner.path:
+                    if not Path(i_root).is_relative_to(o_root) or (Path(i_root) == Path(o_root)
+                                                                      and local.index(inner) < local.index(outer)):
+                        continue
+                    rel = Path(i_root).relative_to(o_root).as_posix()
+                    prefix = f"{Path(o_root).name}/" if len(outer.path) > 1 else ""
+                    probe = f"{prefix}{rel}/x.md" if rel != "." else f"{prefix}x.md"
+                    if not select_paths(outer, [probe]):
+                        continue
+                    what = (f"both read {i_root}" if rel == "." else
+                            f"{inner.name}'s folder {i_root} is inside {outer.name}'s {o_root}")
+                    todo = ("remove one of them" if rel == "." else
+                            f"exclude it from '{outer.name}' (exclude: ['{prefix}{rel}/**'])")
+                    lines.append(f"sources '{outer.name}' and '{inner.name}' read the same notes: {what}, so each "
+                                 f"note there is in both sources (two search hits); if that is not meant, {todo}")
+    return lines
+
+
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
 
