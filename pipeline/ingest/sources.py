@@ -303,6 +303,10 @@ def _missing(block: Any) -> str | None:
     if kind is None:
         return f"has no 'kind' (one of {list(KINDS)})"
     needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)] if isinstance(kind, str) else []
+    if needed and block.get(needed[0]) is None and needed[0] in block:     # `path: ~`, `path:` alone: YAML's null
+        home = " (your home folder: '~/', quoted)" if needed[0] == "path" else ""
+        return (f"has an empty '{needed[0]}': YAML reads `{needed[0]}:` with nothing after it, `~` and `null` as "
+                f"no value (kind '{kind}' needs it); give it{home}")
     return f"has no '{needed[0]}' (kind '{kind}' needs it)" if needed else None
 
 
@@ -431,7 +435,8 @@ def source_problems(path: Path) -> tuple[list[tuple[int, Source]], list[str]]:
                 where = f"{path}: line {key_lines.get('url', start)}: sources[{i}]"
                 problems.append(str(_missing_error(block, where, _local_url(block), strays)))
             elif problem:
-                where = f"{path}: line {start}: sources[{i}]"
+                empty = re.match(r"has an empty '([a-z_]+)'", problem)      # the line of the key left empty
+                where = f"{path}: line {key_lines.get(empty[1], start) if empty else start}: sources[{i}]"
                 problems.append(str(_missing_error(block, where, problem, strays)))
             else:
                 line = key_lines.get(str(wrong[0]), start)
