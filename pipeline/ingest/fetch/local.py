@@ -299,6 +299,20 @@ def overlapping_sources(sources: Sequence[Source]) -> list[str]:
     return lines
 
 
+def _check_roots(source: Source, roots: Sequence[Path]) -> None:
+    """Raise :class:`FetchError` when two of a local source's roots share a folder name (their source paths would
+    collide) or one is inside another (:func:`pipeline.ingest.sources.nested_root_problem`)."""
+    names = [r.name for r in roots]
+    if len(roots) > 1 and len(set(names)) != len(names):
+        raise FetchError(
+            f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
+            "source paths would collide — split them into separate sources"
+        )
+    nested = nested_root_problem(source)
+    if nested:
+        raise FetchError(nested)
+
+
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
 
@@ -315,15 +329,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         raise FetchError(f"source '{source.name}': kind local needs 'path' (one or more folders)")
     roots = sorted(Path(p) for p in source.path)
     multi = len(roots) > 1
-    names = [r.name for r in roots]
-    if multi and len(set(names)) != len(names):
-        raise FetchError(
-            f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
-            "source paths would collide — split them into separate sources"
-        )
-    nested = nested_root_problem(source)
-    if nested:
-        raise FetchError(nested)
+    _check_roots(source, roots)
     warnings: list[str] = []
     listing: dict[str, Path] = {}
     name_twins: dict[str, tuple[str, list[str]]] = {}
