@@ -1294,6 +1294,10 @@ def sources_validate() -> None:
         typer.echo(f"error: {line}", err=True)
     if problems:
         raise typer.Exit(1)
+    from pipeline.ingest.fetch.local import overlapping_sources
+
+    for line in overlapping_sources(sources):
+        typer.echo(f"warning: {s.sources_file}: {line}", err=True)
     built = [] if sources else built_source_names(s)
     if built:
         typer.echo(f"warning: {s.sources_file}: {no_sources_problem(built)}: `docsvault build` will refuse to "

@@ -214,6 +214,11 @@ def open_searcher(s: Settings, embedder_factory: Any = None, **options: Any) -> 
         if running:
             raise WarehouseNotBuiltError(f"no warehouse at {s.warehouse_path} yet: the first build is "
                                          f"running ({running}); search works when it has finished") from exc
+        if not s.sources_file.exists():     # no project here at all: a build would fail too (run from elsewhere)
+            raise WarehouseNotBuiltError(
+                f"no warehouse at {s.warehouse_path} and no sources file at {s.sources_file}: run docsvault from "
+                "your project's folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at "
+                "where you built (relative paths are read from the current folder)") from exc
         raise
 
 

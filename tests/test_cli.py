@@ -787,3 +787,54 @@ def test_build_names_your_files_and_earlier_edited_copies_apart() -> None:
         "me: kept 1 file(s) in vault/me/ that docsvault did not write: Ideas.md",
         "me: kept 2 copy(ies) of your edits to generated notes (merge and delete them when done): Kafka (edited).md, "
         "sub/Note (edited 2).md"]
+
+
+def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 44): `docsvault search` run from another folder said "no warehouse at
+    <cwd>/data/warehouse.duckdb: run `docsvault build` first", and that build said "sources file not found". With
+    neither a warehouse nor a sources file there, the line says to run from the project or point the paths at it;
+    a project that is not built yet (its sources.yaml exists) is still told to build."""
+    for name in ("DOCSVAULT_DATA", "DOCSVAULT_SOURCES", "DOCSVAULT_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["search", "coffee"])
+    assert (result.exit_code, result.output) == (1, (
+        f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'} and no sources file at "
+        f"{tmp_path / 'sources.yaml'}: run docsvault from your project's folder, or point --data and --sources "
+        "(DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built (relative paths are read from the current folder)\n"))
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    result = runner.invoke(app, ["search", "coffee"])
+    assert (result.exit_code, result.output) == (
+        1, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
+
+
+def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_path: Path) -> None:
+    """Finding of a new user's run (session 44): `path: notes` and another source's `path: notes/daily` built every
+    daily note twice (`me/daily/x.md` and `me2/x.md`, two hits of one note) and `sources validate` said "valid".
+    It now warns (exit 0: a subset may be its own source on purpose) with the exclude that ends it; an exclude
+    that leaves the folder out already, and folders that do not nest, get no warning."""
+    (tmp_path / "notes" / "daily").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    p = tmp_path / "sources.yaml"
+    p.write_text("sources:\n  - name: me\n    kind: local\n    path: notes\n  - name: me2\n    kind: local\n"
+                 "    path: notes/daily\n  - name: me3\n    kind: local\n    path: [other, notes/daily]\n",
+                 encoding="utf-8")
+    args = ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"), "sources", "validate"]
+    result = runner.invoke(app, args)
+    daily, notes = tmp_path / "notes" / "daily", tmp_path / "notes"
+    assert (result.exit_code, result.stdout) == (0, f"{p}: 3 source(s), valid\n")
+    assert result.stderr.splitlines() == [
+        f"warning: {p}: sources 'me' and 'me2' read the same notes: me2's folder {daily} is inside me's {notes}, so "
+        "each note there is in both sources (two search hits); if that is not meant, exclude it from 'me' "
+        "(exclude: ['daily/**'])",
+        f"warning: {p}: sources 'me' and 'me3' read the same notes: me3's folder {daily} is inside me's {notes}, so "
+        "each note there is in both sources (two search hits); if that is not meant, exclude it from 'me' "
+        "(exclude: ['daily/**'])",
+        f"warning: {p}: sources 'me2' and 'me3' read the same notes: both read {daily}, so each note there is in "
+        "both sources (two search hits); if that is not meant, remove one of them"]
+    p.write_text("sources:\n  - name: me\n    kind: local\n    path: notes\n    exclude: ['daily/**']\n"
+                 "  - name: me2\n    kind: local\n    path: notes/daily\n  - name: me3\n    kind: local\n"
+                 "    path: other\n", encoding="utf-8")
+    result = runner.invoke(app, args)
+    assert (result.exit_code, result.output) == (0, f"{p}: 3 source(s), valid\n")

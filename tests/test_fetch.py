@@ -517,3 +517,27 @@ def test_a_symlinked_note_in_the_repository_is_named_not_silently_left_out(tmp_p
     assert result.warnings == (
         ("source 'demo': docs/Intro.md is a symlink in the repository, which docsvault does not follow: not read (a "
          "target is read at its own path when 'paths' selects it)"),)
+
+
+def test_local_root_inside_another_root_is_an_error_not_every_note_twice(tmp_path):
+    """Finding of a new user's run (session 44): ``path: [notes, notes/daily]`` built every daily note twice
+    (``notes/daily/x.md`` and ``daily/x.md``: two notes, two search hits, a link to either ambiguous) without a
+    word. Now `sources validate` names the inner root, and the fetch fails that source (its last copy serves)."""
+    from pipeline.ingest.sources import check_local_paths, load_sources
+
+    _tree(tmp_path / "notes", {"Home.md": "# H\n", "daily/2026-12-01.md": "# d\n"})
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n  - name: me\n    kind: local\n    path: [notes, notes/daily]\n", encoding="utf-8")
+    source = load_sources(sources)[0]
+    problem = (f"source 'me': local root {tmp_path / 'notes' / 'daily'} is inside {tmp_path / 'notes'}, another of "
+               "its 'path' folders, so its notes would be read twice (notes/daily/… and daily/…); remove "
+               f"{tmp_path / 'notes' / 'daily'} from 'path' (the outer folder reads it)")
+    assert check_local_paths([source], sources) == [f"{sources}: line 4: {problem}"]
+    with pytest.raises(FetchError) as info:
+        fetch_source(source, _settings(tmp_path))
+    assert str(info.value) == problem
+    sources.write_text("sources:\n  - name: me\n    kind: local\n    path: [notes/daily, other]\n", encoding="utf-8")
+    assert load_sources(sources)[0].path == (tmp_path / "notes" / "daily", tmp_path / "other")
+    assert check_local_paths(load_sources(sources), sources) == [
+        f"{sources}: line 4: sources[1] (source 'me'): 'path' {tmp_path / 'other'} does not exist; create the folder "
+        f"or fix 'path' (a relative one is read from {tmp_path})"]

@@ -72,3 +72,46 @@ def test_two_notes_named_alike_in_nfc_and_nfd_one_is_a_skipped_note_not_an_attac
         "me: 1 attachment(s) copied (1 in the vault, 0.0 MiB)",
         f"me: 1 attachment(s)/link(s) not copied, each with its reason in {settings.state_dir}/me.vault-skipped.txt",
         f"  {file_line}"]
+
+
+def test_a_note_whose_name_is_not_utf8_is_a_skipped_note_not_an_attachment(tmp_path: Path) -> None:
+    """Finding of a new user's run (session 44): ``caf\\xe9.md`` (a Latin-1 name from an old zip) and a folder
+    ``dir\\xff/`` of notes were listed under "attachment(s)/link(s) not copied", as ``'…/caf\\udce9.md'``, and not
+    counted among the files the build skipped (status, errors file, ``all_files_read``); a build after adding
+    only such a note said nothing changed. Now each is a skipped note, its name shown with the byte as written."""
+    import os
+
+    from pipeline.config import Settings
+    from pipeline.ingest.fetch.watch import check_upstream
+    from pipeline.ingest.sources import load_sources
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "Home.md").write_text("# Home\n", encoding="utf-8")
+    raw = os.fsencode(root)
+    bad_dir = raw + b"/dir\xff"
+    os.mkdir(bad_dir)
+    with open(bad_dir + b"/inner.md", "w", encoding="utf-8") as fh:
+        fh.write("# inner\n")
+    with open(raw + b"/x\xe9.txt", "w", encoding="utf-8") as fh:     # no note and nothing a note embeds
+        fh.write("x")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - name: me\n    kind: local\n    path: {root}\n", encoding="utf-8")
+    settings = Settings(sources, tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    source = load_sources(sources)[0]
+    dir_line = ("source 'me': dir\\xff/: a folder name that is not valid UTF-8; its 1 note(s) are not read: rename "
+                "it in UTF-8 to keep them")
+    build.fetch_stage(settings, source)
+    assert build.normalize_stage(settings, source).error_lines == (dir_line,)
+    assert build.vault_stage(settings, source).attachment_skip_lines == ()
+    assert check_upstream(source, settings).changed is False
+    with open(raw + b"/caf\xe9.md", "w", encoding="utf-8") as fh:
+        fh.write("# cafe\n")
+    assert check_upstream(source, settings).changed is True         # a new note, if unreadable, is a change
+    note_line = ("source 'me': caf\\xe9.md: a file name that is not valid UTF-8; the note is not read: rename it in "
+                 "UTF-8 to keep it")
+    build.fetch_stage(settings, source)
+    normalized = build.normalize_stage(settings, source)
+    assert (normalized.errors, normalized.error_lines) == (2, (note_line, dir_line))
+    assert Path(normalized.errors_file or "").read_text(encoding="utf-8").splitlines() == [note_line, dir_line]
+    assert build.vault_stage(settings, source).attachment_skip_lines == ()

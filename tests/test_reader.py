@@ -157,6 +157,14 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'old/Home': no vault path, source path, note name, title or alias is "
                                "'old/Home'; did you mean 'Home'? Else use a vault_path from search results "
                                "(`docsvault search ...` / the search tool)")
+    # the vault path a note had before it moved or was renamed (a search hit copied before the move): its name is
+    # offered as for a link (session 44; before, "no note … in the vault" alone); an unknown name still gets none
+    for old, shown in (("src/old/Home.md", "src/old/Home.md"), ("Home (old).md", "Home (old).md")):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_note(vault, old, path)
+        hint = "did you mean 'Home'? Else use" if old == "src/old/Home.md" else "use"
+        assert str(info.value) == (f"no note {shown!r} in the vault {vault.resolve()}; {hint} a vault_path from "
+                                   "search results (`docsvault search ...` / the search tool)")
     # a file of yours in the vault (no build wrote it, so it is no note of the warehouse): named, with its path
     (vault / "src" / "projects").mkdir()
     (vault / "src" / "projects" / "Ideas.md").write_text("# Ideas\n", encoding="utf-8")

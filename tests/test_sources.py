@@ -64,6 +64,13 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
     ("sources:\n  - name: a\n    kind: local\n    path: d\n\n  - kind: local\n    path: d\n",
      "line 6: sources[2] has no 'name' (every source starts with '- name: <name>')"),
     ("sources:\n  - name: x\n    kind: local\n", "line 2: sources[1] (source 'x') has no 'path' (kind 'local' needs it)"),
+    # `path: ~` (a new user's home folder, session 44) and `url:` alone are YAML's null: said so, on the key's line
+    ("sources:\n  - name: x\n    kind: local\n    path: ~\n",
+     "line 4: sources[1] (source 'x') has an empty 'path': YAML reads `path:` with nothing after it, `~` and `null` as "
+     "no value (kind 'local' needs it); give it (your home folder: '~/', quoted)"),
+    ("sources:\n  - name: x\n    kind: git\n    url:\n",
+     "line 4: sources[1] (source 'x') has an empty 'url': YAML reads `url:` with nothing after it, `~` and `null` as "
+     "no value (kind 'git' needs it); give it"),
     # a new user's folder given as a file:// url: the url's line, and what to write instead
     ("sources:\n  - name: x\n    kind: local\n    format: html\n    url: file:///srv/site\n",
      "line 5: sources[1] (source 'x') has 'url' but no 'path': kind 'local' reads the folder given by 'path' "

@@ -303,6 +303,10 @@ def _missing(block: Any) -> str | None:
     if kind is None:
         return f"has no 'kind' (one of {list(KINDS)})"
     needed = [k for k in REQUIRED_BY_KIND.get(kind, ()) if not block.get(k)] if isinstance(kind, str) else []
+    if needed and block.get(needed[0]) is None and needed[0] in block:     # `path: ~`, `path:` alone: YAML's null
+        home = " (your home folder: '~/', quoted)" if needed[0] == "path" else ""
+        return (f"has an empty '{needed[0]}': YAML reads `{needed[0]}:` with nothing after it, `~` and `null` as "
+                f"no value (kind '{kind}' needs it); give it{home}")
     return f"has no '{needed[0]}' (kind '{kind}' needs it)" if needed else None
 
 
@@ -431,7 +435,8 @@ def source_problems(path: Path) -> tuple[list[tuple[int, Source]], list[str]]:
                 where = f"{path}: line {key_lines.get('url', start)}: sources[{i}]"
                 problems.append(str(_missing_error(block, where, _local_url(block), strays)))
             elif problem:
-                where = f"{path}: line {start}: sources[{i}]"
+                empty = re.match(r"has an empty '([a-z_]+)'", problem)      # the line of the key left empty
+                where = f"{path}: line {key_lines.get(empty[1], start) if empty else start}: sources[{i}]"
                 problems.append(str(_missing_error(block, where, problem, strays)))
             else:
                 line = key_lines.get(str(wrong[0]), start)
@@ -469,6 +474,21 @@ def asset_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
+def nested_root_problem(source: Source) -> str | None:
+    """Why a local source's roots cannot be read together when one is inside another (``path: [notes,
+    notes/daily]``: each note of the inner folder would be two notes, ``notes/daily/x.md`` and ``daily/x.md``), as
+    ``"source 'x': local root <inner> is inside <outer>, …"``; None when no root is inside another (or the source
+    is not local). Equal roots are left to the fetch's "share a folder name" error."""
+    roots = sorted({Path(p) for p in source.path}) if source.kind == "local" else []
+    for outer in roots:
+        for inner in roots:
+            if inner != outer and inner.is_relative_to(outer):
+                return (f"source '{source.name}': local root {inner} is inside {outer}, another of its 'path' "
+                        f"folders, so its notes would be read twice ({outer.name}/{inner.relative_to(outer).as_posix()}"
+                        f"/… and {inner.name}/…); remove {inner} from 'path' (the outer folder reads it)")
+    return None
+
+
 def check_local_paths(sources: list[Source], sources_file: Path,
                       positions: list[int] | None = None) -> list[str]:
     """Problems with the folders of local sources, one line each (``docsvault sources validate``).
@@ -486,6 +506,10 @@ def check_local_paths(sources: list[Source], sources_file: Path,
     layout = cache(partial(_path_lines, sources_file))
     for i, source in zip(positions or range(1, len(sources) + 1), sources):
         where = f"{sources_file}: sources[{i}] (source '{source.name}')"
+        nested = nested_root_problem(source)
+        if nested:
+            line = layout().get(i)
+            problems.append(f"{sources_file}: {f'line {line}: ' if line else ''}{nested}")
         for root in source.path if source.kind == "local" else ():
             if not root.exists():
                 problem = "does not exist"

@@ -540,7 +540,10 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
                 f"no note {note!r} among the built notes; the vault has {', '.join(files[:3])}, {whose}: read it "
                 f"by that path, e.g. `docsvault read {_quoted(files[0])}` (the MCP read tool: path {_quoted(files[0])})") from None
         if not isinstance(exc, _NotMarkdownError):
-            raise
+            moved = _moved_path_error(exc, note, Path(warehouse_path))
+            if moved is None:
+                raise
+            raise moved from None
         folders = _vault_folders_named(Path(vault_dir), note)
         if folders:
             raise NoteNotFoundError(
@@ -557,6 +560,21 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, {names} "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+def _moved_path_error(exc: Exception, note: str, warehouse_path: Path) -> NoteNotFoundError | None:
+    """``exc`` (no note at the vault path ``note``) with "did you mean" the names close to its file name, when
+    there are any: the vault path a note had before it moved or was renamed (a search hit copied earlier, an
+    agent's memory) gets its name, as a link by an old path does; before session 44, no hint. None otherwise."""
+    stem = note.strip("/").rsplit("/", 1)[-1]
+    if not isinstance(exc, NoteNotFoundError) or not stem.lower().endswith(".md") or len(stem) <= 3:
+        return None
+    near = _close_names(warehouse_path, stem[:-3])
+    text = str(exc)
+    if not near or "; use a vault_path" not in text:
+        return None
+    return NoteNotFoundError(text.replace("; use a vault_path", f"; did you mean "
+                                          f"{' or '.join(_quoted(n) for n in near)}? Else use a vault_path", 1))
 
 
 #: a web address: a docs page's URL (``notes.url``), read as the note made from that page

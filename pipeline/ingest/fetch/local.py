@@ -2,7 +2,7 @@
 
 Walks each root in sorted order, skips dot-folders (``.obsidian``, ``.trash``, ``.git``, any ``.*``) and dot-files,
 and — each with a warning naming the file or folder — symlinked folders, symlinks that resolve outside the root, symlink loops,
-dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files).
+dangling symlinks, symlinks to a file the source lists anyway (one note, not two) and names that are not valid UTF-8 (they could not be written to the vault or the state files: a note's or a folder of notes' is a skipped note, :func:`bad_name_lines`).
 Of two files whose names differ only in Unicode normalization (``café.md`` written in NFC and in NFD) the first in
 name order is read; the other is skipped with a line (:func:`twin_line`): a note's is kept under
 :data:`SKIPPED_NOTES` in ``fetch.json`` so the build reports it as a skipped note, not as an attachment.
@@ -41,6 +41,7 @@ from pipeline.ingest.fetch.base import (
     source_dir,
     write_state,
 )
+from pipeline.ingest.sources import nested_root_problem
 from pipeline.models import COPY_EXTENSIONS, FetchResult, RawFile, Source
 
 
@@ -119,10 +120,14 @@ def _readable_file(path: Path, root: Path, warnings: list[str], source: str) -> 
 
 
 def _walk_root(root: Path, warnings: list[str], source: str,
-               twins: dict[str, tuple[str, list[str]]] | None = None) -> dict[str, Path]:
+               twins: dict[str, tuple[str, list[str]]] | None = None,
+               bad_names: list[tuple[str, bool]] | None = None) -> dict[str, Path]:
     """Posix relative path (NFC) -> absolute path of every regular file under root (dot entries skipped). Of files
     whose names differ only in Unicode normalization the first in name order is kept; the others are recorded in
     ``twins`` (relative path -> the kept file's relative path and theirs, as on disk) for the caller to report.
+    A name that is not valid UTF-8 is skipped: given ``bad_names``, recorded there as (its relative path, with the
+    undecodable bytes as surrogates, as ``os`` gives it; whether it is a folder) for the caller to report (see
+    :func:`bad_name_lines`), else as a warning line.
 
     Raises:
         FetchError: the root itself cannot be listed (an unreadable folder is not an empty one: its last good copy
@@ -138,11 +143,14 @@ def _walk_root(root: Path, warnings: list[str], source: str,
                              "check the folder's permissions (or that its drive is mounted)")
         warnings.append(f"source '{source}': skipped unreadable folder {printable_path(where)}: {exc.strerror or exc}")
 
-    def utf8(name: str, path: Path) -> bool:
+    def utf8(name: str, path: Path, folder: bool = False) -> bool:
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            warnings.append(f"source '{source}': skipped a name that is not valid UTF-8: {ascii(str(path))}")
+            if bad_names is not None:
+                bad_names.append((path.relative_to(root).as_posix(), folder))
+            else:
+                warnings.append(f"source '{source}': skipped a name that is not valid UTF-8: {ascii(str(path))}")
             return False
         return True
 
@@ -153,7 +161,7 @@ def _walk_root(root: Path, warnings: list[str], source: str,
                 warnings.append(f"source '{source}': skipped symlinked folder {printable_path(here / d)}: its files are not "
                                 "read (move the folder into the source, or add its target as another path)")
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()
-                             and utf8(d, here / d))
+                             and utf8(d, here / d, folder=True))
         for name in sorted(filenames):
             if name.startswith(".") or not utf8(name, here / name):
                 continue
@@ -240,16 +248,49 @@ class ContentHashes:
             pass
 
 
+def bad_name_lines(source: Source, root: Path, bad_names: Sequence[tuple[str, bool]], prefix: str = "") -> \
+        tuple[list[str], list[str]]:
+    """The lines of the names :func:`_walk_root` skipped as not valid UTF-8 (``bad_names``, relative to ``root``;
+    ``prefix``: the root's folder name before them, for a source of several roots), the name shown with its bytes
+    as written (``caf\\xe9.md``): (a note's, or a folder's that holds notes of the source, with how many), and
+    (a file's a note could embed). The first are skipped notes (:data:`SKIPPED_NOTES`), the second attachments not
+    copied; a name that is neither is not reported (nothing would read it)."""
+    def shown(rel: str) -> str:
+        return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+    notes: list[str] = []
+    files: list[str] = []
+    where = f"{prefix}/" if prefix else ""
+    for rel, folder in sorted(bad_names):
+        if folder:
+            inside = [shown(Path(d, f).relative_to(root).as_posix())
+                      for d, _, names in os.walk(root / rel) for f in names]
+            count = len(select_paths(source, [where + p for p in inside]))
+            if count:
+                notes.append(f"source '{source.name}': {where}{shown(rel)}/: a folder name that is not valid UTF-8; "
+                             f"its {count} note(s) are not read: rename it in UTF-8 to keep them")
+        elif select_paths(source, [where + shown(rel)]):
+            notes.append(f"source '{source.name}': {where}{shown(rel)}: a file name that is not valid UTF-8; the "
+                         "note is not read: rename it in UTF-8 to keep it")
+        elif "." in rel and rel.rsplit(".", 1)[1].lower() in COPY_EXTENSIONS:
+            files.append(f"source '{source.name}': {where}{shown(rel)}: a file name that is not valid UTF-8; "
+                         "skipped (not copied into the vault): rename it in UTF-8 to keep it")
+    return notes, files
+
+
 def listing_revision(source: Source, listing: dict[str, Path], notes: Sequence[tuple[str, os.stat_result]],
-                     hashes: ContentHashes) -> str:
+                     hashes: ContentHashes, skipped: Sequence[str] = ()) -> str:
     """A local source's revision: sha256 over its notes' ``(source path, content sha256)`` (``notes``, in order,
     with their ``os.stat``; a note that cannot be read counts by its size and mtime) and then those of every file
     of ``listing`` a note could embed (an extension of :data:`pipeline.models.COPY_EXTENSIONS`, not excluded; an
     unreadable one left out), in path order: an image added or changed after the note that embeds it is a change
-    (it was copied into the vault only when a note changed too). The contents are read through ``hashes`` (only
-    files whose stat changed; saved at the end). :func:`fetch_local` records it; the upstream check
-    (:mod:`pipeline.ingest.fetch.watch`) compares it."""
+    (it was copied into the vault only when a note changed too); first ``skipped``, the lines of the notes whose
+    names are not valid UTF-8 (:func:`bad_name_lines`), so such a note added is a change the build reports. The
+    contents are read through ``hashes`` (only files whose stat changed; saved at the end). :func:`fetch_local`
+    records it; the upstream check (:mod:`pipeline.ingest.fetch.watch`) compares it."""
     digest = hashlib.sha256()
+    for line in skipped:
+        digest.update(f"u\x00{line}\n".encode())
     for sp, st in notes:
         sha = hashes.sha(listing[sp], st) or f"{st.st_size}\x00{st.st_mtime_ns}"
         digest.update(f"{sp}\x00{sha}\n".encode())
@@ -301,6 +342,50 @@ def _empty_source_line(source: Source, settings: Settings, roots: Sequence[Path]
             f"exclude={list(source.exclude)})")
 
 
+def overlapping_sources(sources: Sequence[Source]) -> list[str]:
+    """Local sources that read the same notes, one line each (``docsvault sources validate`` warns): a root of one
+    that is, or is inside, a root of another (``path: notes`` and ``path: notes/daily``) whose include/exclude
+    still read that folder (probed with a ``<folder>/x.md`` under it); each such note is then a note of both
+    sources, two search hits. Not an error: a subset may be a source of its own on purpose."""
+    lines: list[str] = []
+    local = [s for s in sources if s.kind == "local"]
+    for outer in local:
+        for inner in local:
+            if inner is outer:
+                continue
+            for o_root in outer.path:
+                for i_root in inner.path:
+                    if not Path(i_root).is_relative_to(o_root) or (Path(i_root) == Path(o_root)
+                                                                      and local.index(inner) < local.index(outer)):
+                        continue
+                    rel = Path(i_root).relative_to(o_root).as_posix()
+                    prefix = f"{Path(o_root).name}/" if len(outer.path) > 1 else ""
+                    probe = f"{prefix}{rel}/x.md" if rel != "." else f"{prefix}x.md"
+                    if not select_paths(outer, [probe]):
+                        continue
+                    what = (f"both read {i_root}" if rel == "." else
+                            f"{inner.name}'s folder {i_root} is inside {outer.name}'s {o_root}")
+                    todo = ("remove one of them" if rel == "." else
+                            f"exclude it from '{outer.name}' (exclude: ['{prefix}{rel}/**'])")
+                    lines.append(f"sources '{outer.name}' and '{inner.name}' read the same notes: {what}, so each "
+                                 f"note there is in both sources (two search hits); if that is not meant, {todo}")
+    return lines
+
+
+def _check_roots(source: Source, roots: Sequence[Path]) -> None:
+    """Raise :class:`FetchError` when two of a local source's roots share a folder name (their source paths would
+    collide) or one is inside another (:func:`pipeline.ingest.sources.nested_root_problem`)."""
+    names = [r.name for r in roots]
+    if len(roots) > 1 and len(set(names)) != len(names):
+        raise FetchError(
+            f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
+            "source paths would collide — split them into separate sources"
+        )
+    nested = nested_root_problem(source)
+    if nested:
+        raise FetchError(nested)
+
+
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
 
@@ -309,22 +394,19 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     unmounted for a while keeps serving its last good copy.
 
     Raises:
-        FetchError: a root is missing, not a folder or unreadable, or two roots share a folder name.
+        FetchError: a root is missing, not a folder or unreadable, two roots share a folder name, or one root is
+            inside another (:func:`pipeline.ingest.sources.nested_root_problem`).
     """
     started = time.monotonic()
     if not source.path:
         raise FetchError(f"source '{source.name}': kind local needs 'path' (one or more folders)")
     roots = sorted(Path(p) for p in source.path)
     multi = len(roots) > 1
-    names = [r.name for r in roots]
-    if multi and len(set(names)) != len(names):
-        raise FetchError(
-            f"source '{source.name}': local roots {[str(r) for r in roots]} share a folder name; "
-            "source paths would collide — split them into separate sources"
-        )
+    _check_roots(source, roots)
     warnings: list[str] = []
     listing: dict[str, Path] = {}
     name_twins: dict[str, tuple[str, list[str]]] = {}
+    bad_notes: list[str] = []
     for root in roots:
         if not root.is_dir():
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
@@ -332,11 +414,17 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
         twins: dict[str, tuple[str, list[str]]] = {}
-        for rel, path in _walk_root(root, warnings, source.name, twins).items():
+        bad: list[tuple[str, bool]] = []
+        for rel, path in _walk_root(root, warnings, source.name, twins, bad).items():
             listing[f"{prefix}/{rel}" if multi else rel] = path
+        bad_lines, bad_files = bad_name_lines(source, root, bad, prefix if multi else "")
+        bad_notes += bad_lines
+        warnings += bad_files
         name_twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
     selected = select_paths(source, listing)
     skipped_notes = _twin_lines(source, name_twins, selected, warnings)
+    skipped_notes += bad_notes
+    warnings += bad_notes
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(_empty_source_line(source, settings, roots))
     total = 0
@@ -351,7 +439,7 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
         total += st.st_size
         stamps.append((sp, st))
         files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
-    revision = listing_revision(source, listing, stamps, ContentHashes.of(source, settings))
+    revision = listing_revision(source, listing, stamps, ContentHashes.of(source, settings), bad_notes)
     previous = read_state(source, settings)
     changed = previous is None or previous.get("revision") != revision
     result = FetchResult(

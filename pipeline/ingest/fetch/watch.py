@@ -120,18 +120,21 @@ def _git_token(source: Source, state: dict, commit: str, same_config: bool) -> s
 
 def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
     from pipeline.ingest.fetch.base import select_paths
-    from pipeline.ingest.fetch.local import ContentHashes, _walk_root, listing_revision
+    from pipeline.ingest.fetch.local import ContentHashes, _walk_root, bad_name_lines, listing_revision
 
     roots = sorted(source.path)
     multi = len(roots) > 1
     listing = {}
+    bad_notes: list[str] = []
     for root in roots:
         if not root.is_dir():
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder")
-        for rel, path in _walk_root(root.resolve(), [], source.name).items():
+        bad: list[tuple[str, bool]] = []
+        for rel, path in _walk_root(root.resolve(), [], source.name, None, bad).items():
             listing[f"{root.name}/{rel}" if multi else rel] = path
+        bad_notes += bad_name_lines(source, root.resolve(), bad, root.name if multi else "")[0]
     token = listing_revision(source, listing, [(sp, listing[sp].stat()) for sp in select_paths(source, listing)],
-                             ContentHashes.of(source, settings))
+                             ContentHashes.of(source, settings), bad_notes)
     return UpstreamCheck(source.name, token != state.get("revision"), token, "listing hash")
 
 
