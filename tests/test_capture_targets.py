@@ -215,8 +215,8 @@ def test_cli_capture_names_the_builds_warnings_about_the_note(mixed: Path, monke
     embed the build had warned about; it prints the build's `warning:` lines about its note (not the others)."""
     from types import SimpleNamespace
 
-    import pipeline.cli as cli
     import pipeline.defs.runner as runner_mod
+    from pipeline import cli
 
     ours = "source 'inbox': Heron facts.md: diagram.png (line 8) is not in the source (deleted or moved?): …"
     other = "source 'inbox': Other.md: [[Meeting]] (line 3) could mean 2 notes: …"
