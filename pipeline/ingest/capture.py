@@ -369,10 +369,15 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
         CaptureError: an empty or blank text ("nothing to capture: the text is empty"), one over
             :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text
             with no words once its frontmatter block is taken off: only whitespace and punctuation
-            (``---``, ``。。。``, a block and nothing after it); nothing is written then.
+            (``---``, ``。。。``, a block and nothing after it), or one holding a NUL character (binary data, as
+            :func:`decode_text` refuses a file's: the build skips such a file, so MCP's ``save_note`` wrote a note
+            no search finds and answered ``searchable: true``); nothing is written then.
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
+    if "\x00" in text:
+        raise CaptureError(f"the text holds a NUL character (at character {text.index(chr(0))}): binary data, not a "
+                           "note's text; drop it (nothing was written)")
     if len(text) > MAX_TEXT_CHARS:
         raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a "
                            "captured note")

@@ -1,0 +1,28 @@
+"""What an agent driving the MCP tools meets (session 44, an agent's developer over stdio and streamable HTTP): a
+result that says it worked when it did not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+
+
+def test_save_note_refuses_a_text_with_a_nul_character(tmp_path: Path) -> None:
+    """``save_note(text="nul \\x00 inside")`` wrote the note and answered ``searchable: true``, but the build skips a
+    file holding a NUL byte (``binary file (contains NUL bytes)``), so no search found it; ``capture`` refused such
+    a file or stdin already. Now the text is refused in one line and nothing is written."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "sources.yaml").write_text("sources:\n  - name: inbox\n    kind: local\n    path: inbox\n",
+                                           encoding="utf-8")
+    svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"))
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("nul \x00 inside", name="nul", source="inbox")
+    assert str(err.value) == ("the text holds a NUL character (at character 4): binary data, not a note's text; "
+                              "drop it (nothing was written)")
+    assert list((tmp_path / "inbox").iterdir()) == []
