@@ -26,3 +26,26 @@ def test_save_note_refuses_a_text_with_a_nul_character(tmp_path: Path) -> None:
     assert str(err.value) == ("the text holds a NUL character (at character 4): binary data, not a note's text; "
                               "drop it (nothing was written)")
     assert list((tmp_path / "inbox").iterdir()) == []
+
+
+def test_save_note_says_when_the_capture_source_is_the_servers_variable(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the server's ``DOCSVAULT_CAPTURE_SOURCE=nope``, ``save_note(text=…)`` answered ``unknown capture source
+    'nope'``, a name the agent never passed, and nothing said how to go on. Now the line names the variable and
+    the ``source`` argument; a name the agent passed is told as before."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "sources.yaml").write_text("sources:\n  - name: inbox\n    kind: local\n    path: inbox\n",
+                                           encoding="utf-8")
+    svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"))
+    monkeypatch.setenv("DOCSVAULT_CAPTURE_SOURCE", "nope")
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("a note about kiwis")
+    assert str(err.value) == ("unknown capture source 'nope' (set in DOCSVAULT_CAPTURE_SOURCE; fix it, or pass the "
+                              "`source` argument); sources that can take a capture: inbox")
+    with pytest.raises(ToolFailure) as err:
+        svc.save_note("a note about kiwis", source="nope2")
+    assert str(err.value) == "unknown capture source 'nope2'; sources that can take a capture: inbox"
+    assert list((tmp_path / "inbox").iterdir()) == []
