@@ -394,6 +394,11 @@ def test_a_tag_no_note_has_is_named_as_such(built_env: Path) -> None:
     result = CliRunner().invoke(app, ["search", "tag:nobody", "--source", "tiny"])
     assert (result.exit_code, result.output) == (
         1, "No results: no note of tiny has the tag 'nobody' (frontmatter or inline #tag)\n")
+    # scoped to a source, MCP said "no note has the tag" of a tag other sources' notes have (session 44: an agent
+    # read that the tag did not exist); now the sources searched, as the CLI names them
+    out = VaultService(Settings.from_env()).search("ducks", k=2, source="tiny", tag="nobody")
+    assert (out["hits"], out["message"]) == (
+        [], "No results: no note of tiny has the tag 'nobody' (frontmatter or inline #tag)")
 
 
 def test_words_no_note_contains_are_named(built_env: Path) -> None:
