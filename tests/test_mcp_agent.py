@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
+from tests.tiny_warehouse import publish_pages
 
 
 def test_save_note_refuses_a_text_with_a_nul_character(tmp_path: Path) -> None:
@@ -49,3 +50,33 @@ def test_save_note_says_when_the_capture_source_is_the_servers_variable(tmp_path
         svc.save_note("a note about kiwis", source="nope2")
     assert str(err.value) == "unknown capture source 'nope2'; sources that can take a capture: inbox"
     assert list((tmp_path / "inbox").iterdir()) == []
+
+
+def test_read_and_related_of_a_saved_note_not_built_yet_say_so(tmp_path: Path) -> None:
+    """``save_note`` answered ``path: inbox/Kiwi.md, searchable: false`` (another build held the lock); ``read`` and
+    ``related`` of that path then said "no note 'inbox/Kiwi.md' in the vault; use a vault_path from search
+    results", as if the agent had made the path up. Now they say the file is in the source, not built yet, and
+    how to rebuild it; a path no file of the source has is told as before."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    (tmp_path / "inbox" / "sub").mkdir(parents=True)
+    (tmp_path / "inbox" / "sub" / "Kiwi.md").write_text("# Kiwi\n\nA kiwi note.\n", encoding="utf-8")
+    (tmp_path / "inbox" / "page.html").write_text("<p>x</p>", encoding="utf-8")
+    (tmp_path / "vault" / "inbox").mkdir(parents=True)
+    (tmp_path / "vault" / "inbox" / "Emu.md").write_text("# Emu\n\nAn emu note.\n", encoding="utf-8")
+    publish_pages(tmp_path / "data" / "warehouse.duckdb", {("inbox", "Emu.md", "Emu"): ["An emu note."]})
+    (tmp_path / "sources.yaml").write_text("sources:\n  - name: inbox\n    kind: local\n    path: inbox\n",
+                                           encoding="utf-8")
+    svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"))
+    unbuilt = (f"inbox/sub/Kiwi.md is not in the vault yet: its file {tmp_path / 'inbox' / 'sub' / 'Kiwi.md'} is in "
+               "source 'inbox', but no build has read it since it was written; rebuild the source (the refresh "
+               "tool, or `docsvault build --source inbox`)")
+    for tool in (svc.read, svc.related):
+        with pytest.raises(ToolFailure) as err:
+            tool("inbox/sub/Kiwi.md")
+        assert str(err.value) == unbuilt
+    with pytest.raises(ToolFailure) as err:
+        svc.read("inbox/sub/Moa.md")      # no such file
+    assert str(err.value) == (f"no note 'inbox/sub/Moa.md' in the vault {tmp_path / 'vault'}; use a vault_path from "
+                              "search results (`docsvault search ...` / the search tool)")
