@@ -80,3 +80,32 @@ def test_read_and_related_of_a_saved_note_not_built_yet_say_so(tmp_path: Path) -
         svc.read("inbox/sub/Moa.md")      # no such file
     assert str(err.value) == (f"no note 'inbox/sub/Moa.md' in the vault {tmp_path / 'vault'}; use a vault_path from "
                               "search results (`docsvault search ...` / the search tool)")
+
+
+def test_a_stopped_refresh_names_the_build_of_all_its_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``refresh(full=true)`` of two local sources, stopped at its time limit, said "Run `docsvault build --source
+    notes` in a terminal": the first source only, and no ``--force``, so the command did not do what the refresh
+    was asked. Now it is the refresh's own build."""
+    import subprocess
+    import sys
+
+    from pipeline import mcp_server
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    for name in ("notes", "help"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "sources.yaml").write_text(
+        "sources:\n  - name: notes\n    kind: local\n    path: notes\n  - name: help\n    kind: local\n    path: help\n",
+        encoding="utf-8")
+    real = subprocess.Popen
+    monkeypatch.setattr(mcp_server.subprocess, "Popen",
+                        lambda cmd, **kw: real([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+    svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"), refresh_timeout=0.5)
+    with pytest.raises(ToolFailure) as err:
+        svc.refresh(full=True)
+    assert str(err.value) == ("refresh of notes, help took longer than 0.5 s and was stopped; the previous index "
+                              "still serves. Run `docsvault build --force --source notes --source help` in a terminal")
+    with pytest.raises(ToolFailure) as err:
+        svc.refresh(source="help")
+    assert str(err.value).endswith("Run `docsvault build --source help` in a terminal")
