@@ -109,3 +109,29 @@ def test_a_stopped_refresh_names_the_build_of_all_its_sources(tmp_path: Path, mo
     with pytest.raises(ToolFailure) as err:
         svc.refresh(source="help")
     assert str(err.value).endswith("Run `docsvault build --source help` in a terminal")
+
+
+def test_did_you_mean_offers_what_read_takes_back(tmp_path: Path) -> None:
+    """Two notes named Home: ``read("vault/notes/Home.md")`` (the vault folder in front, as an agent writes it)
+    said "did you mean 'Home'?", and ``read("Home")`` then failed: 'Home' is several notes'. Now a name several
+    notes have is offered as their vault paths, the one the typed path ends with alone when there is one."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    for source in ("notes", "help"):
+        (tmp_path / "vault" / source).mkdir(parents=True)
+        (tmp_path / "vault" / source / "Home.md").write_text("# Home\n\nStart here.\n", encoding="utf-8")
+    publish_pages(tmp_path / "data" / "warehouse.duckdb", {("notes", "Home.md", "Home"): ["Start here."],
+                                                           ("help", "Home.md", "Home"): ["Start here."]})
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"))
+    tail = "? Else use a vault_path from search results (`docsvault search ...` / the search tool)"
+    with pytest.raises(ToolFailure) as err:
+        svc.read("vault/notes/Home.md")
+    assert str(err.value) == (f"no note 'vault/notes/Home.md' in the vault {tmp_path / 'vault'}; did you mean "
+                              f"'notes/Home.md'{tail}")
+    with pytest.raises(ToolFailure) as err:
+        svc.read("Hme")
+    assert str(err.value) == ("no note 'Hme': no vault path, source path, note name, title or alias is 'Hme'; did "
+                              f"you mean 'help/Home.md' or 'notes/Home.md'{tail}")
+    assert svc.read("notes/Home.md")["path"] == "notes/Home.md"
