@@ -592,6 +592,17 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
     file = next((f for f in files if f.is_file()), None)
     if file is None:
         return None
+    if s.warehouse_path.exists():       # built under a name the vault cleaned (`He said "hi".md`): that vault path
+        from pipeline import warehouse as wh
+
+        con = wh.connect(s.warehouse_path, read_only=True)
+        try:
+            built = [n["vault_path"] for n in wh.notes_by_source_path(con, rest) if n["source"] == name]
+        finally:
+            con.close()
+        if built:
+            return (f"no note {note!r} at that vault path: the file {rest!r} of source {name!r} is the note "
+                    f"{built[0]!r} in the vault; read it by that path")
     return (f"{name}/{rest} is not in the vault yet: its file {file} is in source {name!r}, but no build has read it "
             f"since it was written; rebuild the source (the refresh tool, or `docsvault build --source {name}`)")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from tests.tiny_warehouse import publish_pages
+from pipeline.models import Chunk, Note
+from tests.tiny_warehouse import publish_chunks, publish_pages
 
 
 def test_save_note_refuses_a_text_with_a_nul_character(tmp_path: Path) -> None:
@@ -76,6 +77,16 @@ def test_read_and_related_of_a_saved_note_not_built_yet_say_so(tmp_path: Path) -
         with pytest.raises(ToolFailure) as err:
             tool("inbox/sub/Kiwi.md")
         assert str(err.value) == unbuilt
+    # a file built under a name the vault cleaned: its vault path (it would be "not in the vault yet" otherwise)
+    (tmp_path / "inbox" / 'He said "hi".md').write_text("# Hi\n\nA quote.\n", encoding="utf-8")
+    notes = [Note("inbox", "Emu.md", "Emu.md", "Emu", {"title": "Emu"}, "An emu note."),
+             Note("inbox", 'He said "hi".md', "He said -hi-.md", "Hi", {"title": "Hi"}, "A quote.")]
+    publish_chunks(tmp_path / "data" / "warehouse.duckdb", notes,
+                   [Chunk(f"{n.note_id}-0", n.note_id, "inbox", 0, (), n.title, n.body) for n in notes])
+    with pytest.raises(ToolFailure) as err:
+        svc.read('inbox/He said "hi".md')
+    assert str(err.value) == ("no note 'inbox/He said \"hi\".md' at that vault path: the file 'He said \"hi\".md' of "
+                              "source 'inbox' is the note 'inbox/He said -hi-.md' in the vault; read it by that path")
     with pytest.raises(ToolFailure) as err:
         svc.read("inbox/sub/Moa.md")      # no such file
     assert str(err.value) == (f"no note 'inbox/sub/Moa.md' in the vault {tmp_path / 'vault'}; use a vault_path from "
