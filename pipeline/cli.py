@@ -1179,6 +1179,10 @@ def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
         lines.append(f"  serves {'a source' if one else f'{len(gone)} sources'} no longer in sources.yaml: "
                      f"{', '.join(gone)}; search finds {'its' if one else 'their'} notes until `docsvault build` "
                      f"removes {'it' if one else 'them'}")
+    elif w.get("behind") and w.get("other_version") and not failed:
+        lines.append("  behind: published by another version of docsvault (an upgrade or a downgrade since); search, "
+                     "read and related serve it as it is until `docsvault build` runs again the stages whose code "
+                     "changed and publishes it (cached embeddings of unchanged text are reused)")
     elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "
