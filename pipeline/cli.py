@@ -208,8 +208,7 @@ def build(
     for line in report.removed:
         typer.echo(line)
     if report.upgraded:
-        typer.echo(f"upgrade: stages last built by another version of docsvault run again: {'; '.join(report.upgraded)} "
-                   "(only what their new code changes is rewritten; cached embeddings of unchanged text are reused)")
+        typer.echo(_upgrade_line(report.upgraded))
     typer.echo(f"{'source':24} {'status':9} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
     outcomes = {o.name: o for o in build_outcome(report).sources}
     for st in report.sources:
@@ -922,6 +921,13 @@ def _capture_input(file: Path | None) -> str:
     return decode_text(stream.read(), "the text on stdin") if stream is not None else sys.stdin.read()
 
 
+def _upgrade_line(upgraded: Sequence[str]) -> str:
+    """The line a build (``build``, ``capture``'s) prints when it ran stages again that another version of docsvault
+    built last (``BuildReport.upgraded``)."""
+    return (f"upgrade: stages last built by another version of docsvault run again: {'; '.join(upgraded)} "
+            "(only what their new code changes is rewritten; cached embeddings of unchanged text are reused)")
+
+
 @app.command()
 def capture(
     text: Annotated[str | None, typer.Argument(metavar="[TEXT]", help="The note's Markdown ('-' = stdin; or use --file, or pipe it on stdin).")] = None,
@@ -984,7 +990,8 @@ def capture(
             with _stop_on_signals():            # Ctrl-C stops a --wait for the lock at once, the note stays saved
                 report = run_build(s, [src.name], wait=wait, evaluate=False)     # the next build evaluates
             out = build_outcome(report).as_dict()
-            built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None)}
+            built = {"ok": out["ok"], "source": next((r for r in out["sources"] if r["name"] == src.name), None),
+                     "upgraded": list(out.get("upgraded") or [])}
             if not out["ok"] and not (built["source"] or {}).get("error") and out["shared"]["error"]:
                 built["error"] = out["shared"]["error"]     # the warehouse's line: the note is not searchable
         except PipelineError as exc:
@@ -1005,6 +1012,8 @@ def capture(
         if built is not None:
             for line in warnings_about((built.get("source") or {}).get("warnings") or (), note.vault_path):
                 typer.echo(f"warning: {line}", err=True)        # the build's lines about it: a broken embed
+            if built.get("upgraded"):       # the first build after an upgrade: why it took longer
+                typer.echo(f"  {_upgrade_line(built['upgraded'])}")
             if built["ok"]:
                 typer.echo(f"  searchable now: source {src.name} rebuilt")
             else:
@@ -1179,6 +1188,10 @@ def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
         lines.append(f"  serves {'a source' if one else f'{len(gone)} sources'} no longer in sources.yaml: "
                      f"{', '.join(gone)}; search finds {'its' if one else 'their'} notes until `docsvault build` "
                      f"removes {'it' if one else 'them'}")
+    elif w.get("behind") and w.get("other_version") and not failed:
+        lines.append("  behind: published by another version of docsvault (an upgrade or a downgrade since); search, "
+                     "read and related serve it as it is until `docsvault build` runs again the stages whose code "
+                     "changed and publishes it (cached embeddings of unchanged text are reused)")
     elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "

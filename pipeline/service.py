@@ -753,6 +753,8 @@ class WarehouseStatus(Record):
     error: str = ""                         # a file that cannot be read: why (then ``built`` is False)
     missing_vectors_in: str = ""            # "<source> <n> of <chunks>, …": chunks published without a vector
     behind: bool | None = None              # the sources built here changed since it was published (None: unknown)
+    # published by another version of docsvault (an upgrade or a downgrade since): what makes it ``behind`` then
+    other_version: bool = False
     not_in_sources: tuple[str, ...] = ()    # sources it serves that sources.yaml no longer lists (a build removes them)
     # the last build's warehouse step failed ({"error", "at"}; None once one succeeds): this file is older
     publish_failed: dict[str, str] | None = None
@@ -835,7 +837,7 @@ def status_report(s: Settings) -> Status:
     from pipeline.ingest.sources import load_sources
     from pipeline.ingest.vault_check import user_files_lines
     from pipeline.stages.base import SHARED_STATE
-    from pipeline.stages.warehouse import PUBLISH_FAILED, warehouse_behind
+    from pipeline.stages.warehouse import PUBLISH_FAILED, built_by_other_version, warehouse_behind
 
     warehouse, counts, meta = _warehouse_status(s)
     failed = load_state(s, SHARED_STATE).get(PUBLISH_FAILED)
@@ -846,6 +848,7 @@ def status_report(s: Settings) -> Status:
         listed = [(src.name, src.kind, src) for src in loaded]
         if warehouse.built:
             warehouse = replace(warehouse, behind=warehouse_behind(s, loaded, meta),
+                                other_version=built_by_other_version(meta),
                                 not_in_sources=tuple(sorted(set(counts) - {src.name for src in loaded})))
     except SourceConfigError as exc:
         sources_error, listed = str(exc), [(name, "?", None) for name in sorted(counts)]

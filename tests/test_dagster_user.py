@@ -180,3 +180,31 @@ def test_a_build_after_an_upgrade_says_which_stages_another_version_built(
         "upgrade: stages last built by another version of docsvault run again: tiny: notes, vault, chunks; "
         "link_graph, warehouse (only what their new code changes is rewritten; cached embeddings of unchanged text "
         "are reused)")
+
+
+def test_a_capture_after_an_upgrade_says_which_stages_another_version_built(
+        built_tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user who upgraded docsvault and captured a note before any build (session 44, from a data dir of
+    session 41) waited for its source's stages and the warehouse to be redone, and capture said only
+    "searchable now": the build's `upgrade:` line was left out. It is printed now (`build.upgraded` in --json)."""
+    import json
+
+    import dagster as dg
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    instance = dg.DagsterInstance.get()
+    for asset in (["tiny", "chunks"], ["warehouse"], ["retrieval_eval"]):   # last built by an older version
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            asset_key=dg.AssetKey(asset), tags={"dagster/code_version": "older"}))
+    monkeypatch.setenv("DOCSVAULT_CAPTURE_SOURCE", "tiny")
+    result = CliRunner().invoke(app, ["capture", "--title", "Herons", "Herons stand still in shallow water."])
+    assert result.exit_code == 0, result.output
+    upgrade = ("  upgrade: stages last built by another version of docsvault run again: tiny: chunks; warehouse (only "
+               "what their new code changes is rewritten; cached embeddings of unchanged text are reused)")
+    assert result.stdout.splitlines()[-2:] == [upgrade, "  searchable now: source tiny rebuilt"]
+
+    result = CliRunner().invoke(app, ["capture", "--json", "--title", "Egrets", "Egrets are white herons."])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["build"]["upgraded"] == []      # rebuilt by this version: nothing to say

@@ -57,8 +57,8 @@ def test_renamed_source_loses_its_generated_folder_only(built_tiny_env: Path) ->
 
     result = runner.invoke(app, ["read", "tiny/Ducks.md"])
     assert result.exit_code == 1
-    assert result.output == (f"error: no note 'tiny/Ducks.md' in the vault {vault.resolve()}; use a vault_path "
-                             "from search results (`docsvault search ...` / the search tool)\n")
+    assert result.output == (f"error: no note 'tiny/Ducks.md' in the vault {vault.resolve()}; did you mean 'Ducks'? "
+                             "Else use a vault_path from search results (`docsvault search ...` / the search tool)\n")
     assert [r["name"] for r in json.loads(_run("status", "--json"))["sources"]] == ["tiny2"]
     catalog = {k.to_user_string() for k in DagsterInstance.get().get_asset_keys()}
     assert {k for k in catalog if k.startswith("tiny/")} == set()             # wiped from the Dagster catalog

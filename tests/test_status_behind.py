@@ -146,3 +146,45 @@ def test_status_names_a_publish_that_failed_until_one_succeeds(built_tiny_env: P
     warehouse, lines = _status()
     assert (warehouse["publish_failed"], warehouse["behind"]) == (None, False)
     assert not [line for line in lines if "publish" in line or "behind" in line]
+
+
+OTHER_VERSION = ("  behind: published by another version of docsvault (an upgrade or a downgrade since); search, read "
+                 "and related serve it as it is until `docsvault build` runs again the stages whose code changed and "
+                 "publishes it (cached embeddings of unchanged text are reused)")
+
+
+def test_status_says_the_warehouse_was_published_by_another_version_after_an_upgrade(built_tiny_env: Path) -> None:
+    """A user who upgraded docsvault (`git pull`, `make install`; session 44, from data dirs of sessions 34 and 41)
+    got the `behind` line listing every cause it may have (a Dagster run without `warehouse`, copied files, another
+    version), though the only one was the upgrade. A warehouse published before session 44 (no
+    `warehouse_code_version` in its meta, an older `input_key`, as the test writes it) or by other warehouse code
+    (a downgrade) now gets one line naming that cause, `other_version` in `--json`, until a build publishes it."""
+    import duckdb
+
+    from pipeline.stages.warehouse import CODE_META
+
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["other_version"]) == (False, False)
+    path = built_tiny_env / "data" / "warehouse.duckdb"
+    assert Path(warehouse["path"]) == path
+
+    con = duckdb.connect(str(path))                 # the meta an older docsvault wrote: no code version of its own
+    con.execute("DELETE FROM meta WHERE key = ?", [CODE_META])
+    con.execute("UPDATE meta SET value = 'key of the old warehouse code' WHERE key = 'input_key'")
+    con.close()
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["other_version"]) == (True, True)
+    assert [line for line in lines if "behind" in line] == [OTHER_VERSION]
+
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["other_version"]) == (False, False)
+    assert not [line for line in lines if "behind" in line]
+
+    con = duckdb.connect(str(path))                 # a downgrade's: another code version, another key
+    con.execute("UPDATE meta SET value = '0123456789abcdef' WHERE key = ?", [CODE_META])
+    con.execute("UPDATE meta SET value = 'key of the other warehouse code' WHERE key = 'input_key'")
+    con.close()
+    warehouse, lines = _status()
+    assert (warehouse["behind"], warehouse["other_version"]) == (True, True)
+    assert OTHER_VERSION in lines and BEHIND not in lines

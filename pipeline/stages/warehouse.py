@@ -371,6 +371,17 @@ def warehouse_behind(settings: Settings, sources: Sequence[Source], meta: dict[s
         "chain_revision" in st and st["chain_revision"] != st.get("revision") for st in states)
 
 
+#: the warehouse ``meta`` key of the warehouse stage's :func:`code_version` that published it (since session 44)
+CODE_META = "warehouse_code_version"
+
+
+def built_by_other_version(meta: dict[str, str]) -> bool:
+    """Whether the warehouse whose ``meta`` is given was published by another version of docsvault than this one:
+    its warehouse code was not this code (:data:`CODE_META` differs, or is absent: a version before session 44),
+    as after an upgrade (`git pull`, `make install`) or a downgrade. False without a warehouse (empty ``meta``)."""
+    return bool(meta) and meta.get(CODE_META) != code_version("warehouse")
+
+
 def refuse_dropping_vectors(settings: Settings, wanted: dict[str, list[Chunk]],
                             arrays: dict[str, tuple[list[str], Any]], problem: str) -> None:
     """Refuse a publish that would serve no vector of a model its chunks want while dropping the vectors of a model
@@ -559,6 +570,7 @@ def publish_stage(settings: Settings, sources: Sequence[Source], embedder_factor
             vectors=arrays,
             bm25_blobs=bm25_blobs,
             run_info={"built_at": now(), "sources": ",".join(names), "input_key": key,
+                      CODE_META: code_version("warehouse"),
                       "missing_vectors_in": _missing_in(names, chunks, unembedded),
                       **_where_built(settings, names),
                       "crosslingual_model": (embedder_factory(settings.crosslingual).model_id
