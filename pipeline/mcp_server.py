@@ -510,9 +510,10 @@ class VaultService:
         if not out:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
-            if tags and not searcher.tagged_notes(tags, wanted or None):
+            if tags and not searcher.tagged_notes(tags, wanted or None):     # of the sources searched, as the CLI
+                where = f"no note of {', '.join(wanted)}" if wanted else "no note"   # says (MCP said "no note")
                 return {"query": query[:200], "hits": out, "message": shorten_quoted(
-                    f"{NO_RESULTS}: no note has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
+                    f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
                     "#tag)", {"tag": list(tags)})}
             if parsed.required or parsed.excluded or parsed.paths:   # which filter left nothing, as the CLI says
                 from pipeline.service import no_results_message
@@ -710,10 +711,11 @@ class VaultService:
         finally:
             con.close()
 
-    def _stopped(self, proc: subprocess.Popen, names: list[str]) -> ToolFailure:
+    def _stopped(self, proc: subprocess.Popen, names: list[str], full: bool = False) -> ToolFailure:
         """Stop a refresh's build that ran past ``refresh_timeout`` (its process group: TERM, then KILL after 10 s);
         the tool error quotes the build's last warning line: what it was waiting for (a pool another run holds, a
-        lock)."""
+        lock), and the command that runs the same build in a terminal (every source of the refresh, ``--force``
+        for a ``full`` one: it named the first source alone before session 44)."""
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             _, errout = proc.communicate(timeout=10)
@@ -725,7 +727,8 @@ class VaultService:
             f"refresh of {', '.join(names)} took longer than {self.refresh_timeout:g} s and was stopped; the "
             f"previous index still serves. "
             + (f"The build's last warning: {said[-1][:600]}. " if said else "")
-            + f"Run `docsvault build --source {names[0]}` in a terminal")
+            + f"Run `docsvault build{' --force' if full else ''} {' '.join(f'--source {n}' for n in names)}` in a "
+            "terminal")
 
     def stop_build(self, grace: float = 10.0) -> int | None:
         """Stop the build a refresh (or save_note) of this server runs, if one does: TERM to its process group (the
@@ -778,7 +781,7 @@ class VaultService:
         try:
             output, errout = proc.communicate(timeout=self.refresh_timeout)
         except subprocess.TimeoutExpired:
-            raise self._stopped(proc, names) from None
+            raise self._stopped(proc, names, full) from None
         finally:
             self._build = None
         seconds = round(time.monotonic() - started, 1)

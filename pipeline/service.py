@@ -29,7 +29,7 @@ __all__ = [
     "no_notes_line", "no_results_message",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
-    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "warnings_about",  # noqa: F822
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_reason", "warnings_about",  # noqa: F822
     "status_report", "writable_dir_problem", "write_dirs_problem",
 ]
 
@@ -564,7 +564,47 @@ def note_missing_message(s: Settings, note: str, exc: NoteNotFoundError) -> str:
 
     if isinstance(exc, AmbiguousNoteError):
         return str(exc)
-    return skipped_reason(s, note) or str(exc)
+    return skipped_reason(s, note) or unbuilt_reason(s, note) or str(exc)
+
+
+def unbuilt_reason(s: Settings, note: str) -> str | None:
+    """One line when ``note``, a vault path ``<source>/<path>.md`` of a ``local`` source, is a file of that source
+    its build reads but no build has read yet (``save_note`` wrote it while another build held the lock, or a user
+    just made it): where the file is and the rebuild that brings it in. None otherwise. Before session 44 ``read``
+    and ``related`` said "no note … in the vault; use a vault_path from search results" of the ``path`` that
+    ``save_note`` had just returned."""
+    from pipeline.ingest.fetch.base import select_paths
+    from pipeline.ingest.sources import load_sources
+
+    name, *parts = note.strip().strip("/").split("/")
+    rest = "/".join(part for part in parts if part)          # `notes//x.md` is `x.md`, never an absolute path
+    if not rest.lower().endswith(".md") or any(part in (".", "..") or "\\" in part for part in parts):
+        return None
+    try:
+        source = next((x for x in load_sources(s.sources_file) if x.name == name and x.kind == "local"), None)
+    except PipelineError:
+        return None
+    if source is None or not source.path or not select_paths(source, [rest]):
+        return None
+    head, _, below = rest.partition("/")       # several roots: a source path starts with its root's folder name
+    files = ([root / below for root in source.path if root.name == head and below] if len(source.path) > 1
+             else [source.path[0] / rest])
+    file = next((f for f in files if f.is_file()), None)
+    if file is None:
+        return None
+    if s.warehouse_path.exists():       # built under a name the vault cleaned (`He said "hi".md`): that vault path
+        from pipeline import warehouse as wh
+
+        con = wh.connect(s.warehouse_path, read_only=True)
+        try:
+            built = [n["vault_path"] for n in wh.notes_by_source_path(con, rest) if n["source"] == name]
+        finally:
+            con.close()
+        if built:
+            return (f"no note {note!r} at that vault path: the file {rest!r} of source {name!r} is the note "
+                    f"{built[0]!r} in the vault; read it by that path")
+    return (f"{name}/{rest} is not in the vault yet: its file {file} is in source {name!r}, but no build has read it "
+            f"since it was written; rebuild the source (the refresh tool, or `docsvault build --source {name}`)")
 
 
 def _fetch_skip_reason(s: Settings, note: str) -> str | None:

@@ -292,7 +292,9 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     ]
     result = runner.invoke(app, ["read", "tiny/Ducks.md"])
     assert result.exit_code == 1
-    assert result.output.startswith("error: no note 'tiny/Ducks.md' in the vault ")
+    # its file is in the source, never built: said so with the build to run (session 44; was "no note … in the vault")
+    assert result.output.startswith("error: tiny/Ducks.md is not in the vault yet: its file ")
+    assert result.output.endswith("rebuild the source (the refresh tool, or `docsvault build --source tiny`)\n")
     assert len(result.output.splitlines()) == 1
 
 

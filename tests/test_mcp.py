@@ -394,6 +394,11 @@ def test_a_tag_no_note_has_is_named_as_such(built_env: Path) -> None:
     result = CliRunner().invoke(app, ["search", "tag:nobody", "--source", "tiny"])
     assert (result.exit_code, result.output) == (
         1, "No results: no note of tiny has the tag 'nobody' (frontmatter or inline #tag)\n")
+    # scoped to a source, MCP said "no note has the tag" of a tag other sources' notes have (session 44: an agent
+    # read that the tag did not exist); now the sources searched, as the CLI names them
+    out = VaultService(Settings.from_env()).search("ducks", k=2, source="tiny", tag="nobody")
+    assert (out["hits"], out["message"]) == (
+        [], "No results: no note of tiny has the tag 'nobody' (frontmatter or inline #tag)")
 
 
 def test_words_no_note_contains_are_named(built_env: Path) -> None:
@@ -430,6 +435,23 @@ def test_words_no_note_contains_are_named(built_env: Path) -> None:
     assert service.search("ducks platypus", k=2)["message"] == "no note contains 'platypus'" + skipped
     result = runner.invoke(app, ["search", "ducks platypus", "-k", "1"])
     assert result.output.splitlines()[0] == f"(no note contains 'platypus'{skipped})"
+
+
+def test_missing_words_are_those_of_the_searched_part_of_a_long_query(built_env: Path) -> None:
+    """A search ranks a query's first 2,000 characters, but the missing-words check read all of it: a pasted
+    20,000-character query answered with 3,000 words past that part in `missing` and a 36,000-character `message`
+    (session 44, an agent over MCP). Now only the words of the searched part are looked at, on the CLI too."""
+    from pipeline.mcp_server import VaultService
+    from pipeline.search.searcher import MAX_QUERY_CHARS
+
+    words = [f"zq{i:05d}" for i in range(3000)]             # 8 characters with the space: 250 in 2,000
+    query = "ducks " + " ".join(words)
+    out = VaultService(Settings.from_env()).search(query, k=2)
+    assert len(query) == 24_005 and out["hits"]
+    assert out["missing"] == words[:249]                    # "ducks " + 249 words: 1,997 characters
+    assert len(out["message"]) == 3_250 and out["message"].endswith("or 'zq00248'")
+    huge = VaultService(Settings.from_env()).search("x" * 100_000, k=1)
+    assert [len(w) for w in huge["missing"]] == [MAX_QUERY_CHARS]   # was the whole 100,000-character word
 
 
 def test_a_skipped_file_serving_its_last_good_version_is_not_called_unsearched(built_env: Path) -> None:

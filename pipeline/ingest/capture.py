@@ -131,25 +131,31 @@ def _targets_line(sources: Sequence[Source]) -> str:
 def capture_source(sources: Sequence[Source], name: str | None = None, arg: str = "--source NAME") -> Source:
     """The local source notes are captured into: ``name``, else ``$DOCSVAULT_CAPTURE_SOURCE``. ``arg``: how the
     caller's user passes a source, for the error (``--source NAME`` in the CLI, ``source`` in MCP). Every error
-    lists the sources that can take a capture (:func:`capture_targets`).
+    lists the sources that can take a capture (:func:`capture_targets`); one about the variable's source names
+    the variable and ``arg`` (before session 44 an MCP agent was told "unknown capture source 'nope'" of a name
+    it never passed).
 
     Raises:
         CaptureError: none named, unknown, or a source a captured Markdown note would not be read from (not
             ``local``, ``format: html``, or an ``include``/``exclude`` that leaves out ``<name>.md`` in its first
             folder: :func:`capture_problem`).
     """
+    from_env = not name
     name = name or env_value(ENV_SOURCE).strip() or None
     if not name:
         targets = capture_targets(sources)
         raise CaptureError(f"no capture source: set {ENV_SOURCE} to a local source of sources.yaml "
                            f"({', '.join(targets) or 'none yet: add one'}) or pass {arg}")
+    # a name the caller did not give (the server's or shell's variable) is said to be the variable's, with the
+    # way around it: an agent told "unknown capture source 'nope'" never passed 'nope'
+    whose = f" (set in {ENV_SOURCE}; fix it, or pass {arg})" if from_env else ""
     found = next((s for s in sources if s.name == name), None)
     if found is None:
-        raise CaptureError(f"unknown capture source {name!r}; sources that can take a capture: "
+        raise CaptureError(f"unknown capture source {name!r}{whose}; sources that can take a capture: "
                            f"{_targets_line(sources)}")
     problem = capture_problem(found)
     if problem:
-        raise CaptureError(f"{problem}; sources that can take a capture: {_targets_line(sources)}")
+        raise CaptureError(f"{problem}{whose}; sources that can take a capture: {_targets_line(sources)}")
     return found
 
 
@@ -369,10 +375,15 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
         CaptureError: an empty or blank text ("nothing to capture: the text is empty"), one over
             :data:`MAX_TEXT_CHARS`, a frontmatter block that is not valid YAML or not a mapping, or a text
             with no words once its frontmatter block is taken off: only whitespace and punctuation
-            (``---``, ``。。。``, a block and nothing after it); nothing is written then.
+            (``---``, ``。。。``, a block and nothing after it), or one holding a NUL character (binary data, as
+            :func:`decode_text` refuses a file's: the build skips such a file, so MCP's ``save_note`` wrote a note
+            no search finds and answered ``searchable: true``); nothing is written then.
     """
     if not text or not text.strip():
         raise CaptureError("nothing to capture: the text is empty")
+    if "\x00" in text:
+        raise CaptureError(f"the text holds a NUL character (at character {text.index(chr(0))}): binary data, not a "
+                           "note's text; drop it (nothing was written)")
     if len(text) > MAX_TEXT_CHARS:
         raise CaptureError(f"the text is {len(text)} chars, more than the {MAX_TEXT_CHARS}-char cap of a "
                            "captured note")

@@ -555,6 +555,7 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         near = _close_names(Path(warehouse_path), note)
         if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
             near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
+        near = _passable(Path(warehouse_path), near, note)
         hint = f"; did you mean {' or '.join(_quoted(n) for n in near)}? Else" if near else ";"
         names = "title, alias or page URL" if _URL.match(note.partition("#")[0]) else "title or alias"
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, {names} "
@@ -569,12 +570,27 @@ def _moved_path_error(exc: Exception, note: str, warehouse_path: Path) -> NoteNo
     stem = note.strip("/").rsplit("/", 1)[-1]
     if not isinstance(exc, NoteNotFoundError) or not stem.lower().endswith(".md") or len(stem) <= 3:
         return None
-    near = _close_names(warehouse_path, stem[:-3])
+    near = _passable(warehouse_path, _close_names(warehouse_path, stem[:-3]), note)
     text = str(exc)
     if not near or "; use a vault_path" not in text:
         return None
     return NoteNotFoundError(text.replace("; use a vault_path", f"; did you mean "
                                           f"{' or '.join(_quoted(n) for n in near)}? Else use a vault_path", 1))
+
+
+def _passable(warehouse_path: Path, near: list[str], typed: str) -> list[str]:
+    """``near`` (:func:`_close_names`) as ``read`` takes them back: a name several notes have is their vault paths
+    instead, only the one ``typed`` ends with when there is one (``vault/notes/Home.md``: ``notes/Home.md``). Before
+    session 44 "did you mean 'Home'?" of two Home notes was, passed back, the error that 'Home' is several notes'."""
+    typed = typed.strip().strip("/")
+    out: list[str] = []
+    for name in near:
+        paths = [f["vault_path"] for f in _notes_called(warehouse_path, name, paths=True, names=True)[0]]
+        if len(paths) <= 1:
+            out.append(name)
+        else:
+            out += [p for p in paths if typed == p or typed.endswith("/" + p)] or paths[:3]
+    return list(dict.fromkeys(out))
 
 
 #: a web address: a docs page's URL (``notes.url``), read as the note made from that page

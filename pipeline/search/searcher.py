@@ -1894,7 +1894,10 @@ class Searcher:
         them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
         never missing; nor is an English question word (``QUESTION_WORDS_EN``: how, what, did, I ...). When every word is missing, the hits of a search can only be near in meaning (the vector
         lanes): the CLI and MCP say so. A warehouse without a BM25 index (built before it had one) has no missing
-        word: nothing tells. Raises UnknownSourceError as a search does."""
+        word: nothing tells. Only the query's first :data:`MAX_QUERY_CHARS` are looked at (:func:`clip_query`: the
+        part a search ranks; a pasted 20,000-character query named its 3,000 words past it, a 36,000-character
+        message). Raises UnknownSourceError as a search does."""
+        query = clip_query(query)
         sources = self._resolve_sources(source)
         index = self._bm25
         scope = (None if sources is None or index is None
