@@ -35,14 +35,19 @@ PAGES: dict[str, list[str]] = {
 }
 
 
-def _publish(path: Path, dims: tuple[int, ...] = (64,)) -> None:
+def _notes_and_chunks() -> tuple[list[Note], list[Chunk]]:
+    """PAGES as notes of source ``g`` and one chunk per text."""
     notes, chunks = [], []
     for rel, texts in PAGES.items():
         title = rel.rsplit("/", 1)[-1].removesuffix(".md")
         note = Note("g", rel, rel, title, {"title": title}, "\n\n".join(texts))
         notes.append(note)
         chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (title,), title, t) for i, t in enumerate(texts)]
-    publish_chunks(path, notes, chunks, dims)
+    return notes, chunks
+
+
+def _publish(path: Path, dims: tuple[int, ...] = (64,)) -> None:
+    publish_chunks(path, *_notes_and_chunks(), dims)
 
 
 @pytest.fixture(scope="module")
@@ -170,12 +175,7 @@ def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipeline.index.embed import embed_chunks
 
     path = tmp_path_factory.mktemp("paged") / "warehouse.duckdb"
-    notes, chunks = [], []
-    for rel, texts in PAGES.items():
-        title = rel.rsplit("/", 1)[-1].removesuffix(".md")
-        note = Note("g", rel, rel, title, {"title": title}, "\n\n".join(texts))
-        notes.append(note)
-        chunks += [Chunk(f"{note.note_id}-{i}", note.note_id, "g", i, (title,), title, t) for i, t in enumerate(texts)]
+    notes, chunks = _notes_and_chunks()
     emb = HashEmbedder(64)
     res = embed_chunks(chunks, emb, None)
     blobs = build_chunk_index(chunks, notes, Analyzer()).to_blobs()
