@@ -90,7 +90,7 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     # a word is cut to its first SHOWN_WORD_CHARS - 1 and `…`: a pasted 10 kB word made this note 2,000 chars long
-    words = " or ".join(repr(w if len(w) <= SHOWN_WORD_CHARS else w[:SHOWN_WORD_CHARS - 1] + "…") for w in missing)
+    words = " or ".join(repr(_shown(w)) for w in missing)
     files = SkippedFiles(skipped) if isinstance(skipped, int) else skipped
     stale = (f"searched as {'they' if files.stale != 1 else 'it'} last built, not as "
              f"{'they are' if files.stale != 1 else 'it is'} now")

@@ -961,7 +961,7 @@ class Searcher:
         for surface, terms in self.analyzer.words(query):
             if len(terms) != 1 or _CJK_CHARS.search(surface):
                 continue
-            whole = self.analyzer.whole(surface)
+            whole = Analyzer.whole(surface)
             if whole != terms[0] and whole not in tokens and whole not in extra and \
                     any(index.contains(whole) for index in indexes):
                 extra.append(whole)
@@ -1888,7 +1888,7 @@ class Searcher:
         the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
         ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms, nor the word
-        casefolded whole (``usestate``, which BM25 stems to usest, is the term of a note's ``useState``), is
+        as an identifier is kept whole (:meth:`Analyzer.whole`: ``usestate``, which BM25 stems to usest, is the term of a note's ``useState``), is
         in any of their chunks (page fields included) or pages (the page's properties too), nor, for a Japanese word, any term of its English
         translation (:meth:`translation_terms`: the English pages it finds), nor is the Japanese word written in one of
         them as it is (:meth:`_written`: ``肩`` in ``肩こり``, one Sudachi word). A word that analyses to nothing (a stopword, punctuation) is not searched for, so
@@ -1926,7 +1926,7 @@ class Searcher:
                                              or (pages is not None and pages.contains(t, page_scope))
                                              # `usestate` typed for useState: stemmed to usest, while the
                                              # note's identifier is indexed whole, unstemmed: usestate
-                                             for t in (*terms, *self.translation_terms(word), word.casefold())):
+                                             for t in (*terms, *self.translation_terms(word), Analyzer.whole(word))):
                 # 肩 in a note that writes 肩こり (one Sudachi word, term 肩こり): no term, but written there
                 if word in japanese and self._written(word, sources):
                     continue

@@ -28,6 +28,7 @@ import time
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.common.artifacts import write_atomic
 from pipeline.common.errors import FetchError
@@ -386,6 +387,55 @@ def _check_roots(source: Source, roots: Sequence[Path]) -> None:
         raise FetchError(nested)
 
 
+class LocalListing(NamedTuple):
+    """:func:`list_local`: a local source's files as its roots hold them now."""
+
+    listing: dict[str, Path]                            # source path (NFC) -> file
+    twins: dict[str, tuple[str, list[str]]]             # name twins in another Unicode normalization (_walk_root)
+    bad_notes: list[str]                                # lines of the notes whose names are not UTF-8 (skipped)
+    warnings: list[str]                                 # the walk's lines, then those of such attachments
+
+
+def list_local(source: Source, hint: str = "") -> LocalListing:
+    """Walk every root of a local source (:func:`_walk_root`), the source paths of a source of several roots
+    prefixed with the root's folder name in NFC. The one listing both the fetch and the upstream check
+    (:mod:`pipeline.ingest.fetch.watch`) take the revision of.
+
+    Raises:
+        FetchError: a root does not exist or is not a folder (its line ends with ``hint``), or cannot be listed.
+    """
+    roots = sorted(Path(p) for p in source.path)
+    multi = len(roots) > 1
+    found = LocalListing({}, {}, [], [])
+    for root in roots:
+        if not root.is_dir():
+            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder{hint}")
+        prefix = unicodedata.normalize("NFC", root.name)
+        root = root.resolve()
+        twins: dict[str, tuple[str, list[str]]] = {}
+        bad: list[tuple[str, bool]] = []
+        for rel, path in _walk_root(root, found.warnings, source.name, twins, bad).items():
+            found.listing[f"{prefix}/{rel}" if multi else rel] = path
+        bad_lines, bad_files = bad_name_lines(source, root, bad, prefix if multi else "")
+        found.bad_notes.extend(bad_lines)
+        found.warnings.extend(bad_files)
+        found.twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
+    return found
+
+
+def stat_notes(source: Source, listing: dict[str, Path], selected: Sequence[str], warnings: list[str]
+               ) -> list[tuple[str, os.stat_result]]:
+    """``(source path, os.stat)`` of each selected note that can be stat'ed, in order; one line in ``warnings``
+    for each that cannot (then it is not read)."""
+    stamps: list[tuple[str, os.stat_result]] = []
+    for sp in selected:
+        try:
+            stamps.append((sp, listing[sp].stat()))
+        except OSError as exc:
+            warnings.append(f"source '{source.name}': skipped {printable_path(sp)}: {exc.strerror or exc}")
+    return stamps
+
+
 def fetch_local(source: Source, settings: Settings) -> FetchResult:
     """List a local source's files (see module doc and :func:`pipeline.ingest.fetch.fetch_source`).
 
@@ -401,45 +451,20 @@ def fetch_local(source: Source, settings: Settings) -> FetchResult:
     if not source.path:
         raise FetchError(f"source '{source.name}': kind local needs 'path' (one or more folders)")
     roots = sorted(Path(p) for p in source.path)
-    multi = len(roots) > 1
     _check_roots(source, roots)
-    warnings: list[str] = []
-    listing: dict[str, Path] = {}
-    name_twins: dict[str, tuple[str, list[str]]] = {}
-    bad_notes: list[str] = []
-    for root in roots:
-        if not root.is_dir():
-            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder; "
-                             "fix 'path' in sources.yaml")
-        prefix = unicodedata.normalize("NFC", root.name)
-        root = root.resolve()
-        twins: dict[str, tuple[str, list[str]]] = {}
-        bad: list[tuple[str, bool]] = []
-        for rel, path in _walk_root(root, warnings, source.name, twins, bad).items():
-            listing[f"{prefix}/{rel}" if multi else rel] = path
-        bad_lines, bad_files = bad_name_lines(source, root, bad, prefix if multi else "")
-        bad_notes += bad_lines
-        warnings += bad_files
-        name_twins.update({f"{prefix}/{rel}" if multi else rel: twin for rel, twin in twins.items()})
-    selected = select_paths(source, listing)
-    skipped_notes = _twin_lines(source, name_twins, selected, warnings)
-    skipped_notes += bad_notes
-    warnings += bad_notes
+    found = list_local(source, hint="; fix 'path' in sources.yaml")
+    warnings = list(found.warnings)
+    selected = select_paths(source, found.listing)
+    skipped_notes = _twin_lines(source, found.twins, selected, warnings)
+    skipped_notes += found.bad_notes
+    warnings += found.bad_notes
     if not selected:      # an empty vault (or its last note deleted): built as an empty source, not an error
         warnings.append(_empty_source_line(source, settings, roots))
-    total = 0
-    files: list[RawFile] = []
-    stamps: list[tuple[str, os.stat_result]] = []
-    for sp in selected:
-        try:
-            st = listing[sp].stat()
-        except OSError as exc:
-            warnings.append(f"source '{source.name}': skipped {printable_path(sp)}: {exc.strerror or exc}")
-            continue
-        total += st.st_size
-        stamps.append((sp, st))
-        files.append(RawFile(source=source.name, source_path=sp, path=listing[sp]))
-    revision = listing_revision(source, listing, stamps, ContentHashes.of(source, settings), bad_notes)
+    listing = found.listing
+    stamps = stat_notes(source, listing, selected, warnings)
+    files = [RawFile(source=source.name, source_path=sp, path=listing[sp]) for sp, _ in stamps]
+    total = sum(st.st_size for _, st in stamps)
+    revision = listing_revision(source, listing, stamps, ContentHashes.of(source, settings), found.bad_notes)
     previous = read_state(source, settings)
     changed = previous is None or previous.get("revision") != revision
     result = FetchResult(

@@ -120,21 +120,11 @@ def _git_token(source: Source, state: dict, commit: str, same_config: bool) -> s
 
 def _check_local(source: Source, settings: Settings, state: dict) -> UpstreamCheck:
     from pipeline.ingest.fetch.base import select_paths
-    from pipeline.ingest.fetch.local import ContentHashes, _walk_root, bad_name_lines, listing_revision
+    from pipeline.ingest.fetch.local import ContentHashes, list_local, listing_revision, stat_notes
 
-    roots = sorted(source.path)
-    multi = len(roots) > 1
-    listing = {}
-    bad_notes: list[str] = []
-    for root in roots:
-        if not root.is_dir():
-            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder")
-        bad: list[tuple[str, bool]] = []
-        for rel, path in _walk_root(root.resolve(), [], source.name, None, bad).items():
-            listing[f"{root.name}/{rel}" if multi else rel] = path
-        bad_notes += bad_name_lines(source, root.resolve(), bad, root.name if multi else "")[0]
-    token = listing_revision(source, listing, [(sp, listing[sp].stat()) for sp in select_paths(source, listing)],
-                             ContentHashes.of(source, settings), bad_notes)
+    found = list_local(source)                  # the fetch's own listing and revision
+    stamps = stat_notes(source, found.listing, select_paths(source, found.listing), [])
+    token = listing_revision(source, found.listing, stamps, ContentHashes.of(source, settings), found.bad_notes)
     return UpstreamCheck(source.name, token != state.get("revision"), token, "listing hash")
 
 
