@@ -56,6 +56,7 @@ from pipeline.service import (
     skipped_files,
     source_warning_lines,
     status_data,
+    untagged_message,
     warnings_about,
     write_dirs_problem,
 )
@@ -765,8 +766,7 @@ def search(
             raise typer.Exit(1)
         return
     if not hits:
-        typer.echo(f"{NO_RESULTS}: no note{' of ' + ', '.join(sources) if sources else ''} has the tag "
-                   f"{' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)" if untagged
+        typer.echo(untagged_message(tags, sources) if untagged
                    else no_results_message(misses, parsed, sources) if misses else NO_RESULTS)
         raise typer.Exit(1)
     color = _color()

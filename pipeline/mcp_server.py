@@ -511,10 +511,10 @@ class VaultService:
             from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
 
             if tags and not searcher.tagged_notes(tags, wanted or None):     # of the sources searched, as the CLI
-                where = f"no note of {', '.join(wanted)}" if wanted else "no note"   # says (MCP said "no note")
-                return {"query": query[:200], "hits": out, "message": shorten_quoted(
-                    f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline "
-                    "#tag)", {"tag": list(tags)})}
+                from pipeline.service import untagged_message
+
+                return {"query": query[:200], "hits": out,
+                        "message": shorten_quoted(untagged_message(tags, wanted), {"tag": list(tags)})}
             if parsed.required or parsed.excluded or parsed.paths:   # which filter left nothing, as the CLI says
                 from pipeline.service import no_results_message
 

@@ -26,7 +26,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
     "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
-    "no_notes_line", "no_results_message",
+    "no_notes_line", "no_results_message", "untagged_message",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
     "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_reason", "warnings_about",  # noqa: F822
@@ -107,6 +107,17 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
 def _shown(term: str) -> str:
     """``term`` cut to its first SHOWN_WORD_CHARS - 1 characters and ``…`` when longer (a pasted phrase)."""
     return term if len(term) <= SHOWN_WORD_CHARS else term[:SHOWN_WORD_CHARS - 1] + "…"
+
+
+def untagged_message(tags: Sequence[str], sources: Sequence[str] = ()) -> str:
+    """What search says when no note of ``sources`` (none: all) has any of ``tags`` (the CLI and the MCP ``search``
+    tool alike).
+
+    >>> untagged_message(["perf"], ["help"])
+    "No results: no note of help has the tag 'perf' (frontmatter or inline #tag)"
+    """
+    where = f"no note of {', '.join(sources)}" if sources else "no note"
+    return f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)"
 
 
 def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from pipeline.common.errors import NoteError, PipelineError
 from pipeline.common.frontmatter import decode_bytes, split_frontmatter
-from pipeline.common.markdown import FENCE, WIKILINK, split_code
+from pipeline.common.markdown import FENCE, WIKILINK, heading_slug, split_code
 from pipeline.search.snippet import strip_controls
 
 __all__ = [
@@ -675,20 +675,13 @@ def subpath_offset(body: str, subpath: str) -> int | None:
         want_key = heading_key(part)
         at = next((m.start() for m in _HEADING.finditer(body, pos)
                    if _block_at(blocks, m.start()) is None and heading_key(m.group(2)) == want_key), None)
-        if at is None and (want_slug := _slug(part)):     # a web page's #anchor: `…/flows#running-a-flow`
+        if at is None and (want_slug := heading_slug(part)):     # a web page's #anchor: `…/flows#running-a-flow`
             at = next((m.start() for m in _HEADING.finditer(body, pos)
-                       if _block_at(blocks, m.start()) is None and _slug(m.group(2)) == want_slug), None)
+                       if _block_at(blocks, m.start()) is None and heading_slug(m.group(2)) == want_slug), None)
         if at is None:
             return None
         pos = at + 1
     return at
-
-
-def _slug(heading: str) -> str:
-    """The anchor a docs site gives a heading (GitHub, MkDocs, Mintlify, Jekyll alike): lowercased, its characters
-    other than letters, digits, ``-``, ``_`` and spaces dropped, spaces as ``-`` (``Running a flow`` is
-    ``running-a-flow``, ``` `COPY ... TO` ``` is ``copy--to``)."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def read_link(vault_dir: Path, note: str, page: int = 1, warehouse_path: Path | None = None,
