@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,7 @@ def built_once(name: str, factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 
 @pytest.fixture
-def built_tiny_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def built_tiny_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """``tiny_env`` (in its own folder, not tmp_path) after its first build: ``run_build`` of every source, one
     Dagster run, the no-op record (:func:`built_once`). Its report is :func:`tiny_first_report`."""
 
@@ -189,7 +190,11 @@ def built_tiny_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
         assert report.ok, (report.sources, report.shared_error)
         return report
 
-    return built_once("tiny-built", tmp_path_factory, monkeypatch, build)[0]
+    yield built_once("tiny-built", tmp_path_factory, monkeypatch, build)[0]
+    # The build is shared by the worker's tests: a test's MCP server or VaultService, in a reference cycle, holds
+    # the warehouse attached until the garbage collector runs, and a later test that opens the file itself
+    # (duckdb.connect) met "Unique file handle conflict" (CI of session 44, a file order that left it so).
+    gc.collect()
 
 
 @pytest.fixture
