@@ -228,3 +228,21 @@ def test_cli_capture_names_the_builds_warnings_about_the_note(mixed: Path, monke
                                  "--source", "inbox"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-2:] == [f"warning: {ours}", "  searchable now: source inbox rebuilt"]
+
+
+def test_a_name_starting_with_the_source_name_is_the_vault_path(mixed: Path) -> None:
+    """An agent passed the vault path it saw in search results (helper-137, session 44): ``save_note(name=
+    "inbox/ideas")`` into source ``inbox`` wrote ``inbox/inbox/ideas.md`` without a word. With no folder of the
+    source's name in its root, the name is the vault path: the note is ``inbox/ideas.md``, and a warning says so; a
+    folder ``inbox`` the user made in the root is still written into."""
+    sources = {s.name: s for s in load_sources(mixed / "sources.yaml")}
+    note = write_capture(sources["inbox"], "An idea.", name="Inbox/ideas")
+    assert (note.vault_path, note.path) == ("inbox/ideas.md", mixed / "inbox" / "ideas.md")
+    assert note.warning == ("--name 'Inbox/ideas' starts with the source's name 'inbox', which is the vault's folder "
+                            "of the source, not a folder in it: written as 'ideas.md' (vault path inbox/ideas.md); to "
+                            "write into a folder 'Inbox' of the source, make it first")
+    (mixed / "inbox" / "inbox").mkdir()
+    note = write_capture(sources["inbox"], "Another idea.", name="inbox/ideas")
+    assert (note.vault_path, note.path, note.warning) == ("inbox/inbox/ideas.md", mixed / "inbox" / "inbox" / "ideas.md",
+                                                          "")
+    assert write_capture(sources["inbox"], "Third.", name="inboxes/x").vault_path == "inbox/inboxes/x.md"

@@ -613,6 +613,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
                            "sources.yaml")
+    fname, renamed = _without_source_prefix(root, source.name, fname, name_option)
     fname = folders_as_spelled(root, fname)
     problem = capture_problem(source, fname)
     if problem:
@@ -648,7 +649,26 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     _write_new(target, content, f"a note named {fname + '.md'!r} already exists in {root}: pass another "
                                 f"{name_option} (nothing was overwritten)")
     return Captured(path=target, source=source.name, vault_path=f"{source.name}/{rel}", correlation_id=cid,
-                    related=tuple(related), warning=_unlinkable(source, fname, rel))
+                    related=tuple(related), warning=" ".join(w for w in (renamed, _unlinkable(source, fname, rel)) if w))
+
+
+def _without_source_prefix(root: Path, source_name: str, fname: str, name_option: str) -> tuple[str, str]:
+    """``fname`` without a first folder that is the source's own name when ``root`` has no folder of that name, and
+    the warning that says so ("" when kept): an agent that passed the vault path it saw in search results
+    (``notes/ideas`` for ``vault/notes/ideas.md``) got ``notes/notes/ideas.md`` without a word (helper-137, session
+    44). A folder of that name in the root is the user's: the name goes into it, as given."""
+    head, sep, rest = fname.partition("/")
+    if not sep or unicodedata.normalize("NFC", head).casefold() != unicodedata.normalize("NFC", source_name).casefold():
+        return fname, ""
+    try:
+        if any(p.is_dir() and unicodedata.normalize("NFC", p.name).casefold() == head.casefold()
+               for p in root.iterdir()):
+            return fname, ""
+    except OSError:
+        return fname, ""
+    return rest, (f"{name_option} {fname!r} starts with the source's name {source_name!r}, which is the vault's "
+                  f"folder of the source, not a folder in it: written as {rest + '.md'!r} (vault path "
+                  f"{source_name}/{rest}.md); to write into a folder {head!r} of the source, make it first")
 
 
 def _unlinkable(source: Source, fname: str, rel: str) -> str:
