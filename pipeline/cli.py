@@ -40,7 +40,7 @@ from pipeline.service import (
     copied_line,
     link_problems,
     missing_vectors_line,
-    missing_words_line,
+    query_words_line,
     no_notes_line,
     no_results_message,
     noop_build,
@@ -741,8 +741,8 @@ def search(
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
         if listing and more:        # stdout stays the list; the note that it was cut goes to stderr
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
-        if missing and missing.missing:
-            typer.echo(missing_words_line(missing.missing, missing.every, sources, skipped), err=True)
+        if words_line := query_words_line(missing, parsed.text, sources, skipped):
+            typer.echo(words_line, err=True)
         if not rows:
             raise typer.Exit(1)
         return
@@ -760,8 +760,8 @@ def search(
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if listing and more:
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
-        if missing and missing.missing:
-            typer.echo(missing_words_line(missing.missing, missing.every, sources, skipped), err=True)
+        if words_line := query_words_line(missing, parsed.text, sources, skipped):
+            typer.echo(words_line, err=True)
         if not hits:
             raise typer.Exit(1)
         return
@@ -774,8 +774,8 @@ def search(
     # a Japanese question's English translation: the lines an English page matched when no word of the question is in it
     fallback = term_pattern(query_terms(" ".join(glossed))) if glossed else None
     shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
-    if missing and missing.missing:
-        typer.echo(missing_words_line(missing.missing, missing.every, sources, skipped))
+    if words_line := query_words_line(missing, parsed.text, sources, skipped):
+        typer.echo(words_line)
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")
         typer.echo(f"{h.rank:>2}. {where}" if listing else f"{h.rank:>2}. {h.score:.4f}  {where}")

@@ -531,6 +531,11 @@ class VaultService:
             skipped = skipped_files(self.settings, wanted)
             return {"query": query[:200], "hits": out, "missing": list(missing.missing),
                     "message": missing_words_message(missing.missing, missing.every, wanted, skipped)}
+        if not missing.words:      # stopwords, question words: nothing searched by keyword
+            from pipeline.service import common_words_message
+
+            if common := common_words_message(parsed.text):
+                return {"query": query[:200], "hits": out, "message": common}
         return {"query": query[:200], "hits": out}
 
     def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:

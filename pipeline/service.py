@@ -26,6 +26,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
     "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
+    "common_words_message", "query_words_line",
     "no_notes_line", "no_results_message", "untagged_message",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
@@ -102,6 +103,37 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
                 else f"{_files(files.stale)} {stale}" if files.stale else "")
     note = f"; {what} (`docsvault status` names them)" if what else ""
     return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "") + note
+
+
+def common_words_message(text: str) -> str:
+    """What to tell someone whose query has words but none that keyword search looks for (stopwords, question
+    words: ``what is the``, ``これは何ですか``; ``Searcher.missing_words`` searched none): the hits are only near
+    in meaning. "" when ``text`` has no word (punctuation only). Before session 45 such a query returned hits with
+    no word said, as if they matched it (helper-137).
+
+    >>> common_words_message("what is the?")
+    "every word of the query is too common to search for ('what', 'is', 'the'): these notes are only near in meaning; add a word that names what you look for"
+    """
+    words = [w.strip("\"'`.,;:!?()[]{}<>") for w in text.split()]
+    words = [w for w in words if any(c.isalnum() for c in w)]
+    if not words:
+        return ""
+    shown = ", ".join(repr(_shown(w)) for w in words[:8]) + (", ..." if len(words) > 8 else "")
+    return (f"every word of the query is too common to search for ({shown}): these notes are only near in meaning; "
+            "add a word that names what you look for")
+
+
+def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipped: int | SkippedFiles = 0) -> str:
+    """The CLI's note about the query's words after its hits, in parentheses like its other notes: the words no
+    note contains (:func:`missing_words_message`), or that every word is too common to search for
+    (:func:`common_words_message`); "" when there is nothing to say. ``missing``: ``Searcher.missing_words``'s
+    answer (None: not asked)."""
+    if missing is None:
+        return ""
+    if missing.missing:
+        return missing_words_line(missing.missing, missing.every, sources, skipped)
+    common = "" if missing.words else common_words_message(text)
+    return f"({common})" if common else ""
 
 
 def _shown(term: str) -> str:

@@ -503,6 +503,28 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
             ("asking", "platypus"), ("asking", "platypus"))
 
 
+def test_a_query_of_common_words_only_says_its_hits_are_near_in_meaning(built_env: Path) -> None:
+    """``what is the`` or ``これは何ですか`` has no word keyword search looks for, so its hits come from the vector
+    lanes alone; they were shown with no word said, as if they matched (helper-137, session 44). The CLI and the MCP
+    search tool now say it, as they say words no note contains."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.mcp_server import VaultService
+
+    line = ("every word of the query is too common to search for ('what', 'is', 'the'): these notes are only near "
+            "in meaning; add a word that names what you look for")
+    out = VaultService(Settings.from_env()).search("what is the?", k=2)
+    assert out["hits"] and out["message"] == line and "missing" not in out
+    result = CliRunner().invoke(app, ["search", "what is the?", "-k", "1"])
+    assert result.exit_code == 0 and result.output.splitlines()[0] == f"({line})"
+    result = CliRunner().invoke(app, ["search", "これは何ですか", "-k", "1", "--json"])
+    assert result.exit_code == 0 and result.stderr.splitlines() == [
+        "(every word of the query is too common to search for ('これは何ですか'): these notes are only near in "
+        "meaning; add a word that names what you look for)"]
+    assert "message" not in VaultService(Settings.from_env()).search("what is the duck", k=2)
+
+
 def test_note_hashes_tell_a_retagged_note_and_not_a_new_fetch_time() -> None:
     """refresh's `changed` compares these: a note whose frontmatter alone changed (retagged in Obsidian) is
     changed; a new `fetched_at` (set by every fetch) is not."""
