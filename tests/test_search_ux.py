@@ -894,3 +894,20 @@ def test_a_tag_in_a_heading_is_a_tag_of_the_note(tmp_path: Path) -> None:
         assert tagged("meeting") == ["g/Daily/2026-12-07.md"]
         assert tagged("food") == ["g/Daily/2026-12-07.md"]
         assert tagged("tips") == [] and tagged("42") == []
+
+
+def test_a_link_cut_by_a_chunk_boundary_shows_its_text_not_its_target() -> None:
+    """A sentence too long for one chunk is cut between its words, also inside a link: ja-react's TypeScript page
+    holds ``[こちらの TypeScript プレイグラウンド](<an 800-character URL>)で、…``, and the hit's snippet began
+    ``プレイグラウンド](https://www.typescriptlang.org/play?#code/JYWwDg9g…`` and was the URL to its end (session 45).
+    The tail of a link whose ``[`` is in the chunk before, and the head of one whose target runs into the next,
+    keep their text, as a whole link does."""
+    from pipeline.search.snippet import clean_text, make_snippet
+
+    url = "https://www.typescriptlang.org/play?#code/" + "JYWwDg9gTgLgBAJQ" * 50
+    assert clean_text(f"プレイグラウンド]({url})で、`React.ReactNode` を確認できます。") == (
+        "プレイグラウンドで、`React.ReactNode` を確認できます。")
+    assert clean_text("See [the docs](https://exa") == "See the docs"
+    assert clean_text("a](b) and [c](d (x)) then e](f)") == "a and c then e](f)"    # only at the chunk's start
+    assert make_snippet(f"TypeScript プレイグラウンド]({url})で確認。", "プレイグラウンド", width=80) == (
+        "TypeScript プレイグラウンドで確認。")

@@ -3,7 +3,7 @@
 :func:`clean_text` turns a chunk's Markdown into one line of plain text: fenced and indented code becomes inline
 code (`` `SELECT 1` ``, the language tag dropped), callout markers (``> [!note] Title``) and quote markers go,
 HTML comments and Obsidian's ``%%comments%%`` go, HTML tags lose their attributes and markup (``<img … alt="x">`` disappears, ``<b>x</b>`` -> ``x``), footnote markers go (``[^1]``; a footnote's text stays), links keep their
-text (``[text](url)`` -> ``text``, ``[[Note|alias]]`` and, in a table row, ``[[Note\\|alias]]`` -> ``alias``), images
+text (``[text](url)`` -> ``text``, also a link a chunk boundary cut, ``text](url)`` or ``[text](ur``; ``[[Note|alias]]`` and, in a table row, ``[[Note\\|alias]]`` -> ``alias``), images
 and embeds of files go, an embedded note shows as its name (``![[Note#Part]]`` -> ``Note``), emphasis, heading and list markers go. :func:`cut_around` cuts such a line to about ``width``
 characters around the first query match, at a sentence start when one is near, else at a word boundary; cut ends are
 marked with ``…``.
@@ -44,6 +44,11 @@ _INLINE_FOOTNOTE = re.compile(r"\^\[([^\]\n]+)\]")                          # Ob
 _EMPHASIS = re.compile(r"(\*\*|__|~~|==)(?=\S)(.+?)(?<=\S)\1")
 _STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
+#: the tail of a link whose ``[`` is in the chunk before (a sentence too long for one chunk is cut between its
+#: words: ``プレイグラウンド](https://…800 characters…)で、``): its text stays, its target goes, as a whole link's does
+_LINK_TAIL = re.compile(r"\A([^\[\]\n]*)\]\((?:[^()\n]|\([^)\n]*\))*\)")
+#: the head of a link whose target runs into the next chunk (``[docs](https://exa`` at the chunk's end): its text stays
+_LINK_HEAD = re.compile(r"\[([^\[\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\Z")
 _ENTITY = {"&nbsp;": " ", "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'"}
 
 
@@ -85,6 +90,8 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("[", WIKILINK, wikilink_text),
     ("[", LINK, r"\1"),
     ("[", _REF_LINK, r"\1"),
+    ("](", _LINK_TAIL, r"\1"),
+    ("](", _LINK_HEAD, r"\1"),
 )
 
 #: what a terminal would act on: escape sequences (CSI ``ESC [ … letter``, OSC ``ESC ] … BEL``) and the other
