@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.common.errors import SourceConfigError
+from pipeline.common.frontmatter import CLOSE_QUOTE
 from pipeline.ingest.sources import load_sources, select_sources
 
 
@@ -81,10 +82,22 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
     ("sources:\n  - name: x\n  kind: git\n",
      ("line 3 is not valid YAML: expected <block end>, but found '?'; check the indentation: every key of a source "
      "(kind:, path:, ...) starts in the same column as the 'name:' after its '- '")),
-    # an unclosed [ or quote at the end of the file: the line that opens it, not one past the end
+    # an unclosed [ or quote at the end of the file: the line that opens it, not one past the end, said as an eval
+    # file says it (before session 45: "expected ',' or ']', but got '<stream end>'", "found unexpected end of stream")
     ("sources:\n  - name: a\n    kind: local\n    path: [unclosed\n",
-     "line 4 is not valid YAML: expected ',' or ']', but got '<stream end>'"),
-    ("sources:\n  - name: a\n    kind: local\n    path: \"unclosed\n", "line 4 is not valid YAML: found unexpected end of stream"),
+     "line 4 is not valid YAML: the flow sequence ([…]) that starts on line 4 is never closed; add the closing ']'"),
+    ("sources:\n  - name: a\n    kind: local\n    path: \"unclosed\n",
+     f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed; {CLOSE_QUOTE}"),
+    # ... or before other sources: the line that opens it, not the line where YAML gave up (line 5 before)
+    ("sources:\n  - name: a\n    kind: local\n    path: [notes\n    format: obsidian\n  - name: b\n",
+     "line 4 is not valid YAML: expected ',' or ']', but got ':' on line 5, in the flow sequence that starts on "
+     "line 4; fix or quote the value"),
+    # a quote left open that YAML closed at a later value's quote: before session 45, "line 8 …: expected <block
+    # end>, but found '<scalar>'; check the indentation", of a line whose indentation was right
+    ('sources:\n  - name: a\n    kind: local\n    path: "notes\n    format: obsidian\n  - name: b\n    kind: git\n'
+     '    url: "https://x/y.git"\n',
+     f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed (YAML read it on to line 8); "
+     f"{CLOSE_QUOTE}"),
 ])
 def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)

@@ -335,9 +335,32 @@ def _missing_error(block: dict, where: str, problem: str, strays: dict[str, int]
     return SourceConfigError(f"{_label(block, where)} {problem}" + (f"; {hint}" if hint else ""))
 
 
+def _runaway_quote(text: str, mark: Any) -> int | None:
+    """The 1-based line where a quoted value opens that YAML read on to line ``mark`` (its closing quote forgotten,
+    so it ended at the next value's opening quote, where the parse then failed), or None when the scalar that ends
+    on the failing line is no such value (only a mistake can make one in sources.yaml: no key holds lines of text)."""
+    last = None
+    try:
+        for token in yaml.scan(text):
+            if token.start_mark.index >= mark.index:
+                break
+            last = token
+    except yaml.YAMLError:
+        pass
+    if (isinstance(last, yaml.ScalarToken) and last.style in ("'", '"')
+            and last.start_mark.line < last.end_mark.line == mark.line):
+        return last.start_mark.line + 1
+    return None
+
+
 def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> SourceConfigError:
-    """``<path>: line N is not valid YAML: <problem>`` (an indentation hint where one helps). At the end of the file
-    (an unclosed ``[``, ``{`` or quote) N is the line that opens it, not one past the last line."""
+    """``<path>: line N is not valid YAML: <problem>`` (an indentation hint where one helps). N is the line to fix:
+    for a quote, ``[`` or ``{`` never closed, or a value that then fails on a later line, the line that opens it
+    (as :func:`pipeline.common.frontmatter.yaml_error_parts` names it for eval files and synonyms.yaml: before
+    session 45 sources.yaml said "found unexpected end of stream"); for a quote left open that YAML closed at the
+    next value's quote, that value's opening line, where it said "check the indentation" of the later line."""
+    from pipeline.common.frontmatter import CLOSE_QUOTE, OPENED_AT_CONTEXT, yaml_error_parts
+
     mark = getattr(exc, "problem_mark", None)
     number = mark.line + 1 if mark is not None else None
     lines = len(text.splitlines())
@@ -349,6 +372,13 @@ def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> SourceConfigError
     hint = _INDENT_HINT if problem.startswith(("expected <block end>", "mapping values are not allowed")) else ""
     if "'\\t'" in problem:
         problem, hint = "a tab character: YAML indents with spaces only", "; replace the tabs with spaces"
+    elif getattr(exc, "context", None) in OPENED_AT_CONTEXT and getattr(exc, "context_mark", None) is not None:
+        start, problem, fix = yaml_error_parts(exc, first_line=1)
+        line, hint = f" line {start}", f"; {fix}"
+    elif mark is not None and (start := _runaway_quote(text, mark)) is not None:
+        line = f" line {start}"
+        problem = f"the quoted value that starts on line {start} is never closed (YAML read it on to line {number})"
+        hint = f"; {CLOSE_QUOTE}"
     return SourceConfigError(f"{path}:{line} is not valid YAML: {problem}{hint}")
 
 
