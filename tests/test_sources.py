@@ -90,14 +90,14 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
      f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed; {CLOSE_QUOTE}"),
     # ... or before other sources: the line that opens it, not the line where YAML gave up (line 5 before)
     ("sources:\n  - name: a\n    kind: local\n    path: [notes\n    format: obsidian\n  - name: b\n",
-     "line 4 is not valid YAML: expected ',' or ']', but got ':' on line 5, in the flow sequence that starts on "
-     "line 4; fix or quote the value"),
+     ("line 4 is not valid YAML: expected ',' or ']', but got ':' on line 5, in the flow sequence that starts on "
+      "line 4; fix or quote the value")),
     # a quote left open that YAML closed at a later value's quote: before session 45, "line 8 …: expected <block
     # end>, but found '<scalar>'; check the indentation", of a line whose indentation was right
-    ('sources:\n  - name: a\n    kind: local\n    path: "notes\n    format: obsidian\n  - name: b\n    kind: git\n'
-     '    url: "https://x/y.git"\n',
-     f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed (YAML read it on to line 8); "
-     f"{CLOSE_QUOTE}"),
+    (('sources:\n  - name: a\n    kind: local\n    path: "notes\n    format: obsidian\n  - name: b\n    kind: git\n'
+      '    url: "https://x/y.git"\n'),
+     (f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed (YAML read it on to line 8); "
+      f"{CLOSE_QUOTE}")),
 ])
 def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)
@@ -188,6 +188,17 @@ def test_select_unknown_lists_known(tmp_path: Path) -> None:
     p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n")
     with pytest.raises(SourceConfigError, match=r"^unknown source\(s\) 'b'; known sources: a$"):
         select_sources(load_sources(p), ["b"])
+
+
+def test_select_unknown_offers_the_closest_name(tmp_path: Path) -> None:
+    """`docsvault build --source my_notes` (the source's Dagster group) listed the known names alone, where `search
+    --source my_notes` offered "did you mean 'my-notes'?" (a new user of session 45)."""
+    p = write(tmp_path, "sources:\n  - name: my-notes\n    kind: local\n    path: d\n"
+                        "  - name: obsidian-help\n    kind: local\n    path: e\n")
+    with pytest.raises(SourceConfigError) as err:
+        select_sources(load_sources(p), ["my_notes", "Obsidian-Help", "zzz"])
+    assert str(err.value) == ("unknown source(s) 'my_notes', 'Obsidian-Help', 'zzz' (did you mean 'my-notes', "
+                              "'obsidian-help'?); known sources: my-notes, obsidian-help")
 
 
 def test_http_keys_parse_with_defaults(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ become vault links).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from difflib import SequenceMatcher, get_close_matches
 from functools import cache, partial
 from pathlib import Path
@@ -568,14 +569,35 @@ def _path_lines(sources_file: Path) -> dict[int, int]:
     return {i: key_lines.get("path", start) for i, (start, key_lines) in enumerate(blocks, start=1)}
 
 
+def closest_name(name: str, known: Sequence[str]) -> str | None:
+    """The one of ``known`` (source names) that ``name`` probably meant: the same name in another case (``Tiny``
+    -> ``tiny``), else the closest spelling (:func:`difflib.get_close_matches`, ratio >= 0.75: ``tinny`` ->
+    ``tiny``, and a Dagster group's ``my_notes`` -> ``my-notes``); None when none is close."""
+    folded = {k.casefold(): k for k in known}
+    if name.casefold() in folded:
+        return folded[name.casefold()]
+    close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
+def did_you_mean(unknown: Sequence[str], known: Sequence[str]) -> str:
+    """`` (did you mean 'a', 'b'?)`` naming the :func:`closest_name` of each of ``unknown`` that has one (each name
+    once), for an unknown-source error; ``""`` when none is close."""
+    hints = [close for name in unknown if (close := closest_name(name, known))]
+    return f" (did you mean {', '.join(map(repr, dict.fromkeys(hints)))}?)" if hints else ""
+
+
 def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:
-    """Filter by name; an unknown name raises with the list of known ones."""
+    """Filter by name; an unknown name raises with the list of known ones and the one it probably meant
+    (:func:`closest_name`: ``docsvault build --source my_notes``, the Dagster group's name, gets "did you mean
+    'my-notes'?", as ``search --source`` does; before session 45 the build listed the names alone)."""
     if not names:
         return sources
     known = {s.name for s in sources}
     missing = [n for n in names if n not in known]
     if missing:
-        raise SourceConfigError(f"unknown source(s) {', '.join(map(repr, missing))}; known sources: "
+        raise SourceConfigError(f"unknown source(s) {', '.join(map(repr, missing))}"
+                                f"{did_you_mean(missing, sorted(known))}; known sources: "
                                 f"{', '.join(sorted(known)) or '(none)'}")
     return [s for s in sources if s.name in names]
 
