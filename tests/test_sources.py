@@ -140,6 +140,16 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
      "line 3 is not valid YAML: a tab character: YAML indents with spaces only; replace the tabs with spaces"),
     ("source:\n  - name: x\n    kind: local\n    path: d\n",
      "expected a top-level 'sources:' list of source blocks (found 'source:'; did you mean 'sources:'?)"),
+    # before session 45, the bare "expected a top-level 'sources:' list of source blocks" for these three
+    ("- name: x\n  kind: local\n  path: d\n",
+     ("expected a top-level 'sources:' list of source blocks (the file is a list without 'sources:' above it: add "
+      "a first line 'sources:' and indent the list under it)")),
+    ("sources:\n  name: x\n  kind: local\n  path: d\n",
+     ("expected a top-level 'sources:' list of source blocks ('sources:' holds one mapping, not a list: start each "
+      "source's block with '- ', as in '  - name: my-notes')")),
+    ("sources:\n#  - name: x\n#    kind: local\n",
+     ("expected a top-level 'sources:' list of source blocks ('sources:' has nothing under it, which YAML reads as "
+      "no value: list a source under it, or write 'sources: []' for none)")),
     ("sources:\n  - name: My Notes\n    kind: local\n    path: d\n",
      "line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
      "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got 'My Notes'; "

@@ -423,11 +423,33 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     except OSError as exc:
         raise SourceConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
-        near = [k for k in data if isinstance(k, str) and k != "sources"
-                and SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75] if isinstance(data, dict) else []
-        hint = f" (found '{near[0]}:'; did you mean 'sources:'?)" if near else ""
-        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks{hint}")
+        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks{_shape_hint(data)}")
     return text, data
+
+
+def _shape_hint(data: Any) -> str:
+    """What is wrong with a sources.yaml that is no mapping with a ``sources:`` list, in parentheses (``""`` when
+    nothing more can be said): a key close to ``sources``, a list of blocks without ``sources:`` above it, a single
+    block under ``sources:`` without its ``- ``, or a ``sources:`` with nothing under it (every block commented
+    out). Before session 45 the last three got the bare "expected a top-level 'sources:' list", beside the
+    ``sources:`` the user could see."""
+    if isinstance(data, list):
+        return (" (the file is a list without 'sources:' above it: add a first line 'sources:' and indent the list "
+                "under it)") if data and all(isinstance(b, dict) for b in data) else ""
+    if not isinstance(data, dict):
+        return ""
+    near = [k for k in data if isinstance(k, str) and k != "sources"
+            and SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75]
+    if near:
+        return f" (found '{near[0]}:'; did you mean 'sources:'?)"
+    value = data.get("sources", ...)
+    if isinstance(value, dict):
+        return (" ('sources:' holds one mapping, not a list: start each source's block with '- ', as in "
+                "'  - name: my-notes')")
+    if value is None:
+        return (" ('sources:' has nothing under it, which YAML reads as no value: list a source under it, or write "
+                "'sources: []' for none)")
+    return ""
 
 
 def source_problems(path: Path) -> tuple[list[tuple[int, Source]], list[str]]:
