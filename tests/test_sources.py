@@ -194,6 +194,18 @@ def test_a_sources_file_not_in_utf8_says_so_and_what_to_do(tmp_path: Path) -> No
     assert str(err.value) == f"{p}: not UTF-8 (invalid start byte at byte 19); save it as UTF-8"
 
 
+def test_a_folder_given_as_the_sources_file_is_named_a_folder(tmp_path: Path) -> None:
+    """`--sources ~/docsvault` (the project folder) said "sources file not found" of a folder that exists."""
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(tmp_path)
+    assert str(err.value) == f"{tmp_path}: is a folder, not a sources file; point DOCSVAULT_SOURCES / --sources at the file"
+    write(tmp_path, "sources: []\n")
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(tmp_path)
+    assert str(err.value) == (f"{tmp_path}: is a folder, not a sources file; point DOCSVAULT_SOURCES / --sources at "
+                              f"the file ({tmp_path / 'sources.yaml'} is one)")
+
+
 def test_select_unknown_lists_known(tmp_path: Path) -> None:
     p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n")
     with pytest.raises(SourceConfigError, match=r"^unknown source\(s\) 'b'; known sources: a$"):

@@ -407,6 +407,12 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         SourceConfigError: the file is missing or unreadable, is not valid YAML (with its line), has a
             duplicate key in a mapping (with both lines) or no ``sources:`` list.
     """
+    if path.is_dir():           # `--sources ~/docsvault`: before session 45 "sources file not found", of a folder
+        inside = path / "sources.yaml"
+        raise SourceConfigError(
+            f"{path}: is a folder, not a sources file; point DOCSVAULT_SOURCES / --sources at the file"
+            + (f" ({inside} is one)" if inside.is_file() else "")
+        )
     if not path.is_file():
         raise SourceConfigError(
             f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
