@@ -1113,9 +1113,12 @@ def eval_(
         reports = by_scope[scopes[0]]
         first = next(iter(reports.values()))
         if not first["overall"].get("n") and first.get("skipped"):
+            from pipeline.ingest.sources import did_you_mean
+
             unknown = sorted({r["corpus"] for r in first["skipped"]})
-            fail(f"no case could be scored: no source of the warehouse is named {', '.join(map(repr, unknown))} "
-                 f"(a typo in `corpus:`, or a source not built yet); built sources: {', '.join(built) or '(none)'}")
+            fail(f"no case could be scored: no source of the warehouse is named {', '.join(map(repr, unknown))}"
+                 f"{did_you_mean(unknown, built)} (a typo in `corpus:`, or a source not built yet); built sources: "
+                 f"{', '.join(built) or '(none)'}")
     except (PipelineError, ValueError) as exc:
         fail(str(exc))
         return

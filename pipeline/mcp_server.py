@@ -672,7 +672,7 @@ class VaultService:
                 still running after ``wait``, the time bound exceeded, the build could not start, or every source
                 failed (each source's error line in the message).
         """
-        from pipeline.ingest.sources import load_sources
+        from pipeline.ingest.sources import did_you_mean, load_sources
 
         wait = _wait_seconds(wait)
         sources = load_sources(self.settings.sources_file)
@@ -680,7 +680,8 @@ class VaultService:
         if source:
             known = {s.name: s for s in sources}
             if source not in known:
-                raise ToolFailure(f"unknown source {source!r}; sources: {', '.join(sorted(known)) or '(none)'}")
+                raise ToolFailure(f"unknown source {source!r}{did_you_mean([source], sorted(known))}; sources: "
+                                  f"{', '.join(sorted(known)) or '(none)'}")
             if known[source].kind != "local":
                 raise ToolFailure(
                     f"source {source!r} is kind {known[source].kind}: refresh rebuilds local sources only "

@@ -267,6 +267,13 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     assert (result.exit_code, result.output) == (1, (
         "error: no case could be scored: no source of the warehouse is named 'nope' (a typo in `corpus:`, or a "
         "source not built yet); built sources: tiny\n"))
+    # a corpus spelled close to a built source (the Dagster group `my_notes` for `my-notes`): the name it meant
+    typo_corpus = tiny_env / "typo-corpus.yaml"
+    typo_corpus.write_text("corpus: Tinyy\ncases:\n  - id: t1\n    query: ducks\n    expected: ['Ducks.md']\n",
+                           encoding="utf-8")
+    assert runner.invoke(app, ["eval", str(typo_corpus)]).output == (
+        "error: no case could be scored: no source of the warehouse is named 'Tinyy' (did you mean 'tiny'?) (a typo "
+        "in `corpus:`, or a source not built yet); built sources: tiny\n")
     result = runner.invoke(app, ["eval", str(other), str(tiny_env / "evals"), "--lanes", "bm25"])
     assert result.exit_code == 0, result.output
     assert result.output.endswith("\nskipped (1 case(s), source not in the warehouse: a typo in `corpus:`, or a "

@@ -220,6 +220,25 @@ def test_paths_entry_matching_nothing_is_a_warning(tmp_path, remote):
     assert load_fetch_result(source, settings).warnings == result.warnings
 
 
+def test_paths_entry_matching_nothing_names_the_folder_it_probably_meant(tmp_path, remote):
+    """`paths: [en/Linking notes]` (the folder is `en/Linking notes and files`) failed with "check the folder names
+    in 'paths' against the repository" and no name to check (a new user, session 45); now the error, and the warning
+    of one entry among others, give the folder: the same in another case, one it starts, or a close spelling."""
+    bare, work = remote
+    settings = _settings(tmp_path)
+    with pytest.raises(FetchError) as exc:
+        fetch_source(_git_source(bare, paths=("Docs/JA", "srcc")), settings)
+    assert str(exc.value) == (
+        f"source 'demo': cannot fetch file://{bare}: no files match paths=['Docs/JA', 'srcc'] "
+        "include=default *.md/*.mdx/*.markdown/*.canvas exclude=[] (check the folder names in 'paths' against the "
+        "repository: did you mean paths: ['docs/ja', 'src']?)")
+    result = fetch_source(_git_source(bare, paths=("README.md", "do", "zzz")), settings)
+    rest = f"at commit {work.head.commit.hexsha[:12]} (include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[]); " \
+           "check it against the repository or remove it"
+    assert result.warnings == (f"source 'demo': paths entry 'do' matches no file {rest} (did you mean 'docs'?)",
+                               f"source 'demo': paths entry 'zzz' matches no file {rest}")
+
+
 def test_checkout_missing_a_selected_file_is_repaired(tmp_path, remote):
     """A checkout whose sparse patterns an older docsvault wrote (``/README.md/`` matches no file)."""
     bare, _ = remote

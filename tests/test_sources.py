@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.common.errors import SourceConfigError
+from pipeline.common.frontmatter import CLOSE_QUOTE
 from pipeline.ingest.sources import load_sources, select_sources
 
 
@@ -81,10 +82,22 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
     ("sources:\n  - name: x\n  kind: git\n",
      ("line 3 is not valid YAML: expected <block end>, but found '?'; check the indentation: every key of a source "
      "(kind:, path:, ...) starts in the same column as the 'name:' after its '- '")),
-    # an unclosed [ or quote at the end of the file: the line that opens it, not one past the end
+    # an unclosed [ or quote at the end of the file: the line that opens it, not one past the end, said as an eval
+    # file says it (before session 45: "expected ',' or ']', but got '<stream end>'", "found unexpected end of stream")
     ("sources:\n  - name: a\n    kind: local\n    path: [unclosed\n",
-     "line 4 is not valid YAML: expected ',' or ']', but got '<stream end>'"),
-    ("sources:\n  - name: a\n    kind: local\n    path: \"unclosed\n", "line 4 is not valid YAML: found unexpected end of stream"),
+     "line 4 is not valid YAML: the flow sequence ([…]) that starts on line 4 is never closed; add the closing ']'"),
+    ("sources:\n  - name: a\n    kind: local\n    path: \"unclosed\n",
+     f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed; {CLOSE_QUOTE}"),
+    # ... or before other sources: the line that opens it, not the line where YAML gave up (line 5 before)
+    ("sources:\n  - name: a\n    kind: local\n    path: [notes\n    format: obsidian\n  - name: b\n",
+     ("line 4 is not valid YAML: expected ',' or ']', but got ':' on line 5, in the flow sequence that starts on "
+      "line 4; fix or quote the value")),
+    # a quote left open that YAML closed at a later value's quote: before session 45, "line 8 …: expected <block
+    # end>, but found '<scalar>'; check the indentation", of a line whose indentation was right
+    (('sources:\n  - name: a\n    kind: local\n    path: "notes\n    format: obsidian\n  - name: b\n    kind: git\n'
+      '    url: "https://x/y.git"\n'),
+     (f"line 4 is not valid YAML: the quoted value that starts on line 4 is never closed (YAML read it on to line 8); "
+      f"{CLOSE_QUOTE}")),
 ])
 def test_missing_or_misindented_keys_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)
@@ -127,6 +140,16 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
      "line 3 is not valid YAML: a tab character: YAML indents with spaces only; replace the tabs with spaces"),
     ("source:\n  - name: x\n    kind: local\n    path: d\n",
      "expected a top-level 'sources:' list of source blocks (found 'source:'; did you mean 'sources:'?)"),
+    # before session 45, the bare "expected a top-level 'sources:' list of source blocks" for these three
+    ("- name: x\n  kind: local\n  path: d\n",
+     ("expected a top-level 'sources:' list of source blocks (the file is a list without 'sources:' above it: add "
+      "a first line 'sources:' and indent the list under it)")),
+    ("sources:\n  name: x\n  kind: local\n  path: d\n",
+     ("expected a top-level 'sources:' list of source blocks ('sources:' holds one mapping, not a list: start each "
+      "source's block with '- ', as in '  - name: my-notes')")),
+    ("sources:\n#  - name: x\n#    kind: local\n",
+     ("expected a top-level 'sources:' list of source blocks ('sources:' has nothing under it, which YAML reads as "
+      "no value: list a source under it, or write 'sources: []' for none)")),
     ("sources:\n  - name: My Notes\n    kind: local\n    path: d\n",
      "line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
      "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got 'My Notes'; "
@@ -171,10 +194,33 @@ def test_a_sources_file_not_in_utf8_says_so_and_what_to_do(tmp_path: Path) -> No
     assert str(err.value) == f"{p}: not UTF-8 (invalid start byte at byte 19); save it as UTF-8"
 
 
+def test_a_folder_given_as_the_sources_file_is_named_a_folder(tmp_path: Path) -> None:
+    """`--sources ~/docsvault` (the project folder) said "sources file not found" of a folder that exists."""
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(tmp_path)
+    assert str(err.value) == f"{tmp_path}: is a folder, not a sources file; point DOCSVAULT_SOURCES / --sources at the file"
+    write(tmp_path, "sources: []\n")
+    with pytest.raises(SourceConfigError) as err:
+        load_sources(tmp_path)
+    assert str(err.value) == (f"{tmp_path}: is a folder, not a sources file; point DOCSVAULT_SOURCES / --sources at "
+                              f"the file ({tmp_path / 'sources.yaml'} is one)")
+
+
 def test_select_unknown_lists_known(tmp_path: Path) -> None:
     p = write(tmp_path, "sources:\n  - name: a\n    kind: local\n    path: d\n")
     with pytest.raises(SourceConfigError, match=r"^unknown source\(s\) 'b'; known sources: a$"):
         select_sources(load_sources(p), ["b"])
+
+
+def test_select_unknown_offers_the_closest_name(tmp_path: Path) -> None:
+    """`docsvault build --source my_notes` (the source's Dagster group) listed the known names alone, where `search
+    --source my_notes` offered "did you mean 'my-notes'?" (a new user of session 45)."""
+    p = write(tmp_path, "sources:\n  - name: my-notes\n    kind: local\n    path: d\n"
+                        "  - name: obsidian-help\n    kind: local\n    path: e\n")
+    with pytest.raises(SourceConfigError) as err:
+        select_sources(load_sources(p), ["my_notes", "Obsidian-Help", "zzz"])
+    assert str(err.value) == ("unknown source(s) 'my_notes', 'Obsidian-Help', 'zzz' (did you mean 'my-notes', "
+                              "'obsidian-help'?); known sources: my-notes, obsidian-help")
 
 
 def test_http_keys_parse_with_defaults(tmp_path: Path) -> None:

@@ -254,10 +254,10 @@ def _bad_value_line(raw: str) -> int | None:
 #: ``:`` never comes. YAML notices on a later line (for a quote, at the closing ``---``); the line to fix is the
 #: context's. Any other context encloses the mistake, which is at the problem mark: the block mapping above a badly
 #: indented line (often the whole frontmatter, from line 2), the ``"…"`` around a bad escape, the mapping being built.
-_OPENED_AT_CONTEXT = ("while scanning a quoted scalar", "while parsing a flow sequence",
-                      "while parsing a flow mapping", "while scanning a simple key")
+OPENED_AT_CONTEXT = ("while scanning a quoted scalar", "while parsing a flow sequence",
+                     "while parsing a flow mapping", "while scanning a simple key")
 _BRACKETS = {"while parsing a flow sequence": "[]", "while parsing a flow mapping": "{}"}
-_CLOSE_QUOTE = "close the quote (a quote character inside the value: write it twice in '…', as \\\" in \"…\")"
+CLOSE_QUOTE = "close the quote (a quote character inside the value: write it twice in '…', as \\\" in \"…\")"
 
 
 def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str, str]:
@@ -285,14 +285,14 @@ def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str
     what = re.sub(r"^(while (parsing|scanning|constructing) )?(an? )?", "", context)
     # the closing `---` ends the block (the YAML stream) with a quote or bracket still open
     if context == "while scanning a quoted scalar" and "end of stream" in problem:
-        return start, f"the quoted value that starts on line {start} is never closed", _CLOSE_QUOTE
+        return start, f"the quoted value that starts on line {start} is never closed", CLOSE_QUOTE
     if context in _BRACKETS and "<stream end>" in problem:
         opener, closer = _BRACKETS[context]
         return start, f"the {what} ({opener}…{closer}) that starts on line {start} is never closed", \
             f"add the closing '{closer}'"
     if ctx.line >= mark.line:
         return line, problem, fix
-    if context in _OPENED_AT_CONTEXT:
+    if context in OPENED_AT_CONTEXT:
         return start, f"{problem} on line {line}, in the {what} that starts on line {start}", fix
     if context.endswith("; first occurrence"):    # the composer's "found duplicate anchor 'x'; first occurrence"
         return line, f"{context.removesuffix('; first occurrence')}, first on line {start}", \

@@ -29,6 +29,7 @@ become vault links).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from difflib import SequenceMatcher, get_close_matches
 from functools import cache, partial
 from pathlib import Path
@@ -335,9 +336,32 @@ def _missing_error(block: dict, where: str, problem: str, strays: dict[str, int]
     return SourceConfigError(f"{_label(block, where)} {problem}" + (f"; {hint}" if hint else ""))
 
 
+def _runaway_quote(text: str, mark: Any) -> int | None:
+    """The 1-based line where a quoted value opens that YAML read on to line ``mark`` (its closing quote forgotten,
+    so it ended at the next value's opening quote, where the parse then failed), or None when the scalar that ends
+    on the failing line is no such value (only a mistake can make one in sources.yaml: no key holds lines of text)."""
+    last = None
+    try:
+        for token in yaml.scan(text):
+            if token.start_mark.index >= mark.index:
+                break
+            last = token
+    except yaml.YAMLError:
+        pass
+    if (isinstance(last, yaml.ScalarToken) and last.style in ("'", '"')
+            and last.start_mark.line < last.end_mark.line == mark.line):
+        return last.start_mark.line + 1
+    return None
+
+
 def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> SourceConfigError:
-    """``<path>: line N is not valid YAML: <problem>`` (an indentation hint where one helps). At the end of the file
-    (an unclosed ``[``, ``{`` or quote) N is the line that opens it, not one past the last line."""
+    """``<path>: line N is not valid YAML: <problem>`` (an indentation hint where one helps). N is the line to fix:
+    for a quote, ``[`` or ``{`` never closed, or a value that then fails on a later line, the line that opens it
+    (as :func:`pipeline.common.frontmatter.yaml_error_parts` names it for eval files and synonyms.yaml: before
+    session 45 sources.yaml said "found unexpected end of stream"); for a quote left open that YAML closed at the
+    next value's quote, that value's opening line, where it said "check the indentation" of the later line."""
+    from pipeline.common.frontmatter import CLOSE_QUOTE, OPENED_AT_CONTEXT, yaml_error_parts
+
     mark = getattr(exc, "problem_mark", None)
     number = mark.line + 1 if mark is not None else None
     lines = len(text.splitlines())
@@ -349,6 +373,13 @@ def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> SourceConfigError
     hint = _INDENT_HINT if problem.startswith(("expected <block end>", "mapping values are not allowed")) else ""
     if "'\\t'" in problem:
         problem, hint = "a tab character: YAML indents with spaces only", "; replace the tabs with spaces"
+    elif getattr(exc, "context", None) in OPENED_AT_CONTEXT and getattr(exc, "context_mark", None) is not None:
+        start, problem, fix = yaml_error_parts(exc, first_line=1)
+        line, hint = f" line {start}", f"; {fix}"
+    elif mark is not None and (start := _runaway_quote(text, mark)) is not None:
+        line = f" line {start}"
+        problem = f"the quoted value that starts on line {start} is never closed (YAML read it on to line {number})"
+        hint = f"; {CLOSE_QUOTE}"
     return SourceConfigError(f"{path}:{line} is not valid YAML: {problem}{hint}")
 
 
@@ -376,6 +407,12 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         SourceConfigError: the file is missing or unreadable, is not valid YAML (with its line), has a
             duplicate key in a mapping (with both lines) or no ``sources:`` list.
     """
+    if path.is_dir():           # `--sources ~/docsvault`: before session 45 "sources file not found", of a folder
+        inside = path / "sources.yaml"
+        raise SourceConfigError(
+            f"{path}: is a folder, not a sources file; point DOCSVAULT_SOURCES / --sources at the file"
+            + (f" ({inside} is one)" if inside.is_file() else "")
+        )
     if not path.is_file():
         raise SourceConfigError(
             f"{path}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at one"
@@ -392,11 +429,33 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     except OSError as exc:
         raise SourceConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
-        near = [k for k in data if isinstance(k, str) and k != "sources"
-                and SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75] if isinstance(data, dict) else []
-        hint = f" (found '{near[0]}:'; did you mean 'sources:'?)" if near else ""
-        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks{hint}")
+        raise SourceConfigError(f"{path}: expected a top-level 'sources:' list of source blocks{_shape_hint(data)}")
     return text, data
+
+
+def _shape_hint(data: Any) -> str:
+    """What is wrong with a sources.yaml that is no mapping with a ``sources:`` list, in parentheses (``""`` when
+    nothing more can be said): a key close to ``sources``, a list of blocks without ``sources:`` above it, a single
+    block under ``sources:`` without its ``- ``, or a ``sources:`` with nothing under it (every block commented
+    out). Before session 45 the last three got the bare "expected a top-level 'sources:' list", beside the
+    ``sources:`` the user could see."""
+    if isinstance(data, list):
+        return (" (the file is a list without 'sources:' above it: add a first line 'sources:' and indent the list "
+                "under it)") if data and all(isinstance(b, dict) for b in data) else ""
+    if not isinstance(data, dict):
+        return ""
+    near = [k for k in data if isinstance(k, str) and k != "sources"
+            and SequenceMatcher(None, k.lower(), "sources").ratio() >= 0.75]
+    if near:
+        return f" (found '{near[0]}:'; did you mean 'sources:'?)"
+    value = data.get("sources", ...)
+    if isinstance(value, dict):
+        return (" ('sources:' holds one mapping, not a list: start each source's block with '- ', as in "
+                "'  - name: my-notes')")
+    if value is None:
+        return (" ('sources:' has nothing under it, which YAML reads as no value: list a source under it, or write "
+                "'sources: []' for none)")
+    return ""
 
 
 def source_problems(path: Path) -> tuple[list[tuple[int, Source]], list[str]]:
@@ -538,14 +597,35 @@ def _path_lines(sources_file: Path) -> dict[int, int]:
     return {i: key_lines.get("path", start) for i, (start, key_lines) in enumerate(blocks, start=1)}
 
 
+def closest_name(name: str, known: Sequence[str]) -> str | None:
+    """The one of ``known`` (source names) that ``name`` probably meant: the same name in another case (``Tiny``
+    -> ``tiny``), else the closest spelling (:func:`difflib.get_close_matches`, ratio >= 0.75: ``tinny`` ->
+    ``tiny``, and a Dagster group's ``my_notes`` -> ``my-notes``); None when none is close."""
+    folded = {k.casefold(): k for k in known}
+    if name.casefold() in folded:
+        return folded[name.casefold()]
+    close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
+def did_you_mean(unknown: Sequence[str], known: Sequence[str]) -> str:
+    """`` (did you mean 'a', 'b'?)`` naming the :func:`closest_name` of each of ``unknown`` that has one (each name
+    once), for an unknown-source error; ``""`` when none is close."""
+    hints = [close for name in unknown if (close := closest_name(name, known))]
+    return f" (did you mean {', '.join(map(repr, dict.fromkeys(hints)))}?)" if hints else ""
+
+
 def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:
-    """Filter by name; an unknown name raises with the list of known ones."""
+    """Filter by name; an unknown name raises with the list of known ones and the one it probably meant
+    (:func:`closest_name`: ``docsvault build --source my_notes``, the Dagster group's name, gets "did you mean
+    'my-notes'?", as ``search --source`` does; before session 45 the build listed the names alone)."""
     if not names:
         return sources
     known = {s.name for s in sources}
     missing = [n for n in names if n not in known]
     if missing:
-        raise SourceConfigError(f"unknown source(s) {', '.join(map(repr, missing))}; known sources: "
+        raise SourceConfigError(f"unknown source(s) {', '.join(map(repr, missing))}"
+                                f"{did_you_mean(missing, sorted(known))}; known sources: "
                                 f"{', '.join(sorted(known)) or '(none)'}")
     return [s for s in sources if s.name in names]
 

@@ -105,19 +105,6 @@ class FilterMisses(NamedTuple):
     excluded: bool = False
 
 
-def closest_name(name: str, known: Sequence[str]) -> str | None:
-    """The one of ``known`` (source names) that ``name`` probably meant: the same name in another case (``Tiny``
-    -> ``tiny``), else the closest spelling (:func:`difflib.get_close_matches`, ratio >= 0.75: ``tinny`` ->
-    ``tiny``); None when none is close."""
-    from difflib import get_close_matches
-
-    folded = {k.casefold(): k for k in known}
-    if name.casefold() in folded:
-        return folded[name.casefold()]
-    close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
-    return folded[close[0]] if close else None
-
-
 def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
     """``query`` without :data:`pipeline.search.query.INVISIBLE` characters, its half-width katakana made full width
     (NFKC, as BM25 reads it: every lane, the translation and the snippets then read ``ｶﾀｶﾅ`` as ``カタカナ``; before
@@ -1010,11 +997,11 @@ class Searcher:
             return None
         unknown = sorted(wanted - set(self.sources))
         if unknown:
-            hints = [close for name in unknown if (close := closest_name(name, self.sources))]
-            hint = f" (did you mean {', '.join(map(repr, dict.fromkeys(hints)))}?)" if hints else ""
+            from pipeline.ingest.sources import did_you_mean
+
             raise UnknownSourceError(
-                f"unknown source {', '.join(map(repr, unknown))}{hint}; the warehouse {self.path} has: "
-                f"{', '.join(self.sources) or '(none)'}"
+                f"unknown source {', '.join(map(repr, unknown))}{did_you_mean(unknown, self.sources)}; the warehouse "
+                f"{self.path} has: {', '.join(self.sources) or '(none)'}"
             )
         return frozenset(wanted)
 

@@ -206,6 +206,28 @@ def _submodule_note(source: Source, submodules: Sequence[str]) -> str:
             f"source of its own to build them")
 
 
+def _closest_folder(entry: str, tree: Sequence[str]) -> str | None:
+    """The folder of the repository a ``paths`` entry that matches no file probably meant (``en/Linking notes`` ->
+    ``en/Linking notes and files``, ``Docs`` -> ``docs``): the same path in another case, else the shortest folder
+    that starts with it, else the closest spelling (:func:`difflib.get_close_matches`, ratio >= 0.75); None for a
+    glob or when none is close. ``tree``: the commit's files."""
+    from difflib import get_close_matches
+
+    folder = entry.strip("/")
+    if not folder or is_glob(folder):
+        return None
+    folders = {parent for path in tree for parent in (path.rsplit("/", i)[0] for i in range(1, path.count("/") + 1))}
+    folded = {f.casefold(): f for f in sorted(folders)}
+    key = folder.casefold()
+    if key in folded:
+        return folded[key]
+    longer = sorted((f for k, f in folded.items() if k.startswith(key)), key=lambda f: (len(f), f))
+    if longer:
+        return longer[0]
+    close = get_close_matches(key, list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
 def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list[str]:
     """The union of what each ``paths`` entry selects (a folder, a file or a glob), after include/exclude.
 
@@ -217,17 +239,20 @@ def _select(runner: _GitRunner, source: Source, repo: Path, commit: str) -> list
     selected = select_paths(source, candidates)
     if not selected:
         inside = [p for p in submodules if _in_sparse_paths(p, source.paths)]
-        raise _no_files_error(runner, source, candidates, inside)
+        raise _no_files_error(runner, source, candidates, inside, tree)
     return selected
 
 
-def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commit: str) -> tuple[str, ...]:
-    """One warning per ``paths`` entry that selects no file (a typo among entries that do select files), and one
-    listing the selected files the sparse checkout did not write (they would otherwise vanish silently)."""
+def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commit: str,
+                   tree: Sequence[str] = ()) -> tuple[str, ...]:
+    """One warning per ``paths`` entry that selects no file (a typo among entries that do select files, with the
+    folder of ``tree``, the commit's files, it probably meant: :func:`_closest_folder`), and one listing the
+    selected files the sparse checkout did not write (they would otherwise vanish silently)."""
     warnings = [
         f"source '{source.name}': paths entry '{entry}' matches no file at commit {commit[:12]} "
         f"(include={list(source.include) or 'default *.md/*.mdx/*.markdown/*.canvas'}, "
         f"exclude={list(source.exclude)}); check it against the repository or remove it"
+        + (f" (did you mean '{close}'?)" if (close := _closest_folder(entry, tree)) else "")
         for entry in source.paths if not any(_in_sparse_paths(p, (entry,)) for p in selected)
     ]
     missing = [p for p in selected if p not in on_disk]
@@ -238,13 +263,20 @@ def _path_warnings(source: Source, selected: list[str], on_disk: set[str], commi
 
 
 def _no_files_error(runner: _GitRunner, source: Source, candidates: Sequence[str] = (),
-                    submodules: Sequence[str] = ()) -> FetchError:
+                    submodules: Sequence[str] = (), tree: Sequence[str] = ()) -> FetchError:
     """The error of a fetch that selects no file; ``candidates``: the files the ``paths`` entries hold, before
     include/exclude (:func:`_rooted_include`); ``submodules``: the submodules they hold (named, see
-    :func:`_submodule_note`)."""
+    :func:`_submodule_note`); ``tree``: the commit's files, for the folders ``paths`` entries that hold none
+    probably meant (:func:`_closest_folder`: ``paths: [en/Linking notes]`` gets "did you mean paths: ['en/Linking
+    notes and files']?"; before session 45 only "check the folder names")."""
     rooted = _rooted_include(source, candidates)
+    meant = {entry: _closest_folder(entry, tree) for entry in source.paths
+             if not any(_in_sparse_paths(p, (entry,)) for p in candidates)}
+    fixed = [meant.get(entry) or entry for entry in source.paths]
+    folders = f": did you mean paths: {fixed}?" if any(meant.values()) else ""
     hint = (f"; include/exclude globs match a file's whole path in the repository, 'paths' folder included: did "
-            f"you mean include: {rooted}?" if rooted else " (check the folder names in 'paths' against the repository)")
+            f"you mean include: {rooted}?" if rooted
+            else f" (check the folder names in 'paths' against the repository{folders})")
     if submodules:
         hint = "; " + _submodule_note(source, submodules).removeprefix(f"source '{source.name}': ")
     return runner.error(
@@ -392,7 +424,7 @@ def fetch_git(source: Source, settings: Settings) -> FetchResult:
                   for p in selected if p in on_disk)
     if not files:
         raise _no_files_error(runner, source)
-    warnings = _path_warnings(source, selected, on_disk, commit) + tuple(
+    warnings = _path_warnings(source, selected, on_disk, commit, _tree_entries(runner, repo_dir, commit)[0]) + tuple(
         _unfetched_lines(runner, source, repo_dir, commit))
     recorded = [f.get("source_path") for f in (state or {}).get("files", [])] if state else []
     changed = moved or [f.source_path for f in files] != recorded
