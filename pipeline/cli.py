@@ -498,13 +498,18 @@ def query_terms(query: str, analyzer_tokens: Sequence[str] = ()) -> list[str]:
 def term_pattern(terms: list[str]) -> re.Pattern[str] | None:
     """A regex matching any term: Latin terms at a word start (the rest of the word too), also written in
     full-width characters (:func:`~pipeline.search.snippet.width_insensitive`), CJK terms anywhere, their katakana
-    also in half width (:func:`~pipeline.search.snippet.half_width_kana`: ``コーヒー`` marks ``ｺｰﾋｰ``)."""
+    also in half width (:func:`~pipeline.search.snippet.half_width_kana`: ``コーヒー`` marks ``ｺｰﾋｰ``), and also
+    decomposed (NFD), as a file name copied from macOS' Finder writes ``ガジェット`` in a note (BM25 finds the note
+    and the snippet is cut at the word, but before session 45 it was not marked)."""
     if not terms:
         return None
+    import unicodedata
+
     from pipeline.search.snippet import LATIN_WORD_CHAR, WORD_START, half_width_kana, width_insensitive
 
     cjk = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-    parts = ["|".join(re.escape(v) for v in dict.fromkeys((t, half_width_kana(t)))) if cjk.search(t)
+    parts = ["|".join(re.escape(v) for v in dict.fromkeys((t, half_width_kana(t), unicodedata.normalize("NFD", t))))
+             if cjk.search(t)
              else f"{WORD_START}{width_insensitive(t)}{LATIN_WORD_CHAR}*" for t in terms]
     return re.compile("|".join(parts), re.IGNORECASE)
 

@@ -20,6 +20,7 @@ over every scored case of every source (the ``overall`` row).
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from difflib import get_close_matches
@@ -179,7 +180,8 @@ def _load_file(path: Path) -> list[EvalCase]:
         kind = raw.get("kind") or "unknown"
         cases.append(
             EvalCase(
-                id=str(case_id), corpus=case_corpus, query=query, expected=tuple(dict.fromkeys(expected)),
+                id=str(case_id), corpus=case_corpus, query=query,
+                expected=tuple(dict.fromkeys(unicodedata.normalize("NFC", e) for e in expected)),
                 kind=str(kind), file=str(path),
             )
         )
@@ -191,7 +193,8 @@ def load_cases(paths: Sequence[Path]) -> list[EvalCase]:
 
     File format: ``corpus: <source>`` and ``cases: [{id, query, expected: [source_path, ...], kind}]``; a case may
     override ``corpus``. ``expected`` may be a single string; a page's vault path there is read as its source
-    path when the case is run (:func:`run_eval`, which knows the warehouse).
+    path when the case is run (:func:`run_eval`, which knows the warehouse). Paths are read in NFC, as the
+    warehouse keeps them: a path copied from macOS' Finder or typed with its tab completion is NFD.
 
     Raises:
         EvalFileError: a path is missing, a file is not valid YAML, a case lacks id/query/expected, or two cases

@@ -88,6 +88,11 @@ def test_highlight_terms_only_when_colored() -> None:
     text = "今日は川でカワウソを見た。三匹が岩の上で遊んでいた。"
     assert highlight(text, term_pattern(query_terms("カワウソ 岩", ["川獺", "岩"])), color=True) == (
         "今日は川で\x1b[1;33mカワウソ\x1b[0mを見た。三匹が\x1b[1;33m岩\x1b[0mの上で遊んでいた。")
+    # a word written decomposed (NFD: a file name copied from macOS' Finder into a note) is marked too, as BM25 finds
+    # it and the snippet is cut at it; before session 45 it was shown unmarked (helper s45-ja)
+    nfd = "Finderからコピー：\u30ab\u3099\u30b7\u3099\u30a7\u30c3\u30c8の話"          # ガジェット decomposed
+    assert highlight(nfd, term_pattern(query_terms("ガジェット", ["ガジェット"])), color=True) == (
+        "Finderからコピー：\x1b[1;33m\u30ab\u3099\u30b7\u3099\u30a7\u30c3\u30c8\x1b[0mの話")
 
 
 def test_search_without_warehouse_says_build_first(tmp_path: Path) -> None:

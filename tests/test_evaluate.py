@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from pathlib import Path
 from typing import ClassVar
 
@@ -402,6 +403,16 @@ def _load_error(path: Path) -> str:
     with pytest.raises(EvalFileError) as err:
         load_cases([path])
     return str(err.value)
+
+
+def test_load_cases_reads_an_nfd_expected_path_as_the_warehouse_keeps_it(tmp_path: Path):
+    """A Japanese Mac user's case copied its path from Finder, in NFD (``データベース設計.md`` with the voiced marks
+    apart): the warehouse's NFC path never matched, and the report said ``me: 技術メモ/データベース設計.md (did you
+    mean 技術メモ/データベース設計.md?)``, the same path to the eye (helper s45-ja)."""
+    nfd = unicodedata.normalize("NFD", "技術メモ/データベース設計.md")
+    assert nfd != "技術メモ/データベース設計.md"
+    _write(tmp_path / "me.yaml", f"corpus: me\ncases:\n  - {{id: m1, query: インデックス, expected: [{nfd}]}}\n")
+    assert load_cases([tmp_path / "me.yaml"])[0].expected == ("技術メモ/データベース設計.md",)
 
 
 def test_load_cases_yaml_error_names_the_line(tmp_path: Path):

@@ -218,6 +218,25 @@ def test_a_note_made_from_a_canvas_or_mdx_file_is_linked_by_that_file_name() -> 
     assert r.resolve("Board.canvas.md", "v/Home.md") == "v/Board.canvas.md"
     assert LinkResolver(["v/Board.canvas.md"]).resolve("Board.canvas", "v/Home.md") is None  # no source paths
 
+def test_a_note_whose_file_name_the_vault_changed_is_linked_by_that_file_name() -> None:
+    """A Japanese note-taker's ``技術メモ/入門／応用.md`` (a full-width slash, which Obsidian allows in a name and the
+    vault writes as ``-``): ``[[入門／応用]]``, which Obsidian resolves in the source vault, was dangling in the graph,
+    ``status`` and ``check-vault`` (helper s45-ja). It links the note by its source file's name; a name a vault path
+    already has (``ABC.md`` beside ``abc.md``, written ``abc (2).md``) keeps resolving as before."""
+    def made(source_path: str, rel_path: str, body: str = "") -> Note:
+        return Note("v", source_path, rel_path, rel_path.removesuffix(".md"), {}, body)
+
+    home = made("Home.md", "Home.md", "[[入門／応用]] [[技術メモ/入門／応用|本]] [[入門／応用.md#見出し]] "
+                "[md](技術メモ/入門／応用.md) [[abc]] [[入門-応用]]")
+    notes = [home, made("技術メモ/入門／応用.md", "技術メモ/入門-応用.md"), made("ABC.md", "ABC.md"),
+             made("abc.md", "abc (2).md")]
+    lg = build_graph(notes)
+    out = {lg.graph.nodes[d]["path"]: data["count"]
+           for _, d, data in lg.graph.out_edges(home.note_id, data=True)}
+    assert out == {"v/技術メモ/入門-応用.md": 5, "v/ABC.md": 1}
+    assert lg.unresolved == []
+
+
 # ---- export ---------------------------------------------------------------------------------------------------
 def test_export_round_trip(tmp_path: Path) -> None:
     notes = [

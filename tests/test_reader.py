@@ -358,6 +358,22 @@ def test_pages_cut_at_paragraphs_then_lines_then_words() -> None:
     assert paginate("", 1000) == [0]
 
 
+def test_a_japanese_line_without_punctuation_is_not_cut_inside_a_link_or_a_character() -> None:
+    """A Japanese note-taker's long line without 。 or spaces: its page was cut at 1,000 characters inside
+    ``[[吾輩は猫である|猫のノート]]`` (page 1 ended ``[[``, page 2 began ``吾輩は猫である|猫のノート]]``), inside inline code,
+    and between a decomposed ガ (NFD, as macOS writes a pasted file name) and its voiced mark (helper s45-ja)."""
+    text = "あいうえおかきくけこ" * 99 + "[[吾輩は猫である|猫のノート]]" + "さしすせそ" * 200
+    assert paginate(text, 1000)[1] == 990 and text[990:].startswith("[[吾輩は猫である|猫のノート]]")
+    text = "あ" * 995 + "`read_parquet('x')`" + "い" * 600
+    assert paginate(text, 1000)[1] == 995
+    text = "あ" * 999 + "\u30ab\u3099" + "い" * 600            # カ + combining ゛ at 999-1000
+    assert paginate(text, 1000)[1] == 999
+    # a Japanese comma is a boundary where there is no other: the page ends after the last one
+    text = "あ" * 700 + "、" + "い" * 700
+    assert paginate(text, 1000)[1] == 701
+    assert paginate("x" * 2500, 1000) == [0, 1000, 2000]      # still a hard cut when nothing is split
+
+
 def test_a_page_never_ends_with_a_heading_so_a_heading_link_opens_its_section(vault: Path, tmp_path: Path) -> None:
     """A Japanese note-taker's long note of chapters (`## 第N章` then ~530 characters each): page 41 ended with
     `## 第42章`, its text on page 42, and `read '長いメモ#第42章'` opened page 41, chapter 41 (helper s43-ja)."""

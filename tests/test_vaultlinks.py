@@ -239,6 +239,19 @@ def test_a_link_by_an_alias_is_written_with_its_notes_path() -> None:
     assert out[:2] == notes[:2]
 
 
+def test_a_link_by_a_file_name_the_vault_changed_is_written_with_its_notes_path() -> None:
+    """``[[入門／応用]]`` of a Japanese note-taker reaches ``入門／応用.md`` in Obsidian; the vault writes that file
+    as ``入門-応用.md`` (no slash lookalike in a vault name), so in the built vault the link was broken (helper
+    s45-ja). It is written with the note's vault path, the name as typed as its text."""
+    renamed = Note("s", "技術メモ/入門／応用.md", "技術メモ/入門-応用.md", "入門／応用", {}, "x\n")
+    body = "[[入門／応用]]、[[入門／応用#応用編|応用]]、[[Home]]\n"
+    notes = [renamed, _n("s", "Home.md"), Note("s", "A.md", "A.md", "A", {}, body)]
+    out, n = qualify_ambiguous_links("s", notes, set())
+    assert n == 2
+    assert out[2].body == "[[s/技術メモ/入門-応用|入門／応用]]、[[s/技術メモ/入門-応用#応用編|応用]]、[[Home]]\n"
+    assert out[:2] == notes[:2]
+
+
 def test_a_table_shown_in_code_does_not_make_the_next_line_a_table_row() -> None:
     """A review finding (session 40): the rewrite read table rows over the whole body, code too, so a Markdown
     table shown in a fenced block made every line after it up to a blank line a "row": a paragraph right after the

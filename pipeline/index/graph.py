@@ -14,7 +14,9 @@ Resolution (``LinkResolver.resolve``), each source folder ``vault/<source>/`` be
 A note made from a file that is not ``.md`` (a ``.canvas`` file's note ``Board.canvas.md``, ``Intro.mdx``'s
 ``Intro.md``) is also found by that file's own name, extension and all, as Obsidian links the file:
 ``[[Board.canvas]]``, ``[[folder/Board.canvas|label]]``, ``[[Intro.mdx]]`` (steps 1 and 2 over the source file
-names, tried first).
+names, tried first). So is a note whose file name the vault had to change (``入門／応用.md``, written
+``入門-応用.md``: the vault replaces slash lookalikes such as the full-width ``／``), by its source file's name,
+``[[入門／応用]]``, as Obsidian resolves it in the source vault (after steps 1 and 2, before the aliases).
 
 Matching is case-insensitive and NFC/NFD-insensitive. Any other target whose extension is an attachment type
 (``.png``, ``.pdf``, ``.canvas``, ``.base``, ...) never resolves and is counted as an attachment, not as a
@@ -297,6 +299,20 @@ class LinkResolver:
             self._files[p] = f"{p.split('/', 1)[0]}/{sp}"
             self._file_exact[_key(self._files[p])].append(p)
             self._file_by_name[_key(posixpath.basename(sp))].append(p)
+        # notes whose vault name the vault changed (``入門／応用.md`` -> ``入門-応用.md``): "<source>/<source path
+        # without .md>" -> paths, by full path and by file name, when no vault path has that name already
+        self._renamed: dict[str, str] = {}
+        self._renamed_exact: dict[str, list[str]] = defaultdict(list)
+        self._renamed_by_name: dict[str, list[str]] = defaultdict(list)
+        for path, sp in sorted(source_paths.items()):
+            p, sp = unicodedata.normalize("NFC", path), unicodedata.normalize("NFC", sp).strip("/")
+            if p not in known or not sp.lower().endswith(".md"):
+                continue
+            full = f"{p.split('/', 1)[0]}/{_strip_md(sp)}"
+            if _key(full) != _key(_strip_md(p)) and _key(full) not in self._exact:
+                self._renamed[p] = full
+                self._renamed_exact[_key(full)].append(p)
+                self._renamed_by_name[_key(posixpath.basename(full))].append(p)
         self.last_rivals: list[str] = []     # the notes the last resolved link could equally mean (see rivals)
         self._aliases: dict[str, list[str]] = defaultdict(list)
         for path, names in aliases.items():
@@ -343,6 +359,11 @@ class LinkResolver:
         hit = self._find(stem, source, from_dir, kind, self._exact, self._by_name, _strip_md)   # (1), (2)
         if hit:
             return hit
+        if self._renamed:                           # a note by its source file's name the vault changed
+            hit = self._find(stem, source, from_dir, kind, self._renamed_exact, self._renamed_by_name,
+                             self._renamed.__getitem__)
+            if hit:
+                return hit
 
         # (3) aliases
         cands = self._aliases.get(_key(target)) or self._aliases.get(_key(stem))

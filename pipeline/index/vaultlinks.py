@@ -67,7 +67,9 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
     ``Artificial intelligence.md`` with ``aliases: [AI]``): the link table resolves it, Obsidian does not (it
     offers an alias when a link is typed and writes ``[[Artificial intelligence|AI]]``; a bare ``[[AI]]`` is
     unresolved there, and a click makes an empty ``AI.md``), so it becomes ``[[<source>/Artificial
-    intelligence|AI]]``. A rewritten note's ``content_hash`` is recomputed. The links are those the link graph reads:
+    intelligence|AI]]``. So is a link by a note's file name that the vault changed (``[[入門／応用]]`` for the
+    source's ``入門／応用.md``, written ``入門-応用.md``): ``[[<source>/入門-応用|入門／応用]]``. A rewritten note's
+    ``content_hash`` is recomputed. The links are those the link graph reads:
     in the body (:func:`pipeline.index.graph.link_spans`: a ``[[name]]`` in code, fenced, indented or inline, is
     text and stays as written) and in the properties (:func:`pipeline.index.graph.property_links`: ``up:
     "[[Home]]"``; not the build's own keys, such as ``title``)."""
@@ -77,7 +79,10 @@ def qualify_ambiguous_links(source: str, notes: Sequence[Note], others: set[str]
     resolver = LinkResolver(paths, {n.vault_path: n.aliases for n in notes if n.aliases},
                             {n.vault_path: n.source_path for n in notes})
     names = note_names(paths) | {_key(posixpath.basename(n.source_path)) for n in notes}
-    wanted = others | ({_key(a.strip()) for n in notes for a in n.aliases} - names)
+    # a note's name in its source when the vault changed it (入門／応用.md is written 入門-応用.md): Obsidian resolves
+    # [[入門／応用]] in the source vault, but no file of the built vault has that name
+    renamed = {_key(posixpath.basename(n.source_path)[:-3]) for n in notes if n.source_path.lower().endswith(".md")}
+    wanted = others | ({_key(a.strip()) for n in notes for a in n.aliases} | renamed) - names
     count = 0
     out: list[Note] = []
     for note in notes:

@@ -220,7 +220,12 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
 # pages
 
 
-_BREAKS = (re.compile(r"\n\n+"), re.compile(r"\n"), re.compile(r"(?<=[.!?。！？])\s*"), re.compile(r"\s+"))
+_BREAKS = (re.compile(r"\n\n+"), re.compile(r"\n"), re.compile(r"(?<=[.!?。！？])\s*"), re.compile(r"\s+"),
+           re.compile(r"(?<=[、，])"))     # Japanese and Chinese text has no spaces: a clause ends at its comma
+#: what a page cut at its size must not split: a link (``[[…]]``, ``![[…]]``, ``[text](url)``), inline code, a
+#: web address; none longer than this many chars is kept whole
+_UNSPLIT = re.compile(r"!?\[\[[^\]\n]*\]\]|!?\[[^\]\n]*\]\([^)\n]*\)|`[^`\n]+`|https?://\S+")
+_UNSPLIT_CHARS = 300
 
 
 def fenced_blocks(text: str) -> list[tuple[int, int, int]]:
@@ -252,10 +257,11 @@ def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
 
     A page ends after the last paragraph break in its second half, else the last line break, else the last sentence
     end, else the last whitespace, each taken outside fenced code blocks (:func:`fenced_blocks`) when there is
-    one. When the second half has none outside a block, a block that starts on the page and fits in ``size``
-    starts the next page; else the page is cut inside the block at the same boundaries (:func:`read_note`
-    re-opens and closes the fence around such a cut). With no boundary at all (one long word, CJK without
-    punctuation) a page is cut at ``size``. Pages concatenate back to ``text`` exactly.
+    one, else after the last Japanese comma (``、``). When the second half has none outside a block, a block that
+    starts on the page and fits in ``size`` starts the next page; else the page is cut inside the block at the same
+    boundaries (:func:`read_note` re-opens and closes the fence around such a cut). With no boundary at all (one
+    long word, CJK without punctuation) a page is cut at ``size``, or before a link or inline code it would split,
+    and never inside a decomposed character (:func:`_hard_cut`). Pages concatenate back to ``text`` exactly.
 
     Args:
         text: the body.
@@ -282,9 +288,27 @@ def paginate(text: str, size: int = PAGE_CHARS) -> list[int]:
                 cut = _last_break(text, lo, window_end)
         if cut is None:     # only heading lines near the end (an outline): after one, never inside one
             cut = _last_break(text, lo, window_end, after_headings=True)
-        pos = cut if cut is not None else window_end
+        pos = cut if cut is not None else _hard_cut(text, lo, window_end)
         starts.append(pos)
     return starts
+
+
+def _hard_cut(text: str, lo: int, hi: int) -> int:
+    """Where a page with no boundary in ``(lo, hi]`` ends: at ``hi``, or before the link, inline code or web
+    address (:data:`_UNSPLIT`) that ``hi`` falls inside when it starts after ``lo``, and never between a character
+    and the combining marks, joiners or variation selectors that follow it (a decomposed ``ガ``, an emoji
+    sequence). A Japanese line without punctuation was cut at 1,000 characters inside ``[[吾輩は猫である|猫]]``:
+    page 1 ended ``[[`` and page 2 began ``吾輩は猫である|猫]]``, no link on either (before session 45)."""
+    cut = hi
+    for m in _UNSPLIT.finditer(text, max(lo, hi - _UNSPLIT_CHARS), min(len(text), hi + _UNSPLIT_CHARS)):
+        if m.start() < hi < m.end():
+            if m.start() > lo:
+                cut = m.start()
+            break
+    while cut > lo + 1 and (unicodedata.combining(text[cut]) or text[cut] in "\u200d\ufe0e\ufe0f"
+                            or "\U0001f3fb" <= text[cut] <= "\U0001f3ff" or text[cut - 1] == "\u200d"):
+        cut -= 1
+    return cut
 
 
 def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] | None = None,
