@@ -471,7 +471,8 @@ def frontmatter_check(settings: Settings, source: Source) -> FrontmatterCheck:
             rows.append((str(path.relative_to(root)), -1, -1))
         else:
             rows.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
-    key = digest(rows, code_version("vault"))
+    # which files are the build's as written is the manifest's hashes: other hashes check again
+    key = digest(rows, sorted((rel, sorted(h)) for rel, h in (owned or {}).items()), code_version("vault"))
     last = artifacts.load_state(settings, source.name).get("frontmatter_check") or {}
     if last.get("key") == key:
         return FrontmatterCheck.from_dict(last.get("result") or {}, cached=True)
