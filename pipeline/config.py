@@ -84,7 +84,7 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         for key in ("sources_file", "data_dir", "vault_dir", "evals_dir", "synonyms"):
             if key in values:
-                values[key] = Path(values[key]).expanduser().resolve()  # type: ignore[arg-type]
+                values[key] = resolve_path(Path(values[key]).expanduser())  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
     def model_for(self, source: "Source", detected: str = "") -> str:
@@ -185,6 +185,14 @@ class Settings:
 
 _OFF = ("0", "false", "off", "no")
 _ON = ("1", "true", "on", "yes")
+
+
+def resolve_path(path: Path) -> Path:
+    """``path`` absolute with its symlinks resolved, as :meth:`Path.resolve`, but a symlink loop in it (a folder
+    replaced by a link to itself) stays as written instead of raising Python 3.11's ``RuntimeError: Symlink loop``:
+    what then opens the path meets ``ELOOP`` and says which path in one line (a source's fetch fails, the others
+    build). Never raises for a path that cannot be resolved."""
+    return Path(os.path.realpath(path))
 
 
 def environ() -> Mapping[str, str]:
@@ -387,7 +395,7 @@ def float_env(name: str, default: float) -> float:
 def eval_env_paths() -> list[Path] | None:
     """``DOCSVAULT_EVALS`` split on the OS path separator, resolved; None when unset or empty."""
     raw = os.environ.get("DOCSVAULT_EVALS")
-    return [Path(p).resolve() for p in raw.split(os.pathsep) if p] if raw else None
+    return [resolve_path(Path(p)) for p in raw.split(os.pathsep) if p] if raw else None
 
 
 def no_color() -> bool:

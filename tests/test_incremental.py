@@ -346,8 +346,18 @@ def test_frontmatter_check_is_reused_until_a_vault_file_changes(settings: Settin
     assert b.frontmatter_check(settings, source) == {**first, "cached": True}
     bad = settings.vault_dir / "tiny" / "Ducks.md"
     bad.write_text("no frontmatter here\n", encoding="utf-8")
-    third = b.frontmatter_check(settings, source)
-    assert third["cached"] is False and third["invalid"] == 1 and third["first_invalid"] == ["Ducks.md"]
+    third = b.frontmatter_check(settings, source)        # the user's edit: theirs, not checked (test_ownership)
+    assert (third["cached"], third["invalid"], third["notes"]) == (False, 0, first["notes"] - 1)
+    import hashlib
+
+    from pipeline.ingest.ownership import load_manifest, save_manifest
+
+    root = settings.vault_dir / "tiny"
+    files = load_manifest(root)
+    files["Ducks.md"] = {hashlib.sha256(bad.read_bytes()).hexdigest()}    # as if the build had written it so
+    save_manifest(root, "tiny", files)
+    fourth = b.frontmatter_check(settings, source)
+    assert fourth["cached"] is False and fourth["invalid"] == 1 and fourth["first_invalid"] == ["Ducks.md"]
 
 
 def test_adding_and_removing_a_small_source_is_incremental(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

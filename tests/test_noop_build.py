@@ -371,3 +371,39 @@ def test_the_fingerprint_covers_the_model_ids_the_specs_resolve_to(tmp_path: Pat
     assert fingerprint(settings, sources) == before
     weights.write_bytes(b"other weights")
     assert before != torch and fingerprint(settings, sources) not in (before, torch)
+
+
+def test_a_note_deleted_or_edited_in_the_vault_while_the_build_ran_is_built_again(built_tiny_env: Path,
+                                                                                   tiny_first_report) -> None:
+    """The no-op record is taken after the build's last write: a generated note the user deleted, renamed or edited
+    while the build ran (after its vault step) was in that fingerprint, so every later build answered "nothing
+    changed" and the note stayed missing from the vault, and from search too, since the chunk step reads the vault
+    (session 45: `docsvault read me/Moon.md` said "not in the vault yet; rebuild the source" after each build).
+    Now such a build records nothing, and the next one goes through Dagster and writes the note again."""
+    from pipeline.stages.noop import record_noop, vault_as_built
+
+    tiny_env = built_tiny_env
+    s = Settings.from_env()
+    from pipeline.ingest.sources import load_sources
+
+    sources = load_sources(s.sources_file)
+    record = s.state_dir / NOOP_STATE
+    assert vault_as_built(s, sources) and record.is_file()
+    ducks = s.vault_dir / "tiny" / "Ducks.md"
+    text = ducks.read_bytes()
+    ducks.unlink()                                       # deleted while the build ran, after its vault step
+    assert not vault_as_built(s, sources)
+    record_noop(s, sources, tiny_first_report)           # what the build records when it ends
+    assert not record.exists()
+    first = _build()
+    assert (_runs(tiny_env), first["sources"][0]["status"]) == (2, "built")
+    assert ducks.read_bytes() == text and vault_as_built(s, sources) and record.is_file()
+    result = runner.invoke(app, ["search", "water bird in the pond", "--files"])
+    assert "tiny/Ducks.md" in result.output
+    later = ducks.stat().st_mtime_ns + 10**9                # saved in Obsidian while the build ran
+    os.utime(ducks, ns=(later, later))
+    assert not vault_as_built(s, sources)
+    os.utime(ducks, ns=(later - 2 * 10**9, later - 2 * 10**9))
+    assert vault_as_built(s, sources)
+    shutil.rmtree(s.vault_dir / "tiny")                  # the whole folder
+    assert not vault_as_built(s, sources)

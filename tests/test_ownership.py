@@ -545,3 +545,25 @@ def test_your_file_moved_out_of_a_notes_way_stays_yours(tmp_path: Path) -> None:
         " 1 file(s) in vault/demo/ that docsvault did not write are kept (never changed or removed by a build)",
         (" 1 copy(ies) of your edits to generated notes, kept as a build replaced the note (never changed or "
          "removed by a build; merge and delete them when done)")]
+
+
+def test_frontmatter_check_leaves_out_a_generated_note_the_user_is_editing(tmp_path: Path, tiny_vault: Path) -> None:
+    """A generated note the user saves (in Obsidian) after the vault step wrote it, also while the build runs and
+    caught half written (empty), is the user's edit, not the build's output: the vault asset's blocking
+    ``frontmatter_valid`` check does not fail the source on it (in session 45 a build failed `me` with
+    'blocking asset check failed … me/vault: frontmatter_valid' while the user kept saving its notes)."""
+    settings, source = local_source(tmp_path, "tiny", tiny_vault)
+    build.vault_stage(settings, source)
+    root = settings.vault_dir / "tiny"
+    assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
+        == (0, 6)
+    (root / "Ducks.md").write_text("", encoding="utf-8")                      # a save caught half written
+    text = (root / "Install guide.md").read_text(encoding="utf-8")
+    (root / "Install guide.md").write_text("\n".join(ln for ln in text.split("\n") if not ln.startswith("source_path:")),
+                                         encoding="utf-8")                   # a property removed in Obsidian
+    check = build.frontmatter_check(settings, source)
+    assert (check["invalid"], check["notes"], list(check["first_invalid"])) == (0, 4, [])
+    (root / "Home.md").write_text("---\ntitle: x\n", encoding="utf-8")     # a generated note damaged …
+    build.vault_stage(settings, source)                                      # … is moved aside and written again
+    assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
+        == (0, 6)

@@ -430,3 +430,38 @@ def test_cli_validate_and_build_refuse_a_bad_embedding_before_building(tmp_path:
     result = CliRunner().invoke(app, [*base, "build", "--quiet"])
     assert (result.exit_code, result.output) == (1, line)
     assert not (tmp_path / "vault").exists()
+
+
+def test_a_local_folder_replaced_by_a_symlink_loop_fails_that_source_alone(tmp_path: Path, monkeypatch) -> None:
+    """A source folder replaced by a symlink to itself (`ln -s notes2 notes2`): before session 45 every command
+    that read sources.yaml (build, status, sources validate) ended in Python 3.11's traceback `RuntimeError: Symlink
+    loop from '…/notes2'`, and no source was built. Now sources.yaml loads, `sources validate` names the loop, the
+    source's fetch fails in one line (the others build), and a data or vault dir that is a loop is a path like any."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.common.errors import FetchError
+    from pipeline.config import Settings
+    from pipeline.ingest.fetch.local import list_local
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes2").symlink_to("notes2")
+    p = write(tmp_path, "sources:\n  - name: me\n    kind: local\n    path: notes\n"
+                        "  - name: two\n    kind: local\n    path: notes2\n")
+    two = load_sources(p)[1]
+    assert two.path == (tmp_path / "notes2",)
+    with pytest.raises(FetchError) as err:
+        list_local(two, hint="; fix 'path' in sources.yaml")
+    assert str(err.value) == (f"source 'two': local path {tmp_path / 'notes2'} is a symlink that leads to no folder "
+                              "(a symlink loop, or its target is gone); fix 'path' in sources.yaml")
+    result = CliRunner().invoke(app, ["--sources", str(p), "--data", str(tmp_path / "data"), "--vault",
+                                      str(tmp_path / "vault"), "sources", "validate"])
+    assert (result.exit_code, result.stderr.splitlines()) == (1, [
+        f"error: {p}: line 7: sources[2] (source 'two'): 'path' {tmp_path / 'notes2'} is a symlink that leads to no "
+        f"folder (a symlink loop, or its target is gone); create the folder or fix 'path' (a relative one is read "
+        f"from {tmp_path})"])
+    (tmp_path / "loop").symlink_to("loop")
+    monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "loop"))
+    monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "loop"))
+    s = Settings.from_env()
+    assert (s.data_dir, s.vault_dir) == (tmp_path / "loop", tmp_path / "loop")

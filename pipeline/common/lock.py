@@ -228,7 +228,7 @@ class BuildLock:
 
     def __init__(self, path: Path, wait: float = 0.0, poll: float = 0.2, shared: bool = False,
                  wait_arg: str = "--wait SECONDS", brief: str | None = None) -> None:
-        self.path = Path(path).resolve()
+        self.path = Path(os.path.realpath(path))     # a symlink loop stays as written (Path.resolve raises)
         self.brief = brief         # what holds it for a moment only (written as ``brief``: others wait it out)
         self.wait = wait
         self.wait_arg = wait_arg

@@ -34,7 +34,7 @@ import yaml
 from pipeline.common.errors import PipelineError
 from pipeline.common.frontmatter import kept_originals
 from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, split_tag_list, wikilink_text
-from pipeline.config import env_value
+from pipeline.config import env_value, resolve_path
 from pipeline.models import Source
 
 __all__ = [
@@ -421,7 +421,7 @@ def _source_files(source: Source) -> dict[str, Path]:
     for root in source.path:
         prefix = unicodedata.normalize("NFC", Path(root).name)
         try:
-            found = _walk_root(Path(root).resolve(), [], source.name)
+            found = _walk_root(resolve_path(Path(root)), [], source.name)
         except (PipelineError, OSError):
             continue
         files.update({(f"{prefix}/{rel}" if multi else rel): path for rel, path in found.items()})
@@ -609,7 +609,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
     title = " ".join((title or "").split()) if heading else (
         _fm_title(text_fm) or _heading_of_body(text) or _title_of_name(name) or _title_of_body(text))
     fname = check_name(name, name_option) if name else check_name(name_from_title(title) or "capture")
-    root = source.path[0].resolve()
+    root = resolve_path(source.path[0])
     if not root.is_dir():
         raise CaptureError(f"capture source {source.name!r}: its folder {root} does not exist; create it or fix "
                            "sources.yaml")

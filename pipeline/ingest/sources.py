@@ -42,6 +42,7 @@ from pipeline.common import lock as _lock
 from pipeline.common.embedding_models import LANGUAGES, spec_problem, valid_language
 from pipeline.common.errors import SourceConfigError
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
+from pipeline.config import resolve_path
 from pipeline.models import DocFormat, Source, SourceKind
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -172,7 +173,7 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         site_url = urljoin(url, "./")
     roots: tuple[Path, ...] = ()
     if kind == "local":
-        roots = tuple((base_dir / Path(p).expanduser()).resolve() for p in _str_list(block.get("path"), where, "path"))
+        roots = tuple(resolve_path(base_dir / Path(p).expanduser()) for p in _str_list(block.get("path"), where, "path"))
     return Source(
         name=name,
         kind=kind,
@@ -571,7 +572,8 @@ def check_local_paths(sources: list[Source], sources_file: Path,
             problems.append(f"{sources_file}: {f'line {line}: ' if line else ''}{nested}")
         for root in source.path if source.kind == "local" else ():
             if not root.exists():
-                problem = "does not exist"
+                problem = ("is a symlink that leads to no folder (a symlink loop, or its target is gone)"
+                           if root.is_symlink() else "does not exist")
             elif not root.is_dir():
                 problem = "is not a folder"
             else:

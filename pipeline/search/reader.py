@@ -28,6 +28,7 @@ from typing import Any
 from pipeline.common.errors import NoteError, PipelineError
 from pipeline.common.frontmatter import decode_bytes, split_frontmatter
 from pipeline.common.markdown import FENCE, WIKILINK, heading_slug, split_code
+from pipeline.config import resolve_path
 from pipeline.search.snippet import strip_controls
 
 __all__ = [
@@ -200,7 +201,7 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
         raise _refuse(note, "hidden files and folders are not notes")
     if not norm.lower().endswith(".md"):
         raise _NotMarkdownError(*_refuse(note, "only Markdown notes (.md) can be read").args)
-    root = Path(vault_dir).resolve()
+    root = resolve_path(Path(vault_dir))
     candidate = root.joinpath(*parts)
     try:
         real = candidate.resolve(strict=False)
@@ -861,7 +862,7 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
     name = parts[-1]
     found: list[str] = []
     seen = 0
-    root = vault_dir.resolve()
+    root = resolve_path(vault_dir)
     for folder, dirs, names in os.walk(vault_dir):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         seen += len(names)
@@ -870,7 +871,7 @@ def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[
         found += [rel for n in names if unicodedata.normalize("NFC", n).casefold() == name
                   and (rel := Path(folder, n).relative_to(vault_dir).as_posix())
                   and (len(parts) == 1 or f"/{unicodedata.normalize('NFC', rel).casefold()}".endswith(f"/{want}"))
-                  and Path(folder, n).resolve().is_relative_to(root)]
+                  and resolve_path(Path(folder, n)).is_relative_to(root)]
         if seen >= limit:
             break
     return sorted(found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -446,8 +447,9 @@ def _vault_skipped(state: dict[str, Any], facts: dict[str, Any], vault_dir: str)
 
 
 def frontmatter_check(settings: Settings, source: Source) -> FrontmatterCheck:
-    """Every generated ``.md`` file under ``vault/<source>/`` (those in its manifest; all of them in a folder
-    without one) has frontmatter that parses and carries ``source_path``.
+    """Every generated ``.md`` file under ``vault/<source>/`` (those in its manifest whose bytes are still what the
+    build wrote: one the user edited since, or is saving right now, is theirs until the next build moves it aside;
+    all of them in a folder without a manifest) has frontmatter that parses and carries ``source_path``.
 
     Returns a :class:`FrontmatterCheck`: ``notes`` (files checked), ``invalid`` (their count) and ``first_invalid``
     (up to 10 rel paths). The result is kept with the files' (path, size, mtime) and reused while none of them changed (``cached``).
@@ -469,20 +471,32 @@ def frontmatter_check(settings: Settings, source: Source) -> FrontmatterCheck:
             rows.append((str(path.relative_to(root)), -1, -1))
         else:
             rows.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
-    key = digest(rows, code_version("vault"))
+    # which files are the build's as written is the manifest's hashes: other hashes check again
+    key = digest(rows, sorted((rel, sorted(h)) for rel, h in (owned or {}).items()), code_version("vault"))
     last = artifacts.load_state(settings, source.name).get("frontmatter_check") or {}
     if last.get("key") == key:
         return FrontmatterCheck.from_dict(last.get("result") or {}, cached=True)
     bad: list[str] = []
+    checked = 0
     for path in files:
         rel = str(path.relative_to(root))
         try:
-            fm, _ = parse_note(path.read_bytes(), rel)
-        except (OSError, NoteError):
+            data = path.read_bytes()
+        except OSError:
+            data = None
+        if data is not None and owned is not None \
+                and hashlib.sha256(data).hexdigest() not in owned.get(path.relative_to(root).as_posix(), ()):
+            # the user changed it since the build wrote it (a save in Obsidian, also one while this build ran, caught
+            # half written): it is their edit, which the next build moves aside, not the build's output
+            continue
+        checked += 1
+        try:
+            fm = parse_note(data, rel)[0] if data is not None else None
+        except NoteError:
             fm = None
         if not isinstance(fm, dict) or not fm.get("source_path"):
             bad.append(rel)
-    result = FrontmatterCheck(notes=len(files), invalid=len(bad), first_invalid=tuple(bad[:10]))
+    result = FrontmatterCheck(notes=checked, invalid=len(bad), first_invalid=tuple(bad[:10]))
     recorded = {k: v for k, v in result.as_dict().items() if k != "cached"}
     with stage_lock(settings):
         artifacts.update_state(settings, source.name, frontmatter_check={"key": key, "result": recorded})

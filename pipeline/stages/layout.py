@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.common import artifacts
-from pipeline.config import Settings
+from pipeline.config import Settings, resolve_path
 from pipeline.models import Source
 from pipeline.stages.index import chunk_index_path
 from pipeline.stages.ingest import note_names_path, vault_skipped_path
@@ -277,7 +277,7 @@ def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
     """
     from pipeline.common.errors import SourceConfigError
 
-    outputs = {"vault": settings.vault_dir.resolve(), "data": settings.data_dir.resolve()}
+    outputs = {"vault": resolve_path(settings.vault_dir), "data": resolve_path(settings.data_dir)}
     if outputs["vault"] == outputs["data"]:
         raise SourceConfigError(
             f"the vault dir and the data dir are one folder, {outputs['vault']}: the vault's source folders would "
@@ -286,7 +286,7 @@ def check_layout(settings: Settings, sources: Sequence[Source]) -> None:
         )
     for source in sources:
         for root in source.path:
-            root = root.resolve()
+            root = resolve_path(root)
             for what, out in outputs.items():
                 if out in root.parents:      # the source's folder inside the output (your notes in vault/Inbox)
                     raise SourceConfigError(

@@ -37,7 +37,7 @@ from pipeline.models import Source
 from pipeline.stages.base import digest, file_sha, file_stats, forced, library_versions, now
 from pipeline.stages.results import BuildReport, SourceStatus
 
-__all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop"]
+__all__ = ["NOOP_STATE", "fingerprint", "noop_report", "record_noop", "vault_as_built"]
 
 NOOP_STATE = ".noop.json"       # in <data>/state/ (a source name cannot start with a dot)
 _PKG = Path(__file__).resolve().parent.parent
@@ -148,13 +148,41 @@ def record_noop(settings: Settings, sources: Sequence[Source], report: BuildRepo
     fingerprint, metadata and failed-check warnings (a no-op build repeats them: nothing changed, so the checks
     still fail), or forget the record when the build failed (the next build goes through Dagster)."""
     path = _state_path(settings)
-    if not report.ok:
+    if not report.ok or not vault_as_built(settings, sources):
         path.unlink(missing_ok=True)
         return
     record = {"fingerprint": fingerprint(settings, sources), "recorded_at": now(),
               "sources": {st.name: _plain(st.metadata) for st in report.sources}, "shared": _plain(report.shared_metadata),
               "check_warnings": list(report.check_warnings)}
     artifacts.write_atomic(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+
+
+def vault_as_built(settings: Settings, sources: Sequence[Source]) -> bool:
+    """True when every file the build wrote in ``vault/<source>/`` (its manifest) is still there and unchanged
+    since the manifest was written (its mtime not after the manifest's): no note the user deleted, renamed or edited
+    while the build ran, after its vault stage. Such a change is left for the next build, which must then go through
+    Dagster (its vault stage writes the note again or moves the edit aside, and its chunk stage, which read the
+    vault, indexes the note again): a fingerprint taken after it would make that build a no-op for good. A folder
+    without a readable manifest (written before manifests) is not judged; a missing folder of a source that has
+    notes is a change. Stats only (no file is read but the manifests)."""
+    from pipeline.ingest.ownership import load_manifest, manifest_path
+
+    for source in sources:
+        root = settings.vault_dir / source.name
+        try:
+            written = manifest_path(root).stat().st_mtime_ns
+        except OSError:
+            if not root.is_dir() and _stat(artifacts.notes_path(settings, source.name))[0] > 0:
+                return False            # the whole folder was removed while the build ran
+            continue
+        files = load_manifest(root)
+        for rel in files or ():
+            try:
+                if (root / rel).lstat().st_mtime_ns > written:
+                    return False
+            except OSError:
+                return False
+    return True
 
 
 def _unchanged(metadata: dict[str, Any]) -> dict[str, Any]:

@@ -409,6 +409,9 @@ def list_local(source: Source, hint: str = "") -> LocalListing:
     found = LocalListing({}, {}, [], [])
     for root in roots:
         if not root.is_dir():
+            if root.is_symlink() and not root.exists():
+                raise FetchError(f"source '{source.name}': local path {root} is a symlink that leads to no folder "
+                                 f"(a symlink loop, or its target is gone){hint}")
             raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder{hint}")
         prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
