@@ -146,6 +146,31 @@ def test_vault_without_manifest_keeps_edited_and_foreign_files(tmp_path: Path) -
     assert (root / "a (edited).md").read_text().endswith("A.\nmy line\n")
 
 
+def test_a_property_added_to_a_generated_note_survives_a_missing_manifest(tmp_path: Path) -> None:
+    """Helper-141 (session 45): a vault copied without its ``.docsvault/`` folder, a property typed into a
+    generated note in Obsidian (``myprop: keep me``), the source edited: the next build overwrote the note and the
+    property was gone without a word, since ``content_hash`` covers the body only. A key the build does not write
+    there now makes the note the user's: it is kept as an edited copy, as an edit of the body is."""
+    from pipeline.models import text_hash
+
+    def gen(rel: str, body: str, **extra: str) -> Note:
+        n = _note(rel, body)
+        return dataclasses.replace(n, frontmatter={**n.frontmatter, **extra, "content_hash": text_hash(body)})
+
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [gen("jazz.md", "Jazz.\n", genre="music"), gen("tea.md", "Tea.\n")])
+    manifest_path(root).unlink()
+    jazz = (root / "jazz.md").read_text(encoding="utf-8")
+    (root / "jazz.md").write_text(jazz.replace("genre: music\n", "genre: music\nmyprop: keep me\n"), encoding="utf-8")
+    result = write_source(tmp_path, "demo", [gen("jazz.md", "Jazz, edited.\n", genre="music"),
+                                             gen("tea.md", "Tea, edited.\n")])
+    assert result.conflicts == [("jazz.md", "jazz (edited).md")]
+    assert "myprop: keep me\n" in (root / "jazz (edited).md").read_text(encoding="utf-8")
+    assert (root / "jazz.md").read_text(encoding="utf-8").endswith("Jazz, edited.\n")
+    assert (root / "tea.md").read_text(encoding="utf-8").endswith("Tea, edited.\n")   # no key added: the build's
+    assert not (root / "tea (edited).md").exists()
+
+
 def test_conflict_names() -> None:
     assert conflict_name("x/Note.md", set()) == "x/Note (edited).md"
     assert conflict_name("x/Note.md", {"x/note (edited).md"}) == "x/Note (edited 2).md"

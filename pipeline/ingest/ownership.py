@@ -18,7 +18,8 @@ build's while its bytes hash to one of its listed values (normally one; two whil
 build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
 moving or restoring the vault keeps ownership. A vault written before manifests existed (no manifest): a ``.md``
 file counts as the build's when its frontmatter says ``source: <source>`` and its ``content_hash`` matches its body
-(or it is the source's ``docsvault: index`` note), and it is not a renamed or moved copy (its ``source_path`` is
+(or it is the source's ``docsvault: index`` note), it has no frontmatter key the build does not write there now (a
+property the user added), and it is not a renamed or moved copy (its ``source_path`` is
 written elsewhere); any other file is the user's.
 """
 
@@ -116,7 +117,8 @@ def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[s
     write_atomic(manifest_path(root), (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
-def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = None) -> Manifest:
+def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = None,
+                 keys: Mapping[str, Iterable[str]] | None = None) -> Manifest:
     """Ownership of a source folder written before manifests (or of a dropped source's folder, whose manifest went
     when it was removed, added back): its ``.md`` files whose frontmatter has ``source: <source>`` and a
     ``content_hash`` equal to the hash of their body (unedited generated notes), and its ``docsvault: index``
@@ -126,9 +128,15 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
         written: source path -> vault rel path of the notes the build writes now. A file whose ``source_path`` is
             written at another rel path is a copy someone renamed or moved (Obsidian's rename), the user's: it
             counted as the build's, so a source removed and added back deleted that copy as "left the source".
+        keys: vault rel path -> the frontmatter keys of the note the build writes there now. A file at that path
+            with a key besides these (and the build's own, ``normalize.OWN_KEYS``) has a property someone added
+            (``myprop: keep me``, typed in Obsidian): the user's, so it is moved aside, not overwritten; the
+            ``content_hash`` covers the body only, so before session 45 such a note counted as the build's and the
+            property was lost without a word when the manifest was missing (a vault copied without ``.docsvault/``).
     """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
+    from pipeline.ingest.normalize import OWN_KEYS
     from pipeline.models import text_hash
 
     owned: Manifest = {}
@@ -144,6 +152,8 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
             continue
         at = (written or {}).get(unicodedata.normalize("NFC", str(fm.get("source_path", ""))))
         if at is not None and at != rel:
+            continue
+        if keys is not None and rel in keys and set(fm) - set(keys[rel]) - set(OWN_KEYS):
             continue
         if fm.get(INDEX_KEY) == INDEX_VALUE or fm.get("content_hash") == text_hash(body):
             owned[rel] = {hashlib.sha256(data).hexdigest()}

@@ -368,7 +368,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
 
     manifest = load_manifest(root)
     owned = manifest if manifest is not None else legacy_owned(
-        root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes})
+        root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes},
+        {n.rel_path: n.frontmatter.keys() for n in notes})
     leftovers: list[Path] = []              # temp files of writes a killed build left (hidden in Obsidian)
     before = walk_files(root, leftovers)
     # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
