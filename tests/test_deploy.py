@@ -282,6 +282,32 @@ def test_a_step_on_a_worker_with_another_sources_file_fails_naming_both_files(ti
     assert same.success
 
 
+def test_a_step_of_a_distributed_run_is_forced_as_its_run_process(tiny_env: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DOCSVAULT_FORCE=prefect dagster asset materialize -m pipeline.distributed` (README: the command that redoes
+    a killed forced build) forced nothing: the workers read their own environment, and the run succeeded with
+    "0 vectors computed, 696 from cache" (live, session 45). The run process records its DOCSVAULT_FORCE in the
+    run's tags and each step of a distributed run (one with the folder tags) sets its process's to it, or unsets
+    it when the run has none (a worker runs the steps of many runs); an in-process run's steps are left alone."""
+    from pipeline.config import FORCE_ENV
+    from pipeline.defs import build_definitions
+    from pipeline.defs.resources import FORCE_TAG, apply_run_force, run_force_tags
+
+    monkeypatch.setenv(FORCE_ENV, "tiny, beta")
+    assert run_force_tags() == {FORCE_TAG: "tiny, beta"}
+    monkeypatch.setenv(FORCE_ENV, "stale")
+    apply_run_force({FORCE_TAG: "tiny"})                      # no folder tags: not a distributed run
+    assert os.environ[FORCE_ENV] == "stale"
+    apply_run_force({DATA_DIR_TAG: "/srv/data"})
+    assert FORCE_ENV not in os.environ and run_force_tags() == {}
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    tags = {DATA_DIR_TAG: str(settings.data_dir), VAULT_DIR_TAG: str(settings.vault_dir), FORCE_TAG: "tiny"}
+    assert job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])], tags=tags,
+                                  instance=dg.DagsterInstance.ephemeral()).success
+    assert os.environ[FORCE_ENV] == "tiny"
+
+
 def test_a_run_whose_worker_lacks_its_assets_says_which_variable() -> None:
     """A worker whose sources file lists fewer sources cannot plan the run's steps: the run said only "Step
     prefect__raw_docs finished without success or failure event" and Dagster's DagsterInvalidSubsetError (live,

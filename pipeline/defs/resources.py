@@ -13,7 +13,7 @@ import dagster as dg
 from pydantic import Field
 
 from pipeline.common.errors import PipelineError, SourceConfigError
-from pipeline.config import DEFAULT_CROSSLINGUAL_DEPTH, Settings
+from pipeline.config import DEFAULT_CROSSLINGUAL_DEPTH, FORCE_ENV, Settings, force_spec, set_env
 
 #: run tags naming the data and vault folders a distributed run builds (:func:`run_folder_tags`), recorded by
 #: its run process (``pipeline.distributed``), compared by every step
@@ -33,6 +33,27 @@ SOURCES_DIGEST_TAG = "docsvault/sources_sha256"
 #: every step with its own (:meth:`DocsvaultResource.check_run_sources`): a worker started with another
 #: ``DOCSVAULT_SOURCES`` was told "the file changed during the run: run it again", naming its own file as the run's
 SOURCES_FILE_TAG = "docsvault/sources_file"
+
+#: run tag holding the ``DOCSVAULT_FORCE`` of a distributed run's process (:func:`run_force_tags`), applied by every
+#: step (:func:`apply_run_force`): the workers read their own environment, so `DOCSVAULT_FORCE=x dagster asset
+#: materialize -m pipeline.distributed` redid nothing ("0 vectors computed, 696 from cache") and succeeded
+FORCE_TAG = "docsvault/force"
+
+
+def run_force_tags() -> dict[str, str]:
+    """``{FORCE_TAG: <DOCSVAULT_FORCE>}`` from this process's environment; {} when it is unset or empty."""
+    spec = force_spec()
+    return {FORCE_TAG: spec} if spec else {}
+
+
+def apply_run_force(run_tags: Mapping[str, str]) -> None:
+    """In a step of a distributed run (its tags have :data:`DATA_DIR_TAG`, recorded by the run process), set this
+    process's ``DOCSVAULT_FORCE`` to the run's (:data:`FORCE_TAG`), or unset it when the run has none: a Celery
+    worker runs the steps of many runs, each forced as its run process was. Steps of other runs (in process,
+    where the environment is the run's own) are left alone."""
+    if DATA_DIR_TAG in run_tags:
+        set_env(FORCE_ENV, run_tags.get(FORCE_TAG) or None)
+
 
 #: resolved sources file -> sha256 of the bytes this process's definitions were built from
 #: (:func:`record_loaded_sources`; a Celery worker keeps them from one run to the next)
