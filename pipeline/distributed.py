@@ -37,6 +37,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import dagster as dg
@@ -56,9 +57,11 @@ from pipeline.defs.executor import (
 )
 from pipeline.defs.resources import (
     SOURCES_DIGEST_TAG,
+    SOURCES_FILE_TAG,
     forget_changed_sources,
     loaded_sources_digest,
     run_folder_tags,
+    run_force_tags,
     run_model_tags,
 )
 
@@ -323,7 +326,9 @@ def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     ``docsvault`` resource's config as the run resolves it (the run config's, else the defaults this process
     loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``), its embedding settings
     (:func:`~pipeline.defs.resources.run_model_tags`), and the sha256 of the sources file this process
-    built the assets from (:data:`~pipeline.defs.resources.SOURCES_DIGEST_TAG`); {} when the job has no such
+    built the assets from (:data:`~pipeline.defs.resources.SOURCES_DIGEST_TAG`) with its resolved path
+    (:data:`~pipeline.defs.resources.SOURCES_FILE_TAG`), and its ``DOCSVAULT_FORCE``
+    (:data:`~pipeline.defs.resources.FORCE_TAG`, when set: every step applies it); {} when the job has no such
     resource."""
     from dagster._core.system_config.objects import ResolvedRunConfig
 
@@ -332,21 +337,28 @@ def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     if resource is None:
         return {}
     tags = {**run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"]),
-            **run_model_tags(resource.config)}
+            **run_model_tags(resource.config), **run_force_tags()}
     digest = loaded_sources_digest(resource.config["sources_file"])
-    return {**tags, SOURCES_DIGEST_TAG: digest} if digest else tags
+    if not digest:
+        return tags
+    return {**tags, SOURCES_DIGEST_TAG: digest,
+            SOURCES_FILE_TAG: str(Path(resource.config["sources_file"]).expanduser().resolve())}
 
 
-def record_run_start(plan_context: PlanOrchestrationContext) -> None:
+def record_run_start(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     """Record in the run's tags the process that executes it
     (:func:`~pipeline.defs.executor.record_run_process`: this one, as docsvault's own executor records it)
     and the run's folders (:func:`run_folders`); a re-executed run's copies of its parent's tags are
-    overwritten."""
+    overwritten.
+
+    Returns:
+        The folder tags recorded ({} when the job has no ``docsvault`` resource)."""
     instance, run_id = plan_context.instance, plan_context.dagster_run.run_id
     record_run_process(instance, run_id)
     folders = run_folders(plan_context)
     if folders:
         instance.add_run_tags(run_id, folders)
+    return folders
 
 
 class NonBlockingPlan(ExecutionPlan):
@@ -373,6 +385,33 @@ class NonBlockingPlan(ExecutionPlan):
         return super().start(*args, **kwargs)
 
 
+#: Dagster's errors that wrap the one a step's code raised (its ``cause``)
+_DAGSTER_WRAPPERS = ("DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
+
+
+def worker_definitions_error_line(exc: BaseException, sources_file: str | None) -> str | None:
+    """One line for a run whose steps a worker could not even plan because its definitions lack the run's
+    assets (dagster-celery's ``DagsterSubprocessError`` carrying a worker's ``DagsterInvalidSubsetError``): the
+    worker loaded another sources file (its ``DOCSVAULT_SOURCES``) or older code. Before, the run said only
+    "Step prefect__raw_docs finished without success or failure event" and Dagster's "AssetKey(s) [...] were
+    selected, but no AssetsDefinition objects supply these keys". None for any other error.
+
+    Args:
+        exc: the error the Celery run loop raised.
+        sources_file: the sources file this run's process built its assets from (None: unknown).
+    """
+    infos = list(getattr(exc, "subprocess_error_infos", None) or [])
+    while infos:
+        info = infos.pop()
+        if info.cls_name == "DagsterInvalidSubsetError":
+            mine = f" ({sources_file})" if sources_file else ""
+            return ("a worker has no definition of some of this run's assets: it loaded another sources file "
+                    f"than this run's process{mine} or older code; start every worker with the run process's "
+                    "DOCSVAULT_SOURCES and code, then run again (docs/deploy.md, Instance)")
+        infos.extend(e for e in (info.cause, info.context) if e is not None)
+    return None
+
+
 def worker_failure_line(event: DagsterEvent) -> str | None:
     """The line the run process logs for a worker's failed step or failed ERROR check (None for any other event).
 
@@ -388,6 +427,9 @@ def worker_failure_line(event: DagsterEvent) -> str | None:
     elif event.event_type == DagsterEventType.STEP_FAILURE:
         error = event.step_failure_data.error
         if error is not None and error.cls_name != "DagsterAssetCheckFailedError":     # said by the check's line
+            # the error the step's code raised, not Dagster's wrapper of it ("Error occurred while executing op")
+            while error.cls_name in _DAGSTER_WRAPPERS and error.cause is not None:
+                error = error.cause
             first = next(iter(error.message.strip().splitlines()), "") or error.cls_name
             return f"step {event.step_key} failed on a worker: {first}"
     return None
@@ -422,7 +464,7 @@ class DocsvaultCeleryExecutor(dg.Executor):
 
     def execute(self, plan_context: PlanOrchestrationContext,
                 execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
-        record_run_start(plan_context)
+        folders = record_run_start(plan_context)
         warning = docsvault_executor.whole_job_warning(plan_context.dagster_run)
         if warning:
             plan_context.log.warning(warning)
@@ -439,7 +481,8 @@ class DocsvaultCeleryExecutor(dg.Executor):
                     if line:
                         plan_context.log.error(line)
             except Exception as exc:
-                line = broker_error_line(exc, self._celery.app_args())
+                line = (broker_error_line(exc, self._celery.app_args())
+                        or worker_definitions_error_line(exc, folders.get(SOURCES_FILE_TAG)))
                 if line:            # the run still fails with Celery's traceback; this says what to do
                     plan_context.log.error(line)
                 raise

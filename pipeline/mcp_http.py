@@ -107,7 +107,8 @@ class HttpOptions:
         """Host header values accepted (``name`` and ``name:*``)."""
         names: list[str] = list(LOOPBACK_NAMES)
         bind = self.host.strip("[]")
-        if bind not in ("0.0.0.0", "::", "") and not is_loopback(bind):
+        # the bind address itself, a loopback one too (127.0.0.2: clients send it as their Host, which got 421)
+        if bind not in ("0.0.0.0", "::", "") and (f"[{bind}]" if ":" in bind else bind) not in names:
             names.append(f"[{bind}]" if ":" in bind else bind)
         if not is_loopback(self.host):
             for name in (socket.gethostname(), socket.getfqdn()):

@@ -35,6 +35,7 @@ from pipeline.defs.executor import (
 from pipeline.defs.resources import (
     DATA_DIR_TAG,
     SOURCES_DIGEST_TAG,
+    SOURCES_FILE_TAG,
     VAULT_DIR_TAG,
     DocsvaultResource,
     WorkerSettingsError,
@@ -251,6 +252,90 @@ def test_a_step_built_from_another_version_of_the_sources_file_fails_naming_both
     assert same.success
 
 
+def test_a_step_on_a_worker_with_another_sources_file_fails_naming_both_files(tiny_env: Path) -> None:
+    """A worker started with another DOCSVAULT_SOURCES (same sources, other paths) than the run process was told
+    "run … was planned from <the worker's own file> with sha256 …: the file changed during the run: run it
+    again", which named its own file as the run's, and running again failed the same way (live, session 45).
+    Now one line names the run's file and the worker's, and the variable to fix; the same file reached through a
+    symlink is the same file, and a step of another digest names the run's file."""
+    from pipeline.defs import build_definitions
+
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    mine = sources_digest(settings.sources_file)
+    other = tiny_env / "other" / "sources.yaml"
+    result = _raw_docs_and_graph(job, {SOURCES_FILE_TAG: str(other), SOURCES_DIGEST_TAG: "f" * 64})
+    line = (f"run {RUN_ID} was planned from sources file {other}, but this worker (host {HOST}) has sources file "
+            f"{settings.sources_file.resolve()}: start the worker with the same DOCSVAULT_SOURCES as the run "
+            f"process {INSTANCE_MD}")
+    _both_failed_with(result, line, settings)
+    link = tiny_env / "link.yaml"
+    link.symlink_to(settings.sources_file)
+    result = _raw_docs_and_graph(job, {SOURCES_FILE_TAG: str(link), SOURCES_DIGEST_TAG: "f" * 64})
+    line = (f"run {RUN_ID} was planned from {link} with sha256 ffffffffffff, but this worker (host {HOST}) built "
+            f"its steps from sha256 {mine[:12]}: the file changed during the run: run it again; restart a worker "
+            f"that keeps building an older version of it {INSTANCE_MD}")
+    _both_failed_with(result, line, settings)
+    same = job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                  tags={SOURCES_FILE_TAG: str(link), SOURCES_DIGEST_TAG: mine},
+                                  instance=dg.DagsterInstance.ephemeral())
+    assert same.success
+
+
+def test_a_step_of_a_distributed_run_is_forced_as_its_run_process(tiny_env: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DOCSVAULT_FORCE=prefect dagster asset materialize -m pipeline.distributed` (README: the command that redoes
+    a killed forced build) forced nothing: the workers read their own environment, and the run succeeded with
+    "0 vectors computed, 696 from cache" (live, session 45). The run process records its DOCSVAULT_FORCE in the
+    run's tags and each step of a distributed run (one with the folder tags) sets its process's to it, or unsets
+    it when the run has none (a worker runs the steps of many runs); an in-process run's steps are left alone."""
+    from pipeline.config import FORCE_ENV
+    from pipeline.defs import build_definitions
+    from pipeline.defs.resources import FORCE_TAG, apply_run_force, run_force_tags
+
+    monkeypatch.setenv(FORCE_ENV, "tiny, beta")
+    assert run_force_tags() == {FORCE_TAG: "tiny, beta"}
+    monkeypatch.setenv(FORCE_ENV, "stale")
+    apply_run_force({FORCE_TAG: "tiny"})                      # no folder tags: not a distributed run
+    assert os.environ[FORCE_ENV] == "stale"
+    apply_run_force({DATA_DIR_TAG: "/srv/data"})
+    assert FORCE_ENV not in os.environ and run_force_tags() == {}
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    tags = {DATA_DIR_TAG: str(settings.data_dir), VAULT_DIR_TAG: str(settings.vault_dir), FORCE_TAG: "tiny"}
+    assert job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])], tags=tags,
+                                  instance=dg.DagsterInstance.ephemeral()).success
+    assert os.environ[FORCE_ENV] == "tiny"
+
+
+def test_a_run_whose_worker_lacks_its_assets_says_which_variable() -> None:
+    """A worker whose sources file lists fewer sources cannot plan the run's steps: the run said only "Step
+    prefect__raw_docs finished without success or failure event" and Dagster's DagsterInvalidSubsetError (live,
+    session 45). The run process now logs one line naming its sources file and what to do; nothing for other
+    errors."""
+    from dagster._core.errors import DagsterSubprocessError
+    from dagster_shared.error import SerializableErrorInfo
+
+    from pipeline.distributed import worker_definitions_error_line
+
+    subset = SerializableErrorInfo("AssetKey(s) ['p/raw_docs'] were selected, but no AssetsDefinition objects "
+                                   "supply these keys.", [], "DagsterInvalidSubsetError")
+    exc = DagsterSubprocessError("During celery execution errors occurred in workers:",
+                                 subprocess_error_infos=[SerializableErrorInfo("x", [], "KeyError"), subset])
+    assert worker_definitions_error_line(exc, "/srv/sources.yaml") == (
+        "a worker has no definition of some of this run's assets: it loaded another sources file than this run's "
+        "process (/srv/sources.yaml) or older code; start every worker with the run process's DOCSVAULT_SOURCES "
+        "and code, then run again (docs/deploy.md, Instance)")
+    wrapped = DagsterSubprocessError("e", subprocess_error_infos=[SerializableErrorInfo("y", [], "X", cause=subset)])
+    assert worker_definitions_error_line(wrapped, None) == (
+        "a worker has no definition of some of this run's assets: it loaded another sources file than this run's "
+        "process or older code; start every worker with the run process's DOCSVAULT_SOURCES and code, then run "
+        "again (docs/deploy.md, Instance)")
+    other = DagsterSubprocessError("e", subprocess_error_infos=[SerializableErrorInfo("x", [], "KeyError")])
+    assert worker_definitions_error_line(other, "/srv/sources.yaml") is None
+    assert worker_definitions_error_line(RuntimeError("boom"), "/srv/sources.yaml") is None
+
+
 def test_a_worker_loads_the_definitions_again_when_the_sources_file_changed(
         tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Celery worker keeps the job it loaded from one run to the next (Dagster's cache): after an edit of a
@@ -457,7 +542,8 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
                             "docsvault/model": "hash", "docsvault/multilingual_model": "hash",
                             "docsvault/crosslingual_model": "none",
                             "docsvault/crosslingual_depth": str(settings.crosslingual_depth),
-                            SOURCES_DIGEST_TAG: sources_digest(settings.sources_file)}
+                            SOURCES_DIGEST_TAG: sources_digest(settings.sources_file),
+                            SOURCES_FILE_TAG: str(settings.sources_file.resolve())}
     assert seen["slots"] == set()
     # the plan, as a NonBlockingPlan: its steps run past a failed source (test below)
     assert type(seen["plan"]) is NonBlockingPlan and tuple(seen["plan"]) == tuple(plan)
@@ -695,3 +781,12 @@ def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     assert worker_failure_line(failure("KeyError", "KeyError: 'x'\n  more")) == (
         "step beta__chunks failed on a worker: KeyError: 'x'")
     assert worker_failure_line(failure("DagsterAssetCheckFailedError", "1 blocking asset check failed")) is None
+    # the error the step's code raised, not Dagster's wrapper of it (live: "Error occurred while executing op")
+    cause = SerializableErrorInfo("pipeline.defs.resources.WorkerSettingsError: run r was planned from …\n", [],
+                                  "WorkerSettingsError")
+    wrapped = StepFailureData(error=SerializableErrorInfo('Error occurred while executing op "beta__chunks":', [],
+                                                          "DagsterExecutionStepExecutionError", cause=cause),
+                              user_failure_data=None)
+    assert worker_failure_line(DagsterEvent(DagsterEventType.STEP_FAILURE.value, "job", step_key="beta__chunks",
+                                            event_specific_data=wrapped)) == (
+        "step beta__chunks failed on a worker: pipeline.defs.resources.WorkerSettingsError: run r was planned from …")

@@ -152,6 +152,11 @@ def test_allowed_hosts_beyond_loopback() -> None:
     assert "https://docs.example.com:*" in opts.allowed_origins()
     assert HttpOptions(host="127.0.0.1").allowed_hosts() == ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*",
                                                              "[::1]", "[::1]:*"]
+    # a loopback bind address other than 127.0.0.1: its clients send it as their Host (got 421, session 45)
+    assert HttpOptions(host="127.0.0.2", token=TOKEN).allowed_hosts() == [
+        "127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*", "127.0.0.2", "127.0.0.2:*"]
+    assert HttpOptions(host="::1").allowed_hosts() == ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*",
+                                                       "[::1]", "[::1]:*"]
 
 
 # ---------------------------------------------------------------- CLI and real servers

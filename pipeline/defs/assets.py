@@ -34,7 +34,13 @@ from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings
-from pipeline.defs.resources import DocsvaultResource, cached_embedder, record_loaded_sources, sources_digest
+from pipeline.defs.resources import (
+    DocsvaultResource,
+    apply_run_force,
+    cached_embedder,
+    record_loaded_sources,
+    sources_digest,
+)
 from pipeline.ingest.sources import asset_slug
 from pipeline.models import Source, plain
 from pipeline.service import missing_vectors_line
@@ -206,6 +212,7 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
         docsvault.check_run_folders(run.run_id, run.tags)
         docsvault.check_run_models(run.run_id, run.tags)
         docsvault.check_run_sources(run.run_id, run.tags)
+        apply_run_force(run.tags)           # a worker's step forced as its run process was (DOCSVAULT_FORCE)
     return docsvault.settings()
 
 

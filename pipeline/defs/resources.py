@@ -13,7 +13,7 @@ import dagster as dg
 from pydantic import Field
 
 from pipeline.common.errors import PipelineError, SourceConfigError
-from pipeline.config import DEFAULT_CROSSLINGUAL_DEPTH, Settings
+from pipeline.config import DEFAULT_CROSSLINGUAL_DEPTH, FORCE_ENV, Settings, force_spec, set_env
 
 #: run tags naming the data and vault folders a distributed run builds (:func:`run_folder_tags`), recorded by
 #: its run process (``pipeline.distributed``), compared by every step
@@ -28,6 +28,32 @@ _FOLDER_TAGS = {DATA_DIR_TAG: ("data folder", "DOCSVAULT_DATA"),
 #: run tag holding the sha256 of the sources file a distributed run's process built its assets from
 #: (:func:`loaded_sources_digest`), compared by every step (:meth:`DocsvaultResource.check_run_sources`)
 SOURCES_DIGEST_TAG = "docsvault/sources_sha256"
+
+#: run tag holding the sources file (resolved) a distributed run's process built its assets from, compared by
+#: every step with its own (:meth:`DocsvaultResource.check_run_sources`): a worker started with another
+#: ``DOCSVAULT_SOURCES`` was told "the file changed during the run: run it again", naming its own file as the run's
+SOURCES_FILE_TAG = "docsvault/sources_file"
+
+#: run tag holding the ``DOCSVAULT_FORCE`` of a distributed run's process (:func:`run_force_tags`), applied by every
+#: step (:func:`apply_run_force`): the workers read their own environment, so `DOCSVAULT_FORCE=x dagster asset
+#: materialize -m pipeline.distributed` redid nothing ("0 vectors computed, 696 from cache") and succeeded
+FORCE_TAG = "docsvault/force"
+
+
+def run_force_tags() -> dict[str, str]:
+    """``{FORCE_TAG: <DOCSVAULT_FORCE>}`` from this process's environment; {} when it is unset or empty."""
+    spec = force_spec()
+    return {FORCE_TAG: spec} if spec else {}
+
+
+def apply_run_force(run_tags: Mapping[str, str]) -> None:
+    """In a step of a distributed run (its tags have :data:`DATA_DIR_TAG`, recorded by the run process), set this
+    process's ``DOCSVAULT_FORCE`` to the run's (:data:`FORCE_TAG`), or unset it when the run has none: a Celery
+    worker runs the steps of many runs, each forced as its run process was. Steps of other runs (in process,
+    where the environment is the run's own) are left alone."""
+    if DATA_DIR_TAG in run_tags:
+        set_env(FORCE_ENV, run_tags.get(FORCE_TAG) or None)
+
 
 #: resolved sources file -> sha256 of the bytes this process's definitions were built from
 #: (:func:`record_loaded_sources`; a Celery worker keeps them from one run to the next)
@@ -226,20 +252,29 @@ class DocsvaultResource(dg.ConfigurableResource):
             raise _settings_differ(run_id, "embeds with", _MODEL_TAGS, differ, run_tags, mine)
 
     def check_run_sources(self, run_id: str, run_tags: Mapping[str, str]) -> None:
-        """Refuse a step whose process built its assets from another version of the sources file than its
-        run's process (the run's :data:`SOURCES_DIGEST_TAG`): a Celery worker keeps the definitions it loaded
+        """Refuse a step whose process built its assets from another sources file than its run's process (the
+        run's :data:`SOURCES_FILE_TAG`: a worker started with another ``DOCSVAULT_SOURCES``) or from another
+        version of it (the run's :data:`SOURCES_DIGEST_TAG`): a Celery worker keeps the definitions it loaded
         from one run to the next, and would build a source with the paths or format it had before an edit and
-        report success. A run without the tag (in-process, older) is not checked.
+        report success. The paths are compared resolved on this host (a symlink, ``..``: the same file). A run
+        without the tags (in-process, older) is not checked.
 
         Raises:
-            WorkerSettingsError: the digests differ; one line naming the file, both digests and what to do.
+            WorkerSettingsError: the files or their digests differ; one line naming the run's file (and this
+                worker's, or both digests) and what to do.
         """
+        run_file, mine_file = run_tags.get(SOURCES_FILE_TAG), Path(self.sources_file).expanduser().resolve()
+        if run_file and Path(run_file).expanduser().resolve() != mine_file:
+            raise WorkerSettingsError(
+                f"run {run_id} was planned from sources file {run_file}, but this worker (host "
+                f"{socket.gethostname()}) has sources file {mine_file}: start the worker with the same "
+                "DOCSVAULT_SOURCES as the run process (docs/deploy.md, \"Instance\")")
         want, mine = run_tags.get(SOURCES_DIGEST_TAG), loaded_sources_digest(self.sources_file)
         if want and mine is not None and want != mine:
             raise WorkerSettingsError(
-                f"run {run_id} was planned from {self.sources_file} with sha256 {want[:12]}, but this worker "
-                f"(host {socket.gethostname()}) built its steps from sha256 {mine[:12]}: the file changed during "
-                "the run: run it again; restart a worker that keeps building an older version of it "
+                f"run {run_id} was planned from {run_file or self.sources_file} with sha256 {want[:12]}, but this "
+                f"worker (host {socket.gethostname()}) built its steps from sha256 {mine[:12]}: the file changed "
+                "during the run: run it again; restart a worker that keeps building an older version of it "
                 "(docs/deploy.md, \"Instance\")")
 
 
