@@ -280,6 +280,11 @@ def test_a_step_on_a_worker_with_another_sources_file_fails_naming_both_files(ti
                                   tags={SOURCES_FILE_TAG: str(link), SOURCES_DIGEST_TAG: mine},
                                   instance=dg.DagsterInstance.ephemeral())
     assert same.success
+    # the same content at another path: a host that mounts the file elsewhere builds the run's sources
+    elsewhere = job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                       tags={SOURCES_FILE_TAG: str(other), SOURCES_DIGEST_TAG: mine},
+                                       instance=dg.DagsterInstance.ephemeral())
+    assert elsewhere.success
 
 
 def test_a_step_of_a_distributed_run_is_forced_as_its_run_process(tiny_env: Path,

@@ -252,30 +252,33 @@ class DocsvaultResource(dg.ConfigurableResource):
             raise _settings_differ(run_id, "embeds with", _MODEL_TAGS, differ, run_tags, mine)
 
     def check_run_sources(self, run_id: str, run_tags: Mapping[str, str]) -> None:
-        """Refuse a step whose process built its assets from another sources file than its run's process (the
-        run's :data:`SOURCES_FILE_TAG`: a worker started with another ``DOCSVAULT_SOURCES``) or from another
-        version of it (the run's :data:`SOURCES_DIGEST_TAG`): a Celery worker keeps the definitions it loaded
+        """Refuse a step whose process built its assets from other sources than its run's process (the run's
+        :data:`SOURCES_DIGEST_TAG`), naming both files when this worker's is another file than the run's
+        (:data:`SOURCES_FILE_TAG`: a worker started with another ``DOCSVAULT_SOURCES``), else saying the file
+        changed: a Celery worker keeps the definitions it loaded
         from one run to the next, and would build a source with the paths or format it had before an edit and
-        report success. The paths are compared resolved on this host (a symlink, ``..``: the same file). A run
-        without the tags (in-process, older) is not checked.
+        report success. The same content at another path (a host that mounts the file elsewhere) is no
+        difference; paths are compared resolved on this host (a symlink, ``..``: the same file). A run without the
+        tags (in-process, older) is not checked.
 
         Raises:
-            WorkerSettingsError: the files or their digests differ; one line naming the run's file (and this
-                worker's, or both digests) and what to do.
+            WorkerSettingsError: the digests differ; one line naming the run's file (and this worker's when it
+                is another file, else both digests) and what to do.
         """
         run_file, mine_file = run_tags.get(SOURCES_FILE_TAG), Path(self.sources_file).expanduser().resolve()
+        want, mine = run_tags.get(SOURCES_DIGEST_TAG), loaded_sources_digest(self.sources_file)
+        if not want or mine is None or want == mine:    # the same content, also at another path on this host
+            return
         if run_file and Path(run_file).expanduser().resolve() != mine_file:
             raise WorkerSettingsError(
                 f"run {run_id} was planned from sources file {run_file}, but this worker (host "
                 f"{socket.gethostname()}) has sources file {mine_file}: start the worker with the same "
                 "DOCSVAULT_SOURCES as the run process (docs/deploy.md, \"Instance\")")
-        want, mine = run_tags.get(SOURCES_DIGEST_TAG), loaded_sources_digest(self.sources_file)
-        if want and mine is not None and want != mine:
-            raise WorkerSettingsError(
-                f"run {run_id} was planned from {run_file or self.sources_file} with sha256 {want[:12]}, but this "
-                f"worker (host {socket.gethostname()}) built its steps from sha256 {mine[:12]}: the file changed "
-                "during the run: run it again; restart a worker that keeps building an older version of it "
-                "(docs/deploy.md, \"Instance\")")
+        raise WorkerSettingsError(
+            f"run {run_id} was planned from {run_file or self.sources_file} with sha256 {want[:12]}, but this "
+            f"worker (host {socket.gethostname()}) built its steps from sha256 {mine[:12]}: the file changed "
+            "during the run: run it again; restart a worker that keeps building an older version of it "
+            "(docs/deploy.md, \"Instance\")")
 
 
 def resource_defs(settings: Settings) -> dg.Definitions:
