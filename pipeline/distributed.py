@@ -60,6 +60,7 @@ from pipeline.defs.resources import (
     SOURCES_FILE_TAG,
     forget_changed_sources,
     loaded_sources_digest,
+    run_code_tags,
     run_folder_tags,
     run_force_tags,
     run_model_tags,
@@ -327,7 +328,8 @@ def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     loaded from ``DOCSVAULT_DATA`` / ``DOCSVAULT_VAULT``), its embedding settings
     (:func:`~pipeline.defs.resources.run_model_tags`), and the sha256 of the sources file this process
     built the assets from (:data:`~pipeline.defs.resources.SOURCES_DIGEST_TAG`) with its resolved path
-    (:data:`~pipeline.defs.resources.SOURCES_FILE_TAG`), and its ``DOCSVAULT_FORCE``
+    (:data:`~pipeline.defs.resources.SOURCES_FILE_TAG`), its code version
+    (:data:`~pipeline.defs.resources.CODE_TAG`), and its ``DOCSVAULT_FORCE``
     (:data:`~pipeline.defs.resources.FORCE_TAG`, when set: every step applies it); {} when the job has no such
     resource."""
     from dagster._core.system_config.objects import ResolvedRunConfig
@@ -337,7 +339,7 @@ def run_folders(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     if resource is None:
         return {}
     tags = {**run_folder_tags(resource.config["data_dir"], resource.config["vault_dir"]),
-            **run_model_tags(resource.config), **run_force_tags()}
+            **run_model_tags(resource.config), **run_force_tags(), **run_code_tags()}
     digest = loaded_sources_digest(resource.config["sources_file"])
     if not digest:
         return tags

@@ -22,6 +22,7 @@ import pytest
 from dagster._core.storage.dagster_run import DagsterRun
 
 from pipeline import stages as build
+from pipeline.stages.base import loaded_code_version
 from pipeline.common.lock import LOCK_NAME
 from pipeline.config import Settings
 from pipeline.defs.executor import (
@@ -287,6 +288,29 @@ def test_a_step_on_a_worker_with_another_sources_file_fails_naming_both_files(ti
     assert elsewhere.success
 
 
+def test_a_step_on_a_worker_with_other_code_fails_naming_both_versions(tiny_env: Path) -> None:
+    """A worker left on an older docsvault (a checkout from before a fix) ran every step of a distributed run and
+    the run succeeded, with no sign of the difference (helper-139, session 45). The run process records its code
+    version in the run's tags; a step on a worker with another fails at once with one line naming both; a run with
+    the same version, or without the tag (planned by an older docsvault), runs."""
+    from pipeline.defs import build_definitions
+    from pipeline.defs.resources import CODE_TAG, run_code_tags
+    from pipeline.stages.base import loaded_code_version
+
+    settings = Settings.from_env()
+    job = build_definitions(settings).resolve_implicit_global_asset_job_def()
+    mine = loaded_code_version()
+    assert run_code_tags() == {CODE_TAG: mine} and len(mine) == 16
+    result = _raw_docs_and_graph(job, {CODE_TAG: "0123456789abcdef"})
+    line = (f"run {RUN_ID} was planned by docsvault code 0123456789abcdef, but this worker (host {HOST}) runs code "
+            f"{mine}: install the same docsvault on every worker and the run process (git pull, make install) and "
+            f"restart the workers {INSTANCE_MD}")
+    _both_failed_with(result, line, settings)
+    for tags in ({CODE_TAG: mine}, {}):
+        assert job.execute_in_process(asset_selection=[dg.AssetKey(["tiny", "raw_docs"])], tags=tags,
+                                      instance=dg.DagsterInstance.ephemeral()).success
+
+
 def test_a_step_of_a_distributed_run_is_forced_as_its_run_process(tiny_env: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`DOCSVAULT_FORCE=prefect dagster asset materialize -m pipeline.distributed` (README: the command that redoes
@@ -548,7 +572,8 @@ def test_the_celery_run_process_records_its_process_and_folders_and_releases_dea
                             "docsvault/crosslingual_model": "none",
                             "docsvault/crosslingual_depth": str(settings.crosslingual_depth),
                             SOURCES_DIGEST_TAG: sources_digest(settings.sources_file),
-                            SOURCES_FILE_TAG: str(settings.sources_file.resolve())}
+                            SOURCES_FILE_TAG: str(settings.sources_file.resolve()),
+                            "docsvault/code_version": loaded_code_version()}
     assert seen["slots"] == set()
     # the plan, as a NonBlockingPlan: its steps run past a failed source (test below)
     assert type(seen["plan"]) is NonBlockingPlan and tuple(seen["plan"]) == tuple(plan)

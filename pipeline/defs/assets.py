@@ -211,6 +211,7 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
     if run is not None:
         docsvault.check_run_folders(run.run_id, run.tags)
         docsvault.check_run_models(run.run_id, run.tags)
+        docsvault.check_run_code(run.run_id, run.tags)
         docsvault.check_run_sources(run.run_id, run.tags)
         apply_run_force(run.tags)           # a worker's step forced as its run process was (DOCSVAULT_FORCE)
     return docsvault.settings()

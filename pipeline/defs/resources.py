@@ -34,6 +34,19 @@ SOURCES_DIGEST_TAG = "docsvault/sources_sha256"
 #: ``DOCSVAULT_SOURCES`` was told "the file changed during the run: run it again", naming its own file as the run's
 SOURCES_FILE_TAG = "docsvault/sources_file"
 
+#: run tag holding the docsvault code version of a distributed run's process
+#: (:func:`pipeline.stages.base.loaded_code_version`), compared by every step (:meth:`DocsvaultResource.
+#: check_run_code`): a worker left on older code ran every step and the run succeeded, with no sign of it (session 45)
+CODE_TAG = "docsvault/code_version"
+
+
+def run_code_tags() -> dict[str, str]:
+    """``{CODE_TAG: <this process's code version>}`` (:func:`pipeline.stages.base.loaded_code_version`)."""
+    from pipeline.stages.base import loaded_code_version
+
+    return {CODE_TAG: loaded_code_version()}
+
+
 #: run tag holding the ``DOCSVAULT_FORCE`` of a distributed run's process (:func:`run_force_tags`), applied by every
 #: step (:func:`apply_run_force`): the workers read their own environment, so `DOCSVAULT_FORCE=x dagster asset
 #: materialize -m pipeline.distributed` redid nothing ("0 vectors computed, 696 from cache") and succeeded
@@ -251,6 +264,24 @@ class DocsvaultResource(dg.ConfigurableResource):
         if differ:
             raise _settings_differ(run_id, "embeds with", _MODEL_TAGS, differ, run_tags, mine)
 
+    def check_run_code(self, run_id: str, run_tags: Mapping[str, str]) -> None:
+        """Refuse a step whose process runs other docsvault code than its run's process (the run's
+        :data:`CODE_TAG`): a worker left on another version would build the run's sources with that code's
+        chunks, vectors and tables, and the run would succeed. A run without the tag (in-process, or planned by
+        a docsvault older than session 45) is not checked.
+
+        Raises:
+            WorkerSettingsError: the code versions differ; one line naming both and what to do.
+        """
+        from pipeline.stages.base import loaded_code_version
+
+        want, mine = run_tags.get(CODE_TAG), loaded_code_version()
+        if want and want != mine:
+            raise WorkerSettingsError(
+                f"run {run_id} was planned by docsvault code {want}, but this worker (host {socket.gethostname()}) "
+                f"runs code {mine}: install the same docsvault on every worker and the run process (git pull, "
+                "make install) and restart the workers (docs/deploy.md, \"Instance\")")
+
     def check_run_sources(self, run_id: str, run_tags: Mapping[str, str]) -> None:
         """Refuse a step whose process built its assets from other sources than its run's process (the run's
         :data:`SOURCES_DIGEST_TAG`), naming both files when this worker's is another file than the run's
@@ -282,6 +313,9 @@ class DocsvaultResource(dg.ConfigurableResource):
 
 
 def resource_defs(settings: Settings) -> dg.Definitions:
+    from pipeline.stages.base import loaded_code_version
+
+    loaded_code_version()       # read now, as the code location loads: the code this process runs (CODE_TAG)
     return dg.Definitions(resources={"docsvault": DocsvaultResource.from_settings(settings)})
 
 

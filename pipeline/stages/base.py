@@ -107,6 +107,13 @@ def code_version(stage: str) -> str:
     return h.hexdigest()[:16]
 
 
+@cache
+def loaded_code_version() -> str:
+    """The code version of every stage (:func:`code_version`) together, as this process first read it: the code it
+    runs (a Celery worker left running across a ``git pull`` keeps the code it loaded, and keeps this). 16 hex."""
+    return hashlib.sha256("\0".join(code_version(stage) for stage in sorted(_CODE)).encode()).hexdigest()[:16]
+
+
 def file_sha(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
