@@ -22,7 +22,6 @@ import pytest
 from dagster._core.storage.dagster_run import DagsterRun
 
 from pipeline import stages as build
-from pipeline.stages.base import loaded_code_version
 from pipeline.common.lock import LOCK_NAME
 from pipeline.config import Settings
 from pipeline.defs.executor import (
@@ -43,6 +42,7 @@ from pipeline.defs.resources import (
     loaded_sources_digest,
     sources_digest,
 )
+from pipeline.stages.base import loaded_code_version
 
 REPO = Path(__file__).resolve().parents[1]
 

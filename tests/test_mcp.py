@@ -519,9 +519,9 @@ def test_a_query_of_common_words_only_says_its_hits_are_near_in_meaning(built_en
     result = CliRunner().invoke(app, ["search", "what is the?", "-k", "1"])
     assert result.exit_code == 0 and result.output.splitlines()[0] == f"({line})"
     result = CliRunner().invoke(app, ["search", "これは何ですか", "-k", "1", "--json"])
-    assert result.exit_code == 0 and result.stderr.splitlines() == [
+    assert result.exit_code == 0 and result.stderr.splitlines() == [(
         "(every word of the query is too common to search for ('これは何ですか'): these notes are only near in "
-        "meaning; add a word that names what you look for)"]
+        "meaning; add a word that names what you look for)")]
     assert "message" not in VaultService(Settings.from_env()).search("what is the duck", k=2)
 
 
