@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -82,6 +83,7 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
     return digest(
         _code_hash(), {k: str(v) for k, v in asdict(settings).items()}, [asdict(s) for s in sources],
         _contents([settings.sources_file, settings.synonyms_file, *eval_paths(settings)]),
+        _eval_env(),
         {name: _stats(data / name) for name in ("state", "notes", "chunks", "graph")},
         [_stats(settings.raw_dir / s.name, recurse=False) for s in sources],
         [_stats(settings.vault_dir)],
@@ -90,6 +92,17 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
         _models(settings, sources),
         library_versions("bm25"),
     )
+
+
+def _eval_env() -> dict[str, str]:
+    """The eval's variables a build reads besides its files: the floors of the ``eval_floors`` check (a floor set
+    or changed after a build must be judged by the next one, not answered "nothing changed" with the old verdict)
+    and ``DOCSVAULT_EVAL_ABLATION``; an empty value counts as unset, as :func:`pipeline.evaluate.floors_from_env`
+    reads it."""
+    from pipeline.evaluate import FLOOR_ENV
+    from pipeline.stages.evaluate import ABLATION_ENV
+
+    return {var: value for var in (*FLOOR_ENV.values(), ABLATION_ENV) if (value := os.environ.get(var, "").strip())}
 
 
 def _models(settings: Settings, sources: Sequence[Source]) -> list[tuple[str, str, tuple[int, int]]]:
