@@ -295,9 +295,10 @@ class EvalReport(MappingRecord):
     partly_unreachable: tuple[Mapping[str, Any], ...] = ()
 
     def public(self) -> dict[str, Any]:
-        """What ``docsvault eval --json`` prints of it: scope, overall, by_source, by_kind, and skipped /
-        unreachable / partly_unreachable when there are any."""
-        out = {k: plain(getattr(self, k)) for k in ("scope", "overall", "by_source", "by_kind")}
+        """What ``docsvault eval --json`` prints of it: scope, overall, by_source, by_kind, cases (each scored
+        case's ``{"id", "query", "corpus", "kind", "rank", "top", **metrics}``: its rank is what the pooled figures
+        are averaged from), and skipped / unreachable / partly_unreachable when there are any."""
+        out = {k: plain(getattr(self, k)) for k in ("scope", "overall", "by_source", "by_kind", "cases")}
         for key in ("skipped", "unreachable", "partly_unreachable"):
             if getattr(self, key):
                 out[key] = plain(getattr(self, key))
