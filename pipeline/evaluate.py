@@ -830,7 +830,7 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
         if r["group_kind"] != "overall":
             continue
         run = runs.setdefault(r["run_id"], {"run_at": r["run_at"], "built_at": r["warehouse_built_at"] or "",
-                                            "n": r["n"], "values": {}})
+                                            "n": r["n"], "cases": r.get("cases_key"), "values": {}})
         run["values"][r["setup"]] = r[col]
         setups.setdefault(r["setup"], None)
     if not runs:
@@ -838,10 +838,17 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
     width = {s: max(14, len(s) + 1) for s in setups}
     head = f"{'run at (UTC)':<27}{'warehouse built at':<27}{'n':>5}" + "".join(f"{s:>{width[s]}}" for s in setups)
     lines = [f"pooled {metric} per set-up", head, "-" * len(head)]
+    before, marked = None, False
     for run in runs.values():
         vals = "".join(f"{run['values'][s]:>{width[s]}.3f}" if s in run["values"] else f"{'-':>{width[s]}}"
                        for s in setups)
-        lines.append(f"{run['run_at'][:26]:<27}{run['built_at'][:26]:<27}{int(run['n']):>5}" + vals)
+        cases = (run["cases"], int(run["n"]))
+        mark = "  *" if before is not None and cases != before else ""
+        marked, before = marked or bool(mark), cases
+        lines.append(f"{run['run_at'][:26]:<27}{run['built_at'][:26]:<27}{int(run['n']):>5}" + vals + mark)
+    if marked:      # a source renamed or removed leaves its cases out: n falls, the figures move without a change
+        lines.append("* other cases than the run above (eval files changed, or cases left out or back: a source "
+                     "renamed, removed or added): its figures are not comparable with the rows above it")
     return "\n".join(lines)
 
 

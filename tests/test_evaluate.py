@@ -365,6 +365,17 @@ def test_history_rows_and_format_history(ablation):
         "2026-01-02T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.500             -         0.500"
     )
     assert format_history([]).startswith("no eval runs recorded yet")
+    # a source renamed: its cases left out, n falls and the pooled figure moves with no change of the search
+    renamed = [{**r, "run_id": "r3", "run_at": "2026-01-03T10:00:00+00:00", "n": 1, "mrr_at_10": 1.0}
+               for r in rows if r["setup"] == "hybrid"]
+    edited = [{**r, "run_id": "r4", "run_at": "2026-01-04T10:00:00+00:00", "cases_key": "ck2"} for r in renamed]
+    assert format_history(rows + later + renamed + edited).splitlines()[3:] == [
+        "2026-01-01T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.444         0.833         1.000",
+        "2026-01-02T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.500             -         0.500",
+        "2026-01-03T10:00:00+00:00  2026-01-01T09:59:00+00:00      1             -             -         1.000  *",
+        "2026-01-04T10:00:00+00:00  2026-01-01T09:59:00+00:00      1             -             -         1.000  *",
+        "* other cases than the run above (eval files changed, or cases left out or back: a source renamed, removed "
+        "or added): its figures are not comparable with the rows above it"]
 
 
 def test_history_store_appends_atomically_and_reads_back(tmp_path: Path, ablation):
