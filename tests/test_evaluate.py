@@ -156,6 +156,9 @@ def test_duplicate_ids_and_missing_path(tmp_path: Path):
          "line 2: unknown top-level key 'case'; did you mean 'cases'? (a file's keys: corpus, cases)"),
         ("corpus: d\ncases:\n  id: x\n  query: q\n", "line 2: `cases` must be a list, got a dict; start each case "
          "with '- ' (`- id: ...`)"),
+        ("corpus: d\ncases:\n  - {id: x, query: q, expected: [a]}\n---\ncorpus: e\ncases: []\n",
+         "invalid YAML at line 4: a second YAML document starts here (a `---` line; the first starts on line 1); a "
+         "file holds one document: remove the `---` line (or split the file in two)"),
     ],
 )
 def test_load_cases_errors_name_the_line_of_the_case(tmp_path: Path, text: str, message: str):
