@@ -172,22 +172,14 @@ def _unknown_key_error(path: Path, index: int, where: str, key: object) -> str:
     return f"{where}: unknown key {key!r}; {todo}"
 
 
-def _load_file(path: Path) -> list[EvalCase]:
-    try:
-        doc = safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvalFileError(f"{path}: cannot read eval cases ({exc})") from exc
-    except DuplicateKeyError as exc:
-        raise EvalFileError(f"{path}: {exc}") from exc
-    except yaml.YAMLError as exc:       # the line to fix: where an unclosed quote or bracket opens, not the end
-        from pipeline.common.frontmatter import yaml_error_parts
+def _check_top(path: Path, doc: Any) -> None:
+    """Refuse a top-level shape that would lose cases without a word: a case's key at the top level (`kind:` for the
+    whole file), a misspelt `cases:`, a `cases:` that is no list, or no `cases:` list at all. Other top-level keys
+    stay allowed (`defaults: &d {...}` for `<<: *d` in the cases).
 
-        line, problem, fix = yaml_error_parts(exc, first_line=1)
-        raise EvalFileError(f"{path}: invalid YAML at line {line}: {problem}; {fix}") from exc
-    if doc is None:
-        return []
-    # a case's key at the top level (`kind:` for the whole file) or a misspelt `cases:` was ignored without a word;
-    # other top-level keys stay allowed (`defaults: &d {...}` for `<<: *d` in the cases)
+    Raises:
+        EvalFileError: naming the file, the line when known, and what to do.
+    """
     stray = [k for k in doc if k not in FILE_KEYS and (k in CASE_KEYS or (
         "cases" not in doc and get_close_matches(str(k), ("cases",), n=1)))] if isinstance(doc, dict) else []
     if stray:
@@ -203,6 +195,23 @@ def _load_file(path: Path) -> list[EvalCase]:
                             f"{type(doc['cases']).__name__}; start each case with '- ' (`- id: ...`)")
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise EvalFileError(f"{path}: expected a mapping with `corpus: <source>` and `cases: [...]`")
+
+
+def _load_file(path: Path) -> list[EvalCase]:
+    try:
+        doc = safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalFileError(f"{path}: cannot read eval cases ({exc})") from exc
+    except DuplicateKeyError as exc:
+        raise EvalFileError(f"{path}: {exc}") from exc
+    except yaml.YAMLError as exc:       # the line to fix: where an unclosed quote or bracket opens, not the end
+        from pipeline.common.frontmatter import yaml_error_parts
+
+        line, problem, fix = yaml_error_parts(exc, first_line=1)
+        raise EvalFileError(f"{path}: invalid YAML at line {line}: {problem}; {fix}") from exc
+    if doc is None:
+        return []
+    _check_top(path, doc)
     corpus = doc.get("corpus")
     if corpus is not None and not isinstance(corpus, str):
         raise EvalFileError(f"{path}: `corpus` must be a source name, got {corpus!r}")

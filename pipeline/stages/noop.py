@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.common import artifacts
-from pipeline.config import Settings, eval_paths
+from pipeline.config import Settings, environ, eval_paths
 from pipeline.models import Source
 from pipeline.stages.base import digest, file_sha, file_stats, forced, library_versions, now
 from pipeline.stages.results import BuildReport, SourceStatus
@@ -102,7 +101,8 @@ def _eval_env() -> dict[str, str]:
     from pipeline.evaluate import FLOOR_ENV
     from pipeline.stages.evaluate import ABLATION_ENV
 
-    return {var: value for var in (*FLOOR_ENV.values(), ABLATION_ENV) if (value := os.environ.get(var, "").strip())}
+    env = environ()
+    return {var: value for var in (*FLOOR_ENV.values(), ABLATION_ENV) if (value := env.get(var, "").strip())}
 
 
 def _models(settings: Settings, sources: Sequence[Source]) -> list[tuple[str, str, tuple[int, int]]]:
