@@ -288,6 +288,8 @@ def build(
                        + "); point DOCSVAULT_EVALS at your cases (README: Eval files)")
         elif no_eval and not report.noop:
             typer.echo("eval: not run (--no-eval); the next build evaluates this warehouse")
+        if not no_eval and (gone := _missing_eval_paths()):
+            typer.echo(f"warning: {gone}", err=True)
     else:
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     for line in report.check_warnings:
@@ -1046,6 +1048,19 @@ def _no_eval_files(s: Settings) -> str:
     return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
 
 
+def _missing_eval_paths() -> str:
+    """The line naming the paths of ``DOCSVAULT_EVALS`` that do not exist while others do ('' when none): their
+    cases are not scored, and before session 45 nothing said so (a typo in one entry of the list, ``.yml`` for
+    ``.yaml``, dropped its cases from `docsvault eval` and the build's eval)."""
+    named = eval_env_paths() or []
+    gone = [p for p in named if not p.exists()]
+    if not gone or len(gone) == len(named):     # none: the usual "no eval files" says it
+        return ""
+    return (f"DOCSVAULT_EVALS names {', '.join(map(str, gone))}, which {'does' if len(gone) == 1 else 'do'} not "
+            "exist: no case of it is scored; fix DOCSVAULT_EVALS (paths separated by "
+            f"'{os.pathsep}')")
+
+
 @app.command("eval")
 def eval_(
     files: Annotated[list[Path] | None, typer.Argument(metavar="FILE", help="Eval case files or folders (default DOCSVAULT_EVALS or evals/).")] = None,
@@ -1101,6 +1116,8 @@ def eval_(
         paths = list(files or []) or eval_files(settings())
         if not paths:
             fail(_no_eval_files(settings()))
+        if not files and (gone := _missing_eval_paths()):
+            typer.echo(f"warning: {gone}", err=True)
         cases = load_cases(paths)
         if not cases:
             fail(f"no eval cases in {', '.join(str(p) for p in paths)}; add *.yaml case files (format: see README)")

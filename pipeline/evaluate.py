@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from difflib import get_close_matches
 from pathlib import Path
@@ -92,10 +92,14 @@ class PageRanker(Protocol):
 
 
 def _case_files(paths: Sequence[Path]) -> list[Path]:
+    """The eval files of ``paths``: a file as given, a folder's ``*.yaml`` / ``*.yml`` (sorted) but not its hidden
+    ones, which are an editor's or a copy's, not the user's cases: Emacs' lock ``.#cases.yaml`` (a dangling
+    symlink while the file is edited), macOS' ``._cases.yaml`` (its resource fork, binary, on a USB stick or a
+    network share). Before session 45 either one failed the whole eval."""
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files.extend(sorted(list(p.glob("*.yaml")) + list(p.glob("*.yml"))))
+            files.extend(sorted(f for f in [*p.glob("*.yaml"), *p.glob("*.yml")] if not f.name.startswith(".")))
         elif p.is_file():
             files.append(p)
         else:
@@ -107,21 +111,53 @@ def _case_files(paths: Sequence[Path]) -> list[Path]:
 CASE_KEYS: tuple[str, ...] = ("id", "query", "expected", "kind", "corpus")
 
 
-def _case_key_line(path: Path, index: int, key: object) -> int | None:
-    """The 1-based line of ``key`` in the ``index``-th (1-based) item of the ``cases:`` list of ``path``; None when
-    the file cannot be composed again or has no such key."""
+#: the top-level keys of an eval file
+FILE_KEYS: tuple[str, ...] = ("corpus", "cases")
+
+
+def _root_items(path: Path) -> list[tuple[yaml.ScalarNode, yaml.Node]]:
+    """The (key, value) nodes of the top-level mapping of ``path`` with a scalar key; [] when the file cannot be
+    composed again or is no mapping."""
     try:
         root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
+        return []
     if not isinstance(root, yaml.MappingNode):
-        return None
-    for k, v in root.value:
-        if isinstance(k, yaml.ScalarNode) and k.value == "cases" and isinstance(v, yaml.SequenceNode) \
-                and len(v.value) >= index and isinstance(v.value[index - 1], yaml.MappingNode):
-            return next((kn.start_mark.line + 1 for kn, _ in v.value[index - 1].value
-                         if isinstance(kn, yaml.ScalarNode) and kn.value == str(key)), None)
+        return []
+    return [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)]
+
+
+def _cases_node(path: Path) -> yaml.SequenceNode | None:
+    """The YAML node of the ``cases:`` list of ``path``; None when the file cannot be composed again or has none."""
+    return next((v for k, v in _root_items(path) if k.value == "cases" and isinstance(v, yaml.SequenceNode)), None)
+
+
+def _case_lines(path: Path) -> list[int]:
+    """The 1-based line where each item of the ``cases:`` list of ``path`` starts, in order ([] when unknown)."""
+    node = _cases_node(path)
+    return [item.start_mark.line + 1 for item in node.value] if node is not None else []
+
+
+def _case_key_line(path: Path, index: int, key: object) -> int | None:
+    """The 1-based line of ``key`` in the ``index``-th (1-based) item of the ``cases:`` list of ``path``; None when
+    the file cannot be composed again or has no such key."""
+    node = _cases_node(path)
+    if node is not None and len(node.value) >= index and isinstance(node.value[index - 1], yaml.MappingNode):
+        return next((kn.start_mark.line + 1 for kn, _ in node.value[index - 1].value
+                     if isinstance(kn, yaml.ScalarNode) and kn.value == str(key)), None)
     return None
+
+
+def _case_where(path: Path, index: int, name: str) -> Callable[[], str]:
+    """``<file>: line N: <name>`` of the ``index``-th (1-based) case of ``path`` (without ``line N`` when the
+    file cannot be read again), computed when called: only an error reads the file a second time."""
+
+    def where() -> str:
+        lines = _case_lines(path)
+        at = f"line {lines[index - 1]}: " if len(lines) >= index else ""
+        return f"{path}: {at}{name}"
+
+    return where
 
 
 def _unknown_key_error(path: Path, index: int, where: str, key: object) -> str:
@@ -134,6 +170,31 @@ def _unknown_key_error(path: Path, index: int, where: str, key: object) -> str:
     todo = (f"did you mean {close[0]!r}? (allowed: {list(CASE_KEYS)})" if close
             else f"remove it or use an allowed key: {list(CASE_KEYS)}")
     return f"{where}: unknown key {key!r}; {todo}"
+
+
+def _check_top(path: Path, doc: Any) -> None:
+    """Refuse a top-level shape that would lose cases without a word: a case's key at the top level (`kind:` for the
+    whole file), a misspelt `cases:`, a `cases:` that is no list, or no `cases:` list at all. Other top-level keys
+    stay allowed (`defaults: &d {...}` for `<<: *d` in the cases).
+
+    Raises:
+        EvalFileError: naming the file, the line when known, and what to do.
+    """
+    stray = [k for k in doc if k not in FILE_KEYS and (k in CASE_KEYS or (
+        "cases" not in doc and get_close_matches(str(k), ("cases",), n=1)))] if isinstance(doc, dict) else []
+    if stray:
+        todo = ("set it on each case (a case's keys: " + ", ".join(CASE_KEYS) + ")" if stray[0] in CASE_KEYS
+                else "did you mean 'cases'?")
+        line = next((k.start_mark.line + 1 for k, _ in _root_items(path) if k.value == str(stray[0])), None)
+        at = f"line {line}: " if line else ""
+        raise EvalFileError(f"{path}: {at}unknown top-level key {stray[0]!r}; {todo} (a file's keys: "
+                            f"{', '.join(FILE_KEYS)})")
+    if isinstance(doc, dict) and doc.get("cases") is not None and not isinstance(doc["cases"], list):
+        line = next((k.start_mark.line + 1 for k, _ in _root_items(path) if k.value == "cases"), None)
+        raise EvalFileError(f"{path}: {f'line {line}: ' if line else ''}`cases` must be a list, got a "
+                            f"{type(doc['cases']).__name__}; start each case with '- ' (`- id: ...`)")
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise EvalFileError(f"{path}: expected a mapping with `corpus: <source>` and `cases: [...]`")
 
 
 def _load_file(path: Path) -> list[EvalCase]:
@@ -150,34 +211,36 @@ def _load_file(path: Path) -> list[EvalCase]:
         raise EvalFileError(f"{path}: invalid YAML at line {line}: {problem}; {fix}") from exc
     if doc is None:
         return []
-    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        raise EvalFileError(f"{path}: expected a mapping with `corpus: <source>` and `cases: [...]`")
+    _check_top(path, doc)
     corpus = doc.get("corpus")
     if corpus is not None and not isinstance(corpus, str):
         raise EvalFileError(f"{path}: `corpus` must be a source name, got {corpus!r}")
     cases: list[EvalCase] = []
     for i, raw in enumerate(doc["cases"], start=1):
-        where = f"{path}: case #{i}"
+        name = f"case {raw['id']!r}" if isinstance(raw, dict) and raw.get("id") is not None else f"case #{i}"
+        where = _case_where(path, i, name)
         if not isinstance(raw, dict):
-            raise EvalFileError(f"{where}: expected a mapping with id, query, expected, got {raw!r}")
-        if raw.get("id") is not None:
-            where = f"{path}: case {raw['id']!r}"
+            raise EvalFileError(f"{where()}: expected a mapping with id, query, expected, got {raw!r}")
         unknown = [key for key in raw if key not in CASE_KEYS]
         if unknown:
-            raise EvalFileError(_unknown_key_error(path, i, where, unknown[0]))
+            raise EvalFileError(_unknown_key_error(path, i, f"{path}: {name}", unknown[0]))
         case_id, query, expected = raw.get("id"), raw.get("query"), raw.get("expected")
         if not isinstance(case_id, (str, int)) or str(case_id).strip() == "":
-            raise EvalFileError(f"{where}: missing `id`")
+            raise EvalFileError(f"{where()}: missing `id`")
         if not isinstance(query, str) or not query.strip():
-            raise EvalFileError(f"{where}: missing or empty `query`")
+            raise EvalFileError(f"{where()}: missing or empty `query`")
         if isinstance(expected, str):
             expected = [expected]
         if not isinstance(expected, list) or not expected or not all(isinstance(e, str) and e for e in expected):
-            raise EvalFileError(f"{where}: `expected` must be a non-empty list of source paths, got {expected!r}")
+            raise EvalFileError(f"{where()}: `expected` must be a non-empty list of source paths, got {expected!r}")
         case_corpus = raw.get("corpus", corpus)
         if not isinstance(case_corpus, str) or not case_corpus:
-            raise EvalFileError(f"{where}: no corpus (set top-level `corpus:` or the case's `corpus:`)")
-        kind = raw.get("kind") or "unknown"
+            raise EvalFileError(f"{where()}: no corpus (set top-level `corpus:` or the case's `corpus:`)")
+        kind = raw.get("kind")
+        if kind is not None and not (isinstance(kind, str) and kind.strip()):
+            raise EvalFileError(f"{where()}: `kind` must be a word that groups cases (paraphrase, task, keyword, "
+                                f"...), got {kind!r}; give one kind per case")
+        kind = kind or "unknown"
         cases.append(
             EvalCase(
                 id=str(case_id), corpus=case_corpus, query=query,
@@ -201,12 +264,16 @@ def load_cases(paths: Sequence[Path]) -> list[EvalCase]:
             share an id (the message names file and case).
     """
     out: list[EvalCase] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[Path, int]] = {}
     for path in _case_files(paths):
-        for case in _load_file(path):
+        for i, case in enumerate(_load_file(path), start=1):
             if case.id in seen:
-                raise EvalFileError(f"{path}: case {case.id!r} is also defined in {seen[case.id]}; ids must be unique")
-            seen[case.id] = str(path)
+                first, j = seen[case.id]
+                lines = _case_lines(first)
+                there = f"line {lines[j - 1]} of {first}" if len(lines) >= j else str(first)
+                raise EvalFileError(f"{_case_where(path, i, f'case {case.id!r}')()}: this id is also the case at "
+                                    f"{there}; ids must be unique: rename one")
+            seen[case.id] = (path, i)
             out.append(case)
     return out
 
@@ -295,9 +362,10 @@ class EvalReport(MappingRecord):
     partly_unreachable: tuple[Mapping[str, Any], ...] = ()
 
     def public(self) -> dict[str, Any]:
-        """What ``docsvault eval --json`` prints of it: scope, overall, by_source, by_kind, and skipped /
-        unreachable / partly_unreachable when there are any."""
-        out = {k: plain(getattr(self, k)) for k in ("scope", "overall", "by_source", "by_kind")}
+        """What ``docsvault eval --json`` prints of it: scope, overall, by_source, by_kind, cases (each scored
+        case's ``{"id", "query", "corpus", "kind", "rank", "top", **metrics}``: its rank is what the pooled figures
+        are averaged from), and skipped / unreachable / partly_unreachable when there are any."""
+        out = {k: plain(getattr(self, k)) for k in ("scope", "overall", "by_source", "by_kind", "cases")}
         for key in ("skipped", "unreachable", "partly_unreachable"):
             if getattr(self, key):
                 out[key] = plain(getattr(self, key))
@@ -771,7 +839,7 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
         if r["group_kind"] != "overall":
             continue
         run = runs.setdefault(r["run_id"], {"run_at": r["run_at"], "built_at": r["warehouse_built_at"] or "",
-                                            "n": r["n"], "values": {}})
+                                            "n": r["n"], "cases": r.get("cases_key"), "values": {}})
         run["values"][r["setup"]] = r[col]
         setups.setdefault(r["setup"], None)
     if not runs:
@@ -779,10 +847,17 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
     width = {s: max(14, len(s) + 1) for s in setups}
     head = f"{'run at (UTC)':<27}{'warehouse built at':<27}{'n':>5}" + "".join(f"{s:>{width[s]}}" for s in setups)
     lines = [f"pooled {metric} per set-up", head, "-" * len(head)]
+    before, marked = None, False
     for run in runs.values():
         vals = "".join(f"{run['values'][s]:>{width[s]}.3f}" if s in run["values"] else f"{'-':>{width[s]}}"
                        for s in setups)
-        lines.append(f"{run['run_at'][:26]:<27}{run['built_at'][:26]:<27}{int(run['n']):>5}" + vals)
+        cases = (run["cases"], int(run["n"]))
+        mark = "  *" if before is not None and cases != before else ""
+        marked, before = marked or bool(mark), cases
+        lines.append(f"{run['run_at'][:26]:<27}{run['built_at'][:26]:<27}{int(run['n']):>5}" + vals + mark)
+    if marked:      # a source renamed or removed leaves its cases out: n falls, the figures move without a change
+        lines.append("* other cases than the run above (eval files changed, or cases left out or back: a source "
+                     "renamed, removed or added): its figures are not comparable with the rows above it")
     return "\n".join(lines)
 
 

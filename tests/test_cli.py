@@ -221,6 +221,14 @@ def test_eval_without_cases_names_the_folder_it_looked_in(tmp_path: Path, monkey
     result = runner.invoke(app, ["eval"])
     assert (result.exit_code, result.output) == (
         1, f"error: no eval cases in {tmp_path / 'my-evals'}; add *.yaml case files (format: see README)\n")
+    # one entry of several missing (a typo: .yml for .yaml): its cases were dropped without a word
+    (tmp_path / "my-evals" / "a.yaml").write_text("corpus: tiny\ncases:\n  - {id: a, query: q, expected: [a.md]}\n")
+    monkeypatch.setenv("DOCSVAULT_EVALS", f"{tmp_path / 'my-evals'}{os.pathsep}{tmp_path / 'b.yml'}")
+    result = runner.invoke(app, ["eval"])
+    assert result.stderr.splitlines()[0] == (
+        f"warning: DOCSVAULT_EVALS names {tmp_path / 'b.yml'}, which does not exist: no case of it is scored; fix "
+        f"DOCSVAULT_EVALS (paths separated by '{os.pathsep}')")
+    assert "warning" not in runner.invoke(app, ["eval", str(tmp_path / "my-evals")]).stderr    # FILE given
 
 
 def test_build_search_eval_through_cli(tiny_env: Path) -> None:

@@ -102,7 +102,9 @@ class _Ranker:
 
 
 def test_eval_report_json_is_pinned() -> None:
-    """The typed EvalReport prints exactly the JSON the dict report printed (keys, order, values)."""
+    """The typed EvalReport prints exactly the JSON the dict report printed (keys, order, values), and since
+    session 45 each scored case's rank: ``eval --json`` gave the pooled figures only, so a user could neither check
+    an MRR@10 by hand nor see which of their cases moved."""
     import json
 
     from pipeline.evaluate import EvalReport, run_eval
@@ -118,6 +120,10 @@ def test_eval_report_json_is_pinned() -> None:
         '{"scope": "scoped", "overall": {' + metrics + '}, "by_source": {"docs": {' + metrics + '}}, '
         '"by_kind": {"keyword": {"n": 1, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}, '
         '"task": {"n": 1, "hit@1": 0.0, "hit@3": 1.0, "mrr@10": 0.5, "ndcg@10": 0.6309}}, '
+        '"cases": [{"id": "i1", "query": "install", "corpus": "docs", "kind": "task", "rank": 2, '
+        '"top": ["b.md", "a.md"], "hit@1": 0.0, "hit@3": 1.0, "mrr@10": 0.5, "ndcg@10": 0.6309297535714575}, '
+        '{"id": "d1", "query": "ducks", "corpus": "docs", "kind": "keyword", "rank": 1, "top": ["c.md"], '
+        '"hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}], '
         '"skipped": [{"id": "x1", "corpus": "gone", "reason": "source \'gone\' is not in the warehouse"}]}')
     assert list(report) == ["lanes", "overall", "by_source", "by_kind", "cases", "skipped", "unreachable", "scope",
                             "partly_unreachable"]

@@ -127,10 +127,67 @@ def test_load_cases_errors_name_file_and_case(tmp_path: Path, text: str, message
 def test_duplicate_ids_and_missing_path(tmp_path: Path):
     a = _write(tmp_path / "a.yaml", "corpus: d\ncases:\n  - {id: x, query: q, expected: [a]}\n")
     b = _write(tmp_path / "b.yaml", "corpus: d\ncases:\n  - {id: x, query: q2, expected: [b]}\n")
-    with pytest.raises(EvalFileError, match="also defined in"):
+    with pytest.raises(EvalFileError) as err:
         load_cases([a, b])
+    assert str(err.value) == f"{b}: line 3: case 'x': this id is also the case at line 3 of {a}; ids must be " \
+                             "unique: rename one"
     with pytest.raises(EvalFileError, match="not found"):
         load_cases([tmp_path / "missing.yaml"])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("corpus: d\ncases:\n  - id: x\n    query: q\n    expected: [a]\n  - id: y\n    expected: [a]\n",
+         "line 6: case 'y': missing or empty `query`"),
+        ("corpus: d\ncases:\n  - id: x\n    query: q\n    expected: [a]\n  - query: q\n    expected: [a]\n",
+         "line 6: case #2: missing `id`"),
+        ("corpus: d\ncases:\n\n  - {id: x, query: q}\n", "line 4: case 'x': `expected` must be a non-empty list"),
+        ("corpus: d\ncases:\n  - {id: x, query: q, expected: [a], kind: [task, keyword]}\n",
+         "line 3: case 'x': `kind` must be a word that groups cases (paraphrase, task, keyword, ...), got "
+         "['task', 'keyword']; give one kind per case"),
+        ("corpus: d\ncases:\n  - {id: x, query: q, expected: [a], kind: 7}\n", "line 3: case 'x': `kind` must be"),
+        ("corpus: d\ncases:\n  - {id: x, query: q, expected: [a]}\n  - {id: x, query: q2, expected: [b]}\n",
+         "line 4: case 'x': this id is also the case at line 3 of "),
+        ("corpus: d\nkind: task\ncases:\n  - {id: x, query: q, expected: [a]}\n",
+         "line 2: unknown top-level key 'kind'; set it on each case (a case's keys: id, query, expected, kind, "
+         "corpus) (a file's keys: corpus, cases)"),
+        ("corpus: d\ncase:\n  - {id: x, query: q, expected: [a]}\n",
+         "line 2: unknown top-level key 'case'; did you mean 'cases'? (a file's keys: corpus, cases)"),
+        ("corpus: d\ncases:\n  id: x\n  query: q\n", "line 2: `cases` must be a list, got a dict; start each case "
+         "with '- ' (`- id: ...`)"),
+        ("corpus: d\ncases:\n  - {id: x, query: q, expected: [a]}\n---\ncorpus: e\ncases: []\n",
+         "invalid YAML at line 4: a second YAML document starts here (a `---` line; the first starts on line 1); a "
+         "file holds one document: remove the `---` line (or split the file in two)"),
+    ],
+)
+def test_load_cases_errors_name_the_line_of_the_case(tmp_path: Path, text: str, message: str):
+    """Every error about one case names its file and the line where the case starts (before session 45 only
+    an unknown key named its line: in a file of 100 cases, `case #37` or a duplicate id had to be counted or
+    searched for); a case's key at the top level (`kind:` for the whole file) or `case:` for `cases:` was ignored
+    without a word (every case's kind `unknown`), a `kind:` list made a group named "['task', 'keyword']"."""
+    path = _write(tmp_path / "bad.yaml", text)
+    with pytest.raises(EvalFileError) as err:
+        load_cases([path])
+    assert str(err.value).startswith(f"{path}: {message}"), str(err.value)
+    anchors = _write(tmp_path / "anchors.yaml", "corpus: d\ndefaults: &d {kind: task}\ncases:\n"
+                                                "  - {<<: *d, id: x, query: q, expected: [a]}\n")
+    assert [(c.id, c.kind) for c in load_cases([anchors])] == [("x", "task")]    # other top-level keys stay allowed
+
+
+def test_a_folder_of_eval_files_leaves_hidden_files_out(tmp_path: Path):
+    """An editor's or a copy's hidden file beside the cases failed the whole eval: Emacs' lock `.#cases.yaml` (a
+    dangling symlink while the file is edited: "cannot read eval cases ([Errno 2] ...)") and macOS'
+    `._cases.yaml` (binary: "invalid YAML at line 1: unacceptable character #x0000"). A file named on its own
+    is still read."""
+    d = tmp_path / "evals"
+    d.mkdir()
+    _write(d / "cases.yaml", "corpus: d\ncases:\n  - {id: x, query: q, expected: [a]}\n")
+    (d / ".#cases.yaml").symlink_to("me@host.4242:1700000000")
+    (d / "._cases.yaml").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
+    assert [c.id for c in load_cases([d])] == ["x"]
+    with pytest.raises(EvalFileError, match="unacceptable character"):
+        load_cases([d / "._cases.yaml"])
 
 
 def test_real_eval_files_load():
@@ -311,6 +368,17 @@ def test_history_rows_and_format_history(ablation):
         "2026-01-02T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.500             -         0.500"
     )
     assert format_history([]).startswith("no eval runs recorded yet")
+    # a source renamed: its cases left out, n falls and the pooled figure moves with no change of the search
+    renamed = [{**r, "run_id": "r3", "run_at": "2026-01-03T10:00:00+00:00", "n": 1, "mrr_at_10": 1.0}
+               for r in rows if r["setup"] == "hybrid"]
+    edited = [{**r, "run_id": "r4", "run_at": "2026-01-04T10:00:00+00:00", "cases_key": "ck2"} for r in renamed]
+    assert format_history(rows + later + renamed + edited).splitlines()[3:] == [
+        "2026-01-01T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.444         0.833         1.000",
+        "2026-01-02T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.500             -         0.500",
+        "2026-01-03T10:00:00+00:00  2026-01-01T09:59:00+00:00      1             -             -         1.000  *",
+        "2026-01-04T10:00:00+00:00  2026-01-01T09:59:00+00:00      1             -             -         1.000  *",
+        "* other cases than the run above (eval files changed, or cases left out or back: a source renamed, removed "
+        "or added): its figures are not comparable with the rows above it"]
 
 
 def test_history_store_appends_atomically_and_reads_back(tmp_path: Path, ablation):

@@ -138,6 +138,50 @@ def test_a_no_op_build_repeats_the_failed_check_warnings(tiny_env: Path, monkeyp
     assert all(f"warning: {w}\n" in result.stderr for w in warnings)
 
 
+def test_a_floor_set_after_a_build_is_judged_by_the_next_build(built_tiny_env: Path, monkeypatch) -> None:
+    """README: set ``DOCSVAULT_EVAL_MIN_MRR`` for your own cases. Set after a build, the next build answered
+    "nothing changed" from the record and repeated the old verdict: a floor above the eval's MRR@10 gave no
+    warning. The floors are in the fingerprint: the build goes through Dagster, whose check judges the stored
+    report (the eval is not run again); unset again, the build goes through Dagster once more, then is a no-op."""
+    monkeypatch.delenv("DOCSVAULT_EVAL_MIN_MRR", raising=False)
+    monkeypatch.delenv("DOCSVAULT_EVAL_MIN_HIT3", raising=False)
+    with (built_tiny_env / "evals" / "tiny.yaml").open("a", encoding="utf-8") as f:
+        f.write("  - id: t3\n    query: water bird in the pond\n    expected: ['Install guide.md']\n    kind: paraphrase\n")
+    assert _build()["shared"]["warnings"] == [] and _runs(built_tiny_env) == 2
+    assert _build()["shared"]["warnings"] == [] and _runs(built_tiny_env) == 2       # a no-op
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", "0.99")
+    warnings = _build()["shared"]["warnings"]
+    assert _runs(built_tiny_env) == 3
+    assert [w for w in warnings if "eval_floors" in w] == [
+        next(w for w in warnings if w.startswith("asset check eval_floors of retrieval_eval failed: mrr@10 ")
+             and w.endswith(" < 0.990 (see the Dagster UI)"))]
+    assert _build()["shared"]["warnings"] == warnings and _runs(built_tiny_env) == 3  # the no-op repeats it
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", "")     # empty: unset, the default floors again
+    assert _build()["shared"]["warnings"] == [] and _runs(built_tiny_env) == 4
+
+
+def test_the_fingerprint_covers_the_eval_floors(tmp_path: Path, monkeypatch) -> None:
+    """The floors of ``eval_floors`` (and ``DOCSVAULT_EVAL_ABLATION``) are inputs of a build; an empty one is
+    unset."""
+    from pipeline.models import Source
+    from pipeline.stages.noop import fingerprint
+
+    for var in ("DOCSVAULT_EVAL_MIN_MRR", "DOCSVAULT_EVAL_MIN_HIT3", "DOCSVAULT_EVAL_ABLATION"):
+        monkeypatch.delenv(var, raising=False)
+    settings = Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                        vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals")
+    sources = [Source(name="notes", kind="local", path=(tmp_path / "notes",))]
+    before = fingerprint(settings, sources)
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", " ")
+    assert fingerprint(settings, sources) == before
+    seen = {before}
+    for var, value in (("DOCSVAULT_EVAL_MIN_MRR", "0.9"), ("DOCSVAULT_EVAL_MIN_MRR", "90"),
+                       ("DOCSVAULT_EVAL_MIN_HIT3", "0.5"), ("DOCSVAULT_EVAL_ABLATION", "1")):
+        monkeypatch.setenv(var, value)
+        seen.add(fingerprint(settings, sources))
+    assert len(seen) == 5
+
+
 def test_a_no_op_build_counts_no_attachment_copied(built_tiny_env: Path) -> None:
     """The build that copies an attachment says so; the no-op build after it copied nothing and says nothing
     of copies (it said "1 attachment(s) copied" again: the recorded build's count)."""

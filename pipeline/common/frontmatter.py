@@ -279,6 +279,9 @@ def yaml_error_parts(exc: yaml.YAMLError, first_line: int = 2) -> tuple[int, str
         return line, problem, "replace the tab with spaces"
     if context == "while scanning a double-quoted scalar":        # a bad escape: \q, \x4
         fix = "write a backslash as \\\\ inside \"…\", or use '…' quotes"
+    if problem == "but found another document":     # a second `---` in a YAML file of its own
+        return line, f"a second YAML document starts here (a `---` line; the first starts on line {first_line})", \
+            "a file holds one document: remove the `---` line (or split the file in two)"
     if ctx is None:
         return line, problem, fix
     start = ctx.line + first_line

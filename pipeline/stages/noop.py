@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.common import artifacts
-from pipeline.config import Settings, eval_paths
+from pipeline.config import Settings, environ, eval_paths
 from pipeline.models import Source
 from pipeline.stages.base import digest, file_sha, file_stats, forced, library_versions, now
 from pipeline.stages.results import BuildReport, SourceStatus
@@ -82,6 +82,7 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
     return digest(
         _code_hash(), {k: str(v) for k, v in asdict(settings).items()}, [asdict(s) for s in sources],
         _contents([settings.sources_file, settings.synonyms_file, *eval_paths(settings)]),
+        _eval_env(),
         {name: _stats(data / name) for name in ("state", "notes", "chunks", "graph")},
         [_stats(settings.raw_dir / s.name, recurse=False) for s in sources],
         [_stats(settings.vault_dir)],
@@ -90,6 +91,18 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
         _models(settings, sources),
         library_versions("bm25"),
     )
+
+
+def _eval_env() -> dict[str, str]:
+    """The eval's variables a build reads besides its files: the floors of the ``eval_floors`` check (a floor set
+    or changed after a build must be judged by the next one, not answered "nothing changed" with the old verdict)
+    and ``DOCSVAULT_EVAL_ABLATION``; an empty value counts as unset, as :func:`pipeline.evaluate.floors_from_env`
+    reads it."""
+    from pipeline.evaluate import FLOOR_ENV
+    from pipeline.stages.evaluate import ABLATION_ENV
+
+    env = environ()
+    return {var: value for var in (*FLOOR_ENV.values(), ABLATION_ENV) if (value := env.get(var, "").strip())}
 
 
 def _models(settings: Settings, sources: Sequence[Source]) -> list[tuple[str, str, tuple[int, int]]]:
