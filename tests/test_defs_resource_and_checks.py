@@ -92,6 +92,43 @@ def test_a_launchpad_sources_file_of_another_file_fails_the_first_step(tiny_env:
     assert same.success is True and _failures(same) == {}
 
 
+def test_a_launchpad_path_left_empty_fails_the_first_step_and_writes_nothing(
+        tiny_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty data_dir / vault_dir in the run config was the run process's working folder: a UI run wrote
+    ``raw/``, ``notes/``, ``state/``, ``cache/``, ``build.lock`` and the vault into the daemon's folder (a
+    checkout) and succeeded (session 45)."""
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    cwd = tmp_path / "daemon-cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    defs = build_definitions(settings)
+    config = {**DocsvaultResource.from_settings(settings).model_dump(), "data_dir": "", "vault_dir": " "}
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"]), dg.AssetKey(["tiny", "notes"])],
+        run_config={"resources": {"docsvault": {"config": config}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": (
+        f"resource docsvault: data_dir and vault_dir are empty, which would be the run process's working folder "
+        f"({cwd}); give paths in the run config (the Launchpad pre-fills the code location's), or leave the "
+        "resource out of the run config to build with the code location's settings (DOCSVAULT_*)")}
+    assert sorted(p.name for p in cwd.iterdir()) == []          # nothing written where the daemon runs
+    assert not settings.data_dir.exists()
+
+
+def test_check_paths_names_the_one_empty_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SourceConfigError) as err:
+        DocsvaultResource(sources_file="s.yaml", data_dir="d", vault_dir="v", evals_dir="", model="hash",
+                          multilingual_model="hash").check_paths()
+    assert str(err.value).startswith(f"resource docsvault: evals_dir is empty, which would be the run process's "
+                                     f"working folder ({tmp_path}); give a path in the run config")
+    DocsvaultResource(sources_file="s.yaml", data_dir="d", vault_dir="v", evals_dir="e", model="hash",
+                      multilingual_model="hash").check_paths()          # relative paths are the caller's matter
+
+
 def _severities(result: dg.ExecuteInProcessResult) -> dict[str, tuple[bool, str]]:
     """"asset:check" -> (passed, severity) of the run's asset check evaluations."""
     out = {}

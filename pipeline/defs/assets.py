@@ -201,8 +201,10 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
     """The run's settings (the resource's config), once its ``sources_file`` is the file the code location
     loaded (``loaded_sources``) and its data and vault folders are those the run builds (a distributed run's
     tags: a Celery worker started with another ``DOCSVAULT_DATA``): the step fails with a one-line error
-    otherwise, before anything is read or written (:meth:`DocsvaultResource.check_sources_file`,
+    otherwise, before anything is read or written (:meth:`DocsvaultResource.check_paths`: no empty path,
+    :meth:`DocsvaultResource.check_sources_file`,
     :meth:`DocsvaultResource.check_run_folders`). Every docsvault asset step starts here."""
+    docsvault.check_paths()
     docsvault.check_sources_file(loaded_sources)
     try:
         run = context.run

@@ -211,6 +211,25 @@ class DocsvaultResource(dg.ConfigurableResource):
             synonyms=Path(self.synonyms_file) if self.synonyms_file else None,
         )
 
+    def check_paths(self) -> None:
+        """Refuse a run whose ``sources_file``, ``data_dir``, ``vault_dir`` or ``evals_dir`` is empty (a Launchpad
+        field cleared, ``--config-json`` with ``""``): an empty path is the run process's working folder, so a run
+        launched from the UI wrote its data dir (``raw/``, ``notes/``, ``state/``, ...) or its vault into the folder
+        the daemon was started in, a checkout for ``dg dev`` / ``make ui``, and succeeded (session 45).
+
+        Raises:
+            SourceConfigError: one line naming the empty fields and what to give instead.
+        """
+        empty = [name for name in ("sources_file", "data_dir", "vault_dir", "evals_dir")
+                 if not str(getattr(self, name)).strip()]
+        if empty:
+            raise SourceConfigError(
+                f"resource docsvault: {' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty, which "
+                f"would be the run process's working folder ({Path.cwd()}); give "
+                f"{'a path' if len(empty) == 1 else 'paths'} in the run config (the Launchpad pre-fills the code "
+                "location's), or leave the resource out of the run config to build with the code location's "
+                "settings (DOCSVAULT_*)")
+
     def check_sources_file(self, loaded: Path) -> None:
         """Refuse a run whose ``sources_file`` is not the file the code location built its assets from.
 
