@@ -353,3 +353,22 @@ def test_the_sensor_interval_comes_from_the_environment(monkeypatch: pytest.Monk
         assert sensor_interval() == seconds, raw
     monkeypatch.delenv("DOCSVAULT_SENSOR_INTERVAL")
     assert sensor_interval() == 900
+
+
+def test_every_file_a_stage_names_is_a_path_in_dagster_metadata() -> None:
+    """The UI shows a path entry with its copy button and as a path; `notes`' `errors_file` / `dangling_file` and
+    `link_graph`'s `json` were plain text beside `graphml`, `vault_dir`, `path` and the check's `errors_file`
+    (session 45)."""
+    from pipeline.defs.assets import _metadata
+    from pipeline.stages.results import GraphResult, NormalizeResult
+
+    notes = _metadata(NormalizeResult.from_dict({"notes": 1, "errors": 0, "error_lines": [],
+                                                 "errors_file": "/d/state/s.errors.txt",
+                                                 "dangling_file": "/d/graph/dangling-s.json"}))
+    graph = _metadata(GraphResult.from_dict({"nodes": 1, "edges": 0, "graphml": "/d/graph/links.graphml",
+                                             "json": "/d/graph/links.json"}))
+    assert {k: type(v).__name__ for k, v in notes.items() if k.endswith("_file")} == {
+        "errors_file": "PathMetadataValue", "dangling_file": "PathMetadataValue"}
+    assert {k: (type(v).__name__, v.value) for k, v in graph.items() if k in ("graphml", "json")} == {
+        "graphml": ("PathMetadataValue", "/d/graph/links.graphml"),
+        "json": ("PathMetadataValue", "/d/graph/links.json")}

@@ -86,6 +86,8 @@ class NormalizeResult(StageResult):
     normalized also reports the files that kept their last good note, parse cache hits and misses, dangling links,
     the two report files and its seconds (``None`` when ``skipped``)."""
 
+    PATHS: ClassVar[tuple[str, ...]] = ("errors_file", "dangling_file")
+
     notes: int
     errors: int
     error_lines: tuple[str, ...]
@@ -179,7 +181,7 @@ class GraphResult(StageResult):
     """``graph_stage``: nodes, edges, resolved and dangling link occurrences, attachment links, the two export
     files."""
 
-    PATHS: ClassVar[tuple[str, ...]] = ("graphml",)
+    PATHS: ClassVar[tuple[str, ...]] = ("graphml", "json")
 
     nodes: int
     edges: int
