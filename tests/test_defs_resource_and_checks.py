@@ -129,6 +129,47 @@ def test_check_paths_names_the_one_empty_field(tmp_path: Path, monkeypatch: pyte
                       multilingual_model="hash").check_paths()          # relative paths are the caller's matter
 
 
+def test_a_launchpad_evals_dir_is_scored_where_docsvault_evals_is_set(built_tiny_env: Path,
+                                                                       tmp_path: Path) -> None:
+    """The field's default is DOCSVAULT_EVALS, which the eval read first: a run whose evals_dir named another
+    folder scored the variable's 2 cases and succeeded (session 45)."""
+    import os
+
+    settings = Settings.from_env()
+    assert os.environ["DOCSVAULT_EVALS"] == str(built_tiny_env / "evals")
+    other = tmp_path / "other-evals"
+    other.mkdir()
+    src = (built_tiny_env / "evals" / "tiny.yaml").read_text(encoding="utf-8")
+    one_case = src[:src.index("  - id:", src.index("  - id:") + 1)]          # the file's first case only
+    (other / "one.yaml").write_text(one_case, encoding="utf-8")
+    defs = build_definitions(settings)
+    config = {**DocsvaultResource.from_settings(settings).model_dump(), "evals_dir": str(other)}
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey(["retrieval_eval"])], run_config={"resources": {"docsvault": {"config": config}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success is True
+    [meta] = [e.event_specific_data.materialization.metadata for e in result.all_events
+              if e.event_type_value == "ASSET_MATERIALIZATION"]
+    assert meta["n"].value == 1
+    assert os.environ["DOCSVAULT_EVALS"] == str(other)
+
+
+def test_apply_evals_dir_leaves_the_variable_when_the_field_is_its_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOCSVAULT_EVALS", f"a{os.pathsep}{tmp_path}/b")
+    kw = dict(sources_file="s.yaml", data_dir="d", vault_dir="v", model="hash", multilingual_model="hash")
+    DocsvaultResource(evals_dir=f"{tmp_path}/a{os.pathsep}b", **kw).apply_evals_dir()
+    assert os.environ["DOCSVAULT_EVALS"] == f"a{os.pathsep}{tmp_path}/b"           # the same paths: untouched
+    DocsvaultResource(evals_dir="c", **kw).apply_evals_dir()
+    assert os.environ["DOCSVAULT_EVALS"] == f"{tmp_path}/c"
+    monkeypatch.delenv("DOCSVAULT_EVALS")
+    DocsvaultResource(evals_dir="c", **kw).apply_evals_dir()                       # unset: the field is read
+    assert "DOCSVAULT_EVALS" not in os.environ
+
+
 def _severities(result: dg.ExecuteInProcessResult) -> dict[str, tuple[bool, str]]:
     """"asset:check" -> (passed, severity) of the run's asset check evaluations."""
     out = {}

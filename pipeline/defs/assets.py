@@ -216,6 +216,7 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
         docsvault.check_run_code(run.run_id, run.tags)
         docsvault.check_run_sources(run.run_id, run.tags)
         apply_run_force(run.tags)           # a worker's step forced as its run process was (DOCSVAULT_FORCE)
+    docsvault.apply_evals_dir()             # the run's evals_dir, also where DOCSVAULT_EVALS is set
     return docsvault.settings()
 
 

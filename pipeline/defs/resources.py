@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -165,8 +166,8 @@ class DocsvaultResource(dg.ConfigurableResource):
     vault_dir: str = Field(description=(
         "The Obsidian vault the vault stage writes (one folder per source). Default: DOCSVAULT_VAULT (else ./vault)."))
     evals_dir: str = Field(description=(
-        "Where retrieval_eval reads its eval cases (*.yaml). Default: DOCSVAULT_EVALS (else ./evals). While "
-        "DOCSVAULT_EVALS is set in the run's process it wins over this field (it may list several files/folders)."))
+        "Where retrieval_eval reads its eval cases (*.yaml). Default: DOCSVAULT_EVALS (else ./evals). Like the "
+        "variable, it may list several files/folders (separated by the OS path separator, ':' on Linux)."))
     model: str = Field(description=(
         "Embedding model spec of English notes (and of sources without `language:`/`embedding:`). Default: "
         "DOCSVAULT_MODEL (else all-MiniLM-L6-v2). Asset descriptions and kinds name the model of the loaded code "
@@ -229,6 +230,19 @@ class DocsvaultResource(dg.ConfigurableResource):
                 f"{'a path' if len(empty) == 1 else 'paths'} in the run config (the Launchpad pre-fills the code "
                 "location's), or leave the resource out of the run config to build with the code location's "
                 "settings (DOCSVAULT_*)")
+
+    def apply_evals_dir(self) -> None:
+        """Make ``evals_dir`` the eval cases of this run's process: where ``DOCSVAULT_EVALS`` is set (it is read
+        before ``Settings.evals_dir``, :func:`pipeline.config.eval_paths`) and names other paths than the field,
+        set it to the field. Before session 45 a Launchpad ``evals_dir`` was ignored whenever the daemon had
+        ``DOCSVAULT_EVALS`` (the field's own default): the run scored the variable's cases and succeeded, the
+        override named nowhere. The field may list several paths (the OS path separator), as the variable."""
+        from pipeline.config import eval_env_paths, resolve_path, set_env
+
+        given = [resolve_path(Path(p).expanduser()) for p in str(self.evals_dir).split(os.pathsep) if p]
+        current = eval_env_paths()
+        if current is not None and given != current:
+            set_env("DOCSVAULT_EVALS", os.pathsep.join(str(p) for p in given))
 
     def check_sources_file(self, loaded: Path) -> None:
         """Refuse a run whose ``sources_file`` is not the file the code location built its assets from.
