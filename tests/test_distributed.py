@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from pipeline.defs.executor import HOST_TAG, PID_RUN_TAG, PID_START_TAG, PID_TAG
+from pipeline.stages.base import loaded_code_version
 from tests.servers import postgres_server, redis_server, stop
 
 REPO = Path(__file__).resolve().parents[1]
@@ -245,6 +246,7 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
         HOST_TAG: host, PID_TAG: str(run.pid), PID_RUN_TAG: log1["run_id"],
         "docsvault/data_dir": str(data), "docsvault/vault_dir": str((out / "vault").resolve()),
         "docsvault/sources_sha256": hashlib.sha256(sources.read_bytes()).hexdigest(),
+        "docsvault/sources_file": str(sources.resolve()), "docsvault/code_version": loaded_code_version(),
         "docsvault/model": "hash", "docsvault/multilingual_model": "multilingual-e5-small",
         "docsvault/crosslingual_model": "usem3", "docsvault/crosslingual_depth": "4"}
     log3 = runs[2]
