@@ -127,6 +127,11 @@ def _root_items(path: Path) -> list[tuple[yaml.ScalarNode, yaml.Node]]:
     return [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)]
 
 
+def _top_key_line(path: Path, key: str) -> int | None:
+    """The 1-based line of the top-level ``key`` of ``path``; None when unknown."""
+    return next((k.start_mark.line + 1 for k, _ in _root_items(path) if k.value == key), None)
+
+
 def _cases_node(path: Path) -> yaml.SequenceNode | None:
     """The YAML node of the ``cases:`` list of ``path``; None when the file cannot be composed again or has none."""
     return next((v for k, v in _root_items(path) if k.value == "cases" and isinstance(v, yaml.SequenceNode)), None)
@@ -185,12 +190,12 @@ def _check_top(path: Path, doc: Any) -> None:
     if stray:
         todo = ("set it on each case (a case's keys: " + ", ".join(CASE_KEYS) + ")" if stray[0] in CASE_KEYS
                 else "did you mean 'cases'?")
-        line = next((k.start_mark.line + 1 for k, _ in _root_items(path) if k.value == str(stray[0])), None)
+        line = _top_key_line(path, str(stray[0]))
         at = f"line {line}: " if line else ""
         raise EvalFileError(f"{path}: {at}unknown top-level key {stray[0]!r}; {todo} (a file's keys: "
                             f"{', '.join(FILE_KEYS)})")
     if isinstance(doc, dict) and doc.get("cases") is not None and not isinstance(doc["cases"], list):
-        line = next((k.start_mark.line + 1 for k, _ in _root_items(path) if k.value == "cases"), None)
+        line = _top_key_line(path, "cases")
         raise EvalFileError(f"{path}: {f'line {line}: ' if line else ''}`cases` must be a list, got a "
                             f"{type(doc['cases']).__name__}; start each case with '- ' (`- id: ...`)")
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):

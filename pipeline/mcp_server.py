@@ -525,17 +525,13 @@ class VaultService:
             cut = f"; more notes pass them: raise k (at most {MAX_K}) or add a filter" if more else ""
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
         missing = searcher.missing_words(parsed.text, wanted or None)
-        if missing.missing:        # words no note has: an agent should not read the hits as matches of them
-            from pipeline.service import missing_words_message, skipped_files
+        from pipeline.service import query_words_message, skipped_files
 
-            skipped = skipped_files(self.settings, wanted)
-            return {"query": query[:200], "hits": out, "missing": list(missing.missing),
-                    "message": missing_words_message(missing.missing, missing.every, wanted, skipped)}
-        if not missing.words:      # stopwords, question words: nothing searched by keyword
-            from pipeline.service import common_words_message
-
-            if common := common_words_message(parsed.text):
-                return {"query": query[:200], "hits": out, "message": common}
+        # words no note has, or none searched by keyword: an agent should not read the hits as matches of them
+        skipped = skipped_files(self.settings, wanted) if missing.missing else 0
+        if message := query_words_message(missing, parsed.text, wanted, skipped):
+            return {"query": query[:200], "hits": out, **({"missing": list(missing.missing)} if missing.missing
+                                                          else {}), "message": message}
         return {"query": query[:200], "hits": out}
 
     def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
     "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
-    "common_words_message", "query_words_line",
+    "common_words_message", "query_words_line", "query_words_message",
     "no_notes_line", "no_results_message", "untagged_message",
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
@@ -123,17 +123,23 @@ def common_words_message(text: str) -> str:
             "add a word that names what you look for")
 
 
-def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipped: int | SkippedFiles = 0) -> str:
-    """The CLI's note about the query's words after its hits, in parentheses like its other notes: the words no
-    note contains (:func:`missing_words_message`), or that every word is too common to search for
+def query_words_message(missing: Any, text: str, sources: Sequence[str] = (),
+                        skipped: int | SkippedFiles = 0) -> str:
+    """What search says of the query's words after its hits (the CLI and the MCP ``search`` tool alike): the words
+    no note contains (:func:`missing_words_message`), or that every word is too common to search for
     (:func:`common_words_message`); "" when there is nothing to say. ``missing``: ``Searcher.missing_words``'s
     answer (None: not asked)."""
     if missing is None:
         return ""
     if missing.missing:
-        return missing_words_line(missing.missing, missing.every, sources, skipped)
-    common = "" if missing.words else common_words_message(text)
-    return f"({common})" if common else ""
+        return missing_words_message(missing.missing, missing.every, sources, skipped)
+    return "" if missing.words else common_words_message(text)
+
+
+def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipped: int | SkippedFiles = 0) -> str:
+    """:func:`query_words_message` as the CLI prints it, in parentheses like its other notes ("" when empty)."""
+    message = query_words_message(missing, text, sources, skipped)
+    return f"({message})" if message else ""
 
 
 def _shown(term: str) -> str:
