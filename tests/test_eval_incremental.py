@@ -191,3 +191,19 @@ def test_the_serves_queries_check_plans_again_only_when_the_indexed_tables_may_d
     monkeypatch.setenv("DOCSVAULT_FORCE", "1")          # forced: planned again
     forced = b.search_index_stage(settings)
     assert (forced.skipped, planned, forced.hnsw_index_scan) == (False, ["vec_hash_384"] * 3, True)
+
+
+def test_a_sample_hit_without_a_heading_is_its_vault_path_alone(settings: Settings, tiny_env: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hit in a note's text before its first heading has no heading: its sample hit is the path, not ``path > ``."""
+    from types import SimpleNamespace
+
+    from pipeline.search.searcher import Searcher
+
+    build(settings)
+    hits = [SimpleNamespace(vault_path="tiny/a.md", heading=""), SimpleNamespace(vault_path="tiny/b.md", heading="Use")]
+    monkeypatch.setattr(Searcher, "search", lambda self, query, k=10, **kw: hits)
+    import pipeline.stages.evaluate as stage
+
+    monkeypatch.setattr(stage, "shared_state", lambda s: {})   # not checked before: checked now
+    assert b.search_index_stage(settings).sample_hits == ("tiny/a.md", "tiny/b.md > Use")

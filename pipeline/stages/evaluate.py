@@ -233,7 +233,7 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
         models=tuple(m["model_id"] for m in models),
         hnsw_index_scan=hnsw,
         sample_query_ms=round(seconds * 1000, 1),
-        sample_hits=tuple(f"{h.vault_path} > {h.heading}" for h in hits),
+        sample_hits=tuple(h.vault_path + (f" > {h.heading}" if h.heading else "") for h in hits),
         missing_vectors_in=str(counts["meta"].get("missing_vectors_in") or ""),
     )
     meta = {k: v for k, v in result.as_dict().items() if k != "skipped"}
