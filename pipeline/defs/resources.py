@@ -231,6 +231,20 @@ class DocsvaultResource(dg.ConfigurableResource):
                 "location's), or leave the resource out of the run config to build with the code location's "
                 "settings (DOCSVAULT_*)")
 
+    def check_models(self) -> None:
+        """Refuse a run whose ``model``, ``multilingual_model`` or ``crosslingual_model`` is no spec a build can load
+        (:func:`pipeline.ingest.sources.model_settings_problem`): a Launchpad typo (``all-MiniLM-L6-v3``) was looked
+        up on the Hugging Face hub, about 2 minutes of retries offline before each source failed (session 45).
+
+        Raises:
+            SourceConfigError: one line naming the field, what it must be and the closest bundled spec.
+        """
+        from pipeline.ingest.sources import model_settings_problem
+
+        problem = model_settings_problem(self.settings(), lambda field, env: f"resource docsvault: {field}")
+        if problem:
+            raise SourceConfigError(problem)
+
     def apply_evals_dir(self) -> None:
         """Make ``evals_dir`` the eval cases of this run's process: where ``DOCSVAULT_EVALS`` is set (it is read
         before ``Settings.evals_dir``, :func:`pipeline.config.eval_paths`) and names other paths than the field,

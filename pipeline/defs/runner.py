@@ -35,7 +35,7 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 
 from pipeline import stages as build
 from pipeline.common import artifacts
-from pipeline.common.errors import BuildInterrupted
+from pipeline.common.errors import BuildInterrupted, SourceConfigError
 from pipeline.config import Settings, scoped_env, set_env
 from pipeline.defs.assets import (
     ALL_CHUNKS_EMBEDDED,
@@ -59,7 +59,7 @@ from pipeline.defs.executor import (
     release_runs_of_dead_processes,
 )
 from pipeline.defs.resources import sources_digest
-from pipeline.ingest.sources import load_sources, select_sources
+from pipeline.ingest.sources import load_sources, model_settings_problem, select_sources
 from pipeline.models import Source
 from pipeline.stages.results import BuildReport, KilledRun, SourceStatus
 
@@ -385,10 +385,17 @@ def _prepare(settings: Settings, source_names: Sequence[str] | None,
     first ([] when none): a killed ``docsvault build``'s runs
     (:func:`pipeline.defs.executor.release_killed_builds`) and the runs of this host whose process is gone
     (:func:`pipeline.defs.executor.release_runs_of_dead_processes`: a killed ``dagster asset materialize``,
-    with the selected sources whose assets it was to materialize)."""
+    with the selected sources whose assets it was to materialize).
+
+    Raises:
+        SourceConfigError: sources.yaml invalid, a name of ``source_names`` not in it, or a model setting that
+            cannot load (:func:`pipeline.ingest.sources.model_settings_problem`)."""
     ensure_instance(settings)
     all_sources = load_sources(settings.sources_file)
     sources = select_sources(all_sources, list(source_names or []))
+    problem = model_settings_problem(settings)
+    if problem:
+        raise SourceConfigError(problem)
     build.check_layout(settings, all_sources)
     removed = build.remove_dropped_sources(settings, all_sources, remove_all=remove_all)
     instance = dg.DagsterInstance.get()

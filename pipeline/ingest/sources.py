@@ -29,11 +29,11 @@ become vault links).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher, get_close_matches
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 from urllib.parse import urljoin
 
 import yaml
@@ -44,6 +44,9 @@ from pipeline.common.errors import SourceConfigError
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
 from pipeline.config import resolve_path
 from pipeline.models import DocFormat, Source, SourceKind
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _RESERVED_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
@@ -208,6 +211,38 @@ def _name_hint(name: object) -> str:
     if not re.search(r"[A-Za-z0-9]", name):
         return "; write it in ASCII (a romanised name such as 'dokusho' or 'notes'): the vault's note titles can stay Japanese"
     return ""
+
+
+#: the model settings a build checks before it starts (:func:`model_settings_problem`): (Settings field, the
+#: variable that sets it for the CLI and a code location)
+MODEL_SETTINGS = (("model", "DOCSVAULT_MODEL"), ("multilingual_model", "DOCSVAULT_MULTILINGUAL_MODEL"),
+                  ("crosslingual_model", "DOCSVAULT_CROSSLINGUAL_MODEL"))
+
+
+def model_settings_problem(settings: Settings, name_of: Callable[[str, str], str] = lambda field, env: env
+                           ) -> str | None:
+    """Why the build's model settings cannot load, checked as a source's ``embedding:`` is (``spec_problem``), before
+    any source is built: a misspelt spec (``DOCSVAULT_MODEL=all-MiniLM-L6-v3``, a Launchpad ``model`` typo) was
+    looked up on the Hugging Face hub, where an offline machine spent 10 s to 2 min in retries per process before
+    each source failed at its chunks, with no "did you mean". The cross-lingual lane's ``none`` is no model.
+
+    Args:
+        settings: the build's settings.
+        name_of: ``(field, variable) -> the setting's name in the message`` (the CLI names the variable, the
+            Dagster resource its field).
+
+    Returns:
+        ``"<name> must be …, got '<spec>'; did you mean …?"`` for each bad setting, joined by ``"; "``, or None.
+    """
+    problems = []
+    for field, env in MODEL_SETTINGS:
+        spec = getattr(settings, field)
+        if field == "crosslingual_model" and settings.crosslingual is None:
+            continue
+        problem = spec_problem(spec, partial(_is_model_path, settings.sources_file.parent), _in_hf_cache)
+        if problem:
+            problems.append(f"{name_of(field, env)} {problem}")
+    return "; ".join(problems) or None
 
 
 def _is_model_path(base_dir: Path, spec: str) -> bool:
