@@ -74,11 +74,12 @@ SHOWN_WORD_CHARS = 40
 
 
 def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
-                          skipped: int | SkippedFiles = 0) -> str:
+                          skipped: int | SkippedFiles = 0, closest: Mapping[str, str] | None = None) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
     searched word is in any note, so the hits are only near in meaning (the vector lanes); ``skipped``: files of
     those sources the last build skipped (:func:`skipped_files`; an int: files never built), which may hold the
-    words: a file never built is not searched, one serving its last good version is searched as it last built.
+    words: a file never built is not searched, one serving its last good version is searched as it last built;
+    ``closest``: missing word -> a word of the notes spelt nearly so (``MissingWords.closest``), offered beside it.
 
     >>> missing_words_message(["platypus", "lantern"], True)
     "no note contains 'platypus' or 'lantern': these notes are only near in meaning"
@@ -86,12 +87,15 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
     "no note of duckdb contains 'lantern'; 2 files the build skipped are not searched (`docsvault status` names them)"
     >>> missing_words_message(["雨"], False, [], SkippedFiles(unsearched=0, stale=1))
     "no note contains '雨'; 1 file the build skipped is searched as it last built, not as it is now (`docsvault status` names them)"
+    >>> missing_words_message(["paruqet"], True, closest={"paruqet": "parquet"})
+    "no note contains 'paruqet' (did you mean 'parquet'?): these notes are only near in meaning"
     >>> missing_words_message(["雨"], False, [], SkippedFiles(unsearched=1, stale=2))
     "no note contains '雨'; of the files the build skipped, 1 is not searched and 2 are searched as they last built, not as they are now (`docsvault status` names them)"
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     # a word is cut to its first SHOWN_WORD_CHARS - 1 and `…`: a pasted 10 kB word made this note 2,000 chars long
-    words = " or ".join(repr(_shown(w)) for w in missing)
+    near = closest or {}
+    words = " or ".join(repr(_shown(w)) + (f" (did you mean {near[w]!r}?)" if near.get(w) else "") for w in missing)
     files = SkippedFiles(skipped) if isinstance(skipped, int) else skipped
     stale = (f"searched as {'they' if files.stale != 1 else 'it'} last built, not as "
              f"{'they are' if files.stale != 1 else 'it is'} now")
@@ -132,7 +136,8 @@ def query_words_message(missing: Any, text: str, sources: Sequence[str] = (),
     if missing is None:
         return ""
     if missing.missing:
-        return missing_words_message(missing.missing, missing.every, sources, skipped)
+        return missing_words_message(missing.missing, missing.every, sources, skipped,
+                                     dict(getattr(missing, "closest", ())))
     return "" if missing.words else common_words_message(text)
 
 

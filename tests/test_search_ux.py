@@ -845,11 +845,11 @@ def test_a_japanese_word_written_inside_a_longer_word_is_not_named_missing(tmp_p
                          ("docs", "Tags.md", "Tags"): ["Tags help you find notes."]})
     assert Analyzer().tokens("肩こり 担当者") == ["肩凝り", "担当者"]
     with _searcher(path) as s:
-        assert s.missing_words("肩が痛い") == (("肩",), ())
-        assert s.missing_words("担当は誰") == (("担当",), ())
-        assert s.missing_words("膝と肩") == (("膝", "肩"), ("膝",))
-        assert s.missing_words("肩", source="docs") == (("肩",), ("肩",))
-        assert s.missing_words("担当", source=["me"]) == (("担当",), ())
+        assert s.missing_words("肩が痛い")[:2] == (("肩",), ())
+        assert s.missing_words("担当は誰")[:2] == (("担当",), ())
+        assert s.missing_words("膝と肩")[:2] == (("膝", "肩"), ("膝",))
+        assert s.missing_words("肩", source="docs")[:2] == (("肩",), ("肩",))
+        assert s.missing_words("担当", source=["me"])[:2] == (("担当",), ())
 
 
 def test_an_mcp_hit_text_is_at_most_600_characters_with_its_cut_marks(tmp_path: Path) -> None:

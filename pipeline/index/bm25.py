@@ -15,7 +15,7 @@ import marshal
 import math
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from types import SimpleNamespace
@@ -123,6 +123,19 @@ class Bm25Index:
             return False
         start, end = int(self._indptr[tid]), int(self._indptr[tid + 1])
         return end > start if scope is None else bool(scope[self._indices[start:end]].any())
+
+    def terms(self) -> Iterable[str]:
+        """Every analysed term of the vocabulary (insertion order)."""
+        return self._vocab.keys()
+
+    def docs_with(self, token: str, scope: np.ndarray | None = None) -> np.ndarray:
+        """Positions (int, index order) of the documents (of ``scope``, bool (n_docs,); None: any) that have the
+        analysed term ``token``; empty when none has it."""
+        tid = self._vocab.get(token)
+        if tid is None:
+            return np.zeros(0, dtype=np.int64)
+        docs = self._indices[int(self._indptr[tid]):int(self._indptr[tid + 1])]
+        return docs if scope is None else docs[scope[docs]]
 
     def docs_with_all(self, tokens: Sequence[str]) -> list[str]:
         """Ids of the documents that have every analysed term of ``tokens`` (index order; [] when ``tokens`` is

@@ -34,6 +34,7 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
@@ -64,6 +65,15 @@ K_RRF = 20.0
 #: a query is ranked on its first this many characters (cut at a space when there is one in the last 100): the
 #: encoders read at most 256-512 tokens anyway, and a pasted 100 KB text cost ~16 s of BM25 and analysis
 MAX_QUERY_CHARS = 2000
+#: how near in spelling (difflib's ratio, 0-1) a word of the notes is to a missing query word to be offered for it
+#: (:meth:`Searcher.closest_word`): ``paruqet``/``parquet`` 0.86, ``rollbak``/``rollback`` 0.93
+CLOSEST_WORD_RATIO = 0.8
+#: the terms (BM25, stemmed) looked at for a missing word: difflib's ratio to one of its terms or to the word
+#: at least CLOSEST_TERM_RATIO, the CLOSEST_TERMS nearest; the first CLOSEST_WORD_CHUNKS chunks holding each are read
+#: for the ways the notes write it
+CLOSEST_TERM_RATIO = 0.75
+CLOSEST_TERMS = 3
+CLOSEST_WORD_CHUNKS = 24
 
 
 _CJK_CHARS = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\uff9f]")   # kana, kanji, hangul, full/half width
@@ -77,10 +87,12 @@ def full_width_kana(text: str) -> str:
 
 class MissingWords(NamedTuple):
     """:meth:`Searcher.missing_words`: the query's words that were searched for (those that analyse to BM25 terms)
-    and those of them no note of the scope contains."""
+    and those of them no note of the scope contains; ``closest``: ``(missing word, a word of the notes spelt
+    nearly so)`` for each missing word that has one (:meth:`Searcher.closest_word`: ``paruqet`` -> ``parquet``)."""
 
     words: tuple[str, ...]
     missing: tuple[str, ...]
+    closest: tuple[tuple[str, str], ...] = ()
 
     @property
     def every(self) -> bool:
@@ -1918,7 +1930,57 @@ class Searcher:
                 if word in japanese and self._written(word, sources):
                     continue
                 missing.append(word)
-        return MissingWords(tuple(searched), tuple(missing))
+        closest = tuple((word, near) for word in missing if word not in japanese
+                        for near in [self.closest_word(word, scope)] if near)
+        return MissingWords(tuple(searched), tuple(missing), closest)
+
+    def closest_word(self, word: str, scope: np.ndarray | None = None) -> str:
+        """A word of the notes (of ``scope``, a bool mask over the BM25 chunk index; None: all) spelt nearly as the
+        missing English ``word``, as it is written there (lower case), for "did you mean": ``paruqet`` ->
+        ``parquet``, ``rollbak`` -> ``rollback``, ``dataframme`` -> ``dataframe``; "" when none is close or the
+        word is not ASCII. The BM25 terms nearest the word's own terms or the word itself (a misspelling the
+        stemmer does not stem: ``configuraton``), among terms of about its length with its first letter
+        (:data:`CLOSEST_TERM_RATIO`, :data:`CLOSEST_TERMS`), are read as written in the first chunks holding them
+        (a term is stemmed: ``datafram``); of those words, the one nearest the typed word
+        (:data:`CLOSEST_WORD_RATIO` or more), then the commonest. Runs only for
+        a missing word; ranking does not read it."""
+        index = self._bm25
+        bare = word.replace("-", "").replace("_", "")
+        if index is None or not word.isascii() or not bare.isalnum() or bare.isdigit():
+            return ""
+        typed = word.casefold()
+        probes = list(dict.fromkeys([*self.analyzer.tokens(word), typed]))
+        near: dict[str, tuple[float, int]] = {}        # term -> (its best ratio to a probe, chunks holding it)
+        for probe in probes:
+            matcher = SequenceMatcher(b=probe, autojunk=False)
+            for term in index.terms():
+                # a stem is shorter than the word: configur for configuration (configuraton is not stemmed)
+                if term[:1] != probe[:1] or not -5 <= len(term) - len(probe) <= 2 or term in probes:
+                    continue
+                matcher.set_seq1(term)
+                if matcher.real_quick_ratio() < CLOSEST_TERM_RATIO or matcher.quick_ratio() < CLOSEST_TERM_RATIO:
+                    continue
+                ratio = matcher.ratio()
+                if ratio >= CLOSEST_TERM_RATIO and ratio > near.get(term, (0.0, 0))[0]:
+                    docs = len(index.docs_with(term, scope))
+                    if docs:
+                        near[term] = (ratio, docs)
+        counts: dict[str, int] = {}
+        for term in sorted(near, key=lambda t: (near[t], t), reverse=True)[:CLOSEST_TERMS]:   # a stem starts its words
+            docs = np.sort(index.docs_with(term, scope))[:CLOSEST_WORD_CHUNKS]
+            with self._lock:
+                rows = self._chunk_rows([index.doc_ids[int(d)] for d in docs])
+            for row in rows.values():
+                text = " ".join(str(row.get(k) or "") for k in ("title", "breadcrumb", "text"))
+                for written in re.findall(r"[A-Za-z][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*", text):
+                    low = written.casefold()
+                    if low in counts or low.startswith(term[:3]) and (
+                            term in self.analyzer.tokens(low) or Analyzer.whole(low) == term):
+                        counts[low] = counts.get(low, 0) + 1
+        # the written form nearest the typed word (connections, not connects, for conections), then the commonest
+        ratios = {w: round(SequenceMatcher(a=typed, b=w, autojunk=False).ratio(), 6) for w in counts if w != typed}
+        good = [w for w, r in ratios.items() if r >= CLOSEST_WORD_RATIO]
+        return max(good, key=lambda w: (ratios[w], counts[w], -len(w), w)) if good else ""
 
     def _written(self, word: str, sources: frozenset[str] | None) -> bool:
         """Whether a chunk (text, title, headings) or an alias of the sources (None: all) holds ``word`` as written
