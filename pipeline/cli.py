@@ -1745,7 +1745,17 @@ def usage_error_line(exc: Exception, argv: Sequence[str] = ()) -> str:
     where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     option = getattr(exc, "option_name", None)
-    if type(exc).__name__ == "NoSuchOption" and isinstance(option, str):
+    root = ctx.find_root() if ctx is not None else None
+    placed = {o: p for p in (root.command.params if root is not None and ctx is not root else ())
+              for o in p.opts if o not in ("--help", "--version")}
+    if type(exc).__name__ == "NoSuchOption" and option in placed and root is not None and ctx is not None:
+        # a global option after the command (`docsvault build --data DIR`, as a Makefile writes it): Click offered
+        # `--source` for `--sources` (a source name, not a file) and `--tag` for `--data`
+        sub = ctx.command_path.removeprefix(root.command_path).strip()
+        metavar = placed[option].metavar or "VALUE"
+        message = (f"No such option: {option}: it is an option of {root.command_path} itself and goes before the "
+                   f"command: {root.command_path} {option} {metavar} {sub} …")
+    elif type(exc).__name__ == "NoSuchOption" and isinstance(option, str):
         text = next((a for a in argv if a.startswith(option) and not a.startswith(f"{option}=")), option)
         if text.startswith("---") or any(ch.isspace() for ch in text):
             shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

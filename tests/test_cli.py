@@ -914,3 +914,33 @@ def test_an_argument_that_is_not_utf8_is_one_line_naming_its_bytes(tmp_path: Pat
         cli._main()
     assert (exit_.value.code, capsys.readouterr()) == (1, ("", f"error: argument 'Ho\\xffme' is not UTF-8 text "
                                                                f"(byte 0xff): {fix}\n"))
+
+
+@pytest.mark.parametrize("args, line", [
+    (["search", "ducks", "--data", "/tmp/d"],
+     "error: No such option: --data: it is an option of docsvault itself and goes before the command: docsvault "
+     "--data DIR search … (see `docsvault search --help`)\n"),
+    (["build", "--sources=/tmp/s.yaml"],
+     "error: No such option: --sources: it is an option of docsvault itself and goes before the command: docsvault "
+     "--sources FILE build … (see `docsvault build --help`)\n"),
+    (["sources", "list", "--vault", "v"],
+     "error: No such option: --vault: it is an option of docsvault itself and goes before the command: docsvault "
+     "--vault DIR sources list … (see `docsvault sources list --help`)\n"),
+    (["search", "ducks", "--josn"],
+     "error: No such option: --josn (Possible options: --json) (see `docsvault search --help`)\n"),
+])
+def test_a_global_option_after_the_command_is_told_to_go_before_it(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   args: list[str], line: str) -> None:
+    """`docsvault build --sources s.yaml` (a Makefile's order) was "No such option: --sources (Possible options:
+    --force, --remove-all-sources, --source)", offering a source name's option for the file, and `search x --data D`
+    offered `--tag`."""
+    import sys
+
+    from pipeline import cli
+
+    monkeypatch.setattr(sys, "argv", ["docsvault", *args])
+    monkeypatch.setattr(sys.modules["__main__"], "__package__", None)   # Click names the program `docsvault`
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    assert (exit_.value.code, capsys.readouterr()) == (1, ("", line))
