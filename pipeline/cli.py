@@ -924,6 +924,8 @@ def _capture_input(file: Path | None) -> str:
 
     if file is not None and str(file) != "-":
         return decode_text(file.read_bytes(), str(file))
+    if sys.stdin is None:           # started with stdin closed (`<&-`, a service without one): no text to read
+        fail("nothing to capture: stdin is closed; pass TEXT or --file FILE")
     stream = getattr(sys.stdin, "buffer", None)
     return decode_text(stream.read(), "the text on stdin") if stream is not None else sys.stdin.read()
 
@@ -967,7 +969,7 @@ def capture(
     try:
         if text is not None and file is None and text != "-":
             body = text
-        elif text == "-" or file is not None or not sys.stdin.isatty():    # `capture -`: stdin, as `--file -`
+        elif text == "-" or file is not None or (sys.stdin is not None and not sys.stdin.isatty()):   # `capture -`
             body = _capture_input(file)
         else:
             fail("nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin")
@@ -1413,6 +1415,10 @@ def mcp(
         except PipelineError as exc:
             fail(str(exc))
         return
+    if sys.stdin is None or sys.stdout is None:     # `<&-` / `>&-`: no channel to serve on (was a traceback)
+        closed = " and ".join(n for n, f in (("stdin", sys.stdin), ("stdout", sys.stdout)) if f is None)
+        fail(f"{closed} {'are' if ' and ' in closed else 'is'} closed: `docsvault mcp` serves MCP over stdin and stdout; start it from an MCP client "
+             "(or serve HTTP with --http)")
     try:
         serve(settings(), transport="stdio", port=port, read_only=read_only)
     except PipelineError as exc:
@@ -1739,7 +1745,17 @@ def usage_error_line(exc: Exception, argv: Sequence[str] = ()) -> str:
     where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     option = getattr(exc, "option_name", None)
-    if type(exc).__name__ == "NoSuchOption" and isinstance(option, str):
+    root = ctx.find_root() if ctx is not None else None
+    placed = {o: p for p in (root.command.params if root is not None and ctx is not root else ())
+              for o in p.opts if o not in ("--help", "--version")}
+    if type(exc).__name__ == "NoSuchOption" and option in placed and root is not None and ctx is not None:
+        # a global option after the command (`docsvault build --data DIR`, as a Makefile writes it): Click offered
+        # `--source` for `--sources` (a source name, not a file) and `--tag` for `--data`
+        sub = ctx.command_path.removeprefix(root.command_path).strip()
+        metavar = placed[option].metavar or "VALUE"
+        message = (f"No such option: {option}: it is an option of {root.command_path} itself and goes before the "
+                   f"command: {root.command_path} {option} {metavar} {sub} …")
+    elif type(exc).__name__ == "NoSuchOption" and isinstance(option, str):
         text = next((a for a in argv if a.startswith(option) and not a.startswith(f"{option}=")), option)
         if text.startswith("---") or any(ch.isspace() for ch in text):
             shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
@@ -1782,8 +1798,37 @@ def _storage_problem(exc: BaseException) -> str | None:
     return storage_error_line(exc, dagster_home=s.dagster_home if s else None, data_dir=s.data_dir if s else None)
 
 
+#: options whose value is a path, which may be any bytes on Linux (other arguments are text: read as UTF-8)
+PATH_OPTIONS = ("--sources", "--data", "--vault", "--synonyms", "--file", "-f", "--token-file")
+
+
+def undecodable_arg_line(argv: Sequence[str]) -> str | None:
+    """The error line for the first argument of ``argv`` (``sys.argv[1:]``) that is not UTF-8 text (Python keeps
+    such bytes as lone surrogates, ``'\\udcff'``), e.g. a query typed in a Latin-1 terminal or read from a
+    Shift_JIS file by a script; None when there is none. A path option's value, or an argument naming an existing
+    file, is a path and passes. Before, such an argument was a traceback of ``read``, ``related`` and ``capture``
+    and a ``'utf-8' codec can't encode character '\\udce9'`` line of ``search``."""
+    for i, arg in enumerate(argv):
+        if not any("\udc80" <= ch <= "\udcff" for ch in arg):
+            continue
+        if (i and argv[i - 1] in PATH_OPTIONS) or arg.startswith(tuple(f"{o}=" for o in PATH_OPTIONS)) \
+                or os.path.lexists(arg):
+            continue
+        raw = arg.encode("utf-8", "surrogateescape")
+        shown = raw.decode("utf-8", "backslashreplace")
+        shown = shown if len(shown) <= 60 else shown[:60] + "…"
+        bad = next(ch for ch in arg if "\udc80" <= ch <= "\udcff")
+        return (f"argument '{shown}' is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02x}): docsvault reads its "
+                "arguments as UTF-8; convert it (e.g. iconv -f latin1 -t utf-8) or pass it from a UTF-8 terminal")
+    return None
+
+
 def _main() -> None:
     _log_lines()
+    bad_arg = undecodable_arg_line(sys.argv[1:])
+    if bad_arg:
+        typer.echo(f"error: {bad_arg}", err=True)
+        sys.exit(1)
     try:
         rv = app(standalone_mode=False)
     except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)

@@ -860,3 +860,87 @@ def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_
                  "    path: other\n", encoding="utf-8")
     result = runner.invoke(app, args)
     assert (result.exit_code, result.output) == (0, f"{p}: 3 source(s), valid\n")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["capture", "--no-build"], "error: nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin\n"),
+    (["capture", "--no-build", "-"], "error: nothing to capture: stdin is closed; pass TEXT or --file FILE\n"),
+    (["capture", "--no-build", "--file", "-"], "error: nothing to capture: stdin is closed; pass TEXT or --file FILE\n"),
+    (["mcp"], "error: stdin is closed: `docsvault mcp` serves MCP over stdin and stdout; start it from an MCP client "
+              "(or serve HTTP with --http)\n"),
+])
+def test_a_command_started_with_stdin_closed_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 args: list[str], line: str) -> None:
+    """`docsvault capture <&-` (a CI step or a service started without stdin: Python's ``sys.stdin`` is None) was
+    an AttributeError traceback (``'NoneType' object has no attribute 'isatty'``), and so was `docsvault mcp <&-`."""
+    import sys
+
+    from pipeline import cli
+
+    monkeypatch.setattr(sys, "stdin", None)
+    monkeypatch.setattr(sys, "argv", ["docsvault", "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
+                                      "--sources", str(tmp_path / "sources.yaml"), *args])
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    assert (exit_.value.code, capsys.readouterr()) == (1, ("", line))
+    assert not (tmp_path / "d").exists() and not (tmp_path / "v").exists()
+
+
+def test_an_argument_that_is_not_utf8_is_one_line_naming_its_bytes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A query or note name passed in Latin-1 or Shift_JIS (Python keeps the bytes as lone surrogates) was a
+    traceback of `read`, `related` and `capture` (RuntimeError: Unable to cast Python instance … to C++ type,
+    UnicodeEncodeError) and `'utf-8' codec can't encode character '\\udce9' …` of `search`; a path may be any
+    bytes and passes."""
+    import sys
+
+    from pipeline import cli
+
+    latin1 = "caf\udce9"                                        # b"caf\xe9": café in Latin-1
+    fix = "docsvault reads its arguments as UTF-8; convert it (e.g. iconv -f latin1 -t utf-8) or pass it from a UTF-8 terminal"
+    assert cli.undecodable_arg_line(["search", latin1, "-k", "2"]) == (
+        f"argument 'caf\\xe9' is not UTF-8 text (byte 0xe9): {fix}")
+    assert cli.undecodable_arg_line(["capture", "\udc82\udca0 memo"]) == (
+        f"argument '\\x82\\xa0 memo' is not UTF-8 text (byte 0x82): {fix}")
+    assert cli.undecodable_arg_line(["search", "café"]) is None
+    assert cli.undecodable_arg_line(["--data", f"/tmp/{latin1}", "--sources=/x/\udcff.yaml", "status"]) is None
+    existing = tmp_path / "caf\udce9.yaml"
+    existing.write_bytes(b"cases: []\n")
+    assert cli.undecodable_arg_line(["eval", str(existing)]) is None
+    monkeypatch.setattr(sys, "argv", ["docsvault", "--data", str(tmp_path / "d"), "read", "Ho\udcffme"])
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    assert (exit_.value.code, capsys.readouterr()) == (1, ("", f"error: argument 'Ho\\xffme' is not UTF-8 text "
+                                                               f"(byte 0xff): {fix}\n"))
+
+
+@pytest.mark.parametrize("args, line", [
+    (["search", "ducks", "--data", "/tmp/d"],
+     "error: No such option: --data: it is an option of docsvault itself and goes before the command: docsvault "
+     "--data DIR search … (see `docsvault search --help`)\n"),
+    (["build", "--sources=/tmp/s.yaml"],
+     "error: No such option: --sources: it is an option of docsvault itself and goes before the command: docsvault "
+     "--sources FILE build … (see `docsvault build --help`)\n"),
+    (["sources", "list", "--vault", "v"],
+     "error: No such option: --vault: it is an option of docsvault itself and goes before the command: docsvault "
+     "--vault DIR sources list … (see `docsvault sources list --help`)\n"),
+    (["search", "ducks", "--josn"],
+     "error: No such option: --josn (Possible options: --json) (see `docsvault search --help`)\n"),
+])
+def test_a_global_option_after_the_command_is_told_to_go_before_it(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   args: list[str], line: str) -> None:
+    """`docsvault build --sources s.yaml` (a Makefile's order) was "No such option: --sources (Possible options:
+    --force, --remove-all-sources, --source)", offering a source name's option for the file, and `search x --data D`
+    offered `--tag`."""
+    import sys
+
+    from pipeline import cli
+
+    monkeypatch.setattr(sys, "argv", ["docsvault", *args])
+    monkeypatch.setattr(sys.modules["__main__"], "__package__", None)   # Click names the program `docsvault`
+    with pytest.raises(SystemExit) as exit_:
+        cli._main()
+    assert (exit_.value.code, capsys.readouterr()) == (1, ("", line))
