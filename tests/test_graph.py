@@ -102,6 +102,18 @@ def test_code_masking_variants(markdown: str, expected: list[str]) -> None:
     assert [link.target for link in parse_links(markdown)] == expected
 
 
+def test_links_in_obsidian_comments_are_no_links() -> None:
+    """An Obsidian power user's finding (session 46): `check-vault` named `Home.md:19 -> [[Hidden target]]` as a
+    dangling link, and a `%%[[Draft]]%%` to a note made an edge (outlink, backlink, `related`), while Obsidian reads
+    no link in a comment (inline, across lines, or unclosed to the end of the note)."""
+    body = ("See [[A]]. %% secret: [[Hidden target]] %%\n\n%%\nDraft: [[B]] and [x](C.md)\n%%\n\n"
+            "Then [[D]] and `%%` in code, [[E]].\n\n```\n%%\n```\n\n[[F]] %% unclosed [[G]]\n\n[[H]]")
+    assert [link.target for link in parse_links(body)] == ["A", "D", "E", "F"]
+    lg = build_graph([note("Home.md", body), note("B.md", "b")])
+    assert lg.unresolved == [("v/Home.md", t) for t in ("A", "D", "E", "F")]
+    assert not lg.graph.has_edge("v/Home.md", "v/B.md")
+
+
 def test_link_forms() -> None:
     md = (
         "![[Diagram.png|300]] ![[Other note#Part]] [[Page#^abc123]] [[Page#Head#Sub]] [[folder/Page.md|x]]\n"

@@ -142,6 +142,21 @@ def test_obsidian_body_kept(tmp_path):
     assert _body(tmp_path, "obsidian", text) == text
 
 
+
+def test_obsidian_note_keeps_its_html(tmp_path):
+    """An Obsidian power user's finding (session 46): a note's `<details>` became two plain paragraphs, a YouTube
+    `<iframe>` the link `[iframe](https://…)` and `<span style="color:red">` bare text in the built vault, though
+    Obsidian renders that HTML: an Obsidian note keeps it as written."""
+    text = ('# HTML bits\n\nSome <span style="color:red">red warning</span> and <u>underlined</u> words.\n\n'
+            "<details>\n<summary>Spoiler</summary>\n\nThe heron did it.\n\n</details>\n\n"
+            '<iframe width="560" src="https://www.youtube.com/embed/x"></iframe>\n\n<center>Lynx</center>\n\n'
+            "Line one<br>line two\n")
+    assert _body(tmp_path, "obsidian", text) == text
+    assert _body(tmp_path / "md", "markdown", text) == (
+        "# HTML bits\n\nSome red warning and <u>underlined</u> words.\n\nSpoiler\n\nThe heron did it.\n\n"
+        "[iframe](https://www.youtube.com/embed/x)\n\nLynx\n\nLine one  \nline two\n")
+
+
 # ---- mdx ----
 
 MDX_IN = '''import { HELM } from "/snippets/helm.mdx"

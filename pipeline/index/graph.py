@@ -80,6 +80,8 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 _BACKTICKS = re.compile(r"`+")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _EXTENSION = re.compile(r"\.([A-Za-z0-9]{1,8})$")
+#: an Obsidian comment, ``%%hidden%%`` (across lines too; an unclosed ``%%`` runs to the end of the note)
+_OBSIDIAN_COMMENT = re.compile(r"%%.*?(?:%%|\Z)", re.DOTALL)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -119,6 +121,14 @@ def _mask_inline(text: str) -> str:
         else:
             i += 1
     return "".join(chars)
+
+
+def _mask_comments(text: str) -> str:
+    """``text`` (code masked already: :func:`_mask_inline`) with Obsidian's ``%%comments%%`` replaced by spaces
+    (offsets and line breaks kept): Obsidian reads no link there (outgoing links, backlinks, the graph view)."""
+    if "%%" not in text:
+        return text
+    return _OBSIDIAN_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
 
 
 def _parse_wikilink(inner: str, embed: bool) -> WikiLink | None:
@@ -175,7 +185,8 @@ def parse_links(markdown: str) -> list[WikiLink]:
     (``[text](../x/Note.md#h)``, ``[Three laws of motion](Three%20laws%20of%20motion)``; URL-decoded, kind
     "markdown", target as written; http(s)/mailto/other schemes, images, files with another extension, folders
     and anchor-only links are skipped). Nothing inside fenced code (``` or ~~~, any length), indented code or inline
-    code counts; inline code inside a wikilink is part of it (``[[Note#`.output`: Files|the `x` page]]``).
+    code counts, nor inside an Obsidian comment (``%%[[Draft]]%%``, across lines too), as in Obsidian; inline code
+    inside a wikilink is part of it (``[[Note#`.output`: Files|the `x` page]]``).
 
     Args:
         markdown: a note body (Markdown, LF line endings; frontmatter already removed).
@@ -234,10 +245,10 @@ def link_spans(markdown: str) -> list[tuple[int, int, WikiLink]]:
     written (``[[Guide#Install|the install]]``, ``[text](Install%20guide.md#Nope)``), offsets in ``markdown``
     with its CRLF / CR line breaks read as LF (an LF-only text's own offsets)."""
     blocks = _mask_blocks(re.sub(r"\r\n?", "\n", markdown))   # line breaks as markdown-it counts them
-    text = _mask_inline(blocks)
+    text = _mask_comments(_mask_inline(blocks))
     found: list[tuple[int, int, WikiLink]] = []
     for m in _WIKILINK.finditer(blocks):
-        if text[m.start()] != blocks[m.start()]:     # opens inside inline code: `[[x]]` is no link
+        if text[m.start()] != blocks[m.start()]:     # opens inside inline code or a %%comment%%: no link
             continue
         # inline code inside the link is its text: [[Note#`.output`: Files]] links that heading, as Obsidian reads it
         link = _parse_wikilink(m.group(2), embed=bool(m.group(1)))

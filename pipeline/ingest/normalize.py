@@ -1248,9 +1248,12 @@ def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
 def clean_body(fmt: DocFormat, body: str, frontmatter: dict[str, Any], site: dict[str, Any] | None = None) -> str:
     """Format-specific cleaning of a body (LF text), links excluded (mdx components, Jekyll Liquid with ``site``
     variables from the source's ``_config.yml``, doc-builder directives), then raw HTML -> Markdown for every
-    format (:func:`pipeline.ingest.htmlblocks.convert_html`, prose only)."""
+    format but ``obsidian`` (:func:`pipeline.ingest.htmlblocks.convert_html`, prose only): Obsidian renders a note's
+    HTML (``<details>``, ``<iframe>``, ``<span style>``), so an Obsidian note keeps it as written."""
     from pipeline.ingest.htmlblocks import convert_html
 
+    if fmt == "obsidian":
+        return body
     if fmt == "mdx":
         body = _mdx(body)
     elif fmt == "jekyll":
