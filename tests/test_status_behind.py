@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -146,6 +147,25 @@ def test_status_names_a_publish_that_failed_until_one_succeeds(built_tiny_env: P
     warehouse, lines = _status()
     assert (warehouse["publish_failed"], warehouse["behind"]) == (None, False)
     assert not [line for line in lines if "publish" in line or "behind" in line]
+
+
+def test_a_publish_interrupted_by_ctrl_c_is_no_failed_publish(built_tiny_env: Path, monkeypatch) -> None:
+    """Ctrl-C while DuckDB ran the publish's query raised DuckDB's InterruptException, which was recorded as a
+    failed publish: `status` said "last publish failed (…): INTERRUPT Error: Interrupted!" until the next build,
+    though an interrupted build records nothing as a failure (helper-146, session 46)."""
+    import duckdb
+
+    from pipeline.stages import warehouse as stage
+
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    monkeypatch.setattr(stage, "publish_stage", interrupted)
+    with pytest.raises(duckdb.InterruptException):
+        stage.warehouse_stage(Settings.from_env(), [], lambda spec: None)
+    warehouse, lines = _status()
+    assert warehouse["publish_failed"] is None
+    assert not [line for line in lines if "publish" in line]
 
 
 OTHER_VERSION = ("  behind: published by another version of docsvault (an upgrade or a downgrade since); search, read "

@@ -457,6 +457,13 @@ def warehouse_stage(settings: Settings, sources: Sequence[Source], embedder_fact
     try:
         out = publish_stage(settings, sources, embedder_factory)
     except Exception as exc:
+        import duckdb
+
+        if isinstance(exc, duckdb.InterruptException):
+            # Ctrl-C while DuckDB ran a query: DuckDB raises its own error for the KeyboardInterrupt, and the
+            # build was interrupted, not failed (before session 46 `status` said "last publish failed: Query
+            # interrupted" until the next build)
+            raise
         line = storage_error_line(exc, data_dir=settings.data_dir) or \
             " ".join(str(exc).split())[:500] or type(exc).__name__
         try:
