@@ -27,8 +27,9 @@ SPHINX = ('<dl class="py class">\n<dt class="sig sig-object py" id="duckdb.Binar
     # Sphinx autodoc output (duckdb's Python reference): the signature and its text, no tags
     ("jekyll", SPHINX, '*class* duckdb.BinaryValue(*object*)\n:   Bases: [`Value`](#duckdb.Value '
                        '"duckdb.value.constant.Value")\n'),
-    # an embedded video (obsidian-help's Web Clipper pages): a link to it
-    ("obsidian", 'Intro.\n<div style="padding:62.29% 0 0 0;position:relative;"><iframe '
+    # an embedded video: a link to it in a Markdown source (an Obsidian note keeps its HTML, which Obsidian renders:
+    # tests/test_normalize.py::test_obsidian_note_keeps_its_html)
+    ("markdown", 'Intro.\n<div style="padding:62.29% 0 0 0;position:relative;"><iframe '
                  'src="https://player.vimeo.com/video/1" title="Highlighter demo"></iframe></div>\nAfter.\n',
      "Intro.\n\n[Highlighter demo](https://player.vimeo.com/video/1)\n\nAfter.\n"),
     # a wrapper around Markdown (blank lines inside): only the tags go, the Markdown inside stays Markdown

@@ -465,3 +465,20 @@ def test_a_local_folder_replaced_by_a_symlink_loop_fails_that_source_alone(tmp_p
     monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "loop"))
     s = Settings.from_env()
     assert (s.data_dir, s.vault_dir) == (tmp_path / "loop", tmp_path / "loop")
+
+
+def test_a_local_folder_in_an_obsidian_vault_is_format_obsidian_unless_set(tmp_path: Path) -> None:
+    """A `.obsidian/` folder in the source's folder or above it makes a `local` source without `format:` obsidian:
+    before session 46 each file was guessed, so a note writing `{{ page.title }}` lost it (read as Jekyll)."""
+    (tmp_path / "Vault" / ".obsidian").mkdir(parents=True)
+    (tmp_path / "Vault" / "Projects").mkdir()
+    (tmp_path / "docs").mkdir()
+    path = write(tmp_path, (
+        "sources:\n"
+        "  - {name: vault, kind: local, path: Vault}\n"
+        "  - {name: projects, kind: local, path: Vault/Projects}\n"
+        "  - {name: docs, kind: local, path: docs}\n"
+        "  - {name: mixed, kind: local, path: [Vault, docs]}\n"
+        "  - {name: set, kind: local, path: Vault, format: markdown}\n"))
+    assert {s.name: s.format for s in load_sources(path)} == {
+        "vault": "obsidian", "projects": "obsidian", "docs": None, "mixed": None, "set": "markdown"}

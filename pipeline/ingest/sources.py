@@ -177,6 +177,8 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     roots: tuple[Path, ...] = ()
     if kind == "local":
         roots = tuple(resolve_path(base_dir / Path(p).expanduser()) for p in _str_list(block.get("path"), where, "path"))
+        if fmt is None and roots and all(in_obsidian_vault(root) for root in roots):
+            fmt = "obsidian"
     return Source(
         name=name,
         kind=kind,
@@ -197,6 +199,19 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         max_pages=max_pages,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts),
     )
+
+
+def in_obsidian_vault(folder: Path) -> bool:
+    """Whether ``folder`` is an Obsidian vault or a folder in one: it or a folder above it holds ``.obsidian/``
+    (the settings folder Obsidian makes in every vault). A ``local`` source without ``format:`` there is
+    ``format: obsidian``, as Obsidian reads its notes: before session 46 each file's format was guessed, so a note
+    that wrote ``{{ page.title }}`` or ``{% include x %}`` lost that text (read as Jekyll Liquid), a line that was
+    only ``<Dashboard />`` was dropped (read as MDX) and its HTML was rewritten. Unreadable folders count as
+    no vault."""
+    try:
+        return any((parent / ".obsidian").is_dir() for parent in (folder, *folder.parents))
+    except OSError:
+        return False
 
 
 def _name_hint(name: object) -> str:
