@@ -216,7 +216,9 @@ def test_llms_full_used_when_llms_txt_missing(tmp_path):
         SiteHandler.pages = {"/llms-full.txt": ("text/plain", f"# One\nSource: {base}/docs/one\n\nx\n# Two\ny\n".encode())}
         result = fetch_source(Source(name="full", kind="llms_txt", url=f"{base}/llms.txt", rate_limit=0),
                               _settings(tmp_path))
-    assert [(f.source_path, f.url) for f in result.files] == [("docs/one.md", f"{base}/docs/one"), ("two.md", None)]
+    # a page without a `Source:` line is at the llms-full.txt's URL (its note said {base}/two, a page no one has)
+    assert [(f.source_path, f.url) for f in result.files] == [("docs/one.md", f"{base}/docs/one"),
+                                                              ("two.md", f"{base}/llms-full.txt")]
     assert result.files[0].path.read_text() == "# One\n\nx\n"
 
 

@@ -24,7 +24,7 @@ section's name.
 
 ``llms-full.txt``: when ``url`` names one, or when ``llms.txt`` is missing (404) and ``llms-full.txt`` exists, the
 file is split into pages at its H1 headings (outside code fences); a ``Source: <url>`` line right after the heading
-gives the page's path, else a slug of the title.
+gives the page's path and URL, else a slug of the title is its path and the llms-full.txt its URL.
 
 Conditional GET per link (ETag / Last-Modified of the URL that won last time) and of llms.txt itself.
 """
@@ -370,7 +370,7 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
                                    "sha256": sha256(data), "meta": {"llms_index": True}}
         files = tuple(sorted(
             (RawFile(source=source.name, source_path=e["source_path"], path=stage.final_path(e["source_path"]),
-                     url=scrub(e.get("url", u) if e.get("kind") == "llms-full" else u, info),
+                     url=scrub((e.get("url") or e["fetched_url"]) if e.get("kind") == "llms-full" else u, info),
                      meta=dict(e.get("meta") or {}))
              for u, e in taken.items()),
             key=lambda f: f.source_path))
