@@ -524,6 +524,19 @@ def test_local_format_html_site_404_page_is_no_note(tmp_path: Path):
     assert result.errors == []
 
 
+def test_jekyll_note_boxes_become_callouts():
+    """jekyllrb.com's `<div class="note warning"><h5>Title</h5>…</div>` was a `##### Title` heading of the page
+    with its paragraphs under it; it is a callout of its kind (`note` when it has none), as mkdocs' admonitions
+    are. A `div.note` without a title heading first stays as it was."""
+    html = ('<html><body><main><h1>Front Matter</h1><p>Intro.</p>'
+            '<div class="note warning">\n  <h5>UTF-8 Warning</h5>\n  <p>No <code>BOM</code>, please.</p>\n</div>'
+            '<div class="note">\n  <h5>ProTip™: Use it</h5>\n  <p>One.</p>\n  <p>Two.</p>\n</div>'
+            '<div class="note"><p>Plain box.</p></div></main></body></html>')
+    assert html_to_markdown(html, "https://jekyllrb.com/docs/front-matter/").markdown == (
+        "# Front Matter\n\nIntro.\n\n> [!warning] UTF-8 Warning\n> No `BOM`, please.\n\n"
+        "> [!note] ProTip™: Use it\n> One.\n>\n> Two.\n\nPlain box.\n")
+
+
 def test_heading_anchors_that_are_not_slugs_resolve_to_the_heading(tmp_path: Path):
     """mkdocstrings' <h2 id="a.b.C"> and Sphinx's <section id="sec-9"><h2>: a link to page#anchor names the
     heading (it named `#a.b.C`, no heading of the note); the note's headings show no `{#anchor}`."""
