@@ -524,6 +524,37 @@ def test_local_format_html_site_404_page_is_no_note(tmp_path: Path):
     assert result.errors == []
 
 
+def test_local_format_html_page_that_becomes_a_redirect_stub_leaves_the_vault(tmp_path: Path):
+    """A page of a built site that the next version of the site turns into a redirect stub (the page moved), or
+    its 404.html, which earlier builds made a note: the normalize stage called them files that "failed to
+    normalize" and kept their old notes for good ("serving their last good version: 404.html"); they now leave,
+    with no warning. A page that does fail still keeps its last good note."""
+    import dataclasses
+
+    from pipeline import stages as b
+    from pipeline.common import artifacts
+
+    site = tmp_path / "site"
+    site.mkdir()
+    page = "<html><body><main><h1>{t}</h1><p>Text.</p></main></body></html>"
+    for name in ("old.html", "new.html", "404.html", "bad.html"):
+        (site / name).write_text(page.format(t=name[:-5].title()), encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    settings = _settings(tmp_path)
+    b.fetch_stage(settings, source)
+    b.normalize_stage(settings, source)
+    artifacts.save_notes(settings, "site", [*artifacts.load_notes(settings, "site"),
+                                            *[dataclasses.replace(n, source_path="404.html", rel_path="404.md", title="404")
+                                              for n in artifacts.load_notes(settings, "site")[:1]]])  # as before
+    (site / "old.html").write_text('<html><head><meta http-equiv="refresh" content="0; url=new.html"></head>'
+                                   '<body>Redirecting...</body></html>', encoding="utf-8")
+    (site / "bad.html").write_bytes(b"\xff\xfe\x00bad")
+    b.fetch_stage(settings, source)
+    result = b.normalize_stage(settings, source)
+    assert sorted(n.source_path for n in artifacts.load_notes(settings, "site")) == ["bad.html", "new.html"]
+    assert result.kept_last_good == ("bad.html",)
+
+
 def test_jekyll_note_boxes_become_callouts():
     """jekyllrb.com's `<div class="note warning"><h5>Title</h5>…</div>` was a `##### Title` heading of the page
     with its paragraphs under it; it is a callout of its kind (`note` when it has none), as mkdocs' admonitions

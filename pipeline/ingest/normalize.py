@@ -71,6 +71,8 @@ class NormalizeResult(NamedTuple):
     notes: list[Note]
     errors: list[str]      # "source 'x': path: reason"
     dangling: tuple[DanglingLink, ...] = ()
+    #: source paths of files that are no note by design, not by failure: a built site's redirect stubs and 404 page
+    left_out: tuple[str, ...] = ()
 
 
 # =====================================================================================================================
@@ -1495,14 +1497,15 @@ def _converted_cached(body: str, index: _LinkIndex, sp: str, url: str, cache: An
 
 
 def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: dict[str, Any]
-                 ) -> tuple[list[_Parsed], list[str], dict[str, str]]:
+                 ) -> tuple[list[_Parsed], list[str], dict[str, str], list[str]]:
     """Read and parse every file of ``unique`` (source path -> file): the parsed pages, one error line per
-    file skipped (see :func:`normalize_source`), and the redirect stubs (:data:`REDIRECT_STUB`: source path ->
-    the URL it redirects to), which are neither (logged as a count); a site's 404 page (:data:`NOT_FOUND_PAGE`)
-    is left out too."""
+    file skipped (see :func:`normalize_source`), the redirect stubs (:data:`REDIRECT_STUB`: source path -> the
+    URL it redirects to), which are neither (logged as a count), and the source paths of the files left out by
+    design: those stubs and a site's 404 page (:data:`NOT_FOUND_PAGE`)."""
     parsed: list[_Parsed] = []
     errors: list[str] = []
     stubs: dict[str, str] = {}
+    left_out: list[str] = []
     for sp, raw in unique.items():
         where = f"source '{source.name}': {sp!r}" if _needs_quoting(sp) else f"source '{source.name}': {sp}"
         try:
@@ -1526,9 +1529,11 @@ def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: d
             p = _parse_cached(source, raw, text, cache, site)
             if p.fmt == REDIRECT_STUB:
                 stubs[sp] = str(p.frontmatter.get("redirect") or "")
+                left_out.append(sp)
                 continue
             if p.fmt == NOT_FOUND_PAGE:
                 log.info("source '%s': %s is the site's 'page not found' page: not a note", source.name, sp)
+                left_out.append(sp)
                 continue
             parsed.append(p)
         except NoteError as exc:
@@ -1540,7 +1545,7 @@ def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: d
     if stubs:
         log.info("source '%s': %d redirect stub page(s) (<meta http-equiv=refresh>) left out: not notes",
                  source.name, len(stubs))
-    return parsed, errors, stubs
+    return parsed, errors, stubs, left_out
 
 
 def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, cache: Any = None
@@ -1569,7 +1574,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
     for line in renamed_lines(source.name, rel_paths):
         log.warning("%s", line)
     site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
-    parsed, errors, stubs = _parse_files(source, unique, cache, site)
+    parsed, errors, stubs, left_out = _parse_files(source, unique, cache, site)
     ok = {p.raw.source_path: rel_paths[p.raw.source_path] for p in parsed}
     index = _LinkIndex(source, ok, {p.raw.source_path: p.headings for p in parsed})
     for stub, to in sorted(stubs.items()):       # a link to a stub reaches the page the stub redirects to
@@ -1596,7 +1601,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
         fm = build_frontmatter(source, p.raw, p.frontmatter, title, url, body, fetched_at)
         notes.append(Note(source=source.name, source_path=sp, rel_path=rel_paths[sp], title=title,
                           frontmatter=fm, body=body))
-    return NormalizeResult(notes, errors, tuple(dangling))
+    return NormalizeResult(notes, errors, tuple(dangling), tuple(sorted(left_out)))
 
 
 def _needs_quoting(text: str) -> bool:
