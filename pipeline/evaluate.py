@@ -610,7 +610,8 @@ def format_skipped(report: Mapping[str, Any]) -> list[str]:
 def _nearest_pages(expected: Sequence[str], paths: Collection[str], corpus: str = "") -> list[str]:
     """For an eval case whose ``expected`` pages are none of the corpus's ``paths`` (source paths): the pages it
     probably meant, one per expected entry that has one: the same path in another case or Unicode form, also
-    written as a vault path (``ducks.md``, ``tiny/ducks.md`` -> ``Ducks.md``), else the closest path by
+    written as a vault path (``ducks.md``, ``tiny/ducks.md`` -> ``Ducks.md``), or as a built site's page URL or
+    site path (``https://neuml.github.io/txtai/why/``, ``why/`` -> ``why/index.html``), else the closest path by
     :func:`difflib.get_close_matches` (ratio >= 0.8: ``Duck.md`` -> ``Ducks.md``). [] when nothing is close."""
     import difflib
     import unicodedata
@@ -625,11 +626,38 @@ def _nearest_pages(expected: Sequence[str], paths: Collection[str], corpus: str 
     for want in expected:
         k = key(want)
         k = k[len(prefix):] if prefix and k.startswith(prefix) and k[len(prefix):] else k
-        near = by_key.get(k) or _named_page(k, by_key) or next(
+        near = by_key.get(k) or _named_page(k, by_key) or _page_at_url(k, by_key) or next(
             iter(difflib.get_close_matches(want, ordered, n=1, cutoff=0.8)), None)
         if near and near not in out:
             out.append(near)
     return out
+
+
+def _page_at_url(k: str, by_key: Mapping[str, str]) -> str | None:
+    """The page of a built site (``x/index.html``, ``x.html``, ``x/index.md``, ``x.md``) that an expected entry
+    written as its URL or site path names (``k`` case-folded; ``https://neuml.github.io/txtai/why/`` or ``why/``
+    for ``why/index.html``; leading folders of the URL such as a project's ``txtai/`` may be dropped, the page's
+    own folders not); None when it names none."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(k)
+    except ValueError:
+        return None
+    if parts.scheme in ("http", "https"):
+        path = parts.path
+    elif not parts.scheme and k.endswith("/"):
+        path = k
+    else:
+        return None
+    segments = [s for s in unquote(path).split("/") if s]
+    for i in range(len(segments) + 1 if not segments else len(segments)):
+        rest = "/".join(segments[i:])
+        for name in ((f"{rest}/index.html", f"{rest}.html", f"{rest}/index.md", f"{rest}.md") if rest
+                     else ("index.html", "index.md")):
+            if name in by_key:
+                return by_key[name]
+    return None
 
 
 def _named_page(k: str, by_key: Mapping[str, str]) -> str | None:

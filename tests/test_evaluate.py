@@ -539,6 +539,20 @@ def test_an_expected_page_written_as_a_note_name_or_link_suggests_its_path():
     assert _nearest_pages(["Duck.md", "[[]]", "[[Zebra]]"], paths, "me") == ["Ducks.md"]
 
 
+def test_an_expected_page_written_as_its_url_suggests_its_path():
+    """A user of a built HTML site writes a case's page as the address they read it at
+    (`https://neuml.github.io/txtai/embeddings/configuration/ann/`, or `docs/variables/`): a miss with no hint, where
+    `read` opens that URL. Each now names the page's source path (the match stays exact)."""
+    from pipeline.evaluate import _nearest_pages
+
+    paths = ["index.html", "embeddings/configuration/ann/index.html", "docs/variables/index.html", "faq.html"]
+    assert _nearest_pages(["https://neuml.github.io/txtai/embeddings/configuration/ann/"], paths, "txt") == [
+        "embeddings/configuration/ann/index.html"]
+    assert _nearest_pages(["docs/variables/", "https://neuml.github.io/txtai/faq", "https://x.org/"], paths,
+                          "txt") == ["docs/variables/index.html", "faq.html", "index.html"]
+    assert _nearest_pages(["https://neuml.github.io/txtai/gone/", "gone/"], paths, "txt") == []
+
+
 def test_a_case_with_some_expected_pages_missing_is_named():
     """A case with two accepted pages, one not in the warehouse (a typo, another source's page), is scored (its
     first page is found, so MRR and hit@k are whole) but its nDCG@10 can never reach 1: it is named under

@@ -478,6 +478,96 @@ def test_local_format_html_redirect_stub_is_no_note(tmp_path: Path):
     assert [n.source_path for n in again.notes] == ["new.html"]
 
 
+def test_local_format_html_link_to_a_redirect_stub_reaches_the_page_it_redirects_to(tmp_path: Path):
+    """jekyllrb.com links `/docs/home/`, a jekyll-redirect-from stub sending to `/docs/`: the link became a link
+    to the web (`[documentation](https://jekyllrb.com/docs/home/)`); it is now a vault link to the page the stub
+    redirects to, its heading kept, at the stub's URL or by a relative link, with and without a cache."""
+    site = tmp_path / "site"
+    (site / "docs" / "home").mkdir(parents=True)
+    (site / "docs" / "index.html").write_text(
+        '<html><body><main><h1>Quickstart</h1><h2 id="setup">Set up</h2><p>Text.</p></main></body></html>',
+        encoding="utf-8")
+    (site / "docs" / "home" / "index.html").write_text(
+        '<!DOCTYPE html><html lang="en-US"><meta charset="utf-8"><title>Redirecting&hellip;</title>'
+        '<link rel="canonical" href="https://jekyllrb.com/docs/">'
+        '<meta http-equiv="refresh" content="0; url=https://jekyllrb.com/docs/">'
+        '<h1>Redirecting&hellip;</h1><a href="https://jekyllrb.com/docs/">Click here</a></html>', encoding="utf-8")
+    (site / "contributing.html").write_text(
+        '<html><body><main><h1>Contributing</h1><p>Read the <a href="/docs/home/">documentation</a>, '
+        '<a href="https://jekyllrb.com/docs/home/#setup">its setup</a> and <a href="docs/home/">again</a>; '
+        '<a href="/docs/gone/">gone</a>.</p></main></body></html>', encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html", site_url="https://jekyllrb.com")
+    files = fetch_source(source, _settings(tmp_path)).files
+    cache: dict = {}
+    for _ in range(2):                      # the second time from the parse and link caches
+        result = normalize_source(source, files, "2026-01-01T00:00:00+00:00", cache=cache)
+        notes = {n.vault_path: n.body for n in result.notes}
+        assert notes["site/contributing.md"] == (
+            "# Contributing\n\nRead the [[site/docs/index|documentation]], [[site/docs/index#Set up|its setup]] and "
+            "[[site/docs/index|again]]; [gone](https://jekyllrb.com/docs/gone/).\n")
+        assert sorted(notes) == ["site/contributing.md", "site/docs/index.md"]
+        assert [d.target for d in result.dangling] == ["https://jekyllrb.com/docs/gone/"]
+
+
+def test_local_format_html_site_404_page_is_no_note(tmp_path: Path):
+    """A built site's root 404.html ("404 - Not found", jekyllrb.com's "Huh. It seems that page is Hyde-ing...")
+    was a note, the first hit for `jekyll 404 page not found`; it is left out. A page named 404 deeper in the
+    site (a page about the error) stays."""
+    site = tmp_path / "site"
+    (site / "errors").mkdir(parents=True)
+    for name, title in (("404.html", "404 - Not found"), ("index.html", "Home"), ("errors/404.html", "HTTP 404")):
+        (site / name).write_text(f"<html><body><main><h1>{title}</h1><p>Text.</p></main></body></html>",
+                                 encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    result = normalize_source(source, fetch_source(source, _settings(tmp_path)).files, "2026-01-01T00:00:00+00:00")
+    assert [n.source_path for n in result.notes] == ["errors/404.html", "index.html"]
+    assert result.errors == []
+
+
+def test_local_format_html_page_that_becomes_a_redirect_stub_leaves_the_vault(tmp_path: Path):
+    """A page of a built site that the next version of the site turns into a redirect stub (the page moved), or
+    its 404.html, which earlier builds made a note: the normalize stage called them files that "failed to
+    normalize" and kept their old notes for good ("serving their last good version: 404.html"); they now leave,
+    with no warning. A page that does fail still keeps its last good note."""
+    import dataclasses
+
+    from pipeline import stages as b
+    from pipeline.common import artifacts
+
+    site = tmp_path / "site"
+    site.mkdir()
+    page = "<html><body><main><h1>{t}</h1><p>Text.</p></main></body></html>"
+    for name in ("old.html", "new.html", "404.html", "bad.html"):
+        (site / name).write_text(page.format(t=name[:-5].title()), encoding="utf-8")
+    source = Source(name="site", kind="local", path=(site,), format="html")
+    settings = _settings(tmp_path)
+    b.fetch_stage(settings, source)
+    b.normalize_stage(settings, source)
+    artifacts.save_notes(settings, "site", [*artifacts.load_notes(settings, "site"),
+                                            *[dataclasses.replace(n, source_path="404.html", rel_path="404.md", title="404")
+                                              for n in artifacts.load_notes(settings, "site")[:1]]])  # as before
+    (site / "old.html").write_text('<html><head><meta http-equiv="refresh" content="0; url=new.html"></head>'
+                                   '<body>Redirecting...</body></html>', encoding="utf-8")
+    (site / "bad.html").write_bytes(b"\xff\xfe\x00bad")
+    b.fetch_stage(settings, source)
+    result = b.normalize_stage(settings, source)
+    assert sorted(n.source_path for n in artifacts.load_notes(settings, "site")) == ["bad.html", "new.html"]
+    assert result.kept_last_good == ("bad.html",)
+
+
+def test_jekyll_note_boxes_become_callouts():
+    """jekyllrb.com's `<div class="note warning"><h5>Title</h5>…</div>` was a `##### Title` heading of the page
+    with its paragraphs under it; it is a callout of its kind (`note` when it has none), as mkdocs' admonitions
+    are. A `div.note` without a title heading first stays as it was."""
+    html = ('<html><body><main><h1>Front Matter</h1><p>Intro.</p>'
+            '<div class="note warning">\n  <h5>UTF-8 Warning</h5>\n  <p>No <code>BOM</code>, please.</p>\n</div>'
+            '<div class="note">\n  <h5>ProTip™: Use it</h5>\n  <p>One.</p>\n  <p>Two.</p>\n</div>'
+            '<div class="note"><p>Plain box.</p></div></main></body></html>')
+    assert html_to_markdown(html, "https://jekyllrb.com/docs/front-matter/").markdown == (
+        "# Front Matter\n\nIntro.\n\n> [!warning] UTF-8 Warning\n> No `BOM`, please.\n\n"
+        "> [!note] ProTip™: Use it\n> One.\n>\n> Two.\n\nPlain box.\n")
+
+
 def test_heading_anchors_that_are_not_slugs_resolve_to_the_heading(tmp_path: Path):
     """mkdocstrings' <h2 id="a.b.C"> and Sphinx's <section id="sec-9"><h2>: a link to page#anchor names the
     heading (it named `#a.b.C`, no heading of the note); the note's headings show no `{#anchor}`."""

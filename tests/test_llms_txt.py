@@ -3,6 +3,8 @@ the real DuckDB llms.txt against the loopback DuckDB tree and prefect-site.llms.
 
 from __future__ import annotations
 
+import dataclasses
+
 import http.server
 import os
 import time
@@ -161,7 +163,9 @@ def test_fetch_markdown_first_warnings_optional_and_incremental(tmp_path):
         result = fetch_source(source, settings)
         assert result.strategy == "llms_txt" and result.changed
         by_sp = {f.source_path: f for f in result.files}
-        assert sorted(by_sp) == ["docs/a.md", "docs/b.md", "docs/d.md", "docs/e.md"]
+        assert sorted(by_sp) == ["docs/a.md", "docs/b.md", "docs/d.md", "docs/e.md", "llms.txt.md"]
+        assert by_sp["llms.txt.md"].path.read_bytes() == SiteHandler.pages["/llms.txt"][1]     # the index too
+        assert (by_sp["llms.txt.md"].url, by_sp["llms.txt.md"].meta) == (f"{base}/llms.txt", {"llms_index": True})
         assert by_sp["docs/a.md"].path.read_bytes() == SiteHandler.pages["/docs/a.md"][1]
         assert by_sp["docs/b.md"].path.read_text() == f"# B\n\nFrom [HTML]({base}/docs/a).\n"
         assert by_sp["docs/e.md"].path.read_text() == "# E\n\noptional page\n"
@@ -182,6 +186,12 @@ def test_fetch_markdown_first_warnings_optional_and_incremental(tmp_path):
     note_e = next(n for n in notes if n.source_path == "docs/e.md")
     assert note_e.frontmatter["llms_optional"] is True and note_e.frontmatter["llms_section"] == "Optional"
     assert next(n for n in notes if n.source_path == "docs/a.md").title == "A page"
+    loaded = dataclasses.replace(source, site_url=f"{base}/")     # as sources.yaml defaults it: the llms.txt's folder
+    index = next(n for n in normalize_source(loaded, load_fetch_result(source, settings).files,
+                                             "2026-01-01T00:00:00+00:00").notes if n.source_path == "llms.txt.md")
+    assert index.title == "Site" and index.frontmatter["llms_index"] is True
+    assert index.body.startswith(f"# Site\n\n> Demo.\n\n## Docs\n\n- [[site/docs/a|A]]: twin\n- [[site/docs/b|B]]: html only\n"
+                                 f"- [C]({base}/docs/c): missing\n")
 
 
 def test_malformed_or_missing_llms_txt_fails_and_keeps_last_copy(tmp_path):
@@ -206,7 +216,9 @@ def test_llms_full_used_when_llms_txt_missing(tmp_path):
         SiteHandler.pages = {"/llms-full.txt": ("text/plain", f"# One\nSource: {base}/docs/one\n\nx\n# Two\ny\n".encode())}
         result = fetch_source(Source(name="full", kind="llms_txt", url=f"{base}/llms.txt", rate_limit=0),
                               _settings(tmp_path))
-    assert [(f.source_path, f.url) for f in result.files] == [("docs/one.md", f"{base}/docs/one"), ("two.md", None)]
+    # a page without a `Source:` line is at the llms-full.txt's URL (its note said {base}/two, a page no one has)
+    assert [(f.source_path, f.url) for f in result.files] == [("docs/one.md", f"{base}/docs/one"),
+                                                              ("two.md", f"{base}/llms-full.txt")]
     assert result.files[0].path.read_text() == "# One\n\nx\n"
 
 
@@ -238,8 +250,11 @@ def test_duckdb_llms_txt_against_loopback_tree(tmp_path):
         result = fetch_source(source, settings)
         links = [l for l in parse_llms_txt(text, f"{base}/llms.txt").links if l.url.startswith(base)]
         assert len({l.url for l in links}) == 15
-        assert len(result.files) == 12
+        assert len(result.files) == 13 and result.stats["pages"] == 12
         for f in result.files:
+            if f.source_path == "llms.txt.md":
+                assert f.path.read_text(encoding="utf-8") == text
+                continue
             assert f.path.read_bytes() == (corpus / f.source_path).read_bytes(), f.source_path
         missing = [w for w in result.warnings if "page skipped: HTTP 404" in w]
         assert len(missing) == 3 and all("/20" in w for w in missing)
@@ -301,7 +316,8 @@ def test_prefect_llms_txt_markdown_twins(tmp_path):
     assert len(notes) >= 0.99 * 781
     optional = [n for n in notes if n.frontmatter.get("llms_optional") is True]
     assert len(optional) >= 0.99 * 609 and all(n.source_path.startswith("v3/api-ref/") for n in optional)
-    assert all(n.frontmatter["llms_section"] != "Optional" for n in notes if n not in optional)
+    assert all(n.frontmatter["llms_section"] != "Optional" for n in notes
+               if n not in optional and n.source_path != "llms.txt.md")
 
 
 def test_a_page_that_failed_is_named_as_not_fetched_not_as_an_attachment(tmp_path):
@@ -368,7 +384,7 @@ def test_pages_in_the_charset_their_server_declares_are_stored_as_utf8(tmp_path)
     assert by_sp["m.md"] == "# M\u00fcnchen\n".encode()
     assert by_sp["n.md"] == "# N\n\ncaf\u00e9\n".encode("latin-1")      # no charset: as sent, normalize names it
     notes = normalize_source(source, load_fetch_result(source, settings).files, "2026-01-01T00:00:00+00:00")
-    assert sorted(n.title for n in notes.notes) == sorted(["Caf\u00e9", "M\u00fcnchen", "Stra\u00dfe", "設定"])
+    assert sorted(n.title for n in notes.notes) == sorted(["Caf\u00e9", "M\u00fcnchen", "Stra\u00dfe", "設定", "Site"])
     assert notes.errors == [("source 'site': n.md: not valid UTF-8 (byte 8: invalid continuation byte); re-save the "
                              "file as UTF-8")]
 
@@ -388,7 +404,8 @@ def test_credentials_in_the_llms_txt_url_stay_out_of_notes_and_warnings(tmp_path
         source = Source(name="site", kind="llms_txt", url=f"{base.replace('http://', 'http://bob:hunter2@')}/llms.txt",
                         rate_limit=0)
         result = fetch_source(source, settings)
-    assert [(f.source_path, f.url) for f in result.files] == [("h.md", f"{base}/h"), ("r.md", f"{base}/r.md")]
+    assert [(f.source_path, f.url) for f in result.files] == [("h.md", f"{base}/h"), ("llms.txt.md", f"{base}/llms.txt"),
+                                                              ("r.md", f"{base}/r.md")]
     assert result.files[0].path.read_text() == f"# H\n\n[r]({base}/r.md)\n"
     assert result.warnings == (f"source 'site': {base}/gone.md: page skipped: HTTP 404 Not Found",)
 
@@ -409,3 +426,19 @@ def test_a_utf8_page_served_with_a_legacy_charset_stays_utf8():
     assert body("# \u8a2d\u5b9a\n".encode("shift_jis"), "shift_jis") == "# \u8a2d\u5b9a\n".encode()
     html = Response("u", "u", 200, "<p>Stra\u00dfe</p>".encode(), "text/html", None, None, "windows-1252")
     assert html.html_input() == "<p>Stra\u00dfe</p>"
+
+
+def test_a_page_linked_in_the_prose_and_listed_in_a_section_gets_the_sections_name(tmp_path):
+    """An llms.txt whose prose links its quick start ("Some prose with a [quick start](docs/quick.md) link.") and
+    lists it under `## Docs`: the note said `llms_section: ''`; it now says `Docs`."""
+    settings = _settings(tmp_path)
+    with serve(handler=SiteHandler) as (base, _):
+        SiteHandler.pages = {
+            "/llms.txt": ("text/plain", b"# Kiwi\n\nRead the [quick start](q.md) first.\n\n## Docs\n\n"
+                                        b"- [Quick start](q.md): start here\n"),
+            "/q.md": ("text/markdown", b"# Quick start\n"),
+        }
+        source = Source(name="site", kind="llms_txt", url=f"{base}/llms.txt", rate_limit=0)
+        result = fetch_source(source, settings)
+    assert [(f.source_path, f.meta) for f in result.files] == [
+        ("llms.txt.md", {"llms_index": True}), ("q.md", {"llms_section": "Docs", "llms_optional": False})]

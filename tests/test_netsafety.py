@@ -117,7 +117,7 @@ def test_llms_txt_with_hostile_links_fetches_only_the_allowed_page(tmp_path: Pat
         started = time.monotonic()
         result = fetch_source(source, _settings(tmp_path))
         took = time.monotonic() - started
-    assert [f.source_path for f in result.files] == ["docs/good.md"]
+    assert [f.source_path for f in result.files] == ["docs/good.md", "llms.txt.md"]     # the page and the llms.txt
     assert other_requests == []                                   # the other host never saw a request
     warnings = "\n".join(result.warnings)
     assert f"{other}/docs/stolen.md: skipped, host 127.0.0.1:{other.rsplit(':', 1)[1]} is not allowed" in warnings
@@ -130,9 +130,9 @@ def test_llms_txt_with_hostile_links_fetches_only_the_allowed_page(tmp_path: Pat
     assert result.stats["bytes"] < 4 * 10_000_000
     assert len(result.warnings) == 6
     assert took < 60
-    # nothing but the good page was written under the data dir
+    # nothing but the good page (and the llms.txt itself) was written under the data dir
     pages = sorted(p.name for p in (tmp_path / "data").rglob("*.md"))
-    assert pages == ["good.md"]
+    assert pages == ["good.md", "llms.txt.md"]
 
 
 def test_gzip_bomb_is_capped_after_decompression() -> None:

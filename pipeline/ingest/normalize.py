@@ -28,6 +28,7 @@ import stat
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
@@ -70,6 +71,8 @@ class NormalizeResult(NamedTuple):
     notes: list[Note]
     errors: list[str]      # "source 'x': path: reason"
     dangling: tuple[DanglingLink, ...] = ()
+    #: source paths of files that are no note by design, not by failure: a built site's redirect stubs and 404 page
+    left_out: tuple[str, ...] = ()
 
 
 # =====================================================================================================================
@@ -790,6 +793,8 @@ class _LinkIndex:
     stems: dict[str, list[str]] = field(default_factory=dict)      # link key -> source_paths
     suffixes: dict[str, list[str]] = field(default_factory=dict)   # trailing components of a key -> source_paths
     site: dict[str, list[str]] = field(default_factory=dict)       # site path key (see site_path) -> source_paths
+    #: a built site's redirect stubs (no notes): stub source_path -> the source_path of the page it redirects to
+    redirects: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for sp in sorted(self.rel_paths):
@@ -848,6 +853,12 @@ class _LinkIndex:
             return direct
         best = {sp for key in _stem_keys(path) for sp in self.suffixes.get(key, ())}
         return min(best, key=lambda sp: (len(sp), sp)) if best else None
+
+    @cached_property
+    def stub_index(self) -> _LinkIndex:
+        """The redirect stubs as pages (each at the vault path of the page it redirects to): a link that names
+        no page but a stub reaches that page."""
+        return _LinkIndex(self.source, {stub: self.rel_paths[to] for stub, to in self.redirects.items()}, {})
 
 
 _VERSION = re.compile(r"^(?:main|master|stable|latest|preview|nightly|next|dev|v?\d+(?:\.(?:\d+|x))*)$",
@@ -909,6 +920,29 @@ def _is_page_path(path: str) -> bool:
     return bool(_PAGE_EXT.search(path)) or not path
 
 
+def _lookup(index: _LinkIndex, kind: str, path: str) -> str | None:
+    """The source path a link's unquoted ``path`` names: ``kind`` ``relative`` (a path in the source, already
+    joined to the page's folder) or ``absolute`` (a site path); None when no page matches."""
+    if kind == "relative":
+        return index.exact(path) if not path.startswith("../") and path != ".." else None
+    resolved = index.site_match(path) if index.source.site_url else None
+    return resolved if resolved is not None else index.suffix(path)
+
+
+def _link_target(index: _LinkIndex, sp: str, target: str) -> str | None:
+    """The source path of the page a URL (absolute on the site, site-absolute or relative to page ``sp``)
+    names, or None (another site, or no page)."""
+    parts = urlsplit(target)
+    origin = _site_origin(index.source.site_url)
+    if parts.scheme or target.startswith("//"):
+        if not (origin and parts.scheme in ("http", "https") and f"{parts.scheme}://{parts.netloc}" == origin):
+            return None
+        return _lookup(index, "absolute", unquote(parts.path))
+    if target.startswith("/"):
+        return _lookup(index, "absolute", unquote(parts.path))
+    return _lookup(index, "relative", posixpath.normpath(posixpath.join(posixpath.dirname(sp), unquote(parts.path))))
+
+
 def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | None, in_table: bool,
                   dangling: list[DanglingLink] | None = None) -> str:
     text = m.group("text")
@@ -935,14 +969,10 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
         kind = "relative"
         path = posixpath.normpath(posixpath.join(posixpath.dirname(sp), unquote(parts.path)))
     path = unquote(path)
-    resolved = None
-    if kind == "relative":
-        if not path.startswith("../") and path != "..":
-            resolved = index.exact(path)
-    else:
-        resolved = index.site_match(path) if index.source.site_url else None
-        if resolved is None:
-            resolved = index.suffix(path)
+    resolved = _lookup(index, kind, path)
+    if resolved is None and index.redirects:     # a page's link to a redirect stub: the page the stub sends to
+        stub = _lookup(index.stub_index, kind, path)
+        resolved = index.redirects[stub] if stub is not None else None
     if resolved is not None:
         return _wikilink(index, resolved, fragment, text, in_table)
     # unresolvable internal link: point at the site when known
@@ -1334,11 +1364,15 @@ def normalize_newlines_text(text: str) -> str:
 #: the format of a parsed page of a built HTML site on disk that only redirects (``<meta http-equiv="refresh">``, as
 #: mkdocs-redirects and jekyll-redirect-from write them): it becomes no note (a crawl follows such a stub instead)
 REDIRECT_STUB = "redirect-stub"
+#: the format of a built HTML site's own "page not found" page (``404.html`` at the source's root, as Jekyll,
+#: MkDocs, Hugo and Docusaurus write it for the web server): no documentation, so no note
+NOT_FOUND_PAGE = "not-found-page"
 
 
 def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any] | None = None) -> _Parsed:
     """Split and clean one file's text (no link conversion); ``site``: Jekyll site variables (:func:`site_config`).
-    A redirect stub of a ``format: html`` local source parses as :data:`REDIRECT_STUB` (no body).
+    A redirect stub of a ``format: html`` local source parses as :data:`REDIRECT_STUB` (no body), its root
+    ``404.html`` as :data:`NOT_FOUND_PAGE`.
     Raises NoteError for invalid frontmatter."""
     where = f"source '{source.name}': {raw.source_path}"
     if raw.source_path.lower().endswith(".canvas"):
@@ -1349,6 +1383,8 @@ def normalize_text(source: Source, raw: RawFile, text: str, site: dict[str, Any]
         # site_url (its <base href> and relative links and images resolve there; without site_url they stay as written)
         from pipeline.ingest.fetch.htmlmd import html_to_markdown
 
+        if raw.source_path.lower() in ("404.html", "404.htm"):
+            return _Parsed(raw, NOT_FOUND_PAGE, {}, "", {})
         doc = html_to_markdown(text, url=page_url(source, raw.source_path))
         if doc.refresh:                 # a redirect stub ("Redirecting..."): the page it names is the note
             return _Parsed(raw, REDIRECT_STUB, {"redirect": doc.refresh}, "", {})
@@ -1435,7 +1471,8 @@ def _links_key(source: Source, index: _LinkIndex) -> str:
     it (a rebuild after one edited page converted every page's links again: 2.2 s of the five corpora's 5-page
     rebuild)."""
     return hashlib.sha1(json.dumps([repr(source), sorted(index.rel_paths.items()),
-                                    sorted((sp, sorted(h.items())) for sp, h in index.headings.items())],
+                                    sorted((sp, sorted(h.items())) for sp, h in index.headings.items()),
+                                    sorted(index.redirects.items())],
                                    ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -1463,13 +1500,15 @@ def _converted_cached(body: str, index: _LinkIndex, sp: str, url: str, cache: An
 
 
 def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: dict[str, Any]
-                 ) -> tuple[list[_Parsed], list[str]]:
-    """Read and parse every file of ``unique`` (source path -> file): the parsed pages, and one error line per
-    file skipped (see :func:`normalize_source`). Redirect stubs (:data:`REDIRECT_STUB`) are neither: logged as a
-    count."""
+                 ) -> tuple[list[_Parsed], list[str], dict[str, str], list[str]]:
+    """Read and parse every file of ``unique`` (source path -> file): the parsed pages, one error line per
+    file skipped (see :func:`normalize_source`), the redirect stubs (:data:`REDIRECT_STUB`: source path -> the
+    URL it redirects to), which are neither (logged as a count), and the source paths of the files left out by
+    design: those stubs and a site's 404 page (:data:`NOT_FOUND_PAGE`)."""
     parsed: list[_Parsed] = []
     errors: list[str] = []
-    stubs = 0
+    stubs: dict[str, str] = {}
+    left_out: list[str] = []
     for sp, raw in unique.items():
         where = f"source '{source.name}': {sp!r}" if _needs_quoting(sp) else f"source '{source.name}': {sp}"
         try:
@@ -1492,7 +1531,12 @@ def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: d
                 continue
             p = _parse_cached(source, raw, text, cache, site)
             if p.fmt == REDIRECT_STUB:
-                stubs += 1
+                stubs[sp] = str(p.frontmatter.get("redirect") or "")
+                left_out.append(sp)
+                continue
+            if p.fmt == NOT_FOUND_PAGE:
+                log.info("source '%s': %s is the site's 'page not found' page: not a note", source.name, sp)
+                left_out.append(sp)
                 continue
             parsed.append(p)
         except NoteError as exc:
@@ -1503,8 +1547,8 @@ def _parse_files(source: Source, unique: dict[str, RawFile], cache: Any, site: d
             errors.append(f"{where}: too deeply nested to normalize; simplify or exclude the file")
     if stubs:
         log.info("source '%s': %d redirect stub page(s) (<meta http-equiv=refresh>) left out: not notes",
-                 source.name, stubs)
-    return parsed, errors
+                 source.name, len(stubs))
+    return parsed, errors, stubs, left_out
 
 
 def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, cache: Any = None
@@ -1533,9 +1577,13 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
     for line in renamed_lines(source.name, rel_paths):
         log.warning("%s", line)
     site = site_config(list(unique.values())) if source.format in (None, "jekyll") else {}
-    parsed, errors = _parse_files(source, unique, cache, site)
+    parsed, errors, stubs, left_out = _parse_files(source, unique, cache, site)
     ok = {p.raw.source_path: rel_paths[p.raw.source_path] for p in parsed}
     index = _LinkIndex(source, ok, {p.raw.source_path: p.headings for p in parsed})
+    for stub, to in sorted(stubs.items()):       # a link to a stub reaches the page the stub redirects to
+        target = _link_target(index, stub, to) if to else None
+        if target is not None:
+            index.redirects[stub] = target
     links_key = _links_key(source, index)
     notes: list[Note] = []
     dangling: list[DanglingLink] = []
@@ -1556,7 +1604,7 @@ def normalize_source(source: Source, files: Sequence[RawFile], fetched_at: str, 
         fm = build_frontmatter(source, p.raw, p.frontmatter, title, url, body, fetched_at)
         notes.append(Note(source=source.name, source_path=sp, rel_path=rel_paths[sp], title=title,
                           frontmatter=fm, body=body))
-    return NormalizeResult(notes, errors, tuple(dangling))
+    return NormalizeResult(notes, errors, tuple(dangling), tuple(sorted(left_out)))
 
 
 def _needs_quoting(text: str) -> bool:

@@ -101,12 +101,13 @@ def _keep_last_good(settings: Settings, source: Source, files: Sequence[Any], re
     """A file that normalized before and fails now (broken frontmatter, bad encoding, emptied...) keeps its last
     good note: one typo must not silently delete a page from the vault, the graph and search. Its error line says
     so (``KEPT_SUFFIX``) and the stage's ``kept_last_good`` names it (:func:`kept_line`: the run's warning).
-    A file removed from the source is not in ``files`` and goes away as usual.
+    A file removed from the source is not in ``files`` and goes away as usual, and so does one that is no note by
+    design now (``result.left_out``: a page of a built site that became a redirect stub).
 
     Returns:
         ``(result with the kept notes added, sorted by source_path; kept source paths)``.
     """
-    failed = {f.source_path for f in files} - {n.source_path for n in result.notes}
+    failed = {f.source_path for f in files} - {n.source_path for n in result.notes} - set(result.left_out)
     if not failed:
         return result, []
     previous = {n.source_path: n for n in artifacts.load_notes(settings, source.name) if n.source_path in failed}

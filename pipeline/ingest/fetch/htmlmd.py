@@ -383,11 +383,25 @@ _CALLOUT_KIND = re.compile(r"^[a-z][a-z0-9-]*$")
 def _mark_admonitions(root: Tag) -> None:
     """A ``<div class="admonition note">`` (mkdocs, Sphinx: ``<p class="admonition-title">`` holds its title)
     is marked to become an Obsidian callout; its kind is its other class (note, warning, tip, danger, info …,
-    as written: Obsidian shows unknown kinds as notes), ``note`` when it has none."""
+    as written: Obsidian shows unknown kinds as notes), ``note`` when it has none. So is Jekyll's
+    ``<div class="note info"><h5>Title</h5>…</div>`` (a ``div.note`` whose first child is a heading h2-h6: the
+    callout's title)."""
     for div in root.find_all("div", class_="admonition"):
         kinds = [c for c in (c.lower() for c in _classes(div))
                  if c != "admonition" and not c.startswith("admonition-") and _CALLOUT_KIND.match(c)]
         div["data-dv-callout"] = kinds[0] if kinds else "note"
+    for div in root.find_all("div", class_="note"):
+        # Jekyll's docs theme (jekyllrb.com): <div class="note warning"><h5>Title</h5><p>…</p></div>; a title
+        # heading that is its first child is the callout's title, not a heading of the page
+        if div.has_attr("data-dv-callout"):
+            continue
+        first = next((c for c in div.children if isinstance(c, Tag)), None)
+        if first is None or first.name not in ("h2", "h3", "h4", "h5", "h6") or any(
+                isinstance(c, NavigableString) and c.strip() for c in div.children):
+            continue
+        kinds = [c for c in (c.lower() for c in _classes(div)) if c != "note" and _CALLOUT_KIND.match(c)]
+        div["data-dv-callout"] = kinds[0] if kinds else "note"
+        first["class"] = [*_classes(first), "admonition-title"]
 
 
 #: mkdocs-material's (and GitHub's) theme variants of one image: the light one is kept, without its fragment

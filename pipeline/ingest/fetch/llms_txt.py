@@ -17,11 +17,14 @@ Fetching each link (same host as the llms.txt, or ``allowed_hosts``; other hosts
 A page that cannot be had in any form is a warning, not a failed source. The Markdown is stored byte for byte under
 ``pages/<source_path>`` where ``source_path`` is the fetched URL's path (``/docs/a.md`` -> ``docs/a.md``; pages on
 other allowed hosts get the host as first folder). Each RawFile carries ``meta`` = ``{"llms_section": name,
-"llms_optional": bool}`` (merged into the note's frontmatter).
+"llms_optional": bool}`` (merged into the note's frontmatter). The llms.txt itself is a page too (its title,
+summary, guidance and annotated links: ``llms.txt.md`` beside the pages, ``meta`` ``{"llms_index": True}``),
+once at least one of its links could be fetched. A link listed both in the prose and under a section gets the
+section's name.
 
 ``llms-full.txt``: when ``url`` names one, or when ``llms.txt`` is missing (404) and ``llms-full.txt`` exists, the
 file is split into pages at its H1 headings (outside code fences); a ``Source: <url>`` line right after the heading
-gives the page's path, else a slug of the title.
+gives the page's path and URL, else a slug of the title is its path and the llms-full.txt its URL.
 
 Conditional GET per link (ETag / Last-Modified of the URL that won last time) and of llms.txt itself.
 """
@@ -327,7 +330,12 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
         else:
             max_pages = source.max_pages or DEFAULT_MAX_PAGES
             done: set[str] = set()
+            listed = {}                  # a page the prose links and a section lists: the section's entry
             for link in links:
+                if link.section:
+                    listed.setdefault(link.url, link)
+            for link in links:
+                link = listed.get(link.url, link)
                 if link.url in done:
                     continue
                 done.add(link.url)
@@ -353,15 +361,22 @@ def fetch_llms_txt(source: Source, settings: Settings, client: HttpClient | None
                 raise FetchError(scrub(f"source '{source.name}': none of the {len(links)} link(s) of {index_url} "
                                        f"could be fetched; first problem: {warnings[0] if warnings else 'no links'}",
                                        info))
+            # the llms.txt itself is a page too: its summary, its guidance and its annotated list of links
+            index_sp = url_source_path(used_url)
+            if not any(e["source_path"] == index_sp for e in taken.values()):
+                data = scrub(text, info).encode("utf-8")
+                stage.write(index_sp, data)
+                taken[used_url] = {"source_path": index_sp, "fetched_url": used_url, "kind": "index",
+                                   "sha256": sha256(data), "meta": {"llms_index": True}}
         files = tuple(sorted(
             (RawFile(source=source.name, source_path=e["source_path"], path=stage.final_path(e["source_path"]),
-                     url=scrub(e.get("url", u) if e.get("kind") == "llms-full" else u, info),
+                     url=scrub((e.get("url") or e["fetched_url"]) if e.get("kind") == "llms-full" else u, info),
                      meta=dict(e.get("meta") or {}))
              for u, e in taken.items()),
             key=lambda f: f.source_path))
         revision = revision_of(taken)
         changed = not same or revision != state.get("revision")
-        stats = {**client.stats, "seconds": round(time.monotonic() - started, 3), "pages": len(files),
+        stats = {**client.stats, "seconds": round(time.monotonic() - started, 3), "pages": sum(1 for f in files if not f.meta.get("llms_index")),
                  "links": len(links), "optional": sum(1 for f in files if f.meta.get("llms_optional")),
                  "warnings": len(warnings), "files": len(files)}
         result = FetchResult(source=source.name, strategy="llms_txt", revision=revision, files=files,
