@@ -432,7 +432,8 @@ def link_problems(s: Settings, sources: Sequence[Any]
     notes of every built source of ``sources`` (those with a vault folder) as the build's link graph resolves
     them; each ``{"path": note vault path, "link": the link as the vault has it (:func:`_as_written`), "file":
     the note's source path, "line": the line of that file the link is on (None when not found there),
-    "written": the link as written in that file (:func:`_as_in_files`; else ``link``)}``.
+    "written": the link as written in that file (:func:`_as_in_files`; else ``link``), "target": the note it
+    names, as the vault has it, without ``#heading`` and ``|alias`` (``Nowhere``)}``.
 
     ``dangling``: a link of a built source's note that resolves to no note and to no attachment; one per note,
     target and kind (the rows of the warehouse's ``links`` table that ``status`` counts as dangling, after a
@@ -499,7 +500,8 @@ def _as_in_files(found: Sequence[tuple[str, Any]], notes: Mapping[str, Any],
         where = _written_links(files.get((note.source, note.source_path)), links)
         for link, at in zip(links, where, strict=True):
             out.append({"path": path, "link": _as_written(link), "file": note.source_path,
-                        "line": at[1] if at else None, "written": at[0] if at else _as_written(link)})
+                        "line": at[1] if at else None, "written": at[0] if at else _as_written(link),
+                        "target": link.target})
     return out
 
 

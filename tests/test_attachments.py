@@ -423,9 +423,38 @@ def test_check_vault_names_the_dangling_links_status_counts(tmp_path: Path,
     row = json.loads(CliRunner().invoke(app, ["check-vault", "--json"]).output)["sources"][0]
     assert (row["dangling_links"], len(row["dangling"])) == (15, 15)
     assert row["dangling"][0] == {"path": "me/Home.md", "link": "[[Nowhere#Setup|the setup]]", "file": "Home.md",
-                                  "line": 3, "written": "[[Nowhere#Setup|the setup]]"}
+                                  "line": 3, "written": "[[Nowhere#Setup|the setup]]", "target": "Nowhere"}
     assert row["dangling"][-1] == {"path": "me/Other.md", "link": "[[M10]]", "file": "Other.md", "line": 3,
-                                   "written": "[[M10]]"}
+                                   "written": "[[M10]]", "target": "M10"}
+
+
+def test_check_vault_names_the_missing_notes_most_linked_in_a_large_vault() -> None:
+    """Finding with a 3,000-note vault (session 46): `check-vault` said `1817 dangling link(s)` and named the first
+    ten in path order, all from one folder, so nothing said which missing notes most notes link to (`[[Settings]]`
+    from 85 notes), the ones worth creating. One line now names them, most linked first, compared as Obsidian
+    compares names (case ignored); a note linking one twice (`[[Gone]]` and `![[Gone]]`) counts once."""
+    from pipeline.ingest.vault_check import format_report
+
+    def link(path: str, target: str, written: str = "") -> dict:
+        return {"path": f"me/{path}", "link": written or f"[[{target}]]", "file": path, "line": 3,
+                "written": written or f"[[{target}]]", "target": target}
+
+    dangling = [link("A.md", "Gone"), link("A.md", "Gone", "![[Gone]]"), link("B.md", "gone"),
+                link("C.md", "Gone"), link("B.md", "Views"), link("C.md", "Views"),
+                *(link(f"N{i}.md", f"M{i}") for i in range(5)), link("D.md", "Solo")]
+    row = {"name": "me", "notes": 9, "attachments_in_vault": 0, "unresolved_in_source": 0, "markup": None,
+           "bad_mode": 0, "user_files": 0, "edited": 0, "edited_copies": 0, "unresolved_elsewhere": 0,
+           "examples": {"unresolved_in_source": [], "markup": [], "bad_mode": []},
+           "dangling_links": len(dangling), "dangling": dangling, "missing_heading_links": 0, "missing_headings": []}
+    lines = format_report({"vault": "/v", "expected_mode": "0644", "ok": True, "sources": [row]})
+    assert lines[3:5] == [
+        "  me: 12 dangling link(s), to a note no source has (create the note or fix the link):",
+        "  me: they name 8 missing notes; the most linked: [[Gone]] (3 notes), [[Views]] (2 notes)"]
+    assert lines[5] == "  me: A.md:3 -> [[Gone]]"
+
+    few = dict(row, dangling_links=10, dangling=dangling[:10])     # every link named: no such line
+    assert not [line for line in format_report({"vault": "/v", "expected_mode": "0644", "ok": True,
+                                                "sources": [few]}) if "most linked" in line]
 
 
 def test_a_link_to_a_note_the_build_skipped_says_so_and_read_finds_it_by_name(
@@ -521,8 +550,9 @@ def test_check_vault_names_links_to_a_missing_heading(tmp_path: Path,
     assert (row["dangling_links"], row["missing_heading_links"]) == (1, 2)
     assert row["missing_headings"] == [
         {"path": "me/Home.md", "link": "[[Guide#Instal|install]]", "file": "Home.md", "line": 7,
-         "written": "[[Guide#Instal|install]]"},
-        {"path": "me/Home.md", "link": "![[Guide#^step]]", "file": "Home.md", "line": 8, "written": "![[Guide#^step]]"}]
+         "written": "[[Guide#Instal|install]]", "target": "Guide"},
+        {"path": "me/Home.md", "link": "![[Guide#^step]]", "file": "Home.md", "line": 8, "written": "![[Guide#^step]]",
+         "target": "Guide"}]
 
 
 def test_check_vault_says_site_absolute_dangling_links_need_the_site_url(tmp_path: Path,
@@ -576,7 +606,8 @@ def test_check_vault_says_site_absolute_dangling_links_need_the_site_url(tmp_pat
     # the vault made the link to a heading Parquet has not a wikilink; check-vault quotes it as the user wrote it
     assert row["missing_headings"] == [{
         "path": "duckdb/stable/index.md", "link": "[[duckdb/stable/data/parquet/overview#read|again]]",
-        "file": "stable/index.md", "line": 3, "written": "[again](/docs/stable/data/parquet/overview.md#read)"}]
+        "file": "stable/index.md", "line": 3, "written": "[again](/docs/stable/data/parquet/overview.md#read)",
+        "target": "duckdb/stable/data/parquet/overview"}]
     assert CliRunner().invoke(app, ["check-vault"]).output.splitlines()[-2] == (
         "  duckdb: stable/index.md:3 -> [again](/docs/stable/data/parquet/overview.md#read)")
     text = (tmp_path / "vault" / "duckdb" / "stable" / "index.md").read_text(encoding="utf-8")

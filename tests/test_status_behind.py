@@ -208,3 +208,27 @@ def test_status_says_the_warehouse_was_published_by_another_version_after_an_upg
     warehouse, lines = _status()
     assert (warehouse["behind"], warehouse["other_version"]) == (True, True)
     assert OTHER_VERSION in lines and BEHIND not in lines
+
+
+def test_a_file_of_yours_in_a_source_folder_leaves_the_warehouse_current(built_tiny_env: Path) -> None:
+    """A note of your own in `vault/<source>/` (the README lets you keep files there; they are not notes of the
+    source) moved the vault listing the chunk, graph and warehouse stages compare, so status said `behind` with
+    causes that were none of them (a Dagster run without `warehouse`, another version, copied files) and the next
+    build re-ran the link graph and published the warehouse again, unchanged (a 3,000-note vault, session 46).
+    Only the notes the build wrote count; an edit of one of them still does."""
+    from pipeline.stages import vault_listing
+
+    settings = Settings.from_env()
+    before = vault_listing(settings, "tiny")
+    (settings.vault_dir / "tiny" / "My own note.md").write_text("# Mine\n\nNot a note of the source.\n",
+                                                                encoding="utf-8")
+    assert vault_listing(settings, "tiny") == before
+    warehouse, lines = _status()
+    assert warehouse["behind"] is False
+    assert BEHIND not in lines
+    assert "  tiny: 1 file(s) in vault/tiny/ that docsvault did not write are kept (never changed or removed by a " \
+           "build): My own note.md" in lines
+
+    with (settings.vault_dir / "tiny" / "Ducks.md").open("a", encoding="utf-8") as f:   # a note the build wrote
+        f.write("\nedited by hand\n")
+    assert vault_listing(settings, "tiny") != before

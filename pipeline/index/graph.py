@@ -325,6 +325,8 @@ class LinkResolver:
                 self._renamed_exact[_key(full)].append(p)
                 self._renamed_by_name[_key(posixpath.basename(full))].append(p)
         self.last_rivals: list[str] = []     # the notes the last resolved link could equally mean (see rivals)
+        # (id of a by-name map, key of a name) -> folder -> the map's paths of that name in that folder
+        self._by_dir: dict[tuple[int, str], dict[str, list[str]]] = {}
         self._aliases: dict[str, list[str]] = defaultdict(list)
         for path, names in aliases.items():
             p = unicodedata.normalize("NFC", path)
@@ -400,12 +402,26 @@ class LinkResolver:
 
         # (2) path-suffix match, component-wise
         parts = [p for p in rooted.split("/") if p not in ("", ".")]
+        if len(parts) == 1:     # a bare name, which every note of that name matches: one in the linking note's
+            same = self._in_folder(by_name, _key(parts[0]), from_dir)   # folder wins (see _best), found directly
+            if same:            # (a name hundreds of folders' index.md share made every link of it scan them all)
+                return self._best(same, stem, source, from_dir, name=name)
         if parts and ".." not in parts:
             suffix = _key("/" + "/".join(parts))
             cands = [p for p in by_name.get(_key(parts[-1]), ()) if _key("/" + name(p)).endswith(suffix)]
             if cands:
                 return self._best(cands, stem, source, from_dir, name=name)
         return None
+
+    def _in_folder(self, by_name: Mapping[str, list[str]], key: str, folder: str) -> list[str]:
+        """The paths of ``by_name[key]`` (a by-name map of this resolver) in vault folder ``folder``, from an index
+        made once per map and name."""
+        index = self._by_dir.get((id(by_name), key))
+        if index is None:
+            index = self._by_dir[(id(by_name), key)] = defaultdict(list)
+            for p in by_name.get(key, ()):
+                index[posixpath.dirname(p)].append(p)
+        return index.get(folder, [])
 
     def rivals(self, target: str, from_path: str, *, kind: str = "wikilink") -> list[str]:
         """The other notes ``target`` could equally mean: for a link :meth:`resolve` resolves, the candidates that

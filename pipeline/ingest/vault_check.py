@@ -306,8 +306,9 @@ DANGLING_LINES = 10
 
 def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem, then the source's
-    dangling links: ``<source>: <file>:<line> -> <link as written there>``, at most :data:`DANGLING_LINES`, then
-    a count of the rest; then its links to a missing heading, the same way)."""
+    dangling links: the missing notes most linked (:func:`_most_linked`), then ``<source>: <file>:<line> -> <link
+    as written there>``, at most :data:`DANGLING_LINES`, then a count of the rest; then its links to a missing
+    heading, the same way)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
@@ -334,6 +335,7 @@ def format_report(report: dict[str, Any]) -> list[str]:
                     "file") if n_skipped else ""
             lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
                          f"({fix}{also}):")
+            lines += _most_linked(r["name"], r["dangling"])
             lines += _link_lines(r["name"], r["dangling"], "dangling links")
             hint = r.get("site_absolute")
             if hint:
@@ -350,6 +352,34 @@ def format_report(report: dict[str, Any]) -> list[str]:
             lines += _link_lines(r["name"], r["missing_headings"], "links to a missing heading")
     lines.append("ok" if report["ok"] else "problems found (see above)")
     return lines
+
+
+#: at most this many missing notes are named by :func:`_most_linked`
+MOST_LINKED = 5
+
+
+def _most_linked(source: str, links: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``<source>: they name N missing notes; the most linked: [[Views]] (48 notes), …``: the targets of
+    ``links`` (dangling links, :func:`check_vault`'s ``dangling``) that two notes or more link to, by how many notes
+    do (then by name), at most :data:`MOST_LINKED`; the notes worth creating first, which the first
+    :data:`DANGLING_LINES` links, in path order, do not show in a large vault. [] when every link is named
+    (no more than :data:`DANGLING_LINES`) or no missing note is linked from two notes. A target is compared as
+    Obsidian compares names, case-insensitively."""
+    if len(links) <= DANGLING_LINES:
+        return []
+    notes: dict[str, set[str]] = {}
+    shown: dict[str, str] = {}
+    for d in links:
+        target = str(d.get("target") or d["link"])
+        key = target.casefold()
+        shown.setdefault(key, target)
+        notes.setdefault(key, set()).add(d["path"])
+    ranked = sorted((key for key in notes if len(notes[key]) > 1), key=lambda k: (-len(notes[k]), k))
+    if not ranked:
+        return []
+    named = ", ".join(f"[[{shown[k]}]] ({len(notes[k])} notes)" for k in ranked[:MOST_LINKED])
+    return [f"  {source}: they name {len(notes)} missing notes; the most linked: {named}"
+            + (", …" if len(ranked) > MOST_LINKED else "")]
 
 
 def _where(link: Mapping[str, Any]) -> str:

@@ -148,19 +148,33 @@ def file_stats(root: Path, *, recurse: bool = True, dot_dirs: tuple[str, ...] = 
 
 def vault_listing(settings: Settings, source: str) -> str:
     """Signature of the notes of ``vault/<source>/``: sha over the sorted (path, size, mtime_ns) of its
-    ``.md`` files ("" when the folder does not exist). The vault stage writes a file only when its bytes
-    change, so this moves only when a note changed (or someone edited the vault by hand), never for an
-    attachment: it is what the chunk, graph and warehouse stages compare. The vault stage's own skip check
-    is :func:`vault_listings`."""
+    ``.md`` files that are notes of the source ("" when the folder does not exist): with a manifest, the ones it
+    lists (the files the build wrote, as :func:`pipeline.ingest.vault.read_notes` reads them), so a note of the
+    user's own there, which no stage reads, moves nothing; without one, every ``.md`` file. The vault stage
+    writes a file only when its bytes change, so this moves only when a note changed (or someone edited or
+    deleted one by hand), never for an attachment: it is what the chunk, graph and warehouse stages compare. The
+    vault stage's own skip check is :func:`vault_listings`."""
     root = settings.vault_dir / source
     if not root.is_dir():
         return ""
-    return digest(file_stats(root, keep=lambda name: name.endswith(".md")))
+    return digest(_note_rows(root, file_stats(root, keep=lambda name: name.endswith(".md"))))
+
+
+def _note_rows(root: Path, rows: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """The rows of :func:`file_stats` of ``root`` (a source folder of the vault) that are notes of the source:
+    ``.md`` files its manifest lists (every ``.md`` file when it has no readable manifest)."""
+    import unicodedata
+
+    from pipeline.ingest.ownership import load_manifest
+
+    owned = load_manifest(root)
+    return [row for row in rows if row[0].endswith(".md") and (
+        owned is None or unicodedata.normalize("NFC", Path(row[0]).as_posix()) in owned)]
 
 
 def vault_listings(settings: Settings, source: str) -> tuple[str, str]:
-    """``(notes, files)`` signatures of ``vault/<source>/`` from one listing (stats only, no file read):
-    ``notes`` is :func:`vault_listing`; ``files`` the sha over the sorted (path, size, mtime_ns) of every file
+    """``(notes, files)`` signatures of ``vault/<source>/`` from one listing (stats only, no file read, and the
+    source's manifest): ``notes`` is :func:`vault_listing`; ``files`` the sha over the sorted (path, size, mtime_ns) of every file
     there (attachments, the user's own files, the ``(edited)`` copies; dot folders such as the manifest's
     ``.docsvault`` left out), which moves when any file is edited, added or deleted. ``("", "")`` when the
     folder does not exist."""
@@ -168,7 +182,7 @@ def vault_listings(settings: Settings, source: str) -> tuple[str, str]:
     if not root.is_dir():
         return "", ""
     rows = file_stats(root)
-    return digest([row for row in rows if row[0].endswith(".md")]), digest(rows)
+    return digest(_note_rows(root, rows)), digest(rows)
 
 
 #: ``DOCSVAULT_FORCE``: ``*`` (or ``1``) forces every source, else a comma-separated list of source names: their
