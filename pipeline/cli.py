@@ -1023,6 +1023,8 @@ def capture(
                 typer.echo(f"warning: {line}", err=True)        # the build's lines about it: a broken embed
             if built.get("upgraded"):       # the first build after an upgrade: why it took longer
                 typer.echo(f"  {_upgrade_line(built['upgraded'])}")
+            for line in (built.get("source") or {}).get("kept_edits") or ():    # a hand edit the build moved aside
+                typer.echo(f"  {src.name}: {line}")
             if built["ok"]:
                 typer.echo(f"  searchable now: source {src.name} rebuilt")
             else:

@@ -596,6 +596,8 @@ class VaultService:
         ``refresh``, waiting up to ``wait`` seconds for another running build) so it is searchable at once. The note
         is kept even when the rebuild fails (``searchable`` false, ``error`` says why). ``warnings``: the rebuild's
         warning lines about this note (an embed of a file not in the source, a link several notes could mean).
+        ``kept_edits``: the rebuild's lines naming the generated notes of the source it replaced while they held a
+        user's edit, and where each edit is kept now (at most :data:`LIST_CAP`; absent when none).
 
         Raises:
             ToolFailure: ``wait`` not 0-:data:`MAX_WAIT` seconds, no or unknown capture source, or one a Markdown
@@ -634,6 +636,9 @@ class VaultService:
             if mine := [ln for o in result.get("outcomes") or () if o.get("name") == src.name     # a broken embed
                         for ln in warnings_about(o.get("warnings") or (), note.vault_path)]:
                 out["warnings"] = mine
+            if kept := [ln for o in result.get("outcomes") or () if o.get("name") == src.name   # a user's hand edit
+                        for ln in o.get("kept_edits") or ()][:LIST_CAP]:                      # the rebuild moved aside
+                out["kept_edits"] = kept
             why = next((o["error"] for o in result.get("outcomes") or () if o.get("error")), None) \
                 or (result.get("shared") or {}).get("error")
             if not result.get("ok") and why:
@@ -1282,8 +1287,9 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             f"never overwritten. `wait` (seconds, 0-{MAX_WAIT}, default 0): how long the rebuild waits for another "
             "running build to finish; with 0 it fails at once while one runs (the note is saved either way: "
             "`searchable` false, `error` says why). Returns the note's `path` (for read/search), `correlation_id`, "
-            "`related`, `searchable`, and `warning` when no [[link]] can reach the note by its name (a name with "
-            "# ^ [ ]: pick another name to link it)."
+            "`related`, `searchable`, `warning` when no [[link]] can reach the note by its name (a name with "
+            "# ^ [ ]: pick another name to link it), and `kept_edits` when the rebuild replaced generated notes a "
+            "user had edited by hand (each line says where the user's version is kept now)."
         ),
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                     open_world_hint=False),

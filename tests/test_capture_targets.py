@@ -246,3 +246,39 @@ def test_a_name_starting_with_the_source_name_is_the_vault_path(mixed: Path) -> 
     assert (note.vault_path, note.path, note.warning) == ("inbox/inbox/ideas.md", mixed / "inbox" / "inbox" / "ideas.md",
                                                           "")
     assert write_capture(sources["inbox"], "Third.", name="inboxes/x").vault_path == "inbox/inboxes/x.md"
+
+
+EDITED = ("vault/inbox/Ducks.md was edited since the build wrote it: your version is kept as "
+          "vault/inbox/Ducks (edited).md")
+
+
+def test_cli_capture_says_where_the_builds_moved_aside_hand_edit_is(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user edited a generated note of the capture source in the vault, then ran `docsvault capture`: its build
+    replaced the note and kept the edit as `Ducks (edited).md`, but capture printed only "searchable now" (the
+    `build` command names the move); it now prints the build's line, as `build` does under the source's row."""
+    from types import SimpleNamespace
+
+    import pipeline.defs.runner as runner_mod
+    from pipeline import cli
+
+    monkeypatch.setattr(runner_mod, "run_build", lambda *a, **kw: None)
+    monkeypatch.setattr(cli, "build_outcome", lambda report: SimpleNamespace(as_dict=lambda: {
+        "ok": True, "shared": {"error": None},
+        "sources": [{"name": "inbox", "status": "built", "error": None, "kept_edits": [EDITED]}]}))
+    result = runner.invoke(app, ["capture", "A heron.", "--title", "Heron facts", "--source", "inbox"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-2:] == [f"  inbox: {EDITED}", "  searchable now: source inbox rebuilt"]
+
+
+def test_mcp_save_note_says_where_the_rebuilds_moved_aside_hand_edit_is(mixed: Path) -> None:
+    """save_note's rebuild moved a user's hand edit of a generated note to `Ducks (edited).md` without a word (the
+    refresh tool names it in `kept_edits`); save_note now returns the lines as `kept_edits`, absent when none."""
+    from pipeline.mcp_server import VaultService
+
+    svc = VaultService(Settings.from_env())
+    outcome: dict[str, object] = {"name": "inbox", "status": "built", "kept_edits": [EDITED]}
+    svc.refresh = lambda *a, **kw: {"ok": True, "seconds": 1.0, "added": ["inbox/Heron facts.md"],  # type: ignore
+                                    "counts": {"added": 1, "changed": 0, "removed": 0}, "outcomes": [outcome]}
+    assert svc.save_note("A heron.\n", title="Heron facts", source="inbox")["kept_edits"] == [EDITED]
+    del outcome["kept_edits"]
+    assert "kept_edits" not in svc.save_note("A stork.\n", title="Stork facts", source="inbox")
