@@ -294,12 +294,25 @@ def shorten_quoted(text: str, arguments: Mapping[str, Any]) -> str:
     return text
 
 
+#: the library's advice in CLI terms, as an MCP tool error says it: the search tool's hits name a note's vault
+#: path ``path``, where ``docsvault search --json`` names it ``vault_path`` (an agent was told to "use a vault_path
+#: from search results", a field its hits do not have, before session 46)
+MCP_TERMS = (
+    ("use a vault_path from search results (`docsvault search ...` / the search tool)",
+     "use the `path` of a search tool hit"),
+    ("use a vault_path from search results (or run `docsvault build` if the note is new)",
+     "use the `path` of a search tool hit (or call the refresh tool if the note is new)"),
+)
+
+
 def tool_error(tool: str, text: str, arguments: Mapping[str, Any] | None = None) -> str:
     """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
-    ``search: ``) is dropped, only the first line is kept, and a long argument of the call (``arguments``) quoted
-    in it is cut (:func:`shorten_quoted`)."""
+    ``search: ``) is dropped, only the first line is kept, a long argument of the call (``arguments``) quoted
+    in it is cut (:func:`shorten_quoted`), and advice in CLI terms is said in the tool's (:data:`MCP_TERMS`)."""
     line = shorten_quoted(" ".join(str(text).split("\n")[0].split()), arguments or {})
+    for cli, mcp in MCP_TERMS:
+        line = line.replace(cli, mcp)
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
     while (found := next((p for p in prefixes if line.startswith(p)), None)) is not None:
         line = line[len(found):]
