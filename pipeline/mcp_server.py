@@ -294,12 +294,25 @@ def shorten_quoted(text: str, arguments: Mapping[str, Any]) -> str:
     return text
 
 
+#: the library's advice in CLI terms, as an MCP tool error says it: the search tool's hits name a note's vault
+#: path ``path``, where ``docsvault search --json`` names it ``vault_path`` (an agent was told to "use a vault_path
+#: from search results", a field its hits do not have, before session 46)
+MCP_TERMS = (
+    ("use a vault_path from search results (`docsvault search ...` / the search tool)",
+     "use the `path` of a search tool hit"),
+    ("use a vault_path from search results (or run `docsvault build` if the note is new)",
+     "use the `path` of a search tool hit (or call the refresh tool if the note is new)"),
+)
+
+
 def tool_error(tool: str, text: str, arguments: Mapping[str, Any] | None = None) -> str:
     """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
-    ``search: ``) is dropped, only the first line is kept, and a long argument of the call (``arguments``) quoted
-    in it is cut (:func:`shorten_quoted`)."""
+    ``search: ``) is dropped, only the first line is kept, a long argument of the call (``arguments``) quoted
+    in it is cut (:func:`shorten_quoted`), and advice in CLI terms is said in the tool's (:data:`MCP_TERMS`)."""
     line = shorten_quoted(" ".join(str(text).split("\n")[0].split()), arguments or {})
+    for cli, mcp in MCP_TERMS:
+        line = line.replace(cli, mcp)
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
     while (found := next((p for p in prefixes if line.startswith(p)), None)) is not None:
         line = line[len(found):]
@@ -1199,6 +1212,8 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             if problem := unknown_argument(name, arguments, known) or boolean_number(name, arguments, known):
                 raise ToolError(problem)
             try:
+                if name in WRITE_TOOLS:         # a build of its own: stopped when the client cancels the call
+                    return await stop_build_on_cancel(super().call_tool(name, arguments, context), svc, name)
                 return await super().call_tool(name, arguments, context)
             except UnexpectedToolError as exc:     # a crash: logged with its traceback by the SDK, not shown
                 raise UnexpectedToolError(tool_error(name, "internal error; the server's log (stderr) has the "
@@ -1332,6 +1347,51 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         for name in WRITE_TOOLS:
             server.remove_tool(name)
     return server
+
+
+#: seconds between two tries to stop a cancelled call's build (:func:`stop_build_on_cancel`)
+CANCEL_POLL = 0.2
+
+
+async def stop_build_on_cancel(call: Any, svc: Any, tool: str) -> Any:
+    """Await ``call`` (a ``refresh`` or ``save_note`` tool call, which runs its build in a worker thread); when the
+    client cancels it (``notifications/cancelled``, an HTTP client gone), stop the build it runs
+    (:meth:`VaultService.stop_build`: the build stops as at a Ctrl-C and releases its locks; a saved note stays
+    saved), wait for the call to end, then let the cancellation go on (the SDK answers no cancelled request).
+    Before session 46 the worker thread could not be cancelled: the build ran on to its end (minutes for a
+    ``full`` refresh) and every later call of the session waited behind it. The build is stopped again every
+    :data:`CANCEL_POLL` seconds until the call ends, so one the call starts after the cancel is stopped too."""
+    import anyio
+
+    outcome: dict[str, Any] = {}
+
+    async def run(stop: anyio.CancelScope) -> None:
+        with anyio.CancelScope(shield=True):        # the thread runs on until the build it waits for ends
+            try:
+                outcome["result"] = await call
+            except BaseException as exc:               # noqa: BLE001 - re-raised below, outside the task group
+                outcome["error"] = exc
+        stop.cancel()
+
+    async def stop_when_cancelled(task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                while "result" not in outcome and "error" not in outcome:
+                    pid = await anyio.to_thread.run_sync(getattr(svc, "stop_build", lambda: None))
+                    if pid:
+                        log.info("%s was cancelled by the client: stopped its build (pid %s)", tool, pid)
+                    await anyio.sleep(CANCEL_POLL)
+            raise
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(stop_when_cancelled)
+        tg.start_soon(run, tg.cancel_scope)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def stop_on_signals(svc: VaultService) -> None:

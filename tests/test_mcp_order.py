@@ -88,6 +88,30 @@ class Recorder(VaultService):
         return {"log": list(self.log)}
 
 
+class SlowBuild(VaultService):
+    """A refresh whose "build" is a child that sleeps for 120 s (in a session of its own, as the real build runs);
+    ``status`` returns how the refreshes ended."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.log: list[str] = []
+
+    def refresh(self, source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
+        child = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+                 "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM}); time.sleep(120)")
+        self._build = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+        print(f"build started (pid {self._build.pid})", file=sys.stderr, flush=True)
+        try:
+            code = self._build.wait()
+        finally:
+            self._build = None
+        self.log.append(f"refresh ended {code}")
+        return {"ok": code == 0}
+
+    def status(self) -> dict[str, Any]:
+        return {"log": list(self.log)}
+
+
 def main() -> None:
     """A server over :class:`Recorder`: ``stdio [DRAIN_SECONDS]`` or ``http PORT`` (run by the tests in a child),
     logging as ``docsvault mcp`` does."""
@@ -101,8 +125,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s",
                         force=True)
     settings = Settings.from_env()
-    if sys.argv[1] == "stdio":
-        server = create_server(settings, Recorder(settings))
+    if sys.argv[1] in ("stdio", "stdio-slow-build"):
+        server = create_server(settings, (SlowBuild if sys.argv[1] == "stdio-slow-build" else Recorder)(settings))
         if len(sys.argv) > 2:
             server.drain_seconds = float(sys.argv[2])
         server.run("stdio")
@@ -216,6 +240,33 @@ def test_a_cancelled_queued_call_never_runs_and_holds_no_one(tiny_env: Path) -> 
     assert code == 0 and [r["id"] for r in replies] == [1, 2, 4], err          # a cancelled request: no answer
     assert _payload(replies[2]) == {"log": ["save_note a", "save_note a done"]}
     assert seconds < 20
+
+
+def test_a_cancelled_refresh_stops_its_build_and_the_next_call_runs(tiny_env: Path) -> None:
+    """Before session 46 a client that cancelled a running ``refresh`` (or ``save_note``) left its build running on:
+    the tool's worker thread cannot be cancelled, so the build ran to its end (minutes for a ``full`` refresh) and
+    the session's next call (a search) waited behind it; now the build is stopped (SIGTERM, -15 here) at the cancel
+    and the next call runs at once. The fake build sleeps 120 s: without the stop, this test's read times out."""
+    proc = subprocess.Popen([sys.executable, "-c", "from tests.test_mcp_order import main; main()", "stdio-slow-build"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env=_env())
+    try:
+        for m in (INIT, INITIALIZED, _call(2, "refresh", {})):
+            proc.stdin.write(json.dumps(m) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        while not (line := proc.stderr.readline()).startswith("build started"):
+            assert line, "the server ended before the refresh started its build"
+        out, err = proc.communicate("".join(json.dumps(m) + "\n" for m in (_cancel(2), _call(3, "status", {}))),
+                                    timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    replies = [json.loads(line) for line in out.splitlines()]
+    assert [r["id"] for r in replies] == [3], err                     # a cancelled request: no answer
+    assert _payload(replies[0]) == {"log": ["refresh ended -15"]}
+    assert "refresh was cancelled by the client: stopped its build (pid " in err
+    assert proc.returncode == 0
 
 
 def test_eof_gives_up_on_a_call_without_an_answer_after_the_bound(tiny_env: Path) -> None:

@@ -227,7 +227,23 @@ def test_an_error_keeps_a_long_name_it_suggests_and_text_between_apostrophes(tin
     echo = typo[:117] + "..."                           # the call's own 128-character argument, cut
     assert result.is_error and [c.text for c in result.content] == [(
         f'read: no note "{echo}": no vault path, source path, note name, title or alias is "{echo}"; did you mean '
-        f'"{LONG_NAME}"? Else use a vault_path from search results (`docsvault search ...` / the search tool)')]
+        f'"{LONG_NAME}"? Else use the `path` of a search tool hit')]
+
+
+def test_a_tool_error_names_the_field_of_a_search_tool_hit() -> None:
+    """An agent whose read or related named no note was told to "use a vault_path from search results", a field
+    the search tool's hits do not have (theirs is `path`; `vault_path` is `docsvault search --json`'s)."""
+    from pipeline.mcp_server import tool_error
+
+    assert tool_error("read", "no note 'Nowhere': no vault path, source path, note name, title or alias is "
+                              "'Nowhere'; use a vault_path from search results (`docsvault search ...` / the "
+                              "search tool)") == (
+        "read: no note 'Nowhere': no vault path, source path, note name, title or alias is 'Nowhere'; use the "
+        "`path` of a search tool hit")
+    assert tool_error("related", "no note 'a.md' in the warehouse; use a vault_path from search results (or run "
+                                 "`docsvault build` if the note is new)") == (
+        "related: no note 'a.md' in the warehouse; use the `path` of a search tool hit (or call the refresh tool if "
+        "the note is new)")
 
 
 def test_shorten_quoted_cuts_the_echoes_of_long_arguments_only() -> None:

@@ -151,6 +151,13 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'Hmoe': no vault path, source path, note name, title or alias is "
                                "'Hmoe'; did you mean 'Home'? Else use a vault_path from search results (`docsvault "
                                "search ...` / the search tool)")
+    # a link into the note that writes it, copied from a page's text: it names no note; what to put before the #
+    for link in ("#Fixed-Point Decimals", "[[#Fixed-Point Decimals|`DECIMAL` type]]"):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_link(vault, link, path)
+        assert str(info.value) == (f"no note {link!r}: a link that starts with # points into the note it is written "
+                                   "in; put that note's vault path or name before the #, e.g. "
+                                   "'Note#Fixed-Point Decimals' (the path the page was read by)")
     # a link by the path a note had before it moved ([[old/Home]], dangling as in Obsidian): its name is offered
     with pytest.raises(NoteNotFoundError) as info:
         find_link(vault, "[[old/Home|start]]", path)

@@ -674,6 +674,13 @@ def find_link(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         # `[[Guide]]` whole is compared as a title too (punctuation ignored), which several notes may share;
         # the link's own name then decides, as Obsidian resolves the link (a `C# tips` title stays as written)
         bracketed = note.strip().removeprefix("!").startswith("[[")
+        if not name and sub and not isinstance(exc, AmbiguousNoteError):
+            # `[[#Fixed-Point Decimals|DECIMAL]]`, copied from a page's text: a link into the note that writes it,
+            # which names no note (before session 46, "no note" with nothing more)
+            raise NoteNotFoundError(
+                f"no note {note!r}: a link that starts with # points into the note it is written in; put that "
+                f"note's vault path or name before the #, e.g. {_quoted('Note#' + sub)} (the path the page was "
+                "read by)") from None
         if (isinstance(exc, AmbiguousNoteError) and not bracketed) or not name or (name, sub) == (note, ""):
             raise
     return find_note(vault_dir, name, warehouse_path), sub
