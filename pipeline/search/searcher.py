@@ -1937,8 +1937,9 @@ class Searcher:
     def closest_word(self, word: str, scope: np.ndarray | None = None) -> str:
         """A word of the notes (of ``scope``, a bool mask over the BM25 chunk index; None: all) spelt nearly as the
         missing English ``word``, as it is written there (lower case), for "did you mean": ``paruqet`` ->
-        ``parquet``, ``rollbak`` -> ``rollback``, ``dataframme`` -> ``dataframe``; "" when none is close or the
-        word is not ASCII. The BM25 terms nearest the word's own terms or the word itself (a misspelling the
+        ``parquet``, ``rollbak`` -> ``rollback``, ``dataframme`` -> ``dataframe``; "" when none is close, the word is
+        not ASCII, or it is an English word of the dictionary (``Translator.knows_english``: ``hot`` is no typo of
+        ``host``). The BM25 terms nearest the word's own terms or the word itself (a misspelling the
         stemmer does not stem: ``configuraton``), among terms of about its length with its first letter
         (:data:`CLOSEST_TERM_RATIO`, :data:`CLOSEST_TERMS`), are read as written in the first chunks holding them
         (a term is stemmed: ``datafram``); of those words, the one nearest the typed word
@@ -1948,6 +1949,8 @@ class Searcher:
         bare = word.replace("-", "").replace("_", "")
         if index is None or not word.isascii() or not bare.isalnum() or bare.isdigit():
             return ""
+        if self.translator is not None and self.translator.knows_english(word):
+            return ""           # a real word the notes lack (hot), no typo of one they have (host)
         typed = word.casefold()
         probes = list(dict.fromkeys([*self.analyzer.tokens(word), typed]))
         near: dict[str, tuple[float, int]] = {}        # term -> (its best ratio to a probe, chunks holding it)

@@ -96,6 +96,16 @@ class Translator:
             self._tokenizers = (d.tokenizer(mode=SplitMode.C), SplitMode.A)
         return self._tokenizers
 
+    def knows_english(self, word: str) -> bool:
+        """Whether ``word`` (compared in lower case) is on its own an English gloss of the dictionary (JMdict's
+        indexed ``SenseGloss.text``): a real English word, ``hot``, ``water``, ``connections``; False without a
+        dictionary. Search offers no spelling for a missing word that is one (``hot`` is no typo of ``host``)."""
+        if not self.available:
+            return False
+        with self._lock:
+            return self._db().execute("SELECT 1 FROM SenseGloss WHERE text = ? LIMIT 1",
+                                      (word.casefold(),)).fetchone() is not None
+
     def translate(self, query: str) -> str | None:
         """English words for the Japanese words of ``query`` (Latin words kept in place), None when the query has no
         Japanese or no dictionary is installed."""
