@@ -198,7 +198,9 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             if edit is not None and cursor.get(name_) != edit:
                 cursor[name_] = edit
                 request(source, edit, "config_edit",
-                        "its entry in sources.yaml changed since its last fetch; requesting a run")
+                        "its entry in sources.yaml, as this version of docsvault reads it, changed since its last "
+                        "fetch (an edit, or an upgrade that reads it otherwise: a folder in an Obsidian vault is now "
+                        "format: obsidian); requesting a run")
                 continue
             if failing and retried.get(name_) != failing:
                 retried[name_] = failing
