@@ -146,8 +146,8 @@ def test_status_says_a_missing_sources_file_is_missing_not_invalid(tmp_path: Pat
     assert result.exit_code == 1
     assert result.stdout.splitlines()[:2] == [
         f"sources: {missing}",
-        f"  (no sources file at {missing}: create it, or point --sources / DOCSVAULT_SOURCES at one; the sources "
-        "listed are the warehouse's)",
+        (f"  (no sources file at {missing}: create it, or point --sources / DOCSVAULT_SOURCES at one; the sources "
+        "listed are the warehouse's)"),
     ]
     assert "invalid" not in result.stdout
     assert result.stderr == (f"error: {missing}: sources file not found; create it (see README) or point "
@@ -807,8 +807,8 @@ def test_build_names_your_files_and_earlier_edited_copies_apart() -> None:
     meta = {"kept": 3, "kept_files": ["Ideas.md", "Kafka (edited).md", "sub/Note (edited 2).md"], "conflicts": []}
     assert vault_lines("me", meta) == [
         "me: kept 1 file(s) in vault/me/ that docsvault did not write: Ideas.md",
-        "me: kept 2 copy(ies) of your edits to generated notes (merge and delete them when done): Kafka (edited).md, "
-        "sub/Note (edited 2).md"]
+        ("me: kept 2 copy(ies) of your edits to generated notes (merge and delete them when done): Kafka (edited).md, "
+        "sub/Note (edited 2).md")]
 
 
 def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
@@ -847,14 +847,14 @@ def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_
     daily, notes = tmp_path / "notes" / "daily", tmp_path / "notes"
     assert (result.exit_code, result.stdout) == (0, f"{p}: 3 source(s), valid\n")
     assert result.stderr.splitlines() == [
-        f"warning: {p}: sources 'me' and 'me2' read the same notes: me2's folder {daily} is inside me's {notes}, so "
+        (f"warning: {p}: sources 'me' and 'me2' read the same notes: me2's folder {daily} is inside me's {notes}, so "
         "each note there is in both sources (two search hits); if that is not meant, exclude it from 'me' "
-        "(exclude: ['daily/**'])",
-        f"warning: {p}: sources 'me' and 'me3' read the same notes: me3's folder {daily} is inside me's {notes}, so "
+        "(exclude: ['daily/**'])"),
+        (f"warning: {p}: sources 'me' and 'me3' read the same notes: me3's folder {daily} is inside me's {notes}, so "
         "each note there is in both sources (two search hits); if that is not meant, exclude it from 'me' "
-        "(exclude: ['daily/**'])",
-        f"warning: {p}: sources 'me2' and 'me3' read the same notes: both read {daily}, so each note there is in "
-        "both sources (two search hits); if that is not meant, remove one of them"]
+        "(exclude: ['daily/**'])"),
+        (f"warning: {p}: sources 'me2' and 'me3' read the same notes: both read {daily}, so each note there is in "
+        "both sources (two search hits); if that is not meant, remove one of them")]
     p.write_text("sources:\n  - name: me\n    kind: local\n    path: notes\n    exclude: ['daily/**']\n"
                  "  - name: me2\n    kind: local\n    path: notes/daily\n  - name: me3\n    kind: local\n"
                  "    path: other\n", encoding="utf-8")
@@ -866,8 +866,8 @@ def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_
     (["capture", "--no-build"], "error: nothing to capture: pass TEXT, --file FILE, or pipe the text on stdin\n"),
     (["capture", "--no-build", "-"], "error: nothing to capture: stdin is closed; pass TEXT or --file FILE\n"),
     (["capture", "--no-build", "--file", "-"], "error: nothing to capture: stdin is closed; pass TEXT or --file FILE\n"),
-    (["mcp"], "error: stdin is closed: `docsvault mcp` serves MCP over stdin and stdout; start it from an MCP client "
-              "(or serve HTTP with --http)\n"),
+    (["mcp"], ("error: stdin is closed: `docsvault mcp` serves MCP over stdin and stdout; start it from an MCP client "
+              "(or serve HTTP with --http)\n")),
 ])
 def test_a_command_started_with_stdin_closed_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str],
@@ -912,20 +912,20 @@ def test_an_argument_that_is_not_utf8_is_one_line_naming_its_bytes(tmp_path: Pat
     monkeypatch.setattr(sys, "argv", ["docsvault", "--data", str(tmp_path / "d"), "read", "Ho\udcffme"])
     with pytest.raises(SystemExit) as exit_:
         cli._main()
-    assert (exit_.value.code, capsys.readouterr()) == (1, ("", f"error: argument 'Ho\\xffme' is not UTF-8 text "
-                                                               f"(byte 0xff): {fix}\n"))
+    assert (exit_.value.code, capsys.readouterr()) == (1, ("", (f"error: argument 'Ho\\xffme' is not UTF-8 text "
+                                                               f"(byte 0xff): {fix}\n")))
 
 
 @pytest.mark.parametrize("args, line", [
     (["search", "ducks", "--data", "/tmp/d"],
-     "error: No such option: --data: it is an option of docsvault itself and goes before the command: docsvault "
-     "--data DIR search … (see `docsvault search --help`)\n"),
+     ("error: No such option: --data: it is an option of docsvault itself and goes before the command: docsvault "
+     "--data DIR search … (see `docsvault search --help`)\n")),
     (["build", "--sources=/tmp/s.yaml"],
-     "error: No such option: --sources: it is an option of docsvault itself and goes before the command: docsvault "
-     "--sources FILE build … (see `docsvault build --help`)\n"),
+     ("error: No such option: --sources: it is an option of docsvault itself and goes before the command: docsvault "
+     "--sources FILE build … (see `docsvault build --help`)\n")),
     (["sources", "list", "--vault", "v"],
-     "error: No such option: --vault: it is an option of docsvault itself and goes before the command: docsvault "
-     "--vault DIR sources list … (see `docsvault sources list --help`)\n"),
+     ("error: No such option: --vault: it is an option of docsvault itself and goes before the command: docsvault "
+     "--vault DIR sources list … (see `docsvault sources list --help`)\n")),
     (["search", "ducks", "--josn"],
      "error: No such option: --josn (Possible options: --json) (see `docsvault search --help`)\n"),
 ])

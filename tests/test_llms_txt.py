@@ -4,7 +4,6 @@ the real DuckDB llms.txt against the loopback DuckDB tree and prefect-site.llms.
 from __future__ import annotations
 
 import dataclasses
-
 import http.server
 import os
 import time
@@ -174,8 +173,8 @@ def test_fetch_markdown_first_warnings_optional_and_incremental(tmp_path):
         assert by_sp["docs/a.md"].meta == {"llms_section": "Docs", "llms_optional": False}
         assert result.warnings == (
             f"source 'site': {base}/docs/c: page skipped: HTTP 404 Not Found",
-            "source 'site': https://elsewhere.example/x.md: skipped, host elsewhere.example is not allowed "
-            "(add it to allowed_hosts)",
+            ("source 'site': https://elsewhere.example/x.md: skipped, host elsewhere.example is not allowed "
+            "(add it to allowed_hosts)"),
         )
         assert result.stats["pages"] == 4 and result.stats["warnings"] == 2 and result.stats["bytes"] > 0
         requests.clear()
@@ -343,8 +342,8 @@ def test_a_page_that_failed_is_named_as_not_fetched_not_as_an_attachment(tmp_pat
         f"site: 2 page(s) not fetched (HTTP 404: {base}/docs/c; host elsewhere.example is not allowed "
         "(add it to allowed_hosts): https://elsewhere.example/x.md)")
     html = SimpleNamespace(name="h", metadata={"raw_docs": {"warnings": 30, "warning_lines": [
-        "source 'h': cannot fetch https://a.example/x: HTTP 500 Internal Server Error (kept the last good "
-        "copy)",
+        ("source 'h': cannot fetch https://a.example/x: HTTP 500 Internal Server Error (kept the last good "
+        "copy)"),
         "source 'h': https://a.example/y: skipped, disallowed by robots.txt",
         "source 'h': cannot fetch https://a.example/z: HTTP 404 Not Found",
         "source 'h': cannot fetch https://a.example/w: HTTP 410 Gone"]}})
@@ -395,8 +394,8 @@ def test_credentials_in_the_llms_txt_url_stay_out_of_notes_and_warnings(tmp_path
     settings = _settings(tmp_path)
     with serve(handler=SiteHandler) as (base, _):
         SiteHandler.pages = {
-            "/llms.txt": ("text/plain", b"# Site\n\n## Docs\n\n- [R](r.md): relative\n- [G](gone.md): missing\n"
-                                        b"- [H](h): html\n"),
+            "/llms.txt": ("text/plain", (b"# Site\n\n## Docs\n\n- [R](r.md): relative\n- [G](gone.md): missing\n"
+                                        b"- [H](h): html\n")),
             "/r.md": ("text/markdown", b"# R\n\nrelative page\n"),
             "/h.md": ("text/html", b"<html><body>SPA shell</body></html>"),
             "/h": ("text/html", b"<html><main><h1>H</h1><p><a href='r.md'>r</a></p></main></html>"),
@@ -434,8 +433,8 @@ def test_a_page_linked_in_the_prose_and_listed_in_a_section_gets_the_sections_na
     settings = _settings(tmp_path)
     with serve(handler=SiteHandler) as (base, _):
         SiteHandler.pages = {
-            "/llms.txt": ("text/plain", b"# Kiwi\n\nRead the [quick start](q.md) first.\n\n## Docs\n\n"
-                                        b"- [Quick start](q.md): start here\n"),
+            "/llms.txt": ("text/plain", (b"# Kiwi\n\nRead the [quick start](q.md) first.\n\n## Docs\n\n"
+                                        b"- [Quick start](q.md): start here\n")),
             "/q.md": ("text/markdown", b"# Quick start\n"),
         }
         source = Source(name="site", kind="llms_txt", url=f"{base}/llms.txt", rate_limit=0)
