@@ -896,6 +896,17 @@ def test_a_tag_in_a_heading_is_a_tag_of_the_note(tmp_path: Path) -> None:
         assert tagged("tips") == [] and tagged("42") == []
 
 
+def test_a_link_whose_text_runs_over_a_line_break_shows_its_text() -> None:
+    """jekyllrb's credits wrap an avatar image and a name in one link over two lines; the snippet showed
+    ``[ ashmaroli](https://github.com/ashmaroli)`` (helper-144, session 46). A blank line still ends a link's text,
+    as in CommonMark."""
+    from pipeline.search.snippet import clean_text
+
+    assert clean_text("Thanks to [![ashmaroli](https://a.example/1.png)\nashmaroli](https://github.com/ashmaroli) "
+                      "and [two\nlines](x.md).\n\n[not\n\nthis](y)") == (
+        "Thanks to ashmaroli and two lines. [not this](y)")
+
+
 def test_a_link_cut_by_a_chunk_boundary_shows_its_text_not_its_target() -> None:
     """A sentence too long for one chunk is cut between its words, also inside a link: ja-react's TypeScript page
     holds ``[こちらの TypeScript プレイグラウンド](<an 800-character URL>)で、…``, and the hit's snippet began

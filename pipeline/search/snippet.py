@@ -48,6 +48,9 @@ _INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 #: words: ``プレイグラウンド](https://…800 characters…)で、``): its text stays, its target goes, as a whole link's does
 _LINK_TAIL = re.compile(r"\A([^\[\]\n]*)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 #: the head of a link whose target runs into the next chunk (``[docs](https://exa`` at the chunk's end): its text stays
+#: a link whose text runs over one line break, as CommonMark allows: ``[![avatar](a.png)\nashmaroli](url)`` (the
+#: image gone first) showed as ``[ ashmaroli](https://github.com/ashmaroli)`` (LINK reads a one-line text only)
+_LINK_WRAPPED = re.compile(r"\[([^\[\]\n]*\n[^\[\]\n]*)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 _LINK_HEAD = re.compile(r"\[([^\[\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\Z")
 _ENTITY = {"&nbsp;": " ", "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'"}
 
@@ -89,6 +92,7 @@ _STEPS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     ("^[", _INLINE_FOOTNOTE, r"\1"),
     ("[", WIKILINK, wikilink_text),
     ("[", LINK, r"\1"),
+    ("[", _LINK_WRAPPED, r"\1"),
     ("[", _REF_LINK, r"\1"),
     ("](", _LINK_TAIL, r"\1"),
     ("](", _LINK_HEAD, r"\1"),
