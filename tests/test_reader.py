@@ -333,6 +333,16 @@ def test_missing_note_is_not_found_with_a_hint(vault: Path) -> None:
         read_note(vault, "src/nope.md")
 
 
+def test_a_vault_folder_that_does_not_exist_is_named_as_such(tmp_path: Path) -> None:
+    """`docsvault --data D read Home` from another folder read the default ./vault there: "no note 'notes/Home.md'
+    in the vault /tmp/vault; use a vault_path from search results", a path search had just given (helper-146)."""
+    with pytest.raises(NoteNotFoundError) as info:
+        read_note(tmp_path / "vault", "notes/Home.md")
+    assert str(info.value) == (
+        f"no note 'notes/Home.md': the vault folder {tmp_path / 'vault'} does not exist; point --vault / "
+        "DOCSVAULT_VAULT at the vault the build wrote (the CLI and the MCP server read notes there)")
+
+
 def test_page_one_has_title_and_json_safe_frontmatter(vault: Path) -> None:
     page = read_note(vault, "a.md")
     assert page.to_dict() == {

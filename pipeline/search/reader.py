@@ -210,6 +210,10 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
     if not real.is_relative_to(root):
         raise _refuse(note, "it resolves outside the vault (symlink)")
     if not _on_disk(real):
+        if not root.is_dir():       # `--data D` given, the vault left at its default ./vault of another folder
+            raise NoteNotFoundError(
+                f"no note {norm!r}: the vault folder {root} does not exist; point --vault / DOCSVAULT_VAULT at the "
+                "vault the build wrote (the CLI and the MCP server read notes there)")
         raise NoteNotFoundError(
             f"no note {norm!r} in the vault {root}; use a vault_path from search results "
             "(`docsvault search ...` / the search tool)"
