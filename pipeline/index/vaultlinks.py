@@ -21,7 +21,7 @@ import os
 import posixpath
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,14 +206,17 @@ def _link_line(path: Path | None, target: str) -> int | None:
 AMBIGUOUS_LINES = 5
 
 
-def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Path] | None = None) -> list[str]:
+def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Path] | None = None,
+                         parse: Callable[[str], list[Any]] | None = None) -> list[str]:
     """One warning line per wikilink of ``notes`` (one source) whose name several of the source's notes share
     equally (:meth:`pipeline.index.graph.LinkResolver.rivals`: ``[[Meeting]]`` with ``a/Meeting.md`` and
     ``b/Meeting.md``, neither in the linking note's folder): the note, the link, its line (when ``files`` maps the
     note's source path to its file and the link is written there as is), the note it resolves to and the others,
     and how to choose. At most :data:`AMBIGUOUS_LINES` links, then one ``… and N more`` line. Deterministic (notes
-    and links in order). Only notes whose body links a name two notes share are parsed: a source without such
-    names costs one pass over its paths."""
+    and links in order). Only notes whose body links a name two notes share are parsed (``parse``, default
+    :func:`pipeline.index.graph.parse_links`; the vault stage passes the graph's link cache, so an unchanged note is
+    not parsed again: a vault whose folders share index.md parsed every note linking it on every build): a source
+    without such names costs one pass over its paths."""
     from collections import Counter
 
     from pipeline.index.graph import LinkResolver, parse_links
@@ -244,7 +247,7 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
                                     {n.vault_path: n.aliases for n in notes if n.aliases},
                                     {n.vault_path: n.source_path for n in notes})
         seen: set[str] = set()
-        for link in parse_links(note.body):
+        for link in (parse or parse_links)(note.body):
             if link.kind != "wikilink" or not link.target or link.target in seen:
                 continue
             seen.add(link.target)

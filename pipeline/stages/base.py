@@ -108,6 +108,12 @@ def code_version(stage: str) -> str:
 
 
 @cache
+def links_cache_path(settings: Settings) -> Path:
+    """The graph's link cache (:class:`pipeline.index.graph.LinksCache`): ``<cache>/graph/links-<graph code>.json``,
+    written by the graph stage (every note's parsed links, keyed by its body's sha1), read by the vault stage too."""
+    return settings.cache_dir / "graph" / f"links-{code_version('graph')}.json"
+
+
 def loaded_code_version() -> str:
     """The code version of every stage (:func:`code_version`) together, as this process first read it: the code it
     runs (a Celery worker left running across a ``git pull`` keeps the code it loaded, and keeps this). 16 hex."""

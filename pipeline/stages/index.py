@@ -21,6 +21,7 @@ from pipeline.stages.base import (
     digest,
     file_sha,
     forced,
+    links_cache_path,
     notify,
     stage_lock,
     vault_listing,
@@ -417,8 +418,8 @@ def build_link_graph(settings: Settings, notes: Sequence[Note]) -> Any:
     """``graph.build_graph`` with the links of unchanged note bodies taken from ``<cache>/graph/links-<code>.json``."""
     from pipeline.index.graph import LinksCache, build_graph
 
-    folder = settings.cache_dir / "graph"
-    path = folder / f"links-{code_version('graph')}.json"
+    path = links_cache_path(settings)
+    folder = path.parent
     cache = LinksCache(path)
     lg = build_graph(notes, parse=cache.parse)
     cache.save()

@@ -21,6 +21,7 @@ from pipeline.stages.base import (
     digest,
     file_sha,
     forced,
+    links_cache_path,
     notify,
     now,
     source_config,
@@ -322,6 +323,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         # notes theirs to choose; a git source's, upstream's (not warned)
         missing: list[str] = []
         if source.kind == "local":
+            from pipeline.index.graph import LinksCache
             from pipeline.index.vaultlinks import ambiguous_link_lines
             from pipeline.ingest.normalize import unlinkable_lines
 
@@ -329,8 +331,10 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
                      if isinstance(f, dict)}
             folders = [prefix for prefix, _ in source_roots(source, settings.raw_dir) if prefix]
             # the links as written: qualifying one whose name another source also has keeps the same choice
+            # the graph's parses of unchanged bodies (read only: the graph stage keeps the file)
+            links = LinksCache(links_cache_path(settings))
             missing = missing_lines(source.name, plan.missing, files, folders, plan.moved) + ambiguous_link_lines(
-                source.name, given, files) + unlinkable_lines(source.name,
+                source.name, given, files, parse=links.parse) + unlinkable_lines(source.name,
                                                               {n.source_path: n.rel_path for n in given})
         facts = {"attachments": len(att_rows), "bytes": plan.bytes, "skipped": len(skip_lines),
                  "skip_lines": skip_lines[:50], "unresolved": len(plan.unresolved), "qualified": qualified,
