@@ -21,6 +21,7 @@ import os
 import posixpath
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -217,8 +218,6 @@ def ambiguous_link_lines(source: str, notes: Sequence[Note], files: dict[str, Pa
     :func:`pipeline.index.graph.parse_links`; the vault stage passes the graph's link cache, so an unchanged note is
     not parsed again: a vault whose folders share index.md parsed every note linking it on every build): a source
     without such names costs one pass over its paths."""
-    from collections import Counter
-
     from pipeline.index.graph import LinkResolver, parse_links
     from pipeline.ingest.fetch.local import printable_path
 
