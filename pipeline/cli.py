@@ -835,6 +835,7 @@ def embed(
 
             spec = settings().model_for(select_sources(load_sources(settings().sources_file), [source])[0],
                                         detect_language(text))
+        _check_model_spec(spec)
         vec = np.asarray(load_embedder(spec).embed_query(text), dtype=np.float32).reshape(-1)
     except PipelineError as exc:
         fail(str(exc))
@@ -846,6 +847,18 @@ def embed(
         return
     typer.echo(f"model {spec}, dim {vec.shape[0]}, norm {norm:.6f}")
     typer.echo(" ".join(f"{x:.6f}" for x in vec))
+
+
+def _check_model_spec(spec: str) -> None:
+    """Fail as ``build`` does when ``spec`` (the model ``embed`` uses) is no spec a model loads from: a misspelt
+    ``DOCSVAULT_MODEL=all-MiniLM-L6-v3`` was looked up on the Hugging Face hub (seconds to minutes of retries
+    offline, then "We couldn't connect to 'https://huggingface.co'"), with no "did you mean"."""
+    from pipeline.ingest.sources import MODEL_SETTINGS, model_spec_problem
+
+    problem = model_spec_problem(settings(), spec)
+    if problem:
+        name = next((env for field, env in MODEL_SETTINGS if getattr(settings(), field) == spec), "the model")
+        fail(f"{name} {problem}")
 
 
 @app.command()

@@ -656,6 +656,8 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
             built = [n["vault_path"] for n in wh.notes_by_source_path(con, rest) if n["source"] == name]
         finally:
             con.close()
+        if f"{name}/{rest}" in built:   # built at that very path: its vault file is missing (a vault folder
+            return None                    # that does not exist, a file deleted): the reader's line says which
         if built:
             return (f"no note {note!r} at that vault path: the file {rest!r} of source {name!r} is the note "
                     f"{built[0]!r} in the vault; read it by that path")

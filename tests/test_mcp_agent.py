@@ -93,6 +93,30 @@ def test_read_and_related_of_a_saved_note_not_built_yet_say_so(tmp_path: Path) -
                               "search results (`docsvault search ...` / the search tool)")
 
 
+def test_read_of_a_built_note_whose_vault_folder_does_not_exist_names_the_folder(tmp_path: Path) -> None:
+    """`docsvault --vault /tmp/none read my-notes/Home.md` (the vault left at another folder's default) said "no
+    note 'my-notes/Home.md' at that vault path: the file 'Home.md' of source 'my-notes' is the note
+    'my-notes/Home.md' in the vault; read it by that path": the very path given. Now it names the missing vault
+    folder and where to point, as for a note's name (README "read")."""
+    from pipeline.mcp_server import ToolFailure, VaultService
+
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "Home.md").write_text("# Home\n\nA home note.\n", encoding="utf-8")
+    (tmp_path / "sources.yaml").write_text("sources:\n  - name: inbox\n    kind: local\n    path: inbox\n",
+                                           encoding="utf-8")
+    note = Note("inbox", "Home.md", "Home.md", "Home", {"title": "Home"}, "A home note.")
+    publish_chunks(tmp_path / "data" / "warehouse.duckdb", [note],
+                   [Chunk(f"{note.note_id}-0", note.note_id, "inbox", 0, (), note.title, note.body)])
+    svc = VaultService(Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data",
+                                vault_dir=tmp_path / "vault", evals_dir=tmp_path / "evals"))
+    for path in ("inbox/Home.md", "Home"):
+        with pytest.raises(ToolFailure) as err:
+            svc.read(path)
+        assert str(err.value) == (f"no note 'inbox/Home.md': the vault folder {tmp_path / 'vault'} does not exist; "
+                                  "point --vault / DOCSVAULT_VAULT at the vault the build wrote (the CLI and the MCP "
+                                  "server read notes there)")
+
+
 def test_a_stopped_refresh_names_the_build_of_all_its_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``refresh(full=true)`` of two local sources, stopped at its time limit, said "Run `docsvault build --source
     notes` in a terminal": the first source only, and no ``--force``, so the command did not do what the refresh

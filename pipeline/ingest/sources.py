@@ -254,10 +254,16 @@ def model_settings_problem(settings: Settings, name_of: Callable[[str, str], str
         spec = getattr(settings, field)
         if field == "crosslingual_model" and settings.crosslingual is None:
             continue
-        problem = spec_problem(spec, partial(_is_model_path, settings.sources_file.parent), _in_hf_cache)
+        problem = model_spec_problem(settings, spec)
         if problem:
             problems.append(f"{name_of(field, env)} {problem}")
     return "; ".join(problems) or None
+
+
+def model_spec_problem(settings: Settings, spec: str) -> str | None:
+    """Why one model spec cannot load, as :func:`model_settings_problem` checks each setting (a model folder may be
+    relative to the folder of sources.yaml): ``"must be …, got '<spec>'; did you mean …?"``, or None."""
+    return spec_problem(spec, partial(_is_model_path, settings.sources_file.parent), _in_hf_cache)
 
 
 def _is_model_path(base_dir: Path, spec: str) -> bool:

@@ -307,7 +307,8 @@ DANGLING_LINES = 10
 def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem, then the source's
     dangling links: the missing notes most linked (:func:`_most_linked`), then ``<source>: <file>:<line> -> <link
-    as written there>``, at most :data:`DANGLING_LINES`, then a count of the rest; then its links to a missing
+    as written there>``, at most :data:`DANGLING_LINES` (those to a file the last build skipped first), then a
+    count of the rest; then its links to a missing
     heading, the same way)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
@@ -336,7 +337,10 @@ def format_report(report: dict[str, Any]) -> list[str]:
             lines.append(f"  {r['name']}: {r['dangling_links']} dangling link(s), to a note no source has "
                          f"({fix}{also}):")
             lines += _most_linked(r["name"], r["dangling"])
-            lines += _link_lines(r["name"], r["dangling"], "dangling links")
+            # the links to a skipped file first (the line above tells to fix that file: name it even past the first
+            # DANGLING_LINES), then the others in path order
+            lines += _link_lines(r["name"], sorted(r["dangling"], key=lambda d: not d.get("skipped")),
+                                 "dangling links")
             hint = r.get("site_absolute")
             if hint:
                 fmt = (" and a `format:` other than obsidian (a `format: obsidian` source's links stay as "
