@@ -99,7 +99,9 @@ class SlowBuild(VaultService):
     def refresh(self, source: str | None = None, full: bool = False, wait: float = 0) -> dict[str, Any]:
         child = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
                  "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM}); time.sleep(120)")
-        self._build = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+        # -S: no site-packages scan at start-up (its .pth files), so a loaded machine does not hold the child in
+        # start-up past stop_build's grace (it was killed, -9, once under load)
+        self._build = subprocess.Popen([sys.executable, "-S", "-c", child], start_new_session=True)
         print(f"build started (pid {self._build.pid})", file=sys.stderr, flush=True)
         try:
             code = self._build.wait()
@@ -264,7 +266,9 @@ def test_a_cancelled_refresh_stops_its_build_and_the_next_call_runs(tiny_env: Pa
             proc.kill()
     replies = [json.loads(line) for line in out.splitlines()]
     assert [r["id"] for r in replies] == [3], err                     # a cancelled request: no answer
-    assert _payload(replies[0]) == {"log": ["refresh ended -15"]}
+    # stopped: by SIGTERM (-15), or by the SIGKILL stop_build sends when the child has not ended 10 s after it (seen
+    # once in a full suite on a loaded machine)
+    assert _payload(replies[0]) in ({"log": ["refresh ended -15"]}, {"log": ["refresh ended -9"]})
     assert "refresh was cancelled by the client: stopped its build (pid " in err
     assert proc.returncode == 0
 
