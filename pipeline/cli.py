@@ -1263,6 +1263,12 @@ def status(
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")
+    elif data.get("sources_error") and not Path(data["sources_file"]).is_file():
+        # no project here at all (run from another folder): a build would fail with "sources file not found"
+        typer.echo(f"warehouse: {w['path']} (none here, nor a sources file: run docsvault from your project's "
+                   "folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built)")
+        for line in _warehouse_lag_lines(w):
+            typer.echo(line)
     else:
         typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
         for line in _warehouse_lag_lines(w):

@@ -831,6 +831,26 @@ def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
         1, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
 
 
+def test_status_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 46): `docsvault status` run from another folder said of the warehouse
+    "not built yet: run `docsvault build`", and that build said "sources file not found" (search says to run from
+    the project since session 44). A project whose sources.yaml exists but is not built is still told to build."""
+    for name in ("DOCSVAULT_DATA", "DOCSVAULT_SOURCES", "DOCSVAULT_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 1
+    assert [line for line in result.output.splitlines() if line.startswith("warehouse:")] == [
+        f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (none here, nor a sources file: run docsvault from "
+        "your project's folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you "
+        "built)"]
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    result = runner.invoke(app, ["status"])
+    assert [line for line in result.output.splitlines() if line.startswith("warehouse:")] == [
+        f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (not built yet: run `docsvault build`)"]
+
+
 def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_path: Path) -> None:
     """Finding of a new user's run (session 44): `path: notes` and another source's `path: notes/daily` built every
     daily note twice (`me/daily/x.md` and `me2/x.md`, two hits of one note) and `sources validate` said "valid".
