@@ -590,6 +590,7 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.chdir(tmp_path)                           # `docsvault ui` starts Dagster in DAGSTER_HOME
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")   # the code location loads it
     port = ui_free_port()
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port), *flags])
     for fd in ui_lock_fds(home):                          # the daemon's lock, which dg dev would have inherited
@@ -623,6 +624,7 @@ def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")   # the code location loads it
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 5, "SENSOR", "other-daemon", None))
     port = ui_free_port()
@@ -662,6 +664,7 @@ def test_ui_restarts_at_once_after_its_own_daemon_stopped(tmp_path: Path,
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")   # the code location loads it
 
     def beat(daemon_id: str, ago: float = 0.0) -> None:
         with dg.DagsterInstance.from_config(str(home)) as instance:
