@@ -834,6 +834,23 @@ def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
         1, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
 
 
+def test_a_misspelt_lane_is_offered_the_closest_one() -> None:
+    """Finding of a new user's run (session 46): `docsvault eval --lanes bm25,vectr` said "unknown lane 'vectr'"
+    and listed the seven names, where a misspelt source, format or key is offered the closest one (search's
+    `--lanes` and MCP's `lanes` read the same function). A name close to none gets the list alone."""
+    from pipeline.service import parse_lanes
+
+    available = "available: bm25, bm25_page, vector, crosslingual, graph, hybrid, hybrid+graph"
+    for spec, want in (("bm25,vectr", f"unknown lane 'vectr' in --lanes (did you mean 'vector'?); {available}"),
+                       ("Hybrid", f"unknown lane 'Hybrid' in --lanes (did you mean 'hybrid'?); {available}"),
+                       ("crosslingul", f"unknown lane 'crosslingul' in --lanes (did you mean 'crosslingual'?); "
+                                       f"{available}"),
+                       ("colbert", f"unknown lane 'colbert' in --lanes; {available}")):
+        with pytest.raises(ValueError) as err:
+            parse_lanes(spec)
+        assert str(err.value) == want
+
+
 def test_status_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding of a new user's run (session 46): `docsvault status` run from another folder said of the warehouse
