@@ -583,9 +583,33 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         near = _passable(Path(warehouse_path), near, note)
         hint = f"; did you mean {' or '.join(_quoted(n) for n in near)}? Else" if near else ";"
         names = "title, alias or page URL" if _URL.match(note.partition("#")[0]) else "title or alias"
+        linkers = _dangling_linkers(Path(warehouse_path), note)
+        if linkers:       # [[Tea]] copied from a note: the link goes nowhere, which "use a vault_path" did not say
+            raise NoteNotFoundError(
+                f"no note {note!r}: no vault path, source path, note name, {names} is {note!r}; it is a dangling "
+                f"link of {', '.join(linkers)} (a note no source has: create it, or fix the link; `docsvault "
+                f"check-vault` lists every dangling link){hint.removesuffix(' Else') if near else ''}") from None
         raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, {names} "
                                 f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
                                 "the search tool)") from None
+
+
+def _dangling_linkers(warehouse_path: Path, note: str) -> list[str]:
+    """The notes (vault paths, at most 3) whose dangling link targets ``note`` (a link as a note writes it, its
+    heading or block and display text dropped: ``[[Tea#Green|tea]]`` is ``Tea``), or []."""
+    from pipeline import warehouse as wh
+
+    target = note.strip()
+    if target.startswith("[[") and target.endswith("]]"):
+        target = target[2:-2]
+    target = target.split("|", 1)[0].split("#", 1)[0].strip()
+    if not target:
+        return []
+    con = wh.connect(warehouse_path, read_only=True)
+    try:
+        return wh.dangling_linkers(con, unicodedata.normalize("NFC", target))
+    finally:
+        con.close()
 
 
 def _moved_path_error(exc: Exception, note: str, warehouse_path: Path) -> NoteNotFoundError | None:
