@@ -1278,6 +1278,12 @@ def status(
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")
+    elif data.get("sources_error") and not Path(data["sources_file"]).is_file():
+        # no project here at all (run from another folder): a build would fail with "sources file not found"
+        typer.echo(f"warehouse: {w['path']} (none here, nor a sources file: run docsvault from your project's "
+                   "folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built)")
+        for line in _warehouse_lag_lines(w):
+            typer.echo(line)
     else:
         typer.echo(f"warehouse: {w['path']} (not built yet: run `docsvault build`)")
         for line in _warehouse_lag_lines(w):
@@ -1473,6 +1479,10 @@ def ui(
         fail(f"{tool} not found; run `make install` (it comes with the {package} package)")
         return
     home = s.dagster_home
+    problem = ui_sources_problem(s.sources_file)
+    if problem:
+        fail(problem)
+        return
     problem = ui_port_problem(UI_HOST, port)
     if not webserver_only:
         problem = ui_daemon_problem(home, port, problem)
@@ -1587,6 +1597,22 @@ def _child_setup(parent: int, mask: set[signal.Signals]) -> Callable[[], None]:
                 os._exit(128 + signal.SIGTERM)
 
     return setup
+
+
+def ui_sources_problem(sources_file: Path) -> str | None:
+    """Why the code location `docsvault ui` starts could not load ``sources_file`` (the assets are made from it), or
+    None when it loads. Before session 46 a mistyped sources.yaml (`kind: lcoal`) or none in the current folder
+    started the UI anyway: a 40-line ComponentTreeException traceback in the terminal, the line naming the typo
+    in its middle, and a UI whose code location had "Failed" (no assets, jobs, sensor or schedule)."""
+    from pipeline.common.errors import PipelineError
+    from pipeline.ingest.sources import load_sources
+
+    try:
+        load_sources(sources_file)
+    except PipelineError as exc:
+        return (f"{exc}; the Dagster UI's code location loads its assets from it and would not load: fix it "
+                "(`docsvault sources validate`) and run `docsvault ui` again")
+    return None
 
 
 def ui_port_problem(host: str, port: int) -> str | None:

@@ -350,7 +350,12 @@ def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
         elif name in LANES:
             out[name] = [name]
         else:
-            raise ValueError(f"unknown lane {name!r} in {arg}; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
+            import difflib
+
+            names = [*LANES, "hybrid", "hybrid+graph"]
+            close = difflib.get_close_matches(name.lower(), names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown lane {name!r} in {arg}{hint}; available: {', '.join(names)}")
     if not out:
         raise ValueError(f"{arg} is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
     return out

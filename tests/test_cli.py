@@ -590,6 +590,7 @@ def test_ui_starts_webserver_and_daemon_unless_told_otherwise(tmp_path: Path, mo
     home = tmp_path / "dagster-home"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.chdir(tmp_path)                           # `docsvault ui` starts Dagster in DAGSTER_HOME
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")   # the code location loads it
     port = ui_free_port()
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port), *flags])
     for fd in ui_lock_fds(home):                          # the daemon's lock, which dg dev would have inherited
@@ -623,6 +624,7 @@ def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")   # the code location loads it
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 5, "SENSOR", "other-daemon", None))
     port = ui_free_port()
@@ -662,6 +664,7 @@ def test_ui_restarts_at_once_after_its_own_daemon_stopped(tmp_path: Path,
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")   # the code location loads it
 
     def beat(daemon_id: str, ago: float = 0.0) -> None:
         with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -842,6 +845,43 @@ def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
     result = runner.invoke(app, ["search", "coffee"])
     assert (result.exit_code, result.output) == (
         1, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
+
+
+def test_a_misspelt_lane_is_offered_the_closest_one() -> None:
+    """Finding of a new user's run (session 46): `docsvault eval --lanes bm25,vectr` said "unknown lane 'vectr'"
+    and listed the seven names, where a misspelt source, format or key is offered the closest one (search's
+    `--lanes` and MCP's `lanes` read the same function). A name close to none gets the list alone."""
+    from pipeline.service import parse_lanes
+
+    available = "available: bm25, bm25_page, vector, crosslingual, graph, hybrid, hybrid+graph"
+    for spec, want in (("bm25,vectr", f"unknown lane 'vectr' in --lanes (did you mean 'vector'?); {available}"),
+                       ("Hybrid", f"unknown lane 'Hybrid' in --lanes (did you mean 'hybrid'?); {available}"),
+                       ("crosslingul", f"unknown lane 'crosslingul' in --lanes (did you mean 'crosslingual'?); "
+                                       f"{available}"),
+                       ("colbert", f"unknown lane 'colbert' in --lanes; {available}")):
+        with pytest.raises(ValueError) as err:
+            parse_lanes(spec)
+        assert str(err.value) == want
+
+
+def test_status_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 46): `docsvault status` run from another folder said of the warehouse
+    "not built yet: run `docsvault build`", and that build said "sources file not found" (search says to run from
+    the project since session 44). A project whose sources.yaml exists but is not built is still told to build."""
+    for name in ("DOCSVAULT_DATA", "DOCSVAULT_SOURCES", "DOCSVAULT_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 1
+    assert [line for line in result.output.splitlines() if line.startswith("warehouse:")] == [
+        f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (none here, nor a sources file: run docsvault from "
+        "your project's folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you "
+        "built)"]
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    result = runner.invoke(app, ["status"])
+    assert [line for line in result.output.splitlines() if line.startswith("warehouse:")] == [
+        f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (not built yet: run `docsvault build`)"]
 
 
 def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_path: Path) -> None:

@@ -660,3 +660,15 @@ def test_ctrl_c_of_a_cli_build_inside_a_step_prints_one_line_and_no_traceback(ti
         holder.release()
     assert (proc.returncode, out, err) == (130, "", "error: build interrupted: stopped, its locks released; "
                                                     "run `docsvault build --force` again to finish it\n")
+    # its Dagster run ends CANCELED, as a Terminate in the UI: before, FAILURE ("No user initiated termination
+    # request was found, treating as failure"), a red run on the Runs page, whose unfinished chain the
+    # upstream_change sensor then started again (it leaves only a CANCELED run's chain alone)
+    import dagster as dg
+
+    from pipeline.defs.runner import INTERRUPTED_MESSAGE
+
+    instance = dg.DagsterInstance.get()
+    [run] = instance.get_runs(dg.RunsFilter(tags={"docsvault/run": "build"}), limit=1)
+    assert run.status == dg.DagsterRunStatus.CANCELED
+    assert [e.message for e in instance.all_logs(run.run_id)
+            if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_CANCELED"] == [INTERRUPTED_MESSAGE]

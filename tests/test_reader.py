@@ -77,8 +77,9 @@ def test_paths_inside_the_vault_are_read(vault: Path, note: str, expected: str) 
     assert page.pages == 1
 
 
-def _publish_one_chunk_each(notes: list, path: Path) -> Path:
-    """A warehouse at ``path`` of ``notes``, one chunk each (title + body), hash vectors."""
+def _publish_one_chunk_each(notes: list, path: Path, edges: tuple = ()) -> Path:
+    """A warehouse at ``path`` of ``notes`` (and their link ``edges``), one chunk each (title + body), hash
+    vectors."""
     from pipeline import warehouse as wh
     from pipeline.index.analysis import Analyzer
     from pipeline.index.bm25 import build_chunk_index
@@ -88,7 +89,8 @@ def _publish_one_chunk_each(notes: list, path: Path) -> Path:
     chunks = [Chunk(f"{n.note_id}-0", n.note_id, n.source, 0, (), n.title, n.body) for n in notes]
     emb = HashEmbedder(16)
     res = embed_chunks(chunks, emb, None)
-    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, vectors={emb.model_id: (res.chunk_ids, res.vectors)},
+    wh.publish(path, wh.WarehouseData(notes=notes, chunks=chunks, edges=edges,
+                                      vectors={emb.model_id: (res.chunk_ids, res.vectors)},
                                       bm25_blobs=build_chunk_index(chunks, notes, Analyzer()).to_blobs()))
     return path
 
@@ -201,6 +203,32 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
         find_note(vault, "evil", path)
     assert str(info.value) == ("no note 'evil': no vault path, source path, note name, title or alias is 'evil'; "
                                "use a vault_path from search results (`docsvault search ...` / the search tool)")
+
+
+def test_a_name_only_dangling_links_give_says_so_and_names_the_notes_that_link_it(vault: Path, tmp_path: Path) -> None:
+    """Finding of a new user's run (session 46): `read Tea`, `read '[[Tea]]'` (copied from Home's `[[Tea]]`, a
+    link to a note no source has) said "no vault path, source path, note name, title or alias is 'Tea'; use a
+    vault_path from search results", as of a made-up name. It now says the link dangles and which notes hold it
+    (case and `.md` ignored, as Obsidian links); a name no link gives keeps the old line."""
+    from pipeline.models import Edge, Note
+
+    notes = [Note("src", "Home.md", "Home.md", "Home", {"title": "Home"}, "See [[Tea]] and [[B]]."),
+             Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside [[tea.md|tea]].")]
+    home, b = (n.note_id for n in notes)
+    edges = (Edge(home, None, "Tea", "wikilink"), Edge(home, b, "B", "wikilink"), Edge(b, None, "tea.md", "markdown"))
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb", edges)
+    for name, said in (("Tea", "Tea"), ("[[Tea|green tea]]", "Tea"), ("tea", "tea"), ("Tea#Brewing", "Tea")):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_link(vault, name, path)
+        assert str(info.value) == (
+            f"no note {said!r}: no vault path, source path, note name, title or alias is {said!r}; it is a dangling "
+            "link of src/Home.md, src/sub/b.md (a note no source has: create it, or fix the link; `docsvault "
+            "check-vault` lists every dangling link)"), name
+    with pytest.raises(NoteNotFoundError) as info:
+        find_note(vault, "Coffee", path)
+    assert str(info.value) == ("no note 'Coffee': no vault path, source path, note name, title or alias is "
+                               "'Coffee'; use a vault_path from search results (`docsvault search ...` / "
+                               "the search tool)")
 
 
 def test_a_link_by_path_reads_the_note_at_that_path_though_another_folder_shares_its_name(

@@ -467,6 +467,41 @@ def test_a_local_folder_replaced_by_a_symlink_loop_fails_that_source_alone(tmp_p
     assert (s.data_dir, s.vault_dir) == (tmp_path / "loop", tmp_path / "loop")
 
 
+def test_a_mistyped_local_path_is_offered_the_folder_beside_it(tmp_path: Path) -> None:
+    """Finding of a new user's run (session 46): `path: note` for the folder `notes` got "'path' …/note does not
+    exist; create the folder or fix 'path'" from `sources validate`, and the build's "local path … does not exist
+    or is not a folder", where a mistyped git `paths` entry, kind, format or key is offered the closest one. Both
+    now name the folder beside it whose name is close (case aside); none when nothing is close."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.common.errors import FetchError
+    from pipeline.ingest.fetch.local import list_local
+
+    for name in ("notes", "Archive", ".notes2"):
+        (tmp_path / name).mkdir()
+    p = write(tmp_path, "sources:\n  - name: me\n    kind: local\n    path: note\n"
+                        "  - name: old\n    kind: local\n    path: archiv\n"
+                        "  - name: new\n    kind: local\n    path: projects\n")
+    result = CliRunner().invoke(app, ["--sources", str(p), "--data", str(tmp_path / "data"), "--vault",
+                                      str(tmp_path / "vault"), "sources", "validate"])
+    assert (result.exit_code, result.stderr.splitlines()) == (1, [
+        f"error: {p}: line 4: sources[1] (source 'me'): 'path' {tmp_path / 'note'} does not exist (did you mean "
+        f"{tmp_path / 'notes'}?); create the folder or fix 'path' (a relative one is read from {tmp_path})",
+        f"error: {p}: line 7: sources[2] (source 'old'): 'path' {tmp_path / 'archiv'} does not exist (did you mean "
+        f"{tmp_path / 'Archive'}?); create the folder or fix 'path' (a relative one is read from {tmp_path})",
+        f"error: {p}: line 10: sources[3] (source 'new'): 'path' {tmp_path / 'projects'} does not exist; create the "
+        f"folder or fix 'path' (a relative one is read from {tmp_path})"])
+    me, _, new = load_sources(p)
+    with pytest.raises(FetchError) as err:
+        list_local(me, hint="; fix 'path' in sources.yaml")
+    assert str(err.value) == (f"source 'me': local path {tmp_path / 'note'} does not exist or is not a folder (did "
+                              f"you mean {tmp_path / 'notes'}?); fix 'path' in sources.yaml")
+    with pytest.raises(FetchError) as err:
+        list_local(new)
+    assert str(err.value) == f"source 'new': local path {tmp_path / 'projects'} does not exist or is not a folder"
+
+
 def test_a_local_folder_in_an_obsidian_vault_is_format_obsidian_unless_set(tmp_path: Path) -> None:
     """A `.obsidian/` folder in the source's folder or above it makes a `local` source without `format:` obsidian:
     before session 46 each file was guessed, so a note writing `{{ page.title }}` lost it (read as Jekyll)."""

@@ -40,6 +40,7 @@ def ui_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")     # the code location loads it
 
     def start(argv: list[str], env: dict[str, str], cwd: Path) -> None:
         raise _Exec(argv, env, cwd)
@@ -95,6 +96,27 @@ def test_a_busy_port_exits_at_once_and_starts_nothing(ui_env: Path, busy_port: i
     assert not ui_env.exists()
     result = runner.invoke(app, ["ui", "--port", str(busy_port), "--webserver-only"])
     assert result.exit_code == 1 and f"127.0.0.1:{busy_port} is already in use" in result.output
+
+
+def test_a_sources_file_the_code_location_cannot_load_is_refused_in_one_line(ui_env: Path, tmp_path: Path) -> None:
+    """Finding of a new user's run (session 46): `make ui` with `kind: lcoal` in sources.yaml (or from a folder
+    with no sources.yaml) started Dagster anyway: a 40-line ComponentTreeException traceback with the typo's line
+    in its middle, and a UI whose code location "Failed" (no assets, jobs, sensor or schedule). It is now the
+    sources file's one-line error, and nothing starts (no DAGSTER_HOME made, no lock taken)."""
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n  - name: my-notes\n    kind: lcoal\n    path: notes\n", encoding="utf-8")
+    result = runner.invoke(app, ["ui", "--port", str(_free_port())])
+    assert (result.exit_code, result.output) == (1, (
+        f"error: {sources}: line 3: sources[1] (source 'my-notes'): 'kind' must be one of ['git', 'llms_txt', "
+        "'html', 'local'], got 'lcoal'; did you mean 'local'?; the Dagster UI's code location loads its assets from "
+        "it and would not load: fix it (`docsvault sources validate`) and run `docsvault ui` again\n"))
+    sources.unlink()
+    result = runner.invoke(app, ["ui", "--port", str(_free_port()), "--webserver-only"])
+    assert (result.exit_code, result.output) == (1, (
+        f"error: {sources}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at "
+        "one; the Dagster UI's code location loads its assets from it and would not load: fix it (`docsvault "
+        "sources validate`) and run `docsvault ui` again\n"))
+    assert not ui_env.exists()
 
 
 def test_a_second_daemon_on_one_dagster_home_is_refused(ui_env: Path, other_ui: dict[str, Any],

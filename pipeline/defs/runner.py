@@ -508,6 +508,7 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
             if _terminated(result):
                 raise BuildInterrupted(terminated=True)
             if _interrupted(result):
+                _record_interrupt(instance, result.dagster_run)
                 raise BuildInterrupted()
             failures = _failures(result, settings.data_dir)
             meta = _metadata(result)
@@ -515,10 +516,43 @@ def _run(settings: Settings, sources: Sequence[Source], removed: list[str], log_
             warnings = _shared_check_warnings(_failed_checks(result, ("ERROR", "WARN")))
     except DagsterExecutionInterruptedError as exc:
         # a run the UI terminated (pipeline.defs.executor._in_process_iterator) or a signal to this process
-        raise BuildInterrupted(terminated=str(exc).endswith(TERMINATED_SUFFIX)) from None
+        terminated = str(exc).endswith(TERMINATED_SUFFIX)
+        if not terminated:
+            _record_interrupt(instance, _own_last_run(instance))
+        raise BuildInterrupted(terminated=terminated) from None
     report = _report(settings, sources, removed, failures, meta, checks, shared)
     report.check_warnings = warnings
     return report
+
+
+INTERRUPTED_MESSAGE = ("docsvault build was interrupted (Ctrl-C or SIGTERM): stopped by its user, so the "
+                       "upstream_change sensor does not start its unfinished chain again; `docsvault build` finishes it")
+
+
+def _record_interrupt(instance: dg.DagsterInstance, run: Any) -> None:
+    """Mark the run of a build stopped by Ctrl-C or SIGTERM CANCELED, as the UI's Terminate does. Dagster ends such
+    a run FAILURE ("No user initiated termination request was found, treating as failure"): the Runs page showed
+    the user's own Ctrl-C as a red failure, and the sensor's next tick started the chain it left unfinished again
+    (:func:`pipeline.defs.automation.ended_by_terminate` leaves only a CANCELED run's chain alone), as a plain run
+    after a ``--force`` one. A run that is not FAILURE (already CANCELED, or none) is left as it is; an error of the
+    instance only logs, the build stops as interrupted either way."""
+    if run is None:
+        return
+    try:
+        current = instance.get_run_by_id(run.run_id)
+        if current is not None and current.status == dg.DagsterRunStatus.FAILURE:
+            instance.report_run_canceled(current, message=INTERRUPTED_MESSAGE)
+    except Exception as exc:  # noqa: BLE001 - the interrupt is what the user sees; the run's status is secondary
+        log.debug("could not mark the interrupted run %s canceled: %s", run.run_id, exc)
+
+
+def _own_last_run(instance: dg.DagsterInstance) -> Any:
+    """The latest build run this process executed (its :data:`PID_TAG`), or None."""
+    try:
+        runs = instance.get_runs(dg.RunsFilter(tags={"docsvault/run": "build", PID_TAG: str(os.getpid())}), limit=1)
+    except Exception:  # noqa: BLE001
+        return None
+    return runs[0] if runs else None
 
 
 def _terminated(result: Any) -> bool:

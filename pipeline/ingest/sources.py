@@ -639,10 +639,25 @@ def check_local_paths(sources: list[Source], sources_file: Path,
                 except OSError as exc:
                     problem = f"cannot be read ({exc.strerror or exc})"
             line = layout().get(i)
+            near = near_folder(root) if problem == "does not exist" else None
+            meant = f" (did you mean {near}?)" if near else ""
             problems.append(f"{where.replace(': sources[', f': line {line}: sources[', 1) if line else where}: "
-                            f"'path' {root} {problem}; create the folder or fix 'path' "
+                            f"'path' {root} {problem}{meant}; create the folder or fix 'path' "
                             f"(a relative one is read from {sources_file.parent})")
     return problems
+
+
+def near_folder(root: Path) -> Path | None:
+    """The folder beside a missing ``root`` whose name is closest to its name (case aside, difflib ratio >= 0.75,
+    dot folders skipped): what a mistyped ``path: note`` probably meant (``notes``). None when the parent cannot
+    be listed or nothing is close."""
+    try:
+        names = sorted(p.name for p in root.parent.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return None
+    folded = {n.casefold(): n for n in reversed(names)}
+    close = get_close_matches(root.name.casefold(), sorted(folded), n=1, cutoff=0.75)
+    return root.parent / folded[close[0]] if close else None
 
 
 def _path_lines(sources_file: Path) -> dict[int, int]:

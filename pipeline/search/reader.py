@@ -585,11 +585,40 @@ def find_note(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
         if not near and "/" in note.strip("/"):     # a link by a path the note left: [[読書メモ/猫]] after a move
             near = _close_names(Path(warehouse_path), note.strip("/").rsplit("/", 1)[-1])
         near = _passable(Path(warehouse_path), near, note)
-        hint = f"; did you mean {' or '.join(_quoted(n) for n in near)}? Else" if near else ";"
-        names = "title, alias or page URL" if _URL.match(note.partition("#")[0]) else "title or alias"
-        raise NoteNotFoundError(f"no note {note!r}: no vault path, source path, note name, {names} "
-                                f"is {note!r}{hint} use a vault_path from search results (`docsvault search ...` / "
-                                "the search tool)") from None
+        raise NoteNotFoundError(_no_note(Path(warehouse_path), note, near)) from None
+
+
+def _no_note(warehouse_path: Path, note: str, near: list[str]) -> str:
+    """The "no note" line of a name no note has: the ``near`` names it probably meant, and, when only dangling
+    links give it (``[[Tea]]`` copied from a note, no note called Tea), the notes that hold them (before session 46
+    "use a vault_path from search results", as of a made-up name)."""
+    hint = f"; did you mean {' or '.join(_quoted(n) for n in near)}?" if near else ""
+    names = "title, alias or page URL" if _URL.match(note.partition("#")[0]) else "title or alias"
+    head = f"no note {note!r}: no vault path, source path, note name, {names} is {note!r}"
+    linkers = _dangling_linkers(warehouse_path, note)
+    if linkers:
+        return (f"{head}; it is a dangling link of {', '.join(linkers)} (a note no source has: create it, or fix the "
+                f"link; `docsvault check-vault` lists every dangling link){hint}")
+    return (f"{head}{hint + ' Else' if near else ';'} use a vault_path from search results (`docsvault search ...` / "
+            "the search tool)")
+
+
+def _dangling_linkers(warehouse_path: Path, note: str) -> list[str]:
+    """The notes (vault paths, at most 3) whose dangling link targets ``note`` (a link as a note writes it, its
+    heading or block and display text dropped: ``[[Tea#Green|tea]]`` is ``Tea``), or []."""
+    from pipeline import warehouse as wh
+
+    target = note.strip()
+    if target.startswith("[[") and target.endswith("]]"):
+        target = target[2:-2]
+    target = target.split("|", 1)[0].split("#", 1)[0].strip()
+    if not target:
+        return []
+    con = wh.connect(warehouse_path, read_only=True)
+    try:
+        return wh.dangling_linkers(con, unicodedata.normalize("NFC", target))
+    finally:
+        con.close()
 
 
 def _moved_path_error(exc: Exception, note: str, warehouse_path: Path) -> NoteNotFoundError | None:

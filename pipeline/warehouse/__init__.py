@@ -37,6 +37,7 @@ warehouse as wh``, unless a test patches a module's private name.
 
 from pipeline.warehouse.queries import (
     chunk_texts_with_tags,
+    dangling_linkers,
     fetch_chunks,
     list_sources,
     load_bm25_blobs,
@@ -112,6 +113,7 @@ __all__ = [
     "brute_force_search",
     "chunk_texts_with_tags",
     "connect",
+    "dangling_linkers",
     "explain_vector_search",
     "fetch_chunks",
     "indexed_tables",

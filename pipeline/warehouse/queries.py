@@ -374,6 +374,17 @@ def notes_by_name(con: duckdb.DuckDBPyConnection, name: str, limit: int = 10,
 
 
 
+def dangling_linkers(con: duckdb.DuckDBPyConnection, target: str, limit: int = 3) -> list[str]:
+    """Vault paths of the notes (sorted, at most ``limit``) holding a dangling link whose target is ``target``
+    (as written in the link, ``.md`` and case ignored: ``[[Tea]]``, ``[[tea.md]]``): a note no source has."""
+    want = target[:-3] if target.lower().endswith(".md") else target
+    rows = con.execute(
+        "SELECT DISTINCT n.vault_path FROM links l JOIN notes n ON n.note_id = l.src WHERE l.dst IS NULL AND "
+        "lower(CASE WHEN lower(l.target) LIKE '%.md' THEN l.target[:-4] ELSE l.target END) = lower(?) "
+        "ORDER BY n.vault_path LIMIT ?", [want, limit]).fetchall()
+    return [r[0] for r in rows]
+
+
 # ---- search UX helpers (neighbours, query filters, inline tags; issue 17) ----
 
 

@@ -42,7 +42,7 @@ from pipeline.ingest.fetch.base import (
     source_dir,
     write_state,
 )
-from pipeline.ingest.sources import nested_root_problem
+from pipeline.ingest.sources import near_folder, nested_root_problem
 from pipeline.models import COPY_EXTENSIONS, FetchResult, RawFile, Source
 
 
@@ -412,7 +412,9 @@ def list_local(source: Source, hint: str = "") -> LocalListing:
             if root.is_symlink() and not root.exists():
                 raise FetchError(f"source '{source.name}': local path {root} is a symlink that leads to no folder "
                                  f"(a symlink loop, or its target is gone){hint}")
-            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder{hint}")
+            near = near_folder(root) if not root.exists() else None
+            meant = f" (did you mean {near}?)" if near else ""
+            raise FetchError(f"source '{source.name}': local path {root} does not exist or is not a folder{meant}{hint}")
         prefix = unicodedata.normalize("NFC", root.name)
         root = root.resolve()
         twins: dict[str, tuple[str, list[str]]] = {}
