@@ -67,15 +67,15 @@ KINDS_LIST = "['git', 'llms_txt', 'html', 'local']"
     ("sources:\n  - name: x\n    kind: local\n", "line 2: sources[1] (source 'x') has no 'path' (kind 'local' needs it)"),
     # `path: ~` (a new user's home folder, session 44) and `url:` alone are YAML's null: said so, on the key's line
     ("sources:\n  - name: x\n    kind: local\n    path: ~\n",
-     "line 4: sources[1] (source 'x') has an empty 'path': YAML reads `path:` with nothing after it, `~` and `null` as "
-     "no value (kind 'local' needs it); give it (your home folder: '~/', quoted)"),
+     ("line 4: sources[1] (source 'x') has an empty 'path': YAML reads `path:` with nothing after it, `~` and `null` as "
+     "no value (kind 'local' needs it); give it (your home folder: '~/', quoted)")),
     ("sources:\n  - name: x\n    kind: git\n    url:\n",
-     "line 4: sources[1] (source 'x') has an empty 'url': YAML reads `url:` with nothing after it, `~` and `null` as "
-     "no value (kind 'git' needs it); give it"),
+     ("line 4: sources[1] (source 'x') has an empty 'url': YAML reads `url:` with nothing after it, `~` and `null` as "
+     "no value (kind 'git' needs it); give it")),
     # a new user's folder given as a file:// url: the url's line, and what to write instead
     ("sources:\n  - name: x\n    kind: local\n    format: html\n    url: file:///srv/site\n",
-     "line 5: sources[1] (source 'x') has 'url' but no 'path': kind 'local' reads the folder given by 'path' "
-     "(write 'path: /srv/site' instead of 'url: file:///srv/site')"),
+     ("line 5: sources[1] (source 'x') has 'url' but no 'path': kind 'local' reads the folder given by 'path' "
+     "(write 'path: /srv/site' instead of 'url: file:///srv/site')")),
     ("sources:\n  - name: x\n    kind: local\n    path: d\ninclude: ['*.md']\n",
      ("'include' (line 5) is at the top level, outside every source: indent it under its '- name:' line, aligned with "
      "'name:'")),
@@ -130,8 +130,8 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
      f"line 3: sources[1] (source 'x'): 'kind' must be one of {KINDS_LIST}, got ['git']"),
     # any other invalid value: the line of the key the error names ('format', with the closest format)
     ("sources:\n  - name: x\n    kind: local\n    path: d\n    format: markdwon\n",
-     "line 5: sources[1] (source 'x'): 'format' must be one of ['obsidian', 'markdown', 'mdx', 'docbuilder', "
-     "'jekyll', 'html'], got 'markdwon'; did you mean 'markdown'?"),
+     ("line 5: sources[1] (source 'x'): 'format' must be one of ['obsidian', 'markdown', 'mdx', 'docbuilder', "
+     "'jekyll', 'html'], got 'markdwon'; did you mean 'markdown'?")),
     # a duplicate name: the line of the second one's 'name:' and of the first
     ("sources:\n  - name: x\n    kind: local\n    path: d\n\n  - kind: local\n    name: x\n    path: e\n",
      "line 7: sources[2]: duplicate source name 'x' (first at line 2, sources[1]); names must be unique: rename one"),
@@ -151,13 +151,13 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
      ("expected a top-level 'sources:' list of source blocks ('sources:' has nothing under it, which YAML reads as "
       "no value: list a source under it, or write 'sources: []' for none)")),
     ("sources:\n  - name: My Notes\n    kind: local\n    path: d\n",
-     "line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
+     ("line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
      "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got 'My Notes'; "
-     "e.g. 'my-notes'"),
+     "e.g. 'my-notes'")),
     ("sources:\n  - name: 読書\n    kind: local\n    path: d\n",
-     "line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
+     ("line 2: sources[1]: 'name' must match ^[a-z0-9][a-z0-9._-]{0,63}$ (lower-case letters, digits, '.', '_', '-'; "
      "it becomes a folder name, so no trailing '.' and no device name like 'con' or 'nul'), got '読書'; write it in "
-     "ASCII (a romanised name such as 'dokusho' or 'notes'): the vault's note titles can stay Japanese"),
+     "ASCII (a romanised name such as 'dokusho' or 'notes'): the vault's note titles can stay Japanese")),
 ])
 def test_unknown_key_bad_kind_and_duplicate_name_name_the_line(tmp_path: Path, text: str, expected: str) -> None:
     p = write(tmp_path, text)
@@ -254,9 +254,9 @@ sources:
     ("kind: html\n    url: https://a\n    max_pages: 0", "'max_pages' must be an integer >= 1, got 0"),
     ("kind: html\n    url: https://a\n    allowed_hosts: ['http://x/']", "'allowed_hosts' entries are host names"),
     ("kind: html\n    url: file:///etc", "kind 'html' needs an http(s):// 'url'"),
-    ("kind: llms_txt\n    url: file:///srv/llms.txt", "kind 'llms_txt' needs an http(s):// 'url', got "
+    ("kind: llms_txt\n    url: file:///srv/llms.txt", ("kind 'llms_txt' needs an http(s):// 'url', got "
      "'file:///srv/llms.txt'; for a file on disk, serve its folder (`python -m http.server 8000 --bind 127.0.0.1`) "
-     "and give its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local"),
+     "and give its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local")),
 ])
 def test_invalid_http_keys(tmp_path: Path, block: str, expected: str) -> None:
     p = write(tmp_path, "sources:\n  - name: x\n    " + block + "\n")
@@ -342,18 +342,18 @@ def test_cli_sources_validate_lists_every_error_in_one_run(tmp_path: Path) -> No
     kinds = "['git', 'llms_txt', 'html', 'local']"
     lines = result.stderr.splitlines()
     assert lines == [
-        f"error: {p}: line 3: sources[1] (source 'one'): 'kind' must be one of {kinds}, got 'lokal'; did you "
-        "mean 'local'?",
-        f"error: {p}: line 8: sources[2] (source 'two'): unknown key 'fromat'; did you mean 'format'? "
-        f"(allowed: {sorted(ALLOWED_KEYS)})",
+        (f"error: {p}: line 3: sources[1] (source 'one'): 'kind' must be one of {kinds}, got 'lokal'; did you "
+        "mean 'local'?"),
+        (f"error: {p}: line 8: sources[2] (source 'two'): unknown key 'fromat'; did you mean 'format'? "
+        f"(allowed: {sorted(ALLOWED_KEYS)})"),
         f"error: {p}: line 9: sources[3] (source 'three') has no 'url' (kind 'git' needs it)",
-        f"error: {p}: line 11: sources[4]: duplicate source name 'one' (first at line 2, sources[1]); names "
-        "must be unique: rename one",
-        f"error: {p}: line 20: sources[6] (source 'five'): 'language' must be one of ['en', 'ja', 'ko', "
+        (f"error: {p}: line 11: sources[4]: duplicate source name 'one' (first at line 2, sources[1]); names "
+        "must be unique: rename one"),
+        (f"error: {p}: line 20: sources[6] (source 'five'): 'language' must be one of ['en', 'ja', 'ko', "
         "'zh'] or a tag of one ('zh-Hant', 'en-US'), the languages docsvault tells apart (notes in any other "
-        "language read as 'en'), got 'xx'; or remove it: each note's language is detected",
-        f"error: {p}: line 16: sources[5] (source 'four'): 'path' {tmp_path / 'gone'} does not exist; create the "
-        f"folder or fix 'path' (a relative one is read from {tmp_path})",
+        "language read as 'en'), got 'xx'; or remove it: each note's language is detected"),
+        (f"error: {p}: line 16: sources[5] (source 'four'): 'path' {tmp_path / 'gone'} does not exist; create the "
+        f"folder or fix 'path' (a relative one is read from {tmp_path})"),
     ]
     with pytest.raises(SourceConfigError) as err:
         load_sources(p)
@@ -457,9 +457,9 @@ def test_a_local_folder_replaced_by_a_symlink_loop_fails_that_source_alone(tmp_p
     result = CliRunner().invoke(app, ["--sources", str(p), "--data", str(tmp_path / "data"), "--vault",
                                       str(tmp_path / "vault"), "sources", "validate"])
     assert (result.exit_code, result.stderr.splitlines()) == (1, [
-        f"error: {p}: line 7: sources[2] (source 'two'): 'path' {tmp_path / 'notes2'} is a symlink that leads to no "
+        (f"error: {p}: line 7: sources[2] (source 'two'): 'path' {tmp_path / 'notes2'} is a symlink that leads to no "
         f"folder (a symlink loop, or its target is gone); create the folder or fix 'path' (a relative one is read "
-        f"from {tmp_path})"])
+        f"from {tmp_path})")])
     (tmp_path / "loop").symlink_to("loop")
     monkeypatch.setenv("DOCSVAULT_DATA", str(tmp_path / "loop"))
     monkeypatch.setenv("DOCSVAULT_VAULT", str(tmp_path / "loop"))
@@ -486,12 +486,12 @@ def test_a_mistyped_local_path_is_offered_the_folder_beside_it(tmp_path: Path) -
     result = CliRunner().invoke(app, ["--sources", str(p), "--data", str(tmp_path / "data"), "--vault",
                                       str(tmp_path / "vault"), "sources", "validate"])
     assert (result.exit_code, result.stderr.splitlines()) == (1, [
-        f"error: {p}: line 4: sources[1] (source 'me'): 'path' {tmp_path / 'note'} does not exist (did you mean "
-        f"{tmp_path / 'notes'}?); create the folder or fix 'path' (a relative one is read from {tmp_path})",
-        f"error: {p}: line 7: sources[2] (source 'old'): 'path' {tmp_path / 'archiv'} does not exist (did you mean "
-        f"{tmp_path / 'Archive'}?); create the folder or fix 'path' (a relative one is read from {tmp_path})",
-        f"error: {p}: line 10: sources[3] (source 'new'): 'path' {tmp_path / 'projects'} does not exist; create the "
-        f"folder or fix 'path' (a relative one is read from {tmp_path})"])
+        (f"error: {p}: line 4: sources[1] (source 'me'): 'path' {tmp_path / 'note'} does not exist (did you mean "
+        f"{tmp_path / 'notes'}?); create the folder or fix 'path' (a relative one is read from {tmp_path})"),
+        (f"error: {p}: line 7: sources[2] (source 'old'): 'path' {tmp_path / 'archiv'} does not exist (did you mean "
+        f"{tmp_path / 'Archive'}?); create the folder or fix 'path' (a relative one is read from {tmp_path})"),
+        (f"error: {p}: line 10: sources[3] (source 'new'): 'path' {tmp_path / 'projects'} does not exist; create the "
+        f"folder or fix 'path' (a relative one is read from {tmp_path})")])
     me, _, new = load_sources(p)
     with pytest.raises(FetchError) as err:
         list_local(me, hint="; fix 'path' in sources.yaml")

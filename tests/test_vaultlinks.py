@@ -55,10 +55,10 @@ def test_a_link_several_notes_could_mean_is_named(tmp_path: Path) -> None:
              _n("me", "home/Log.md", "[[Meeting]] from its own folder\n")]
     lines = ambiguous_link_lines("me", notes, {"notes/Plan.md": plan})
     assert lines == [
-        "source 'me': notes/Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to home/Meeting.md (the "
-        "first in path order), not work/Meeting.md; write [[home/Meeting]] or [[work/Meeting]] to choose",
-        "source 'me': notes/Tasks.md: [[Meeting]] could mean 2 notes: it links to home/Meeting.md (the first in "
-        "path order), not work/Meeting.md; write [[home/Meeting]] or [[work/Meeting]] to choose"]
+        ("source 'me': notes/Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to home/Meeting.md (the "
+        "first in path order), not work/Meeting.md; write [[home/Meeting]] or [[work/Meeting]] to choose"),
+        ("source 'me': notes/Tasks.md: [[Meeting]] could mean 2 notes: it links to home/Meeting.md (the first in "
+        "path order), not work/Meeting.md; write [[home/Meeting]] or [[work/Meeting]] to choose")]
     # the choice itself is unchanged, whatever order the notes come in
     paths = [n.vault_path for n in notes]
     assert {LinkResolver(order).resolve("Meeting", "me/notes/Plan.md") for order in (paths, paths[::-1])} == {
@@ -76,8 +76,8 @@ def test_an_ambiguous_link_is_placed_on_its_own_line_not_on_a_longer_name(tmp_pa
     plan.write_text("---\ntags: [x]\n---\n" + body, encoding="utf-8")      # the file's lines, frontmatter too
     notes = [_n("me", "Plan.md", body), _n("me", "a/Meeting.md"), _n("me", "b/Meeting.md")]
     assert ambiguous_link_lines("me", notes, {"Plan.md": plan}) == [
-        "source 'me': Plan.md: [[Meeting]] (line 8) could mean 2 notes: it links to a/Meeting.md (the first in path "
-        "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose"]
+        ("source 'me': Plan.md: [[Meeting]] (line 8) could mean 2 notes: it links to a/Meeting.md (the first in path "
+        "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose")]
 
 
 def test_ambiguous_links_are_capped_at_five_lines() -> None:
@@ -89,8 +89,8 @@ def test_ambiguous_links_are_capped_at_five_lines() -> None:
                         "not b/X.md, c/d/X.md; write [[a/X]] or [[b/X]] or [[c/d/X]] to choose")
     notes = [_n("me", "a/X.md"), _n("me", "bb/X.md"), _n("me", "n0.md", "[[X]]\n")]
     assert ambiguous_link_lines("me", notes) == [
-        "source 'me': n0.md: [[X]] could mean 2 notes: it links to a/X.md (the shortest path), not bb/X.md; write "
-        "[[a/X]] or [[bb/X]] to choose"]
+        ("source 'me': n0.md: [[X]] could mean 2 notes: it links to a/X.md (the shortest path), not bb/X.md; write "
+        "[[a/X]] or [[bb/X]] to choose")]
     lines = ambiguous_link_lines("me", [_n("me", "a/X.md"), _n("me", "b/X.md")] +
                                  [_n("me", f"n{i}.md", "[[X]]\n") for i in range(7)])
     assert len(lines) == 6 and lines[-1] == "source 'me': … and 2 more links whose name several notes share"
@@ -137,7 +137,7 @@ def test_the_vault_step_reads_the_links_of_an_unchanged_note_from_the_graphs_cac
     come from the graph's link cache; the warning is the same."""
     from typer.testing import CliRunner
 
-    import pipeline.index.graph as graph
+    from pipeline.index import graph
     from pipeline.cli import app
     from tests.conftest import _tiny_setenv
 
@@ -185,8 +185,8 @@ def test_a_link_several_notes_could_mean_is_named_when_another_source_has_the_na
         build.normalize_stage(settings, source)
     result = build.vault_stage(settings, me)
     assert (result.qualified_links, result.warning_lines) == (1, (
-        "source 'me': Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to a/Meeting.md (the first in path "
-        "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose",))
+        ("source 'me': Plan.md: [[Meeting]] (line 3) could mean 2 notes: it links to a/Meeting.md (the first in path "
+        "order), not b/Meeting.md; write [[a/Meeting]] or [[b/Meeting]] to choose"),))
     assert "Agenda: [[me/a/Meeting|Meeting]]" in (settings.vault_dir / "me" / "Plan.md").read_text(encoding="utf-8")
 
 
@@ -202,10 +202,10 @@ def test_a_link_to_a_canvas_or_mdx_file_several_notes_were_made_from_is_named_by
              made("a/Board.canvas", "a/Board.canvas.md"), made("b/Board.canvas", "b/Board.canvas.md"),
              made("a/Intro.mdx", "a/Intro.md"), made("b/Intro.mdx", "b/Intro.md")]
     assert ambiguous_link_lines("me", notes) == [
-        "source 'me': Plan.md: [[Board.canvas]] could mean 2 notes: it links to a/Board.canvas (the first in "
-        "path order), not b/Board.canvas; write [[a/Board.canvas]] or [[b/Board.canvas]] to choose",
-        "source 'me': Plan.md: [[Intro.mdx]] could mean 2 notes: it links to a/Intro.mdx (the first in path "
-        "order), not b/Intro.mdx; write [[a/Intro.mdx]] or [[b/Intro.mdx]] to choose"]
+        ("source 'me': Plan.md: [[Board.canvas]] could mean 2 notes: it links to a/Board.canvas (the first in "
+        "path order), not b/Board.canvas; write [[a/Board.canvas]] or [[b/Board.canvas]] to choose"),
+        ("source 'me': Plan.md: [[Intro.mdx]] could mean 2 notes: it links to a/Intro.mdx (the first in path "
+        "order), not b/Intro.mdx; write [[a/Intro.mdx]] or [[b/Intro.mdx]] to choose")]
 
 
 def test_a_link_in_code_is_not_qualified_as_the_graph_reads_no_link_there() -> None:
