@@ -289,9 +289,12 @@ def change_pages(mirrors: Path, chosen: dict[str, list[str]], work: Path, n: int
     return changed
 
 
-def make_local_notes(folder: Path, n: int = 15) -> int:
+def make_local_notes(folder: Path, n: int = 15, run: str | None = None) -> int:
     """n notes of real prose (obsidian-help pages from the middle of the corpus) made new: every heading and the
-    title carry "bench note NN", so no chunk text is in any embedding cache; each links the next. Returns bytes."""
+    title carry "bench note NN" and this run's token ``run`` (default: the time), so no chunk text is in any
+    embedding cache, also in a data dir an earlier bench run added them to (session 46's reused data dir embedded
+    0 of them: no figure); each links the next. Returns bytes."""
+    run = run or time.strftime("%Y%m%d%H%M%S")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     root = SHARED / "corpora" / "obsidian-help"
@@ -304,9 +307,9 @@ def make_local_notes(folder: Path, n: int = 15) -> int:
         if body.startswith("---\n") and "\n---\n" in body[4:]:
             end = body.index("\n---\n", 4) + 5
             front, body = body[:end], body[end:]
-        body = re.sub(r"^(#{1,6} .*)$", lambda m, i=i: f"{m.group(1)} (bench note {i:02d})", body,
+        body = re.sub(r"^(#{1,6} .*)$", lambda m, i=i: f"{m.group(1)} (bench note {i:02d}, run {run})", body,
                       flags=re.MULTILINE)
-        text = (f"{front}# Bench note {i:02d}: {Path(rel).stem}\n\n{body}\n\n"
+        text = (f"{front}# Bench note {i:02d}: {Path(rel).stem} (run {run})\n\n{body}\n\n"
                 f"Next: [[bench-note-{i % n + 1:02d}]]\n")
         (folder / f"bench-note-{i:02d}.md").write_text(text, encoding="utf-8")
         size += len(text.encode("utf-8"))
