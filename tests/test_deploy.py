@@ -288,6 +288,18 @@ def test_a_step_on_a_worker_with_another_sources_file_fails_naming_both_files(ti
     assert elsewhere.success
 
 
+
+def test_the_loaded_code_version_is_the_one_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker left running across a `git pull` keeps the code it loaded, so the version it compares is the one it
+    first read, not its files' version now (the @cache of loaded_code_version; session 46's review found it moved
+    off by an edit above it)."""
+    from pipeline.stages import base
+
+    first = base.loaded_code_version()
+    monkeypatch.setattr(base, "code_version", lambda stage: "f" * 16)
+    assert base.loaded_code_version() == first
+
+
 def test_a_step_on_a_worker_with_other_code_fails_naming_both_versions(tiny_env: Path) -> None:
     """A worker left on an older docsvault (a checkout from before a fix) ran every step of a distributed run and
     the run succeeded, with no sign of the difference (helper-139, session 45). The run process records its code

@@ -107,13 +107,13 @@ def code_version(stage: str) -> str:
     return h.hexdigest()[:16]
 
 
-@cache
 def links_cache_path(settings: Settings) -> Path:
     """The graph's link cache (:class:`pipeline.index.graph.LinksCache`): ``<cache>/graph/links-<graph code>.json``,
     written by the graph stage (every note's parsed links, keyed by its body's sha1), read by the vault stage too."""
     return settings.cache_dir / "graph" / f"links-{code_version('graph')}.json"
 
 
+@cache
 def loaded_code_version() -> str:
     """The code version of every stage (:func:`code_version`) together, as this process first read it: the code it
     runs (a Celery worker left running across a ``git pull`` keeps the code it loaded, and keeps this). 16 hex."""
@@ -180,8 +180,8 @@ def _note_rows(root: Path, rows: list[tuple[str, int, int]]) -> list[tuple[str, 
 
 def vault_listings(settings: Settings, source: str) -> tuple[str, str]:
     """``(notes, files)`` signatures of ``vault/<source>/`` from one listing (stats only, no file read, and the
-    source's manifest): ``notes`` is :func:`vault_listing`; ``files`` the sha over the sorted (path, size, mtime_ns) of every file
-    there (attachments, the user's own files, the ``(edited)`` copies; dot folders such as the manifest's
+    source's manifest): ``notes`` is :func:`vault_listing`; ``files`` the sha over the sorted (path, size,
+    mtime_ns) of every file there (attachments, the user's own files, the ``(edited)`` copies; dot folders such as the manifest's
     ``.docsvault`` left out), which moves when any file is edited, added or deleted. ``("", "")`` when the
     folder does not exist."""
     root = settings.vault_dir / source
