@@ -337,8 +337,10 @@ def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
     Raises:
         ValueError: an unknown name (the message lists the available ones).
     """
+    from pipeline.ingest.sources import did_you_mean
     from pipeline.search.searcher import DEFAULT_LANES, LANES
 
+    names = [*LANES, "hybrid", "hybrid+graph"]
     out: dict[str, list[str]] = {}
     for name in (n.strip() for n in spec.split(",")):
         if not name:
@@ -350,14 +352,10 @@ def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
         elif name in LANES:
             out[name] = [name]
         else:
-            import difflib
-
-            names = [*LANES, "hybrid", "hybrid+graph"]
-            close = difflib.get_close_matches(name.lower(), names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown lane {name!r} in {arg}{hint}; available: {', '.join(names)}")
+            raise ValueError(f"unknown lane {name!r} in {arg}{did_you_mean([name], names)}; available: "
+                             f"{', '.join(names)}")
     if not out:
-        raise ValueError(f"{arg} is empty; available: {', '.join([*LANES, 'hybrid', 'hybrid+graph'])}")
+        raise ValueError(f"{arg} is empty; available: {', '.join(names)}")
     return out
 
 

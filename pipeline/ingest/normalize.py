@@ -929,18 +929,26 @@ def _lookup(index: _LinkIndex, kind: str, path: str) -> str | None:
     return resolved if resolved is not None else index.suffix(path)
 
 
+def _link_place(index: _LinkIndex, sp: str, target: str) -> tuple[str, str] | None:
+    """Where a link's URL points in the source, for :func:`_lookup`: ``("absolute", site path)`` for a URL of the
+    source's own site or a site-absolute one, ``("relative", path in the source)`` joined to page ``sp``'s folder
+    (unquoted); None for another site."""
+    parts = urlsplit(target)
+    if parts.scheme or target.startswith("//"):
+        origin = _site_origin(index.source.site_url)
+        if not (origin and parts.scheme in ("http", "https") and f"{parts.scheme}://{parts.netloc}" == origin):
+            return None
+        return "absolute", unquote(parts.path)
+    if target.startswith("/"):
+        return "absolute", unquote(parts.path)
+    return "relative", unquote(posixpath.normpath(posixpath.join(posixpath.dirname(sp), unquote(parts.path))))
+
+
 def _link_target(index: _LinkIndex, sp: str, target: str) -> str | None:
     """The source path of the page a URL (absolute on the site, site-absolute or relative to page ``sp``)
     names, or None (another site, or no page)."""
-    parts = urlsplit(target)
-    origin = _site_origin(index.source.site_url)
-    if parts.scheme or target.startswith("//"):
-        if not (origin and parts.scheme in ("http", "https") and f"{parts.scheme}://{parts.netloc}" == origin):
-            return None
-        return _lookup(index, "absolute", unquote(parts.path))
-    if target.startswith("/"):
-        return _lookup(index, "absolute", unquote(parts.path))
-    return _lookup(index, "relative", posixpath.normpath(posixpath.join(posixpath.dirname(sp), unquote(parts.path))))
+    place = _link_place(index, sp, target)
+    return _lookup(index, *place) if place is not None else None
 
 
 def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | None, in_table: bool,
@@ -957,18 +965,10 @@ def _convert_link(m: re.Match[str], index: _LinkIndex, sp: str, page_url: str | 
     parts = urlsplit(target)
     fragment = parts.fragment
     origin = _site_origin(index.source.site_url)
-    kind = None
-    if parts.scheme or target.startswith("//"):
-        if origin and parts.scheme in ("http", "https") and f"{parts.scheme}://{parts.netloc}" == origin:
-            kind, path = "absolute", parts.path
-        else:
-            return m.group(0)
-    elif target.startswith("/"):
-        kind, path = "absolute", parts.path
-    else:
-        kind = "relative"
-        path = posixpath.normpath(posixpath.join(posixpath.dirname(sp), unquote(parts.path)))
-    path = unquote(path)
+    place = _link_place(index, sp, target)
+    if place is None:
+        return m.group(0)
+    kind, path = place
     resolved = _lookup(index, kind, path)
     if resolved is None and index.redirects:     # a page's link to a redirect stub: the page the stub sends to
         stub = _lookup(index.stub_index, kind, path)

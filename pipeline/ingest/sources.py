@@ -648,16 +648,15 @@ def check_local_paths(sources: list[Source], sources_file: Path,
 
 
 def near_folder(root: Path) -> Path | None:
-    """The folder beside a missing ``root`` whose name is closest to its name (case aside, difflib ratio >= 0.75,
+    """The folder beside a missing ``root`` whose name is closest to its name (:func:`closest_name`: case aside, ratio >= 0.75,
     dot folders skipped): what a mistyped ``path: note`` probably meant (``notes``). None when the parent cannot
     be listed or nothing is close."""
     try:
         names = sorted(p.name for p in root.parent.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         return None
-    folded = {n.casefold(): n for n in reversed(names)}
-    close = get_close_matches(root.name.casefold(), sorted(folded), n=1, cutoff=0.75)
-    return root.parent / folded[close[0]] if close else None
+    close = closest_name(root.name, names[::-1])        # of two names one apart in case, the first sorted
+    return root.parent / close if close else None
 
 
 def _path_lines(sources_file: Path) -> dict[int, int]:

@@ -308,8 +308,7 @@ def format_report(report: dict[str, Any]) -> list[str]:
     """The check as text lines (one table row per source, then examples of each problem, then the source's
     dangling links: the missing notes most linked (:func:`_most_linked`), then ``<source>: <file>:<line> -> <link
     as written there>``, at most :data:`DANGLING_LINES` (those to a file the last build skipped first), then a
-    count of the rest; then its links to a missing
-    heading, the same way)."""
+    count of the rest; then its links to a missing heading, the same way)."""
     lines = [f"vault: {report['vault']} (notes should have mode {report['expected_mode']})",
              f"  {'source':24} {'notes':>6} {'attach.':>7} {'unresolved':>10} {'markup':>7} {'mode':>5} "
              f"{'yours':>6} {'edited':>6} {'copies':>6}"]
