@@ -866,6 +866,7 @@ def read(
     note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias; or a link as a note writes it ('Note#Heading', '[[Note#Heading|text]]': the page of that heading).")],
     page: Annotated[int, typer.Option("--page", "-p", metavar="N", min=1, help="Page number (pages are ~1,000 characters).")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="The page as JSON (path, title, page, pages, next_page, total_chars, text, frontmatter, added_before/added_after (fence lines re-opening/closing a code block cut by the page), outlinks, backlinks, outlinks_total, backlinks_total).")] = False,
+    links: Annotated[int, typer.Option("--links", min=0, metavar="N", help="List at most N outlinks and N backlinks, most links first (default 10; 0: all of them).")] = 10,
 ) -> None:
     """Print one ~1,000-character page of a vault note (only Markdown notes inside the vault)."""
     from pipeline.search.reader import NoteNotFoundError, read_link
@@ -882,11 +883,11 @@ def read(
     from pipeline.search.usage import record
 
     record(s.data_dir, pg.path)
-    links = note_links(s, pg.path)
+    neighbours = note_links(s, pg.path, links)
     if pg.warning:                                 # `Note#NoSuchHeading`: the note is read, the heading named
         typer.echo(f"warning: {pg.warning}", err=True)
     if as_json:
-        typer.echo(json.dumps({**pg.to_dict(), **links}, ensure_ascii=False, indent=2))
+        typer.echo(json.dumps({**pg.to_dict(), **neighbours}, ensure_ascii=False, indent=2))
         return
     typer.echo(f"{pg.path} — {pg.title} (page {pg.page}/{pg.pages})")
     typer.echo("")
@@ -894,13 +895,15 @@ def read(
     if pg.next_page:
         typer.echo("")
         typer.echo(f"-- page {pg.page} of {pg.pages}; next: docsvault read '{pg.path}' --page {pg.next_page}")
-    if pg.page == 1 and (links["outlinks"] or links["backlinks"]):
+    if pg.page == 1 and (neighbours["outlinks"] or neighbours["backlinks"]):
         typer.echo("")
         for key, arrow in (("outlinks", "links to"), ("backlinks", "linked from")):
-            if links[key]:
-                more = links[f"{key}_total"] - len(links[key])
-                typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})" for r in links[key])
-                           + (f"; … {more} more" if more > 0 else ""))
+            if neighbours[key]:
+                more = neighbours[f"{key}_total"] - len(neighbours[key])
+                typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})"
+                                                       for r in neighbours[key])
+                           + (f"; … {more} more (all: docsvault read '{pg.path}' --links 0)"
+                              if more > 0 else ""))
 
 
 @app.command()

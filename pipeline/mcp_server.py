@@ -54,6 +54,7 @@ log = logging.getLogger("docsvault.mcp")
 MAX_K = 20                 # hits per search call
 HIT_TEXT_CHARS = 600       # text per hit
 HIT_LINKS_CAP = 5          # outlinks / backlinks per hit
+MAX_LINKS = 500            # outlinks / backlinks a read call may ask for (its `links`)
 #: the message of a query of filters alone (``tag:recipe``): its hits are a listing, not a ranking
 LISTING_MESSAGE = "a query of filters alone: the first k notes that pass them, by vault path (not ranked; score 0)"
 LIST_CAP = 50              # paths listed per change kind in a refresh report
@@ -96,7 +97,8 @@ READ_ONLY_INSTRUCTIONS = (
 #: the inclusive bounds (low, high; None: no upper bound) of the tools' numeric arguments, the one table that both
 #: the input schemas (``minimum``/``maximum``: :func:`_bounds`) and the server's checks (:func:`range_problem`)
 #: read, so what an agent is told is what the server enforces
-BOUNDS: dict[str, tuple[int, int | None]] = {"k": (1, MAX_K), "page": (1, None), "wait": (0, MAX_WAIT)}
+BOUNDS: dict[str, tuple[int, int | None]] = {"k": (1, MAX_K), "page": (1, None), "wait": (0, MAX_WAIT),
+                                             "links": (1, MAX_LINKS)}
 #: the unit an argument's range error names after its bounds
 _UNITS = {"wait": " seconds"}
 #: the names the ``lanes`` argument of search takes (:func:`pipeline.service.parse_lanes` checks them; a test
@@ -109,7 +111,7 @@ def range_problem(arg: str, value: Any) -> str | None:
     be between 1 and 20, got 99``, ``page must be 1 or more, got 0``), or None when it is within them. ``k`` and
     ``page`` must be integers; true/false is no number."""
     low, high = BOUNDS[arg]
-    kinds = (int,) if arg in ("k", "page") else (int, float)
+    kinds = (int,) if arg in ("k", "page", "links") else (int, float)
     if not isinstance(value, bool) and isinstance(value, kinds) and low <= value and (high is None or value <= high):
         return None
     if high is None:
@@ -154,6 +156,9 @@ PageArg = Annotated[int, Field(description=(
     "Which page of about 1,000 characters, from 1 (default 1); `pages` in the result says how many there are and "
     "`next` gives the call for the next page. With a #Heading link, page 1 opens where the heading starts."),
     **_bounds("page"))]
+LinksArg = Annotated[int, Field(description=(
+    f"How many outlinks and how many backlinks to list, most links first (1-{MAX_LINKS}; default 10); "
+    "`outlinks_total` and `backlinks_total` say how many there are."), **_bounds("links"))]
 RelatedKArg = Annotated[int, Field(description="How many related notes to return, best first (1-20; default 10).",
                                    **_bounds("k"))]
 TextArg = Annotated[str, Field(description=(
@@ -568,14 +573,17 @@ class VaultService:
             "read": {"path": h.vault_path, "page": page}, "continue_with": _read_call(h.vault_path, page),
         }
 
-    def read(self, path: str, page: int = 1) -> dict[str, Any]:
-        """One ~1,000-char page of a vault note, with page/pages, its outlinks and backlinks and the call for the
-        next page. Records the read in the local usage log (:mod:`pipeline.search.usage`)."""
+    def read(self, path: str, page: int = 1, links: int = 10) -> dict[str, Any]:
+        """One ~1,000-char page of a vault note, with page/pages, its outlinks and backlinks (at most ``links`` of
+        each) and the call for the next page. Records the read in the local usage log
+        (:mod:`pipeline.search.usage`)."""
         from pipeline.search.reader import NoteNotFoundError
         from pipeline.search.usage import record
         from pipeline.service import note_links
 
         s = self.settings
+        if problem := range_problem("links", links):
+            raise ToolFailure(problem)
         try:
             pg = read_link(s.vault_dir, path, page, s.warehouse_path)
         except NoteNotFoundError as exc:
@@ -586,7 +594,7 @@ class VaultService:
             raise ToolFailure(str(exc)) from None
         record(s.data_dir, pg.path)
         out = pg.to_dict()
-        out.update(note_links(s, pg.path))
+        out.update(note_links(s, pg.path, links))
         out["next"] = _read_call(pg.path, pg.next_page) if pg.next_page else None
         return out
 
@@ -1266,15 +1274,15 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
             "or Note#Heading (Note#^block-id) opens the page where that heading (block) starts; `warning` says when "
             "the note has no such heading), one page of about 1,000 characters at a time. "
             "Returns `text`, `page`, `pages`, `title`, frontmatter "
-            "on page 1, the note's `outlinks`/`backlinks` (up to 10 each, with their totals; `related` ranks its "
-            "neighbours), and `next`: the call for the next page (null on the last page). A page cut inside a "
+            "on page 1, the note's `outlinks`/`backlinks` (up to `links` each, default 10, most links first, with "
+            "their totals; `related` ranks its neighbours), and `next`: the call for the next page (null on the last page). A page cut inside a "
             "fenced code block re-opens (`added_before`) or closes (`added_after`) the fence. Only Markdown "
             "notes inside the vault can be read."
         ),
         annotations=reads,
     )
-    def read(path: NoteArg, page: PageArg = 1) -> dict[str, Any]:
-        return guarded(svc.read, path, page)
+    def read(path: NoteArg, page: PageArg = 1, links: LinksArg = 10) -> dict[str, Any]:
+        return guarded(svc.read, path, page, links)
 
     @server.tool(
         name="related",

@@ -359,17 +359,20 @@ def parse_lanes(spec: str, arg: str = "--lanes") -> dict[str, list[str]]:
     return out
 
 
-def note_links(s: Settings, vault_path: str) -> dict[str, Any]:
-    """Outlinks and backlinks of a note from the warehouse (``read --json`` and the MCP ``read`` tool): ``{"outlinks",
-    "backlinks"}`` (``[{"path", "title", "links"}]``, at most 10 each) and their ``*_total``; empty without a
+def note_links(s: Settings, vault_path: str, cap: int | None = None) -> dict[str, Any]:
+    """Outlinks and backlinks of a note from the warehouse (``read`` and the MCP ``read`` tool): ``{"outlinks",
+    "backlinks"}`` (``[{"path", "title", "links"}]``, most links first, at most ``cap`` each: default
+    :data:`~pipeline.search.neighbours.LINKS_CAP` (10), 0 for all of them) and their ``*_total``; empty without a
     warehouse."""
-    from pipeline.search.neighbours import links_for_paths
+    from pipeline.search.neighbours import LINKS_CAP, links_for_paths
+
+    cap = LINKS_CAP if cap is None else cap or None
 
     empty: dict[str, Any] = {"outlinks": [], "backlinks": [], "outlinks_total": 0, "backlinks_total": 0}
     if not s.warehouse_path.exists():
         return empty
     try:
-        return links_for_paths(s.warehouse_path, [vault_path])[vault_path]
+        return links_for_paths(s.warehouse_path, [vault_path], cap=cap)[vault_path]
     except PipelineError:
         return empty
 

@@ -381,6 +381,15 @@ def _human_outputs_after_a_build() -> None:
         "computer.\n\n## Linux\n\nRun the package manager to install it.\n\n## Windows\n\nDownload the "
         "installer and run it.\n\n-- linked from: Home (tiny/Home.md)\n"
     )
+    # --links N lists N neighbours each way; the line cut there says how to list them all (before, "… 1 more")
+    home = run("read", "tiny/Home.md", "--links", "1")
+    assert home.endswith("\n-- links to: Ducks (tiny/Ducks.md); … 1 more (all: docsvault read 'tiny/Home.md' "
+                         "--links 0)\n")
+    assert run("read", "tiny/Home.md", "--links", "0").endswith(
+        "\n-- links to: Ducks (tiny/Ducks.md); Install guide (tiny/Install guide.md)\n")
+    assert run("read", "tiny/Home.md") == run("read", "tiny/Home.md", "--links", "0")
+    page = json.loads(run("read", "tiny/Home.md", "--links", "1", "--json"))
+    assert (page["outlinks"], page["outlinks_total"]) == ([{"path": "tiny/Ducks.md", "title": "Ducks", "links": 1}], 2)
     # a link to a heading the note has not: the note still opens, one line names the heading and the closest
     # ones to retry with (it opened page 1 without a word)
     assert run("read", "Install guide#Windos") == (

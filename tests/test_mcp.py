@@ -86,6 +86,8 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
                     out["bad_source"] = await session.call_tool("search", {"query": "ducks", "source": "nope"})
                     out["list_source"] = await session.call_tool("search", {"query": "ducks", "source": ["tiny"]})
                     out["bad_k"] = await session.call_tool("search", {"query": "ducks", "k": 500})
+                    out["read_links"] = await session.call_tool("read", {"path": "tiny/Home.md", "links": 1})
+                    out["bad_links"] = await session.call_tool("read", {"path": "tiny/Home.md", "links": 0})
                     out["status"] = await session.call_tool("status", {})
                     out["refused"] = [await session.call_tool("read", {"path": p}) for p in [*TRAVERSALS, absolute]]
                     out["page_oob"] = await session.call_tool("read", {"path": "tiny/Ducks.md", "page": 9})
@@ -118,6 +120,10 @@ def test_stdio_server_search_read_and_refused_traversal(built_env: Path) -> None
     assert page["text"] == "# Ducks\n\nDucks swim in the pond and eat bread. A duck is a water bird.\n"
     assert page["backlinks"] == [{"path": "tiny/Home.md", "title": "Home", "links": 1}] and page["outlinks"] == []
     assert _payload(out["read_src"])["path"] == "tiny/Ducks.md"
+    home = _payload(out["read_links"])                  # `links`: how many neighbours each way (default 10)
+    assert (home["outlinks"], home["outlinks_total"]) == ([{"path": "tiny/Ducks.md", "title": "Ducks", "links": 1}], 2)
+    assert out["bad_links"].is_error
+    assert out["bad_links"].content[0].text.endswith("links must be between 1 and 500, got 0")
     assert (_payload(out["read_link"])["path"], _payload(out["read_link"])["page"]) == ("tiny/Ducks.md", 1)
     assert _payload(out["related_link"])["path"] == "tiny/Ducks.md"
     no_heading = _payload(out["read_no_heading"])         # the note, and one line naming the missing heading

@@ -40,17 +40,17 @@ def _note_id(con: Any, vault_path: str) -> str:
     return str(note["note_id"])
 
 
-def _short(rows: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
+def _short(rows: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
     return [{"path": r["path"], "title": strip_controls(r["title"]), "links": r["count"]} for r in rows[:cap]]
 
 
-def links_of(con: Any, vault_path: str, cap: int = LINKS_CAP) -> dict[str, Any]:
+def links_of(con: Any, vault_path: str, cap: int | None = LINKS_CAP) -> dict[str, Any]:
     """Outlinks and backlinks of a note.
 
     Args:
         con: a warehouse connection (:func:`pipeline.warehouse.connect`).
         vault_path: the note's vault path.
-        cap: at most this many of each (most links first, then by path).
+        cap: at most this many of each (most links first, then by path); None: all of them.
 
     Returns:
         ``{"outlinks": [{"path", "title", "links"}], "backlinks": [...], "outlinks_total": int,
@@ -64,7 +64,8 @@ def links_of(con: Any, vault_path: str, cap: int = LINKS_CAP) -> dict[str, Any]:
             "backlinks_total": len(back)}
 
 
-def links_for_paths(warehouse_path: Path, vault_paths: list[str], cap: int = LINKS_CAP) -> dict[str, dict[str, Any]]:
+def links_for_paths(warehouse_path: Path, vault_paths: list[str],
+                    cap: int | None = LINKS_CAP) -> dict[str, dict[str, Any]]:
     """:func:`links_of` for several notes through one read-only connection: vault path -> its links."""
     con = wh.connect(Path(warehouse_path), read_only=True)
     try:
