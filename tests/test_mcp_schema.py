@@ -26,7 +26,8 @@ EXPECTED: dict[str, dict[str, dict[str, Any]]] = {
             "bm25", "bm25_page", "vector", "crosslingual", "graph", "hybrid", "hybrid+graph"]}}, {"type": "null"}],
             "default": None},
     },
-    "read": {"path": {"type": "string"}, "page": {"type": "integer", "default": 1, "minimum": 1}},
+    "read": {"path": {"type": "string"}, "page": {"type": "integer", "default": 1, "minimum": 1},
+             "links": {"type": "integer", "default": 10, "minimum": 1, "maximum": 500}},
     "related": {"path": {"type": "string"}, "k": {"type": "integer", "default": 10, "minimum": 1, "maximum": 20}},
     "save_note": {
         "text": {"type": "string"},
@@ -54,6 +55,7 @@ SAYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("search", "lanes"): ("bm25", "bm25_page", "vector", "crosslingual", "graph", "hybrid+graph", "Default: hybrid"),
     ("read", "path"): ("vault path", "alias", "[[Note#Heading|text]]"),
     ("read", "page"): ("1,000 characters", "default 1", "`next`"),
+    ("read", "links"): ("1-500", "default 10", "`backlinks_total`"),
     ("related", "path"): ("vault path", "alias"),
     ("related", "k"): ("1-20", "default 10"),
     ("save_note", "text"): ("Markdown", "1,000,000 characters", "frontmatter"),
@@ -113,6 +115,7 @@ def test_the_lane_names_of_the_schema_are_the_searchers() -> None:
     ("search", {"query": "ducks", "k": 0}, "search: k must be between 1 and 20, got 0"),
     ("related", {"path": "Ducks", "k": 21}, "related: k must be between 1 and 20, got 21"),
     ("read", {"path": "Ducks", "page": 0}, "read: page must be 1 or more, got 0"),
+    ("read", {"path": "Ducks", "links": 501}, "read: links must be between 1 and 500, got 501"),
     ("refresh", {"wait": 121}, "refresh: wait must be between 0 and 120 seconds, got 121"),
     ("save_note", {"text": "x", "wait": -1}, "save_note: wait must be between 0 and 120 seconds, got -1"),
 ])
