@@ -59,14 +59,14 @@ def test_cli_capture_refuses_at_once_naming_its_wait_option(tiny_env: Path, held
     note = tiny_env / "tinyvault" / "Lemmings.md"
     result = runner.invoke(app, ["capture", "Concurrent capture test about lemmings.", "--source", "tiny",
                                  "--name", "Lemmings", "--correlation-id", "c1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stdout == f"captured {note} (tiny/Lemmings.md, correlation id c1)\n"
     assert result.stderr == (f"error: the note is saved but the build of tiny failed: {holds}; wait for it to finish, "
                              f"or pass --wait SECONDS. {TAKEN_OVER}{NEXT}\n")
     assert note.exists()                                                        # saved either way
     result = runner.invoke(app, ["capture", "Voles too.", "--source", "tiny", "--name", "Voles",
                                  "--correlation-id", "c2", "--wait", "0.3"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr == (f"error: the note is saved but the build of tiny failed: {holds}; it is still held "
                              f"after waiting 0.3 s; wait longer: pass a larger --wait SECONDS. {TAKEN_OVER}{NEXT}\n")
     assert (tiny_env / "tinyvault" / "Voles.md").exists()

@@ -115,7 +115,7 @@ def _docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
     from pipeline.cli import app
 
     result = CliRunner().invoke(app, ["build", "--json"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     out = json.loads(result.stdout)
     by_name = {s["name"]: s for s in out["sources"]}
     assert (by_name["tiny"]["status"], by_name["remote"]["status"]) == ("unchanged", "failed")
