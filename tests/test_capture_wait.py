@@ -113,12 +113,12 @@ def test_mcp_save_note_and_refresh_name_the_wait_argument(tiny_env: Path, held: 
     svc = VaultService(Settings.from_env())
     out = svc.save_note("A note about voles.", name="Voles", source="tiny", correlation_id="c3")
     assert (out["path"], out["searchable"]) == ("tiny/Voles.md", False)
-    assert out["error"] == (f"the note is saved but the rebuild failed: refresh of tiny failed (exit 1): error: "
+    assert out["error"] == (f"the note is saved but the rebuild failed: refresh of tiny failed (exit 2): error: "
                             f"{holds}; wait for it to finish, or pass `wait` (seconds, at most 120). {TAKEN_OVER}")
     assert (tiny_env / "tinyvault" / "Voles.md").exists()
     with pytest.raises(ToolFailure) as err:
         svc.refresh("tiny", wait=0.5)
-    assert str(err.value) == (f"refresh of tiny failed (exit 1): error: {holds}; it is still held after waiting "
+    assert str(err.value) == (f"refresh of tiny failed (exit 2): error: {holds}; it is still held after waiting "
                               f"0.5 s; wait longer: pass a larger `wait` (seconds, at most 120). {TAKEN_OVER}")
 
 

@@ -109,7 +109,7 @@ def _assert_dead_alone(outcome: dict[str, object]) -> None:
 
 
 def _docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
-    """`docsvault build`: the dead source fails alone (exit 1), its last good copy keeps serving."""
+    """`docsvault build`: the dead source fails alone (exit 2), its last good copy keeps serving."""
     from typer.testing import CliRunner
 
     from pipeline.cli import app

@@ -182,7 +182,7 @@ def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) 
     row = json.loads(_run("status", "--json"))["sources"][0]
     assert row["last_error"] is None
     assert not [ln for ln in _run("status").splitlines() if "last build failed" in ln]
-    # sources.yaml broken while the warehouse is fine: status still shows what is built, then the error (exit 1)
+    # sources.yaml broken while the warehouse is fine: status still shows what is built, then the error (exit 2)
     sources.write_text(good + "  - name: [oops\n", encoding="utf-8")
     data = json.loads(_run("status", "--json", code=2))
     assert data["sources_error"].startswith(f"{sources}: ")
