@@ -1,7 +1,9 @@
 """`docsvault` command line: a thin shell over the library core.
 
 Search, read and eval never import Dagster (fast cold start); `build` runs the assets through Dagster; `mcp` imports
-the MCP SDK only when it runs. Errors are one line on stderr with exit code 1; JSON goes to stdout.
+the MCP SDK only when it runs. Errors are one line on stderr; JSON goes to stdout, alone. Exit codes are grep's
+(:data:`EXIT_OK`, :data:`EXIT_NONE`, :data:`EXIT_ERROR`; 130 when interrupted); a reader that closes the pipe early
+(`docsvault search … | head -1`) changes none of them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 import shutil
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +41,7 @@ from pipeline.service import (
     capture_related,
     child_env,
     copied_line,
+    eval_json,
     link_problems,
     missing_vectors_line,
     no_notes_line,
@@ -96,11 +100,20 @@ SEARCH_LINKS_CAP = 5
 FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
 
 
-def fail(message: str) -> None:
-    """Print ``error: <message>`` (first line only) on stderr and exit 1."""
+#: exit codes, as grep's (README "Exit codes"): done, and something found (a hit, a valid file, no problem)
+EXIT_OK = 0
+#: done, and nothing found: ``search`` had no hit, ``check-vault`` and ``sources validate`` found a problem
+EXIT_NONE = 1
+#: not done: a bad option or argument, no warehouse, a failed build, an unreadable file, an internal error
+EXIT_ERROR = 2
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    """Print ``error: <message>`` (first line only) on stderr and exit ``code`` (:data:`EXIT_NONE` only for the
+    one problem a check command found, e.g. ``sources validate``'s unreadable file)."""
     line = " ".join(str(message).split("\n")[0].split()) or "failed"
     typer.echo(f"error: {line}", err=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def settings() -> Settings:
@@ -108,7 +121,7 @@ def settings() -> Settings:
 
 
 def refuse_unwritable_dirs(s: Settings) -> None:
-    """Before a build (``build``, ``capture``): one line and exit 1 when the data dir, the vault or ``DAGSTER_HOME``
+    """Before a build (``build``, ``capture``): one line and exit 2 when the data dir, the vault or ``DAGSTER_HOME``
     cannot be made or written (:func:`pipeline.service.write_dirs_problem`), so nothing starts and no source
     failure is recorded."""
     problem = write_dirs_problem(s)
@@ -204,7 +217,7 @@ def build(
         out["seconds"] = round(_time.perf_counter() - started, 1)
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if not report.ok:
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_ERROR)
         return
     for line in report.removed:
         typer.echo(line)
@@ -304,7 +317,7 @@ def build(
         typer.echo(f"error: {len(failed)} source(s) failed: {', '.join(failed)} (a failed source's last good copy, if it has one, keeps serving search)",
                    err=True)
     if not report.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_ERROR)
 
 
 def resumed_line(report: BuildReport) -> str:
@@ -674,7 +687,7 @@ def search(
 ) -> None:
     """Hybrid search (BM25 over chunks and whole pages + vector + cross-lingual, RRF k=20), one result per note.
 
-    Exit status: 0 when something matched, 1 when nothing did (as grep) or on an error.
+    Exit status: 0 when something matched, 1 when nothing did, 2 on an error (as grep).
 
     \f
     Long: a typer command: the option declarations, then one output switch (--json, --files, --explain, -C) over the
@@ -751,7 +764,7 @@ def search(
         if words_line := query_words_line(missing, parsed.text, sources, skipped):
             typer.echo(words_line, err=True)
         if not rows:
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_NONE)
         return
     if as_json:
         out = []
@@ -770,12 +783,12 @@ def search(
         if words_line := query_words_line(missing, parsed.text, sources, skipped):
             typer.echo(words_line, err=True)
         if not hits:
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_NONE)
         return
     if not hits:
         typer.echo(untagged_message(tags, sources) if untagged
                    else no_results_message(misses, parsed, sources) if misses else NO_RESULTS)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NONE)
     color = _color()
     pattern = term_pattern(query_terms(parsed.text, tokens))
     # a Japanese question's English translation: the lines an English page matched when no word of the question is in it
@@ -1024,7 +1037,7 @@ def capture(
         except BuildInterrupted as exc:     # reported as a failed build, then exit 128 + the signal as `build`
             stopped, built = exc, {"ok": False, "error": str(exc)}
     if as_json:
-        typer.echo(json.dumps({"path": str(note.path), "vault_path": note.vault_path, "source": note.source,
+        typer.echo(json.dumps({"file": str(note.path), "vault_path": note.vault_path, "source": note.source,
                                "correlation_id": note.correlation_id, "related": list(note.related),
                                **({"warning": note.warning} if note.warning else {}),
                                "build": built}, ensure_ascii=False, indent=2))
@@ -1051,7 +1064,7 @@ def capture(
     if stopped is not None:
         sys.exit(128 + (stopped.signum or signal.SIGINT))
     if built is not None and not built["ok"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_ERROR)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1168,7 +1181,7 @@ def eval_(
     if as_json:
         shown = {scope: r[""].public() if setups is None else {name: x.public() for name, x in r.items()}
                  for scope, r in by_scope.items()}
-        typer.echo(json.dumps(shown if both else shown[scopes[0]], ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(eval_json(shown if both else shown[scopes[0]]), ensure_ascii=False, indent=2))
         return
     if setups is None:
         if both:
@@ -1196,13 +1209,13 @@ def _status_sources(data: dict[str, Any]) -> None:
     of a warehouse copied here: :func:`pipeline.service.copied_line`)."""
     typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
     for r in data["sources"]:
-        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped']:>7}  "
+        typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped_files']:>7}  "
                    f"{r['fetch_status']:7} {r['last_fetch'] or '-'}")
     if copied := copied_line(data):                 # a reader host: "never" would be wrong
         typer.echo(f"  {copied}")
     for r in data["sources"]:
-        if r["skipped"]:
-            typer.echo(f"  {r['name']}: {r['skipped']} file(s) skipped, each with its reason in "
+        if r["skipped_files"]:
+            typer.echo(f"  {r['name']}: {r['skipped_files']} file(s) skipped, each with its reason in "
                        f"{_errors_file(settings(), r['name'])}")
         for line in r.get("vault_files") or []:
             typer.echo(f"  {line}")
@@ -1259,7 +1272,7 @@ def status(
     if as_json:
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
         if data.get("sources_error") or data["warehouse"].get("error"):
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_ERROR)
         return
     typer.echo(f"sources: {data['sources_file']}")
     if data.get("sources_error") and not Path(data["sources_file"]).is_file():      # missing, not invalid
@@ -1317,7 +1330,7 @@ def check_vault_cmd(
 ) -> None:
     """Check the built vault: embeds of files in the source that do not resolve, markup left outside code, note
     modes, your own files in the source folders, dangling links and links to a heading their note does not
-    have (named, not a problem). Exit 1 when a problem is found."""
+    have (named, not a problem). Exit 1 when a problem is found, 2 on an error."""
     from pipeline.ingest.sources import load_sources, select_sources
     from pipeline.ingest.vault_check import check_vault, format_report
 
@@ -1332,21 +1345,22 @@ def check_vault_cmd(
         return
     typer.echo(json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(format_report(report)))
     if not report["ok"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NONE)
 
 
 @sources_app.command("validate")
 def sources_validate() -> None:
     """Validate sources.yaml; errors name the source, the key and what is allowed, every one found, one line
-    each (a file that is no valid YAML: its first error). Local folders must exist."""
+    each (a file that is no valid YAML: its first error). Local folders must exist. Exit 1 when the file has a
+    problem (also when it is missing)."""
     from pipeline.ingest.sources import check_local_paths, source_problems
     from pipeline.stages import REMOVE_ALL_OPTION, built_source_names, check_layout, no_sources_problem
 
     s = settings()
     try:
         found, problems = source_problems(s.sources_file)
-    except PipelineError as exc:
-        fail(str(exc))
+    except PipelineError as exc:        # missing, unreadable, no YAML: a problem of the file, as a bad block is
+        fail(str(exc), EXIT_NONE)
         return
     sources = [source for _, source in found]
     try:
@@ -1357,7 +1371,7 @@ def sources_validate() -> None:
     for line in problems:
         typer.echo(f"error: {line}", err=True)
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NONE)
     from pipeline.ingest.fetch.local import overlapping_sources
 
     for line in overlapping_sources(sources):
@@ -1465,7 +1479,7 @@ def ui(
     """Start the Dagster UI on 127.0.0.1 with this command's paths: `dg dev` (the webserver and the daemon, so
     the refresh sensors and schedules tick when turned on), or only dagster-webserver with --webserver-only.
 
-    Refused at once (exit 1, nothing started) when the port is taken, or when another `docsvault ui` runs the
+    Refused at once (exit 2, nothing started) when the port is taken, or when another `docsvault ui` runs the
     daemon for the same DAGSTER_HOME (two daemons on one instance fight over its sensors and run queue), or
     another daemon beats in the instance (not the one a `docsvault ui` ran and stopped:
     :func:`record_stopped_daemon`).
@@ -1525,7 +1539,7 @@ def ui(
         typer.echo(f"error: docsvault ui stopped by {signal.Signals(stopped_by).name}", err=True)
         sys.exit(128 + stopped_by)
     if code:
-        sys.exit(code)
+        sys.exit(code if code >= 128 else EXIT_ERROR)     # a signal's 128 + N as the child's; else an error
 
 
 #: what stops `docsvault ui`: passed on to its Dagster process group (SIGHUP as SIGTERM)
@@ -1762,8 +1776,8 @@ def ui_target() -> list[str]:
 
 
 def main() -> None:
-    """Console-script entry point. Every error is one line on stderr with exit code 1 (README "Commands"), option
-    and argument errors too (Click's own handling prints the usage block and exits 2).
+    """Console-script entry point. Every error is one line on stderr with exit code 2 (README "Exit codes"), option
+    and argument errors too (Click's own handling prints the usage block), a bug's too (after its traceback).
 
     The process ends here: its objects go to the garbage collector's permanent generation first (``gc.freeze``),
     so the interpreter's last collection does not walk the ~1M objects a search holds (key tables, vocabularies) to
@@ -1867,35 +1881,83 @@ def undecodable_arg_line(argv: Sequence[str]) -> str | None:
     return None
 
 
+def internal_error_line(exc: BaseException) -> str:
+    """The last line of a command that met an error it does not know (a bug): its type and first line, and to
+    report it with the traceback printed above it."""
+    what = " ".join(str(exc).split("\n")[0].split())
+    return (f"internal error: {type(exc).__name__}{': ' + what if what else ''} (a bug in docsvault: please report "
+            "it with the traceback above and the command that gave it)")
+
+
+class ClosedPipeTolerant:
+    """``sys.stdout`` (and ``sys.stderr``) for a command: once its reader has gone (``docsvault search … | head -1``), what the command
+    still writes goes to ``/dev/null``, so it ends with its own exit code. Before session 47 Click turned the
+    ``BrokenPipeError`` into exit 1 (nothing found, to a script), which ``set -o pipefail`` took for a failure of
+    a search that had found its hits."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _closed(self) -> None:
+        """Point the stream's file descriptor at ``/dev/null`` (what it still buffers goes there too, also at exit)."""
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._stream.fileno())
+        finally:
+            os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _main() -> None:
     _log_lines()
+    if sys.stdout is not None and not isinstance(sys.stdout, ClosedPipeTolerant):
+        sys.stdout = ClosedPipeTolerant(sys.stdout)
+    if sys.stderr is not None and not isinstance(sys.stderr, ClosedPipeTolerant):     # `2>&1 | head -1`
+        sys.stderr = ClosedPipeTolerant(sys.stderr)
     bad_arg = undecodable_arg_line(sys.argv[1:])
     if bad_arg:
         typer.echo(f"error: {bad_arg}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     try:
         rv = app(standalone_mode=False)
     except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)
         rv = INTERRUPTED
     except PipelineError as exc:          # a user error a command did not catch: still one line
         typer.echo(f"error: {' '.join(str(exc).splitlines()[0].split())}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     except typer.Abort:
         typer.echo("aborted", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     except typer.TyperException as exc:                     # Click's usage and parameter errors (typer vendors Click)
         ctx = getattr(exc, "ctx", None)
         if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:   # `docsvault` alone: the help
             typer.echo(ctx.get_help())
             sys.exit(0)
         typer.echo(f"error: {usage_error_line(exc, sys.argv[1:])}", err=True)
-        sys.exit(1)
-    except Exception as exc:                  # a full or read-only disk (Dagster's SQLite, a lock file): one line
+        sys.exit(EXIT_ERROR)
+    except Exception as exc:  # noqa: BLE001 -- a full or read-only disk (Dagster's SQLite, a lock file), a bug: one line
         line = _storage_problem(exc)
-        if line is None:
-            raise
+        if line is None:                      # a bug: its traceback for the report, then one line, exit 2 (was 1)
+            traceback.print_exc()
+            line = internal_error_line(exc)
         typer.echo(f"error: {line}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     if rv == INTERRUPTED:                 # no command returns 130 itself (`build` exits with its own line)
         typer.echo("interrupted", err=True)
     sys.exit(rv if isinstance(rv, int) else 0)

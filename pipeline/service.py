@@ -31,7 +31,7 @@ __all__ = [
     "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
     "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_reason", "warnings_about",  # noqa: F822
-    "status_report", "writable_dir_problem", "write_dirs_problem",
+    "status_report", "writable_dir_problem", "write_dirs_problem", "eval_json",
 ]
 
 #: re-exported from pipeline.ingest.normalize, imported on first access (a search never needs it: ~0.1-0.4 s)
@@ -780,7 +780,7 @@ class SourceStatus(Record):
     kind: str
     notes: int
     chunks: int
-    skipped: int
+    skipped_files: int                      # files the last normalize skipped (as `build --json`; was `skipped`)
     fetch_status: str
     last_fetch: str | None
     fetch_error: Any
@@ -923,7 +923,7 @@ def status_report(s: Settings) -> Status:
         copied = not state and bool(c.get("notes"))        # never fetched here, yet in the warehouse: copied
         rows.append(SourceStatus(
             name=name, kind=kind, notes=int(c.get("notes", 0)), chunks=int(c.get("chunks", 0)),
-            skipped=skipped_count(s, name),
+            skipped_files=skipped_count(s, name),
             fetch_status="copied" if copied else state.get("fetch_status", "never"),
             last_fetch=c.get("fetched_at") if copied else state.get("fetched_at"),
             fetch_error=state.get("fetch_error"), last_error=state.get("last_error"),
@@ -957,6 +957,21 @@ def copied_line(data: dict[str, Any]) -> str:
 def status_data(s: Settings) -> dict[str, Any]:
     """:func:`status_report` as the JSON-safe dict both shells print (see README for the keys)."""
     return status_report(s).as_dict()
+
+
+def eval_json(value: Any) -> Any:
+    """An eval report (:meth:`pipeline.evaluate.EvalReport.public`, or a mapping of them by set-up or scope) with
+    its metrics keyed as every JSON of docsvault spells them: ``hit_at_1``, ``hit_at_3``, ``mrr_at_10``,
+    ``ndcg_at_10`` (``build --json``'s ``eval``, the history's columns, ``eval --history --json``). Before session
+    47 ``eval --json`` alone said ``hit@1`` (a jq path must quote it: ``.["hit@1"]``)."""
+    from pipeline.evaluate import METRICS
+
+    names = {m: m.replace("@", "_at_") for m in METRICS}
+    if isinstance(value, Mapping):
+        return {names.get(k, k): eval_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [eval_json(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -500,7 +500,7 @@ def test_a_link_to_a_note_the_build_skipped_says_so_and_read_finds_it_by_name(
     line = f"error: me/Inbox/壊れたYAML.md is not in the vault: the last build skipped it ({reason})\n"
     for name in ("壊れたYAML", "壊れたyaml.md", "inbox/壊れたYAML", "me/Inbox/壊れたYAML.md", "[[壊れたYAML]]"[2:-2]):
         got = CliRunner().invoke(app, ["read", name])
-        assert (got.exit_code, got.output) == (1, line), name
+        assert (got.exit_code, got.output) == (2, line), name
     deep = CliRunner().invoke(app, ["read", "deep/壊れたyaml"]).output    # more of the path: the other file
     assert deep.startswith("error: me/Inbox/deep/壊れたyaml.md is not in the vault"), deep
     assert CliRunner().invoke(app, ["read", "nbox/壊れたYAML"]).output.startswith("error: no note 'nbox/壊れたYAML'")

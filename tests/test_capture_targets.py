@@ -103,9 +103,9 @@ def test_write_capture_refuses_a_name_the_source_excludes(mixed: Path) -> None:
 
 def test_cli_capture_into_an_html_source_writes_nothing(mixed: Path) -> None:
     result = runner.invoke(app, ["capture", "text", "--title", "Zander", "--source", "edgehtml"])
-    assert (result.exit_code, result.output) == (1, f"error: {HTML_REFUSED}\n")
+    assert (result.exit_code, result.output) == (2, f"error: {HTML_REFUSED}\n")
     result = runner.invoke(app, ["capture", "text", "--title", "Zander", "--source", "gitdocs", "--no-build"])
-    assert result.exit_code == 1 and result.output.startswith("error: capture source 'gitdocs' is kind git, format ")
+    assert result.exit_code == 2 and result.output.startswith("error: capture source 'gitdocs' is kind git, format ")
     assert _files(mixed) == ["site/index.html"]
 
 
@@ -153,7 +153,7 @@ def test_cli_capture_dash_reads_stdin(mixed: Path) -> None:
         "---\ntitle: Cranes\ncreated: T\nagent: docsvault capture\nstatus: raw\ncorrelation_id: c3\n---\n\n"
         "# Cranes\n\nTall.\n")
     result = runner.invoke(app, ["capture", "-", "--file", "-", "--source", "inbox", "--no-build"], input="x\n")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "not both" in result.output
 
 

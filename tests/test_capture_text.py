@@ -308,7 +308,7 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
     got = json.loads(run("capture", "--source", "mynotes", "--json", "--name", LONG_NAME,
                          "ナマケモノは一日に二十時間眠る。"))
     assert got["vault_path"] == f"mynotes/{LONG_VAULT_NAME}" and got["build"]["ok"] is True
-    assert got["path"] == str(cap_env / "mynotes" / f"{LONG_NAME}.md")
+    assert got["file"] == str(cap_env / "mynotes" / f"{LONG_NAME}.md")
     page = json.loads(run("read", got["vault_path"], "--json"))
     assert page["path"] == got["vault_path"] and "二十時間" in page["text"]
     # no --name, a long Japanese first line: a name the vault keeps
@@ -325,15 +325,15 @@ def test_cli_capture_long_name_and_frontmatter(cap_env: Path) -> None:
     out = run("capture", "--source", "mynotes", "--no-build", stdin="日本語のメモ。カワウソは手をつないで寝る。\n")
     assert out.startswith(f"captured {cap_env / 'mynotes' / '日本語のメモ.md'} (mynotes/日本語のメモ.md, ")
     assert "\ntitle: 日本語のメモ。\n" in (cap_env / "mynotes" / "日本語のメモ.md").read_text(encoding="utf-8")
-    # no words, only a fence or a frontmatter block: one line, exit 1, nothing written
-    assert run("capture", "--source", "mynotes", "--", "---", code=1) == (
+    # no words, only a fence or a frontmatter block: one line, exit 2, nothing written
+    assert run("capture", "--source", "mynotes", "--", "---", code=2) == (
         "error: nothing to capture: the text has no words, only '---'; write the note's text (nothing was "
         "written)\n")
-    assert run("capture", "--source", "mynotes", stdin="---\ntitle: Empty\n---\n", code=1) == (
+    assert run("capture", "--source", "mynotes", stdin="---\ntitle: Empty\n---\n", code=2) == (
         "error: nothing to capture: the text is only a frontmatter block; write the note's text (nothing was "
         "written)\n")
-    # a malformed frontmatter: one line, exit 1, nothing written
-    assert run("capture", "--source", "mynotes", "--no-build", stdin="---\ntags: [x\n---\nbody\n", code=1) == (
+    # a malformed frontmatter: one line, exit 2, nothing written
+    assert run("capture", "--source", "mynotes", "--no-build", stdin="---\ntags: [x\n---\nbody\n", code=2) == (
         "error: the text: line 2: invalid YAML frontmatter: the flow sequence ([…]) that starts on line 2 is never "
         "closed; add the closing ']' (nothing was written)\n")
     assert sorted(p.name for p in (cap_env / "mynotes").iterdir()) == sorted(
@@ -349,11 +349,11 @@ def test_cli_capture_reads_shift_jis_and_bom_texts_as_one_line_errors_or_clean_t
     fix = ("not valid UTF-8 (byte 0: invalid start byte); convert it to UTF-8 first, e.g. `iconv -f SHIFT_JIS -t "
            "UTF-8` (nothing was written)\n")
     result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build"], input=sjis)
-    assert (result.exit_code, result.output) == (1, "error: the text on stdin: " + fix)
-    assert run("capture", "--source", "mynotes", "--no-build", "--file", str(cap_env / "memo.txt"), code=1) == (
+    assert (result.exit_code, result.output) == (2, "error: the text on stdin: " + fix)
+    assert run("capture", "--source", "mynotes", "--no-build", "--file", str(cap_env / "memo.txt"), code=2) == (
         f"error: {cap_env / 'memo.txt'}: " + fix)
     result = runner.invoke(app, ["capture", "--source", "mynotes", "--no-build"], input=b"a\x00b")
-    assert (result.exit_code, result.output) == (1, "error: the text on stdin: binary data (it holds NUL bytes), "
+    assert (result.exit_code, result.output) == (2, "error: the text on stdin: binary data (it holds NUL bytes), "
                                                     "not a note's text (nothing was written)\n")
     assert sorted(p.name for p in (cap_env / "mynotes").iterdir()) == ["Seed.md"]
     bom = "\ufeff# BOM付き\r\n\r\n本文。\r\n".encode()                # Notepad: a BOM and CRLF line ends

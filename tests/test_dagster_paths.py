@@ -109,13 +109,13 @@ def _assert_dead_alone(outcome: dict[str, object]) -> None:
 
 
 def _docsvault_build_with_a_dead_source(dead_remote: Settings) -> None:
-    """`docsvault build`: the dead source fails alone (exit 1), its last good copy keeps serving."""
+    """`docsvault build`: the dead source fails alone (exit 2), its last good copy keeps serving."""
     from typer.testing import CliRunner
 
     from pipeline.cli import app
 
     result = CliRunner().invoke(app, ["build", "--json"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     out = json.loads(result.stdout)
     by_name = {s["name"]: s for s in out["sources"]}
     assert (by_name["tiny"]["status"], by_name["remote"]["status"]) == ("unchanged", "failed")

@@ -101,7 +101,7 @@ def test_related_is_a_command_as_it_is_an_mcp_tool(built_tiny_env: Path) -> None
                         f"{first['similarity']})")
     assert len(lines) == 1 + len(out["related"])
     result = CliRunner().invoke(app, ["related", "Nowhere"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.startswith("error: no note 'Nowhere': ")
 
 

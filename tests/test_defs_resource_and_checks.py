@@ -332,7 +332,7 @@ def test_a_model_variable_typo_stops_the_cli_build_before_it_starts(tiny_env: Pa
 
     monkeypatch.setenv("DOCSVAULT_MODEL", "all-MiniLM-L6-v3")
     result = CliRunner().invoke(app, ["build"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"error: DOCSVAULT_MODEL {SPEC_CHOICES}'all-MiniLM-L6-v3'; did you mean 'all-MiniLM-L6-v2'?"]
     assert not Settings.from_env().warehouse_path.exists()

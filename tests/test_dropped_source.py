@@ -56,7 +56,7 @@ def test_renamed_source_loses_its_generated_folder_only(built_tiny_env: Path) ->
     assert list((data / "cache").rglob("shard-*.npz"))          # the embedding cache stays
 
     result = runner.invoke(app, ["read", "tiny/Ducks.md"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == (f"error: no note 'tiny/Ducks.md' in the vault {vault.resolve()}; did you mean 'Ducks'? "
                              "Else use a vault_path from search results (`docsvault search ...` / the search tool)\n")
     assert [r["name"] for r in json.loads(_run("status", "--json"))["sources"]] == ["tiny2"]
@@ -165,7 +165,7 @@ def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) 
     not_a_model = tiny_env / "not-a-model"       # a folder passes validation (sources.yaml), then fails to load
     not_a_model.mkdir()
     sources.write_text(good + f"    embedding: {not_a_model}\n", encoding="utf-8")
-    report = json.loads(_run("build", "--json", code=1))
+    report = json.loads(_run("build", "--json", code=2))
     src = report["sources"][0]
     assert (src["status"], src["failed_stage"]) == ("failed", "chunks")
     assert src["error"].startswith(f"cannot load embedding model '{not_a_model}'")
@@ -182,13 +182,13 @@ def test_status_shows_last_build_failure_until_a_build_succeeds(tiny_env: Path) 
     row = json.loads(_run("status", "--json"))["sources"][0]
     assert row["last_error"] is None
     assert not [ln for ln in _run("status").splitlines() if "last build failed" in ln]
-    # sources.yaml broken while the warehouse is fine: status still shows what is built, then the error (exit 1)
+    # sources.yaml broken while the warehouse is fine: status still shows what is built, then the error (exit 2)
     sources.write_text(good + "  - name: [oops\n", encoding="utf-8")
-    data = json.loads(_run("status", "--json", code=1))
+    data = json.loads(_run("status", "--json", code=2))
     assert data["sources_error"].startswith(f"{sources}: ")
     assert [(r["name"], r["kind"], r["notes"] > 0) for r in data["sources"]] == [("tiny", "?", True)]
     result = runner.invoke(app, ["status"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "(sources.yaml is invalid, see the error below: the sources listed are the warehouse's)" in result.stdout
     assert result.stderr == f"error: {data['sources_error']}\n"
     sources.write_text(good, encoding="utf-8")
@@ -217,7 +217,7 @@ def test_an_empty_sources_list_is_refused_until_remove_all_sources(built_tiny_en
                "--remove-all-sources` to remove them all\n")
     for args in (["build"], ["build", "--json"], ["build", "--force"]):
         result = runner.invoke(app, args)
-        assert (result.exit_code, result.stdout, result.stderr) == (1, "", refused), args
+        assert (result.exit_code, result.stdout, result.stderr) == (2, "", refused), args
     assert (_listing(vault), _listing(data / "state"), _listing(data / "notes"), _listing(data / "raw"),
             (data / "warehouse.duckdb").read_bytes()) == before
     assert "Ducks swim" in _run("read", "tiny/Ducks.md")
@@ -280,7 +280,7 @@ def test_a_build_on_a_copied_vault_keeps_the_warehouse_of_the_sources_built_else
             'sources.yaml without `local` sources (docs/deploy.md, "Read-only copies per reader host")')
 
     result = runner.invoke(app, ["capture", "Geese fly south.", "--title", "Geese", "--source", "inbox", "--json"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert json.loads(result.stdout)["build"]["error"] == f"warehouse: {line}"
     assert (reader / "inbox" / "Geese.md").read_text(encoding="utf-8").endswith("# Geese\n\nGeese fly south.\n")
     assert (reader / "data" / "warehouse.duckdb").read_bytes() == published

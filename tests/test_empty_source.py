@@ -27,7 +27,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     (folder / "Blank.md").write_text("", encoding="utf-8")          # an empty file: skipped, with its reason
     _run("build")
     row = json.loads(_run("status", "--json")[0])["sources"][0]
-    assert (row["notes"], row["skipped"], row["fetch_status"]) == (5, 1, "ok")
+    assert (row["notes"], row["skipped_files"], row["fetch_status"]) == (5, 1, "ok")
     errors = tiny_env / "data" / "state" / "tiny.errors.txt"
     lines = _run("status")[0].splitlines()
     assert lines[1:4] == [
@@ -54,7 +54,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     # a missing folder (unmounted drive, renamed folder): an error, the last good copy keeps serving
     moved = tiny_env / "moved"
     folder.rename(moved)
-    out, _ = _run("build", code=1)
+    out, _ = _run("build", code=2)
     assert (f"tiny                     failed         -       -         -  failed at raw_docs: source 'tiny': local "
             f"path {folder} does not exist or is not a folder; fix 'path' in sources.yaml") in out.splitlines()
     assert _run("search", "water bird in the pond", "--files", "-k", "1")[0].startswith("tiny/Ducks.md\t")
@@ -79,7 +79,7 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
     assert list((tiny_env / "vault").rglob("*.md")) == []
     row = json.loads(_run("status", "--json")[0])["sources"][0]
-    assert (row["notes"], row["chunks"], row["skipped"], row["fetch_status"]) == (0, 0, 0, "ok")
+    assert (row["notes"], row["chunks"], row["skipped_files"], row["fetch_status"]) == (0, 0, 0, "ok")
 
 
 def test_a_name_several_notes_share_lists_them_even_when_a_skipped_file_has_it(tiny_env: Path) -> None:
@@ -125,7 +125,7 @@ def test_a_new_empty_folder_builds_empty_and_leaves_with_its_folder(tiny_env: Pa
     state = json.loads((tiny_env / "data" / "state" / "diary.json").read_text(encoding="utf-8"))
     assert (state["failed_stages"], state.get("last_error"), state["vault_notes"]) == ({}, None, 0)
     row = json.loads(_run("status", "--json")[0])["sources"][0]
-    assert (row["name"], row["notes"], row["chunks"], row["skipped"], row["fetch_status"], row["fetch_error"],
+    assert (row["name"], row["notes"], row["chunks"], row["skipped_files"], row["fetch_status"], row["fetch_error"],
             row["last_error"]) == ("diary", 0, 0, 0, "ok", None, None)
     lines = _run("status")[0].splitlines()
     assert lines[2] == f"  diary                    local         0       0       0  ok      {row['last_fetch']}"
@@ -264,14 +264,14 @@ def test_a_folder_with_nothing_in_it_keeps_the_last_copy_as_an_unmounted_drive(t
     _run("build")
     shutil.rmtree(folder)
     folder.mkdir()                                                   # the bare mount point
-    out, _ = _run("build", code=1)
+    out, _ = _run("build", code=2)
     assert (f"tiny                     failed         -       -         -  failed at raw_docs: source 'tiny': local "
             f"path {folder} is empty (nothing in it at all) but held 5 file(s) at the last fetch; is its drive or "
             "share unmounted? Its notes keep serving search; if you emptied it on purpose, remove the source from "
             "sources.yaml, or put any file in the folder (e.g. .keep) and build again") in out.splitlines()
     assert _run("search", "water bird in the pond", "--files", "-k", "1")[0].startswith("tiny/Ducks.md\t")
     assert len(list((tiny_env / "vault" / "tiny").rglob("*.md"))) == 6
-    _run("build", code=1)                                            # still refused on the next build
+    _run("build", code=2)                                            # still refused on the next build
 
     (folder / ".keep").write_text("", encoding="utf-8")
     out, err = _run("build")

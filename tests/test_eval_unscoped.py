@@ -74,15 +74,15 @@ def _run(*args: str) -> str:
 def test_a_page_of_another_source_lowers_unscoped_only(two_sources: Path) -> None:
     scoped = json.loads(_run("eval", "--json"))
     assert scoped["scope"] == "scoped"
-    assert scoped["overall"] == {"n": 2, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}
+    assert scoped["overall"] == {"n": 2, "hit_at_1": 1.0, "hit_at_3": 1.0, "mrr_at_10": 1.0, "ndcg_at_10": 1.0}
 
     unscoped = json.loads(_run("eval", "--unscoped", "--json"))
     assert unscoped["scope"] == "unscoped"
     # a1: beta's Ducks.md first, alpha's second: RR 1/2, nDCG 1/log2(3); a2 unchanged
-    assert unscoped["overall"] == {"n": 2, "hit@1": 0.5, "hit@3": 1.0, "mrr@10": 0.75, "ndcg@10": 0.8155}
-    assert unscoped["by_kind"]["paraphrase"] == {"n": 1, "hit@1": 0.0, "hit@3": 1.0, "mrr@10": 0.5,
-                                                 "ndcg@10": 0.6309}
-    assert unscoped["by_kind"]["keyword"]["mrr@10"] == 1.0
+    assert unscoped["overall"] == {"n": 2, "hit_at_1": 0.5, "hit_at_3": 1.0, "mrr_at_10": 0.75, "ndcg_at_10": 0.8155}
+    assert unscoped["by_kind"]["paraphrase"] == {"n": 1, "hit_at_1": 0.0, "hit_at_3": 1.0, "mrr_at_10": 0.5,
+                                                 "ndcg_at_10": 0.6309}
+    assert unscoped["by_kind"]["keyword"]["mrr_at_10"] == 1.0
     assert unscoped["by_source"] == {"alpha": unscoped["overall"]}
 
     both = json.loads(_run("eval", "--both", "--json"))

@@ -52,7 +52,7 @@ def test_dead_source_fails_alone_and_incremental_build_downloads_nothing(tmp_pat
     # the server is gone: 'web' fails alone, the others build, exit code 1, the old copy still serves
     (second / "Second.md").write_text("# Second\n\nTeapots and kettles.\n", encoding="utf-8")
     broken = runner.invoke(app, ["build"])
-    assert broken.exit_code == 1
+    assert broken.exit_code == 2
     lines = broken.output.splitlines()
     web_line = next(line for line in lines if line.startswith("web "))
     assert web_line.split()[1] == "failed" and f"cannot fetch start page {base}/docs/" in web_line

@@ -74,7 +74,7 @@ def test_one_folder_as_vault_and_data_dir_is_refused_in_one_line(tiny_env: Path)
             "with the data's (notes/, cache/, raw/ …); give them separate folders (--vault / DOCSVAULT_VAULT, "
             "--data / DOCSVAULT_DATA), e.g. ./vault and ./data\n")
     code, out, err = _invoke("--data", str(both), "--vault", str(both), "build")
-    assert (code, out, err) == (1, "", line)
+    assert (code, out, err) == (2, "", line)
     assert not (both / "tiny").exists() and not (both / "warehouse.duckdb").exists()
     assert _invoke("--data", str(both), "--vault", str(both), "sources", "validate") == (1, "", line)
 

@@ -73,7 +73,7 @@ def test_eval_hit_at_3(built: dict) -> None:
     report = json.loads(out.stdout)
     print("obsidian-help eval:", report["overall"])
     assert report["overall"]["n"] == len(load_cases([cases]))          # every case of the shared file is scored
-    assert report["overall"]["hit@3"] >= 0.80
+    assert report["overall"]["hit_at_3"] >= 0.80
 
 
 def test_graph_export_reads_back(built: dict) -> None:

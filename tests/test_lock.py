@@ -427,7 +427,7 @@ def test_search_before_the_first_build_finishes_says_it_is_running(tmp_path: Pat
         running = running_build(data)
         assert running is not None and running.startswith(f"pid {os.getpid()} on ")
         result = CliRunner().invoke(app, ["--data", str(data), "search", "anything"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == (f"error: no warehouse at {data / 'warehouse.duckdb'} yet: the first build is running "
                              f"({running}); search works when it has finished\n")
     assert running_build(data) is None

@@ -164,7 +164,7 @@ def test_cli_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -
     port = free_port()
     out = subprocess.run([sys.executable, "-m", "pipeline.cli", "mcp", "--http", "--host", "0.0.0.0", "--port",
                           str(port)], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr == (f"error: refusing to serve MCP on 0.0.0.0:{port} without a token: beyond loopback every "
                           f"request must carry a bearer token; put one in a file and pass --token-file FILE (or set "
                           f"DOCSVAULT_MCP_TOKEN_FILE or DOCSVAULT_MCP_TOKEN), or serve on 127.0.0.1\n")

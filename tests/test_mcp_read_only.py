@@ -63,7 +63,7 @@ def test_a_read_only_env_typo_stops_the_server_instead_of_serving_writes(tiny_en
     with pytest.raises(ReadOnlyConfigError):
         read_only_env({"DOCSVAULT_MCP_READ_ONLY": "ture"})
     result = CliRunner().invoke(app, ["mcp"], env={"DOCSVAULT_MCP_READ_ONLY": "ture"})
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         "error: DOCSVAULT_MCP_READ_ONLY='ture' is not a yes or no: set it to 1 (a read-only server: no save_note, "
         "no refresh) or 0, or unset it\n"))
 

@@ -104,7 +104,7 @@ def test_a_failed_build_forgets_the_record(built_tiny_env: Path) -> None:
         + f"  - name: gone\n    kind: local\n    path: {tiny_env / 'missing'}\n    format: obsidian\n",
         encoding="utf-8")
     result = runner.invoke(app, ["build", "--json"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert not record.exists()
 
 

@@ -62,7 +62,7 @@ def test_a_filter_past_2000_chars_applies_in_mcp_as_in_the_cli(birds: Settings) 
 
     query = FILLER + "water source:nope"
     code, _, err = _cli_paths(query)
-    assert code == 1 and err.startswith("error: unknown source 'nope'")
+    assert code == 2 and err.startswith("error: unknown source 'nope'")
     with pytest.raises(ToolFailure) as exc:
         VaultService(birds).search(query)
     assert str(exc.value).startswith("unknown source 'nope'")
@@ -82,7 +82,7 @@ def test_an_unknown_source_names_the_closest_one(birds: Settings, typed: str, sa
 
     whole = f"{said}; the warehouse {birds.warehouse_path} has: tiny"
     result = runner.invoke(app, ["search", f"water source:{typed}"])
-    assert (result.exit_code, result.stderr) == (1, f"error: {whole}\n")
+    assert (result.exit_code, result.stderr) == (2, f"error: {whole}\n")
     with pytest.raises(ToolFailure) as exc:
         VaultService(birds).search("water", source=typed)
     assert str(exc.value) == whole
@@ -222,7 +222,7 @@ def test_a_tag_with_a_comma_is_refused_in_the_query_the_cli_and_mcp(birds: Setti
         parse_query("water tag:animals,鳥")
     assert str(err.value) == f'tag:"animals,鳥" in the query {COMMA}'
     result = runner.invoke(app, ["search", "water", "--tag", "animals,鳥"])
-    assert (result.exit_code, result.stderr) == (1, f"error: --tag 'animals,鳥' {COMMA}\n")
+    assert (result.exit_code, result.stderr) == (2, f"error: --tag 'animals,鳥' {COMMA}\n")
     with pytest.raises(ToolFailure) as exc:
         VaultService(birds).search("water", tag="#animals,鳥")
     assert str(exc.value) == f"tag '#animals,鳥' {COMMA}"

@@ -64,7 +64,7 @@ def test_options_go_before_the_double_dash(help_env: Path, monkeypatch: pytest.M
     monkeypatch.setattr(sys, "argv", ["docsvault", "search", "--", "-plugin template", "-k", "2"])
     with pytest.raises(SystemExit) as done:
         main()
-    assert done.value.code == 1
+    assert done.value.code == 2
     err = capsys.readouterr().err          # the program name in "(see `... search --help`)" is the runner's
     assert err.startswith("error: Got unexpected extra argument(s) (-k 2) (see `"), err
     assert err.endswith(" search --help`)\n") and len(err.splitlines()) == 1, err

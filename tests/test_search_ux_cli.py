@@ -49,11 +49,11 @@ def test_search_ux_end_to_end(ux_env: Path, monkeypatch: pytest.MonkeyPatch) -> 
         "No results: no note has the tag 'nothing-has-it' (frontmatter or inline #tag)\n")
     assert run("search", "ducks", "--tag", "nothing-has-it", "--files", code=1) == ""
     assert run("search", "ducks", "--tag", "nothing-has-it", "--json", code=1) == "[]\n"
-    assert run("embed", "x", "--source", "nope", code=1) == (
+    assert run("embed", "x", "--source", "nope", code=2) == (
         "error: unknown source(s) 'nope'; known sources: inbox, tiny\n")
-    assert run("search", 'ducks "pond', code=1) == (
+    assert run("search", 'ducks "pond', code=2) == (
         'error: unclosed " in the query: close the phrase, e.g. "exact words", or drop the quote\n')
-    assert run("search", "ducks path:", code=1) == (
+    assert run("search", "ducks path:", code=2) == (
         "error: empty filter path: in the query: give a value, e.g. path:guides/\n")
     # inline tags, nested and Japanese, through --tag and tag:
     assert run("search", "ducks", "--tag", "日記", "--files") == "tiny/Diary.md\t0.0410\n" or \
@@ -96,12 +96,12 @@ def test_search_ux_end_to_end(ux_env: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "\nagent: test-agent\nstatus: raw\n" in text and f"correlation_id: {got['correlation_id']}\n" in text
     assert "related:\n- " in text
     assert run("search", "heron shallow water", "--files", "-k", "1").startswith("inbox/Heron facts.md\t")
-    assert run("capture", "--title", "Heron facts", "--no-build", "again", code=1).startswith(
+    assert run("capture", "--title", "Heron facts", "--no-build", "again", code=2).startswith(
         "error: a note named 'Heron facts.md' already exists in ")
-    assert run("capture", "--name", "../../escape", "--no-build", "x", code=1).startswith(
+    assert run("capture", "--name", "../../escape", "--no-build", "x", code=2).startswith(
         "error: unsafe note name '../../escape'")
     assert not (ux_env / "escape.md").exists()
-    assert run("capture", "--source", "tiny-nope", "x", code=1).startswith(
+    assert run("capture", "--source", "tiny-nope", "x", code=2).startswith(
         "error: unknown capture source 'tiny-nope'")
 
 

@@ -230,13 +230,13 @@ def test_a_quoted_tag_with_a_space_in_the_query_is_a_syntax_error() -> None:
                                   ["capture", "some text", "--tag", "my tag", "--no-build"]])
 def test_the_cli_refuses_a_tag_with_a_space(tmp_path: Path, args: list[str]) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), *args])
-    assert (result.exit_code, result.output) == (1, f"error: --tag 'my tag' {SPACE_MESSAGE}\n")
+    assert (result.exit_code, result.output) == (2, f"error: --tag 'my tag' {SPACE_MESSAGE}\n")
     assert not (tmp_path / "data").exists()
 
 
 def test_the_cli_refuses_a_query_tag_with_a_space(tmp_path: Path) -> None:
     result = runner.invoke(app, ["--data", str(tmp_path / "data"), "search", 'otters tag:"my tag"'])
-    assert (result.exit_code, result.output) == (1, f'error: tag:"my tag" in the query {SPACE_MESSAGE}\n')
+    assert (result.exit_code, result.output) == (2, f'error: tag:"my tag" in the query {SPACE_MESSAGE}\n')
 
 
 def test_mcp_search_refuses_a_tag_with_a_space(tiny_env: Path) -> None:
@@ -394,7 +394,7 @@ def test_cli_and_mcp_read_a_note_by_its_alias(tiny_env: Path) -> None:
     several = ("'Shared' is the title or alias of several notes; give one of the vault paths: tiny/Bar.md, "
                "tiny/Baz.md")
     result = runner.invoke(app, ["read", "Shared"])
-    assert (result.exit_code, result.output) == (1, f"error: {several}\n")
+    assert (result.exit_code, result.output) == (2, f"error: {several}\n")
     with pytest.raises(ToolFailure) as err:
         VaultService(settings).read("Shared")
     assert str(err.value) == several

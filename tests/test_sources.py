@@ -428,7 +428,7 @@ def test_cli_validate_and_build_refuse_a_bad_embedding_before_building(tmp_path:
     result = CliRunner().invoke(app, [*base, "sources", "validate"])
     assert (result.exit_code, result.output) == (1, line)
     result = CliRunner().invoke(app, [*base, "build", "--quiet"])
-    assert (result.exit_code, result.output) == (1, line)
+    assert (result.exit_code, result.output) == (2, line)
     assert not (tmp_path / "vault").exists()
 
 

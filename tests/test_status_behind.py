@@ -124,7 +124,7 @@ def test_status_names_a_publish_that_failed_until_one_succeeds(built_tiny_env: P
     with (built_tiny_env / "tinyvault" / "Ducks.md").open("a", encoding="utf-8") as f:
         f.write("\n## Geese\n\nGeese honk loudly at dawn.\n")
     monkeypatch.setattr(stage, "publish_stage", full)
-    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 1
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 2
     warehouse, lines = _status()
     error = ("cannot write /d/cache/bm25/tokens.marshal: no space left on the device; free space there (or make it "
              "writable) and run the command again: what the last build published still serves search")
@@ -136,7 +136,7 @@ def test_status_names_a_publish_that_failed_until_one_succeeds(built_tiny_env: P
         raise RuntimeError("IO Error: Could not read\nfrom file")
 
     monkeypatch.setattr(stage, "publish_stage", bug)
-    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 1
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 2
     warehouse, lines = _status()
     assert warehouse["publish_failed"]["error"] == "IO Error: Could not read from file"
     assert (f"  last publish failed ({warehouse['publish_failed']['at']}): IO Error: Could not read from file; "

@@ -85,7 +85,7 @@ def test_cli_reports_a_malformed_synonyms_file_in_one_line(tmp_path: Path) -> No
     bad = tmp_path / "syn.yaml"
     bad.write_text("groups:\n  - [only-one]\n", encoding="utf-8")
     result = CliRunner().invoke(app, ["--data", str(tmp_path / "d"), "--synonyms", str(bad), "search", "x"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == (f"error: {bad}: groups entry 1 must be a list of at least two phrases, "
                              f"got list ['only-one']\n")
 
@@ -141,7 +141,7 @@ def test_cli_explicit_missing_synonyms_file_fails_in_one_line(tmp_path: Path, mo
     missing = tmp_path.resolve() / "nonexist.yaml"
     expected = (f"error: synonyms file {missing} not found (--synonyms / DOCSVAULT_SYNONYMS): "
                 f"fix the path or unset it\n")
-    assert (result.exit_code, result.output) == (1, expected)
+    assert (result.exit_code, result.output) == (2, expected)
 
 
 def test_cli_default_synonyms_location_stays_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,7 +152,7 @@ def test_cli_default_synonyms_location_stays_optional(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DOCSVAULT_SYNONYMS", raising=False)
     result = CliRunner().invoke(app, ["--data", str(tmp_path / "d"), "search", "x"])
-    assert result.exit_code == 1 and "synonyms file" not in result.output     # fails on the missing warehouse only
+    assert result.exit_code == 2 and "synonyms file" not in result.output     # fails on the missing warehouse only
     assert result.output.startswith("error: no warehouse at ")
 
 

@@ -148,7 +148,7 @@ def test_a_second_ui_is_refused_and_the_checkout_dagster_yaml_brings_no_warning(
         for p in (_free_port(), port):
             second = subprocess.run([str(bin_dir / "docsvault"), "ui", "--port", str(p)], cwd=repo, env=env,
                                     capture_output=True, text=True, timeout=60, check=False)
-            assert second.returncode == 1 and second.stdout == "", second.stderr
+            assert second.returncode == 2 and second.stdout == "", second.stderr
             assert f"another `docsvault ui` (pid {proc.pid}, http://127.0.0.1:{port}) runs the Dagster daemon" \
                 in second.stderr and len(second.stderr.splitlines()) == 1, second.stderr
             assert (f"127.0.0.1:{p} is already in use" in second.stderr) == (p == port)

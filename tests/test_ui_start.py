@@ -90,12 +90,12 @@ def _lock_fds(home: Path) -> list[int]:
 
 def test_a_busy_port_exits_at_once_and_starts_nothing(ui_env: Path, busy_port: int) -> None:
     result = runner.invoke(app, ["ui", "--port", str(busy_port)])
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         f"error: 127.0.0.1:{busy_port} is already in use: stop what listens there, or pass --port PORT (a free "
         "port)\n"))
     assert not ui_env.exists()
     result = runner.invoke(app, ["ui", "--port", str(busy_port), "--webserver-only"])
-    assert result.exit_code == 1 and f"127.0.0.1:{busy_port} is already in use" in result.output
+    assert result.exit_code == 2 and f"127.0.0.1:{busy_port} is already in use" in result.output
 
 
 def test_a_sources_file_the_code_location_cannot_load_is_refused_in_one_line(ui_env: Path, tmp_path: Path) -> None:
@@ -106,13 +106,13 @@ def test_a_sources_file_the_code_location_cannot_load_is_refused_in_one_line(ui_
     sources = tmp_path / "sources.yaml"
     sources.write_text("sources:\n  - name: my-notes\n    kind: lcoal\n    path: notes\n", encoding="utf-8")
     result = runner.invoke(app, ["ui", "--port", str(_free_port())])
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         f"error: {sources}: line 3: sources[1] (source 'my-notes'): 'kind' must be one of ['git', 'llms_txt', "
         "'html', 'local'], got 'lcoal'; did you mean 'local'?; the Dagster UI's code location loads its assets from "
         "it and would not load: fix it (`docsvault sources validate`) and run `docsvault ui` again\n"))
     sources.unlink()
     result = runner.invoke(app, ["ui", "--port", str(_free_port()), "--webserver-only"])
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         f"error: {sources}: sources file not found; create it (see README) or point DOCSVAULT_SOURCES / --sources at "
         "one; the Dagster UI's code location loads its assets from it and would not load: fix it (`docsvault "
         "sources validate`) and run `docsvault ui` again\n"))
@@ -125,9 +125,9 @@ def test_a_second_daemon_on_one_dagster_home_is_refused(ui_env: Path, other_ui: 
                f"DAGSTER_HOME={ui_env}: open its UI or stop it first (a second UI on this instance without a second "
                "daemon: --port PORT --webserver-only)")
     result = runner.invoke(app, ["ui", "--port", str(_free_port())])
-    assert (result.exit_code, result.output) == (1, f"error: {running}\n")
+    assert (result.exit_code, result.output) == (2, f"error: {running}\n")
     result = runner.invoke(app, ["ui", "--port", str(busy_port)])      # both: the port first, the daemon too
-    assert (result.exit_code, result.output) == (1, (
+    assert (result.exit_code, result.output) == (2, (
         f"error: 127.0.0.1:{busy_port} is already in use: stop what listens there, or pass --port PORT (a free "
         f"port); also, {running}\n"))
     port = _free_port()
