@@ -1,0 +1,75 @@
+"""Japanese text as the user sees it (session 47): spaces of another width kept in messages and capture titles,
+no cut between a character and its combining marks (a note written in NFD), table columns by display width."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from pipeline.common.display import char_start, fit, one_line, pad, width
+from pipeline.evaluate import format_report
+from pipeline.index.chunk import chunk_note
+from pipeline.ingest.capture import name_from_title, write_capture
+from pipeline.models import Note, Source
+from pipeline.search.snippet import cut_around
+
+NFD = unicodedata.normalize
+
+
+def test_one_line_keeps_an_ideographic_space_and_collapses_the_rest() -> None:
+    assert one_line(" a\u3000b \n\tc  \u3000 d\u00a0e\n") == "a\u3000b c d\u00a0e"
+    assert one_line("\u3000計画\u3000") == "計画"
+    assert one_line(" \n ") == ""
+
+
+def test_width_fit_and_pad_count_columns() -> None:
+    assert width("日本語") == 6 and width("ｶﾅ") == 2 and width(NFD("NFD", "ガ")) == 2 and width("ＡＢ") == 4
+    assert fit("kind: 日本語", 14) == "kind: 日本語  "
+    assert fit("日本語です", 5) == "日本 "                    # a wide character that does not fit is left out
+    assert fit(NFD("NFD", "ガガ"), 3) == NFD("NFD", "ガ") + " "
+    assert pad("会議-1", 8) == "会議-1  " and pad("long-id", 3) == "long-id"
+
+
+def test_char_start_never_splits_a_voiced_mark() -> None:
+    text = NFD("NFD", "ドコ")                          # ト, U+3099, コ
+    assert [char_start(text, i) for i in range(4)] == [0, 0, 2, 3]
+    assert char_start(text, 1, floor=0) == 1                 # a piece cut from 0 keeps a character
+
+
+def test_the_cli_error_line_keeps_the_ideographic_space_of_a_note_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """`read 'プロジェクト 計画.md'` said "did you mean 'プロジェクト 計画'?", the name with an ASCII space, which
+    is not the note's: the line collapsed every Unicode space."""
+    from pipeline.cli import fail
+
+    with pytest.raises(typer.Exit):
+        fail("no note 'x.md'; did you mean 'プロジェクト\u3000計画'?\nsecond line")
+    assert capsys.readouterr().err == "error: no note 'x.md'; did you mean 'プロジェクト\u3000計画'?\n"
+
+
+def test_the_mcp_tool_error_keeps_the_ideographic_space() -> None:
+    from pipeline.mcp_server import tool_error
+
+    assert tool_error("read", "Error executing tool read: no note 'a';  did you mean\n'会議メモ\u3000１月'?") == (
+        "read: no note 'a'; did you mean")
+    assert tool_error("read", "no note 'a'; did you mean '会議メモ\u3000１月'?") == (
+        "read: no note 'a'; did you mean '会議メモ\u3000１月'?")
+
+
+def test_a_capture_title_keeps_its_ideographic_space(tmp_path: Path) -> None:
+    """`capture --title 'プロジェクト　計画'` wrote `プロジェクト 計画.md` titled with an ASCII space: the vault's
+    `[[プロジェクト　計画]]` links, typed as the user types the name, did not reach it."""
+    assert name_from_title("Ｄｏｃｋｅｒ\u3000再起動：原因／メモ\n") == "Ｄｏｃｋｅｒ\u3000再起動：原因-メモ"
+    root = tmp_path / "notes"
+    root.mkdir()
+    src = Source(name="notes", kind="local", path=(str(root),))
+    note = write_capture(src, "本文です。", title="プロジェクト\u3000計画", correlation_id="c1")
+    written = sorted(p.name for p in root.iterdir())
+    assert written == ["プロジェクト\u3000計画.md"]
+    text = (root / written[0]).read_text(encoding="utf-8")
+    assert yaml.safe_load(text.split("---\n")[1])["title"] == "プロジェクト\u3000計画"
+    assert "\n# プロジェクト\u3000計画\n" in text
+    assert note is not None
