@@ -73,3 +73,23 @@ def test_a_capture_title_keeps_its_ideographic_space(tmp_path: Path) -> None:
     assert yaml.safe_load(text.split("---\n")[1])["title"] == "プロジェクト\u3000計画"
     assert "\n# プロジェクト\u3000計画\n" in text
     assert note is not None
+
+
+def test_a_note_written_in_nfd_is_never_chunked_between_a_kana_and_its_voiced_mark() -> None:
+    """A note written decomposed (macOS): a hard cut put ズント in one chunk and ゙コ in the next, so ズンドコ was
+    in no chunk: BM25 and `(no note contains 'ズンドコ')` missed it."""
+    body = NFD("NFD", "## メモ\n" + "ガ" * 10 + "ズンドコ" * 30)
+    note = Note("src", "m.md", "m.md", "メモ", {}, body)
+    for max_tokens in (25, 30, 41):
+        chunks = chunk_note(note, count_tokens=len, max_tokens=max_tokens)
+        assert [c.text[0] for c in chunks if unicodedata.combining(c.text[0])] == []
+        assert "".join(c.text for c in chunks) == body.split("\n", 1)[1]
+
+
+def test_a_snippet_of_an_nfd_note_starts_and_ends_on_whole_characters() -> None:
+    text = NFD("NFD", "ガジェットのレビュー、" * 30 + "ズンドコの話題")
+    snip = cut_around(text, text.index(NFD("NFD", "ズンドコ")), 40)
+    assert snip == "…" + NFD("NFD", "ュー、ガジェットのレビュー、ガジェットのレビュー、ズンドコの話題")     # not ゙ュー
+    whole = NFD("NFC", text)
+    for pos in range(0, 60, 3):                     # every cut is of whole characters: its NFC is in the text's
+        assert NFD("NFC", cut_around(text, pos, 24).strip("…")) in whole

@@ -64,6 +64,7 @@ from typing import NamedTuple
 import yaml
 from markdown_it import MarkdownIt
 
+from pipeline.common.display import char_start
 from pipeline.common.markdown import code_lines, excalidraw_text, is_excalidraw
 from pipeline.models import Chunk, Note, stable_id
 
@@ -657,6 +658,7 @@ class _Chunker:
                     lo = mid
                 else:
                     hi = mid - 1
+            lo = char_start(text, lo, s)        # not between a character and its marks (NFD ズンドコ: ズント | ゙コ)
             spans.append((s, lo))
             s = lo
         return (text[spans[0][0] : spans[0][1]] if spans else ""), spans
