@@ -93,3 +93,15 @@ def test_a_snippet_of_an_nfd_note_starts_and_ends_on_whole_characters() -> None:
     whole = NFD("NFC", text)
     for pos in range(0, 60, 3):                     # every cut is of whole characters: its NFC is in the text's
         assert NFD("NFC", cut_around(text, pos, 24).strip("…")) in whole
+
+
+def test_the_eval_table_aligns_japanese_kinds_and_ids() -> None:
+    agg = {"n": 1, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}
+    rep = {"lanes": ["bm25"], "overall": agg, "by_source": {}, "by_kind": {"半角ｶﾅ": agg, "日本語・全角": agg},
+           "cases": [{"id": "会議-1", "rank": None, "query": "会議で決まったこと", "top": ["a.md"]}]}
+    lines = format_report(rep).splitlines()
+    assert lines[3] == "overall                     1     1.000     1.000     1.000     1.000"
+    assert lines[5] == "kind: 半角ｶﾅ                1     1.000     1.000     1.000     1.000"
+    assert lines[6] == "kind: 日本語・全角          1     1.000     1.000     1.000     1.000"
+    assert lines[9] == "  会議-1                 rank  -  会議で決まったこと"
+    assert {width(line) for line in lines[3:7] if line} == {69}
