@@ -105,3 +105,15 @@ def test_the_eval_table_aligns_japanese_kinds_and_ids() -> None:
     assert lines[6] == "kind: 日本語・全角          1     1.000     1.000     1.000     1.000"
     assert lines[9] == "  会議-1                 rank  -  会議で決まったこと"
     assert {width(line) for line in lines[3:7] if line} == {69}
+
+
+def test_a_long_japanese_sentence_is_chunked_after_its_commas() -> None:
+    """A sentence over the budget with no space and no 。 was cut by characters: ズンドコ became ズン | ドコ (and a
+    link `[RedwoodJS](h` | `ttps://…)` in ja-react's React Conf 2024 recap); it is cut after a 、 now."""
+    for form in ("NFC", "NFD"):
+        body = NFD(form, "## メモ\n" + "データベースのパフォーマンスチューニングについて詳しく書いたノートで、" * 20
+                   + "ズンドコの話題。")
+        chunks = chunk_note(Note("src", "m.md", "m.md", "メモ", {}, body), count_tokens=len, max_tokens=200)
+        texts = [NFD("NFC", c.text) for c in chunks]
+        assert [t[-1] for t in texts] == ["、"] * (len(texts) - 1) + ["。"]
+        assert texts[-1].endswith("ノートで、ズンドコの話題。") and "".join(c.text for c in chunks) == body.split("\n", 1)[1]
