@@ -117,3 +117,9 @@ def test_a_long_japanese_sentence_is_chunked_after_its_commas() -> None:
         texts = [NFD("NFC", c.text) for c in chunks]
         assert [t[-1] for t in texts] == ["、"] * (len(texts) - 1) + ["。"]
         assert texts[-1].endswith("ノートで、ズンドコの話題。") and "".join(c.text for c in chunks) == body.split("\n", 1)[1]
+
+
+def test_a_long_nfd_first_line_is_titled_with_whole_characters() -> None:
+    from pipeline.ingest.capture import title_of
+
+    assert title_of(NFD("NFD", "ガ" * 50)) == NFD("NFD", "ガ" * 39) + "…"      # not 39 ガ and a カ

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.common.display import one_line
+from pipeline.common.display import char_start, one_line
 from pipeline.common.errors import PipelineError
 from pipeline.common.frontmatter import kept_originals
 from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, split_tag_list, wikilink_text
@@ -402,10 +402,11 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
 
 
 def _cut_title(title: str, limit: int = 80) -> str:
-    """``title`` when at most ``limit`` chars, else cut at the last space before the limit (or at the limit) + ``…``."""
+    """``title`` when at most ``limit`` chars, else cut at the last space before the limit (or at the limit, never
+    between a kana and its voiced mark: a first line copied in NFD was titled ``…ト…`` for ``…ド``) + ``…``."""
     if len(title) <= limit:
         return title
-    cut = title[: limit - 1]
+    cut = title[: char_start(title, limit - 1)]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:-") + "…"
 
