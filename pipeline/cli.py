@@ -32,6 +32,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
+from pipeline.common.display import one_line
 from pipeline.common.errors import BuildInterrupted, PipelineError, storage_error_line
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
@@ -111,7 +112,7 @@ EXIT_ERROR = 2
 def fail(message: str, code: int = EXIT_ERROR) -> None:
     """Print ``error: <message>`` (first line only) on stderr and exit ``code`` (:data:`EXIT_NONE` only for the
     one problem a check command found, e.g. ``sources validate``'s unreadable file)."""
-    line = " ".join(str(message).split("\n")[0].split()) or "failed"
+    line = one_line(str(message).split("\n")[0]) or "failed"
     typer.echo(f"error: {line}", err=True)
     raise typer.Exit(code)
 
@@ -1318,7 +1319,7 @@ def status(
     typer.echo(f"dagster home: {data['dagster_home']}")
     errors = [e for e in (data.get("sources_error"), w.get("error")) if e]     # an invalid file, an unreadable one
     for e in errors[:-1]:
-        typer.echo(f"error: {' '.join(e.splitlines()[0].split())}", err=True)
+        typer.echo(f"error: {one_line(e.splitlines()[0])}", err=True)
     if errors:
         fail(errors[-1])
 
@@ -1939,7 +1940,7 @@ def _main() -> None:
     except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)
         rv = INTERRUPTED
     except PipelineError as exc:          # a user error a command did not catch: still one line
-        typer.echo(f"error: {' '.join(str(exc).splitlines()[0].split())}", err=True)
+        typer.echo(f"error: {one_line(str(exc).splitlines()[0])}", err=True)
         sys.exit(EXIT_ERROR)
     except typer.Abort:
         typer.echo("aborted", err=True)

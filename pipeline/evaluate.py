@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Protocol
 
 import yaml
 
+from pipeline.common.display import char_start, fit, pad
 from pipeline.common.errors import EvalFileError, PipelineError
 from pipeline.common.yamlload import DuplicateKeyError, safe_load
 from pipeline.config import environ as config_environ
@@ -520,7 +521,7 @@ def _miss_lines(report: Mapping[str, Any], label: str) -> list[str]:
     lines = ["", f"{label} ({len(misses)}):"]
     for c in misses:
         rank = "-" if c["rank"] is None else str(c["rank"])
-        lines.append(f"  {c['id']:<22} rank {rank:>2}  {c['query'][:60]}")
+        lines.append(f"  {pad(c['id'], 22)} rank {rank:>2}  {c['query'][:char_start(c['query'], 60)]}")
         lines.append(f"  {'':<22} top: {' | '.join(c['top'])}")
     return lines
 
@@ -534,7 +535,7 @@ def format_report(report: dict[str, Any], show_misses: bool = True) -> str:
     lines += [header, "-" * len(header)]
 
     def row(name: str, agg: dict[str, float]) -> str:
-        return f"{name[:24]:<24}{int(agg['n']):>5}" + "".join(f"{agg[m]:>10.3f}" for m in METRICS)
+        return f"{fit(name, 24)}{int(agg['n']):>5}" + "".join(f"{agg[m]:>10.3f}" for m in METRICS)
 
     lines.append(row("overall", report["overall"]))
     if report["by_source"]:
@@ -576,7 +577,7 @@ def format_scopes(reports: Mapping[str, Mapping[str, Any]], show_misses: bool = 
         for m, sc in cols:
             agg = s_agg if sc == "s" else u_agg
             cells.append(f"{agg[m]:>11.3f}" if agg else f"{'-':>11}")
-        return f"{name[:24]:<24}{n:>5}" + "".join(cells)
+        return f"{fit(name, 24)}{n:>5}" + "".join(cells)
 
     lines.append(row("overall", s_rep["overall"], u_rep["overall"]))
     for key, prefix in (("by_source", ""), ("by_kind", "kind: ")):
@@ -687,7 +688,7 @@ def format_unreachable(report: Mapping[str, Any]) -> list[str]:
             lines += ["", title.format(n=len(rows))]
         for r in rows:
             hint = f" (did you mean {' | '.join(r['did_you_mean'])}?)" if r.get("did_you_mean") else ""
-            lines.append(f"  {r['id']:<22} {r['corpus']}: {' | '.join(r[field])}{hint}")
+            lines.append(f"  {pad(r['id'], 22)} {r['corpus']}: {' | '.join(r[field])}{hint}")
     return lines
 
 
@@ -809,7 +810,7 @@ def format_ablation(reports: Mapping[str, Mapping[str, Any]], markdown: bool = F
 
     def line(row: Sequence[str]) -> str:
         first, setup, *nums = row
-        return (f"{first[:23]:<24}{setup[:setup_w - 1]:<{setup_w}}"
+        return (f"{fit(first, 23)} {fit(setup, setup_w - 1)} "
                 + "".join(f"{v:>{w}}" for v, w in zip(nums, widths[2:])))
 
     lines = [line(header), "-" * sum(widths)]

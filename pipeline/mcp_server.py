@@ -43,6 +43,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, WithJsonSchema
 
+from pipeline.common.display import one_line
 from pipeline.common.errors import PipelineError, UnknownSourceError
 from pipeline.config import Settings, float_env
 from pipeline.config import environ as config_environ
@@ -315,7 +316,7 @@ def tool_error(tool: str, text: str, arguments: Mapping[str, Any] | None = None)
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
     ``search: ``) is dropped, only the first line is kept, a long argument of the call (``arguments``) quoted
     in it is cut (:func:`shorten_quoted`), and advice in CLI terms is said in the tool's (:data:`MCP_TERMS`)."""
-    line = shorten_quoted(" ".join(str(text).split("\n")[0].split()), arguments or {})
+    line = shorten_quoted(one_line(str(text).split("\n")[0]), arguments or {})
     for cli, mcp in MCP_TERMS:
         line = line.replace(cli, mcp)
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")
@@ -640,7 +641,7 @@ class VaultService:
         try:
             src = capture_source(load_sources(s.sources_file), source, "the `source` argument")
             check_text(text)            # no words: refused before the related search
-            the_title = " ".join((title or title_of(text)).split())
+            the_title = one_line(title or title_of(text))
             related = capture_related(s, the_title, text)
             note = write_capture(src, text, title=title, name=name, agent=str(agent or "mcp agent")[:100],
                                  correlation_id=correlation_id, related=related, tags=tags or (),
@@ -1244,7 +1245,7 @@ def create_server(settings: Settings, service: VaultService | None = None, read_
         try:
             return fn(*args, **kwargs)
         except (ToolFailure, PipelineError) as exc:
-            raise ToolError(" ".join(str(exc).split("\n")[0].split())) from None
+            raise ToolError(one_line(str(exc).split("\n")[0])) from None
 
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 

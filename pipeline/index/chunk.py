@@ -64,6 +64,7 @@ from typing import NamedTuple
 import yaml
 from markdown_it import MarkdownIt
 
+from pipeline.common.display import char_start
 from pipeline.common.markdown import code_lines, excalidraw_text, is_excalidraw
 from pipeline.models import Chunk, Note, stable_id
 
@@ -351,6 +352,8 @@ def _common_prefix(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
 #: halves (``token_starts`` of :func:`chunk_note`): ASCII whitespace BertNormalizer keeps (it drops \v and \f
 #: as control characters) and ASCII punctuation, which BertPreTokenizer isolates
 _WORD_EDGE = frozenset(" \t\n\r" + string.punctuation)
+#: a clause of a Japanese or Chinese run: up to and with its comma(s) (、，), or the run's rest
+_CLAUSE = re.compile(r"[^、，]*[、，]+|[^、，]+")
 
 
 class _Chunker:
@@ -616,7 +619,9 @@ class _Chunker:
         """Smaller atoms covering an atom too large for one chunk.
 
         block -> its lines; sentence -> its lines, or its words when it is one line; code line -> hard character
-        cuts (code is never cut mid-line otherwise); prose line -> words; word -> hard character cuts.
+        cuts (code is never cut mid-line otherwise); prose line -> words; word -> its clauses (a Japanese run
+        without spaces, cut after each ``、``: a hard cut split ズンドコ into ズン and ドコ, a word in neither chunk),
+        else hard character cuts (never between a character and its combining marks).
         """
         text = self.text
         if atom.kind in ("block", "sentence"):
@@ -632,6 +637,12 @@ class _Chunker:
             ]
             if len(words) > 1:
                 return words
+            atom = atom._replace(kind="word")
+        if atom.kind == "word":     # Japanese and Chinese have no spaces: a run is cut at its commas first
+            clauses = [_Atom(atom.start + m.start(), atom.start + m.end(), atom.block, "clause")
+                       for m in _CLAUSE.finditer(text[atom.start : atom.end])]
+            if len(clauses) > 1:
+                return clauses
         return [
             _Atom(s, e, atom.block, "chars") for s, e in self._cut_chars(bc, text, atom.start, atom.end)[1]
         ]
@@ -657,6 +668,7 @@ class _Chunker:
                     lo = mid
                 else:
                     hi = mid - 1
+            lo = char_start(text, lo, s)        # not between a character and its marks (NFD ズンドコ: ズント | ゙コ)
             spans.append((s, lo))
             s = lo
         return (text[spans[0][0] : spans[0][1]] if spans else ""), spans

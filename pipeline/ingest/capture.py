@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.common.display import char_start, one_line
 from pipeline.common.errors import PipelineError
 from pipeline.common.frontmatter import kept_originals
 from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, split_tag_list, wikilink_text
@@ -228,7 +229,7 @@ def name_from_title(title: str) -> str:
     from pipeline.ingest.normalize import _ILLEGAL, _RESERVED, MAX_COMPONENT_BYTES
 
     name = _ILLEGAL.sub("-", _UNSAFE.sub("-", unicodedata.normalize("NFC", plain_title(title) or title)))
-    name = _NAME_END.sub("", re.sub(r"\.{2,}", ".", " ".join(name.split()))).lstrip(" .-")
+    name = _NAME_END.sub("", re.sub(r"\.{2,}", ".", one_line(name))).lstrip(" .-")
     budget = MAX_COMPONENT_BYTES - len(".md")
     name = name[:MAX_NAME_CHARS].encode("utf-8")[:budget].decode("utf-8", "ignore")
     name = _NAME_END.sub("", name)
@@ -257,7 +258,7 @@ def _fm_title(fm: dict[str, Any]) -> str:
     value = fm.get("title")
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return ""
-    return " ".join(str(value).split())
+    return one_line(str(value))
 
 
 _ATX = re.compile(r"^#{1,6}\s+(.+?)(?:\s+#+)?\s*$")     # closing #s after a space: `# Learn C#` is `Learn C#`
@@ -273,7 +274,7 @@ def _title_of_name(name: str | None) -> str:
     """The title a note ``name`` gives when the text has none of its own: its file name, as Obsidian titles a
     note (``daily/2026-12-04`` -> ``2026-12-04``; before, the text's first sentence, so a daily note saved
     as ``今日は晴れ。…`` was titled ``今日は晴れ。`` beside daily notes titled by their date); "" without a name."""
-    return " ".join((name or "").replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".md").split())
+    return one_line((name or "").replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".md"))
 
 
 def _title_of_body(text: str) -> str:
@@ -308,7 +309,7 @@ def plain_title(text: str) -> str:
     was titled with its brackets and named ``ウィンドウ関数-- の復習.md``."""
     for pattern, repl in _TITLE_MARKUP:
         text = pattern.sub(repl, text)
-    return " ".join(text.split())
+    return one_line(text)
 
 
 def split_text(text: str, *, strict: bool = True) -> tuple[dict[str, Any], str]:
@@ -401,10 +402,11 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
 
 
 def _cut_title(title: str, limit: int = 80) -> str:
-    """``title`` when at most ``limit`` chars, else cut at the last space before the limit (or at the limit) + ``…``."""
+    """``title`` when at most ``limit`` chars, else cut at the last space before the limit (or at the limit, never
+    between a kana and its voiced mark: a first line copied in NFD was titled ``…ト…`` for ``…ド``) + ``…``."""
     if len(title) <= limit:
         return title
-    cut = title[: limit - 1]
+    cut = title[: char_start(title, limit - 1)]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:-") + "…"
 
@@ -606,7 +608,7 @@ def write_capture(source: Source, text: str, *, title: str | None = None, name: 
                            f"{MAX_CORRELATION_CHARS} (nothing was written)")
     text_fm, text = check_text(text)
     heading = bool(title and title.strip())
-    title = " ".join((title or "").split()) if heading else (
+    title = one_line(title or "") if heading else (
         _fm_title(text_fm) or _heading_of_body(text) or _title_of_name(name) or _title_of_body(text))
     fname = check_name(name, name_option) if name else check_name(name_from_title(title) or "capture")
     root = resolve_path(source.path[0])

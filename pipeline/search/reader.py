@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.common.display import char_start
 from pipeline.common.errors import NoteError, PipelineError
 from pipeline.common.frontmatter import decode_bytes, split_frontmatter
 from pipeline.common.markdown import FENCE, WIKILINK, heading_slug, split_code
@@ -310,10 +311,7 @@ def _hard_cut(text: str, lo: int, hi: int) -> int:
             if m.start() > lo:
                 cut = m.start()
             break
-    while cut > lo + 1 and (unicodedata.combining(text[cut]) or text[cut] in "\u200d\ufe0e\ufe0f"
-                            or "\U0001f3fb" <= text[cut] <= "\U0001f3ff" or text[cut - 1] == "\u200d"):
-        cut -= 1
-    return cut
+    return char_start(text, cut, lo)
 
 
 def _last_break(text: str, lo: int, hi: int, blocks: list[tuple[int, int, int]] | None = None,

@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from pipeline.common.display import char_start
 from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, code_lines, replace_code, wikilink_text
 
 __all__ = ["clean_text", "cut_around", "heading_at", "make_snippet", "match_position", "plain_heading",
@@ -389,6 +390,10 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
             space = text.rfind(" ", start + width // 2, end + 1)
             best = space if space != -1 else end
         end = best
+    # never between a character and its combining marks (a note written in NFD: ズンドコ's voiced marks apart)
+    end = char_start(text, end, start)
+    while 0 < start < end and char_start(text, start) != start:
+        start += 1
     body = text[start:end].strip()
     if body.count("`") % 2:                          # cut inside a code span: close it
         body = body + "`" if end < len(text) else "`" + body

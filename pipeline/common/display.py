@@ -1,0 +1,85 @@
+"""Text as a terminal shows it: one line with the spaces a writer typed (:func:`one_line`), a cut that never
+splits a character from its combining marks (:func:`char_start`), and columns padded by display width, a wide
+(CJK, full-width) character taking two (:func:`width`, :func:`fit`)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["char_start", "fit", "one_line", "pad", "width"]
+
+_SPACE_RUN = re.compile(r"\s+")
+
+
+def _kept_space(run: str) -> bool:
+    """Whether a whitespace run is only spaces of another width (``\\u3000``, a no-break space): text, not layout."""
+    return all(c != " " and unicodedata.category(c) == "Zs" for c in run)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: each run of line breaks, tabs and ASCII spaces becomes one space and the ends are
+    stripped, as ``" ".join(text.split())`` does, but a run of only ideographic (``\\u3000``) or no-break spaces
+    stays as written: ``プロジェクト\\u3000計画`` is a note's name, and a message or title that showed it with an
+    ASCII space named a file the vault does not have (before session 47).
+
+    Args:
+        text: any text.
+
+    Returns:
+        The line (chars); "" for blank text.
+    """
+    return _SPACE_RUN.sub(lambda m: m.group() if _kept_space(m.group()) else " ", text).strip()
+
+
+def _joined(text: str, i: int) -> bool:
+    """Whether ``text[i]`` belongs to the character before it: a combining mark (the voiced mark U+3099 of an NFD
+    ``ガ``), a zero-width joiner or what follows one, a variation selector or an emoji skin tone."""
+    ch = text[i]
+    return bool(unicodedata.combining(ch)) or ch in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff" \
+        or text[i - 1] == "\u200d"
+
+
+def char_start(text: str, i: int, floor: int = -1) -> int:
+    """The nearest offset at or before ``i`` where a cut of ``text`` splits no character from the marks that
+    follow it (see :func:`_joined`), but not below ``floor + 1`` (a piece cut from ``floor`` keeps a character).
+
+    Args:
+        text: the text to cut.
+        i: the wanted cut offset (chars).
+        floor: the start of the piece being cut (default: none, the offset may go down to 0).
+
+    Returns:
+        The offset (chars), ``i`` itself when it is at a character's start, at ``len(text)`` or at most ``floor + 1``.
+    """
+    while floor + 1 < i < len(text) and _joined(text, i):
+        i -= 1
+    return i
+
+
+def width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: 2 for a wide or full-width character (East Asian Width W or F:
+    kanji, kana, ``ＡＢＣ``), 0 for a combining mark, 1 otherwise (half-width katakana ``ｶﾅ`` too)."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def fit(text: str, cols: int, align: str = "<") -> str:
+    """``text`` in exactly ``cols`` columns: cut to fit (never inside a wide character or before its combining
+    marks) and padded with spaces, on the right (``align="<"``) or the left (``">"``): a table column that
+    ``f"{text:<24}"`` misaligned when ``text`` held Japanese."""
+    out, used = [], 0
+    for c in text:
+        w = width(c)
+        if used + w > cols:
+            break
+        out.append(c)
+        used += w
+    while out and len(out) < len(text) and _joined(text, len(out)):
+        used -= width(out.pop())                 # a cut base character without its marks is another character
+    pad = " " * (cols - used)
+    return "".join(out) + pad if align == "<" else pad + "".join(out)
+
+
+def pad(text: str, cols: int) -> str:
+    """``text`` padded with spaces on the right to ``cols`` columns (:func:`width`), never cut: an id to copy."""
+    return text + " " * max(0, cols - width(text))
