@@ -1242,6 +1242,31 @@ def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
     return lines
 
 
+def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
+    """``status``'s eval line (:func:`pipeline.service.eval_status`): the last eval's figures and its floors, or
+    what is missing and what to run (no eval yet, no case about a built source). Before session 47 status said
+    nothing of the eval: a data dir whose eval never ran looked the same as one that met its floors."""
+    cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
+    if ev is None:
+        return (f"eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores "
+                f"the cases of {s.evals_dir}, or `docsvault eval` now" + ("" if s.evals_dir.exists()
+                                                                          else f"; there are none: {cases}"))
+    if not ev.get("n"):
+        files = ", ".join(ev.get("files") or []) or f"none at {s.evals_dir}"
+        return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"
+    line = (f"eval: n={ev['n']} hit@1={ev['hit_at_1']:.3f} hit@3={ev['hit_at_3']:.3f} "
+            f"MRR@10={ev['mrr_at_10']:.3f} nDCG@10={ev['ndcg_at_10']:.3f} ({ev.get('run_at') or '?'}"
+            + ("; of an earlier warehouse: the next build without --no-eval scores this one" if ev.get("stale") else "")
+            + ")")
+    if ev.get("floors_error"):
+        return f"{line}; floors not checked: {ev['floors_error']}"
+    floors = ", ".join(f"{m} {f:.2f}" for m, f in ev["floors"].items())
+    if ev.get("below"):
+        return (f"{line}; below its floors ({ev['below']}): see `docsvault eval` for the cases missed, or set "
+                "DOCSVAULT_EVAL_MIN_MRR / DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
+    return f"{line}; floors met ({floors})"
+
+
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Status as JSON on stdout.")] = False,
@@ -1275,6 +1300,7 @@ def status(
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
         for line in _warehouse_lag_lines(w):
             typer.echo(line)
+        typer.echo(eval_status_line(data.get("eval"), settings()))
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")
