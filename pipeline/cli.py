@@ -29,7 +29,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import BuildInterrupted, PipelineError, storage_error_line
+from pipeline.common.errors import BuildInterrupted, PipelineError, one_line, storage_error_line
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
@@ -97,8 +97,8 @@ FILE_KEYS = ("rank", "source", "source_path", "vault_path", "title", "score")
 
 
 def fail(message: str) -> None:
-    """Print ``error: <message>`` (first line only) on stderr and exit 1."""
-    line = " ".join(str(message).split("\n")[0].split()) or "failed"
+    """Print ``error: <message>`` (first line only, :func:`pipeline.common.errors.one_line`) on stderr and exit 1."""
+    line = one_line(message) or "failed"
     typer.echo(f"error: {line}", err=True)
     raise typer.Exit(1)
 
