@@ -16,7 +16,7 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Self
@@ -42,6 +42,7 @@ from pipeline.service import (
     missing_vectors_line,
     no_notes_line,
     no_results_message,
+    build_failure,
     noop_build,
     note_links,
     note_missing_message,
@@ -50,6 +51,7 @@ from pipeline.service import (
     parse_lanes,
     query_problem,
     query_words_line,
+    record_build_failure,
     related_notes,
     run_search,
     search_lanes,
@@ -195,6 +197,10 @@ def build(
     except PipelineError as exc:
         fail(str(exc))
         return
+    except Exception as exc:            # a full disk where Dagster records the run: _main prints the line
+        if (line := _storage_problem(exc)) is not None:
+            record_build_failure(s, line)       # status says so, and the next build does not call this one killed
+        raise
     except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
         again = "docsvault build" + (" --force" if force else "") + "".join(f" --source {n}" for n in source or [])
         typer.echo(f"error: {exc.line(again)}", err=True)
@@ -294,8 +300,9 @@ def build(
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     for line in report.check_warnings:
         typer.echo(f"warning: {line}", err=True)
+    failed_before = build_failure(s, clear=report.ok)
     if report.resumed:
-        typer.echo(resumed_line(report))
+        typer.echo(resumed_line(report, failed_before))
     if report.noop:
         typer.echo("no Dagster run was needed: nothing changed since the last successful build (--force redoes it)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
@@ -307,7 +314,7 @@ def build(
         raise typer.Exit(1)
 
 
-def resumed_line(report: BuildReport) -> str:
+def resumed_line(report: BuildReport, failed: Mapping[str, str] | None = None) -> str:
     """What a build did for the killed builds it found unfinished (``report.resumed``: when each started; the
     Dagster runs of other commands among them in ``report.resumed_runs``), e.g. ``finished the build started
     at 2026-01-01T10:00:00+00:00, which was killed: search now has what it had built`` (this build wrote the
@@ -315,7 +322,9 @@ def resumed_line(report: BuildReport) -> str:
     killed ``dagster asset materialize``: its run id's first 8 characters, as the UI shows it, and the sources
     it was to materialize), ``…: search already had everything it had built`` (the warehouse's inputs were
     unchanged: it had published, or built nothing new) or, when this build failed, ``redid what the build …
-    had left unfinished, as far as this build got (…)``."""
+    had left unfinished, as far as this build got (…)``. ``failed``: the disk failure the last build ended on
+    (:func:`pipeline.service.build_failure`), recorded after such a build started: that build was not killed but
+    stopped on it, ``which stopped on a full or failing disk (cannot write …)`` (before session 47 "was killed")."""
     from collections import Counter
 
     one = len(report.resumed) == 1
@@ -324,6 +333,9 @@ def resumed_line(report: BuildReport) -> str:
     parts += [f"the Dagster run {r.run_id[:8]} started at {r.started}"
               + (f" (sources: {', '.join(r.sources)})" if r.sources else "") for r in report.resumed_runs]
     which = f"{' and '.join(parts)}, which {'was' if one else 'were'} killed"
+    if failed and one and str(failed.get("at") or "") >= report.resumed[0]:
+        which = (f"{' and '.join(parts)}, which stopped on a full or failing disk "
+                 f"({str(failed['error']).split('; free space there')[0]})")
     it = "it" if one else "they"
     if not report.ok:
         return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
@@ -1190,7 +1202,7 @@ def eval_(
 
 def _status_sources(data: dict[str, Any]) -> None:
     """``status``'s table of sources and the lines about them (skipped files, your vault files, failures, sources
-    of a warehouse copied here: :func:`pipeline.service.copied_line`)."""
+    of a warehouse copied here: :func:`pipeline.service.copied_line`), then the last build's disk failure."""
     typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
     for r in data["sources"]:
         typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped']:>7}  "
@@ -1209,6 +1221,8 @@ def _status_sources(data: dict[str, Any]) -> None:
         err = r["last_error"]
         if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
+    if failed := data.get("build_failed"):          # a full disk where Dagster records the run
+        typer.echo(f"last build failed ({failed.get('at')}): {failed.get('error')}")
 
 
 def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
@@ -1298,9 +1312,8 @@ def status(
                    f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
-        for line in _warehouse_lag_lines(w):
+        for line in [*_warehouse_lag_lines(w), eval_status_line(data.get("eval"), settings())]:
             typer.echo(line)
-        typer.echo(eval_status_line(data.get("eval"), settings()))
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
                    "it; the sources' counts are unknown until then)")
@@ -1901,7 +1914,7 @@ def _main() -> None:
     except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)
         rv = INTERRUPTED
     except PipelineError as exc:          # a user error a command did not catch: still one line
-        typer.echo(f"error: {' '.join(str(exc).splitlines()[0].split())}", err=True)
+        typer.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(1)
     except typer.Abort:
         typer.echo("aborted", err=True)
