@@ -19,7 +19,7 @@ import shutil
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Self
@@ -32,8 +32,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.display import one_line
-from pipeline.common.errors import BuildInterrupted, PipelineError, storage_error_line
+from pipeline.common.errors import BuildInterrupted, PipelineError, one_line, storage_error_line
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
@@ -47,6 +46,7 @@ from pipeline.service import (
     missing_vectors_line,
     no_notes_line,
     no_results_message,
+    build_failure,
     noop_build,
     note_links,
     note_missing_message,
@@ -55,6 +55,7 @@ from pipeline.service import (
     parse_lanes,
     query_problem,
     query_words_line,
+    record_build_failure,
     related_notes,
     run_search,
     search_lanes,
@@ -110,9 +111,9 @@ EXIT_ERROR = 2
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> None:
-    """Print ``error: <message>`` (first line only) on stderr and exit ``code`` (:data:`EXIT_NONE` only for the
+    """Print ``error: <message>`` (first line only, :func:`pipeline.common.errors.one_line`) on stderr and exit ``code`` (:data:`EXIT_NONE` only for the
     one problem a check command found, e.g. ``sources validate``'s unreadable file)."""
-    line = one_line(str(message).split("\n")[0]) or "failed"
+    line = one_line(message) or "failed"
     typer.echo(f"error: {line}", err=True)
     raise typer.Exit(code)
 
@@ -209,6 +210,10 @@ def build(
     except PipelineError as exc:
         fail(str(exc))
         return
+    except Exception as exc:            # a full disk where Dagster records the run: _main prints the line
+        if (line := _storage_problem(exc)) is not None:
+            record_build_failure(s, line)       # status says so, and the next build does not call this one killed
+        raise
     except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
         again = "docsvault build" + (" --force" if force else "") + "".join(f" --source {n}" for n in source or [])
         typer.echo(f"error: {exc.line(again)}", err=True)
@@ -308,8 +313,9 @@ def build(
         typer.echo(f"error: shared stages failed: {report.shared_error}", err=True)
     for line in report.check_warnings:
         typer.echo(f"warning: {line}", err=True)
+    failed_before = build_failure(s, clear=report.ok)
     if report.resumed:
-        typer.echo(resumed_line(report))
+        typer.echo(resumed_line(report, failed_before))
     if report.noop:
         typer.echo("no Dagster run was needed: nothing changed since the last successful build (--force redoes it)")
     typer.echo(f"build took {_time.perf_counter() - started:.1f} s")
@@ -321,7 +327,7 @@ def build(
         raise typer.Exit(EXIT_ERROR)
 
 
-def resumed_line(report: BuildReport) -> str:
+def resumed_line(report: BuildReport, failed: Mapping[str, str] | None = None) -> str:
     """What a build did for the killed builds it found unfinished (``report.resumed``: when each started; the
     Dagster runs of other commands among them in ``report.resumed_runs``), e.g. ``finished the build started
     at 2026-01-01T10:00:00+00:00, which was killed: search now has what it had built`` (this build wrote the
@@ -329,7 +335,9 @@ def resumed_line(report: BuildReport) -> str:
     killed ``dagster asset materialize``: its run id's first 8 characters, as the UI shows it, and the sources
     it was to materialize), ``…: search already had everything it had built`` (the warehouse's inputs were
     unchanged: it had published, or built nothing new) or, when this build failed, ``redid what the build …
-    had left unfinished, as far as this build got (…)``."""
+    had left unfinished, as far as this build got (…)``. ``failed``: the disk failure the last build ended on
+    (:func:`pipeline.service.build_failure`), recorded after such a build started: that build was not killed but
+    stopped on it, ``which stopped on a full or failing disk (cannot write …)`` (before session 47 "was killed")."""
     from collections import Counter
 
     one = len(report.resumed) == 1
@@ -338,6 +346,9 @@ def resumed_line(report: BuildReport) -> str:
     parts += [f"the Dagster run {r.run_id[:8]} started at {r.started}"
               + (f" (sources: {', '.join(r.sources)})" if r.sources else "") for r in report.resumed_runs]
     which = f"{' and '.join(parts)}, which {'was' if one else 'were'} killed"
+    if failed and one and str(failed.get("at") or "") >= report.resumed[0]:
+        which = (f"{' and '.join(parts)}, which stopped on a full or failing disk "
+                 f"({str(failed['error']).split('; free space there')[0]})")
     it = "it" if one else "they"
     if not report.ok:
         return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
@@ -1207,7 +1218,7 @@ def eval_(
 
 def _status_sources(data: dict[str, Any]) -> None:
     """``status``'s table of sources and the lines about them (skipped files, your vault files, failures, sources
-    of a warehouse copied here: :func:`pipeline.service.copied_line`)."""
+    of a warehouse copied here: :func:`pipeline.service.copied_line`), then the last build's disk failure."""
     typer.echo(f"  {'name':24} {'kind':8} {'notes':>6} {'chunks':>7} {'skipped':>7}  {'fetch':7} last fetch")
     for r in data["sources"]:
         typer.echo(f"  {r['name']:24} {r['kind']:8} {r['notes']:>6} {r['chunks']:>7} {r['skipped_files']:>7}  "
@@ -1226,6 +1237,8 @@ def _status_sources(data: dict[str, Any]) -> None:
         err = r["last_error"]
         if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
+    if failed := data.get("build_failed"):          # a full disk where Dagster records the run
+        typer.echo(f"last build failed ({failed.get('at')}): {failed.get('error')}")
 
 
 def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
@@ -1259,6 +1272,31 @@ def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
     return lines
 
 
+def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
+    """``status``'s eval line (:func:`pipeline.service.eval_status`): the last eval's figures and its floors, or
+    what is missing and what to run (no eval yet, no case about a built source). Before session 47 status said
+    nothing of the eval: a data dir whose eval never ran looked the same as one that met its floors."""
+    cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
+    if ev is None:
+        return (f"eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores "
+                f"the cases of {s.evals_dir}, or `docsvault eval` now" + ("" if s.evals_dir.exists()
+                                                                          else f"; there are none: {cases}"))
+    if not ev.get("n"):
+        files = ", ".join(ev.get("files") or []) or f"none at {s.evals_dir}"
+        return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"
+    line = (f"eval: n={ev['n']} hit@1={ev['hit_at_1']:.3f} hit@3={ev['hit_at_3']:.3f} "
+            f"MRR@10={ev['mrr_at_10']:.3f} nDCG@10={ev['ndcg_at_10']:.3f} ({ev.get('run_at') or '?'}"
+            + ("; of an earlier warehouse: the next build without --no-eval scores this one" if ev.get("stale") else "")
+            + ")")
+    if ev.get("floors_error"):
+        return f"{line}; floors not checked: {ev['floors_error']}"
+    floors = ", ".join(f"{m} {f:.2f}" for m, f in ev["floors"].items())
+    if ev.get("below"):
+        return (f"{line}; below its floors ({ev['below']}): see `docsvault eval` for the cases missed, or set "
+                "DOCSVAULT_EVAL_MIN_MRR / DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
+    return f"{line}; floors met ({floors})"
+
+
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="Status as JSON on stdout.")] = False,
@@ -1290,7 +1328,7 @@ def status(
                    f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
-        for line in _warehouse_lag_lines(w):
+        for line in [*_warehouse_lag_lines(w), eval_status_line(data.get("eval"), settings())]:
             typer.echo(line)
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "
@@ -1940,7 +1978,7 @@ def _main() -> None:
     except KeyboardInterrupt:                  # outside a command (Typer converts one inside a command to 130)
         rv = INTERRUPTED
     except PipelineError as exc:          # a user error a command did not catch: still one line
-        typer.echo(f"error: {one_line(str(exc).splitlines()[0])}", err=True)
+        typer.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(EXIT_ERROR)
     except typer.Abort:
         typer.echo("aborted", err=True)

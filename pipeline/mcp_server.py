@@ -43,8 +43,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, WithJsonSchema
 
-from pipeline.common.display import one_line
-from pipeline.common.errors import PipelineError, UnknownSourceError
+from pipeline.common.errors import PipelineError, UnknownSourceError, one_line
 from pipeline.config import Settings, float_env
 from pipeline.config import environ as config_environ
 from pipeline.ingest.capture import MAX_CORRELATION_CHARS
@@ -314,9 +313,9 @@ MCP_TERMS = (
 def tool_error(tool: str, text: str, arguments: Mapping[str, Any] | None = None) -> str:
     """The one line a failed call of ``tool`` returns: ``search: <the problem and what to do>``, the tool's name
     once. The SDK puts ``Error executing tool search: `` before a tool's own message; that prefix (and a repeated
-    ``search: ``) is dropped, only the first line is kept, a long argument of the call (``arguments``) quoted
+    ``search: ``) is dropped, only the first line is kept (:func:`pipeline.common.errors.one_line`), a long argument of the call (``arguments``) quoted
     in it is cut (:func:`shorten_quoted`), and advice in CLI terms is said in the tool's (:data:`MCP_TERMS`)."""
-    line = shorten_quoted(one_line(str(text).split("\n")[0]), arguments or {})
+    line = shorten_quoted(one_line(text), arguments or {})
     for cli, mcp in MCP_TERMS:
         line = line.replace(cli, mcp)
     prefixes = (f"Error executing tool {tool}: ", f"{tool}: ")

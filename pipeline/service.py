@@ -847,6 +847,8 @@ class Status(Record):
     sources_error: str | None = None
     crosslingual_depth: int = 0          # what the next build embeds of an English note by the cross-lingual model
                                          # (0: every chunk); the warehouse's own is ``warehouse.crosslingual_depth``
+    eval: Mapping[str, Any] | None = None   # the last eval of this data dir (:func:`eval_status`); None: never ran
+    build_failed: Mapping[str, str] | None = None   # the last build's disk failure, when no build published since
 
 
 def _warehouse_status(s: Settings) -> tuple[WarehouseStatus, dict[str, Any], dict[str, str]]:
@@ -934,7 +936,89 @@ def status_report(s: Settings) -> Status:
         multilingual_model=s.multilingual_model, crosslingual_model=s.crosslingual or "none",
         crosslingual_depth=s.crosslingual_depth,
         vault=str(s.vault_dir), data=str(s.data_dir), dagster_home=str(s.dagster_home), sources_error=sources_error,
+        eval=eval_status(s, warehouse.built_at if warehouse.built else None),
+        build_failed=_unresolved_failure(s, warehouse),
     )
+
+
+def _unresolved_failure(s: Settings, warehouse: WarehouseStatus) -> dict[str, str] | None:
+    """:func:`build_failure`, when no warehouse was published after it (a later build that published resolved it)."""
+    failed = build_failure(s)
+    if failed is None or (warehouse.built and (warehouse.built_at or "") > str(failed.get("at") or "")):
+        return None
+    return failed
+
+
+#: the shared state's key of the last build that ended on a full, read-only or failing disk (:func:`record_build_failure`)
+BUILD_FAILED = "build_failed"
+
+
+def record_build_failure(s: Settings, line: str) -> None:
+    """Remember that a build ended on ``line`` (:func:`pipeline.common.errors.storage_error_line`: the disk was
+    full, read-only or failing, often where Dagster records the run, which then stays "started"), with the time, so
+    that ``status`` says so and the next build does not call that build killed. Best effort: on a full disk the
+    data dir may take no write either (then nothing is recorded)."""
+    from pipeline.common import artifacts
+    from pipeline.stages.base import SHARED_STATE, now
+
+    try:
+        artifacts.update_state(s, SHARED_STATE, **{BUILD_FAILED: {"error": line, "at": now()}})
+    except OSError:
+        pass
+
+
+def build_failure(s: Settings, clear: bool = False) -> dict[str, str] | None:
+    """The last build failure :func:`record_build_failure` kept (``{"error", "at"}``), None when there is none;
+    ``clear``: forget it (a build succeeded since; best effort)."""
+    import json
+
+    from pipeline.common import artifacts
+    from pipeline.stages.base import SHARED_STATE
+
+    failed = artifacts.load_state(s, SHARED_STATE).get(BUILD_FAILED)
+    if clear and failed is not None:
+        state = artifacts.load_state(s, SHARED_STATE)
+        state.pop(BUILD_FAILED, None)
+        try:
+            artifacts.write_atomic(artifacts.state_path(s, SHARED_STATE),
+                                   json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True).encode())
+        except OSError:
+            pass
+    return failed if isinstance(failed, dict) and failed.get("error") else None
+
+
+def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
+    """The last retrieval eval the build ran in this data dir (its shared state), as ``status`` shows it: ``{"n"``
+    (cases scored; 0 when none is about a built source), ``"hit_at_1"``, ``"hit_at_3"``, ``"mrr_at_10"``,
+    ``"ndcg_at_10"`` (the hybrid set-up's pooled figures, when ``n``), ``"files"`` (the eval files it read),
+    ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build with
+    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`),
+    ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
+    variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
+    with ``--no-eval``). Before session 47 ``status`` said nothing of the eval."""
+    from pipeline.evaluate import check_floors, floors_from_env
+    from pipeline.stages.index import shared_state
+
+    last = shared_state(s).get("eval")
+    report = last.get("report") if isinstance(last, dict) else None
+    if not isinstance(report, dict):
+        return None
+    overall = report.get("overall") or {}
+    out: dict[str, Any] = {"n": int(overall.get("n") or 0), "files": list(report.get("files") or [])}
+    if not out["n"]:
+        return out
+    out.update({key.replace("@", "_at_"): float(overall.get(key) or 0.0)
+                for key in ("hit@1", "hit@3", "mrr@10", "ndcg@10")})
+    out["run_at"] = report.get("run_at", "")
+    out["stale"] = bool(built_at and report.get("warehouse_built_at") and report["warehouse_built_at"] != built_at)
+    try:
+        floors = floors_from_env()
+    except PipelineError as exc:
+        out["floors_error"] = str(exc)
+        return out
+    out["floors"] = floors
+    out["below"] = check_floors(report, floors).metadata.get("below", "")
+    return out
 
 
 def copied_line(data: dict[str, Any]) -> str:

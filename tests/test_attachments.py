@@ -773,6 +773,31 @@ def test_the_copied_size_is_in_the_limits_unit():
     assert vault_lines("me", meta) == ["me: 1 attachment(s) copied (1 in the vault, 49.0 MiB)"]
 
 
+def test_check_vault_offers_the_note_a_dangling_link_to_a_moved_or_misspelt_note_meant() -> None:
+    """Session 47: a link to a note moved to another folder (`[r](projects/Recipes.md)` once it is
+    `archive/Recipes.md`) or misspelt (`[[Renamd]]`) said only "create the note or fix the link"; check-vault now
+    names the note's file, in the text and as `did_you_mean` in --json. A link close to no note gets no hint."""
+    from pipeline.ingest.vault_check import _mark_near, format_report
+
+    def link(written: str, target: str) -> dict:
+        return {"path": "me/Home.md", "link": written, "file": "Home.md", "line": 3, "written": written,
+                "target": target}
+    dangling = [link("[r](projects/Recipes.md)", "projects/Recipes.md"), link("[[Renamd]]", "Renamd"),
+                link("[x](old-name.md)", "old-name.md"), link("[[Grocery%20list]]", "Grocery%20list")]
+    _mark_near(dangling, ["Home.md", "archive/Recipes.md", "sub/Renamed.md", "Grocery list.md"])
+    assert [d.get("did_you_mean") for d in dangling] == ["archive/Recipes.md", "sub/Renamed.md", None,
+                                                        "Grocery list.md"]
+    row = {"name": "me", "notes": 4, "attachments_in_vault": 0, "unresolved_in_source": 0, "unresolved_elsewhere": 0,
+           "markup": None, "bad_mode": 0, "user_files": 0, "edited": 0, "edited_copies": 0,
+           "examples": {"unresolved_in_source": [], "markup": [], "bad_mode": []},
+           "dangling_links": 4, "dangling": dangling, "missing_heading_links": 0, "missing_headings": []}
+    assert format_report({"vault": "/v", "expected_mode": "0644", "ok": True, "sources": [row]})[4:8] == [
+        "  me: Home.md:3 -> [r](projects/Recipes.md) (did you mean archive/Recipes.md?)",
+        "  me: Home.md:3 -> [[Renamd]] (did you mean sub/Renamed.md?)",
+        "  me: Home.md:3 -> [x](old-name.md)",
+        "  me: Home.md:3 -> [[Grocery%20list]] (did you mean Grocery list.md?)"]
+
+
 def test_check_vault_names_a_link_to_a_skipped_file_among_many_dangling_ones() -> None:
     """A vault with 12 dangling links, one of them (the last in path order) to a file the last build skipped: the
     count line said "1 of them to a file the last build skipped, which is in the source: fix that file", but that

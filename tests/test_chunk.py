@@ -295,6 +295,13 @@ def test_empty_parent_heading_dropped_and_title_h1_dropped() -> None:
     assert chunks[0].breadcrumb == "Guide"
 
 
+def test_a_title_h1_with_tags_is_the_title_not_a_section() -> None:
+    """Session 47: `# Guide #project` of the note titled Guide (its tags dropped from the title) is its title H1,
+    not a section `Guide > Guide #project`."""
+    chunks = chunk_note(mk("# Guide #project\n\nIntro text for the guide.\n"), count_tokens=words)
+    assert [(c.heading_path, c.breadcrumb) for c in chunks] == [((), "Guide")]
+
+
 def test_no_headings_one_section_under_title() -> None:
     chunks = chunk_note(mk("Just a paragraph.\n\nAnd another."), count_tokens=words)
     assert len(chunks) == 1

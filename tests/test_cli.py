@@ -1007,3 +1007,24 @@ def test_a_global_option_after_the_command_is_told_to_go_before_it(monkeypatch: 
     with pytest.raises(SystemExit) as exit_:
         cli._main()
     assert (exit_.value.code, capsys.readouterr()) == (2, ("", line))
+
+
+def test_an_error_shows_a_full_width_space_as_written_not_as_an_escape(tmp_path: Path) -> None:
+    """Session 47: a source or note name typed with a Japanese IME's full-width space was echoed as
+    `unknown source(s) 'mine\\u3000'`, an escape the user never typed (and `str.split` made a written one an ASCII
+    space). Errors, of the CLI and of the MCP tools, now show the character; control characters and a backslash the
+    text holds stay escaped."""
+    from pipeline.common.errors import one_line
+    from pipeline.mcp_server import tool_error
+
+    (tmp_path / "notes").mkdir()
+    p = tmp_path / "sources.yaml"
+    p.write_text("sources:\n  - name: mine\n    kind: local\n    path: notes\n", encoding="utf-8")
+    result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
+                                 "check-vault", "--source", "mine\u3000"])
+    assert (result.exit_code, result.stderr) == (2, "error: unknown source(s) 'mine\u3000' (did you mean 'mine'?); "
+                                                    "known sources: mine\n")
+    heading, nbsp, control, backslash = "第１章\u3000はじめに", "a\xa0b", "c\x01d", "e\\u3000f"
+    assert one_line(f"no note {heading!r}\nsecond line") == "no note '第１章\u3000はじめに'"
+    assert one_line(f"no note {nbsp!r}:  {control!r} {backslash!r}") == "no note 'a\xa0b': 'c\\x01d' 'e\\\\u3000f'"
+    assert tool_error("read", f"no note {heading!r}") == "read: no note '第１章\u3000はじめに'"

@@ -334,6 +334,29 @@ def test_local_skips_dot_folders_and_files(tmp_path):
     assert sorted(p.relative_to(vault).as_posix() for p in vault.rglob("*")) == before
 
 
+def test_local_obsidian_vault_leaves_out_its_templates_folders(tmp_path):
+    """Session 47: an Obsidian vault's templates folder (the core Templates plugin's `.obsidian/templates.json`,
+    Templater's `templates_folder`) was built and searched: `docsvault search "coffee"` ranked `Templates/Daily.md
+    > {{title}}` first. Those folders are left out of a `format: obsidian` source, also a source that is a folder
+    in the vault; an `include` glob that starts with the folder keeps it; another source's folder is no template's."""
+    vault = tmp_path / "Vault"
+    _tree(vault, {".obsidian/templates.json": '{"folder": "/Meta/Templates/"}',
+                  ".obsidian/plugins/templater-obsidian/data.json": '{"templates_folder": "Tpl"}',
+                  "Home.md": "# H\n", "Meta/Templates/Daily.md": "# {{title}}\n", "Meta/Other.md": "o\n",
+                  "Tpl/Meeting.md": "<% tp.file.title %>\n", "Tplx/Kept.md": "k\n"})
+    settings = _settings(tmp_path)
+    source = Source(name="notes", kind="local", path=(vault,), format="obsidian")
+    assert [f.source_path for f in fetch_source(source, settings).files] == ["Home.md", "Meta/Other.md",
+                                                                           "Tplx/Kept.md"]
+    meta = Source(name="meta", kind="local", path=(vault / "Meta",), format="obsidian")
+    assert [f.source_path for f in fetch_source(meta, settings).files] == ["Other.md"]
+    kept = Source(name="kept", kind="local", path=(vault,), format="obsidian", include=("Tpl/**", "**/*.md"))
+    assert "Tpl/Meeting.md" in select_paths(kept, ["Tpl/Meeting.md", "Meta/Templates/Daily.md"])
+    assert select_paths(kept, ["Meta/Templates/Daily.md"]) == []
+    plain = Source(name="plain", kind="local", path=(vault,), format="markdown")
+    assert "Tpl/Meeting.md" in select_paths(plain, ["Tpl/Meeting.md"])
+
+
 def test_local_multi_root_prefix_and_change_detection(tmp_path):
     a, b = tmp_path / "alpha", tmp_path / "beta"
     _tree(a, {"x.md": "1"})

@@ -839,6 +839,19 @@ def test_a_title_of_template_placeholders_is_none_the_file_name_titles_the_note(
     assert _title({"title": "Vue {{ x }} tips"}, "", "t/vue.md") == "Vue {{ x }} tips"
 
 
+def test_the_tags_that_end_a_title_h1_are_no_part_of_the_title() -> None:
+    """Session 47: an Obsidian note `# Home #project` (the tag written in its H1, as Obsidian renders it: a tag) was
+    titled `Home #project` in hits, read and the index; the tags that end the heading go, `C#` and `#42` stay."""
+    from pipeline.ingest.normalize import _title
+
+    assert _title({}, "# Home #project\n\ntext\n", "Home.md") == "Home"
+    assert _title({}, "# 会議メモ #仕事 #todo/next\n", "m.md") == "会議メモ"
+    assert _title({}, "# #daily\n", "2026-12-07.md") == "2026-12-07"           # only tags: the file name
+    assert _title({}, "# Learn C#\n", "c.md") == "Learn C#"
+    assert _title({}, "# Issue #42\n", "i.md") == "Issue #42"
+    assert _title({}, "# The #hashtag trend\n", "h.md") == "The #hashtag trend"   # not at the end: words
+
+
 def test_a_heading_ending_in_a_hash_keeps_it_only_a_spaced_closing_sequence_goes() -> None:
     """A reviewer's finding: the ATX pattern dropped any `#`s at a heading's end, so a page `# Learn C#` was titled
     `Learn C`. CommonMark ends a heading at a closing sequence only after a space or tab (`# Closed ##`); `C#`,

@@ -1,10 +1,35 @@
 """Named errors of the library core.
 
 Every message says what went wrong, where (file/line/source/URL) and what to do. The shells translate them:
-the CLI prints one line and exits 1, the MCP server returns a tool error, Dagster fails the step.
+the CLI prints one line and exits 2, the MCP server returns a tool error, Dagster fails the step.
 """
 
 from __future__ import annotations
+
+import re
+import unicodedata
+
+from pipeline.common.display import one_line as display_line
+
+#: an escape ``repr`` writes for a character it does not print (``\u3000``, ``\xa0``), not one whose backslash is
+#: itself escaped (``\\u3000``: a backslash the text holds); group 1: the escaped backslashes before it
+_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
+def one_line(message: object) -> str:
+    r"""The first line of ``message`` as a shell prints an error: runs of ASCII whitespace as one space, a run of
+    ideographic or no-break spaces kept as written (:func:`pipeline.common.display.one_line`), and a space
+    of another width that a quoted value holds (``repr`` writes the ideographic space U+3000 as ``\u3000``, the
+    no-break space as ``\xa0``) as the character, which the user typed and copies back: ``unknown source
+    'mine　'`` (before session 47 ``'mine\u3000'``, and ``str.split`` made a written one an ASCII space). Control
+    and other invisible characters stay escaped."""
+    line = display_line(str(message).split("\n")[0])
+
+    def shown(m: re.Match[str]) -> str:
+        ch = chr(int(m.group(2)[1:], 16))
+        return m.group(1) + ch if unicodedata.category(ch) == "Zs" and ch != " " else m.group(0)
+
+    return _ESCAPE.sub(shown, line)
 
 
 class PipelineError(Exception):

@@ -53,6 +53,18 @@ def shortest_named(by_key: Mapping[str, str], names: Sequence[str]) -> str | Non
     return min(hits, key=lambda path: (len(path), path)) if hits else None
 
 
+#: a run of Obsidian ``#tags`` that ends a heading (``# Home #project #todo``): ``#`` at the start or after whitespace,
+#: then letters, digits, ``_``, ``-`` or ``/`` with one that is no digit (``#42`` is no tag, ``C#`` none either)
+HEADING_TAGS = re.compile(r"(?:(?:^|\s+)#[\w/-]*[^\W\d][\w/-]*)+\s*$")
+
+
+def without_heading_tags(heading: str) -> str:
+    """``heading`` without the ``#tags`` that end it (:data:`HEADING_TAGS`), as Obsidian shows them: tags, not
+    words of the heading (``Home #project`` -> ``Home``; ``Learn C#`` and ``Issue #42`` stay); ``""`` when the
+    heading is only tags."""
+    return HEADING_TAGS.sub("", heading).strip()
+
+
 def wikilink_text(m: re.Match[str]) -> str:
     """What a :data:`WIKILINK` match reads as: its alias, else its note's name (``[[Note#Part]]`` -> ``Note``),
     else its target (``[[#Part]]`` -> ``#Part``)."""

@@ -9,8 +9,8 @@ How a note body becomes chunks:
    A thematic break (``---``, ``***``) is no block of its own: a setext heading right after one
    (``---\nTitle\n-----``) heads its section, never merged away with a "section" holding only the rule.
 3. Sections run from one heading to the next. ``heading_path`` = the headings above, outermost first; an H1 equal
-   to the note title (NFKC, case-folded, runs of whitespace as one space) is dropped from paths; an empty heading
-   adds no path element.
+   to the note title (NFKC, case-folded, runs of whitespace as one space; also without the #tags that end it) is
+   dropped from paths; an empty heading adds no path element.
 4. Tiny sections (body < ``min_tokens``) are merged with the following section(s) while the result fits. The merged
    chunk's text runs verbatim from the first section's body through the later sections (their heading lines
    included) and its ``heading_path`` is the longest common prefix of the merged paths, so a breadcrumb never
@@ -65,7 +65,7 @@ import yaml
 from markdown_it import MarkdownIt
 
 from pipeline.common.display import char_start
-from pipeline.common.markdown import code_lines, excalidraw_text, is_excalidraw
+from pipeline.common.markdown import code_lines, excalidraw_text, is_excalidraw, without_heading_tags
 from pipeline.models import Chunk, Note, stable_id
 
 __all__ = ["MAX_CHARS_PER_TOKEN", "MAX_CHUNKS_PER_NOTE", "chunk_note", "split_sentences"]
@@ -328,7 +328,8 @@ def _sections(blocks: list[_Block], title: str) -> list[_Section]:
         while stack and stack[-1][0] >= b.level:
             stack.pop()
         name = " ".join(b.title.split())
-        if name and not (b.level == 1 and _name_key(name) == title_key):
+        # the title's H1, also with the #tags that end it (`# Home #project` of the note titled Home)
+        if name and not (b.level == 1 and title_key in (_name_key(name), _name_key(without_heading_tags(name)))):
             stack.append((b.level, name))
         sections.append(_Section(tuple(n for _, n in stack), b, []))
     if not sections[0].blocks:

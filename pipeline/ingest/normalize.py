@@ -44,7 +44,7 @@ from pipeline.common.frontmatter import (
     split_frontmatter,
 )
 from pipeline.common.markdown import dedent as _dedent
-from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, is_excalidraw, split_code
+from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, is_excalidraw, split_code, without_heading_tags
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import is_lfs_pointer, lfs_pointer_reason
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
@@ -1254,7 +1254,7 @@ def page_url(source: Source, source_path: str) -> str | None:
 def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
     """A note's title: its frontmatter ``title``, else its leading level-1 heading, else its file name without the
     extension; a title or heading that is only template placeholders (``# {{title}}`` in a templates folder) is
-    none. A ``.canvas`` file is titled by its file name without ``.canvas``, as Obsidian names it
+    none, and the ``#tags`` that end the heading are no part of it (``# Home #project`` is titled ``Home``). A ``.canvas`` file is titled by its file name without ``.canvas``, as Obsidian names it
     (``Plan.canvas`` is ``Plan``; its first card's heading is a card, not the canvas's title). So is a drawing of
     the Excalidraw plugin (``Sketch.excalidraw.md`` is ``Sketch.excalidraw``): its ``# Excalidraw Data`` (or, before
     its 2.0, ``# Text Elements``) heading is the plugin's, the same in every drawing."""
@@ -1267,6 +1267,7 @@ def _title(frontmatter: dict[str, Any], body: str, source_path: str) -> str:
     h1 = None if is_excalidraw(frontmatter) else leading_h1(body)
     if h1:
         h1 = _ANCHOR_JSX.sub("", _ANCHOR_ID.sub("", _ANCHOR_DOCBUILDER.sub("", h1))).strip()
+        h1 = without_heading_tags(h1)           # `# Home #project`: the tag is Obsidian's, not the title's
         if h1 and not _PLACEHOLDER_TITLE.fullmatch(h1):
             return h1
     for ext in MARKDOWN_EXTS:

@@ -121,7 +121,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         "unresolved_in_source", "unresolved_elsewhere", "markup" (None: not checked, a ``format: obsidian``
         source), "bad_mode", "user_files", "edited", "edited_copies", "dangling_links" (their count, None when
         ``dangling`` is), "dangling" (all of them: ``[{"path", "link", "file", "line", "written"}]``, in path
-        order),
+        order; with ``"skipped"`` (:func:`_mark_skipped`) or ``"did_you_mean"`` (:func:`_mark_near`) when known),
         "missing_heading_links" (their count, None when ``missing_headings`` is), "missing_headings" (all of
         them, as ``dangling``), "site_absolute" (:func:`site_absolute_hint`),
         "examples": {"unresolved_in_source": [...], "markup": [...], "bad_mode": [...]}}]}``; ``ok`` is False when
@@ -143,6 +143,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     want_mode = file_mode()
     rows = []
     stems: dict[str, set[str]] = {}             # source name -> its notes' paths as a link names them
+    source_paths: dict[str, list[str]] = {}     # source name -> its notes' paths in the source folder
     for source in sources:
         root = vault / source.name
         row: dict[str, Any] = {"name": source.name, "notes": 0, "attachments_in_vault": 0, "unresolved_in_source": 0,
@@ -160,6 +161,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
             continue
         row["notes"] = len(notes)
         stems[source.name] = _note_stems(note.rel_path for note in notes)
+        source_paths[source.name] = [note.source_path for note in notes]
         if source.format == "obsidian":     # the user's own format: its HTML and {{placeholders}} are content
             row["markup"] = None
         index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
@@ -198,6 +200,9 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     for source, row in zip(sources, rows, strict=True):
         row["site_absolute"] = site_absolute_hint(source, row["dangling"], stems.get(source.name, set()))
         _mark_skipped(settings, source.name, row["dangling"])
+        # a site-absolute link that the site_url line explains is fixed by that line, not one by one
+        _mark_near([d for d in row["dangling"] or () if not (row["site_absolute"] and _is_site_absolute(d))],
+                   source_paths.get(source.name, []))
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
@@ -225,6 +230,42 @@ def _mark_skipped(settings: Settings, source: str, dangling: Sequence[dict[str, 
         sp = (skipped_by_name(skipped, target) or skipped_by_name(skipped, f"{target}.md")) if target else None
         if sp:
             d["skipped"] = {"file": sp, "reason": skipped[sp]}
+
+
+def _mark_near(dangling: Sequence[dict[str, Any]] | None, source_paths: Sequence[str]) -> None:
+    """Give a dangling link the note it probably meant, ``"did_you_mean": <its path in the source folder>``: a note
+    of the source whose file has the link's name in another folder (``[x](projects/Recipes.md)`` once the note was
+    moved to ``archive/``: Obsidian resolves a path that is not the note's as no note), for every link; a note whose
+    file name is the closest spelling of it (:func:`pipeline.ingest.sources.closest_name`: ``[[Renamd]]``,
+    ``[t](Tae.md)``) for the links :func:`format_report` names (the first :data:`DANGLING_LINES`, those to a
+    skipped file first): comparing each of 1,000 names to 3,000 notes takes seconds. A link to a file the last
+    build skipped has its reason instead. Before session 47 a renamed or moved note's links said only "create the
+    note or fix the link"."""
+    from urllib.parse import unquote
+
+    from pipeline.ingest.sources import closest_name
+
+    if not dangling or not source_paths:
+        return
+    by_name: dict[str, list[str]] = {}
+    for sp in source_paths:
+        name = unicodedata.normalize("NFC", sp.rsplit("/", 1)[-1])
+        by_name.setdefault(re.sub(r"\.md$", "", name, flags=re.I).casefold(), []).append(sp)
+    shown = {id(d) for d in sorted(dangling, key=lambda d: not d.get("skipped"))[:DANGLING_LINES]}
+    for d in dangling:
+        target = unquote(str(d.get("target") or _written_target(d.get("written") or d["link"])))
+        name = re.sub(r"\.md$", "", unicodedata.normalize("NFC", target).strip().rstrip("/").rsplit("/", 1)[-1],
+                      flags=re.I).casefold()
+        if d.get("skipped") or not name:
+            continue
+        key = name if name in by_name else (closest_name(name, list(by_name)) if id(d) in shown else None)
+        if key:
+            d["did_you_mean"] = min(by_name[key], key=lambda p: (len(p), p))
+
+
+def _is_site_absolute(link: Mapping[str, Any]) -> bool:
+    """Whether a dangling link (:func:`check_vault`'s ``dangling``) names its note from the site's root (``/docs/…``)."""
+    return _written_target(str(link.get("written") or link["link"])).startswith("/")
 
 
 def _note_stems(rel_paths: Iterable[str]) -> set[str]:
@@ -394,9 +435,12 @@ def _where(link: Mapping[str, Any]) -> str:
 
 def _skipped_note(link: Mapping[str, Any]) -> str:
     """`` (<file> is in the source, but the last build skipped it: <reason>)`` for a dangling link to a skipped
-    file (:func:`_mark_skipped`), else ""."""
+    file (:func:`_mark_skipped`), `` (did you mean <file>?)`` for one to a note probably meant (:func:`_mark_near`),
+    else ""."""
     sk = link.get("skipped")
-    return f" ({sk['file']} is in the source, but the last build skipped it: {sk['reason']})" if sk else ""
+    if sk:
+        return f" ({sk['file']} is in the source, but the last build skipped it: {sk['reason']})"
+    return f" (did you mean {link['did_you_mean']}?)" if link.get("did_you_mean") else ""
 
 
 def _link_lines(source: str, links: Sequence[dict[str, Any]], what: str) -> list[str]:

@@ -123,13 +123,38 @@ def _models(settings: Settings, sources: Sequence[Source]) -> list[tuple[str, st
     return out
 
 
-def _instance(settings: Settings) -> int:
+def _instance(settings: Settings) -> tuple[int, str]:
     """The inode of the Dagster instance's run storage (``DAGSTER_HOME/history/runs.db``), -1 when missing: a
-    deleted or new instance has no record of the build, so the next build goes through Dagster again."""
+    deleted or new instance has no record of the build, so the next build goes through Dagster again; and the
+    catalog's assets (:func:`_catalog`)."""
     try:
-        return (settings.dagster_home / "history" / "runs.db").stat().st_ino
+        inode = (settings.dagster_home / "history" / "runs.db").stat().st_ino
     except OSError:
-        return -1
+        inode = -1
+    return inode, _catalog(settings)
+
+
+def _catalog(settings: Settings) -> str:
+    """sha256 of the Dagster catalog's assets as its event log index holds them (``history/runs/index.db``, table
+    ``asset_keys``: each key, its last run, materialization time and wipe time), read-only without Dagster; "" when
+    it cannot be read. "Wipe materializations" in the UI changes it: before session 47 the Catalog was then empty
+    and `docsvault build` answered "nothing changed" without a run, so it stayed empty. Not the file's times: its
+    WAL is folded in after the build records this, and the daemon writes the run storage every few seconds."""
+    import sqlite3
+
+    index = settings.dagster_home / "history" / "runs" / "index.db"
+    if not index.is_file():
+        return ""
+    try:
+        con = sqlite3.connect(f"{index.as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = con.execute("SELECT asset_key, last_run_id, wipe_timestamp, last_materialization_timestamp "
+                               "FROM asset_keys ORDER BY asset_key").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return ""
+    return digest([list(map(str, row)) for row in rows])
 
 
 def _stat(path: Path) -> tuple[int, int]:

@@ -7,6 +7,7 @@ import datetime as _dt
 import functools
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -163,9 +164,53 @@ def select_default(source: Source) -> tuple[str, ...]:
     return HTML_INCLUDE if source.kind == "local" and source.format == "html" else DEFAULT_INCLUDE
 
 
+#: where an Obsidian vault names its templates folder: the core Templates plugin, then the Templater plugin
+TEMPLATE_SETTINGS: tuple[tuple[str, str], ...] = ((".obsidian/templates.json", "folder"),
+                                                  (".obsidian/plugins/templater-obsidian/data.json",
+                                                   "templates_folder"))
+
+
+def template_folders(source: Source) -> tuple[str, ...]:
+    """The templates folders of a local ``format: obsidian`` source, as source paths (``Templates``, or
+    ``<root folder>/Templates`` for a source of several roots): the folder the vault's core Templates plugin
+    (``.obsidian/templates.json``'s ``folder``) and its Templater plugin (``templates_folder`` of
+    ``.obsidian/plugins/templater-obsidian/data.json``) name, relative to the vault (the folder holding
+    ``.obsidian/``, the source's root or one above it), when it is inside the source's root. Each is left out
+    unless an ``include`` glob starts with it (``include: ["Templates/**", "**/*.md"]``). () for other sources;
+    settings files that cannot be read or are not JSON objects name no folder."""
+    if source.kind != "local" or source.format != "obsidian" or not source.path:
+        return ()
+    roots = sorted(Path(p) for p in source.path)
+    out: list[str] = []
+    for root in roots:
+        vault = next((d for d in (root, *root.parents) if (d / ".obsidian").is_dir()), None)
+        if vault is None:
+            continue
+        for rel, key in TEMPLATE_SETTINGS:
+            try:
+                folder = json.loads((vault / rel).read_text(encoding="utf-8")).get(key)
+            except (OSError, ValueError, AttributeError):
+                continue
+            if not isinstance(folder, str) or not folder.strip("/ "):
+                continue
+            try:
+                inside = (vault / folder.strip("/ ")).relative_to(root).as_posix()
+            except ValueError:              # the templates folder is elsewhere in the vault
+                continue
+            inside = unicodedata.normalize("NFC", inside)        # source paths are NFC
+            if inside != ".":
+                out.append(f"{root.name}/{inside}" if len(roots) > 1 else inside)
+    return tuple(dict.fromkeys(out))
+
+
 def select_paths(source: Source, paths: Iterable[str]) -> list[str]:
     """Apply ``include`` (default Markdown-ish; ``*.html``/``*.htm`` for a local ``format: html`` source) and
-    ``exclude`` to posix source paths; sorted, deduplicated."""
+    ``exclude`` to posix source paths, and leave out an Obsidian vault's templates folders
+    (:func:`template_folders`: a template's ``{{title}}`` and ``{{date}}`` are no note to search); sorted,
+    deduplicated."""
     include = source.include or select_default(source)
-    keep = {p for p in paths if path_matches(p, include) and not path_matches(p, source.exclude)}
+    templates = tuple(f"{t}/" for t in template_folders(source)
+                      if not any(g.lstrip("/").startswith(f"{t}/") for g in source.include))
+    keep = {p for p in paths if path_matches(p, include) and not path_matches(p, source.exclude)
+            and not p.startswith(templates)}
     return sorted(keep)

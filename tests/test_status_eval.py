@@ -1,0 +1,66 @@
+"""`docsvault status` says what the last eval of the data dir found, or what is missing and what to run (session 47:
+status said nothing of the eval, so a data dir whose eval never ran, or had no case about a built source, looked the
+same as one that met its floors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import eval_status_line
+from pipeline.common.artifacts import update_state
+from pipeline.config import Settings
+from pipeline.service import eval_status
+from pipeline.stages.base import SHARED_STATE
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(sources_file=tmp_path / "sources.yaml", data_dir=tmp_path / "data", vault_dir=tmp_path / "vault",
+                    evals_dir=tmp_path / "evals")
+
+
+def test_status_says_the_eval_never_ran_and_what_to_run(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    assert eval_status(s, None) is None
+    assert eval_status_line(None, s) == (
+        "eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores the cases "
+        f"of {tmp_path / 'evals'}, or `docsvault eval` now; there are none: point DOCSVAULT_EVALS at your cases "
+        "(README: Eval files)")
+
+
+def test_status_says_no_case_is_about_a_built_source(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    update_state(s, SHARED_STATE, eval={"key": "k", "report": {"overall": {"n": 0}, "files": ["/e/my.yaml"]}})
+    ev = eval_status(s, "2026-12-07T10:00:00+00:00")
+    assert ev == {"n": 0, "files": ["/e/my.yaml"]}
+    assert eval_status_line(ev, s) == (
+        "eval: no eval case is about a built source (eval files: /e/my.yaml), so no floor was checked; point "
+        "DOCSVAULT_EVALS at your cases (README: Eval files)")
+
+
+def test_status_gives_the_last_eval_and_its_floors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DOCSVAULT_EVAL_MIN_MRR", raising=False)
+    monkeypatch.delenv("DOCSVAULT_EVAL_MIN_HIT3", raising=False)
+    s = _settings(tmp_path)
+    overall = {"n": 4, "hit@1": 0.5, "hit@3": 0.75, "mrr@10": 0.625, "ndcg@10": 0.7}
+    update_state(s, SHARED_STATE, eval={"key": "k", "report": {
+        "overall": overall, "files": ["/e"], "run_at": "2026-12-07T10:00:05+00:00",
+        "warehouse_built_at": "2026-12-07T10:00:00+00:00"}})
+    ev = eval_status(s, "2026-12-07T11:00:00+00:00")      # a --no-eval build published since
+    assert ev == {"n": 4, "files": ["/e"], "hit_at_1": 0.5, "hit_at_3": 0.75, "mrr_at_10": 0.625,
+                  "ndcg_at_10": 0.7, "run_at": "2026-12-07T10:00:05+00:00", "stale": True,
+                  "floors": {"mrr@10": 0.7, "hit@3": 0.8}, "below": "mrr@10 0.625 < 0.700, hit@3 0.750 < 0.800"}
+    assert eval_status_line(ev, s) == (
+        "eval: n=4 hit@1=0.500 hit@3=0.750 MRR@10=0.625 nDCG@10=0.700 (2026-12-07T10:00:05+00:00; of an earlier "
+        "warehouse: the next build without --no-eval scores this one); below its floors (mrr@10 0.625 < 0.700, "
+        "hit@3 0.750 < 0.800): see `docsvault eval` for the cases missed, or set DOCSVAULT_EVAL_MIN_MRR / "
+        "DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", "0.5")
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_HIT3", "0.5")
+    ev = eval_status(s, "2026-12-07T10:00:00+00:00")
+    assert eval_status_line(ev, s) == ("eval: n=4 hit@1=0.500 hit@3=0.750 MRR@10=0.625 nDCG@10=0.700 "
+                                       "(2026-12-07T10:00:05+00:00); floors met (mrr@10 0.50, hit@3 0.50)")
+    monkeypatch.setenv("DOCSVAULT_EVAL_MIN_MRR", "high")
+    assert eval_status_line(eval_status(s, None), s).endswith(
+        "; floors not checked: DOCSVAULT_EVAL_MIN_MRR='high': the mrr@10 floor must be a number between 0 and 1")
