@@ -282,6 +282,12 @@ def build(
                    "`docsvault eval` lists them)" if ev.get("unreachable") else "")
                 + (f" ({ev['skipped_cases']} case(s) left out, their corpus is no built source: "
                    f"{ev['skipped_corpora']}; fix `corpus:` or build the source)" if ev.get("skipped_cases") else ""))
+        elif "eval_files" in ev and ev["eval_files"] == "none" and (named := _eval_env_all_missing()):
+            # before session 47 "(eval files: none); point DOCSVAULT_EVALS at your cases", of a variable that did
+            # point at them, misspelled: the line now says it names no folder or file that exists
+            typer.echo(f"eval: no case scored: DOCSVAULT_EVALS names {', '.join(map(str, named))}, which "
+                       f"{'does' if len(named) == 1 else 'do'} not exist; create it or fix DOCSVAULT_EVALS "
+                       "(README: Eval files)")
         elif "eval_files" in ev:
             typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}"
                        + (f"; their corpora: {ev['skipped_corpora']}" if ev.get("skipped_corpora") else "")
@@ -1066,6 +1072,12 @@ def _no_eval_files(s: Settings) -> str:
         return f"no eval files at {looked} (DOCSVAULT_EVALS); pass FILE..., or create it or fix DOCSVAULT_EVALS " \
                "(format: see README)"
     return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
+
+
+def _eval_env_all_missing() -> list[Path]:
+    """The paths ``DOCSVAULT_EVALS`` names when it is set and none of them exists, else []."""
+    named = eval_env_paths() or []
+    return named if not any(p.exists() for p in named) else []
 
 
 def _missing_eval_paths() -> str:

@@ -1006,3 +1006,16 @@ def test_a_global_option_after_the_command_is_told_to_go_before_it(monkeypatch: 
     with pytest.raises(SystemExit) as exit_:
         cli._main()
     assert (exit_.value.code, capsys.readouterr()) == (1, ("", line))
+
+
+def test_build_says_when_docsvault_evals_names_nothing_that_exists(tiny_env: Path, monkeypatch) -> None:
+    """`DOCSVAULT_EVALS=…/evalz` (a typo for evals) made the build say `eval: no eval case is about a built source
+    (eval files: none); point DOCSVAULT_EVALS at your cases`, of a variable that did point at them, while the same
+    typo beside a good path got a warning naming it (session 47). The line now names the path that is missing."""
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(tiny_env / "evalz"))
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert [ln for ln in result.output.splitlines() if ln.startswith("eval")] == [
+        f"eval: no case scored: DOCSVAULT_EVALS names {tiny_env / 'evalz'}, which does not exist; create it or fix "
+        "DOCSVAULT_EVALS (README: Eval files)"]
+    assert "warning: DOCSVAULT_EVALS" not in result.output
