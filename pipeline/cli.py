@@ -1226,8 +1226,9 @@ def _status_sources(data: dict[str, Any]) -> None:
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
 
 
-#: what a ``vault_files`` line of ``status`` says of generated notes edited in the vault (``user_files_lines``)
-_EDITED_NOTES = " generated file(s) edited since the last build: "
+#: what the ``vault_files`` lines of ``status`` say of generated files edited or deleted in the vault
+#: (``user_files_lines``)
+_EDITED_NOTES = (" generated file(s) edited since the last build: ", " generated file(s) deleted since the last build: ")
 
 
 def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = ()) -> list[str]:
@@ -1235,7 +1236,8 @@ def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = 
     without a vector, sources it serves that sources.yaml no longer lists, else ``behind`` (naming first the
     generated notes edited in the vault, from ``sources``' ``vault_files``, when there are any)."""
     lines = []
-    edited = [r["name"] for r in sources if any(_EDITED_NOTES in line for line in r.get("vault_files") or [])]
+    edited = [r["name"] for r in sources
+              if any(what in line for line in r.get("vault_files") or [] for what in _EDITED_NOTES)]
     if w.get("missing_vectors_in"):
         lines.append(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
                      "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
@@ -1258,10 +1260,10 @@ def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = 
     elif w.get("behind") and not failed and edited:
         # a generated note edited by hand moves the vault listing the warehouse is keyed on: before session 47 this
         # line gave only causes that were not it, and "search may not see those changes" of an edit search never sees
-        lines.append(f"  behind: generated notes of {', '.join(edited)} were edited in the vault since the build wrote "
-                     "them (named above): search serves them as built, and the next build keeps each edit as "
-                     "'<name> (edited).md' and writes the note again (else: notes or chunks built here by a Dagster "
-                     "run without `warehouse` or one stopped before it, or files copied without their times)")
+        lines.append(f"  behind: generated notes of {', '.join(edited)} were edited or deleted in the vault since the "
+                     "build wrote them (named above): search serves them as built, and the next build keeps each "
+                     "edit as '<name> (edited).md' and writes the notes again (else: notes or chunks built here by a "
+                     "Dagster run without `warehouse` or one stopped before it, or files copied without their times)")
     elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "
