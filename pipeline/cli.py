@@ -721,6 +721,7 @@ def search(
             hits, more, sources, tags = run_search(settings(), searcher, parsed, k, source or (), tag or (), lane_list)
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
+            known_tags = searcher.tag_names(sources or None) if untagged else []     # what a typed tag meant
             # which filter left nothing (a pasted error's quoted name, a path: no note has): plain output only
             misses = (searcher.filter_misses(parsed, sources or None, tags or None, searched=True)
                       if not hits and not untagged and not as_json and not files
@@ -779,7 +780,7 @@ def search(
             raise typer.Exit(1)
         return
     if not hits:
-        typer.echo(untagged_message(tags, sources) if untagged
+        typer.echo(untagged_message(tags, sources, known_tags) if untagged
                    else no_results_message(misses, parsed, sources) if misses else NO_RESULTS)
         raise typer.Exit(1)
     color = _color()
