@@ -1229,7 +1229,8 @@ def _status_sources(data: dict[str, Any]) -> None:
 
 #: what the ``vault_files`` lines of ``status`` say of generated files edited or deleted in the vault
 #: (``user_files_lines``)
-_EDITED_NOTES = (" generated file(s) edited since the last build: ", " generated file(s) deleted since the last build: ")
+_EDITED_NOTES = (" generated file(s) edited since the last build: ",
+                 " generated file(s) deleted since the last build: ")
 
 
 def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = ()) -> list[str]:
