@@ -1016,6 +1016,6 @@ def test_build_says_when_docsvault_evals_names_nothing_that_exists(tiny_env: Pat
     result = runner.invoke(app, ["build"])
     assert result.exit_code == 0, result.output
     assert [ln for ln in result.output.splitlines() if ln.startswith("eval")] == [
-        f"eval: no case scored: DOCSVAULT_EVALS names {tiny_env / 'evalz'}, which does not exist; create it or fix "
-        "DOCSVAULT_EVALS (README: Eval files)"]
+        (f"eval: no case scored: DOCSVAULT_EVALS names {tiny_env / 'evalz'}, which does not exist; create it or fix "
+         "DOCSVAULT_EVALS (README: Eval files)")]
     assert "warning: DOCSVAULT_EVALS" not in result.output
