@@ -301,6 +301,12 @@ def build(
                    "`docsvault eval` lists them)" if ev.get("unreachable") else "")
                 + (f" ({ev['skipped_cases']} case(s) left out, their corpus is no built source: "
                    f"{ev['skipped_corpora']}; fix `corpus:` or build the source)" if ev.get("skipped_cases") else ""))
+        elif "eval_files" in ev and ev["eval_files"] == "none" and (named := _eval_env_all_missing()):
+            # before session 47 "(eval files: none); point DOCSVAULT_EVALS at your cases", of a variable that did
+            # point at them, misspelled: the line now says it names no folder or file that exists
+            typer.echo(f"eval: no case scored: DOCSVAULT_EVALS names {', '.join(map(str, named))}, which "
+                       f"{'does' if len(named) == 1 else 'do'} not exist; create it or fix DOCSVAULT_EVALS "
+                       "(README: Eval files)")
         elif "eval_files" in ev:
             typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}"
                        + (f"; their corpora: {ev['skipped_corpora']}" if ev.get("skipped_corpora") else "")
@@ -740,6 +746,7 @@ def search(
             hits, more, sources, tags = run_search(settings(), searcher, parsed, k, source or (), tag or (), lane_list)
             tokens = searcher.analyzer.tokens(parsed.text) if not as_json and not files else []
             untagged = not hits and bool(tags) and not searcher.tagged_notes(tags, sources or None)
+            known_tags = searcher.tag_names(sources or None) if untagged else []     # what a typed tag meant
             # which filter left nothing (a pasted error's quoted name, a path: no note has): plain output only
             misses = (searcher.filter_misses(parsed, sources or None, tags or None, searched=True)
                       if not hits and not untagged and not as_json and not files
@@ -798,7 +805,7 @@ def search(
             raise typer.Exit(EXIT_NONE)
         return
     if not hits:
-        typer.echo(untagged_message(tags, sources) if untagged
+        typer.echo(untagged_message(tags, sources, known_tags) if untagged
                    else no_results_message(misses, parsed, sources) if misses else NO_RESULTS)
         raise typer.Exit(EXIT_NONE)
     color = _color()
@@ -1093,6 +1100,12 @@ def _no_eval_files(s: Settings) -> str:
     return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
 
 
+def _eval_env_all_missing() -> list[Path]:
+    """The paths ``DOCSVAULT_EVALS`` names when it is set and none of them exists, else []."""
+    named = eval_env_paths() or []
+    return named if not any(p.exists() for p in named) else []
+
+
 def _missing_eval_paths() -> str:
     """The line naming the paths of ``DOCSVAULT_EVALS`` that do not exist while others do ('' when none): their
     cases are not scored, and before session 45 nothing said so (a typo in one entry of the list, ``.yml`` for
@@ -1241,10 +1254,19 @@ def _status_sources(data: dict[str, Any]) -> None:
         typer.echo(f"last build failed ({failed.get('at')}): {failed.get('error')}")
 
 
-def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
+#: what the ``vault_files`` lines of ``status`` say of generated files edited or deleted in the vault
+#: (``user_files_lines``)
+_EDITED_NOTES = (" generated file(s) edited since the last build: ",
+                 " generated file(s) deleted since the last build: ")
+
+
+def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The lines ``status`` prints under the warehouse line when it does not serve what the data dir built: chunks
-    without a vector, sources it serves that sources.yaml no longer lists, else ``behind``."""
+    without a vector, sources it serves that sources.yaml no longer lists, else ``behind`` (naming first the
+    generated notes edited in the vault, from ``sources``' ``vault_files``, when there are any)."""
     lines = []
+    edited = [r["name"] for r in sources
+              if any(what in line for line in r.get("vault_files") or [] for what in _EDITED_NOTES)]
     if w.get("missing_vectors_in"):
         lines.append(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
                      "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "
@@ -1264,6 +1286,13 @@ def _warehouse_lag_lines(w: dict[str, Any]) -> list[str]:
         lines.append("  behind: published by another version of docsvault (an upgrade or a downgrade since); search, "
                      "read and related serve it as it is until `docsvault build` runs again the stages whose code "
                      "changed and publishes it (cached embeddings of unchanged text are reused)")
+    elif w.get("behind") and not failed and edited:
+        # a generated note edited by hand moves the vault listing the warehouse is keyed on: before session 47 this
+        # line gave only causes that were not it, and "search may not see those changes" of an edit search never sees
+        lines.append(f"  behind: generated notes of {', '.join(edited)} were edited or deleted in the vault since the "
+                     "build wrote them (named above): search serves them as built, and the next build keeps each "
+                     "edit as '<name> (edited).md' and writes the notes again (else: notes or chunks built here by a "
+                     "Dagster run without `warehouse` or one stopped before it, or files copied without their times)")
     elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "
@@ -1328,7 +1357,7 @@ def status(
                    f"({w['dangling_links']} dangling{named})")
         for m in w["models"]:
             typer.echo(f"  vectors: {m['model_id']} ({m['dim']}-d, {m['vectors']} chunks)")
-        for line in [*_warehouse_lag_lines(w), eval_status_line(data.get("eval"), settings())]:
+        for line in [*_warehouse_lag_lines(w, data["sources"]), eval_status_line(data.get("eval"), settings())]:
             typer.echo(line)
     elif w.get("error"):
         typer.echo(f"warehouse: {w['path']} (cannot be read, see the error below: run `docsvault build` to rebuild "

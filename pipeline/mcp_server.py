@@ -532,7 +532,8 @@ class VaultService:
                 from pipeline.service import untagged_message
 
                 return {"query": query[:200], "hits": out,
-                        "message": shorten_quoted(untagged_message(tags, wanted), {"tag": list(tags)})}
+                        "message": shorten_quoted(untagged_message(tags, wanted, searcher.tag_names(wanted or None)),
+                                                  {"tag": list(tags)})}
             if parsed.required or parsed.excluded or parsed.paths:   # which filter left nothing, as the CLI says
                 from pipeline.service import no_results_message
 

@@ -152,15 +152,23 @@ def _shown(term: str) -> str:
     return term if len(term) <= SHOWN_WORD_CHARS else term[:SHOWN_WORD_CHARS - 1] + "…"
 
 
-def untagged_message(tags: Sequence[str], sources: Sequence[str] = ()) -> str:
+def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Sequence[str] = ()) -> str:
     """What search says when no note of ``sources`` (none: all) has any of ``tags`` (the CLI and the MCP ``search``
-    tool alike).
+    tool alike), with the tag of ``known`` (the tags those notes have: ``Searcher.tag_names``) each one probably
+    meant (before session 47, none: `--tag cofee` beside notes tagged `coffee` got the bare line).
 
     >>> untagged_message(["perf"], ["help"])
     "No results: no note of help has the tag 'perf' (frontmatter or inline #tag)"
+    >>> untagged_message(["cofee"], [], ["coffee", "work"])
+    "No results: no note has the tag 'cofee' (frontmatter or inline #tag; did you mean 'coffee'?)"
     """
+    from pipeline.ingest.sources import did_you_mean
+    from pipeline.search.tags import normalise_tag
+
     where = f"no note of {', '.join(sources)}" if sources else "no note"
-    return f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag)"
+    hint = did_you_mean([normalise_tag(t) for t in tags], known)
+    return (f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag"
+            + (f"; {hint.strip()[1:-1]})" if hint else ")"))
 
 
 def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:

@@ -1028,3 +1028,16 @@ def test_an_error_shows_a_full_width_space_as_written_not_as_an_escape(tmp_path:
     assert one_line(f"no note {heading!r}\nsecond line") == "no note '第１章\u3000はじめに'"
     assert one_line(f"no note {nbsp!r}:  {control!r} {backslash!r}") == "no note 'a\xa0b': 'c\\x01d' 'e\\\\u3000f'"
     assert tool_error("read", f"no note {heading!r}") == "read: no note '第１章\u3000はじめに'"
+
+
+def test_build_says_when_docsvault_evals_names_nothing_that_exists(tiny_env: Path, monkeypatch) -> None:
+    """`DOCSVAULT_EVALS=…/evalz` (a typo for evals) made the build say `eval: no eval case is about a built source
+    (eval files: none); point DOCSVAULT_EVALS at your cases`, of a variable that did point at them, while the same
+    typo beside a good path got a warning naming it (session 47). The line now names the path that is missing."""
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(tiny_env / "evalz"))
+    result = runner.invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert [ln for ln in result.output.splitlines() if ln.startswith("eval")] == [
+        (f"eval: no case scored: DOCSVAULT_EVALS names {tiny_env / 'evalz'}, which does not exist; create it or fix "
+         "DOCSVAULT_EVALS (README: Eval files)")]
+    assert "warning: DOCSVAULT_EVALS" not in result.output

@@ -371,6 +371,24 @@ def test_a_vault_folder_that_does_not_exist_is_named_as_such(tmp_path: Path) -> 
         "DOCSVAULT_VAULT at the vault the build wrote (the CLI and the MCP server read notes there)")
 
 
+def test_a_generated_note_deleted_from_the_vault_says_so_and_how_to_write_it_again(tmp_path: Path) -> None:
+    """A note the build wrote and the user deleted in Obsidian: `read 'Linux tips'` said "no note 'me/Linux tips.md'
+    in the vault …; use a vault_path from search results", while search still gave that very path (session 47)."""
+    from pipeline.ingest.ownership import save_manifest
+
+    vault = tmp_path / "vault"
+    (vault / "me").mkdir(parents=True)
+    save_manifest(vault / "me", "me", {"Linux tips.md": ["0" * 64]})
+    with pytest.raises(NoteNotFoundError) as info:
+        read_note(vault, "me/Linux tips.md")
+    assert str(info.value) == (
+        f"no note 'me/Linux tips.md' in the vault {vault.resolve()}: the build wrote it and its file was deleted "
+        "since (search still serves it); rebuild the source to write it again (the refresh tool, or `docsvault "
+        "build --source me`)")
+    with pytest.raises(NoteNotFoundError, match="use a vault_path from search results"):    # never written
+        read_note(vault, "me/Other.md")
+
+
 def test_page_one_has_title_and_json_safe_frontmatter(vault: Path) -> None:
     page = read_note(vault, "a.md")
     assert page.to_dict() == {

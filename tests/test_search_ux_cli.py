@@ -47,6 +47,11 @@ def test_search_ux_end_to_end(ux_env: Path, monkeypatch: pytest.MonkeyPatch) -> 
     # exit 1 when nothing matches, in every output mode; errors are one line
     assert run("search", "ducks", "--tag", "nothing-has-it", code=1) == (
         "No results: no note has the tag 'nothing-has-it' (frontmatter or inline #tag)\n")
+    # a tag typo: the tag a note has that it probably meant (before session 47, the bare line of a made-up tag)
+    assert run("search", "ducks", "--tag", "#Lfe/family", code=1) == (
+        "No results: no note has the tag '#Lfe/family' (frontmatter or inline #tag; did you mean 'life/family'?)\n")
+    assert run("search", "ducks", "--tag", "lfe/family", "--source", "inbox", code=1) == (
+        "No results: no note of inbox has the tag 'lfe/family' (frontmatter or inline #tag)\n")   # not of that source
     assert run("search", "ducks", "--tag", "nothing-has-it", "--files", code=1) == ""
     assert run("search", "ducks", "--tag", "nothing-has-it", "--json", code=1) == "[]\n"
     assert run("embed", "x", "--source", "nope", code=2) == (

@@ -132,6 +132,14 @@ ALLOWED_LIST = ("['allowed_hosts', 'embedding', 'exclude', 'format', 'include', 
     ("sources:\n  - name: x\n    kind: local\n    path: d\n    format: markdwon\n",
      ("line 5: sources[1] (source 'x'): 'format' must be one of ['obsidian', 'markdown', 'mdx', 'docbuilder', "
      "'jekyll', 'html'], got 'markdwon'; did you mean 'markdown'?")),
+    # `path` (a local folder) on another kind was read by nothing: a git source's `path: [en]` cloned the whole
+    # repository and `sources validate` said "valid" (session 47)
+    ("sources:\n  - name: x\n    kind: git\n    url: https://a/b.git\n    path: [en]\n",
+     ("line 5: sources[1] (source 'x'): 'path' is read by kind 'local' only (a folder on this machine), not by kind "
+      "'git'; the folders of a git repository to fetch are 'paths' (paths: [docs]): did you mean 'paths'?")),
+    ("sources:\n  - name: x\n    kind: llms_txt\n    url: https://a/llms.txt\n    path: docs\n",
+     ("line 5: sources[1] (source 'x'): 'path' is read by kind 'local' only (a folder on this machine), not by kind "
+      "'llms_txt'; remove it")),
     # a duplicate name: the line of the second one's 'name:' and of the first
     ("sources:\n  - name: x\n    kind: local\n    path: d\n\n  - kind: local\n    name: x\n    path: e\n",
      "line 7: sources[2]: duplicate source name 'x' (first at line 2, sources[1]); names must be unique: rename one"),

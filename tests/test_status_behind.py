@@ -232,3 +232,43 @@ def test_a_file_of_yours_in_a_source_folder_leaves_the_warehouse_current(built_t
     with (settings.vault_dir / "tiny" / "Ducks.md").open("a", encoding="utf-8") as f:   # a note the build wrote
         f.write("\nedited by hand\n")
     assert vault_listing(settings, "tiny") != before
+
+
+EDITED = ("  behind: generated notes of tiny were edited or deleted in the vault since the build wrote them (named "
+          "above): search serves them as built, and the next build keeps each edit as '<name> (edited).md' and writes "
+          "the notes again (else: notes or chunks built here by a Dagster run without `warehouse` or one stopped "
+          "before it, or files copied without their times)")
+
+
+def test_status_names_a_generated_note_deleted_from_the_vault_and_why_it_is_behind(built_tiny_env: Path) -> None:
+    """A generated note deleted by hand (in Obsidian) was named nowhere: status said only `behind` with causes that
+    had not happened, and `read` "use a vault_path from search results" of the path search gave (session 47)."""
+    (Settings.from_env().vault_dir / "tiny" / "Ducks.md").unlink()
+    warehouse, lines = _status()
+    assert warehouse["behind"] is True
+    assert [line for line in lines if "behind" in line] == [EDITED]
+    assert ("  tiny: 1 generated file(s) deleted since the last build: Ducks.md; search still serves them, and the "
+            "next build writes them again") in lines
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert warehouse["behind"] is False
+    assert not [line for line in lines if "behind" in line or "deleted" in line]
+
+
+def test_status_names_a_generated_note_edited_in_the_vault_as_why_it_is_behind(built_tiny_env: Path) -> None:
+    """A line added by hand to a generated note of the vault (as a new user does in Obsidian) made status say
+    `behind: what it is published from changed since (notes or chunks built here by a Dagster run …, another version
+    of docsvault, files copied …)`, none of which had happened, and "search may not see those changes" of an edit
+    search never serves (session 47). The line now names the edit as the cause and what the next build does."""
+    note = Settings.from_env().vault_dir / "tiny" / "Ducks.md"
+    with note.open("a", encoding="utf-8") as f:
+        f.write("\nMy own line.\n")
+    warehouse, lines = _status()
+    assert warehouse["behind"] is True
+    assert [line for line in lines if "behind" in line] == [EDITED]
+    assert BEHIND not in lines
+
+    assert runner.invoke(app, ["build", "--quiet"]).exit_code == 0
+    warehouse, lines = _status()
+    assert warehouse["behind"] is False
+    assert not [line for line in lines if "behind" in line]

@@ -108,6 +108,11 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
     for key in REQUIRED_BY_KIND[kind]:
         if not block.get(key):
             raise SourceConfigError(f"{where}: kind '{kind}' needs '{key}'")
+    if kind != "local" and "path" in block:     # read by no other kind: a git source's `path: en` cloned it all
+        instead = ("; the folders of a git repository to fetch are 'paths' (paths: [docs]): did you mean 'paths'?"
+                   if kind == "git" else "; remove it")
+        raise SourceConfigError(f"{where}: 'path' is read by kind 'local' only (a folder on this machine), not "
+                                f"by kind '{kind}'{instead}")
     fmt = block.get("format")
     if fmt is not None and fmt not in FORMATS:
         close = get_close_matches(fmt, FORMATS, n=1) if isinstance(fmt, str) else []

@@ -78,6 +78,9 @@ def user_files_lines(settings: Settings, source: Source) -> list[str]:
         lines.append(f"{source.name}: {len(a.edited)} generated file(s) edited since the last build: "
                      f"{_names(a.edited)}; the next build keeps your version, as '<name> (edited).md' next to the "
                      "note, or where it is when its page has left the source")
+    if a.missing:       # before session 47 not named: status said only `behind`, with causes that were not it
+        lines.append(f"{source.name}: {len(a.missing)} generated file(s) deleted since the last build: "
+                     f"{_names(a.missing)}; search still serves them, and the next build writes them again")
     if a.copies:
         lines.append(f"{source.name}: {len(a.copies)} copy(ies) of your edits to generated notes, kept as a build "
                      f"replaced the note (never changed or removed by a build; merge and delete them when done): "

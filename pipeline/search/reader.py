@@ -215,6 +215,11 @@ def resolve_note_path(vault_dir: Path, note: str) -> tuple[Path, str]:
             raise NoteNotFoundError(
                 f"no note {norm!r}: the vault folder {root} does not exist; point --vault / DOCSVAULT_VAULT at the "
                 "vault the build wrote (the CLI and the MCP server read notes there)")
+        if _written_by_build(root, norm):     # a generated note deleted by hand: search still finds it there
+            raise NoteNotFoundError(
+                f"no note {norm!r} in the vault {root}: the build wrote it and its file was deleted since (search "
+                f"still serves it); rebuild the source to write it again (the refresh tool, or `docsvault build "
+                f"--source {parts[0]}`)")
         raise NoteNotFoundError(
             f"no note {norm!r} in the vault {root}; use a vault_path from search results "
             "(`docsvault search ...` / the search tool)"

@@ -1029,19 +1029,24 @@ class Searcher:
         wanted = {normalise_tag(t) for t in ([tags] if isinstance(tags, str) else tags)} - {""}
         if not wanted:
             return None
-        if self._inline_tags is None:       # inline #tags: read once per Searcher, on the first tag filter
+        inline = self._inline_tag_map()
+        tagged = set(self._tags) | set(inline)
+        return frozenset(
+            nid for nid in tagged
+            if (sources is None or self._note_source.get(nid) in sources)
+            and tag_matches((*self._tags.get(nid, ()), *inline.get(nid, ())), wanted)
+        )
+
+    def _inline_tag_map(self) -> dict[str, set[str]]:
+        """Note id -> its inline ``#tags`` (normalised), read once per Searcher, on the first tag filter."""
+        if self._inline_tags is None:
             from pipeline.search.tags import inline_tags
 
             found: dict[str, set[str]] = {}
             for nid, text in wh.chunk_texts_with_tags(self._con):
                 found.setdefault(nid, set()).update(inline_tags(text or ""))
             self._inline_tags = found
-        tagged = set(self._tags) | set(self._inline_tags)
-        return frozenset(
-            nid for nid in tagged
-            if (sources is None or self._note_source.get(nid) in sources)
-            and tag_matches((*self._tags.get(nid, ()), *self._inline_tags.get(nid, ())), wanted)
-        )
+        return self._inline_tags
 
     def _scope_mask(self, key: tuple, of_row: np.ndarray, sources: frozenset[str]) -> np.ndarray:
         """``np.isin(of_row, sources)`` (bool, one per row of ``of_row``: each row's source), kept under ``key`` for
@@ -1837,6 +1842,15 @@ class Searcher:
         compares them): 0 tells "no note has that tag" from "nothing matched". Raises UnknownSourceError."""
         with self._lock:
             return len(self._notes_with_tags(tags, self._resolve_sources(source)) or ())
+
+    def tag_names(self, source: str | Sequence[str] | None = None) -> list[str]:
+        """Every tag the notes of the sources (None: all) carry, frontmatter and inline, as compared
+        (:func:`pipeline.search.tags.normalise_tag`), sorted: what a tag that no note has probably meant is looked
+        up in. Raises UnknownSourceError."""
+        sources = self._resolve_sources(source)
+        with self._lock:
+            return sorted({tag for tags in (self._tags, self._inline_tag_map()) for nid, held in tags.items()
+                           if sources is None or self._note_source.get(nid) in sources for tag in held})
 
     def filter_misses(self, filters: ParsedQuery, source: str | Sequence[str] | None = None,
                       tags: str | Sequence[str] | None = None, searched: bool = False) -> FilterMisses:
