@@ -130,12 +130,34 @@ class DagsterLinesAtTheirLevel(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(level)
 
 
+#: the step keys in the first event of dagster-celery's task result (``"text": "a__raw_docs"}, "label": "step_keys"``)
+_STEP_KEYS = re.compile(r'"text": "([^"]+)"\}, "label": "step_keys"')
+
+
+class StepResultInBrief(logging.Filter):
+    """For Celery's ``celery.app.trace`` logger in a worker: its INFO line for a finished task ends with the task's
+    return value, for dagster-celery's ``execute_plan`` the step's serialized Dagster events (~1.2 KB of JSON cut
+    off by Celery, two thirds of a worker's log at ``--loglevel INFO``). That value becomes the step it ran:
+    ``Task execute_plan[…] succeeded in 3.46s: step recipes__raw_docs``. Other tasks' lines stay as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, Mapping) and args.get("name") == "execute_plan" and "return_value" in args:
+            keys = _STEP_KEYS.search(str(args["return_value"]))
+            record.args = {**args, "return_value": f"step {keys.group(1)}" if keys else "Dagster events of its step"}
+        return True
+
+
 def quiet_worker_output(logger: str = "celery.redirected") -> None:
     """Give a worker's redirected Dagster lines their own level (:class:`DagsterLinesAtTheirLevel`; once per
-    logger) and ignore :data:`KNOWN_HARMLESS_WARNINGS`: called by ``deploy/dagster_celery_config.py``."""
+    logger), shorten its lines for finished steps (:class:`StepResultInBrief`) and ignore
+    :data:`KNOWN_HARMLESS_WARNINGS`: called by ``deploy/dagster_celery_config.py``."""
     target = logging.getLogger(logger)
     if not any(isinstance(f, DagsterLinesAtTheirLevel) for f in target.filters):
         target.addFilter(DagsterLinesAtTheirLevel())
+    trace = logging.getLogger("celery.app.trace")
+    if not any(isinstance(f, StepResultInBrief) for f in trace.filters):
+        trace.addFilter(StepResultInBrief())
     quiet_known_warnings()
 
 
