@@ -869,3 +869,24 @@ def test_a_worker_s_line_for_a_finished_step_names_the_step_not_its_events() -> 
     assert seen == ["Task execute_plan[t1] succeeded in 3.5s: step recipes__raw_docs",
                     "Task execute_plan[t1] succeeded in 3.5s: Dagster events of its step",
                     "Task other[t1] succeeded in 3.5s: 42"]
+
+
+def test_the_compose_set_up_builds_its_image_from_a_lean_context() -> None:
+    """docs/deploy.md's compose file named `image: docsvault` without `build`, so `docker compose up` pulled it
+    (`pull access denied for docsvault`), and its Dockerfile's `COPY . /app` took a checkout's `.venv/` (GBs, this
+    host's paths) and `data/` along: the shared service block builds the image, and `.dockerignore` keeps what
+    .gitignore keeps out of git out of the build context."""
+    import re
+
+    import yaml
+
+    doc = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    compose = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if b.startswith("# compose.yaml"))
+    spec = yaml.safe_load(compose)
+    assert (spec["x-docsvault"]["image"], spec["x-docsvault"]["build"]) == ("docsvault", ".")
+    assert all(spec["services"][name]["build"] == "." for name in ("webserver", "daemon", "worker", "mcp"))
+    dockerfile = next(b for b in re.findall(r"```dockerfile\n(.*?)```", doc, re.S))
+    assert "COPY . /app" in dockerfile
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git/", ".venv/", "data/", "vault/", "**/__pycache__/", "*.egg-info/"} <= ignored
