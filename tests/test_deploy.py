@@ -881,11 +881,11 @@ def test_the_compose_set_up_builds_its_image_from_a_lean_context() -> None:
     import yaml
 
     doc = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
-    compose = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if b.startswith("# compose.yaml"))
+    compose = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL) if b.startswith("# compose.yaml"))
     spec = yaml.safe_load(compose)
     assert (spec["x-docsvault"]["image"], spec["x-docsvault"]["build"]) == ("docsvault", ".")
     assert all(spec["services"][name]["build"] == "." for name in ("webserver", "daemon", "worker", "mcp"))
-    dockerfile = next(b for b in re.findall(r"```dockerfile\n(.*?)```", doc, re.S))
+    dockerfile = next(b for b in re.findall(r"```dockerfile\n(.*?)```", doc, re.DOTALL))
     assert "COPY . /app" in dockerfile
     ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
