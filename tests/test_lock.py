@@ -702,3 +702,32 @@ def test_a_file_system_without_locks_is_named_not_waited_for(tmp_path: Path, mon
     monkeypatch.setattr(lock_mod.fcntl, "flock", held)
     with pytest.raises(BuildLockedError):
         BuildLock(path, wait=0).acquire()
+
+
+def test_a_per_source_step_s_lock_timeout_names_docsvault_lock_wait(tmp_path: Path) -> None:
+    """A Dagster step (a Celery worker's) that waited out ``locks/<source>.lock`` was told to "pass a larger
+    --wait SECONDS", an option no step has; it names DOCSVAULT_LOCK_WAIT, as the stages' build.lock does."""
+    from pipeline.defs.assets import source_lock
+
+    holder = textwrap.dedent(
+        """
+        import sys, time
+        from pathlib import Path
+        from pipeline.defs.assets import source_lock
+        with source_lock(Path(sys.argv[1]), "handbook"):
+            print("locked", flush=True)
+            time.sleep(float(sys.argv[2]))
+        """)
+    proc = _hold(tmp_path, 30, holder)
+    try:
+        waiter = source_lock(tmp_path, "handbook")
+        assert waiter.path == (tmp_path / "locks" / "handbook.lock").resolve()
+        waiter.wait = 0.2
+        with pytest.raises(BuildLockedError) as exc:
+            waiter.acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"pid {proc.pid}" in str(exc.value)
+    assert "it is still held after waiting 0.2 s; wait longer: pass a larger DOCSVAULT_LOCK_WAIT (seconds). A lock" \
+        in str(exc.value)
