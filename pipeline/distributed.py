@@ -130,12 +130,34 @@ class DagsterLinesAtTheirLevel(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(level)
 
 
+#: the step keys in the first event of dagster-celery's task result (``"text": "a__raw_docs"}, "label": "step_keys"``)
+_STEP_KEYS = re.compile(r'"text": "([^"]+)"\}, "label": "step_keys"')
+
+
+class StepResultInBrief(logging.Filter):
+    """For Celery's ``celery.app.trace`` logger in a worker: its INFO line for a finished task ends with the task's
+    return value, for dagster-celery's ``execute_plan`` the step's serialized Dagster events (~1.2 KB of JSON cut
+    off by Celery, two thirds of a worker's log at ``--loglevel INFO``). That value becomes the step it ran:
+    ``Task execute_plan[…] succeeded in 3.46s: step recipes__raw_docs``. Other tasks' lines stay as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, Mapping) and args.get("name") == "execute_plan" and "return_value" in args:
+            keys = _STEP_KEYS.search(str(args["return_value"]))
+            record.args = {**args, "return_value": f"step {keys.group(1)}" if keys else "Dagster events of its step"}
+        return True
+
+
 def quiet_worker_output(logger: str = "celery.redirected") -> None:
     """Give a worker's redirected Dagster lines their own level (:class:`DagsterLinesAtTheirLevel`; once per
-    logger) and ignore :data:`KNOWN_HARMLESS_WARNINGS`: called by ``deploy/dagster_celery_config.py``."""
+    logger), shorten its lines for finished steps (:class:`StepResultInBrief`) and ignore
+    :data:`KNOWN_HARMLESS_WARNINGS`: called by ``deploy/dagster_celery_config.py``."""
     target = logging.getLogger(logger)
     if not any(isinstance(f, DagsterLinesAtTheirLevel) for f in target.filters):
         target.addFilter(DagsterLinesAtTheirLevel())
+    trace = logging.getLogger("celery.app.trace")
+    if not any(isinstance(f, StepResultInBrief) for f in trace.filters):
+        trace.addFilter(StepResultInBrief())
     quiet_known_warnings()
 
 
@@ -363,6 +385,63 @@ def record_run_start(plan_context: PlanOrchestrationContext) -> dict[str, str]:
     return folders
 
 
+def _pool_limit(instance: dg.DagsterInstance, pool: str) -> Any:
+    """The instance's ``PoolLimit`` row of ``pool`` (name, limit, from_default), None when it has none."""
+    return next((p for p in instance.event_log_storage.get_pool_limits() if p.name == pool), None)
+
+
+def prepare_pools(instance: dg.DagsterInstance, pools: Sequence[str]) -> None:
+    """Give each pool of ``pools`` its limit row as the run's first claim of it would (Dagster's
+    ``initialize_concurrency_limit_to_default``), before dagster-celery's run loop claims, where a PostgreSQL
+    error failed the run: Dagster inserts the row and, when the INSERT fails, updates it in the same transaction,
+    which PostgreSQL has aborted by then (``InFailedSqlTransaction``, "An exception was thrown during execution").
+
+    * Two runs that start at once on a fresh instance (the ``upstream_change`` sensor's, one per source) both
+      inserted the row of ``docsvault_warehouse``: the second failed. Here it finds the first's row and goes on.
+    * A ``concurrency: pools: default_limit`` changed in dagster.yaml after the row was made: every run failed
+      so, for good. Here the run fails at once with one line naming the setting and what to do.
+
+    Nothing is done for a pool whose row matches the instance's default limit (or that has no default).
+
+    Raises:
+        DeployConfigError: the instance's pool limit cannot be changed to dagster.yaml's ``default_limit``.
+    """
+    from dagster._core.instance.config import PoolGranularity
+    from sqlalchemy.exc import DBAPIError
+
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return
+    config = storage.get_pool_config()
+    default = config.default_pool_limit
+    if config.pool_granularity == PoolGranularity.RUN:
+        return          # the run's claims do not touch pool rows (Dagster's claim returns at once)
+    stuck: list[tuple[str, Any]] = []      # (pool, the instance's limit) that Dagster could not change
+    why = ""
+    for pool in pools:
+        before = _pool_limit(instance, pool)
+        if (before is None and default is None) or (before is not None and (not before.from_default
+                                                                            or before.limit == default)):
+            continue
+        try:
+            storage.initialize_concurrency_limit_to_default(pool)
+        except DBAPIError as exc:
+            now = _pool_limit(instance, pool)
+            if before is None and now is not None and (not now.from_default or now.limit == default):
+                continue            # another run inserted the row meanwhile: the same limit, nothing to do
+            why = why or " ".join(str(getattr(exc, "orig", exc)).split())
+            stuck.append((pool, (now or before).limit if (now or before) is not None else "?"))
+    if stuck:
+        limits = ", ".join(sorted({str(limit) for _, limit in stuck}))
+        commands = " && ".join(f"dagster instance concurrency set {pool} {default}" for pool, _ in stuck)
+        raise DeployConfigError(
+            f"pool(s) {', '.join(pool for pool, _ in stuck)}: the Dagster instance keeps limit {limits} from an "
+            f"earlier concurrency.pools.default_limit, and Dagster cannot change it to this run's default_limit "
+            f"{default} (dagster.yaml in DAGSTER_HOME {instance.root_directory}) on PostgreSQL ({why}); set it "
+            f"once with `{commands}`, or give every process's dagster.yaml default_limit {limits} again "
+            "(docs/deploy.md, Instance)")
+
+
 class NonBlockingPlan(ExecutionPlan):
     """The run's execution plan, started with ``require_upstream_step_success: false``, as
     :mod:`pipeline.defs.executor` starts it in process (:meth:`of`).
@@ -475,6 +554,7 @@ class DocsvaultCeleryExecutor(dg.Executor):
         watch = HeldPoolWatch(plan_context.instance, plan_context.dagster_run.run_id, pools,
                               plan_context.log.warning)
         watch.check()
+        prepare_pools(plan_context.instance, pools)      # before the run loop's first claim
         with watch, WorkerWatch(self._ping, str(self.app_args().get("broker") or ""), plan_context.log.warning):
             try:
                 for event in self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan)):

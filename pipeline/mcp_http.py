@@ -307,6 +307,15 @@ class ArrivalOrder:
                 self.queues.drop(key, rid)
 
 
+class NoSessionToEnd(logging.Filter):
+    """For the MCP library's ``mcp.server.streamable_http`` logger of a ``--stateless`` server: it logs
+    ``Terminating session: None`` at INFO after every call (a stateless call has no session to end), so a team's
+    reader log was one such line per search and nothing else. Only that line is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "Terminating session: None"
+
+
 def http_app(settings: Settings, opts: HttpOptions, service: Any = None) -> Any:
     """The ASGI app: the MCP server's streamable HTTP app (path ``/mcp``) with the Host/Origin checks,
     :class:`ArrivalOrder` and :class:`InvalidMessageReply`, wrapped in :class:`BearerAuth` when ``opts.token`` is
@@ -343,6 +352,10 @@ def serve_http(settings: Settings, opts: HttpOptions) -> None:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="docsvault-mcp %(levelname)s %(message)s",
                         force=True)         # over the CLI's bare warning lines (cli._log_lines)
+    if opts.stateless:
+        noisy = logging.getLogger("mcp.server.streamable_http")
+        if not any(isinstance(f, NoSessionToEnd) for f in noisy.filters):
+            noisy.addFilter(NoSessionToEnd())
     app = http_app(settings, opts)
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
     log.info("serving MCP over streamable HTTP on http://%s:%d/mcp (%s%s%s)", shown, opts.port,

@@ -414,6 +414,7 @@ def test_the_workers_celery_config_connects_the_reload_before_each_task(monkeypa
 
     from pipeline.distributed import (
         DagsterLinesAtTheirLevel,
+        StepResultInBrief,
         celery_settings,
         reload_definitions_if_sources_changed,
     )
@@ -426,6 +427,7 @@ def test_the_workers_celery_config_connects_the_reload_before_each_task(monkeypa
         assert {k: getattr(config, k) for k in celery_settings()} == celery_settings()
         assert reload_definitions_if_sources_changed in [r for r in task_prerun._live_receivers(None)]
         assert any(isinstance(f, DagsterLinesAtTheirLevel) for f in logging.getLogger("celery.redirected").filters)
+        assert any(isinstance(f, StepResultInBrief) for f in logging.getLogger("celery.app.trace").filters)
     finally:
         task_prerun.disconnect(reload_definitions_if_sources_changed)
         sys.modules.pop("dagster_celery_config", None)
@@ -832,3 +834,59 @@ def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     assert worker_failure_line(DagsterEvent(DagsterEventType.STEP_FAILURE.value, "job", step_key="beta__chunks",
                                             event_specific_data=wrapped)) == (
         "step beta__chunks failed on a worker: pipeline.defs.resources.WorkerSettingsError: run r was planned from …")
+
+
+def test_a_worker_s_line_for_a_finished_step_names_the_step_not_its_events() -> None:
+    """Celery's INFO line for a finished task ended with its return value: for dagster-celery's execute_plan ~1.2 KB
+    of the step's serialized Dagster events (two thirds of a worker's log at --loglevel INFO). It names the step;
+    another task's line is left as it is."""
+    from celery.app.trace import LOG_SUCCESS
+
+    from pipeline.distributed import StepResultInBrief
+
+    logger = logging.getLogger("test.celery.app.trace")
+    logger.setLevel(logging.INFO)
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logger.addFilter(StepResultInBrief())
+    logger.propagate = False
+    event = ('{"__class__": "DagsterEvent", "event_specific_data": {"__class__": "EngineEventData", "metadata_entries": '
+             '[{"__class__": "EventMetadataEntry", "entry_data": {"__class__": "TextMetadataEntryData", "text": '
+             '"recipes__raw_docs"}, "label": "step_keys"}]}')
+    events = repr([event, '{"__cl...'])[:-1] + ", ...]"         # as Celery cuts it
+    try:
+        for name, value in (("execute_plan", events), ("execute_plan", "['{}']"), ("other", "42")):
+            logger.info(LOG_SUCCESS, {"id": "t1", "name": name, "return_value": value, "runtime": 3.5, "args": "()",
+                                      "kwargs": "{}"})
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["Task execute_plan[t1] succeeded in 3.5s: step recipes__raw_docs",
+                    "Task execute_plan[t1] succeeded in 3.5s: Dagster events of its step",
+                    "Task other[t1] succeeded in 3.5s: 42"]
+
+
+def test_the_compose_set_up_builds_its_image_from_a_lean_context() -> None:
+    """docs/deploy.md's compose file named `image: docsvault` without `build`, so `docker compose up` pulled it
+    (`pull access denied for docsvault`), and its Dockerfile's `COPY . /app` took a checkout's `.venv/` (GBs, this
+    host's paths) and `data/` along: the shared service block builds the image, and `.dockerignore` keeps what
+    .gitignore keeps out of git out of the build context."""
+    import re
+
+    import yaml
+
+    doc = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    compose = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL) if b.startswith("# compose.yaml"))
+    spec = yaml.safe_load(compose)
+    assert (spec["x-docsvault"]["image"], spec["x-docsvault"]["build"]) == ("docsvault", ".")
+    assert all(spec["services"][name]["build"] == "." for name in ("webserver", "daemon", "worker", "mcp"))
+    dockerfile = next(b for b in re.findall(r"```dockerfile\n(.*?)```", doc, re.DOTALL))
+    assert "COPY . /app" in dockerfile
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git/", ".venv/", "data/", "vault/", "**/__pycache__/", "*.egg-info/"} <= ignored

@@ -268,3 +268,58 @@ def test_celery_postgres_build_on_two_workers_survives_sigkill_and_matches_in_pr
     assert "beta__embeddings" in log1["success"]
     # every step ran in one of the two worker processes (solo pool: the worker's own pid), both took steps
     assert {p for ps in log1["pids"].values() for p in ps} == set(worker_pids.values())
+
+
+def _pg_instance(home: Path, url: str, default_limit: int) -> Any:
+    """A Dagster instance on the PostgreSQL at ``url`` with deploy/dagster.yaml's pools section at ``default_limit``."""
+    import dagster as dg
+
+    home.mkdir()
+    yaml = (REPO / "deploy" / "dagster.yaml").read_text().replace("default_limit: 1 ", f"default_limit: {default_limit} ")
+    assert f"default_limit: {default_limit} " in yaml
+    (home / "dagster.yaml").write_text(yaml)
+    os.environ["DAGSTER_PG_URL"] = url.replace("postgresql://", "postgresql+psycopg2://")
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def test_pool_row_race_and_changed_default_limit_on_postgres(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster inserts a pool's row at a run's first claim and, when the INSERT fails, updates it in the same
+    transaction, which PostgreSQL has aborted: the second of two runs that started at once on a fresh instance (the
+    sensor's, one per source) failed with InFailedSqlTransaction, and so did every run after a change of
+    default_limit. The run process prepares the pools first: the race's loser goes on, a changed limit fails at
+    once with one line naming the setting and the command."""
+    from sqlalchemy.exc import DBAPIError
+
+    from pipeline.distributed import DeployConfigError, prepare_pools
+
+    pool = "docsvault_warehouse"
+    monkeypatch.delenv("DAGSTER_PG_URL", raising=False)
+    with postgres_server() as pg:
+        first = _pg_instance(tmp_path / "a", pg.url, 1)
+        second = _pg_instance(tmp_path / "b", pg.url, 1)
+        # the second run read the pools before the first run's row was committed: both go on to insert it
+        real = second.event_log_storage.get_pool_limits
+        reads = iter([[]])
+        monkeypatch.setattr(second.event_log_storage, "get_pool_limits", lambda: next(reads, None) or real())
+        prepare_pools(first, [pool])
+        with pytest.raises(DBAPIError, match="InFailedSqlTransaction"):     # Dagster's own call, as the claim made it
+            second.event_log_storage.initialize_concurrency_limit_to_default(pool)
+        reads = iter([[]])
+        prepare_pools(second, [pool])                                        # goes on: the row is there
+        assert [(p.name, p.limit, p.from_default) for p in real()] == [(pool, 1, True)]
+        assert second.event_log_storage.get_concurrency_info(pool).slot_count == 1
+        prepare_pools(second, [pool])                                        # nothing to do: the same limit
+
+        raised = _pg_instance(tmp_path / "c", pg.url, 2)
+        with pytest.raises(DeployConfigError) as err:
+            prepare_pools(raised, [pool])
+        line = str(err.value)
+        assert line.startswith(
+            "pool(s) docsvault_warehouse: the Dagster instance keeps limit 1 from an earlier "
+            "concurrency.pools.default_limit, and Dagster cannot change it to this run's default_limit 2 "
+            f"(dagster.yaml in DAGSTER_HOME {tmp_path / 'c'}) on PostgreSQL (current transaction is aborted")
+        assert line.endswith("; set it once with `dagster instance concurrency set docsvault_warehouse 2`, or give "
+                             "every process's dagster.yaml default_limit 1 again (docs/deploy.md, Instance)")
+        assert "\n" not in line
+        for p in (first, second, raised):
+            p.dispose()

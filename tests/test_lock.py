@@ -672,3 +672,62 @@ def test_ctrl_c_of_a_cli_build_inside_a_step_prints_one_line_and_no_traceback(ti
     assert run.status == dg.DagsterRunStatus.CANCELED
     assert [e.message for e in instance.all_logs(run.run_id)
             if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_CANCELED"] == [INTERRUPTED_MESSAGE]
+
+
+def test_a_file_system_without_locks_is_named_not_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flock failing with ENOLCK (a shared volume mounted without lock support) was taken for a holder: a step
+    waited DOCSVAULT_LOCK_WAIT (an hour) for nobody, then said another build held the lock. It fails at once,
+    naming the lock, the errno and what to do; a real holder (EWOULDBLOCK) is still waited for."""
+    import errno
+
+    from pipeline.common import lock as lock_mod
+    from pipeline.common.errors import PipelineError
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(lock_mod.fcntl, "flock", no_locks)
+    path = tmp_path / "locks" / "handbook.lock"
+    with pytest.raises(PipelineError) as err:
+        BuildLock(path, wait=30).acquire()
+    assert not isinstance(err.value, BuildLockedError)
+    assert str(err.value) == (
+        f"cannot lock the build lock {path}: No locks available (errno ENOLCK): the file system of the data dir "
+        "does not support file locks (flock); mount it with lock support (NFS: v4, or v3 with lockd/statd running, "
+        "not 'nolock' across hosts) or use another data dir (--data / DOCSVAULT_DATA)")
+
+    def held(fd: int, op: int) -> None:
+        raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(lock_mod.fcntl, "flock", held)
+    with pytest.raises(BuildLockedError):
+        BuildLock(path, wait=0).acquire()
+
+
+def test_a_per_source_step_s_lock_timeout_names_docsvault_lock_wait(tmp_path: Path) -> None:
+    """A Dagster step (a Celery worker's) that waited out ``locks/<source>.lock`` was told to "pass a larger
+    --wait SECONDS", an option no step has; it names DOCSVAULT_LOCK_WAIT, as the stages' build.lock does."""
+    from pipeline.defs.assets import source_lock
+
+    holder = textwrap.dedent(
+        """
+        import sys, time
+        from pathlib import Path
+        from pipeline.defs.assets import source_lock
+        with source_lock(Path(sys.argv[1]), "handbook"):
+            print("locked", flush=True)
+            time.sleep(float(sys.argv[2]))
+        """)
+    proc = _hold(tmp_path, 30, holder)
+    try:
+        waiter = source_lock(tmp_path, "handbook")
+        assert waiter.path == (tmp_path / "locks" / "handbook.lock").resolve()
+        waiter.wait = 0.2
+        with pytest.raises(BuildLockedError) as exc:
+            waiter.acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"pid {proc.pid}" in str(exc.value)
+    assert "it is still held after waiting 0.2 s; wait longer: pass a larger DOCSVAULT_LOCK_WAIT (seconds). A lock" \
+        in str(exc.value)

@@ -236,3 +236,6 @@ def test_two_stateless_readers_serve_one_warehouse(built_env: Path) -> None:
             assert status == 200 and '"search"' in body
     assert results[0] == results[1]
     assert results[0][0] == "tiny/Install guide.md"
+    for name in ("a.log", "b.log"):     # the MCP library's "Terminating session: None" after each call is left out
+        text = (built_env / name).read_text()
+        assert "serving MCP over streamable HTTP" in text and "Terminating session" not in text

@@ -24,6 +24,7 @@ taken over.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -46,6 +47,9 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger("docsvault")
+
+#: what a non-blocking ``flock`` fails with while another process holds the lock (any other error: no locks here)
+_HELD_ERRNOS = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
 
 __all__ = ["BRIEF_HOLD_WAIT", "LOCK_NAME", "RUN_LOCK_NAME", "TURN_WAIT_ARG", "BuildLock", "ExecLock", "build_lock", "build_run_lock",
            "hold_across_exec", "lock_holder", "pid_alive", "turn_wait"]
@@ -290,9 +294,19 @@ class BuildLock:
                 raise self._unusable(exc) from None
             try:
                 fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-            except OSError:
+            except OSError as exc:
                 os.close(fd)
-                return False
+                if exc.errno in _HELD_ERRNOS:
+                    return False
+                # not "held": the file system refuses locks (an NFS mount without lock support, ENOLCK); this
+                # was taken for a holder, so a step waited DOCSVAULT_LOCK_WAIT (an hour) for nobody, then failed
+                # saying another build held the lock
+                raise PipelineError(
+                    f"cannot lock the build lock {self.path}: {exc.strerror or exc} (errno "
+                    f"{errno.errorcode.get(exc.errno or 0, exc.errno)}): the file system of the data dir does not "
+                    "support file locks (flock); mount it with lock support (NFS: v4, or v3 with lockd/statd "
+                    "running, not 'nolock' across hosts) or use another data dir (--data / DOCSVAULT_DATA)"
+                ) from None
             if self.shared:            # several holders: the file keeps naming the last exclusive holder (if any)
                 self._fd, self._pid, self._depth = fd, os.getpid(), 1
                 return True

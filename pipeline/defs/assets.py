@@ -33,6 +33,7 @@ import dagster as dg
 from pipeline import stages as build
 from pipeline.common import artifacts
 from pipeline.common.errors import PipelineError
+from pipeline.common.lock import BuildLock
 from pipeline.config import Settings
 from pipeline.defs.resources import (
     DocsvaultResource,
@@ -77,6 +78,14 @@ def key(stage: str, source: Source | str | None = None) -> dg.AssetKey:
 
 def source_pool(source: Source | str) -> str:
     return f"docsvault_source_{source_slug(source if isinstance(source, str) else source.name)}"
+
+
+def source_lock(data_dir: Path, source: str) -> BuildLock:
+    """The lock a per-source step holds, ``<data>/locks/<source>.lock`` (a ``BuildLock``, not yet taken), waiting
+    up to ``DOCSVAULT_LOCK_WAIT`` seconds. Its timeout error names that variable: it advised "pass a larger --wait
+    SECONDS", an option no Dagster step (a Celery worker's, say) has."""
+    return BuildLock(Path(data_dir) / "locks" / f"{source}.lock", wait=build.STAGE_LOCK_WAIT,
+                     wait_arg="DOCSVAULT_LOCK_WAIT (seconds)")
 
 
 def embedding_kind(spec: str) -> str:
@@ -228,8 +237,6 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     """Run one per-source stage function; a PipelineError is recorded (see module doc), anything else raises.
     ``extra_checks`` get the stage's result (None when it did not run). ``loaded_sources``: the sources file the
     code location loaded (:func:`_run_settings`)."""
-    from pipeline.common.lock import BuildLock
-
     settings = _run_settings(context, docsvault, loaded_sources)
     started = time.perf_counter()
     error, held = "", False      # held: an upstream stage failed; this stage's last output and failure record stay
@@ -237,7 +244,7 @@ def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultRes
     result: StageResult | None = None
     token = build.PER_SOURCE_LOCK_SHARED.set(True)
     try:
-        with BuildLock(settings.data_dir / "locks" / f"{source.name}.lock", wait=build.STAGE_LOCK_WAIT):
+        with source_lock(settings.data_dir, source.name):
             failed = dict(artifacts.load_state(settings, source.name).get(FAILED_STAGES) or {})
             upstream = [s for s in PER_SOURCE_STAGES[:PER_SOURCE_STAGES.index(stage)] if s in failed]
             upstream_input, held = _INPUT.get(stage), bool(upstream)
