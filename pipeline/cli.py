@@ -37,6 +37,7 @@ from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
     NO_RESULTS,
+    build_failure,
     build_outcome,
     capture_related,
     child_env,
@@ -46,7 +47,6 @@ from pipeline.service import (
     missing_vectors_line,
     no_notes_line,
     no_results_message,
-    build_failure,
     noop_build,
     note_links,
     note_missing_message,

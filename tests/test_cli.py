@@ -1022,8 +1022,8 @@ def test_an_error_shows_a_full_width_space_as_written_not_as_an_escape(tmp_path:
     p.write_text("sources:\n  - name: mine\n    kind: local\n    path: notes\n", encoding="utf-8")
     result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
                                  "check-vault", "--source", "mine\u3000"])
-    assert (result.exit_code, result.stderr) == (2, "error: unknown source(s) 'mine\u3000' (did you mean 'mine'?); "
-                                                    "known sources: mine\n")
+    assert (result.exit_code, result.stderr) == (2, ("error: unknown source(s) 'mine\u3000' (did you mean 'mine'?); "
+                                                     "known sources: mine\n"))
     heading, nbsp, control, backslash = "第１章\u3000はじめに", "a\xa0b", "c\x01d", "e\\u3000f"
     assert one_line(f"no note {heading!r}\nsecond line") == "no note '第１章\u3000はじめに'"
     assert one_line(f"no note {nbsp!r}:  {control!r} {backslash!r}") == "no note 'a\xa0b': 'c\\x01d' 'e\\\\u3000f'"
