@@ -79,7 +79,7 @@ def test_sensor_requests_only_the_changed_source(two_sources):
     result = _evaluate(sensor, quiet.cursor)
     assert len(result.run_requests) == 1
     request = result.run_requests[0]
-    assert request.run_key == f"repo_docs:{new}"
+    assert request.run_key.startswith(f"repo_docs:{new}@") and len(request.run_key) == len(f"repo_docs:{new}@") + 8
     assert set(request.asset_selection) == _expected_keys("repo_docs")
     assert request.tags["docsvault/source"] == "repo-docs"
     # a failed run is retried by the daemon from its failed steps, twice at most (dagster.yaml enables run retries)
@@ -92,6 +92,44 @@ def test_sensor_requests_only_the_changed_source(two_sources):
     (notes / "n.md").write_text("# N changed\n")
     local = _evaluate(sensor)
     assert [r.tags["docsvault/source"] for r in local.run_requests] == ["notes"]
+
+
+def test_a_commit_force_pushed_back_is_built_again(two_sources):
+    """An operator undid a bad release with `git push -f origin <good>:main` while the daemon ran (session 47).
+    The good commit had been requested before, so Dagster dropped the request of its used run key
+    (`duck:<good>`); and when that run had fetched the bad commit already (pushed right after), the cursor still
+    held the good one and every tick said "no source moved" while search served the bad release. Now a version
+    seen after each fetch is its own token and run key."""
+    work, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    quiet = _evaluate(sensor)
+    good = _commit(work, {"docs/b.md": "# B\n"}, "good")
+    work.remote("origin").push("main")
+    first = _evaluate(sensor, quiet.cursor)
+    assert [r.tags["docsvault/source"] for r in first.run_requests] == ["repo-docs"]
+    fetch_source(sources[0], settings)                          # its run
+    bad = _commit(work, {"docs/b.md": "# B, broken\n"}, "bad")
+    work.remote("origin").push("main")
+    second = _evaluate(sensor, first.cursor)
+    assert [r.tags["docsvault/source"] for r in second.run_requests] == ["repo-docs"]
+    fetch_source(sources[0], settings)
+    work.git.reset("--hard", good)
+    work.git.push("--force", "origin", "main")
+    back = _evaluate(sensor, second.cursor)
+    assert [r.tags["docsvault/trigger"] for r in back.run_requests] == ["upstream_change"]
+    assert back.run_requests[0].run_key != first.run_requests[0].run_key     # a key Dagster has not seen
+    assert back.run_requests[0].run_key.startswith(f"repo_docs:{good}@")
+    assert _evaluate(sensor, back.cursor).run_requests == []                # once
+    # the race: the good commit requested, its run fetched the bad one pushed meanwhile, then the push is undone
+    fetch_source(sources[0], settings)
+    _commit(work, {"docs/b.md": "# B, broken again\n"}, "bad again")
+    work.remote("origin").push("main")
+    fetch_source(sources[0], settings)                          # the run requested for `good` fetched this one
+    work.git.reset("--hard", good)
+    work.git.push("--force", "origin", "main")
+    undone = _evaluate(sensor, back.cursor)
+    assert [r.tags["docsvault/trigger"] for r in undone.run_requests] == ["upstream_change"]
+    assert undone.run_requests[0].run_key not in {first.run_requests[0].run_key, back.run_requests[0].run_key}
 
 
 def test_unreachable_source_is_logged_not_requested(two_sources, tmp_path):
@@ -162,8 +200,8 @@ def test_sensor_on_a_real_mirror_that_gained_a_commit(tmp_path):
     new = _commit(clone, {"en/Home.md": "# Home\n\nchanged upstream\n"}, "edit home")
     clone.remote("origin").push("main")
     result = _evaluate(sensor)
-    assert [(r.run_key, set(r.asset_selection)) for r in result.run_requests] == [
-        (f"obsidian_help:{new}", _expected_keys("obsidian_help"))]
+    assert [(r.run_key[:len(f"obsidian_help:{new}@")], set(r.asset_selection)) for r in result.run_requests] == [
+        (f"obsidian_help:{new}@", _expected_keys("obsidian_help"))]
     # only that source re-fetches
     again = {s.name: fetch_source(s, settings) for s in sources}
     assert again["obsidian-help"].changed is True and again["other"].changed is False
@@ -388,7 +426,7 @@ def test_an_edit_of_a_git_sources_paths_is_requested_though_its_commit_was(two_s
     new = _commit(work, {"docs/b.md": "# B\n", "guide/g.md": "# G\n"}, "add b and a guide")
     work.remote("origin").push("main")
     moved = _evaluate(upstream_change_sensor(sources, settings))
-    assert [r.run_key for r in moved.run_requests] == [f"repo_docs:{new}"]
+    assert [r.run_key[:len(f"repo_docs:{new}@")] for r in moved.run_requests] == [f"repo_docs:{new}@"]
     fetch_source(sources[0], settings)                          # its run
     assert _evaluate(upstream_change_sensor(sources, settings), moved.cursor).run_requests == []
     edited = [replace(sources[0], paths=("docs", "guide")), sources[1]]

@@ -187,12 +187,12 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             state = artifacts.load_state(current, name_)
             failing = str(state.get("failing_since") or state.get("failed_at") or "") \
                 if state.get("fetch_status") == "failed" and not check.never_fetched else ""
-            if check.changed and cursor.get(name_) != check.token:
-                cursor[name_] = check.token
+            token = moved_token(check)
+            if check.changed and cursor.get(name_) != token:
+                cursor[name_] = token
                 if failing:             # this run retries the failed fetch too
                     retried[name_] = failing
-                request(source, check.token[:40], "upstream_change",
-                        f"upstream changed ({check.detail}); requesting a run")
+                request(source, token, "upstream_change", f"upstream changed ({check.detail}); requesting a run")
                 continue
             edit = None if failing else config_edit(source, state)
             if edit is not None and cursor.get(name_) != edit:
@@ -257,6 +257,23 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
 
 #: ticks another Dagster instance's sensor may miss and still hold a data folder (:func:`other_sensor`)
 SENSOR_LIVE_TICKS = 3
+
+
+def moved_token(check: Any) -> str:
+    """The cursor's token and run key (after ``<source>:``) of the upstream version a check saw
+    (:class:`pipeline.ingest.fetch.watch.UpstreamCheck`: its ``token``, a commit id, a listing or content hash, at
+    most 40 characters of it), ``<token>@<8 hex digits of the last fetch it compared with>`` (``since``: the
+    recorded revision and time), the bare token when nothing was fetched. So a version that comes back is
+    requested again: a git source force-pushed back to a commit the sensor had requested before (a bad release
+    undone with ``git push -f``; likewise a local folder restored from a backup with its mtimes) was never built
+    again: Dagster drops a request whose run key it has seen (``duck:<commit>``), and when the earlier run had
+    fetched a later commit, the cursor still held the commit and every tick said "no source moved" while search
+    served the undone release (session 47)."""
+    import hashlib
+
+    if not check.since:
+        return check.token[:40]
+    return f"{check.token[:40]}@{hashlib.sha256(check.since.encode('utf-8')).hexdigest()[:8]}"
 
 
 def other_sensor(context: dg.SensorEvaluationContext, settings: Settings) -> str:
