@@ -141,6 +141,43 @@ def test_unreachable_source_is_logged_not_requested(two_sources, tmp_path):
     assert _evaluate(upstream_change_sensor(sources, settings)).run_requests == []
 
 
+def test_status_names_a_source_whose_upstream_the_sensor_cannot_check(two_sources, tmp_path, capsys):
+    """The branch a git source follows was deleted upstream (renamed `master` -> `main`) while the daemon ran
+    (session 47). The sensor requests no run for a source it cannot check, so no fetch failed: for weeks
+    `docsvault status` said `fetch ok` with the old time and the asset stayed green; only each tick's skip reason
+    named it. Now status says since when the sensor cannot check it, and why; the line goes once it answers."""
+    from pipeline.cli import _status_sources
+    from pipeline.common import artifacts
+    from pipeline.service import status_data, status_report
+
+    work, sources, settings, _ = two_sources
+    bare = Path(sources[0].url.removeprefix("file://"))
+    sensor = upstream_change_sensor(sources, settings)
+    quiet = _evaluate(sensor)
+    git.Repo(bare).git.update_ref("-d", "refs/heads/main")      # the branch is gone
+    error = (f"source 'repo-docs': cannot fetch file://{bare}: ref 'main' not found on the remote (check 'ref' in "
+             "sources.yaml)")
+    first = _evaluate(sensor, quiet.cursor)
+    assert first.run_requests == []
+    since = artifacts.upstream_check_failure(settings, "repo-docs")["since"]
+    assert artifacts.upstream_check_failure(settings, "repo-docs") == {"error": error, "since": since}
+    _evaluate(sensor, first.cursor)                              # a later tick keeps when it began
+    assert artifacts.upstream_check_failure(settings, "repo-docs") == {"error": error, "since": since}
+    assert artifacts.upstream_check_failure(settings, "notes") is None
+    (tmp_path / "sources.yaml").write_text(
+        f"sources:\n  - name: repo-docs\n    kind: git\n    url: file://{bare}\n    ref: main\n"
+        f"    paths: [docs]\n  - name: notes\n    kind: local\n    path: {sources[1].path[0]}\n")
+    rows = {r.name: r for r in status_report(settings).sources}
+    assert (rows["repo-docs"].upstream_check, rows["notes"].upstream_check) == ({"error": error, "since": since}, None)
+    _status_sources(status_data(settings))
+    assert [line for line in capsys.readouterr().out.splitlines() if "sensor" in line] == [
+        f"  repo-docs: the upstream_change sensor cannot check its upstream since {since}: {error}; nothing is "
+        "fetched for it meanwhile (the last fetch above is what search serves)"]
+    git.Repo(bare).git.update_ref("refs/heads/main", work.head.commit.hexsha)   # back: the line goes
+    assert _evaluate(sensor, first.cursor).run_requests == []
+    assert artifacts.upstream_check_failure(settings, "repo-docs") is None
+
+
 def test_never_fetched_counts_as_changed(tmp_path):
     source = Source(name="fresh", kind="local", path=(tmp_path,))
     assert check_upstream(source, _settings(tmp_path)).changed is True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         retried = {k: v for k, v in dict(loaded.get(RETRIED_KEY) or {}).items() if k in by_name}
         requests: list[dg.RunRequest] = []
         unreachable: list[str] = []
+        failed_checks: dict[str, str] = {}
+        answered: list[str] = []
         try:
             instance: dg.DagsterInstance | None = context.instance
         except dg.DagsterInvariantViolationError:          # evaluated without an instance (a unit test, a preview)
@@ -183,7 +186,9 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             if check.error:
                 context.log.warning(f"{source.name}: upstream check failed: {check.error}")
                 unreachable.append(name_)
+                failed_checks[name_] = check.error
                 continue
+            answered.append(name_)
             state = artifacts.load_state(current, name_)
             failing = str(state.get("failing_since") or state.get("failed_at") or "") \
                 if state.get("fetch_status") == "failed" and not check.never_fetched else ""
@@ -207,6 +212,10 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 request(source, f"fetch_failed:{failing}", "fetch_failed",
                         f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
                         f"answers again ({check.detail}); requesting a run to retry it")
+        # `docsvault status` names a source whose upstream the sensor cannot check (a deleted branch): no run is
+        # requested for it, so its fetch stayed "ok" and its asset green for as long as that lasted
+        artifacts.record_upstream_checks(current, failed_checks, answered,
+                                         datetime.now(UTC).replace(microsecond=0).isoformat())
         behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
         if behind is not None:
             terminated += behind.terminated
