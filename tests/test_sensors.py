@@ -173,6 +173,10 @@ def test_status_names_a_source_whose_upstream_the_sensor_cannot_check(two_source
     assert [line for line in capsys.readouterr().out.splitlines() if "sensor" in line] == [
         f"  repo-docs: the upstream_change sensor cannot check its upstream since {since}: {error}; nothing is "
         "fetched for it meanwhile (the last fetch above is what search serves)"]
+    _evaluate(upstream_change_sensor(sources[1:], settings))    # removed from sources.yaml: forgotten
+    assert artifacts.upstream_check_failure(settings, "repo-docs") is None
+    _evaluate(sensor, first.cursor)                              # listed again and still failing: from this tick on
+    assert artifacts.upstream_check_failure(settings, "repo-docs")["since"] >= since
     git.Repo(bare).git.update_ref("refs/heads/main", work.head.commit.hexsha)   # back: the line goes
     assert _evaluate(sensor, first.cursor).run_requests == []
     assert artifacts.upstream_check_failure(settings, "repo-docs") is None

@@ -246,13 +246,16 @@ def removed_at(settings: Settings, source: str) -> str | None:
 UPSTREAM_STATE = ".upstream"
 
 
-def record_upstream_checks(settings: Settings, failed: dict[str, str], answered: Iterable[str], at: str) -> None:
+def record_upstream_checks(settings: Settings, failed: dict[str, str], answered: Iterable[str], at: str,
+                           sources: Iterable[str]) -> None:
     """Record the sensor tick's upstream checks (see :data:`UPSTREAM_STATE`): ``failed`` (source -> error) is kept
-    with the time its failure began (``at`` for a new one), ``answered`` (sources whose upstream answered) is
-    dropped, any other entry stays. Written only when that changes anything; a folder that cannot be written is
-    left as it is (the tick goes on)."""
+    with the time its failure began (``at`` for a new one), ``answered`` (sources whose upstream answered) and
+    names not in ``sources`` (sources.yaml's) are dropped, any other entry stays. Written only when that changes
+    anything; a folder that cannot be written is left as it is (the tick goes on)."""
     old = load_state(settings, UPSTREAM_STATE)
-    new = {k: v for k, v in old.items() if k not in set(answered) and k not in failed}
+    drop = set(answered) | set(failed)
+    known = set(sources)
+    new = {k: v for k, v in old.items() if k not in drop and k in known}
     for name, error in failed.items():
         was = old.get(name)
         since = was.get("since") if isinstance(was, dict) and was.get("since") else at

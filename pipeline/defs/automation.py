@@ -215,7 +215,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         # `docsvault status` names a source whose upstream the sensor cannot check (a deleted branch): no run is
         # requested for it, so its fetch stayed "ok" and its asset green for as long as that lasted
         artifacts.record_upstream_checks(current, failed_checks, answered,
-                                         datetime.now(UTC).replace(microsecond=0).isoformat())
+                                         datetime.now(UTC).replace(microsecond=0).isoformat(), by_name)
         behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
         if behind is not None:
             terminated += behind.terminated
