@@ -132,6 +132,32 @@ def test_a_commit_force_pushed_back_is_built_again(two_sources):
     assert undone.run_requests[0].run_key not in {first.run_requests[0].run_key, back.run_requests[0].run_key}
 
 
+def test_an_http_source_whose_check_always_says_changed_is_requested_once(tmp_path, monkeypatch):
+    """An html source with a sitemap whose server sends no ETag: its check says "changed" after every fetch (no
+    recorded hash to compare with), with the sitemap's hash as token. Keyed by the last fetch, as a git source's
+    version is, it would be requested on every tick; its token stays the content's."""
+    import json
+
+    from pipeline.ingest.fetch import watch
+    from pipeline.ingest.fetch.base import source_dir
+
+    settings = _settings(tmp_path)
+    site = Source(name="site", kind="html", url="https://docs.example.com/", sitemap="https://docs.example.com/s.xml")
+    monkeypatch.setattr(watch, "_check_http", lambda source, state: watch.UpstreamCheck(
+        source.name, True, "a" * 64, "https://docs.example.com/s.xml: content hash differs"))
+    folder = source_dir(site, settings)
+    folder.mkdir(parents=True)
+    sensor = upstream_change_sensor([site], settings)
+    cursor = None
+    requested = []
+    for fetched_at in ("2026-01-01T00:00:00+00:00", "2026-01-01T00:15:00+00:00", "2026-01-01T00:30:00+00:00"):
+        (folder / "fetch.json").write_text(json.dumps({"revision": "r1", "fetched_at": fetched_at}))   # a run
+        result = _evaluate(sensor, cursor)
+        cursor = result.cursor
+        requested += [r.run_key for r in result.run_requests]
+    assert requested == ["site:" + "a" * 40]
+
+
 def test_unreachable_source_is_logged_not_requested(two_sources, tmp_path):
     _, sources, settings, _ = two_sources
     gone = Path(sources[0].url.removeprefix("file://"))
