@@ -1247,6 +1247,10 @@ def _status_sources(data: dict[str, Any]) -> None:
         if r["fetch_status"] == "failed" and r["fetch_error"]:
             kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
             typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
+        if check := r.get("upstream_check"):           # no run fetches it, so its fetch above still reads as it was
+            typer.echo(f"  {r['name']}: the upstream_change sensor cannot check its upstream since {check['since']}: "
+                       f"{check['error']}; nothing is fetched for it meanwhile (the last fetch above is what search "
+                       "serves)")
         err = r["last_error"]
         if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")

@@ -433,7 +433,7 @@ def _human_outputs_after_a_build() -> None:
     status = json.loads(run("status", "--json"))
     assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped_files": 0,
                                   "fetch_status": "ok", "last_fetch": status["sources"][0]["last_fetch"],
-                                  "fetch_error": None, "last_error": None, "vault_files": []}]
+                                  "fetch_error": None, "last_error": None, "vault_files": [], "upstream_check": None}]
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
     assert (status["model"], status["multilingual_model"], status["crosslingual_model"]) == ("hash", "hash", "none")
     lines = run("status").splitlines()
