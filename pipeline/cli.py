@@ -1319,7 +1319,7 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
             + ")")
     if ev.get("floors_error"):
         return f"{line}; floors not checked: {ev['floors_error']}"
-    floors = ", ".join(f"{m} {f:.2f}" for m, f in ev["floors"].items())
+    floors = ", ".join(f"{m.replace('_at_', '@')} {f:.2f}" for m, f in ev["floors"].items())
     if ev.get("below"):
         return (f"{line}; below its floors ({ev['below']}): see `docsvault eval` for the cases missed, or set "
                 "DOCSVAULT_EVAL_MIN_MRR / DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
