@@ -1004,7 +1004,8 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     (cases scored; 0 when none is about a built source), ``"hit_at_1"``, ``"hit_at_3"``, ``"mrr_at_10"``,
     ``"ndcg_at_10"`` (the hybrid set-up's pooled figures, when ``n``), ``"files"`` (the eval files it read),
     ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build with
-    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`),
+    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`, its metrics keyed as the
+    figures are: ``{"mrr_at_10", "hit_at_3"}``),
     ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
     variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
     with ``--no-eval``). Before session 47 ``status`` said nothing of the eval."""
@@ -1028,7 +1029,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     except PipelineError as exc:
         out["floors_error"] = str(exc)
         return out
-    out["floors"] = floors
+    out["floors"] = {key.replace("@", "_at_"): floor for key, floor in floors.items()}   # one key per metric
     out["below"] = check_floors(report, floors).metadata.get("below", "")
     return out
 

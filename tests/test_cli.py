@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,27 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     assert result.output.startswith("error: tiny/Ducks.md is not in the vault yet: its file ")
     assert result.output.endswith("rebuild the source (the refresh tool, or `docsvault build --source tiny`)\n")
     assert len(result.output.splitlines()) == 1
+
+
+def test_read_prints_commands_a_shell_can_run_for_a_path_with_a_quote(tiny_env: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read``'s next-page and all-links lines quote the note's path for a shell: a ``'`` in it was printed
+    as is (``docsvault read 'me/Bob's notes.md' --links 0``, an unclosed quote in a shell)."""
+    note = tiny_env / "vault" / "me" / "Bob's notes.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Bob's notes\n\n" + "".join(f"Paragraph {i} of words about otters.\n\n" for i in range(80)),
+                    encoding="utf-8")
+    monkeypatch.setattr("pipeline.cli.note_links", lambda s, path, cap: {
+        "outlinks": [], "outlinks_total": 0, "backlinks_total": 12,
+        "backlinks": [{"path": "me/Hub.md", "title": "Hub", "links": 1}]})
+    result = runner.invoke(app, ["read", "me/Bob's notes.md", "--links", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[-3] == "-- page 1 of 3; next: docsvault read 'me/Bob'\\''s notes.md' --page 2"
+    assert lines[-1] == ("-- linked from: Hub (me/Hub.md); … 11 more (all: docsvault read 'me/Bob'\\''s notes.md' "
+                         "--links 0)")
+    assert shlex.split(lines[-1].split("all: ")[1].rstrip(")")) == [
+        "docsvault", "read", "me/Bob's notes.md", "--links", "0"]
 
 
 def _human_outputs_after_a_build() -> None:
