@@ -852,6 +852,22 @@ def test_the_tags_that_end_a_title_h1_are_no_part_of_the_title() -> None:
     assert _title({}, "# The #hashtag trend\n", "h.md") == "The #hashtag trend"   # not at the end: words
 
 
+def test_heading_tags_of_a_long_heading_are_read_in_linear_time() -> None:
+    """Review of session 47: the heading-tag patterns tried every split of a run of word characters
+    (``[\\w/-]*[^\\W\\d][\\w/-]*``, then ``\\s*$`` from every position), so an H1 of 12,000 characters took 3.5 s to
+    title and a 60,000-character one minutes; a heading is now read word by word from its end."""
+    from pipeline.common.markdown import heading_tags, without_heading_tags
+
+    many = "Log" + " #a" * 20_000 + " !"               # tags, then a word: none of them ends the heading
+    assert (without_heading_tags(many), len(heading_tags(many))) == (many, 20_000)
+    word = "#" + "a" * 60_000 + "!"
+    assert (without_heading_tags(word), heading_tags(word)) == (word, ["a" * 60_000])
+    assert (without_heading_tags("Home #a " + "#1" * 30_000), heading_tags("x #" + "1" * 60_000)) == (
+        "Home #a " + "#1" * 30_000, [])
+    assert without_heading_tags("Home\u3000#project\t#todo/next ") == "Home"
+    assert heading_tags("Home #project, #todo/next and #42 C#") == ["project", "todo/next"]
+
+
 def test_a_heading_ending_in_a_hash_keeps_it_only_a_spaced_closing_sequence_goes() -> None:
     """A reviewer's finding: the ATX pattern dropped any `#`s at a heading's end, so a page `# Learn C#` was titled
     `Learn C`. CommonMark ends a heading at a closing sequence only after a space or tab (`# Closed ##`); `C#`,
