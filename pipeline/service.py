@@ -982,18 +982,14 @@ def record_build_failure(s: Settings, line: str) -> None:
 def build_failure(s: Settings, clear: bool = False) -> dict[str, str] | None:
     """The last build failure :func:`record_build_failure` kept (``{"error", "at"}``), None when there is none;
     ``clear``: forget it (a build succeeded since; best effort)."""
-    import json
-
     from pipeline.common import artifacts
     from pipeline.stages.base import SHARED_STATE
 
-    failed = artifacts.load_state(s, SHARED_STATE).get(BUILD_FAILED)
+    state = artifacts.load_state(s, SHARED_STATE)
+    failed = state.pop(BUILD_FAILED, None)
     if clear and failed is not None:
-        state = artifacts.load_state(s, SHARED_STATE)
-        state.pop(BUILD_FAILED, None)
         try:
-            artifacts.write_atomic(artifacts.state_path(s, SHARED_STATE),
-                                   json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True).encode())
+            artifacts.write_state(s, SHARED_STATE, state)
         except OSError:
             pass
     return failed if isinstance(failed, dict) and failed.get("error") else None

@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -218,8 +218,13 @@ def update_state(settings: Settings, source: str, **values: Any) -> dict[str, An
     """Merge values into <data>/state/<source>.json (last build per source: status, counts, times)."""
     state = load_state(settings, source)
     state.update(values)
-    write_atomic(state_path(settings, source), json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True).encode())
+    write_state(settings, source, state)
     return state
+
+
+def write_state(settings: Settings, source: str, state: Mapping[str, Any]) -> None:
+    """Replace <data>/state/<source>.json with ``state`` (atomically; raises OSError when it cannot be written)."""
+    write_atomic(state_path(settings, source), json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True).encode())
 
 
 #: ``<data>/state/.removed.json``: source name -> when a build last removed it (ISO 8601 UTC) because it left
@@ -263,8 +268,7 @@ def record_upstream_checks(settings: Settings, failed: dict[str, str], answered:
     if new == old:
         return
     try:
-        write_atomic(state_path(settings, UPSTREAM_STATE),
-                     json.dumps(new, ensure_ascii=False, indent=1, sort_keys=True).encode())
+        write_state(settings, UPSTREAM_STATE, new)
     except OSError:
         pass
 
