@@ -1012,7 +1012,7 @@ def capture(
     \f
     Long: a typer command: the option declarations, then one write and its output line.
     """
-    from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
+    from pipeline.ingest.capture import capture_source, check_text, write_capture
     from pipeline.ingest.sources import load_sources
 
     s = settings()
@@ -1038,8 +1038,7 @@ def capture(
     try:
         src = capture_source(load_sources(s.sources_file), source)
         check_text(body)                # no words: refused before the related search
-        the_title = " ".join((title or title_of(body)).split())
-        related = capture_related(s, the_title, body)
+        related = capture_related(s, title, body)
         note = write_capture(src, body, title=title, name=name, agent=agent, correlation_id=correlation_id,
                              related=related, tags=tag or ())
     except PipelineError as exc:
@@ -1963,7 +1962,7 @@ def undecodable_arg_line(argv: Sequence[str]) -> str | None:
 def internal_error_line(exc: BaseException) -> str:
     """The last line of a command that met an error it does not know (a bug): its type and first line, and to
     report it with the traceback printed above it."""
-    what = " ".join(str(exc).split("\n")[0].split())
+    what = one_line(exc)
     return (f"internal error: {type(exc).__name__}{': ' + what if what else ''} (a bug in docsvault: please report "
             "it with the traceback above and the command that gave it)")
 

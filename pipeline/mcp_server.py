@@ -628,7 +628,7 @@ class VaultService:
                 (:func:`pipeline.ingest.capture.check_text`), a tag with a space, unsafe or taken name;
                 nothing is written then.
         """
-        from pipeline.ingest.capture import capture_source, check_text, title_of, write_capture
+        from pipeline.ingest.capture import capture_source, check_text, write_capture
         from pipeline.ingest.sources import load_sources
         from pipeline.service import capture_related, warnings_about
 
@@ -641,8 +641,7 @@ class VaultService:
         try:
             src = capture_source(load_sources(s.sources_file), source, "the `source` argument")
             check_text(text)            # no words: refused before the related search
-            the_title = one_line(title or title_of(text))
-            related = capture_related(s, the_title, text)
+            related = capture_related(s, title, text)
             note = write_capture(src, text, title=title, name=name, agent=str(agent or "mcp agent")[:100],
                                  correlation_id=correlation_id, related=related, tags=tags or (),
                                  name_option="`name`")

@@ -586,10 +586,12 @@ def _as_written(link: Any) -> str:
     return ("!" if link.embed else "") + f"[[{link.target}{part}{alias}]]"
 
 
-def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]:
-    """Vault paths of the top ``k`` notes a search for a captured note finds; [] without a warehouse (or when the
-    search fails: a capture never fails because of it)."""
-    from pipeline.ingest.capture import related_for
+def capture_related(s: Settings, title: str | None, text: str, k: int = 3) -> list[str]:
+    """Vault paths of the top ``k`` notes a search for a captured note finds (its ``title`` as given, on one line;
+    None or "": the one its text gives, :func:`pipeline.ingest.capture.title_of`); [] without a warehouse (or when
+    the search fails: a capture never fails because of it)."""
+    from pipeline.common.display import one_line
+    from pipeline.ingest.capture import related_for, title_of
 
     if not s.warehouse_path.exists():
         return []
@@ -598,7 +600,7 @@ def capture_related(s: Settings, title: str, text: str, k: int = 3) -> list[str]
     except PipelineError:
         return []
     try:
-        return related_for(searcher, title, text, k)
+        return related_for(searcher, one_line(title or title_of(text)), text, k)
     except (PipelineError, ValueError):
         return []
     finally:

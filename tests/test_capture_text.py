@@ -559,3 +559,14 @@ def test_a_name_too_long_in_bytes_is_refused_before_the_file_system_does(tmp_pat
     assert _files(tmp_path / "inbox") == []
     assert write_capture(src, "ok", name="長" * 84, agent="a", correlation_id="c1", now=NOW).path.name == \
         "長" * 84 + ".md"                                                   # 255 bytes with .md: taken
+
+
+def test_capture_related_searches_the_title_the_text_gives_when_none_is_passed(built_tiny_env: Path) -> None:
+    """Review of session 47: the CLI and the MCP server each worked out the related search's title (one with
+    `one_line`, one without); `capture_related` now does, from the title passed or, without one, the text's."""
+    from pipeline.service import capture_related
+
+    s = Settings.from_env()
+    text = "# Ducks in the pond\n\nA water bird.\n"
+    assert capture_related(s, None, text) == ["tiny/Ducks.md", "tiny/Home.md", "tiny/Install guide.md"]
+    assert capture_related(s, "Ducks in the pond", text) == ["tiny/Ducks.md", "tiny/Home.md", "tiny/Install guide.md"]
