@@ -1264,19 +1264,15 @@ def _status_sources(data: dict[str, Any]) -> None:
         typer.echo(f"last build failed ({failed.get('at')}): {failed.get('error')}")
 
 
-#: what the ``vault_files`` lines of ``status`` say of generated files edited or deleted in the vault
-#: (``user_files_lines``)
-_EDITED_NOTES = (" generated file(s) edited since the last build: ",
-                 " generated file(s) deleted since the last build: ")
-
-
 def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The lines ``status`` prints under the warehouse line when it does not serve what the data dir built: chunks
     without a vector, sources it serves that sources.yaml no longer lists, else ``behind`` (naming first the
     generated notes edited in the vault, from ``sources``' ``vault_files``, when there are any)."""
+    from pipeline.ingest.vault_check import DELETED_FILES, EDITED_FILES
+
     lines = []
-    edited = [r["name"] for r in sources
-              if any(what in line for line in r.get("vault_files") or [] for what in _EDITED_NOTES)]
+    edited = [r["name"] for r in sources if any(what in line for line in r.get("vault_files") or []
+                                                for what in (EDITED_FILES, DELETED_FILES))]
     if w.get("missing_vectors_in"):
         lines.append(f"  chunks without a vector (their embeddings step did not finish): {w['missing_vectors_in']}; "
                      "keyword search finds them, the vector lanes do not until `docsvault build --source <name>` "

@@ -61,6 +61,12 @@ def markup_residue(body: str) -> list[tuple[str, str]]:
     return found
 
 
+#: what :func:`user_files_lines` says after a source's name and a count of generated files edited / deleted in the
+#: vault (``status`` names the sources of such lines as the cause of a warehouse ``behind``)
+EDITED_FILES = " generated file(s) edited since the last build: "
+DELETED_FILES = " generated file(s) deleted since the last build: "
+
+
 def user_files_lines(settings: Settings, source: Source) -> list[str]:
     """Lines naming the files in ``vault/<source>/`` the build did not write, and the generated files edited since
     the build wrote them ([] when there are none). For ``status`` and ``check-vault``."""
@@ -75,12 +81,12 @@ def user_files_lines(settings: Settings, source: Source) -> list[str]:
         lines.append(f"{source.name}: {len(a.user_files)} file(s) in vault/{source.name}/ that docsvault did not "
                      f"write are kept (never changed or removed by a build): {_names(a.user_files)}")
     if a.edited:
-        lines.append(f"{source.name}: {len(a.edited)} generated file(s) edited since the last build: "
-                     f"{_names(a.edited)}; the next build keeps your version, as '<name> (edited).md' next to the "
-                     "note, or where it is when its page has left the source")
-    if a.missing:       # before session 47 not named: status said only `behind`, with causes that were not it
-        lines.append(f"{source.name}: {len(a.missing)} generated file(s) deleted since the last build: "
-                     f"{_names(a.missing)}; search still serves them, and the next build writes them again")
+        lines.append(f"{source.name}: {len(a.edited)}{EDITED_FILES}{_names(a.edited)}; the next build keeps your "
+                     "version, as '<name> (edited).md' next to the note, or where it is when its page has left the "
+                     "source")
+    if a.missing:
+        lines.append(f"{source.name}: {len(a.missing)}{DELETED_FILES}{_names(a.missing)}; search still serves them, "
+                     "and the next build writes them again")
     if a.copies:
         lines.append(f"{source.name}: {len(a.copies)} copy(ies) of your edits to generated notes, kept as a build "
                      f"replaced the note (never changed or removed by a build; merge and delete them when done): "
