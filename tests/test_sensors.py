@@ -108,7 +108,7 @@ def test_a_commit_force_pushed_back_is_built_again(two_sources):
     first = _evaluate(sensor, quiet.cursor)
     assert [r.tags["docsvault/source"] for r in first.run_requests] == ["repo-docs"]
     fetch_source(sources[0], settings)                          # its run
-    bad = _commit(work, {"docs/b.md": "# B, broken\n"}, "bad")
+    _commit(work, {"docs/b.md": "# B, broken\n"}, "bad")
     work.remote("origin").push("main")
     second = _evaluate(sensor, first.cursor)
     assert [r.tags["docsvault/source"] for r in second.run_requests] == ["repo-docs"]
@@ -196,9 +196,9 @@ def test_status_names_a_source_whose_upstream_the_sensor_cannot_check(two_source
     rows = {r.name: r for r in status_report(settings).sources}
     assert (rows["repo-docs"].upstream_check, rows["notes"].upstream_check) == ({"error": error, "since": since}, None)
     _status_sources(status_data(settings))
-    assert [line for line in capsys.readouterr().out.splitlines() if "sensor" in line] == [
+    assert [line for line in capsys.readouterr().out.splitlines() if "sensor" in line] == [(
         f"  repo-docs: the upstream_change sensor cannot check its upstream since {since}: {error}; nothing is "
-        "fetched for it meanwhile (the last fetch above is what search serves)"]
+        "fetched for it meanwhile (the last fetch above is what search serves)")]
     _evaluate(upstream_change_sensor(sources[1:], settings))    # removed from sources.yaml: forgotten
     assert artifacts.upstream_check_failure(settings, "repo-docs") is None
     _evaluate(sensor, first.cursor)                              # listed again and still failing: from this tick on
@@ -230,8 +230,8 @@ def test_a_source_whose_first_run_failed_is_requested_again_once_fixed(tmp_path)
     notes = tmp_path / "notes"
     local = Source(name="notes", kind="local", path=(notes,))
     check = check_upstream(local, settings)
-    assert (check.changed, check.error) == (False, f"source 'notes': local path {notes} does not exist or is not a "
-                                                   "folder")
+    assert (check.changed, check.error) == (False, (f"source 'notes': local path {notes} does not exist or is "
+                                                    "not a folder"))
     notes.mkdir()
     (notes / "n.md").write_text("# N\n")
     assert [r.tags["docsvault/source"] for r in _evaluate(upstream_change_sensor([local], settings)).run_requests] \

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import dagster as dg
 from pipeline.config import Settings
 from pipeline.defs.assets import PER_SOURCE_STAGES, SHARED_STAGES, key, source_slug
 from pipeline.models import Source
+from pipeline.stages.base import now as utc_now
 
 log = logging.getLogger("docsvault")
 
@@ -214,8 +214,7 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                         f"answers again ({check.detail}); requesting a run to retry it")
         # `docsvault status` names a source whose upstream the sensor cannot check (a deleted branch): no run is
         # requested for it, so its fetch stayed "ok" and its asset green for as long as that lasted
-        artifacts.record_upstream_checks(current, failed_checks, answered,
-                                         datetime.now(UTC).replace(microsecond=0).isoformat(), by_name)
+        artifacts.record_upstream_checks(current, failed_checks, answered, utc_now(), by_name)
         behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
         if behind is not None:
             terminated += behind.terminated
