@@ -302,8 +302,7 @@ def build(
                 + (f" ({ev['skipped_cases']} case(s) left out, their corpus is no built source: "
                    f"{ev['skipped_corpora']}; fix `corpus:` or build the source)" if ev.get("skipped_cases") else ""))
         elif "eval_files" in ev and ev["eval_files"] == "none" and (named := _eval_env_all_missing()):
-            # before session 47 "(eval files: none); point DOCSVAULT_EVALS at your cases", of a variable that did
-            # point at them, misspelled: the line now says it names no folder or file that exists
+            # a misspelt DOCSVAULT_EVALS: name the missing path, not "point DOCSVAULT_EVALS at your cases"
             typer.echo(f"eval: no case scored: DOCSVAULT_EVALS names {', '.join(map(str, named))}, which "
                        f"{'does' if len(named) == 1 else 'do'} not exist; create it or fix DOCSVAULT_EVALS "
                        "(README: Eval files)")
@@ -343,7 +342,7 @@ def resumed_line(report: BuildReport, failed: Mapping[str, str] | None = None) -
     unchanged: it had published, or built nothing new) or, when this build failed, ``redid what the build …
     had left unfinished, as far as this build got (…)``. ``failed``: the disk failure the last build ended on
     (:func:`pipeline.service.build_failure`), recorded after such a build started: that build was not killed but
-    stopped on it, ``which stopped on a full or failing disk (cannot write …)`` (before session 47 "was killed")."""
+    stopped on it, ``which stopped on a full or failing disk (cannot write …)``, not ``which was killed``."""
     from collections import Counter
 
     one = len(report.resumed) == 1
@@ -895,8 +894,7 @@ def _check_model_spec(spec: str) -> None:
 
 def _quoted(path: str) -> str:
     """``path`` single-quoted for a shell command line that ``read`` prints (``'me/Hub.md'``), a ``'`` in it
-    written ``'\\''`` (``'me/Bob'\\''s notes.md'``): before, ``docsvault read 'me/Bob's notes.md' --links 0`` was
-    printed, which a shell cannot run (an unclosed quote)."""
+    written ``'\\''`` (``'me/Bob'\\''s notes.md'``), so that a shell can run the line as printed."""
     return "'" + path.replace("'", "'\\''") + "'"
 
 
@@ -1293,8 +1291,7 @@ def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = 
                      "read and related serve it as it is until `docsvault build` runs again the stages whose code "
                      "changed and publishes it (cached embeddings of unchanged text are reused)")
     elif w.get("behind") and not failed and edited:
-        # a generated note edited by hand moves the vault listing the warehouse is keyed on: before session 47 this
-        # line gave only causes that were not it, and "search may not see those changes" of an edit search never sees
+        # a generated note edited by hand moves the vault listing the warehouse is keyed on: name that cause first
         lines.append(f"  behind: generated notes of {', '.join(edited)} were edited or deleted in the vault since the "
                      "build wrote them (named above): search serves them as built, and the next build keeps each "
                      "edit as '<name> (edited).md' and writes the notes again (else: notes or chunks built here by a "
@@ -1309,8 +1306,8 @@ def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = 
 
 def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
     """``status``'s eval line (:func:`pipeline.service.eval_status`): the last eval's figures and its floors, or
-    what is missing and what to run (no eval yet, no case about a built source). Before session 47 status said
-    nothing of the eval: a data dir whose eval never ran looked the same as one that met its floors."""
+    what is missing and what to run (no eval yet, no case about a built source), so that a data dir whose eval
+    never ran does not look like one that met its floors."""
     cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
     if ev is None:
         return (f"eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores "
@@ -1965,9 +1962,8 @@ def internal_error_line(exc: BaseException) -> str:
 
 class ClosedPipeTolerant:
     """``sys.stdout`` (and ``sys.stderr``) for a command: once its reader has gone (``docsvault search … | head -1``), what the command
-    still writes goes to ``/dev/null``, so it ends with its own exit code. Before session 47 Click turned the
-    ``BrokenPipeError`` into exit 1 (nothing found, to a script), which ``set -o pipefail`` took for a failure of
-    a search that had found its hits."""
+    still writes goes to ``/dev/null``, so it ends with its own exit code (Click would turn the ``BrokenPipeError``
+    into exit 1, nothing found to a script, or a failure to ``set -o pipefail``, of a search that found hits)."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -2027,7 +2023,7 @@ def _main() -> None:
         sys.exit(EXIT_ERROR)
     except Exception as exc:  # noqa: BLE001 -- a full or read-only disk (Dagster's SQLite, a lock file), a bug: one line
         line = _storage_problem(exc)
-        if line is None:                      # a bug: its traceback for the report, then one line, exit 2 (was 1)
+        if line is None:                      # a bug: its traceback for the report, then one line, exit 2
             traceback.print_exc()
             line = internal_error_line(exc)
         typer.echo(f"error: {line}", err=True)

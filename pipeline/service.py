@@ -155,7 +155,7 @@ def _shown(term: str) -> str:
 def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Sequence[str] = ()) -> str:
     """What search says when no note of ``sources`` (none: all) has any of ``tags`` (the CLI and the MCP ``search``
     tool alike), with the tag of ``known`` (the tags those notes have: ``Searcher.tag_names``) each one probably
-    meant (before session 47, none: `--tag cofee` beside notes tagged `coffee` got the bare line).
+    meant (`--tag cofee` beside notes tagged `coffee`).
 
     >>> untagged_message(["perf"], ["help"])
     "No results: no note of help has the tag 'perf' (frontmatter or inline #tag)"
@@ -1006,7 +1006,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     figures are: ``{"mrr_at_10", "hit_at_3"}``),
     ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
     variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
-    with ``--no-eval``). Before session 47 ``status`` said nothing of the eval."""
+    with ``--no-eval``)."""
     from pipeline.evaluate import check_floors, floors_from_env
     from pipeline.stages.index import shared_state
 
@@ -1057,8 +1057,8 @@ def status_data(s: Settings) -> dict[str, Any]:
 def eval_json(value: Any) -> Any:
     """An eval report (:meth:`pipeline.evaluate.EvalReport.public`, or a mapping of them by set-up or scope) with
     its metrics keyed as every JSON of docsvault spells them: ``hit_at_1``, ``hit_at_3``, ``mrr_at_10``,
-    ``ndcg_at_10`` (``build --json``'s ``eval``, the history's columns, ``eval --history --json``). Before session
-    47 ``eval --json`` alone said ``hit@1`` (a jq path must quote it: ``.["hit@1"]``)."""
+    ``ndcg_at_10`` (``build --json``'s ``eval``, the history's columns, ``eval --history --json``): keys a jq path
+    need not quote, as ``hit@1`` must be (``.["hit@1"]``)."""
     from pipeline.evaluate import METRICS
 
     names = {m: m.replace("@", "_at_") for m in METRICS}

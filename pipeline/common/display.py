@@ -21,7 +21,7 @@ def one_line(text: str) -> str:
     """``text`` on one line: each run of line breaks, tabs and ASCII spaces becomes one space and the ends are
     stripped, as ``" ".join(text.split())`` does, but a run of only ideographic (``\\u3000``) or no-break spaces
     stays as written: ``プロジェクト\\u3000計画`` is a note's name, and a message or title that showed it with an
-    ASCII space named a file the vault does not have (before session 47).
+    ASCII space would name a file the vault does not have.
 
     Args:
         text: any text.

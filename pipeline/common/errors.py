@@ -21,8 +21,7 @@ def one_line(message: object) -> str:
     ideographic or no-break spaces kept as written (:func:`pipeline.common.display.one_line`), and a space
     of another width that a quoted value holds (``repr`` writes the ideographic space U+3000 as ``\u3000``, the
     no-break space as ``\xa0``) as the character, which the user typed and copies back: ``unknown source
-    'mine　'`` (before session 47 ``'mine\u3000'``, and ``str.split`` made a written one an ASCII space). Control
-    and other invisible characters stay escaped."""
+    'mine　'``, not ``'mine\u3000'``. Control and other invisible characters stay escaped."""
     line = display_line(str(message).split("\n")[0])
 
     def shown(m: re.Match[str]) -> str:

@@ -272,12 +272,11 @@ def moved_token(check: Any) -> str:
     (:class:`pipeline.ingest.fetch.watch.UpstreamCheck`: its ``token``, a commit id, a listing or content hash, at
     most 40 characters of it), ``<token>@<8 hex digits of the last fetch it compared with>`` (``since``: the
     recorded revision and time: git and local sources), the bare token when nothing was fetched and for an http
-    source (whose check may say "changed" after every fetch). So a version that comes back is
-    requested again: a git source force-pushed back to a commit the sensor had requested before (a bad release
-    undone with ``git push -f``; likewise a local folder restored from a backup with its mtimes) was never built
-    again: Dagster drops a request whose run key it has seen (``duck:<commit>``), and when the earlier run had
-    fetched a later commit, the cursor still held the commit and every tick said "no source moved" while search
-    served the undone release (session 47)."""
+    source (whose check may say "changed" after every fetch). So a version that comes back is requested again:
+    a git source force-pushed back to a commit the sensor had requested before (a bad release undone with ``git
+    push -f``; likewise a local folder restored from a backup with its mtimes), which Dagster would drop as a run
+    key it has seen (``duck:<commit>``), or the cursor would still hold when the earlier run fetched a later
+    commit."""
     import hashlib
 
     if not check.since:

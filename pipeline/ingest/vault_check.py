@@ -248,8 +248,7 @@ def _mark_near(dangling: Sequence[dict[str, Any]] | None, source_paths: Sequence
     file name is the closest spelling of it (:func:`pipeline.ingest.sources.closest_name`: ``[[Renamd]]``,
     ``[t](Tae.md)``) for the links :func:`format_report` names (the first :data:`DANGLING_LINES`, those to a
     skipped file first): comparing each of 1,000 names to 3,000 notes takes seconds. A link to a file the last
-    build skipped has its reason instead. Before session 47 a renamed or moved note's links said only "create the
-    note or fix the link"."""
+    build skipped has its reason instead."""
     from urllib.parse import unquote
 
     from pipeline.ingest.sources import closest_name

@@ -137,8 +137,8 @@ def _instance(settings: Settings) -> tuple[int, str]:
 def _catalog(settings: Settings) -> str:
     """sha256 of the Dagster catalog's assets as its event log index holds them (``history/runs/index.db``, table
     ``asset_keys``: each key, its last run, materialization time and wipe time), read-only without Dagster; "" when
-    it cannot be read. "Wipe materializations" in the UI changes it: before session 47 the Catalog was then empty
-    and `docsvault build` answered "nothing changed" without a run, so it stayed empty. Not the file's times: its
+    it cannot be read. "Wipe materializations" in the UI changes it, so the next build runs through Dagster and the
+    emptied Catalog lists the assets again (without it, "nothing changed" kept it empty). Not the file's times: its
     WAL is folded in after the build records this, and the daemon writes the run storage every few seconds."""
     import sqlite3
 

@@ -69,7 +69,7 @@ def _frontmatter_tags(fm: Mapping[str, Any]) -> list[str]:
 def _note_tags(note: Note) -> list[str]:
     """The tags a note's ``tags`` column holds: its frontmatter's (:func:`_frontmatter_tags`), then the ``#tags``
     of the H1 that heads it (``# Home #project``: the title is ``Home``, the tag Obsidian's, so the heading is in no
-    chunk's heading or text, where ``--tag`` finds the inline ones; before, ``--tag project`` said no note had it)."""
+    chunk's heading or text, where ``--tag`` finds the inline ones: ``--tag project`` finds the note)."""
     from pipeline.ingest.normalize import leading_h1
 
     return _frontmatter_tags(note.frontmatter) + heading_tags(leading_h1(note.body) or "")
