@@ -1732,9 +1732,11 @@ def ui_daemon_problem(home: Path, port: int, port_problem: str | None) -> str | 
     info = {"pid": os.getpid(), "host": UI_HOST, "port": port,
             "started_at": datetime.now(UTC).replace(microsecond=0).isoformat()}
     try:
-        lock = hold_across_exec(home / UI_LOCK, info)
+        lock = hold_across_exec(home / UI_LOCK, info, f"point DAGSTER_HOME ({home}) at a folder on another file system")
     except OSError as exc:
         return f"cannot write {home / UI_LOCK}: {exc.strerror or exc}; fix DAGSTER_HOME ({home}) or its permissions"
+    except PipelineError as exc:        # no file locks there: no other UI is known to run
+        return str(exc)
     if lock.fd is not None:
         beat = daemon_heartbeat_age(home)        # no `docsvault ui`, but `dg dev` or `dagster-daemon` may run
         if beat is not None:

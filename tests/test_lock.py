@@ -731,3 +731,33 @@ def test_a_per_source_step_s_lock_timeout_names_docsvault_lock_wait(tmp_path: Pa
     assert f"pid {proc.pid}" in str(exc.value)
     assert "it is still held after waiting 0.2 s; wait longer: pass a larger DOCSVAULT_LOCK_WAIT (seconds). A lock" \
         in str(exc.value)
+
+
+def test_a_dagster_home_without_locks_is_named_not_taken_for_a_running_ui(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of session 47: the build lock's ENOLCK was fixed, but `hold_across_exec` (the lock of `docsvault ui`)
+    still took any flock error for a holder: on a DAGSTER_HOME without file locks `docsvault ui` refused with
+    "another `docsvault ui` (pid ?, http://127.0.0.1:?) runs the Dagster daemon", of nobody. It names the lock,
+    the errno and what to do; a real holder (EWOULDBLOCK) is still named as one."""
+    import errno
+
+    from pipeline.cli import UI_LOCK, ui_daemon_problem
+    from pipeline.common import lock as lock_mod
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(lock_mod.fcntl, "flock", no_locks)
+    home = tmp_path / "dagster"
+    assert ui_daemon_problem(home, 3000, None) == (
+        f"cannot lock {home / UI_LOCK}: No locks available (errno ENOLCK): the file system of its folder {home} does "
+        "not support file locks (flock); mount it with lock support (NFS: v4, or v3 with lockd/statd running, not "
+        f"'nolock' across hosts) or point DAGSTER_HOME ({home}) at a folder on another file system")
+
+    def held(fd: int, op: int) -> None:
+        raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(lock_mod.fcntl, "flock", held)
+    assert ui_daemon_problem(home, 3000, None) == (
+        f"another `docsvault ui` (pid ?, http://127.0.0.1:?) runs the Dagster daemon for DAGSTER_HOME={home}: open "
+        "its UI or stop it first (a second UI on this instance without a second daemon: --port PORT --webserver-only)")

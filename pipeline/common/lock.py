@@ -51,6 +51,15 @@ log = logging.getLogger("docsvault")
 #: what a non-blocking ``flock`` fails with while another process holds the lock (any other error: no locks here)
 _HELD_ERRNOS = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
 
+
+def _no_locks(what: str, exc: OSError, folder: str, instead: str) -> PipelineError:
+    """The one-line error of a ``flock`` of ``what`` that failed with another error than :data:`_HELD_ERRNOS`: the
+    file system of ``folder`` has no file locks (taken for a holder, it was waited for or named as running)."""
+    return PipelineError(
+        f"cannot lock {what}: {exc.strerror or exc} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)}): the "
+        f"file system of {folder} does not support file locks (flock); mount it with lock support (NFS: v4, or v3 "
+        f"with lockd/statd running, not 'nolock' across hosts) or {instead}")
+
 __all__ = ["BRIEF_HOLD_WAIT", "LOCK_NAME", "RUN_LOCK_NAME", "TURN_WAIT_ARG", "BuildLock", "ExecLock", "build_lock", "build_run_lock",
            "hold_across_exec", "lock_holder", "pid_alive", "turn_wait"]
 
@@ -298,15 +307,10 @@ class BuildLock:
                 os.close(fd)
                 if exc.errno in _HELD_ERRNOS:
                     return False
-                # not "held": the file system refuses locks (an NFS mount without lock support, ENOLCK); this
-                # was taken for a holder, so a step waited DOCSVAULT_LOCK_WAIT (an hour) for nobody, then failed
-                # saying another build held the lock
-                raise PipelineError(
-                    f"cannot lock the build lock {self.path}: {exc.strerror or exc} (errno "
-                    f"{errno.errorcode.get(exc.errno or 0, exc.errno)}): the file system of the data dir does not "
-                    "support file locks (flock); mount it with lock support (NFS: v4, or v3 with lockd/statd "
-                    "running, not 'nolock' across hosts) or use another data dir (--data / DOCSVAULT_DATA)"
-                ) from None
+                # not "held": the file system refuses locks (an NFS mount without lock support, ENOLCK); taken
+                # for a holder, a step would wait DOCSVAULT_LOCK_WAIT (an hour) for nobody
+                raise _no_locks(f"the build lock {self.path}", exc, "the data dir",
+                                "use another data dir (--data / DOCSVAULT_DATA)") from None
             if self.shared:            # several holders: the file keeps naming the last exclusive holder (if any)
                 self._fd, self._pid, self._depth = fd, os.getpid(), 1
                 return True
@@ -468,12 +472,18 @@ class ExecLock(NamedTuple):
             os.close(self.fd)
 
 
-def hold_across_exec(path: Path, info: dict[str, Any]) -> ExecLock:
+def hold_across_exec(path: Path, info: dict[str, Any], instead: str = "use a folder on another file system"
+                     ) -> ExecLock:
     """Take ``path``'s ``flock`` without waiting, for this process and the program it ``exec``s next: the
     descriptor stays open and inheritable, so the lock lasts until that program exits (the kernel releases it then,
-    even on SIGKILL). ``info`` is written into the file as JSON, for the next one's message.
+    even on SIGKILL). ``info`` is written into the file as JSON, for the next one's message. ``instead``: what the
+    error of a file system without locks tells to do, after "mount it with lock support or".
 
     Without ``fcntl`` (Windows) nothing is locked: ``fd`` -1.
+
+    Raises:
+        OSError: the file cannot be created or opened.
+        PipelineError: its file system does not support ``flock`` (ENOLCK: an NFS mount without lock support).
     """
     if fcntl is None:  # pragma: no cover - Windows
         return ExecLock(-1, {})
@@ -481,8 +491,10 @@ def hold_across_exec(path: Path, info: dict[str, Any]) -> ExecLock:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:
         os.close(fd)
+        if exc.errno not in _HELD_ERRNOS:       # no locks on that file system: nobody holds it
+            raise _no_locks(str(path), exc, f"its folder {Path(path).parent}", instead) from None
         return ExecLock(None, lock_holder(Path(path)))
     os.ftruncate(fd, 0)
     os.write(fd, json.dumps(info).encode("utf-8"))
