@@ -37,6 +37,7 @@ from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
     NO_RESULTS,
+    build_failure,
     build_outcome,
     capture_related,
     child_env,
@@ -46,7 +47,6 @@ from pipeline.service import (
     missing_vectors_line,
     no_notes_line,
     no_results_message,
-    build_failure,
     noop_build,
     note_links,
     note_missing_message,
@@ -893,6 +893,13 @@ def _check_model_spec(spec: str) -> None:
         fail(f"{name} {problem}")
 
 
+def _quoted(path: str) -> str:
+    """``path`` single-quoted for a shell command line that ``read`` prints (``'me/Hub.md'``), a ``'`` in it
+    written ``'\\''`` (``'me/Bob'\\''s notes.md'``): before, ``docsvault read 'me/Bob's notes.md' --links 0`` was
+    printed, which a shell cannot run (an unclosed quote)."""
+    return "'" + path.replace("'", "'\\''") + "'"
+
+
 @app.command()
 def read(
     note: Annotated[str, typer.Argument(metavar="NOTE", help="A note's vault path (as search prints it, e.g. 'source/dir/Note.md'), its source path, or its name: file name, title or alias; or a link as a note writes it ('Note#Heading', '[[Note#Heading|text]]': the page of that heading).")],
@@ -926,7 +933,7 @@ def read(
     typer.echo(pg.text.rstrip("\n"))
     if pg.next_page:
         typer.echo("")
-        typer.echo(f"-- page {pg.page} of {pg.pages}; next: docsvault read '{pg.path}' --page {pg.next_page}")
+        typer.echo(f"-- page {pg.page} of {pg.pages}; next: docsvault read {_quoted(pg.path)} --page {pg.next_page}")
     if pg.page == 1 and (neighbours["outlinks"] or neighbours["backlinks"]):
         typer.echo("")
         for key, arrow in (("outlinks", "links to"), ("backlinks", "linked from")):
@@ -934,7 +941,7 @@ def read(
                 more = neighbours[f"{key}_total"] - len(neighbours[key])
                 typer.echo(f"-- {arrow}: " + "; ".join(f"{r['title'] or r['path']} ({r['path']})"
                                                        for r in neighbours[key])
-                           + (f"; … {more} more (all: docsvault read '{pg.path}' --links 0)"
+                           + (f"; … {more} more (all: docsvault read {_quoted(pg.path)} --links 0)"
                               if more > 0 else ""))
 
 
@@ -1247,6 +1254,10 @@ def _status_sources(data: dict[str, Any]) -> None:
         if r["fetch_status"] == "failed" and r["fetch_error"]:
             kept = f"; its last good copy ({r['notes']} notes) still serves search" if r["notes"] else ""
             typer.echo(f"  {r['name']}: last fetch failed: {r['fetch_error']}{kept}")
+        if check := r.get("upstream_check"):           # no run fetches it, so its fetch above still reads as it was
+            typer.echo(f"  {r['name']}: the upstream_change sensor cannot check its upstream since {check['since']}: "
+                       f"{check['error']}; nothing is fetched for it meanwhile (the last fetch above is what search "
+                       "serves)")
         err = r["last_error"]
         if err and err.get("stage") != "raw_docs":     # a fetch failure has its own line above
             typer.echo(f"  {r['name']}: last build failed at {err['stage']} ({err['at']}): {err['error']}")
@@ -1319,7 +1330,7 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
             + ")")
     if ev.get("floors_error"):
         return f"{line}; floors not checked: {ev['floors_error']}"
-    floors = ", ".join(f"{m} {f:.2f}" for m, f in ev["floors"].items())
+    floors = ", ".join(f"{m.replace('_at_', '@')} {f:.2f}" for m, f in ev["floors"].items())
     if ev.get("below"):
         return (f"{line}; below its floors ({ev['below']}): see `docsvault eval` for the cases missed, or set "
                 "DOCSVAULT_EVAL_MIN_MRR / DOCSVAULT_EVAL_MIN_HIT3 for your own cases")

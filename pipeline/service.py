@@ -794,6 +794,9 @@ class SourceStatus(Record):
     fetch_error: Any
     last_error: Any
     vault_files: tuple[str, ...]
+    #: ``{"error", "since"}`` while the Dagster sensor cannot check the source's upstream (a deleted branch, a moved
+    #: repository): no run fetches it meanwhile, so ``fetch_status`` stays that of its last fetch
+    upstream_check: Any = None
 
 
 @dataclass(frozen=True)
@@ -905,7 +908,7 @@ def status_report(s: Settings) -> Status:
     still work while the file is fixed): ``sources_error`` holds the file's one-line error, and the sources listed
     are the warehouse's (``kind`` "?"). Nor does a warehouse file that cannot be read: the warehouse's ``error``
     says why, and the sources show no notes or chunks (before, status was that one error line)."""
-    from pipeline.common.artifacts import load_state
+    from pipeline.common.artifacts import load_state, upstream_check_failure
     from pipeline.common.errors import SourceConfigError
     from pipeline.ingest.normalize import skipped_count
     from pipeline.ingest.sources import load_sources
@@ -938,6 +941,7 @@ def status_report(s: Settings) -> Status:
             last_fetch=c.get("fetched_at") if copied else state.get("fetched_at"),
             fetch_error=state.get("fetch_error"), last_error=state.get("last_error"),
             vault_files=tuple(user_files_lines(s, src)) if src is not None else (),
+            upstream_check=upstream_check_failure(s, name),
         ))
     return Status(
         sources_file=str(s.sources_file), sources=tuple(rows), warehouse=warehouse, model=s.model,
@@ -1000,7 +1004,8 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     (cases scored; 0 when none is about a built source), ``"hit_at_1"``, ``"hit_at_3"``, ``"mrr_at_10"``,
     ``"ndcg_at_10"`` (the hybrid set-up's pooled figures, when ``n``), ``"files"`` (the eval files it read),
     ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build with
-    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`),
+    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`, its metrics keyed as the
+    figures are: ``{"mrr_at_10", "hit_at_3"}``),
     ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
     variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
     with ``--no-eval``). Before session 47 ``status`` said nothing of the eval."""
@@ -1024,7 +1029,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     except PipelineError as exc:
         out["floors_error"] = str(exc)
         return out
-    out["floors"] = floors
+    out["floors"] = {key.replace("@", "_at_"): floor for key, floor in floors.items()}   # one key per metric
     out["below"] = check_floors(report, floors).metadata.get("below", "")
     return out
 

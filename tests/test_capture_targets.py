@@ -71,6 +71,22 @@ def test_only_sources_that_read_the_note_are_targets(mixed: Path) -> None:
         "searchable")
 
 
+def test_a_capture_into_the_templates_folder_names_that_folder(tmp_path: Path) -> None:
+    """``capture --name Templates/Idea`` into an Obsidian vault whose templates folder is Templates was refused
+    with the source's include (``does not read 'Templates/Idea.md' (include=['*.md', …])``), which reads it: the
+    templates folder, which builds leave out (session 47), is what keeps it out, and the line says so now."""
+    from pipeline.models import Source
+
+    (tmp_path / ".obsidian").mkdir()
+    (tmp_path / ".obsidian" / "templates.json").write_text('{"folder": "Templates"}', encoding="utf-8")
+    source = Source(name="me", kind="local", path=(tmp_path,), format="obsidian")
+    assert capture_problem(source, "Templates/Idea") == (
+        "capture source 'me' (kind local, format obsidian) leaves out 'Templates/', the Obsidian vault's templates "
+        "folder (.obsidian/templates.json or Templater's templates_folder), where 'Templates/Idea.md' would be, so "
+        "the note would never be searchable")
+    assert capture_problem(source, "Templatesx/Idea") is None
+
+
 def test_capture_source_refuses_with_the_valid_targets(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sources = load_sources(mixed / "sources.yaml")
     with pytest.raises(CaptureError) as err:

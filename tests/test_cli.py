@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -318,6 +319,27 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     assert len(result.output.splitlines()) == 1
 
 
+def test_read_prints_commands_a_shell_can_run_for_a_path_with_a_quote(tiny_env: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read``'s next-page and all-links lines quote the note's path for a shell: a ``'`` in it was printed
+    as is (``docsvault read 'me/Bob's notes.md' --links 0``, an unclosed quote in a shell)."""
+    note = tiny_env / "vault" / "me" / "Bob's notes.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Bob's notes\n\n" + "".join(f"Paragraph {i} of words about otters.\n\n" for i in range(80)),
+                    encoding="utf-8")
+    monkeypatch.setattr("pipeline.cli.note_links", lambda s, path, cap: {
+        "outlinks": [], "outlinks_total": 0, "backlinks_total": 12,
+        "backlinks": [{"path": "me/Hub.md", "title": "Hub", "links": 1}]})
+    result = runner.invoke(app, ["read", "me/Bob's notes.md", "--links", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[-3] == "-- page 1 of 3; next: docsvault read 'me/Bob'\\''s notes.md' --page 2"
+    assert lines[-1] == ("-- linked from: Hub (me/Hub.md); … 11 more (all: docsvault read 'me/Bob'\\''s notes.md' "
+                         "--links 0)")
+    assert shlex.split(lines[-1].split("all: ")[1].rstrip(")")) == [
+        "docsvault", "read", "me/Bob's notes.md", "--links", "0"]
+
+
 def _human_outputs_after_a_build() -> None:
     """The human outputs of search/read/eval/embed/status on the freshly built tiny vault (exact texts)."""
 
@@ -433,7 +455,7 @@ def _human_outputs_after_a_build() -> None:
     status = json.loads(run("status", "--json"))
     assert status["sources"] == [{"name": "tiny", "kind": "local", "notes": 5, "chunks": 5, "skipped_files": 0,
                                   "fetch_status": "ok", "last_fetch": status["sources"][0]["last_fetch"],
-                                  "fetch_error": None, "last_error": None, "vault_files": []}]
+                                  "fetch_error": None, "last_error": None, "vault_files": [], "upstream_check": None}]
     assert status["warehouse"]["built"] and status["warehouse"]["notes"] == 5
     assert (status["model"], status["multilingual_model"], status["crosslingual_model"]) == ("hash", "hash", "none")
     lines = run("status").splitlines()
@@ -1022,8 +1044,8 @@ def test_an_error_shows_a_full_width_space_as_written_not_as_an_escape(tmp_path:
     p.write_text("sources:\n  - name: mine\n    kind: local\n    path: notes\n", encoding="utf-8")
     result = runner.invoke(app, ["--sources", str(p), "--data", str(tmp_path / "d"), "--vault", str(tmp_path / "v"),
                                  "check-vault", "--source", "mine\u3000"])
-    assert (result.exit_code, result.stderr) == (2, "error: unknown source(s) 'mine\u3000' (did you mean 'mine'?); "
-                                                    "known sources: mine\n")
+    assert (result.exit_code, result.stderr) == (2, ("error: unknown source(s) 'mine\u3000' (did you mean 'mine'?); "
+                                                     "known sources: mine\n"))
     heading, nbsp, control, backslash = "第１章\u3000はじめに", "a\xa0b", "c\x01d", "e\\u3000f"
     assert one_line(f"no note {heading!r}\nsecond line") == "no note '第１章\u3000はじめに'"
     assert one_line(f"no note {nbsp!r}:  {control!r} {backslash!r}") == "no note 'a\xa0b': 'c\\x01d' 'e\\\\u3000f'"

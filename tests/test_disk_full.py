@@ -56,7 +56,7 @@ def test_other_errors_are_not_taken_for_a_full_disk() -> None:
     assert storage_error_line(_wrapped(sqlite3.OperationalError("no such table: runs"))) is None
 
 
-def test_a_build_that_fills_the_disk_is_one_line_and_exit_1(tiny_env: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_build_that_fills_the_disk_is_one_line_and_exit_2(tiny_env: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     def full(*_a: object, **_k: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -69,7 +69,7 @@ def test_a_build_that_fills_the_disk_is_one_line_and_exit_1(tiny_env: Path, monk
     out, err = capsys.readouterr()
     data = cli.settings().data_dir
     assert (exit_.value.code, out, err) == (
-        1, "", f"error: cannot write in the data dir {data}: no space left on the device; {AGAIN}\n")
+        2, "", f"error: cannot write in the data dir {data}: no space left on the device; {AGAIN}\n")
 
 
 def test_a_stage_that_fills_the_disk_in_a_build_is_the_same_line(tiny_env: Path,
@@ -102,15 +102,20 @@ def test_a_stage_that_fills_the_disk_in_a_build_is_the_same_line(tiny_env: Path,
         f"warehouse: cannot write in the data dir {settings.data_dir}: no space left on the device; {AGAIN}")
 
 
-def test_any_other_error_still_raises(tiny_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_any_other_error_is_a_bug_with_its_traceback_and_exit_2(tiny_env: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a disk error: not told as one. A bug keeps its traceback, then one line, exit 2 (README: Exit codes)."""
     def bug(*_a: object, **_k: object) -> None:
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(cli, "noop_build", bug)
     monkeypatch.setattr(sys, "argv", ["docsvault", "build"])
     monkeypatch.setattr(cli, "app", lambda **kw: app(prog_name="docsvault", **kw))
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(SystemExit) as exit_:
         cli._main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" in err and "space" not in err
+    assert err.splitlines()[-1].startswith("error: internal error: ZeroDivisionError: a bug (a bug in docsvault")
 
 
 def test_a_file_write_that_fills_the_disk_names_the_file(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def test_both_side_by_side_text(two_sources: Path) -> None:
 def test_unscoped_and_both_exclude_each_other(two_sources: Path) -> None:
     result = runner.invoke(app, ["eval", "--unscoped", "--both"])
     assert (result.exit_code, result.output) == (
-        1, "error: --unscoped and --both exclude each other: --both already includes the unscoped figures\n")
+        2, "error: --unscoped and --both exclude each other: --both already includes the unscoped figures\n")
 
 
 def test_eval_embeds_its_queries_once_across_runs(two_sources: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -353,6 +353,10 @@ def test_local_obsidian_vault_leaves_out_its_templates_folders(tmp_path):
     kept = Source(name="kept", kind="local", path=(vault,), format="obsidian", include=("Tpl/**", "**/*.md"))
     assert "Tpl/Meeting.md" in select_paths(kept, ["Tpl/Meeting.md", "Meta/Templates/Daily.md"])
     assert select_paths(kept, ["Meta/Templates/Daily.md"]) == []
+    # the folder itself as the glob (it matches what the folder holds): was left out, a source of it empty
+    named = Source(name="named", kind="local", path=(vault,), format="obsidian", include=("Tpl", "/Meta/Templates"))
+    assert select_paths(named, ["Home.md", "Tpl/Meeting.md", "Meta/Templates/Daily.md", "Tplx/Kept.md"]) == [
+        "Meta/Templates/Daily.md", "Tpl/Meeting.md"]
     plain = Source(name="plain", kind="local", path=(vault,), format="markdown")
     assert "Tpl/Meeting.md" in select_paths(plain, ["Tpl/Meeting.md"])
 

@@ -90,7 +90,7 @@ def test_a_question_mark_in_the_dagster_home_path_is_one_line_and_nothing_is_wri
     data = tiny_env / "what?" / "data"
     code, out, err = _invoke("--data", str(data), "build")
     assert (code, out, err) == (
-        1, "", (f"error: cannot use the Dagster home {data / 'dagster'}: its path has a '?', which Dagster's SQLite "
+        2, "", (f"error: cannot use the Dagster home {data / 'dagster'}: its path has a '?', which Dagster's SQLite "
                 "storage cannot open (it cuts the path there); use a folder without '?' (check --data / "
                 "DOCSVAULT_DATA, or set DAGSTER_HOME)\n"))
     assert not (tiny_env / "what").exists() and not data.exists()

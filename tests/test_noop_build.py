@@ -78,7 +78,7 @@ def test_anything_changed_goes_through_dagster(built_tiny_env: Path) -> None:
         return []
 
     def wipe() -> list[str]:            # "Wipe materializations" in the UI: the Catalog is empty until a run
-        import dagster as dg            # (session 47: the build answered "nothing changed" and it stayed empty)
+        import dagster as dg  # (session 47: the build answered "nothing changed" and it stayed empty)
 
         with dg.DagsterInstance.from_config(str(tiny_env / "dagster")) as dagster_instance:
             dagster_instance.wipe_assets(dagster_instance.get_asset_keys())

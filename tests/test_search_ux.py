@@ -896,6 +896,29 @@ def test_a_tag_in_a_heading_is_a_tag_of_the_note(tmp_path: Path) -> None:
         assert tagged("tips") == [] and tagged("42") == []
 
 
+def test_a_tag_in_the_title_heading_is_a_tag_of_the_note(tmp_path: Path) -> None:
+    """``# Home #project`` is titled ``Home`` (session 47) and its H1 is the title's, in no chunk's heading or text,
+    so ``--tag project`` said "no note has the tag 'project'" of a note Obsidian lists under it (break2). The
+    title H1's tags are the note's now, beside its frontmatter's; ``# C# tips`` and ``# Issue #42`` hold none."""
+    from pipeline.index.chunk import chunk_note
+
+    notes = [Note("g", "Home.md", "Home.md", "Home", {"title": "Home", "tags": ["start"]},
+                  "# Home #project #todo/next\n\nWelcome, otter keepers.\n"),
+             Note("g", "tips.md", "tips.md", "C# tips", {"title": "C# tips"}, "# C# tips\n\nOtters in C#.\n"),
+             Note("g", "42.md", "42.md", "Issue #42", {"title": "Issue #42"}, "# Issue #42\n\nThe otter bug.\n")]
+    chunks = [c for n in notes for c in chunk_note(n, count_tokens=len, max_tokens=200, min_tokens=0)]
+    assert [c.heading for c in chunks] == ["", "", ""]
+    path = tmp_path / "warehouse.duckdb"
+    publish_chunks(path, notes, chunks)
+    with _searcher(path) as s:
+        def tagged(tag: str) -> list[str]:
+            return sorted(h.vault_path for h in s.search("otter", k=10, tags=[tag]))
+
+        assert tagged("project") == ["g/Home.md"]
+        assert tagged("todo") == ["g/Home.md"] and tagged("start") == ["g/Home.md"]
+        assert tagged("tips") == [] and tagged("42") == []
+
+
 def test_a_link_whose_text_runs_over_a_line_break_shows_its_text() -> None:
     """jekyllrb's credits wrap an avatar image and a name in one link over two lines; the snippet showed
     ``[ ashmaroli](https://github.com/ashmaroli)`` (helper-144, session 46). A blank line still ends a link's text,

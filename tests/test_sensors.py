@@ -79,7 +79,7 @@ def test_sensor_requests_only_the_changed_source(two_sources):
     result = _evaluate(sensor, quiet.cursor)
     assert len(result.run_requests) == 1
     request = result.run_requests[0]
-    assert request.run_key == f"repo_docs:{new}"
+    assert request.run_key.startswith(f"repo_docs:{new}@") and len(request.run_key) == len(f"repo_docs:{new}@") + 8
     assert set(request.asset_selection) == _expected_keys("repo_docs")
     assert request.tags["docsvault/source"] == "repo-docs"
     # a failed run is retried by the daemon from its failed steps, twice at most (dagster.yaml enables run retries)
@@ -94,6 +94,70 @@ def test_sensor_requests_only_the_changed_source(two_sources):
     assert [r.tags["docsvault/source"] for r in local.run_requests] == ["notes"]
 
 
+def test_a_commit_force_pushed_back_is_built_again(two_sources):
+    """An operator undid a bad release with `git push -f origin <good>:main` while the daemon ran (session 47).
+    The good commit had been requested before, so Dagster dropped the request of its used run key
+    (`duck:<good>`); and when that run had fetched the bad commit already (pushed right after), the cursor still
+    held the good one and every tick said "no source moved" while search served the bad release. Now a version
+    seen after each fetch is its own token and run key."""
+    work, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    quiet = _evaluate(sensor)
+    good = _commit(work, {"docs/b.md": "# B\n"}, "good")
+    work.remote("origin").push("main")
+    first = _evaluate(sensor, quiet.cursor)
+    assert [r.tags["docsvault/source"] for r in first.run_requests] == ["repo-docs"]
+    fetch_source(sources[0], settings)                          # its run
+    bad = _commit(work, {"docs/b.md": "# B, broken\n"}, "bad")
+    work.remote("origin").push("main")
+    second = _evaluate(sensor, first.cursor)
+    assert [r.tags["docsvault/source"] for r in second.run_requests] == ["repo-docs"]
+    fetch_source(sources[0], settings)
+    work.git.reset("--hard", good)
+    work.git.push("--force", "origin", "main")
+    back = _evaluate(sensor, second.cursor)
+    assert [r.tags["docsvault/trigger"] for r in back.run_requests] == ["upstream_change"]
+    assert back.run_requests[0].run_key != first.run_requests[0].run_key     # a key Dagster has not seen
+    assert back.run_requests[0].run_key.startswith(f"repo_docs:{good}@")
+    assert _evaluate(sensor, back.cursor).run_requests == []                # once
+    # the race: the good commit requested, its run fetched the bad one pushed meanwhile, then the push is undone
+    fetch_source(sources[0], settings)
+    _commit(work, {"docs/b.md": "# B, broken again\n"}, "bad again")
+    work.remote("origin").push("main")
+    fetch_source(sources[0], settings)                          # the run requested for `good` fetched this one
+    work.git.reset("--hard", good)
+    work.git.push("--force", "origin", "main")
+    undone = _evaluate(sensor, back.cursor)
+    assert [r.tags["docsvault/trigger"] for r in undone.run_requests] == ["upstream_change"]
+    assert undone.run_requests[0].run_key not in {first.run_requests[0].run_key, back.run_requests[0].run_key}
+
+
+def test_an_http_source_whose_check_always_says_changed_is_requested_once(tmp_path, monkeypatch):
+    """An html source with a sitemap whose server sends no ETag: its check says "changed" after every fetch (no
+    recorded hash to compare with), with the sitemap's hash as token. Keyed by the last fetch, as a git source's
+    version is, it would be requested on every tick; its token stays the content's."""
+    import json
+
+    from pipeline.ingest.fetch import watch
+    from pipeline.ingest.fetch.base import source_dir
+
+    settings = _settings(tmp_path)
+    site = Source(name="site", kind="html", url="https://docs.example.com/", sitemap="https://docs.example.com/s.xml")
+    monkeypatch.setattr(watch, "_check_http", lambda source, state: watch.UpstreamCheck(
+        source.name, True, "a" * 64, "https://docs.example.com/s.xml: content hash differs"))
+    folder = source_dir(site, settings)
+    folder.mkdir(parents=True)
+    sensor = upstream_change_sensor([site], settings)
+    cursor = None
+    requested = []
+    for fetched_at in ("2026-01-01T00:00:00+00:00", "2026-01-01T00:15:00+00:00", "2026-01-01T00:30:00+00:00"):
+        (folder / "fetch.json").write_text(json.dumps({"revision": "r1", "fetched_at": fetched_at}))   # a run
+        result = _evaluate(sensor, cursor)
+        cursor = result.cursor
+        requested += [r.run_key for r in result.run_requests]
+    assert requested == ["site:" + "a" * 40]
+
+
 def test_unreachable_source_is_logged_not_requested(two_sources, tmp_path):
     _, sources, settings, _ = two_sources
     gone = Path(sources[0].url.removeprefix("file://"))
@@ -101,6 +165,47 @@ def test_unreachable_source_is_logged_not_requested(two_sources, tmp_path):
     check = check_upstream(sources[0], settings)
     assert check.changed is False and check.error and "cannot fetch" in check.error
     assert _evaluate(upstream_change_sensor(sources, settings)).run_requests == []
+
+
+def test_status_names_a_source_whose_upstream_the_sensor_cannot_check(two_sources, tmp_path, capsys):
+    """The branch a git source follows was deleted upstream (renamed `master` -> `main`) while the daemon ran
+    (session 47). The sensor requests no run for a source it cannot check, so no fetch failed: for weeks
+    `docsvault status` said `fetch ok` with the old time and the asset stayed green; only each tick's skip reason
+    named it. Now status says since when the sensor cannot check it, and why; the line goes once it answers."""
+    from pipeline.cli import _status_sources
+    from pipeline.common import artifacts
+    from pipeline.service import status_data, status_report
+
+    work, sources, settings, _ = two_sources
+    bare = Path(sources[0].url.removeprefix("file://"))
+    sensor = upstream_change_sensor(sources, settings)
+    quiet = _evaluate(sensor)
+    git.Repo(bare).git.update_ref("-d", "refs/heads/main")      # the branch is gone
+    error = (f"source 'repo-docs': cannot fetch file://{bare}: ref 'main' not found on the remote (check 'ref' in "
+             "sources.yaml)")
+    first = _evaluate(sensor, quiet.cursor)
+    assert first.run_requests == []
+    since = artifacts.upstream_check_failure(settings, "repo-docs")["since"]
+    assert artifacts.upstream_check_failure(settings, "repo-docs") == {"error": error, "since": since}
+    _evaluate(sensor, first.cursor)                              # a later tick keeps when it began
+    assert artifacts.upstream_check_failure(settings, "repo-docs") == {"error": error, "since": since}
+    assert artifacts.upstream_check_failure(settings, "notes") is None
+    (tmp_path / "sources.yaml").write_text(
+        f"sources:\n  - name: repo-docs\n    kind: git\n    url: file://{bare}\n    ref: main\n"
+        f"    paths: [docs]\n  - name: notes\n    kind: local\n    path: {sources[1].path[0]}\n")
+    rows = {r.name: r for r in status_report(settings).sources}
+    assert (rows["repo-docs"].upstream_check, rows["notes"].upstream_check) == ({"error": error, "since": since}, None)
+    _status_sources(status_data(settings))
+    assert [line for line in capsys.readouterr().out.splitlines() if "sensor" in line] == [
+        f"  repo-docs: the upstream_change sensor cannot check its upstream since {since}: {error}; nothing is "
+        "fetched for it meanwhile (the last fetch above is what search serves)"]
+    _evaluate(upstream_change_sensor(sources[1:], settings))    # removed from sources.yaml: forgotten
+    assert artifacts.upstream_check_failure(settings, "repo-docs") is None
+    _evaluate(sensor, first.cursor)                              # listed again and still failing: from this tick on
+    assert artifacts.upstream_check_failure(settings, "repo-docs")["since"] >= since
+    git.Repo(bare).git.update_ref("refs/heads/main", work.head.commit.hexsha)   # back: the line goes
+    assert _evaluate(sensor, first.cursor).run_requests == []
+    assert artifacts.upstream_check_failure(settings, "repo-docs") is None
 
 
 def test_never_fetched_counts_as_changed(tmp_path):
@@ -162,8 +267,8 @@ def test_sensor_on_a_real_mirror_that_gained_a_commit(tmp_path):
     new = _commit(clone, {"en/Home.md": "# Home\n\nchanged upstream\n"}, "edit home")
     clone.remote("origin").push("main")
     result = _evaluate(sensor)
-    assert [(r.run_key, set(r.asset_selection)) for r in result.run_requests] == [
-        (f"obsidian_help:{new}", _expected_keys("obsidian_help"))]
+    assert [(r.run_key[:len(f"obsidian_help:{new}@")], set(r.asset_selection)) for r in result.run_requests] == [
+        (f"obsidian_help:{new}@", _expected_keys("obsidian_help"))]
     # only that source re-fetches
     again = {s.name: fetch_source(s, settings) for s in sources}
     assert again["obsidian-help"].changed is True and again["other"].changed is False
@@ -388,7 +493,7 @@ def test_an_edit_of_a_git_sources_paths_is_requested_though_its_commit_was(two_s
     new = _commit(work, {"docs/b.md": "# B\n", "guide/g.md": "# G\n"}, "add b and a guide")
     work.remote("origin").push("main")
     moved = _evaluate(upstream_change_sensor(sources, settings))
-    assert [r.run_key for r in moved.run_requests] == [f"repo_docs:{new}"]
+    assert [r.run_key[:len(f"repo_docs:{new}@")] for r in moved.run_requests] == [f"repo_docs:{new}@"]
     fetch_source(sources[0], settings)                          # its run
     assert _evaluate(upstream_change_sensor(sources, settings), moved.cursor).run_requests == []
     edited = [replace(sources[0], paths=("docs", "guide")), sources[1]]

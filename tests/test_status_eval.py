@@ -50,7 +50,7 @@ def test_status_gives_the_last_eval_and_its_floors(tmp_path: Path, monkeypatch: 
     ev = eval_status(s, "2026-12-07T11:00:00+00:00")      # a --no-eval build published since
     assert ev == {"n": 4, "files": ["/e"], "hit_at_1": 0.5, "hit_at_3": 0.75, "mrr_at_10": 0.625,
                   "ndcg_at_10": 0.7, "run_at": "2026-12-07T10:00:05+00:00", "stale": True,
-                  "floors": {"mrr@10": 0.7, "hit@3": 0.8}, "below": "mrr@10 0.625 < 0.700, hit@3 0.750 < 0.800"}
+                  "floors": {"mrr_at_10": 0.7, "hit_at_3": 0.8}, "below": "mrr@10 0.625 < 0.700, hit@3 0.750 < 0.800"}
     assert eval_status_line(ev, s) == (
         "eval: n=4 hit@1=0.500 hit@3=0.750 MRR@10=0.625 nDCG@10=0.700 (2026-12-07T10:00:05+00:00; of an earlier "
         "warehouse: the next build without --no-eval scores this one); below its floors (mrr@10 0.625 < 0.700, "

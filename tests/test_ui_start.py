@@ -1,4 +1,4 @@
-"""`docsvault ui` refuses at once (exit 1, nothing started) on a taken port or when another `docsvault ui` runs
+"""`docsvault ui` refuses at once (exit 2, nothing started) on a taken port or when another `docsvault ui` runs
 the daemon of the same DAGSTER_HOME, and starts Dagster from DAGSTER_HOME so the project's dagster.yaml in the
 current folder brings no spurious warning (a different one still does). ``cli.run_until_stopped`` is replaced:
 nothing real starts here (tests/test_ui.py starts it for real); Ctrl-C gives `interrupted` and exit 130."""
@@ -189,15 +189,15 @@ def test_ui_warns_of_a_different_dagster_yaml_here(ui_env: Path) -> None:
         "there to apply it")
 
 
-@pytest.mark.parametrize("stopped_by, code, line", [
-    (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "error: docsvault ui stopped by SIGTERM"),
-    (None, 0, None), (None, 1, None),
+@pytest.mark.parametrize("stopped_by, code, line, exit_code", [
+    (signal.SIGINT, 130, "interrupted", 130), (signal.SIGTERM, 143, "error: docsvault ui stopped by SIGTERM", 143),
+    (None, 0, None, 0), (None, 1, None, 2),
 ])
 def test_ui_stopped_by_a_signal_says_so_in_one_line_with_128_plus_its_number(
         ui_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        stopped_by: int | None, code: int, line: str | None) -> None:
+        stopped_by: int | None, code: int, line: str | None, exit_code: int) -> None:
     """Dagster exits 0 on Ctrl-C; `docsvault ui` prints `interrupted` and exits 130 (as every command), 143 for
-    SIGTERM; a Dagster that exits by itself gives its exit code."""
+    SIGTERM; a Dagster that exits by itself with an error is an error of the command: exit 2 (README: Exit codes)."""
     import sys
 
     monkeypatch.setattr(cli, "run_until_stopped", lambda argv, env, cwd: (code if stopped_by is None else 0, stopped_by))
@@ -210,7 +210,7 @@ def test_ui_stopped_by_a_signal_says_so_in_one_line_with_128_plus_its_number(
         for fd in _lock_fds(ui_env):
             os.close(fd)
     started = f"Dagster UI on http://127.0.0.1:{port} (webserver + daemon; DAGSTER_HOME={ui_env})\n"
-    assert (exit_.value.code, capsys.readouterr()) == (code, ("", started + (f"{line}\n" if line else "")))
+    assert (exit_.value.code, capsys.readouterr()) == (exit_code, ("", started + (f"{line}\n" if line else "")))
 
 
 CHILD = r"""

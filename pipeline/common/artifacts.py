@@ -240,6 +240,41 @@ def removed_at(settings: Settings, source: str) -> str | None:
     return str(value) if value else None
 
 
+#: ``<data>/state/.upstream.json``: source name -> ``{"error", "since"}`` while the ``upstream_change`` sensor cannot
+#: check the source's upstream (a deleted branch, a moved repository, a site down): since when (ISO 8601 UTC, the
+#: first failing tick) and the last tick's error; ``docsvault status`` shows it
+UPSTREAM_STATE = ".upstream"
+
+
+def record_upstream_checks(settings: Settings, failed: dict[str, str], answered: Iterable[str], at: str,
+                           sources: Iterable[str]) -> None:
+    """Record the sensor tick's upstream checks (see :data:`UPSTREAM_STATE`): ``failed`` (source -> error) is kept
+    with the time its failure began (``at`` for a new one), ``answered`` (sources whose upstream answered) and
+    names not in ``sources`` (sources.yaml's) are dropped, any other entry stays. Written only when that changes
+    anything; a folder that cannot be written is left as it is (the tick goes on)."""
+    old = load_state(settings, UPSTREAM_STATE)
+    drop = set(answered) | set(failed)
+    known = set(sources)
+    new = {k: v for k, v in old.items() if k not in drop and k in known}
+    for name, error in failed.items():
+        was = old.get(name)
+        since = was.get("since") if isinstance(was, dict) and was.get("since") else at
+        new[name] = {"error": error, "since": since}
+    if new == old:
+        return
+    try:
+        write_atomic(state_path(settings, UPSTREAM_STATE),
+                     json.dumps(new, ensure_ascii=False, indent=1, sort_keys=True).encode())
+    except OSError:
+        pass
+
+
+def upstream_check_failure(settings: Settings, source: str) -> dict[str, str] | None:
+    """``{"error", "since"}`` while the sensor cannot check ``source``'s upstream, else None (:data:`UPSTREAM_STATE`)."""
+    value = load_state(settings, UPSTREAM_STATE).get(source)
+    return {"error": str(value.get("error")), "since": str(value.get("since"))} if isinstance(value, dict) else None
+
+
 #: ``<data>/state/.sensor.json``: the Dagster instance whose ``upstream_change`` sensor last ticked over this data
 #: folder (``instance``: its DAGSTER_HOME), the process that evaluated the tick (``host``, ``pid``), when (``at``,
 #: seconds since the epoch; ``at_iso``) and the folder's inode (``folder``: a copy of the data folder has another,

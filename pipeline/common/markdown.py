@@ -65,6 +65,17 @@ def without_heading_tags(heading: str) -> str:
     return HEADING_TAGS.sub("", heading).strip()
 
 
+#: one Obsidian ``#tag`` in a heading's text, as :data:`HEADING_TAGS` reads one (group 1: the tag without ``#``)
+HEADING_TAG = re.compile(r"(?<!\S)#([\w/-]*[^\W\d][\w/-]*)")
+
+
+def heading_tags(heading: str) -> list[str]:
+    """The ``#tags`` in a heading's text, without ``#``, in order (``Home #project #todo`` -> ``["project",
+    "todo"]``; ``Learn C#`` and ``Issue #42`` hold none): Obsidian indexes a tag in a heading as a tag of the
+    note, also in the H1 that is the note's title, which no chunk's heading or text keeps."""
+    return HEADING_TAG.findall(heading)
+
+
 def wikilink_text(m: re.Match[str]) -> str:
     """What a :data:`WIKILINK` match reads as: its alias, else its note's name (``[[Note#Part]]`` -> ``Note``),
     else its target (``[[#Part]]`` -> ``#Part``)."""

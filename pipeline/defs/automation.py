@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         retried = {k: v for k, v in dict(loaded.get(RETRIED_KEY) or {}).items() if k in by_name}
         requests: list[dg.RunRequest] = []
         unreachable: list[str] = []
+        failed_checks: dict[str, str] = {}
+        answered: list[str] = []
         try:
             instance: dg.DagsterInstance | None = context.instance
         except dg.DagsterInvariantViolationError:          # evaluated without an instance (a unit test, a preview)
@@ -183,16 +186,18 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             if check.error:
                 context.log.warning(f"{source.name}: upstream check failed: {check.error}")
                 unreachable.append(name_)
+                failed_checks[name_] = check.error
                 continue
+            answered.append(name_)
             state = artifacts.load_state(current, name_)
             failing = str(state.get("failing_since") or state.get("failed_at") or "") \
                 if state.get("fetch_status") == "failed" and not check.never_fetched else ""
-            if check.changed and cursor.get(name_) != check.token:
-                cursor[name_] = check.token
+            token = moved_token(check)
+            if check.changed and cursor.get(name_) != token:
+                cursor[name_] = token
                 if failing:             # this run retries the failed fetch too
                     retried[name_] = failing
-                request(source, check.token[:40], "upstream_change",
-                        f"upstream changed ({check.detail}); requesting a run")
+                request(source, token, "upstream_change", f"upstream changed ({check.detail}); requesting a run")
                 continue
             edit = None if failing else config_edit(source, state)
             if edit is not None and cursor.get(name_) != edit:
@@ -207,6 +212,10 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
                 request(source, f"fetch_failed:{failing}", "fetch_failed",
                         f"its last fetch failed ({failing}: {state.get('fetch_error')}) and its upstream "
                         f"answers again ({check.detail}); requesting a run to retry it")
+        # `docsvault status` names a source whose upstream the sensor cannot check (a deleted branch): no run is
+        # requested for it, so its fetch stayed "ok" and its asset green for as long as that lasted
+        artifacts.record_upstream_checks(current, failed_checks, answered,
+                                         datetime.now(UTC).replace(microsecond=0).isoformat(), by_name)
         behind = unpublished(instance, list(checked.values())) if instance is not None and not requests else None
         if behind is not None:
             terminated += behind.terminated
@@ -257,6 +266,24 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
 
 #: ticks another Dagster instance's sensor may miss and still hold a data folder (:func:`other_sensor`)
 SENSOR_LIVE_TICKS = 3
+
+
+def moved_token(check: Any) -> str:
+    """The cursor's token and run key (after ``<source>:``) of the upstream version a check saw
+    (:class:`pipeline.ingest.fetch.watch.UpstreamCheck`: its ``token``, a commit id, a listing or content hash, at
+    most 40 characters of it), ``<token>@<8 hex digits of the last fetch it compared with>`` (``since``: the
+    recorded revision and time: git and local sources), the bare token when nothing was fetched and for an http
+    source (whose check may say "changed" after every fetch). So a version that comes back is
+    requested again: a git source force-pushed back to a commit the sensor had requested before (a bad release
+    undone with ``git push -f``; likewise a local folder restored from a backup with its mtimes) was never built
+    again: Dagster drops a request whose run key it has seen (``duck:<commit>``), and when the earlier run had
+    fetched a later commit, the cursor still held the commit and every tick said "no source moved" while search
+    served the undone release (session 47)."""
+    import hashlib
+
+    if not check.since:
+        return check.token[:40]
+    return f"{check.token[:40]}@{hashlib.sha256(check.since.encode('utf-8')).hexdigest()[:8]}"
 
 
 def other_sensor(context: dg.SensorEvaluationContext, settings: Settings) -> str:

@@ -98,10 +98,11 @@ def capture_problem(source: Source, fname: str = "Note") -> str | None:
     its kind and format), or None when it would be read by the source's next build.
 
     A note goes into a ``local`` source's first root; it is read only when the source's ``include``/``exclude``
-    (default: Markdown files; ``*.html``/``*.htm`` for ``format: html``) select it. git, llms_txt and html sources
+    (default: Markdown files; ``*.html``/``*.htm`` for ``format: html``) select it and it is not in an Obsidian
+    vault's templates folder (:func:`pipeline.ingest.fetch.base.template_folders`). git, llms_txt and html sources
     are fetched from elsewhere: a file written into their copy is never read.
     """
-    from pipeline.ingest.fetch.base import select_default, select_paths
+    from pipeline.ingest.fetch.base import select_default, select_paths, template_folders
 
     fmt = source.format or "auto"
     if source.kind != "local" or not source.path:
@@ -110,6 +111,10 @@ def capture_problem(source: Source, fname: str = "Note") -> str | None:
     where = _root_path(source, fname)
     if select_paths(source, [where]):
         return None
+    if folder := next((t for t in template_folders(source) if where.startswith(f"{t}/")), None):
+        return (f"capture source {source.name!r} (kind local, format {fmt}) leaves out {folder + '/'!r}, the Obsidian "
+                f"vault's templates folder (.obsidian/templates.json or Templater's templates_folder), where "
+                f"{where!r} would be, so the note would never be searchable")
     if not source.include and source.format == "html":
         return (f"capture source {source.name!r} is kind local, format html: it reads only "
                 f"{'/'.join(select_default(source))} files, so a captured Markdown note would never be searchable")

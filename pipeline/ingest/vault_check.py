@@ -253,12 +253,12 @@ def _mark_near(dangling: Sequence[dict[str, Any]] | None, source_paths: Sequence
     by_name: dict[str, list[str]] = {}
     for sp in source_paths:
         name = unicodedata.normalize("NFC", sp.rsplit("/", 1)[-1])
-        by_name.setdefault(re.sub(r"\.md$", "", name, flags=re.I).casefold(), []).append(sp)
+        by_name.setdefault(re.sub(r"\.md$", "", name, flags=re.IGNORECASE).casefold(), []).append(sp)
     shown = {id(d) for d in sorted(dangling, key=lambda d: not d.get("skipped"))[:DANGLING_LINES]}
     for d in dangling:
         target = unquote(str(d.get("target") or _written_target(d.get("written") or d["link"])))
         name = re.sub(r"\.md$", "", unicodedata.normalize("NFC", target).strip().rstrip("/").rsplit("/", 1)[-1],
-                      flags=re.I).casefold()
+                      flags=re.IGNORECASE).casefold()
         if d.get("skipped") or not name:
             continue
         key = name if name in by_name else (closest_name(name, list(by_name)) if id(d) in shown else None)

@@ -248,7 +248,8 @@ def note_by_vault_path(con: duckdb.DuckDBPyConnection, vault_path: str) -> dict[
 
 
 def note_tags(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, ...]]:
-    """Every note's frontmatter tags: note_id -> tags as written (without a leading ``#``); notes without tags absent."""
+    """Every note's frontmatter tags and those of the H1 that heads it (``# Home #project``): note_id -> tags as
+    written (without a leading ``#``); notes without tags absent."""
     rows = con.execute("SELECT note_id, tags FROM notes WHERE len(coalesce(tags, [])) > 0").fetchall()
     return {r[0]: tuple(str(t).lstrip("#") for t in r[1] if t) for r in rows}
 

@@ -21,6 +21,7 @@ from pipeline.common.errors import (
     EmbeddingError,
     PipelineError,
 )
+from pipeline.common.markdown import heading_tags
 from pipeline.models import Chunk, Edge, Note, text_hash
 from pipeline.warehouse.schema import (
     _SCHEMA,
@@ -65,6 +66,15 @@ def _frontmatter_tags(fm: Mapping[str, Any]) -> list[str]:
     return _str_list(fm.get("tags")) + _str_list(fm.get("tag"))
 
 
+def _note_tags(note: Note) -> list[str]:
+    """The tags a note's ``tags`` column holds: its frontmatter's (:func:`_frontmatter_tags`), then the ``#tags``
+    of the H1 that heads it (``# Home #project``: the title is ``Home``, the tag Obsidian's, so the heading is in no
+    chunk's heading or text, where ``--tag`` finds the inline ones; before, ``--tag project`` said no note had it)."""
+    from pipeline.ingest.normalize import leading_h1
+
+    return _frontmatter_tags(note.frontmatter) + heading_tags(leading_h1(note.body) or "")
+
+
 def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]) -> pa.Table:
     ids = [n.note_id for n in notes]
     m = [metrics.get(i, (0, 0.0)) for i in ids]
@@ -77,7 +87,7 @@ def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]
             "title": pa.array([n.title for n in notes], pa.string()),
             "url": pa.array([n.url for n in notes], pa.string()),
             "aliases": pa.array([list(n.aliases) for n in notes], pa.list_(pa.string())),
-            "tags": pa.array([_frontmatter_tags(n.frontmatter) for n in notes], pa.list_(pa.string())),
+            "tags": pa.array([_note_tags(n) for n in notes], pa.list_(pa.string())),
             "description": pa.array([n.description for n in notes], pa.string()),
             "frontmatter": pa.array(
                 [json.dumps(n.frontmatter, ensure_ascii=False, default=str) for n in notes], pa.string()

@@ -176,7 +176,8 @@ def template_folders(source: Source) -> tuple[str, ...]:
     (``.obsidian/templates.json``'s ``folder``) and its Templater plugin (``templates_folder`` of
     ``.obsidian/plugins/templater-obsidian/data.json``) name, relative to the vault (the folder holding
     ``.obsidian/``, the source's root or one above it), when it is inside the source's root. Each is left out
-    unless an ``include`` glob starts with it (``include: ["Templates/**", "**/*.md"]``). () for other sources;
+    unless an ``include`` glob starts with it or is it (``include: ["Templates/**", "**/*.md"]``, or
+    ``include: [Templates, "**/*.md"]``: a glob naming a folder matches what it holds). () for other sources;
     settings files that cannot be read or are not JSON objects name no folder."""
     if source.kind != "local" or source.format != "obsidian" or not source.path:
         return ()
@@ -209,8 +210,8 @@ def select_paths(source: Source, paths: Iterable[str]) -> list[str]:
     (:func:`template_folders`: a template's ``{{title}}`` and ``{{date}}`` are no note to search); sorted,
     deduplicated."""
     include = source.include or select_default(source)
-    templates = tuple(f"{t}/" for t in template_folders(source)
-                      if not any(g.lstrip("/").startswith(f"{t}/") for g in source.include))
+    templates = tuple(f"{t}/" for t in template_folders(source)       # kept by `Templates/**`, or `Templates`
+                      if not any(f"{g.lstrip('/')}/".startswith(f"{t}/") for g in source.include))
     keep = {p for p in paths if path_matches(p, include) and not path_matches(p, source.exclude)
             and not p.startswith(templates)}
     return sorted(keep)

@@ -41,21 +41,33 @@ class UpstreamCheck:
     error: str | None = None
     #: nothing recorded for the source (no ``fetch.json``): changed, and ``token`` names its configuration
     never_fetched: bool = False
+    #: the last fetch this check compared with: its recorded revision and time (``<revision>|<fetched_at>``), ""
+    #: when never fetched and for an http source; the sensor keys a version seen after it by it, so a version that
+    #: comes back (a commit force-pushed back) is requested again (:func:`pipeline.defs.automation.moved_token`)
+    since: str = ""
 
 
 def check_upstream(source: Source, settings: Settings) -> UpstreamCheck:
     """Has ``source`` moved upstream since its last recorded fetch? (see module doc; never raises FetchError)."""
+    from dataclasses import replace
+
     state = read_state(source, settings)
     try:
         if state is None:
             return _never_fetched(source, settings)
         if source.kind == "git":
-            return _check_git(source, state)
-        if source.kind == "local":
-            return _check_local(source, settings, state)
-        return _check_http(source, state)
+            check = _check_git(source, state)
+        elif source.kind == "local":
+            check = _check_local(source, settings, state)
+        else:
+            check = _check_http(source, state)
     except FetchError as exc:
         return UpstreamCheck(source.name, False, "", "check failed", error=str(exc))
+    if source.kind not in ("git", "local"):
+        # an http check may say "changed" after every fetch (a sitemap without an ETag: no recorded hash to
+        # compare with): keyed by each fetch, such a source would be requested on every tick
+        return check
+    return replace(check, since=f"{state.get('revision') or ''}|{state.get('fetched_at') or ''}")
 
 
 def _never_fetched(source: Source, settings: Settings) -> UpstreamCheck:
