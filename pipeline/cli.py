@@ -1097,6 +1097,20 @@ def capture(
 # eval
 
 
+def _left_out_templates() -> dict[str, tuple[str, ...]]:
+    """Source name -> the templates folders it leaves out (an Obsidian vault's, of a ``format: obsidian`` source:
+    :func:`pipeline.ingest.fetch.base.left_out_templates`), for the eval to say a case expects a template; {} when
+    the sources file cannot be read (the eval itself reads the warehouse only)."""
+    from pipeline.ingest.fetch.base import left_out_templates
+    from pipeline.ingest.sources import load_sources
+
+    try:
+        return {src.name: folders for src in load_sources(settings().sources_file)
+                if (folders := left_out_templates(src))}
+    except PipelineError:
+        return {}
+
+
 def _no_eval_files(s: Settings) -> str:
     """The error when no eval file exists: names the folder(s) looked in (DOCSVAULT_EVALS or ./evals)."""
     named = eval_env_paths()
@@ -1192,8 +1206,10 @@ def eval_(
             with stored_query_vectors(settings(), searcher, keep=16 * len(cases)) as rank:   # embedded once, ever
                 named = {"": None} if setups is None else setups
                 ranked = rank(rank_tasks(searcher, cases, named, scopes))    # on every CPU
+                templates = _left_out_templates()
                 for scope in scopes:
-                    by_scope[scope] = run_ablation(searcher, cases, named, scope=scope, ranked=ranked)
+                    by_scope[scope] = run_ablation(searcher, cases, named, scope=scope, ranked=ranked,
+                                                   templates=templates)
             built = list(searcher.sources)
         finally:
             searcher.close()

@@ -359,6 +359,9 @@ def test_local_obsidian_vault_leaves_out_its_templates_folders(tmp_path):
         "Meta/Templates/Daily.md", "Tpl/Meeting.md"]
     plain = Source(name="plain", kind="local", path=(vault,), format="markdown")
     assert "Tpl/Meeting.md" in select_paths(plain, ["Tpl/Meeting.md"])
+    from pipeline.ingest.fetch.base import left_out_templates     # what the eval names a case's page as in
+    assert (left_out_templates(source), left_out_templates(kept), left_out_templates(named),
+            left_out_templates(plain)) == (("Meta/Templates", "Tpl"), ("Meta/Templates",), (), ())
 
 
 def test_local_multi_root_prefix_and_change_detection(tmp_path):
