@@ -34,7 +34,7 @@ import typer
 
 from pipeline.common.errors import BuildInterrupted, PipelineError, one_line, storage_error_line
 from pipeline.common.gcpause import collector_paused
-from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
+from pipeline.config import Settings, eval_env_paths, eval_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
     NO_RESULTS,
     build_failure,
@@ -1332,11 +1332,24 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
     """``status``'s eval line (:func:`pipeline.service.eval_status`): the last eval's figures and its floors, or
     what is missing and what to run (no eval yet, no case about a built source). Before session 47 status said
     nothing of the eval: a data dir whose eval never ran looked the same as one that met its floors."""
+    from pipeline.evaluate import case_files
+
     cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
     if ev is None:
-        return (f"eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores "
-                f"the cases of {s.evals_dir}, or `docsvault eval` now" + ("" if s.evals_dir.exists()
-                                                                          else f"; there are none: {cases}"))
+        never = "eval: never run in this data dir (a build with --no-eval leaves it out)"
+        paths = eval_paths(s)
+        where = ", ".join(map(str, paths))
+        if not any(p.exists() for p in paths):
+            return (f"{never}: `docsvault build` scores the cases of {where}, or `docsvault eval` now; there are "
+                    f"none: {cases}")
+        try:
+            found = case_files(paths)
+        except PipelineError:              # a file unreadable as such: the eval says what
+            found = [Path(where)]
+        if not found:       # before session 47: "`docsvault build` scores the cases of …", of a folder of none
+            return (f"{never}: {where} holds no eval file (*.yaml, *.yml): add your cases there, or point "
+                    "DOCSVAULT_EVALS at them (README: Eval files)")
+        return f"{never}: `docsvault build` scores the cases of {where}, or `docsvault eval` now"
     if not ev.get("n"):
         files = ", ".join(ev.get("files") or []) or f"none at {s.evals_dir}"
         return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"

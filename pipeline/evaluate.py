@@ -48,6 +48,7 @@ __all__ = [
     "ablation_rows",
     "ablation_setups",
     "best_single_lane",
+    "case_files",
     "case_metrics",
     "check_floors",
     "check_fusion_gain",
@@ -90,6 +91,12 @@ class PageRanker(Protocol):
 
 # ---------------------------------------------------------------------------------------------------------------
 # cases
+
+
+def case_files(paths: Sequence[Path]) -> list[Path]:
+    """The eval files :func:`load_cases` would read of those of ``paths`` that exist (a file as given, a folder's
+    ``*.yaml`` / ``*.yml`` but its hidden ones); [] when none exists or its folders hold none."""
+    return _case_files([p for p in map(Path, paths) if p.exists()])
 
 
 def _case_files(paths: Sequence[Path]) -> list[Path]:
