@@ -1186,6 +1186,8 @@ def eval_(
             fail(str(exc))
             return
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2) if as_json else format_history(rows))
+        if not rows:                # nothing found: 1, as a search without a hit (before session 47, 0)
+            raise typer.Exit(EXIT_NONE)
         return
     if unscoped and both:
         fail("--unscoped and --both exclude each other: --both already includes the unscoped figures")

@@ -41,6 +41,7 @@ __all__ = [
     "FLOOR_ENV",
     "HYBRID",
     "METRICS",
+    "NO_EVAL_RUNS",
     "SCOPES",
     "SCOPE_NOTE",
     "UNSCOPED_SETUP",
@@ -893,6 +894,11 @@ def history_rows(reports: Mapping[str, Mapping[str, Any]], *, run_id: str, run_a
     return rows
 
 
+#: what ``eval --history`` says when no run is recorded (exit 1: nothing found)
+NO_EVAL_RUNS = ("no eval has run in this data dir: `docsvault build` scores your eval cases and records the run "
+                "(the retrieval_eval asset records one per build that changes the warehouse, not with --no-eval)")
+
+
 def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") -> str:
     """Past runs, oldest first, one line each: run time, warehouse built_at, pooled n, then the pooled ``metric``
     of every set-up seen in ``rows`` (``-`` when a run lacks it). ``rows`` as :func:`history_rows` makes them."""
@@ -907,7 +913,7 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
         run["values"][r["setup"]] = r[col]
         setups.setdefault(r["setup"], None)
     if not runs:
-        return "no eval runs recorded yet (the retrieval_eval asset records one per build that changes the warehouse)"
+        return NO_EVAL_RUNS
     width = {s: max(14, len(s) + 1) for s in setups}
     head = f"{'run at (UTC)':<27}{'warehouse built at':<27}{'n':>5}" + "".join(f"{s:>{width[s]}}" for s in setups)
     lines = [f"pooled {metric} per set-up", head, "-" * len(head)]

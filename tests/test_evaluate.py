@@ -367,7 +367,7 @@ def test_history_rows_and_format_history(ablation):
         "2026-01-01T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.444         0.833         1.000\n"
         "2026-01-02T10:00:00+00:00  2026-01-01T09:59:00+00:00      3         0.500             -         0.500"
     )
-    assert format_history([]).startswith("no eval runs recorded yet")
+    assert format_history([]).startswith("no eval has run in this data dir: `docsvault build` scores")
     # a source renamed: its cases left out, n falls and the pooled figure moves with no change of the search
     renamed = [{**r, "run_id": "r3", "run_at": "2026-01-03T10:00:00+00:00", "n": 1, "mrr_at_10": 1.0}
                for r in rows if r["setup"] == "hybrid"]
