@@ -1317,11 +1317,12 @@ def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = 
                      "changed and publishes it (cached embeddings of unchanged text are reused)")
     elif w.get("behind") and not failed and edited:
         # a generated note edited by hand moves the vault listing the warehouse is keyed on: before session 47 this
-        # line gave only causes that were not it, and "search may not see those changes" of an edit search never sees
+        # line gave only causes that were not it, and "search may not see those changes" of an edit search never sees;
+        # the cause known, no other follows (until session 47's end "(else: … a Dagster run without `warehouse` …)"
+        # did, of causes that had not happened: whatever else moved, the next build publishes it too)
         lines.append(f"  behind: generated notes of {', '.join(edited)} were edited or deleted in the vault since the "
                      "build wrote them (named above): search serves them as built, and the next build keeps each "
-                     "edit as '<name> (edited).md' and writes the notes again (else: notes or chunks built here by a "
-                     "Dagster run without `warehouse` or one stopped before it, or files copied without their times)")
+                     "edit as '<name> (edited).md' and writes the notes again")
     elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "
