@@ -593,11 +593,11 @@ def test_a_case_expecting_a_page_of_a_templates_folder_says_it_is_left_out_on_pu
         ("expected page in a templates folder (1; scored as misses: a `format: obsidian` source leaves its vault's "
          "templates folder out on purpose, a template is no note to search: expect a note instead, or name the "
          'folder in the source\'s `include` to search it, e.g. include: ["Templates/**", "**/*.md"]):'),
-        "  t1                     docs: Templates/Daily.md (in 'Templates/', the vault's templates folder, left out "
-        "on purpose)",
+        ("  t1                     docs: Templates/Daily.md (in 'Templates/', the vault's templates folder, left out "
+        "on purpose)"),
         "",
         ("expected page partly not in the warehouse (1; nDCG@10 counts it, so it stays below 1: fix the path or "
          "drop it):"),
-        "  p1                     docs: Templates/Daily.md (in 'Templates/', the vault's templates folder, left out "
-        "on purpose)"]
+        ("  p1                     docs: Templates/Daily.md (in 'Templates/', the vault's templates folder, left out "
+        "on purpose)")]
     assert "templates" not in run_eval(VaultPathSearcher(), cases[:1], lanes=("bm25",))["unreachable"][0]
