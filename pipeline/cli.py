@@ -34,7 +34,7 @@ import typer
 
 from pipeline.common.errors import BuildInterrupted, PipelineError, one_line, storage_error_line
 from pipeline.common.gcpause import collector_paused
-from pipeline.config import Settings, eval_env_paths, float_env, no_color, scoped_env, set_env
+from pipeline.config import Settings, eval_env_paths, eval_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
     NO_RESULTS,
     build_failure,
@@ -1094,6 +1094,20 @@ def capture(
 # eval
 
 
+def _left_out_templates() -> dict[str, tuple[str, ...]]:
+    """Source name -> the templates folders it leaves out (an Obsidian vault's, of a ``format: obsidian`` source:
+    :func:`pipeline.ingest.fetch.base.left_out_templates`), for the eval to say a case expects a template; {} when
+    the sources file cannot be read (the eval itself reads the warehouse only)."""
+    from pipeline.ingest.fetch.base import left_out_templates
+    from pipeline.ingest.sources import load_sources
+
+    try:
+        return {src.name: folders for src in load_sources(settings().sources_file)
+                if (folders := left_out_templates(src))}
+    except PipelineError:
+        return {}
+
+
 def _no_eval_files(s: Settings) -> str:
     """The error when no eval file exists: names the folder(s) looked in (DOCSVAULT_EVALS or ./evals)."""
     named = eval_env_paths()
@@ -1169,6 +1183,8 @@ def eval_(
             fail(str(exc))
             return
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2) if as_json else format_history(rows))
+        if not rows:                # nothing found: 1, as a search without a hit (before session 47, 0)
+            raise typer.Exit(EXIT_NONE)
         return
     if unscoped and both:
         fail("--unscoped and --both exclude each other: --both already includes the unscoped figures")
@@ -1189,8 +1205,10 @@ def eval_(
             with stored_query_vectors(settings(), searcher, keep=16 * len(cases)) as rank:   # embedded once, ever
                 named = {"": None} if setups is None else setups
                 ranked = rank(rank_tasks(searcher, cases, named, scopes))    # on every CPU
+                templates = _left_out_templates()
                 for scope in scopes:
-                    by_scope[scope] = run_ablation(searcher, cases, named, scope=scope, ranked=ranked)
+                    by_scope[scope] = run_ablation(searcher, cases, named, scope=scope, ranked=ranked,
+                                                   templates=templates)
             built = list(searcher.sources)
         finally:
             searcher.close()
@@ -1291,11 +1309,11 @@ def _warehouse_lag_lines(w: dict[str, Any], sources: Sequence[dict[str, Any]] = 
                      "read and related serve it as it is until `docsvault build` runs again the stages whose code "
                      "changed and publishes it (cached embeddings of unchanged text are reused)")
     elif w.get("behind") and not failed and edited:
-        # a generated note edited by hand moves the vault listing the warehouse is keyed on: name that cause first
+        # a generated note edited by hand moves the vault listing the warehouse is keyed on: name that cause, and no
+        # other (whatever else moved, the next build publishes it too)
         lines.append(f"  behind: generated notes of {', '.join(edited)} were edited or deleted in the vault since the "
                      "build wrote them (named above): search serves them as built, and the next build keeps each "
-                     "edit as '<name> (edited).md' and writes the notes again (else: notes or chunks built here by a "
-                     "Dagster run without `warehouse` or one stopped before it, or files copied without their times)")
+                     "edit as '<name> (edited).md' and writes the notes again")
     elif w.get("behind") and not failed:
         lines.append("  behind: what it is published from changed since (notes or chunks built here by a Dagster run "
                      "of some sources' assets without `warehouse` or one stopped before it, another version of "
@@ -1308,11 +1326,24 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
     """``status``'s eval line (:func:`pipeline.service.eval_status`): the last eval's figures and its floors, or
     what is missing and what to run (no eval yet, no case about a built source), so that a data dir whose eval
     never ran does not look like one that met its floors."""
+    from pipeline.evaluate import case_files
+
     cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
     if ev is None:
-        return (f"eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores "
-                f"the cases of {s.evals_dir}, or `docsvault eval` now" + ("" if s.evals_dir.exists()
-                                                                          else f"; there are none: {cases}"))
+        never = "eval: never run in this data dir (a build with --no-eval leaves it out)"
+        paths = eval_paths(s)
+        where = ", ".join(map(str, paths))
+        if not any(p.exists() for p in paths):
+            return (f"{never}: `docsvault build` scores the cases of {where}, or `docsvault eval` now; there are "
+                    f"none: {cases}")
+        try:
+            found = case_files(paths)
+        except PipelineError:              # a file unreadable as such: the eval says what
+            found = [Path(where)]
+        if not found:       # before session 47: "`docsvault build` scores the cases of …", of a folder of none
+            return (f"{never}: {where} holds no eval file (*.yaml, *.yml): add your cases there, or point "
+                    "DOCSVAULT_EVALS at them (README: Eval files)")
+        return f"{never}: `docsvault build` scores the cases of {where}, or `docsvault eval` now"
     if not ev.get("n"):
         files = ", ".join(ev.get("files") or []) or f"none at {s.evals_dir}"
         return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"

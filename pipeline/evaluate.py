@@ -41,6 +41,7 @@ __all__ = [
     "FLOOR_ENV",
     "HYBRID",
     "METRICS",
+    "NO_EVAL_RUNS",
     "SCOPES",
     "SCOPE_NOTE",
     "UNSCOPED_SETUP",
@@ -48,6 +49,7 @@ __all__ = [
     "ablation_rows",
     "ablation_setups",
     "best_single_lane",
+    "case_files",
     "case_metrics",
     "check_floors",
     "check_fusion_gain",
@@ -90,6 +92,12 @@ class PageRanker(Protocol):
 
 # ---------------------------------------------------------------------------------------------------------------
 # cases
+
+
+def case_files(paths: Sequence[Path]) -> list[Path]:
+    """The eval files :func:`load_cases` would read of those of ``paths`` that exist (a file as given, a folder's
+    ``*.yaml`` / ``*.yml`` but its hidden ones); [] when none exists or its folders hold none."""
+    return _case_files([p for p in map(Path, paths) if p.exists()])
 
 
 def _case_files(paths: Sequence[Path]) -> list[Path]:
@@ -352,7 +360,8 @@ class EvalReport(MappingRecord):
     ``overall``, ``by_source[s]``, ``by_kind[k]``: ``{"n", "hit@1", "hit@3", "mrr@10", "ndcg@10"}``; ``cases``:
     ``{"id", "query", "corpus", "kind", "rank", "top", **metrics}`` per scored case; ``skipped``:
     ``{"id", "corpus", "reason"}``; ``unreachable``: ``{"id", "corpus", "expected"}`` and ``"did_you_mean"`` (the
-    corpus's pages closest to ``expected``) when there are any; ``partly_unreachable``: ``{"id", "corpus",
+    corpus's pages closest to ``expected``) when there are any, or ``"templates"`` (the source's templates folders
+    that hold them, left out on purpose); ``partly_unreachable``: ``{"id", "corpus",
     "missing"}`` (and ``"did_you_mean"``) of a case some of whose expected pages are in the warehouse and some not
     (its nDCG@10 counts the missing ones, so it stays below 1).
     """
@@ -400,7 +409,8 @@ def rank_tasks(searcher: PageRanker, cases: Sequence[EvalCase], setups: Mapping[
 
 
 def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[str] | None = None,
-             scope: str = "scoped", ranked: Mapping[RankTask, PageRows] | None = None) -> EvalReport:
+             scope: str = "scoped", ranked: Mapping[RankTask, PageRows] | None = None,
+             templates: Mapping[str, Sequence[str]] | None = None) -> EvalReport:
     """Run every case through ``searcher.rank_pages(query, source=case.corpus, lanes, depth=10)``; ``lanes`` None
     means the searcher's default fusion (``Searcher.default_lanes``). A search found in ``ranked`` (:func:`rank_task`
     -> its rows, e.g. ranked by other processes: :func:`pipeline.stages.eval_rankings`) is read from there instead.
@@ -414,6 +424,10 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     ``page_vault_paths``).
 
     Cases whose corpus is not a source of the warehouse are listed under ``"skipped"`` and not scored.
+
+    ``templates`` (corpus -> the templates folders its source leaves out on purpose,
+    :func:`pipeline.ingest.fetch.base.left_out_templates`) gives an unreachable row whose expected pages are all in
+    such a folder ``"templates": [folder, …]``: no fix of the path finds them.
 
     Returns:
         An :class:`EvalReport` (as a mapping: ``{"lanes": [...], "overall": {"n", "hit@1", "hit@3", "mrr@10",
@@ -441,7 +455,8 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
                             "reason": f"source {case.corpus!r} is not in the warehouse"})
             continue
         case = _with_source_paths(searcher, case)
-        if page_paths is not None and (row := _missing_pages(case, page_paths(case.corpus))) is not None:
+        if page_paths is not None and (row := _missing_pages(case, page_paths(case.corpus),
+                                                             (templates or {}).get(case.corpus, ()))) is not None:
             # still scored, but named: a typo in the case or a page the build skipped can never be found
             (partly if "missing" in row else unreachable).append(row)
         task = rank_task(case, lanes, scope)
@@ -480,16 +495,21 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     )
 
 
-def _missing_pages(case: EvalCase, paths: Collection[str]) -> dict[str, Any] | None:
+def _missing_pages(case: EvalCase, paths: Collection[str], templates: Sequence[str] = ()) -> dict[str, Any] | None:
     """The row naming ``case``'s expected pages that are not among its corpus's pages ``paths``: ``{"id",
     "corpus", "expected"}`` when none is there (an ``unreachable`` case: a miss), ``{"id", "corpus", "missing"}``
-    when some are (``partly_unreachable``), each with ``did_you_mean`` when a page is close; None when all are."""
+    when some are (``partly_unreachable``), each with ``did_you_mean`` when a page is close, or with
+    ``"templates"`` (the folders of ``templates``, the source's left-out templates folders, that hold them) when
+    every missing page is in one; None when all are."""
     missing = [e for e in case.expected if e not in paths]
     if not missing:
         return None
     key = "expected" if len(missing) == len(case.expected) else "missing"
     row: dict[str, Any] = {"id": case.id, "corpus": case.corpus, key: missing}
-    if hint := _nearest_pages(missing, paths, case.corpus):
+    held = [next((t for t in templates if e.startswith(f"{t}/")), None) for e in missing]
+    if held and all(held):
+        row["templates"] = list(dict.fromkeys(t for t in held if t))
+    elif hint := _nearest_pages(missing, paths, case.corpus):
         row["did_you_mean"] = hint
     return row
 
@@ -678,16 +698,25 @@ def format_unreachable(report: Mapping[str, Any]) -> list[str]:
     """Lines naming the cases whose expected pages are not in the warehouse, then those some of whose expected
     pages are not ([] when none)."""
     lines: list[str] = []
-    for key, field, title in (
-            ("unreachable", "expected", ("expected page not in the warehouse ({n}; scored as misses: fix the path "
-                                         "in the case, or see the source's skipped files in `docsvault status`):")),
-            ("partly_unreachable", "missing", ("expected page partly not in the warehouse ({n}; nDCG@10 counts it, "
-                                               "so it stays below 1: fix the path or drop it):"))):
-        rows = report.get(key) or []
+    unreachable = report.get("unreachable") or []
+    for rows, field, title in (
+            ([r for r in unreachable if not r.get("templates")], "expected",
+             ("expected page not in the warehouse ({n}; scored as misses: fix the path in the case, or see the "
+              "source's skipped files in `docsvault status`):")),
+            ([r for r in unreachable if r.get("templates")], "expected",
+             ("expected page in a templates folder ({n}; scored as misses: a `format: obsidian` source leaves its "
+              "vault's templates folder out on purpose, a template is no note to search: expect a note instead, "
+              "or name the folder in the source's `include` to search it, e.g. include: "
+              "[\"{folder}/**\", \"**/*.md\"]):")),
+            (report.get("partly_unreachable") or [], "missing",
+             ("expected page partly not in the warehouse ({n}; nDCG@10 counts it, so it stays below 1: fix the "
+              "path or drop it):"))):
         if rows:
-            lines += ["", title.format(n=len(rows))]
+            lines += ["", title.format(n=len(rows), folder=(rows[0].get("templates") or [""])[0])]
         for r in rows:
-            hint = f" (did you mean {' | '.join(r['did_you_mean'])}?)" if r.get("did_you_mean") else ""
+            hint = (f" (did you mean {' | '.join(r['did_you_mean'])}?)" if r.get("did_you_mean")
+                    else f" (in {', '.join(repr(f'{t}/') for t in r['templates'])}, the vault's templates folder, "
+                         "left out on purpose)" if r.get("templates") else "")
             lines.append(f"  {pad(r['id'], 22)} {r['corpus']}: {' | '.join(r[field])}{hint}")
     return lines
 
@@ -721,10 +750,12 @@ def ablation_setups(graph: bool = True, lanes: Sequence[str] | None = None) -> d
 
 
 def run_ablation(searcher: PageRanker, cases: Sequence[EvalCase], setups: Mapping[str, Sequence[str]],
-                 scope: str = "scoped", ranked: Mapping[RankTask, PageRows] | None = None
-                 ) -> dict[str, dict[str, Any]]:
-    """One :func:`run_eval` report per set-up (``name -> lanes``), in the order of ``setups``, all in ``scope``."""
-    return {name: run_eval(searcher, cases, lanes=lanes, scope=scope, ranked=ranked) for name, lanes in setups.items()}
+                 scope: str = "scoped", ranked: Mapping[RankTask, PageRows] | None = None,
+                 templates: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, Any]]:
+    """One :func:`run_eval` report per set-up (``name -> lanes``), in the order of ``setups``, all in ``scope``
+    (``templates``: as :func:`run_eval` reads it)."""
+    return {name: run_eval(searcher, cases, lanes=lanes, scope=scope, ranked=ranked, templates=templates)
+            for name, lanes in setups.items()}
 
 
 def _groups(report: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, float]]]:
@@ -863,6 +894,11 @@ def history_rows(reports: Mapping[str, Mapping[str, Any]], *, run_id: str, run_a
     return rows
 
 
+#: what ``eval --history`` says when no run is recorded (exit 1: nothing found)
+NO_EVAL_RUNS = ("no eval has run in this data dir: `docsvault build` scores your eval cases and records the run "
+                "(the retrieval_eval asset records one per build that changes the warehouse, not with --no-eval)")
+
+
 def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") -> str:
     """Past runs, oldest first, one line each: run time, warehouse built_at, pooled n, then the pooled ``metric``
     of every set-up seen in ``rows`` (``-`` when a run lacks it). ``rows`` as :func:`history_rows` makes them."""
@@ -877,7 +913,7 @@ def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") ->
         run["values"][r["setup"]] = r[col]
         setups.setdefault(r["setup"], None)
     if not runs:
-        return "no eval runs recorded yet (the retrieval_eval asset records one per build that changes the warehouse)"
+        return NO_EVAL_RUNS
     width = {s: max(14, len(s) + 1) for s in setups}
     head = f"{'run at (UTC)':<27}{'warehouse built at':<27}{'n':>5}" + "".join(f"{s:>{width[s]}}" for s in setups)
     lines = [f"pooled {metric} per set-up", head, "-" * len(head)]

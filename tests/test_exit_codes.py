@@ -52,6 +52,17 @@ def test_search_found_none_found_and_errors(built_tiny_env: Path) -> None:
     assert _code("--data", str(built_tiny_env / "nodata"), "search", "ducks") == 2     # no warehouse
 
 
+def test_eval_history_without_a_recorded_run_is_nothing_found(tmp_path: Path) -> None:
+    """`eval --history` of a data dir where no eval has run exited 0 (helper s47-leftovers): nothing found is 1."""
+    data = ["--data", str(tmp_path / "data"), "--sources", str(tmp_path / "sources.yaml")]
+    result = runner.invoke(app, [*data, "eval", "--history"])
+    assert (result.exit_code, result.stdout) == (1, (
+        "no eval has run in this data dir: `docsvault build` scores your eval cases and records the run (the "
+        "retrieval_eval asset records one per build that changes the warehouse, not with --no-eval)\n"))
+    result = runner.invoke(app, [*data, "eval", "--history", "--json"])
+    assert (result.exit_code, result.stdout) == (1, "[]\n")
+
+
 def test_check_vault_tells_a_problem_found_from_an_error(built_tiny_env: Path) -> None:
     assert _code("check-vault") == 0
     assert _code("check-vault", "--source", "nope") == 2

@@ -84,6 +84,17 @@ def test_clean_text_wikilink_with_an_escaped_pipe(md: str, expected: str) -> Non
     assert clean_text(md) == expected
 
 
+def test_a_snippet_keeps_an_ideographic_space_as_written() -> None:
+    """A hit on a note linking `[[プロジェクト　計画]]` showed `プロジェクト 計画` (helper s47-leftovers), a note the
+    vault does not have; other whitespace is still one ASCII space."""
+    md = "今日は[[プロジェクト\u3000計画]]について。\n\n`a\u3000b`  and\tmore\u00a0text\n# 第１章\u3000はじめに"
+    assert clean_text(md) == "今日はプロジェクト\u3000計画について。 `a\u3000b` and more\u00a0text 第１章\u3000はじめに"
+    assert make_snippet("x " * 200 + "[[プロジェクト\u3000計画]] の話。", "計画", width=40).endswith(
+        "プロジェクト\u3000計画 の話。")
+    from pipeline.search.snippet import plain_heading
+    assert plain_heading("第１章\u3000はじめに  <b>x</b>") == "第１章\u3000はじめに x"
+
+
 def test_cut_around_starts_at_the_sentence_and_ends_on_a_boundary() -> None:
     text = "word " * 60 + "Parquet files are columnar. They are fast to scan and compress well. " + "tail " * 60
     snip = cut_around(text, text.index("Parquet"), 120)

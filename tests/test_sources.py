@@ -4,7 +4,7 @@ import pytest
 
 from pipeline.common.errors import SourceConfigError
 from pipeline.common.frontmatter import CLOSE_QUOTE
-from pipeline.ingest.sources import load_sources, select_sources
+from pipeline.ingest.sources import closest_name, load_sources, select_sources
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -229,6 +229,30 @@ def test_select_unknown_offers_the_closest_name(tmp_path: Path) -> None:
         select_sources(load_sources(p), ["my_notes", "Obsidian-Help", "zzz"])
     assert str(err.value) == ("unknown source(s) 'my_notes', 'Obsidian-Help', 'zzz' (did you mean 'my-notes', "
                               "'obsidian-help'?); known sources: my-notes, obsidian-help")
+
+
+@pytest.mark.parametrize("name, known, expected", [
+    ("日紀", ["会議", "日記"], "日記"),          # an IME's kanji of the same reading: ratio 0.5, none offered before
+    ("会議緑", ["会議録"], "会議録"),            # ratio 0.67
+    ("にき", ["にっき"], "にっき"),              # a character left out: difflib's ratio, 0.8, as before
+    ("猫", ["犬"], None),                        # one character is all of it
+    ("日紀", ["日本語"], None),
+    ("ab", ["ax"], None),                       # a short Latin name: one letter is noise
+    ("a日", ["b日"], None),                      # the character that differs is Latin
+    ("cat", ["car"], None),
+    ("tinny", ["tiny"], "tiny"),
+])
+def test_closest_name_offers_a_short_cjk_name_one_character_apart(name: str, known: list[str],
+                                                                   expected: str | None) -> None:
+    """`search --tag 日紀` (a typo of 日記) got no "did you mean" (helper s47-leftovers): difflib's ratio of two
+    two-character names one character apart is 0.5, below the cutoff a short Latin name needs."""
+    assert closest_name(name, known) == expected
+
+
+def test_unknown_japanese_tag_offers_the_close_one() -> None:
+    from pipeline.service import untagged_message
+    assert untagged_message(["日紀"], [], ["daily", "日記", "会議"]) == (
+        "No results: no note has the tag '日紀' (frontmatter or inline #tag; did you mean '日記'?)")
 
 
 def test_http_keys_parse_with_defaults(tmp_path: Path) -> None:

@@ -236,8 +236,7 @@ def test_a_file_of_yours_in_a_source_folder_leaves_the_warehouse_current(built_t
 
 EDITED = ("  behind: generated notes of tiny were edited or deleted in the vault since the build wrote them (named "
           "above): search serves them as built, and the next build keeps each edit as '<name> (edited).md' and writes "
-          "the notes again (else: notes or chunks built here by a Dagster run without `warehouse` or one stopped "
-          "before it, or files copied without their times)")
+          "the notes again")      # the cause known: no "(else: … a Dagster run without `warehouse` …)" (s47-leftovers)
 
 
 def test_status_names_a_generated_note_deleted_from_the_vault_and_why_it_is_behind(built_tiny_env: Path) -> None:

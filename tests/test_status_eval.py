@@ -29,6 +29,28 @@ def test_status_says_the_eval_never_ran_and_what_to_run(tmp_path: Path) -> None:
         "(README: Eval files)")
 
 
+def test_status_says_an_eval_folder_without_eval_files_holds_none(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DOCSVAULT_EVALS` naming an existing but empty folder: status said "`docsvault build` scores the cases of
+    …/evals", though there were none (helper s47-leftovers)."""
+    s = _settings(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("not cases")
+    (tmp_path / "mine" / "._cases.yaml").write_bytes(b"\x00")           # macOS' resource fork: no eval file
+    monkeypatch.setenv("DOCSVAULT_EVALS", str(tmp_path / "mine"))
+    assert eval_status_line(None, s) == (
+        f"eval: never run in this data dir (a build with --no-eval leaves it out): {tmp_path / 'mine'} holds no eval "
+        "file (*.yaml, *.yml): add your cases there, or point DOCSVAULT_EVALS at them (README: Eval files)")
+    (tmp_path / "mine" / "cases.yml").write_text("corpus: x\ncases: []\n")
+    assert eval_status_line(None, s) == (
+        "eval: never run in this data dir (a build with --no-eval leaves it out): `docsvault build` scores the cases "
+        f"of {tmp_path / 'mine'}, or `docsvault eval` now")
+    monkeypatch.delenv("DOCSVAULT_EVALS")
+    (tmp_path / "evals").mkdir()                                        # the default folder, empty
+    assert eval_status_line(None, s).endswith(f": {tmp_path / 'evals'} holds no eval file (*.yaml, *.yml): add your "
+                                              "cases there, or point DOCSVAULT_EVALS at them (README: Eval files)")
+
+
 def test_status_says_no_case_is_about_a_built_source(tmp_path: Path) -> None:
     s = _settings(tmp_path)
     update_state(s, SHARED_STATE, eval={"key": "k", "report": {"overall": {"n": 0}, "files": ["/e/my.yaml"]}})

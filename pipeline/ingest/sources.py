@@ -674,15 +674,37 @@ def _path_lines(sources_file: Path) -> dict[int, int]:
     return {i: key_lines.get("path", start) for i, (start, key_lines) in enumerate(blocks, start=1)}
 
 
+#: a CJK character (kana, kanji, Hangul syllables): one carries a word's worth of meaning, so a name of two of
+#: them with one mistyped (an IME's wrong kanji of the same reading, ``日紀`` for ``日記``) is still close
+_CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def _one_cjk_apart(name: str, names: Sequence[str]) -> str | None:
+    """The first of ``names`` as long as ``name`` (2 chars or more) that differs from it in exactly one character,
+    a CJK one on both sides (:data:`_CJK_CHAR`); None when there is none."""
+    for known in names:
+        if len(known) == len(name) >= 2:
+            apart = [(a, b) for a, b in zip(name, known, strict=True) if a != b]
+            if len(apart) == 1 and _CJK_CHAR.match(apart[0][0]) and _CJK_CHAR.match(apart[0][1]):
+                return known
+    return None
+
+
 def closest_name(name: str, known: Sequence[str]) -> str | None:
-    """The one of ``known`` (source names) that ``name`` probably meant: the same name in another case (``Tiny``
-    -> ``tiny``), else the closest spelling (:func:`difflib.get_close_matches`, ratio >= 0.75: ``tinny`` ->
-    ``tiny``, and a Dagster group's ``my_notes`` -> ``my-notes``); None when none is close."""
+    """The one of ``known`` (source names, lanes, tags, note and folder names) that ``name`` probably meant: the
+    same name in another case (``Tiny`` -> ``tiny``), else the closest spelling (:func:`difflib.get_close_matches`,
+    ratio >= 0.75: ``tinny`` -> ``tiny``, and a Dagster group's ``my_notes`` -> ``my-notes``), else the first name
+    of the same length that one CJK character sets apart (``日紀`` -> ``日記``, ``会議緑`` -> ``会議録``: their
+    ratios, 0.5 and 0.67, are below the cutoff, which a short Latin name keeps: ``ab`` gets no ``ax``); None when
+    none is close."""
     folded = {k.casefold(): k for k in known}
     if name.casefold() in folded:
         return folded[name.casefold()]
     close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
-    return folded[close[0]] if close else None
+    if close:
+        return folded[close[0]]
+    near = _one_cjk_apart(name.casefold(), list(folded))
+    return folded[near] if near else None
 
 
 def did_you_mean(unknown: Sequence[str], known: Sequence[str]) -> str:

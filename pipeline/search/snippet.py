@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pipeline.common.display import char_start
+from pipeline.common.display import char_start, one_line
 from pipeline.common.markdown import EMBED, IMAGE, LINK, WIKILINK, code_lines, replace_code, wikilink_text
 
 __all__ = ["clean_text", "cut_around", "heading_at", "make_snippet", "match_position", "plain_heading",
@@ -115,8 +115,9 @@ def strip_controls(text: str) -> str:
 def plain_heading(heading: str) -> str:
     """A heading as a search hit shows it: its HTML tags, comments and control characters removed, entities
     decoded, links as their text (``[Install](https://x)``, ``<a href="x">Install</a>`` -> ``Install``;
-    ``[[Page|Alias]]`` -> ``Alias``), images and embeds removed, whitespace collapsed (``Install <Badge
-    text="beta"/>`` -> ``Install``; ``a < b`` stays). Its other Markdown is kept (a heading's ``__init__.py`` is a
+    ``[[Page|Alias]]`` -> ``Alias``), images and embeds removed, whitespace collapsed as
+    :func:`~pipeline.common.display.one_line` does (``Install <Badge text="beta"/>`` -> ``Install``; ``a < b``
+    stays; ``第１章\u3000はじめに`` keeps its ideographic space). Its other Markdown is kept (a heading's ``__init__.py`` is a
     name, not emphasis)."""
     text = strip_controls(heading)
     if "<" in text:
@@ -129,7 +130,7 @@ def plain_heading(heading: str) -> str:
     if "&" in text:
         for entity, char in _ENTITY.items():
             text = text.replace(entity, char)
-    return " ".join(text.split())
+    return one_line(text)
 
 
 _ATX_LINE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")
@@ -186,11 +187,13 @@ def width_insensitive(term: str) -> str:
 
 def clean_text(markdown: str) -> str:
     """One line of plain text from Markdown (see the module docstring); whitespace collapsed, code kept as
-    `` `inline code` `` (its inner whitespace collapsed too)."""
+    `` `inline code` `` (its inner whitespace collapsed too), both by :func:`~pipeline.common.display.one_line`: a
+    run of only ideographic (``\\u3000``) or no-break spaces stays as written (``[[プロジェクト\\u3000計画]]`` showed
+    as ``プロジェクト 計画``, a note the vault does not have, before session 47)."""
     codes: list[str] = []
 
     def keep(code: str, pad: str = " ") -> str:
-        code = " ".join(code.split())
+        code = one_line(code)
         if not code:
             return pad
         codes.append(f"`{code}`")
@@ -220,7 +223,7 @@ def clean_text(markdown: str) -> str:
     for entity, char in _ENTITY.items():
         text = text.replace(entity, char)
     text = text.replace("|", " | ")
-    text = " ".join(text.split())
+    text = one_line(text)               # an ideographic space stays: `[[プロジェクト　計画]]` names that note
     text = re.sub(r"(?:\| )+\|", "|", text).strip(" |")
     if codes:
         text = re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], text)

@@ -210,8 +210,14 @@ def select_paths(source: Source, paths: Iterable[str]) -> list[str]:
     (:func:`template_folders`: a template's ``{{title}}`` and ``{{date}}`` are no note to search); sorted,
     deduplicated."""
     include = source.include or select_default(source)
-    templates = tuple(f"{t}/" for t in template_folders(source)       # kept by `Templates/**`, or `Templates`
-                      if not any(f"{g.lstrip('/')}/".startswith(f"{t}/") for g in source.include))
+    templates = tuple(f"{t}/" for t in left_out_templates(source))
     keep = {p for p in paths if path_matches(p, include) and not path_matches(p, source.exclude)
             and not p.startswith(templates)}
     return sorted(keep)
+
+
+def left_out_templates(source: Source) -> tuple[str, ...]:
+    """The templates folders of ``source`` (:func:`template_folders`) that :func:`select_paths` leaves out: all but
+    those an ``include`` glob starts with or is (``Templates/**``, or ``Templates``)."""
+    return tuple(t for t in template_folders(source)
+                 if not any(f"{g.lstrip('/')}/".startswith(f"{t}/") for g in source.include))
