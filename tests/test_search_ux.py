@@ -928,6 +928,10 @@ def test_a_tag_in_the_title_heading_is_a_tag_of_the_note(tmp_path: Path) -> None
         assert tagged("project") == ["g/Home.md"]
         assert tagged("todo") == ["g/Home.md"] and tagged("start") == ["g/Home.md"]
         assert tagged("tips") == [] and tagged("42") == []
+    from pipeline.warehouse.write import _note_tags
+
+    both = Note("g", "B.md", "B.md", "B", {"title": "B", "tags": ["project", "x"]}, "# B #project #y\n\nText.\n")
+    assert _note_tags(both) == ["project", "x", "y"]          # a tag written in both places is held once
 
 
 def test_a_link_whose_text_runs_over_a_line_break_shows_its_text() -> None:

@@ -256,7 +256,7 @@ def record_upstream_checks(settings: Settings, failed: dict[str, str], answered:
     """Record the sensor tick's upstream checks (see :data:`UPSTREAM_STATE`): ``failed`` (source -> error) is kept
     with the time its failure began (``at`` for a new one), ``answered`` (sources whose upstream answered) and
     names not in ``sources`` (sources.yaml's) are dropped, any other entry stays. Written only when that changes
-    anything; a folder that cannot be written is left as it is (the tick goes on)."""
+    anything; a folder that cannot be written is left as it is, with a warning (the tick goes on)."""
     old = load_state(settings, UPSTREAM_STATE)
     drop = set(answered) | set(failed)
     known = set(sources)
@@ -269,8 +269,12 @@ def record_upstream_checks(settings: Settings, failed: dict[str, str], answered:
         return
     try:
         write_state(settings, UPSTREAM_STATE, new)
-    except OSError:
-        pass
+    except OSError as exc:      # a data folder this process may only read: the tick goes on, status cannot tell
+        import logging
+
+        logging.getLogger("docsvault").warning(
+            "cannot record the sensor's upstream checks in %s (%s): `docsvault status` will not name a source whose "
+            "upstream cannot be checked", state_path(settings, UPSTREAM_STATE), exc.strerror or exc)
 
 
 def upstream_check_failure(settings: Settings, source: str) -> dict[str, str] | None:

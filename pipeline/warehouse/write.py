@@ -69,10 +69,11 @@ def _frontmatter_tags(fm: Mapping[str, Any]) -> list[str]:
 def _note_tags(note: Note) -> list[str]:
     """The tags a note's ``tags`` column holds: its frontmatter's (:func:`_frontmatter_tags`), then the ``#tags``
     of the H1 that heads it (``# Home #project``: the title is ``Home``, the tag Obsidian's, so the heading is in no
-    chunk's heading or text, where ``--tag`` finds the inline ones: ``--tag project`` finds the note)."""
+    chunk's heading or text, where ``--tag`` finds the inline ones: ``--tag project`` finds the note); each tag
+    once, in that order."""
     from pipeline.ingest.normalize import leading_h1
 
-    return _frontmatter_tags(note.frontmatter) + heading_tags(leading_h1(note.body) or "")
+    return list(dict.fromkeys(_frontmatter_tags(note.frontmatter) + heading_tags(leading_h1(note.body) or "")))
 
 
 def _notes_table(notes: Sequence[Note], metrics: Mapping[str, tuple[int, float]]) -> pa.Table:
