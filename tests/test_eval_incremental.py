@@ -36,12 +36,13 @@ def evals_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     calls: list[tuple[str, str]] = []
     real = ev.run_eval
 
-    def spy(searcher: Any, cases: Any, lanes: Any = None, scope: str = "scoped", ranked: Any = None) -> Any:
+    def spy(searcher: Any, cases: Any, lanes: Any = None, scope: str = "scoped", ranked: Any = None,
+            templates: Any = None) -> Any:
         calls.append(("+".join(lanes or ()), scope))
         if ranked is not None:      # only this set-up's searches were ranked
             assert {task for task in ranked if task[2] == (tuple(lanes) if lanes else None)
                     and (task[1] is None) == (scope == "unscoped")}, (lanes, scope)
-        return real(searcher, cases, lanes=lanes, scope=scope, ranked=ranked)
+        return real(searcher, cases, lanes=lanes, scope=scope, ranked=ranked, templates=templates)
 
     monkeypatch.setattr(ev, "run_eval", spy)
     return calls
