@@ -63,6 +63,7 @@ __all__ = [
     "history_rows",
     "hit_at",
     "load_cases",
+    "metric_key",
     "ndcg_at",
     "reciprocal_rank",
     "rank_task",
@@ -73,6 +74,13 @@ __all__ = [
 
 DEPTH = 10
 METRICS: tuple[str, ...] = ("hit@1", "hit@3", "mrr@10", "ndcg@10")
+
+
+def metric_key(metric: str) -> str:
+    """The key of a metric where it leaves the eval as a name (JSON, history columns, Dagster metadata):
+    ``hit@1`` -> ``hit_at_1``, a key a jq path or a column need not quote; other names as they are."""
+    return metric.replace("@", "_at_")
+
 SCOPES: tuple[str, ...] = ("scoped", "unscoped")
 #: The set-up name of the default fusion searched unscoped, beside the (scoped) ablation set-ups of the eval stage.
 UNSCOPED_SETUP = "hybrid unscoped"
@@ -888,7 +896,7 @@ def history_rows(reports: Mapping[str, Mapping[str, Any]], *, run_id: str, run_a
             "run_id": run_id, "run_at": run_at, "warehouse_built_at": built_at, "warehouse_key": warehouse_key,
             "cases_key": cases_key, "setup": setup, "lanes": "+".join(reports[setup].get("lanes", ())),
             "group_kind": gk, "group_name": name, "n": int(agg["n"]),
-            **{m.replace("@", "_at_"): float(agg[m]) for m in METRICS},
+            **{metric_key(m): float(agg[m]) for m in METRICS},
             "k_rrf": float(k_rrf) if k_rrf is not None else None, "weights": weights, "models": models,
         })
     return rows
@@ -902,7 +910,7 @@ NO_EVAL_RUNS = ("no eval has run in this data dir: `docsvault build` scores your
 def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") -> str:
     """Past runs, oldest first, one line each: run time, warehouse built_at, pooled n, then the pooled ``metric``
     of every set-up seen in ``rows`` (``-`` when a run lacks it). ``rows`` as :func:`history_rows` makes them."""
-    col = metric.replace("@", "_at_")
+    col = metric_key(metric)
     runs: dict[str, dict[str, Any]] = {}
     setups: dict[str, None] = {}
     for r in rows:
@@ -987,7 +995,7 @@ def check_floors(report: Mapping[str, Any] | None, floors: Mapping[str, float]) 
     below = [m for m, floor in floors.items() if float(overall[m]) < floor]
     meta: dict[str, Any] = {"n": int(overall["n"])}
     for m, floor in floors.items():
-        meta[m.replace("@", "_at_")] = float(overall[m])
+        meta[metric_key(m)] = float(overall[m])
         meta[f"floor_{m.replace('@', '_at_')}"] = float(floor)
     if below:
         meta["below"] = ", ".join(f"{m} {float(overall[m]):.3f} < {floors[m]:.3f}" for m in below)
@@ -1013,7 +1021,7 @@ def check_fusion_gain(report: Mapping[str, Any] | None, metric: str = "mrr@10") 
     if HYBRID not in setups or best is None:
         return CheckOutcome(True, {"note": "no hybrid and single-lane set-ups to compare"})
     hybrid = float(setups[HYBRID]["overall"][metric])
-    key = metric.replace("@", "_at_")
+    key = metric_key(metric)
     meta: dict[str, Any] = {f"hybrid_{key}": hybrid, "best_single_lane": best[0], f"best_single_lane_{key}": best[1],
                             "gain": round(hybrid - best[1], 4)}
     if hybrid >= best[1]:

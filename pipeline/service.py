@@ -1007,7 +1007,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
     variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
     with ``--no-eval``)."""
-    from pipeline.evaluate import check_floors, floors_from_env
+    from pipeline.evaluate import check_floors, floors_from_env, metric_key
     from pipeline.stages.index import shared_state
 
     last = shared_state(s).get("eval")
@@ -1018,7 +1018,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"n": int(overall.get("n") or 0), "files": list(report.get("files") or [])}
     if not out["n"]:
         return out
-    out.update({key.replace("@", "_at_"): float(overall.get(key) or 0.0)
+    out.update({metric_key(key): float(overall.get(key) or 0.0)
                 for key in ("hit@1", "hit@3", "mrr@10", "ndcg@10")})
     out["run_at"] = report.get("run_at", "")
     out["stale"] = bool(built_at and report.get("warehouse_built_at") and report["warehouse_built_at"] != built_at)
@@ -1027,7 +1027,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     except PipelineError as exc:
         out["floors_error"] = str(exc)
         return out
-    out["floors"] = {key.replace("@", "_at_"): floor for key, floor in floors.items()}   # one key per metric
+    out["floors"] = {metric_key(key): floor for key, floor in floors.items()}   # one key per metric
     out["below"] = check_floors(report, floors).metadata.get("below", "")
     return out
 
@@ -1059,9 +1059,9 @@ def eval_json(value: Any) -> Any:
     its metrics keyed as every JSON of docsvault spells them: ``hit_at_1``, ``hit_at_3``, ``mrr_at_10``,
     ``ndcg_at_10`` (``build --json``'s ``eval``, the history's columns, ``eval --history --json``): keys a jq path
     need not quote, as ``hit@1`` must be (``.["hit@1"]``)."""
-    from pipeline.evaluate import METRICS
+    from pipeline.evaluate import METRICS, metric_key
 
-    names = {m: m.replace("@", "_at_") for m in METRICS}
+    names = {m: metric_key(m) for m in METRICS}
     if isinstance(value, Mapping):
         return {names.get(k, k): eval_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -678,7 +678,7 @@ def _warehouse_checks(settings: Settings) -> list[dg.AssetCheckResult]:
 def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
     """Metadata of one ``retrieval_eval`` materialization: the figures only when the eval ran now (a skipped eval
     records ``skipped`` and nothing to plot)."""
-    from pipeline.evaluate import METRICS, best_single_lane, format_ablation
+    from pipeline.evaluate import METRICS, best_single_lane, format_ablation, metric_key
 
     meta: dict[str, Any] = {"skipped": bool(report.skipped), "history_rows": int(report.history_rows or 0),
                             "history": dg.MetadataValue.path(report.history or "")}
@@ -695,7 +695,7 @@ def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
         meta["skipped_corpora"] = ", ".join(f"{name} ({n})" for name, n in report.skipped_cases.items())
     for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
         if metric in overall:
-            meta[metric.replace("@", "_at_")] = dg.MetadataValue.float(float(overall[metric]))
+            meta[metric_key(metric)] = dg.MetadataValue.float(float(overall[metric]))
     for name, row in sorted((report.by_source or {}).items()):
         for metric in ("hit@3", "mrr@10"):
             meta[f"{name}/{metric.replace('@', '_at_')}"] = dg.MetadataValue.float(float(row[metric]))
