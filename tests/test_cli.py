@@ -319,6 +319,26 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     assert len(result.output.splitlines()) == 1
 
 
+def test_read_names_the_templates_folder_a_note_is_left_out_by(tiny_env: Path, tiny_vault: Path) -> None:
+    """A note of the vault's templates folder, which builds leave out since session 47 (an upgraded build removes
+    the ones an earlier build wrote): `read` of its vault path, a search hit copied before, said "no note …; use a
+    vault_path from search results"; it now names the folder and the include that builds it."""
+    (tiny_vault / ".obsidian" / "templates.json").write_text('{"folder": "Templates"}', encoding="utf-8")
+    (tiny_vault / "Templates").mkdir()
+    (tiny_vault / "Templates" / "Daily.md").write_text("# {{title}}\n\n## Tasks\n", encoding="utf-8")
+    result = runner.invoke(app, ["read", "tiny/Templates/Daily.md"])
+    assert (result.exit_code, result.output) == (2, (
+        "error: tiny/Templates/Daily.md is not in the vault: 'Templates/' is the Obsidian vault's templates folder "
+        "(.obsidian/templates.json or Templater's templates_folder), which source 'tiny' leaves out (a template is "
+        "no note); to build it, give the source an include that starts with the folder: "
+        "include: [\"Templates/**\", \"**/*.md\"]\n"))
+    # a file of the source that its build would read is still "not in the vault yet"
+    (tiny_vault / "Templatesx").mkdir()
+    (tiny_vault / "Templatesx" / "Daily.md").write_text("# Daily\n", encoding="utf-8")
+    assert runner.invoke(app, ["read", "tiny/Templatesx/Daily.md"]).output.startswith(
+        "error: tiny/Templatesx/Daily.md is not in the vault yet: its file ")
+
+
 def test_read_prints_commands_a_shell_can_run_for_a_path_with_a_quote(tiny_env: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``read``'s next-page and all-links lines quote the note's path for a shell: a ``'`` in it was printed
