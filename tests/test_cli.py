@@ -879,6 +879,25 @@ def test_build_names_your_files_and_earlier_edited_copies_apart() -> None:
         "sub/Note (edited 2).md")]
 
 
+def test_build_names_templates_it_removes_as_the_templates_folder() -> None:
+    """The first build after the upgrade that leaves an Obsidian vault's templates folder out removed the templates an
+    earlier build wrote with "removed (their pages left the source): Templates/Daily.md", of a page still in the
+    source; the line now names the templates folder, and a page that did leave the source keeps its line."""
+    from pipeline.cli import vault_lines
+
+    meta = {"removed": 3, "removed_files": ["Templates/Daily.md", "Old.md", "Templates/sub/Meeting.md"]}
+    assert vault_lines("me", meta, templates=("Templates",)) == [
+        ("me: removed (the Obsidian vault's templates folder 'Templates/', which the source leaves out; the "
+         "templates in the source are untouched): Templates/Daily.md, Templates/sub/Meeting.md"),
+        "me: removed (their pages left the source): Old.md"]
+    assert vault_lines("me", {"removed": 60, "removed_files": ["Templates/Daily.md"]}, templates=("Templates",)) == [
+        ("me: removed (the Obsidian vault's templates folder 'Templates/', which the source leaves out; the "
+         "templates in the source are untouched): Templates/Daily.md"),
+        "me: removed (their pages left the source): 59 more"]
+    assert vault_lines("me", {"removed": 7, "removed_files": ["Templates/Daily.md", "Old.md"]}) == [
+        "me: removed (their pages left the source): Templates/Daily.md, Old.md and 5 more"]
+
+
 def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding of a new user's run (session 44): `docsvault search` run from another folder said "no warehouse at
