@@ -188,13 +188,15 @@ def build(
     """
     import time as _time
 
+    from pipeline.ingest.fetch.base import template_folders
     from pipeline.ingest.sources import load_sources, select_sources
 
     s = settings()
     started = _time.perf_counter()
     bar = _BuildProgress(progress_mode(quiet, verbose))
     try:
-        select_sources(load_sources(s.sources_file), source)   # validate before starting Dagster
+        configured = load_sources(s.sources_file)
+        select_sources(configured, source)   # validate before starting Dagster
         refuse_unwritable_dirs(s)
         with _stop_on_signals():
             report = noop_build(s, source, wait=wait, force=force, wait_arg=wait_arg)
@@ -231,6 +233,7 @@ def build(
         typer.echo(_upgrade_line(report.upgraded))
     typer.echo(f"{'source':24} {'status':9} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
     outcomes = {o.name: o for o in build_outcome(report).sources}
+    templates = {x.name: template_folders(x) for x in configured}
     for st in report.sources:
         vault_meta = st.metadata.get("vault", {})
         emb = st.metadata.get("embeddings", {})
@@ -268,7 +271,7 @@ def build(
         not_fetched = pages_not_fetched_line(st)
         if not_fetched:
             typer.echo(f"  {not_fetched}")
-        for line in vault_lines(st.name, vault_meta, settings().state_dir):
+        for line in vault_lines(st.name, vault_meta, settings().state_dir, templates.get(st.name, ())):
             typer.echo(f"  {line}")
         if emb.get("model_changed"):
             typer.echo(f"  {st.name}: embedding model changed ({emb['model_changed']}): every chunk re-embedded; "
@@ -364,9 +367,12 @@ def resumed_line(report: BuildReport, failed: Mapping[str, str] | None = None) -
     return f"finished {which}: search now has what {it} had built"
 
 
-def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) -> list[str]:
+def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None,
+                templates: Sequence[str] = ()) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
-    kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``)."""
+    kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``). ``templates``: the source's
+    Obsidian templates folders (:func:`pipeline.ingest.fetch.base.template_folders`), whose removed notes are named
+    apart: their pages are still in the source, which leaves the folder out (session 47)."""
     from pipeline.ingest.ownership import conflict_original, load_yours
     from pipeline.stages.ingest import FOREIGN, conflict_line
 
@@ -391,9 +397,20 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None) 
             lines.append(f"{name}: kept {len(older)} copy(ies) of your edits to generated notes (merge and delete "
                          f"them when done): {', '.join(older[:5])}{more}")
     if meta.get("removed_files"):
-        shown = meta["removed_files"][:5]
-        more = f" and {meta['removed'] - len(shown)} more" if meta.get("removed", 0) > len(shown) else ""
-        lines.append(f"{name}: removed (their pages left the source): {', '.join(shown)}{more}")
+        folders = tuple(f"{t}/" for t in templates)
+        left = [f for f in meta["removed_files"] if not f.startswith(folders)]
+        out = [f for f in meta["removed_files"] if f.startswith(folders)]
+        total = max(int(meta.get("removed") or 0), len(meta["removed_files"]))
+        if out:     # before, "their pages left the source" of templates still in it (the upgrade of session 47)
+            where = ", ".join(repr(f) for f in folders if any(x.startswith(f) for x in out))
+            lines.append(f"{name}: removed (the Obsidian vault's templates folder {where}, which the source leaves "
+                         f"out; the templates in the source are untouched): {', '.join(out[:5])}"
+                         + (f" and {len(out) - 5} more" if len(out) > 5 else ""))
+        if left or total > len(meta["removed_files"]):
+            shown = left[:5]
+            more = total - len(out) - len(shown)
+            lines.append(f"{name}: removed (their pages left the source): {', '.join(shown)}"
+                         + ((" and " if shown else "") + f"{more} more" if more > 0 else ""))
     if meta.get("attachments_written"):
         lines.append(f"{name}: {meta['attachments_written']} attachment(s) copied "
                      f"({meta.get('attachments', 0)} in the vault, {meta.get('attachment_bytes', 0) / 2**20:.1f} MiB)")

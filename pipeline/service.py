@@ -644,7 +644,8 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
     its build reads but no build has read yet (``save_note`` wrote it while another build held the lock, or a user
     just made it): where the file is and the rebuild that brings it in. None otherwise. Before session 44 ``read``
     and ``related`` said "no note … in the vault; use a vault_path from search results" of the ``path`` that
-    ``save_note`` had just returned."""
+    ``save_note`` had just returned. A file of the source in its Obsidian vault's templates folder, which its build
+    leaves out, gets that folder named instead (:func:`_template_reason`)."""
     from pipeline.ingest.fetch.base import select_paths
     from pipeline.ingest.sources import load_sources
 
@@ -656,7 +657,7 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
         source = next((x for x in load_sources(s.sources_file) if x.name == name and x.kind == "local"), None)
     except PipelineError:
         return None
-    if source is None or not source.path or not select_paths(source, [rest]):
+    if source is None or not source.path:
         return None
     head, _, below = rest.partition("/")       # several roots: a source path starts with its root's folder name
     files = ([root / below for root in source.path if root.name == head and below] if len(source.path) > 1
@@ -664,6 +665,8 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
     file = next((f for f in files if f.is_file()), None)
     if file is None:
         return None
+    if not select_paths(source, [rest]):
+        return _template_reason(source, rest)
     if s.warehouse_path.exists():       # built under a name the vault cleaned (`He said "hi".md`): that vault path
         from pipeline import warehouse as wh
 
@@ -679,6 +682,22 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
                     f"{built[0]!r} in the vault; read it by that path")
     return (f"{name}/{rest} is not in the vault yet: its file {file} is in source {name!r}, but no build has read it "
             f"since it was written; rebuild the source (the refresh tool, or `docsvault build --source {name}`)")
+
+
+def _template_reason(source: Any, rest: str) -> str | None:
+    """One line when the source path ``rest`` of the ``local`` source ``source`` is in its Obsidian vault's templates
+    folder (:func:`pipeline.ingest.fetch.base.template_folders`), which builds leave out: a note a build before
+    session 47 wrote there (a search hit copied then) was "no note …; use a vault_path from search results" once an
+    upgraded build removed it. None for a file left out otherwise (``include``/``exclude``)."""
+    from pipeline.ingest.fetch.base import template_folders
+
+    folder = next((t for t in template_folders(source) if rest.startswith(f"{t}/")), None)
+    if folder is None:
+        return None
+    return (f"{source.name}/{rest} is not in the vault: {folder + '/'!r} is the Obsidian vault's templates folder "
+            f"(.obsidian/templates.json or Templater's templates_folder), which source {source.name!r} leaves out (a "
+            f"template is no note); to build it, give the source an include that starts with the folder: "
+            f"include: [\"{folder}/**\", \"**/*.md\"]")
 
 
 def _fetch_skip_reason(s: Settings, note: str) -> str | None:

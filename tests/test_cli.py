@@ -319,6 +319,26 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     assert len(result.output.splitlines()) == 1
 
 
+def test_read_names_the_templates_folder_a_note_is_left_out_by(tiny_env: Path, tiny_vault: Path) -> None:
+    """A note of the vault's templates folder, which builds leave out since session 47 (an upgraded build removes
+    the ones an earlier build wrote): `read` of its vault path, a search hit copied before, said "no note …; use a
+    vault_path from search results"; it now names the folder and the include that builds it."""
+    (tiny_vault / ".obsidian" / "templates.json").write_text('{"folder": "Templates"}', encoding="utf-8")
+    (tiny_vault / "Templates").mkdir()
+    (tiny_vault / "Templates" / "Daily.md").write_text("# {{title}}\n\n## Tasks\n", encoding="utf-8")
+    result = runner.invoke(app, ["read", "tiny/Templates/Daily.md"])
+    assert (result.exit_code, result.output) == (2, (
+        "error: tiny/Templates/Daily.md is not in the vault: 'Templates/' is the Obsidian vault's templates folder "
+        "(.obsidian/templates.json or Templater's templates_folder), which source 'tiny' leaves out (a template is "
+        "no note); to build it, give the source an include that starts with the folder: "
+        "include: [\"Templates/**\", \"**/*.md\"]\n"))
+    # a file of the source that its build would read is still "not in the vault yet"
+    (tiny_vault / "Templatesx").mkdir()
+    (tiny_vault / "Templatesx" / "Daily.md").write_text("# Daily\n", encoding="utf-8")
+    assert runner.invoke(app, ["read", "tiny/Templatesx/Daily.md"]).output.startswith(
+        "error: tiny/Templatesx/Daily.md is not in the vault yet: its file ")
+
+
 def test_read_prints_commands_a_shell_can_run_for_a_path_with_a_quote(tiny_env: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``read``'s next-page and all-links lines quote the note's path for a shell: a ``'`` in it was printed
@@ -857,6 +877,25 @@ def test_build_names_your_files_and_earlier_edited_copies_apart() -> None:
         "me: kept 1 file(s) in vault/me/ that docsvault did not write: Ideas.md",
         ("me: kept 2 copy(ies) of your edits to generated notes (merge and delete them when done): Kafka (edited).md, "
         "sub/Note (edited 2).md")]
+
+
+def test_build_names_templates_it_removes_as_the_templates_folder() -> None:
+    """The first build after the upgrade that leaves an Obsidian vault's templates folder out removed the templates an
+    earlier build wrote with "removed (their pages left the source): Templates/Daily.md", of a page still in the
+    source; the line now names the templates folder, and a page that did leave the source keeps its line."""
+    from pipeline.cli import vault_lines
+
+    meta = {"removed": 3, "removed_files": ["Templates/Daily.md", "Old.md", "Templates/sub/Meeting.md"]}
+    assert vault_lines("me", meta, templates=("Templates",)) == [
+        ("me: removed (the Obsidian vault's templates folder 'Templates/', which the source leaves out; the "
+         "templates in the source are untouched): Templates/Daily.md, Templates/sub/Meeting.md"),
+        "me: removed (their pages left the source): Old.md"]
+    assert vault_lines("me", {"removed": 60, "removed_files": ["Templates/Daily.md"]}, templates=("Templates",)) == [
+        ("me: removed (the Obsidian vault's templates folder 'Templates/', which the source leaves out; the "
+         "templates in the source are untouched): Templates/Daily.md"),
+        "me: removed (their pages left the source): 59 more"]
+    assert vault_lines("me", {"removed": 7, "removed_files": ["Templates/Daily.md", "Old.md"]}) == [
+        "me: removed (their pages left the source): Templates/Daily.md, Old.md and 5 more"]
 
 
 def test_search_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Path,

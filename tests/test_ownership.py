@@ -543,6 +543,28 @@ def test_the_edited_line_says_where_your_version_stays(tmp_path: Path) -> None:
         "'<name> (edited).md' next to the note, or where it is when its page has left the source")]
 
 
+def test_a_deleted_note_of_the_templates_folder_is_not_said_to_come_back(tmp_path: Path) -> None:
+    """A template's note an earlier version wrote (builds leave an Obsidian vault's templates folder out since
+    session 47), deleted from the vault before the upgraded build: ``status`` said the next build writes it again,
+    which none does; it is named apart, as left out by that build."""
+    from types import SimpleNamespace
+
+    from pipeline.ingest.vault_check import user_files_lines
+    from pipeline.models import Source
+
+    (tmp_path / "src" / ".obsidian").mkdir(parents=True)
+    (tmp_path / "src" / ".obsidian" / "templates.json").write_text('{"folder": "Templates"}', encoding="utf-8")
+    write_source(tmp_path / "vault", "demo", [_note("a.md", "A.\n"), _note("Templates/Daily.md", "D.\n")])
+    (tmp_path / "vault" / "demo" / "a.md").unlink()
+    (tmp_path / "vault" / "demo" / "Templates" / "Daily.md").unlink()
+    source = Source(name="demo", kind="local", path=(tmp_path / "src",), format="obsidian")
+    assert user_files_lines(SimpleNamespace(vault_dir=tmp_path / "vault"), source) == [
+        ("demo: 1 generated file(s) deleted since the last build: a.md; search still serves them, and the next "
+         "build writes them again"),
+        ("demo: 1 generated file(s) of the Obsidian vault's templates folder 'Templates/' deleted since the last "
+         "build: Templates/Daily.md; search still serves them until the next build, which leaves that folder out")]
+
+
 def test_your_file_moved_out_of_a_notes_way_stays_yours(tmp_path: Path) -> None:
     """A file of the user's at the path of a new note, moved to ``Future (edited).md``, was from then on called "a
     copy of your edits to generated notes (merge and delete them when done)" by ``status``, ``check-vault`` and

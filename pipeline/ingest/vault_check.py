@@ -84,9 +84,21 @@ def user_files_lines(settings: Settings, source: Source) -> list[str]:
         lines.append(f"{source.name}: {len(a.edited)}{EDITED_FILES}{_names(a.edited)}; the next build keeps your "
                      "version, as '<name> (edited).md' next to the note, or where it is when its page has left the "
                      "source")
-    if a.missing:
-        lines.append(f"{source.name}: {len(a.missing)}{DELETED_FILES}{_names(a.missing)}; search still serves them, "
+    # an Obsidian vault's templates folder, which builds leave out: the next build writes no note of it again (a
+    # template's note an earlier version wrote, deleted by hand before the upgraded build)
+    from pipeline.ingest.fetch.base import template_folders
+
+    folders = tuple(f"{t}/" for t in template_folders(source)) if getattr(source, "kind", None) == "local" else ()
+    templates = [rel for rel in a.missing if rel.startswith(folders)]
+    missing = [rel for rel in a.missing if rel not in templates]
+    if missing:
+        lines.append(f"{source.name}: {len(missing)}{DELETED_FILES}{_names(missing)}; search still serves them, "
                      "and the next build writes them again")
+    if templates:
+        where = ", ".join(repr(f) for f in folders if any(rel.startswith(f) for rel in templates))
+        lines.append(f"{source.name}: {len(templates)} generated file(s) of the Obsidian vault's templates folder "
+                     f"{where} deleted since the last build: {_names(templates)}; search still serves them until the "
+                     "next build, which leaves that folder out")
     if a.copies:
         lines.append(f"{source.name}: {len(a.copies)} copy(ies) of your edits to generated notes, kept as a build "
                      f"replaced the note (never changed or removed by a build; merge and delete them when done): "
