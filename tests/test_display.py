@@ -123,3 +123,18 @@ def test_a_long_nfd_first_line_is_titled_with_whole_characters() -> None:
     from pipeline.ingest.capture import title_of
 
     assert title_of(NFD("NFD", "ガ" * 50)) == NFD("NFD", "ガ" * 39) + "…"      # not 39 ガ and a カ
+
+
+def test_one_line_keeps_every_space_of_another_width_on_its_fast_path_too() -> None:
+    """one_line joins a text without such a space with str.split (a search's snippets: the per-run regex cost a
+    search ~5 % of its time); every Unicode space but ASCII's must send a text to the path that keeps it."""
+    import sys
+    import unicodedata
+
+    from pipeline.common.display import _OTHER_SPACE, one_line
+
+    others = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Zs" and c != 0x20]
+    assert [c for c in others if not _OTHER_SPACE.search(c)] == []
+    assert one_line(" a \t b\n\nc ") == "a b c"
+    assert [one_line(f"a{c}b \n c") for c in ("\u3000", "\xa0", "\u2009")] == ["a\u3000b c", "a\xa0b c", "a\u2009b c"]
+    assert one_line("\u3000a\u3000") == "a"
