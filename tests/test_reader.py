@@ -135,7 +135,8 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     (vault / "src" / "guide" / "Home.md").write_text("# Home\n\nWelcome.\n", encoding="utf-8")
     notes = [Note("src", "guide/Home.md", "guide/Home.md", "Home", {"title": "Home"}, "Welcome."),
              Note("src", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside."),
-             Note("other", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside.")]
+             Note("other", "sub/b.md", "sub/b.md", "B", {"title": "B"}, "Inside."),
+             Note("src", "日記.md", "日記.md", "日記", {"title": "日記"}, "今日の散歩。")]
     path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
     for name in ("Home", "home", "Home.md", "guide/Home", "src/guide/home"):
         assert find_note(vault, name, path) == "src/guide/Home.md", name
@@ -153,6 +154,10 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
     assert str(info.value) == ("no note 'Hmoe': no vault path, source path, note name, title or alias is "
                                "'Hmoe'; did you mean 'Home'? Else use a vault_path from search results (`docsvault "
                                "search ...` / the search tool)")
+    with pytest.raises(NoteNotFoundError) as info:       # a two-character Japanese name one character apart
+        find_note(vault, "日紀", path)
+    assert str(info.value).startswith("no note '日紀': no vault path, source path, note name, title or alias is "
+                                      "'日紀'; did you mean '日記'? Else use")
     # a link into the note that writes it, copied from a page's text: it names no note; what to put before the #
     for link in ("#Fixed-Point Decimals", "[[#Fixed-Point Decimals|`DECIMAL` type]]"):
         with pytest.raises(NoteNotFoundError) as info:

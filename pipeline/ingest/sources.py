@@ -679,7 +679,7 @@ def _path_lines(sources_file: Path) -> dict[int, int]:
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
-def _one_cjk_apart(name: str, names: Sequence[str]) -> str | None:
+def one_cjk_apart(name: str, names: Sequence[str]) -> str | None:
     """The first of ``names`` as long as ``name`` (2 chars or more) that differs from it in exactly one character,
     a CJK one on both sides (:data:`_CJK_CHAR`); None when there is none."""
     for known in names:
@@ -703,7 +703,7 @@ def closest_name(name: str, known: Sequence[str]) -> str | None:
     close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
     if close:
         return folded[close[0]]
-    near = _one_cjk_apart(name.casefold(), list(folded))
+    near = one_cjk_apart(name.casefold(), list(folded))
     return folded[near] if near else None
 
 

@@ -871,11 +871,13 @@ def _ambiguous(note: str, what: str, paths: list[str]) -> str:
 
 def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
     """The notes' names closest to a misspelled ``note`` (:func:`difflib.get_close_matches`, ratio >= 0.75,
-    compared case-folded): their titles, file names and aliases (:func:`pipeline.warehouse.note_names`), as
-    ``read`` takes them; at most ``n``."""
+    compared case-folded; else the one name of the same length one CJK character apart,
+    :func:`pipeline.ingest.sources.one_cjk_apart`: ``日紀`` -> ``日記``, as tags and sources are offered): their
+    titles, file names and aliases (:func:`pipeline.warehouse.note_names`), as ``read`` takes them; at most ``n``."""
     import difflib
 
     from pipeline import warehouse as wh
+    from pipeline.ingest.sources import one_cjk_apart
 
     con = wh.connect(warehouse_path, read_only=True)
     try:
@@ -886,7 +888,10 @@ def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
     for name in sorted(n for group in every.values() for n in group):
         names.setdefault(unicodedata.normalize("NFC", name).casefold(), name)
     want = unicodedata.normalize("NFC", note.strip()).casefold()
-    return [names[k] for k in difflib.get_close_matches(want, sorted(names), n=n, cutoff=0.75)]
+    close = difflib.get_close_matches(want, sorted(names), n=n, cutoff=0.75)
+    if not close and (near := one_cjk_apart(want, sorted(names))):
+        close = [near]
+    return [names[k] for k in close]
 
 
 def _vault_files_named(vault_dir: Path, note: str, limit: int = 50_000) -> list[str]:
