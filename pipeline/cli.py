@@ -188,7 +188,7 @@ def build(
     """
     import time as _time
 
-    from pipeline.ingest.fetch.base import template_folders
+    from pipeline.ingest.fetch.base import left_out_templates
     from pipeline.ingest.sources import load_sources, select_sources
 
     s = settings()
@@ -233,7 +233,7 @@ def build(
         typer.echo(_upgrade_line(report.upgraded))
     typer.echo(f"{'source':24} {'status':9} {'notes':>6} {'chunks':>7} {'embedded':>9}  detail")
     outcomes = {o.name: o for o in build_outcome(report).sources}
-    templates = {x.name: template_folders(x) for x in configured}
+    templates = {x.name: left_out_templates(x) for x in configured}
     for st in report.sources:
         vault_meta = st.metadata.get("vault", {})
         emb = st.metadata.get("embeddings", {})
@@ -371,8 +371,8 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None,
                 templates: Sequence[str] = ()) -> list[str]:
     """What the vault stage did with files a user may care about: edited notes moved aside, the user's own files
     kept, notes removed, attachments not copied (see ``pipeline.stages.vault_stage``). ``templates``: the source's
-    Obsidian templates folders (:func:`pipeline.ingest.fetch.base.template_folders`), whose removed notes are named
-    apart: their pages are still in the source, which leaves the folder out (session 47)."""
+    Obsidian templates folders it leaves out (:func:`pipeline.ingest.fetch.base.left_out_templates`), whose removed
+    notes are named apart: their pages are still in the source, which leaves the folder out."""
     from pipeline.ingest.ownership import conflict_original, load_yours
     from pipeline.stages.ingest import FOREIGN, conflict_line
 
@@ -401,7 +401,7 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None,
         left = [f for f in meta["removed_files"] if not f.startswith(folders)]
         out = [f for f in meta["removed_files"] if f.startswith(folders)]
         total = max(int(meta.get("removed") or 0), len(meta["removed_files"]))
-        if out:     # before, "their pages left the source" of templates still in it (the upgrade of session 47)
+        if out:     # not "their pages left the source": the templates are still in it
             where = ", ".join(repr(f) for f in folders if any(x.startswith(f) for x in out))
             lines.append(f"{name}: removed (the Obsidian vault's templates folder {where}, which the source leaves "
                          f"out; the templates in the source are untouched): {', '.join(out[:5])}"
@@ -1200,7 +1200,7 @@ def eval_(
             fail(str(exc))
             return
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2) if as_json else format_history(rows))
-        if not rows:                # nothing found: 1, as a search without a hit (before session 47, 0)
+        if not rows:                # nothing found: 1, as a search without a hit
             raise typer.Exit(EXIT_NONE)
         return
     if unscoped and both:
@@ -1357,7 +1357,7 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
             found = case_files(paths)
         except PipelineError:              # a file unreadable as such: the eval says what
             found = [Path(where)]
-        if not found:       # before session 47: "`docsvault build` scores the cases of …", of a folder of none
+        if not found:       # a folder without a case file: say so, not that a build scores its cases
             return (f"{never}: {where} holds no eval file (*.yaml, *.yml): add your cases there, or point "
                     "DOCSVAULT_EVALS at them (README: Eval files)")
         return f"{never}: `docsvault build` scores the cases of {where}, or `docsvault eval` now"

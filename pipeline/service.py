@@ -686,12 +686,12 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
 
 def _template_reason(source: Any, rest: str) -> str | None:
     """One line when the source path ``rest`` of the ``local`` source ``source`` is in its Obsidian vault's templates
-    folder (:func:`pipeline.ingest.fetch.base.template_folders`), which builds leave out: a note a build before
-    session 47 wrote there (a search hit copied then) was "no note …; use a vault_path from search results" once an
-    upgraded build removed it. None for a file left out otherwise (``include``/``exclude``)."""
-    from pipeline.ingest.fetch.base import template_folders
+    folder, which builds leave out (:func:`pipeline.ingest.fetch.base.left_out_templates`): a note an earlier
+    version wrote there (a search hit copied then) is gone once an upgraded build removed it. None for a file left
+    out otherwise (``include``/``exclude``)."""
+    from pipeline.ingest.fetch.base import left_out_templates
 
-    folder = next((t for t in template_folders(source) if rest.startswith(f"{t}/")), None)
+    folder = next((t for t in left_out_templates(source) if rest.startswith(f"{t}/")), None)
     if folder is None:
         return None
     return (f"{source.name}/{rest} is not in the vault: {folder + '/'!r} is the Obsidian vault's templates folder "

@@ -99,10 +99,10 @@ def capture_problem(source: Source, fname: str = "Note") -> str | None:
 
     A note goes into a ``local`` source's first root; it is read only when the source's ``include``/``exclude``
     (default: Markdown files; ``*.html``/``*.htm`` for ``format: html``) select it and it is not in an Obsidian
-    vault's templates folder (:func:`pipeline.ingest.fetch.base.template_folders`). git, llms_txt and html sources
+    vault's templates folder it leaves out (:func:`pipeline.ingest.fetch.base.left_out_templates`). git, llms_txt and html sources
     are fetched from elsewhere: a file written into their copy is never read.
     """
-    from pipeline.ingest.fetch.base import select_default, select_paths, template_folders
+    from pipeline.ingest.fetch.base import left_out_templates, select_default, select_paths
 
     fmt = source.format or "auto"
     if source.kind != "local" or not source.path:
@@ -111,7 +111,7 @@ def capture_problem(source: Source, fname: str = "Note") -> str | None:
     where = _root_path(source, fname)
     if select_paths(source, [where]):
         return None
-    if folder := next((t for t in template_folders(source) if where.startswith(f"{t}/")), None):
+    if folder := next((t for t in left_out_templates(source) if where.startswith(f"{t}/")), None):
         return (f"capture source {source.name!r} (kind local, format {fmt}) leaves out {folder + '/'!r}, the Obsidian "
                 f"vault's templates folder (.obsidian/templates.json or Templater's templates_folder), where "
                 f"{where!r} would be, so the note would never be searchable")

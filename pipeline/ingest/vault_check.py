@@ -86,9 +86,9 @@ def user_files_lines(settings: Settings, source: Source) -> list[str]:
                      "source")
     # an Obsidian vault's templates folder, which builds leave out: the next build writes no note of it again (a
     # template's note an earlier version wrote, deleted by hand before the upgraded build)
-    from pipeline.ingest.fetch.base import template_folders
+    from pipeline.ingest.fetch.base import left_out_templates
 
-    folders = tuple(f"{t}/" for t in template_folders(source)) if getattr(source, "kind", None) == "local" else ()
+    folders = tuple(f"{t}/" for t in left_out_templates(source)) if getattr(source, "kind", None) == "local" else ()
     templates = [rel for rel in a.missing if rel.startswith(folders)]
     missing = [rel for rel in a.missing if rel not in templates]
     if missing:

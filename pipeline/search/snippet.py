@@ -188,8 +188,8 @@ def width_insensitive(term: str) -> str:
 def clean_text(markdown: str) -> str:
     """One line of plain text from Markdown (see the module docstring); whitespace collapsed, code kept as
     `` `inline code` `` (its inner whitespace collapsed too), both by :func:`~pipeline.common.display.one_line`: a
-    run of only ideographic (``\\u3000``) or no-break spaces stays as written (``[[プロジェクト\\u3000計画]]`` showed
-    as ``プロジェクト 計画``, a note the vault does not have, before session 47)."""
+    run of only ideographic (``\\u3000``) or no-break spaces stays as written (``[[プロジェクト\\u3000計画]]`` keeps
+    its space: with an ASCII one it would name a note the vault does not have)."""
     codes: list[str] = []
 
     def keep(code: str, pad: str = " ") -> str:
