@@ -1026,7 +1026,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
     variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
     with ``--no-eval``)."""
-    from pipeline.evaluate import check_floors, floors_from_env, metric_key
+    from pipeline.evaluate import METRICS, check_floors, floors_from_env, metric_key
     from pipeline.stages.index import shared_state
 
     last = shared_state(s).get("eval")
@@ -1037,8 +1037,7 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"n": int(overall.get("n") or 0), "files": list(report.get("files") or [])}
     if not out["n"]:
         return out
-    out.update({metric_key(key): float(overall.get(key) or 0.0)
-                for key in ("hit@1", "hit@3", "mrr@10", "ndcg@10")})
+    out.update({metric_key(key): float(overall.get(key) or 0.0) for key in METRICS})
     out["run_at"] = report.get("run_at", "")
     out["stale"] = bool(built_at and report.get("warehouse_built_at") and report["warehouse_built_at"] != built_at)
     try:
