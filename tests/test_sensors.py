@@ -1023,3 +1023,53 @@ def test_a_folder_that_cannot_be_locked_still_records_the_claim(tmp_path, monkey
     monkeypatch.setattr(fcntl, "flock", no_locks)
     assert claim_sensor(settings, "/srv/a", 90.0, time.time()) is None
     assert json.loads((settings.state_dir / ".sensor.json").read_text())["instance"] == "/srv/a"
+
+
+def test_a_version_pushed_while_a_run_for_it_waits_to_fetch_requests_no_second_run(two_sources, tmp_path):
+    """A team pushes to a docs repo every few minutes while a long build holds the source's pool. Each tick
+    requested a run per new commit, and the runs piled up behind the pool, each fetching the same newest version
+    when its turn came (noted in session 47). A run queued for the source, or running but not yet fetching it,
+    fetches whatever is upstream when its fetch begins: the tick requests nothing for that source and says why.
+    Once that run's fetch has started, a newer version is requested again."""
+    import time
+
+    from dagster._core.events import DagsterEvent, DagsterEventType
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    work, sources, settings, _ = two_sources
+    sensor = upstream_change_sensor(sources, settings)
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        materialize, evaluate = _runless(instance, sensor)
+        materialize(*([s, stage] for s in ("repo_docs", "notes") for stage in PER_SOURCE_STAGES),
+                    *([s] for s in SHARED_STAGES))
+        quiet = evaluate()
+        assert quiet.run_requests == []
+        first = _commit(work, {"docs/b.md": "# B\n"}, "b")
+        work.remote("origin").push("main")
+        requested = evaluate(quiet.cursor)
+        assert [r.run_key.split("@")[0] for r in requested.run_requests] == [f"repo_docs:{first}"]
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id="queued-run",
+                                    status=dg.DagsterRunStatus.NOT_STARTED,
+                                    asset_selection=frozenset(requested.run_requests[0].asset_selection),
+                                    tags=requested.run_requests[0].tags))
+        second = _commit(work, {"docs/c.md": "# C\n"}, "c")
+        work.remote("origin").push("main")
+        waited = evaluate(requested.cursor)
+        assert waited.run_requests == []
+        assert waited.skip_reason.skip_message == ("no new run (2 checked; moved, each with a run queued that has not fetched yet "
+                                                   "and will fetch the new version: repo-docs (run queued-run))")
+        assert waited.cursor == requested.cursor
+        instance.run_storage.handle_run_event("queued-run", DagsterEvent(DagsterEventType.RUN_START.value,
+                                                                         "__ASSET_JOB"))
+        assert instance.get_run_by_id("queued-run").status == dg.DagsterRunStatus.STARTED
+        assert evaluate(waited.cursor).run_requests == []            # started, waiting for the pool: not fetching
+        instance.store_event(EventLogEntry(
+            error_info=None, level="debug", user_message="", run_id="queued-run", timestamp=time.time(),
+            step_key="repo_docs__raw_docs",
+            dagster_event=DagsterEvent(DagsterEventType.STEP_START.value, "__ASSET_JOB",
+                                       step_key="repo_docs__raw_docs")))
+        # its fetch began (here it fetched nothing, so the pushed version is still new): requested again
+        again = evaluate(waited.cursor)
+        assert [r.run_key.split("@")[0] for r in again.run_requests] == [f"repo_docs:{second}"]

@@ -169,6 +169,8 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             context.log.warning(stale)
         unfinished, terminated = (unfinished_chains(instance, list(checked.values())) if instance is not None
                                   else ({}, []))
+        pending = fetch_pending(instance, list(checked.values())) if instance is not None else {}
+        waiting: list[str] = []
 
         def request(source: Source, run_key: str, trigger: str, why: str) -> None:
             requests.append(dg.RunRequest(
@@ -193,6 +195,14 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
             failing = str(state.get("failing_since") or state.get("failed_at") or "") \
                 if state.get("fetch_status") == "failed" and not check.never_fetched else ""
             token = moved_token(check)
+            if name_ in pending and (check.changed or failing or config_edit(source, state) is not None):
+                # the queued run fetches whatever is upstream when it starts: a run per commit would pile up behind
+                # the source's pool, each fetching the same newest version; the cursor stays, so a version pushed
+                # after that run's fetch began is requested on a later tick
+                waiting.append(name_)
+                context.log.info(f"{source.name}: upstream changed ({check.detail}); run {pending[name_]} is "
+                                 "queued for it and has not fetched yet: it will fetch this version, no new run")
+                continue
             if check.changed and cursor.get(name_) != token:
                 cursor[name_] = token
                 if failing:             # this run retries the failed fetch too
@@ -251,7 +261,9 @@ def upstream_change_sensor(sources: Sequence[Source], settings: Settings | Calla
         new_cursor = json.dumps(cursor, sort_keys=True)
         if requests:
             return dg.SensorResult(run_requests=requests, cursor=new_cursor)
-        why = f"no source moved ({len(checked)} checked"
+        why = f"no source moved ({len(checked)} checked" if not waiting else (
+            f"no new run ({len(checked)} checked; moved, each with a run queued that has not fetched yet and will "
+            f"fetch the new version: {', '.join(f'{n} (run {pending[n]})' for n in waiting)}")
         if unreachable:
             why += f"; {len(unreachable)} could not be checked: {', '.join(unreachable)} (see the tick's log)"
         why += ")"
@@ -496,6 +508,39 @@ def removal_request(instance: dg.DagsterInstance, settings: Settings,
                             tags={"docsvault/trigger": "source_removed", **RETRY_TAGS})
     return request, (f"{', '.join(gone)}: no longer in sources.yaml but still built (in search and the vault); "
                      "requesting link_graph, warehouse and retrieval_eval to remove them")
+
+
+def fetch_pending(instance: dg.DagsterInstance, sources: Sequence[Source]) -> dict[str, str]:
+    """Sources that a queued or running run will fetch and has not started fetching: source name -> that run's id.
+
+    A run fetches a source when its asset selection holds the source's ``raw_docs`` (a sensor request, the UI's
+    Materialize) or it is a ``refresh_all`` run (the schedule); it has not started fetching while it is queued or
+    starting, or running without a ``STEP_START`` of that ``raw_docs`` step (waiting for the source's pool). Such a
+    run reads the upstream as it is when its fetch begins, so a newer version needs no run of its own. The oldest
+    such run is named when several are."""
+    from dagster._core.events import DagsterEventType
+
+    wanted = {key("raw_docs", s): s.name for s in sources}
+    waiting = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+               dg.DagsterRunStatus.STARTED]
+    out: dict[str, str] = {}
+    for record in reversed(instance.get_run_records(filters=dg.RunsFilter(statuses=waiting))):
+        run = record.dagster_run
+        if run.asset_selection is not None:
+            names = [wanted[k] for k in run.asset_selection if k in wanted]
+        else:
+            names = list(wanted.values()) if run.job_name == refresh_all_job.name else []
+        names = [n for n in names if n not in out]
+        if not names:
+            continue
+        started: set[str] = set()
+        if run.status == dg.DagsterRunStatus.STARTED:
+            started = {r.event_log_entry.step_key or "" for r in instance.get_records_for_run(
+                run.run_id, of_type=DagsterEventType.STEP_START, limit=10_000).records}
+        for name in names:
+            if key("raw_docs", name).to_python_identifier() not in started:
+                out[name] = run.run_id
+    return out
 
 
 def unfinished_chains(instance: dg.DagsterInstance, sources: Sequence[Source]) -> tuple[dict[str, int], list[str]]:
