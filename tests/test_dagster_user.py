@@ -122,7 +122,7 @@ def test_make_runs_dagster_on_the_instance_of_the_data_dir_docsvault_uses(tmp_pa
     assert home(DOCSVAULT_DATA=str(tmp_path / "d")) == f"{tmp_path}/d/dagster"
     assert home() == f"{repo}/data/dagster"
     assert home(DOCSVAULT_DATA=str(tmp_path / "d"), DAGSTER_HOME="/elsewhere") == "/elsewhere"
-    for page, count in (("README.md", 1), ("docs/dagster.md", 2)):     # the README's commands, the page's two
+    for page, count in (("README.md", 1), ("docs/reference/dagster.md", 2)):     # the README's commands, the page's two
         text = (repo / page).read_text(encoding="utf-8")
         assert "DAGSTER_HOME=$PWD/data/dagster" not in text
         assert text.count("DAGSTER_HOME=${DOCSVAULT_DATA:-$PWD/data}/dagster") == count, page
