@@ -1347,7 +1347,9 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
 
     cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
     if ev is None:
-        never = "eval: never run in this data dir (a build with --no-eval leaves it out)"
+        # not "--no-eval" alone: a capture's build (and MCP save_note's) leaves the eval out too, unasked
+        never = ("eval: never run in this data dir (no build here ran it: a capture's build and `build --no-eval` "
+                 "leave it out, and a copied warehouse brings none)")
         paths = eval_paths(s)
         where = ", ".join(map(str, paths))
         if not any(p.exists() for p in paths):
@@ -1366,7 +1368,8 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
         return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"
     line = (f"eval: n={ev['n']} hit@1={ev['hit_at_1']:.3f} hit@3={ev['hit_at_3']:.3f} "
             f"MRR@10={ev['mrr_at_10']:.3f} nDCG@10={ev['ndcg_at_10']:.3f} ({ev.get('run_at') or '?'}"
-            + ("; of an earlier warehouse: the next build without --no-eval scores this one" if ev.get("stale") else "")
+            + ("; of an earlier warehouse: a build that left the eval out (a capture's, or `build --no-eval`) "
+               "published since; the next `docsvault build` scores this one" if ev.get("stale") else "")
             + ")")
     if ev.get("floors_error"):
         return f"{line}; floors not checked: {ev['floors_error']}"

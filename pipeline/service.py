@@ -1020,12 +1020,12 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     """The last retrieval eval the build ran in this data dir (its shared state), as ``status`` shows it: ``{"n"``
     (cases scored; 0 when none is about a built source), ``"hit_at_1"``, ``"hit_at_3"``, ``"mrr_at_10"``,
     ``"ndcg_at_10"`` (the hybrid set-up's pooled figures, when ``n``), ``"files"`` (the eval files it read),
-    ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build with
-    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`, its metrics keyed as the
+    ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build that left
+    the eval out since, a capture's or ``--no-eval``), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`, its metrics keyed as the
     figures are: ``{"mrr_at_10", "hit_at_3"}``),
     ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
     variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
-    with ``--no-eval``)."""
+    without the eval: captures' and ``--no-eval`` ones)."""
     from pipeline.evaluate import METRICS, check_floors, floors_from_env, metric_key
     from pipeline.stages.index import shared_state
 
