@@ -1371,13 +1371,27 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
             + ("; of an earlier warehouse: a build that left the eval out (a capture's, or `build --no-eval`) "
                "published since; the next `docsvault build` scores this one" if ev.get("stale") else "")
             + ")")
-    if ev.get("floors_error"):
+    if "floors" not in ev:
         return f"{line}; floors not checked: {ev['floors_error']}"
-    floors = ", ".join(f"{m.replace('_at_', '@')} {f:.2f}" for m, f in ev["floors"].items())
+
+    def listed(floors: Mapping[str, float]) -> str:
+        return ", ".join(f"{m.replace('_at_', '@')} {f:.2f}" for m, f in floors.items())
+
+    # the build's eval_floors verdict (what Dagster's check said), not one with this shell's variables
+    by_build = ev.get("floors_from") == "build"
+    whose = "the build's floors" if by_build else "this environment's floors"
+    verdict = f"below {whose} ({ev['below']})" if ev.get("below") else f"{whose} met ({listed(ev['floors'])})"
+    if not by_build:
+        verdict += ", judged now: no build recorded its check of this eval"
     if ev.get("below"):
-        return (f"{line}; below its floors ({ev['below']}): see `docsvault eval` for the cases missed, or set "
-                "DOCSVAULT_EVAL_MIN_MRR / DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
-    return f"{line}; floors met ({floors})"
+        verdict += (": see `docsvault eval` for the cases missed, or set DOCSVAULT_EVAL_MIN_MRR / "
+                    "DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
+    if ev.get("floors_now"):
+        verdict += (f"; this environment's floors are {listed(ev['floors_now'])}: the next `docsvault build` "
+                    "checks those")
+    elif ev.get("floors_error"):
+        verdict += f"; this environment's floors: {ev['floors_error']}"
+    return f"{line}; {verdict}"
 
 
 @app.command()

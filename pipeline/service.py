@@ -1021,15 +1021,21 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     (cases scored; 0 when none is about a built source), ``"hit_at_1"``, ``"hit_at_3"``, ``"mrr_at_10"``,
     ``"ndcg_at_10"`` (the hybrid set-up's pooled figures, when ``n``), ``"files"`` (the eval files it read),
     ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build that left
-    the eval out since, a capture's or ``--no-eval``), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`, its metrics keyed as the
-    figures are: ``{"mrr_at_10", "hit_at_3"}``),
-    ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
-    variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
+    the eval out since, a capture's or ``--no-eval``), ``"floors_from"`` (``"build"``: ``"floors"`` and ``"below"``
+    are the verdict of the build's ``eval_floors`` check on this report, :func:`pipeline.stages.record_floors_check`;
+    ``"environment"``: no build recorded one, they are judged now with :func:`pipeline.evaluate.floors_from_env`),
+    ``"floors"`` (``{metric: floor}``, its metrics keyed as the figures are: ``{"mrr_at_10", "hit_at_3"}``),
+    ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_now"`` (this
+    environment's floors when they differ from the build's, which the next build checks, else absent),
+    ``"floors_error"`` (this environment's floor variable that is no number in [0, 1], else absent; without the
+    build's verdict, no ``"floors"`` then)}``; None when no eval ran here (no build yet, or only builds
     without the eval: captures' and ``--no-eval`` ones)."""
-    from pipeline.evaluate import METRICS, check_floors, floors_from_env, metric_key
+    from pipeline.evaluate import DEFAULT_FLOORS, METRICS, check_floors, floors_from_env, metric_key
+    from pipeline.stages.evaluate import FLOORS_CHECK
     from pipeline.stages.index import shared_state
 
-    last = shared_state(s).get("eval")
+    state = shared_state(s)
+    last = state.get("eval")
     report = last.get("report") if isinstance(last, dict) else None
     if not isinstance(report, dict):
         return None
@@ -1040,11 +1046,24 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     out.update({metric_key(key): float(overall.get(key) or 0.0) for key in METRICS})
     out["run_at"] = report.get("run_at", "")
     out["stale"] = bool(built_at and report.get("warehouse_built_at") and report["warehouse_built_at"] != built_at)
+    check = state.get(FLOORS_CHECK)
     try:
         floors = floors_from_env()
     except PipelineError as exc:
         out["floors_error"] = str(exc)
+        floors = None
+    if (isinstance(check, dict) and check.get("key") == last.get("key")
+            and isinstance(check.get("floors"), dict)):       # the build's verdict on this report, its floors
+        order = [*DEFAULT_FLOORS, *sorted(set(check["floors"]) - set(DEFAULT_FLOORS))]   # the state's keys: sorted
+        used = {m: float(check["floors"][m]) for m in order if m in check["floors"]}
+        out.update({"floors_from": "build", "floors": {metric_key(m): f for m, f in used.items()},
+                    "below": str(check.get("below") or "")})
+        if floors is not None and floors != used:       # this environment says otherwise: the next build uses it
+            out["floors_now"] = {metric_key(m): f for m, f in floors.items()}
         return out
+    if floors is None:
+        return out
+    out["floors_from"] = "environment"          # no verdict recorded for it: judged now, with this shell's floors
     out["floors"] = {metric_key(key): floor for key, floor in floors.items()}   # one key per metric
     out["below"] = check_floors(report, floors).metadata.get("below", "")
     return out
