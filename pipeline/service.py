@@ -162,13 +162,13 @@ def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Se
     >>> untagged_message(["cofee"], [], ["coffee", "work"])
     "No results: no note has the tag 'cofee' (frontmatter or inline #tag; did you mean 'coffee'?)"
     """
-    from pipeline.ingest.sources import did_you_mean
+    from pipeline.ingest.sources import close_names, did_you_mean_question
     from pipeline.search.tags import normalise_tag
 
     where = f"no note of {', '.join(sources)}" if sources else "no note"
-    hint = did_you_mean([normalise_tag(t) for t in tags], known)
+    hints = close_names([normalise_tag(t) for t in tags], known)
     return (f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag"
-            + (f"; {hint.strip()[1:-1]})" if hint else ")"))
+            + (f"; {did_you_mean_question(hints)})" if hints else ")"))
 
 
 def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:
@@ -975,33 +975,37 @@ def status_report(s: Settings) -> Status:
 
 
 def _unresolved_failure(s: Settings, warehouse: WarehouseStatus) -> dict[str, str] | None:
-    """:func:`build_failure`, when no warehouse was published after it (a later build that published resolved it)."""
+    """:func:`build_failure` (``{"error", "at"}``, as status shows it), when no warehouse was published after it (a
+    later build that published resolved it)."""
     failed = build_failure(s)
     if failed is None or (warehouse.built and (warehouse.built_at or "") > str(failed.get("at") or "")):
         return None
-    return failed
+    return {k: v for k, v in failed.items() if k != "cause"}
 
 
 #: the shared state's key of the last build that ended on a full, read-only or failing disk (:func:`record_build_failure`)
 BUILD_FAILED = "build_failed"
 
 
-def record_build_failure(s: Settings, line: str) -> None:
-    """Remember that a build ended on ``line`` (:func:`pipeline.common.errors.storage_error_line`: the disk was
+def record_build_failure(s: Settings, line: str, cause: str | None = None) -> None:
+    """Remember that a build ended on ``line`` (:attr:`pipeline.common.errors.StorageProblem.line`: the disk was
     full, read-only or failing, often where Dagster records the run, which then stays "started"), with the time, so
-    that ``status`` says so and the next build does not call that build killed. Best effort: on a full disk the
-    data dir may take no write either (then nothing is recorded)."""
+    that ``status`` says so and the next build does not call that build killed, quoting ``cause``
+    (:attr:`~pipeline.common.errors.StorageProblem.cause`: what happened without what to do; ``line`` when None).
+    Best effort: on a full disk the data dir may take no write either (then nothing is recorded)."""
     from pipeline.common import artifacts
     from pipeline.stages.base import SHARED_STATE, now
 
     try:
-        artifacts.update_state(s, SHARED_STATE, **{BUILD_FAILED: {"error": line, "at": now()}})
+        artifacts.update_state(s, SHARED_STATE, **{BUILD_FAILED: {"error": line, "at": now(),
+                                                                  **({"cause": cause} if cause else {})}})
     except OSError:
         pass
 
 
 def build_failure(s: Settings, clear: bool = False) -> dict[str, str] | None:
-    """The last build failure :func:`record_build_failure` kept (``{"error", "at"}``), None when there is none;
+    """The last build failure :func:`record_build_failure` kept (``{"error", "at"}``, and ``"cause"`` when it was
+    given), None when there is none;
     ``clear``: forget it (a build succeeded since; best effort)."""
     from pipeline.common import artifacts
     from pipeline.stages.base import SHARED_STATE
