@@ -58,7 +58,8 @@ def test_eval_history_without_a_recorded_run_is_nothing_found(tmp_path: Path) ->
     result = runner.invoke(app, [*data, "eval", "--history"])
     assert (result.exit_code, result.stdout) == (1, (
         "no eval has run in this data dir: `docsvault build` scores your eval cases and records the run (the "
-        "retrieval_eval asset records one per build that changes the warehouse, not with --no-eval)\n"))
+        "retrieval_eval asset records one per build that changes the warehouse; a capture's build and `build "
+        "--no-eval` leave it out)\n"))
     result = runner.invoke(app, [*data, "eval", "--history", "--json"])
     assert (result.exit_code, result.stdout) == (1, "[]\n")
 
