@@ -32,7 +32,7 @@ _env_default("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from pipeline.common.errors import BuildInterrupted, PipelineError, one_line, storage_error_line
+from pipeline.common.errors import BuildInterrupted, PipelineError, StorageProblem, one_line, storage_problem
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_env_paths, eval_paths, float_env, no_color, scoped_env, set_env
 from pipeline.service import (
@@ -213,8 +213,9 @@ def build(
         fail(str(exc))
         return
     except Exception as exc:            # a full disk where Dagster records the run: _main prints the line
-        if (line := _storage_problem(exc)) is not None:
-            record_build_failure(s, line)       # status says so, and the next build does not call this one killed
+        if (problem := _storage_problem(exc)) is not None:
+            # status says so, and the next build does not call this one killed (quoting its cause)
+            record_build_failure(s, problem.line, cause=problem.cause)
         raise
     except BuildInterrupted as exc:   # one line, exit 128 + the signal (Click would print "Aborted!" for it)
         again = "docsvault build" + (" --force" if force else "") + "".join(f" --source {n}" for n in source or [])
@@ -356,7 +357,7 @@ def resumed_line(report: BuildReport, failed: Mapping[str, str] | None = None) -
     which = f"{' and '.join(parts)}, which {'was' if one else 'were'} killed"
     if failed and one and str(failed.get("at") or "") >= report.resumed[0]:
         which = (f"{' and '.join(parts)}, which stopped on a full or failing disk "
-                 f"({str(failed['error']).split('; free space there')[0]})")
+                 f"({failed.get('cause') or failed['error']})")
     it = "it" if one else "they"
     if not report.ok:
         return f"redid what {which}, had left unfinished, as far as this build got (see the errors)"
@@ -1347,7 +1348,9 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
 
     cases = "point DOCSVAULT_EVALS at your cases (README: Eval files)"
     if ev is None:
-        never = "eval: never run in this data dir (a build with --no-eval leaves it out)"
+        # not "--no-eval" alone: a capture's build (and MCP save_note's) leaves the eval out too, unasked
+        never = ("eval: never run in this data dir (no build here ran it: a capture's build and `build --no-eval` "
+                 "leave it out, and a copied warehouse brings none)")
         paths = eval_paths(s)
         where = ", ".join(map(str, paths))
         if not any(p.exists() for p in paths):
@@ -1366,15 +1369,30 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
         return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"
     line = (f"eval: n={ev['n']} hit@1={ev['hit_at_1']:.3f} hit@3={ev['hit_at_3']:.3f} "
             f"MRR@10={ev['mrr_at_10']:.3f} nDCG@10={ev['ndcg_at_10']:.3f} ({ev.get('run_at') or '?'}"
-            + ("; of an earlier warehouse: the next build without --no-eval scores this one" if ev.get("stale") else "")
+            + ("; of an earlier warehouse: a build that left the eval out (a capture's, or `build --no-eval`) "
+               "published since; the next `docsvault build` scores this one" if ev.get("stale") else "")
             + ")")
-    if ev.get("floors_error"):
+    if "floors" not in ev:
         return f"{line}; floors not checked: {ev['floors_error']}"
-    floors = ", ".join(f"{m.replace('_at_', '@')} {f:.2f}" for m, f in ev["floors"].items())
+
+    def listed(floors: Mapping[str, float]) -> str:
+        return ", ".join(f"{m.replace('_at_', '@')} {f:.2f}" for m, f in floors.items())
+
+    # the build's eval_floors verdict (what Dagster's check said), not one with this shell's variables
+    by_build = ev.get("floors_from") == "build"
+    whose = "the build's floors" if by_build else "this environment's floors"
+    verdict = f"below {whose} ({ev['below']})" if ev.get("below") else f"{whose} met ({listed(ev['floors'])})"
+    if not by_build:
+        verdict += ", judged now: no build recorded its check of this eval"
     if ev.get("below"):
-        return (f"{line}; below its floors ({ev['below']}): see `docsvault eval` for the cases missed, or set "
-                "DOCSVAULT_EVAL_MIN_MRR / DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
-    return f"{line}; floors met ({floors})"
+        verdict += (": see `docsvault eval` for the cases missed, or set DOCSVAULT_EVAL_MIN_MRR / "
+                    "DOCSVAULT_EVAL_MIN_HIT3 for your own cases")
+    if ev.get("floors_now"):
+        verdict += (f"; this environment's floors are {listed(ev['floors_now'])}: the next `docsvault build` "
+                    "checks those")
+    elif ev.get("floors_error"):
+        verdict += f"; this environment's floors: {ev['floors_error']}"
+    return f"{line}; {verdict}"
 
 
 @app.command()
@@ -1970,11 +1988,11 @@ def _log_lines() -> None:
         logging.root.setLevel(logging.WARNING)
 
 
-def _storage_problem(exc: BaseException) -> str | None:
-    """The one line of :func:`storage_error_line` for an error a command did not catch, naming this command's
-    DAGSTER_HOME and data dir (when its options were read); None when a full or read-only disk did not cause it."""
+def _storage_problem(exc: BaseException) -> StorageProblem | None:
+    """:func:`storage_problem` of an error a command did not catch, naming this command's DAGSTER_HOME and data dir
+    (when its options were read); None when a full or read-only disk did not cause it."""
     s = _state.get("settings")
-    return storage_error_line(exc, dagster_home=s.dagster_home if s else None, data_dir=s.data_dir if s else None)
+    return storage_problem(exc, dagster_home=s.dagster_home if s else None, data_dir=s.data_dir if s else None)
 
 
 #: options whose value is a path, which may be any bytes on Linux (other arguments are text: read as UTF-8)
@@ -2072,7 +2090,8 @@ def _main() -> None:
         typer.echo(f"error: {usage_error_line(exc, sys.argv[1:])}", err=True)
         sys.exit(EXIT_ERROR)
     except Exception as exc:  # noqa: BLE001 -- a full or read-only disk (Dagster's SQLite, a lock file), a bug: one line
-        line = _storage_problem(exc)
+        problem = _storage_problem(exc)
+        line = problem.line if problem is not None else None
         if line is None:                      # a bug: its traceback for the report, then one line, exit 2
             traceback.print_exc()
             line = internal_error_line(exc)

@@ -904,7 +904,8 @@ def history_rows(reports: Mapping[str, Mapping[str, Any]], *, run_id: str, run_a
 
 #: what ``eval --history`` says when no run is recorded (exit 1: nothing found)
 NO_EVAL_RUNS = ("no eval has run in this data dir: `docsvault build` scores your eval cases and records the run "
-                "(the retrieval_eval asset records one per build that changes the warehouse, not with --no-eval)")
+                "(the retrieval_eval asset records one per build that changes the warehouse; a capture's build and "
+                "`build --no-eval` leave it out)")
 
 
 def format_history(rows: Sequence[Mapping[str, Any]], metric: str = "mrr@10") -> str:

@@ -162,13 +162,13 @@ def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Se
     >>> untagged_message(["cofee"], [], ["coffee", "work"])
     "No results: no note has the tag 'cofee' (frontmatter or inline #tag; did you mean 'coffee'?)"
     """
-    from pipeline.ingest.sources import did_you_mean
+    from pipeline.ingest.sources import close_names, did_you_mean_question
     from pipeline.search.tags import normalise_tag
 
     where = f"no note of {', '.join(sources)}" if sources else "no note"
-    hint = did_you_mean([normalise_tag(t) for t in tags], known)
+    hints = close_names([normalise_tag(t) for t in tags], known)
     return (f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag"
-            + (f"; {hint.strip()[1:-1]})" if hint else ")"))
+            + (f"; {did_you_mean_question(hints)})" if hints else ")"))
 
 
 def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:
@@ -975,33 +975,37 @@ def status_report(s: Settings) -> Status:
 
 
 def _unresolved_failure(s: Settings, warehouse: WarehouseStatus) -> dict[str, str] | None:
-    """:func:`build_failure`, when no warehouse was published after it (a later build that published resolved it)."""
+    """:func:`build_failure` (``{"error", "at"}``, as status shows it), when no warehouse was published after it (a
+    later build that published resolved it)."""
     failed = build_failure(s)
     if failed is None or (warehouse.built and (warehouse.built_at or "") > str(failed.get("at") or "")):
         return None
-    return failed
+    return {k: v for k, v in failed.items() if k != "cause"}
 
 
 #: the shared state's key of the last build that ended on a full, read-only or failing disk (:func:`record_build_failure`)
 BUILD_FAILED = "build_failed"
 
 
-def record_build_failure(s: Settings, line: str) -> None:
-    """Remember that a build ended on ``line`` (:func:`pipeline.common.errors.storage_error_line`: the disk was
+def record_build_failure(s: Settings, line: str, cause: str | None = None) -> None:
+    """Remember that a build ended on ``line`` (:attr:`pipeline.common.errors.StorageProblem.line`: the disk was
     full, read-only or failing, often where Dagster records the run, which then stays "started"), with the time, so
-    that ``status`` says so and the next build does not call that build killed. Best effort: on a full disk the
-    data dir may take no write either (then nothing is recorded)."""
+    that ``status`` says so and the next build does not call that build killed, quoting ``cause``
+    (:attr:`~pipeline.common.errors.StorageProblem.cause`: what happened without what to do; ``line`` when None).
+    Best effort: on a full disk the data dir may take no write either (then nothing is recorded)."""
     from pipeline.common import artifacts
     from pipeline.stages.base import SHARED_STATE, now
 
     try:
-        artifacts.update_state(s, SHARED_STATE, **{BUILD_FAILED: {"error": line, "at": now()}})
+        artifacts.update_state(s, SHARED_STATE, **{BUILD_FAILED: {"error": line, "at": now(),
+                                                                  **({"cause": cause} if cause else {})}})
     except OSError:
         pass
 
 
 def build_failure(s: Settings, clear: bool = False) -> dict[str, str] | None:
-    """The last build failure :func:`record_build_failure` kept (``{"error", "at"}``), None when there is none;
+    """The last build failure :func:`record_build_failure` kept (``{"error", "at"}``, and ``"cause"`` when it was
+    given), None when there is none;
     ``clear``: forget it (a build succeeded since; best effort)."""
     from pipeline.common import artifacts
     from pipeline.stages.base import SHARED_STATE
@@ -1020,16 +1024,22 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     """The last retrieval eval the build ran in this data dir (its shared state), as ``status`` shows it: ``{"n"``
     (cases scored; 0 when none is about a built source), ``"hit_at_1"``, ``"hit_at_3"``, ``"mrr_at_10"``,
     ``"ndcg_at_10"`` (the hybrid set-up's pooled figures, when ``n``), ``"files"`` (the eval files it read),
-    ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build with
-    ``--no-eval`` since), ``"floors"`` (``{metric: floor}``, :func:`pipeline.evaluate.floors_from_env`, its metrics keyed as the
-    figures are: ``{"mrr_at_10", "hit_at_3"}``),
-    ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_error"`` (a floor
-    variable that is no number in [0, 1], else absent)}``; None when no eval ran here (no build yet, or only builds
-    with ``--no-eval``)."""
-    from pipeline.evaluate import METRICS, check_floors, floors_from_env, metric_key
+    ``"run_at"``, ``"stale"`` (it scored another warehouse than the one built at ``built_at``: a build that left
+    the eval out since, a capture's or ``--no-eval``), ``"floors_from"`` (``"build"``: ``"floors"`` and ``"below"``
+    are the verdict of the build's ``eval_floors`` check on this report, :func:`pipeline.stages.record_floors_check`;
+    ``"environment"``: no build recorded one, they are judged now with :func:`pipeline.evaluate.floors_from_env`),
+    ``"floors"`` (``{metric: floor}``, its metrics keyed as the figures are: ``{"mrr_at_10", "hit_at_3"}``),
+    ``"below"`` (``"mrr@10 0.333 < 0.700, …"``, ``""`` when every floor is met), ``"floors_now"`` (this
+    environment's floors when they differ from the build's, which the next build checks, else absent),
+    ``"floors_error"`` (this environment's floor variable that is no number in [0, 1], else absent; without the
+    build's verdict, no ``"floors"`` then)}``; None when no eval ran here (no build yet, or only builds
+    without the eval: captures' and ``--no-eval`` ones)."""
+    from pipeline.evaluate import DEFAULT_FLOORS, METRICS, check_floors, floors_from_env, metric_key
+    from pipeline.stages.evaluate import FLOORS_CHECK
     from pipeline.stages.index import shared_state
 
-    last = shared_state(s).get("eval")
+    state = shared_state(s)
+    last = state.get("eval")
     report = last.get("report") if isinstance(last, dict) else None
     if not isinstance(report, dict):
         return None
@@ -1040,11 +1050,24 @@ def eval_status(s: Settings, built_at: str | None) -> dict[str, Any] | None:
     out.update({metric_key(key): float(overall.get(key) or 0.0) for key in METRICS})
     out["run_at"] = report.get("run_at", "")
     out["stale"] = bool(built_at and report.get("warehouse_built_at") and report["warehouse_built_at"] != built_at)
+    check = state.get(FLOORS_CHECK)
     try:
         floors = floors_from_env()
     except PipelineError as exc:
         out["floors_error"] = str(exc)
+        floors = None
+    if (isinstance(check, dict) and check.get("key") == last.get("key")
+            and isinstance(check.get("floors"), dict)):       # the build's verdict on this report, its floors
+        order = [*DEFAULT_FLOORS, *sorted(set(check["floors"]) - set(DEFAULT_FLOORS))]   # the state's keys: sorted
+        used = {m: float(check["floors"][m]) for m in order if m in check["floors"]}
+        out.update({"floors_from": "build", "floors": {metric_key(m): f for m, f in used.items()},
+                    "below": str(check.get("below") or "")})
+        if floors is not None and floors != used:       # this environment says otherwise: the next build uses it
+            out["floors_now"] = {metric_key(m): f for m, f in floors.items()}
         return out
+    if floors is None:
+        return out
+    out["floors_from"] = "environment"          # no verdict recorded for it: judged now, with this shell's floors
     out["floors"] = {metric_key(key): floor for key, floor in floors.items()}   # one key per metric
     out["below"] = check_floors(report, floors).metadata.get("below", "")
     return out

@@ -58,7 +58,8 @@ def test_eval_history_without_a_recorded_run_is_nothing_found(tmp_path: Path) ->
     result = runner.invoke(app, [*data, "eval", "--history"])
     assert (result.exit_code, result.stdout) == (1, (
         "no eval has run in this data dir: `docsvault build` scores your eval cases and records the run (the "
-        "retrieval_eval asset records one per build that changes the warehouse, not with --no-eval)\n"))
+        "retrieval_eval asset records one per build that changes the warehouse; a capture's build and `build "
+        "--no-eval` leave it out)\n"))
     result = runner.invoke(app, [*data, "eval", "--history", "--json"])
     assert (result.exit_code, result.stdout) == (1, "[]\n")
 
@@ -165,18 +166,23 @@ def test_search_into_a_closed_pipe_keeps_its_exit_code(built_tiny_env: Path, arg
 # ---- --json: the only thing on stdout, one spelling per concept
 
 
-@pytest.mark.parametrize("args", [
-    ["search", "ducks", "--json"], ["search", "ducks", "--json", "--files"], ["search", "ducks", "--json", "--explain"],
-    ["search", "ducks", "--tag", "nothing-has-it", "--json"], ["search", "ducks zzyzx", "--json"],
-    ["embed", "ducks", "--json"], ["read", "Ducks", "--json"], ["related", "Ducks", "--json"],
-    ["status", "--json"], ["check-vault", "--json"], ["eval", "--json"], ["eval", "--json", "--both"],
-    ["eval", "--json", "--lanes", "bm25,hybrid"], ["eval", "--json", "--history"],
-    ["capture", "Herons stand still.", "--title", "Herons", "--source", "tiny", "--no-build", "--json"],
+@pytest.mark.parametrize(("args", "code"), [
+    (["search", "ducks", "--json"], 0), (["search", "ducks", "--json", "--files"], 0),
+    (["search", "ducks", "--json", "--explain"], 0),
+    (["search", "ducks", "--tag", "nothing-has-it", "--json"], 1),     # nothing found: `[]`, exit 1
+    (["search", "ducks zzyzx", "--json"], 0),                          # one word found, one not: found
+    (["embed", "ducks", "--json"], 0), (["read", "Ducks", "--json"], 0), (["related", "Ducks", "--json"], 0),
+    (["status", "--json"], 0), (["check-vault", "--json"], 0),         # the tiny vault has no problem
+    (["eval", "--json"], 0), (["eval", "--json", "--both"], 0), (["eval", "--json", "--lanes", "bm25,hybrid"], 0),
+    (["eval", "--json", "--history"], 0),                              # the fixture's build recorded a run
+    (["capture", "Herons stand still.", "--title", "Herons", "--source", "tiny", "--no-build", "--json"], 0),
 ])
-def test_json_is_alone_on_stdout(built_tiny_env: Path, args: list[str]) -> None:
+def test_json_is_alone_on_stdout(built_tiny_env: Path, args: list[str], code: int) -> None:
+    """Each command's exact exit code in the built tiny env (accepted 0 or 1 before session 48), and one JSON
+    document on stdout, nothing before or after it."""
     result = runner.invoke(app, args)
-    assert result.exit_code in (0, 1), result.output
-    json.loads(result.stdout)                     # one JSON document, nothing before or after it
+    assert result.exit_code == code, result.output
+    json.loads(result.stdout)
 
 
 def test_one_spelling_of_the_eval_metrics_and_the_skipped_files(built_tiny_env: Path) -> None:

@@ -255,6 +255,20 @@ def test_unknown_japanese_tag_offers_the_close_one() -> None:
         "No results: no note has the tag '日紀' (frontmatter or inline #tag; did you mean '日記'?)")
 
 
+def test_the_tag_hint_takes_the_close_names_not_did_you_means_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """untagged_message cut did_you_mean's `` (did you mean 'x'?)`` to its inside by position (session 48): a
+    rewording of that text would have broken the tag message. It takes the names (close_names) instead."""
+    from pipeline.ingest import sources
+    from pipeline.service import untagged_message
+
+    assert sources.close_names(["cofee", "wrok", "zzz", "coffe"], ["coffee", "work"]) == ["coffee", "work"]
+    assert sources.did_you_mean(["cofee", "wrok"], ["coffee", "work"]) == " (did you mean 'coffee', 'work'?)"
+    monkeypatch.setattr(sources, "did_you_mean", lambda *_a: " [perhaps 'coffee']")     # another wording
+    assert untagged_message(["cofee", "perf"], ["help"], ["coffee", "work"]) == (
+        "No results: no note of help has the tag 'cofee' or 'perf' (frontmatter or inline #tag; did you mean "
+        "'coffee'?)")
+
+
 def test_http_keys_parse_with_defaults(tmp_path: Path) -> None:
     p = write(tmp_path, """
 sources:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import NamedTuple
 
 from pipeline.common.display import one_line as display_line
 
@@ -109,18 +110,34 @@ _SQLITE_STORAGE = {"database or disk is full": "no space left on the device",
                    "disk i/o error": "disk I/O error (is the disk full?)"}
 
 
-def storage_error_line(exc: BaseException, dagster_home: object = None, data_dir: object = None) -> str | None:
-    """One line for an error that a full, read-only or failing disk caused, found anywhere in ``exc``'s chain
+class StorageProblem(NamedTuple):
+    """A write a full, read-only or failing disk refused (:func:`storage_problem`): ``where`` (a file, ``in the data
+    dir …``, or ``Dagster's run storage in DAGSTER_HOME …``) and ``what`` (``no space left on the device``, …)."""
+
+    where: str
+    what: str
+
+    @property
+    def cause(self) -> str:
+        """``cannot write <where>: <what>``: what happened, without what to do (a build's resumed line quotes it)."""
+        return f"cannot write {self.where}: {self.what}"
+
+    @property
+    def line(self) -> str:
+        """The error line: :attr:`cause`, then what to do."""
+        return (f"{self.cause}; free space there (or make it writable) and run the command again: what the last "
+                "build published still serves search")
+
+
+def storage_problem(exc: BaseException, dagster_home: object = None, data_dir: object = None
+                    ) -> StorageProblem | None:
+    """The :class:`StorageProblem` that a full, read-only or failing disk caused, found anywhere in ``exc``'s chain
     (``__cause__``/``__context__``, as SQLAlchemy wraps sqlite3's error); None for any other error.
 
     Args:
         exc: the error a command did not catch.
         dagster_home: DAGSTER_HOME, named for SQLite's errors (Dagster's run storage names no file).
         data_dir: the data dir, named for an OSError without a file name (a write to an open lock file).
-
-    Returns:
-        ``cannot write <where>: <what>; free space there (or make it writable) and run the command again: what the
-        last build published still serves search``, or None.
     """
     import sqlite3
 
@@ -130,17 +147,24 @@ def storage_error_line(exc: BaseException, dagster_home: object = None, data_dir
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
             where = err.filename or (f"in the data dir {data_dir}" if data_dir else "a file")
-            return _storage_line(str(where), _STORAGE_ERRNOS[err.errno])
+            return StorageProblem(str(where), _STORAGE_ERRNOS[err.errno])
         if isinstance(err, sqlite3.OperationalError):
             what = next((v for k, v in _SQLITE_STORAGE.items() if k in str(err).lower()), None)
             if what is not None:
                 where = f"Dagster's run storage in DAGSTER_HOME {dagster_home}" if dagster_home else \
                     "Dagster's run storage (DAGSTER_HOME)"
-                return _storage_line(where, what)
+                return StorageProblem(where, what)
         err = err.__cause__ or err.__context__
     return None
 
 
-def _storage_line(where: str, what: str) -> str:
-    return (f"cannot write {where}: {what}; free space there (or make it writable) and run the command again: "
-            "what the last build published still serves search")
+def storage_error_line(exc: BaseException, dagster_home: object = None, data_dir: object = None) -> str | None:
+    """One line for an error that a full, read-only or failing disk caused (:func:`storage_problem`'s
+    :attr:`StorageProblem.line`); None for any other error.
+
+    Returns:
+        ``cannot write <where>: <what>; free space there (or make it writable) and run the command again: what the
+        last build published still serves search``, or None.
+    """
+    problem = storage_problem(exc, dagster_home, data_dir)
+    return problem.line if problem is not None else None

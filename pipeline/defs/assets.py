@@ -616,7 +616,9 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
         meta = eval_metadata(report)
         context.log.info(f"eval (hybrid): {dict(report.overall)}" + (" (unchanged, not re-run)" if report.skipped
                                                                      else ""))
-        floors = check_floors(report, floors_from_env())
+        limits = floors_from_env()
+        floors = check_floors(report, limits)
+        build.record_floors_check(settings, limits, str(floors.metadata.get("below", "")))    # what status reports
         gain = check_fusion_gain(report)
         last = artifacts.load_state(settings, build.SHARED_STATE).get("eval") or {}
         return dg.MaterializeResult(metadata=meta, data_version=_version(last.get("key")), check_results=[

@@ -707,11 +707,22 @@ def closest_name(name: str, known: Sequence[str]) -> str | None:
     return folded[near] if near else None
 
 
+def close_names(unknown: Sequence[str], known: Sequence[str]) -> list[str]:
+    """The :func:`closest_name` of each of ``unknown`` that has one, each name once, in ``unknown``'s order."""
+    return list(dict.fromkeys(close for name in unknown if (close := closest_name(name, known))))
+
+
+def did_you_mean_question(names: Sequence[str]) -> str:
+    """``did you mean 'a', 'b'?`` naming ``names`` (:func:`close_names`); ``""`` when there are none."""
+    return f"did you mean {', '.join(map(repr, names))}?" if names else ""
+
+
 def did_you_mean(unknown: Sequence[str], known: Sequence[str]) -> str:
-    """`` (did you mean 'a', 'b'?)`` naming the :func:`closest_name` of each of ``unknown`` that has one (each name
-    once), for an unknown-source error; ``""`` when none is close."""
-    hints = [close for name in unknown if (close := closest_name(name, known))]
-    return f" (did you mean {', '.join(map(repr, dict.fromkeys(hints)))}?)" if hints else ""
+    """`` (did you mean 'a', 'b'?)`` naming the :func:`close_names` of ``unknown``, for an unknown-source error;
+    ``""`` when none is close. A message that words the hint otherwise takes :func:`close_names` and
+    :func:`did_you_mean_question`, not this text."""
+    hints = close_names(unknown, known)
+    return f" ({did_you_mean_question(hints)})" if hints else ""
 
 
 def select_sources(sources: list[Source], names: list[str] | None) -> list[Source]:

@@ -53,8 +53,10 @@ from pipeline.stages.base import (
     vault_listings,
 )
 from pipeline.stages.evaluate import (
+    FLOORS_CHECK,
     eval_files,
     eval_stage,
+    record_floors_check,
     search_index_stage,
     stored_query_vectors,
 )
@@ -104,6 +106,7 @@ from pipeline.stages.warehouse import (
 )
 
 __all__ = [
+    "FLOORS_CHECK",
     "FORCE_ENV",
     "KEPT_SUFFIX",
     "PER_SOURCE_LOCK_SHARED",
@@ -145,6 +148,7 @@ __all__ = [
     "no_sources_problem",
     "normalize_stage",
     "now",
+    "record_floors_check",
     "remove_dropped_sources",
     "search_index_stage",
     "stage_lock",

@@ -243,6 +243,27 @@ def search_index_stage(settings: Settings, embedder_factory: Callable[[str], Any
     return result
 
 
+#: the shared state's key of the last verdict of retrieval_eval's ``eval_floors`` check (:func:`record_floors_check`)
+FLOORS_CHECK = "eval_floors"
+
+
+def record_floors_check(settings: Settings, floors: dict[str, float], below: str) -> None:
+    """Record the verdict of ``retrieval_eval``'s ``eval_floors`` check on the last eval report, for ``status``: a
+    shell without the build's ``DOCSVAULT_EVAL_MIN_*`` variables then reports what the build checked, not its own
+    floors' verdict. Kept in the shared state as ``eval_floors``: ``{"key"`` (the eval's key: a verdict of
+    another report is not this one's), ``"floors"`` (``{metric: floor}``, metrics as
+    :data:`pipeline.evaluate.DEFAULT_FLOORS` names them), ``"below"`` (``"mrr@10 0.612 < 0.700, …"``, ``""`` when
+    met), ``"at"`` (ISO 8601 UTC)}``.
+
+    Raises:
+        OSError: the state file cannot be written.
+    """
+    with stage_lock(settings):
+        key = (shared_state(settings).get("eval") or {}).get("key")
+        artifacts.update_state(settings, SHARED_STATE, **{FLOORS_CHECK: {
+            "key": key, "floors": {m: float(f) for m, f in floors.items()}, "below": below, "at": now()}})
+
+
 def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any] | None = None
                ) -> EvalStageResult:
     """Run the ablation over the eval cases of DOCSVAULT_EVALS (default evals/) whose corpus is a built source: each
