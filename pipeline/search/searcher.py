@@ -1896,9 +1896,11 @@ class Searcher:
         return FilterMisses(absent=absent, apart=not absent and not joint,
                             excluded=joint and not kept and bool(filters.excluded))
 
-    def missing_words(self, query: str, source: str | Sequence[str] | None = None) -> MissingWords:
+    def missing_words(self, query: str, source: str | Sequence[str] | None = None,
+                      tags: str | Sequence[str] | None = None) -> MissingWords:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
-        the sources (None: all) contains (a Japanese run, written without spaces, counts as the words Sudachi
+        the sources (None: all) and of their notes carrying one of ``tags`` (None or empty: any note; compared as the
+        ``tag:`` filter compares them) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
         ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms, nor the word
         as an identifier is kept whole (:meth:`Analyzer.whole`: ``usestate``, which BM25 stems to usest, is the term of a note's ``useState``), is
@@ -1912,12 +1914,22 @@ class Searcher:
         message). Raises UnknownSourceError as a search does."""
         query = clip_query(query)
         sources = self._resolve_sources(source)
+        with self._lock:
+            tagged = self._notes_with_tags(tags, sources)
         index = self._bm25
         scope = (None if sources is None or index is None
                  else self._scope_mask(("bm25", sources), self._bm25_sources, sources))
         pages = self._bm25_pages            # a page's document also holds its properties (著者: 夏目漱石)
         page_scope = (None if sources is None or pages is None
                       else self._scope_mask(("bm25_page", sources), self._page_index_sources, sources))
+        if tagged is not None:              # a tag filter: only its notes' words count (the hits are of them)
+            wanted = list(tagged)
+            if index is not None:
+                of_chunk = np.isin(np.array([self._note_of.get(c, "") for c in index.doc_ids], dtype=object), wanted)
+                scope = of_chunk if scope is None else scope & of_chunk
+            if pages is not None:
+                of_page = np.isin(np.array(pages.doc_ids, dtype=object), wanted)
+                page_scope = of_page if page_scope is None else page_scope & of_page
         searched: list[str] = []
         missing: list[str] = []
         units: dict[str, list[str]] = {}        # word as shown -> its BM25 terms
@@ -1941,7 +1953,7 @@ class Searcher:
                                              # note's identifier is indexed whole, unstemmed: usestate
                                              for t in (*terms, *self.translation_terms(word), Analyzer.whole(word))):
                 # 肩 in a note that writes 肩こり (one Sudachi word, term 肩こり): no term, but written there
-                if word in japanese and self._written(word, sources):
+                if word in japanese and self._written(word, sources, tagged):
                     continue
                 missing.append(word)
         closest = tuple((word, near) for word in missing if word not in japanese
@@ -1999,12 +2011,15 @@ class Searcher:
         good = [w for w, r in ratios.items() if r >= CLOSEST_WORD_RATIO]
         return max(good, key=lambda w: (ratios[w], counts[w], -len(w), w)) if good else ""
 
-    def _written(self, word: str, sources: frozenset[str] | None) -> bool:
-        """Whether a chunk (text, title, headings) or an alias of the sources (None: all) holds ``word`` as written
-        (:func:`pipeline.warehouse.text_holds`): a Japanese word that Sudachi reads only inside a longer word of
-        the notes is in them all the same, so it is not named missing."""
+    def _written(self, word: str, sources: frozenset[str] | None, notes: frozenset[str] | None = None) -> bool:
+        """Whether a chunk (text, title, headings) or an alias of the sources (None: all) and of ``notes`` (note
+        ids; None: any) holds ``word`` as written (:func:`pipeline.warehouse.text_holds`): a Japanese word that
+        Sudachi reads only inside a longer word of the notes is in them all the same, so it is not named missing."""
+        if notes is not None and not notes:
+            return False
         with self._lock:
-            return bool(wh.text_holds(self._con, word, None if sources is None else sorted(sources)))
+            return bool(wh.text_holds(self._con, word, None if sources is None else sorted(sources),
+                                      None if notes is None else sorted(notes)))
 
     def _listed(self, source: str | Sequence[str] | None, tags: str | Sequence[str] | None
                 ) -> list[tuple[str, float, dict[str, int]]]:

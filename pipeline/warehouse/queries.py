@@ -422,13 +422,18 @@ def note_texts(con: duckdb.DuckDBPyConnection, note_ids: Sequence[str]) -> dict[
     return {r[0]: "\n\n".join(part for part in (r[1] or "", r[2] or "", r[3] or "") if part) for r in rows}
 
 
-def text_holds(con: duckdb.DuckDBPyConnection, word: str, sources: Sequence[str] | None = None) -> bool:
-    """Whether a chunk of the sources (None: all) holds ``word`` as written, in its text or its breadcrumb (title
-    and headings), or a note's alias does: a plain substring test, no analysis."""
+def text_holds(con: duckdb.DuckDBPyConnection, word: str, sources: Sequence[str] | None = None,
+               note_ids: Sequence[str] | None = None) -> bool:
+    """Whether a chunk of the sources (None: all) and of the notes ``note_ids`` (None: any) holds ``word`` as
+    written, in its text or its breadcrumb (title and headings), or a note's alias does: a plain substring test, no
+    analysis."""
     scoped = "" if sources is None else " AND list_contains(string_split(?, chr(31)), n.source)"
     params: list[Any] = [word, word, word]
     if sources is not None:
         params.append("\x1f".join(sources))
+    if note_ids is not None:
+        scoped += " AND list_contains(?, n.note_id)"
+        params.append(list(note_ids))
     return con.execute(
         "SELECT EXISTS (SELECT 1 FROM chunks c JOIN notes n USING (note_id) WHERE (strpos(c.text, ?) > 0 "
         "OR strpos(c.breadcrumb, ?) > 0 OR strpos(array_to_string(n.aliases, chr(10)), ?) > 0)" + scoped + ")",
