@@ -769,7 +769,7 @@ def search(
                       if not hits and not untagged and not as_json and not files
                       and (parsed.required or parsed.excluded or parsed.paths) else None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
-            missing = (searcher.missing_words(parsed.text, sources or None, tags or None)
+            missing = (searcher.missing_words(parsed.text, sources or None, tags or None, parsed.paths)
                        if hits and parsed.text else None)
             skipped = skipped_files(settings(), sources) if missing and missing.missing else 0
         finally:
@@ -798,7 +798,7 @@ def search(
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
         if listing and more:        # stdout stays the list; the note that it was cut goes to stderr
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
-        if words_line := query_words_line(missing, parsed.text, sources, skipped, tags):
+        if words_line := query_words_line(missing, parsed.text, sources, skipped, tags, parsed.paths):
             typer.echo(words_line, err=True)
         if not rows:
             raise typer.Exit(EXIT_NONE)
@@ -817,7 +817,7 @@ def search(
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if listing and more:
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
-        if words_line := query_words_line(missing, parsed.text, sources, skipped, tags):
+        if words_line := query_words_line(missing, parsed.text, sources, skipped, tags, parsed.paths):
             typer.echo(words_line, err=True)
         if not hits:
             raise typer.Exit(EXIT_NONE)
@@ -831,7 +831,7 @@ def search(
     # a Japanese question's English translation: the lines an English page matched when no word of the question is in it
     fallback = term_pattern(query_terms(" ".join(glossed))) if glossed else None
     shown: set[tuple[str, int]] = set()       # (note, first line) of context already printed: never twice
-    if words_line := query_words_line(missing, parsed.text, sources, skipped, tags):
+    if words_line := query_words_line(missing, parsed.text, sources, skipped, tags, parsed.paths):
         typer.echo(words_line)
     for h in hits:
         where = f"{h.vault_path}" + (f" > {h.heading}" if h.heading else "")

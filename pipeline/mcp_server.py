@@ -543,12 +543,12 @@ class VaultService:
         if not parsed.text:
             cut = f"; more notes pass them: raise k (at most {MAX_K}) or add a filter" if more else ""
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
-        missing = searcher.missing_words(parsed.text, wanted or None, tags or None)
+        missing = searcher.missing_words(parsed.text, wanted or None, tags or None, parsed.paths)
         from pipeline.service import query_words_message, skipped_files
 
         # words no note has, or none searched by keyword: an agent should not read the hits as matches of them
         skipped = skipped_files(self.settings, wanted) if missing.missing else 0
-        if message := query_words_message(missing, parsed.text, wanted, skipped, tags):
+        if message := query_words_message(missing, parsed.text, wanted, skipped, tags, parsed.paths):
             return {"query": query[:200], "hits": out, **({"missing": list(missing.missing)} if missing.missing
                                                           else {}), "message": message}
         return {"query": query[:200], "hits": out}

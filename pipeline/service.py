@@ -75,13 +75,13 @@ SHOWN_WORD_CHARS = 40
 
 def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence[str] = (),
                           skipped: int | SkippedFiles = 0, closest: Mapping[str, str] | None = None,
-                          tags: Sequence[str] = ()) -> str:
+                          tags: Sequence[str] = (), paths: Sequence[str] = ()) -> str:
     """What to tell someone whose query has words no note contains (``Searcher.missing_words``); ``every``: no
     searched word is in any note, so the hits are only near in meaning (the vector lanes); ``skipped``: files of
     those sources the last build skipped (:func:`skipped_files`; an int: files never built), which may hold the
     words: a file never built is not searched, one serving its last good version is searched as it last built;
     ``closest``: missing word -> a word of the notes spelt nearly so (``MissingWords.closest``), offered beside it;
-    ``tags``: the search's tag filter, whose notes alone were looked in.
+    ``tags``, ``paths``: the search's tag and ``path:`` filters, whose notes alone were looked in.
 
     >>> missing_words_message(["platypus", "lantern"], True)
     "no note contains 'platypus' or 'lantern': these notes are only near in meaning"
@@ -93,12 +93,16 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
     "no note contains 'paruqet' (did you mean 'parquet'?): these notes are only near in meaning"
     >>> missing_words_message(["キャッシュ"], True, ["ja"], tags=["学習", "til"])
     "no note of ja with the tag '学習' or 'til' contains 'キャッシュ': these notes are only near in meaning"
+    >>> missing_words_message(["DuckDB"], False, paths=["prefect/"])
+    "no note in path:prefect/ contains 'DuckDB'"
     >>> missing_words_message(["雨"], False, [], SkippedFiles(unsearched=1, stale=2))
     "no note contains '雨'; of the files the build skipped, 1 is not searched and 2 are searched as they last built, not as they are now (`docsvault status` names them)"
     """
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     if tags:                # the hits are of these notes: a word only other notes have is missing from them
         where += " with the tag " + " or ".join(repr(_shown(t)) for t in tags)
+    if paths:
+        where += " in " + " or ".join(f"path:{_shown(p)}" for p in paths)
     # a word is cut to its first SHOWN_WORD_CHARS - 1 and `…`: a pasted 10 kB word made this note 2,000 chars long
     near = closest or {}
     words = " or ".join(repr(_shown(w)) + (f" (did you mean {near[w]!r}?)" if near.get(w) else "") for w in missing)
@@ -134,7 +138,7 @@ def common_words_message(text: str) -> str:
 
 
 def query_words_message(missing: Any, text: str, sources: Sequence[str] = (),
-                        skipped: int | SkippedFiles = 0, tags: Sequence[str] = ()) -> str:
+                        skipped: int | SkippedFiles = 0, tags: Sequence[str] = (), paths: Sequence[str] = ()) -> str:
     """What search says of the query's words after its hits (the CLI and the MCP ``search`` tool alike): the words
     no note contains (:func:`missing_words_message`), or that every word is too common to search for
     (:func:`common_words_message`); "" when there is nothing to say. ``missing``: ``Searcher.missing_words``'s
@@ -143,14 +147,14 @@ def query_words_message(missing: Any, text: str, sources: Sequence[str] = (),
         return ""
     if missing.missing:
         return missing_words_message(missing.missing, missing.every, sources, skipped,
-                                     dict(getattr(missing, "closest", ())), tags)
+                                     dict(getattr(missing, "closest", ())), tags, paths)
     return "" if missing.words else common_words_message(text)
 
 
 def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipped: int | SkippedFiles = 0,
-                     tags: Sequence[str] = ()) -> str:
+                     tags: Sequence[str] = (), paths: Sequence[str] = ()) -> str:
     """:func:`query_words_message` as the CLI prints it, in parentheses like its other notes ("" when empty)."""
-    message = query_words_message(missing, text, sources, skipped, tags)
+    message = query_words_message(missing, text, sources, skipped, tags, paths)
     return f"({message})" if message else ""
 
 

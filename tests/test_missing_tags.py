@@ -1,8 +1,9 @@
-"""The words a search names missing are looked for in the notes it searched, tag filter included (session 48, an
-agent over MCP): `search(query="キャッシュ", tag="学習")` returned the two notes tagged 学習, neither of which says
+"""The words a search names missing are looked for in the notes it searched, tag and path: filters included (session
+48, an agent over MCP): `search(query="キャッシュ", tag="学習")` returned the two notes tagged 学習, neither of which says
 キャッシュ, with no `missing` and no `message`, since the check looked in every note of the sources and another,
 untagged note has the word. Now a word no note carrying one of the tags contains is named, as for a source filter:
-`no note with the tag '学習' contains 'キャッシュ': these notes are only near in meaning`."""
+`no note with the tag '学習' contains 'キャッシュ': these notes are only near in meaning`; and with a `path:` filter,
+`no note in path:prefect/ contains 'parquet'`."""
 
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ def test_missing_words_are_looked_for_in_the_tagged_notes(warehouse: Path, query
         assert s.missing_words(query, None, tags).missing == missing
 
 
+@pytest.mark.parametrize(("query", "paths", "tags", "missing"), [
+    ("キャッシュ otters", ("g/Otters",), None, ("キャッシュ",)),     # was (): 日記.md has it
+    ("キャッシュ otters", ("g/*.md",), None, ()),                  # a glob: every note
+    ("キャッシュ otters", ("g/Otters", "g/日記"), None, ()),       # any of the path: filters
+    ("キャッシュ otters", ("G/OTTERS",), None, ("キャッシュ",)),    # compared casefolded, as the filter compares
+    ("otters", ("g/Otters",), ["学習"], ("otters",)),              # with a tag: the notes passing both
+])
+def test_missing_words_are_looked_for_in_the_notes_under_the_path_filter(
+        warehouse: Path, query: str, paths: tuple[str, ...], tags: list[str] | None, missing: tuple[str, ...]) -> None:
+    with Searcher(warehouse, embedder_factory=lambda m: HashEmbedder(64)) as s:  # type: ignore[arg-type]
+        assert s.missing_words(query, None, tags, paths).missing == missing
+
+
 def test_the_search_tool_and_the_cli_name_a_word_the_tagged_notes_lack(built_tiny_env: Path) -> None:
     from typer.testing import CliRunner
 
@@ -65,3 +79,8 @@ def test_the_search_tool_and_the_cli_name_a_word_the_tagged_notes_lack(built_tin
     result = CliRunner().invoke(app, ["search", "pond tag:start", "-k", "1"])
     assert result.output.splitlines()[0] == (
         "(no note with the tag 'start' contains 'pond': these notes are only near in meaning)")
+    out = service.search("pond read path:tiny/sub/", k=1)    # only sub/Parquet files.md passes the filter
+    assert ([h["path"] for h in out["hits"]], out["missing"], out["message"]) == (
+        ["tiny/sub/Parquet files.md"], ["pond"], "no note in path:tiny/sub/ contains 'pond'")
+    result = CliRunner().invoke(app, ["search", "pond read path:tiny/sub/", "-k", "1", "--json"])
+    assert result.stderr.splitlines()[-1] == "(no note in path:tiny/sub/ contains 'pond')"

@@ -1897,10 +1897,10 @@ class Searcher:
                             excluded=joint and not kept and bool(filters.excluded))
 
     def missing_words(self, query: str, source: str | Sequence[str] | None = None,
-                      tags: str | Sequence[str] | None = None) -> MissingWords:
+                      tags: str | Sequence[str] | None = None, paths: Sequence[str] = ()) -> MissingWords:
         """The words of ``query`` (split at whitespace, surrounding quotes and punctuation dropped) that no chunk of
-        the sources (None: all) and of their notes carrying one of ``tags`` (None or empty: any note; compared as the
-        ``tag:`` filter compares them) contains (a Japanese run, written without spaces, counts as the words Sudachi
+        the sources (None: all), of their notes carrying one of ``tags`` (None or empty: any note; compared as the
+        ``tag:`` filter compares them) and passing one of the ``path:`` filters ``paths`` (empty: any) contains (a Japanese run, written without spaces, counts as the words Sudachi
         finds in it, named as written: ``京都のズンドコ`` is ``京都`` and ``ズンドコ``, whose term is
         ずんどこ; not its verbs and adjectives: つける is no name to look for): none of the word's BM25 terms, nor the word
         as an identifier is kept whole (:meth:`Analyzer.whole`: ``usestate``, which BM25 stems to usest, is the term of a note's ``useState``), is
@@ -1916,6 +1916,10 @@ class Searcher:
         sources = self._resolve_sources(source)
         with self._lock:
             tagged = self._notes_with_tags(tags, sources)
+        if paths:                           # a path: filter: only the notes under it can be hits
+            where = ParsedQuery(text="", paths=tuple(paths))
+            tagged = frozenset(nid for nid in (self._first_chunk if tagged is None else tagged)
+                               if where.keeps_path(self._vault_path.get(nid, ""), self._note_path.get(nid, "")))
         index = self._bm25
         scope = (None if sources is None or index is None
                  else self._scope_mask(("bm25", sources), self._bm25_sources, sources))
