@@ -420,8 +420,26 @@ def related_notes(s: Settings, note: str, k: int = 10) -> dict[str, Any]:
         rows = related(s.warehouse_path, path, k)
     except NoteNotFoundError as exc:                # a file of the vault no build reads: say so, not "build"
         raise type(exc)(_not_built_file(s, path) or str(exc)) from None
-    return {"path": path, "related": rows,
-            **({} if rows else {"message": "no linked notes: this note has no outlinks or backlinks"})}
+    return {"path": path, "related": rows, **({} if rows else {"message": _no_related_message(s, path)})}
+
+
+def _no_related_message(s: Settings, vault_path: str) -> str:
+    """What ``related`` says of a note with no linked notes: that it has no links, or that its links name only
+    notes the vault does not have (``[[存在しないノート]]``; before, "no outlinks" of a note that has links)."""
+    from pipeline import warehouse as wh
+
+    con = wh.connect(s.warehouse_path, read_only=True)
+    try:
+        targets, n = wh.dangling_targets(con, vault_path)
+    finally:
+        con.close()
+    if not targets:
+        return "no linked notes: this note has no outlinks or backlinks"
+    more = f" and {n - len(targets)} more" if n > len(targets) else ""
+    names = ", ".join(f"[[{t}]]" for t in targets) + more
+    them = "the notes, or fix the links" if n > 1 else "the note, or fix the link"
+    return (f"no linked notes: this note has no backlinks, and its links name no note of the vault ({names}: "
+            f"create {them}; `docsvault check-vault` lists every dangling link)")
 
 
 def _not_built_file(s: Settings, vault_path: str) -> str | None:

@@ -38,6 +38,7 @@ warehouse as wh``, unless a test patches a module's private name.
 from pipeline.warehouse.queries import (
     chunk_texts_with_tags,
     dangling_linkers,
+    dangling_targets,
     fetch_chunks,
     list_sources,
     load_bm25_blobs,
@@ -114,6 +115,7 @@ __all__ = [
     "chunk_texts_with_tags",
     "connect",
     "dangling_linkers",
+    "dangling_targets",
     "explain_vector_search",
     "fetch_chunks",
     "indexed_tables",

@@ -386,6 +386,16 @@ def dangling_linkers(con: duckdb.DuckDBPyConnection, target: str, limit: int = 3
     return [r[0] for r in rows]
 
 
+def dangling_targets(con: duckdb.DuckDBPyConnection, vault_path: str, limit: int = 5) -> tuple[list[str], int]:
+    """The targets of the dangling links of the note at ``vault_path`` (links to a note no source has), as written
+    in the links (``存在しないノート``), sorted, at most ``limit``; and how many distinct targets there are."""
+    rows = con.execute(
+        "SELECT DISTINCT l.target FROM links l JOIN notes n ON n.note_id = l.src "
+        "WHERE n.vault_path = ? AND l.dst IS NULL AND l.target IS NOT NULL ORDER BY l.target", [vault_path]
+    ).fetchall()
+    return [r[0] for r in rows[:limit]], len(rows)
+
+
 # ---- search UX helpers (neighbours, query filters, inline tags; issue 17) ----
 
 
