@@ -810,7 +810,9 @@ def subpath_missing(body: str, name: str, vault_path: str, subpath: str, page: i
             if _block_at(blocks, m.start()) is None))
     else:
         have = _headings(body)
-    where = f"{what} not found in {_quoted(name)} ({vault_path}); showing page {page}"
+    # the note as the link named it and its vault path; once when the link gave the vault path
+    named = _quoted(name) if name == vault_path else f"{_quoted(name)} ({vault_path})"
+    where = f"{what} not found in {named}; showing page {page}"
     if not have:
         return f"{where}; the note has no {'block ids' if block else 'headings'}"
     # compared in NFKC: a heading typed in half-width katakana or full-width Latin (ｲﾝｽﾄｰﾙ, ＳＥＴＵＰ) is closest to
