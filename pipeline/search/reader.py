@@ -985,6 +985,10 @@ def _notes_called(warehouse_path: Path, wanted: str, paths: bool, names: bool) -
     try:
         if paths:
             found, what = wh.notes_by_source_path(con, wanted), "a source path in several sources"
+        if paths and not found and "/" in wanted:
+            # a hit's `source` and `source_path` joined (prefect/concepts/caching.mdx): that source's note
+            source, rest = wanted.split("/", 1)
+            found = [n for n in wh.notes_by_source_path(con, rest) if n["source"] == source]
         if paths and not found and not wanted.lower().endswith(".md"):
             # a link by its path in the source, `[[DuckDB 入門]]` for the root's DuckDB 入門.md, is that note, as
             # Obsidian resolves it, also when Ideas/DuckDB 入門.md shares its name (before, "several notes")
