@@ -309,3 +309,50 @@ def test_a_dropped_sources_folder_whose_index_note_you_deleted_goes(tmp_path: Pa
         ("removed vault/gone/: source 'gone' is no longer in sources.yaml (kept 1 file(s) docsvault did not write, "
          "or that were edited since: mine.md)")]
     assert _files(settings.vault_dir / "gone") == ["mine.md"]
+
+
+def _page(rel: str, body: str, **extra: object) -> "Note":
+    from pipeline.models import Note, text_hash
+
+    fm = {"title": rel[:-3], **extra, "source": "me", "source_path": rel, "content_hash": text_hash(body)}
+    return Note("me", rel, rel, rel[:-3], fm, body)
+
+
+def test_a_source_removed_and_added_back_keeps_an_alias_you_typed_into_a_note(tmp_path: Path) -> None:
+    """An alias (a property's value) typed into a generated note in Obsidian, then the source removed from
+    sources.yaml (the note is kept: edited) and added back: the build overwrote the note without a word, the alias
+    lost (the removal takes the manifest, and the old rule looked at the body's content_hash and the key set only).
+    Now the edit is kept as `Ann (edited).md`, as with a manifest."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    ann = _page("Ann.md", "# Ann\n\nWorks on the kitchen.\n", aliases=["Ann Smith"])
+    write_source(vault, "me", [ann])
+    path = vault / "me" / "Ann.md"
+    mine = path.read_bytes().replace(b"- Ann Smith\n", b"- Ann Smith\n- Annie\n")
+    path.write_bytes(mine)
+    assert _remove_generated(vault / "me") == ["Ann.md"]
+    result = write_source(vault, "me", [ann])
+    assert result.conflicts == [("Ann.md", "Ann (edited).md")]
+    assert (vault / "me" / "Ann (edited).md").read_bytes() == mine
+    assert b"Annie" not in path.read_bytes()
+
+
+def test_a_source_added_back_keeps_your_copy_of_a_page_that_left(tmp_path: Path) -> None:
+    """A copy of a generated note (Obsidian's "Make a copy": `Recipes 1.md`, same bytes) whose page then left the
+    source, the source removed and added back: the copy was deleted as "removed (their pages left the source)"
+    (its frontmatter names the page, its content_hash matches). Now it is yours and kept."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    recipes, kitchen = _page("Recipes.md", "# Recipes\n\nMiso soup.\n"), _page("Kitchen.md", "# Kitchen\n")
+    write_source(vault, "me", [recipes, kitchen])
+    copy = vault / "me" / "Recipes 1.md"
+    copy.write_bytes((vault / "me" / "Recipes.md").read_bytes())
+    write_source(vault, "me", [kitchen])                 # the page left the source: its note goes, the copy stays
+    assert _remove_generated(vault / "me") == ["Recipes 1.md"]
+    result = write_source(vault, "me", [kitchen])
+    assert result.removed == [] and result.kept == ["Recipes 1.md"]
+    assert copy.read_bytes().startswith(b"---\ntitle: Recipes\n")

@@ -369,7 +369,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     manifest = load_manifest(root)
     owned = manifest if manifest is not None else legacy_owned(
         root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes},
-        {n.rel_path: n.frontmatter.keys() for n in notes})
+        {n.rel_path: n.frontmatter.keys() for n in notes}, {rel: data for rel, (_, data) in targets.items()})
     leftovers: list[Path] = []              # temp files of writes a killed build left (hidden in Obsidian)
     before = walk_files(root, leftovers)
     # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
