@@ -3,6 +3,7 @@ failure stays visible in `status` until a build of it succeeds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -356,3 +357,50 @@ def test_a_source_added_back_keeps_your_copy_of_a_page_that_left(tmp_path: Path)
     result = write_source(vault, "me", [kitchen])
     assert result.removed == [] and result.kept == ["Recipes 1.md"]
     assert copy.read_bytes().startswith(b"---\ntitle: Recipes\n")
+
+
+def test_a_dropped_sources_folder_is_removed_once_your_index_copy_or_edit_stays_and_so_do_your_notes(
+        tmp_path: Path) -> None:
+    """A dropped source's folder with your copy of its index note (`_index (edited).md`, kept by a build when you
+    wrote in `_index.md`), or with `_index.md` edited since the last build: both still carry `docsvault: index`, so
+    every later build took the folder for a generated one again and removed it once more, now without a manifest:
+    the old rule counted your renamed copy of a note (`Benjamin.md`), your conflict copy (`Kitchen
+    (conflict).md`), an `(edited)` copy whose edit was a tag, and the index copy itself as the build's, and deleted
+    them (a line in the Dagster run's log only). Now the removal moves an edited index note aside as it keeps it,
+    a copy named `(edited)` does not mark the folder as docsvault's, and a second build leaves the folder alone."""
+    from pipeline.config import Settings
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages import remove_dropped_sources
+    from pipeline.stages.layout import _generated_vault_folder
+
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    for name in ("me", "you"):
+        vault, folder = settings.vault_dir, settings.vault_dir / name
+        pages = [_page("Ben.md", "# Ben\n"), _page("Kitchen.md", "# Kitchen\n"), _page("Ideas.md", "# Ideas\n",
+                                                                                       tags=["idea"])]
+        pages = [dataclasses.replace(p, source=name, frontmatter={**p.frontmatter, "source": name}) for p in pages]
+        write_source(vault, name, pages)
+        index = folder / "_index.md"
+        index.write_bytes(index.read_bytes() + b"\nmy comment\n")
+        if name == "me":                         # a build keeps your edit as `_index (edited).md`
+            assert write_source(vault, name, pages).conflicts == [("_index.md", "_index (edited).md")]
+        (folder / "Benjamin.md").write_bytes((folder / "Ben.md").read_bytes())
+        (folder / "Kitchen (conflict 2026-12-01).md").write_bytes((folder / "Kitchen.md").read_bytes())
+        (folder / "Ideas.md").write_bytes((folder / "Ideas.md").read_bytes().replace(b"- idea\n", b"- idea\n- mine\n"))
+    mine = {p: p.read_bytes() for p in settings.vault_dir.rglob("*.md")
+            if p.name in ("_index (edited).md", "Benjamin.md", "Ideas.md") or "conflict" in p.name}
+    mine[settings.vault_dir / "you" / "_index.md"] = (settings.vault_dir / "you" / "_index.md").read_bytes()
+    assert len(mine) == 8
+    first = remove_dropped_sources(settings, [], remove_all=True)
+    assert [line.split(" (kept")[0] for line in first] == [
+        "removed vault/me/: source 'me' is no longer in sources.yaml",
+        "removed vault/you/: source 'you' is no longer in sources.yaml"]
+    assert _files(settings.vault_dir / "me") == [
+        "Benjamin.md", "Ideas.md", "Kitchen (conflict 2026-12-01).md", "_index (edited).md"]
+    assert _files(settings.vault_dir / "you") == [
+        "Benjamin.md", "Ideas.md", "Kitchen (conflict 2026-12-01).md", "_index (edited).md"]
+    assert not _generated_vault_folder(settings.vault_dir / "me")
+    assert not _generated_vault_folder(settings.vault_dir / "you")
+    assert remove_dropped_sources(settings, [], remove_all=True) == []
+    moved = {settings.vault_dir / "you" / "_index.md": settings.vault_dir / "you" / "_index (edited).md"}
+    assert {p: moved.get(p, p).read_bytes() for p in mine} == mine
