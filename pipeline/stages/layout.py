@@ -124,9 +124,9 @@ def _remove_generated(folder: Path) -> list[str]:
     except (NoteError, OSError) as exc:         # not a name docsvault could have written: leave it all
         log.warning("vault/%s/ kept: %s", folder.name, exc)
         return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
-    _remove_bookkeeping(folder)
     # an index note kept (you edited it since the last build) goes aside as a build moves your edits, else the
-    # folder still looks generated and the next build removes it again, without the manifest (_index_notes)
+    # folder still looks generated and the next build removes it again, without the manifest (_index_notes); before
+    # the manifest goes: a removal killed in between is done again with it (it lists no file by then)
     from pipeline.ingest.ownership import conflict_name
 
     taken = {p.name.casefold() for p in folder.iterdir()}
@@ -139,6 +139,7 @@ def _remove_generated(folder: Path) -> list[str]:
             moved.add(path.name)
         except OSError as exc:
             log.warning("vault/%s/%s kept under its name: %s", folder.name, path.name, exc)
+    _remove_bookkeeping(folder)
     left: set[str] = set(result.kept) - moved
     for dirpath, dirnames, filenames in os.walk(folder):     # symlinked folders are not entered
         here = Path(dirpath)
