@@ -404,3 +404,21 @@ def test_a_dropped_sources_folder_is_removed_once_your_index_copy_or_edit_stays_
     assert remove_dropped_sources(settings, [], remove_all=True) == []
     moved = {settings.vault_dir / "you" / "_index.md": settings.vault_dir / "you" / "_index (edited).md"}
     assert {p: moved.get(p, p).read_bytes() for p in mine} == mine
+
+
+def test_a_source_added_back_with_a_new_site_url_takes_its_unedited_notes_back(tmp_path: Path) -> None:
+    """The keys docsvault computes (`url` from `site_url`, `fetched_at`…) may change while a source is out of
+    sources.yaml: a note nobody edited is still the build's, rewritten without an `(edited)` copy."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    ann = _page("Ann.md", "# Ann\n", aliases=["Ann Smith"], url="https://old.example/Ann")
+    write_source(vault, "me", [ann])
+    (vault / "me" / "Ann.md").write_bytes((vault / "me" / "Ann.md").read_bytes() + b"\n")   # kept: edited
+    assert _remove_generated(vault / "me") == ["Ann.md"]
+    (vault / "me" / "Ann.md").write_bytes((vault / "me" / "Ann.md").read_bytes()[:-1])     # edit undone
+    moved = dataclasses.replace(ann, frontmatter={**ann.frontmatter, "url": "https://new.example/Ann"})
+    result = write_source(vault, "me", [moved])
+    assert result.conflicts == [] and result.written == ["Ann.md"]
+    assert b"url: https://new.example/Ann\n" in (vault / "me" / "Ann.md").read_bytes()

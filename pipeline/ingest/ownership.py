@@ -135,8 +135,9 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
             ``content_hash`` covers the body only, so before session 45 such a note counted as the build's and the
             property was lost without a word when the manifest was missing (a vault copied without ``.docsvault/``).
         rendered: vault rel path -> the bytes the build writes there now. A file there whose body is the one written
-            now but whose frontmatter differs (``fetched_at`` aside) has a property value someone changed (an alias
-            or tag typed in Obsidian): the user's, moved aside. Its ``content_hash`` covers the body only and the
+            now but whose frontmatter differs (the keys docsvault computes, ``normalize.REPLACED_KEYS``, aside: a
+            new ``site_url`` changes ``url``) has a property value someone changed (an alias or tag typed in
+            Obsidian): the user's, moved aside. Its ``content_hash`` covers the body only and the
             key set is the same, so such an edit was overwritten without a word when a source was removed and added
             back (the removal takes the manifest).
 
@@ -147,7 +148,7 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
     """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
-    from pipeline.ingest.normalize import OWN_KEYS
+    from pipeline.ingest.normalize import OWN_KEYS, REPLACED_KEYS
     from pipeline.models import text_hash
 
     owned: Manifest = {}
@@ -174,17 +175,18 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
                 new_fm, new_body = parse_note(rendered[rel], rel)
             except NoteError:
                 new_fm, new_body = None, None
-            if new_body == body and isinstance(new_fm, dict) and _without(fm, "fetched_at") != _without(
-                    new_fm, "fetched_at"):
+            if new_body == body and isinstance(new_fm, dict) and _without(fm, REPLACED_KEYS) != _without(
+                    new_fm, REPLACED_KEYS):
                 continue
         if fm.get(INDEX_KEY) == INDEX_VALUE or fm.get("content_hash") == text_hash(body):
             owned[rel] = {hashlib.sha256(data).hexdigest()}
     return owned
 
 
-def _without(fm: Mapping[str, object], key: str) -> dict[str, object]:
-    """The frontmatter without ``key``."""
-    return {k: v for k, v in fm.items() if k != key}
+def _without(fm: Mapping[str, object], keys: Iterable[str]) -> dict[str, object]:
+    """The frontmatter without ``keys``."""
+    drop = set(keys)
+    return {k: v for k, v in fm.items() if k not in drop}
 
 
 def _built_path(rel: str, source_path: str) -> bool:
