@@ -404,6 +404,14 @@ def test_a_dropped_sources_folder_is_removed_once_your_index_copy_or_edit_stays_
     assert remove_dropped_sources(settings, [], remove_all=True) == []
     moved = {settings.vault_dir / "you" / "_index.md": settings.vault_dir / "you" / "_index (edited).md"}
     assert {p: moved.get(p, p).read_bytes() for p in mine} == mine
+    # added back: the index copy is yours too (it was removed as the build's index note), and so are the others
+    result = write_source(settings.vault_dir, "me", [_page("Ben.md", "# Ben\n"), _page("Ideas.md", "# Ideas\n",
+                                                                                     tags=["idea"])])
+    assert result.removed == [] and result.conflicts == [("Ideas.md", "Ideas (edited).md")]
+    assert result.kept == ["Benjamin.md", "Ideas (edited).md", "Kitchen (conflict 2026-12-01).md",
+                           "_index (edited).md"]
+    moved[settings.vault_dir / "me" / "Ideas.md"] = settings.vault_dir / "me" / "Ideas (edited).md"
+    assert {p: moved.get(p, p).read_bytes() for p in mine} == mine
 
 
 def test_a_source_added_back_with_a_new_site_url_takes_its_unedited_notes_back(tmp_path: Path) -> None:

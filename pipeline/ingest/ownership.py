@@ -18,7 +18,7 @@ build's while its bytes hash to one of its listed values (normally one; two whil
 build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
 moving or restoring the vault keeps ownership. A vault written before manifests existed (no manifest): a ``.md``
 file counts as the build's when its frontmatter says ``source: <source>`` and its ``content_hash`` matches its body
-(or it is the source's ``docsvault: index`` note), it has no frontmatter key the build does not write there now (a
+(or it is the source's ``docsvault: index`` note, named as a build names it), it has no frontmatter key the build does not write there now (a
 property the user added), and it is not a renamed or moved copy (its ``source_path`` is
 written elsewhere); any other file is the user's.
 """
@@ -165,7 +165,7 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
         at = (written or {}).get(unicodedata.normalize("NFC", str(fm.get("source_path", ""))))
         if at is not None and at != rel:
             continue
-        if at is None and written is not None and fm.get(INDEX_KEY) != INDEX_VALUE \
+        if at is None and written is not None and not INDEX_NOTE_NAME.match(rel) \
                 and not _built_path(rel, str(fm.get("source_path", ""))):
             continue
         if keys is not None and rel in keys and set(fm) - set(keys[rel]) - set(OWN_KEYS):
@@ -178,9 +178,16 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
             if new_body == body and isinstance(new_fm, dict) and _without(fm, REPLACED_KEYS) != _without(
                     new_fm, REPLACED_KEYS):
                 continue
-        if fm.get(INDEX_KEY) == INDEX_VALUE or fm.get("content_hash") == text_hash(body):
+        if (fm.get(INDEX_KEY) == INDEX_VALUE and INDEX_NOTE_NAME.match(rel)) \
+                or fm.get("content_hash") == text_hash(body):
             owned[rel] = {hashlib.sha256(data).hexdigest()}
     return owned
+
+
+#: the names :func:`pipeline.ingest.vault.index_rel_path` gives a source's index note, at the folder's top (not
+#: ``_index (edited).md``, the copy a build keeps of your edit to it: yours, though its frontmatter says
+#: ``docsvault: index``)
+INDEX_NOTE_NAME = re.compile(r"^_index(?: \([2-9][0-9]*\))?\.md$")
 
 
 def _without(fm: Mapping[str, object], keys: Iterable[str]) -> dict[str, object]:

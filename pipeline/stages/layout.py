@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -63,11 +62,6 @@ def _generated_vault_folder(folder: Path) -> bool:
     return bool(_index_notes(folder))
 
 
-#: the names :func:`pipeline.ingest.vault.index_rel_path` gives a source's index note (not ``_index (edited).md``,
-#: the copy a build keeps of your edit to it)
-_INDEX_NAME = re.compile(r"^_index(?: \([2-9][0-9]*\))?\.md$")
-
-
 def _index_notes(folder: Path) -> list[Path]:
     """The index notes of the source of ``folder``'s name in it: files named as a build names them (``_index.md``,
     ``_index (2).md``…) whose frontmatter has ``docsvault: index`` and ``source: <folder>``. A copy of your edit,
@@ -75,10 +69,11 @@ def _index_notes(folder: Path) -> list[Path]:
     generated again after its removal, and every later build removed the folder once more without its manifest."""
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
+    from pipeline.ingest.ownership import INDEX_NOTE_NAME
 
     found: list[Path] = []
     for path in sorted(folder.glob("_index*.md")):
-        if not _INDEX_NAME.match(path.name) or path.is_symlink() or not path.is_file():
+        if not INDEX_NOTE_NAME.match(path.name) or path.is_symlink() or not path.is_file():
             continue
         try:
             fm, _ = parse_note(path.read_bytes(), str(path))
