@@ -286,8 +286,8 @@ def audit(root: Path, source: str) -> Audit:
     root = Path(root)
     manifest = load_manifest(root)
     has = manifest is not None
-    if manifest is None:
-        manifest = legacy_owned(root, source)
+    if manifest is None:        # {}: a file not at the path the build gives its page is a copy of yours
+        manifest = legacy_owned(root, source, {})
     files = walk_files(root)
     recorded, yours = load_conflicts(root), load_yours(root)
     user, edited, owned, copies = [], [], [], []
