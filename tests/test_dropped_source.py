@@ -3,6 +3,7 @@ failure stays visible in `status` until a build of it succeeds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -309,3 +310,123 @@ def test_a_dropped_sources_folder_whose_index_note_you_deleted_goes(tmp_path: Pa
         ("removed vault/gone/: source 'gone' is no longer in sources.yaml (kept 1 file(s) docsvault did not write, "
          "or that were edited since: mine.md)")]
     assert _files(settings.vault_dir / "gone") == ["mine.md"]
+
+
+def _page(rel: str, body: str, **extra: object) -> "Note":
+    from pipeline.models import Note, text_hash
+
+    fm = {"title": rel[:-3], **extra, "source": "me", "source_path": rel, "content_hash": text_hash(body)}
+    return Note("me", rel, rel, rel[:-3], fm, body)
+
+
+def test_a_source_removed_and_added_back_keeps_an_alias_you_typed_into_a_note(tmp_path: Path) -> None:
+    """An alias (a property's value) typed into a generated note in Obsidian, then the source removed from
+    sources.yaml (the note is kept: edited) and added back: the build overwrote the note without a word, the alias
+    lost (the removal takes the manifest, and the old rule looked at the body's content_hash and the key set only).
+    Now the edit is kept as `Ann (edited).md`, as with a manifest."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    ann = _page("Ann.md", "# Ann\n\nWorks on the kitchen.\n", aliases=["Ann Smith"])
+    write_source(vault, "me", [ann])
+    path = vault / "me" / "Ann.md"
+    mine = path.read_bytes().replace(b"- Ann Smith\n", b"- Ann Smith\n- Annie\n")
+    path.write_bytes(mine)
+    assert _remove_generated(vault / "me") == ["Ann.md"]
+    result = write_source(vault, "me", [ann])
+    assert result.conflicts == [("Ann.md", "Ann (edited).md")]
+    assert (vault / "me" / "Ann (edited).md").read_bytes() == mine
+    assert b"Annie" not in path.read_bytes()
+
+
+def test_a_source_added_back_keeps_your_copy_of_a_page_that_left(tmp_path: Path) -> None:
+    """A copy of a generated note (Obsidian's "Make a copy": `Recipes 1.md`, same bytes) whose page then left the
+    source, the source removed and added back: the copy was deleted as "removed (their pages left the source)"
+    (its frontmatter names the page, its content_hash matches). Now it is yours and kept."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    recipes, kitchen = _page("Recipes.md", "# Recipes\n\nMiso soup.\n"), _page("Kitchen.md", "# Kitchen\n")
+    write_source(vault, "me", [recipes, kitchen])
+    copy = vault / "me" / "Recipes 1.md"
+    copy.write_bytes((vault / "me" / "Recipes.md").read_bytes())
+    write_source(vault, "me", [kitchen])                 # the page left the source: its note goes, the copy stays
+    assert _remove_generated(vault / "me") == ["Recipes 1.md"]
+    result = write_source(vault, "me", [kitchen])
+    assert result.removed == [] and result.kept == ["Recipes 1.md"]
+    assert copy.read_bytes().startswith(b"---\ntitle: Recipes\n")
+
+
+def test_a_dropped_sources_folder_is_removed_once_your_index_copy_or_edit_stays_and_so_do_your_notes(
+        tmp_path: Path) -> None:
+    """A dropped source's folder with your copy of its index note (`_index (edited).md`, kept by a build when you
+    wrote in `_index.md`), or with `_index.md` edited since the last build: both still carry `docsvault: index`, so
+    every later build took the folder for a generated one again and removed it once more, now without a manifest:
+    the old rule counted your renamed copy of a note (`Benjamin.md`), your conflict copy (`Kitchen
+    (conflict).md`), an `(edited)` copy whose edit was a tag, and the index copy itself as the build's, and deleted
+    them (a line in the Dagster run's log only). Now the removal moves an edited index note aside as it keeps it,
+    a copy named `(edited)` does not mark the folder as docsvault's, and a second build leaves the folder alone."""
+    from pipeline.config import Settings
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages import remove_dropped_sources
+    from pipeline.stages.layout import _generated_vault_folder
+
+    settings = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    for name in ("me", "you"):
+        vault, folder = settings.vault_dir, settings.vault_dir / name
+        pages = [_page("Ben.md", "# Ben\n"), _page("Kitchen.md", "# Kitchen\n"), _page("Ideas.md", "# Ideas\n",
+                                                                                       tags=["idea"])]
+        pages = [dataclasses.replace(p, source=name, frontmatter={**p.frontmatter, "source": name}) for p in pages]
+        write_source(vault, name, pages)
+        index = folder / "_index.md"
+        index.write_bytes(index.read_bytes() + b"\nmy comment\n")
+        if name == "me":                         # a build keeps your edit as `_index (edited).md`
+            assert write_source(vault, name, pages).conflicts == [("_index.md", "_index (edited).md")]
+        (folder / "Benjamin.md").write_bytes((folder / "Ben.md").read_bytes())
+        (folder / "Kitchen (conflict 2026-12-01).md").write_bytes((folder / "Kitchen.md").read_bytes())
+        (folder / "Ideas.md").write_bytes((folder / "Ideas.md").read_bytes().replace(b"- idea\n", b"- idea\n- mine\n"))
+    mine = {p: p.read_bytes() for p in settings.vault_dir.rglob("*.md")
+            if p.name in ("_index (edited).md", "Benjamin.md", "Ideas.md") or "conflict" in p.name}
+    mine[settings.vault_dir / "you" / "_index.md"] = (settings.vault_dir / "you" / "_index.md").read_bytes()
+    assert len(mine) == 8
+    first = remove_dropped_sources(settings, [], remove_all=True)
+    assert [line.split(" (kept")[0] for line in first] == [
+        "removed vault/me/: source 'me' is no longer in sources.yaml",
+        "removed vault/you/: source 'you' is no longer in sources.yaml"]
+    assert _files(settings.vault_dir / "me") == [
+        "Benjamin.md", "Ideas.md", "Kitchen (conflict 2026-12-01).md", "_index (edited).md"]
+    assert _files(settings.vault_dir / "you") == [
+        "Benjamin.md", "Ideas.md", "Kitchen (conflict 2026-12-01).md", "_index (edited).md"]
+    assert not _generated_vault_folder(settings.vault_dir / "me")
+    assert not _generated_vault_folder(settings.vault_dir / "you")
+    assert remove_dropped_sources(settings, [], remove_all=True) == []
+    moved = {settings.vault_dir / "you" / "_index.md": settings.vault_dir / "you" / "_index (edited).md"}
+    assert {p: moved.get(p, p).read_bytes() for p in mine} == mine
+    # added back: the index copy is yours too (it was removed as the build's index note), and so are the others
+    result = write_source(settings.vault_dir, "me", [_page("Ben.md", "# Ben\n"), _page("Ideas.md", "# Ideas\n",
+                                                                                     tags=["idea"])])
+    assert result.removed == [] and result.conflicts == [("Ideas.md", "Ideas (edited).md")]
+    assert result.kept == ["Benjamin.md", "Ideas (edited).md", "Kitchen (conflict 2026-12-01).md",
+                           "_index (edited).md"]
+    moved[settings.vault_dir / "me" / "Ideas.md"] = settings.vault_dir / "me" / "Ideas (edited).md"
+    assert {p: moved.get(p, p).read_bytes() for p in mine} == mine
+
+
+def test_a_source_added_back_with_a_new_site_url_takes_its_unedited_notes_back(tmp_path: Path) -> None:
+    """The keys docsvault computes (`url` from `site_url`, `fetched_at`…) may change while a source is out of
+    sources.yaml: a note nobody edited is still the build's, rewritten without an `(edited)` copy."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    ann = _page("Ann.md", "# Ann\n", aliases=["Ann Smith"], url="https://old.example/Ann")
+    write_source(vault, "me", [ann])
+    (vault / "me" / "Ann.md").write_bytes((vault / "me" / "Ann.md").read_bytes() + b"\n")   # kept: edited
+    assert _remove_generated(vault / "me") == ["Ann.md"]
+    (vault / "me" / "Ann.md").write_bytes((vault / "me" / "Ann.md").read_bytes()[:-1])     # edit undone
+    moved = dataclasses.replace(ann, frontmatter={**ann.frontmatter, "url": "https://new.example/Ann"})
+    result = write_source(vault, "me", [moved])
+    assert result.conflicts == [] and result.written == ["Ann.md"]
+    assert b"url: https://new.example/Ann\n" in (vault / "me" / "Ann.md").read_bytes()

@@ -614,3 +614,18 @@ def test_frontmatter_check_leaves_out_a_generated_note_the_user_is_editing(tmp_p
     build.vault_stage(settings, source)                                      # … is moved aside and written again
     assert (build.frontmatter_check(settings, source)["invalid"], build.frontmatter_check(settings, source)["notes"]) \
         == (0, 6)
+
+
+def test_status_of_a_source_added_back_names_your_copies_before_its_build(tmp_path: Path) -> None:
+    """A source removed from sources.yaml and added back, not built yet (no manifest): `status` (audit) counted
+    your renamed copy (`Ben 2.md`, a sync's copy) as one of the build's notes, so it did not name it among your
+    files, though the next build keeps it as yours."""
+    from pipeline.models import text_hash
+
+    fm = {"title": "Ben", "source": "demo", "source_path": "Ben.md", "content_hash": text_hash("Ben.\n")}
+    root = tmp_path / "demo"
+    write_source(tmp_path, "demo", [Note("demo", "Ben.md", "Ben.md", "Ben", fm, "Ben.\n")])
+    (root / "Ben 2.md").write_bytes((root / "Ben.md").read_bytes())
+    manifest_path(root).unlink()
+    found = audit(root, "demo")
+    assert (found.user_files, found.owned, found.has_manifest) == (["Ben 2.md"], ["Ben.md", "_index.md"], False)

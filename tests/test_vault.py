@@ -174,3 +174,30 @@ def test_a_source_with_no_note_gets_its_folder_and_an_empty_manifest(tmp_path):
         '{\n "version": 1,\n "source": "demo",\n "files": {}\n}\n')
     assert write_source(tmp_path, "demo", []) == VaultResult([], [], [], None)
     assert read_notes(tmp_path) == []
+
+
+def test_a_generated_note_whose_frontmatter_you_broke_is_named_with_the_build_that_fixes_it(tmp_path: Path) -> None:
+    """A generated note whose frontmatter you broke in Obsidian (or a sync left half-written): a build of another
+    source reads every source's notes for the link graph and the warehouse, and failed with the YAML error alone
+    ("fix or quote the value"); the error now says the file was edited and which build keeps your version aside
+    and writes the note again. A note of your own vault folder without a manifest keeps the plain error."""
+    from pipeline.common.errors import NoteError
+    from pipeline.ingest.vault import read_notes, write_source
+    from pipeline.models import Note
+
+    fm = {"title": "Home", "source": "me", "source_path": "Home.md"}
+    write_source(tmp_path, "me", [Note("me", "Home.md", "Home.md", "Home", fm, "# Home\n")])
+    (tmp_path / "me" / "Home (edited).md").write_text("# an older copy\n", encoding="utf-8")
+    path = tmp_path / "me" / "Home.md"
+    path.write_bytes(path.read_bytes().replace(b"title: Home", b"title: [Home"))
+    with pytest.raises(NoteError) as err:
+        read_notes(tmp_path, ["me"])
+    assert str(err.value).startswith("vault/me/Home.md: line 2: invalid YAML frontmatter: ")
+    assert str(err.value).endswith(
+        " (vault/me/Home.md was edited since the build wrote it: `docsvault build --source me` keeps your version "
+        "as vault/me/Home (edited 2).md and writes the note again)")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "A.md").write_text("---\ntitle: [A\n---\n", encoding="utf-8")
+    with pytest.raises(NoteError) as err:
+        read_notes(tmp_path, ["mine"])
+    assert "edited since" not in str(err.value)

@@ -18,7 +18,7 @@ build's while its bytes hash to one of its listed values (normally one; two whil
 build killed between writing a file and the manifest still knows both versions). It lives with the vault, so
 moving or restoring the vault keeps ownership. A vault written before manifests existed (no manifest): a ``.md``
 file counts as the build's when its frontmatter says ``source: <source>`` and its ``content_hash`` matches its body
-(or it is the source's ``docsvault: index`` note), it has no frontmatter key the build does not write there now (a
+(or it is the source's ``docsvault: index`` note, named as a build names it), it has no frontmatter key the build does not write there now (a
 property the user added), and it is not a renamed or moved copy (its ``source_path`` is
 written elsewhere); any other file is the user's.
 """
@@ -118,7 +118,8 @@ def save_manifest(root: Path, source: str, files: Mapping[str, set[str] | list[s
 
 
 def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = None,
-                 keys: Mapping[str, Iterable[str]] | None = None) -> Manifest:
+                 keys: Mapping[str, Iterable[str]] | None = None,
+                 rendered: Mapping[str, bytes] | None = None) -> Manifest:
     """Ownership of a source folder written before manifests (or of a dropped source's folder, whose manifest went
     when it was removed, added back): its ``.md`` files whose frontmatter has ``source: <source>`` and a
     ``content_hash`` equal to the hash of their body (unedited generated notes), and its ``docsvault: index``
@@ -133,10 +134,21 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
             (``myprop: keep me``, typed in Obsidian): the user's, so it is moved aside, not overwritten; the
             ``content_hash`` covers the body only, so before session 45 such a note counted as the build's and the
             property was lost without a word when the manifest was missing (a vault copied without ``.docsvault/``).
+        rendered: vault rel path -> the bytes the build writes there now. A file there whose body is the one written
+            now but whose frontmatter differs (the keys docsvault computes, ``normalize.REPLACED_KEYS``, aside: a
+            new ``site_url`` changes ``url``) has a property value someone changed (an alias or tag typed in
+            Obsidian): the user's, moved aside. Its ``content_hash`` covers the body only and the
+            key set is the same, so such an edit was overwritten without a word when a source was removed and added
+            back (the removal takes the manifest).
+
+    A file whose page is not written now (``written`` given) counts as the build's only at the path the build gives
+    its ``source_path`` (:func:`pipeline.ingest.normalize.rel_path_for`, or that path with a `` (N)`` of a name
+    clash): a copy someone made (Obsidian's "Make a copy", ``Recipes 1.md``, a sync's ``Recipes 2.md``) of a page
+    that later left the source was deleted as "left the source" when the source came back.
     """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
-    from pipeline.ingest.normalize import OWN_KEYS
+    from pipeline.ingest.normalize import OWN_KEYS, REPLACED_KEYS
     from pipeline.models import text_hash
 
     owned: Manifest = {}
@@ -153,11 +165,47 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
         at = (written or {}).get(unicodedata.normalize("NFC", str(fm.get("source_path", ""))))
         if at is not None and at != rel:
             continue
+        if at is None and written is not None and not INDEX_NOTE_NAME.match(rel) \
+                and not _built_path(rel, str(fm.get("source_path", ""))):
+            continue
         if keys is not None and rel in keys and set(fm) - set(keys[rel]) - set(OWN_KEYS):
             continue
-        if fm.get(INDEX_KEY) == INDEX_VALUE or fm.get("content_hash") == text_hash(body):
+        if rendered is not None and rel in rendered:
+            try:
+                new_fm, new_body = parse_note(rendered[rel], rel)
+            except NoteError:
+                new_fm, new_body = None, None
+            if new_body == body and isinstance(new_fm, dict) and _without(fm, REPLACED_KEYS) != _without(
+                    new_fm, REPLACED_KEYS):
+                continue
+        if (fm.get(INDEX_KEY) == INDEX_VALUE and INDEX_NOTE_NAME.match(rel)) \
+                or fm.get("content_hash") == text_hash(body):
             owned[rel] = {hashlib.sha256(data).hexdigest()}
     return owned
+
+
+#: the names :func:`pipeline.ingest.vault.index_rel_path` gives a source's index note, at the folder's top (not
+#: ``_index (edited).md``, the copy a build keeps of your edit to it: yours, though its frontmatter says
+#: ``docsvault: index``)
+INDEX_NOTE_NAME = re.compile(r"^_index(?: \([2-9][0-9]*\))?\.md$")
+
+
+def _without(fm: Mapping[str, object], keys: Iterable[str]) -> dict[str, object]:
+    """The frontmatter without ``keys``."""
+    drop = set(keys)
+    return {k: v for k, v in fm.items() if k not in drop}
+
+
+def _built_path(rel: str, source_path: str) -> bool:
+    """True when ``rel`` is where a build puts the page ``source_path``: its :func:`~pipeline.ingest.normalize.
+    rel_path_for`, or that path with the `` (N)`` a name clash gives (compared casefolded)."""
+    from pipeline.ingest.normalize import rel_path_for
+
+    if not source_path:
+        return False
+    base = rel_path_for(source_path)[:-3].casefold()
+    got = unicodedata.normalize("NFC", rel)[:-3].casefold()
+    return got == base or re.fullmatch(re.escape(base) + r" \([2-9]\d*\)", got) is not None
 
 
 #: the temp file of an atomic write (``.<name>.<8 random>.tmp``: tempfile.mkstemp's) that a killed build left
@@ -238,8 +286,8 @@ def audit(root: Path, source: str) -> Audit:
     root = Path(root)
     manifest = load_manifest(root)
     has = manifest is not None
-    if manifest is None:
-        manifest = legacy_owned(root, source)
+    if manifest is None:        # {}: a file not at the path the build gives its page is a copy of yours
+        manifest = legacy_owned(root, source, {})
     files = walk_files(root)
     recorded, yours = load_conflicts(root), load_yours(root)
     user, edited, owned, copies = [], [], [], []

@@ -369,7 +369,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     manifest = load_manifest(root)
     owned = manifest if manifest is not None else legacy_owned(
         root, source, {unicodedata.normalize("NFC", n.source_path): n.rel_path for n in notes},
-        {n.rel_path: n.frontmatter.keys() for n in notes})
+        {n.rel_path: n.frontmatter.keys() for n in notes}, {rel: data for rel, (_, data) in targets.items()})
     leftovers: list[Path] = []              # temp files of writes a killed build left (hidden in Obsidian)
     before = walk_files(root, leftovers)
     # before anything changes: the manifest also accepts the bytes about to be written (a killed build still
@@ -523,6 +523,29 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
                        foreign)
 
 
+def _edited_note_error(exc: NoteError, source: str, rel: str, path: Path, data: bytes,
+                       owned: Mapping[str, set[str]] | None) -> NoteError:
+    """The error of a note :func:`read_notes` cannot parse: when its bytes are not those the build wrote (you edited
+    it in Obsidian, or a sync left it half-written), what fixes it without touching your edit: a build of its
+    source moves your version aside and writes the note again. A build of another source (``--source``, a sensor
+    run) reads every source's notes for the link graph and the warehouse, and failed with the YAML error alone,
+    whose advice ("fix or quote the value") was to edit the file again."""
+    import hashlib
+
+    from pipeline.ingest.ownership import conflict_name
+
+    if owned is None or hashlib.sha256(data).hexdigest() in owned.get(rel, ()):
+        return exc
+    folder = PurePosixPath(rel).parent
+    try:
+        taken = {(folder / p.name).as_posix().casefold() for p in path.parent.iterdir()}
+    except OSError:
+        taken = set()
+    copy = conflict_name(rel, taken)
+    return NoteError(f"{exc} (vault/{source}/{rel} was edited since the build wrote it: `docsvault build --source "
+                     f"{source}` keeps your version as vault/{source}/{copy} and writes the note again)")
+
+
 def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[Note]:
     """Read the vault back into Notes.
 
@@ -574,7 +597,10 @@ def read_notes(vault_dir: Path, sources: Iterable[str] | None = None) -> list[No
                 data = path.read_bytes()
             except OSError as exc:
                 raise NoteError(f"{where}: cannot read: {exc.strerror or exc}") from None
-            fm, body = parse_note(data, where)
+            try:
+                fm, body = parse_note(data, where)
+            except NoteError as exc:
+                raise _edited_note_error(exc, name, nfc[rel], path, data, owned) from None
             if fm.get(INDEX_KEY) == INDEX_VALUE:
                 continue                # the generated map of content is not a note of the source
             title = fm.get("title")

@@ -55,23 +55,33 @@ def _generated_vault_folder(folder: Path) -> bool:
     a manifest (``.docsvault/manifest.json``) that names the source: the folder of a source whose last build had no
     note (no index note then), or one whose index note the user deleted (before session 43 such a folder stayed,
     with every generated note in it, when the source left sources.yaml)."""
-    from pipeline.common.errors import NoteError
-    from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
-
     if folder.is_symlink() or not folder.is_dir():
         return False
     if _source_manifest(folder):
         return True
+    return bool(_index_notes(folder))
+
+
+def _index_notes(folder: Path) -> list[Path]:
+    """The index notes of the source of ``folder``'s name in it: files named as a build names them (``_index.md``,
+    ``_index (2).md``…) whose frontmatter has ``docsvault: index`` and ``source: <folder>``. A copy of your edit,
+    ``_index (edited).md``, carries the same frontmatter but is yours: it made a dropped source's folder look
+    generated again after its removal, and every later build removed the folder once more without its manifest."""
+    from pipeline.common.errors import NoteError
+    from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
+    from pipeline.ingest.ownership import INDEX_NOTE_NAME
+
+    found: list[Path] = []
     for path in sorted(folder.glob("_index*.md")):
-        if path.is_symlink() or not path.is_file():
+        if not INDEX_NOTE_NAME.match(path.name) or path.is_symlink() or not path.is_file():
             continue
         try:
             fm, _ = parse_note(path.read_bytes(), str(path))
         except (OSError, NoteError):
             continue
         if isinstance(fm, dict) and fm.get(INDEX_KEY) == INDEX_VALUE and fm.get("source") == folder.name:
-            return True
-    return False
+            found.append(path)
+    return found
 
 
 def _source_manifest(folder: Path) -> bool:
@@ -109,8 +119,23 @@ def _remove_generated(folder: Path) -> list[str]:
     except (NoteError, OSError) as exc:         # not a name docsvault could have written: leave it all
         log.warning("vault/%s/ kept: %s", folder.name, exc)
         return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    # an index note kept (you edited it since the last build) goes aside as a build moves your edits, else the
+    # folder still looks generated and the next build removes it again, without the manifest (_index_notes); before
+    # the manifest goes: a removal killed in between is done again with it (it lists no file by then)
+    from pipeline.ingest.ownership import conflict_name
+
+    taken = {p.name.casefold() for p in folder.iterdir()}
+    moved: set[str] = set()
+    for path in _index_notes(folder):
+        copy = conflict_name(path.name, taken)
+        taken.add(copy.casefold())
+        try:
+            os.replace(path, folder / copy)
+            moved.add(path.name)
+        except OSError as exc:
+            log.warning("vault/%s/%s kept under its name: %s", folder.name, path.name, exc)
     _remove_bookkeeping(folder)
-    left: set[str] = set(result.kept)
+    left: set[str] = set(result.kept) - moved
     for dirpath, dirnames, filenames in os.walk(folder):     # symlinked folders are not entered
         here = Path(dirpath)
         left.update((here / name).relative_to(folder).as_posix() for name in filenames)
