@@ -100,6 +100,11 @@ def test_anything_changed_goes_through_dagster(built_tiny_env: Path) -> None:
     workspace.write_text("{}", encoding="utf-8")
     _build()
     assert _runs(tiny_env) == runs
+    inbox = s.vault_dir / "Inbox" / "My note.md"                # a note of the user's outside every source's folder:
+    inbox.parent.mkdir(parents=True, exist_ok=True)             # no stage reads it, so it is no change (before,
+    inbox.write_text("# Mine\n\nWritten in Obsidian.\n", encoding="utf-8")   # a Dagster run, 5-9 s on real corpora)
+    _build()
+    assert _runs(tiny_env) == runs
 
 
 def test_a_failed_build_forgets_the_record(built_tiny_env: Path) -> None:

@@ -17,8 +17,8 @@ of the analyzer's libraries (a new Sudachi dictionary), the
 sources file, the eval files, the synonyms file, the (path, size, mtime_ns) of every file the stages' skip checks
 read (``<data>/state``, ``notes``, ``chunks``, ``graph``, each source's ``fetch.json``, the warehouse; not the lock
 files, which every build touches), the Dagster instance's run storage (a deleted ``DAGSTER_HOME`` builds again) and of the
-vault's files (dot folders other than ``.docsvault`` left out: Obsidian rewrites ``.obsidian/workspace.json`` on
-every click). Any difference, or a record that cannot be read, means the normal build.
+files of each source's folder of the vault (dot folders other than ``.docsvault`` left out: Obsidian rewrites
+``.obsidian/workspace.json`` on every click; the user's own folders, which no stage reads, left out too). Any difference, or a record that cannot be read, means the normal build.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def fingerprint(settings: Settings, sources: Sequence[Source]) -> str:
         _eval_env(),
         {name: _stats(data / name) for name in ("state", "notes", "chunks", "graph")},
         [_stats(settings.raw_dir / s.name, recurse=False) for s in sources],
-        [_stats(settings.vault_dir)],
+        [_stats(settings.vault_dir / s.name) for s in sources],
         [(p.name, *_stat(p)) for p in (settings.warehouse_path, Path(f"{settings.warehouse_path}.wal"))],
         _instance(settings),
         _models(settings, sources),
