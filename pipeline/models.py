@@ -165,7 +165,8 @@ class Edge:
 class Chunk:
     """A heading section (or a piece of one) of a note.
 
-    ``text`` is the chunk's body text as in the note; ``breadcrumb`` is ``Title > H2 > H3``; what gets embedded and
+    ``text`` is the chunk's body text as in the note (Obsidian block ids left out, a table's delimiter row with its
+    dashes cut to three: :func:`pipeline.index.chunk.compact_table_delimiters`); ``breadcrumb`` is ``Title > H2 > H3``; what gets embedded and
     BM25-indexed is ``embed_text`` (breadcrumb, blank line, text). Sizes are in the embedding model's tokens.
     """
 

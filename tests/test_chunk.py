@@ -614,3 +614,22 @@ def test_an_excalidraw_drawing_is_searched_by_its_text_elements_only() -> None:
     plain = chunk_note(mk(DRAWING), count_tokens=words)
     assert "N4KAkARALgngDgUwgLgAQQQ" in "".join(c.text for c in plain)
     assert plain[0].text.startswith("==⚠  Switch to EXCALIDRAW VIEW")
+
+
+def wordpiece_like(text: str) -> int:
+    """As a BERT WordPiece tokenizer counts: a word is a token, and so is every punctuation character (each `-`)."""
+    return len(re.findall(r"\w+|[^\w\s]", text))
+
+
+def test_a_padded_tables_delimiter_row_is_no_chunk_of_its_own() -> None:
+    """A generated API reference pads its tables to the widest cell, so the delimiter row held 150 dashes: 150
+    tokens for a WordPiece tokenizer, which filled a chunk alone or was cut across two; 36 of the five shared
+    corpora's chunks held only dashes and pipes, and one won an agent's question (session 48). The row's dashes
+    are cut to three (the same table), so the table is one chunk with its words."""
+    rows = "\n".join(f"| `param_{i}` | The value of parameter {i}. |" for i in range(3))
+    table = f"| Name | Description |\n| :{'-' * 60} | {'-' * 90}: |\n{rows}"
+    body = "## Parameters\n\n" + table + "\n\n```text\n|------|------|\n```\n"
+    chunks = chunk_note(mk(body), count_tokens=wordpiece_like, max_tokens=120)
+    assert [c.text for c in chunks] == [
+        ("| Name | Description |\n| :--- | ---: |\n" + rows + "\n\n```text\n|------|------|\n```")]
+    assert all(re.search(r"\w", c.text) for c in chunks)
