@@ -955,6 +955,33 @@ def test_status_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
         f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (not built yet: run `docsvault build`)"]
 
 
+def test_read_and_related_from_a_folder_with_no_project_say_where_they_looked(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 48): `docsvault read Sourdough` and `docsvault related Sourdough` run
+    from another folder said "run `docsvault build` first (or the refresh tool)", and `read me/Sourdough.md` "no
+    note … in the vault <cwd>/vault", where search and status say to run from the project (a build there fails:
+    no sources file). A project that is not built yet (its sources.yaml exists) is still told to build."""
+    for name in ("DOCSVAULT_DATA", "DOCSVAULT_SOURCES", "DOCSVAULT_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    elsewhere = (f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'} and no sources file at "
+                 f"{tmp_path / 'sources.yaml'}: run docsvault from your project's folder, or point --data and "
+                 "--sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built (relative paths are read from "
+                 "the current folder)\n")
+    for args in (["read", "Sourdough"], ["read", "me/Sourdough.md"], ["related", "Sourdough"]):
+        result = runner.invoke(app, args)
+        assert (result.exit_code, result.output) == (2, elsewhere), args
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    result = runner.invoke(app, ["related", "Sourdough"])
+    assert (result.exit_code, result.output) == (2, (
+        f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first (or the "
+        "refresh tool)\n"))
+    result = runner.invoke(app, ["read", "me/Sourdough.md"])
+    assert (result.exit_code, result.output) == (2, (
+        f"error: no note 'me/Sourdough.md': the vault folder {tmp_path / 'vault'} does not exist; point --vault / "
+        "DOCSVAULT_VAULT at the vault the build wrote (the CLI and the MCP server read notes there)\n"))
+
+
 def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_path: Path) -> None:
     """Finding of a new user's run (session 44): `path: notes` and another source's `path: notes/daily` built every
     daily note twice (`me/daily/x.md` and `me2/x.md`, two hits of one note) and `sources validate` said "valid".
