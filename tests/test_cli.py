@@ -824,6 +824,25 @@ def test_build_says_how_many_eval_cases_it_left_out_for_a_corpus_that_is_no_buil
     assert (meta["skipped_cases"].value, meta["skipped_corpora"].value) == (3, "my-notes (3)")
 
 
+def test_build_names_the_source_a_misspelt_eval_corpus_probably_meant(tiny_env: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 48): an eval file's `corpus: tinny` (or the Dagster group's name) was
+    said as "their corpus is no built source: tinny (1)" with no hint, where `docsvault eval` of that file alone
+    says "did you mean 'tiny'?". The build's line and the asset's metadata now name it."""
+    import dagster as dg
+
+    output = _build_with_evals(tiny_env, monkeypatch, "misspelt-evals", {
+        "cases.yaml": "corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n    expected: [Ducks.md]\n",
+        "typo.yaml": "corpus: tinny\ncases:\n  - id: m-1\n    query: ducks\n    expected: [Ducks.md]\n",
+        "gone.yaml": "corpus: zzz\ncases:\n  - id: z-1\n    query: ducks\n    expected: [Ducks.md]\n"})
+    line = next(ln for ln in output.splitlines() if ln.startswith("eval: n=1 "))
+    assert line.endswith(" (2 case(s) left out, their corpus is no built source: tinny (1, did you mean 'tiny'?), "
+                         "zzz (1); fix `corpus:` or build the source)")
+    instance = dg.DagsterInstance.get()
+    meta = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval")).asset_materialization.metadata
+    assert meta["skipped_corpora"].value == "tinny (1, did you mean 'tiny'?), zzz (1)"
+
+
 def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`embed --source` shows the vector search would use: a source's Japanese notes are embedded by the
