@@ -31,7 +31,7 @@ __all__ = [
     "no_project_here", "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems",
     "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
-    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_reason", "warnings_about",  # noqa: F822
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_name_reason", "unbuilt_reason", "warnings_about",  # noqa: F822
     "status_report", "writable_dir_problem", "write_dirs_problem", "eval_json",
 ]
 
@@ -648,7 +648,8 @@ def note_missing_message(s: Settings, note: str, exc: NoteNotFoundError) -> str:
 
     if isinstance(exc, AmbiguousNoteError):
         return str(exc)
-    return no_project_here(s) or skipped_reason(s, note) or unbuilt_reason(s, note) or str(exc)
+    return (no_project_here(s) or skipped_reason(s, note) or unbuilt_reason(s, note) or unbuilt_name_reason(s, note)
+            or str(exc))
 
 
 def unbuilt_reason(s: Settings, note: str) -> str | None:
@@ -694,6 +695,31 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
                     f"{built[0]!r} in the vault; read it by that path")
     return (f"{name}/{rest} is not in the vault yet: its file {file} is in source {name!r}, but no build has read it "
             f"since it was written; rebuild the source (the refresh tool, or `docsvault build --source {name}`)")
+
+
+def unbuilt_name_reason(s: Settings, note: str) -> str | None:
+    """:func:`unbuilt_reason` for ``note`` given as a note's name or source path (``Tea ceremony``, ``Tea
+    ceremony.md``, ``ideas/x``) instead of its vault path: the first ``local`` source that has that file (from the
+    root of its folder; of a source with several roots, below each root's folder) which no build has read yet. None
+    otherwise. Before session 48 ``read "Tea ceremony"`` after ``capture --title "Tea ceremony" --no-build`` said
+    "no note 'Tea ceremony': no vault path, source path, note name, title or alias is …", as if it did not exist."""
+    from pipeline.ingest.sources import load_sources
+
+    rest = note.strip().strip("/")
+    if not s.warehouse_path.exists():     # nothing built: the reader's line says to build (names are looked up there)
+        return None
+    if not rest or "\\" in rest or any(part in ("", ".", "..") for part in rest.split("/")):
+        return None
+    rest = rest if rest.lower().endswith(".md") else f"{rest}.md"
+    try:
+        sources = [x for x in load_sources(s.sources_file) if x.kind == "local" and x.path]
+    except PipelineError:
+        return None
+    for source in sources:
+        for path in ([rest] if len(source.path) == 1 else [f"{root.name}/{rest}" for root in source.path]):
+            if (reason := unbuilt_reason(s, f"{source.name}/{path}")) is not None:
+                return reason
+    return None
 
 
 def _template_reason(source: Any, rest: str) -> str | None:

@@ -319,6 +319,26 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     assert len(result.output.splitlines()) == 1
 
 
+def test_read_and_related_by_name_of_a_note_captured_without_a_build(built_tiny_env: Path) -> None:
+    """Finding of a new user's run (session 48): after `capture --title "Tea ceremony" --no-build`, `read "Tea
+    ceremony"` (a name, as read takes it) and `related` said "no note 'Tea ceremony': no vault path, source path,
+    note name, title or alias is 'Tea ceremony'", where its vault path got "not in the vault yet … rebuild the
+    source". The name and the source path now get that line too; a name no file has is still "no note"."""
+    result = runner.invoke(app, ["capture", "Whisk the matcha.", "--title", "Tea ceremony", "--source", "tiny",
+                                 "--no-build"])
+    assert result.exit_code == 0, result.output
+    file = built_tiny_env / "tinyvault" / "Tea ceremony.md"
+    unbuilt = (f"error: tiny/Tea ceremony.md is not in the vault yet: its file {file} is in source 'tiny', but no "
+               "build has read it since it was written; rebuild the source (the refresh tool, or `docsvault build "
+               "--source tiny`)\n")
+    for args in (["read", "Tea ceremony"], ["read", "Tea ceremony.md"], ["related", "Tea ceremony"],
+                 ["read", "tiny/Tea ceremony.md"]):
+        result = runner.invoke(app, args)
+        assert (result.exit_code, result.output) == (2, unbuilt), args
+    result = runner.invoke(app, ["read", "Tea party"])
+    assert (result.exit_code, result.output.startswith("error: no note 'Tea party': ")) == (2, True)
+
+
 def test_read_names_the_templates_folder_a_note_is_left_out_by(tiny_env: Path, tiny_vault: Path) -> None:
     """A note of the vault's templates folder, which builds leave out since session 47 (an upgraded build removes
     the ones an earlier build wrote): `read` of its vault path, a search hit copied before, said "no note …; use a
