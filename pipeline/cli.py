@@ -1087,7 +1087,9 @@ def capture(
             typer.echo(f"warning: {note.warning}", err=True)
         if note.related:
             typer.echo(f"  related: {', '.join(note.related)}")
-        if built is not None:
+        if built is None:           # --no-build: where it is searchable from, as a failed build says
+            typer.echo(f"  not searchable yet (--no-build): run `docsvault build --source {src.name}` to build it")
+        else:
             for line in warnings_about((built.get("source") or {}).get("warnings") or (), note.vault_path):
                 typer.echo(f"warning: {line}", err=True)        # the build's lines about it: a broken embed
             if built.get("upgraded"):       # the first build after an upgrade: why it took longer

@@ -327,6 +327,9 @@ def test_read_and_related_by_name_of_a_note_captured_without_a_build(built_tiny_
     result = runner.invoke(app, ["capture", "Whisk the matcha.", "--title", "Tea ceremony", "--source", "tiny",
                                  "--no-build"])
     assert result.exit_code == 0, result.output
+    # it says so, where a built capture says "searchable now" (it said only "captured …" and the related notes)
+    assert result.output.splitlines()[-1] == (
+        "  not searchable yet (--no-build): run `docsvault build --source tiny` to build it")
     file = built_tiny_env / "tinyvault" / "Tea ceremony.md"
     unbuilt = (f"error: tiny/Tea ceremony.md is not in the vault yet: its file {file} is in source 'tiny', but no "
                "build has read it since it was written; rebuild the source (the refresh tool, or `docsvault build "
