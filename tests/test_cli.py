@@ -342,6 +342,23 @@ def test_read_and_related_by_name_of_a_note_captured_without_a_build(built_tiny_
     assert (result.exit_code, result.output.startswith("error: no note 'Tea party': ")) == (2, True)
 
 
+def test_build_refused_for_a_vault_in_the_source_leaves_no_folder_there(tiny_env: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 48): `DOCSVAULT_VAULT=notes/vault docsvault build` was refused ("its
+    folder … overlaps the vault dir …") after the writability check had made `notes/vault/`, an empty folder left
+    among the user's notes (and in the Obsidian vault); the layout is now checked before any folder is made."""
+    source = tiny_env / "tinyvault"
+    for option, folder, what in (("DOCSVAULT_VAULT", source / "vault", "vault"),
+                                 ("DOCSVAULT_DATA", source / "data", "data")):
+        monkeypatch.setenv(option, str(folder))
+        result = runner.invoke(app, ["build"])
+        assert (result.exit_code, result.output) == (2, (
+            f"error: {tiny_env / 'sources.yaml'}: source 'tiny': its folder {source} overlaps the {what} dir "
+            f"{folder}; put the {what} dir (--{what} / DOCSVAULT_{what.upper()}) outside the source\n")), option
+        assert not folder.exists(), option
+        monkeypatch.setenv(option, str(tiny_env / what))
+
+
 def test_read_names_the_templates_folder_a_note_is_left_out_by(tiny_env: Path, tiny_vault: Path) -> None:
     """A note of the vault's templates folder, which builds leave out since session 47 (an upgraded build removes
     the ones an earlier build wrote): `read` of its vault path, a search hit copied before, said "no note …; use a
