@@ -125,7 +125,21 @@ def settings() -> Settings:
 def refuse_unwritable_dirs(s: Settings) -> None:
     """Before a build (``build``, ``capture``): one line and exit 2 when the data dir, the vault or ``DAGSTER_HOME``
     cannot be made or written (:func:`pipeline.service.write_dirs_problem`), so nothing starts and no source
-    failure is recorded."""
+    failure is recorded. A vault or data dir inside a local source's folder is refused first
+    (:func:`pipeline.stages.check_layout`, which the build checks too): the check made the folder, so a build
+    refused for `DOCSVAULT_VAULT=notes/vault` left an empty `vault/` among the notes (session 48)."""
+    from pipeline.ingest.sources import load_sources
+    from pipeline.stages import check_layout
+
+    try:
+        sources = load_sources(s.sources_file)
+    except PipelineError:       # an invalid or missing sources file: the command's own load says so
+        sources = []
+    try:
+        check_layout(s, sources)
+    except PipelineError as exc:
+        fail(str(exc))
+        return
     problem = write_dirs_problem(s)
     if problem:
         fail(problem)
@@ -1089,7 +1103,9 @@ def capture(
             typer.echo(f"warning: {note.warning}", err=True)
         if note.related:
             typer.echo(f"  related: {', '.join(note.related)}")
-        if built is not None:
+        if built is None:           # --no-build: where it is searchable from, as a failed build says
+            typer.echo(f"  not searchable yet (--no-build): run `docsvault build --source {src.name}` to build it")
+        else:
             for line in warnings_about((built.get("source") or {}).get("warnings") or (), note.vault_path):
                 typer.echo(f"warning: {line}", err=True)        # the build's lines about it: a broken embed
             if built.get("upgraded"):       # the first build after an upgrade: why it took longer

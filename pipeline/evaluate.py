@@ -440,8 +440,8 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     Returns:
         An :class:`EvalReport` (as a mapping: ``{"lanes": [...], "overall": {"n", "hit@1", "hit@3", "mrr@10",
         "ndcg@10"}, "by_source": {source: {...}}, "by_kind": {kind: {...}}, "cases": [{"id", "query", "corpus",
-        "kind", "rank", "top", **metrics}], "skipped": [{"id", "corpus", "reason"}], "unreachable": [{"id",
-        "corpus", "expected", "did_you_mean"?}], "scope": "scoped" | "unscoped"}``);
+        "kind", "rank", "top", **metrics}], "skipped": [{"id", "corpus", "reason", "did_you_mean"?}],
+        "unreachable": [{"id", "corpus", "expected", "did_you_mean"?}], "scope": "scoped" | "unscoped"}``);
         ``rank`` is the first expected page's rank (None beyond 10), ``top`` the first 3 source paths;
         ``unreachable`` lists scored cases none of whose expected pages is in the warehouse (only when the searcher
         has ``page_paths(source) -> set of source paths``).
@@ -459,8 +459,12 @@ def run_eval(searcher: PageRanker, cases: Sequence[EvalCase], lanes: Sequence[st
     page_paths = getattr(searcher, "page_paths", None)
     for case in cases:
         if case.corpus not in known:
+            from pipeline.ingest.sources import closest_name
+
+            close = closest_name(case.corpus, sorted(known))         # `my_notes` (the Dagster group) -> my-notes
             skipped.append({"id": case.id, "corpus": case.corpus,
-                            "reason": f"source {case.corpus!r} is not in the warehouse"})
+                            "reason": f"source {case.corpus!r} is not in the warehouse",
+                            **({"did_you_mean": close} if close else {})})
             continue
         case = _with_source_paths(searcher, case)
         if page_paths is not None and (row := _missing_pages(case, page_paths(case.corpus),
@@ -623,16 +627,21 @@ def format_scopes(reports: Mapping[str, Mapping[str, Any]], show_misses: bool = 
 
 def format_skipped(report: Mapping[str, Any]) -> list[str]:
     """Lines naming the corpora whose cases were not scored because they are not a source of the warehouse, one
-    line per corpus with its count of cases ([] when none)."""
+    line per corpus with its count of cases and the built source it probably meant (a row's ``did_you_mean``:
+    ``my_notes  1 case(s) (did you mean 'my-notes'?)``), [] when none."""
     rows = report.get("skipped") or []
     if not rows:
         return []
     per_corpus: dict[str, int] = {}
+    meant: dict[str, str] = {}
     for r in rows:
         per_corpus[r["corpus"]] = per_corpus.get(r["corpus"], 0) + 1
+        if r.get("did_you_mean"):
+            meant[r["corpus"]] = r["did_you_mean"]
     lines = ["", (f"skipped ({len(rows)} case(s), source not in the warehouse: a typo in `corpus:`, or a source "
                   "not built):")]
-    lines.extend(f"  {corpus:<22} {n} case(s)" for corpus, n in sorted(per_corpus.items()))
+    lines.extend(f"  {corpus:<22} {n} case(s)" + (f" (did you mean {meant[corpus]!r}?)" if corpus in meant else "")
+                 for corpus, n in sorted(per_corpus.items()))
     return lines
 
 

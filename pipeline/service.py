@@ -28,9 +28,10 @@ __all__ = [
     "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
     "common_words_message", "query_words_line", "query_words_message",
     "no_notes_line", "no_results_message", "untagged_message",
-    "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems", "related_notes",
+    "no_project_here", "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems",
+    "related_notes",
     "pages_not_fetched_line", "parse_lanes", "paths_warning_lines", "query_problem", "run_search", "search_lanes",
-    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_reason", "warnings_about",  # noqa: F822
+    "skipped_count", "skipped_file_reasons", "skipped_files", "skipped_reason", "source_warning_lines", "status_data", "unbuilt_name_reason", "unbuilt_reason", "warnings_about",  # noqa: F822
     "status_report", "writable_dir_problem", "write_dirs_problem", "eval_json",
 ]
 
@@ -287,12 +288,21 @@ def open_searcher(s: Settings, embedder_factory: Any = None, **options: Any) -> 
         if running:
             raise WarehouseNotBuiltError(f"no warehouse at {s.warehouse_path} yet: the first build is "
                                          f"running ({running}); search works when it has finished") from exc
-        if not s.sources_file.exists():     # no project here at all: a build would fail too (run from elsewhere)
-            raise WarehouseNotBuiltError(
-                f"no warehouse at {s.warehouse_path} and no sources file at {s.sources_file}: run docsvault from "
-                "your project's folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at "
-                "where you built (relative paths are read from the current folder)") from exc
+        if (elsewhere := no_project_here(s)):    # no project here at all: a build would fail too
+            raise WarehouseNotBuiltError(elsewhere) from exc
         raise
+
+
+def no_project_here(s: Settings) -> str | None:
+    """The one line of a command that needs the warehouse, run where there is neither a warehouse nor a sources
+    file (from another folder than the project's, with the default ``./data`` and ``./sources.yaml``): both paths,
+    and to run from the project or point the paths at it, since `docsvault build` would fail there too. None when
+    either exists (a project not built yet is told to build)."""
+    if s.warehouse_path.exists() or s.sources_file.exists():
+        return None
+    return (f"no warehouse at {s.warehouse_path} and no sources file at {s.sources_file}: run docsvault from "
+            "your project's folder, or point --data and --sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at "
+            "where you built (relative paths are read from the current folder)")
 
 
 class SearchAnswer(NamedTuple):
@@ -411,7 +421,8 @@ def related_notes(s: Settings, note: str, k: int = 10) -> dict[str, Any]:
     from pipeline.search.reader import NoteNotFoundError, find_link
 
     if not s.warehouse_path.exists():
-        raise PipelineError(f"no warehouse at {s.warehouse_path}: run `docsvault build` first (or the refresh tool)")
+        raise PipelineError(no_project_here(s) or f"no warehouse at {s.warehouse_path}: run `docsvault build` "
+                            "first (or the refresh tool)")
     try:
         path = find_link(s.vault_dir, note, s.warehouse_path)[0]
     except NoteNotFoundError as exc:                # a note the build skipped: why, as read says it
@@ -658,14 +669,16 @@ def skipped_reason(s: Settings, note: str) -> str | None:
 
 
 def note_missing_message(s: Settings, note: str, exc: NoteNotFoundError) -> str:
-    """The one line ``read`` shows when :func:`pipeline.search.reader.find_note` raised ``exc`` for ``note``: why
-    the last build skipped it (:func:`skipped_reason`) when no note has that path or name, else ``exc``'s message —
-    a name several notes share keeps the list of their vault paths."""
+    """The one line ``read`` shows when :func:`pipeline.search.reader.find_note` raised ``exc`` for ``note``: where
+    docsvault looked when there is neither a warehouse nor a sources file (:func:`no_project_here`: run from another
+    folder), why the last build skipped it (:func:`skipped_reason`) when no note has that path or name, else
+    ``exc``'s message — a name several notes share keeps the list of their vault paths."""
     from pipeline.search.reader import AmbiguousNoteError
 
     if isinstance(exc, AmbiguousNoteError):
         return str(exc)
-    return skipped_reason(s, note) or unbuilt_reason(s, note) or str(exc)
+    return (no_project_here(s) or skipped_reason(s, note) or unbuilt_reason(s, note) or unbuilt_name_reason(s, note)
+            or str(exc))
 
 
 def unbuilt_reason(s: Settings, note: str) -> str | None:
@@ -711,6 +724,31 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
                     f"{built[0]!r} in the vault; read it by that path")
     return (f"{name}/{rest} is not in the vault yet: its file {file} is in source {name!r}, but no build has read it "
             f"since it was written; rebuild the source (the refresh tool, or `docsvault build --source {name}`)")
+
+
+def unbuilt_name_reason(s: Settings, note: str) -> str | None:
+    """:func:`unbuilt_reason` for ``note`` given as a note's name or source path (``Tea ceremony``, ``Tea
+    ceremony.md``, ``ideas/x``) instead of its vault path: the first ``local`` source that has that file (from the
+    root of its folder; of a source with several roots, below each root's folder) which no build has read yet. None
+    otherwise. Before session 48 ``read "Tea ceremony"`` after ``capture --title "Tea ceremony" --no-build`` said
+    "no note 'Tea ceremony': no vault path, source path, note name, title or alias is …", as if it did not exist."""
+    from pipeline.ingest.sources import load_sources
+
+    rest = note.strip().strip("/")
+    if not s.warehouse_path.exists():     # nothing built: the reader's line says to build (names are looked up there)
+        return None
+    if not rest or "\\" in rest or any(part in ("", ".", "..") for part in rest.split("/")):
+        return None
+    rest = rest if rest.lower().endswith(".md") else f"{rest}.md"
+    try:
+        sources = [x for x in load_sources(s.sources_file) if x.kind == "local" and x.path]
+    except PipelineError:
+        return None
+    for source in sources:
+        for path in ([rest] if len(source.path) == 1 else [f"{root.name}/{rest}" for root in source.path]):
+            if (reason := unbuilt_reason(s, f"{source.name}/{path}")) is not None:
+                return reason
+    return None
 
 
 def _template_reason(source: Any, rest: str) -> str | None:

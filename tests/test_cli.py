@@ -319,6 +319,46 @@ def test_read_refuses_traversal_without_a_build(tiny_env: Path) -> None:
     assert len(result.output.splitlines()) == 1
 
 
+def test_read_and_related_by_name_of_a_note_captured_without_a_build(built_tiny_env: Path) -> None:
+    """Finding of a new user's run (session 48): after `capture --title "Tea ceremony" --no-build`, `read "Tea
+    ceremony"` (a name, as read takes it) and `related` said "no note 'Tea ceremony': no vault path, source path,
+    note name, title or alias is 'Tea ceremony'", where its vault path got "not in the vault yet … rebuild the
+    source". The name and the source path now get that line too; a name no file has is still "no note"."""
+    result = runner.invoke(app, ["capture", "Whisk the matcha.", "--title", "Tea ceremony", "--source", "tiny",
+                                 "--no-build"])
+    assert result.exit_code == 0, result.output
+    # it says so, where a built capture says "searchable now" (it said only "captured …" and the related notes)
+    assert result.output.splitlines()[-1] == (
+        "  not searchable yet (--no-build): run `docsvault build --source tiny` to build it")
+    file = built_tiny_env / "tinyvault" / "Tea ceremony.md"
+    unbuilt = (f"error: tiny/Tea ceremony.md is not in the vault yet: its file {file} is in source 'tiny', but no "
+               "build has read it since it was written; rebuild the source (the refresh tool, or `docsvault build "
+               "--source tiny`)\n")
+    for args in (["read", "Tea ceremony"], ["read", "Tea ceremony.md"], ["related", "Tea ceremony"],
+                 ["read", "tiny/Tea ceremony.md"]):
+        result = runner.invoke(app, args)
+        assert (result.exit_code, result.output) == (2, unbuilt), args
+    result = runner.invoke(app, ["read", "Tea party"])
+    assert (result.exit_code, result.output.startswith("error: no note 'Tea party': ")) == (2, True)
+
+
+def test_build_refused_for_a_vault_in_the_source_leaves_no_folder_there(tiny_env: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 48): `DOCSVAULT_VAULT=notes/vault docsvault build` was refused ("its
+    folder … overlaps the vault dir …") after the writability check had made `notes/vault/`, an empty folder left
+    among the user's notes (and in the Obsidian vault); the layout is now checked before any folder is made."""
+    source = tiny_env / "tinyvault"
+    for option, folder, what in (("DOCSVAULT_VAULT", source / "vault", "vault"),
+                                 ("DOCSVAULT_DATA", source / "data", "data")):
+        monkeypatch.setenv(option, str(folder))
+        result = runner.invoke(app, ["build"])
+        assert (result.exit_code, result.output) == (2, (
+            f"error: {tiny_env / 'sources.yaml'}: source 'tiny': its folder {source} overlaps the {what} dir "
+            f"{folder}; put the {what} dir (--{what} / DOCSVAULT_{what.upper()}) outside the source\n")), option
+        assert not folder.exists(), option
+        monkeypatch.setenv(option, str(tiny_env / what))
+
+
 def test_read_names_the_templates_folder_a_note_is_left_out_by(tiny_env: Path, tiny_vault: Path) -> None:
     """A note of the vault's templates folder, which builds leave out since session 47 (an upgraded build removes
     the ones an earlier build wrote): `read` of its vault path, a search hit copied before, said "no note …; use a
@@ -824,6 +864,25 @@ def test_build_says_how_many_eval_cases_it_left_out_for_a_corpus_that_is_no_buil
     assert (meta["skipped_cases"].value, meta["skipped_corpora"].value) == (3, "my-notes (3)")
 
 
+def test_build_names_the_source_a_misspelt_eval_corpus_probably_meant(tiny_env: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 48): an eval file's `corpus: tinny` (or the Dagster group's name) was
+    said as "their corpus is no built source: tinny (1)" with no hint, where `docsvault eval` of that file alone
+    says "did you mean 'tiny'?". The build's line and the asset's metadata now name it."""
+    import dagster as dg
+
+    output = _build_with_evals(tiny_env, monkeypatch, "misspelt-evals", {
+        "cases.yaml": "corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n    expected: [Ducks.md]\n",
+        "typo.yaml": "corpus: tinny\ncases:\n  - id: m-1\n    query: ducks\n    expected: [Ducks.md]\n",
+        "gone.yaml": "corpus: zzz\ncases:\n  - id: z-1\n    query: ducks\n    expected: [Ducks.md]\n"})
+    line = next(ln for ln in output.splitlines() if ln.startswith("eval: n=1 "))
+    assert line.endswith(" (2 case(s) left out, their corpus is no built source: tinny (1, did you mean 'tiny'?), "
+                         "zzz (1); fix `corpus:` or build the source)")
+    instance = dg.DagsterInstance.get()
+    meta = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval")).asset_materialization.metadata
+    assert meta["skipped_corpora"].value == "tinny (1, did you mean 'tiny'?), zzz (1)"
+
+
 def test_embed_with_a_source_uses_the_model_of_the_texts_language(tiny_env: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`embed --source` shows the vector search would use: a source's Japanese notes are embedded by the
@@ -953,6 +1012,33 @@ def test_status_from_a_folder_with_no_project_says_where_it_looked(tmp_path: Pat
     result = runner.invoke(app, ["status"])
     assert [line for line in result.output.splitlines() if line.startswith("warehouse:")] == [
         f"warehouse: {tmp_path / 'data' / 'warehouse.duckdb'} (not built yet: run `docsvault build`)"]
+
+
+def test_read_and_related_from_a_folder_with_no_project_say_where_they_looked(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding of a new user's run (session 48): `docsvault read Sourdough` and `docsvault related Sourdough` run
+    from another folder said "run `docsvault build` first (or the refresh tool)", and `read me/Sourdough.md` "no
+    note … in the vault <cwd>/vault", where search and status say to run from the project (a build there fails:
+    no sources file). A project that is not built yet (its sources.yaml exists) is still told to build."""
+    for name in ("DOCSVAULT_DATA", "DOCSVAULT_SOURCES", "DOCSVAULT_VAULT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    elsewhere = (f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'} and no sources file at "
+                 f"{tmp_path / 'sources.yaml'}: run docsvault from your project's folder, or point --data and "
+                 "--sources (DOCSVAULT_DATA, DOCSVAULT_SOURCES) at where you built (relative paths are read from "
+                 "the current folder)\n")
+    for args in (["read", "Sourdough"], ["read", "me/Sourdough.md"], ["related", "Sourdough"]):
+        result = runner.invoke(app, args)
+        assert (result.exit_code, result.output) == (2, elsewhere), args
+    (tmp_path / "sources.yaml").write_text("sources: []\n", encoding="utf-8")
+    result = runner.invoke(app, ["related", "Sourdough"])
+    assert (result.exit_code, result.output) == (2, (
+        f"error: no warehouse at {tmp_path / 'data' / 'warehouse.duckdb'}: run `docsvault build` first (or the "
+        "refresh tool)\n"))
+    result = runner.invoke(app, ["read", "me/Sourdough.md"])
+    assert (result.exit_code, result.output) == (2, (
+        f"error: no note 'me/Sourdough.md': the vault folder {tmp_path / 'vault'} does not exist; point --vault / "
+        "DOCSVAULT_VAULT at the vault the build wrote (the CLI and the MCP server read notes there)\n"))
 
 
 def test_sources_validate_warns_of_two_local_sources_reading_the_same_notes(tmp_path: Path) -> None:

@@ -523,6 +523,29 @@ def test_format_skipped_one_line_per_corpus():
     assert format_skipped({"skipped": []}) == []
 
 
+def test_a_misspelt_corpus_left_out_is_offered_the_closest_source():
+    """Finding of a new user's run (session 48): `docsvault eval evals/` with one file's `corpus: my_notes` (the
+    Dagster group's name of source my-notes) listed it under "skipped … a typo in `corpus:`" with no hint, where
+    the same file alone is told "did you mean 'my-notes'?". The row and the table line now name it."""
+    from pipeline.evaluate import format_skipped
+
+    fake = FakeSearcher()
+    fake.sources = ["my-notes", "docs"]
+    cases = [EvalCase("c1", "docs", "q1", ("a.md",), "keyword"), EvalCase("m1", "my_notes", "q1", ("a.md",), "x"),
+             EvalCase("z1", "zzz", "q1", ("a.md",), "x")]
+    report = run_eval(fake, cases, lanes=("bm25",))
+    assert report["skipped"] == [
+        {"id": "m1", "corpus": "my_notes", "reason": "source 'my_notes' is not in the warehouse",
+         "did_you_mean": "my-notes"},
+        {"id": "z1", "corpus": "zzz", "reason": "source 'zzz' is not in the warehouse"}]
+    assert format_skipped(report) == [
+        "",
+        "skipped (2 case(s), source not in the warehouse: a typo in `corpus:`, or a source not built):",
+        "  my_notes               1 case(s) (did you mean 'my-notes'?)",
+        "  zzz                    1 case(s)",
+    ]
+
+
 def test_an_expected_page_written_as_a_note_name_or_link_suggests_its_path():
     """Finding of a Japanese note-taker (s37-nu3): eval cases written as Obsidian names a note,
     ``expected: ["週次レビュー"]`` or ``["[[週次レビュー]]"]``, and a file name without its folder

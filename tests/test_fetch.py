@@ -132,6 +132,33 @@ def test_tag_ref(tmp_path, remote):
     assert fetch_source(source, settings).changed is False
 
 
+def test_a_misspelt_ref_is_offered_the_closest_branch_or_tag(tmp_path, remote):
+    """Finding of a new user's run (session 48): `ref: mian` failed with git's line alone, "fatal: Remote branch
+    mian not found in upstream origin", where a misspelt `paths:` folder gets "did you mean …?". The remote's
+    branch or tag closest to it is named now, on the first fetch and on a later one (ls-remote)."""
+    bare, work = remote
+    work.create_tag("v1.0", message="v1.0")
+    work.remote("origin").push("v1.0")
+    settings = _settings(tmp_path)
+    for ref, meant in (("mian", "main"), ("v1.O", "v1.0")):
+        with pytest.raises(FetchError) as err:
+            fetch_source(_git_source(bare, ref=ref), settings)
+        assert str(err.value) == (f"source 'demo': cannot fetch file://{bare}: ref '{ref}' not found on the remote "
+                                  f"(did you mean '{meant}'?) (check 'ref' in sources.yaml)")
+    with pytest.raises(FetchError) as err:           # close to no name: git's own line, as before
+        fetch_source(_git_source(bare, ref="release-candidate"), settings)
+    assert str(err.value) == (f"source 'demo': cannot fetch file://{bare}: fatal: Remote branch release-candidate "
+                              "not found in upstream origin")
+    fetch_source(_git_source(bare, ref="main"), settings)
+    bare_repo = git.Repo(bare)                      # a later fetch (ls-remote) of a ref the remote no longer has
+    bare_repo.git.branch("mains", "main")
+    bare_repo.git.update_ref("-d", "refs/heads/main")
+    with pytest.raises(FetchError) as err:
+        fetch_source(_git_source(bare, ref="main"), settings)
+    assert str(err.value) == (f"source 'demo': cannot fetch file://{bare}: ref 'main' not found on the remote "
+                              "(did you mean 'mains'?) (check 'ref' in sources.yaml)")
+
+
 def test_dead_url_raises_and_keeps_old_checkout(tmp_path, remote):
     bare, _ = remote
     settings = _settings(tmp_path)

@@ -694,7 +694,9 @@ def eval_metadata(report: EvalStageResult) -> dict[str, Any]:
         meta["unreachable"] = len(report.unreachable)
     if report.skipped_cases:                                 # cases of a corpus that is no built source: left out
         meta["skipped_cases"] = sum(report.skipped_cases.values())
-        meta["skipped_corpora"] = ", ".join(f"{name} ({n})" for name, n in report.skipped_cases.items())
+        meant = report.skipped_meant or {}
+        meta["skipped_corpora"] = ", ".join(f"{name} ({n}" + (f", did you mean {meant[name]!r}?)" if name in meant
+                                                              else ")") for name, n in report.skipped_cases.items())
     for metric in METRICS:                                   # the hybrid set-up (plotted across runs)
         if metric in overall:
             meta[metric_key(metric)] = dg.MetadataValue.float(float(overall[metric]))

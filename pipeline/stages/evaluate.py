@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.common import artifacts
 from pipeline.common.gcpause import collector_paused
 from pipeline.config import Settings, eval_paths
+from pipeline.ingest.sources import closest_name
 from pipeline.models import Source
 from pipeline.stages.base import SHARED_STATE, code_version, digest, file_sha, forced, now, stage_lock
 from pipeline.stages.index import built_sources, shared_state
@@ -335,7 +336,9 @@ def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: 
     left_out = Counter(c.corpus for c in loaded if c.corpus not in set(names))   # said by the build, not dropped silently
     report: dict[str, Any] = {"overall": {"n": 0}, "by_source": {}, "by_kind": {}, "setups": {},
                               "files": [str(f) for f in files], "history": str(history), "history_rows": 0,
-                              "skipped_cases": dict(sorted(left_out.items()))}
+                              "skipped_cases": dict(sorted(left_out.items())),
+                              "skipped_meant": {c: close for c in sorted(left_out)
+                                                if (close := closest_name(c, names))}}
     rows: list[dict[str, Any]] = []
     if cases:
         con = connect(settings.warehouse_path, read_only=True)

@@ -270,7 +270,8 @@ class EvalStageResult(StageResult):
     appended to it, the ``hybrid unscoped`` report, the searcher's ``config``, the run's id and time and the
     warehouse's build time. ``None`` (left out): not produced because no case was scored.
     ``skipped_cases``: corpus -> number of cases left out because the corpus is no built source (a typo in
-    ``corpus:``, a source renamed or not built yet); ``{}`` when none."""
+    ``corpus:``, a source renamed or not built yet); ``{}`` when none. ``skipped_meant``: such a corpus -> the
+    built source it probably meant (``my_notes`` -> ``my-notes``), for those that have one."""
 
     overall: Mapping[str, Any]
     by_source: Mapping[str, Any]
@@ -290,6 +291,7 @@ class EvalStageResult(StageResult):
     warehouse_built_at: str | None = None
     ablation: Mapping[str, Any] | None = None
     skipped_cases: Mapping[str, int] | None = None
+    skipped_meant: Mapping[str, str] | None = None
     skipped: bool = False
 
 

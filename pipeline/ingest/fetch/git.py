@@ -133,7 +133,26 @@ def _remote_commit(runner: _GitRunner, ref: str | None) -> str:
     for candidate in (name, f"{name}^{{}}", f"refs/heads/{name}", f"refs/tags/{name}^{{}}", f"refs/tags/{name}"):
         if candidate in refs and not (candidate == name and f"{name}^{{}}" in refs):
             return refs[candidate]
-    raise runner.error(f"ref '{name}' not found on the remote (check 'ref' in sources.yaml)")
+    raise runner.error(f"ref '{name}' not found on the remote{_ref_hint(runner, name)} (check 'ref' in "
+                       "sources.yaml)")
+
+
+def _ref_hint(runner: _GitRunner, ref: str) -> str:
+    """`` (did you mean 'main'?)`` naming the remote's branch or tag closest to ``ref`` (one more ``ls-remote``,
+    only after a fetch of ``ref`` failed; :func:`pipeline.ingest.sources.closest_name`); ``""`` when the remote
+    has ``ref`` (the failure was something else), none is close, or the listing fails."""
+    from pipeline.ingest.sources import closest_name
+
+    try:
+        out = runner.run(["ls-remote", "--heads", "--tags", runner.url])
+    except FetchError:
+        return ""
+    names = sorted({re.sub(r"^refs/(heads|tags)/", "", refname.strip()).removesuffix("^{}")
+                    for _, _, refname in (line.partition("\t") for line in out.splitlines()) if refname})
+    if ref in names:
+        return ""
+    close = closest_name(ref, names)
+    return f" (did you mean '{close}'?)" if close else ""
 
 
 def _in_sparse_paths(path: str, paths: tuple[str, ...]) -> bool:
@@ -346,7 +365,14 @@ def _clone(runner: _GitRunner, source: Source, repo_dir: Path) -> tuple[str, lis
         if source.ref and not is_commit_id(source.ref):
             args += ["--branch", source.ref]
         requests += 1
-        runner.run([*args, runner.url, str(tmp)])
+        try:
+            runner.run([*args, runner.url, str(tmp)])
+        except FetchError:
+            # git says "Remote branch mian not found in upstream origin": name the branch or tag it probably meant
+            if source.ref and not is_commit_id(source.ref) and (hint := _ref_hint(runner, source.ref)):
+                raise runner.error(f"ref '{source.ref}' not found on the remote{hint} (check 'ref' in "
+                                   "sources.yaml)") from None
+            raise
         if is_commit_id(source.ref):
             requests += 1
             runner.run(["fetch", "-q", "--depth=1", "--filter=blob:none", "origin", str(source.ref)], cwd=tmp)
