@@ -704,7 +704,7 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
     head, _, below = rest.partition("/")       # several roots: a source path starts with its root's folder name
     files = ([root / below for root in source.path if root.name == head and below] if len(source.path) > 1
              else [source.path[0] / rest])
-    file = next((f for f in files if f.is_file()), None)
+    file = next((f for f in files if _is_file(f)), None)
     if file is None:
         return None
     if not select_paths(source, [rest]):
@@ -724,6 +724,14 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
                     f"{built[0]!r} in the vault; read it by that path")
     return (f"{name}/{rest} is not in the vault yet: its file {file} is in source {name!r}, but no build has read it "
             f"since it was written; rebuild the source (the refresh tool, or `docsvault build --source {name}`)")
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the file system refuses (longer than 255 bytes: ENAMETOOLONG)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def unbuilt_name_reason(s: Settings, note: str) -> str | None:
