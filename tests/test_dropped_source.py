@@ -13,6 +13,7 @@ from dagster import DagsterInstance
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.models import Note, text_hash
 
 runner = CliRunner()
 
@@ -312,9 +313,7 @@ def test_a_dropped_sources_folder_whose_index_note_you_deleted_goes(tmp_path: Pa
     assert _files(settings.vault_dir / "gone") == ["mine.md"]
 
 
-def _page(rel: str, body: str, **extra: object) -> "Note":
-    from pipeline.models import Note, text_hash
-
+def _page(rel: str, body: str, **extra: object) -> Note:
     fm = {"title": rel[:-3], **extra, "source": "me", "source_path": rel, "content_hash": text_hash(body)}
     return Note("me", rel, rel, rel[:-3], fm, body)
 
