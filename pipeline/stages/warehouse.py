@@ -8,7 +8,7 @@ import logging
 import marshal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import replace
@@ -307,6 +307,24 @@ def _cached_vectors(settings: Settings, wanted: dict[str, list[Chunk]], *, lazy:
     return arrays, missing, unembedded
 
 
+def _with_notes_as_built(settings: Settings, notes: list[Note], built_chunks: Mapping[str, Sequence[Chunk]]
+                         ) -> list[Note]:
+    """``notes`` (read from the vault) and, of each source, the notes its chunks file holds that the vault does not
+    give back, as its last normalize made them (``<data>/notes/<source>.jsonl``): a generated note deleted in
+    Obsidian, a folder of it replaced by a symlink (its vault stage fails: "remove the link"), until a build of
+    the source writes them again. Before session 48 every publish meanwhile (a build of another source, or of that
+    one, whose vault stage failed) dropped them from search, though the build said the failed source's last good copy
+    keeps serving and ``status`` that search still serves deleted generated notes. A note its last normalize no
+    longer has (its page left the source) stays out. (source, rel_path) order, as :func:`read_notes`."""
+    have = {n.note_id for n in notes}
+    extra: list[Note] = []
+    for name, chunks in built_chunks.items():
+        wanted = {c.note_id for c in chunks} - have
+        if wanted:
+            extra += [n for n in artifacts.load_notes(settings, name) if n.note_id in wanted]
+    return sorted([*notes, *extra], key=lambda n: (n.source, n.rel_path)) if extra else notes
+
+
 def _built_chunks(settings: Settings, name: str) -> list[Chunk]:
     """The chunks of source ``name`` from its chunks file, when that is the file its last chunk stage wrote (the
     sha256 it recorded; a state without one, from an older build: the file as it is).
@@ -528,7 +546,8 @@ def publish_stage(settings: Settings, sources: Sequence[Source], embedder_factor
         timings: dict[str, float] = {}
         t = time.perf_counter()
         notify("warehouse", "all", 0, 5)
-        notes = read_notes(settings.vault_dir, names)
+        built_chunks = {name: _built_chunks(settings, name) for name in names}
+        notes = _with_notes_as_built(settings, read_notes(settings.vault_dir, names), built_chunks)
         note_ids = {n.note_id for n in notes}
         notify("warehouse", "all", 1, 5)
         timings["read_s"] = time.perf_counter() - t
@@ -550,7 +569,7 @@ def publish_stage(settings: Settings, sources: Sequence[Source], embedder_factor
         # cross-lingual lane on an alias of the notes' model) list a chunk twice
         by_model: dict[str, dict[str, Chunk]] = {}
         for name in names:
-            source_chunks = [c for c in _built_chunks(settings, name) if c.note_id in note_ids]
+            source_chunks = [c for c in built_chunks.pop(name) if c.note_id in note_ids]
             chunks.extend(source_chunks)
             for spec, group in chunk_models(settings, by_name[name], source_chunks).items():
                 by_model.setdefault(embedder_factory(spec).model_id, {}).update((c.chunk_id, c) for c in group)
