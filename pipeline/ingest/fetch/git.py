@@ -124,17 +124,26 @@ def _remote_commit(runner: _GitRunner, ref: str | None) -> str:
     if is_commit_id(ref):
         return str(ref)
     name = ref or "HEAD"
-    out = runner.run(["ls-remote", runner.url, name, f"{name}^{{}}"])
+    refs = _refs(runner.run(["ls-remote", runner.url, name, f"{name}^{{}}"]))
+    for candidate in (name, f"{name}^{{}}", f"refs/heads/{name}", f"refs/tags/{name}^{{}}", f"refs/tags/{name}"):
+        if candidate in refs and not (candidate == name and f"{name}^{{}}" in refs):
+            return refs[candidate]
+    raise _ref_not_found(runner, name, _ref_hint(runner, name))
+
+
+def _refs(out: str) -> dict[str, str]:
+    """``git ls-remote`` output -> ``{refname: sha}``."""
     refs: dict[str, str] = {}
     for line in out.splitlines():
         sha, _, refname = line.partition("\t")
         if sha and refname:
             refs[refname.strip()] = sha.strip()
-    for candidate in (name, f"{name}^{{}}", f"refs/heads/{name}", f"refs/tags/{name}^{{}}", f"refs/tags/{name}"):
-        if candidate in refs and not (candidate == name and f"{name}^{{}}" in refs):
-            return refs[candidate]
-    raise runner.error(f"ref '{name}' not found on the remote{_ref_hint(runner, name)} (check 'ref' in "
-                       "sources.yaml)")
+    return refs
+
+
+def _ref_not_found(runner: _GitRunner, ref: str, hint: str) -> FetchError:
+    """The error of a ``ref`` the remote does not have, with :func:`_ref_hint`'s ``hint``."""
+    return runner.error(f"ref '{ref}' not found on the remote{hint} (check 'ref' in sources.yaml)")
 
 
 def _ref_hint(runner: _GitRunner, ref: str) -> str:
@@ -147,8 +156,7 @@ def _ref_hint(runner: _GitRunner, ref: str) -> str:
         out = runner.run(["ls-remote", "--heads", "--tags", runner.url])
     except FetchError:
         return ""
-    names = sorted({re.sub(r"^refs/(heads|tags)/", "", refname.strip()).removesuffix("^{}")
-                    for _, _, refname in (line.partition("\t") for line in out.splitlines()) if refname})
+    names = sorted({re.sub(r"^refs/(heads|tags)/", "", refname).removesuffix("^{}") for refname in _refs(out)})
     if ref in names:
         return ""
     close = closest_name(ref, names)
@@ -370,8 +378,7 @@ def _clone(runner: _GitRunner, source: Source, repo_dir: Path) -> tuple[str, lis
         except FetchError:
             # git says "Remote branch mian not found in upstream origin": name the branch or tag it probably meant
             if source.ref and not is_commit_id(source.ref) and (hint := _ref_hint(runner, source.ref)):
-                raise runner.error(f"ref '{source.ref}' not found on the remote{hint} (check 'ref' in "
-                                   "sources.yaml)") from None
+                raise _ref_not_found(runner, source.ref, hint) from None
             raise
         if is_commit_id(source.ref):
             requests += 1
