@@ -25,6 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?:>[ \t]?)*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 #: blockquote markers (and indentation) at the start of a line
 QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+")
+#: a GFM table's delimiter row (``| --- | :---: |``) once its blockquote markers (:data:`QUOTE_PREFIX`) are gone;
+#: a line without ``|`` that matches is a setext underline or a thematic break, no table row
+TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 
 # inline links and embeds, for what shows a note's text plainly (search snippets and headings, capture titles)
 #: an image ``![alt](url)``

@@ -65,7 +65,14 @@ import yaml
 from markdown_it import MarkdownIt
 
 from pipeline.common.display import char_start
-from pipeline.common.markdown import code_lines, excalidraw_text, is_excalidraw, without_heading_tags
+from pipeline.common.markdown import (
+    QUOTE_PREFIX,
+    TABLE_DELIMITER,
+    code_lines,
+    excalidraw_text,
+    is_excalidraw,
+    without_heading_tags,
+)
 from pipeline.models import Chunk, Note, stable_id
 
 __all__ = ["MAX_CHARS_PER_TOKEN", "MAX_CHUNKS_PER_NOTE", "chunk_note", "split_sentences"]
@@ -254,9 +261,6 @@ def strip_block_ids(markdown: str) -> str:
                      for is_code, line in code_lines(markdown.split("\n")))
 
 
-#: a GFM table's delimiter row (``| --- | :---: |``, also inside a blockquote): cells of dashes with optional colons,
-#: at least one pipe
-_DELIMITER_ROW = re.compile(r"^(?:[ \t]*>)*[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?[ \t]*)?$")
 _DASH_RUN = re.compile(r"-{4,}")
 
 
@@ -272,7 +276,7 @@ def compact_table_delimiters(markdown: str) -> str:
     if "--" not in markdown or "|" not in markdown:
         return markdown
     return "\n".join(_DASH_RUN.sub("---", line) if not is_code and "|" in line and "----" in line
-                     and _DELIMITER_ROW.match(line) else line
+                     and TABLE_DELIMITER.match(QUOTE_PREFIX.sub("", line, count=1)) else line
                      for is_code, line in code_lines(markdown.split("\n")))
 
 

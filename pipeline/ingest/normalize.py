@@ -43,8 +43,15 @@ from pipeline.common.frontmatter import (
     kept_originals,
     split_frontmatter,
 )
+from pipeline.common.markdown import (
+    QUOTE_PREFIX,
+    TABLE_DELIMITER,
+    heading_slug,
+    is_excalidraw,
+    split_code,
+    without_heading_tags,
+)
 from pipeline.common.markdown import dedent as _dedent
-from pipeline.common.markdown import QUOTE_PREFIX, heading_slug, is_excalidraw, split_code, without_heading_tags
 from pipeline.config import Settings
 from pipeline.ingest.fetch.base import is_lfs_pointer, lfs_pointer_reason
 from pipeline.models import DocFormat, Note, RawFile, Source, text_hash
@@ -780,7 +787,6 @@ _LINK = re.compile(
     r"(?<![!\\\]])\[(?P<text>(?:[^\[\]\n]|\n(?![ \t]*(?:\n|$|[#>|]|[-*+][ \t]|\d{1,9}[.)][ \t]))|\[[^\[\]\n]*\])*)\]"
     r"\(\s*(?P<target><[^<>\n]*>|(?:[^\s()]|\([^\s()]*\))*)(?P<title>\s+(?:\"[^\"\n]*\"|'[^'\n]*'))?\s*\)"
 )
-_TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 
 
 @dataclass
@@ -1001,7 +1007,7 @@ def _table_rows(lines: list[str]) -> list[bool]:
         return table
     bare = [QUOTE_PREFIX.sub("", line, count=1) if line.lstrip().startswith(">") else line for line in lines]
     for i in range(1, len(bare)):
-        if _TABLE_DELIM.match(bare[i]) and "|" in bare[i - 1] and "-" in bare[i] and "|" in bare[i]:
+        if TABLE_DELIMITER.match(bare[i]) and "|" in bare[i - 1] and "-" in bare[i] and "|" in bare[i]:
             j = i - 1
             while j < len(bare) and bare[j].strip():
                 table[j] = True
