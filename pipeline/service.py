@@ -688,7 +688,6 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
     and ``related`` said "no note … in the vault; use a vault_path from search results" of the ``path`` that
     ``save_note`` had just returned. A file of the source in its Obsidian vault's templates folder, which its build
     leaves out, gets that folder named instead (:func:`_template_reason`)."""
-    from pipeline.ingest.fetch.base import select_paths
     from pipeline.ingest.sources import load_sources
 
     name, *parts = note.strip().strip("/").split("/")
@@ -701,6 +700,15 @@ def unbuilt_reason(s: Settings, note: str) -> str | None:
         return None
     if source is None or not source.path:
         return None
+    return _unbuilt_in(s, source, rest, note)
+
+
+def _unbuilt_in(s: Settings, source: Any, rest: str, note: str) -> str | None:
+    """:func:`unbuilt_reason` of the source path ``rest`` (``x.md``, checked safe) of the ``local`` source
+    ``source``, ``note`` being the vault path asked for."""
+    from pipeline.ingest.fetch.base import select_paths
+
+    name = source.name
     head, _, below = rest.partition("/")       # several roots: a source path starts with its root's folder name
     files = ([root / below for root in source.path if root.name == head and below] if len(source.path) > 1
              else [source.path[0] / rest])
@@ -754,7 +762,7 @@ def unbuilt_name_reason(s: Settings, note: str) -> str | None:
         return None
     for source in sources:
         for path in ([rest] if len(source.path) == 1 else [f"{root.name}/{rest}" for root in source.path]):
-            if (reason := unbuilt_reason(s, f"{source.name}/{path}")) is not None:
+            if (reason := _unbuilt_in(s, source, path, f"{source.name}/{path}")) is not None:
                 return reason
     return None
 
