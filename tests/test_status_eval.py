@@ -68,14 +68,21 @@ def test_status_says_no_case_is_about_a_built_source(tmp_path: Path) -> None:
         "DOCSVAULT_EVALS at your cases (README: Eval files)")
 
 
-def test_status_gives_the_last_eval_and_its_floors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _eval_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hit_at_3: float) -> Settings:
+    """Settings of a data dir whose last eval (n=4, MRR@10 0.625, run at 10:00:05 on a warehouse built at 10:00) the
+    shared state records, with no floor variable set."""
     monkeypatch.delenv("DOCSVAULT_EVAL_MIN_MRR", raising=False)
     monkeypatch.delenv("DOCSVAULT_EVAL_MIN_HIT3", raising=False)
     s = _settings(tmp_path)
-    overall = {"n": 4, "hit@1": 0.5, "hit@3": 0.75, "mrr@10": 0.625, "ndcg@10": 0.7}
+    overall = {"n": 4, "hit@1": 0.5, "hit@3": hit_at_3, "mrr@10": 0.625, "ndcg@10": 0.7}
     update_state(s, SHARED_STATE, eval={"key": "k", "report": {
         "overall": overall, "files": ["/e"], "run_at": "2026-12-07T10:00:05+00:00",
         "warehouse_built_at": "2026-12-07T10:00:00+00:00"}})
+    return s
+
+
+def test_status_gives_the_last_eval_and_its_floors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _eval_recorded(tmp_path, monkeypatch, hit_at_3=0.75)
     ev = eval_status(s, "2026-12-07T11:00:00+00:00")      # a --no-eval build published since
     assert ev == {"n": 4, "files": ["/e"], "hit_at_1": 0.5, "hit_at_3": 0.75, "mrr_at_10": 0.625,
                   "ndcg_at_10": 0.7, "run_at": "2026-12-07T10:00:05+00:00", "stale": True,
@@ -102,13 +109,7 @@ def test_status_reports_the_floors_the_build_checked(tmp_path: Path, monkeypatch
     eval with its own floors (the default 0.70: "below its floors") where the build's eval_floors check had passed
     (session 48). It reports the build's verdict and floors, and the floors this shell would have the next build
     check."""
-    monkeypatch.delenv("DOCSVAULT_EVAL_MIN_MRR", raising=False)
-    monkeypatch.delenv("DOCSVAULT_EVAL_MIN_HIT3", raising=False)
-    s = _settings(tmp_path)
-    overall = {"n": 4, "hit@1": 0.5, "hit@3": 1.0, "mrr@10": 0.625, "ndcg@10": 0.7}
-    update_state(s, SHARED_STATE, eval={"key": "k", "report": {
-        "overall": overall, "files": ["/e"], "run_at": "2026-12-07T10:00:05+00:00",
-        "warehouse_built_at": "2026-12-07T10:00:00+00:00"}})
+    s = _eval_recorded(tmp_path, monkeypatch, hit_at_3=1.0)
     record_floors_check(s, {"mrr@10": 0.6, "hit@3": 0.8}, "")           # what the build's asset check did
     ev = eval_status(s, "2026-12-07T10:00:00+00:00")
     assert {k: ev[k] for k in ("floors_from", "floors", "below", "floors_now")} == {
@@ -125,7 +126,7 @@ def test_status_reports_the_floors_the_build_checked(tmp_path: Path, monkeypatch
         "; the build's floors met (mrr@10 0.60, hit@3 0.80); this environment's floors: DOCSVAULT_EVAL_MIN_MRR="
         "'high': the mrr@10 floor must be a number between 0 and 1")
     update_state(s, SHARED_STATE, eval={"key": "k2", "report": {
-        "overall": overall, "files": ["/e"], "run_at": "2026-12-07T11:00:05+00:00"}})
+        "overall": {"n": 4, "hit@1": 0.5, "hit@3": 1.0, "mrr@10": 0.625, "ndcg@10": 0.7}, "files": ["/e"], "run_at": "2026-12-07T11:00:05+00:00"}})
     monkeypatch.delenv("DOCSVAULT_EVAL_MIN_MRR")                        # a verdict of another report: not this one's
     assert eval_status(s, None)["floors_from"] == "environment"
 
