@@ -1059,6 +1059,11 @@ class Searcher:
                 mask = self._masks[key] = np.isin(of_row, list(sources))
         return mask
 
+    def _of_notes(self, pages: np.ndarray, notes: frozenset[str]) -> np.ndarray:
+        """bool, one per row of ``pages`` (each row's page number, :meth:`_flat_rows_of`'s ``pages``): whether the
+        row is of one of ``notes`` (note ids)."""
+        return np.isin(pages, [self._page_no[n] for n in notes if n in self._page_no])
+
     def _bm25_lane(self, query: str, sources: frozenset[str] | None,
                    notes: frozenset[str] | None = None) -> list[tuple[str, float]]:
         if self._bm25 is None or not len(self._bm25):
@@ -1069,8 +1074,7 @@ class Searcher:
                   and self._scope_idf_for(query) else self._bm25.scores(tokens, weights))
         mask = scope
         if notes is not None:
-            doc_notes = np.array([self._note_of.get(c, "") for c in self._bm25.doc_ids], dtype=object)
-            note_mask = np.isin(doc_notes, list(notes))
+            note_mask = self._of_notes(self._bm25_page, notes)
             mask = note_mask if mask is None else (mask & note_mask)
         if mask is not None:
             scores = np.where(mask, scores, 0.0)
@@ -1247,8 +1251,7 @@ class Searcher:
         if notes is not None:
             sub = None
             sel = rows if rows is not None else np.arange(len(ids))
-            keep = np.array([self._note_of.get(c, "") in notes for c in ids[sel]], dtype=bool)
-            rows = sel[keep]
+            rows = sel[self._of_notes(pages[sel], notes)]
         if rows is not None and not len(rows):
             return []
         sims = np.full(len(ids), -np.inf, dtype=np.float32)
@@ -1929,7 +1932,7 @@ class Searcher:
         if tagged is not None:              # a tag filter: only its notes' words count (the hits are of them)
             wanted = list(tagged)
             if index is not None:
-                of_chunk = np.isin(np.array([self._note_of.get(c, "") for c in index.doc_ids], dtype=object), wanted)
+                of_chunk = self._of_notes(self._bm25_page, tagged)
                 scope = of_chunk if scope is None else scope & of_chunk
             if pages is not None:
                 of_page = np.isin(np.array(pages.doc_ids, dtype=object), wanted)
