@@ -254,15 +254,20 @@ def record_floors_check(settings: Settings, floors: dict[str, float], below: str
     floors' verdict. Kept in the shared state as ``eval_floors``: ``{"key"`` (the eval's key: a verdict of
     another report is not this one's), ``"floors"`` (``{metric: floor}``, metrics as
     :data:`pipeline.evaluate.DEFAULT_FLOORS` names them), ``"below"`` (``"mrr@10 0.612 < 0.700, …"``, ``""`` when
-    met), ``"at"`` (ISO 8601 UTC)}``.
+    met), ``"at"`` (ISO 8601 UTC, when that verdict was first recorded)}``. The same verdict on the same report
+    again (a run whose eval skipped) writes nothing.
 
     Raises:
         OSError: the state file cannot be written.
     """
     with stage_lock(settings):
-        key = (shared_state(settings).get("eval") or {}).get("key")
-        artifacts.update_state(settings, SHARED_STATE, **{FLOORS_CHECK: {
-            "key": key, "floors": {m: float(f) for m, f in floors.items()}, "below": below, "at": now()}})
+        state = shared_state(settings)
+        verdict = {"key": (state.get("eval") or {}).get("key"), "floors": {m: float(f) for m, f in floors.items()},
+                   "below": below}
+        last = state.get(FLOORS_CHECK)
+        if isinstance(last, dict) and {k: last.get(k) for k in verdict} == verdict:
+            return
+        artifacts.update_state(settings, SHARED_STATE, **{FLOORS_CHECK: {**verdict, "at": now()}})
 
 
 def eval_stage(settings: Settings, sources: Sequence[Source], embedder_factory: Callable[[str], Any] | None = None
