@@ -519,13 +519,16 @@ def test_an_edit_saved_while_the_build_flushes_the_new_version_is_kept(tmp_path:
 def test_temp_files_a_killed_write_left_in_the_folder_go(tmp_path: Path) -> None:
     """A build killed between writing a note's temp file and replacing the note left ``.b.md.k2j4x9_q.tmp`` in
     ``vault/<source>/`` for good (hidden in Obsidian, not by git or a sync tool; session 43); the next write of
-    the source removes it. A dot file of the user's stays."""
+    the source removes it. A dot file of the user's stays, one shaped like a temp file too when the file it would
+    be the temp of is none the build writes (``.plan.draft_v2.tmp`` was deleted before session 49)."""
     root = tmp_path / "demo"
     write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("sub/b.md", "B.\n")])
     (root / "sub" / ".b.md.k2j4x9_q.tmp").write_text("---\ntitle: b\n", encoding="utf-8")
     (root / ".mine.tmp").write_text("mine\n", encoding="utf-8")
+    (root / ".plan.draft_v2.tmp").write_text("mine too\n", encoding="utf-8")    # a temp's shape, of no note here
     write_source(tmp_path, "demo", [_note("a.md", "A.\n"), _note("sub/b.md", "B.\n")])
-    assert sorted(p.relative_to(root).as_posix() for p in root.rglob(".*") if p.is_file()) == [".mine.tmp"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob(".*") if p.is_file()) == [
+        ".mine.tmp", ".plan.draft_v2.tmp"]
 
 
 def test_the_edited_line_says_where_your_version_stays(tmp_path: Path) -> None:

@@ -208,8 +208,9 @@ def _built_path(rel: str, source_path: str) -> bool:
     return got == base or re.fullmatch(re.escape(base) + r" \([2-9]\d*\)", got) is not None
 
 
-#: the temp file of an atomic write (``.<name>.<8 random>.tmp``: tempfile.mkstemp's) that a killed build left
-WRITE_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+#: the temp file of an atomic write (``.<name>.<8 random>.tmp``: tempfile.mkstemp's) that a killed build left;
+#: ``name``: the file it was written for (only a temp of a file the build writes is docsvault's: ``write_source``)
+WRITE_TEMP = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 
 
 def walk_files(root: Path, temps: list[Path] | None = None) -> dict[str, Path]:

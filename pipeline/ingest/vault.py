@@ -326,6 +326,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     import hashlib
 
     from pipeline.ingest.ownership import (
+        WRITE_TEMP,
         audit,
         legacy_owned,
         load_conflicts,
@@ -499,8 +500,12 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
                 removed.append(rel)
-    for temp in leftovers:
-        temp.unlink(missing_ok=True)
+    for temp in leftovers:      # only the temp of a file the source writes: a dot file of that shape may be yours
+        match = WRITE_TEMP.match(temp.name)
+        meant = unicodedata.normalize("NFC", (temp.parent / match["name"]).relative_to(root).as_posix()) \
+            if match else None
+        if meant in pending:
+            temp.unlink(missing_ok=True)
     # only the folders a removal may have left empty: an empty folder the user made (Obsidian's "New folder")
     # is theirs
     for folder in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
