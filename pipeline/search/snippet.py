@@ -168,6 +168,9 @@ WORD_START, WORD_END = f"(?<!{LATIN_WORD_CHAR})", f"(?!{LATIN_WORD_CHAR})"
 #: written by the HTML converter so that text does not read as Markdown syntax
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{}~])")      # not ``\|``: a table cell's pipe, which the steps read
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
+#: the end of a Japanese / Chinese clause (``、`` ``，`` ``；`` ``：``): where a cut of CJK text without a sentence end
+#: or a space in reach goes, rather than mid-word (``…ヒーを淹れて`` of ``コーヒーを淹れて``)
+_CLAUSE_END = re.compile("(?<=[\u3001\uff0c\uff1b\uff1a])")
 
 
 def width_insensitive(term: str) -> str:
@@ -357,8 +360,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
 
     The cut starts at the start of the sentence holding ``pos`` when that is within ``width // 2`` before it, else
     about ``width // 3`` before ``pos`` at a word boundary; it ends at the last sentence end in the window's second
-    half, else at a word boundary (CJK text without spaces: at ``width``). ``…`` marks each cut end; the result is
-    at most ``width + 2`` chars.
+    half, else at a word boundary (CJK text without spaces: after a clause's ``、`` or ``，``, else at ``width``).
+    ``…`` marks each cut end; the result is at most ``width + 2`` chars.
     """
     if len(text) <= width:
         return text
@@ -376,6 +379,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
             space = text.find(" ", start, pos)
             if space != -1:
                 start = space + 1
+            elif (m := _CLAUSE_END.search(text, start, pos)) is not None:
+                start = m.end()      # CJK without a space: after a 、 (not …ヒーを淹れて, mid-word)
     end = min(len(text), start + width)
     start = max(0, min(start, end - width)) if end == len(text) else start
     if start > 0 and end == len(text) and text[start - 1] != " ":
@@ -384,6 +389,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
             start = space + 1
         elif (m := _SENTENCE_END.search(text, start, start + 30)) is not None:
             start = m.end()          # Japanese has no spaces: after a 。 (it began mid-sentence: "…が続きます。")
+        elif (m := _CLAUSE_END.search(text, start, start + 30)) is not None:
+            start = m.end()          # else after a 、
     if end < len(text):
         best = None
         for m in _SENTENCE_END.finditer(text, start + width // 2, end + 1):
@@ -392,6 +399,9 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
         if best is None:
             space = text.rfind(" ", start + width // 2, end + 1)
             best = space if space != -1 else end
+            if space == -1:      # CJK without a space: after the window's last 、, not mid-word
+                for m in _CLAUSE_END.finditer(text, start + width // 2, end + 1):
+                    best = m.end()
         end = best
     # never between a character and its combining marks (a note written in NFD: ズンドコ's voiced marks apart)
     end = char_start(text, end, start)
