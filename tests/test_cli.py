@@ -837,6 +837,15 @@ def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, mo
             "DOCSVAULT_EVALS at your cases (README: Eval files)") in output.splitlines()
 
 
+def test_build_says_an_eval_folder_without_eval_files_holds_none(tiny_env: Path, monkeypatch) -> None:
+    """An empty eval folder (`mkdir evals`, no case written yet) made the build say `eval: no eval case is about a
+    built source (eval files: …/evals)`, as if cases were there with a wrong corpus (helper s49-ja)."""
+    output = _build_with_evals(tiny_env, monkeypatch, "my-evals", {"notes.txt": "not cases"})
+    assert [ln for ln in output.splitlines() if ln.startswith("eval")] == [
+        f"eval: no case scored: {tiny_env / 'my-evals'} holds no eval file (*.yaml, *.yml): add your cases there, "
+        "or point DOCSVAULT_EVALS at them (README: Eval files)"]
+
+
 def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:
     output = _build_with_evals(tiny_env, monkeypatch, "partial-evals", {"cases.yaml": (
         "corpus: tiny\ncases:\n  - id: t-1\n    query: ducks\n    expected: [Ducks.md]\n  - id: t-2\n"
