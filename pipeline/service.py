@@ -164,6 +164,10 @@ def _shown(term: str) -> str:
     return term if len(term) <= SHOWN_WORD_CHARS else term[:SHOWN_WORD_CHARS - 1] + "…"
 
 
+#: an IME's comma between two tags (``tag:読書、小説``): ``、`` or a full-width ``，``
+_JA_COMMA = re.compile("[\u3001\uff0c]")
+
+
 def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Sequence[str] = ()) -> str:
     """What search says when no note of ``sources`` (none: all) has any of ``tags`` (the CLI and the MCP ``search``
     tool alike), with the tag of ``known`` (the tags those notes have: ``Searcher.tag_names``) each one probably
@@ -173,14 +177,24 @@ def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Se
     "No results: no note of help has the tag 'perf' (frontmatter or inline #tag)"
     >>> untagged_message(["cofee"], [], ["coffee", "work"])
     "No results: no note has the tag 'cofee' (frontmatter or inline #tag; did you mean 'coffee'?)"
+
+    A tag with a Japanese comma (``、`` or ``，``, as an IME types a list: ``tag:読書、小説``) may be one Obsidian
+    tag, so it is no error as ``journal,urgent`` is; when no note has it, the message names the separate tags
+    (``it has a Japanese comma: give '読書', '小説' as 2 separate tags``).
     """
     from pipeline.ingest.sources import close_names, did_you_mean_question
     from pipeline.search.tags import normalise_tag
 
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     hints = close_names([normalise_tag(t) for t in tags], known)
+    split = []
+    for t in tags:
+        parts = [p for p in _JA_COMMA.split(t.strip().lstrip("#")) if p.strip()]
+        if len(parts) > 1:
+            split.append(f"it has a Japanese comma: give {', '.join(map(repr, parts))} as {len(parts)} separate tags")
+    notes = [*split[:1], *([did_you_mean_question(hints)] if hints else [])]
     return (f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag"
-            + (f"; {did_you_mean_question(hints)})" if hints else ")"))
+            + "".join(f"; {n}" for n in notes) + ")")
 
 
 def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:
