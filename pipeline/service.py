@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pipeline.common.display import char_start
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, environ
 from pipeline.models import Record
@@ -160,8 +161,10 @@ def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipp
 
 
 def _shown(term: str) -> str:
-    """``term`` cut to its first SHOWN_WORD_CHARS - 1 characters and ``…`` when longer (a pasted phrase)."""
-    return term if len(term) <= SHOWN_WORD_CHARS else term[:SHOWN_WORD_CHARS - 1] + "…"
+    """``term`` cut to its first SHOWN_WORD_CHARS - 1 characters and ``…`` when longer (a pasted phrase), never
+    inside a character: not between a kana and its voiced mark (NFD) nor inside an emoji sequence (``👨‍👩‍👧``
+    was shown ``👨`` and a dangling joiner before the ``…``)."""
+    return term if len(term) <= SHOWN_WORD_CHARS else term[:char_start(term, SHOWN_WORD_CHARS - 1, 0)] + "…"
 
 
 #: an IME's comma between two tags (``tag:読書、小説``): ``、`` or a full-width ``，``

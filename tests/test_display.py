@@ -96,6 +96,23 @@ def test_a_snippet_of_an_nfd_note_starts_and_ends_on_whole_characters() -> None:
         assert NFD("NFC", cut_around(text, pos, 24).strip("…")) in whole
 
 
+def test_a_long_phrase_no_note_contains_is_shown_cut_between_whole_characters() -> None:
+    """`search '"テスト…ア👨‍👩‍👧です"'` said `no note contains "…ア👨\u200d…"`: the 40-character cut kept the man
+    and the joiner of the family emoji (helper s49-ja); a decomposed ガ lost its voiced mark alike."""
+    from pipeline.search.query import parse_query
+    from pipeline.search.searcher import FilterMisses
+    from pipeline.service import no_results_message
+
+    def said(phrase: str) -> str:
+        return no_results_message(FilterMisses(absent=((phrase,),)), parse_query(f'"{phrase}"'))
+
+    head = "テスト" * 12 + "ア"
+    assert said(head + "👨\u200d👩\u200d👧です") == (
+        f'No results: no note contains "{head}…" (a quoted phrase must be in the note as typed; drop the quotes '
+        "to rank by its words)")
+    assert said(head + "イ" + NFD("NFD", "ガジェット")).startswith(f'No results: no note contains "{head}イ…" (')
+
+
 def test_the_eval_table_aligns_japanese_kinds_and_ids() -> None:
     agg = {"n": 1, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}
     rep = {"lanes": ["bm25"], "overall": agg, "by_source": {}, "by_kind": {"半角ｶﾅ": agg, "日本語・全角": agg},
