@@ -710,7 +710,9 @@ def _long_line(line: str, pattern: re.Pattern[str] | None, col: int = 0, width: 
         return line
     m = (pattern.search(line, col) or pattern.search(line)) if pattern is not None else None
     pos = m.start() if m else col
-    return cut_around(line, pos, width) if pos else line[: width - 1] + "…"
+    # from the start too (a line around a match, or a match at its start): at a boundary, not after its 199th
+    # character, which cut a Japanese word, or an emoji sequence (`👨‍` and a dangling joiner), in two
+    return cut_around(line, pos, width)
 
 
 def _refuse_spaced_tags(tags: Sequence[str] | None) -> None:

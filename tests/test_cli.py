@@ -555,6 +555,18 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
         "51-Later alpha text of the second chunk."]
 
 
+def test_a_long_context_line_from_its_start_is_cut_at_a_boundary() -> None:
+    """A long line shown from its start (a line around the match, or one whose match starts it) was cut after its
+    199th character: mid-word in Japanese, and inside the emoji sequence 👨‍👩‍👧 (`👨` and a dangling joiner;
+    helper s49-ja). It is cut as a snippet is: after a 、 here."""
+    from pipeline.cli import _long_line, term_pattern
+
+    line = "家族旅行の計画を立てる、" * 16 + "その日は👨\u200d👩\u200d👧で出かけた。"       # the emoji at 196-200
+    assert _long_line(line, None) == "家族旅行の計画を立てる、" * 16 + "…"
+    assert _long_line(line, term_pattern(["家族旅行"])) == "家族旅行の計画を立てる、" * 16 + "…"
+    assert _long_line("short 👨\u200d👩\u200d👧", None) == "short 👨\u200d👩\u200d👧"
+
+
 def test_context_shows_the_match_of_a_long_paragraphs_second_chunk(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A paragraph of one long line cut into two chunks: the hit in the second shows its line around the
