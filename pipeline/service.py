@@ -216,7 +216,9 @@ def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -
     if misses.paths:
         shown = " or ".join(("matching " if any(c in p for c in "*?[") else "starting with ") + repr(_shown(p))
                             for p in misses.paths)
-        return f"{NO_RESULTS}: {where} has a path {shown}"
+        meant = getattr(misses, "meant", ())
+        return f"{NO_RESULTS}: {where} has a path {shown}" + (
+            f" (did you mean {' or '.join(f'path:{m}' for m in meant)}?)" if meant else "")
     if filters.paths:
         where += " in " + " or ".join(f"path:{_shown(p)}" for p in filters.paths)
     hint = " (a quoted phrase must be in the note as typed; drop the quotes to rank by its words)"
