@@ -7,6 +7,7 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 from __future__ import annotations
 
 import re
+import shlex
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -463,8 +464,11 @@ def _no_related_message(s: Settings, vault_path: str) -> str:
         targets, n = wh.dangling_targets(con, vault_path)
     finally:
         con.close()
-    if not targets:
-        return "no linked notes: this note has no outlinks or backlinks"
+    if not targets:     # say what to do too: before, the line ended there (helper s49-ja)
+        name = vault_path.rsplit("/", 1)[-1].removesuffix(".md")
+        return (f"no linked notes: this note has no outlinks or backlinks; link it from another note ([[{name}]]), "
+                f"or find the notes near it in meaning with a search: `docsvault search {shlex.quote(name)}` / the "
+                "search tool")
     more = f" and {n - len(targets)} more" if n > len(targets) else ""
     names = ", ".join(f"[[{t}]]" for t in targets) + more
     them = "the notes, or fix the links" if n > 1 else "the note, or fix the link"
