@@ -37,7 +37,10 @@ _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE)
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
 _LIST = re.compile(r"^[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
 _RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.MULTILINE)
-_TABLE_SEP = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$", re.MULTILINE)
+#: a table's delimiter row: cells of 2+ hyphens, or of one (``|-|-|``, as GFM and Obsidian take it: the help's tables
+#: showed ``Action | Shortcut | - | - | Insert new line`` in snippets) between pipes
+_TABLE_SEP = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$"
+                        r"|^[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?)?[ \t]*$", re.MULTILINE)
 _REF_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
 _FOOTNOTE_DEF = re.compile(r"^[ \t]*\[\^[^\]\n]+\]:[ \t]*", re.MULTILINE)   # ``[^1]: text`` -> ``text``
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\n]+\]")                                # ``word[^1]`` -> ``word``
