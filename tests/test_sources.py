@@ -241,6 +241,9 @@ def test_select_unknown_offers_the_closest_name(tmp_path: Path) -> None:
     ("a日", ["b日"], None),                      # the character that differs is Latin
     ("cat", ["car"], None),
     ("tinny", ["tiny"], "tiny"),
+    ("ｍｅ", ["duckdb", "me"], "me"),            # an IME's full width (helper s49-ja: no hint before)
+    ("ＭＹ－ＮＯＴＥＺ", ["my-notes"], "my-notes"),
+    ("ｶｲｷﾞ", ["会議", "カイギ"], "カイギ"),          # half-width katakana
 ])
 def test_closest_name_offers_a_short_cjk_name_one_character_apart(name: str, known: list[str],
                                                                    expected: str | None) -> None:
