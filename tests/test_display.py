@@ -113,6 +113,15 @@ def test_a_long_phrase_no_note_contains_is_shown_cut_between_whole_characters() 
     assert said(head + "イ" + NFD("NFD", "ガジェット")).startswith(f'No results: no note contains "{head}イ…" (')
 
 
+def test_a_cut_never_splits_a_flag_or_a_keycap() -> None:
+    """A snippet or page cut between the two regional indicators of 🇯🇵 showed 🇯, a lone letter in a box, and one
+    after `1️` lost the keycap's U+20E3 (helper s49-ja): both are one character as a terminal shows them."""
+    text = "ab🇯🇵🇫🇷cd"
+    assert [char_start(text, i) for i in range(len(text) + 1)] == [0, 1, 2, 2, 4, 4, 6, 7, 8]
+    keycap = "x1\ufe0f\u20e3y"
+    assert [char_start(keycap, i) for i in range(len(keycap) + 1)] == [0, 1, 1, 1, 4, 5]
+
+
 def test_the_eval_table_aligns_japanese_kinds_and_ids() -> None:
     agg = {"n": 1, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}
     rep = {"lanes": ["bm25"], "overall": agg, "by_source": {}, "by_kind": {"半角ｶﾅ": agg, "日本語・全角": agg},

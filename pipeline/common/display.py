@@ -36,12 +36,26 @@ def one_line(text: str) -> str:
     return _SPACE_RUN.sub(lambda m: m.group() if _kept_space(m.group()) else " ", text).strip()
 
 
+def _regional(ch: str) -> bool:
+    """Whether ``ch`` is a regional indicator (U+1F1E6-U+1F1FF), two of which make a flag: ``🇯🇵``."""
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
 def _joined(text: str, i: int) -> bool:
     """Whether ``text[i]`` belongs to the character before it: a combining mark (the voiced mark U+3099 of an NFD
-    ``ガ``), a zero-width joiner or what follows one, a variation selector or an emoji skin tone."""
+    ``ガ``, a keycap's enclosing U+20E3), a zero-width joiner or what follows one, a variation selector, an emoji
+    skin tone or tag character (a subdivision flag), or the second regional indicator of a flag (``🇯🇵`` was cut
+    to ``🇯``, a lone letter in a box)."""
     ch = text[i]
-    return bool(unicodedata.combining(ch)) or ch in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff" \
-        or text[i - 1] == "\u200d"
+    if bool(unicodedata.combining(ch)) or ch in "\u200d\ufe0e\ufe0f\u20e3" or "\U0001f3fb" <= ch <= "\U0001f3ff" \
+            or "\U000e0020" <= ch <= "\U000e007f" or text[i - 1] == "\u200d":
+        return True
+    if _regional(ch) and _regional(text[i - 1]):
+        run = 0                                     # the indicators before it: pairs from the run's start
+        while i - run - 1 >= 0 and _regional(text[i - run - 1]):
+            run += 1
+        return run % 2 == 1
+    return False
 
 
 def char_start(text: str, i: int, floor: int = -1) -> int:
