@@ -122,6 +122,15 @@ def test_a_cut_never_splits_a_flag_or_a_keycap() -> None:
     assert [char_start(keycap, i) for i in range(len(keycap) + 1)] == [0, 1, 1, 1, 4, 5]
 
 
+def test_an_emoji_sequence_takes_the_two_columns_a_terminal_gives_it() -> None:
+    """`width` counted each code point: 👨‍👩‍👧 (three emoji and two joiners) as 8 columns, 👍🏽 as 4, so an eval kind
+    or id holding one pushed its row's figures out of line (helper s49-ja)."""
+    assert [width(t) for t in ("👨\u200d👩\u200d👧", "👍🏽", "🇯🇵", "1\ufe0f\u20e3", "📷", "家族", "ｶﾅ")] == [2, 2, 2, 2, 2, 4, 2]
+    assert fit("家族👨\u200d👩\u200d👧テスト", 7) == "家族👨\u200d👩\u200d👧 "     # the emoji whole, then a space
+    assert fit("ab🇯🇵cd", 3) == "ab " and fit("ab🇯🇵cd", 4) == "ab🇯🇵"
+    assert pad("旅行🏃", 8) == "旅行🏃  "
+
+
 def test_the_eval_table_aligns_japanese_kinds_and_ids() -> None:
     agg = {"n": 1, "hit@1": 1.0, "hit@3": 1.0, "mrr@10": 1.0, "ndcg@10": 1.0}
     rep = {"lanes": ["bm25"], "overall": agg, "by_source": {}, "by_kind": {"半角ｶﾅ": agg, "日本語・全角": agg},

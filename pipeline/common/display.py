@@ -75,10 +75,25 @@ def char_start(text: str, i: int, floor: int = -1) -> int:
     return i
 
 
+def _char_width(text: str, i: int) -> int:
+    """Columns ``text[i]`` adds: 0 when it belongs to the character before it (:func:`_joined`: a combining mark,
+    or the rest of an emoji sequence, ``👨‍👩‍👧`` or ``👍🏽`` being one emoji of 2 columns, not 8 and 4), else 2 for
+    a wide one (East Asian Width W or F), for a flag's first regional indicator and for a character an emoji
+    variation selector (U+FE0F) follows, else 1."""
+    c = text[i]
+    if unicodedata.combining(c) or (i and _joined(text, i)):
+        return 0
+    nxt = text[i + 1] if i + 1 < len(text) else ""
+    if unicodedata.east_asian_width(c) in "WF" or nxt == "\ufe0f" or (_regional(c) and _regional(nxt)):
+        return 2
+    return 1
+
+
 def width(text: str) -> int:
     """Columns ``text`` takes in a terminal: 2 for a wide or full-width character (East Asian Width W or F:
-    kanji, kana, ``ＡＢＣ``), 0 for a combining mark, 1 otherwise (half-width katakana ``ｶﾅ`` too)."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    kanji, kana, ``ＡＢＣ``) and for an emoji sequence (``👨‍👩‍👧``, ``🇯🇵``, ``👍🏽``: one emoji), 0 for a combining
+    mark, 1 otherwise (half-width katakana ``ｶﾅ`` too)."""
+    return sum(_char_width(text, i) for i in range(len(text)))
 
 
 def fit(text: str, cols: int, align: str = "<") -> str:
@@ -86,14 +101,15 @@ def fit(text: str, cols: int, align: str = "<") -> str:
     marks) and padded with spaces, on the right (``align="<"``) or the left (``">"``): a table column that
     ``f"{text:<24}"`` misaligned when ``text`` held Japanese."""
     out, used = [], 0
-    for c in text:
-        w = width(c)
+    for i, c in enumerate(text):
+        w = _char_width(text, i)
         if used + w > cols:
             break
         out.append(c)
         used += w
     while out and len(out) < len(text) and _joined(text, len(out)):
-        used -= width(out.pop())                 # a cut base character without its marks is another character
+        used -= _char_width(text, len(out) - 1)   # a cut base character without its marks is another character
+        out.pop()
     pad = " " * (cols - used)
     return "".join(out) + pad if align == "<" else pad + "".join(out)
 
