@@ -324,6 +324,9 @@ def build(
             typer.echo(f"eval: no case scored: DOCSVAULT_EVALS names {', '.join(map(str, named))}, which "
                        f"{'does' if len(named) == 1 else 'do'} not exist; create it or fix DOCSVAULT_EVALS "
                        "(README: Eval files)")
+        elif "eval_files" in ev and (empty := _caseless_eval_folders(ev["eval_files"])):
+            typer.echo(f"eval: no case scored: {empty} holds no eval file (*.yaml, *.yml): add your cases there, "
+                       "or point DOCSVAULT_EVALS at them (README: Eval files)")
         elif "eval_files" in ev:
             typer.echo(f"eval: no eval case is about a built source (eval files: {ev['eval_files']}"
                        + (f"; their corpora: {ev['skipped_corpora']}" if ev.get("skipped_corpora") else "")
@@ -707,7 +710,9 @@ def _long_line(line: str, pattern: re.Pattern[str] | None, col: int = 0, width: 
         return line
     m = (pattern.search(line, col) or pattern.search(line)) if pattern is not None else None
     pos = m.start() if m else col
-    return cut_around(line, pos, width) if pos else line[: width - 1] + "…"
+    # from the start too (a line around a match, or a match at its start): at a boundary, not after its 199th
+    # character, which cut a Japanese word, or an emoji sequence (`👨‍` and a dangling joiner), in two
+    return cut_around(line, pos, width)
 
 
 def _refuse_spaced_tags(tags: Sequence[str] | None) -> None:
@@ -1153,6 +1158,22 @@ def _no_eval_files(s: Settings) -> str:
     return f"no eval files at {s.evals_dir}; pass FILE..., create that folder (format: see README) or set DOCSVAULT_EVALS"
 
 
+def _caseless_eval_folders(files: Sequence[str] | str | None) -> str:
+    """The eval paths a build's eval read (``files``: its report's list, or the asset's ``", "``-joined string)
+    when they are folders that now hold no eval file (``*.yaml`` / ``*.yml``), ``", "``-joined; '' otherwise (a
+    file among them, or a case file there now). An empty ``./evals`` was said to be "eval files: …/evals" of no
+    built source, sending the user to their cases' ``corpus:`` (helper s49-ja)."""
+    from pipeline.evaluate import case_files
+
+    paths = [Path(f) for f in (files.split(", ") if isinstance(files, str) else files or []) if f and f != "none"]
+    if not paths or not all(p.is_dir() for p in paths):
+        return ""
+    try:
+        return "" if case_files(paths) else ", ".join(map(str, paths))
+    except PipelineError:
+        return ""
+
+
 def _eval_env_all_missing() -> list[Path]:
     """The paths ``DOCSVAULT_EVALS`` names when it is set and none of them exists, else []."""
     named = eval_env_paths() or []
@@ -1382,6 +1403,9 @@ def eval_status_line(ev: dict[str, Any] | None, s: Settings) -> str:
                     "DOCSVAULT_EVALS at them (README: Eval files)")
         return f"{never}: `docsvault build` scores the cases of {where}, or `docsvault eval` now"
     if not ev.get("n"):
+        if empty := _caseless_eval_folders(ev.get("files")):
+            return (f"eval: no case scored: {empty} holds no eval file (*.yaml, *.yml), so no floor was checked: "
+                    "add your cases there, or point DOCSVAULT_EVALS at them (README: Eval files)")
         files = ", ".join(ev.get("files") or []) or f"none at {s.evals_dir}"
         return f"eval: no eval case is about a built source (eval files: {files}), so no floor was checked; {cases}"
     line = (f"eval: n={ev['n']} hit@1={ev['hit_at_1']:.3f} hit@3={ev['hit_at_3']:.3f} "

@@ -7,12 +7,14 @@ Every function takes the :class:`~pipeline.config.Settings` it works on; none re
 from __future__ import annotations
 
 import re
+import shlex
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pipeline.common.display import char_start
 from pipeline.common.errors import PipelineError
 from pipeline.config import Settings, environ
 from pipeline.models import Record
@@ -160,8 +162,14 @@ def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipp
 
 
 def _shown(term: str) -> str:
-    """``term`` cut to its first SHOWN_WORD_CHARS - 1 characters and ``…`` when longer (a pasted phrase)."""
-    return term if len(term) <= SHOWN_WORD_CHARS else term[:SHOWN_WORD_CHARS - 1] + "…"
+    """``term`` cut to its first SHOWN_WORD_CHARS - 1 characters and ``…`` when longer (a pasted phrase), never
+    inside a character: not between a kana and its voiced mark (NFD) nor inside an emoji sequence (``👨‍👩‍👧``
+    was shown ``👨`` and a dangling joiner before the ``…``)."""
+    return term if len(term) <= SHOWN_WORD_CHARS else term[:char_start(term, SHOWN_WORD_CHARS - 1, 0)] + "…"
+
+
+#: an IME's comma between two tags (``tag:読書、小説``): ``、`` or a full-width ``，``
+_JA_COMMA = re.compile("[\u3001\uff0c]")
 
 
 def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Sequence[str] = ()) -> str:
@@ -173,14 +181,24 @@ def untagged_message(tags: Sequence[str], sources: Sequence[str] = (), known: Se
     "No results: no note of help has the tag 'perf' (frontmatter or inline #tag)"
     >>> untagged_message(["cofee"], [], ["coffee", "work"])
     "No results: no note has the tag 'cofee' (frontmatter or inline #tag; did you mean 'coffee'?)"
+
+    A tag with a Japanese comma (``、`` or ``，``, as an IME types a list: ``tag:読書、小説``) may be one Obsidian
+    tag, so it is no error as ``journal,urgent`` is; when no note has it, the message names the separate tags
+    (``it has a Japanese comma: give '読書', '小説' as 2 separate tags``).
     """
     from pipeline.ingest.sources import close_names, did_you_mean_question
     from pipeline.search.tags import normalise_tag
 
     where = f"no note of {', '.join(sources)}" if sources else "no note"
     hints = close_names([normalise_tag(t) for t in tags], known)
+    split = []
+    for t in tags:
+        parts = [p for p in _JA_COMMA.split(t.strip().lstrip("#")) if p.strip()]
+        if len(parts) > 1:
+            split.append(f"it has a Japanese comma: give {', '.join(map(repr, parts))} as {len(parts)} separate tags")
+    notes = [*split[:1], *([did_you_mean_question(hints)] if hints else [])]
     return (f"{NO_RESULTS}: {where} has the tag {' or '.join(repr(t) for t in tags)} (frontmatter or inline #tag"
-            + (f"; {did_you_mean_question(hints)})" if hints else ")"))
+            + "".join(f"; {n}" for n in notes) + ")")
 
 
 def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -> str:
@@ -199,7 +217,9 @@ def no_results_message(misses: Any, filters: Any, sources: Sequence[str] = ()) -
     if misses.paths:
         shown = " or ".join(("matching " if any(c in p for c in "*?[") else "starting with ") + repr(_shown(p))
                             for p in misses.paths)
-        return f"{NO_RESULTS}: {where} has a path {shown}"
+        meant = getattr(misses, "meant", ())
+        return f"{NO_RESULTS}: {where} has a path {shown}" + (
+            f" (did you mean {' or '.join(f'path:{m}' for m in meant)}?)" if meant else "")
     if filters.paths:
         where += " in " + " or ".join(f"path:{_shown(p)}" for p in filters.paths)
     hint = " (a quoted phrase must be in the note as typed; drop the quotes to rank by its words)"
@@ -444,8 +464,11 @@ def _no_related_message(s: Settings, vault_path: str) -> str:
         targets, n = wh.dangling_targets(con, vault_path)
     finally:
         con.close()
-    if not targets:
-        return "no linked notes: this note has no outlinks or backlinks"
+    if not targets:     # say what to do too: before, the line ended there (helper s49-ja)
+        name = vault_path.rsplit("/", 1)[-1].removesuffix(".md")
+        return (f"no linked notes: this note has no outlinks or backlinks; link it from another note ([[{name}]]), "
+                f"or find the notes near it in meaning with a search: `docsvault search {shlex.quote(name)}` / the "
+                "search tool")
     more = f" and {n - len(targets)} more" if n > len(targets) else ""
     names = ", ".join(f"[[{t}]]" for t in targets) + more
     them = "the notes, or fix the links" if n > 1 else "the note, or fix the link"

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Settings
-from pipeline.ingest.capture import CaptureError, name_from_title, title_of, write_capture
+from pipeline.ingest.capture import CaptureError, check_text, name_from_title, title_of, write_capture
 from pipeline.ingest.normalize import rel_path_for
 from pipeline.models import Source
 from tests.conftest import _tiny_env_at, _write_tiny, built_once
@@ -207,6 +207,16 @@ def test_text_frontmatter_merge_rules(tmp_path: Path) -> None:
         "original_correlation_id: theirs\naliases:\n- otter\nrating: 5\n---\n\n# My title\n\nOtters hold hands.\n")
     with pytest.raises(CaptureError, match="nothing to capture: the text is empty"):
         write_capture(src, "---\n---\n\n")
+
+
+def test_an_empty_text_is_told_what_to_give() -> None:
+    """`docsvault capture '　'` (an IME's full-width space alone) said only "nothing to capture: the text is empty"
+    (helper s49-ja)."""
+    for text in ("\u3000\u3000", "", "---\n---\n"):
+        with pytest.raises(CaptureError) as err:
+            check_text(text)
+        assert str(err.value) == ("nothing to capture: the text is empty; give the note's text (`docsvault capture "
+                                  "TEXT`, `--file FILE` or piped stdin; the save_note tool's text)")
 
 
 def test_a_tags_string_of_the_text_is_merged_as_its_tags(tmp_path: Path) -> None:

@@ -555,6 +555,18 @@ def test_context_starts_at_the_hits_own_chunk(tmp_path: Path, monkeypatch: pytes
         "51-Later alpha text of the second chunk."]
 
 
+def test_a_long_context_line_from_its_start_is_cut_at_a_boundary() -> None:
+    """A long line shown from its start (a line around the match, or one whose match starts it) was cut after its
+    199th character: mid-word in Japanese, and inside the emoji sequence 👨‍👩‍👧 (`👨` and a dangling joiner;
+    helper s49-ja). It is cut as a snippet is: after a 、 here."""
+    from pipeline.cli import _long_line, term_pattern
+
+    line = "家族旅行の計画を立てる、" * 16 + "その日は👨\u200d👩\u200d👧で出かけた。"       # the emoji at 196-200
+    assert _long_line(line, None) == "家族旅行の計画を立てる、" * 16 + "…"
+    assert _long_line(line, term_pattern(["家族旅行"])) == "家族旅行の計画を立てる、" * 16 + "…"
+    assert _long_line("short 👨\u200d👩\u200d👧", None) == "short 👨\u200d👩\u200d👧"
+
+
 def test_context_shows_the_match_of_a_long_paragraphs_second_chunk(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A paragraph of one long line cut into two chunks: the hit in the second shows its line around the
@@ -835,6 +847,15 @@ def test_build_says_when_no_eval_case_is_about_a_built_source(tiny_env: Path, mo
     other = tiny_env / "other-evals"
     assert (f"eval: no eval case is about a built source (eval files: {other}; their corpora: elsewhere (1)); point "
             "DOCSVAULT_EVALS at your cases (README: Eval files)") in output.splitlines()
+
+
+def test_build_says_an_eval_folder_without_eval_files_holds_none(tiny_env: Path, monkeypatch) -> None:
+    """An empty eval folder (`mkdir evals`, no case written yet) made the build say `eval: no eval case is about a
+    built source (eval files: …/evals)`, as if cases were there with a wrong corpus (helper s49-ja)."""
+    output = _build_with_evals(tiny_env, monkeypatch, "my-evals", {"notes.txt": "not cases"})
+    assert [ln for ln in output.splitlines() if ln.startswith("eval")] == [
+        f"eval: no case scored: {tiny_env / 'my-evals'} holds no eval file (*.yaml, *.yml): add your cases there, "
+        "or point DOCSVAULT_EVALS at them (README: Eval files)"]
 
 
 def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:

@@ -89,10 +89,46 @@ def test_a_note_written_in_nfd_is_never_chunked_between_a_kana_and_its_voiced_ma
 def test_a_snippet_of_an_nfd_note_starts_and_ends_on_whole_characters() -> None:
     text = NFD("NFD", "ガジェットのレビュー、" * 30 + "ズンドコの話題")
     snip = cut_around(text, text.index(NFD("NFD", "ズンドコ")), 40)
-    assert snip == "…" + NFD("NFD", "ュー、ガジェットのレビュー、ガジェットのレビュー、ズンドコの話題")     # not ゙ュー
+    # not ゙ュー (a voiced mark cut from its ビ), and after a 、 (not ュー、…, mid-word)
+    assert snip == "…" + NFD("NFD", "ガジェットのレビュー、ガジェットのレビュー、ズンドコの話題")
     whole = NFD("NFC", text)
     for pos in range(0, 60, 3):                     # every cut is of whole characters: its NFC is in the text's
         assert NFD("NFC", cut_around(text, pos, 24).strip("…")) in whole
+
+
+def test_a_long_phrase_no_note_contains_is_shown_cut_between_whole_characters() -> None:
+    """`search '"テスト…ア👨‍👩‍👧です"'` said `no note contains "…ア👨\u200d…"`: the 40-character cut kept the man
+    and the joiner of the family emoji (helper s49-ja); a decomposed ガ lost its voiced mark alike."""
+    from pipeline.search.query import parse_query
+    from pipeline.search.searcher import FilterMisses
+    from pipeline.service import no_results_message
+
+    def said(phrase: str) -> str:
+        return no_results_message(FilterMisses(absent=((phrase,),)), parse_query(f'"{phrase}"'))
+
+    head = "テスト" * 12 + "ア"
+    assert said(head + "👨\u200d👩\u200d👧です") == (
+        f'No results: no note contains "{head}…" (a quoted phrase must be in the note as typed; drop the quotes '
+        "to rank by its words)")
+    assert said(head + "イ" + NFD("NFD", "ガジェット")).startswith(f'No results: no note contains "{head}イ…" (')
+
+
+def test_a_cut_never_splits_a_flag_or_a_keycap() -> None:
+    """A snippet or page cut between the two regional indicators of 🇯🇵 showed 🇯, a lone letter in a box, and one
+    after `1️` lost the keycap's U+20E3 (helper s49-ja): both are one character as a terminal shows them."""
+    text = "ab🇯🇵🇫🇷cd"
+    assert [char_start(text, i) for i in range(len(text) + 1)] == [0, 1, 2, 2, 4, 4, 6, 7, 8]
+    keycap = "x1\ufe0f\u20e3y"
+    assert [char_start(keycap, i) for i in range(len(keycap) + 1)] == [0, 1, 1, 1, 4, 5]
+
+
+def test_an_emoji_sequence_takes_the_two_columns_a_terminal_gives_it() -> None:
+    """`width` counted each code point: 👨‍👩‍👧 (three emoji and two joiners) as 8 columns, 👍🏽 as 4, so an eval kind
+    or id holding one pushed its row's figures out of line (helper s49-ja)."""
+    assert [width(t) for t in ("👨\u200d👩\u200d👧", "👍🏽", "🇯🇵", "1\ufe0f\u20e3", "📷", "家族", "ｶﾅ")] == [2, 2, 2, 2, 2, 4, 2]
+    assert fit("家族👨\u200d👩\u200d👧テスト", 7) == "家族👨\u200d👩\u200d👧 "     # the emoji whole, then a space
+    assert fit("ab🇯🇵cd", 3) == "ab " and fit("ab🇯🇵cd", 4) == "ab🇯🇵"
+    assert pad("旅行🏃", 8) == "旅行🏃  "
 
 
 def test_the_eval_table_aligns_japanese_kinds_and_ids() -> None:

@@ -140,6 +140,40 @@ def test_the_message_says_why(warehouse: Path, query: str, sources: list[str], m
         assert no_results_message(s.filter_misses(parsed, sources or None), parsed, sources) == message
 
 
+@pytest.mark.parametrize(("query", "meant", "message"), [
+    ("foo path:g/deep／", ("g/deep/",), "No results: no note has a path starting with 'g/deep／' (did you mean "
+                                        "path:g/deep/?)"),
+    ("foo path:g/deap/", ("g/deep/",), "No results: no note has a path starting with 'g/deap/' (did you mean "
+                                       "path:g/deep/?)"),
+    ("foo path:ｇ/ｄｅｅｐ/Ｔａｒ path:zzz/", ("g/deep/Tar",),
+     "No results: no note has a path starting with 'ｇ/ｄｅｅｐ/Ｔａｒ' or starting with 'zzz/' (did you mean "
+     "path:g/deep/Tar?)"),
+    ('foo path:"g/*/x*.md"', (), "No results: no note has a path matching 'g/*/x*.md'"),
+])
+def test_a_path_filter_no_note_passes_offers_the_folder_it_meant(warehouse: Path, query: str, meant: tuple[str, ...],
+                                                                 message: str) -> None:
+    """`search 'path:技術／'` (an IME's full-width slash) or a misspelt folder said only `no note has a path
+    starting with '技術／'` (helper s49-ja): the folder it probably meant is offered, compared in NFKC, else by
+    spelling."""
+    parsed = parse_query(query)
+    with _searcher(warehouse) as s:
+        misses = s.filter_misses(parsed)
+    assert misses.meant == meant
+    assert no_results_message(misses, parsed) == message
+
+
+def test_meant_folders_of_japanese_paths() -> None:
+    from pipeline.search.searcher import meant_folders
+
+    paths = ["me/技術/DuckDB 入門.md", "技術/DuckDB 入門.md", "me/料理/カレーのレシピ.md", "料理/カレーのレシピ.md",
+             "me/カタカナ/メモ.md", "カタカナ/メモ.md"]
+    assert meant_folders(["技術／"], paths) == ("技術/",)
+    assert meant_folders(["me/技術／", "技術x/"], paths) == ("me/技術/", "技術/")
+    assert meant_folders(["料理／カレー"], paths) == ("料理/カレー",)
+    assert meant_folders(["ｶﾀｶﾅ"], paths) == ("カタカナ",)
+    assert meant_folders(["zzz/", "*/x.md", ""], paths) == ()
+
+
 def test_cli_and_mcp_say_which_filter_left_nothing(tiny_env: Path) -> None:
     from pipeline.mcp_server import VaultService
 

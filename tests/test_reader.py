@@ -336,6 +336,11 @@ def test_an_obsidian_link_as_written_reads_its_note_at_its_heading(vault: Path, 
     assert read_link(vault, "メモ#節 5", 2, path).page == 2                  # an explicit page wins
     assert find_link(vault, "C# tips", path) == ("src/C-.md", "")          # a title with # in it, as written
     assert find_link(vault, "[[メモ#節 5|five]]", path) == ("src/メモ.md", "節 5")
+    # an IME's full-width ＃ (helper s49-ja: "no note 'メモ＃節 5'", the heading lost)
+    assert find_link(vault, "メモ＃節 5", path) == ("src/メモ.md", "節 5")
+    assert find_link(vault, "[[メモ＃節 5|five]]", path) == ("src/メモ.md", "節 5")
+    assert read_link(vault, "メモ＃節 9", warehouse_path=path).warning.startswith(
+        "heading '節 9' not found in 'メモ' (src/メモ.md); showing page 1; closest headings: '節 8'")
     warnings = {n: read_link(vault, n, warehouse_path=path).warning for n in (
         "メモ#節 9", "メモ#^nope", "[[メモ#Setup quik|q]]", "メモ#節 5", "メモ#Zebra")}
     assert warnings == {

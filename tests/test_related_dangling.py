@@ -45,5 +45,7 @@ def test_related_names_the_dangling_links_of_a_note_without_linked_notes(setting
         "no linked notes: this note has no backlinks, and its links name no note of the vault ([[Alpha]], "
         "[[Beta]], [[Delta]], [[Epsilon]], [[Gamma]] and 1 more: create the notes, or fix the links; "
         "`docsvault check-vault` lists every dangling link)")
-    # a note with no link at all: as before
-    assert related_notes(settings, "me/Alone.md")["message"] == "no linked notes: this note has no outlinks or backlinks"
+    # a note with no link at all: and what to do (it ended at "backlinks", helper s49-ja)
+    assert related_notes(settings, "me/Alone.md")["message"] == (
+        "no linked notes: this note has no outlinks or backlinks; link it from another note ([[Alone]]), or find the "
+        "notes near it in meaning with a search: `docsvault search Alone` / the search tool")

@@ -114,6 +114,27 @@ def test_a_japanese_snippet_that_ends_the_chunk_starts_at_a_sentence() -> None:
     assert snip.startswith("…これは長いメモの本文です。") and snip.endswith(" キーワード42。") and len(snip) <= 242
 
 
+def test_a_japanese_snippet_without_a_sentence_end_is_cut_at_a_clause() -> None:
+    """A long Japanese sentence (only 、, no 。 or space in reach): the cut began and ended mid-word
+    (`…ヒーを淹れて` of `コーヒー`, `…この本は戦前…`; helper s49-ja); now after a 、 on both ends."""
+    text = ("私は毎朝七時に起きて、コーヒーを淹れてから散歩に出かけるのが習慣になっているのだが、" * 6
+            + "その途中で見つけた古本屋で珍しい全集を手に入れたことが今年いちばんの収穫であり、"
+            + "店主の話によるとこの本は戦前に刷られたもので、" * 6 + "家に帰ってから辞書を引きながら少しずつ読み進めている。")
+    assert cut_around(text, text.index("古本屋"), 120) == (
+        "…コーヒーを淹れてから散歩に出かけるのが習慣になっているのだが、その途中で見つけた古本屋で珍しい全集を手に入れたこと"
+        "が今年いちばんの収穫であり、" + "店主の話によるとこの本は戦前に刷られたもので、" * 2 + "…")
+    assert cut_around(text, text.index("古本屋"), 60) == "…その途中で見つけた古本屋で珍しい全集を手に入れたことが今年いちばんの収穫であり、…"
+
+
+def test_a_table_delimiter_row_of_single_hyphens_leaves_no_hyphens_in_the_snippet() -> None:
+    """Obsidian's help writes tables with `|-|-|` (one hyphen a cell, valid GFM): the snippet of `この前のあれ` showed
+    `Action | Shortcut | - | - | Insert new line` (helper s49-ja)."""
+    assert clean_text("| Action | Shortcut |\n|-|-|\n| Insert new line| `Enter` |") == (
+        "Action | Shortcut | Insert new line | `Enter`")
+    assert clean_text("a|b\n:-|-:\n1|2") == "a | b 1 | 2"
+    assert clean_text("- item\n- | x\n\n---\n\ny") == "item | x y"       # a list item and a rule: as before
+
+
 def test_make_snippet_short_text_is_clean_and_whole() -> None:
     assert make_snippet("# Title\n\nSome **bold** [link](http://x)", "bold") == "Title Some bold link"
     ja = "前置き" * 100 + "ベクトル検索の説明。" + "後書き" * 100

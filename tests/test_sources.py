@@ -241,6 +241,9 @@ def test_select_unknown_offers_the_closest_name(tmp_path: Path) -> None:
     ("a日", ["b日"], None),                      # the character that differs is Latin
     ("cat", ["car"], None),
     ("tinny", ["tiny"], "tiny"),
+    ("ｍｅ", ["duckdb", "me"], "me"),            # an IME's full width (helper s49-ja: no hint before)
+    ("ＭＹ－ＮＯＴＥＺ", ["my-notes"], "my-notes"),
+    ("ｶｲｷﾞ", ["会議", "カイギ"], "カイギ"),          # half-width katakana
 ])
 def test_closest_name_offers_a_short_cjk_name_one_character_apart(name: str, known: list[str],
                                                                    expected: str | None) -> None:
@@ -253,6 +256,19 @@ def test_unknown_japanese_tag_offers_the_close_one() -> None:
     from pipeline.service import untagged_message
     assert untagged_message(["日紀"], [], ["daily", "日記", "会議"]) == (
         "No results: no note has the tag '日紀' (frontmatter or inline #tag; did you mean '日記'?)")
+
+
+def test_a_tag_with_a_japanese_comma_that_no_note_has_names_the_separate_tags() -> None:
+    """`search 'tag:読書、小説'` (an IME's comma) said only `no note has the tag '読書、小説'`, while
+    `tag:読書,小説` is told to give the 2 tags separately (helper s49-ja)."""
+    from pipeline.service import untagged_message
+    assert untagged_message(["読書、小説"], [], ["読書", "小説"]) == (
+        "No results: no note has the tag '読書、小説' (frontmatter or inline #tag; it has a Japanese comma: give "
+        "'読書', '小説' as 2 separate tags)")
+    assert untagged_message(["#日記，会議，"], ["me"]) == (
+        "No results: no note of me has the tag '#日記，会議，' (frontmatter or inline #tag; it has a Japanese comma: "
+        "give '日記', '会議' as 2 separate tags)")
+    assert untagged_message(["日紀"], [], ["日記"]).endswith("(frontmatter or inline #tag; did you mean '日記'?)")
 
 
 def test_the_tag_hint_takes_the_close_names_not_did_you_means_text(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,6 +58,20 @@ def test_status_says_an_eval_folder_without_eval_files_holds_none(tmp_path: Path
                                               "cases there, or point DOCSVAULT_EVALS at them (README: Eval files)")
 
 
+def test_status_says_the_eval_folder_it_read_holds_no_eval_file(tmp_path: Path) -> None:
+    """The build's eval read an empty folder: status said `no eval case is about a built source (eval files:
+    …/evals)`, as if cases were there with a wrong corpus (helper s49-ja)."""
+    s = _settings(tmp_path)
+    (tmp_path / "evals").mkdir()
+    update_state(s, SHARED_STATE, eval={"key": "k", "report": {"overall": {"n": 0}, "files": [str(tmp_path / "evals")]}})
+    ev = eval_status(s, "2026-12-07T10:00:00+00:00")
+    assert eval_status_line(ev, s) == (
+        f"eval: no case scored: {tmp_path / 'evals'} holds no eval file (*.yaml, *.yml), so no floor was checked: "
+        "add your cases there, or point DOCSVAULT_EVALS at them (README: Eval files)")
+    (tmp_path / "evals" / "cases.yaml").write_text("corpus: x\ncases: []\n")     # a case file now: as before
+    assert eval_status_line(ev, s).startswith("eval: no eval case is about a built source (eval files: ")
+
+
 def test_status_says_no_case_is_about_a_built_source(tmp_path: Path) -> None:
     s = _settings(tmp_path)
     update_state(s, SHARED_STATE, eval={"key": "k", "report": {"overall": {"n": 0}, "files": ["/e/my.yaml"]}})

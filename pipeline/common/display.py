@@ -36,12 +36,26 @@ def one_line(text: str) -> str:
     return _SPACE_RUN.sub(lambda m: m.group() if _kept_space(m.group()) else " ", text).strip()
 
 
+def _regional(ch: str) -> bool:
+    """Whether ``ch`` is a regional indicator (U+1F1E6-U+1F1FF), two of which make a flag: ``🇯🇵``."""
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
 def _joined(text: str, i: int) -> bool:
     """Whether ``text[i]`` belongs to the character before it: a combining mark (the voiced mark U+3099 of an NFD
-    ``ガ``), a zero-width joiner or what follows one, a variation selector or an emoji skin tone."""
+    ``ガ``, a keycap's enclosing U+20E3), a zero-width joiner or what follows one, a variation selector, an emoji
+    skin tone or tag character (a subdivision flag), or the second regional indicator of a flag (``🇯🇵`` was cut
+    to ``🇯``, a lone letter in a box)."""
     ch = text[i]
-    return bool(unicodedata.combining(ch)) or ch in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff" \
-        or text[i - 1] == "\u200d"
+    if bool(unicodedata.combining(ch)) or ch in "\u200d\ufe0e\ufe0f\u20e3" or "\U0001f3fb" <= ch <= "\U0001f3ff" \
+            or "\U000e0020" <= ch <= "\U000e007f" or text[i - 1] == "\u200d":
+        return True
+    if _regional(ch) and _regional(text[i - 1]):
+        run = 0                                     # the indicators before it: pairs from the run's start
+        while i - run - 1 >= 0 and _regional(text[i - run - 1]):
+            run += 1
+        return run % 2 == 1
+    return False
 
 
 def char_start(text: str, i: int, floor: int = -1) -> int:
@@ -61,10 +75,25 @@ def char_start(text: str, i: int, floor: int = -1) -> int:
     return i
 
 
+def _char_width(text: str, i: int) -> int:
+    """Columns ``text[i]`` adds: 0 when it belongs to the character before it (:func:`_joined`: a combining mark,
+    or the rest of an emoji sequence, ``👨‍👩‍👧`` or ``👍🏽`` being one emoji of 2 columns, not 8 and 4), else 2 for
+    a wide one (East Asian Width W or F), for a flag's first regional indicator and for a character an emoji
+    variation selector (U+FE0F) follows, else 1."""
+    c = text[i]
+    if unicodedata.combining(c) or (i and _joined(text, i)):
+        return 0
+    nxt = text[i + 1] if i + 1 < len(text) else ""
+    if unicodedata.east_asian_width(c) in "WF" or nxt == "\ufe0f" or (_regional(c) and _regional(nxt)):
+        return 2
+    return 1
+
+
 def width(text: str) -> int:
     """Columns ``text`` takes in a terminal: 2 for a wide or full-width character (East Asian Width W or F:
-    kanji, kana, ``ＡＢＣ``), 0 for a combining mark, 1 otherwise (half-width katakana ``ｶﾅ`` too)."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    kanji, kana, ``ＡＢＣ``) and for an emoji sequence (``👨‍👩‍👧``, ``🇯🇵``, ``👍🏽``: one emoji), 0 for a combining
+    mark, 1 otherwise (half-width katakana ``ｶﾅ`` too)."""
+    return sum(_char_width(text, i) for i in range(len(text)))
 
 
 def fit(text: str, cols: int, align: str = "<") -> str:
@@ -72,14 +101,15 @@ def fit(text: str, cols: int, align: str = "<") -> str:
     marks) and padded with spaces, on the right (``align="<"``) or the left (``">"``): a table column that
     ``f"{text:<24}"`` misaligned when ``text`` held Japanese."""
     out, used = [], 0
-    for c in text:
-        w = width(c)
+    for i, c in enumerate(text):
+        w = _char_width(text, i)
         if used + w > cols:
             break
         out.append(c)
         used += w
     while out and len(out) < len(text) and _joined(text, len(out)):
-        used -= width(out.pop())                 # a cut base character without its marks is another character
+        used -= _char_width(text, len(out) - 1)   # a cut base character without its marks is another character
+        out.pop()
     pad = " " * (cols - used)
     return "".join(out) + pad if align == "<" else pad + "".join(out)
 

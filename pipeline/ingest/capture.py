@@ -374,6 +374,11 @@ def decode_text(data: bytes, where: str) -> str:
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")   # as text-mode reads give it
 
 
+#: what an empty text is told to give (`capture "　"`, a full-width space alone, said only "the text is empty")
+GIVE_TEXT = ("give the note's text (`docsvault capture TEXT`, `--file FILE` or piped stdin; the save_note tool's "
+             "text)")
+
+
 def check_text(text: str) -> tuple[dict[str, Any], str]:
     """``(frontmatter, rest)`` of a text to capture (:func:`split_text`) once it is known to say something.
 
@@ -386,7 +391,7 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
             no search finds and answered ``searchable: true``); nothing is written then.
     """
     if not text or not text.strip():
-        raise CaptureError("nothing to capture: the text is empty")
+        raise CaptureError(f"nothing to capture: the text is empty; {GIVE_TEXT}")
     if "\x00" in text:
         raise CaptureError(f"the text holds a NUL character (at character {text.index(chr(0))}): binary data, not a "
                            "note's text; drop it (nothing was written)")
@@ -395,7 +400,7 @@ def check_text(text: str) -> tuple[dict[str, Any], str]:
                            "captured note")
     text_fm, rest = split_text(text)
     if not rest.strip() and not text_fm:
-        raise CaptureError("nothing to capture: the text is empty")
+        raise CaptureError(f"nothing to capture: the text is empty; {GIVE_TEXT}")
     if all(_no_word(c) for c in rest):
         marks = " ".join(rest.split())
         besides = " besides its frontmatter" if text_fm else ""

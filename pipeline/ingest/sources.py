@@ -29,6 +29,7 @@ become vault links).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher, get_close_matches
 from functools import cache, partial
@@ -696,15 +697,20 @@ def closest_name(name: str, known: Sequence[str]) -> str | None:
     ratio >= 0.75: ``tinny`` -> ``tiny``, and a Dagster group's ``my_notes`` -> ``my-notes``), else the first name
     of the same length that one CJK character sets apart (``日紀`` -> ``日記``, ``会議緑`` -> ``会議録``: their
     ratios, 0.5 and 0.67, are below the cutoff, which a short Latin name keeps: ``ab`` gets no ``ax``); None when
-    none is close."""
+    none is close. Names are compared in NFKC too, so an IME's full-width ``ｍｅ`` (or ``ｍｙ－ｎｏｔｅｓ``) gets ``me``
+    (before, "unknown source 'ｍｅ'" named no source: helper s49-ja)."""
     folded = {k.casefold(): k for k in known}
     if name.casefold() in folded:
         return folded[name.casefold()]
-    close = get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.75)
+    wide = {unicodedata.normalize("NFKC", k).casefold(): k for k in known}
+    key = unicodedata.normalize("NFKC", name).casefold()
+    if key in wide:
+        return wide[key]
+    close = get_close_matches(key, list(wide), n=1, cutoff=0.75)
     if close:
-        return folded[close[0]]
-    near = one_cjk_apart(name.casefold(), list(folded))
-    return folded[near] if near else None
+        return wide[close[0]]
+    near = one_cjk_apart(key, list(wide))
+    return wide[near] if near else None
 
 
 def close_names(unknown: Sequence[str], known: Sequence[str]) -> list[str]:

@@ -690,11 +690,18 @@ def link_parts(note: str) -> tuple[str, str]:
     return name.strip(), sub.strip()
 
 
+def _half_width_hash(note: str) -> str:
+    """``note`` with an IME's full-width ``＃`` as ``#`` when it is no link as written (``吾輩は猫である＃感想``:
+    before, "no note", the heading lost; helper s49-ja); else ``note``."""
+    return note.replace("\uff03", "#") if "\uff03" in note and not link_parts(note)[1] else note
+
+
 def find_link(vault_dir: Path, note: str, warehouse_path: Path | None = None) -> tuple[str, str]:
     """``(vault path, subpath)`` of ``note``: :func:`find_note`'s note with no subpath; else, when no note has
     that name and ``note`` is an Obsidian link (:func:`link_parts`: ``Guide#Install``, ``[[Guide#Install|text]]``),
     the note it links to and the ``#heading`` or ``#^block`` it names (a vault path has no ``#``: the vault
-    writes it as ``-``). A title or alias with ``#`` in it (``C# tips``) is found as written first.
+    writes it as ``-``); a full-width ``＃`` as an IME types it (``吾輩は猫である＃感想``) is one too. A title or
+    alias with ``#`` (or ``＃``) in it (``C# tips``) is found as written first.
 
     Raises:
         As :func:`find_note`; a link to no note raises the error of the note's name (``no note 'Guide'``);
@@ -706,7 +713,7 @@ def find_link(vault_dir: Path, note: str, warehouse_path: Path | None = None) ->
     try:
         return find_note(vault_dir, note, warehouse_path), ""
     except NoteNotFoundError as exc:
-        name, sub = link_parts(note)
+        name, sub = link_parts(_half_width_hash(note))
         # `[[Guide]]` whole is compared as a title too (punctuation ignored), which several notes may share;
         # the link's own name then decides, as Obsidian resolves the link (a `C# tips` title stays as written)
         bracketed = note.strip().removeprefix("!").startswith("[[")
@@ -765,7 +772,7 @@ def read_link(vault_dir: Path, note: str, page: int = 1, warehouse_path: Path | 
         if page == 1 and at is not None:
             page = page_of(paginate(body, size), at)
         if at is None:
-            warning = subpath_missing(body, link_parts(note)[0], vault_path, sub, page)
+            warning = subpath_missing(body, link_parts(_half_width_hash(note))[0], vault_path, sub, page)
     pg = read_note(vault_dir, vault_path, page, size)
     return replace(pg, warning=warning) if warning else pg
 

@@ -31,7 +31,7 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from difflib import SequenceMatcher
@@ -115,6 +115,51 @@ class FilterMisses(NamedTuple):
     absent: tuple[tuple[str, ...], ...] = ()
     apart: bool = False
     excluded: bool = False
+    meant: tuple[str, ...] = ()     # with paths: the folder each (not a glob) probably meant (:func:`meant_folders`)
+
+
+def meant_folders(wanted: Sequence[str], paths: Iterable[str]) -> tuple[str, ...]:
+    """The folder of ``paths`` (notes' vault and source paths) each ``path:`` filter of ``wanted`` that no note
+    passes probably meant, each once: the shortest folder that starts with it compared in NFKC (``path:技術／``
+    typed with an IME's full-width slash: ``技術/``), else a path's start so compared (``path:ｶﾀｶﾅ`` -> ``カタカナ``,
+    ``path:料理／カレー`` -> ``料理/カレー``), else the closest folder name
+    (:func:`pipeline.ingest.sources.closest_name`: ``path:技術x/`` -> ``技術/``, ``duckdb/docs/stabel`` ->
+    ``duckdb/docs/stable/``); a glob gets none.
+
+    Args:
+        wanted: the ``path:`` filters as typed.
+        paths: the vault and source paths of the notes in scope.
+
+    Returns:
+        Folders as the paths write them, ending in ``/`` (or a path's start, as they write it, typed otherwise).
+    """
+    from pipeline.ingest.sources import closest_name
+
+    paths = [p for p in paths if p]
+    folders = sorted({p[:i + 1] for p in paths for i, c in enumerate(p) if c == "/"}, key=lambda f: (len(f), f))
+
+    def fold(text: str) -> str:
+        return unicodedata.normalize("NFKC", text).casefold()
+
+    def same_start(path: str, key: str) -> str | None:
+        """``path``'s start that is ``key`` in NFKC, casefolded (``料理/カレー`` of ``料理/カレーのレシピ.md``)."""
+        for i in range(1, len(path) + 1):
+            if fold(path[:i]) == key:
+                return path[:i]
+        return None
+
+    out: list[str] = []
+    for want in wanted:
+        if any(c in want for c in "*?[") or not (key := fold(want)):
+            continue
+        meant = next((m for p in [*folders, *sorted(paths, key=len)] if fold(p).startswith(key)
+                      and (m := same_start(p, key))), None)
+        if meant is None and folders:
+            close = closest_name(want.rstrip("/"), [f.rstrip("/") for f in folders])
+            meant = close + "/" if close else None
+        if meant and meant not in out:
+            out.append(meant)
+    return tuple(out)
 
 
 def clip_query(query: str, limit: int = MAX_QUERY_CHARS) -> str:
@@ -1878,7 +1923,9 @@ class Searcher:
             passing = [nid for nid in scope
                        if filters.keeps_path(self._vault_path.get(nid, ""), self._note_path.get(nid, ""))]
             if not passing:
-                return FilterMisses(paths=tuple(filters.paths) if filters.paths else ())
+                in_scope = [p for nid in scope for p in (self._vault_path.get(nid, ""), self._note_path.get(nid, ""))]
+                return FilterMisses(paths=tuple(filters.paths) if filters.paths else (),
+                                    meant=meant_folders(filters.paths, in_scope) if filters.paths else ())
             if searched and len(filters.required) == 1 and not filters.excluded:
                 return FilterMisses(absent=filters.required)
             may = self._may_hold(filters)

@@ -37,7 +37,10 @@ _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE)
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
 _LIST = re.compile(r"^[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
 _RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.MULTILINE)
-_TABLE_SEP = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$", re.MULTILINE)
+#: a table's delimiter row: cells of 2+ hyphens, or of one (``|-|-|``, as GFM and Obsidian take it: the help's tables
+#: showed ``Action | Shortcut | - | - | Insert new line`` in snippets) between pipes
+_TABLE_SEP = re.compile(r"^[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*$"
+                        r"|^[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?)?[ \t]*$", re.MULTILINE)
 _REF_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
 _FOOTNOTE_DEF = re.compile(r"^[ \t]*\[\^[^\]\n]+\]:[ \t]*", re.MULTILINE)   # ``[^1]: text`` -> ``text``
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\n]+\]")                                # ``word[^1]`` -> ``word``
@@ -168,6 +171,9 @@ WORD_START, WORD_END = f"(?<!{LATIN_WORD_CHAR})", f"(?!{LATIN_WORD_CHAR})"
 #: written by the HTML converter so that text does not read as Markdown syntax
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{}~])")      # not ``\|``: a table cell's pipe, which the steps read
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])")
+#: the end of a Japanese / Chinese clause (``、`` ``，`` ``；`` ``：``): where a cut of CJK text without a sentence end
+#: or a space in reach goes, rather than mid-word (``…ヒーを淹れて`` of ``コーヒーを淹れて``)
+_CLAUSE_END = re.compile("(?<=[\u3001\uff0c\uff1b\uff1a])")
 
 
 def width_insensitive(term: str) -> str:
@@ -357,8 +363,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
 
     The cut starts at the start of the sentence holding ``pos`` when that is within ``width // 2`` before it, else
     about ``width // 3`` before ``pos`` at a word boundary; it ends at the last sentence end in the window's second
-    half, else at a word boundary (CJK text without spaces: at ``width``). ``…`` marks each cut end; the result is
-    at most ``width + 2`` chars.
+    half, else at a word boundary (CJK text without spaces: after a clause's ``、`` or ``，``, else at ``width``).
+    ``…`` marks each cut end; the result is at most ``width + 2`` chars.
     """
     if len(text) <= width:
         return text
@@ -376,6 +382,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
             space = text.find(" ", start, pos)
             if space != -1:
                 start = space + 1
+            elif (m := _CLAUSE_END.search(text, start, pos)) is not None:
+                start = m.end()      # CJK without a space: after a 、 (not …ヒーを淹れて, mid-word)
     end = min(len(text), start + width)
     start = max(0, min(start, end - width)) if end == len(text) else start
     if start > 0 and end == len(text) and text[start - 1] != " ":
@@ -384,6 +392,8 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
             start = space + 1
         elif (m := _SENTENCE_END.search(text, start, start + 30)) is not None:
             start = m.end()          # Japanese has no spaces: after a 。 (it began mid-sentence: "…が続きます。")
+        elif (m := _CLAUSE_END.search(text, start, start + 30)) is not None:
+            start = m.end()          # else after a 、
     if end < len(text):
         best = None
         for m in _SENTENCE_END.finditer(text, start + width // 2, end + 1):
@@ -392,6 +402,9 @@ def cut_around(text: str, pos: int | None, width: int) -> str:
         if best is None:
             space = text.rfind(" ", start + width // 2, end + 1)
             best = space if space != -1 else end
+            if space == -1:      # CJK without a space: after the window's last 、, not mid-word
+                for m in _CLAUSE_END.finditer(text, start + width // 2, end + 1):
+                    best = m.end()
         end = best
     # never between a character and its combining marks (a note written in NFD: ズンドコ's voiced marks apart)
     end = char_start(text, end, start)
