@@ -43,7 +43,8 @@ _CODE = {
               "ingest/attachments.py", "index/vaultlinks.py", "index/graph.py", "ingest/normalize.py",
               "common/markdown.py", "models.py", "ingest/fetch/local.py"),
     "chunk": ("index/chunk.py", "models.py", "ingest/vault.py", "common/frontmatter.py", "index/language.py",
-              "common/markdown.py", "index/unigram.py"),     # e5's token counts of a few texts (E5Embedder)
+              "common/markdown.py", "index/unigram.py",      # e5's token counts of a few texts (E5Embedder)
+              "common/display.py"),        # char_start: where a hard cut may fall (never inside a character)
     "graph": ("index/graph.py", "ingest/vault.py", "common/frontmatter.py"),
     "bm25": ("index/analysis.py",),
     # the embed stage's skip key: which chunks each model embeds (chunk_models, Settings.crosslingual_embeds) and
