@@ -1995,14 +1995,39 @@ def usage_error_line(exc: Exception, argv: Sequence[str] = ()) -> str:
                    f"command: {root.command_path} {option} {metavar} {sub} …")
     elif type(exc).__name__ == "NoSuchOption" and isinstance(option, str):
         text = next((a for a in argv if a.startswith(option) and not a.startswith(f"{option}=")), option)
-        if text.startswith("---") or any(ch.isspace() for ch in text):
+        cmd = ctx.command_path if ctx is not None else "docsvault COMMAND"
+        # a search query's `-word` (an excluded word, README "Query syntax") given alone: `-oolong`, not `-p`
+        word = cmd.endswith(" search") and len(text) > 2 and not text.startswith("--")
+        if text.startswith("---") or any(ch.isspace() for ch in text) or word:
             shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
             shown = shown if len(shown) <= 40 else shown[:40] + "…"
-            cmd = ctx.command_path if ctx is not None else "docsvault COMMAND"
             piped = ", or pipe it or pass it with --file -" if cmd.endswith(" capture") else ""
             message = (f"No such option: '{shown}': text that starts with '-' must come after '--' (options first: "
                        f'{cmd} [OPTIONS] -- "$TEXT"){piped}')
+    elif type(exc).__name__ == "MissingParameter" and ctx is not None and (glued := _glued_option(ctx, argv)):
+        # `docsvault search -tea`: Click read `-t ea` (a --tag), then found no QUERY
+        message += (f" '{glued[0]}' was read as the option {glued[1]} with the value '{glued[0][2:]}': text that "
+                    f"starts with '-' must come after '--' (options first: {ctx.command_path} [OPTIONS] -- "
+                    '"$TEXT")')
     return f"{' '.join(message.split())}{where}"
+
+
+def _glued_option(ctx: Any, argv: Sequence[str]) -> tuple[str, str] | None:
+    """``(argument, option)`` of the first argument of ``argv`` that Click read as a short option of ``ctx``'s
+    command taking a value, glued to it (``-tea``: ``-t`` with ``ea``), when the command takes text (a QUERY or
+    TEXT argument): text that starts with ``-`` given before ``--``; None otherwise."""
+    params = getattr(ctx.command, "params", ())      # Typer's own Click: its classes, told by param_type_name
+    if not any(p.param_type_name == "argument" and (p.name or "").lower() in ("query", "text") for p in params):
+        return None
+    short = {o for p in params if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+             and not getattr(p, "count", False)
+             for o in p.opts if len(o) == 2 and o[0] == "-" and o[1] != "-"}
+    for arg in argv:
+        if arg == "--":
+            break
+        if len(arg) > 2 and not arg.startswith("--") and arg[:2] in short:
+            return arg, arg[:2]
+    return None
 
 
 class _LevelPrefix(logging.Formatter):

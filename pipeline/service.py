@@ -473,7 +473,28 @@ def _no_related_message(s: Settings, vault_path: str) -> str:
     names = ", ".join(f"[[{t}]]" for t in targets) + more
     them = "the notes, or fix the links" if n > 1 else "the note, or fix the link"
     return (f"no linked notes: this note has no backlinks, and its links name no note of the vault ({names}: "
-            f"create {them}; `docsvault check-vault` lists every dangling link)")
+            f"create {them}; `docsvault check-vault` lists every dangling link)"
+            + "".join(f"; {hint}" for t in targets if (hint := _titled_note_hint(s, t))))
+
+
+def _titled_note_hint(s: Settings, target: str) -> str | None:
+    """What to write instead of the dangling link ``[[target]]`` when ``read`` finds one note by that name through
+    its title or an alias, not its file name (``Camping.md`` renamed ``Outdoors.md``, its ``# Camping`` kept):
+    Obsidian resolves a link by file name only, so the link stays dangling, and "create the note" would make a
+    second note of that title. None when no note or several have the name, or the note's file has it."""
+    import shlex
+
+    from pipeline.search.reader import find_note
+
+    try:
+        path = find_note(s.vault_dir, target, s.warehouse_path)
+    except PipelineError:
+        return None
+    stem = Path(path).stem
+    if stem.casefold() == target.rsplit("/", 1)[-1].casefold():
+        return None                 # the file has the name: dangling for another reason, no rename to point at
+    return (f"no note's file is called {target!r}, but the note {path} has that title or alias "
+            f"(`read {shlex.quote(target)}` opens it): to link it, write [[{stem}]]")
 
 
 def _not_built_file(s: Settings, vault_path: str) -> str | None:

@@ -821,3 +821,19 @@ def test_check_vault_names_a_link_to_a_skipped_file_among_many_dangling_ones() -
         *[f"  me: N{i:02}.md:3 -> [[Nowhere]]" for i in range(9)],
         "  me: … and 2 more dangling links (`docsvault check-vault --json` lists them all)",
         "ok"]
+
+
+def test_check_vault_offers_the_note_a_dangling_link_names_by_its_title_or_alias() -> None:
+    """Session 49, a new user renamed `Camping.md` to `Outdoors.md` (its `# Camping` title kept): `[[Camping]]` in
+    Hiking.md is dangling, as in Obsidian, and check-vault said only "create the note or fix the link", though
+    `read Camping` opens that note. A link whose name is one note's title or alias (compared in NFKC, case
+    ignored) now offers that note's file; a name two notes have as a title offers none."""
+    from pipeline.ingest.vault_check import _mark_near
+
+    def link(target: str) -> dict:
+        return {"path": "me/Hiking.md", "link": f"[[{target}]]", "file": "Hiking.md", "line": 3,
+                "written": f"[[{target}]]", "target": target}
+    dangling = [link("Camping"), link("ｷｬﾝﾌﾟ"), link("Shared"), link("Nowhere")]
+    titled = {"camping": ["Outdoors.md"], "キャンプ": ["Outdoors.md"], "shared": ["a/One.md", "b/Two.md"]}
+    _mark_near(dangling, ["Hiking.md", "Outdoors.md", "a/One.md", "b/Two.md"], titled)
+    assert [d.get("did_you_mean") for d in dangling] == ["Outdoors.md", "Outdoors.md", None, None]

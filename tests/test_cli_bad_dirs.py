@@ -142,6 +142,22 @@ def test_a_search_query_starting_with_a_dash_says_how_to_pass_it(monkeypatch: py
 
 
 @pytest.mark.parametrize("args, line", [
+    # session 49: `-word` excludes a word (README "Query syntax"), but a query of one `-word`, or one given as a
+    # second argument, got Click's bare "No such option: -o"; one whose first letter is an option taking a value
+    # (`-tea` is `-t ea`, a --tag) got "Missing argument 'QUERY'"
+    (["search", "green tea", "-oolong"], ("error: No such option: '-oolong': text that starts with '-' must come "
+                                         "after '--' (options first: docsvault search [OPTIONS] -- \"$TEXT\") "
+                                         "(see `docsvault search --help`)\n")),
+    (["search", "-tea"], ("error: Missing argument 'QUERY'. '-tea' was read as the option -t with the value 'ea': "
+                          "text that starts with '-' must come after '--' (options first: docsvault search [OPTIONS] "
+                          "-- \"$TEXT\") (see `docsvault search --help`)\n")),
+])
+def test_a_search_query_word_starting_with_a_dash_says_how_to_pass_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], line: str) -> None:
+    assert _main(monkeypatch, capsys, *args) == (2, line)
+
+
+@pytest.mark.parametrize("args, line", [
     (["search", "x", "--bogus"], "error: No such option: --bogus (see `docsvault search --help`)\n"),
     (["search", "x", "-p"], "error: No such option: -p (see `docsvault search --help`)\n"),
     (["capture", "--fiel=a b"], ("error: No such option: --fiel (Possible options: --file, --help, --title) "

@@ -49,3 +49,26 @@ def test_related_names_the_dangling_links_of_a_note_without_linked_notes(setting
     assert related_notes(settings, "me/Alone.md")["message"] == (
         "no linked notes: this note has no outlinks or backlinks; link it from another note ([[Alone]]), or find the "
         "notes near it in meaning with a search: `docsvault search Alone` / the search tool")
+
+
+def test_related_points_a_dangling_link_at_the_note_read_finds_by_that_title(tmp_path: Path) -> None:
+    """A user renamed `Camping.md` to `Outdoors.md` (its `# Camping` title kept): `[[Camping]]` in `Hiking.md` is
+    dangling, as in Obsidian, but `read Camping` opens `me/Outdoors.md`. `related Hiking` told them to "create the
+    note" Camping, a second note of that title; now it names the note and the link that reaches it."""
+    s = Settings(tmp_path / "sources.yaml", tmp_path / "data", tmp_path / "vault", tmp_path / "evals")
+    texts = {"Hiking.md": "# Hiking\n\nBring layers. See [[Camping]] and [[Nowhere]].\n",
+             "Outdoors.md": "# Camping\n\nPitch the tent on high ground.\n"}
+    titles = {"Hiking.md": "Hiking", "Outdoors.md": "Camping"}
+    (s.vault_dir / "me").mkdir(parents=True)
+    notes = [Note("me", rel, rel, titles[rel], {"title": titles[rel]}, text) for rel, text in texts.items()]
+    for rel, text in texts.items():
+        (s.vault_dir / "me" / rel).write_text(text, encoding="utf-8")
+    chunks = [Chunk(f"{n.note_id}-0", n.note_id, "me", 0, (n.title,), n.title, texts[n.source_path]) for n in notes]
+    edges = [Edge(notes[0].note_id, None, t, "wikilink") for t in ("Camping", "Nowhere")]
+    s.data_dir.mkdir(parents=True)
+    publish_chunks(s.warehouse_path, notes, chunks, edges=edges)
+    assert related_notes(s, "Hiking")["message"] == (
+        "no linked notes: this note has no backlinks, and its links name no note of the vault ([[Camping]], "
+        "[[Nowhere]]: create the notes, or fix the links; `docsvault check-vault` lists every dangling link); "
+        "no note's file is called 'Camping', but the note me/Outdoors.md has that title or alias (`read Camping` "
+        "opens it): to link it, write [[Outdoors]]")

@@ -319,6 +319,18 @@ sources:
     ("kind: llms_txt\n    url: file:///srv/llms.txt", ("kind 'llms_txt' needs an http(s):// 'url', got "
      "'file:///srv/llms.txt'; for a file on disk, serve its folder (`python -m http.server 8000 --bind 127.0.0.1`) "
      "and give its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local")),
+    # a path on disk as an llms_txt url was told "'url' must be an http(s)://, file://, ssh:// or git@host: URL",
+    # and the file:// it offered is refused in turn: now the llms_txt / html line, with what to do for a file
+    ("kind: llms_txt\n    url: /srv/llms.txt", ("kind 'llms_txt' needs an http(s):// 'url', got '/srv/llms.txt'; "
+     "for a file on disk, serve its folder (`python -m http.server 8000 --bind 127.0.0.1`) and give its "
+     "http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local")),
+    ("kind: html\n    url: ~/site/index.html", ("kind 'html' needs an http(s):// 'url', got '~/site/index.html'; "
+     "for a file on disk, serve its folder")),
+    ("kind: llms_txt\n    url: docs.example.org/llms.txt", ("kind 'llms_txt' needs an http(s):// 'url', got "
+     "'docs.example.org/llms.txt'; did you mean 'https://docs.example.org/llms.txt'?")),
+    ("kind: html\n    url: ssh://host/site", "kind 'html' needs an http(s):// 'url', got 'ssh://host/site'"),
+    ("kind: git\n    url: /srv/repo.git", ("'url' must be an http(s)://, file://, ssh:// or git@host: URL, got "
+     "'/srv/repo.git'")),
 ])
 def test_invalid_http_keys(tmp_path: Path, block: str, expected: str) -> None:
     p = write(tmp_path, "sources:\n  - name: x\n    " + block + "\n")

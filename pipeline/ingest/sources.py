@@ -136,7 +136,8 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
         if problem:
             raise SourceConfigError(f"{where}: 'embedding' {problem}")
     url = block.get("url")
-    if url and kind != "local" and not re.match(r"^(https?|file|ssh|git)://|^[\w.-]+@[\w.-]+:", url):
+    # a git url; an llms_txt / html one is checked below, where a path on disk is told what to do (not file://)
+    if url and kind == "git" and not re.match(r"^(https?|file|ssh|git)://|^[\w.-]+@[\w.-]+:", url):
         raise SourceConfigError(f"{where}: 'url' must be an http(s)://, file://, ssh:// or git@host: URL, got {url!r}")
     paths = _str_list(block.get("paths"), where, "paths")
     for p in paths:
@@ -173,9 +174,11 @@ def parse_source(block: Any, base_dir: Path, where: str) -> Source:
             raise SourceConfigError(
                 f"{where}: 'allowed_hosts' entries are host names (optionally host:port), got {host!r}")
     if kind in HTTP_KINDS and url and not re.match(r"^https?://", url):
+        bare = "://" not in url     # a path on disk: before, told to give a file:// url, refused in turn
+        file = url.startswith("file:") or (bare and url.startswith(("/", "~", ".", "\\")))
         on_disk = ("; for a file on disk, serve its folder (`python -m http.server 8000 --bind 127.0.0.1`) and give "
-                   "its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local"
-                   if url.startswith("file:") else "")
+                   "its http://127.0.0.1:8000/… URL, or read a folder of pages with kind: local" if file else
+                   f"; did you mean {'https://' + url!r}?" if bare and re.match(r"^[\w-]+\.[\w.-]+", url) else "")
         raise SourceConfigError(f"{where}: kind '{kind}' needs an http(s):// 'url', got {url!r}{on_disk}")
     site_url = block.get("site_url")
     if site_url is None and kind in HTTP_KINDS and url:

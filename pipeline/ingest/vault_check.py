@@ -165,6 +165,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
     rows = []
     stems: dict[str, set[str]] = {}             # source name -> its notes' paths as a link names them
     source_paths: dict[str, list[str]] = {}     # source name -> its notes' paths in the source folder
+    titled: dict[str, dict[str, list[str]]] = {}    # source name -> a title or alias (_title_key) -> those paths
     for source in sources:
         root = vault / source.name
         row: dict[str, Any] = {"name": source.name, "notes": 0, "attachments_in_vault": 0, "unresolved_in_source": 0,
@@ -183,6 +184,11 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         row["notes"] = len(notes)
         stems[source.name] = _note_stems(note.rel_path for note in notes)
         source_paths[source.name] = [note.source_path for note in notes]
+        for note in notes:      # what a dangling link may name a note by, besides its file: its title and aliases
+            aliases = note.frontmatter.get("aliases") if isinstance(note.frontmatter, dict) else None
+            for name in [note.title, *(aliases if isinstance(aliases, list) else [aliases])]:
+                if isinstance(name, str) and _title_key(name):
+                    titled.setdefault(source.name, {}).setdefault(_title_key(name), []).append(note.source_path)
         if source.format == "obsidian":     # the user's own format: its HTML and {{placeholders}} are content
             row["markup"] = None
         index = _Index(list_candidates(source, source_roots(source, settings.raw_dir), []))
@@ -223,7 +229,7 @@ def check_vault(settings: Settings, sources: Sequence[Source],
         _mark_skipped(settings, source.name, row["dangling"])
         # a site-absolute link that the site_url line explains is fixed by that line, not one by one
         _mark_near([d for d in row["dangling"] or () if not (row["site_absolute"] and _is_site_absolute(d))],
-                   source_paths.get(source.name, []))
+                   source_paths.get(source.name, []), titled.get(source.name))
     return {"vault": str(vault), "ok": ok, "expected_mode": f"{want_mode:04o}", "sources": rows}
 
 
@@ -253,14 +259,23 @@ def _mark_skipped(settings: Settings, source: str, dangling: Sequence[dict[str, 
             d["skipped"] = {"file": sp, "reason": skipped[sp]}
 
 
-def _mark_near(dangling: Sequence[dict[str, Any]] | None, source_paths: Sequence[str]) -> None:
+def _title_key(name: str) -> str:
+    """A note's title or alias, or a link's name, as :func:`_mark_near` compares them: NFKC, case-folded."""
+    return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+def _mark_near(dangling: Sequence[dict[str, Any]] | None, source_paths: Sequence[str],
+               titled: Mapping[str, Sequence[str]] | None = None) -> None:
     """Give a dangling link the note it probably meant, ``"did_you_mean": <its path in the source folder>``: a note
     of the source whose file has the link's name in another folder (``[x](projects/Recipes.md)`` once the note was
     moved to ``archive/``: Obsidian resolves a path that is not the note's as no note), for every link; a note whose
     file name is the closest spelling of it (:func:`pipeline.ingest.sources.closest_name`: ``[[Renamd]]``,
     ``[t](Tae.md)``) for the links :func:`format_report` names (the first :data:`DANGLING_LINES`, those to a
-    skipped file first): comparing each of 1,000 names to 3,000 notes takes seconds. A link to a file the last
-    build skipped has its reason instead."""
+    skipped file first): comparing each of 1,000 names to 3,000 notes takes seconds. Before a close spelling, the
+    one note whose title or alias is the link's name (``titled``: :func:`_title_key` -> the notes' paths in the
+    source folder; ``[[Camping]]`` once ``Camping.md`` was renamed ``Outdoors.md``, its ``# Camping`` kept, which
+    ``read Camping`` opens; before session 49, no hint). A link to a file the last build skipped has its reason
+    instead."""
     from urllib.parse import unquote
 
     from pipeline.ingest.sources import closest_name
@@ -278,7 +293,14 @@ def _mark_near(dangling: Sequence[dict[str, Any]] | None, source_paths: Sequence
                       flags=re.IGNORECASE).casefold()
         if d.get("skipped") or not name:
             continue
-        key = name if name in by_name else (closest_name(name, list(by_name)) if id(d) in shown else None)
+        if name in by_name:
+            d["did_you_mean"] = min(by_name[name], key=lambda p: (len(p), p))
+            continue
+        raw = re.sub(r"\.md$", "", target.strip().rstrip("/").rsplit("/", 1)[-1], flags=re.IGNORECASE)
+        if titled and len(set(titled.get(_title_key(raw), ()))) == 1:     # one note has it as its title or alias
+            d["did_you_mean"] = titled[_title_key(raw)][0]
+            continue
+        key = closest_name(name, list(by_name)) if id(d) in shown else None
         if key:
             d["did_you_mean"] = min(by_name[key], key=lambda p: (len(p), p))
 
