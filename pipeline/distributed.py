@@ -564,6 +564,8 @@ class DocsvaultCeleryExecutor(dg.Executor):
                         plan_context.log.error(line)
             except Exception as exc:
                 line = (broker_error_line(exc, self._celery.app_args())
+                        or instance_error_line(exc, getattr(plan_context.instance.run_storage, "postgres_url",
+                                                            None))
                         or worker_definitions_error_line(exc, folders.get(SOURCES_FILE_TAG)))
                 if line:            # the run still fails with Celery's traceback; this says what to do
                     plan_context.log.error(line)
@@ -594,6 +596,42 @@ def broker_error_line(exc: BaseException, app_args: Mapping[str, Any]) -> str | 
                     "runs to its end there; docs/deploy.md, Instance)")
         err = err.__cause__ or err.__context__
     return None
+
+
+def instance_error_line(exc: BaseException, postgres_url: str | None) -> str | None:
+    """One line for a run process that lost the Dagster instance's PostgreSQL (``exc`` or an error of its chain is
+    dagster-postgres's "too many retries for DB connection" or psycopg2's ``OperationalError``: the server stopped,
+    restarted or unreachable), naming the URL (``postgres_url``, the instance's; no password) and what to do;
+    None for any other error. Before, such a run failed after ~30 s of retries with only "An exception was thrown
+    during execution" and ~300 lines of SQLAlchemy and psycopg2 tracebacks, and nothing said whether what the run
+    had built was kept."""
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    found: BaseException | None = None
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        kind = type(err)
+        if kind.__module__.split(".")[0] == "psycopg2" and kind.__name__ == "OperationalError":
+            found = err             # the driver's own words: the most precise cause
+            break
+        if kind.__name__ == "DagsterPostgresException" and found is None:
+            found = err
+        err = err.__cause__ or err.__context__
+    if found is None:
+        return None
+    where = "the Dagster instance's PostgreSQL"
+    if postgres_url:
+        from sqlalchemy.engine import make_url
+
+        try:
+            where += f" ({make_url(postgres_url).render_as_string(hide_password=True)})"
+        except Exception:  # noqa: BLE001 - an unparsable URL is not named (it may hold a password)
+            pass
+    why = " ".join(str(found).split()).rstrip(".?")
+    return (f"cannot reach {where}: {why}; start it (or fix DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's "
+            "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next "
+            "run redoes only what is missing (a step a worker had already taken runs to its end there; "
+            "docs/deploy.md, Instance)")
 
 
 def reload_definitions_if_sources_changed(**_signal: Any) -> bool:

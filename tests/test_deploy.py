@@ -654,6 +654,67 @@ def test_a_run_that_cannot_reach_its_broker_says_so_in_one_line(tiny_env: Path,
                          "end there; docs/deploy.md, Instance)")]
 
 
+def test_a_run_that_loses_the_instance_postgres_says_so_in_one_line(tiny_env: Path, instance: dg.DagsterInstance,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instance's PostgreSQL stopped in the middle of a run (session 49: `kill -INT` of the postmaster while
+    the steps ran): the run failed after ~30 s of retries with "An exception was thrown during execution" and ~300
+    lines of SQLAlchemy and psycopg2 tracebacks. The run process now logs one ERROR line naming the server (no
+    password), what to do and that what was built is kept, and still fails; other errors get no such line."""
+    import psycopg2
+    import sqlalchemy.exc
+    from dagster._core.execution.api import create_execution_plan
+    from dagster._core.execution.retries import RetryMode
+    from dagster_postgres.utils import DagsterPostgresException
+
+    from pipeline.defs import build_definitions
+    from pipeline.distributed import DocsvaultCeleryExecutor, instance_error_line
+
+    job = build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    refused = ('connection to server at "127.0.0.1", port 46959 failed: Connection refused\n'
+               '\tIs the server running on that host and accepting TCP/IP connections?\n')
+
+    class Celery:                               # dagster-celery's loop, freeing a slot while Postgres is down
+        retries = RetryMode.DISABLED
+
+        def app_args(self) -> dict[str, str]:
+            return {"broker": "redis://127.0.0.1:6379/0", "backend": "redis://127.0.0.1:6379/1"}
+
+        def execute(self, plan_context: Any, plan: Any) -> Iterator[str]:
+            try:
+                try:
+                    raise psycopg2.OperationalError(refused)
+                except psycopg2.OperationalError as exc:
+                    raise sqlalchemy.exc.OperationalError(None, None, exc) from exc
+            except sqlalchemy.exc.OperationalError as exc:
+                raise DagsterPostgresException("too many retries for DB connection") from exc
+            yield ""
+
+    monkeypatch.setattr(instance.run_storage, "postgres_url",
+                        "postgresql+psycopg2://dagster:s3cret@127.0.0.1:46959/dagster", raising=False)
+    said: list[str] = []
+    context = _plan_context(instance, _started(instance, "run-pg"), job, {}, [])
+    context.log = SimpleNamespace(warning=lambda _line: None, error=said.append)
+    with pytest.raises(DagsterPostgresException, match="too many retries"):
+        list(DocsvaultCeleryExecutor(Celery()).execute(context, create_execution_plan(job)))
+    assert said == [
+        "cannot reach the Dagster instance's PostgreSQL (postgresql+psycopg2://dagster:***@127.0.0.1:46959/dagster): "
+        'connection to server at "127.0.0.1", port 46959 failed: Connection refused Is the server running on that '
+        "host and accepting TCP/IP connections; start it (or fix DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's "
+        "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next run "
+        "redoes only what is missing (a step a worker had already taken runs to its end there; docs/deploy.md, "
+        "Instance)"]
+    # dagster-postgres's own error alone (no driver error in its chain), no URL known: still one line
+    assert instance_error_line(DagsterPostgresException("too many retries for DB connection"), None) == (
+        "cannot reach the Dagster instance's PostgreSQL: too many retries for DB connection; start it (or fix "
+        "DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's dagster.yaml), then run again: what this run's steps "
+        "built stays on the shared volume and the next run redoes only what is missing (a step a worker had "
+        "already taken runs to its end there; docs/deploy.md, Instance)")
+    # SQLite's "database is locked" and any other error: no such line
+    locked = sqlalchemy.exc.OperationalError(None, None, Exception("database is locked"))
+    assert instance_error_line(locked, None) is None
+    assert instance_error_line(RuntimeError("boom"), "postgresql+psycopg2://u:p@h/db") is None
+
+
 def test_a_run_whose_steps_no_worker_takes_says_so() -> None:
     """No Celery worker running (or all started with another broker): the run's steps wait in the queue for good,
     and its log said nothing after `Submitting celery task` (session 43). The run process asks every minute
