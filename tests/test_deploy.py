@@ -858,6 +858,38 @@ def test_a_failed_source_does_not_stop_the_shared_stages_of_a_celery_run(
                      "(serving: last good copy)")]
 
 
+def test_a_distributed_warehouse_step_removes_the_temps_a_writer_killed_on_another_host_left(
+        built_tiny_env: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker SIGKILLed (its container or pod lost) while it published the warehouse leaves
+    `warehouse.duckdb.tmp-<pid>` (and `.tmp-<pid>.ahead`), each as big as the warehouse, on the shared volume. A
+    publish removed only the temps whose pid is gone on its own host: the pids of another host's processes (small
+    numbers in containers: 5, 7, ...) are alive on every host, so those temps stayed for good (session 49: two
+    6.3 MB files after three runs on the other worker). The distributed warehouse step now holds
+    `locks/.warehouse.lock` on the shared volume and removes every warehouse temp under it."""
+    from pipeline import defs as pipeline_defs
+    from pipeline.common.lock import lock_holder
+
+    monkeypatch.setenv("DOCSVAULT_STAGE_LOCK", "off")      # what loading pipeline.distributed sets, undone after
+    data = built_tiny_env / "data"
+    left = ["warehouse.duckdb.tmp-1", "warehouse.duckdb.tmp-1.ahead"]       # pid 1: alive on every host
+    for name in left:
+        (data / name).write_bytes(b"half a warehouse")
+    job = pipeline_defs.build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["warehouse"])],
+                                    raise_on_error=False)
+    assert result.success
+    assert sorted(p.name for p in data.glob("warehouse.duckdb.tmp-*")) == []
+    said = [e.user_message for e in instance.all_logs(result.run_id) if "temp file" in e.user_message]
+    assert said == ["removed 2 temp file(s) of the warehouse left by a killed writer: warehouse.duckdb.tmp-1, "
+                    "warehouse.duckdb.tmp-1.ahead"]
+    assert lock_holder(data / "locks" / ".warehouse.lock") == {}              # released: the step is done
+    # in process (the stage takes build.lock; pids are this host's): as before, a live pid's temp is kept
+    monkeypatch.delenv("DOCSVAULT_STAGE_LOCK")
+    (data / left[0]).write_bytes(b"half a warehouse")
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["warehouse"])]).success
+    assert [p.name for p in data.glob("warehouse.duckdb.tmp-*")] == [left[0]]
+
+
 def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     """What the run process says for an event a worker sent: a failed ERROR check with its description, a step
     that raised with the first line of its error; nothing for a passed or WARN check, nor for the step failure a

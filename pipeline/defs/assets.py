@@ -23,8 +23,9 @@ Concurrency: per-source steps take the build lock shared and a per-source lock, 
 """
 
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,32 @@ def source_lock(data_dir: Path, source: str) -> BuildLock:
     SECONDS", an option no Dagster step (a Celery worker's, say) has."""
     return BuildLock(Path(data_dir) / "locks" / f"{source}.lock", wait=build.STAGE_LOCK_WAIT,
                      wait_arg="DOCSVAULT_LOCK_WAIT (seconds)")
+
+
+#: ``<data>/locks/<WAREHOUSE_LOCK>.lock``: the distributed warehouse step's lock (a source name cannot start with a dot)
+WAREHOUSE_LOCK = ".warehouse"
+
+
+@contextlib.contextmanager
+def publish_lock(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
+    """The warehouse step's hold on the data dir's warehouse. In process (the stage takes ``build.lock``) nothing
+    more; in the distributed deployment (``DOCSVAULT_STAGE_LOCK=off``) ``<data>/locks/.warehouse.lock`` on the
+    shared volume (a ``flock`` its holder's kernel or NFS server releases when it dies), under which no other
+    process can be writing a ``warehouse.duckdb.tmp-*``: those there were left by killed writers on any host and
+    are removed (``say`` reports how many). Before, a publish removed only the temps of pids gone on its own host,
+    so one left by a worker killed on another host stayed on the volume for good. Two warehouse steps that
+    overlap (a dead run's step still running on a worker) now publish one after the other."""
+    from pipeline.config import stage_lock_on
+
+    if stage_lock_on():
+        yield
+        return
+    with source_lock(settings.data_dir, WAREHOUSE_LOCK):
+        removed = build.remove_warehouse_temps(settings)
+        if removed:
+            say(f"removed {len(removed)} temp file(s) of the warehouse left by a killed writer: "
+                f"{', '.join(Path(p).name for p in removed)}")
+        yield
 
 
 def embedding_kind(spec: str) -> str:
@@ -574,10 +601,11 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = _run_settings(context, docsvault, loaded_sources)
-        for line in remove_dropped(settings, sources):
-            context.log.info(line)
-        published = _with_progress_log(
-            context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
+        with publish_lock(settings, context.log.info):
+            for line in remove_dropped(settings, sources):
+                context.log.info(line)
+            published = _with_progress_log(
+                context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
         meta = _metadata(published)
         if published.skipped:
             meta = {"skipped": True, "mode": "unchanged", "seconds": published.seconds,

@@ -85,6 +85,7 @@ from pipeline.stages.layout import (
     cleanup_leftovers,
     no_sources_problem,
     remove_dropped_sources,
+    remove_warehouse_temps,
 )
 from pipeline.stages.results import (
     ChunkResult,
@@ -135,6 +136,7 @@ __all__ = [
     "chunk_models",
     "chunk_stage",
     "cleanup_leftovers",
+    "remove_warehouse_temps",
     "code_version",
     "conflict_line",
     "embed_stage",
