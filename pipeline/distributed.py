@@ -622,11 +622,13 @@ def instance_error_line(exc: BaseException, postgres_url: str | None) -> str | N
     where = "the Dagster instance's PostgreSQL"
     if postgres_url:
         from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
 
         try:
-            where += f" ({make_url(postgres_url).render_as_string(hide_password=True)})"
-        except Exception:  # noqa: BLE001 - an unparsable URL is not named (it may hold a password)
-            pass
+            named = make_url(postgres_url).render_as_string(hide_password=True)
+        except ArgumentError:           # an unparsable URL is not named (it may hold a password)
+            named = ""
+        where += f" ({named})" if named else ""
     why = " ".join(str(found).split()).rstrip(".?")
     return (f"cannot reach {where}: {why}; start it (or fix DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's "
             "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next "

@@ -696,13 +696,13 @@ def test_a_run_that_loses_the_instance_postgres_says_so_in_one_line(tiny_env: Pa
     context.log = SimpleNamespace(warning=lambda _line: None, error=said.append)
     with pytest.raises(DagsterPostgresException, match="too many retries"):
         list(DocsvaultCeleryExecutor(Celery()).execute(context, create_execution_plan(job)))
-    assert said == [
+    assert said == [(
         "cannot reach the Dagster instance's PostgreSQL (postgresql+psycopg2://dagster:***@127.0.0.1:46959/dagster): "
         'connection to server at "127.0.0.1", port 46959 failed: Connection refused Is the server running on that '
         "host and accepting TCP/IP connections; start it (or fix DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's "
         "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next run "
         "redoes only what is missing (a step a worker had already taken runs to its end there; docs/deploy.md, "
-        "Instance)"]
+        "Instance)")]
     # dagster-postgres's own error alone (no driver error in its chain), no URL known: still one line
     assert instance_error_line(DagsterPostgresException("too many retries for DB connection"), None) == (
         "cannot reach the Dagster instance's PostgreSQL: too many retries for DB connection; start it (or fix "
@@ -880,8 +880,8 @@ def test_a_distributed_warehouse_step_removes_the_temps_a_writer_killed_on_anoth
     assert result.success
     assert sorted(p.name for p in data.glob("warehouse.duckdb.tmp-*")) == []
     said = [e.user_message for e in instance.all_logs(result.run_id) if "temp file" in e.user_message]
-    assert said == ["removed 2 temp file(s) of the warehouse left by a killed writer: warehouse.duckdb.tmp-1, "
-                    "warehouse.duckdb.tmp-1.ahead"]
+    assert said == [("removed 2 temp file(s) of the warehouse left by a killed writer: warehouse.duckdb.tmp-1, "
+                     "warehouse.duckdb.tmp-1.ahead")]
     assert lock_holder(data / "locks" / ".warehouse.lock") == {}              # released: the step is done
     # in process (the stage takes build.lock; pids are this host's): as before, a live pid's temp is kept
     monkeypatch.delenv("DOCSVAULT_STAGE_LOCK")
