@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
 import warnings
@@ -568,8 +569,20 @@ class DocsvaultCeleryExecutor(dg.Executor):
                                                             None))
                         or worker_definitions_error_line(exc, folders.get(SOURCES_FILE_TAG)))
                 if line:            # the run still fails with Celery's traceback; this says what to do
-                    plan_context.log.error(line)
+                    say_error(plan_context, line)
                 raise
+
+
+def say_error(plan_context: PlanOrchestrationContext, line: str) -> None:
+    """Log ``line`` as an ERROR of the run; when that raises (the instance's database is unreachable: Dagster's log
+    manager hands a record to the event log's handler first, and its error stops the record before the console
+    logger prints it), write it to stderr in the console's form, so the run process's output still says it."""
+    try:
+        plan_context.log.error(line)
+    except Exception:  # noqa: BLE001 - whatever the event log raised, the line must reach the console
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S +0000", time.gmtime())
+        print(f"{stamp} - docsvault - ERROR - {plan_context.dagster_run.job_name} - "
+              f"{plan_context.dagster_run.run_id} - {line}", file=sys.stderr, flush=True)
 
 
 def broker_error_line(exc: BaseException, app_args: Mapping[str, Any]) -> str | None:

@@ -655,7 +655,8 @@ def test_a_run_that_cannot_reach_its_broker_says_so_in_one_line(tiny_env: Path,
 
 
 def test_a_run_that_loses_the_instance_postgres_says_so_in_one_line(tiny_env: Path, instance: dg.DagsterInstance,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The instance's PostgreSQL stopped in the middle of a run (session 49: `kill -INT` of the postmaster while
     the steps ran): the run failed after ~30 s of retries with "An exception was thrown during execution" and ~300
     lines of SQLAlchemy and psycopg2 tracebacks. The run process now logs one ERROR line naming the server (no
@@ -703,6 +704,16 @@ def test_a_run_that_loses_the_instance_postgres_says_so_in_one_line(tiny_env: Pa
         "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next run "
         "redoes only what is missing (a step a worker had already taken runs to its end there; docs/deploy.md, "
         "Instance)")]
+    # the usual case: the database is down for good, so logging the line raises too (Dagster writes a record to the
+    # event log before its console logger prints it): the line goes to stderr, the run's own error is raised
+    def event_log_down(_line: str) -> None:
+        raise DagsterPostgresException("too many retries for DB connection")
+
+    context.log = SimpleNamespace(warning=lambda _line: None, error=event_log_down)
+    with pytest.raises(DagsterPostgresException, match="too many retries"):
+        list(DocsvaultCeleryExecutor(Celery()).execute(context, create_execution_plan(job)))
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(" - ", 2)[2] for e in err if "cannot reach" in e] == [f"ERROR - __ASSET_JOB - run-pg - {said[0]}"]
     # dagster-postgres's own error alone (no driver error in its chain), no URL known: still one line
     assert instance_error_line(DagsterPostgresException("too many retries for DB connection"), None) == (
         "cannot reach the Dagster instance's PostgreSQL: too many retries for DB connection; start it (or fix "
