@@ -901,6 +901,43 @@ def test_a_distributed_warehouse_step_removes_the_temps_a_writer_killed_on_anoth
     assert [p.name for p in data.glob("warehouse.duckdb.tmp-*")] == [left[0]]
 
 
+def test_a_step_on_a_read_only_volume_fails_with_one_line_naming_the_file_the_host_and_what_to_do(
+        built_tiny_env: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared volume mounted read-only on a worker (session 49: `mount -o remount,bind,ro` of the data dir):
+    each step raised the bare `OSError: [Errno 30] Read-only file system: '…/state/.<source>.json.….tmp'` (the
+    stage's failure could not be recorded either), and the run process logged just that. Now the step fails with
+    one line: the file, what happened, what to do and the worker's host; other errors are not touched."""
+    import errno
+
+    from pipeline import defs as pipeline_defs
+    from pipeline.common import artifacts
+
+    state = built_tiny_env / "data" / "state" / ".tiny.json.x1.tmp"
+
+    def read_only(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(state))
+
+    monkeypatch.setattr(artifacts, "update_state", read_only)
+    job = pipeline_defs.build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                    raise_on_error=False)
+    failures = [e.step_failure_data.error for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [(f.cause.cls_name, f.cause.message.strip()) for f in failures] == [(
+        "StepStorageError",
+        (f"pipeline.defs.assets.StepStorageError: source 'tiny': raw_docs on host {HOST}: cannot write {state}: the "
+         "file system is read-only; free space there (or make it writable) and run the command again: what the last "
+         "build published still serves search"))]
+
+    def gone(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.ENOENT, "No such file or directory", str(state))
+
+    monkeypatch.setattr(artifacts, "update_state", gone)
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                    raise_on_error=False)
+    failures = [e.step_failure_data.error for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [f.cause.cls_name for f in failures] == ["FileNotFoundError"]
+
+
 def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     """What the run process says for an event a worker sent: a failed ERROR check with its description, a step
     that raised with the first line of its error; nothing for a passed or WARN check, nor for the step failure a

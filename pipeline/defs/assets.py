@@ -24,6 +24,7 @@ Concurrency: per-source steps take the build lock shared and a per-source lock, 
 
 
 import contextlib
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ import dagster as dg
 
 from pipeline import stages as build
 from pipeline.common import artifacts
-from pipeline.common.errors import PipelineError
+from pipeline.common.errors import PipelineError, storage_error_line
 from pipeline.common.lock import BuildLock
 from pipeline.config import Settings
 from pipeline.defs.resources import (
@@ -232,6 +233,10 @@ def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, wo
         build.PROGRESS_HOOKS.remove(hook)
 
 
+class StepStorageError(PipelineError):
+    """A step could not write its files: the disk is full or read-only where it writes (the message says which)."""
+
+
 def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource,
                   loaded_sources: Path) -> Settings:
     """The run's settings (the resource's config), once its ``sources_file`` is the file the code location
@@ -258,6 +263,23 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
 
 
 def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
+                      run: Callable[[Settings], StageResult], loaded_sources: Path,
+                      extra_checks: Callable[[Settings, StageResult | None], list[dg.AssetCheckResult]] | None = None,
+                      ) -> dg.MaterializeResult:
+    """Run one per-source stage (:func:`_source_stage`). A full or read-only disk where the step writes (the shared
+    volume mounted read-only on this worker, say) fails the step with one line naming the file, what happened, what
+    to do and this host (:class:`StepStorageError`); before, the stage's failure could not be recorded either and the
+    step raised the bare ``OSError: [Errno 30] Read-only file system: '…/state/.<source>.json.….tmp'``."""
+    try:
+        return _source_stage(context, docsvault, stage, source, run, loaded_sources, extra_checks)
+    except OSError as exc:
+        line = storage_error_line(exc, data_dir=Path(docsvault.data_dir).expanduser())
+        if line is None:
+            raise
+        raise StepStorageError(f"source '{source.name}': {stage} on host {socket.gethostname()}: {line}") from exc
+
+
+def _source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
                       run: Callable[[Settings], StageResult], loaded_sources: Path,
                       extra_checks: Callable[[Settings, StageResult | None], list[dg.AssetCheckResult]] | None = None,
                       ) -> dg.MaterializeResult:
