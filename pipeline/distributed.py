@@ -57,6 +57,7 @@ from pipeline.defs.executor import (
     release_runs_of_dead_processes,
 )
 from pipeline.defs.resources import (
+    DATA_DIR_TAG,
     SOURCES_DIGEST_TAG,
     SOURCES_FILE_TAG,
     forget_changed_sources,
@@ -494,13 +495,18 @@ def worker_definitions_error_line(exc: BaseException, sources_file: str | None) 
     return None
 
 
-def worker_failure_line(event: DagsterEvent) -> str | None:
+def worker_failure_line(event: DagsterEvent, data_dir: str | None = None) -> str | None:
     """The line the run process logs for a worker's failed step or failed ERROR check (None for any other event).
 
     A step's own log lines are written where the step runs, by the worker: the console of ``dagster asset
     materialize -m pipeline.distributed`` (a CI job's log) said only ``Steps failed: ['team_notes__raw_docs']``
     and "1 blocking asset check failed", never why, while the in-process run prints the source's error line. The
-    failed ``ran_without_error`` check carries that line as its description; a step that raised, its error."""
+    failed ``ran_without_error`` check carries that line as its description; a step that raised, its error, or,
+    for a full or read-only disk, the line ``docsvault build`` prints for it (``data_dir``: the run's, named when
+    the error names no file). Before session 49 a warehouse step that filled the shared volume said only DuckDB's
+    ``TransactionException: … Could not write file "…/warehouse.duckdb.tmp-7030": No space left on device``."""
+    from pipeline.defs.runner import storage_line_of_step_error
+
     if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
         check = event.asset_check_evaluation_data
         if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
@@ -512,6 +518,9 @@ def worker_failure_line(event: DagsterEvent) -> str | None:
             # the error the step's code raised, not Dagster's wrapper of it ("Error occurred while executing op")
             while error.cls_name in _DAGSTER_WRAPPERS and error.cause is not None:
                 error = error.cause
+            storage = storage_line_of_step_error(error, Path(data_dir) if data_dir else None)
+            if storage:
+                return f"step {event.step_key} failed on a worker: {storage}"
             first = next(iter(error.message.strip().splitlines()), "") or error.cls_name
             return f"step {event.step_key} failed on a worker: {first}"
     return None
@@ -560,7 +569,7 @@ class DocsvaultCeleryExecutor(dg.Executor):
             try:
                 for event in self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan)):
                     yield event
-                    line = worker_failure_line(event)
+                    line = worker_failure_line(event, folders.get(DATA_DIR_TAG))
                     if line:
                         plan_context.log.error(line)
             except Exception as exc:

@@ -975,6 +975,20 @@ def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     assert worker_failure_line(DagsterEvent(DagsterEventType.STEP_FAILURE.value, "job", step_key="beta__chunks",
                                             event_specific_data=wrapped)) == (
         "step beta__chunks failed on a worker: pipeline.defs.resources.WorkerSettingsError: run r was planned from …")
+    # the shared volume full under the warehouse step (session 49, a tmpfs): DuckDB's error has no errno; the line is
+    # the one `docsvault build` prints, naming the run's data dir (before: DuckDB's TransactionException as it was)
+    full = SerializableErrorInfo(
+        "_duckdb.TransactionException: TransactionContext Error: Failed to commit: Failed to create checkpoint because "
+        'of error: Could not write file "/srv/data/warehouse.duckdb.tmp-7030": No space left on device\n', [],
+        "TransactionException")
+    assert worker_failure_line(failure("TransactionException", full.message), "/srv/data") == (
+        "step beta__chunks failed on a worker: cannot write in the data dir /srv/data: no space left on the device; "
+        "free space there (or make it writable) and run the command again: what the last build published still "
+        "serves search")
+    assert worker_failure_line(failure("OSError", "OSError: [Errno 30] Read-only file system: '/srv/data/x.tmp'\n")) \
+        == ("step beta__chunks failed on a worker: cannot write /srv/data/x.tmp: the file system is read-only; free "
+            "space there (or make it writable) and run the command again: what the last build published still serves "
+            "search")
 
 
 def test_a_worker_s_line_for_a_finished_step_names_the_step_not_its_events() -> None:
