@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
 import warnings
@@ -56,6 +57,7 @@ from pipeline.defs.executor import (
     release_runs_of_dead_processes,
 )
 from pipeline.defs.resources import (
+    DATA_DIR_TAG,
     SOURCES_DIGEST_TAG,
     SOURCES_FILE_TAG,
     forget_changed_sources,
@@ -493,13 +495,18 @@ def worker_definitions_error_line(exc: BaseException, sources_file: str | None) 
     return None
 
 
-def worker_failure_line(event: DagsterEvent) -> str | None:
+def worker_failure_line(event: DagsterEvent, data_dir: str | None = None) -> str | None:
     """The line the run process logs for a worker's failed step or failed ERROR check (None for any other event).
 
     A step's own log lines are written where the step runs, by the worker: the console of ``dagster asset
     materialize -m pipeline.distributed`` (a CI job's log) said only ``Steps failed: ['team_notes__raw_docs']``
     and "1 blocking asset check failed", never why, while the in-process run prints the source's error line. The
-    failed ``ran_without_error`` check carries that line as its description; a step that raised, its error."""
+    failed ``ran_without_error`` check carries that line as its description; a step that raised, its error, or,
+    for a full or read-only disk, the line ``docsvault build`` prints for it (``data_dir``: the run's, named when
+    the error names no file). Before session 49 a warehouse step that filled the shared volume said only DuckDB's
+    ``TransactionException: … Could not write file "…/warehouse.duckdb.tmp-7030": No space left on device``."""
+    from pipeline.defs.runner import storage_line_of_step_error
+
     if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
         check = event.asset_check_evaluation_data
         if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
@@ -511,6 +518,9 @@ def worker_failure_line(event: DagsterEvent) -> str | None:
             # the error the step's code raised, not Dagster's wrapper of it ("Error occurred while executing op")
             while error.cls_name in _DAGSTER_WRAPPERS and error.cause is not None:
                 error = error.cause
+            storage = storage_line_of_step_error(error, Path(data_dir) if data_dir else None)
+            if storage:
+                return f"step {event.step_key} failed on a worker: {storage}"
             first = next(iter(error.message.strip().splitlines()), "") or error.cls_name
             return f"step {event.step_key} failed on a worker: {first}"
     return None
@@ -559,15 +569,29 @@ class DocsvaultCeleryExecutor(dg.Executor):
             try:
                 for event in self._celery.execute(plan_context, NonBlockingPlan.of(execution_plan)):
                     yield event
-                    line = worker_failure_line(event)
+                    line = worker_failure_line(event, folders.get(DATA_DIR_TAG))
                     if line:
                         plan_context.log.error(line)
             except Exception as exc:
                 line = (broker_error_line(exc, self._celery.app_args())
+                        or instance_error_line(exc, getattr(plan_context.instance.run_storage, "postgres_url",
+                                                            None))
                         or worker_definitions_error_line(exc, folders.get(SOURCES_FILE_TAG)))
                 if line:            # the run still fails with Celery's traceback; this says what to do
-                    plan_context.log.error(line)
+                    say_error(plan_context, line)
                 raise
+
+
+def say_error(plan_context: PlanOrchestrationContext, line: str) -> None:
+    """Log ``line`` as an ERROR of the run; when that raises (the instance's database is unreachable: Dagster's log
+    manager hands a record to the event log's handler first, and its error stops the record before the console
+    logger prints it), write it to stderr in the console's form, so the run process's output still says it."""
+    try:
+        plan_context.log.error(line)
+    except Exception:  # noqa: BLE001 - whatever the event log raised, the line must reach the console
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S +0000", time.gmtime())
+        print(f"{stamp} - docsvault - ERROR - {plan_context.dagster_run.job_name} - "
+              f"{plan_context.dagster_run.run_id} - {line}", file=sys.stderr, flush=True)
 
 
 def broker_error_line(exc: BaseException, app_args: Mapping[str, Any]) -> str | None:
@@ -594,6 +618,44 @@ def broker_error_line(exc: BaseException, app_args: Mapping[str, Any]) -> str | 
                     "runs to its end there; docs/deploy.md, Instance)")
         err = err.__cause__ or err.__context__
     return None
+
+
+def instance_error_line(exc: BaseException, postgres_url: str | None) -> str | None:
+    """One line for a run process that lost the Dagster instance's PostgreSQL (``exc`` or an error of its chain is
+    dagster-postgres's "too many retries for DB connection" or psycopg2's ``OperationalError``: the server stopped,
+    restarted or unreachable), naming the URL (``postgres_url``, the instance's; no password) and what to do;
+    None for any other error. Before, such a run failed after ~30 s of retries with only "An exception was thrown
+    during execution" and ~300 lines of SQLAlchemy and psycopg2 tracebacks, and nothing said whether what the run
+    had built was kept."""
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    found: BaseException | None = None
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        kind = type(err)
+        if kind.__module__.split(".")[0] == "psycopg2" and kind.__name__ == "OperationalError":
+            found = err             # the driver's own words: the most precise cause
+            break
+        if kind.__name__ == "DagsterPostgresException" and found is None:
+            found = err
+        err = err.__cause__ or err.__context__
+    if found is None:
+        return None
+    where = "the Dagster instance's PostgreSQL"
+    if postgres_url:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            named = make_url(postgres_url).render_as_string(hide_password=True)
+        except ArgumentError:           # an unparsable URL is not named (it may hold a password)
+            named = ""
+        where += f" ({named})" if named else ""
+    why = " ".join(str(found).split()).rstrip(".?")
+    return (f"cannot reach {where}: {why}; start it (or fix DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's "
+            "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next "
+            "run redoes only what is missing (a step a worker had already taken runs to its end there; "
+            "docs/deploy.md, Instance)")
 
 
 def reload_definitions_if_sources_changed(**_signal: Any) -> bool:

@@ -654,6 +654,78 @@ def test_a_run_that_cannot_reach_its_broker_says_so_in_one_line(tiny_env: Path,
                          "end there; docs/deploy.md, Instance)")]
 
 
+def test_a_run_that_loses_the_instance_postgres_says_so_in_one_line(tiny_env: Path, instance: dg.DagsterInstance,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The instance's PostgreSQL stopped in the middle of a run (session 49: `kill -INT` of the postmaster while
+    the steps ran): the run failed after ~30 s of retries with "An exception was thrown during execution" and ~300
+    lines of SQLAlchemy and psycopg2 tracebacks. The run process now logs one ERROR line naming the server (no
+    password), what to do and that what was built is kept, and still fails; other errors get no such line."""
+    import psycopg2
+    import sqlalchemy.exc
+    from dagster._core.execution.api import create_execution_plan
+    from dagster._core.execution.retries import RetryMode
+    from dagster_postgres.utils import DagsterPostgresException
+
+    from pipeline.defs import build_definitions
+    from pipeline.distributed import DocsvaultCeleryExecutor, instance_error_line
+
+    job = build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    refused = ('connection to server at "127.0.0.1", port 46959 failed: Connection refused\n'
+               '\tIs the server running on that host and accepting TCP/IP connections?\n')
+
+    class Celery:                               # dagster-celery's loop, freeing a slot while Postgres is down
+        retries = RetryMode.DISABLED
+
+        def app_args(self) -> dict[str, str]:
+            return {"broker": "redis://127.0.0.1:6379/0", "backend": "redis://127.0.0.1:6379/1"}
+
+        def execute(self, plan_context: Any, plan: Any) -> Iterator[str]:
+            try:
+                try:
+                    raise psycopg2.OperationalError(refused)
+                except psycopg2.OperationalError as exc:
+                    raise sqlalchemy.exc.OperationalError(None, None, exc) from exc
+            except sqlalchemy.exc.OperationalError as exc:
+                raise DagsterPostgresException("too many retries for DB connection") from exc
+            yield ""
+
+    monkeypatch.setattr(instance.run_storage, "postgres_url",
+                        "postgresql+psycopg2://dagster:s3cret@127.0.0.1:46959/dagster", raising=False)
+    said: list[str] = []
+    context = _plan_context(instance, _started(instance, "run-pg"), job, {}, [])
+    context.log = SimpleNamespace(warning=lambda _line: None, error=said.append)
+    with pytest.raises(DagsterPostgresException, match="too many retries"):
+        list(DocsvaultCeleryExecutor(Celery()).execute(context, create_execution_plan(job)))
+    assert said == [(
+        "cannot reach the Dagster instance's PostgreSQL (postgresql+psycopg2://dagster:***@127.0.0.1:46959/dagster): "
+        'connection to server at "127.0.0.1", port 46959 failed: Connection refused Is the server running on that '
+        "host and accepting TCP/IP connections; start it (or fix DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's "
+        "dagster.yaml), then run again: what this run's steps built stays on the shared volume and the next run "
+        "redoes only what is missing (a step a worker had already taken runs to its end there; docs/deploy.md, "
+        "Instance)")]
+    # the usual case: the database is down for good, so logging the line raises too (Dagster writes a record to the
+    # event log before its console logger prints it): the line goes to stderr, the run's own error is raised
+    def event_log_down(_line: str) -> None:
+        raise DagsterPostgresException("too many retries for DB connection")
+
+    context.log = SimpleNamespace(warning=lambda _line: None, error=event_log_down)
+    with pytest.raises(DagsterPostgresException, match="too many retries"):
+        list(DocsvaultCeleryExecutor(Celery()).execute(context, create_execution_plan(job)))
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(" - ", 2)[2] for e in err if "cannot reach" in e] == [f"ERROR - __ASSET_JOB - run-pg - {said[0]}"]
+    # dagster-postgres's own error alone (no driver error in its chain), no URL known: still one line
+    assert instance_error_line(DagsterPostgresException("too many retries for DB connection"), None) == (
+        "cannot reach the Dagster instance's PostgreSQL: too many retries for DB connection; start it (or fix "
+        "DAGSTER_PG_URL, storage.postgres in DAGSTER_HOME's dagster.yaml), then run again: what this run's steps "
+        "built stays on the shared volume and the next run redoes only what is missing (a step a worker had "
+        "already taken runs to its end there; docs/deploy.md, Instance)")
+    # SQLite's "database is locked" and any other error: no such line
+    locked = sqlalchemy.exc.OperationalError(None, None, Exception("database is locked"))
+    assert instance_error_line(locked, None) is None
+    assert instance_error_line(RuntimeError("boom"), "postgresql+psycopg2://u:p@h/db") is None
+
+
 def test_a_run_whose_steps_no_worker_takes_says_so() -> None:
     """No Celery worker running (or all started with another broker): the run's steps wait in the queue for good,
     and its log said nothing after `Submitting celery task` (session 43). The run process asks every minute
@@ -797,6 +869,75 @@ def test_a_failed_source_does_not_stop_the_shared_stages_of_a_celery_run(
                      "(serving: last good copy)")]
 
 
+def test_a_distributed_warehouse_step_removes_the_temps_a_writer_killed_on_another_host_left(
+        built_tiny_env: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker SIGKILLed (its container or pod lost) while it published the warehouse leaves
+    `warehouse.duckdb.tmp-<pid>` (and `.tmp-<pid>.ahead`), each as big as the warehouse, on the shared volume. A
+    publish removed only the temps whose pid is gone on its own host: the pids of another host's processes (small
+    numbers in containers: 5, 7, ...) are alive on every host, so those temps stayed for good (session 49: two
+    6.3 MB files after three runs on the other worker). The distributed warehouse step now holds
+    `locks/.warehouse.lock` on the shared volume and removes every warehouse temp under it."""
+    from pipeline import defs as pipeline_defs
+    from pipeline.common.lock import lock_holder
+
+    monkeypatch.setenv("DOCSVAULT_STAGE_LOCK", "off")      # what loading pipeline.distributed sets, undone after
+    data = built_tiny_env / "data"
+    left = ["warehouse.duckdb.tmp-1", "warehouse.duckdb.tmp-1.ahead"]       # pid 1: alive on every host
+    for name in left:
+        (data / name).write_bytes(b"half a warehouse")
+    job = pipeline_defs.build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["warehouse"])],
+                                    raise_on_error=False)
+    assert result.success
+    assert sorted(p.name for p in data.glob("warehouse.duckdb.tmp-*")) == []
+    said = [e.user_message for e in instance.all_logs(result.run_id) if "temp file" in e.user_message]
+    assert said == [("removed 2 temp file(s) of the warehouse left by a killed writer: warehouse.duckdb.tmp-1, "
+                     "warehouse.duckdb.tmp-1.ahead")]
+    assert lock_holder(data / "locks" / ".warehouse.lock") == {}              # released: the step is done
+    # in process (the stage takes build.lock; pids are this host's): as before, a live pid's temp is kept
+    monkeypatch.delenv("DOCSVAULT_STAGE_LOCK")
+    (data / left[0]).write_bytes(b"half a warehouse")
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["warehouse"])]).success
+    assert [p.name for p in data.glob("warehouse.duckdb.tmp-*")] == [left[0]]
+
+
+def test_a_step_on_a_read_only_volume_fails_with_one_line_naming_the_file_the_host_and_what_to_do(
+        built_tiny_env: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared volume mounted read-only on a worker (session 49: `mount -o remount,bind,ro` of the data dir):
+    each step raised the bare `OSError: [Errno 30] Read-only file system: '…/state/.<source>.json.….tmp'` (the
+    stage's failure could not be recorded either), and the run process logged just that. Now the step fails with
+    one line: the file, what happened, what to do and the worker's host; other errors are not touched."""
+    import errno
+
+    from pipeline import defs as pipeline_defs
+    from pipeline.common import artifacts
+
+    state = built_tiny_env / "data" / "state" / ".tiny.json.x1.tmp"
+
+    def read_only(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(state))
+
+    monkeypatch.setattr(artifacts, "update_state", read_only)
+    job = pipeline_defs.build_definitions(Settings.from_env()).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                    raise_on_error=False)
+    failures = [e.step_failure_data.error for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [(f.cause.cls_name, f.cause.message.strip()) for f in failures] == [(
+        "StepStorageError",
+        (f"pipeline.defs.assets.StepStorageError: source 'tiny': raw_docs on host {HOST}: cannot write {state}: the "
+         "file system is read-only; free space there (or make it writable) and run the command again: what the last "
+         "build published still serves search"))]
+
+    def gone(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.ENOENT, "No such file or directory", str(state))
+
+    monkeypatch.setattr(artifacts, "update_state", gone)
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["tiny", "raw_docs"])],
+                                    raise_on_error=False)
+    failures = [e.step_failure_data.error for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [f.cause.cls_name for f in failures] == ["FileNotFoundError"]
+
+
 def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     """What the run process says for an event a worker sent: a failed ERROR check with its description, a step
     that raised with the first line of its error; nothing for a passed or WARN check, nor for the step failure a
@@ -834,6 +975,20 @@ def test_a_worker_failure_line_names_the_check_or_the_steps_error() -> None:
     assert worker_failure_line(DagsterEvent(DagsterEventType.STEP_FAILURE.value, "job", step_key="beta__chunks",
                                             event_specific_data=wrapped)) == (
         "step beta__chunks failed on a worker: pipeline.defs.resources.WorkerSettingsError: run r was planned from …")
+    # the shared volume full under the warehouse step (session 49, a tmpfs): DuckDB's error has no errno; the line is
+    # the one `docsvault build` prints, naming the run's data dir (before: DuckDB's TransactionException as it was)
+    full = SerializableErrorInfo(
+        "_duckdb.TransactionException: TransactionContext Error: Failed to commit: Failed to create checkpoint because "
+        'of error: Could not write file "/srv/data/warehouse.duckdb.tmp-7030": No space left on device\n', [],
+        "TransactionException")
+    assert worker_failure_line(failure("TransactionException", full.message), "/srv/data") == (
+        "step beta__chunks failed on a worker: cannot write in the data dir /srv/data: no space left on the device; "
+        "free space there (or make it writable) and run the command again: what the last build published still "
+        "serves search")
+    assert worker_failure_line(failure("OSError", "OSError: [Errno 30] Read-only file system: '/srv/data/x.tmp'\n")) \
+        == ("step beta__chunks failed on a worker: cannot write /srv/data/x.tmp: the file system is read-only; free "
+            "space there (or make it writable) and run the command again: what the last build published still serves "
+            "search")
 
 
 def test_a_worker_s_line_for_a_finished_step_names_the_step_not_its_events() -> None:

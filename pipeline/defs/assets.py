@@ -23,8 +23,10 @@ Concurrency: per-source steps take the build lock shared and a per-source lock, 
 """
 
 
+import contextlib
+import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import dagster as dg
 
 from pipeline import stages as build
 from pipeline.common import artifacts
-from pipeline.common.errors import PipelineError
+from pipeline.common.errors import PipelineError, storage_error_line
 from pipeline.common.lock import BuildLock
 from pipeline.config import Settings
 from pipeline.defs.resources import (
@@ -86,6 +88,32 @@ def source_lock(data_dir: Path, source: str) -> BuildLock:
     SECONDS", an option no Dagster step (a Celery worker's, say) has."""
     return BuildLock(Path(data_dir) / "locks" / f"{source}.lock", wait=build.STAGE_LOCK_WAIT,
                      wait_arg="DOCSVAULT_LOCK_WAIT (seconds)")
+
+
+#: ``<data>/locks/<WAREHOUSE_LOCK>.lock``: the distributed warehouse step's lock (a source name cannot start with a dot)
+WAREHOUSE_LOCK = ".warehouse"
+
+
+@contextlib.contextmanager
+def publish_lock(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
+    """The warehouse step's hold on the data dir's warehouse. In process (the stage takes ``build.lock``) nothing
+    more; in the distributed deployment (``DOCSVAULT_STAGE_LOCK=off``) ``<data>/locks/.warehouse.lock`` on the
+    shared volume (a ``flock`` its holder's kernel or NFS server releases when it dies), under which no other
+    process can be writing a ``warehouse.duckdb.tmp-*``: those there were left by killed writers on any host and
+    are removed (``say`` reports how many). Before, a publish removed only the temps of pids gone on its own host,
+    so one left by a worker killed on another host stayed on the volume for good. Two warehouse steps that
+    overlap (a dead run's step still running on a worker) now publish one after the other."""
+    from pipeline.config import stage_lock_on
+
+    if stage_lock_on():
+        yield
+        return
+    with source_lock(settings.data_dir, WAREHOUSE_LOCK):
+        removed = build.remove_warehouse_temps(settings)
+        if removed:
+            say(f"removed {len(removed)} temp file(s) of the warehouse left by a killed writer: "
+                f"{', '.join(Path(p).name for p in removed)}")
+        yield
 
 
 def embedding_kind(spec: str) -> str:
@@ -205,6 +233,10 @@ def _with_progress_log(context: dg.AssetExecutionContext, source: str | None, wo
         build.PROGRESS_HOOKS.remove(hook)
 
 
+class StepStorageError(PipelineError):
+    """A step could not write its files: the disk is full or read-only where it writes (the message says which)."""
+
+
 def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResource,
                   loaded_sources: Path) -> Settings:
     """The run's settings (the resource's config), once its ``sources_file`` is the file the code location
@@ -231,6 +263,23 @@ def _run_settings(context: dg.AssetExecutionContext, docsvault: DocsvaultResourc
 
 
 def _run_source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
+                      run: Callable[[Settings], StageResult], loaded_sources: Path,
+                      extra_checks: Callable[[Settings, StageResult | None], list[dg.AssetCheckResult]] | None = None,
+                      ) -> dg.MaterializeResult:
+    """Run one per-source stage (:func:`_source_stage`). A full or read-only disk where the step writes (the shared
+    volume mounted read-only on this worker, say) fails the step with one line naming the file, what happened, what
+    to do and this host (:class:`StepStorageError`); before, the stage's failure could not be recorded either and the
+    step raised the bare ``OSError: [Errno 30] Read-only file system: '…/state/.<source>.json.….tmp'``."""
+    try:
+        return _source_stage(context, docsvault, stage, source, run, loaded_sources, extra_checks)
+    except OSError as exc:
+        line = storage_error_line(exc, data_dir=Path(docsvault.data_dir).expanduser())
+        if line is None:
+            raise
+        raise StepStorageError(f"source '{source.name}': {stage} on host {socket.gethostname()}: {line}") from exc
+
+
+def _source_stage(context: dg.AssetExecutionContext, docsvault: DocsvaultResource, stage: str, source: Source,
                       run: Callable[[Settings], StageResult], loaded_sources: Path,
                       extra_checks: Callable[[Settings, StageResult | None], list[dg.AssetCheckResult]] | None = None,
                       ) -> dg.MaterializeResult:
@@ -574,10 +623,11 @@ def shared_assets(sources: Sequence[Source], loaded_sources: Path) -> list[Any]:
                           "atomically, updated incrementally, not at all when nothing changed.")
     def warehouse(context: dg.AssetExecutionContext, docsvault: DocsvaultResource) -> dg.MaterializeResult:
         settings = _run_settings(context, docsvault, loaded_sources)
-        for line in remove_dropped(settings, sources):
-            context.log.info(line)
-        published = _with_progress_log(
-            context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
+        with publish_lock(settings, context.log.info):
+            for line in remove_dropped(settings, sources):
+                context.log.info(line)
+            published = _with_progress_log(
+                context, None, lambda: build.warehouse_stage(settings, sources, embedder_factory=cached_embedder))
         meta = _metadata(published)
         if published.skipped:
             meta = {"skipped": True, "mode": "unchanged", "seconds": published.seconds,

@@ -185,6 +185,10 @@ def _storage_line(err: Any, data_dir: Path | None) -> str | None:
     return None
 
 
+#: the storage line of a step's serialized error, for the distributed run process (``pipeline.distributed``)
+storage_line_of_step_error = _storage_line
+
+
 def _one_line(msg: str) -> str:
     """An error message as one line of at most 500 characters, without a leading ``SomeError: ``."""
     first = " ".join(line.strip() for line in msg.splitlines() if line.strip())[:500] if msg.strip() else "failed"

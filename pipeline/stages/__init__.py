@@ -85,6 +85,7 @@ from pipeline.stages.layout import (
     cleanup_leftovers,
     no_sources_problem,
     remove_dropped_sources,
+    remove_warehouse_temps,
 )
 from pipeline.stages.results import (
     ChunkResult,
@@ -150,6 +151,7 @@ __all__ = [
     "now",
     "record_floors_check",
     "remove_dropped_sources",
+    "remove_warehouse_temps",
     "search_index_stage",
     "stage_lock",
     "stored_query_vectors",

@@ -49,6 +49,29 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
     return removed
 
 
+def remove_warehouse_temps(settings: Settings) -> list[str]:
+    """Remove every ``warehouse.duckdb.tmp-*`` in the data dir, whatever process or host left it (call only while
+    no other process can publish this warehouse: holding the build lock, or the distributed warehouse step's
+    ``locks/.warehouse.lock``). A publish removes only the temps of pids that are gone on its own host; on a
+    shared volume, the temp of a writer killed on another host (a worker's pod or container, whose pids are
+    small numbers alive on every host) stayed for good, as big as the warehouse.
+
+    Returns:
+        The removed paths.
+    """
+    removed: list[str] = []
+    data = settings.data_dir
+    if not data.is_dir():
+        return removed
+    for p in sorted(data.glob(f"{settings.warehouse_path.name}.tmp-*")):
+        try:
+            p.unlink()
+            removed.append(str(p))
+        except OSError:
+            pass
+    return removed
+
+
 def _generated_vault_folder(folder: Path) -> bool:
     """True when ``folder`` is a real directory (not a symlink) holding docsvault's index note for a source of that
     name (``_index.md`` or ``_index (N).md`` whose frontmatter has ``docsvault: index`` and ``source: <folder>``), or
