@@ -854,8 +854,8 @@ def test_build_says_an_eval_folder_without_eval_files_holds_none(tiny_env: Path,
     built source (eval files: …/evals)`, as if cases were there with a wrong corpus (helper s49-ja)."""
     output = _build_with_evals(tiny_env, monkeypatch, "my-evals", {"notes.txt": "not cases"})
     assert [ln for ln in output.splitlines() if ln.startswith("eval")] == [
-        f"eval: no case scored: {tiny_env / 'my-evals'} holds no eval file (*.yaml, *.yml): add your cases there, "
-        "or point DOCSVAULT_EVALS at them (README: Eval files)"]
+        (f"eval: no case scored: {tiny_env / 'my-evals'} holds no eval file (*.yaml, *.yml): add your cases there, "
+         "or point DOCSVAULT_EVALS at them (README: Eval files)")]
 
 
 def test_build_says_how_many_eval_cases_expect_a_page_not_built(tiny_env: Path, monkeypatch) -> None:

@@ -141,13 +141,13 @@ def test_the_message_says_why(warehouse: Path, query: str, sources: list[str], m
 
 
 @pytest.mark.parametrize(("query", "meant", "message"), [
-    ("foo path:g/deep／", ("g/deep/",), "No results: no note has a path starting with 'g/deep／' (did you mean "
-                                        "path:g/deep/?)"),
-    ("foo path:g/deap/", ("g/deep/",), "No results: no note has a path starting with 'g/deap/' (did you mean "
-                                       "path:g/deep/?)"),
+    ("foo path:g/deep／", ("g/deep/",), ("No results: no note has a path starting with 'g/deep／' (did you mean "
+                                         "path:g/deep/?)")),
+    ("foo path:g/deap/", ("g/deep/",), ("No results: no note has a path starting with 'g/deap/' (did you mean "
+                                        "path:g/deep/?)")),
     ("foo path:ｇ/ｄｅｅｐ/Ｔａｒ path:zzz/", ("g/deep/Tar",),
-     "No results: no note has a path starting with 'ｇ/ｄｅｅｐ/Ｔａｒ' or starting with 'zzz/' (did you mean "
-     "path:g/deep/Tar?)"),
+     ("No results: no note has a path starting with 'ｇ/ｄｅｅｐ/Ｔａｒ' or starting with 'zzz/' (did you mean "
+      "path:g/deep/Tar?)")),
     ('foo path:"g/*/x*.md"', (), "No results: no note has a path matching 'g/*/x*.md'"),
 ])
 def test_a_path_filter_no_note_passes_offers_the_folder_it_meant(warehouse: Path, query: str, meant: tuple[str, ...],
