@@ -22,10 +22,9 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
     Returns:
         The removed paths.
     """
-    removed: list[str] = []
     data = settings.data_dir
     if not data.is_dir():
-        return removed
+        return []
     patterns = [(data, f"{settings.warehouse_path.name}.tmp-*")]
     for sub in (settings.notes_dir, settings.chunks_dir, settings.state_dir, settings.graph_dir):
         patterns.append((sub, ".*.tmp"))
@@ -35,17 +34,25 @@ def cleanup_leftovers(settings: Settings) -> list[str]:
             if d.is_dir():
                 patterns.append((d, ".shard-tmp-*"))
                 patterns.append((d, ".*.tmp"))
+    removed = _unlink_matching(patterns)
+    if removed:
+        log.info("removed %d temp files left by an interrupted build", len(removed))
+    return removed
+
+
+def _unlink_matching(patterns: list[tuple[Path, str]]) -> list[str]:
+    """Remove the files matching each ``(folder, glob pattern)`` (a missing folder skipped, a file that cannot be
+    removed left); returns the removed paths."""
+    removed: list[str] = []
     for folder, pattern in patterns:
         if not folder.is_dir():
             continue
-        for p in folder.glob(pattern):
+        for p in sorted(folder.glob(pattern)):
             try:
                 p.unlink()
                 removed.append(str(p))
             except OSError:
                 pass
-    if removed:
-        log.info("removed %d temp files left by an interrupted build", len(removed))
     return removed
 
 
@@ -59,17 +66,7 @@ def remove_warehouse_temps(settings: Settings) -> list[str]:
     Returns:
         The removed paths.
     """
-    removed: list[str] = []
-    data = settings.data_dir
-    if not data.is_dir():
-        return removed
-    for p in sorted(data.glob(f"{settings.warehouse_path.name}.tmp-*")):
-        try:
-            p.unlink()
-            removed.append(str(p))
-        except OSError:
-            pass
-    return removed
+    return _unlink_matching([(settings.data_dir, f"{settings.warehouse_path.name}.tmp-*")])
 
 
 def _generated_vault_folder(folder: Path) -> bool:
