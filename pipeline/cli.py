@@ -45,6 +45,7 @@ from pipeline.service import (
     eval_json,
     link_problems,
     missing_vectors_line,
+    no_hits_message,
     no_notes_line,
     no_results_message,
     noop_build,
@@ -647,6 +648,17 @@ def _best_lines(lines: Sequence[str], start: int, end: int, pattern: re.Pattern[
     return sorted(best + [i for i in found if i >= end][:keep - len(best)])
 
 
+def _words_line(hits: Sequence[Hit], missing: Any, parsed: Any, sources: Sequence[str], skipped: Any,
+                tags: Sequence[str]) -> str:
+    """The stderr line of ``search --json``/``--files`` about the query's words: beside hits, those no note
+    contains (:func:`query_words_line`); with none, why keyword-only lanes found nothing, as plain output says
+    it (:func:`no_hits_message`; "" when it is only "No results")."""
+    if hits:
+        return query_words_line(missing, parsed.text, sources, skipped, tags, parsed.paths)
+    message = no_hits_message(missing, parsed.text, sources, skipped, tags, parsed.paths)
+    return f"({message})" if message != NO_RESULTS else ""
+
+
 def _context_lines(hit: Hit, n: int, pattern: re.Pattern[str] | None, color: bool,
                    fallback: re.Pattern[str] | None = None) -> list[str]:
     """grep-like lines of the hit's section in its vault note: ``LINE:text`` matches, ``LINE-text`` context; a
@@ -788,8 +800,10 @@ def search(
                       if not hits and not untagged and not as_json and not files
                       and (parsed.required or parsed.excluded or parsed.paths) else None)
             glossed = searcher.translation_terms(parsed.text) if context is not None and parsed.text else ()
+            # the words no note has: beside hits, or as why keyword-only lanes (--lanes bm25) found nothing
             missing = (searcher.missing_words(parsed.text, sources or None, tags or None, parsed.paths)
-                       if hits and parsed.text else None)
+                       if parsed.text and (hits or not (untagged or parsed.required or parsed.excluded
+                                                        or parsed.paths)) else None)
             skipped = skipped_files(settings(), sources) if missing and missing.missing else 0
         finally:
             searcher.close()
@@ -817,7 +831,7 @@ def search(
                 typer.echo(f"{h.vault_path}\t{h.score:.4f}")
         if listing and more:        # stdout stays the list; the note that it was cut goes to stderr
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
-        if words_line := query_words_line(missing, parsed.text, sources, skipped, tags, parsed.paths):
+        if words_line := _words_line(hits, missing, parsed, sources, skipped, tags):
             typer.echo(words_line, err=True)
         if not rows:
             raise typer.Exit(EXIT_NONE)
@@ -836,14 +850,15 @@ def search(
         typer.echo(json.dumps(out, ensure_ascii=False, indent=2))
         if listing and more:
             typer.echo(f"(the first {k} notes by path; more match)", err=True)
-        if words_line := query_words_line(missing, parsed.text, sources, skipped, tags, parsed.paths):
+        if words_line := _words_line(hits, missing, parsed, sources, skipped, tags):
             typer.echo(words_line, err=True)
         if not hits:
             raise typer.Exit(EXIT_NONE)
         return
     if not hits:
         typer.echo(untagged_message(tags, sources, known_tags) if untagged
-                   else no_results_message(misses, parsed, sources) if misses else NO_RESULTS)
+                   else no_results_message(misses, parsed, sources) if misses
+                   else no_hits_message(missing, parsed.text, sources, skipped, tags, parsed.paths))
         raise typer.Exit(EXIT_NONE)
     color = _color()
     pattern = term_pattern(query_terms(parsed.text, tokens))

@@ -526,20 +526,7 @@ class VaultService:
         glossed = searcher.translation_terms(parsed.text) if parsed.text else ()   # a Japanese question's English
         out = [self._hit(h, parsed.text, glossed, links.get(h.vault_path, {})) for h in hits]
         if not out:
-            from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
-
-            if tags and not searcher.tagged_notes(tags, wanted or None):     # of the sources searched, as the CLI
-                from pipeline.service import untagged_message
-
-                return {"query": query[:200], "hits": out,
-                        "message": shorten_quoted(untagged_message(tags, wanted, searcher.tag_names(wanted or None)),
-                                                  {"tag": list(tags)})}
-            if parsed.required or parsed.excluded or parsed.paths:   # which filter left nothing, as the CLI says
-                from pipeline.service import no_results_message
-
-                return {"query": query[:200], "hits": out, "message": no_results_message(
-                    searcher.filter_misses(parsed, wanted or None, tags or None, searched=True), parsed, wanted)}
-            return {"query": query[:200], "hits": out, "message": NO_RESULTS}
+            return {"query": query[:200], "hits": out, **self._no_hits(searcher, parsed, wanted, tags)}
         if not parsed.text:
             cut = f"; more notes pass them: raise k (at most {MAX_K}) or add a filter" if more else ""
             return {"query": query[:200], "hits": out, "message": LISTING_MESSAGE + cut, "more": more}
@@ -552,6 +539,32 @@ class VaultService:
             return {"query": query[:200], "hits": out, **({"missing": list(missing.missing)} if missing.missing
                                                           else {}), "message": message}
         return {"query": query[:200], "hits": out}
+
+    def _no_hits(self, searcher: Any, parsed: Any, wanted: Sequence[str], tags: Sequence[str]) -> dict[str, Any]:
+        """What the search tool says beside no hit (its ``message``, and ``missing`` when words no note has
+        explain it): the tag no note has, the filter no note passes, else the words no note contains (keyword-only
+        lanes found nothing: a typo's word is offered) or a bare "No results", as ``docsvault search`` says it."""
+        from pipeline.service import NO_RESULTS  # the same words as `docsvault search`
+
+        if tags and not searcher.tagged_notes(tags, wanted or None):     # of the sources searched, as the CLI
+            from pipeline.service import untagged_message
+
+            return {"message": shorten_quoted(untagged_message(tags, wanted, searcher.tag_names(wanted or None)),
+                                              {"tag": list(tags)})}
+        if parsed.required or parsed.excluded or parsed.paths:   # which filter left nothing, as the CLI says
+            from pipeline.service import no_results_message
+
+            return {"message": no_results_message(
+                searcher.filter_misses(parsed, wanted or None, tags or None, searched=True), parsed, wanted)}
+        if not parsed.text:
+            return {"message": NO_RESULTS}
+        # keyword-only lanes found nothing: name the words no note has (a typo's word), as hits' `missing` does
+        from pipeline.service import no_hits_message, skipped_files
+
+        missing = searcher.missing_words(parsed.text, wanted or None, tags or None, parsed.paths)
+        skipped = skipped_files(self.settings, wanted) if missing.missing else 0
+        return {**({"missing": list(missing.missing)} if missing.missing else {}),
+                "message": no_hits_message(missing, parsed.text, wanted, skipped, tags, parsed.paths)}
 
     def _hit(self, h: Any, text_query: str, glossed: Sequence[str], nb: Mapping[str, Any]) -> dict[str, Any]:
         """One search hit as the tool returns it: up to HIT_TEXT_CHARS of clean text around the match (else around

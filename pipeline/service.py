@@ -28,7 +28,7 @@ __all__ = [
     "NO_RESULTS", "BuildOutcome", "ModelStatus", "SearchAnswer", "SharedOutcome", "SkippedFiles", "SourceOutcome",
     "SourceStatus", "Status", "WarehouseOutcome", "WarehouseStatus", "build_outcome", "capture_related", "child_env",
     "dangling_links", "errors_file", "missing_vectors_line", "missing_words_line", "missing_words_message",  # noqa: F822
-    "common_words_message", "query_words_line", "query_words_message",
+    "common_words_message", "no_hits_message", "query_words_line", "query_words_message",
     "no_notes_line", "no_results_message", "untagged_message",
     "no_project_here", "noop_build", "note_links", "note_missing_message", "open_searcher", "link_problems",
     "related_notes",
@@ -152,6 +152,31 @@ def query_words_message(missing: Any, text: str, sources: Sequence[str] = (),
         return missing_words_message(missing.missing, missing.every, sources, skipped,
                                      dict(getattr(missing, "closest", ())), tags, paths)
     return "" if missing.words else common_words_message(text)
+
+
+def no_hits_message(missing: Any, text: str, sources: Sequence[str] = (), skipped: int | SkippedFiles = 0,
+                     tags: Sequence[str] = (), paths: Sequence[str] = ()) -> str:
+    """What search says when its lanes found nothing and no filter explains it (keyword-only lanes, ``--lanes
+    bm25``: the vector lanes always find the nearest notes): :data:`NO_RESULTS` and the query's words no note
+    contains, with the word a misspelt one probably meant, or that every word is too common to search for. Before
+    session 49 it said only "No results", so an agent that searched ``paruqet`` by keyword could not tell a typo
+    from a topic the notes lack; the hybrid search names it. ``missing``: ``Searcher.missing_words``'s answer
+    (None: not asked); the other arguments as :func:`missing_words_message` takes them.
+
+    >>> from pipeline.search.searcher import MissingWords
+    >>> no_hits_message(MissingWords(("paruqet",), ("paruqet",), (("paruqet", "parquet"),)), "paruqet", ["duckdb"])
+    "No results: no note of duckdb contains 'paruqet' (did you mean 'parquet'?)"
+    >>> no_hits_message(MissingWords((), ()), "what is the?")
+    "No results: every word of the query is too common to search for ('what', 'is', 'the'); add a word that names what you look for"
+    """
+    if missing is None:
+        return NO_RESULTS
+    if missing.missing:
+        return f"{NO_RESULTS}: " + missing_words_message(missing.missing, False, sources, skipped,
+                                                          dict(getattr(missing, "closest", ())), tags, paths)
+    if not missing.words and (common := common_words_message(text)):
+        return f"{NO_RESULTS}: " + common.replace(": these notes are only near in meaning;", ";")
+    return NO_RESULTS
 
 
 def query_words_line(missing: Any, text: str, sources: Sequence[str] = (), skipped: int | SkippedFiles = 0,

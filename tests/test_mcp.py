@@ -509,6 +509,37 @@ def test_missing_words_split_and_translate_as_bm25_does(built_env: Path) -> None
             ("asking", "platypus"), ("asking", "platypus"))
 
 
+def test_keyword_only_search_that_finds_nothing_names_the_words_no_note_has(built_env: Path) -> None:
+    """An agent searching by keyword only (`lanes=["bm25"]`, the README's keyword-only search) for a typo got
+    `{"hits": [], "message": "No results"}` (session 49): it could not tell a misspelt word from a topic the notes
+    lack, while the hybrid search of the same word says "did you mean 'parquet'?". Now "No results" names the
+    words no note contains, with the word a typo meant (`missing` too), in the MCP tool and the CLI (plain; on
+    stderr with --json/--files); a query of words too common to search for says so."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from pipeline.mcp_server import VaultService
+
+    service = VaultService(Settings.from_env())
+    out = service.search("paruqet", k=2, lanes=["bm25"])
+    assert out == {"query": "paruqet", "hits": [], "missing": ["paruqet"],
+                   "message": "No results: no note contains 'paruqet' (did you mean 'parquet'?)"}
+    out = service.search("platypus", k=2, source="tiny", lanes=["bm25"])
+    assert (out["missing"], out["message"]) == (["platypus"], "No results: no note of tiny contains 'platypus'")
+    # a filter that explains the empty answer keeps its own message
+    assert service.search('"no such phrase" ducks', k=2, lanes=["bm25"])["message"].startswith(
+        'No results: no note contains "no such phrase"')
+    runner = CliRunner()
+    result = runner.invoke(app, ["search", "paruqet", "--lanes", "bm25"])
+    assert (result.exit_code, result.output) == (1, "No results: no note contains 'paruqet' (did you mean 'parquet'?)\n")
+    result = runner.invoke(app, ["search", "paruqet", "--lanes", "bm25", "--json"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        1, "[]\n", "(No results: no note contains 'paruqet' (did you mean 'parquet'?))\n")
+    result = runner.invoke(app, ["search", "これは何ですか", "--lanes", "bm25"])
+    assert (result.exit_code, result.output) == (1, ("No results: every word of the query is too common to search "
+                                                     "for ('これは何ですか'); add a word that names what you look for\n"))
+
+
 def test_a_misspelt_word_gets_the_word_of_the_notes_spelt_nearly_so(built_env: Path) -> None:
     """``paruqet`` is in no note: search says so and offers ``parquet`` as the notes write it (the BM25 term is
     stemmed or whole; the word shown is read from a chunk holding it), in the CLI and the MCP search tool alike.
