@@ -210,6 +210,27 @@ def test_a_name_reads_its_note_as_an_obsidian_link_would(vault: Path, tmp_path: 
                                "use a vault_path from search results (`docsvault search ...` / the search tool)")
 
 
+
+def test_a_vault_path_a_width_apart_offers_the_note(vault: Path, tmp_path: Path) -> None:
+    """A note written in half-width katakana (`memo/ｶﾀｶﾅ メモ.md`) asked for by its vault path in full-width, as an
+    agent or an IME normalises it (`memo/カタカナ メモ.md`), was "no note … in the vault" with no hint, though the
+    name alone (`カタカナ メモ`) opens it and the README offers a name a width apart (session 49, an agent over
+    MCP). The close names are now compared in NFKC, both ways: the note's name is offered."""
+    from pipeline.models import Note
+
+    (vault / "memo").mkdir()
+    (vault / "memo" / "ｶﾀｶﾅ メモ.md").write_text("# ｶﾀｶﾅ メモ\n\nﾃﾞｰﾀﾍﾞｰｽ\n", encoding="utf-8")
+    (vault / "memo" / "ホーム.md").write_text("# ホーム\n\n入り口\n", encoding="utf-8")
+    notes = [Note("memo", "ｶﾀｶﾅ メモ.md", "ｶﾀｶﾅ メモ.md", "ｶﾀｶﾅ メモ", {"title": "ｶﾀｶﾅ メモ"}, "ﾃﾞｰﾀﾍﾞｰｽ"),
+             Note("memo", "ホーム.md", "ホーム.md", "ホーム", {"title": "ホーム"}, "入り口")]
+    path = _publish_one_chunk_each(notes, tmp_path / "warehouse.duckdb")
+    for typed, meant in (("memo/カタカナ メモ.md", "ｶﾀｶﾅ メモ"), ("memo/ﾎｰﾑ.md", "ホーム")):
+        with pytest.raises(NoteNotFoundError) as info:
+            find_note(vault, typed, path)
+        assert str(info.value) == (f"no note {typed!r} in the vault {vault.resolve()}; did you mean {meant!r}? Else "
+                                   "use a vault_path from search results (`docsvault search ...` / the search tool)")
+        assert find_note(vault, meant, path) == f"memo/{meant}.md"
+
 def test_a_name_only_dangling_links_give_says_so_and_names_the_notes_that_link_it(vault: Path, tmp_path: Path) -> None:
     """Finding of a new user's run (session 46): `read Tea`, `read '[[Tea]]'` (copied from Home's `[[Tea]]`, a
     link to a note no source has) said "no vault path, source path, note name, title or alias is 'Tea'; use a

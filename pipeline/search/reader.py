@@ -880,9 +880,11 @@ def _ambiguous(note: str, what: str, paths: list[str]) -> str:
 
 def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
     """The notes' names closest to a misspelled ``note`` (:func:`difflib.get_close_matches`, ratio >= 0.75,
-    compared case-folded; else the one name of the same length one CJK character apart,
-    :func:`pipeline.ingest.sources.one_cjk_apart`: ``日紀`` -> ``日記``, as tags and sources are offered): their
-    titles, file names and aliases (:func:`pipeline.warehouse.note_names`), as ``read`` takes them; at most ``n``."""
+    compared case-folded in NFKC, so a width apart is close both ways: ``カタカナ メモ`` -> ``ｶﾀｶﾅ メモ``, as tags
+    and sources are offered (before session 49 only NFC: the vault path ``memo/カタカナ メモ.md`` of the note
+    ``memo/ｶﾀｶﾅ メモ.md`` got no hint); else the one name of the same length one CJK character apart,
+    :func:`pipeline.ingest.sources.one_cjk_apart`: ``日紀`` -> ``日記``): their titles, file names and aliases
+    (:func:`pipeline.warehouse.note_names`), as ``read`` takes them; at most ``n``."""
     import difflib
 
     from pipeline import warehouse as wh
@@ -895,8 +897,8 @@ def _close_names(warehouse_path: Path, note: str, n: int = 3) -> list[str]:
         con.close()
     names: dict[str, str] = {}                   # case-folded name -> as written
     for name in sorted(n for group in every.values() for n in group):
-        names.setdefault(unicodedata.normalize("NFC", name).casefold(), name)
-    want = unicodedata.normalize("NFC", note.strip()).casefold()
+        names.setdefault(unicodedata.normalize("NFKC", name).casefold(), name)
+    want = unicodedata.normalize("NFKC", note.strip()).casefold()
     close = difflib.get_close_matches(want, sorted(names), n=n, cutoff=0.75)
     if not close and (near := one_cjk_apart(want, sorted(names))):
         close = [near]
