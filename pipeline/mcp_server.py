@@ -280,6 +280,15 @@ def boolean_number(tool: str, arguments: dict[str, Any] | None, known: dict[str,
 QUOTED_CHARS = 120
 
 
+def _saved_next(source: str) -> str:
+    """What an agent does after ``save_note`` saved its note but could not rebuild the source (another build held
+    the lock, a failed stage): refresh that source, not save the note again. The rebuild's own line says "pass
+    `wait`", which an agent read as save_note's (session 49): called again with ``wait``, it was told the name is
+    taken, and saved the note a second time under another name."""
+    return (f"; the note stays saved: do not save it again (its name is taken); make it searchable with "
+            f"refresh(source=\"{source}\") (its `wait` waits for a running build)")
+
+
 def shorten_quoted(text: str, arguments: Mapping[str, Any]) -> str:
     """``text`` with every quoted echo (``'…'``, ``"…"``, a repr) of a string argument of ``arguments`` (or of a
     string in a list argument) longer than :data:`QUOTED_CHARS` cut to its first 117 characters and ``...``: an
@@ -676,10 +685,10 @@ class VaultService:
             why = next((o["error"] for o in result.get("outcomes") or () if o.get("error")), None) \
                 or (result.get("shared") or {}).get("error")
             if not result.get("ok") and why:
-                out["error"] = f"the note is saved but the rebuild failed: {why}"
+                out["error"] = f"the note is saved but the rebuild failed: {why}{_saved_next(src.name)}"
         except ToolFailure as exc:
             out["searchable"] = False
-            out["error"] = f"the note is saved but the rebuild failed: {exc}"
+            out["error"] = f"the note is saved but the rebuild failed: {exc}{_saved_next(src.name)}"
         return out
 
     def status(self) -> dict[str, Any]:

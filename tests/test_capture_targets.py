@@ -198,13 +198,15 @@ def test_mcp_save_note_says_why_the_rebuild_left_it_unsearchable(mixed: Path, mo
         "outcomes": [{"name": "inbox", "status": "built", "error": None}],
         "shared": {"ok": False, "error": line}})
     out = svc.save_note("Kites hover.", title="Kites", source="inbox")
-    assert (out["searchable"], out["error"]) == (False, f"the note is saved but the rebuild failed: {line}")
+    after = ("; the note stays saved: do not save it again (its name is taken); make it searchable with "
+             'refresh(source="inbox") (its `wait` waits for a running build)')
+    assert (out["searchable"], out["error"]) == (False, f"the note is saved but the rebuild failed: {line}{after}")
     assert (mixed / "inbox" / "Kites.md").is_file()
     monkeypatch.setattr(svc, "refresh", lambda source=None, full=False, wait=0, evaluate=True: {
         "ok": False, "outcomes": [{"name": "inbox", "status": "failed", "error": "inbox: no file"}],
         "shared": {"ok": True, "error": None}})
     assert svc.save_note("Owls.", title="Owls", source="inbox")["error"] == \
-        "the note is saved but the rebuild failed: inbox: no file"
+        "the note is saved but the rebuild failed: inbox: no file" + after
 
 
 def test_mcp_save_note_names_the_rebuilds_warnings_about_the_note(mixed: Path) -> None:

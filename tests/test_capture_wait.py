@@ -114,7 +114,10 @@ def test_mcp_save_note_and_refresh_name_the_wait_argument(tiny_env: Path, held: 
     out = svc.save_note("A note about voles.", name="Voles", source="tiny", correlation_id="c3")
     assert (out["path"], out["searchable"]) == ("tiny/Voles.md", False)
     assert out["error"] == (f"the note is saved but the rebuild failed: refresh of tiny failed (exit 2): error: "
-                            f"{holds}; wait for it to finish, or pass `wait` (seconds, at most 120). {TAKEN_OVER}")
+                            f"{holds}; wait for it to finish, or pass `wait` (seconds, at most 120). {TAKEN_OVER}"
+                            "; the note stays saved: do not save it again (its name is taken); make it searchable "
+                            'with refresh(source="tiny") (its `wait` waits for a running build)')
+    # saving it again, as an agent read "pass `wait`", was told its name is taken and saved it twice (session 49)
     assert (tiny_env / "tinyvault" / "Voles.md").exists()
     with pytest.raises(ToolFailure) as err:
         svc.refresh("tiny", wait=0.5)
