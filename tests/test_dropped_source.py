@@ -471,3 +471,22 @@ def test_a_source_added_back_with_a_new_heading_takes_its_unedited_note_back(tmp
     result = write_source(vault, "me", [new])
     assert result.conflicts == [] and result.written == ["Bike.md"]
     assert path.read_bytes().startswith(b"---\ntitle: Bike care\n")
+
+
+def test_a_source_added_back_with_a_changed_page_keeps_a_title_you_typed_into_its_note(tmp_path: Path) -> None:
+    """A title typed into a generated note's properties (not its heading), the source removed and added back after
+    the page's text changed: the title, which otherwise follows the first heading, is yours: kept as `(edited)`."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    write_source(vault, "me", [_page("Bike.md", "# Bike\n\nChain lube.\n")])
+    path = vault / "me" / "Bike.md"
+    mine = path.read_bytes().replace(b"title: Bike\n", b"title: My bicycle\n")
+    path.write_bytes(mine)
+    assert _remove_generated(vault / "me") == ["Bike.md"]
+    new = _page("Bike.md", "# Bike\n\nChain lube every 300 km.\n")
+    new = dataclasses.replace(new, title="Bike", frontmatter={**new.frontmatter, "title": "Bike"})
+    result = write_source(vault, "me", [new])
+    assert result.conflicts == [("Bike.md", "Bike (edited).md")]
+    assert (vault / "me" / "Bike (edited).md").read_bytes() == mine

@@ -136,8 +136,8 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
             property was lost without a word when the manifest was missing (a vault copied without ``.docsvault/``).
         rendered: vault rel path -> the bytes the build writes there now. A file there whose frontmatter differs
             from the one written now (the keys docsvault computes, ``normalize.REPLACED_KEYS``, aside: a new
-            ``site_url`` changes ``url``; and ``title`` when the body written now is another, as the title follows
-            the first heading) has a property value someone changed (an alias or tag typed in Obsidian): the
+            ``site_url`` changes ``url``; and, when the body written now is another, a ``title`` that is the old
+            body's first heading or the file name, as such a title follows the text) has a property value someone changed (an alias or tag typed in Obsidian): the
             user's, moved aside. Its ``content_hash`` covers the body only and the key set is the same, so such an
             edit was overwritten without a word when a source was removed and added back (the removal takes the
             manifest); until session 49 only when the body written now was the old one, so a tag typed into a note
@@ -151,7 +151,7 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
     """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
-    from pipeline.ingest.normalize import OWN_KEYS, REPLACED_KEYS
+    from pipeline.ingest.normalize import OWN_KEYS, REPLACED_KEYS, _title
     from pipeline.models import text_hash
 
     owned: Manifest = {}
@@ -178,8 +178,10 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
                 new_fm, new_body = parse_note(rendered[rel], rel)
             except NoteError:
                 new_fm, new_body = None, None
-            # the keys docsvault computes aside, and the title when the text changed (it follows the first heading)
-            computed = REPLACED_KEYS if new_body == body else (*REPLACED_KEYS, "title")
+            # the keys docsvault computes aside, and, when the text changed, a title that follows the text (its
+            # first heading or the file name; one typed in Obsidian does not)
+            computed = REPLACED_KEYS if new_body == body or fm.get("title") != _title(
+                {}, body, str(fm.get("source_path") or rel)) else (*REPLACED_KEYS, "title")
             if isinstance(new_fm, dict) and _without(fm, computed) != _without(new_fm, computed):
                 continue
         if (fm.get(INDEX_KEY) == INDEX_VALUE and INDEX_NOTE_NAME.match(rel)) \
