@@ -398,6 +398,7 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None,
     records = list(meta.get("conflicts") or [])
     lines = [f"{name}: {conflict_line(name, c)}" for c in records]
     copies = {c.removesuffix(FOREIGN).split(" -> ", 1)[1] for c in records}   # named above: not again as kept files
+    copies |= set(meta.get("left_edited") or ())                            # named below, as such
     kept = int(meta.get("kept") or 0) - len(copies & set(meta.get("kept_files") or []))
     if kept > 0 and not meta.get("skipped"):
         listed = [f for f in meta.get("kept_files") or [] if f not in copies]
@@ -430,6 +431,11 @@ def vault_lines(name: str, meta: dict[str, Any], state_dir: Path | None = None,
             more = total - len(out) - len(shown)
             lines.append(f"{name}: removed (their pages left the source): {', '.join(shown)}"
                          + ((" and " if shown else "") + f"{more} more" if more > 0 else ""))
+    if meta.get("left_edited"):
+        edited = list(meta["left_edited"])
+        lines.append(f"{name}: kept where they are, as your files (their pages left the source, but you edited them "
+                     f"since the build wrote them): {', '.join(edited[:5])}"
+                     + (f" and {len(edited) - 5} more" if len(edited) > 5 else ""))
     if meta.get("attachments_written"):
         lines.append(f"{name}: {meta['attachments_written']} attachment(s) copied "
                      f"({meta.get('attachments', 0)} in the vault, {meta.get('attachment_bytes', 0) / 2**20:.1f} MiB)")

@@ -429,3 +429,64 @@ def test_a_source_added_back_with_a_new_site_url_takes_its_unedited_notes_back(t
     result = write_source(vault, "me", [moved])
     assert result.conflicts == [] and result.written == ["Ann.md"]
     assert b"url: https://new.example/Ann\n" in (vault / "me" / "Ann.md").read_bytes()
+
+
+def test_a_source_added_back_with_a_changed_page_keeps_a_tag_you_typed_into_its_note(tmp_path: Path) -> None:
+    """A tag typed into a generated note in Obsidian (its body untouched), the source removed from sources.yaml (the
+    removal keeps the note: edited since) and added back after the page's text changed in the source: the build
+    overwrote the note without a word and the tag was gone (without the manifest, a property value counted as an
+    edit only when the body written now was the old one; the note's content_hash covers the body only). Now the
+    note is kept as `Music (edited).md`, as with a manifest."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    music = _page("Music.md", "# Music\n\nGuitar scales.\n", tags=["hobby"])
+    write_source(vault, "me", [music])
+    path = vault / "me" / "Music.md"
+    mine = path.read_bytes().replace(b"- hobby\n", b"- hobby\n- practice\n")
+    path.write_bytes(mine)
+    assert _remove_generated(vault / "me") == ["Music.md"]
+    changed = _page("Music.md", "# Music\n\nGuitar scales. Also bass.\n", tags=["hobby"])
+    result = write_source(vault, "me", [changed])
+    assert result.conflicts == [("Music.md", "Music (edited).md")]
+    assert (vault / "me" / "Music (edited).md").read_bytes() == mine
+    assert path.read_bytes().endswith(b"\n# Music\n\nGuitar scales. Also bass.\n")
+
+
+def test_a_source_added_back_with_a_new_heading_takes_its_unedited_note_back(tmp_path: Path) -> None:
+    """The page's heading (its title) and text changed while the source was out of sources.yaml, and the edit that
+    kept the note at the removal was undone: the note is still the build's, rewritten without an `(edited)` copy."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    write_source(vault, "me", [_page("Bike.md", "# Bike\n\nChain lube.\n")])
+    path = vault / "me" / "Bike.md"
+    path.write_bytes(path.read_bytes() + b"\n")                      # kept at the removal: edited
+    assert _remove_generated(vault / "me") == ["Bike.md"]
+    path.write_bytes(path.read_bytes()[:-1])                         # edit undone
+    new = _page("Bike.md", "# Bike care\n\nChain lube every 300 km.\n")
+    new = dataclasses.replace(new, title="Bike care", frontmatter={**new.frontmatter, "title": "Bike care"})
+    result = write_source(vault, "me", [new])
+    assert result.conflicts == [] and result.written == ["Bike.md"]
+    assert path.read_bytes().startswith(b"---\ntitle: Bike care\n")
+
+
+def test_a_source_added_back_with_a_changed_page_keeps_a_title_you_typed_into_its_note(tmp_path: Path) -> None:
+    """A title typed into a generated note's properties (not its heading), the source removed and added back after
+    the page's text changed: the title, which otherwise follows the first heading, is yours: kept as `(edited)`."""
+    from pipeline.ingest.vault import write_source
+    from pipeline.stages.layout import _remove_generated
+
+    vault = tmp_path / "vault"
+    write_source(vault, "me", [_page("Bike.md", "# Bike\n\nChain lube.\n")])
+    path = vault / "me" / "Bike.md"
+    mine = path.read_bytes().replace(b"title: Bike\n", b"title: My bicycle\n")
+    path.write_bytes(mine)
+    assert _remove_generated(vault / "me") == ["Bike.md"]
+    new = _page("Bike.md", "# Bike\n\nChain lube every 300 km.\n")
+    new = dataclasses.replace(new, title="Bike", frontmatter={**new.frontmatter, "title": "Bike"})
+    result = write_source(vault, "me", [new])
+    assert result.conflicts == [("Bike.md", "Bike (edited).md")]
+    assert (vault / "me" / "Bike (edited).md").read_bytes() == mine

@@ -632,3 +632,27 @@ def test_status_of_a_source_added_back_names_your_copies_before_its_build(tmp_pa
     manifest_path(root).unlink()
     found = audit(root, "demo")
     assert (found.user_files, found.owned, found.has_manifest) == (["Ben 2.md"], ["Ben.md", "_index.md"], False)
+
+
+def test_an_edited_note_whose_page_left_the_source_is_named_as_kept_where_it_is(tmp_path: Path) -> None:
+    """A generated note you edited whose page then left the source stays where it is, as your file; the build only
+    counted it among "kept N file(s) … that docsvault did not write" (fifth or later: `and 8 more`), so nothing
+    said that the page had gone and your edit was no longer a note of the source (session 49). Now one line names
+    it, and it is not named again among your own files."""
+    from pipeline.cli import vault_lines
+
+    root = tmp_path / "vault" / "demo"
+    write_source(root.parent, "demo", [_note("a.md", "A.\n"), _note("b.md", "B.\n"), _note("c.md", "C.\n")])
+    (root / "a.md").write_text("A.\n\nmy notes on a\n", encoding="utf-8")
+    (root / "Mine.md").write_text("# mine\n", encoding="utf-8")
+    result = write_source(root.parent, "demo", [_note("c.md", "C.\n")])
+    assert (result.removed, result.left_edited, result.kept) == (["b.md"], ("a.md",), ["Mine.md", "a.md"])
+    assert (root / "a.md").read_text(encoding="utf-8") == "A.\n\nmy notes on a\n"
+    meta = {"kept": 2, "kept_files": list(result.kept), "conflicts": [], "vault_dir": str(root), "removed": 1,
+            "removed_files": list(result.removed), "left_edited": list(result.left_edited)}
+    assert vault_lines("demo", meta) == [
+        "demo: kept 1 file(s) in vault/demo/ that docsvault did not write: Mine.md",
+        "demo: removed (their pages left the source): b.md",
+        ("demo: kept where they are, as your files (their pages left the source, but you edited them since the "
+         "build wrote them): a.md")]
+    assert write_source(root.parent, "demo", [_note("c.md", "C.\n")]).left_edited == ()     # said once

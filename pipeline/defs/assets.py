@@ -499,6 +499,10 @@ def source_assets(source: Source, settings: Settings) -> list[dg.AssetsDefinitio
                 more = written.removed - len(written.removed_files)
                 context.log.info(f"source '{source.name}': removed from vault/{source.name}/ (their pages left the "
                                  f"source): {', '.join(written.removed_files)}" + (f" and {more} more" if more else ""))
+            if written.left_edited:
+                context.log.warning(f"source '{source.name}': kept in vault/{source.name}/ as your files (their pages "
+                                    f"left the source, but you edited them since the build wrote them): "
+                                    f"{', '.join(written.left_edited)}")
             return written
 
         return _run_source_stage(context, docsvault, "vault", source, run, loaded, checks)

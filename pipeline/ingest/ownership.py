@@ -134,12 +134,15 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
             (``myprop: keep me``, typed in Obsidian): the user's, so it is moved aside, not overwritten; the
             ``content_hash`` covers the body only, so before session 45 such a note counted as the build's and the
             property was lost without a word when the manifest was missing (a vault copied without ``.docsvault/``).
-        rendered: vault rel path -> the bytes the build writes there now. A file there whose body is the one written
-            now but whose frontmatter differs (the keys docsvault computes, ``normalize.REPLACED_KEYS``, aside: a
-            new ``site_url`` changes ``url``) has a property value someone changed (an alias or tag typed in
-            Obsidian): the user's, moved aside. Its ``content_hash`` covers the body only and the
-            key set is the same, so such an edit was overwritten without a word when a source was removed and added
-            back (the removal takes the manifest).
+        rendered: vault rel path -> the bytes the build writes there now. A file there whose frontmatter differs
+            from the one written now (the keys docsvault computes, ``normalize.REPLACED_KEYS``, aside: a new
+            ``site_url`` changes ``url``; and, when the body written now is another, a ``title`` that is the old
+            body's first heading or the file name, as such a title follows the text) has a property value someone changed (an alias or tag typed in Obsidian): the
+            user's, moved aside. Its ``content_hash`` covers the body only and the key set is the same, so such an
+            edit was overwritten without a word when a source was removed and added back (the removal takes the
+            manifest); until session 49 only when the body written now was the old one, so a tag typed into a note
+            whose page's text changed meanwhile was lost. A page whose properties changed in the source along with
+            its text is then taken for edited too: an ``(edited)`` copy nobody needs, never a loss.
 
     A file whose page is not written now (``written`` given) counts as the build's only at the path the build gives
     its ``source_path`` (:func:`pipeline.ingest.normalize.rel_path_for`, or that path with a `` (N)`` of a name
@@ -148,7 +151,7 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
     """
     from pipeline.common.errors import NoteError
     from pipeline.common.frontmatter import INDEX_KEY, INDEX_VALUE, parse_note
-    from pipeline.ingest.normalize import OWN_KEYS, REPLACED_KEYS
+    from pipeline.ingest.normalize import OWN_KEYS, REPLACED_KEYS, _title
     from pipeline.models import text_hash
 
     owned: Manifest = {}
@@ -175,8 +178,11 @@ def legacy_owned(root: Path, source: str, written: Mapping[str, str] | None = No
                 new_fm, new_body = parse_note(rendered[rel], rel)
             except NoteError:
                 new_fm, new_body = None, None
-            if new_body == body and isinstance(new_fm, dict) and _without(fm, REPLACED_KEYS) != _without(
-                    new_fm, REPLACED_KEYS):
+            # the keys docsvault computes aside, and, when the text changed, a title that follows the text (its
+            # first heading or the file name; one typed in Obsidian does not)
+            computed = REPLACED_KEYS if new_body == body or fm.get("title") != _title(
+                {}, body, str(fm.get("source_path") or rel)) else (*REPLACED_KEYS, "title")
+            if isinstance(new_fm, dict) and _without(fm, computed) != _without(new_fm, computed):
                 continue
         if (fm.get(INDEX_KEY) == INDEX_VALUE and INDEX_NOTE_NAME.match(rel)) \
                 or fm.get("content_hash") == text_hash(body):

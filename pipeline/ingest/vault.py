@@ -47,7 +47,10 @@ class VaultResult(NamedTuple):
     ``foreign``: the rel_paths of ``conflicts`` whose file the build had never written (your own file at the path
     where the source now has a note, moved aside all the same). Two kinds of such conflicts are marked by a
     trailing ``/`` (:func:`_move_in_the_way`): ``(rel, "<copy>/")``, your folder at a note's path, and
-    ``("<folder>/", copy)``, your file at the path of a folder the source's notes go in."""
+    ``("<folder>/", copy)``, your file at the path of a folder the source's notes go in. ``left_edited``: the
+    generated files whose page left the source this time but that were edited since the build wrote them, kept
+    where they are as your files (sorted; before session 49 no line said so: they were only counted among
+    ``kept``)."""
 
     written: list[str]
     unchanged: list[str]
@@ -58,6 +61,7 @@ class VaultResult(NamedTuple):
     attachments_written: list[str] = []
     attachments: int = 0
     foreign: list[str] = []
+    left_edited: Sequence[str] = ()
 
 
 INDEX_NAME = "_index.md"
@@ -480,6 +484,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             if index_rel in bucket:
                 bucket.remove(index_rel)
     removed: list[str] = []
+    left_edited: list[str] = []
     folded_final: dict[str, list[str]] = {}
     for rel in final:
         folded_final.setdefault(rel.casefold(), []).append(rel)
@@ -500,6 +505,8 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
             emptied.update(path.parents[:len(PurePosixPath(rel).parts) - 1])
             if rel.endswith(".md"):
                 removed.append(rel)
+        else:                           # edited since the build wrote it: yours now, where it is
+            left_edited.append(rel)
     for temp in leftovers:      # only the temp of a file the source writes: a dot file of that shape may be yours
         match = WRITE_TEMP.match(temp.name)
         meant = unicodedata.normalize("NFC", (temp.parent / match["name"]).relative_to(root).as_posix()) \
@@ -525,7 +532,7 @@ def write_source(vault_dir: Path, source: str, notes: Sequence[Note], *, index: 
     after = audit(root, source) if root.is_dir() else None
     kept = sorted(after.user_files + after.copies) if after is not None else []
     return VaultResult(written, unchanged, removed, index_rel, kept, conflicts, sorted(att_written), len(copies),
-                       foreign)
+                       foreign, tuple(left_edited))
 
 
 def _edited_note_error(exc: NoteError, source: str, rel: str, path: Path, data: bytes,

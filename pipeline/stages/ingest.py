@@ -372,7 +372,7 @@ def vault_stage(settings: Settings, source: Source) -> VaultResult:
         attachments_written=len(result.attachments_written), attachment_bytes=plan.bytes,
         attachments_skipped=len(skip_lines), attachment_skip_lines=tuple(skip_lines[:50]),
         unresolved_embeds=len(plan.unresolved), qualified_links=qualified, vault_dir=vault_dir, skipped=False,
-        warning_lines=tuple(missing) or None,
+        warning_lines=tuple(missing) or None, left_edited=tuple(result.left_edited[:50]),
     )
 
 

@@ -230,7 +230,7 @@ def _unchanged(metadata: dict[str, Any]) -> dict[str, Any]:
     for k in _WORK_KEYS:
         if k in out:
             out[k] = 0
-    for k in ("model_changed", "conflicts", "removed_files", "kept_last_good"):   # what that build did
+    for k in ("model_changed", "conflicts", "removed_files", "left_edited", "kept_last_good"):   # what that build did
         out.pop(k, None)
     return out
 

@@ -107,7 +107,7 @@ class VaultResult(StageResult):
     user's files kept in the folder, ``conflicts`` (``"<rel> -> <copy>"``), attachments copied and skipped (up to
     50 ``attachment_skip_lines``), unresolved embeds, links qualified to path form, the folder, and the warnings of
     notes whose attachment is missing or whose link several notes could mean (``warning_lines``, None when there
-    is none)."""
+    is none), and the edited files whose page left the source, kept where they are (``left_edited``, up to 50)."""
 
     PATHS: ClassVar[tuple[str, ...]] = ("vault_dir",)
 
@@ -129,6 +129,7 @@ class VaultResult(StageResult):
     vault_dir: str
     skipped: bool
     warning_lines: tuple[str, ...] | None = None
+    left_edited: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
