@@ -75,8 +75,9 @@ def test_emptied_folder_builds_empty_and_missing_folder_keeps_the_last_copy(tiny
     assert out.splitlines()[2] == ("  tiny: removed (their pages left the source): Ducks.md, Home.md, Install guide.md, "
                                    "_index.md, ja/検索.md and 1 more")
     assert out.splitlines()[3].startswith("warehouse: 0 notes, 0 chunks -> ")
-    assert _run("search", "ducks", code=1)[0] == "No results\n"     # exit 1 as grep
-    assert VaultService(Settings.from_env()).search("ducks") == {"query": "ducks", "hits": [], "message": "No results"}
+    assert _run("search", "ducks", code=1)[0] == "No results: no note contains 'ducks'\n"     # exit 1 as grep
+    assert VaultService(Settings.from_env()).search("ducks") == {
+        "query": "ducks", "hits": [], "message": "No results: no note contains 'ducks'", "missing": ["ducks"]}
     assert list((tiny_env / "vault").rglob("*.md")) == []
     row = json.loads(_run("status", "--json")[0])["sources"][0]
     assert (row["notes"], row["chunks"], row["skipped_files"], row["fetch_status"]) == (0, 0, 0, "ok")
@@ -130,7 +131,7 @@ def test_a_new_empty_folder_builds_empty_and_leaves_with_its_folder(tiny_env: Pa
     lines = _run("status")[0].splitlines()
     assert lines[2] == f"  diary                    local         0       0       0  ok      {row['last_fetch']}"
     assert not [ln for ln in lines if "failed" in ln]
-    assert _run("search", "ducks", code=1)[0] == "No results\n"     # exit 1 as grep
+    assert _run("search", "ducks", code=1)[0] == "No results: no note contains 'ducks'\n"     # exit 1 as grep
     again = json.loads(_run("build", "--json")[0])
     assert [(s["name"], s["status"], s["notes"]) for s in again["sources"]] == [("diary", "unchanged", 0)]
 
@@ -278,4 +279,4 @@ def test_a_folder_with_nothing_in_it_keeps_the_last_copy_as_an_unmounted_drive(t
     assert err == (f"warning: source 'tiny' has no notes: no files match under {folder} "
                    "(include=default *.md/*.mdx/*.markdown/*.canvas, exclude=[])\n")
     assert out.splitlines()[1] == "tiny                     built          0       0         0  0 written, 6 removed"
-    assert _run("search", "ducks", code=1)[0] == "No results\n"
+    assert _run("search", "ducks", code=1)[0] == "No results: no note contains 'ducks'\n"

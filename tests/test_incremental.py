@@ -451,7 +451,7 @@ _FIRST_KEYS = {
                   "errors_file", "dangling_file", "skipped", "seconds"],
     "vault": ["notes", "written", "unchanged", "removed", "removed_files", "kept", "kept_files", "conflicts",
               "attachments", "attachments_written", "attachment_bytes", "attachments_skipped",
-              "attachment_skip_lines", "unresolved_embeds", "qualified_links", "vault_dir", "skipped"],
+              "attachment_skip_lines", "unresolved_embeds", "qualified_links", "vault_dir", "skipped", "left_edited"],
     "chunk": ["notes", "chunks", "rechunked", "skipped", "languages", "language_warning", "warning_lines"],
     "embed": ["model", "models", "model_changed", "chunks", "embedded", "cached", "seeded", "seconds", "chunks_per_s",
               "skipped"],
