@@ -122,11 +122,11 @@ def missing_words_message(missing: Sequence[str], every: bool, sources: Sequence
     return f"{where} contains {words}" + (": these notes are only near in meaning" if every else "") + note
 
 
-def common_words_message(text: str) -> str:
+def common_words_message(text: str, hits: bool = True) -> str:
     """What to tell someone whose query has words but none that keyword search looks for (stopwords, question
     words: ``what is the``, ``これは何ですか``; ``Searcher.missing_words`` searched none): the hits are only near
-    in meaning. "" when ``text`` has no word (punctuation only). Before session 45 such a query returned hits with
-    no word said, as if they matched it (helper-137).
+    in meaning (``hits`` False: there are none to speak of). "" when ``text`` has no word (punctuation only).
+    Before session 45 such a query returned hits with no word said, as if they matched it (helper-137).
 
     >>> common_words_message("what is the?")
     "every word of the query is too common to search for ('what', 'is', 'the'): these notes are only near in meaning; add a word that names what you look for"
@@ -136,8 +136,8 @@ def common_words_message(text: str) -> str:
     if not words:
         return ""
     shown = ", ".join(repr(_shown(w)) for w in words[:8]) + (", ..." if len(words) > 8 else "")
-    return (f"every word of the query is too common to search for ({shown}): these notes are only near in meaning; "
-            "add a word that names what you look for")
+    near = ": these notes are only near in meaning;" if hits else ";"
+    return f"every word of the query is too common to search for ({shown}){near} add a word that names what you look for"
 
 
 def query_words_message(missing: Any, text: str, sources: Sequence[str] = (),
@@ -174,8 +174,8 @@ def no_hits_message(missing: Any, text: str, sources: Sequence[str] = (), skippe
     if missing.missing:
         return f"{NO_RESULTS}: " + missing_words_message(missing.missing, False, sources, skipped,
                                                           dict(getattr(missing, "closest", ())), tags, paths)
-    if not missing.words and (common := common_words_message(text)):
-        return f"{NO_RESULTS}: " + common.replace(": these notes are only near in meaning;", ";")
+    if not missing.words and (common := common_words_message(text, hits=False)):
+        return f"{NO_RESULTS}: {common}"
     return NO_RESULTS
 
 
